@@ -1,0 +1,71 @@
+/*
+ * engine/amp/policy.h - the precision policy: which dtype and math mode each op of the graph runs in.
+ *
+ * One run mode per run (ARCHITECTURE decision 3: precision is runtime data). The per-op rules follow the
+ * spirit of PyTorch's autocast op lists (torch.amp autocast docs, "CUDA Ops that can autocast to float16"
+ * / "... autocast to float32"): GEMM-like ops (linear, conv) run in the mode's low-precision dtype;
+ * softmax, cross-entropy, losses and reductions always run in FP32; shape and pointwise ops (relu, maxpool,
+ * flatten, dropout) follow their input. The whole table is mpt_policy_rules[] in policy.c.
+ *
+ * TF32 has two switches, like PyTorch's torch.backends.cuda.matmul.allow_tf32 (GEMMs; off by default since
+ * PyTorch 1.12) and torch.backends.cudnn.allow_tf32 (convolutions; on by default). In mptrain the `tf32`
+ * mode turns both on and the `fp32` mode both off, so that `fp32` is true FP32. NVIDIA_TF32_OVERRIDE=0 in the
+ * environment turns TF32 off everywhere, as it does in cuBLAS and cuDNN, on the CPU emulation too.
+ */
+#ifndef MPT_ENGINE_AMP_POLICY_H
+#define MPT_ENGINE_AMP_POLICY_H
+
+#include "engine/dtype.h"
+
+typedef enum mpt_precision {
+    MPT_PRECISION_FP32 = 0, /* FP32 storage and math (TF32 off) */
+    MPT_PRECISION_TF32,     /* FP32 storage, TF32 operands for GEMM/conv */
+    MPT_PRECISION_FP16,     /* FP16 weights/activations, FP32 masters, dynamic loss scaling */
+    MPT_PRECISION_BF16,     /* BF16 weights/activations, FP32 masters, no loss scaling by default */
+    MPT_PRECISION_COUNT
+} mpt_precision;
+
+/* Op kinds the policy has a rule for. */
+typedef enum mpt_op {
+    MPT_OP_INPUT = 0,
+    MPT_OP_LINEAR,
+    MPT_OP_CONV2D,
+    MPT_OP_RELU,
+    MPT_OP_MAXPOOL2D,
+    MPT_OP_FLATTEN,
+    MPT_OP_DROPOUT,
+    MPT_OP_SOFTMAX_XENT,
+    MPT_OP_COUNT
+} mpt_op;
+
+typedef struct mpt_policy {
+    mpt_precision mode;
+    int tf32_matmul;   /* TF32 allowed for linear (GEMM) */
+    int tf32_conv;     /* TF32 allowed for conv */
+    int tf32_override; /* 1 when NVIDIA_TF32_OVERRIDE=0 was found in the environment and applied */
+} mpt_policy;
+
+/* What the policy decides for one node. */
+typedef struct mpt_op_precision {
+    mpt_dtype compute_dtype; /* dtype of the node's output and of its low-precision operands */
+    mpt_math math;           /* operand format of GEMM/conv; FP32 for everything else */
+} mpt_op_precision;
+
+/* The policy for a run mode, with NVIDIA_TF32_OVERRIDE read from the environment. */
+mpt_policy mpt_policy_make(mpt_precision mode);
+/* The policy for a run mode with explicit TF32 switches and no environment lookup (tests). */
+mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv);
+/* The dtype of weights (working copies) and activations in this mode: F32, F16 or BF16. */
+mpt_dtype mpt_policy_act_dtype(const mpt_policy *p);
+/* The rule for one op whose (first) input has dtype in_dtype. */
+mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype);
+/* Whether this mode uses the dynamic loss scaler by default (fp16 only). */
+int mpt_policy_default_loss_scaling(const mpt_policy *p);
+
+/* "fp32", "tf32", "fp16", "bf16"; parse returns 0 on success, -1 for an unknown name. */
+const char *mpt_precision_name(mpt_precision m);
+int mpt_precision_parse(const char *s, mpt_precision *out);
+/* "linear", "conv2d", ... */
+const char *mpt_op_name(mpt_op op);
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * engine/backend.h - the backend table: how the math runs (ARCHITECTURE decision 5).
+ *
+ * Layers never call OpenBLAS, cuBLASLt or cuDNN directly: they fill an argument struct and call through
+ * this table, so one layer runs on both backends. kernels/cpu implements it with OpenBLAS and loops that
+ * emulate Tensor Core numerics (decision 2); kernels/cuda with cuBLASLt, cuDNN and own kernels.
+ *
+ * Conventions for every operation:
+ *  - Pointers are backend memory (host memory for the CPU backend, device memory for CUDA), except where a
+ *    parameter is marked "host". Scalars that the training step produces and consumes without a host sync
+ *    (loss, loss scale, found_inf, counters) live in backend memory too.
+ *  - Dense row-major layouts; dtypes are given next to each pointer. F16/BF16 are uint16_t bit patterns.
+ *  - Gradient outputs ACCUMULATE (+=): the autograd graph zeroes gradients once per step.
+ *  - Operations are stream-ordered: they may return before the work is done (CUDA). to_host() and
+ *    synchronize() wait.
+ *  - No operation allocates: scratch comes from be->workspace, sized at graph build time through the
+ *    *_workspace() queries and mpt_backend_reserve_workspace().
+ *
+ * Numerics of GEMM and convolution (both backends): operands are rounded to the math mode's format
+ * (TF32 with round-to-nearest-even on the CPU; F16/BF16 operands are already in that format), products and
+ * sums are FP32, the epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to
+ * C's dtype. The two backends differ only in summation order (and in the TF32 rounding mode, see
+ * kernels/elemwise.h), which the cuda test suite bounds.
+ */
+#ifndef MPT_ENGINE_BACKEND_H
+#define MPT_ENGINE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/dtype.h"
+#include "engine/status.h"
+#include "engine/tensor.h"
+
+typedef struct mpt_backend mpt_backend;
+
+/* ---- GEMM ----------------------------------------------------------------------------------------- */
+
+typedef enum mpt_epilogue {
+    MPT_EPILOGUE_NONE = 0,  /* D = alpha*op(A)op(B) + beta*C */
+    MPT_EPILOGUE_BIAS,      /* ... + bias[n] on every row */
+    MPT_EPILOGUE_RELU_BIAS, /* relu(... + bias[n]) */
+} mpt_epilogue;
+
+typedef struct mpt_gemm_args {
+    /* C[M,N] = epilogue(alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]), row-major, C written in place.
+     * op(A) = A stored [M,K] (trans_a = 0) or A stored [K,M] read transposed (trans_a = 1); same for B
+     * with [K,N] / [N,K]. Leading dimensions are the stored row lengths (dense). */
+    int trans_a, trans_b;
+    int64_t M, N, K;
+    const void *A; mpt_dtype a_dtype; /* F32, F16 or BF16 */
+    const void *B; mpt_dtype b_dtype; /* same dtype as A */
+    void *C; mpt_dtype c_dtype;       /* F32, F16 or BF16; read when beta != 0 */
+    const void *bias; mpt_dtype bias_dtype; /* [N], for the BIAS epilogues; else NULL */
+    float alpha, beta;
+    mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype */
+    mpt_epilogue epilogue;
+    const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record */
+} mpt_gemm_args;
+
+/* ---- Convolution (NCHW, weights KCRS, cross-correlation as in PyTorch/cuDNN) --------------------- */
+
+typedef struct mpt_conv_shape {
+    int N, C, H, W;      /* input [N, C, H, W] */
+    int K, R, S;         /* weights [K, C, R, S] */
+    int pad_h, pad_w;    /* zero padding */
+    int stride_h, stride_w;
+    int P, Q;            /* output [N, K, P, Q]: P = (H + 2*pad_h - R)/stride_h + 1, Q likewise */
+} mpt_conv_shape;
+
+typedef struct mpt_conv_args {
+    mpt_conv_shape s;
+    mpt_math math;       /* as for GEMM */
+    mpt_dtype dtype;     /* dtype of x, w, y, dy, dx (the compute dtype) */
+    const void *x;       /* [N, C, H, W] */
+    const void *w;       /* [K, C, R, S] */
+    const void *bias;    /* [K] (dtype) or NULL; forward only */
+    void *y;             /* [N, K, P, Q] forward output, overwritten */
+    const void *dy;      /* [N, K, P, Q] backward input */
+    void *dx;            /* [N, C, H, W] backward-data output, += */
+    float *dw;           /* [K, C, R, S] FP32 weight gradient, += */
+    float *db;           /* [K] FP32 bias gradient, += (or NULL) */
+    const char *tag;
+} mpt_conv_args;
+
+/* ---- Max pooling ----------------------------------------------------------------------------------- */
+
+typedef struct mpt_pool_args {
+    int N, C, H, W;          /* input [N, C, H, W] */
+    int kernel, stride, pad; /* square window; padding counts as -inf */
+    int P, Q;                /* output [N, C, P, Q] */
+    mpt_dtype dtype;
+    const void *x; void *y;  /* forward */
+    int32_t *argmax;         /* [N, C, P, Q]: index h*W+w of the max within its input plane (saved) */
+    const void *dy; void *dx;/* backward: dx += scatter(dy, argmax) */
+} mpt_pool_args;
+
+/* ---- Optimizer, loss scaler (the fused FP32 update pass) ------------------------------------------ */
+
+typedef enum mpt_optim_kind { MPT_OPTIM_SGD = 0, MPT_OPTIM_ADAM, MPT_OPTIM_ADAMW } mpt_optim_kind;
+
+typedef struct mpt_optim_hparams {
+    mpt_optim_kind kind;
+    float lr;            /* this step's learning rate (after the schedule) */
+    float momentum, dampening, weight_decay;
+    int nesterov;
+    float beta1, beta2, eps;
+} mpt_optim_hparams;
+
+typedef struct mpt_optim_args {
+    mpt_optim_hparams h;     /* host values */
+    int64_t n;               /* elements of this parameter */
+    float *master;           /* [n] FP32 master weights, updated in place */
+    const float *grad;       /* [n] FP32 gradient, already unscaled */
+    float *m;                /* [n] FP32: SGD momentum buffer / Adam exp_avg (NULL if unused) */
+    float *v;                /* [n] FP32: Adam exp_avg_sq (NULL if unused) */
+    void *working;           /* [n] working copy in working_dtype, rewritten from the master (RNE), or NULL
+                                when the master is the working weight (fp32/tf32 modes) */
+    mpt_dtype working_dtype;
+    const float *found_inf;  /* backend scalar: nonzero -> this step is skipped, nothing is written */
+    const float *grad_mul;   /* backend scalar multiplying the gradient (clip coefficient), or NULL */
+    const int32_t *step;     /* backend scalar: 1-based count of steps taken (for Adam's bias correction,
+                                and SGD's first-step momentum init), already incremented for this step */
+} mpt_optim_args;
+
+typedef struct mpt_scaler_params {
+    float growth_factor;     /* 2.0 */
+    float backoff_factor;    /* 0.5 */
+    int32_t growth_interval; /* 2000 */
+    int32_t hysteresis;      /* overflows tolerated before backing off (1 = PyTorch behaviour) */
+    float min_scale;         /* floor (1.0) */
+    float max_scale;         /* ceiling (2^24) */
+} mpt_scaler_params;
+
+/* Loss-scaler and step-count state in backend memory: updated by the device without a host sync. */
+typedef struct mpt_scaler_state {
+    float scale;             /* current loss scale S */
+    float inv_scale;         /* 1/S, what unscale multiplies by */
+    float found_inf;         /* 0 or 1 for the current step */
+    float grad_mul;          /* clip coefficient for the current step (1 if no clipping) */
+    float sumsq;             /* sum of squared unscaled gradients for the current step (clipping) */
+    int32_t growth_tracker;  /* clean steps since the last growth or backoff */
+    int32_t hysteresis_left; /* overflows still tolerated before backing off */
+    int32_t steps_taken;     /* optimizer steps applied (the 1-based step of the update) */
+    int32_t steps_skipped;   /* steps skipped because of found_inf */
+    int32_t floor_hits;      /* backoffs that were clamped at min_scale */
+} mpt_scaler_state;
+
+/* ---- The table -------------------------------------------------------------------------------------- */
+
+struct mpt_backend {
+    const char *name;          /* "cpu" or "cuda" */
+    mpt_device device;
+    void *ctx;                 /* backend-private (handles, stream, GEMM records) */
+
+    /* Memory accounting, bytes per category: what is allocated now and the peak (host values). */
+    size_t mem_current[MPT_MEM_COUNT];
+    size_t mem_peak[MPT_MEM_COUNT];
+    size_t mem_peak_total;
+    /* Workspace: one buffer, sized by the largest reservation made while building graphs. */
+    void *workspace;
+    size_t workspace_bytes;
+
+    /* ---- memory ---- */
+    void *(*alloc)(mpt_backend *be, size_t bytes);             /* NULL on failure; 256-byte aligned */
+    void (*free)(mpt_backend *be, void *p);
+    void (*memset_zero)(mpt_backend *be, void *p, size_t bytes);
+    void (*to_host)(mpt_backend *be, void *dst_host, const void *src, size_t bytes);       /* waits */
+    void (*from_host)(mpt_backend *be, void *dst, const void *src_host, size_t bytes);     /* stream-ordered */
+    void (*copy)(mpt_backend *be, void *dst, const void *src, size_t bytes);
+    void (*synchronize)(mpt_backend *be);
+    void (*destroy)(mpt_backend *be);
+
+    /* ---- math ---- */
+    void (*gemm)(mpt_backend *be, const mpt_gemm_args *a);
+    size_t (*gemm_workspace)(mpt_backend *be, const mpt_gemm_args *a);      /* bytes of scratch it needs */
+    void (*conv2d_forward)(mpt_backend *be, const mpt_conv_args *a);        /* y = conv(x, w) + bias */
+    void (*conv2d_backward_data)(mpt_backend *be, const mpt_conv_args *a);  /* dx += conv^T(dy, w) */
+    void (*conv2d_backward_filter)(mpt_backend *be, const mpt_conv_args *a);/* dw += ..., db += sum dy */
+    size_t (*conv2d_workspace)(mpt_backend *be, const mpt_conv_args *a);    /* max over the three passes */
+
+    /* dst[i] = round_to(dst_dtype, src[i]) for float dtypes; U8 src is widened exactly. n elements. */
+    void (*cast)(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n);
+    /* y = max(x, 0); n elements of dtype. */
+    void (*relu_forward)(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n);
+    /* dx += dy * [y > 0], from the saved output y. */
+    void (*relu_backward)(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n);
+    void (*maxpool_forward)(mpt_backend *be, const mpt_pool_args *a);
+    void (*maxpool_backward)(mpt_backend *be, const mpt_pool_args *a);
+    /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset) as cuRAND's
+     * CURAND_RNG_PSEUDO_PHILOX4_32_10 generates it (host or device generator, same numbers);
+     * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace. */
+    void (*dropout_forward)(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype,
+                            int64_t n, float p, uint64_t seed, uint64_t offset);
+    /* dx += mask ? dy / (1 - p) : 0. */
+    void (*dropout_backward)(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                             int64_t n, float p);
+    /* Fused, numerically stable softmax + cross-entropy, always FP32 (logits widened exactly):
+     * probs[N,C] = softmax(logits); *loss = mean_i -log probs[i, labels[i]] (computed as
+     * logsumexp - logit, FP32); *n_correct += count of argmax == label (if n_correct != NULL).
+     * Labels must be in [0, C) (checked where they enter: data loading). */
+    void (*softmax_xent_forward)(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
+                                 const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
+    /* dlogits += (*scale) * (probs - onehot(labels)) / N, rounded to dlogits_dtype; scale is the loss scale
+     * (backend scalar; the seed of the backward pass). */
+    void (*softmax_xent_backward)(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
+                                  const int32_t *labels, int N, int C, const float *scale);
+    /* db[c] += sum_r dy[r, c] in FP32, dy [rows, cols] of dtype. */
+    void (*bias_grad)(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
+    /* x[b, :] = (images[idx[b], :] / 255 - mean) * inv_std rounded to x_dtype; labels[b] = image_labels[idx[b]].
+     * images U8 [n_total, D], image_labels U8 [n_total]; idx I32 [B] in backend memory. */
+    void (*gather_batch)(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                         const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean, float inv_std);
+
+    /* ---- mixed-precision update (engine/amp, engine/optim) ---- */
+    /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN
+     * (before or after scaling). PyTorch: _amp_foreach_non_finite_check_and_unscale_. */
+    void (*unscale_check)(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
+    /* st->sumsq += sum g^2 (for clipping by global L2 norm). */
+    void (*sum_squares)(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
+    /* st->grad_mul = min(1, max_norm / (sqrt(st->sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_). */
+    void (*clip_coef)(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+    /* Before the parameter updates: if !found_inf, steps_taken += 1. */
+    void (*step_begin)(mpt_backend *be, mpt_scaler_state *st);
+    /* One fused pass: unless *found_inf, update master and state with grad * (*grad_mul) and rewrite the
+     * working copy (RNE). Formulas: engine/optim/optim.h. */
+    void (*optim_step)(mpt_backend *be, const mpt_optim_args *a);
+    /* After the updates: dynamic loss-scale update (PyTorch _amp_update_scale_, plus hysteresis, floor and
+     * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.
+     * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. */
+    void (*scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+};
+
+/* Creates the CPU backend (always available). */
+mpt_backend *mpt_backend_cpu_create(void);
+/* Creates the CUDA backend on device 0; NULL (with mpt_last_error() set) when no GPU is usable. */
+mpt_backend *mpt_backend_cuda_create(void);
+/* Whether a CUDA device is usable (driver, device present, compute capability >= 8.0); msg (host, may be
+ * NULL) receives a one-line description of the device or of why not. */
+int mpt_cuda_available(char *msg, size_t len);
+/* Destroys a backend and sets *be to NULL. */
+void mpt_backend_free(mpt_backend **be);
+
+/* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */
+void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);
+/* Makes sure be->workspace holds at least `bytes` (called while building graphs, never in a step).
+ * Returns MPT_ERR_NOMEM if the allocation fails. */
+mpt_status mpt_backend_reserve_workspace(mpt_backend *be, size_t bytes);
+
+#endif

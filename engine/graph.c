@@ -1,0 +1,197 @@
+/* engine/graph.c - graph building, arena allocation, forward/backward replay, precision map. */
+#include "engine/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MPT_ARENA_ALIGN 256
+
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n);
+    MPT_ASSERTF(q != NULL, "out of host memory (%zu bytes) while building the graph", n);
+    return q;
+}
+
+mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch) {
+    MPT_ASSERT(be != NULL && policy != NULL && batch > 0);
+    mpt_graph *g = calloc(1, sizeof *g);
+    MPT_ASSERT(g != NULL);
+    g->be = be;
+    g->policy = *policy;
+    g->batch = batch;
+    return g;
+}
+
+void mpt_graph_free(mpt_graph **pg) {
+    mpt_graph *g = *pg;
+    if (!g) return;
+    for (int m = 0; m < MPT_MEM_COUNT; m++)
+        if (g->arena[m]) {
+            g->be->free(g->be, g->arena[m]);
+            mpt_backend_account(g->be, (mpt_mem)m, -(int64_t)g->arena_bytes[m]);
+        }
+    for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
+    for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i]);
+    free(g->tensors);
+    free(g->nodes);
+    free(g->params);
+    free(g);
+    *pg = NULL;
+}
+
+mpt_tensor *mpt_graph_tensor(mpt_graph *g, const char *name, mpt_dtype dtype, mpt_mem mem, int ndim,
+                             const int64_t *shape) {
+    MPT_ASSERTF(!g->allocated, "tensor %s added after mpt_graph_alloc", name);
+    if (g->n_tensors == g->cap_tensors) {
+        g->cap_tensors = g->cap_tensors ? 2 * g->cap_tensors : 64;
+        g->tensors = xrealloc(g->tensors, (size_t)g->cap_tensors * sizeof *g->tensors);
+    }
+    mpt_tensor *t = calloc(1, sizeof *t);
+    MPT_ASSERT(t != NULL);
+    mpt_tensor_set(t, name, dtype, g->be->device, mem, ndim, shape);
+    g->tensors[g->n_tensors++] = t;
+    return t;
+}
+
+mpt_tensor *mpt_graph_grad(mpt_graph *g, mpt_tensor *t) {
+    if (t->grad) return t->grad;
+    char name[MPT_NAME_LEN + 8];
+    snprintf(name, sizeof name, "%s.grad", t->name);
+    int is_param = t->mem == MPT_MEM_WEIGHT || t->mem == MPT_MEM_MASTER;
+    if (t->view_of) {
+        /* a view's gradient is a view of its source's gradient */
+        mpt_tensor *src_grad = mpt_graph_grad(g, t->view_of);
+        mpt_tensor *gv = mpt_graph_tensor(g, name, src_grad->dtype, src_grad->mem, t->ndim, t->shape);
+        gv->view_of = src_grad;
+        t->grad = gv;
+        return gv;
+    }
+    t->grad = mpt_graph_tensor(g, name, is_param ? MPT_DTYPE_F32 : t->dtype,
+                               is_param ? MPT_MEM_GRAD : MPT_MEM_ACT_GRAD, t->ndim, t->shape);
+    return t->grad;
+}
+
+mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
+                            int fan_in) {
+    mpt_tensor *w = mpt_graph_tensor(g, name, dtype, MPT_MEM_WEIGHT, ndim, shape);
+    mpt_graph_grad(g, w);
+    if (g->n_params == g->cap_params) {
+        g->cap_params = g->cap_params ? 2 * g->cap_params : 16;
+        g->params = xrealloc(g->params, (size_t)g->cap_params * sizeof *g->params);
+    }
+    g->params[g->n_params].weight = w;
+    g->params[g->n_params].fan_in = fan_in;
+    g->n_params++;
+    return w;
+}
+
+mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape) {
+    mpt_tensor *v = mpt_graph_tensor(g, name, src->dtype, src->mem, ndim, shape);
+    MPT_ASSERTF(mpt_tensor_numel(v) == mpt_tensor_numel(src), "view %s: %lld elements, source %s has %lld",
+                name, (long long)mpt_tensor_numel(v), src->name, (long long)mpt_tensor_numel(src));
+    while (src->view_of) src = src->view_of;
+    v->view_of = src;
+    if (src->grad) mpt_graph_grad(g, v);
+    return v;
+}
+
+mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name) {
+    MPT_ASSERTF(!g->allocated, "node %s added after mpt_graph_alloc", name);
+    if (g->n_nodes == g->cap_nodes) {
+        g->cap_nodes = g->cap_nodes ? 2 * g->cap_nodes : 32;
+        g->nodes = xrealloc(g->nodes, (size_t)g->cap_nodes * sizeof *g->nodes);
+    }
+    mpt_node *n = calloc(1, sizeof *n);
+    MPT_ASSERT(n != NULL);
+    n->op = op;
+    snprintf(n->name, sizeof n->name, "%s", name);
+    n->compute_dtype = MPT_DTYPE_F32;
+    n->math = MPT_MATH_FP32;
+    g->nodes[g->n_nodes++] = n;
+    return n;
+}
+
+static size_t align_up(size_t n) { return (n + MPT_ARENA_ALIGN - 1) / MPT_ARENA_ALIGN * MPT_ARENA_ALIGN; }
+
+size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem) {
+    if (g->allocated) return g->arena_bytes[mem];
+    size_t total = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const mpt_tensor *t = g->tensors[i];
+        if (t->mem == mem && !t->view_of) total += align_up(mpt_tensor_nbytes(t));
+    }
+    return total;
+}
+
+mpt_status mpt_graph_alloc(mpt_graph *g) {
+    MPT_ASSERT(!g->allocated);
+    mpt_backend *be = g->be;
+    for (int m = 0; m < MPT_MEM_COUNT; m++) {
+        size_t bytes = mpt_graph_bytes(g, (mpt_mem)m);
+        if (bytes == 0) continue;
+        g->arena[m] = be->alloc(be, bytes);
+        if (!g->arena[m])
+            return mpt_errorf(MPT_ERR_NOMEM, "%s backend: cannot allocate %zu bytes for the %s arena", be->name,
+                              bytes, mpt_mem_name((mpt_mem)m));
+        g->arena_bytes[m] = bytes;
+        mpt_backend_account(be, (mpt_mem)m, (int64_t)bytes);
+        be->memset_zero(be, g->arena[m], bytes);
+    }
+    size_t off[MPT_MEM_COUNT] = {0};
+    for (int i = 0; i < g->n_tensors; i++) {
+        mpt_tensor *t = g->tensors[i];
+        if (t->view_of) continue;
+        t->data = (char *)g->arena[t->mem] + off[t->mem];
+        off[t->mem] += align_up(mpt_tensor_nbytes(t));
+    }
+    for (int i = 0; i < g->n_tensors; i++) {
+        mpt_tensor *t = g->tensors[i];
+        if (t->view_of) t->data = t->view_of->data;
+    }
+    g->allocated = 1;
+    return MPT_OK;
+}
+
+void mpt_graph_forward(mpt_graph *g) {
+    MPT_ASSERT(g->allocated);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->forward) g->nodes[i]->forward(g, g->nodes[i]);
+}
+
+void mpt_graph_zero_grad(mpt_graph *g) {
+    MPT_ASSERT(g->allocated);
+    if (g->arena[MPT_MEM_GRAD]) g->be->memset_zero(g->be, g->arena[MPT_MEM_GRAD], g->arena_bytes[MPT_MEM_GRAD]);
+    if (g->arena[MPT_MEM_ACT_GRAD])
+        g->be->memset_zero(g->be, g->arena[MPT_MEM_ACT_GRAD], g->arena_bytes[MPT_MEM_ACT_GRAD]);
+}
+
+void mpt_graph_backward(mpt_graph *g) {
+    MPT_ASSERT(g->allocated);
+    for (int i = g->n_nodes - 1; i >= 0; i--)
+        if (g->nodes[i]->backward) g->nodes[i]->backward(g, g->nodes[i]);
+}
+
+mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name) {
+    for (int i = 0; i < g->n_tensors; i++)
+        if (strcmp(g->tensors[i]->name, name) == 0) return g->tensors[i];
+    return NULL;
+}
+
+void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
+    fprintf(f, "precision map (mode %s%s):\n", mpt_precision_name(g->policy.mode),
+            g->policy.tf32_override ? ", TF32 disabled by NVIDIA_TF32_OVERRIDE=0" : "");
+    fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12s\n", "node", "op", "in", "weight", "out", "math",
+            "act bytes");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_node *n = g->nodes[i];
+        const char *in = n->in[0] ? mpt_dtype_name(n->in[0]->dtype) : "-";
+        const char *w = n->in[1] ? mpt_dtype_name(n->in[1]->dtype) : "-";
+        const char *out = n->out ? mpt_dtype_name(n->out->dtype) : "-";
+        size_t bytes = n->out && !n->out->view_of ? mpt_tensor_nbytes(n->out) : 0;
+        for (int s = 0; s < MPT_NODE_MAX_SAVED; s++)
+            if (n->saved[s]) bytes += mpt_tensor_nbytes(n->saved[s]);
+        int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
+        fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12zu\n", n->name, mpt_op_name(n->op), in, w, out,
+                gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes);
+    }
+}

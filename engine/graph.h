@@ -1,0 +1,119 @@
+/*
+ * engine/graph.h - the autograd graph: built once, replayed every step (ARCHITECTURE decision 4).
+ *
+ * A model is a function that adds layers to a graph (models/). Each layer call (engine/layers/layers.h)
+ * creates its parameters and output tensors and appends one node. A node can only consume tensors that
+ * already exist, so the node array is a topological order by construction: forward walks it front to back,
+ * backward back to front (micrograd's scheme, with tensors instead of scalars). Gradients accumulate with
+ * += into tensors that mpt_graph_zero_grad() clears once per step.
+ *
+ * Memory: tensors are created without data. mpt_graph_alloc() sums the bytes of every tensor per category
+ * (mpt_mem), allocates one backend buffer per category and points each tensor into it. After that,
+ * nothing in forward/backward allocates; kernel scratch is the backend's workspace, reserved at build time.
+ *
+ * Precision: every node records the compute dtype and math mode that the policy (engine/amp/policy.h) gave
+ * it when it was added; mpt_graph_print_precision_map() prints them.
+ */
+#ifndef MPT_ENGINE_GRAPH_H
+#define MPT_ENGINE_GRAPH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/amp/policy.h"
+#include "engine/backend.h"
+#include "engine/tensor.h"
+
+#define MPT_NODE_MAX_IN 3
+#define MPT_NODE_MAX_SAVED 2
+
+typedef struct mpt_graph mpt_graph;
+typedef struct mpt_node mpt_node;
+typedef void (*mpt_node_fn)(mpt_graph *g, mpt_node *node);
+
+struct mpt_node {
+    mpt_op op;
+    char name[MPT_NAME_LEN];
+    mpt_tensor *in[MPT_NODE_MAX_IN];       /* in[0] = activation input; then weight, bias (NULL if absent) */
+    mpt_tensor *out;                       /* output activation (its grad, if any, is out->grad) */
+    mpt_tensor *saved[MPT_NODE_MAX_SAVED]; /* saved for backward: argmax, dropout mask, probabilities */
+    mpt_dtype compute_dtype;               /* from the policy */
+    mpt_math math;                         /* from the policy */
+    mpt_node_fn forward, backward;         /* backward may be NULL (nothing to propagate) */
+    union {                                /* op attributes */
+        mpt_conv_shape conv;
+        struct { int kernel, stride, pad, P, Q; } pool;
+        struct { float p; uint64_t stream; } dropout; /* stream: this node's index in the seed scheme */
+    } attr;
+};
+
+typedef struct mpt_param_info {
+    mpt_tensor *weight;  /* the parameter as the forward pass reads it (compute dtype) */
+    int fan_in;          /* for PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+} mpt_param_info;
+
+struct mpt_graph {
+    mpt_backend *be;
+    mpt_policy policy;
+    int batch;                    /* static batch size B */
+
+    mpt_tensor **tensors; int n_tensors, cap_tensors;  /* every tensor, owned by the graph */
+    mpt_node **nodes; int n_nodes, cap_nodes;          /* topological order */
+    mpt_param_info *params; int n_params, cap_params;  /* trainable parameters, in creation order */
+
+    mpt_tensor *input;            /* [B, ...] batch in the mode's activation dtype (set by mpt_input) */
+    mpt_tensor *labels;           /* [B] I32 (set by mpt_softmax_xent) */
+    mpt_tensor *loss;             /* [1] F32: mean cross-entropy of the batch */
+    mpt_tensor *logits;           /* the input of the loss node */
+    mpt_tensor *n_correct;        /* [1] I32: correct predictions, accumulated until reset by the caller */
+
+    void *arena[MPT_MEM_COUNT];   /* one backend buffer per category */
+    size_t arena_bytes[MPT_MEM_COUNT];
+    int allocated;
+
+    /* Per-step state read by nodes. */
+    int training;                 /* dropout active */
+    uint64_t seed;                /* run seed: init, dropout and shuffling derive from it */
+    uint64_t step;                /* dropout offsets advance with it */
+    uint64_t dropout_elems;       /* mask elements per step over all dropout nodes (offset stride) */
+    const float *loss_scale;      /* backend scalar seeding backward (S); NULL means 1 */
+};
+
+/* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
+mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch);
+/* Frees the graph, its tensors and arenas; sets *g to NULL. */
+void mpt_graph_free(mpt_graph **g);
+
+/* Adds a tensor without data, on the graph's device. */
+mpt_tensor *mpt_graph_tensor(mpt_graph *g, const char *name, mpt_dtype dtype, mpt_mem mem, int ndim,
+                             const int64_t *shape);
+/* Adds a gradient tensor for t (same shape; dtype F32 in MPT_MEM_GRAD for parameters, t's dtype in
+ * MPT_MEM_ACT_GRAD for activations) and returns it; returns t->grad if it exists. */
+mpt_tensor *mpt_graph_grad(mpt_graph *g, mpt_tensor *t);
+/* Adds a trainable parameter: a weight in the compute dtype `dtype` (MPT_MEM_WEIGHT) with an FP32 gradient. */
+mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
+                            int fan_in);
+/* Adds a view of `src` with a new shape (same numel and dtype); its data and grad share src's. */
+mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape);
+/* Appends a node (fields zeroed, op and name set); the caller fills in inputs, outputs and functions. */
+mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
+
+/* Allocates every tensor (one buffer per category) and the workspace. MPT_ERR_NOMEM if it fails. */
+mpt_status mpt_graph_alloc(mpt_graph *g);
+
+/* Runs forward over all nodes (training selects dropout). */
+void mpt_graph_forward(mpt_graph *g);
+/* Zeroes every gradient (parameter and activation) with one memset per gradient arena. */
+void mpt_graph_zero_grad(mpt_graph *g);
+/* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. */
+void mpt_graph_backward(mpt_graph *g);
+
+/* Bytes of all tensors of one category (after alloc: the arena's size). */
+size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem);
+/* Finds a tensor by name, or NULL. */
+mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name);
+
+/* Prints the precision map: each node with input/output dtypes, math mode and activation bytes. */
+void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f);
+
+#endif

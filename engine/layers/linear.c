@@ -1,0 +1,2 @@
+/* engine/layers/linear.c - placeholder until this file's owner lands it. */
+#include "engine/layers/layers.h"

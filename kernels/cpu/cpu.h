@@ -1,0 +1,57 @@
+/*
+ * kernels/cpu/cpu.h - the CPU backend's operations (internal: reached through the backend table).
+ *
+ * The CPU backend is the oracle for the GPU one (ARCHITECTURE decisions 1 and 2): storage is dtype-true,
+ * GEMM/conv operands are rounded to the math mode's format, products and sums are FP32 (OpenBLAS sgemm),
+ * and results are rounded once to the output dtype. Each function documents its contract in
+ * engine/backend.h; the grouping into files is:
+ *   gemm.c        mpt_cpu_gemm, mpt_cpu_gemm_workspace       (where each precision's GEMM numerics live)
+ *   conv.c        conv2d forward / backward-data / backward-filter through im2col + mpt_cpu_gemm
+ *   elementwise.c cast, relu, maxpool, dropout, softmax + cross-entropy, bias gradient, batch gather
+ *   optim.c       unscale + found_inf, clipping, fused optimizer step, loss-scale update
+ *   backend.c     memory, and the table itself
+ */
+#ifndef MPT_KERNELS_CPU_H
+#define MPT_KERNELS_CPU_H
+
+#include "engine/backend.h"
+
+void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a);
+size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
+
+void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a);
+void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a);
+void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a);
+size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a);
+
+void mpt_cpu_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n);
+void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n);
+void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n);
+void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a);
+void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a);
+void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
+                             float p, uint64_t seed, uint64_t offset);
+void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                              int64_t n, float p);
+void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
+                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
+void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
+                                   const int32_t *labels, int N, int C, const float *scale);
+void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
+void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                          const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
+                          float inv_std);
+
+void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
+void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
+void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st);
+void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a);
+void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+
+/* The CPU backend's private state. */
+typedef struct mpt_cpu_ctx {
+    struct mpt_rng *rng; /* host Philox generator for dropout */
+} mpt_cpu_ctx;
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * tests/harness.h - shared helpers for the Check test programs.
+ *
+ * Every test program builds one Suite and ends with `return mpt_test_run(suite);`, which runs it (forking
+ * per test unless CK_FORK=no), prints Check's summary line ("N%: Checks: N, Failures: N, Errors: N", which
+ * ./run test adds up) and returns 0 only if every test passed. Random inputs come from a fixed-seed
+ * generator inside the test (tests_rand_*), never from files.
+ */
+#ifndef MPT_TESTS_HARNESS_H
+#define MPT_TESTS_HARNESS_H
+
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static inline int mpt_test_run(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* xorshift64* test generator: reproducible, independent of the engine's RNG. */
+typedef struct { uint64_t s; } tests_rng;
+static inline uint64_t tests_next(tests_rng *r) {
+    r->s ^= r->s >> 12; r->s ^= r->s << 25; r->s ^= r->s >> 27;
+    return r->s * 0x2545F4914F6CDD1Dull;
+}
+/* Uniform double in [lo, hi). */
+static inline double tests_uniform(tests_rng *r, double lo, double hi) {
+    return lo + (hi - lo) * (double)(tests_next(r) >> 11) * 0x1p-53;
+}
+/* Uniform int in [lo, hi]. */
+static inline int tests_int(tests_rng *r, int lo, int hi) {
+    return lo + (int)(tests_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+#endif
