@@ -1,0 +1,90 @@
+/*
+ * engine/train.h - the mixed-precision training step: FP32 master weights, the loss scaler and the
+ * optimizer around a built graph (ARCHITECTURE, "The precision split: one training step").
+ *
+ *   zero grads -> forward (compute dtype) -> backward seeded with the loss scale S
+ *   -> unscale (g *= 1/S) and found_inf in one pass over the FP32 weight gradients
+ *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf
+ *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
+ * Every step is a fixed sequence of backend operations with no host synchronisation and no allocation;
+ * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them.
+ *
+ * Masters: in fp16/bf16 modes each parameter has an FP32 master (MPT_MEM_MASTER) and a working copy in the
+ * compute dtype (the graph's weight tensor, MPT_MEM_WEIGHT). In fp32/tf32 modes the weight tensor is FP32
+ * and is the master itself (no copy). Weight gradients are FP32 in both cases (decision 9).
+ */
+#ifndef MPT_ENGINE_TRAIN_H
+#define MPT_ENGINE_TRAIN_H
+
+#include <stdint.h>
+
+#include "engine/backend.h"
+#include "engine/graph.h"
+#include "engine/optim/schedule.h"
+
+typedef enum mpt_loss_scaling {
+    MPT_LOSS_SCALE_NONE = 0,  /* S = 1, found_inf still skips steps */
+    MPT_LOSS_SCALE_STATIC,    /* S fixed at static_scale */
+    MPT_LOSS_SCALE_DYNAMIC,   /* GradScaler semantics (engine/amp/scaler.h) */
+} mpt_loss_scaling;
+
+typedef struct mpt_train_config {
+    mpt_optim_hparams optim;     /* kind and hyper-parameters; optim.lr is overwritten by the schedule */
+    mpt_lr_schedule schedule;
+    float clip_norm;             /* max global L2 norm of the unscaled gradients; 0 = no clipping */
+    mpt_loss_scaling loss_scaling;
+    float init_scale;            /* dynamic: initial S (2^16); static: the fixed S */
+    mpt_scaler_params scaler;    /* growth/backoff/interval/hysteresis/floor/ceiling */
+    uint64_t seed;               /* init, dropout, shuffling */
+    int64_t inject_nonfinite_step; /* fault injection: make this iteration's gradients NaN (-1 = off) */
+} mpt_train_config;
+
+/* A config with the defaults: Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8), constant LR, no clipping,
+ * loss scaling dynamic for fp16 and none otherwise (from `precision`), GradScaler defaults
+ * (2^16, x2, x0.5, 2000), hysteresis 1, floor 1, ceiling 2^24, seed 0, no fault injection. */
+mpt_train_config mpt_train_config_default(mpt_precision precision);
+
+/* Host copy of the step statistics (read with one synchronising copy). */
+typedef struct mpt_train_stats {
+    float loss;             /* loss of the last forward pass (unscaled, FP32) */
+    float scale;            /* current loss scale */
+    int found_inf;          /* whether the last step was skipped */
+    int32_t steps_taken;    /* optimizer steps applied so far */
+    int32_t steps_skipped;  /* steps skipped because of non-finite gradients */
+    int32_t floor_hits;     /* backoffs clamped at the scale floor */
+    int32_t n_correct;      /* correct predictions accumulated since the last reset */
+} mpt_train_stats;
+
+typedef struct mpt_trainer {
+    mpt_graph *g;
+    mpt_backend *be;
+    mpt_train_config cfg;
+    int n_params;
+    mpt_tensor **weight;     /* [n_params] the graph's weights (compute dtype) */
+    mpt_tensor **master;     /* [n_params] FP32 masters (== weight[i] in fp32/tf32 modes) */
+    mpt_tensor **m, **v;     /* [n_params] FP32 optimizer state tensors, or NULL entries when unused */
+    mpt_scaler_state *scaler;/* backend memory */
+    int64_t iteration;       /* iterations run (host counter: schedules, dropout offsets, fault injection) */
+} mpt_trainer;
+
+/* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,
+ * allocates everything, initialises the parameters as PyTorch's defaults for Linear/Conv2d
+ * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases) from cuRAND's host Philox generator with
+ * cfg->seed, and writes the working copies. The trainer takes ownership of g. */
+mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
+void mpt_trainer_free(mpt_trainer **t);
+
+/* One training iteration on the batch already in g->input / g->labels (see mpt_trainer_gather). */
+void mpt_trainer_step(mpt_trainer *t);
+/* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. */
+void mpt_trainer_eval_batch(mpt_trainer *t);
+/* Fills the graph's input and labels from a U8 dataset in backend memory: rows idx[0..B) (idx in backend
+ * memory, I32), pixels scaled by 1/255 then standardised with (mean, inv_std). */
+void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                        int64_t D, float mean, float inv_std);
+/* Reads the statistics (synchronises). */
+void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
+/* Zeroes g->n_correct. */
+void mpt_trainer_reset_correct(mpt_trainer *t);
+
+#endif
