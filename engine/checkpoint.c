@@ -1,0 +1,1 @@
+/* engine/checkpoint.c - placeholder until the checkpoint module lands. */

@@ -1,0 +1,2 @@
+/* engine/train.c - placeholder until the training step lands. */
+#include "engine/train.h"
