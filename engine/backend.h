@@ -196,19 +196,24 @@ struct mpt_backend {
     void (*dropout_backward)(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
                              int64_t n, float p);
     /* Fused, numerically stable softmax + cross-entropy, always FP32 (logits widened exactly):
-     * probs[N,C] = softmax(logits); *loss = mean_i -log probs[i, labels[i]] (computed as
-     * logsumexp - logit, FP32); *n_correct += count of argmax == label (if n_correct != NULL).
-     * Labels must be in [0, C) (checked where they enter: data loading). */
+     * probs[N,C] = softmax(logits); *loss = mean over valid rows i of -log probs[i, labels[i]] (computed as
+     * logsumexp - logit, FP32); *n_correct += count of valid rows with argmax == label (if n_correct != NULL).
+     * A row with labels[i] < 0 is ignored (PyTorch's ignore_index): it adds nothing to the loss, the count or
+     * the gradient, and the mean divides by the number of valid rows (0 valid rows: loss 0). This is how a
+     * static-shape graph runs the last partial batch with exactly PyTorch's semantics.
+     * Valid labels must be in [0, C) (checked where they enter: data loading). */
     void (*softmax_xent_forward)(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
-    /* dlogits += (*scale) * (probs - onehot(labels)) / N, rounded to dlogits_dtype; scale is the loss scale
-     * (backend scalar; the seed of the backward pass). */
+    /* dlogits += (*scale) * (probs - onehot(labels)) / N_valid for valid rows (0 for ignored rows), rounded to
+     * dlogits_dtype; scale is the loss scale (backend scalar; the seed of the backward pass); N_valid = number
+     * of rows with labels >= 0, recounted here. */
     void (*softmax_xent_backward)(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
                                   const int32_t *labels, int N, int C, const float *scale);
     /* db[c] += sum_r dy[r, c] in FP32, dy [rows, cols] of dtype. */
     void (*bias_grad)(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
     /* x[b, :] = (images[idx[b], :] / 255 - mean) * inv_std rounded to x_dtype; labels[b] = image_labels[idx[b]].
-     * images U8 [n_total, D], image_labels U8 [n_total]; idx I32 [B] in backend memory. */
+     * images U8 [n_total, D], image_labels U8 [n_total]; idx I32 [B] in backend memory. idx[b] < 0 marks a
+     * padding row (last partial batch): x[b, :] = 0 and labels[b] = -1 (ignored by the loss). */
     void (*gather_batch)(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
                          const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean, float inv_std);
 

@@ -43,8 +43,10 @@ mpt_tensor *mpt_flatten(mpt_graph *g, mpt_tensor *x, const char *name);
 mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name);
 
 /* Fused softmax + cross-entropy on logits [B, C], always FP32; labels g->labels [B] I32 (created here);
- * returns the loss [1] F32 = mean over the batch (g->loss); also counts correct argmax predictions into
- * g->n_correct. Backward seeds dlogits with (*g->loss_scale) * (softmax - onehot) / B.
+ * returns the loss [1] F32 = mean over the valid rows of the batch (g->loss); rows with label -1 are padding
+ * and ignored (PyTorch's ignore_index), so a padded last batch behaves like PyTorch's smaller last batch;
+ * also counts correct argmax predictions into g->n_correct. Backward seeds dlogits with
+ * (*g->loss_scale) * (softmax - onehot) / B_valid.
  * torch.nn.CrossEntropyLoss(reduction='mean'). */
 mpt_tensor *mpt_softmax_xent(mpt_graph *g, mpt_tensor *logits, const char *name);
 
