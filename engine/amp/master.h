@@ -1,0 +1,28 @@
+/*
+ * engine/amp/master.h - the FP32 master-weight store (Micikevicius et al. 2018, "Mixed Precision Training",
+ * section 3.1: "FP32 master copy of weights").
+ *
+ * In fp16/bf16 modes every parameter has two tensors: the FP32 master (MPT_MEM_MASTER), which the optimizer
+ * updates, and the working copy in the compute dtype (MPT_MEM_WEIGHT), which forward and backward read and
+ * which is rewritten from the master (round-to-nearest-even) after each optimizer step, inside the fused
+ * update pass. Small updates that are below half an FP16/BF16 ulp of a weight are therefore not lost: they
+ * accumulate in the master until they change the rounded working value. In fp32/tf32 modes the weight is
+ * already FP32 and is its own master: no second copy.
+ */
+#ifndef MPT_ENGINE_AMP_MASTER_H
+#define MPT_ENGINE_AMP_MASTER_H
+
+#include "engine/graph.h"
+
+/* For each of the graph's parameters, returns in masters[i] an FP32 master tensor: a new tensor named
+ * "<weight name>:master" in MPT_MEM_MASTER when the weight is F16/BF16, or the weight itself when it is F32.
+ * Call before mpt_graph_alloc. masters has g->n_params entries. */
+void mpt_master_create(mpt_graph *g, mpt_tensor **masters);
+
+/* Whether parameter i keeps a separate working copy (its weight dtype is not F32). */
+int mpt_master_has_working_copy(const mpt_tensor *master, const mpt_tensor *weight);
+
+/* Writes every working copy from its master (RNE); a no-op for parameters that are their own master. */
+void mpt_master_refresh_working(mpt_graph *g, mpt_tensor **masters);
+
+#endif
