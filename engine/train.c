@@ -1,2 +1,231 @@
-/* engine/train.c - placeholder until the training step lands. */
+/*
+ * engine/train.c - the mixed-precision training step (see engine/train.h for the sequence and the
+ * references). Every call in mpt_trainer_step() is a backend operation on backend memory: nothing here
+ * reads a device value back or allocates, so on the GPU a step is one stream of launches.
+ */
 #include "engine/train.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/amp/master.h"
+#include "engine/rng.h"
+
+mpt_train_config mpt_train_config_default(mpt_precision precision) {
+    mpt_train_config c;
+    memset(&c, 0, sizeof c);
+    c.optim.kind = MPT_OPTIM_ADAM;
+    c.optim.lr = 1e-3f;
+    c.optim.beta1 = 0.9f;
+    c.optim.beta2 = 0.999f;
+    c.optim.eps = 1e-8f;
+    c.schedule.kind = MPT_LR_CONSTANT;
+    c.schedule.base_lr = 1e-3f;
+    c.schedule.gamma = 0.1f;
+    c.loss_scaling = precision == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
+    c.init_scale = 65536.0f;
+    c.scaler.growth_factor = 2.0f;
+    c.scaler.backoff_factor = 0.5f;
+    c.scaler.growth_interval = 2000;
+    c.scaler.hysteresis = 1;
+    c.scaler.min_scale = 1.0f;
+    c.scaler.max_scale = 16777216.0f; /* 2^24, Apex's default ceiling */
+    c.seed = 0;
+    c.inject_nonfinite_step = -1;
+    return c;
+}
+
+/* Number of FP32 state tensors per parameter: SGD momentum buffer; Adam/AdamW exp_avg and exp_avg_sq. */
+static int optim_state_count(const mpt_optim_hparams *h) {
+    if (h->kind == MPT_OPTIM_SGD) return h->momentum != 0.0f ? 1 : 0;
+    return 2;
+}
+
+static mpt_tensor *state_tensor(mpt_graph *g, const mpt_tensor *w, const char *what) {
+    char name[MPT_NAME_LEN + 16];
+    snprintf(name, sizeof name, "%s:%s", w->name, what);
+    return mpt_graph_tensor(g, name, MPT_DTYPE_F32, MPT_MEM_OPTIM, w->ndim, w->shape);
+}
+
+/* PyTorch's default init for Linear and Conv2d: kaiming_uniform_(a=sqrt(5)) for the weight, which is
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias. Uniforms come from cuRAND's host
+ * Philox generator, stream MPT_RNG_INIT, consecutive offsets per parameter in creation order. */
+static mpt_status init_params(mpt_trainer *t) {
+    mpt_graph *g = t->g;
+    size_t max_n = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        size_t n = (size_t)mpt_tensor_numel(g->params[i].weight);
+        if (n > max_n) max_n = n;
+    }
+    float *buf = malloc(max_n * sizeof *buf);
+    if (!buf) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to initialise weights", max_n * 4);
+    mpt_rng *rng = mpt_rng_create();
+    uint64_t seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_INIT);
+    uint64_t offset = 0;
+    for (int i = 0; i < g->n_params; i++) {
+        size_t n = (size_t)mpt_tensor_numel(g->params[i].weight);
+        float bound = 1.0f / sqrtf((float)g->params[i].fan_in);
+        mpt_rng_uniform(rng, buf, n, seed, offset);
+        for (size_t k = 0; k < n; k++) buf[k] = (2.0f * buf[k] - 1.0f) * bound;
+        offset += n;
+        t->be->from_host(t->be, t->master[i]->data, buf, n * sizeof *buf);
+    }
+    t->be->synchronize(t->be); /* buf is reused and freed: the copies must have completed */
+    mpt_rng_free(&rng);
+    free(buf);
+    mpt_master_refresh_working(g, t->master);
+    return MPT_OK;
+}
+
+mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg) {
+    *out = NULL;
+    MPT_ASSERTF(g->loss != NULL, "mpt_trainer_create: the graph has no loss (add mpt_softmax_xent)");
+    MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
+    if (cfg->loss_scaling != MPT_LOSS_SCALE_NONE && !(cfg->init_scale > 0.0f && isfinite(cfg->init_scale)))
+        return mpt_errorf(MPT_ERR_ARG, "loss scale: expected a positive finite value, found %g", cfg->init_scale);
+    mpt_trainer *t = calloc(1, sizeof *t);
+    MPT_ASSERT(t != NULL);
+    t->g = g;
+    t->be = g->be;
+    t->cfg = *cfg;
+    t->n_params = g->n_params;
+    t->weight = calloc((size_t)g->n_params, sizeof *t->weight);
+    t->master = calloc((size_t)g->n_params, sizeof *t->master);
+    t->m = calloc((size_t)g->n_params, sizeof *t->m);
+    t->v = calloc((size_t)g->n_params, sizeof *t->v);
+    MPT_ASSERT(t->weight && t->master && t->m && t->v);
+    for (int i = 0; i < g->n_params; i++) t->weight[i] = g->params[i].weight;
+    mpt_master_create(g, t->master);
+    int ns = optim_state_count(&cfg->optim);
+    for (int i = 0; i < g->n_params; i++) {
+        if (ns >= 1) t->m[i] = state_tensor(g, t->weight[i], cfg->optim.kind == MPT_OPTIM_SGD ? "momentum_buffer" : "exp_avg");
+        if (ns >= 2) t->v[i] = state_tensor(g, t->weight[i], "exp_avg_sq");
+    }
+    /* The scaler state lives in the optimizer arena, as raw bytes (host reads it only when logging). */
+    int64_t sshape[1] = {(int64_t)sizeof(mpt_scaler_state)};
+    mpt_tensor *st = mpt_graph_tensor(g, "amp.scaler_state", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, sshape);
+
+    mpt_status s = mpt_graph_alloc(g);
+    if (s != MPT_OK) {
+        mpt_trainer_free(&t);
+        return s;
+    }
+    t->scaler = (mpt_scaler_state *)st->data;
+    mpt_scaler_state init;
+    memset(&init, 0, sizeof init);
+    init.scale = cfg->loss_scaling == MPT_LOSS_SCALE_NONE ? 1.0f : cfg->init_scale;
+    init.inv_scale = 1.0f / init.scale;
+    init.grad_mul = 1.0f;
+    init.hysteresis_left = cfg->scaler.hysteresis > 0 ? cfg->scaler.hysteresis : 1;
+    t->be->from_host(t->be, t->scaler, &init, sizeof init);
+    g->loss_scale = &t->scaler->scale;
+    g->seed = cfg->seed;
+    s = init_params(t);
+    if (s != MPT_OK) {
+        mpt_trainer_free(&t);
+        return s;
+    }
+    t->be->synchronize(t->be);
+    *out = t;
+    return MPT_OK;
+}
+
+void mpt_trainer_free(mpt_trainer **pt) {
+    mpt_trainer *t = *pt;
+    if (!t) return;
+    mpt_graph_free(&t->g);
+    free(t->weight);
+    free(t->master);
+    free(t->m);
+    free(t->v);
+    free(t);
+    *pt = NULL;
+}
+
+/* Fault injection for tests and teaching: make one gradient element NaN, as an FP16 overflow would. */
+static void inject_nonfinite(mpt_trainer *t) {
+    static const float nan_value = NAN;
+    mpt_tensor *gr = t->weight[0]->grad;
+    t->be->from_host(t->be, gr->data, &nan_value, sizeof nan_value);
+}
+
+void mpt_trainer_step(mpt_trainer *t) {
+    mpt_graph *g = t->g;
+    mpt_backend *be = t->be;
+    mpt_scaler_state *st = t->scaler;
+
+    g->training = 1;
+    g->step = (uint64_t)t->iteration;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g); /* seeded with S = st->scale */
+    if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
+
+    /* Unscale and found_inf in one pass over each FP32 weight gradient. */
+    for (int i = 0; i < t->n_params; i++)
+        be->unscale_check(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
+    const float *grad_mul = NULL;
+    if (t->cfg.clip_norm > 0.0f) {
+        for (int i = 0; i < t->n_params; i++)
+            be->sum_squares(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
+        be->clip_coef(be, st, t->cfg.clip_norm);
+        grad_mul = &st->grad_mul;
+    }
+    be->step_begin(be, st);
+    mpt_optim_args a;
+    memset(&a, 0, sizeof a);
+    a.h = t->cfg.optim;
+    a.h.lr = mpt_lr_at(&t->cfg.schedule, t->iteration);
+    a.found_inf = &st->found_inf;
+    a.grad_mul = grad_mul;
+    a.step = &st->steps_taken;
+    for (int i = 0; i < t->n_params; i++) {
+        a.n = mpt_tensor_numel(t->weight[i]);
+        a.master = t->master[i]->data;
+        a.grad = t->weight[i]->grad->data;
+        a.m = t->m[i] ? t->m[i]->data : NULL;
+        a.v = t->v[i] ? t->v[i]->data : NULL;
+        int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
+        a.working = copy ? t->weight[i]->data : NULL;
+        a.working_dtype = t->weight[i]->dtype;
+        be->optim_step(be, &a);
+    }
+    be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
+    t->iteration++;
+}
+
+void mpt_trainer_eval_batch(mpt_trainer *t) {
+    t->g->training = 0;
+    mpt_graph_forward(t->g);
+}
+
+void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                        int64_t D, float mean, float inv_std) {
+    mpt_graph *g = t->g;
+    MPT_ASSERTF(mpt_tensor_numel(g->input) == (int64_t)g->batch * D,
+                "mpt_trainer_gather: the model's input has %lld elements, batch %d x %lld given",
+                (long long)mpt_tensor_numel(g->input), g->batch, (long long)D);
+    t->be->gather_batch(t->be, g->input->data, g->input->dtype, g->labels->data, images, labels, idx, g->batch,
+                        D, mean, inv_std);
+}
+
+void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out) {
+    mpt_scaler_state st;
+    float loss;
+    int32_t correct = 0;
+    t->be->to_host(t->be, &st, t->scaler, sizeof st);
+    t->be->to_host(t->be, &loss, t->g->loss->data, sizeof loss);
+    if (t->g->n_correct) t->be->to_host(t->be, &correct, t->g->n_correct->data, sizeof correct);
+    out->loss = loss;
+    out->scale = st.scale;
+    out->steps_taken = st.steps_taken;
+    out->steps_skipped = st.steps_skipped;
+    out->floor_hits = st.floor_hits;
+    out->n_correct = correct;
+}
+
+void mpt_trainer_reset_correct(mpt_trainer *t) {
+    if (t->g->n_correct) t->be->memset_zero(t->be, t->g->n_correct->data, sizeof(int32_t));
+}

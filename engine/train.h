@@ -48,7 +48,6 @@ mpt_train_config mpt_train_config_default(mpt_precision precision);
 typedef struct mpt_train_stats {
     float loss;             /* loss of the last forward pass (unscaled, FP32) */
     float scale;            /* current loss scale */
-    int found_inf;          /* whether the last step was skipped */
     int32_t steps_taken;    /* optimizer steps applied so far */
     int32_t steps_skipped;  /* steps skipped because of non-finite gradients */
     int32_t floor_hits;     /* backoffs clamped at the scale floor */
