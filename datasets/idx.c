@@ -1,0 +1,338 @@
+/*
+ * datasets/idx.c - IDX reader/writer (raw or gzip through zlib's gz* API) and the four-file MNIST loader.
+ * Format and checks: datasets/idx.h (from LeCun's MNIST page).
+ *
+ * zlib notes: gzopen/gzread read plain files transparently (gzdirect() tells which); gzread returns 0, not
+ * -1, at a truncated .gz, so after every short read gzerror() is consulted (Z_BUF_ERROR = "unexpected end of
+ * file"). The payload buffer grows as bytes actually arrive (doubling, capped at the header's size), so a
+ * header that claims gigabytes on a small file costs no more memory than the file holds.
+ */
+#include "datasets/idx.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define IDX_TYPE_U8 0x08
+#define IDX_CHUNK ((int64_t)1 << 20)     /* initial buffer and largest single gzread */
+#define IDX_TRAILING_COUNT_CAP ((int64_t)1 << 20)
+
+static const char *idx_role(int ndim) {
+    return ndim == 3 ? "images" : ndim == 1 ? "labels" : "matrix";
+}
+
+static const char *idx_type_name(int t) {
+    switch (t) {
+    case 0x08: return "unsigned byte";
+    case 0x09: return "signed byte";
+    case 0x0B: return "short";
+    case 0x0C: return "int";
+    case 0x0D: return "float";
+    case 0x0E: return "double";
+    default: return "unknown";
+    }
+}
+
+/* Reads up to n bytes; *got = bytes read. Returns MPT_OK at a clean end of data (got may be < n), or an
+ * error for a read error / corrupt or truncated gzip stream. */
+static mpt_status idx_gz_status(gzFile gz, const char *path, int64_t got) {
+    int zerr = Z_OK;
+    const char *msg = gzerror(gz, &zerr);
+    if (zerr == Z_OK || zerr == Z_STREAM_END) return MPT_OK;
+    if (zerr == Z_ERRNO) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    if (zerr == Z_BUF_ERROR)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: truncated gzip file (%s) after %lld decompressed bytes", path,
+                          msg ? msg : "unexpected end of file", (long long)got);
+    return mpt_errorf(MPT_ERR_FORMAT, "%s: corrupt gzip data (%s) after %lld decompressed bytes", path,
+                      msg ? msg : "unknown zlib error", (long long)got);
+}
+
+/* Reads up to n bytes; *got = bytes read. Returns MPT_OK at a clean end of data (got may be < n), or an
+ * error for a read error or a corrupt or truncated gzip stream (gzread returns 0, not -1, at a truncated
+ * stream: only gzerror tells, so it is asked after every short read). */
+static mpt_status idx_read(gzFile gz, const char *path, uint8_t *dst, int64_t n, int64_t *got) {
+    *got = 0;
+    while (*got < n) {
+        int64_t want = n - *got;
+        if (want > IDX_CHUNK) want = IDX_CHUNK;
+        int r = gzread(gz, dst + *got, (unsigned)want);
+        if (r > 0) *got += r;
+        if (r < want) {
+            MPT_TRY(idx_gz_status(gz, path, *got));
+            if (r <= 0) break;
+        }
+    }
+    return MPT_OK;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static mpt_status idx_load_gz(gzFile gz, const char *path, int expect_ndim, mpt_idx *out) {
+    uint8_t hdr[4 + 4 * MPT_IDX_MAX_DIMS];
+    int64_t got = 0;
+    MPT_TRY(idx_read(gz, path, hdr, 4, &got));
+    if (got == 0)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: empty file, expected an IDX header (magic 00 00 08 0N)", path);
+    if (got < 4)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: file of %lld bytes is too short for the 4-byte IDX magic", path,
+                          (long long)got);
+    if (hdr[0] != 0 || hdr[1] != 0)
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "%s: bad IDX magic: expected 00 00 08 0%d, found %02x %02x %02x %02x (not an IDX file)",
+                          path, expect_ndim ? expect_ndim : 1, hdr[0], hdr[1], hdr[2], hdr[3]);
+    if (hdr[2] != IDX_TYPE_U8)
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "%s: unsupported IDX element type: expected 0x08 (unsigned byte), found 0x%02x (%s)", path,
+                          hdr[2], idx_type_name(hdr[2]));
+    int ndim = hdr[3];
+    if (ndim < 1 || ndim > MPT_IDX_MAX_DIMS)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: bad IDX dimension count: expected 1 to %d, found %d", path,
+                          MPT_IDX_MAX_DIMS, ndim);
+    if (expect_ndim && ndim != expect_ndim)
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "%s: expected an IDX %s file (ndim %d, magic 0x0000080%d), found an IDX %s file "
+                          "(ndim %d, magic 0x0000080%d)",
+                          path, idx_role(expect_ndim), expect_ndim, expect_ndim, idx_role(ndim), ndim, ndim);
+    MPT_TRY(idx_read(gz, path, hdr + 4, 4 * (int64_t)ndim, &got));
+    if (got < 4 * ndim)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: header truncated: expected %d dimension sizes (%d bytes), found %lld bytes",
+                          path, ndim, 4 * ndim, (long long)got);
+
+    int64_t dims[MPT_IDX_MAX_DIMS] = {1, 1, 1};
+    uint64_t total = 1;
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = be32(hdr + 4 + 4 * i);
+        total *= (uint64_t)dims[i]; /* total <= 2^32 before, dims < 2^32: no wraparound */
+        if (total > (uint64_t)MPT_IDX_MAX_BYTES) {
+            char shape[96];
+            int len = 0;
+            for (int k = 0; k < ndim; k++)
+                len += snprintf(shape + len, sizeof shape - (size_t)len, "%s%u", k ? " x " : "", be32(hdr + 4 + 4 * k));
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: IDX sizes %s exceed the %lld-byte limit (corrupt header?)", path,
+                              shape, (long long)MPT_IDX_MAX_BYTES);
+        }
+    }
+    int64_t nbytes = (int64_t)total;
+
+    /* Payload: grow the buffer as bytes arrive. */
+    int64_t cap = nbytes < IDX_CHUNK ? nbytes : IDX_CHUNK;
+    uint8_t *buf = malloc(cap > 0 ? (size_t)cap : 1);
+    if (!buf) return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)cap);
+    int64_t have = 0;
+    for (;;) {
+        mpt_status st = idx_read(gz, path, buf + have, cap - have, &got);
+        if (st != MPT_OK) {
+            free(buf);
+            return st;
+        }
+        have += got;
+        if (have < cap || have == nbytes) break;
+        int64_t ncap = cap * 2 > nbytes ? nbytes : cap * 2;
+        uint8_t *nb = realloc(buf, (size_t)ncap);
+        if (!nb) {
+            free(buf);
+            return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)ncap);
+        }
+        buf = nb;
+        cap = ncap;
+    }
+    if (have < nbytes) {
+        free(buf);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: payload too short: the header's sizes need %lld data bytes, found %lld",
+                          path, (long long)nbytes, (long long)have);
+    }
+    /* Nothing may follow the payload. */
+    uint8_t tail[4096];
+    int64_t extra = 0;
+    for (;;) {
+        mpt_status st = idx_read(gz, path, tail, sizeof tail, &got);
+        if (st != MPT_OK) {
+            free(buf);
+            return st;
+        }
+        extra += got;
+        if (got < (int64_t)sizeof tail || extra > IDX_TRAILING_COUNT_CAP) break;
+    }
+    if (extra > 0) {
+        free(buf);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: %s%lld trailing bytes after the %lld data bytes the header's sizes give",
+                          path, extra > IDX_TRAILING_COUNT_CAP ? "more than " : "",
+                          (long long)(extra > IDX_TRAILING_COUNT_CAP ? IDX_TRAILING_COUNT_CAP : extra),
+                          (long long)nbytes);
+    }
+    out->ndim = ndim;
+    memcpy(out->dims, dims, sizeof dims);
+    out->nbytes = nbytes;
+    out->data = buf;
+    return MPT_OK;
+}
+
+mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
+    MPT_ASSERT(out != NULL && path != NULL);
+    MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
+    memset(out, 0, sizeof *out);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) return mpt_errorf(MPT_ERR_IO, "%s: expected an IDX file, found a directory", path);
+    errno = 0;
+    gzFile gz = gzopen(path, "rb");
+    if (!gz)
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib could not allocate");
+    mpt_status st = idx_load_gz(gz, path, expect_ndim, out);
+    gzclose(gz);
+    return st;
+}
+
+void mpt_idx_free(mpt_idx *x) {
+    if (!x) return;
+    free(x->data);
+    memset(x, 0, sizeof *x);
+}
+
+mpt_status mpt_idx_save(const char *path, const mpt_idx *x, int gzip) {
+    MPT_ASSERT(x && x->ndim >= 1 && x->ndim <= MPT_IDX_MAX_DIMS);
+    int64_t n = 1;
+    uint8_t hdr[4 + 4 * MPT_IDX_MAX_DIMS] = {0, 0, IDX_TYPE_U8, (uint8_t)x->ndim};
+    for (int i = 0; i < x->ndim; i++) {
+        MPT_ASSERT(x->dims[i] >= 0 && x->dims[i] <= UINT32_MAX);
+        uint32_t d = (uint32_t)x->dims[i];
+        hdr[4 + 4 * i] = (uint8_t)(d >> 24);
+        hdr[5 + 4 * i] = (uint8_t)(d >> 16);
+        hdr[6 + 4 * i] = (uint8_t)(d >> 8);
+        hdr[7 + 4 * i] = (uint8_t)d;
+        n *= x->dims[i];
+    }
+    MPT_ASSERT(n == x->nbytes);
+    errno = 0;
+    gzFile gz = gzopen(path, gzip ? "wb6" : "wbT");
+    if (!gz) return mpt_errorf(MPT_ERR_IO, "%s: cannot create: %s", path, errno ? strerror(errno) : "zlib error");
+    int ok = gzwrite(gz, hdr, (unsigned)(4 + 4 * x->ndim)) == 4 + 4 * x->ndim;
+    for (int64_t off = 0; ok && off < n; off += IDX_CHUNK) {
+        unsigned len = (unsigned)(n - off < IDX_CHUNK ? n - off : IDX_CHUNK);
+        ok = gzwrite(gz, x->data + off, len) == (int)len;
+    }
+    int zerr = Z_OK;
+    const char *msg = ok ? NULL : gzerror(gz, &zerr);
+    int saved_errno = errno;
+    int close_rc = gzclose(gz);
+    if (!ok || close_rc != Z_OK) {
+        const char *why = (zerr == Z_ERRNO || close_rc == Z_ERRNO) ? strerror(saved_errno ? saved_errno : errno)
+                          : msg                                    ? msg
+                                                                   : "zlib error on close";
+        return mpt_errorf(MPT_ERR_IO, "%s: write failed: %s", path, why);
+    }
+    return MPT_OK;
+}
+
+/* ---- the four-file dataset ---------------------------------------------------------------------- */
+
+static const char *const mnist_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+static int file_exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
+}
+
+static mpt_status mnist_check_labels(const char *path, const mpt_idx *lab, int n_classes) {
+    for (int64_t i = 0; i < lab->nbytes; i++)
+        if (lab->data[i] >= n_classes)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d)", path, lab->data[i],
+                              (long long)i, n_classes);
+    return MPT_OK;
+}
+
+mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) {
+    MPT_ASSERT(dir && out);
+    memset(out, 0, sizeof *out);
+    struct stat sb;
+    int stat_rc = stat(dir, &sb);
+    if (stat_rc != 0 || !S_ISDIR(sb.st_mode))
+        return mpt_errorf(MPT_ERR_IO, "%s: dataset directory not found (%s); expected a directory with %s, %s, %s, %s "
+                          "(each optionally .gz)", dir, stat_rc != 0 ? strerror(errno) : "not a directory",
+                          mnist_names[0], mnist_names[1], mnist_names[2], mnist_names[3]);
+    char paths[4][4096];
+    char missing[1024] = "";
+    size_t mlen = 0;
+    int n_missing = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(paths[i], sizeof paths[i], "%s/%s", dir, mnist_names[i]);
+        if (file_exists(paths[i])) continue;
+        snprintf(paths[i], sizeof paths[i], "%s/%s.gz", dir, mnist_names[i]);
+        if (file_exists(paths[i])) continue;
+        mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s[.gz]", n_missing ? ", " : "",
+                                 mnist_names[i]);
+        n_missing++;
+    }
+    if (n_missing)
+        return mpt_errorf(MPT_ERR_IO, "%s: missing dataset file%s %s (expected the four MNIST-format IDX files)", dir,
+                          n_missing > 1 ? "s" : "", missing);
+
+    mpt_idx f[4] = {{0}};
+    mpt_status st = MPT_OK;
+    for (int i = 0; i < 4 && st == MPT_OK; i++) st = mpt_idx_load(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
+    for (int part = 0; part < 2 && st == MPT_OK; part++) {
+        const mpt_idx *im = &f[2 * part], *lb = &f[2 * part + 1];
+        if (im->dims[0] != lb->dims[0])
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s has %lld images but %s has %lld labels; expected equal counts",
+                            paths[2 * part], (long long)im->dims[0], paths[2 * part + 1], (long long)lb->dims[0]);
+        else if (im->dims[0] == 0)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: expected at least one image, found 0", paths[2 * part]);
+        else if (im->dims[1] == 0 || im->dims[2] == 0)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels, found %lld x %lld",
+                            paths[2 * part], (long long)im->dims[1], (long long)im->dims[2]);
+        else
+            st = mnist_check_labels(paths[2 * part + 1], lb, MPT_MNIST_N_CLASSES);
+    }
+    if (st == MPT_OK && (f[0].dims[1] != f[2].dims[1] || f[0].dims[2] != f[2].dims[2]))
+        st = mpt_errorf(MPT_ERR_FORMAT, "%s has %lld x %lld images but %s has %lld x %lld; expected the same size",
+                        paths[0], (long long)f[0].dims[1], (long long)f[0].dims[2], paths[2], (long long)f[2].dims[1],
+                        (long long)f[2].dims[2]);
+    if (st != MPT_OK) {
+        for (int i = 0; i < 4; i++) mpt_idx_free(&f[i]);
+        return st;
+    }
+    out->train_images = f[0].data;
+    out->train_labels = f[1].data;
+    out->test_images = f[2].data;
+    out->test_labels = f[3].data;
+    out->n_train = f[0].dims[0];
+    out->n_test = f[2].dims[0];
+    out->rows = (int)f[0].dims[1];
+    out->cols = (int)f[0].dims[2];
+    out->dim = f[0].dims[1] * f[0].dims[2];
+    out->n_classes = MPT_MNIST_N_CLASSES;
+    return MPT_OK;
+}
+
+mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip) {
+    MPT_ASSERT(dir && d && d->dim == (int64_t)d->rows * d->cols);
+    const uint8_t *data[4] = {d->train_images, d->train_labels, d->test_images, d->test_labels};
+    for (int i = 0; i < 4; i++) {
+        int64_t n = i < 2 ? d->n_train : d->n_test;
+        mpt_idx x = {.ndim = (i % 2 == 0) ? 3 : 1, .dims = {n, 1, 1}, .data = (uint8_t *)data[i]};
+        if (x.ndim == 3) {
+            x.dims[1] = d->rows;
+            x.dims[2] = d->cols;
+        }
+        x.nbytes = x.dims[0] * x.dims[1] * x.dims[2];
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s%s", dir, mnist_names[i], gzip ? ".gz" : "");
+        MPT_TRY(mpt_idx_save(path, &x, gzip));
+    }
+    return MPT_OK;
+}
+
+void mpt_mnist_free(mpt_mnist *d) {
+    if (!d) return;
+    free(d->train_images);
+    free(d->train_labels);
+    free(d->test_images);
+    free(d->test_labels);
+    memset(d, 0, sizeof *d);
+}
