@@ -1,13 +1,336 @@
-/* kernels/cpu/elementwise.c - placeholder until this file's owner lands it; every entry aborts. */
+/*
+ * kernels/cpu/elementwise.c - the CPU backend's element-wise and reduction kernels.
+ *
+ * cast, ReLU, max pooling, inverted dropout, fused softmax + cross-entropy, the bias gradient and the batch
+ * gather. Contracts (shapes, dtypes, += accumulation): engine/backend.h. Every kernel loads its inputs as
+ * FP32 (exact widening), computes in FP32 and rounds each output once to its dtype with round-to-nearest-even
+ * (kernels/elemwise.h); an accumulating output is computed as round(old + update), so it is rounded once
+ * per call. Buffers of F16/BF16 values are processed in chunks widened into FP32 stack arrays
+ * (kernels/cpu/convert.h), so nothing allocates.
+ *
+ * Sources: inverted dropout (Srivastava et al. 2014, as torch.nn.Dropout scales at training time);
+ * softmax + cross-entropy through logsumexp (torch.nn.functional.cross_entropy, mean reduction);
+ * max pooling with PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/rng.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
-void mpt_cpu_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n, float p, uint64_t seed, uint64_t offset) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype, int64_t n, float p) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct, const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs, const int32_t *labels, int N, int C, const float *scale) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images, const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean, float inv_std) { MPT_ASSERTF(0, "pending"); }
+
+/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model); these loops
+ * have run-time lengths. */
+#pragma GCC optimize("vect-cost-model=dynamic")
+
+enum { EW_CHUNK = 512 };
+
+static void ew_check_float(mpt_dtype t, const char *op) {
+    MPT_ASSERTF(mpt_dtype_is_float(t), "%s: dtype %s is not F32, F16 or BF16", op, mpt_dtype_name(t));
+}
+
+static const void *ew_at(const void *p, mpt_dtype t, int64_t i) {
+    return (const char *)p + (size_t)i * mpt_dtype_size(t);
+}
+
+/* dst[0..n) = round(dst + add) in dtype t (one rounding per element). */
+static void ew_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n) {
+    if (t == MPT_DTYPE_F32) {
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = d[i] + add[i];
+        return;
+    }
+    float old[EW_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+        int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        void *d = (void *)ew_at(dst, t, i0);
+        mpt_cpu_widen(old, d, t, m);
+        for (int64_t i = 0; i < m; i++) old[i] = old[i] + add[i0 + i];
+        mpt_cpu_narrow(d, t, old, m);
+    }
+}
+
+/* ---- cast ------------------------------------------------------------------------------------------- */
+
+void mpt_cpu_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n) {
+    (void)be;
+    ew_check_float(dst_dtype, "cast (destination)");
+    MPT_ASSERTF(mpt_dtype_is_float(src_dtype) || src_dtype == MPT_DTYPE_U8,
+                "cast: source dtype %s is not F32, F16, BF16 or U8", mpt_dtype_name(src_dtype));
+    MPT_ASSERT(n >= 0);
+    if (n == 0) return;
+    if (dst_dtype == src_dtype) {
+        memmove(dst, src, (size_t)n * mpt_dtype_size(dst_dtype));
+    } else if (dst_dtype == MPT_DTYPE_F32) {
+        mpt_cpu_widen(dst, src, src_dtype, n);
+    } else if (src_dtype == MPT_DTYPE_F32) {
+        mpt_cpu_narrow(dst, dst_dtype, src, n);
+    } else {
+        float buf[EW_CHUNK];
+        for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+            int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+            mpt_cpu_widen(buf, ew_at(src, src_dtype, i0), src_dtype, m);
+            mpt_cpu_narrow((void *)ew_at(dst, dst_dtype, i0), dst_dtype, buf, m);
+        }
+    }
+}
+
+/* ---- ReLU ------------------------------------------------------------------------------------------- */
+
+void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n) {
+    (void)be;
+    ew_check_float(dtype, "relu_forward");
+    if (dtype == MPT_DTYPE_F32) {
+        const float *xs = x;
+        float *ys = y;
+        for (int64_t i = 0; i < n; i++) ys[i] = mpt_elem_relu(xs[i]);
+        return;
+    }
+    /* On the 16-bit patterns: x > 0 exactly when the pattern lies in [1, +inf]; otherwise (negative, zero,
+     * NaN) the result is +0. Equal to widen -> mpt_elem_relu -> round, since x itself is representable. */
+    const uint16_t top = dtype == MPT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+    const uint16_t *xs = x;
+    uint16_t *ys = y;
+    for (int64_t i = 0; i < n; i++) ys[i] = (uint16_t)(xs[i] - 1u) < top ? xs[i] : 0;
+}
+
+void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+    (void)be;
+    ew_check_float(dtype, "relu_backward");
+    if (dtype == MPT_DTYPE_F32) {
+        float *d = dx;
+        const float *g = dy, *ys = y;
+        for (int64_t i = 0; i < n; i++) d[i] = d[i] + mpt_elem_relu_grad(g[i], ys[i]);
+        return;
+    }
+    float g[EW_CHUNK], yv[EW_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+        int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
+        mpt_cpu_widen(yv, ew_at(y, dtype, i0), dtype, m);
+        for (int64_t i = 0; i < m; i++) g[i] = mpt_elem_relu_grad(g[i], yv[i]);
+        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m);
+    }
+}
+
+/* ---- max pooling ------------------------------------------------------------------------------------ */
+
+static void pool_check(const mpt_pool_args *a, const char *op) {
+    ew_check_float(a->dtype, op);
+    MPT_ASSERTF(a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel,
+                "%s: kernel %d, stride %d, pad %d (need pad <= kernel/2)", op, a->kernel, a->stride, a->pad);
+    MPT_ASSERTF(a->P == (a->H + 2 * a->pad - a->kernel) / a->stride + 1 &&
+                    a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
+                "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
+                a->W, a->kernel, a->stride, a->pad);
+}
+
+void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
+    (void)be;
+    pool_check(a, "maxpool_forward");
+    const int H = a->H, W = a->W, P = a->P, Q = a->Q, k = a->kernel, s = a->stride, pad = a->pad;
+    const int64_t planes = (int64_t)a->N * a->C;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const int64_t xin = pl * H * W, yout = pl * P * Q;
+        for (int p = 0; p < P; p++) {
+            int h0 = p * s - pad, h1 = h0 + k;
+            if (h0 < 0) h0 = 0;
+            if (h1 > H) h1 = H;
+            for (int q = 0; q < Q; q++) {
+                int w0 = q * s - pad, w1 = w0 + k;
+                if (w0 < 0) w0 = 0;
+                if (w1 > W) w1 = W;
+                float best = -INFINITY;
+                int32_t arg = h0 * W + w0; /* pad <= kernel/2: every window holds an input element */
+                for (int h = h0; h < h1; h++)
+                    for (int w = w0; w < w1; w++) {
+                        float v = mpt_load_f32(a->x, a->dtype, xin + h * W + w);
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            arg = h * W + w;
+                        }
+                    }
+                mpt_store_f32(a->y, a->dtype, yout + p * Q + q, best);
+                a->argmax[yout + p * Q + q] = arg;
+            }
+        }
+    }
+}
+
+/* Gathers, for each input element, the dy of the windows whose argmax it is, sums them in FP32 and adds
+ * the sum to dx with one rounding (overlapping windows, stride < kernel, may pick one element twice). */
+void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
+    (void)be;
+    pool_check(a, "maxpool_backward");
+    const int H = a->H, W = a->W, P = a->P, Q = a->Q, k = a->kernel, s = a->stride, pad = a->pad;
+    const int64_t planes = (int64_t)a->N * a->C;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const int64_t xin = pl * H * W, yout = pl * P * Q;
+        const int32_t *am = a->argmax + yout;
+        for (int h = 0; h < H; h++) {
+            /* windows p with p*s - pad <= h < p*s - pad + k */
+            int p0 = h + pad - k + 1 <= 0 ? 0 : (h + pad - k + 1 + s - 1) / s;
+            int p1 = (h + pad) / s;
+            if (p1 > P - 1) p1 = P - 1;
+            for (int w = 0; w < W; w++) {
+                int q0 = w + pad - k + 1 <= 0 ? 0 : (w + pad - k + 1 + s - 1) / s;
+                int q1 = (w + pad) / s;
+                if (q1 > Q - 1) q1 = Q - 1;
+                const int32_t self = h * W + w;
+                float acc = 0.0f;
+                int hit = 0;
+                for (int p = p0; p <= p1; p++)
+                    for (int q = q0; q <= q1; q++)
+                        if (am[p * Q + q] == self) {
+                            acc += mpt_load_f32(a->dy, a->dtype, yout + p * Q + q);
+                            hit = 1;
+                        }
+                if (hit) {
+                    int64_t i = xin + self;
+                    mpt_store_f32(a->dx, a->dtype, i, mpt_load_f32(a->dx, a->dtype, i) + acc);
+                }
+            }
+        }
+    }
+}
+
+/* ---- dropout ---------------------------------------------------------------------------------------- */
+
+void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
+                             float p, uint64_t seed, uint64_t offset) {
+    ew_check_float(dtype, "dropout_forward");
+    MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_forward: p = %g outside [0, 1)", (double)p);
+    MPT_ASSERTF(be->workspace_bytes >= (size_t)n * sizeof(float),
+                "dropout_forward: needs %zu bytes of workspace for %lld uniforms, has %zu",
+                (size_t)n * sizeof(float), (long long)n, be->workspace_bytes);
+    if (n == 0) return;
+    float *u = be->workspace;
+    mpt_rng_uniform(((mpt_cpu_ctx *)be->ctx)->rng, u, (size_t)n, seed, offset);
+    const float keep = 1.0f - p;
+    float xv[EW_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+        int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        mpt_cpu_widen(xv, ew_at(x, dtype, i0), dtype, m);
+        for (int64_t i = 0; i < m; i++) {
+            uint8_t k = u[i0 + i] > p;
+            mask[i0 + i] = k;
+            xv[i] = k ? xv[i] / keep : 0.0f;
+        }
+        mpt_cpu_narrow((void *)ew_at(y, dtype, i0), dtype, xv, m);
+    }
+}
+
+void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                              int64_t n, float p) {
+    (void)be;
+    ew_check_float(dtype, "dropout_backward");
+    MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_backward: p = %g outside [0, 1)", (double)p);
+    const float keep = 1.0f - p;
+    float g[EW_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+        int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
+        mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
+        for (int64_t i = 0; i < m; i++) g[i] = mask[i0 + i] ? g[i] / keep : 0.0f;
+        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m);
+    }
+}
+
+/* ---- softmax + cross-entropy ------------------------------------------------------------------------ */
+
+void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
+                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C) {
+    (void)be;
+    ew_check_float(logits_dtype, "softmax_xent_forward");
+    MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_forward: N = %d, C = %d", N, C);
+    double total = 0.0; /* the batch mean is summed in double and rounded once to FP32 */
+    int32_t correct = 0;
+    for (int i = 0; i < N; i++) {
+        float *pr = probs + (int64_t)i * C;
+        mpt_cpu_widen(pr, ew_at(logits, logits_dtype, (int64_t)i * C), logits_dtype, C);
+        const int32_t label = labels[i];
+        MPT_ASSERTF(label >= 0 && label < C, "softmax_xent_forward: label %d of row %d outside [0, %d)", label, i, C);
+        float mx = pr[0];
+        int arg = 0;
+        for (int c = 1; c < C; c++)
+            if (pr[c] > mx) {
+                mx = pr[c];
+                arg = c;
+            }
+        const float z_label = pr[label];
+        float sum = 0.0f;
+        for (int c = 0; c < C; c++) {
+            pr[c] = expf(pr[c] - mx);
+            sum += pr[c];
+        }
+        const float lse = mx + logf(sum);
+        for (int c = 0; c < C; c++) pr[c] = pr[c] / sum;
+        total += (double)(lse - z_label);
+        correct += arg == label;
+    }
+    *loss = (float)(total / N);
+    if (n_correct) *n_correct += correct;
+}
+
+void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
+                                   const int32_t *labels, int N, int C, const float *scale) {
+    (void)be;
+    ew_check_float(dlogits_dtype, "softmax_xent_backward");
+    const float s = *scale, fN = (float)N;
+    float g[EW_CHUNK];
+    for (int i = 0; i < N; i++) {
+        const float *pr = probs + (int64_t)i * C;
+        for (int c0 = 0; c0 < C; c0 += EW_CHUNK) {
+            int m = C - c0 < EW_CHUNK ? C - c0 : EW_CHUNK;
+            for (int c = 0; c < m; c++) {
+                float onehot = c0 + c == labels[i] ? 1.0f : 0.0f;
+                g[c] = s * (pr[c0 + c] - onehot) / fN;
+            }
+            ew_accumulate((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C + c0), dlogits_dtype, g, m);
+        }
+    }
+}
+
+/* ---- bias gradient ---------------------------------------------------------------------------------- */
+
+void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+    (void)be;
+    ew_check_float(dtype, "bias_grad");
+    float acc[EW_CHUNK], row[EW_CHUNK];
+    for (int64_t c0 = 0; c0 < cols; c0 += EW_CHUNK) {
+        int64_t m = cols - c0 < EW_CHUNK ? cols - c0 : EW_CHUNK;
+        for (int64_t c = 0; c < m; c++) acc[c] = 0.0f;
+        for (int64_t r = 0; r < rows; r++) {
+            mpt_cpu_widen(row, ew_at(dy, dtype, r * cols + c0), dtype, m);
+            for (int64_t c = 0; c < m; c++) acc[c] = acc[c] + row[c];
+        }
+        for (int64_t c = 0; c < m; c++) db[c0 + c] = db[c0 + c] + acc[c];
+    }
+}
+
+/* ---- batch gather ----------------------------------------------------------------------------------- */
+
+void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                          const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
+                          float inv_std) {
+    (void)be;
+    ew_check_float(x_dtype, "gather_batch");
+    /* One table of the 256 possible results: the same FP32 expression per pixel value, rounded once. */
+    float lut[256];
+    uint16_t lut16[256];
+    for (int v = 0; v < 256; v++) {
+        lut[v] = ((float)v / 255.0f - mean) * inv_std;
+        lut16[v] = x_dtype == MPT_DTYPE_F16 ? mpt_f32_to_f16(lut[v]) : mpt_f32_to_bf16(lut[v]);
+    }
+    for (int b = 0; b < B; b++) {
+        MPT_ASSERTF(idx[b] >= 0, "gather_batch: negative image index %d at %d", idx[b], b);
+        const uint8_t *img = images + (int64_t)idx[b] * D;
+        if (x_dtype == MPT_DTYPE_F32) {
+            float *xr = (float *)x + (int64_t)b * D;
+            for (int64_t d = 0; d < D; d++) xr[d] = lut[img[d]];
+        } else {
+            uint16_t *xr = (uint16_t *)x + (int64_t)b * D;
+            for (int64_t d = 0; d < D; d++) xr[d] = lut16[img[d]];
+        }
+        labels[b] = image_labels[idx[b]];
+    }
+}

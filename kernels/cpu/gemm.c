@@ -1,4 +1,184 @@
-/* kernels/cpu/gemm.c - placeholder until this file's owner lands it; every entry aborts. */
+/*
+ * kernels/cpu/gemm.c - the CPU GEMM: the one place where each precision's CPU GEMM numerics are decided.
+ *
+ * C[M,N] = epilogue(alpha * op(A) op(B) + beta * C), row-major (contract: mpt_gemm_args, engine/backend.h).
+ * The products run in OpenBLAS cblas_sgemm (FP32 FMA, FP32 accumulation); what differs between the math
+ * modes is only what sgemm is given (ARCHITECTURE decision 2, "the CPU backend emulates Tensor Core
+ * numerics"):
+ *
+ *   math   A/B storage  operands given to sgemm
+ *   FP32   F32          A and B themselves (no copy)
+ *   TF32   F32          each element rounded to TF32 (mpt_round_tf32: RNE to 10 mantissa bits) into scratch
+ *   F16    F16          each element widened exactly to FP32 into scratch
+ *   BF16   BF16         each element widened exactly to FP32 into scratch
+ *
+ * Output: when C is F32 and there is no epilogue, sgemm applies alpha and beta to C in place. Otherwise
+ * sgemm writes acc = op(A) op(B) into an FP32 scratch tile, and the epilogue runs in FP32,
+ *     v = alpha*acc + beta*C_old + bias[n]   (C_old widened exactly; not read when beta == 0)
+ *     v = max(v, 0)                          (RELU_BIAS)
+ * and v is rounded once to C's dtype with round-to-nearest-even.
+ *
+ * Why this is what a Tensor Core computes (NVIDIA Ampere whitepaper; Micikevicius et al. 2018): the
+ * hardware takes operands in TF32/FP16/BF16 and accumulates in FP32. A product of two such values has at
+ * most 2*11 = 22 significant bits, so it is exact in FP32 (24 bits), and FMA-ing it into an FP32
+ * accumulator equals sgemm's FMA on the widened values. Known differences from the GPU:
+ *   - summation order: OpenBLAS blocks K in panels and keeps partial sums in registers; cuBLASLt/cuDNN pick
+ *     other orders (and split-K). Results agree to within K*2^-24*sum|a*b|, not bit for bit.
+ *   - TF32 operand rounding: we round FP32 operands with RNE. cuBLAS/cuDNN feed FP32 data to TF32 Tensor
+ *     Cores with round-to-nearest-away (cvt.rna) on some paths and by truncating the low 13 bits on others,
+ *     so a TF32 operand may differ by one TF32 ulp (2^-10 relative) on the GPU.
+ *   - the hardware's accumulator may keep products of FP16/BF16 pairs in wider-than-FP32 adders before
+ *     rounding, and the epilogue order (alpha, beta, bias) in cuBLASLt is not documented; both stay within
+ *     the FP32 rounding bounds the tests use.
+ *   - subnormal FP32 products (BF16/TF32 values below ~2^-63 each) are not exact on either side.
+ *
+ * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
+ *   [converted A: M*K floats, if math != FP32][converted B: K*N floats, if math != FP32]
+ *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE]
+ */
+#include <cblas.h>
+#include <stdint.h>
+
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
-void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) { (void)be; (void)a; MPT_ASSERTF(0, "pending: gemm"); }
-size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) { (void)be; (void)a; return 0; }
+#include "kernels/cpu/gemm.h"
+
+/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model); the epilogue
+ * loops below have run-time lengths. */
+#pragma GCC optimize("vect-cost-model=dynamic")
+
+enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512 };
+
+static size_t gemm_pad(size_t bytes) { return (bytes + GEMM_ALIGN - 1) & ~(size_t)(GEMM_ALIGN - 1); }
+
+/* Where each scratch part lives (byte offsets) and which are used. */
+typedef struct gemm_plan {
+    int convert_ops; /* A and B go through scratch */
+    int tile_c;      /* C goes through an FP32 tile */
+    size_t a_off, b_off, c_off, total;
+} gemm_plan;
+
+static gemm_plan gemm_plan_of(const mpt_gemm_args *a) {
+    gemm_plan p = {0};
+    p.convert_ops = a->math != MPT_MATH_FP32;
+    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || a->epilogue != MPT_EPILOGUE_NONE;
+    size_t off = 0;
+    if (p.convert_ops) {
+        p.a_off = off;
+        off += gemm_pad((size_t)a->M * (size_t)a->K * sizeof(float));
+        p.b_off = off;
+        off += gemm_pad((size_t)a->K * (size_t)a->N * sizeof(float));
+    }
+    if (p.tile_c) {
+        p.c_off = off;
+        off += gemm_pad((size_t)a->M * (size_t)a->N * sizeof(float));
+    }
+    p.total = off;
+    return p;
+}
+
+static mpt_dtype gemm_operand_dtype(mpt_math m) {
+    switch (m) {
+    case MPT_MATH_F16: return MPT_DTYPE_F16;
+    case MPT_MATH_BF16: return MPT_DTYPE_BF16;
+    default: return MPT_DTYPE_F32;
+    }
+}
+
+static void gemm_check_args(const mpt_gemm_args *a) {
+    const char *tag = a->tag ? a->tag : "?";
+    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: negative size M=%lld N=%lld K=%lld", tag,
+                (long long)a->M, (long long)a->N, (long long)a->K);
+    MPT_ASSERTF((unsigned)a->math < MPT_MATH_COUNT, "gemm %s: math mode %d out of range", tag, (int)a->math);
+    mpt_dtype op = gemm_operand_dtype(a->math);
+    MPT_ASSERTF(a->a_dtype == op && a->b_dtype == op, "gemm %s: math %s needs %s A and B, got A %s, B %s", tag,
+                mpt_math_name(a->math), mpt_dtype_name(op), mpt_dtype_name(a->a_dtype),
+                mpt_dtype_name(a->b_dtype));
+    MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
+                mpt_dtype_name(a->c_dtype));
+    MPT_ASSERTF((unsigned)a->epilogue <= MPT_EPILOGUE_RELU_BIAS, "gemm %s: epilogue %d out of range", tag,
+                (int)a->epilogue);
+    if (a->epilogue != MPT_EPILOGUE_NONE)
+        MPT_ASSERTF(a->bias != NULL && mpt_dtype_is_float(a->bias_dtype),
+                    "gemm %s: the bias epilogue needs a float bias vector", tag);
+    if (a->M > 0 && a->N > 0) MPT_ASSERTF(a->C != NULL, "gemm %s: C is NULL", tag);
+    if (a->M > 0 && a->N > 0 && a->K > 0)
+        MPT_ASSERTF(a->A != NULL && a->B != NULL, "gemm %s: A or B is NULL", tag);
+    MPT_ASSERTF(a->M <= INT32_MAX && a->N <= INT32_MAX && a->K <= INT32_MAX,
+                "gemm %s: sizes exceed the BLAS integer range", tag);
+}
+
+/* FP32 operand of the math mode: the same buffer (FP32), or converted into dst. */
+static const float *gemm_operand(float *dst, const void *src, int64_t n, mpt_math m) {
+    switch (m) {
+    case MPT_MATH_FP32: return src;
+    case MPT_MATH_TF32: mpt_cpu_round_tf32_n(dst, src, n); return dst;
+    default: mpt_cpu_widen(dst, src, gemm_operand_dtype(m), n); return dst;
+    }
+}
+
+/* Epilogue of one row: tile row t (acc, FP32) -> C row c of dtype cd, rounded once. */
+static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias, mpt_dtype bd, int64_t N,
+                              float alpha, float beta, mpt_epilogue ep) {
+    float cold[GEMM_CHUNK], bv[GEMM_CHUNK];
+    size_t es = mpt_dtype_size(cd);
+    for (int64_t j0 = 0; j0 < N; j0 += GEMM_CHUNK) {
+        int64_t n = N - j0 < GEMM_CHUNK ? N - j0 : GEMM_CHUNK;
+        float *tj = t + j0;
+        for (int64_t j = 0; j < n; j++) tj[j] = alpha * tj[j];
+        if (beta != 0.0f) {
+            mpt_cpu_widen(cold, (const char *)c + (size_t)j0 * es, cd, n);
+            for (int64_t j = 0; j < n; j++) tj[j] = tj[j] + beta * cold[j];
+        }
+        if (ep != MPT_EPILOGUE_NONE) {
+            mpt_cpu_widen(bv, (const char *)bias + (size_t)j0 * mpt_dtype_size(bd), bd, n);
+            for (int64_t j = 0; j < n; j++) tj[j] = tj[j] + bv[j];
+        }
+        if (ep == MPT_EPILOGUE_RELU_BIAS)
+            for (int64_t j = 0; j < n; j++) tj[j] = mpt_elem_relu(tj[j]);
+        mpt_cpu_narrow((char *)c + (size_t)j0 * es, cd, tj, n);
+    }
+}
+
+size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a) { return gemm_plan_of(a).total; }
+
+void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
+    gemm_check_args(a);
+    if (a->M == 0 || a->N == 0) return;
+    gemm_plan p = gemm_plan_of(a);
+    MPT_ASSERTF(ws_bytes >= p.total && (p.total == 0 || ws != NULL),
+                "gemm %s: needs %zu bytes of workspace, has %zu (reserve gemm_workspace() at build time)",
+                a->tag ? a->tag : "?", p.total, ws_bytes);
+    char *w = ws;
+    const int64_t M = a->M, N = a->N, K = a->K;
+
+    const float *A = a->A, *B = a->B;
+    if (p.convert_ops && K > 0) {
+        A = gemm_operand((float *)(w + p.a_off), a->A, M * K, a->math);
+        B = gemm_operand((float *)(w + p.b_off), a->B, K * N, a->math);
+    }
+    /* Leading dimensions of the stored (row-major) matrices; BLAS wants at least 1. */
+    int lda = (int)(a->trans_a ? M : K), ldb = (int)(a->trans_b ? K : N);
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    const enum CBLAS_TRANSPOSE ta = a->trans_a ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = a->trans_b ? CblasTrans : CblasNoTrans;
+
+    if (!p.tile_c) {
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, a->alpha, A, lda, B, ldb, a->beta, a->C, (int)N);
+        return;
+    }
+    float *tile = (float *)(w + p.c_off);
+    cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, A, lda, B, ldb, 0.0f, tile, (int)N);
+    size_t es = mpt_dtype_size(a->c_dtype);
+    for (int64_t i = 0; i < M; i++)
+        gemm_epilogue_row((char *)a->C + (size_t)(i * N) * es, a->c_dtype, tile + i * N, a->bias, a->bias_dtype, N,
+                          a->alpha, a->beta, a->epilogue);
+}
+
+size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
+    (void)be;
+    return mpt_cpu_gemm_ws_bytes(a);
+}
+
+void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) { mpt_cpu_gemm_ws(a, be->workspace, be->workspace_bytes); }
