@@ -1,6 +1,328 @@
-/* kernels/cpu/conv.c - placeholder until this file's owner lands it; every entry aborts. */
+/*
+ * kernels/cpu/conv.c - 2-D convolution on the CPU: im2col + the CPU GEMM, per image.
+ *
+ * Layouts (engine/backend.h, mpt_conv_args): x [N,C,H,W], w [K,C,R,S], y/dy [N,K,P,Q], cross-correlation
+ * with zero padding as torch.nn.functional.conv2d computes it:
+ *     y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
+ * The column matrix of image n is col[(c*R + r)*S + s, p*Q + q] = x[n, c, p*sh-ph+r, q*sw-pw+s] (0 in the
+ * padding), [C*R*S, P*Q], kept in the compute dtype (gathering is exact). Then, per image, with the GEMM of
+ * kernels/cpu/gemm.c (so convolutions have exactly the GEMM numerics: operands in the math mode's format,
+ * FP32 products and sums, one rounding of the output):
+ *   forward          y_n[K, PQ]   = w[K, CRS] * col[CRS, PQ] + bias   (y_n is first filled with bias[k],
+ *                                   exact in its own dtype, and the GEMM runs with beta = 1, so
+ *                                   acc + bias is rounded once)
+ *   backward-data    dcol[CRS, PQ] = w^T * dy_n (FP32 output); col2im sums dcol into an FP32 image
+ *                                   buffer; then dx_n = round(dx_n + buffer), one rounding per element
+ *   backward-filter  dw[K, CRS]  += dy_n[K, PQ] * col^T (FP32 output, accumulated in place by sgemm);
+ *                    db[k]       += sum_{n,p,q} dy[n,k,p,q] (FP32)
+ * A 1x1 convolution with stride 1 and no padding uses x_n itself as its column matrix.
+ *
+ * Scratch comes from be->workspace; mpt_cpu_conv2d_workspace returns the maximum over the three passes:
+ *   forward / backward-filter: col (CRS*PQ elements of dtype) + the GEMM's scratch
+ *   backward-data:             dcol (CRS*PQ floats) + image buffer (C*H*W floats) + the GEMM's scratch
+ * Each part is padded to 64 bytes. Reference: Chellapilla et al. 2006, "High performance convolutional
+ * neural networks for document processing" (the im2col lowering); cuDNN documents the same three passes.
+ */
+#include <string.h>
+
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
-void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) { MPT_ASSERTF(0, "pending"); }
-size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) { return 0; }
+#include "kernels/cpu/gemm.h"
+
+/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model). */
+#pragma GCC optimize("vect-cost-model=dynamic")
+
+enum { CONV_ALIGN = 64, CONV_CHUNK = 512 };
+
+static size_t conv_pad(size_t bytes) { return (bytes + CONV_ALIGN - 1) & ~(size_t)(CONV_ALIGN - 1); }
+
+static mpt_dtype conv_operand_dtype(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+
+static void conv_check(const mpt_conv_args *a, const char *op) {
+    const mpt_conv_shape *s = &a->s;
+    const char *tag = a->tag ? a->tag : "?";
+    MPT_ASSERTF(s->N >= 1 && s->C >= 1 && s->H >= 1 && s->W >= 1 && s->K >= 1 && s->R >= 1 && s->S >= 1 &&
+                    s->pad_h >= 0 && s->pad_w >= 0 && s->stride_h >= 1 && s->stride_w >= 1,
+                "%s %s: bad shape N=%d C=%d H=%d W=%d K=%d R=%d S=%d pad=%d,%d stride=%d,%d", op, tag, s->N, s->C,
+                s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w);
+    MPT_ASSERTF(s->H + 2 * s->pad_h >= s->R && s->W + 2 * s->pad_w >= s->S &&
+                    s->P == (s->H + 2 * s->pad_h - s->R) / s->stride_h + 1 &&
+                    s->Q == (s->W + 2 * s->pad_w - s->S) / s->stride_w + 1,
+                "%s %s: output %dx%d does not match input %dx%d, kernel %dx%d, pad %d,%d, stride %d,%d", op, tag,
+                s->P, s->Q, s->H, s->W, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w);
+    MPT_ASSERTF((unsigned)a->math < MPT_MATH_COUNT && a->dtype == conv_operand_dtype(a->math),
+                "%s %s: math %s needs dtype %s, got %s", op, tag, mpt_math_name(a->math),
+                mpt_dtype_name(conv_operand_dtype(a->math)), mpt_dtype_name(a->dtype));
+}
+
+/* Whether x_n can serve as its own column matrix (1x1 kernel, stride 1, no padding). */
+static int conv_is_pointwise(const mpt_conv_shape *s) {
+    return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
+}
+
+/* col[(c*R + r)*S + s, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + s] or 0; elements of `es` bytes. */
+static void conv_im2col(void *col, const void *x, const mpt_conv_shape *s, size_t es) {
+    const int64_t PQ = (int64_t)s->P * s->Q;
+    char *dst = col;
+    const char *src = x;
+    for (int c = 0; c < s->C; c++)
+        for (int r = 0; r < s->R; r++)
+            for (int t = 0; t < s->S; t++) {
+                char *row = dst + (size_t)((((int64_t)c * s->R + r) * s->S + t) * PQ) * es;
+                /* the q range whose input column w = q*sw - pw + t lies inside [0, W) */
+                int q0 = 0, q1 = s->Q; /* [q0, q1) */
+                while (q0 < q1 && q0 * s->stride_w - s->pad_w + t < 0) q0++;
+                while (q1 > q0 && (q1 - 1) * s->stride_w - s->pad_w + t >= s->W) q1--;
+                for (int p = 0; p < s->P; p++) {
+                    char *out = row + (size_t)p * s->Q * es;
+                    int h = p * s->stride_h - s->pad_h + r;
+                    if (h < 0 || h >= s->H || q0 >= q1) {
+                        memset(out, 0, (size_t)s->Q * es);
+                        continue;
+                    }
+                    const char *in = src + (size_t)(((int64_t)c * s->H + h) * s->W) * es;
+                    memset(out, 0, (size_t)q0 * es);
+                    int w0 = q0 * s->stride_w - s->pad_w + t;
+                    if (s->stride_w == 1) {
+                        memcpy(out + (size_t)q0 * es, in + (size_t)w0 * es, (size_t)(q1 - q0) * es);
+                    } else if (es == 2) {
+                        const uint16_t *i16 = (const uint16_t *)in;
+                        uint16_t *o16 = (uint16_t *)out;
+                        for (int q = q0; q < q1; q++) o16[q] = i16[q * s->stride_w - s->pad_w + t];
+                    } else {
+                        const uint32_t *i32 = (const uint32_t *)in;
+                        uint32_t *o32 = (uint32_t *)out;
+                        for (int q = q0; q < q1; q++) o32[q] = i32[q * s->stride_w - s->pad_w + t];
+                    }
+                    memset(out + (size_t)q1 * es, 0, (size_t)(s->Q - q1) * es);
+                }
+            }
+}
+
+/* img[c, h, w] += dcol[(c*R + r)*S + s, p*Q + q] over the taps that read (h, w); FP32. */
+static void conv_col2im(float *img, const float *dcol, const mpt_conv_shape *s) {
+    const int64_t PQ = (int64_t)s->P * s->Q;
+    for (int c = 0; c < s->C; c++)
+        for (int r = 0; r < s->R; r++)
+            for (int t = 0; t < s->S; t++) {
+                const float *row = dcol + (((int64_t)c * s->R + r) * s->S + t) * PQ;
+                int q0 = 0, q1 = s->Q;
+                while (q0 < q1 && q0 * s->stride_w - s->pad_w + t < 0) q0++;
+                while (q1 > q0 && (q1 - 1) * s->stride_w - s->pad_w + t >= s->W) q1--;
+                for (int p = 0; p < s->P; p++) {
+                    int h = p * s->stride_h - s->pad_h + r;
+                    if (h < 0 || h >= s->H) continue;
+                    float *out = img + ((int64_t)c * s->H + h) * s->W;
+                    const float *in = row + (int64_t)p * s->Q;
+                    const int off = t - s->pad_w; /* input column of q is q*sw + off, in [0, W) for q0..q1 */
+                    if (s->stride_w == 1) {
+                        for (int q = q0; q < q1; q++) out[q + off] = out[q + off] + in[q];
+                    } else {
+                        for (int q = q0; q < q1; q++) out[q * s->stride_w + off] = out[q * s->stride_w + off] + in[q];
+                    }
+                }
+            }
+}
+
+/* dst[0..n) = round(dst + add) in dtype t. */
+static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n) {
+    if (t == MPT_DTYPE_F32) {
+        float *d = dst;
+        for (int64_t i = 0; i < n; i++) d[i] = d[i] + add[i];
+        return;
+    }
+    float old[CONV_CHUNK];
+    const size_t es = mpt_dtype_size(t);
+    for (int64_t i0 = 0; i0 < n; i0 += CONV_CHUNK) {
+        int64_t m = n - i0 < CONV_CHUNK ? n - i0 : CONV_CHUNK;
+        char *d = (char *)dst + (size_t)i0 * es;
+        mpt_cpu_widen(old, d, t, m);
+        for (int64_t i = 0; i < m; i++) old[i] = old[i] + add[i0 + i];
+        mpt_cpu_narrow(d, t, old, m);
+    }
+}
+
+/* GEMM arguments of each pass for one image (pointers filled by the caller). */
+static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a) {
+    const mpt_conv_shape *s = &a->s;
+    mpt_gemm_args g = {0};
+    g.M = s->K;
+    g.N = (int64_t)s->P * s->Q;
+    g.K = (int64_t)s->C * s->R * s->S;
+    g.a_dtype = g.b_dtype = g.c_dtype = a->dtype;
+    g.alpha = 1.0f;
+    g.beta = a->bias ? 1.0f : 0.0f;
+    g.math = a->math;
+    g.epilogue = MPT_EPILOGUE_NONE;
+    g.tag = a->tag;
+    return g;
+}
+
+static mpt_gemm_args conv_gemm_backward_data(const mpt_conv_args *a) {
+    const mpt_conv_shape *s = &a->s;
+    mpt_gemm_args g = {0};
+    g.trans_a = 1;
+    g.M = (int64_t)s->C * s->R * s->S;
+    g.N = (int64_t)s->P * s->Q;
+    g.K = s->K;
+    g.a_dtype = g.b_dtype = a->dtype;
+    g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.beta = 0.0f;
+    g.math = a->math;
+    g.epilogue = MPT_EPILOGUE_NONE;
+    g.tag = a->tag;
+    return g;
+}
+
+static mpt_gemm_args conv_gemm_backward_filter(const mpt_conv_args *a) {
+    const mpt_conv_shape *s = &a->s;
+    mpt_gemm_args g = {0};
+    g.trans_b = 1;
+    g.M = s->K;
+    g.N = (int64_t)s->C * s->R * s->S;
+    g.K = (int64_t)s->P * s->Q;
+    g.a_dtype = g.b_dtype = a->dtype;
+    g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.beta = 1.0f;
+    g.math = a->math;
+    g.epilogue = MPT_EPILOGUE_NONE;
+    g.tag = a->tag;
+    return g;
+}
+
+/* Bytes of the column matrix in the compute dtype (0 for a pointwise convolution). */
+static size_t conv_col_bytes(const mpt_conv_args *a) {
+    const mpt_conv_shape *s = &a->s;
+    if (conv_is_pointwise(s)) return 0;
+    return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * mpt_dtype_size(a->dtype));
+}
+
+size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
+    (void)be;
+    conv_check(a, "conv2d_workspace");
+    const mpt_conv_shape *s = &a->s;
+    mpt_gemm_args gf = conv_gemm_forward(a), gd = conv_gemm_backward_data(a), gw = conv_gemm_backward_filter(a);
+    size_t fwd = conv_col_bytes(a) + mpt_cpu_gemm_ws_bytes(&gf);
+    size_t bwd_data = conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
+                      conv_pad((size_t)s->C * s->H * s->W * sizeof(float)) + mpt_cpu_gemm_ws_bytes(&gd);
+    size_t bwd_filter = conv_col_bytes(a) + mpt_cpu_gemm_ws_bytes(&gw);
+    size_t m = fwd > bwd_data ? fwd : bwd_data;
+    return m > bwd_filter ? m : bwd_filter;
+}
+
+static void conv_need_workspace(mpt_backend *be, const mpt_conv_args *a, const char *op) {
+    size_t need = mpt_cpu_conv2d_workspace(be, a);
+    MPT_ASSERTF(be->workspace_bytes >= need && (need == 0 || be->workspace != NULL),
+                "%s %s: needs %zu bytes of workspace, has %zu (reserve conv2d_workspace() at build time)", op,
+                a->tag ? a->tag : "?", need, be->workspace_bytes);
+}
+
+void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
+    conv_check(a, "conv2d_forward");
+    conv_need_workspace(be, a, "conv2d_forward");
+    const mpt_conv_shape *s = &a->s;
+    const size_t es = mpt_dtype_size(a->dtype);
+    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
+    const int pointwise = conv_is_pointwise(s);
+    const size_t col_bytes = conv_col_bytes(a);
+    char *ws = be->workspace;
+    mpt_gemm_args g = conv_gemm_forward(a);
+    g.A = a->w;
+    for (int n = 0; n < s->N; n++) {
+        const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
+        char *yn = (char *)a->y + (size_t)(n * KPQ) * es;
+        if (pointwise) {
+            g.B = xn;
+        } else {
+            conv_im2col(ws, xn, s, es);
+            g.B = ws;
+        }
+        if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
+            for (int k = 0; k < s->K; k++) {
+                const char *b = (const char *)a->bias + (size_t)k * es;
+                char *row = yn + (size_t)(k * PQ) * es;
+                if (es == 2) {
+                    uint16_t v;
+                    memcpy(&v, b, 2);
+                    for (int64_t i = 0; i < PQ; i++) ((uint16_t *)row)[i] = v;
+                } else {
+                    float v;
+                    memcpy(&v, b, 4);
+                    for (int64_t i = 0; i < PQ; i++) ((float *)row)[i] = v;
+                }
+            }
+        g.C = yn;
+        mpt_cpu_gemm_ws(&g, ws + col_bytes, be->workspace_bytes - col_bytes);
+    }
+}
+
+void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
+    conv_check(a, "conv2d_backward_data");
+    conv_need_workspace(be, a, "conv2d_backward_data");
+    const mpt_conv_shape *s = &a->s;
+    const size_t es = mpt_dtype_size(a->dtype);
+    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
+    const int64_t CRS = (int64_t)s->C * s->R * s->S;
+    const int pointwise = conv_is_pointwise(s);
+    const size_t dcol_bytes = conv_pad((size_t)(CRS * PQ) * sizeof(float));
+    const size_t img_bytes = conv_pad((size_t)CHW * sizeof(float));
+    char *ws = be->workspace;
+    float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
+    mpt_gemm_args g = conv_gemm_backward_data(a);
+    g.A = a->w;
+    g.C = dcol;
+    for (int n = 0; n < s->N; n++) {
+        g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
+        mpt_cpu_gemm_ws(&g, ws + dcol_bytes + img_bytes, be->workspace_bytes - dcol_bytes - img_bytes);
+        const float *sum = dcol; /* pointwise: dcol [C, HW] is already the image gradient */
+        if (!pointwise) {
+            memset(img, 0, (size_t)CHW * sizeof(float));
+            conv_col2im(img, dcol, s);
+            sum = img;
+        }
+        conv_accumulate((char *)a->dx + (size_t)(n * CHW) * es, a->dtype, sum, CHW);
+    }
+}
+
+void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
+    conv_check(a, "conv2d_backward_filter");
+    conv_need_workspace(be, a, "conv2d_backward_filter");
+    const mpt_conv_shape *s = &a->s;
+    const size_t es = mpt_dtype_size(a->dtype);
+    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
+    const int pointwise = conv_is_pointwise(s);
+    const size_t col_bytes = conv_col_bytes(a);
+    char *ws = be->workspace;
+    mpt_gemm_args g = conv_gemm_backward_filter(a);
+    g.C = a->dw;
+    for (int n = 0; n < s->N; n++) {
+        const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
+        if (pointwise) {
+            g.B = xn;
+        } else {
+            conv_im2col(ws, xn, s, es);
+            g.B = ws;
+        }
+        g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
+        mpt_cpu_gemm_ws(&g, ws + col_bytes, be->workspace_bytes - col_bytes);
+    }
+    if (!a->db) return;
+    /* db[k] += sum over n, p, q of dy[n, k, p, q], summed in FP32 then added once */
+    float buf[CONV_CHUNK];
+    for (int k = 0; k < s->K; k++) {
+        float acc = 0.0f;
+        for (int n = 0; n < s->N; n++) {
+            const char *row = (const char *)a->dy + (size_t)(n * KPQ + k * PQ) * es;
+            for (int64_t i0 = 0; i0 < PQ; i0 += CONV_CHUNK) {
+                int64_t m = PQ - i0 < CONV_CHUNK ? PQ - i0 : CONV_CHUNK;
+                mpt_cpu_widen(buf, row + (size_t)i0 * es, a->dtype, m);
+                for (int64_t i = 0; i < m; i++) acc += buf[i];
+            }
+        }
+        a->db[k] = a->db[k] + acc;
+    }
+}

@@ -1,0 +1,227 @@
+/*
+ * tests/test_conv.c - the CPU convolution (kernels/cpu/conv.c) against a naive FP64 convolution.
+ *
+ * For random shapes (kernel 1/3/5, stride 1/2, pad 0/1/2, 1x1 pointwise included) and each math mode
+ * (FP32, TF32, F16, BF16), forward, backward-data and backward-filter are compared element by element with
+ * the same formulas evaluated in double on the *stored* operands (cross-correlation, zero padding, as
+ * torch.nn.functional.conv2d). Each element's bound follows the standard error analysis of a recursive sum
+ * (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 3.1): with L terms summed in
+ * FP32, |fl(sum) - sum| <= gamma_L * sum|terms|, gamma_L = L*u32/(1 - L*u32) <= 2*L*u32 here. Then:
+ *   operand rounding  TF32 only (F32 data rounded to 10 mantissa bits, both factors):
+ *                     |a*b - tf(a)*tf(b)| <= (2*u_tf32 + u_tf32^2)*|a*b|; F16/BF16 data is already stored
+ *                     in its format, FP32 is used as is.
+ *   output rounding   u_out*|result| + eta_out (half the smallest subnormal of the output dtype) when the
+ *                     output is F16/BF16; FP32 outputs (dw, db, and y/dx in the fp32/tf32 modes) have the
+ *                     rounding of their last addition inside gamma_L.
+ * L is the reduction length plus the accumulated term: forward C*R*S + 1 (bias), backward-data K*R*S + 1
+ * (the old dx), backward-filter N*P*Q + 1 (the old dw).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "harness.h"
+
+static const double U32 = 0x1p-24;
+
+static mpt_dtype dtype_of(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+/* Unit roundoff and half the smallest subnormal of a storage dtype (0 for FP32 outputs: see above). */
+static double u_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : 0.0; }
+static double eta_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-25 : t == MPT_DTYPE_BF16 ? 0x1p-134 : 0.0; }
+/* Relative error of a product of two operands rounded to the math mode's format from stored data. */
+static double op_err(mpt_math m) { return m == MPT_MATH_TF32 ? 2 * 0x1p-11 + 0x1p-22 : 0.0; }
+
+/* Stores a uniform value in [-1, 1) in element i of buffer p of dtype t, returns the stored value. */
+static double put_random(tests_rng *r, void *p, mpt_dtype t, int64_t i) {
+    mpt_store_f32(p, t, i, (float)tests_uniform(r, -1.0, 1.0));
+    return mpt_load_f32(p, t, i);
+}
+
+static void *fill(tests_rng *r, mpt_dtype t, int64_t n) {
+    void *p = malloc((size_t)n * mpt_dtype_size(t) + 1);
+    ck_assert_ptr_nonnull(p);
+    for (int64_t i = 0; i < n; i++) put_random(r, p, t, i);
+    return p;
+}
+
+static double ld(const void *p, mpt_dtype t, int64_t i) { return mpt_load_f32(p, t, i); }
+
+/* Checks |got - ref| <= bound for one element, with a message naming it. */
+static void check_elem(const char *what, const char *math, int64_t i, double got, double ref, double bound) {
+    ck_assert_msg(fabs(got - ref) <= bound, "%s (%s) element %lld: got %.9g, reference %.9g, |diff| %.3g > bound %.3g",
+                  what, math, (long long)i, got, ref, fabs(got - ref), bound);
+}
+
+/* One random configuration in one math mode: all three passes. */
+static void run_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shape s, int with_bias) {
+    s.P = (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1;
+    s.Q = (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1;
+    const mpt_dtype t = dtype_of(math);
+    const char *mn = mpt_math_name(math);
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, nw = (int64_t)s.K * s.C * s.R * s.S;
+    const int64_t ny = (int64_t)s.N * s.K * s.P * s.Q;
+    void *x = fill(r, t, nx), *w = fill(r, t, nw), *bias = fill(r, t, s.K), *dy = fill(r, t, ny);
+    void *dx = fill(r, t, nx), *dx0 = malloc((size_t)nx * mpt_dtype_size(t));
+    float *dw = fill(r, MPT_DTYPE_F32, nw), *dw0 = malloc((size_t)nw * sizeof(float));
+    float *db = fill(r, MPT_DTYPE_F32, s.K), *db0 = malloc((size_t)s.K * sizeof(float));
+    void *y = malloc((size_t)ny * mpt_dtype_size(t));
+    memcpy(dx0, dx, (size_t)nx * mpt_dtype_size(t));
+    memcpy(dw0, dw, (size_t)nw * sizeof(float));
+    memcpy(db0, db, (size_t)s.K * sizeof(float));
+    memset(y, 0xff, (size_t)ny * mpt_dtype_size(t)); /* NaN patterns: the forward pass must overwrite y */
+
+    mpt_conv_args a = {0};
+    a.s = s;
+    a.math = math;
+    a.dtype = t;
+    a.x = x;
+    a.w = w;
+    a.bias = with_bias ? bias : NULL;
+    a.y = y;
+    a.dy = dy;
+    a.dx = dx;
+    a.dw = dw;
+    a.db = db;
+    a.tag = "test";
+    ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->conv2d_workspace(be, &a)), MPT_OK);
+    be->conv2d_forward(be, &a);
+    be->conv2d_backward_data(be, &a);
+    be->conv2d_backward_filter(be, &a);
+
+    const double ue = u_out(t), eta = eta_out(t), oe = op_err(math);
+    /* forward */
+    for (int n = 0; n < s.N; n++)
+        for (int k = 0; k < s.K; k++)
+            for (int p = 0; p < s.P; p++)
+                for (int q = 0; q < s.Q; q++) {
+                    double ref = with_bias ? ld(bias, t, k) : 0.0, mag = fabs(ref), pmag = 0.0;
+                    for (int c = 0; c < s.C; c++)
+                        for (int rr = 0; rr < s.R; rr++)
+                            for (int ss = 0; ss < s.S; ss++) {
+                                int h = p * s.stride_h - s.pad_h + rr, ww = q * s.stride_w - s.pad_w + ss;
+                                if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                                double prod = ld(w, t, ((int64_t)(k * s.C + c) * s.R + rr) * s.S + ss) *
+                                              ld(x, t, ((int64_t)(n * s.C + c) * s.H + h) * s.W + ww);
+                                ref += prod;
+                                pmag += fabs(prod);
+                            }
+                    mag += pmag;
+                    double L = (double)s.C * s.R * s.S + 1;
+                    double e_fp32 = 2 * L * U32 * mag + oe * pmag;
+                    double bound = e_fp32 + ue * (fabs(ref) + e_fp32) + eta;
+                    int64_t i = (((int64_t)n * s.K + k) * s.P + p) * s.Q + q;
+                    check_elem("forward y", mn, i, ld(y, t, i), ref, bound);
+                }
+    /* backward-data: dx = dx0 + sum over the taps that read x[n,c,h,w] of w * dy */
+    for (int n = 0; n < s.N; n++)
+        for (int c = 0; c < s.C; c++)
+            for (int h = 0; h < s.H; h++)
+                for (int ww = 0; ww < s.W; ww++) {
+                    int64_t i = (((int64_t)n * s.C + c) * s.H + h) * s.W + ww;
+                    double ref = ld(dx0, t, i), mag = fabs(ref), pmag = 0.0;
+                    for (int k = 0; k < s.K; k++)
+                        for (int rr = 0; rr < s.R; rr++)
+                            for (int ss = 0; ss < s.S; ss++) {
+                                int ph = h + s.pad_h - rr, qw = ww + s.pad_w - ss;
+                                if (ph < 0 || qw < 0 || ph % s.stride_h || qw % s.stride_w) continue;
+                                int p = ph / s.stride_h, q = qw / s.stride_w;
+                                if (p >= s.P || q >= s.Q) continue;
+                                double prod = ld(w, t, ((int64_t)(k * s.C + c) * s.R + rr) * s.S + ss) *
+                                              ld(dy, t, (((int64_t)n * s.K + k) * s.P + p) * s.Q + q);
+                                ref += prod;
+                                pmag += fabs(prod);
+                            }
+                    mag += pmag;
+                    double L = (double)s.K * s.R * s.S + 1;
+                    double e_fp32 = 2 * L * U32 * mag + oe * pmag;
+                    double bound = e_fp32 + ue * (fabs(ref) + e_fp32) + eta;
+                    check_elem("backward-data dx", mn, i, ld(dx, t, i), ref, bound);
+                }
+    /* backward-filter: dw = dw0 + sum_{n,p,q} dy * x (FP32 output); db = db0 + sum dy */
+    for (int k = 0; k < s.K; k++) {
+        for (int c = 0; c < s.C; c++)
+            for (int rr = 0; rr < s.R; rr++)
+                for (int ss = 0; ss < s.S; ss++) {
+                    int64_t i = ((int64_t)(k * s.C + c) * s.R + rr) * s.S + ss;
+                    double ref = dw0[i], mag = fabs(ref), pmag = 0.0;
+                    for (int n = 0; n < s.N; n++)
+                        for (int p = 0; p < s.P; p++)
+                            for (int q = 0; q < s.Q; q++) {
+                                int h = p * s.stride_h - s.pad_h + rr, ww = q * s.stride_w - s.pad_w + ss;
+                                if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                                double prod = ld(dy, t, (((int64_t)n * s.K + k) * s.P + p) * s.Q + q) *
+                                              ld(x, t, (((int64_t)n * s.C + c) * s.H + h) * s.W + ww);
+                                ref += prod;
+                                pmag += fabs(prod);
+                            }
+                    mag += pmag;
+                    double L = (double)s.N * s.P * s.Q + 1;
+                    check_elem("backward-filter dw", mn, i, dw[i], ref, 2 * L * U32 * mag + oe * pmag);
+                }
+        double ref = db0[k], mag = fabs(ref);
+        for (int n = 0; n < s.N; n++)
+            for (int64_t j = 0; j < (int64_t)s.P * s.Q; j++) {
+                double v = ld(dy, t, ((int64_t)n * s.K + k) * s.P * s.Q + j);
+                ref += v;
+                mag += fabs(v);
+            }
+        check_elem("backward-filter db", mn, k, db[k], ref, 2 * ((double)s.N * s.P * s.Q + 1) * U32 * mag);
+    }
+    free(x); free(w); free(bias); free(dy); free(dx); free(dx0); free(dw); free(dw0); free(db); free(db0); free(y);
+}
+
+static mpt_conv_shape random_shape(tests_rng *r) {
+    static const int ks[3] = {1, 3, 5};
+    mpt_conv_shape s = {0};
+    s.N = tests_int(r, 1, 3);
+    s.C = tests_int(r, 1, 5);
+    s.K = tests_int(r, 1, 6);
+    s.R = ks[tests_int(r, 0, 2)];
+    s.S = tests_int(r, 0, 3) == 0 ? ks[tests_int(r, 0, 2)] : s.R; /* mostly square, sometimes not */
+    s.pad_h = tests_int(r, 0, 2);
+    s.pad_w = tests_int(r, 0, 3) == 0 ? tests_int(r, 0, 2) : s.pad_h;
+    s.stride_h = tests_int(r, 1, 2);
+    s.stride_w = tests_int(r, 0, 3) == 0 ? tests_int(r, 1, 2) : s.stride_h;
+    s.H = tests_int(r, 5, 13);
+    s.W = tests_int(r, 5, 13);
+    return s;
+}
+
+static void run_math(mpt_math math, uint64_t seed) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {seed};
+    for (int it = 0; it < 24; it++) run_case(be, &r, math, random_shape(&r), it % 4 != 3);
+    /* pointwise (x is its own column matrix), and a LeNet-like layer with K*C*R*S = 150 taps */
+    mpt_conv_shape pw = {.N = 2, .C = 3, .H = 7, .W = 6, .K = 4, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+    run_case(be, &r, math, pw, 1);
+    mpt_conv_shape lenet = {.N = 2, .C = 6, .H = 14, .W = 14, .K = 16, .R = 5, .S = 5, .stride_h = 1, .stride_w = 1};
+    run_case(be, &r, math, lenet, 1);
+    mpt_conv_shape strided = {.N = 1, .C = 2, .H = 16, .W = 15, .K = 3, .R = 3, .S = 3, .pad_h = 1, .pad_w = 1,
+                              .stride_h = 2, .stride_w = 2};
+    run_case(be, &r, math, strided, 0);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_conv_fp32) { run_math(MPT_MATH_FP32, 11); }
+END_TEST
+START_TEST(test_conv_tf32) { run_math(MPT_MATH_TF32, 12); }
+END_TEST
+START_TEST(test_conv_f16) { run_math(MPT_MATH_F16, 13); }
+END_TEST
+START_TEST(test_conv_bf16) { run_math(MPT_MATH_BF16, 14); }
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("conv");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_conv_fp32);
+    tcase_add_test(tc, test_conv_tf32);
+    tcase_add_test(tc, test_conv_f16);
+    tcase_add_test(tc, test_conv_bf16);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
