@@ -1,11 +1,17 @@
 /*
- * datasets/idx.c - IDX reader/writer (raw or gzip through zlib's gz* API) and the four-file MNIST loader.
+ * datasets/idx.c - IDX reader/writer (raw or gzip) and the four-file MNIST loader.
  * Format and checks: datasets/idx.h (from LeCun's MNIST page).
  *
- * zlib notes: gzopen/gzread read plain files transparently (gzdirect() tells which); gzread returns 0, not
- * -1, at a truncated .gz, so after every short read gzerror() is consulted (Z_BUF_ERROR = "unexpected end of
- * file"). The payload buffer grows as bytes actually arrive (doubling, capped at the header's size), so a
- * header that claims gigabytes on a small file costs no more memory than the file holds.
+ * Reading: the file is read with stdio; if it starts with the gzip magic 1f 8b it is decompressed with
+ * zlib's inflate (windowBits 15 + 16: gzip wrapper, whose CRC32 and length trailer inflate verifies), else
+ * read as is. zlib's gzread is not used for reading: it returns 0, not -1, at a truncated .gz, and when the
+ * caller asks for exactly the bytes that remain it does not notice a missing gzip trailer at all (the next
+ * gzread just reports end of file). Here the end of data is clean only when inflate has returned
+ * Z_STREAM_END for every member and the file has no bytes left; anything else is "truncated gzip file" or
+ * "corrupt gzip data". Concatenated gzip members (gzip's multi-member format) are read in sequence.
+ *
+ * The payload buffer grows as bytes actually arrive (doubling, capped at the header's size), so a header
+ * that claims gigabytes on a small file costs no more memory than the file holds.
  */
 #include "datasets/idx.h"
 
@@ -17,7 +23,8 @@
 #include <zlib.h>
 
 #define IDX_TYPE_U8 0x08
-#define IDX_CHUNK ((int64_t)1 << 20)     /* initial buffer and largest single gzread */
+#define IDX_CHUNK ((int64_t)1 << 20)     /* initial payload buffer and largest single read */
+#define IDX_IN_BUF (1 << 16)             /* compressed input buffer */
 #define IDX_TRAILING_COUNT_CAP ((int64_t)1 << 20)
 
 static const char *idx_role(int ndim) {
@@ -36,35 +43,119 @@ static const char *idx_type_name(int t) {
     }
 }
 
-/* Reads up to n bytes; *got = bytes read. Returns MPT_OK at a clean end of data (got may be < n), or an
- * error for a read error / corrupt or truncated gzip stream. */
-static mpt_status idx_gz_status(gzFile gz, const char *path, int64_t got) {
-    int zerr = Z_OK;
-    const char *msg = gzerror(gz, &zerr);
-    if (zerr == Z_OK || zerr == Z_STREAM_END) return MPT_OK;
-    if (zerr == Z_ERRNO) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    if (zerr == Z_BUF_ERROR)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: truncated gzip file (%s) after %lld decompressed bytes", path,
-                          msg ? msg : "unexpected end of file", (long long)got);
-    return mpt_errorf(MPT_ERR_FORMAT, "%s: corrupt gzip data (%s) after %lld decompressed bytes", path,
-                      msg ? msg : "unknown zlib error", (long long)got);
+/* A byte source: a plain file or a gzip stream over it. */
+typedef struct idx_src {
+    const char *path;
+    FILE *f;
+    int gz;              /* gzip-compressed */
+    int zinit;           /* inflate initialised */
+    int member_end;      /* inflate returned Z_STREAM_END for the current member */
+    int file_eof;        /* fread returned 0 */
+    int64_t out_total;   /* decompressed bytes delivered so far */
+    z_stream zs;
+    uint8_t in[IDX_IN_BUF];
+    size_t in_len, in_pos; /* raw mode: buffered bytes in[in_pos, in_len) */
+} idx_src;
+
+/* Refills the input buffer (gzip mode: zs.next_in/avail_in). Returns MPT_OK; sets file_eof at end of file. */
+static mpt_status src_fill(idx_src *s) {
+    size_t r = fread(s->in, 1, sizeof s->in, s->f);
+    if (r == 0) {
+        if (ferror(s->f)) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", s->path, strerror(errno));
+        s->file_eof = 1;
+    }
+    if (s->gz) {
+        s->zs.next_in = s->in;
+        s->zs.avail_in = (uInt)r;
+    } else {
+        s->in_pos = 0;
+        s->in_len = r;
+    }
+    return MPT_OK;
 }
 
-/* Reads up to n bytes; *got = bytes read. Returns MPT_OK at a clean end of data (got may be < n), or an
- * error for a read error or a corrupt or truncated gzip stream (gzread returns 0, not -1, at a truncated
- * stream: only gzerror tells, so it is asked after every short read). */
-static mpt_status idx_read(gzFile gz, const char *path, uint8_t *dst, int64_t n, int64_t *got) {
+static mpt_status src_open(idx_src *s, const char *path) {
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    s->f = fopen(path, "rb");
+    if (!s->f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    MPT_TRY(src_fill(s));
+    if (s->in_len >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b) {
+        s->gz = 1;
+        s->zs.next_in = s->in;
+        s->zs.avail_in = (uInt)s->in_len;
+        if (inflateInit2(&s->zs, 15 + 16) != Z_OK)
+            return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot initialise zlib inflate", path);
+        s->zinit = 1;
+    }
+    return MPT_OK;
+}
+
+static void src_close(idx_src *s) {
+    if (s->zinit) inflateEnd(&s->zs);
+    if (s->f) fclose(s->f);
+    s->f = NULL;
+    s->zinit = 0;
+}
+
+/* Reads up to n bytes into dst; *got = bytes read. Returns MPT_OK, with *got < n only at a clean end of the
+ * data; errors: MPT_ERR_IO (read failure), MPT_ERR_FORMAT (corrupt or truncated gzip data). */
+static mpt_status idx_read(idx_src *s, uint8_t *dst, int64_t n, int64_t *got) {
     *got = 0;
+    if (!s->gz) {
+        while (*got < n) {
+            if (s->in_pos == s->in_len) {
+                if (s->file_eof) break;
+                MPT_TRY(src_fill(s));
+                continue;
+            }
+            size_t k = s->in_len - s->in_pos;
+            if ((int64_t)k > n - *got) k = (size_t)(n - *got);
+            memcpy(dst + *got, s->in + s->in_pos, k);
+            s->in_pos += k;
+            *got += (int64_t)k;
+        }
+        return MPT_OK;
+    }
     while (*got < n) {
+        if (s->member_end) {
+            /* After a member: the end of the file, or another gzip member. */
+            if (s->zs.avail_in == 0 && !s->file_eof) MPT_TRY(src_fill(s));
+            if (s->zs.avail_in == 0) break;
+            if (s->zs.next_in[0] != 0x1f)
+                return mpt_errorf(MPT_ERR_FORMAT, "%s: corrupt gzip data: %u unexpected bytes after the end of the "
+                                  "gzip stream", s->path, s->zs.avail_in);
+            if (inflateReset(&s->zs) != Z_OK)
+                return mpt_errorf(MPT_ERR_FORMAT, "%s: corrupt gzip data (inflateReset failed)", s->path);
+            s->member_end = 0;
+        }
+        if (s->zs.avail_in == 0) {
+            if (!s->file_eof) MPT_TRY(src_fill(s));
+            if (s->zs.avail_in == 0)
+                return mpt_errorf(MPT_ERR_FORMAT, "%s: truncated gzip file: the compressed data ends before the gzip "
+                                  "stream does (after %lld decompressed bytes)", s->path,
+                                  (long long)(s->out_total + *got));
+        }
         int64_t want = n - *got;
         if (want > IDX_CHUNK) want = IDX_CHUNK;
-        int r = gzread(gz, dst + *got, (unsigned)want);
-        if (r > 0) *got += r;
-        if (r < want) {
-            MPT_TRY(idx_gz_status(gz, path, *got));
-            if (r <= 0) break;
+        s->zs.next_out = dst + *got;
+        s->zs.avail_out = (uInt)want;
+        int ret = inflate(&s->zs, Z_NO_FLUSH);
+        *got += want - (int64_t)s->zs.avail_out;
+        if (ret == Z_STREAM_END) {
+            s->member_end = 1;
+        } else if (ret == Z_BUF_ERROR) {
+            /* No progress possible: needs more input (handled above on the next turn). */
+            if (s->zs.avail_in != 0 && s->zs.avail_out != 0)
+                return mpt_errorf(MPT_ERR_FORMAT, "%s: corrupt gzip data (inflate made no progress)", s->path);
+        } else if (ret != Z_OK) {
+            const char *msg = s->zs.msg ? s->zs.msg : ret == Z_MEM_ERROR ? "out of memory" : "zlib error";
+            return mpt_errorf(ret == Z_MEM_ERROR ? MPT_ERR_NOMEM : MPT_ERR_FORMAT,
+                              "%s: corrupt gzip data (%s) after %lld decompressed bytes", s->path, msg,
+                              (long long)(s->out_total + *got));
         }
     }
+    s->out_total += *got;
     return MPT_OK;
 }
 
@@ -72,10 +163,10 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-static mpt_status idx_load_gz(gzFile gz, const char *path, int expect_ndim, mpt_idx *out) {
+static mpt_status idx_load_src(idx_src *gz, const char *path, int expect_ndim, mpt_idx *out) {
     uint8_t hdr[4 + 4 * MPT_IDX_MAX_DIMS];
     int64_t got = 0;
-    MPT_TRY(idx_read(gz, path, hdr, 4, &got));
+    MPT_TRY(idx_read(gz, hdr, 4, &got));
     if (got == 0)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: empty file, expected an IDX header (magic 00 00 08 0N)", path);
     if (got < 4)
@@ -98,7 +189,7 @@ static mpt_status idx_load_gz(gzFile gz, const char *path, int expect_ndim, mpt_
                           "%s: expected an IDX %s file (ndim %d, magic 0x0000080%d), found an IDX %s file "
                           "(ndim %d, magic 0x0000080%d)",
                           path, idx_role(expect_ndim), expect_ndim, expect_ndim, idx_role(ndim), ndim, ndim);
-    MPT_TRY(idx_read(gz, path, hdr + 4, 4 * (int64_t)ndim, &got));
+    MPT_TRY(idx_read(gz, hdr + 4, 4 * (int64_t)ndim, &got));
     if (got < 4 * ndim)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: header truncated: expected %d dimension sizes (%d bytes), found %lld bytes",
                           path, ndim, 4 * ndim, (long long)got);
@@ -125,7 +216,7 @@ static mpt_status idx_load_gz(gzFile gz, const char *path, int expect_ndim, mpt_
     if (!buf) return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %lld bytes", path, (long long)cap);
     int64_t have = 0;
     for (;;) {
-        mpt_status st = idx_read(gz, path, buf + have, cap - have, &got);
+        mpt_status st = idx_read(gz, buf + have, cap - have, &got);
         if (st != MPT_OK) {
             free(buf);
             return st;
@@ -150,7 +241,7 @@ static mpt_status idx_load_gz(gzFile gz, const char *path, int expect_ndim, mpt_
     uint8_t tail[4096];
     int64_t extra = 0;
     for (;;) {
-        mpt_status st = idx_read(gz, path, tail, sizeof tail, &got);
+        mpt_status st = idx_read(gz, tail, sizeof tail, &got);
         if (st != MPT_OK) {
             free(buf);
             return st;
@@ -179,12 +270,10 @@ mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
     struct stat sb;
     if (stat(path, &sb) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) return mpt_errorf(MPT_ERR_IO, "%s: expected an IDX file, found a directory", path);
-    errno = 0;
-    gzFile gz = gzopen(path, "rb");
-    if (!gz)
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib could not allocate");
-    mpt_status st = idx_load_gz(gz, path, expect_ndim, out);
-    gzclose(gz);
+    idx_src src;
+    mpt_status st = src_open(&src, path);
+    if (st == MPT_OK) st = idx_load_src(&src, path, expect_ndim, out);
+    src_close(&src);
     return st;
 }
 
