@@ -1,0 +1,306 @@
+/*
+ * tests/test_dtype.c - number-format conversions (kernels/elemwise.h) and the CPU cast/convert loops.
+ *
+ * References, all independent of the code under test:
+ *   - FP16 decoding: sign * m * 2^(e-25) evaluated with ldexp in double (IEEE 754-2008 binary16);
+ *   - FP32 -> FP16: the CPU's own F16C instruction, _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+ *   - FP32 -> BF16 and FP32 -> TF32: the nearest value with 8 (BF16) or 11 (TF32) significant bits,
+ *     computed in double with rint() (ties to even in the default rounding mode); below 2^-126 the spacing
+ *     stays 2^-133 (BF16) / 2^-136 (TF32), as the formats keep FP32's exponent range;
+ *   - halfway cases built exactly as the midpoint of two neighbouring values (exact in FP32).
+ * The vectorised loops of kernels/cpu/convert.h and the backend's cast must equal the scalar functions bit
+ * for bit.
+ */
+#include <float.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "harness.h"
+
+/* Check's ck_assert* records every passing assertion through a syscall (its "last location" mark), which
+ * costs seconds over millions of element checks: these only call into Check when the condition fails. */
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+#define EXPECT1(cond) EXPECT(cond, "failed: %s", #cond)
+#define EXPECT_EQ_U(a, b)                                                                            \
+    do {                                                                                             \
+        unsigned long long x_ = (a), y_ = (b);                                                       \
+        EXPECT(x_ == y_, "%s == 0x%llx, expected 0x%llx", #a, x_, y_);                               \
+    } while (0)
+#include "kernels/cpu/convert.h"
+
+static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t f_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static int f16_is_nan(uint16_t h) { return (h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0; }
+static int bf16_is_nan(uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0; }
+
+/* Independent FP16 decoder. */
+static double f16_ref(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0x1f) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp(m, -24);
+    else v = ldexp(m + 1024, e - 25);
+    return s ? -v : v;
+}
+
+/* Nearest value of x with `bits` significant bits and minimum exponent -126 (ties to even), in double;
+ * overflow past FLT_MAX's format gives a value >= 2^128 that becomes inf when converted to float. */
+static float round_ref(float x, int bits) {
+    if (x == 0.0f || !isfinite(x)) return x;
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    e -= 1;
+    if (e < -126) e = -126;
+    double ulp = ldexp(1.0, e - (bits - 1));
+    double r = rint((double)x / ulp) * ulp;
+    if (r == 0.0) r = copysign(0.0, x);
+    return (float)r;
+}
+
+/* A random FP32 spread over all exponents: uniformly random bits. */
+static float random_bits_f32(tests_rng *r) { return bits_f((uint32_t)tests_next(r)); }
+
+START_TEST(test_f16_all_patterns) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mpt_f16_to_f32((uint16_t)h);
+        double ref = f16_ref((uint16_t)h);
+        if (f16_is_nan((uint16_t)h)) {
+            EXPECT(isnan(f), "f16 0x%04x: NaN widened to %g", h, (double)f);
+            EXPECT(f16_is_nan(mpt_f32_to_f16(f)), "f16 0x%04x: NaN did not stay NaN", h);
+            continue;
+        }
+        EXPECT((double)f == ref && !signbit(f) == !signbit(ref), "f16 0x%04x widened to %a, expected %a", h,
+                      (double)f, ref);
+        EXPECT(mpt_f32_to_f16(f) == h, "f16 0x%04x -> %a -> 0x%04x", h, (double)f, mpt_f32_to_f16(f));
+        /* the hardware agrees on the widening */
+        EXPECT(f_bits(_cvtsh_ss((unsigned short)h)) == f_bits(f), "f16 0x%04x: F16C widening differs", h);
+    }
+}
+END_TEST
+
+START_TEST(test_bf16_all_patterns) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mpt_bf16_to_f32((uint16_t)h);
+        EXPECT(f_bits(f) == h << 16, "bf16 0x%04x widened to bits 0x%08x", h, f_bits(f));
+        uint16_t back = mpt_f32_to_bf16(f);
+        if (bf16_is_nan((uint16_t)h))
+            EXPECT(bf16_is_nan(back), "bf16 0x%04x: NaN became 0x%04x", h, back);
+        else
+            EXPECT(back == h, "bf16 0x%04x -> %a -> 0x%04x", h, (double)f, back);
+    }
+}
+END_TEST
+
+/* Every midpoint between neighbouring finite values rounds to the even one; a nudge either side rounds
+ * to the nearer one. Covers both rounding directions, the subnormal range and the subnormal/normal edge. */
+START_TEST(test_ties_to_even) {
+    for (int sign = 0; sign < 2; sign++) {
+        uint16_t sb = (uint16_t)(sign << 15);
+        for (uint32_t h = 0; h < 0x7bff; h++) { /* FP16 pairs (h, h+1) */
+            uint16_t lo = (uint16_t)(sb | h), hi = (uint16_t)(sb | (h + 1));
+            double mid = (f16_ref(lo) + f16_ref(hi)) / 2;
+            float m = (float)mid;
+            EXPECT((double)m == mid, "fp16 midpoint not exact");
+            uint16_t even = (h & 1) ? hi : lo;
+            EXPECT(mpt_f32_to_f16(m) == even, "fp16 tie %a -> 0x%04x, expected 0x%04x", mid,
+                          mpt_f32_to_f16(m), even);
+            float below = nextafterf(m, 0.0f), above = nextafterf(m, sign ? -INFINITY : INFINITY);
+            EXPECT(mpt_f32_to_f16(below) == lo && mpt_f32_to_f16(above) == hi, "fp16 near-tie around %a", mid);
+        }
+        for (uint32_t h = 0; h < 0x7f7f; h++) { /* BF16 pairs */
+            uint16_t lo = (uint16_t)(sb | h), hi = (uint16_t)(sb | (h + 1));
+            double mid = ((double)mpt_bf16_to_f32(lo) + (double)mpt_bf16_to_f32(hi)) / 2;
+            float m = (float)mid;
+            EXPECT((double)m == mid, "bf16 midpoint not exact");
+            uint16_t even = (h & 1) ? hi : lo;
+            EXPECT(mpt_f32_to_bf16(m) == even, "bf16 tie %a -> 0x%04x, expected 0x%04x", mid,
+                          mpt_f32_to_bf16(m), even);
+            float below = nextafterf(m, 0.0f), above = nextafterf(m, sign ? -INFINITY : INFINITY);
+            EXPECT(mpt_f32_to_bf16(below) == lo && mpt_f32_to_bf16(above) == hi, "bf16 near-tie around %a", mid);
+        }
+    }
+    /* named edge cases */
+    EXPECT_EQ_U(mpt_f32_to_f16(0x1p-25f), 0x0000);               /* half the smallest subnormal: to 0 */
+    EXPECT_EQ_U(mpt_f32_to_f16(0x1.8p-24f), 0x0002);             /* 1.5 * 2^-24: to 2 (even) */
+    EXPECT_EQ_U(mpt_f32_to_f16(0x1.ffcp-15f), 0x0400);           /* 1023.5 * 2^-24: to smallest normal */
+    EXPECT_EQ_U(mpt_f32_to_bf16(0x1.01p0f), 0x3f80);             /* 1 + 2^-8: tie, down to 1 */
+    EXPECT_EQ_U(mpt_f32_to_bf16(0x1.03p0f), 0x3f82);             /* 1 + 3*2^-8: tie, up to 1 + 2^-6 */
+}
+END_TEST
+
+START_TEST(test_f16_overflow) {
+    EXPECT_EQ_U(mpt_f32_to_f16(65504.0f), 0x7bff);
+    EXPECT_EQ_U(mpt_f32_to_f16(65519.99f), 0x7bff);
+    EXPECT_EQ_U(mpt_f32_to_f16(65520.0f), 0x7c00);
+    EXPECT_EQ_U(mpt_f32_to_f16(-65519.99f), 0xfbff);
+    EXPECT_EQ_U(mpt_f32_to_f16(-65520.0f), 0xfc00);
+    EXPECT_EQ_U(mpt_f32_to_f16(1e10f), 0x7c00);
+    EXPECT_EQ_U(mpt_f32_to_f16(INFINITY), 0x7c00);
+    EXPECT_EQ_U(mpt_f32_to_bf16(FLT_MAX), 0x7f80); /* FLT_MAX is past BF16's max + half ulp: inf */
+    EXPECT1(f16_is_nan(mpt_f32_to_f16(NAN)) && bf16_is_nan(mpt_f32_to_bf16(NAN)));
+}
+END_TEST
+
+/* 1,000,000 values: random bits (every exponent, subnormals, inf, NaN) and values concentrated where FP16
+ * is delicate (65504..65520, around 2^-24 and 2^-25, the subnormal/normal boundary), against F16C. */
+START_TEST(test_f16_vs_f16c) {
+    tests_rng r = {0x5eed16};
+    for (int i = 0; i < 1000000; i++) {
+        float x;
+        switch (i % 5) {
+        case 0: case 1: x = random_bits_f32(&r); break;
+        case 2: x = (float)tests_uniform(&r, 65500.0, 65530.0); break;
+        case 3: x = (float)ldexp(tests_uniform(&r, 0.5, 4.0), -26 + tests_int(&r, 0, 2)); break;
+        default: x = (float)ldexp(tests_uniform(&r, 0.9, 1.1), -14); break;
+        }
+        if (tests_next(&r) & 1) x = -x;
+        uint16_t got = mpt_f32_to_f16(x), hw = _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+        EXPECT(got == hw, "f32 %a (0x%08x): mpt 0x%04x, F16C 0x%04x", (double)x, f_bits(x), got, hw);
+    }
+}
+END_TEST
+
+START_TEST(test_bf16_vs_reference) {
+    tests_rng r = {0x5eedbf};
+    for (int i = 0; i < 1000000; i++) {
+        float x = i % 2 ? random_bits_f32(&r) : (float)ldexp(tests_uniform(&r, -1.0, 1.0), tests_int(&r, -140, 128));
+        uint16_t got = mpt_f32_to_bf16(x);
+        if (isnan(x)) {
+            EXPECT1(bf16_is_nan(got));
+            continue;
+        }
+        float ref = round_ref(x, 8);
+        EXPECT(f_bits(mpt_bf16_to_f32(got)) == f_bits(ref), "bf16 of %a: got %a, reference %a", (double)x,
+                      (double)mpt_bf16_to_f32(got), (double)ref);
+    }
+}
+END_TEST
+
+START_TEST(test_tf32) {
+    EXPECT1(mpt_round_tf32(1.0f + 0x1p-11f) == 1.0f);                 /* tie, down to even */
+    EXPECT1(mpt_round_tf32(1.0f + 3 * 0x1p-11f) == 1.0f + 0x1p-9f);    /* tie, up to even */
+    EXPECT1(mpt_round_tf32(1.0f + 0x1p-11f + 0x1p-23f) == 1.0f + 0x1p-10f); /* just above the tie */
+    EXPECT1(isinf(mpt_round_tf32(INFINITY)) && isnan(mpt_round_tf32(NAN)));
+    EXPECT1(isinf(mpt_round_tf32(FLT_MAX)));                          /* carries past FLT_MAX */
+    tests_rng r = {0x5eedf3};
+    for (int i = 0; i < 1000000; i++) {
+        float x = i % 2 ? random_bits_f32(&r) : (float)ldexp(tests_uniform(&r, -1.0, 1.0), tests_int(&r, -149, 128));
+        float got = mpt_round_tf32(x);
+        if (isnan(x)) {
+            EXPECT1(isnan(got));
+            continue;
+        }
+        float ref = round_ref(x, 11);
+        EXPECT(f_bits(got) == f_bits(ref), "tf32 of %a: got %a, reference %a", (double)x, (double)got,
+                      (double)ref);
+        EXPECT((f_bits(got) & 0x1fffu) == 0 || !isfinite(got), "tf32 of %a keeps low bits", (double)x);
+    }
+}
+END_TEST
+
+/* Test inputs for the buffer conversions: random bits plus every special class. */
+static void fill_specials(float *f, int n, tests_rng *r) {
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                       0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x00000001u, 0x807fffffu,
+                                       0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u, 0x33000001u,
+                                       0x387fe000u, 0x7f7fffffu, 0x7f7f8000u, 0x3f801000u, 0x3f803000u};
+    for (int i = 0; i < n; i++) {
+        if (i < (int)(sizeof special / sizeof special[0])) f[i] = bits_f(special[i]);
+        else if (i % 3 == 0) f[i] = (float)ldexp(tests_uniform(r, -1.0, 1.0), tests_int(r, -30, 17));
+        else f[i] = random_bits_f32(r);
+    }
+}
+
+/* The vectorised loops of kernels/cpu/convert.h equal the scalar functions bit for bit. */
+START_TEST(test_convert_loops) {
+    enum { N = 200003 };
+    float *f = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    uint16_t *h = malloc(N * sizeof(uint16_t));
+    tests_rng r = {0xc0417};
+    fill_specials(f, N, &r);
+    mpt_cpu_narrow(h, MPT_DTYPE_F16, f, N);
+    for (int i = 0; i < N; i++)
+        EXPECT(h[i] == mpt_f32_to_f16(f[i]), "narrow f16 of 0x%08x: 0x%04x vs 0x%04x", f_bits(f[i]), h[i],
+                      mpt_f32_to_f16(f[i]));
+    mpt_cpu_narrow(h, MPT_DTYPE_BF16, f, N);
+    for (int i = 0; i < N; i++)
+        EXPECT(h[i] == mpt_f32_to_bf16(f[i]), "narrow bf16 of 0x%08x", f_bits(f[i]));
+    mpt_cpu_round_tf32_n(g, f, N);
+    for (int i = 0; i < N; i++)
+        EXPECT(f_bits(g[i]) == f_bits(mpt_round_tf32(f[i])), "tf32 loop of 0x%08x", f_bits(f[i]));
+    /* every 16-bit pattern, at every alignment of the 8-wide loop and its tail */
+    uint16_t *all = malloc((65536 + 8) * sizeof(uint16_t));
+    for (uint32_t i = 0; i < 65536 + 8; i++) all[i] = (uint16_t)(i * 40503u);
+    for (int off = 0; off < 8; off++) {
+        mpt_cpu_widen(g, all + off, MPT_DTYPE_F16, 65536);
+        for (int i = 0; i < 65536; i++)
+            EXPECT(f_bits(g[i]) == f_bits(mpt_f16_to_f32(all[off + i])), "widen f16 0x%04x", all[off + i]);
+        mpt_cpu_widen(g, all + off, MPT_DTYPE_BF16, 65536);
+        for (int i = 0; i < 65536; i++)
+            EXPECT(f_bits(g[i]) == f_bits(mpt_bf16_to_f32(all[off + i])), "widen bf16 0x%04x", all[off + i]);
+    }
+    free(all);
+    free(f);
+    free(g);
+    free(h);
+}
+END_TEST
+
+/* The backend's cast, for every (source, destination) pair, equals the per-element definition. */
+START_TEST(test_cast_pairs) {
+    enum { N = 4099 }; /* not a multiple of the vector width: the tails run too */
+    static const mpt_dtype src_types[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16, MPT_DTYPE_U8};
+    static const mpt_dtype dst_types[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {0xca57};
+    float *f = malloc(N * sizeof(float));
+    fill_specials(f, N, &r);
+    unsigned char *src = malloc(N * 4), *dst = malloc(N * 4);
+    for (int si = 0; si < 4; si++)
+        for (int di = 0; di < 3; di++) {
+            mpt_dtype st = src_types[si], dt = dst_types[di];
+            for (int i = 0; i < N; i++) { /* source data: the special/random floats, or their bits */
+                uint32_t b = f_bits(f[i]);
+                if (st == MPT_DTYPE_F32) memcpy(src + 4 * i, &b, 4);
+                else if (st == MPT_DTYPE_U8) src[i] = (unsigned char)(b >> 7);
+                else ((uint16_t *)src)[i] = (uint16_t)(b >> (i % 2 ? 16 : 3));
+            }
+            be->cast(be, dst, dt, src, st, N);
+            for (int i = 0; i < N; i++) {
+                float v = st == MPT_DTYPE_U8 ? (float)src[i] : mpt_load_f32(src, st, i);
+                if (st == MPT_DTYPE_U8) EXPECT1((double)v == (double)src[i]);
+                unsigned char want[4]; /* same dtype: a copy of the bits (NaN payloads included) */
+                if (st == dt) memcpy(want, src + (size_t)i * mpt_dtype_size(st), mpt_dtype_size(st));
+                else mpt_store_f32(want, dt, 0, v);
+                EXPECT(memcmp(dst + (size_t)i * mpt_dtype_size(dt), want, mpt_dtype_size(dt)) == 0,
+                              "cast %s -> %s differs at %d", mpt_dtype_name(st), mpt_dtype_name(dt), i);
+            }
+        }
+    free(f);
+    free(src);
+    free(dst);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("dtype");
+    TCase *tc = tcase_create("conversions");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_f16_all_patterns);
+    tcase_add_test(tc, test_bf16_all_patterns);
+    tcase_add_test(tc, test_ties_to_even);
+    tcase_add_test(tc, test_f16_overflow);
+    tcase_add_test(tc, test_f16_vs_f16c);
+    tcase_add_test(tc, test_bf16_vs_reference);
+    tcase_add_test(tc, test_tf32);
+    tcase_add_test(tc, test_convert_loops);
+    tcase_add_test(tc, test_cast_pairs);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
