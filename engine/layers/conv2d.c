@@ -1,2 +1,97 @@
-/* engine/layers/conv2d.c - placeholder until this file's owner lands it. */
-#include "engine/layers/layers.h"
+/*
+ * engine/layers/conv2d.c - 2-D convolution (cross-correlation, NCHW / KCRS), forward and backward.
+ *
+ * Shapes: x [B, C, H, W], W [K, C, k, k], b [K], y [B, K, P, Q] with
+ *   P = (H + 2 pad - k) / stride + 1, Q = (W + 2 pad - k) / stride + 1.
+ * Forward:   y[n,o,p,q] = b[o] + sum_{c,r,s} x[n, c, p*stride - pad + r, q*stride - pad + s] W[o,c,r,s]
+ *            (x is zero outside the image)                                     be->conv2d_forward
+ * Backward:  dx[n,c,h,w] += sum_{o,r,s : h = p*stride - pad + r, w = q*stride - pad + s} dy[n,o,p,q] W[o,c,r,s]
+ *            (only if x->grad; compute dtype)                                 be->conv2d_backward_data
+ *            dW[o,c,r,s] += sum_{n,p,q} dy[n,o,p,q] x[n, c, p*stride - pad + r, q*stride - pad + s]   (FP32)
+ *            db[o] += sum_{n,p,q} dy[n,o,p,q]                     (FP32)      be->conv2d_backward_filter
+ * Operands in the node's compute dtype and math mode, FP32 products and sums (engine/backend.h).
+ * PyTorch: torch.nn.Conv2d(C, K, k, stride, padding); init U(-1/sqrt(C k k), 1/sqrt(C k k)) (fan_in = C k k).
+ */
+#include <stdio.h>
+
+#include "engine/layers/layer_common.h"
+
+static mpt_conv_args conv_args(const mpt_node *n, const char *tag) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+    mpt_conv_args a = {0};
+    a.s = n->attr.conv;
+    a.math = n->math;
+    a.dtype = n->compute_dtype;
+    a.x = x->data;
+    a.w = w->data;
+    a.bias = b->data;
+    a.y = y->data;
+    a.dy = y->grad ? y->grad->data : NULL;
+    a.dx = x->grad ? x->grad->data : NULL;
+    a.dw = w->grad->data;
+    a.db = b->grad->data;
+    a.tag = tag;
+    return a;
+}
+
+static void conv2d_forward(mpt_graph *g, mpt_node *n) {
+    char tag[MPT_NAME_LEN + 8];
+    snprintf(tag, sizeof tag, "%s.fwd", n->name);
+    mpt_conv_args a = conv_args(n, tag);
+    g->be->conv2d_forward(g->be, &a);
+}
+
+static void conv2d_backward(mpt_graph *g, mpt_node *n) {
+    char tag[MPT_NAME_LEN + 8];
+    mpt_conv_args a;
+    if (n->in[0]->grad) {
+        snprintf(tag, sizeof tag, "%s.dgrad", n->name);
+        a = conv_args(n, tag);
+        g->be->conv2d_backward_data(g->be, &a);
+    }
+    snprintf(tag, sizeof tag, "%s.wgrad", n->name);
+    a = conv_args(n, tag);
+    g->be->conv2d_backward_filter(g->be, &a);
+}
+
+mpt_tensor *mpt_conv2d(mpt_graph *g, mpt_tensor *x, int out_channels, int kernel, int stride, int pad,
+                       const char *name) {
+    MPT_ASSERTF(x->ndim == 4, "conv2d %s: input %s must be 4-D [B, C, H, W], has %d dims", name, x->name, x->ndim);
+    MPT_ASSERTF(out_channels > 0 && kernel > 0 && stride > 0 && pad >= 0,
+                "conv2d %s: out_channels %d, kernel %d, stride %d, pad %d (need > 0, > 0, > 0, >= 0)", name,
+                out_channels, kernel, stride, pad);
+    int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    MPT_ASSERTF(H + 2 * pad >= kernel && W + 2 * pad >= kernel,
+                "conv2d %s: kernel %d larger than the padded input %lldx%lld (pad %d)", name, kernel,
+                (long long)H, (long long)W, pad);
+    mpt_node *n = mpt_graph_node(g, MPT_OP_CONV2D, name);
+    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
+    mpt_layer_check_input_dtype(g, n, x);
+
+    mpt_conv_shape s = {0};
+    s.N = (int)B; s.C = (int)C; s.H = (int)H; s.W = (int)W;
+    s.K = out_channels; s.R = kernel; s.S = kernel;
+    s.pad_h = pad; s.pad_w = pad;
+    s.stride_h = stride; s.stride_w = stride;
+    s.P = (int)((H + 2 * pad - kernel) / stride + 1);
+    s.Q = (int)((W + 2 * pad - kernel) / stride + 1);
+    n->attr.conv = s;
+
+    char tn[MPT_NAME_LEN];
+    int fan_in = (int)C * kernel * kernel;
+    int64_t wshape[4] = {out_channels, C, kernel, kernel}, bshape[1] = {out_channels};
+    int64_t yshape[4] = {B, out_channels, s.P, s.Q};
+    mpt_tensor *w = mpt_graph_param(g, mpt_layer_tname(tn, name, "weight"), pr.compute_dtype, 4, wshape, fan_in);
+    mpt_tensor *b = mpt_graph_param(g, mpt_layer_tname(tn, name, "bias"), pr.compute_dtype, 1, bshape, fan_in);
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, 4, yshape);
+    mpt_graph_grad(g, y); /* the layer has parameters: a gradient always flows into y */
+
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->out = y;
+    n->forward = conv2d_forward;
+    n->backward = conv2d_backward;
+
+    mpt_conv_args a = conv_args(n, name);
+    mpt_layer_reserve(g, name, g->be->conv2d_workspace(g->be, &a));
+    return y;
+}

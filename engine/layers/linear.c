@@ -1,2 +1,115 @@
-/* engine/layers/linear.c - placeholder until this file's owner lands it. */
-#include "engine/layers/layers.h"
+/*
+ * engine/layers/linear.c - fully connected layer, forward and backward.
+ *
+ * Shapes: x [B, in], W [out, in] (PyTorch's layout), b [out], y [B, out].
+ * Forward:   y = x W^T + b                    one GEMM (trans_b), bias epilogue, beta = 0
+ * Backward:  dx += dy W                       [B, out] x [out, in], compute dtype, beta = 1 (only if x->grad)
+ *            dW += dy^T x                     [out, B] x [B, in], FP32 output (decision 9), beta = 1
+ *            db += sum_rows dy                FP32 (be->bias_grad)
+ * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
+ * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
+ * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
+ */
+#include <stdio.h>
+
+#include "engine/layers/layer_common.h"
+
+/* The three GEMMs of the layer, with NULL data pointers when called at build time (workspace queries). */
+static mpt_gemm_args linear_fwd_args(const mpt_node *n, const char *tag) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+    mpt_gemm_args a = {0};
+    a.trans_a = 0; a.trans_b = 1;
+    a.M = x->shape[0]; a.N = w->shape[0]; a.K = w->shape[1];
+    a.A = x->data; a.a_dtype = x->dtype;        /* [B, in] */
+    a.B = w->data; a.b_dtype = w->dtype;        /* [out, in], read transposed */
+    a.C = y->data; a.c_dtype = y->dtype;        /* [B, out] */
+    a.bias = b->data; a.bias_dtype = b->dtype;  /* [out] */
+    a.alpha = 1.0f; a.beta = 0.0f;
+    a.math = n->math;
+    a.epilogue = MPT_EPILOGUE_BIAS;
+    a.tag = tag;
+    return a;
+}
+
+static mpt_gemm_args linear_dgrad_args(const mpt_node *n, const char *tag) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    mpt_gemm_args a = {0};
+    a.trans_a = 0; a.trans_b = 0;
+    a.M = x->shape[0]; a.N = w->shape[1]; a.K = w->shape[0];
+    a.A = y->grad->data; a.a_dtype = y->grad->dtype;  /* dy [B, out] */
+    a.B = w->data; a.b_dtype = w->dtype;              /* W [out, in] */
+    a.C = x->grad->data; a.c_dtype = x->grad->dtype;  /* dx [B, in], += */
+    a.alpha = 1.0f; a.beta = 1.0f;
+    a.math = n->math;
+    a.epilogue = MPT_EPILOGUE_NONE;
+    a.tag = tag;
+    return a;
+}
+
+static mpt_gemm_args linear_wgrad_args(const mpt_node *n, const char *tag) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    mpt_gemm_args a = {0};
+    a.trans_a = 1; a.trans_b = 0;
+    a.M = w->shape[0]; a.N = w->shape[1]; a.K = x->shape[0];
+    a.A = y->grad->data; a.a_dtype = y->grad->dtype;  /* dy [B, out], read transposed */
+    a.B = x->data; a.b_dtype = x->dtype;              /* x [B, in] */
+    a.C = w->grad->data; a.c_dtype = w->grad->dtype;  /* dW [out, in] FP32, += */
+    a.alpha = 1.0f; a.beta = 1.0f;
+    a.math = n->math;
+    a.epilogue = MPT_EPILOGUE_NONE;
+    a.tag = tag;
+    return a;
+}
+
+static void linear_forward(mpt_graph *g, mpt_node *n) {
+    char tag[MPT_NAME_LEN + 8];
+    snprintf(tag, sizeof tag, "%s.fwd", n->name);
+    mpt_gemm_args a = linear_fwd_args(n, tag);
+    g->be->gemm(g->be, &a);
+}
+
+static void linear_backward(mpt_graph *g, mpt_node *n) {
+    const mpt_tensor *x = n->in[0], *b = n->in[2], *y = n->out;
+    char tag[MPT_NAME_LEN + 8];
+    if (x->grad) {
+        snprintf(tag, sizeof tag, "%s.dgrad", n->name);
+        mpt_gemm_args a = linear_dgrad_args(n, tag);
+        g->be->gemm(g->be, &a);
+    }
+    snprintf(tag, sizeof tag, "%s.wgrad", n->name);
+    mpt_gemm_args a = linear_wgrad_args(n, tag);
+    g->be->gemm(g->be, &a);
+    g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1]);
+}
+
+mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char *name) {
+    MPT_ASSERTF(x->ndim == 2, "linear %s: input %s must be 2-D [B, in], has %d dims (use mpt_flatten)", name,
+                x->name, x->ndim);
+    MPT_ASSERTF(out_features > 0, "linear %s: out_features = %d", name, out_features);
+    mpt_node *n = mpt_graph_node(g, MPT_OP_LINEAR, name);
+    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
+    mpt_layer_check_input_dtype(g, n, x);
+
+    int64_t rows = x->shape[0], in = x->shape[1];
+    char tn[MPT_NAME_LEN];
+    int64_t wshape[2] = {out_features, in}, bshape[1] = {out_features}, yshape[2] = {rows, out_features};
+    mpt_tensor *w = mpt_graph_param(g, mpt_layer_tname(tn, name, "weight"), pr.compute_dtype, 2, wshape, (int)in);
+    mpt_tensor *b = mpt_graph_param(g, mpt_layer_tname(tn, name, "bias"), pr.compute_dtype, 1, bshape, (int)in);
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, 2, yshape);
+    mpt_graph_grad(g, y); /* the layer has parameters: a gradient always flows into y */
+
+    n->in[0] = x; n->in[1] = w; n->in[2] = b;
+    n->out = y;
+    n->forward = linear_forward;
+    n->backward = linear_backward;
+
+    mpt_gemm_args a = linear_fwd_args(n, name);
+    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    if (x->grad) {
+        a = linear_dgrad_args(n, name);
+        mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    }
+    a = linear_wgrad_args(n, name);
+    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    return y;
+}

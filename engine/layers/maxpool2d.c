@@ -1,2 +1,70 @@
-/* engine/layers/maxpool2d.c - placeholder until this file's owner lands it. */
-#include "engine/layers/layers.h"
+/*
+ * engine/layers/maxpool2d.c - 2-D max pooling (square window, no padding), forward and backward.
+ *
+ * Shapes: x [B, C, H, W], y [B, C, P, Q] with P = (H - k) / stride + 1, Q = (W - k) / stride + 1;
+ * saved argmax [B, C, P, Q] I32 (index h*W + w of the maximum within its input plane).
+ * Forward:   y[n,c,p,q] = max_{r,s < k} x[n, c, p*stride + r, q*stride + s], argmax recorded
+ *                                                                   be->maxpool_forward
+ * Backward:  dx[n, c, argmax[n,c,p,q]] += dy[n,c,p,q]   (overlapping windows accumulate; only if x->grad)
+ *                                                                   be->maxpool_backward
+ * dtype follows the input (policy). PyTorch: torch.nn.MaxPool2d(kernel, stride).
+ */
+#include "engine/layers/layer_common.h"
+
+static mpt_pool_args pool_args(const mpt_node *n) {
+    const mpt_tensor *x = n->in[0], *y = n->out, *am = n->saved[0];
+    mpt_pool_args a = {0};
+    a.N = (int)x->shape[0]; a.C = (int)x->shape[1]; a.H = (int)x->shape[2]; a.W = (int)x->shape[3];
+    a.kernel = n->attr.pool.kernel; a.stride = n->attr.pool.stride; a.pad = n->attr.pool.pad;
+    a.P = n->attr.pool.P; a.Q = n->attr.pool.Q;
+    a.dtype = x->dtype;
+    a.x = x->data;
+    a.y = y->data;
+    a.argmax = am->data;
+    a.dy = y->grad ? y->grad->data : NULL;
+    a.dx = x->grad ? x->grad->data : NULL;
+    return a;
+}
+
+static void maxpool2d_forward(mpt_graph *g, mpt_node *n) {
+    mpt_pool_args a = pool_args(n);
+    g->be->maxpool_forward(g->be, &a);
+}
+
+static void maxpool2d_backward(mpt_graph *g, mpt_node *n) {
+    mpt_pool_args a = pool_args(n);
+    g->be->maxpool_backward(g->be, &a);
+}
+
+mpt_tensor *mpt_maxpool2d(mpt_graph *g, mpt_tensor *x, int kernel, int stride, const char *name) {
+    MPT_ASSERTF(x->ndim == 4, "maxpool2d %s: input %s must be 4-D [B, C, H, W], has %d dims", name, x->name,
+                x->ndim);
+    MPT_ASSERTF(mpt_dtype_is_float(x->dtype), "maxpool2d %s: input %s has dtype %s, need a float dtype", name,
+                x->name, mpt_dtype_name(x->dtype));
+    MPT_ASSERTF(kernel > 0 && stride > 0, "maxpool2d %s: kernel %d, stride %d (need > 0)", name, kernel, stride);
+    int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
+    MPT_ASSERTF(H >= kernel && W >= kernel, "maxpool2d %s: kernel %d larger than the input %lldx%lld", name, kernel,
+                (long long)H, (long long)W);
+    mpt_node *n = mpt_graph_node(g, MPT_OP_MAXPOOL2D, name);
+    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
+    mpt_layer_check_input_dtype(g, n, x);
+    n->attr.pool.kernel = kernel;
+    n->attr.pool.stride = stride;
+    n->attr.pool.pad = 0;
+    n->attr.pool.P = (int)((H - kernel) / stride + 1);
+    n->attr.pool.Q = (int)((W - kernel) / stride + 1);
+
+    char tn[MPT_NAME_LEN];
+    int64_t yshape[4] = {B, C, n->attr.pool.P, n->attr.pool.Q};
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, 4, yshape);
+    mpt_tensor *am = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "argmax"), MPT_DTYPE_I32, MPT_MEM_ACT, 4, yshape);
+    n->in[0] = x;
+    n->out = y;
+    n->saved[0] = am;
+    n->forward = maxpool2d_forward;
+    if (x->grad) {
+        mpt_graph_grad(g, y);
+        n->backward = maxpool2d_backward;
+    }
+    return y;
+}
