@@ -1,1 +1,607 @@
-/* engine/checkpoint.c - placeholder until the checkpoint module lands. */
+/*
+ * engine/checkpoint.c - safetensors writer (atomic: temp file, fsync, rename, fsync of the directory) and
+ * validating reader (jansson with JSON_REJECT_DUPLICATES, exact 64-bit integers; zlib crc32).
+ * Format and the list of checks: engine/checkpoint.h; format source: huggingface/safetensors README.
+ */
+#include "engine/checkpoint.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.c writes host bytes as safetensors' little-endian data: port the byte order first"
+#endif
+
+#define CKPT_META_KEY "__metadata__"
+#define CKPT_CRC_KEY "crc32"
+#define CKPT_ALIGN 8
+
+struct mpt_checkpoint {
+    char *path;
+    uint8_t *file;                /* the whole file */
+    size_t file_size;
+    const uint8_t *buf;           /* the data buffer: file + 8 + header length */
+    size_t buf_size;
+    int n;
+    mpt_checkpoint_tensor *t;     /* [n] sorted by data offset; names and data point into owned memory */
+    int n_meta;
+    char **keys, **values;        /* [n_meta] */
+};
+
+/* ---- dtypes ----------------------------------------------------------------------------------- */
+
+static const char *ckpt_dtype_str(mpt_dtype d) {
+    switch (d) {
+    case MPT_DTYPE_F32: return "F32";
+    case MPT_DTYPE_F16: return "F16";
+    case MPT_DTYPE_BF16: return "BF16";
+    case MPT_DTYPE_I32: return "I32";
+    case MPT_DTYPE_U8: return "U8";
+    default: return NULL;
+    }
+}
+
+static int ckpt_dtype_parse(const char *s, mpt_dtype *d) {
+    for (int i = 0; i < MPT_DTYPE_COUNT; i++) {
+        const char *n = ckpt_dtype_str((mpt_dtype)i);
+        if (n && strcmp(n, s) == 0) {
+            *d = (mpt_dtype)i;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int64_t mpt_checkpoint_tensor_nbytes(const mpt_checkpoint_tensor *t) {
+    if (!ckpt_dtype_str(t->dtype) || t->ndim < 0 || t->ndim > MPT_CHECKPOINT_MAX_DIMS) return -1;
+    int64_t n = (int64_t)mpt_dtype_size(t->dtype);
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0 || __builtin_mul_overflow(n, t->shape[i], &n)) return -1;
+    }
+    return n;
+}
+
+/* "[256, 784]" */
+static const char *ckpt_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t len = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+    return buf;
+}
+
+static uint32_t ckpt_crc(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        uInt len = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = (uint32_t)crc32(crc, p, len);
+        p += len;
+        n -= len;
+    }
+    return crc;
+}
+
+/* ---- writer ----------------------------------------------------------------------------------- */
+
+/* Validates the arguments and builds the header JSON (padded); *total_data = buffer bytes, *crc = its crc32. */
+static mpt_status ckpt_build_header(const char *path, const mpt_checkpoint_tensor *t, int n,
+                                    const mpt_checkpoint_meta *meta, int n_meta, char **hdr_out, size_t *hdr_len) {
+    if (n < 0 || n_meta < 0 || (n > 0 && !t) || (n_meta > 0 && !meta))
+        return mpt_errorf(MPT_ERR_ARG, "%s: bad tensor/metadata list (n %d, n_meta %d)", path, n, n_meta);
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    int64_t off = 0;
+    json_t *root = json_object(), *jm = json_object();
+    if (!root || !jm) {
+        json_decref(root), json_decref(jm);
+        return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
+    }
+    mpt_status st = MPT_OK;
+    for (int i = 0; i < n_meta && st == MPT_OK; i++) {
+        const char *k = meta[i].key, *v = meta[i].value;
+        if (!k || !v || !*k)
+            st = mpt_errorf(MPT_ERR_ARG, "%s: metadata entry %d: expected a non-empty key and a value", path, i);
+        else if (strcmp(k, CKPT_CRC_KEY) == 0)
+            st = mpt_errorf(MPT_ERR_ARG, "%s: metadata key \"%s\" is reserved for the writer's checksum", path, k);
+        else if (json_object_get(jm, k))
+            st = mpt_errorf(MPT_ERR_ARG, "%s: duplicate metadata key \"%s\"", path, k);
+        else if (json_object_set_new(jm, k, json_string(v)) != 0)
+            st = mpt_errorf(MPT_ERR_ARG, "%s: metadata \"%s\": key and value must be valid UTF-8", path, k);
+    }
+    if (st == MPT_OK && json_object_set(root, CKPT_META_KEY, jm) != 0)
+        st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
+    for (int i = 0; i < n && st == MPT_OK; i++) {
+        const mpt_checkpoint_tensor *ti = &t[i];
+        int64_t nb = mpt_checkpoint_tensor_nbytes(ti);
+        if (!ti->name || !*ti->name || strcmp(ti->name, CKPT_META_KEY) == 0) {
+            st = mpt_errorf(MPT_ERR_ARG, "%s: tensor %d: expected a non-empty name other than \"%s\"", path, i,
+                            CKPT_META_KEY);
+            break;
+        }
+        if (json_object_get(root, ti->name)) {
+            st = mpt_errorf(MPT_ERR_ARG, "%s: duplicate tensor name \"%s\"", path, ti->name);
+            break;
+        }
+        if (!ckpt_dtype_str(ti->dtype)) {
+            st = mpt_errorf(MPT_ERR_ARG, "%s: tensor \"%s\": dtype %d cannot be saved (expected F32, F16, BF16, I32, U8)",
+                            path, ti->name, (int)ti->dtype);
+            break;
+        }
+        if (nb < 0 || (nb > 0 && !ti->data) || __builtin_add_overflow(off, nb, &(int64_t){0})) {
+            st = mpt_errorf(MPT_ERR_ARG, "%s: tensor \"%s\": bad shape (ndim %d, negative or overflowing sizes) or no data",
+                            path, ti->name, ti->ndim);
+            break;
+        }
+        json_t *shape = json_array(), *offs = json_array(), *e = json_object();
+        int bad = !shape || !offs || !e;
+        for (int d = 0; d < ti->ndim && !bad; d++) bad = json_array_append_new(shape, json_integer(ti->shape[d])) != 0;
+        bad = bad || json_array_append_new(offs, json_integer(off)) != 0 ||
+              json_array_append_new(offs, json_integer(off + nb)) != 0 ||
+              json_object_set_new(e, "dtype", json_string(ckpt_dtype_str(ti->dtype))) != 0 ||
+              json_object_set(e, "shape", shape) != 0 || json_object_set(e, "data_offsets", offs) != 0;
+        json_decref(shape);
+        json_decref(offs);
+        if (bad || json_object_set_new(root, ti->name, e) != 0) {
+            if (bad) json_decref(e);
+            st = mpt_errorf(MPT_ERR_ARG, "%s: tensor \"%s\": cannot add to the header (name not valid UTF-8?)", path,
+                            ti->name);
+            break;
+        }
+        crc = ckpt_crc(crc, ti->data, (size_t)nb);
+        off += nb;
+    }
+    if (st == MPT_OK) {
+        char hex[9];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        if (json_object_set_new(jm, CKPT_CRC_KEY, json_string(hex)) != 0)
+            st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
+    }
+    char *js = st == MPT_OK ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(jm);
+    json_decref(root);
+    if (st != MPT_OK) return st;
+    if (!js) return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot serialise the checkpoint header", path);
+    size_t len = strlen(js);
+    size_t padded = (8 + len + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN - 8;
+    char *hdr = realloc(js, padded + 1);
+    if (!hdr) {
+        free(js);
+        return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate the checkpoint header", path);
+    }
+    memset(hdr + len, ' ', padded - len);
+    hdr[padded] = '\0';
+    *hdr_out = hdr;
+    *hdr_len = padded;
+    return MPT_OK;
+}
+
+static mpt_status ckpt_io_error(const char *what, const char *file) {
+    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", file, what, strerror(errno));
+}
+
+mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
+                                     const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap) {
+    MPT_ASSERT(path && tmp_path);
+    if ((size_t)snprintf(tmp_path, cap, "%s.tmp", path) >= cap)
+        return mpt_errorf(MPT_ERR_ARG, "%s: path too long for the temporary file name (capacity %zu)", path, cap);
+    char *hdr = NULL;
+    size_t hlen = 0;
+    MPT_TRY(ckpt_build_header(path, tensors, n, meta, n_meta, &hdr, &hlen));
+
+    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        free(hdr);
+        return ckpt_io_error("create", tmp_path);
+    }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        mpt_status st = ckpt_io_error("fdopen", tmp_path);
+        close(fd);
+        unlink(tmp_path);
+        free(hdr);
+        return st;
+    }
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+    free(hdr);
+    for (int i = 0; i < n && ok; i++) {
+        size_t nb = (size_t)mpt_checkpoint_tensor_nbytes(&tensors[i]);
+        ok = nb == 0 || fwrite(tensors[i].data, 1, nb, f) == nb;
+    }
+    const char *what = "write";
+    if (ok && fflush(f) != 0) ok = 0, what = "flush";
+    if (ok && fsync(fileno(f)) != 0) ok = 0, what = "fsync";
+    mpt_status st = ok ? MPT_OK : ckpt_io_error(what, tmp_path);
+    if (fclose(f) != 0 && st == MPT_OK) st = ckpt_io_error("close", tmp_path);
+    if (st != MPT_OK) unlink(tmp_path);
+    return st;
+}
+
+mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path) {
+    if (rename(tmp_path, path) != 0) {
+        mpt_status st = mpt_errorf(MPT_ERR_IO, "%s: rename from %s failed: %s", path, tmp_path, strerror(errno));
+        unlink(tmp_path);
+        return st;
+    }
+    char *copy = strdup(path);
+    if (!copy) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+    const char *dir = dirname(copy);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    mpt_status st = MPT_OK;
+    if (dfd < 0)
+        st = mpt_errorf(MPT_ERR_IO, "%s: open of directory %s for fsync failed: %s", path, dir, strerror(errno));
+    else if (fsync(dfd) != 0)
+        st = mpt_errorf(MPT_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir, strerror(errno));
+    if (dfd >= 0) close(dfd);
+    free(copy);
+    return st;
+}
+
+mpt_status mpt_checkpoint_save(const char *path, const mpt_checkpoint_tensor *tensors, int n,
+                               const mpt_checkpoint_meta *meta, int n_meta) {
+    size_t cap = strlen(path) + 8;
+    char *tmp = malloc(cap);
+    if (!tmp) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+    mpt_status st = mpt_checkpoint_write_temp(path, tensors, n, meta, n_meta, tmp, cap);
+    if (st == MPT_OK) st = mpt_checkpoint_commit(tmp, path);
+    free(tmp);
+    return st;
+}
+
+/* ---- reader ----------------------------------------------------------------------------------- */
+
+static void ckpt_free(mpt_checkpoint *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) free((char *)c->t[i].name);
+    for (int i = 0; i < c->n_meta; i++) free(c->keys[i]), free(c->values[i]);
+    free(c->t);
+    free(c->keys);
+    free(c->values);
+    free(c->file);
+    free(c->path);
+    free(c);
+}
+
+void mpt_checkpoint_close(mpt_checkpoint **c) {
+    if (!c) return;
+    ckpt_free(*c);
+    *c = NULL;
+}
+
+static mpt_status ckpt_read_file(mpt_checkpoint *c) {
+    const char *path = c->path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    int stat_rc = fstat(fd, &sb);
+    if (stat_rc != 0 || !S_ISREG(sb.st_mode)) {
+        mpt_status st = stat_rc != 0 ? ckpt_io_error("stat", path)
+                                     : mpt_errorf(MPT_ERR_IO, "%s: expected a regular file (not a directory or device)", path);
+        close(fd);
+        return st;
+    }
+    size_t size = (size_t)sb.st_size;
+    c->file = malloc(size ? size : 1);
+    if (!c->file) {
+        close(fd);
+        return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size);
+    }
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, c->file + got, size - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            mpt_status st = r < 0 ? ckpt_io_error("read", path)
+                                  : mpt_errorf(MPT_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes)", path,
+                                               got, size);
+            close(fd);
+            return st;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    c->file_size = size;
+    return MPT_OK;
+}
+
+typedef struct ckpt_entry {
+    int64_t begin, end;
+    int index; /* position in c->t before sorting */
+} ckpt_entry;
+
+static int ckpt_entry_cmp(const void *a, const void *b) {
+    const ckpt_entry *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+/* Parses one tensor entry `e` named `name` into *t (name not set) and its offsets. */
+static mpt_status ckpt_parse_entry(const char *path, const char *name, json_t *e, size_t buf_size,
+                                   mpt_checkpoint_tensor *t, int64_t *begin, int64_t *end) {
+    if (!json_is_object(e))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": expected an object {dtype, shape, data_offsets}", path,
+                          name);
+    const char *k;
+    json_t *v;
+    json_object_foreach(e, k, v) {
+        if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": unexpected field \"%s\" (expected dtype, shape, "
+                              "data_offsets)", path, name, k);
+    }
+    json_t *jd = json_object_get(e, "dtype"), *js = json_object_get(e, "shape"), *jo = json_object_get(e, "data_offsets");
+    if (!jd || !js || !jo)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": missing field \"%s\"", path, name,
+                          !jd ? "dtype" : !js ? "shape" : "data_offsets");
+    if (!json_is_string(jd))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": dtype must be a string", path, name);
+    if (!ckpt_dtype_parse(json_string_value(jd), &t->dtype))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": unsupported dtype \"%s\" (expected F32, F16, BF16, I32 "
+                          "or U8)", path, name, json_string_value(jd));
+    if (!json_is_array(js) || json_array_size(js) > MPT_CHECKPOINT_MAX_DIMS)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": shape must be an array of at most %d integers", path,
+                          name, MPT_CHECKPOINT_MAX_DIMS);
+    t->ndim = (int)json_array_size(js);
+    for (int d = 0; d < t->ndim; d++) {
+        json_t *x = json_array_get(js, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": shape[%d] must be a non-negative integer", path,
+                              name, d);
+        t->shape[d] = json_integer_value(x);
+    }
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": data_offsets must be [begin, end] integers", path, name);
+    *begin = json_integer_value(json_array_get(jo, 0));
+    *end = json_integer_value(json_array_get(jo, 1));
+    if (*begin < 0 || *end < *begin)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] must satisfy 0 <= begin <= end",
+                          path, name, (long long)*begin, (long long)*end);
+    if ((uint64_t)*end > buf_size)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] are beyond the end of the "
+                          "%zu-byte data buffer", path, name, (long long)*begin, (long long)*end, buf_size);
+    int64_t nb = mpt_checkpoint_tensor_nbytes(t);
+    char sh[160];
+    if (nb < 0)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": shape %s overflows 64-bit sizes", path, name,
+                          ckpt_shape_str(t->ndim, t->shape, sh, sizeof sh));
+    if (nb != *end - *begin)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": %s %s needs %lld bytes but data_offsets [%lld, %lld] "
+                          "span %lld", path, name, json_string_value(jd), ckpt_shape_str(t->ndim, t->shape, sh, sizeof sh),
+                          (long long)nb, (long long)*begin, (long long)*end, (long long)(*end - *begin));
+    return MPT_OK;
+}
+
+static mpt_status ckpt_parse(mpt_checkpoint *c) {
+    const char *path = c->path;
+    if (c->file_size < 8)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: file of %zu bytes is too short for the 8-byte safetensors header length",
+                          path, c->file_size);
+    uint64_t hlen = 0;
+    for (int i = 0; i < 8; i++) hlen |= (uint64_t)c->file[i] << (8 * i);
+    if (hlen < 2)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu is too small (expected at least 2 bytes of JSON)", path,
+                          (unsigned long long)hlen);
+    if (hlen > MPT_CHECKPOINT_MAX_HEADER)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit (not a safetensors file?)",
+                          path, (unsigned long long)hlen, (unsigned long long)MPT_CHECKPOINT_MAX_HEADER);
+    if (hlen > c->file_size - 8)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field "
+                          "(truncated file?)", path, (unsigned long long)hlen, c->file_size - 8);
+    c->buf = c->file + 8 + hlen;
+    c->buf_size = c->file_size - 8 - (size_t)hlen;
+
+    json_error_t jerr;
+    json_t *root = json_loadb((const char *)c->file + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: invalid JSON header: %s (line %d, column %d)", path, jerr.text,
+                          jerr.line, jerr.column);
+    mpt_status st = MPT_OK;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: expected a JSON object as the header, found another JSON value", path);
+    }
+    size_t n_keys = json_object_size(root);
+    json_t *jm = json_object_get(root, CKPT_META_KEY);
+    size_t n_t = n_keys - (jm ? 1 : 0);
+    size_t n_m = jm && json_is_object(jm) ? json_object_size(jm) : 0;
+    c->t = calloc(n_t ? n_t : 1, sizeof *c->t);
+    ckpt_entry *ent = calloc(n_t ? n_t : 1, sizeof *ent);
+    c->keys = calloc(n_m ? n_m : 1, sizeof *c->keys);
+    c->values = calloc(n_m ? n_m : 1, sizeof *c->values);
+    if (!c->t || !ent || !c->keys || !c->values) {
+        free(ent);
+        json_decref(root);
+        return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory for %zu tensors", path, n_t);
+    }
+    if (jm && !json_is_object(jm))
+        st = mpt_errorf(MPT_ERR_FORMAT, "%s: \"%s\" must be an object of strings", path, CKPT_META_KEY);
+    const char *k;
+    json_t *v;
+    if (st == MPT_OK && jm) {
+        json_object_foreach(jm, k, v) {
+            if (!json_is_string(v)) {
+                st = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\": expected a string value", path, k);
+                break;
+            }
+            c->keys[c->n_meta] = strdup(k);
+            c->values[c->n_meta] = strdup(json_string_value(v));
+            c->n_meta++;
+            if (!c->keys[c->n_meta - 1] || !c->values[c->n_meta - 1]) {
+                st = mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+        }
+    }
+    if (st == MPT_OK) {
+        json_object_foreach(root, k, v) {
+            if (strcmp(k, CKPT_META_KEY) == 0) continue;
+            mpt_checkpoint_tensor *t = &c->t[c->n];
+            st = ckpt_parse_entry(path, k, v, c->buf_size, t, &ent[c->n].begin, &ent[c->n].end);
+            if (st != MPT_OK) break;
+            t->name = strdup(k);
+            ent[c->n].index = c->n;
+            c->n++;
+            if (!t->name) {
+                st = mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+        }
+    }
+    json_decref(root);
+    if (st != MPT_OK) {
+        free(ent);
+        return st;
+    }
+
+    /* Offsets, sorted, must tile [0, buf_size) exactly. */
+    qsort(ent, (size_t)c->n, sizeof *ent, ckpt_entry_cmp);
+    int64_t at = 0;
+    for (int i = 0; i < c->n && st == MPT_OK; i++) {
+        const char *name = c->t[ent[i].index].name;
+        if (ent[i].begin > at)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": data_offsets begin at %lld, leaving a gap after byte %lld "
+                            "(expected contiguous offsets from 0)", path, name, (long long)ent[i].begin, (long long)at);
+        else if (ent[i].begin < at)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] overlap the previous tensor, "
+                            "which ends at byte %lld", path, name, (long long)ent[i].begin, (long long)ent[i].end,
+                            (long long)at);
+        at = ent[i].end;
+    }
+    if (st == MPT_OK && (uint64_t)at != c->buf_size)
+        st = mpt_errorf(MPT_ERR_FORMAT, "%s: %zu trailing bytes after the tensors' data (the tensors cover %lld of the "
+                        "%zu data bytes)", path, c->buf_size - (size_t)at, (long long)at, c->buf_size);
+    if (st == MPT_OK) {
+        mpt_checkpoint_tensor *sorted = malloc((c->n ? (size_t)c->n : 1) * sizeof *sorted);
+        if (!sorted) {
+            st = mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+        } else {
+            for (int i = 0; i < c->n; i++) {
+                sorted[i] = c->t[ent[i].index];
+                sorted[i].data = c->buf + ent[i].begin;
+            }
+            free(c->t);
+            c->t = sorted;
+        }
+    }
+    free(ent);
+    if (st != MPT_OK) return st;
+
+    /* Checksum. */
+    const char *crc_s = mpt_checkpoint_meta_get(c, CKPT_CRC_KEY);
+    if (!crc_s)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: no \"%s\" in %s (expected the checksum mptrain writes)", path, CKPT_CRC_KEY,
+                          CKPT_META_KEY);
+    char *endp = NULL;
+    unsigned long want = strtoul(crc_s, &endp, 16);
+    if (strlen(crc_s) != 8 || *endp != '\0')
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata crc32 \"%s\": expected 8 hexadecimal digits", path, crc_s);
+    uint32_t have = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->buf, c->buf_size);
+    if (have != (uint32_t)want)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: data CRC32 mismatch: the header says %08lx, the %zu data bytes give %08x "
+                          "(corrupt file)", path, want, c->buf_size, have);
+    return MPT_OK;
+}
+
+static mpt_status ckpt_check_expected(const mpt_checkpoint *c, const mpt_checkpoint_tensor *exp, int n_exp) {
+    const char *path = c->path;
+    char list[768];
+    size_t len = 0;
+    int count = 0;
+    for (int i = 0; i < n_exp; i++) {
+        if (mpt_checkpoint_find(c, exp[i].name)) continue;
+        if (len < sizeof list) len += (size_t)snprintf(list + len, sizeof list - len, "%s\"%s\"", count ? ", " : "", exp[i].name);
+        count++;
+    }
+    if (count)
+        return mpt_errorf(MPT_ERR_SHAPE, "%s: missing %d tensor%s the model needs: %s", path, count, count > 1 ? "s" : "",
+                          list);
+    for (int i = 0; i < c->n; i++) {
+        int found = 0;
+        for (int j = 0; j < n_exp && !found; j++) found = strcmp(exp[j].name, c->t[i].name) == 0;
+        if (found) continue;
+        if (len < sizeof list) len += (size_t)snprintf(list + len, sizeof list - len, "%s\"%s\"", count ? ", " : "", c->t[i].name);
+        count++;
+    }
+    if (count)
+        return mpt_errorf(MPT_ERR_SHAPE, "%s: %d unexpected tensor%s the model does not have: %s", path, count,
+                          count > 1 ? "s" : "", list);
+    for (int i = 0; i < n_exp; i++) {
+        const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, exp[i].name);
+        int same = t->dtype == exp[i].dtype && t->ndim == exp[i].ndim;
+        for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == exp[i].shape[d];
+        if (!same) {
+            char a[160], b[160];
+            const char *ed = ckpt_dtype_str(exp[i].dtype);
+            return mpt_errorf(MPT_ERR_SHAPE, "%s: tensor \"%s\": expected %s %s, found %s %s", path, t->name,
+                              ed ? ed : "?", ckpt_shape_str(exp[i].ndim, exp[i].shape, a, sizeof a),
+                              ckpt_dtype_str(t->dtype), ckpt_shape_str(t->ndim, t->shape, b, sizeof b));
+        }
+    }
+    return MPT_OK;
+}
+
+mpt_status mpt_checkpoint_open(const char *path, const mpt_checkpoint_tensor *expected, int n_expected,
+                               mpt_checkpoint **out) {
+    MPT_ASSERT(path && out && n_expected >= 0);
+    *out = NULL;
+    mpt_checkpoint *c = calloc(1, sizeof *c);
+    if (!c || !(c->path = strdup(path))) {
+        free(c);
+        return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+    }
+    mpt_status st = ckpt_read_file(c);
+    if (st == MPT_OK) st = ckpt_parse(c);
+    if (st == MPT_OK && expected) st = ckpt_check_expected(c, expected, n_expected);
+    if (st != MPT_OK) {
+        ckpt_free(c);
+        return st;
+    }
+    *out = c;
+    return MPT_OK;
+}
+
+int mpt_checkpoint_n_tensors(const mpt_checkpoint *c) { return c->n; }
+
+const mpt_checkpoint_tensor *mpt_checkpoint_tensor_at(const mpt_checkpoint *c, int i) {
+    MPT_ASSERT(i >= 0 && i < c->n);
+    return &c->t[i];
+}
+
+const mpt_checkpoint_tensor *mpt_checkpoint_find(const mpt_checkpoint *c, const char *name) {
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->t[i].name, name) == 0) return &c->t[i];
+    return NULL;
+}
+
+mpt_status mpt_checkpoint_read(const mpt_checkpoint *c, const char *name, void *dst, size_t dst_bytes) {
+    const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, name);
+    if (!t) return mpt_errorf(MPT_ERR_SHAPE, "%s: no tensor \"%s\"", c->path, name);
+    size_t nb = (size_t)mpt_checkpoint_tensor_nbytes(t);
+    if (nb != dst_bytes)
+        return mpt_errorf(MPT_ERR_SHAPE, "%s: tensor \"%s\" has %zu bytes, the destination %zu", c->path, name, nb,
+                          dst_bytes);
+    if (nb) memcpy(dst, t->data, nb);
+    return MPT_OK;
+}
+
+const char *mpt_checkpoint_meta_get(const mpt_checkpoint *c, const char *key) {
+    for (int i = 0; i < c->n_meta; i++)
+        if (strcmp(c->keys[i], key) == 0) return c->values[i];
+    return NULL;
+}
+
+int mpt_checkpoint_n_meta(const mpt_checkpoint *c) { return c->n_meta; }
+
+mpt_checkpoint_meta mpt_checkpoint_meta_at(const mpt_checkpoint *c, int i) {
+    MPT_ASSERT(i >= 0 && i < c->n_meta);
+    return (mpt_checkpoint_meta){c->keys[i], c->values[i]};
+}
+
+const char *mpt_checkpoint_path(const mpt_checkpoint *c) { return c->path; }

@@ -12,14 +12,16 @@
  * Dtypes written and read: "F32", "F16", "BF16", "I32", "U8" (mpt_dtype F32, F16, BF16, I32, U8).
  * The writer adds "crc32" to __metadata__: zlib's crc32 of the whole byte buffer as 8 lowercase hex digits.
  *
- * Reading one in Python (numpy only; BF16 has no numpy dtype, view it as uint16 and shift left by 16):
- *     import json, struct, numpy as np
+ * Reading one in Python with the standard library only (numpy: np.frombuffer(buf[b:e], "<f4"); BF16 has no
+ * numpy dtype: read it as "<u2" and shift left by 16 into float32 bits):
+ *     import json, struct, zlib
  *     raw = open("model.safetensors", "rb").read()
  *     (n,) = struct.unpack("<Q", raw[:8]); header = json.loads(raw[8:8 + n]); buf = raw[8 + n:]
  *     meta = header.pop("__metadata__", {})
+ *     assert zlib.crc32(buf) == int(meta["crc32"], 16)
  *     t = header["fc1.weight"]; b, e = t["data_offsets"]
- *     w = np.frombuffer(buf[b:e], dtype="<f4").reshape(t["shape"])
- * (or safetensors.numpy.load_file("model.safetensors"), which reads the same files).
+ *     w = struct.unpack("<%df" % ((e - b) // 4), buf[b:e])   # F32, flat row-major, shape t["shape"]
+ * (safetensors.numpy.load_file("model.safetensors") reads the same files.)
  *
  * Writing is atomic: the file is written to a temporary file in the same directory (path + ".tmp"),
  * flushed and fsync'ed, renamed over `path`, and the directory is fsync'ed; a crash at any point leaves

@@ -38,9 +38,9 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 static void rm_tmpdir(void) { nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static const char *tmp_path(const char *name) {
-    static char p[4][512];
+    static char p[64][512]; /* a ring: each pointer stays valid for the next 63 calls */
     static int k;
-    k = (k + 1) % 4;
+    k = (k + 1) % 64;
     snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
     return p[k];
 }
