@@ -1,0 +1,335 @@
+/*
+ * tests/test_gemm.c - the CPU GEMM (kernels/cpu/gemm.c) against an FP64 reference, and proof that the
+ * Tensor Core emulation is switched on.
+ *
+ * Every math mode (FP32, TF32, F16, BF16) x trans_a x trans_b x output dtype (F32, F16, BF16) x epilogue
+ * (NONE, BIAS, RELU_BIAS) x beta (0, nonzero), on random shapes with K up to 1000, is compared element by
+ * element with C_ref = epi(alpha * sum_k a_ik b_kj + beta * C_old + bias_j), evaluated in double from the
+ * *stored* operands (the F32 data for FP32/TF32, the F16/BF16 data for those modes).
+ *
+ * Bound per element (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1: a dot
+ * product of length K in floating point has |error| <= gamma_K * sum|a b|, gamma_K = K*u/(1-K*u)):
+ *   T       = sum_k |a_ik b_kj|                            (stored operands)
+ *   op      = (2*u_tf32 + u_tf32^2) for TF32, else 0:      each F32 operand is rounded to TF32 (relative
+ *             error <= u_tf32 = 2^-11), so |a*b - tf(a)*tf(b)| <= op*|a*b|; F16/BF16 operands are already
+ *             stored in their format and FP32 uses them as they are
+ *   e32     = 2*(K + 4)*u32 * (|alpha|*T*(1 + op) + |beta*C_old| + |bias|) + |alpha|*op*T
+ *             (K terms summed in FP32 plus at most 4 epilogue operations: alpha*, beta*, +, +bias; the 2
+ *             covers 1/(1 - K*u) and OpenBLAS's blocked partial sums; ReLU is 1-Lipschitz)
+ *   bound   = e32 + u_out*(|C_ref| + e32) + eta_out       (one rounding to C's dtype: u_out = 2^-11 for F16,
+ *             2^-8 for BF16, 0 for F32; eta_out = half the smallest subnormal of F16/BF16)
+ *
+ * Emulation check: on F32 inputs with full 24-bit mantissas, FP32 math must stay within the FP32 bound
+ * (2*K*u32*T) while TF32 math and BF16/F16 math (F32 data rounded to BF16/F16 by the cast) must exceed it
+ * on most elements: if the CPU backend silently ran plain FP32 for those modes, this test fails.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "harness.h"
+
+/* Check's ck_assert* records every passing assertion through a syscall; call Check only on failure. */
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+
+static const double U32 = 0x1p-24;
+
+static mpt_dtype operand_dtype(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+static double u_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : 0.0; }
+static double eta_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-25 : t == MPT_DTYPE_BF16 ? 0x1p-134 : 0.0; }
+static double op_err(mpt_math m) { return m == MPT_MATH_TF32 ? 2 * 0x1p-11 + 0x1p-22 : 0.0; }
+
+static double ld(const void *p, mpt_dtype t, int64_t i) { return mpt_load_f32(p, t, i); }
+
+static void *alloc_fill(tests_rng *r, mpt_dtype t, int64_t n, double lo, double hi) {
+    void *p = malloc((size_t)(n > 0 ? n : 1) * mpt_dtype_size(t));
+    if (!p) ck_abort_msg("out of memory");
+    for (int64_t i = 0; i < n; i++) mpt_store_f32(p, t, i, (float)tests_uniform(r, lo, hi));
+    return p;
+}
+
+/* Runs the GEMM on a workspace of exactly mpt_cpu_gemm_workspace bytes followed by a guard zone that must
+ * stay untouched (the size query is exact and the GEMM stays inside it). */
+static void gemm_exact_ws(mpt_backend *be, const mpt_gemm_args *g) {
+    enum { GUARD = 4096 };
+    size_t need = be->gemm_workspace(be, g);
+    unsigned char *buf = aligned_alloc(256, (need + GUARD + 255) & ~(size_t)255);
+    if (!buf) ck_abort_msg("out of memory");
+    memset(buf + need, 0xa5, GUARD);
+    void *saved = be->workspace;
+    size_t saved_bytes = be->workspace_bytes;
+    be->workspace = buf;
+    be->workspace_bytes = need;
+    be->gemm(be, g);
+    be->workspace = saved;
+    be->workspace_bytes = saved_bytes;
+    for (size_t i = 0; i < GUARD; i++) EXPECT(buf[need + i] == 0xa5, "gemm wrote past its workspace (byte %zu)", i);
+    free(buf);
+}
+
+typedef struct gemm_case {
+    mpt_math math;
+    int ta, tb;
+    mpt_dtype c_dtype, bias_dtype;
+    mpt_epilogue ep;
+    int64_t M, N, K;
+    float alpha, beta;
+} gemm_case;
+
+static void run_case(mpt_backend *be, tests_rng *r, const gemm_case *c) {
+    const mpt_dtype od = operand_dtype(c->math);
+    const int64_t M = c->M, N = c->N, K = c->K;
+    void *A = alloc_fill(r, od, M * K, -1.0, 1.0), *B = alloc_fill(r, od, K * N, -1.0, 1.0);
+    void *C = alloc_fill(r, c->c_dtype, M * N, -2.0, 2.0);
+    void *bias = alloc_fill(r, c->bias_dtype, N, -1.0, 1.0);
+    void *C0 = malloc((size_t)(M * N) * mpt_dtype_size(c->c_dtype) + 1);
+    if (c->beta == 0.0f) memset(C, 0xff, (size_t)(M * N) * mpt_dtype_size(c->c_dtype)); /* NaN: must not be read */
+    memcpy(C0, C, (size_t)(M * N) * mpt_dtype_size(c->c_dtype));
+
+    mpt_gemm_args g = {0};
+    g.trans_a = c->ta;
+    g.trans_b = c->tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.a_dtype = od;
+    g.B = B;
+    g.b_dtype = od;
+    g.C = C;
+    g.c_dtype = c->c_dtype;
+    g.bias = c->ep == MPT_EPILOGUE_NONE ? NULL : bias;
+    g.bias_dtype = c->bias_dtype;
+    g.alpha = c->alpha;
+    g.beta = c->beta;
+    g.math = c->math;
+    g.epilogue = c->ep;
+    g.tag = "test";
+    gemm_exact_ws(be, &g);
+
+    const double oe = op_err(c->math), uo = u_out(c->c_dtype), eta = eta_out(c->c_dtype);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0.0, T = 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ld(A, od, c->ta ? k * M + i : i * K + k);
+                double b = ld(B, od, c->tb ? j * K + k : k * N + j);
+                s += a * b;
+                T += fabs(a * b);
+            }
+            double ref = (double)c->alpha * s, extra = 0.0;
+            if (c->beta != 0.0f) {
+                ref += (double)c->beta * ld(C0, c->c_dtype, i * N + j);
+                extra += fabs((double)c->beta * ld(C0, c->c_dtype, i * N + j));
+            }
+            if (c->ep != MPT_EPILOGUE_NONE) {
+                ref += ld(bias, c->bias_dtype, j);
+                extra += fabs(ld(bias, c->bias_dtype, j));
+            }
+            if (c->ep == MPT_EPILOGUE_RELU_BIAS && ref < 0.0) ref = 0.0;
+            double aa = fabs((double)c->alpha);
+            double e32 = 2.0 * (double)(K + 4) * U32 * (aa * T * (1 + oe) + extra) + aa * oe * T;
+            double bound = e32 + uo * (fabs(ref) + e32) + eta;
+            double got = ld(C, c->c_dtype, i * N + j);
+            EXPECT(fabs(got - ref) <= bound,
+                   "math %s ta=%d tb=%d C %s bias %s epilogue %d alpha %g beta %g M=%lld N=%lld K=%lld: C[%lld,%lld] = "
+                   "%.9g, reference %.9g, |diff| %.3g > bound %.3g",
+                   mpt_math_name(c->math), c->ta, c->tb, mpt_dtype_name(c->c_dtype), mpt_dtype_name(c->bias_dtype),
+                   (int)c->ep, (double)c->alpha, (double)c->beta, (long long)M, (long long)N, (long long)K,
+                   (long long)i, (long long)j, got, ref, fabs(got - ref), bound);
+        }
+    free(A);
+    free(B);
+    free(C);
+    free(C0);
+    free(bias);
+}
+
+/* All combinations for one math mode, each on its own random shape. */
+static void run_math(mpt_math math, uint64_t seed) {
+    static const mpt_dtype outs[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    static const int64_t ks[] = {1, 2, 3, 17, 64, 129, 300, 1000};
+    static const float alphas[] = {1.0f, 0.5f, -1.25f};
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {seed};
+    int n = 0;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int o = 0; o < 3; o++)
+                for (int ep = 0; ep < 3; ep++)
+                    for (int nb = 0; nb < 2; nb++, n++) {
+                        gemm_case c = {0};
+                        c.math = math;
+                        c.ta = ta;
+                        c.tb = tb;
+                        c.c_dtype = outs[o];
+                        c.bias_dtype = tests_int(&r, 0, 1) ? MPT_DTYPE_F32 : operand_dtype(math);
+                        c.ep = (mpt_epilogue)ep;
+                        c.K = ks[n % 8];
+                        c.M = tests_int(&r, 1, c.K >= 300 ? 24 : 48);
+                        c.N = tests_int(&r, 1, c.K >= 300 ? 24 : 48);
+                        c.alpha = alphas[tests_int(&r, 0, 2)];
+                        c.beta = nb ? (tests_int(&r, 0, 1) ? 1.0f : 0.75f) : 0.0f;
+                        run_case(be, &r, &c);
+                    }
+    /* the MLP's shapes (batch 128): forward fc1, backward dX of fc2, weight gradient of fc3 */
+    gemm_case mlp[3] = {
+        {math, 0, 1, operand_dtype(math), operand_dtype(math), MPT_EPILOGUE_RELU_BIAS, 128, 512, 784, 1.0f, 0.0f},
+        {math, 0, 0, operand_dtype(math), MPT_DTYPE_F32, MPT_EPILOGUE_NONE, 128, 512, 512, 1.0f, 1.0f},
+        {math, 1, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_NONE, 10, 512, 128, 1.0f, 1.0f},
+    };
+    for (int i = 0; i < 3; i++) run_case(be, &r, &mlp[i]);
+    /* degenerate sizes: K = 0 gives beta*C (+ bias); M or N = 0 does nothing */
+    gemm_case k0 = {math, 0, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_BIAS, 5, 7, 0, 1.0f, 0.5f};
+    run_case(be, &r, &k0);
+    gemm_case m0 = {math, 1, 1, MPT_DTYPE_F16, MPT_DTYPE_F32, MPT_EPILOGUE_NONE, 0, 7, 9, 1.0f, 0.0f};
+    run_case(be, &r, &m0);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_gemm_fp32) { run_math(MPT_MATH_FP32, 101); }
+END_TEST
+START_TEST(test_gemm_tf32) { run_math(MPT_MATH_TF32, 102); }
+END_TEST
+START_TEST(test_gemm_f16) { run_math(MPT_MATH_F16, 103); }
+END_TEST
+START_TEST(test_gemm_bf16) { run_math(MPT_MATH_BF16, 104); }
+END_TEST
+
+/* Emulation is on: reduced-precision modes must lose accuracy that FP32 math keeps. Inputs are positive
+ * with random 24-bit mantissas, K = 32, so FP32's worst-case bound 2*K*u32*T = 2^-18 T is far below the
+ * expected operand-rounding error of the reduced formats (about sqrt(K)*u_fmt/2 * T/K, i.e. 2^-14 T for
+ * TF32/F16 and 2^-11 T for BF16). */
+START_TEST(test_gemm_emulation_is_on) {
+    enum { M = 32, N = 32, K = 32 };
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {105};
+    float *A = malloc(M * K * sizeof(float)), *B = malloc(K * N * sizeof(float)), *C = malloc(M * N * sizeof(float));
+    uint16_t *A16 = malloc(M * K * 2), *B16 = malloc(K * N * 2);
+    for (int i = 0; i < M * K; i++) A[i] = (float)tests_uniform(&r, 1.0, 2.0);
+    for (int i = 0; i < K * N; i++) B[i] = (float)tests_uniform(&r, 0.5, 1.0);
+    double ref[M * N], T[M * N];
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) s += (double)A[i * K + k] * B[k * N + j];
+            ref[i * N + j] = s;
+            T[i * N + j] = s; /* all terms positive */
+        }
+    static const mpt_math modes[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_BF16, MPT_MATH_F16};
+    for (int mi = 0; mi < 4; mi++) {
+        mpt_math m = modes[mi];
+        mpt_gemm_args g = {0};
+        g.M = M;
+        g.N = N;
+        g.K = K;
+        g.a_dtype = g.b_dtype = operand_dtype(m);
+        if (m == MPT_MATH_FP32 || m == MPT_MATH_TF32) {
+            g.A = A;
+            g.B = B;
+        } else { /* F32 data rounded to the operand format by the backend's cast (RNE) */
+            be->cast(be, A16, operand_dtype(m), A, MPT_DTYPE_F32, M * K);
+            be->cast(be, B16, operand_dtype(m), B, MPT_DTYPE_F32, K * N);
+            g.A = A16;
+            g.B = B16;
+        }
+        g.C = C;
+        g.c_dtype = MPT_DTYPE_F32;
+        g.alpha = 1.0f;
+        g.math = m;
+        g.tag = "emulation";
+        gemm_exact_ws(be, &g);
+        int beyond = 0;
+        for (int i = 0; i < M * N; i++) {
+            double fp32_bound = 2.0 * K * U32 * T[i];
+            double err = fabs(C[i] - ref[i]);
+            if (m == MPT_MATH_FP32)
+                EXPECT(err <= fp32_bound, "fp32 math: element %d error %.3g above the FP32 bound %.3g", i, err,
+                       fp32_bound);
+            else
+                beyond += err > fp32_bound;
+        }
+        if (m != MPT_MATH_FP32)
+            EXPECT(beyond >= M * N * 9 / 10, "%s math: only %d of %d elements differ from FP32 by more than FP32's "
+                   "bound: are operands still rounded to the format?", mpt_math_name(m), beyond, M * N);
+    }
+    /* one hand-made case: 1 + 2^-12 + 2^-20 is 1 in TF32 (below half a TF32 ulp above 1) */
+    float a1 = 1.0f + 0x1p-12f + 0x1p-20f, b1 = 1.0f, c1 = 0.0f;
+    mpt_gemm_args g = {0};
+    g.M = g.N = g.K = 1;
+    g.A = &a1;
+    g.B = &b1;
+    g.C = &c1;
+    g.a_dtype = g.b_dtype = g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_TF32;
+    gemm_exact_ws(be, &g);
+    EXPECT(c1 == 1.0f, "tf32: 1 + 2^-12 + 2^-20 times 1 gave %a, expected 1", (double)c1);
+    g.math = MPT_MATH_FP32;
+    gemm_exact_ws(be, &g);
+    EXPECT(c1 == a1, "fp32: got %a, expected %a", (double)c1, (double)a1);
+    free(A);
+    free(B);
+    free(C);
+    free(A16);
+    free(B16);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* Programmer errors abort (MPT_ASSERTF -> abort()). */
+START_TEST(test_gemm_rejects_mixed_dtypes) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    uint16_t a = 0, b = 0;
+    float c = 0;
+    mpt_gemm_args g = {0};
+    g.M = g.N = g.K = 1;
+    g.A = &a;
+    g.B = &b;
+    g.C = &c;
+    g.a_dtype = g.b_dtype = MPT_DTYPE_F16;
+    g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_TF32; /* TF32 needs F32 operands */
+    be->gemm(be, &g);
+}
+END_TEST
+
+START_TEST(test_gemm_rejects_small_workspace) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    float a = 1, b = 1;
+    uint16_t c = 0;
+    mpt_gemm_args g = {0};
+    g.M = g.N = g.K = 1;
+    g.A = &a;
+    g.B = &b;
+    g.C = &c;
+    g.a_dtype = g.b_dtype = MPT_DTYPE_F32;
+    g.c_dtype = MPT_DTYPE_F16; /* needs an FP32 tile, and none was reserved */
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_FP32;
+    be->gemm(be, &g);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("gemm");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_gemm_fp32);
+    tcase_add_test(tc, test_gemm_tf32);
+    tcase_add_test(tc, test_gemm_f16);
+    tcase_add_test(tc, test_gemm_bf16);
+    tcase_add_test(tc, test_gemm_emulation_is_on);
+    tcase_add_test_raise_signal(tc, test_gemm_rejects_mixed_dtypes, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_gemm_rejects_small_workspace, SIGABRT);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
