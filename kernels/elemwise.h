@@ -127,4 +127,159 @@ MPT_HD float mpt_elem_relu(float x) { return x > 0.0f ? x : 0.0f; }
 /* ReLU backward from the saved output y: dL/dx = dL/dy * [y > 0]. */
 MPT_HD float mpt_elem_relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
 
+/* ==== Optimizer and loss-scaler per-element math ====================================================== */
+/*
+ * One element (or one scalar) of each FP32 update of the training step, as PyTorch computes it:
+ *   unscale + non-finite check   torch._amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_)
+ *   clip coefficient             torch.nn.utils.clip_grad_norm_
+ *   SGD / Adam / AdamW           torch.optim.SGD / Adam / AdamW, single-tensor path (foreach=False, no amsgrad)
+ *   loss-scale update            torch._amp_update_scale_, plus hysteresis, floor and ceiling
+ * The formulas, their sources and the state they touch are documented in engine/optim/optim.h and
+ * engine/amp/scaler.h; the CPU loops (kernels/cpu/optim.c) and the CUDA kernels call these functions.
+ *
+ * Bit-identical on both compilers: every multiply-add is an explicit fmaf()/fma() and no other product feeds
+ * a sum, so the result does not depend on floating-point contraction (gcc -std=c11 does not contract,
+ * nvcc -fmad=true does). With IEEE sqrtf and division on the GPU (nvcc's defaults; not --use_fast_math) the
+ * CPU and CUDA backends produce the same bits. The per-step scalars (bias corrections, AdamW's decay factor)
+ * are computed in FP64, as PyTorch computes them in Python floats, and rounded once to FP32; powers use
+ * repeated squaring rather than pow() so that host and device agree.
+ */
+#include <math.h>
+
+/* x^t for an integer t >= 0, by repeated squaring in FP64 (relative error < 2*log2(t+1)*2^-53). */
+MPT_HD double mpt_pow_int(double x, int32_t t) {
+    double r = 1.0;
+    while (t > 0) {
+        if (t & 1) r *= x;
+        x *= x;
+        t >>= 1;
+    }
+    return r;
+}
+
+/* Gradient unscale for one element: *g *= inv_scale (the scaled value is written even when non-finite, as
+ * PyTorch does). Returns 1 when *g was or became inf/NaN, else 0; the caller ORs these into found_inf. */
+MPT_HD int mpt_elem_unscale(float *g, float inv_scale) {
+    float x = *g;
+    float y = x * inv_scale;
+    *g = y;
+    return (!mpt_is_finite(x)) | (!mpt_is_finite(y));
+}
+
+/* Clip coefficient from the sum of squares of all (unscaled) gradients:
+ * min(1, max_norm / (sqrt(sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_ with norm_type 2; the 1e-6 is its
+ * epsilon). A NaN sumsq (non-finite gradients: the step is skipped anyway) gives 1. */
+MPT_HD float mpt_clip_coef(float sumsq, float max_norm) {
+    float c = max_norm / (sqrtf(sumsq) + 1e-6f);
+    return c < 1.0f ? c : 1.0f;
+}
+
+/* Adam/AdamW step size lr / (1 - beta1^t) for the 1-based step t (t >= 1), FP64 rounded once to FP32. */
+MPT_HD float mpt_adam_step_size(float lr, float beta1, int32_t t) {
+    return (float)((double)lr / (1.0 - mpt_pow_int((double)beta1, t)));
+}
+
+/* Adam/AdamW sqrt(1 - beta2^t) for the 1-based step t (t >= 1), FP64 rounded once to FP32. */
+MPT_HD float mpt_adam_bc2_sqrt(float beta2, int32_t t) {
+    return (float)sqrt(1.0 - mpt_pow_int((double)beta2, t));
+}
+
+/* AdamW's decoupled weight-decay factor 1 - lr * weight_decay (the FP32 product is exact in FP64; rounded
+ * once to FP32). */
+MPT_HD float mpt_adamw_decay(float lr, float weight_decay) {
+    return (float)(1.0 - (double)lr * (double)weight_decay);
+}
+
+/* One element of torch.optim.SGD. p: master weight; buf: momentum buffer (not touched when momentum == 0);
+ * g: unscaled gradient, multiplied by grad_mul (clip coefficient, 1 without clipping); first: nonzero on the
+ * first step (t == 1), where the buffer is initialised to the gradient.
+ *   d = g*grad_mul + weight_decay*p
+ *   buf = first ? d : momentum*buf + (1 - dampening)*d          (if momentum != 0)
+ *   d = nesterov ? d + momentum*buf : buf                        (if momentum != 0)
+ *   p = p - lr*d */
+MPT_HD void mpt_elem_sgd(float *p, float *buf, float g, float grad_mul, float lr, float momentum,
+                         float dampening, float weight_decay, int nesterov, int first) {
+    float pv = *p;
+    float d = g * grad_mul;
+    if (weight_decay != 0.0f) d = fmaf(weight_decay, pv, d);
+    if (momentum != 0.0f) {
+        float b = first ? d : fmaf(1.0f - dampening, d, *buf * momentum);
+        *buf = b;
+        d = nesterov ? fmaf(momentum, b, d) : b;
+    }
+    *p = fmaf(-lr, d, pv);
+}
+
+/* One element of torch.optim.Adam (l2 = weight_decay, decay = 1) or torch.optim.AdamW (l2 = 0,
+ * decay = mpt_adamw_decay(lr, weight_decay)). p: master weight; m: exp_avg; v: exp_avg_sq; g: unscaled
+ * gradient, multiplied by grad_mul; step_size and bc2_sqrt from mpt_adam_step_size / mpt_adam_bc2_sqrt.
+ *   p = decay*p;  d = g*grad_mul + l2*p
+ *   m = beta1*m + (1 - beta1)*d;  v = beta2*v + (1 - beta2)*d*d
+ *   p = p - step_size * m / (sqrt(v)/bc2_sqrt + eps) */
+MPT_HD void mpt_elem_adam(float *p, float *m, float *v, float g, float grad_mul, float beta1, float beta2,
+                          float eps, float l2, float decay, float step_size, float bc2_sqrt) {
+    float pv = *p;
+    if (decay != 1.0f) pv = pv * decay;
+    float d = g * grad_mul;
+    if (l2 != 0.0f) d = fmaf(l2, pv, d);
+    float mv = fmaf(1.0f - beta1, d, *m * beta1);
+    float vv = fmaf((1.0f - beta2) * d, d, *v * beta2);
+    float denom = sqrtf(vv) / bc2_sqrt + eps;
+    *m = mv;
+    *v = vv;
+    *p = fmaf(-step_size, mv / denom, pv);
+}
+
+/* Before the parameter updates: one more optimizer step is taken unless this one overflowed. */
+MPT_HD void mpt_scaler_step_begin(int32_t *steps_taken, float found_inf) {
+    if (found_inf == 0.0f) *steps_taken += 1;
+}
+
+/* After the parameter updates: the loss-scaler state transition, on the fields of mpt_scaler_state
+ * (engine/backend.h) and the values of mpt_scaler_params; semantics in engine/amp/scaler.h.
+ * dynamic != 0 (PyTorch's _amp_update_scale_ with hysteresis, floor and ceiling):
+ *   found_inf: growth_tracker = 0; hysteresis_left -= 1; when it reaches 0: scale = max(scale*backoff,
+ *              min_scale) (floor_hits += 1 when the floor clamps), hysteresis_left = hysteresis.
+ *   clean:     growth_tracker += 1; when it reaches growth_interval: scale = min(scale*growth, max_scale)
+ *              if scale*growth is finite (else unchanged), growth_tracker = 0, hysteresis_left = hysteresis.
+ * dynamic == 0: scale, growth_tracker and hysteresis_left are left alone.
+ * Always: steps_skipped += found_inf != 0; inv_scale = 1/scale; found_inf = 0, sumsq = 0, grad_mul = 1. */
+MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *found_inf, float *grad_mul,
+                                     float *sumsq, int32_t *growth_tracker, int32_t *hysteresis_left,
+                                     int32_t *steps_skipped, int32_t *floor_hits, float growth_factor,
+                                     float backoff_factor, int32_t growth_interval, int32_t hysteresis,
+                                     float min_scale, float max_scale, int dynamic) {
+    int overflow = *found_inf != 0.0f;
+    if (dynamic) {
+        if (overflow) {
+            *growth_tracker = 0;
+            *hysteresis_left -= 1;
+            if (*hysteresis_left <= 0) {
+                float s = *scale * backoff_factor;
+                if (s < min_scale) {
+                    s = min_scale;
+                    *floor_hits += 1;
+                }
+                *scale = s;
+                *hysteresis_left = hysteresis;
+            }
+        } else {
+            int32_t n = *growth_tracker + 1;
+            if (n >= growth_interval) {
+                float s = *scale * growth_factor;
+                if (mpt_is_finite(s)) *scale = s < max_scale ? s : max_scale;
+                *growth_tracker = 0;
+                *hysteresis_left = hysteresis;
+            } else {
+                *growth_tracker = n;
+            }
+        }
+    }
+    if (overflow) *steps_skipped += 1;
+    *inv_scale = 1.0f / *scale;
+    *found_inf = 0.0f;
+    *sumsq = 0.0f;
+    *grad_mul = 1.0f;
+}
+
 #endif /* MPT_KERNELS_ELEMWISE_H */

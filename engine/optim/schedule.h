@@ -5,15 +5,20 @@
  * LR schedulers do when scheduler.step() is called every iteration.
  *   constant:      lr(t) = base_lr
  *   step:          lr(t) = base_lr * gamma^floor(t / step_size)                (torch.optim.lr_scheduler.StepLR)
- *   cosine:        linear warmup from base_lr/warmup... see mpt_lr_at():
- *                  t <  warmup:  lr = base_lr * (t + 1) / warmup
- *                  t >= warmup:  lr = min_lr + (base_lr - min_lr) * (1 + cos(pi * (t - warmup) / (total - warmup))) / 2
- *                  (CosineAnnealingLR after a LinearLR warmup; t is 0-based)
+ *   cosine:        linear warmup, then cosine annealing from base_lr to min_lr (t is 0-based):
+ *                  t <  warmup:          lr = base_lr * (t + 1) / warmup
+ *                  warmup <= t < total:  lr = min_lr + (base_lr - min_lr) * (1 + cos(pi * (t - warmup) / (total - warmup))) / 2
+ *                  t >= total:           lr = min_lr (held, where CosineAnnealingLR would rise again)
+ *                  (torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total - warmup and eta_min = min_lr,
+ *                  after a linear warmup whose first iteration already uses base_lr / warmup, not 0)
+ * Evaluated in FP64 and rounded once to FP32.
  */
 #ifndef MPT_ENGINE_OPTIM_SCHEDULE_H
 #define MPT_ENGINE_OPTIM_SCHEDULE_H
 
 #include <stdint.h>
+
+#include "engine/status.h"
 
 typedef enum mpt_lr_kind { MPT_LR_CONSTANT = 0, MPT_LR_STEP, MPT_LR_COSINE } mpt_lr_kind;
 
@@ -27,8 +32,12 @@ typedef struct mpt_lr_schedule {
     float gamma;           /* step: decay factor */
 } mpt_lr_schedule;
 
-/* The learning rate for 0-based iteration t. */
+/* The learning rate for 0-based iteration t (t >= 0) of a schedule that passes mpt_lr_schedule_check(). */
 float mpt_lr_at(const mpt_lr_schedule *s, int64_t t);
+/* Checks user-supplied schedule values: base_lr finite and >= 0; step: step_size >= 1, gamma finite and > 0;
+ * cosine: 0 <= min_lr <= base_lr, warmup_steps >= 0, total_steps > warmup_steps. Returns MPT_OK or MPT_ERR_ARG
+ * with a message naming the field, the expected range and the value found. */
+mpt_status mpt_lr_schedule_check(const mpt_lr_schedule *s);
 /* "constant", "step", "cosine"; parse returns 0 on success, -1 if unknown. */
 const char *mpt_lr_kind_name(mpt_lr_kind k);
 int mpt_lr_kind_parse(const char *s, mpt_lr_kind *out);

@@ -1,8 +1,206 @@
-/* kernels/cpu/optim.c - placeholder until this file's owner lands it; every entry aborts. */
+/*
+ * kernels/cpu/optim.c - the CPU backend's mixed-precision update: unscale + found_inf, sum of squares and clip
+ * coefficient (clipping by global L2 norm), the fused optimizer step on FP32 masters (with the working copy
+ * rewritten, RNE), and the loss-scale update.
+ *
+ * The math of one element is in kernels/elemwise.h ("Optimizer and loss-scaler per-element math"), shared
+ * with the CUDA kernels; this file only loops. Contracts: engine/backend.h; formulas and their PyTorch
+ * sources: engine/optim/optim.h and engine/amp/scaler.h.
+ *
+ * Speed: every loop runs over blocks of MPT_OPTIM_BLOCK elements with a compile-time trip count, the
+ * hyper-parameter switches (weight decay, momentum, nesterov, first step) are resolved outside the loops
+ * (ALWAYS_INLINE specialisations with constant arguments), and the pointers are restrict: gcc -O2
+ * vectorises such loops. In the optimizer step each block is updated and then converted to the working
+ * dtype while it is in cache, so every array is read and written once.
+ */
+#include <math.h>
+#include <string.h>
+
 #include "kernels/cpu/cpu.h"
-void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) { MPT_ASSERTF(0, "pending"); }
-void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic) { MPT_ASSERTF(0, "pending"); }
+#include "kernels/elemwise.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Elements per block: 4 KiB per FP32 array, so all arrays of a block stay in L1/L2. A multiple of 16. */
+#define MPT_OPTIM_BLOCK 1024
+
+/* ---- unscale + found_inf, sum of squares, clip coefficient ------------------------------------------ */
+
+ALWAYS_INLINE int unscale_block(float *restrict g, int64_t n, float inv) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= mpt_elem_unscale(&g[i], inv);
+    return bad;
+}
+
+void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st) {
+    (void)be;
+    const float inv = st->inv_scale;
+    int bad = 0;
+    int64_t i0 = 0;
+    for (; i0 + MPT_OPTIM_BLOCK <= n; i0 += MPT_OPTIM_BLOCK) bad |= unscale_block(g + i0, MPT_OPTIM_BLOCK, inv);
+    bad |= unscale_block(g + i0, n - i0, inv);
+    if (bad) st->found_inf = 1.0f;
+}
+
+void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st) {
+    (void)be;
+    /* FP64 accumulation in 8 independent lanes (vectorisable without reassociation): the sum is exact to
+     * about n * 2^-53 relative, far below the FP32 rounding of the result. */
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            double x = (double)g[i + j];
+            acc[j] += x * x;
+        }
+    for (; i < n; i++) acc[0] += (double)g[i] * (double)g[i];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    st->sumsq = (float)((double)st->sumsq + s);
+}
+
+void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
+    (void)be;
+    st->grad_mul = mpt_clip_coef(st->sumsq, max_norm);
+}
+
+void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st) {
+    (void)be;
+    mpt_scaler_step_begin(&st->steps_taken, st->found_inf);
+}
+
+/* ---- the fused optimizer step ---------------------------------------------------------------------------- */
+
+/* The scalars of one optimizer step, read once (the loops must not re-read them through a pointer that
+ * could alias the arrays). */
+typedef struct step_scalars {
+    float gm;                   /* gradient multiplier (clip coefficient) */
+    float lr, momentum, dampening, wd;
+    float beta1, beta2, eps, l2, decay, step_size, bc2_sqrt;
+} step_scalars;
+
+/* SGD over n elements; the flags are constants at every call site so each variant is a straight loop. */
+ALWAYS_INLINE void sgd_loop(float *restrict p, float *restrict buf, const float *restrict g, int64_t n,
+                            const step_scalars *s, int has_momentum, int has_wd, int nesterov, int first) {
+    const float gm = s->gm, lr = s->lr, momentum = has_momentum ? s->momentum : 0.0f;
+    const float dampening = s->dampening, wd = has_wd ? s->wd : 0.0f;
+    if (has_momentum) {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++)
+            mpt_elem_sgd(&p[i], &buf[i], g[i], gm, lr, momentum, dampening, wd, nesterov, first);
+    } else {
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) {
+            float unused;
+            mpt_elem_sgd(&p[i], &unused, g[i], gm, lr, 0.0f, dampening, wd, 0, first);
+        }
+    }
+}
+
+ALWAYS_INLINE void adam_loop(float *restrict p, float *restrict m, float *restrict v, const float *restrict g,
+                             int64_t n, const step_scalars *s, int has_l2, int has_decay) {
+    const float gm = s->gm, beta1 = s->beta1, beta2 = s->beta2, eps = s->eps;
+    const float l2 = has_l2 ? s->l2 : 0.0f, decay = has_decay ? s->decay : 1.0f;
+    const float step_size = s->step_size, bc2_sqrt = s->bc2_sqrt;
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; i++)
+        mpt_elem_adam(&p[i], &m[i], &v[i], g[i], gm, beta1, beta2, eps, l2, decay, step_size, bc2_sqrt);
+}
+
+/* One block of n elements (n == MPT_OPTIM_BLOCK except for the tail) starting at element i0. */
+ALWAYS_INLINE void update_block(const mpt_optim_args *a, const step_scalars *s, int64_t i0, int64_t n,
+                                int first) {
+    float *p = a->master + i0;
+    const float *g = a->grad + i0;
+    if (a->h.kind == MPT_OPTIM_SGD) {
+        float *buf = a->m ? a->m + i0 : NULL;
+        int has_wd = s->wd != 0.0f;
+        if (s->momentum == 0.0f) {
+            if (has_wd) sgd_loop(p, buf, g, n, s, 0, 1, 0, first);
+            else sgd_loop(p, buf, g, n, s, 0, 0, 0, first);
+        } else if (first) {
+            if (has_wd) sgd_loop(p, buf, g, n, s, 1, 1, a->h.nesterov != 0, 1);
+            else sgd_loop(p, buf, g, n, s, 1, 0, a->h.nesterov != 0, 1);
+        } else if (a->h.nesterov) {
+            if (has_wd) sgd_loop(p, buf, g, n, s, 1, 1, 1, 0);
+            else sgd_loop(p, buf, g, n, s, 1, 0, 1, 0);
+        } else {
+            if (has_wd) sgd_loop(p, buf, g, n, s, 1, 1, 0, 0);
+            else sgd_loop(p, buf, g, n, s, 1, 0, 0, 0);
+        }
+    } else {
+        float *m = a->m + i0, *v = a->v + i0;
+        if (s->l2 != 0.0f) adam_loop(p, m, v, g, n, s, 1, 0);
+        else if (s->decay != 1.0f) adam_loop(p, m, v, g, n, s, 0, 1);
+        else adam_loop(p, m, v, g, n, s, 0, 0);
+    }
+}
+
+/* working[0..n) = round(dt, master[0..n)) with RNE. */
+ALWAYS_INLINE void write_working(void *working, mpt_dtype dt, const float *restrict master, int64_t n) {
+    switch (dt) {
+    case MPT_DTYPE_F16: {
+        uint16_t *restrict w = working;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) w[i] = mpt_f32_to_f16(master[i]);
+        break;
+    }
+    case MPT_DTYPE_BF16: {
+        uint16_t *restrict w = working;
+#pragma GCC ivdep
+        for (int64_t i = 0; i < n; i++) w[i] = mpt_f32_to_bf16(master[i]);
+        break;
+    }
+    case MPT_DTYPE_F32: memcpy(working, master, (size_t)n * sizeof(float)); break;
+    default: MPT_ASSERTF(0, "optim_step: working copy dtype %s is not a float dtype", mpt_dtype_name(dt));
+    }
+}
+
+void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
+    (void)be;
+    if (*a->found_inf != 0.0f) return; /* skipped step: masters, state and working copy untouched */
+    const int32_t t = *a->step;
+    MPT_ASSERTF(t >= 1, "optim_step: step count %d, expected >= 1 (step_begin runs first)", (int)t);
+    const mpt_optim_hparams *h = &a->h;
+    step_scalars s = {.gm = a->grad_mul ? *a->grad_mul : 1.0f, .lr = h->lr, .momentum = h->momentum,
+                      .dampening = h->dampening, .wd = h->weight_decay, .beta1 = h->beta1, .beta2 = h->beta2,
+                      .eps = h->eps, .l2 = 0.0f, .decay = 1.0f, .step_size = 0.0f, .bc2_sqrt = 1.0f};
+    switch (h->kind) {
+    case MPT_OPTIM_SGD:
+        MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
+        break;
+    case MPT_OPTIM_ADAM:
+    case MPT_OPTIM_ADAMW:
+        MPT_ASSERTF(a->m != NULL && a->v != NULL, "optim_step: Adam/AdamW need exp_avg and exp_avg_sq");
+        if (h->kind == MPT_OPTIM_ADAM) s.l2 = h->weight_decay;
+        else s.decay = mpt_adamw_decay(h->lr, h->weight_decay);
+        s.step_size = mpt_adam_step_size(h->lr, h->beta1, t);
+        s.bc2_sqrt = mpt_adam_bc2_sqrt(h->beta2, t);
+        break;
+    default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
+    }
+    const int first = t == 1;
+    const size_t esz = a->working ? mpt_dtype_size(a->working_dtype) : 0;
+    int64_t i0 = 0;
+    for (; i0 < a->n; i0 += MPT_OPTIM_BLOCK) {
+        int64_t nb = a->n - i0;
+        if (nb >= MPT_OPTIM_BLOCK) {
+            nb = MPT_OPTIM_BLOCK;
+            update_block(a, &s, i0, MPT_OPTIM_BLOCK, first);
+            if (a->working) write_working((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0,
+                                          MPT_OPTIM_BLOCK);
+        } else {
+            update_block(a, &s, i0, nb, first);
+            if (a->working) write_working((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0, nb);
+        }
+    }
+}
+
+/* ---- loss-scale update ---------------------------------------------------------------------------------- */
+
+void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic) {
+    (void)be;
+    mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq,
+                             &st->growth_tracker, &st->hysteresis_left, &st->steps_skipped, &st->floor_hits,
+                             p->growth_factor, p->backoff_factor, p->growth_interval, p->hysteresis,
+                             p->min_scale, p->max_scale, dynamic);
+}

@@ -1,0 +1,78 @@
+/*
+ * engine/optim/schedule.c - learning-rate schedules (constant, step, cosine with linear warmup), evaluated on
+ * the host once per iteration in FP64 and rounded once to FP32. Formulas and PyTorch counterparts:
+ * schedule.h.
+ */
+#include "engine/optim/schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const lr_kind_names[] = {"constant", "step", "cosine"};
+#define N_LR_KINDS ((int)(sizeof lr_kind_names / sizeof lr_kind_names[0]))
+
+const char *mpt_lr_kind_name(mpt_lr_kind k) {
+    return (unsigned)k < (unsigned)N_LR_KINDS ? lr_kind_names[k] : "?";
+}
+
+int mpt_lr_kind_parse(const char *s, mpt_lr_kind *out) {
+    for (int i = 0; i < N_LR_KINDS; i++)
+        if (strcmp(s, lr_kind_names[i]) == 0) {
+            *out = (mpt_lr_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+mpt_status mpt_lr_schedule_check(const mpt_lr_schedule *s) {
+    if ((unsigned)s->kind >= (unsigned)N_LR_KINDS)
+        return mpt_errorf(MPT_ERR_ARG, "lr schedule: expected constant, step or cosine, found kind %d", (int)s->kind);
+    if (!(isfinite(s->base_lr) && s->base_lr >= 0.0f))
+        return mpt_errorf(MPT_ERR_ARG, "learning rate: expected a finite value >= 0, found %g", (double)s->base_lr);
+    if (s->kind == MPT_LR_STEP) {
+        if (s->step_size < 1)
+            return mpt_errorf(MPT_ERR_ARG, "lr schedule step: step_size expected >= 1, found %lld",
+                              (long long)s->step_size);
+        if (!(isfinite(s->gamma) && s->gamma > 0.0f))
+            return mpt_errorf(MPT_ERR_ARG, "lr schedule step: gamma expected finite and > 0, found %g",
+                              (double)s->gamma);
+    }
+    if (s->kind == MPT_LR_COSINE) {
+        if (!(isfinite(s->min_lr) && s->min_lr >= 0.0f && s->min_lr <= s->base_lr))
+            return mpt_errorf(MPT_ERR_ARG, "lr schedule cosine: min_lr expected in [0, base_lr=%g], found %g",
+                              (double)s->base_lr, (double)s->min_lr);
+        if (s->warmup_steps < 0)
+            return mpt_errorf(MPT_ERR_ARG, "lr schedule cosine: warmup_steps expected >= 0, found %lld",
+                              (long long)s->warmup_steps);
+        if (s->total_steps <= s->warmup_steps)
+            return mpt_errorf(MPT_ERR_ARG,
+                              "lr schedule cosine: total_steps expected > warmup_steps (%lld), found %lld",
+                              (long long)s->warmup_steps, (long long)s->total_steps);
+    }
+    return MPT_OK;
+}
+
+float mpt_lr_at(const mpt_lr_schedule *s, int64_t t) {
+    MPT_ASSERTF(t >= 0, "mpt_lr_at: iteration %lld, expected >= 0", (long long)t);
+    const double base = s->base_lr;
+    switch (s->kind) {
+    case MPT_LR_CONSTANT: return s->base_lr;
+    case MPT_LR_STEP: {
+        MPT_ASSERTF(s->step_size >= 1, "mpt_lr_at: step schedule with step_size %lld", (long long)s->step_size);
+        double k = (double)(t / s->step_size);
+        return (float)(base * pow((double)s->gamma, k));
+    }
+    case MPT_LR_COSINE: {
+        const int64_t w = s->warmup_steps, total = s->total_steps;
+        MPT_ASSERTF(w >= 0 && total > w, "mpt_lr_at: cosine schedule with warmup %lld, total %lld", (long long)w,
+                    (long long)total);
+        if (t < w) return (float)(base * (double)(t + 1) / (double)w);
+        if (t >= total) return s->min_lr;
+        const double pi = 3.14159265358979323846;
+        double frac = (double)(t - w) / (double)(total - w);
+        return (float)((double)s->min_lr + (base - (double)s->min_lr) * (1.0 + cos(pi * frac)) / 2.0);
+    }
+    default: MPT_ASSERTF(0, "mpt_lr_at: unknown schedule kind %d", (int)s->kind);
+    }
+    return s->base_lr;
+}

@@ -1,0 +1,158 @@
+/*
+ * tests/test_policy.c - the precision policy (engine/amp/policy.h): which dtype and math mode each op runs in.
+ *
+ * Expected table, written out here independently of policy.c (PyTorch autocast spirit):
+ *   linear, conv2d:       compute dtype = the mode's activation dtype; math fp32 -> FP32, tf32 -> TF32 (per
+ *                         switch: matmul for linear, conv for conv2d), fp16 -> F16, bf16 -> BF16
+ *   input:                activation dtype, FP32 math (a conversion, not a GEMM)
+ *   softmax_xent:         always F32 / FP32, whatever its input
+ *   relu, maxpool2d, flatten, dropout: follow their input's dtype, FP32 math
+ * NVIDIA_TF32_OVERRIDE=0 in the environment turns TF32 off (and sets tf32_override); other values do not.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/amp/policy.h"
+#include "harness.h"
+
+static const mpt_precision modes[] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
+                                      MPT_PRECISION_BF16};
+static const mpt_dtype float_dtypes[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+
+/* The activation dtype each mode should use. */
+static mpt_dtype expected_act(mpt_precision m) {
+    return m == MPT_PRECISION_FP16 ? MPT_DTYPE_F16 : m == MPT_PRECISION_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+
+/* The GEMM/conv math a mode should give an op when the op's TF32 switch is `tf32`. */
+static mpt_math expected_lowp_math(mpt_precision m, int tf32) {
+    switch (m) {
+    case MPT_PRECISION_FP16: return MPT_MATH_F16;
+    case MPT_PRECISION_BF16: return MPT_MATH_BF16;
+    default: return tf32 ? MPT_MATH_TF32 : MPT_MATH_FP32;
+    }
+}
+
+START_TEST(test_default_table) {
+    unsetenv("NVIDIA_TF32_OVERRIDE");
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        mpt_precision mode = modes[i];
+        mpt_policy p = mpt_policy_make(mode);
+        int tf32 = mode == MPT_PRECISION_TF32;
+        ck_assert_int_eq(p.mode, mode);
+        ck_assert_int_eq(p.tf32_matmul, tf32);
+        ck_assert_int_eq(p.tf32_conv, tf32);
+        ck_assert_int_eq(p.tf32_override, 0);
+        ck_assert_int_eq(mpt_policy_act_dtype(&p), expected_act(mode));
+        for (size_t j = 0; j < sizeof float_dtypes / sizeof float_dtypes[0]; j++) {
+            mpt_dtype in = float_dtypes[j];
+            mpt_op_precision lin = mpt_policy_for(&p, MPT_OP_LINEAR, in);
+            mpt_op_precision conv = mpt_policy_for(&p, MPT_OP_CONV2D, in);
+            ck_assert_int_eq(lin.compute_dtype, expected_act(mode));
+            ck_assert_int_eq(conv.compute_dtype, expected_act(mode));
+            ck_assert_msg(lin.math == expected_lowp_math(mode, tf32), "%s linear: math %s", mpt_precision_name(mode),
+                          mpt_math_name(lin.math));
+            ck_assert_msg(conv.math == expected_lowp_math(mode, tf32), "%s conv: math %s", mpt_precision_name(mode),
+                          mpt_math_name(conv.math));
+
+            mpt_op_precision in_op = mpt_policy_for(&p, MPT_OP_INPUT, in);
+            ck_assert_int_eq(in_op.compute_dtype, expected_act(mode));
+            ck_assert_int_eq(in_op.math, MPT_MATH_FP32);
+
+            mpt_op_precision sx = mpt_policy_for(&p, MPT_OP_SOFTMAX_XENT, in);
+            ck_assert_int_eq(sx.compute_dtype, MPT_DTYPE_F32);
+            ck_assert_int_eq(sx.math, MPT_MATH_FP32);
+
+            const mpt_op follow[] = {MPT_OP_RELU, MPT_OP_MAXPOOL2D, MPT_OP_FLATTEN, MPT_OP_DROPOUT};
+            for (size_t k = 0; k < sizeof follow / sizeof follow[0]; k++) {
+                mpt_op_precision f = mpt_policy_for(&p, follow[k], in);
+                ck_assert_msg(f.compute_dtype == in, "%s %s on %s input: got %s", mpt_precision_name(mode),
+                              mpt_op_name(follow[k]), mpt_dtype_name(in), mpt_dtype_name(f.compute_dtype));
+                ck_assert_int_eq(f.math, MPT_MATH_FP32);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_tf32_switches_separate) {
+    for (int mm = 0; mm <= 1; mm++)
+        for (int cc = 0; cc <= 1; cc++) {
+            mpt_policy p = mpt_policy_make_explicit(MPT_PRECISION_TF32, mm, cc);
+            ck_assert_int_eq(p.tf32_override, 0);
+            mpt_op_precision lin = mpt_policy_for(&p, MPT_OP_LINEAR, MPT_DTYPE_F32);
+            mpt_op_precision conv = mpt_policy_for(&p, MPT_OP_CONV2D, MPT_DTYPE_F32);
+            ck_assert_int_eq(lin.math, mm ? MPT_MATH_TF32 : MPT_MATH_FP32);
+            ck_assert_int_eq(conv.math, cc ? MPT_MATH_TF32 : MPT_MATH_FP32);
+            ck_assert_int_eq(lin.compute_dtype, MPT_DTYPE_F32);
+            ck_assert_int_eq(conv.compute_dtype, MPT_DTYPE_F32);
+            /* TF32 switches never touch the softmax or pointwise ops */
+            ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_SOFTMAX_XENT, MPT_DTYPE_F32).math, MPT_MATH_FP32);
+            ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_RELU, MPT_DTYPE_F32).math, MPT_MATH_FP32);
+        }
+    /* fp16/bf16 modes use their own Tensor Core format whatever the TF32 switches say */
+    mpt_policy h = mpt_policy_make_explicit(MPT_PRECISION_FP16, 1, 1);
+    ck_assert_int_eq(mpt_policy_for(&h, MPT_OP_LINEAR, MPT_DTYPE_F16).math, MPT_MATH_F16);
+    mpt_policy b = mpt_policy_make_explicit(MPT_PRECISION_BF16, 1, 0);
+    ck_assert_int_eq(mpt_policy_for(&b, MPT_OP_CONV2D, MPT_DTYPE_BF16).math, MPT_MATH_BF16);
+}
+END_TEST
+
+START_TEST(test_tf32_override_env) {
+    ck_assert_int_eq(setenv("NVIDIA_TF32_OVERRIDE", "0", 1), 0);
+    mpt_policy p = mpt_policy_make(MPT_PRECISION_TF32);
+    ck_assert_int_eq(p.tf32_override, 1);
+    ck_assert_int_eq(p.tf32_matmul, 0);
+    ck_assert_int_eq(p.tf32_conv, 0);
+    ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_LINEAR, MPT_DTYPE_F32).math, MPT_MATH_FP32);
+    ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_CONV2D, MPT_DTYPE_F32).math, MPT_MATH_FP32);
+    /* the explicit constructor ignores the environment */
+    mpt_policy e = mpt_policy_make_explicit(MPT_PRECISION_TF32, 1, 1);
+    ck_assert_int_eq(e.tf32_override, 0);
+    ck_assert_int_eq(mpt_policy_for(&e, MPT_OP_LINEAR, MPT_DTYPE_F32).math, MPT_MATH_TF32);
+    /* fp16 is unaffected: no TF32 there to turn off */
+    mpt_policy h = mpt_policy_make(MPT_PRECISION_FP16);
+    ck_assert_int_eq(mpt_policy_for(&h, MPT_OP_LINEAR, MPT_DTYPE_F16).math, MPT_MATH_F16);
+
+    const char *others[] = {"1", "", "00", "false", "off"};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        ck_assert_int_eq(setenv("NVIDIA_TF32_OVERRIDE", others[i], 1), 0);
+        mpt_policy q = mpt_policy_make(MPT_PRECISION_TF32);
+        ck_assert_msg(q.tf32_override == 0 && q.tf32_matmul == 1 && q.tf32_conv == 1,
+                      "NVIDIA_TF32_OVERRIDE='%s' changed the tf32 policy", others[i]);
+        mpt_policy f = mpt_policy_make(MPT_PRECISION_FP32);
+        ck_assert_int_eq(mpt_policy_for(&f, MPT_OP_LINEAR, MPT_DTYPE_F32).math, MPT_MATH_FP32);
+    }
+    unsetenv("NVIDIA_TF32_OVERRIDE");
+}
+END_TEST
+
+START_TEST(test_names_and_loss_scaling) {
+    const char *names[] = {"fp32", "tf32", "fp16", "bf16"};
+    for (int i = 0; i < 4; i++) {
+        mpt_precision m = MPT_PRECISION_COUNT;
+        ck_assert_int_eq(mpt_precision_parse(names[i], &m), 0);
+        ck_assert_int_eq(m, modes[i]);
+        ck_assert_str_eq(mpt_precision_name(modes[i]), names[i]);
+        mpt_policy p = mpt_policy_make_explicit(modes[i], 0, 0);
+        ck_assert_int_eq(mpt_policy_default_loss_scaling(&p), modes[i] == MPT_PRECISION_FP16);
+    }
+    mpt_precision m = MPT_PRECISION_BF16;
+    ck_assert_int_eq(mpt_precision_parse("fp8", &m), -1);
+    ck_assert_int_eq(mpt_precision_parse("FP16", &m), -1);
+    ck_assert_str_eq(mpt_op_name(MPT_OP_LINEAR), "linear");
+    ck_assert_str_eq(mpt_op_name(MPT_OP_SOFTMAX_XENT), "softmax_xent");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("policy");
+    TCase *tc = tcase_create("policy");
+    tcase_set_timeout(tc, 10);
+    tcase_add_test(tc, test_default_table);
+    tcase_add_test(tc, test_tf32_switches_separate);
+    tcase_add_test(tc, test_tf32_override_env);
+    tcase_add_test(tc, test_names_and_loss_scaling);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
