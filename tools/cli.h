@@ -1,0 +1,325 @@
+/*
+ * tools/cli.h - the mptrain command's internals, shared by its files:
+ *   main.c            dispatch, `mptrain --help`, `--version`
+ *   opts.c            the option table, strict parsing of flags and values, per-command help, the canonical
+ *                     text of each setting (what a checkpoint records and a resumed run compares)
+ *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
+ *   cmd_train.c       `mptrain train` and mpt_cli_train_run(), the training loop that `compare` reuses
+ *   cmd_compare.c     `mptrain compare`: one run per precision, then report.md and convergence.png
+ *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
+ *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
+ *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)
+ *   report.c          metrics.csv / epochs.csv, summary.json, report.md
+ *   plot.c            convergence.png through gnuplot
+ *
+ * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
+ * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected.
+ */
+#ifndef MPT_TOOLS_CLI_H
+#define MPT_TOOLS_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "datasets/idx.h"
+#include "engine/amp/policy.h"
+#include "engine/backend.h"
+#include "engine/optim/schedule.h"
+#include "engine/status.h"
+#include "engine/train.h"
+
+#define MPT_CLI_EXIT_FAIL 1
+#define MPT_CLI_EXIT_USAGE 2
+#define MPT_CLI_PATH 4096
+
+/* Every long option of every command. The value is also getopt_long's return value. */
+typedef enum mpt_opt_id {
+    MPT_OPT_FIRST = 256,
+    /* settings that define a run's math: recorded in checkpoints, fixed when resuming */
+    MPT_OPT_MODEL = MPT_OPT_FIRST,
+    MPT_OPT_PRECISION,
+    MPT_OPT_OPTIMIZER,
+    MPT_OPT_LR,
+    MPT_OPT_MOMENTUM,
+    MPT_OPT_NESTEROV,
+    MPT_OPT_WEIGHT_DECAY,
+    MPT_OPT_BETA1,
+    MPT_OPT_BETA2,
+    MPT_OPT_EPS,
+    MPT_OPT_BATCH_SIZE,
+    MPT_OPT_SEED,
+    MPT_OPT_LOSS_SCALE,
+    MPT_OPT_GROWTH_INTERVAL,
+    MPT_OPT_LR_SCHEDULE,
+    MPT_OPT_WARMUP_STEPS,
+    MPT_OPT_MIN_LR,
+    MPT_OPT_STEP_SIZE,
+    MPT_OPT_GAMMA,
+    MPT_OPT_CLIP_NORM,
+    MPT_OPT_LIMIT_TRAIN,
+    MPT_OPT_VAL_SPLIT,
+    MPT_OPT_STANDARDIZE,
+    MPT_OPT_INJECT_NONFINITE,
+    MPT_OPT_LAST_RECORDED = MPT_OPT_INJECT_NONFINITE,
+    /* settings of one invocation */
+    MPT_OPT_EPOCHS,
+    MPT_OPT_DEVICE,
+    MPT_OPT_DATA,
+    MPT_OPT_OUT,
+    MPT_OPT_RESUME,
+    MPT_OPT_LIMIT_TEST,
+    MPT_OPT_THREADS,
+    MPT_OPT_LOG_EVERY,
+    MPT_OPT_SAVE_EVERY,
+    MPT_OPT_MAX_STEPS,
+    MPT_OPT_PROGRESS,
+    MPT_OPT_PRECISIONS,
+    MPT_OPT_CHECKPOINT,
+    MPT_OPT_HELP,
+    MPT_OPT_END
+} mpt_opt_id;
+#define MPT_OPT_COUNT (MPT_OPT_END - MPT_OPT_FIRST)
+
+/* Which commands take an option (bit mask). */
+typedef enum mpt_cmd_mask {
+    MPT_CMD_TRAIN = 1,
+    MPT_CMD_COMPARE = 2,
+    MPT_CMD_EVAL = 4,
+    MPT_CMD_INFO = 8,
+} mpt_cmd_mask;
+
+typedef enum mpt_device_choice {
+    MPT_DEVICE_CHOICE_AUTO = 0, /* the GPU when one is usable, else the CPU */
+    MPT_DEVICE_CHOICE_CPU,
+    MPT_DEVICE_CHOICE_CUDA,     /* the GPU or an error */
+} mpt_device_choice;
+
+typedef enum mpt_progress_mode {
+    MPT_PROGRESS_AUTO = 0, /* a progress bar when stdout is a terminal */
+    MPT_PROGRESS_ON,
+    MPT_PROGRESS_OFF,
+} mpt_progress_mode;
+
+/* All settings of one invocation. Defaults: mpt_cli_opts_default(). */
+typedef struct mpt_cli_opts {
+    /* the run's math (recorded) */
+    char model[16];
+    mpt_precision precision;
+    mpt_optim_kind optimizer;
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    int nesterov;
+    int batch;
+    uint64_t seed;
+    mpt_loss_scaling loss_scaling;
+    double loss_scale_value;     /* dynamic: the initial scale; static: the fixed scale; none: 1 */
+    int growth_interval;
+    mpt_lr_kind lr_schedule;
+    int64_t warmup_steps;
+    double min_lr;
+    int64_t step_size;
+    double gamma;
+    double clip_norm;            /* 0 = off */
+    int64_t limit_train;         /* 0 = all training images */
+    double val_split;            /* fraction of the (limited) training set held out for validation */
+    int standardize;             /* standardise pixels with the training set's mean and std */
+    int64_t inject_nonfinite;    /* iteration whose gradients become NaN, -1 = off */
+    /* this invocation */
+    int epochs;
+    mpt_device_choice device;
+    char data[MPT_CLI_PATH];
+    char out[MPT_CLI_PATH];      /* "" = the command's default */
+    char resume[MPT_CLI_PATH];   /* "" = start fresh */
+    int64_t limit_test;          /* 0 = all test images */
+    int threads;                 /* OpenBLAS threads, 0 = OpenBLAS's default */
+    int64_t log_every;           /* read the step statistics every N iterations */
+    int64_t save_every;          /* 0 = checkpoint only at the end */
+    int64_t max_steps;           /* 0 = no limit: stop after `epochs` */
+    mpt_progress_mode progress;
+    mpt_precision precisions[MPT_PRECISION_COUNT]; /* compare */
+    int n_precisions;
+    char checkpoint[MPT_CLI_PATH]; /* eval */
+    unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
+} mpt_cli_opts;
+
+/* The defaults (see `mptrain train --help`). */
+void mpt_cli_opts_default(mpt_cli_opts *o);
+
+/* Whether option id was given on the command line. */
+int mpt_cli_given(const mpt_cli_opts *o, mpt_opt_id id);
+
+/* Parses argv[1..argc) (argv[0] is the command name, e.g. "train") into *o, which holds the defaults.
+ * Returns 0 on success, MPT_CLI_EXIT_USAGE after printing a message naming the flag to stderr, or -1 when
+ * --help was given (the help has been printed to stdout: the caller exits 0). */
+int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o);
+
+/* Sets option id from its text, as if "--<name> <arg>" had been given (arg NULL for flags without a
+ * value). MPT_ERR_ARG with a message naming the flag for a malformed or out-of-range value. */
+mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg);
+
+/* The option's long name without dashes ("batch-size"). */
+const char *mpt_cli_opt_name(mpt_opt_id id);
+
+/* The canonical text of a recorded setting (what mpt_cli_apply accepts back and gives the same value for;
+ * floats with 17 significant digits). buf: at least 64 bytes. */
+const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size_t len);
+
+/* Fills in the defaults that depend on other settings: the weight decay (0.01 for adamw, as in PyTorch,
+ * unless given) and the loss scaling (dynamic 2^16 for fp16, none otherwise, unless given). Call once the
+ * precision is final (compare: once per precision). */
+void mpt_cli_resolve(mpt_cli_opts *o);
+
+/* The training configuration for the engine (engine/train.h) from resolved options; batches_per_epoch gives
+ * the cosine schedule its horizon (epochs x batches_per_epoch). */
+mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per_epoch);
+
+/* Prints a command's help (cmd: one mask bit) to f. */
+void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd);
+
+/* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
+ * MPT_ERR_ARG, MPT_CLI_EXIT_FAIL otherwise. */
+int mpt_cli_fail(const char *command, mpt_status s);
+
+/* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
+int mpt_cli_set_threads(int n);
+
+/* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
+
+/* The dataset on the host, loaded once, limited to --limit-train / --limit-test rows. */
+typedef struct mpt_cli_data {
+    mpt_mnist d;
+    char dir[MPT_CLI_PATH];
+} mpt_cli_data;
+
+/* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing) and keeps the
+ * first limit_train / limit_test rows (0 = all). */
+mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test);
+void mpt_cli_data_free(mpt_cli_data *cd);
+
+/* The dataset in one backend's memory (MPT_MEM_DATA), copied once per run. */
+typedef struct mpt_cli_device_data {
+    mpt_backend *be;
+    uint8_t *train_images, *train_labels; /* U8 [n_train, dim], [n_train] */
+    uint8_t *test_images, *test_labels;   /* U8 [n_test, dim], [n_test] */
+    size_t bytes;
+} mpt_cli_device_data;
+
+mpt_status mpt_cli_data_upload(mpt_cli_device_data *dd, mpt_backend *be, const mpt_mnist *d);
+void mpt_cli_data_release(mpt_cli_device_data *dd);
+
+/* ---- devices (cmd_train.c) ----------------------------------------------------------------------------- */
+
+/* Creates the backend for --device; *why receives one line saying which device and why (auto's choice).
+ * MPT_ERR_DEVICE when --device cuda was asked for and no GPU is usable. */
+mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
+
+/* ---- one training run (cmd_train.c) ------------------------------------------------------------------- */
+
+#define MPT_CLI_MAX_EPOCHS 100000
+
+/* What a finished run reports (to summary.json, the compare table and the caller). */
+typedef struct mpt_cli_result {
+    char out_dir[MPT_CLI_PATH];
+    char device[256];
+    int epochs_run;              /* epochs completed in this invocation */
+    int64_t iterations;          /* iterations so far (resumed ones included) */
+    double final_test_acc, best_test_acc, final_test_loss, final_train_loss;
+    int best_epoch;              /* 1-based epoch of best_test_acc */
+    double final_val_acc, final_val_loss; /* NAN without --val-split */
+    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded) */
+    double samples_per_s;        /* training samples / training time, over the whole invocation */
+    double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd) */
+    size_t mem_peak[MPT_MEM_COUNT];
+    size_t mem_peak_total;
+    int32_t steps_skipped, floor_hits;
+    float final_scale;
+    float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
+    int64_t n_master;
+} mpt_cli_result;
+
+void mpt_cli_result_free(mpt_cli_result *r);
+
+/* Trains one run with resolved options o on data cd (already loaded), writing into o->out: metrics.csv,
+ * epochs.csv, summary.json and checkpoint.safetensors. `label` prefixes the progress lines ("" or "fp16").
+ * Fills *res. */
+mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_cli_result *res);
+
+/* Evaluates the trainer on a U8 dataset in backend memory: rows 0..n-1 in order, padded last batch
+ * (ignored rows). *loss = mean cross-entropy over the n rows, *acc = fraction correct. */
+void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                      int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc);
+
+/* Creates the output directory and its parents (mkdir -p). MPT_ERR_IO naming the path. */
+mpt_status mpt_cli_mkdirs(const char *path);
+
+/* ---- run checkpoints (run_checkpoint.c) ------------------------------------------------------------------ */
+
+/* Where a run is, besides its tensors: what a resumed run needs to continue exactly. */
+typedef struct mpt_cli_run_state {
+    int64_t iteration;       /* training iterations done (== trainer->iteration) */
+    int64_t epoch;           /* 0-based epoch the next iteration belongs to */
+    int64_t batch;           /* batches of that epoch already done (0 at an epoch boundary) */
+    float mean, inv_std;     /* pixel standardisation in use (0 and 1 without --standardize) */
+    int64_t n_train, n_val;  /* rows trained on and held out (checked again on resume) */
+    double best_test_acc;    /* best test accuracy so far and its 1-based epoch (0: none yet) */
+    int best_epoch;
+} mpt_cli_run_state;
+
+/* The checkpoint file name inside an output directory. */
+#define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
+
+/* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
+ * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
+ * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically
+ * (engine/checkpoint.h). Synchronises the backend. */
+mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
+                                   const mpt_cli_run_state *rs);
+
+/* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
+ * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
+mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs);
+
+/* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
+ * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
+ * MPT_ERR_SHAPE when the tensors do not match the model. */
+mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
+
+/* ---- reports (report.c) ----------------------------------------------------------------------------------- */
+
+/* The graph's precision map as a JSON array (a json_t *, returned as void * to keep jansson out of this
+ * header): one object per node {"node", "op", "input", "weight", "output", "math"}. */
+void *mpt_cli_precision_map_json(const mpt_graph *g);
+
+/* Writes summary.json into dir. */
+mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
+                                 const mpt_graph *g, const mpt_policy *policy);
+
+/* One row of the compare table. */
+typedef struct mpt_cli_compare_row {
+    mpt_precision precision;
+    const mpt_cli_result *r;
+    double rel_l2;           /* ||w - w_fp32|| / ||w_fp32|| of the final masters; NAN without an fp32 run */
+} mpt_cli_compare_row;
+
+/* Writes the comparison table as Markdown (the same text `compare` prints). */
+void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
+
+/* Writes report.md into dir: settings, the table, what each precision does, how to read the plot. */
+mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
+                                const char *plot_file);
+
+/* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
+
+/* Writes dir/convergence.gp and runs gnuplot on it to make dir/convergence.png from each run's
+ * dir/<precision>/metrics.csv and epochs.csv. MPT_ERR_IO with a message when gnuplot is missing or fails
+ * (the caller reports it and goes on). */
+mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n);
+
+/* ---- commands ---------------------------------------------------------------------------------------- */
+
+int mpt_cmd_train(int argc, char **argv);
+int mpt_cmd_compare(int argc, char **argv);
+int mpt_cmd_eval(int argc, char **argv);
+int mpt_cmd_info(int argc, char **argv);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * tools/cmd_eval.c - `mptrain eval --checkpoint CKPT`: rebuilds the model and precision recorded in the
+ * checkpoint's metadata, loads its FP32 master weights (the working copy in the run's precision is rewritten
+ * from them, exactly as during training) and prints the test loss and accuracy. The evaluation runs in the
+ * checkpoint's precision: the same numerics the run was evaluated with after each epoch.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/layers/layers.h"
+#include "models/models.h"
+#include "tools/cli.h"
+
+int mpt_cmd_eval(int argc, char **argv) {
+    mpt_cli_opts cli;
+    mpt_cli_opts_default(&cli);
+    int rc = mpt_cli_parse(argc, argv, MPT_CMD_EVAL, &cli);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    if (!cli.checkpoint[0]) {
+        fprintf(stderr, "mptrain eval: --checkpoint CKPT is required (see mptrain eval --help)\n");
+        return MPT_CLI_EXIT_USAGE;
+    }
+    mpt_cli_opts o;
+    mpt_cli_opts_default(&o);
+    mpt_cli_run_state rs;
+    mpt_status s = mpt_cli_checkpoint_read_config(cli.checkpoint, &o, &rs);
+    if (s != MPT_OK) return mpt_cli_fail("eval", s);
+    if (mpt_cli_given(&cli, MPT_OPT_BATCH_SIZE)) o.batch = cli.batch;
+    mpt_cli_set_threads(cli.threads);
+
+    mpt_cli_data cd;
+    s = mpt_cli_data_load(&cd, cli.data, 0, cli.limit_test);
+    if (s != MPT_OK) return mpt_cli_fail("eval", s);
+    mpt_backend *be = NULL;
+    char why[640];
+    s = mpt_cli_backend_create(cli.device, &be, why, sizeof why);
+    if (s != MPT_OK) {
+        mpt_cli_data_free(&cd);
+        return mpt_cli_fail("eval", s);
+    }
+    printf("device: %s\n", why);
+    if (rs.batch == 0)
+        printf("checkpoint %s: model %s, precision %s, step %lld, after %lld epoch(s)\n", cli.checkpoint, o.model,
+               mpt_precision_name(o.precision), (long long)rs.iteration, (long long)rs.epoch);
+    else
+        printf("checkpoint %s: model %s, precision %s, step %lld, in epoch %lld after %lld batches\n", cli.checkpoint,
+               o.model, mpt_precision_name(o.precision), (long long)rs.iteration, (long long)rs.epoch + 1,
+               (long long)rs.batch);
+
+    mpt_cli_device_data dd;
+    mpt_trainer *t = NULL;
+    int32_t *idx = NULL;
+    size_t idx_bytes = 0;
+    s = mpt_cli_data_upload(&dd, be, &cd.d);
+    if (s == MPT_OK) {
+        mpt_policy policy = mpt_policy_make(o.precision);
+        if (policy.tf32_override && o.precision == MPT_PRECISION_TF32)
+            printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
+        mpt_graph *g = mpt_graph_create(be, &policy, o.batch);
+        mpt_tensor *logits = NULL;
+        s = mpt_model_build(g, o.model, &logits);
+        if (s == MPT_OK) {
+            mpt_softmax_xent(g, logits, "loss");
+            mpt_train_config cfg = mpt_cli_train_config(&o, 1);
+            s = mpt_trainer_create(&t, g, &cfg);
+        } else {
+            mpt_graph_free(&g);
+        }
+    }
+    if (s == MPT_OK) s = mpt_cli_checkpoint_load(cli.checkpoint, t);
+    if (s == MPT_OK) {
+        int64_t n = cd.d.n_test;
+        int64_t cnt = (n + o.batch - 1) / o.batch * o.batch;
+        idx_bytes = (size_t)cnt * sizeof(int32_t);
+        idx = be->alloc(be, idx_bytes);
+        int32_t *h = malloc(idx_bytes);
+        if (!idx || !h) {
+            s = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes of test indices", idx_bytes);
+        } else {
+            mpt_backend_account(be, MPT_MEM_DATA, (int64_t)idx_bytes);
+            for (int64_t i = 0; i < cnt; i++) h[i] = i < n ? (int32_t)i : -1;
+            be->from_host(be, idx, h, idx_bytes);
+            be->synchronize(be);
+            double loss, acc;
+            mpt_cli_evaluate(t, dd.test_images, dd.test_labels, idx, n, cd.d.dim, rs.mean, rs.inv_std, &loss, &acc);
+            printf("test loss %.4f  test accuracy %.2f%% (%lld images, %s)\n", loss, 100.0 * acc, (long long)n, cd.dir);
+        }
+        free(h);
+    }
+    if (idx) {
+        be->free(be, idx);
+        mpt_backend_account(be, MPT_MEM_DATA, -(int64_t)idx_bytes);
+    }
+    mpt_trainer_free(&t);
+    mpt_cli_data_release(&dd);
+    mpt_backend_free(&be);
+    mpt_cli_data_free(&cd);
+    if (s != MPT_OK) return mpt_cli_fail("eval", s);
+    return 0;
+}

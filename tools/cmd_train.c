@@ -1,0 +1,590 @@
+/*
+ * tools/cmd_train.c - `mptrain train`, and the training loop that `mptrain compare` runs once per precision.
+ *
+ * One run:
+ *   1. the backend (--device), the dataset copied into its memory once (MPT_MEM_DATA);
+ *   2. the graph: model (models/) + softmax cross-entropy, in the run's precision policy; the trainer adds
+ *      FP32 masters, optimizer and scaler state and initialises the weights from the seed;
+ *   3. per epoch: the loader's shuffled order for (seed, epoch) becomes one I32 index array, copied to the
+ *      backend once; each step gathers its batch from the resident dataset (mpt_trainer_gather) and runs
+ *      mpt_trainer_step. The last partial batch is padded with index -1 rows, which the loss ignores, so an
+ *      epoch is exactly PyTorch's DataLoader(drop_last=False) epoch;
+ *   4. every --log-every steps (and at the end of each epoch) one read of the step statistics (the only
+ *      host synchronisation in the loop): a metrics.csv row and the progress bar;
+ *   5. after each epoch: test (and validation) loss and accuracy, an epochs.csv row and one printed line;
+ *   6. at the end (and every --save-every steps, and at --max-steps): checkpoint.safetensors; summary.json.
+ *
+ * Resuming (--resume CKPT) restores the run's settings from the checkpoint (flags that would change the math
+ * are rejected when they differ), then its weights, optimizer and scaler state and iteration, and continues
+ * at the recorded epoch and batch: the epoch's order is recomputed from (seed, epoch), dropout offsets derive
+ * from the iteration, so N straight steps and N/2 + resume + N/2 give the same bits on the same backend.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datasets/loader.h"
+#include "engine/layers/layers.h"
+#include "models/models.h"
+#include "tools/cli.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+mpt_status mpt_cli_mkdirs(const char *path) {
+    char buf[MPT_CLI_PATH];
+    if (strlen(path) >= sizeof buf) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof buf - 1);
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create %s (%s)", path, buf, strerror(errno));
+            *p = c;
+            if (c == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mpt_errorf(MPT_ERR_IO, "--out %s: not a directory", path);
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
+    char msg[512];
+    *out = NULL;
+    if (choice == MPT_DEVICE_CHOICE_CPU) {
+        *out = mpt_backend_cpu_create();
+        snprintf(why, len, "cpu (--device cpu)");
+        return MPT_OK;
+    }
+    if (choice == MPT_DEVICE_CHOICE_CUDA) {
+        *out = mpt_backend_cuda_create();
+        if (!*out) return mpt_errorf(MPT_ERR_DEVICE, "--device cuda: %s", mpt_last_error());
+        mpt_cuda_available(msg, sizeof msg);
+        snprintf(why, len, "cuda: %s", msg);
+        return MPT_OK;
+    }
+    if (mpt_cuda_available(msg, sizeof msg)) {
+        *out = mpt_backend_cuda_create();
+        if (*out) {
+            snprintf(why, len, "cuda: %s (--device auto)", msg);
+            return MPT_OK;
+        }
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+    }
+    *out = mpt_backend_cpu_create();
+    snprintf(why, len, "cpu (--device auto: %s)", msg);
+    return MPT_OK;
+}
+
+void mpt_cli_result_free(mpt_cli_result *r) {
+    free(r->epoch_s);
+    free(r->final_master);
+    r->epoch_s = NULL;
+    r->final_master = NULL;
+}
+
+void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                      int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
+    mpt_backend *be = t->be;
+    int B = t->g->batch;
+    int64_t nb = (n + B - 1) / B;
+    double sum = 0.0;
+    mpt_trainer_reset_correct(t);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t valid = n - b * B < B ? n - b * B : B;
+        mpt_trainer_gather(t, images, labels, idx_dev + b * B, dim, mean, inv_std);
+        mpt_trainer_eval_batch(t);
+        float l;
+        be->to_host(be, &l, t->g->loss->data, sizeof l); /* mean over the batch's valid rows */
+        sum += (double)l * (double)valid;
+    }
+    mpt_train_stats st;
+    mpt_trainer_stats(t, &st);
+    *loss = sum / (double)n;
+    *acc = (double)st.n_correct / (double)n;
+}
+
+/* ---- one run ---------------------------------------------------------------------------------------------- */
+
+typedef struct run {
+    mpt_cli_opts o;
+    const mpt_mnist *d;
+    const char *label;       /* "" or "[fp16] " */
+    mpt_backend *be;
+    mpt_cli_device_data dd;
+    mpt_policy policy;
+    mpt_trainer *t;
+    mpt_loader_split split;
+    mpt_loader ld;
+    int ld_ready;
+    int64_t nb;              /* batches per epoch */
+    int32_t *idx_host;       /* [nb * B] this epoch's rows (-1 = padding) */
+    int *n_valid;            /* [nb] real rows per batch */
+    int32_t *idx_epoch;      /* backend [nb * B] */
+    int32_t *idx_test;       /* backend [ceil(n_test / B) * B] */
+    int32_t *idx_val;        /* backend [ceil(n_val / B) * B] or NULL */
+    size_t idx_bytes;        /* bytes of the three above (MPT_MEM_DATA) */
+    FILE *steps_csv, *epochs_csv;
+    mpt_cli_run_state rs;
+    int progress;            /* draw a progress bar */
+    char ckpt_path[MPT_CLI_PATH + 64];
+} run;
+
+static int32_t *idx_alloc(run *r, size_t count) {
+    size_t bytes = count * sizeof(int32_t);
+    int32_t *p = r->be->alloc(r->be, bytes);
+    if (p) {
+        mpt_backend_account(r->be, MPT_MEM_DATA, (int64_t)bytes);
+        r->idx_bytes += bytes;
+    }
+    return p;
+}
+
+/* Uploads rows[0..n) padded with -1 to a multiple of B. */
+static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, int64_t n) {
+    int B = r->o.batch;
+    int64_t cnt = (n + B - 1) / B * B;
+    *dst = idx_alloc(r, (size_t)cnt);
+    int32_t *h = malloc((size_t)cnt * sizeof *h);
+    if (!*dst || !h) {
+        free(h);
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld index entries", (long long)cnt);
+    }
+    for (int64_t i = 0; i < cnt; i++) h[i] = i < n ? (rows ? rows[i] : (int32_t)i) : -1;
+    r->be->from_host(r->be, *dst, h, (size_t)cnt * sizeof *h);
+    r->be->synchronize(r->be);
+    free(h);
+    return MPT_OK;
+}
+
+static FILE *open_csv(const char *dir, const char *name, const char *header, int append) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    int exists = stat(path, &st) == 0 && st.st_size > 0;
+    FILE *f = fopen(path, append && exists ? "a" : "w");
+    if (!f) {
+        mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        return NULL;
+    }
+    if (!(append && exists)) fprintf(f, "%s\n", header);
+    return f;
+}
+
+static void run_free(run *r) {
+    if (r->steps_csv) fclose(r->steps_csv);
+    if (r->epochs_csv) fclose(r->epochs_csv);
+    if (r->ld_ready) mpt_loader_free(&r->ld);
+    mpt_loader_split_free(&r->split);
+    mpt_trainer_free(&r->t);
+    if (r->be) {
+        int32_t *bufs[3] = {r->idx_epoch, r->idx_test, r->idx_val};
+        for (int i = 0; i < 3; i++)
+            if (bufs[i]) r->be->free(r->be, bufs[i]);
+        mpt_backend_account(r->be, MPT_MEM_DATA, -(int64_t)r->idx_bytes);
+        mpt_cli_data_release(&r->dd);
+        mpt_backend_free(&r->be);
+    }
+    free(r->idx_host);
+    free(r->n_valid);
+}
+
+static void progress_draw(const run *r, int64_t epoch, int64_t b, const mpt_train_stats *st) {
+    const int width = 30;
+    int fill = (int)((double)(b + 1) / (double)r->nb * width);
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = '\0';
+    printf("\r\033[K%sepoch %lld/%d [%s] %lld/%lld  loss %.4f  scale %g  skipped %d", r->label, (long long)epoch + 1,
+           r->o.epochs, bar, (long long)b + 1, (long long)r->nb, (double)st->loss, (double)st->scale,
+           (int)st->steps_skipped);
+    fflush(stdout);
+}
+
+static mpt_status save_checkpoint(run *r) {
+    mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
+    if (s != MPT_OK) return s;
+    return MPT_OK;
+}
+
+/* Builds epoch e's index array (host and backend). */
+static void load_epoch(run *r, int64_t e) {
+    int B = r->o.batch;
+    mpt_loader_start_epoch(&r->ld, e);
+    for (int64_t b = 0; b < r->nb; b++) {
+        int32_t *row = r->idx_host + b * B;
+        int ok = mpt_loader_next(&r->ld, row, &r->n_valid[b]);
+        MPT_ASSERT(ok);
+        for (int k = r->n_valid[b]; k < B; k++) row[k] = -1;
+    }
+    r->be->from_host(r->be, r->idx_epoch, r->idx_host, (size_t)(r->nb * B) * sizeof(int32_t));
+    r->be->synchronize(r->be);
+}
+
+static mpt_status setup(run *r, mpt_cli_result *res) {
+    mpt_cli_opts *o = &r->o;
+    char why[640];
+    MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
+    snprintf(res->device, sizeof res->device, "%s", r->be->name);
+    printf("%sdevice: %s\n", r->label, why);
+    MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
+
+    r->policy = mpt_policy_make(o->precision);
+    if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
+        printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
+    mpt_graph *g = mpt_graph_create(r->be, &r->policy, o->batch);
+    mpt_tensor *logits = NULL;
+    mpt_status s = mpt_model_build(g, o->model, &logits);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    mpt_softmax_xent(g, logits, "loss");
+
+    int64_t n_val = (int64_t)llround(o->val_split * (double)r->d->n_train);
+    if (o->val_split > 0.0 && n_val < 1) n_val = 1;
+    s = mpt_loader_split_make(&r->split, r->d->n_train, n_val, o->seed);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return mpt_errorf(s, "--val-split %g: %s", o->val_split, mpt_last_error());
+    }
+    if (o->resume[0]) {
+        if (r->rs.n_train != r->split.n_train || r->rs.n_val != r->split.n_val) {
+            mpt_graph_free(&g);
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint trained on %lld images (%lld held out), this data gives "
+                              "%lld (%lld): use the same --data",
+                              o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
+                              (long long)r->split.n_val);
+        }
+    } else {
+        r->rs.mean = 0.0f;
+        r->rs.inv_std = 1.0f;
+        if (o->standardize)
+            mpt_loader_stats(r->d->train_images, r->d->dim, r->split.train, r->split.n_train, &r->rs.mean,
+                             &r->rs.inv_std);
+        r->rs.n_train = r->split.n_train;
+        r->rs.n_val = r->split.n_val;
+    }
+    s = mpt_loader_init(&r->ld, r->split.train, r->split.n_train, o->batch, MPT_LOADER_PAD_WRAP, 1, o->seed);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    r->ld_ready = 1;
+    r->nb = mpt_loader_n_batches(&r->ld);
+
+    mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
+    MPT_TRY(mpt_trainer_create(&r->t, g, &cfg)); /* owns g from here on, also on failure */
+    if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+
+    r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);
+    r->n_valid = malloc((size_t)r->nb * sizeof *r->n_valid);
+    r->idx_epoch = idx_alloc(r, (size_t)(r->nb * o->batch));
+    if (!r->idx_host || !r->n_valid || !r->idx_epoch)
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the index arrays of %lld batches", (long long)r->nb);
+    MPT_TRY(idx_upload_fixed(r, &r->idx_test, NULL, r->d->n_test));
+    if (r->split.n_val > 0) MPT_TRY(idx_upload_fixed(r, &r->idx_val, r->split.val, r->split.n_val));
+
+    MPT_TRY(mpt_cli_mkdirs(o->out));
+    int append = o->resume[0] != 0;
+    r->steps_csv = open_csv(o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped", append);
+    if (!r->steps_csv) return MPT_ERR_IO;
+    r->epochs_csv = open_csv(o->out,
+                             "epochs.csv",
+                             "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
+                             "loss_scale,steps_skipped",
+                             append);
+    if (!r->epochs_csv) return MPT_ERR_IO;
+    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
+    return MPT_OK;
+}
+
+static void print_header(const run *r) {
+    const mpt_cli_opts *o = &r->o;
+    char lr[64], ls[64];
+    printf("%smodel %s, precision %s, optimizer %s, lr %s, batch %d, loss scale %s, seed %llu\n", r->label, o->model,
+           mpt_precision_name(o->precision), o->optimizer == MPT_OPTIM_SGD ? "sgd" : o->optimizer == MPT_OPTIM_ADAM ? "adam" : "adamw",
+           mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr), o->batch, mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls),
+           (unsigned long long)o->seed);
+    printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch\n",
+           r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb);
+    if (o->resume[0])
+        printf("%sresuming %s at step %lld (epoch %lld, batch %lld)\n", r->label, o->resume, (long long)r->rs.iteration,
+               (long long)r->rs.epoch + 1, (long long)r->rs.batch);
+    fflush(stdout);
+}
+
+static mpt_status train_loop(run *r, mpt_cli_result *res) {
+    mpt_cli_opts *o = &r->o;
+    mpt_trainer *t = r->t;
+    mpt_backend *be = r->be;
+    const mpt_mnist *d = r->d;
+    int B = o->batch;
+    res->epoch_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_s);
+    MPT_ASSERT(res->epoch_s != NULL);
+    double train_time = 0.0;
+    int64_t samples = 0;
+    int evaluated_last = 0;
+    int stopped = 0;
+    mpt_train_stats st;
+    mpt_trainer_stats(t, &st);
+    res->best_test_acc = r->rs.best_epoch > 0 ? r->rs.best_test_acc : NAN;
+    res->best_epoch = r->rs.best_epoch;
+    if (o->max_steps > 0 && t->iteration >= o->max_steps) stopped = 1; /* a resumed run that is already there */
+
+    for (int64_t e = r->rs.epoch; e < o->epochs && !stopped; e++) {
+        load_epoch(r, e);
+        int64_t b0 = e == r->rs.epoch ? r->rs.batch : 0;
+        double loss_sum = 0.0;
+        int64_t loss_n = 0, epoch_samples = 0;
+        int pending_save = 0;
+        double t0 = now_s();
+        int64_t b;
+        for (b = b0; b < r->nb; b++) {
+            mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B, d->dim, r->rs.mean,
+                               r->rs.inv_std);
+            mpt_trainer_step(t);
+            epoch_samples += r->n_valid[b];
+            int64_t it = t->iteration;
+            int last = b == r->nb - 1;
+            int hit_max = o->max_steps > 0 && it >= o->max_steps;
+            if (it % o->log_every == 0 || last || hit_max) {
+                mpt_trainer_stats(t, &st);
+                fprintf(r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
+                        (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
+                        (int)st.steps_skipped);
+                if (isfinite(st.loss)) {
+                    loss_sum += st.loss;
+                    loss_n++;
+                }
+                if (r->progress) progress_draw(r, e, b, &st);
+            }
+            if (o->save_every > 0 && it % o->save_every == 0) {
+                if (last) {
+                    pending_save = 1; /* after this epoch's evaluation, so a resume does not lose it */
+                } else {
+                    r->rs.iteration = it;
+                    r->rs.epoch = e;
+                    r->rs.batch = b + 1;
+                    MPT_TRY(save_checkpoint(r));
+                }
+            }
+            if (hit_max) {
+                stopped = 1;
+                b++;
+                break;
+            }
+        }
+        be->synchronize(be);
+        double train_s = now_s() - t0;
+        train_time += train_s;
+        samples += epoch_samples;
+        fflush(r->steps_csv);
+        if (r->progress) {
+            printf("\r\033[K");
+            fflush(stdout);
+        }
+        r->rs.iteration = t->iteration;
+        if (b < r->nb) { /* stopped inside the epoch: no evaluation row */
+            r->rs.epoch = e;
+            r->rs.batch = b;
+            evaluated_last = 0;
+            break;
+        }
+        r->rs.epoch = e + 1;
+        r->rs.batch = 0;
+        double te0 = now_s();
+        double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
+        mpt_cli_evaluate(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+                         r->rs.inv_std, &test_loss, &test_acc);
+        if (r->idx_val)
+            mpt_cli_evaluate(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
+                             r->rs.inv_std, &val_loss, &val_acc);
+        double eval_s = now_s() - te0;
+        mpt_trainer_stats(t, &st);
+        double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
+        double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
+        fprintf(r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d\n", (long long)e + 1,
+                (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc, train_s, eval_s, sps,
+                (double)st.scale, (int)st.steps_skipped);
+        fflush(r->epochs_csv);
+        printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
+               o->epochs, train_loss, test_loss, 100.0 * test_acc);
+        if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
+        printf("  %.0f samples/s  %.1f s  loss scale %g  skipped %d\n", sps, train_s, (double)st.scale,
+               (int)st.steps_skipped);
+        fflush(stdout);
+        res->epoch_s[res->epochs_run++] = train_s;
+        res->final_test_loss = test_loss;
+        res->final_test_acc = test_acc;
+        res->final_train_loss = train_loss;
+        res->final_val_loss = val_loss;
+        res->final_val_acc = val_acc;
+        if (!(res->best_test_acc >= test_acc)) { /* also when best is NAN */
+            res->best_test_acc = test_acc;
+            res->best_epoch = (int)e + 1;
+        }
+        r->rs.best_test_acc = res->best_test_acc;
+        r->rs.best_epoch = res->best_epoch;
+        evaluated_last = 1;
+        if (pending_save) MPT_TRY(save_checkpoint(r));
+    }
+    if (!evaluated_last) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
+        mpt_cli_evaluate(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+                         r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
+        printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
+               res->final_test_loss, 100.0 * res->final_test_acc);
+        if (!(res->best_test_acc >= res->final_test_acc)) {
+            res->best_test_acc = res->final_test_acc;
+            res->best_epoch = (int)r->rs.epoch + 1;
+        }
+    }
+    MPT_TRY(save_checkpoint(r));
+    res->iterations = t->iteration;
+    res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
+    double sum = 0.0;
+    for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
+    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
+    mpt_trainer_stats(t, &st);
+    res->steps_skipped = st.steps_skipped;
+    res->floor_hits = st.floor_hits;
+    res->final_scale = st.scale;
+    return MPT_OK;
+}
+
+static void collect_masters(run *r, mpt_cli_result *res) {
+    mpt_trainer *t = r->t;
+    int64_t n = 0;
+    for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->master[i]);
+    res->final_master = malloc((size_t)n * sizeof(float));
+    MPT_ASSERT(res->final_master != NULL);
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t k = mpt_tensor_numel(t->master[i]);
+        r->be->to_host(r->be, res->final_master + off, t->master[i]->data, (size_t)k * sizeof(float));
+        off += k;
+    }
+    res->n_master = n;
+}
+
+mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_cli_result *res) {
+    memset(res, 0, sizeof *res);
+    res->final_test_acc = res->best_test_acc = res->final_test_loss = res->final_train_loss = NAN;
+    res->final_val_acc = res->final_val_loss = NAN;
+    snprintf(res->out_dir, sizeof res->out_dir, "%s", o->out);
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = *o;
+    r.d = &cd->d;
+    r.label = label;
+    r.progress = o->progress == MPT_PROGRESS_ON || (o->progress == MPT_PROGRESS_AUTO && isatty(STDOUT_FILENO));
+    mpt_status s = MPT_OK;
+    if (o->resume[0]) {
+        mpt_cli_opts scratch;
+        mpt_cli_opts_default(&scratch);
+        s = mpt_cli_checkpoint_read_config(o->resume, &scratch, &r.rs);
+    }
+    if (s == MPT_OK) s = setup(&r, res);
+    if (s == MPT_OK) {
+        if (!label[0]) mpt_graph_print_precision_map(r.t->g, stdout);
+        print_header(&r);
+        s = train_loop(&r, res);
+    }
+    if (s == MPT_OK) {
+        collect_masters(&r, res);
+        for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];
+        res->mem_peak_total = r.be->mem_peak_total;
+        s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
+    }
+    run_free(&r);
+    return s;
+}
+
+/* ---- mptrain train ------------------------------------------------------------------------------------------ */
+
+/* Options of one invocation that a resumed run takes from the command line rather than the checkpoint. */
+static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,      MPT_OPT_OUT,
+                                            MPT_OPT_RESUME,    MPT_OPT_LIMIT_TEST, MPT_OPT_THREADS,
+                                            MPT_OPT_LOG_EVERY, MPT_OPT_SAVE_EVERY, MPT_OPT_MAX_STEPS,
+                                            MPT_OPT_PROGRESS};
+
+/* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
+ * settings; a math flag given with a different value is an error. */
+static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_cli_run_state *rs) {
+    mpt_cli_opts ck;
+    mpt_cli_opts_default(&ck);
+    MPT_TRY(mpt_cli_checkpoint_read_config(cli->resume, &ck, rs));
+    char a[96], b[96];
+    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++) {
+        if (!mpt_cli_given(cli, id)) continue;
+        mpt_cli_format(cli, id, a, sizeof a);
+        mpt_cli_format(&ck, id, b, sizeof b);
+        if (strcmp(a, b) != 0)
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--%s %s conflicts with the checkpoint's %s (--resume %s continues the run with its "
+                              "own settings; drop the flag or start a new run)",
+                              mpt_cli_opt_name(id), a, b, cli->resume);
+    }
+    *out = ck;
+    out->epochs = mpt_cli_given(cli, MPT_OPT_EPOCHS) ? cli->epochs : ck.epochs;
+    out->device = cli->device;
+    memcpy(out->data, cli->data, sizeof out->data);
+    memcpy(out->out, cli->out, sizeof out->out);
+    memcpy(out->resume, cli->resume, sizeof out->resume);
+    out->limit_test = cli->limit_test;
+    out->threads = cli->threads;
+    out->log_every = cli->log_every;
+    out->save_every = cli->save_every;
+    out->max_steps = cli->max_steps;
+    out->progress = cli->progress;
+    for (size_t i = 0; i < sizeof per_invocation / sizeof per_invocation[0]; i++)
+        out->given[per_invocation[i] - MPT_OPT_FIRST] = cli->given[per_invocation[i] - MPT_OPT_FIRST];
+    return MPT_OK;
+}
+
+int mpt_cmd_train(int argc, char **argv) {
+    mpt_cli_opts cli, o;
+    mpt_cli_opts_default(&cli);
+    int rc = mpt_cli_parse(argc, argv, MPT_CMD_TRAIN, &cli);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+    mpt_cli_run_state rs; /* read again by mpt_cli_train_run */
+    if (cli.resume[0]) {
+        mpt_status s = merge_resume(&cli, &o, &rs);
+        if (s != MPT_OK) return mpt_cli_fail("train", s);
+    } else {
+        o = cli;
+        mpt_cli_resolve(&o);
+    }
+    if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
+    mpt_cli_set_threads(o.threads);
+
+    mpt_cli_data cd;
+    mpt_status s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    if (s != MPT_OK) return mpt_cli_fail("train", s);
+    mpt_cli_result res;
+    s = mpt_cli_train_run(&o, &cd, "", &res);
+    mpt_cli_data_free(&cd);
+    if (s != MPT_OK) {
+        mpt_cli_result_free(&res);
+        return mpt_cli_fail("train", s);
+    }
+    printf("final test accuracy %.2f%% (best %.2f%% at epoch %d), %lld steps, %d skipped, final loss scale %g\n",
+           100.0 * res.final_test_acc, 100.0 * res.best_test_acc, res.best_epoch, (long long)res.iterations,
+           (int)res.steps_skipped, (double)res.final_scale);
+    printf("peak memory %.1f MiB; wrote %s/{metrics.csv, epochs.csv, summary.json, %s}\n",
+           (double)res.mem_peak_total / 1048576.0, o.out, MPT_CLI_CHECKPOINT_FILE);
+    mpt_cli_result_free(&res);
+    return 0;
+}

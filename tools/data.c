@@ -1,0 +1,88 @@
+/*
+ * tools/data.c - the dataset for a command: loaded once on the host (datasets/idx.h), optionally cut to the
+ * first N rows, and copied once per run into the backend's memory (category MPT_MEM_DATA), where the
+ * training step's gather (mpt_trainer_gather) reads it. Nothing in the step copies pixels from the host.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tools/cli.h"
+
+/* Shrinks a U8 array [n, per] to its first keep rows (keep <= n). */
+static mpt_status keep_rows(uint8_t **p, int64_t n, int64_t keep, int64_t per) {
+    if (keep >= n) return MPT_OK;
+    uint8_t *q = realloc(*p, (size_t)(keep * per));
+    if (!q) return mpt_errorf(MPT_ERR_NOMEM, "cannot shrink a %lld-byte array", (long long)(n * per));
+    *p = q;
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test) {
+    memset(cd, 0, sizeof *cd);
+    snprintf(cd->dir, sizeof cd->dir, "%s", dir);
+    struct stat st;
+    errno = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mpt_errorf(MPT_ERR_IO,
+                          "--data %s: not a directory (%s); expected the four Fashion-MNIST IDX files there "
+                          "(Debian: apt-get install dataset-fashion-mnist)",
+                          dir, errno ? strerror(errno) : "not a directory");
+    MPT_TRY(mpt_mnist_load(dir, &cd->d));
+    mpt_mnist *d = &cd->d;
+    if (d->dim != 784)
+        return mpt_errorf(MPT_ERR_SHAPE, "--data %s: images are %dx%d, the models take 28x28", dir, d->rows, d->cols);
+    mpt_status s = MPT_OK;
+    if (limit_train > 0 && limit_train < d->n_train) {
+        s = keep_rows(&d->train_images, d->n_train, limit_train, d->dim);
+        if (s == MPT_OK) s = keep_rows(&d->train_labels, d->n_train, limit_train, 1);
+        if (s == MPT_OK) d->n_train = limit_train;
+    }
+    if (s == MPT_OK && limit_test > 0 && limit_test < d->n_test) {
+        s = keep_rows(&d->test_images, d->n_test, limit_test, d->dim);
+        if (s == MPT_OK) s = keep_rows(&d->test_labels, d->n_test, limit_test, 1);
+        if (s == MPT_OK) d->n_test = limit_test;
+    }
+    if (s != MPT_OK) mpt_cli_data_free(cd);
+    return s;
+}
+
+void mpt_cli_data_free(mpt_cli_data *cd) { mpt_mnist_free(&cd->d); }
+
+static mpt_status upload(mpt_cli_device_data *dd, uint8_t **dst, const uint8_t *src, size_t bytes) {
+    mpt_backend *be = dd->be;
+    *dst = be->alloc(be, bytes);
+    if (!*dst)
+        return mpt_errorf(MPT_ERR_NOMEM, "%s backend: cannot allocate %zu bytes for the dataset", be->name, bytes);
+    mpt_backend_account(be, MPT_MEM_DATA, (int64_t)bytes);
+    dd->bytes += bytes;
+    be->from_host(be, *dst, src, bytes);
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_data_upload(mpt_cli_device_data *dd, mpt_backend *be, const mpt_mnist *d) {
+    memset(dd, 0, sizeof *dd);
+    dd->be = be;
+    mpt_status s = upload(dd, &dd->train_images, d->train_images, (size_t)(d->n_train * d->dim));
+    if (s == MPT_OK) s = upload(dd, &dd->train_labels, d->train_labels, (size_t)d->n_train);
+    if (s == MPT_OK) s = upload(dd, &dd->test_images, d->test_images, (size_t)(d->n_test * d->dim));
+    if (s == MPT_OK) s = upload(dd, &dd->test_labels, d->test_labels, (size_t)d->n_test);
+    be->synchronize(be);
+    if (s != MPT_OK) mpt_cli_data_release(dd);
+    return s;
+}
+
+void mpt_cli_data_release(mpt_cli_device_data *dd) {
+    mpt_backend *be = dd->be;
+    if (!be) return;
+    uint8_t **bufs[4] = {&dd->train_images, &dd->train_labels, &dd->test_images, &dd->test_labels};
+    for (int i = 0; i < 4; i++)
+        if (*bufs[i]) {
+            be->free(be, *bufs[i]);
+            *bufs[i] = NULL;
+        }
+    mpt_backend_account(be, MPT_MEM_DATA, -(int64_t)dd->bytes);
+    dd->bytes = 0;
+    dd->be = NULL;
+}

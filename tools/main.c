@@ -1,0 +1,52 @@
+/*
+ * tools/main.c - the mptrain command: `mptrain COMMAND [options]`, dispatching to the commands of tools/.
+ * The file list and the exit codes are in tools/cli.h.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "mpt_config.h"
+#include "tools/cli.h"
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "Usage: mptrain COMMAND [options]\n"
+            "Mixed-precision (FP32/TF32/FP16/BF16) training of small networks, with FP32 master weights and\n"
+            "dynamic loss scaling, on the CPU (Tensor Core numerics emulated) or an NVIDIA GPU.\n"
+            "\n"
+            "Commands:\n"
+            "  train     train one model in one precision\n"
+            "  compare   train one model in several precisions from the same start; write report.md and\n"
+            "            convergence.png\n"
+            "  eval      test loss and accuracy of a checkpoint\n"
+            "  info      library versions, the GPU, NVIDIA_TF32_OVERRIDE\n"
+            "\n"
+            "`mptrain COMMAND --help` lists a command's options. `mptrain --version` prints the version.\n"
+            "Examples:\n"
+            "  mptrain train --model mlp --precision fp16 --epochs 3\n"
+            "  mptrain compare --model lenet5 --epochs 2 --precisions fp32,fp16,bf16\n"
+            "  mptrain eval --checkpoint runs/mlp-fp16/checkpoint.safetensors\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_usage(stderr);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("mptrain %s (GPU architectures built: %s)\n", MPT_VERSION, MPT_CUDA_ARCH);
+        return 0;
+    }
+    if (strcmp(cmd, "train") == 0) return mpt_cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "compare") == 0) return mpt_cmd_compare(argc - 1, argv + 1);
+    if (strcmp(cmd, "eval") == 0) return mpt_cmd_eval(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0) return mpt_cmd_info(argc - 1, argv + 1);
+    fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval or info; see mptrain --help)\n",
+            cmd);
+    return MPT_CLI_EXIT_USAGE;
+}

@@ -1,0 +1,543 @@
+/*
+ * tools/opts.c - the options of every mptrain command: one table (name, commands, help), strict value
+ * parsing, per-command help and the canonical text of each setting.
+ *
+ * Parsing is strict: numbers go through strtoll/strtoull/strtod with an end check (the whole argument must
+ * be the number: "12abc", "", " 3", "1e3" for an integer are rejected), a range check and, for floats,
+ * a finiteness check; names are matched exactly. Every rejection names the flag, what was expected and
+ * what was found, and the command exits with status 2. getopt_long does the flag syntax (--flag VALUE and
+ * --flag=VALUE, unambiguous prefixes of long names).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "models/models.h"
+#include "mpt_config.h"
+#include "tools/cli.h"
+
+typedef struct opt_def {
+    const char *name;    /* long name without dashes */
+    mpt_opt_id id;
+    int has_arg;         /* no_argument / required_argument */
+    unsigned cmds;       /* mpt_cmd_mask bits */
+    const char *metavar; /* what the value looks like, in the help */
+    const char *help;
+} opt_def;
+
+#define TC (MPT_CMD_TRAIN | MPT_CMD_COMPARE)
+#define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO)
+
+static const opt_def opt_table[] = {
+    {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)"},
+    {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
+     "fp32 | tf32 | fp16 | bf16 (default fp32)"},
+    {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE, "LIST",
+     "comma-separated precisions to train (default fp32,tf32,fp16,bf16)"},
+    {"optimizer", MPT_OPT_OPTIMIZER, required_argument, TC, "OPT", "sgd | adam | adamw (default adam)"},
+    {"lr", MPT_OPT_LR, required_argument, TC, "X", "learning rate, > 0 (default 1e-3)"},
+    {"momentum", MPT_OPT_MOMENTUM, required_argument, TC, "X", "SGD momentum in [0, 1) (default 0)"},
+    {"nesterov", MPT_OPT_NESTEROV, no_argument, TC, NULL, "SGD with Nesterov momentum (needs --momentum > 0)"},
+    {"weight-decay", MPT_OPT_WEIGHT_DECAY, required_argument, TC, "X",
+     "L2 penalty (sgd, adam) or decoupled decay (adamw), >= 0 (default 0; 0.01 for adamw)"},
+    {"beta1", MPT_OPT_BETA1, required_argument, TC, "X", "Adam beta1 in [0, 1) (default 0.9)"},
+    {"beta2", MPT_OPT_BETA2, required_argument, TC, "X", "Adam beta2 in [0, 1) (default 0.999)"},
+    {"eps", MPT_OPT_EPS, required_argument, TC, "X", "Adam epsilon, > 0 (default 1e-8)"},
+    {"epochs", MPT_OPT_EPOCHS, required_argument, TC, "N", "passes over the training set (default 5)"},
+    {"batch-size", MPT_OPT_BATCH_SIZE, required_argument, TC | MPT_CMD_EVAL, "N",
+     "examples per step, 1..65536 (default 128; eval: the checkpoint's)"},
+    {"seed", MPT_OPT_SEED, required_argument, TC, "N",
+     "seed of initialisation, shuffling and dropout, 0..2^64-1 (default 0)"},
+    {"loss-scale", MPT_OPT_LOSS_SCALE, required_argument, TC, "MODE",
+     "dynamic[:INIT] | static:S | none (default dynamic:65536 for fp16, none otherwise)"},
+    {"growth-interval", MPT_OPT_GROWTH_INTERVAL, required_argument, TC, "N",
+     "dynamic loss scale: clean steps before the scale doubles (default 2000)"},
+    {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)"},
+    {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)"},
+    {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)"},
+    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000)"},
+    {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)"},
+    {"clip-norm", MPT_OPT_CLIP_NORM, required_argument, TC, "X",
+     "clip the global L2 norm of the unscaled gradients (default 0 = off)"},
+    {"limit-train", MPT_OPT_LIMIT_TRAIN, required_argument, TC, "N",
+     "train on the first N training images only (default 0 = all)"},
+    {"limit-test", MPT_OPT_LIMIT_TEST, required_argument, TC | MPT_CMD_EVAL, "N",
+     "evaluate on the first N test images only (default 0 = all)"},
+    {"val-split", MPT_OPT_VAL_SPLIT, required_argument, TC, "F",
+     "hold out this fraction of the training images for validation, [0, 1) (default 0)"},
+    {"standardize", MPT_OPT_STANDARDIZE, no_argument, TC, NULL,
+     "standardise pixels with the training set's mean and std (default: scale to [0, 1])"},
+    {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
+     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped"},
+    {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL, "D",
+     "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)"},
+    {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL, "DIR",
+     "directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")"},
+    {"out", MPT_OPT_OUT, required_argument, TC, "DIR",
+     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>)"},
+    {"resume", MPT_OPT_RESUME, required_argument, MPT_CMD_TRAIN, "CKPT",
+     "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)"},
+    {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate"},
+    {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
+     "OpenBLAS threads for the CPU backend, 1..256 (default: OpenBLAS's)"},
+    {"log-every", MPT_OPT_LOG_EVERY, required_argument, TC, "N",
+     "read the loss and loss scale every N steps into metrics.csv (default 10)"},
+    {"save-every", MPT_OPT_SAVE_EVERY, required_argument, TC, "N",
+     "also write the checkpoint every N steps (default 0 = at the end only)"},
+    {"max-steps", MPT_OPT_MAX_STEPS, required_argument, TC, "N",
+     "stop (and save) once N steps have run in total (default 0 = no limit)"},
+    {"progress", MPT_OPT_PROGRESS, required_argument, TC, "WHEN",
+     "auto | on | off: a progress bar (default auto: when stdout is a terminal)"},
+    {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
+};
+#define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
+
+static const opt_def *opt_find(mpt_opt_id id) {
+    for (int i = 0; i < N_OPTS; i++)
+        if (opt_table[i].id == id) return &opt_table[i];
+    return NULL;
+}
+
+const char *mpt_cli_opt_name(mpt_opt_id id) {
+    const opt_def *d = opt_find(id);
+    return d ? d->name : "?";
+}
+
+int mpt_cli_given(const mpt_cli_opts *o, mpt_opt_id id) {
+    return id >= MPT_OPT_FIRST && id < MPT_OPT_END && o->given[id - MPT_OPT_FIRST];
+}
+
+void mpt_cli_opts_default(mpt_cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->model, sizeof o->model, "mlp");
+    o->precision = MPT_PRECISION_FP32;
+    o->optimizer = MPT_OPTIM_ADAM;
+    o->lr = 1e-3;
+    o->momentum = 0.0;
+    o->weight_decay = 0.0;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->batch = 128;
+    o->seed = 0;
+    o->loss_scaling = MPT_LOSS_SCALE_NONE;
+    o->loss_scale_value = 1.0;
+    o->growth_interval = 2000;
+    o->lr_schedule = MPT_LR_CONSTANT;
+    o->step_size = 1000;
+    o->gamma = 0.1;
+    o->inject_nonfinite = -1;
+    o->epochs = 5;
+    o->device = MPT_DEVICE_CHOICE_AUTO;
+    snprintf(o->data, sizeof o->data, "%s", MPT_DEFAULT_DATA_DIR);
+    o->log_every = 10;
+    o->progress = MPT_PROGRESS_AUTO;
+    for (int i = 0; i < MPT_PRECISION_COUNT; i++) o->precisions[i] = (mpt_precision)i;
+    o->n_precisions = MPT_PRECISION_COUNT;
+}
+
+/* ---- strict numbers ------------------------------------------------------------------------------------ */
+
+static mpt_status bad_value(const char *flag, const char *expected, const char *found) {
+    return mpt_errorf(MPT_ERR_ARG, "--%s: expected %s, found '%s'", flag, expected, found);
+}
+
+static mpt_status parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, const char *expected,
+                            int64_t *out) {
+    if (!s || !*s || isspace((unsigned char)s[0])) return bad_value(flag, expected, s ? s : "");
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (*end != '\0' || errno == ERANGE || v < lo || v > hi) return bad_value(flag, expected, s);
+    *out = (int64_t)v;
+    return MPT_OK;
+}
+
+static mpt_status parse_int(const char *flag, const char *s, int lo, int hi, const char *expected, int *out) {
+    int64_t v;
+    MPT_TRY(parse_i64(flag, s, lo, hi, expected, &v));
+    *out = (int)v;
+    return MPT_OK;
+}
+
+static mpt_status parse_u64(const char *flag, const char *s, const char *expected, uint64_t *out) {
+    if (!s || !*s || !isdigit((unsigned char)s[0])) return bad_value(flag, expected, s ? s : "");
+    errno = 0;
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end != '\0' || errno == ERANGE) return bad_value(flag, expected, s);
+    *out = (uint64_t)v;
+    return MPT_OK;
+}
+
+/* A finite double in [lo, hi] (lo excluded when lo_open). */
+static mpt_status parse_double(const char *flag, const char *s, double lo, int lo_open, double hi, int hi_open,
+                               const char *expected, double *out) {
+    if (!s || !*s || isspace((unsigned char)s[0])) return bad_value(flag, expected, s ? s : "");
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(v)) return bad_value(flag, expected, s);
+    if (lo_open ? !(v > lo) : !(v >= lo)) return bad_value(flag, expected, s);
+    if (hi_open ? !(v < hi) : !(v <= hi)) return bad_value(flag, expected, s);
+    *out = v;
+    return MPT_OK;
+}
+
+/* Values that become FP32 in the engine must be representable as finite floats. */
+#define FLT_BIG 3.0e38
+
+static mpt_status parse_loss_scale(const char *flag, const char *s, mpt_cli_opts *o) {
+    const char *expected = "dynamic, dynamic:INIT, static:S or none (INIT, S: numbers in [1, 2^24])";
+    if (strcmp(s, "none") == 0) {
+        o->loss_scaling = MPT_LOSS_SCALE_NONE;
+        o->loss_scale_value = 1.0;
+        return MPT_OK;
+    }
+    if (strcmp(s, "dynamic") == 0) {
+        o->loss_scaling = MPT_LOSS_SCALE_DYNAMIC;
+        o->loss_scale_value = 65536.0;
+        return MPT_OK;
+    }
+    const char *colon = strchr(s, ':');
+    if (!colon) return bad_value(flag, expected, s);
+    size_t klen = (size_t)(colon - s);
+    mpt_loss_scaling kind;
+    if (klen == 7 && strncmp(s, "dynamic", 7) == 0)
+        kind = MPT_LOSS_SCALE_DYNAMIC;
+    else if (klen == 6 && strncmp(s, "static", 6) == 0)
+        kind = MPT_LOSS_SCALE_STATIC;
+    else
+        return bad_value(flag, expected, s);
+    double v;
+    if (parse_double(flag, colon + 1, 1.0, 0, 16777216.0, 0, expected, &v) != MPT_OK)
+        return bad_value(flag, expected, s);
+    o->loss_scaling = kind;
+    o->loss_scale_value = v;
+    return MPT_OK;
+}
+
+static mpt_status parse_precisions(const char *flag, const char *s, mpt_cli_opts *o) {
+    const char *expected = "a comma-separated list of distinct precisions from fp32, tf32, fp16, bf16";
+    char buf[128];
+    if (strlen(s) >= sizeof buf || !*s) return bad_value(flag, expected, s);
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        mpt_precision p;
+        if (mpt_precision_parse(tok, &p) != 0) return bad_value(flag, expected, s);
+        for (int i = 0; i < n; i++)
+            if (o->precisions[i] == p) return bad_value(flag, expected, s);
+        if (n >= MPT_PRECISION_COUNT) return bad_value(flag, expected, s);
+        o->precisions[n++] = p;
+    }
+    if (n == 0 || s[strlen(s) - 1] == ',' || strstr(s, ",,") || s[0] == ',') return bad_value(flag, expected, s);
+    o->n_precisions = n;
+    return MPT_OK;
+}
+
+static mpt_status copy_path(const char *flag, const char *s, char *dst, size_t cap) {
+    if (!*s) return bad_value(flag, "a path", s);
+    if (strlen(s) >= cap) return mpt_errorf(MPT_ERR_ARG, "--%s: path longer than %zu bytes", flag, cap - 1);
+    snprintf(dst, cap, "%s", s);
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
+    const char *f = mpt_cli_opt_name(id);
+    switch (id) {
+    case MPT_OPT_MODEL:
+        if (!mpt_model_exists(arg)) {
+            char exp[96];
+            snprintf(exp, sizeof exp, "one of %s", mpt_model_names());
+            return bad_value(f, exp, arg);
+        }
+        snprintf(o->model, sizeof o->model, "%s", arg);
+        return MPT_OK;
+    case MPT_OPT_PRECISION:
+        if (mpt_precision_parse(arg, &o->precision) != 0) return bad_value(f, "one of fp32, tf32, fp16, bf16", arg);
+        return MPT_OK;
+    case MPT_OPT_PRECISIONS: return parse_precisions(f, arg, o);
+    case MPT_OPT_OPTIMIZER:
+        if (strcmp(arg, "sgd") == 0) o->optimizer = MPT_OPTIM_SGD;
+        else if (strcmp(arg, "adam") == 0) o->optimizer = MPT_OPTIM_ADAM;
+        else if (strcmp(arg, "adamw") == 0) o->optimizer = MPT_OPTIM_ADAMW;
+        else return bad_value(f, "one of sgd, adam, adamw", arg);
+        return MPT_OK;
+    case MPT_OPT_LR: return parse_double(f, arg, 0.0, 1, FLT_BIG, 0, "a number > 0", &o->lr);
+    case MPT_OPT_MOMENTUM: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->momentum);
+    case MPT_OPT_NESTEROV: o->nesterov = 1; return MPT_OK;
+    case MPT_OPT_WEIGHT_DECAY: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->weight_decay);
+    case MPT_OPT_BETA1: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->beta1);
+    case MPT_OPT_BETA2: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->beta2);
+    case MPT_OPT_EPS: return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->eps);
+    case MPT_OPT_EPOCHS:
+        return parse_int(f, arg, 1, MPT_CLI_MAX_EPOCHS, "an integer in [1, 100000]", &o->epochs);
+    case MPT_OPT_BATCH_SIZE: return parse_int(f, arg, 1, 65536, "an integer in [1, 65536]", &o->batch);
+    case MPT_OPT_SEED: return parse_u64(f, arg, "an integer in [0, 2^64-1]", &o->seed);
+    case MPT_OPT_LOSS_SCALE: return parse_loss_scale(f, arg, o);
+    case MPT_OPT_GROWTH_INTERVAL:
+        return parse_int(f, arg, 1, 1000000000, "an integer in [1, 10^9]", &o->growth_interval);
+    case MPT_OPT_LR_SCHEDULE:
+        if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
+        return MPT_OK;
+    case MPT_OPT_WARMUP_STEPS:
+        return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0", &o->warmup_steps);
+    case MPT_OPT_MIN_LR: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->min_lr);
+    case MPT_OPT_STEP_SIZE: return parse_i64(f, arg, 1, INT64_C(1) << 40, "an integer >= 1", &o->step_size);
+    case MPT_OPT_GAMMA: return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->gamma);
+    case MPT_OPT_CLIP_NORM: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->clip_norm);
+    case MPT_OPT_LIMIT_TRAIN:
+        return parse_i64(f, arg, 0, INT32_MAX, "an integer >= 0 (0 = all)", &o->limit_train);
+    case MPT_OPT_LIMIT_TEST:
+        return parse_i64(f, arg, 0, INT32_MAX, "an integer >= 0 (0 = all)", &o->limit_test);
+    case MPT_OPT_VAL_SPLIT: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->val_split);
+    case MPT_OPT_STANDARDIZE: o->standardize = 1; return MPT_OK;
+    case MPT_OPT_INJECT_NONFINITE:
+        return parse_i64(f, arg, -1, INT64_C(1) << 40, "an iteration number >= 0 (or -1 = off)", &o->inject_nonfinite);
+    case MPT_OPT_DEVICE:
+        if (strcmp(arg, "auto") == 0) o->device = MPT_DEVICE_CHOICE_AUTO;
+        else if (strcmp(arg, "cpu") == 0) o->device = MPT_DEVICE_CHOICE_CPU;
+        else if (strcmp(arg, "cuda") == 0) o->device = MPT_DEVICE_CHOICE_CUDA;
+        else return bad_value(f, "one of auto, cpu, cuda", arg);
+        return MPT_OK;
+    case MPT_OPT_DATA: return copy_path(f, arg, o->data, sizeof o->data);
+    case MPT_OPT_OUT: return copy_path(f, arg, o->out, sizeof o->out);
+    case MPT_OPT_RESUME: return copy_path(f, arg, o->resume, sizeof o->resume);
+    case MPT_OPT_CHECKPOINT: return copy_path(f, arg, o->checkpoint, sizeof o->checkpoint);
+    case MPT_OPT_THREADS: return parse_int(f, arg, 1, 256, "an integer in [1, 256]", &o->threads);
+    case MPT_OPT_LOG_EVERY:
+        return parse_i64(f, arg, 1, INT64_C(1) << 40, "an integer >= 1", &o->log_every);
+    case MPT_OPT_SAVE_EVERY:
+        return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = at the end only)", &o->save_every);
+    case MPT_OPT_MAX_STEPS:
+        return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = no limit)", &o->max_steps);
+    case MPT_OPT_PROGRESS:
+        if (strcmp(arg, "auto") == 0) o->progress = MPT_PROGRESS_AUTO;
+        else if (strcmp(arg, "on") == 0) o->progress = MPT_PROGRESS_ON;
+        else if (strcmp(arg, "off") == 0) o->progress = MPT_PROGRESS_OFF;
+        else return bad_value(f, "one of auto, on, off", arg);
+        return MPT_OK;
+    case MPT_OPT_HELP:
+    case MPT_OPT_END: break;
+    }
+    return mpt_errorf(MPT_ERR_ARG, "option %d is not settable", (int)id);
+}
+
+/* The shortest of %.15g, %.16g, %.17g that reads back as exactly v ("0.9", not "0.90000000000000002"). */
+static void fmt_double(char *buf, size_t len, double v) {
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size_t len) {
+    static const char *const optim_names[] = {"sgd", "adam", "adamw"};
+    switch (id) {
+    case MPT_OPT_MODEL: snprintf(buf, len, "%s", o->model); break;
+    case MPT_OPT_PRECISION: snprintf(buf, len, "%s", mpt_precision_name(o->precision)); break;
+    case MPT_OPT_OPTIMIZER: snprintf(buf, len, "%s", optim_names[o->optimizer]); break;
+    case MPT_OPT_LR: fmt_double(buf, len, o->lr); break;
+    case MPT_OPT_MOMENTUM: fmt_double(buf, len, o->momentum); break;
+    case MPT_OPT_NESTEROV: snprintf(buf, len, "%s", o->nesterov ? "on" : "off"); break;
+    case MPT_OPT_WEIGHT_DECAY: fmt_double(buf, len, o->weight_decay); break;
+    case MPT_OPT_BETA1: fmt_double(buf, len, o->beta1); break;
+    case MPT_OPT_BETA2: fmt_double(buf, len, o->beta2); break;
+    case MPT_OPT_EPS: fmt_double(buf, len, o->eps); break;
+    case MPT_OPT_BATCH_SIZE: snprintf(buf, len, "%d", o->batch); break;
+    case MPT_OPT_SEED: snprintf(buf, len, "%" PRIu64, o->seed); break;
+    case MPT_OPT_LOSS_SCALE:
+        if (o->loss_scaling == MPT_LOSS_SCALE_NONE) snprintf(buf, len, "none");
+        else {
+            char v[40];
+            fmt_double(v, sizeof v, o->loss_scale_value);
+            snprintf(buf, len, "%s:%s", o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC ? "dynamic" : "static", v);
+        }
+        break;
+    case MPT_OPT_GROWTH_INTERVAL: snprintf(buf, len, "%d", o->growth_interval); break;
+    case MPT_OPT_LR_SCHEDULE: snprintf(buf, len, "%s", mpt_lr_kind_name(o->lr_schedule)); break;
+    case MPT_OPT_WARMUP_STEPS: snprintf(buf, len, "%" PRId64, o->warmup_steps); break;
+    case MPT_OPT_MIN_LR: fmt_double(buf, len, o->min_lr); break;
+    case MPT_OPT_STEP_SIZE: snprintf(buf, len, "%" PRId64, o->step_size); break;
+    case MPT_OPT_GAMMA: fmt_double(buf, len, o->gamma); break;
+    case MPT_OPT_CLIP_NORM: fmt_double(buf, len, o->clip_norm); break;
+    case MPT_OPT_LIMIT_TRAIN: snprintf(buf, len, "%" PRId64, o->limit_train); break;
+    case MPT_OPT_VAL_SPLIT: fmt_double(buf, len, o->val_split); break;
+    case MPT_OPT_STANDARDIZE: snprintf(buf, len, "%s", o->standardize ? "on" : "off"); break;
+    case MPT_OPT_INJECT_NONFINITE: snprintf(buf, len, "%" PRId64, o->inject_nonfinite); break;
+    case MPT_OPT_EPOCHS: snprintf(buf, len, "%d", o->epochs); break;
+    default: snprintf(buf, len, "?"); break;
+    }
+    return buf;
+}
+
+void mpt_cli_resolve(mpt_cli_opts *o) {
+    if (!mpt_cli_given(o, MPT_OPT_WEIGHT_DECAY)) o->weight_decay = o->optimizer == MPT_OPTIM_ADAMW ? 0.01 : 0.0;
+    if (!mpt_cli_given(o, MPT_OPT_LOSS_SCALE)) {
+        if (o->precision == MPT_PRECISION_FP16) {
+            o->loss_scaling = MPT_LOSS_SCALE_DYNAMIC;
+            o->loss_scale_value = 65536.0;
+        } else {
+            o->loss_scaling = MPT_LOSS_SCALE_NONE;
+            o->loss_scale_value = 1.0;
+        }
+    }
+}
+
+mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per_epoch) {
+    mpt_train_config c = mpt_train_config_default(o->precision);
+    c.optim.kind = o->optimizer;
+    c.optim.lr = (float)o->lr;
+    c.optim.momentum = (float)o->momentum;
+    c.optim.dampening = 0.0f;
+    c.optim.weight_decay = (float)o->weight_decay;
+    c.optim.nesterov = o->nesterov;
+    c.optim.beta1 = (float)o->beta1;
+    c.optim.beta2 = (float)o->beta2;
+    c.optim.eps = (float)o->eps;
+    c.schedule.kind = o->lr_schedule;
+    c.schedule.base_lr = (float)o->lr;
+    c.schedule.min_lr = (float)o->min_lr;
+    c.schedule.warmup_steps = o->warmup_steps;
+    c.schedule.total_steps = (int64_t)o->epochs * batches_per_epoch;
+    if (o->max_steps > 0 && o->max_steps < c.schedule.total_steps) c.schedule.total_steps = o->max_steps;
+    c.schedule.step_size = o->step_size;
+    c.schedule.gamma = (float)o->gamma;
+    c.clip_norm = (float)o->clip_norm;
+    c.loss_scaling = o->loss_scaling;
+    c.init_scale = (float)o->loss_scale_value;
+    c.scaler.growth_interval = o->growth_interval;
+    c.seed = o->seed;
+    c.inject_nonfinite_step = o->inject_nonfinite;
+    return c;
+}
+
+/* ---- help ------------------------------------------------------------------------------------------------ */
+
+static const char *cmd_name(mpt_cmd_mask cmd) {
+    switch (cmd) {
+    case MPT_CMD_TRAIN: return "train";
+    case MPT_CMD_COMPARE: return "compare";
+    case MPT_CMD_EVAL: return "eval";
+    case MPT_CMD_INFO: return "info";
+    }
+    return "?";
+}
+
+void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
+    switch (cmd) {
+    case MPT_CMD_TRAIN:
+        fprintf(f, "Usage: mptrain train [options]\n"
+                   "Trains a model on an MNIST-style dataset in one precision and writes metrics.csv, epochs.csv,\n"
+                   "summary.json and checkpoint.safetensors into --out.\n");
+        break;
+    case MPT_CMD_COMPARE:
+        fprintf(f, "Usage: mptrain compare [options]\n"
+                   "Trains the same model in each precision from the same seed (same initial weights, same data\n"
+                   "order), each into --out/<precision>/, then writes --out/report.md and --out/convergence.png.\n");
+        break;
+    case MPT_CMD_EVAL:
+        fprintf(f, "Usage: mptrain eval --checkpoint CKPT [options]\n"
+                   "Rebuilds the model recorded in a checkpoint, loads its weights and prints the test loss and\n"
+                   "accuracy.\n");
+        break;
+    case MPT_CMD_INFO:
+        fprintf(f, "Usage: mptrain info\n"
+                   "Prints the library versions (CUDA runtime, cuBLASLt, cuDNN, cuRAND, OpenBLAS), whether a GPU is\n"
+                   "usable and what it is, and the state of NVIDIA_TF32_OVERRIDE.\n");
+        break;
+    }
+    fprintf(f, "\nOptions:\n");
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_def *d = &opt_table[i];
+        if (!(d->cmds & cmd)) continue;
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
+        fprintf(f, "  %-25s %s\n", left, d->help);
+    }
+}
+
+int mpt_cli_fail(const char *command, mpt_status s) {
+    fprintf(stderr, "mptrain %s: %s\n", command, mpt_last_error());
+    return s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
+}
+
+int mpt_cli_set_threads(int n) {
+    if (n > 0) openblas_set_num_threads(n);
+    return openblas_get_num_threads();
+}
+
+/* ---- parsing --------------------------------------------------------------------------------------------- */
+
+int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
+    struct option longopts[N_OPTS + 1];
+    int n = 0;
+    for (int i = 0; i < N_OPTS; i++) {
+        if (!(opt_table[i].cmds & cmd)) continue;
+        longopts[n].name = opt_table[i].name;
+        longopts[n].has_arg = opt_table[i].has_arg;
+        longopts[n].flag = NULL;
+        longopts[n].val = (int)opt_table[i].id;
+        n++;
+    }
+    memset(&longopts[n], 0, sizeof longopts[n]);
+    const char *name = cmd_name(cmd);
+
+    opterr = 0;
+    optind = 0; /* glibc: full re-initialisation */
+    int c;
+    while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
+        if (c == 'h' || c == MPT_OPT_HELP) {
+            mpt_cli_print_help(stdout, cmd);
+            return -1;
+        }
+        if (c == '?') {
+            const char *bad = argv[optind - 1];
+            if (optopt > 0 && optopt < MPT_OPT_FIRST)
+                fprintf(stderr, "mptrain %s: unknown option '-%c' (see mptrain %s --help)\n", name, optopt, name);
+            else if (optopt >= MPT_OPT_FIRST && strchr(bad, '='))
+                fprintf(stderr, "mptrain %s: option '--%s' takes no value, found '%s'\n", name,
+                        mpt_cli_opt_name((mpt_opt_id)optopt), bad);
+            else
+                fprintf(stderr, "mptrain %s: unknown or ambiguous option '%s' (see mptrain %s --help)\n", name, bad,
+                        name);
+            return MPT_CLI_EXIT_USAGE;
+        }
+        if (c == ':') {
+            const char *flag = optopt >= MPT_OPT_FIRST ? mpt_cli_opt_name((mpt_opt_id)optopt) : argv[optind - 1];
+            fprintf(stderr, "mptrain %s: option '--%s' needs a value (see mptrain %s --help)\n", name, flag, name);
+            return MPT_CLI_EXIT_USAGE;
+        }
+        mpt_opt_id id = (mpt_opt_id)c;
+        const opt_def *d = opt_find(id);
+        /* A value that looks like a flag is almost always a forgotten value: "--lr --epochs 3". */
+        if (d && d->has_arg == required_argument && optarg && strncmp(optarg, "--", 2) == 0) {
+            fprintf(stderr, "mptrain %s: option '--%s' needs a value, found the option '%s'\n", name, d->name, optarg);
+            return MPT_CLI_EXIT_USAGE;
+        }
+        mpt_status s = mpt_cli_apply(o, id, optarg);
+        if (s != MPT_OK) {
+            fprintf(stderr, "mptrain %s: %s\n", name, mpt_last_error());
+            return MPT_CLI_EXIT_USAGE;
+        }
+        o->given[id - MPT_OPT_FIRST] = 1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
+                argv[optind], name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->nesterov && (o->optimizer != MPT_OPTIM_SGD || o->momentum == 0.0)) {
+        fprintf(stderr, "mptrain %s: --nesterov needs --optimizer sgd and --momentum > 0\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    return 0;
+}
