@@ -117,25 +117,41 @@ static const float *gemm_operand(float *dst, const void *src, int64_t n, mpt_mat
     }
 }
 
+/* v = alpha*acc (+ beta*cold) (+ bias), then ReLU, in FP32, in place over one chunk. The flags are
+ * compile-time constants at each call site below, so every combination is its own branch-free loop. */
+static inline __attribute__((always_inline)) void gemm_epilogue_chunk(float *t, const float *cold, const float *bv,
+                                                                      int64_t n, float alpha, float beta,
+                                                                      int has_beta, int has_bias, int relu) {
+    for (int64_t j = 0; j < n; j++) {
+        float v = alpha * t[j];
+        if (has_beta) v = v + beta * cold[j];
+        if (has_bias) v = v + bv[j];
+        if (relu) v = mpt_elem_relu(v);
+        t[j] = v;
+    }
+}
+
 /* Epilogue of one row: tile row t (acc, FP32) -> C row c of dtype cd, rounded once. */
 static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias, mpt_dtype bd, int64_t N,
                               float alpha, float beta, mpt_epilogue ep) {
     float cold[GEMM_CHUNK], bv[GEMM_CHUNK];
-    size_t es = mpt_dtype_size(cd);
+    const size_t es = mpt_dtype_size(cd);
+    const int has_beta = beta != 0.0f, has_bias = ep != MPT_EPILOGUE_NONE;
     for (int64_t j0 = 0; j0 < N; j0 += GEMM_CHUNK) {
         int64_t n = N - j0 < GEMM_CHUNK ? N - j0 : GEMM_CHUNK;
         float *tj = t + j0;
-        for (int64_t j = 0; j < n; j++) tj[j] = alpha * tj[j];
-        if (beta != 0.0f) {
-            mpt_cpu_widen(cold, (const char *)c + (size_t)j0 * es, cd, n);
-            for (int64_t j = 0; j < n; j++) tj[j] = tj[j] + beta * cold[j];
+        if (has_beta) mpt_cpu_widen(cold, (const char *)c + (size_t)j0 * es, cd, n);
+        if (has_bias) mpt_cpu_widen(bv, (const char *)bias + (size_t)j0 * mpt_dtype_size(bd), bd, n);
+        if (ep == MPT_EPILOGUE_RELU_BIAS) {
+            if (has_beta) gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 1, 1, 1);
+            else gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 0, 1, 1);
+        } else if (has_bias) {
+            if (has_beta) gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 1, 1, 0);
+            else gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 0, 1, 0);
+        } else {
+            if (has_beta) gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 1, 0, 0);
+            else gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 0, 0, 0);
         }
-        if (ep != MPT_EPILOGUE_NONE) {
-            mpt_cpu_widen(bv, (const char *)bias + (size_t)j0 * mpt_dtype_size(bd), bd, n);
-            for (int64_t j = 0; j < n; j++) tj[j] = tj[j] + bv[j];
-        }
-        if (ep == MPT_EPILOGUE_RELU_BIAS)
-            for (int64_t j = 0; j < n; j++) tj[j] = mpt_elem_relu(tj[j]);
         mpt_cpu_narrow((char *)c + (size_t)j0 * es, cd, tj, n);
     }
 }

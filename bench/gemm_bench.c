@@ -1,0 +1,185 @@
+/*
+ * bench/gemm_bench.c - throughput of the CPU GEMM (kernels/cpu/gemm.c) in each math mode on the MLP's
+ * shapes, against plain cblas_sgemm on the same shapes and a large square sgemm (the practical ceiling).
+ *
+ * Shapes: the 784-512-512-10 MLP at batch 128 (linear layer y = x W^T, W [out, in]):
+ *   forward   y[B,out]  = x[B,in] * W^T          M=B,   N=out, K=in   (bias+ReLU epilogue, compute dtype out)
+ *   dX        dx[B,in]  = dy[B,out] * W          M=B,   N=in,  K=out  (compute dtype out, beta=1)
+ *   dW        dW[out,in] += dy^T * x             M=out, N=in,  K=B    (FP32 out, beta=1)
+ * GFLOP/s = 2*M*N*K / time, the median of 11 samples, each sample timing enough calls to last >= 20 ms.
+ * The mpt_cpu_gemm figures include its operand conversion (TF32 rounding, F16/BF16 widening) and epilogue
+ * passes; the sgemm column is the same shape on F32 data with no epilogue.
+ *
+ * Usage: OPENBLAS_NUM_THREADS=1 build/bench/gemm_bench   (also try =2, and OPENBLAS_CORETYPE=SkylakeX)
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/backend.h"
+
+enum { SAMPLES = 11 };
+static const double MIN_SAMPLE_S = 0.02;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef void (*bench_fn)(void *ctx);
+
+/* Median seconds per call of fn(ctx). */
+static double median_time(bench_fn fn, void *ctx) {
+    fn(ctx); /* warm-up: page faults, OpenBLAS thread start */
+    int iters = 1;
+    for (;;) {
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) fn(ctx);
+        double t = now_s() - t0;
+        if (t >= MIN_SAMPLE_S) break;
+        iters = t <= 0 ? iters * 10 : (int)(iters * (MIN_SAMPLE_S * 1.2 / t)) + 1;
+    }
+    double s[SAMPLES];
+    for (int k = 0; k < SAMPLES; k++) {
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) fn(ctx);
+        s[k] = (now_s() - t0) / iters;
+    }
+    qsort(s, SAMPLES, sizeof s[0], cmp_double);
+    return s[SAMPLES / 2];
+}
+
+typedef struct shape {
+    const char *name;
+    int64_t M, N, K;
+    int ta, tb;
+    int kind; /* 0 forward, 1 dX, 2 dW */
+} shape;
+
+typedef struct sgemm_ctx {
+    const shape *s;
+    const float *A, *B;
+    float *C;
+} sgemm_ctx;
+
+static void run_sgemm(void *p) {
+    sgemm_ctx *c = p;
+    const shape *s = c->s;
+    cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans, (int)s->M,
+                (int)s->N, (int)s->K, 1.0f, c->A, (int)(s->ta ? s->M : s->K), c->B, (int)(s->tb ? s->K : s->N),
+                s->kind == 0 ? 0.0f : 1.0f, c->C, (int)s->N);
+}
+
+typedef struct mpt_ctx {
+    mpt_backend *be;
+    mpt_gemm_args g;
+} mpt_ctx;
+
+static void run_mpt(void *p) {
+    mpt_ctx *c = p;
+    c->be->gemm(c->be, &c->g);
+}
+
+static mpt_dtype operand_dtype(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+
+static void *filled(mpt_dtype t, int64_t n, unsigned seed) {
+    void *p = malloc((size_t)n * mpt_dtype_size(t));
+    if (!p) {
+        fprintf(stderr, "gemm_bench: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        mpt_store_f32(p, t, i, (float)(seed >> 8) * 0x1p-24f - 0.5f);
+    }
+    return p;
+}
+
+int main(void) {
+    static const shape shapes[] = {
+        {"fc1 forward", 128, 512, 784, 0, 1, 0}, {"fc2 forward", 128, 512, 512, 0, 1, 0},
+        {"fc3 forward", 128, 10, 512, 0, 1, 0},  {"fc3 dX", 128, 512, 10, 0, 0, 1},
+        {"fc2 dX", 128, 512, 512, 0, 0, 1},      {"fc3 dW", 10, 512, 128, 1, 0, 2},
+        {"fc2 dW", 512, 512, 128, 1, 0, 2},      {"fc1 dW", 512, 784, 128, 1, 0, 2},
+    };
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    mpt_backend *be = mpt_backend_cpu_create();
+    const char *nt = getenv("OPENBLAS_NUM_THREADS"), *ct = getenv("OPENBLAS_CORETYPE");
+    printf("OpenBLAS %s, core %s, %d thread(s) (OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s)\n",
+           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(), nt ? nt : "unset",
+           ct ? ct : "unset");
+    printf("GFLOP/s, median of %d samples\n\n", SAMPLES);
+    printf("%-12s %5s %5s %5s | %8s | %8s %8s %8s %8s\n", "shape", "M", "N", "K", "sgemm", "fp32", "tf32", "fp16",
+           "bf16");
+    for (int si = 0; si < nshapes; si++) {
+        const shape *s = &shapes[si];
+        const double flop = 2.0 * (double)s->M * (double)s->N * (double)s->K;
+        float *A = filled(MPT_DTYPE_F32, s->M * s->K, 1), *B = filled(MPT_DTYPE_F32, s->K * s->N, 2);
+        float *C = filled(MPT_DTYPE_F32, s->M * s->N, 3), *bias = filled(MPT_DTYPE_F32, s->N, 4);
+        sgemm_ctx sc = {s, A, B, C};
+        double t_sgemm = median_time(run_sgemm, &sc);
+        printf("%-12s %5lld %5lld %5lld | %8.1f |", s->name, (long long)s->M, (long long)s->N, (long long)s->K,
+               flop / t_sgemm * 1e-9);
+        for (int m = 0; m < MPT_MATH_COUNT; m++) {
+            mpt_dtype od = operand_dtype((mpt_math)m);
+            mpt_ctx mc = {be, {0}};
+            mpt_gemm_args *g = &mc.g;
+            g->trans_a = s->ta;
+            g->trans_b = s->tb;
+            g->M = s->M;
+            g->N = s->N;
+            g->K = s->K;
+            g->a_dtype = g->b_dtype = od;
+            g->A = filled(od, s->M * s->K, 5);
+            g->B = filled(od, s->K * s->N, 6);
+            g->c_dtype = s->kind == 2 ? MPT_DTYPE_F32 : od;
+            g->C = filled(g->c_dtype, s->M * s->N, 7);
+            g->bias = s->kind == 0 ? filled(od, s->N, 8) : NULL;
+            g->bias_dtype = od;
+            g->epilogue = s->kind == 0 ? MPT_EPILOGUE_RELU_BIAS : MPT_EPILOGUE_NONE;
+            g->alpha = 1.0f;
+            g->beta = s->kind == 0 ? 0.0f : 1.0f;
+            g->math = (mpt_math)m;
+            g->tag = s->name;
+            if (mpt_backend_reserve_workspace(be, be->gemm_workspace(be, g)) != MPT_OK) {
+                fprintf(stderr, "gemm_bench: %s\n", mpt_last_error());
+                return 1;
+            }
+            double t = median_time(run_mpt, &mc);
+            printf(" %8.1f", flop / t * 1e-9);
+            free((void *)g->A);
+            free((void *)g->B);
+            free(g->C);
+            free((void *)g->bias);
+        }
+        printf("\n");
+        fflush(stdout);
+        free(A);
+        free(B);
+        free(C);
+        free(bias);
+    }
+    /* the practical ceiling: a large square sgemm */
+    const int64_t n = 2048;
+    shape big = {"square", n, n, n, 0, 0, 1};
+    float *A = filled(MPT_DTYPE_F32, n * n, 1), *B = filled(MPT_DTYPE_F32, n * n, 2), *C = filled(MPT_DTYPE_F32, n * n, 3);
+    sgemm_ctx sc = {&big, A, B, C};
+    double t = median_time(run_sgemm, &sc);
+    printf("%-12s %5lld %5lld %5lld | %8.1f |  (plain sgemm ceiling)\n", big.name, (long long)n, (long long)n,
+           (long long)n, 2.0 * (double)n * n * n / t * 1e-9);
+    free(A);
+    free(B);
+    free(C);
+    mpt_backend_free(&be);
+    return 0;
+}
