@@ -1,30 +1,259 @@
-/* kernels/cuda/backend.cu - CUDA backend entry points (device discovery). The full backend is issue #5. */
-#include <cuda_runtime.h>
-#include <stdio.h>
+/*
+ * kernels/cuda/backend.cu - the CUDA backend: device discovery, device memory on one stream, library
+ * handles, the library-call checks, and the backend table (engine/backend.h).
+ *
+ * One context per backend: device 0, one CUDA stream created once, and one handle each for cuBLASLt (GEMM),
+ * cuDNN (convolution, bound to the stream) and cuRAND (a device Philox4x32-10 generator bound to the stream,
+ * for dropout). Every operation is enqueued on that stream, so the training step needs no host
+ * synchronisation; to_host() and synchronize() wait (cudaMemcpyAsync + cudaStreamSynchronize). Memory is
+ * plain cudaMalloc/cudaFree (no managed memory); the graph accounts its arenas and
+ * mpt_backend_reserve_workspace() the workspace, this file accounts only the context's own small scratch.
+ *
+ * Where the math lives: gemm.cu (cuBLASLt), conv.cu (cuDNN), elementwise.cu (own kernels), optim.cu (the
+ * FP32 update pass). Sources: CUDA Runtime API, cuBLASLt, cuDNN 9 and cuRAND host API documentation.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
-extern "C" {
-#include "engine/backend.h"
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* ---- status descriptions and the debug synchronisation ---------------------------------------------- */
+
+const char *mpt_cuda_describe(cudaError_t s) {
+    static thread_local char buf[256];
+    snprintf(buf, sizeof buf, "%s (%s, %d)", cudaGetErrorString(s), cudaGetErrorName(s), (int)s);
+    return buf;
 }
 
-extern "C" int mpt_cuda_available(char *msg, size_t len) {
+const char *mpt_cublas_describe(cublasStatus_t s) {
+    static thread_local char buf[256];
+    snprintf(buf, sizeof buf, "%s (%s, %d)", cublasLtGetStatusString(s), cublasLtGetStatusName(s), (int)s);
+    return buf;
+}
+
+const char *mpt_cudnn_describe(cudnnStatus_t s) {
+    static thread_local char buf[1024];
+    char last[768];
+    last[0] = '\0';
+    cudnnGetLastErrorString(last, sizeof last);
+    snprintf(buf, sizeof buf, "%s (%d)%s%s", cudnnGetErrorString(s), (int)s, last[0] ? ": " : "", last);
+    return buf;
+}
+
+const char *mpt_curand_describe(curandStatus_t s) {
+    switch (s) {
+    case CURAND_STATUS_SUCCESS: return "CURAND_STATUS_SUCCESS";
+    case CURAND_STATUS_VERSION_MISMATCH: return "CURAND_STATUS_VERSION_MISMATCH (header and library versions differ)";
+    case CURAND_STATUS_NOT_INITIALIZED: return "CURAND_STATUS_NOT_INITIALIZED (generator not initialised)";
+    case CURAND_STATUS_ALLOCATION_FAILED: return "CURAND_STATUS_ALLOCATION_FAILED (memory allocation failed)";
+    case CURAND_STATUS_TYPE_ERROR: return "CURAND_STATUS_TYPE_ERROR (wrong generator type)";
+    case CURAND_STATUS_OUT_OF_RANGE: return "CURAND_STATUS_OUT_OF_RANGE (argument out of range)";
+    case CURAND_STATUS_LENGTH_NOT_MULTIPLE: return "CURAND_STATUS_LENGTH_NOT_MULTIPLE (length not a multiple of dimension)";
+    case CURAND_STATUS_DOUBLE_PRECISION_REQUIRED: return "CURAND_STATUS_DOUBLE_PRECISION_REQUIRED";
+    case CURAND_STATUS_LAUNCH_FAILURE: return "CURAND_STATUS_LAUNCH_FAILURE (kernel launch failed)";
+    case CURAND_STATUS_PREEXISTING_FAILURE: return "CURAND_STATUS_PREEXISTING_FAILURE (an earlier error is pending)";
+    case CURAND_STATUS_INITIALIZATION_FAILED: return "CURAND_STATUS_INITIALIZATION_FAILED (CUDA initialisation failed)";
+    case CURAND_STATUS_ARCH_MISMATCH: return "CURAND_STATUS_ARCH_MISMATCH (GPU does not support the operation)";
+    case CURAND_STATUS_INTERNAL_ERROR: return "CURAND_STATUS_INTERNAL_ERROR";
+    default: break;
+    }
+    static thread_local char buf[64];
+    snprintf(buf, sizeof buf, "curandStatus %d", (int)s);
+    return buf;
+}
+
+void mpt_cuda_debug_sync(const char *what, const char *file, int line) {
+    static int mode = -1; /* -1: environment not read yet */
+    if (mode < 0) {
+        const char *e = getenv("MPT_CUDA_SYNC_DEBUG");
+        mode = e != NULL && strcmp(e, "1") == 0;
+    }
+    if (!mode) return;
+    cudaError_t s = cudaDeviceSynchronize();
+    if (s != cudaSuccess)
+        mpt_fatal(file, line, "asynchronous CUDA error surfaced right after %s (MPT_CUDA_SYNC_DEBUG=1): %s", what,
+                  mpt_cuda_describe(s));
+}
+
+void mpt_cuda_require_float(mpt_dtype t, const char *what) {
+    MPT_ASSERTF(t == MPT_DTYPE_F32 || t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16,
+                "cuda backend: %s takes F32, F16 or BF16 data, got dtype %d", what, (int)t);
+}
+
+void mpt_cuda_require_workspace(mpt_backend *be, size_t bytes, const char *what) {
+    MPT_ASSERTF(be->workspace_bytes >= bytes && (bytes == 0 || be->workspace != NULL),
+                "cuda backend: %s needs %zu bytes of workspace, %zu reserved (reserve it at graph build time "
+                "with mpt_backend_reserve_workspace)", what, bytes, be->workspace_bytes);
+}
+
+/* ---- device discovery -------------------------------------------------------------------------------- */
+
+/* A kernel that does nothing: asking for its attributes tells whether this build has code for the GPU. */
+static __global__ void probe_kernel(void) {}
+
+/* Fills *p for device 0; 0 with a reason in msg if there is no device the runtime can open. */
+static int query_device(cudaDeviceProp *p, char *msg, size_t len) {
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
+        cudaGetLastError();
+        if (msg) snprintf(msg, len, "no usable GPU: no NVIDIA driver is installed (libcuda.so not found)");
+        return 0;
+    }
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        if (msg) snprintf(msg, len, "no usable GPU (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
         cudaGetLastError();
+        if (msg)
+            snprintf(msg, len, "no usable GPU: %s",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports no CUDA device");
         return 0;
     }
+    e = cudaGetDeviceProperties(p, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (msg) snprintf(msg, len, "no usable GPU: cudaGetDeviceProperties(0) failed: %s", cudaGetErrorString(e));
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int mpt_cuda_available(char *msg, size_t len) {
     cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
-        if (msg) snprintf(msg, len, "no usable GPU (cudaGetDeviceProperties failed)");
+    if (!query_device(&p, msg, len)) return 0;
+    if (p.major < 8) {
+        if (msg)
+            snprintf(msg, len, "GPU %s has compute capability %d.%d; mptrain needs 8.0 (Ampere) or newer", p.name,
+                     p.major, p.minor);
         return 0;
     }
-    if (p.major < 8) {
-        if (msg) snprintf(msg, len, "GPU %s has compute capability %d.%d; mptrain needs 8.0 (Ampere) or newer", p.name, p.major, p.minor);
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, probe_kernel);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (msg)
+            snprintf(msg, len,
+                     "GPU %s (compute capability %d.%d) has no code in this build (%s): reconfigure with "
+                     "-Dgpu_arch=%d%d",
+                     p.name, p.major, p.minor, cudaGetErrorString(e), p.major, p.minor);
         return 0;
     }
     if (msg) snprintf(msg, len, "%s (compute capability %d.%d, %d SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
     return 1;
+}
+
+extern "C" int mpt_cuda_device_info(char *buf, size_t len) {
+    cudaDeviceProp p;
+    if (!query_device(&p, buf, len)) return 0;
+    int driver = 0, runtime = 0;
+    MPT_CUDA_CHECK(cudaDriverGetVersion(&driver));
+    MPT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    char usable[256];
+    int ok = mpt_cuda_available(usable, sizeof usable);
+    int cc = p.major * 10 + p.minor;
+    /* Tensor Core input formats by architecture (NVIDIA Volta/Ampere/Ada/Hopper whitepapers): FP16 since
+     * sm_70, TF32 and BF16 since sm_80, FP8 (E4M3/E5M2) since sm_89. */
+    snprintf(buf, len,
+             "%s, compute capability %d.%d, %d SMs, %.1f GiB, L2 %.0f MiB, driver %d.%d, runtime %d.%d; "
+             "Tensor Cores: TF32 %s, BF16 %s, FP16 %s, FP8 %s%s%s",
+             p.name, p.major, p.minor, p.multiProcessorCount, (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+             (double)p.l2CacheSize / (1024.0 * 1024.0), driver / 1000, (driver % 1000) / 10, runtime / 1000,
+             (runtime % 1000) / 10, cc >= 80 ? "yes" : "no", cc >= 80 ? "yes" : "no", cc >= 70 ? "yes" : "no",
+             cc >= 89 ? "yes" : "no", ok ? "" : "; not usable: ", ok ? "" : usable);
+    return 1;
+}
+
+/* ---- memory --------------------------------------------------------------------------------------------- */
+
+static void *cuda_alloc(mpt_backend *be, size_t bytes) {
+    (void)be;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError(); /* out of memory is not sticky: clear it and report NULL as the contract says */
+        return NULL;
+    }
+    MPT_GPU_CHECK_TEXT(cudaError_t, e, "cudaMalloc(&p, bytes)", mpt_cuda_ok, mpt_cuda_describe);
+    MPT_ASSERTF(((uintptr_t)p & 255u) == 0, "cudaMalloc returned %p, not 256-byte aligned", p);
+    return p;
+}
+
+static void cuda_free(mpt_backend *be, void *p) {
+    (void)be;
+    if (p) MPT_CUDA_CHECK(cudaFree(p));
+}
+
+static void cuda_memset_zero(mpt_backend *be, void *p, size_t bytes) {
+    if (bytes == 0) return;
+    MPT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, mpt_cuda_ctx_of(be)->stream));
+}
+
+static void cuda_to_host(mpt_backend *be, void *dst_host, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    cudaStream_t s = mpt_cuda_ctx_of(be)->stream;
+    MPT_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s));
+    MPT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+/* Stream-ordered. From pageable host memory the runtime stages the source before returning, so the caller
+ * may reuse it at once; from page-locked memory the copy is truly asynchronous (keep the buffer until the
+ * next synchronize()). */
+static void cuda_from_host(mpt_backend *be, void *dst, const void *src_host, size_t bytes) {
+    if (bytes == 0) return;
+    MPT_CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, mpt_cuda_ctx_of(be)->stream));
+}
+
+static void cuda_copy(mpt_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    MPT_ASSERTF(d + bytes <= s || s + bytes <= d, "cuda backend: copy between overlapping buffers %p and %p (%zu bytes)",
+                dst, src, bytes);
+    MPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, mpt_cuda_ctx_of(be)->stream));
+}
+
+static void cuda_synchronize(mpt_backend *be) { MPT_CUDA_CHECK(cudaStreamSynchronize(mpt_cuda_ctx_of(be)->stream)); }
+
+/* ---- the context ------------------------------------------------------------------------------------------ */
+
+/* Releases whatever part of the context exists (used by destroy and by a failed create). */
+static void ctx_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
+    if (!ctx) return;
+    if (ctx->stream) MPT_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    if (ctx->gemm) mpt_cuda_gemm_cache_destroy(ctx->gemm);
+    if (ctx->conv) mpt_cuda_conv_cache_destroy(ctx->conv);
+    if (ctx->rng) MPT_CURAND_CHECK(curandDestroyGenerator(ctx->rng));
+    if (ctx->dnn) MPT_CUDNN_CHECK(cudnnDestroy(ctx->dnn));
+    if (ctx->lt) MPT_CUBLAS_CHECK(cublasLtDestroy(ctx->lt));
+    if (ctx->scratch) {
+        MPT_CUDA_CHECK(cudaFree(ctx->scratch));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)MPT_CUDA_SCRATCH_BYTES);
+    }
+    if (ctx->valid_rows) {
+        MPT_CUDA_CHECK(cudaFree(ctx->valid_rows));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)sizeof(int32_t));
+    }
+    if (ctx->stream) MPT_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
+    free(ctx);
+}
+
+static void cuda_destroy(mpt_backend *be) {
+    ctx_release(be, mpt_cuda_ctx_of(be));
+    free(be);
+}
+
+/* A failed step of mpt_backend_cuda_create: releases what exists, records the message, returns NULL. */
+static mpt_backend *create_failed(mpt_backend *be, mpt_cuda_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static mpt_backend *create_failed(mpt_backend *be, mpt_cuda_ctx *ctx, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx_release(be, ctx);
+    free(be);
+    mpt_errorf(MPT_ERR_DEVICE, "cuda backend: %s", msg);
+    return NULL;
 }
 
 extern "C" mpt_backend *mpt_backend_cuda_create(void) {
@@ -33,6 +262,92 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
         mpt_errorf(MPT_ERR_DEVICE, "cuda backend: %s", msg);
         return NULL;
     }
-    mpt_errorf(MPT_ERR_DEVICE, "cuda backend: not built yet (issue #5)");
-    return NULL;
+    mpt_backend *be = (mpt_backend *)calloc(1, sizeof *be);
+    mpt_cuda_ctx *ctx = (mpt_cuda_ctx *)calloc(1, sizeof *ctx);
+    MPT_ASSERT(be != NULL && ctx != NULL);
+    be->name = "cuda";
+    be->device = MPT_DEVICE_CUDA;
+
+    ctx->device = 0;
+    cudaError_t e = cudaSetDevice(ctx->device);
+    if (e != cudaSuccess) return create_failed(be, ctx, "cudaSetDevice(0) failed: %s", mpt_cuda_describe(e));
+    e = cudaGetDeviceProperties(&ctx->prop, ctx->device);
+    if (e != cudaSuccess) return create_failed(be, ctx, "cudaGetDeviceProperties failed: %s", mpt_cuda_describe(e));
+    e = cudaStreamCreate(&ctx->stream);
+    if (e != cudaSuccess) return create_failed(be, ctx, "cudaStreamCreate failed: %s", mpt_cuda_describe(e));
+
+    cublasStatus_t bs = cublasLtCreate(&ctx->lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        ctx->lt = NULL;
+        return create_failed(be, ctx, "cublasLtCreate failed: %s", mpt_cublas_describe(bs));
+    }
+    cudnnStatus_t ds = cudnnCreate(&ctx->dnn);
+    if (ds != CUDNN_STATUS_SUCCESS) {
+        ctx->dnn = NULL;
+        return create_failed(be, ctx, "cudnnCreate failed (is cuDNN 9 with its engine libraries installed?): %s",
+                             mpt_cudnn_describe(ds));
+    }
+    ds = cudnnSetStream(ctx->dnn, ctx->stream);
+    if (ds != CUDNN_STATUS_SUCCESS) return create_failed(be, ctx, "cudnnSetStream failed: %s", mpt_cudnn_describe(ds));
+    curandStatus_t rs = curandCreateGenerator(&ctx->rng, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+    if (rs != CURAND_STATUS_SUCCESS) {
+        ctx->rng = NULL;
+        return create_failed(be, ctx, "curandCreateGenerator(PHILOX4_32_10) failed: %s", mpt_curand_describe(rs));
+    }
+    rs = curandSetStream(ctx->rng, ctx->stream);
+    if (rs != CURAND_STATUS_SUCCESS) return create_failed(be, ctx, "curandSetStream failed: %s", mpt_curand_describe(rs));
+
+    e = cudaMalloc(&ctx->scratch, MPT_CUDA_SCRATCH_BYTES);
+    if (e != cudaSuccess) {
+        ctx->scratch = NULL;
+        cudaGetLastError();
+        return create_failed(be, ctx, "cannot allocate %zu bytes of reduction scratch: %s", MPT_CUDA_SCRATCH_BYTES,
+                             mpt_cuda_describe(e));
+    }
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_SCRATCH_BYTES);
+    e = cudaMalloc((void **)&ctx->valid_rows, sizeof(int32_t));
+    if (e != cudaSuccess) {
+        ctx->valid_rows = NULL;
+        cudaGetLastError();
+        return create_failed(be, ctx, "cannot allocate the row counter: %s", mpt_cuda_describe(e));
+    }
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)sizeof(int32_t));
+    ctx->gemm = mpt_cuda_gemm_cache_create();
+    ctx->conv = mpt_cuda_conv_cache_create();
+    be->ctx = ctx;
+
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->memset_zero = cuda_memset_zero;
+    be->to_host = cuda_to_host;
+    be->from_host = cuda_from_host;
+    be->copy = cuda_copy;
+    be->synchronize = cuda_synchronize;
+    be->destroy = cuda_destroy;
+
+    be->gemm = mpt_cuda_gemm;
+    be->gemm_workspace = mpt_cuda_gemm_workspace;
+    be->conv2d_forward = mpt_cuda_conv2d_forward;
+    be->conv2d_backward_data = mpt_cuda_conv2d_backward_data;
+    be->conv2d_backward_filter = mpt_cuda_conv2d_backward_filter;
+    be->conv2d_workspace = mpt_cuda_conv2d_workspace;
+    be->cast = mpt_cuda_cast;
+    be->relu_forward = mpt_cuda_relu_forward;
+    be->relu_backward = mpt_cuda_relu_backward;
+    be->maxpool_forward = mpt_cuda_maxpool_forward;
+    be->maxpool_backward = mpt_cuda_maxpool_backward;
+    be->dropout_forward = mpt_cuda_dropout_forward;
+    be->dropout_backward = mpt_cuda_dropout_backward;
+    be->softmax_xent_forward = mpt_cuda_softmax_xent_forward;
+    be->softmax_xent_backward = mpt_cuda_softmax_xent_backward;
+    be->bias_grad = mpt_cuda_bias_grad;
+    be->gather_batch = mpt_cuda_gather_batch;
+
+    be->unscale_check = mpt_cuda_unscale_check;
+    be->sum_squares = mpt_cuda_sum_squares;
+    be->clip_coef = mpt_cuda_clip_coef;
+    be->step_begin = mpt_cuda_step_begin;
+    be->optim_step = mpt_cuda_optim_step;
+    be->scaler_update = mpt_cuda_scaler_update;
+    return be;
 }

@@ -1,0 +1,79 @@
+/*
+ * kernels/cuda/cuda_backend.h - what the CUDA backend shows beyond the backend table: the device it runs on
+ * and a record of what actually ran for every GEMM and convolution call site.
+ *
+ * The table itself is created by mpt_backend_cuda_create() (engine/backend.h). This header has no CUDA
+ * types (ARCHITECTURE decision 5), so C code (tools, tests) can include it; it links without a GPU.
+ *
+ * GEMM records exist so a run can prove which numerics the hardware used: for each call site (the tag a
+ * layer passes in mpt_gemm_args) the cuBLASLt compute type, the A/B/C/D data types, the epilogue and the
+ * algorithm cuBLASLt's heuristic chose (cuBLASLt docs, cublasLtMatmulAlgoGetHeuristic and
+ * CUBLASLT_ALGO_CONFIG_*). Convolution records give the cuDNN algorithm and math type per pass.
+ */
+#ifndef MPT_KERNELS_CUDA_BACKEND_H
+#define MPT_KERNELS_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/backend.h"
+
+#define MPT_CUDA_TAG_LEN 48
+
+/* One GEMM call site as it ran. Strings are static (library enum names), never NULL. */
+typedef struct mpt_cuda_gemm_record {
+    char tag[MPT_CUDA_TAG_LEN];  /* mpt_gemm_args.tag ("(untagged)" if NULL), truncated */
+    int trans_a, trans_b;        /* as in mpt_gemm_args (row-major view) */
+    int64_t M, N, K;
+    const char *math;            /* mptrain math mode: "fp32", "tf32", "fp16", "bf16" */
+    const char *compute_type;    /* "CUBLAS_COMPUTE_32F" or "CUBLAS_COMPUTE_32F_FAST_TF32" */
+    const char *scale_type;      /* "CUDA_R_32F" */
+    const char *a_type, *b_type; /* "CUDA_R_32F", "CUDA_R_16F", "CUDA_R_16BF" */
+    const char *c_type, *d_type; /* what cuBLASLt wrote (D); equals the caller's C dtype on the direct path */
+    const char *bias_type;       /* cuBLASLt bias type, or "-" */
+    const char *epilogue;        /* "CUBLASLT_EPILOGUE_DEFAULT", "CUBLASLT_EPILOGUE_BIAS", "..._RELU_BIAS" */
+    const char *path;            /* "cublasLt" (one call), or "cublasLt D=F32 + epilogue kernel" when the
+                                    caller's C/bias dtypes have no cuBLASLt configuration (see gemm.cu) */
+    int32_t algo_id;             /* CUBLASLT_ALGO_CONFIG_ID */
+    uint32_t tile_id;            /* CUBLASLT_ALGO_CONFIG_TILE_ID (cublasLtMatmulTile_t) */
+    uint32_t stages_id;          /* CUBLASLT_ALGO_CONFIG_STAGES_ID */
+    int32_t splitk;              /* CUBLASLT_ALGO_CONFIG_SPLITK_NUM */
+    uint32_t reduction_scheme;   /* CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME */
+    size_t workspace_bytes;      /* cuBLASLt workspace the algorithm uses */
+    int64_t calls;               /* times this call site ran */
+} mpt_cuda_gemm_record;
+
+/* One convolution pass of one call site as it ran. */
+typedef struct mpt_cuda_conv_record {
+    char tag[MPT_CUDA_TAG_LEN];  /* mpt_conv_args.tag ("(untagged)" if NULL), truncated */
+    const char *pass;            /* "forward", "backward_data", "backward_filter" */
+    mpt_conv_shape s;
+    const char *math;            /* mptrain math mode */
+    const char *data_type;       /* cuDNN tensor data type the pass ran on: "CUDNN_DATA_FLOAT", ..._HALF, ..._BFLOAT16 */
+    const char *math_type;       /* cuDNN math type the algorithm ran with: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... */
+    int algo;                    /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t value */
+    const char *algo_name;       /* its enum name */
+    size_t workspace_bytes;      /* cuDNN workspace of that algorithm */
+    const char *path;            /* "cudnn", or for backward_filter in fp16/bf16: "cudnn on FP32 copies (exact)" */
+    int64_t calls;
+} mpt_cuda_conv_record;
+
+/* One line describing CUDA device 0 into buf (host, len bytes): name, compute capability, SM count, global
+ * memory, driver and runtime versions, and Tensor Core support per precision (TF32, BF16, FP16 on sm_80 and
+ * newer; FP8 on sm_89 and newer). Returns 1 if a device was described, 0 if not (buf then says why). */
+int mpt_cuda_device_info(char *buf, size_t len);
+
+/* GEMM records of a CUDA backend (be from mpt_backend_cuda_create): count, and a copy of record i
+ * (0 <= i < count; returns 0 if i is out of range, 1 otherwise). */
+int mpt_cuda_gemm_record_count(mpt_backend *be);
+int mpt_cuda_gemm_record_get(mpt_backend *be, int i, mpt_cuda_gemm_record *out);
+/* Prints every GEMM record, one line each, with a header. */
+void mpt_cuda_print_gemm_records(mpt_backend *be, FILE *f);
+
+/* Convolution records, as for GEMMs. */
+int mpt_cuda_conv_record_count(mpt_backend *be);
+int mpt_cuda_conv_record_get(mpt_backend *be, int i, mpt_cuda_conv_record *out);
+void mpt_cuda_print_conv_records(mpt_backend *be, FILE *f);
+
+#endif

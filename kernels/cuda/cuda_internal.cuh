@@ -1,0 +1,216 @@
+/*
+ * kernels/cuda/cuda_internal.cuh - what the CUDA backend's .cu files share (internal, C++ only).
+ *
+ *  - The library-call checks (ARCHITECTURE decision 8, STYLE item 5): one generic macro, MPT_GPU_CHECK_TEXT, that
+ *    evaluates a call, and on failure aborts through mpt_fatal() printing the call as text, the library's
+ *    description of the status, file and line; per-library wrappers MPT_CUDA_CHECK, MPT_CUBLAS_CHECK,
+ *    MPT_CUDNN_CHECK, MPT_CURAND_CHECK, and MPT_CUDA_CHECK_LAUNCH for kernel launches. With
+ *    MPT_CUDA_SYNC_DEBUG=1 in the environment every checked call is followed by cudaDeviceSynchronize(), so an
+ *    asynchronous fault is reported at the call that caused it rather than at a later one.
+ *  - The backend's private context (stream, library handles, plan caches, small persistent scratch).
+ *  - Device-side dtype-dispatching loads and stores built on the per-element conversions of
+ *    kernels/elemwise.h (the same RNE functions the CPU backend calls: decision 6).
+ *  - The entry points each .cu file contributes to the backend table (backend.cu assembles the table).
+ *
+ * Every public entry runs on the context's one stream; nothing here synchronises except where the contract
+ * says so (to_host, synchronize) or under MPT_CUDA_SYNC_DEBUG.
+ */
+#ifndef MPT_KERNELS_CUDA_INTERNAL_CUH
+#define MPT_KERNELS_CUDA_INTERNAL_CUH
+
+#include <math.h> /* before the extern "C" block: kernels/elemwise.h includes it too, and C++'s math.h has templates */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <curand.h>
+#include <stdint.h>
+#include <stdio.h>
+
+extern "C" {
+#include "engine/backend.h"
+#include "engine/status.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/elemwise.h"
+}
+
+/* ---- library-call checks --------------------------------------------------------------------------- */
+
+/* Under MPT_CUDA_SYNC_DEBUG=1: synchronises the device and aborts naming `what` if an asynchronous error
+ * surfaced. Otherwise a no-op (the environment is read once). */
+void mpt_cuda_debug_sync(const char *what, const char *file, int line);
+
+static inline int mpt_cuda_ok(cudaError_t s) { return s == cudaSuccess; }
+static inline int mpt_cublas_ok(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS; }
+static inline int mpt_cudnn_ok(cudnnStatus_t s) { return s == CUDNN_STATUS_SUCCESS; }
+static inline int mpt_curand_ok(curandStatus_t s) { return s == CURAND_STATUS_SUCCESS; }
+
+/* Descriptions of a failed status (static or thread-local text). */
+const char *mpt_cuda_describe(cudaError_t s);
+const char *mpt_cublas_describe(cublasStatus_t s);
+const char *mpt_cudnn_describe(cudnnStatus_t s); /* adds cudnnGetLastErrorString() when it has text */
+const char *mpt_curand_describe(curandStatus_t s);
+
+/* The one generic check: evaluates `expr` (a call returning a status), and if the status is not success
+ * aborts with "<text> failed: <description> (file:line)". */
+#define MPT_GPU_CHECK_TEXT(status_type, expr, text, is_ok, describe)                                 \
+    do {                                                                                             \
+        status_type mpt_gpu_s_ = (expr);                                                             \
+        if (!is_ok(mpt_gpu_s_)) mpt_fatal(__FILE__, __LINE__, "%s failed: %s", text, describe(mpt_gpu_s_)); \
+        mpt_cuda_debug_sync(text, __FILE__, __LINE__);                                               \
+    } while (0)
+
+#define MPT_CUDA_CHECK(call) MPT_GPU_CHECK_TEXT(cudaError_t, call, #call, mpt_cuda_ok, mpt_cuda_describe)
+#define MPT_CUBLAS_CHECK(call) MPT_GPU_CHECK_TEXT(cublasStatus_t, call, #call, mpt_cublas_ok, mpt_cublas_describe)
+#define MPT_CUDNN_CHECK(call) MPT_GPU_CHECK_TEXT(cudnnStatus_t, call, #call, mpt_cudnn_ok, mpt_cudnn_describe)
+#define MPT_CURAND_CHECK(call) MPT_GPU_CHECK_TEXT(curandStatus_t, call, #call, mpt_curand_ok, mpt_curand_describe)
+/* After a <<<...>>> launch (kernel_name: a string literal): configuration errors (bad grid, no kernel image
+ * for this GPU) and earlier asynchronous faults show up here. */
+#define MPT_CUDA_CHECK_LAUNCH(kernel_name)                                                           \
+    MPT_GPU_CHECK_TEXT(cudaError_t, cudaGetLastError(), "launch of " kernel_name, mpt_cuda_ok, mpt_cuda_describe)
+
+/* ---- plan caches and records (gemm.cu, conv.cu) ---------------------------------------------------- */
+
+typedef struct mpt_cuda_gemm_cache mpt_cuda_gemm_cache; /* gemm.cu */
+typedef struct mpt_cuda_conv_cache mpt_cuda_conv_cache; /* conv.cu */
+
+/* ---- the context ------------------------------------------------------------------------------------ */
+
+/* Bytes of the context's persistent device scratch: the per-row losses of softmax + cross-entropy (one
+ * FP32 per row: at most MPT_CUDA_SCRATCH_BYTES / 4 rows) and the per-block FP64 partial sums of sum_squares.
+ * Stream order keeps the users apart. */
+#define MPT_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
+
+typedef struct mpt_cuda_ctx {
+    int device;                  /* CUDA device ordinal (0) */
+    cudaDeviceProp prop;         /* its properties (name, compute capability, SM count, memory) */
+    cudaStream_t stream;         /* the one stream every operation is ordered on */
+    cublasLtHandle_t lt;         /* cuBLASLt handle (GEMM) */
+    cudnnHandle_t dnn;           /* cuDNN handle, bound to `stream` (convolution) */
+    curandGenerator_t rng;       /* cuRAND device Philox4x32-10 generator, bound to `stream` (dropout) */
+    mpt_cuda_gemm_cache *gemm;   /* GEMM plans (algorithm per shape/config) and records, gemm.cu */
+    mpt_cuda_conv_cache *conv;   /* convolution plans and records, conv.cu */
+    void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
+    int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
+} mpt_cuda_ctx;
+
+static inline mpt_cuda_ctx *mpt_cuda_ctx_of(mpt_backend *be) { return (mpt_cuda_ctx *)be->ctx; }
+
+/* ---- launch geometry -------------------------------------------------------------------------------- */
+
+#define MPT_CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over n elements with MPT_CUDA_THREADS threads: enough to fill the GPU
+ * (32 blocks per SM), never more than the elements need, at least 1. */
+static inline unsigned mpt_cuda_blocks(const mpt_cuda_ctx *ctx, int64_t n) {
+    int64_t need = (n + MPT_CUDA_THREADS - 1) / MPT_CUDA_THREADS;
+    int64_t cap = (int64_t)ctx->prop.multiProcessorCount * 32;
+    if (need > cap) need = cap;
+    if (need < 1) need = 1;
+    return (unsigned)need;
+}
+
+/* Bytes rounded up to the 256-byte alignment that cuBLASLt and cuDNN want for workspace sub-buffers. */
+static inline size_t mpt_cuda_align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* ---- device-side loads and stores of float dtypes (F32, F16, BF16; U8 loads widen exactly) ----------- */
+
+/* Element i of a buffer of dtype t, as FP32 (exact). */
+static __device__ __forceinline__ float mpt_dev_load(const void *p, mpt_dtype t, int64_t i) {
+    switch (t) {
+    case MPT_DTYPE_F16: return mpt_f16_to_f32(((const uint16_t *)p)[i]);
+    case MPT_DTYPE_BF16: return mpt_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MPT_DTYPE_U8: return (float)((const uint8_t *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* Stores v into element i of a float buffer of dtype t, rounding to nearest even (elemwise.h). */
+static __device__ __forceinline__ void mpt_dev_store(void *p, mpt_dtype t, int64_t i, float v) {
+    switch (t) {
+    case MPT_DTYPE_F16: ((uint16_t *)p)[i] = mpt_f32_to_f16(v); break;
+    case MPT_DTYPE_BF16: ((uint16_t *)p)[i] = mpt_f32_to_bf16(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+/* ---- block reductions ------------------------------------------------------------------------------- */
+
+/* Sum of v over the block, returned to every thread; blockDim.x must be a multiple of 32 (at most 1024) and
+ * every thread must call it. `shared` holds 32 values. The tree has a fixed shape, so the result is the same
+ * on every run (deterministic, unlike atomics). */
+template <typename T>
+static __device__ __forceinline__ T mpt_block_sum(T v, T *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads(); /* `shared` may still be read from a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < n_warps ? shared[lane] : (T)0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+        if (lane == 0) shared[0] = v;
+    }
+    __syncthreads();
+    return shared[0];
+}
+
+/* Aborts (programmer error) unless t is F32, F16 or BF16; `what` names the operation. */
+void mpt_cuda_require_float(mpt_dtype t, const char *what);
+
+/* Aborts (programmer error) unless the workspace holds `bytes`; `what` names the operation and the query
+ * that should have reserved it. */
+void mpt_cuda_require_workspace(mpt_backend *be, size_t bytes, const char *what);
+
+/* ---- entry points (engine/backend.h documents each contract) ----------------------------------------- */
+
+/* gemm.cu */
+mpt_cuda_gemm_cache *mpt_cuda_gemm_cache_create(void);
+void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c);
+void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a);
+size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
+
+/* conv.cu */
+mpt_cuda_conv_cache *mpt_cuda_conv_cache_create(void);
+void mpt_cuda_conv_cache_destroy(mpt_cuda_conv_cache *c);
+void mpt_cuda_conv2d_forward(mpt_backend *be, const mpt_conv_args *a);
+void mpt_cuda_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a);
+void mpt_cuda_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a);
+size_t mpt_cuda_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a);
+
+/* elementwise.cu */
+void mpt_cuda_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n);
+void mpt_cuda_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n);
+void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n);
+void mpt_cuda_maxpool_forward(mpt_backend *be, const mpt_pool_args *a);
+void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a);
+void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
+                              float p, uint64_t seed, uint64_t offset);
+void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                               int64_t n, float p);
+void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
+                                   const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
+void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
+                                    const int32_t *labels, int N, int C, const float *scale);
+void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
+void mpt_cuda_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                           const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
+                           float inv_std);
+/* Internal helpers of elementwise.cu used by conv.cu (raw device pointers, the context's stream):
+ * y[n, k, :, :] = bias[k] for y [N, K, HW] of dtype (bias of the same dtype, copied bit for bit). */
+void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bias, mpt_dtype dtype, int N, int K,
+                                     int64_t HW);
+/* db[k] += sum over n and the HW plane of dy[n, k, :], FP32; dy [N, K, HW] of dtype. */
+void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW);
+/* dst[i] = round(dst_dtype, src[i]) on raw pointers (the kernel behind mpt_cuda_cast). */
+void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype,
+                       int64_t n);
+
+/* optim.cu */
+void mpt_cuda_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
+void mpt_cuda_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
+void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+void mpt_cuda_step_begin(mpt_backend *be, mpt_scaler_state *st);
+void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a);
+void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+
+#endif

@@ -1,0 +1,520 @@
+/*
+ * kernels/cuda/elementwise.cu - the CUDA backend's element-wise and reduction kernels: cast, ReLU, max pooling,
+ * inverted dropout, fused softmax + cross-entropy, the bias gradient, the batch gather, and the two channel
+ * helpers of conv.cu (bias broadcast, bias gradient over NCHW).
+ *
+ * Each operation is three layers (STYLE item 3): a `static __global__` kernel, a `static` launcher that takes
+ * raw device pointers and the context (its stream and SM count) and checks the launch, and the public entry
+ * that checks dtypes and shapes. Contracts: engine/backend.h. As in the CPU backend (kernels/cpu/elementwise.c,
+ * the oracle), every kernel loads its inputs as FP32 (exact widening), computes in FP32 with the per-element
+ * functions of kernels/elemwise.h, and rounds each output once to its dtype (RNE); an accumulating output is
+ * round(old + update). Arithmetic that must match the CPU bit for bit is written with the _rn intrinsics
+ * (IEEE round-to-nearest, never contracted into an FMA). Reductions use fixed-shape trees (deterministic);
+ * their summation order differs from the CPU's sequential loops, which the cuda tests bound.
+ *
+ * Sources: inverted dropout (Srivastava et al. 2014; torch.nn.Dropout); softmax + cross-entropy through
+ * logsumexp with mean reduction and ignore_index (torch.nn.functional.cross_entropy); max pooling with
+ * PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates); cuRAND host API (the device
+ * Philox generator documented to produce the host generator's sequence).
+ */
+#include <assert.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* ---- cast ---------------------------------------------------------------------------------------------- */
+
+static __global__ void cast_kernel(void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        mpt_dev_store(dst, dst_dtype, i, mpt_dev_load(src, src_dtype, i));
+}
+
+void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype,
+                       int64_t n) {
+    if (n == 0) return;
+    if (dst_dtype == src_dtype) { /* a copy: bit for bit, as the CPU's memmove */
+        if (dst != src)
+            MPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)n * mpt_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice,
+                                           ctx->stream));
+        return;
+    }
+    cast_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dst, dst_dtype, src, src_dtype, n);
+    MPT_CUDA_CHECK_LAUNCH("cast_kernel");
+}
+
+void mpt_cuda_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n) {
+    mpt_cuda_require_float(dst_dtype, "cast (destination)");
+    MPT_ASSERTF(mpt_dtype_is_float(src_dtype) || src_dtype == MPT_DTYPE_U8,
+                "cast: source dtype %s is not F32, F16, BF16 or U8", mpt_dtype_name(src_dtype));
+    MPT_ASSERT(n >= 0);
+    mpt_cuda_cast_raw(mpt_cuda_ctx_of(be), dst, dst_dtype, src, src_dtype, n);
+}
+
+/* ---- ReLU ------------------------------------------------------------------------------------------------ */
+
+static __global__ void relu_forward_kernel(void *y, const void *x, mpt_dtype dtype, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        mpt_dev_store(y, dtype, i, mpt_elem_relu(mpt_dev_load(x, dtype, i)));
+}
+
+static __global__ void relu_backward_kernel(void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = mpt_elem_relu_grad(mpt_dev_load(dy, dtype, i), mpt_dev_load(y, dtype, i));
+        mpt_dev_store(dx, dtype, i, __fadd_rn(mpt_dev_load(dx, dtype, i), g));
+    }
+}
+
+static void launch_relu_forward(const mpt_cuda_ctx *ctx, void *y, const void *x, mpt_dtype dtype, int64_t n) {
+    relu_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, x, dtype, n);
+    MPT_CUDA_CHECK_LAUNCH("relu_forward_kernel");
+}
+
+static void launch_relu_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const void *y, mpt_dtype dtype,
+                                 int64_t n) {
+    relu_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, y, dtype, n);
+    MPT_CUDA_CHECK_LAUNCH("relu_backward_kernel");
+}
+
+void mpt_cuda_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n) {
+    mpt_cuda_require_float(dtype, "relu_forward");
+    MPT_ASSERT(n >= 0);
+    if (n == 0) return;
+    launch_relu_forward(mpt_cuda_ctx_of(be), y, x, dtype, n);
+}
+
+void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+    mpt_cuda_require_float(dtype, "relu_backward");
+    MPT_ASSERT(n >= 0);
+    if (n == 0) return;
+    launch_relu_backward(mpt_cuda_ctx_of(be), dx, dy, y, dtype, n);
+}
+
+/* ---- max pooling ---------------------------------------------------------------------------------------------- */
+
+/* One thread per output element (plane, p, q): the window scan is the CPU's loop, so value and argmax are
+ * the CPU's bit for bit (padding counts as -inf; first maximum wins; a NaN is taken, as PyTorch does). */
+static __global__ void maxpool_forward_kernel(void *y, int32_t *argmax, const void *x, mpt_dtype dtype, int64_t planes,
+                                              int H, int W, int P, int Q, int k, int s, int pad) {
+    const int64_t total = planes * P * Q;
+    for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
+        const int q = (int)(o % Q), p = (int)((o / Q) % P);
+        const int64_t xin = (o / ((int64_t)P * Q)) * H * W;
+        int h0 = p * s - pad, h1 = h0 + k, w0 = q * s - pad, w1 = w0 + k;
+        if (h0 < 0) h0 = 0;
+        if (h1 > H) h1 = H;
+        if (w0 < 0) w0 = 0;
+        if (w1 > W) w1 = W;
+        float best = -INFINITY;
+        int32_t arg = h0 * W + w0;
+        for (int h = h0; h < h1; h++)
+            for (int w = w0; w < w1; w++) {
+                float v = mpt_dev_load(x, dtype, xin + h * W + w);
+                if (v > best || isnan(v)) {
+                    best = v;
+                    arg = h * W + w;
+                }
+            }
+        mpt_dev_store(y, dtype, o, best);
+        argmax[o] = arg;
+    }
+}
+
+/* One thread per input element: gathers the dy of the windows whose argmax it is (no atomics, deterministic),
+ * sums them in FP32 in window order and adds the sum to dx with one rounding, as the CPU does. */
+static __global__ void maxpool_backward_kernel(void *dx, const void *dy, const int32_t *argmax, mpt_dtype dtype,
+                                               int64_t planes, int H, int W, int P, int Q, int k, int s, int pad) {
+    const int64_t total = planes * H * W;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int w = (int)(e % W), h = (int)((e / W) % H);
+        const int64_t yout = (e / ((int64_t)H * W)) * P * Q;
+        /* windows p with p*s - pad <= h < p*s - pad + k */
+        int p0 = h + pad - k + 1 <= 0 ? 0 : (h + pad - k + 1 + s - 1) / s;
+        int p1 = (h + pad) / s;
+        if (p1 > P - 1) p1 = P - 1;
+        int q0 = w + pad - k + 1 <= 0 ? 0 : (w + pad - k + 1 + s - 1) / s;
+        int q1 = (w + pad) / s;
+        if (q1 > Q - 1) q1 = Q - 1;
+        const int32_t self = h * W + w;
+        float acc = 0.0f;
+        int hit = 0;
+        for (int p = p0; p <= p1; p++)
+            for (int q = q0; q <= q1; q++)
+                if (argmax[yout + p * Q + q] == self) {
+                    acc = __fadd_rn(acc, mpt_dev_load(dy, dtype, yout + p * Q + q));
+                    hit = 1;
+                }
+        if (hit) mpt_dev_store(dx, dtype, e, __fadd_rn(mpt_dev_load(dx, dtype, e), acc));
+    }
+}
+
+static void pool_check(const mpt_pool_args *a, const char *op) {
+    mpt_cuda_require_float(a->dtype, op);
+    MPT_ASSERTF(a->N >= 1 && a->C >= 1 && a->H >= 1 && a->W >= 1, "%s: bad input shape", op);
+    MPT_ASSERTF(a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel,
+                "%s: kernel %d, stride %d, pad %d (need pad <= kernel/2)", op, a->kernel, a->stride, a->pad);
+    MPT_ASSERTF(a->P == (a->H + 2 * a->pad - a->kernel) / a->stride + 1 &&
+                    a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
+                "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
+                a->W, a->kernel, a->stride, a->pad);
+}
+
+static void launch_maxpool_forward(const mpt_cuda_ctx *ctx, void *y, int32_t *argmax, const void *x, mpt_dtype dtype,
+                                   int64_t planes, int H, int W, int P, int Q, int k, int s, int pad) {
+    maxpool_forward_kernel<<<mpt_cuda_blocks(ctx, planes * P * Q), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        y, argmax, x, dtype, planes, H, W, P, Q, k, s, pad);
+    MPT_CUDA_CHECK_LAUNCH("maxpool_forward_kernel");
+}
+
+static void launch_maxpool_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const int32_t *argmax,
+                                    mpt_dtype dtype, int64_t planes, int H, int W, int P, int Q, int k, int s, int pad) {
+    maxpool_backward_kernel<<<mpt_cuda_blocks(ctx, planes * H * W), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        dx, dy, argmax, dtype, planes, H, W, P, Q, k, s, pad);
+    MPT_CUDA_CHECK_LAUNCH("maxpool_backward_kernel");
+}
+
+void mpt_cuda_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
+    pool_check(a, "maxpool_forward");
+    launch_maxpool_forward(mpt_cuda_ctx_of(be), a->y, a->argmax, a->x, a->dtype, (int64_t)a->N * a->C, a->H, a->W, a->P,
+                           a->Q, a->kernel, a->stride, a->pad);
+}
+
+void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
+    pool_check(a, "maxpool_backward");
+    launch_maxpool_backward(mpt_cuda_ctx_of(be), a->dx, a->dy, a->argmax, a->dtype, (int64_t)a->N * a->C, a->H, a->W,
+                            a->P, a->Q, a->kernel, a->stride, a->pad);
+}
+
+/* ---- dropout ------------------------------------------------------------------------------------------------------ */
+
+/* u: the Philox uniforms in (0, 1]; mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
+static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, const float *u, mpt_dtype dtype,
+                                              int64_t n, float p) {
+    const float keep = __fsub_rn(1.0f, p);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint8_t k = u[i] > p;
+        mask[i] = k;
+        mpt_dev_store(y, dtype, i, k ? __fdiv_rn(mpt_dev_load(x, dtype, i), keep) : 0.0f);
+    }
+}
+
+static __global__ void dropout_backward_kernel(void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                                               int64_t n, float p) {
+    const float keep = __fsub_rn(1.0f, p);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = mask[i] ? __fdiv_rn(mpt_dev_load(dy, dtype, i), keep) : 0.0f;
+        mpt_dev_store(dx, dtype, i, __fadd_rn(mpt_dev_load(dx, dtype, i), g));
+    }
+}
+
+static void launch_dropout_forward(const mpt_cuda_ctx *ctx, void *y, uint8_t *mask, const void *x, const float *u,
+                                   mpt_dtype dtype, int64_t n, float p) {
+    dropout_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, mask, x, u, dtype, n, p);
+    MPT_CUDA_CHECK_LAUNCH("dropout_forward_kernel");
+}
+
+static void launch_dropout_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const uint8_t *mask,
+                                    mpt_dtype dtype, int64_t n, float p) {
+    dropout_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, mask, dtype, n, p);
+    MPT_CUDA_CHECK_LAUNCH("dropout_backward_kernel");
+}
+
+void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
+                              float p, uint64_t seed, uint64_t offset) {
+    mpt_cuda_require_float(dtype, "dropout_forward");
+    MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_forward: p = %g outside [0, 1)", (double)p);
+    MPT_ASSERT(n >= 0);
+    if (n == 0) return;
+    mpt_cuda_require_workspace(be, (size_t)n * sizeof(float), "dropout_forward (n uniforms)");
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    float *u = (float *)be->workspace;
+    /* The host-API device generator: seed and offset set as engine/rng.c sets them on the host generator,
+     * so the uniforms are mpt_rng_uniform's (cuRAND documents host and device generation as identical). */
+    MPT_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->rng, seed));
+    MPT_CURAND_CHECK(curandSetGeneratorOffset(ctx->rng, offset));
+    MPT_CURAND_CHECK(curandGenerateUniform(ctx->rng, u, (size_t)n));
+    launch_dropout_forward(ctx, y, mask, x, u, dtype, n, p);
+}
+
+void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
+                               int64_t n, float p) {
+    mpt_cuda_require_float(dtype, "dropout_backward");
+    MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_backward: p = %g outside [0, 1)", (double)p);
+    MPT_ASSERT(n >= 0);
+    if (n == 0) return;
+    launch_dropout_backward(mpt_cuda_ctx_of(be), dx, dy, mask, dtype, n, p);
+}
+
+/* ---- softmax + cross-entropy ------------------------------------------------------------------------------------- */
+
+#define XENT_MAX_THREADS 256
+
+/* One block per row i: probs[i,:] = softmax(logits[i,:]) in FP32; row_loss[i] = logsumexp - logit[label] for a
+ * valid row (label >= 0), 0 for an ignored one; n_correct += [argmax == label] for a valid row. The argmax is
+ * the first index of the maximum, as the CPU's loop finds it. */
+static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, int32_t *n_correct, const void *logits,
+                                                mpt_dtype dtype, const int32_t *labels, int C) {
+    __shared__ float red[32];
+    __shared__ float s_max;
+    __shared__ int s_arg;
+    const int64_t row = blockIdx.x;
+    const int64_t base = row * C;
+    /* per-thread maximum and its first index over c = tid, tid + blockDim, ... */
+    float mx = -INFINITY;
+    int arg = C; /* "none yet" sorts after every real index */
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = mpt_dev_load(logits, dtype, base + c);
+        if (arg == C || v > mx) {
+            mx = v;
+            arg = c;
+        }
+    }
+    /* block argmax: larger value wins, equal values -> smaller index */
+    for (int o = 16; o > 0; o >>= 1) {
+        float om = __shfl_down_sync(0xffffffffu, mx, o);
+        int oa = __shfl_down_sync(0xffffffffu, arg, o);
+        if (oa != C && (arg == C || om > mx || (om == mx && oa < arg))) {
+            mx = om;
+            arg = oa;
+        }
+    }
+    __shared__ float w_max[32];
+    __shared__ int w_arg[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    if (lane == 0) {
+        w_max[warp] = mx;
+        w_arg[warp] = arg;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = w_max[0];
+        int a = w_arg[0];
+        for (int w = 1; w < n_warps; w++)
+            if (w_arg[w] != C && (a == C || w_max[w] > m || (w_max[w] == m && w_arg[w] < a))) {
+                m = w_max[w];
+                a = w_arg[w];
+            }
+        s_max = m;
+        s_arg = a;
+    }
+    __syncthreads();
+    const float m = s_max;
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) sum += expf(mpt_dev_load(logits, dtype, base + c) - m);
+    sum = mpt_block_sum(sum, red);
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        probs[base + c] = expf(mpt_dev_load(logits, dtype, base + c) - m) / sum;
+    if (threadIdx.x == 0) {
+        const int32_t label = labels[row];
+        assert(label < C); /* valid labels are checked where they enter (data loading) */
+        if (label >= 0) {
+            const float lse = m + logf(sum);
+            row_loss[row] = lse - mpt_dev_load(logits, dtype, base + label);
+            if (n_correct && s_arg == label) atomicAdd(n_correct, 1);
+        } else {
+            row_loss[row] = 0.0f;
+        }
+    }
+}
+
+/* One block: *loss = sum of the row losses (FP64) / number of valid rows, rounded once to FP32 (0 when no row is
+ * valid), as the CPU computes the mean. */
+static __global__ void softmax_xent_mean_kernel(float *loss, const float *row_loss, const int32_t *labels, int N) {
+    __shared__ double red_d[32];
+    __shared__ int red_i[32];
+    double sum = 0.0;
+    int valid = 0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+        sum += (double)row_loss[i];
+        valid += labels[i] >= 0;
+    }
+    sum = mpt_block_sum(sum, red_d);
+    valid = mpt_block_sum(valid, red_i);
+    if (threadIdx.x == 0) *loss = valid > 0 ? (float)(sum / (double)valid) : 0.0f;
+}
+
+/* One block: *valid = number of rows with labels[i] >= 0. */
+static __global__ void count_valid_rows_kernel(int32_t *valid, const int32_t *labels, int N) {
+    __shared__ int red[32];
+    int v = 0;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) v += labels[i] >= 0;
+    v = mpt_block_sum(v, red);
+    if (threadIdx.x == 0) *valid = v;
+}
+
+/* dlogits[i,c] = round(dlogits[i,c] + scale * (probs[i,c] - [c == label_i]) / N_valid) for valid rows, with the
+ * CPU's operation order (multiply, then divide, then add; no contraction). */
+static __global__ void softmax_xent_backward_kernel(void *dlogits, mpt_dtype dtype, const float *probs,
+                                                    const int32_t *labels, const int32_t *valid, int N, int C,
+                                                    const float *scale) {
+    const float s = *scale, fN = (float)*valid;
+    const int64_t total = (int64_t)N * C;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = e / C;
+        const int c = (int)(e % C);
+        const int32_t label = labels[i];
+        if (label < 0) continue;
+        const float onehot = c == label ? 1.0f : 0.0f;
+        const float g = __fdiv_rn(__fmul_rn(s, __fsub_rn(probs[e], onehot)), fN);
+        mpt_dev_store(dlogits, dtype, e, __fadd_rn(mpt_dev_load(dlogits, dtype, e), g));
+    }
+}
+
+static int xent_threads(int C) {
+    int t = 32;
+    while (t < C && t < XENT_MAX_THREADS) t *= 2;
+    return t;
+}
+
+static void launch_softmax_xent_forward(const mpt_cuda_ctx *ctx, float *loss, float *probs, int32_t *n_correct,
+                                        float *row_loss, const void *logits, mpt_dtype dtype, const int32_t *labels,
+                                        int N, int C) {
+    softmax_xent_rows_kernel<<<N, xent_threads(C), 0, ctx->stream>>>(probs, row_loss, n_correct, logits, dtype, labels,
+                                                                     C);
+    MPT_CUDA_CHECK_LAUNCH("softmax_xent_rows_kernel");
+    softmax_xent_mean_kernel<<<1, 256, 0, ctx->stream>>>(loss, row_loss, labels, N);
+    MPT_CUDA_CHECK_LAUNCH("softmax_xent_mean_kernel");
+}
+
+static void launch_softmax_xent_backward(const mpt_cuda_ctx *ctx, void *dlogits, mpt_dtype dtype, const float *probs,
+                                         const int32_t *labels, int32_t *valid, int N, int C, const float *scale) {
+    count_valid_rows_kernel<<<1, 256, 0, ctx->stream>>>(valid, labels, N);
+    MPT_CUDA_CHECK_LAUNCH("count_valid_rows_kernel");
+    softmax_xent_backward_kernel<<<mpt_cuda_blocks(ctx, (int64_t)N * C), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        dlogits, dtype, probs, labels, valid, N, C, scale);
+    MPT_CUDA_CHECK_LAUNCH("softmax_xent_backward_kernel");
+}
+
+void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct, const void *logits,
+                                   mpt_dtype logits_dtype, const int32_t *labels, int N, int C) {
+    mpt_cuda_require_float(logits_dtype, "softmax_xent_forward");
+    MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_forward: N = %d, C = %d", N, C);
+    MPT_ASSERTF((size_t)N * sizeof(float) <= MPT_CUDA_SCRATCH_BYTES,
+                "softmax_xent_forward: %d rows exceed the CUDA backend's loss scratch (%zu rows)", N,
+                MPT_CUDA_SCRATCH_BYTES / sizeof(float));
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    launch_softmax_xent_forward(ctx, loss, probs, n_correct, (float *)ctx->scratch, logits, logits_dtype, labels, N, C);
+}
+
+void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
+                                    const int32_t *labels, int N, int C, const float *scale) {
+    mpt_cuda_require_float(dlogits_dtype, "softmax_xent_backward");
+    MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_backward: N = %d, C = %d", N, C);
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale);
+}
+
+/* ---- bias gradient (column sums of a row-major [rows, cols]) -------------------------------------------------------- */
+
+#define BIAS_TILE_X 32
+#define BIAS_TILE_Y 8
+
+/* Block (32, 8) per 32 columns: thread (x, y) sums rows y, y+8, ... of its column in FP32, then the 8 partials
+ * are added in order; db[c] = db[c] + sum. */
+static __global__ void bias_grad_kernel(float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+    __shared__ float part[BIAS_TILE_Y][BIAS_TILE_X + 1];
+    const int64_t c = (int64_t)blockIdx.x * BIAS_TILE_X + threadIdx.x;
+    float acc = 0.0f;
+    if (c < cols)
+        for (int64_t r = threadIdx.y; r < rows; r += BIAS_TILE_Y) acc += mpt_dev_load(dy, dtype, r * cols + c);
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float s = part[0][threadIdx.x];
+        for (int y = 1; y < BIAS_TILE_Y; y++) s += part[y][threadIdx.x];
+        db[c] = db[c] + s;
+    }
+}
+
+static void launch_bias_grad(const mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    dim3 block(BIAS_TILE_X, BIAS_TILE_Y);
+    unsigned grid = (unsigned)((cols + BIAS_TILE_X - 1) / BIAS_TILE_X);
+    bias_grad_kernel<<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols);
+    MPT_CUDA_CHECK_LAUNCH("bias_grad_kernel");
+}
+
+void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+    mpt_cuda_require_float(dtype, "bias_grad");
+    MPT_ASSERT(rows >= 0 && cols >= 0);
+    MPT_ASSERTF((cols + BIAS_TILE_X - 1) / BIAS_TILE_X <= 0x7fffffff, "bias_grad: %lld columns", (long long)cols);
+    if (cols == 0) return;
+    launch_bias_grad(mpt_cuda_ctx_of(be), db, dy, dtype, rows, cols);
+}
+
+/* ---- channel helpers of conv.cu (NCHW) ---------------------------------------------------------------------------- */
+
+/* y[n, k, j] = bias[k], copied bit for bit (elem_size 2 or 4). */
+static __global__ void broadcast_channel_bias_kernel(void *y, const void *bias, int elem_size, int K, int64_t HW,
+                                                     int64_t total) {
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int k = (int)((e / HW) % K);
+        if (elem_size == 2) ((uint16_t *)y)[e] = ((const uint16_t *)bias)[k];
+        else ((float *)y)[e] = ((const float *)bias)[k];
+    }
+}
+
+void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bias, mpt_dtype dtype, int N, int K,
+                                     int64_t HW) {
+    const int64_t total = (int64_t)N * K * HW;
+    broadcast_channel_bias_kernel<<<mpt_cuda_blocks(ctx, total), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        y, bias, (int)mpt_dtype_size(dtype), K, HW, total);
+    MPT_CUDA_CHECK_LAUNCH("broadcast_channel_bias_kernel");
+}
+
+/* One block per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed tree). */
+static __global__ void channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW) {
+    __shared__ float red[32];
+    const int k = blockIdx.x;
+    const int64_t per_channel = (int64_t)N * HW;
+    float acc = 0.0f;
+    for (int64_t e = threadIdx.x; e < per_channel; e += blockDim.x) {
+        const int64_t n = e / HW, j = e % HW;
+        acc += mpt_dev_load(dy, dtype, (n * K + k) * HW + j);
+    }
+    acc = mpt_block_sum(acc, red);
+    if (threadIdx.x == 0) db[k] = db[k] + acc;
+}
+
+void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW) {
+    channel_sum_kernel<<<K, MPT_CUDA_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW);
+    MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
+}
+
+/* ---- batch gather ------------------------------------------------------------------------------------------------- */
+
+/* Grid (column blocks, B): x[b, d] = ((u8 / 255) - mean) * inv_std rounded to x_dtype, the CPU's FP32
+ * expression with IEEE operations; a padding row (idx[b] < 0) becomes zeros with label -1. */
+static __global__ void gather_batch_kernel(void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                                           const uint8_t *image_labels, const int32_t *idx, int64_t D, float mean,
+                                           float inv_std) {
+    const int b = blockIdx.y;
+    const int32_t id = idx[b];
+    const int64_t row = (int64_t)b * D;
+    for (int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; d < D; d += (int64_t)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        if (id >= 0) v = __fmul_rn(__fsub_rn(__fdiv_rn((float)images[(int64_t)id * D + d], 255.0f), mean), inv_std);
+        mpt_dev_store(x, x_dtype, row + d, v);
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) labels[b] = id >= 0 ? (int32_t)image_labels[id] : -1;
+}
+
+static void launch_gather_batch(const mpt_cuda_ctx *ctx, void *x, mpt_dtype x_dtype, int32_t *labels,
+                                const uint8_t *images, const uint8_t *image_labels, const int32_t *idx, int B, int64_t D,
+                                float mean, float inv_std) {
+    int64_t cols = (D + MPT_CUDA_THREADS - 1) / MPT_CUDA_THREADS;
+    if (cols > 64) cols = 64;
+    if (cols < 1) cols = 1;
+    dim3 grid((unsigned)cols, (unsigned)B);
+    gather_batch_kernel<<<grid, MPT_CUDA_THREADS, 0, ctx->stream>>>(x, x_dtype, labels, images, image_labels, idx, D,
+                                                                     mean, inv_std);
+    MPT_CUDA_CHECK_LAUNCH("gather_batch_kernel");
+}
+
+void mpt_cuda_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
+                           const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
+                           float inv_std) {
+    mpt_cuda_require_float(x_dtype, "gather_batch");
+    MPT_ASSERTF(B >= 0 && B <= 65535 && D >= 0, "gather_batch: B = %d (at most 65535), D = %lld", B, (long long)D);
+    if (B == 0) return;
+    launch_gather_batch(mpt_cuda_ctx_of(be), x, x_dtype, labels, images, image_labels, idx, B, D, mean, inv_std);
+}

@@ -1,0 +1,507 @@
+/*
+ * kernels/cuda/gemm.cu - GEMM on the GPU through cuBLASLt: where each precision's GEMM numerics are chosen.
+ *
+ *   C[M,N] = epilogue(alpha * op(A)[M,K] op(B)[K,N] + beta * C[M,N])       (row-major, engine/backend.h)
+ *
+ * cuBLASLt is column-major. A row-major matrix is the column-major storage of its transpose, so the row-major
+ * product is computed as the column-major product C^T[N,M] = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its
+ * "B" is our A, with their transposes kept, and cuBLASLt's D has N rows (so the bias vector, one value per row
+ * of D, is our bias[n]).
+ *
+ * Numerics per math mode (cuBLASLt docs, cublasLtMatmul "Datatypes supported"; scale type is always FP32):
+ *   fp32  CUBLAS_COMPUTE_32F            A/B CUDA_R_32F   C/D CUDA_R_32F            (FP32 FMA, no TF32)
+ *   tf32  CUBLAS_COMPUTE_32F_FAST_TF32  A/B CUDA_R_32F   C/D CUDA_R_32F            (operands rounded to TF32)
+ *   fp16  CUBLAS_COMPUTE_32F            A/B CUDA_R_16F   C/D CUDA_R_16F or _32F    (FP32 accumulation)
+ *   bf16  CUBLAS_COMPUTE_32F            A/B CUDA_R_16BF  C/D CUDA_R_16BF or _32F
+ * C/D of CUDA_R_32F with 16-bit A/B is how weight gradients come out in FP32 (decision 9). The epilogues are
+ * CUBLASLT_EPILOGUE_BIAS and CUBLASLT_EPILOGUE_RELU_BIAS; cuBLASLt requires the bias vector in D's type for
+ * these configurations (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), and applies alpha, beta*C, bias and ReLU in the
+ * FP32 compute type before D is rounded once.
+ *
+ * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
+ * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
+ * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
+ * rounding of C); the record says which path ran.
+ *
+ * Plans: the algorithm is chosen once per distinct configuration (shape, transposes, dtypes, math, epilogue,
+ * pointer alignment) with cublasLtMatmulAlgoGetHeuristic, normally when the graph asks gemm_workspace() at
+ * build time, and kept in a fixed table with its descriptors, so a training step creates nothing. The
+ * workspace reported is the chosen algorithm's own need (plus the FP32 D of the two-step path).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+#define GEMM_MAX_WORKSPACE ((size_t)32 << 20) /* cuBLASLt workspace offered to the heuristic (Hopper advice) */
+#define GEMM_PLANS 128
+#define GEMM_RECORDS 256
+#define GEMM_HEURISTIC_RESULTS 8
+
+/* Everything that selects an algorithm. Compared with memcmp: always zero-filled before it is set. */
+typedef struct gemm_key {
+    int32_t trans_a, trans_b;
+    int64_t M, N, K;
+    int32_t ab_dtype, c_dtype, bias_dtype; /* bias_dtype -1 without a bias epilogue */
+    int32_t math, epilogue;
+    uint32_t align_a, align_b, align_c, align_bias; /* pointer alignment in bytes, capped at 256 */
+} gemm_key;
+
+typedef struct gemm_plan {
+    gemm_key key;
+    int used;
+    int direct;                         /* 1: one cuBLASLt call writes C; 0: FP32 D + epilogue kernel */
+    cublasComputeType_t compute;
+    cudaDataType_t ab_type, d_type, bias_type;
+    cublasLtEpilogue_t epilogue;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;  /* cuBLASLt's A (our B), B (our A), C and D (same layout) */
+    cublasLtMatmulAlgo_t algo;
+    size_t algo_workspace;              /* cuBLASLt workspace of the chosen algorithm */
+    size_t extra_bytes;                 /* FP32 D of the two-step path, 256-aligned (0 when direct) */
+    int32_t algo_id, splitk;
+    uint32_t tile_id, stages_id, reduction_scheme;
+} gemm_plan;
+
+struct mpt_cuda_gemm_cache {
+    gemm_plan plans[GEMM_PLANS];
+    int next_evict;                     /* round-robin replacement once the table is full */
+    mpt_cuda_gemm_record records[GEMM_RECORDS];
+    gemm_key record_keys[GEMM_RECORDS];
+    int n_records;
+    int64_t unrecorded_calls;           /* calls of call sites beyond GEMM_RECORDS */
+};
+
+/* ---- names for records ----------------------------------------------------------------------------- */
+
+static const char *cuda_type_name(cudaDataType_t t) {
+    switch (t) {
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+    default: return "CUDA_R_?";
+    }
+}
+
+static const char *compute_name(cublasComputeType_t c) {
+    switch (c) {
+    case CUBLAS_COMPUTE_32F: return "CUBLAS_COMPUTE_32F";
+    case CUBLAS_COMPUTE_32F_FAST_TF32: return "CUBLAS_COMPUTE_32F_FAST_TF32";
+    default: return "CUBLAS_COMPUTE_?";
+    }
+}
+
+static const char *epilogue_name(cublasLtEpilogue_t e) {
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "CUBLASLT_EPILOGUE_DEFAULT";
+    case CUBLASLT_EPILOGUE_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    default: return "CUBLASLT_EPILOGUE_?";
+    }
+}
+
+static cudaDataType_t to_cuda_type(mpt_dtype t) {
+    switch (t) {
+    case MPT_DTYPE_F16: return CUDA_R_16F;
+    case MPT_DTYPE_BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+    }
+}
+
+/* ---- the epilogue kernel of the two-step path -------------------------------------------------------- */
+
+/* C[i] = round(c_dtype, epi(D[i] + beta*C[i] + bias[i % N])) over the M*N row-major elements; C is read only
+ * when beta != 0 (the contract lets it hold garbage otherwise). */
+static __global__ void gemm_epilogue_kernel(void *C, mpt_dtype c_dtype, const float *D, const void *bias,
+                                            mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
+    int64_t total = M * N;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = D[i];
+        if (beta != 0.0f) v += beta * mpt_dev_load(C, c_dtype, i);
+        if (bias) v += mpt_dev_load(bias, bias_dtype, i % N);
+        if (relu) v = mpt_elem_relu(v);
+        mpt_dev_store(C, c_dtype, i, v);
+    }
+}
+
+static void launch_gemm_epilogue(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_dtype, const float *D, const void *bias,
+                                 mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
+    gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(C, c_dtype, D, bias,
+                                                                                           bias_dtype, relu, beta, M, N);
+    MPT_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
+}
+
+/* ---- plans ------------------------------------------------------------------------------------------- */
+
+static uint32_t pointer_alignment(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    if (u == 0) return 256; /* not known yet (graph build): arena tensors are 256-byte aligned */
+    uint32_t a = 1;
+    while (a < 256 && (u & (uintptr_t)(2 * a - 1)) == 0) a *= 2;
+    return a;
+}
+
+/* Programmer-error checks. `running`: the call is executing (pointers must be set); at graph build time
+ * (gemm_workspace) the tensors may not be allocated yet. */
+static void validate(const mpt_gemm_args *a, int running) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 1, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
+                (long long)a->M, (long long)a->N, (long long)a->K);
+    MPT_ASSERTF(a->a_dtype == a->b_dtype, "gemm %s: A is %s but B is %s", tag, mpt_dtype_name(a->a_dtype),
+                mpt_dtype_name(a->b_dtype));
+    mpt_cuda_require_float(a->c_dtype, "gemm C");
+    switch (a->math) {
+    case MPT_MATH_FP32:
+    case MPT_MATH_TF32:
+        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_F32, "gemm %s: math %s needs F32 operands, got %s", tag,
+                    mpt_math_name(a->math), mpt_dtype_name(a->a_dtype));
+        break;
+    case MPT_MATH_F16:
+        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_F16, "gemm %s: math fp16 needs F16 operands, got %s", tag,
+                    mpt_dtype_name(a->a_dtype));
+        break;
+    case MPT_MATH_BF16:
+        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_BF16, "gemm %s: math bf16 needs BF16 operands, got %s", tag,
+                    mpt_dtype_name(a->a_dtype));
+        break;
+    default: MPT_ASSERTF(0, "gemm %s: unknown math mode %d", tag, (int)a->math);
+    }
+    if (a->epilogue != MPT_EPILOGUE_NONE) {
+        MPT_ASSERTF(a->bias != NULL || !running, "gemm %s: bias epilogue without a bias pointer", tag);
+        mpt_cuda_require_float(a->bias_dtype, "gemm bias");
+    }
+    if (running)
+        MPT_ASSERTF(a->A != NULL && a->B != NULL && a->C != NULL, "gemm %s: NULL operand (A %p, B %p, C %p)", tag,
+                    a->A, a->B, a->C);
+    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_RELU_BIAS,
+                "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
+}
+
+static gemm_key make_key(const mpt_gemm_args *a) {
+    gemm_key k;
+    memset(&k, 0, sizeof k);
+    k.trans_a = a->trans_a ? 1 : 0;
+    k.trans_b = a->trans_b ? 1 : 0;
+    k.M = a->M;
+    k.N = a->N;
+    k.K = a->K;
+    k.ab_dtype = a->a_dtype;
+    k.c_dtype = a->c_dtype;
+    k.bias_dtype = a->epilogue != MPT_EPILOGUE_NONE ? (int32_t)a->bias_dtype : -1;
+    k.math = a->math;
+    k.epilogue = a->epilogue;
+    k.align_a = pointer_alignment(a->A);
+    k.align_b = pointer_alignment(a->B);
+    k.align_c = pointer_alignment(a->C);
+    k.align_bias = a->epilogue != MPT_EPILOGUE_NONE ? pointer_alignment(a->bias) : 256;
+    return k;
+}
+
+/* Whether cuBLASLt has the configuration (COMPUTE_32F or _FAST_TF32, scale 32F) for these dtypes with the
+ * caller's C as D and, for bias epilogues, the caller's bias as the bias vector (bias type = D type). */
+static int direct_supported(const gemm_key *k) {
+    int c_ok;
+    if (k->math == MPT_MATH_FP32 || k->math == MPT_MATH_TF32) c_ok = k->c_dtype == MPT_DTYPE_F32;
+    else c_ok = k->c_dtype == k->ab_dtype || k->c_dtype == MPT_DTYPE_F32;
+    if (!c_ok) return 0;
+    return k->epilogue == MPT_EPILOGUE_NONE || k->bias_dtype == k->c_dtype;
+}
+
+static void plan_release(gemm_plan *p) {
+    if (p->desc) MPT_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+    if (p->la) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+    if (p->lb) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+    if (p->ld) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+    memset(p, 0, sizeof *p);
+}
+
+/* Creates the descriptors of a plan for the direct (direct = 1) or the two-step path. */
+static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
+    p->key = *k;
+    p->direct = direct;
+    p->compute = k->math == MPT_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    p->ab_type = to_cuda_type((mpt_dtype)k->ab_dtype);
+    p->d_type = direct ? to_cuda_type((mpt_dtype)k->c_dtype) : CUDA_R_32F;
+    p->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
+    if (direct && k->epilogue == MPT_EPILOGUE_RELU_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+    p->bias_type = p->d_type;
+    p->extra_bytes = direct ? 0 : mpt_cuda_align256((size_t)(k->M * k->N) * sizeof(float));
+
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, p->compute, CUDA_R_32F));
+    /* cuBLASLt's A is our B, its B is our A (see the header comment). */
+    cublasOperation_t op_a = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
+                                                    sizeof p->epilogue));
+    if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        int32_t bt = (int32_t)p->bias_type;
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    /* Our B: stored [K,N] row-major = column-major N x K (ld N), or stored [N,K] = column-major K x N (ld K). */
+    if (!k->trans_b) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->N, (uint64_t)k->K, k->N));
+    else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->K, (uint64_t)k->N, k->K));
+    /* Our A: stored [M,K] = column-major K x M (ld K), or stored [K,M] = column-major M x K (ld M). */
+    if (!k->trans_a) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->K, (uint64_t)k->M, k->K));
+    else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->M, (uint64_t)k->K, k->M));
+    /* C and D: row-major [M,N] = column-major N x M (ld N). */
+    MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, p->d_type, (uint64_t)k->N, (uint64_t)k->M, k->N));
+}
+
+/* Asks the heuristic for an algorithm using at most ws_limit bytes of workspace. Returns 1 and fills
+ * p->algo / p->algo_workspace, or 0 with the reason in *why (the heuristic's status, or
+ * CUBLAS_STATUS_NOT_SUPPORTED when it returned no usable algorithm). */
+static int plan_pick_algo(mpt_cuda_ctx *ctx, gemm_plan *p, size_t ws_limit, cublasStatus_t *why) {
+    const gemm_key *k = &p->key;
+    cublasLtMatmulPreference_t pref;
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = (uint64_t)ws_limit;
+    uint32_t align_lt_a = k->align_b, align_lt_b = k->align_a, align_cd = k->align_c;
+    if (!p->direct) align_cd = 256; /* D lives at the start of the workspace */
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_lt_a,
+                                                          sizeof align_lt_a));
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_lt_b,
+                                                          sizeof align_lt_b));
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_cd,
+                                                          sizeof align_cd));
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd,
+                                                          sizeof align_cd));
+    if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+        /* The heuristic reads the bias pointer only for its alignment (cublasLt.h,
+         * CUBLASLT_MATMUL_DESC_BIAS_POINTER): give it a value with the alignment the real pointer will have. */
+        const void *bias_alignment = (const void *)(uintptr_t)k->align_bias;
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_alignment,
+                                                        sizeof bias_alignment));
+    }
+    cublasLtMatmulHeuristicResult_t res[GEMM_HEURISTIC_RESULTS];
+    memset(res, 0, sizeof res);
+    int count = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, p->desc, p->la, p->lb, p->ld, p->ld, pref,
+                                                      GEMM_HEURISTIC_RESULTS, res, &count);
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        *why = s;
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ws_limit) continue;
+        p->algo = res[i].algo;
+        p->algo_workspace = res[i].workspaceSize;
+        size_t w = 0;
+        MPT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_ID, &p->algo_id,
+                                                              sizeof p->algo_id, &w));
+        MPT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &p->tile_id,
+                                                              sizeof p->tile_id, &w));
+        MPT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &p->stages_id,
+                                                              sizeof p->stages_id, &w));
+        MPT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &p->splitk,
+                                                              sizeof p->splitk, &w));
+        MPT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                              &p->reduction_scheme, sizeof p->reduction_scheme, &w));
+        return 1;
+    }
+    *why = CUBLAS_STATUS_NOT_SUPPORTED;
+    return 0;
+}
+
+/* cuBLASLt workspace left for a plan of `extra` bytes when `total` bytes of workspace exist. */
+static size_t lt_limit(size_t total, size_t extra) {
+    size_t avail = total > extra ? total - extra : 0;
+    return avail < GEMM_MAX_WORKSPACE ? avail : GEMM_MAX_WORKSPACE;
+}
+
+/* Fills plan p for key k: the direct path if cuBLASLt has it, else the two-step path, each within `total`
+ * bytes of workspace (SIZE_MAX at graph build time: the graph reserves what the plan reports). Aborts if
+ * neither path has an algorithm (a configuration cuBLASLt cannot run here). */
+static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_t total) {
+    cublasStatus_t why_direct = CUBLAS_STATUS_NOT_SUPPORTED, why_two_step = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (direct_supported(k)) {
+        plan_describe(p, k, 1);
+        if (plan_pick_algo(ctx, p, lt_limit(total, 0), &why_direct)) {
+            p->used = 1;
+            return;
+        }
+        plan_release(p);
+    }
+    plan_describe(p, k, 0);
+    MPT_ASSERTF(p->extra_bytes <= total,
+                "cuda backend: GEMM M=%lld N=%lld needs %zu bytes of workspace for its FP32 result, %zu reserved "
+                "(reserve gemm_workspace() at graph build time)", (long long)k->M, (long long)k->N, p->extra_bytes, total);
+    if (plan_pick_algo(ctx, p, lt_limit(total, p->extra_bytes), &why_two_step)) {
+        p->used = 1;
+        return;
+    }
+    mpt_fatal(__FILE__, __LINE__,
+              "cuBLASLt has no algorithm for GEMM M=%lld N=%lld K=%lld trans_a=%d trans_b=%d operands %s math %s "
+              "C %s epilogue %d (workspace %zu): direct path: %s; FP32-D path: %s",
+              (long long)k->M, (long long)k->N, (long long)k->K, k->trans_a, k->trans_b,
+              mpt_dtype_name((mpt_dtype)k->ab_dtype), mpt_math_name((mpt_math)k->math),
+              mpt_dtype_name((mpt_dtype)k->c_dtype), k->epilogue, total, mpt_cublas_describe(why_direct),
+              mpt_cublas_describe(why_two_step));
+}
+
+/* The plan for key k, built on first use (at graph build time through gemm_workspace, normally). A plan
+ * that does not fit in `total` bytes of workspace is rebuilt within them. */
+static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
+    mpt_cuda_gemm_cache *c = ctx->gemm;
+    gemm_plan *slot = NULL;
+    for (int i = 0; i < GEMM_PLANS; i++) {
+        gemm_plan *p = &c->plans[i];
+        if (!p->used) {
+            if (!slot) slot = p;
+            continue;
+        }
+        if (memcmp(&p->key, k, sizeof *k) != 0) continue;
+        if (p->extra_bytes + p->algo_workspace <= total) return p;
+        plan_release(p);
+        plan_build(ctx, p, k, total);
+        return p;
+    }
+    if (!slot) {
+        slot = &c->plans[c->next_evict];
+        c->next_evict = (c->next_evict + 1) % GEMM_PLANS;
+        plan_release(slot);
+    }
+    plan_build(ctx, slot, k, total);
+    return slot;
+}
+
+/* ---- records ------------------------------------------------------------------------------------------ */
+
+/* What plan p runs, into record r (all fields but tag and calls). */
+static void record_fill(mpt_cuda_gemm_record *r, const gemm_plan *p) {
+    r->trans_a = p->key.trans_a;
+    r->trans_b = p->key.trans_b;
+    r->M = p->key.M;
+    r->N = p->key.N;
+    r->K = p->key.K;
+    r->math = mpt_math_name((mpt_math)p->key.math);
+    r->compute_type = compute_name(p->compute);
+    r->scale_type = "CUDA_R_32F";
+    r->a_type = r->b_type = cuda_type_name(p->ab_type);
+    r->c_type = r->d_type = cuda_type_name(p->d_type);
+    r->bias_type = p->epilogue != CUBLASLT_EPILOGUE_DEFAULT ? cuda_type_name(p->bias_type) : "-";
+    r->epilogue = epilogue_name(p->epilogue);
+    r->path = p->direct ? "cublasLt" : "cublasLt D=F32 + epilogue kernel";
+    r->algo_id = p->algo_id;
+    r->tile_id = p->tile_id;
+    r->stages_id = p->stages_id;
+    r->splitk = p->splitk;
+    r->reduction_scheme = p->reduction_scheme;
+    r->workspace_bytes = p->algo_workspace;
+}
+
+/* Counts one call of call site `tag` running plan p (a fixed table: no allocation). */
+static void record_call(mpt_cuda_gemm_cache *c, const char *tag, const gemm_plan *p) {
+    if (!tag) tag = "(untagged)";
+    for (int i = 0; i < c->n_records; i++) {
+        if (strncmp(c->records[i].tag, tag, MPT_CUDA_TAG_LEN - 1) == 0 &&
+            memcmp(&c->record_keys[i], &p->key, sizeof p->key) == 0) {
+            record_fill(&c->records[i], p); /* the plan may have been rebuilt (smaller workspace) */
+            c->records[i].calls++;
+            return;
+        }
+    }
+    if (c->n_records == GEMM_RECORDS) {
+        c->unrecorded_calls++;
+        return;
+    }
+    mpt_cuda_gemm_record *r = &c->records[c->n_records];
+    c->record_keys[c->n_records] = p->key;
+    c->n_records++;
+    memset(r, 0, sizeof *r);
+    snprintf(r->tag, sizeof r->tag, "%s", tag);
+    record_fill(r, p);
+    r->calls = 1;
+}
+
+static mpt_cuda_gemm_cache *cache_of(mpt_backend *be) {
+    MPT_ASSERTF(be != NULL && be->device == MPT_DEVICE_CUDA, "GEMM records need a CUDA backend");
+    return mpt_cuda_ctx_of(be)->gemm;
+}
+
+extern "C" int mpt_cuda_gemm_record_count(mpt_backend *be) { return cache_of(be)->n_records; }
+
+extern "C" int mpt_cuda_gemm_record_get(mpt_backend *be, int i, mpt_cuda_gemm_record *out) {
+    mpt_cuda_gemm_cache *c = cache_of(be);
+    if (i < 0 || i >= c->n_records) return 0;
+    *out = c->records[i];
+    return 1;
+}
+
+extern "C" void mpt_cuda_print_gemm_records(mpt_backend *be, FILE *f) {
+    mpt_cuda_gemm_cache *c = cache_of(be);
+    fprintf(f, "GEMM records (cuBLASLt; row-major C = op(A) op(B) runs as column-major C^T = op(B)^T op(A)^T):\n");
+    fprintf(f, "  %-16s %-20s %-5s %-4s %-28s %-11s %-11s %-11s %-26s %5s %5s %6s %6s %10s %8s  %s\n", "tag",
+            "MxNxK", "ta/tb", "math", "compute", "A/B", "C/D", "bias", "epilogue", "algo", "tile", "stages",
+            "splitk", "workspace", "calls", "path");
+    for (int i = 0; i < c->n_records; i++) {
+        const mpt_cuda_gemm_record *r = &c->records[i];
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r->M, (long long)r->N, (long long)r->K);
+        fprintf(f, "  %-16s %-20s %d/%d   %-4s %-28s %-11s %-11s %-11s %-26s %5d %5u %6u %6d %10zu %8lld  %s\n", r->tag,
+                shape, r->trans_a, r->trans_b, r->math, r->compute_type, r->a_type, r->d_type, r->bias_type,
+                r->epilogue, (int)r->algo_id, (unsigned)r->tile_id, (unsigned)r->stages_id, (int)r->splitk,
+                r->workspace_bytes, (long long)r->calls, r->path);
+    }
+    if (c->unrecorded_calls)
+        fprintf(f, "  (%lld calls of further call sites not recorded: the table holds %d)\n",
+                (long long)c->unrecorded_calls, GEMM_RECORDS);
+}
+
+/* ---- cache lifetime ----------------------------------------------------------------------------------- */
+
+mpt_cuda_gemm_cache *mpt_cuda_gemm_cache_create(void) {
+    mpt_cuda_gemm_cache *c = (mpt_cuda_gemm_cache *)calloc(1, sizeof *c);
+    MPT_ASSERT(c != NULL);
+    return c;
+}
+
+void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c) {
+    if (!c) return;
+    for (int i = 0; i < GEMM_PLANS; i++)
+        if (c->plans[i].used) plan_release(&c->plans[i]);
+    free(c);
+}
+
+/* ---- public entries ------------------------------------------------------------------------------------ */
+
+size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
+    validate(a, 0);
+    if (a->M == 0 || a->N == 0) return 0;
+    gemm_key k = make_key(a);
+    gemm_plan *p = plan_get(mpt_cuda_ctx_of(be), &k, SIZE_MAX);
+    return p->extra_bytes + p->algo_workspace;
+}
+
+void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
+    validate(a, 1);
+    if (a->M == 0 || a->N == 0) return;
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    gemm_key k = make_key(a);
+    /* Normally the plan chosen at build time, which fits the workspace the graph reserved for it. */
+    gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);
+    mpt_cuda_require_workspace(be, p->extra_bytes + p->algo_workspace, a->tag ? a->tag : "gemm");
+
+    char *ws = (char *)be->workspace;
+    void *lt_ws = p->algo_workspace ? ws + p->extra_bytes : NULL;
+    if (p->direct) {
+        if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+            MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
+                                                            sizeof a->bias));
+        /* cuBLASLt's A is our B and its B our A; C is updated in place (C and D share pointer and layout). */
+        MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C, p->ld,
+                                        a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream));
+    } else {
+        float *D = (float *)ws; /* [M, N] FP32 at the start of the workspace */
+        const float zero = 0.0f;
+        MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D,
+                                        p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream));
+        launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, a->epilogue != MPT_EPILOGUE_NONE ? a->bias : NULL,
+                             a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS, a->beta, a->M, a->N);
+    }
+    record_call(ctx->gemm, a->tag, p);
+}

@@ -1,0 +1,190 @@
+/*
+ * kernels/cuda/optim.cu - the CUDA backend's mixed-precision update pass: unscale + found_inf, sum of squares
+ * and clip coefficient (clipping by global L2 norm), the fused optimizer step on the FP32 masters (working
+ * copy rewritten, RNE), and the loss-scale update.
+ *
+ * The math of one element (and of the per-step scalars) is in kernels/elemwise.h ("Optimizer and loss-scaler
+ * per-element math"), the functions the CPU loops of kernels/cpu/optim.c call; this file only maps them onto
+ * threads. Those functions write every multiply-add as an explicit fmaf and compute the per-step scalars in
+ * FP64 with IEEE division and square root (nvcc's defaults here: no --use_fast_math), so the optimizer step,
+ * unscale and scaler update produce the CPU's bits. The scaler state (scale, found_inf, counters) lives in
+ * device memory (mpt_scaler_state) and is read and written only by kernels, so a training step needs no host
+ * synchronisation, as in PyTorch's _amp_foreach_non_finite_check_and_unscale_ / _amp_update_scale_.
+ *
+ * Contracts: engine/backend.h; formulas and their PyTorch sources: engine/optim/optim.h, engine/amp/scaler.h.
+ */
+#include <assert.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+
+/* ---- unscale + found_inf -------------------------------------------------------------------------------- */
+
+/* g *= inv_scale in place; found_inf = 1 if any element was or became non-finite (a block that saw one writes
+ * 1.0; several blocks writing the same value is the only sharing). */
+static __global__ void unscale_check_kernel(float *g, int64_t n, mpt_scaler_state *st) {
+    const float inv = st->inv_scale;
+    int bad = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        bad |= mpt_elem_unscale(&g[i], inv);
+    if (__syncthreads_or(bad) && threadIdx.x == 0) st->found_inf = 1.0f;
+}
+
+static void launch_unscale_check(const mpt_cuda_ctx *ctx, float *g, int64_t n, mpt_scaler_state *st) {
+    unscale_check_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(g, n, st);
+    MPT_CUDA_CHECK_LAUNCH("unscale_check_kernel");
+}
+
+void mpt_cuda_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st) {
+    MPT_ASSERT(n >= 0 && st != NULL);
+    if (n == 0) return;
+    launch_unscale_check(mpt_cuda_ctx_of(be), g, n, st);
+}
+
+/* ---- sum of squares (two passes: per-block FP64 partials, then one block; deterministic) ------------------ */
+
+static __global__ void sum_squares_partial_kernel(double *partial, const float *g, int64_t n) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double x = (double)g[i];
+        acc += x * x; /* exact: a squared FP32 has at most 48 significant bits */
+    }
+    acc = mpt_block_sum(acc, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+/* st->sumsq = round_f32(sumsq + sum of the partials), the sum in FP64 as on the CPU. */
+static __global__ void sum_squares_finish_kernel(mpt_scaler_state *st, const double *partial, int n_partial) {
+    __shared__ double red[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n_partial; i += blockDim.x) acc += partial[i];
+    acc = mpt_block_sum(acc, red);
+    if (threadIdx.x == 0) st->sumsq = (float)((double)st->sumsq + acc);
+}
+
+static void launch_sum_squares(const mpt_cuda_ctx *ctx, double *partial, const float *g, int64_t n,
+                               mpt_scaler_state *st) {
+    unsigned blocks = mpt_cuda_blocks(ctx, n);
+    MPT_ASSERTF((size_t)blocks * sizeof(double) <= MPT_CUDA_SCRATCH_BYTES, "sum_squares: %u partial sums exceed the scratch",
+                blocks);
+    sum_squares_partial_kernel<<<blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(partial, g, n);
+    MPT_CUDA_CHECK_LAUNCH("sum_squares_partial_kernel");
+    sum_squares_finish_kernel<<<1, MPT_CUDA_THREADS, 0, ctx->stream>>>(st, partial, (int)blocks);
+    MPT_CUDA_CHECK_LAUNCH("sum_squares_finish_kernel");
+}
+
+void mpt_cuda_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st) {
+    MPT_ASSERT(n >= 0 && st != NULL);
+    if (n == 0) return;
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    launch_sum_squares(ctx, (double *)ctx->scratch, g, n, st);
+}
+
+/* ---- scalar updates: clip coefficient, step count, loss scale (one thread each) -------------------------- */
+
+static __global__ void clip_coef_kernel(mpt_scaler_state *st, float max_norm) {
+    st->grad_mul = mpt_clip_coef(st->sumsq, max_norm);
+}
+
+static __global__ void step_begin_kernel(mpt_scaler_state *st) { mpt_scaler_step_begin(&st->steps_taken, st->found_inf); }
+
+static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_params p, int dynamic) {
+    mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq, &st->growth_tracker,
+                             &st->hysteresis_left, &st->steps_skipped, &st->floor_hits, p.growth_factor,
+                             p.backoff_factor, p.growth_interval, p.hysteresis, p.min_scale, p.max_scale, dynamic);
+}
+
+void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    clip_coef_kernel<<<1, 1, 0, ctx->stream>>>(st, max_norm);
+    MPT_CUDA_CHECK_LAUNCH("clip_coef_kernel");
+}
+
+void mpt_cuda_step_begin(mpt_backend *be, mpt_scaler_state *st) {
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    step_begin_kernel<<<1, 1, 0, ctx->stream>>>(st);
+    MPT_CUDA_CHECK_LAUNCH("step_begin_kernel");
+}
+
+void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic) {
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    scaler_update_kernel<<<1, 1, 0, ctx->stream>>>(st, *p, dynamic);
+    MPT_CUDA_CHECK_LAUNCH("scaler_update_kernel");
+}
+
+/* ---- the fused optimizer step ------------------------------------------------------------------------------ */
+
+/* The per-step scalars, computed once per block from the device step count (as the CPU computes them once per
+ * call). */
+typedef struct step_scalars {
+    float gm;                 /* gradient multiplier (clip coefficient; 1 without clipping) */
+    float l2, decay;          /* Adam's L2 term / AdamW's decoupled decay factor */
+    float step_size, bc2_sqrt;/* Adam/AdamW bias corrections */
+    int first;                /* t == 1 (SGD momentum initialisation) */
+} step_scalars;
+
+/* Unless *found_inf: every element of master (and m, v) is updated with grad * (*grad_mul) by the optimizer's
+ * per-element function, and the working copy rewritten from the master (RNE). */
+static __global__ void optim_step_kernel(mpt_optim_hparams h, int64_t n, float *master, const float *grad, float *m,
+                                         float *v, void *working, mpt_dtype working_dtype, const float *found_inf,
+                                         const float *grad_mul, const int32_t *step) {
+    if (*found_inf != 0.0f) return; /* skipped step: nothing is written (uniform over the grid) */
+    __shared__ step_scalars sc;
+    if (threadIdx.x == 0) {
+        const int32_t t = *step;
+        assert(t >= 1); /* step_begin runs first */
+        sc.gm = grad_mul ? *grad_mul : 1.0f;
+        sc.first = t == 1;
+        sc.l2 = 0.0f;
+        sc.decay = 1.0f;
+        sc.step_size = 0.0f;
+        sc.bc2_sqrt = 1.0f;
+        if (h.kind != MPT_OPTIM_SGD) {
+            if (h.kind == MPT_OPTIM_ADAM) sc.l2 = h.weight_decay;
+            else sc.decay = mpt_adamw_decay(h.lr, h.weight_decay);
+            sc.step_size = mpt_adam_step_size(h.lr, h.beta1, t);
+            sc.bc2_sqrt = mpt_adam_bc2_sqrt(h.beta2, t);
+        }
+    }
+    __syncthreads();
+    const step_scalars s = sc;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        if (h.kind == MPT_OPTIM_SGD) {
+            float unused = 0.0f;
+            float *buf = h.momentum != 0.0f ? &m[i] : &unused;
+            mpt_elem_sgd(&master[i], buf, grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
+                         s.first);
+        } else {
+            mpt_elem_adam(&master[i], &m[i], &v[i], grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
+                          s.bc2_sqrt);
+        }
+        if (working) mpt_dev_store(working, working_dtype, i, master[i]);
+    }
+}
+
+static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_hparams *h, int64_t n, float *master,
+                              const float *grad, float *m, float *v, void *working, mpt_dtype working_dtype,
+                              const float *found_inf, const float *grad_mul, const int32_t *step) {
+    optim_step_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        *h, n, master, grad, m, v, working, working_dtype, found_inf, grad_mul, step);
+    MPT_CUDA_CHECK_LAUNCH("optim_step_kernel");
+}
+
+void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
+    const mpt_optim_hparams *h = &a->h;
+    MPT_ASSERT(a->n >= 0 && a->master != NULL && a->grad != NULL && a->found_inf != NULL && a->step != NULL);
+    switch (h->kind) {
+    case MPT_OPTIM_SGD:
+        MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
+        break;
+    case MPT_OPTIM_ADAM:
+    case MPT_OPTIM_ADAMW:
+        MPT_ASSERTF(a->m != NULL && a->v != NULL, "optim_step: Adam/AdamW need exp_avg and exp_avg_sq");
+        break;
+    default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
+    }
+    if (a->working) mpt_cuda_require_float(a->working_dtype, "optim_step (working copy)");
+    if (a->n == 0) return;
+    launch_optim_step(mpt_cuda_ctx_of(be), h, a->n, a->master, a->grad, a->m, a->v, a->working, a->working_dtype,
+                      a->found_inf, a->grad_mul, a->step);
+}
