@@ -10,7 +10,8 @@
  * (kernels/cpu/convert.h), so nothing allocates.
  *
  * Sources: inverted dropout (Srivastava et al. 2014, as torch.nn.Dropout scales at training time);
- * softmax + cross-entropy through logsumexp (torch.nn.functional.cross_entropy, mean reduction);
+ * softmax + cross-entropy through logsumexp (torch.nn.functional.cross_entropy, mean reduction over the
+ * rows whose label is >= 0: a negative label is PyTorch's ignore_index, a padding row of the last batch);
  * max pooling with PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates).
  */
 #include <immintrin.h>
@@ -352,12 +353,12 @@ void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, in
     ew_check_float(logits_dtype, "softmax_xent_forward");
     MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_forward: N = %d, C = %d", N, C);
     double total = 0.0; /* the batch mean is summed in double and rounded once to FP32 */
-    int32_t correct = 0;
+    int32_t correct = 0, valid = 0;
     for (int i = 0; i < N; i++) {
         float *pr = probs + (int64_t)i * C;
         mpt_cpu_widen(pr, ew_at(logits, logits_dtype, (int64_t)i * C), logits_dtype, C);
         const int32_t label = labels[i];
-        MPT_ASSERTF(label >= 0 && label < C, "softmax_xent_forward: label %d of row %d outside [0, %d)", label, i, C);
+        MPT_ASSERTF(label < C, "softmax_xent_forward: label %d of row %d outside [0, %d)", label, i, C);
         float mx = pr[0];
         int arg = 0;
         for (int c = 1; c < C; c++)
@@ -365,7 +366,7 @@ void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, in
                 mx = pr[c];
                 arg = c;
             }
-        const float z_label = pr[label];
+        const float z_label = label >= 0 ? pr[label] : 0.0f;
         float sum = 0.0f;
         for (int c = 0; c < C; c++) {
             pr[c] = expf(pr[c] - mx);
@@ -373,10 +374,12 @@ void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, in
         }
         const float lse = mx + logf(sum);
         for (int c = 0; c < C; c++) pr[c] = pr[c] / sum;
+        if (label < 0) continue; /* padding row (ignore_index): probabilities only */
         total += (double)(lse - z_label);
         correct += arg == label;
+        valid++;
     }
-    *loss = (float)(total / N);
+    *loss = valid > 0 ? (float)(total / valid) : 0.0f;
     if (n_correct) *n_correct += correct;
 }
 
@@ -384,9 +387,12 @@ void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlo
                                    const int32_t *labels, int N, int C, const float *scale) {
     (void)be;
     ew_check_float(dlogits_dtype, "softmax_xent_backward");
-    const float s = *scale, fN = (float)N;
+    int valid = 0;
+    for (int i = 0; i < N; i++) valid += labels[i] >= 0;
+    const float s = *scale, fN = (float)valid;
     float g[EW_CHUNK];
     for (int i = 0; i < N; i++) {
+        if (labels[i] < 0) continue; /* padding row (ignore_index): no gradient */
         const float *pr = probs + (int64_t)i * C;
         for (int c0 = 0; c0 < C; c0 += EW_CHUNK) {
             int m = C - c0 < EW_CHUNK ? C - c0 : EW_CHUNK;
@@ -431,7 +437,11 @@ void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *
         lut16[v] = x_dtype == MPT_DTYPE_F16 ? mpt_f32_to_f16(lut[v]) : mpt_f32_to_bf16(lut[v]);
     }
     for (int b = 0; b < B; b++) {
-        MPT_ASSERTF(idx[b] >= 0, "gather_batch: negative image index %d at %d", idx[b], b);
+        if (idx[b] < 0) { /* padding row of the last partial batch: zeros, label -1 (ignored by the loss) */
+            memset((char *)x + (size_t)b * (size_t)D * mpt_dtype_size(x_dtype), 0, (size_t)D * mpt_dtype_size(x_dtype));
+            labels[b] = -1;
+            continue;
+        }
         const uint8_t *img = images + (int64_t)idx[b] * D;
         if (x_dtype == MPT_DTYPE_F32) {
             float *xr = (float *)x + (int64_t)b * D;
