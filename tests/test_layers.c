@@ -1,0 +1,1139 @@
+/*
+ * tests/test_layers.c - every layer of engine/layers, forward and backward, on the CPU backend.
+ *
+ * For each layer, on random shapes and values (fixed seeds), the engine's forward output and gradients are
+ * compared with a naive FP64 reference written here, and the reference's gradients are themselves checked
+ * against central finite differences of the reference forward (so a wrong reference cannot hide a wrong
+ * layer). Inputs are stored in the tensor's dtype first and the reference runs on the stored values, so the
+ * only error left is the kernel's arithmetic:
+ *   GEMM/conv element = sum of K terms t_k (+ bias):   |got - ref| <= e + u_out (|ref| + e) + tiny_out,
+ *   e = (2 u_op + (K + 2) 2^-24) * sum |t_k|,
+ * with u_op the operand rounding of the math mode (2^-11 for TF32; 0 when the operands are already stored in
+ * the operand format: FP32, F16, BF16), (K + 2) 2^-24 the FP32 summation bound (gamma_K, Higham 2002 3.1,
+ * plus the epilogue add), u_out the unit roundoff of the output dtype (2^-24 F32, 2^-11 F16, 2^-8 BF16) and
+ * tiny_out its smallest subnormal. Elementwise layers (relu, maxpool forward) must be exact.
+ *
+ * The loss seed: mpt_softmax_xent backward scales by *g->loss_scale, set here to a backend float S.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/layers/layers.h"
+#include "engine/rng.h"
+#include "tests/harness.h"
+
+/* ck_assert_msg without Check's per-call bookkeeping (a pipe write per assertion in fork mode): used in
+ * element loops. */
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+
+#define U32 0x1p-24
+
+/* ---- helpers ------------------------------------------------------------------------------------------- */
+
+static double u_store(mpt_dtype t) {
+    return t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : U32;
+}
+static double tiny_store(mpt_dtype t) {
+    return t == MPT_DTYPE_F16 ? 0x1p-24 : t == MPT_DTYPE_BF16 ? 0x1p-133 : 0x1p-149;
+}
+
+static double *dalloc(int64_t n) {
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+    ck_assert(p != NULL);
+    return p;
+}
+
+/* Stores vals (RNE) into t's data (CPU: direct pointer) and replaces vals by the values actually stored. */
+static void store(mpt_tensor *t, double *vals) {
+    int64_t n = mpt_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        mpt_store_f32(t->data, t->dtype, i, (float)vals[i]);
+        vals[i] = mpt_load_f32(t->data, t->dtype, i);
+    }
+}
+
+/* Random values in [lo, hi) stored in t; returns the stored values (caller frees). */
+static double *rand_stored(mpt_tensor *t, tests_rng *r, double lo, double hi) {
+    int64_t n = mpt_tensor_numel(t);
+    double *v = dalloc(n);
+    for (int64_t i = 0; i < n; i++) v[i] = tests_uniform(r, lo, hi);
+    store(t, v);
+    return v;
+}
+
+/* The bound of the header comment for each element of t: ref and abssum from the FP64 reference, kred the
+ * longest reduction (terms per output element), u_op the operand rounding of the math mode. */
+static void expect_close(const char *what, const mpt_tensor *t, const double *ref, const double *abssum,
+                         double kred, double u_op) {
+    int64_t n = mpt_tensor_numel(t);
+    double uo = u_store(t->dtype), tiny = tiny_store(t->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double got = mpt_load_f32(t->data, t->dtype, i);
+        double e = (2.0 * u_op + (kred + 2.0) * U32) * abssum[i];
+        double bound = e + uo * (fabs(ref[i]) + e) + tiny;
+        if (!(fabs(got - ref[i]) <= bound))
+            ck_abort_msg("%s[%lld] (%s): got %.9g, FP64 reference %.9g, |diff| %.3g > bound %.3g", what, (long long)i,
+                         mpt_dtype_name(t->dtype), got, ref[i], fabs(got - ref[i]), bound);
+    }
+}
+
+/* Exact equality of t with ref (elementwise layers whose result is representable). */
+static void expect_exact(const char *what, const mpt_tensor *t, const double *ref) {
+    int64_t n = mpt_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double got = mpt_load_f32(t->data, t->dtype, i);
+        if (!(got == ref[i]))
+            ck_abort_msg("%s[%lld] (%s): got %.9g, expected exactly %.9g", what, (long long)i,
+                         mpt_dtype_name(t->dtype), got, ref[i]);
+    }
+}
+
+/* Central finite differences of a scalar FP64 function f(ctx) with respect to theta[0..n), against the
+ * reference gradient grad. h = 1e-6 (1 + |theta|): truncation O(h^2 f''') ~ 1e-12 for the smooth layers,
+ * cancellation ~ 2^-52 |L| / h ~ 1e-10 |L|; 1e-6 (1 + |g|) leaves four orders of margin yet catches any
+ * wrong index, sign or factor. Entries listed in skip (non-differentiable points) are not checked. */
+static void fd_check(const char *what, double *theta, int64_t n, const double *grad, double (*f)(void *),
+                     void *ctx, const unsigned char *skip) {
+    for (int64_t i = 0; i < n; i++) {
+        if (skip && skip[i]) continue;
+        double save = theta[i], h = 1e-6 * (1.0 + fabs(save));
+        theta[i] = save + h;
+        double lp = f(ctx);
+        theta[i] = save - h;
+        double lm = f(ctx);
+        theta[i] = save;
+        double fd = (lp - lm) / (2.0 * h);
+        if (!(fabs(fd - grad[i]) <= 1e-6 * (1.0 + fabs(grad[i]))))
+            ck_abort_msg("finite differences of the FP64 reference, %s[%lld]: analytic %.12g, central difference "
+                         "%.12g", what, (long long)i, grad[i], fd);
+    }
+}
+
+/* Gradients accumulate (+=): pre-fills gradient tensor t with random stored values g0 and folds them into the
+ * reference (ref += g0, abssum += |g0|), so a kernel that overwrites instead of accumulating fails. */
+static void prefill_grad(mpt_tensor *t, tests_rng *r, double **g0) {
+    *g0 = rand_stored(t, r, -0.5, 0.5);
+}
+static void fold_prefill(const double *g0, double *ref, double *abssum, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        ref[i] += g0[i];
+        abssum[i] += fabs(g0[i]);
+    }
+}
+
+static mpt_policy policy_for_mode(mpt_precision mode) {
+    int tf32 = mode == MPT_PRECISION_TF32;
+    return mpt_policy_make_explicit(mode, tf32, tf32);
+}
+
+static mpt_math expected_math(mpt_precision mode) {
+    switch (mode) {
+    case MPT_PRECISION_TF32: return MPT_MATH_TF32;
+    case MPT_PRECISION_FP16: return MPT_MATH_F16;
+    case MPT_PRECISION_BF16: return MPT_MATH_BF16;
+    default: return MPT_MATH_FP32;
+    }
+}
+
+/* An activation tensor that carries a gradient (as if produced by an earlier layer), so dx is computed. */
+static mpt_tensor *act_with_grad(mpt_graph *g, const char *name, mpt_dtype dt, int ndim, const int64_t *shape) {
+    mpt_tensor *x = mpt_graph_tensor(g, name, dt, MPT_MEM_ACT, ndim, shape);
+    mpt_graph_grad(g, x);
+    return x;
+}
+
+static double dot(const double *a, const double *b, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- linear ---------------------------------------------------------------------------------------------- */
+
+/* y[B,out] = x W^T + b; abs sums for the bounds (yabs may be NULL). */
+static void ref_linear_fwd(int B, int in, int out, const double *x, const double *w, const double *b, double *y,
+                           double *yabs) {
+    for (int i = 0; i < B; i++)
+        for (int o = 0; o < out; o++) {
+            double s = b[o], a = fabs(b[o]);
+            for (int k = 0; k < in; k++) {
+                s += x[i * in + k] * w[o * in + k];
+                a += fabs(x[i * in + k] * w[o * in + k]);
+            }
+            y[i * out + o] = s;
+            if (yabs) yabs[i * out + o] = a;
+        }
+}
+
+/* dx = dy W, dW = dy^T x, db = sum_rows dy, with abs sums. */
+static void ref_linear_bwd(int B, int in, int out, const double *x, const double *w, const double *dy, double *dx,
+                           double *dxa, double *dw, double *dwa, double *db, double *dba) {
+    for (int i = 0; i < B; i++)
+        for (int k = 0; k < in; k++) {
+            double s = 0, a = 0;
+            for (int o = 0; o < out; o++) {
+                s += dy[i * out + o] * w[o * in + k];
+                a += fabs(dy[i * out + o] * w[o * in + k]);
+            }
+            dx[i * in + k] = s;
+            dxa[i * in + k] = a;
+        }
+    for (int o = 0; o < out; o++) {
+        for (int k = 0; k < in; k++) {
+            double s = 0, a = 0;
+            for (int i = 0; i < B; i++) {
+                s += dy[i * out + o] * x[i * in + k];
+                a += fabs(dy[i * out + o] * x[i * in + k]);
+            }
+            dw[o * in + k] = s;
+            dwa[o * in + k] = a;
+        }
+        double s = 0, a = 0;
+        for (int i = 0; i < B; i++) {
+            s += dy[i * out + o];
+            a += fabs(dy[i * out + o]);
+        }
+        db[o] = s;
+        dba[o] = a;
+    }
+}
+
+typedef struct {
+    int B, in, out;
+    double *x, *w, *b;
+    const double *R; /* dL/dy: L = sum R .* y */
+} linear_ctx;
+
+static double linear_loss(void *c) {
+    linear_ctx *L = c;
+    double *y = dalloc((int64_t)L->B * L->out);
+    ref_linear_fwd(L->B, L->in, L->out, L->x, L->w, L->b, y, NULL);
+    double s = dot(L->R, y, (int64_t)L->B * L->out);
+    free(y);
+    return s;
+}
+
+static void linear_case(mpt_precision mode, int B, int in, int out, int with_dx, int fd, tests_rng *r) {
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[2] = {B, in};
+    mpt_tensor *x = with_dx ? act_with_grad(g, "x", dt, 2, xs) : mpt_input(g, 2, xs);
+    mpt_tensor *y = mpt_linear(g, x, out, "fc");
+    mpt_node *nd = g->nodes[g->n_nodes - 1];
+    ck_assert_int_eq(nd->op, MPT_OP_LINEAR);
+    ck_assert_int_eq(nd->math, expected_math(mode));
+    ck_assert_int_eq(nd->compute_dtype, dt);
+    ck_assert(y->ndim == 2 && y->shape[0] == B && y->shape[1] == out && y->dtype == dt && y->mem == MPT_MEM_ACT);
+    ck_assert_int_eq(g->n_params, 2);
+    ck_assert_int_eq(g->params[0].fan_in, in);
+    ck_assert_int_eq(g->params[1].fan_in, in);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_tensor *w = mpt_graph_find(g, "fc.weight"), *b = mpt_graph_find(g, "fc.bias");
+    ck_assert(w && b && w == g->params[0].weight && b == g->params[1].weight);
+    ck_assert(w->dtype == dt && w->shape[0] == out && w->shape[1] == in && b->dtype == dt);
+    ck_assert(w->grad->dtype == MPT_DTYPE_F32 && w->grad->mem == MPT_MEM_GRAD && b->grad->dtype == MPT_DTYPE_F32);
+    ck_assert(with_dx ? x->grad != NULL : x->grad == NULL);
+
+    double u_op = mode == MPT_PRECISION_TF32 ? 0x1p-11 : 0.0;
+    double *xv = rand_stored(x, r, -1, 1), *wv = rand_stored(w, r, -1, 1), *bv = rand_stored(b, r, -1, 1);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_forward(g); /* y is overwritten, not accumulated */
+    int64_t ny = (int64_t)B * out, nx = (int64_t)B * in, nw = (int64_t)out * in;
+    double *yr = dalloc(ny), *ya = dalloc(ny);
+    ref_linear_fwd(B, in, out, xv, wv, bv, yr, ya);
+    expect_close("linear y", y, yr, ya, in + 1, u_op);
+
+    double *R = rand_stored(y->grad, r, -1, 1), *gw0, *gb0, *gx0 = NULL;
+    prefill_grad(w->grad, r, &gw0);
+    prefill_grad(b->grad, r, &gb0);
+    if (with_dx) prefill_grad(x->grad, r, &gx0);
+    mpt_graph_backward(g);
+    double *dx = dalloc(nx), *dxa = dalloc(nx), *dw = dalloc(nw), *dwa = dalloc(nw), *db = dalloc(out),
+           *dba = dalloc(out);
+    ref_linear_bwd(B, in, out, xv, wv, R, dx, dxa, dw, dwa, db, dba);
+    double *dwt = dalloc(nw), *dwta = dalloc(nw), *dbt = dalloc(out), *dbta = dalloc(out), *dxt = dalloc(nx),
+           *dxta = dalloc(nx);
+    memcpy(dwt, dw, nw * sizeof *dw); memcpy(dwta, dwa, nw * sizeof *dw);
+    memcpy(dbt, db, out * sizeof *db); memcpy(dbta, dba, out * sizeof *db);
+    memcpy(dxt, dx, nx * sizeof *dx); memcpy(dxta, dxa, nx * sizeof *dx);
+    fold_prefill(gw0, dwt, dwta, nw);
+    fold_prefill(gb0, dbt, dbta, out);
+    if (with_dx) fold_prefill(gx0, dxt, dxta, nx);
+    expect_close("linear dW", w->grad, dwt, dwta, B + 1, u_op);
+    expect_close("linear db", b->grad, dbt, dbta, B + 1, 0.0);
+    if (with_dx) expect_close("linear dx", x->grad, dxt, dxta, out + 1, u_op);
+    free(gw0); free(gb0); free(gx0); free(dwt); free(dwta); free(dbt); free(dbta); free(dxt); free(dxta);
+
+    if (fd) {
+        linear_ctx c = {B, in, out, xv, wv, bv, R};
+        fd_check("linear dx", xv, nx, dx, linear_loss, &c, NULL);
+        fd_check("linear dW", wv, nw, dw, linear_loss, &c, NULL);
+        fd_check("linear db", bv, out, db, linear_loss, &c, NULL);
+    }
+    free(xv); free(wv); free(bv); free(yr); free(ya); free(R);
+    free(dx); free(dxa); free(dw); free(dwa); free(db); free(dba);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+static void linear_mode(mpt_precision mode, uint64_t seed, int fd) {
+    tests_rng r = {seed};
+    for (int t = 0; t < 4; t++)
+        linear_case(mode, tests_int(&r, 1, 8), tests_int(&r, 1, 64), tests_int(&r, 1, 24), t % 2 == 0, fd, &r);
+    linear_case(mode, 16, 257, 33, 1, 0, &r); /* a long reduction: the bound grows with K */
+}
+
+START_TEST(test_linear_fp32) { linear_mode(MPT_PRECISION_FP32, 0x11, 1); }
+END_TEST
+START_TEST(test_linear_tf32) { linear_mode(MPT_PRECISION_TF32, 0x12, 0); }
+END_TEST
+START_TEST(test_linear_fp16) { linear_mode(MPT_PRECISION_FP16, 0x13, 0); }
+END_TEST
+START_TEST(test_linear_bf16) { linear_mode(MPT_PRECISION_BF16, 0x14, 0); }
+END_TEST
+
+/* ---- conv2d ---------------------------------------------------------------------------------------------- */
+
+typedef struct { int N, C, H, W, K, k, stride, pad, P, Q; } cshape;
+
+static void ref_conv_fwd(const cshape *s, const double *x, const double *w, const double *b, double *y,
+                         double *ya) {
+    for (int n = 0; n < s->N; n++)
+        for (int o = 0; o < s->K; o++)
+            for (int p = 0; p < s->P; p++)
+                for (int q = 0; q < s->Q; q++) {
+                    double acc = b[o], a = fabs(b[o]);
+                    for (int c = 0; c < s->C; c++)
+                        for (int rr = 0; rr < s->k; rr++)
+                            for (int ss = 0; ss < s->k; ss++) {
+                                int h = p * s->stride - s->pad + rr, ww = q * s->stride - s->pad + ss;
+                                if (h < 0 || h >= s->H || ww < 0 || ww >= s->W) continue;
+                                double t = x[((n * s->C + c) * s->H + h) * s->W + ww] *
+                                           w[((o * s->C + c) * s->k + rr) * s->k + ss];
+                                acc += t;
+                                a += fabs(t);
+                            }
+                    int64_t i = ((n * s->K + o) * s->P + p) * s->Q + q;
+                    y[i] = acc;
+                    if (ya) ya[i] = a;
+                }
+}
+
+/* dx, dW, db by scattering every product of the forward (arrays must be zeroed by the caller). */
+static void ref_conv_bwd(const cshape *s, const double *x, const double *w, const double *dy, double *dx,
+                         double *dxa, double *dw, double *dwa, double *db, double *dba) {
+    for (int n = 0; n < s->N; n++)
+        for (int o = 0; o < s->K; o++)
+            for (int p = 0; p < s->P; p++)
+                for (int q = 0; q < s->Q; q++) {
+                    double g = dy[((n * s->K + o) * s->P + p) * s->Q + q];
+                    db[o] += g;
+                    dba[o] += fabs(g);
+                    for (int c = 0; c < s->C; c++)
+                        for (int rr = 0; rr < s->k; rr++)
+                            for (int ss = 0; ss < s->k; ss++) {
+                                int h = p * s->stride - s->pad + rr, ww = q * s->stride - s->pad + ss;
+                                if (h < 0 || h >= s->H || ww < 0 || ww >= s->W) continue;
+                                int64_t ix = ((n * s->C + c) * s->H + h) * s->W + ww;
+                                int64_t iw = ((o * s->C + c) * s->k + rr) * s->k + ss;
+                                dx[ix] += g * w[iw];
+                                dxa[ix] += fabs(g * w[iw]);
+                                dw[iw] += g * x[ix];
+                                dwa[iw] += fabs(g * x[ix]);
+                            }
+                }
+}
+
+typedef struct {
+    cshape s;
+    double *x, *w, *b;
+    const double *R;
+} conv_ctx;
+
+static double conv_loss(void *c) {
+    conv_ctx *C = c;
+    int64_t ny = (int64_t)C->s.N * C->s.K * C->s.P * C->s.Q;
+    double *y = dalloc(ny);
+    ref_conv_fwd(&C->s, C->x, C->w, C->b, y, NULL);
+    double v = dot(C->R, y, ny);
+    free(y);
+    return v;
+}
+
+static void conv_case(mpt_precision mode, cshape s, int with_dx, int fd, tests_rng *r) {
+    s.P = (s.H + 2 * s.pad - s.k) / s.stride + 1;
+    s.Q = (s.W + 2 * s.pad - s.k) / s.stride + 1;
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, s.N);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[4] = {s.N, s.C, s.H, s.W};
+    mpt_tensor *x = with_dx ? act_with_grad(g, "x", dt, 4, xs) : mpt_input(g, 4, xs);
+    mpt_tensor *y = mpt_conv2d(g, x, s.K, s.k, s.stride, s.pad, "conv");
+    mpt_node *nd = g->nodes[g->n_nodes - 1];
+    ck_assert_int_eq(nd->op, MPT_OP_CONV2D);
+    ck_assert_int_eq(nd->math, expected_math(mode));
+    ck_assert_int_eq(nd->compute_dtype, dt);
+    ck_assert(y->ndim == 4 && y->shape[0] == s.N && y->shape[1] == s.K && y->shape[2] == s.P &&
+              y->shape[3] == s.Q && y->dtype == dt);
+    ck_assert_int_eq(g->n_params, 2);
+    ck_assert_int_eq(g->params[0].fan_in, s.C * s.k * s.k);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_tensor *w = mpt_graph_find(g, "conv.weight"), *b = mpt_graph_find(g, "conv.bias");
+    ck_assert(w && b && w->ndim == 4 && w->shape[0] == s.K && w->shape[1] == s.C && w->shape[2] == s.k);
+    ck_assert(w->grad->dtype == MPT_DTYPE_F32 && b->grad->dtype == MPT_DTYPE_F32);
+
+    double u_op = mode == MPT_PRECISION_TF32 ? 0x1p-11 : 0.0;
+    double *xv = rand_stored(x, r, -1, 1), *wv = rand_stored(w, r, -1, 1), *bv = rand_stored(b, r, -1, 1);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_forward(g); /* y is overwritten, not accumulated */
+    int64_t ny = mpt_tensor_numel(y), nx = mpt_tensor_numel(x), nw = mpt_tensor_numel(w);
+    double *yr = dalloc(ny), *ya = dalloc(ny);
+    ref_conv_fwd(&s, xv, wv, bv, yr, ya);
+    expect_close("conv y", y, yr, ya, s.C * s.k * s.k + 1, u_op);
+
+    double *R = rand_stored(y->grad, r, -1, 1), *gw0, *gb0, *gx0 = NULL;
+    prefill_grad(w->grad, r, &gw0);
+    prefill_grad(b->grad, r, &gb0);
+    if (with_dx) prefill_grad(x->grad, r, &gx0);
+    mpt_graph_backward(g);
+    double *dx = dalloc(nx), *dxa = dalloc(nx), *dw = dalloc(nw), *dwa = dalloc(nw), *db = dalloc(s.K),
+           *dba = dalloc(s.K);
+    ref_conv_bwd(&s, xv, wv, R, dx, dxa, dw, dwa, db, dba);
+    /* the references as computed (for the finite differences below), and with the pre-filled values added */
+    double *dwt = dalloc(nw), *dwta = dalloc(nw), *dbt = dalloc(s.K), *dbta = dalloc(s.K), *dxt = dalloc(nx),
+           *dxta = dalloc(nx);
+    memcpy(dwt, dw, nw * sizeof *dw); memcpy(dwta, dwa, nw * sizeof *dw);
+    memcpy(dbt, db, s.K * sizeof *db); memcpy(dbta, dba, s.K * sizeof *db);
+    memcpy(dxt, dx, nx * sizeof *dx); memcpy(dxta, dxa, nx * sizeof *dx);
+    fold_prefill(gw0, dwt, dwta, nw);
+    fold_prefill(gb0, dbt, dbta, s.K);
+    if (with_dx) fold_prefill(gx0, dxt, dxta, nx);
+    expect_close("conv dW", w->grad, dwt, dwta, (double)s.N * s.P * s.Q + 1, u_op);
+    expect_close("conv db", b->grad, dbt, dbta, (double)s.N * s.P * s.Q + 1, 0.0);
+    if (with_dx) expect_close("conv dx", x->grad, dxt, dxta, (double)s.K * s.k * s.k + 1, u_op);
+    free(gw0); free(gb0); free(gx0); free(dwt); free(dwta); free(dbt); free(dbta); free(dxt); free(dxta);
+
+    if (fd) {
+        conv_ctx c = {s, xv, wv, bv, R};
+        fd_check("conv dx", xv, nx, dx, conv_loss, &c, NULL);
+        fd_check("conv dW", wv, nw, dw, conv_loss, &c, NULL);
+        fd_check("conv db", bv, s.K, db, conv_loss, &c, NULL);
+    }
+    free(xv); free(wv); free(bv); free(yr); free(ya); free(R);
+    free(dx); free(dxa); free(dw); free(dwa); free(db); free(dba);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+static cshape random_cshape(tests_rng *r) {
+    cshape s = {0};
+    s.N = tests_int(r, 1, 3);
+    s.C = tests_int(r, 1, 4);
+    s.K = tests_int(r, 1, 5);
+    s.k = tests_int(r, 1, 5);
+    s.pad = tests_int(r, 0, s.k / 2);
+    s.stride = tests_int(r, 1, 2);
+    int lo = s.k - 2 * s.pad > 1 ? s.k - 2 * s.pad : 1;
+    s.H = tests_int(r, lo, 10);
+    s.W = tests_int(r, lo, 10);
+    return s;
+}
+
+static void conv_mode(mpt_precision mode, uint64_t seed, int fd) {
+    tests_rng r = {seed};
+    for (int t = 0; t < 5; t++) conv_case(mode, random_cshape(&r), t % 2 == 0, fd, &r);
+    cshape big = {.N = 2, .C = 6, .H = 14, .W = 14, .K = 16, .k = 5, .stride = 1, .pad = 2};
+    conv_case(mode, big, 1, 0, &r); /* LeNet-like: reductions of 150 (fwd), 400 (dx), 392 (dW) terms */
+}
+
+START_TEST(test_conv_fp32) { conv_mode(MPT_PRECISION_FP32, 0x21, 1); }
+END_TEST
+START_TEST(test_conv_tf32) { conv_mode(MPT_PRECISION_TF32, 0x22, 0); }
+END_TEST
+START_TEST(test_conv_fp16) { conv_mode(MPT_PRECISION_FP16, 0x23, 0); }
+END_TEST
+START_TEST(test_conv_bf16) { conv_mode(MPT_PRECISION_BF16, 0x24, 0); }
+END_TEST
+
+/* ---- relu ------------------------------------------------------------------------------------------------ */
+
+typedef struct { int64_t n; double *x; const double *R; } relu_ctx;
+
+static double relu_loss(void *c) {
+    relu_ctx *L = c;
+    double s = 0;
+    for (int64_t i = 0; i < L->n; i++) s += L->R[i] * (L->x[i] > 0 ? L->x[i] : 0.0);
+    return s;
+}
+
+static void relu_mode(mpt_precision mode, uint64_t seed) {
+    tests_rng r = {seed};
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    int B = tests_int(&r, 1, 6);
+    int64_t xs[3] = {B, tests_int(&r, 1, 7), tests_int(&r, 1, 9)};
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    mpt_tensor *x = act_with_grad(g, "x", dt, 3, xs);
+    mpt_tensor *y = mpt_relu(g, x, "relu");
+    ck_assert_int_eq(g->nodes[g->n_nodes - 1]->compute_dtype, dt);
+    ck_assert(y->dtype == dt && y->ndim == 3 && y->shape[1] == xs[1] && y->shape[2] == xs[2] && y->grad);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    int64_t n = mpt_tensor_numel(x);
+    double *xv = dalloc(n);
+    unsigned char *kink = calloc((size_t)n, 1);
+    for (int64_t i = 0; i < n; i++) {
+        xv[i] = tests_uniform(&r, -1, 1);
+        if (i % 7 == 3) xv[i] = 0.0;         /* the kink: PyTorch's gradient there is 0 */
+        if (i % 11 == 5) xv[i] = -0.0;
+    }
+    store(x, xv);
+    for (int64_t i = 0; i < n; i++) kink[i] = xv[i] == 0.0;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    double *yr = dalloc(n), *dxr = dalloc(n);
+    for (int64_t i = 0; i < n; i++) yr[i] = xv[i] > 0 ? xv[i] : 0.0;
+    expect_exact("relu y", y, yr);
+    double *R = rand_stored(y->grad, &r, -1, 1);
+    mpt_graph_backward(g);
+    for (int64_t i = 0; i < n; i++) dxr[i] = xv[i] > 0 ? R[i] : 0.0;
+    expect_exact("relu dx", x->grad, dxr);
+    relu_ctx c = {n, xv, R};
+    fd_check("relu dx", xv, n, dxr, relu_loss, &c, kink);
+    free(xv); free(kink); free(yr); free(dxr); free(R);
+    mpt_graph_free(&g);
+
+    /* on the graph input (no gradient): no output gradient, no backward */
+    g = mpt_graph_create(be, &pol, B);
+    y = mpt_relu(g, mpt_input(g, 3, xs), "relu");
+    ck_assert(y->grad == NULL && g->nodes[g->n_nodes - 1]->backward == NULL);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_relu) {
+    relu_mode(MPT_PRECISION_FP32, 0x31);
+    relu_mode(MPT_PRECISION_FP16, 0x32);
+    relu_mode(MPT_PRECISION_BF16, 0x33);
+}
+END_TEST
+
+/* ---- maxpool2d ------------------------------------------------------------------------------------------- */
+
+typedef struct { int N, C, H, W, k, stride, P, Q; } pshape;
+
+/* y = window max, argmax = first maximum in row-major window order (PyTorch's rule: a later equal value does
+ * not replace it), dx = dy scattered to the argmax, with abs sums. */
+static void ref_pool(const pshape *s, const double *x, double *y, int32_t *am, const double *dy, double *dx,
+                     double *dxa) {
+    for (int nc = 0; nc < s->N * s->C; nc++)
+        for (int p = 0; p < s->P; p++)
+            for (int q = 0; q < s->Q; q++) {
+                const double *plane = x + (int64_t)nc * s->H * s->W;
+                int best = (p * s->stride) * s->W + q * s->stride;
+                for (int rr = 0; rr < s->k; rr++)
+                    for (int ss = 0; ss < s->k; ss++) {
+                        int idx = (p * s->stride + rr) * s->W + q * s->stride + ss;
+                        if (plane[idx] > plane[best]) best = idx;
+                    }
+                int64_t o = ((int64_t)nc * s->P + p) * s->Q + q;
+                y[o] = plane[best];
+                am[o] = best;
+                if (dy) {
+                    dx[(int64_t)nc * s->H * s->W + best] += dy[o];
+                    dxa[(int64_t)nc * s->H * s->W + best] += fabs(dy[o]);
+                }
+            }
+}
+
+typedef struct { pshape s; double *x; const double *R; } pool_ctx;
+
+static double pool_loss(void *c) {
+    pool_ctx *L = c;
+    int64_t ny = (int64_t)L->s.N * L->s.C * L->s.P * L->s.Q;
+    double *y = dalloc(ny);
+    int32_t *am = calloc((size_t)ny, sizeof *am);
+    ref_pool(&L->s, L->x, y, am, NULL, NULL, NULL);
+    double v = dot(L->R, y, ny);
+    free(y); free(am);
+    return v;
+}
+
+/* quantized != 0: values from {0, 1, 2} (exact in every dtype) so windows tie, gradients of +-1/4 steps. */
+static void pool_case(mpt_precision mode, pshape s, int quantized, int fd, tests_rng *r) {
+    s.P = (s.H - s.k) / s.stride + 1;
+    s.Q = (s.W - s.k) / s.stride + 1;
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, s.N);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[4] = {s.N, s.C, s.H, s.W};
+    mpt_tensor *x = act_with_grad(g, "x", dt, 4, xs);
+    mpt_tensor *y = mpt_maxpool2d(g, x, s.k, s.stride, "pool");
+    mpt_node *nd = g->nodes[g->n_nodes - 1];
+    ck_assert(nd->op == MPT_OP_MAXPOOL2D && nd->compute_dtype == dt && nd->saved[0] != NULL);
+    ck_assert(nd->saved[0]->dtype == MPT_DTYPE_I32 && nd->saved[0]->mem == MPT_MEM_ACT);
+    ck_assert(y->shape[0] == s.N && y->shape[1] == s.C && y->shape[2] == s.P && y->shape[3] == s.Q);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    int64_t nx = mpt_tensor_numel(x), ny = mpt_tensor_numel(y);
+    double *xv = dalloc(nx);
+    for (int64_t i = 0; i < nx; i++) xv[i] = quantized ? (double)tests_int(r, 0, 2) : tests_uniform(r, -1, 1);
+    store(x, xv);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    double *yr = dalloc(ny), *dxr = dalloc(nx), *dxa = dalloc(nx), *R = dalloc(ny);
+    int32_t *am = calloc((size_t)ny, sizeof *am);
+    for (int64_t i = 0; i < ny; i++) R[i] = quantized ? tests_int(r, -4, 4) * 0.25 : tests_uniform(r, -1, 1);
+    store(y->grad, R);
+    ref_pool(&s, xv, yr, am, R, dxr, dxa);
+    expect_exact("maxpool y", y, yr);
+    const int32_t *got_am = nd->saved[0]->data;
+    for (int64_t i = 0; i < ny; i++)
+        EXPECT(got_am[i] == am[i], "maxpool argmax[%lld] = %d, expected %d (first maximum of the window)",
+                      (long long)i, got_am[i], am[i]);
+    mpt_graph_backward(g);
+    int per = ((s.k + s.stride - 1) / s.stride) * ((s.k + s.stride - 1) / s.stride); /* windows per input */
+    if (quantized) expect_exact("maxpool dx", x->grad, dxr); /* quarter steps: every partial sum is exact */
+    else expect_close("maxpool dx", x->grad, dxr, dxa, per, 0.0);
+    if (fd) {
+        pool_ctx c = {s, xv, R};
+        fd_check("maxpool dx", xv, nx, dxr, pool_loss, &c, NULL);
+    }
+    free(xv); free(yr); free(dxr); free(dxa); free(R); free(am);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_maxpool) {
+    tests_rng r = {0x41};
+    const mpt_precision modes[3] = {MPT_PRECISION_FP32, MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    for (int m = 0; m < 3; m++)
+        for (int t = 0; t < 4; t++) {
+            pshape s = {0};
+            s.N = tests_int(&r, 1, 3);
+            s.C = tests_int(&r, 1, 3);
+            s.k = tests_int(&r, 2, 3);
+            s.stride = tests_int(&r, 1, 3);
+            s.H = tests_int(&r, s.k, 10);
+            s.W = tests_int(&r, s.k, 10);
+            pool_case(modes[m], s, 0, modes[m] == MPT_PRECISION_FP32, &r);
+        }
+}
+END_TEST
+
+START_TEST(test_maxpool_ties) {
+    tests_rng r = {0x42};
+    const mpt_precision modes[2] = {MPT_PRECISION_FP32, MPT_PRECISION_BF16};
+    for (int m = 0; m < 2; m++) {
+        pshape overlap = {.N = 2, .C = 2, .H = 7, .W = 6, .k = 3, .stride = 1};
+        pool_case(modes[m], overlap, 1, 0, &r); /* overlapping windows: an input collects several gradients */
+        pshape tiled = {.N = 1, .C = 3, .H = 8, .W = 8, .k = 2, .stride = 2};
+        pool_case(modes[m], tiled, 1, 0, &r);
+    }
+}
+END_TEST
+
+/* ---- flatten, input -------------------------------------------------------------------------------------- */
+
+START_TEST(test_flatten) {
+    tests_rng r = {0x51};
+    mpt_policy pol = policy_for_mode(MPT_PRECISION_FP32);
+    mpt_backend *be = mpt_backend_cpu_create();
+    int B = 3;
+    int64_t xs[4] = {B, 2, 3, 4};
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    mpt_tensor *x = act_with_grad(g, "x", MPT_DTYPE_F32, 4, xs);
+    mpt_tensor *f = mpt_flatten(g, x, "flat");
+    mpt_node *nd = g->nodes[g->n_nodes - 1];
+    ck_assert(nd->op == MPT_OP_FLATTEN && nd->forward == NULL && nd->backward == NULL && nd->in[0] == x &&
+              nd->out == f);
+    ck_assert(f->ndim == 2 && f->shape[0] == B && f->shape[1] == 24 && f->view_of == x && f->grad);
+    mpt_tensor *y = mpt_linear(g, f, 5, "fc");
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    ck_assert(f->data == x->data && f->grad->data == x->grad->data);
+    /* gradients flow through the view into the 4-D tensor */
+    mpt_tensor *w = mpt_graph_find(g, "fc.weight"), *b = mpt_graph_find(g, "fc.bias");
+    double *xv = rand_stored(x, &r, -1, 1), *wv = rand_stored(w, &r, -1, 1), *bv = rand_stored(b, &r, -1, 1);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    double *yr = dalloc(B * 5), *ya = dalloc(B * 5);
+    ref_linear_fwd(B, 24, 5, xv, wv, bv, yr, ya);
+    expect_close("flatten+linear y", y, yr, ya, 25, 0.0);
+    double *R = rand_stored(y->grad, &r, -1, 1);
+    mpt_graph_backward(g);
+    double *dx = dalloc(B * 24), *dxa = dalloc(B * 24), *dw = dalloc(120), *dwa = dalloc(120), *db = dalloc(5),
+           *dba = dalloc(5);
+    ref_linear_bwd(B, 24, 5, xv, wv, R, dx, dxa, dw, dwa, db, dba);
+    expect_close("flatten dx (4-D)", x->grad, dx, dxa, 5, 0.0);
+    free(xv); free(wv); free(bv); free(yr); free(ya); free(R);
+    free(dx); free(dxa); free(dw); free(dwa); free(db); free(dba);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+START_TEST(test_input) {
+    const mpt_dtype want[MPT_PRECISION_COUNT] = {MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    for (int m = 0; m < MPT_PRECISION_COUNT; m++) {
+        mpt_policy pol = policy_for_mode((mpt_precision)m);
+        mpt_graph *g = mpt_graph_create(be, &pol, 5);
+        int64_t xs[4] = {5, 1, 28, 28};
+        mpt_tensor *x = mpt_input(g, 4, xs);
+        ck_assert(g->input == x && x->dtype == want[m] && x->grad == NULL && x->mem == MPT_MEM_ACT);
+        ck_assert(x->ndim == 4 && x->shape[0] == 5 && x->shape[3] == 28);
+        ck_assert_int_eq(g->n_nodes, 1);
+        mpt_node *nd = g->nodes[0];
+        ck_assert(nd->op == MPT_OP_INPUT && nd->out == x && nd->forward == NULL && nd->backward == NULL);
+        ck_assert(nd->compute_dtype == want[m] && nd->math == MPT_MATH_FP32);
+        mpt_graph_free(&g);
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The design converts the batch once: feeding an F32 tensor to an F16 linear is a wiring error. */
+START_TEST(test_dtype_mismatch_aborts) {
+    mpt_policy pol = policy_for_mode(MPT_PRECISION_FP16);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, 2);
+    int64_t xs[2] = {2, 3};
+    mpt_tensor *x = act_with_grad(g, "x32", MPT_DTYPE_F32, 2, xs);
+    mpt_linear(g, x, 4, "fc");
+}
+END_TEST
+
+START_TEST(test_shape_mismatch_aborts) {
+    mpt_policy pol = policy_for_mode(MPT_PRECISION_FP32);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, 2);
+    int64_t xs[4] = {2, 1, 4, 4};
+    mpt_linear(g, mpt_input(g, 4, xs), 4, "fc"); /* linear needs [B, in]: flatten first */
+}
+END_TEST
+
+/* ---- dropout --------------------------------------------------------------------------------------------- */
+
+/* Expected mask of a dropout node from the documented seed scheme, with the engine's own RNG wrapper. */
+static unsigned char *expected_mask(uint64_t run_seed, uint64_t offset, int64_t n, float p) {
+    mpt_rng *rng = mpt_rng_create();
+    float *u = malloc((size_t)n * sizeof *u);
+    unsigned char *m = malloc((size_t)n);
+    ck_assert(u && m);
+    mpt_rng_uniform(rng, u, (size_t)n, mpt_rng_stream_seed(run_seed, MPT_RNG_DROPOUT), offset);
+    for (int64_t i = 0; i < n; i++) m[i] = u[i] > p;
+    free(u);
+    mpt_rng_free(&rng);
+    return m;
+}
+
+static void check_dropout_output(const char *what, const mpt_tensor *x, const mpt_tensor *y,
+                                 const unsigned char *mask, float p) {
+    int64_t n = mpt_tensor_numel(y);
+    /* kept: y = round(x / (1-p)) or round(x * (1/(1-p))): within 2 u of the dtype (+ FP32 scale rounding) */
+    double uo = u_store(y->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double xv = mpt_load_f32(x->data, x->dtype, i), yv = mpt_load_f32(y->data, y->dtype, i);
+        if (!mask[i]) {
+            EXPECT(yv == 0.0, "%s[%lld]: dropped element is %g, not 0", what, (long long)i, yv);
+        } else {
+            double want = xv / (1.0 - (double)p);
+            EXPECT(fabs(yv - want) <= (uo + 2 * U32) * fabs(want) + tiny_store(y->dtype),
+                          "%s[%lld]: kept element %.9g, expected x/(1-p) = %.9g", what, (long long)i, yv, want);
+        }
+    }
+}
+
+typedef struct { int64_t n; double *x; const double *R; const unsigned char *mask; double p; } dropout_ctx;
+
+static double dropout_loss(void *c) {
+    dropout_ctx *L = c;
+    double s = 0;
+    for (int64_t i = 0; i < L->n; i++) s += L->R[i] * (L->mask[i] ? L->x[i] / (1 - L->p) : 0.0);
+    return s;
+}
+
+static void dropout_mode(mpt_precision mode, uint64_t seed) {
+    tests_rng r = {seed};
+    const float p1 = 0.3f, p2 = 0.5f;
+    const int B = 16;
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[2] = {B, 1000};
+    mpt_tensor *x = act_with_grad(g, "x", dt, 2, xs);
+    mpt_tensor *y1 = mpt_dropout(g, x, p1, "drop1");
+    mpt_node *n1 = g->nodes[g->n_nodes - 1];
+    mpt_tensor *y2 = mpt_dropout(g, y1, p2, "drop2");
+    mpt_node *n2 = g->nodes[g->n_nodes - 1];
+    int64_t n = mpt_tensor_numel(x);
+    ck_assert(g->dropout_elems == (uint64_t)(2 * n));
+    ck_assert(n1->saved[0]->dtype == MPT_DTYPE_U8 && n1->compute_dtype == dt && y1->dtype == dt);
+    ck_assert(be->workspace_bytes >= (size_t)n * sizeof(float));
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    double *xv = dalloc(n);
+    for (int64_t i = 0; i < n; i++) xv[i] = tests_uniform(&r, 0.5, 2.0) * (i % 2 ? 1 : -1); /* never 0 */
+    store(x, xv);
+
+    g->seed = 1234;
+    g->step = 5;
+    g->training = 1;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    const uint8_t *m1 = n1->saved[0]->data, *m2 = n2->saved[0]->data;
+    /* masks follow the documented scheme: offset = step * dropout_elems + the node's base */
+    unsigned char *e1 = expected_mask(1234, 5 * 2 * (uint64_t)n, n, p1);
+    unsigned char *e2 = expected_mask(1234, 5 * 2 * (uint64_t)n + (uint64_t)n, n, p2);
+    int64_t kept1 = 0, kept2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+        EXPECT(m1[i] == e1[i] && m2[i] == e2[i], "dropout mask[%lld] = %d/%d, Philox says %d/%d",
+                      (long long)i, m1[i], m2[i], e1[i], e2[i]);
+        kept1 += m1[i];
+        kept2 += m2[i];
+    }
+    /* kept fraction ~ Binomial(n, 1-p)/n: within 5 standard deviations */
+    double f1 = (double)kept1 / n, f2 = (double)kept2 / n;
+    EXPECT(fabs(f1 - (1 - p1)) <= 5 * sqrt(p1 * (1 - p1) / n), "kept fraction %.4f, p = %.2f", f1, p1);
+    EXPECT(fabs(f2 - (1 - p2)) <= 5 * sqrt(p2 * (1 - p2) / n), "kept fraction %.4f, p = %.2f", f2, p2);
+    check_dropout_output("drop1 y", x, y1, m1, p1);
+    check_dropout_output("drop2 y", y1, y2, m2, p2);
+
+    /* backward: dx = mask ? dy/(1-p) : 0, through both nodes */
+    double *R = rand_stored(y2->grad, &r, -1, 1);
+    mpt_graph_backward(g);
+    check_dropout_output("drop2 dx", y2->grad, y1->grad, m2, p2);
+    check_dropout_output("drop1 dx", y1->grad, x->grad, m1, p1);
+
+    /* same (seed, step): same mask; another step: another mask (disagreement ~ 2p(1-p) of the elements) */
+    unsigned char *keep = malloc((size_t)n);
+    memcpy(keep, m1, (size_t)n);
+    mpt_graph_forward(g);
+    ck_assert(memcmp(keep, m1, (size_t)n) == 0);
+    g->step = 6;
+    mpt_graph_forward(g);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += keep[i] != m1[i];
+    EXPECT(fabs((double)differ / n - 2 * p1 * (1 - p1)) < 0.05, "step 6 vs 5: %lld of %lld mask bits differ",
+                  (long long)differ, (long long)n);
+    g->seed = 99;
+    g->step = 5;
+    mpt_graph_forward(g);
+    differ = 0;
+    for (int64_t i = 0; i < n; i++) differ += keep[i] != m1[i];
+    EXPECT(differ > n / 10, "another seed gives nearly the same mask (%lld differ)", (long long)differ);
+
+    /* evaluation: y = x exactly */
+    g->training = 0;
+    mpt_graph_forward(g);
+    ck_assert(memcmp(y1->data, x->data, mpt_tensor_nbytes(x)) == 0);
+    ck_assert(memcmp(y2->data, x->data, mpt_tensor_nbytes(x)) == 0);
+
+    /* the FP64 reference of the backward, dx = mask R / (1-p), against finite differences (mask fixed) */
+    {
+        int64_t nn = 64;
+        double *x64 = dalloc(nn), *gr = dalloc(nn);
+        for (int64_t i = 0; i < nn; i++) {
+            x64[i] = tests_uniform(&r, -1, 1);
+            gr[i] = keep[i] ? R[i] / (1 - (double)p1) : 0.0;
+        }
+        dropout_ctx c = {nn, x64, R, keep, p1};
+        fd_check("dropout dx", x64, nn, gr, dropout_loss, &c, NULL);
+        free(x64); free(gr);
+    }
+    free(xv); free(e1); free(e2); free(R); free(keep);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_dropout) {
+    dropout_mode(MPT_PRECISION_FP32, 0x61);
+    dropout_mode(MPT_PRECISION_FP16, 0x62);
+    dropout_mode(MPT_PRECISION_BF16, 0x63);
+}
+END_TEST
+
+/* ---- softmax + cross-entropy ----------------------------------------------------------------------------- */
+
+/* loss = mean over valid rows of logsumexp - z[label]; probs; dz = (p - onehot)/Bv (times S outside);
+ * returns the number of valid rows Bv; correct = valid rows whose (first) argmax is the label; rowmax = the
+ * largest per-row loss; zrange = the largest max(z) - min(z) of a row. Output pointers may be NULL. */
+static int ref_xent(int B, int C, const double *z, const int32_t *lab, double *loss, double *probs, double *dz,
+                    int *correct, double *rowmax, double *zrange) {
+    int valid = 0, cor = 0;
+    for (int i = 0; i < B; i++) valid += lab[i] >= 0;
+    double sum = 0, rmax = 0, zr = 0;
+    for (int i = 0; i < B; i++) {
+        const double *zi = z + (int64_t)i * C;
+        double m = zi[0], lo = zi[0];
+        int am = 0;
+        for (int j = 1; j < C; j++) {
+            if (zi[j] > m) { m = zi[j]; am = j; }
+            if (zi[j] < lo) lo = zi[j];
+        }
+        if (m - lo > zr) zr = m - lo;
+        double s = 0;
+        for (int j = 0; j < C; j++) s += exp(zi[j] - m);
+        for (int j = 0; j < C; j++) {
+            double pj = exp(zi[j] - m) / s;
+            if (probs) probs[(int64_t)i * C + j] = pj;
+            if (dz) dz[(int64_t)i * C + j] = lab[i] < 0 ? 0.0 : (pj - (j == lab[i])) / valid;
+        }
+        if (lab[i] >= 0) {
+            double li = (m - zi[lab[i]]) + log(s); /* logsumexp - z[label] */
+            sum += li;
+            if (li > rmax) rmax = li;
+            cor += am == lab[i];
+        }
+    }
+    *loss = valid ? sum / valid : 0.0;
+    if (correct) *correct = cor;
+    if (rowmax) *rowmax = rmax;
+    if (zrange) *zrange = zr;
+    return valid;
+}
+
+typedef struct { int B, C; double *z; const int32_t *lab; } xent_ctx;
+
+static double xent_loss(void *c) {
+    xent_ctx *L = c;
+    double loss;
+    ref_xent(L->B, L->C, L->z, L->lab, &loss, NULL, NULL, NULL, NULL, NULL);
+    return loss;
+}
+
+/* Builds logits (with a gradient) -> softmax_xent, with a backend float S as the loss scale. */
+typedef struct { mpt_backend *be; mpt_graph *g; mpt_tensor *z, *scale; } xent_graph;
+
+static xent_graph xent_build(mpt_precision mode, int B, int C) {
+    xent_graph X;
+    mpt_policy pol = policy_for_mode(mode);
+    X.be = mpt_backend_cpu_create();
+    X.g = mpt_graph_create(X.be, &pol, B);
+    int64_t zs[2] = {B, C}, one[1] = {1};
+    X.z = act_with_grad(X.g, "logits", mpt_policy_act_dtype(&pol), 2, zs);
+    mpt_tensor *loss = mpt_softmax_xent(X.g, X.z, "xent");
+    X.scale = mpt_graph_tensor(X.g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
+    mpt_node *nd = X.g->nodes[X.g->n_nodes - 1];
+    ck_assert(nd->op == MPT_OP_SOFTMAX_XENT && nd->compute_dtype == MPT_DTYPE_F32 && nd->math == MPT_MATH_FP32);
+    ck_assert(loss == X.g->loss && X.g->logits == X.z && loss->dtype == MPT_DTYPE_F32 && loss->grad == NULL);
+    ck_assert(X.g->labels->dtype == MPT_DTYPE_I32 && X.g->labels->shape[0] == B);
+    ck_assert(X.g->n_correct->dtype == MPT_DTYPE_I32 && nd->saved[0]->dtype == MPT_DTYPE_F32);
+    ck_assert(nd->saved[0]->shape[0] == B && nd->saved[0]->shape[1] == C);
+    ck_assert_int_eq(mpt_graph_alloc(X.g), MPT_OK);
+    X.g->loss_scale = X.scale->data;
+    return X;
+}
+
+static void xent_free(xent_graph *X) {
+    mpt_graph_free(&X->g);
+    mpt_backend_free(&X->be);
+}
+
+/* Runs forward + backward with loss scale S on the stored logits zv and labels, and checks the loss, the
+ * probabilities, n_correct and dlogits against ref_xent. zmax bounds |z|. */
+static void xent_run_check(xent_graph *X, const double *zv, const int32_t *lab, double S, double zmax) {
+    mpt_graph *g = X->g;
+    int B = (int)X->z->shape[0], C = (int)X->z->shape[1];
+    memcpy(g->labels->data, lab, (size_t)B * sizeof *lab);
+    *(float *)X->scale->data = (float)S;
+    *(int32_t *)g->n_correct->data = 0;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    int64_t n = (int64_t)B * C;
+    double loss, rowmax, zr, *pr = dalloc(n), *dz = dalloc(n);
+    int cor;
+    int valid = ref_xent(B, C, zv, lab, &loss, pr, dz, &cor, &rowmax, &zr);
+    /* FP32 loss per row: C exps (2 u each, relative to the sum s >= 1), the sum (C u), log (u), the
+     * subtractions z - m and (m + log s) - z[label] (u |z| each), then the mean over the valid rows
+     * ((B + 2) u of the largest row loss). */
+    double got = *(float *)g->loss->data;
+    double lb = U32 * ((3.0 * C + 8.0) * (1.0 + log((double)C)) + 4.0 * zmax + (B + 4.0) * rowmax);
+    EXPECT(isfinite(got) && fabs(got - loss) <= lb, "loss %.9g, FP64 reference %.9g (bound %.3g)", got, loss,
+                  lb);
+    ck_assert_int_eq(*(int32_t *)g->n_correct->data, cor);
+    /* p = exp(z - m) / s: the argument z - m carries u |z - m| <= u zrange, exp 2 u, sum and divide (C + 2) u.
+     * dz = round(S (p - onehot) / Bv): that error times S / Bv, FP32 subtract/scale (3 u), one rounding to
+     * the dtype of z. */
+    const float *pg = g->nodes[g->n_nodes - 1]->saved[0]->data;
+    const mpt_tensor *dzt = X->z->grad;
+    double uo = u_store(dzt->dtype), tiny = tiny_store(dzt->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        double pb = U32 * (3.0 * C + 8.0 + zr) * pr[i] + 0x1p-126;
+        EXPECT(fabs(pg[i] - pr[i]) <= pb, "probs[%lld] = %.9g, reference %.9g", (long long)i, pg[i], pr[i]);
+        double want = S * dz[i];
+        double e = (lab[i / C] < 0) ? 0.0 : S / valid * (pb + 3.0 * U32 * (pr[i] + 1.0));
+        double gotd = mpt_load_f32(dzt->data, dzt->dtype, i);
+        double bound = e + uo * (fabs(want) + e) + tiny;
+        if (lab[i / C] < 0) bound = 0.0;
+        EXPECT(fabs(gotd - want) <= bound, "dlogits[%lld] (%s, S = %g): got %.9g, reference %.9g", (long long)i,
+                      mpt_dtype_name(dzt->dtype), S, gotd, want);
+    }
+    free(pr); free(dz);
+}
+
+/* The value v rounded to dtype t (RNE), as the tensor would store it. */
+static double round_to(mpt_dtype t, double v) {
+    float f;
+    uint16_t h;
+    void *p = t == MPT_DTYPE_F32 ? (void *)&f : (void *)&h;
+    mpt_store_f32(p, t, 0, (float)v);
+    return mpt_load_f32(p, t, 0);
+}
+
+/* Random logits center + U(-spread, spread), stored in z; each row redrawn until its maximum is unique
+ * (argmax ties would make n_correct depend on tie-breaking); every label_argmax_every-th row is labelled with
+ * its argmax (a correct prediction), the others at random. */
+static double *xent_logits(mpt_tensor *z, tests_rng *r, double center, double spread, int32_t *lab,
+                           int label_argmax_every) {
+    int B = (int)z->shape[0], C = (int)z->shape[1];
+    double *zv = dalloc((int64_t)B * C);
+    for (int i = 0; i < B; i++) {
+        double *row = zv + (int64_t)i * C;
+        int am, ties;
+        do {
+            for (int j = 0; j < C; j++) row[j] = round_to(z->dtype, center + tests_uniform(r, -spread, spread));
+            am = 0;
+            for (int j = 1; j < C; j++)
+                if (row[j] > row[am]) am = j;
+            ties = 0;
+            for (int j = 0; j < C; j++) ties += row[j] == row[am];
+        } while (ties != 1);
+        lab[i] = (label_argmax_every && i % label_argmax_every == 0) ? am : tests_int(r, 0, C - 1);
+    }
+    store(z, zv);
+    return zv;
+}
+
+START_TEST(test_softmax_xent) {
+    tests_rng r = {0x71};
+    const mpt_precision modes[3] = {MPT_PRECISION_FP32, MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    for (int m = 0; m < 3; m++)
+        for (int t = 0; t < 3; t++) {
+            int B = tests_int(&r, 1, 12), C = tests_int(&r, 2, 12);
+            xent_graph X = xent_build(modes[m], B, C);
+            int32_t *lab = calloc((size_t)B, sizeof *lab);
+            double *zv = xent_logits(X.z, &r, 0.0, 5.0, lab, 2);
+            xent_run_check(&X, zv, lab, 1.0, 5.0);
+            if (m == 0) { /* the FP64 reference against finite differences */
+                double loss, *dz = dalloc((int64_t)B * C);
+                ref_xent(B, C, zv, lab, &loss, NULL, dz, NULL, NULL, NULL);
+                xent_ctx c = {B, C, zv, lab};
+                fd_check("softmax_xent dlogits", zv, (int64_t)B * C, dz, xent_loss, &c, NULL);
+                free(dz);
+            }
+            /* n_correct accumulates over forward passes until the caller resets it */
+            mpt_graph_forward(X.g);
+            int cor;
+            double loss;
+            ref_xent(B, C, zv, lab, &loss, NULL, NULL, &cor, NULL, NULL);
+            ck_assert_int_eq(*(int32_t *)X.g->n_correct->data, 2 * cor);
+            free(zv); free(lab);
+            xent_free(&X);
+        }
+}
+END_TEST
+
+/* Logits near +-1e4 in FP32 and +-6e4 in FP16 (exp overflows without the max subtraction). */
+START_TEST(test_softmax_xent_stability) {
+    tests_rng r = {0x72};
+    for (int m = 0; m < 2; m++) {
+        mpt_precision mode = m ? MPT_PRECISION_FP16 : MPT_PRECISION_FP32;
+        double c = m ? 6.0e4 : 1.0e4, spread = m ? 200.0 : 20.0, step = m ? 64.0 : 2.0; /* FP16 ulp(6e4) = 32 */
+        int B = 6, C = 7;
+        xent_graph X = xent_build(mode, B, C);
+        int32_t *lab = calloc((size_t)B, sizeof *lab);
+        double *zv = xent_logits(X.z, &r, c, spread, lab, 3);
+        for (int j = 0; j < C; j++) zv[3 * C + j] = -c + step * j; /* a row around -c */
+        store(X.z, zv);
+        lab[3] = 2;
+        xent_run_check(&X, zv, lab, 1.0, c + spread);
+        free(zv); free(lab);
+        xent_free(&X);
+    }
+}
+END_TEST
+
+/* The loss scale seeds backward: dlogits = S (p - onehot) / B, checked for S = 1, 1024, 65536 in FP16. */
+START_TEST(test_softmax_xent_scale) {
+    tests_rng r = {0x73};
+    int B = 8, C = 10;
+    xent_graph X = xent_build(MPT_PRECISION_FP16, B, C);
+    int32_t *lab = calloc((size_t)B, sizeof *lab);
+    double *zv = xent_logits(X.z, &r, 0.0, 3.0, lab, 2);
+    xent_run_check(&X, zv, lab, 1.0, 3.0);
+    xent_run_check(&X, zv, lab, 1024.0, 3.0);
+    xent_run_check(&X, zv, lab, 65536.0, 3.0);
+    free(zv); free(lab);
+    xent_free(&X);
+}
+END_TEST
+
+/* Padding rows (label -1, PyTorch's ignore_index): no loss, no count, no gradient; mean over valid rows. */
+START_TEST(test_softmax_xent_ignore) {
+    tests_rng r = {0x74};
+    int B = 9, C = 5;
+    xent_graph X = xent_build(MPT_PRECISION_FP32, B, C);
+    int32_t *lab = calloc((size_t)B, sizeof *lab);
+    double *zv = xent_logits(X.z, &r, 0.0, 4.0, lab, 2);
+    lab[1] = lab[4] = lab[8] = -1;
+    xent_run_check(&X, zv, lab, 1.0, 4.0); /* dlogits of padding rows must be exactly 0 (bound 0) */
+    for (int i = 0; i < B; i++) lab[i] = -1;
+    xent_run_check(&X, zv, lab, 1.0, 4.0);
+    ck_assert(*(float *)X.g->loss->data == 0.0f && *(int32_t *)X.g->n_correct->data == 0);
+    free(zv); free(lab);
+    xent_free(&X);
+}
+END_TEST
+
+START_TEST(test_softmax_xent_needs_scale) {
+    xent_graph X = xent_build(MPT_PRECISION_FP32, 2, 3);
+    X.g->loss_scale = NULL;
+    mpt_graph_forward(X.g);
+    mpt_graph_backward(X.g); /* aborts: the seed of the backward pass was never set */
+}
+END_TEST
+
+Suite *layers_suite(void);
+Suite *layers_suite(void) {
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_linear_fp32);
+    tcase_add_test(tc, test_linear_tf32);
+    tcase_add_test(tc, test_linear_fp16);
+    tcase_add_test(tc, test_linear_bf16);
+    tcase_add_test(tc, test_conv_fp32);
+    tcase_add_test(tc, test_conv_tf32);
+    tcase_add_test(tc, test_conv_fp16);
+    tcase_add_test(tc, test_conv_bf16);
+    tcase_add_test(tc, test_relu);
+    tcase_add_test(tc, test_maxpool);
+    tcase_add_test(tc, test_maxpool_ties);
+    tcase_add_test(tc, test_flatten);
+    tcase_add_test(tc, test_input);
+    tcase_add_test(tc, test_dropout);
+    tcase_add_test(tc, test_softmax_xent);
+    tcase_add_test(tc, test_softmax_xent_stability);
+    tcase_add_test(tc, test_softmax_xent_scale);
+    tcase_add_test(tc, test_softmax_xent_ignore);
+    tcase_add_test_raise_signal(tc, test_dtype_mismatch_aborts, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_shape_mismatch_aborts, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_softmax_xent_needs_scale, SIGABRT);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(layers_suite()); }
