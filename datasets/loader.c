@@ -85,7 +85,7 @@ void mpt_loader_stats(const uint8_t *images, int64_t D, const int32_t *rows, int
 mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B, mpt_loader_last last,
                            int shuffle, uint64_t seed) {
     MPT_ASSERT(l != NULL);
-    MPT_ASSERT(last == MPT_LOADER_DROP_LAST || last == MPT_LOADER_PAD_WRAP);
+    MPT_ASSERT(last == MPT_LOADER_DROP_LAST || last == MPT_LOADER_PAD_WRAP || last == MPT_LOADER_PAD_IGNORE);
     memset(l, 0, sizeof *l);
     if (n < 1 || n > INT32_MAX)
         return mpt_errorf(MPT_ERR_ARG, "loader: expected 1 to %d examples, found %lld", INT32_MAX, (long long)n);
@@ -141,7 +141,9 @@ int mpt_loader_next(mpt_loader *l, int32_t *idx, int *n_valid) {
     int64_t left = l->n - l->pos;
     if (left <= 0 || (l->last == MPT_LOADER_DROP_LAST && left < l->B)) return 0;
     int valid = left < l->B ? (int)left : l->B;
-    for (int b = 0; b < l->B; b++) idx[b] = l->rows[l->order[(l->pos + b) % l->n]];
+    for (int b = 0; b < valid; b++) idx[b] = l->rows[l->order[l->pos + b]];
+    for (int b = valid; b < l->B; b++)
+        idx[b] = l->last == MPT_LOADER_PAD_IGNORE ? -1 : l->rows[l->order[(l->pos + b) % l->n]];
     l->pos += valid;
     if (n_valid) *n_valid = valid;
     return 1;

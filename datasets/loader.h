@@ -17,9 +17,12 @@
  *    mpt_rng_stream_seed(seed, MPT_RNG_SHUFFLE) at offset e * n (n uniforms per epoch, disjoint ranges), so
  *    every epoch differs, the same (seed, epoch) gives the same order, and resuming at epoch e needs no state.
  *
- * The graph has a static batch size B, so the last partial batch of an epoch (n % B rows) is either dropped
- * (drop_last) or padded by wrapping around to the start of the epoch's order; mpt_loader_next reports how
- * many leading rows of the batch are real (n_valid), so evaluation counts only those.
+ * The graph has a static batch size B, so the last partial batch of an epoch (n % B rows) is dropped
+ * (MPT_LOADER_DROP_LAST), padded with index -1 (MPT_LOADER_PAD_IGNORE: gather_batch turns such rows into
+ * zeros with label -1, which the loss ignores like PyTorch's ignore_index, so the epoch sees every row once
+ * with exactly PyTorch's semantics), or padded by wrapping around to the start of the epoch's order
+ * (MPT_LOADER_PAD_WRAP). mpt_loader_next reports how many leading rows of the batch are real (n_valid), so
+ * evaluation counts only those.
  *
  * Typical use:
  *     mpt_loader_split split;                       // rows of d.train_images for training / validation
@@ -67,6 +70,7 @@ void mpt_loader_stats(const uint8_t *images, int64_t D, const int32_t *rows, int
 typedef enum mpt_loader_last {
     MPT_LOADER_DROP_LAST = 0, /* the last n % B rows of each epoch are skipped */
     MPT_LOADER_PAD_WRAP,      /* the last batch is completed with the epoch's first rows; n_valid < B */
+    MPT_LOADER_PAD_IGNORE,    /* the last batch is completed with index -1 (padding rows); n_valid < B */
 } mpt_loader_last;
 
 /* Hands out batches of B row indices per epoch. Owns copies of its rows and its scratch; allocates only
@@ -92,14 +96,15 @@ mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B,
                            int shuffle, uint64_t seed);
 void mpt_loader_free(mpt_loader *l);
 
-/* Batches per epoch: n / B with MPT_LOADER_DROP_LAST, ceil(n / B) with MPT_LOADER_PAD_WRAP. */
+/* Batches per epoch: n / B with MPT_LOADER_DROP_LAST, ceil(n / B) when padding. */
 int64_t mpt_loader_n_batches(const mpt_loader *l);
 
 /* Starts epoch `epoch` (>= 0): computes its order (the shuffle, or the identity) and rewinds. */
 void mpt_loader_start_epoch(mpt_loader *l, int64_t epoch);
 
 /* Writes the next batch's B row indices into idx (I32 [B], host) and the number of real rows into
- * *n_valid (B except for a padded last batch, whose rows n_valid..B-1 repeat the epoch's first rows).
+ * *n_valid (B except for a padded last batch, whose rows n_valid..B-1 are -1 with MPT_LOADER_PAD_IGNORE or
+ * repeat the epoch's first rows with MPT_LOADER_PAD_WRAP).
  * Returns 1, or 0 (writing nothing) when the epoch is exhausted. No allocation. */
 int mpt_loader_next(mpt_loader *l, int32_t *idx, int *n_valid);
 
