@@ -32,7 +32,7 @@
 /* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model). */
 #pragma GCC optimize("vect-cost-model=dynamic")
 
-enum { CONV_ALIGN = 64, CONV_CHUNK = 512 };
+enum { CONV_ALIGN = 64, CONV_CHUNK = 512, CONV_LANES = 16 };
 
 static size_t conv_pad(size_t bytes) { return (bytes + CONV_ALIGN - 1) & ~(size_t)(CONV_ALIGN - 1); }
 
@@ -62,43 +62,67 @@ static int conv_is_pointwise(const mpt_conv_shape *s) {
     return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
 }
 
-/* col[(c*R + r)*S + s, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + s] or 0; elements of `es` bytes. */
-static void conv_im2col(void *col, const void *x, const mpt_conv_shape *s, size_t es) {
+/* The q range [q0, q1) whose input column q*sw - pw + t lies inside [0, W). */
+static void conv_q_range(const mpt_conv_shape *s, int t, int *q0, int *q1) {
+    int a = 0, b = s->Q;
+    while (a < b && a * s->stride_w - s->pad_w + t < 0) a++;
+    while (b > a && (b - 1) * s->stride_w - s->pad_w + t >= s->W) b--;
+    *q0 = a;
+    *q1 = b;
+}
+
+/* col[(c*R + r)*S + s, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + s] or 0, for elements of 2 or 4 bytes
+ * (the bits are copied). Inlined with a constant `es` at each call, so the short row copies are plain
+ * vectorised loops rather than library calls. */
+static inline __attribute__((always_inline)) void conv_im2col_es(void *col, const void *x, const mpt_conv_shape *s,
+                                                                 size_t es) {
     const int64_t PQ = (int64_t)s->P * s->Q;
-    char *dst = col;
-    const char *src = x;
+    const int Q = s->Q, sw = s->stride_w;
     for (int c = 0; c < s->C; c++)
         for (int r = 0; r < s->R; r++)
             for (int t = 0; t < s->S; t++) {
-                char *row = dst + (size_t)((((int64_t)c * s->R + r) * s->S + t) * PQ) * es;
-                /* the q range whose input column w = q*sw - pw + t lies inside [0, W) */
-                int q0 = 0, q1 = s->Q; /* [q0, q1) */
-                while (q0 < q1 && q0 * s->stride_w - s->pad_w + t < 0) q0++;
-                while (q1 > q0 && (q1 - 1) * s->stride_w - s->pad_w + t >= s->W) q1--;
+                const int64_t row = (((int64_t)c * s->R + r) * s->S + t) * PQ;
+                int q0, q1;
+                conv_q_range(s, t, &q0, &q1);
+                const int off = t - s->pad_w; /* input column of q: q*sw + off */
                 for (int p = 0; p < s->P; p++) {
-                    char *out = row + (size_t)p * s->Q * es;
-                    int h = p * s->stride_h - s->pad_h + r;
-                    if (h < 0 || h >= s->H || q0 >= q1) {
-                        memset(out, 0, (size_t)s->Q * es);
-                        continue;
-                    }
-                    const char *in = src + (size_t)(((int64_t)c * s->H + h) * s->W) * es;
-                    memset(out, 0, (size_t)q0 * es);
-                    int w0 = q0 * s->stride_w - s->pad_w + t;
-                    if (s->stride_w == 1) {
-                        memcpy(out + (size_t)q0 * es, in + (size_t)w0 * es, (size_t)(q1 - q0) * es);
-                    } else if (es == 2) {
-                        const uint16_t *i16 = (const uint16_t *)in;
-                        uint16_t *o16 = (uint16_t *)out;
-                        for (int q = q0; q < q1; q++) o16[q] = i16[q * s->stride_w - s->pad_w + t];
+                    const int h = p * s->stride_h - s->pad_h + r;
+                    const int valid = h >= 0 && h < s->H;
+                    const int64_t o = row + (int64_t)p * Q, i = ((int64_t)c * s->H + h) * s->W;
+                    if (es == 2) {
+                        uint16_t *out = (uint16_t *)col + o;
+                        const uint16_t *in = (const uint16_t *)x + (valid ? i : 0);
+                        if (!valid) {
+                            for (int q = 0; q < Q; q++) out[q] = 0;
+                            continue;
+                        }
+                        for (int q = 0; q < q0; q++) out[q] = 0;
+                        if (sw == 1)
+                            for (int q = q0; q < q1; q++) out[q] = in[q + off];
+                        else
+                            for (int q = q0; q < q1; q++) out[q] = in[q * sw + off];
+                        for (int q = q1; q < Q; q++) out[q] = 0;
                     } else {
-                        const uint32_t *i32 = (const uint32_t *)in;
-                        uint32_t *o32 = (uint32_t *)out;
-                        for (int q = q0; q < q1; q++) o32[q] = i32[q * s->stride_w - s->pad_w + t];
+                        uint32_t *out = (uint32_t *)col + o;
+                        const uint32_t *in = (const uint32_t *)x + (valid ? i : 0);
+                        if (!valid) {
+                            for (int q = 0; q < Q; q++) out[q] = 0;
+                            continue;
+                        }
+                        for (int q = 0; q < q0; q++) out[q] = 0;
+                        if (sw == 1)
+                            for (int q = q0; q < q1; q++) out[q] = in[q + off];
+                        else
+                            for (int q = q0; q < q1; q++) out[q] = in[q * sw + off];
+                        for (int q = q1; q < Q; q++) out[q] = 0;
                     }
-                    memset(out + (size_t)q1 * es, 0, (size_t)(s->Q - q1) * es);
                 }
             }
+}
+
+static void conv_im2col(void *col, const void *x, const mpt_conv_shape *s, size_t es) {
+    if (es == 2) conv_im2col_es(col, x, s, 2);
+    else conv_im2col_es(col, x, s, 4);
 }
 
 /* img[c, h, w] += dcol[(c*R + r)*S + s, p*Q + q] over the taps that read (h, w); FP32. */
@@ -108,9 +132,8 @@ static void conv_col2im(float *img, const float *dcol, const mpt_conv_shape *s) 
         for (int r = 0; r < s->R; r++)
             for (int t = 0; t < s->S; t++) {
                 const float *row = dcol + (((int64_t)c * s->R + r) * s->S + t) * PQ;
-                int q0 = 0, q1 = s->Q;
-                while (q0 < q1 && q0 * s->stride_w - s->pad_w + t < 0) q0++;
-                while (q1 > q0 && (q1 - 1) * s->stride_w - s->pad_w + t >= s->W) q1--;
+                int q0, q1;
+                conv_q_range(s, t, &q0, &q1);
                 for (int p = 0; p < s->P; p++) {
                     int h = p * s->stride_h - s->pad_h + r;
                     if (h < 0 || h >= s->H) continue;
@@ -311,18 +334,24 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
         mpt_cpu_gemm_ws(&g, ws + col_bytes, be->workspace_bytes - col_bytes);
     }
     if (!a->db) return;
-    /* db[k] += sum over n, p, q of dy[n, k, p, q], summed in FP32 then added once */
+    /* db[k] += sum over n, p, q of dy[n, k, p, q]: summed in FP32 in CONV_LANES interleaved partial sums
+     * (a fixed order the compiler can vectorise), then added once */
     float buf[CONV_CHUNK];
     for (int k = 0; k < s->K; k++) {
-        float acc = 0.0f;
+        float lanes[CONV_LANES] = {0};
         for (int n = 0; n < s->N; n++) {
             const char *row = (const char *)a->dy + (size_t)(n * KPQ + k * PQ) * es;
             for (int64_t i0 = 0; i0 < PQ; i0 += CONV_CHUNK) {
                 int64_t m = PQ - i0 < CONV_CHUNK ? PQ - i0 : CONV_CHUNK;
                 mpt_cpu_widen(buf, row + (size_t)i0 * es, a->dtype, m);
-                for (int64_t i = 0; i < m; i++) acc += buf[i];
+                int64_t i = 0;
+                for (; i + CONV_LANES <= m; i += CONV_LANES)
+                    for (int l = 0; l < CONV_LANES; l++) lanes[l] += buf[i + l];
+                for (int l = 0; i < m; i++, l++) lanes[l] += buf[i];
             }
         }
+        float acc = 0.0f;
+        for (int l = 0; l < CONV_LANES; l++) acc += lanes[l];
         a->db[k] = a->db[k] + acc;
     }
 }
