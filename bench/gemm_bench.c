@@ -29,6 +29,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The 1-minute load average (other processes share the cores: read the figures with it in mind). */
+static double load_avg(void) {
+    double l = -1.0;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+        fclose(f);
+    }
+    return l;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -118,7 +129,7 @@ int main(void) {
     printf("OpenBLAS %s, core %s, %d thread(s) (OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s)\n",
            openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(), nt ? nt : "unset",
            ct ? ct : "unset");
-    printf("GFLOP/s, median of %d samples\n\n", SAMPLES);
+    printf("GFLOP/s (wall clock), median of %d samples; load average at start %.2f\n\n", SAMPLES, load_avg());
     printf("%-12s %5s %5s %5s | %8s | %8s %8s %8s %8s\n", "shape", "M", "N", "K", "sgemm", "fp32", "tf32", "fp16",
            "bf16");
     for (int si = 0; si < nshapes; si++) {
@@ -172,11 +183,13 @@ int main(void) {
     /* the practical ceiling: a large square sgemm */
     const int64_t n = 2048;
     shape big = {"square", n, n, n, 0, 0, 1};
-    float *A = filled(MPT_DTYPE_F32, n * n, 1), *B = filled(MPT_DTYPE_F32, n * n, 2), *C = filled(MPT_DTYPE_F32, n * n, 3);
+    float *A = filled(MPT_DTYPE_F32, n * n, 1), *B = filled(MPT_DTYPE_F32, n * n, 2);
+    float *C = filled(MPT_DTYPE_F32, n * n, 3);
     sgemm_ctx sc = {&big, A, B, C};
     double t = median_time(run_sgemm, &sc);
     printf("%-12s %5lld %5lld %5lld | %8.1f |  (plain sgemm ceiling)\n", big.name, (long long)n, (long long)n,
            (long long)n, 2.0 * (double)n * n * n / t * 1e-9);
+    printf("load average at end %.2f\n", load_avg());
     free(A);
     free(B);
     free(C);

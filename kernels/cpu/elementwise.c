@@ -3,11 +3,11 @@
  *
  * cast, ReLU, max pooling, inverted dropout, fused softmax + cross-entropy, the bias gradient and the batch
  * gather; and the vectorised buffer conversions of kernels/cpu/convert.h (AVX2/F16C, bit-equal to the
- * scalar functions of kernels/elemwise.h) that every CPU kernel uses. Contracts (shapes, dtypes, += accumulation): engine/backend.h. Every kernel loads its inputs as
- * FP32 (exact widening), computes in FP32 and rounds each output once to its dtype with round-to-nearest-even
- * (kernels/elemwise.h); an accumulating output is computed as round(old + update), so it is rounded once
- * per call. Buffers of F16/BF16 values are processed in chunks widened into FP32 stack arrays
- * (kernels/cpu/convert.h), so nothing allocates.
+ * scalar functions of kernels/elemwise.h) that every CPU kernel uses. Contracts (shapes, dtypes,
+ * += accumulation): engine/backend.h. Every kernel loads its inputs as FP32 (exact widening), computes in
+ * FP32 and rounds each output once to its dtype with round-to-nearest-even (kernels/elemwise.h); an
+ * accumulating output is computed as round(old + update), so it is rounded once per call. Buffers of
+ * F16/BF16 values are processed in chunks widened into FP32 stack arrays, so nothing allocates.
  *
  * Sources: inverted dropout (Srivastava et al. 2014, as torch.nn.Dropout scales at training time);
  * softmax + cross-entropy through logsumexp (torch.nn.functional.cross_entropy, mean reduction over the
@@ -321,10 +321,12 @@ void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *m
     for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
         int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
         mpt_cpu_widen(xv, ew_at(x, dtype, i0), dtype, m);
+        /* the division runs for every element and dropped ones are cleared with a bit mask (exactly +0),
+         * so the loop has no branch and vectorises */
         for (int64_t i = 0; i < m; i++) {
-            uint8_t k = u[i0 + i] > p;
-            mask[i0 + i] = k;
-            xv[i] = k ? xv[i] / keep : 0.0f;
+            uint32_t k = u[i0 + i] > p;
+            mask[i0 + i] = (uint8_t)k;
+            xv[i] = mpt_bits_f32(mpt_f32_bits(xv[i] / keep) & (0u - k));
         }
         mpt_cpu_narrow((void *)ew_at(y, dtype, i0), dtype, xv, m);
     }
@@ -340,7 +342,8 @@ void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const u
     for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
         int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
-        for (int64_t i = 0; i < m; i++) g[i] = mask[i0 + i] ? g[i] / keep : 0.0f;
+        for (int64_t i = 0; i < m; i++) /* branch-free select, as in the forward pass */
+            g[i] = mpt_bits_f32(mpt_f32_bits(g[i] / keep) & (0u - (uint32_t)(mask[i0 + i] != 0)));
         ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m);
     }
 }
