@@ -7,15 +7,17 @@
  * with the CUDA kernels; this file only loops. Contracts: engine/backend.h; formulas and their PyTorch
  * sources: engine/optim/optim.h and engine/amp/scaler.h.
  *
- * Speed: every loop runs over blocks of MPT_OPTIM_BLOCK elements with a compile-time trip count, the
+ * Speed: the loops run over blocks of MPT_OPTIM_BLOCK elements with a compile-time trip count, the
  * hyper-parameter switches (weight decay, momentum, nesterov, first step) are resolved outside the loops
- * (ALWAYS_INLINE specialisations with constant arguments), and the pointers are restrict: gcc -O2
- * vectorises such loops. In the optimizer step each block is updated and then converted to the working
- * dtype while it is in cache, so every array is read and written once.
+ * (ALWAYS_INLINE specialisations with constant arguments) and the update loops carry `#pragma GCC ivdep`
+ * (the arrays of one parameter never overlap), so gcc -O2 vectorises them. In the optimizer step each block
+ * is updated and then converted to the working dtype (mpt_cpu_narrow) while it is in cache, so every array
+ * is read and written once. Measured on this machine (1M elements, 1 thread): SGD with momentum
+ * ~0.3-0.6 ns/element, unscale_check ~0.3, sum_squares ~0.1-0.4. Adam/AdamW take ~4-8 ns/element because
+ * sqrtf() may set errno, which keeps gcc from vectorising the loop; built with -fno-math-errno (no change
+ * in any result) they take ~1.6-2.5.
  */
-#include <math.h>
-#include <string.h>
-
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/elemwise.h"
 
@@ -135,26 +137,6 @@ ALWAYS_INLINE void update_block(const mpt_optim_args *a, const step_scalars *s, 
     }
 }
 
-/* working[0..n) = round(dt, master[0..n)) with RNE. */
-ALWAYS_INLINE void write_working(void *working, mpt_dtype dt, const float *restrict master, int64_t n) {
-    switch (dt) {
-    case MPT_DTYPE_F16: {
-        uint16_t *restrict w = working;
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) w[i] = mpt_f32_to_f16(master[i]);
-        break;
-    }
-    case MPT_DTYPE_BF16: {
-        uint16_t *restrict w = working;
-#pragma GCC ivdep
-        for (int64_t i = 0; i < n; i++) w[i] = mpt_f32_to_bf16(master[i]);
-        break;
-    }
-    case MPT_DTYPE_F32: memcpy(working, master, (size_t)n * sizeof(float)); break;
-    default: MPT_ASSERTF(0, "optim_step: working copy dtype %s is not a float dtype", mpt_dtype_name(dt));
-    }
-}
-
 void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     (void)be;
     if (*a->found_inf != 0.0f) return; /* skipped step: masters, state and working copy untouched */
@@ -178,20 +160,17 @@ void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
         break;
     default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
     }
+    if (a->working)
+        MPT_ASSERTF(mpt_dtype_is_float(a->working_dtype), "optim_step: working copy dtype %s is not a float dtype",
+                    mpt_dtype_name(a->working_dtype));
     const int first = t == 1;
     const size_t esz = a->working ? mpt_dtype_size(a->working_dtype) : 0;
-    int64_t i0 = 0;
-    for (; i0 < a->n; i0 += MPT_OPTIM_BLOCK) {
-        int64_t nb = a->n - i0;
-        if (nb >= MPT_OPTIM_BLOCK) {
-            nb = MPT_OPTIM_BLOCK;
-            update_block(a, &s, i0, MPT_OPTIM_BLOCK, first);
-            if (a->working) write_working((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0,
-                                          MPT_OPTIM_BLOCK);
-        } else {
-            update_block(a, &s, i0, nb, first);
-            if (a->working) write_working((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0, nb);
-        }
+    for (int64_t i0 = 0; i0 < a->n; i0 += MPT_OPTIM_BLOCK) {
+        int64_t nb = a->n - i0 < MPT_OPTIM_BLOCK ? a->n - i0 : MPT_OPTIM_BLOCK;
+        if (nb == MPT_OPTIM_BLOCK) update_block(a, &s, i0, MPT_OPTIM_BLOCK, first); /* constant trip count */
+        else update_block(a, &s, i0, nb, first);
+        /* the working copy of this block, RNE, while the masters are in cache (kernels/cpu/convert.h) */
+        if (a->working) mpt_cpu_narrow((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0, nb);
     }
 }
 
