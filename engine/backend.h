@@ -55,7 +55,8 @@ typedef struct mpt_gemm_args {
     float alpha, beta;
     mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype */
     mpt_epilogue epilogue;
-    const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record */
+    const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record;
+                                         may live on the caller's stack: a backend that keeps it copies it */
 } mpt_gemm_args;
 
 /* ---- Convolution (NCHW, weights KCRS, cross-correlation as in PyTorch/cuDNN) --------------------- */

@@ -154,6 +154,9 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
 
 void mpt_graph_forward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
+    /* activation gradients belong to one forward/backward pass */
+    if (g->arena[MPT_MEM_ACT_GRAD])
+        g->be->memset_zero(g->be, g->arena[MPT_MEM_ACT_GRAD], g->arena_bytes[MPT_MEM_ACT_GRAD]);
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->forward) g->nodes[i]->forward(g, g->nodes[i]);
 }
@@ -161,8 +164,6 @@ void mpt_graph_forward(mpt_graph *g) {
 void mpt_graph_zero_grad(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
     if (g->arena[MPT_MEM_GRAD]) g->be->memset_zero(g->be, g->arena[MPT_MEM_GRAD], g->arena_bytes[MPT_MEM_GRAD]);
-    if (g->arena[MPT_MEM_ACT_GRAD])
-        g->be->memset_zero(g->be, g->arena[MPT_MEM_ACT_GRAD], g->arena_bytes[MPT_MEM_ACT_GRAD]);
 }
 
 void mpt_graph_backward(mpt_graph *g) {

@@ -76,7 +76,8 @@ struct mpt_graph {
     uint64_t seed;                /* run seed: init, dropout and shuffling derive from it */
     uint64_t step;                /* dropout offsets advance with it */
     uint64_t dropout_elems;       /* mask elements per step over all dropout nodes (offset stride) */
-    const float *loss_scale;      /* backend scalar seeding backward (S); NULL means 1 */
+    const float *loss_scale;      /* backend scalar seeding backward (S); must be set before backward
+                                     (the trainer points it at its loss-scaler state) */
 };
 
 /* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
@@ -98,14 +99,18 @@ mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int 
 /* Appends a node (fields zeroed, op and name set); the caller fills in inputs, outputs and functions. */
 mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
 
-/* Allocates every tensor (one buffer per category) and the workspace. MPT_ERR_NOMEM if it fails. */
+/* Allocates every tensor (one buffer per category, zero-filled). The workspace was reserved on the backend
+ * by the layers while they were added. MPT_ERR_NOMEM if an allocation fails. */
 mpt_status mpt_graph_alloc(mpt_graph *g);
 
-/* Runs forward over all nodes (training selects dropout). */
+/* Zeroes the activation gradients (they belong to one forward/backward pass), then runs forward over all
+ * nodes (g->training selects dropout). */
 void mpt_graph_forward(mpt_graph *g);
-/* Zeroes every gradient (parameter and activation) with one memset per gradient arena. */
+/* Zeroes the parameter gradients (one memset of the gradient arena). Call once per optimizer step;
+ * between calls, backward passes accumulate into the parameter gradients (micro-batches). */
 void mpt_graph_zero_grad(mpt_graph *g);
-/* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. */
+/* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. Parameter
+ * gradients accumulate (+=) across passes until mpt_graph_zero_grad(). */
 void mpt_graph_backward(mpt_graph *g);
 
 /* Bytes of all tensors of one category (after alloc: the arena's size). */
