@@ -13,7 +13,9 @@
  * fp32 mode runs every pass with CUDNN_FMA_MATH (no TF32: the descriptor is set to FMA whatever the heuristic
  * suggests, and an algorithm that cannot run so is skipped); tf32/fp16/bf16 modes use the heuristic's math
  * type for the algorithm, preferring CUDNN_TENSOR_OP_MATH results; CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION is
- * never used (it would round FP32 data to FP16).
+ * never used (it would round FP32 data to FP16). Transform-based algorithms (FFT, FFT_TILING, WINOGRAD,
+ * WINOGRAD_NONFUSED) are excluded: their transforms add rounding error beyond the contract's "FP32 products
+ * and sums, differing only in summation order"; the GEMM-like and direct algorithms remain.
  *
  * Accumulation: backward data and backward filter use beta = 1 (cuDNN blends beta * prior value in the FP32
  * compute type, then rounds once). Forward with a bias first writes bias[k] into y and then runs with beta = 1,
@@ -178,6 +180,21 @@ static cudnnStatus_t pass_workspace(mpt_cuda_ctx *ctx, const conv_plan *p, conv_
     }
 }
 
+/* Whether an algorithm computes the convolution as plain products and sums (GEMM-like or direct), not through
+ * an FFT or Winograd transform. */
+static int plain_sums(conv_pass pass, int algo) {
+    switch (pass) {
+    case CONV_PASS_FORWARD:
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+    case CONV_PASS_BACKWARD_DATA:
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    default:
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+    }
+}
+
 /* A candidate from the v7 heuristic, whatever the pass. */
 typedef struct conv_candidate {
     int algo;
@@ -187,7 +204,7 @@ typedef struct conv_candidate {
 } conv_candidate;
 
 /* Picks the algorithm of one pass among the heuristic's candidates (best first): skips failed candidates,
- * ALLOW_CONVERSION, and those cuDNN cannot run with the math type we would set; fp32 mode runs with
+ * transform-based algorithms, ALLOW_CONVERSION, and those cuDNN cannot run with the math type we would set; fp32 mode runs with
  * CUDNN_FMA_MATH only; other modes prefer the first CUDNN_TENSOR_OP_MATH candidate. Sets the pass's
  * descriptor math type, p->algo, p->math_type and p->ws; aborts if nothing is usable. */
 static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const conv_candidate *cand, int count) {
@@ -197,6 +214,7 @@ static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const con
     for (int i = 0; i < count; i++) {
         const conv_candidate *c = &cand[i];
         if (c->status != CUDNN_STATUS_SUCCESS || c->math_type == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+        if (!plain_sums(pass, c->algo)) continue;
         if (fp32 && c->math_type == CUDNN_TENSOR_OP_MATH) continue;
         cudnnMathType_t m = fp32 ? CUDNN_FMA_MATH : c->math_type;
         MPT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv[pass], m));

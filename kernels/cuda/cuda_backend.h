@@ -64,6 +64,12 @@ typedef struct mpt_cuda_conv_record {
  * newer; FP8 on sm_89 and newer). Returns 1 if a device was described, 0 if not (buf then says why). */
 int mpt_cuda_device_info(char *buf, size_t len);
 
+/* out[0..n) (device memory of be, FP32) = the uniforms in (0, 1] of cuRAND's Philox4x32-10 sequence for
+ * (seed, offset), from the backend's device generator (curandCreateGenerator + curandSetPseudoRandomGeneratorSeed
+ * + curandSetGeneratorOffset + curandGenerateUniform on the backend's stream): the numbers mpt_rng_uniform
+ * (engine/rng.h) produces on the host, which dropout relies on. Stream-ordered. */
+void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, uint64_t offset);
+
 /* GEMM records of a CUDA backend (be from mpt_backend_cuda_create): count, and a copy of record i
  * (0 <= i < count; returns 0 if i is out of range, 1 otherwise). */
 int mpt_cuda_gemm_record_count(mpt_backend *be);

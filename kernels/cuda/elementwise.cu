@@ -186,6 +186,18 @@ void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
 
 /* ---- dropout ------------------------------------------------------------------------------------------------------ */
 
+/* The host-API device generator, with seed and offset set as engine/rng.c sets them on the host generator, so
+ * the uniforms are mpt_rng_uniform's (cuRAND documents host and device generation as giving the same sequence;
+ * test_cuda checks it bit for bit). */
+extern "C" void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, uint64_t offset) {
+    MPT_ASSERTF(be != NULL && be->device == MPT_DEVICE_CUDA, "mpt_cuda_rng_uniform needs a CUDA backend");
+    if (n == 0) return;
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    MPT_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->rng, seed));
+    MPT_CURAND_CHECK(curandSetGeneratorOffset(ctx->rng, offset));
+    MPT_CURAND_CHECK(curandGenerateUniform(ctx->rng, out, n));
+}
+
 /* u: the Philox uniforms in (0, 1]; mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
 static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, const float *u, mpt_dtype dtype,
                                               int64_t n, float p) {
@@ -225,14 +237,9 @@ void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *
     MPT_ASSERT(n >= 0);
     if (n == 0) return;
     mpt_cuda_require_workspace(be, (size_t)n * sizeof(float), "dropout_forward (n uniforms)");
-    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     float *u = (float *)be->workspace;
-    /* The host-API device generator: seed and offset set as engine/rng.c sets them on the host generator,
-     * so the uniforms are mpt_rng_uniform's (cuRAND documents host and device generation as identical). */
-    MPT_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(ctx->rng, seed));
-    MPT_CURAND_CHECK(curandSetGeneratorOffset(ctx->rng, offset));
-    MPT_CURAND_CHECK(curandGenerateUniform(ctx->rng, u, (size_t)n));
-    launch_dropout_forward(ctx, y, mask, x, u, dtype, n, p);
+    mpt_cuda_rng_uniform(be, u, (size_t)n, seed, offset);
+    launch_dropout_forward(mpt_cuda_ctx_of(be), y, mask, x, u, dtype, n, p);
 }
 
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,

@@ -23,6 +23,9 @@
  * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
  * rounding of C); the record says which path ran.
  *
+ * Split-K algorithms are allowed only with FP32 partial sums (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, or any
+ * scheme when D is FP32), so D is still rounded once.
+ *
  * Plans: the algorithm is chosen once per distinct configuration (shape, transposes, dtypes, math, epilogue,
  * pointer alignment) with cublasLtMatmulAlgoGetHeuristic, normally when the graph asks gemm_workspace() at
  * build time, and kept in a fixed table with its descriptors, so a training step creates nothing. The
@@ -111,12 +114,12 @@ static cudaDataType_t to_cuda_type(mpt_dtype t) {
 /* ---- the epilogue kernel of the two-step path -------------------------------------------------------- */
 
 /* C[i] = round(c_dtype, epi(D[i] + beta*C[i] + bias[i % N])) over the M*N row-major elements; C is read only
- * when beta != 0 (the contract lets it hold garbage otherwise). */
+ * when beta != 0 (the contract lets it hold garbage otherwise). D == NULL stands for a zero product (K = 0). */
 static __global__ void gemm_epilogue_kernel(void *C, mpt_dtype c_dtype, const float *D, const void *bias,
                                             mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
     int64_t total = M * N;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = D[i];
+        float v = D ? D[i] : 0.0f;
         if (beta != 0.0f) v += beta * mpt_dev_load(C, c_dtype, i);
         if (bias) v += mpt_dev_load(bias, bias_dtype, i % N);
         if (relu) v = mpt_elem_relu(v);
@@ -145,7 +148,7 @@ static uint32_t pointer_alignment(const void *p) {
  * (gemm_workspace) the tensors may not be allocated yet. */
 static void validate(const mpt_gemm_args *a, int running) {
     const char *tag = a->tag ? a->tag : "(untagged)";
-    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 1, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
+    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
                 (long long)a->M, (long long)a->N, (long long)a->K);
     MPT_ASSERTF(a->a_dtype == a->b_dtype, "gemm %s: A is %s but B is %s", tag, mpt_dtype_name(a->a_dtype),
                 mpt_dtype_name(a->b_dtype));
@@ -170,9 +173,9 @@ static void validate(const mpt_gemm_args *a, int running) {
         MPT_ASSERTF(a->bias != NULL || !running, "gemm %s: bias epilogue without a bias pointer", tag);
         mpt_cuda_require_float(a->bias_dtype, "gemm bias");
     }
-    if (running)
-        MPT_ASSERTF(a->A != NULL && a->B != NULL && a->C != NULL, "gemm %s: NULL operand (A %p, B %p, C %p)", tag,
-                    a->A, a->B, a->C);
+    if (running && a->M > 0 && a->N > 0)
+        MPT_ASSERTF(a->C != NULL && (a->K == 0 || (a->A != NULL && a->B != NULL)),
+                    "gemm %s: NULL operand (A %p, B %p, C %p)", tag, a->A, a->B, a->C);
     MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_RELU_BIAS,
                 "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
 }
@@ -269,6 +272,12 @@ static int plan_pick_algo(mpt_cuda_ctx *ctx, gemm_plan *p, size_t ws_limit, cubl
                                                           sizeof align_cd));
     MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_cd,
                                                           sizeof align_cd));
+    /* Split-K partial sums must stay FP32: with a 16-bit D, the INPLACE and OUTPUT_TYPE schemes would add the
+     * parts in D's type (extra roundings the contract does not allow). */
+    uint32_t reductions = p->d_type == CUDA_R_32F ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK
+                                                  : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions,
+                                                          sizeof reductions));
     if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         /* The heuristic reads the bias pointer only for its alignment (cublasLt.h,
          * CUBLASLT_MATMUL_DESC_BIAS_POINTER): give it a value with the alignment the real pointer will have. */
@@ -471,7 +480,7 @@ void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c) {
 
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 0);
-    if (a->M == 0 || a->N == 0) return 0;
+    if (a->M == 0 || a->N == 0 || a->K == 0) return 0;
     gemm_key k = make_key(a);
     gemm_plan *p = plan_get(mpt_cuda_ctx_of(be), &k, SIZE_MAX);
     return p->extra_bytes + p->algo_workspace;
@@ -481,6 +490,11 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 1);
     if (a->M == 0 || a->N == 0) return;
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (a->K == 0) { /* an empty product: C = epilogue(beta*C), no cuBLASLt call */
+        launch_gemm_epilogue(ctx, a->C, a->c_dtype, NULL, a->epilogue != MPT_EPILOGUE_NONE ? a->bias : NULL,
+                             a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS, a->beta, a->M, a->N);
+        return;
+    }
     gemm_key k = make_key(a);
     /* Normally the plan chosen at build time, which fits the workspace the graph reserved for it. */
     gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);

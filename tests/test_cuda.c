@@ -1,0 +1,1369 @@
+/*
+ * tests/test_cuda.c - the CUDA backend (kernels/cuda) against FP64 references and against the CPU backend
+ * (the oracle, ARCHITECTURE decisions 1 and 2), per operation and per precision. Suite 'cuda'.
+ *
+ * Without a usable GPU the program prints "test_cuda: skipped: <reason>" and exits 77 (meson's "skipped")
+ * before any Check runner exists. With one, it runs with CK_FORK=no (CUDA does not survive fork()), creates
+ * one CUDA and one CPU backend, and prints the device, then the GEMM and convolution records at the end.
+ *
+ * GEMM and convolution (every math mode, transposes, output dtypes, epilogues, accumulation): each element is
+ * compared with an FP64 reference evaluated from the stored operands. Bound (Higham, Accuracy and Stability of
+ * Numerical Algorithms, sec. 3.1: |error of a K-term FP32 dot product| <= gamma_K * sum|a b|):
+ *   T     = sum |a b| over the element's terms
+ *   op    = TF32 mode: 2*2^-10 + 2^-20 (each FP32 operand enters the Tensor Core as TF32; cuBLAS/cuDNN may
+ *           truncate (relative error < 2^-10) or round, so |a b - tf(a) tf(b)| <= op |a b|); else 0
+ *   e32   = 2*(K + 4)*u32*(|alpha| T (1 + op) + |beta C_old| + |bias|) + |alpha| op T
+ *           (K FP32 sums in any order, split-K included, plus at most 4 epilogue operations)
+ *   bound = e32 + u_out*(|ref| + e32) + eta_out      (one rounding to the output dtype; eta_out = half the
+ *           smallest subnormal of F16/BF16)
+ * and the GPU result must lie within 2*bound of the CPU backend's (both are within bound of the reference).
+ * Tensor Core proof: A = 1 + 2^-12 (not a TF32 value under any rounding mode: it rounds to 1), B = 1, K = 512:
+ * FP32 math must give exactly 512.125 (no TF32 anywhere in fp32 mode) and TF32 math exactly 512 (the
+ * operands were rounded to TF32, so Tensor Core math ran); on random full-mantissa inputs the two modes must
+ * differ. Convolution does the same for its forward pass when cuDNN reports a Tensor Core algorithm.
+ *
+ * Element-wise kernels, dropout, batch gather, the optimizer step, unscale, clip coefficient and the
+ * loss-scale update are expected BIT-IDENTICAL to the CPU backend: both call the same per-element functions
+ * of kernels/elemwise.h, with every multiply-add an explicit fmaf, IEEE division and square root on both
+ * (nvcc's defaults, no --use_fast_math), the _rn intrinsics in the CUDA kernels where the CPU's expression
+ * has separate operations, and FP64 per-step scalars computed by repeated squaring. Dropout masks come from
+ * cuRAND's device Philox generator, which must reproduce the host generator (mpt_rng_uniform) bit for bit.
+ * NaN results are compared as "both NaN" (the payload of a NaN produced by arithmetic differs between x86
+ * and the GPU). Reductions whose summation order differs are bounded instead: the sum of squares within one
+ * FP32 ulp (FP64 sums rounded once on both sides), softmax/cross-entropy and the bias gradient within the
+ * bounds derived next to their tests.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/rng.h"
+#include "harness.h"
+#include "kernels/cuda/cuda_backend.h"
+
+/* Check's ck_assert* makes a syscall per passing assertion; call Check only on failure. */
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+
+static mpt_backend *gpu, *cpu;
+
+static const double U32 = 0x1p-24;
+
+/* ---- buffers ----------------------------------------------------------------------------------------- */
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ck_abort_msg("out of host memory (%zu bytes)", n);
+    return p;
+}
+
+static size_t nbytes(mpt_dtype t, int64_t n) { return (size_t)n * mpt_dtype_size(t); }
+
+static void *dev_alloc(size_t bytes) {
+    void *p = gpu->alloc(gpu, bytes);
+    EXPECT(p != NULL, "cudaMalloc of %zu bytes failed", bytes);
+    return p;
+}
+
+static void *dev_put(const void *host, size_t bytes) {
+    void *p = dev_alloc(bytes);
+    gpu->from_host(gpu, p, host, bytes);
+    return p;
+}
+
+static void dev_get(void *host, const void *dev, size_t bytes) { gpu->to_host(gpu, host, dev, bytes); }
+
+static void dev_free(void *p) { gpu->free(gpu, p); }
+
+static void *host_dup(const void *src, size_t bytes) {
+    void *p = xmalloc(bytes);
+    memcpy(p, src, bytes);
+    return p;
+}
+
+static void reserve(mpt_backend *be, size_t bytes) {
+    EXPECT(mpt_backend_reserve_workspace(be, bytes) == MPT_OK, "%s: cannot reserve %zu bytes of workspace: %s",
+           be->name, bytes, mpt_last_error());
+}
+
+/* n values of dtype t, uniform in [lo, hi) before rounding to t. */
+static void *fill(tests_rng *r, mpt_dtype t, int64_t n, double lo, double hi) {
+    void *p = xmalloc(nbytes(t, n));
+    for (int64_t i = 0; i < n; i++) mpt_store_f32(p, t, i, (float)tests_uniform(r, lo, hi));
+    return p;
+}
+
+static double ld(const void *p, mpt_dtype t, int64_t i) { return mpt_load_f32(p, t, i); }
+
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* Element i of two buffers of dtype t holds the same value bit for bit, or NaN in both. */
+static int same_bits(const void *a, const void *b, mpt_dtype t, int64_t i) {
+    float x = mpt_load_f32(a, t, i), y = mpt_load_f32(b, t, i);
+    if (isnan(x) && isnan(y)) return 1;
+    if (t == MPT_DTYPE_F32) return bits(x) == bits(y);
+    return ((const uint16_t *)a)[i] == ((const uint16_t *)b)[i];
+}
+
+/* ---- bounds --------------------------------------------------------------------------------------------- */
+
+static mpt_dtype operand_dtype(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+static double u_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : 0.0; }
+static double eta_out(mpt_dtype t) { return t == MPT_DTYPE_F16 ? 0x1p-25 : t == MPT_DTYPE_BF16 ? 0x1p-134 : 0.0; }
+static double op_err(mpt_math m) { return m == MPT_MATH_TF32 ? 2 * 0x1p-10 + 0x1p-20 : 0.0; }
+static const mpt_math all_math[] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
+
+static int tf32_overridden(void) {
+    const char *e = getenv("NVIDIA_TF32_OVERRIDE");
+    return e != NULL && strcmp(e, "0") == 0;
+}
+
+/* ================================ GEMM ================================================================= */
+
+typedef struct gemm_case {
+    mpt_math math;
+    int ta, tb;
+    int64_t M, N, K;
+    mpt_dtype c_dtype, bias_dtype;
+    mpt_epilogue ep;
+    float alpha, beta;
+    int misalign; /* offset A, B and C by one element (exercises the alignment part of the plan key) */
+} gemm_case;
+
+static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
+    tests_rng r = {seed};
+    const mpt_dtype ab = operand_dtype(gc->math);
+    const int64_t M = gc->M, N = gc->N, K = gc->K, off = gc->misalign ? 1 : 0;
+    void *A = fill(&r, ab, M * K + off, -1, 1), *B = fill(&r, ab, K * N + off, -1, 1);
+    void *C0 = fill(&r, gc->c_dtype, M * N + off, -1, 1);
+    if (gc->beta == 0.0f) /* C must not be read when beta == 0: poison it */
+        for (int64_t i = 0; i < M * N + off; i++) mpt_store_f32(C0, gc->c_dtype, i, NAN);
+    void *bias = gc->ep != MPT_EPILOGUE_NONE ? fill(&r, gc->bias_dtype, N, -1, 1) : NULL;
+
+    mpt_gemm_args g = {.trans_a = gc->ta, .trans_b = gc->tb, .M = M, .N = N, .K = K, .a_dtype = ab, .b_dtype = ab,
+                       .c_dtype = gc->c_dtype, .bias_dtype = gc->bias_dtype, .alpha = gc->alpha, .beta = gc->beta,
+                       .math = gc->math, .epilogue = gc->ep, .tag = tag};
+    /* GPU */
+    char *dA = dev_put(A, nbytes(ab, M * K + off)), *dB = dev_put(B, nbytes(ab, K * N + off));
+    char *dC = dev_put(C0, nbytes(gc->c_dtype, M * N + off));
+    void *dbias = bias ? dev_put(bias, nbytes(gc->bias_dtype, N)) : NULL;
+    mpt_gemm_args gg = g;
+    gg.A = dA + nbytes(ab, off);
+    gg.B = dB + nbytes(ab, off);
+    gg.C = dC + nbytes(gc->c_dtype, off);
+    gg.bias = dbias;
+    reserve(gpu, gpu->gemm_workspace(gpu, &gg));
+    gpu->gemm(gpu, &gg);
+    void *Cg = xmalloc(nbytes(gc->c_dtype, M * N));
+    dev_get(Cg, gg.C, nbytes(gc->c_dtype, M * N));
+    /* CPU */
+    void *Cc = host_dup((char *)C0 + nbytes(gc->c_dtype, off), nbytes(gc->c_dtype, M * N));
+    mpt_gemm_args gcpu = g;
+    gcpu.A = (char *)A + nbytes(ab, off);
+    gcpu.B = (char *)B + nbytes(ab, off);
+    gcpu.C = Cc;
+    gcpu.bias = bias;
+    reserve(cpu, cpu->gemm_workspace(cpu, &gcpu));
+    cpu->gemm(cpu, &gcpu);
+
+    const double op = op_err(gc->math);
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double acc = 0, T = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double a = ld(gcpu.A, ab, gc->ta ? k * M + i : i * K + k);
+                double b = ld(gcpu.B, ab, gc->tb ? j * K + k : k * N + j);
+                acc += a * b;
+                T += fabs(a * b);
+            }
+            double cold = gc->beta != 0.0f ? ld((char *)C0 + nbytes(gc->c_dtype, off), gc->c_dtype, i * N + j) : 0.0;
+            double bv = bias ? ld(bias, gc->bias_dtype, j) : 0.0;
+            double ref = gc->alpha * acc + gc->beta * cold + bv;
+            if (gc->ep == MPT_EPILOGUE_RELU_BIAS) ref = ref > 0 ? ref : 0;
+            double e32 = 2.0 * (double)(K + 4) * U32 * (fabs(gc->alpha) * T * (1 + op) + fabs(gc->beta * cold) + fabs(bv)) +
+                         fabs(gc->alpha) * op * T;
+            double bound = e32 + u_out(gc->c_dtype) * (fabs(ref) + e32) + eta_out(gc->c_dtype);
+            double vg = ld(Cg, gc->c_dtype, i * N + j), vc = ld(Cc, gc->c_dtype, i * N + j);
+            EXPECT(fabs(vg - ref) <= bound,
+                   "gemm %s (math %s, ta %d tb %d, %lldx%lldx%lld, C %s, epilogue %d, beta %g): C[%lld,%lld] = %.9g, "
+                   "FP64 reference %.9g, bound %.3g",
+                   tag, mpt_math_name(gc->math), gc->ta, gc->tb, (long long)M, (long long)N, (long long)K,
+                   mpt_dtype_name(gc->c_dtype), (int)gc->ep, (double)gc->beta, (long long)i, (long long)j, vg, ref,
+                   bound);
+            EXPECT(fabs(vg - vc) <= 2 * bound, "gemm %s: C[%lld,%lld] GPU %.9g vs CPU %.9g, bound %.3g", tag,
+                   (long long)i, (long long)j, vg, vc, 2 * bound);
+        }
+    dev_free(dA);
+    dev_free(dB);
+    dev_free(dC);
+    if (dbias) dev_free(dbias);
+    free(A);
+    free(B);
+    free(C0);
+    free(bias);
+    free(Cg);
+    free(Cc);
+}
+
+START_TEST(test_gemm_all_modes) {
+    static const int64_t shapes[][3] = {{37, 23, 129}, {128, 96, 256}, {5, 300, 17}};
+    static const int trans[][2] = {{0, 0}, {0, 1}, {1, 0}};
+    uint64_t seed = 1000;
+    for (size_t mi = 0; mi < 4; mi++) {
+        mpt_math m = all_math[mi];
+        mpt_dtype ab = operand_dtype(m);
+        mpt_dtype outs[2] = {MPT_DTYPE_F32, ab};
+        int n_out = ab == MPT_DTYPE_F32 ? 1 : 2;
+        for (size_t si = 0; si < 3; si++)
+            for (size_t ti = 0; ti < 3; ti++)
+                for (int oi = 0; oi < n_out; oi++)
+                    for (int e = 0; e < 4; e++) {
+                        gemm_case gc = {.math = m, .ta = trans[ti][0], .tb = trans[ti][1], .M = shapes[si][0],
+                                        .N = shapes[si][1], .K = shapes[si][2], .c_dtype = outs[oi],
+                                        .bias_dtype = outs[oi], .alpha = 1.0f, .beta = 0.0f};
+                        if (e == 1) gc.beta = 1.0f; /* accumulate (weight gradients: dW += ...) */
+                        if (e == 2) gc.ep = MPT_EPILOGUE_BIAS;
+                        if (e == 3) {
+                            gc.ep = MPT_EPILOGUE_RELU_BIAS;
+                            gc.alpha = 0.75f;
+                            gc.beta = 0.5f;
+                        }
+                        char tag[48];
+                        snprintf(tag, sizeof tag, "all.%s.%zu%zu%d%d", mpt_math_name(m), si, ti, oi, e);
+                        run_gemm_case(&gc, seed++, tag);
+                    }
+    }
+}
+END_TEST
+
+/* Configurations without a direct cuBLASLt path (bias dtype != C dtype, 16-bit C with FP32 operands), an
+ * empty K, and pointers aligned to one element only. */
+START_TEST(test_gemm_two_step_and_alignment) {
+    gemm_case c1 = {.math = MPT_MATH_F16, .M = 64, .N = 40, .K = 72, .c_dtype = MPT_DTYPE_F16,
+                    .bias_dtype = MPT_DTYPE_F32, .ep = MPT_EPILOGUE_RELU_BIAS, .alpha = 1.0f, .beta = 0.0f};
+    run_gemm_case(&c1, 77, "two_step.f16_bias_f32");
+    gemm_case c2 = {.math = MPT_MATH_FP32, .tb = 1, .M = 33, .N = 65, .K = 100, .c_dtype = MPT_DTYPE_BF16,
+                    .bias_dtype = MPT_DTYPE_BF16, .ep = MPT_EPILOGUE_BIAS, .alpha = 1.0f, .beta = 1.0f};
+    run_gemm_case(&c2, 78, "two_step.fp32_c_bf16");
+    gemm_case c3 = {.math = MPT_MATH_BF16, .ta = 1, .M = 50, .N = 31, .K = 0, .c_dtype = MPT_DTYPE_F32,
+                    .bias_dtype = MPT_DTYPE_F32, .ep = MPT_EPILOGUE_BIAS, .alpha = 1.0f, .beta = 0.5f};
+    run_gemm_case(&c3, 79, "empty_k");
+    for (size_t mi = 0; mi < 4; mi++) {
+        gemm_case c4 = {.math = all_math[mi], .M = 61, .N = 47, .K = 95, .c_dtype = operand_dtype(all_math[mi]),
+                        .bias_dtype = operand_dtype(all_math[mi]), .ep = MPT_EPILOGUE_BIAS, .alpha = 1.0f,
+                        .beta = 0.0f, .misalign = 1};
+        run_gemm_case(&c4, 80 + mi, "misaligned");
+    }
+    int found = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "two_step.f16_bias_f32") == 0 || strcmp(rec.tag, "two_step.fp32_c_bf16") == 0) {
+            EXPECT(strcmp(rec.path, "cublasLt D=F32 + epilogue kernel") == 0, "%s ran as '%s'", rec.tag, rec.path);
+            EXPECT(strcmp(rec.d_type, "CUDA_R_32F") == 0, "%s: D is %s", rec.tag, rec.d_type);
+            found++;
+        }
+    }
+    EXPECT(found == 2, "expected the two two-step records, found %d", found);
+}
+END_TEST
+
+/* Tensor Core proof (see the header comment) and the records of what ran. */
+START_TEST(test_gemm_tf32_proof_and_records) {
+    const int64_t M = 64, N = 64, K = 512;
+    float *A = xmalloc((size_t)(M * K) * sizeof(float)), *B = xmalloc((size_t)(K * N) * sizeof(float));
+    for (int64_t i = 0; i < M * K; i++) A[i] = 1.0f + 0x1p-12f;
+    for (int64_t i = 0; i < K * N; i++) B[i] = 1.0f;
+    float *dA = dev_put(A, (size_t)(M * K) * 4), *dB = dev_put(B, (size_t)(K * N) * 4);
+    float *dC = dev_alloc((size_t)(M * N) * 4);
+    float *C = xmalloc((size_t)(M * N) * sizeof(float));
+    mpt_gemm_args g = {.M = M, .N = N, .K = K, .A = dA, .a_dtype = MPT_DTYPE_F32, .B = dB, .b_dtype = MPT_DTYPE_F32,
+                       .C = dC, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = 0.0f, .math = MPT_MATH_FP32,
+                       .tag = "proof.fp32"};
+    reserve(gpu, gpu->gemm_workspace(gpu, &g));
+    gpu->gemm(gpu, &g);
+    dev_get(C, dC, (size_t)(M * N) * 4);
+    for (int64_t i = 0; i < M * N; i++)
+        EXPECT(C[i] == 512.125f, "fp32 math: C[%lld] = %.9g, expected exactly 512.125 (TF32 would give 512)",
+               (long long)i, (double)C[i]);
+    g.math = MPT_MATH_TF32;
+    g.tag = "proof.tf32";
+    reserve(gpu, gpu->gemm_workspace(gpu, &g));
+    gpu->gemm(gpu, &g);
+    dev_get(C, dC, (size_t)(M * N) * 4);
+    if (tf32_overridden()) {
+        fprintf(stderr, "test_cuda: NVIDIA_TF32_OVERRIDE=0 is set: TF32 cannot run; TF32 proof skipped\n");
+    } else {
+        for (int64_t i = 0; i < M * N; i++)
+            EXPECT(C[i] == 512.0f, "tf32 math: C[%lld] = %.9g, expected exactly 512 (operands rounded to TF32)",
+                   (long long)i, (double)C[i]);
+        /* random full-mantissa operands: the two modes must give different results */
+        tests_rng r = {4242};
+        for (int64_t i = 0; i < M * K; i++) A[i] = (float)tests_uniform(&r, -1, 1);
+        for (int64_t i = 0; i < K * N; i++) B[i] = (float)tests_uniform(&r, -1, 1);
+        gpu->from_host(gpu, dA, A, (size_t)(M * K) * 4);
+        gpu->from_host(gpu, dB, B, (size_t)(K * N) * 4);
+        float *C32 = xmalloc((size_t)(M * N) * sizeof(float));
+        g.math = MPT_MATH_FP32;
+        gpu->gemm(gpu, &g);
+        dev_get(C32, dC, (size_t)(M * N) * 4);
+        g.math = MPT_MATH_TF32;
+        gpu->gemm(gpu, &g);
+        dev_get(C, dC, (size_t)(M * N) * 4);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < M * N; i++) differ += C[i] != C32[i];
+        EXPECT(differ > M * N / 2, "tf32 and fp32 math agree on %lld of %lld random full-mantissa elements",
+               (long long)(M * N - differ), (long long)(M * N));
+        free(C32);
+    }
+    /* records: what ran, per mode */
+    static const struct {
+        mpt_math math;
+        mpt_dtype c;
+        const char *compute, *ab, *d;
+    } want[] = {
+        {MPT_MATH_FP32, MPT_DTYPE_F32, "CUBLAS_COMPUTE_32F", "CUDA_R_32F", "CUDA_R_32F"},
+        {MPT_MATH_TF32, MPT_DTYPE_F32, "CUBLAS_COMPUTE_32F_FAST_TF32", "CUDA_R_32F", "CUDA_R_32F"},
+        {MPT_MATH_F16, MPT_DTYPE_F16, "CUBLAS_COMPUTE_32F", "CUDA_R_16F", "CUDA_R_16F"},
+        {MPT_MATH_F16, MPT_DTYPE_F32, "CUBLAS_COMPUTE_32F", "CUDA_R_16F", "CUDA_R_32F"},
+        {MPT_MATH_BF16, MPT_DTYPE_BF16, "CUBLAS_COMPUTE_32F", "CUDA_R_16BF", "CUDA_R_16BF"},
+        {MPT_MATH_BF16, MPT_DTYPE_F32, "CUBLAS_COMPUTE_32F", "CUDA_R_16BF", "CUDA_R_32F"},
+    };
+    for (size_t w = 0; w < sizeof want / sizeof *want; w++) {
+        char tag[48];
+        snprintf(tag, sizeof tag, "record.%zu", w);
+        gemm_case gc = {.math = want[w].math, .M = 48, .N = 24, .K = 40, .c_dtype = want[w].c,
+                        .bias_dtype = want[w].c, .ep = MPT_EPILOGUE_RELU_BIAS, .alpha = 1.0f};
+        run_gemm_case(&gc, 500 + w, tag);
+        int seen = 0;
+        for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+            mpt_cuda_gemm_record rec;
+            mpt_cuda_gemm_record_get(gpu, i, &rec);
+            if (strcmp(rec.tag, tag) != 0) continue;
+            seen = 1;
+            EXPECT(strcmp(rec.compute_type, want[w].compute) == 0, "%s: compute type %s, expected %s", tag,
+                   rec.compute_type, want[w].compute);
+            EXPECT(strcmp(rec.a_type, want[w].ab) == 0 && strcmp(rec.b_type, want[w].ab) == 0,
+                   "%s: A/B %s/%s, expected %s", tag, rec.a_type, rec.b_type, want[w].ab);
+            EXPECT(strcmp(rec.d_type, want[w].d) == 0, "%s: D %s, expected %s", tag, rec.d_type, want[w].d);
+            EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_RELU_BIAS") == 0 && strcmp(rec.bias_type, want[w].d) == 0,
+                   "%s: epilogue %s bias %s", tag, rec.epilogue, rec.bias_type);
+            EXPECT(strcmp(rec.path, "cublasLt") == 0 && rec.calls == 1, "%s: path %s, %lld calls", tag, rec.path,
+                   (long long)rec.calls);
+        }
+        EXPECT(seen, "no GEMM record for %s", tag);
+    }
+    dev_free(dA);
+    dev_free(dB);
+    dev_free(dC);
+    free(A);
+    free(B);
+    free(C);
+}
+END_TEST
+
+/* ================================ convolution ========================================================== */
+
+static int64_t xi(const mpt_conv_shape *s, int n, int c, int h, int w) {
+    return (((int64_t)n * s->C + c) * s->H + h) * s->W + w;
+}
+static int64_t wi(const mpt_conv_shape *s, int k, int c, int r, int q) {
+    return (((int64_t)k * s->C + c) * s->R + r) * s->S + q;
+}
+static int64_t yi(const mpt_conv_shape *s, int n, int k, int p, int q) {
+    return (((int64_t)n * s->K + k) * s->P + p) * s->Q + q;
+}
+
+static mpt_conv_shape conv_shape(int N, int C, int H, int W, int K, int R, int pad, int stride) {
+    mpt_conv_shape s = {.N = N, .C = C, .H = H, .W = W, .K = K, .R = R, .S = R, .pad_h = pad, .pad_w = pad,
+                        .stride_h = stride, .stride_w = stride};
+    s.P = (H + 2 * pad - R) / stride + 1;
+    s.Q = (W + 2 * pad - R) / stride + 1;
+    return s;
+}
+
+/* Checks out (dtype t) against ref within bound on both backends' results. */
+static void conv_expect(const char *what, const char *tag, const void *g, const void *c, mpt_dtype t, int64_t i,
+                        double ref, double e32) {
+    double bound = e32 + u_out(t) * (fabs(ref) + e32) + eta_out(t);
+    double vg = ld(g, t, i), vc = ld(c, t, i);
+    EXPECT(fabs(vg - ref) <= bound, "conv %s %s[%lld] = %.9g, FP64 reference %.9g, bound %.3g", tag, what,
+           (long long)i, vg, ref, bound);
+    EXPECT(fabs(vg - vc) <= 2 * bound, "conv %s %s[%lld]: GPU %.9g vs CPU %.9g, bound %.3g", tag, what, (long long)i,
+           vg, vc, 2 * bound);
+}
+
+static void run_conv_case(mpt_math math, mpt_conv_shape s, int with_bias, uint64_t seed, const char *tag) {
+    tests_rng r = {seed};
+    const mpt_dtype t = operand_dtype(math);
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, nw = (int64_t)s.K * s.C * s.R * s.S;
+    const int64_t ny = (int64_t)s.N * s.K * s.P * s.Q;
+    void *x = fill(&r, t, nx, -1, 1), *w = fill(&r, t, nw, -1, 1), *dy = fill(&r, t, ny, -1, 1);
+    void *bias = with_bias ? fill(&r, t, s.K, -1, 1) : NULL;
+    void *dx0 = fill(&r, t, nx, -1, 1);
+    float *dw0 = fill(&r, MPT_DTYPE_F32, nw, -1, 1), *db0 = fill(&r, MPT_DTYPE_F32, s.K, -1, 1);
+    mpt_conv_args a = {.s = s, .math = math, .dtype = t, .tag = tag};
+
+    /* GPU */
+    mpt_conv_args ag = a;
+    ag.x = dev_put(x, nbytes(t, nx));
+    ag.w = dev_put(w, nbytes(t, nw));
+    ag.bias = bias ? dev_put(bias, nbytes(t, s.K)) : NULL;
+    ag.y = dev_alloc(nbytes(t, ny));
+    ag.dy = dev_put(dy, nbytes(t, ny));
+    ag.dx = dev_put(dx0, nbytes(t, nx));
+    ag.dw = dev_put(dw0, (size_t)nw * 4);
+    ag.db = dev_put(db0, (size_t)s.K * 4);
+    reserve(gpu, gpu->conv2d_workspace(gpu, &ag));
+    gpu->conv2d_forward(gpu, &ag);
+    gpu->conv2d_backward_data(gpu, &ag);
+    gpu->conv2d_backward_filter(gpu, &ag);
+    void *yg = xmalloc(nbytes(t, ny)), *dxg = xmalloc(nbytes(t, nx));
+    float *dwg = xmalloc((size_t)nw * 4), *dbg = xmalloc((size_t)s.K * 4);
+    dev_get(yg, ag.y, nbytes(t, ny));
+    dev_get(dxg, ag.dx, nbytes(t, nx));
+    dev_get(dwg, ag.dw, (size_t)nw * 4);
+    dev_get(dbg, ag.db, (size_t)s.K * 4);
+    /* CPU */
+    mpt_conv_args ac = a;
+    void *yc = xmalloc(nbytes(t, ny)), *dxc = host_dup(dx0, nbytes(t, nx));
+    float *dwc = host_dup(dw0, (size_t)nw * 4), *dbc = host_dup(db0, (size_t)s.K * 4);
+    ac.x = x;
+    ac.w = w;
+    ac.bias = bias;
+    ac.y = yc;
+    ac.dy = dy;
+    ac.dx = dxc;
+    ac.dw = dwc;
+    ac.db = dbc;
+    reserve(cpu, cpu->conv2d_workspace(cpu, &ac));
+    cpu->conv2d_forward(cpu, &ac);
+    cpu->conv2d_backward_data(cpu, &ac);
+    cpu->conv2d_backward_filter(cpu, &ac);
+
+    const double op = op_err(math);
+    /* the backward-filter pass of fp16/bf16 runs on exact FP32 copies (conv.cu): no operand rounding there */
+    for (int n = 0; n < s.N; n++)
+        for (int k = 0; k < s.K; k++)
+            for (int p = 0; p < s.P; p++)
+                for (int q = 0; q < s.Q; q++) {
+                    double acc = 0, T = 0;
+                    for (int c = 0; c < s.C; c++)
+                        for (int rr = 0; rr < s.R; rr++)
+                            for (int ss = 0; ss < s.S; ss++) {
+                                int h = p * s.stride_h - s.pad_h + rr, ww = q * s.stride_w - s.pad_w + ss;
+                                if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                                double v = ld(x, t, xi(&s, n, c, h, ww)) * ld(w, t, wi(&s, k, c, rr, ss));
+                                acc += v;
+                                T += fabs(v);
+                            }
+                    double bv = bias ? ld(bias, t, k) : 0.0;
+                    double e32 = 2.0 * (s.C * s.R * s.S + 4) * U32 * (T * (1 + op) + fabs(bv)) + op * T;
+                    conv_expect("y", tag, yg, yc, t, yi(&s, n, k, p, q), acc + bv, e32);
+                }
+    for (int n = 0; n < s.N; n++)
+        for (int c = 0; c < s.C; c++)
+            for (int h = 0; h < s.H; h++)
+                for (int ww = 0; ww < s.W; ww++) {
+                    double acc = 0, T = 0;
+                    for (int k = 0; k < s.K; k++)
+                        for (int rr = 0; rr < s.R; rr++)
+                            for (int ss = 0; ss < s.S; ss++) {
+                                int ph = h + s.pad_h - rr, qw = ww + s.pad_w - ss;
+                                if (ph < 0 || qw < 0 || ph % s.stride_h || qw % s.stride_w) continue;
+                                int p = ph / s.stride_h, q = qw / s.stride_w;
+                                if (p >= s.P || q >= s.Q) continue;
+                                double v = ld(dy, t, yi(&s, n, k, p, q)) * ld(w, t, wi(&s, k, c, rr, ss));
+                                acc += v;
+                                T += fabs(v);
+                            }
+                    double old = ld(dx0, t, xi(&s, n, c, h, ww));
+                    double e32 = 2.0 * (s.K * s.R * s.S + 4) * U32 * (T * (1 + op) + fabs(old)) + op * T;
+                    conv_expect("dx", tag, dxg, dxc, t, xi(&s, n, c, h, ww), old + acc, e32);
+                }
+    const double op_w = t == MPT_DTYPE_F32 ? op : 0.0;
+    for (int k = 0; k < s.K; k++)
+        for (int c = 0; c < s.C; c++)
+            for (int rr = 0; rr < s.R; rr++)
+                for (int ss = 0; ss < s.S; ss++) {
+                    double acc = 0, T = 0;
+                    for (int n = 0; n < s.N; n++)
+                        for (int p = 0; p < s.P; p++)
+                            for (int q = 0; q < s.Q; q++) {
+                                int h = p * s.stride_h - s.pad_h + rr, ww = q * s.stride_w - s.pad_w + ss;
+                                if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                                double v = ld(dy, t, yi(&s, n, k, p, q)) * ld(x, t, xi(&s, n, c, h, ww));
+                                acc += v;
+                                T += fabs(v);
+                            }
+                    int64_t i = wi(&s, k, c, rr, ss);
+                    double old = dw0[i];
+                    double e32 = 2.0 * (s.N * s.P * s.Q + 4) * U32 * (T * (1 + op_w) + fabs(old)) + op_w * T;
+                    conv_expect("dw", tag, dwg, dwc, MPT_DTYPE_F32, i, old + acc, e32);
+                }
+    for (int k = 0; k < s.K; k++) {
+        double acc = 0, T = 0;
+        for (int n = 0; n < s.N; n++)
+            for (int j = 0; j < s.P * s.Q; j++) {
+                double v = ld(dy, t, ((int64_t)n * s.K + k) * s.P * s.Q + j);
+                acc += v;
+                T += fabs(v);
+            }
+        double e32 = 2.0 * (s.N * s.P * s.Q + 4) * U32 * (T + fabs(db0[k]));
+        conv_expect("db", tag, dbg, dbc, MPT_DTYPE_F32, k, db0[k] + acc, e32);
+    }
+    dev_free((void *)ag.x);
+    dev_free((void *)ag.w);
+    if (ag.bias) dev_free((void *)ag.bias);
+    dev_free(ag.y);
+    dev_free((void *)ag.dy);
+    dev_free(ag.dx);
+    dev_free(ag.dw);
+    dev_free(ag.db);
+    free(x);
+    free(w);
+    free(dy);
+    free(bias);
+    free(dx0);
+    free(dw0);
+    free(db0);
+    free(yg);
+    free(dxg);
+    free(dwg);
+    free(dbg);
+    free(yc);
+    free(dxc);
+    free(dwc);
+    free(dbc);
+}
+
+START_TEST(test_conv_all_modes) {
+    const mpt_conv_shape shapes[] = {conv_shape(4, 3, 12, 12, 8, 3, 1, 1), conv_shape(2, 6, 11, 11, 5, 5, 0, 2),
+                                     conv_shape(8, 1, 28, 28, 6, 5, 2, 1), conv_shape(3, 16, 7, 7, 12, 1, 0, 1)};
+    uint64_t seed = 2000;
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int b = 0; b < 2; b++) {
+                char tag[48];
+                snprintf(tag, sizeof tag, "conv.%s.%zu%d", mpt_math_name(all_math[mi]), si, b);
+                run_conv_case(all_math[mi], shapes[si], b, seed++, tag);
+            }
+}
+END_TEST
+
+/* fp32 convolution must not use TF32; tf32 convolution rounds its operands when cuDNN ran a Tensor Core
+ * algorithm (the record says which). x = 1 + 2^-12, w = 1, no padding: every y = C*R*S*(1 + 2^-12) exactly in
+ * FP32 arithmetic, C*R*S with TF32 operands. */
+START_TEST(test_conv_tf32_proof) {
+    const mpt_conv_shape s = conv_shape(2, 3, 8, 8, 4, 3, 0, 1);
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, nw = (int64_t)s.K * s.C * s.R * s.S;
+    const int64_t ny = (int64_t)s.N * s.K * s.P * s.Q;
+    float *x = xmalloc((size_t)nx * 4), *w = xmalloc((size_t)nw * 4), *y = xmalloc((size_t)ny * 4);
+    for (int64_t i = 0; i < nx; i++) x[i] = 1.0f + 0x1p-12f;
+    for (int64_t i = 0; i < nw; i++) w[i] = 1.0f;
+    const float exact = 27.0f * (1.0f + 0x1p-12f);
+    mpt_conv_args a = {.s = s, .math = MPT_MATH_FP32, .dtype = MPT_DTYPE_F32, .tag = "proof.conv.fp32"};
+    a.x = dev_put(x, (size_t)nx * 4);
+    a.w = dev_put(w, (size_t)nw * 4);
+    a.y = dev_alloc((size_t)ny * 4);
+    reserve(gpu, gpu->conv2d_workspace(gpu, &a));
+    gpu->conv2d_forward(gpu, &a);
+    dev_get(y, a.y, (size_t)ny * 4);
+    for (int64_t i = 0; i < ny; i++)
+        EXPECT(y[i] == exact, "fp32 conv: y[%lld] = %.9g, expected exactly %.9g (no TF32)", (long long)i, (double)y[i],
+               (double)exact);
+    a.math = MPT_MATH_TF32;
+    a.tag = "proof.conv.tf32";
+    reserve(gpu, gpu->conv2d_workspace(gpu, &a));
+    gpu->conv2d_forward(gpu, &a);
+    dev_get(y, a.y, (size_t)ny * 4);
+    const char *math_type = "?";
+    for (int i = 0; i < mpt_cuda_conv_record_count(gpu); i++) {
+        mpt_cuda_conv_record rec;
+        mpt_cuda_conv_record_get(gpu, i, &rec);
+        if (strcmp(rec.tag, "proof.conv.tf32") == 0 && strcmp(rec.pass, "forward") == 0) math_type = rec.math_type;
+        if (strcmp(rec.tag, "proof.conv.fp32") == 0)
+            EXPECT(strcmp(rec.math_type, "CUDNN_FMA_MATH") == 0, "fp32 conv ran with %s", rec.math_type);
+    }
+    if (strcmp(math_type, "CUDNN_TENSOR_OP_MATH") == 0 && !tf32_overridden()) {
+        for (int64_t i = 0; i < ny; i++)
+            EXPECT(y[i] == 27.0f, "tf32 conv (Tensor Core algorithm): y[%lld] = %.9g, expected exactly 27", (long long)i,
+                   (double)y[i]);
+    } else {
+        fprintf(stderr, "test_cuda: tf32 conv forward ran with %s: TF32 rounding not checked\n", math_type);
+    }
+    dev_free((void *)a.x);
+    dev_free((void *)a.w);
+    dev_free(a.y);
+    free(x);
+    free(w);
+    free(y);
+}
+END_TEST
+
+/* ================================ element-wise ========================================================= */
+
+static const mpt_dtype float_dtypes[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+
+/* Expects n elements of two buffers of dtype t to be bit-identical (NaN: both NaN). */
+static void expect_same(const char *what, const void *g, const void *c, mpt_dtype t, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        EXPECT(same_bits(g, c, t, i), "%s (%s): element %lld GPU %.9g vs CPU %.9g", what, mpt_dtype_name(t),
+               (long long)i, ld(g, t, i), ld(c, t, i));
+}
+
+/* Values spanning the formats: random magnitudes 2^-30..2^20, F16 subnormals and overflow, and specials. */
+static float *special_values(tests_rng *r, int64_t n) {
+    static const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65504.0f, 65519.99f, 65520.0f,
+                                     1e-8f, -3e-7f, 5.96e-8f, 3.0e38f, 1.0f + 0x1p-11f, 1.0f + 0x1p-8f, 1e-40f};
+    float *v = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        double m = tests_uniform(r, 1, 2) * ldexp(1.0, tests_int(r, -30, 20));
+        v[i] = (float)(tests_int(r, 0, 1) ? m : -m);
+    }
+    for (size_t k = 0; k < sizeof specials / sizeof *specials && (int64_t)k < n; k++) v[k * 7 % n] = specials[k];
+    return v;
+}
+
+START_TEST(test_cast) {
+    const int64_t n = 4099;
+    tests_rng r = {31};
+    float *v = special_values(&r, n);
+    uint8_t *u8 = xmalloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) u8[i] = (uint8_t)tests_int(&r, 0, 255);
+    const mpt_dtype srcs[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16, MPT_DTYPE_U8};
+    for (size_t si = 0; si < 4; si++) {
+        mpt_dtype st = srcs[si];
+        void *src = xmalloc(nbytes(st, n));
+        if (st == MPT_DTYPE_U8) memcpy(src, u8, (size_t)n);
+        else
+            for (int64_t i = 0; i < n; i++) mpt_store_f32(src, st, i, v[i]);
+        void *dsrc = dev_put(src, nbytes(st, n));
+        for (size_t di = 0; di < 3; di++) {
+            mpt_dtype dt = float_dtypes[di];
+            void *ddst = dev_alloc(nbytes(dt, n));
+            gpu->cast(gpu, ddst, dt, dsrc, st, n);
+            void *g = xmalloc(nbytes(dt, n)), *c = xmalloc(nbytes(dt, n));
+            dev_get(g, ddst, nbytes(dt, n));
+            cpu->cast(cpu, c, dt, src, st, n);
+            char what[64];
+            snprintf(what, sizeof what, "cast from %s", mpt_dtype_name(st));
+            expect_same(what, g, c, dt, n);
+            dev_free(ddst);
+            free(g);
+            free(c);
+        }
+        dev_free(dsrc);
+        free(src);
+    }
+    free(v);
+    free(u8);
+}
+END_TEST
+
+START_TEST(test_relu) {
+    const int64_t n = 3001;
+    tests_rng r = {32};
+    for (size_t di = 0; di < 3; di++) {
+        mpt_dtype t = float_dtypes[di];
+        float *v = special_values(&r, n);
+        void *x = xmalloc(nbytes(t, n)), *dy = fill(&r, t, n, -2, 2), *dx0 = fill(&r, t, n, -2, 2);
+        for (int64_t i = 0; i < n; i++) mpt_store_f32(x, t, i, v[i]);
+        void *dxv = dev_put(x, nbytes(t, n)), *dyv = dev_alloc(nbytes(t, n));
+        void *ddy = dev_put(dy, nbytes(t, n)), *ddx = dev_put(dx0, nbytes(t, n));
+        gpu->relu_forward(gpu, dyv, dxv, t, n);
+        gpu->relu_backward(gpu, ddx, ddy, dyv, t, n);
+        void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
+        dev_get(yg, dyv, nbytes(t, n));
+        dev_get(dxg, ddx, nbytes(t, n));
+        void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
+        cpu->relu_forward(cpu, yc, x, t, n);
+        cpu->relu_backward(cpu, dxc, dy, yc, t, n);
+        expect_same("relu forward", yg, yc, t, n);
+        expect_same("relu backward", dxg, dxc, t, n);
+        dev_free(dxv);
+        dev_free(dyv);
+        dev_free(ddy);
+        dev_free(ddx);
+        free(v);
+        free(x);
+        free(dy);
+        free(dx0);
+        free(yg);
+        free(dxg);
+        free(yc);
+        free(dxc);
+    }
+}
+END_TEST
+
+START_TEST(test_maxpool) {
+    static const int cfg[][7] = {/* N C H W kernel stride pad */
+                                 {2, 3, 9, 7, 3, 2, 1}, {4, 6, 24, 24, 2, 2, 0}, {2, 2, 8, 8, 3, 1, 1}, {1, 3, 5, 6, 5, 3, 2}};
+    tests_rng r = {33};
+    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
+        for (size_t di = 0; di < 3; di++) {
+            mpt_dtype t = float_dtypes[di];
+            mpt_pool_args a = {.N = cfg[ci][0], .C = cfg[ci][1], .H = cfg[ci][2], .W = cfg[ci][3], .kernel = cfg[ci][4],
+                               .stride = cfg[ci][5], .pad = cfg[ci][6], .dtype = t};
+            a.P = (a.H + 2 * a.pad - a.kernel) / a.stride + 1;
+            a.Q = (a.W + 2 * a.pad - a.kernel) / a.stride + 1;
+            const int64_t nx = (int64_t)a.N * a.C * a.H * a.W, ny = (int64_t)a.N * a.C * a.P * a.Q;
+            void *x = xmalloc(nbytes(t, nx));
+            for (int64_t i = 0; i < nx; i++) mpt_store_f32(x, t, i, 0.25f * (float)tests_int(&r, -8, 8)); /* ties */
+            if (ci == 0) mpt_store_f32(x, t, 5, NAN);
+            void *dy = fill(&r, t, ny, -1, 1), *dx0 = fill(&r, t, nx, -1, 1);
+            mpt_pool_args g = a;
+            g.x = dev_put(x, nbytes(t, nx));
+            g.y = dev_alloc(nbytes(t, ny));
+            g.argmax = dev_alloc((size_t)ny * 4);
+            g.dy = dev_put(dy, nbytes(t, ny));
+            g.dx = dev_put(dx0, nbytes(t, nx));
+            gpu->maxpool_forward(gpu, &g);
+            gpu->maxpool_backward(gpu, &g);
+            void *yg = xmalloc(nbytes(t, ny)), *dxg = xmalloc(nbytes(t, nx));
+            int32_t *amg = xmalloc((size_t)ny * 4);
+            dev_get(yg, g.y, nbytes(t, ny));
+            dev_get(amg, g.argmax, (size_t)ny * 4);
+            dev_get(dxg, g.dx, nbytes(t, nx));
+            mpt_pool_args c = a;
+            c.x = x;
+            c.y = xmalloc(nbytes(t, ny));
+            c.argmax = xmalloc((size_t)ny * 4);
+            c.dy = dy;
+            c.dx = host_dup(dx0, nbytes(t, nx));
+            cpu->maxpool_forward(cpu, &c);
+            cpu->maxpool_backward(cpu, &c);
+            expect_same("maxpool forward", yg, c.y, t, ny);
+            for (int64_t i = 0; i < ny; i++)
+                EXPECT(amg[i] == c.argmax[i], "maxpool config %zu argmax[%lld]: GPU %d, CPU %d", ci, (long long)i,
+                       amg[i], c.argmax[i]);
+            expect_same("maxpool backward", dxg, c.dx, t, nx);
+            dev_free((void *)g.x);
+            dev_free(g.y);
+            dev_free(g.argmax);
+            dev_free((void *)g.dy);
+            dev_free(g.dx);
+            free(x);
+            free(dy);
+            free(dx0);
+            free(yg);
+            free(dxg);
+            free(amg);
+            free(c.y);
+            free(c.argmax);
+            free(c.dx);
+        }
+}
+END_TEST
+
+/* The device Philox generator reproduces the host one bit for bit (odd offsets and lengths included: Philox
+ * produces 4 numbers per counter, so an offset that is not a multiple of 4 starts inside a block). */
+START_TEST(test_rng_host_device_identical) {
+    static const struct {
+        uint64_t seed, offset;
+        size_t n;
+    } cases[] = {{12345, 0, 1000}, {0, 3, 1001}, {99, 1000001, 4096}, {1, 5, 1}, {0xdeadbeefcafef00dull, 7, 77777}};
+    mpt_rng *rng = mpt_rng_create();
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        size_t n = cases[k].n;
+        uint64_t seed = k == 1 ? mpt_rng_stream_seed(7, MPT_RNG_DROPOUT) : cases[k].seed;
+        float *h = xmalloc(n * 4), *d = xmalloc(n * 4);
+        mpt_rng_uniform(rng, h, n, seed, cases[k].offset);
+        float *dd = dev_alloc(n * 4);
+        mpt_cuda_rng_uniform(gpu, dd, n, seed, cases[k].offset);
+        dev_get(d, dd, n * 4);
+        for (size_t i = 0; i < n; i++)
+            EXPECT(bits(h[i]) == bits(d[i]), "Philox seed %llu offset %llu: u[%zu] host %.9g, device %.9g",
+                   (unsigned long long)seed, (unsigned long long)cases[k].offset, i, (double)h[i], (double)d[i]);
+        dev_free(dd);
+        free(h);
+        free(d);
+    }
+    mpt_rng_free(&rng);
+}
+END_TEST
+
+START_TEST(test_dropout) {
+    const int64_t n = 1001;
+    const float p = 0.3f;
+    tests_rng r = {34};
+    reserve(gpu, (size_t)n * 4);
+    reserve(cpu, (size_t)n * 4);
+    for (size_t di = 0; di < 3; di++) {
+        mpt_dtype t = float_dtypes[di];
+        const uint64_t seed = mpt_rng_stream_seed(42, MPT_RNG_DROPOUT), offset = 3 + 1000 * di;
+        void *x = fill(&r, t, n, -3, 3), *dy = fill(&r, t, n, -3, 3), *dx0 = fill(&r, t, n, -1, 1);
+        void *dxx = dev_put(x, nbytes(t, n)), *dyy = dev_alloc(nbytes(t, n)), *ddy = dev_put(dy, nbytes(t, n));
+        void *ddx = dev_put(dx0, nbytes(t, n));
+        uint8_t *dmask = dev_alloc((size_t)n);
+        gpu->dropout_forward(gpu, dyy, dxx, dmask, t, n, p, seed, offset);
+        gpu->dropout_backward(gpu, ddx, ddy, dmask, t, n, p);
+        void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
+        uint8_t *mg = xmalloc((size_t)n);
+        dev_get(yg, dyy, nbytes(t, n));
+        dev_get(dxg, ddx, nbytes(t, n));
+        dev_get(mg, dmask, (size_t)n);
+        void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
+        uint8_t *mc = xmalloc((size_t)n);
+        cpu->dropout_forward(cpu, yc, x, mc, t, n, p, seed, offset);
+        cpu->dropout_backward(cpu, dxc, dy, mc, t, n, p);
+        int64_t kept = 0;
+        for (int64_t i = 0; i < n; i++) {
+            EXPECT(mg[i] == mc[i], "dropout mask[%lld]: GPU %d, CPU %d", (long long)i, mg[i], mc[i]);
+            kept += mg[i];
+        }
+        /* Bernoulli(0.7) over 1001 draws: mean 700.7, sd 14.5; 8 sd either side */
+        EXPECT(kept > 584 && kept < 817, "dropout kept %lld of %lld with p = 0.3", (long long)kept, (long long)n);
+        expect_same("dropout forward", yg, yc, t, n);
+        expect_same("dropout backward", dxg, dxc, t, n);
+        dev_free(dxx);
+        dev_free(dyy);
+        dev_free(ddy);
+        dev_free(ddx);
+        dev_free(dmask);
+        free(x);
+        free(dy);
+        free(dx0);
+        free(yg);
+        free(dxg);
+        free(mg);
+        free(yc);
+        free(dxc);
+        free(mc);
+    }
+}
+END_TEST
+
+/* ---- softmax + cross-entropy ---------------------------------------------------------------------------- */
+
+/* FP64 reference of one row and the bound of the GPU's FP32 evaluation. expf/logf: at most 2 and 1 ulp (CUDA
+ * programming guide, mathematical functions); t = z - max is exact or within u32*|t|; so each exp term has a
+ * relative error <= (|t| + 4) u32, the sum (C - 1) u32 more, the division one more:
+ *   |p - p_ref| <= 2*(range + C + 6) u32 p_ref  (range = max |z - max|, factor 2 for second-order terms);
+ *   |loss_i - ref| <= 2*(range + C + 6) u32 + 4 u32 (|max| + |lse| + |z_label|)  (log of the sum, then two
+ *   FP32 subtractions/additions). */
+typedef struct xent_row_ref {
+    double loss, bound_loss, range;
+    int arg;
+} xent_row_ref;
+
+static xent_row_ref xent_row(const void *logits, mpt_dtype t, int64_t base, int C, int label, double *p_ref) {
+    xent_row_ref o = {0};
+    double m = ld(logits, t, base);
+    o.arg = 0;
+    for (int c = 1; c < C; c++)
+        if (ld(logits, t, base + c) > m) {
+            m = ld(logits, t, base + c);
+            o.arg = c;
+        }
+    double sum = 0;
+    for (int c = 0; c < C; c++) {
+        double z = ld(logits, t, base + c);
+        sum += exp(z - m);
+        if (fabs(z - m) > o.range) o.range = fabs(z - m);
+    }
+    for (int c = 0; c < C; c++) p_ref[c] = exp(ld(logits, t, base + c) - m) / sum;
+    double lse = m + log(sum);
+    if (label >= 0) {
+        double z = ld(logits, t, base + label);
+        o.loss = lse - z;
+        o.bound_loss = 2 * (o.range + C + 6) * U32 + 4 * U32 * (fabs(m) + fabs(lse) + fabs(z));
+    }
+    return o;
+}
+
+static void run_xent_case(mpt_dtype t, int N, int C, int ignore_every, uint64_t seed, int compare_cpu) {
+    tests_rng r = {seed};
+    void *logits = fill(&r, t, (int64_t)N * C, -8, 8);
+    int32_t *labels = xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) labels[i] = ignore_every && i % ignore_every == 0 ? -1 : tests_int(&r, 0, C - 1);
+    const int32_t correct0 = 5;
+    const float scale = 1024.0f;
+    void *dl0 = fill(&r, t, (int64_t)N * C, -1, 1);
+    /* GPU */
+    void *dlog = dev_put(logits, nbytes(t, (int64_t)N * C));
+    int32_t *dlab = dev_put(labels, (size_t)N * 4), *dcor = dev_put(&correct0, 4);
+    float *dprobs = dev_alloc((size_t)N * C * 4), *dloss = dev_alloc(4), *dscale = dev_put(&scale, 4);
+    void *ddl = dev_put(dl0, nbytes(t, (int64_t)N * C));
+    gpu->softmax_xent_forward(gpu, dloss, dprobs, dcor, dlog, t, dlab, N, C);
+    gpu->softmax_xent_backward(gpu, ddl, t, dprobs, dlab, N, C, dscale);
+    float lossg;
+    int32_t corg;
+    float *pg = xmalloc((size_t)N * C * 4);
+    void *dlg = xmalloc(nbytes(t, (int64_t)N * C));
+    dev_get(&lossg, dloss, 4);
+    dev_get(&corg, dcor, 4);
+    dev_get(pg, dprobs, (size_t)N * C * 4);
+    dev_get(dlg, ddl, nbytes(t, (int64_t)N * C));
+    /* FP64 reference */
+    double *pr = xmalloc((size_t)C * sizeof(double));
+    double loss_sum = 0, bound_sum = 0;
+    int valid = 0, correct = 0;
+    for (int i = 0; i < N; i++) {
+        xent_row_ref o = xent_row(logits, t, (int64_t)i * C, C, labels[i], pr);
+        for (int c = 0; c < C; c++) {
+            double b = 2 * (o.range + C + 6) * U32 * pr[c] + 0x1p-149;
+            double v = pg[(int64_t)i * C + c];
+            EXPECT(fabs(v - pr[c]) <= b, "softmax (%s) p[%d,%d] = %.9g, FP64 %.9g, bound %.3g", mpt_dtype_name(t), i,
+                   c, v, pr[c], b);
+        }
+        if (labels[i] >= 0) {
+            valid++;
+            correct += o.arg == labels[i];
+            loss_sum += o.loss;
+            bound_sum += o.bound_loss;
+        }
+    }
+    double loss_ref = valid ? loss_sum / valid : 0.0, loss_bound = valid ? bound_sum / valid + U32 * loss_ref : 0.0;
+    EXPECT(fabs(lossg - loss_ref) <= loss_bound, "cross-entropy (%s, %d valid rows): loss %.9g, FP64 %.9g, bound %.3g",
+           mpt_dtype_name(t), valid, (double)lossg, loss_ref, loss_bound);
+    if (valid == 0) EXPECT(lossg == 0.0f, "no valid row: loss %.9g, expected 0", (double)lossg);
+    EXPECT(corg == correct0 + correct, "n_correct %d, expected %d + %d", corg, correct0, correct);
+    /* backward from the GPU's probabilities: the contract's FP32 expression, rounded once (bit-identical) */
+    void *dlr = host_dup(dl0, nbytes(t, (int64_t)N * C));
+    const float fN = (float)valid;
+    for (int i = 0; i < N; i++) {
+        if (labels[i] < 0) continue;
+        for (int c = 0; c < C; c++) {
+            int64_t e = (int64_t)i * C + c;
+            float g = scale * (pg[e] - (c == labels[i] ? 1.0f : 0.0f)) / fN;
+            mpt_store_f32(dlr, t, e, mpt_load_f32(dlr, t, e) + g);
+        }
+    }
+    expect_same("softmax_xent backward vs the contract's expression", dlg, dlr, t, (int64_t)N * C);
+    if (compare_cpu) { /* all rows valid: the CPU backend as the oracle, fed the same probabilities */
+        float lossc;
+        int32_t corc = correct0;
+        float *pc = xmalloc((size_t)N * C * 4);
+        cpu->softmax_xent_forward(cpu, &lossc, pc, &corc, logits, t, labels, N, C);
+        EXPECT(fabs((double)lossc - lossg) <= 2 * loss_bound, "loss GPU %.9g vs CPU %.9g", (double)lossg, (double)lossc);
+        EXPECT(corc == corg, "n_correct GPU %d vs CPU %d", corg, corc);
+        void *dlc = host_dup(dl0, nbytes(t, (int64_t)N * C));
+        cpu->softmax_xent_backward(cpu, dlc, t, pg, labels, N, C, &scale);
+        expect_same("softmax_xent backward vs CPU", dlg, dlc, t, (int64_t)N * C);
+        free(pc);
+        free(dlc);
+    }
+    dev_free(dlog);
+    dev_free(dlab);
+    dev_free(dcor);
+    dev_free(dprobs);
+    dev_free(dloss);
+    dev_free(dscale);
+    dev_free(ddl);
+    free(logits);
+    free(labels);
+    free(dl0);
+    free(pg);
+    free(dlg);
+    free(pr);
+    free(dlr);
+}
+
+START_TEST(test_softmax_xent) {
+    for (size_t di = 0; di < 3; di++) {
+        run_xent_case(float_dtypes[di], 64, 10, 0, 40 + di, 1);
+        run_xent_case(float_dtypes[di], 37, 300, 0, 50 + di, 1); /* several warps per row */
+        run_xent_case(float_dtypes[di], 64, 10, 5, 60 + di, 0);  /* padding rows (label -1) ignored */
+        run_xent_case(float_dtypes[di], 8, 10, 1, 70 + di, 0);   /* every row ignored: loss 0 */
+    }
+}
+END_TEST
+
+START_TEST(test_bias_grad) {
+    static const int64_t shapes[][2] = {{300, 70}, {1, 33}, {128, 10}};
+    tests_rng r = {35};
+    for (size_t si = 0; si < 3; si++)
+        for (size_t di = 0; di < 3; di++) {
+            mpt_dtype t = float_dtypes[di];
+            const int64_t rows = shapes[si][0], cols = shapes[si][1];
+            void *dy = fill(&r, t, rows * cols, -1, 1);
+            float *db0 = fill(&r, MPT_DTYPE_F32, cols, -1, 1);
+            void *ddy = dev_put(dy, nbytes(t, rows * cols));
+            float *ddb = dev_put(db0, (size_t)cols * 4);
+            gpu->bias_grad(gpu, ddb, ddy, t, rows, cols);
+            float *dbg = xmalloc((size_t)cols * 4), *dbc = host_dup(db0, (size_t)cols * 4);
+            dev_get(dbg, ddb, (size_t)cols * 4);
+            cpu->bias_grad(cpu, dbc, dy, t, rows, cols);
+            for (int64_t c = 0; c < cols; c++) {
+                double acc = db0[c], T = fabs(db0[c]);
+                for (int64_t i = 0; i < rows; i++) {
+                    acc += ld(dy, t, i * cols + c);
+                    T += fabs(ld(dy, t, i * cols + c));
+                }
+                double bound = 2.0 * (rows + 2) * U32 * T;
+                EXPECT(fabs(dbg[c] - acc) <= bound, "bias_grad (%s, %lldx%lld) db[%lld] = %.9g, FP64 %.9g, bound %.3g",
+                       mpt_dtype_name(t), (long long)rows, (long long)cols, (long long)c, (double)dbg[c], acc, bound);
+                EXPECT(fabs(dbg[c] - dbc[c]) <= 2 * bound, "bias_grad db[%lld]: GPU %.9g vs CPU %.9g", (long long)c,
+                       (double)dbg[c], (double)dbc[c]);
+            }
+            dev_free(ddy);
+            dev_free(ddb);
+            free(dy);
+            free(db0);
+            free(dbg);
+            free(dbc);
+        }
+}
+END_TEST
+
+START_TEST(test_gather_batch) {
+    const int n_total = 40, B = 12;
+    const int64_t D = 784;
+    const float mean = 0.2860f, inv_std = 1.0f / 0.3530f;
+    tests_rng r = {36};
+    uint8_t *images = xmalloc((size_t)n_total * D), *image_labels = xmalloc((size_t)n_total);
+    for (int64_t i = 0; i < n_total * D; i++) images[i] = (uint8_t)tests_int(&r, 0, 255);
+    for (int i = 0; i < n_total; i++) image_labels[i] = (uint8_t)tests_int(&r, 0, 9);
+    int32_t idx[12];
+    for (int b = 0; b < B; b++) idx[b] = tests_int(&r, 0, n_total - 1);
+    uint8_t *dimg = dev_put(images, (size_t)n_total * D), *dil = dev_put(image_labels, (size_t)n_total);
+    for (int padded = 0; padded < 2; padded++) {
+        if (padded) idx[B - 1] = idx[3] = -1; /* padding rows of a last partial batch */
+        int32_t *didx = dev_put(idx, sizeof idx), *dlab = dev_alloc(sizeof idx);
+        for (size_t di = 0; di < 3; di++) {
+            mpt_dtype t = float_dtypes[di];
+            void *dx = dev_alloc(nbytes(t, B * D));
+            gpu->gather_batch(gpu, dx, t, dlab, dimg, dil, didx, B, D, mean, inv_std);
+            void *xg = xmalloc(nbytes(t, B * D)), *xr = xmalloc(nbytes(t, B * D));
+            int32_t lg[12];
+            dev_get(xg, dx, nbytes(t, B * D));
+            dev_get(lg, dlab, sizeof lg);
+            for (int b = 0; b < B; b++) {
+                for (int64_t d = 0; d < D; d++) {
+                    float v = idx[b] < 0 ? 0.0f : ((float)images[(int64_t)idx[b] * D + d] / 255.0f - mean) * inv_std;
+                    mpt_store_f32(xr, t, b * D + d, v);
+                }
+                int32_t want = idx[b] < 0 ? -1 : image_labels[idx[b]];
+                EXPECT(lg[b] == want, "gather_batch labels[%d] = %d, expected %d", b, lg[b], want);
+            }
+            expect_same("gather_batch vs the contract's FP32 expression", xg, xr, t, B * D);
+            if (!padded) {
+                void *xc = xmalloc(nbytes(t, B * D));
+                int32_t lc[12];
+                cpu->gather_batch(cpu, xc, t, lc, images, image_labels, idx, B, D, mean, inv_std);
+                expect_same("gather_batch vs CPU", xg, xc, t, B * D);
+                for (int b = 0; b < B; b++) EXPECT(lc[b] == lg[b], "labels[%d]: GPU %d, CPU %d", b, lg[b], lc[b]);
+                free(xc);
+            }
+            dev_free(dx);
+            free(xg);
+            free(xr);
+        }
+        dev_free(didx);
+        dev_free(dlab);
+    }
+    dev_free(dimg);
+    dev_free(dil);
+    free(images);
+    free(image_labels);
+}
+END_TEST
+
+/* ================================ mixed-precision update =============================================== */
+
+static mpt_scaler_state scaler_init(float scale) {
+    mpt_scaler_state s;
+    memset(&s, 0, sizeof s);
+    s.scale = scale;
+    s.inv_scale = 1.0f / scale;
+    s.grad_mul = 1.0f;
+    s.hysteresis_left = 1;
+    return s;
+}
+
+static void expect_float_bits(const char *what, const float *g, const float *c, int64_t n) {
+    expect_same(what, g, c, MPT_DTYPE_F32, n);
+}
+
+typedef struct optim_case {
+    const char *name;
+    mpt_optim_hparams h;
+} optim_case;
+
+/* Three steps of each optimizer on both backends from the same state: master, state and working copy
+ * bit-identical after every step; then a found_inf step that must change nothing. */
+START_TEST(test_optim_step_bit_identical) {
+    static const optim_case cases[] = {
+        {"sgd", {.kind = MPT_OPTIM_SGD, .lr = 0.05f}},
+        {"sgd+wd", {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .weight_decay = 1e-3f}},
+        {"sgd+momentum", {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
+        {"sgd+nesterov", {.kind = MPT_OPTIM_SGD, .lr = 0.02f, .momentum = 0.9f, .nesterov = 1, .weight_decay = 5e-4f}},
+        {"adam", {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f}},
+        {"adam+l2", {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
+        {"adamw", {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+    };
+    const int64_t n = 5003;
+    const mpt_dtype working[] = {MPT_DTYPE_F16, MPT_DTYPE_BF16, MPT_DTYPE_F32};
+    tests_rng r = {37};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t wi2 = 0; wi2 < 3; wi2++)
+            for (int clip = 0; clip < 2; clip++) {
+                const mpt_optim_hparams h = cases[ci].h;
+                const mpt_dtype wt = working[wi2];
+                const int has_working = wt != MPT_DTYPE_F32;
+                float *master = fill(&r, MPT_DTYPE_F32, n, -1, 1);
+                float *m = xmalloc((size_t)n * 4), *v = xmalloc((size_t)n * 4);
+                memset(m, 0, (size_t)n * 4);
+                memset(v, 0, (size_t)n * 4);
+                mpt_scaler_state st = scaler_init(1.0f);
+                st.grad_mul = clip ? 0.75f : 1.0f;
+                /* GPU state */
+                float *gmaster = dev_put(master, (size_t)n * 4), *gm = dev_put(m, (size_t)n * 4);
+                float *gv = dev_put(v, (size_t)n * 4), *ggrad = dev_alloc((size_t)n * 4);
+                void *gwork = has_working ? dev_alloc(nbytes(wt, n)) : NULL;
+                mpt_scaler_state *gst = dev_put(&st, sizeof st);
+                /* CPU state */
+                float *cmaster = host_dup(master, (size_t)n * 4), *cm = host_dup(m, (size_t)n * 4);
+                float *cv = host_dup(v, (size_t)n * 4);
+                void *cwork = has_working ? xmalloc(nbytes(wt, n)) : NULL;
+                mpt_scaler_state cst = st;
+                float *hm = xmalloc((size_t)n * 4), *hv = xmalloc((size_t)n * 4);
+                float *hmaster = xmalloc((size_t)n * 4);
+                void *hwork = has_working ? xmalloc(nbytes(wt, n)) : NULL;
+                for (int step = 0; step < 4; step++) {
+                    const int skip = step == 3;
+                    float *grad = fill(&r, MPT_DTYPE_F32, n, -2, 2);
+                    gpu->from_host(gpu, ggrad, grad, (size_t)n * 4);
+                    if (skip) {
+                        const float one = 1.0f;
+                        gpu->from_host(gpu, &gst->found_inf, &one, 4);
+                        cst.found_inf = 1.0f;
+                    }
+                    mpt_optim_args ag = {.h = h, .n = n, .master = gmaster, .grad = ggrad, .m = gm, .v = gv,
+                                         .working = gwork, .working_dtype = wt, .found_inf = &gst->found_inf,
+                                         .grad_mul = clip ? &gst->grad_mul : NULL, .step = &gst->steps_taken};
+                    mpt_optim_args ac = {.h = h, .n = n, .master = cmaster, .grad = grad, .m = cm, .v = cv,
+                                         .working = cwork, .working_dtype = wt, .found_inf = &cst.found_inf,
+                                         .grad_mul = clip ? &cst.grad_mul : NULL, .step = &cst.steps_taken};
+                    gpu->step_begin(gpu, gst);
+                    gpu->optim_step(gpu, &ag);
+                    cpu->step_begin(cpu, &cst);
+                    cpu->optim_step(cpu, &ac);
+                    mpt_scaler_state sg;
+                    dev_get(&sg, gst, sizeof sg);
+                    dev_get(hmaster, gmaster, (size_t)n * 4);
+                    dev_get(hm, gm, (size_t)n * 4);
+                    dev_get(hv, gv, (size_t)n * 4);
+                    if (has_working) dev_get(hwork, gwork, nbytes(wt, n));
+                    char what[96];
+                    snprintf(what, sizeof what, "%s step %d (working %s, clip %d): master", cases[ci].name, step,
+                             mpt_dtype_name(wt), clip);
+                    EXPECT(sg.steps_taken == cst.steps_taken && sg.steps_taken == (skip ? 3 : step + 1),
+                           "%s: steps_taken GPU %d CPU %d", what, sg.steps_taken, cst.steps_taken);
+                    expect_float_bits(what, hmaster, cmaster, n);
+                    expect_float_bits("exp_avg / momentum buffer", hm, cm, n);
+                    expect_float_bits("exp_avg_sq", hv, cv, n);
+                    if (has_working) expect_same("working copy", hwork, cwork, wt, n);
+                    free(grad);
+                }
+                dev_free(gmaster);
+                dev_free(gm);
+                dev_free(gv);
+                dev_free(ggrad);
+                if (gwork) dev_free(gwork);
+                dev_free(gst);
+                free(master);
+                free(m);
+                free(v);
+                free(cmaster);
+                free(cm);
+                free(cv);
+                free(cwork);
+                free(hm);
+                free(hv);
+                free(hmaster);
+                free(hwork);
+            }
+}
+END_TEST
+
+/* Unscale with injected non-finite values: found_inf set by NaN, by inf, and by a finite value that overflows
+ * when unscaled; values bit-identical to the CPU's; a clean buffer leaves found_inf alone. */
+START_TEST(test_unscale_found_inf) {
+    const int64_t n = 3001;
+    tests_rng r = {38};
+    for (int kind = 0; kind < 4; kind++) {
+        float *g = fill(&r, MPT_DTYPE_F32, n, -1000, 1000);
+        mpt_scaler_state st = scaler_init(1024.0f);
+        if (kind == 1) g[17] = NAN;
+        if (kind == 2) g[2000] = -INFINITY;
+        if (kind == 3) { /* inv_scale 2^20 (a scale below 1): 1e38 * 2^20 overflows to inf */
+            st.scale = 0x1p-20f;
+            st.inv_scale = 0x1p20f;
+            g[n - 1] = 1e38f;
+        }
+        float *dg = dev_put(g, (size_t)n * 4);
+        mpt_scaler_state *dst = dev_put(&st, sizeof st);
+        gpu->unscale_check(gpu, dg, n, dst);
+        float *gg = xmalloc((size_t)n * 4);
+        mpt_scaler_state sg;
+        dev_get(gg, dg, (size_t)n * 4);
+        dev_get(&sg, dst, sizeof sg);
+        float *gc = host_dup(g, (size_t)n * 4);
+        mpt_scaler_state sc = st;
+        cpu->unscale_check(cpu, gc, n, &sc);
+        EXPECT(sg.found_inf == (kind ? 1.0f : 0.0f), "unscale case %d: found_inf %g", kind, (double)sg.found_inf);
+        EXPECT(sc.found_inf == sg.found_inf, "unscale case %d: found_inf GPU %g, CPU %g", kind, (double)sg.found_inf,
+               (double)sc.found_inf);
+        expect_float_bits("unscaled gradient", gg, gc, n);
+        /* a second, clean buffer does not clear found_inf (it is reset by scaler_update only) */
+        float *clean = fill(&r, MPT_DTYPE_F32, n, -1, 1);
+        gpu->from_host(gpu, dg, clean, (size_t)n * 4);
+        gpu->unscale_check(gpu, dg, n, dst);
+        dev_get(&sg, dst, sizeof sg);
+        EXPECT(sg.found_inf == (kind ? 1.0f : 0.0f), "unscale case %d: found_inf %g after a clean buffer", kind,
+               (double)sg.found_inf);
+        dev_free(dg);
+        dev_free(dst);
+        free(g);
+        free(gg);
+        free(gc);
+        free(clean);
+    }
+}
+END_TEST
+
+/* Sum of squares (two calls accumulate) within one FP32 ulp of the CPU's and of the FP64 reference; the clip
+ * coefficient from a given sum bit-identical. */
+START_TEST(test_sum_squares_clip) {
+    const int64_t n1 = 100003, n2 = 777;
+    tests_rng r = {39};
+    float *g1 = fill(&r, MPT_DTYPE_F32, n1, -3, 3), *g2 = fill(&r, MPT_DTYPE_F32, n2, -3, 3);
+    mpt_scaler_state st = scaler_init(1.0f);
+    st.sumsq = 0.25f;
+    float *d1 = dev_put(g1, (size_t)n1 * 4), *d2 = dev_put(g2, (size_t)n2 * 4);
+    mpt_scaler_state *dst = dev_put(&st, sizeof st);
+    gpu->sum_squares(gpu, d1, n1, dst);
+    gpu->sum_squares(gpu, d2, n2, dst);
+    gpu->clip_coef(gpu, dst, 5.0f);
+    mpt_scaler_state sg, sc = st;
+    dev_get(&sg, dst, sizeof sg);
+    cpu->sum_squares(cpu, g1, n1, &sc);
+    cpu->sum_squares(cpu, g2, n2, &sc);
+    double ref1 = 0.25, ref2;
+    for (int64_t i = 0; i < n1; i++) ref1 += (double)g1[i] * g1[i];
+    ref1 = (float)ref1; /* the first call rounds to FP32 */
+    ref2 = ref1;
+    for (int64_t i = 0; i < n2; i++) ref2 += (double)g2[i] * g2[i];
+    float ulp = nextafterf(sc.sumsq, INFINITY) - sc.sumsq;
+    EXPECT(fabsf(sg.sumsq - sc.sumsq) <= ulp, "sumsq GPU %.9g vs CPU %.9g (1 ulp = %.3g)", (double)sg.sumsq,
+           (double)sc.sumsq, (double)ulp);
+    EXPECT(fabs(sg.sumsq - ref2) <= 2.0 * ulp, "sumsq GPU %.9g vs FP64 %.9g", (double)sg.sumsq, ref2);
+    mpt_scaler_state sc2 = sg; /* the CPU's clip coefficient from the GPU's sum */
+    cpu->clip_coef(cpu, &sc2, 5.0f);
+    EXPECT(bits(sc2.grad_mul) == bits(sg.grad_mul) && sg.grad_mul < 1.0f, "clip coefficient GPU %.9g vs CPU %.9g",
+           (double)sg.grad_mul, (double)sc2.grad_mul);
+    dev_free(d1);
+    dev_free(d2);
+    dev_free(dst);
+    free(g1);
+    free(g2);
+}
+END_TEST
+
+/* The loss-scale update over a sequence of clean and overflowing steps that grows to the ceiling, backs off
+ * with hysteresis, and hits the floor: the whole state bit-identical to the CPU's after every step. */
+START_TEST(test_scaler_update_bit_identical) {
+    const mpt_scaler_params p = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 3,
+                                 .hysteresis = 2, .min_scale = 1.0f, .max_scale = 64.0f};
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        mpt_scaler_state st = scaler_init(4.0f);
+        st.hysteresis_left = p.hysteresis;
+        mpt_scaler_state *dst = dev_put(&st, sizeof st);
+        mpt_scaler_state sc = st, sg;
+        for (int step = 0; step < 60; step++) {
+            /* clean for 20 steps (grows to the ceiling), then mostly overflowing (backs off to the floor) */
+            int overflow = step >= 20 && step % 7 != 0;
+            if (overflow) {
+                const float one = 1.0f;
+                gpu->from_host(gpu, &dst->found_inf, &one, 4);
+                sc.found_inf = 1.0f;
+            }
+            gpu->step_begin(gpu, dst);
+            gpu->scaler_update(gpu, dst, &p, dynamic);
+            cpu->step_begin(cpu, &sc);
+            cpu->scaler_update(cpu, &sc, &p, dynamic);
+            dev_get(&sg, dst, sizeof sg);
+            EXPECT(memcmp(&sg, &sc, sizeof sg) == 0,
+                   "scaler (dynamic %d) step %d: GPU scale %g tracker %d hyst %d taken %d skipped %d floor %d; CPU "
+                   "scale %g tracker %d hyst %d taken %d skipped %d floor %d",
+                   dynamic, step, (double)sg.scale, sg.growth_tracker, sg.hysteresis_left, sg.steps_taken,
+                   sg.steps_skipped, sg.floor_hits, (double)sc.scale, sc.growth_tracker, sc.hysteresis_left,
+                   sc.steps_taken, sc.steps_skipped, sc.floor_hits);
+        }
+        if (dynamic) EXPECT(sg.floor_hits > 0 && sg.scale == 1.0f, "the sequence should end at the floor");
+        dev_free(dst);
+    }
+}
+END_TEST
+
+static Suite *cuda_suite(void) {
+    Suite *s = suite_create("cuda");
+    TCase *tg = tcase_create("gemm");
+    tcase_set_timeout(tg, 300);
+    tcase_add_test(tg, test_gemm_all_modes);
+    tcase_add_test(tg, test_gemm_two_step_and_alignment);
+    tcase_add_test(tg, test_gemm_tf32_proof_and_records);
+    suite_add_tcase(s, tg);
+    TCase *tc = tcase_create("conv");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_conv_all_modes);
+    tcase_add_test(tc, test_conv_tf32_proof);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("elementwise");
+    tcase_set_timeout(te, 120);
+    tcase_add_test(te, test_cast);
+    tcase_add_test(te, test_relu);
+    tcase_add_test(te, test_maxpool);
+    tcase_add_test(te, test_rng_host_device_identical);
+    tcase_add_test(te, test_dropout);
+    tcase_add_test(te, test_softmax_xent);
+    tcase_add_test(te, test_bias_grad);
+    tcase_add_test(te, test_gather_batch);
+    suite_add_tcase(s, te);
+    TCase *to = tcase_create("update");
+    tcase_set_timeout(to, 120);
+    tcase_add_test(to, test_optim_step_bit_identical);
+    tcase_add_test(to, test_unscale_found_inf);
+    tcase_add_test(to, test_sum_squares_clip);
+    tcase_add_test(to, test_scaler_update_bit_identical);
+    suite_add_tcase(s, to);
+    return s;
+}
+
+int main(void) {
+    char why[512];
+    if (!mpt_cuda_available(why, sizeof why)) {
+        printf("test_cuda: skipped: %s\n", why);
+        return 77;
+    }
+    setenv("CK_FORK", "no", 1); /* CUDA does not survive fork(): run every test in this process */
+    gpu = mpt_backend_cuda_create();
+    if (!gpu) {
+        fprintf(stderr, "test_cuda: a GPU is available but the CUDA backend failed: %s\n", mpt_last_error());
+        return 1;
+    }
+    cpu = mpt_backend_cpu_create();
+    char info[512];
+    mpt_cuda_device_info(info, sizeof info);
+    printf("test_cuda: %s\n", info);
+    int rc = mpt_test_run(cuda_suite());
+    mpt_cuda_print_gemm_records(gpu, stdout);
+    mpt_cuda_print_conv_records(gpu, stdout);
+    mpt_backend_free(&gpu);
+    mpt_backend_free(&cpu);
+    return rc;
+}
