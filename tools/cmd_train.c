@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include "datasets/loader.h"
+#include "engine/amp/scaler.h"
+#include "engine/optim/optim.h"
 #include "engine/layers/layers.h"
 #include "models/models.h"
 #include "tools/cli.h"
@@ -314,8 +316,7 @@ static void print_header(const run *r) {
     const mpt_cli_opts *o = &r->o;
     char lr[64], ls[64];
     printf("%smodel %s, precision %s, optimizer %s, lr %s, batch %d, loss scale %s, seed %llu\n", r->label, o->model,
-           mpt_precision_name(o->precision), o->optimizer == MPT_OPTIM_SGD ? "sgd" : o->optimizer == MPT_OPTIM_ADAM ? "adam" : "adamw",
-           mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr), o->batch, mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls),
+           mpt_precision_name(o->precision), mpt_optim_kind_name(o->optimizer), mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr), o->batch, mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls),
            (unsigned long long)o->seed);
     printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch\n",
            r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb);
@@ -339,6 +340,8 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     int stopped = 0;
     mpt_train_stats st;
     mpt_trainer_stats(t, &st);
+    mpt_scaler_watch watch; /* warns once when the loss scale is stuck at its floor */
+    mpt_scaler_watch_init(&watch, 10);
     res->best_test_acc = r->rs.best_epoch > 0 ? r->rs.best_test_acc : NAN;
     res->best_epoch = r->rs.best_epoch;
     if (o->max_steps > 0 && t->iteration >= o->max_steps) stopped = 1; /* a resumed run that is already there */
@@ -369,6 +372,15 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                     loss_n++;
                 }
                 if (r->progress) progress_draw(r, e, b, &st);
+                if (o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC) {
+                    mpt_scaler_state ss;
+                    char msg[512];
+                    mpt_scaler_read(be, t->scaler, &ss);
+                    if (mpt_scaler_watch_check(&watch, &ss, &t->cfg.scaler, msg, sizeof msg)) {
+                        if (r->progress) printf("\r\033[K");
+                        printf("%swarning: %s\n", r->label, msg);
+                    }
+                }
             }
             if (o->save_every > 0 && it % o->save_every == 0) {
                 if (last) {

@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 
+#include "engine/optim/optim.h"
 #include "models/models.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
@@ -266,10 +267,7 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         return MPT_OK;
     case MPT_OPT_PRECISIONS: return parse_precisions(f, arg, o);
     case MPT_OPT_OPTIMIZER:
-        if (strcmp(arg, "sgd") == 0) o->optimizer = MPT_OPTIM_SGD;
-        else if (strcmp(arg, "adam") == 0) o->optimizer = MPT_OPTIM_ADAM;
-        else if (strcmp(arg, "adamw") == 0) o->optimizer = MPT_OPTIM_ADAMW;
-        else return bad_value(f, "one of sgd, adam, adamw", arg);
+        if (mpt_optim_kind_parse(arg, &o->optimizer) != 0) return bad_value(f, "one of sgd, adam, adamw", arg);
         return MPT_OK;
     case MPT_OPT_LR: return parse_double(f, arg, 0.0, 1, FLT_BIG, 0, "a number > 0", &o->lr);
     case MPT_OPT_MOMENTUM: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->momentum);
@@ -340,11 +338,10 @@ static void fmt_double(char *buf, size_t len, double v) {
 }
 
 const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size_t len) {
-    static const char *const optim_names[] = {"sgd", "adam", "adamw"};
     switch (id) {
     case MPT_OPT_MODEL: snprintf(buf, len, "%s", o->model); break;
     case MPT_OPT_PRECISION: snprintf(buf, len, "%s", mpt_precision_name(o->precision)); break;
-    case MPT_OPT_OPTIMIZER: snprintf(buf, len, "%s", optim_names[o->optimizer]); break;
+    case MPT_OPT_OPTIMIZER: snprintf(buf, len, "%s", mpt_optim_kind_name(o->optimizer)); break;
     case MPT_OPT_LR: fmt_double(buf, len, o->lr); break;
     case MPT_OPT_MOMENTUM: fmt_double(buf, len, o->momentum); break;
     case MPT_OPT_NESTEROV: snprintf(buf, len, "%s", o->nesterov ? "on" : "off"); break;

@@ -5,7 +5,8 @@
  * convergence.gp` in the same directory. Panels: training loss per logged step, test accuracy per epoch,
  * and the fp16 loss scale (log axis) when an fp16 run is part of the comparison. The terminal is pngcairo
  * when this gnuplot has it (antialiased), else the libgd png terminal. gnuplot runs with the output
- * directory as its working directory; its messages go to convergence.log.
+ * directory as its working directory; its messages go to convergence.log. Each precision keeps one colour
+ * (gnuplot line type 1 + its mpt_precision value) in every panel.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,23 +40,25 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
     fprintf(f, "set title 'training loss per step'\nset xlabel 'step'\nset ylabel 'cross-entropy'\nplot ");
     for (int i = 0; i < n; i++) {
         const char *name = mpt_precision_name(p[i]);
-        fprintf(f, "%s'%s/metrics.csv' using 'step':'loss' with lines lw 1.5 title '%s'", i ? ", \\\n     " : "", name,
-                name);
+        fprintf(f, "%s'%s/metrics.csv' using 'step':'loss' with lines lw 1.5 lt %d title '%s'",
+                i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
     }
     fprintf(f, "\nset title 'test accuracy per epoch'\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\n"
                "set xtics 1\nset key bottom right\nplot ");
     for (int i = 0; i < n; i++) {
         const char *name = mpt_precision_name(p[i]);
-        fprintf(f, "%s'%s/epochs.csv' using 'epoch':(100*column('test_acc')) with linespoints lw 1.5 pt 7 title '%s'",
-                i ? ", \\\n     " : "", name, name);
+        fprintf(f, "%s'%s/epochs.csv' using 'epoch':(100*column('test_acc')) with linespoints lw 1.5 lt %d pt 7 "
+                   "title '%s'",
+                i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
     }
     fprintf(f, "\nset xtics autofreq\n");
     if (has_fp16)
         fprintf(f, "set title 'fp16 dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
                    "set xlabel 'step'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\n"
                    "set key top right\n"
-                   "plot 'fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 title 'fp16'\n"
-                   "unset logscale y\n");
+                   "plot 'fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 lt %d title 'fp16'\n"
+                   "unset logscale y\n",
+                (int)MPT_PRECISION_FP16 + 1);
     fprintf(f, "unset multiplot\n");
     if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     return MPT_OK;

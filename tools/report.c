@@ -180,7 +180,9 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     fprintf(f, "\n`master` is the FP32 copy of the weights that only fp16/bf16 runs need (in fp32/tf32 the weights "
                "are their own masters); `weight` the weights the forward pass reads; `act` and `act_grad` the "
                "activations kept for backward and their gradients, which halve in fp16/bf16; `optim` the optimizer "
-               "state (FP32 in every mode); `data` the dataset, copied to the device once.\n\n");
+               "state (FP32 in every mode); `workspace` kernel scratch (on the CPU backend it includes the copies of "
+               "GEMM operands rounded to TF32/FP16/BF16 that emulate the Tensor Core input formats, which a GPU does "
+               "not need); `data` the dataset, copied to the device once.\n\n");
 
     fprintf(f, "## What each precision does\n\n");
     for (int i = 0; i < n; i++) fprintf(f, "- %s\n", precision_explained(rows[i].precision));

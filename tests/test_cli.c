@@ -1,0 +1,717 @@
+/*
+ * tests/test_cli.c - the mptrain command, run as a user runs it: the built binary ($MPT_BUILD_ROOT/tools/mptrain)
+ * through fork/exec, its exit status and its output captured.
+ *
+ *  - flags: unknown flags, malformed and out-of-range numbers, bad names, missing values and stray
+ *    arguments are rejected with exit status 2 and a message that names the flag; --help works everywhere;
+ *  - train on a synthetic dataset (datasets/synthetic.h, written as IDX files into a temporary directory, so
+ *    this runs without Fashion-MNIST): every output exists; metrics.csv and epochs.csv have the rows the
+ *    step count implies; summary.json parses (jansson) with the documented keys; the checkpoint loads
+ *    (engine/checkpoint.h) with FP32 masters of the model's shapes; and the reported test accuracy and loss
+ *    agree with an independent FP64 forward pass of the MLP, written here, on the checkpoint's weights;
+ *  - eval on that checkpoint prints the same test accuracy as training reported;
+ *  - resume is bit-exact: N steps straight and N/2 + save + resume + N/2 give the same tensor bytes and the
+ *    same logged losses (fp16 with a fault-injected skipped step after the resume point, so the loss
+ *    scaler's state crosses the checkpoint; and bf16 cnn with dropout and SGD momentum); a resumed run
+ *    rejects a flag that would change its math;
+ *  - compare (fp32, fp16, bf16 on the synthetic data): every run's outputs, report.md, a PNG plot (or a message
+ *    naming gnuplot when it is missing), and the relative L2 column recomputed in FP64 from the checkpoints;
+ *  - the same short train/eval on a few hundred real Fashion-MNIST images (skipped with a message when the
+ *    dataset is not installed).
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "datasets/idx.h"
+#include "datasets/synthetic.h"
+#include "engine/checkpoint.h"
+#include "harness.h"
+#include "mpt_config.h"
+
+/* ---- running the binary ----------------------------------------------------------------------------------- */
+
+static char out_buf[1 << 16];
+
+static const char *mptrain_path(void) {
+    static char p[1024];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(p, sizeof p, "%s/tools/mptrain", root ? root : ".");
+    return p;
+}
+
+/* Runs mptrain with the NULL-terminated arguments; stdout and stderr together land in out_buf. Returns the exit
+ * status, or 128 + signal. */
+static int run_argv(char *const *args) {
+    int fd[2];
+    ck_assert(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fd[1], STDERR_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        execv(mptrain_path(), args);
+        fprintf(stderr, "exec %s: %s\n", mptrain_path(), strerror(errno));
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(fd[0], out_buf + n, sizeof out_buf - 1 - n)) > 0) n += (size_t)k;
+    out_buf[n] = '\0';
+    /* drain anything beyond the buffer so the child never blocks */
+    char sink[4096];
+    while (read(fd[0], sink, sizeof sink) > 0) {
+    }
+    close(fd[0]);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+#define MAX_ARGS 64
+static int run(const char *first, ...) {
+    char *args[MAX_ARGS];
+    int n = 0;
+    args[n++] = (char *)"mptrain";
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        ck_assert(n < MAX_ARGS - 1);
+        args[n++] = (char *)a;
+    }
+    va_end(ap);
+    args[n] = NULL;
+    return run_argv(args);
+}
+
+/* ---- temporary files ------------------------------------------------------------------------------------------ */
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_cli_XXXXXX");
+    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp: %s", strerror(errno));
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+static void rm_tmpdir(void) { nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static const char *tmp_path(const char *name) {
+    static char p[32][512];
+    static int k;
+    k = (k + 1) % 32;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+/* Lines of a text file (malloc'd array of malloc'd strings without the newline). */
+static char **read_lines(const char *path, int *n) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    char **lines = NULL;
+    int cnt = 0, cap = 0;
+    char buf[4096];
+    while (fgets(buf, sizeof buf, f)) {
+        buf[strcspn(buf, "\n")] = '\0';
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 64;
+            lines = realloc(lines, (size_t)cap * sizeof *lines);
+        }
+        lines[cnt++] = strdup(buf);
+    }
+    fclose(f);
+    *n = cnt;
+    return lines;
+}
+
+static void free_lines(char **l, int n) {
+    for (int i = 0; i < n; i++) free(l[i]);
+    free(l);
+}
+
+/* ---- the synthetic dataset ------------------------------------------------------------------------------------ */
+
+#define SYN_TRAIN 600
+#define SYN_TEST 300
+
+/* Writes a 28x28 synthetic dataset (gzip-compressed IDX) into tmpdir/data and returns the directory. */
+static const char *write_synthetic(mpt_mnist *keep) {
+    const char *dir = tmp_path("data");
+    ck_assert(mkdir(dir, 0755) == 0);
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, 784, 10, 42), MPT_OK);
+    ck_assert_msg(mpt_mnist_save(dir, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    if (keep)
+        *keep = d;
+    else
+        mpt_mnist_free(&d);
+    return dir;
+}
+
+/* ---- flags ------------------------------------------------------------------------------------------------------ */
+
+START_TEST(test_help) {
+    ck_assert_int_eq(run("--help", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_buf, "compare"));
+    const char *cmds[] = {"train", "compare", "eval", "info"};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(run(cmds[i], "--help", NULL), 0);
+        ck_assert_msg(strstr(out_buf, "Usage: mptrain") != NULL, "%s --help: %s", cmds[i], out_buf);
+    }
+    ck_assert_int_eq(run("train", "--help", NULL), 0);
+    const char *flags[] = {"--model", "--precision", "--optimizer", "--lr", "--momentum", "--weight-decay", "--epochs",
+                           "--batch-size", "--seed", "--device", "--data", "--out", "--loss-scale", "--resume"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        ck_assert_msg(strstr(out_buf, flags[i]) != NULL, "train --help lacks %s", flags[i]);
+    ck_assert_int_eq(run("compare", "--help", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_buf, "--precisions"));
+    ck_assert_int_eq(run(NULL), 2); /* no command */
+    ck_assert_int_eq(run("--version", NULL), 0);
+    ck_assert_ptr_nonnull(strstr(out_buf, MPT_VERSION));
+}
+END_TEST
+
+typedef struct bad_case {
+    const char *args[6];
+    const char *must_name; /* text the message must contain (the flag) */
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {{"train", "--bogus"}, "--bogus"},
+    {{"train", "--lr", "abc"}, "--lr"},
+    {{"train", "--lr", "-0.1"}, "--lr"},
+    {{"train", "--lr", "nan"}, "--lr"},
+    {{"train", "--lr", "1e999"}, "--lr"},
+    {{"train", "--lr", ""}, "--lr"},
+    {{"train", "--epochs", "3x"}, "--epochs"},
+    {{"train", "--epochs", "0"}, "--epochs"},
+    {{"train", "--epochs", " 3"}, "--epochs"},
+    {{"train", "--batch-size", "12.5"}, "--batch-size"},
+    {{"train", "--batch-size", "99999999999999999999"}, "--batch-size"},
+    {{"train", "--seed", "-1"}, "--seed"},
+    {{"train", "--momentum", "1"}, "--momentum"},
+    {{"train", "--precision", "fp8"}, "--precision"},
+    {{"train", "--precision", "FP16"}, "--precision"},
+    {{"train", "--model", "resnet50"}, "--model"},
+    {{"train", "--optimizer", "lamb"}, "--optimizer"},
+    {{"train", "--device", "tpu"}, "--device"},
+    {{"train", "--loss-scale", "static"}, "--loss-scale"},
+    {{"train", "--loss-scale", "static:0"}, "--loss-scale"},
+    {{"train", "--loss-scale", "dynamic:abc"}, "--loss-scale"},
+    {{"train", "--lr-schedule", "linear"}, "--lr-schedule"},
+    {{"train", "--val-split", "1"}, "--val-split"},
+    {{"train", "--threads", "0"}, "--threads"},
+    {{"train", "--lr"}, "--lr"},                      /* missing value */
+    {{"train", "--lr", "--epochs", "3"}, "--lr"},     /* a flag where a value belongs */
+    {{"train", "--standardize=yes"}, "--standardize"},
+    {{"train", "stray"}, "stray"},
+    {{"train", "--nesterov"}, "--nesterov"},
+    {{"compare", "--precisions", "fp32,fp64"}, "--precisions"},
+    {{"compare", "--precisions", "fp16,fp16"}, "--precisions"},
+    {{"compare", "--precisions", ""}, "--precisions"},
+    {{"compare", "--resume", "x"}, "--resume"},
+    {{"eval", "--lr", "1"}, "--lr"},
+    {{"eval"}, "--checkpoint"},
+    {{"info", "--model", "mlp"}, "--model"},
+    {{"frobnicate"}, "frobnicate"},
+};
+
+START_TEST(test_bad_flags) {
+    const bad_case *c = &bad_cases[_i];
+    char *args[8];
+    int n = 0;
+    args[n++] = (char *)"mptrain";
+    for (int k = 0; k < 6 && c->args[k]; k++) args[n++] = (char *)c->args[k];
+    args[n] = NULL;
+    int rc = run_argv(args);
+    ck_assert_msg(rc == 2, "mptrain %s %s %s: exit %d (expected 2): %s", c->args[0], c->args[1] ? c->args[1] : "",
+                  c->args[2] ? c->args[2] : "", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, c->must_name) != NULL, "message does not name %s: %s", c->must_name, out_buf);
+    ck_assert_msg(strstr(out_buf, "mptrain") != NULL, "message does not say who speaks: %s", out_buf);
+}
+END_TEST
+
+START_TEST(test_missing_data_dir) {
+    make_tmpdir();
+    int rc = run("train", "--data", tmp_path("nope"), "--out", tmp_path("out"), "--device", "cpu", NULL);
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strstr(out_buf, "nope") != NULL, "message does not name the directory: %s", out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_info) {
+    ck_assert_int_eq(run("info", NULL), 0);
+    const char *want[] = {"CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "OpenBLAS", "GPU", "NVIDIA_TF32_OVERRIDE"};
+    for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, want[i]) != NULL, "info lacks %s: %s", want[i], out_buf);
+    setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
+    ck_assert_int_eq(run("info", NULL), 0);
+    unsetenv("NVIDIA_TF32_OVERRIDE");
+    ck_assert_msg(strstr(out_buf, "NVIDIA_TF32_OVERRIDE=0") != NULL, "info does not report the override: %s", out_buf);
+}
+END_TEST
+
+/* ---- train, outputs, eval --------------------------------------------------------------------------------------- */
+
+static json_t *load_summary(const char *dir) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &err);
+    ck_assert_msg(j != NULL, "%s: %s (line %d)", p, err.text, err.line);
+    return j;
+}
+
+static double jnum(json_t *j, const char *key) {
+    json_t *v = json_object_get(j, key);
+    ck_assert_msg(v != NULL && json_is_number(v), "summary.json: no number \"%s\"", key);
+    return json_number_value(v);
+}
+
+/* Reads a checkpoint tensor as FP32 (the masters are F32). */
+static float *ckpt_f32(const mpt_checkpoint *c, const char *name, int64_t expect_numel) {
+    const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, name);
+    ck_assert_msg(t != NULL, "checkpoint lacks %s", name);
+    ck_assert_int_eq(t->dtype, MPT_DTYPE_F32);
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    ck_assert_int_eq(n, expect_numel);
+    float *w = malloc((size_t)n * sizeof *w);
+    ck_assert_int_eq(mpt_checkpoint_read(c, name, w, (size_t)n * sizeof *w), MPT_OK);
+    return w;
+}
+
+/* FP64 reference of the mlp (784-512-512-10, ReLU) on x = (image / 255 - mean) * inv_std: accuracy and mean
+ * cross-entropy over the test set. */
+static void mlp_reference(const mpt_checkpoint *c, const mpt_mnist *d, double mean, double inv_std, double *acc,
+                          double *loss) {
+    float *w1 = ckpt_f32(c, "fc1.weight", 512 * 784), *b1 = ckpt_f32(c, "fc1.bias", 512);
+    float *w2 = ckpt_f32(c, "fc2.weight", 512 * 512), *b2 = ckpt_f32(c, "fc2.bias", 512);
+    float *w3 = ckpt_f32(c, "fc3.weight", 10 * 512), *b3 = ckpt_f32(c, "fc3.bias", 10);
+    double x[784], h1[512], h2[512], z[10];
+    int correct = 0;
+    double sum = 0.0;
+    for (int64_t i = 0; i < d->n_test; i++) {
+        for (int p = 0; p < 784; p++) x[p] = (d->test_images[i * 784 + p] / 255.0 - mean) * inv_std;
+        for (int o = 0; o < 512; o++) {
+            double s = b1[o];
+            for (int p = 0; p < 784; p++) s += (double)w1[o * 784 + p] * x[p];
+            h1[o] = s > 0 ? s : 0;
+        }
+        for (int o = 0; o < 512; o++) {
+            double s = b2[o];
+            for (int p = 0; p < 512; p++) s += (double)w2[o * 512 + p] * h1[p];
+            h2[o] = s > 0 ? s : 0;
+        }
+        int best = 0;
+        double mx = -INFINITY;
+        for (int o = 0; o < 10; o++) {
+            double s = b3[o];
+            for (int p = 0; p < 512; p++) s += (double)w3[o * 512 + p] * h2[p];
+            z[o] = s;
+            if (s > mx) {
+                mx = s;
+                best = o;
+            }
+        }
+        double lse = 0.0;
+        for (int o = 0; o < 10; o++) lse += exp(z[o] - mx);
+        sum += mx + log(lse) - z[d->test_labels[i]];
+        correct += best == d->test_labels[i];
+    }
+    *acc = (double)correct / (double)d->n_test;
+    *loss = sum / (double)d->n_test;
+    free(w1), free(b1), free(w2), free(b2), free(w3), free(b3);
+}
+
+START_TEST(test_train_outputs_and_eval) {
+    make_tmpdir();
+    mpt_mnist d;
+    const char *data = write_synthetic(&d);
+    const char *out = tmp_path("run");
+    /* batch 64: 600 = 9 x 64 + 24, so the last batch is a padded partial one (and 300 = 4 x 64 + 44). */
+    int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--model", "mlp", "--precision", "fp32",
+                 "--epochs", "2", "--batch-size", "64", "--log-every", "1", "--progress", "off", "--standardize", NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "device: cpu") != NULL, "the run does not say its device: %s", out_buf);
+    const int steps_per_epoch = (SYN_TRAIN + 63) / 64; /* 10 */
+
+    char p[600];
+    int n;
+    snprintf(p, sizeof p, "%s/metrics.csv", out);
+    char **lines = read_lines(p, &n);
+    ck_assert_str_eq(lines[0], "step,epoch,loss,lr,loss_scale,steps_skipped");
+    ck_assert_int_eq(n, 1 + 2 * steps_per_epoch);
+    long step;
+    double loss, lr, scale;
+    int epoch, skipped;
+    ck_assert_int_eq(sscanf(lines[n - 1], "%ld,%d,%lf,%lf,%lf,%d", &step, &epoch, &loss, &lr, &scale, &skipped), 6);
+    ck_assert_int_eq(step, 2 * steps_per_epoch);
+    ck_assert_int_eq(epoch, 2);
+    ck_assert(isfinite(loss) && loss > 0);
+    ck_assert(fabs(lr - 1e-3) < 1e-9);
+    ck_assert(scale == 1.0 && skipped == 0);
+    free_lines(lines, n);
+
+    snprintf(p, sizeof p, "%s/epochs.csv", out);
+    lines = read_lines(p, &n);
+    ck_assert_int_eq(n, 3);
+    ck_assert_ptr_nonnull(strstr(lines[0], "test_acc"));
+    double e_acc = NAN, e_loss = NAN, e_train = NAN;
+    ck_assert_int_eq(sscanf(lines[2], "%d,%ld,%lf,%lf,%lf", &epoch, &step, &e_train, &e_loss, &e_acc), 5);
+    free_lines(lines, n);
+
+    json_t *j = load_summary(out);
+    const char *keys[] = {"final_test_accuracy", "best_test_accuracy", "time_per_epoch_s", "samples_per_s",
+                          "steps_skipped", "final_loss_scale", "final_test_loss", "steps"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) jnum(j, keys[k]);
+    double acc = jnum(j, "final_test_accuracy");
+    ck_assert(acc == e_acc);
+    ck_assert(jnum(j, "best_test_accuracy") >= acc);
+    ck_assert(jnum(j, "steps") == 2 * steps_per_epoch);
+    ck_assert(jnum(j, "samples_per_s") > 0);
+    json_t *mem = json_object_get(j, "peak_memory_bytes");
+    ck_assert(json_is_object(mem));
+    ck_assert(json_integer_value(json_object_get(mem, "total")) > 0);
+    ck_assert(json_integer_value(json_object_get(mem, "data")) >= (SYN_TRAIN + SYN_TEST) * 785);
+    ck_assert_int_eq(json_integer_value(json_object_get(mem, "master")), 0); /* fp32: weights are the masters */
+    json_t *map = json_object_get(j, "precision_map");
+    ck_assert(json_is_array(map) && json_array_size(map) >= 6);
+    json_t *fc1 = json_array_get(map, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(fc1, "op")), "linear");
+    ck_assert_str_eq(json_string_value(json_object_get(fc1, "math")), "fp32");
+    json_decref(j);
+
+    /* The checkpoint: loads, holds FP32 masters and Adam state, and its weights give the reported accuracy. */
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", out);
+    mpt_checkpoint *c = NULL;
+    ck_assert_msg(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_checkpoint_n_tensors(c), 6 * 3); /* 6 parameters x (master, exp_avg, exp_avg_sq) */
+    ck_assert_ptr_nonnull(mpt_checkpoint_find(c, "fc2.weight:exp_avg_sq"));
+    ck_assert_ptr_nonnull(mpt_checkpoint_meta_get(c, "config"));
+    ck_assert_ptr_nonnull(mpt_checkpoint_meta_get(c, "scaler"));
+    ck_assert_str_eq(mpt_checkpoint_meta_get(c, "model"), "mlp");
+    /* --standardize: the mean and 1/std of pixel/255 over the training images, recomputed here in FP64. */
+    double sum = 0.0, sumsq = 0.0;
+    for (int64_t i = 0; i < d.n_train * 784; i++) {
+        double v = d.train_images[i] / 255.0;
+        sum += v;
+        sumsq += v * v;
+    }
+    double mean = sum / (double)(d.n_train * 784);
+    double inv_std = 1.0 / sqrt(sumsq / (double)(d.n_train * 784) - mean * mean);
+    json_error_t err;
+    json_t *state = json_loads(mpt_checkpoint_meta_get(c, "state"), 0, &err);
+    ck_assert_msg(state != NULL, "checkpoint metadata \"state\": %s", err.text);
+    double ck_mean = json_number_value(json_object_get(state, "mean"));
+    double ck_inv_std = json_number_value(json_object_get(state, "inv_std"));
+    json_decref(state);
+    ck_assert_msg(fabs(ck_mean - mean) <= 1e-6 * mean && fabs(ck_inv_std - inv_std) <= 1e-6 * inv_std,
+                  "standardisation: checkpoint mean %.9g inv_std %.9g, FP64 %.9g %.9g", ck_mean, ck_inv_std, mean, inv_std);
+    double ref_acc, ref_loss;
+    mlp_reference(c, &d, ck_mean, ck_inv_std, &ref_acc, &ref_loss);
+    mpt_checkpoint_close(&c);
+    /* FP32 GEMMs (K <= 784) against FP64: logits agree to ~K * 2^-24 relative, so at most an exact near-tie
+     * can flip a prediction: allow 1 of 300; the loss to 1e-4 relative. */
+    ck_assert_msg(fabs(ref_acc - acc) <= 1.0 / SYN_TEST + 1e-12, "reported accuracy %.6f, FP64 reference %.6f", acc,
+                  ref_acc);
+    ck_assert_msg(fabs(ref_loss - e_loss) <= 1e-4 * fabs(ref_loss) + 1e-6, "reported test loss %.8f, FP64 %.8f",
+                  e_loss, ref_loss);
+    /* The blobs are separable (Bayes error < 0.3%): two epochs of Adam on standardised pixels must beat chance
+     * (10%) by far. */
+    ck_assert_msg(acc > 0.6, "test accuracy %.3f after 2 epochs on separable blobs", acc);
+
+    /* eval prints the same accuracy. */
+    rc = run("eval", "--checkpoint", p, "--data", data, "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "eval failed (%d): %s", rc, out_buf);
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * acc);
+    ck_assert_msg(strstr(out_buf, want) != NULL, "eval output lacks '%s': %s", want, out_buf);
+    /* eval with another batch size evaluates the same weights. */
+    rc = run("eval", "--checkpoint", p, "--data", data, "--device", "cpu", "--batch-size", "37", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want) != NULL, "eval --batch-size 37: %s", out_buf);
+    mpt_mnist_free(&d);
+    rm_tmpdir();
+}
+END_TEST
+
+/* ---- resume --------------------------------------------------------------------------------------------------- */
+
+/* Same tensors, byte for byte. */
+static void assert_same_tensors(const char *a_path, const char *b_path) {
+    mpt_checkpoint *a = NULL, *b = NULL;
+    ck_assert_msg(mpt_checkpoint_open(a_path, NULL, 0, &a) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_checkpoint_open(b_path, NULL, 0, &b) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_checkpoint_n_tensors(a), mpt_checkpoint_n_tensors(b));
+    for (int i = 0; i < mpt_checkpoint_n_tensors(a); i++) {
+        const mpt_checkpoint_tensor *ta = mpt_checkpoint_tensor_at(a, i);
+        const mpt_checkpoint_tensor *tb = mpt_checkpoint_find(b, ta->name);
+        ck_assert_msg(tb != NULL, "%s lacks %s", b_path, ta->name);
+        int64_t na = mpt_checkpoint_tensor_nbytes(ta);
+        ck_assert_int_eq(na, mpt_checkpoint_tensor_nbytes(tb));
+        ck_assert_msg(memcmp(ta->data, tb->data, (size_t)na) == 0, "tensor %s differs after resume", ta->name);
+    }
+    ck_assert_str_eq(mpt_checkpoint_meta_get(a, "scaler"), mpt_checkpoint_meta_get(b, "scaler"));
+    mpt_checkpoint_close(&a);
+    mpt_checkpoint_close(&b);
+}
+
+/* The metrics rows of the straight run from step `from` on equal the resumed run's rows. */
+static void assert_same_losses(const char *straight_dir, const char *resumed_dir, int from, int to) {
+    char p[600];
+    int na, nb;
+    snprintf(p, sizeof p, "%s/metrics.csv", straight_dir);
+    char **a = read_lines(p, &na);
+    snprintf(p, sizeof p, "%s/metrics.csv", resumed_dir);
+    char **b = read_lines(p, &nb);
+    ck_assert_int_eq(na, 1 + to);
+    ck_assert_int_eq(nb, 1 + to - from + 1);
+    for (int s = from; s <= to; s++) ck_assert_str_eq(a[s], b[s - from + 1]);
+    free_lines(a, na);
+    free_lines(b, nb);
+}
+
+static void resume_case(const char *model, const char *precision, const char *const *extra, int total, int half) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    char total_s[16], half_s[16];
+    snprintf(total_s, sizeof total_s, "%d", total);
+    snprintf(half_s, sizeof half_s, "%d", half);
+    const char *dirs[2] = {tmp_path("straight"), tmp_path("first")};
+    const char *steps[2] = {total_s, half_s};
+    for (int r = 0; r < 2; r++) {
+        char *args[MAX_ARGS];
+        int n = 0;
+        const char *common[] = {"mptrain", "train", "--data", data, "--device", "cpu", "--model", model, "--precision",
+                                precision, "--batch-size", "32", "--epochs", "3", "--log-every", "1", "--limit-test",
+                                "64", "--progress", "off", "--max-steps", steps[r], "--out", dirs[r]};
+        for (size_t k = 0; k < sizeof common / sizeof common[0]; k++) args[n++] = (char *)common[k];
+        for (int k = 0; extra[k]; k++) args[n++] = (char *)extra[k];
+        args[n] = NULL;
+        int rc = run_argv(args);
+        ck_assert_msg(rc == 0, "train (%s steps) failed (%d): %s", steps[r], rc, out_buf);
+    }
+    char ck_first[600], ck_straight[600], ck_resumed[600];
+    snprintf(ck_first, sizeof ck_first, "%s/checkpoint.safetensors", dirs[1]);
+    snprintf(ck_straight, sizeof ck_straight, "%s/checkpoint.safetensors", dirs[0]);
+    const char *resumed = tmp_path("resumed");
+    snprintf(ck_resumed, sizeof ck_resumed, "%s/checkpoint.safetensors", resumed);
+    int rc = run("train", "--resume", ck_first, "--data", data, "--device", "cpu", "--log-every", "1", "--limit-test",
+                 "64", "--progress", "off", "--max-steps", total_s, "--out", resumed, NULL);
+    ck_assert_msg(rc == 0, "resume failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "resuming") != NULL, "the resumed run does not say so: %s", out_buf);
+    assert_same_tensors(ck_straight, ck_resumed);
+    assert_same_losses(dirs[0], resumed, half + 1, total);
+
+    /* A flag that would change the math is refused when resuming. */
+    rc = run("train", "--resume", ck_first, "--data", data, "--device", "cpu", "--lr", "0.5", "--out",
+             tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--lr") != NULL, "conflicting --lr on resume: %d %s", rc, out_buf);
+    rm_tmpdir();
+}
+
+START_TEST(test_resume_fp16_mlp) {
+    /* 600 / 32 = 19 steps per epoch (18 full + 1 padded): 30 steps cross an epoch boundary and the padded batch;
+     * the fault injected at iteration 20 (after the checkpoint at 13) is skipped and halves the loss scale. */
+    const char *extra[] = {"--inject-nonfinite", "20", "--growth-interval", "7", NULL};
+    resume_case("mlp", "fp16", extra, 30, 13);
+}
+END_TEST
+
+START_TEST(test_resume_bf16_cnn_dropout) {
+    const char *extra[] = {"--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--limit-train", "256", NULL};
+    resume_case("cnn", "bf16", extra, 10, 4);
+}
+END_TEST
+
+/* ---- compare ------------------------------------------------------------------------------------------------- */
+
+/* The concatenated FP32 masters of a run's checkpoint, in file order, as doubles; *n receives the count. */
+static double *all_masters(const char *ckpt, const char *ref_order_ckpt, int64_t *n) {
+    mpt_checkpoint *c = NULL, *r = NULL;
+    ck_assert_msg(mpt_checkpoint_open(ckpt, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_checkpoint_open(ref_order_ckpt, NULL, 0, &r) == MPT_OK, "%s", mpt_last_error());
+    double *w = NULL;
+    int64_t cnt = 0;
+    for (int i = 0; i < mpt_checkpoint_n_tensors(r); i++) {
+        const mpt_checkpoint_tensor *tr = mpt_checkpoint_tensor_at(r, i);
+        if (strchr(tr->name, ':')) continue; /* optimizer state, not a weight */
+        const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, tr->name);
+        ck_assert_msg(t != NULL, "%s lacks %s", ckpt, tr->name);
+        int64_t k = mpt_checkpoint_tensor_nbytes(t) / 4;
+        w = realloc(w, (size_t)(cnt + k) * sizeof *w);
+        float *tmp = malloc((size_t)k * sizeof *tmp);
+        ck_assert_int_eq(mpt_checkpoint_read(c, tr->name, tmp, (size_t)k * 4), MPT_OK);
+        for (int64_t q = 0; q < k; q++) w[cnt + q] = tmp[q];
+        free(tmp);
+        cnt += k;
+    }
+    mpt_checkpoint_close(&c);
+    mpt_checkpoint_close(&r);
+    *n = cnt;
+    return w;
+}
+
+/* The last column of the Markdown table row that starts with "| <name> |" in text, as a number. */
+static double table_last_column(const char *text, const char *name) {
+    char key[32];
+    snprintf(key, sizeof key, "| %s |", name);
+    const char *row = strstr(text, key);
+    ck_assert_msg(row != NULL, "no table row for %s in: %s", name, text);
+    const char *end = strchr(row, '\n');
+    ck_assert(end != NULL);
+    const char *bar = end - 1; /* the row ends with "| value |" */
+    while (bar > row && *bar != '|') bar--;
+    const char *prev = bar - 1;
+    while (prev > row && *prev != '|') prev--;
+    return strtod(prev + 1, NULL);
+}
+
+START_TEST(test_compare_report) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("cmp");
+    int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,fp16,bf16", "--limit-train", "256",
+                 "--limit-test", "128", "--epochs", "2", "--batch-size", "64", "--device", "cpu", "--standardize",
+                 "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
+    static char printed[sizeof out_buf];
+    memcpy(printed, out_buf, sizeof out_buf);
+    const char *names[] = {"fp32", "fp16", "bf16"};
+    for (int i = 0; i < 3; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s/summary.json", out, names[i]);
+        ck_assert_msg(file_exists(p), "%s missing", p);
+        snprintf(p, sizeof p, "%s/%s/checkpoint.safetensors", out, names[i]);
+        ck_assert_msg(file_exists(p), "%s missing", p);
+    }
+    char p[600];
+    snprintf(p, sizeof p, "%s/report.md", out);
+    ck_assert_msg(file_exists(p), "report.md missing");
+    ck_assert_ptr_nonnull(strstr(printed, "report.md"));
+    /* The picture exists and is a PNG, unless gnuplot is missing, which the command must then say. */
+    snprintf(p, sizeof p, "%s/convergence.png", out);
+    if (strstr(printed, "no plot")) {
+        ck_assert_msg(strstr(printed, "gnuplot") != NULL, "the plot failed without naming gnuplot: %s", printed);
+        printf("test_compare_report: gnuplot unavailable, plot not checked\n");
+    } else {
+        FILE *f = fopen(p, "rb");
+        ck_assert_msg(f != NULL, "%s missing", p);
+        unsigned char magic[8];
+        ck_assert_int_eq(fread(magic, 1, 8, f), 8);
+        fclose(f);
+        ck_assert_msg(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", p);
+        ck_assert_ptr_nonnull(strstr(printed, "convergence.png"));
+    }
+    /* The relative L2 column, recomputed here in FP64 from the checkpoints. */
+    char ref_ck[600];
+    snprintf(ref_ck, sizeof ref_ck, "%s/fp32/checkpoint.safetensors", out);
+    int64_t n32, n;
+    double *w32 = all_masters(ref_ck, ref_ck, &n32);
+    ck_assert(table_last_column(printed, "fp32") == 0.0);
+    for (int i = 1; i < 3; i++) {
+        char ck[600];
+        snprintf(ck, sizeof ck, "%s/%s/checkpoint.safetensors", out, names[i]);
+        double *w = all_masters(ck, ref_ck, &n);
+        ck_assert_int_eq(n, n32);
+        double num = 0.0, den = 0.0;
+        for (int64_t k = 0; k < n; k++) {
+            num += (w[k] - w32[k]) * (w[k] - w32[k]);
+            den += w32[k] * w32[k];
+        }
+        double rel = sqrt(num) / sqrt(den);
+        double shown = table_last_column(printed, names[i]);
+        /* printed with 4 significant digits: relative rounding error <= 5e-4 */
+        ck_assert_msg(fabs(shown - rel) <= 6e-4 * rel, "%s: table says %.4e, FP64 recomputation %.6e", names[i],
+                      shown, rel);
+        ck_assert_msg(rel > 0.0, "%s: final weights identical to fp32's", names[i]);
+        free(w);
+    }
+    free(w32);
+    rm_tmpdir();
+}
+END_TEST
+
+/* ---- real data -------------------------------------------------------------------------------------------------- */
+
+static int have_fashion_mnist(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
+    return access(p, R_OK) == 0;
+}
+
+START_TEST(test_fashion_mnist_short) {
+    if (!have_fashion_mnist()) {
+        printf("test_fashion_mnist_short: skipped: no Fashion-MNIST in %s (apt-get install dataset-fashion-mnist)\n",
+               MPT_DEFAULT_DATA_DIR);
+        return;
+    }
+    make_tmpdir();
+    const char *out = tmp_path("fm");
+    int rc = run("train", "--limit-train", "300", "--limit-test", "200", "--epochs", "1", "--device", "cpu",
+                 "--precision", "bf16", "--out", out, "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "train on Fashion-MNIST failed (%d): %s", rc, out_buf);
+    const char *files[] = {"metrics.csv", "epochs.csv", "summary.json", "checkpoint.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        ck_assert_msg(file_exists(p), "%s missing", p);
+    }
+    json_t *j = load_summary(out);
+    double acc = jnum(j, "final_test_accuracy");
+    ck_assert(acc >= 0.0 && acc <= 1.0);
+    json_decref(j);
+    char p[600];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", out);
+    rc = run("eval", "--checkpoint", p, "--limit-test", "200", "--device", "cpu", NULL);
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * acc);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want) != NULL, "eval: %d %s (want %s)", rc, out_buf, want);
+    rm_tmpdir();
+}
+END_TEST
+
+static Suite *cli_suite(void) {
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("flags");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_help);
+    tcase_add_loop_test(tc, test_bad_flags, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
+    tcase_add_test(tc, test_missing_data_dir);
+    tcase_add_test(tc, test_info);
+    suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("train");
+    tcase_set_timeout(tr, 240);
+    tcase_add_test(tr, test_train_outputs_and_eval);
+    tcase_add_test(tr, test_resume_fp16_mlp);
+    tcase_add_test(tr, test_resume_bf16_cnn_dropout);
+    tcase_add_test(tr, test_compare_report);
+    tcase_add_test(tr, test_fashion_mnist_short);
+    suite_add_tcase(s, tr);
+    return s;
+}
+
+int main(void) { return mpt_test_run(cli_suite()); }
