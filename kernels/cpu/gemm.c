@@ -27,9 +27,11 @@
  *   - TF32 operand rounding: we round FP32 operands with RNE. cuBLAS/cuDNN feed FP32 data to TF32 Tensor
  *     Cores with round-to-nearest-away (cvt.rna) on some paths and by truncating the low 13 bits on others,
  *     so a TF32 operand may differ by one TF32 ulp (2^-10 relative) on the GPU.
- *   - the hardware's accumulator may keep products of FP16/BF16 pairs in wider-than-FP32 adders before
- *     rounding, and the epilogue order (alpha, beta, bias) in cuBLASLt is not documented; both stay within
- *     the FP32 rounding bounds the tests use.
+ *   - accumulation itself: a Tensor Core adds the exact products of one MMA block to the FP32 accumulator
+ *     with a shared alignment and one rounding (truncation on some generations: Fasi, Higham, Mikaitis and
+ *     Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"), where sgemm rounds to nearest after every
+ *     FMA; and the order of cuBLASLt's epilogue (alpha, beta, bias) is not documented. Both stay within the
+ *     K*2^-24 FP32 bounds the tests use.
  *   - subnormal FP32 products (BF16/TF32 values below ~2^-63 each) are not exact on either side.
  *
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
