@@ -11,36 +11,23 @@
 #include <string.h>
 
 #include "engine/amp/master.h"
+#include "engine/amp/scaler.h"
+#include "engine/optim/optim.h"
 #include "engine/rng.h"
 
 mpt_train_config mpt_train_config_default(mpt_precision precision) {
     mpt_train_config c;
     memset(&c, 0, sizeof c);
-    c.optim.kind = MPT_OPTIM_ADAM;
-    c.optim.lr = 1e-3f;
-    c.optim.beta1 = 0.9f;
-    c.optim.beta2 = 0.999f;
-    c.optim.eps = 1e-8f;
+    c.optim = mpt_optim_hparams_default(MPT_OPTIM_ADAM);
     c.schedule.kind = MPT_LR_CONSTANT;
-    c.schedule.base_lr = 1e-3f;
+    c.schedule.base_lr = c.optim.lr;
     c.schedule.gamma = 0.1f;
     c.loss_scaling = precision == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
-    c.init_scale = 65536.0f;
-    c.scaler.growth_factor = 2.0f;
-    c.scaler.backoff_factor = 0.5f;
-    c.scaler.growth_interval = 2000;
-    c.scaler.hysteresis = 1;
-    c.scaler.min_scale = 1.0f;
-    c.scaler.max_scale = 16777216.0f; /* 2^24, Apex's default ceiling */
+    c.init_scale = MPT_SCALER_DEFAULT_INIT_SCALE;
+    c.scaler = mpt_scaler_params_default();
     c.seed = 0;
     c.inject_nonfinite_step = -1;
     return c;
-}
-
-/* Number of FP32 state tensors per parameter: SGD momentum buffer; Adam/AdamW exp_avg and exp_avg_sq. */
-static int optim_state_count(const mpt_optim_hparams *h) {
-    if (h->kind == MPT_OPTIM_SGD) return h->momentum != 0.0f ? 1 : 0;
-    return 2;
 }
 
 static mpt_tensor *state_tensor(mpt_graph *g, const mpt_tensor *w, const char *what) {
@@ -83,8 +70,13 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     *out = NULL;
     MPT_ASSERTF(g->loss != NULL, "mpt_trainer_create: the graph has no loss (add mpt_softmax_xent)");
     MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
+    MPT_TRY(mpt_optim_hparams_check(&cfg->optim));
+    MPT_TRY(mpt_lr_schedule_check(&cfg->schedule));
+    MPT_TRY(mpt_scaler_params_check(&cfg->scaler));
     if (cfg->loss_scaling != MPT_LOSS_SCALE_NONE && !(cfg->init_scale > 0.0f && isfinite(cfg->init_scale)))
         return mpt_errorf(MPT_ERR_ARG, "loss scale: expected a positive finite value, found %g", cfg->init_scale);
+    if (cfg->clip_norm < 0.0f || !isfinite(cfg->clip_norm))
+        return mpt_errorf(MPT_ERR_ARG, "clip norm: expected a finite value >= 0 (0 = off), found %g", cfg->clip_norm);
     mpt_trainer *t = calloc(1, sizeof *t);
     MPT_ASSERT(t != NULL);
     t->g = g;
@@ -98,10 +90,10 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     MPT_ASSERT(t->weight && t->master && t->m && t->v);
     for (int i = 0; i < g->n_params; i++) t->weight[i] = g->params[i].weight;
     mpt_master_create(g, t->master);
-    int ns = optim_state_count(&cfg->optim);
+    int ns = mpt_optim_n_state(&cfg->optim);
     for (int i = 0; i < g->n_params; i++) {
-        if (ns >= 1) t->m[i] = state_tensor(g, t->weight[i], cfg->optim.kind == MPT_OPTIM_SGD ? "momentum_buffer" : "exp_avg");
-        if (ns >= 2) t->v[i] = state_tensor(g, t->weight[i], "exp_avg_sq");
+        if (ns >= 1) t->m[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 0));
+        if (ns >= 2) t->v[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 1));
     }
     /* The scaler state lives in the optimizer arena, as raw bytes (host reads it only when logging). */
     int64_t sshape[1] = {(int64_t)sizeof(mpt_scaler_state)};
@@ -113,13 +105,12 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
         return s;
     }
     t->scaler = (mpt_scaler_state *)st->data;
-    mpt_scaler_state init;
-    memset(&init, 0, sizeof init);
-    init.scale = cfg->loss_scaling == MPT_LOSS_SCALE_NONE ? 1.0f : cfg->init_scale;
-    init.inv_scale = 1.0f / init.scale;
-    init.grad_mul = 1.0f;
-    init.hysteresis_left = cfg->scaler.hysteresis > 0 ? cfg->scaler.hysteresis : 1;
-    t->be->from_host(t->be, t->scaler, &init, sizeof init);
+    s = mpt_scaler_init(t->be, t->scaler, cfg->loss_scaling == MPT_LOSS_SCALE_NONE ? 1.0f : cfg->init_scale,
+                        &cfg->scaler);
+    if (s != MPT_OK) {
+        mpt_trainer_free(&t);
+        return s;
+    }
     g->loss_scale = &t->scaler->scale;
     g->seed = cfg->seed;
     s = init_params(t);
