@@ -1,23 +1,27 @@
 /*
  * datasets/synthetic.h - a learnable synthetic classification dataset for tests (no files needed).
  *
- * Gaussian blobs around equidistant class prototypes, quantised to bytes, in the same mpt_mnist struct as
+ * Gaussian blobs around random bright/dark prototypes, quantised to bytes, in the same mpt_mnist struct as
  * real data, so every consumer of a dataset (loader, trainer, command-line tool via mpt_mnist_save) can be
  * tested without Fashion-MNIST.
  *
- * The math (pixel units: value / 255 in [0, 1]):
- *   u_0 .. u_{K-1}: orthonormal vectors in R^dim (Gram-Schmidt on Gaussian vectors; needs dim >= K),
- *   prototype  mu_c = 0.5 + r u_c,  with r = MPT_SYNTHETIC_MARGIN * MPT_SYNTHETIC_SIGMA * sqrt(2),
- *   example    x = mu_c + MPT_SYNTHETIC_SIGMA * z,  z ~ N(0, I_dim),
- *   byte       round(clamp(x, 0, 1) * 255).
- * Every two prototypes are exactly r sqrt(2) apart, so the Bayes classifier between two classes (before
- * clipping and quantisation) errs with probability Phi(-||mu_a - mu_b|| / (2 sigma)) = Phi(-MARGIN)
- * = Phi(-3.5) = 2.3e-4, and a K-class nearest-prototype classifier errs with probability at most
- * (K - 1) Phi(-3.5) (union bound): <= 0.21% for K = 10. The problem is linear (a softmax regression on
- * x is Bayes-optimal), the per-pixel signal is r |u_c[p]| ~ 0.5 / sqrt(dim) against noise 0.1, so it is
- * easy for small dim and needs a few hundred examples per class for dim in the hundreds: an MLP with one
- * hidden layer trained with Adam (lr 1e-3, batch 64) for a few epochs on 2000+ examples reaches > 95% test
- * accuracy. Clipping to [0, 1] affects a small fraction of pixels for dim < 32 (|r u_c[p]| up to ~0.4).
+ * The math (pixel units: value / 255 in [0, 1]; A = MPT_SYNTHETIC_CONTRAST = 0.2, sigma =
+ * MPT_SYNTHETIC_SIGMA = 0.15):
+ *   code       b_c in {0, 1}^dim for each class c: fair coins, redrawn until every two classes differ in at
+ *              least h_min = ceil(dim / 4) pixels (typically about dim / 2),
+ *   prototype  mu_c[p] = 0.5 + A (2 b_c[p] - 1), i.e. 0.7 (bright) or 0.3 (dark),
+ *   example    x = mu_c + sigma z,  z ~ N(0, I_dim),
+ *   byte       round(clamp(x, 0, 1) * 255)  (clamping touches the 2.3% of pixels beyond 2 sigma).
+ * Two classes that differ in h pixels have prototypes 2 A sqrt(h) apart, so the Bayes classifier between
+ * them (before clamping and quantisation) errs with probability Phi(-A sqrt(h) / sigma), and a K-class
+ * nearest-prototype classifier errs with probability at most (K - 1) Phi(-A sqrt(h_min) / sigma) (union
+ * bound): for K = 10, <= 3.4% at dim 16, <= 4e-7 at dim 64, nil at dim 784. So the classes are separable
+ * (linearly: a softmax regression on x is Bayes-optimal) and what limits a learner is the number of steps:
+ * the per-pixel class signal is 0.4, spread over about dim / 2 pixels per pair of classes.
+ * Measured (CPU backend, FP32, MLP dim-H-K with ReLU, PyTorch default init, Adam lr 1e-3, batch 64, 2048
+ * test examples, K = 10): dim 784, H 128, 1000 training examples: 100% test accuracy after 1 epoch;
+ * dim 64, H 64, 2000 examples: 95.3% after 1 epoch, 99.95% after 2; dim 16, H 32, 4000 examples: 44%, 76%,
+ * 92%, 97% after epochs 1 to 4 (few pixels carry little signal per step).
  *
  * Labels are balanced: example i has label i mod K (train and test alike).
  * Randomness: cuRAND host Philox (engine/rng.h) with mpt_rng_stream_seed(seed, MPT_RNG_TEST); Gaussians by
@@ -31,13 +35,13 @@
 #include "datasets/idx.h"
 #include "engine/status.h"
 
-#define MPT_SYNTHETIC_SIGMA 0.1   /* per-pixel noise standard deviation, pixel units */
-#define MPT_SYNTHETIC_MARGIN 3.5  /* half the prototype distance, in units of sigma */
+#define MPT_SYNTHETIC_CONTRAST 0.2 /* prototype pixels are 0.5 + CONTRAST (bright) or 0.5 - CONTRAST (dark) */
+#define MPT_SYNTHETIC_SIGMA 0.15   /* per-pixel noise standard deviation, pixel units */
 
 /* Fills *out (zeroed first; free with mpt_mnist_free) with n_train training and n_test test examples of
  * dim U8 features and n_classes classes, as described in the file comment. rows x cols: sqrt(dim) x sqrt(dim)
  * when dim is a perfect square (so image models can use it: dim 784 gives 28 x 28), else 1 x dim.
- * Errors: MPT_ERR_ARG if n_train < 1, n_test < 0, n_classes < 2 or > 256, dim < n_classes,
+ * Errors: MPT_ERR_ARG if n_train < 1, n_test < 0, n_classes < 2 or > 256, dim < max(4, n_classes),
  * or n * dim > MPT_IDX_MAX_BYTES; MPT_ERR_NOMEM. */
 mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, int64_t dim, int n_classes,
                                uint64_t seed);
