@@ -9,8 +9,8 @@
  *     and nothing after it.
  * So an images file starts 00 00 08 03 (0x00000803) and a labels file 00 00 08 01 (0x00000801).
  *
- * Files are read raw or gzip-compressed (zlib's gzread reads both transparently; the distributed files are
- * .gz). Every malformed file is rejected with MPT_ERR_FORMAT and a one-line mpt_errorf message that names the
+ * Files are read raw or gzip-compressed, told apart by the gzip magic 1f 8b (the distributed files are .gz;
+ * decompression with zlib's inflate, which checks the gzip CRC32 and length). Every malformed file is rejected with MPT_ERR_FORMAT and a one-line mpt_errorf message that names the
  * file, what was expected and what was found: wrong magic, a type other than 0x08, ndim 0 or > 3, the wrong
  * ndim for the role (images where labels are expected and the reverse), sizes whose product overflows or
  * exceeds MPT_IDX_MAX_BYTES (checked in 64 bits before anything is allocated), a payload shorter or longer
