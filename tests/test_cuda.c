@@ -138,17 +138,20 @@ typedef struct gemm_case {
     mpt_dtype c_dtype, bias_dtype;
     mpt_epilogue ep;
     float alpha, beta;
-    int misalign; /* offset A, B and C by one element (exercises the alignment part of the plan key) */
+    int misalign; /* offset A, B and C by 16 bytes: 16-byte rather than 256-byte aligned pointers exercise the
+                     alignment part of the plan key (cuBLASLt's MIN_ALIGNMENT preferences) */
 } gemm_case;
 
 static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     tests_rng r = {seed};
     const mpt_dtype ab = operand_dtype(gc->math);
-    const int64_t M = gc->M, N = gc->N, K = gc->K, off = gc->misalign ? 1 : 0;
+    const int64_t M = gc->M, N = gc->N, K = gc->K;
+    const int64_t off = gc->misalign ? 16 / (int64_t)mpt_dtype_size(ab) : 0; /* elements of A and B */
+    const int64_t coff = gc->misalign ? 16 / (int64_t)mpt_dtype_size(gc->c_dtype) : 0;
     void *A = fill(&r, ab, M * K + off, -1, 1), *B = fill(&r, ab, K * N + off, -1, 1);
-    void *C0 = fill(&r, gc->c_dtype, M * N + off, -1, 1);
+    void *C0 = fill(&r, gc->c_dtype, M * N + coff, -1, 1);
     if (gc->beta == 0.0f) /* C must not be read when beta == 0: poison it */
-        for (int64_t i = 0; i < M * N + off; i++) mpt_store_f32(C0, gc->c_dtype, i, NAN);
+        for (int64_t i = 0; i < M * N + coff; i++) mpt_store_f32(C0, gc->c_dtype, i, NAN);
     void *bias = gc->ep != MPT_EPILOGUE_NONE ? fill(&r, gc->bias_dtype, N, -1, 1) : NULL;
 
     mpt_gemm_args g = {.trans_a = gc->ta, .trans_b = gc->tb, .M = M, .N = N, .K = K, .a_dtype = ab, .b_dtype = ab,
@@ -156,19 +159,19 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
                        .math = gc->math, .epilogue = gc->ep, .tag = tag};
     /* GPU */
     char *dA = dev_put(A, nbytes(ab, M * K + off)), *dB = dev_put(B, nbytes(ab, K * N + off));
-    char *dC = dev_put(C0, nbytes(gc->c_dtype, M * N + off));
+    char *dC = dev_put(C0, nbytes(gc->c_dtype, M * N + coff));
     void *dbias = bias ? dev_put(bias, nbytes(gc->bias_dtype, N)) : NULL;
     mpt_gemm_args gg = g;
     gg.A = dA + nbytes(ab, off);
     gg.B = dB + nbytes(ab, off);
-    gg.C = dC + nbytes(gc->c_dtype, off);
+    gg.C = dC + nbytes(gc->c_dtype, coff);
     gg.bias = dbias;
     reserve(gpu, gpu->gemm_workspace(gpu, &gg));
     gpu->gemm(gpu, &gg);
     void *Cg = xmalloc(nbytes(gc->c_dtype, M * N));
     dev_get(Cg, gg.C, nbytes(gc->c_dtype, M * N));
     /* CPU */
-    void *Cc = host_dup((char *)C0 + nbytes(gc->c_dtype, off), nbytes(gc->c_dtype, M * N));
+    void *Cc = host_dup((char *)C0 + nbytes(gc->c_dtype, coff), nbytes(gc->c_dtype, M * N));
     mpt_gemm_args gcpu = g;
     gcpu.A = (char *)A + nbytes(ab, off);
     gcpu.B = (char *)B + nbytes(ab, off);
@@ -187,7 +190,7 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
                 acc += a * b;
                 T += fabs(a * b);
             }
-            double cold = gc->beta != 0.0f ? ld((char *)C0 + nbytes(gc->c_dtype, off), gc->c_dtype, i * N + j) : 0.0;
+            double cold = gc->beta != 0.0f ? ld((char *)C0 + nbytes(gc->c_dtype, coff), gc->c_dtype, i * N + j) : 0.0;
             double bv = bias ? ld(bias, gc->bias_dtype, j) : 0.0;
             double ref = gc->alpha * acc + gc->beta * cold + bv;
             if (gc->ep == MPT_EPILOGUE_RELU_BIAS) ref = ref > 0 ? ref : 0;
