@@ -5,6 +5,7 @@
  */
 #include "engine/checkpoint.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -498,9 +499,10 @@ static mpt_status ckpt_parse(mpt_checkpoint *c) {
     if (!crc_s)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: no \"%s\" in %s (expected the checksum mptrain writes)", path, CKPT_CRC_KEY,
                           CKPT_META_KEY);
-    char *endp = NULL;
-    unsigned long want = strtoul(crc_s, &endp, 16);
-    if (strlen(crc_s) != 8 || *endp != '\0')
+    int hex_ok = strlen(crc_s) == 8;
+    for (int i = 0; hex_ok && i < 8; i++) hex_ok = isxdigit((unsigned char)crc_s[i]) != 0;
+    unsigned long want = hex_ok ? strtoul(crc_s, NULL, 16) : 0;
+    if (!hex_ok)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata crc32 \"%s\": expected 8 hexadecimal digits", path, crc_s);
     uint32_t have = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->buf, c->buf_size);
     if (have != (uint32_t)want)

@@ -415,6 +415,7 @@ START_TEST(test_bad_headers) {
         {"{\"__metadata__\":{\"crc32\":\"%s\",\"epoch\":3}," HAND_A "," HAND_B "}", "metadata \"epoch\"", "string"},
         {"{\"__metadata__\":{\"x\":\"%s\"}," HAND_A "," HAND_B "}", "no \"crc32\"", NULL},
         {"{\"__metadata__\":{\"crc32\":\"%s0\"}," HAND_A "," HAND_B "}", "8 hexadecimal digits", NULL},
+        {"{\"__metadata__\":{\"crc32\":\"+%.7s\"}," HAND_A "," HAND_B "}", "8 hexadecimal digits", NULL},
         {"{\"__metadata__\":[\"%s\"]," HAND_A "," HAND_B "}", "must be an object", NULL},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
