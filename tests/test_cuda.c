@@ -194,8 +194,9 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
             double bv = bias ? ld(bias, gc->bias_dtype, j) : 0.0;
             double ref = gc->alpha * acc + gc->beta * cold + bv;
             if (gc->ep == MPT_EPILOGUE_RELU_BIAS) ref = ref > 0 ? ref : 0;
-            double e32 = 2.0 * (double)(K + 4) * U32 * (fabs(gc->alpha) * T * (1 + op) + fabs(gc->beta * cold) + fabs(bv)) +
-                         fabs(gc->alpha) * op * T;
+            double e32 =
+                2.0 * (double)(K + 4) * U32 * (fabs(gc->alpha) * T * (1 + op) + fabs(gc->beta * cold) + fabs(bv)) +
+                fabs(gc->alpha) * op * T;
             double bound = e32 + u_out(gc->c_dtype) * (fabs(ref) + e32) + eta_out(gc->c_dtype);
             double vg = ld(Cg, gc->c_dtype, i * N + j), vc = ld(Cc, gc->c_dtype, i * N + j);
             EXPECT(fabs(vg - ref) <= bound,
@@ -601,8 +602,8 @@ START_TEST(test_conv_tf32_proof) {
     }
     if (strcmp(math_type, "CUDNN_TENSOR_OP_MATH") == 0 && !tf32_overridden()) {
         for (int64_t i = 0; i < ny; i++)
-            EXPECT(y[i] == 27.0f, "tf32 conv (Tensor Core algorithm): y[%lld] = %.9g, expected exactly 27", (long long)i,
-                   (double)y[i]);
+            EXPECT(y[i] == 27.0f, "tf32 conv (Tensor Core algorithm): y[%lld] = %.9g, expected exactly 27",
+                   (long long)i, (double)y[i]);
     } else {
         fprintf(stderr, "test_cuda: tf32 conv forward ran with %s: TF32 rounding not checked\n", math_type);
     }
@@ -713,7 +714,10 @@ END_TEST
 
 START_TEST(test_maxpool) {
     static const int cfg[][7] = {/* N C H W kernel stride pad */
-                                 {2, 3, 9, 7, 3, 2, 1}, {4, 6, 24, 24, 2, 2, 0}, {2, 2, 8, 8, 3, 1, 1}, {1, 3, 5, 6, 5, 3, 2}};
+                                 {2, 3, 9, 7, 3, 2, 1},
+                                 {4, 6, 24, 24, 2, 2, 0},
+                                 {2, 2, 8, 8, 3, 1, 1},
+                                 {1, 3, 5, 6, 5, 3, 2}};
     tests_rng r = {33};
     for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++)
         for (size_t di = 0; di < 3; di++) {
@@ -951,7 +955,8 @@ static void run_xent_case(mpt_dtype t, int N, int C, int ignore_every, uint64_t 
         int32_t corc = correct0;
         float *pc = xmalloc((size_t)N * C * 4);
         cpu->softmax_xent_forward(cpu, &lossc, pc, &corc, logits, t, labels, N, C);
-        EXPECT(fabs((double)lossc - lossg) <= 2 * loss_bound, "loss GPU %.9g vs CPU %.9g", (double)lossg, (double)lossc);
+        EXPECT(fabs((double)lossc - lossg) <= 2 * loss_bound, "loss GPU %.9g vs CPU %.9g", (double)lossg,
+               (double)lossc);
         EXPECT(corc == corg, "n_correct GPU %d vs CPU %d", corg, corc);
         void *dlc = host_dup(dl0, nbytes(t, (int64_t)N * C));
         cpu->softmax_xent_backward(cpu, dlc, t, pg, labels, N, C, &scale);
@@ -1102,11 +1107,14 @@ START_TEST(test_optim_step_bit_identical) {
     static const optim_case cases[] = {
         {"sgd", {.kind = MPT_OPTIM_SGD, .lr = 0.05f}},
         {"sgd+wd", {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .weight_decay = 1e-3f}},
-        {"sgd+momentum", {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
+        {"sgd+momentum",
+         {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
         {"sgd+nesterov", {.kind = MPT_OPTIM_SGD, .lr = 0.02f, .momentum = 0.9f, .nesterov = 1, .weight_decay = 5e-4f}},
         {"adam", {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f}},
-        {"adam+l2", {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
-        {"adamw", {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+        {"adam+l2",
+         {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
+        {"adamw",
+         {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
     };
     const int64_t n = 5003;
     const mpt_dtype working[] = {MPT_DTYPE_F16, MPT_DTYPE_BF16, MPT_DTYPE_F32};

@@ -49,7 +49,8 @@ const char *mpt_curand_describe(curandStatus_t s) {
     case CURAND_STATUS_ALLOCATION_FAILED: return "CURAND_STATUS_ALLOCATION_FAILED (memory allocation failed)";
     case CURAND_STATUS_TYPE_ERROR: return "CURAND_STATUS_TYPE_ERROR (wrong generator type)";
     case CURAND_STATUS_OUT_OF_RANGE: return "CURAND_STATUS_OUT_OF_RANGE (argument out of range)";
-    case CURAND_STATUS_LENGTH_NOT_MULTIPLE: return "CURAND_STATUS_LENGTH_NOT_MULTIPLE (length not a multiple of dimension)";
+    case CURAND_STATUS_LENGTH_NOT_MULTIPLE:
+        return "CURAND_STATUS_LENGTH_NOT_MULTIPLE (length not a multiple of dimension)";
     case CURAND_STATUS_DOUBLE_PRECISION_REQUIRED: return "CURAND_STATUS_DOUBLE_PRECISION_REQUIRED";
     case CURAND_STATUS_LAUNCH_FAILURE: return "CURAND_STATUS_LAUNCH_FAILURE (kernel launch failed)";
     case CURAND_STATUS_PREEXISTING_FAILURE: return "CURAND_STATUS_PREEXISTING_FAILURE (an earlier error is pending)";
@@ -138,7 +139,8 @@ extern "C" int mpt_cuda_available(char *msg, size_t len) {
                      p.name, p.major, p.minor, cudaGetErrorString(e), p.major, p.minor);
         return 0;
     }
-    if (msg) snprintf(msg, len, "%s (compute capability %d.%d, %d SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
+    if (msg)
+        snprintf(msg, len, "%s (compute capability %d.%d, %d SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
     return 1;
 }
 
@@ -206,8 +208,8 @@ static void cuda_from_host(mpt_backend *be, void *dst, const void *src_host, siz
 static void cuda_copy(mpt_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes == 0 || dst == src) return;
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-    MPT_ASSERTF(d + bytes <= s || s + bytes <= d, "cuda backend: copy between overlapping buffers %p and %p (%zu bytes)",
-                dst, src, bytes);
+    MPT_ASSERTF(d + bytes <= s || s + bytes <= d,
+                "cuda backend: copy between overlapping buffers %p and %p (%zu bytes)", dst, src, bytes);
     MPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, mpt_cuda_ctx_of(be)->stream));
 }
 
@@ -295,7 +297,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
         return create_failed(be, ctx, "curandCreateGenerator(PHILOX4_32_10) failed: %s", mpt_curand_describe(rs));
     }
     rs = curandSetStream(ctx->rng, ctx->stream);
-    if (rs != CURAND_STATUS_SUCCESS) return create_failed(be, ctx, "curandSetStream failed: %s", mpt_curand_describe(rs));
+    if (rs != CURAND_STATUS_SUCCESS)
+        return create_failed(be, ctx, "curandSetStream failed: %s", mpt_curand_describe(rs));
 
     e = cudaMalloc(&ctx->scratch, MPT_CUDA_SCRATCH_BYTES);
     if (e != cudaSuccess) {

@@ -43,7 +43,12 @@
 #define CONV_RECORDS 192
 #define CONV_PASS_WORKSPACE_LIMIT ((size_t)256 << 20) /* largest cuDNN workspace an algorithm may use */
 
-typedef enum conv_pass { CONV_PASS_FORWARD = 0, CONV_PASS_BACKWARD_DATA, CONV_PASS_BACKWARD_FILTER, CONV_PASS_COUNT } conv_pass;
+typedef enum conv_pass {
+    CONV_PASS_FORWARD = 0,
+    CONV_PASS_BACKWARD_DATA,
+    CONV_PASS_BACKWARD_FILTER,
+    CONV_PASS_COUNT
+} conv_pass;
 static const char *const conv_pass_names[CONV_PASS_COUNT] = {"forward", "backward_data", "backward_filter"};
 
 typedef struct conv_key {
@@ -139,15 +144,16 @@ static void validate(const mpt_conv_args *a) {
     MPT_ASSERTF(s->N > 0 && s->C > 0 && s->H > 0 && s->W > 0 && s->K > 0 && s->R > 0 && s->S > 0 && s->pad_h >= 0 &&
                     s->pad_w >= 0 && s->stride_h > 0 && s->stride_w > 0,
                 "conv2d %s: bad shape", tag);
-    MPT_ASSERTF(s->P == (s->H + 2 * s->pad_h - s->R) / s->stride_h + 1 && s->Q == (s->W + 2 * s->pad_w - s->S) / s->stride_w + 1 &&
-                    s->P > 0 && s->Q > 0,
+    MPT_ASSERTF(s->P == (s->H + 2 * s->pad_h - s->R) / s->stride_h + 1 &&
+                    s->Q == (s->W + 2 * s->pad_w - s->S) / s->stride_w + 1 && s->P > 0 && s->Q > 0,
                 "conv2d %s: output %dx%d does not match input %dx%d, kernel %dx%d, pad %d/%d, stride %d/%d", tag, s->P,
                 s->Q, s->H, s->W, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w);
     int ok = (a->math == MPT_MATH_FP32 || a->math == MPT_MATH_TF32) ? a->dtype == MPT_DTYPE_F32
              : a->math == MPT_MATH_F16                             ? a->dtype == MPT_DTYPE_F16
              : a->math == MPT_MATH_BF16                            ? a->dtype == MPT_DTYPE_BF16
                                                                    : 0;
-    MPT_ASSERTF(ok, "conv2d %s: math %s does not go with %s data", tag, mpt_math_name(a->math), mpt_dtype_name(a->dtype));
+    MPT_ASSERTF(ok, "conv2d %s: math %s does not go with %s data", tag, mpt_math_name(a->math),
+                mpt_dtype_name(a->dtype));
 }
 
 static conv_key make_key(const mpt_conv_args *a) {
@@ -185,8 +191,9 @@ static cudnnStatus_t pass_workspace(mpt_cuda_ctx *ctx, const conv_plan *p, conv_
 static int plain_sums(conv_pass pass, int algo) {
     switch (pass) {
     case CONV_PASS_FORWARD:
-        return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
-               algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM || algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
     case CONV_PASS_BACKWARD_DATA:
         return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     default:
@@ -204,8 +211,8 @@ typedef struct conv_candidate {
 } conv_candidate;
 
 /* Picks the algorithm of one pass among the heuristic's candidates (best first): skips failed candidates,
- * transform-based algorithms, ALLOW_CONVERSION, and those cuDNN cannot run with the math type we would set; fp32 mode runs with
- * CUDNN_FMA_MATH only; other modes prefer the first CUDNN_TENSOR_OP_MATH candidate. Sets the pass's
+ * transform-based algorithms, ALLOW_CONVERSION, and those cuDNN cannot run with the math type we would set; fp32 mode
+ * runs with CUDNN_FMA_MATH only; other modes prefer the first CUDNN_TENSOR_OP_MATH candidate. Sets the pass's
  * descriptor math type, p->algo, p->math_type and p->ws; aborts if nothing is usable. */
 static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const conv_candidate *cand, int count) {
     int fp32 = p->key.math == MPT_MATH_FP32;
@@ -235,11 +242,12 @@ static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const con
         ws_chosen = ws_tc;
     }
     const mpt_conv_shape *s = &p->key.s;
-    MPT_ASSERTF(chosen >= 0,
-                "cuDNN offers no usable %s algorithm for conv N=%d C=%d H=%d W=%d K=%d R=%d S=%d pad %d/%d stride %d/%d, "
-                "%s data, math %s (%d candidates)",
-                conv_pass_names[pass], s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h,
-                s->stride_w, mpt_dtype_name((mpt_dtype)p->key.dtype), mpt_math_name((mpt_math)p->key.math), count);
+    MPT_ASSERTF(
+        chosen >= 0,
+        "cuDNN offers no usable %s algorithm for conv N=%d C=%d H=%d W=%d K=%d R=%d S=%d pad %d/%d stride %d/%d, "
+        "%s data, math %s (%d candidates)",
+        conv_pass_names[pass], s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,
+        mpt_dtype_name((mpt_dtype)p->key.dtype), mpt_math_name((mpt_math)p->key.math), count);
     p->algo[pass] = cand[chosen].algo;
     p->math_type[pass] = fp32 ? CUDNN_FMA_MATH : cand[chosen].math_type;
     p->ws[pass] = ws_chosen;
@@ -252,7 +260,8 @@ static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
     MPT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, p->x, p->w, p->conv[CONV_PASS_FORWARD], p->y,
                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    for (int i = 0; i < n; i++) c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+    for (int i = 0; i < n; i++)
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
     pick_algo(ctx, p, CONV_PASS_FORWARD, c, n);
 }
 
@@ -262,7 +271,8 @@ static void choose_backward_data(mpt_cuda_ctx *ctx, conv_plan *p) {
     MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->dnn, p->w, p->y, p->conv[CONV_PASS_BACKWARD_DATA],
                                                                 p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    for (int i = 0; i < n; i++) c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+    for (int i = 0; i < n; i++)
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
     pick_algo(ctx, p, CONV_PASS_BACKWARD_DATA, c, n);
 }
 
@@ -274,7 +284,8 @@ static void choose_backward_filter(mpt_cuda_ctx *ctx, conv_plan *p) {
     MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->dnn, x, y, p->conv[CONV_PASS_BACKWARD_FILTER], w,
                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    for (int i = 0; i < n; i++) c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+    for (int i = 0; i < n; i++)
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
     pick_algo(ctx, p, CONV_PASS_BACKWARD_FILTER, c, n);
 }
 
@@ -319,9 +330,12 @@ static void plan_build(mpt_cuda_ctx *ctx, conv_plan *p, const conv_key *k) {
         MPT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x32));
         MPT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y32));
         MPT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w32));
-        MPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->N, s->C, s->H, s->W));
-        MPT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->N, s->K, s->P, s->Q));
-        MPT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w32, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s->K, s->C, s->R, s->S));
+        MPT_CUDNN_CHECK(
+            cudnnSetTensor4dDescriptor(p->x32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->N, s->C, s->H, s->W));
+        MPT_CUDNN_CHECK(
+            cudnnSetTensor4dDescriptor(p->y32, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, s->N, s->K, s->P, s->Q));
+        MPT_CUDNN_CHECK(
+            cudnnSetFilter4dDescriptor(p->w32, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, s->K, s->C, s->R, s->S));
         p->widen_bytes = mpt_cuda_align256((size_t)s->N * s->C * s->H * s->W * sizeof(float)) +
                          mpt_cuda_align256((size_t)s->N * s->K * s->P * s->Q * sizeof(float));
     }
@@ -366,7 +380,8 @@ static void record_call(mpt_cuda_conv_cache *c, const char *tag, const conv_plan
     rk.key = p->key;
     rk.pass = pass;
     for (int i = 0; i < c->n_records; i++) {
-        if (strncmp(c->records[i].tag, tag, MPT_CUDA_TAG_LEN - 1) == 0 && memcmp(&c->record_keys[i], &rk, sizeof rk) == 0) {
+        if (strncmp(c->records[i].tag, tag, MPT_CUDA_TAG_LEN - 1) == 0 &&
+            memcmp(&c->record_keys[i], &rk, sizeof rk) == 0) {
             c->records[i].calls++;
             return;
         }
@@ -477,7 +492,8 @@ void mpt_cuda_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     const conv_plan *p = plan_get(ctx, &k);
     mpt_cuda_require_workspace(be, p->ws[CONV_PASS_BACKWARD_DATA], "conv2d backward data");
     const float one = 1.0f;
-    MPT_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, a->w, p->y, a->dy, p->conv[CONV_PASS_BACKWARD_DATA],
+    MPT_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, a->w, p->y, a->dy,
+                                                 p->conv[CONV_PASS_BACKWARD_DATA],
                                                  (cudnnConvolutionBwdDataAlgo_t)p->algo[CONV_PASS_BACKWARD_DATA],
                                                  be->workspace, p->ws[CONV_PASS_BACKWARD_DATA], &one, p->x, a->dx));
     record_call(ctx->conv, a->tag, p, CONV_PASS_BACKWARD_DATA);

@@ -50,8 +50,8 @@ typedef struct mpt_cuda_conv_record {
     const char *pass;            /* "forward", "backward_data", "backward_filter" */
     mpt_conv_shape s;
     const char *math;            /* mptrain math mode */
-    const char *data_type;       /* cuDNN tensor data type the pass ran on: "CUDNN_DATA_FLOAT", ..._HALF, ..._BFLOAT16 */
-    const char *math_type;       /* cuDNN math type the algorithm ran with: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... */
+    const char *data_type; /* cuDNN tensor data type the pass ran on: "CUDNN_DATA_FLOAT", ..._HALF, ..._BFLOAT16 */
+    const char *math_type; /* cuDNN math type the algorithm ran with: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... */
     int algo;                    /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t value */
     const char *algo_name;       /* its enum name */
     size_t workspace_bytes;      /* cuDNN workspace of that algorithm */

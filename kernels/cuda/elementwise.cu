@@ -166,7 +166,8 @@ static void launch_maxpool_forward(const mpt_cuda_ctx *ctx, void *y, int32_t *ar
 }
 
 static void launch_maxpool_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const int32_t *argmax,
-                                    mpt_dtype dtype, int64_t planes, int H, int W, int P, int Q, int k, int s, int pad) {
+                                    mpt_dtype dtype, int64_t planes, int H, int W, int P, int Q, int k, int s,
+                                    int pad) {
     maxpool_backward_kernel<<<mpt_cuda_blocks(ctx, planes * H * W), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         dx, dy, argmax, dtype, planes, H, W, P, Q, k, s, pad);
     MPT_CUDA_CHECK_LAUNCH("maxpool_backward_kernel");
@@ -184,7 +185,8 @@ void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
                             a->P, a->Q, a->kernel, a->stride, a->pad);
 }
 
-/* ---- dropout ------------------------------------------------------------------------------------------------------ */
+/* ---- dropout ------------------------------------------------------------------------------------------------------
+ */
 
 /* The host-API device generator, with seed and offset set as engine/rng.c sets them on the host generator, so
  * the uniforms are mpt_rng_uniform's (cuRAND documents host and device generation as giving the same sequence;
@@ -410,7 +412,8 @@ void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dl
     launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale);
 }
 
-/* ---- bias gradient (column sums of a row-major [rows, cols]) -------------------------------------------------------- */
+/* ---- bias gradient (column sums of a row-major [rows, cols]) --------------------------------------------------------
+ */
 
 #define BIAS_TILE_X 32
 #define BIAS_TILE_Y 8
@@ -448,7 +451,8 @@ void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dt
     launch_bias_grad(mpt_cuda_ctx_of(be), db, dy, dtype, rows, cols);
 }
 
-/* ---- channel helpers of conv.cu (NCHW) ---------------------------------------------------------------------------- */
+/* ---- channel helpers of conv.cu (NCHW) ----------------------------------------------------------------------------
+ */
 
 /* y[n, k, j] = bias[k], copied bit for bit (elem_size 2 or 4). */
 static __global__ void broadcast_channel_bias_kernel(void *y, const void *bias, int elem_size, int K, int64_t HW,
@@ -487,7 +491,8 @@ void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtyp
     MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
 }
 
-/* ---- batch gather ------------------------------------------------------------------------------------------------- */
+/* ---- batch gather -------------------------------------------------------------------------------------------------
+ */
 
 /* Grid (column blocks, B): x[b, d] = ((u8 / 255) - mean) * inv_std rounded to x_dtype, the CPU's FP32
  * expression with IEEE operations; a padding row (idx[b] < 0) becomes zeros with label -1. */
@@ -506,8 +511,8 @@ static __global__ void gather_batch_kernel(void *x, mpt_dtype x_dtype, int32_t *
 }
 
 static void launch_gather_batch(const mpt_cuda_ctx *ctx, void *x, mpt_dtype x_dtype, int32_t *labels,
-                                const uint8_t *images, const uint8_t *image_labels, const int32_t *idx, int B, int64_t D,
-                                float mean, float inv_std) {
+                                const uint8_t *images, const uint8_t *image_labels, const int32_t *idx, int B,
+                                int64_t D, float mean, float inv_std) {
     int64_t cols = (D + MPT_CUDA_THREADS - 1) / MPT_CUDA_THREADS;
     if (cols > 64) cols = 64;
     if (cols < 1) cols = 1;

@@ -129,8 +129,8 @@ static __global__ void gemm_epilogue_kernel(void *C, mpt_dtype c_dtype, const fl
 
 static void launch_gemm_epilogue(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_dtype, const float *D, const void *bias,
                                  mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
-    gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(C, c_dtype, D, bias,
-                                                                                           bias_dtype, relu, beta, M, N);
+    gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(
+        C, c_dtype, D, bias, bias_dtype, relu, beta, M, N);
     MPT_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
 }
 
@@ -244,10 +244,12 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     /* Our B: stored [K,N] row-major = column-major N x K (ld N), or stored [N,K] = column-major K x N (ld K). */
-    if (!k->trans_b) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->N, (uint64_t)k->K, k->N));
+    if (!k->trans_b)
+        MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->N, (uint64_t)k->K, k->N));
     else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->K, (uint64_t)k->N, k->K));
     /* Our A: stored [M,K] = column-major K x M (ld K), or stored [K,M] = column-major M x K (ld M). */
-    if (!k->trans_a) MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->K, (uint64_t)k->M, k->K));
+    if (!k->trans_a)
+        MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->K, (uint64_t)k->M, k->K));
     else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->M, (uint64_t)k->K, k->M));
     /* C and D: row-major [M,N] = column-major N x M (ld N). */
     MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, p->d_type, (uint64_t)k->N, (uint64_t)k->M, k->N));
@@ -263,7 +265,8 @@ static int plan_pick_algo(mpt_cuda_ctx *ctx, gemm_plan *p, size_t ws_limit, cubl
     uint64_t ws = (uint64_t)ws_limit;
     uint32_t align_lt_a = k->align_b, align_lt_b = k->align_a, align_cd = k->align_c;
     if (!p->direct) align_cd = 256; /* D lives at the start of the workspace */
-    MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    MPT_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_lt_a,
                                                           sizeof align_lt_a));
     MPT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_lt_b,
@@ -338,7 +341,8 @@ static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_
     plan_describe(p, k, 0);
     MPT_ASSERTF(p->extra_bytes <= total,
                 "cuda backend: GEMM M=%lld N=%lld needs %zu bytes of workspace for its FP32 result, %zu reserved "
-                "(reserve gemm_workspace() at graph build time)", (long long)k->M, (long long)k->N, p->extra_bytes, total);
+                "(reserve gemm_workspace() at graph build time)",
+                (long long)k->M, (long long)k->N, p->extra_bytes, total);
     if (plan_pick_algo(ctx, p, lt_limit(total, p->extra_bytes), &why_two_step)) {
         p->used = 1;
         return;

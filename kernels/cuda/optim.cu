@@ -65,8 +65,8 @@ static __global__ void sum_squares_finish_kernel(mpt_scaler_state *st, const dou
 static void launch_sum_squares(const mpt_cuda_ctx *ctx, double *partial, const float *g, int64_t n,
                                mpt_scaler_state *st) {
     unsigned blocks = mpt_cuda_blocks(ctx, n);
-    MPT_ASSERTF((size_t)blocks * sizeof(double) <= MPT_CUDA_SCRATCH_BYTES, "sum_squares: %u partial sums exceed the scratch",
-                blocks);
+    MPT_ASSERTF((size_t)blocks * sizeof(double) <= MPT_CUDA_SCRATCH_BYTES,
+                "sum_squares: %u partial sums exceed the scratch", blocks);
     sum_squares_partial_kernel<<<blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(partial, g, n);
     MPT_CUDA_CHECK_LAUNCH("sum_squares_partial_kernel");
     sum_squares_finish_kernel<<<1, MPT_CUDA_THREADS, 0, ctx->stream>>>(st, partial, (int)blocks);
@@ -86,7 +86,9 @@ static __global__ void clip_coef_kernel(mpt_scaler_state *st, float max_norm) {
     st->grad_mul = mpt_clip_coef(st->sumsq, max_norm);
 }
 
-static __global__ void step_begin_kernel(mpt_scaler_state *st) { mpt_scaler_step_begin(&st->steps_taken, st->found_inf); }
+static __global__ void step_begin_kernel(mpt_scaler_state *st) {
+    mpt_scaler_step_begin(&st->steps_taken, st->found_inf);
+}
 
 static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_params p, int dynamic) {
     mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq, &st->growth_tracker,
