@@ -320,9 +320,11 @@ START_TEST(test_gemm_tf32_proof_and_records) {
         gpu->from_host(gpu, dB, B, (size_t)(K * N) * 4);
         float *C32 = xmalloc((size_t)(M * N) * sizeof(float));
         g.math = MPT_MATH_FP32;
+        g.tag = "proof.fp32.random";
         gpu->gemm(gpu, &g);
         dev_get(C32, dC, (size_t)(M * N) * 4);
         g.math = MPT_MATH_TF32;
+        g.tag = "proof.tf32.random";
         gpu->gemm(gpu, &g);
         dev_get(C, dC, (size_t)(M * N) * 4);
         int64_t differ = 0;
