@@ -6,6 +6,9 @@
 
 struct mpt_rng {
     curandGenerator_t gen;
+    int positioned;    /* the generator's next value is (seed, offset) below */
+    uint64_t seed;
+    uint64_t offset;
 };
 
 #define MPT_CURAND_CHECK(call)                                                                       \
@@ -36,11 +39,19 @@ uint64_t mpt_rng_stream_seed(uint64_t seed, mpt_rng_stream stream) {
     return z ^ (z >> 31);
 }
 
+/* Setting the seed or offset makes cuRAND's host generator re-initialise on the next call (several ms);
+ * consecutive draws (dropout nodes in order, step after step) continue where the last one ended instead.
+ * A continued draw returns exactly the values of a fresh (seed, offset) draw: test_rng checks it. */
 void mpt_rng_uniform(mpt_rng *r, float *out, size_t n, uint64_t seed, uint64_t offset) {
     if (n == 0) return;
-    MPT_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(r->gen, seed));
-    MPT_CURAND_CHECK(curandSetGeneratorOffset(r->gen, offset));
+    if (!r->positioned || r->seed != seed || r->offset != offset) {
+        MPT_CURAND_CHECK(curandSetPseudoRandomGeneratorSeed(r->gen, seed));
+        MPT_CURAND_CHECK(curandSetGeneratorOffset(r->gen, offset));
+    }
     MPT_CURAND_CHECK(curandGenerateUniform(r->gen, out, n));
+    r->positioned = 1;
+    r->seed = seed;
+    r->offset = offset + n;
 }
 
 void mpt_rng_shuffle(mpt_rng *r, int32_t *perm, size_t n, float *scratch, uint64_t seed, uint64_t offset) {
