@@ -167,8 +167,10 @@ struct mpt_backend {
     void (*free)(mpt_backend *be, void *p);
     void (*memset_zero)(mpt_backend *be, void *p, size_t bytes);
     void (*to_host)(mpt_backend *be, void *dst_host, const void *src, size_t bytes);       /* waits */
-    void (*from_host)(mpt_backend *be, void *dst, const void *src_host, size_t bytes);     /* stream-ordered */
-    void (*copy)(mpt_backend *be, void *dst, const void *src, size_t bytes);
+    /* Stream-ordered; the host buffer may be reused when the call returns (the CUDA backend copies from
+     * pageable memory, which cudaMemcpyAsync stages before returning). */
+    void (*from_host)(mpt_backend *be, void *dst, const void *src_host, size_t bytes);
+    void (*copy)(mpt_backend *be, void *dst, const void *src, size_t bytes);  /* dst and src must not overlap */
     void (*synchronize)(mpt_backend *be);
     void (*destroy)(mpt_backend *be);
 
