@@ -233,6 +233,7 @@ typedef struct mpt_cli_result {
     int32_t steps_skipped, floor_hits;
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
+    float *init_master;          /* the same at the start of this invocation (malloc'd) */
     int64_t n_master;
 } mpt_cli_result;
 
@@ -301,12 +302,18 @@ typedef struct mpt_cli_compare_row {
     double rel_l2;           /* ||w - w_fp32|| / ||w_fp32|| of the final masters; NAN without an fp32 run */
 } mpt_cli_compare_row;
 
+/* What the report says about the scale of rel_l2: ||w_end - w_init|| / ||w_end|| of the fp32 run (how far
+ * training moved the weights), NAN without an fp32 run. */
+typedef struct mpt_cli_compare_ref {
+    double fp32_travel;
+} mpt_cli_compare_ref;
+
 /* Writes the comparison table as Markdown (the same text `compare` prints). */
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
 
 /* Writes report.md into dir: settings, the table, what each precision does, how to read the plot. */
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const char *plot_file);
+                                const mpt_cli_compare_ref *ref, const char *plot_file);
 
 /* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
  * Each run gets a fresh backend (so its peak-memory figures are its own) and writes into --out/<precision>/.
  * Then: the relative L2 distance of each run's final FP32 master weights from the fp32 run's,
  *   rel_l2 = sqrt(sum_i (w_i - w32_i)^2) / sqrt(sum_i w32_i^2)   (FP64 sums over all parameters),
+ * with, for scale, the same distance between the fp32 run's final and initial weights,
  * the table (printed and in report.md) and convergence.png (tools/plot.c).
  */
 #include <math.h>
@@ -14,13 +15,13 @@
 
 #include "tools/cli.h"
 
-static double rel_l2(const mpt_cli_result *a, const mpt_cli_result *ref) {
-    if (!ref || a->n_master != ref->n_master || !ref->final_master) return NAN;
+/* ||w - ref|| / ||ref|| over n weights, sums in FP64. */
+static double rel_l2(const float *w, const float *ref, int64_t n) {
     double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < a->n_master; i++) {
-        double d = (double)a->final_master[i] - (double)ref->final_master[i];
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)w[i] - (double)ref[i];
         num += d * d;
-        den += (double)ref->final_master[i] * (double)ref->final_master[i];
+        den += (double)ref[i] * (double)ref[i];
     }
     return den > 0.0 ? sqrt(num) / sqrt(den) : NAN;
 }
@@ -71,8 +72,11 @@ int mpt_cmd_compare(int argc, char **argv) {
     for (int i = 0; i < n_done; i++) {
         rows[i].precision = o.precisions[i];
         rows[i].r = &res[i];
-        rows[i].rel_l2 = rel_l2(&res[i], ref);
+        rows[i].rel_l2 = ref && res[i].n_master == ref->n_master
+                             ? rel_l2(res[i].final_master, ref->final_master, ref->n_master) : NAN;
     }
+    mpt_cli_compare_ref scale = {NAN};
+    if (ref) scale.fp32_travel = rel_l2(ref->init_master, ref->final_master, ref->n_master);
 
     const char *plot_file = "convergence.png";
     s = mpt_cli_plot(o.out, o.precisions, n_done);
@@ -80,10 +84,14 @@ int mpt_cmd_compare(int argc, char **argv) {
         fprintf(stderr, "mptrain compare: no plot: %s\n", mpt_last_error());
         plot_file = NULL;
     }
-    s = mpt_cli_write_report(o.out, &o, rows, n_done, plot_file);
+    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, plot_file);
     printf("\n");
     mpt_cli_write_table(stdout, rows, n_done);
-    if (!ref) printf("(no fp32 run in --precisions: no relative L2 distance)\n");
+    if (!ref)
+        printf("(no fp32 run in --precisions: no relative L2 distance)\n");
+    else
+        printf("(for scale: training moved the fp32 weights by ||w_end - w_init|| / ||w_end|| = %.3e)\n",
+               scale.fp32_travel);
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
     for (int i = 0; i < o.n_precisions; i++) mpt_cli_result_free(&res[i]);

@@ -91,8 +91,10 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
 void mpt_cli_result_free(mpt_cli_result *r) {
     free(r->epoch_s);
     free(r->final_master);
+    free(r->init_master);
     r->epoch_s = NULL;
     r->final_master = NULL;
+    r->init_master = NULL;
 }
 
 void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
@@ -475,19 +477,21 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     return MPT_OK;
 }
 
-static void collect_masters(run *r, mpt_cli_result *res) {
+/* All FP32 masters, concatenated in parameter order, into a new host array. */
+static float *collect_masters(run *r, int64_t *count) {
     mpt_trainer *t = r->t;
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->master[i]);
-    res->final_master = malloc((size_t)n * sizeof(float));
-    MPT_ASSERT(res->final_master != NULL);
+    float *w = malloc((size_t)n * sizeof(float));
+    MPT_ASSERT(w != NULL);
     int64_t off = 0;
     for (int i = 0; i < t->n_params; i++) {
         int64_t k = mpt_tensor_numel(t->master[i]);
-        r->be->to_host(r->be, res->final_master + off, t->master[i]->data, (size_t)k * sizeof(float));
+        r->be->to_host(r->be, w + off, t->master[i]->data, (size_t)k * sizeof(float));
         off += k;
     }
-    res->n_master = n;
+    *count = n;
+    return w;
 }
 
 mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
@@ -512,10 +516,11 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
     if (s == MPT_OK) {
         if (!label[0]) mpt_graph_print_precision_map(r.t->g, stdout);
         print_header(&r);
+        res->init_master = collect_masters(&r, &res->n_master);
         s = train_loop(&r, res);
     }
     if (s == MPT_OK) {
-        collect_masters(&r, res);
+        res->final_master = collect_masters(&r, &res->n_master);
         for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];
         res->mem_peak_total = r.be->mem_peak_total;
         s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);

@@ -148,7 +148,7 @@ static const char *precision_explained(mpt_precision p) {
 }
 
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const char *plot_file) {
+                                const mpt_cli_compare_ref *ref, const char *plot_file) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/report.md", dir);
     FILE *f = fopen(path, "w");
@@ -175,6 +175,13 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "end (1 = no scaling); and the relative L2 distance ||w - w_fp32|| / ||w_fp32|| between this run's "
                "final FP32 master weights and the fp32 run's, over all parameters. It measures how far rounding "
                "moved training's trajectory, not how good the result is: compare it with the accuracy columns.\n\n");
+    if (ref && isfinite(ref->fp32_travel))
+        fprintf(f, "For scale: training moved the fp32 run's weights by ||w_end - w_init|| / ||w_end|| = %.3e from "
+                   "their initialisation. A distance between precisions of the same order means the runs took "
+                   "different paths (rounding differences are amplified step after step, as any perturbation of "
+                   "SGD is) and arrived at different, equally good weights; a much smaller one means they stayed "
+                   "together.\n\n",
+                ref->fp32_travel);
     fprintf(f, "Peak memory by category (MiB):\n\n");
     write_memory_table(f, rows, n);
     fprintf(f, "\n`master` is the FP32 copy of the weights that only fp16/bf16 runs need (in fp32/tf32 the weights "
