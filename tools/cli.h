@@ -311,9 +311,10 @@ typedef struct mpt_cli_compare_ref {
 /* Writes the comparison table as Markdown (the same text `compare` prints). */
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
 
-/* Writes report.md into dir: settings, the table, what each precision does, how to read the plot. */
+/* Writes report.md into dir: settings, the table, what each precision does, how to read the plot
+ * (plot_file, or NULL with plot_error saying why there is none). */
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const char *plot_file);
+                                const mpt_cli_compare_ref *ref, const char *plot_file, const char *plot_error);
 
 /* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
 

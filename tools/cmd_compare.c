@@ -79,12 +79,14 @@ int mpt_cmd_compare(int argc, char **argv) {
     if (ref) scale.fp32_travel = rel_l2(ref->init_master, ref->final_master, ref->n_master);
 
     const char *plot_file = "convergence.png";
+    char plot_error[600] = "";
     s = mpt_cli_plot(o.out, o.precisions, n_done);
     if (s != MPT_OK) {
-        fprintf(stderr, "mptrain compare: no plot: %s\n", mpt_last_error());
+        snprintf(plot_error, sizeof plot_error, "%s", mpt_last_error());
+        fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
         plot_file = NULL;
     }
-    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, plot_file);
+    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, plot_file, plot_error);
     printf("\n");
     mpt_cli_write_table(stdout, rows, n_done);
     if (!ref)

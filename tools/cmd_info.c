@@ -5,7 +5,8 @@
  * next to what the build compiled against): cudaRuntimeGetVersion / cudaDriverGetVersion,
  * cublasLtGetVersion, cudnnGetVersion, curandGetVersion, and OpenBLAS's openblas_get_config /
  * openblas_get_corename / openblas_get_num_threads. None of them needs a GPU. Then whether a GPU is usable
- * (engine/backend.h mpt_cuda_available) and the state of NVIDIA_TF32_OVERRIDE, which turns TF32 off in
+ * (engine/backend.h mpt_cuda_available) with its details (kernels/cuda/cuda_backend.h mpt_cuda_device_info:
+ * compute capability, SMs, memory, Tensor Core precisions) and the state of NVIDIA_TF32_OVERRIDE, which turns TF32 off in
  * cuBLAS/cuDNN and, in mptrain, in the CPU emulation too (engine/amp/policy.h).
  */
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <cudnn.h>
 #include <curand.h>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
 
@@ -65,9 +67,11 @@ int mpt_cmd_info(int argc, char **argv) {
     for (char *a = strtok_r(arch, ",", &save); a; a = strtok_r(NULL, ",", &save)) printf(" sm_%s", a);
     printf(" (meson option gpu_arch)\n");
 
-    char msg[512];
+    char msg[512], details[1024];
     int gpu = mpt_cuda_available(msg, sizeof msg);
-    if (gpu)
+    if (gpu && mpt_cuda_device_info(details, sizeof details))
+        printf("GPU: %s\n     --device auto will train on it.\n", details);
+    else if (gpu)
         printf("GPU: %s\n     --device auto will train on it.\n", msg);
     else
         printf("GPU: none usable: %s\n     --device auto will train on the CPU backend (Tensor Core numerics emulated).\n",

@@ -12,7 +12,8 @@
  *   4. every --log-every steps (and at the end of each epoch) one read of the step statistics (the only
  *      host synchronisation in the loop): a metrics.csv row and the progress bar;
  *   5. after each epoch: test (and validation) loss and accuracy, an epochs.csv row and one printed line;
- *   6. at the end (and every --save-every steps, and at --max-steps): checkpoint.safetensors; summary.json.
+ *   6. at the end (and every --save-every steps, and at --max-steps): checkpoint.safetensors; summary.json;
+ *      on the GPU also gpu_kernels.txt: the cuBLASLt/cuDNN configuration each GEMM and convolution ran with.
  *
  * Resuming (--resume CKPT) restores the run's settings from the checkpoint (flags that would change the math
  * are rejected when they differ), then its weights, optimizer and scaler state and iteration, and continues
@@ -30,6 +31,7 @@
 #include "datasets/loader.h"
 #include "engine/amp/scaler.h"
 #include "engine/optim/optim.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "engine/layers/layers.h"
 #include "models/models.h"
 #include "tools/cli.h"
@@ -241,6 +243,9 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
     snprintf(res->device, sizeof res->device, "%s", r->be->name);
     printf("%sdevice: %s\n", r->label, why);
+    if (r->be->device == MPT_DEVICE_CPU)
+        printf("%sCPU backend: OpenBLAS with %d thread(s) (--threads), Tensor Core numerics emulated\n", r->label,
+               mpt_cli_set_threads(0));
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
 
     r->policy = mpt_policy_make(o->precision);
@@ -477,6 +482,24 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     return MPT_OK;
 }
 
+/* On the GPU: what actually ran for every GEMM and convolution call site (cuBLASLt compute type, operand
+ * types, algorithm; cuDNN algorithm and math type) into gpu_kernels.txt, and on stdout for `train`. */
+static mpt_status write_gpu_records(run *r) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/gpu_kernels.txt", r->o.out);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    mpt_cuda_print_gemm_records(r->be, f);
+    mpt_cuda_print_conv_records(r->be, f);
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    if (!r->label[0]) {
+        mpt_cuda_print_gemm_records(r->be, stdout);
+        mpt_cuda_print_conv_records(r->be, stdout);
+    }
+    printf("%sGPU kernels that ran: %s\n", r->label, path);
+    return MPT_OK;
+}
+
 /* All FP32 masters, concatenated in parameter order, into a new host array. */
 static float *collect_masters(run *r, int64_t *count) {
     mpt_trainer *t = r->t;
@@ -519,6 +542,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
         res->init_master = collect_masters(&r, &res->n_master);
         s = train_loop(&r, res);
     }
+    if (s == MPT_OK && r.be->device == MPT_DEVICE_CUDA) s = write_gpu_records(&r);
     if (s == MPT_OK) {
         res->final_master = collect_masters(&r, &res->n_master);
         for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];

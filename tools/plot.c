@@ -87,9 +87,11 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return mpt_errorf(MPT_ERR_IO, "gnuplot: waitpid failed (%s)", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        unlink(log);
         return mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); "
                                       "the plot script is %s", script);
+    }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s (see %s)", script, log);
     unlink(log);

@@ -148,7 +148,7 @@ static const char *precision_explained(mpt_precision p) {
 }
 
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const char *plot_file) {
+                                const mpt_cli_compare_ref *ref, const char *plot_file, const char *plot_error) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/report.md", dir);
     FILE *f = fopen(path, "w");
@@ -201,8 +201,8 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     if (plot_file)
         fprintf(f, "![convergence](%s)\n\n", plot_file);
     else
-        fprintf(f, "(No plot: gnuplot was not available. The data is in `<precision>/metrics.csv` and "
-                   "`<precision>/epochs.csv`.)\n\n");
+        fprintf(f, "(No plot: %s. The data is in `<precision>/metrics.csv` and `<precision>/epochs.csv`.)\n\n",
+                plot_error ? plot_error : "not drawn");
     fprintf(f, "Top: training loss per step (as logged every %lld steps), one line per precision; lines that lie "
                "on top of each other mean the precision changed nothing visible. Middle: test accuracy after each "
                "epoch. Bottom: the fp16 loss scale on a log axis: it starts at 2^16, halves at every overflow "
