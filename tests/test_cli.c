@@ -9,6 +9,7 @@
  *    step count implies; summary.json parses (jansson) with the documented keys; the checkpoint loads
  *    (engine/checkpoint.h) with FP32 masters of the model's shapes; and the reported test accuracy and loss
  *    agree with an independent FP64 forward pass of the MLP, written here, on the checkpoint's weights;
+ *  - each model (mlp, lenet5, cnn) trains and checkpoints exactly its reference architecture's parameters;
  *  - eval on that checkpoint prints the same test accuracy as training reported;
  *  - resume is bit-exact: N steps straight and N/2 + save + resume + N/2 give the same tensor bytes and the
  *    same logged losses (fp16 with a fault-injected skipped step after the resume point, so the loss
@@ -458,6 +459,45 @@ START_TEST(test_train_outputs_and_eval) {
 }
 END_TEST
 
+/* ---- the models ------------------------------------------------------------------------------------------------ */
+
+/* Each model trains a step, and its checkpoint holds exactly the parameters of the reference architecture:
+ * counts computed here from the layer shapes (they are also the counts PyTorch reports for these networks). */
+static const struct {
+    const char *name;
+    int64_t params;
+} model_cases[] = {
+    /* 784*512+512 + 512*512+512 + 512*10+10 */
+    {"mlp", 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10},
+    /* conv1 6@1x5x5, conv2 16@6x5x5, fc 16*5*5 -> 120 -> 84 -> 10 */
+    {"lenet5", 6 * 25 + 6 + 16 * 6 * 25 + 16 + 400 * 120 + 120 + 120 * 84 + 84 + 84 * 10 + 10},
+    /* conv1 32@1x3x3, conv2 64@32x3x3, fc 64*12*12 -> 128 -> 10 */
+    {"cnn", 32 * 9 + 32 + 64 * 32 * 9 + 64 + 9216 * 128 + 128 + 128 * 10 + 10},
+};
+
+START_TEST(test_models) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("model");
+    int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--model", model_cases[_i].name,
+                 "--batch-size", "16", "--max-steps", "2", "--limit-test", "32", "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "train --model %s failed (%d): %s", model_cases[_i].name, rc, out_buf);
+    char p[600];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", out);
+    mpt_checkpoint *c = NULL;
+    ck_assert_msg(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    int64_t n = 0;
+    for (int i = 0; i < mpt_checkpoint_n_tensors(c); i++) {
+        const mpt_checkpoint_tensor *t = mpt_checkpoint_tensor_at(c, i);
+        if (!strchr(t->name, ':')) n += mpt_checkpoint_tensor_nbytes(t) / 4;
+    }
+    mpt_checkpoint_close(&c);
+    ck_assert_msg(n == model_cases[_i].params, "%s: %lld parameters, expected %lld", model_cases[_i].name,
+                  (long long)n, (long long)model_cases[_i].params);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- resume --------------------------------------------------------------------------------------------------- */
 
 /* Same tensors, byte for byte. */
@@ -706,6 +746,7 @@ static Suite *cli_suite(void) {
     TCase *tr = tcase_create("train");
     tcase_set_timeout(tr, 240);
     tcase_add_test(tr, test_train_outputs_and_eval);
+    tcase_add_loop_test(tr, test_models, 0, (int)(sizeof model_cases / sizeof model_cases[0]));
     tcase_add_test(tr, test_resume_fp16_mlp);
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_compare_report);
