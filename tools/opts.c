@@ -269,7 +269,7 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_OPTIMIZER:
         if (mpt_optim_kind_parse(arg, &o->optimizer) != 0) return bad_value(f, "one of sgd, adam, adamw", arg);
         return MPT_OK;
-    case MPT_OPT_LR: return parse_double(f, arg, 0.0, 1, FLT_BIG, 0, "a number > 0", &o->lr);
+    case MPT_OPT_LR: return parse_double(f, arg, 1e-30, 0, FLT_BIG, 0, "a number in [1e-30, 3e38]", &o->lr);
     case MPT_OPT_MOMENTUM: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->momentum);
     case MPT_OPT_NESTEROV: o->nesterov = 1; return MPT_OK;
     case MPT_OPT_WEIGHT_DECAY: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->weight_decay);
