@@ -1,0 +1,271 @@
+#!/usr/bin/python3
+"""bench/summarize.py - turns the run directories that bench/run.sh wrote into the Markdown report.
+
+Input (DIR = the results directory of one bench/run.sh invocation):
+  DIR/info/*.txt             machine and software facts, commands, thread settings (written by run.sh)
+  DIR/calibration.tsv        thread calibration: impl, model, precision, setting, seconds per epoch
+  DIR/gemm/*.txt             bench/gemm_bench output per OpenBLAS thread count
+  DIR/runs/<name>/run.json   one measured run: impl, model, precision, repeat, seed, settings, exit status
+  DIR/runs/<name>/time.txt   /usr/bin/time -v of that run (peak RSS = "Maximum resident set size")
+  DIR/runs/<name>/summary.json (mptrain) or stdout.txt whose last line is pytorch_reference.py's JSON
+Per run: time per epoch = median of its epoch times (so a slow first epoch with one-time set-up does not
+count); samples/s = training rows / that median. Per (impl, model, precision): the median over repeats of
+each metric, and the min-max of the per-run time per epoch. Ratios are mptrain / PyTorch of those medians
+(time: < 1 means mptrain is faster); accuracy differences are in percentage points.
+
+Usage: summarize.py DIR MODE [--raw]   (MODE cpu or gpu; --raw adds every run's numbers). Markdown on stdout.
+"""
+import json
+import os
+import re
+import statistics
+import sys
+
+PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
+
+
+def read(path, default=""):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def parse_time_v(text):
+    """Peak RSS (KiB) and wall seconds from GNU time -v output."""
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
+    secs = None
+    if wall:
+        parts = [float(p) for p in wall.group(1).split(":")]
+        secs = 0.0
+        for p in parts:
+            secs = secs * 60 + p
+    return (int(rss.group(1)) if rss else None), secs
+
+
+def load_run(d):
+    meta = json.loads(read(os.path.join(d, "run.json"), "{}") or "{}")
+    if not meta:
+        return None
+    rss_kib, wall = parse_time_v(read(os.path.join(d, "time.txt")))
+    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False)
+    if meta.get("rc") != 0:
+        return r
+    if meta["impl"] == "mptrain":
+        try:
+            s = json.loads(read(os.path.join(d, "summary.json")))
+        except ValueError:
+            return r
+        m = re.search(r"data: (\d+) training images", read(os.path.join(d, "stdout.txt")))
+        n_train = int(m.group(1)) if m else None
+        r.update(epoch_times=s["epoch_times_s"], acc=s["final_test_accuracy"], loss=s["final_test_loss"],
+                 n_train=n_train, dev_mem=s["peak_memory_bytes"]["total"], loss_scale=s.get("final_loss_scale"),
+                 skipped=s.get("steps_skipped"))
+    else:
+        lines = [l for l in read(os.path.join(d, "stdout.txt")).splitlines() if l.startswith("{")]
+        if not lines:
+            return r
+        s = json.loads(lines[-1])
+        r.update(epoch_times=s["epoch_times_s"], acc=s["final_test_accuracy"], loss=s["final_test_loss"],
+                 n_train=s["n_train"], dev_mem=s.get("cuda_max_memory_allocated"),
+                 loss_scale=s.get("final_loss_scale"), skipped=None)
+    if not r["epoch_times"]:
+        return r
+    r["t_epoch"] = statistics.median(r["epoch_times"])
+    r["sps"] = r["n_train"] / r["t_epoch"] if r["n_train"] else None
+    r["ok"] = True
+    return r
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(v, spec, none="n/a"):
+    return none if v is None else format(v, spec)
+
+
+def aggregate(runs):
+    groups = {}
+    for r in runs:
+        groups.setdefault((r["impl"], r["model"], r["precision"]), []).append(r)
+    agg = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if r["ok"]]
+        times = [r["t_epoch"] for r in ok]
+        agg[key] = {
+            "n": len(ok), "failed": len(rs) - len(ok),
+            "t": med(times), "tmin": min(times) if times else None, "tmax": max(times) if times else None,
+            "sps": med([r["sps"] for r in ok]), "acc": med([r["acc"] for r in ok]),
+            "loss": med([r["loss"] for r in ok]), "rss": med([r["rss_kib"] for r in ok]),
+            "dev_mem": med([r["dev_mem"] for r in ok]),
+            "settings": sorted({r.get("settings", "") for r in rs}),
+        }
+    return agg
+
+
+def baselines(mode, prec):
+    """PyTorch precisions an mptrain precision is compared with: the same one when PyTorch has it on this
+    device (CPU: fp32 and bf16 autocast only), else the closest; and fp32."""
+    if mode == "gpu":
+        same = prec
+    else:
+        same = {"fp32": "fp32", "tf32": "fp32", "bf16": "bf16", "fp16": "bf16"}[prec]
+    return [same] if same == "fp32" else [same, "fp32"]
+
+
+def ratio(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def report(d, mode, raw):
+    runs = []
+    rdir = os.path.join(d, "runs")
+    for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []:
+        r = load_run(os.path.join(rdir, name))
+        if r:
+            r["name"] = name
+            runs.append(r)
+    runs.sort(key=lambda r: r.get("order", 0))
+    agg = aggregate(runs)
+    models = []
+    for r in runs:
+        if r["model"] not in models:
+            models.append(r["model"])
+    info = lambda n: read(os.path.join(d, "info", n + ".txt")).rstrip()
+    out = []
+    w = out.append
+
+    w(f"Measured {info('date')} with `{info('command')}` at commit `{info('commit')}`.\n")
+    w("### Machine and software\n")
+    w("```")
+    w(info("machine"))
+    w("```\n")
+    w("### Settings\n")
+    w(info("settings"))
+    w("")
+    calib = read(os.path.join(d, "calibration.tsv")).strip().splitlines()
+    if calib:
+        w("Thread calibration (median training seconds per epoch of a short run; the fastest setting of each "
+          "implementation, model and precision is used for the measured runs):\n")
+        w("| impl | model | precision | setting | s/epoch (short run) | chosen |")
+        w("|---|---|---|---|---:|:---:|")
+        for line in calib:
+            f = line.split("\t")
+            if len(f) >= 6:
+                w(f"| {f[0]} | {f[1]} | {f[2]} | `{f[3]}` | {f[4]} | {'yes' if f[5] == '1' else ''} |")
+        w("")
+
+    w("### Results (medians over repeats)\n")
+    mem_col = "device memory (MiB)" if mode == "gpu" else "mptrain accounted memory (MiB)"
+    w(f"| model | impl | precision | s/epoch [min-max] | samples/s | test acc | test loss | peak RSS (MiB) | "
+      f"{mem_col} | runs |")
+    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for m in models:
+        for impl in ("mptrain", "pytorch"):
+            for p in PRECISIONS:
+                a = agg.get((impl, m, p))
+                if not a:
+                    continue
+                rng = f"{fmt(a['t'], '.3f')} [{fmt(a['tmin'], '.3f')}-{fmt(a['tmax'], '.3f')}]"
+                acc = fmt(a["acc"] * 100 if a["acc"] is not None else None, ".2f") + "%"
+                rss = fmt(a["rss"] / 1024 if a["rss"] else None, ".0f")
+                dm = fmt(a["dev_mem"] / 1048576 if a["dev_mem"] else None, ".1f", "-")
+                runs_s = f"{a['n']}" + (f" (+{a['failed']} failed)" if a["failed"] else "")
+                w(f"| {m} | {impl} | {p} | {rng} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
+                  f"{rss} | {dm} | {runs_s} |")
+    w("")
+    w("### Ratios mptrain / PyTorch\n")
+    w("Time ratio < 1 and samples/s ratio > 1 mean mptrain is faster; accuracy difference in percentage points "
+      "(mptrain minus PyTorch); RSS ratio < 1 means mptrain's peak resident memory is smaller.\n")
+    w("| model | mptrain | vs PyTorch | time/epoch ratio | speed-up | samples/s ratio | test acc diff (points) | "
+      "peak RSS ratio |")
+    w("|---|---|---|---:|---:|---:|---:|---:|")
+    for m in models:
+        for p in PRECISIONS:
+            a = agg.get(("mptrain", m, p))
+            if not a:
+                continue
+            for bp in baselines(mode, p):
+                b = agg.get(("pytorch", m, bp))
+                if not b:
+                    continue
+                tr = ratio(a["t"], b["t"])
+                da = (a["acc"] - b["acc"]) * 100 if a["acc"] is not None and b["acc"] is not None else None
+                w(f"| {m} | {p} | {bp} | {fmt(tr, '.3f')} | {fmt(ratio(b['t'], a['t']), '.2f')}x | "
+                  f"{fmt(ratio(a['sps'], b['sps']), '.3f')} | {fmt(da, '+.2f')} | "
+                  f"{fmt(ratio(a['rss'], b['rss']), '.3f')} |")
+    w("")
+    if mode == "cpu":
+        w("### Targets (issue #6; benchmarks, not tests)\n")
+        w("| target | measured | met |")
+        w("|---|---|:---:|")
+
+        def t(impl, m, p):
+            a = agg.get((impl, m, p))
+            return a["t"] if a else None
+
+        def target(text, got, ok):
+            w(f"| {text} | {got} | {'n/a' if ok is None else ('yes' if ok else '**no**')} |")
+
+        r = ratio(t("mptrain", "mlp", "fp32"), t("pytorch", "mlp", "fp32"))
+        target("mlp fp32: time/epoch <= 0.5 x PyTorch fp32", f"{fmt(r, '.3f')} x", None if r is None else r <= 0.5)
+        for p in ("bf16", "fp16"):
+            r = ratio(t("mptrain", "mlp", p), t("pytorch", "mlp", "bf16"))
+            target(f"mlp {p}: faster than PyTorch bf16 autocast", f"{fmt(r, '.3f')} x",
+                   None if r is None else r < 1.0)
+        for p in PRECISIONS:
+            r = ratio(t("mptrain", "lenet5", p), t("pytorch", "lenet5", "fp32"))
+            if r is not None:
+                target(f"lenet5 {p}: faster than PyTorch fp32", f"{fmt(r, '.3f')} x", r < 1.0)
+        for m in models:
+            for p in PRECISIONS:
+                a = agg.get(("mptrain", m, p))
+                if not a:
+                    continue
+                bp = baselines(mode, p)[0]
+                b = agg.get(("pytorch", m, bp))
+                if not b or a["acc"] is None or b["acc"] is None:
+                    continue
+                da = (a["acc"] - b["acc"]) * 100
+                target(f"{m} {p}: final test accuracy within 0.5 points of PyTorch {bp}",
+                       f"{a['acc'] * 100:.2f}% vs {b['acc'] * 100:.2f}% ({da:+.2f})", abs(da) <= 0.5)
+        w("")
+
+    gemm = sorted(os.listdir(os.path.join(d, "gemm"))) if os.path.isdir(os.path.join(d, "gemm")) else []
+    if gemm:
+        w("### GEMM micro-benchmark (bench/gemm_bench)\n")
+        for g in gemm:
+            w(f"`{g[:-4]}`:\n")
+            w("```")
+            w(read(os.path.join(d, "gemm", g)).rstrip())
+            w("```\n")
+
+    if raw:
+        w("### Every run\n")
+        w("In the order they ran.\n")
+        w("| run | repeat | seed | settings | s/epoch (each epoch) | test acc | peak RSS (MiB) | wall (s) | "
+          "load avg before/after | exit |")
+        w("|---|---:|---:|---|---|---:|---:|---:|---|---:|")
+        for r in runs:
+            ep = ", ".join(f"{x:.3f}" for x in r.get("epoch_times", []) or [])
+            w(f"| {r['name']} | {r.get('repeat')} | {r.get('seed')} | `{r.get('settings', '')}` | {ep} | "
+              f"{fmt(r.get('acc') * 100 if r.get('acc') is not None else None, '.2f')}% | "
+              f"{fmt(r['rss_kib'] / 1024 if r['rss_kib'] else None, '.0f')} | {fmt(r['wall_s'], '.1f')} | "
+              f"{r.get('load_before', '?')} / {r.get('load_after', '?')} | {r.get('rc')} |")
+        w("")
+    return "\n".join(out)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 2 or args[1] not in ("cpu", "gpu"):
+        sys.exit("usage: summarize.py DIR cpu|gpu [--raw]")
+    print(report(args[0], args[1], "--raw" in sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
