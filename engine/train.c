@@ -66,10 +66,7 @@ static mpt_status init_params(mpt_trainer *t) {
     return MPT_OK;
 }
 
-mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg) {
-    *out = NULL;
-    MPT_ASSERTF(g->loss != NULL, "mpt_trainer_create: the graph has no loss (add mpt_softmax_xent)");
-    MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
+static mpt_status check_config(const mpt_train_config *cfg) {
     MPT_TRY(mpt_optim_hparams_check(&cfg->optim));
     MPT_TRY(mpt_lr_schedule_check(&cfg->schedule));
     MPT_TRY(mpt_scaler_params_check(&cfg->scaler));
@@ -77,6 +74,18 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
         return mpt_errorf(MPT_ERR_ARG, "loss scale: expected a positive finite value, found %g", cfg->init_scale);
     if (cfg->clip_norm < 0.0f || !isfinite(cfg->clip_norm))
         return mpt_errorf(MPT_ERR_ARG, "clip norm: expected a finite value >= 0 (0 = off), found %g", cfg->clip_norm);
+    return MPT_OK;
+}
+
+mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg) {
+    *out = NULL;
+    MPT_ASSERTF(g->loss != NULL, "mpt_trainer_create: the graph has no loss (add mpt_softmax_xent)");
+    MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
+    mpt_status s = check_config(cfg);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g); /* the trainer owns g, also when it fails */
+        return s;
+    }
     mpt_trainer *t = calloc(1, sizeof *t);
     MPT_ASSERT(t != NULL);
     t->g = g;
@@ -99,7 +108,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     int64_t sshape[1] = {(int64_t)sizeof(mpt_scaler_state)};
     mpt_tensor *st = mpt_graph_tensor(g, "amp.scaler_state", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, sshape);
 
-    mpt_status s = mpt_graph_alloc(g);
+    s = mpt_graph_alloc(g);
     if (s != MPT_OK) {
         mpt_trainer_free(&t);
         return s;
