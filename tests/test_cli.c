@@ -37,6 +37,8 @@
 #include "datasets/synthetic.h"
 #include "engine/checkpoint.h"
 #include "harness.h"
+#define TESTS_TMP_PREFIX "mpt_test_cli"
+#include "tmpdir.h"
 #include "mpt_config.h"
 
 /* ---- running the binary ----------------------------------------------------------------------------------- */
@@ -101,27 +103,6 @@ static int run(const char *first, ...) {
 
 /* ---- temporary files ------------------------------------------------------------------------------------------ */
 
-static char tmpdir[256];
-
-static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_cli_XXXXXX");
-    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp: %s", strerror(errno));
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void rm_tmpdir(void) { nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static const char *tmp_path(const char *name) {
-    static char p[32][512];
-    static int k;
-    k = (k + 1) % 32;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
 
 static int file_exists(const char *path) {
     struct stat st;

@@ -19,31 +19,12 @@
 
 #include "datasets/idx.h"
 #include "harness.h"
+#define TESTS_TMP_PREFIX "mpt_test_idx"
+#include "tmpdir.h"
 #include "mpt_config.h"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
-static char tmpdir[256];
-
-static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/mpt_test_idx_XXXXXX");
-    ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp: %s", strerror(errno));
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void rm_tmpdir(void) { nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static const char *tmp_path(const char *name) {
-    static char p[64][512]; /* a ring: each pointer stays valid for the next 63 calls */
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
 
 /* A byte buffer built by hand. */
 typedef struct {
