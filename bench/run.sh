@@ -289,7 +289,12 @@ say "results in $OUT"
 } >"$OUT/info/machine.txt" 2>&1
 date -u '+%Y-%m-%d %H:%M UTC' >"$OUT/info/date.txt"
 echo "$COMMAND_LINE" >"$OUT/info/command.txt"
-git -C "$ROOT" rev-parse --short HEAD >"$OUT/info/commit.txt" 2>/dev/null || echo unknown >"$OUT/info/commit.txt"
+{
+    commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+    dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no -- engine kernels models datasets tools 2>/dev/null |
+        wc -l)
+    if [ "$dirty" -gt 0 ]; then echo "$commit + uncommitted changes in $dirty source file(s)"; else echo "$commit"; fi
+} >"$OUT/info/commit.txt"
 cat "$OUT/info/machine.txt"
 
 # ---- GEMM micro-benchmark (CPU GEMM only) ------------------------------------------------------------------
