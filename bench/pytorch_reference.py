@@ -23,7 +23,7 @@ Precisions (--precision):
   fp32   plain FP32 (on CUDA: TF32 off for matmul and cuDNN)
   tf32   CUDA only: torch.backends.cuda.matmul.allow_tf32 = cudnn.allow_tf32 = True
   bf16   torch.autocast(device, dtype=torch.bfloat16) around the forward pass and the loss
-  fp16   CUDA only: torch.autocast(device, dtype=torch.float16) + torch.cuda.amp.GradScaler (init 2^16,
+  fp16   CUDA only: torch.autocast(device, dtype=torch.float16) + GradScaler (init 2^16,
          growth interval 2000, as mptrain's dynamic loss scale)
 Timing: CPU: time.perf_counter around each epoch. CUDA: --warmup-steps steps on a throw-away copy of the
 model first (cuDNN/cuBLAS heuristics, allocator, autocast caches), then CUDA events recorded at the start and
@@ -124,7 +124,10 @@ class Step:
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
         self.scaler = None
         if args.precision == "fp16":
-            self.scaler = torch.cuda.amp.GradScaler(init_scale=65536.0, growth_interval=2000)
+            try:  # torch >= 2.3 spells it torch.amp.GradScaler("cuda"); torch.cuda.amp.GradScaler is deprecated
+                self.scaler = torch.amp.GradScaler("cuda", init_scale=65536.0, growth_interval=2000)
+            except (AttributeError, TypeError):
+                self.scaler = torch.cuda.amp.GradScaler(init_scale=65536.0, growth_interval=2000)
 
     def forward_loss(self, x, y):
         if self.amp_dtype is None:

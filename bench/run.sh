@@ -168,6 +168,9 @@ FAILED=0
 SEQ=0
 
 loadavg() { cut -d' ' -f1 /proc/loadavg; }
+# CPU time all processes have used since boot, in clock ticks (user, nice, system, irq, softirq, steal):
+# the difference over a run minus the run's own user + system time is what others took meanwhile.
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 
 # Environment and arguments of a thread setting. mptrain: "N" -> --threads N. PyTorch: "T/B" ->
 # torch.set_num_threads(T), OMP_NUM_THREADS=MKL_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B. GPU: "-".
@@ -216,9 +219,11 @@ run_one() {
         if [ "$limit" != 0 ]; then cmd+=(--limit-train "$limit"); fi
         if [ "$limit_test" != 0 ]; then cmd+=(--limit-test "$limit_test"); fi
     fi
-    local l0 l1 rc=0
+    local l0 l1 b0 b1 rc=0
     l0=$(loadavg)
+    b0=$(busy_ticks)
     env "${env_args[@]}" /usr/bin/time -v -o "$dir/time.txt" "${cmd[@]}" >"$dir/stdout.txt" 2>"$dir/stderr.txt" || rc=$?
+    b1=$(busy_ticks)
     l1=$(loadavg)
     SEQ=$((SEQ + 1))
     if [ "$rc" -ne 0 ]; then
@@ -228,12 +233,12 @@ run_one() {
         FAILED=$((FAILED + 1))
     fi
     "$PYTHON" - "$dir/run.json" "$impl" "$model" "$prec" "$rep" "$seed" "$(setting_text "$impl" "$setting")" \
-        "$rc" "$l0" "$l1" "${env_args[*]} ${cmd[*]}" "$SEQ" <<'EOF'
+        "$rc" "$l0" "$l1" "${env_args[*]} ${cmd[*]}" "$SEQ" "$(( (b1 - b0) ))" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
-f, impl, model, prec, rep, seed, settings, rc, l0, l1, cmd, seq = sys.argv[1:]
+f, impl, model, prec, rep, seed, settings, rc, l0, l1, cmd, seq, ticks, hz = sys.argv[1:]
 json.dump({"impl": impl, "model": model, "precision": prec, "repeat": int(rep), "seed": int(seed),
            "settings": settings, "rc": int(rc), "load_before": l0, "load_after": l1, "command": cmd,
-           "order": int(seq)},
+           "order": int(seq), "machine_busy_s": int(ticks) / int(hz)},
           open(f, "w"))
 EOF
 }

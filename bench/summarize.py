@@ -10,7 +10,8 @@ Input (DIR = the results directory of one bench/run.sh invocation):
   DIR/runs/<name>/summary.json (mptrain) or stdout.txt whose last line is pytorch_reference.py's JSON
 Per run: time per epoch = median of its epoch times (so a slow first epoch with one-time set-up does not
 count); samples/s = training rows / that median. Per (impl, model, precision): the median over repeats of
-each metric, and the min-max of the per-run time per epoch. Ratios are mptrain / PyTorch of those medians
+each metric, the min-max of the per-run time per epoch, and the fastest single epoch of all repeats (noise
+from other processes only adds time, so it shows what the code does on a quiet machine). Ratios are mptrain / PyTorch of those medians
 (time: < 1 means mptrain is faster); accuracy differences are in percentage points.
 
 Usage: summarize.py DIR MODE [--raw]   (MODE cpu or gpu; --raw adds every run's numbers). Markdown on stdout.
@@ -33,8 +34,9 @@ def read(path, default=""):
 
 
 def parse_time_v(text):
-    """Peak RSS (KiB) and wall seconds from GNU time -v output."""
+    """Peak RSS (KiB), wall seconds and CPU seconds (user + system) from GNU time -v output."""
     rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    cpu = sum(float(x) for x in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
     secs = None
     if wall:
@@ -42,15 +44,17 @@ def parse_time_v(text):
         secs = 0.0
         for p in parts:
             secs = secs * 60 + p
-    return (int(rss.group(1)) if rss else None), secs
+    return (int(rss.group(1)) if rss else None), secs, cpu
 
 
 def load_run(d):
     meta = json.loads(read(os.path.join(d, "run.json"), "{}") or "{}")
     if not meta:
         return None
-    rss_kib, wall = parse_time_v(read(os.path.join(d, "time.txt")))
-    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False)
+    rss_kib, wall, cpu = parse_time_v(read(os.path.join(d, "time.txt")))
+    busy = meta.get("machine_busy_s")
+    others = max(0.0, busy - cpu) if busy is not None else None
+    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False, others_cpu_s=others)
     if meta.get("rc") != 0:
         return r
     if meta["impl"] == "mptrain":
@@ -99,12 +103,20 @@ def aggregate(runs):
         agg[key] = {
             "n": len(ok), "failed": len(rs) - len(ok),
             "t": med(times), "tmin": min(times) if times else None, "tmax": max(times) if times else None,
+            "best": min((x for r in ok for x in r["epoch_times"]), default=None),
             "sps": med([r["sps"] for r in ok]), "acc": med([r["acc"] for r in ok]),
+            "accmin": min([r["acc"] for r in ok], default=None), "accmax": max([r["acc"] for r in ok], default=None),
             "loss": med([r["loss"] for r in ok]), "rss": med([r["rss_kib"] for r in ok]),
             "dev_mem": med([r["dev_mem"] for r in ok]),
             "settings": sorted({r.get("settings", "") for r in rs}),
         }
     return agg
+
+
+def accuracy_baseline(mode, prec):
+    """The PyTorch precision whose accuracy an mptrain precision should match: the same one, or on the CPU
+    (no TF32, no FP16 autocast there) fp32, the reference numerics."""
+    return prec if mode == "gpu" or prec in ("fp32", "bf16") else "fp32"
 
 
 def baselines(mode, prec):
@@ -161,9 +173,9 @@ def report(d, mode, raw):
 
     w("### Results (medians over repeats)\n")
     mem_col = "device memory (MiB)" if mode == "gpu" else "mptrain accounted memory (MiB)"
-    w(f"| model | impl | precision | s/epoch [min-max] | samples/s | test acc | test loss | peak RSS (MiB) | "
+    w(f"| model | impl | precision | s/epoch [min-max] | fastest epoch (s) | samples/s | test acc [min-max] | test loss | peak RSS (MiB) | "
       f"{mem_col} | runs |")
-    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         for impl in ("mptrain", "pytorch"):
             for p in PRECISIONS:
@@ -172,10 +184,12 @@ def report(d, mode, raw):
                     continue
                 rng = f"{fmt(a['t'], '.3f')} [{fmt(a['tmin'], '.3f')}-{fmt(a['tmax'], '.3f')}]"
                 acc = fmt(a["acc"] * 100 if a["acc"] is not None else None, ".2f") + "%"
+                if a["n"] > 1:
+                    acc += f" [{a['accmin'] * 100:.2f}-{a['accmax'] * 100:.2f}]"
                 rss = fmt(a["rss"] / 1024 if a["rss"] else None, ".0f")
                 dm = fmt(a["dev_mem"] / 1048576 if a["dev_mem"] else None, ".1f", "-")
                 runs_s = f"{a['n']}" + (f" (+{a['failed']} failed)" if a["failed"] else "")
-                w(f"| {m} | {impl} | {p} | {rng} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
+                w(f"| {m} | {impl} | {p} | {rng} | {fmt(a['best'], '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
                   f"{rss} | {dm} | {runs_s} |")
     w("")
     w("### Ratios mptrain / PyTorch\n")
@@ -226,7 +240,7 @@ def report(d, mode, raw):
                 a = agg.get(("mptrain", m, p))
                 if not a:
                     continue
-                bp = baselines(mode, p)[0]
+                bp = accuracy_baseline(mode, p)
                 b = agg.get(("pytorch", m, bp))
                 if not b or a["acc"] is None or b["acc"] is None:
                     continue
@@ -247,14 +261,18 @@ def report(d, mode, raw):
     if raw:
         w("### Every run\n")
         w("In the order they ran.\n")
+        w("`others' CPU s`: CPU seconds other processes used on the machine while the run ran (all CPU time "
+          "from /proc/stat minus the run's own user + system time): a run that shares the 2 cores with others "
+          "is slower than the code is.\n")
         w("| run | repeat | seed | settings | s/epoch (each epoch) | test acc | peak RSS (MiB) | wall (s) | "
-          "load avg before/after | exit |")
-        w("|---|---:|---:|---|---|---:|---:|---:|---|---:|")
+          "others' CPU s | load avg before/after | exit |")
+        w("|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|")
         for r in runs:
             ep = ", ".join(f"{x:.3f}" for x in r.get("epoch_times", []) or [])
             w(f"| {r['name']} | {r.get('repeat')} | {r.get('seed')} | `{r.get('settings', '')}` | {ep} | "
               f"{fmt(r.get('acc') * 100 if r.get('acc') is not None else None, '.2f')}% | "
               f"{fmt(r['rss_kib'] / 1024 if r['rss_kib'] else None, '.0f')} | {fmt(r['wall_s'], '.1f')} | "
+              f"{fmt(r['others_cpu_s'], '.1f')} | "
               f"{r.get('load_before', '?')} / {r.get('load_after', '?')} | {r.get('rc')} |")
         w("")
     return "\n".join(out)
