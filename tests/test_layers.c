@@ -634,13 +634,65 @@ END_TEST
 
 START_TEST(test_maxpool_ties) {
     tests_rng r = {0x42};
-    const mpt_precision modes[2] = {MPT_PRECISION_FP32, MPT_PRECISION_BF16};
-    for (int m = 0; m < 2; m++) {
+    const mpt_precision modes[3] = {MPT_PRECISION_FP32, MPT_PRECISION_BF16, MPT_PRECISION_FP16};
+    for (int m = 0; m < 3; m++) {
         pshape overlap = {.N = 2, .C = 2, .H = 7, .W = 6, .k = 3, .stride = 1};
         pool_case(modes[m], overlap, 1, 0, &r); /* overlapping windows: an input collects several gradients */
+        /* stride == kernel: the CPU backend's tiled path, with rows and columns left over at the edges */
         pshape tiled = {.N = 1, .C = 3, .H = 8, .W = 8, .k = 2, .stride = 2};
         pool_case(modes[m], tiled, 1, 0, &r);
+        pshape tiled_odd = {.N = 2, .C = 2, .H = 7, .W = 9, .k = 2, .stride = 2};
+        pool_case(modes[m], tiled_odd, 1, 0, &r);
+        pshape tiled3 = {.N = 1, .C = 2, .H = 10, .W = 11, .k = 3, .stride = 3};
+        pool_case(modes[m], tiled3, 1, 0, &r);
+        pshape gapped = {.N = 1, .C = 2, .H = 9, .W = 9, .k = 2, .stride = 3}; /* stride > kernel */
+        pool_case(modes[m], gapped, 1, 0, &r);
     }
+}
+END_TEST
+
+/* NaN propagates (PyTorch's CPU rule `val > max || isnan(val)`): a window holding a NaN outputs NaN and its
+ * gradient goes to the NaN, in the tiled (2x2/2) and the general (3x3/1) path and in every float dtype. */
+START_TEST(test_maxpool_nan) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    const int ks[2][2] = {{2, 2}, {3, 1}};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 2; c++) {
+            const int H = 6, W = 6, k = ks[c][0], st = ks[c][1];
+            const int P = (H - k) / st + 1, Q = (W - k) / st + 1;
+            const size_t es = mpt_dtype_size(dts[d]);
+            void *x = calloc(H * W, es), *y = calloc(P * Q, es), *dy = calloc(P * Q, es), *dx = calloc(H * W, es);
+            int32_t *am = calloc(P * Q, sizeof *am);
+            for (int i = 0; i < H * W; i++) mpt_store_f32(x, dts[d], i, (float)(i % 7));
+            const int nan_at = 1 * W + 1; /* row 1, column 1: in window (0,0) of both configurations */
+            mpt_store_f32(x, dts[d], nan_at, NAN);
+            for (int i = 0; i < P * Q; i++) mpt_store_f32(dy, dts[d], i, 1.0f);
+            for (int i = 0; i < H * W; i++) mpt_store_f32(dx, dts[d], i, 0.5f); /* backward accumulates */
+            mpt_pool_args a = {.N = 1, .C = 1, .H = H, .W = W, .kernel = k, .stride = st, .pad = 0, .P = P, .Q = Q,
+                               .dtype = dts[d], .x = x, .y = y, .argmax = am, .dy = dy, .dx = dx};
+            be->maxpool_forward(be, &a);
+            be->maxpool_backward(be, &a);
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) {
+                    int holds = p * st <= 1 && 1 < p * st + k && q * st <= 1 && 1 < q * st + k;
+                    float v = mpt_load_f32(y, dts[d], p * Q + q);
+                    EXPECT(holds == (int)isnan(v), "%s k=%d s=%d: y[%d,%d] = %g, window %s the NaN",
+                           mpt_dtype_name(dts[d]), k, st, p, q, (double)v, holds ? "holds" : "does not hold");
+                    if (holds)
+                        EXPECT(am[p * Q + q] == nan_at, "%s k=%d s=%d: argmax[%d,%d] = %d, expected the NaN at %d",
+                               mpt_dtype_name(dts[d]), k, st, p, q, am[p * Q + q], nan_at);
+                }
+            /* dy = 1 everywhere: the NaN's gradient is 0.5 + the windows that hold it */
+            int windows = 0;
+            for (int p = 0; p < P; p++)
+                for (int q = 0; q < Q; q++) windows += p * st <= 1 && 1 < p * st + k && q * st <= 1 && 1 < q * st + k;
+            EXPECT(mpt_load_f32(dx, dts[d], nan_at) == 0.5f + (float)windows,
+                   "%s k=%d s=%d: dx at the NaN = %g, expected 0.5 + %d", mpt_dtype_name(dts[d]), k, st,
+                   (double)mpt_load_f32(dx, dts[d], nan_at), windows);
+            free(x); free(y); free(dy); free(dx); free(am);
+        }
+    mpt_backend_free(&be);
 }
 END_TEST
 
@@ -1122,6 +1174,7 @@ Suite *layers_suite(void) {
     tcase_add_test(tc, test_relu);
     tcase_add_test(tc, test_maxpool);
     tcase_add_test(tc, test_maxpool_ties);
+    tcase_add_test(tc, test_maxpool_nan);
     tcase_add_test(tc, test_flatten);
     tcase_add_test(tc, test_input);
     tcase_add_test(tc, test_dropout);

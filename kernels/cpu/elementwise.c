@@ -235,9 +235,107 @@ static void pool_check(const mpt_pool_args *a, const char *op) {
                 a->W, a->kernel, a->stride, a->pad);
 }
 
+/* ---- tiled windows (stride == kernel, no padding: LeNet's and the cnn's 2x2/2) --------------------------
+ * Each input element lies in at most one window, so the forward reads each input row once and the backward
+ * is a scatter of dy to the argmax (one rounding per element, as the general path). Same rules as the general
+ * path: the first maximum in row-major window order wins, a NaN replaces the running maximum (so a window
+ * holding a NaN outputs NaN, PyTorch's CPU kernel does the same). F16/BF16 outputs copy the winning input's
+ * bits (the maximum is one of the inputs, so this equals widen -> max -> round). */
+
+enum { POOL_TILED_MAX_ROW = 1024 };
+
+static int pool_is_tiled(const mpt_pool_args *a) {
+    return a->pad == 0 && a->stride == a->kernel && a->W <= POOL_TILED_MAX_ROW;
+}
+
+static inline __attribute__((always_inline)) void pool_tiled_forward_k(const mpt_pool_args *a, const int k) {
+    const int H = a->H, W = a->W, P = a->P, Q = a->Q;
+    const size_t es = mpt_dtype_size(a->dtype);
+    const int64_t planes = (int64_t)a->N * a->C;
+    float rows[POOL_TILED_MAX_ROW * 3]; /* k <= 3 here (see mpt_cpu_maxpool_forward) */
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const int64_t xin = pl * H * W, yout = pl * P * Q;
+        int32_t *am = a->argmax + yout;
+        for (int p = 0; p < P; p++) {
+            const int64_t r0 = xin + (int64_t)p * k * W; /* first input row of this output row */
+            const float *x;
+            if (a->dtype == MPT_DTYPE_F32) {
+                x = (const float *)a->x + r0;
+            } else {
+                for (int r = 0; r < k; r++)
+                    mpt_cpu_widen(rows + r * W, (const char *)a->x + (size_t)(r0 + (int64_t)r * W) * es, a->dtype,
+                                  Q * k);
+                x = rows;
+            }
+            for (int q = 0; q < Q; q++) {
+                float best = -INFINITY;
+                int32_t arg = 0;
+                for (int r = 0; r < k; r++)
+                    for (int t = 0; t < k; t++) {
+                        const int32_t i = r * W + q * k + t;
+                        const float v = x[i];
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            arg = i;
+                        }
+                    }
+                am[p * Q + q] = p * k * W + arg;
+                if (a->dtype == MPT_DTYPE_F32)
+                    ((float *)a->y)[yout + p * Q + q] = best;
+                else
+                    ((uint16_t *)a->y)[yout + p * Q + q] = ((const uint16_t *)a->x)[r0 + arg];
+            }
+        }
+    }
+}
+
+static void pool_tiled_forward(const mpt_pool_args *a) {
+    switch (a->kernel) {
+    case 1: pool_tiled_forward_k(a, 1); break;
+    case 2: pool_tiled_forward_k(a, 2); break;
+    default: pool_tiled_forward_k(a, 3); break; /* callers pass kernel <= 3 */
+    }
+}
+
+static void pool_tiled_backward(const mpt_pool_args *a) {
+    const int64_t HW = (int64_t)a->H * a->W, PQ = (int64_t)a->P * a->Q, planes = (int64_t)a->N * a->C;
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const int32_t *am = a->argmax + pl * PQ;
+        const int64_t xin = pl * HW, yout = pl * PQ;
+        switch (a->dtype) {
+        case MPT_DTYPE_F32: {
+            float *dx = (float *)a->dx + xin;
+            const float *dy = (const float *)a->dy + yout;
+            for (int64_t o = 0; o < PQ; o++) dx[am[o]] = dx[am[o]] + dy[o];
+            break;
+        }
+        case MPT_DTYPE_F16: {
+            uint16_t *dx = (uint16_t *)a->dx + xin;
+            const uint16_t *dy = (const uint16_t *)a->dy + yout;
+            for (int64_t o = 0; o < PQ; o++)
+                dx[am[o]] = mpt_f32_to_f16(mpt_f16_to_f32(dx[am[o]]) + mpt_f16_to_f32(dy[o]));
+            break;
+        }
+        default: {
+            uint16_t *dx = (uint16_t *)a->dx + xin;
+            const uint16_t *dy = (const uint16_t *)a->dy + yout;
+            for (int64_t o = 0; o < PQ; o++)
+                dx[am[o]] = mpt_f32_to_bf16(mpt_bf16_to_f32(dx[am[o]]) + mpt_bf16_to_f32(dy[o]));
+            break;
+        }
+        }
+    }
+}
+
+/* ---- general windows -------------------------------------------------------------------------------- */
+
 void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
     (void)be;
     pool_check(a, "maxpool_forward");
+    if (pool_is_tiled(a) && a->kernel <= 3) {
+        pool_tiled_forward(a);
+        return;
+    }
     const int H = a->H, W = a->W, P = a->P, Q = a->Q, k = a->kernel, s = a->stride, pad = a->pad;
     const int64_t planes = (int64_t)a->N * a->C;
     for (int64_t pl = 0; pl < planes; pl++) {
@@ -272,6 +370,10 @@ void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
 void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
     (void)be;
     pool_check(a, "maxpool_backward");
+    if (pool_is_tiled(a)) {
+        pool_tiled_backward(a);
+        return;
+    }
     const int H = a->H, W = a->W, P = a->P, Q = a->Q, k = a->kernel, s = a->stride, pad = a->pad;
     const int64_t planes = (int64_t)a->N * a->C;
     for (int64_t pl = 0; pl < planes; pl++) {
