@@ -18,8 +18,10 @@
  * A 1x1 convolution with stride 1 and no padding uses x_n itself as its column matrix.
  *
  * Scratch comes from be->workspace; mpt_cpu_conv2d_workspace returns the maximum over the three passes:
- *   forward / backward-filter: col (CRS*PQ elements of dtype) + the GEMM's scratch
- *   backward-data:             dcol (CRS*PQ floats) + image buffer (C*H*W floats) + the GEMM's scratch
+ *   forward / backward-filter: col (CRS*PQ elements of dtype) + the zero-padded image (C*(H+2ph)*(W+2pw)
+ *                              elements of dtype, none without padding) + the GEMM's scratch
+ *   backward-data:             dcol (CRS*PQ floats) + padded image buffer (C*(H+2ph)*(W+2pw) floats) + the
+ *                              GEMM's scratch
  * Each part is padded to 64 bytes. Reference: Chellapilla et al. 2006, "High performance convolutional
  * neural networks for document processing" (the im2col lowering); cuDNN documents the same three passes.
  */
@@ -62,91 +64,66 @@ static int conv_is_pointwise(const mpt_conv_shape *s) {
     return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
 }
 
-/* The q range [q0, q1) whose input column q*sw - pw + t lies inside [0, W). */
-static void conv_q_range(const mpt_conv_shape *s, int t, int *q0, int *q1) {
-    int a = 0, b = s->Q;
-    while (a < b && a * s->stride_w - s->pad_w + t < 0) a++;
-    while (b > a && (b - 1) * s->stride_w - s->pad_w + t >= s->W) b--;
-    *q0 = a;
-    *q1 = b;
+/* Elements of the zero-padded copy of one image that im2col reads from ([C, H + 2ph, W + 2pw]; 0 when there
+ * is no padding and x_n is read directly). */
+static int64_t conv_padded_elems(const mpt_conv_shape *s) {
+    if (s->pad_h == 0 && s->pad_w == 0) return 0;
+    return (int64_t)s->C * (s->H + 2 * s->pad_h) * (s->W + 2 * s->pad_w);
 }
 
-/* col[(c*R + r)*S + s, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + s] or 0, for elements of 2 or 4 bytes
- * (the bits are copied). Inlined with a constant `es` at each call, so the short row copies are plain
- * vectorised loops rather than library calls. */
-static inline __attribute__((always_inline)) void conv_im2col_es(void *col, const void *x, const mpt_conv_shape *s,
-                                                                 size_t es) {
-    const int64_t PQ = (int64_t)s->P * s->Q;
-    const int Q = s->Q, sw = s->stride_w;
+/* col[(c*R + r)*S + t, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + t] or 0 (the bits are copied, elements of es
+ * bytes). With padding, the image is first copied into xp, a zero-bordered [C, H+2ph, W+2pw] buffer of
+ * conv_padded_elems() elements, so that every row of col is one unconditional copy: Q contiguous elements
+ * for stride 1 (a memcpy), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds
+ * tests of lowering without the padded copy cost more than the copies. */
+static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape *s, size_t es) {
+    const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w, P = s->P, Q = s->Q;
+    const int sh = s->stride_h, sw = s->stride_w;
+    const char *src = x;
+    if (s->pad_h || s->pad_w) {
+        char *d = xp;
+        const char *xs = x;
+        memset(d, 0, (size_t)conv_padded_elems(s) * es);
+        for (int c = 0; c < s->C; c++)
+            for (int h = 0; h < s->H; h++)
+                memcpy(d + ((size_t)(c * Hp + h + s->pad_h) * Wp + s->pad_w) * es,
+                       xs + (size_t)(c * s->H + h) * s->W * es, (size_t)s->W * es);
+        src = xp;
+    }
+    char *out = col;
+    const size_t row_bytes = (size_t)Q * es;
     for (int c = 0; c < s->C; c++)
         for (int r = 0; r < s->R; r++)
-            for (int t = 0; t < s->S; t++) {
-                const int64_t row = (((int64_t)c * s->R + r) * s->S + t) * PQ;
-                int q0, q1;
-                conv_q_range(s, t, &q0, &q1);
-                const int off = t - s->pad_w; /* input column of q: q*sw + off */
-                for (int p = 0; p < s->P; p++) {
-                    const int h = p * s->stride_h - s->pad_h + r;
-                    const int valid = h >= 0 && h < s->H;
-                    const int64_t o = row + (int64_t)p * Q, i = ((int64_t)c * s->H + h) * s->W;
-                    if (es == 2) {
-                        uint16_t *out = (uint16_t *)col + o;
-                        const uint16_t *in = (const uint16_t *)x + (valid ? i : 0);
-                        if (!valid) {
-                            for (int q = 0; q < Q; q++) out[q] = 0;
-                            continue;
-                        }
-                        for (int q = 0; q < q0; q++) out[q] = 0;
-                        if (sw == 1)
-                            for (int q = q0; q < q1; q++) out[q] = in[q + off];
-                        else
-                            for (int q = q0; q < q1; q++) out[q] = in[q * sw + off];
-                        for (int q = q1; q < Q; q++) out[q] = 0;
+            for (int t = 0; t < s->S; t++)
+                for (int p = 0; p < P; p++, out += row_bytes) {
+                    const char *in = src + ((size_t)(c * Hp + p * sh + r) * Wp + t) * es;
+                    if (sw == 1) {
+                        memcpy(out, in, row_bytes);
+                    } else if (es == 2) {
+                        for (int q = 0; q < Q; q++) ((uint16_t *)out)[q] = ((const uint16_t *)in)[q * sw];
                     } else {
-                        uint32_t *out = (uint32_t *)col + o;
-                        const uint32_t *in = (const uint32_t *)x + (valid ? i : 0);
-                        if (!valid) {
-                            for (int q = 0; q < Q; q++) out[q] = 0;
-                            continue;
-                        }
-                        for (int q = 0; q < q0; q++) out[q] = 0;
-                        if (sw == 1)
-                            for (int q = q0; q < q1; q++) out[q] = in[q + off];
-                        else
-                            for (int q = q0; q < q1; q++) out[q] = in[q * sw + off];
-                        for (int q = q1; q < Q; q++) out[q] = 0;
+                        for (int q = 0; q < Q; q++) ((uint32_t *)out)[q] = ((const uint32_t *)in)[q * sw];
                     }
                 }
-            }
 }
 
-static void conv_im2col(void *col, const void *x, const mpt_conv_shape *s, size_t es) {
-    if (es == 2) conv_im2col_es(col, x, s, 2);
-    else conv_im2col_es(col, x, s, 4);
-}
-
-/* img[c, h, w] += dcol[(c*R + r)*S + s, p*Q + q] over the taps that read (h, w); FP32. */
-static void conv_col2im(float *img, const float *dcol, const mpt_conv_shape *s) {
-    const int64_t PQ = (int64_t)s->P * s->Q;
+/* imgp[c, h + ph, w + pw] += dcol[(c*R + r)*S + t, p*Q + q] over the taps that read (h, w), FP32, into the
+ * zero-initialised padded image imgp [C, H+2ph, W+2pw] (the caller crops it): like conv_im2col, every row is
+ * an unconditional loop; the terms of each element are added in the same (c, r, t, p) order as before. */
+static void conv_col2im(float *imgp, const float *dcol, const mpt_conv_shape *s) {
+    const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w, P = s->P, Q = s->Q;
+    const int sh = s->stride_h, sw = s->stride_w;
+    const float *in = dcol;
     for (int c = 0; c < s->C; c++)
         for (int r = 0; r < s->R; r++)
-            for (int t = 0; t < s->S; t++) {
-                const float *row = dcol + (((int64_t)c * s->R + r) * s->S + t) * PQ;
-                int q0, q1;
-                conv_q_range(s, t, &q0, &q1);
-                for (int p = 0; p < s->P; p++) {
-                    int h = p * s->stride_h - s->pad_h + r;
-                    if (h < 0 || h >= s->H) continue;
-                    float *out = img + ((int64_t)c * s->H + h) * s->W;
-                    const float *in = row + (int64_t)p * s->Q;
-                    const int off = t - s->pad_w; /* input column of q is q*sw + off, in [0, W) for q0..q1 */
-                    if (s->stride_w == 1) {
-                        for (int q = q0; q < q1; q++) out[q + off] = out[q + off] + in[q];
-                    } else {
-                        for (int q = q0; q < q1; q++) out[q * s->stride_w + off] = out[q * s->stride_w + off] + in[q];
-                    }
+            for (int t = 0; t < s->S; t++)
+                for (int p = 0; p < P; p++, in += Q) {
+                    float *out = imgp + ((int64_t)(c * Hp + p * sh + r)) * Wp + t;
+                    if (sw == 1)
+                        for (int q = 0; q < Q; q++) out[q] = out[q] + in[q];
+                    else
+                        for (int q = 0; q < Q; q++) out[q * sw] = out[q * sw] + in[q];
                 }
-            }
 }
 
 /* dst[0..n) = round(dst + add) in dtype t. */
@@ -224,15 +201,21 @@ static size_t conv_col_bytes(const mpt_conv_args *a) {
     return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * mpt_dtype_size(a->dtype));
 }
 
+/* Bytes of scratch the lowering of one image needs: the column matrix, then the padded image copy. */
+static size_t conv_lower_bytes(const mpt_conv_args *a) {
+    return conv_col_bytes(a) + conv_pad((size_t)conv_padded_elems(&a->s) * mpt_dtype_size(a->dtype));
+}
+
 size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
     (void)be;
     conv_check(a, "conv2d_workspace");
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args gf = conv_gemm_forward(a), gd = conv_gemm_backward_data(a), gw = conv_gemm_backward_filter(a);
-    size_t fwd = conv_col_bytes(a) + mpt_cpu_gemm_ws_bytes(&gf);
+    size_t fwd = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gf);
     size_t bwd_data = conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-                      conv_pad((size_t)s->C * s->H * s->W * sizeof(float)) + mpt_cpu_gemm_ws_bytes(&gd);
-    size_t bwd_filter = conv_col_bytes(a) + mpt_cpu_gemm_ws_bytes(&gw);
+                      conv_pad((size_t)s->C * (s->H + 2 * s->pad_h) * (s->W + 2 * s->pad_w) * sizeof(float)) +
+                      mpt_cpu_gemm_ws_bytes(&gd);
+    size_t bwd_filter = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gw);
     size_t m = fwd > bwd_data ? fwd : bwd_data;
     return m > bwd_filter ? m : bwd_filter;
 }
@@ -251,7 +234,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
     const int pointwise = conv_is_pointwise(s);
-    const size_t col_bytes = conv_col_bytes(a);
+    const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
     char *ws = be->workspace;
     mpt_gemm_args g = conv_gemm_forward(a);
     g.A = a->w;
@@ -261,7 +244,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
         if (pointwise) {
             g.B = xn;
         } else {
-            conv_im2col(ws, xn, s, es);
+            conv_im2col(ws, xn, ws + col_bytes, s, es);
             g.B = ws;
         }
         if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
@@ -279,7 +262,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
                 }
             }
         g.C = yn;
-        mpt_cpu_gemm_ws(&g, ws + col_bytes, be->workspace_bytes - col_bytes);
+        mpt_cpu_gemm_ws(&g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
     }
 }
 
@@ -292,7 +275,9 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     const int64_t CRS = (int64_t)s->C * s->R * s->S;
     const int pointwise = conv_is_pointwise(s);
     const size_t dcol_bytes = conv_pad((size_t)(CRS * PQ) * sizeof(float));
-    const size_t img_bytes = conv_pad((size_t)CHW * sizeof(float));
+    const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w;
+    const int64_t CHWp = (int64_t)s->C * Hp * Wp;
+    const size_t img_bytes = conv_pad((size_t)CHWp * sizeof(float));
     char *ws = be->workspace;
     float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
     mpt_gemm_args g = conv_gemm_backward_data(a);
@@ -301,13 +286,21 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     for (int n = 0; n < s->N; n++) {
         g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
         mpt_cpu_gemm_ws(&g, ws + dcol_bytes + img_bytes, be->workspace_bytes - dcol_bytes - img_bytes);
-        const float *sum = dcol; /* pointwise: dcol [C, HW] is already the image gradient */
-        if (!pointwise) {
-            memset(img, 0, (size_t)CHW * sizeof(float));
-            conv_col2im(img, dcol, s);
-            sum = img;
+        char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
+        if (pointwise) { /* dcol [C, HW] is already the image gradient */
+            conv_accumulate(dxn, a->dtype, dcol, CHW);
+            continue;
         }
-        conv_accumulate((char *)a->dx + (size_t)(n * CHW) * es, a->dtype, sum, CHW);
+        memset(img, 0, (size_t)CHWp * sizeof(float));
+        conv_col2im(img, dcol, s);
+        if (s->pad_h == 0 && s->pad_w == 0) {
+            conv_accumulate(dxn, a->dtype, img, CHW);
+        } else { /* crop the padding: row by row */
+            for (int c = 0; c < s->C; c++)
+                for (int h = 0; h < s->H; h++)
+                    conv_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
+                                    img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W);
+        }
     }
 }
 
@@ -318,7 +311,7 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
     const int pointwise = conv_is_pointwise(s);
-    const size_t col_bytes = conv_col_bytes(a);
+    const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
     char *ws = be->workspace;
     mpt_gemm_args g = conv_gemm_backward_filter(a);
     g.C = a->dw;
@@ -327,11 +320,11 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
         if (pointwise) {
             g.B = xn;
         } else {
-            conv_im2col(ws, xn, s, es);
+            conv_im2col(ws, xn, ws + col_bytes, s, es);
             g.B = ws;
         }
         g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
-        mpt_cpu_gemm_ws(&g, ws + col_bytes, be->workspace_bytes - col_bytes);
+        mpt_cpu_gemm_ws(&g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
     }
     if (!a->db) return;
     /* db[k] += sum over n, p, q of dy[n, k, p, q]: summed in FP32 in CONV_LANES interleaved partial sums
