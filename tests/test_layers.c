@@ -643,6 +643,9 @@ START_TEST(test_maxpool_ties) {
         pool_case(modes[m], tiled, 1, 0, &r);
         pshape tiled_odd = {.N = 2, .C = 2, .H = 7, .W = 9, .k = 2, .stride = 2};
         pool_case(modes[m], tiled_odd, 1, 0, &r);
+        pshape tiled_wide = {.N = 2, .C = 2, .H = 5, .W = 37, .k = 2, .stride = 2}; /* 8-wide vector path + tail */
+        pool_case(modes[m], tiled_wide, 1, 0, &r);
+        pool_case(modes[m], tiled_wide, 0, 0, &r);
         pshape tiled3 = {.N = 1, .C = 2, .H = 10, .W = 11, .k = 3, .stride = 3};
         pool_case(modes[m], tiled3, 1, 0, &r);
         pshape gapped = {.N = 1, .C = 2, .H = 9, .W = 9, .k = 2, .stride = 3}; /* stride > kernel */
@@ -652,21 +655,25 @@ START_TEST(test_maxpool_ties) {
 END_TEST
 
 /* NaN propagates (PyTorch's CPU rule `val > max || isnan(val)`): a window holding a NaN outputs NaN and its
- * gradient goes to the NaN, in the tiled (2x2/2) and the general (3x3/1) path and in every float dtype. */
+ * gradient goes to the NaN, in the tiled (2x2/2, its 8-wide vector part) and the general (3x3/1) path and in
+ * every float dtype; a window of -inf outputs -inf with its first element as the argmax. */
 START_TEST(test_maxpool_nan) {
     mpt_backend *be = mpt_backend_cpu_create();
     const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
     const int ks[2][2] = {{2, 2}, {3, 1}};
     for (int d = 0; d < 3; d++)
         for (int c = 0; c < 2; c++) {
-            const int H = 6, W = 6, k = ks[c][0], st = ks[c][1];
+            const int H = 6, W = 20, k = ks[c][0], st = ks[c][1];
             const int P = (H - k) / st + 1, Q = (W - k) / st + 1;
             const size_t es = mpt_dtype_size(dts[d]);
             void *x = calloc(H * W, es), *y = calloc(P * Q, es), *dy = calloc(P * Q, es), *dx = calloc(H * W, es);
             int32_t *am = calloc(P * Q, sizeof *am);
             for (int i = 0; i < H * W; i++) mpt_store_f32(x, dts[d], i, (float)(i % 7));
-            const int nan_at = 1 * W + 1; /* row 1, column 1: in window (0,0) of both configurations */
+            const int nan_h = 1, nan_w = 9, nan_at = nan_h * W + nan_w; /* 2x2/2: output (0, 4), vector path */
             mpt_store_f32(x, dts[d], nan_at, NAN);
+            /* a 2x2/2 window of -inf, output (2, 7): y = -inf, argmax its first element */
+            for (int h = 4; h < 6; h++)
+                for (int w = 14; w < 16; w++) mpt_store_f32(x, dts[d], h * W + w, -INFINITY);
             for (int i = 0; i < P * Q; i++) mpt_store_f32(dy, dts[d], i, 1.0f);
             for (int i = 0; i < H * W; i++) mpt_store_f32(dx, dts[d], i, 0.5f); /* backward accumulates */
             mpt_pool_args a = {.N = 1, .C = 1, .H = H, .W = W, .kernel = k, .stride = st, .pad = 0, .P = P, .Q = Q,
@@ -675,7 +682,7 @@ START_TEST(test_maxpool_nan) {
             be->maxpool_backward(be, &a);
             for (int p = 0; p < P; p++)
                 for (int q = 0; q < Q; q++) {
-                    int holds = p * st <= 1 && 1 < p * st + k && q * st <= 1 && 1 < q * st + k;
+                    int holds = p * st <= nan_h && nan_h < p * st + k && q * st <= nan_w && nan_w < q * st + k;
                     float v = mpt_load_f32(y, dts[d], p * Q + q);
                     EXPECT(holds == (int)isnan(v), "%s k=%d s=%d: y[%d,%d] = %g, window %s the NaN",
                            mpt_dtype_name(dts[d]), k, st, p, q, (double)v, holds ? "holds" : "does not hold");
@@ -686,7 +693,13 @@ START_TEST(test_maxpool_nan) {
             /* dy = 1 everywhere: the NaN's gradient is 0.5 + the windows that hold it */
             int windows = 0;
             for (int p = 0; p < P; p++)
-                for (int q = 0; q < Q; q++) windows += p * st <= 1 && 1 < p * st + k && q * st <= 1 && 1 < q * st + k;
+                for (int q = 0; q < Q; q++)
+                    windows += p * st <= nan_h && nan_h < p * st + k && q * st <= nan_w && nan_w < q * st + k;
+            if (k == 2) {
+                float v = mpt_load_f32(y, dts[d], 2 * Q + 7);
+                EXPECT(v == -INFINITY && am[2 * Q + 7] == 4 * W + 14, "%s 2x2/2: all -inf window gives %g at %d, "
+                       "expected -inf at %d", mpt_dtype_name(dts[d]), (double)v, am[2 * Q + 7], 4 * W + 14);
+            }
             EXPECT(mpt_load_f32(dx, dts[d], nan_at) == 0.5f + (float)windows,
                    "%s k=%d s=%d: dx at the NaN = %g, expected 0.5 + %d", mpt_dtype_name(dts[d]), k, st,
                    (double)mpt_load_f32(dx, dts[d], nan_at), windows);

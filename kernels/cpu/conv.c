@@ -25,6 +25,7 @@
  * Each part is padded to 64 bytes. Reference: Chellapilla et al. 2006, "High performance convolutional
  * neural networks for document processing" (the im2col lowering); cuDNN documents the same three passes.
  */
+#include <immintrin.h>
 #include <string.h>
 
 #include "kernels/cpu/convert.h"
@@ -64,6 +65,28 @@ static int conv_is_pointwise(const mpt_conv_shape *s) {
     return s->R == 1 && s->S == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_h == 0 && s->pad_w == 0;
 }
 
+/* memcpy for the short rows of im2col (LeNet: 20-112 bytes), inlined: a call to the library's memcpy costs as
+ * much as the copy. Overlapping unaligned vector moves, as the library does for small sizes. */
+static inline __attribute__((always_inline)) void conv_copy_row(char *dst, const char *src, size_t n) {
+    if (n >= 32) {
+        size_t i = 0;
+        for (; i + 32 <= n; i += 32) _mm256_storeu_si256((__m256i *)(dst + i), _mm256_loadu_si256((const __m256i *)(src + i)));
+        if (i < n) _mm256_storeu_si256((__m256i *)(dst + n - 32), _mm256_loadu_si256((const __m256i *)(src + n - 32)));
+    } else if (n >= 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)src), b = _mm_loadu_si128((const __m128i *)(src + n - 16));
+        _mm_storeu_si128((__m128i *)dst, a);
+        _mm_storeu_si128((__m128i *)(dst + n - 16), b);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, src, 8);
+        memcpy(&b, src + n - 8, 8);
+        memcpy(dst, &a, 8);
+        memcpy(dst + n - 8, &b, 8);
+    } else {
+        for (size_t i = 0; i < n; i++) dst[i] = src[i];
+    }
+}
+
 /* Elements of the zero-padded copy of one image that im2col reads from ([C, H + 2ph, W + 2pw]; 0 when there
  * is no padding and x_n is read directly). */
 static int64_t conv_padded_elems(const mpt_conv_shape *s) {
@@ -74,7 +97,7 @@ static int64_t conv_padded_elems(const mpt_conv_shape *s) {
 /* col[(c*R + r)*S + t, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + t] or 0 (the bits are copied, elements of es
  * bytes). With padding, the image is first copied into xp, a zero-bordered [C, H+2ph, W+2pw] buffer of
  * conv_padded_elems() elements, so that every row of col is one unconditional copy: Q contiguous elements
- * for stride 1 (a memcpy), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds
+ * for stride 1 (conv_copy_row), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds
  * tests of lowering without the padded copy cost more than the copies. */
 static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape *s, size_t es) {
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w, P = s->P, Q = s->Q;
@@ -98,7 +121,7 @@ static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape
                 for (int p = 0; p < P; p++, out += row_bytes) {
                     const char *in = src + ((size_t)(c * Hp + p * sh + r) * Wp + t) * es;
                     if (sw == 1) {
-                        memcpy(out, in, row_bytes);
+                        conv_copy_row(out, in, row_bytes);
                     } else if (es == 2) {
                         for (int q = 0; q < Q; q++) ((uint16_t *)out)[q] = ((const uint16_t *)in)[q * sw];
                     } else {

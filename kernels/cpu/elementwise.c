@@ -248,6 +248,67 @@ static int pool_is_tiled(const mpt_pool_args *a) {
     return a->pad == 0 && a->stride == a->kernel && a->W <= POOL_TILED_MAX_ROW;
 }
 
+/* Eight 2x2/2 windows: t0 and t1 hold 16 consecutive values of the window's top and bottom rows; i00 the
+ * plane index of each window's top-left element (the top-right is +1, the bottom row +W). The four candidates
+ * are taken in window order (top-left, top-right, bottom-left, bottom-right) when greater than the running
+ * maximum or NaN, exactly as the scalar loop. */
+static inline __attribute__((always_inline)) void pool2_block8(const float *t0, const float *t1, __m256i i00, int W,
+                                                                __m256 *best_out, __m256i *arg_out) {
+    __m256 a0 = _mm256_loadu_ps(t0), a1 = _mm256_loadu_ps(t0 + 8);
+    __m256 b0 = _mm256_loadu_ps(t1), b1 = _mm256_loadu_ps(t1 + 8);
+    /* even/odd columns, back in window order after the in-lane shuffle */
+    __m256 v00 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a0, a1, 0x88)), 0xd8));
+    __m256 v01 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a0, a1, 0xdd)), 0xd8));
+    __m256 v10 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(b0, b1, 0x88)), 0xd8));
+    __m256 v11 = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(b0, b1, 0xdd)), 0xd8));
+    __m256 best = v00; /* the first candidate is taken over -inf unless it is -inf itself: same result */
+    __m256i arg = i00;
+#define POOL2_TAKE(v, idx)                                                                                          \
+    do {                                                                                                        \
+        __m256 take = _mm256_or_ps(_mm256_cmp_ps(v, best, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));     \
+        best = _mm256_blendv_ps(best, v, take);                                                                 \
+        arg = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(arg), _mm256_castsi256_ps(idx), take));  \
+    } while (0)
+    POOL2_TAKE(v01, _mm256_add_epi32(i00, _mm256_set1_epi32(1)));
+    POOL2_TAKE(v10, _mm256_add_epi32(i00, _mm256_set1_epi32(W)));
+    POOL2_TAKE(v11, _mm256_add_epi32(i00, _mm256_set1_epi32(W + 1)));
+#undef POOL2_TAKE
+    *best_out = best;
+    *arg_out = arg;
+}
+
+/* One output row of 2x2/2 windows over the FP32 rows x[0..2Q) and x[W..W+2Q): y[q] (if y != NULL) and
+ * am[q] = base + the argmax's index within the rows. The last Q % 8 windows go through the same block on
+ * copies padded with -inf (their extra outputs are dropped). */
+static void pool2_forward_row(const float *x, int W, int Q, float *y, int32_t *am, int32_t base) {
+    const __m256i lane2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    __m256 best;
+    __m256i arg;
+    int q = 0;
+    for (; q + 8 <= Q; q += 8) {
+        pool2_block8(x + 2 * q, x + W + 2 * q, _mm256_add_epi32(lane2, _mm256_set1_epi32(base + 2 * q)), W, &best,
+                     &arg);
+        if (y) _mm256_storeu_ps(y + q, best);
+        _mm256_storeu_si256((__m256i *)(am + q), arg);
+    }
+    if (q < Q) {
+        float t0[16], t1[16], yb[8];
+        int32_t ab[8];
+        const int m = Q - q;
+        for (int i = 0; i < 16; i++) {
+            t0[i] = i < 2 * m ? x[2 * q + i] : -INFINITY;
+            t1[i] = i < 2 * m ? x[W + 2 * q + i] : -INFINITY;
+        }
+        pool2_block8(t0, t1, _mm256_add_epi32(lane2, _mm256_set1_epi32(base + 2 * q)), W, &best, &arg);
+        _mm256_storeu_ps(yb, best);
+        _mm256_storeu_si256((__m256i *)ab, arg);
+        for (int i = 0; i < m; i++) {
+            if (y) y[q + i] = yb[i];
+            am[q + i] = ab[i];
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void pool_tiled_forward_k(const mpt_pool_args *a, const int k) {
     const int H = a->H, W = a->W, P = a->P, Q = a->Q;
     const size_t es = mpt_dtype_size(a->dtype);
@@ -267,9 +328,15 @@ static inline __attribute__((always_inline)) void pool_tiled_forward_k(const mpt
                                   Q * k);
                 x = rows;
             }
-            for (int q = 0; q < Q; q++) {
+            int q = 0;
+            if (k == 2) {
+                pool2_forward_row(x, W, Q, a->dtype == MPT_DTYPE_F32 ? (float *)a->y + yout + p * Q : NULL, am + p * Q,
+                                  p * 2 * W);
+                q = Q;
+            }
+            for (; q < Q; q++) {
                 float best = -INFINITY;
-                int32_t arg = 0;
+                int32_t arg = q * k; /* the window's first element, if all are -inf */
                 for (int r = 0; r < k; r++)
                     for (int t = 0; t < k; t++) {
                         const int32_t i = r * W + q * k + t;
@@ -280,11 +347,11 @@ static inline __attribute__((always_inline)) void pool_tiled_forward_k(const mpt
                         }
                     }
                 am[p * Q + q] = p * k * W + arg;
-                if (a->dtype == MPT_DTYPE_F32)
-                    ((float *)a->y)[yout + p * Q + q] = best;
-                else
-                    ((uint16_t *)a->y)[yout + p * Q + q] = ((const uint16_t *)a->x)[r0 + arg];
+                if (a->dtype == MPT_DTYPE_F32) ((float *)a->y)[yout + p * Q + q] = best;
             }
+            if (a->dtype != MPT_DTYPE_F32) /* the winner's bits: am holds plane-relative indices */
+                for (q = 0; q < Q; q++)
+                    ((uint16_t *)a->y)[yout + p * Q + q] = ((const uint16_t *)a->x)[xin + am[p * Q + q]];
         }
     }
 }
