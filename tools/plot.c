@@ -34,7 +34,8 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                "set datafile separator ','\n"
                "set datafile missing 'nan'\n"
                "set grid\n"
-               "set key top right\n"
+               "set ytics 2\nset offsets 0, 0, graph 0.1, graph 0.1\n" /* a flat scale off the frame */
+                   "set key bottom left\n"
                "set multiplot layout %d,1\n",
             panels);
     fprintf(f, "set title 'training loss per step'\nset xlabel 'step'\nset ylabel 'cross-entropy'\nplot ");
@@ -55,7 +56,8 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
     if (has_fp16)
         fprintf(f, "set title 'fp16 dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
                    "set xlabel 'step'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\n"
-                   "set key top right\n"
+                   "set ytics 2\nset offsets 0, 0, graph 0.1, graph 0.1\n" /* a flat scale off the frame */
+                   "set key bottom left\n"
                    "plot 'fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 lt %d title 'fp16'\n"
                    "unset logscale y\n",
                 (int)MPT_PRECISION_FP16 + 1);
