@@ -294,13 +294,8 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     r->nb = mpt_loader_n_batches(&r->ld);
 
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
-    s = mpt_optim_hparams_check(&cfg.optim);
-    if (s == MPT_OK) s = mpt_scaler_params_check(&cfg.scaler);
-    if (s != MPT_OK) {
-        mpt_graph_free(&g);
-        return s;
-    }
-    MPT_TRY(mpt_trainer_create(&r->t, g, &cfg)); /* owns g from here on, also on failure */
+    /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
+    MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
     if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
 
     r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);

@@ -34,8 +34,7 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                "set datafile separator ','\n"
                "set datafile missing 'nan'\n"
                "set grid\n"
-               "set ytics 2\nset offsets 0, 0, graph 0.1, graph 0.1\n" /* a flat scale off the frame */
-                   "set key bottom left\n"
+               "set key top right\n"
                "set multiplot layout %d,1\n",
             panels);
     fprintf(f, "set title 'training loss per step'\nset xlabel 'step'\nset ylabel 'cross-entropy'\nplot ");

@@ -87,11 +87,15 @@ static inline __attribute__((always_inline)) void conv_copy_row(char *dst, const
     }
 }
 
-/* Elements of the zero-padded copy of one image that im2col reads from ([C, H + 2ph, W + 2pw]; 0 when there
- * is no padding and x_n is read directly). */
-static int64_t conv_padded_elems(const mpt_conv_shape *s) {
-    if (s->pad_h == 0 && s->pad_w == 0) return 0;
+/* Elements of one zero-padded image [C, H + 2ph, W + 2pw] (col2im's FP32 accumulator). */
+static int64_t conv_padded_image_elems(const mpt_conv_shape *s) {
     return (int64_t)s->C * (s->H + 2 * s->pad_h) * (s->W + 2 * s->pad_w);
+}
+
+/* Elements of the zero-padded copy of one image that im2col reads from; 0 when there is no padding and x_n
+ * is read directly. */
+static int64_t conv_padded_elems(const mpt_conv_shape *s) {
+    return s->pad_h == 0 && s->pad_w == 0 ? 0 : conv_padded_image_elems(s);
 }
 
 /* col[(c*R + r)*S + t, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + t] or 0 (the bits are copied, elements of es
@@ -236,8 +240,7 @@ size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
     mpt_gemm_args gf = conv_gemm_forward(a), gd = conv_gemm_backward_data(a), gw = conv_gemm_backward_filter(a);
     size_t fwd = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gf);
     size_t bwd_data = conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-                      conv_pad((size_t)s->C * (s->H + 2 * s->pad_h) * (s->W + 2 * s->pad_w) * sizeof(float)) +
-                      mpt_cpu_gemm_ws_bytes(&gd);
+                      conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes(&gd);
     size_t bwd_filter = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gw);
     size_t m = fwd > bwd_data ? fwd : bwd_data;
     return m > bwd_filter ? m : bwd_filter;
@@ -299,7 +302,7 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     const int pointwise = conv_is_pointwise(s);
     const size_t dcol_bytes = conv_pad((size_t)(CRS * PQ) * sizeof(float));
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w;
-    const int64_t CHWp = (int64_t)s->C * Hp * Wp;
+    const int64_t CHWp = conv_padded_image_elems(s);
     const size_t img_bytes = conv_pad((size_t)CHWp * sizeof(float));
     char *ws = be->workspace;
     float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
