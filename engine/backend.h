@@ -122,6 +122,13 @@ typedef struct mpt_optim_args {
     const float *grad_mul;   /* backend scalar multiplying the gradient (clip coefficient), or NULL */
     const int32_t *step;     /* backend scalar: 1-based count of steps taken (for Adam's bias correction,
                                 and SGD's first-step momentum init), already incremented for this step */
+    float *update_out;       /* [n] FP32 or NULL (ordinary steps). When set, element i receives the update
+                                delta the optimizer adds to weight i this step, in FP32 before any rounding
+                                into the storage dtype: SGD -lr*d, Adam -step_size*m/denom, AdamW the same
+                                plus the exact decoupled-decay change (kernels/elemwise.h, mpt_elem_sgd /
+                                mpt_elem_adam); 0 on a skipped step (found_inf). Writing it changes nothing
+                                else: weights and state are bit-identical with and without. Read by the
+                                lost-update meter (engine/telemetry). */
 } mpt_optim_args;
 
 typedef struct mpt_scaler_params {
@@ -231,7 +238,8 @@ struct mpt_backend {
     /* Before the parameter updates: if !found_inf, steps_taken += 1. */
     void (*step_begin)(mpt_backend *be, mpt_scaler_state *st);
     /* One fused pass: unless *found_inf, update master and state with grad * (*grad_mul) and rewrite the
-     * working copy (RNE). Formulas: engine/optim/optim.h. */
+     * working copy (RNE); when a->update_out is set, also write each element's update delta there (zeros on
+     * a skipped step). Formulas: engine/optim/optim.h. */
     void (*optim_step)(mpt_backend *be, const mpt_optim_args *a);
     /* After the updates: dynamic loss-scale update (PyTorch _amp_update_scale_, plus hysteresis, floor and
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.

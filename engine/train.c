@@ -190,6 +190,7 @@ void mpt_trainer_step(mpt_trainer *t) {
         int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
         a.working = copy ? t->weight[i]->data : NULL;
         a.working_dtype = t->weight[i]->dtype;
+        a.update_out = t->update_out ? t->update_out[i] : NULL;
         be->optim_step(be, &a);
     }
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
@@ -224,6 +225,13 @@ void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out) {
     out->steps_skipped = st.steps_skipped;
     out->floor_hits = st.floor_hits;
     out->n_correct = correct;
+}
+
+mpt_dtype mpt_trainer_update_dtype(const mpt_trainer *t, int i) { return mpt_trainer_update_target(t, i)->dtype; }
+
+mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i) {
+    MPT_ASSERTF(i >= 0 && i < t->n_params, "mpt_trainer_update_target: parameter %d of %d", i, t->n_params);
+    return t->master[i];
 }
 
 void mpt_trainer_reset_correct(mpt_trainer *t) {

@@ -64,6 +64,12 @@ typedef struct mpt_trainer {
     mpt_tensor **m, **v;     /* [n_params] FP32 optimizer state tensors, or NULL entries when unused */
     mpt_scaler_state *scaler;/* backend memory */
     int64_t iteration;       /* iterations run (host counter: schedules, dropout offsets, fault injection) */
+    /* Instrument hook, NULL by default (ordinary steps). To read the update deltas of one step, point it at
+     * an array of n_params backend buffers, update_out[i] holding numel(weight[i]) FP32 elements (or NULL to
+     * skip parameter i), before mpt_trainer_step(), and reset it to NULL after: the optimizer writes each
+     * element's FP32 update delta there (mpt_optim_args.update_out). The trainer does not own the buffers.
+     * Training is bit-identical with and without it. */
+    float **update_out;
 } mpt_trainer;
 
 /* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,
@@ -84,6 +90,13 @@ void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *la
                         int64_t D, float mean, float inv_std);
 /* Reads the statistics (synchronises). */
 void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
+/* The dtype of the storage that parameter i's optimizer update is applied to: MPT_DTYPE_F32 when the update
+ * goes to an FP32 master (fp16/bf16 modes with masters, and fp32/tf32 modes, where the FP32 weight is its own
+ * master), else the weights' own dtype (F16/BF16 without FP32 masters). Whether an update was lost (left the
+ * stored value unchanged) is decided in this dtype. */
+mpt_dtype mpt_trainer_update_dtype(const mpt_trainer *t, int i);
+/* The tensor holding that storage (t->master[i]). */
+mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i);
 /* Zeroes g->n_correct. */
 void mpt_trainer_reset_correct(mpt_trainer *t);
 

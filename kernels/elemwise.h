@@ -190,15 +190,17 @@ MPT_HD float mpt_adamw_decay(float lr, float weight_decay) {
     return (float)(1.0 - (double)lr * (double)weight_decay);
 }
 
-/* One element of torch.optim.SGD. p: master weight; buf: momentum buffer (not touched when momentum == 0);
- * g: unscaled gradient, multiplied by grad_mul (clip coefficient, 1 without clipping); first: nonzero on the
- * first step (t == 1), where the buffer is initialised to the gradient.
+/* One element of torch.optim.SGD. p: weight (FP32 value, updated in place); buf: momentum buffer (not touched
+ * when momentum == 0); g: unscaled gradient, multiplied by grad_mul (clip coefficient, 1 without clipping);
+ * first: nonzero on the first step (t == 1), where the buffer is initialised to the gradient.
  *   d = g*grad_mul + weight_decay*p
  *   buf = first ? d : momentum*buf + (1 - dampening)*d          (if momentum != 0)
  *   d = nesterov ? d + momentum*buf : buf                        (if momentum != 0)
- *   p = p - lr*d */
-MPT_HD void mpt_elem_sgd(float *p, float *buf, float g, float grad_mul, float lr, float momentum,
-                         float dampening, float weight_decay, int nesterov, int first) {
+ *   p = p - lr*d                                                 (one fmaf: the product is not rounded)
+ * Returns the update term -lr*d rounded to FP32 (the "update delta" of mpt_optim_args.update_out); callers
+ * that ignore it pay nothing (the product is dead code). */
+MPT_HD float mpt_elem_sgd(float *p, float *buf, float g, float grad_mul, float lr, float momentum,
+                          float dampening, float weight_decay, int nesterov, int first) {
     float pv = *p;
     float d = g * grad_mul;
     if (weight_decay != 0.0f) d = fmaf(weight_decay, pv, d);
@@ -208,26 +210,34 @@ MPT_HD void mpt_elem_sgd(float *p, float *buf, float g, float grad_mul, float lr
         d = nesterov ? fmaf(momentum, b, d) : b;
     }
     *p = fmaf(-lr, d, pv);
+    return -lr * d;
 }
 
 /* One element of torch.optim.Adam (l2 = weight_decay, decay = 1) or torch.optim.AdamW (l2 = 0,
- * decay = mpt_adamw_decay(lr, weight_decay)). p: master weight; m: exp_avg; v: exp_avg_sq; g: unscaled
- * gradient, multiplied by grad_mul; step_size and bc2_sqrt from mpt_adam_step_size / mpt_adam_bc2_sqrt.
+ * decay = mpt_adamw_decay(lr, weight_decay)). p: weight (FP32 value, updated in place); m: exp_avg;
+ * v: exp_avg_sq; g: unscaled gradient, multiplied by grad_mul; step_size and bc2_sqrt from
+ * mpt_adam_step_size / mpt_adam_bc2_sqrt.
  *   p = decay*p;  d = g*grad_mul + l2*p
  *   m = beta1*m + (1 - beta1)*d;  v = beta2*v + (1 - beta2)*d*d
- *   p = p - step_size * m / (sqrt(v)/bc2_sqrt + eps) */
-MPT_HD void mpt_elem_adam(float *p, float *m, float *v, float g, float grad_mul, float beta1, float beta2,
-                          float eps, float l2, float decay, float step_size, float bc2_sqrt) {
-    float pv = *p;
+ *   p = p - step_size * m / (sqrt(v)/bc2_sqrt + eps)            (one fmaf: the product is not rounded)
+ * Returns the update delta in FP32: (decay*p - p) - step_size * m/denom, rounded once (fmaf), where the
+ * difference (the decoupled decay, 0 for Adam) is exact for decay in [1/2, 1] (Sterbenz). Callers that ignore
+ * it pay nothing. */
+MPT_HD float mpt_elem_adam(float *p, float *m, float *v, float g, float grad_mul, float beta1, float beta2,
+                           float eps, float l2, float decay, float step_size, float bc2_sqrt) {
+    const float p0 = *p;
+    float pv = p0;
     if (decay != 1.0f) pv = pv * decay;
     float d = g * grad_mul;
     if (l2 != 0.0f) d = fmaf(l2, pv, d);
     float mv = fmaf(1.0f - beta1, d, *m * beta1);
     float vv = fmaf((1.0f - beta2) * d, d, *v * beta2);
     float denom = sqrtf(vv) / bc2_sqrt + eps;
+    float q = mv / denom;
     *m = mv;
     *v = vv;
-    *p = fmaf(-step_size, mv / denom, pv);
+    *p = fmaf(-step_size, q, pv);
+    return fmaf(-step_size, q, pv - p0);
 }
 
 /* Before the parameter updates: one more optimizer step is taken unless this one overflowed. */

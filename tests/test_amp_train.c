@@ -7,7 +7,8 @@
  *    multiplier learns without a scaler (the control: the stall is FP16's underflow, not the multiplier);
  *  - an injected non-finite gradient skips exactly one step: masters and optimizer state stay bit-identical,
  *    the scale backs off, training continues;
- *  - in bf16 the working copies are exactly RNE(master) after every step.
+ *  - in bf16 the working copies are exactly RNE(master) after every step;
+ *  - asking for the update deltas (mpt_trainer.update_out) does not change training.
  */
 #include <math.h>
 #include <stdio.h>
@@ -230,6 +231,44 @@ START_TEST(test_bf16_working_copy_is_rne_of_master) {
 }
 END_TEST
 
+/* The trainer's update_out hook (the lost-update meter's input) only reads: bf16 with Adam, deltas requested
+ * on every other step, trains bit-identically to the same run without; each parameter's update goes to its
+ * FP32 master. */
+START_TEST(test_update_out_changes_nothing) {
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_BF16);
+    run r[2];
+    unsigned char *snap[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        run_open(&r[k], MPT_PRECISION_BF16, &cfg);
+        mpt_trainer *tr = r[k].tr;
+        float **upd = calloc((size_t)tr->n_params, sizeof *upd);
+        for (int p = 0; p < tr->n_params; p++) {
+            ck_assert_int_eq(mpt_trainer_update_dtype(tr, p), MPT_DTYPE_F32);
+            ck_assert_ptr_eq(mpt_trainer_update_target(tr, p), tr->master[p]);
+            upd[p] = malloc(sizeof(float) * (size_t)mpt_tensor_numel(tr->weight[p]));
+        }
+        int32_t idx[B];
+        for (int it = 0; it < 6; it++) {
+            for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+            mpt_trainer_gather(tr, r[k].data.train_images, r[k].data.train_labels, idx, r[k].data.dim, 0.0f, 1.0f);
+            tr->update_out = k == 1 && (it & 1) ? upd : NULL;
+            mpt_trainer_step(tr);
+            tr->update_out = NULL;
+        }
+        snapshot(&r[k], &snap[k], &len[k]);
+        for (int p = 0; p < tr->n_params; p++) free(upd[p]);
+        free(upd);
+    }
+    ck_assert_uint_eq(len[0], len[1]);
+    ck_assert_msg(memcmp(snap[0], snap[1], len[0]) == 0, "a run with update_out set trained differently");
+    for (int k = 0; k < 2; k++) {
+        free(snap[k]);
+        run_close(&r[k]);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("amp_train");
     TCase *tc = tcase_create("amp_train");
@@ -238,6 +277,7 @@ int main(void) {
     tcase_add_test(tc, test_loss_scaling_rescues_fp16_underflow);
     tcase_add_loop_test(tc, test_injected_nonfinite_skips_step, 0, 3);
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
+    tcase_add_test(tc, test_update_out_changes_nothing);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

@@ -1146,6 +1146,8 @@ START_TEST(test_optim_step_bit_identical) {
                 float *hm = xmalloc((size_t)n * 4), *hv = xmalloc((size_t)n * 4);
                 float *hmaster = xmalloc((size_t)n * 4);
                 void *hwork = has_working ? xmalloc(nbytes(wt, n)) : NULL;
+                /* update deltas (mpt_optim_args.update_out) on the odd steps: 1 (applied) and 3 (skipped) */
+                float *gupd = dev_alloc((size_t)n * 4), *cupd = xmalloc((size_t)n * 4), *hupd = xmalloc((size_t)n * 4);
                 for (int step = 0; step < 4; step++) {
                     const int skip = step == 3;
                     float *grad = fill(&r, MPT_DTYPE_F32, n, -2, 2);
@@ -1157,10 +1159,12 @@ START_TEST(test_optim_step_bit_identical) {
                     }
                     mpt_optim_args ag = {.h = h, .n = n, .master = gmaster, .grad = ggrad, .m = gm, .v = gv,
                                          .working = gwork, .working_dtype = wt, .found_inf = &gst->found_inf,
-                                         .grad_mul = clip ? &gst->grad_mul : NULL, .step = &gst->steps_taken};
+                                         .grad_mul = clip ? &gst->grad_mul : NULL, .step = &gst->steps_taken,
+                                         .update_out = step & 1 ? gupd : NULL};
                     mpt_optim_args ac = {.h = h, .n = n, .master = cmaster, .grad = grad, .m = cm, .v = cv,
                                          .working = cwork, .working_dtype = wt, .found_inf = &cst.found_inf,
-                                         .grad_mul = clip ? &cst.grad_mul : NULL, .step = &cst.steps_taken};
+                                         .grad_mul = clip ? &cst.grad_mul : NULL, .step = &cst.steps_taken,
+                                         .update_out = step & 1 ? cupd : NULL};
                     gpu->step_begin(gpu, gst);
                     gpu->optim_step(gpu, &ag);
                     cpu->step_begin(cpu, &cst);
@@ -1180,8 +1184,15 @@ START_TEST(test_optim_step_bit_identical) {
                     expect_float_bits("exp_avg / momentum buffer", hm, cm, n);
                     expect_float_bits("exp_avg_sq", hv, cv, n);
                     if (has_working) expect_same("working copy", hwork, cwork, wt, n);
+                    if (step & 1) {
+                        dev_get(hupd, gupd, (size_t)n * 4);
+                        expect_float_bits("update delta (update_out)", hupd, cupd, n);
+                    }
                     free(grad);
                 }
+                dev_free(gupd);
+                free(cupd);
+                free(hupd);
                 dev_free(gmaster);
                 dev_free(gm);
                 dev_free(gv);

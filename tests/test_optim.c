@@ -314,6 +314,88 @@ START_TEST(test_random_vs_fp64) {
 }
 END_TEST
 
+/* ---- update_out: the per-element update delta (the lost-update meter's input) -------------------------------- */
+
+/* The same step from the same state with and without update_out: weights and state bit-identical; the delta
+ * within the FP64 reference's bound of the exact change p_new - p_old (the bound of p_new covers every rounding
+ * before the last one, which the delta does not have); plain SGD's delta is exactly the FP32 product -lr*g; and
+ * a skipped step writes zeros over whatever the buffer held. */
+START_TEST(test_update_out) {
+    const int64_t n = 2100; /* two full blocks and a tail */
+    tests_rng r = {0xde17a};
+    const mpt_optim_hparams variants[] = {
+        {.kind = MPT_OPTIM_SGD, .lr = 0.1f},
+        {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-3f},
+        {.kind = MPT_OPTIM_SGD, .lr = 0.02f, .momentum = 0.5f, .nesterov = 1, .weight_decay = 0.1f},
+        {.kind = MPT_OPTIM_ADAM, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.05f},
+        {.kind = MPT_OPTIM_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f},
+    };
+    float *buf[2][3], *g = malloc(n * sizeof(float)), *upd = malloc(n * sizeof(float));
+    float *p0 = malloc(n * sizeof(float)), *m0 = malloc(n * sizeof(float)), *v0 = malloc(n * sizeof(float));
+    uint16_t *work[2] = {malloc(n * 2), malloc(n * 2)};
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++) buf[k][j] = malloc(n * sizeof(float));
+    for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
+        const mpt_optim_hparams *h = &variants[vi];
+        const int t = 3, nstate = mpt_optim_n_state(h);
+        for (int64_t i = 0; i < n; i++) {
+            p0[i] = (float)tests_uniform(&r, -2, 2);
+            g[i] = (float)(tests_uniform(&r, -1, 1) * pow(10.0, tests_uniform(&r, -6, 0)));
+            m0[i] = (float)tests_uniform(&r, -0.1, 0.1);
+            v0[i] = (float)(tests_uniform(&r, 0, 0.01));
+        }
+        for (int k = 0; k < 2; k++) { /* k = 0 without update_out, k = 1 with it */
+            memcpy(buf[k][0], p0, n * sizeof(float));
+            memcpy(buf[k][1], m0, n * sizeof(float));
+            memcpy(buf[k][2], v0, n * sizeof(float));
+            for (int64_t i = 0; i < n; i++) upd[i] = NAN;
+            st->steps_taken = t - 1;
+            st->found_inf = 0.0f;
+            be->step_begin(be, st);
+            mpt_optim_args a = {.h = *h, .n = n, .master = buf[k][0], .grad = g,
+                                .m = nstate >= 1 ? buf[k][1] : NULL, .v = nstate >= 2 ? buf[k][2] : NULL,
+                                .working = work[k], .working_dtype = MPT_DTYPE_BF16, .found_inf = &st->found_inf,
+                                .step = &st->steps_taken, .update_out = k ? upd : NULL};
+            be->optim_step(be, &a);
+        }
+        for (int j = 0; j < 3; j++)
+            EXPECT(memcmp(buf[0][j], buf[1][j], n * sizeof(float)) == 0,
+                   "variant %zu: array %d differs when update_out is set", vi, j);
+        EXPECT(memcmp(work[0], work[1], n * 2) == 0, "variant %zu: working copy differs with update_out", vi);
+        for (int64_t i = 0; i < n; i++) {
+            exact_step e = exact_step_for(h, t, 1.0, 0.0, p0[i], m0[i], v0[i], g[i]);
+            double exact_delta = e.p - p0[i];
+            EXPECT(fabs(upd[i] - exact_delta) <= e.ep, "variant %zu: delta[%lld] %a, exact %.12g, bound %.3g", vi,
+                   (long long)i, upd[i], exact_delta, e.ep);
+            if (vi == 0)
+                EXPECT(upd[i] == (float)(-(double)h->lr * (double)g[i]),
+                       "plain SGD: delta[%lld] %a is not the FP32 product -lr*g %a", (long long)i, upd[i],
+                       (float)(-(double)h->lr * (double)g[i]));
+        }
+        /* a skipped step: nothing changes but the deltas, which become 0 */
+        memcpy(p0, buf[1][0], n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) upd[i] = NAN;
+        st->found_inf = 1.0f;
+        be->step_begin(be, st);
+        mpt_optim_args a = {.h = *h, .n = n, .master = buf[1][0], .grad = g, .m = buf[1][1], .v = buf[1][2],
+                            .found_inf = &st->found_inf, .step = &st->steps_taken, .update_out = upd};
+        be->optim_step(be, &a);
+        EXPECT(memcmp(p0, buf[1][0], n * sizeof(float)) == 0, "variant %zu: a skipped step changed the weights", vi);
+        for (int64_t i = 0; i < n; i++)
+            EXPECT(upd[i] == 0.0f, "variant %zu: skipped step, delta[%lld] = %a, expected 0", vi, (long long)i, upd[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(work[k]);
+        for (int j = 0; j < 3; j++) free(buf[k][j]);
+    }
+    free(g);
+    free(upd);
+    free(p0);
+    free(m0);
+    free(v0);
+}
+END_TEST
+
 /* ---- clipping by global L2 norm ---------------------------------------------------------------------------- */
 
 START_TEST(test_clip_global_norm) {
@@ -529,6 +611,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_pytorch_trajectories);
     tcase_add_test(tc, test_random_vs_fp64);
+    tcase_add_test(tc, test_update_out);
     tcase_add_test(tc, test_clip_global_norm);
     tcase_add_test(tc, test_hparams);
     tcase_add_test(tc, test_lr_schedules);

@@ -108,6 +108,28 @@ ALWAYS_INLINE void adam_loop(float *restrict p, float *restrict m, float *restri
         mpt_elem_adam(&p[i], &m[i], &v[i], g[i], gm, beta1, beta2, eps, l2, decay, step_size, bc2_sqrt);
 }
 
+/* The same updates with every flag read at run time, also writing each element's update delta to upd: the
+ * path of telemetry steps (mpt_optim_args.update_out), where speed does not matter. The per-element
+ * functions are the same, so the weights and state are bit-identical to the specialised loops'. */
+static void update_block_with_delta(const mpt_optim_args *a, const step_scalars *s, int64_t i0, int64_t n,
+                                    int first) {
+    float *p = a->master + i0, *upd = a->update_out + i0;
+    const float *g = a->grad + i0;
+    if (a->h.kind == MPT_OPTIM_SGD) {
+        const int has_momentum = s->momentum != 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            float unused = 0.0f;
+            float *buf = has_momentum ? &a->m[i0 + i] : &unused;
+            upd[i] = mpt_elem_sgd(&p[i], buf, g[i], s->gm, s->lr, s->momentum, s->dampening, s->wd,
+                                  a->h.nesterov, first);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            upd[i] = mpt_elem_adam(&p[i], &a->m[i0 + i], &a->v[i0 + i], g[i], s->gm, s->beta1, s->beta2, s->eps,
+                                   s->l2, s->decay, s->step_size, s->bc2_sqrt);
+    }
+}
+
 /* One block of n elements (n == MPT_OPTIM_BLOCK except for the tail) starting at element i0. */
 ALWAYS_INLINE void update_block(const mpt_optim_args *a, const step_scalars *s, int64_t i0, int64_t n,
                                 int first) {
@@ -139,7 +161,10 @@ ALWAYS_INLINE void update_block(const mpt_optim_args *a, const step_scalars *s, 
 
 void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     (void)be;
-    if (*a->found_inf != 0.0f) return; /* skipped step: masters, state and working copy untouched */
+    if (*a->found_inf != 0.0f) { /* skipped step: masters, state and working copy untouched */
+        for (int64_t i = 0; a->update_out && i < a->n; i++) a->update_out[i] = 0.0f;
+        return;
+    }
     const int32_t t = *a->step;
     MPT_ASSERTF(t >= 1, "optim_step: step count %d, expected >= 1 (step_begin runs first)", (int)t);
     const mpt_optim_hparams *h = &a->h;
@@ -167,7 +192,8 @@ void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     const size_t esz = a->working ? mpt_dtype_size(a->working_dtype) : 0;
     for (int64_t i0 = 0; i0 < a->n; i0 += MPT_OPTIM_BLOCK) {
         int64_t nb = a->n - i0 < MPT_OPTIM_BLOCK ? a->n - i0 : MPT_OPTIM_BLOCK;
-        if (nb == MPT_OPTIM_BLOCK) update_block(a, &s, i0, MPT_OPTIM_BLOCK, first); /* constant trip count */
+        if (a->update_out) update_block_with_delta(a, &s, i0, nb, first);
+        else if (nb == MPT_OPTIM_BLOCK) update_block(a, &s, i0, MPT_OPTIM_BLOCK, first); /* constant trip count */
         else update_block(a, &s, i0, nb, first);
         /* the working copy of this block, RNE, while the masters are in cache (kernels/cpu/convert.h) */
         if (a->working) mpt_cpu_narrow((char *)a->working + (size_t)i0 * esz, a->working_dtype, a->master + i0, nb);

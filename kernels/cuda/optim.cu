@@ -126,11 +126,17 @@ typedef struct step_scalars {
 } step_scalars;
 
 /* Unless *found_inf: every element of master (and m, v) is updated with grad * (*grad_mul) by the optimizer's
- * per-element function, and the working copy rewritten from the master (RNE). */
+ * per-element function, the working copy rewritten from the master (RNE), and the update delta written to
+ * update_out when it is set (zeros on a skipped step). */
 static __global__ void optim_step_kernel(mpt_optim_hparams h, int64_t n, float *master, const float *grad, float *m,
                                          float *v, void *working, mpt_dtype working_dtype, const float *found_inf,
-                                         const float *grad_mul, const int32_t *step) {
-    if (*found_inf != 0.0f) return; /* skipped step: nothing is written (uniform over the grid) */
+                                         const float *grad_mul, const int32_t *step, float *update_out) {
+    if (*found_inf != 0.0f) { /* skipped step: nothing is written but zero deltas (uniform over the grid) */
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; update_out && i < n;
+             i += (int64_t)gridDim.x * blockDim.x)
+            update_out[i] = 0.0f;
+        return;
+    }
     __shared__ step_scalars sc;
     if (threadIdx.x == 0) {
         const int32_t t = *step;
@@ -151,24 +157,26 @@ static __global__ void optim_step_kernel(mpt_optim_hparams h, int64_t n, float *
     __syncthreads();
     const step_scalars s = sc;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float delta;
         if (h.kind == MPT_OPTIM_SGD) {
             float unused = 0.0f;
             float *buf = h.momentum != 0.0f ? &m[i] : &unused;
-            mpt_elem_sgd(&master[i], buf, grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
-                         s.first);
+            delta = mpt_elem_sgd(&master[i], buf, grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay,
+                                 h.nesterov, s.first);
         } else {
-            mpt_elem_adam(&master[i], &m[i], &v[i], grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
-                          s.bc2_sqrt);
+            delta = mpt_elem_adam(&master[i], &m[i], &v[i], grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay,
+                                  s.step_size, s.bc2_sqrt);
         }
+        if (update_out) update_out[i] = delta;
         if (working) mpt_dev_store(working, working_dtype, i, master[i]);
     }
 }
 
 static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_hparams *h, int64_t n, float *master,
                               const float *grad, float *m, float *v, void *working, mpt_dtype working_dtype,
-                              const float *found_inf, const float *grad_mul, const int32_t *step) {
+                              const float *found_inf, const float *grad_mul, const int32_t *step, float *update_out) {
     optim_step_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(
-        *h, n, master, grad, m, v, working, working_dtype, found_inf, grad_mul, step);
+        *h, n, master, grad, m, v, working, working_dtype, found_inf, grad_mul, step, update_out);
     MPT_CUDA_CHECK_LAUNCH("optim_step_kernel");
 }
 
@@ -188,5 +196,5 @@ void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     if (a->working) mpt_cuda_require_float(a->working_dtype, "optim_step (working copy)");
     if (a->n == 0) return;
     launch_optim_step(mpt_cuda_ctx_of(be), h, a->n, a->master, a->grad, a->m, a->v, a->working, a->working_dtype,
-                      a->found_inf, a->grad_mul, a->step);
+                      a->found_inf, a->grad_mul, a->step, a->update_out);
 }
