@@ -2,8 +2,11 @@
  * tests/test_cuda.c - the CUDA backend (kernels/cuda) against FP64 references and against the CPU backend
  * (the oracle, ARCHITECTURE decisions 1 and 2), per operation and per precision. Suite 'cuda'.
  *
- * Without a usable GPU the program prints "test_cuda: skipped: <reason>" and exits 77 (meson's "skipped")
- * before any Check runner exists. With one, it runs with CK_FORK=no (CUDA does not survive fork()), creates
+ * On a machine without a GPU (no NVIDIA driver, or a driver that reports no device; also a GPU older than
+ * compute capability 8.0) the program prints "test_cuda: skipped: <reason>" and exits 77 (meson's "skipped")
+ * before any Check runner exists; any other CUDA error (an old driver: cudaErrorInsufficientDriver, a
+ * driver/library mismatch, no code for the GPU in this build) is a failure (exit 1) naming the error. With
+ * MPT_REQUIRE_CUDA=1 in the environment (the GPU scripts set it) every case without a usable GPU fails. With one, it runs with CK_FORK=no (CUDA does not survive fork()), creates
  * one CUDA and one CPU backend, and prints the device, then the GEMM and convolution records at the end.
  *
  * GEMM and convolution (every math mode, transposes, output dtypes, epilogues, accumulation): each element is
@@ -20,7 +23,8 @@
  * Tensor Core proof: A = 1 + 2^-12 (not a TF32 value under any rounding mode: it rounds to 1), B = 1, K = 512:
  * FP32 math must give exactly 512.125 (no TF32 anywhere in fp32 mode) and TF32 math exactly 512 (the
  * operands were rounded to TF32, so Tensor Core math ran); on random full-mantissa inputs the two modes must
- * differ. Convolution does the same for its forward pass when cuDNN reports a Tensor Core algorithm.
+ * differ. Convolution does the same (exact values for the forward pass; tf32 and fp32 must differ on random data in
+ * all three passes).
  *
  * Element-wise kernels, dropout, batch gather, the optimizer step, unscale, clip coefficient and the
  * loss-scale update are expected BIT-IDENTICAL to the CPU backend: both call the same per-element functions
@@ -33,16 +37,30 @@
  * FP32 ulp (FP64 sums rounded once on both sides), softmax/cross-entropy and the bias gradient within the
  * bounds derived next to their tests.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "datasets/synthetic.h"
+#include "engine/amp/master.h"
 #include "engine/backend.h"
+#include "engine/checkpoint.h"
+#include "engine/layers/layers.h"
+#include "engine/optim/optim.h"
 #include "engine/rng.h"
+#include "engine/train.h"
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "models/models.h"
+#define TESTS_TMP_PREFIX "mpt_test_cuda"
+#include "tmpdir.h"
 
 /* Check's ck_assert* makes a syscall per passing assertion; call Check only on failure. */
 #define EXPECT(cond, ...)                                                                            \
@@ -138,21 +156,23 @@ typedef struct gemm_case {
     mpt_dtype c_dtype, bias_dtype;
     mpt_epilogue ep;
     float alpha, beta;
-    int misalign; /* offset A, B and C by 16 bytes: 16-byte rather than 256-byte aligned pointers exercise the
-                     alignment part of the plan key (cuBLASLt's MIN_ALIGNMENT preferences) */
+    int misalign; /* offset A, B, C and the bias by one element (2 bytes for F16/BF16, 4 for F32): pointers aligned
+                     to their element size only exercise the alignment part of the plan key (cuBLASLt's
+                     MIN_ALIGNMENT preferences) and cuBLASLt's unvectorised kernels */
 } gemm_case;
 
 static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     tests_rng r = {seed};
     const mpt_dtype ab = operand_dtype(gc->math);
     const int64_t M = gc->M, N = gc->N, K = gc->K;
-    const int64_t off = gc->misalign ? 16 / (int64_t)mpt_dtype_size(ab) : 0; /* elements of A and B */
-    const int64_t coff = gc->misalign ? 16 / (int64_t)mpt_dtype_size(gc->c_dtype) : 0;
+    const int64_t off = gc->misalign ? 1 : 0; /* elements of A and B */
+    const int64_t coff = gc->misalign ? 1 : 0, boff = gc->misalign ? 1 : 0;
     void *A = fill(&r, ab, M * K + off, -1, 1), *B = fill(&r, ab, K * N + off, -1, 1);
     void *C0 = fill(&r, gc->c_dtype, M * N + coff, -1, 1);
     if (gc->beta == 0.0f) /* C must not be read when beta == 0: poison it */
         for (int64_t i = 0; i < M * N + coff; i++) mpt_store_f32(C0, gc->c_dtype, i, NAN);
-    void *bias = gc->ep != MPT_EPILOGUE_NONE ? fill(&r, gc->bias_dtype, N, -1, 1) : NULL;
+    void *bias_buf = gc->ep != MPT_EPILOGUE_NONE ? fill(&r, gc->bias_dtype, N + boff, -1, 1) : NULL;
+    void *bias = bias_buf ? (char *)bias_buf + nbytes(gc->bias_dtype, boff) : NULL;
 
     mpt_gemm_args g = {.trans_a = gc->ta, .trans_b = gc->tb, .M = M, .N = N, .K = K, .a_dtype = ab, .b_dtype = ab,
                        .c_dtype = gc->c_dtype, .bias_dtype = gc->bias_dtype, .alpha = gc->alpha, .beta = gc->beta,
@@ -160,12 +180,12 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     /* GPU */
     char *dA = dev_put(A, nbytes(ab, M * K + off)), *dB = dev_put(B, nbytes(ab, K * N + off));
     char *dC = dev_put(C0, nbytes(gc->c_dtype, M * N + coff));
-    void *dbias = bias ? dev_put(bias, nbytes(gc->bias_dtype, N)) : NULL;
+    void *dbias = bias_buf ? dev_put(bias_buf, nbytes(gc->bias_dtype, N + boff)) : NULL;
     mpt_gemm_args gg = g;
     gg.A = dA + nbytes(ab, off);
     gg.B = dB + nbytes(ab, off);
     gg.C = dC + nbytes(gc->c_dtype, coff);
-    gg.bias = dbias;
+    gg.bias = dbias ? (char *)dbias + nbytes(gc->bias_dtype, boff) : NULL;
     reserve(gpu, gpu->gemm_workspace(gpu, &gg));
     gpu->gemm(gpu, &gg);
     void *Cg = xmalloc(nbytes(gc->c_dtype, M * N));
@@ -215,7 +235,7 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     free(A);
     free(B);
     free(C0);
-    free(bias);
+    free(bias_buf);
     free(Cg);
     free(Cc);
 }
@@ -252,7 +272,8 @@ START_TEST(test_gemm_all_modes) {
 END_TEST
 
 /* Configurations without a direct cuBLASLt path (bias dtype != C dtype, 16-bit C with FP32 operands), an
- * empty K, and pointers aligned to one element only. */
+ * empty K, and pointers aligned to one element only (2 bytes for F16/BF16, 4 for F32), with and without the
+ * bias epilogue and with beta = 1. */
 START_TEST(test_gemm_two_step_and_alignment) {
     gemm_case c1 = {.math = MPT_MATH_F16, .M = 64, .N = 40, .K = 72, .c_dtype = MPT_DTYPE_F16,
                     .bias_dtype = MPT_DTYPE_F32, .ep = MPT_EPILOGUE_RELU_BIAS, .alpha = 1.0f, .beta = 0.0f};
@@ -268,6 +289,9 @@ START_TEST(test_gemm_two_step_and_alignment) {
                         .bias_dtype = operand_dtype(all_math[mi]), .ep = MPT_EPILOGUE_BIAS, .alpha = 1.0f,
                         .beta = 0.0f, .misalign = 1};
         run_gemm_case(&c4, 80 + mi, "misaligned");
+        gemm_case c5 = {.math = all_math[mi], .ta = 1, .M = 40, .N = 33, .K = 64, .c_dtype = MPT_DTYPE_F32,
+                        .bias_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = 1.0f, .misalign = 1};
+        run_gemm_case(&c5, 90 + mi, "misaligned.accumulate");
     }
     int found = 0;
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
@@ -568,8 +592,71 @@ START_TEST(test_conv_all_modes) {
 }
 END_TEST
 
-/* fp32 convolution must not use TF32; tf32 convolution rounds its operands when cuDNN ran a Tensor Core
- * algorithm (the record says which). x = 1 + 2^-12, w = 1, no padding: every y = C*R*S*(1 + 2^-12) exactly in
+/* On random full-mantissa data every pass of a tf32 convolution must differ from the fp32 one in most
+ * elements (TF32 keeps 10 of FP32's 23 significand bits): a tf32 record that says CUDNN_TENSOR_OP_MATH over an
+ * FP32 computation fails here. */
+static void conv_tf32_differs(void) {
+    const mpt_conv_shape s = conv_shape(4, 8, 12, 12, 16, 3, 1, 1);
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, nw = (int64_t)s.K * s.C * s.R * s.S;
+    const int64_t ny = (int64_t)s.N * s.K * s.P * s.Q;
+    tests_rng r = {4343};
+    float *x = fill(&r, MPT_DTYPE_F32, nx, -1, 1), *w = fill(&r, MPT_DTYPE_F32, nw, -1, 1);
+    float *dy = fill(&r, MPT_DTYPE_F32, ny, -1, 1);
+    float *out[2][3];
+    for (int mode = 0; mode < 2; mode++) {
+        mpt_conv_args a = {.s = s, .math = mode ? MPT_MATH_TF32 : MPT_MATH_FP32, .dtype = MPT_DTYPE_F32,
+                           .tag = mode ? "proof.conv.tf32.random" : "proof.conv.fp32.random"};
+        a.x = dev_put(x, (size_t)nx * 4);
+        a.w = dev_put(w, (size_t)nw * 4);
+        a.dy = dev_put(dy, (size_t)ny * 4);
+        a.y = dev_alloc((size_t)ny * 4);
+        a.dx = dev_alloc((size_t)nx * 4);
+        a.dw = dev_alloc((size_t)nw * 4);
+        gpu->memset_zero(gpu, a.dx, (size_t)nx * 4);
+        gpu->memset_zero(gpu, a.dw, (size_t)nw * 4);
+        reserve(gpu, gpu->conv2d_workspace(gpu, &a));
+        gpu->conv2d_forward(gpu, &a);
+        gpu->conv2d_backward_data(gpu, &a);
+        gpu->conv2d_backward_filter(gpu, &a);
+        out[mode][0] = xmalloc((size_t)ny * 4);
+        out[mode][1] = xmalloc((size_t)nx * 4);
+        out[mode][2] = xmalloc((size_t)nw * 4);
+        dev_get(out[mode][0], a.y, (size_t)ny * 4);
+        dev_get(out[mode][1], a.dx, (size_t)nx * 4);
+        dev_get(out[mode][2], a.dw, (size_t)nw * 4);
+        dev_free((void *)a.x);
+        dev_free((void *)a.w);
+        dev_free((void *)a.dy);
+        dev_free(a.y);
+        dev_free(a.dx);
+        dev_free(a.dw);
+    }
+    static const char *const pass[3] = {"forward", "backward_data", "backward_filter"};
+    const int64_t n[3] = {ny, nx, nw};
+    for (int k = 0; k < 3; k++) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n[k]; i++) differ += out[0][k][i] != out[1][k][i];
+        EXPECT(differ > n[k] / 2, "conv %s: tf32 and fp32 agree on %lld of %lld random full-mantissa elements (is "
+               "TF32 really on?)", pass[k], (long long)(n[k] - differ), (long long)n[k]);
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+    for (int i = 0; i < mpt_cuda_conv_record_count(gpu); i++) {
+        mpt_cuda_conv_record rec;
+        mpt_cuda_conv_record_get(gpu, i, &rec);
+        if (strcmp(rec.tag, "proof.conv.tf32.random") == 0)
+            EXPECT(strcmp(rec.math_type, "CUDNN_TENSOR_OP_MATH") == 0, "tf32 conv %s ran with %s", rec.pass,
+                   rec.math_type);
+        if (strcmp(rec.tag, "proof.conv.fp32.random") == 0)
+            EXPECT(strcmp(rec.math_type, "CUDNN_FMA_MATH") == 0, "fp32 conv %s ran with %s", rec.pass, rec.math_type);
+    }
+    free(x);
+    free(w);
+    free(dy);
+}
+
+/* fp32 convolution must not use TF32; tf32 convolution runs with CUDNN_TENSOR_OP_MATH and rounds its operands
+ * (then conv_tf32_differs on random data). x = 1 + 2^-12, w = 1, no padding: every y = C*R*S*(1 + 2^-12) exactly in
  * FP32 arithmetic, C*R*S with TF32 operands. */
 START_TEST(test_conv_tf32_proof) {
     const mpt_conv_shape s = conv_shape(2, 3, 8, 8, 4, 3, 0, 1);
@@ -602,12 +689,14 @@ START_TEST(test_conv_tf32_proof) {
         if (strcmp(rec.tag, "proof.conv.fp32") == 0)
             EXPECT(strcmp(rec.math_type, "CUDNN_FMA_MATH") == 0, "fp32 conv ran with %s", rec.math_type);
     }
-    if (strcmp(math_type, "CUDNN_TENSOR_OP_MATH") == 0 && !tf32_overridden()) {
-        for (int64_t i = 0; i < ny; i++)
-            EXPECT(y[i] == 27.0f, "tf32 conv (Tensor Core algorithm): y[%lld] = %.9g, expected exactly 27",
-                   (long long)i, (double)y[i]);
+    if (tf32_overridden()) {
+        fprintf(stderr, "test_cuda: NVIDIA_TF32_OVERRIDE=0 is set: TF32 cannot run; conv TF32 proof skipped\n");
     } else {
-        fprintf(stderr, "test_cuda: tf32 conv forward ran with %s: TF32 rounding not checked\n", math_type);
+        EXPECT(strcmp(math_type, "CUDNN_TENSOR_OP_MATH") == 0, "tf32 conv forward ran with %s", math_type);
+        for (int64_t i = 0; i < ny; i++)
+            EXPECT(y[i] == 27.0f, "tf32 conv: y[%lld] = %.9g, expected exactly 27 (operands rounded to TF32)",
+                   (long long)i, (double)y[i]);
+        conv_tf32_differs();
     }
     dev_free((void *)a.x);
     dev_free((void *)a.w);
@@ -992,6 +1081,69 @@ START_TEST(test_softmax_xent) {
 }
 END_TEST
 
+/* The argmax that n_correct counts follows the CPU's rule when a row holds NaN (a sequential scan from element
+ * 0 taking v > max: a NaN at element 0 is never replaced, later NaNs are never taken) and for ties (the first
+ * maximum): each row's label is that argmax, so every row must count, on both backends. */
+START_TEST(test_softmax_xent_argmax_nan) {
+    enum { N = 6, C = 37 }; /* 64 threads per row: two warps, so the block reduction decides */
+    tests_rng r = {41};
+    for (size_t di = 0; di < 3; di++) {
+        mpt_dtype t = float_dtypes[di];
+        void *logits = fill(&r, t, (int64_t)N * C, -4, 4);
+        mpt_store_f32(logits, t, 0 * C + 0, NAN);  /* NaN first: argmax 0 */
+        mpt_store_f32(logits, t, 1 * C + 5, NAN);  /* NaN early, the maximum later */
+        mpt_store_f32(logits, t, 1 * C + 20, 9.0f);
+        mpt_store_f32(logits, t, 2 * C + 3, 9.0f); /* the maximum early, NaN in the second warp */
+        mpt_store_f32(logits, t, 2 * C + 33, NAN);
+        for (int c = 0; c < C; c++) mpt_store_f32(logits, t, 3 * C + c, NAN);       /* all NaN: 0 */
+        for (int c = 0; c < C; c++) mpt_store_f32(logits, t, 4 * C + c, -INFINITY); /* all -inf: 0 */
+        mpt_store_f32(logits, t, 5 * C + 10, 9.0f); /* a tie across warps: the first */
+        mpt_store_f32(logits, t, 5 * C + 36, 9.0f);
+        int32_t labels[N];
+        const int32_t want[N] = {0, 20, 3, 0, 0, 10};
+        for (int i = 0; i < N; i++) {
+            int arg = 0;
+            double m = ld(logits, t, (int64_t)i * C);
+            for (int c = 1; c < C; c++)
+                if (ld(logits, t, (int64_t)i * C + c) > m) {
+                    m = ld(logits, t, (int64_t)i * C + c);
+                    arg = c;
+                }
+            EXPECT(arg == want[i], "row %d: the rule gives %d, the test expects %d", i, arg, want[i]);
+            labels[i] = arg;
+        }
+        const int32_t zero = 0;
+        void *dlog = dev_put(logits, nbytes(t, (int64_t)N * C));
+        int32_t *dlab = dev_put(labels, sizeof labels), *dcor = dev_put(&zero, 4);
+        float *dprobs = dev_alloc((size_t)N * C * 4), *dloss = dev_alloc(4);
+        gpu->softmax_xent_forward(gpu, dloss, dprobs, dcor, dlog, t, dlab, N, C);
+        int32_t corg = 0, corc = 0;
+        float lossg, lossc;
+        dev_get(&corg, dcor, 4);
+        dev_get(&lossg, dloss, 4);
+        float *pc = xmalloc((size_t)N * C * 4), *pg = xmalloc((size_t)N * C * 4);
+        dev_get(pg, dprobs, (size_t)N * C * 4);
+        cpu->softmax_xent_forward(cpu, &lossc, pc, &corc, logits, t, labels, N, C);
+        EXPECT(corc == N, "CPU (%s): %d of %d rows counted correct", mpt_dtype_name(t), corc, N);
+        EXPECT(corg == N, "GPU (%s): %d of %d rows counted correct (argmax with NaN or ties differs from the CPU's)",
+               mpt_dtype_name(t), corg, N);
+        EXPECT(isnan(lossg) && isnan(lossc), "loss of a batch with NaN logits: GPU %g, CPU %g", (double)lossg,
+               (double)lossc);
+        for (int64_t e = 0; e < (int64_t)N * C; e++)
+            EXPECT(isnan(pg[e]) == isnan(pc[e]), "probs[%lld]: GPU %g, CPU %g", (long long)e, (double)pg[e],
+                   (double)pc[e]);
+        dev_free(dlog);
+        dev_free(dlab);
+        dev_free(dcor);
+        dev_free(dprobs);
+        dev_free(dloss);
+        free(logits);
+        free(pc);
+        free(pg);
+    }
+}
+END_TEST
+
 START_TEST(test_bias_grad) {
     static const int64_t shapes[][2] = {{300, 70}, {1, 33}, {128, 10}};
     tests_rng r = {35};
@@ -1334,6 +1486,340 @@ START_TEST(test_scaler_update_bit_identical) {
 }
 END_TEST
 
+/* ================================ end to end: training on both backends ================================= */
+
+/* E2E_STEPS steps of a model in one precision on the CPU and on the GPU backend, from the same initial
+ * weights (initialised on the host from the seed, decision 7) on the same batches (a synthetic 28x28 dataset,
+ * the same index order; the last batch has padding rows), with the same dropout masks (Philox, same seed and
+ * offsets). The two trajectories differ only by summation order (cuBLASLt/cuDNN vs the CPU's loops), by which
+ * neighbour a 16-bit rounding of a nearly equal FP32 value lands on, and in tf32 mode by the hardware's TF32
+ * rounding of FP32 operands (truncation or round-to-nearest). How far training carries such differences has no
+ * closed form, so the bound is measured on the oracle: a third run, on the CPU, multiplies every FP32 master by
+ * (1 + EPS s), s = +-1 at random, before EVERY step. A relative change of EPS in the weights changes every dot
+ * product sum_k a_k w_k by at most EPS sum_k |a_k w_k|: the form of the bound on a K-term sum evaluated in
+ * another order, gamma_K sum_k |a_k w_k| (Higham, Accuracy and Stability of Numerical Algorithms, sec. 3.1),
+ * whose typical size is ~sqrt(K) u32 sum_k |a_k w_k| (sec. 2.8: rounding errors behave like a random walk).
+ * EPS per mode: fp32 2^-17 >= sqrt(9216) u32 (K = 9216 is the longest reduction of these models); tf32 2^-10,
+ * one TF32 ulp, the largest difference between truncating and rounding an operand; fp16 2^-11 and bf16 2^-8,
+ * the unit roundoff of the stored activations (the GPU flips a rounding only where its FP32 value differs,
+ * rarely; the perturbation moves every element). So the perturbed run's divergence d_pert from the plain CPU
+ * run is an upper estimate of what the GPU's noise can do, and the GPU's divergence must stay within 2 d_pert
+ * (2: two such processes with independent directions can add up). Compared: the largest difference of the
+ * per-step losses, and the relative L2 difference of the FP32 masters' total updates (what the optimizer
+ * added; the perturbation itself is subtracted). The optimizer is SGD with momentum, whose update is linear in
+ * the gradient: Adam's early updates are about lr * sign(g), so noise flips whole lr-sized updates of
+ * near-zero gradients and the bound would be as large as the updates (the optimizer step is tested bit for
+ * bit above). Skipped-step counts (fp16's loss scaler) must be equal. A wrong kernel changes the losses and
+ * updates by O(1) and fails. */
+
+#define E2E_STEPS 20
+#define E2E_BATCH 32
+
+typedef struct e2e_result {
+    float loss[E2E_STEPS];
+    float *update; /* final minus initial FP32 masters, concatenated in parameter order (host, malloc'd) */
+    int64_t n_master;
+    int32_t skipped;
+} e2e_result;
+
+static double e2e_eps(mpt_precision p) {
+    switch (p) {
+    case MPT_PRECISION_FP32: return 0x1p-17;
+    case MPT_PRECISION_TF32: return 0x1p-10;
+    case MPT_PRECISION_FP16: return 0x1p-11;
+    default: return 0x1p-8;
+    }
+}
+
+/* Multiplies every master by (1 + eps * s), s = +-1 from r, rewrites the working copies, and adds what it
+ * changed to moved[] (the masters concatenated in parameter order). */
+static void e2e_perturb(mpt_trainer *t, double eps, tests_rng *r, double *moved) {
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t n = mpt_tensor_numel(t->master[i]);
+        float *w = xmalloc((size_t)n * sizeof(float));
+        t->be->to_host(t->be, w, t->master[i]->data, (size_t)n * sizeof(float));
+        for (int64_t k = 0; k < n; k++) {
+            float p = (float)((double)w[k] * (1.0 + (tests_int(r, 0, 1) ? eps : -eps)));
+            moved[off + k] += (double)p - (double)w[k];
+            w[k] = p;
+        }
+        t->be->from_host(t->be, t->master[i]->data, w, (size_t)n * sizeof(float));
+        t->be->synchronize(t->be);
+        free(w);
+        off += n;
+    }
+    mpt_master_refresh_working(t->g, t->master);
+}
+
+/* All FP32 masters, concatenated in parameter order, into a new host array of *n floats. */
+static float *e2e_masters(mpt_trainer *t, int64_t *n) {
+    *n = 0;
+    for (int i = 0; i < t->n_params; i++) *n += mpt_tensor_numel(t->master[i]);
+    float *w = xmalloc((size_t)*n * sizeof(float));
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t k = mpt_tensor_numel(t->master[i]);
+        t->be->to_host(t->be, w + off, t->master[i]->data, (size_t)k * sizeof(float));
+        off += k;
+    }
+    return w;
+}
+
+static void e2e_train(mpt_backend *be, const char *model, mpt_precision prec, const mpt_mnist *d, double eps,
+                      e2e_result *out) {
+    const int B = E2E_BATCH;
+    mpt_policy policy = mpt_policy_make(prec);
+    mpt_graph *g = mpt_graph_create(be, &policy, B);
+    mpt_tensor *logits = NULL;
+    EXPECT(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
+    mpt_softmax_xent(g, logits, "loss");
+    mpt_train_config cfg = mpt_train_config_default(prec);
+    cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_SGD); /* smooth in the gradient, unlike Adam (see above) */
+    cfg.optim.lr = cfg.schedule.base_lr = 0.02f;
+    cfg.optim.momentum = 0.9f;
+    cfg.seed = 11;
+    mpt_trainer *t = NULL;
+    EXPECT(mpt_trainer_create(&t, g, &cfg) == MPT_OK, "%s %s on %s: %s", model, mpt_precision_name(prec), be->name,
+           mpt_last_error());
+    float *init = e2e_masters(t, &out->n_master);
+    double *moved = calloc((size_t)out->n_master, sizeof(double));
+    EXPECT(moved != NULL, "out of host memory");
+    tests_rng pr = {99};
+    /* data in backend memory; batch s holds rows idx[s*B .. s*B + B), the last one ends with 5 padding rows */
+    const int64_t n_idx = (int64_t)E2E_STEPS * B;
+    int32_t *idx = xmalloc((size_t)n_idx * sizeof(int32_t));
+    for (int64_t i = 0; i < n_idx; i++) idx[i] = (int32_t)((i * 7919) % d->n_train);
+    for (int64_t i = n_idx - 5; i < n_idx; i++) idx[i] = -1;
+    uint8_t *images = be->alloc(be, (size_t)(d->n_train * d->dim)), *labels = be->alloc(be, (size_t)d->n_train);
+    int32_t *didx = be->alloc(be, (size_t)n_idx * sizeof(int32_t));
+    EXPECT(images && labels && didx, "%s: cannot allocate the data", be->name);
+    be->from_host(be, images, d->train_images, (size_t)(d->n_train * d->dim));
+    be->from_host(be, labels, d->train_labels, (size_t)d->n_train);
+    be->from_host(be, didx, idx, (size_t)n_idx * sizeof(int32_t));
+    be->synchronize(be);
+    for (int s = 0; s < E2E_STEPS; s++) {
+        if (eps > 0) e2e_perturb(t, eps, &pr, moved);
+        mpt_trainer_gather(t, images, labels, didx + (int64_t)s * B, d->dim, 0.0f, 1.0f);
+        mpt_trainer_step(t);
+        mpt_train_stats st;
+        mpt_trainer_stats(t, &st);
+        out->loss[s] = st.loss;
+        out->skipped = st.steps_skipped;
+    }
+    out->update = e2e_masters(t, &out->n_master);
+    for (int64_t i = 0; i < out->n_master; i++)
+        out->update[i] = (float)((double)out->update[i] - (double)init[i] - moved[i]);
+    free(init);
+    free(moved);
+    be->free(be, images);
+    be->free(be, labels);
+    be->free(be, didx);
+    mpt_trainer_free(&t);
+    free(idx);
+}
+
+/* max_s |a.loss[s] - b.loss[s]| and ||a.update - b.update|| / ||b.update||. */
+static void e2e_diff(const e2e_result *a, const e2e_result *b, double *dloss, double *dmaster) {
+    *dloss = 0;
+    for (int s = 0; s < E2E_STEPS; s++) {
+        double dl = fabs((double)a->loss[s] - (double)b->loss[s]);
+        if (!(dl <= *dloss)) *dloss = dl; /* NaN propagates */
+    }
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < b->n_master; i++) {
+        double x = (double)a->update[i] - (double)b->update[i];
+        num += x * x;
+        den += (double)b->update[i] * b->update[i];
+    }
+    *dmaster = sqrt(num / den);
+}
+
+static void e2e_case(const char *model, const mpt_mnist *d) {
+    for (int p = 0; p < MPT_PRECISION_COUNT; p++) {
+        const mpt_precision prec = (mpt_precision)p;
+        e2e_result c = {0}, g = {0}, q = {0};
+        e2e_train(cpu, model, prec, d, 0.0, &c);
+        e2e_train(gpu, model, prec, d, 0.0, &g);
+        e2e_train(cpu, model, prec, d, e2e_eps(prec), &q);
+        EXPECT(g.n_master == c.n_master && q.n_master == c.n_master, "parameter counts differ");
+        for (int s = 0; s < E2E_STEPS; s++)
+            EXPECT(isfinite(c.loss[s]) && isfinite(g.loss[s]), "%s %s step %d: loss CPU %g, GPU %g", model,
+                   mpt_precision_name(prec), s, (double)c.loss[s], (double)g.loss[s]);
+        double dl_gpu, dw_gpu, dl_pert, dw_pert;
+        e2e_diff(&g, &c, &dl_gpu, &dw_gpu);
+        e2e_diff(&q, &c, &dl_pert, &dw_pert);
+        const double k = 2.0;
+        printf("test_cuda: e2e %-6s %-4s %d steps: loss %.6f -> %.6f (CPU); max |loss GPU - CPU| %.3g (bound %.3g), "
+               "updates rel L2 GPU vs CPU %.3g (bound %.3g); CPU perturbed by %.3g per step: %.3g, %.3g; skipped %d/%d\n",
+               model, mpt_precision_name(prec), E2E_STEPS, (double)c.loss[0], (double)c.loss[E2E_STEPS - 1], dl_gpu,
+               k * dl_pert, dw_gpu, k * dw_pert, e2e_eps(prec), dl_pert, dw_pert, g.skipped, c.skipped);
+        EXPECT(g.skipped == c.skipped, "%s %s: GPU skipped %d steps, CPU %d", model, mpt_precision_name(prec),
+               g.skipped, c.skipped);
+        EXPECT(dl_pert > 0 && dw_pert > 0, "%s %s: the perturbed CPU run did not move (eps %g)", model,
+               mpt_precision_name(prec), e2e_eps(prec));
+        EXPECT(dl_gpu <= k * dl_pert, "%s %s: losses differ by up to %.3g between GPU and CPU, bound %.3g", model,
+               mpt_precision_name(prec), dl_gpu, k * dl_pert);
+        EXPECT(dw_gpu <= k * dw_pert, "%s %s: the masters' total updates differ by %.3g (relative L2) between GPU and CPU, bound %.3g",
+               model, mpt_precision_name(prec), dw_gpu, k * dw_pert);
+        free(c.update);
+        free(g.update);
+        free(q.update);
+    }
+}
+
+static mpt_mnist e2e_data(void) {
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 480, 0, 784, 10, 5) == MPT_OK, "%s", mpt_last_error());
+    return d;
+}
+
+START_TEST(test_e2e_mlp) {
+    mpt_mnist d = e2e_data();
+    e2e_case("mlp", &d);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+START_TEST(test_e2e_lenet5) {
+    mpt_mnist d = e2e_data();
+    e2e_case("lenet5", &d);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+START_TEST(test_e2e_cnn) {
+    mpt_mnist d = e2e_data();
+    e2e_case("cnn", &d);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* ================================ mptrain train --device cuda: resume is bit-exact ====================== */
+
+/* Runs $MPT_BUILD_ROOT/tools/mptrain with the NULL-terminated arguments (args[0] is the program name);
+ * stdout and stderr together go to the file `log`. Returns the exit status, or 128 + signal. */
+static int run_mptrain(char *const *args, const char *log) {
+    char path[1024];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(path, sizeof path, "%s/tools/mptrain", root ? root : "..");
+    fflush(NULL);
+    pid_t pid = fork(); /* the child execs at once: CUDA state is not used in it */
+    EXPECT(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(126);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        execv(path, args);
+        _exit(127);
+    }
+    int status = 0;
+    EXPECT(waitpid(pid, &status, 0) == pid, "waitpid: %s", strerror(errno));
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    EXPECT(f != NULL, "%s: %s", path, strerror(errno));
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Every tensor of two checkpoints byte for byte, and the loss scaler's state. */
+static void expect_same_checkpoints(const char *a_path, const char *b_path) {
+    mpt_checkpoint *a = NULL, *b = NULL;
+    EXPECT(mpt_checkpoint_open(a_path, NULL, 0, &a) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_checkpoint_open(b_path, NULL, 0, &b) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_checkpoint_n_tensors(a) == mpt_checkpoint_n_tensors(b), "tensor counts differ");
+    for (int i = 0; i < mpt_checkpoint_n_tensors(a); i++) {
+        const mpt_checkpoint_tensor *ta = mpt_checkpoint_tensor_at(a, i);
+        const mpt_checkpoint_tensor *tb = mpt_checkpoint_find(b, ta->name);
+        EXPECT(tb != NULL, "%s lacks %s", b_path, ta->name);
+        int64_t na = mpt_checkpoint_tensor_nbytes(ta);
+        EXPECT(na == mpt_checkpoint_tensor_nbytes(tb), "tensor %s sizes differ", ta->name);
+        EXPECT(memcmp(ta->data, tb->data, (size_t)na) == 0, "tensor %s differs between the straight and the resumed "
+               "GPU run", ta->name);
+    }
+    EXPECT(strcmp(mpt_checkpoint_meta_get(a, "scaler"), mpt_checkpoint_meta_get(b, "scaler")) == 0,
+           "scaler state differs: %s vs %s", mpt_checkpoint_meta_get(a, "scaler"), mpt_checkpoint_meta_get(b, "scaler"));
+    mpt_checkpoint_close(&a);
+    mpt_checkpoint_close(&b);
+}
+
+/* N steps straight and N/2 + save + resume + N/2 on the GPU: the same checkpoint bytes and the same logged
+ * losses after the resume point. extra: further flags (NULL-terminated). */
+static void resume_case(const char *model, const char *precision, const char *const *extra, int total, int half) {
+    make_tmpdir();
+    const char *data = tmp_path("data");
+    EXPECT(mkdir(data, 0755) == 0, "mkdir %s: %s", data, strerror(errno));
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 600, 300, 784, 10, 42) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_mnist_save(data, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    char total_s[16], half_s[16];
+    snprintf(total_s, sizeof total_s, "%d", total);
+    snprintf(half_s, sizeof half_s, "%d", half);
+    const char *dirs[2] = {tmp_path("straight"), tmp_path("first")};
+    const char *steps[2] = {total_s, half_s};
+    const char *log = tmp_path("log.txt");
+    for (int r = 0; r < 2; r++) {
+        const char *args[64] = {"mptrain", "train", "--data", data, "--device", "cuda", "--model", model,
+                                "--precision", precision, "--batch-size", "32", "--epochs", "3", "--log-every", "1",
+                                "--limit-test", "64", "--progress", "off", "--max-steps", steps[r], "--out", dirs[r]};
+        int n = 24;
+        for (int k = 0; extra[k]; k++) args[n++] = extra[k];
+        args[n] = NULL;
+        int rc = run_mptrain((char *const *)args, log);
+        EXPECT(rc == 0, "mptrain train --device cuda (%s steps) failed (%d): %s", steps[r], rc, slurp(log));
+    }
+    char ck_first[600], ck_straight[600], ck_resumed[600], metrics[2][600];
+    snprintf(ck_first, sizeof ck_first, "%s/checkpoint.safetensors", dirs[1]);
+    snprintf(ck_straight, sizeof ck_straight, "%s/checkpoint.safetensors", dirs[0]);
+    const char *resumed = tmp_path("resumed");
+    snprintf(ck_resumed, sizeof ck_resumed, "%s/checkpoint.safetensors", resumed);
+    const char *args[] = {"mptrain", "train", "--resume", ck_first, "--data", data, "--device", "cuda", "--log-every",
+                          "1", "--limit-test", "64", "--progress", "off", "--max-steps", total_s, "--out", resumed,
+                          NULL};
+    int rc = run_mptrain((char *const *)args, log);
+    EXPECT(rc == 0, "mptrain train --resume --device cuda failed (%d): %s", rc, slurp(log));
+    EXPECT(strstr(slurp(log), "resuming") != NULL, "the resumed run does not say so: %s", slurp(log));
+    expect_same_checkpoints(ck_straight, ck_resumed);
+    /* metrics.csv: the straight run's rows half+1..total equal the resumed run's rows */
+    snprintf(metrics[0], sizeof metrics[0], "%s/metrics.csv", dirs[0]);
+    snprintf(metrics[1], sizeof metrics[1], "%s/metrics.csv", resumed);
+    char *straight = strdup(slurp(metrics[0]));
+    const char *tail = straight;
+    for (int line = 0; line < half + 1 && tail; line++) { /* header + the first `half` rows */
+        tail = strchr(tail, '\n');
+        if (tail) tail++;
+    }
+    const char *res = strchr(slurp(metrics[1]), '\n'); /* after the header */
+    EXPECT(tail != NULL && res != NULL && strcmp(tail, res + 1) == 0,
+           "logged losses after the resume point differ:\nstraight:\n%s\nresumed:\n%s", tail ? tail : "(none)",
+           res ? res + 1 : "(none)");
+    free(straight);
+    rm_tmpdir();
+}
+
+START_TEST(test_resume_cuda_fp16_mlp) {
+    /* 600 / 32 = 19 steps per epoch: 30 steps cross an epoch boundary and the padded batch; the fault injected at
+     * iteration 20 (after the checkpoint at 13) is skipped and halves the loss scale. */
+    const char *extra[] = {"--inject-nonfinite", "20", "--growth-interval", "7", NULL};
+    resume_case("mlp", "fp16", extra, 30, 13);
+}
+END_TEST
+
+START_TEST(test_resume_cuda_bf16_cnn_dropout) {
+    const char *extra[] = {"--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--limit-train", "256", NULL};
+    resume_case("cnn", "bf16", extra, 10, 4);
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
@@ -1355,6 +1841,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(te, test_rng_host_device_identical);
     tcase_add_test(te, test_dropout);
     tcase_add_test(te, test_softmax_xent);
+    tcase_add_test(te, test_softmax_xent_argmax_nan);
     tcase_add_test(te, test_bias_grad);
     tcase_add_test(te, test_gather_batch);
     suite_add_tcase(s, te);
@@ -1365,19 +1852,42 @@ static Suite *cuda_suite(void) {
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);
     suite_add_tcase(s, to);
+    TCase *tt = tcase_create("training");
+    tcase_set_timeout(tt, 600);
+    tcase_add_test(tt, test_e2e_mlp);
+    tcase_add_test(tt, test_e2e_lenet5);
+    tcase_add_test(tt, test_e2e_cnn);
+    tcase_add_test(tt, test_resume_cuda_fp16_mlp);
+    tcase_add_test(tt, test_resume_cuda_bf16_cnn_dropout);
+    suite_add_tcase(s, tt);
     return s;
+}
+
+/* MPT_REQUIRE_CUDA=1 (the GPU scripts set it): a machine without a usable GPU is a failure, never a skip. */
+static int cuda_required(void) {
+    const char *e = getenv("MPT_REQUIRE_CUDA");
+    return e != NULL && strcmp(e, "1") == 0;
 }
 
 int main(void) {
     char why[512];
-    if (!mpt_cuda_available(why, sizeof why)) {
-        printf("test_cuda: skipped: %s\n", why);
+    mpt_cuda_probe_result probe = mpt_cuda_probe(why, sizeof why);
+    if (probe != MPT_CUDA_USABLE) {
+        if (cuda_required()) {
+            fprintf(stderr, "test_cuda: FAILED (MPT_REQUIRE_CUDA=1 is set): %s\n", why);
+            return 1;
+        }
+        if (probe == MPT_CUDA_BROKEN) { /* only "no driver" / "no device" are a machine without a GPU */
+            fprintf(stderr, "test_cuda: FAILED: %s\n", why);
+            return 1;
+        }
+        printf("test_cuda: skipped: %s (set MPT_REQUIRE_CUDA=1 to make this a failure)\n", why);
         return 77;
     }
     setenv("CK_FORK", "no", 1); /* CUDA does not survive fork(): run every test in this process */
     gpu = mpt_backend_cuda_create();
     if (!gpu) {
-        fprintf(stderr, "test_cuda: a GPU is available but the CUDA backend failed: %s\n", mpt_last_error());
+        fprintf(stderr, "test_cuda: FAILED: a GPU is available but the CUDA backend failed: %s\n", mpt_last_error());
         return 1;
     }
     cpu = mpt_backend_cpu_create();

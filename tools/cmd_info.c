@@ -65,7 +65,7 @@ int mpt_cmd_info(int argc, char **argv) {
     snprintf(arch, sizeof arch, "%s", MPT_CUDA_ARCH);
     char *save = NULL;
     for (char *a = strtok_r(arch, ",", &save); a; a = strtok_r(NULL, ",", &save)) printf(" sm_%s", a);
-    printf(" (meson option gpu_arch)\n");
+    printf(" + PTX compute_%s for newer GPUs (meson option gpu_arch)\n", MPT_CUDA_PTX_ARCH);
 
     char msg[512], details[1024];
     int gpu = mpt_cuda_available(msg, sizeof msg);

@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("mptrain %s (GPU architectures built: %s)\n", MPT_VERSION, MPT_CUDA_ARCH);
+        printf("mptrain %s (GPU architectures built: %s, PTX %s)\n", MPT_VERSION, MPT_CUDA_ARCH, MPT_CUDA_PTX_ARCH);
         return 0;
     }
     if (strcmp(cmd, "train") == 0) return mpt_cmd_train(argc - 1, argv + 1);

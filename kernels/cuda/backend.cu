@@ -93,40 +93,69 @@ void mpt_cuda_require_workspace(mpt_backend *be, size_t bytes, const char *what)
 /* A kernel that does nothing: asking for its attributes tells whether this build has code for the GPU. */
 static __global__ void probe_kernel(void) {}
 
-/* Fills *p for device 0; 0 with a reason in msg if there is no device the runtime can open. */
-static int query_device(cudaDeviceProp *p, char *msg, size_t len) {
-    int driver = 0;
-    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
-        cudaGetLastError();
+/* Fills *p for device 0 and returns MPT_CUDA_USABLE, or returns why there is no device the runtime can open
+ * (reason in msg): MPT_CUDA_NO_DRIVER when no NVIDIA driver is installed (cudaDriverGetVersion reports 0),
+ * MPT_CUDA_NO_DEVICE when the driver reports no device (cudaErrorNoDevice, or a count of 0), MPT_CUDA_BROKEN
+ * for every other failure (an old driver: cudaErrorInsufficientDriver; a driver/library mismatch; devices
+ * busy or unavailable; ...), which is a broken setup rather than a machine without a GPU. */
+static mpt_cuda_probe_result query_device(cudaDeviceProp *p, char *msg, size_t len) {
+    int driver = 0, runtime = 0;
+    cudaError_t e = cudaDriverGetVersion(&driver);
+    if (e == cudaSuccess && driver == 0) {
         if (msg) snprintf(msg, len, "no usable GPU: no NVIDIA driver is installed (libcuda.so not found)");
-        return 0;
+        return MPT_CUDA_NO_DRIVER;
     }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (msg) snprintf(msg, len, "CUDA error: cudaDriverGetVersion failed: %s", mpt_cuda_describe(e));
+        return MPT_CUDA_BROKEN;
+    }
+    cudaRuntimeGetVersion(&runtime);
     int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
+    e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0)) {
         cudaGetLastError();
         if (msg)
-            snprintf(msg, len, "no usable GPU: %s",
-                     e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports no CUDA device");
-        return 0;
+            snprintf(msg, len, "no usable GPU: the NVIDIA driver %d.%d reports no CUDA device", driver / 1000,
+                     (driver % 1000) / 10);
+        return MPT_CUDA_NO_DEVICE;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        cudaGetLastError();
+        if (msg)
+            snprintf(msg, len,
+                     "CUDA error: the NVIDIA driver supports CUDA %d.%d, older than the runtime %d.%d this build "
+                     "uses (%s); CUDA 13 needs an R580 or newer driver",
+                     driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10,
+                     mpt_cuda_describe(e));
+        return MPT_CUDA_BROKEN;
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (msg)
+            snprintf(msg, len, "CUDA error: cudaGetDeviceCount failed with driver %d.%d, runtime %d.%d: %s",
+                     driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10,
+                     mpt_cuda_describe(e));
+        return MPT_CUDA_BROKEN;
     }
     e = cudaGetDeviceProperties(p, 0);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        if (msg) snprintf(msg, len, "no usable GPU: cudaGetDeviceProperties(0) failed: %s", cudaGetErrorString(e));
-        return 0;
+        if (msg) snprintf(msg, len, "CUDA error: cudaGetDeviceProperties(0) failed: %s", mpt_cuda_describe(e));
+        return MPT_CUDA_BROKEN;
     }
-    return 1;
+    return MPT_CUDA_USABLE;
 }
 
-extern "C" int mpt_cuda_available(char *msg, size_t len) {
+extern "C" mpt_cuda_probe_result mpt_cuda_probe(char *msg, size_t len) {
     cudaDeviceProp p;
-    if (!query_device(&p, msg, len)) return 0;
+    mpt_cuda_probe_result r = query_device(&p, msg, len);
+    if (r != MPT_CUDA_USABLE) return r;
     if (p.major < 8) {
         if (msg)
-            snprintf(msg, len, "GPU %s has compute capability %d.%d; mptrain needs 8.0 (Ampere) or newer", p.name,
-                     p.major, p.minor);
-        return 0;
+            snprintf(msg, len, "no usable GPU: %s has compute capability %d.%d; mptrain needs 8.0 (Ampere) or newer",
+                     p.name, p.major, p.minor);
+        return MPT_CUDA_UNSUPPORTED;
     }
     cudaFuncAttributes fa;
     cudaError_t e = cudaFuncGetAttributes(&fa, probe_kernel);
@@ -134,19 +163,21 @@ extern "C" int mpt_cuda_available(char *msg, size_t len) {
         cudaGetLastError();
         if (msg)
             snprintf(msg, len,
-                     "GPU %s (compute capability %d.%d) has no code in this build (%s): reconfigure with "
-                     "-Dgpu_arch=%d%d",
-                     p.name, p.major, p.minor, cudaGetErrorString(e), p.major, p.minor);
-        return 0;
+                     "CUDA error: GPU %s (compute capability %d.%d) cannot run this build's code (%s): reconfigure "
+                     "with -Dgpu_arch=%d%d",
+                     p.name, p.major, p.minor, mpt_cuda_describe(e), p.major, p.minor);
+        return MPT_CUDA_BROKEN;
     }
     if (msg)
         snprintf(msg, len, "%s (compute capability %d.%d, %d SMs)", p.name, p.major, p.minor, p.multiProcessorCount);
-    return 1;
+    return MPT_CUDA_USABLE;
 }
+
+extern "C" int mpt_cuda_available(char *msg, size_t len) { return mpt_cuda_probe(msg, len) == MPT_CUDA_USABLE; }
 
 extern "C" int mpt_cuda_device_info(char *buf, size_t len) {
     cudaDeviceProp p;
-    if (!query_device(&p, buf, len)) return 0;
+    if (query_device(&p, buf, len) != MPT_CUDA_USABLE) return 0;
     int driver = 0, runtime = 0;
     MPT_CUDA_CHECK(cudaDriverGetVersion(&driver));
     MPT_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));

@@ -11,9 +11,10 @@
  * the convolution descriptor's compute type is always CUDNN_DATA_FLOAT, so F16 data runs as
  * PSEUDO_HALF_CONFIG and BF16 data as PSEUDO_BFLOAT16_CONFIG (16-bit operands, FP32 accumulation). Math type:
  * fp32 mode runs every pass with CUDNN_FMA_MATH (no TF32: the descriptor is set to FMA whatever the heuristic
- * suggests, and an algorithm that cannot run so is skipped); tf32/fp16/bf16 modes use the heuristic's math
- * type for the algorithm, preferring CUDNN_TENSOR_OP_MATH results; CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION is
- * never used (it would round FP32 data to FP16). Transform-based algorithms (FFT, FFT_TILING, WINOGRAD,
+ * suggests, and an algorithm that cannot run so is skipped); tf32 mode runs every pass with
+ * CUDNN_TENSOR_OP_MATH (TF32 Tensor Cores; the cuda tests require tf32 and fp32 results to differ on random
+ * data); fp16/bf16 modes use the heuristic's math type for the algorithm, preferring CUDNN_TENSOR_OP_MATH;
+ * CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION is never used (it would round FP32 data to FP16). Transform-based algorithms (FFT, FFT_TILING, WINOGRAD,
  * WINOGRAD_NONFUSED) are excluded: their transforms add rounding error beyond the contract's "FP32 products
  * and sums, differing only in summation order"; the GEMM-like and direct algorithms remain.
  *
@@ -30,9 +31,14 @@
  * memory traffic and TF32 rather than FP16 Tensor Core throughput for this one pass. The record says
  * "cudnn on FP32 copies (exact)".
  *
- * Plans: descriptors and one algorithm per pass are chosen once per (shape, dtype, math) with
- * cudnnGetConvolution*Algorithm_v7, normally when the graph asks conv2d_workspace() at build time, and kept in a
- * fixed table, so a training step creates nothing.
+ * Determinism: only algorithms the heuristic reports as CUDNN_DETERMINISTIC are used (backward-data ALGO_0 and
+ * backward-filter ALGO_0/ALGO_3 add with atomics: their results change from run to run), unless a pass has no
+ * other; then a warning is printed and the record's "determ." column says "NO".
+ *
+ * Plans: descriptors are created once per (shape, dtype, math), and each pass's algorithm is chosen with
+ * cudnnGetConvolution*Algorithm_v7 on its first use (normally when the graph asks conv2d_workspace() at
+ * build time); a pass without a usable algorithm aborts only when it runs (the first layer never runs
+ * backward data). Plans live in a fixed table, so a training step creates nothing.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -67,9 +73,12 @@ typedef struct conv_plan {
     cudnnTensorDescriptor_t x32, y32;          /* FP32 descriptors of the copies (widened only) */
     cudnnFilterDescriptor_t w32;               /* FP32 dW descriptor (widened only; else w is FP32 already) */
     size_t widen_bytes;                        /* x32 + dy32, each 256-aligned (widened only) */
+    int chosen[CONV_PASS_COUNT];               /* 0: not chosen yet; 1: algo[] holds it; -1: none (why[]) */
     int algo[CONV_PASS_COUNT];
     cudnnMathType_t math_type[CONV_PASS_COUNT];
+    int deterministic[CONV_PASS_COUNT];        /* the heuristic's determinism of the chosen algorithm */
     size_t ws[CONV_PASS_COUNT];                /* cuDNN workspace of each pass's algorithm */
+    char why[CONV_PASS_COUNT][160];            /* why a pass has no algorithm (chosen == -1) */
 } conv_plan;
 
 typedef struct conv_record_key {
@@ -208,50 +217,81 @@ typedef struct conv_candidate {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math_type;
+    cudnnDeterminism_t determinism;
 } conv_candidate;
 
-/* Picks the algorithm of one pass among the heuristic's candidates (best first): skips failed candidates,
- * transform-based algorithms, ALLOW_CONVERSION, and those cuDNN cannot run with the math type we would set; fp32 mode
- * runs with CUDNN_FMA_MATH only; other modes prefer the first CUDNN_TENSOR_OP_MATH candidate. Sets the pass's
- * descriptor math type, p->algo, p->math_type and p->ws; aborts if nothing is usable. */
+/* The math type a candidate runs with in this plan's mode: fp32 CUDNN_FMA_MATH (no TF32), tf32
+ * CUDNN_TENSOR_OP_MATH (TF32 Tensor Cores, whatever the heuristic suggests: CUDNN_DEFAULT_MATH would leave the
+ * choice to cuDNN), fp16/bf16 the heuristic's math type. */
+static cudnnMathType_t mode_math_type(const conv_plan *p, const conv_candidate *c) {
+    if (p->key.math == MPT_MATH_FP32) return CUDNN_FMA_MATH;
+    if (p->key.math == MPT_MATH_TF32) return CUDNN_TENSOR_OP_MATH;
+    return c->math_type;
+}
+
+/* Whether candidate c can run in this plan (status, plain sums, no ALLOW_CONVERSION, the mode's math type,
+ * workspace within the limit); sets the pass descriptor's math type to the mode's and *bytes to its
+ * workspace. */
+static int candidate_usable(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const conv_candidate *c, size_t *bytes) {
+    if (c->status != CUDNN_STATUS_SUCCESS || c->math_type == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return 0;
+    if (!plain_sums(pass, c->algo)) return 0;
+    if (p->key.math == MPT_MATH_FP32 && c->math_type == CUDNN_TENSOR_OP_MATH) return 0;
+    MPT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv[pass], mode_math_type(p, c)));
+    *bytes = 0;
+    if (pass_workspace(ctx, p, pass, c->algo, bytes) != CUDNN_STATUS_SUCCESS) return 0;
+    return *bytes <= CONV_PASS_WORKSPACE_LIMIT;
+}
+
+/* Picks the algorithm of one pass among the heuristic's candidates (best first): only usable ones
+ * (candidate_usable); deterministic ones (determinism == CUDNN_DETERMINISTIC) first, so training is
+ * reproducible bit for bit (backward-data ALGO_0 and backward-filter ALGO_0/ALGO_3 add with atomics in an
+ * order that changes from run to run); a non-deterministic one only when nothing else runs, and the record
+ * says so. tf32/fp16/bf16 modes prefer a candidate the heuristic lists with CUDNN_TENSOR_OP_MATH (one that
+ * has Tensor Core kernels: the math type only permits them) within the same determinism. Sets
+ * p->chosen[pass] to 1 with algo, math type, determinism and workspace, or to -1 with the reason in
+ * p->why[pass] (nothing aborts here: a pass the run never needs may have no algorithm). */
 static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const conv_candidate *cand, int count) {
-    int fp32 = p->key.math == MPT_MATH_FP32;
-    int chosen = -1, chosen_tc = -1;
-    size_t ws_chosen = 0, ws_tc = 0;
-    for (int i = 0; i < count; i++) {
-        const conv_candidate *c = &cand[i];
-        if (c->status != CUDNN_STATUS_SUCCESS || c->math_type == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-        if (!plain_sums(pass, c->algo)) continue;
-        if (fp32 && c->math_type == CUDNN_TENSOR_OP_MATH) continue;
-        cudnnMathType_t m = fp32 ? CUDNN_FMA_MATH : c->math_type;
-        MPT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv[pass], m));
-        size_t bytes = 0;
-        if (pass_workspace(ctx, p, pass, c->algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
-        if (bytes > CONV_PASS_WORKSPACE_LIMIT) continue;
-        if (chosen < 0) {
-            chosen = i;
-            ws_chosen = bytes;
+    int chosen = -1;
+    size_t ws_chosen = 0;
+    for (int want_det = 1; want_det >= 0 && chosen < 0; want_det--) {
+        int first = -1, first_tc = -1;
+        size_t ws_first = 0, ws_tc = 0;
+        for (int i = 0; i < count; i++) {
+            if ((cand[i].determinism == CUDNN_DETERMINISTIC) != want_det) continue;
+            size_t bytes = 0;
+            if (!candidate_usable(ctx, p, pass, &cand[i], &bytes)) continue;
+            if (first < 0) {
+                first = i;
+                ws_first = bytes;
+            }
+            if (first_tc < 0 && cand[i].math_type == CUDNN_TENSOR_OP_MATH) {
+                first_tc = i;
+                ws_tc = bytes;
+            }
         }
-        if (!fp32 && m == CUDNN_TENSOR_OP_MATH && chosen_tc < 0) {
-            chosen_tc = i;
-            ws_tc = bytes;
-        }
-    }
-    if (chosen_tc >= 0) {
-        chosen = chosen_tc;
-        ws_chosen = ws_tc;
+        int use_tc = first_tc >= 0 && p->key.math != MPT_MATH_FP32;
+        chosen = use_tc ? first_tc : first;
+        ws_chosen = use_tc ? ws_tc : ws_first;
     }
     const mpt_conv_shape *s = &p->key.s;
-    MPT_ASSERTF(
-        chosen >= 0,
-        "cuDNN offers no usable %s algorithm for conv N=%d C=%d H=%d W=%d K=%d R=%d S=%d pad %d/%d stride %d/%d, "
-        "%s data, math %s (%d candidates)",
-        conv_pass_names[pass], s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h, s->pad_w, s->stride_h, s->stride_w,
-        mpt_dtype_name((mpt_dtype)p->key.dtype), mpt_math_name((mpt_math)p->key.math), count);
+    if (chosen < 0) {
+        p->chosen[pass] = -1;
+        snprintf(p->why[pass], sizeof p->why[pass], "none of the %d candidates of cudnnGetConvolution*Algorithm_v7 "
+                 "runs with plain sums and the mode's math type", count);
+        return;
+    }
+    p->chosen[pass] = 1;
     p->algo[pass] = cand[chosen].algo;
-    p->math_type[pass] = fp32 ? CUDNN_FMA_MATH : cand[chosen].math_type;
+    p->math_type[pass] = mode_math_type(p, &cand[chosen]);
+    p->deterministic[pass] = cand[chosen].determinism == CUDNN_DETERMINISTIC;
     p->ws[pass] = ws_chosen;
     MPT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv[pass], p->math_type[pass]));
+    if (!p->deterministic[pass])
+        fprintf(stderr,
+                "mptrain: warning: cuDNN offers only non-deterministic %s algorithms for conv N=%d C=%d H=%d W=%d "
+                "K=%d R=%d S=%d (%s data, math %s): runs with it are not bit-reproducible\n",
+                conv_pass_names[pass], s->N, s->C, s->H, s->W, s->K, s->R, s->S,
+                mpt_dtype_name((mpt_dtype)p->key.dtype), mpt_math_name((mpt_math)p->key.math));
 }
 
 static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
@@ -261,7 +301,7 @@ static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     for (int i = 0; i < n; i++)
-        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
     pick_algo(ctx, p, CONV_PASS_FORWARD, c, n);
 }
 
@@ -272,7 +312,7 @@ static void choose_backward_data(mpt_cuda_ctx *ctx, conv_plan *p) {
                                                                 p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     for (int i = 0; i < n; i++)
-        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
     pick_algo(ctx, p, CONV_PASS_BACKWARD_DATA, c, n);
 }
 
@@ -285,7 +325,7 @@ static void choose_backward_filter(mpt_cuda_ctx *ctx, conv_plan *p) {
                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     for (int i = 0; i < n; i++)
-        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType};
+        c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
     pick_algo(ctx, p, CONV_PASS_BACKWARD_FILTER, c, n);
 }
 
@@ -339,10 +379,28 @@ static void plan_build(mpt_cuda_ctx *ctx, conv_plan *p, const conv_key *k) {
         p->widen_bytes = mpt_cuda_align256((size_t)s->N * s->C * s->H * s->W * sizeof(float)) +
                          mpt_cuda_align256((size_t)s->N * s->K * s->P * s->Q * sizeof(float));
     }
-    choose_forward(ctx, p);
-    choose_backward_data(ctx, p);
-    choose_backward_filter(ctx, p);
-    p->used = 1;
+    p->used = 1; /* each pass's algorithm is chosen on its first use (ensure_pass) */
+}
+
+/* Chooses pass `pass`'s algorithm if that has not been tried yet (the first layer never runs backward data,
+ * evaluation never runs the backward passes: a pass that has no algorithm matters only when it runs). */
+static void ensure_pass(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass) {
+    if (p->chosen[pass] != 0) return;
+    if (pass == CONV_PASS_FORWARD) choose_forward(ctx, p);
+    else if (pass == CONV_PASS_BACKWARD_DATA) choose_backward_data(ctx, p);
+    else choose_backward_filter(ctx, p);
+}
+
+/* The plan's pass, ready to run: aborts (a configuration cuDNN cannot run here) if it has no algorithm. */
+static void require_pass(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const char *tag) {
+    ensure_pass(ctx, p, pass);
+    const mpt_conv_shape *s = &p->key.s;
+    MPT_ASSERTF(p->chosen[pass] == 1,
+                "conv2d %s: cuDNN offers no usable %s algorithm for N=%d C=%d H=%d W=%d K=%d R=%d S=%d pad %d/%d "
+                "stride %d/%d, %s data, math %s: %s",
+                tag ? tag : "(untagged)", conv_pass_names[pass], s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h,
+                s->pad_w, s->stride_h, s->stride_w, mpt_dtype_name((mpt_dtype)p->key.dtype),
+                mpt_math_name((mpt_math)p->key.math), p->why[pass]);
 }
 
 static conv_plan *plan_get(mpt_cuda_ctx *ctx, const conv_key *k) {
@@ -365,8 +423,10 @@ static conv_plan *plan_get(mpt_cuda_ctx *ctx, const conv_key *k) {
     return slot;
 }
 
-/* Workspace of one pass (the FP32 copies included for a widened backward filter). */
+/* Workspace of one pass (the FP32 copies included for a widened backward filter); 0 for a pass without an
+ * algorithm. */
 static size_t pass_total_workspace(const conv_plan *p, conv_pass pass) {
+    if (p->chosen[pass] != 1) return 0;
     if (pass == CONV_PASS_BACKWARD_FILTER && p->wgrad_widened) return p->widen_bytes + mpt_cuda_align256(p->ws[pass]);
     return p->ws[pass];
 }
@@ -403,6 +463,7 @@ static void record_call(mpt_cuda_conv_cache *c, const char *tag, const conv_plan
     r->math_type = math_type_name(p->math_type[pass]);
     r->algo = p->algo[pass];
     r->algo_name = algo_name(pass, p->algo[pass]);
+    r->deterministic = p->deterministic[pass];
     r->workspace_bytes = p->ws[pass];
     r->path = widened ? "cudnn on FP32 copies (exact)" : "cudnn";
     r->calls = 1;
@@ -424,16 +485,22 @@ extern "C" int mpt_cuda_conv_record_get(mpt_backend *be, int i, mpt_cuda_conv_re
 
 extern "C" void mpt_cuda_print_conv_records(mpt_backend *be, FILE *f) {
     mpt_cuda_conv_cache *c = cache_of(be);
+    int nondet = 0;
     fprintf(f, "convolution records (cuDNN, compute type CUDNN_DATA_FLOAT):\n");
-    fprintf(f, "  %-16s %-15s %-28s %-4s %-19s %-22s %-22s %10s %8s  %s\n", "tag", "pass", "NxCxHxW,KxRxS", "math",
-            "data", "math type", "algo", "workspace", "calls", "path");
+    fprintf(f, "  %-16s %-15s %-28s %-4s %-19s %-22s %-22s %-7s %10s %8s  %s\n", "tag", "pass", "NxCxHxW,KxRxS",
+            "math", "data", "math type", "algo", "determ.", "workspace", "calls", "path");
     for (int i = 0; i < c->n_records; i++) {
         const mpt_cuda_conv_record *r = &c->records[i];
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%dx%dx%d,%dx%dx%d", r->s.N, r->s.C, r->s.H, r->s.W, r->s.K, r->s.R, r->s.S);
-        fprintf(f, "  %-16s %-15s %-28s %-4s %-19s %-22s %-22s %10zu %8lld  %s\n", r->tag, r->pass, shape, r->math,
-                r->data_type, r->math_type, r->algo_name, r->workspace_bytes, (long long)r->calls, r->path);
+        fprintf(f, "  %-16s %-15s %-28s %-4s %-19s %-22s %-22s %-7s %10zu %8lld  %s\n", r->tag, r->pass, shape,
+                r->math, r->data_type, r->math_type, r->algo_name, r->deterministic ? "yes" : "NO", r->workspace_bytes,
+                (long long)r->calls, r->path);
+        if (!r->deterministic) nondet++;
     }
+    if (nondet)
+        fprintf(f, "  (%d pass(es) ran a non-deterministic algorithm: cuDNN offered no deterministic one for them, so "
+                   "runs with them are not bit-reproducible)\n", nondet);
     if (c->unrecorded_calls)
         fprintf(f, "  (%lld calls of further call sites not recorded: the table holds %d)\n",
                 (long long)c->unrecorded_calls, CONV_RECORDS);
@@ -459,9 +526,11 @@ void mpt_cuda_conv_cache_destroy(mpt_cuda_conv_cache *c) {
 size_t mpt_cuda_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
     validate(a);
     conv_key k = make_key(a);
-    const conv_plan *p = plan_get(mpt_cuda_ctx_of(be), &k);
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    conv_plan *p = plan_get(ctx, &k);
     size_t m = 0;
     for (int i = 0; i < CONV_PASS_COUNT; i++) {
+        ensure_pass(ctx, p, (conv_pass)i);
         size_t w = pass_total_workspace(p, (conv_pass)i);
         if (w > m) m = w;
     }
@@ -473,7 +542,8 @@ void mpt_cuda_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     MPT_ASSERTF(a->x && a->w && a->y, "conv2d %s forward: NULL x, w or y", a->tag ? a->tag : "(untagged)");
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     conv_key k = make_key(a);
-    const conv_plan *p = plan_get(ctx, &k);
+    conv_plan *p = plan_get(ctx, &k);
+    require_pass(ctx, p, CONV_PASS_FORWARD, a->tag);
     mpt_cuda_require_workspace(be, p->ws[CONV_PASS_FORWARD], "conv2d forward");
     const float one = 1.0f, zero = 0.0f;
     if (a->bias)
@@ -489,7 +559,8 @@ void mpt_cuda_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     MPT_ASSERTF(a->dy && a->w && a->dx, "conv2d %s backward data: NULL dy, w or dx", a->tag ? a->tag : "(untagged)");
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     conv_key k = make_key(a);
-    const conv_plan *p = plan_get(ctx, &k);
+    conv_plan *p = plan_get(ctx, &k);
+    require_pass(ctx, p, CONV_PASS_BACKWARD_DATA, a->tag);
     mpt_cuda_require_workspace(be, p->ws[CONV_PASS_BACKWARD_DATA], "conv2d backward data");
     const float one = 1.0f;
     MPT_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, a->w, p->y, a->dy,
@@ -504,8 +575,9 @@ void mpt_cuda_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     MPT_ASSERTF(a->x && a->dy && a->dw, "conv2d %s backward filter: NULL x, dy or dw", a->tag ? a->tag : "(untagged)");
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     conv_key k = make_key(a);
-    const conv_plan *p = plan_get(ctx, &k);
+    conv_plan *p = plan_get(ctx, &k);
     const conv_pass pass = CONV_PASS_BACKWARD_FILTER;
+    require_pass(ctx, p, pass, a->tag);
     mpt_cuda_require_workspace(be, pass_total_workspace(p, pass), "conv2d backward filter");
     const float one = 1.0f;
     const mpt_conv_shape *s = &a->s;

@@ -54,10 +54,28 @@ typedef struct mpt_cuda_conv_record {
     const char *math_type; /* cuDNN math type the algorithm ran with: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... */
     int algo;                    /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t value */
     const char *algo_name;       /* its enum name */
+    int deterministic;           /* 1: cuDNN reports the algorithm CUDNN_DETERMINISTIC; 0: it was the only kind
+                                    cuDNN offered for this pass (results may change from run to run) */
     size_t workspace_bytes;      /* cuDNN workspace of that algorithm */
     const char *path;            /* "cudnn", or for backward_filter in fp16/bf16: "cudnn on FP32 copies (exact)" */
     int64_t calls;
 } mpt_cuda_conv_record;
+
+/* Why a GPU is or is not usable, for callers that must tell "this machine has no GPU" (a skip) from "the GPU
+ * setup is broken" (a failure): the cuda test suite, the GPU scripts (MPT_REQUIRE_CUDA=1). */
+typedef enum mpt_cuda_probe_result {
+    MPT_CUDA_USABLE = 0,    /* device 0 can run this build's code */
+    MPT_CUDA_NO_DRIVER,     /* no NVIDIA driver installed (cudaDriverGetVersion reports 0) */
+    MPT_CUDA_NO_DEVICE,     /* a driver, but no CUDA device (cudaErrorNoDevice or a device count of 0) */
+    MPT_CUDA_UNSUPPORTED,   /* a device older than compute capability 8.0 (no TF32/BF16 Tensor Cores) */
+    MPT_CUDA_BROKEN,        /* any other CUDA error: a driver older than the runtime (cudaErrorInsufficientDriver:
+                               CUDA 13 needs R580+), a driver/library mismatch, devices unavailable, no code in
+                               this build for the GPU, ... */
+} mpt_cuda_probe_result;
+
+/* Probes device 0 as mpt_cuda_available() (engine/backend.h) does, and says which case holds; msg (host, may be
+ * NULL, len bytes) receives one line: the device, or the reason with the CUDA error's name and number. */
+mpt_cuda_probe_result mpt_cuda_probe(char *msg, size_t len);
 
 /* One line describing CUDA device 0 into buf (host, len bytes): name, compute capability, SM count, global
  * memory, driver and runtime versions, and Tensor Core support per precision (TF32, BF16, FP16 on sm_80 and

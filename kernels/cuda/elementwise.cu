@@ -258,8 +258,8 @@ void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const 
 #define XENT_MAX_THREADS 256
 
 /* One block per row i: probs[i,:] = softmax(logits[i,:]) in FP32; row_loss[i] = logsumexp - logit[label] for a
- * valid row (label >= 0), 0 for an ignored one; n_correct += [argmax == label] for a valid row. The argmax is
- * the first index of the maximum, as the CPU's loop finds it. */
+ * valid row (label >= 0), 0 for an ignored one; n_correct += [argmax == label] for a valid row. The argmax and
+ * the max it shifts by are the CPU loop's, NaN included (see the comment inside). */
 static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, int32_t *n_correct, const void *logits,
                                                 mpt_dtype dtype, const int32_t *labels, int C) {
     __shared__ float red[32];
@@ -267,17 +267,20 @@ static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, i
     __shared__ int s_arg;
     const int64_t row = blockIdx.x;
     const int64_t base = row * C;
-    /* per-thread maximum and its first index over c = tid, tid + blockDim, ... */
+    /* The CPU's rule (a sequential scan from element 0 taking v > max): the argmax is the first index of the
+     * largest non-NaN value, except that a NaN at element 0 is never replaced (no comparison with NaN is
+     * true), and the max is the value at the argmax. Here: per-thread first index of the largest non-NaN
+     * value over c = tid, tid + blockDim, ..., then a block reduction (larger value wins, equal values ->
+     * smaller index), then element 0's NaN rule. */
     float mx = -INFINITY;
     int arg = C; /* "none yet" sorts after every real index */
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v = mpt_dev_load(logits, dtype, base + c);
-        if (arg == C || v > mx) {
+        if (!isnan(v) && (arg == C || v > mx)) {
             mx = v;
             arg = c;
         }
     }
-    /* block argmax: larger value wins, equal values -> smaller index */
     for (int o = 16; o > 0; o >>= 1) {
         float om = __shfl_down_sync(0xffffffffu, mx, o);
         int oa = __shfl_down_sync(0xffffffffu, arg, o);
@@ -295,14 +298,15 @@ static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, i
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        float m = w_max[0];
         int a = w_arg[0];
+        float m = w_max[0];
         for (int w = 1; w < n_warps; w++)
             if (w_arg[w] != C && (a == C || w_max[w] > m || (w_max[w] == m && w_arg[w] < a))) {
                 m = w_max[w];
                 a = w_arg[w];
             }
-        s_max = m;
+        if (a == C || isnan(mpt_dev_load(logits, dtype, base))) a = 0; /* all NaN, or NaN first: element 0 */
+        s_max = mpt_dev_load(logits, dtype, base + a);
         s_arg = a;
     }
     __syncthreads();

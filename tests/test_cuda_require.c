@@ -1,0 +1,96 @@
+/*
+ * tests/test_cuda_require.c - the cuda suite's skip/fail rule (tests/test_cuda.c), checked where it can be: on a
+ * machine without a usable GPU. Suite 'unit'.
+ *
+ * test_cuda skips (exit 77) only when the machine has no GPU (no NVIDIA driver, or one that reports no device;
+ * also a GPU older than compute capability 8.0); every other CUDA error fails (exit 1), and with
+ * MPT_REQUIRE_CUDA=1 (set by bench/gpu.sh) every case without a usable GPU fails, naming the reason. This
+ * program runs the built $MPT_BUILD_ROOT/tests/test_cuda both ways and checks the exit status and the reason
+ * it prints against mpt_cuda_probe(). On a machine with a usable GPU the cuda suite itself is the check; here
+ * only the probe's agreement with mpt_cuda_available() is tested.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "harness.h"
+#include "kernels/cuda/cuda_backend.h"
+
+static char out_buf[1 << 14];
+
+/* Runs test_cuda with MPT_REQUIRE_CUDA set to `require` (NULL: unset); its stdout and stderr land in out_buf.
+ * Returns the exit status, or 128 + signal. */
+static int run_test_cuda(const char *require) {
+    char path[1024];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(path, sizeof path, "%s/tests/test_cuda", root ? root : "..");
+    int fd[2];
+    ck_assert(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fd[1], STDERR_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        if (require) setenv("MPT_REQUIRE_CUDA", require, 1);
+        else unsetenv("MPT_REQUIRE_CUDA");
+        execl(path, "test_cuda", (char *)NULL);
+        fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(fd[0], out_buf + n, sizeof out_buf - 1 - n)) > 0) n += (size_t)k;
+    out_buf[n] = '\0';
+    char sink[4096];
+    while (read(fd[0], sink, sizeof sink) > 0) {
+    }
+    close(fd[0]);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+START_TEST(test_skip_or_fail) {
+    char why[512];
+    mpt_cuda_probe_result r = mpt_cuda_probe(why, sizeof why);
+    char again[512];
+    ck_assert_int_eq(mpt_cuda_available(again, sizeof again), r == MPT_CUDA_USABLE);
+    ck_assert_str_eq(why, again);
+    ck_assert_msg(why[0] != '\0', "the probe gave no description");
+    if (r == MPT_CUDA_USABLE) return; /* the cuda suite runs for real here */
+
+    int rc = run_test_cuda(NULL);
+    if (r == MPT_CUDA_BROKEN) {
+        ck_assert_msg(rc == 1, "a broken CUDA setup (%s) must fail the cuda suite, exit %d: %s", why, rc, out_buf);
+        ck_assert_msg(strstr(out_buf, "FAILED") && strstr(out_buf, why), "the failure does not name the reason: %s",
+                      out_buf);
+    } else {
+        ck_assert_msg(rc == 77, "no GPU (%s): the cuda suite must skip (77), exit %d: %s", why, rc, out_buf);
+        ck_assert_msg(strstr(out_buf, "skipped") && strstr(out_buf, why), "the skip does not name the reason: %s",
+                      out_buf);
+    }
+    rc = run_test_cuda("1");
+    ck_assert_msg(rc == 1, "MPT_REQUIRE_CUDA=1 without a usable GPU must fail the cuda suite, exit %d: %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "MPT_REQUIRE_CUDA=1") && strstr(out_buf, why),
+                  "the failure does not name MPT_REQUIRE_CUDA and the reason (%s): %s", why, out_buf);
+    rc = run_test_cuda("0"); /* only "1" requires a GPU */
+    ck_assert_msg(rc == (r == MPT_CUDA_BROKEN ? 1 : 77), "MPT_REQUIRE_CUDA=0: exit %d: %s", rc, out_buf);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cuda_require");
+    TCase *tc = tcase_create("probe");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_skip_or_fail);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
