@@ -28,7 +28,7 @@ void mpt_graph_free(mpt_graph **pg) {
     for (int m = 0; m < MPT_MEM_COUNT; m++)
         if (g->arena[m]) {
             g->be->free(g->be, g->arena[m]);
-            mpt_backend_account(g->be, (mpt_mem)m, -(int64_t)g->arena_bytes[m]);
+            mpt_backend_account(g->be, g->twin ? MPT_MEM_TWIN : (mpt_mem)m, -(int64_t)g->arena_bytes[m]);
         }
     for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
     for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i]);
@@ -134,7 +134,7 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
             return mpt_errorf(MPT_ERR_NOMEM, "%s backend: cannot allocate %zu bytes for the %s arena", be->name,
                               bytes, mpt_mem_name((mpt_mem)m));
         g->arena_bytes[m] = bytes;
-        mpt_backend_account(be, (mpt_mem)m, (int64_t)bytes);
+        mpt_backend_account(be, g->twin ? MPT_MEM_TWIN : (mpt_mem)m, (int64_t)bytes);
         be->memset_zero(be, g->arena[m], bytes);
     }
     size_t off[MPT_MEM_COUNT] = {0};

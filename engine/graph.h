@@ -30,6 +30,10 @@
 typedef struct mpt_graph mpt_graph;
 typedef struct mpt_node mpt_node;
 typedef void (*mpt_node_fn)(mpt_graph *g, mpt_node *node);
+/* Telemetry probe (engine/telemetry/): writes into dst (backend memory, FP32) the values a pass of the node
+ * held in FP32 just before rounding them into a 16-bit tensor; scratch: node->probe_scratch floats of backend
+ * memory for widened operands. Runs only on telemetry steps and writes nothing the step reads. */
+typedef void (*mpt_node_probe_fn)(mpt_graph *g, mpt_node *node, float *dst, float *scratch);
 
 struct mpt_node {
     mpt_op op;
@@ -40,6 +44,12 @@ struct mpt_node {
     mpt_dtype compute_dtype;               /* from the policy */
     mpt_math math;                         /* from the policy */
     mpt_node_fn forward, backward;         /* backward may be NULL (nothing to propagate) */
+    /* Rounding probes (NULL when the pass rounds nothing from FP32): probe_forward recomputes out before its
+     * rounding, probe_backward this node's contribution to in[0]->grad before its rounding (the stored
+     * gradient itself when in[0] has one consumer, as in every model of models/). */
+    mpt_node_probe_fn probe_forward, probe_backward;
+    int64_t probe_scratch;                 /* FP32 scratch elements the probes need */
+    size_t probe_workspace;                /* backend workspace bytes the probes' kernels need */
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;
@@ -78,6 +88,8 @@ struct mpt_graph {
     uint64_t dropout_elems;       /* mask elements per step over all dropout nodes (offset stride) */
     const float *loss_scale;      /* backend scalar seeding backward (S); must be set before backward
                                      (the trainer points it at its loss-scaler state) */
+    int twin;                     /* an FP32 shadow twin (engine/telemetry): its arenas are accounted as
+                                     MPT_MEM_TWIN; set before mpt_graph_alloc */
 };
 
 /* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */

@@ -40,6 +40,7 @@ const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len) {
 
 const char *mpt_mem_name(mpt_mem m) {
     static const char *names[MPT_MEM_COUNT] = {"master", "weight", "grad", "optim",
-                                               "act", "act_grad", "workspace", "data"};
+                                               "act", "act_grad", "workspace", "data", "twin",
+                                               "telemetry"};
     return (unsigned)m < MPT_MEM_COUNT ? names[m] : "?";
 }

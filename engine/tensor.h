@@ -29,6 +29,8 @@ typedef enum mpt_mem {
     MPT_MEM_ACT_GRAD,   /* activation gradients */
     MPT_MEM_WORKSPACE,  /* kernel scratch (im2col, operand conversion, GEMM/conv workspace) */
     MPT_MEM_DATA,       /* datasets and batches resident on the device */
+    MPT_MEM_TWIN,       /* the FP32 shadow twin of telemetry (--shadow): its whole graph */
+    MPT_MEM_TELEMETRY,  /* telemetry's own buffers: rounding-probe outputs, weight snapshots, update deltas */
     MPT_MEM_COUNT
 } mpt_mem;
 
@@ -53,7 +55,8 @@ void mpt_tensor_set(mpt_tensor *t, const char *name, mpt_dtype dtype, mpt_device
                     int ndim, const int64_t *shape);
 /* "[128, 784]" into buf (at least 64 bytes); returns buf. */
 const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len);
-/* Name of a memory category ("master", "weight", "grad", "optim", "act", "act_grad", "workspace", "data"). */
+/* Name of a memory category ("master", "weight", "grad", "optim", "act", "act_grad", "workspace", "data",
+ * "twin", "telemetry"). */
 const char *mpt_mem_name(mpt_mem m);
 
 #endif

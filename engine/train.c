@@ -14,6 +14,7 @@
 #include "engine/amp/scaler.h"
 #include "engine/optim/optim.h"
 #include "engine/rng.h"
+#include "engine/telemetry/telemetry.h"
 
 mpt_train_config mpt_train_config_default(mpt_precision precision) {
     mpt_train_config c;
@@ -135,6 +136,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
 void mpt_trainer_free(mpt_trainer **pt) {
     mpt_trainer *t = *pt;
     if (!t) return;
+    mpt_telemetry_free(&t->telemetry);
     mpt_graph_free(&t->g);
     free(t->weight);
     free(t->master);
@@ -162,6 +164,8 @@ void mpt_trainer_step(mpt_trainer *t) {
     mpt_graph_forward(g);
     mpt_graph_backward(g); /* seeded with S = st->scale */
     if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
+    /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
+    if (t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1)) mpt_telemetry_after_backward(t->telemetry);
 
     /* Unscale and found_inf in one pass over each FP32 weight gradient. */
     for (int i = 0; i < t->n_params; i++)
@@ -210,6 +214,7 @@ void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *la
                 (long long)mpt_tensor_numel(g->input), g->batch, (long long)D);
     t->be->gather_batch(t->be, g->input->data, g->input->dtype, g->labels->data, images, labels, idx, g->batch,
                         D, mean, inv_std);
+    if (t->telemetry) mpt_telemetry_gather(t->telemetry, images, labels, idx, D, mean, inv_std);
 }
 
 void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out) {

@@ -70,6 +70,8 @@ typedef struct mpt_trainer {
      * element's FP32 update delta there (mpt_optim_args.update_out). The trainer does not own the buffers.
      * Training is bit-identical with and without it. */
     float **update_out;
+    struct mpt_telemetry *telemetry; /* instruments read on telemetry steps (engine/telemetry), or NULL;
+                                        attached by mpt_telemetry_create, freed with the trainer */
 } mpt_trainer;
 
 /* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,

@@ -10,6 +10,10 @@
  *            dW[o,c,r,s] += sum_{n,p,q} dy[n,o,p,q] x[n, c, p*stride - pad + r, q*stride - pad + s]   (FP32)
  *            db[o] += sum_{n,p,q} dy[n,o,p,q]                     (FP32)      be->conv2d_backward_filter
  * Operands in the node's compute dtype and math mode, FP32 products and sums (engine/backend.h).
+ * Telemetry probes (16-bit y / dx only): x, W, b (forward) or dy, W (backward data) widened exactly to FP32
+ * in scratch, then the same convolution in FP32 math. The widened 16-bit operands' products are exact in
+ * FP32, so this is the pre-rounding value up to summation order (bit for bit on the CPU, whose F16/BF16
+ * convolution widens its operands the same way).
  * PyTorch: torch.nn.Conv2d(C, K, k, stride, padding); init U(-1/sqrt(C k k), 1/sqrt(C k k)) (fan_in = C k k).
  */
 #include <stdio.h>
@@ -54,6 +58,58 @@ static void conv2d_backward(mpt_graph *g, mpt_node *n) {
     g->be->conv2d_backward_filter(g->be, &a);
 }
 
+static int is_16bit(mpt_dtype t) { return t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16; }
+
+/* FP32 conv args over widened copies in scratch: [x (forward) or dy (backward)][w][bias]; scratch NULL gives
+ * the same shapes with NULL pointers (the workspace query at build time). */
+static mpt_conv_args conv_probe_args(const mpt_node *n, float *scratch, int backward) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    mpt_conv_args a = {0};
+    a.s = n->attr.conv;
+    a.math = MPT_MATH_FP32;
+    a.dtype = MPT_DTYPE_F32;
+    a.tag = backward ? "probe.dgrad" : "probe.fwd";
+    int64_t first = backward ? mpt_tensor_numel(y) : mpt_tensor_numel(x);
+    float *w32 = scratch ? scratch + first : NULL;
+    float *b32 = scratch ? w32 + mpt_tensor_numel(w) : NULL;
+    if (backward) a.dy = scratch;
+    else a.x = scratch;
+    a.w = w32;
+    if (!backward) a.bias = b32;
+    return a;
+}
+
+static void conv2d_probe_forward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    mpt_conv_args a = conv_probe_args(n, scratch, 0);
+    g->be->cast(g->be, (void *)a.x, MPT_DTYPE_F32, x->data, x->dtype, mpt_tensor_numel(x));
+    g->be->cast(g->be, (void *)a.w, MPT_DTYPE_F32, w->data, w->dtype, mpt_tensor_numel(w));
+    g->be->cast(g->be, (void *)a.bias, MPT_DTYPE_F32, b->data, b->dtype, mpt_tensor_numel(b));
+    a.y = dst;
+    g->be->conv2d_forward(g->be, &a);
+}
+
+static void conv2d_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    mpt_conv_args a = conv_probe_args(n, scratch, 1);
+    g->be->cast(g->be, (void *)a.dy, MPT_DTYPE_F32, y->grad->data, y->grad->dtype, mpt_tensor_numel(y));
+    g->be->cast(g->be, (void *)a.w, MPT_DTYPE_F32, w->data, w->dtype, mpt_tensor_numel(w));
+    g->be->memset_zero(g->be, dst, (size_t)mpt_tensor_numel(x) * sizeof(float));
+    a.dx = dst;
+    g->be->conv2d_backward_data(g->be, &a);
+}
+
+static void conv2d_set_probes(mpt_graph *g, mpt_node *n) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+    if (is_16bit(y->dtype)) n->probe_forward = conv2d_probe_forward;
+    if (x->grad && is_16bit(x->grad->dtype)) n->probe_backward = conv2d_probe_backward;
+    if (!n->probe_forward && !n->probe_backward) return;
+    int64_t big = mpt_tensor_numel(x) > mpt_tensor_numel(y) ? mpt_tensor_numel(x) : mpt_tensor_numel(y);
+    n->probe_scratch = big + mpt_tensor_numel(w) + mpt_tensor_numel(b);
+    mpt_conv_args a = conv_probe_args(n, NULL, 0);
+    n->probe_workspace = g->be->conv2d_workspace(g->be, &a);
+}
+
 mpt_tensor *mpt_conv2d(mpt_graph *g, mpt_tensor *x, int out_channels, int kernel, int stride, int pad,
                        const char *name) {
     MPT_ASSERTF(x->ndim == 4, "conv2d %s: input %s must be 4-D [B, C, H, W], has %d dims", name, x->name, x->ndim);
@@ -93,5 +149,6 @@ mpt_tensor *mpt_conv2d(mpt_graph *g, mpt_tensor *x, int out_channels, int kernel
 
     mpt_conv_args a = conv_args(n, name);
     mpt_layer_reserve(g, name, g->be->conv2d_workspace(g->be, &a));
+    conv2d_set_probes(g, n);
     return y;
 }

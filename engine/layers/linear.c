@@ -9,6 +9,9 @@
  * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
  * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
  * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
+ * Telemetry probes (16-bit y / dx only): the forward and data-gradient GEMMs again with an FP32 C, which is
+ * what the epilogue held before rounding (same operands, math mode and epilogue; beta = 0 for dx, whose
+ * accumulation starts from the zeroed gradient).
  */
 #include <stdio.h>
 
@@ -82,6 +85,46 @@ static void linear_backward(mpt_graph *g, mpt_node *n) {
     g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1]);
 }
 
+static int is_16bit(mpt_dtype t) { return t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16; }
+
+static void linear_probe_forward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
+    (void)scratch;
+    mpt_gemm_args a = linear_fwd_args(n, "probe.fwd");
+    a.C = dst;
+    a.c_dtype = MPT_DTYPE_F32;
+    g->be->gemm(g->be, &a);
+}
+
+static void linear_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
+    (void)scratch;
+    mpt_gemm_args a = linear_dgrad_args(n, "probe.dgrad");
+    a.C = dst;
+    a.c_dtype = MPT_DTYPE_F32;
+    a.beta = 0.0f;
+    g->be->gemm(g->be, &a);
+}
+
+/* Sets the probes for the passes that round into a 16-bit tensor, with their workspace needs. */
+static void linear_set_probes(mpt_graph *g, mpt_node *n) {
+    const mpt_tensor *x = n->in[0], *y = n->out;
+    mpt_gemm_args a;
+    if (is_16bit(y->dtype)) {
+        n->probe_forward = linear_probe_forward;
+        a = linear_fwd_args(n, "probe");
+        a.c_dtype = MPT_DTYPE_F32;
+        size_t ws = g->be->gemm_workspace(g->be, &a);
+        if (ws > n->probe_workspace) n->probe_workspace = ws;
+    }
+    if (x->grad && is_16bit(x->grad->dtype)) {
+        n->probe_backward = linear_probe_backward;
+        a = linear_dgrad_args(n, "probe");
+        a.c_dtype = MPT_DTYPE_F32;
+        a.beta = 0.0f;
+        size_t ws = g->be->gemm_workspace(g->be, &a);
+        if (ws > n->probe_workspace) n->probe_workspace = ws;
+    }
+}
+
 mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char *name) {
     MPT_ASSERTF(x->ndim == 2, "linear %s: input %s must be 2-D [B, in], has %d dims (use mpt_flatten)", name,
                 x->name, x->ndim);
@@ -111,5 +154,6 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
     }
     a = linear_wgrad_args(n, name);
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    linear_set_probes(g, n);
     return y;
 }

@@ -1,0 +1,143 @@
+/* engine/telemetry/range.c - stored-range counters and the rounding histogram (see range.h for the math). */
+#include "engine/telemetry/range.h"
+
+#include <string.h>
+
+#include "engine/status.h"
+
+/* Exponent-field layout of the three float formats. */
+typedef struct fmt_bits {
+    uint32_t exp_mask, man_mask, max_finite_abs; /* of |x|'s bit pattern */
+} fmt_bits;
+
+static fmt_bits fmt_of(mpt_dtype t) {
+    switch (t) {
+    case MPT_DTYPE_F16: return (fmt_bits){0x7c00u, 0x03ffu, 0x7bffu};
+    case MPT_DTYPE_BF16: return (fmt_bits){0x7f80u, 0x007fu, 0x7f7fu};
+    case MPT_DTYPE_F32: return (fmt_bits){0x7f800000u, 0x007fffffu, 0x7f7fffffu};
+    default: MPT_ASSERTF(0, "range: dtype %s is not a float format", mpt_dtype_name(t)); return (fmt_bits){0, 0, 0};
+    }
+}
+
+static void range_one(mpt_range *r, uint32_t a, const fmt_bits *f) {
+    uint32_t e = a & f->exp_mask;
+    if (a == 0) r->zero++;
+    else if (e == 0) r->subnormal++;
+    if (e == f->exp_mask) {
+        r->nonfinite++;
+        if ((a & f->man_mask) == 0) r->at_max++; /* inf */
+    } else if (a >= f->max_finite_abs) {
+        r->at_max++;
+    }
+}
+
+void mpt_range_count(mpt_range *r, const void *p, mpt_dtype dtype, int64_t n) {
+    fmt_bits f = fmt_of(dtype);
+    if (dtype == MPT_DTYPE_F32) {
+        const uint32_t *u = p;
+        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffffffu, &f);
+    } else {
+        const uint16_t *u = p;
+        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffu, &f);
+    }
+    r->n += n;
+}
+
+/* ---- the rounding histogram ------------------------------------------------------------------------- */
+
+typedef struct fmt_exps {
+    int esub, emin, emax; /* binary exponents: smallest subnormal, smallest normal, largest finite binade */
+    int b;                /* explicit significand bits */
+} fmt_exps;
+
+static fmt_exps exps_of(mpt_dtype t) {
+    if (t == MPT_DTYPE_F16) return (fmt_exps){-24, -14, 15, 10};
+    return (fmt_exps){-133, -126, 127, 7};
+}
+
+void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target) {
+    MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16,
+                "exp_hist: target %s is not F16 or BF16", mpt_dtype_name(target));
+    memset(h, 0, sizeof *h);
+    h->target = target;
+}
+
+/* Whether the top bits+1 bits of a 23-bit fraction are all ones (RNE to `bits` bits carries out). */
+static int carries(uint32_t frac, int bits) {
+    int keep = bits + 1;
+    uint32_t top = frac >> (23 - keep);
+    return top == (1u << keep) - 1u;
+}
+
+void mpt_exp_hist_add(mpt_exp_hist *h, const float *v, int64_t n) {
+    const int b = exps_of(h->target).b;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a = mpt_f32_bits(v[i]) & 0x7fffffffu;
+        if (a == 0) {
+            h->zero++;
+            continue;
+        }
+        uint32_t ex = a >> 23, frac = a & 0x7fffffu;
+        if (ex == 0xffu) {
+            h->nonfinite++;
+            continue;
+        }
+        int e;
+        if (ex == 0) { /* FP32 subnormal: frac * 2^-149; normalise so the leading one is implicit */
+            int p = 31 - __builtin_clz(frac); /* position of the leading one, 0..22 */
+            e = p + MPT_EXP_HIST_EMIN;
+            frac = (frac << (23 - p)) & 0x7fffffu;
+        } else {
+            e = (int)ex - 127;
+        }
+        int idx = e - MPT_EXP_HIST_EMIN;
+        h->count[idx]++;
+        if (frac == 0) h->pow2[idx]++;
+        if (carries(frac, b)) h->carry[idx]++;
+        if (carries(frac, b - 1)) h->carry_sub[idx]++;
+        h->mass[idx] += (double)mpt_bits_f32(a);
+    }
+    h->n += n;
+}
+
+void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out) {
+    const fmt_exps f = exps_of(h->target);
+    memset(out, 0, sizeof *out);
+    double mass = 0.0, lost = 0.0;
+    for (int idx = 0; idx < MPT_EXP_HIST_BINS; idx++) {
+        int64_t c = h->count[idx];
+        if (c == 0) continue;
+        int e = idx + MPT_EXP_HIST_EMIN, es = e + k;
+        out->nonzero += c;
+        mass += h->mass[idx];
+        if (es < f.esub - 1) {
+            out->flushed += c;
+            lost += h->mass[idx];
+        } else if (es == f.esub - 1) {
+            out->flushed += h->pow2[idx]; /* exactly half the smallest subnormal: ties to the even zero */
+            lost += (double)h->pow2[idx] * __builtin_ldexp(1.0, e);
+            out->subnormal += c - h->pow2[idx];
+        } else if (es <= f.emin - 2) {
+            out->subnormal += c;
+        } else if (es == f.emin - 1) {
+            out->subnormal += c - h->carry_sub[idx]; /* the rest rounds up to the smallest normal */
+        } else if (es > f.emax) {
+            out->overflow += c;
+        } else if (es == f.emax) {
+            out->overflow += h->carry[idx];
+        }
+    }
+    if (out->nonzero > 0) {
+        out->flushed_frac = (double)out->flushed / (double)out->nonzero;
+        out->subnormal_frac = (double)out->subnormal / (double)out->nonzero;
+        out->overflow_frac = (double)out->overflow / (double)out->nonzero;
+    }
+    out->mass_lost = mass > 0.0 ? lost / mass : 0.0;
+}
+
+int32_t mpt_exp_hist_log2_exact(float x) {
+    uint32_t u = mpt_f32_bits(x);
+    uint32_t ex = (u >> 23) & 0xffu;
+    if ((u >> 31) || ex == 0 || ex == 0xffu || (u & 0x7fffffu)) return INT32_MIN;
+    return (int32_t)ex - 127;
+}

@@ -1,0 +1,95 @@
+/*
+ * engine/telemetry/range.h - where the values of a tensor lie in its number format (host-side counters).
+ *
+ * Two instruments, both pure functions of host buffers (the collector, engine/telemetry/telemetry.c, copies
+ * tensors to the host on telemetry steps):
+ *
+ * 1. Stored range (mpt_range_count): for a buffer already stored in F32, F16 or BF16, the counts of elements
+ *    that are zero, subnormal in that format, at or beyond its largest finite value (|x| >= max finite,
+ *    infinities included, NaN excluded) and non-finite (inf or NaN).
+ *
+ * 2. Rounding histogram (mpt_exp_hist): for FP32 values *before* they are rounded into F16 or BF16, a
+ *    histogram over e = floor(log2 |v|) (FP32 subnormals included, normalised), keeping per bin:
+ *      count   elements with that exponent,
+ *      pow2    those that are exact powers of two (significand 1.000...),
+ *      carry   those whose significand rounds up into the next binade when rounded to b bits after the point
+ *              (b = the format's explicit bits: decides overflow to inf at the top binade),
+ *      carry_sub the same for b - 1 bits (decides whether a value one binade below the smallest normal
+ *              rounds up to it),
+ *      mass    sum of |v|.
+ *    RNE ties round up into the next binade exactly when the top b+1 significand bits are all ones (the
+ *    b-bit all-ones significand is odd), which is why one count per bin suffices.
+ *    From it, mpt_exp_hist_round() answers exactly, for the values scaled by 2^k (any integer k), what
+ *    round-to-nearest-even into the format does:
+ *      flushed     the value rounds to zero:       e+k < esub-1, or e+k == esub-1 and |v| a power of two
+ *                  (exactly half the smallest subnormal ties to the even 0);
+ *      subnormal   it rounds to a nonzero subnormal: the rest of binade esub-1, binades esub..emin-2, and
+ *                  binade emin-1 minus carry_sub;
+ *      overflow    it rounds to inf:                e+k > emax, or e+k == emax with carry;
+ *      mass lost   sum |v| of the flushed values / sum |v| of all finite values.
+ *    (esub, emin, emax: binary exponents of the smallest subnormal, smallest normal and largest finite:
+ *    FP16 -24, -14, 15; BF16 -133, -126, 127.) Scaling by a power of two moves every value by k binades and
+ *    keeps its significand, so with the loss scale S = 2^s the same histogram of the scaled values answers
+ *    "what if the scale had been S/2 (k = -1), 2S (k = +1), or 1 (k = -s)". That is exact for the rounding
+ *    of this tensor's values; it does not re-run the layers below, whose inputs would also have changed.
+ *
+ * Fractions are of the nonzero finite values (exact zeros, e.g. ReLU's, are neither flushed nor kept).
+ * Source of the formats: kernels/elemwise.h; of the question: Micikevicius et al. 2018, section 3.2.
+ */
+#ifndef MPT_ENGINE_TELEMETRY_RANGE_H
+#define MPT_ENGINE_TELEMETRY_RANGE_H
+
+#include <stdint.h>
+
+#include "engine/dtype.h"
+
+/* Counts of a stored buffer (see 1. above). */
+typedef struct mpt_range {
+    int64_t n;          /* elements counted */
+    int64_t zero;       /* +-0 */
+    int64_t subnormal;  /* nonzero with a zero exponent field, in the buffer's own format */
+    int64_t at_max;     /* |x| >= the format's largest finite value (inf included, NaN not) */
+    int64_t nonfinite;  /* inf or NaN */
+} mpt_range;
+
+/* Adds the n elements of host buffer p (dtype F32, F16 or BF16) to *r (zero *r first). */
+void mpt_range_count(mpt_range *r, const void *p, mpt_dtype dtype, int64_t n);
+
+/* Exponent bins: e = MPT_EXP_HIST_EMIN .. MPT_EXP_HIST_EMAX (FP32's smallest subnormal to its largest binade). */
+#define MPT_EXP_HIST_EMIN (-149)
+#define MPT_EXP_HIST_EMAX 127
+#define MPT_EXP_HIST_BINS (MPT_EXP_HIST_EMAX - MPT_EXP_HIST_EMIN + 1)
+
+typedef struct mpt_exp_hist {
+    mpt_dtype target;                      /* F16 or BF16: the format the values are rounded into */
+    int64_t n;                             /* elements added */
+    int64_t zero;                          /* exact zeros */
+    int64_t nonfinite;                     /* inf or NaN (not binned) */
+    int64_t count[MPT_EXP_HIST_BINS];      /* index e - MPT_EXP_HIST_EMIN */
+    int64_t pow2[MPT_EXP_HIST_BINS];
+    int64_t carry[MPT_EXP_HIST_BINS];
+    int64_t carry_sub[MPT_EXP_HIST_BINS];
+    double mass[MPT_EXP_HIST_BINS];        /* sum |v| */
+} mpt_exp_hist;
+
+/* Empties *h for values that will be rounded into `target` (MPT_DTYPE_F16 or MPT_DTYPE_BF16; aborts otherwise). */
+void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target);
+/* Adds n FP32 values (host buffer). */
+void mpt_exp_hist_add(mpt_exp_hist *h, const float *v, int64_t n);
+
+/* What RNE into the target format does to the histogram's values multiplied by 2^k. Fractions of the
+ * nonzero finite values (0 when there are none); mass_lost a share of sum |v| (0 when the sum is 0). */
+typedef struct mpt_round_stats {
+    int64_t nonzero;       /* nonzero finite values */
+    int64_t flushed, subnormal, overflow;
+    double flushed_frac, subnormal_frac, overflow_frac;
+    double mass_lost;
+} mpt_round_stats;
+
+void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out);
+
+/* log2 of x if x is a positive power of two that is a normal FP32 value, else INT32_MIN (the counterfactual
+ * shifts are only exact for power-of-two scales). */
+int32_t mpt_exp_hist_log2_exact(float x);
+
+#endif

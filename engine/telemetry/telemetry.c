@@ -1,0 +1,342 @@
+/*
+ * engine/telemetry/telemetry.c - the telemetry collector (see telemetry.h): walks the graph on telemetry
+ * steps, copies each tensor to the host once, and turns it into rows with the counters of range.h.
+ */
+#include "engine/telemetry/telemetry.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/amp/scaler.h"
+#include "engine/telemetry/range.h"
+
+struct mpt_telemetry {
+    mpt_trainer *t;
+    int64_t every;
+    mpt_graph *twin;            /* FP32 shadow twin, or NULL */
+    float *probe_dst;           /* backend [max_numel] FP32: a probe's output */
+    float *probe_scratch;       /* backend [max probe_scratch] FP32: a probe's widened operands */
+    size_t bytes;               /* backend bytes of the two above (MPT_MEM_TELEMETRY) */
+    int64_t max_numel;
+    void *h_raw;                /* host [max_numel] floats: a tensor as stored */
+    float *h_a, *h_b;           /* host [max_numel]: a tensor widened to FP32; its twin */
+    FILE *csv;
+    mpt_telemetry_stat *stats;
+    int n_stats, cap_stats;
+    int gathered;               /* the twin holds the coming step's batch */
+    int64_t step;               /* 1-based number of the step being measured */
+};
+
+/* ---- rows ---------------------------------------------------------------------------------------------- */
+
+static mpt_telemetry_stat *stat_of(mpt_telemetry *tel, const char *tensor, const char *metric) {
+    for (int i = 0; i < tel->n_stats; i++)
+        if (strcmp(tel->stats[i].tensor, tensor) == 0 && strcmp(tel->stats[i].metric, metric) == 0)
+            return &tel->stats[i];
+    if (tel->n_stats == tel->cap_stats) {
+        tel->cap_stats = tel->cap_stats ? 2 * tel->cap_stats : 128;
+        tel->stats = realloc(tel->stats, (size_t)tel->cap_stats * sizeof *tel->stats);
+        MPT_ASSERTF(tel->stats != NULL, "telemetry: out of host memory for %d statistics", tel->cap_stats);
+    }
+    mpt_telemetry_stat *s = &tel->stats[tel->n_stats++];
+    memset(s, 0, sizeof *s);
+    snprintf(s->tensor, sizeof s->tensor, "%s", tensor);
+    snprintf(s->metric, sizeof s->metric, "%s", metric);
+    return s;
+}
+
+static void row(mpt_telemetry *tel, const char *tensor, const char *metric, double value) {
+    mpt_telemetry_stat *s = stat_of(tel, tensor, metric);
+    s->last = value;
+    s->last_step = tel->step;
+    if (isfinite(value)) {
+        s->sum += value;
+        s->count++;
+    }
+    if (tel->csv) fprintf(tel->csv, "%lld,%s,%s,%.9g\n", (long long)tel->step, tensor, metric, value);
+}
+
+/* ---- host copies ------------------------------------------------------------------------------------------ */
+
+static const mpt_tensor *root_of(const mpt_tensor *x) {
+    while (x->view_of) x = x->view_of;
+    return x;
+}
+
+/* Copies x as stored into h_raw and widens it into dst (host FP32). */
+static void fetch(mpt_telemetry *tel, const mpt_tensor *x, float *dst) {
+    mpt_backend *be = tel->t->be;
+    int64_t n = mpt_tensor_numel(x);
+    if (x->dtype == MPT_DTYPE_F32) {
+        be->to_host(be, dst, x->data, (size_t)n * sizeof(float));
+        memcpy(tel->h_raw, dst, (size_t)n * sizeof(float));
+        return;
+    }
+    be->to_host(be, tel->h_raw, x->data, (size_t)n * mpt_dtype_size(x->dtype));
+    for (int64_t i = 0; i < n; i++) dst[i] = mpt_load_f32(tel->h_raw, x->dtype, i);
+}
+
+/* ---- measurements ------------------------------------------------------------------------------------------- */
+
+/* Stored range of x, from h_raw (fetch() first). */
+static void measure_range(mpt_telemetry *tel, const mpt_tensor *x) {
+    mpt_range r;
+    memset(&r, 0, sizeof r);
+    mpt_range_count(&r, tel->h_raw, x->dtype, mpt_tensor_numel(x));
+    double n = r.n > 0 ? (double)r.n : 1.0;
+    row(tel, x->name, "zero_frac", (double)r.zero / n);
+    row(tel, x->name, "subnormal_frac", (double)r.subnormal / n);
+    row(tel, x->name, "max_frac", (double)r.at_max / n);
+    row(tel, x->name, "nonfinite_frac", (double)r.nonfinite / n);
+}
+
+static void round_rows(mpt_telemetry *tel, const char *tensor, const mpt_exp_hist *h, int k, const char *suffix) {
+    mpt_round_stats rs;
+    char m[32];
+    mpt_exp_hist_round(h, k, &rs);
+    snprintf(m, sizeof m, "flush_frac%s", suffix);
+    row(tel, tensor, m, rs.flushed_frac);
+    snprintf(m, sizeof m, "made_subnormal_frac%s", suffix);
+    row(tel, tensor, m, rs.subnormal_frac);
+    snprintf(m, sizeof m, "overflow_frac%s", suffix);
+    row(tel, tensor, m, rs.overflow_frac);
+    snprintf(m, sizeof m, "mass_lost%s", suffix);
+    row(tel, tensor, m, rs.mass_lost);
+}
+
+/* Runs a node's rounding probe for 16-bit tensor x (scaled: a gradient seeded with S = 2^log2_scale) and
+ * records what the rounding did, with the loss-scale counterfactuals for gradients. */
+static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn probe, const mpt_tensor *x,
+                             int scaled, int32_t log2_scale) {
+    mpt_backend *be = tel->t->be;
+    int64_t cnt = mpt_tensor_numel(x);
+    probe(tel->t->g, n, tel->probe_dst, tel->probe_scratch);
+    be->to_host(be, tel->h_a, tel->probe_dst, (size_t)cnt * sizeof(float));
+    mpt_exp_hist h;
+    mpt_exp_hist_init(&h, x->dtype);
+    mpt_exp_hist_add(&h, tel->h_a, cnt);
+    round_rows(tel, x->name, &h, 0, "");
+    if (!scaled || log2_scale == INT32_MIN) return; /* counterfactuals need a power-of-two S */
+    round_rows(tel, x->name, &h, -1, "@S/2");
+    round_rows(tel, x->name, &h, 1, "@2S");
+    round_rows(tel, x->name, &h, -log2_scale, "@S=1");
+}
+
+/* ||a/scale - b|| / ||b|| and, when want_cos, the cosine of a and b (host FP32 arrays, sums in double). */
+static void compare(mpt_telemetry *tel, const char *tensor, const float *a, const float *b, int64_t n, double scale,
+                    int want_cos) {
+    double d2 = 0.0, b2 = 0.0, a2 = 0.0, ab = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = (double)a[i] / scale, y = (double)b[i];
+        d2 += (x - y) * (x - y);
+        b2 += y * y;
+        a2 += x * x;
+        ab += x * y;
+    }
+    row(tel, tensor, "twin_rel_l2", b2 > 0.0 ? sqrt(d2 / b2) : (d2 > 0.0 ? INFINITY : 0.0));
+    if (want_cos) row(tel, tensor, "twin_cos", a2 > 0.0 && b2 > 0.0 ? ab / sqrt(a2 * b2) : NAN);
+}
+
+/* Loads the twin with the masters and runs it on the step's minibatch (forward and backward, S = 1). */
+static void twin_run(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    mpt_graph *g = t->g, *tw = tel->twin;
+    mpt_backend *be = t->be;
+    for (int i = 0; i < t->n_params; i++)
+        be->copy(be, tw->params[i].weight->data, t->master[i]->data,
+                 (size_t)mpt_tensor_numel(t->master[i]) * sizeof(float));
+    tw->training = g->training;
+    tw->seed = g->seed;
+    tw->step = g->step;
+    mpt_graph_zero_grad(tw);
+    mpt_graph_forward(tw);
+    mpt_graph_backward(tw);
+}
+
+void mpt_telemetry_after_backward(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    mpt_graph *g = t->g;
+    mpt_scaler_state st;
+    t->be->to_host(t->be, &st, t->scaler, sizeof st);
+    tel->step = t->iteration + 1;
+    double S = (double)st.scale;
+    int32_t log2_scale = mpt_exp_hist_log2_exact(st.scale);
+    row(tel, "amp", "loss_scale", S);
+    int twin = tel->twin != NULL && tel->gathered;
+    if (twin) twin_run(tel);
+
+    for (int i = 0; i < g->n_nodes; i++) {
+        mpt_node *n = g->nodes[i];
+        const mpt_node *tn = twin ? tel->twin->nodes[i] : NULL;
+        const mpt_tensor *y = n->out;
+        if (y && n->op != MPT_OP_SOFTMAX_XENT && !y->view_of && mpt_dtype_is_float(y->dtype)) {
+            fetch(tel, y, tel->h_a);
+            measure_range(tel, y);
+            if (twin) {
+                fetch(tel, tn->out, tel->h_b);
+                compare(tel, y->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), 1.0, 0);
+            }
+            if (n->probe_forward) measure_rounding(tel, n, n->probe_forward, y, 0, log2_scale);
+            if (y->grad) {
+                fetch(tel, y->grad, tel->h_a);
+                measure_range(tel, y->grad);
+                if (twin) {
+                    fetch(tel, tn->out->grad, tel->h_b);
+                    compare(tel, y->grad->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), S, 0);
+                }
+            }
+        }
+        if (n->probe_backward) measure_rounding(tel, n, n->probe_backward, root_of(n->in[0]->grad), 1, log2_scale);
+    }
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *gr = t->weight[i]->grad;
+        fetch(tel, gr, tel->h_a);
+        measure_range(tel, gr);
+        if (twin) {
+            fetch(tel, tel->twin->params[i].weight->grad, tel->h_b);
+            compare(tel, gr->name, tel->h_a, tel->h_b, mpt_tensor_numel(gr), S, 1);
+        }
+    }
+    if (tel->csv) fflush(tel->csv);
+    tel->gathered = 0;
+}
+
+void mpt_telemetry_gather(mpt_telemetry *tel, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                          int64_t D, float mean, float inv_std) {
+    if (!tel->twin || !mpt_telemetry_due(tel, tel->t->iteration + 1)) return;
+    mpt_graph *tw = tel->twin;
+    tel->t->be->gather_batch(tel->t->be, tw->input->data, tw->input->dtype, tw->labels->data, images, labels, idx,
+                             tw->batch, D, mean, inv_std);
+    tel->gathered = 1;
+}
+
+/* ---- life cycle ------------------------------------------------------------------------------------------------ */
+
+static mpt_status check_twin(const mpt_graph *g, const mpt_graph *tw) {
+    if (tw->be != g->be) return mpt_errorf(MPT_ERR_ARG, "telemetry twin: built on another backend");
+    if (tw->batch != g->batch || tw->n_nodes != g->n_nodes || tw->n_params != g->n_params || !tw->loss)
+        return mpt_errorf(MPT_ERR_ARG,
+                          "telemetry twin: expected the run's model with its loss (%d nodes, %d parameters, batch %d), "
+                          "found %d nodes, %d parameters, batch %d%s",
+                          g->n_nodes, g->n_params, g->batch, tw->n_nodes, tw->n_params, tw->batch,
+                          tw->loss ? "" : ", no loss");
+    for (int i = 0; i < g->n_nodes; i++)
+        if (tw->nodes[i]->op != g->nodes[i]->op || strcmp(tw->nodes[i]->name, g->nodes[i]->name) != 0)
+            return mpt_errorf(MPT_ERR_ARG, "telemetry twin: node %d is %s (%s), the run's is %s (%s)", i,
+                              tw->nodes[i]->name, mpt_op_name(tw->nodes[i]->op), g->nodes[i]->name,
+                              mpt_op_name(g->nodes[i]->op));
+    for (int i = 0; i < g->n_tensors; i++) {
+        const mpt_tensor *a = g->tensors[i];
+        if (a->mem != MPT_MEM_WEIGHT && a->mem != MPT_MEM_ACT && a->mem != MPT_MEM_ACT_GRAD) continue;
+        const mpt_tensor *b = mpt_graph_find(tw, a->name);
+        if (b && mpt_tensor_numel(b) != mpt_tensor_numel(a))
+            return mpt_errorf(MPT_ERR_ARG, "telemetry twin: %s has %lld elements, the run's %lld", a->name,
+                              (long long)mpt_tensor_numel(b), (long long)mpt_tensor_numel(a));
+    }
+    for (int i = 0; i < tw->n_tensors; i++) {
+        const mpt_tensor *b = tw->tensors[i];
+        if ((b->mem == MPT_MEM_WEIGHT || b->mem == MPT_MEM_ACT || b->mem == MPT_MEM_ACT_GRAD) &&
+            mpt_dtype_is_float(b->dtype) && b->dtype != MPT_DTYPE_F32)
+            return mpt_errorf(MPT_ERR_ARG, "telemetry twin: %s is %s, the twin must be all FP32 (fp32 policy)",
+                              b->name, mpt_dtype_name(b->dtype));
+    }
+    return MPT_OK;
+}
+
+static void *backend_alloc(mpt_telemetry *tel, size_t bytes) {
+    mpt_backend *be = tel->t->be;
+    void *p = be->alloc(be, bytes);
+    if (p) {
+        mpt_backend_account(be, MPT_MEM_TELEMETRY, (int64_t)bytes);
+        tel->bytes += bytes;
+    }
+    return p;
+}
+
+static mpt_status attach_twin(mpt_telemetry *tel, mpt_graph *tw) {
+    mpt_graph *g = tel->t->g;
+    mpt_status s = check_twin(g, tw);
+    if (s != MPT_OK) {
+        mpt_graph_free(&tw);
+        return s;
+    }
+    int64_t one_shape[1] = {1};
+    mpt_tensor *one = mpt_graph_tensor(tw, "telemetry.loss_scale_1", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one_shape);
+    tw->twin = 1;
+    tel->twin = tw;
+    MPT_TRY(mpt_graph_alloc(tw));
+    static const float unit = 1.0f;
+    tw->be->from_host(tw->be, one->data, &unit, sizeof unit);
+    tw->loss_scale = one->data;
+    return MPT_OK;
+}
+
+mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) {
+    MPT_ASSERTF(t->telemetry == NULL, "mpt_telemetry_create: the trainer already has telemetry");
+    if (every < 1) {
+        if (twin) mpt_graph_free(&twin);
+        return mpt_errorf(MPT_ERR_ARG, "--telemetry: expected a step interval >= 1, found %lld", (long long)every);
+    }
+    mpt_telemetry *tel = calloc(1, sizeof *tel);
+    MPT_ASSERT(tel != NULL);
+    tel->t = t;
+    tel->every = every;
+    t->telemetry = tel; /* freed with the trainer from here on */
+    mpt_graph *g = t->g;
+    int64_t max_scratch = 1;
+    size_t ws = 0;
+    tel->max_numel = 1;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (mpt_tensor_numel(g->tensors[i]) > tel->max_numel) tel->max_numel = mpt_tensor_numel(g->tensors[i]);
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i]->probe_scratch > max_scratch) max_scratch = g->nodes[i]->probe_scratch;
+        if (g->nodes[i]->probe_workspace > ws) ws = g->nodes[i]->probe_workspace;
+    }
+    if (twin) MPT_TRY(attach_twin(tel, twin));
+    MPT_TRY(mpt_backend_reserve_workspace(t->be, ws));
+    tel->probe_dst = backend_alloc(tel, (size_t)tel->max_numel * sizeof(float));
+    tel->probe_scratch = backend_alloc(tel, (size_t)max_scratch * sizeof(float));
+    tel->h_raw = malloc((size_t)tel->max_numel * sizeof(float));
+    tel->h_a = malloc((size_t)tel->max_numel * sizeof(float));
+    tel->h_b = malloc((size_t)tel->max_numel * sizeof(float));
+    if (!tel->probe_dst || !tel->probe_scratch || !tel->h_raw || !tel->h_a || !tel->h_b)
+        return mpt_errorf(MPT_ERR_NOMEM, "telemetry: cannot allocate buffers for %lld elements",
+                          (long long)tel->max_numel);
+    return MPT_OK;
+}
+
+void mpt_telemetry_free(mpt_telemetry **ptel) {
+    mpt_telemetry *tel = *ptel;
+    if (!tel) return;
+    mpt_backend *be = tel->t->be;
+    if (tel->probe_dst) be->free(be, tel->probe_dst);
+    if (tel->probe_scratch) be->free(be, tel->probe_scratch);
+    mpt_backend_account(be, MPT_MEM_TELEMETRY, -(int64_t)tel->bytes);
+    mpt_graph_free(&tel->twin);
+    free(tel->h_raw);
+    free(tel->h_a);
+    free(tel->h_b);
+    free(tel->stats);
+    free(tel);
+    *ptel = NULL;
+}
+
+int mpt_telemetry_due(const mpt_telemetry *tel, int64_t step) { return step % tel->every == 0; }
+
+void mpt_telemetry_set_csv(mpt_telemetry *tel, FILE *f) { tel->csv = f; }
+
+int mpt_telemetry_stats(const mpt_telemetry *tel, const mpt_telemetry_stat **stats) {
+    *stats = tel->stats;
+    return tel->n_stats;
+}
+
+size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem) {
+    if (mem == MPT_MEM_TELEMETRY) return tel->bytes;
+    if (mem == MPT_MEM_TWIN && tel->twin) {
+        size_t b = 0;
+        for (int m = 0; m < MPT_MEM_COUNT; m++) b += tel->twin->arena_bytes[m];
+        return b;
+    }
+    return 0;
+}

@@ -1,0 +1,74 @@
+/*
+ * engine/telemetry/telemetry.h - the telemetry collector: instruments that only read (ARCHITECTURE,
+ * engine/telemetry/), run every N-th training step.
+ *
+ * On a telemetry step the trainer (engine/train.c) calls in twice:
+ *   after backward (before unscale): for every activation, activation gradient and weight gradient, the
+ *     stored-range counts (range.h); for every tensor that a pass rounds from FP32 into FP16/BF16, the
+ *     node's rounding probe (engine/graph.h) recomputes the FP32 values on the backend and the rounding
+ *     histogram answers flushed / made subnormal / overflowed / gradient mass lost, and for gradients the
+ *     same at loss scales S/2, 2S and 1; with a shadow twin, the twin runs the same minibatch (same
+ *     batch, labels, dropout masks) in FP32 with the current FP32 master weights, and each tensor is
+ *     compared with its twin: relative L2 error, and the cosine for weight gradients (the run's gradients
+ *     unscaled by S first);
+ *   after the optimizer step: nothing yet reads it (lost updates need the optimizer's per-element deltas).
+ * Everything it computes goes to its own buffers (MPT_MEM_TELEMETRY, the twin's arenas MPT_MEM_TWIN),
+ * allocated by mpt_telemetry_create; a step synchronises only when it is a telemetry step, and the
+ * training itself is bit-identical with telemetry on or off (tests/test_telemetry.c).
+ *
+ * Results are rows (step, tensor, metric, value): the rows of each telemetry step are appended to a CSV
+ * file when one is set (mpt_telemetry_set_csv), and per (tensor, metric) the last value and the running
+ * mean are kept (mpt_telemetry_stats). The metrics are defined in docs/numerics.md.
+ */
+#ifndef MPT_ENGINE_TELEMETRY_TELEMETRY_H
+#define MPT_ENGINE_TELEMETRY_TELEMETRY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "engine/train.h"
+
+/* The CSV header of mpt_telemetry_set_csv's file. */
+#define MPT_TELEMETRY_CSV_HEADER "step,tensor,metric,value"
+
+typedef struct mpt_telemetry mpt_telemetry;
+
+/* Per (tensor, metric): the last value and the mean over the telemetry steps that produced one. */
+typedef struct mpt_telemetry_stat {
+    char tensor[MPT_NAME_LEN + 16]; /* "fc2.out.grad", "fc1.weight.grad", or "amp" for run-wide values */
+    char metric[32];                /* e.g. "flush_frac", "flush_frac@S/2", "twin_rel_l2" */
+    double last, sum;
+    int64_t count;                  /* telemetry steps that produced a value */
+    int64_t last_step;
+} mpt_telemetry_stat;
+
+/* Creates the collector for trainer t (created, not yet stepped or resumed to any step) and attaches it
+ * (t->telemetry; freed with the trainer). every >= 1: telemetry steps are the steps whose 1-based number is a
+ * multiple of `every` (the step number metrics.csv prints). twin: NULL, or a built, not yet allocated graph of
+ * the same model under the fp32 policy (mpt_policy_make(MPT_PRECISION_FP32)) with its loss, on t's backend;
+ * the collector owns it from here on, also on failure. MPT_ERR_ARG when `every` < 1 or the twin does not
+ * match the model node for node; MPT_ERR_NOMEM when a buffer cannot be allocated. */
+mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin);
+/* Frees the collector, its buffers and its twin; sets *tel to NULL. */
+void mpt_telemetry_free(mpt_telemetry **tel);
+
+/* Whether 1-based step `step` is a telemetry step. */
+int mpt_telemetry_due(const mpt_telemetry *tel, int64_t step);
+/* Appends each telemetry step's rows to f (which the caller owns, header written by the caller); NULL: none. */
+void mpt_telemetry_set_csv(mpt_telemetry *tel, FILE *f);
+/* The (tensor, metric) statistics so far: *stats points at n entries owned by the collector. */
+int mpt_telemetry_stats(const mpt_telemetry *tel, const mpt_telemetry_stat **stats);
+/* Bytes the collector holds on the backend (MPT_MEM_TELEMETRY) and in its twin (MPT_MEM_TWIN). */
+size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem);
+
+/* ---- called by the trainer (engine/train.c) ---------------------------------------------------------- */
+
+/* After the batch was gathered into the run's graph: the same rows into the twin, when there is one and the
+ * coming step is a telemetry step (an evaluation gather in between is overwritten by the next training
+ * gather). Arguments as mpt_trainer_gather's. */
+void mpt_telemetry_gather(mpt_telemetry *tel, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                          int64_t D, float mean, float inv_std);
+/* After backward, before unscale, on a telemetry step: range, rounding and twin measurements. */
+void mpt_telemetry_after_backward(mpt_telemetry *tel);
+
+#endif

@@ -1,0 +1,477 @@
+/*
+ * tests/test_telemetry.c - the telemetry instruments (engine/telemetry/) on the CPU backend:
+ *  - stored-range counts on hand-built FP16/BF16/FP32 bit patterns;
+ *  - the rounding histogram: counts on values placed on known binary exponents (FP16's subnormal band
+ *    2^-24..2^-14 and BF16's 2^-133..2^-126 included), hand-derived outcomes at each rounding boundary, and
+ *    the loss-scale counterfactuals (S/2, 2S, 1) equal to actually scaling each value and rounding it;
+ *  - the lost-update meter equal to a brute-force `w_new == w_old && delta != 0` element by element;
+ *  - each rounding probe, rounded to the tensor's dtype, gives the stored tensor bit for bit;
+ *  - telemetry (with the FP32 shadow twin) on every step trains bit-identically to telemetry off, and in an
+ *    fp32 run the twin agrees exactly with the run (relative error 0, cosine 1).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "datasets/synthetic.h"
+#include "engine/layers/layers.h"
+#include "engine/telemetry/lost.h"
+#include "engine/telemetry/range.h"
+#include "engine/telemetry/telemetry.h"
+#include "engine/train.h"
+#include "harness.h"
+
+/* ---- stored range ---------------------------------------------------------------------------------------- */
+
+START_TEST(test_range_f16_bits) {
+    /* +0, -0 | smallest and largest subnormal | +-65504 | +inf | NaN | 1.0 */
+    const uint16_t v[9] = {0x0000, 0x8000, 0x0001, 0x03ff, 0x7bff, 0xfbff, 0x7c00, 0x7e00, 0x3c00};
+    mpt_range r;
+    memset(&r, 0, sizeof r);
+    mpt_range_count(&r, v, MPT_DTYPE_F16, 9);
+    ck_assert_int_eq(r.n, 9);
+    ck_assert_int_eq(r.zero, 2);
+    ck_assert_int_eq(r.subnormal, 2);
+    ck_assert_int_eq(r.at_max, 3); /* 65504, -65504, inf */
+    ck_assert_int_eq(r.nonfinite, 2);
+}
+END_TEST
+
+START_TEST(test_range_bf16_f32_bits) {
+    /* BF16: 0 | 2^-133 (smallest subnormal) | 2^-126 (smallest normal) | max 0x7f7f | -inf */
+    const uint16_t b[5] = {0x0000, 0x0001, 0x0080, 0x7f7f, 0xff80};
+    mpt_range r;
+    memset(&r, 0, sizeof r);
+    mpt_range_count(&r, b, MPT_DTYPE_BF16, 5);
+    ck_assert_int_eq(r.zero, 1);
+    ck_assert_int_eq(r.subnormal, 1);
+    ck_assert_int_eq(r.at_max, 2);
+    ck_assert_int_eq(r.nonfinite, 1);
+    /* FP32: FLT_MAX, FLT_TRUE_MIN, FLT_MIN, -0, NaN */
+    const float f[5] = {FLT_MAX, FLT_TRUE_MIN, FLT_MIN, -0.0f, NAN};
+    memset(&r, 0, sizeof r);
+    mpt_range_count(&r, f, MPT_DTYPE_F32, 5);
+    ck_assert_int_eq(r.zero, 1);
+    ck_assert_int_eq(r.subnormal, 1);
+    ck_assert_int_eq(r.at_max, 1);
+    ck_assert_int_eq(r.nonfinite, 1);
+}
+END_TEST
+
+/* ---- rounding histogram ------------------------------------------------------------------------------------- */
+
+START_TEST(test_hist_counts_on_known_exponents) {
+    /* 3 values in each of binades -30 (below FP16's band), -24 (smallest subnormal), -20 (inside the band),
+     * -15 (top of the band), -14 (smallest normal), 0 and 15; one of each three a power of two. */
+    static const int exps[7] = {-30, -24, -20, -15, -14, 0, 15};
+    float v[21];
+    for (int i = 0; i < 7; i++) {
+        v[3 * i] = ldexpf(1.0f, exps[i]);
+        v[3 * i + 1] = -ldexpf(1.25f, exps[i]);
+        v[3 * i + 2] = ldexpf(1.5f, exps[i]);
+    }
+    mpt_exp_hist h;
+    mpt_exp_hist_init(&h, MPT_DTYPE_F16);
+    mpt_exp_hist_add(&h, v, 21);
+    for (int i = 0; i < 7; i++) {
+        ck_assert_int_eq(h.count[exps[i] - MPT_EXP_HIST_EMIN], 3);
+        ck_assert_int_eq(h.pow2[exps[i] - MPT_EXP_HIST_EMIN], 1);
+    }
+    mpt_round_stats rs;
+    mpt_exp_hist_round(&h, 0, &rs);
+    ck_assert_int_eq(rs.nonzero, 21);
+    ck_assert_int_eq(rs.flushed, 3);      /* binade -30: below 2^-25 */
+    ck_assert_int_eq(rs.subnormal, 9);    /* binades -24, -20, -15 */
+    ck_assert_int_eq(rs.overflow, 0);     /* 1.5 * 2^15 = 49152 < 65504 */
+    double lost = (1.0 + 1.25 + 1.5) * ldexp(1.0, -30), total = 0.0;
+    for (int i = 0; i < 21; i++) total += fabs((double)v[i]);
+    ck_assert_double_eq_tol(rs.mass_lost, lost / total, 1e-15);
+    /* at 2S (k = +1): 1.5 * 2^16 overflows, binade -30 still flushes; at S/2: binade -15 stays subnormal,
+     * -14 becomes subnormal, -24 -> -25: its power of two ties to 0, the other two round to 2^-24 */
+    mpt_exp_hist_round(&h, 1, &rs);
+    ck_assert_int_eq(rs.overflow, 3);
+    ck_assert_int_eq(rs.flushed, 3);
+    mpt_exp_hist_round(&h, -1, &rs);
+    ck_assert_int_eq(rs.flushed, 4);
+    ck_assert_int_eq(rs.subnormal, 11);   /* 2 from -24, 3 from -20, 3 from -15, 3 from -14 */
+    /* BF16: binades -140 (below), -133 (smallest subnormal), -127 (top of its band), -126 */
+    static const int bexps[4] = {-140, -133, -127, -126};
+    float w[8];
+    for (int i = 0; i < 4; i++) {
+        w[2 * i] = ldexpf(1.0f, bexps[i]);
+        w[2 * i + 1] = ldexpf(1.5f, bexps[i]);
+    }
+    mpt_exp_hist_init(&h, MPT_DTYPE_BF16);
+    mpt_exp_hist_add(&h, w, 8);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(h.count[bexps[i] - MPT_EXP_HIST_EMIN], 2);
+    mpt_exp_hist_round(&h, 0, &rs);
+    ck_assert_int_eq(rs.flushed, 2);
+    ck_assert_int_eq(rs.subnormal, 4);
+}
+END_TEST
+
+/* Values at each rounding boundary, with the outcome derived from the format definitions. */
+START_TEST(test_hist_boundaries) {
+    const float f16_vals[8] = {
+        0x1p-25f,                /* half the smallest subnormal: ties to the even 0 -> flushed */
+        0x1.000002p-25f,         /* just above: rounds to 2^-24 -> subnormal */
+        0x1p-26f,                /* -> flushed */
+        0x1p-14f - 0x1p-24f,     /* largest subnormal, exact -> subnormal */
+        0x1p-14f - 0x1p-25f,     /* halfway to 2^-14, ties to the even 2^-14 -> normal */
+        65504.0f,                /* largest finite -> finite */
+        65519.0f,                /* below 65520 -> rounds to 65504 */
+        65520.0f,                /* halfway to 2^16: ties to even -> inf */
+    };
+    mpt_exp_hist h;
+    mpt_round_stats rs;
+    mpt_exp_hist_init(&h, MPT_DTYPE_F16);
+    mpt_exp_hist_add(&h, f16_vals, 8);
+    mpt_exp_hist_round(&h, 0, &rs);
+    ck_assert_int_eq(rs.flushed, 2);
+    ck_assert_int_eq(rs.subnormal, 2);
+    ck_assert_int_eq(rs.overflow, 1);
+    const float bf16_vals[5] = {
+        0x1p-134f,                       /* half BF16's smallest subnormal 2^-133 -> flushed */
+        0x1.8p-134f,                     /* -> 2^-133, subnormal */
+        0x1p-126f - 0x1p-134f,           /* halfway between the largest subnormal and 2^-126 -> normal */
+        0x1.fep127f,                     /* BF16's largest finite (2 - 2^-7) 2^127 */
+        0x1.ffp127f,                     /* halfway to 2^128 -> inf */
+    };
+    mpt_exp_hist_init(&h, MPT_DTYPE_BF16);
+    mpt_exp_hist_add(&h, bf16_vals, 5);
+    mpt_exp_hist_round(&h, 0, &rs);
+    ck_assert_int_eq(rs.flushed, 1);
+    ck_assert_int_eq(rs.subnormal, 1);
+    ck_assert_int_eq(rs.overflow, 1);
+}
+END_TEST
+
+/* What rounding v * 2^k into dtype actually gives, counted element by element. */
+static void brute_round(const float *v, int n, mpt_dtype dt, int k, mpt_round_stats *out) {
+    memset(out, 0, sizeof *out);
+    double mass = 0.0, lost = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (v[i] == 0.0f || !isfinite(v[i])) continue;
+        float s = ldexpf(v[i], k);
+        ck_assert_msg(isinf(s) || ldexp((double)s, -k) == (double)v[i], "test value %a * 2^%d not exact", v[i], k);
+        uint16_t q = dt == MPT_DTYPE_F16 ? mpt_f32_to_f16(s) : mpt_f32_to_bf16(s);
+        uint16_t a = q & 0x7fff, emask = dt == MPT_DTYPE_F16 ? 0x7c00 : 0x7f80;
+        out->nonzero++;
+        mass += fabs((double)v[i]);
+        if (a == 0) {
+            out->flushed++;
+            lost += fabs((double)v[i]);
+        } else if ((a & emask) == 0) {
+            out->subnormal++;
+        } else if ((a & emask) == emask) {
+            out->overflow++;
+        }
+    }
+    out->mass_lost = mass > 0 ? lost / mass : 0.0;
+}
+
+/* frac_mask: which significand bits the random values may use (BF16's band lies among FP32's subnormals,
+ * where fewer bits exist: the values must stay exact when halved). */
+static void check_counterfactuals(mpt_dtype dt, int emin, int emax, uint32_t frac_mask, const int *ks, int nk) {
+    enum { N = 20000 };
+    static float v[N];
+    tests_rng rng = {0x1234567ULL + (uint64_t)dt};
+    for (int i = 0; i < N; i++) {
+        int e = tests_int(&rng, emin, emax);
+        uint32_t frac = (uint32_t)(tests_next(&rng) >> 41) & frac_mask;
+        switch (i % 8) { /* a share of significands right at the rounding boundaries */
+        case 0: frac = 0; break;                                   /* power of two */
+        case 1: frac = (0x7ff000u | frac) & frac_mask; break;       /* top 11 bits ones: FP16's overflow carry */
+        case 2: frac = (0x7fc000u | frac) & frac_mask; break;       /* top 9 bits ones: FP16's subnormal carry */
+        case 3: frac = (0x7f8000u | frac) & frac_mask; break;       /* top 8 bits ones: BF16's overflow carry */
+        case 4: frac = (0x7f0000u | frac) & frac_mask; break;       /* top 7 bits ones: BF16's subnormal carry */
+        default: break;
+        }
+        float x = ldexpf(mpt_bits_f32(0x3f800000u | frac), e);
+        v[i] = (i & 1) ? -x : x;
+    }
+    mpt_exp_hist h;
+    mpt_exp_hist_init(&h, dt);
+    mpt_exp_hist_add(&h, v, N);
+    for (int j = 0; j < nk; j++) {
+        mpt_round_stats got, want;
+        mpt_exp_hist_round(&h, ks[j], &got);
+        brute_round(v, N, dt, ks[j], &want);
+        ck_assert_int_eq(got.nonzero, want.nonzero);
+        ck_assert_msg(got.flushed == want.flushed && got.subnormal == want.subnormal && got.overflow == want.overflow,
+                      "%s k=%d: histogram flushed/subnormal/overflow %lld/%lld/%lld, rounding gives %lld/%lld/%lld",
+                      mpt_dtype_name(dt), ks[j], (long long)got.flushed, (long long)got.subnormal,
+                      (long long)got.overflow, (long long)want.flushed, (long long)want.subnormal,
+                      (long long)want.overflow);
+        ck_assert_double_eq_tol(got.mass_lost, want.mass_lost, 1e-12);
+        ck_assert_msg(want.flushed > 0 && want.subnormal > 0, "the test values must reach the band (k=%d)", ks[j]);
+    }
+}
+
+START_TEST(test_hist_counterfactuals_f16) {
+    /* S = 2^16 (the dynamic scaler's start): actual (k=0), S/2, 2S, and no scaling (k = -16) */
+    const int ks[4] = {0, -1, 1, -16};
+    check_counterfactuals(MPT_DTYPE_F16, -30, 16, 0x7ffffcu, ks, 4);
+}
+END_TEST
+
+START_TEST(test_hist_counterfactuals_bf16) {
+    const int ks[3] = {0, -1, 1};
+    check_counterfactuals(MPT_DTYPE_BF16, -138, -100, 0x7fe000u, ks, 3);
+}
+END_TEST
+
+START_TEST(test_hist_log2_exact) {
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(65536.0f), 16);
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(1.0f), 0);
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(0.5f), -1);
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(3.0f), INT32_MIN);
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(-2.0f), INT32_MIN);
+    ck_assert_int_eq(mpt_exp_hist_log2_exact(INFINITY), INT32_MIN);
+}
+END_TEST
+
+/* ---- lost updates ------------------------------------------------------------------------------------------- */
+
+static void store(void *p, mpt_dtype dt, int i, float v) { mpt_store_f32(p, dt, i, v); }
+
+START_TEST(test_lost_matches_brute_force) {
+    static const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    mpt_dtype dt = dts[_i];
+    enum { N = 5000 };
+    static float delta[N];
+    static uint32_t w_old[N], w_new[N]; /* big enough for any dtype */
+    tests_rng rng = {77 + (uint64_t)_i};
+    for (int i = 0; i < N; i++) {
+        float w = (float)tests_uniform(&rng, -0.2, 0.2);
+        delta[i] = (i % 10 == 0) ? 0.0f : (float)(tests_uniform(&rng, -1.0, 1.0) * ldexp(1.0, tests_int(&rng, -30, -4)));
+        store(w_old, dt, i, w);
+        float wo = mpt_load_f32(w_old, dt, i);
+        store(w_new, dt, i, wo + delta[i]);
+    }
+    mpt_lost r;
+    memset(&r, 0, sizeof r);
+    mpt_lost_count(&r, w_old, w_new, dt, delta, N);
+    int64_t nz = 0, lost = 0;
+    double mass = 0, mass_lost = 0;
+    for (int i = 0; i < N; i++) {
+        float a = mpt_load_f32(w_old, dt, i), b = mpt_load_f32(w_new, dt, i);
+        if (delta[i] != 0.0f) {
+            nz++;
+            mass += fabs(delta[i]);
+        }
+        if (b == a && delta[i] != 0.0f) {
+            lost++;
+            mass_lost += fabs(delta[i]);
+        }
+    }
+    ck_assert_int_eq(r.n, N);
+    ck_assert_int_eq(r.nonzero, nz);
+    ck_assert_int_eq(r.lost, lost);
+    ck_assert_double_eq_tol(mpt_lost_mass_share(&r), mass_lost / mass, 1e-12);
+    ck_assert_msg(lost > 0 && lost < nz, "%s: the deltas must straddle half an ulp (%lld of %lld lost)",
+                  mpt_dtype_name(dt), (long long)lost, (long long)nz);
+    if (dt != MPT_DTYPE_F32) { /* the counterfactual on the same 16-bit weights is the same experiment */
+        mpt_lost c;
+        memset(&c, 0, sizeof c);
+        mpt_lost_counterfactual(&c, w_old, dt, delta, N);
+        ck_assert_int_eq(c.lost, lost);
+        ck_assert_int_eq(c.nonzero, nz);
+    }
+}
+END_TEST
+
+/* ---- the collector on a graph --------------------------------------------------------------------------------- */
+
+#define B 32
+
+/* A small network with every layer kind that rounds: conv (forward and data gradient), linear, the loss. */
+static mpt_graph *build(mpt_backend *be, mpt_precision mode, int dropout) {
+    mpt_policy pol = mpt_policy_make_explicit(mode, mode == MPT_PRECISION_TF32, mode == MPT_PRECISION_TF32);
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    int64_t shape[4] = {B, 1, 8, 8};
+    mpt_tensor *x = mpt_input(g, 4, shape);
+    x = mpt_relu(g, mpt_conv2d(g, x, 4, 3, 1, 1, "conv1"), "relu1");
+    x = mpt_relu(g, mpt_conv2d(g, x, 6, 3, 1, 0, "conv2"), "relu2");
+    x = mpt_maxpool2d(g, x, 2, 2, "pool");
+    x = mpt_flatten(g, x, "flatten");
+    if (dropout) x = mpt_dropout(g, x, 0.25f, "drop");
+    x = mpt_relu(g, mpt_linear(g, x, 32, "fc1"), "relu3");
+    x = mpt_linear(g, x, 8, "fc2");
+    mpt_softmax_xent(g, x, "loss");
+    return g;
+}
+
+typedef struct run {
+    mpt_backend *be;
+    mpt_trainer *tr;
+} run;
+
+static void run_open(run *r, mpt_precision mode, int telemetry_every, int twin, mpt_loss_scaling ls) {
+    r->be = mpt_backend_cpu_create();
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    cfg.seed = 11;
+    cfg.loss_scaling = ls;
+    cfg.scaler.growth_interval = 5; /* the scale moves during the test */
+    ck_assert_int_eq(mpt_trainer_create(&r->tr, build(r->be, mode, 1), &cfg), MPT_OK);
+    if (telemetry_every > 0)
+        ck_assert_int_eq(mpt_telemetry_create(r->tr, telemetry_every, twin ? build(r->be, MPT_PRECISION_FP32, 1) : NULL),
+                         MPT_OK);
+}
+
+static void run_close(run *r) {
+    mpt_trainer_free(&r->tr);
+    mpt_backend_free(&r->be);
+}
+
+static void gather(run *r, const mpt_mnist *d, int64_t b) {
+    int32_t idx[B];
+    for (int i = 0; i < B; i++) idx[i] = (int32_t)((b * B + i) % d->n_train);
+    mpt_trainer_gather(r->tr, d->train_images, d->train_labels, idx, d->dim, 0.0f, 1.0f);
+}
+
+/* Telemetry (every step, with the twin) vs none: the same losses and the same bits in every master, optimizer
+ * state and scaler field after each step. */
+START_TEST(test_on_off_bit_identical) {
+    static const mpt_precision modes[4] = {MPT_PRECISION_FP16, MPT_PRECISION_BF16, MPT_PRECISION_TF32,
+                                           MPT_PRECISION_FP32};
+    mpt_precision mode = modes[_i];
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 512, 64, 64, 8, 3), MPT_OK);
+    mpt_loss_scaling ls = mode == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
+    run off, on;
+    run_open(&off, mode, 0, 0, ls);
+    run_open(&on, mode, 1, 1, ls);
+    for (int64_t s = 0; s < 24; s++) {
+        gather(&off, &d, s);
+        gather(&on, &d, s);
+        mpt_trainer_step(off.tr);
+        mpt_trainer_step(on.tr);
+        mpt_train_stats a, b;
+        mpt_trainer_stats(off.tr, &a);
+        mpt_trainer_stats(on.tr, &b);
+        ck_assert_msg(memcmp(&a.loss, &b.loss, sizeof a.loss) == 0, "step %lld: loss %a vs %a", (long long)s, a.loss,
+                      b.loss);
+        ck_assert_msg(memcmp(off.tr->scaler, on.tr->scaler, sizeof(mpt_scaler_state)) == 0, "step %lld: scaler",
+                      (long long)s);
+    }
+    for (int i = 0; i < off.tr->n_params; i++) {
+        size_t n = (size_t)mpt_tensor_numel(off.tr->master[i]);
+        ck_assert_msg(memcmp(off.tr->master[i]->data, on.tr->master[i]->data, n * 4) == 0, "master %s differs",
+                      off.tr->master[i]->name);
+        ck_assert(memcmp(off.tr->m[i]->data, on.tr->m[i]->data, n * 4) == 0);
+        ck_assert(memcmp(off.tr->v[i]->data, on.tr->v[i]->data, n * 4) == 0);
+        ck_assert(memcmp(off.tr->weight[i]->data, on.tr->weight[i]->data, mpt_tensor_nbytes(off.tr->weight[i])) == 0);
+    }
+    const mpt_telemetry_stat *st;
+    int ns = mpt_telemetry_stats(on.tr->telemetry, &st);
+    ck_assert_int_gt(ns, 20);
+    int seen_twin = 0, seen_flush = 0;
+    for (int i = 0; i < ns; i++) {
+        ck_assert_int_eq(st[i].last_step, 24);
+        if (strcmp(st[i].metric, "twin_rel_l2") == 0) {
+            seen_twin++;
+            if (mode == MPT_PRECISION_FP32) /* the same computation as its twin */
+                ck_assert_msg(st[i].sum == 0.0, "fp32: %s twin error %g", st[i].tensor, st[i].sum);
+            else if (!(mode == MPT_PRECISION_TF32 && strcmp(st[i].tensor, "input") == 0)) /* tf32 stores FP32 */
+                ck_assert_msg(st[i].last > 0.0, "%s: %s agrees exactly with its FP32 twin", mpt_precision_name(mode),
+                              st[i].tensor);
+        }
+        if (strcmp(st[i].metric, "twin_cos") == 0 && mode == MPT_PRECISION_FP32)
+            ck_assert_double_eq_tol(st[i].last, 1.0, 1e-12);
+        if (strcmp(st[i].metric, "flush_frac@S=1") == 0) seen_flush++;
+    }
+    ck_assert_int_gt(seen_twin, 10);
+    if (mode == MPT_PRECISION_FP16) ck_assert_int_ge(seen_flush, 4); /* conv1 is never a gradient target */
+    run_close(&off);
+    run_close(&on);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* Each probe, rounded into its tensor's dtype, gives the stored tensor (CPU: the same kernels and order). */
+START_TEST(test_probes_round_to_stored) {
+    static const mpt_precision modes[2] = {MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run r;
+    run_open(&r, modes[_i], 0, 0, modes[_i] == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE);
+    gather(&r, &d, 0);
+    mpt_trainer_step(r.tr); /* weights move once */
+    gather(&r, &d, 1);
+    mpt_graph *g = r.tr->g;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    int64_t maxn = 0, maxs = 1;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (mpt_tensor_numel(g->tensors[i]) > maxn) maxn = mpt_tensor_numel(g->tensors[i]);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->probe_scratch > maxs) maxs = g->nodes[i]->probe_scratch;
+    float *dst = malloc((size_t)maxn * 4), *scratch = malloc((size_t)maxs * 4);
+    int probes = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        mpt_node *n = g->nodes[i];
+        for (int pass = 0; pass < 2; pass++) {
+            mpt_node_probe_fn f = pass ? n->probe_backward : n->probe_forward;
+            if (!f) continue;
+            const mpt_tensor *x = pass ? n->in[0]->grad : n->out;
+            while (x->view_of) x = x->view_of;
+            ck_assert_int_ge(mpt_backend_reserve_workspace(r.be, n->probe_workspace), 0);
+            f(g, n, dst, scratch);
+            int64_t bad = 0, cnt = mpt_tensor_numel(x);
+            for (int64_t k = 0; k < cnt; k++) {
+                uint16_t q = x->dtype == MPT_DTYPE_F16 ? mpt_f32_to_f16(dst[k]) : mpt_f32_to_bf16(dst[k]);
+                if (q != ((const uint16_t *)x->data)[k]) bad++;
+            }
+            ck_assert_msg(bad == 0, "%s %s probe of %s: %lld of %lld elements round differently", n->name,
+                          pass ? "backward" : "forward", x->name, (long long)bad, (long long)cnt);
+            probes++;
+        }
+    }
+    ck_assert_int_eq(probes, 4 + 4); /* forward: conv1, conv2, fc1, fc2; backward: conv2, fc1, fc2, loss */
+    free(dst);
+    free(scratch);
+    run_close(&r);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+START_TEST(test_create_rejects) {
+    run r;
+    run_open(&r, MPT_PRECISION_BF16, 0, 0, MPT_LOSS_SCALE_NONE);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 0, NULL), MPT_ERR_ARG);
+    ck_assert_ptr_null(r.tr->telemetry);
+    /* a twin of another model */
+    mpt_policy pol = mpt_policy_make(MPT_PRECISION_FP32);
+    mpt_graph *tw = mpt_graph_create(r.be, &pol, B);
+    int64_t shape[2] = {B, 64};
+    mpt_softmax_xent(tw, mpt_linear(tw, mpt_input(tw, 2, shape), 8, "fc"), "loss");
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 5, tw), MPT_ERR_ARG);
+    ck_assert_msg(strstr(mpt_last_error(), "twin") != NULL, "message: %s", mpt_last_error());
+    run_close(&r);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("telemetry");
+    TCase *tc = tcase_create("instruments");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_range_f16_bits);
+    tcase_add_test(tc, test_range_bf16_f32_bits);
+    tcase_add_test(tc, test_hist_counts_on_known_exponents);
+    tcase_add_test(tc, test_hist_boundaries);
+    tcase_add_test(tc, test_hist_counterfactuals_f16);
+    tcase_add_test(tc, test_hist_counterfactuals_bf16);
+    tcase_add_test(tc, test_hist_log2_exact);
+    tcase_add_loop_test(tc, test_lost_matches_brute_force, 0, 3);
+    suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("collector");
+    tcase_set_timeout(tg, 240);
+    tcase_add_loop_test(tg, test_on_off_bit_identical, 0, 4);
+    tcase_add_loop_test(tg, test_probes_round_to_stored, 0, 2);
+    tcase_add_test(tg, test_create_rejects);
+    suite_add_tcase(s, tg);
+    return mpt_test_run(s);
+}
