@@ -36,6 +36,7 @@
 #include "datasets/idx.h"
 #include "datasets/synthetic.h"
 #include "engine/checkpoint.h"
+#include "engine/telemetry/telemetry.h"
 #include "harness.h"
 #define TESTS_TMP_PREFIX "mpt_test_cli"
 #include "tmpdir.h"
@@ -211,6 +212,9 @@ static const bad_case bad_cases[] = {
     {{"train", "--standardize=yes"}, "--standardize"},
     {{"train", "stray"}, "stray"},
     {{"train", "--nesterov"}, "--nesterov"},
+    {{"train", "--shadow"}, "--telemetry"},           /* the twin runs on telemetry steps */
+    {{"train", "--telemetry", "-1"}, "--telemetry"},
+    {{"compare", "--telemetry", "0", "--shadow"}, "--telemetry"},
     {{"compare", "--precisions", "fp32,fp64"}, "--precisions"},
     {{"compare", "--precisions", "fp16,fp16"}, "--precisions"},
     {{"compare", "--precisions", ""}, "--precisions"},
@@ -715,6 +719,67 @@ START_TEST(test_fashion_mnist_short) {
 }
 END_TEST
 
+/* Telemetry and the FP32 twin only read: the same run with them on every third step ends with the same bits,
+ * logs the same losses, and adds telemetry.csv, its summary and its own memory categories. */
+START_TEST(test_telemetry_only_reads) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dirs[2] = {tmp_path("off"), tmp_path("on")};
+    for (int r = 0; r < 2; r++) {
+        char *args[MAX_ARGS];
+        int n = 0;
+        const char *common[] = {"mptrain", "train", "--data", data, "--device", "cpu", "--model", "lenet5",
+                                "--precision", "fp16", "--batch-size", "32", "--epochs", "1", "--log-every", "1",
+                                "--limit-train", "384", "--limit-test", "64", "--progress", "off", "--out", dirs[r]};
+        for (size_t k = 0; k < sizeof common / sizeof common[0]; k++) args[n++] = (char *)common[k];
+        if (r == 1) {
+            args[n++] = (char *)"--telemetry";
+            args[n++] = (char *)"3";
+            args[n++] = (char *)"--shadow";
+        }
+        args[n] = NULL;
+        int rc = run_argv(args);
+        ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    }
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/checkpoint.safetensors", dirs[0]);
+    snprintf(b, sizeof b, "%s/checkpoint.safetensors", dirs[1]);
+    assert_same_tensors(a, b);
+    assert_same_losses(dirs[0], dirs[1], 1, 12); /* 384 / 32 = 12 steps */
+    snprintf(a, sizeof a, "%s/telemetry.csv", dirs[0]);
+    ck_assert_msg(!file_exists(a), "telemetry.csv written with telemetry off");
+    snprintf(b, sizeof b, "%s/telemetry.csv", dirs[1]);
+    int nl;
+    char **lines = read_lines(b, &nl);
+    ck_assert_str_eq(lines[0], MPT_TELEMETRY_CSV_HEADER);
+    int steps_seen[13] = {0};
+    for (int i = 1; i < nl; i++) {
+        int step = atoi(lines[i]);
+        ck_assert_msg(step == 3 || step == 6 || step == 9 || step == 12, "row of step %d: %s", step, lines[i]);
+        steps_seen[step] = 1;
+    }
+    ck_assert(steps_seen[3] && steps_seen[6] && steps_seen[9] && steps_seen[12]);
+    free_lines(lines, nl);
+    json_t *off = load_summary(dirs[0]), *on = load_summary(dirs[1]);
+    ck_assert(json_is_null(json_object_get(off, "telemetry")));
+    json_t *t = json_object_get(on, "telemetry");
+    ck_assert_int_eq(json_integer_value(json_object_get(t, "every")), 3);
+    json_t *m = json_object_get(json_object_get(json_object_get(t, "metrics"), "fc1.out"), "twin_rel_l2");
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "steps")), 4);
+    double err = json_real_value(json_object_get(m, "mean"));
+    /* FP16 activations against FP32: errors of a few unit roundoffs (2^-11), never 0 */
+    ck_assert_msg(err > 0.0 && err < 64 * 0x1p-11, "fc1.out twin error %g", err);
+    json_t *mem_off = json_object_get(off, "peak_memory_bytes"), *mem_on = json_object_get(on, "peak_memory_bytes");
+    ck_assert_int_eq(json_integer_value(json_object_get(mem_off, "twin")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(mem_off, "telemetry")), 0);
+    ck_assert_int_gt(json_integer_value(json_object_get(mem_on, "twin")), 0);
+    ck_assert_int_gt(json_integer_value(json_object_get(mem_on, "telemetry")), 0);
+    json_decref(off);
+    json_decref(on);
+    rm_tmpdir();
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("flags");
@@ -731,6 +796,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_fp16_mlp);
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_compare_report);
+    tcase_add_test(tr, test_telemetry_only_reads);
     tcase_add_test(tr, test_fashion_mnist_short);
     suite_add_tcase(s, tr);
     return s;

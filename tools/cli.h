@@ -26,6 +26,7 @@
 #include "engine/backend.h"
 #include "engine/optim/schedule.h"
 #include "engine/status.h"
+#include "engine/telemetry/telemetry.h"
 #include "engine/train.h"
 
 #define MPT_CLI_EXIT_FAIL 1
@@ -73,6 +74,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_SAVE_EVERY,
     MPT_OPT_MAX_STEPS,
     MPT_OPT_PROGRESS,
+    MPT_OPT_TELEMETRY,
+    MPT_OPT_SHADOW,
     MPT_OPT_PRECISIONS,
     MPT_OPT_CHECKPOINT,
     MPT_OPT_HELP,
@@ -135,6 +138,8 @@ typedef struct mpt_cli_opts {
     int64_t save_every;          /* 0 = checkpoint only at the end */
     int64_t max_steps;           /* 0 = no limit: stop after `epochs` */
     mpt_progress_mode progress;
+    int64_t telemetry;           /* measure numerics every N steps (telemetry.csv), 0 = off */
+    int shadow;                  /* with telemetry: run the FP32 shadow twin on telemetry steps */
     mpt_precision precisions[MPT_PRECISION_COUNT]; /* compare */
     int n_precisions;
     char checkpoint[MPT_CLI_PATH]; /* eval */
@@ -235,6 +240,8 @@ typedef struct mpt_cli_result {
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
     float *init_master;          /* the same at the start of this invocation (malloc'd) */
     int64_t n_master;
+    mpt_telemetry_stat *telemetry; /* [n_telemetry] last and mean of each (tensor, metric) (malloc'd), or NULL */
+    int n_telemetry;
 } mpt_cli_result;
 
 void mpt_cli_result_free(mpt_cli_result *r);

@@ -94,6 +94,9 @@ void mpt_cli_result_free(mpt_cli_result *r) {
     free(r->epoch_s);
     free(r->final_master);
     free(r->init_master);
+    free(r->telemetry);
+    r->telemetry = NULL;
+    r->n_telemetry = 0;
     r->epoch_s = NULL;
     r->final_master = NULL;
     r->init_master = NULL;
@@ -140,7 +143,7 @@ typedef struct run {
     int32_t *idx_test;       /* backend [ceil(n_test / B) * B] */
     int32_t *idx_val;        /* backend [ceil(n_val / B) * B] or NULL */
     size_t idx_bytes;        /* bytes of the three above (MPT_MEM_DATA) */
-    FILE *steps_csv, *epochs_csv;
+    FILE *steps_csv, *epochs_csv, *telemetry_csv;
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
     char ckpt_path[MPT_CLI_PATH + 64];
@@ -190,6 +193,7 @@ static FILE *open_csv(const char *dir, const char *name, const char *header, int
 static void run_free(run *r) {
     if (r->steps_csv) fclose(r->steps_csv);
     if (r->epochs_csv) fclose(r->epochs_csv);
+    if (r->telemetry_csv) fclose(r->telemetry_csv);
     if (r->ld_ready) mpt_loader_free(&r->ld);
     mpt_loader_split_free(&r->split);
     mpt_trainer_free(&r->t);
@@ -235,6 +239,23 @@ static void load_epoch(run *r, int64_t e) {
     }
     r->be->from_host(r->be, r->idx_epoch, r->idx_host, (size_t)(r->nb * B) * sizeof(int32_t));
     r->be->synchronize(r->be);
+}
+
+/* --telemetry N [--shadow]: the collector, with an FP32 twin of the model when asked for. */
+static mpt_status telemetry_setup(run *r) {
+    mpt_graph *twin = NULL;
+    if (r->o.shadow) {
+        mpt_policy fp32 = mpt_policy_make(MPT_PRECISION_FP32);
+        twin = mpt_graph_create(r->be, &fp32, r->o.batch);
+        mpt_tensor *logits = NULL;
+        mpt_status s = mpt_model_build(twin, r->o.model, &logits);
+        if (s != MPT_OK) {
+            mpt_graph_free(&twin);
+            return s;
+        }
+        mpt_softmax_xent(twin, logits, "loss");
+    }
+    return mpt_telemetry_create(r->t, r->o.telemetry, twin);
 }
 
 static mpt_status setup(run *r, mpt_cli_result *res) {
@@ -297,6 +318,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
     if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+    if (o->telemetry > 0) MPT_TRY(telemetry_setup(r));
 
     r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);
     r->n_valid = malloc((size_t)r->nb * sizeof *r->n_valid);
@@ -316,6 +338,11 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                              "loss_scale,steps_skipped",
                              append);
     if (!r->epochs_csv) return MPT_ERR_IO;
+    if (r->t->telemetry) {
+        r->telemetry_csv = open_csv(o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER, append);
+        if (!r->telemetry_csv) return MPT_ERR_IO;
+        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv);
+    }
     snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
     return MPT_OK;
 }
@@ -548,6 +575,13 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
         res->final_master = collect_masters(&r, &res->n_master);
         for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];
         res->mem_peak_total = r.be->mem_peak_total;
+        if (r.t->telemetry) {
+            const mpt_telemetry_stat *st;
+            res->n_telemetry = mpt_telemetry_stats(r.t->telemetry, &st);
+            res->telemetry = malloc((size_t)res->n_telemetry * sizeof *st + 1);
+            MPT_ASSERT(res->telemetry != NULL);
+            memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
+        }
         s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
     }
     run_free(&r);
@@ -560,7 +594,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
 static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,      MPT_OPT_OUT,
                                             MPT_OPT_RESUME,    MPT_OPT_LIMIT_TEST, MPT_OPT_THREADS,
                                             MPT_OPT_LOG_EVERY, MPT_OPT_SAVE_EVERY, MPT_OPT_MAX_STEPS,
-                                            MPT_OPT_PROGRESS};
+                                            MPT_OPT_PROGRESS,  MPT_OPT_TELEMETRY, MPT_OPT_SHADOW};
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
@@ -591,6 +625,8 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     out->save_every = cli->save_every;
     out->max_steps = cli->max_steps;
     out->progress = cli->progress;
+    out->telemetry = cli->telemetry;
+    out->shadow = cli->shadow;
     for (size_t i = 0; i < sizeof per_invocation / sizeof per_invocation[0]; i++)
         out->given[per_invocation[i] - MPT_OPT_FIRST] = cli->given[per_invocation[i] - MPT_OPT_FIRST];
     return MPT_OK;

@@ -95,6 +95,12 @@ static const opt_def opt_table[] = {
      "stop (and save) once N steps have run in total (default 0 = no limit)"},
     {"progress", MPT_OPT_PROGRESS, required_argument, TC, "WHEN",
      "auto | on | off: a progress bar (default auto: when stdout is a terminal)"},
+    {"telemetry", MPT_OPT_TELEMETRY, required_argument, TC, "N",
+     "every N steps measure underflow, overflow and rounding of every tensor into telemetry.csv (docs/numerics.md; "
+     "default 0 = off; compare: 50)"},
+    {"shadow", MPT_OPT_SHADOW, no_argument, TC, NULL,
+     "on telemetry steps also run an FP32 twin of the network on the same batch with the master weights, and "
+     "report each layer's error against it"},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
@@ -323,6 +329,9 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         else if (strcmp(arg, "off") == 0) o->progress = MPT_PROGRESS_OFF;
         else return bad_value(f, "one of auto, on, off", arg);
         return MPT_OK;
+    case MPT_OPT_TELEMETRY:
+        return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = off)", &o->telemetry);
+    case MPT_OPT_SHADOW: o->shadow = 1; return MPT_OK;
     case MPT_OPT_HELP:
     case MPT_OPT_END: break;
     }
@@ -530,6 +539,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (optind < argc) {
         fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
                 argv[optind], name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
+    if (o->shadow && o->telemetry == 0) {
+        fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (o->nesterov && (o->optimizer != MPT_OPTIM_SGD || o->momentum == 0.0)) {

@@ -43,6 +43,29 @@ static mpt_status write_json(const char *dir, const char *file, json_t *j) {
     return MPT_OK;
 }
 
+/* {"every": N, "shadow": b, "metrics": {tensor: {metric: {"last", "mean", "steps"}}}}, or null when off. */
+static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_cli_result *r) {
+    if (o->telemetry <= 0) return json_null();
+    json_t *t = json_object(), *metrics = json_object();
+    json_object_set_new(t, "every", json_integer((json_int_t)o->telemetry));
+    json_object_set_new(t, "shadow", json_boolean(o->shadow));
+    for (int i = 0; i < r->n_telemetry; i++) {
+        const mpt_telemetry_stat *s = &r->telemetry[i];
+        json_t *per = json_object_get(metrics, s->tensor);
+        if (!per) {
+            per = json_object();
+            json_object_set_new(metrics, s->tensor, per);
+        }
+        json_t *m = json_object();
+        json_object_set_new(m, "last", num(s->last));
+        json_object_set_new(m, "mean", num(s->count ? s->sum / (double)s->count : NAN));
+        json_object_set_new(m, "steps", json_integer((json_int_t)s->count));
+        json_object_set_new(per, s->metric, m);
+    }
+    json_object_set_new(t, "metrics", metrics);
+    return t;
+}
+
 mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
                                  const mpt_graph *g, const mpt_policy *policy) {
     json_t *j = json_object();
@@ -80,6 +103,7 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_object_set_new(j, "scale_floor_hits", json_integer(r->floor_hits));
     json_object_set_new(j, "final_loss_scale", json_real((double)r->final_scale));
     json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
+    json_object_set_new(j, "telemetry", telemetry_json(o, r));
     return write_json(dir, "summary.json", j);
 }
 

@@ -100,6 +100,21 @@ void mpt_exp_hist_add(mpt_exp_hist *h, const float *v, int64_t n) {
     h->n += n;
 }
 
+void mpt_exp_hist_merge(mpt_exp_hist *dst, const mpt_exp_hist *src) {
+    MPT_ASSERTF(dst->target == src->target, "exp_hist_merge: targets %s and %s", mpt_dtype_name(dst->target),
+                mpt_dtype_name(src->target));
+    dst->n += src->n;
+    dst->zero += src->zero;
+    dst->nonfinite += src->nonfinite;
+    for (int i = 0; i < MPT_EXP_HIST_BINS; i++) {
+        dst->count[i] += src->count[i];
+        dst->pow2[i] += src->pow2[i];
+        dst->carry[i] += src->carry[i];
+        dst->carry_sub[i] += src->carry_sub[i];
+        dst->mass[i] += src->mass[i];
+    }
+}
+
 void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out) {
     const fmt_exps f = exps_of(h->target);
     memset(out, 0, sizeof *out);

@@ -77,6 +77,9 @@ void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target);
 /* Adds n FP32 values (host buffer). */
 void mpt_exp_hist_add(mpt_exp_hist *h, const float *v, int64_t n);
 
+/* Adds the counts of src (same target) to dst: the histogram of both sets of values. */
+void mpt_exp_hist_merge(mpt_exp_hist *dst, const mpt_exp_hist *src);
+
 /* What RNE into the target format does to the histogram's values multiplied by 2^k. Fractions of the
  * nonzero finite values (0 when there are none); mass_lost a share of sum |v| (0 when the sum is 0). */
 typedef struct mpt_round_stats {

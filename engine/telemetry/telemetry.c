@@ -25,6 +25,8 @@ struct mpt_telemetry {
     mpt_telemetry_stat *stats;
     int n_stats, cap_stats;
     int gathered;               /* the twin holds the coming step's batch */
+    mpt_exp_hist all_act, all_grad; /* this step's rounding histograms over all probed activations / gradients */
+    int n_act, n_grad;
     int64_t step;               /* 1-based number of the step being measured */
 };
 
@@ -105,6 +107,17 @@ static void round_rows(mpt_telemetry *tel, const char *tensor, const mpt_exp_his
     row(tel, tensor, m, rs.mass_lost);
 }
 
+/* The rows of one histogram: what the rounding did and, for gradients (scaled by S = 2^log2_scale), what it
+ * would have done at S/2, 2S and S = 1. */
+static void rounding_rows(mpt_telemetry *tel, const char *tensor, const mpt_exp_hist *h, int scaled,
+                          int32_t log2_scale) {
+    round_rows(tel, tensor, h, 0, "");
+    if (!scaled || log2_scale == INT32_MIN) return; /* counterfactuals need a power-of-two S */
+    round_rows(tel, tensor, h, -1, "@S/2");
+    round_rows(tel, tensor, h, 1, "@2S");
+    round_rows(tel, tensor, h, -log2_scale, "@S=1");
+}
+
 /* Runs a node's rounding probe for 16-bit tensor x (scaled: a gradient seeded with S = 2^log2_scale) and
  * records what the rounding did, with the loss-scale counterfactuals for gradients. */
 static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn probe, const mpt_tensor *x,
@@ -116,11 +129,11 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     mpt_exp_hist h;
     mpt_exp_hist_init(&h, x->dtype);
     mpt_exp_hist_add(&h, tel->h_a, cnt);
-    round_rows(tel, x->name, &h, 0, "");
-    if (!scaled || log2_scale == INT32_MIN) return; /* counterfactuals need a power-of-two S */
-    round_rows(tel, x->name, &h, -1, "@S/2");
-    round_rows(tel, x->name, &h, 1, "@2S");
-    round_rows(tel, x->name, &h, -log2_scale, "@S=1");
+    rounding_rows(tel, x->name, &h, scaled, log2_scale);
+    mpt_exp_hist *all = scaled ? &tel->all_grad : &tel->all_act;
+    int *count = scaled ? &tel->n_grad : &tel->n_act;
+    if ((*count)++ == 0) mpt_exp_hist_init(all, x->dtype);
+    mpt_exp_hist_merge(all, &h);
 }
 
 /* ||a/scale - b|| / ||b|| and, when want_cos, the cosine of a and b (host FP32 arrays, sums in double). */
@@ -165,6 +178,7 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     row(tel, "amp", "loss_scale", S);
     int twin = tel->twin != NULL && tel->gathered;
     if (twin) twin_run(tel);
+    tel->n_act = tel->n_grad = 0;
 
     for (int i = 0; i < g->n_nodes; i++) {
         mpt_node *n = g->nodes[i];
@@ -189,6 +203,9 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
         }
         if (n->probe_backward) measure_rounding(tel, n, n->probe_backward, root_of(n->in[0]->grad), 1, log2_scale);
     }
+    /* all rounded tensors of the step together, weighting each element once */
+    if (tel->n_act) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT, &tel->all_act, 0, log2_scale);
+    if (tel->n_grad) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, 1, log2_scale);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;
         fetch(tel, gr, tel->h_a);

@@ -28,6 +28,10 @@
 
 #include "engine/train.h"
 
+/* Tensor names of the rows that pool every rounded activation / activation gradient of a step. */
+#define MPT_TELEMETRY_ALL_ACT "all_activations"
+#define MPT_TELEMETRY_ALL_ACT_GRAD "all_activation_grads"
+
 /* The CSV header of mpt_telemetry_set_csv's file. */
 #define MPT_TELEMETRY_CSV_HEADER "step,tensor,metric,value"
 
