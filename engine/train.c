@@ -165,7 +165,8 @@ void mpt_trainer_step(mpt_trainer *t) {
     mpt_graph_backward(g); /* seeded with S = st->scale */
     if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
     /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
-    if (t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1)) mpt_telemetry_after_backward(t->telemetry);
+    int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
+    if (measured) mpt_telemetry_after_backward(t->telemetry);
 
     /* Unscale and found_inf in one pass over each FP32 weight gradient. */
     for (int i = 0; i < t->n_params; i++)
@@ -198,6 +199,7 @@ void mpt_trainer_step(mpt_trainer *t) {
         be->optim_step(be, &a);
     }
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
+    if (measured) mpt_telemetry_after_step(t->telemetry);
     t->iteration++;
 }
 

@@ -4,7 +4,8 @@
  *  - the rounding histogram: counts on values placed on known binary exponents (FP16's subnormal band
  *    2^-24..2^-14 and BF16's 2^-133..2^-126 included), hand-derived outcomes at each rounding boundary, and
  *    the loss-scale counterfactuals (S/2, 2S, 1) equal to actually scaling each value and rounding it;
- *  - the lost-update meter equal to a brute-force `w_new == w_old && delta != 0` element by element;
+ *  - the lost-update meter equal to a brute-force `w_new == w_old && delta != 0` element by element, on
+ *    buffers and on a real optimizer step (the deltas of an identical run collected by the test);
  *  - each rounding probe, rounded to the tensor's dtype, gives the stored tensor bit for bit;
  *  - telemetry (with the FP32 shadow twin) on every step trains bit-identically to telemetry off, and in an
  *    fp32 run the twin agrees exactly with the run (relative error 0, cosine 1).
@@ -16,6 +17,7 @@
 
 #include "datasets/synthetic.h"
 #include "engine/layers/layers.h"
+#include "engine/optim/optim.h"
 #include "engine/telemetry/lost.h"
 #include "engine/telemetry/range.h"
 #include "engine/telemetry/telemetry.h"
@@ -438,6 +440,92 @@ START_TEST(test_probes_round_to_stored) {
 }
 END_TEST
 
+static double stat_last(const mpt_telemetry *tel, const char *tensor, const char *metric, int64_t *step) {
+    const mpt_telemetry_stat *st;
+    int n = mpt_telemetry_stats(tel, &st);
+    for (int i = 0; i < n; i++)
+        if (strcmp(st[i].tensor, tensor) == 0 && strcmp(st[i].metric, metric) == 0) {
+            *step = st[i].last_step;
+            return st[i].last;
+        }
+    ck_abort_msg("no %s %s row", tensor, metric);
+    return NAN;
+}
+
+/* The collector's lost-update rows on a real step equal a brute-force count on an identical run whose deltas
+ * the test collects itself (mpt_trainer.update_out): w_new == w_old && delta != 0, per parameter, on the FP32
+ * masters and, for the counterfactual, on RNE(w_work_old + delta) in BF16. SGD at lr 1e-3 makes updates small
+ * against BF16's ulp, so both fractions are far from 0 and 1 apart. */
+START_TEST(test_lost_updates_in_a_step) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 9), MPT_OK);
+    run runs[2];
+    for (int k = 0; k < 2; k++) {
+        runs[k].be = mpt_backend_cpu_create();
+        mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_BF16);
+        cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_SGD);
+        cfg.optim.lr = 1e-3f;
+        cfg.schedule.base_lr = 1e-3f;
+        ck_assert_int_eq(mpt_trainer_create(&runs[k].tr, build(runs[k].be, MPT_PRECISION_BF16, 0), &cfg), MPT_OK);
+    }
+    ck_assert_int_eq(mpt_telemetry_create(runs[1].tr, 3, NULL), MPT_OK);
+    mpt_trainer *ref = runs[0].tr;
+    int np = ref->n_params;
+    float **delta = calloc((size_t)np, sizeof *delta), **old = calloc((size_t)np, sizeof *old);
+    uint16_t **work = calloc((size_t)np, sizeof *work);
+    for (int i = 0; i < np; i++) {
+        int64_t n = mpt_tensor_numel(ref->master[i]);
+        delta[i] = malloc((size_t)n * 4);
+        old[i] = malloc((size_t)n * 4);
+        work[i] = malloc((size_t)n * 2);
+    }
+    for (int64_t s = 0; s < 3; s++) {
+        gather(&runs[0], &d, s);
+        gather(&runs[1], &d, s);
+        if (s == 2) { /* step 3: the telemetry step */
+            for (int i = 0; i < np; i++) {
+                memcpy(old[i], ref->master[i]->data, mpt_tensor_nbytes(ref->master[i]));
+                memcpy(work[i], ref->weight[i]->data, mpt_tensor_nbytes(ref->weight[i]));
+            }
+            ref->update_out = delta;
+        }
+        mpt_trainer_step(ref);
+        mpt_trainer_step(runs[1].tr);
+    }
+    ref->update_out = NULL;
+    for (int i = 0; i < np; i++) {
+        int64_t n = mpt_tensor_numel(ref->master[i]), nz = 0, lost = 0, nz16 = 0, lost16 = 0;
+        const float *w_new = ref->master[i]->data;
+        for (int64_t k = 0; k < n; k++) {
+            if (delta[i][k] == 0.0f) continue;
+            nz++;
+            if (w_new[k] == old[i][k]) lost++;
+            float w16 = mpt_bf16_to_f32(work[i][k]);
+            nz16++;
+            if (mpt_bf16_to_f32(mpt_f32_to_bf16(w16 + delta[i][k])) == w16) lost16++;
+        }
+        int64_t step;
+        double got = stat_last(runs[1].tr->telemetry, ref->weight[i]->name, "lost_frac", &step);
+        ck_assert_int_eq(step, 3);
+        ck_assert_msg(got == (nz ? (double)lost / (double)nz : 0.0), "%s lost_frac %g, brute force %lld/%lld",
+                      ref->weight[i]->name, got, (long long)lost, (long long)nz);
+        double got16 = stat_last(runs[1].tr->telemetry, ref->weight[i]->name, "lost_frac_if_16bit", &step);
+        ck_assert_msg(got16 == (nz16 ? (double)lost16 / (double)nz16 : 0.0), "%s lost_frac_if_16bit %g, brute %lld/%lld",
+                      ref->weight[i]->name, got16, (long long)lost16, (long long)nz16);
+        if (strcmp(ref->weight[i]->name, "fc1.weight") == 0)
+            ck_assert_msg(got16 > got, "fc1.weight: BF16 would lose %g, the FP32 master %g", got16, got);
+        free(delta[i]);
+        free(old[i]);
+        free(work[i]);
+    }
+    free(delta);
+    free(old);
+    free(work);
+    for (int k = 0; k < 2; k++) run_close(&runs[k]);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 START_TEST(test_create_rejects) {
     run r;
     run_open(&r, MPT_PRECISION_BF16, 0, 0, MPT_LOSS_SCALE_NONE);
@@ -472,6 +560,7 @@ int main(void) {
     tcase_add_loop_test(tg, test_on_off_bit_identical, 0, 4);
     tcase_add_loop_test(tg, test_probes_round_to_stored, 0, 2);
     tcase_add_test(tg, test_create_rejects);
+    tcase_add_test(tg, test_lost_updates_in_a_step);
     suite_add_tcase(s, tg);
     return mpt_test_run(s);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/amp/scaler.h"
+#include "engine/telemetry/lost.h"
 #include "engine/telemetry/range.h"
 
 struct mpt_telemetry {
@@ -27,6 +28,12 @@ struct mpt_telemetry {
     int gathered;               /* the twin holds the coming step's batch */
     mpt_exp_hist all_act, all_grad; /* this step's rounding histograms over all probed activations / gradients */
     int n_act, n_grad;
+    /* lost updates: per parameter, backend snapshots before the step and the optimizer's deltas */
+    float **delta;              /* [n_params] backend FP32 [numel] */
+    void **old;                 /* [n_params] backend, the update target as stored before the step */
+    void **work_old;            /* [n_params] backend 16-bit working copy before the step, or NULL */
+    void *h_c;                  /* host [max_numel] floats */
+    int32_t skipped_before;     /* steps_skipped before the measured step */
     int64_t step;               /* 1-based number of the step being measured */
 };
 
@@ -167,6 +174,26 @@ static void twin_run(mpt_telemetry *tel) {
     mpt_graph_backward(tw);
 }
 
+static void lost_add(mpt_lost *dst, const mpt_lost *src) {
+    dst->n += src->n;
+    dst->nonzero += src->nonzero;
+    dst->lost += src->lost;
+    dst->mass += src->mass;
+    dst->mass_lost += src->mass_lost;
+}
+
+/* Snapshots each update target (and a separate 16-bit working copy) and asks the optimizer for its deltas. */
+static void arm_lost_updates(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    mpt_backend *be = t->be;
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *target = mpt_trainer_update_target(t, i);
+        be->copy(be, tel->old[i], target->data, mpt_tensor_nbytes(target));
+        if (tel->work_old[i]) be->copy(be, tel->work_old[i], t->weight[i]->data, mpt_tensor_nbytes(t->weight[i]));
+    }
+    t->update_out = tel->delta;
+}
+
 void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     mpt_trainer *t = tel->t;
     mpt_graph *g = t->g;
@@ -215,8 +242,57 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
             compare(tel, gr->name, tel->h_a, tel->h_b, mpt_tensor_numel(gr), S, 1);
         }
     }
+    arm_lost_updates(tel);
+    tel->skipped_before = st.steps_skipped;
     if (tel->csv) fflush(tel->csv);
     tel->gathered = 0;
+}
+
+void mpt_telemetry_after_step(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    mpt_backend *be = t->be;
+    t->update_out = NULL;
+    mpt_scaler_state st;
+    be->to_host(be, &st, t->scaler, sizeof st);
+    if (st.steps_skipped != tel->skipped_before) { /* no update was applied: nothing to meter */
+        row(tel, "amp", "step_skipped", 1.0);
+        if (tel->csv) fflush(tel->csv);
+        return;
+    }
+    mpt_lost all, all_cf;
+    memset(&all, 0, sizeof all);
+    memset(&all_cf, 0, sizeof all_cf);
+    int any_cf = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *target = mpt_trainer_update_target(t, i), *w = t->weight[i];
+        int64_t n = mpt_tensor_numel(target);
+        size_t bytes = (size_t)n * mpt_dtype_size(target->dtype);
+        be->to_host(be, tel->h_raw, tel->old[i], bytes);
+        be->to_host(be, tel->h_c, target->data, bytes);
+        be->to_host(be, tel->h_a, tel->delta[i], (size_t)n * sizeof(float));
+        mpt_lost r;
+        memset(&r, 0, sizeof r);
+        mpt_lost_count(&r, tel->h_raw, tel->h_c, target->dtype, tel->h_a, n);
+        row(tel, w->name, "lost_frac", mpt_lost_frac(&r));
+        row(tel, w->name, "lost_mass", mpt_lost_mass_share(&r));
+        lost_add(&all, &r);
+        if (tel->work_old[i]) {
+            be->to_host(be, tel->h_raw, tel->work_old[i], (size_t)n * mpt_dtype_size(w->dtype));
+            memset(&r, 0, sizeof r);
+            mpt_lost_counterfactual(&r, tel->h_raw, w->dtype, tel->h_a, n);
+            row(tel, w->name, "lost_frac_if_16bit", mpt_lost_frac(&r));
+            row(tel, w->name, "lost_mass_if_16bit", mpt_lost_mass_share(&r));
+            lost_add(&all_cf, &r);
+            any_cf = 1;
+        }
+    }
+    row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", mpt_lost_frac(&all));
+    row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_mass", mpt_lost_mass_share(&all));
+    if (any_cf) {
+        row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", mpt_lost_frac(&all_cf));
+        row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_mass_if_16bit", mpt_lost_mass_share(&all_cf));
+    }
+    if (tel->csv) fflush(tel->csv);
 }
 
 void mpt_telemetry_gather(mpt_telemetry *tel, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
@@ -289,6 +365,33 @@ static mpt_status attach_twin(mpt_telemetry *tel, mpt_graph *tw) {
     return MPT_OK;
 }
 
+/* Whether parameter i's forward weight is a 16-bit copy of an FP32 update target (the counterfactual applies). */
+static int has_16bit_copy(const mpt_trainer *t, int i) {
+    const mpt_tensor *target = mpt_trainer_update_target(t, i), *w = t->weight[i];
+    return target != w && target->dtype == MPT_DTYPE_F32 && (w->dtype == MPT_DTYPE_F16 || w->dtype == MPT_DTYPE_BF16);
+}
+
+static mpt_status alloc_lost_buffers(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    tel->delta = calloc((size_t)t->n_params, sizeof *tel->delta);
+    tel->old = calloc((size_t)t->n_params, sizeof *tel->old);
+    tel->work_old = calloc((size_t)t->n_params, sizeof *tel->work_old);
+    MPT_ASSERT(tel->delta && tel->old && tel->work_old);
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *target = mpt_trainer_update_target(t, i);
+        tel->delta[i] = backend_alloc(tel, (size_t)mpt_tensor_numel(target) * sizeof(float));
+        tel->old[i] = backend_alloc(tel, mpt_tensor_nbytes(target));
+        if (!tel->delta[i] || !tel->old[i])
+            return mpt_errorf(MPT_ERR_NOMEM, "telemetry: cannot allocate the lost-update buffers of %s", target->name);
+        if (has_16bit_copy(t, i)) {
+            tel->work_old[i] = backend_alloc(tel, mpt_tensor_nbytes(t->weight[i]));
+            if (!tel->work_old[i])
+                return mpt_errorf(MPT_ERR_NOMEM, "telemetry: cannot allocate a copy of %s", t->weight[i]->name);
+        }
+    }
+    return MPT_OK;
+}
+
 mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) {
     MPT_ASSERTF(t->telemetry == NULL, "mpt_telemetry_create: the trainer already has telemetry");
     if (every < 1) {
@@ -317,7 +420,9 @@ mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) 
     tel->h_raw = malloc((size_t)tel->max_numel * sizeof(float));
     tel->h_a = malloc((size_t)tel->max_numel * sizeof(float));
     tel->h_b = malloc((size_t)tel->max_numel * sizeof(float));
-    if (!tel->probe_dst || !tel->probe_scratch || !tel->h_raw || !tel->h_a || !tel->h_b)
+    tel->h_c = malloc((size_t)tel->max_numel * sizeof(float));
+    MPT_TRY(alloc_lost_buffers(tel));
+    if (!tel->probe_dst || !tel->probe_scratch || !tel->h_raw || !tel->h_a || !tel->h_b || !tel->h_c)
         return mpt_errorf(MPT_ERR_NOMEM, "telemetry: cannot allocate buffers for %lld elements",
                           (long long)tel->max_numel);
     return MPT_OK;
@@ -327,8 +432,18 @@ void mpt_telemetry_free(mpt_telemetry **ptel) {
     mpt_telemetry *tel = *ptel;
     if (!tel) return;
     mpt_backend *be = tel->t->be;
+    if (tel->t->update_out == tel->delta) tel->t->update_out = NULL;
     if (tel->probe_dst) be->free(be, tel->probe_dst);
     if (tel->probe_scratch) be->free(be, tel->probe_scratch);
+    for (int i = 0; i < tel->t->n_params; i++) {
+        if (tel->delta && tel->delta[i]) be->free(be, tel->delta[i]);
+        if (tel->old && tel->old[i]) be->free(be, tel->old[i]);
+        if (tel->work_old && tel->work_old[i]) be->free(be, tel->work_old[i]);
+    }
+    free(tel->delta);
+    free(tel->old);
+    free(tel->work_old);
+    free(tel->h_c);
     mpt_backend_account(be, MPT_MEM_TELEMETRY, -(int64_t)tel->bytes);
     mpt_graph_free(&tel->twin);
     free(tel->h_raw);

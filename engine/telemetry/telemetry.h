@@ -11,7 +11,11 @@
  *     batch, labels, dropout masks) in FP32 with the current FP32 master weights, and each tensor is
  *     compared with its twin: relative L2 error, and the cosine for weight gradients (the run's gradients
  *     unscaled by S first);
- *   after the optimizer step: nothing yet reads it (lost updates need the optimizer's per-element deltas).
+ *     Before returning it snapshots the storage each update goes to (and a 16-bit working copy, if any) and
+ *     points t->update_out at its own buffers, so the optimizer writes its per-element FP32 deltas there;
+ *   after the optimizer step: the lost-update meter (lost.h) per parameter tensor, on the storage the update
+ *     went to and, where the run keeps FP32 masters over 16-bit weights, the counterfactual "had the same
+ *     update been applied to the 16-bit working copy"; then t->update_out is reset to NULL.
  * Everything it computes goes to its own buffers (MPT_MEM_TELEMETRY, the twin's arenas MPT_MEM_TWIN),
  * allocated by mpt_telemetry_create; a step synchronises only when it is a telemetry step, and the
  * training itself is bit-identical with telemetry on or off (tests/test_telemetry.c).
@@ -31,6 +35,8 @@
 /* Tensor names of the rows that pool every rounded activation / activation gradient of a step. */
 #define MPT_TELEMETRY_ALL_ACT "all_activations"
 #define MPT_TELEMETRY_ALL_ACT_GRAD "all_activation_grads"
+/* Tensor name of the rows that pool the lost updates of every parameter tensor. */
+#define MPT_TELEMETRY_ALL_PARAMS "all_parameters"
 
 /* The CSV header of mpt_telemetry_set_csv's file. */
 #define MPT_TELEMETRY_CSV_HEADER "step,tensor,metric,value"
@@ -72,7 +78,10 @@ size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem);
  * gather). Arguments as mpt_trainer_gather's. */
 void mpt_telemetry_gather(mpt_telemetry *tel, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
                           int64_t D, float mean, float inv_std);
-/* After backward, before unscale, on a telemetry step: range, rounding and twin measurements. */
+/* After backward, before unscale, on a telemetry step: range, rounding and twin measurements; arms the
+ * lost-update meter. */
 void mpt_telemetry_after_backward(mpt_telemetry *tel);
+/* After the optimizer step and the scaler update of the same telemetry step: lost updates. */
+void mpt_telemetry_after_step(mpt_telemetry *tel);
 
 #endif
