@@ -621,7 +621,7 @@ START_TEST(test_compare_report) {
     const char *out = tmp_path("cmp");
     int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,fp16,bf16", "--limit-train", "256",
                  "--limit-test", "128", "--epochs", "2", "--batch-size", "64", "--device", "cpu", "--standardize",
-                 "--progress", "off", NULL);
+                 "--progress", "off", "--telemetry", "2", "--shadow", NULL);
     ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
     static char printed[sizeof out_buf];
     memcpy(printed, out_buf, sizeof out_buf);
@@ -650,7 +650,27 @@ START_TEST(test_compare_report) {
         fclose(f);
         ck_assert_msg(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", p);
         ck_assert_ptr_nonnull(strstr(printed, "convergence.png"));
+        snprintf(p, sizeof p, "%s/numerics.png", out);
+        f = fopen(p, "rb");
+        ck_assert_msg(f != NULL, "%s missing", p);
+        ck_assert_int_eq(fread(magic, 1, 8, f), 8);
+        fclose(f);
+        ck_assert_msg(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0, "%s is not a PNG", p);
     }
+    /* Telemetry (every 2nd of 8 steps) in every run, and its section in the report. */
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s/telemetry.csv", out, names[i]);
+        ck_assert_msg(file_exists(p), "%s missing", p);
+    }
+    snprintf(p, sizeof p, "%s/report.md", out);
+    FILE *rf = fopen(p, "r");
+    static char report[1 << 16];
+    size_t rn = fread(report, 1, sizeof report - 1, rf);
+    fclose(rf);
+    report[rn] = '\0';
+    ck_assert_ptr_nonnull(strstr(report, "## Numerics"));
+    ck_assert_ptr_nonnull(strstr(report, "fp32 runs the twin's own arithmetic: every error is exactly 0"));
+    ck_assert_ptr_nonnull(strstr(report, "what the FP32 masters keep"));
     /* The relative L2 column, recomputed here in FP64 from the checkpoints. */
     char ref_ck[600];
     snprintf(ref_ck, sizeof ref_ck, "%s/fp32/checkpoint.safetensors", out);

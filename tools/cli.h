@@ -318,10 +318,17 @@ typedef struct mpt_cli_compare_ref {
 /* Writes the comparison table as Markdown (the same text `compare` prints). */
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
 
-/* Writes report.md into dir: settings, the table, what each precision does, how to read the plot
- * (plot_file, or NULL with plot_error saying why there is none). */
+/* The pictures report.md refers to: a file name, or NULL with a message saying why there is none. */
+typedef struct mpt_cli_plot_info {
+    const char *convergence, *convergence_error;
+    const char *numerics, *numerics_error; /* both NULL when telemetry was off */
+} mpt_cli_plot_info;
+
+/* Writes report.md into dir: settings, the table, what each precision does, how to read the plots, and with
+ * telemetry a "Numerics" section (per precision: the tensors that underflow most, lost updates per layer, the
+ * error against the FP32 twin per layer, each with a sentence filled from the measurements). */
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const char *plot_file, const char *plot_error);
+                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots);
 
 /* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
 
@@ -329,6 +336,12 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
  * dir/<precision>/metrics.csv and epochs.csv. MPT_ERR_IO with a message when gnuplot is missing or fails
  * (the caller reports it and goes on). */
 mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n);
+
+/* Writes dir/numerics.gp (and numerics_twin.dat, the twin's mean error per activation and precision) and runs
+ * gnuplot to make dir/numerics.png from each run's <precision>/telemetry.csv: activation gradients flushed to
+ * zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit copy),
+ * and the twin error per activation when the runs had --shadow. Errors as mpt_cli_plot's. */
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

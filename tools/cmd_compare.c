@@ -86,7 +86,19 @@ int mpt_cmd_compare(int argc, char **argv) {
         fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
         plot_file = NULL;
     }
-    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, plot_file, plot_error);
+    const char *numerics_file = NULL;
+    char numerics_error[600] = "";
+    if (o.telemetry > 0) {
+        numerics_file = "numerics.png";
+        s = mpt_cli_plot_numerics(o.out, rows, n_done);
+        if (s != MPT_OK) {
+            snprintf(numerics_error, sizeof numerics_error, "%s", mpt_last_error());
+            fprintf(stderr, "mptrain compare: no numerics plot: %s\n", numerics_error);
+            numerics_file = NULL;
+        }
+    }
+    mpt_cli_plot_info plots = {plot_file, plot_error, numerics_file, numerics_error};
+    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, &plots);
     printf("\n");
     mpt_cli_write_table(stdout, rows, n_done);
     if (!ref)
@@ -96,6 +108,7 @@ int mpt_cmd_compare(int argc, char **argv) {
                scale.fp32_travel);
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
+    if (numerics_file) printf("numerics plot: %s/%s\n", o.out, numerics_file);
     for (int i = 0; i < o.n_precisions; i++) mpt_cli_result_free(&res[i]);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     return 0;

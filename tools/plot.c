@@ -65,12 +65,13 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
     return MPT_OK;
 }
 
-mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
-    char script[MPT_CLI_PATH + 64];
-    snprintf(script, sizeof script, "%s/convergence.gp", dir);
-    MPT_TRY(write_script(script, precisions, n));
+/* Runs gnuplot on dir/<name>.gp with dir as working directory; messages in dir/<name>.log (removed on success). */
+static mpt_status run_gnuplot(const char *dir, const char *name) {
+    char script[MPT_CLI_PATH + 64], script_file[128];
+    snprintf(script, sizeof script, "%s/%s.gp", dir, name);
+    snprintf(script_file, sizeof script_file, "%s.gp", name);
     char log[MPT_CLI_PATH + 64];
-    snprintf(log, sizeof log, "%s/convergence.log", dir);
+    snprintf(log, sizeof log, "%s/%s.log", dir, name);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return mpt_errorf(MPT_ERR_IO, "cannot start gnuplot: fork failed (%s)", strerror(errno));
@@ -82,7 +83,7 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
             close(fd);
         }
         if (chdir(dir) != 0) _exit(126);
-        execlp("gnuplot", "gnuplot", "convergence.gp", (char *)NULL);
+        execlp("gnuplot", "gnuplot", script_file, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -97,4 +98,138 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
         return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s (see %s)", script, log);
     unlink(log);
     return MPT_OK;
+}
+
+mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
+    char script[MPT_CLI_PATH + 64];
+    snprintf(script, sizeof script, "%s/convergence.gp", dir);
+    MPT_TRY(write_script(script, precisions, n));
+    return run_gnuplot(dir, "convergence");
+}
+
+/* ---- numerics.png -------------------------------------------------------------------------------------------- */
+
+static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *tensor, const char *metric) {
+    for (int i = 0; i < r->n_telemetry; i++)
+        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
+            return &r->telemetry[i];
+    return NULL;
+}
+
+/* numerics_twin.dat: one line per activation (".out" tensors, forward order of the first run that has them),
+ * the mean relative L2 error against the FP32 twin per precision ("nan" where a run has none). Returns the
+ * number of lines written (0: no run had a twin). */
+static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, mpt_status *s) {
+    *s = MPT_OK;
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        *s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        return 0;
+    }
+    fprintf(f, "tensor");
+    for (int i = 0; i < n; i++) fprintf(f, " %s", mpt_precision_name(rows[i].precision));
+    fprintf(f, "\n");
+    int lines = 0;
+    const mpt_cli_result *first = NULL;
+    for (int i = 0; i < n && !first; i++)
+        if (find_stat(rows[i].r, "input", "twin_rel_l2")) first = rows[i].r;
+    for (int k = 0; first && k < first->n_telemetry; k++) {
+        const mpt_telemetry_stat *st = &first->telemetry[k];
+        size_t len = strlen(st->tensor);
+        if (strcmp(st->metric, "twin_rel_l2") != 0 || len < 4 || strcmp(st->tensor + len - 4, ".out") != 0) continue;
+        fprintf(f, "%s", st->tensor);
+        for (int i = 0; i < n; i++) {
+            const mpt_telemetry_stat *x = find_stat(rows[i].r, st->tensor, "twin_rel_l2");
+            double mean = x && x->count > 0 ? x->sum / (double)x->count : 0.0;
+            if (mean > 0.0) fprintf(f, " %.6g", mean);
+            else fprintf(f, " nan"); /* none, or exactly 0 (fp32 against its twin): no point on a log axis */
+        }
+        fprintf(f, "\n");
+        lines++;
+    }
+    if (fclose(f) != 0) *s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return lines;
+}
+
+/* A series of one (tensor, metric) over steps from <precision>/telemetry.csv, scaled by 100 (percent). */
+static void series(FILE *f, int *first, const char *prec, int lt, const char *tensor, const char *metric, int dash,
+                   const char *title) {
+    fprintf(f, "%s'%s/telemetry.csv' using 1:((strcol(2) eq '%s' && strcol(3) eq '%s') ? 100*$4 : NaN) "
+               "with linespoints lw 1.5 lt %d dt %d pt 7 ps 0.5 title '%s'",
+            *first ? "" : ", \\\n     ", prec, tensor, metric, lt, dash, title);
+    *first = 0;
+}
+
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/numerics_twin.dat", dir);
+    mpt_status s;
+    int twin_lines = write_twin_data(path, rows, n, &s);
+    MPT_TRY(s);
+    int has16 = 0;
+    for (int i = 0; i < n; i++)
+        has16 |= rows[i].precision == MPT_PRECISION_FP16 || rows[i].precision == MPT_PRECISION_BF16;
+    int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0);
+    snprintf(path, sizeof path, "%s/numerics.gp", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    fprintf(f, "# numerics.gp - written by mptrain compare; run `gnuplot numerics.gp` in this directory.\n"
+               "# Data: <precision>/telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+               "  set terminal pngcairo size 1000,%d font \",10\"\n"
+               "} else {\n"
+               "  set terminal png size 1000,%d\n"
+               "}\n",
+            panels * 380, panels * 380);
+    fprintf(f, "set output 'numerics.png'\nset datafile separator ','\nset datafile missing NaN\nset grid\n"
+               "set multiplot layout %d,1\nset key outside right top\n"
+               "set lmargin at screen 0.08\nset rmargin at screen 0.68\n", panels); /* panels aligned */
+    int first = 1;
+    if (has16) {
+        fprintf(f, "set title 'activation gradients flushed to zero when rounded to fp16/bf16 (all layers pooled)'\n"
+                   "set xlabel 'step'\nset ylabel '%% of nonzero values'\nplot ");
+        for (int i = 0; i < n; i++) {
+            mpt_precision p = rows[i].precision;
+            if (p != MPT_PRECISION_FP16 && p != MPT_PRECISION_BF16) continue;
+            const char *name = mpt_precision_name(p);
+            char title[64];
+            snprintf(title, sizeof title, "%s (loss scale S)", name);
+            series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
+            if (p == MPT_PRECISION_FP16 && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
+                snprintf(title, sizeof title, "%s if S were 1", name);
+                series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
+            }
+        }
+        fprintf(f, "\n");
+    }
+    first = 1;
+    fprintf(f, "set title 'optimizer updates lost (non-zero, left the stored weight unchanged; all parameters)'\n"
+               "set xlabel 'step'\nset ylabel '%% of non-zero updates'\nplot ");
+    for (int i = 0; i < n; i++) {
+        mpt_precision p = rows[i].precision;
+        const char *name = mpt_precision_name(p);
+        char title[64];
+        snprintf(title, sizeof title, "%s (stored weights)", name);
+        series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
+        if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
+            snprintf(title, sizeof title, "%s if applied to the %s copy", name, name);
+            series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
+        }
+    }
+    fprintf(f, "\n");
+    if (twin_lines > 0) {
+        fprintf(f, "set title 'relative L2 error of each activation against the FP32 twin (mean over telemetry steps)'\n"
+                   "set datafile separator whitespace\nset xlabel ''\nset ylabel '||a - a_{fp32}|| / ||a_{fp32}||'\n"
+                   "set logscale y 2\nset format y '2^{%%L}'\nset xtics rotate by -30\nset datafile missing 'nan'\n"
+                   "plot ");
+        for (int i = 0; i < n; i++) {
+            mpt_precision p = rows[i].precision;
+            fprintf(f, "%s'numerics_twin.dat' using 0:%d:xtic(1) with linespoints lw 1.5 lt %d pt 7 title '%s'",
+                    i ? ", \\\n     " : "", i + 2, (int)p + 1, mpt_precision_name(p));
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "unset multiplot\n");
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return run_gnuplot(dir, "numerics");
 }

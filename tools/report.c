@@ -171,8 +171,237 @@ static const char *precision_explained(mpt_precision p) {
     }
 }
 
+/* ---- the Numerics section ----------------------------------------------------------------------------------- */
+
+static const mpt_telemetry_stat *tstat(const mpt_cli_result *r, const char *tensor, const char *metric) {
+    for (int i = 0; i < r->n_telemetry; i++)
+        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
+            return &r->telemetry[i];
+    return NULL;
+}
+
+/* Mean over the telemetry steps, NAN when the metric was never measured. */
+static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+    const mpt_telemetry_stat *s = tstat(r, tensor, metric);
+    return s && s->count > 0 ? s->sum / (double)s->count : NAN;
+}
+
+static int is_pooled(const char *tensor) { return strncmp(tensor, "all_", 4) == 0 || strcmp(tensor, "amp") == 0; }
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static void pct4(char *b, size_t n, double v) {
+    if (!isfinite(v)) snprintf(b, n, "n/a");
+    else if (v != 0.0 && fabs(v) < 1e-4) snprintf(b, n, "%.2e%%", 100.0 * v);
+    else snprintf(b, n, "%.3f%%", 100.0 * v);
+}
+
+/* The rounded tensors (rows with flush_frac), the three with the largest mean flushed fraction first. */
+static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
+    const mpt_cli_result *r = row->r;
+    const char *name = mpt_precision_name(row->precision);
+    int idx[3] = {-1, -1, -1};
+    for (int i = 0; i < r->n_telemetry; i++) {
+        const mpt_telemetry_stat *s = &r->telemetry[i];
+        if (strcmp(s->metric, "flush_frac") != 0 || !ends_with(s->tensor, ".grad") || s->count == 0) continue;
+        double v = s->sum / (double)s->count;
+        for (int k = 0; k < 3; k++) {
+            double w = idx[k] < 0 ? -1.0 : r->telemetry[idx[k]].sum / (double)r->telemetry[idx[k]].count;
+            if (v > w) {
+                for (int j = 2; j > k; j--) idx[j] = idx[j - 1];
+                idx[k] = i;
+                break;
+            }
+        }
+    }
+    if (idx[0] < 0) {
+        fprintf(f, "**Underflow.** Nothing in %s is rounded from FP32 into a 16-bit format: activations and gradients "
+                   "are stored in FP32, so no value was flushed by such a rounding (the stored-range fractions are in "
+                   "`%s/telemetry.csv`).\n\n", name, name);
+        return;
+    }
+    fprintf(f, "**Underflow.** The activation gradients whose rounding into %s flushed the largest share of their "
+               "nonzero values to zero (mean over telemetry steps; *mass lost* = sum |v| of the flushed values / "
+               "sum |v|; the S/2, 2S and S = 1 columns: the same values rounded at another loss scale):\n\n", name);
+    fprintf(f, "| tensor | flushed | made subnormal | mass lost | flushed at S/2 | at 2S | at S = 1 |\n"
+               "|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int k = 0; k < 3 && idx[k] >= 0; k++) {
+        const char *t = r->telemetry[idx[k]].tensor;
+        char a[32], b[32], c[32], d[32], e[32], g[32];
+        pct4(a, sizeof a, tmean(r, t, "flush_frac"));
+        pct4(b, sizeof b, tmean(r, t, "made_subnormal_frac"));
+        pct4(c, sizeof c, tmean(r, t, "mass_lost"));
+        pct4(d, sizeof d, tmean(r, t, "flush_frac@S/2"));
+        pct4(e, sizeof e, tmean(r, t, "flush_frac@2S"));
+        pct4(g, sizeof g, tmean(r, t, "flush_frac@S=1"));
+        fprintf(f, "| `%s` | %s | %s | %s | %s | %s | %s |\n", t, a, b, c, d, e, g);
+    }
+    double all = tmean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
+    double all1 = tmean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
+    double scale = tmean(r, "amp", "loss_scale");
+    char a[32], b[32];
+    pct4(a, sizeof a, tmean(r, MPT_TELEMETRY_ALL_ACT, "flush_frac"));
+    fprintf(f, "\nActivations (the forward pass): %s of the nonzero values flushed to zero when rounded to %s.\n", a,
+            name);
+    pct4(a, sizeof a, all);
+    pct4(b, sizeof b, all1);
+    fprintf(f, "\n");
+    if (row->precision == MPT_PRECISION_FP16 && scale > 1.0 && isfinite(all1)) {
+        if (all1 > all)
+            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
+                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: the loss "
+                       "scale kept %.1f times fewer gradients from vanishing.\n\n",
+                    a, scale, b, all > 0.0 ? all1 / all : INFINITY);
+        else
+            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
+                       "scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer values "
+                       "flushed) is absent in this run.\n\n", a, scale, b);
+    } else if (row->precision == MPT_PRECISION_FP16) {
+        fprintf(f, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the nonzero "
+                   "values to zero%s.\n\n",
+                a, all > 0.0 ? ": gradient signal that a loss scale would have kept (see the S = 1 and 2S columns)"
+                             : " (none: the expected FP16 underflow is absent in this run)");
+    } else {
+        fprintf(f, "Over all activation gradients, rounding to %s flushed %s of the nonzero values to zero%s.\n\n",
+                name, a, all > 1e-3 ? " although BF16 has FP32's exponent range: the expected absence of underflow "
+                                      "does not hold in this run"
+                                    : ": BF16 keeps FP32's exponent range, so it needs no loss scale");
+    }
+}
+
+static void numerics_lost(FILE *f, const mpt_cli_compare_row *row) {
+    const mpt_cli_result *r = row->r;
+    const char *name = mpt_precision_name(row->precision);
+    if (!tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
+        fprintf(f, "**Lost updates.** Not measured (no telemetry step completed an optimizer step).\n\n");
+        return;
+    }
+    int cf = tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit") != NULL;
+    fprintf(f, "**Lost updates.** Per parameter tensor, the non-zero optimizer updates that left the stored weight "
+               "unchanged (mean over telemetry steps):\n\n| parameter | lost | share of update mass lost |%s\n"
+               "|---|---:|---:|%s\n",
+            cf ? " lost if applied to the 16-bit copy | mass lost so |" : "", cf ? "---:|---:|" : "");
+    for (int i = 0; i < r->n_telemetry; i++) {
+        const mpt_telemetry_stat *s = &r->telemetry[i];
+        if (strcmp(s->metric, "lost_frac") != 0 || is_pooled(s->tensor)) continue;
+        char a[32], b[32], c[32], d[32];
+        pct4(a, sizeof a, tmean(r, s->tensor, "lost_frac"));
+        pct4(b, sizeof b, tmean(r, s->tensor, "lost_mass"));
+        fprintf(f, "| `%s` | %s | %s |", s->tensor, a, b);
+        if (cf) {
+            pct4(c, sizeof c, tmean(r, s->tensor, "lost_frac_if_16bit"));
+            pct4(d, sizeof d, tmean(r, s->tensor, "lost_mass_if_16bit"));
+            fprintf(f, " %s | %s |", c, d);
+        }
+        fprintf(f, "\n");
+    }
+    double lost = tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+    char a[32], b[32], m[32];
+    pct4(a, sizeof a, lost);
+    pct4(m, sizeof m, tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
+    if (cf) {
+        double lost16 = tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+        pct4(b, sizeof b, lost16);
+        if (lost16 > lost)
+            fprintf(f, "\nThe FP32 master weights lost %s of the non-zero updates (%s of the update mass); added to the "
+                       "%s working copy, the same updates would have lost %s (those smaller than half an ulp of the "
+                       "weight in %s): that difference is what the FP32 masters keep.\n\n", a, m, name, b, name);
+        else
+            fprintf(f, "\nThe FP32 master weights lost %s of the non-zero updates and the %s working copy would have "
+                       "lost %s: the expected advantage of FP32 masters is absent in this run.\n\n", a, name, b);
+    } else {
+        fprintf(f, "\nOver all parameters, %s of the non-zero updates were lost in the FP32 weights they were applied "
+                   "to, carrying %s of the update mass%s.\n\n", a, m,
+                lost > 0.01 ? ": updates below half an FP32 ulp of their weight, typically the vanishing Adam steps "
+                              "of weights whose gradient has been zero for a while" : "");
+    }
+}
+
+static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
+    const mpt_cli_result *r = row->r;
+    const char *name = mpt_precision_name(row->precision);
+    if (!tstat(r, "input", "twin_rel_l2")) return;
+    fprintf(f, "**Against the FP32 twin.** Relative L2 error ||x - x_fp32|| / ||x_fp32|| of each layer's output, its "
+               "gradient (unscaled), and its weight gradient, and the weight gradient's cosine (means over "
+               "telemetry steps):\n\n| layer output | activation | activation gradient | weight gradient | "
+               "cosine |\n|---|---:|---:|---:|---:|\n");
+    double worst = -1.0;
+    const char *worst_t = "";
+    for (int i = 0; i < r->n_telemetry; i++) {
+        const mpt_telemetry_stat *s = &r->telemetry[i];
+        if (strcmp(s->metric, "twin_rel_l2") != 0 || !ends_with(s->tensor, ".out")) continue;
+        char layer[MPT_NAME_LEN + 16], gname[MPT_NAME_LEN + 24], wname[MPT_NAME_LEN + 32];
+        snprintf(layer, sizeof layer, "%.*s", (int)(strlen(s->tensor) - 4), s->tensor);
+        snprintf(gname, sizeof gname, "%s.grad", s->tensor);
+        snprintf(wname, sizeof wname, "%s.weight.grad", layer);
+        double act = tmean(r, s->tensor, "twin_rel_l2"), gr = tmean(r, gname, "twin_rel_l2");
+        double wg = tmean(r, wname, "twin_rel_l2"), cs = tmean(r, wname, "twin_cos");
+        char a[32] = "n/a", b[32] = "n/a", c[32] = "n/a", d[32] = "";
+        if (isfinite(act)) snprintf(a, sizeof a, "%.3e", act);
+        if (isfinite(gr)) snprintf(b, sizeof b, "%.3e", gr);
+        if (isfinite(wg)) snprintf(c, sizeof c, "%.3e", wg);
+        if (isfinite(cs)) snprintf(d, sizeof d, "%.9f", cs);
+        fprintf(f, "| `%s` | %s | %s | %s | %s |\n", s->tensor, a, b, c, d);
+        if (isfinite(act) && act > worst) {
+            worst = act;
+            worst_t = s->tensor;
+        }
+    }
+    mpt_math math = row->precision == MPT_PRECISION_TF32   ? MPT_MATH_TF32
+                    : row->precision == MPT_PRECISION_FP16 ? MPT_MATH_F16
+                    : row->precision == MPT_PRECISION_BF16 ? MPT_MATH_BF16
+                                                           : MPT_MATH_FP32;
+    double u = mpt_math_unit_roundoff(math);
+    if (row->precision == MPT_PRECISION_FP32)
+        fprintf(f, "\n%s\n\n", worst == 0.0 ? "fp32 runs the twin's own arithmetic: every error is exactly 0, as it must be."
+                                           : "fp32 should match its twin exactly, but it does not: something other than "
+                                             "the number format differs between the run and its twin.");
+    else if (worst > 0.0)
+        fprintf(f, "\nThe largest activation error in %s is at `%s`: %.3e, about 2^%.1f, against the unit roundoff "
+                   "u = 2^%.0f of its operand format (%.1f u): every rounding adds up to u per value, and the errors of "
+                   "earlier layers travel forward.\n\n",
+                name, worst_t, worst, log2(worst), log2(u), worst / u);
+    else
+        fprintf(f, "\n%s matched the FP32 twin exactly in every layer: the expected rounding error (about u = 2^%.0f) "
+                   "is absent in this run.\n\n", name, log2(u));
+}
+
+static void write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
+                           const mpt_cli_plot_info *plots) {
+    fprintf(f, "\n## Numerics\n\n");
+    fprintf(f, "Measured every %lld steps (`--telemetry`%s); definitions in docs/numerics.md, every value per step in "
+               "`<precision>/telemetry.csv`, last and mean values in `<precision>/summary.json`. The sentences below "
+               "are filled in from those measurements.\n\n",
+            (long long)o->telemetry, o->shadow ? ", with the FP32 shadow twin of `--shadow`" : "");
+    if (plots->numerics)
+        fprintf(f, "![numerics](%s)\n\nTop: the share of nonzero activation-gradient values that rounding into "
+                   "FP16/BF16 flushed to zero, per telemetry step (fp16 dashed: the same values had the loss scale "
+                   "been 1). Middle: the share of non-zero optimizer updates that left the stored weight unchanged "
+                   "(dashed: had they been applied to the 16-bit working copy). %s\n\n",
+                plots->numerics,
+                o->shadow ? "Bottom: each activation's relative error against the FP32 twin (log axis; fp32 "
+                            "matches exactly and has no point)." : "");
+    else if (plots->numerics_error)
+        fprintf(f, "(No numerics plot: %s.)\n\n", plots->numerics_error);
+    for (int i = 0; i < n; i++) {
+        const mpt_cli_result *r = rows[i].r;
+        fprintf(f, "### %s\n\n", mpt_precision_name(rows[i].precision));
+        if (r->n_telemetry == 0 || !tstat(r, "amp", "loss_scale")) {
+            fprintf(f, "No telemetry step ran (the run had fewer than %lld steps).\n\n", (long long)o->telemetry);
+            continue;
+        }
+        numerics_underflow(f, &rows[i]);
+        numerics_lost(f, &rows[i]);
+        numerics_twin(f, &rows[i]);
+    }
+}
+
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const char *plot_file, const char *plot_error) {
+                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots) {
+    const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/report.md", dir);
     FILE *f = fopen(path, "w");
@@ -236,6 +465,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     fprintf(f, "Per-run files: `<precision>/metrics.csv` (per logged step: step, epoch, loss, lr, loss_scale, "
                "steps_skipped), `<precision>/epochs.csv` (per epoch: losses, accuracies, times), "
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
+    if (o->telemetry > 0) write_numerics(f, o, rows, n, plots);
     int rc = fclose(f);
     if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     return MPT_OK;
