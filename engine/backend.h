@@ -111,14 +111,27 @@ typedef struct mpt_optim_hparams {
 typedef struct mpt_optim_args {
     mpt_optim_hparams h;     /* host values */
     int64_t n;               /* elements of this parameter */
-    float *master;           /* [n] FP32 master weights, updated in place */
+    float *master;           /* [n] FP32 master weights, updated in place; NULL without FP32 masters
+                                (--master-weights none): then the update reads and writes `working` */
     const float *grad;       /* [n] FP32 gradient, already unscaled */
-    float *m;                /* [n] FP32: SGD momentum buffer / Adam exp_avg (NULL if unused) */
-    float *v;                /* [n] FP32: Adam exp_avg_sq (NULL if unused) */
-    void *working;           /* [n] working copy in working_dtype, rewritten from the master (RNE), or NULL
-                                when the master is the working weight (fp32/tf32 modes) */
+    void *m;                 /* [n] state_dtype: SGD momentum buffer / Adam exp_avg (NULL if unused) */
+    void *v;                 /* [n] state_dtype: Adam exp_avg_sq (NULL if unused) */
+    mpt_dtype state_dtype;   /* F32 (default), BF16 or F16: each state element is widened exactly, updated in
+                                FP32 (the weight update uses these FP32 values) and rounded to nearest even on
+                                store (--optimizer-state) */
+    void *working;           /* [n] weights in working_dtype. With a master: rewritten from the updated master
+                                (RNE). Without one: widened, updated in FP32 and rounded once into
+                                working_dtype (RNE, or stochastically). NULL when the master is the working
+                                weight (fp32/tf32 modes) */
     mpt_dtype working_dtype;
-    const float *found_inf;  /* backend scalar: nonzero -> this step is skipped, nothing is written */
+    int stochastic;          /* without a master and with a 16-bit working_dtype: round the updated weights
+                                stochastically (kernels/elemwise.h mpt_f32_to_bf16_sr / mpt_f32_to_f16_sr) with
+                                the bits mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i) for element i */
+    uint64_t sr_seed;        /* host: the rounding stream's seed (Philox key) */
+    uint64_t sr_iteration;   /* host: the training iteration (Philox counter, high words) */
+    uint64_t sr_offset;      /* host: number of this parameter's element 0 across all parameters */
+    const float *found_inf;  /* backend scalar: nonzero -> this step is skipped, nothing is written. NULL: never
+                                skip (--nonfinite apply: non-finite gradients reach the weights) */
     const float *grad_mul;   /* backend scalar multiplying the gradient (clip coefficient), or NULL */
     const int32_t *step;     /* backend scalar: 1-based count of steps taken (for Adam's bias correction,
                                 and SGD's first-step momentum init), already incremented for this step */
@@ -138,6 +151,9 @@ typedef struct mpt_scaler_params {
     int32_t hysteresis;      /* overflows tolerated before backing off (1 = PyTorch behaviour) */
     float min_scale;         /* floor (1.0) */
     float max_scale;         /* ceiling (2^24) */
+    int32_t apply_nonfinite; /* 0: a step with non-finite gradients is skipped (GradScaler); 1: it is applied
+                                (--nonfinite apply, plain PyTorch without GradScaler) and counted in
+                                steps_nonfinite instead of steps_skipped; needs dynamic = 0 */
 } mpt_scaler_params;
 
 /* Loss-scaler and step-count state in backend memory: updated by the device without a host sync. */
@@ -152,6 +168,7 @@ typedef struct mpt_scaler_state {
     int32_t steps_taken;     /* optimizer steps applied (the 1-based step of the update) */
     int32_t steps_skipped;   /* steps skipped because of found_inf */
     int32_t floor_hits;      /* backoffs that were clamped at min_scale */
+    int32_t steps_nonfinite; /* steps applied with non-finite gradients (apply_nonfinite only) */
 } mpt_scaler_state;
 
 /* ---- The table -------------------------------------------------------------------------------------- */
@@ -237,9 +254,10 @@ struct mpt_backend {
     void (*clip_coef)(mpt_backend *be, mpt_scaler_state *st, float max_norm);
     /* Before the parameter updates: if !found_inf, steps_taken += 1. */
     void (*step_begin)(mpt_backend *be, mpt_scaler_state *st);
-    /* One fused pass: unless *found_inf, update master and state with grad * (*grad_mul) and rewrite the
-     * working copy (RNE); when a->update_out is set, also write each element's update delta there (zeros on
-     * a skipped step). Formulas: engine/optim/optim.h. */
+    /* One fused pass: unless *found_inf, update the weights (FP32 master, or the working weights directly) and
+     * state with grad * (*grad_mul), and rewrite the working copy from the master (RNE); when a->update_out is
+     * set, also write each element's update delta there (zeros on a skipped step). Formulas:
+     * engine/optim/optim.h; storage and rounding: mpt_optim_args. */
     void (*optim_step)(mpt_backend *be, const mpt_optim_args *a);
     /* After the updates: dynamic loss-scale update (PyTorch _amp_update_scale_, plus hysteresis, floor and
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.

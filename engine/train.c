@@ -28,13 +28,39 @@ mpt_train_config mpt_train_config_default(mpt_precision precision) {
     c.scaler = mpt_scaler_params_default();
     c.seed = 0;
     c.inject_nonfinite_step = -1;
+    c.master_weights = MPT_MASTER_FP32;
+    c.update_rounding = MPT_ROUNDING_NEAREST;
+    c.optim_state_dtype = MPT_DTYPE_F32;
+    c.nonfinite = MPT_NONFINITE_SKIP;
     return c;
 }
 
-static mpt_tensor *state_tensor(mpt_graph *g, const mpt_tensor *w, const char *what) {
+const char *mpt_update_rounding_name(mpt_update_rounding r) {
+    return r == MPT_ROUNDING_STOCHASTIC ? "stochastic" : r == MPT_ROUNDING_NEAREST ? "nearest" : "?";
+}
+
+int mpt_update_rounding_parse(const char *s, mpt_update_rounding *out) {
+    if (strcmp(s, "nearest") == 0) *out = MPT_ROUNDING_NEAREST;
+    else if (strcmp(s, "stochastic") == 0) *out = MPT_ROUNDING_STOCHASTIC;
+    else return -1;
+    return 0;
+}
+
+const char *mpt_nonfinite_mode_name(mpt_nonfinite_mode m) {
+    return m == MPT_NONFINITE_APPLY ? "apply" : m == MPT_NONFINITE_SKIP ? "skip" : "?";
+}
+
+int mpt_nonfinite_mode_parse(const char *s, mpt_nonfinite_mode *out) {
+    if (strcmp(s, "skip") == 0) *out = MPT_NONFINITE_SKIP;
+    else if (strcmp(s, "apply") == 0) *out = MPT_NONFINITE_APPLY;
+    else return -1;
+    return 0;
+}
+
+static mpt_tensor *state_tensor(mpt_graph *g, const mpt_tensor *w, const char *what, mpt_dtype dtype) {
     char name[MPT_NAME_LEN + 16];
     snprintf(name, sizeof name, "%s:%s", w->name, what);
-    return mpt_graph_tensor(g, name, MPT_DTYPE_F32, MPT_MEM_OPTIM, w->ndim, w->shape);
+    return mpt_graph_tensor(g, name, dtype, MPT_MEM_OPTIM, w->ndim, w->shape);
 }
 
 /* PyTorch's default init for Linear and Conv2d: kaiming_uniform_(a=sqrt(5)) for the weight, which is
@@ -48,7 +74,12 @@ static mpt_status init_params(mpt_trainer *t) {
         if (n > max_n) max_n = n;
     }
     float *buf = malloc(max_n * sizeof *buf);
-    if (!buf) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to initialise weights", max_n * 4);
+    uint16_t *narrow = malloc(max_n * sizeof *narrow); /* 16-bit weights without masters */
+    if (!buf || !narrow) {
+        free(buf);
+        free(narrow);
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to initialise weights", max_n * 6);
+    }
     mpt_rng *rng = mpt_rng_create();
     uint64_t seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_INIT);
     uint64_t offset = 0;
@@ -58,11 +89,18 @@ static mpt_status init_params(mpt_trainer *t) {
         mpt_rng_uniform(rng, buf, n, seed, offset);
         for (size_t k = 0; k < n; k++) buf[k] = (2.0f * buf[k] - 1.0f) * bound;
         offset += n;
-        t->be->from_host(t->be, t->master[i]->data, buf, n * sizeof *buf);
+        mpt_tensor *dst = t->master[i];
+        if (dst->dtype == MPT_DTYPE_F32) {
+            t->be->from_host(t->be, dst->data, buf, n * sizeof *buf);
+        } else { /* no FP32 master: the same values rounded to nearest even, as a working copy would be */
+            for (size_t k = 0; k < n; k++) mpt_store_f32(narrow, dst->dtype, (int64_t)k, buf[k]);
+            t->be->from_host(t->be, dst->data, narrow, n * sizeof *narrow);
+        }
+        t->be->synchronize(t->be); /* the buffers are reused and freed: the copies must have completed */
     }
-    t->be->synchronize(t->be); /* buf is reused and freed: the copies must have completed */
     mpt_rng_free(&rng);
     free(buf);
+    free(narrow);
     mpt_master_refresh_working(g, t->master);
     return MPT_OK;
 }
@@ -75,6 +113,22 @@ static mpt_status check_config(const mpt_train_config *cfg) {
         return mpt_errorf(MPT_ERR_ARG, "loss scale: expected a positive finite value, found %g", cfg->init_scale);
     if (cfg->clip_norm < 0.0f || !isfinite(cfg->clip_norm))
         return mpt_errorf(MPT_ERR_ARG, "clip norm: expected a finite value >= 0 (0 = off), found %g", cfg->clip_norm);
+    if (cfg->master_weights != MPT_MASTER_FP32 && cfg->master_weights != MPT_MASTER_NONE)
+        return mpt_errorf(MPT_ERR_ARG, "master weights: expected fp32 or none, found mode %d", (int)cfg->master_weights);
+    if (cfg->update_rounding == MPT_ROUNDING_STOCHASTIC && cfg->master_weights != MPT_MASTER_NONE)
+        return mpt_errorf(MPT_ERR_ARG, "update rounding stochastic: needs master weights none (with FP32 masters "
+                                       "the update is not rounded to 16 bits), found master weights fp32");
+    if (cfg->update_rounding != MPT_ROUNDING_NEAREST && cfg->update_rounding != MPT_ROUNDING_STOCHASTIC)
+        return mpt_errorf(MPT_ERR_ARG, "update rounding: expected nearest or stochastic, found %d",
+                          (int)cfg->update_rounding);
+    if (!mpt_dtype_is_float(cfg->optim_state_dtype))
+        return mpt_errorf(MPT_ERR_ARG, "optimizer state: expected fp32, bf16 or fp16, found %s",
+                          mpt_dtype_name(cfg->optim_state_dtype));
+    if (cfg->nonfinite == MPT_NONFINITE_APPLY && cfg->loss_scaling == MPT_LOSS_SCALE_DYNAMIC)
+        return mpt_errorf(MPT_ERR_ARG, "nonfinite apply: the dynamic loss scaler must skip overflowing steps to "
+                                       "back off; use loss scaling none or static");
+    if (cfg->nonfinite != MPT_NONFINITE_SKIP && cfg->nonfinite != MPT_NONFINITE_APPLY)
+        return mpt_errorf(MPT_ERR_ARG, "nonfinite: expected skip or apply, found %d", (int)cfg->nonfinite);
     return MPT_OK;
 }
 
@@ -99,11 +153,12 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     t->v = calloc((size_t)g->n_params, sizeof *t->v);
     MPT_ASSERT(t->weight && t->master && t->m && t->v);
     for (int i = 0; i < g->n_params; i++) t->weight[i] = g->params[i].weight;
-    mpt_master_create(g, t->master);
+    mpt_master_create(g, t->master, cfg->master_weights);
     int ns = mpt_optim_n_state(&cfg->optim);
+    mpt_dtype sd = cfg->optim_state_dtype;
     for (int i = 0; i < g->n_params; i++) {
-        if (ns >= 1) t->m[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 0));
-        if (ns >= 2) t->v[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 1));
+        if (ns >= 1) t->m[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 0), sd);
+        if (ns >= 2) t->v[i] = state_tensor(g, t->weight[i], mpt_optim_state_name(&cfg->optim, 1), sd);
     }
     /* The scaler state lives in the optimizer arena, as raw bytes (host reads it only when logging). */
     int64_t sshape[1] = {(int64_t)sizeof(mpt_scaler_state)};
@@ -115,8 +170,9 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
         return s;
     }
     t->scaler = (mpt_scaler_state *)st->data;
+    t->cfg.scaler.apply_nonfinite = cfg->nonfinite == MPT_NONFINITE_APPLY;
     s = mpt_scaler_init(t->be, t->scaler, cfg->loss_scaling == MPT_LOSS_SCALE_NONE ? 1.0f : cfg->init_scale,
-                        &cfg->scaler);
+                        &t->cfg.scaler);
     if (s != MPT_OK) {
         mpt_trainer_free(&t);
         return s;
@@ -168,6 +224,10 @@ void mpt_trainer_step(mpt_trainer *t) {
     int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
     if (measured) mpt_telemetry_after_backward(t->telemetry);
 
+    /* --nonfinite apply: every step counts (found_inf is still 0 here, reset by the last scaler_update), and
+     * the optimizer gets no found_inf, so inf/NaN reach the weights; scaler_update counts them. */
+    const int apply = t->cfg.nonfinite == MPT_NONFINITE_APPLY;
+    if (apply) be->step_begin(be, st);
     /* Unscale and found_inf in one pass over each FP32 weight gradient. */
     for (int i = 0; i < t->n_params; i++)
         be->unscale_check(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
@@ -178,25 +238,33 @@ void mpt_trainer_step(mpt_trainer *t) {
         be->clip_coef(be, st, t->cfg.clip_norm);
         grad_mul = &st->grad_mul;
     }
-    be->step_begin(be, st);
+    if (!apply) be->step_begin(be, st);
     mpt_optim_args a;
     memset(&a, 0, sizeof a);
     a.h = t->cfg.optim;
     a.h.lr = mpt_lr_at(&t->cfg.schedule, t->iteration);
-    a.found_inf = &st->found_inf;
+    a.found_inf = apply ? NULL : &st->found_inf;
     a.grad_mul = grad_mul;
     a.step = &st->steps_taken;
+    a.state_dtype = t->cfg.optim_state_dtype;
+    a.stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC;
+    a.sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING);
+    a.sr_iteration = (uint64_t)t->iteration;
+    uint64_t element = 0; /* elements numbered across all parameters, in creation order */
     for (int i = 0; i < t->n_params; i++) {
         a.n = mpt_tensor_numel(t->weight[i]);
-        a.master = t->master[i]->data;
+        const int fp32 = t->master[i]->dtype == MPT_DTYPE_F32;
+        a.master = fp32 ? t->master[i]->data : NULL; /* NULL: update the 16-bit weights themselves */
         a.grad = t->weight[i]->grad->data;
         a.m = t->m[i] ? t->m[i]->data : NULL;
         a.v = t->v[i] ? t->v[i]->data : NULL;
         int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
-        a.working = copy ? t->weight[i]->data : NULL;
+        a.working = copy || !fp32 ? t->weight[i]->data : NULL;
         a.working_dtype = t->weight[i]->dtype;
+        a.sr_offset = element;
         a.update_out = t->update_out ? t->update_out[i] : NULL;
         be->optim_step(be, &a);
+        element += (uint64_t)a.n;
     }
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
     if (measured) mpt_telemetry_after_step(t->telemetry);
@@ -230,6 +298,7 @@ void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out) {
     out->scale = st.scale;
     out->steps_taken = st.steps_taken;
     out->steps_skipped = st.steps_skipped;
+    out->steps_nonfinite = st.steps_nonfinite;
     out->floor_hits = st.floor_hits;
     out->n_correct = correct;
 }

@@ -12,12 +12,16 @@
  * Masters: in fp16/bf16 modes each parameter has an FP32 master (MPT_MEM_MASTER) and a working copy in the
  * compute dtype (the graph's weight tensor, MPT_MEM_WEIGHT). In fp32/tf32 modes the weight tensor is FP32
  * and is the master itself (no copy). Weight gradients are FP32 in both cases (decision 9).
+ * The switches that take a safeguard away, to show what it prevents (issue #10): master_weights NONE (the
+ * optimizer updates the F16/BF16 weights directly, rounding once per step: RNE or stochastic), a 16-bit
+ * optimizer state, and nonfinite APPLY (a non-finite gradient is applied instead of skipping the step).
  */
 #ifndef MPT_ENGINE_TRAIN_H
 #define MPT_ENGINE_TRAIN_H
 
 #include <stdint.h>
 
+#include "engine/amp/master.h"
 #include "engine/backend.h"
 #include "engine/graph.h"
 #include "engine/optim/schedule.h"
@@ -28,6 +32,25 @@ typedef enum mpt_loss_scaling {
     MPT_LOSS_SCALE_DYNAMIC,   /* GradScaler semantics (engine/amp/scaler.h) */
 } mpt_loss_scaling;
 
+/* How the updated weights are rounded into F16/BF16 storage when there are no FP32 masters. */
+typedef enum mpt_update_rounding {
+    MPT_ROUNDING_NEAREST = 0, /* round to nearest even */
+    MPT_ROUNDING_STOCHASTIC,  /* stochastic rounding, Philox bits from (seed, iteration, element):
+                                 kernels/elemwise.h mpt_sr_bits */
+} mpt_update_rounding;
+
+/* What a step with inf/NaN gradients does. */
+typedef enum mpt_nonfinite_mode {
+    MPT_NONFINITE_SKIP = 0, /* skip the optimizer step (GradScaler's rule; every mode by default) */
+    MPT_NONFINITE_APPLY,    /* apply it: inf/NaN reach the weights, as plain PyTorch without GradScaler */
+} mpt_nonfinite_mode;
+
+/* "nearest"/"stochastic" and "skip"/"apply"; the parsers return 0 on success, -1 for an unknown name. */
+const char *mpt_update_rounding_name(mpt_update_rounding r);
+int mpt_update_rounding_parse(const char *s, mpt_update_rounding *out);
+const char *mpt_nonfinite_mode_name(mpt_nonfinite_mode m);
+int mpt_nonfinite_mode_parse(const char *s, mpt_nonfinite_mode *out);
+
 typedef struct mpt_train_config {
     mpt_optim_hparams optim;     /* kind and hyper-parameters; optim.lr is overwritten by the schedule */
     mpt_lr_schedule schedule;
@@ -37,11 +60,16 @@ typedef struct mpt_train_config {
     mpt_scaler_params scaler;    /* growth/backoff/interval/hysteresis/floor/ceiling */
     uint64_t seed;               /* init, dropout, shuffling */
     int64_t inject_nonfinite_step; /* fault injection: make this iteration's gradients NaN (-1 = off) */
+    mpt_master_mode master_weights;      /* FP32 masters (default) or none */
+    mpt_update_rounding update_rounding; /* without masters: nearest (default) or stochastic */
+    mpt_dtype optim_state_dtype;         /* storage of m, v and the momentum buffer: F32 (default), BF16, F16 */
+    mpt_nonfinite_mode nonfinite;        /* skip (default) or apply; apply needs loss scaling none or static */
 } mpt_train_config;
 
 /* A config with the defaults: Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8), constant LR, no clipping,
  * loss scaling dynamic for fp16 and none otherwise (from `precision`), GradScaler defaults
- * (2^16, x2, x0.5, 2000), hysteresis 1, floor 1, ceiling 2^24, seed 0, no fault injection. */
+ * (2^16, x2, x0.5, 2000), hysteresis 1, floor 1, ceiling 2^24, seed 0, no fault injection, FP32 masters,
+ * round-to-nearest updates, FP32 optimizer state, non-finite steps skipped. */
 mpt_train_config mpt_train_config_default(mpt_precision precision);
 
 /* Host copy of the step statistics (read with one synchronising copy). */
@@ -51,6 +79,7 @@ typedef struct mpt_train_stats {
     int32_t steps_taken;    /* optimizer steps applied so far */
     int32_t steps_skipped;  /* steps skipped because of non-finite gradients */
     int32_t floor_hits;     /* backoffs clamped at the scale floor */
+    int32_t steps_nonfinite;/* steps applied with non-finite gradients (--nonfinite apply) */
     int32_t n_correct;      /* correct predictions accumulated since the last reset */
 } mpt_train_stats;
 
@@ -60,8 +89,9 @@ typedef struct mpt_trainer {
     mpt_train_config cfg;
     int n_params;
     mpt_tensor **weight;     /* [n_params] the graph's weights (compute dtype) */
-    mpt_tensor **master;     /* [n_params] FP32 masters (== weight[i] in fp32/tf32 modes) */
-    mpt_tensor **m, **v;     /* [n_params] FP32 optimizer state tensors, or NULL entries when unused */
+    mpt_tensor **master;     /* [n_params] what the optimizer updates: FP32 masters (== weight[i] in fp32/tf32
+                                modes, and in every mode with --master-weights none, where it is F16/BF16) */
+    mpt_tensor **m, **v;     /* [n_params] optimizer state tensors (cfg.optim_state_dtype), or NULL entries */
     mpt_scaler_state *scaler;/* backend memory */
     int64_t iteration;       /* iterations run (host counter: schedules, dropout offsets, fault injection) */
     /* Instrument hook, NULL by default (ordinary steps). To read the update deltas of one step, point it at

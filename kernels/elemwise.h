@@ -119,6 +119,103 @@ MPT_HD float mpt_f16_to_f32(uint16_t h) {
     }
 }
 
+/* ---- Stochastic rounding ------------------------------------------------------------------------------ */
+/*
+ * Stochastic rounding (SR) of an FP32 value x into FP16/BF16: with lo the neighbour toward zero and hi the next
+ * value away from zero, x becomes hi with probability frac = (|x| - |lo|) / ulp and lo otherwise, so the
+ * expected result is x (unbiased) and the result is always one of the two neighbours. Small updates that
+ * round-to-nearest would lose (below half an ulp of the weight) survive in expectation: Gupta et al. 2015,
+ * "Deep Learning with Limited Numerical Precision"; Zamirai et al. 2020, "Revisiting BFloat16 Training";
+ * llm.c's stochastic_rounding and torchao's _bf16_stochastic_round use the same bit trick for BF16.
+ *
+ * The random bits: Philox4x32-10 (Salmon et al. 2011, "Parallel Random Numbers: As Easy as 1, 2, 3"; the
+ * generator of cuRAND's CURAND_RNG_PSEUDO_PHILOX4_32_10 and of Random123's philox4x32), evaluated per element
+ * from a counter, so every element's bits are a pure function of (seed, iteration, element) on any backend
+ * and in any order (mpt_sr_bits). NaN and inf round as with RNE.
+ */
+
+/* One Philox4x32-10 block: ctr (4 words) encrypted under key (2 words), written to out. The round constants
+ * and the Weyl key increments are Random123's (philox.h: PHILOX_M4x32_0/1, PHILOX_W32_0/1); the result equals
+ * Random123's philox4x32(ctr, key) (tests/test_dtype.c checks its published known-answer vectors). */
+MPT_HD void mpt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* The 32 random bits of element `element` at training iteration `iteration` for stream seed `seed`:
+ * word (element & 3) of Philox4x32-10 with key = {seed low 32 bits, seed high 32 bits} and
+ * counter = {q low, q high, iteration low, iteration high}, q = element >> 2 (one Philox block serves four
+ * consecutive elements). The trainer numbers elements across all parameters in creation order, so no two
+ * elements of one iteration share bits. */
+MPT_HD uint32_t mpt_sr_bits(uint64_t seed, uint64_t iteration, uint64_t element) {
+    const uint64_t q = element >> 2;
+    const uint32_t ctr[4] = {(uint32_t)q, (uint32_t)(q >> 32), (uint32_t)iteration, (uint32_t)(iteration >> 32)};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint32_t out[4];
+    mpt_philox4x32_10(ctr, key, out);
+    return out[element & 3];
+}
+
+/* FP32 -> BF16 with stochastic rounding from the random word r: the low 16 bits of r are added to the FP32
+ * bit pattern and the result truncated, so x rounds away from zero with probability (low 16 bits of x) / 2^16,
+ * exactly frac (every FP32 value lies on the 2^-16-ulp grid of its BF16 binade). A finite x above the largest
+ * finite BF16 may round up to inf (its upper neighbour). NaN -> quiet NaN, inf -> inf. */
+MPT_HD uint16_t mpt_f32_to_bf16_sr(float f, uint32_t r) {
+    uint32_t u = mpt_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return mpt_f32_to_bf16(f); /* NaN */
+    if ((u & 0x7fffffffu) == 0x7f800000u) return (uint16_t)(u >> 16);
+    return (uint16_t)((u + (r & 0xffffu)) >> 16);
+}
+
+/* FP32 -> FP16 rounding toward zero (truncation): the FP16 neighbour of x toward zero. |x| >= 2^16 gives inf;
+ * |x| in [65504, 65536) gives 65504 (whose next pattern, 0x7c00, is inf); |x| < 2^-24 gives 0. NaN -> quiet
+ * NaN. */
+MPT_HD uint16_t mpt_f32_to_f16_rtz(float f) {
+    uint32_t u = mpt_f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return mpt_f32_to_f16(f);           /* NaN */
+    if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00u); /* >= 2^16 (or inf): inf */
+    if (a >= 0x38800000u) return (uint16_t)(sign | ((a - 0x38000000u) >> 13)); /* normal: drop 13 bits */
+    if (a < 0x33800000u) return sign;                        /* < 2^-24: 0 */
+    {
+        uint32_t e = a >> 23; /* 103..112: subnormal FP16, value = q * 2^-24 */
+        uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+        return (uint16_t)(sign | (mant >> (126u - e)));
+    }
+}
+
+/* FP32 -> FP16 with stochastic rounding from the random word r: lo = mpt_f32_to_f16_rtz(x), frac =
+ * (|x| - |lo|) / ulp(lo) (both steps exact in FP32: Sterbenz, and a power-of-two divisor), and x rounds away
+ * from zero iff (r >> 8) * 2^-24 < frac. P(away) = frac exactly whenever frac is a multiple of 2^-24, which
+ * holds for every |x| >= 2^-25 (FP32 carries at least 24 bits below FP16's ulp there); below that the bias
+ * is under 2^-24 ulp. Above the largest finite FP16 the upper neighbour is inf. NaN -> quiet NaN, inf -> inf. */
+MPT_HD uint16_t mpt_f32_to_f16_sr(float f, uint32_t r) {
+    uint32_t a = mpt_f32_bits(f) & 0x7fffffffu;
+    if (a >= 0x7f800000u) return mpt_f32_to_f16(f); /* inf, NaN */
+    uint16_t lo = mpt_f32_to_f16_rtz(f);
+    uint16_t mag = (uint16_t)(lo & 0x7fffu);
+    if (mag == 0x7c00u) return lo; /* |x| >= 2^16: inf */
+    uint32_t e = (uint32_t)mag >> 10;
+    float ulp = e == 0 ? 5.9604644775390625e-08f : mpt_bits_f32((e + 102u) << 23); /* 2^-24 or 2^(e-25) */
+    float frac = (mpt_bits_f32(a) - mpt_f16_to_f32(mag)) / ulp;
+    float draw = (float)(r >> 8) * 5.9604644775390625e-08f; /* 24 random bits as [0, 1) */
+    return draw < frac ? (uint16_t)(lo + 1u) : lo;
+}
+
 /* ---- Non-finite test without relying on the compiler's -ffast-math state ------------------------- */
 MPT_HD int mpt_is_finite(float f) { return (mpt_f32_bits(f) & 0x7f800000u) != 0x7f800000u; }
 
@@ -253,12 +350,14 @@ MPT_HD void mpt_scaler_step_begin(int32_t *steps_taken, float found_inf) {
  *   clean:     growth_tracker += 1; when it reaches growth_interval: scale = min(scale*growth, max_scale)
  *              if scale*growth is finite (else unchanged), growth_tracker = 0, hysteresis_left = hysteresis.
  * dynamic == 0: scale, growth_tracker and hysteresis_left are left alone.
- * Always: steps_skipped += found_inf != 0; inv_scale = 1/scale; found_inf = 0, sumsq = 0, grad_mul = 1. */
+ * Always: when found_inf, steps_nonfinite += 1 if apply_nonfinite (the step was applied), else
+ * steps_skipped += 1; inv_scale = 1/scale; found_inf = 0, sumsq = 0, grad_mul = 1. */
 MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *found_inf, float *grad_mul,
                                      float *sumsq, int32_t *growth_tracker, int32_t *hysteresis_left,
-                                     int32_t *steps_skipped, int32_t *floor_hits, float growth_factor,
-                                     float backoff_factor, int32_t growth_interval, int32_t hysteresis,
-                                     float min_scale, float max_scale, int dynamic) {
+                                     int32_t *steps_skipped, int32_t *floor_hits, int32_t *steps_nonfinite,
+                                     float growth_factor, float backoff_factor, int32_t growth_interval,
+                                     int32_t hysteresis, float min_scale, float max_scale, int apply_nonfinite,
+                                     int dynamic) {
     int overflow = *found_inf != 0.0f;
     if (dynamic) {
         if (overflow) {
@@ -285,7 +384,10 @@ MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *foun
             }
         }
     }
-    if (overflow) *steps_skipped += 1;
+    if (overflow) {
+        if (apply_nonfinite) *steps_nonfinite += 1;
+        else *steps_skipped += 1;
+    }
     *inv_scale = 1.0f / *scale;
     *found_inf = 0.0f;
     *sumsq = 0.0f;

@@ -1366,6 +1366,82 @@ START_TEST(test_optim_step_bit_identical) {
 }
 END_TEST
 
+/* The issue #10 switches on both backends from the same state: 16-bit weights without masters (round to
+ * nearest, and stochastic rounding: the GPU must draw the same Philox bits from the documented
+ * (seed, iteration, element) counter and round the same way), 16-bit optimizer state, and no found_inf
+ * (--nonfinite apply, with a NaN gradient element). Weights, state and update deltas bit-identical after
+ * each of three steps. */
+START_TEST(test_optim_step_16bit_storage_bit_identical) {
+    static const optim_case cases[] = {
+        {"sgd+momentum", {.kind = MPT_OPTIM_SGD, .lr = 0.01f, .momentum = 0.9f, .weight_decay = 1e-4f}},
+        {"adam", {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f}},
+        {"adamw",
+         {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+    };
+    const int64_t n = 4099;
+    const mpt_dtype wts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    const mpt_dtype sts[3] = {MPT_DTYPE_F32, MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    tests_rng r = {1010};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (int wi = 0; wi < 2; wi++)
+            for (int si = 0; si < 3; si++)
+                for (int mode = 0; mode < 3; mode++) { /* 0 nearest, 1 stochastic, 2 nearest + apply (no found_inf) */
+                    const mpt_dtype wt = wts[wi], sd = sts[si];
+                    void *w = fill(&r, wt, n, -1, 1);
+                    void *m = fill(&r, sd, n, 0, 0), *v = fill(&r, sd, n, 0, 0);
+                    mpt_scaler_state st = scaler_init(1.0f);
+                    void *gw = dev_put(w, nbytes(wt, n)), *gm = dev_put(m, nbytes(sd, n)), *gv = dev_put(v, nbytes(sd, n));
+                    float *ggrad = dev_alloc((size_t)n * 4), *gupd = dev_alloc((size_t)n * 4);
+                    mpt_scaler_state *gst = dev_put(&st, sizeof st);
+                    float *cupd = xmalloc((size_t)n * 4), *hupd = xmalloc((size_t)n * 4);
+                    void *hw = xmalloc(nbytes(wt, n)), *hm = xmalloc(nbytes(sd, n)), *hv = xmalloc(nbytes(sd, n));
+                    for (int step = 0; step < 3; step++) {
+                        float *grad = fill(&r, MPT_DTYPE_F32, n, -1e-2, 1e-2);
+                        if (mode == 2 && step == 1) grad[77] = NAN; /* applied, not skipped */
+                        gpu->from_host(gpu, ggrad, grad, (size_t)n * 4);
+                        mpt_optim_args base = {.h = cases[ci].h, .n = n, .state_dtype = sd, .working_dtype = wt,
+                                               .stochastic = mode == 1, .sr_seed = 0xfeedULL + ci,
+                                               .sr_iteration = (uint64_t)step, .sr_offset = 1000};
+                        mpt_optim_args ag = base, ac = base;
+                        ag.grad = ggrad, ag.working = gw, ag.m = gm, ag.v = gv, ag.update_out = gupd;
+                        ag.found_inf = mode == 2 ? NULL : &gst->found_inf, ag.step = &gst->steps_taken;
+                        ac.grad = grad, ac.working = w, ac.m = m, ac.v = v, ac.update_out = cupd;
+                        ac.found_inf = mode == 2 ? NULL : &st.found_inf, ac.step = &st.steps_taken;
+                        gpu->step_begin(gpu, gst);
+                        gpu->optim_step(gpu, &ag);
+                        cpu->step_begin(cpu, &st);
+                        cpu->optim_step(cpu, &ac);
+                        dev_get(hw, gw, nbytes(wt, n));
+                        dev_get(hm, gm, nbytes(sd, n));
+                        dev_get(hv, gv, nbytes(sd, n));
+                        dev_get(hupd, gupd, (size_t)n * 4);
+                        char what[128];
+                        snprintf(what, sizeof what, "%s, weights %s, state %s, mode %d, step %d: weights",
+                                 cases[ci].name, mpt_dtype_name(wt), mpt_dtype_name(sd), mode, step);
+                        expect_same(what, hw, w, wt, n);
+                        expect_same("momentum buffer / exp_avg", hm, m, sd, n);
+                        expect_same("exp_avg_sq", hv, v, sd, n);
+                        expect_float_bits("update delta", hupd, cupd, n);
+                        free(grad);
+                    }
+                    dev_free(gw);
+                    dev_free(gm);
+                    dev_free(gv);
+                    dev_free(ggrad);
+                    dev_free(gupd);
+                    dev_free(gst);
+                    free(w);
+                    free(m);
+                    free(v);
+                    free(cupd);
+                    free(hupd);
+                    free(hw);
+                    free(hm);
+                    free(hv);
+                }
+}
+END_TEST
+
 /* Unscale with injected non-finite values: found_inf set by NaN, by inf, and by a finite value that overflows
  * when unscaled; values bit-identical to the CPU's; a clean buffer leaves found_inf alone. */
 START_TEST(test_unscale_found_inf) {
@@ -1848,6 +1924,7 @@ static Suite *cuda_suite(void) {
     TCase *to = tcase_create("update");
     tcase_set_timeout(to, 120);
     tcase_add_test(to, test_optim_step_bit_identical);
+    tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);

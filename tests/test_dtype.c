@@ -65,6 +65,94 @@ static float round_ref(float x, int bits) {
 /* A random FP32 spread over all exponents: uniformly random bits. */
 static float random_bits_f32(tests_rng *r) { return bits_f((uint32_t)tests_next(r)); }
 
+/* ---- stochastic rounding and its Philox bits -------------------------------------------------------------- */
+
+/* Random123's published known-answer vectors for philox4x32 with 10 rounds (kat_vectors in the Random123
+ * distribution: counter, key, result), the generator cuRAND's PHILOX4_32_10 also implements. */
+START_TEST(test_philox_known_answers) {
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d, 0x41c83b0e,
+         0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09, 0x94fdcceb,
+         0x5001e420, 0x24126ea1},
+    };
+    for (int k = 0; k < 3; k++) {
+        uint32_t out[4];
+        mpt_philox4x32_10(kat[k], kat[k] + 4, out);
+        for (int j = 0; j < 4; j++)
+            ck_assert_msg(out[j] == kat[k][6 + j], "vector %d word %d: 0x%08x, expected 0x%08x", k, j, out[j],
+                          kat[k][6 + j]);
+    }
+    /* the documented counter of mpt_sr_bits: element e uses word e & 3 of block {e >> 2, 0, iteration, 0} */
+    uint32_t out[4];
+    const uint32_t ctr[4] = {5, 0, 9, 0}, key[2] = {0x89abcdefu, 0x01234567u};
+    mpt_philox4x32_10(ctr, key, out);
+    for (int j = 0; j < 4; j++) ck_assert_uint_eq(mpt_sr_bits(0x0123456789abcdefULL, 9, 20 + (uint64_t)j), out[j]);
+}
+END_TEST
+
+/* The two neighbours of x in a 16-bit format found by scanning every positive finite bit pattern (independent of
+ * the rounding code): lo = largest magnitude <= |x|, hi = smallest magnitude > |x| (inf past the top). */
+static void neighbours16(int bf16, float x, double *lo, double *hi) {
+    double ax = fabs((double)x), best_lo = 0.0, best_hi = INFINITY;
+    for (uint32_t b = 0; b < 0x7f80u; b++) {
+        if (!bf16 && b >= 0x7c00u) break;
+        double v = bf16 ? mpt_bf16_to_f32((uint16_t)b) : mpt_f16_to_f32((uint16_t)b);
+        if (v <= ax && v > best_lo) best_lo = v;
+        if (v > ax && v < best_hi) best_hi = v;
+    }
+    *lo = x < 0 ? -best_lo : best_lo;
+    *hi = x < 0 ? -best_hi : best_hi;
+}
+
+/* 100000 stochastic roundings of each of a set of values (FP16's subnormal band, normal values, BF16's
+ * small and large ranges, negatives, exactly representable ones): only ever one of the two neighbours, the
+ * mean within 5 standard deviations of x (the rounding's variance is (hi-lo)^2 f (1-f), f = (x-lo)/(hi-lo)),
+ * and the same bits again from the same seed. */
+START_TEST(test_stochastic_rounding) {
+    static const float xs[] = {1.0f + 0x1p-9f, -3.3333333f, 0.1f, 1e-6f, 3e-7f, -6e-8f, 1000.3f, 65500.0f,
+                               1.0f, 0x1p-24f, 7.1e-20f, -2.5e30f};
+    const int N = 100000;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t k = 0; k < sizeof xs / sizeof xs[0]; k++) {
+            float x = xs[k];
+            if (bf16 == 0 && fabsf(x) > 65504.0f) continue;
+            double lo, hi;
+            neighbours16(bf16, x, &lo, &hi);
+            double sum = 0.0;
+            for (int i = 0; i < N; i++) {
+                uint32_t r = mpt_sr_bits(42, 7, (uint64_t)i);
+                uint16_t h = bf16 ? mpt_f32_to_bf16_sr(x, r) : mpt_f32_to_f16_sr(x, r);
+                ck_assert_uint_eq(h, bf16 ? mpt_f32_to_bf16_sr(x, mpt_sr_bits(42, 7, (uint64_t)i))
+                                          : mpt_f32_to_f16_sr(x, mpt_sr_bits(42, 7, (uint64_t)i)));
+                double v = bf16 ? mpt_bf16_to_f32(h) : mpt_f16_to_f32(h);
+                if (!(v == lo || v == hi))
+                    ck_abort_msg("%s SR of %a gave %a, neighbours %a and %a", bf16 ? "bf16" : "fp16", (double)x, v, lo,
+                                 hi);
+                sum += v;
+            }
+            double f = (fabs((double)x) - fabs(lo)) / (fabs(hi) - fabs(lo));
+            double sd = fabs(hi - lo) * sqrt(f * (1 - f) / N);
+            double mean = sum / N;
+            ck_assert_msg(fabs(mean - x) <= 5 * sd + 1e-12 * fabs((double)x),
+                          "%s SR of %a: mean %.10g, |mean - x| %.3g > 5 sd %.3g", bf16 ? "bf16" : "fp16",
+                          (double)x, mean, fabs(mean - x), 5 * sd);
+        }
+    /* a different seed gives a different sequence (for a value half-way between neighbours) */
+    int differ = 0;
+    for (int i = 0; i < 64; i++)
+        differ += mpt_f32_to_bf16_sr(1.0f + 0x1p-8f, mpt_sr_bits(1, 0, (uint64_t)i)) !=
+                  mpt_f32_to_bf16_sr(1.0f + 0x1p-8f, mpt_sr_bits(2, 0, (uint64_t)i));
+    ck_assert_int_gt(differ, 8);
+    /* inf and NaN round as with RNE */
+    ck_assert_uint_eq(mpt_f32_to_f16_sr(INFINITY, 0xffffffffu), 0x7c00u);
+    ck_assert_uint_eq(mpt_f32_to_bf16_sr(-INFINITY, 0xffffffffu), 0xff80u);
+    ck_assert_uint_eq(mpt_f32_to_f16_sr(NAN, 0), mpt_f32_to_f16(NAN));
+    ck_assert_uint_eq(mpt_f32_to_bf16_sr(NAN, 0xffffu), mpt_f32_to_bf16(NAN));
+}
+END_TEST
+
 START_TEST(test_f16_all_patterns) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = mpt_f16_to_f32((uint16_t)h);
@@ -292,6 +380,8 @@ int main(void) {
     Suite *s = suite_create("dtype");
     TCase *tc = tcase_create("conversions");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_philox_known_answers);
+    tcase_add_test(tc, test_stochastic_rounding);
     tcase_add_test(tc, test_f16_all_patterns);
     tcase_add_test(tc, test_bf16_all_patterns);
     tcase_add_test(tc, test_ties_to_even);

@@ -396,6 +396,225 @@ START_TEST(test_update_out) {
 }
 END_TEST
 
+/* ---- 16-bit storage: weights without masters, optimizer state ------------------------------------------------ */
+
+/* Spacing of the 16-bit format t (F16, BF16) at the stored value x: 2^(floor(log2|x|) - (p - 1)) with p = 11
+ * (FP16) or 8 (BF16) significant bits, never below the smallest subnormal (2^-24; BF16's 2^-133). */
+static double ulp16(mpt_dtype t, double x) {
+    int p = t == MPT_DTYPE_F16 ? 11 : 8;
+    double tiny = t == MPT_DTYPE_F16 ? 0x1p-24 : 0x1p-133;
+    if (x == 0.0) return tiny;
+    int e;
+    frexp(fabs(x), &e); /* |x| = f * 2^e, f in [0.5, 1) */
+    double u = ldexp(1.0, e - p);
+    return u > tiny ? u : tiny;
+}
+
+/* Whether `got` (a value of the 16-bit format t) is what rounding `exact` to nearest gives, given that the
+ * FP32 computation of `exact` may be off by `bound` before that rounding: |got - exact| <= ulp(got)/2 + bound.
+ * A neighbour further away than that is a wrong rounding (or a lost or doubled update). */
+static int is_rounding_of(mpt_dtype t, float got, double exact, double bound) {
+    return fabs((double)got - exact) <= ulp16(t, got) / 2 + bound;
+}
+
+static const mpt_optim_hparams variants16[] = {
+    {.kind = MPT_OPTIM_SGD, .lr = 0.1f},
+    {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-3f},
+    {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
+    {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.05f},
+};
+
+/* --master-weights none, round to nearest: each updated 16-bit weight is the FP64 reference update of its
+ * widened value, rounded to nearest in its dtype (brute force, element by element, all optimizers, both
+ * 16-bit dtypes); updates far below half an ulp leave the weight unchanged (the lost updates the masters
+ * exist to prevent), and update_out does not change the result. */
+START_TEST(test_master_none_rounds_once) {
+    const int64_t n = 2500;
+    tests_rng r = {0x5eed16};
+    const mpt_dtype dts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    uint16_t *w = malloc(n * 2), *w0 = malloc(n * 2), *w2 = malloc(n * 2);
+    float *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4), *m2 = malloc(n * 4), *v2 = malloc(n * 4);
+    float *m0 = malloc(n * 4), *v0 = malloc(n * 4), *upd = malloc(n * 4);
+    for (int di = 0; di < 2; di++)
+        for (size_t vi = 0; vi < sizeof variants16 / sizeof *variants16; vi++) {
+            const mpt_dtype dt = dts[di];
+            const mpt_optim_hparams *h = &variants16[vi];
+            const int t = 4;
+            int lost = 0, tiny = 0;
+            for (int64_t i = 0; i < n; i++) {
+                mpt_store_f32(w0, dt, i, (float)tests_uniform(&r, -2, 2));
+                /* a quarter of the gradients tiny: their update is far below half an ulp of the weight */
+                double mag = i % 4 == 0 ? 1e-7 : pow(10.0, tests_uniform(&r, -3, 0));
+                g[i] = (float)(tests_uniform(&r, 0, 1) < 0.5 ? -mag : mag);
+                m0[i] = h->kind == MPT_OPTIM_SGD ? (i % 4 == 0 ? 0.0f : (float)tests_uniform(&r, -0.1, 0.1))
+                                                 : (float)tests_uniform(&r, -0.01, 0.01);
+                v0[i] = (float)tests_uniform(&r, 0, 1e-4);
+                if (i % 4 == 0 && h->kind != MPT_OPTIM_SGD) m0[i] = 0.0f, v0[i] = 1.0f; /* tiny Adam step too */
+            }
+            for (int k = 0; k < 2; k++) {
+                uint16_t *wk = k ? w2 : w;
+                float *mk = k ? m2 : m, *vk = k ? v2 : v;
+                memcpy(wk, w0, n * 2);
+                memcpy(mk, m0, n * 4);
+                memcpy(vk, v0, n * 4);
+                st->steps_taken = t - 1;
+                st->found_inf = 0.0f;
+                be->step_begin(be, st);
+                mpt_optim_args a = {.h = *h, .n = n, .master = NULL, .grad = g, .m = mk, .v = vk,
+                                    .working = wk, .working_dtype = dt, .found_inf = &st->found_inf,
+                                    .step = &st->steps_taken, .update_out = k ? upd : NULL};
+                be->optim_step(be, &a);
+            }
+            EXPECT(memcmp(w, w2, n * 2) == 0 && memcmp(m, m2, n * 4) == 0 && memcmp(v, v2, n * 4) == 0,
+                   "%s %s: update_out changed the step", mpt_optim_kind_name(h->kind), mpt_dtype_name(dt));
+            for (int64_t i = 0; i < n; i++) {
+                double p0 = mpt_load_f32(w0, dt, i), got = mpt_load_f32(w, dt, i);
+                exact_step e = exact_step_for(h, t, 1.0, 0.0, p0, m0[i], v0[i], g[i]);
+                EXPECT(is_rounding_of(dt, (float)got, e.p, e.ep),
+                       "%s %s [%lld]: weight %a -> %a, exact %.10g (bound %.3g, ulp %.3g)",
+                       mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), (long long)i, p0, got, e.p, e.ep,
+                       ulp16(dt, got));
+                if (fabs(e.p - p0) + e.ep < ulp16(dt, p0) / 4) { /* far below half an ulp: must vanish */
+                    tiny++;
+                    EXPECT(got == p0, "[%lld]: an update of %.3g changed %a", (long long)i, e.p - p0, p0);
+                    lost += e.p != p0;
+                }
+            }
+            ck_assert_int_gt(tiny, n / 8); /* the test exercised lost updates */
+            ck_assert_int_gt(lost, n / 8);
+        }
+    free(w);
+    free(w0);
+    free(w2);
+    free(g);
+    free(m);
+    free(v);
+    free(m2);
+    free(v2);
+    free(m0);
+    free(v0);
+    free(upd);
+}
+END_TEST
+
+/* --master-weights none with stochastic rounding: every updated weight is one of the two 16-bit neighbours of
+ * the FP32 result (the FP64 reference within its bound), it is exactly mpt_f32_to_*_sr of that result with the
+ * documented bits mpt_sr_bits(seed, iteration, offset + i), and so is reproducible; over many elements that
+ * all receive the same sub-ulp update the mean change equals the update (unbiased), where round-to-nearest
+ * loses every one. */
+START_TEST(test_master_none_stochastic) {
+    const int64_t n = 40000;
+    const mpt_dtype dts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    uint16_t *w = malloc(n * 2), *w0 = malloc(n * 2), *w2 = malloc(n * 2);
+    float *g = malloc(n * 4);
+    for (int di = 0; di < 2; di++) {
+        const mpt_dtype dt = dts[di];
+        const mpt_optim_hparams h = {.kind = MPT_OPTIM_SGD, .lr = 1.0f};
+        const float w_init = 1.0f;
+        const double ulp = ulp16(dt, w_init); /* 2^-7 (BF16) or 2^-10 (FP16) just above 1 */
+        const float step = (float)(0.3 * ulp); /* gradient such that -lr*g is 0.3 ulp below... */
+        for (int64_t i = 0; i < n; i++) {
+            mpt_store_f32(w0, dt, i, w_init);
+            g[i] = -step; /* p = 1 + 0.3 ulp: RNE gives 1, SR gives 1 + ulp with probability 0.3 */
+        }
+        for (int k = 0; k < 2; k++) {
+            uint16_t *wk = k ? w2 : w;
+            memcpy(wk, w0, n * 2);
+            st->steps_taken = 0;
+            st->found_inf = 0.0f;
+            be->step_begin(be, st);
+            mpt_optim_args a = {.h = h, .n = n, .grad = g, .working = wk, .working_dtype = dt, .stochastic = 1,
+                                .sr_seed = 0x1234abcdULL, .sr_iteration = 17, .sr_offset = 3,
+                                .found_inf = &st->found_inf, .step = &st->steps_taken};
+            be->optim_step(be, &a);
+        }
+        ck_assert_msg(memcmp(w, w2, n * 2) == 0, "%s: stochastic rounding not reproducible", mpt_dtype_name(dt));
+        double sum = 0.0;
+        int64_t up = 0;
+        for (int64_t i = 0; i < n; i++) {
+            float x = w_init + step; /* the FP32 result: exact, as 0.3 ulp of a 16-bit format fits FP32 */
+            uint32_t bits = mpt_sr_bits(0x1234abcdULL, 17, 3 + (uint64_t)i);
+            uint16_t want = dt == MPT_DTYPE_BF16 ? mpt_f32_to_bf16_sr(x, bits) : mpt_f32_to_f16_sr(x, bits);
+            EXPECT(w[i] == want, "%s [%lld]: 0x%04x, documented counter gives 0x%04x", mpt_dtype_name(dt),
+                   (long long)i, w[i], want);
+            double got = mpt_load_f32(w, dt, i);
+            EXPECT(got == w_init || got == w_init + ulp, "%s [%lld]: %a is not a neighbour of %a",
+                   mpt_dtype_name(dt), (long long)i, got, (double)x);
+            up += got != w_init;
+            sum += got - w_init;
+        }
+        /* binomial(n, 0.3): the count of round-ups within 5 standard deviations of 0.3 n */
+        double sd = sqrt(n * 0.3 * 0.7);
+        EXPECT(fabs((double)up - 0.3 * n) <= 5 * sd, "%s: %lld of %lld rounded up, expected 0.3 n +- 5 sd (%.0f)",
+               mpt_dtype_name(dt), (long long)up, (long long)n, 5 * sd);
+        EXPECT(fabs(sum / n - (double)step) <= 5 * ulp * sqrt(0.21 / n), "%s: mean change %.4g, update %.4g",
+               mpt_dtype_name(dt), sum / n, (double)step);
+    }
+    free(w);
+    free(w0);
+    free(w2);
+    free(g);
+}
+END_TEST
+
+/* --optimizer-state bf16|fp16: ten Adam/AdamW/SGD-momentum steps with 16-bit m and v, each step checked against
+ * an FP64 reference started from the stored (widened) state: the stored m and v are the reference's rounded to
+ * nearest in the state dtype (within the FP32 computation's bound), the FP32 master follows the reference
+ * computed from the unrounded m and v (the step uses the FP32 values, the store rounds). */
+START_TEST(test_state_16bit) {
+    const int64_t n = 1500;
+    tests_rng r = {0x57a7e};
+    const mpt_dtype dts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    float *p = malloc(n * 4), *p0 = malloc(n * 4), *g = malloc(n * 4);
+    uint16_t *m = malloc(n * 2), *v = malloc(n * 2), *m0 = malloc(n * 2), *v0 = malloc(n * 2);
+    for (int di = 0; di < 2; di++)
+        for (size_t vi = 1; vi < sizeof variants16 / sizeof *variants16; vi++) {
+            const mpt_dtype dt = dts[di];
+            const mpt_optim_hparams *h = &variants16[vi];
+            const int nstate = mpt_optim_n_state(h);
+            for (int64_t i = 0; i < n; i++) {
+                p[i] = (float)tests_uniform(&r, -1, 1);
+                mpt_store_f32(m, dt, i, 0.0f);
+                mpt_store_f32(v, dt, i, 0.0f);
+            }
+            st->steps_taken = 0;
+            for (int t = 1; t <= 10; t++) {
+                for (int64_t i = 0; i < n; i++) g[i] = (float)(tests_uniform(&r, -1, 1) * pow(10.0, tests_uniform(&r, -3, 0)));
+                memcpy(p0, p, n * 4);
+                memcpy(m0, m, n * 2);
+                memcpy(v0, v, n * 2);
+                st->found_inf = 0.0f;
+                be->step_begin(be, st);
+                ck_assert_int_eq(st->steps_taken, t);
+                mpt_optim_args a = {.h = *h, .n = n, .master = p, .grad = g, .m = m, .v = nstate >= 2 ? v : NULL,
+                                    .state_dtype = dt, .found_inf = &st->found_inf, .step = &st->steps_taken};
+                be->optim_step(be, &a);
+                for (int64_t i = 0; i < n; i++) {
+                    double mi = mpt_load_f32(m0, dt, i), vi0 = mpt_load_f32(v0, dt, i);
+                    exact_step e = exact_step_for(h, t, 1.0, 0.0, p0[i], mi, vi0, g[i]);
+                    float gm = mpt_load_f32(m, dt, i);
+                    EXPECT(is_rounding_of(dt, gm, e.m, e.em), "%s %s t=%d [%lld]: stored m %a, exact %.10g",
+                           mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), t, (long long)i, (double)gm, e.m);
+                    if (nstate >= 2) {
+                        float gv = mpt_load_f32(v, dt, i);
+                        EXPECT(is_rounding_of(dt, gv, e.v, e.ev), "%s %s t=%d [%lld]: stored v %a, exact %.10g",
+                               mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), t, (long long)i, (double)gv, e.v);
+                    }
+                    EXPECT(fabs(p[i] - e.p) <= e.ep, "%s %s t=%d [%lld]: p %a, exact %.12g, bound %.3g",
+                           mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), t, (long long)i, (double)p[i], e.p, e.ep);
+                }
+            }
+        }
+    free(p);
+    free(p0);
+    free(g);
+    free(m);
+    free(v);
+    free(m0);
+    free(v0);
+}
+END_TEST
+
 /* ---- clipping by global L2 norm ---------------------------------------------------------------------------- */
 
 START_TEST(test_clip_global_norm) {
@@ -612,6 +831,9 @@ int main(void) {
     tcase_add_test(tc, test_pytorch_trajectories);
     tcase_add_test(tc, test_random_vs_fp64);
     tcase_add_test(tc, test_update_out);
+    tcase_add_test(tc, test_master_none_rounds_once);
+    tcase_add_test(tc, test_master_none_stochastic);
+    tcase_add_test(tc, test_state_16bit);
     tcase_add_test(tc, test_clip_global_norm);
     tcase_add_test(tc, test_hparams);
     tcase_add_test(tc, test_lr_schedules);

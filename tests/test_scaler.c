@@ -31,7 +31,7 @@ static void teardown(void) {
 }
 
 static mpt_scaler_params params(float growth, float backoff, int32_t interval, int32_t hysteresis, float lo, float hi) {
-    mpt_scaler_params p = {growth, backoff, interval, hysteresis, lo, hi};
+    mpt_scaler_params p = {growth, backoff, interval, hysteresis, lo, hi, 0};
     return p;
 }
 

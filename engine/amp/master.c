@@ -2,11 +2,27 @@
 #include "engine/amp/master.h"
 
 #include <stdio.h>
+#include <string.h>
 
-void mpt_master_create(mpt_graph *g, mpt_tensor **masters) {
+const char *mpt_master_mode_name(mpt_master_mode m) {
+    switch (m) {
+    case MPT_MASTER_FP32: return "fp32";
+    case MPT_MASTER_NONE: return "none";
+    }
+    return "?";
+}
+
+int mpt_master_mode_parse(const char *s, mpt_master_mode *out) {
+    if (strcmp(s, "fp32") == 0) *out = MPT_MASTER_FP32;
+    else if (strcmp(s, "none") == 0) *out = MPT_MASTER_NONE;
+    else return -1;
+    return 0;
+}
+
+void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode) {
     for (int i = 0; i < g->n_params; i++) {
         mpt_tensor *w = g->params[i].weight;
-        if (w->dtype == MPT_DTYPE_F32) {
+        if (w->dtype == MPT_DTYPE_F32 || mode == MPT_MASTER_NONE) {
             masters[i] = w;
             continue;
         }

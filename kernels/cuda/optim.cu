@@ -1,7 +1,8 @@
 /*
  * kernels/cuda/optim.cu - the CUDA backend's mixed-precision update pass: unscale + found_inf, sum of squares
- * and clip coefficient (clipping by global L2 norm), the fused optimizer step on the FP32 masters (working
- * copy rewritten, RNE), and the loss-scale update.
+ * and clip coefficient (clipping by global L2 norm), the fused optimizer step (on the FP32 masters with the
+ * working copy rewritten RNE, or on 16-bit weights directly with RNE or stochastic rounding; FP32 or 16-bit
+ * optimizer state), and the loss-scale update.
  *
  * The math of one element (and of the per-step scalars) is in kernels/elemwise.h ("Optimizer and loss-scaler
  * per-element math"), the functions the CPU loops of kernels/cpu/optim.c call; this file only maps them onto
@@ -91,9 +92,10 @@ static __global__ void step_begin_kernel(mpt_scaler_state *st) {
 }
 
 static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_params p, int dynamic) {
-    mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq, &st->growth_tracker,
-                             &st->hysteresis_left, &st->steps_skipped, &st->floor_hits, p.growth_factor,
-                             p.backoff_factor, p.growth_interval, p.hysteresis, p.min_scale, p.max_scale, dynamic);
+    mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq,
+                             &st->growth_tracker, &st->hysteresis_left, &st->steps_skipped, &st->floor_hits,
+                             &st->steps_nonfinite, p.growth_factor, p.backoff_factor, p.growth_interval,
+                             p.hysteresis, p.min_scale, p.max_scale, p.apply_nonfinite, dynamic);
 }
 
 void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
@@ -125,23 +127,35 @@ typedef struct step_scalars {
     int first;                /* t == 1 (SGD momentum initialisation) */
 } step_scalars;
 
-/* Unless *found_inf: every element of master (and m, v) is updated with grad * (*grad_mul) by the optimizer's
- * per-element function, the working copy rewritten from the master (RNE), and the update delta written to
- * update_out when it is set (zeros on a skipped step). */
-static __global__ void optim_step_kernel(mpt_optim_hparams h, int64_t n, float *master, const float *grad, float *m,
-                                         float *v, void *working, mpt_dtype working_dtype, const float *found_inf,
-                                         const float *grad_mul, const int32_t *step, float *update_out) {
-    if (*found_inf != 0.0f) { /* skipped step: nothing is written but zero deltas (uniform over the grid) */
-        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; update_out && i < n;
+/* FP32 -> 16-bit storage with stochastic rounding (F32: unchanged), from the random word r. */
+static __device__ __forceinline__ void store_stochastic(void *p, mpt_dtype t, int64_t i, float x, uint32_t r) {
+    switch (t) {
+    case MPT_DTYPE_F16: ((uint16_t *)p)[i] = mpt_f32_to_f16_sr(x, r); break;
+    case MPT_DTYPE_BF16: ((uint16_t *)p)[i] = mpt_f32_to_bf16_sr(x, r); break;
+    default: ((float *)p)[i] = x; break;
+    }
+}
+
+/* Unless *found_inf (found_inf NULL: never skip): each element's weight (the FP32 master, or the working weight
+ * widened when there is no master) and state (widened from state_dtype) are updated in FP32 by the optimizer's
+ * per-element function; the state is stored back rounded to nearest even; the weight goes back to the master
+ * (and the working copy, RNE) or, without a master, is rounded once into the working dtype (RNE, or
+ * stochastically with mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i)); the update delta goes to update_out
+ * when it is set (zeros on a skipped step). The same functions and order as kernels/cpu/optim.c. */
+static __global__ void optim_step_kernel(mpt_optim_args a) {
+    const int64_t n = a.n;
+    if (a.found_inf && *a.found_inf != 0.0f) { /* skipped: nothing is written but zero deltas (uniform) */
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; a.update_out && i < n;
              i += (int64_t)gridDim.x * blockDim.x)
-            update_out[i] = 0.0f;
+            a.update_out[i] = 0.0f;
         return;
     }
     __shared__ step_scalars sc;
+    const mpt_optim_hparams h = a.h;
     if (threadIdx.x == 0) {
-        const int32_t t = *step;
+        const int32_t t = *a.step;
         assert(t >= 1); /* step_begin runs first */
-        sc.gm = grad_mul ? *grad_mul : 1.0f;
+        sc.gm = a.grad_mul ? *a.grad_mul : 1.0f;
         sc.first = t == 1;
         sc.l2 = 0.0f;
         sc.decay = 1.0f;
@@ -157,32 +171,40 @@ static __global__ void optim_step_kernel(mpt_optim_hparams h, int64_t n, float *
     __syncthreads();
     const step_scalars s = sc;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float p = a.master ? a.master[i] : mpt_dev_load(a.working, a.working_dtype, i);
+        float m = a.m ? mpt_dev_load(a.m, a.state_dtype, i) : 0.0f;
+        float v = a.v ? mpt_dev_load(a.v, a.state_dtype, i) : 0.0f;
         float delta;
-        if (h.kind == MPT_OPTIM_SGD) {
-            float unused = 0.0f;
-            float *buf = h.momentum != 0.0f ? &m[i] : &unused;
-            delta = mpt_elem_sgd(&master[i], buf, grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay,
-                                 h.nesterov, s.first);
+        if (h.kind == MPT_OPTIM_SGD)
+            delta = mpt_elem_sgd(&p, &m, a.grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
+                                 s.first);
+        else
+            delta = mpt_elem_adam(&p, &m, &v, a.grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
+                                  s.bc2_sqrt);
+        if (a.m) mpt_dev_store(a.m, a.state_dtype, i, m);
+        if (a.v) mpt_dev_store(a.v, a.state_dtype, i, v);
+        if (a.update_out) a.update_out[i] = delta;
+        if (a.master) {
+            a.master[i] = p;
+            if (a.working) mpt_dev_store(a.working, a.working_dtype, i, p);
+        } else if (a.stochastic) {
+            store_stochastic(a.working, a.working_dtype, i, p,
+                             mpt_sr_bits(a.sr_seed, a.sr_iteration, a.sr_offset + (uint64_t)i));
         } else {
-            delta = mpt_elem_adam(&master[i], &m[i], &v[i], grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay,
-                                  s.step_size, s.bc2_sqrt);
+            mpt_dev_store(a.working, a.working_dtype, i, p);
         }
-        if (update_out) update_out[i] = delta;
-        if (working) mpt_dev_store(working, working_dtype, i, master[i]);
     }
 }
 
-static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_hparams *h, int64_t n, float *master,
-                              const float *grad, float *m, float *v, void *working, mpt_dtype working_dtype,
-                              const float *found_inf, const float *grad_mul, const int32_t *step, float *update_out) {
-    optim_step_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(
-        *h, n, master, grad, m, v, working, working_dtype, found_inf, grad_mul, step, update_out);
+static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_args *a) {
+    optim_step_kernel<<<mpt_cuda_blocks(ctx, a->n), MPT_CUDA_THREADS, 0, ctx->stream>>>(*a);
     MPT_CUDA_CHECK_LAUNCH("optim_step_kernel");
 }
 
 void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     const mpt_optim_hparams *h = &a->h;
-    MPT_ASSERT(a->n >= 0 && a->master != NULL && a->grad != NULL && a->found_inf != NULL && a->step != NULL);
+    MPT_ASSERT(a->n >= 0 && a->grad != NULL && a->step != NULL);
+    MPT_ASSERTF(a->master != NULL || a->working != NULL, "optim_step: no weights (master and working both NULL)");
     switch (h->kind) {
     case MPT_OPTIM_SGD:
         MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
@@ -194,7 +216,7 @@ void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
     }
     if (a->working) mpt_cuda_require_float(a->working_dtype, "optim_step (working copy)");
+    mpt_cuda_require_float(a->state_dtype, "optim_step (optimizer state)");
     if (a->n == 0) return;
-    launch_optim_step(mpt_cuda_ctx_of(be), h, a->n, a->master, a->grad, a->m, a->v, a->working, a->working_dtype,
-                      a->found_inf, a->grad_mul, a->step, a->update_out);
+    launch_optim_step(mpt_cuda_ctx_of(be), a);
 }
