@@ -223,6 +223,21 @@ static const bad_case bad_cases[] = {
     {{"eval"}, "--checkpoint"},
     {{"info", "--model", "mlp"}, "--model"},
     {{"frobnicate"}, "frobnicate"},
+    {{"train", "--master-weights", "fp16"}, "--master-weights"},
+    {{"train", "--update-rounding", "up"}, "--update-rounding"},
+    {{"train", "--update-rounding", "stochastic"}, "--update-rounding"}, /* needs --master-weights none */
+    {{"train", "--optimizer-state", "int8"}, "--optimizer-state"},
+    {{"train", "--nonfinite", "ignore"}, "--nonfinite"},
+    {{"train", "--nonfinite", "apply", "--loss-scale", "dynamic"}, "--nonfinite"}, /* dynamic scaling must skip */
+    {{"train", "--tf32-matmul", "yes"}, "--tf32-matmul"},
+    {{"train", "--tf32-conv", "1"}, "--tf32-conv"},
+    {{"train", "--scaler", "mxnet"}, "--scaler"},
+    {{"train", "--growth-factor", "0.5"}, "--growth-factor"},
+    {{"train", "--backoff-factor", "0"}, "--backoff-factor"},
+    {{"train", "--hysteresis", "0"}, "--hysteresis"},
+    {{"train", "--scale-floor", "0"}, "--scale-floor"},
+    {{"train", "--scale-floor", "8", "--scale-ceiling", "4"}, "--scale-ceiling"},
+    {{"compare", "--update-rounding", "stochastic"}, "--update-rounding"},
 };
 
 START_TEST(test_bad_flags) {
@@ -572,6 +587,162 @@ START_TEST(test_resume_bf16_cnn_dropout) {
 }
 END_TEST
 
+/* ---- the safeguard switches (issue #10) ----------------------------------------------------------------------- */
+
+/* A string from summary.json's "config" object. */
+static const char *cfg_str(json_t *j, const char *key) {
+    json_t *v = json_object_get(json_object_get(j, "config"), key);
+    ck_assert_msg(v && json_is_string(v), "summary config has no \"%s\"", key);
+    return json_string_value(v);
+}
+
+/* Without masters, with stochastic rounding and BF16 optimizer state, a run resumes bit-exactly (the rounding
+ * bits come from (seed, iteration, element), not from a stream position), and a changed switch is refused
+ * with a one-line message naming the flag, the checkpoint's value and the given one. */
+START_TEST(test_resume_switches) {
+    const char *extra[] = {"--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--master-weights", "none",
+                           "--update-rounding", "stochastic", "--optimizer-state", "bf16", NULL};
+    resume_case("mlp", "bf16", extra, 12, 5);
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *first = tmp_path("first");
+    int rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--master-weights", "none",
+                 "--optimizer-state", "fp16", "--scaler", "deepspeed", "--max-steps", "2", "--limit-test", "64",
+                 "--progress", "off", "--out", first, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", first);
+    static const char *const changes[][2] = {{"--master-weights", "fp32"}, {"--optimizer-state", "fp32"},
+                                             {"--update-rounding", "stochastic"}, {"--hysteresis", "1"},
+                                             {"--scaler", "pytorch"}, {"--tf32-conv", "on"}, {"--nonfinite", "apply"}};
+    static const char *const ck_values[] = {"none", "fp16", "nearest", "2", "deepspeed", "off", "skip"};
+    for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
+        rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", changes[k][0], changes[k][1], "--out",
+                 tmp_path("bad"), NULL);
+        char want[160];
+        snprintf(want, sizeof want, "%s %s conflicts with the checkpoint's %s", changes[k][0], changes[k][1],
+                 ck_values[k]);
+        ck_assert_msg(rc == 2 && strstr(out_buf, want) != NULL, "resume with %s %s: exit %d, expected 2 and '%s': %s",
+                      changes[k][0], changes[k][1], rc, want, out_buf);
+        ck_assert_msg(strchr(out_buf, '\n') == out_buf + strlen(out_buf) - 1, "not one line: %s", out_buf);
+    }
+    /* the same values given again are accepted */
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--master-weights", "none", "--scaler",
+             "deepspeed", "--max-steps", "3", "--limit-test", "64", "--progress", "off", "--out", tmp_path("again"),
+             NULL);
+    ck_assert_msg(rc == 0, "resume with the same switches failed (%d): %s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* In fp32, --master-weights none changes nothing (same bits) and the run says so; the memory report of a bf16
+ * run without masters has no master category and BF16 optimizer state takes half the FP32 state's bytes; the
+ * scaler presets and knobs land in summary.json; --tf32-matmul on turns fp32's GEMMs to TF32 and
+ * NVIDIA_TF32_OVERRIDE=0 wins, announced. */
+START_TEST(test_switches_in_outputs) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dirs[2] = {tmp_path("fp32-masters"), tmp_path("fp32-none")};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--max-steps", "4",
+                     "--limit-test", "64", "--progress", "off", "--master-weights", k ? "none" : "fp32", "--out",
+                     dirs[k], NULL);
+        ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    }
+    ck_assert_msg(strstr(out_buf, "--master-weights none changes nothing in fp32") != NULL, "no note: %s", out_buf);
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/checkpoint.safetensors", dirs[0]);
+    snprintf(b, sizeof b, "%s/checkpoint.safetensors", dirs[1]);
+    assert_same_tensors(a, b);
+
+    /* bf16: masters none and bf16 state in the memory report; fp32 state for comparison */
+    const char *bdirs[2] = {tmp_path("bf16-fp32state"), tmp_path("bf16-none-bf16state")};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--max-steps", "2",
+                     "--limit-test", "64", "--progress", "off", "--master-weights", k ? "none" : "fp32",
+                     "--optimizer-state", k ? "bf16" : "fp32", "--out", bdirs[k], NULL);
+        ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    }
+    ck_assert_msg(strstr(out_buf, "masters none (--master-weights none)") != NULL, "memory line: %s", out_buf);
+    json_t *j0 = load_summary(bdirs[0]), *j1 = load_summary(bdirs[1]);
+    json_t *m0 = json_object_get(j0, "peak_memory_bytes"), *m1 = json_object_get(j1, "peak_memory_bytes");
+    ck_assert_ptr_nonnull(json_object_get(m0, "master"));
+    ck_assert_msg(json_object_get(m1, "master") == NULL, "a run without masters reports a master category");
+    double fp32_copy = jnum(m0, "master"), o0 = jnum(m0, "optim"), o1 = jnum(m1, "optim");
+    /* Adam's two state tensors, each the size of the FP32 master copy in FP32, half of it in BF16 (plus the
+     * scaler state's few bytes) */
+    ck_assert_msg(o0 >= 2 * fp32_copy && o1 >= fp32_copy && o1 < 0.6 * o0, "optimizer state: fp32 %.0f, bf16 %.0f bytes",
+                  o0, o1);
+    ck_assert_str_eq(cfg_str(j1, "master-weights"), "none");
+    ck_assert_str_eq(cfg_str(j1, "optimizer-state"), "bf16");
+    json_decref(j0);
+    json_decref(j1);
+
+    /* scaler presets and knobs */
+    const char *ds = tmp_path("deepspeed");
+    int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp16", "--scaler", "keras",
+                 "--hysteresis", "3", "--max-steps", "1", "--limit-test", "64", "--progress", "off", "--out", ds, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(ds);
+    ck_assert_str_eq(cfg_str(j, "scaler"), "keras");
+    ck_assert_str_eq(cfg_str(j, "loss-scale"), "dynamic:32768"); /* Keras's initial scale 2^15 */
+    ck_assert_str_eq(cfg_str(j, "hysteresis"), "3");              /* the knob overrides the preset */
+    ck_assert_str_eq(cfg_str(j, "growth-interval"), "2000");
+    json_decref(j);
+
+    /* TF32 switches and the environment override */
+    const char *tf = tmp_path("tf32");
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--tf32-matmul", "on",
+             "--max-steps", "1", "--limit-test", "64", "--progress", "off", "--out", tf, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    j = load_summary(tf);
+    json_t *node = json_array_get(json_object_get(j, "precision_map"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(node, "op")), "linear");
+    ck_assert_str_eq(json_string_value(json_object_get(node, "math")), "tf32");
+    json_decref(j);
+    ck_assert_int_eq(setenv("NVIDIA_TF32_OVERRIDE", "0", 1), 0);
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--tf32-matmul", "on",
+             "--max-steps", "1", "--limit-test", "64", "--progress", "off", "--out", tmp_path("tf32-off"), NULL);
+    unsetenv("NVIDIA_TF32_OVERRIDE");
+    ck_assert_msg(rc == 0 && strstr(out_buf, "NVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul on"),
+                  "override not announced (%d): %s", rc, out_buf);
+    j = load_summary(tmp_path("tf32-off"));
+    node = json_array_get(json_object_get(j, "precision_map"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(node, "math")), "fp32");
+    json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
+ * finishes with exit 0, counts the step as applied (not skipped), reports non-finite weights, and writes no
+ * checkpoint of them; the default (skip) on the same run skips the step and keeps the weights finite. */
+START_TEST(test_nonfinite_apply) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dirs[2] = {tmp_path("skip"), tmp_path("apply")};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--inject-nonfinite", "2",
+                     "--max-steps", "5", "--limit-test", "64", "--progress", "off", "--nonfinite", k ? "apply" : "skip",
+                     "--out", dirs[k], NULL);
+        ck_assert_msg(rc == 0, "train --nonfinite %s failed (%d): %s", k ? "apply" : "skip", rc, out_buf);
+        json_t *j = load_summary(dirs[k]);
+        ck_assert_int_eq((int)jnum(j, "steps_skipped"), k ? 0 : 1);
+        ck_assert_int_eq((int)jnum(j, "steps_nonfinite_applied"), k ? 1 : 0);
+        ck_assert(json_is_true(json_object_get(j, "weights_nonfinite")) == (k == 1));
+        json_decref(j);
+    }
+    ck_assert_msg(strstr(out_buf, "warning: --nonfinite apply") != NULL, "no warning: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "weights are non-finite") != NULL, "no verdict: %s", out_buf);
+    char p[600];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", dirs[1]);
+    ck_assert_msg(!file_exists(p), "a checkpoint of NaN weights was written");
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", dirs[0]);
+    ck_assert(file_exists(p));
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- compare ------------------------------------------------------------------------------------------------- */
 
 /* The concatenated FP32 masters of a run's checkpoint, in file order, as doubles; *n receives the count. */
@@ -815,6 +986,9 @@ static Suite *cli_suite(void) {
     tcase_add_loop_test(tr, test_models, 0, (int)(sizeof model_cases / sizeof model_cases[0]));
     tcase_add_test(tr, test_resume_fp16_mlp);
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
+    tcase_add_test(tr, test_resume_switches);
+    tcase_add_test(tr, test_switches_in_outputs);
+    tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
     tcase_add_test(tr, test_telemetry_only_reads);
     tcase_add_test(tr, test_fashion_mnist_short);

@@ -61,7 +61,19 @@ typedef enum mpt_opt_id {
     MPT_OPT_VAL_SPLIT,
     MPT_OPT_STANDARDIZE,
     MPT_OPT_INJECT_NONFINITE,
-    MPT_OPT_LAST_RECORDED = MPT_OPT_INJECT_NONFINITE,
+    MPT_OPT_MASTER_WEIGHTS,   /* issue #10's switches (recorded; absent from older checkpoints: defaults) */
+    MPT_OPT_UPDATE_ROUNDING,
+    MPT_OPT_OPTIMIZER_STATE,
+    MPT_OPT_NONFINITE,
+    MPT_OPT_TF32_MATMUL,
+    MPT_OPT_TF32_CONV,
+    MPT_OPT_SCALER,
+    MPT_OPT_GROWTH_FACTOR,
+    MPT_OPT_BACKOFF_FACTOR,
+    MPT_OPT_HYSTERESIS,
+    MPT_OPT_SCALE_FLOOR,
+    MPT_OPT_SCALE_CEILING,
+    MPT_OPT_LAST_RECORDED = MPT_OPT_SCALE_CEILING,
     /* settings of one invocation */
     MPT_OPT_EPOCHS,
     MPT_OPT_DEVICE,
@@ -103,6 +115,16 @@ typedef enum mpt_progress_mode {
     MPT_PROGRESS_OFF,
 } mpt_progress_mode;
 
+/* The loss-scaler presets of --scaler: each system's documented defaults (tools/opts.c, scaler_presets[]). */
+typedef enum mpt_scaler_preset {
+    MPT_SCALER_MPTRAIN = 0, /* GradScaler's factors and interval, with Apex's floor 1 and ceiling 2^24 */
+    MPT_SCALER_PYTORCH,
+    MPT_SCALER_APEX,
+    MPT_SCALER_DEEPSPEED,
+    MPT_SCALER_KERAS,
+    MPT_SCALER_PRESET_COUNT
+} mpt_scaler_preset;
+
 /* All settings of one invocation. Defaults: mpt_cli_opts_default(). */
 typedef struct mpt_cli_opts {
     /* the run's math (recorded) */
@@ -126,6 +148,14 @@ typedef struct mpt_cli_opts {
     double val_split;            /* fraction of the (limited) training set held out for validation */
     int standardize;             /* standardise pixels with the training set's mean and std */
     int64_t inject_nonfinite;    /* iteration whose gradients become NaN, -1 = off */
+    mpt_master_mode master_weights;      /* fp32 (default) | none */
+    mpt_update_rounding update_rounding; /* nearest (default) | stochastic (needs master_weights none) */
+    mpt_dtype optimizer_state;           /* F32 (default) | BF16 | F16 */
+    mpt_nonfinite_mode nonfinite;        /* skip (default) | apply */
+    int tf32_matmul, tf32_conv;          /* 1 = TF32 allowed; resolved: on in tf32 mode, off otherwise */
+    mpt_scaler_preset scaler;            /* where the loss-scaler defaults below come from */
+    double growth_factor, backoff_factor, scale_floor, scale_ceiling;
+    int hysteresis;
     /* this invocation */
     int epochs;
     mpt_device_choice device;
@@ -169,9 +199,20 @@ const char *mpt_cli_opt_name(mpt_opt_id id);
 const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size_t len);
 
 /* Fills in the defaults that depend on other settings: the weight decay (0.01 for adamw, as in PyTorch,
- * unless given) and the loss scaling (dynamic 2^16 for fp16, none otherwise, unless given). Call once the
- * precision is final (compare: once per precision). */
+ * unless given), the loss scaling (dynamic for fp16 with the --scaler preset's initial scale, none otherwise,
+ * unless given), the scaler knobs not given (from the --scaler preset) and the TF32 switches not given (on in
+ * tf32 mode, off otherwise). Call once the precision is final (compare: once per precision). */
 void mpt_cli_resolve(mpt_cli_opts *o);
+
+/* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,
+ * --nonfinite apply needs a loss scaling other than dynamic, --scale-ceiling >= --scale-floor. MPT_ERR_ARG
+ * naming the flags. */
+mpt_status mpt_cli_check_switches(const mpt_cli_opts *o);
+
+/* Prints what the issue #10 switches do in this run, one line each (prefixed with label): notes for
+ * switches that change nothing in this precision, the warning of --nonfinite apply, and that
+ * NVIDIA_TF32_OVERRIDE=0 (tf32_override) wins over the TF32 switches. */
+void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f);
 
 /* The training configuration for the engine (engine/train.h) from resolved options; batches_per_epoch gives
  * the cosine schedule its horizon (epochs x batches_per_epoch). */
@@ -236,6 +277,8 @@ typedef struct mpt_cli_result {
     size_t mem_peak[MPT_MEM_COUNT];
     size_t mem_peak_total;
     int32_t steps_skipped, floor_hits;
+    int32_t steps_nonfinite;     /* steps applied with non-finite gradients (--nonfinite apply) */
+    int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
     float *init_master;          /* the same at the start of this invocation (malloc'd) */

@@ -36,6 +36,13 @@ int mpt_cmd_compare(int argc, char **argv) {
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     mpt_cli_set_threads(o.threads);
 
+    for (int i = 0; i < o.n_precisions; i++) { /* switch combinations, before any data is loaded */
+        mpt_cli_opts op = o;
+        op.precision = o.precisions[i];
+        mpt_cli_resolve(&op);
+        s = mpt_cli_check_switches(&op);
+        if (s != MPT_OK) return mpt_cli_fail("compare", s);
+    }
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);

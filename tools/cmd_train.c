@@ -146,6 +146,7 @@ typedef struct run {
     FILE *steps_csv, *epochs_csv, *telemetry_csv;
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
+    int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
     char ckpt_path[MPT_CLI_PATH + 64];
 } run;
 
@@ -221,10 +222,42 @@ static void progress_draw(const run *r, int64_t epoch, int64_t b, const mpt_trai
     fflush(stdout);
 }
 
+/* Whether any weight the optimizer updates (masters, or the 16-bit weights without masters) holds inf/NaN:
+ * possible only with --nonfinite apply. Synchronises. */
+static int weights_nonfinite(run *r) {
+    mpt_trainer *t = r->t;
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *w = t->master[i];
+        int64_t n = mpt_tensor_numel(w);
+        size_t esz = mpt_dtype_size(w->dtype);
+        char *h = malloc((size_t)n * esz);
+        MPT_ASSERT(h != NULL);
+        r->be->to_host(r->be, h, w->data, (size_t)n * esz);
+        int bad = 0;
+        for (int64_t k = 0; k < n && !bad; k++) bad = !isfinite(mpt_load_f32(h, w->dtype, k));
+        free(h);
+        if (bad) return 1;
+    }
+    return 0;
+}
+
+/* Writes the checkpoint. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could
+ * not be resumed (and the writer may refuse it): the run then says so once and goes on without one. */
 static mpt_status save_checkpoint(run *r) {
+    if (r->o.nonfinite == MPT_NONFINITE_APPLY && weights_nonfinite(r)) {
+        if (!r->warned_nonfinite_ckpt)
+            printf("%swarning: the weights hold inf/NaN (--nonfinite apply let a non-finite step through): no "
+                   "checkpoint is written from here on\n",
+                   r->label);
+        r->warned_nonfinite_ckpt = 1;
+        return MPT_OK;
+    }
     mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
-    if (s != MPT_OK) return s;
-    return MPT_OK;
+    if (s != MPT_OK && r->o.nonfinite == MPT_NONFINITE_APPLY && s == MPT_ERR_NONFINITE) {
+        printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
+        return MPT_OK;
+    }
+    return s;
 }
 
 /* Builds epoch e's index array (host and backend). */
@@ -269,9 +302,10 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                mpt_cli_set_threads(0));
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
 
-    r->policy = mpt_policy_make(o->precision);
+    r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
+    mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, o->batch);
     mpt_tensor *logits = NULL;
     mpt_status s = mpt_model_build(g, o->model, &logits);
@@ -505,8 +539,14 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
     mpt_trainer_stats(t, &st);
     res->steps_skipped = st.steps_skipped;
+    res->steps_nonfinite = st.steps_nonfinite;
     res->floor_hits = st.floor_hits;
     res->final_scale = st.scale;
+    if (o->nonfinite == MPT_NONFINITE_APPLY) {
+        res->weights_nonfinite = weights_nonfinite(r);
+        printf("%s--nonfinite apply: %d step(s) with inf/NaN gradients were applied; the weights are %s\n", r->label,
+               (int)st.steps_nonfinite, res->weights_nonfinite ? "non-finite (the run is poisoned)" : "finite");
+    }
     return MPT_OK;
 }
 
@@ -536,9 +576,13 @@ static float *collect_masters(run *r, int64_t *count) {
     float *w = malloc((size_t)n * sizeof(float));
     MPT_ASSERT(w != NULL);
     int64_t off = 0;
-    for (int i = 0; i < t->n_params; i++) {
-        int64_t k = mpt_tensor_numel(t->master[i]);
-        r->be->to_host(r->be, w + off, t->master[i]->data, (size_t)k * sizeof(float));
+    for (int i = 0; i < t->n_params; i++) { /* 16-bit without masters (--master-weights none): widened */
+        const mpt_tensor *m = t->master[i];
+        int64_t k = mpt_tensor_numel(m);
+        size_t esz = mpt_dtype_size(m->dtype);
+        r->be->to_host(r->be, w + off, m->data, (size_t)k * esz);
+        if (m->dtype != MPT_DTYPE_F32) /* widen in place, from the end: element j's bytes lie below float j */
+            for (int64_t j = k - 1; j >= 0; j--) w[off + j] = mpt_load_f32(w + off, m->dtype, j);
         off += k;
     }
     *count = n;
@@ -645,6 +689,8 @@ int mpt_cmd_train(int argc, char **argv) {
         o = cli;
         mpt_cli_resolve(&o);
     }
+    mpt_status cs = mpt_cli_check_switches(&o);
+    if (cs != MPT_OK) return mpt_cli_fail("train", cs);
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
     mpt_cli_set_threads(o.threads);
 
@@ -658,11 +704,20 @@ int mpt_cmd_train(int argc, char **argv) {
         mpt_cli_result_free(&res);
         return mpt_cli_fail("train", s);
     }
+    char masters_mib[64], sd[16];
+    if (res.mem_peak[MPT_MEM_MASTER] == 0)
+        snprintf(masters_mib, sizeof masters_mib, "none (%s)",
+                 o.master_weights == MPT_MASTER_NONE ? "--master-weights none" : "FP32 weights are their own");
+    else
+        snprintf(masters_mib, sizeof masters_mib, "%.2f MiB", (double)res.mem_peak[MPT_MEM_MASTER] / 1048576.0);
     printf("final test accuracy %.2f%% (best %.2f%% at epoch %d), %lld steps, %d skipped, final loss scale %g\n",
            100.0 * res.final_test_acc, 100.0 * res.best_test_acc, res.best_epoch, (long long)res.iterations,
            (int)res.steps_skipped, (double)res.final_scale);
-    printf("peak memory %.1f MiB; wrote %s/{metrics.csv, epochs.csv, summary.json, %s}\n",
-           (double)res.mem_peak_total / 1048576.0, o.out, MPT_CLI_CHECKPOINT_FILE);
+    printf("peak memory %.1f MiB (weights %.2f, masters %s, optimizer state %.2f MiB in %s); wrote "
+           "%s/{metrics.csv, epochs.csv, summary.json, %s}\n",
+           (double)res.mem_peak_total / 1048576.0, (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, masters_mib,
+           (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
+           o.out, MPT_CLI_CHECKPOINT_FILE);
     mpt_cli_result_free(&res);
     return 0;
 }

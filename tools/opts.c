@@ -9,6 +9,7 @@
  * --flag=VALUE, unambiguous prefixes of long names).
  */
 #include <ctype.h>
+#include <float.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -58,7 +59,31 @@ static const opt_def opt_table[] = {
     {"loss-scale", MPT_OPT_LOSS_SCALE, required_argument, TC, "MODE",
      "dynamic[:INIT] | static:S | none (default dynamic:65536 for fp16, none otherwise)"},
     {"growth-interval", MPT_OPT_GROWTH_INTERVAL, required_argument, TC, "N",
-     "dynamic loss scale: clean steps before the scale doubles (default 2000)"},
+     "dynamic loss scale: clean steps before the scale grows (default: the preset's, 2000 for mptrain)"},
+    {"scaler", MPT_OPT_SCALER, required_argument, TC, "NAME",
+     "loss-scaler defaults: mptrain | pytorch | apex | deepspeed | keras (default mptrain; see below)"},
+    {"growth-factor", MPT_OPT_GROWTH_FACTOR, required_argument, TC, "X",
+     "dynamic loss scale: multiplier after --growth-interval clean steps, >= 1 (default: the preset's)"},
+    {"backoff-factor", MPT_OPT_BACKOFF_FACTOR, required_argument, TC, "X",
+     "dynamic loss scale: multiplier on overflow, in (0, 1] (default: the preset's)"},
+    {"hysteresis", MPT_OPT_HYSTERESIS, required_argument, TC, "N",
+     "dynamic loss scale: back off at the N-th overflow in a row, >= 1 (default: the preset's)"},
+    {"scale-floor", MPT_OPT_SCALE_FLOOR, required_argument, TC, "X",
+     "dynamic loss scale: never below X, > 0 (default: the preset's)"},
+    {"scale-ceiling", MPT_OPT_SCALE_CEILING, required_argument, TC, "X",
+     "dynamic loss scale: never above X, >= --scale-floor (default: the preset's)"},
+    {"master-weights", MPT_OPT_MASTER_WEIGHTS, required_argument, TC, "M",
+     "fp32 | none: keep FP32 master weights (default fp32), or update the fp16/bf16 weights directly"},
+    {"update-rounding", MPT_OPT_UPDATE_ROUNDING, required_argument, TC, "R",
+     "nearest | stochastic: how updated weights round to fp16/bf16 with --master-weights none (default nearest)"},
+    {"optimizer-state", MPT_OPT_OPTIMIZER_STATE, required_argument, TC, "D",
+     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32)"},
+    {"nonfinite", MPT_OPT_NONFINITE, required_argument, TC, "WHAT",
+     "skip | apply: a step with inf/NaN gradients is skipped (default) or applied to the weights"},
+    {"tf32-matmul", MPT_OPT_TF32_MATMUL, required_argument, TC, "on|off",
+     "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)"},
+    {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
+     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)"},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)"},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)"},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)"},
@@ -105,6 +130,63 @@ static const opt_def opt_table[] = {
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
 
+/* The --scaler presets: each system's documented dynamic-loss-scaling defaults. "No floor" / "no ceiling" are
+ * FLT_MIN (2^-126, keeping the scale a normal FP32 number) and FLT_MAX. Growth that would overflow FP32 never
+ * happens in any of them (mpt_scaler_update_fields). */
+typedef struct scaler_preset {
+    const char *name;
+    double init_scale, growth_factor, backoff_factor;
+    int growth_interval, hysteresis;
+    double floor, ceiling;
+    const char *source;
+} scaler_preset;
+
+static const scaler_preset scaler_presets[MPT_SCALER_PRESET_COUNT] = {
+    [MPT_SCALER_MPTRAIN] = {"mptrain", 65536.0, 2.0, 0.5, 2000, 1, 1.0, 16777216.0,
+                            "GradScaler's init 2^16, x2 / x0.5, 2000 steps, with Apex amp's ceiling 2^24 and a floor "
+                            "of 1"},
+    [MPT_SCALER_PYTORCH] = {"pytorch", 65536.0, 2.0, 0.5, 2000, 1, FLT_MIN, FLT_MAX,
+                            "torch.amp.GradScaler(init_scale=2**16, growth_factor=2.0, backoff_factor=0.5, "
+                            "growth_interval=2000): no floor, no ceiling"},
+    [MPT_SCALER_APEX] = {"apex", 65536.0, 2.0, 0.5, 2000, 1, FLT_MIN, 16777216.0,
+                         "apex.amp LossScaler (apex/amp/scaler.py): init_scale=2**16, scale_factor=2, "
+                         "scale_window=2000, min_loss_scale=None, max_loss_scale=2**24"},
+    [MPT_SCALER_DEEPSPEED] = {"deepspeed", 65536.0, 2.0, 0.5, 1000, 2, 1.0, FLT_MAX,
+                              "DeepSpeed fp16 config: initial_scale_power 16, loss_scale_window 1000, hysteresis 2, "
+                              "min_loss_scale 1, scale factor 2 (DynamicLossScaler)"},
+    [MPT_SCALER_KERAS] = {"keras", 32768.0, 2.0, 0.5, 2000, 1, FLT_MIN, FLT_MAX,
+                          "tf.keras.mixed_precision.LossScaleOptimizer(initial_scale=2**15, "
+                          "dynamic_growth_steps=2000): doubles / halves, no floor or ceiling documented"},
+};
+
+static int scaler_preset_parse(const char *s, mpt_scaler_preset *out) {
+    for (int i = 0; i < MPT_SCALER_PRESET_COUNT; i++)
+        if (strcmp(s, scaler_presets[i].name) == 0) {
+            *out = (mpt_scaler_preset)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_on_off(const char *s, int *out) {
+    if (strcmp(s, "on") == 0) *out = 1;
+    else if (strcmp(s, "off") == 0) *out = 0;
+    else return -1;
+    return 0;
+}
+
+static int parse_state_dtype(const char *s, mpt_dtype *out) {
+    if (strcmp(s, "fp32") == 0) *out = MPT_DTYPE_F32;
+    else if (strcmp(s, "bf16") == 0) *out = MPT_DTYPE_BF16;
+    else if (strcmp(s, "fp16") == 0) *out = MPT_DTYPE_F16;
+    else return -1;
+    return 0;
+}
+
+static const char *state_dtype_name(mpt_dtype t) {
+    return t == MPT_DTYPE_BF16 ? "bf16" : t == MPT_DTYPE_F16 ? "fp16" : "fp32";
+}
+
 static const opt_def *opt_find(mpt_opt_id id) {
     for (int i = 0; i < N_OPTS; i++)
         if (opt_table[i].id == id) return &opt_table[i];
@@ -136,6 +218,16 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->loss_scaling = MPT_LOSS_SCALE_NONE;
     o->loss_scale_value = 1.0;
     o->growth_interval = 2000;
+    o->master_weights = MPT_MASTER_FP32;
+    o->update_rounding = MPT_ROUNDING_NEAREST;
+    o->optimizer_state = MPT_DTYPE_F32;
+    o->nonfinite = MPT_NONFINITE_SKIP;
+    o->scaler = MPT_SCALER_MPTRAIN;
+    o->growth_factor = 2.0;
+    o->backoff_factor = 0.5;
+    o->hysteresis = 1;
+    o->scale_floor = 1.0;
+    o->scale_ceiling = 16777216.0;
     o->lr_schedule = MPT_LR_CONSTANT;
     o->step_size = 1000;
     o->gamma = 0.1;
@@ -289,6 +381,39 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_LOSS_SCALE: return parse_loss_scale(f, arg, o);
     case MPT_OPT_GROWTH_INTERVAL:
         return parse_int(f, arg, 1, 1000000000, "an integer in [1, 10^9]", &o->growth_interval);
+    case MPT_OPT_MASTER_WEIGHTS:
+        if (mpt_master_mode_parse(arg, &o->master_weights) != 0) return bad_value(f, "one of fp32, none", arg);
+        return MPT_OK;
+    case MPT_OPT_UPDATE_ROUNDING:
+        if (mpt_update_rounding_parse(arg, &o->update_rounding) != 0)
+            return bad_value(f, "one of nearest, stochastic", arg);
+        return MPT_OK;
+    case MPT_OPT_OPTIMIZER_STATE:
+        if (parse_state_dtype(arg, &o->optimizer_state) != 0) return bad_value(f, "one of fp32, bf16, fp16", arg);
+        return MPT_OK;
+    case MPT_OPT_NONFINITE:
+        if (mpt_nonfinite_mode_parse(arg, &o->nonfinite) != 0) return bad_value(f, "one of skip, apply", arg);
+        return MPT_OK;
+    case MPT_OPT_TF32_MATMUL:
+        if (parse_on_off(arg, &o->tf32_matmul) != 0) return bad_value(f, "on or off", arg);
+        return MPT_OK;
+    case MPT_OPT_TF32_CONV:
+        if (parse_on_off(arg, &o->tf32_conv) != 0) return bad_value(f, "on or off", arg);
+        return MPT_OK;
+    case MPT_OPT_SCALER:
+        if (scaler_preset_parse(arg, &o->scaler) != 0)
+            return bad_value(f, "one of mptrain, pytorch, apex, deepspeed, keras", arg);
+        return MPT_OK;
+    case MPT_OPT_GROWTH_FACTOR:
+        return parse_double(f, arg, 1.0, 0, FLT_BIG, 0, "a number in [1, 3e38]", &o->growth_factor);
+    case MPT_OPT_BACKOFF_FACTOR:
+        return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->backoff_factor);
+    case MPT_OPT_HYSTERESIS:
+        return parse_int(f, arg, 1, 1000000000, "an integer in [1, 10^9]", &o->hysteresis);
+    case MPT_OPT_SCALE_FLOOR:
+        return parse_double(f, arg, FLT_MIN, 0, FLT_MAX, 0, "a number in [1.2e-38, 3.4e38]", &o->scale_floor);
+    case MPT_OPT_SCALE_CEILING:
+        return parse_double(f, arg, FLT_MIN, 0, FLT_MAX, 0, "a number in [1.2e-38, 3.4e38]", &o->scale_ceiling);
     case MPT_OPT_LR_SCHEDULE:
         if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
         return MPT_OK;
@@ -380,17 +505,38 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_STANDARDIZE: snprintf(buf, len, "%s", o->standardize ? "on" : "off"); break;
     case MPT_OPT_INJECT_NONFINITE: snprintf(buf, len, "%" PRId64, o->inject_nonfinite); break;
     case MPT_OPT_EPOCHS: snprintf(buf, len, "%d", o->epochs); break;
+    case MPT_OPT_MASTER_WEIGHTS: snprintf(buf, len, "%s", mpt_master_mode_name(o->master_weights)); break;
+    case MPT_OPT_UPDATE_ROUNDING: snprintf(buf, len, "%s", mpt_update_rounding_name(o->update_rounding)); break;
+    case MPT_OPT_OPTIMIZER_STATE: snprintf(buf, len, "%s", state_dtype_name(o->optimizer_state)); break;
+    case MPT_OPT_NONFINITE: snprintf(buf, len, "%s", mpt_nonfinite_mode_name(o->nonfinite)); break;
+    case MPT_OPT_TF32_MATMUL: snprintf(buf, len, "%s", o->tf32_matmul ? "on" : "off"); break;
+    case MPT_OPT_TF32_CONV: snprintf(buf, len, "%s", o->tf32_conv ? "on" : "off"); break;
+    case MPT_OPT_SCALER: snprintf(buf, len, "%s", scaler_presets[o->scaler].name); break;
+    case MPT_OPT_GROWTH_FACTOR: fmt_double(buf, len, o->growth_factor); break;
+    case MPT_OPT_BACKOFF_FACTOR: fmt_double(buf, len, o->backoff_factor); break;
+    case MPT_OPT_HYSTERESIS: snprintf(buf, len, "%d", o->hysteresis); break;
+    case MPT_OPT_SCALE_FLOOR: fmt_double(buf, len, o->scale_floor); break;
+    case MPT_OPT_SCALE_CEILING: fmt_double(buf, len, o->scale_ceiling); break;
     default: snprintf(buf, len, "?"); break;
     }
     return buf;
 }
 
 void mpt_cli_resolve(mpt_cli_opts *o) {
+    const scaler_preset *sp = &scaler_presets[o->scaler];
+    if (!mpt_cli_given(o, MPT_OPT_GROWTH_FACTOR)) o->growth_factor = sp->growth_factor;
+    if (!mpt_cli_given(o, MPT_OPT_BACKOFF_FACTOR)) o->backoff_factor = sp->backoff_factor;
+    if (!mpt_cli_given(o, MPT_OPT_GROWTH_INTERVAL)) o->growth_interval = sp->growth_interval;
+    if (!mpt_cli_given(o, MPT_OPT_HYSTERESIS)) o->hysteresis = sp->hysteresis;
+    if (!mpt_cli_given(o, MPT_OPT_SCALE_FLOOR)) o->scale_floor = sp->floor;
+    if (!mpt_cli_given(o, MPT_OPT_SCALE_CEILING)) o->scale_ceiling = sp->ceiling;
+    if (!mpt_cli_given(o, MPT_OPT_TF32_MATMUL)) o->tf32_matmul = o->precision == MPT_PRECISION_TF32;
+    if (!mpt_cli_given(o, MPT_OPT_TF32_CONV)) o->tf32_conv = o->precision == MPT_PRECISION_TF32;
     if (!mpt_cli_given(o, MPT_OPT_WEIGHT_DECAY)) o->weight_decay = o->optimizer == MPT_OPTIM_ADAMW ? 0.01 : 0.0;
     if (!mpt_cli_given(o, MPT_OPT_LOSS_SCALE)) {
-        if (o->precision == MPT_PRECISION_FP16) {
+        if (o->precision == MPT_PRECISION_FP16 && o->nonfinite != MPT_NONFINITE_APPLY) {
             o->loss_scaling = MPT_LOSS_SCALE_DYNAMIC;
-            o->loss_scale_value = 65536.0;
+            o->loss_scale_value = sp->init_scale;
         } else {
             o->loss_scaling = MPT_LOSS_SCALE_NONE;
             o->loss_scale_value = 1.0;
@@ -421,9 +567,64 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
     c.loss_scaling = o->loss_scaling;
     c.init_scale = (float)o->loss_scale_value;
     c.scaler.growth_interval = o->growth_interval;
+    c.scaler.growth_factor = (float)o->growth_factor;
+    c.scaler.backoff_factor = (float)o->backoff_factor;
+    c.scaler.hysteresis = o->hysteresis;
+    c.scaler.min_scale = (float)o->scale_floor;
+    c.scaler.max_scale = (float)o->scale_ceiling;
+    c.master_weights = o->master_weights;
+    c.update_rounding = o->update_rounding;
+    c.optim_state_dtype = o->optimizer_state;
+    c.nonfinite = o->nonfinite;
     c.seed = o->seed;
     c.inject_nonfinite_step = o->inject_nonfinite;
     return c;
+}
+
+mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
+    if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && o->master_weights != MPT_MASTER_NONE)
+        return mpt_errorf(MPT_ERR_ARG, "--update-rounding stochastic needs --master-weights none (with FP32 "
+                                       "masters the update is never rounded to 16 bits)");
+    if (o->nonfinite == MPT_NONFINITE_APPLY && o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC)
+        return mpt_errorf(MPT_ERR_ARG, "--nonfinite apply conflicts with --loss-scale dynamic (the dynamic scaler "
+                                       "must skip an overflowing step to back off): add --loss-scale none or "
+                                       "static:S");
+    if (o->scale_ceiling < o->scale_floor)
+        return mpt_errorf(MPT_ERR_ARG, "--scale-ceiling %g is below --scale-floor %g", o->scale_ceiling,
+                          o->scale_floor);
+    return MPT_OK;
+}
+
+void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
+    const int lowp = o->precision == MPT_PRECISION_FP16 || o->precision == MPT_PRECISION_BF16;
+    const char *p = mpt_precision_name(o->precision);
+    if (o->master_weights == MPT_MASTER_NONE && !lowp)
+        fprintf(f, "%snote: --master-weights none changes nothing in %s: the weights are FP32 and are their own "
+                   "master\n", label, p);
+    if (o->master_weights == MPT_MASTER_NONE && lowp)
+        fprintf(f, "%s--master-weights none: no FP32 masters; each update is computed in FP32 and rounded %s into the "
+                   "%s weights (updates below half an ulp of a weight %s)\n",
+                label, o->update_rounding == MPT_ROUNDING_STOCHASTIC ? "stochastically" : "to nearest", p,
+                o->update_rounding == MPT_ROUNDING_STOCHASTIC ? "survive in expectation" : "are lost");
+    if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && !lowp)
+        fprintf(f, "%snote: --update-rounding stochastic changes nothing in %s: the weights are FP32\n", label, p);
+    if (o->optimizer_state != MPT_DTYPE_F32)
+        fprintf(f, "%s--optimizer-state %s: optimizer state stored in %s (widened, updated in FP32, rounded to "
+                   "nearest on store)\n",
+                label, state_dtype_name(o->optimizer_state), state_dtype_name(o->optimizer_state));
+    if (o->nonfinite == MPT_NONFINITE_APPLY)
+        fprintf(f, "%swarning: --nonfinite apply: steps with inf/NaN gradients are applied, not skipped (plain "
+                   "PyTorch without GradScaler); one such step can poison the weights for good\n",
+                label);
+    int given_tf32 = mpt_cli_given(o, MPT_OPT_TF32_MATMUL) || mpt_cli_given(o, MPT_OPT_TF32_CONV);
+    if (given_tf32 && lowp)
+        fprintf(f, "%snote: --tf32-matmul/--tf32-conv change nothing in %s: GEMM and conv operands are %s, not "
+                   "FP32\n",
+                label, p, p);
+    if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
+        fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
+                   "conv computes in full FP32\n",
+                label, o->tf32_matmul ? "on" : "off", o->tf32_conv ? "on" : "off");
 }
 
 /* ---- help ------------------------------------------------------------------------------------------------ */
@@ -468,6 +669,18 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
         fprintf(f, "  %-25s %s\n", left, d->help);
+    }
+    if (cmd == MPT_CMD_TRAIN || cmd == MPT_CMD_COMPARE) {
+        fprintf(f, "\nLoss-scaler presets (--scaler; --growth-factor, --backoff-factor, --growth-interval, "
+                   "--hysteresis,\n--scale-floor, --scale-ceiling override single values; fp16's default "
+                   "--loss-scale uses the preset's\ninitial scale):\n");
+        for (int i = 0; i < MPT_SCALER_PRESET_COUNT; i++) {
+            const scaler_preset *sp = &scaler_presets[i];
+            fprintf(f, "  %-10s init %g, growth x%g every %d clean steps, backoff x%g, hysteresis %d, floor %.9g, "
+                       "ceiling %.9g\n             source: %s\n",
+                    sp->name, sp->init_scale, sp->growth_factor, sp->growth_interval, sp->backoff_factor,
+                    sp->hysteresis, sp->floor, sp->ceiling, sp->source);
+        }
     }
 }
 

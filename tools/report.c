@@ -95,12 +95,16 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_object_set_new(j, "epoch_times_s", ep);
     json_object_set_new(j, "samples_per_s", num(r->samples_per_s));
     json_t *mem = json_object();
-    for (int m = 0; m < MPT_MEM_COUNT; m++)
+    for (int m = 0; m < MPT_MEM_COUNT; m++) {
+        if (m == MPT_MEM_MASTER && o->master_weights == MPT_MASTER_NONE) continue; /* there are none */
         json_object_set_new(mem, mpt_mem_name((mpt_mem)m), json_integer((json_int_t)r->mem_peak[m]));
+    }
     json_object_set_new(mem, "total", json_integer((json_int_t)r->mem_peak_total));
     json_object_set_new(j, "peak_memory_bytes", mem);
     json_object_set_new(j, "steps_skipped", json_integer(r->steps_skipped));
     json_object_set_new(j, "scale_floor_hits", json_integer(r->floor_hits));
+    json_object_set_new(j, "steps_nonfinite_applied", json_integer(r->steps_nonfinite));
+    json_object_set_new(j, "weights_nonfinite", json_boolean(r->weights_nonfinite));
     json_object_set_new(j, "final_loss_scale", json_real((double)r->final_scale));
     json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
     json_object_set_new(j, "telemetry", telemetry_json(o, r));
@@ -140,7 +144,10 @@ static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) 
     fprintf(f, "\n");
     for (int i = 0; i < n; i++) {
         fprintf(f, "| %s |", mpt_precision_name(rows[i].precision));
-        for (int m = 0; m < MPT_MEM_COUNT; m++) fprintf(f, " %.2f |", (double)rows[i].r->mem_peak[m] / 1048576.0);
+        for (int m = 0; m < MPT_MEM_COUNT; m++) {
+            if (m == MPT_MEM_MASTER && rows[i].r->mem_peak[m] == 0) fprintf(f, " none |");
+            else fprintf(f, " %.2f |", (double)rows[i].r->mem_peak[m] / 1048576.0);
+        }
         fprintf(f, " %.2f |\n", (double)rows[i].r->mem_peak_total / 1048576.0);
     }
 }

@@ -1,10 +1,12 @@
 /*
  * tools/run_checkpoint.c - a training run's state as one safetensors file (engine/checkpoint.h).
  *
- * Tensors (all FP32, host byte order = little-endian):
+ * Tensors (FP32 unless a switch says otherwise; host byte order = little-endian):
  *   "<param>"                  the FP32 master weights, named like the parameters ("fc1.weight", "conv1.bias"),
  *                              so the file reads like a PyTorch state_dict; in fp16/bf16 runs the working copy
- *                              is not stored: it is round-to-nearest-even of the master, rebuilt on load
+ *                              is not stored: it is round-to-nearest-even of the master, rebuilt on load.
+ *                              With --master-weights none there is no master: the F16/BF16 weights themselves
+ *   "<param>:exp_avg", ...     in --optimizer-state's dtype (F32, BF16 or F16)
  *   "<param>:exp_avg", "<param>:exp_avg_sq"   Adam/AdamW state (torch.optim.Adam's names)
  *   "<param>:momentum_buffer"                 SGD momentum (when momentum > 0)
  * Metadata (string values; the JSON ones are JSON text):
@@ -49,7 +51,12 @@ static const mpt_opt_id recorded[] = {
     MPT_OPT_LR_SCHEDULE,  MPT_OPT_WARMUP_STEPS, MPT_OPT_MIN_LR,         MPT_OPT_STEP_SIZE, MPT_OPT_GAMMA,
     MPT_OPT_CLIP_NORM,    MPT_OPT_LIMIT_TRAIN, MPT_OPT_VAL_SPLIT,       MPT_OPT_STANDARDIZE,
     MPT_OPT_INJECT_NONFINITE, MPT_OPT_EPOCHS,
+    /* issue #10's switches: a checkpoint written before them lacks these keys and reads as their defaults */
+    MPT_OPT_MASTER_WEIGHTS, MPT_OPT_UPDATE_ROUNDING, MPT_OPT_OPTIMIZER_STATE, MPT_OPT_NONFINITE,
+    MPT_OPT_TF32_MATMUL,  MPT_OPT_TF32_CONV,  MPT_OPT_SCALER,          MPT_OPT_GROWTH_FACTOR,
+    MPT_OPT_BACKOFF_FACTOR, MPT_OPT_HYSTERESIS, MPT_OPT_SCALE_FLOOR,  MPT_OPT_SCALE_CEILING,
 };
+#define FIRST_OPTIONAL 25 /* index in recorded[] of MPT_OPT_MASTER_WEIGHTS */
 #define N_RECORDED ((int)(sizeof recorded / sizeof recorded[0]))
 
 /* The tensors of a trainer as checkpoint entries (data pointers unset). Returns the count; *names holds
@@ -62,13 +69,14 @@ static int trainer_entries(const mpt_trainer *t, mpt_checkpoint_tensor **out, ch
     int n = 0;
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *list[3] = {t->weight[i], t->m[i], t->v[i]};
+        const mpt_tensor *data[3] = {t->master[i], t->m[i], t->v[i]};
         for (int k = 0; k < 3; k++) {
             const mpt_tensor *src = list[k];
             if (!src) continue;
             char *name = nm + (size_t)n * (MPT_NAME_LEN + 32);
             snprintf(name, MPT_NAME_LEN + 32, "%s", src->name);
             e[n].name = name;
-            e[n].dtype = MPT_DTYPE_F32;
+            e[n].dtype = data[k]->dtype; /* F32, or F16/BF16 without masters / with 16-bit optimizer state */
             e[n].ndim = src->ndim;
             for (int d = 0; d < src->ndim; d++) e[n].shape[d] = src->shape[d];
             n++;
@@ -94,11 +102,12 @@ static mpt_tensor *entry_tensor(const mpt_trainer *t, int k) {
 }
 
 static json_t *scaler_json(const mpt_scaler_state *s) {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:i}", "scale", (double)s->scale, "inv_scale",
-                     (double)s->inv_scale, "found_inf", (double)s->found_inf, "grad_mul", (double)s->grad_mul,
-                     "sumsq", (double)s->sumsq, "growth_tracker", (int)s->growth_tracker, "hysteresis_left",
-                     (int)s->hysteresis_left, "steps_taken", (int)s->steps_taken, "steps_skipped",
-                     (int)s->steps_skipped, "floor_hits", (int)s->floor_hits);
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:i}", "scale", (double)s->scale,
+                     "inv_scale", (double)s->inv_scale, "found_inf", (double)s->found_inf, "grad_mul",
+                     (double)s->grad_mul, "sumsq", (double)s->sumsq, "growth_tracker", (int)s->growth_tracker,
+                     "hysteresis_left", (int)s->hysteresis_left, "steps_taken", (int)s->steps_taken, "steps_skipped",
+                     (int)s->steps_skipped, "floor_hits", (int)s->floor_hits, "steps_nonfinite",
+                     (int)s->steps_nonfinite);
 }
 
 static json_t *u64_json(uint64_t v) {
@@ -239,17 +248,24 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"format\" is '%s', expected '%s' (a checkpoint of mptrain train)",
                           mpt_checkpoint_path(c), fmt ? fmt : "(absent)", FORMAT_TAG);
     json_t *cfg = NULL, *state = NULL;
+    MPT_ASSERTF(recorded[FIRST_OPTIONAL] == MPT_OPT_MASTER_WEIGHTS, "recorded[]: FIRST_OPTIONAL is out of date");
     MPT_TRY(meta_json(c, "config", &cfg));
     mpt_status s = MPT_OK;
     for (int i = 0; i < N_RECORDED && s == MPT_OK; i++) {
         const char *name = mpt_cli_opt_name(recorded[i]);
         json_t *v = json_object_get(cfg, name);
+        if (!v && i >= FIRST_OPTIONAL) { /* older checkpoint: the default, which is what it trained with */
+            if (recorded[i] == MPT_OPT_TF32_MATMUL) o->tf32_matmul = o->precision == MPT_PRECISION_TF32;
+            if (recorded[i] == MPT_OPT_TF32_CONV) o->tf32_conv = o->precision == MPT_PRECISION_TF32;
+            o->given[recorded[i] - MPT_OPT_FIRST] = 1;
+            continue;
+        }
         if (!v || !json_is_string(v)) {
             s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"config\" has no string \"%s\"", mpt_checkpoint_path(c), name);
             break;
         }
         const char *text = json_string_value(v);
-        if (recorded[i] == MPT_OPT_NESTEROV || recorded[i] == MPT_OPT_STANDARDIZE) {
+        if (recorded[i] == MPT_OPT_NESTEROV || recorded[i] == MPT_OPT_STANDARDIZE) { /* flags without a value */
             if (strcmp(text, "on") == 0) s = mpt_cli_apply(o, recorded[i], NULL);
             else if (strcmp(text, "off") != 0) s = mpt_errorf(MPT_ERR_ARG, "--%s: expected on or off, found '%s'", name, text);
         } else {
@@ -307,11 +323,15 @@ static mpt_status read_scaler(const mpt_checkpoint *c, mpt_scaler_state *st) {
     mpt_status s = MPT_OK;
     for (int k = 0; k < 5 && s == MPT_OK; k++) s = get_num(c, j, "scaler", fk[k], &f[k]);
     for (int k = 0; k < 5 && s == MPT_OK; k++) s = get_int(c, j, "scaler", ik[k], &i[k]);
-    json_decref(j);
-    if (s != MPT_OK) return s;
-    if (!(f[0] > 0.0 && isfinite(f[0])))
+    if (s != MPT_OK) {
+        json_decref(j);
+        return s;
+    }
+    if (!(f[0] > 0.0 && isfinite(f[0]))) {
+        json_decref(j);
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": scale %g is not a positive finite number",
                           mpt_checkpoint_path(c), f[0]);
+    }
     memset(st, 0, sizeof *st);
     st->scale = (float)f[0];
     st->inv_scale = (float)f[1];
@@ -323,6 +343,9 @@ static mpt_status read_scaler(const mpt_checkpoint *c, mpt_scaler_state *st) {
     st->steps_taken = (int32_t)i[2];
     st->steps_skipped = (int32_t)i[3];
     st->floor_hits = (int32_t)i[4];
+    json_t *nf = json_object_get(j, "steps_nonfinite"); /* absent before --nonfinite existed */
+    st->steps_nonfinite = nf && json_is_integer(nf) ? (int32_t)json_integer_value(nf) : 0;
+    json_decref(j);
     return MPT_OK;
 }
 
@@ -349,11 +372,11 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
         size_t b = (size_t)mpt_checkpoint_tensor_nbytes(&e[k]);
         s = mpt_checkpoint_read(c, e[k].name, host, b);
         if (s != MPT_OK) break;
-        const float *w = host;
-        for (size_t q = 0; q < b / sizeof(float); q++)
-            if (!isfinite(w[q])) {
-                s = mpt_errorf(MPT_ERR_NONFINITE, "%s: tensor %s holds a non-finite value at element %zu", path,
-                               e[k].name, q);
+        int64_t count = b / mpt_dtype_size(e[k].dtype);
+        for (int64_t q = 0; q < count; q++)
+            if (!isfinite(mpt_load_f32(host, e[k].dtype, q))) {
+                s = mpt_errorf(MPT_ERR_NONFINITE, "%s: tensor %s holds a non-finite value at element %lld", path,
+                               e[k].name, (long long)q);
                 break;
             }
         if (s != MPT_OK) break;

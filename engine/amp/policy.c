@@ -29,7 +29,11 @@ mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf3
 
 mpt_policy mpt_policy_make(mpt_precision mode) {
     int tf32 = mode == MPT_PRECISION_TF32;
-    mpt_policy p = mpt_policy_make_explicit(mode, tf32, tf32);
+    return mpt_policy_make_switches(mode, tf32, tf32);
+}
+
+mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf32_conv) {
+    mpt_policy p = mpt_policy_make_explicit(mode, tf32_matmul, tf32_conv);
     const char *ov = getenv("NVIDIA_TF32_OVERRIDE");
     if (ov && strcmp(ov, "0") == 0) {
         p.tf32_override = 1;

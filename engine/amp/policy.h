@@ -9,7 +9,8 @@
  *
  * TF32 has two switches, like PyTorch's torch.backends.cuda.matmul.allow_tf32 (GEMMs; off by default since
  * PyTorch 1.12) and torch.backends.cudnn.allow_tf32 (convolutions; on by default). In mptrain the `tf32`
- * mode turns both on and the `fp32` mode both off, so that `fp32` is true FP32. NVIDIA_TF32_OVERRIDE=0 in the
+ * mode turns both on and the `fp32` mode both off by default, so that `fp32` is true FP32; --tf32-matmul and
+ * --tf32-conv set them one by one (mpt_policy_make_switches). NVIDIA_TF32_OVERRIDE=0 in the
  * environment turns TF32 off everywhere, as it does in cuBLAS and cuDNN, on the CPU emulation too.
  */
 #ifndef MPT_ENGINE_AMP_POLICY_H
@@ -53,6 +54,10 @@ typedef struct mpt_op_precision {
 
 /* The policy for a run mode, with NVIDIA_TF32_OVERRIDE read from the environment. */
 mpt_policy mpt_policy_make(mpt_precision mode);
+/* The same with the two TF32 switches given (--tf32-matmul, --tf32-conv: PyTorch's
+ * torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32). They matter where GEMM/conv
+ * operands are FP32 (fp32 and tf32 modes); NVIDIA_TF32_OVERRIDE=0 still turns both off (tf32_override = 1). */
+mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf32_conv);
 /* The policy for a run mode with explicit TF32 switches and no environment lookup (tests). */
 mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv);
 /* The dtype of weights (working copies) and activations in this mode: F32, F16 or BF16. */
