@@ -163,9 +163,9 @@ static void twin_run(mpt_telemetry *tel) {
     mpt_trainer *t = tel->t;
     mpt_graph *g = t->g, *tw = tel->twin;
     mpt_backend *be = t->be;
-    for (int i = 0; i < t->n_params; i++)
-        be->copy(be, tw->params[i].weight->data, t->master[i]->data,
-                 (size_t)mpt_tensor_numel(t->master[i]) * sizeof(float));
+    for (int i = 0; i < t->n_params; i++) /* widened: without masters (--master-weights none) they are 16-bit */
+        be->cast(be, tw->params[i].weight->data, MPT_DTYPE_F32, t->master[i]->data, t->master[i]->dtype,
+                 mpt_tensor_numel(t->master[i]));
     tw->training = g->training;
     tw->seed = g->seed;
     tw->step = g->step;
