@@ -707,7 +707,7 @@ int mpt_cmd_train(int argc, char **argv) {
     char masters_mib[64], sd[16];
     if (res.mem_peak[MPT_MEM_MASTER] == 0)
         snprintf(masters_mib, sizeof masters_mib, "none (%s)",
-                 o.master_weights == MPT_MASTER_NONE ? "--master-weights none" : "FP32 weights are their own");
+                 o.master_weights == MPT_MASTER_NONE ? "--master-weights none" : "the FP32 weights are their own");
     else
         snprintf(masters_mib, sizeof masters_mib, "%.2f MiB", (double)res.mem_peak[MPT_MEM_MASTER] / 1048576.0);
     printf("final test accuracy %.2f%% (best %.2f%% at epoch %d), %lld steps, %d skipped, final loss scale %g\n",

@@ -1,6 +1,7 @@
 /*
  * engine/optim/optim.h - the FP32 optimizers: SGD (momentum, dampening, nesterov, weight decay), Adam (L2
- * weight decay) and AdamW (decoupled weight decay), applied to FP32 master weights with FP32 state.
+ * weight decay) and AdamW (decoupled weight decay), applied to FP32 master weights with FP32 state (by
+ * default; the switches below store weights or state in 16 bits, the math stays FP32).
  *
  * The update itself runs in the backend (be->optim_step, one fused pass per parameter: engine/backend.h),
  * element by element through kernels/elemwise.h (mpt_elem_sgd, mpt_elem_adam), on both CPU and CUDA. This
@@ -35,6 +36,12 @@
  * GradScaler.step skips optimizer.step). When a working copy exists (fp16/bf16 modes) it is rewritten from the
  * updated master with round-to-nearest-even in the same pass.
  *
+ * The safeguards can be switched off to show what they prevent (issue #10; mpt_optim_args in engine/backend.h):
+ * without FP32 masters the formulas run on the widened 16-bit weight and the new value is rounded once into
+ * the weight's dtype (RNE, or stochastic rounding); with 16-bit state, m and v (or the momentum buffer) are
+ * widened, updated as above in FP32 (the weight update uses these FP32 values) and rounded to nearest on store;
+ * with found_inf = NULL (--nonfinite apply) no step is skipped.
+ *
  * Precision: every hyper-parameter is an FP32 value; per-step scalars (lr / bias_correction1,
  * sqrt(bias_correction2), 1 - lr*weight_decay) are computed in FP64 and rounded once, as PyTorch does when
  * its Python-float scalars meet an FP32 tensor. Given FP32-representable hyper-parameters the results match
@@ -65,7 +72,7 @@ mpt_optim_hparams mpt_optim_hparams_default(mpt_optim_kind k);
  * expected range and the value found. */
 mpt_status mpt_optim_hparams_check(const mpt_optim_hparams *h);
 
-/* Number of FP32 state tensors per parameter, each the parameter's shape: SGD without momentum 0, SGD with
+/* Number of state tensors per parameter (FP32, or --optimizer-state's dtype), each the parameter's shape: SGD without momentum 0, SGD with
  * momentum 1 (momentum buffer, in mpt_optim_args.m), Adam/AdamW 2 (exp_avg in .m, exp_avg_sq in .v). */
 int mpt_optim_n_state(const mpt_optim_hparams *h);
 
