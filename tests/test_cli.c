@@ -219,6 +219,15 @@ static const bad_case bad_cases[] = {
     {{"compare", "--precisions", "fp16,fp16"}, "--precisions"},
     {{"compare", "--precisions", ""}, "--precisions"},
     {{"compare", "--resume", "x"}, "--resume"},
+    {{"compare", "--seeds", "0"}, "--seeds"},
+    {{"compare", "--seeds", "65"}, "--seeds"},
+    {{"compare", "--seeds", "1,1"}, "--seeds"},
+    {{"compare", "--seeds", "1,"}, "--seeds"},
+    {{"compare", "--seeds", "1,-2"}, "--seeds"},
+    {{"compare", "--seeds", "3", "--seed", "1"}, "--seeds"},
+    {{"compare", "--seeds", "3", "--margin", "0"}, "--margin"},
+    {{"compare", "--margin", "0.5"}, "--margin"}, /* a margin without seeds */
+    {{"train", "--seeds", "3"}, "--seeds"},
     {{"eval", "--lr", "1"}, "--lr"},
     {{"eval"}, "--checkpoint"},
     {{"info", "--model", "mlp"}, "--model"},
@@ -871,6 +880,65 @@ START_TEST(test_compare_report) {
 }
 END_TEST
 
+/* compare --seeds 2 on the synthetic data: the runs of every seed and precision, and a compare.json whose
+ * statistics agree with the runs' own summary.json files: the mean paired difference recomputed here, the
+ * interval centred on it, the verdict consistent with the interval and the margin. */
+START_TEST(test_compare_seeds) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("cmp-seeds");
+    int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,bf16", "--seeds", "2", "--limit-train",
+                 "256", "--limit-test", "128", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress",
+                 "off", "--margin", "0.5", NULL);
+#ifndef MPT_HAVE_GSL
+    ck_assert_msg(rc == 2 && strstr(out_buf, "libgsl-dev"), "without GSL: %d %s", rc, out_buf);
+    rm_tmpdir();
+    return;
+#endif
+    ck_assert_msg(rc == 0, "compare --seeds failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "Noise floor") && strstr(out_buf, "verdict"), "no verdict table: %s", out_buf);
+    char p[700];
+    snprintf(p, sizeof p, "%s/report.md", out);
+    ck_assert_msg(file_exists(p), "report.md missing");
+    snprintf(p, sizeof p, "%s/compare.json", out);
+    json_error_t err;
+    json_t *j = json_load_file(p, 0, &err);
+    ck_assert_msg(j != NULL, "%s: %s", p, err.text);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "seeds")), 2);
+    json_t *precs = json_object_get(j, "precisions");
+    ck_assert_int_eq(json_array_size(precs), 2);
+    double acc[2][2];
+    for (int q = 0; q < 2; q++) {
+        json_t *runs = json_object_get(json_array_get(precs, (size_t)q), "runs");
+        ck_assert_int_eq(json_array_size(runs), 2);
+        for (int k = 0; k < 2; k++) {
+            char dir[700];
+            snprintf(dir, sizeof dir, "%s/seed-%d/%s", out, k, q == 0 ? "fp32" : "bf16");
+            json_t *sum = load_summary(dir);
+            acc[q][k] = 100.0 * jnum(sum, "final_test_accuracy");
+            ck_assert(jnum(json_array_get(runs, (size_t)k), "final_test_accuracy") ==
+                      jnum(sum, "final_test_accuracy"));
+            json_decref(sum);
+        }
+    }
+    ck_assert(json_is_null(json_object_get(json_array_get(precs, 0), "vs_fp32")));
+    json_t *d = json_object_get(json_object_get(json_array_get(precs, 1), "vs_fp32"), "final_test_accuracy_pp");
+    ck_assert(d != NULL);
+    double mean = ((acc[1][0] - acc[0][0]) + (acc[1][1] - acc[0][1])) / 2.0;
+    double lo = jnum(d, "ci_low"), hi = jnum(d, "ci_high");
+    ck_assert_msg(fabs(jnum(d, "mean") - mean) < 1e-9, "mean difference %g, recomputed %g", jnum(d, "mean"), mean);
+    ck_assert(fabs((lo + hi) / 2.0 - mean) < 1e-9 && lo <= hi);
+    const char *v = json_string_value(json_object_get(d, "verdict"));
+    ck_assert(v != NULL);
+    const char *want = lo > -0.5 && hi < 0.5 ? "equivalent" : lo > 0.5 ? "better" : hi < -0.5 ? "worse" : "inconclusive";
+    ck_assert_str_eq(v, want);
+    json_decref(j);
+    snprintf(p, sizeof p, "%s/curves/bf16_epochs.csv", out);
+    ck_assert_msg(file_exists(p), "%s missing", p);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- real data -------------------------------------------------------------------------------------------------- */
 
 static int have_fashion_mnist(void) {
@@ -991,6 +1059,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
     tcase_add_test(tr, test_telemetry_only_reads);
+    tcase_add_test(tr, test_compare_seeds);
     tcase_add_test(tr, test_fashion_mnist_short);
     suite_add_tcase(s, tr);
     return s;

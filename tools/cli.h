@@ -10,6 +10,9 @@
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
  *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)
  *   report.c          metrics.csv / epochs.csv, summary.json, report.md
+ *   compare_seeds.c   `compare --seeds`: statistics over seeds, the verdict table, report.md, compare.json,
+ *                     the mean-and-band convergence.png
+ *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
  *   plot.c            convergence.png through gnuplot
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
@@ -32,6 +35,7 @@
 #define MPT_CLI_EXIT_FAIL 1
 #define MPT_CLI_EXIT_USAGE 2
 #define MPT_CLI_PATH 4096
+#define MPT_CLI_MAX_SEEDS 64
 
 /* Every long option of every command. The value is also getopt_long's return value. */
 typedef enum mpt_opt_id {
@@ -89,6 +93,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_TELEMETRY,
     MPT_OPT_SHADOW,
     MPT_OPT_PRECISIONS,
+    MPT_OPT_SEEDS,
+    MPT_OPT_MARGIN,
     MPT_OPT_CHECKPOINT,
     MPT_OPT_HELP,
     MPT_OPT_END
@@ -172,6 +178,9 @@ typedef struct mpt_cli_opts {
     int shadow;                  /* with telemetry: run the FP32 shadow twin on telemetry steps */
     mpt_precision precisions[MPT_PRECISION_COUNT]; /* compare */
     int n_precisions;
+    uint64_t seeds[MPT_CLI_MAX_SEEDS]; /* compare --seeds: the seeds, distinct */
+    int n_seeds;                 /* 0 = --seeds not given: one run per precision with --seed */
+    double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;
@@ -373,6 +382,39 @@ typedef struct mpt_cli_plot_info {
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
                                 const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots);
 
+/* ---- several seeds (compare_seeds.c) ---------------------------------------------------------------------- */
+
+/* The runs of `compare --seeds`: res[s * n_precisions + p] is seed seeds[s] in precision precisions[p], trained
+ * into out/seed-<seed>/<precision>/; rel_l2 is indexed the same way (NAN without an fp32 run). */
+typedef struct mpt_cli_seed_runs {
+    const char *out;
+    int n_seeds, n_precisions;
+    const uint64_t *seeds;
+    const mpt_precision *precisions;
+    const mpt_cli_result *res;
+    const double *rel_l2;
+} mpt_cli_seed_runs;
+
+/* The run directory of seed index s, precision index p: out/seed-<seed>/<precision> (buf: MPT_CLI_PATH). */
+mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p);
+
+/* Writes report.md and compare.json into runs->out and prints the summary table with its verdicts: per
+ * precision the mean and sd over seeds of the final and best test accuracy and the final test loss; against
+ * fp32 the mean paired difference with its 95% confidence interval and the verdict against o->margin
+ * (tools/stats.h); the fp32 seed-to-seed spread as the noise floor. plot_file: the PNG's name, or NULL with
+ * plot_error saying why there is none. MPT_ERR_IO when a file cannot be written; MPT_ERR_ARG without GSL. */
+mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
+                                      const char *plot_error);
+
+/* Writes compare.json for a one-seed comparison (the same keys as the multi-seed one, one seed, no
+ * intervals). */
+mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n);
+
+/* convergence.png of a multi-seed comparison: per precision the mean training-loss and test-accuracy curves
+ * over seeds with a min-max band, from out/curves/<precision>_{steps,epochs}.csv (written here from each
+ * run's metrics.csv and epochs.csv), and every seed's fp16 loss scale. Errors as for mpt_cli_plot. */
+mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *runs);
+
 /* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
 
 /* Writes dir/convergence.gp and runs gnuplot on it to make dir/convergence.png from each run's
@@ -385,6 +427,14 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
  * zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit copy),
  * and the twin error per activation when the runs had --shadow. Errors as mpt_cli_plot's. */
 mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n);
+
+/* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
+ * picture named png. */
+void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
+
+/* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
+ * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails. */
+mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

@@ -5,7 +5,7 @@
  * convergence.gp` in the same directory. Panels: training loss per logged step, test accuracy per epoch,
  * and the fp16 loss scale (log axis) when an fp16 run is part of the comparison. The terminal is pngcairo
  * when this gnuplot has it (antialiased), else the libgd png terminal. gnuplot runs with the output
- * directory as its working directory; its messages go to convergence.log. Each precision keeps one colour
+ * directory as its working directory; its messages go to convergence.gp.log. Each precision keeps one colour
  * (gnuplot line type 1 + its mpt_precision value) in every panel.
  */
 #include <errno.h>
@@ -24,14 +24,8 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
     for (int i = 0; i < n; i++) has_fp16 |= p[i] == MPT_PRECISION_FP16;
     int panels = has_fp16 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare; run `gnuplot convergence.gp` in this directory.\n");
-    fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-               "  set terminal pngcairo size 1000,%d font \",10\"\n"
-               "} else {\n"
-               "  set terminal png size 1000,%d\n"
-               "}\n",
-            panels * 380, panels * 380);
-    fprintf(f, "set output 'convergence.png'\n"
-               "set datafile separator ','\n"
+    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
+    fprintf(f, "set datafile separator ','\n"
                "set datafile missing 'nan'\n"
                "set grid\n"
                "set key top right\n"
@@ -65,13 +59,19 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
     return MPT_OK;
 }
 
-/* Runs gnuplot on dir/<name>.gp with dir as working directory; messages in dir/<name>.log (removed on success). */
-static mpt_status run_gnuplot(const char *dir, const char *name) {
-    char script[MPT_CLI_PATH + 64], script_file[128];
-    snprintf(script, sizeof script, "%s/%s.gp", dir, name);
-    snprintf(script_file, sizeof script_file, "%s.gp", name);
+void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+               "  set terminal pngcairo size %d,%d font \",10\"\n"
+               "} else {\n"
+               "  set terminal png size %d,%d\n"
+               "}\n"
+               "set output '%s'\n",
+            width, height, width, height, png);
+}
+
+mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
     char log[MPT_CLI_PATH + 64];
-    snprintf(log, sizeof log, "%s/%s.log", dir, name);
+    snprintf(log, sizeof log, "%s/%s.log", dir, script);
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) return mpt_errorf(MPT_ERR_IO, "cannot start gnuplot: fork failed (%s)", strerror(errno));
@@ -83,7 +83,7 @@ static mpt_status run_gnuplot(const char *dir, const char *name) {
             close(fd);
         }
         if (chdir(dir) != 0) _exit(126);
-        execlp("gnuplot", "gnuplot", script_file, (char *)NULL);
+        execlp("gnuplot", "gnuplot", script, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -92,10 +92,10 @@ static mpt_status run_gnuplot(const char *dir, const char *name) {
     if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
         unlink(log);
         return mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); "
-                                      "the plot script is %s", script);
+                                      "the plot script is %s/%s", dir, script);
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s (see %s)", script, log);
+        return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s/%s (see %s)", dir, script, log);
     unlink(log);
     return MPT_OK;
 }
@@ -104,7 +104,7 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
     MPT_TRY(write_script(script, precisions, n));
-    return run_gnuplot(dir, "convergence");
+    return mpt_cli_gnuplot(dir, "convergence.gp");
 }
 
 /* ---- numerics.png -------------------------------------------------------------------------------------------- */
@@ -231,5 +231,5 @@ mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *row
     }
     fprintf(f, "unset multiplot\n");
     if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return run_gnuplot(dir, "numerics");
+    return mpt_cli_gnuplot(dir, "numerics.gp");
 }

@@ -1,0 +1,173 @@
+/*
+ * tests/test_stats.c - the statistics of `compare --seeds` (tools/stats.c) on constructed per-seed data.
+ *
+ *  - summaries: mean, sample sd, min, max of small hand-checked sets;
+ *  - the paired 95% interval: hand-worked examples whose t quantiles come from a printed table (t_{0.975,2} =
+ *    4.302653, t_{0.975,5} = 2.570582, t_{0.975,6} = 2.446912), so a wrong quantile (0.95 instead of 0.975, n
+ *    instead of n - 1 degrees of freedom) fails; and random per-seed data against the interval computed here
+ *    from GSL's own gsl_stats_mean / gsl_stats_sd and gsl_cdf_tdist_Pinv;
+ *  - every verdict (equivalent, better, worse, inconclusive with a finite and with no seed suggestion, and a
+ *    zero-width interval), the suggested seed count against a hand computation, and the duality of the
+ *    interval and the two one-sided tests (equivalent <=> both p-values < 0.025);
+ *  - bad input (one seed, NaN, margin <= 0) and, in a build without GSL, the message naming libgsl-dev.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "mpt_config.h"
+#include "tools/stats.h"
+
+#ifdef MPT_HAVE_GSL
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_statistics_double.h>
+#endif
+
+START_TEST(test_summary) {
+    const double x[] = {2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0};
+    mpt_stats_summary s;
+    mpt_stats_summarize(x, 8, &s);
+    ck_assert_int_eq(s.n, 8);
+    ck_assert(s.mean == 5.0);
+    /* sum of squares 32, n - 1 = 7 */
+    ck_assert(fabs(s.sd - sqrt(32.0 / 7.0)) < 1e-15);
+    ck_assert(s.min == 2.0 && s.max == 9.0);
+    const double one[] = {3.5};
+    mpt_stats_summarize(one, 1, &s);
+    ck_assert(s.mean == 3.5 && s.min == 3.5 && s.max == 3.5 && isnan(s.sd));
+}
+END_TEST
+
+#ifdef MPT_HAVE_GSL
+
+/* b = 0, so the differences are a itself. */
+static mpt_stats_paired paired(const double *d, int n, double margin) {
+    double zero[64] = {0};
+    mpt_stats_paired p;
+    ck_assert_msg(mpt_stats_compare_paired(d, zero, n, 0.95, margin, &p) == MPT_OK, "%s", mpt_last_error());
+    return p;
+}
+
+START_TEST(test_interval_by_hand) {
+    /* d = 0.1, 0.2, 0.3: mean 0.2, sd 0.1, se 0.1/sqrt(3); half-width 4.302653 * 0.0577350 = 0.248414 */
+    const double a[] = {87.1, 86.9, 88.4}, b[] = {87.0, 86.7, 88.1};
+    mpt_stats_paired p;
+    ck_assert_int_eq(mpt_stats_compare_paired(a, b, 3, 0.95, 0.5, &p), MPT_OK);
+    ck_assert(fabs(p.mean - 0.2) < 1e-9);
+    ck_assert(fabs(p.sd - 0.1) < 1e-9);
+    ck_assert(fabs(p.t_crit - 4.302653) < 1e-6);
+    ck_assert(fabs(p.lo - (0.2 - 0.248414)) < 1e-6);
+    ck_assert(fabs(p.hi - (0.2 + 0.248414)) < 1e-6);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_EQUIVALENT);
+    ck_assert_int_eq(p.seeds_needed, 0);
+}
+END_TEST
+
+START_TEST(test_verdicts) {
+    const double eq[] = {0.1, 0.2, 0.3};
+    ck_assert_int_eq(paired(eq, 3, 0.5).verdict, MPT_VERDICT_EQUIVALENT);
+    const double up[] = {1.0, 1.1, 1.2}; /* [0.852, 1.348] lies above +0.3 */
+    mpt_stats_paired p = paired(up, 3, 0.3);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_BETTER);
+    ck_assert_int_eq(p.seeds_needed, 0);
+    const double down[] = {-1.0, -1.1, -1.2};
+    ck_assert_int_eq(paired(down, 3, 0.3).verdict, MPT_VERDICT_WORSE);
+    /* The same d = 0.1..0.3 with margin 0.3: [-0.048, 0.448] straddles +0.3. Deciding needs a half-width below
+     * |0.2 - 0.3| = 0.1, i.e. t_{0.975,n-1} * 0.1 / sqrt(n) < 0.1, t < sqrt(n): n = 6 gives 2.570582 > 2.449490,
+     * n = 7 gives 2.446912 < 2.645751: 7 seeds. */
+    p = paired(eq, 3, 0.3);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
+    ck_assert_int_eq(p.seeds_needed, 7);
+    /* A mean difference exactly at the margin: no number of seeds decides. */
+    const double at[] = {0.25, 0.5, 0.75};
+    p = paired(at, 3, 0.5);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
+    ck_assert_int_eq(p.seeds_needed, -1);
+    /* A spread so large that more than the cap would be needed. */
+    const double wide[] = {-30.0, 30.0, 0.29};
+    p = paired(wide, 3, 0.3);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
+    ck_assert_int_eq(p.seeds_needed, -1);
+    /* Identical differences: a zero-width interval; the verdict follows from the mean alone. */
+    const double flat[] = {0.1, 0.1, 0.1, 0.1};
+    p = paired(flat, 4, 0.3);
+    ck_assert(p.sd == 0.0 && p.lo == 0.1 && p.hi == 0.1);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_EQUIVALENT);
+    const double flat_up[] = {0.5, 0.5};
+    ck_assert_int_eq(paired(flat_up, 2, 0.3).verdict, MPT_VERDICT_BETTER);
+}
+END_TEST
+
+/* Random per-seed data against GSL's statistics computed here, and the interval/TOST duality. */
+START_TEST(test_random_against_gsl) {
+    tests_rng r = {0x9e3779b97f4a7c15ull};
+    int seen[4] = {0};
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = tests_int(&r, 2, 30);
+        double a[30], b[30], d[30];
+        double shift = tests_uniform(&r, -1.5, 1.5), spread = tests_uniform(&r, 0.0, 1.0);
+        for (int i = 0; i < n; i++) {
+            b[i] = tests_uniform(&r, 85.0, 89.0);
+            a[i] = b[i] + shift + spread * tests_uniform(&r, -1.0, 1.0);
+            d[i] = a[i] - b[i];
+        }
+        double margin = tests_uniform(&r, 0.05, 1.0);
+        mpt_stats_paired p;
+        ck_assert_int_eq(mpt_stats_compare_paired(a, b, n, 0.95, margin, &p), MPT_OK);
+        double mean = gsl_stats_mean(d, 1, (size_t)n);
+        double sd = gsl_stats_sd(d, 1, (size_t)n);
+        double half = gsl_cdf_tdist_Pinv(0.975, n - 1) * sd / sqrt((double)n);
+        double tol = 1e-9 * (1.0 + fabs(mean) + half);
+        ck_assert_msg(fabs(p.lo - (mean - half)) < tol && fabs(p.hi - (mean + half)) < tol,
+                      "n=%d: [%g, %g] vs GSL [%g, %g]", n, p.lo, p.hi, mean - half, mean + half);
+        int eq_by_tests = p.p_lower < 0.025 && p.p_upper < 0.025;
+        ck_assert_msg(eq_by_tests == (p.verdict == MPT_VERDICT_EQUIVALENT), "n=%d p=(%g, %g) verdict %s", n,
+                      p.p_lower, p.p_upper, mpt_verdict_name(p.verdict));
+        seen[p.verdict]++;
+        if (p.verdict == MPT_VERDICT_INCONCLUSIVE && p.seeds_needed > 0) {
+            /* the suggestion decides, and one seed fewer would not */
+            int k = p.seeds_needed;
+            double target = fabs(fabs(mean) - margin);
+            ck_assert(gsl_cdf_tdist_Pinv(0.975, k - 1) * sd / sqrt((double)k) < target);
+            if (k - 1 > n) ck_assert(gsl_cdf_tdist_Pinv(0.975, k - 2) * sd / sqrt((double)(k - 1)) >= target);
+        }
+    }
+    for (int v = 0; v < 4; v++) ck_assert_msg(seen[v] > 0, "verdict %s never reached", mpt_verdict_name(v));
+}
+END_TEST
+
+#endif
+
+START_TEST(test_bad_input) {
+    const double a[] = {1.0, 2.0, NAN}, b[] = {1.0, 1.0, 1.0};
+    mpt_stats_paired p;
+    ck_assert_int_eq(mpt_stats_compare_paired(a, b, 1, 0.95, 0.3, &p), MPT_ERR_ARG);
+    ck_assert_int_eq(mpt_stats_compare_paired(a, b, 3, 0.95, 0.3, &p), MPT_ERR_ARG);
+    ck_assert_int_eq(mpt_stats_compare_paired(a, b, 2, 0.95, 0.0, &p), MPT_ERR_ARG);
+    ck_assert(strstr(mpt_last_error(), "--margin") != NULL);
+#ifndef MPT_HAVE_GSL
+    ck_assert_int_eq(mpt_stats_available(), 0);
+    ck_assert_int_eq(mpt_stats_compare_paired(a, b, 2, 0.95, 0.3, &p), MPT_ERR_ARG);
+    ck_assert_msg(strstr(mpt_last_error(), "libgsl-dev") != NULL, "%s", mpt_last_error());
+#else
+    ck_assert_int_eq(mpt_stats_available(), 1);
+#endif
+}
+END_TEST
+
+static Suite *stats_suite(void) {
+    Suite *s = suite_create("stats");
+    TCase *tc = tcase_create("stats");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_summary);
+#ifdef MPT_HAVE_GSL
+    tcase_add_test(tc, test_interval_by_hand);
+    tcase_add_test(tc, test_verdicts);
+    tcase_add_test(tc, test_random_against_gsl);
+#endif
+    tcase_add_test(tc, test_bad_input);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(stats_suite()); }

@@ -1,0 +1,536 @@
+/*
+ * tools/compare_seeds.c - what `mptrain compare --seeds` reports: the statistics over seeds (tools/stats.h),
+ * the printed table with its verdicts, report.md, compare.json (also for one seed) and the mean-and-band
+ * convergence.png.
+ *
+ * Accuracies are handled in percent, so differences are in percentage points ("pp"), the unit of --margin.
+ * A precision is compared with fp32 seed by seed (run s of precision p against run s of fp32: same initial
+ * weights and batch order), which removes the seed-to-seed variation both share; the fp32 spread across seeds
+ * is shown as the noise floor any single-seed difference must be read against.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "mpt_config.h"
+#include "tools/cli.h"
+#include "tools/stats.h"
+
+#define LEVEL 0.95
+
+mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p) {
+    int n = snprintf(buf, len, "%s/seed-%" PRIu64 "/%s", out, seed, mpt_precision_name(p));
+    if (n < 0 || (size_t)n >= len) return mpt_errorf(MPT_ERR_ARG, "--out %s: path too long", out);
+    return MPT_OK;
+}
+
+/* ---- the statistics ------------------------------------------------------------------------------------------ */
+
+typedef struct prec_stats {
+    mpt_precision precision;
+    mpt_stats_summary final_acc, best_acc, test_loss, epoch_s, skipped, rel_l2; /* accuracies in % */
+    int paired;                           /* compared with fp32 (not fp32 itself, and an fp32 run exists) */
+    mpt_stats_paired d_final, d_best, d_loss;
+} prec_stats;
+
+static const mpt_cli_result *run_at(const mpt_cli_seed_runs *r, int s, int p) {
+    return &r->res[s * r->n_precisions + p];
+}
+
+static int fp32_index(const mpt_cli_seed_runs *r) {
+    for (int p = 0; p < r->n_precisions; p++)
+        if (r->precisions[p] == MPT_PRECISION_FP32) return p;
+    return -1;
+}
+
+typedef enum metric { METRIC_FINAL_ACC, METRIC_BEST_ACC, METRIC_TEST_LOSS, METRIC_EPOCH_S, METRIC_SKIPPED } metric;
+
+static double metric_of(const mpt_cli_result *r, metric m) {
+    switch (m) {
+    case METRIC_FINAL_ACC: return 100.0 * r->final_test_acc;
+    case METRIC_BEST_ACC: return 100.0 * r->best_test_acc;
+    case METRIC_TEST_LOSS: return r->final_test_loss;
+    case METRIC_EPOCH_S: return r->mean_epoch_s;
+    case METRIC_SKIPPED: return (double)r->steps_skipped;
+    }
+    return NAN;
+}
+
+static void column(const mpt_cli_seed_runs *r, int p, metric m, double *x) {
+    for (int s = 0; s < r->n_seeds; s++) x[s] = metric_of(run_at(r, s, p), m);
+}
+
+static mpt_status compute_stats(const mpt_cli_seed_runs *r, double margin, prec_stats *st) {
+    int ref = fp32_index(r);
+    double x[MPT_CLI_MAX_SEEDS], y[MPT_CLI_MAX_SEEDS];
+    for (int p = 0; p < r->n_precisions; p++) {
+        prec_stats *q = &st[p];
+        memset(q, 0, sizeof *q);
+        q->precision = r->precisions[p];
+        column(r, p, METRIC_FINAL_ACC, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->final_acc);
+        column(r, p, METRIC_BEST_ACC, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->best_acc);
+        column(r, p, METRIC_TEST_LOSS, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->test_loss);
+        column(r, p, METRIC_EPOCH_S, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->epoch_s);
+        column(r, p, METRIC_SKIPPED, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->skipped);
+        for (int s = 0; s < r->n_seeds; s++) x[s] = r->rel_l2[s * r->n_precisions + p];
+        mpt_stats_summarize(x, r->n_seeds, &q->rel_l2);
+        q->paired = ref >= 0 && p != ref && r->n_seeds >= 2;
+        if (!q->paired) continue;
+        const metric ms[3] = {METRIC_FINAL_ACC, METRIC_BEST_ACC, METRIC_TEST_LOSS};
+        mpt_stats_paired *outs[3] = {&q->d_final, &q->d_best, &q->d_loss};
+        for (int k = 0; k < 3; k++) {
+            column(r, p, ms[k], x);
+            column(r, ref, ms[k], y);
+            /* the margin is in accuracy points; for the loss only the interval is reported */
+            MPT_TRY(mpt_stats_compare_paired(x, y, r->n_seeds, LEVEL, margin, outs[k]));
+        }
+    }
+    return MPT_OK;
+}
+
+/* ---- text ------------------------------------------------------------------------------------------------------- */
+
+static void verdict_text(char *b, size_t n, const mpt_stats_paired *d) {
+    if (d->verdict != MPT_VERDICT_INCONCLUSIVE) {
+        snprintf(b, n, "%s", mpt_verdict_name(d->verdict));
+        return;
+    }
+    if (d->seeds_needed > 0)
+        snprintf(b, n, "inconclusive: more seeds needed (about %d for this spread)", d->seeds_needed);
+    else if (fabs(fabs(d->mean) - d->margin) < 1e-12)
+        snprintf(b, n, "inconclusive: the mean difference sits on the margin");
+    else
+        snprintf(b, n, "inconclusive: more seeds needed (over %d for this spread)", MPT_STATS_MAX_SEEDS_SUGGESTED);
+}
+
+static void mean_sd(char *b, size_t n, const mpt_stats_summary *s, const char *fmt_mean, const char *unit) {
+    char m[32], d[32];
+    snprintf(m, sizeof m, fmt_mean, s->mean);
+    snprintf(d, sizeof d, fmt_mean, s->sd);
+    snprintf(b, n, "%s%s ± %s", m, unit, d);
+}
+
+static void diff_ci(char *b, size_t n, const mpt_stats_paired *d, const char *fmt) {
+    char m[32], lo[32], hi[32];
+    snprintf(m, sizeof m, fmt, d->mean);
+    snprintf(lo, sizeof lo, fmt, d->lo);
+    snprintf(hi, sizeof hi, fmt, d->hi);
+    snprintf(b, n, "%s%s [%s, %s]", d->mean >= 0 ? "+" : "", m, lo, hi);
+}
+
+/* The summary table (printed and in report.md). */
+static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin) {
+    fprintf(f, "| precision | final test acc (%%) | best test acc (%%) | final test loss | "
+               "Δ final acc vs fp32, pp [95%% CI] | verdict (margin ±%.2g pp) | s/epoch | skipped steps |\n",
+            margin);
+    fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|\n");
+    for (int p = 0; p < n; p++) {
+        const prec_stats *q = &st[p];
+        char fa[128], ba[128], tl[128], d[160], v[128];
+        mean_sd(fa, sizeof fa, &q->final_acc, "%.2f", "");
+        mean_sd(ba, sizeof ba, &q->best_acc, "%.2f", "");
+        mean_sd(tl, sizeof tl, &q->test_loss, "%.4f", "");
+        if (q->paired) {
+            diff_ci(d, sizeof d, &q->d_final, "%.2f");
+            verdict_text(v, sizeof v, &q->d_final);
+        } else {
+            snprintf(d, sizeof d, q->precision == MPT_PRECISION_FP32 ? "(reference)" : "n/a (no fp32 run)");
+            snprintf(v, sizeof v, "%s", q->precision == MPT_PRECISION_FP32 ? "—" : "n/a");
+        }
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %.1f |\n", mpt_precision_name(q->precision), fa, ba, tl, d,
+                v, q->epoch_s.mean, q->skipped.mean);
+    }
+}
+
+static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds) {
+    for (int p = 0; p < n; p++) {
+        if (st[p].precision != MPT_PRECISION_FP32) continue;
+        const mpt_stats_summary *a = &st[p].final_acc;
+        fprintf(f, "Noise floor: fp32 alone, from seed to seed, ends at %.2f%% ± %.2f (sd over %d seeds; range %.2f to "
+                   "%.2f%%, %.2f pp wide). A one-seed difference between precisions smaller than this spread says "
+                   "nothing about the precision.\n",
+                a->mean, a->sd, n_seeds, a->min, a->max, a->max - a->min);
+        return;
+    }
+    fprintf(f, "Noise floor: no fp32 run in --precisions, so no fp32 seed-to-seed spread.\n");
+}
+
+static void write_per_seed(FILE *f, const mpt_cli_seed_runs *r) {
+    fprintf(f, "| seed |");
+    for (int p = 0; p < r->n_precisions; p++) fprintf(f, " %s |", mpt_precision_name(r->precisions[p]));
+    fprintf(f, "\n|---:|");
+    for (int p = 0; p < r->n_precisions; p++) fprintf(f, "---:|");
+    fprintf(f, "\n");
+    for (int s = 0; s < r->n_seeds; s++) {
+        fprintf(f, "| %" PRIu64 " |", r->seeds[s]);
+        for (int p = 0; p < r->n_precisions; p++) {
+            const mpt_cli_result *x = run_at(r, s, p);
+            fprintf(f, " %.2f%% (loss %.4f) |", 100.0 * x->final_test_acc, x->final_test_loss);
+        }
+        fprintf(f, "\n");
+    }
+}
+
+/* ---- compare.json ------------------------------------------------------------------------------------------------ */
+
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *summary_json(const mpt_stats_summary *s) {
+    json_t *j = json_object();
+    json_object_set_new(j, "mean", num(s->mean));
+    json_object_set_new(j, "sd", num(s->sd));
+    json_object_set_new(j, "min", num(s->min));
+    json_object_set_new(j, "max", num(s->max));
+    return j;
+}
+
+static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
+    json_t *j = json_object();
+    json_object_set_new(j, "mean", num(d->mean));
+    json_object_set_new(j, "sd", num(d->sd));
+    json_object_set_new(j, "ci_level", num(d->level));
+    json_object_set_new(j, "ci_low", num(d->lo));
+    json_object_set_new(j, "ci_high", num(d->hi));
+    json_object_set_new(j, "t_quantile", num(d->t_crit));
+    if (with_verdict) {
+        json_object_set_new(j, "margin", num(d->margin));
+        json_object_set_new(j, "p_not_worse", num(d->p_lower));
+        json_object_set_new(j, "p_not_better", num(d->p_upper));
+        json_object_set_new(j, "verdict", json_string(mpt_verdict_name(d->verdict)));
+        json_object_set_new(j, "seeds_needed", d->seeds_needed != 0 ? json_integer(d->seeds_needed) : json_null());
+    }
+    return j;
+}
+
+static json_t *run_json(const mpt_cli_result *x, uint64_t seed, double rel_l2) {
+    json_t *j = json_object();
+    json_object_set_new(j, "seed", json_integer((json_int_t)seed));
+    json_object_set_new(j, "dir", json_string(x->out_dir));
+    json_object_set_new(j, "final_test_accuracy", num(x->final_test_acc));
+    json_object_set_new(j, "best_test_accuracy", num(x->best_test_acc));
+    json_object_set_new(j, "best_epoch", json_integer(x->best_epoch));
+    json_object_set_new(j, "final_test_loss", num(x->final_test_loss));
+    json_object_set_new(j, "final_train_loss", num(x->final_train_loss));
+    json_object_set_new(j, "time_per_epoch_s", num(x->mean_epoch_s));
+    json_object_set_new(j, "samples_per_s", num(x->samples_per_s));
+    json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)x->mem_peak_total));
+    json_object_set_new(j, "steps_skipped", json_integer(x->steps_skipped));
+    json_object_set_new(j, "final_loss_scale", num((double)x->final_scale));
+    json_object_set_new(j, "rel_l2_to_fp32", num(rel_l2));
+    return j;
+}
+
+static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *seeds) {
+    json_t *j = json_object();
+    char buf[96];
+    json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
+    json_object_set_new(j, "model", json_string(o->model));
+    json_t *cfg = json_object();
+    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++) {
+        if (id == MPT_OPT_PRECISION || id == MPT_OPT_SEED) continue; /* per run */
+        json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
+    }
+    json_object_set_new(cfg, "epochs", json_integer(o->epochs));
+    json_object_set_new(j, "config", cfg);
+    json_t *sa = json_array();
+    for (int s = 0; s < n_seeds; s++) json_array_append_new(sa, json_integer((json_int_t)seeds[s]));
+    json_object_set_new(j, "seeds", sa);
+    return j;
+}
+
+static mpt_status dump_json(const char *dir, json_t *j) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/compare.json", dir);
+    int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(j);
+    if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return MPT_OK;
+}
+
+static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st) {
+    json_t *j = header_json(o, r->n_seeds, r->seeds);
+    json_object_set_new(j, "margin_pp", num(o->margin));
+    json_object_set_new(j, "ci_level", num(LEVEL));
+    json_object_set_new(j, "accuracy_unit", json_string("percent (differences in percentage points)"));
+    json_t *precs = json_array();
+    for (int p = 0; p < r->n_precisions; p++) {
+        const prec_stats *q = &st[p];
+        json_t *e = json_object();
+        json_object_set_new(e, "precision", json_string(mpt_precision_name(q->precision)));
+        json_object_set_new(e, "final_test_accuracy", summary_json(&q->final_acc));
+        json_object_set_new(e, "best_test_accuracy", summary_json(&q->best_acc));
+        json_object_set_new(e, "final_test_loss", summary_json(&q->test_loss));
+        json_object_set_new(e, "time_per_epoch_s", summary_json(&q->epoch_s));
+        json_object_set_new(e, "steps_skipped", summary_json(&q->skipped));
+        json_object_set_new(e, "rel_l2_to_fp32", summary_json(&q->rel_l2));
+        if (q->paired) {
+            json_t *vs = json_object();
+            json_object_set_new(vs, "final_test_accuracy_pp", paired_json(&q->d_final, 1));
+            json_object_set_new(vs, "best_test_accuracy_pp", paired_json(&q->d_best, 1));
+            json_object_set_new(vs, "final_test_loss", paired_json(&q->d_loss, 0));
+            json_object_set_new(e, "vs_fp32", vs);
+        } else {
+            json_object_set_new(e, "vs_fp32", json_null());
+        }
+        json_t *runs = json_array();
+        for (int s = 0; s < r->n_seeds; s++)
+            json_array_append_new(runs, run_json(run_at(r, s, p), r->seeds[s], r->rel_l2[s * r->n_precisions + p]));
+        json_object_set_new(e, "runs", runs);
+        json_array_append_new(precs, e);
+    }
+    json_object_set_new(j, "precisions", precs);
+    int ref = fp32_index(r);
+    if (ref >= 0) json_object_set_new(j, "noise_floor_fp32_final_accuracy", summary_json(&st[ref].final_acc));
+    else json_object_set_new(j, "noise_floor_fp32_final_accuracy", json_null());
+    return dump_json(r->out, j);
+}
+
+mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n) {
+    json_t *j = header_json(o, 1, &o->seed);
+    json_t *precs = json_array();
+    for (int p = 0; p < n; p++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "precision", json_string(mpt_precision_name(rows[p].precision)));
+        json_t *runs = json_array();
+        json_array_append_new(runs, run_json(rows[p].r, o->seed, rows[p].rel_l2));
+        json_object_set_new(e, "runs", runs);
+        json_array_append_new(precs, e);
+    }
+    json_object_set_new(j, "precisions", precs);
+    return dump_json(o->out, j);
+}
+
+/* ---- report.md ------------------------------------------------------------------------------------------------- */
+
+static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st,
+                               const char *plot_file, const char *plot_error) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/report.md", r->out);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    char buf[96], lr[64];
+    fprintf(f, "# mptrain compare: %s, %d seeds\n\n", o->model, r->n_seeds);
+    fprintf(f, "Every precision was trained with each of the seeds");
+    for (int s = 0; s < r->n_seeds; s++) fprintf(f, "%s%" PRIu64, s ? ", " : " ", r->seeds[s]);
+    fprintf(f, ". A seed fixes the FP32 initial weights, the batch order and the dropout masks, and gives them to "
+               "every precision (a paired design), so the difference between a precision and fp32 *for the same "
+               "seed* is the effect of the number format; the mean of those differences over seeds, with its "
+               "confidence interval, separates that effect from seed-to-seed noise.\n\n");
+    fprintf(f, "Settings: model `%s`, optimizer `%s`, lr %s, batch %d, %d epoch(s), data `%s`", o->model,
+            mpt_cli_format(o, MPT_OPT_OPTIMIZER, buf, sizeof buf), mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr),
+            o->batch, o->epochs, o->data);
+    if (o->limit_train > 0) fprintf(f, ", first %lld training images", (long long)o->limit_train);
+    if (o->limit_test > 0) fprintf(f, ", first %lld test images", (long long)o->limit_test);
+    fprintf(f, ", device `%s`.\n\n", run_at(r, 0, 0)->device);
+
+    fprintf(f, "## Results (mean ± sd over %d seeds)\n\n", r->n_seeds);
+    write_seed_table(f, st, r->n_precisions, o->margin);
+    fprintf(f, "\n");
+    write_noise_floor(f, st, r->n_precisions, r->n_seeds);
+    fprintf(f, "\n### How to read the verdict\n\n"
+               "Δ is the mean over seeds of (this precision's final test accuracy − fp32's, same seed), in "
+               "percentage points, with its %.0f%% confidence interval from Student's t distribution on the "
+               "per-seed differences (t quantile with n − 1 = %d degrees of freedom, from GSL). The verdict "
+               "tests equivalence within ±%.2g pp by two one-sided tests, each at the %.1f%% level, so it can "
+               "be read off the interval:\n\n"
+               "- **equivalent**: the whole interval lies inside (−%.2g, +%.2g);\n"
+               "- **better** / **worse**: the whole interval lies above +%.2g / below −%.2g;\n"
+               "- **inconclusive**: the interval crosses a margin. The number of seeds given is the smallest "
+               "count at which an interval of the same centre and the observed spread of the differences would "
+               "decide; it is an estimate, as the spread itself is measured on few seeds.\n\n",
+            100.0 * LEVEL, r->n_seeds - 1, o->margin, 100.0 * (1.0 - LEVEL) / 2.0, o->margin, o->margin, o->margin,
+            o->margin);
+
+    fprintf(f, "## Other differences to fp32 (mean over seeds [95%% CI])\n\n"
+               "| precision | Δ best test acc (pp) | verdict | Δ final test loss |\n|---|---:|---|---:|\n");
+    for (int p = 0; p < r->n_precisions; p++) {
+        if (!st[p].paired) continue;
+        char b[160], v[128], l[160];
+        diff_ci(b, sizeof b, &st[p].d_best, "%.2f");
+        verdict_text(v, sizeof v, &st[p].d_best);
+        diff_ci(l, sizeof l, &st[p].d_loss, "%.4f");
+        fprintf(f, "| %s | %s | %s | %s |\n", mpt_precision_name(st[p].precision), b, v, l);
+    }
+    fprintf(f, "\nPer run: final test accuracy (test loss).\n\n");
+    write_per_seed(f, r);
+    fprintf(f, "\nRelative L2 distance of the final FP32 master weights to the same seed's fp32 run, mean over "
+               "seeds:");
+    for (int p = 0; p < r->n_precisions; p++)
+        if (isfinite(st[p].rel_l2.mean))
+            fprintf(f, " %s %.3e;", mpt_precision_name(st[p].precision), st[p].rel_l2.mean);
+    fprintf(f, "\n\n## The plot\n\n");
+    if (plot_file) fprintf(f, "![convergence](%s)\n\n", plot_file);
+    else fprintf(f, "(No plot: %s. The data is in `curves/` and `seed-*/<precision>/*.csv`.)\n\n",
+                 plot_error ? plot_error : "not drawn");
+    fprintf(f, "Top: training loss per logged step, the mean over seeds as a line and the band from the lowest "
+               "to the highest seed. Middle: test accuracy per epoch, the same way. Where the bands of two "
+               "precisions overlap, the seeds disagree more than the precisions do. Bottom (with fp16): the "
+               "dynamic loss scale of each seed's fp16 run. The curves are in `curves/<precision>_steps.csv` "
+               "and `curves/<precision>_epochs.csv`; every run's own files are in "
+               "`seed-<S>/<precision>/`.\n");
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
+                                      const char *plot_error) {
+    prec_stats st[MPT_PRECISION_COUNT];
+    MPT_TRY(compute_stats(runs, o->margin, st));
+    printf("\nMean ± sd over %d seeds; Δ = mean paired difference to fp32 with its 95%% confidence interval:\n\n",
+           runs->n_seeds);
+    write_seed_table(stdout, st, runs->n_precisions, o->margin);
+    printf("\n");
+    write_noise_floor(stdout, st, runs->n_precisions, runs->n_seeds);
+    MPT_TRY(write_report(o, runs, st, plot_file, plot_error));
+    return write_seeds_json(o, runs, st);
+}
+
+/* ---- curves over seeds, and their plot --------------------------------------------------------------------- */
+
+/* Reads column `name` of a CSV file with a header line into a malloc'd array; "nan" reads as NAN. */
+static mpt_status read_csv_column(const char *path, const char *name, double **out, int *n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    char line[4096];
+    int col = -1;
+    if (fgets(line, sizeof line, f)) {
+        int c = 0;
+        for (char *save = NULL, *tok = strtok_r(line, ",\n", &save); tok; tok = strtok_r(NULL, ",\n", &save), c++)
+            if (strcmp(tok, name) == 0) col = c;
+    }
+    if (col < 0) {
+        fclose(f);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: no column '%s' in the header", path, name);
+    }
+    double *v = NULL;
+    int cnt = 0, cap = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *save = NULL, *tok = strtok_r(line, ",\n", &save);
+        for (int c = 0; tok && c < col; c++) tok = strtok_r(NULL, ",\n", &save);
+        if (!tok) continue;
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 256;
+            double *nv = realloc(v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                fclose(f);
+                return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %d values", path, cap);
+            }
+            v = nv;
+        }
+        v[cnt++] = strtod(tok, NULL);
+    }
+    fclose(f);
+    *out = v;
+    *n = cnt;
+    return MPT_OK;
+}
+
+/* out/curves/<precision>_<kind>.csv: x, mean, min, max over seeds of column y of each run's file. */
+static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *file, const char *xcol,
+                              const char *ycol, double yscale, const char *kind) {
+    double *x = NULL, *y[MPT_CLI_MAX_SEEDS] = {0};
+    int nx = 0, n = 0;
+    mpt_status s = MPT_OK;
+    char path[MPT_CLI_PATH + 64];
+    for (int k = 0; k < r->n_seeds && s == MPT_OK; k++) {
+        char dir[MPT_CLI_PATH];
+        s = mpt_cli_seed_run_dir(dir, sizeof dir, r->out, r->seeds[k], r->precisions[p]);
+        if (s != MPT_OK) break;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        int ny = 0;
+        s = read_csv_column(path, ycol, &y[k], &ny);
+        if (s == MPT_OK && k == 0) s = read_csv_column(path, xcol, &x, &nx);
+        if (s == MPT_OK) n = k == 0 ? ny : (ny < n ? ny : n); /* the rows every seed has */
+    }
+    FILE *f = NULL;
+    if (s == MPT_OK) {
+        snprintf(path, sizeof path, "%s/curves/%s_%s.csv", r->out, mpt_precision_name(r->precisions[p]), kind);
+        f = fopen(path, "w");
+        if (!f) s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    }
+    if (f) {
+        fprintf(f, "%s,mean,min,max\n", xcol);
+        for (int i = 0; i < n && i < nx; i++) {
+            double v[MPT_CLI_MAX_SEEDS];
+            for (int k = 0; k < r->n_seeds; k++) v[k] = yscale * y[k][i];
+            mpt_stats_summary sm;
+            mpt_stats_summarize(v, r->n_seeds, &sm);
+            int finite = 1;
+            for (int k = 0; k < r->n_seeds; k++) finite &= isfinite(v[k]);
+            if (finite) fprintf(f, "%.9g,%.9g,%.9g,%.9g\n", x[i], sm.mean, sm.min, sm.max);
+            else fprintf(f, "%.9g,nan,nan,nan\n", x[i]);
+        }
+        if (fclose(f) != 0) s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    }
+    free(x);
+    for (int k = 0; k < r->n_seeds; k++) free(y[k]);
+    return s;
+}
+
+static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/convergence.gp", r->out);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    int fp16 = -1;
+    for (int p = 0; p < r->n_precisions; p++)
+        if (r->precisions[p] == MPT_PRECISION_FP16) fp16 = p;
+    int panels = fp16 >= 0 ? 3 : 2;
+    fprintf(f, "# convergence.gp - written by mptrain compare --seeds; run `gnuplot convergence.gp` here.\n");
+    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
+    fprintf(f, "set datafile separator ','\nset datafile missing 'nan'\nset grid\nset key top right\n"
+               "set style fill transparent solid 0.18 noborder\nset multiplot layout %d,1\n", panels);
+    const char *titles[2] = {"training loss per step: mean over seeds, band = min..max",
+                             "test accuracy per epoch: mean over seeds, band = min..max"};
+    const char *kinds[2] = {"steps", "epochs"}, *xs[2] = {"step", "epoch"};
+    const char *ylabels[2] = {"cross-entropy", "accuracy (%)"};
+    for (int k = 0; k < 2; k++) {
+        fprintf(f, "set title '%s'\nset xlabel '%s'\nset ylabel '%s'\n%s", titles[k], xs[k], ylabels[k],
+                k == 1 ? "set xtics 1\nset key bottom right\n" : "");
+        fprintf(f, "plot ");
+        for (int p = 0; p < r->n_precisions; p++) {
+            const char *name = mpt_precision_name(r->precisions[p]);
+            int lt = (int)r->precisions[p] + 1;
+            fprintf(f, "%s'curves/%s_%s.csv' using '%s':'min':'max' with filledcurves lt %d notitle, \\\n"
+                       "     '' using '%s':'mean' with lines lw 1.5 lt %d title '%s (%d seeds)'",
+                    p ? ", \\\n     " : "", name, kinds[k], xs[k], lt, xs[k], lt, name, r->n_seeds);
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "set xtics autofreq\n");
+    if (fp16 >= 0) {
+        fprintf(f, "set title 'fp16 dynamic loss scale, one line per seed'\nset xlabel 'step'\n"
+                   "set ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\nset ytics 2\n"
+                   "set offsets 0, 0, graph 0.1, graph 0.1\nset key bottom left\nplot ");
+        for (int s = 0; s < r->n_seeds; s++)
+            fprintf(f, "%s'seed-%" PRIu64 "/fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.2 "
+                       "title 'seed %" PRIu64 "'",
+                    s ? ", \\\n     " : "", r->seeds[s], r->seeds[s]);
+        fprintf(f, "\nunset logscale y\n");
+    }
+    fprintf(f, "unset multiplot\n");
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *r) {
+    char dir[MPT_CLI_PATH + 16];
+    snprintf(dir, sizeof dir, "%s/curves", r->out);
+    MPT_TRY(mpt_cli_mkdirs(dir));
+    for (int p = 0; p < r->n_precisions; p++) {
+        MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps"));
+        MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs"));
+    }
+    MPT_TRY(write_seeds_script(r));
+    return mpt_cli_gnuplot(r->out, "convergence.gp");
+}
