@@ -27,7 +27,9 @@
 #
 # Environment: BUILD_DIR (default build-bench, configured --buildtype=release), CUDA_HOME (default
 # /usr/local/cuda), PYTHON (default /usr/bin/python3: Debian's python3-torch; for gpu, a Python whose torch
-# has CUDA), MPT_DATA (default /usr/share/datasets/fashion-mnist), NINJA_JOBS (default 2).
+# has CUDA), MPT_DATA (default /usr/share/datasets/fashion-mnist), NINJA_JOBS (default 2), MPT_MESON_ARGS
+# (extra meson setup options), MPT_NO_APT=1 (install nothing: bench/gpu.sh brings the dependencies). Without
+# GNU time (/usr/bin/time) the peak RSS and CPU times come from getrusage through $PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -97,6 +99,9 @@ case "$OUT" in /*) ;; *) OUT=$ROOT/$OUT ;; esac
 # ---- packages, GPU check, build -----------------------------------------------------------------------
 install_missing() {
     local missing=() p
+    if [ "${MPT_NO_APT:-0}" = 1 ]; then # bench/gpu.sh: the dependencies come unpacked from .gpu/ (no apt, no network)
+        return 0
+    fi
     for p in "$@"; do
         dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
     done
@@ -145,7 +150,8 @@ if [ ! -x "$CUDA_HOME/bin/nvcc" ] && ! command -v nvcc >/dev/null 2>&1; then
 fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     say "configuring $BUILD_DIR (release)"
-    meson setup "$BUILD_DIR" --buildtype=release -Dcudatoolkit="$CUDA_HOME"
+    # shellcheck disable=SC2086 # MPT_MESON_ARGS: extra options, word-split on purpose (bench/gpu.sh: -Dcudnn_root=...)
+    meson setup "$BUILD_DIR" --buildtype=release -Dcudatoolkit="$CUDA_HOME" ${MPT_MESON_ARGS:-}
 elif ! meson introspect "$BUILD_DIR" --buildoptions 2>/dev/null |
         "$PYTHON" -c 'import json,sys; sys.exit(0 if any(o["name"]=="buildtype" and o["value"]=="release" for o in json.load(sys.stdin)) else 1)'; then
     say "reconfiguring $BUILD_DIR as a release build"
@@ -223,7 +229,19 @@ run_one() {
     local l0 l1 b0 b1 rc=0
     l0=$(loadavg)
     b0=$(busy_ticks)
-    env "${env_args[@]}" /usr/bin/time -v -o "$dir/time.txt" "${cmd[@]}" >"$dir/stdout.txt" 2>"$dir/stderr.txt" || rc=$?
+    if [ -x /usr/bin/time ]; then
+        env "${env_args[@]}" /usr/bin/time -v -o "$dir/time.txt" "${cmd[@]}" >"$dir/stdout.txt" 2>"$dir/stderr.txt" || rc=$?
+    else # no GNU time (a bare GPU machine): the same three figures from getrusage, in time -v's wording
+        env "${env_args[@]}" "$PYTHON" -c '
+import resource, subprocess, sys, time
+t0 = time.time()
+rc = subprocess.call(sys.argv[2:])
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+with open(sys.argv[1], "w") as f:
+    f.write("Maximum resident set size (kbytes): %d\nUser time (seconds): %.2f\nSystem time (seconds): %.2f\n"
+            "Elapsed (wall clock) time (h:mm:ss or m:ss): %.2f\n" % (ru.ru_maxrss, ru.ru_utime, ru.ru_stime, time.time() - t0))
+sys.exit(rc)' "$dir/time.txt" "${cmd[@]}" >"$dir/stdout.txt" 2>"$dir/stderr.txt" || rc=$?
+    fi
     b1=$(busy_ticks)
     l1=$(loadavg)
     SEQ=$((SEQ + 1))
