@@ -2,7 +2,7 @@
  * kernels/elemwise.h - per-element math, written once, compiled by gcc (CPU loops) and nvcc (CUDA kernels).
  *
  * Everything here is a pure function of its arguments: number-format conversions with round-to-nearest-even
- * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32), and (below) the per-element pieces of the activations and the
+ * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32; FP32 <-> OCP FP8 E4M3/E5M2 for `mptrain formats` only), and (below) the per-element pieces of the activations and the
  * optimizers. The CPU loops in kernels/cpu and the kernels in kernels/cuda call the same functions, so the two
  * backends cannot drift apart.
  *
@@ -21,6 +21,9 @@
 #define MPT_KERNELS_ELEMWISE_H
 
 #include <stdint.h>
+#if !defined(__CUDACC__)
+#include <math.h> /* rintf */
+#endif
 
 #if defined(__CUDACC__)
 #define MPT_HD static __host__ __device__ __forceinline__
@@ -215,6 +218,62 @@ MPT_HD uint16_t mpt_f32_to_f16_sr(float f, uint32_t r) {
     float draw = (float)(r >> 8) * 5.9604644775390625e-08f; /* 24 random bits as [0, 1) */
     return draw < frac ? (uint16_t)(lo + 1u) : lo;
 }
+
+/* ---- FP8 (OCP 8-bit floating point, v1.0, 2023): E4M3 and E5M2 -------------------------------------------- */
+/* E4M3: 4 exponent bits (bias 7), 3 mantissa bits, no infinities; S.1111.111 is NaN, so the largest finite
+ * value is S.1111.110 = 1.75 * 2^8 = 448; smallest normal 2^-6, smallest subnormal 2^-9.
+ * E5M2: 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: exponent 11111 is inf (mantissa 0) or NaN;
+ * largest finite 1.75 * 2^15 = 57344, smallest normal 2^-14, smallest subnormal 2^-16.
+ * FP32 -> FP8 rounds to nearest even on the grid with an unbounded exponent (as IEEE 754 defines overflow);
+ * a value that rounds past the largest finite one gives inf in E5M2 (from 61440 = max + half an ulp up) and
+ * NaN in E4M3 (above 464: the tie at 464 goes to 448, whose mantissa is even), which has no inf (OCP's non-saturating conversion; the saturating mode, which
+ * clamps to 448 / 57344, is not modelled). NaN stays NaN. Decoding is exact. mptrain does not train in FP8;
+ * these are here so `mptrain formats` can show the formats next to the ones it trains in. */
+
+/* |f| rounded to nearest even on the grid of a format with man_bits mantissa bits and smallest normal
+ * exponent emin, then encoded with bias; max_finite is the largest finite magnitude, overflow_code the
+ * magnitude bits an overflow produces. */
+MPT_HD uint8_t mpt_f32_to_fp8_rne(float f, int man_bits, int emin, int bias, float max_finite,
+                                  uint8_t overflow_code, uint8_t nan_code) {
+    uint32_t u = mpt_f32_bits(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    float a = mpt_bits_f32(u & 0x7fffffffu);
+    if (!(a == a)) return (uint8_t)(sign | nan_code);
+    if (a >= 2.0f * max_finite) return (uint8_t)(sign | overflow_code); /* inf too; keeps a / q finite */
+    int32_t e = (int32_t)((u >> 23) & 0xffu) - 127; /* FP32 subnormals (e = -127) sit far below emin */
+    if (e < emin) e = emin;
+    float q = mpt_bits_f32((uint32_t)(e - man_bits + 127) << 23); /* the grid spacing 2^(e - man_bits) */
+    float r = rintf(a / q) * q; /* a / q and the product are exact (powers of two); rintf rounds ties to even */
+    if (r > max_finite) return (uint8_t)(sign | overflow_code);
+    if (r == 0.0f) return sign;
+    uint32_t ru = mpt_f32_bits(r);
+    int32_t re = (int32_t)((ru >> 23) & 0xffu) - 127;
+    if (re < emin) /* subnormal: r = m * 2^(emin - man_bits) */
+        return (uint8_t)(sign | (uint8_t)(r / q));
+    uint32_t mant = (ru >> (23 - man_bits)) & ((1u << man_bits) - 1u);
+    return (uint8_t)(sign | (uint8_t)((uint32_t)(re + bias) << man_bits) | (uint8_t)mant);
+}
+
+MPT_HD uint8_t mpt_f32_to_e4m3(float f) { return mpt_f32_to_fp8_rne(f, 3, -6, 7, 448.0f, 0x7fu, 0x7fu); }
+MPT_HD uint8_t mpt_f32_to_e5m2(float f) { return mpt_f32_to_fp8_rne(f, 2, -14, 15, 57344.0f, 0x7cu, 0x7eu); }
+
+/* FP8 bits -> FP32, exact. */
+MPT_HD float mpt_fp8_to_f32(uint8_t b, int man_bits, int exp_bits, int bias, int has_inf) {
+    uint32_t sign = ((uint32_t)b & 0x80u) << 24;
+    uint32_t e = ((uint32_t)b >> man_bits) & ((1u << exp_bits) - 1u);
+    uint32_t m = (uint32_t)b & ((1u << man_bits) - 1u);
+    uint32_t emax_field = (1u << exp_bits) - 1u;
+    if (has_inf && e == emax_field) return mpt_bits_f32(sign | 0x7f800000u | (m ? 0x400000u : 0u));
+    if (!has_inf && e == emax_field && m == (1u << man_bits) - 1u) return mpt_bits_f32(sign | 0x7fc00000u);
+    if (e == 0) { /* subnormal: m * 2^(1 - bias - man_bits) */
+        float v = (float)m * mpt_bits_f32((uint32_t)(1 - bias - man_bits + 127) << 23);
+        return sign ? -v : v;
+    }
+    return mpt_bits_f32(sign | ((e - (uint32_t)bias + 127u) << 23) | (m << (23 - man_bits)));
+}
+
+MPT_HD float mpt_e4m3_to_f32(uint8_t b) { return mpt_fp8_to_f32(b, 3, 4, 7, 0); }
+MPT_HD float mpt_e5m2_to_f32(uint8_t b) { return mpt_fp8_to_f32(b, 2, 5, 15, 1); }
 
 /* ---- Non-finite test without relying on the compiler's -ffast-math state ------------------------- */
 MPT_HD int mpt_is_finite(float f) { return (mpt_f32_bits(f) & 0x7f800000u) != 0x7f800000u; }

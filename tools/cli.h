@@ -12,6 +12,8 @@
  *   report.c          metrics.csv / epochs.csv, summary.json, report.md
  *   compare_seeds.c   `compare --seeds`: statistics over seeds, the verdict table, report.md, compare.json,
  *                     the mean-and-band convergence.png
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
+ *   formats.c         the conversions it shows, through kernels/elemwise.h (tools/formats.h)
  *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
  *   plot.c            convergence.png through gnuplot
  *
@@ -442,5 +444,6 @@ int mpt_cmd_train(int argc, char **argv);
 int mpt_cmd_compare(int argc, char **argv);
 int mpt_cmd_eval(int argc, char **argv);
 int mpt_cmd_info(int argc, char **argv);
+int mpt_cmd_formats(int argc, char **argv);
 
 #endif

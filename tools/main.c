@@ -20,6 +20,7 @@ static void print_usage(FILE *f) {
             "            confidence intervals and verdicts); write report.md and convergence.png\n"
             "  eval      test loss and accuracy of a checkpoint\n"
             "  info      library versions, the GPU, NVIDIA_TF32_OVERRIDE\n"
+            "  formats   a number in FP32, TF32, BF16, FP16 (and FP8) as training rounds it; the formats' table\n"
             "\n"
             "`mptrain COMMAND --help` lists a command's options. `mptrain --version` prints the version.\n"
             "Examples:\n"
@@ -46,7 +47,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "compare") == 0) return mpt_cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return mpt_cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return mpt_cmd_info(argc - 1, argv + 1);
-    fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval or info; see mptrain --help)\n",
+    if (strcmp(cmd, "formats") == 0) return mpt_cmd_formats(argc - 1, argv + 1);
+    fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval, info or formats; see mptrain --help)\n",
             cmd);
     return MPT_CLI_EXIT_USAGE;
 }
