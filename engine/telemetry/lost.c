@@ -5,34 +5,64 @@
 
 #include "engine/status.h"
 
-static void add_one(mpt_lost *r, float old, float neu, float d) {
-    if (d == 0.0f) return;
+/* Running sums of one call, kept in locals so the loops stay branch-free (lost or not is data-dependent). */
+typedef struct sums {
+    int64_t nonzero, lost;
+    double mass, mass_lost;
+} sums;
+
+static inline void add_one(sums *s, float old, float neu, float d) {
+    int64_t nz = d != 0.0f, lost = nz & (neu == old);
     double ad = fabs((double)d);
-    r->nonzero++;
-    r->mass += ad;
-    if (neu == old) {
-        r->lost++;
-        r->mass_lost += ad;
-    }
+    s->nonzero += nz;
+    s->lost += lost;
+    s->mass += ad;
+    s->mass_lost += lost ? ad : 0.0;
 }
 
+static void merge(mpt_lost *r, const sums *s, int64_t n) {
+    r->n += n;
+    r->nonzero += s->nonzero;
+    r->lost += s->lost;
+    r->mass += s->mass;
+    r->mass_lost += s->mass_lost;
+}
+
+/* One loop per dtype, so the conversions inline into a branch-light loop (telemetry steps are timed). */
 void mpt_lost_count(mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype, const float *delta,
                     int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        add_one(r, mpt_load_f32(w_old, dtype, i), mpt_load_f32(w_new, dtype, i), delta[i]);
-    r->n += n;
+    sums s = {0, 0, 0.0, 0.0};
+    if (dtype == MPT_DTYPE_F32) {
+        const float *a = w_old, *b = w_new;
+        for (int64_t i = 0; i < n; i++) add_one(&s, a[i], b[i], delta[i]);
+    } else if (dtype == MPT_DTYPE_F16) {
+        const uint16_t *a = w_old, *b = w_new;
+        for (int64_t i = 0; i < n; i++) add_one(&s, mpt_f16_to_f32(a[i]), mpt_f16_to_f32(b[i]), delta[i]);
+    } else {
+        MPT_ASSERTF(dtype == MPT_DTYPE_BF16, "lost count: dtype %s is not a float format", mpt_dtype_name(dtype));
+        const uint16_t *a = w_old, *b = w_new;
+        for (int64_t i = 0; i < n; i++) add_one(&s, mpt_bf16_to_f32(a[i]), mpt_bf16_to_f32(b[i]), delta[i]);
+    }
+    merge(r, &s, n);
 }
 
 void mpt_lost_counterfactual(mpt_lost *r, const void *w_old, mpt_dtype target, const float *delta, int64_t n) {
     MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16, "lost counterfactual: target %s",
                 mpt_dtype_name(target));
-    for (int64_t i = 0; i < n; i++) {
-        float old = mpt_load_f32(w_old, target, i);
-        uint16_t q = target == MPT_DTYPE_F16 ? mpt_f32_to_f16(old + delta[i]) : mpt_f32_to_bf16(old + delta[i]);
-        float neu = target == MPT_DTYPE_F16 ? mpt_f16_to_f32(q) : mpt_bf16_to_f32(q);
-        add_one(r, old, neu, delta[i]);
+    sums s = {0, 0, 0.0, 0.0};
+    const uint16_t *w = w_old;
+    if (target == MPT_DTYPE_F16) {
+        for (int64_t i = 0; i < n; i++) {
+            float old = mpt_f16_to_f32(w[i]);
+            add_one(&s, old, mpt_f16_to_f32(mpt_f32_to_f16(old + delta[i])), delta[i]);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float old = mpt_bf16_to_f32(w[i]);
+            add_one(&s, old, mpt_bf16_to_f32(mpt_f32_to_bf16(old + delta[i])), delta[i]);
+        }
     }
-    r->n += n;
+    merge(r, &s, n);
 }
 
 double mpt_lost_frac(const mpt_lost *r) { return r->nonzero > 0 ? (double)r->lost / (double)r->nonzero : 0.0; }

@@ -73,26 +73,31 @@ static const mpt_tensor *root_of(const mpt_tensor *x) {
     return x;
 }
 
-/* Copies x as stored into h_raw and widens it into dst (host FP32). */
-static void fetch(mpt_telemetry *tel, const mpt_tensor *x, float *dst) {
+/* Copies x to the host widened into dst (FP32) and returns the host copy as stored (dst itself for F32
+ * tensors, else h_raw). */
+static const void *fetch(mpt_telemetry *tel, const mpt_tensor *x, float *dst) {
     mpt_backend *be = tel->t->be;
     int64_t n = mpt_tensor_numel(x);
     if (x->dtype == MPT_DTYPE_F32) {
         be->to_host(be, dst, x->data, (size_t)n * sizeof(float));
-        memcpy(tel->h_raw, dst, (size_t)n * sizeof(float));
-        return;
+        return dst;
     }
     be->to_host(be, tel->h_raw, x->data, (size_t)n * mpt_dtype_size(x->dtype));
-    for (int64_t i = 0; i < n; i++) dst[i] = mpt_load_f32(tel->h_raw, x->dtype, i);
+    const uint16_t *h = tel->h_raw;
+    if (x->dtype == MPT_DTYPE_F16)
+        for (int64_t i = 0; i < n; i++) dst[i] = mpt_f16_to_f32(h[i]);
+    else
+        for (int64_t i = 0; i < n; i++) dst[i] = mpt_bf16_to_f32(h[i]);
+    return tel->h_raw;
 }
 
 /* ---- measurements ------------------------------------------------------------------------------------------- */
 
-/* Stored range of x, from h_raw (fetch() first). */
-static void measure_range(mpt_telemetry *tel, const mpt_tensor *x) {
+/* Stored range of x from its host copy as stored (what fetch() returned). */
+static void measure_range(mpt_telemetry *tel, const mpt_tensor *x, const void *stored) {
     mpt_range r;
     memset(&r, 0, sizeof r);
-    mpt_range_count(&r, tel->h_raw, x->dtype, mpt_tensor_numel(x));
+    mpt_range_count(&r, stored, x->dtype, mpt_tensor_numel(x));
     double n = r.n > 0 ? (double)r.n : 1.0;
     row(tel, x->name, "zero_frac", (double)r.zero / n);
     row(tel, x->name, "subnormal_frac", (double)r.subnormal / n);
@@ -212,16 +217,14 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
         const mpt_node *tn = twin ? tel->twin->nodes[i] : NULL;
         const mpt_tensor *y = n->out;
         if (y && n->op != MPT_OP_SOFTMAX_XENT && !y->view_of && mpt_dtype_is_float(y->dtype)) {
-            fetch(tel, y, tel->h_a);
-            measure_range(tel, y);
+            measure_range(tel, y, fetch(tel, y, tel->h_a));
             if (twin) {
                 fetch(tel, tn->out, tel->h_b);
                 compare(tel, y->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), 1.0, 0);
             }
             if (n->probe_forward) measure_rounding(tel, n, n->probe_forward, y, 0, log2_scale);
             if (y->grad) {
-                fetch(tel, y->grad, tel->h_a);
-                measure_range(tel, y->grad);
+                measure_range(tel, y->grad, fetch(tel, y->grad, tel->h_a));
                 if (twin) {
                     fetch(tel, tn->out->grad, tel->h_b);
                     compare(tel, y->grad->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), S, 0);
@@ -235,8 +238,7 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     if (tel->n_grad) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, 1, log2_scale);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;
-        fetch(tel, gr, tel->h_a);
-        measure_range(tel, gr);
+        measure_range(tel, gr, fetch(tel, gr, tel->h_a));
         if (twin) {
             fetch(tel, tel->twin->params[i].weight->grad, tel->h_b);
             compare(tel, gr->name, tel->h_a, tel->h_b, mpt_tensor_numel(gr), S, 1);
