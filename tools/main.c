@@ -7,6 +7,7 @@
 
 #include "mpt_config.h"
 #include "tools/cli.h"
+#include "tools/lab/lab.h"
 
 static void print_usage(FILE *f) {
     fprintf(f,
@@ -20,6 +21,7 @@ static void print_usage(FILE *f) {
             "            confidence intervals and verdicts); write report.md and convergence.png\n"
             "  eval      test loss and accuracy of a checkpoint\n"
             "  info      library versions, the GPU, NVIDIA_TF32_OVERRIDE\n"
+            "  lab       the lessons of mixed precision as experiments on Fashion-MNIST (start here)\n"
             "  formats   a number in FP32, TF32, BF16, FP16 (and FP8) as training rounds it; the formats' table\n"
             "\n"
             "`mptrain COMMAND --help` lists a command's options. `mptrain --version` prints the version.\n"
@@ -48,7 +50,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return mpt_cmd_eval(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return mpt_cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "formats") == 0) return mpt_cmd_formats(argc - 1, argv + 1);
-    fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval, info or formats; see mptrain --help)\n",
+    if (strcmp(cmd, "lab") == 0) return mpt_cmd_lab(argc - 1, argv + 1);
+    fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval, info, formats or lab; see mptrain --help)\n",
             cmd);
     return MPT_CLI_EXIT_USAGE;
 }

@@ -1,0 +1,171 @@
+/*
+ * tests/test_lab.c - `mptrain lab --quick` on real Fashion-MNIST (suite train; skipped with a message when the
+ * dataset is not installed), run as a user runs it.
+ *
+ *  - every lesson runs: report.md, its PNG (unless gnuplot is missing, which the report must then say), and
+ *    index.md linking each lesson with the conclusion the command printed;
+ *  - the conclusions carry the measured numbers: the overflow lesson's skipped-step count is the static run's
+ *    own (its summary.json), the loss-scaling lesson's accuracy of the unscaled run is that run's;
+ *  - the text follows the numbers: given configurations where the effect is absent (a loss scale of 1, which
+ *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32), the lessons say "Not observed";
+ *  - usage: --list, an unknown lesson and a malformed --param exit as documented.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#define TESTS_TMP_PREFIX "mpt_test_lab"
+#include "tmpdir.h"
+#include "mpt_config.h"
+
+static char out_buf[1 << 18];
+
+/* Runs `[env] mptrain lab ARGS` through the shell; output (both streams) in out_buf; returns the exit status. */
+static int run_lab(const char *env, const char *args) {
+    const char *root = getenv("MPT_BUILD_ROOT");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s '%s/tools/mptrain' lab %s 2>&1", env ? env : "", root ? root : ".", args);
+    FILE *p = popen(cmd, "r");
+    ck_assert(p != NULL);
+    size_t n = fread(out_buf, 1, sizeof out_buf - 1, p);
+    out_buf[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static int have_data(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
+    if (access(p, R_OK) == 0) return 1;
+    printf("test_lab: skipped: no Fashion-MNIST in %s (apt-get install dataset-fashion-mnist)\n", MPT_DEFAULT_DATA_DIR);
+    return 0;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    static char buf[1 << 17];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The printed conclusion line of a lesson ("<name>: ..."), copied into dst. */
+static void printed_conclusion(const char *name, char *dst, size_t len) {
+    char key[64];
+    snprintf(key, sizeof key, "\n%s: ", name);
+    const char *p = strstr(out_buf, key);
+    ck_assert_msg(p != NULL, "no conclusion printed for %s: %s", name, out_buf);
+    p += strlen(key);
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    ck_assert(n < len);
+    memcpy(dst, p, n);
+    dst[n] = '\0';
+}
+
+static double summary_number(const char *dir, const char *key) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(p, 0, &err);
+    ck_assert_msg(j != NULL, "%s: %s", p, err.text);
+    json_t *v = json_object_get(j, key);
+    ck_assert_msg(json_is_number(v), "%s lacks %s", p, key);
+    double x = json_number_value(v);
+    json_decref(j);
+    return x;
+}
+
+START_TEST(test_all_lessons_quick) {
+    if (!have_data()) return;
+    make_tmpdir();
+    const char *out = tmp_path("lab");
+    char args[600];
+    snprintf(args, sizeof args, "--quick --out '%s'", out);
+    int rc = run_lab("", args);
+    ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
+    const char *names[] = {"tf32", "loss-scaling", "overflow", "noise"};
+    char p[700];
+    snprintf(p, sizeof p, "%s/index.md", out);
+    static char index[1 << 17];
+    snprintf(index, sizeof index, "%s", slurp(p));
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
+        const char *report = slurp(p);
+        ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
+        snprintf(p, sizeof p, "%s/%s/%s.png", out, names[i], names[i]);
+        if (access(p, R_OK) != 0) ck_assert_msg(strstr(report, "gnuplot") != NULL, "no %s and no word why", p);
+        char concl[2048], link[128];
+        printed_conclusion(names[i], concl, sizeof concl);
+        snprintf(link, sizeof link, "[%s](%s/report.md)", names[i], names[i]);
+        ck_assert_msg(strstr(index, link) && strstr(index, concl), "index.md lacks %s or its conclusion", names[i]);
+        ck_assert_msg(strncmp(concl, "Observed", 8) == 0 || strncmp(concl, "Not observed", 12) == 0 ||
+                          strncmp(concl, "Barely", 6) == 0,
+                      "%s: a conclusion that states no observation: %s", names[i], concl);
+    }
+    /* numbers in the text are the runs' own */
+    char concl[2048], want[128], dir[700];
+    printed_conclusion("overflow", concl, sizeof concl);
+    snprintf(dir, sizeof dir, "%s/overflow/static", out);
+    snprintf(want, sizeof want, "in %d of", (int)summary_number(dir, "steps_skipped"));
+    ck_assert_msg(strstr(concl, "Observed") == concl && strstr(concl, want), "overflow: want '%s' in: %s", want, concl);
+    printed_conclusion("loss-scaling", concl, sizeof concl);
+    snprintf(dir, sizeof dir, "%s/loss-scaling/none", out);
+    snprintf(want, sizeof want, "none %.2f%%", 100.0 * summary_number(dir, "final_test_accuracy"));
+    ck_assert_msg(strstr(concl, want) != NULL, "loss-scaling: want '%s' in: %s", want, concl);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_not_observed) {
+    if (!have_data()) return;
+    make_tmpdir();
+    char args[700];
+    snprintf(args, sizeof args, "overflow --quick --param scale=1 --out '%s'", tmp_path("lab1"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    char concl[2048];
+    printed_conclusion("overflow", concl, sizeof concl);
+    ck_assert_msg(strncmp(concl, "Not observed", 12) == 0 && strstr(concl, "skipped 0 of"), "%s", concl);
+    snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab2"));
+    ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
+    printed_conclusion("tf32", concl, sizeof concl);
+    ck_assert_msg(strncmp(concl, "Not observed", 12) == 0 && strstr(concl, "NVIDIA_TF32_OVERRIDE=0"), "%s", concl);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(test_usage) {
+    ck_assert_int_eq(run_lab("", "--list"), 0);
+    const char *names[] = {"tf32", "loss-scaling", "overflow", "noise"};
+    for (int i = 0; i < 4; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+    ck_assert_int_eq(run_lab("", "nosuchlesson"), 2);
+    ck_assert_msg(strstr(out_buf, "nosuchlesson") != NULL, "%s", out_buf);
+    ck_assert_int_eq(run_lab("", "--param novalue"), 2);
+    ck_assert_msg(strstr(out_buf, "--param") != NULL, "%s", out_buf);
+    ck_assert_int_eq(run_lab("", "--bogus"), 2);
+    ck_assert_int_eq(run_lab("", "--help"), 0);
+}
+END_TEST
+
+static Suite *lab_suite(void) {
+    Suite *s = suite_create("lab");
+    TCase *tc = tcase_create("lab");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_usage);
+    tcase_add_test(tc, test_all_lessons_quick);
+    tcase_add_test(tc, test_not_observed);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(lab_suite()); }

@@ -1,0 +1,258 @@
+/*
+ * tools/lab/lab.c - the `mptrain lab` command: which lessons to run, the data they share, the helpers they use
+ * (one training run, parameters, the report frame), and lab/index.md. The lessons are tools/lab/lesson_*.c.
+ *
+ * Sizes: a full lesson trains on the first 20000 Fashion-MNIST training images for 2 epochs and tests on all
+ * 10000 test images, with 3 seeds where it needs seeds; --quick uses 2000 / 1000 images, 1 epoch and 2 seeds.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpt_config.h"
+#include "tools/lab/lab.h"
+
+static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32, &mpt_lab_loss_scaling, &mpt_lab_overflow,
+                                                 &mpt_lab_noise};
+#define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
+
+mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
+    const char *t = mpt_lab_param_text(c, key, NULL);
+    if (!t) {
+        *out = def;
+        return MPT_OK;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(t, &end);
+    if (!*t || *end || errno == ERANGE || !isfinite(v))
+        return mpt_errorf(MPT_ERR_ARG, "--param %s: expected a number, found '%s'", key, t);
+    *out = v;
+    return MPT_OK;
+}
+
+const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def) {
+    size_t n = strlen(key);
+    for (int i = 0; i < c->n_params; i++)
+        if (strncmp(c->params[i], key, n) == 0 && c->params[i][n] == '=') return c->params[i] + n + 1;
+    return def;
+}
+
+static int opt_id_of(const char *flag) {
+    for (int id = MPT_OPT_FIRST; id < MPT_OPT_END; id++)
+        if (strcmp(mpt_cli_opt_name((mpt_opt_id)id), flag + 2) == 0) return id;
+    return -1;
+}
+
+mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_cli_result *res) {
+    mpt_cli_opts o = *c->base;
+    for (int i = 0; flags && flags[i]; i += 2) {
+        int id = opt_id_of(flags[i]);
+        if (id < 0) return mpt_errorf(MPT_ERR_ARG, "lab: unknown flag %s", flags[i]);
+        MPT_TRY(mpt_cli_apply(&o, (mpt_opt_id)id, flags[i + 1]));
+        o.given[id - MPT_OPT_FIRST] = 1;
+    }
+    mpt_cli_resolve(&o);
+    MPT_TRY(mpt_cli_check_switches(&o));
+    int len = snprintf(o.out, sizeof o.out, "%s/%s", c->dir, name);
+    if (len < 0 || (size_t)len >= sizeof o.out) return mpt_errorf(MPT_ERR_ARG, "--out %s: path too long", c->dir);
+    char label[96];
+    snprintf(label, sizeof label, "  [%s] ", name);
+    memset(res, 0, sizeof *res);
+    return mpt_cli_train_run(&o, c->cd, label, res);
+}
+
+FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f) mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return f;
+}
+
+mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f) {
+    *f = mpt_lab_open(c, "report.md");
+    if (!*f) return MPT_ERR_IO;
+    const mpt_cli_opts *b = c->base;
+    fprintf(*f, "# Lesson `%s`\n\n**Claim.** %s\n\n", l->name, l->claim);
+    fprintf(*f, "Data: Fashion-MNIST (`%s`), the first %lld training images, %lld test images; model `%s`, %d "
+                "epoch(s) per run%s. Every number below was measured in this run of `mptrain lab%s %s`.\n\n",
+            b->data, (long long)c->cd->d.n_train, (long long)c->cd->d.n_test, b->model, b->epochs,
+            c->quick ? " (--quick)" : "", c->quick ? " --quick" : "", l->name);
+    if (c->n_params > 0) {
+        fprintf(*f, "Parameters changed with --param:");
+        for (int i = 0; i < c->n_params; i++) fprintf(*f, " `%s`", c->params[i]);
+        fprintf(*f, ".\n\n");
+    }
+    return MPT_OK;
+}
+
+mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f, const char *plot_error) {
+    fprintf(f, "\n## Conclusion\n\n%s\n\n", c->conclusion);
+    if (plot_error) fprintf(f, "(No picture: %s.)\n", plot_error);
+    else fprintf(f, "![%s](%s.png)\n", l->name, l->name);
+    fprintf(f, "\nParameters of this lesson (`mptrain lab %s --param KEY=VALUE`): %s.\n", l->name, l->params_help);
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s/report.md: cannot write (%s)", c->dir, strerror(errno));
+    return MPT_OK;
+}
+
+/* ---- the command --------------------------------------------------------------------------------------------- */
+
+enum { LAB_LIST = 1, LAB_OUT, LAB_QUICK, LAB_DATA, LAB_DEVICE, LAB_THREADS, LAB_PARAM, LAB_HELP };
+
+static void print_help(FILE *f) {
+    fprintf(f, "Usage: mptrain lab [options] [LESSON...]\n"
+               "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
+               "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
+               "number was measured in this run; <out>/index.md links them. The whole lab takes a few minutes on two\n"
+               "CPU cores (--quick: well under a minute per lesson).\n\n"
+               "Options:\n"
+               "  --list                    list the lessons and their parameters, and exit\n"
+               "  --out DIR                 output directory (default lab)\n"
+               "  --quick                   fewer images, one epoch, two seeds (what the tests run)\n"
+               "  --param KEY=VALUE         change a lesson's configuration (see --list); repeatable\n"
+               "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
+               "  --device D                auto | cpu | cuda (default auto)\n"
+               "  --threads N               OpenBLAS threads for the CPU backend\n"
+               "  --help                    show this help\n");
+}
+
+static void print_list(void) {
+    for (int i = 0; i < N_LESSONS; i++)
+        printf("%-14s %s\n%-14s parameters: %s\n", lessons[i]->name, lessons[i]->claim, "", lessons[i]->params_help);
+}
+
+static const mpt_lab_lesson *find_lesson(const char *name) {
+    for (int i = 0; i < N_LESSONS; i++)
+        if (strcmp(lessons[i]->name, name) == 0) return lessons[i];
+    return NULL;
+}
+
+static mpt_status write_index(const char *out, const mpt_lab_lesson *const *run, const mpt_lab_ctx *ctx, const double *secs,
+                              int n, int quick) {
+    char path[MPT_CLI_PATH + 32];
+    snprintf(path, sizeof path, "%s/index.md", out);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    fprintf(f, "# mptrain lab%s\n\nEach lesson is a small experiment on Fashion-MNIST; its report has the "
+               "measurements, the picture and how to read them. Conclusions are filled from the measurements of "
+               "this run.\n\n| lesson | conclusion | time |\n|---|---|---:|\n",
+            quick ? " (--quick)" : "");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "| [%s](%s/report.md) | %s | %.0f s |\n", run[i]->name, run[i]->name, ctx[i].conclusion, secs[i]);
+    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    return MPT_OK;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int mpt_cmd_lab(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"list", no_argument, NULL, LAB_LIST},       {"out", required_argument, NULL, LAB_OUT},
+        {"quick", no_argument, NULL, LAB_QUICK},     {"data", required_argument, NULL, LAB_DATA},
+        {"device", required_argument, NULL, LAB_DEVICE}, {"threads", required_argument, NULL, LAB_THREADS},
+        {"param", required_argument, NULL, LAB_PARAM}, {"help", no_argument, NULL, LAB_HELP},
+        {NULL, 0, NULL, 0}};
+    mpt_cli_opts base;
+    mpt_cli_opts_default(&base);
+    base.progress = MPT_PROGRESS_OFF;
+    char out[MPT_CLI_PATH] = "lab";
+    int quick = 0;
+    const char *params[MPT_LAB_MAX_PARAMS];
+    int n_params = 0;
+    opterr = 0;
+    optind = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        mpt_status s = MPT_OK;
+        switch (ch) {
+        case LAB_LIST: print_list(); return 0;
+        case 'h':
+        case LAB_HELP: print_help(stdout); return 0;
+        case LAB_OUT:
+            if (!*optarg || strlen(optarg) >= sizeof out - 64) s = mpt_errorf(MPT_ERR_ARG, "--out: expected a path, found '%s'", optarg);
+            else snprintf(out, sizeof out, "%s", optarg);
+            break;
+        case LAB_QUICK: quick = 1; break;
+        case LAB_DATA: s = mpt_cli_apply(&base, MPT_OPT_DATA, optarg); break;
+        case LAB_DEVICE: s = mpt_cli_apply(&base, MPT_OPT_DEVICE, optarg); break;
+        case LAB_THREADS: s = mpt_cli_apply(&base, MPT_OPT_THREADS, optarg); break;
+        case LAB_PARAM:
+            if (!strchr(optarg, '=') || optarg[0] == '=') s = mpt_errorf(MPT_ERR_ARG, "--param: expected KEY=VALUE, found '%s'", optarg);
+            else if (n_params == MPT_LAB_MAX_PARAMS) s = mpt_errorf(MPT_ERR_ARG, "--param: at most %d", MPT_LAB_MAX_PARAMS);
+            else params[n_params++] = optarg;
+            break;
+        case ':':
+            fprintf(stderr, "mptrain lab: option '%s' needs a value (see mptrain lab --help)\n", argv[optind - 1]);
+            return MPT_CLI_EXIT_USAGE;
+        default:
+            fprintf(stderr, "mptrain lab: unknown option '%s' (see mptrain lab --help)\n", argv[optind - 1]);
+            return MPT_CLI_EXIT_USAGE;
+        }
+        if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    }
+    const mpt_lab_lesson *run[N_LESSONS];
+    int n = 0;
+    for (int i = optind; i < argc; i++) {
+        const mpt_lab_lesson *l = find_lesson(argv[i]);
+        if (!l) {
+            fprintf(stderr, "mptrain lab: unknown lesson '%s' (expected one of:", argv[i]);
+            for (int k = 0; k < N_LESSONS; k++) fprintf(stderr, " %s", lessons[k]->name);
+            fprintf(stderr, "; see mptrain lab --list)\n");
+            return MPT_CLI_EXIT_USAGE;
+        }
+        for (int k = 0; k < n; k++)
+            if (run[k] == l) l = NULL;
+        if (l) run[n++] = l;
+    }
+    if (n == 0)
+        for (; n < N_LESSONS; n++) run[n] = lessons[n];
+
+    base.epochs = quick ? 1 : 2;
+    base.limit_train = quick ? 2000 : 20000;
+    base.limit_test = quick ? 1000 : 0;
+    mpt_cli_set_threads(base.threads);
+    mpt_status s = mpt_cli_mkdirs(out);
+    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    mpt_cli_data cd;
+    s = mpt_cli_data_load(&cd, base.data, base.limit_train, base.limit_test);
+    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+
+    mpt_lab_ctx ctx[N_LESSONS];
+    double secs[N_LESSONS];
+    int done = 0;
+    for (int i = 0; i < n && s == MPT_OK; i++) {
+        mpt_lab_ctx *c = &ctx[i];
+        memset(c, 0, sizeof *c);
+        c->cd = &cd;
+        c->base = &base;
+        c->quick = quick;
+        c->n_seeds = quick ? 2 : 3;
+        memcpy(c->params, params, sizeof params);
+        c->n_params = n_params;
+        snprintf(c->dir, sizeof c->dir, "%s/%s", out, run[i]->name);
+        s = mpt_cli_mkdirs(c->dir);
+        if (s != MPT_OK) break;
+        printf("==== lesson %s: %s\n", run[i]->name, run[i]->claim);
+        fflush(stdout);
+        double t0 = now_s();
+        s = run[i]->run(c);
+        secs[i] = now_s() - t0;
+        if (s != MPT_OK) break;
+        printf("\n%s: %s\n(%s/report.md, %.0f s)\n\n", run[i]->name, c->conclusion, c->dir, secs[i]);
+        done++;
+    }
+    mpt_cli_data_free(&cd);
+    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    s = write_index(out, run, ctx, secs, done, quick);
+    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    printf("index: %s/index.md\n", out);
+    return 0;
+}

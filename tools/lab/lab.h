@@ -1,0 +1,69 @@
+/*
+ * tools/lab/lab.h - `mptrain lab`: the lessons of mixed-precision training as small experiments on real data.
+ *
+ * A lesson is a plan of runs (trainings through mpt_cli_train_run, or direct measurements through the engine's
+ * kernels), the measurements it reads from them, and a report template filled with those measurements. Every
+ * lesson writes <out>/<lesson>/report.md and <out>/<lesson>/<lesson>.png and leaves a one-line conclusion that
+ * the runner prints and links from <out>/index.md. A conclusion states the effect as observed or says plainly
+ * that it was not observed, by comparing the measured numbers with a stated criterion: the text follows the
+ * numbers, never the other way round. `--param KEY=VALUE` changes a lesson's configuration (each lesson lists
+ * its keys), which is also how the tests show the "not observed" branch.
+ *
+ * Files: lab.c (the command, shared helpers, index.md), lesson_<name>.c (one lesson each).
+ */
+#ifndef MPT_TOOLS_LAB_H
+#define MPT_TOOLS_LAB_H
+
+#include <stdio.h>
+
+#include "tools/cli.h"
+
+#define MPT_LAB_MAX_PARAMS 16
+
+typedef struct mpt_lab_ctx {
+    const mpt_cli_data *cd;     /* Fashion-MNIST, limited to the lab's sizes, loaded once */
+    const mpt_cli_opts *base;   /* the settings every run starts from (data, device, epochs, threads) */
+    int quick;                  /* --quick: fewer images, epochs and seeds */
+    int n_seeds;                /* seeds for lessons that need several (2 quick, 3 otherwise) */
+    char dir[MPT_CLI_PATH];     /* this lesson's output directory */
+    const char *params[MPT_LAB_MAX_PARAMS]; /* "KEY=VALUE" from --param */
+    int n_params;
+    char conclusion[2048];      /* the one-line (long) conclusion, filled by the lesson */
+    int observed;               /* 1 when the lesson's effect was observed */
+} mpt_lab_ctx;
+
+typedef struct mpt_lab_lesson {
+    const char *name;           /* "tf32" */
+    const char *claim;          /* the claim the lesson tests, one line */
+    const char *params_help;    /* its --param keys and defaults */
+    mpt_status (*run)(mpt_lab_ctx *c);
+} mpt_lab_lesson;
+
+/* The lessons, in the order `mptrain lab` runs them. */
+extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_loss_scaling, mpt_lab_overflow, mpt_lab_noise;
+
+/* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
+ * value is not a finite number. */
+mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out);
+
+/* The value of --param KEY=VALUE as text, or def. */
+const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def);
+
+/* Trains one run into <lesson dir>/<name>/ from the base settings plus flags: a NULL-terminated list of
+ * "--flag", "value" pairs, as on the command line (flags that take a value only). Fills
+ * *res (free with mpt_cli_result_free). MPT_ERR_ARG naming the flag for a bad one. */
+mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_cli_result *res);
+
+/* Opens <lesson dir>/report.md and writes its title, the claim and the data used. MPT_ERR_IO on failure. */
+mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);
+
+/* Writes the conclusion and the picture's link, and closes the report. */
+mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f, const char *plot_error);
+
+/* Creates <lesson dir>/<file> for writing (a gnuplot script or its data). */
+FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file);
+
+/* `mptrain lab` */
+int mpt_cmd_lab(int argc, char **argv);
+
+#endif
