@@ -279,8 +279,10 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     }
 }
 
-static void numerics_lost(FILE *f, const mpt_cli_compare_row *row) {
+static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *row) {
     const mpt_cli_result *r = row->r;
+    int no_masters = o->master_weights == MPT_MASTER_NONE &&
+                     (row->precision == MPT_PRECISION_FP16 || row->precision == MPT_PRECISION_BF16);
     const char *name = mpt_precision_name(row->precision);
     if (!tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
         fprintf(f, "**Lost updates.** Not measured (no telemetry step completed an optimizer step).\n\n");
@@ -319,6 +321,15 @@ static void numerics_lost(FILE *f, const mpt_cli_compare_row *row) {
         else
             fprintf(f, "\nThe FP32 master weights lost %s of the non-zero updates and the %s working copy would have "
                        "lost %s: the expected advantage of FP32 masters is absent in this run.\n\n", a, name, b);
+    } else if (no_masters) {
+        int sr = o->update_rounding == MPT_ROUNDING_STOCHASTIC;
+        fprintf(f, "\nWithout FP32 master weights (`--master-weights none`%s) the updates go straight into the %s "
+                   "weights: %s of the non-zero updates were lost, carrying %s of the update mass%s.\n\n",
+                sr ? ", stochastic rounding" : "", name, a, m,
+                sr ? ". With stochastic rounding an update is lost when it rounds back to the old weight, which a "
+                     "small update does most of the time; but the weight's expected value still moves by the full "
+                     "update, which is what lets training proceed"
+                   : " (updates below half an ulp of the weight in that format vanish under round-to-nearest)");
     } else {
         fprintf(f, "\nOver all parameters, %s of the non-zero updates were lost in the FP32 weights they were applied "
                    "to, carrying %s of the update mass%s.\n\n", a, m,
@@ -401,7 +412,7 @@ static void write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare
             continue;
         }
         numerics_underflow(f, &rows[i]);
-        numerics_lost(f, &rows[i]);
+        numerics_lost(f, o, &rows[i]);
         numerics_twin(f, &rows[i]);
     }
 }
