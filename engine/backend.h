@@ -216,7 +216,9 @@ struct mpt_backend {
     void (*maxpool_backward)(mpt_backend *be, const mpt_pool_args *a);
     /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset) as cuRAND's
      * CURAND_RNG_PSEUDO_PHILOX4_32_10 generates it (host or device generator, same numbers);
-     * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace. */
+     * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace (the CPU backend
+     * draws u there with cuRAND's host generator; the CUDA backend computes each u inside its kernel with
+     * kernels/elemwise.h's mpt_philox_uniform, which reproduces that generator's stream). */
     void (*dropout_forward)(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype,
                             int64_t n, float p, uint64_t seed, uint64_t offset);
     /* dx += mask ? dy / (1 - p) : 0. */

@@ -453,4 +453,22 @@ MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *foun
     *grad_mul = 1.0f;
 }
 
+/* ---- cuRAND's CURAND_RNG_PSEUDO_PHILOX4_32_10 uniform stream, one element at a time --------------------- */
+
+/* Element j of the uniform (0, 1] stream that cuRAND's Philox4x32-10 generator gives for `seed` (element j is
+ * what curandGenerateUniform returns at generator offset j): the key is the seed; the stream is laid out as
+ * cuRAND's host and device generators lay it out, 65536 subsequences side by side: j / 4 = r * 65536 + t
+ * takes lane j % 4 of the block with counter (r, 0) in the low and t in the high 64 bits; the 32-bit value x
+ * becomes x * 2^-32 + 2^-33 in FP32 (curand_uniform; the product is exact, so one rounding). That layout is
+ * not documented by cuRAND: tests/test_rng.c checks it against the linked cuRAND host generator, and the cuda
+ * suite checks dropout masks made with it against the CPU backend's (cuRAND host) ones. */
+MPT_HD float mpt_philox_uniform(uint64_t seed, uint64_t j) {
+    const uint64_t q = j >> 2, r = q >> 16, t = q & 0xffffu;
+    const uint32_t ctr[4] = {(uint32_t)r, (uint32_t)(r >> 32), (uint32_t)t, 0u};
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    uint32_t out[4];
+    mpt_philox4x32_10(ctr, key, out); /* the block function of the stochastic-rounding section above */
+    return fmaf((float)out[j & 3u], 0x1p-32f, 0x1p-33f);
+}
+
 #endif /* MPT_KERNELS_ELEMWISE_H */

@@ -899,9 +899,13 @@ START_TEST(test_dropout) {
     tests_rng r = {34};
     reserve(gpu, (size_t)n * 4);
     reserve(cpu, (size_t)n * 4);
-    for (size_t di = 0; di < 3; di++) {
-        mpt_dtype t = float_dtypes[di];
-        const uint64_t seed = mpt_rng_stream_seed(42, MPT_RNG_DROPOUT), offset = 3 + 1000 * di;
+    /* the kernel computes cuRAND's stream in place (mpt_philox_uniform); the CPU draws it from cuRAND's host
+     * generator: masks must agree bit for bit, also across the stream's 65536-subsequence rounds (offset near
+     * 4 * 65536) and past 2^32 */
+    static const uint64_t offsets[] = {3, 4 * 65536 - 500, ((uint64_t)1 << 33) + 1, 1000, 2003};
+    for (size_t di = 0; di < 5; di++) {
+        mpt_dtype t = float_dtypes[di % 3];
+        const uint64_t seed = mpt_rng_stream_seed(42 + di, MPT_RNG_DROPOUT), offset = offsets[di];
         void *x = fill(&r, t, n, -3, 3), *dy = fill(&r, t, n, -3, 3), *dx0 = fill(&r, t, n, -1, 1);
         void *dxx = dev_put(x, nbytes(t, n)), *dyy = dev_alloc(nbytes(t, n)), *ddy = dev_put(dy, nbytes(t, n));
         void *ddx = dev_put(dx0, nbytes(t, n));

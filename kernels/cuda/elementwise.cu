@@ -14,8 +14,9 @@
  *
  * Sources: inverted dropout (Srivastava et al. 2014; torch.nn.Dropout); softmax + cross-entropy through
  * logsumexp with mean reduction and ignore_index (torch.nn.functional.cross_entropy); max pooling with
- * PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates); cuRAND host API (the device
- * Philox generator documented to produce the host generator's sequence).
+ * PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates); cuRAND's Philox4x32-10 stream
+ * (dropout computes it per element, kernels/elemwise.h mpt_philox_uniform; mpt_cuda_rng_uniform draws it with
+ * cuRAND's device generator, documented to produce the host generator's sequence, for the tests).
  */
 #include <assert.h>
 #include <string.h>
@@ -200,12 +201,14 @@ extern "C" void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint
     MPT_CURAND_CHECK(curandGenerateUniform(ctx->rng, out, n));
 }
 
-/* u: the Philox uniforms in (0, 1]; mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
-static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, const float *u, mpt_dtype dtype,
-                                              int64_t n, float p) {
+/* u[i] = element offset + i of cuRAND's Philox uniform stream for `seed`, computed in place
+ * (mpt_philox_uniform, kernels/elemwise.h: the numbers cuRAND's host generator gives the CPU backend);
+ * mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
+static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, uint64_t seed, uint64_t offset,
+                                              mpt_dtype dtype, int64_t n, float p) {
     const float keep = __fsub_rn(1.0f, p);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint8_t k = u[i] > p;
+        uint8_t k = mpt_philox_uniform(seed, offset + (uint64_t)i) > p;
         mask[i] = k;
         mpt_dev_store(y, dtype, i, k ? __fdiv_rn(mpt_dev_load(x, dtype, i), keep) : 0.0f);
     }
@@ -220,9 +223,10 @@ static __global__ void dropout_backward_kernel(void *dx, const void *dy, const u
     }
 }
 
-static void launch_dropout_forward(const mpt_cuda_ctx *ctx, void *y, uint8_t *mask, const void *x, const float *u,
-                                   mpt_dtype dtype, int64_t n, float p) {
-    dropout_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, mask, x, u, dtype, n, p);
+static void launch_dropout_forward(const mpt_cuda_ctx *ctx, void *y, uint8_t *mask, const void *x, uint64_t seed,
+                                   uint64_t offset, mpt_dtype dtype, int64_t n, float p) {
+    dropout_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, mask, x, seed, offset, dtype,
+                                                                                          n, p);
     MPT_CUDA_CHECK_LAUNCH("dropout_forward_kernel");
 }
 
@@ -238,10 +242,9 @@ void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *
     MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_forward: p = %g outside [0, 1)", (double)p);
     MPT_ASSERT(n >= 0);
     if (n == 0) return;
-    mpt_cuda_require_workspace(be, (size_t)n * sizeof(float), "dropout_forward (n uniforms)");
-    float *u = (float *)be->workspace;
-    mpt_cuda_rng_uniform(be, u, (size_t)n, seed, offset);
-    launch_dropout_forward(mpt_cuda_ctx_of(be), y, mask, x, u, dtype, n, p);
+    /* one launch: the uniforms are computed inside the kernel (no cuRAND call, no workspace, nothing that a
+     * CUDA graph would have to re-seed) */
+    launch_dropout_forward(mpt_cuda_ctx_of(be), y, mask, x, seed, offset, dtype, n, p);
 }
 
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
