@@ -1900,6 +1900,55 @@ START_TEST(test_resume_cuda_bf16_cnn_dropout) {
 }
 END_TEST
 
+/* Telemetry only reads on the GPU too: the same run with telemetry and the FP32 twin every third step (rounding
+ * probes through cuBLASLt/cuDNN, the twin, the lost-update deltas) ends with the same checkpoint bytes and logs
+ * the same losses as with it off. */
+static void telemetry_case(const char *model, const char *precision) {
+    make_tmpdir();
+    const char *data = tmp_path("data");
+    EXPECT(mkdir(data, 0755) == 0, "mkdir %s: %s", data, strerror(errno));
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 384, 64, 784, 10, 42) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_mnist_save(data, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    const char *dirs[2] = {tmp_path("off"), tmp_path("on")};
+    const char *log = tmp_path("log.txt");
+    for (int r = 0; r < 2; r++) {
+        const char *args[32] = {"mptrain", "train", "--data", data, "--device", "cuda", "--model", model,
+                                "--precision", precision, "--batch-size", "32", "--epochs", "1", "--log-every", "1",
+                                "--limit-test", "64", "--progress", "off", "--out", dirs[r]};
+        int n = 22;
+        if (r == 1) {
+            args[n++] = "--telemetry";
+            args[n++] = "3";
+            args[n++] = "--shadow";
+        }
+        args[n] = NULL;
+        int rc = run_mptrain((char *const *)args, log);
+        EXPECT(rc == 0, "mptrain train --device cuda (telemetry %s) failed (%d): %s", r ? "on" : "off", rc, slurp(log));
+    }
+    char ck[2][600], metrics[2][600];
+    for (int r = 0; r < 2; r++) {
+        snprintf(ck[r], sizeof ck[r], "%s/checkpoint.safetensors", dirs[r]);
+        snprintf(metrics[r], sizeof metrics[r], "%s/metrics.csv", dirs[r]);
+    }
+    expect_same_checkpoints(ck[0], ck[1]);
+    char *off = strdup(slurp(metrics[0]));
+    EXPECT(strcmp(off, slurp(metrics[1])) == 0, "logged losses differ with telemetry on:\n%s\nvs\n%s", off,
+           slurp(metrics[1]));
+    free(off);
+    char tel[600];
+    snprintf(tel, sizeof tel, "%s/telemetry.csv", dirs[1]);
+    EXPECT(strstr(slurp(tel), "twin_rel_l2") != NULL, "no twin rows in %s", tel);
+    rm_tmpdir();
+}
+
+START_TEST(test_telemetry_cuda_fp16_lenet5) { telemetry_case("lenet5", "fp16"); }
+END_TEST
+
+START_TEST(test_telemetry_cuda_bf16_cnn_dropout) { telemetry_case("cnn", "bf16"); }
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
@@ -1940,6 +1989,8 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tt, test_e2e_cnn);
     tcase_add_test(tt, test_resume_cuda_fp16_mlp);
     tcase_add_test(tt, test_resume_cuda_bf16_cnn_dropout);
+    tcase_add_test(tt, test_telemetry_cuda_fp16_lenet5);
+    tcase_add_test(tt, test_telemetry_cuda_bf16_cnn_dropout);
     suite_add_tcase(s, tt);
     return s;
 }
