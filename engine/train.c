@@ -12,6 +12,7 @@
 
 #include "engine/amp/master.h"
 #include "engine/amp/scaler.h"
+#include "engine/dist/dist.h"
 #include "engine/optim/optim.h"
 #include "engine/rng.h"
 #include "engine/telemetry/telemetry.h"
@@ -220,6 +221,7 @@ void mpt_trainer_step(mpt_trainer *t) {
     mpt_graph_forward(g);
     mpt_graph_backward(g); /* seeded with S = st->scale */
     if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
+    if (t->dist) mpt_dist_allreduce_grads(t->dist, t); /* data-parallel: the global batch's gradient */
     /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
     int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
     if (measured) mpt_telemetry_after_backward(t->telemetry);

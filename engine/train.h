@@ -3,6 +3,7 @@
  * optimizer around a built graph (ARCHITECTURE, "The precision split: one training step").
  *
  *   zero grads -> forward (compute dtype) -> backward seeded with the loss scale S
+ *   -> [data-parallel: all-reduce of the weight gradients over the ranks, found_inf agreed (engine/dist)]
  *   -> unscale (g *= 1/S) and found_inf in one pass over the FP32 weight gradients
  *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf
  *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
@@ -100,6 +101,8 @@ typedef struct mpt_trainer {
      * element's FP32 update delta there (mpt_optim_args.update_out). The trainer does not own the buffers.
      * Training is bit-identical with and without it. */
     float **update_out;
+    struct mpt_dist *dist;   /* data-parallel communication (engine/dist), or NULL: attached by mpt_dist_attach,
+                                not owned; when set, the step all-reduces the gradients before unscale */
     struct mpt_telemetry *telemetry; /* instruments read on telemetry steps (engine/telemetry), or NULL;
                                         attached by mpt_telemetry_create, freed with the trainer */
 } mpt_trainer;

@@ -1,0 +1,103 @@
+/*
+ * engine/dist/dist.h - data-parallel gradient communication behind a small interface (ARCHITECTURE:
+ * engine/dist; MPI on CPUs, NCCL on GPUs later). Built with Open MPI when Meson found it (-Dmpi=auto);
+ * without MPI, mpt_dist_init fails with MPT_ERR_ARG and says how to build it.
+ *
+ * The model: N ranks (processes), each holding the whole model and the same FP32 master weights. Every rank
+ * sees the same seeded order of the global batch and takes its contiguous shard of it (mpt_dist_shard). After
+ * backward, mpt_dist_allreduce_grads (called by mpt_trainer_step between backward and unscale) replaces each
+ * rank's FP32 weight gradients by the weighted sum over ranks:
+ *
+ *     g = sum_r  w_r * g_r,    w_r = Bv_r / Bv      (Bv_r: valid rows of rank r's shard, Bv: of the global batch)
+ *
+ * The loss layer normalises by the rank's own valid rows (g_r is the gradient of the rank's mean loss), so
+ * this is exactly the gradient of the mean loss over the global batch, padding rows ignored. With N = 2 and
+ * an even batch w_r = 1/2 is a power of two: each rank's dz rows equal the N = 1 rows times 2 exactly, and
+ * the only change from N = 1 is the summation order of the weight-gradient GEMM's batch dimension.
+ *
+ * Wire precision (--grad-comm, mpt_grad_comm): FP32 sums w_r * g_r in FP32 (MPI_SUM). BF16/FP16 round
+ * w_r * g_r to the 16-bit dtype (RNE), sum in that dtype (each partial sum rounded, as NCCL does for
+ * half/bfloat16 buffers) and widen back to FP32. The gradients are still loss-scaled and already divided by
+ * the rank count (w_r), PyTorch's fp16_compress_hook order (divide, then all-reduce): a loss-scaled FP16
+ * gradient neither underflows nor silently overflows, because an overflow becomes inf and skips the step.
+ * Error per element (N = 2): |g~ - g| <= (2u + u^2)(|w_0 g_0| + |w_1 g_1|), u = 2^-11 (FP16), 2^-8 (BF16).
+ *
+ * found_inf is agreed: each rank computes whether its own gradient or the reduced one holds inf/NaN, the
+ * ranks take the maximum (MPI_Allreduce MAX) and every rank sets found_inf when any did, so one rank's
+ * overflow skips the step everywhere and the masters stay bit-identical across ranks.
+ *
+ * Sources: PyTorch DistributedDataParallel (gradients averaged over ranks), torch.distributed.algorithms.
+ * ddp_comm_hooks.default_hooks.fp16_compress_hook / bf16_compress_hook, DeepSpeed communication_data_type.
+ */
+#ifndef MPT_ENGINE_DIST_DIST_H
+#define MPT_ENGINE_DIST_DIST_H
+
+#include <stdint.h>
+
+#include "engine/dtype.h"
+#include "engine/status.h"
+
+struct mpt_trainer;
+
+/* The dtype gradients travel in. */
+typedef enum mpt_grad_comm {
+    MPT_GRAD_COMM_FP32 = 0,
+    MPT_GRAD_COMM_BF16,
+    MPT_GRAD_COMM_FP16,
+} mpt_grad_comm;
+
+/* "fp32"/"bf16"/"fp16"; parse returns 0, or -1 for an unknown name. */
+const char *mpt_grad_comm_name(mpt_grad_comm c);
+int mpt_grad_comm_parse(const char *s, mpt_grad_comm *out);
+/* MPT_DTYPE_F32, MPT_DTYPE_BF16 or MPT_DTYPE_F16. */
+mpt_dtype mpt_grad_comm_dtype(mpt_grad_comm c);
+
+typedef struct mpt_dist mpt_dist;
+
+/* 1 if this build has MPI (Meson found Open MPI), else 0. */
+int mpt_dist_built(void);
+
+/* Joins the job: MPI_Init (unless already initialised) and the world communicator. *out is owned by the
+ * caller (mpt_dist_free). Errors: MPT_ERR_ARG without MPI in the build (the message says how to
+ * build it), MPT_ERR_ARG for an unknown comm. */
+mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm);
+/* Frees the buffers and calls MPI_Finalize if mpt_dist_init called MPI_Init. NULL-safe; sets *d = NULL. */
+void mpt_dist_free(mpt_dist **d);
+
+int mpt_dist_rank(const mpt_dist *d);
+int mpt_dist_size(const mpt_dist *d);
+mpt_grad_comm mpt_dist_comm(const mpt_dist *d);
+
+/* Rank `rank` of `size` takes the contiguous rows [*lo, *hi) of a global batch of B rows:
+ * lo = floor(rank * B / size), hi = floor((rank + 1) * B / size). */
+void mpt_dist_shard(int B, int rank, int size, int *lo, int *hi);
+
+/* The valid rows of this rank's shard and of the global batch for the next step (host values; the weight
+ * w_r = local / global; 0 when the global batch has none). */
+void mpt_dist_set_batch(mpt_dist *d, int n_valid_local, int n_valid_global);
+
+/* Attaches d to t (t->dist = d: mpt_trainer_step then all-reduces the gradients) after checking that every
+ * rank holds bit-identical master weights (mpt_dist_check_identical). CPU backend only for now: a CUDA
+ * trainer gives MPT_ERR_DEVICE (the NCCL path is not built). */
+mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t);
+
+/* FNV-1a checksum of every rank's master weights; MPT_ERR_ARG naming `when` and both checksums if the ranks
+ * differ, MPT_OK if all agree. Collective: every rank must call it. */
+mpt_status mpt_dist_check_identical(mpt_dist *d, const struct mpt_trainer *t, const char *when);
+
+/* The step's hook (collective): g_i <- sum over ranks of w_r g_i in the wire dtype for every weight gradient
+ * of t, found_inf agreed (see the header comment). Host memory (CPU backend). */
+void mpt_dist_allreduce_grads(mpt_dist *d, struct mpt_trainer *t);
+
+/* The communication primitive under the hook, on a host FP32 buffer of n elements (collective):
+ * x <- sum over ranks of RNE_wire(weight * x), each partial sum rounded to the wire dtype, widened to FP32.
+ * Returns 1 if x (before or after) holds inf/NaN on any rank, else 0. */
+int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight);
+
+/* Sum over ranks of a host double (collective), for logging: losses, correct counts. */
+double mpt_dist_sum_f64(mpt_dist *d, double x);
+
+/* Seconds spent in mpt_dist_allreduce_grads so far on this rank (wall clock, host). */
+double mpt_dist_comm_seconds(const mpt_dist *d);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * engine/dist/dist_common.c - the parts of engine/dist that need no MPI: wire-dtype names and the shard
+ * arithmetic (see engine/dist/dist.h).
+ */
+#include <string.h>
+
+#include "engine/dist/dist.h"
+
+const char *mpt_grad_comm_name(mpt_grad_comm c) {
+    return c == MPT_GRAD_COMM_FP32 ? "fp32" : c == MPT_GRAD_COMM_BF16 ? "bf16" : c == MPT_GRAD_COMM_FP16 ? "fp16" : "?";
+}
+
+int mpt_grad_comm_parse(const char *s, mpt_grad_comm *out) {
+    if (strcmp(s, "fp32") == 0) *out = MPT_GRAD_COMM_FP32;
+    else if (strcmp(s, "bf16") == 0) *out = MPT_GRAD_COMM_BF16;
+    else if (strcmp(s, "fp16") == 0) *out = MPT_GRAD_COMM_FP16;
+    else return -1;
+    return 0;
+}
+
+mpt_dtype mpt_grad_comm_dtype(mpt_grad_comm c) {
+    return c == MPT_GRAD_COMM_BF16 ? MPT_DTYPE_BF16 : c == MPT_GRAD_COMM_FP16 ? MPT_DTYPE_F16 : MPT_DTYPE_F32;
+}
+
+void mpt_dist_shard(int B, int rank, int size, int *lo, int *hi) {
+    *lo = (int)((int64_t)rank * B / size);
+    *hi = (int)((int64_t)(rank + 1) * B / size);
+}

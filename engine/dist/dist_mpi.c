@@ -1,0 +1,233 @@
+/*
+ * engine/dist/dist_mpi.c - engine/dist over MPI (Open MPI): the gradient all-reduce in FP32/BF16/FP16, the
+ * agreed found_inf and the identical-start checksum (see engine/dist/dist.h for the math and the sources).
+ * Host memory only: the CPU backend's tensors are host buffers.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/backend.h"
+#include "engine/dist/dist.h"
+#include "engine/train.h"
+#include "kernels/elemwise.h"
+
+struct mpt_dist {
+    MPI_Comm comm;
+    int rank, size;
+    int owns_mpi;          /* this mpt_dist called MPI_Init */
+    mpt_grad_comm wire;
+    MPI_Op sum16;          /* user op: sum of two BF16 or FP16 vectors, rounded to the dtype */
+    float weight;          /* w_r of the next step */
+    float *flat;           /* [cap] every gradient, packed (FP32 wire) */
+    uint16_t *flat16;      /* [cap] the same in the 16-bit wire dtype */
+    int64_t cap;
+    double comm_s;
+};
+
+/* MPI user ops: inout <- RNE(in + inout) in the wire dtype (NCCL's half / bfloat16 sum). */
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = mpt_f32_to_bf16(mpt_bf16_to_f32(a[i]) + mpt_bf16_to_f32(b[i]));
+}
+
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = mpt_f32_to_f16(mpt_f16_to_f32(a[i]) + mpt_f16_to_f32(b[i]));
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static mpt_status mpi_error(int rc, const char *what) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    return mpt_errorf(MPT_ERR_IO, "%s failed: %s", what, msg);
+}
+
+/* MPI errors inside a training step cannot be returned (the step returns void): they are fatal. */
+#define MPI_CHECK(call)                                                                                           \
+    do {                                                                                                          \
+        int rc_ = (call);                                                                                         \
+        if (rc_ != MPI_SUCCESS) {                                                                                 \
+            mpi_error(rc_, #call);                                                                                \
+            MPT_ASSERTF(0, "%s", mpt_last_error());                                                               \
+        }                                                                                                         \
+    } while (0)
+
+int mpt_dist_built(void) { return 1; }
+
+mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
+    *out = NULL;
+    if (comm != MPT_GRAD_COMM_FP32 && comm != MPT_GRAD_COMM_BF16 && comm != MPT_GRAD_COMM_FP16)
+        return mpt_errorf(MPT_ERR_ARG, "--grad-comm: expected fp32, bf16 or fp16, found %d", (int)comm);
+    int inited = 0, rc;
+    if ((rc = MPI_Initialized(&inited)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Initialized");
+    mpt_dist *d = calloc(1, sizeof *d);
+    if (!d) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the MPI state");
+    if (!inited) {
+        if ((rc = MPI_Init(NULL, NULL)) != MPI_SUCCESS) {
+            free(d);
+            return mpi_error(rc, "MPI_Init");
+        }
+        d->owns_mpi = 1;
+    }
+    d->comm = MPI_COMM_WORLD;
+    MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(d->comm, &d->rank);
+    MPI_Comm_size(d->comm, &d->size);
+    d->wire = comm;
+    d->weight = 1.0f / (float)d->size;
+    d->sum16 = MPI_OP_NULL;
+    if (comm != MPT_GRAD_COMM_FP32 && (rc = MPI_Op_create(comm == MPT_GRAD_COMM_BF16 ? sum_bf16 : sum_f16, 1,
+                                                          &d->sum16)) != MPI_SUCCESS) {
+        mpt_dist_free(&d);
+        return mpi_error(rc, "MPI_Op_create");
+    }
+    *out = d;
+    return MPT_OK;
+}
+
+void mpt_dist_free(mpt_dist **pd) {
+    mpt_dist *d = *pd;
+    if (!d) return;
+    if (d->sum16 != MPI_OP_NULL) MPI_Op_free(&d->sum16);
+    free(d->flat);
+    free(d->flat16);
+    if (d->owns_mpi) MPI_Finalize();
+    free(d);
+    *pd = NULL;
+}
+
+int mpt_dist_rank(const mpt_dist *d) { return d->rank; }
+int mpt_dist_size(const mpt_dist *d) { return d->size; }
+mpt_grad_comm mpt_dist_comm(const mpt_dist *d) { return d->wire; }
+double mpt_dist_comm_seconds(const mpt_dist *d) { return d->comm_s; }
+
+void mpt_dist_set_batch(mpt_dist *d, int n_valid_local, int n_valid_global) {
+    MPT_ASSERTF(n_valid_local >= 0 && n_valid_local <= n_valid_global,
+                "mpt_dist_set_batch: %d valid rows of %d", n_valid_local, n_valid_global);
+    d->weight = n_valid_global > 0 ? (float)n_valid_local / (float)n_valid_global : 0.0f;
+}
+
+static int any_nonfinite(const float *x, int64_t n) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= !isfinite(x[i]);
+    return bad;
+}
+
+static mpt_status reserve(mpt_dist *d, int64_t n) {
+    if (n <= d->cap) return MPT_OK;
+    float *f = realloc(d->flat, (size_t)n * sizeof *f);
+    if (f) d->flat = f;
+    uint16_t *h = realloc(d->flat16, (size_t)n * sizeof *h);
+    if (h) d->flat16 = h;
+    if (!f || !h) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld gradient elements for the all-reduce",
+                                    (long long)n);
+    d->cap = n;
+    return MPT_OK;
+}
+
+/* MPI counts are int: large buffers go in chunks. */
+#define MPT_DIST_CHUNK ((int64_t)1 << 28)
+
+int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
+    int bad = any_nonfinite(x, n);
+    if (d->wire == MPT_GRAD_COMM_FP32) {
+        for (int64_t i = 0; i < n; i++) x[i] *= weight;
+        for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
+            int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x + i, c, MPI_FLOAT, MPI_SUM, d->comm));
+        }
+    } else {
+        MPT_ASSERTF(reserve(d, n) == MPT_OK, "%s", mpt_last_error());
+        mpt_dtype dt = mpt_grad_comm_dtype(d->wire);
+        for (int64_t i = 0; i < n; i++) mpt_store_f32(d->flat16, dt, i, x[i] * weight);
+        for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
+            int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, d->flat16 + i, c, MPI_UINT16_T, d->sum16, d->comm));
+        }
+        for (int64_t i = 0; i < n; i++) x[i] = mpt_load_f32(d->flat16, dt, i);
+    }
+    bad |= any_nonfinite(x, n);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, d->comm));
+    return bad;
+}
+
+void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t) {
+    double t0 = wall_s();
+    int64_t n = 0;
+    for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
+    MPT_ASSERTF(reserve(d, n) == MPT_OK, "%s", mpt_last_error());
+    int64_t off = 0; /* one all-reduce for all gradients: one latency per step, not one per tensor */
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t k = mpt_tensor_numel(t->weight[i]);
+        memcpy(d->flat + off, t->weight[i]->grad->data, (size_t)k * sizeof(float));
+        off += k;
+    }
+    int bad = mpt_dist_allreduce_f32(d, d->flat, n, d->weight);
+    off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t k = mpt_tensor_numel(t->weight[i]);
+        memcpy(t->weight[i]->grad->data, d->flat + off, (size_t)k * sizeof(float));
+        off += k;
+    }
+    /* Skip mode: any rank's inf/NaN sets found_inf on every rank before unscale_check (which only ever sets
+     * it). Apply mode counts non-finite steps from the reduced gradients themselves, identical on all ranks. */
+    if (bad && t->cfg.nonfinite == MPT_NONFINITE_SKIP) t->scaler->found_inf = 1.0f;
+    d->comm_s += wall_s() - t0;
+}
+
+/* FNV-1a over the bytes of every master (what the optimizer updates). */
+static uint64_t masters_checksum(const mpt_trainer *t) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *m = t->master[i];
+        const unsigned char *p = m->data;
+        size_t bytes = (size_t)mpt_tensor_numel(m) * mpt_dtype_size(m->dtype);
+        for (size_t k = 0; k < bytes; k++) h = (h ^ p[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+mpt_status mpt_dist_check_identical(mpt_dist *d, const mpt_trainer *t, const char *when) {
+    uint64_t h = masters_checksum(t), lo = h, hi = h;
+    int rc;
+    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, d->comm)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
+    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, d->comm)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
+    if (lo != hi)
+        return mpt_errorf(MPT_ERR_ARG, "data-parallel: the ranks' master weights differ %s (checksums %016llx .. "
+                                       "%016llx, this rank %d: %016llx): every rank must start from the same "
+                                       "seed and checkpoint", when, (unsigned long long)lo, (unsigned long long)hi,
+                          d->rank, (unsigned long long)h);
+    return MPT_OK;
+}
+
+mpt_status mpt_dist_attach(mpt_dist *d, mpt_trainer *t) {
+    if (t->be->device != MPT_DEVICE_CPU)
+        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel: only the CPU backend communicates over MPI; the NCCL "
+                                          "path for GPUs is not built yet (use --device cpu)");
+    int64_t n = 0;
+    for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
+    MPT_TRY(reserve(d, n));
+    MPT_TRY(mpt_dist_check_identical(d, t, "at the start"));
+    t->dist = d;
+    return MPT_OK;
+}
+
+double mpt_dist_sum_f64(mpt_dist *d, double x) {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, d->comm));
+    return x;
+}

@@ -1,0 +1,38 @@
+/*
+ * engine/dist/dist_none.c - engine/dist in a build without MPI: mpt_dist_init says how to get it; nothing
+ * else can be reached without a mpt_dist (see engine/dist/dist.h).
+ */
+#include "engine/dist/dist.h"
+
+int mpt_dist_built(void) { return 0; }
+
+mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
+    (void)comm;
+    *out = NULL;
+    return mpt_errorf(MPT_ERR_ARG, "data-parallel training needs MPI, and this mptrain was built without it: "
+                                   "apt-get install libopenmpi-dev openmpi-bin, then reconfigure "
+                                   "(meson setup --reconfigure build -Dmpi=enabled) and rebuild");
+}
+
+void mpt_dist_free(mpt_dist **d) { *d = NULL; }
+int mpt_dist_rank(const mpt_dist *d) { (void)d; return 0; }
+int mpt_dist_size(const mpt_dist *d) { (void)d; return 1; }
+mpt_grad_comm mpt_dist_comm(const mpt_dist *d) { (void)d; return MPT_GRAD_COMM_FP32; }
+void mpt_dist_set_batch(mpt_dist *d, int n_valid_local, int n_valid_global) {
+    (void)d; (void)n_valid_local; (void)n_valid_global;
+}
+mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t) {
+    (void)d; (void)t;
+    return mpt_dist_init(&d, MPT_GRAD_COMM_FP32);
+}
+mpt_status mpt_dist_check_identical(mpt_dist *d, const struct mpt_trainer *t, const char *when) {
+    (void)d; (void)t; (void)when;
+    return MPT_OK;
+}
+void mpt_dist_allreduce_grads(mpt_dist *d, struct mpt_trainer *t) { (void)d; (void)t; }
+int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
+    (void)d; (void)x; (void)n; (void)weight;
+    return 0;
+}
+double mpt_dist_sum_f64(mpt_dist *d, double x) { (void)d; return x; }
+double mpt_dist_comm_seconds(const mpt_dist *d) { (void)d; return 0.0; }

@@ -1,0 +1,307 @@
+/*
+ * tests/test_dist.c - data-parallel training over MPI (engine/dist, issue #15 part B). Runs under
+ * `mpirun -np 2` (meson suite 'mpi'); rank 0 prints Check's summary, rank 1 runs silently, and every
+ * verdict is agreed over the ranks before it is asserted so that no rank waits in a collective for one that
+ * failed.
+ *  - N = 2 vs N = 1 over 50 steps, same global batch, seed and order, in fp32/tf32/fp16/bf16: each rank
+ *    also trains the N = 1 reference itself on the whole global batch; losses and masters agree within a
+ *    bound derived from the changed summation order (see order_bound);
+ *  - --grad-comm bf16/fp16: the all-reduced value lies within (2u + u^2)(|w a| + |w b|) of the exact sum
+ *    (one rounding of each rank's term to the wire dtype, one of their sum), and is not exact everywhere;
+ *  - an injected non-finite gradient on rank 1 only skips the step on both ranks; masters stay bit-identical
+ *    across ranks, and equal those of a run that never saw the step's gradient.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "datasets/synthetic.h"
+#include "engine/dist/dist.h"
+#include "engine/layers/layers.h"
+#include "engine/optim/optim.h"
+#include "engine/rng.h"
+#include "engine/train.h"
+#include "harness.h"
+
+#define GB 64       /* global batch */
+#define HIDDEN 64
+#define STEPS 50
+#define LR 0.05f
+
+static mpt_dist *dist; /* one per process; the wire dtype is switched per test by re-creating it */
+
+static int agree_all(int ok) {
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+
+static double max_all(double x) {
+    MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return x;
+}
+
+static void use_wire(mpt_grad_comm c) {
+    mpt_dist_free(&dist); /* MPI stays initialised: main() called MPI_Init */
+    ck_assert_int_eq(mpt_dist_init(&dist, c), MPT_OK);
+}
+
+typedef struct model {
+    mpt_backend *be;
+    mpt_trainer *tr;
+} model;
+
+static void model_open(model *m, const mpt_mnist *data, mpt_precision mode, int batch, const mpt_train_config *cfg) {
+    m->be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(mode, mode == MPT_PRECISION_TF32, mode == MPT_PRECISION_TF32);
+    mpt_graph *g = mpt_graph_create(m->be, &pol, batch);
+    int64_t shape[2] = {batch, data->dim};
+    mpt_tensor *x = mpt_input(g, 2, shape);
+    x = mpt_relu(g, mpt_linear(g, x, HIDDEN, "fc1"), "relu1");
+    x = mpt_linear(g, x, data->n_classes, "fc2");
+    mpt_softmax_xent(g, x, "loss");
+    ck_assert_int_eq(mpt_trainer_create(&m->tr, g, cfg), MPT_OK);
+}
+
+static void model_close(model *m) {
+    mpt_trainer_free(&m->tr);
+    mpt_backend_free(&m->be);
+}
+
+static mpt_train_config sgd_config(mpt_precision mode) {
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_SGD);
+    cfg.schedule.base_lr = LR;
+    cfg.seed = 7;
+    return cfg;
+}
+
+/* The same seeded order on every rank: a permutation of the training rows. */
+static void make_order(int32_t *perm, int64_t n) {
+    float *scratch = malloc((size_t)n * sizeof *scratch);
+    for (int64_t i = 0; i < n; i++) perm[i] = (int32_t)i;
+    mpt_rng *rng = mpt_rng_create();
+    mpt_rng_shuffle(rng, perm, (size_t)n, scratch, 99, 0);
+    mpt_rng_free(&rng);
+    free(scratch);
+}
+
+/* Max |a - b| over all masters of two trainers, and max |a| (both FP32 masters). */
+static void masters_diff(const mpt_trainer *a, const mpt_trainer *b, double *diff, double *amax) {
+    *diff = 0.0;
+    *amax = 0.0;
+    for (int i = 0; i < a->n_params; i++) {
+        const mpt_tensor *ma = a->master[i], *mb = b->master[i];
+        for (int64_t k = 0; k < mpt_tensor_numel(ma); k++) {
+            double x = mpt_load_f32(ma->data, ma->dtype, k), y = mpt_load_f32(mb->data, mb->dtype, k);
+            *diff = fmax(*diff, fabs(x - y));
+            *amax = fmax(*amax, fabs(x));
+        }
+    }
+}
+
+/* Unit roundoff of the dtype a mode's GEMM inputs are rounded to (0: FP32 inputs are not rounded). */
+static double compute_u(mpt_precision mode) {
+    switch (mode) {
+    case MPT_PRECISION_FP32: return 0.0;
+    case MPT_PRECISION_TF32: return 0x1p-11;
+    case MPT_PRECISION_FP16: return 0x1p-11;
+    default: return 0x1p-8; /* bf16 */
+    }
+}
+
+static void check_n2_matches_n1(mpt_precision mode) {
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 4096, 0, 64, 8, 1234), MPT_OK);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
+    make_order(perm, data.n_train);
+    int rank = mpt_dist_rank(dist), size = mpt_dist_size(dist), lo, hi;
+    mpt_dist_shard(GB, rank, size, &lo, &hi);
+    mpt_train_config cfg = sgd_config(mode);
+    model ref, dp;
+    model_open(&ref, &data, mode, GB, &cfg);
+    model_open(&dp, &data, mode, hi - lo, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
+    double loss_diff = 0.0, loss_max = 0.0, w1_diff = 0.0, w_max;
+    for (int s = 0; s < STEPS; s++) {
+        const int32_t *rows = perm + (int64_t)s * GB;
+        mpt_trainer_gather(ref.tr, data.train_images, data.train_labels, rows, data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(ref.tr);
+        mpt_dist_set_batch(dist, hi - lo, GB);
+        mpt_trainer_gather(dp.tr, data.train_images, data.train_labels, rows + lo, data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(dp.tr);
+        mpt_train_stats a, b;
+        mpt_trainer_stats(ref.tr, &a);
+        mpt_trainer_stats(dp.tr, &b);
+        double global = mpt_dist_sum_f64(dist, (double)b.loss * (hi - lo)) / GB; /* mean over the global batch */
+        loss_diff = fmax(loss_diff, fabs(global - a.loss));
+        loss_max = fmax(loss_max, fabs(a.loss));
+        if (s == 0) masters_diff(ref.tr, dp.tr, &w1_diff, &w_max);
+    }
+    double w_diff;
+    masters_diff(ref.tr, dp.tr, &w_diff, &w_max);
+    int identical = mpt_dist_check_identical(dist, dp.tr, "after 50 steps") == MPT_OK;
+    w1_diff = max_all(w1_diff);
+    w_diff = max_all(w_diff);
+    loss_diff = max_all(loss_diff);
+    /* Step 1, a rigorous bound. Both runs start from the same masters, so every row's forward pass and dz
+     * agree bit for bit (N = 2 divides by B/2 instead of B, a power of two, and w_r = 1/2 is exact). What
+     * changes is the weight-gradient GEMM's sum over the batch: N = 1 sums B = 64 products in FP32, N = 2
+     * two sums of 32, added. The products are exact in every mode (16-bit x 16-bit fits in FP32; FP32 and
+     * TF32 products are FP32 roundings of the same operands in both runs), and each sum is within
+     * gamma_B * sum|x dz| of the exact one (Higham, Accuracy and Stability, 3.1; gamma_B = B u / (1 - B u),
+     * u = 2^-24), so the gradients differ by at most 2 gamma_B * sum|x dz| <= 2 gamma_B * max|x| (sum |dz|
+     * <= 1 per column: |p - y| <= 1 over B rows, divided by B; the loss scale cancels in unscale). Inputs are
+     * pixels in [0, 1]; hidden activations at init are at most 64 * (1/8) * 1 + 1/8 = 8.125 (PyTorch init:
+     * |W| <= 1/sqrt(fan_in)); biases see x = 1. SGD turns that into lr * 2 gamma_B * 8.125 on the masters.
+     * Step 50: T steps of that, plus, in TF32/16-bit modes, a master difference can move a rounded working
+     * copy or activation across a rounding boundary of the compute dtype (unit roundoff rho), which perturbs
+     * a later gradient relatively by up to 2 rho; the factor 8 allows for the feedback of earlier differences
+     * through later gradients. Loose (the printed figures show how loose), but a wrong weighting (w_r = 1
+     * instead of 1/2, or a missing reduction) moves the first step's masters by lr * |g| ~ 1e-3 and fails the
+     * step-1 bound by two orders of magnitude in every mode. */
+    double gamma = GB * 0x1p-24 / (1.0 - GB * 0x1p-24), rho = compute_u(mode), hmax = 8.125;
+    double w1_bound = LR * 2.0 * gamma * hmax;
+    double w_bound = 8.0 * STEPS * LR * 2.0 * (gamma + rho) * hmax;
+    double l_bound = 8.0 * STEPS * 2.0 * (gamma + rho) * (loss_max + 1.0); /* the loss follows the weights */
+    if (rank == 0)
+        printf("N=2 vs N=1 %s: step 1 max |dW| %.3g (bound %.3g); step 50 max |dW| %.3g (bound %.3g), "
+               "max |dloss| %.3g (bound %.3g)\n", mpt_precision_name(mode), w1_diff, w1_bound, w_diff, w_bound,
+               loss_diff, l_bound);
+    model_close(&ref);
+    model_close(&dp);
+    free(perm);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(identical), "the ranks' masters differ after training");
+    ck_assert_msg(w1_diff <= w1_bound, "%s: step 1 masters differ from N = 1 by %g > %g", mpt_precision_name(mode),
+                  w1_diff, w1_bound);
+    ck_assert_msg(w_diff <= w_bound, "%s: masters differ from N = 1 by %g > %g", mpt_precision_name(mode), w_diff,
+                  w_bound);
+    ck_assert_msg(loss_diff <= l_bound, "%s: losses differ from N = 1 by %g > %g", mpt_precision_name(mode),
+                  loss_diff, l_bound);
+}
+
+START_TEST(n2_matches_n1) {
+    static const mpt_precision modes[4] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
+                                           MPT_PRECISION_BF16};
+    use_wire(MPT_GRAD_COMM_FP32);
+    check_n2_matches_n1(modes[_i]);
+}
+END_TEST
+
+/* The wire's error against the exact sum, element by element. Rank r holds a_r = values from seed 100 + r
+ * spanning six binades (and every rank regenerates both to know the exact sum in double). */
+START_TEST(wire_error_within_unit_roundoff) {
+    static const mpt_grad_comm wires[2] = {MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
+    mpt_grad_comm c = wires[_i];
+    use_wire(c);
+    const double u = c == MPT_GRAD_COMM_BF16 ? 0x1p-8 : 0x1p-11;
+    enum { N = 10000 };
+    int rank = mpt_dist_rank(dist), size = mpt_dist_size(dist);
+    ck_assert_int_eq(size, 2);
+    static float x[N], v[2][N];
+    for (int r = 0; r < 2; r++) {
+        tests_rng g = {100u + (uint64_t)r};
+        for (int i = 0; i < N; i++)
+            v[r][i] = (float)((tests_next(&g) & 1 ? -1.0 : 1.0) * ldexp(tests_uniform(&g, 1.0, 2.0), tests_int(&g, -8, -3)));
+    }
+    memcpy(x, v[rank], sizeof x);
+    int bad = mpt_dist_allreduce_f32(dist, x, N, 0.5f);
+    int ok = !bad, inexact = 0;
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        double a = 0.5 * v[0][i], b = 0.5 * v[1][i], exact = a + b;
+        double bound = (2.0 * u + u * u) * (fabs(a) + fabs(b));
+        double err = fabs((double)x[i] - exact);
+        ok &= err <= bound;
+        inexact |= err > 0.0;
+        if (fabs(a) + fabs(b) > 0.0) worst = fmax(worst, err / (fabs(a) + fabs(b)));
+    }
+    if (rank == 0) printf("grad-comm %s: max |err| / (|a| + |b|) = %.3g, bound 2u + u^2 = %.3g\n",
+                          mpt_grad_comm_name(c), worst, 2.0 * u + u * u);
+    ck_assert_msg(agree_all(ok), "%s wire: an element outside (2u + u^2)(|a| + |b|)", mpt_grad_comm_name(c));
+    ck_assert_msg(agree_all(inexact), "%s wire: every element exact: the values did not travel in 16 bits",
+                  mpt_grad_comm_name(c));
+}
+END_TEST
+
+/* Rank 1 alone makes step 3's gradient NaN (an FP16 overflow would): both ranks skip it, back off the scale,
+ * and end bit-identical. */
+START_TEST(nonfinite_on_one_rank_skips_everywhere) {
+    static const mpt_grad_comm wires[3] = {MPT_GRAD_COMM_FP32, MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
+    use_wire(wires[_i]);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 1024, 0, 64, 8, 1234), MPT_OK);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
+    make_order(perm, data.n_train);
+    int rank = mpt_dist_rank(dist), lo, hi;
+    mpt_dist_shard(GB, rank, mpt_dist_size(dist), &lo, &hi);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP16);
+    if (rank == 1) cfg.inject_nonfinite_step = 3;
+    model dp;
+    model_open(&dp, &data, MPT_PRECISION_FP16, hi - lo, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
+    unsigned char *before = NULL;
+    size_t bytes = 0;
+    int unchanged = 1;
+    for (int s = 0; s < 6; s++) {
+        if (s == 3) { /* snapshot the masters: step 3 must leave them as they are */
+            for (int i = 0; i < dp.tr->n_params; i++) bytes += (size_t)mpt_tensor_numel(dp.tr->master[i]) * 4;
+            before = malloc(bytes);
+            size_t off = 0;
+            for (int i = 0; i < dp.tr->n_params; i++) {
+                size_t k = (size_t)mpt_tensor_numel(dp.tr->master[i]) * 4;
+                memcpy(before + off, dp.tr->master[i]->data, k);
+                off += k;
+            }
+        }
+        mpt_dist_set_batch(dist, hi - lo, GB);
+        mpt_trainer_gather(dp.tr, data.train_images, data.train_labels, perm + (int64_t)s * GB + lo, data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(dp.tr);
+        if (s == 3) {
+            size_t off = 0;
+            for (int i = 0; i < dp.tr->n_params; i++) {
+                size_t k = (size_t)mpt_tensor_numel(dp.tr->master[i]) * 4;
+                unchanged &= memcmp(before + off, dp.tr->master[i]->data, k) == 0;
+                off += k;
+            }
+        }
+    }
+    mpt_train_stats st;
+    mpt_trainer_stats(dp.tr, &st);
+    int identical = mpt_dist_check_identical(dist, dp.tr, "after the skipped step") == MPT_OK;
+    int skipped_once = st.steps_skipped == 1 && st.steps_taken == 5;
+    int backed_off = st.scale == 32768.0f; /* 2^16 halved once */
+    model_close(&dp);
+    free(before);
+    free(perm);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(skipped_once), "rank %d: %d skipped, %d taken (expected 1 and 5 on every rank)", rank,
+                  st.steps_skipped, st.steps_taken);
+    ck_assert_msg(agree_all(unchanged), "rank %d: the skipped step changed the masters", rank);
+    ck_assert_msg(agree_all(backed_off), "rank %d: loss scale %g after one overflow (expected 32768)", rank,
+                  (double)st.scale);
+    ck_assert_msg(agree_all(identical), "the ranks' masters differ after the skipped step");
+}
+END_TEST
+
+int main(void) {
+    MPI_Init(NULL, NULL);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    Suite *s = suite_create("dist");
+    TCase *tc = tcase_create("data-parallel");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, n2_matches_n1, 0, 4);
+    tcase_add_loop_test(tc, wire_error_within_unit_roundoff, 0, 2);
+    tcase_add_loop_test(tc, nonfinite_on_one_rank_skips_everywhere, 0, 3);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */
+    srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    mpt_dist_free(&dist);
+    MPI_Finalize();
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
