@@ -29,6 +29,7 @@
 #include "datasets/idx.h"
 #include "engine/amp/policy.h"
 #include "engine/backend.h"
+#include "engine/dist/dist.h"
 #include "engine/optim/schedule.h"
 #include "engine/status.h"
 #include "engine/telemetry/telemetry.h"
@@ -94,6 +95,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_PROGRESS,
     MPT_OPT_TELEMETRY,
     MPT_OPT_SHADOW,
+    MPT_OPT_DATA_PARALLEL,
+    MPT_OPT_GRAD_COMM,
     MPT_OPT_PRECISIONS,
     MPT_OPT_SEEDS,
     MPT_OPT_MARGIN,
@@ -178,6 +181,8 @@ typedef struct mpt_cli_opts {
     mpt_progress_mode progress;
     int64_t telemetry;           /* measure numerics every N steps (telemetry.csv), 0 = off */
     int shadow;                  /* with telemetry: run the FP32 shadow twin on telemetry steps */
+    int data_parallel;           /* train: one rank of an MPI job (engine/dist), batch sharded over the ranks */
+    mpt_grad_comm grad_comm;     /* data-parallel: the dtype gradients travel in (default fp32) */
     mpt_precision precisions[MPT_PRECISION_COUNT]; /* compare */
     int n_precisions;
     uint64_t seeds[MPT_CLI_MAX_SEEDS]; /* compare --seeds: the seeds, distinct */
@@ -325,6 +330,8 @@ typedef struct mpt_cli_run_state {
     int64_t n_train, n_val;  /* rows trained on and held out (checked again on resume) */
     double best_test_acc;    /* best test accuracy so far and its 1-based epoch (0: none yet) */
     int best_epoch;
+    int ranks;               /* data-parallel ranks that trained it (1: a single process, and older checkpoints) */
+    mpt_grad_comm grad_comm; /* their wire dtype (fp32 for single-process runs) */
 } mpt_cli_run_state;
 
 /* The checkpoint file name inside an output directory. */

@@ -125,8 +125,13 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 
 /* ---- one run ---------------------------------------------------------------------------------------------- */
 
+/* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
+static mpt_dist *train_dist;
+
 typedef struct run {
     mpt_cli_opts o;
+    int writer;              /* writes outputs: 1 unless a data-parallel rank other than 0 */
+    int shard_lo, shard_b;   /* data-parallel: this rank's rows [lo, lo + b) of every global batch (0, B alone) */
     const mpt_mnist *d;
     const char *label;       /* "" or "[fp16] " */
     mpt_backend *be;
@@ -177,7 +182,13 @@ static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, i
     return MPT_OK;
 }
 
-static FILE *open_csv(const char *dir, const char *name, const char *header, int append) {
+/* Opens DIR/NAME for the run's records; a data-parallel rank other than 0 (writer 0) writes to /dev/null. */
+static FILE *open_csv(const char *dir, const char *name, const char *header, int append, int writer) {
+    if (!writer) {
+        FILE *n = fopen("/dev/null", "w");
+        if (!n) mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
+        return n;
+    }
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     struct stat st;
@@ -244,6 +255,7 @@ static int weights_nonfinite(run *r) {
 /* Writes the checkpoint. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could
  * not be resumed (and the writer may refuse it): the run then says so once and goes on without one. */
 static mpt_status save_checkpoint(run *r) {
+    if (!r->writer) return MPT_OK; /* rank 0 writes it; every rank holds the same masters */
     if (r->o.nonfinite == MPT_NONFINITE_APPLY && weights_nonfinite(r)) {
         if (!r->warned_nonfinite_ckpt)
             printf("%swarning: the weights hold inf/NaN (--nonfinite apply let a non-finite step through): no "
@@ -306,7 +318,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
-    mpt_graph *g = mpt_graph_create(r->be, &r->policy, o->batch);
+    mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
     mpt_tensor *logits = NULL;
     mpt_status s = mpt_model_build(g, o->model, &logits);
     if (s != MPT_OK) {
@@ -331,6 +343,17 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                               o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
                               (long long)r->split.n_val);
         }
+        int ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        mpt_grad_comm wire = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
+        if (r->rs.ranks != ranks || r->rs.grad_comm != wire) {
+            mpt_graph_free(&g);
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint was trained by %d rank(s) with --grad-comm %s, this job has "
+                              "%d with %s: resume with the same mpirun -np and --grad-comm (the shards and the "
+                              "summation order depend on them)",
+                              o->resume, r->rs.ranks, mpt_grad_comm_name(r->rs.grad_comm), ranks,
+                              mpt_grad_comm_name(wire));
+        }
     } else {
         r->rs.mean = 0.0f;
         r->rs.inv_std = 1.0f;
@@ -339,6 +362,8 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                              &r->rs.inv_std);
         r->rs.n_train = r->split.n_train;
         r->rs.n_val = r->split.n_val;
+        r->rs.ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        r->rs.grad_comm = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
     }
     s = mpt_loader_init(&r->ld, r->split.train, r->split.n_train, o->batch, MPT_LOADER_PAD_WRAP, 1, o->seed);
     if (s != MPT_OK) {
@@ -352,6 +377,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
     if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+    if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
     if (o->telemetry > 0) MPT_TRY(telemetry_setup(r));
 
     r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);
@@ -362,18 +388,18 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     MPT_TRY(idx_upload_fixed(r, &r->idx_test, NULL, r->d->n_test));
     if (r->split.n_val > 0) MPT_TRY(idx_upload_fixed(r, &r->idx_val, r->split.val, r->split.n_val));
 
-    MPT_TRY(mpt_cli_mkdirs(o->out));
+    if (r->writer) MPT_TRY(mpt_cli_mkdirs(o->out));
     int append = o->resume[0] != 0;
-    r->steps_csv = open_csv(o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped", append);
+    r->steps_csv = open_csv(o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped", append, r->writer);
     if (!r->steps_csv) return MPT_ERR_IO;
     r->epochs_csv = open_csv(o->out,
                              "epochs.csv",
                              "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
                              "loss_scale,steps_skipped",
-                             append);
+                             append, r->writer);
     if (!r->epochs_csv) return MPT_ERR_IO;
     if (r->t->telemetry) {
-        r->telemetry_csv = open_csv(o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER, append);
+        r->telemetry_csv = open_csv(o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER, append, r->writer);
         if (!r->telemetry_csv) return MPT_ERR_IO;
         mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv);
     }
@@ -389,6 +415,10 @@ static void print_header(const run *r) {
            (unsigned long long)o->seed);
     printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch\n",
            r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb);
+    if (train_dist)
+        printf("%sdata-parallel: %d ranks, each trains on %d of the %d rows of every batch; gradients all-reduced in "
+               "%s\n", r->label, mpt_dist_size(train_dist), r->shard_b, o->batch,
+               mpt_grad_comm_name(mpt_dist_comm(train_dist)));
     if (o->resume[0])
         printf("%sresuming %s at step %lld (epoch %lld, batch %lld)\n", r->label, o->resume, (long long)r->rs.iteration,
                (long long)r->rs.epoch + 1, (long long)r->rs.batch);
@@ -424,8 +454,12 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         double t0 = now_s();
         int64_t b;
         for (b = b0; b < r->nb; b++) {
-            mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B, d->dim, r->rs.mean,
-                               r->rs.inv_std);
+            mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
+                               r->rs.mean, r->rs.inv_std);
+            /* valid rows come first in a batch (padding at its end): this shard's share of them */
+            int local_valid = r->n_valid[b] - r->shard_lo;
+            local_valid = local_valid < 0 ? 0 : local_valid > r->shard_b ? r->shard_b : local_valid;
+            if (train_dist) mpt_dist_set_batch(train_dist, local_valid, r->n_valid[b]);
             mpt_trainer_step(t);
             epoch_samples += r->n_valid[b];
             int64_t it = t->iteration;
@@ -433,6 +467,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             int hit_max = o->max_steps > 0 && it >= o->max_steps;
             if (it % o->log_every == 0 || last || hit_max) {
                 mpt_trainer_stats(t, &st);
+                if (train_dist) /* the global batch's mean loss, from each shard's mean over its valid rows */
+                    st.loss = r->n_valid[b] > 0 ? (float)(mpt_dist_sum_f64(train_dist, (double)st.loss * local_valid) /
+                                                          (double)r->n_valid[b])
+                                                : 0.0f;
                 fprintf(r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
                         (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
                         (int)st.steps_skipped);
@@ -540,6 +578,12 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     mpt_trainer_stats(t, &st);
     res->steps_skipped = st.steps_skipped;
     res->steps_nonfinite = st.steps_nonfinite;
+    if (train_dist && train_time > 0.0) {
+        double c = mpt_dist_comm_seconds(train_dist);
+        printf("%sdata-parallel: %.2f s of the %.2f s of training went to the gradient all-reduce (%.1f%%; rank 0's "
+               "wall clock, waiting for the slower rank included)\n",
+               r->label, c, train_time, 100.0 * c / train_time);
+    }
     res->floor_hits = st.floor_hits;
     res->final_scale = st.scale;
     if (o->nonfinite == MPT_NONFINITE_APPLY) {
@@ -600,7 +644,10 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
     r.o = *o;
     r.d = &cd->d;
     r.label = label;
-    r.progress = o->progress == MPT_PROGRESS_ON || (o->progress == MPT_PROGRESS_AUTO && isatty(STDOUT_FILENO));
+    r.writer = !train_dist || mpt_dist_rank(train_dist) == 0;
+    r.shard_b = train_dist ? o->batch / mpt_dist_size(train_dist) : o->batch;
+    r.shard_lo = train_dist ? mpt_dist_rank(train_dist) * r.shard_b : 0;
+    r.progress = r.writer && (o->progress == MPT_PROGRESS_ON || (o->progress == MPT_PROGRESS_AUTO && isatty(STDOUT_FILENO)));
     mpt_status s = MPT_OK;
     if (o->resume[0]) {
         mpt_cli_opts scratch;
@@ -626,7 +673,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
             MPT_ASSERT(res->telemetry != NULL);
             memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
         }
-        s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
+        if (r.writer) s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
     }
     run_free(&r);
     return s;
@@ -634,11 +681,14 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
 
 /* ---- mptrain train ------------------------------------------------------------------------------------------ */
 
+static int train_with(const mpt_cli_opts *op);
+
 /* Options of one invocation that a resumed run takes from the command line rather than the checkpoint. */
 static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,      MPT_OPT_OUT,
                                             MPT_OPT_RESUME,    MPT_OPT_LIMIT_TEST, MPT_OPT_THREADS,
                                             MPT_OPT_LOG_EVERY, MPT_OPT_SAVE_EVERY, MPT_OPT_MAX_STEPS,
-                                            MPT_OPT_PROGRESS,  MPT_OPT_TELEMETRY, MPT_OPT_SHADOW};
+                                            MPT_OPT_PROGRESS,  MPT_OPT_TELEMETRY, MPT_OPT_SHADOW,
+                                            MPT_OPT_DATA_PARALLEL, MPT_OPT_GRAD_COMM};
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
@@ -671,6 +721,8 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     out->progress = cli->progress;
     out->telemetry = cli->telemetry;
     out->shadow = cli->shadow;
+    out->data_parallel = cli->data_parallel; /* checked against the checkpoint's ranks and wire in setup() */
+    out->grad_comm = cli->grad_comm;
     for (size_t i = 0; i < sizeof per_invocation / sizeof per_invocation[0]; i++)
         out->given[per_invocation[i] - MPT_OPT_FIRST] = cli->given[per_invocation[i] - MPT_OPT_FIRST];
     return MPT_OK;
@@ -691,11 +743,38 @@ int mpt_cmd_train(int argc, char **argv) {
     }
     mpt_status cs = mpt_cli_check_switches(&o);
     if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+    if (o.data_parallel) {
+        cs = mpt_dist_init(&train_dist, o.grad_comm);
+        if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+        int n = mpt_dist_size(train_dist);
+        if (o.batch % n != 0) {
+            mpt_dist_free(&train_dist);
+            fprintf(stderr, "mptrain train: --data-parallel: --batch-size %d (the global batch) must be divisible by "
+                            "the %d ranks\n", o.batch, n);
+            return MPT_CLI_EXIT_USAGE;
+        }
+        /* Only rank 0 speaks: the others' stdout goes nowhere (their errors still reach stderr). */
+        if (mpt_dist_rank(train_dist) != 0 && !freopen("/dev/null", "w", stdout)) {
+            mpt_dist_free(&train_dist);
+            fprintf(stderr, "mptrain train: cannot redirect rank output to /dev/null (%s)\n", strerror(errno));
+            return MPT_CLI_EXIT_FAIL;
+        }
+    }
+    int rc_dp = train_with(&o);
+    fflush(stdout);
+    mpt_dist_free(&train_dist);
+    return rc_dp;
+}
+
+/* The rest of mptrain train once the options are final (and, with --data-parallel, the MPI job joined). */
+static int train_with(const mpt_cli_opts *op) {
+    mpt_cli_opts o = *op;
+    mpt_status s;
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
     mpt_cli_set_threads(o.threads);
 
     mpt_cli_data cd;
-    mpt_status s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     if (s != MPT_OK) return mpt_cli_fail("train", s);
     mpt_cli_result res;
     s = mpt_cli_train_run(&o, &cd, "", &res);

@@ -131,6 +131,11 @@ static const opt_def opt_table[] = {
     {"shadow", MPT_OPT_SHADOW, no_argument, TC, NULL,
      "on telemetry steps also run an FP32 twin of the network on the same batch with the master weights, and "
      "report each layer's error against it"},
+    {"data-parallel", MPT_OPT_DATA_PARALLEL, no_argument, MPT_CMD_TRAIN, NULL,
+     "run as one rank of `mpirun -np N mptrain train ...`: each rank trains on its shard of every global batch "
+     "(--batch-size stays the global batch, divisible by N) and the gradients are all-reduced (docs/distributed.md)"},
+    {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
+     "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)"},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
@@ -493,6 +498,10 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_TELEMETRY:
         return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = off)", &o->telemetry);
     case MPT_OPT_SHADOW: o->shadow = 1; return MPT_OK;
+    case MPT_OPT_DATA_PARALLEL: o->data_parallel = 1; return MPT_OK;
+    case MPT_OPT_GRAD_COMM:
+        if (mpt_grad_comm_parse(arg, &o->grad_comm) != 0) return bad_value(f, "one of fp32, bf16, fp16", arg);
+        return MPT_OK;
     case MPT_OPT_HELP:
     case MPT_OPT_END: break;
     }
@@ -799,6 +808,16 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
     if (o->shadow && o->telemetry == 0) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_GRAD_COMM) && !o->data_parallel) {
+        fprintf(stderr, "mptrain %s: --grad-comm sets the data-parallel gradients' dtype: give --data-parallel as well "
+                        "(under mpirun -np N)\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->data_parallel && o->telemetry > 0) {
+        fprintf(stderr, "mptrain %s: --telemetry is not available with --data-parallel (it would measure one rank's "
+                        "shard); run it without --data-parallel\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (mpt_cli_given(o, MPT_OPT_SEEDS) && mpt_cli_given(o, MPT_OPT_SEED)) {

@@ -16,7 +16,8 @@
  *   "config"        JSON object: every recorded setting as its canonical text (tools/opts.c), e.g.
  *                   {"model": "mlp", "lr": "0.001", "loss-scale": "dynamic:65536", ...}, plus "epochs"
  *   "state"         JSON object: iteration, epoch, batch (position inside the epoch), mean, inv_std,
- *                   n_train, n_val, best_test_acc, best_epoch
+ *                   n_train, n_val, best_test_acc, best_epoch, ranks and grad_comm (data-parallel: the
+ *                   number of MPI ranks and their wire dtype; absent in older checkpoints: 1 and fp32)
  *   "scaler"        JSON object: the loss scaler (mpt_scaler_state): scale, growth_tracker, hysteresis_left,
  *                   steps_taken, steps_skipped, floor_hits, ...
  *   "rng"           JSON object: the generator and the seed of each stream with its position, so a reader can
@@ -175,11 +176,12 @@ mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_c
     char buf[96];
     for (int i = 0; i < N_RECORDED; i++)
         json_object_set_new(cfg, mpt_cli_opt_name(recorded[i]), json_string(mpt_cli_format(o, recorded[i], buf, sizeof buf)));
-    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i}", "iteration", (json_int_t)rs->iteration,
+    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:i, s:s}", "iteration", (json_int_t)rs->iteration,
                               "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch, "mean",
                               (double)rs->mean, "inv_std", (double)rs->inv_std, "n_train", (json_int_t)rs->n_train,
                               "n_val", (json_int_t)rs->n_val, "best_test_acc", rs->best_test_acc, "best_epoch",
-                              rs->best_epoch);
+                              rs->best_epoch, "ranks", rs->ranks < 1 ? 1 : rs->ranks, "grad_comm",
+                              mpt_grad_comm_name(rs->grad_comm));
     char *s_cfg = dump(cfg);
     char *s_state = dump(state);
     char *s_scaler = dump(scaler_json(&st));
@@ -293,6 +295,13 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
     if (s == MPT_OK) s = get_int(c, state, "state", "n_val", &rs->n_val);
     if (s == MPT_OK) s = get_num(c, state, "state", "best_test_acc", &best);
     if (s == MPT_OK) s = get_int(c, state, "state", "best_epoch", &best_epoch);
+    json_t *ranks = json_object_get(state, "ranks"); /* absent before data-parallel training: one process */
+    rs->ranks = ranks && json_is_integer(ranks) ? (int)json_integer_value(ranks) : 1;
+    json_t *wire = json_object_get(state, "grad_comm");
+    rs->grad_comm = MPT_GRAD_COMM_FP32;
+    if (wire && (!json_is_string(wire) || mpt_grad_comm_parse(json_string_value(wire), &rs->grad_comm) != 0))
+        s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": grad_comm is not fp32, bf16 or fp16",
+                       mpt_checkpoint_path(c));
     json_decref(state);
     if (s != MPT_OK) return s;
     if (rs->iteration < 0 || rs->epoch < 0 || rs->batch < 0)
