@@ -94,12 +94,12 @@ START_TEST(test_all_lessons_quick) {
     snprintf(args, sizeof args, "--quick --out '%s'", out);
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
-    const char *names[] = {"tf32", "loss-scaling", "overflow", "noise"};
+    const char *names[] = {"tf32", "loss-scaling", "master-weights", "optimizer-state", "overflow", "noise"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -146,8 +146,8 @@ END_TEST
 
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
-    const char *names[] = {"tf32", "loss-scaling", "overflow", "noise"};
-    for (int i = 0; i < 4; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+    const char *names[] = {"tf32", "loss-scaling", "master-weights", "optimizer-state", "overflow", "noise"};
+    for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     ck_assert_int_eq(run_lab("", "nosuchlesson"), 2);
     ck_assert_msg(strstr(out_buf, "nosuchlesson") != NULL, "%s", out_buf);
     ck_assert_int_eq(run_lab("", "--param novalue"), 2);
