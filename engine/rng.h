@@ -1,10 +1,11 @@
 /*
  * engine/rng.h - reproducible randomness from one seed (ARCHITECTURE decision 7).
  *
- * All random numbers come from cuRAND's Philox4x32-10 generator (CURAND_RNG_PSEUDO_PHILOX4_32_10), through
- * its host API (curandCreateGeneratorHost: runs without a GPU) on the CPU and its device API on the GPU; the
- * cuRAND documentation states that host and device generators of the same type, seed and offset produce the
- * same sequence. Each use draws from its own stream: stream seed = splitmix64(run seed ^ stream id), and a
+ * All random numbers are cuRAND's Philox4x32-10 sequence (CURAND_RNG_PSEUDO_PHILOX4_32_10): on the host computed
+ * without cuRAND (engine/rng.c: Random123's philox4x32 in cuRAND's output order, so the CPU-only build needs no
+ * CUDA library; tests/test_rng.c proves it bit-identical to cuRAND's host generator where cuRAND is present),
+ * on the GPU by cuRAND's device generator; the cuRAND documentation states that host and device generators of
+ * the same type, seed and offset produce the same sequence. Each use draws from its own stream: stream seed = splitmix64(run seed ^ stream id), and a
  * position in the stream is the generator's offset. Weights are always initialised on the host and copied
  * to the device, so both backends start from identical weights.
  */
@@ -25,9 +26,9 @@ typedef enum mpt_rng_stream {
     MPT_RNG_ROUNDING = 6,/* stochastic rounding of weight updates (Philox key; kernels/elemwise.h mpt_sr_bits) */
 } mpt_rng_stream;
 
-typedef struct mpt_rng mpt_rng; /* wraps a cuRAND host generator */
+typedef struct mpt_rng mpt_rng; /* a host Philox stream handle */
 
-/* Creates a host Philox generator. Aborts if cuRAND fails (library missing or broken). */
+/* Creates a host Philox generator (aborts only if out of memory); free with mpt_rng_free. */
 mpt_rng *mpt_rng_create(void);
 void mpt_rng_free(mpt_rng **r);
 /* Seed of stream `stream` for run seed `seed`: splitmix64(seed ^ (stream * 0x9e3779b97f4a7c15)). */

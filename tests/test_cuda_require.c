@@ -8,6 +8,9 @@
  * program runs the built $MPT_BUILD_ROOT/tests/test_cuda both ways and checks the exit status and the reason
  * it prints against mpt_cuda_probe(). On a machine with a usable GPU the cuda suite itself is the check; here
  * only the probe's agreement with mpt_cuda_available() is tested.
+ * The CUDA backend module (engine/cuda_loader.c): a build that configured it loads it (its libraries are on
+ * the build machine); a build without it reports MPT_CUDA_NOT_BUILT, which the cuda suite treats as a
+ * machine without a GPU (skip, or fail under MPT_REQUIRE_CUDA=1).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@
 #include "engine/backend.h"
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "mpt_config.h"
 
 static char out_buf[1 << 14];
 
@@ -58,6 +62,27 @@ static int run_test_cuda(const char *require) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+START_TEST(test_module_loads_where_built) {
+    mpt_cuda_module_state m;
+    int loadable = mpt_cuda_module_status(&m);
+    ck_assert_int_eq(loadable, m.loadable);
+    char why[512];
+    mpt_cuda_probe_result r = mpt_cuda_probe(why, sizeof why);
+#ifdef MPT_HAVE_CUDA
+    ck_assert_msg(m.built, "mpt_config.h says the CUDA backend was built, the loader does not");
+    ck_assert_msg(m.loadable, "the CUDA backend module of this build does not load: %s: %s", m.path, m.why);
+    ck_assert_msg(strstr(m.path, "libmptrain-cuda.so") != NULL, "loaded %s", m.path);
+    ck_assert_int_ne(r, MPT_CUDA_NOT_BUILT);
+#else
+    ck_assert_msg(!m.built, "a build without -Dcuda says the CUDA backend was built");
+    if (!m.path[0]) {
+        ck_assert_int_eq(r, MPT_CUDA_NOT_BUILT);
+        ck_assert_msg(strstr(why, "-Dcuda=enabled") != NULL, "the reason does not say how to get CUDA: %s", why);
+    }
+#endif
+}
+END_TEST
+
 START_TEST(test_skip_or_fail) {
     char why[512];
     mpt_cuda_probe_result r = mpt_cuda_probe(why, sizeof why);
@@ -90,6 +115,7 @@ int main(void) {
     Suite *s = suite_create("cuda_require");
     TCase *tc = tcase_create("probe");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_module_loads_where_built);
     tcase_add_test(tc, test_skip_or_fail);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);

@@ -1,17 +1,55 @@
 /*
- * tests/test_rng.c - the Philox stream wrapper (engine/rng.c).
- * A continued draw (the generator left positioned after the previous call) must equal a fresh draw at the
- * same (seed, offset), for odd and large sizes: the wrapper skips cuRAND's re-initialisation when it can, and
- * this proves that shortcut changes no value. Also: streams differ, uniforms lie in (0, 1], and shuffles are
- * permutations that repeat for the same (seed, offset). And kernels/elemwise.h's mpt_philox_uniform (what the
- * CUDA dropout kernel computes in place) gives cuRAND's stream bit for bit, across its 65536-subsequence
- * layout's boundaries and at offsets past 2^32.
+ * tests/test_rng.c - the host Philox stream (engine/rng.c) and kernels/elemwise.h's mpt_philox_uniform (what
+ * the CUDA dropout kernel computes in place).
+ * Where cuRAND is present (builds with the CUDA backend; this test links cuRAND itself, the engine does not):
+ * both equal cuRAND's host generator CURAND_RNG_PSEUDO_PHILOX4_32_10 bit for bit, for seeds with high bits
+ * set, offsets not multiple of 4, across its 65536-subsequence layout's boundaries and past 2^32, sizes from 1
+ * to beyond 2^20. So the CPU-only build (no cuRAND) draws the same initial weights, shuffles and dropout masks.
+ * Everywhere: the two agree with each other (engine/rng.c uses Random123's cipher when the build found it),
+ * a continued draw equals a fresh draw at the same (seed, offset), streams differ, uniforms lie in (0, 1],
+ * and shuffles are permutations that repeat for the same (seed, offset).
  */
 #include <string.h>
 
 #include "engine/rng.h"
 #include "harness.h"
 #include "kernels/elemwise.h"
+#ifdef MPT_TEST_HAVE_CURAND
+#include <curand.h>
+#endif
+
+#ifdef MPT_TEST_HAVE_CURAND
+START_TEST(test_equals_curand_host) {
+    static const uint64_t seeds[] = {0, 42, 0x0123456789abcdefull, UINT64_MAX};
+    static const uint64_t offsets[] = {0, 3, 5, 123457, 4ull * 65536 * 3 + 9, 1ull << 33, (5ull << 48) + 262143};
+    static const size_t sizes[] = {1, 7, 1000, (1u << 20) + 3};
+    curandGenerator_t g;
+    ck_assert_int_eq(curandCreateGeneratorHost(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10), CURAND_STATUS_SUCCESS);
+    float *want = malloc(((1u << 20) + 3) * sizeof *want), *got = malloc(((1u << 20) + 3) * sizeof *got);
+    mpt_rng *r = mpt_rng_create();
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++)
+        for (size_t o = 0; o < sizeof offsets / sizeof offsets[0]; o++)
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                ck_assert_int_eq(curandSetPseudoRandomGeneratorSeed(g, seeds[s]), CURAND_STATUS_SUCCESS);
+                ck_assert_int_eq(curandSetGeneratorOffset(g, offsets[o]), CURAND_STATUS_SUCCESS);
+                ck_assert_int_eq(curandGenerateUniform(g, want, sizes[k]), CURAND_STATUS_SUCCESS);
+                mpt_rng_uniform(r, got, sizes[k], seeds[s], offsets[o]);
+                for (size_t i = 0; i < sizes[k]; i++) {
+                    float e = mpt_philox_uniform(seeds[s], offsets[o] + i);
+                    if (memcmp(&want[i], &got[i], sizeof want[i]) != 0 || memcmp(&want[i], &e, sizeof e) != 0)
+                        ck_abort_msg("seed %llu offset %llu n %zu: element %zu is %a (engine/rng.c), %a "
+                                     "(mpt_philox_uniform); cuRAND's host generator gives %a",
+                                     (unsigned long long)seeds[s], (unsigned long long)offsets[o], sizes[k], i,
+                                     (double)got[i], (double)e, (double)want[i]);
+                }
+            }
+    mpt_rng_free(&r);
+    free(want);
+    free(got);
+    curandDestroyGenerator(g);
+}
+END_TEST
+#endif
 
 START_TEST(test_continued_equals_fresh) {
     static const size_t sizes[][2] = {{7, 13}, {1, 1}, {4096, 5}, {128 * 9216, 128 * 128 + 6}, {3, 100003}};
@@ -59,7 +97,7 @@ START_TEST(test_streams_and_shuffle) {
 }
 END_TEST
 
-START_TEST(test_philox_element_equals_curand) {
+START_TEST(test_rng_equals_philox_element) {
     static const struct {
         uint64_t seed, offset;
         size_t n;
@@ -78,7 +116,7 @@ START_TEST(test_philox_element_equals_curand) {
         for (size_t i = 0; i < n; i++) {
             float y = mpt_philox_uniform(seed, cases[k].offset + i);
             if (memcmp(&x[i], &y, sizeof y) != 0)
-                ck_abort_msg("seed %llu offset %llu: element %zu is %.9g from cuRAND, %.9g from mpt_philox_uniform",
+                ck_abort_msg("seed %llu offset %llu: element %zu is %.9g from engine/rng.c, %.9g from mpt_philox_uniform",
                              (unsigned long long)seed, (unsigned long long)cases[k].offset, i, (double)x[i], (double)y);
         }
         free(x);
@@ -93,7 +131,10 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_continued_equals_fresh);
     tcase_add_test(tc, test_streams_and_shuffle);
-    tcase_add_test(tc, test_philox_element_equals_curand);
+    tcase_add_test(tc, test_rng_equals_philox_element);
+#ifdef MPT_TEST_HAVE_CURAND
+    tcase_add_test(tc, test_equals_curand_host);
+#endif
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

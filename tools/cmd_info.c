@@ -1,31 +1,49 @@
 /*
  * tools/cmd_info.c - `mptrain info`: what this build runs on.
  *
- * Library versions come from each library's own get-version call (so they say what is loaded at run time,
- * next to what the build compiled against): cudaRuntimeGetVersion / cudaDriverGetVersion,
- * cublasLtGetVersion, cudnnGetVersion, curandGetVersion, and OpenBLAS's openblas_get_config /
- * openblas_get_corename / openblas_get_num_threads. None of them needs a GPU. Then whether a GPU is usable
- * (engine/backend.h mpt_cuda_available) with its details (kernels/cuda/cuda_backend.h mpt_cuda_device_info:
- * compute capability, SMs, memory, Tensor Core precisions) and the state of NVIDIA_TF32_OVERRIDE, which turns TF32 off in
- * cuBLAS/cuDNN and, in mptrain, in the CPU emulation too (engine/amp/policy.h).
+ * Each backend as built / loadable / usable, with the reason when not: the CPU backend is always all three;
+ * the CUDA backend is a module loaded at run time (kernels/cuda/cuda_backend.h mpt_cuda_module_status: whether
+ * this build configured it, which file was loaded or why none could be), then whether a GPU is usable
+ * (engine/backend.h mpt_cuda_available) with its details (mpt_cuda_device_info: compute capability, SMs,
+ * memory, Tensor Core precisions). Library versions come from each library's own get-version call (so they
+ * say what is loaded at run time, next to what the build compiled against): the CUDA libraries through the
+ * module (mpt_cuda_library_versions), OpenBLAS's openblas_get_config / openblas_get_corename /
+ * openblas_get_num_threads. None of them needs a GPU. Last, the state of NVIDIA_TF32_OVERRIDE, which turns
+ * TF32 off in cuBLAS/cuDNN and, in mptrain, in the CPU emulation too (engine/amp/policy.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include <cblas.h>
-#include <cublasLt.h>
-#include <cuda_runtime_api.h>
-#include <cudnn.h>
-#include <curand.h>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
 
-/* CUDA encodes versions as 1000 * major + 10 * minor. */
-static void cuda_version_str(int v, char *buf, size_t len) {
-    if (v <= 0) snprintf(buf, len, "none");
-    else snprintf(buf, len, "%d.%d", v / 1000, (v % 1000) / 10);
+/* The CUDA backend's three lines: built, loadable, usable. Returns whether it is usable. */
+static int print_cuda_backend(void) {
+    mpt_cuda_module_state m;
+    mpt_cuda_module_status(&m);
+    printf("  cuda  built:    %s\n", m.built ? "yes (Meson -Dcuda)"
+                                             : "no (configured with -Dcuda=disabled, or -Dcuda=auto found no CUDA "
+                                               "toolkit; install it and cuDNN 9, then meson setup -Dcuda=enabled)");
+    if (m.loadable)
+        printf("        loadable: yes, %s\n", m.path);
+    else if (m.built || m.path[0])
+        printf("        loadable: no: %s%s%s\n", m.path, m.path[0] ? ": " : "", m.why);
+    else
+        printf("        loadable: no (not built)\n");
+    char msg[1024], details[1024];
+    int gpu = mpt_cuda_available(msg, sizeof msg);
+    if (gpu && mpt_cuda_device_info(details, sizeof details))
+        printf("        usable:   yes: %s\n", details);
+    else if (gpu)
+        printf("        usable:   yes: %s\n", msg);
+    else if (m.loadable)
+        printf("        usable:   no: %s\n", msg);
+    else
+        printf("        usable:   no (not loadable)\n");
+    return gpu;
 }
 
 int mpt_cmd_info(int argc, char **argv) {
@@ -35,47 +53,18 @@ int mpt_cmd_info(int argc, char **argv) {
     if (rc != 0) return rc < 0 ? 0 : rc;
 
     printf("mptrain %s\n", MPT_VERSION);
-    printf("build:\n");
-    int rt = 0, drv = 0;
-    char rts[32], drvs[32], cts[32];
-    cudaError_t e_rt = cudaRuntimeGetVersion(&rt);
-    cudaError_t e_drv = cudaDriverGetVersion(&drv);
-    cuda_version_str(e_rt == cudaSuccess ? rt : 0, rts, sizeof rts);
-    cuda_version_str(e_drv == cudaSuccess ? drv : 0, drvs, sizeof drvs);
-    cuda_version_str(CUDART_VERSION, cts, sizeof cts);
-    printf("  CUDA runtime        %s (built against %s); CUDA driver: %s\n", rts, cts,
-           drv > 0 ? drvs : "none installed");
-    size_t lt = cublasLtGetVersion();
-    printf("  cuBLASLt            %zu.%zu.%zu\n", lt / 10000, (lt / 100) % 100, lt % 100);
-    size_t dnn = cudnnGetVersion();
-    printf("  cuDNN               %zu.%zu.%zu (built against %d.%d.%d)\n", dnn / 10000, (dnn / 100) % 100, dnn % 100,
-           CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
-    int cr = 0;
-    if (curandGetVersion(&cr) == CURAND_STATUS_SUCCESS)
-        printf("  cuRAND              %d.%d.%d\n", cr / 1000, (cr % 1000) / 100, cr % 100);
-    else
-        printf("  cuRAND              version unavailable\n");
+    printf("backends:\n");
+    printf("  cpu   built: yes; loadable: yes (part of mptrain); usable: yes (Tensor Core numerics emulated)\n");
+    int gpu = print_cuda_backend();
+    printf("  --device auto will train on %s.\n", gpu ? "the GPU (cuda)" : "the CPU backend");
+    printf("libraries:\n");
+    char versions[2048];
+    if (mpt_cuda_library_versions(versions, sizeof versions)) fputs(versions, stdout);
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("  OpenBLAS            %s\n", openblas_get_config());
     printf("                      core %s, %d thread(s) (OPENBLAS_NUM_THREADS or --threads to change)\n",
            openblas_get_corename(), openblas_get_num_threads());
     if (coretype) printf("                      OPENBLAS_CORETYPE=%s\n", coretype);
-    printf("  GPU code built for ");
-    char arch[64];
-    snprintf(arch, sizeof arch, "%s", MPT_CUDA_ARCH);
-    char *save = NULL;
-    for (char *a = strtok_r(arch, ",", &save); a; a = strtok_r(NULL, ",", &save)) printf(" sm_%s", a);
-    printf(" + PTX compute_%s for newer GPUs (meson option gpu_arch)\n", MPT_CUDA_PTX_ARCH);
-
-    char msg[512], details[1024];
-    int gpu = mpt_cuda_available(msg, sizeof msg);
-    if (gpu && mpt_cuda_device_info(details, sizeof details))
-        printf("GPU: %s\n     --device auto will train on it.\n", details);
-    else if (gpu)
-        printf("GPU: %s\n     --device auto will train on it.\n", msg);
-    else
-        printf("GPU: none usable: %s\n     --device auto will train on the CPU backend (Tensor Core numerics emulated).\n",
-               msg);
 
     const char *ov = getenv("NVIDIA_TF32_OVERRIDE");
     if (!ov)

@@ -3,7 +3,9 @@
  * and a record of what actually ran for every GEMM and convolution call site.
  *
  * The table itself is created by mpt_backend_cuda_create() (engine/backend.h). This header has no CUDA
- * types (ARCHITECTURE decision 5), so C code (tools, tests) can include it; it links without a GPU.
+ * types (ARCHITECTURE decision 5), so C code (tools, tests) can include it; it links without a GPU and without
+ * any CUDA library: every function here is a forwarder (engine/cuda_loader.c) into the CUDA backend module,
+ * loaded on first use (kernels/cuda/cuda_module.h; search order in mpt_cuda_module_status below).
  *
  * GEMM records exist so a run can prove which numerics the hardware used: for each call site (the tag a
  * layer passes in mpt_gemm_args) the cuBLASLt compute type, the A/B/C/D data types, the epilogue and the
@@ -70,8 +72,30 @@ typedef enum mpt_cuda_probe_result {
     MPT_CUDA_UNSUPPORTED,   /* a device older than compute capability 8.0 (no TF32/BF16 Tensor Cores) */
     MPT_CUDA_BROKEN,        /* any other CUDA error: a driver older than the runtime (cudaErrorInsufficientDriver:
                                CUDA 13 needs R580+), a driver/library mismatch, devices unavailable, no code in
-                               this build for the GPU, ... */
+                               this build for the GPU, the CUDA backend module present but not loadable (a
+                               CUDA library missing), ... */
+    MPT_CUDA_NOT_BUILT,     /* this mptrain was built without the CUDA backend (-Dcuda=disabled, or no toolkit
+                               found by -Dcuda=auto) and no module was found: a machine-independent "no GPU" */
 } mpt_cuda_probe_result;
+
+/* What `mptrain info` says about the CUDA backend module. */
+typedef struct mpt_cuda_module_state {
+    int built;          /* this build configured the CUDA backend (Meson -Dcuda) */
+    int loadable;       /* the module was found and loaded (dlopen + entry point + ABI) */
+    char path[4096];    /* the module file loaded, or the last one tried ("" if none was found) */
+    char why[4096];     /* if not loadable: the paths searched or the loader's error (dlerror), one line */
+} mpt_cuda_module_state;
+
+/* Loads the CUDA backend module once (later calls return the first outcome) and describes it into *out (host).
+ * Search order: $MPT_CUDA_MODULE (a file path; if set, the only place tried), then libmptrain-cuda.so in the
+ * running program's directory, in the build tree's kernels/cuda (this build's module), in <libdir>/mptrain of
+ * the install prefix. Returns out->loadable. Thread-safe. */
+int mpt_cuda_module_status(mpt_cuda_module_state *out);
+
+/* The CUDA libraries the module loaded, one indented line each (versions at run time and at build time) and
+ * the GPU code it holds, into buf (host, len bytes). Returns 1, or 0 (buf untouched) without a loadable
+ * module. Needs no GPU. */
+int mpt_cuda_library_versions(char *buf, size_t len);
 
 /* Probes device 0 as mpt_cuda_available() (engine/backend.h) does, and says which case holds; msg (host, may be
  * NULL, len bytes) receives one line: the device, or the reason with the CUDA error's name and number. */

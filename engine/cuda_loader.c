@@ -1,0 +1,165 @@
+/*
+ * engine/cuda_loader.c - finds and loads the CUDA backend module (libmptrain-cuda.so) on first use, and the
+ * forwarders that give engine/backend.h's and kernels/cuda/cuda_backend.h's CUDA functions their meaning
+ * through it (interface: kernels/cuda/cuda_module.h).
+ *
+ * Nothing here needs CUDA: a CPU-only build, or a CUDA build copied to a machine without CUDA libraries, runs
+ * the CPU backend and reports why the CUDA one is not usable. The module is looked for, in this order:
+ *   1. $MPT_CUDA_MODULE, a path to the file (if set, nothing else is tried);
+ *   2. libmptrain-cuda.so next to the running program (/proc/self/exe);
+ *   3. the build tree's kernels/cuda (MPT_CUDA_MODULE_BUILD_DIR, for programs run from the build directory);
+ *   4. <prefix>/<libdir>/mptrain (MPT_CUDA_MODULE_INSTALL_DIR, where `meson install` puts it).
+ * The first file that exists is loaded (RTLD_NOW | RTLD_LOCAL); its failure to load is reported, not skipped
+ * over, so a broken install is never mistaken for a missing one. Pattern: ggml's ggml_backend_load_best.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/backend.h"
+#include "kernels/cuda/cuda_module.h"
+#include "mpt_config.h"
+
+#define MPT_CUDA_MODULE_FILE "libmptrain-cuda.so"
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static mpt_cuda_module_state state;
+static const mpt_cuda_module_api *api;
+
+/* Writes dir/MPT_CUDA_MODULE_FILE into path; returns 1 if that file exists. */
+static int candidate(const char *dir, char *path, size_t len) {
+    int n = snprintf(path, len, "%s/%s", dir, MPT_CUDA_MODULE_FILE);
+    return n > 0 && (size_t)n < len && access(path, F_OK) == 0;
+}
+
+/* The first existing module file in the search order into state.path; 0 (and state.why) if none. */
+static int find_module(void) {
+    const char *env = getenv("MPT_CUDA_MODULE");
+    if (env && env[0]) {
+        snprintf(state.path, sizeof state.path, "%s", env);
+        if (access(env, F_OK) == 0) return 1;
+        snprintf(state.why, sizeof state.why, "MPT_CUDA_MODULE=%s: no such file", env);
+        return 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        if (candidate(exe, state.path, sizeof state.path)) return 1;
+    }
+    if (candidate(MPT_CUDA_MODULE_BUILD_DIR, state.path, sizeof state.path)) return 1;
+    if (candidate(MPT_CUDA_MODULE_INSTALL_DIR, state.path, sizeof state.path)) return 1;
+    state.path[0] = '\0';
+    snprintf(state.why, sizeof state.why, "no %s next to the program (%.900s), in %s or in %s (set MPT_CUDA_MODULE to its path)",
+             MPT_CUDA_MODULE_FILE, n > 0 ? exe : "?", MPT_CUDA_MODULE_BUILD_DIR, MPT_CUDA_MODULE_INSTALL_DIR);
+    return 0;
+}
+
+static void load_module(void) {
+#ifdef MPT_HAVE_CUDA
+    state.built = 1;
+#endif
+    if (!find_module()) return;
+    void *h = dlopen(state.path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(state.why, sizeof state.why, "cannot load it: %s", e ? e : "dlopen failed");
+        return;
+    }
+    mpt_cuda_module_entry_fn entry;
+    *(void **)&entry = dlsym(h, MPT_CUDA_MODULE_ENTRY);
+    if (!entry) {
+        snprintf(state.why, sizeof state.why, "no symbol %s: not an mptrain CUDA module", MPT_CUDA_MODULE_ENTRY);
+        dlclose(h);
+        return;
+    }
+    api = entry(MPT_CUDA_MODULE_ABI);
+    if (!api) {
+        snprintf(state.why, sizeof state.why, "built for another mptrain version (module ABI %d wanted)",
+                 MPT_CUDA_MODULE_ABI);
+        dlclose(h);
+        return;
+    }
+    state.loadable = 1; /* the handle stays open until the process exits: backends created from it live on */
+}
+
+int mpt_cuda_module_status(mpt_cuda_module_state *out) {
+    pthread_once(&load_once, load_module);
+    if (out) *out = state;
+    return state.loadable;
+}
+
+/* The module's table, or NULL. */
+static const mpt_cuda_module_api *module(void) {
+    pthread_once(&load_once, load_module);
+    return api;
+}
+
+/* Says why there is no module, in the words of the probe. */
+static mpt_cuda_probe_result no_module(char *msg, size_t len) {
+    if (state.built || state.path[0]) {
+        if (msg) snprintf(msg, len, "CUDA backend module %s: %s", state.path[0] ? state.path : "not found", state.why);
+        return MPT_CUDA_BROKEN;
+    }
+    if (msg)
+        snprintf(msg, len, "this mptrain was built without the CUDA backend (Meson -Dcuda=disabled, or no CUDA "
+                           "toolkit found): install the CUDA toolkit and cuDNN 9 and rebuild with -Dcuda=enabled");
+    return MPT_CUDA_NOT_BUILT;
+}
+
+mpt_cuda_probe_result mpt_cuda_probe(char *msg, size_t len) {
+    const mpt_cuda_module_api *m = module();
+    return m ? m->probe(msg, len) : no_module(msg, len);
+}
+
+int mpt_cuda_available(char *msg, size_t len) { return mpt_cuda_probe(msg, len) == MPT_CUDA_USABLE; }
+
+int mpt_cuda_device_info(char *buf, size_t len) {
+    const mpt_cuda_module_api *m = module();
+    if (m) return m->device_info(buf, len);
+    no_module(buf, len);
+    return 0;
+}
+
+mpt_backend *mpt_backend_cuda_create(void) {
+    const mpt_cuda_module_api *m = module();
+    if (m) return m->backend_create();
+    char why[4096];
+    no_module(why, sizeof why);
+    mpt_errorf(MPT_ERR_DEVICE, "no CUDA backend: %s", why);
+    return NULL;
+}
+
+/* The functions below take a backend created by mpt_backend_cuda_create, which exists only if the module
+ * loaded: module() is never NULL in them. */
+void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, uint64_t offset) {
+    module()->rng_uniform(be, out, n, seed, offset);
+}
+
+int mpt_cuda_gemm_record_count(mpt_backend *be) { return module()->gemm_record_count(be); }
+
+int mpt_cuda_gemm_record_get(mpt_backend *be, int i, mpt_cuda_gemm_record *out) {
+    return module()->gemm_record_get(be, i, out);
+}
+
+void mpt_cuda_print_gemm_records(mpt_backend *be, FILE *f) { module()->print_gemm_records(be, f); }
+
+int mpt_cuda_conv_record_count(mpt_backend *be) { return module()->conv_record_count(be); }
+
+int mpt_cuda_conv_record_get(mpt_backend *be, int i, mpt_cuda_conv_record *out) {
+    return module()->conv_record_get(be, i, out);
+}
+
+void mpt_cuda_print_conv_records(mpt_backend *be, FILE *f) { module()->print_conv_records(be, f); }
+
+int mpt_cuda_library_versions(char *buf, size_t len) {
+    const mpt_cuda_module_api *m = module();
+    if (!m) return 0;
+    m->library_versions(buf, len);
+    return 1;
+}

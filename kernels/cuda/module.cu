@@ -1,0 +1,72 @@
+/*
+ * kernels/cuda/module.cu - the CUDA backend module's one exported symbol (kernels/cuda/cuda_module.h): the
+ * function table engine/cuda_loader.c calls through, and the library versions `mptrain info` prints.
+ *
+ * Everything else in this module is compiled with -fvisibility=hidden, so its definitions of the
+ * cuda_backend.h functions bind inside the module and never clash with the engine's forwarders of the same
+ * names. Versions come from each library's own get-version call (what is loaded at run time) next to the
+ * headers' (what the module was built against): cudaRuntimeGetVersion / cudaDriverGetVersion,
+ * cublasLtGetVersion, cudnnGetVersion, curandGetVersion. None of them needs a GPU.
+ */
+#include <string.h>
+
+#include "kernels/cuda/cuda_internal.cuh"
+#include "kernels/cuda/cuda_module.h"
+#include "mpt_config.h"
+
+/* CUDA encodes versions as 1000 * major + 10 * minor. */
+static void cuda_version_str(int v, char *buf, size_t len) {
+    if (v <= 0) snprintf(buf, len, "none");
+    else snprintf(buf, len, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+static void library_versions(char *buf, size_t len) {
+    int rt = 0, drv = 0;
+    char rts[32], drvs[32], cts[32];
+    cudaError_t e_rt = cudaRuntimeGetVersion(&rt);
+    cudaError_t e_drv = cudaDriverGetVersion(&drv);
+    cuda_version_str(e_rt == cudaSuccess ? rt : 0, rts, sizeof rts);
+    cuda_version_str(e_drv == cudaSuccess ? drv : 0, drvs, sizeof drvs);
+    cuda_version_str(CUDART_VERSION, cts, sizeof cts);
+    size_t lt = cublasLtGetVersion(), dnn = cudnnGetVersion();
+    int cr = 0;
+    char crs[32];
+    if (curandGetVersion(&cr) == CURAND_STATUS_SUCCESS)
+        snprintf(crs, sizeof crs, "%d.%d.%d", cr / 1000, (cr % 1000) / 100, cr % 100);
+    else
+        snprintf(crs, sizeof crs, "version unavailable");
+    char arch[64], archs[256] = "";
+    snprintf(arch, sizeof arch, "%s", MPT_CUDA_ARCH);
+    char *save = NULL;
+    for (char *a = strtok_r(arch, ",", &save); a; a = strtok_r(NULL, ",", &save)) {
+        size_t used = strlen(archs);
+        snprintf(archs + used, sizeof archs - used, " sm_%s", a);
+    }
+    snprintf(buf, len,
+             "  CUDA runtime        %s (built against %s); CUDA driver: %s\n"
+             "  cuBLASLt            %zu.%zu.%zu\n"
+             "  cuDNN               %zu.%zu.%zu (built against %d.%d.%d)\n"
+             "  cuRAND              %s\n"
+             "  GPU code built for %s + PTX compute_%s for newer GPUs (meson option gpu_arch)\n",
+             rts, cts, drv > 0 ? drvs : "none installed", lt / 10000, (lt / 100) % 100, lt % 100, dnn / 10000,
+             (dnn / 100) % 100, dnn % 100, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL, crs, archs, MPT_CUDA_PTX_ARCH);
+}
+
+static const mpt_cuda_module_api module_api = {
+    MPT_CUDA_MODULE_ABI,
+    mpt_cuda_probe,
+    mpt_cuda_device_info,
+    mpt_backend_cuda_create,
+    mpt_cuda_rng_uniform,
+    mpt_cuda_gemm_record_count,
+    mpt_cuda_gemm_record_get,
+    mpt_cuda_print_gemm_records,
+    mpt_cuda_conv_record_count,
+    mpt_cuda_conv_record_get,
+    mpt_cuda_print_conv_records,
+    library_versions,
+};
+
+extern "C" __attribute__((visibility("default"))) const mpt_cuda_module_api *mpt_cuda_module_get(int abi) {
+    return abi == MPT_CUDA_MODULE_ABI ? &module_api : NULL;
+}
