@@ -109,8 +109,8 @@ typedef struct mpt_trainer {
 
 /* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,
  * allocates everything, initialises the parameters as PyTorch's defaults for Linear/Conv2d
- * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases) from cuRAND's host Philox generator with
- * cfg->seed, and writes the working copies. The trainer takes ownership of g: it is freed with the trainer,
+ * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases) from the host Philox stream (engine/rng.h:
+ * cuRAND's Philox4x32-10 sequence) with cfg->seed, and writes the working copies. The trainer takes ownership of g: it is freed with the trainer,
  * or before returning when creation fails (MPT_ERR_ARG for a bad config, naming the setting; MPT_ERR_NOMEM). */
 mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
 void mpt_trainer_free(mpt_trainer **t);

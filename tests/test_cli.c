@@ -275,8 +275,23 @@ END_TEST
 
 START_TEST(test_info) {
     ck_assert_int_eq(run("info", NULL), 0);
-    const char *want[] = {"CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "OpenBLAS", "GPU", "NVIDIA_TF32_OVERRIDE"};
+    const char *want[] = {"backends:", "cpu   built: yes", "cuda  built:", "loadable:", "usable:", "OpenBLAS",
+                          "NVIDIA_TF32_OVERRIDE"};
     for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, want[i]) != NULL, "info lacks %s: %s", want[i], out_buf);
+#ifdef MPT_HAVE_CUDA /* the module of this build loads here, and reports its libraries */
+    const char *libs[] = {"loadable: yes", "CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "GPU code built for"};
+    for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out_buf, libs[i]) != NULL, "info lacks %s: %s", libs[i], out_buf);
+#else
+    ck_assert_msg(strstr(out_buf, "cuda  built:    no") && strstr(out_buf, "-Dcuda=enabled"),
+                  "a CPU-only build's info does not say the CUDA backend is not built and how to get it: %s", out_buf);
+#endif
+    /* A module path that does not exist: info names it, and --device auto falls back to the CPU. */
+    setenv("MPT_CUDA_MODULE", "/nonexistent/libmptrain-cuda.so", 1);
+    ck_assert_int_eq(run("info", NULL), 0);
+    unsetenv("MPT_CUDA_MODULE");
+    ck_assert_msg(strstr(out_buf, "MPT_CUDA_MODULE=/nonexistent/libmptrain-cuda.so: no such file") &&
+                      strstr(out_buf, "will train on the CPU backend"),
+                  "info does not report the missing module: %s", out_buf);
     setenv("NVIDIA_TF32_OVERRIDE", "0", 1);
     ck_assert_int_eq(run("info", NULL), 0);
     unsetenv("NVIDIA_TF32_OVERRIDE");

@@ -709,8 +709,10 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
         break;
     case MPT_CMD_INFO:
         fprintf(f, "Usage: mptrain info\n"
-                   "Prints the library versions (CUDA runtime, cuBLASLt, cuDNN, cuRAND, OpenBLAS), whether a GPU is\n"
-                   "usable and what it is, and the state of NVIDIA_TF32_OVERRIDE.\n");
+                   "Prints each backend (cpu, cuda) as built / loadable / usable and why not, the library versions\n"
+                   "(CUDA runtime, cuBLASLt, cuDNN, cuRAND when the CUDA module loads; OpenBLAS), which GPU is usable,\n"
+                   "and the state of NVIDIA_TF32_OVERRIDE. The CUDA module is looked for at $MPT_CUDA_MODULE, next to\n"
+                   "mptrain, in the build tree, then in <libdir>/mptrain.\n");
         break;
     }
     fprintf(f, "\nOptions:\n");
