@@ -79,7 +79,7 @@ DATA=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
 BUILD=build-gpu
 MPTRAIN=$ROOT/$BUILD/tools/mptrain
 GPU_ARCH=${GPU_ARCH:-80,90}
-MESON_ARGS=(-Dgpu_arch="$GPU_ARCH")
+MESON_ARGS=(-Dgpu_arch="$GPU_ARCH" -Dcuda=enabled) # a GPU machine without the toolkit fails here, never builds CPU-only
 [ -n "${MPT_CUDNN_ROOT:-}" ] && MESON_ARGS+=(-Dcudnn_root="$MPT_CUDNN_ROOT")
 FAILED=()
 fail() { FAILED+=("$1"); printf 'bench/gpu.sh: STAGE FAILED: %s\n' "$1" >&2; }
