@@ -6,7 +6,10 @@
  * message that names the file or flag, what was expected and what was found: mpt_errorf() stores it and
  * returns the status, so the idiom is
  *     if (magic != 0x0803) return mpt_errorf(MPT_ERR_FORMAT, "%s: expected IDX magic 0x00000803, found 0x%08x", path, magic);
- * and the caller prints mpt_last_error(). The message is per thread.
+ * and the caller prints mpt_last_error(). The message is per thread, and always one line of printable text:
+ * mpt_errorf() escapes (mpt_escape) every control byte and every byte that is not part of valid UTF-8, so a
+ * file name or a string read from a file (a tensor name holding terminal escape sequences or a newline)
+ * cannot forge output lines.
  *
  * Programmer errors (a shape mismatch between layers, a dtype a kernel does not take) abort through
  * MPT_ASSERT, which prints the condition as text with file and line. Library calls are checked with the
@@ -15,6 +18,7 @@
 #ifndef MPT_ENGINE_STATUS_H
 #define MPT_ENGINE_STATUS_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 typedef enum mpt_status {
@@ -30,6 +34,12 @@ typedef enum mpt_status {
 
 /* Records a printf-style message for the current thread and returns `code`. */
 mpt_status mpt_errorf(mpt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies src into dst (capacity cap >= 1, always NUL-terminated, truncated to fit) with every byte that a
+ * terminal could act on written as \xNN: C0 controls (0x00-0x1f, newline and escape included), DEL (0x7f),
+ * C1 controls (U+0080-U+009F) and bytes that are not part of well-formed UTF-8; a backslash itself is
+ * written as \\. Printable ASCII and well-formed UTF-8 pass through. Returns dst. */
+char *mpt_escape(char *dst, size_t cap, const char *src);
 
 /* The last message recorded by mpt_errorf() on this thread ("" if none). Valid until the next call. */
 const char *mpt_last_error(void);

@@ -60,7 +60,8 @@ START_TEST(test_continued_equals_fresh) {
         uint64_t seed = 1000 + k, off = 17 * k;
         mpt_rng_uniform(a, x, n1, seed, off);
         mpt_rng_uniform(a, x + n1, n2, seed, off + n1); /* continued */
-        mpt_rng_uniform(b, y, 3, seed + 1, 0);          /* move b elsewhere first */
+        float elsewhere[3];
+        mpt_rng_uniform(b, elsewhere, 3, seed + 1, 0);  /* move b elsewhere first */
         mpt_rng_uniform(b, y, n2, seed, off + n1);      /* fresh */
         ck_assert_msg(memcmp(x + n1, y, n2 * sizeof *y) == 0, "sizes %zu, %zu: continued draw differs from a fresh one",
                       n1, n2);

@@ -203,6 +203,10 @@ int mpt_cli_given(const mpt_cli_opts *o, mpt_opt_id id);
  * --help was given (the help has been printed to stdout: the caller exits 0). */
 int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o);
 
+/* The checks between settings that a command line must pass (--nesterov needs --optimizer sgd and
+ * --momentum > 0), also applied to a checkpoint's recorded settings. MPT_ERR_ARG naming the flags. */
+mpt_status mpt_cli_check(const mpt_cli_opts *o);
+
 /* Sets option id from its text, as if "--<name> <arg>" had been given (arg NULL for flags without a
  * value). MPT_ERR_ARG with a message naming the flag for a malformed or out-of-range value. */
 mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg);
@@ -332,6 +336,9 @@ typedef struct mpt_cli_run_state {
     int best_epoch;
     int ranks;               /* data-parallel ranks that trained it (1: a single process, and older checkpoints) */
     mpt_grad_comm grad_comm; /* their wire dtype (fp32 for single-process runs) */
+    double epoch_loss_sum;   /* sum and count of the losses logged so far in the unfinished epoch (0 at a */
+    int64_t epoch_loss_n;    /* boundary): epochs.csv's train_loss of a resumed epoch averages all of them */
+    int threads;             /* the CPU backend's OpenBLAS threads (0: a GPU run, or not recorded) */
 } mpt_cli_run_state;
 
 /* The checkpoint file name inside an output directory. */

@@ -2,6 +2,7 @@
  * tools/main.c - the mptrain command: `mptrain COMMAND [options]`, dispatching to the commands of tools/.
  * The file list and the exit codes are in tools/cli.h.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,7 +32,22 @@ static void print_usage(FILE *f) {
             "  mptrain eval --checkpoint runs/mlp-fp16/checkpoint.safetensors\n");
 }
 
+static int run_command(int argc, char **argv);
+
+/* Every command's output goes through stdout: a write that failed (a full disk, a closed pipe) must not
+ * end in exit status 0. */
 int main(int argc, char **argv) {
+    int rc = run_command(argc, argv);
+    errno = 0;
+    int bad = fflush(stdout) != 0 || ferror(stdout);
+    if (bad) {
+        fprintf(stderr, "mptrain: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
+        return rc ? rc : MPT_CLI_EXIT_FAIL;
+    }
+    return rc;
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         print_usage(stderr);
         return MPT_CLI_EXIT_USAGE;
@@ -51,7 +67,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "info") == 0) return mpt_cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "formats") == 0) return mpt_cmd_formats(argc - 1, argv + 1);
     if (strcmp(cmd, "lab") == 0) return mpt_cmd_lab(argc - 1, argv + 1);
+    char esc[256];
     fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval, info, formats or lab; see mptrain --help)\n",
-            cmd);
+            mpt_escape(esc, sizeof esc, cmd));
     return MPT_CLI_EXIT_USAGE;
 }

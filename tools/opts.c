@@ -771,8 +771,9 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
             mpt_cli_print_help(stdout, cmd);
             return -1;
         }
+        char esc[256]; /* argv text quoted in a message, control bytes escaped (engine/status.h) */
         if (c == '?') {
-            const char *bad = argv[optind - 1];
+            const char *bad = mpt_escape(esc, sizeof esc, argv[optind - 1]);
             if (optopt > 0 && optopt < MPT_OPT_FIRST)
                 fprintf(stderr, "mptrain %s: unknown option '-%c' (see mptrain %s --help)\n", name, optopt, name);
             else if (optopt >= MPT_OPT_FIRST && strchr(bad, '='))
@@ -784,7 +785,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
             return MPT_CLI_EXIT_USAGE;
         }
         if (c == ':') {
-            const char *flag = optopt >= MPT_OPT_FIRST ? mpt_cli_opt_name((mpt_opt_id)optopt) : argv[optind - 1];
+            const char *flag = optopt >= MPT_OPT_FIRST ? mpt_cli_opt_name((mpt_opt_id)optopt)
+                                                       : mpt_escape(esc, sizeof esc, argv[optind - 1]);
             fprintf(stderr, "mptrain %s: option '--%s' needs a value (see mptrain %s --help)\n", name, flag, name);
             return MPT_CLI_EXIT_USAGE;
         }
@@ -792,7 +794,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         const opt_def *d = opt_find(id);
         /* A value that looks like a flag is almost always a forgotten value: "--lr --epochs 3". */
         if (d && d->has_arg == required_argument && optarg && strncmp(optarg, "--", 2) == 0) {
-            fprintf(stderr, "mptrain %s: option '--%s' needs a value, found the option '%s'\n", name, d->name, optarg);
+            fprintf(stderr, "mptrain %s: option '--%s' needs a value, found the option '%s'\n", name, d->name,
+                    mpt_escape(esc, sizeof esc, optarg));
             return MPT_CLI_EXIT_USAGE;
         }
         mpt_status s = mpt_cli_apply(o, id, optarg);
@@ -803,8 +806,9 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         o->given[id - MPT_OPT_FIRST] = 1;
     }
     if (optind < argc) {
+        char esc[256];
         fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
-                argv[optind], name);
+                mpt_escape(esc, sizeof esc, argv[optind]), name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
@@ -831,9 +835,15 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         fprintf(stderr, "mptrain %s: --margin needs --seeds with at least 2 seeds (a verdict needs a spread)\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (o->nesterov && (o->optimizer != MPT_OPTIM_SGD || o->momentum == 0.0)) {
-        fprintf(stderr, "mptrain %s: --nesterov needs --optimizer sgd and --momentum > 0\n", name);
+    if (mpt_cli_check(o) != MPT_OK) {
+        fprintf(stderr, "mptrain %s: %s\n", name, mpt_last_error());
         return MPT_CLI_EXIT_USAGE;
     }
     return 0;
+}
+
+mpt_status mpt_cli_check(const mpt_cli_opts *o) {
+    if (o->nesterov && (o->optimizer != MPT_OPTIM_SGD || o->momentum == 0.0))
+        return mpt_errorf(MPT_ERR_ARG, "--nesterov needs --optimizer sgd and --momentum > 0");
+    return MPT_OK;
 }
