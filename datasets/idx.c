@@ -16,6 +16,7 @@
 #include "datasets/idx.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -74,11 +75,40 @@ static mpt_status src_fill(idx_src *s) {
     return MPT_OK;
 }
 
+/* What a file that is not a regular file is, for the error message. */
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" :
+           S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
+/* Opens path for reading without blocking (a FIFO must not hang the open) and accepts a regular file only. */
+static mpt_status open_regular(const char *path, FILE **out) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ELOOP) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: a symbolic link loop", path);
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    int fl = -1;
+    const char *fail = fstat(fd, &sb) != 0 ? "stat" : NULL;
+    if (!fail && !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mpt_errorf(MPT_ERR_IO, "%s: expected an IDX file, found %s", path, file_kind(sb.st_mode));
+    }
+    if (!fail && ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) fail = "fcntl";
+    if (!fail && !(*out = fdopen(fd, "rb"))) fail = "fdopen";
+    if (fail) {
+        mpt_status st = mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", path, fail, strerror(errno));
+        close(fd);
+        return st;
+    }
+    return MPT_OK;
+}
+
 static mpt_status src_open(idx_src *s, const char *path) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->f = fopen(path, "rb");
-    if (!s->f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    MPT_TRY(open_regular(path, &s->f));
     MPT_TRY(src_fill(s));
     if (s->in_len >= 2 && s->in[0] == 0x1f && s->in[1] == 0x8b) {
         s->gz = 1;
@@ -163,7 +193,8 @@ static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-static mpt_status idx_load_src(idx_src *gz, const char *path, int expect_ndim, mpt_idx *out) {
+/* Reads and validates the header: out->ndim, dims (unused ones 1) and nbytes; no data. */
+static mpt_status idx_read_header(idx_src *gz, const char *path, int expect_ndim, mpt_idx *out) {
     uint8_t hdr[4 + 4 * MPT_IDX_MAX_DIMS];
     int64_t got = 0;
     MPT_TRY(idx_read(gz, hdr, 4, &got));
@@ -208,8 +239,15 @@ static mpt_status idx_load_src(idx_src *gz, const char *path, int expect_ndim, m
                               shape, (long long)MPT_IDX_MAX_BYTES);
         }
     }
-    int64_t nbytes = (int64_t)total;
+    out->ndim = ndim;
+    memcpy(out->dims, dims, sizeof dims);
+    out->nbytes = (int64_t)total;
+    return MPT_OK;
+}
 
+/* Reads the payload of out->nbytes bytes (the header has been read) and checks that nothing follows. */
+static mpt_status idx_read_payload(idx_src *gz, const char *path, mpt_idx *out) {
+    int64_t nbytes = out->nbytes, got = 0;
     /* Payload: grow the buffer as bytes arrive. */
     int64_t cap = nbytes < IDX_CHUNK ? nbytes : IDX_CHUNK;
     uint8_t *buf = malloc(cap > 0 ? (size_t)cap : 1);
@@ -256,9 +294,6 @@ static mpt_status idx_load_src(idx_src *gz, const char *path, int expect_ndim, m
                           (long long)(extra > IDX_TRAILING_COUNT_CAP ? IDX_TRAILING_COUNT_CAP : extra),
                           (long long)nbytes);
     }
-    out->ndim = ndim;
-    memcpy(out->dims, dims, sizeof dims);
-    out->nbytes = nbytes;
     out->data = buf;
     return MPT_OK;
 }
@@ -267,13 +302,28 @@ mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
     MPT_ASSERT(out != NULL && path != NULL);
     MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
     memset(out, 0, sizeof *out);
-    struct stat sb;
-    if (stat(path, &sb) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) return mpt_errorf(MPT_ERR_IO, "%s: expected an IDX file, found a directory", path);
-    idx_src src;
-    mpt_status st = src_open(&src, path);
-    if (st == MPT_OK) st = idx_load_src(&src, path, expect_ndim, out);
-    src_close(&src);
+    idx_src *src = malloc(sizeof *src);
+    if (!src) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+    mpt_status st = src_open(src, path);
+    if (st == MPT_OK) st = idx_read_header(src, path, expect_ndim, out);
+    if (st == MPT_OK) st = idx_read_payload(src, path, out);
+    src_close(src);
+    free(src);
+    if (st != MPT_OK) memset(out, 0, sizeof *out);
+    return st;
+}
+
+mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out) {
+    MPT_ASSERT(out != NULL && path != NULL);
+    MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
+    memset(out, 0, sizeof *out);
+    idx_src *src = malloc(sizeof *src);
+    if (!src) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
+    mpt_status st = src_open(src, path);
+    if (st == MPT_OK) st = idx_read_header(src, path, expect_ndim, out);
+    src_close(src);
+    free(src);
+    if (st != MPT_OK) memset(out, 0, sizeof *out);
     return st;
 }
 
@@ -323,9 +373,12 @@ mpt_status mpt_idx_save(const char *path, const mpt_idx *x, int gzip) {
 static const char *const mnist_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                            "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
-static int file_exists(const char *p) {
+/* Whether p names something (0 only for ENOENT/ENOTDIR: the name is free to try with .gz); anything else
+ * there, readable or not, is what the loader opens and reports on. */
+static int name_taken(const char *p) {
     struct stat sb;
-    return stat(p, &sb) == 0 && !S_ISDIR(sb.st_mode);
+    if (lstat(p, &sb) != 0) return errno != ENOENT && errno != ENOTDIR;
+    return 1;
 }
 
 static mpt_status mnist_check_labels(const char *path, const mpt_idx *lab, int n_classes) {
@@ -336,8 +389,33 @@ static mpt_status mnist_check_labels(const char *path, const mpt_idx *lab, int n
     return MPT_OK;
 }
 
-mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) {
-    MPT_ASSERT(dir && out);
+/* Checks the four headers against each other before any payload is read: each images file has as many
+ * items as its labels file, at least one, of at least 1 x 1 pixels (rows x cols when given), the same size in
+ * train and test. A header claiming gigabytes is thus rejected before a byte of its payload is inflated. */
+static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, int rows, int cols) {
+    for (int part = 0; part < 2; part++) {
+        const mpt_idx *im = &h[2 * part], *lb = &h[2 * part + 1];
+        const char *ip = paths[2 * part], *lp = paths[2 * part + 1];
+        if (im->dims[0] != lb->dims[0])
+            return mpt_errorf(MPT_ERR_FORMAT, "%s has %lld images but %s has %lld labels; expected equal counts", ip,
+                              (long long)im->dims[0], lp, (long long)lb->dims[0]);
+        if (im->dims[0] == 0) return mpt_errorf(MPT_ERR_FORMAT, "%s: expected at least one image, found 0", ip);
+        if (im->dims[1] == 0 || im->dims[2] == 0)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels, found %lld x %lld", ip,
+                              (long long)im->dims[1], (long long)im->dims[2]);
+        if (rows > 0 && (im->dims[1] != rows || im->dims[2] != cols))
+            return mpt_errorf(MPT_ERR_SHAPE, "%s: images are %lld x %lld, expected %d x %d", ip,
+                              (long long)im->dims[1], (long long)im->dims[2], rows, cols);
+    }
+    if (h[0].dims[1] != h[2].dims[1] || h[0].dims[2] != h[2].dims[2])
+        return mpt_errorf(MPT_ERR_FORMAT, "%s has %lld x %lld images but %s has %lld x %lld; expected the same size",
+                          paths[0], (long long)h[0].dims[1], (long long)h[0].dims[2], paths[2],
+                          (long long)h[2].dims[1], (long long)h[2].dims[2]);
+    return MPT_OK;
+}
+
+mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out) {
+    MPT_ASSERT(dir && out && rows >= 0 && cols >= 0 && (rows > 0) == (cols > 0));
     memset(out, 0, sizeof *out);
     struct stat sb;
     int stat_rc = stat(dir, &sb);
@@ -351,9 +429,9 @@ mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) {
     int n_missing = 0;
     for (int i = 0; i < 4; i++) {
         snprintf(paths[i], sizeof paths[i], "%s/%s", dir, mnist_names[i]);
-        if (file_exists(paths[i])) continue;
+        if (name_taken(paths[i])) continue;
         snprintf(paths[i], sizeof paths[i], "%s/%s.gz", dir, mnist_names[i]);
-        if (file_exists(paths[i])) continue;
+        if (name_taken(paths[i])) continue;
         mlen += (size_t)snprintf(missing + mlen, sizeof missing - mlen, "%s%s[.gz]", n_missing ? ", " : "",
                                  mnist_names[i]);
         n_missing++;
@@ -364,24 +442,17 @@ mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) {
 
     mpt_idx f[4] = {{0}};
     mpt_status st = MPT_OK;
-    for (int i = 0; i < 4 && st == MPT_OK; i++) st = mpt_idx_load(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
-    for (int part = 0; part < 2 && st == MPT_OK; part++) {
-        const mpt_idx *im = &f[2 * part], *lb = &f[2 * part + 1];
-        if (im->dims[0] != lb->dims[0])
-            st = mpt_errorf(MPT_ERR_FORMAT, "%s has %lld images but %s has %lld labels; expected equal counts",
-                            paths[2 * part], (long long)im->dims[0], paths[2 * part + 1], (long long)lb->dims[0]);
-        else if (im->dims[0] == 0)
-            st = mpt_errorf(MPT_ERR_FORMAT, "%s: expected at least one image, found 0", paths[2 * part]);
-        else if (im->dims[1] == 0 || im->dims[2] == 0)
-            st = mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels, found %lld x %lld",
-                            paths[2 * part], (long long)im->dims[1], (long long)im->dims[2]);
-        else
-            st = mnist_check_labels(paths[2 * part + 1], lb, MPT_MNIST_N_CLASSES);
+    for (int i = 0; i < 4 && st == MPT_OK; i++) st = mpt_idx_read_header(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
+    if (st == MPT_OK) st = mnist_check_headers(paths, f, rows, cols);
+    for (int i = 0; i < 4 && st == MPT_OK; i++) {
+        int64_t claimed[MPT_IDX_MAX_DIMS];
+        memcpy(claimed, f[i].dims, sizeof claimed);
+        st = mpt_idx_load(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
+        if (st == MPT_OK && memcmp(claimed, f[i].dims, sizeof claimed) != 0)
+            st = mpt_errorf(MPT_ERR_IO, "%s: the file changed while the dataset was loading", paths[i]);
     }
-    if (st == MPT_OK && (f[0].dims[1] != f[2].dims[1] || f[0].dims[2] != f[2].dims[2]))
-        st = mpt_errorf(MPT_ERR_FORMAT, "%s has %lld x %lld images but %s has %lld x %lld; expected the same size",
-                        paths[0], (long long)f[0].dims[1], (long long)f[0].dims[2], paths[2], (long long)f[2].dims[1],
-                        (long long)f[2].dims[2]);
+    for (int part = 0; part < 2 && st == MPT_OK; part++)
+        st = mnist_check_labels(paths[2 * part + 1], &f[2 * part + 1], MPT_MNIST_N_CLASSES);
     if (st != MPT_OK) {
         for (int i = 0; i < 4; i++) mpt_idx_free(&f[i]);
         return st;
@@ -398,6 +469,8 @@ mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) {
     out->n_classes = MPT_MNIST_N_CLASSES;
     return MPT_OK;
 }
+
+mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) { return mpt_mnist_load_shape(dir, 0, 0, out); }
 
 mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip) {
     MPT_ASSERT(dir && d && d->dim == (int64_t)d->rows * d->cols);

@@ -15,7 +15,8 @@
  * ndim for the role (images where labels are expected and the reverse), sizes whose product overflows or
  * exceeds MPT_IDX_MAX_BYTES (checked in 64 bits before anything is allocated), a payload shorter or longer
  * than the sizes say (trailing bytes are an error), a truncated or corrupt .gz, an empty file. A file that
- * cannot be opened gives MPT_ERR_IO with the errno text.
+ * cannot be opened gives MPT_ERR_IO with the errno text; so does anything but a regular file (a directory, a
+ * FIFO, a device: opened without blocking and named as what it is) and a symbolic link loop.
  *
  * The dataset: train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
  * t10k-labels-idx1-ubyte in one directory, each either plain or with a .gz suffix (the plain name is tried
@@ -47,6 +48,10 @@ typedef struct mpt_idx {
  * MPT_ERR_NOMEM. */
 mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out);
 
+/* Reads and validates only the header of `path` (as mpt_idx_load does): out->ndim, dims and nbytes, with
+ * out->data NULL; at most the header's bytes are decompressed. Same errors as mpt_idx_load. */
+mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out);
+
 /* Frees x->data and zeroes *x. Safe on a zeroed struct. */
 void mpt_idx_free(mpt_idx *x);
 
@@ -70,10 +75,16 @@ typedef struct mpt_mnist {
 #define MPT_MNIST_N_CLASSES 10
 
 /* Loads the four standard files from `dir` (see the file comment) into *out (zeroed first; on error it
- * holds nothing to free). Checks: images files have ndim 3, labels files ndim 1; train and test images have
- * the same rows x cols; each images file has as many items as its labels file; every label is in [0, 10).
- * Errors: MPT_ERR_IO naming the directory and every missing file, MPT_ERR_FORMAT for malformed contents. */
+ * holds nothing to free). The four headers are read and checked against each other before any payload:
+ * images files have ndim 3, labels files ndim 1; train and test images have the same rows x cols; each images
+ * file has as many items as its labels file; then every label is in [0, 10).
+ * Errors: MPT_ERR_IO naming the directory and every missing file (a directory, FIFO or symbolic link loop
+ * where a file should be is named as such), MPT_ERR_FORMAT for malformed contents. */
 mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out);
+
+/* mpt_mnist_load, also requiring rows x cols images (MPT_ERR_SHAPE otherwise, before any payload is read);
+ * rows = cols = 0 accepts any size. */
+mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out);
 
 /* Writes d as the four standard files into the existing directory `dir` (names with ".gz" and compressed
  * when gzip != 0), e.g. to put a synthetic dataset where the command-line tool can read it.

@@ -29,11 +29,15 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
                           "--data %s: not a directory (%s); expected the four Fashion-MNIST IDX files there "
                           "(Debian: apt-get install dataset-fashion-mnist)",
                           dir, errno ? strerror(errno) : "not a directory");
-    MPT_TRY(mpt_mnist_load(dir, &cd->d));
+    /* the models take 28 x 28 images: checked on the headers, before any payload is read */
+    mpt_status s = mpt_mnist_load_shape(dir, 28, 28, &cd->d);
+    if (s == MPT_ERR_SHAPE) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(s, "--data %s: %s (the models take 28 x 28)", dir, msg);
+    }
+    if (s != MPT_OK) return s;
     mpt_mnist *d = &cd->d;
-    if (d->dim != 784)
-        return mpt_errorf(MPT_ERR_SHAPE, "--data %s: images are %dx%d, the models take 28x28", dir, d->rows, d->cols);
-    mpt_status s = MPT_OK;
     if (limit_train > 0 && limit_train < d->n_train) {
         s = keep_rows(&d->train_images, d->n_train, limit_train, d->dim);
         if (s == MPT_OK) s = keep_rows(&d->train_labels, d->n_train, limit_train, 1);
