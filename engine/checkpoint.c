@@ -32,6 +32,7 @@ struct mpt_checkpoint {
     size_t buf_size;
     int n;
     mpt_checkpoint_tensor *t;     /* [n] sorted by data offset; names and data point into owned memory */
+    int64_t *begin;               /* [n] each tensor's offset in buf */
     int n_meta;
     char **keys, **values;        /* [n_meta] */
 };
@@ -262,6 +263,7 @@ static void ckpt_free(mpt_checkpoint *c) {
     for (int i = 0; i < c->n; i++) free((char *)c->t[i].name);
     for (int i = 0; i < c->n_meta; i++) free(c->keys[i]), free(c->values[i]);
     free(c->t);
+    free(c->begin);
     free(c->keys);
     free(c->values);
     free(c->file);
@@ -275,40 +277,104 @@ void mpt_checkpoint_close(mpt_checkpoint **c) {
     *c = NULL;
 }
 
-static mpt_status ckpt_read_file(mpt_checkpoint *c) {
-    const char *path = c->path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* Reads exactly n bytes at the current offset of fd into dst. */
+static mpt_status ckpt_read_exact(int fd, const char *path, uint8_t *dst, size_t n, size_t at, size_t size) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, dst + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return ckpt_io_error("read", path);
+        if (r == 0)
+            return mpt_errorf(MPT_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes)", path, at + got, size);
+        got += (size_t)r;
+    }
+    return MPT_OK;
+}
+
+/* Opens path without blocking (a FIFO or a device must not hang the open) and accepts a regular file only;
+ * *size = its size. */
+static mpt_status ckpt_open_regular(const char *path, int *fd_out, size_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    int stat_rc = fstat(fd, &sb);
-    if (stat_rc != 0 || !S_ISREG(sb.st_mode)) {
-        mpt_status st = stat_rc != 0 ? ckpt_io_error("stat", path)
-                                     : mpt_errorf(MPT_ERR_IO, "%s: expected a regular file (not a directory or device)", path);
+    if (fstat(fd, &sb) != 0) {
+        mpt_status st = ckpt_io_error("stat", path);
         close(fd);
         return st;
     }
-    size_t size = (size_t)sb.st_size;
-    c->file = malloc(size ? size : 1);
-    if (!c->file) {
+    if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size);
+        const char *what = S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" :
+                           S_ISSOCK(sb.st_mode) ? "a socket" : S_ISCHR(sb.st_mode) ? "a character device" :
+                           S_ISBLK(sb.st_mode) ? "a block device" : "not a regular file";
+        return mpt_errorf(MPT_ERR_IO, "%s: expected a regular file, found %s", path, what);
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t r = read(fd, c->file + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            mpt_status st = r < 0 ? ckpt_io_error("read", path)
-                                  : mpt_errorf(MPT_ERR_IO, "%s: file shrank while reading (%zu of %zu bytes)", path,
-                                               got, size);
-            close(fd);
-            return st;
-        }
-        got += (size_t)r;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        mpt_status st = ckpt_io_error("fcntl", path);
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    *size = (size_t)sb.st_size;
+    return MPT_OK;
+}
+
+static mpt_status ckpt_parse_header(mpt_checkpoint *c, size_t hlen);
+static mpt_status ckpt_check_data(mpt_checkpoint *c);
+
+/* Reads the file in two steps, so that nothing beyond what the header promises is read: the 8-byte length
+ * and the JSON header first, validated against the file size (the tensors must tile exactly the bytes after
+ * the header), then the data. */
+static mpt_status ckpt_read_file(mpt_checkpoint *c) {
+    const char *path = c->path;
+    int fd = -1;
+    size_t size = 0;
+    MPT_TRY(ckpt_open_regular(path, &fd, &size));
+    mpt_status st = MPT_OK;
+    uint8_t le[8];
+    uint64_t hlen = 0;
+    if (size < 8)
+        st = mpt_errorf(MPT_ERR_FORMAT, "%s: file of %zu bytes is too short for the 8-byte safetensors header length",
+                        path, size);
+    if (st == MPT_OK) st = ckpt_read_exact(fd, path, le, 8, 0, size);
+    if (st == MPT_OK) {
+        for (int i = 0; i < 8; i++) hlen |= (uint64_t)le[i] << (8 * i);
+        if (hlen < 2)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu is too small (expected at least 2 bytes of JSON)",
+                            path, (unsigned long long)hlen);
+        else if (hlen > MPT_CHECKPOINT_MAX_HEADER)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit (not a safetensors "
+                            "file?)", path, (unsigned long long)hlen, (unsigned long long)MPT_CHECKPOINT_MAX_HEADER);
+        else if (hlen > size - 8)
+            st = mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field "
+                            "(truncated file?)", path, (unsigned long long)hlen, size - 8);
+    }
+    if (st == MPT_OK && !(c->file = malloc(8 + (size_t)hlen)))
+        st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %llu bytes for the header", path,
+                        (unsigned long long)hlen);
+    if (st == MPT_OK) {
+        memcpy(c->file, le, 8);
+        st = ckpt_read_exact(fd, path, c->file + 8, (size_t)hlen, 8, size);
+    }
+    if (st == MPT_OK) {
+        c->file_size = size;
+        c->buf_size = size - 8 - (size_t)hlen;
+        st = ckpt_parse_header(c, (size_t)hlen);
+    }
+    if (st == MPT_OK && c->buf_size > 0) {
+        uint8_t *all = realloc(c->file, size);
+        if (!all)
+            st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the tensors' data", path, c->buf_size);
+        else
+            c->file = all;
+        if (st == MPT_OK) st = ckpt_read_exact(fd, path, c->file + 8 + hlen, c->buf_size, 8 + (size_t)hlen, size);
     }
     close(fd);
-    c->file_size = size;
-    return MPT_OK;
+    if (st != MPT_OK) return st;
+    c->buf = c->file + 8 + hlen;
+    for (int i = 0; i < c->n; i++) c->t[i].data = c->buf + c->begin[i];
+    return ckpt_check_data(c);
 }
 
 typedef struct ckpt_entry {
@@ -379,25 +445,10 @@ static mpt_status ckpt_parse_entry(const char *path, const char *name, json_t *e
     return MPT_OK;
 }
 
-static mpt_status ckpt_parse(mpt_checkpoint *c) {
+/* Parses and validates the JSON header (c->file + 8, hlen bytes) against the data size c->buf_size: the
+ * tensors' entries (sorted by offset into c->t, their offsets into c->begin) and the metadata. */
+static mpt_status ckpt_parse_header(mpt_checkpoint *c, size_t hlen) {
     const char *path = c->path;
-    if (c->file_size < 8)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: file of %zu bytes is too short for the 8-byte safetensors header length",
-                          path, c->file_size);
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)c->file[i] << (8 * i);
-    if (hlen < 2)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu is too small (expected at least 2 bytes of JSON)", path,
-                          (unsigned long long)hlen);
-    if (hlen > MPT_CHECKPOINT_MAX_HEADER)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %llu-byte limit (not a safetensors file?)",
-                          path, (unsigned long long)hlen, (unsigned long long)MPT_CHECKPOINT_MAX_HEADER);
-    if (hlen > c->file_size - 8)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: header length %llu exceeds the %zu bytes after the length field "
-                          "(truncated file?)", path, (unsigned long long)hlen, c->file_size - 8);
-    c->buf = c->file + 8 + hlen;
-    c->buf_size = c->file_size - 8 - (size_t)hlen;
-
     json_error_t jerr;
     json_t *root = json_loadb((const char *)c->file + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -413,10 +464,11 @@ static mpt_status ckpt_parse(mpt_checkpoint *c) {
     size_t n_t = n_keys - (jm ? 1 : 0);
     size_t n_m = jm && json_is_object(jm) ? json_object_size(jm) : 0;
     c->t = calloc(n_t ? n_t : 1, sizeof *c->t);
+    c->begin = calloc(n_t ? n_t : 1, sizeof *c->begin);
     ckpt_entry *ent = calloc(n_t ? n_t : 1, sizeof *ent);
     c->keys = calloc(n_m ? n_m : 1, sizeof *c->keys);
     c->values = calloc(n_m ? n_m : 1, sizeof *c->values);
-    if (!c->t || !ent || !c->keys || !c->values) {
+    if (!c->t || !c->begin || !ent || !c->keys || !c->values) {
         free(ent);
         json_decref(root);
         return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory for %zu tensors", path, n_t);
@@ -485,16 +537,19 @@ static mpt_status ckpt_parse(mpt_checkpoint *c) {
         } else {
             for (int i = 0; i < c->n; i++) {
                 sorted[i] = c->t[ent[i].index];
-                sorted[i].data = c->buf + ent[i].begin;
+                c->begin[i] = ent[i].begin;
             }
             free(c->t);
             c->t = sorted;
         }
     }
     free(ent);
-    if (st != MPT_OK) return st;
+    return st;
+}
 
-    /* Checksum. */
+/* The data's checksum against the header's crc32. */
+static mpt_status ckpt_check_data(mpt_checkpoint *c) {
+    const char *path = c->path;
     const char *crc_s = mpt_checkpoint_meta_get(c, CKPT_CRC_KEY);
     if (!crc_s)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: no \"%s\" in %s (expected the checksum mptrain writes)", path, CKPT_CRC_KEY,
@@ -559,7 +614,6 @@ mpt_status mpt_checkpoint_open(const char *path, const mpt_checkpoint_tensor *ex
         return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
     }
     mpt_status st = ckpt_read_file(c);
-    if (st == MPT_OK) st = ckpt_parse(c);
     if (st == MPT_OK && expected) st = ckpt_check_expected(c, expected, n_expected);
     if (st != MPT_OK) {
         ckpt_free(c);

@@ -16,8 +16,11 @@
  *   "config"        JSON object: every recorded setting as its canonical text (tools/opts.c), e.g.
  *                   {"model": "mlp", "lr": "0.001", "loss-scale": "dynamic:65536", ...}, plus "epochs"
  *   "state"         JSON object: iteration, epoch, batch (position inside the epoch), mean, inv_std,
- *                   n_train, n_val, best_test_acc, best_epoch, ranks and grad_comm (data-parallel: the
- *                   number of MPI ranks and their wire dtype; absent in older checkpoints: 1 and fp32)
+ *                   n_train, n_val, best_test_acc, best_epoch, epoch_loss_sum and epoch_loss_n (the logged
+ *                   losses of the unfinished epoch, so a resumed epoch's train_loss is the straight run's),
+ *                   threads (the CPU backend's OpenBLAS threads, which decide its summation order; 0 on a GPU),
+ *                   ranks and grad_comm (data-parallel: the number of MPI ranks and their wire dtype; absent in
+ *                   older checkpoints: 1 and fp32)
  *   "scaler"        JSON object: the loss scaler (mpt_scaler_state): scale, growth_tracker, hysteresis_left,
  *                   steps_taken, steps_skipped, floor_hits, ...
  *   "rng"           JSON object: the generator and the seed of each stream with its position, so a reader can
@@ -25,10 +28,23 @@
  *   "precision_map" JSON array: each node's dtypes and math mode
  * Floats in the JSON are written with 17 significant digits, which gives back the same float exactly.
  *
+ * The writer refuses (MPT_ERR_NONFINITE, naming the tensor and element; nothing is written, so the previous
+ * checkpoint stays) to save a non-finite master weight or optimizer state, or a non-finite scaler or state value.
+ *
+ * The reader trusts nothing: every number is checked in the type the run keeps it in and against its real
+ * range (FP32 values exactly representable and finite, counters within int32 or their bound), and the
+ * state is cross-checked: the scaler as it stands between two steps (inv_scale == 1/scale in FP32,
+ * found_inf 0, grad_mul 1, sumsq 0, steps_taken + steps_skipped == iteration, growth_tracker below the
+ * growth interval, floor_hits <= steps_skipped, a static scale equal to the configured one), Adam's
+ * exp_avg_sq >= 0, "model" and "precision" equal to the config's, the config valid by the command line's
+ * own checks (mpt_cli_apply, mpt_cli_check), and the position within the data (cmd_train.c checks
+ * batch < batches per epoch and iteration == epoch * batches + batch once the data is loaded).
+ *
  * Resuming is exact because everything a step depends on is here or is derived from it: masters and
  * optimizer state (bytes), the scaler (exact floats), the iteration (LR schedule, dropout offsets, fault
  * injection), the epoch and the position in it (the loader recomputes epoch e's shuffle from (seed, e)).
  */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -141,11 +157,39 @@ static json_t *rng_json(const mpt_trainer *t, const mpt_cli_opts *o, const mpt_c
     return r;
 }
 
+/* The JSON text of j (consumed), or NULL when j is NULL or cannot be serialised. */
 static char *dump(json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(j);
-    MPT_ASSERT(s != NULL);
     return s;
+}
+
+/* MPT_ERR_NONFINITE naming the first non-finite element of a tensor about to be saved (any stored dtype). */
+static mpt_status check_finite_tensor(const char *path, const mpt_checkpoint_tensor *e) {
+    int64_t n = mpt_checkpoint_tensor_nbytes(e) / (int64_t)mpt_dtype_size(e->dtype);
+    for (int64_t q = 0; q < n; q++) {
+        float w = mpt_load_f32(e->data, e->dtype, q);
+        if (!isfinite(w))
+            return mpt_errorf(MPT_ERR_NONFINITE, "%s: not saved: tensor %s holds %s at element %lld (a checkpoint "
+                              "must hold finite values; the previous checkpoint, if any, is kept)",
+                              path, e->name, isnan(w) ? "NaN" : w > 0 ? "+inf" : "-inf", (long long)q);
+    }
+    return MPT_OK;
+}
+
+/* MPT_ERR_NONFINITE when a scaler or run-state value that the checkpoint records is not finite. */
+static mpt_status check_finite_state(const char *path, const mpt_scaler_state *st, const mpt_cli_run_state *rs) {
+    const struct { const char *name; double v; } f[] = {
+        {"scaler scale", st->scale},         {"scaler inv_scale", st->inv_scale}, {"scaler found_inf", st->found_inf},
+        {"scaler grad_mul", st->grad_mul},   {"scaler sumsq", st->sumsq},         {"state mean", rs->mean},
+        {"state inv_std", rs->inv_std},      {"state best_test_acc", rs->best_test_acc},
+        {"state epoch_loss_sum", rs->epoch_loss_sum},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!isfinite(f[i].v))
+            return mpt_errorf(MPT_ERR_NONFINITE, "%s: not saved: %s is %g (a checkpoint must hold finite values; the "
+                              "previous checkpoint, if any, is kept)", path, f[i].name, f[i].v);
+    return MPT_OK;
 }
 
 mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
@@ -171,17 +215,26 @@ mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_c
     }
     mpt_scaler_state st;
     be->to_host(be, &st, t->scaler, sizeof st);
+    mpt_status fin = check_finite_state(path, &st, rs);
+    for (int k = 0; k < n && fin == MPT_OK; k++) fin = check_finite_tensor(path, &e[k]);
+    if (fin != MPT_OK) {
+        free(host);
+        free(e);
+        free(names);
+        return fin;
+    }
 
     json_t *cfg = json_object();
     char buf[96];
     for (int i = 0; i < N_RECORDED; i++)
         json_object_set_new(cfg, mpt_cli_opt_name(recorded[i]), json_string(mpt_cli_format(o, recorded[i], buf, sizeof buf)));
-    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:i, s:s}", "iteration", (json_int_t)rs->iteration,
-                              "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch, "mean",
-                              (double)rs->mean, "inv_std", (double)rs->inv_std, "n_train", (json_int_t)rs->n_train,
-                              "n_val", (json_int_t)rs->n_val, "best_test_acc", rs->best_test_acc, "best_epoch",
-                              rs->best_epoch, "ranks", rs->ranks < 1 ? 1 : rs->ranks, "grad_comm",
-                              mpt_grad_comm_name(rs->grad_comm));
+    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s}", "iteration",
+                              (json_int_t)rs->iteration, "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch,
+                              "mean", (double)rs->mean, "inv_std", (double)rs->inv_std, "n_train",
+                              (json_int_t)rs->n_train, "n_val", (json_int_t)rs->n_val, "best_test_acc",
+                              rs->best_test_acc, "best_epoch", rs->best_epoch, "epoch_loss_sum", rs->epoch_loss_sum,
+                              "epoch_loss_n", (json_int_t)rs->epoch_loss_n, "threads", rs->threads, "ranks",
+                              rs->ranks < 1 ? 1 : rs->ranks, "grad_comm", mpt_grad_comm_name(rs->grad_comm));
     char *s_cfg = dump(cfg);
     char *s_state = dump(state);
     char *s_scaler = dump(scaler_json(&st));
@@ -198,7 +251,9 @@ mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_c
         {"rng", s_rng},
         {"precision_map", s_map},
     };
-    mpt_status s = mpt_checkpoint_save(path, e, n, meta, (int)(sizeof meta / sizeof meta[0]));
+    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map
+                       ? mpt_checkpoint_save(path, e, n, meta, (int)(sizeof meta / sizeof meta[0]))
+                       : mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint's metadata", path);
     free(s_cfg);
     free(s_state);
     free(s_scaler);
@@ -227,20 +282,110 @@ static mpt_status meta_json(const mpt_checkpoint *c, const char *key, json_t **o
     return MPT_OK;
 }
 
-static mpt_status get_num(const mpt_checkpoint *c, json_t *obj, const char *what, const char *key, double *out) {
+/* An FP32 value in [lo, hi]: a JSON number that a float holds exactly (the writer prints floats with 17
+ * digits, which reads back as the same float), so 1e39 or 0.1 are rejected rather than rounded. */
+static mpt_status get_f32(const mpt_checkpoint *c, json_t *obj, const char *what, const char *key, double lo,
+                          double hi, float *out) {
     json_t *v = json_object_get(obj, key);
     if (!v || !json_is_number(v))
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\" has no number \"%s\"", mpt_checkpoint_path(c), what, key);
-    *out = json_number_value(v);
+    double d = json_number_value(v);
+    float f = (float)d;
+    if (!isfinite(f) || (double)f != d)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\": %s %.17g is not a finite FP32 value (as the run "
+                          "keeps it)", mpt_checkpoint_path(c), what, key, d);
+    if (!(d >= lo && d <= hi))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\": %s %.9g is outside [%g, %g]", mpt_checkpoint_path(c),
+                          what, key, d, lo, hi);
+    *out = f;
     return MPT_OK;
 }
 
-static mpt_status get_int(const mpt_checkpoint *c, json_t *obj, const char *what, const char *key, int64_t *out) {
+/* A double in [lo, hi] (finite). */
+static mpt_status get_f64(const mpt_checkpoint *c, json_t *obj, const char *what, const char *key, double lo,
+                          double hi, double *out) {
+    json_t *v = json_object_get(obj, key);
+    if (!v || !json_is_number(v))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\" has no number \"%s\"", mpt_checkpoint_path(c), what, key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\": %s %.17g is outside [%g, %g]", mpt_checkpoint_path(c),
+                          what, key, d, lo, hi);
+    *out = d;
+    return MPT_OK;
+}
+
+/* An integer in [lo, hi]. */
+static mpt_status get_int(const mpt_checkpoint *c, json_t *obj, const char *what, const char *key, int64_t lo,
+                          int64_t hi, int64_t *out) {
     json_t *v = json_object_get(obj, key);
     if (!v || !json_is_integer(v))
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\" has no integer \"%s\"", mpt_checkpoint_path(c), what,
                           key);
-    *out = (int64_t)json_integer_value(v);
+    int64_t x = (int64_t)json_integer_value(v);
+    if (x < lo || x > hi)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"%s\": %s %lld is outside [%lld, %lld]",
+                          mpt_checkpoint_path(c), what, key, (long long)x, (long long)lo, (long long)hi);
+    *out = x;
+    return MPT_OK;
+}
+
+/* Largest iteration a checkpoint may record: the scaler counts steps in int32. */
+#define MAX_ITERATION ((int64_t)INT32_MAX - 1)
+/* Largest row count: the loader indexes rows with int32. */
+#define MAX_ROWS ((int64_t)INT32_MAX)
+
+/* "model" and "precision" (the quick-look copies) must say what the config says. */
+static mpt_status check_summary_meta(const mpt_checkpoint *c, const mpt_cli_opts *o) {
+    const char *m = mpt_checkpoint_meta_get(c, "model"), *p = mpt_checkpoint_meta_get(c, "precision");
+    const char *pn = mpt_precision_name(o->precision);
+    if (!m || strcmp(m, o->model) != 0)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"model\" is '%s' but the config says '%s'",
+                          mpt_checkpoint_path(c), m ? m : "(absent)", o->model);
+    if (!p || strcmp(p, pn) != 0)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"precision\" is '%s' but the config says '%s'",
+                          mpt_checkpoint_path(c), p ? p : "(absent)", pn);
+    return MPT_OK;
+}
+
+static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_cli_run_state *rs) {
+    json_t *state = NULL;
+    MPT_TRY(meta_json(c, "state", &state));
+    int64_t best_epoch = 0, threads = 0, ranks = 1;
+    mpt_status s = get_int(c, state, "state", "iteration", 0, MAX_ITERATION, &rs->iteration);
+    if (s == MPT_OK) s = get_int(c, state, "state", "epoch", 0, MPT_CLI_MAX_EPOCHS, &rs->epoch);
+    if (s == MPT_OK) s = get_int(c, state, "state", "batch", 0, MAX_ROWS, &rs->batch);
+    if (s == MPT_OK) s = get_f32(c, state, "state", "mean", 0.0, 1.0, &rs->mean);
+    if (s == MPT_OK) s = get_f32(c, state, "state", "inv_std", FLT_MIN, FLT_MAX, &rs->inv_std);
+    if (s == MPT_OK) s = get_int(c, state, "state", "n_train", 1, MAX_ROWS, &rs->n_train);
+    if (s == MPT_OK) s = get_int(c, state, "state", "n_val", 0, MAX_ROWS, &rs->n_val);
+    if (s == MPT_OK) s = get_f64(c, state, "state", "best_test_acc", 0.0, 1.0, &rs->best_test_acc);
+    if (s == MPT_OK) s = get_int(c, state, "state", "best_epoch", 0, rs->epoch + 1, &best_epoch);
+    /* written since the resume fixes of issue 13; absent from older checkpoints */
+    if (s == MPT_OK && json_object_get(state, "epoch_loss_n"))
+        s = get_int(c, state, "state", "epoch_loss_n", 0, rs->batch, &rs->epoch_loss_n);
+    if (s == MPT_OK && json_object_get(state, "epoch_loss_sum"))
+        s = get_f64(c, state, "state", "epoch_loss_sum", 0.0, DBL_MAX, &rs->epoch_loss_sum);
+    if (s == MPT_OK && json_object_get(state, "threads"))
+        s = get_int(c, state, "state", "threads", 0, 4096, &threads);
+    /* absent before data-parallel training: one process, FP32 */
+    if (s == MPT_OK && json_object_get(state, "ranks")) s = get_int(c, state, "state", "ranks", 1, 1 << 20, &ranks);
+    json_t *wire = json_object_get(state, "grad_comm");
+    rs->grad_comm = MPT_GRAD_COMM_FP32;
+    if (s == MPT_OK && wire && (!json_is_string(wire) || mpt_grad_comm_parse(json_string_value(wire), &rs->grad_comm) != 0))
+        s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": grad_comm is not fp32, bf16 or fp16",
+                       mpt_checkpoint_path(c));
+    json_decref(state);
+    if (s != MPT_OK) return s;
+    rs->best_epoch = (int)best_epoch;
+    rs->threads = (int)threads;
+    rs->ranks = (int)ranks;
+    if (!o->standardize && (rs->mean != 0.0f || rs->inv_std != 1.0f))
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": mean %g and inv_std %g, but a run without "
+                          "--standardize uses 0 and 1", mpt_checkpoint_path(c), (double)rs->mean, (double)rs->inv_std);
+    if (rs->epoch_loss_n == 0 && rs->epoch_loss_sum != 0.0)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": epoch_loss_sum %g with epoch_loss_n 0",
+                          mpt_checkpoint_path(c), rs->epoch_loss_sum);
     return MPT_OK;
 }
 
@@ -283,34 +428,13 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
     }
     json_decref(cfg);
     if (s != MPT_OK) return s;
-    MPT_TRY(meta_json(c, "state", &state));
-    double mean = 0, inv_std = 1, best = 0;
-    int64_t best_epoch = 0;
-    if (s == MPT_OK) s = get_int(c, state, "state", "iteration", &rs->iteration);
-    if (s == MPT_OK) s = get_int(c, state, "state", "epoch", &rs->epoch);
-    if (s == MPT_OK) s = get_int(c, state, "state", "batch", &rs->batch);
-    if (s == MPT_OK) s = get_num(c, state, "state", "mean", &mean);
-    if (s == MPT_OK) s = get_num(c, state, "state", "inv_std", &inv_std);
-    if (s == MPT_OK) s = get_int(c, state, "state", "n_train", &rs->n_train);
-    if (s == MPT_OK) s = get_int(c, state, "state", "n_val", &rs->n_val);
-    if (s == MPT_OK) s = get_num(c, state, "state", "best_test_acc", &best);
-    if (s == MPT_OK) s = get_int(c, state, "state", "best_epoch", &best_epoch);
-    json_t *ranks = json_object_get(state, "ranks"); /* absent before data-parallel training: one process */
-    rs->ranks = ranks && json_is_integer(ranks) ? (int)json_integer_value(ranks) : 1;
-    json_t *wire = json_object_get(state, "grad_comm");
-    rs->grad_comm = MPT_GRAD_COMM_FP32;
-    if (wire && (!json_is_string(wire) || mpt_grad_comm_parse(json_string_value(wire), &rs->grad_comm) != 0))
-        s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": grad_comm is not fp32, bf16 or fp16",
-                       mpt_checkpoint_path(c));
-    json_decref(state);
-    if (s != MPT_OK) return s;
-    if (rs->iteration < 0 || rs->epoch < 0 || rs->batch < 0)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\" has a negative position", mpt_checkpoint_path(c));
-    rs->mean = (float)mean;
-    rs->inv_std = (float)inv_std;
-    rs->best_test_acc = best;
-    rs->best_epoch = (int)best_epoch;
-    return MPT_OK;
+    if (mpt_cli_check(o) != MPT_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"config\": %s", mpt_checkpoint_path(c), msg);
+    }
+    MPT_TRY(check_summary_meta(c, o));
+    return read_state(c, o, rs);
 }
 
 mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs) {
@@ -322,39 +446,48 @@ mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
     return s;
 }
 
-static mpt_status read_scaler(const mpt_checkpoint *c, mpt_scaler_state *st) {
+/* The loss scaler as it stands between two steps (mpt_scaler_update_fields has just run), checked against
+ * the trainer's settings and the iteration. */
+static mpt_status read_scaler(const mpt_checkpoint *c, const mpt_train_config *cfg, int64_t iteration,
+                              mpt_scaler_state *st) {
     json_t *j = NULL;
     MPT_TRY(meta_json(c, "scaler", &j));
-    double f[5];
-    int64_t i[5];
-    const char *fk[5] = {"scale", "inv_scale", "found_inf", "grad_mul", "sumsq"};
-    const char *ik[5] = {"growth_tracker", "hysteresis_left", "steps_taken", "steps_skipped", "floor_hits"};
-    mpt_status s = MPT_OK;
-    for (int k = 0; k < 5 && s == MPT_OK; k++) s = get_num(c, j, "scaler", fk[k], &f[k]);
-    for (int k = 0; k < 5 && s == MPT_OK; k++) s = get_int(c, j, "scaler", ik[k], &i[k]);
-    if (s != MPT_OK) {
-        json_decref(j);
-        return s;
-    }
-    if (!(f[0] > 0.0 && isfinite(f[0]))) {
-        json_decref(j);
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": scale %g is not a positive finite number",
-                          mpt_checkpoint_path(c), f[0]);
-    }
     memset(st, 0, sizeof *st);
-    st->scale = (float)f[0];
-    st->inv_scale = (float)f[1];
-    st->found_inf = (float)f[2];
-    st->grad_mul = (float)f[3];
-    st->sumsq = (float)f[4];
-    st->growth_tracker = (int32_t)i[0];
-    st->hysteresis_left = (int32_t)i[1];
-    st->steps_taken = (int32_t)i[2];
-    st->steps_skipped = (int32_t)i[3];
-    st->floor_hits = (int32_t)i[4];
-    json_t *nf = json_object_get(j, "steps_nonfinite"); /* absent before --nonfinite existed */
-    st->steps_nonfinite = nf && json_is_integer(nf) ? (int32_t)json_integer_value(nf) : 0;
+    int64_t gt = 0, hl = 0, taken = 0, skipped = 0, floor_hits = 0, nonfinite = 0;
+    const mpt_scaler_params *p = &cfg->scaler;
+    int dynamic = cfg->loss_scaling == MPT_LOSS_SCALE_DYNAMIC;
+    mpt_status s = get_f32(c, j, "scaler", "scale", FLT_MIN, FLT_MAX, &st->scale);
+    if (s == MPT_OK) s = get_f32(c, j, "scaler", "inv_scale", 0.0, FLT_MAX, &st->inv_scale);
+    if (s == MPT_OK) s = get_f32(c, j, "scaler", "found_inf", 0.0, 0.0, &st->found_inf);
+    if (s == MPT_OK) s = get_f32(c, j, "scaler", "grad_mul", 1.0, 1.0, &st->grad_mul);
+    if (s == MPT_OK) s = get_f32(c, j, "scaler", "sumsq", 0.0, 0.0, &st->sumsq);
+    if (s == MPT_OK) s = get_int(c, j, "scaler", "growth_tracker", 0, dynamic ? p->growth_interval - 1 : 0, &gt);
+    if (s == MPT_OK) s = get_int(c, j, "scaler", "hysteresis_left", 1, p->hysteresis, &hl);
+    if (s == MPT_OK) s = get_int(c, j, "scaler", "steps_taken", 0, iteration, &taken);
+    if (s == MPT_OK) s = get_int(c, j, "scaler", "steps_skipped", 0, iteration, &skipped);
+    if (s == MPT_OK) s = get_int(c, j, "scaler", "floor_hits", 0, skipped, &floor_hits);
+    if (s == MPT_OK && json_object_get(j, "steps_nonfinite")) /* absent before --nonfinite existed */
+        s = get_int(c, j, "scaler", "steps_nonfinite", 0, iteration, &nonfinite);
     json_decref(j);
+    if (s != MPT_OK) return s;
+    const char *path = mpt_checkpoint_path(c);
+    volatile float one = 1.0f; /* the division in FP32, as mpt_scaler_update_fields does it */
+    if (st->inv_scale != one / st->scale)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": inv_scale %.9g is not 1/scale in FP32 (scale %.9g "
+                          "gives %.9g)", path, (double)st->inv_scale, (double)st->scale, (double)(one / st->scale));
+    if (taken + skipped + nonfinite != iteration)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": steps_taken %lld + steps_skipped %lld + "
+                          "steps_nonfinite %lld should equal the iteration %lld", path, (long long)taken,
+                          (long long)skipped, (long long)nonfinite, (long long)iteration);
+    if (!dynamic && st->scale != cfg->init_scale)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": scale %.9g, but the config's fixed loss scale is "
+                          "%.9g", path, (double)st->scale, (double)cfg->init_scale);
+    st->growth_tracker = (int32_t)gt;
+    st->hysteresis_left = (int32_t)hl;
+    st->steps_taken = (int32_t)taken;
+    st->steps_skipped = (int32_t)skipped;
+    st->floor_hits = (int32_t)floor_hits;
+    st->steps_nonfinite = (int32_t)nonfinite;
     return MPT_OK;
 }
 
@@ -382,24 +515,33 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
         s = mpt_checkpoint_read(c, e[k].name, host, b);
         if (s != MPT_OK) break;
         int64_t count = b / mpt_dtype_size(e[k].dtype);
-        for (int64_t q = 0; q < count; q++)
-            if (!isfinite(mpt_load_f32(host, e[k].dtype, q))) {
+        size_t len = strlen(e[k].name);
+        int second_moment = len > 11 && strcmp(e[k].name + len - 11, ":exp_avg_sq") == 0;
+        for (int64_t q = 0; q < count; q++) {
+            float w = mpt_load_f32(host, e[k].dtype, q);
+            if (!isfinite(w)) {
                 s = mpt_errorf(MPT_ERR_NONFINITE, "%s: tensor %s holds a non-finite value at element %lld", path,
                                e[k].name, (long long)q);
                 break;
             }
+            if (second_moment && w < 0.0f) {
+                s = mpt_errorf(MPT_ERR_FORMAT, "%s: tensor %s holds %g at element %lld; Adam's second moment is a "
+                               "running mean of squares, never negative", path, e[k].name, (double)w, (long long)q);
+                break;
+            }
+        }
         if (s != MPT_OK) break;
         be->from_host(be, entry_tensor(t, k)->data, host, b);
         be->synchronize(be); /* host is reused for the next tensor */
     }
     mpt_scaler_state st;
     mpt_cli_run_state rs;
-    if (s == MPT_OK) s = read_scaler(c, &st);
     if (s == MPT_OK) {
         mpt_cli_opts scratch;
         mpt_cli_opts_default(&scratch);
         s = read_config(c, &scratch, &rs);
     }
+    if (s == MPT_OK) s = read_scaler(c, &t->cfg, rs.iteration, &st);
     if (s == MPT_OK) {
         be->from_host(be, t->scaler, &st, sizeof st);
         mpt_master_refresh_working(t->g, t->master);
