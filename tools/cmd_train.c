@@ -22,8 +22,10 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +73,8 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
         return MPT_OK;
     }
     if (choice == MPT_DEVICE_CHOICE_CUDA) {
+        if (!mpt_cuda_available(msg, sizeof msg))
+            return mpt_errorf(MPT_ERR_DEVICE, "--device cuda: %s (--device cpu or auto trains on the CPU)", msg);
         *out = mpt_backend_cuda_create();
         if (!*out) return mpt_errorf(MPT_ERR_DEVICE, "--device cuda: %s", mpt_last_error());
         mpt_cuda_available(msg, sizeof msg);
@@ -127,6 +131,11 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
+/* A CSV output: its stream and its path (for the error that names it). */
+typedef struct csv_out {
+    FILE *f;
+    char path[MPT_CLI_PATH + 64];
+} csv_out;
 
 typedef struct run {
     mpt_cli_opts o;
@@ -148,7 +157,9 @@ typedef struct run {
     int32_t *idx_test;       /* backend [ceil(n_test / B) * B] */
     int32_t *idx_val;        /* backend [ceil(n_val / B) * B] or NULL */
     size_t idx_bytes;        /* bytes of the three above (MPT_MEM_DATA) */
-    FILE *steps_csv, *epochs_csv, *telemetry_csv;
+    csv_out steps_csv, epochs_csv, telemetry_csv;
+    int64_t skip_seen_it, skip_seen_skipped; /* the skipped-steps warning: where its window starts */
+    int skip_warned;
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
@@ -182,30 +193,96 @@ static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, i
     return MPT_OK;
 }
 
-/* Opens DIR/NAME for the run's records; a data-parallel rank other than 0 (writer 0) writes to /dev/null. */
-static FILE *open_csv(const char *dir, const char *name, const char *header, int append, int writer) {
-    if (!writer) {
-        FILE *n = fopen("/dev/null", "w");
-        if (!n) mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
-        return n;
+static mpt_status csv_error(const csv_out *c, const char *what) {
+    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", c->path, what, strerror(errno ? errno : EIO));
+}
+
+/* Appends one printf-style row; MPT_ERR_IO naming the file when the write fails (a full disk). */
+static mpt_status csv_row(csv_out *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static mpt_status csv_row(csv_out *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    int rc = vfprintf(c->f, fmt, ap);
+    va_end(ap);
+    return rc < 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+}
+
+/* Pushes buffered rows to the file, so that a full disk is reported when it happens. */
+static mpt_status csv_flush(csv_out *c) {
+    errno = 0;
+    return fflush(c->f) != 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+}
+
+static mpt_status csv_close(csv_out *c) {
+    if (!c->f) return MPT_OK;
+    errno = 0;
+    int bad = ferror(c->f);
+    int rc = fclose(c->f);
+    c->f = NULL;
+    return bad || rc != 0 ? csv_error(c, "write") : MPT_OK;
+}
+
+/* Keeps the header and the rows whose first column (an integer) is <= keep_upto, drops the rest: a resumed
+ * run continues from its checkpoint, and rows that a stopped or killed run wrote after it would otherwise
+ * appear twice. */
+static mpt_status csv_truncate_after(const char *path, int64_t keep_upto) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open to continue it: %s", path, strerror(errno));
+    char line[4096];
+    long keep = 0;
+    int first = 1, ok = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n') && !feof(f)) {
+            ok = 0;
+            break;
+        }
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(line, &end, 10);
+        if (!first && (end == line || *end != ',' || errno != 0)) {
+            ok = 0;
+            break;
+        }
+        if (!first && v > keep_upto) break;
+        first = 0;
+        keep = ftell(f);
     }
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int rd_err = ferror(f);
+    int rc = fclose(f);
+    if (!ok)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: not a CSV that mptrain wrote (a row does not start with an integer); "
+                          "move it away or use a new --out", path);
+    if (rd_err || rc != 0 || keep < 0) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    if (truncate(path, (off_t)keep) != 0)
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot truncate to continue it: %s", path, strerror(errno));
+    return MPT_OK;
+}
+
+/* Opens dir/name for the run: a new file with its header, or, resuming (keep_upto >= 0), the existing one
+ * cut after row keep_upto and appended to. */
+static mpt_status open_csv(csv_out *c, const char *dir, const char *name, const char *header, int64_t keep_upto,
+                           int writer) {
+    if (!writer) { /* a data-parallel rank other than 0 (writer 0) writes to /dev/null */
+        snprintf(c->path, sizeof c->path, "/dev/null");
+        c->f = fopen(c->path, "w");
+        return c->f ? MPT_OK : mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
+    }
+    snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
     struct stat st;
-    int exists = stat(path, &st) == 0 && st.st_size > 0;
-    FILE *f = fopen(path, append && exists ? "a" : "w");
-    if (!f) {
-        mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-        return NULL;
-    }
-    if (!(append && exists)) fprintf(f, "%s\n", header);
-    return f;
+    int exists = stat(c->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (keep_upto >= 0 && exists) MPT_TRY(csv_truncate_after(c->path, keep_upto));
+    int append = keep_upto >= 0 && exists;
+    c->f = fopen(c->path, append ? "a" : "w");
+    if (!c->f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", c->path, strerror(errno));
+    if (!append) MPT_TRY(csv_row(c, "%s\n", header));
+    return csv_flush(c);
 }
 
 static void run_free(run *r) {
-    if (r->steps_csv) fclose(r->steps_csv);
-    if (r->epochs_csv) fclose(r->epochs_csv);
-    if (r->telemetry_csv) fclose(r->telemetry_csv);
+    if (r->steps_csv.f) fclose(r->steps_csv.f);
+    if (r->epochs_csv.f) fclose(r->epochs_csv.f);
+    if (r->telemetry_csv.f) fclose(r->telemetry_csv.f);
     if (r->ld_ready) mpt_loader_free(&r->ld);
     mpt_loader_split_free(&r->split);
     mpt_trainer_free(&r->t);
@@ -221,15 +298,46 @@ static void run_free(run *r) {
     free(r->n_valid);
 }
 
+/* The terminal's width in columns: $COLUMNS, else the TIOCGWINSZ ioctl on stdout, else 80. */
+static int terminal_columns(void) {
+    const char *env = getenv("COLUMNS");
+    char *end = NULL;
+    long c = env ? strtol(env, &end, 10) : 0;
+    if (env && end != env && *end == '\0' && c > 0 && c < 10000) return (int)c;
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 80;
+}
+
+/* One progress line, redrawn in place: never wider than columns - 1 (a line that fills the last column
+ * makes some terminals wrap, and each redraw would then start a new line). The bar shrinks first, then the
+ * statistics are cut. */
+static void progress_line(char *out, size_t cap, int columns, const char *label, int64_t epoch, int epochs,
+                           int64_t b, int64_t nb, float loss, float scale, int skipped) {
+    char head[160], tail[160];
+    snprintf(head, sizeof head, "%sepoch %lld/%d ", label, (long long)epoch + 1, epochs);
+    snprintf(tail, sizeof tail, " %lld/%lld  loss %.4f  scale %g  skipped %d", (long long)b + 1, (long long)nb,
+             (double)loss, (double)scale, skipped);
+    int avail = columns - 1, hl = (int)strlen(head), tl = (int)strlen(tail);
+    int width = avail - hl - tl - 2; /* the brackets */
+    if (width > 30) width = 30;
+    char bar[40] = "";
+    if (width >= 5) {
+        int fill = (int)((double)(b + 1) / (double)nb * width);
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+        bar[width] = '\0';
+        snprintf(out, cap, "%s[%s]%s", head, bar, tail);
+    } else {
+        snprintf(out, cap, "%s%s", head, tail + 1);
+    }
+    if (avail >= 0 && (size_t)avail < cap) out[avail] = '\0';
+}
+
 static void progress_draw(const run *r, int64_t epoch, int64_t b, const mpt_train_stats *st) {
-    const int width = 30;
-    int fill = (int)((double)(b + 1) / (double)r->nb * width);
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-    bar[width] = '\0';
-    printf("\r\033[K%sepoch %lld/%d [%s] %lld/%lld  loss %.4f  scale %g  skipped %d", r->label, (long long)epoch + 1,
-           r->o.epochs, bar, (long long)b + 1, (long long)r->nb, (double)st->loss, (double)st->scale,
-           (int)st->steps_skipped);
+    char line[512];
+    progress_line(line, sizeof line, terminal_columns(), r->label, epoch, r->o.epochs, b, r->nb, st->loss,
+                          st->scale, (int)st->steps_skipped);
+    printf("\r\033[K%s", line);
     fflush(stdout);
 }
 
@@ -250,6 +358,27 @@ static int weights_nonfinite(run *r) {
         if (bad) return 1;
     }
     return 0;
+}
+
+/* Warns once when most of the steps since the last check were skipped for non-finite gradients (at least
+ * 20 steps in the window): the weights are then not training. */
+static void warn_if_skipping(run *r, int64_t it, int32_t skipped) {
+    int64_t steps = it - r->skip_seen_it, sk = (int64_t)skipped - r->skip_seen_skipped;
+    if (steps < 20) return;
+    r->skip_seen_it = it;
+    r->skip_seen_skipped = skipped;
+    if (r->skip_warned || 2 * sk <= steps) return;
+    r->skip_warned = 1;
+    char ls[64];
+    const mpt_cli_opts *o = &r->o;
+    if (r->progress) printf("\r\033[K");
+    printf("%swarning: %lld of the last %lld steps were skipped (non-finite gradients), so the weights are barely "
+           "training", r->label, (long long)sk, (long long)steps);
+    if (o->loss_scaling == MPT_LOSS_SCALE_STATIC)
+        printf(": the fixed loss scale %s makes the scaled gradients overflow; use a smaller --loss-scale static:S "
+               "or dynamic\n", mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls));
+    else
+        printf("; look for inf/NaN in the loss or lower --lr\n");
 }
 
 /* Writes the checkpoint. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could
@@ -372,6 +501,17 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     }
     r->ld_ready = 1;
     r->nb = mpt_loader_n_batches(&r->ld);
+    if (o->resume[0] && (r->rs.batch >= r->nb || r->rs.iteration != r->rs.epoch * r->nb + r->rs.batch)) {
+        mpt_graph_free(&g);
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "--resume %s: the checkpoint's position (epoch %lld, batch %lld, iteration %lld) is not "
+                          "within this data's %lld batches per epoch (expected batch < %lld and iteration = epoch x "
+                          "%lld + batch)",
+                          o->resume, (long long)r->rs.epoch, (long long)r->rs.batch, (long long)r->rs.iteration,
+                          (long long)r->nb, (long long)r->nb, (long long)r->nb);
+    }
+    if (!o->resume[0] || r->rs.threads == 0)
+        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cli_set_threads(0) : 0;
 
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
@@ -389,19 +529,18 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (r->split.n_val > 0) MPT_TRY(idx_upload_fixed(r, &r->idx_val, r->split.val, r->split.n_val));
 
     if (r->writer) MPT_TRY(mpt_cli_mkdirs(o->out));
-    int append = o->resume[0] != 0;
-    r->steps_csv = open_csv(o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped", append, r->writer);
-    if (!r->steps_csv) return MPT_ERR_IO;
-    r->epochs_csv = open_csv(o->out,
-                             "epochs.csv",
-                             "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
-                             "loss_scale,steps_skipped",
-                             append, r->writer);
-    if (!r->epochs_csv) return MPT_ERR_IO;
+    /* resuming: metrics.csv keeps its rows up to the checkpoint's step, epochs.csv its completed epochs */
+    int resuming = o->resume[0] != 0;
+    MPT_TRY(open_csv(&r->steps_csv, o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped",
+                     resuming ? r->rs.iteration : -1, r->writer));
+    MPT_TRY(open_csv(&r->epochs_csv, o->out, "epochs.csv",
+                     "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
+                     "loss_scale,steps_skipped",
+                     resuming ? r->rs.epoch : -1, r->writer));
     if (r->t->telemetry) {
-        r->telemetry_csv = open_csv(o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER, append, r->writer);
-        if (!r->telemetry_csv) return MPT_ERR_IO;
-        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv);
+        MPT_TRY(open_csv(&r->telemetry_csv, o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER,
+                         resuming ? r->rs.iteration : -1, r->writer));
+        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv.f);
     }
     snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
     return MPT_OK;
@@ -444,12 +583,15 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     res->best_test_acc = r->rs.best_epoch > 0 ? r->rs.best_test_acc : NAN;
     res->best_epoch = r->rs.best_epoch;
     if (o->max_steps > 0 && t->iteration >= o->max_steps) stopped = 1; /* a resumed run that is already there */
+    r->skip_seen_it = t->iteration;
+    r->skip_seen_skipped = st.steps_skipped;
 
     for (int64_t e = r->rs.epoch; e < o->epochs && !stopped; e++) {
         load_epoch(r, e);
         int64_t b0 = e == r->rs.epoch ? r->rs.batch : 0;
-        double loss_sum = 0.0;
-        int64_t loss_n = 0, epoch_samples = 0;
+        /* a resumed epoch continues the mean of the losses logged before the checkpoint */
+        double loss_sum = b0 > 0 ? r->rs.epoch_loss_sum : 0.0;
+        int64_t loss_n = b0 > 0 ? r->rs.epoch_loss_n : 0, epoch_samples = 0;
         int pending_save = 0;
         double t0 = now_s();
         int64_t b;
@@ -465,20 +607,22 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             int64_t it = t->iteration;
             int last = b == r->nb - 1;
             int hit_max = o->max_steps > 0 && it >= o->max_steps;
-            if (it % o->log_every == 0 || last || hit_max) {
+            /* not at --max-steps: a stopped and resumed run logs exactly the straight run's rows */
+            if (it % o->log_every == 0 || last) {
                 mpt_trainer_stats(t, &st);
                 if (train_dist) /* the global batch's mean loss, from each shard's mean over its valid rows */
                     st.loss = r->n_valid[b] > 0 ? (float)(mpt_dist_sum_f64(train_dist, (double)st.loss * local_valid) /
                                                           (double)r->n_valid[b])
                                                 : 0.0f;
-                fprintf(r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
-                        (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
-                        (int)st.steps_skipped);
+                MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
+                                (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
+                                (int)st.steps_skipped));
                 if (isfinite(st.loss)) {
                     loss_sum += st.loss;
                     loss_n++;
                 }
                 if (r->progress) progress_draw(r, e, b, &st);
+                warn_if_skipping(r, it, st.steps_skipped);
                 if (o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC) {
                     mpt_scaler_state ss;
                     char msg[512];
@@ -496,6 +640,9 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                     r->rs.iteration = it;
                     r->rs.epoch = e;
                     r->rs.batch = b + 1;
+                    r->rs.epoch_loss_sum = loss_sum;
+                    r->rs.epoch_loss_n = loss_n;
+                    MPT_TRY(csv_flush(&r->steps_csv)); /* the rows up to the checkpoint are on disk */
                     MPT_TRY(save_checkpoint(r));
                 }
             }
@@ -509,7 +656,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         double train_s = now_s() - t0;
         train_time += train_s;
         samples += epoch_samples;
-        fflush(r->steps_csv);
+        MPT_TRY(csv_flush(&r->steps_csv));
         if (r->progress) {
             printf("\r\033[K");
             fflush(stdout);
@@ -518,11 +665,15 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         if (b < r->nb) { /* stopped inside the epoch: no evaluation row */
             r->rs.epoch = e;
             r->rs.batch = b;
+            r->rs.epoch_loss_sum = loss_sum;
+            r->rs.epoch_loss_n = loss_n;
             evaluated_last = 0;
             break;
         }
         r->rs.epoch = e + 1;
         r->rs.batch = 0;
+        r->rs.epoch_loss_sum = 0.0;
+        r->rs.epoch_loss_n = 0;
         double te0 = now_s();
         double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
         mpt_cli_evaluate(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
@@ -534,10 +685,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         mpt_trainer_stats(t, &st);
         double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
         double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
-        fprintf(r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d\n", (long long)e + 1,
-                (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc, train_s, eval_s, sps,
-                (double)st.scale, (int)st.steps_skipped);
-        fflush(r->epochs_csv);
+        MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d\n",
+                        (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
+                        train_s, eval_s, sps, (double)st.scale, (int)st.steps_skipped));
+        MPT_TRY(csv_flush(&r->epochs_csv));
         printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
                o->epochs, train_loss, test_loss, 100.0 * test_acc);
         if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
@@ -568,6 +719,12 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             res->best_test_acc = res->final_test_acc;
             res->best_epoch = (int)r->rs.epoch + 1;
         }
+    }
+    MPT_TRY(csv_close(&r->steps_csv));
+    MPT_TRY(csv_close(&r->epochs_csv));
+    if (r->telemetry_csv.f) {
+        mpt_telemetry_set_csv(t->telemetry, NULL);
+        MPT_TRY(csv_close(&r->telemetry_csv));
     }
     MPT_TRY(save_checkpoint(r));
     res->iterations = t->iteration;
@@ -603,7 +760,8 @@ static mpt_status write_gpu_records(run *r) {
     if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     mpt_cuda_print_gemm_records(r->be, f);
     mpt_cuda_print_conv_records(r->be, f);
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     if (!r->label[0]) {
         mpt_cuda_print_gemm_records(r->be, stdout);
         mpt_cuda_print_conv_records(r->be, stdout);
@@ -715,6 +873,15 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     memcpy(out->resume, cli->resume, sizeof out->resume);
     out->limit_test = cli->limit_test;
     out->threads = cli->threads;
+    if (rs->threads > 0) { /* a CPU run: its OpenBLAS thread count decides its summation order */
+        if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--threads %d differs from the %d thread(s) the checkpoint's run used: OpenBLAS splits "
+                              "its sums by thread count, so the resumed run would not be bit-exact (drop --threads to "
+                              "continue with %d)",
+                              cli->threads, rs->threads, rs->threads);
+        out->threads = rs->threads;
+    }
     out->log_every = cli->log_every;
     out->save_every = cli->save_every;
     out->max_steps = cli->max_steps;

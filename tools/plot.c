@@ -55,7 +55,8 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                    "unset logscale y\n",
                 (int)MPT_PRECISION_FP16 + 1);
     fprintf(f, "unset multiplot\n");
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    int bad = ferror(f); /* a failed fprintf (full disk) is not always reported again by fclose */
+    if (fclose(f) != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     return MPT_OK;
 }
 

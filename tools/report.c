@@ -152,7 +152,17 @@ static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) 
     }
 }
 
-static const char *precision_explained(mpt_precision p) {
+/* tf32_off: NVIDIA_TF32_OVERRIDE=0 was in effect (engine/amp/policy.h), so the tf32 run computed in FP32. */
+static const char *precision_explained(mpt_precision p, int tf32_off) {
+    if (p == MPT_PRECISION_TF32 && tf32_off)
+        return "**tf32**: NVIDIA_TF32_OVERRIDE=0 was set for this run. It turns TF32 off in cuBLAS and cuDNN, and "
+               "mptrain honours it in its CPU emulation too, so this tf32 run computed in full FP32: its row "
+               "should match fp32's. Unset the variable to see TF32's rounding (operands cut to 10 explicit "
+               "significand bits, unit roundoff 2^-11). In PyTorch TF32 is governed by "
+               "`torch.backends.cuda.matmul.allow_tf32` (matmuls, False by default), "
+               "`torch.backends.cudnn.allow_tf32` (convolutions, True by default) and "
+               "`torch.set_float32_matmul_precision(\"high\")`; the same environment variable overrides all of "
+               "them.";
     switch (p) {
     case MPT_PRECISION_FP32:
         return "**fp32**: weights, activations and gradients in IEEE binary32 (24-bit significand, unit roundoff "
@@ -162,7 +172,10 @@ static const char *precision_explained(mpt_precision p) {
         return "**tf32**: storage stays FP32, but GEMM and convolution operands are rounded to TF32 (FP32's 8-bit "
                "exponent, 10 explicit significand bits, unit roundoff 2^-11) before the Tensor Core multiply; "
                "products and sums are FP32. Same memory as fp32; on Ampere and newer GPUs the GEMMs run several "
-               "times faster. What PyTorch does with `torch.backends.cuda.matmul.allow_tf32 = True`.";
+               "times faster. In PyTorch: `torch.backends.cuda.matmul.allow_tf32 = True` or "
+               "`torch.set_float32_matmul_precision(\"high\")` for matmuls (off by default), and "
+               "`torch.backends.cudnn.allow_tf32` for convolutions (True by default: PyTorch convolutions on "
+               "Ampere already run in TF32 unless it is set to False). NVIDIA_TF32_OVERRIDE=0 turns all of it off.";
     case MPT_PRECISION_FP16:
         return "**fp16**: weights (a working copy), activations and activation gradients in IEEE binary16 (5-bit "
                "exponent: largest value 65504, smallest normal 2^-14, unit roundoff 2^-11); GEMM operands FP16 with "
@@ -463,7 +476,8 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "not need); `data` the dataset, copied to the device once.\n\n");
 
     fprintf(f, "## What each precision does\n\n");
-    for (int i = 0; i < n; i++) fprintf(f, "- %s\n", precision_explained(rows[i].precision));
+    int tf32_off = mpt_policy_make(MPT_PRECISION_TF32).tf32_override;
+    for (int i = 0; i < n; i++) fprintf(f, "- %s\n", precision_explained(rows[i].precision, tf32_off));
     fprintf(f, "\nIn every mode softmax and cross-entropy run in FP32, weight gradients are produced and "
                "accumulated in FP32, and the optimizer updates FP32 master weights: low precision is used where it "
                "is cheap and safe (the multiplies), FP32 where errors would accumulate (sums over steps).\n\n");
@@ -484,7 +498,9 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "steps_skipped), `<precision>/epochs.csv` (per epoch: losses, accuracies, times), "
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
     if (o->telemetry > 0) write_numerics(f, o, rows, n, plots);
+    int bad = ferror(f); /* a failed fprintf (full disk) is not always reported again by fclose */
+    errno = 0;
     int rc = fclose(f);
-    if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    if (rc != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     return MPT_OK;
 }

@@ -394,7 +394,7 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
     if (!fmt || strcmp(fmt, FORMAT_TAG) != 0)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"format\" is '%s', expected '%s' (a checkpoint of mptrain train)",
                           mpt_checkpoint_path(c), fmt ? fmt : "(absent)", FORMAT_TAG);
-    json_t *cfg = NULL, *state = NULL;
+    json_t *cfg = NULL;
     MPT_ASSERTF(recorded[FIRST_OPTIONAL] == MPT_OPT_MASTER_WEIGHTS, "recorded[]: FIRST_OPTIONAL is out of date");
     MPT_TRY(meta_json(c, "config", &cfg));
     mpt_status s = MPT_OK;
