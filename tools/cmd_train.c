@@ -394,7 +394,8 @@ static mpt_status save_checkpoint(run *r) {
         return MPT_OK;
     }
     mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
-    if (s != MPT_OK && r->o.nonfinite == MPT_NONFINITE_APPLY && s == MPT_ERR_NONFINITE) {
+    if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
+                                   * reports its numbers, but never overwrites a good checkpoint with them */
         printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
         return MPT_OK;
     }

@@ -360,7 +360,9 @@ START_TEST(test_ckpt_writer_refuses_nonfinite_masters) {
     int rc = run("train", "--model", "mlp", "--optimizer", "sgd", "--lr", "1000", "--weight-decay", "1e38",
                  "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--data", data, "--out", tmp_path("ckpt"),
                  "--progress", "off", NULL);
-    ck_assert_msg(rc == 1, "exit status %d, expected 1; output:\n%s", rc, out_buf);
+    /* the run itself completes (its numbers are reported), but says the checkpoint was not written */
+    ck_assert_msg(rc == 0, "exit status %d, expected 0; output:\n%s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "warning: checkpoint not written: ") != NULL, "no warning in:\n%s", out_buf);
     ck_assert_msg(strstr(out_buf, "not saved: tensor fc") != NULL, "expected the tensor named in:\n%s", out_buf);
     read_file(ck, &after, &la);
     ck_assert_msg(la == lb && memcmp(before, after, lb) == 0, "the previous checkpoint changed");
@@ -562,7 +564,7 @@ START_TEST(test_device_cuda_message) {
     rc = run("info", NULL);
     ck_assert_int_eq(rc, 0);
     ck_assert_msg(strstr(out_buf, "none usable: no usable") == NULL, "info repeats itself:\n%s", out_buf);
-    ck_assert_msg(strstr(out_buf, "GPU: no usable GPU: "), "info:\n%s", out_buf);
+    ck_assert_msg(strstr(out_buf, "no usable GPU: "), "info:\n%s", out_buf);
     rm_tmpdir();
 }
 END_TEST
