@@ -830,7 +830,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
             res->n_telemetry = mpt_telemetry_stats(r.t->telemetry, &st);
             res->telemetry = malloc((size_t)res->n_telemetry * sizeof *st + 1);
             MPT_ASSERT(res->telemetry != NULL);
-            memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
+            if (res->n_telemetry > 0) memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
         }
         if (r.writer) s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
     }
