@@ -298,7 +298,8 @@ static mpt_status idx_read_payload(idx_src *gz, const char *path, mpt_idx *out) 
     return MPT_OK;
 }
 
-mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
+/* Opens path, reads and checks its header and, with payload, its data; on failure out is left zeroed. */
+static mpt_status idx_read_file(const char *path, int expect_ndim, int payload, mpt_idx *out) {
     MPT_ASSERT(out != NULL && path != NULL);
     MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
     memset(out, 0, sizeof *out);
@@ -306,25 +307,19 @@ mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
     if (!src) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
     mpt_status st = src_open(src, path);
     if (st == MPT_OK) st = idx_read_header(src, path, expect_ndim, out);
-    if (st == MPT_OK) st = idx_read_payload(src, path, out);
+    if (st == MPT_OK && payload) st = idx_read_payload(src, path, out);
     src_close(src);
     free(src);
     if (st != MPT_OK) memset(out, 0, sizeof *out);
     return st;
 }
 
+mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
+    return idx_read_file(path, expect_ndim, 1, out);
+}
+
 mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out) {
-    MPT_ASSERT(out != NULL && path != NULL);
-    MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
-    memset(out, 0, sizeof *out);
-    idx_src *src = malloc(sizeof *src);
-    if (!src) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
-    mpt_status st = src_open(src, path);
-    if (st == MPT_OK) st = idx_read_header(src, path, expect_ndim, out);
-    src_close(src);
-    free(src);
-    if (st != MPT_OK) memset(out, 0, sizeof *out);
-    return st;
+    return idx_read_file(path, expect_ndim, 0, out);
 }
 
 void mpt_idx_free(mpt_idx *x) {
