@@ -73,6 +73,16 @@ FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
     return f;
 }
 
+const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err, size_t n) {
+    int bad = ferror(gp);
+    bad |= fclose(gp) != 0;
+    mpt_status s = bad ? mpt_errorf(MPT_ERR_IO, "%s/%s: cannot write the gnuplot script", c->dir, script)
+                       : mpt_cli_gnuplot(c->dir, script);
+    if (s == MPT_OK) return NULL;
+    snprintf(err, n, "%s", mpt_last_error());
+    return err;
+}
+
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f) {
     *f = mpt_lab_open(c, "report.md");
     if (!*f) return MPT_ERR_IO;

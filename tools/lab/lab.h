@@ -64,6 +64,11 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
 /* Creates <lesson dir>/<file> for writing (a gnuplot script or its data). */
 FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file);
 
+/* Closes the gnuplot script gp (<lesson dir>/<script>, from mpt_lab_open) and runs gnuplot on it. Returns
+ * NULL when the picture was drawn; otherwise the reason (a failed write of the script, or gnuplot's error),
+ * copied into err (n bytes) for mpt_lab_report_close: a missing picture does not fail the lesson. */
+const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err, size_t n);
+
 /* `mptrain lab` */
 int mpt_cmd_lab(int argc, char **argv);
 

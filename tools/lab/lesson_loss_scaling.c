@@ -157,10 +157,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                 "plot 'loss-scaling.dat' using 3:xtic(1) title 'had S been 1 (no scaling)' lt 1, "
                 "'' using 2 title 'at the dynamic scale S' lt 2\n",
             ran_big ? ", --batch-size large" : "");
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "loss-scaling.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "loss-scaling.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_loss_scaling, &f));
@@ -173,7 +171,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (ran_big) table(f, "Larger batch: gradients of a mean loss shrink as 1/B", &big, NULL, NULL, S);
     fprintf(f, "Runs: %s.\n\nCriterion for the effect: some activation gradient loses at least 1%% of its values at "
                "S = 1, and at the scaler's S less than half of that.\n", runs);
-    return mpt_lab_report_close(c, &mpt_lab_loss_scaling, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_loss_scaling, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_loss_scaling = {

@@ -90,10 +90,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                 "     '%s/telemetry.csv' using 1:(f(0, 'lost_frac')) with linespoints pt 7 ps 0.5 lt 4 "
                 "title 'no masters, stochastic rounding'\n",
             lr_sgd, bm->name, bm->name, bn->name, bs->name);
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "master-weights.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "master-weights.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_master_weights, &f));
@@ -117,7 +115,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                "left them unchanged, over all parameters (docs/numerics.md, section 3). Criterion for the effect: "
                "bf16 with SGD without masters loses at least 10%% of its updates and ends at least 1 point below "
                "the run with masters.\n");
-    return mpt_lab_report_close(c, &mpt_lab_master_weights, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_master_weights, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_master_weights = {

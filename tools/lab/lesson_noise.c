@@ -85,10 +85,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                 "plot 'noise.dat' using 1:2 with linespoints lw 2 pt 7 ps 1.5 lt 1 title 'fp32', "
                 "'' using 1:3 with linespoints lw 1.5 pt 5 lt 3 title 'fp16', "
                 "'' using 1:4 with linespoints lw 1.5 pt 9 lt 4 title 'bf16'\n");
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "noise.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "noise.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_noise, &f));
@@ -103,7 +101,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                     d[p].verdict == MPT_VERDICT_INCONCLUSIVE && d[p].seeds_needed > 0 ? " (more seeds needed)" : "");
     fprintf(f, "\nCriterion for the effect: every |mean paired difference| below the fp32 sd. `mptrain compare --seeds "
                "N` runs the same comparison for any model, with the full statistics.\n");
-    return mpt_lab_report_close(c, &mpt_lab_noise, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_noise, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_noise = {

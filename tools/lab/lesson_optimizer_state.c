@@ -56,10 +56,8 @@ static mpt_status run(mpt_lab_ctx *c) {
         fprintf(gp, "%s'state-%s/metrics.csv' using 'step':'loss' with lines lw 1.5 lt %d title '%s moments (%.2f%%)'",
                 i ? ", \\\n     " : "", states[i], i + 1, states[i], acc[i]);
     fprintf(gp, "\n");
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "optimizer-state.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "optimizer-state.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_optimizer_state, &f));
@@ -70,7 +68,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                "| moments | final test acc | last epoch's train loss |\n|---|---:|---:|\n");
     for (int i = 0; i < N_STATES; i++) fprintf(f, "| %s | %.2f%% | %.4f |\n", states[i], acc[i], loss[i]);
     fprintf(f, "\nCriterion for the effect: FP16 moments at least 1 point below FP32 moments, BF16 within 1 point.\n");
-    return mpt_lab_report_close(c, &mpt_lab_optimizer_state, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_optimizer_state, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_optimizer_state = {

@@ -85,10 +85,8 @@ static mpt_status run(mpt_lab_ctx *c) {
         fprintf(gp, "%s'%s/metrics.csv' using 'step':'loss_scale' with steps lw 1.6 lt %d title '%s (%d skipped)'",
                 i ? ", \\\n     " : "", ro[i].name, i + 1, i ? ro[i].name : "static", ro[i].skipped);
     fprintf(gp, "\n");
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "overflow.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "overflow.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_overflow, &f));
@@ -107,7 +105,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                "tolerated before backing off. Every run has the same seed, so the same initial weights and batches. "
                "Criterion for the effect: the static run skipped steps and every dynamic run ended below its "
                "starting scale.\n");
-    return mpt_lab_report_close(c, &mpt_lab_overflow, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_overflow, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_overflow = {

@@ -221,10 +221,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                 "4.8828125e-4 with lines dt 2 lt 3 title 'TF32 unit roundoff 2^{-11}', "
                 "5.9604645e-8 with lines dt 2 lt 4 title 'FP32 unit roundoff 2^{-24}'\n",
             BATCH, tf_math == MPT_MATH_TF32 ? "TF32" : "tf32 policy (FP32)");
-    fclose(gp);
-    mpt_status ps = mpt_cli_gnuplot(c->dir, "tf32.gp");
-    char plot_error[600];
-    snprintf(plot_error, sizeof plot_error, "%s", ps == MPT_OK ? "" : mpt_last_error());
+    char plot_buf[600];
+    const char *plot_error = mpt_lab_plot(c, gp, "tf32.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_tf32, &f));
@@ -250,7 +248,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         fprintf(f, "| %d | %.2f%% | %.2f%% | %+.2f |\n", k, acc32[k], acctf[k], acctf[k] - acc32[k]);
     fprintf(f, "\n%s. Criterion for the effect: TF32 error at least 10x the FP32 error in every layer.\n",
             acc_text);
-    return mpt_lab_report_close(c, &mpt_lab_tf32, f, ps == MPT_OK ? NULL : plot_error);
+    return mpt_lab_report_close(c, &mpt_lab_tf32, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_tf32 = {
