@@ -28,6 +28,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/status.h"
 
 /* Largest payload accepted (4 GiB): anything larger is a corrupt header, not a dataset. */
@@ -46,17 +47,17 @@ typedef struct mpt_idx {
  * expect_ndim: 3 for images, 1 for labels, 0 to accept any ndim in 1..3.
  * Returns MPT_OK, MPT_ERR_IO (cannot open/read), MPT_ERR_FORMAT (malformed, see the file comment) or
  * MPT_ERR_NOMEM. */
-mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out);
+MPT_API mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out);
 
 /* Reads and validates only the header of `path` (as mpt_idx_load does): out->ndim, dims and nbytes, with
  * out->data NULL; at most the header's bytes are decompressed. Same errors as mpt_idx_load. */
-mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out);
+MPT_API mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out);
 
 /* Frees x->data and zeroes *x. Safe on a zeroed struct. */
-void mpt_idx_free(mpt_idx *x);
+MPT_API void mpt_idx_free(mpt_idx *x);
 
 /* Writes x as an IDX file of type 0x08 (gzip-compressed when gzip != 0). Returns MPT_ERR_IO on failure. */
-mpt_status mpt_idx_save(const char *path, const mpt_idx *x, int gzip);
+MPT_API mpt_status mpt_idx_save(const char *path, const mpt_idx *x, int gzip);
 
 /* An MNIST-style classification dataset: U8 images and U8 labels, train and test parts.
  * Real data and mpt_synthetic_blobs() fill the same struct. */
@@ -80,18 +81,18 @@ typedef struct mpt_mnist {
  * file has as many items as its labels file; then every label is in [0, 10).
  * Errors: MPT_ERR_IO naming the directory and every missing file (a directory, FIFO or symbolic link loop
  * where a file should be is named as such), MPT_ERR_FORMAT for malformed contents. */
-mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out);
+MPT_API mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out);
 
 /* mpt_mnist_load, also requiring rows x cols images (MPT_ERR_SHAPE otherwise, before any payload is read);
  * rows = cols = 0 accepts any size. */
-mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out);
+MPT_API mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out);
 
 /* Writes d as the four standard files into the existing directory `dir` (names with ".gz" and compressed
  * when gzip != 0), e.g. to put a synthetic dataset where the command-line tool can read it.
  * Returns MPT_ERR_IO on failure. */
-mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip);
+MPT_API mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip);
 
 /* Frees the four arrays and zeroes *d. Safe on a zeroed struct. */
-void mpt_mnist_free(mpt_mnist *d);
+MPT_API void mpt_mnist_free(mpt_mnist *d);
 
 #endif

@@ -43,6 +43,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/rng.h"
 #include "engine/status.h"
 
@@ -57,15 +58,15 @@ typedef struct mpt_loader_split {
 /* Splits rows 0..n-1: n_val rows (a seeded random subset, see the file comment) held out, the rest kept.
  * n_val = 0 keeps everything. Errors: MPT_ERR_ARG if n_val < 0 or n_val >= n (nothing left to train on),
  * or n > INT32_MAX; MPT_ERR_NOMEM. */
-mpt_status mpt_loader_split_make(mpt_loader_split *out, int64_t n, int64_t n_val, uint64_t seed);
+MPT_API mpt_status mpt_loader_split_make(mpt_loader_split *out, int64_t n, int64_t n_val, uint64_t seed);
 /* Frees both lists and zeroes *s. */
-void mpt_loader_split_free(mpt_loader_split *s);
+MPT_API void mpt_loader_split_free(mpt_loader_split *s);
 
 /* Standardisation statistics of pixel / 255 over the rows rows[0..n) (all rows 0..n-1 if rows is NULL) of
  * images U8 [*, D], accumulated in FP64: *mean = average, *inv_std = 1 / sqrt(population variance);
  * *inv_std = 1 if the variance is below 1e-12 (constant images). n must be > 0. */
-void mpt_loader_stats(const uint8_t *images, int64_t D, const int32_t *rows, int64_t n, float *mean,
-                      float *inv_std);
+MPT_API void mpt_loader_stats(const uint8_t *images, int64_t D, const int32_t *rows, int64_t n, float *mean,
+                              float *inv_std);
 
 typedef enum mpt_loader_last {
     MPT_LOADER_DROP_LAST = 0, /* the last n % B rows of each epoch are skipped */
@@ -92,20 +93,20 @@ typedef struct mpt_loader {
 /* rows: the n row indices to serve (copied; NULL means 0..n-1). B >= 1.
  * Errors: MPT_ERR_ARG if n < 1, B < 1, n > INT32_MAX, or drop_last with n < B (an epoch with no batch);
  * MPT_ERR_NOMEM. */
-mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B, mpt_loader_last last,
-                           int shuffle, uint64_t seed);
-void mpt_loader_free(mpt_loader *l);
+MPT_API mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B, mpt_loader_last last,
+                                   int shuffle, uint64_t seed);
+MPT_API void mpt_loader_free(mpt_loader *l);
 
 /* Batches per epoch: n / B with MPT_LOADER_DROP_LAST, ceil(n / B) when padding. */
-int64_t mpt_loader_n_batches(const mpt_loader *l);
+MPT_API int64_t mpt_loader_n_batches(const mpt_loader *l);
 
 /* Starts epoch `epoch` (>= 0): computes its order (the shuffle, or the identity) and rewinds. */
-void mpt_loader_start_epoch(mpt_loader *l, int64_t epoch);
+MPT_API void mpt_loader_start_epoch(mpt_loader *l, int64_t epoch);
 
 /* Writes the next batch's B row indices into idx (I32 [B], host) and the number of real rows into
  * *n_valid (B except for a padded last batch, whose rows n_valid..B-1 are -1 with MPT_LOADER_PAD_IGNORE or
  * repeat the epoch's first rows with MPT_LOADER_PAD_WRAP).
  * Returns 1, or 0 (writing nothing) when the epoch is exhausted. No allocation. */
-int mpt_loader_next(mpt_loader *l, int32_t *idx, int *n_valid);
+MPT_API int mpt_loader_next(mpt_loader *l, int32_t *idx, int *n_valid);
 
 #endif

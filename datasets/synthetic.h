@@ -32,6 +32,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "datasets/idx.h"
 #include "engine/status.h"
 
@@ -43,7 +44,7 @@
  * when dim is a perfect square (so image models can use it: dim 784 gives 28 x 28), else 1 x dim.
  * Errors: MPT_ERR_ARG if n_train < 1, n_test < 0, n_classes < 2 or > 256, dim < max(4, n_classes),
  * or n * dim > MPT_IDX_MAX_BYTES; MPT_ERR_NOMEM. */
-mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, int64_t dim, int n_classes,
-                               uint64_t seed);
+MPT_API mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, int64_t dim, int n_classes,
+                                       uint64_t seed);
 
 #endif

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/dtype.h"
 #include "engine/status.h"
 #include "engine/tensor.h"
@@ -268,19 +269,19 @@ struct mpt_backend {
 };
 
 /* Creates the CPU backend (always available). */
-mpt_backend *mpt_backend_cpu_create(void);
+MPT_API mpt_backend *mpt_backend_cpu_create(void);
 /* Creates the CUDA backend on device 0; NULL (with mpt_last_error() set) when no GPU is usable. */
-mpt_backend *mpt_backend_cuda_create(void);
+MPT_API mpt_backend *mpt_backend_cuda_create(void);
 /* Whether a CUDA device is usable (driver, device present, compute capability >= 8.0); msg (host, may be
  * NULL) receives a one-line description of the device or of why not. */
-int mpt_cuda_available(char *msg, size_t len);
+MPT_API int mpt_cuda_available(char *msg, size_t len);
 /* Destroys a backend and sets *be to NULL. */
-void mpt_backend_free(mpt_backend **be);
+MPT_API void mpt_backend_free(mpt_backend **be);
 
 /* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */
-void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);
+MPT_API void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);
 /* Makes sure be->workspace holds at least `bytes` (called while building graphs, never in a step).
  * Returns MPT_ERR_NOMEM if the allocation fails. */
-mpt_status mpt_backend_reserve_workspace(mpt_backend *be, size_t bytes);
+MPT_API mpt_status mpt_backend_reserve_workspace(mpt_backend *be, size_t bytes);
 
 #endif

@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/dtype.h"
 #include "engine/status.h"
 
@@ -67,22 +68,22 @@ typedef struct mpt_checkpoint_meta {
 } mpt_checkpoint_meta;
 
 /* Bytes of a tensor's data: prod(shape) * dtype size; -1 if that overflows int64 or a dim is negative. */
-int64_t mpt_checkpoint_tensor_nbytes(const mpt_checkpoint_tensor *t);
+MPT_API int64_t mpt_checkpoint_tensor_nbytes(const mpt_checkpoint_tensor *t);
 
 /* Writes the n tensors (in that order in the buffer) and the n_meta metadata entries to `path`, atomically
  * (see the file comment). Equivalent to mpt_checkpoint_write_temp then mpt_checkpoint_commit.
  * Errors: MPT_ERR_ARG (empty/duplicate/reserved name, bad dtype, reserved or duplicate metadata key),
  * MPT_ERR_IO (with errno text; the temporary file is removed), MPT_ERR_NOMEM. */
-mpt_status mpt_checkpoint_save(const char *path, const mpt_checkpoint_tensor *tensors, int n,
-                               const mpt_checkpoint_meta *meta, int n_meta);
+MPT_API mpt_status mpt_checkpoint_save(const char *path, const mpt_checkpoint_tensor *tensors, int n,
+                                       const mpt_checkpoint_meta *meta, int n_meta);
 
 /* First half of mpt_checkpoint_save: writes, flushes and fsyncs the complete file as path + ".tmp" (its
  * name is copied to tmp_path, capacity cap bytes) and leaves `path` untouched. */
-mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
-                                     const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap);
+MPT_API mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
+                                             const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap);
 
 /* Second half: renames tmp_path over path and fsyncs the directory that holds path. MPT_ERR_IO on failure. */
-mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path);
+MPT_API mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path);
 
 /* A checkpoint read into memory and validated. */
 typedef struct mpt_checkpoint mpt_checkpoint;
@@ -91,29 +92,29 @@ typedef struct mpt_checkpoint mpt_checkpoint;
  * (name, dtype, ndim, shape; data unused): each must be present with that dtype and shape and no other
  * tensor may be present. expected = NULL accepts any set of tensors (for inspection tools).
  * On success *out owns the file's contents; free with mpt_checkpoint_close. On error *out is NULL. */
-mpt_status mpt_checkpoint_open(const char *path, const mpt_checkpoint_tensor *expected, int n_expected,
-                               mpt_checkpoint **out);
-void mpt_checkpoint_close(mpt_checkpoint **c);
+MPT_API mpt_status mpt_checkpoint_open(const char *path, const mpt_checkpoint_tensor *expected, int n_expected,
+                                       mpt_checkpoint **out);
+MPT_API void mpt_checkpoint_close(mpt_checkpoint **c);
 
 /* Tensors in the file, in the order of their data offsets. The returned entry's data points at the tensor's
  * bytes in the loaded buffer (not necessarily aligned: copy with memcpy or mpt_checkpoint_read); valid until
  * close. i in [0, mpt_checkpoint_n_tensors). */
-int mpt_checkpoint_n_tensors(const mpt_checkpoint *c);
-const mpt_checkpoint_tensor *mpt_checkpoint_tensor_at(const mpt_checkpoint *c, int i);
+MPT_API int mpt_checkpoint_n_tensors(const mpt_checkpoint *c);
+MPT_API const mpt_checkpoint_tensor *mpt_checkpoint_tensor_at(const mpt_checkpoint *c, int i);
 /* The entry named `name`, or NULL. */
-const mpt_checkpoint_tensor *mpt_checkpoint_find(const mpt_checkpoint *c, const char *name);
+MPT_API const mpt_checkpoint_tensor *mpt_checkpoint_find(const mpt_checkpoint *c, const char *name);
 
 /* Copies tensor `name`'s data into dst (host, dst_bytes bytes). Errors: MPT_ERR_SHAPE naming the file and
  * tensor if it is absent or if dst_bytes differs from its size. */
-mpt_status mpt_checkpoint_read(const mpt_checkpoint *c, const char *name, void *dst, size_t dst_bytes);
+MPT_API mpt_status mpt_checkpoint_read(const mpt_checkpoint *c, const char *name, void *dst, size_t dst_bytes);
 
 /* Metadata (including "crc32"): the value of `key`, or NULL if absent; valid until close. */
-const char *mpt_checkpoint_meta_get(const mpt_checkpoint *c, const char *key);
+MPT_API const char *mpt_checkpoint_meta_get(const mpt_checkpoint *c, const char *key);
 /* Number of metadata entries and entry i (key and value pointers valid until close). */
-int mpt_checkpoint_n_meta(const mpt_checkpoint *c);
-mpt_checkpoint_meta mpt_checkpoint_meta_at(const mpt_checkpoint *c, int i);
+MPT_API int mpt_checkpoint_n_meta(const mpt_checkpoint *c);
+MPT_API mpt_checkpoint_meta mpt_checkpoint_meta_at(const mpt_checkpoint *c, int i);
 
 /* The path the checkpoint was opened from. */
-const char *mpt_checkpoint_path(const mpt_checkpoint *c);
+MPT_API const char *mpt_checkpoint_path(const mpt_checkpoint *c);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "kernels/elemwise.h"
 
 typedef enum mpt_dtype {
@@ -36,15 +37,15 @@ typedef enum mpt_math {
 } mpt_math;
 
 /* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4). */
-size_t mpt_dtype_size(mpt_dtype t);
+MPT_API size_t mpt_dtype_size(mpt_dtype t);
 /* "f32", "f16", "bf16", "u8", "i32". */
-const char *mpt_dtype_name(mpt_dtype t);
+MPT_API const char *mpt_dtype_name(mpt_dtype t);
 /* "fp32", "tf32", "fp16", "bf16". */
-const char *mpt_math_name(mpt_math m);
+MPT_API const char *mpt_math_name(mpt_math m);
 /* Unit roundoff of the operand format of a math mode: 2^-24, 2^-11, 2^-11, 2^-8. */
-double mpt_math_unit_roundoff(mpt_math m);
+MPT_API double mpt_math_unit_roundoff(mpt_math m);
 /* Whether the dtype is a floating-point format (F32, F16, BF16). */
-int mpt_dtype_is_float(mpt_dtype t);
+MPT_API int mpt_dtype_is_float(mpt_dtype t);
 
 /* Loads element i of a float buffer of dtype t (F32, F16 or BF16) as FP32, exactly. */
 static inline float mpt_load_f32(const void *p, mpt_dtype t, int64_t i) {

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "engine/api.h"
 #include "engine/amp/policy.h"
 #include "engine/backend.h"
 #include "engine/tensor.h"
@@ -93,44 +94,44 @@ struct mpt_graph {
 };
 
 /* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
-mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch);
+MPT_API mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch);
 /* Frees the graph, its tensors and arenas; sets *g to NULL. */
-void mpt_graph_free(mpt_graph **g);
+MPT_API void mpt_graph_free(mpt_graph **g);
 
 /* Adds a tensor without data, on the graph's device. */
-mpt_tensor *mpt_graph_tensor(mpt_graph *g, const char *name, mpt_dtype dtype, mpt_mem mem, int ndim,
-                             const int64_t *shape);
+MPT_API mpt_tensor *mpt_graph_tensor(mpt_graph *g, const char *name, mpt_dtype dtype, mpt_mem mem, int ndim,
+                                     const int64_t *shape);
 /* Adds a gradient tensor for t (same shape; dtype F32 in MPT_MEM_GRAD for parameters, t's dtype in
  * MPT_MEM_ACT_GRAD for activations) and returns it; returns t->grad if it exists. */
-mpt_tensor *mpt_graph_grad(mpt_graph *g, mpt_tensor *t);
+MPT_API mpt_tensor *mpt_graph_grad(mpt_graph *g, mpt_tensor *t);
 /* Adds a trainable parameter: a weight in the compute dtype `dtype` (MPT_MEM_WEIGHT) with an FP32 gradient. */
-mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
-                            int fan_in);
+MPT_API mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
+                                    int fan_in);
 /* Adds a view of `src` with a new shape (same numel and dtype); its data and grad share src's. */
-mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape);
+MPT_API mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape);
 /* Appends a node (fields zeroed, op and name set); the caller fills in inputs, outputs and functions. */
-mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
+MPT_API mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
 
 /* Allocates every tensor (one buffer per category, zero-filled). The workspace was reserved on the backend
  * by the layers while they were added. MPT_ERR_NOMEM if an allocation fails. */
-mpt_status mpt_graph_alloc(mpt_graph *g);
+MPT_API mpt_status mpt_graph_alloc(mpt_graph *g);
 
 /* Zeroes the activation gradients (they belong to one forward/backward pass), then runs forward over all
  * nodes (g->training selects dropout). */
-void mpt_graph_forward(mpt_graph *g);
+MPT_API void mpt_graph_forward(mpt_graph *g);
 /* Zeroes the parameter gradients (one memset of the gradient arena). Call once per optimizer step;
  * between calls, backward passes accumulate into the parameter gradients (micro-batches). */
-void mpt_graph_zero_grad(mpt_graph *g);
+MPT_API void mpt_graph_zero_grad(mpt_graph *g);
 /* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. Parameter
  * gradients accumulate (+=) across passes until mpt_graph_zero_grad(). */
-void mpt_graph_backward(mpt_graph *g);
+MPT_API void mpt_graph_backward(mpt_graph *g);
 
 /* Bytes of all tensors of one category (after alloc: the arena's size). */
-size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem);
+MPT_API size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem);
 /* Finds a tensor by name, or NULL. */
-mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name);
+MPT_API mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name);
 
 /* Prints the precision map: each node with input/output dtypes, math mode and activation bytes. */
-void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f);
+MPT_API void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f);
 
 #endif

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/status.h"
 
 typedef enum mpt_rng_stream {
@@ -29,14 +30,14 @@ typedef enum mpt_rng_stream {
 typedef struct mpt_rng mpt_rng; /* a host Philox stream handle */
 
 /* Creates a host Philox generator (aborts only if out of memory); free with mpt_rng_free. */
-mpt_rng *mpt_rng_create(void);
-void mpt_rng_free(mpt_rng **r);
+MPT_API mpt_rng *mpt_rng_create(void);
+MPT_API void mpt_rng_free(mpt_rng **r);
 /* Seed of stream `stream` for run seed `seed`: splitmix64(seed ^ (stream * 0x9e3779b97f4a7c15)). */
-uint64_t mpt_rng_stream_seed(uint64_t seed, mpt_rng_stream stream);
+MPT_API uint64_t mpt_rng_stream_seed(uint64_t seed, mpt_rng_stream stream);
 /* out[0..n) = uniform floats in (0, 1], the cuRAND Philox sequence for (seed, offset). */
-void mpt_rng_uniform(mpt_rng *r, float *out, size_t n, uint64_t seed, uint64_t offset);
+MPT_API void mpt_rng_uniform(mpt_rng *r, float *out, size_t n, uint64_t seed, uint64_t offset);
 /* Fisher-Yates shuffle of perm[0..n) (which the caller fills, e.g. 0..n-1) with uniforms from (seed, offset);
  * uses `scratch` of n floats. */
-void mpt_rng_shuffle(mpt_rng *r, int32_t *perm, size_t n, float *scratch, uint64_t seed, uint64_t offset);
+MPT_API void mpt_rng_shuffle(mpt_rng *r, int32_t *perm, size_t n, float *scratch, uint64_t seed, uint64_t offset);
 
 #endif

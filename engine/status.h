@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "engine/api.h"
+
 typedef enum mpt_status {
     MPT_OK = 0,
     MPT_ERR_IO,        /* open/read/write/rename/fsync failed (errno text in the message) */
@@ -33,22 +35,23 @@ typedef enum mpt_status {
 } mpt_status;
 
 /* Records a printf-style message for the current thread and returns `code`. */
-mpt_status mpt_errorf(mpt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+MPT_API mpt_status mpt_errorf(mpt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Copies src into dst (capacity cap >= 1, always NUL-terminated, truncated to fit) with every byte that a
  * terminal could act on written as \xNN: C0 controls (0x00-0x1f, newline and escape included), DEL (0x7f),
  * C1 controls (U+0080-U+009F) and bytes that are not part of well-formed UTF-8; a backslash itself is
  * written as \\. Printable ASCII and well-formed UTF-8 pass through. Returns dst. */
-char *mpt_escape(char *dst, size_t cap, const char *src);
+MPT_API char *mpt_escape(char *dst, size_t cap, const char *src);
 
 /* The last message recorded by mpt_errorf() on this thread ("" if none). Valid until the next call. */
-const char *mpt_last_error(void);
+MPT_API const char *mpt_last_error(void);
 
 /* Short name of a status ("ok", "io", "format", ...). */
-const char *mpt_status_name(mpt_status s);
+MPT_API const char *mpt_status_name(mpt_status s);
 
 /* Prints "mptrain: fatal: <message> (file:line)" to stderr and aborts. For programmer errors only. */
-__attribute__((noreturn, format(printf, 3, 4))) void mpt_fatal(const char *file, int line, const char *fmt, ...);
+MPT_API __attribute__((noreturn, format(printf, 3, 4))) void mpt_fatal(const char *file, int line, const char *fmt,
+                                                                      ...);
 
 #define MPT_ASSERT(cond)                                                                             \
     do {                                                                                             \

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/dtype.h"
 
 #define MPT_MAX_DIMS 4
@@ -47,16 +48,16 @@ typedef struct mpt_tensor {
 } mpt_tensor;
 
 /* Number of elements (product of the shape). */
-int64_t mpt_tensor_numel(const mpt_tensor *t);
+MPT_API int64_t mpt_tensor_numel(const mpt_tensor *t);
 /* Size of the data in bytes (numel * dtype size). */
-size_t mpt_tensor_nbytes(const mpt_tensor *t);
+MPT_API size_t mpt_tensor_nbytes(const mpt_tensor *t);
 /* Sets name, shape (ndim values), dtype, device and category; data, grad and view_of become NULL. */
-void mpt_tensor_set(mpt_tensor *t, const char *name, mpt_dtype dtype, mpt_device device, mpt_mem mem,
-                    int ndim, const int64_t *shape);
+MPT_API void mpt_tensor_set(mpt_tensor *t, const char *name, mpt_dtype dtype, mpt_device device, mpt_mem mem,
+                            int ndim, const int64_t *shape);
 /* "[128, 784]" into buf (at least 64 bytes); returns buf. */
-const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len);
+MPT_API const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len);
 /* Name of a memory category ("master", "weight", "grad", "optim", "act", "act_grad", "workspace", "data",
  * "twin", "telemetry"). */
-const char *mpt_mem_name(mpt_mem m);
+MPT_API const char *mpt_mem_name(mpt_mem m);
 
 #endif

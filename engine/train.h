@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/amp/master.h"
 #include "engine/backend.h"
 #include "engine/graph.h"
@@ -47,10 +48,10 @@ typedef enum mpt_nonfinite_mode {
 } mpt_nonfinite_mode;
 
 /* "nearest"/"stochastic" and "skip"/"apply"; the parsers return 0 on success, -1 for an unknown name. */
-const char *mpt_update_rounding_name(mpt_update_rounding r);
-int mpt_update_rounding_parse(const char *s, mpt_update_rounding *out);
-const char *mpt_nonfinite_mode_name(mpt_nonfinite_mode m);
-int mpt_nonfinite_mode_parse(const char *s, mpt_nonfinite_mode *out);
+MPT_API const char *mpt_update_rounding_name(mpt_update_rounding r);
+MPT_API int mpt_update_rounding_parse(const char *s, mpt_update_rounding *out);
+MPT_API const char *mpt_nonfinite_mode_name(mpt_nonfinite_mode m);
+MPT_API int mpt_nonfinite_mode_parse(const char *s, mpt_nonfinite_mode *out);
 
 typedef struct mpt_train_config {
     mpt_optim_hparams optim;     /* kind and hyper-parameters; optim.lr is overwritten by the schedule */
@@ -71,7 +72,7 @@ typedef struct mpt_train_config {
  * loss scaling dynamic for fp16 and none otherwise (from `precision`), GradScaler defaults
  * (2^16, x2, x0.5, 2000), hysteresis 1, floor 1, ceiling 2^24, seed 0, no fault injection, FP32 masters,
  * round-to-nearest updates, FP32 optimizer state, non-finite steps skipped. */
-mpt_train_config mpt_train_config_default(mpt_precision precision);
+MPT_API mpt_train_config mpt_train_config_default(mpt_precision precision);
 
 /* Host copy of the step statistics (read with one synchronising copy). */
 typedef struct mpt_train_stats {
@@ -112,27 +113,27 @@ typedef struct mpt_trainer {
  * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases) from the host Philox stream (engine/rng.h:
  * cuRAND's Philox4x32-10 sequence) with cfg->seed, and writes the working copies. The trainer takes ownership of g: it is freed with the trainer,
  * or before returning when creation fails (MPT_ERR_ARG for a bad config, naming the setting; MPT_ERR_NOMEM). */
-mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
-void mpt_trainer_free(mpt_trainer **t);
+MPT_API mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
+MPT_API void mpt_trainer_free(mpt_trainer **t);
 
 /* One training iteration on the batch already in g->input / g->labels (see mpt_trainer_gather). */
-void mpt_trainer_step(mpt_trainer *t);
+MPT_API void mpt_trainer_step(mpt_trainer *t);
 /* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. */
-void mpt_trainer_eval_batch(mpt_trainer *t);
+MPT_API void mpt_trainer_eval_batch(mpt_trainer *t);
 /* Fills the graph's input and labels from a U8 dataset in backend memory: rows idx[0..B) (idx in backend
  * memory, I32), pixels scaled by 1/255 then standardised with (mean, inv_std). */
-void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
-                        int64_t D, float mean, float inv_std);
+MPT_API void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
+                                int64_t D, float mean, float inv_std);
 /* Reads the statistics (synchronises). */
-void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
+MPT_API void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
 /* The dtype of the storage that parameter i's optimizer update is applied to: MPT_DTYPE_F32 when the update
  * goes to an FP32 master (fp16/bf16 modes with masters, and fp32/tf32 modes, where the FP32 weight is its own
  * master), else the weights' own dtype (F16/BF16 without FP32 masters). Whether an update was lost (left the
  * stored value unchanged) is decided in this dtype. */
-mpt_dtype mpt_trainer_update_dtype(const mpt_trainer *t, int i);
+MPT_API mpt_dtype mpt_trainer_update_dtype(const mpt_trainer *t, int i);
 /* The tensor holding that storage (t->master[i]). */
-mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i);
+MPT_API mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i);
 /* Zeroes g->n_correct. */
-void mpt_trainer_reset_correct(mpt_trainer *t);
+MPT_API void mpt_trainer_reset_correct(mpt_trainer *t);
 
 #endif

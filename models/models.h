@@ -18,6 +18,7 @@
 #ifndef MPT_MODELS_MODELS_H
 #define MPT_MODELS_MODELS_H
 
+#include "engine/api.h"
 #include "engine/graph.h"
 #include "engine/status.h"
 
@@ -27,17 +28,17 @@
 #define MPT_MODEL_PIXELS 784
 
 /* "mlp, lenet5, cnn": the valid names, for messages. */
-const char *mpt_model_names(void);
+MPT_API const char *mpt_model_names(void);
 
 /* Whether `name` is a known model (1) or not (0). */
-int mpt_model_exists(const char *name);
+MPT_API int mpt_model_exists(const char *name);
 
 /* Adds the input and the layers of model `name` to the empty graph g (batch g->batch) and stores the
  * logits tensor [B, 10] (compute dtype) in *logits. Unknown name: MPT_ERR_ARG with a message listing the
  * valid names; g is left untouched. */
-mpt_status mpt_model_build(mpt_graph *g, const char *name, mpt_tensor **logits);
+MPT_API mpt_status mpt_model_build(mpt_graph *g, const char *name, mpt_tensor **logits);
 
 /* Whether the model uses dropout (its outputs depend on the dropout RNG stream in training). */
-int mpt_model_has_dropout(const char *name);
+MPT_API int mpt_model_has_dropout(const char *name);
 
 #endif

@@ -14,6 +14,7 @@
 #ifndef MPT_ENGINE_AMP_MASTER_H
 #define MPT_ENGINE_AMP_MASTER_H
 
+#include "engine/api.h"
 #include "engine/graph.h"
 
 /* Whether a run keeps FP32 master weights (--master-weights). */
@@ -24,20 +25,20 @@ typedef enum mpt_master_mode {
 } mpt_master_mode;
 
 /* "fp32", "none"; parse returns 0 on success, -1 for an unknown name. */
-const char *mpt_master_mode_name(mpt_master_mode m);
-int mpt_master_mode_parse(const char *s, mpt_master_mode *out);
+MPT_API const char *mpt_master_mode_name(mpt_master_mode m);
+MPT_API int mpt_master_mode_parse(const char *s, mpt_master_mode *out);
 
 /* For each of the graph's parameters, returns in masters[i] the tensor the optimizer updates: with
  * MPT_MASTER_FP32, a new FP32 tensor named "<weight name>:master" in MPT_MEM_MASTER when the weight is
  * F16/BF16, or the weight itself when it is F32; with MPT_MASTER_NONE, always the weight itself (so
  * masters[i]->dtype may be F16/BF16, and no MPT_MEM_MASTER memory exists). Call before mpt_graph_alloc.
  * masters has g->n_params entries. */
-void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode);
+MPT_API void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode);
 
 /* Whether parameter i keeps a separate working copy (its weight dtype is not F32). */
-int mpt_master_has_working_copy(const mpt_tensor *master, const mpt_tensor *weight);
+MPT_API int mpt_master_has_working_copy(const mpt_tensor *master, const mpt_tensor *weight);
 
 /* Writes every working copy from its master (RNE); a no-op for parameters that are their own master. */
-void mpt_master_refresh_working(mpt_graph *g, mpt_tensor **masters);
+MPT_API void mpt_master_refresh_working(mpt_graph *g, mpt_tensor **masters);
 
 #endif

@@ -16,6 +16,7 @@
 #ifndef MPT_ENGINE_AMP_POLICY_H
 #define MPT_ENGINE_AMP_POLICY_H
 
+#include "engine/api.h"
 #include "engine/dtype.h"
 
 typedef enum mpt_precision {
@@ -53,24 +54,24 @@ typedef struct mpt_op_precision {
 } mpt_op_precision;
 
 /* The policy for a run mode, with NVIDIA_TF32_OVERRIDE read from the environment. */
-mpt_policy mpt_policy_make(mpt_precision mode);
+MPT_API mpt_policy mpt_policy_make(mpt_precision mode);
 /* The same with the two TF32 switches given (--tf32-matmul, --tf32-conv: PyTorch's
  * torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32). They matter where GEMM/conv
  * operands are FP32 (fp32 and tf32 modes); NVIDIA_TF32_OVERRIDE=0 still turns both off (tf32_override = 1). */
-mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf32_conv);
+MPT_API mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf32_conv);
 /* The policy for a run mode with explicit TF32 switches and no environment lookup (tests). */
-mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv);
+MPT_API mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv);
 /* The dtype of weights (working copies) and activations in this mode: F32, F16 or BF16. */
-mpt_dtype mpt_policy_act_dtype(const mpt_policy *p);
+MPT_API mpt_dtype mpt_policy_act_dtype(const mpt_policy *p);
 /* The rule for one op whose (first) input has dtype in_dtype. */
-mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype);
+MPT_API mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype);
 /* Whether this mode uses the dynamic loss scaler by default (fp16 only). */
-int mpt_policy_default_loss_scaling(const mpt_policy *p);
+MPT_API int mpt_policy_default_loss_scaling(const mpt_policy *p);
 
 /* "fp32", "tf32", "fp16", "bf16"; parse returns 0 on success, -1 for an unknown name. */
-const char *mpt_precision_name(mpt_precision m);
-int mpt_precision_parse(const char *s, mpt_precision *out);
+MPT_API const char *mpt_precision_name(mpt_precision m);
+MPT_API int mpt_precision_parse(const char *s, mpt_precision *out);
 /* "linear", "conv2d", ... */
-const char *mpt_op_name(mpt_op op);
+MPT_API const char *mpt_op_name(mpt_op op);
 
 #endif

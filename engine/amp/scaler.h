@@ -43,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/backend.h"
 #include "engine/status.h"
 
@@ -51,22 +52,22 @@
 
 /* The defaults: growth_factor 2, backoff_factor 0.5, growth_interval 2000 (GradScaler), hysteresis 1
  * (PyTorch behaviour), min_scale 1, max_scale 2^24 (Apex amp's min_loss_scale / max_loss_scale). */
-mpt_scaler_params mpt_scaler_params_default(void);
+MPT_API mpt_scaler_params mpt_scaler_params_default(void);
 
 /* Validates user-supplied parameters: growth_factor finite and >= 1, backoff_factor in (0, 1],
  * growth_interval >= 1, hysteresis >= 1, 0 < min_scale <= max_scale, both finite.
  * Returns MPT_OK, or MPT_ERR_ARG with a message naming the field, the expected range and the value. */
-mpt_status mpt_scaler_params_check(const mpt_scaler_params *p);
+MPT_API mpt_status mpt_scaler_params_check(const mpt_scaler_params *p);
 
 /* Writes the initial state to st (backend memory, e.g. from be->alloc): scale = init_scale,
  * inv_scale = 1/init_scale, found_inf = 0, grad_mul = 1, sumsq = 0, counters 0,
  * hysteresis_left = p->hysteresis. init_scale is not clamped to [min_scale, max_scale] (a static scale may lie
  * outside them); the first growth or backoff clamps it.
  * Returns MPT_ERR_ARG if init_scale is not finite and > 0, or if p fails mpt_scaler_params_check(). */
-mpt_status mpt_scaler_init(mpt_backend *be, mpt_scaler_state *st, float init_scale, const mpt_scaler_params *p);
+MPT_API mpt_status mpt_scaler_init(mpt_backend *be, mpt_scaler_state *st, float init_scale, const mpt_scaler_params *p);
 
 /* Copies the state from backend memory to *out (host). Synchronises. */
-void mpt_scaler_read(mpt_backend *be, const mpt_scaler_state *st, mpt_scaler_state *out);
+MPT_API void mpt_scaler_read(mpt_backend *be, const mpt_scaler_state *st, mpt_scaler_state *out);
 
 /* Host-side monitor for a collapsing scale. */
 typedef struct mpt_scaler_watch {
@@ -78,14 +79,14 @@ typedef struct mpt_scaler_watch {
 } mpt_scaler_watch;
 
 /* Starts a watch that warns after `limit` consecutive floor hits (limit >= 1). */
-void mpt_scaler_watch_init(mpt_scaler_watch *w, int32_t limit);
+MPT_API void mpt_scaler_watch_init(mpt_scaler_watch *w, int32_t limit);
 
 /* Observes a host copy of the state (mpt_scaler_read). A floor hit is a backoff that min_scale clamped; hits
  * are consecutive while no optimizer step is applied between them. When the current run reaches w->limit,
  * writes a one-line warning to msg (host buffer of len bytes; may be NULL) and returns 1, once per run; else
  * returns 0. A step applied after the run ends it (the next run may warn again). Called every iteration it is
  * exact; called less often it may count late (progress seen in the same interval ends the run), never early. */
-int mpt_scaler_watch_check(mpt_scaler_watch *w, const mpt_scaler_state *st, const mpt_scaler_params *p, char *msg,
-                           size_t len);
+MPT_API int mpt_scaler_watch_check(mpt_scaler_watch *w, const mpt_scaler_state *st, const mpt_scaler_params *p,
+                                   char *msg, size_t len);
 
 #endif

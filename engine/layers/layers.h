@@ -11,36 +11,37 @@
 #ifndef MPT_ENGINE_LAYERS_H
 #define MPT_ENGINE_LAYERS_H
 
+#include "engine/api.h"
 #include "engine/graph.h"
 
 /* The batch input: [B, d1, ..., d_{ndim-1}] in the mode's activation dtype (shape[0] must equal B).
  * Becomes g->input. Has no gradient. */
-mpt_tensor *mpt_input(mpt_graph *g, int ndim, const int64_t *shape);
+MPT_API mpt_tensor *mpt_input(mpt_graph *g, int ndim, const int64_t *shape);
 
 /* y[B, out] = x[B, in] W^T + b; W "<name>.weight" [out, in], b "<name>.bias" [out]; x must be 2-D.
  * GEMM in the node's math mode; forward uses the bias epilogue. Backward: dx += dy W, dW += dy^T x (FP32),
  * db += sum_rows dy (FP32). PyTorch: torch.nn.Linear. */
-mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char *name);
+MPT_API mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char *name);
 
 /* y[B, K, P, Q] = conv2d(x[B, C, H, W], W [K, C, k, k]) + b[K], stride, zero padding `pad`.
  * Params "<name>.weight", "<name>.bias". PyTorch: torch.nn.Conv2d (cross-correlation). */
-mpt_tensor *mpt_conv2d(mpt_graph *g, mpt_tensor *x, int out_channels, int kernel, int stride, int pad,
-                       const char *name);
+MPT_API mpt_tensor *mpt_conv2d(mpt_graph *g, mpt_tensor *x, int out_channels, int kernel, int stride, int pad,
+                               const char *name);
 
 /* y = max(x, 0), same shape and dtype as x; backward from the saved output. */
-mpt_tensor *mpt_relu(mpt_graph *g, mpt_tensor *x, const char *name);
+MPT_API mpt_tensor *mpt_relu(mpt_graph *g, mpt_tensor *x, const char *name);
 
 /* Max pooling over kernel x kernel windows with `stride`, no padding, on x [B, C, H, W];
  * output [B, C, (H-kernel)/stride+1, (W-kernel)/stride+1]; argmax saved (I32). torch.nn.MaxPool2d. */
-mpt_tensor *mpt_maxpool2d(mpt_graph *g, mpt_tensor *x, int kernel, int stride, const char *name);
+MPT_API mpt_tensor *mpt_maxpool2d(mpt_graph *g, mpt_tensor *x, int kernel, int stride, const char *name);
 
 /* [B, ...] -> [B, prod(...)]: a view, no copy, no kernel. */
-mpt_tensor *mpt_flatten(mpt_graph *g, mpt_tensor *x, const char *name);
+MPT_API mpt_tensor *mpt_flatten(mpt_graph *g, mpt_tensor *x, const char *name);
 
 /* Inverted dropout with drop probability p in [0, 1): in training, y = x * mask / (1 - p) with
  * mask ~ Bernoulli(1 - p) from the Philox stream MPT_RNG_DROPOUT (offset advances with g->step);
  * in evaluation (g->training == 0), y = x. torch.nn.Dropout. */
-mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name);
+MPT_API mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name);
 
 /* Fused softmax + cross-entropy on logits [B, C], always FP32; labels g->labels [B] I32 (created here);
  * returns the loss [1] F32 = mean over the valid rows of the batch (g->loss); rows with label -1 are padding
@@ -48,6 +49,6 @@ mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name);
  * also counts correct argmax predictions into g->n_correct. Backward seeds dlogits with
  * (*g->loss_scale) * (softmax - onehot) / B_valid.
  * torch.nn.CrossEntropyLoss(reduction='mean'). */
-mpt_tensor *mpt_softmax_xent(mpt_graph *g, mpt_tensor *logits, const char *name);
+MPT_API mpt_tensor *mpt_softmax_xent(mpt_graph *g, mpt_tensor *logits, const char *name);
 
 #endif

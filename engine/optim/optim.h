@@ -51,33 +51,34 @@
 #ifndef MPT_ENGINE_OPTIM_OPTIM_H
 #define MPT_ENGINE_OPTIM_OPTIM_H
 
+#include "engine/api.h"
 #include "engine/backend.h"
 #include "engine/status.h"
 
 /* "sgd", "adam", "adamw". */
-const char *mpt_optim_kind_name(mpt_optim_kind k);
+MPT_API const char *mpt_optim_kind_name(mpt_optim_kind k);
 /* Parses "sgd", "adam" or "adamw" into *out; 0 on success, -1 for an unknown name (*out unchanged). */
-int mpt_optim_kind_parse(const char *s, mpt_optim_kind *out);
+MPT_API int mpt_optim_kind_parse(const char *s, mpt_optim_kind *out);
 
 /* PyTorch's defaults for a kind:
  *   SGD:   lr 1e-3, momentum 0, dampening 0, weight_decay 0, nesterov off
  *   Adam:  lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0
  *   AdamW: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 1e-2
  * Fields a kind does not use are zero, except that beta1/beta2/eps are filled for every kind. */
-mpt_optim_hparams mpt_optim_hparams_default(mpt_optim_kind k);
+MPT_API mpt_optim_hparams mpt_optim_hparams_default(mpt_optim_kind k);
 
 /* Checks user-supplied hyper-parameters as PyTorch's constructors do: lr >= 0, weight_decay >= 0,
  * momentum >= 0, dampening in [0, 1], nesterov only with momentum > 0 and dampening 0, beta1 and beta2 in
  * [0, 1), eps >= 0, all finite. Returns MPT_OK or MPT_ERR_ARG with a message naming the hyper-parameter, the
  * expected range and the value found. */
-mpt_status mpt_optim_hparams_check(const mpt_optim_hparams *h);
+MPT_API mpt_status mpt_optim_hparams_check(const mpt_optim_hparams *h);
 
 /* Number of state tensors per parameter (FP32, or --optimizer-state's dtype), each the parameter's shape: SGD without momentum 0, SGD with
  * momentum 1 (momentum buffer, in mpt_optim_args.m), Adam/AdamW 2 (exp_avg in .m, exp_avg_sq in .v). */
-int mpt_optim_n_state(const mpt_optim_hparams *h);
+MPT_API int mpt_optim_n_state(const mpt_optim_hparams *h);
 
 /* Names of the state tensors, for checkpoints and reports: index 0 -> "momentum_buffer" (SGD) or "exp_avg",
  * index 1 -> "exp_avg_sq" (PyTorch's optimizer state keys); NULL past mpt_optim_n_state(). */
-const char *mpt_optim_state_name(const mpt_optim_hparams *h, int index);
+MPT_API const char *mpt_optim_state_name(const mpt_optim_hparams *h, int index);
 
 #endif

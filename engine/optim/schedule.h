@@ -18,6 +18,7 @@
 
 #include <stdint.h>
 
+#include "engine/api.h"
 #include "engine/status.h"
 
 typedef enum mpt_lr_kind { MPT_LR_CONSTANT = 0, MPT_LR_STEP, MPT_LR_COSINE } mpt_lr_kind;
@@ -33,13 +34,13 @@ typedef struct mpt_lr_schedule {
 } mpt_lr_schedule;
 
 /* The learning rate for 0-based iteration t (t >= 0) of a schedule that passes mpt_lr_schedule_check(). */
-float mpt_lr_at(const mpt_lr_schedule *s, int64_t t);
+MPT_API float mpt_lr_at(const mpt_lr_schedule *s, int64_t t);
 /* Checks user-supplied schedule values: base_lr finite and >= 0; step: step_size >= 1, gamma finite and > 0;
  * cosine: 0 <= min_lr <= base_lr, warmup_steps >= 0, total_steps > warmup_steps. Returns MPT_OK or MPT_ERR_ARG
  * with a message naming the field, the expected range and the value found. */
-mpt_status mpt_lr_schedule_check(const mpt_lr_schedule *s);
+MPT_API mpt_status mpt_lr_schedule_check(const mpt_lr_schedule *s);
 /* "constant", "step", "cosine"; parse returns 0 on success, -1 if unknown. */
-const char *mpt_lr_kind_name(mpt_lr_kind k);
-int mpt_lr_kind_parse(const char *s, mpt_lr_kind *out);
+MPT_API const char *mpt_lr_kind_name(mpt_lr_kind k);
+MPT_API int mpt_lr_kind_parse(const char *s, mpt_lr_kind *out);
 
 #endif
