@@ -7,8 +7,12 @@
  * the CPU backend and reports why the CUDA one is not usable. The module is looked for, in this order:
  *   1. $MPT_CUDA_MODULE, a path to the file (if set, nothing else is tried);
  *   2. libmptrain-cuda.so next to the running program (/proc/self/exe);
- *   3. the build tree's kernels/cuda (MPT_CUDA_MODULE_BUILD_DIR, for programs run from the build directory);
- *   4. <prefix>/<libdir>/mptrain (MPT_CUDA_MODULE_INSTALL_DIR, where `meson install` puts it).
+ *   3. the directory mptrain/ next to libmptrain.so, when the program uses the shared library (dladdr);
+ *   4. <program's directory>/../<libdir>/mptrain, the installed layout relative to an installed mptrain
+ *      (MPT_CUDA_MODULE_REL_DIR), so an installation moved or staged elsewhere (meson install --destdir)
+ *      finds its own module;
+ *   5. the build tree's kernels/cuda (MPT_CUDA_MODULE_BUILD_DIR, for programs run from the build directory);
+ *   6. <prefix>/<libdir>/mptrain (MPT_CUDA_MODULE_INSTALL_DIR, where `meson install` puts it).
  * The first file that exists is loaded (RTLD_NOW | RTLD_LOCAL); its failure to load is reported, not skipped
  * over, so a broken install is never mistaken for a missing one. Pattern: ggml's ggml_backend_load_best.
  */
@@ -29,10 +33,25 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static mpt_cuda_module_state state;
 static const mpt_cuda_module_api *api;
 
-/* Writes dir/MPT_CUDA_MODULE_FILE into path; returns 1 if that file exists. */
+/* Writes dir/MPT_CUDA_MODULE_FILE into path (without "..", when it exists); returns 1 if that file exists. */
 static int candidate(const char *dir, char *path, size_t len) {
     int n = snprintf(path, len, "%s/%s", dir, MPT_CUDA_MODULE_FILE);
-    return n > 0 && (size_t)n < len && access(path, F_OK) == 0;
+    if (n <= 0 || (size_t)n >= len || access(path, F_OK) != 0) return 0;
+    char real[PATH_MAX];
+    if (realpath(path, real) && strlen(real) < len) memcpy(path, real, strlen(real) + 1);
+    return 1;
+}
+
+/* Writes into dir (len bytes) the directory of the shared object that holds this code, when that is not
+ * the program itself (libmptrain.so); returns 0 when the code is part of the program (static link). */
+static int library_dir(const char *exe_dir, char *dir, size_t len) {
+    Dl_info info;
+    if (!dladdr((void *)&mpt_cuda_module_status, &info) || !info.dli_fname || !strchr(info.dli_fname, '/'))
+        return 0;
+    snprintf(dir, len, "%s", info.dli_fname);
+    char *slash = strrchr(dir, '/');
+    *slash = '\0';
+    return strcmp(dir, exe_dir) != 0;
 }
 
 /* The first existing module file in the search order into state.path; 0 (and state.why) if none. */
@@ -44,7 +63,7 @@ static int find_module(void) {
         snprintf(state.why, sizeof state.why, "MPT_CUDA_MODULE=%s: no such file", env);
         return 0;
     }
-    char exe[PATH_MAX];
+    char exe[PATH_MAX] = "", dir[PATH_MAX + 64];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
         exe[n] = '\0';
@@ -52,10 +71,21 @@ static int find_module(void) {
         if (slash) *slash = '\0';
         if (candidate(exe, state.path, sizeof state.path)) return 1;
     }
+    char lib[PATH_MAX];
+    if (library_dir(exe, lib, sizeof lib)) {
+        snprintf(dir, sizeof dir, "%s/mptrain", lib);
+        if (candidate(dir, state.path, sizeof state.path)) return 1;
+    }
+    if (n > 0 && MPT_CUDA_MODULE_REL_DIR[0]) {
+        snprintf(dir, sizeof dir, "%s/../%s", exe, MPT_CUDA_MODULE_REL_DIR);
+        if (candidate(dir, state.path, sizeof state.path)) return 1;
+    }
     if (candidate(MPT_CUDA_MODULE_BUILD_DIR, state.path, sizeof state.path)) return 1;
     if (candidate(MPT_CUDA_MODULE_INSTALL_DIR, state.path, sizeof state.path)) return 1;
     state.path[0] = '\0';
-    snprintf(state.why, sizeof state.why, "no %s next to the program (%.900s), in %s or in %s (set MPT_CUDA_MODULE to its path)",
+    snprintf(state.why, sizeof state.why,
+             "no %s next to the program (%.900s), next to libmptrain, in %s or in %s "
+             "(set MPT_CUDA_MODULE to its path)",
              MPT_CUDA_MODULE_FILE, n > 0 ? exe : "?", MPT_CUDA_MODULE_BUILD_DIR, MPT_CUDA_MODULE_INSTALL_DIR);
     return 0;
 }

@@ -712,7 +712,8 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
                    "Prints each backend (cpu, cuda) as built / loadable / usable and why not, the library versions\n"
                    "(CUDA runtime, cuBLASLt, cuDNN, cuRAND when the CUDA module loads; OpenBLAS), which GPU is usable,\n"
                    "and the state of NVIDIA_TF32_OVERRIDE. The CUDA module is looked for at $MPT_CUDA_MODULE, next to\n"
-                   "mptrain, in the build tree, then in <libdir>/mptrain.\n");
+                   "mptrain, in mptrain/ next to libmptrain.so, in ../<libdir>/mptrain from mptrain's directory (an\n"
+                   "installation, wherever it was moved), in the build tree, then in <prefix>/<libdir>/mptrain.\n");
         break;
     }
     fprintf(f, "\nOptions:\n");
