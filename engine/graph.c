@@ -19,7 +19,21 @@ mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch
     g->be = be;
     g->policy = *policy;
     g->batch = batch;
+    g->batch_row0 = 0;
+    g->batch_global = batch;
     return g;
+}
+
+void mpt_graph_set_shard(mpt_graph *g, int row0, int global) {
+    MPT_ASSERTF(row0 >= 0 && global >= g->batch && row0 <= global - g->batch,
+                "mpt_graph_set_shard: rows [%d, %d) are not inside a global batch of %d", row0, row0 + g->batch,
+                global);
+    g->batch_row0 = row0;
+    g->batch_global = global;
+}
+
+uint64_t mpt_graph_dropout_stride(const mpt_graph *g) {
+    return g->dropout_elems / (uint64_t)g->batch * (uint64_t)g->batch_global;
 }
 
 void mpt_graph_free(mpt_graph **pg) {

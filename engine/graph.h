@@ -67,6 +67,9 @@ struct mpt_graph {
     mpt_backend *be;
     mpt_policy policy;
     int batch;                    /* static batch size B */
+    int batch_row0, batch_global; /* these B rows are rows [batch_row0, batch_row0 + B) of a global batch of
+                                     batch_global rows (data-parallel shards; 0 and B alone): dropout draws
+                                     by the global row, so N ranks draw the masks of one process */
 
     mpt_tensor **tensors; int n_tensors, cap_tensors;  /* every tensor, owned by the graph */
     mpt_node **nodes; int n_nodes, cap_nodes;          /* topological order */
@@ -86,7 +89,7 @@ struct mpt_graph {
     int training;                 /* dropout active */
     uint64_t seed;                /* run seed: init, dropout and shuffling derive from it */
     uint64_t step;                /* dropout offsets advance with it */
-    uint64_t dropout_elems;       /* mask elements per step over all dropout nodes (offset stride) */
+    uint64_t dropout_elems;       /* mask elements of this graph's B rows over all dropout nodes */
     const float *loss_scale;      /* backend scalar seeding backward (S); must be set before backward
                                      (the trainer points it at its loss-scaler state) */
     int twin;                     /* an FP32 shadow twin (engine/telemetry): its arenas are accounted as
@@ -95,6 +98,13 @@ struct mpt_graph {
 
 /* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
 MPT_API mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch);
+/* Declares the graph's B rows a shard: rows [row0, row0 + B) of a global batch of `global` rows
+ * (0 <= row0, row0 + B <= global). Dropout masks then depend on the global row, so a data-parallel job draws
+ * the masks a single process with batch `global` would. Call before the first forward. */
+MPT_API void mpt_graph_set_shard(mpt_graph *g, int row0, int global);
+/* Mask elements drawn per step over all dropout nodes for the global batch (the stride of the dropout
+ * stream's offset): g->dropout_elems / B * batch_global. */
+MPT_API uint64_t mpt_graph_dropout_stride(const mpt_graph *g);
 /* Frees the graph, its tensors and arenas; sets *g to NULL. */
 MPT_API void mpt_graph_free(mpt_graph **g);
 

@@ -5,7 +5,8 @@
  * failed.
  *  - N = 2 vs N = 1 over 50 steps, same global batch, seed and order, in fp32/tf32/fp16/bf16: each rank
  *    also trains the N = 1 reference itself on the whole global batch; losses and masters agree within a
- *    bound derived from the changed summation order (see order_bound);
+ *    bound derived from the changed summation order (see order_bound); the same with dropout, whose masks
+ *    follow the global row (mpt_graph_set_shard);
  *  - --grad-comm bf16/fp16: the all-reduced value lies within (2u + u^2)(|w a| + |w b|) of the exact sum
  *    (one rounding of each rank's term to the wire dtype, one of their sum), and is not exact everywhere;
  *  - an injected non-finite gradient on rank 1 only skips the step on both ranks; masters stay bit-identical
@@ -51,13 +52,18 @@ typedef struct model {
     mpt_trainer *tr;
 } model;
 
-static void model_open(model *m, const mpt_mnist *data, mpt_precision mode, int batch, const mpt_train_config *cfg) {
+/* MLP dim-64-classes on rows [row0, row0 + batch) of a global batch of GB rows, with dropout p after the
+ * ReLU when p > 0. */
+static void model_open(model *m, const mpt_mnist *data, mpt_precision mode, int row0, int batch, float p,
+                       const mpt_train_config *cfg) {
     m->be = mpt_backend_cpu_create();
     mpt_policy pol = mpt_policy_make_explicit(mode, mode == MPT_PRECISION_TF32, mode == MPT_PRECISION_TF32);
     mpt_graph *g = mpt_graph_create(m->be, &pol, batch);
+    mpt_graph_set_shard(g, row0, GB);
     int64_t shape[2] = {batch, data->dim};
     mpt_tensor *x = mpt_input(g, 2, shape);
     x = mpt_relu(g, mpt_linear(g, x, HIDDEN, "fc1"), "relu1");
+    if (p > 0.0f) x = mpt_dropout(g, x, p, "drop1");
     x = mpt_linear(g, x, data->n_classes, "fc2");
     mpt_softmax_xent(g, x, "loss");
     ck_assert_int_eq(mpt_trainer_create(&m->tr, g, cfg), MPT_OK);
@@ -110,7 +116,10 @@ static double compute_u(mpt_precision mode) {
     }
 }
 
-static void check_n2_matches_n1(mpt_precision mode) {
+/* dropout_p > 0: a dropout layer after the ReLU; the masks depend on the global row (mpt_graph_set_shard), so
+ * both runs drop the same units of every row and the bound is the one without dropout, with the kept hidden
+ * activations scaled by 1 / (1 - p). */
+static void check_n2_matches_n1(mpt_precision mode, float dropout_p) {
     mpt_mnist data;
     ck_assert_int_eq(mpt_synthetic_blobs(&data, 4096, 0, 64, 8, 1234), MPT_OK);
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
@@ -119,8 +128,8 @@ static void check_n2_matches_n1(mpt_precision mode) {
     mpt_dist_shard(GB, rank, size, &lo, &hi);
     mpt_train_config cfg = sgd_config(mode);
     model ref, dp;
-    model_open(&ref, &data, mode, GB, &cfg);
-    model_open(&dp, &data, mode, hi - lo, &cfg);
+    model_open(&ref, &data, mode, 0, GB, dropout_p, &cfg);
+    model_open(&dp, &data, mode, lo, hi - lo, dropout_p, &cfg);
     ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
     double loss_diff = 0.0, loss_max = 0.0, w1_diff = 0.0, w_max;
     for (int s = 0; s < STEPS; s++) {
@@ -160,13 +169,14 @@ static void check_n2_matches_n1(mpt_precision mode) {
      * through later gradients. Loose (the printed figures show how loose), but a wrong weighting (w_r = 1
      * instead of 1/2, or a missing reduction) moves the first step's masters by lr * |g| ~ 1e-3 and fails the
      * step-1 bound by two orders of magnitude in every mode. */
-    double gamma = GB * 0x1p-24 / (1.0 - GB * 0x1p-24), rho = compute_u(mode), hmax = 8.125;
+    double gamma = GB * 0x1p-24 / (1.0 - GB * 0x1p-24), rho = compute_u(mode);
+    double hmax = 8.125 / (1.0 - dropout_p); /* inverted dropout scales the kept activations */
     double w1_bound = LR * 2.0 * gamma * hmax;
     double w_bound = 8.0 * STEPS * LR * 2.0 * (gamma + rho) * hmax;
     double l_bound = 8.0 * STEPS * 2.0 * (gamma + rho) * (loss_max + 1.0); /* the loss follows the weights */
     if (rank == 0)
-        printf("N=2 vs N=1 %s: step 1 max |dW| %.3g (bound %.3g); step 50 max |dW| %.3g (bound %.3g), "
-               "max |dloss| %.3g (bound %.3g)\n", mpt_precision_name(mode), w1_diff, w1_bound, w_diff, w_bound,
+        printf("N=2 vs N=1 %s%s: step 1 max |dW| %.3g (bound %.3g); step 50 max |dW| %.3g (bound %.3g), "
+               "max |dloss| %.3g (bound %.3g)\n", mpt_precision_name(mode), dropout_p > 0 ? " + dropout" : "", w1_diff, w1_bound, w_diff, w_bound,
                loss_diff, l_bound);
     model_close(&ref);
     model_close(&dp);
@@ -185,7 +195,16 @@ START_TEST(n2_matches_n1) {
     static const mpt_precision modes[4] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
                                            MPT_PRECISION_BF16};
     use_wire(MPT_GRAD_COMM_FP32);
-    check_n2_matches_n1(modes[_i]);
+    check_n2_matches_n1(modes[_i], 0.0f);
+}
+END_TEST
+
+/* With dropout (p = 0.5): before the masks depended on the global row, rank 1 drew the masks of rows 0..31
+ * for its rows 32..63, and step 1's masters differed from N = 1 by ~1e-3, far outside the bound. */
+START_TEST(n2_matches_n1_with_dropout) {
+    static const mpt_precision modes[2] = {MPT_PRECISION_FP32, MPT_PRECISION_BF16};
+    use_wire(MPT_GRAD_COMM_FP32);
+    check_n2_matches_n1(modes[_i], 0.5f);
 }
 END_TEST
 
@@ -239,7 +258,7 @@ START_TEST(nonfinite_on_one_rank_skips_everywhere) {
     mpt_train_config cfg = sgd_config(MPT_PRECISION_FP16);
     if (rank == 1) cfg.inject_nonfinite_step = 3;
     model dp;
-    model_open(&dp, &data, MPT_PRECISION_FP16, hi - lo, &cfg);
+    model_open(&dp, &data, MPT_PRECISION_FP16, lo, hi - lo, 0.0f, &cfg);
     ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
     unsigned char *before = NULL;
     size_t bytes = 0;
@@ -293,6 +312,7 @@ int main(void) {
     TCase *tc = tcase_create("data-parallel");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, n2_matches_n1, 0, 4);
+    tcase_add_loop_test(tc, n2_matches_n1_with_dropout, 0, 2);
     tcase_add_loop_test(tc, wire_error_within_unit_roundoff, 0, 2);
     tcase_add_loop_test(tc, nonfinite_on_one_rank_skips_everywhere, 0, 3);
     suite_add_tcase(s, tc);

@@ -449,6 +449,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
+    mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;
     mpt_status s = mpt_model_build(g, o->model, &logits);
     if (s != MPT_OK) {

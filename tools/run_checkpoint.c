@@ -148,8 +148,8 @@ static json_t *rng_json(const mpt_trainer *t, const mpt_cli_opts *o, const mpt_c
     json_object_set_new(r, "shuffle", shuf);
     json_t *drop = json_object();
     json_object_set_new(drop, "stream_seed", u64_json(mpt_rng_stream_seed(o->seed, MPT_RNG_DROPOUT)));
-    json_object_set_new(drop, "elements_per_step", u64_json(t->g->dropout_elems));
-    json_object_set_new(drop, "offset", u64_json((uint64_t)t->iteration * t->g->dropout_elems));
+    json_object_set_new(drop, "elements_per_step", u64_json(mpt_graph_dropout_stride(t->g)));
+    json_object_set_new(drop, "offset", u64_json((uint64_t)t->iteration * mpt_graph_dropout_stride(t->g)));
     json_object_set_new(r, "dropout", drop);
     json_t *split = json_object();
     json_object_set_new(split, "stream_seed", u64_json(mpt_rng_stream_seed(o->seed, MPT_RNG_SPLIT)));

@@ -4,9 +4,14 @@
  * Shapes: x, y of any shape and the same float dtype (policy: follows the input); saved mask of the same
  * shape, U8 (1 = kept).
  * Training forward:  u = Philox uniform in (0, 1] (cuRAND PHILOX4_32_10) from seed = mpt_rng_stream_seed(
- *                    g->seed, MPT_RNG_DROPOUT) at offset = g->step * g->dropout_elems + base, where base is
- *                    this node's offset among all dropout nodes (their element counts, in build order) and
- *                    g->dropout_elems their total; so every (step, node, element) draws its own number.
+ *                    g->seed, MPT_RNG_DROPOUT) at offset = g->step * stride + base + row0 * per_row, where
+ *                    per_row = numel / B is the node's elements per batch row, base = this node's offset
+ *                    among all dropout nodes (their elements per row, in build order, times the global batch
+ *                    g->batch_global), stride = their total (mpt_graph_dropout_stride), and row0 =
+ *                    g->batch_row0; so every (step, node, global row, element) draws its own number, and a
+ *                    data-parallel rank holding rows [row0, row0 + B) of the global batch draws exactly the
+ *                    mask elements a single process with the whole batch draws for those rows. Alone
+ *                    (row0 = 0, global = B) this is offset = step * dropout_elems + the node's element base.
  *                    mask = u > p;  y = mask ? x / (1 - p) : 0                   be->dropout_forward
  * Backward:          dx += mask ? dy / (1 - p) : 0   (only if x->grad)          be->dropout_backward
  * Evaluation (g->training == 0): y = x (a copy); backward is not defined there and aborts.
@@ -22,7 +27,9 @@ static void dropout_forward(mpt_graph *g, mpt_node *n) {
         return;
     }
     uint64_t seed = mpt_rng_stream_seed(g->seed, MPT_RNG_DROPOUT);
-    uint64_t offset = g->step * g->dropout_elems + n->attr.dropout.stream;
+    uint64_t per_row = (uint64_t)mpt_tensor_numel(y) / (uint64_t)g->batch;
+    uint64_t base = n->attr.dropout.stream / (uint64_t)g->batch * (uint64_t)g->batch_global;
+    uint64_t offset = g->step * mpt_graph_dropout_stride(g) + base + (uint64_t)g->batch_row0 * per_row;
     g->be->dropout_forward(g->be, y->data, x->data, mask->data, y->dtype, mpt_tensor_numel(y), n->attr.dropout.p,
                            seed, offset);
 }
@@ -42,6 +49,8 @@ mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name) 
     mpt_node *n = mpt_graph_node(g, MPT_OP_DROPOUT, name);
     mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
     mpt_layer_check_input_dtype(g, n, x);
+    MPT_ASSERTF(x->ndim >= 1 && x->shape[0] == g->batch, "dropout %s: input %s must be [B = %d, ...] (masks are "
+                "drawn per batch row), has first dim %lld", name, x->name, g->batch, (long long)x->shape[0]);
     int64_t numel = mpt_tensor_numel(x);
     n->attr.dropout.p = p;
     n->attr.dropout.stream = g->dropout_elems; /* base offset of this node's mask in each step's draw */
