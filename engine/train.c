@@ -221,9 +221,10 @@ void mpt_trainer_step(mpt_trainer *t) {
     mpt_graph_forward(g);
     mpt_graph_backward(g); /* seeded with S = st->scale */
     if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
-    if (t->dist) mpt_dist_allreduce_grads(t->dist, t); /* data-parallel: the global batch's gradient */
     /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
     int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
+    /* data-parallel: the global batch's gradient (and, on telemetry steps, the wire's error against FP32) */
+    if (t->dist) mpt_dist_allreduce_grads(t->dist, t, measured);
     if (measured) mpt_telemetry_after_backward(t->telemetry);
 
     /* --nonfinite apply: every step counts (found_inf is still 0 here, reset by the last scaler_update), and

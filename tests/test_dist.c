@@ -10,7 +10,9 @@
  *  - --grad-comm bf16/fp16: the all-reduced value lies within (2u + u^2)(|w a| + |w b|) of the exact sum
  *    (one rounding of each rank's term to the wire dtype, one of their sum), and is not exact everywhere;
  *  - an injected non-finite gradient on rank 1 only skips the step on both ranks; masters stay bit-identical
- *    across ranks, and equal those of a run that never saw the step's gradient.
+ *    across ranks, and equal those of a run that never saw the step's gradient;
+ *  - telemetry's communication error (comm_rel_l2) per tensor within the bound derived from the ranks' own
+ *    gradients, nonzero for bf16/fp16 and exactly 0 for fp32; telemetry on trains bit-identically to off.
  */
 #include <math.h>
 #include <mpi.h>
@@ -22,6 +24,7 @@
 #include "engine/layers/layers.h"
 #include "engine/optim/optim.h"
 #include "engine/rng.h"
+#include "engine/telemetry/telemetry.h"
 #include "engine/train.h"
 #include "harness.h"
 
@@ -304,6 +307,142 @@ START_TEST(nonfinite_on_one_rank_skips_everywhere) {
 }
 END_TEST
 
+/* All weight gradients of m, packed in parameter order, into out (FP32). */
+static int64_t pack_grads(const model *m, float *out) {
+    int64_t off = 0;
+    for (int i = 0; i < m->tr->n_params; i++) {
+        int64_t k = mpt_tensor_numel(m->tr->weight[i]);
+        if (out) memcpy(out + off, m->tr->weight[i]->grad->data, (size_t)k * sizeof(float));
+        off += k;
+    }
+    return off;
+}
+
+static double telemetry_value(const mpt_trainer *t, const char *tensor, const char *metric) {
+    const mpt_telemetry_stat *st;
+    int n = mpt_telemetry_stats(t->telemetry, &st);
+    for (int i = 0; i < n; i++)
+        if (strcmp(st[i].tensor, tensor) == 0 && strcmp(st[i].metric, metric) == 0) return st[i].last;
+    return -1.0; /* not measured */
+}
+
+/* Telemetry's communication error on a data-parallel step (fp16 training, dynamic loss scale 2^16: the
+ * gradients are loss-scaled, as they travel). Every rank recomputes step 1's per-rank gradients g_r with a
+ * trainer of its own (same seed, same rows, no communication: the backward alone), gathers both ranks' and
+ * derives, per tensor, the bound of the error telemetry reports, ||g~ - g32|| / ||g32||:
+ *   a = w_0 g_0, b = w_1 g_1 (w_r = 1/2, exact); the wire rounds a, b and their sum once each:
+ *   |g~ - (a + b)| <= (2u + u^2)(|a| + |b|) + 3 eta   (eta: half the subnormal spacing, 2^-25 FP16, 2^-134 BF16)
+ *   |g32 - (a + b)| <= 2^-24 |a + b|                  (one FP32 rounding of the sum)
+ * so ||g~ - g32|| <= || (2u + u^2)(|a| + |b|) + 3 eta + 2^-24 |a + b| || (triangle inequality, element-wise).
+ * The measured error must lie within it, be nonzero for the 16-bit wires in at least one tensor (the values
+ * did travel in 16 bits), and be exactly 0 for --grad-comm fp32, where the reference IS the wire's sum. */
+START_TEST(telemetry_comm_error_within_bound) {
+    static const mpt_grad_comm wires[3] = {MPT_GRAD_COMM_FP32, MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
+    mpt_grad_comm c = wires[_i];
+    use_wire(c);
+    const double u = c == MPT_GRAD_COMM_BF16 ? 0x1p-8 : c == MPT_GRAD_COMM_FP16 ? 0x1p-11 : 0.0;
+    const double eta = c == MPT_GRAD_COMM_BF16 ? 0x1p-134 : c == MPT_GRAD_COMM_FP16 ? 0x1p-25 : 0.0;
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 1024, 0, 64, 8, 1234), MPT_OK);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
+    make_order(perm, data.n_train);
+    int rank = mpt_dist_rank(dist), lo, hi;
+    mpt_dist_shard(GB, rank, mpt_dist_size(dist), &lo, &hi);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP16);
+    model dp, probe;
+    model_open(&dp, &data, MPT_PRECISION_FP16, lo, hi - lo, 0.0f, &cfg);
+    model_open(&probe, &data, MPT_PRECISION_FP16, lo, hi - lo, 0.0f, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
+    ck_assert_int_eq(mpt_telemetry_create(dp.tr, 1, NULL), MPT_OK);
+    /* this rank's g_r: the probe's backward on the same rows from the same masters and loss scale */
+    mpt_trainer_gather(probe.tr, data.train_images, data.train_labels, perm + lo, data.dim, 0.0f, 1.0f);
+    probe.tr->g->training = 1;
+    mpt_graph_zero_grad(probe.tr->g);
+    mpt_graph_forward(probe.tr->g);
+    mpt_graph_backward(probe.tr->g);
+    int64_t n = pack_grads(&probe, NULL);
+    float *both = malloc(2 * (size_t)n * sizeof(float)), *mine = malloc((size_t)n * sizeof(float));
+    pack_grads(&probe, mine);
+    MPI_Allgather(mine, (int)n, MPI_FLOAT, both, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+    mpt_dist_set_batch(dist, hi - lo, GB);
+    mpt_trainer_gather(dp.tr, data.train_images, data.train_labels, perm + lo, data.dim, 0.0f, 1.0f);
+    mpt_trainer_step(dp.tr);
+    int ok = 1, some_nonzero = 0;
+    int64_t off = 0;
+    for (int i = 0; i < dp.tr->n_params; i++) {
+        int64_t k = mpt_tensor_numel(dp.tr->weight[i]);
+        double bound_sq = 0.0, ref_sq = 0.0;
+        for (int64_t j = off; j < off + k; j++) {
+            double a = 0.5 * both[j], b = 0.5 * both[n + j];
+            double e = (2.0 * u + u * u) * (fabs(a) + fabs(b)) + 3.0 * eta + 0x1p-24 * fabs(a + b);
+            float g32 = (float)(a + b); /* one FP32 rounding of the exact sum (a, b: FP32 halves, exact) */
+            bound_sq += e * e;
+            ref_sq += (double)g32 * (double)g32;
+        }
+        double bound = sqrt(bound_sq / ref_sq);
+        double got = telemetry_value(dp.tr, dp.tr->weight[i]->grad->name, "comm_rel_l2");
+        if (c == MPT_GRAD_COMM_FP32) ok &= got == 0.0;
+        else ok &= got >= 0.0 && got <= bound;
+        some_nonzero |= got > 0.0;
+        if (rank == 0)
+            printf("grad-comm %s, %s: comm_rel_l2 %.3g (bound %.3g)\n", mpt_grad_comm_name(c),
+                   dp.tr->weight[i]->grad->name, got, c == MPT_GRAD_COMM_FP32 ? 0.0 : bound);
+        off += k;
+    }
+    double all = telemetry_value(dp.tr, MPT_TELEMETRY_ALL_PARAMS, "comm_rel_l2");
+    ok &= c == MPT_GRAD_COMM_FP32 ? all == 0.0 : all > 0.0;
+    free(both);
+    free(mine);
+    model_close(&dp);
+    model_close(&probe);
+    free(perm);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(ok), "%s wire: a communication error outside its bound (or nonzero for fp32)",
+                  mpt_grad_comm_name(c));
+    if (c != MPT_GRAD_COMM_FP32)
+        ck_assert_msg(agree_all(some_nonzero), "%s wire: zero error everywhere: the values did not travel in 16 bits",
+                      mpt_grad_comm_name(c));
+}
+END_TEST
+
+/* Instruments only read: 8 data-parallel steps with telemetry every 2 steps (communication error included)
+ * end with the masters of the same run without telemetry, bit for bit, on every rank. */
+START_TEST(telemetry_trains_bit_identically) {
+    static const mpt_grad_comm wires[2] = {MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
+    use_wire(wires[_i]);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 1024, 0, 64, 8, 1234), MPT_OK);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
+    make_order(perm, data.n_train);
+    int rank = mpt_dist_rank(dist), lo, hi;
+    mpt_dist_shard(GB, rank, mpt_dist_size(dist), &lo, &hi);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP16);
+    model run[2];
+    for (int k = 0; k < 2; k++) {
+        model_open(&run[k], &data, MPT_PRECISION_FP16, lo, hi - lo, 0.0f, &cfg);
+        ck_assert_int_eq(mpt_dist_attach(dist, run[k].tr), MPT_OK);
+    }
+    ck_assert_int_eq(mpt_telemetry_create(run[1].tr, 2, NULL), MPT_OK);
+    for (int s = 0; s < 8; s++)
+        for (int k = 0; k < 2; k++) {
+            mpt_dist_set_batch(dist, hi - lo, GB);
+            mpt_trainer_gather(run[k].tr, data.train_images, data.train_labels, perm + (int64_t)s * GB + lo, data.dim,
+                               0.0f, 1.0f);
+            mpt_trainer_step(run[k].tr);
+        }
+    int same = 1;
+    for (int i = 0; i < run[0].tr->n_params; i++)
+        same &= memcmp(run[0].tr->master[i]->data, run[1].tr->master[i]->data,
+                       (size_t)mpt_tensor_numel(run[0].tr->master[i]) * sizeof(float)) == 0;
+    int measured = telemetry_value(run[1].tr, MPT_TELEMETRY_ALL_PARAMS, "comm_rel_l2") > 0.0;
+    for (int k = 0; k < 2; k++) model_close(&run[k]);
+    free(perm);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(measured), "telemetry measured no communication error");
+    ck_assert_msg(agree_all(same), "rank %d: the masters with telemetry differ from those without", rank);
+}
+END_TEST
+
 int main(void) {
     MPI_Init(NULL, NULL);
     int rank;
@@ -315,6 +454,8 @@ int main(void) {
     tcase_add_loop_test(tc, n2_matches_n1_with_dropout, 0, 2);
     tcase_add_loop_test(tc, wire_error_within_unit_roundoff, 0, 2);
     tcase_add_loop_test(tc, nonfinite_on_one_rank_skips_everywhere, 0, 3);
+    tcase_add_loop_test(tc, telemetry_comm_error_within_bound, 0, 3);
+    tcase_add_loop_test(tc, telemetry_trains_bit_identically, 0, 2);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */

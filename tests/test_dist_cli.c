@@ -6,10 +6,13 @@
  *    is not the global batch's mean moves the logged loss by 1e-2 or more;
  *  - only rank 0 writes: the output directory holds exactly the single-process files;
  *  - --resume of a 2-rank checkpoint by one process is refused (exit 2, naming the ranks);
- *  - --grad-comm without --data-parallel is a usage error (exit 2).
+ *  - --grad-comm without --data-parallel is a usage error (exit 2), and so is --shadow with it;
+ *  - the evaluation split over the ranks gives the single-process test accuracy (equal) and loss (2^-20), and
+ *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv.
  * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
  */
 #include <dirent.h>
+#include <math.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +123,67 @@ START_TEST(two_ranks_log_the_single_process_losses) {
 }
 END_TEST
 
+/* A number from out/summary.json ("key": value), NAN when absent. */
+static double summary_number(const char *out, const char *key) {
+    char path[600], needle[96];
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    snprintf(needle, sizeof needle, "\"%s\":", key);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    static char buf[1 << 18];
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    buf[k] = 0;
+    fclose(f);
+    const char *p = strstr(buf, needle);
+    return p ? strtod(p + strlen(needle), NULL) : NAN;
+}
+
+/* The evaluation is split over the ranks (each evaluates its shard of every global test batch, the counts and
+ * loss sums are summed over the ranks). The learning rate 1e-30 leaves the FP32 masters unchanged (an update
+ * of ~1e-32 on weights ~1e-2 rounds away), so both runs evaluate the same weights: 270 test images in
+ * batches of 64, the last holding 14 rows (rank 1's shard of it is padding only). The accuracy is a count:
+ * equal. The loss: every batch mean is rounded once to FP32 (one per global batch for N = 1, one per shard for
+ * N = 2), 2^-23 relative together; the per-row losses may differ by a few FP32 roundings where the GEMMs sum a
+ * row in another order for 32 rows than for 64 (docs/distributed.md): allowed 2^-20 relative. An unsharded
+ * loss (each rank counting the whole set) or a shard counted twice moves it by far more, and the accuracy. */
+START_TEST(sharded_evaluation_matches_one_process) {
+    make_tmpdir();
+    char *one = strdup(tmp_path("e1")), *two = strdup(tmp_path("e2"));
+    const char *x[] = {"--optimizer", "sgd", "--lr", "1e-30", "--limit-test", "270", "--max-steps", "2", NULL};
+    ck_assert_int_eq(run_train(0, one, x), 0);
+    const char *dp[] = {"--optimizer", "sgd", "--lr", "1e-30", "--limit-test", "270", "--max-steps", "2",
+                        "--data-parallel", "--grad-comm", "bf16", "--telemetry", "1", NULL};
+    ck_assert_msg(run_train(2, two, dp) == 0, "mpirun -np 2 failed (see %s)", tmp_path("log"));
+    ck_assert(log_contains("data-parallel: the bf16 all-reduce's relative L2 error against an FP32 all-reduce"));
+    double acc1 = summary_number(one, "final_test_accuracy"), acc2 = summary_number(two, "final_test_accuracy");
+    double l1 = summary_number(one, "final_test_loss"), l2 = summary_number(two, "final_test_loss");
+    ck_assert_msg(acc1 == acc2, "test accuracy %.10g (N = 1) vs %.10g (N = 2)", acc1, acc2);
+    ck_assert_msg(fabs(l1 - l2) <= 0x1p-20 * fabs(l1), "test loss %.10g (N = 1) vs %.10g (N = 2)", l1, l2);
+    char path[700];
+    snprintf(path, sizeof path, "%s/telemetry.csv", two);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    char line[256];
+    int rows = 0;
+    while (fgets(line, sizeof line, f))
+        rows += strstr(line, ",comm_rel_l2,") != NULL;
+    fclose(f);
+    ck_assert_int_eq(rows, 2 * 7); /* 2 telemetry steps x (6 gradients of the MLP + all_parameters) */
+    free(one);
+    free(two);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(shadow_refused_with_data_parallel) {
+    make_tmpdir();
+    const char *x[] = {"--data-parallel", "--telemetry", "1", "--shadow", NULL};
+    ck_assert_int_eq(run_train(0, tmp_path("o"), x), 2);
+    ck_assert(log_contains("--shadow is not available with --data-parallel"));
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(grad_comm_needs_data_parallel) {
     make_tmpdir();
     const char *x[] = {"--grad-comm", "bf16", NULL};
@@ -142,6 +206,8 @@ int main(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, two_ranks_log_the_single_process_losses);
     tcase_add_test(tc, grad_comm_needs_data_parallel);
+    tcase_add_test(tc, sharded_evaluation_matches_one_process);
+    tcase_add_test(tc, shadow_refused_with_data_parallel);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

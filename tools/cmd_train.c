@@ -131,6 +131,45 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
+
+/* mpt_cli_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
+ * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
+ * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
+ * over the ranks exactly. The loss: each batch's mean is summed in double and rounded once to FP32 by the loss
+ * layer, then weighted by its valid rows and summed in double. One process rounds one mean per global batch,
+ * the ranks one per shard, so with the same per-row losses l_i >= 0 the two totals differ by at most
+ * 2^-24 (sum over the global batch + sum over the shards) = 2^-23 sum l_i, plus double roundings (< 2^-40
+ * relative): the test loss agrees with one process to 2^-23 relative (tests/test_dist_cli.c); the per-row
+ * losses themselves agree where the GEMMs give each row the same sums (docs/distributed.md). */
+static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                             int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
+    if (!train_dist) {
+        mpt_cli_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
+        return;
+    }
+    mpt_backend *be = t->be;
+    int B = t->g->batch, ranks = mpt_dist_size(train_dist);
+    int64_t Bg = (int64_t)B * ranks, lo = (int64_t)mpt_dist_rank(train_dist) * B;
+    int64_t nb = (n + Bg - 1) / Bg;
+    double sum = 0.0;
+    mpt_trainer_reset_correct(t);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t valid = n - b * Bg - lo;
+        valid = valid < 0 ? 0 : valid > B ? B : valid;
+        if (valid == 0) continue; /* padding only (the last batch's tail) */
+        mpt_trainer_gather(t, images, labels, idx_dev + b * Bg + lo, dim, mean, inv_std);
+        mpt_trainer_eval_batch(t);
+        float l;
+        be->to_host(be, &l, t->g->loss->data, sizeof l); /* mean over the shard's valid rows */
+        sum += (double)l * (double)valid;
+    }
+    mpt_train_stats st;
+    mpt_trainer_stats(t, &st);
+    double correct = mpt_dist_sum_f64(train_dist, (double)st.n_correct);
+    sum = mpt_dist_sum_f64(train_dist, sum);
+    *loss = sum / (double)n;
+    *acc = correct / (double)n;
+}
 /* A CSV output: its stream and its path (for the error that names it). */
 typedef struct csv_out {
     FILE *f;
@@ -566,6 +605,30 @@ static void print_header(const run *r) {
     fflush(stdout);
 }
 
+/* The data-parallel telemetry's communication error, measured in this run (mean over its telemetry steps):
+ * over all gradients, and the tensor where it was largest. */
+static void print_comm_error(const run *r) {
+    const mpt_telemetry_stat *st;
+    int n = mpt_telemetry_stats(r->t->telemetry, &st);
+    const mpt_telemetry_stat *all = NULL, *worst = NULL;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(st[i].metric, "comm_rel_l2") != 0 || st[i].count == 0) continue;
+        if (strcmp(st[i].tensor, MPT_TELEMETRY_ALL_PARAMS) == 0) all = &st[i];
+        else if (!worst || st[i].sum / (double)st[i].count > worst->sum / (double)worst->count) worst = &st[i];
+    }
+    if (!all) {
+        printf("%sdata-parallel: no telemetry step measured the communication error (fewer steps than --telemetry "
+               "%lld)\n", r->label, (long long)r->o.telemetry);
+        return;
+    }
+    mpt_grad_comm w = mpt_dist_comm(train_dist);
+    printf("%sdata-parallel: the %s all-reduce's relative L2 error against an FP32 all-reduce of the same gradients "
+           "(mean over %lld telemetry steps): %.3g over all gradients, largest in %s (%.3g)%s\n",
+           r->label, mpt_grad_comm_name(w), (long long)all->count, all->sum / (double)all->count,
+           worst ? worst->tensor : "-", worst ? worst->sum / (double)worst->count : 0.0,
+           w == MPT_GRAD_COMM_FP32 ? " -- zero by construction: the wire is that FP32 all-reduce" : "");
+}
+
 static mpt_status train_loop(run *r, mpt_cli_result *res) {
     mpt_cli_opts *o = &r->o;
     mpt_trainer *t = r->t;
@@ -678,10 +741,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         r->rs.epoch_loss_n = 0;
         double te0 = now_s();
         double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
-        mpt_cli_evaluate(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+        evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &test_loss, &test_acc);
         if (r->idx_val)
-            mpt_cli_evaluate(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
+            evaluate_sharded(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
                              r->rs.inv_std, &val_loss, &val_acc);
         double eval_s = now_s() - te0;
         mpt_trainer_stats(t, &st);
@@ -713,7 +776,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         if (pending_save) MPT_TRY(save_checkpoint(r));
     }
     if (!evaluated_last) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
-        mpt_cli_evaluate(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+        evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
         printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
                res->final_test_loss, 100.0 * res->final_test_acc);
@@ -743,6 +806,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                "wall clock, waiting for the slower rank included)\n",
                r->label, c, train_time, 100.0 * c / train_time);
     }
+    if (train_dist && t->telemetry) print_comm_error(r);
     res->floor_hits = st.floor_hits;
     res->final_scale = st.scale;
     if (o->nonfinite == MPT_NONFINITE_APPLY) {

@@ -133,7 +133,8 @@ static const opt_def opt_table[] = {
      "report each layer's error against it"},
     {"data-parallel", MPT_OPT_DATA_PARALLEL, no_argument, MPT_CMD_TRAIN, NULL,
      "run as one rank of `mpirun -np N mptrain train ...`: each rank trains on its shard of every global batch "
-     "(--batch-size stays the global batch, divisible by N) and the gradients are all-reduced (docs/distributed.md)"},
+     "(--batch-size stays the global batch, divisible by N) and the gradients are all-reduced (docs/distributed.md); "
+     "with --telemetry, telemetry.csv adds the all-reduce's error against FP32 (comm_rel_l2)"},
     {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
      "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)"},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
@@ -822,9 +823,10 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
                         "(under mpirun -np N)\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (o->data_parallel && o->telemetry > 0) {
-        fprintf(stderr, "mptrain %s: --telemetry is not available with --data-parallel (it would measure one rank's "
-                        "shard); run it without --data-parallel\n", name);
+    if (o->data_parallel && o->shadow) {
+        fprintf(stderr, "mptrain %s: --shadow is not available with --data-parallel (the FP32 twin would run on one "
+                        "rank's shard while the gradients it is compared with are all-reduced over every rank); "
+                        "--telemetry alone works and adds the communication error\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (mpt_cli_given(o, MPT_OPT_SEEDS) && mpt_cli_given(o, MPT_OPT_SEED)) {

@@ -86,8 +86,25 @@ mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t);
 mpt_status mpt_dist_check_identical(mpt_dist *d, const struct mpt_trainer *t, const char *when);
 
 /* The step's hook (collective): g_i <- sum over ranks of w_r g_i in the wire dtype for every weight gradient
- * of t, found_inf agreed (see the header comment). Host memory (CPU backend). */
-void mpt_dist_allreduce_grads(mpt_dist *d, struct mpt_trainer *t);
+ * of t, found_inf agreed (see the header comment). Host memory (CPU backend).
+ * measure != 0 (a telemetry step; every rank must pass the same value): also all-reduces a copy of the same
+ * weighted gradients in FP32 (MPI_SUM) and records, per weight gradient i, the communication error
+ *     e_i = ||g~_i - g32_i||_2 / ||g32_i||_2      (g~: the wire's result, g32: the FP32 all-reduce)
+ * and the same over all gradients together (mpt_dist_comm_error). The reference changes nothing the step
+ * uses: the gradients are the wire's, bit for bit, with or without it, and its time is not counted in
+ * mpt_dist_comm_seconds. With --grad-comm fp32 both sums are the same FP32 all-reduce of the same data, so
+ * e_i = 0 by construction: the row says the wire added nothing to FP32 summation, not that FP32 summation is
+ * exact (its own error, <= (N - 1) 2^-24 sum_r |w_r g_r| per element, is not measured). Error bound of the
+ * 16-bit wires (u = 2^-8 BF16, 2^-11 FP16): each rank's term is rounded once and every partial sum once, so
+ * an element passes at most N roundings: |g~ - g| <= ((1 + u)^N - 1) sum_r |w_r g_r| (plus 2^-25 per rounding
+ * in FP16's subnormal range), with g the exact sum; |g32 - g| <= ((1 + 2^-24)^(N-1) - 1) sum_r |w_r g_r|. */
+void mpt_dist_allreduce_grads(mpt_dist *d, struct mpt_trainer *t, int measure);
+
+/* The communication errors of the last measured step: *rel_l2 points at n_params values (parameter order,
+ * NaN when a gradient holds inf/NaN, 0 when both sums are all zero), *all at the error over all gradients
+ * together. Returns the step's 1-based number (the trainer's iteration + 1 when it was measured), 0 if no
+ * step was measured yet. The arrays are owned by d. */
+int64_t mpt_dist_comm_error(const mpt_dist *d, const double **rel_l2, double *all);
 
 /* The communication primitive under the hook, on a host FP32 buffer of n elements (collective):
  * x <- sum over ranks of RNE_wire(weight * x), each partial sum rounded to the wire dtype, widened to FP32.

@@ -25,6 +25,13 @@ struct mpt_dist {
     uint16_t *flat16;      /* [cap] the same in the 16-bit wire dtype */
     int64_t cap;
     double comm_s;
+    /* communication error (telemetry steps): the FP32 reference and its results */
+    float *ref;            /* [ref_cap] the weighted gradients, all-reduced in FP32 */
+    int64_t ref_cap;
+    double *err;           /* [n_err] per gradient tensor */
+    int n_err;
+    double err_all;
+    int64_t err_step;      /* 1-based step of the last measurement, 0 = none */
 };
 
 /* MPI user ops: inout <- RNE(in + inout) in the wire dtype (NCCL's half / bfloat16 sum). */
@@ -104,6 +111,8 @@ void mpt_dist_free(mpt_dist **pd) {
     if (d->sum16 != MPI_OP_NULL) MPI_Op_free(&d->sum16);
     free(d->flat);
     free(d->flat16);
+    free(d->ref);
+    free(d->err);
     if (d->owns_mpi) MPI_Finalize();
     free(d);
     *pd = NULL;
@@ -164,7 +173,67 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
     return bad;
 }
 
-void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t) {
+/* ||x - y||^2 and ||y||^2 over n elements, in double. */
+static void sq_dist(const float *x, const float *y, int64_t n, double *num, double *den) {
+    double a = 0.0, b = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)x[i] - (double)y[i];
+        a += e * e;
+        b += (double)y[i] * (double)y[i];
+    }
+    *num = a;
+    *den = b;
+}
+
+static double rel_of(double num, double den) { return num == 0.0 ? (isnan(den) ? NAN : 0.0) : sqrt(num / den); }
+
+/* The FP32 reference of the communication error: d->ref holds this rank's packed gradients; all-reduce them
+ * weighted in FP32 and compare with the wire's result in d->flat, tensor by tensor (see dist.h). */
+static void measure_comm_error(mpt_dist *d, const mpt_trainer *t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d->ref[i] *= d->weight;
+    for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
+        int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, d->ref + i, c, MPI_FLOAT, MPI_SUM, d->comm));
+    }
+    double num_all = 0.0, den_all = 0.0;
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t k = mpt_tensor_numel(t->weight[i]);
+        double num, den;
+        sq_dist(d->flat + off, d->ref + off, k, &num, &den);
+        d->err[i] = rel_of(num, den);
+        num_all += num;
+        den_all += den;
+        off += k;
+    }
+    d->err_all = rel_of(num_all, den_all);
+    d->err_step = t->iteration + 1;
+}
+
+static mpt_status reserve_ref(mpt_dist *d, int64_t n, int n_params) {
+    if (n > d->ref_cap) {
+        float *f = realloc(d->ref, (size_t)n * sizeof *f);
+        if (!f) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld elements for the communication error",
+                                  (long long)n);
+        d->ref = f;
+        d->ref_cap = n;
+    }
+    if (n_params > d->n_err) {
+        double *e = realloc(d->err, (size_t)n_params * sizeof *e);
+        if (!e) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d communication errors", n_params);
+        d->err = e;
+        d->n_err = n_params;
+    }
+    return MPT_OK;
+}
+
+int64_t mpt_dist_comm_error(const mpt_dist *d, const double **rel_l2, double *all) {
+    *rel_l2 = d->err;
+    *all = d->err_all;
+    return d->err_step;
+}
+
+void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t, int measure) {
     double t0 = wall_s();
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
@@ -174,6 +243,13 @@ void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t) {
         int64_t k = mpt_tensor_numel(t->weight[i]);
         memcpy(d->flat + off, t->weight[i]->grad->data, (size_t)k * sizeof(float));
         off += k;
+    }
+    double t_ref = 0.0; /* the reference's copy: telemetry's time, not the step's */
+    if (measure) {
+        double r0 = wall_s();
+        MPT_ASSERTF(reserve_ref(d, n, t->n_params) == MPT_OK, "%s", mpt_last_error());
+        memcpy(d->ref, d->flat, (size_t)n * sizeof(float));
+        t_ref = wall_s() - r0;
     }
     int bad = mpt_dist_allreduce_f32(d, d->flat, n, d->weight);
     off = 0;
@@ -185,7 +261,8 @@ void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t) {
     /* Skip mode: any rank's inf/NaN sets found_inf on every rank before unscale_check (which only ever sets
      * it). Apply mode counts non-finite steps from the reduced gradients themselves, identical on all ranks. */
     if (bad && t->cfg.nonfinite == MPT_NONFINITE_SKIP) t->scaler->found_inf = 1.0f;
-    d->comm_s += wall_s() - t0;
+    d->comm_s += wall_s() - t0 - t_ref;
+    if (measure) measure_comm_error(d, t, n);
 }
 
 /* FNV-1a over the bytes of every master (what the optimizer updates). */

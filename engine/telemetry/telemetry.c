@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/amp/scaler.h"
+#include "engine/dist/dist.h"
 #include "engine/telemetry/lost.h"
 #include "engine/telemetry/range.h"
 
@@ -199,6 +200,17 @@ static void arm_lost_updates(mpt_telemetry *tel) {
     t->update_out = tel->delta;
 }
 
+/* Data-parallel: the all-reduce's communication error of this step (engine/dist measured it in the step's
+ * hook, which runs before this call on every telemetry step). */
+static void comm_rows(mpt_telemetry *tel) {
+    mpt_trainer *t = tel->t;
+    const double *rel;
+    double all;
+    if (!t->dist || mpt_dist_comm_error(t->dist, &rel, &all) != tel->step) return;
+    for (int i = 0; i < t->n_params; i++) row(tel, t->weight[i]->grad->name, "comm_rel_l2", rel[i]);
+    row(tel, MPT_TELEMETRY_ALL_PARAMS, "comm_rel_l2", all);
+}
+
 void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     mpt_trainer *t = tel->t;
     mpt_graph *g = t->g;
@@ -244,6 +256,7 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
             compare(tel, gr->name, tel->h_a, tel->h_b, mpt_tensor_numel(gr), S, 1);
         }
     }
+    comm_rows(tel);
     arm_lost_updates(tel);
     tel->skipped_before = st.steps_skipped;
     if (tel->csv) fflush(tel->csv);

@@ -13,6 +13,8 @@
  *     unscaled by S first);
  *     Before returning it snapshots the storage each update goes to (and a 16-bit working copy, if any) and
  *     points t->update_out at its own buffers, so the optimizer writes its per-element FP32 deltas there;
+ *     with data-parallel training (t->dist), the communication error of the gradient all-reduce per weight
+ *     gradient and over all of them (metric comm_rel_l2, measured by engine/dist: mpt_dist_allreduce_grads);
  *   after the optimizer step: the lost-update meter (lost.h) per parameter tensor, on the storage the update
  *     went to and, where the run keeps FP32 masters over 16-bit weights, the counterfactual "had the same
  *     update been applied to the 16-bit working copy"; then t->update_out is reset to NULL.
