@@ -145,6 +145,36 @@ typedef struct mpt_optim_args {
                                 lost-update meter (engine/telemetry). */
 } mpt_optim_args;
 
+/* One parameter in the multi-tensor update pass (one launch over all parameters, the pattern of PyTorch's
+ * multi_tensor_apply / apex's amp_C): an entry of a table in backend memory, built once after the arenas are
+ * allocated (the pointers do not move) and read by every step. Field meanings as in mpt_optim_args. */
+typedef struct mpt_param_slot {
+    float *master;          /* [n] FP32 master, or NULL (the update reads and writes `working`) */
+    float *grad;            /* [n] FP32 gradient: unscaled in place by unscale_check_multi */
+    void *m, *v;            /* [n] optimizer state in mpt_optim_multi_args.state_dtype, or NULL if unused */
+    void *working;          /* [n] working weights (working_dtype), or NULL (the master is the working weight) */
+    mpt_dtype working_dtype;
+    int32_t pad_;           /* keeps n 8-byte aligned with the same layout in C and CUDA C++ (always 0) */
+    int64_t n;              /* elements (0 allowed: the entry is skipped) */
+    uint64_t sr_offset;     /* number of this parameter's element 0 across all parameters (stochastic rounding) */
+} mpt_param_slot;
+
+/* The multi-tensor optimizer step: the per-tensor mpt_optim_args applied to every entry of a slot table, with the
+ * same per-element math and therefore the same bits as `count` calls of optim_step (the CPU backend makes exactly
+ * those calls). No update_out here: a step that records update deltas uses optim_step per tensor. */
+typedef struct mpt_optim_multi_args {
+    mpt_optim_hparams h;           /* host values, as in mpt_optim_args */
+    const mpt_param_slot *slots;   /* [count] backend memory (the table) */
+    int count;                     /* entries */
+    int64_t numel;                 /* host: sum of slots[i].n (sizes the launch without reading the table) */
+    mpt_dtype state_dtype;         /* as in mpt_optim_args */
+    int stochastic;
+    uint64_t sr_seed, sr_iteration;
+    const float *found_inf;        /* backend scalar, or NULL (never skip) */
+    const float *grad_mul;         /* backend scalar, or NULL */
+    const int32_t *step;           /* backend scalar, 1-based, already incremented */
+} mpt_optim_multi_args;
+
 typedef struct mpt_scaler_params {
     float growth_factor;     /* 2.0 */
     float backoff_factor;    /* 0.5 */
@@ -251,6 +281,10 @@ struct mpt_backend {
     /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN
      * (before or after scaling). PyTorch: _amp_foreach_non_finite_check_and_unscale_. */
     void (*unscale_check)(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
+    /* unscale_check over every slots[i].grad (slots: [count] backend memory; numel: host, the sum of the
+     * slots' n): one launch on the GPU; the same bits and found_inf as count calls of unscale_check. */
+    void (*unscale_check_multi)(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                                mpt_scaler_state *st);
     /* st->sumsq += sum g^2 (for clipping by global L2 norm). */
     void (*sum_squares)(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
     /* st->grad_mul = min(1, max_norm / (sqrt(st->sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_). */
@@ -262,6 +296,9 @@ struct mpt_backend {
      * set, also write each element's update delta there (zeros on a skipped step). Formulas:
      * engine/optim/optim.h; storage and rounding: mpt_optim_args. */
     void (*optim_step)(mpt_backend *be, const mpt_optim_args *a);
+    /* optim_step over every slot of a->slots (one launch on the GPU, each block one chunk of one tensor);
+     * bit-identical to optim_step per slot with the same arguments. */
+    void (*optim_step_multi)(mpt_backend *be, const mpt_optim_multi_args *a);
     /* After the updates: dynamic loss-scale update (PyTorch _amp_update_scale_, plus hysteresis, floor and
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.
      * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. */

@@ -106,6 +106,41 @@ static mpt_status init_params(mpt_trainer *t) {
     return MPT_OK;
 }
 
+/* The per-tensor optimizer arguments of parameter i that do not change from step to step. */
+static void param_pointers(const mpt_trainer *t, int i, mpt_optim_args *a) {
+    const int fp32 = t->master[i]->dtype == MPT_DTYPE_F32;
+    a->n = mpt_tensor_numel(t->weight[i]);
+    a->master = fp32 ? t->master[i]->data : NULL; /* NULL: update the 16-bit weights themselves */
+    a->grad = t->weight[i]->grad->data;
+    a->m = t->m[i] ? t->m[i]->data : NULL;
+    a->v = t->v[i] ? t->v[i]->data : NULL;
+    const int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
+    a->working = copy || !fp32 ? t->weight[i]->data : NULL;
+    a->working_dtype = t->weight[i]->dtype;
+}
+
+/* Writes the multi-tensor table t->slots from the allocated tensors (elements numbered across all parameters, in
+ * creation order, for stochastic rounding), and t->numel. */
+static mpt_status write_param_table(mpt_trainer *t) {
+    t->numel = 0;
+    if (t->n_params == 0) return MPT_OK;
+    mpt_param_slot *h = calloc((size_t)t->n_params, sizeof *h);
+    if (!h) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the parameter table (%d entries)", t->n_params);
+    for (int i = 0; i < t->n_params; i++) {
+        mpt_optim_args a;
+        memset(&a, 0, sizeof a);
+        param_pointers(t, i, &a);
+        h[i] = (mpt_param_slot){.master = a.master, .grad = (float *)a.grad, .m = a.m, .v = a.v,
+                                .working = a.working, .working_dtype = a.working_dtype, .n = a.n,
+                                .sr_offset = (uint64_t)t->numel};
+        t->numel += a.n;
+    }
+    t->be->from_host(t->be, t->slots, h, (size_t)t->n_params * sizeof *h);
+    t->be->synchronize(t->be); /* h is freed next */
+    free(h);
+    return MPT_OK;
+}
+
 static mpt_status check_config(const mpt_train_config *cfg) {
     MPT_TRY(mpt_optim_hparams_check(&cfg->optim));
     MPT_TRY(mpt_lr_schedule_check(&cfg->schedule));
@@ -164,6 +199,9 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     /* The scaler state lives in the optimizer arena, as raw bytes (host reads it only when logging). */
     int64_t sshape[1] = {(int64_t)sizeof(mpt_scaler_state)};
     mpt_tensor *st = mpt_graph_tensor(g, "amp.scaler_state", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, sshape);
+    /* So does the multi-tensor table (engine/backend.h mpt_param_slot), filled once the arenas exist. */
+    int64_t tshape[1] = {(int64_t)((size_t)g->n_params * sizeof(mpt_param_slot))};
+    mpt_tensor *table = mpt_graph_tensor(g, "amp.param_table", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, tshape);
 
     s = mpt_graph_alloc(g);
     if (s != MPT_OK) {
@@ -171,6 +209,12 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
         return s;
     }
     t->scaler = (mpt_scaler_state *)st->data;
+    t->slots = (mpt_param_slot *)table->data;
+    s = write_param_table(t);
+    if (s != MPT_OK) {
+        mpt_trainer_free(&t);
+        return s;
+    }
     t->cfg.scaler.apply_nonfinite = cfg->nonfinite == MPT_NONFINITE_APPLY;
     s = mpt_scaler_init(t->be, t->scaler, cfg->loss_scaling == MPT_LOSS_SCALE_NONE ? 1.0f : cfg->init_scale,
                         &t->cfg.scaler);
@@ -210,6 +254,31 @@ static void inject_nonfinite(mpt_trainer *t) {
     t->be->from_host(t->be, gr->data, &nan_value, sizeof nan_value);
 }
 
+/* The optimizer step one parameter at a time, recording each element's update delta into t->update_out (the
+ * instruments' steps): the same per-element math as the multi-tensor pass, so the same weights and state. */
+static void optim_per_tensor(mpt_trainer *t, float lr, int apply, const float *grad_mul) {
+    mpt_scaler_state *st = t->scaler;
+    mpt_optim_args a;
+    memset(&a, 0, sizeof a);
+    a.h = t->cfg.optim;
+    a.h.lr = lr;
+    a.found_inf = apply ? NULL : &st->found_inf;
+    a.grad_mul = grad_mul;
+    a.step = &st->steps_taken;
+    a.state_dtype = t->cfg.optim_state_dtype;
+    a.stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC;
+    a.sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING);
+    a.sr_iteration = (uint64_t)t->iteration;
+    uint64_t element = 0; /* elements numbered across all parameters, in creation order */
+    for (int i = 0; i < t->n_params; i++) {
+        param_pointers(t, i, &a);
+        a.sr_offset = element;
+        a.update_out = t->update_out[i];
+        t->be->optim_step(t->be, &a);
+        element += (uint64_t)a.n;
+    }
+}
+
 void mpt_trainer_step(mpt_trainer *t) {
     mpt_graph *g = t->g;
     mpt_backend *be = t->be;
@@ -231,9 +300,8 @@ void mpt_trainer_step(mpt_trainer *t) {
      * the optimizer gets no found_inf, so inf/NaN reach the weights; scaler_update counts them. */
     const int apply = t->cfg.nonfinite == MPT_NONFINITE_APPLY;
     if (apply) be->step_begin(be, st);
-    /* Unscale and found_inf in one pass over each FP32 weight gradient. */
-    for (int i = 0; i < t->n_params; i++)
-        be->unscale_check(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
+    /* Unscale and found_inf in one pass over all FP32 weight gradients. */
+    be->unscale_check_multi(be, t->slots, t->n_params, t->numel, st);
     const float *grad_mul = NULL;
     if (t->cfg.clip_norm > 0.0f) {
         for (int i = 0; i < t->n_params; i++)
@@ -242,32 +310,19 @@ void mpt_trainer_step(mpt_trainer *t) {
         grad_mul = &st->grad_mul;
     }
     if (!apply) be->step_begin(be, st);
-    mpt_optim_args a;
-    memset(&a, 0, sizeof a);
-    a.h = t->cfg.optim;
-    a.h.lr = mpt_lr_at(&t->cfg.schedule, t->iteration);
-    a.found_inf = apply ? NULL : &st->found_inf;
-    a.grad_mul = grad_mul;
-    a.step = &st->steps_taken;
-    a.state_dtype = t->cfg.optim_state_dtype;
-    a.stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC;
-    a.sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING);
-    a.sr_iteration = (uint64_t)t->iteration;
-    uint64_t element = 0; /* elements numbered across all parameters, in creation order */
-    for (int i = 0; i < t->n_params; i++) {
-        a.n = mpt_tensor_numel(t->weight[i]);
-        const int fp32 = t->master[i]->dtype == MPT_DTYPE_F32;
-        a.master = fp32 ? t->master[i]->data : NULL; /* NULL: update the 16-bit weights themselves */
-        a.grad = t->weight[i]->grad->data;
-        a.m = t->m[i] ? t->m[i]->data : NULL;
-        a.v = t->v[i] ? t->v[i]->data : NULL;
-        int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
-        a.working = copy || !fp32 ? t->weight[i]->data : NULL;
-        a.working_dtype = t->weight[i]->dtype;
-        a.sr_offset = element;
-        a.update_out = t->update_out ? t->update_out[i] : NULL;
-        be->optim_step(be, &a);
-        element += (uint64_t)a.n;
+    const float lr = mpt_lr_at(&t->cfg.schedule, t->iteration);
+    if (t->update_out) {
+        optim_per_tensor(t, lr, apply, grad_mul);
+    } else { /* one launch over all parameters */
+        mpt_optim_multi_args a = {.h = t->cfg.optim, .slots = t->slots, .count = t->n_params,
+                                        .numel = t->numel, .state_dtype = t->cfg.optim_state_dtype,
+                                        .stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC,
+                                        .sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING),
+                                        .sr_iteration = (uint64_t)t->iteration,
+                                        .found_inf = apply ? NULL : &st->found_inf, .grad_mul = grad_mul,
+                                        .step = &st->steps_taken};
+        a.h.lr = lr;
+        be->optim_step_multi(be, &a);
     }
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
     if (measured) mpt_telemetry_after_step(t->telemetry);

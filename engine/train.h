@@ -4,8 +4,9 @@
  *
  *   zero grads -> forward (compute dtype) -> backward seeded with the loss scale S
  *   -> [data-parallel: all-reduce of the weight gradients over the ranks, found_inf agreed (engine/dist)]
- *   -> unscale (g *= 1/S) and found_inf in one pass over the FP32 weight gradients
- *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf
+ *   -> unscale (g *= 1/S) and found_inf in one pass over all FP32 weight gradients (one multi-tensor launch)
+ *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf (one multi-tensor
+ *      launch over all parameters: be->optim_step_multi on the table t->slots)
  *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
  * Every step is a fixed sequence of backend operations with no host synchronisation and no allocation;
  * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them.
@@ -95,6 +96,9 @@ typedef struct mpt_trainer {
                                 modes, and in every mode with --master-weights none, where it is F16/BF16) */
     mpt_tensor **m, **v;     /* [n_params] optimizer state tensors (cfg.optim_state_dtype), or NULL entries */
     mpt_scaler_state *scaler;/* backend memory */
+    mpt_param_slot *slots;   /* [n_params] backend memory: the parameters' pointers and sizes for the multi-tensor
+                                unscale and optimizer passes (one launch each), written once at creation */
+    int64_t numel;           /* host: elements over all parameters */
     int64_t iteration;       /* iterations run (host counter: schedules, dropout offsets, fault injection) */
     /* Instrument hook, NULL by default (ordinary steps). To read the update deltas of one step, point it at
      * an array of n_params backend buffers, update_out[i] holding numel(weight[i]) FP32 elements (or NULL to

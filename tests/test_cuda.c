@@ -1446,6 +1446,201 @@ START_TEST(test_optim_step_16bit_storage_bit_identical) {
 }
 END_TEST
 
+/* ---- multi-tensor passes (one launch over a table of parameters) ---------------------------------------- */
+
+/* Sizes of the multi-tensor tests' parameters: empty tensors, single elements, exactly one chunk (4096), one
+ * element either side of a chunk boundary, several chunks with a short tail. */
+static const int64_t mt_sizes[] = {4097, 0, 1, 4096, 333, 12289, 0, 8191, 5, 4095};
+#define MT_N ((int)(sizeof mt_sizes / sizeof *mt_sizes))
+
+/* One parameter of the multi-tensor test on both backends: CPU buffers (the per-tensor oracle) and device
+ * buffers (NULL where the storage variant has none). */
+typedef struct mt_param {
+    int64_t n;
+    float *cmaster, *cgrad; void *cm, *cv, *cwork;  /* CPU */
+    float *gmaster, *ggrad; void *gm, *gv, *gwork;  /* GPU */
+} mt_param;
+
+/* How the parameters are stored in one case of the multi-tensor test. */
+typedef struct mt_storage {
+    const char *name;
+    int master;         /* FP32 masters */
+    mpt_dtype working;  /* F32: no working copy (with a master) / F16, BF16 */
+    mpt_dtype state;
+    int stochastic;     /* without masters */
+    int apply;          /* --nonfinite apply: found_inf NULL */
+    int clip;           /* grad_mul 0.75 */
+} mt_storage;
+
+/* A device copy of a host buffer; an empty one still gets a (small) allocation, as a zero-size tensor would. */
+static void *mt_dev_copy(const void *host, size_t bytes) { return bytes ? dev_put(host, bytes) : dev_alloc(16); }
+
+static void mt_compare(const char *what, const mt_param *p, const mt_storage *sg) {
+    const int64_t n = p->n;
+    if (n == 0) return;
+    float *h = xmalloc((size_t)n * 4);
+    void *hx = xmalloc(nbytes(MPT_DTYPE_F32, n)); /* large enough for any dtype */
+    char msg[288];
+    dev_get(h, p->ggrad, (size_t)n * 4);
+    snprintf(msg, sizeof msg, "%s: unscaled gradient", what);
+    expect_float_bits(msg, h, p->cgrad, n);
+    if (p->cmaster) {
+        dev_get(h, p->gmaster, (size_t)n * 4);
+        snprintf(msg, sizeof msg, "%s: master", what);
+        expect_float_bits(msg, h, p->cmaster, n);
+    }
+    if (p->cwork) {
+        dev_get(hx, p->gwork, nbytes(sg->working, n));
+        snprintf(msg, sizeof msg, "%s: weights (%s)", what, mpt_dtype_name(sg->working));
+        expect_same(msg, hx, p->cwork, sg->working, n);
+    }
+    void *const cs[2] = {p->cm, p->cv}, *const gs[2] = {p->gm, p->gv};
+    for (int k = 0; k < 2; k++) {
+        if (!cs[k]) continue;
+        dev_get(hx, gs[k], nbytes(sg->state, n));
+        snprintf(msg, sizeof msg, "%s: optimizer state %d", what, k);
+        expect_same(msg, hx, cs[k], sg->state, n);
+    }
+    free(h);
+    free(hx);
+}
+
+/* unscale_check_multi and optim_step_multi on the GPU (one launch each over a table of ten parameters of odd sizes,
+ * zero-size ones included) against unscale_check and optim_step called per tensor on the CPU (the oracle): found_inf,
+ * step count, gradients, masters, weights and state bit-identical after each of four steps, for SGD (plain,
+ * momentum, nesterov), Adam (L2) and AdamW, in every storage variant: FP32 masters with and without a 16-bit
+ * working copy, 16-bit weights without masters (nearest and stochastic rounding, whose bits depend on each
+ * element's number across all parameters), 16-bit state, --nonfinite apply and a clip coefficient. Step 2 has a
+ * NaN in the last element of the 12289-element parameter (a chunk tail): skipped, or applied. */
+START_TEST(test_multi_tensor_bit_identical) {
+    static const optim_case cases[] = {
+        {"sgd", {.kind = MPT_OPTIM_SGD, .lr = 0.05f}},
+        {"sgd+momentum",
+         {.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
+        {"sgd+nesterov", {.kind = MPT_OPTIM_SGD, .lr = 0.02f, .momentum = 0.9f, .nesterov = 1, .weight_decay = 5e-4f}},
+        {"adam+l2",
+         {.kind = MPT_OPTIM_ADAM, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
+        {"adamw",
+         {.kind = MPT_OPTIM_ADAMW, .lr = 3e-3f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+    };
+    static const mt_storage storages[] = {
+        {"fp32 masters + fp16 copy", 1, MPT_DTYPE_F16, MPT_DTYPE_F32, 0, 0, 0},
+        {"fp32 masters, no copy, clip", 1, MPT_DTYPE_F32, MPT_DTYPE_F32, 0, 0, 1},
+        {"bf16 weights, no masters, bf16 state", 0, MPT_DTYPE_BF16, MPT_DTYPE_BF16, 0, 0, 0},
+        {"fp16 weights, no masters, stochastic, fp16 state", 0, MPT_DTYPE_F16, MPT_DTYPE_F16, 1, 0, 0},
+        {"bf16 weights, no masters, stochastic, apply", 0, MPT_DTYPE_BF16, MPT_DTYPE_F32, 1, 1, 0},
+        {"fp32 masters + bf16 copy, apply, clip", 1, MPT_DTYPE_BF16, MPT_DTYPE_F32, 0, 1, 1},
+    };
+    const float S = 1024.0f;
+    tests_rng r = {4242};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t si = 0; si < sizeof storages / sizeof *storages; si++) {
+            const mpt_optim_hparams h = cases[ci].h;
+            const mt_storage *sg = &storages[si];
+            const int has_m = mpt_optim_n_state(&h) >= 1, has_v = mpt_optim_n_state(&h) >= 2;
+            const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
+            mt_param p[MT_N];
+            mpt_param_slot slots[MT_N];
+            int64_t numel = 0;
+            for (int i = 0; i < MT_N; i++) {
+                const int64_t n = mt_sizes[i];
+                memset(&p[i], 0, sizeof p[i]);
+                p[i].n = n;
+                p[i].cgrad = xmalloc((size_t)n * 4);
+                p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
+                if (sg->master) {
+                    p[i].cmaster = fill(&r, MPT_DTYPE_F32, n, -1, 1);
+                    p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
+                }
+                if (has_work) {
+                    p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n)) : fill(&r, sg->working, n, -1, 1);
+                    if (sg->master)
+                        for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
+                    p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
+                }
+                if (has_m) {
+                    p[i].cm = fill(&r, sg->state, n, 0, 0);
+                    p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
+                }
+                if (has_v) {
+                    p[i].cv = fill(&r, sg->state, n, 0, 0);
+                    p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
+                }
+                slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
+                                            .working = p[i].gwork, .working_dtype = sg->working, .n = n,
+                                            .sr_offset = (uint64_t)numel};
+                numel += n;
+            }
+            mpt_param_slot *dslots = dev_put(slots, sizeof slots);
+            mpt_scaler_state st = scaler_init(S);
+            st.grad_mul = sg->clip ? 0.75f : 1.0f;
+            mpt_scaler_state *gst = dev_put(&st, sizeof st);
+            for (int step = 0; step < 4; step++) {
+                for (int i = 0; i < MT_N; i++) {
+                    for (int64_t k = 0; k < p[i].n; k++) p[i].cgrad[k] = (float)tests_uniform(&r, -2, 2) * S;
+                    if (step == 2 && p[i].n == 12289) p[i].cgrad[12288] = NAN;
+                    if (p[i].n) gpu->from_host(gpu, p[i].ggrad, p[i].cgrad, (size_t)p[i].n * 4);
+                }
+                if (sg->apply) {
+                    gpu->step_begin(gpu, gst);
+                    cpu->step_begin(cpu, &st);
+                }
+                gpu->unscale_check_multi(gpu, dslots, MT_N, numel, gst);
+                for (int i = 0; i < MT_N; i++) cpu->unscale_check(cpu, p[i].cgrad, p[i].n, &st);
+                if (!sg->apply) {
+                    gpu->step_begin(gpu, gst);
+                    cpu->step_begin(cpu, &st);
+                }
+                const uint64_t seed = 0xabcdef0123ULL + ci;
+                mpt_optim_multi_args am = {.h = h, .slots = dslots, .count = MT_N, .numel = numel,
+                                           .state_dtype = sg->state, .stochastic = sg->stochastic, .sr_seed = seed,
+                                           .sr_iteration = (uint64_t)step,
+                                           .found_inf = sg->apply ? NULL : &gst->found_inf,
+                                           .grad_mul = sg->clip ? &gst->grad_mul : NULL, .step = &gst->steps_taken};
+                gpu->optim_step_multi(gpu, &am);
+                for (int i = 0; i < MT_N; i++) {
+                    mpt_optim_args a = {.h = h, .n = p[i].n, .master = p[i].cmaster, .grad = p[i].cgrad,
+                                        .m = p[i].cm, .v = p[i].cv, .state_dtype = sg->state, .working = p[i].cwork,
+                                        .working_dtype = sg->working, .stochastic = sg->stochastic, .sr_seed = seed,
+                                        .sr_iteration = (uint64_t)step, .sr_offset = slots[i].sr_offset,
+                                        .found_inf = sg->apply ? NULL : &st.found_inf,
+                                        .grad_mul = sg->clip ? &st.grad_mul : NULL, .step = &st.steps_taken};
+                    cpu->optim_step(cpu, &a);
+                }
+                mpt_scaler_state hs;
+                dev_get(&hs, gst, sizeof hs);
+                char what[192];
+                snprintf(what, sizeof what, "multi-tensor %s, %s, step %d", cases[ci].name, sg->name, step);
+                EXPECT(hs.found_inf == st.found_inf && hs.found_inf == (step == 2 ? 1.0f : 0.0f),
+                       "%s: found_inf GPU %g, CPU %g", what, (double)hs.found_inf, (double)st.found_inf);
+                EXPECT(hs.steps_taken == st.steps_taken, "%s: steps_taken GPU %d, CPU %d", what, hs.steps_taken,
+                       st.steps_taken);
+                for (int i = 0; i < MT_N; i++) {
+                    char w2[224];
+                    snprintf(w2, sizeof w2, "%s, parameter %d (%lld elements)", what, i, (long long)p[i].n);
+                    mt_compare(w2, &p[i], sg);
+                }
+                /* the next step starts clean, as after scaler_update */
+                const float zero = 0.0f;
+                gpu->from_host(gpu, &gst->found_inf, &zero, sizeof zero);
+                st.found_inf = 0.0f;
+            }
+            dev_free(gst);
+            dev_free(dslots);
+            for (int i = 0; i < MT_N; i++) {
+                void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
+                for (int k = 0; k < 5; k++)
+                    if (devs[k]) dev_free(devs[k]);
+                free(p[i].cmaster);
+                free(p[i].cgrad);
+                free(p[i].cm);
+                free(p[i].cv);
+                free(p[i].cwork);
+            }
+        }
+}
+END_TEST
+
 /* Unscale with injected non-finite values: found_inf set by NaN, by inf, and by a finite value that overflows
  * when unscaled; values bit-identical to the CPU's; a clean buffer leaves found_inf alone. */
 START_TEST(test_unscale_found_inf) {
@@ -1979,6 +2174,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(to, test_optim_step_bit_identical);
     tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);
+    tcase_add_test(to, test_multi_tensor_bit_identical);
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);
     suite_add_tcase(s, to);

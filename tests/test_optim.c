@@ -615,6 +615,92 @@ START_TEST(test_state_16bit) {
 }
 END_TEST
 
+/* ---- multi-tensor entry points ------------------------------------------------------------------------------ */
+
+/* unscale_check_multi + optim_step_multi over five parameters of odd sizes (two empty) in separate buffers give the
+ * bits of unscale_check + optim_step over one buffer holding them end to end: every element is updated once,
+ * with the per-tensor math, and stochastic rounding numbers elements across the parameters (slot sr_offset).
+ * 16-bit weights without masters (stochastic), 16-bit state; a NaN on step 2 skips that step in both. */
+START_TEST(test_multi_tensor_equals_concatenated) {
+    static const int64_t sizes[] = {1025, 0, 1, 3000, 0, 7};
+    enum { NP = (int)(sizeof sizes / sizeof *sizes) };
+    const mpt_dtype wt = MPT_DTYPE_BF16, sd = MPT_DTYPE_F16;
+    int64_t total = 0;
+    for (int i = 0; i < NP; i++) total += sizes[i];
+    tests_rng r = {0x3a17};
+    for (size_t vi = 1; vi < sizeof variants16 / sizeof *variants16; vi++) { /* the variants with state */
+        const mpt_optim_hparams *h = &variants16[vi];
+        uint16_t *w = malloc((size_t)total * 2), *m = calloc((size_t)total, 2), *v = calloc((size_t)total, 2);
+        float *g = malloc((size_t)total * 4);
+        uint16_t *pw[NP], *pm[NP], *pv[NP];
+        float *pg[NP];
+        mpt_param_slot slots[NP];
+        for (int64_t i = 0; i < total; i++) mpt_store_f32(w, wt, i, (float)tests_uniform(&r, -1, 1));
+        int64_t off = 0;
+        for (int i = 0; i < NP; i++) {
+            const size_t n = (size_t)sizes[i];
+            pw[i] = malloc(n * 2 + 2), pm[i] = calloc(n + 1, 2), pv[i] = calloc(n + 1, 2), pg[i] = malloc(n * 4 + 4);
+            memcpy(pw[i], w + off, n * 2);
+            slots[i] = (mpt_param_slot){.grad = pg[i], .m = pm[i], .v = mpt_optim_n_state(h) >= 2 ? pv[i] : NULL,
+                                        .working = pw[i],
+                                        .working_dtype = wt, .n = sizes[i], .sr_offset = (uint64_t)off};
+            off += sizes[i];
+        }
+        mpt_scaler_state multi = *st, one = *st;
+        multi.scale = one.scale = 256.0f;
+        multi.inv_scale = one.inv_scale = 1.0f / 256.0f;
+        multi.steps_taken = one.steps_taken = 0;
+        for (int step = 0; step < 4; step++) {
+            for (int64_t i = 0; i < total; i++) g[i] = (float)tests_uniform(&r, -4, 4);
+            if (step == 2) g[total - 2] = NAN;
+            off = 0;
+            for (int i = 0; i < NP; i++) {
+                memcpy(pg[i], g + off, (size_t)sizes[i] * 4);
+                off += sizes[i];
+            }
+            multi.found_inf = one.found_inf = 0.0f;
+            be->unscale_check_multi(be, slots, NP, total, &multi);
+            be->unscale_check(be, g, total, &one);
+            ck_assert(multi.found_inf == one.found_inf && one.found_inf == (step == 2 ? 1.0f : 0.0f));
+            be->step_begin(be, &multi);
+            be->step_begin(be, &one);
+            mpt_optim_multi_args am = {.h = *h, .slots = slots, .count = NP, .numel = total, .state_dtype = sd,
+                                       .stochastic = 1, .sr_seed = 99, .sr_iteration = (uint64_t)step,
+                                       .found_inf = &multi.found_inf, .step = &multi.steps_taken};
+            be->optim_step_multi(be, &am);
+            mpt_optim_args a = {.h = *h, .n = total, .grad = g, .m = m, .v = mpt_optim_n_state(h) >= 2 ? v : NULL,
+                                .state_dtype = sd, .working = w, .working_dtype = wt, .stochastic = 1, .sr_seed = 99,
+                                .sr_iteration = (uint64_t)step, .found_inf = &one.found_inf, .step = &one.steps_taken};
+            be->optim_step(be, &a);
+            off = 0;
+            for (int i = 0; i < NP; i++) {
+                const size_t n = (size_t)sizes[i];
+                EXPECT(memcmp(pg[i], g + off, n * 4) == 0, "%s step %d parameter %d: unscaled gradient differs",
+                       mpt_optim_kind_name(h->kind), step, i);
+                EXPECT(memcmp(pw[i], w + off, n * 2) == 0, "%s step %d parameter %d: weights differ",
+                       mpt_optim_kind_name(h->kind), step, i);
+                EXPECT(memcmp(pm[i], m + off, n * 2) == 0, "%s step %d parameter %d: state differs",
+                       mpt_optim_kind_name(h->kind), step, i);
+                if (a.v) EXPECT(memcmp(pv[i], v + off, n * 2) == 0, "%s step %d parameter %d: exp_avg_sq differs",
+                                mpt_optim_kind_name(h->kind), step, i);
+                off += sizes[i];
+            }
+        }
+        ck_assert_int_eq(multi.steps_taken, 3);
+        for (int i = 0; i < NP; i++) {
+            free(pw[i]);
+            free(pm[i]);
+            free(pv[i]);
+            free(pg[i]);
+        }
+        free(w);
+        free(m);
+        free(v);
+        free(g);
+    }
+}
+END_TEST
+
 /* ---- clipping by global L2 norm ---------------------------------------------------------------------------- */
 
 START_TEST(test_clip_global_norm) {
@@ -834,6 +920,7 @@ int main(void) {
     tcase_add_test(tc, test_master_none_rounds_once);
     tcase_add_test(tc, test_master_none_stochastic);
     tcase_add_test(tc, test_state_16bit);
+    tcase_add_test(tc, test_multi_tensor_equals_concatenated);
     tcase_add_test(tc, test_clip_global_norm);
     tcase_add_test(tc, test_hparams);
     tcase_add_test(tc, test_lr_schedules);

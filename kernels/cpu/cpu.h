@@ -47,6 +47,9 @@ void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_
 void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
 void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st);
 void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a);
+void mpt_cpu_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                                 mpt_scaler_state *st);
+void mpt_cpu_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
 
 /* The CPU backend's private state. */

@@ -289,6 +289,29 @@ void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     }
 }
 
+/* ---- multi-tensor entry points: the per-tensor calls, one slot after the other ------------------------------ */
+
+void mpt_cpu_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                                 mpt_scaler_state *st) {
+    (void)numel;
+    MPT_ASSERT(count >= 0 && (count == 0 || slots != NULL));
+    for (int i = 0; i < count; i++) mpt_cpu_unscale_check(be, slots[i].grad, slots[i].n, st);
+}
+
+void mpt_cpu_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a) {
+    MPT_ASSERT(a->count >= 0 && (a->count == 0 || a->slots != NULL));
+    for (int i = 0; i < a->count; i++) {
+        const mpt_param_slot *sl = &a->slots[i];
+        const mpt_optim_args one = {.h = a->h, .n = sl->n, .master = sl->master, .grad = sl->grad, .m = sl->m,
+                                    .v = sl->v, .state_dtype = a->state_dtype, .working = sl->working,
+                                    .working_dtype = sl->working_dtype, .stochastic = a->stochastic,
+                                    .sr_seed = a->sr_seed, .sr_iteration = a->sr_iteration,
+                                    .sr_offset = sl->sr_offset, .found_inf = a->found_inf, .grad_mul = a->grad_mul,
+                                    .step = a->step, .update_out = NULL};
+        mpt_cpu_optim_step(be, &one);
+    }
+}
+
 /* ---- loss-scale update ---------------------------------------------------------------------------------- */
 
 void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic) {

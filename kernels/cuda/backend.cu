@@ -378,10 +378,12 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->gather_batch = mpt_cuda_gather_batch;
 
     be->unscale_check = mpt_cuda_unscale_check;
+    be->unscale_check_multi = mpt_cuda_unscale_check_multi;
     be->sum_squares = mpt_cuda_sum_squares;
     be->clip_coef = mpt_cuda_clip_coef;
     be->step_begin = mpt_cuda_step_begin;
     be->optim_step = mpt_cuda_optim_step;
+    be->optim_step_multi = mpt_cuda_optim_step_multi;
     be->scaler_update = mpt_cuda_scaler_update;
     return be;
 }

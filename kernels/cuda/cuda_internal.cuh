@@ -211,6 +211,9 @@ void mpt_cuda_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler
 void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
 void mpt_cuda_step_begin(mpt_backend *be, mpt_scaler_state *st);
 void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a);
+void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                                  mpt_scaler_state *st);
+void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
 
 #endif

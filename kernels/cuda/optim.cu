@@ -136,12 +136,59 @@ static __device__ __forceinline__ void store_stochastic(void *p, mpt_dtype t, in
     }
 }
 
-/* Unless *found_inf (found_inf NULL: never skip): each element's weight (the FP32 master, or the working weight
- * widened when there is no master) and state (widened from state_dtype) are updated in FP32 by the optimizer's
- * per-element function; the state is stored back rounded to nearest even; the weight goes back to the master
- * (and the working copy, RNE) or, without a master, is rounded once into the working dtype (RNE, or
- * stochastically with mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i)); the update delta goes to update_out
- * when it is set (zeros on a skipped step). The same functions and order as kernels/cpu/optim.c. */
+/* The per-step scalars from the device step count (thread 0 of a block; the CPU computes them once per call). */
+static __device__ void compute_step_scalars(step_scalars *sc, const mpt_optim_hparams &h, const int32_t *step,
+                                            const float *grad_mul) {
+    const int32_t t = *step;
+    assert(t >= 1); /* step_begin runs first */
+    sc->gm = grad_mul ? *grad_mul : 1.0f;
+    sc->first = t == 1;
+    sc->l2 = 0.0f;
+    sc->decay = 1.0f;
+    sc->step_size = 0.0f;
+    sc->bc2_sqrt = 1.0f;
+    if (h.kind != MPT_OPTIM_SGD) {
+        if (h.kind == MPT_OPTIM_ADAM) sc->l2 = h.weight_decay;
+        else sc->decay = mpt_adamw_decay(h.lr, h.weight_decay);
+        sc->step_size = mpt_adam_step_size(h.lr, h.beta1, t);
+        sc->bc2_sqrt = mpt_adam_bc2_sqrt(h.beta2, t);
+    }
+}
+
+/* Element i of one parameter: its weight (the FP32 master, or the working weight widened when there is no
+ * master) and state (widened from state_dtype) are updated in FP32 by the optimizer's per-element function; the
+ * state is stored back rounded to nearest even; the weight goes back to the master (and the working copy, RNE)
+ * or, without a master, is rounded once into the working dtype (RNE, or stochastically with
+ * mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i)); the update delta goes to update_out when it is set. The
+ * same functions and order as kernels/cpu/optim.c. Shared by the per-tensor and the multi-tensor kernels. */
+static __device__ __forceinline__ void update_element(const mpt_optim_args &a, const step_scalars &s, int64_t i) {
+    const mpt_optim_hparams &h = a.h;
+    float p = a.master ? a.master[i] : mpt_dev_load(a.working, a.working_dtype, i);
+    float m = a.m ? mpt_dev_load(a.m, a.state_dtype, i) : 0.0f;
+    float v = a.v ? mpt_dev_load(a.v, a.state_dtype, i) : 0.0f;
+    float delta;
+    if (h.kind == MPT_OPTIM_SGD)
+        delta = mpt_elem_sgd(&p, &m, a.grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
+                             s.first);
+    else
+        delta = mpt_elem_adam(&p, &m, &v, a.grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
+                              s.bc2_sqrt);
+    if (a.m) mpt_dev_store(a.m, a.state_dtype, i, m);
+    if (a.v) mpt_dev_store(a.v, a.state_dtype, i, v);
+    if (a.update_out) a.update_out[i] = delta;
+    if (a.master) {
+        a.master[i] = p;
+        if (a.working) mpt_dev_store(a.working, a.working_dtype, i, p);
+    } else if (a.stochastic) {
+        store_stochastic(a.working, a.working_dtype, i, p,
+                         mpt_sr_bits(a.sr_seed, a.sr_iteration, a.sr_offset + (uint64_t)i));
+    } else {
+        mpt_dev_store(a.working, a.working_dtype, i, p);
+    }
+}
+
+/* Unless *found_inf (found_inf NULL: never skip): update_element over the n elements, grid-stride; on a skipped
+ * step nothing is written but zero deltas to update_out when it is set. */
 static __global__ void optim_step_kernel(mpt_optim_args a) {
     const int64_t n = a.n;
     if (a.found_inf && *a.found_inf != 0.0f) { /* skipped: nothing is written but zero deltas (uniform) */
@@ -151,49 +198,11 @@ static __global__ void optim_step_kernel(mpt_optim_args a) {
         return;
     }
     __shared__ step_scalars sc;
-    const mpt_optim_hparams h = a.h;
-    if (threadIdx.x == 0) {
-        const int32_t t = *a.step;
-        assert(t >= 1); /* step_begin runs first */
-        sc.gm = a.grad_mul ? *a.grad_mul : 1.0f;
-        sc.first = t == 1;
-        sc.l2 = 0.0f;
-        sc.decay = 1.0f;
-        sc.step_size = 0.0f;
-        sc.bc2_sqrt = 1.0f;
-        if (h.kind != MPT_OPTIM_SGD) {
-            if (h.kind == MPT_OPTIM_ADAM) sc.l2 = h.weight_decay;
-            else sc.decay = mpt_adamw_decay(h.lr, h.weight_decay);
-            sc.step_size = mpt_adam_step_size(h.lr, h.beta1, t);
-            sc.bc2_sqrt = mpt_adam_bc2_sqrt(h.beta2, t);
-        }
-    }
+    if (threadIdx.x == 0) compute_step_scalars(&sc, a.h, a.step, a.grad_mul);
     __syncthreads();
     const step_scalars s = sc;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float p = a.master ? a.master[i] : mpt_dev_load(a.working, a.working_dtype, i);
-        float m = a.m ? mpt_dev_load(a.m, a.state_dtype, i) : 0.0f;
-        float v = a.v ? mpt_dev_load(a.v, a.state_dtype, i) : 0.0f;
-        float delta;
-        if (h.kind == MPT_OPTIM_SGD)
-            delta = mpt_elem_sgd(&p, &m, a.grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
-                                 s.first);
-        else
-            delta = mpt_elem_adam(&p, &m, &v, a.grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
-                                  s.bc2_sqrt);
-        if (a.m) mpt_dev_store(a.m, a.state_dtype, i, m);
-        if (a.v) mpt_dev_store(a.v, a.state_dtype, i, v);
-        if (a.update_out) a.update_out[i] = delta;
-        if (a.master) {
-            a.master[i] = p;
-            if (a.working) mpt_dev_store(a.working, a.working_dtype, i, p);
-        } else if (a.stochastic) {
-            store_stochastic(a.working, a.working_dtype, i, p,
-                             mpt_sr_bits(a.sr_seed, a.sr_iteration, a.sr_offset + (uint64_t)i));
-        } else {
-            mpt_dev_store(a.working, a.working_dtype, i, p);
-        }
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        update_element(a, s, i);
 }
 
 static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_args *a) {
@@ -219,4 +228,129 @@ void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     mpt_cuda_require_float(a->state_dtype, "optim_step (optimizer state)");
     if (a->n == 0) return;
     launch_optim_step(mpt_cuda_ctx_of(be), a);
+}
+
+/* ---- multi-tensor launches: one kernel over a table of parameters (mpt_param_slot) ------------------------ */
+/*
+ * The pattern of PyTorch's multi_tensor_apply and apex's amp_C: the table (pointers and sizes, in device memory)
+ * is cut into chunks of MPT_MT_CHUNK elements, ceil(n / MPT_MT_CHUNK) per tensor, numbered tensor by tensor, and
+ * block b handles chunk b. Each element goes through the same per-element function as in the per-tensor kernels
+ * (update_element, mpt_elem_unscale), so the bits are those of one launch per tensor. The host sizes the grid
+ * from the total element count alone (sum ceil(n_i / C) <= numel / C + count), so it never reads the table;
+ * blocks past the last chunk return at once. Locating a chunk is a scan of the table by one thread (a network has
+ * a few dozen parameters, the table stays in L1).
+ */
+
+/* Elements per chunk (16 per thread with MPT_CUDA_THREADS = 256). */
+#define MPT_MT_CHUNK 4096
+
+/* Chunk c of the table: its slot and first element (returns 1), or 0 when c is past the last chunk. */
+static __device__ int locate_chunk(const mpt_param_slot *slots, int count, int64_t c, int *slot, int64_t *start) {
+    for (int i = 0; i < count; i++) {
+        const int64_t n_chunks = (slots[i].n + MPT_MT_CHUNK - 1) / MPT_MT_CHUNK;
+        if (c < n_chunks) {
+            *slot = i;
+            *start = c * MPT_MT_CHUNK;
+            return 1;
+        }
+        c -= n_chunks;
+    }
+    return 0;
+}
+
+/* Blocks of a multi-tensor launch: the upper bound on the number of chunks. */
+static unsigned multi_tensor_blocks(int64_t numel, int count) {
+    const int64_t blocks = numel / MPT_MT_CHUNK + count;
+    MPT_ASSERTF(blocks >= 1 && blocks <= (int64_t)INT32_MAX, "multi-tensor launch: %lld blocks for %lld elements",
+                (long long)blocks, (long long)numel);
+    return (unsigned)blocks;
+}
+
+/* unscale_check_kernel's work on chunk blockIdx.x of the table. */
+static __global__ void unscale_check_multi_kernel(const mpt_param_slot *slots, int count, mpt_scaler_state *st) {
+    __shared__ int found;
+    __shared__ float *g;
+    __shared__ int64_t start, end;
+    if (threadIdx.x == 0) {
+        int slot = 0;
+        int64_t s0 = 0;
+        found = locate_chunk(slots, count, blockIdx.x, &slot, &s0);
+        if (found) {
+            g = slots[slot].grad;
+            start = s0;
+            end = s0 + MPT_MT_CHUNK < slots[slot].n ? s0 + MPT_MT_CHUNK : slots[slot].n;
+        }
+    }
+    __syncthreads();
+    if (!found) return; /* uniform over the block */
+    const float inv = st->inv_scale;
+    int bad = 0;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) bad |= mpt_elem_unscale(&g[i], inv);
+    if (__syncthreads_or(bad) && threadIdx.x == 0) st->found_inf = 1.0f;
+}
+
+void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                                  mpt_scaler_state *st) {
+    MPT_ASSERT(count >= 0 && numel >= 0 && st != NULL && (count == 0 || slots != NULL));
+    if (count == 0 || numel == 0) return;
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    unscale_check_multi_kernel<<<multi_tensor_blocks(numel, count), MPT_CUDA_THREADS, 0, ctx->stream>>>(slots, count,
+                                                                                                         st);
+    MPT_CUDA_CHECK_LAUNCH("unscale_check_multi_kernel");
+}
+
+/* optim_step_kernel's work on chunk blockIdx.x of the table: thread 0 turns the chunk's slot into the per-tensor
+ * arguments (no update_out), then every thread runs update_element over the chunk. */
+static __global__ void optim_step_multi_kernel(mpt_optim_multi_args a) {
+    if (a.found_inf && *a.found_inf != 0.0f) return; /* skipped step: nothing is written */
+    __shared__ int found;
+    __shared__ int64_t start, end;
+    __shared__ step_scalars sc;
+    __shared__ mpt_optim_args one;
+    if (threadIdx.x == 0) {
+        int slot = 0;
+        int64_t s0 = 0;
+        found = locate_chunk(a.slots, a.count, blockIdx.x, &slot, &s0);
+        if (found) {
+            const mpt_param_slot sl = a.slots[slot];
+            assert(sl.master != NULL || sl.working != NULL);
+            assert(a.h.kind == MPT_OPTIM_SGD ? (a.h.momentum == 0.0f || sl.m != NULL) : (sl.m && sl.v));
+            compute_step_scalars(&sc, a.h, a.step, a.grad_mul);
+            one.h = a.h;
+            one.n = sl.n;
+            one.master = sl.master;
+            one.grad = sl.grad;
+            one.m = sl.m;
+            one.v = sl.v;
+            one.state_dtype = a.state_dtype;
+            one.working = sl.working;
+            one.working_dtype = sl.working_dtype;
+            one.stochastic = a.stochastic;
+            one.sr_seed = a.sr_seed;
+            one.sr_iteration = a.sr_iteration;
+            one.sr_offset = sl.sr_offset;
+            one.found_inf = a.found_inf;
+            one.grad_mul = a.grad_mul;
+            one.step = a.step;
+            one.update_out = NULL;
+            start = s0;
+            end = s0 + MPT_MT_CHUNK < sl.n ? s0 + MPT_MT_CHUNK : sl.n;
+        }
+    }
+    __syncthreads();
+    if (!found) return; /* uniform over the block */
+    const step_scalars s = sc;
+    const mpt_optim_args args = one;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) update_element(args, s, i);
+}
+
+void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a) {
+    MPT_ASSERT(a->count >= 0 && a->numel >= 0 && a->step != NULL && (a->count == 0 || a->slots != NULL));
+    MPT_ASSERTF((unsigned)a->h.kind <= (unsigned)MPT_OPTIM_ADAMW, "optim_step_multi: unknown optimizer kind %d",
+                (int)a->h.kind);
+    mpt_cuda_require_float(a->state_dtype, "optim_step_multi (optimizer state)");
+    if (a->count == 0 || a->numel == 0) return;
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    optim_step_multi_kernel<<<multi_tensor_blocks(a->numel, a->count), MPT_CUDA_THREADS, 0, ctx->stream>>>(*a);
+    MPT_CUDA_CHECK_LAUNCH("optim_step_multi_kernel");
 }
