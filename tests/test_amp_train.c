@@ -162,12 +162,15 @@ static void snapshot(run *r, unsigned char **buf, size_t *len) {
     *buf = malloc(*len);
     memcpy(*buf, g->arena[MPT_MEM_WEIGHT], a);
     if (b) memcpy(*buf + a, g->arena[MPT_MEM_MASTER], b);
-    /* the optimizer arena also holds the scaler state, which legitimately changes: compare only the
-     * state tensors, which precede it */
+    /* the optimizer arena also holds the scaler state, which legitimately changes, and the multi-tensor
+     * parameter table (pointers, different in every run): compare only the state tensors */
     memcpy(*buf + a + b, g->arena[MPT_MEM_OPTIM], c);
-    mpt_tensor *st = mpt_graph_find(g, "amp.scaler_state");
-    size_t st_off = (size_t)((char *)st->data - (char *)g->arena[MPT_MEM_OPTIM]);
-    memset(*buf + a + b + st_off, 0, sizeof(mpt_scaler_state));
+    static const char *const not_state[2] = {"amp.scaler_state", "amp.param_table"};
+    for (int k = 0; k < 2; k++) {
+        mpt_tensor *t = mpt_graph_find(g, not_state[k]);
+        size_t off = (size_t)((char *)t->data - (char *)g->arena[MPT_MEM_OPTIM]);
+        memset(*buf + a + b + off, 0, mpt_tensor_nbytes(t));
+    }
 }
 
 START_TEST(test_injected_nonfinite_skips_step) {

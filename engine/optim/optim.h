@@ -3,7 +3,8 @@
  * weight decay) and AdamW (decoupled weight decay), applied to FP32 master weights with FP32 state (by
  * default; the switches below store weights or state in 16 bits, the math stays FP32).
  *
- * The update itself runs in the backend (be->optim_step, one fused pass per parameter: engine/backend.h),
+ * The update itself runs in the backend (be->optim_step_multi, one fused pass over all parameters, or
+ * be->optim_step for one parameter: engine/backend.h),
  * element by element through kernels/elemwise.h (mpt_elem_sgd, mpt_elem_adam), on both CPU and CUDA. This
  * header holds the host-side pieces (names, defaults, checks, state counts) and the formulas.
  *
