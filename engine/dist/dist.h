@@ -117,4 +117,38 @@ double mpt_dist_sum_f64(mpt_dist *d, double x);
 /* Seconds spent in mpt_dist_allreduce_grads so far on this rank (wall clock, host). */
 double mpt_dist_comm_seconds(const mpt_dist *d);
 
+/* ---- jobs of independent runs: mptrain compare / lab over MPI (tools/sweep.c) ------------------------------- *
+ * The same job (MPI_COMM_WORLD) as the data-parallel hook; a sweep joins it with mpt_dist_init (any wire
+ * dtype: a sweep sends no gradients). Results travel as opaque byte strings between ranks of one binary. */
+
+/* The number of ranks a launcher announced in the environment (Open MPI's mpirun: OMPI_COMM_WORLD_SIZE;
+ * MPICH's Hydra and Slurm's srun --mpi=pmi2: PMI_SIZE), 1 when only PMIX_RANK says a PMIx launcher (srun
+ * --mpi=pmix) started it, or 0 when the process was not started by a launcher. Needs no MPI in the build and calls no MPI function: a command uses it to
+ * decide whether to join a job, and a build without MPI to refuse running as one of several ranks. */
+int mpt_dist_env_size(void);
+
+/* Ranks of the job on this rank's node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED at mpt_dist_init). */
+int mpt_dist_local_size(const mpt_dist *d);
+
+/* Point-to-point: sends n bytes of buf to rank dest with tag (blocking; n <= INT_MAX). Messages between two
+ * ranks with the same tag arrive in the order they were sent (MPI's non-overtaking rule). MPT_ERR_IO naming
+ * the MPI error, MPT_ERR_ARG for n > INT_MAX. */
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n);
+/* Receives the next message with tag from rank src (src < 0: from any rank; *from receives the sender when
+ * from is not NULL) into a malloc'd *buf of *n bytes (the caller frees it). */
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from);
+/* Broadcast from root (collective): on root, *buf and *n are the message (unchanged); on the other ranks they
+ * receive a malloc'd copy (the caller frees it). */
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n);
+/* *x <- the sum of *x over the ranks (collective). */
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x);
+
+/* A signal: one small message with tag to every other rank, sent without blocking (a failed rank tells the
+ * others to start no further runs). mpt_dist_signalled reports, without blocking or consuming it, whether a
+ * signal with tag has arrived. mpt_dist_signal_drain receives `expected` signals with tag sent to this rank
+ * and completes this rank's own signal sends; call it once every rank knows how many were sent. */
+mpt_status mpt_dist_signal(mpt_dist *d, int tag);
+int mpt_dist_signalled(mpt_dist *d, int tag);
+mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected);
+
 #endif

@@ -1,7 +1,8 @@
 /*
  * engine/dist/dist_common.c - the parts of engine/dist that need no MPI: wire-dtype names and the shard
- * arithmetic (see engine/dist/dist.h).
+ * arithmetic, the launcher's announced job size (see engine/dist/dist.h).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/dist/dist.h"
@@ -25,4 +26,20 @@ mpt_dtype mpt_grad_comm_dtype(mpt_grad_comm c) {
 void mpt_dist_shard(int B, int rank, int size, int *lo, int *hi) {
     *lo = (int)((int64_t)rank * B / size);
     *hi = (int)((int64_t)(rank + 1) * B / size);
+}
+
+/* A positive integer from the environment variable name, else 0. */
+static int env_count(const char *name) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    return *end == 0 && n > 0 && n < 1000000 ? (int)n : 0;
+}
+
+int mpt_dist_env_size(void) {
+    int n = env_count("OMPI_COMM_WORLD_SIZE");
+    if (n == 0) n = env_count("PMI_SIZE");
+    if (n == 0 && getenv("PMIX_RANK")) n = 1; /* a PMIx launcher (srun --mpi=pmix) that does not say the size */
+    return n;
 }

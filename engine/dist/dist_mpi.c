@@ -3,6 +3,7 @@
  * agreed found_inf and the identical-start checksum (see engine/dist/dist.h for the math and the sources).
  * Host memory only: the CPU backend's tensors are host buffers.
  */
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -17,6 +18,9 @@
 struct mpt_dist {
     MPI_Comm comm;
     int rank, size;
+    int local_size;        /* ranks on this node */
+    MPI_Request *signals;  /* [size] this rank's pending signal sends (mpt_dist_signal) */
+    int n_signals;
     int owns_mpi;          /* this mpt_dist called MPI_Init */
     mpt_grad_comm wire;
     MPI_Op sum16;          /* user op: sum of two BF16 or FP16 vectors, rounded to the dtype */
@@ -93,6 +97,12 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
+    MPI_Comm node;
+    d->local_size = 1;
+    if (MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &d->local_size);
+        MPI_Comm_free(&node);
+    }
     d->wire = comm;
     d->weight = 1.0f / (float)d->size;
     d->sum16 = MPI_OP_NULL;
@@ -113,6 +123,7 @@ void mpt_dist_free(mpt_dist **pd) {
     free(d->flat16);
     free(d->ref);
     free(d->err);
+    free(d->signals);
     if (d->owns_mpi) MPI_Finalize();
     free(d);
     *pd = NULL;
@@ -307,4 +318,95 @@ mpt_status mpt_dist_attach(mpt_dist *d, mpt_trainer *t) {
 double mpt_dist_sum_f64(mpt_dist *d, double x) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, d->comm));
     return x;
+}
+
+/* ---- jobs of independent runs (see engine/dist/dist.h) ------------------------------------------------------- */
+
+int mpt_dist_local_size(const mpt_dist *d) { return d->local_size; }
+
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n) {
+    if (n < 0 || n > INT_MAX)
+        return mpt_errorf(MPT_ERR_ARG, "MPI message of %lld bytes to rank %d: at most %d", (long long)n, dest, INT_MAX);
+    int rc = MPI_Send(buf, (int)n, MPI_BYTE, dest, tag, d->comm);
+    return rc == MPI_SUCCESS ? MPT_OK : mpi_error(rc, "MPI_Send");
+}
+
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from) {
+    *buf = NULL;
+    *n = 0;
+    MPI_Status st;
+    int rc, count = 0;
+    if ((rc = MPI_Probe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &st)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Probe");
+    if ((rc = MPI_Get_count(&st, MPI_BYTE, &count)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Get_count");
+    void *b = malloc(count > 0 ? (size_t)count : 1);
+    if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d bytes for a message from rank %d", count,
+                              st.MPI_SOURCE);
+    if ((rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, tag, d->comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+        free(b);
+        return mpi_error(rc, "MPI_Recv");
+    }
+    if (from) *from = st.MPI_SOURCE;
+    *buf = b;
+    *n = count;
+    return MPT_OK;
+}
+
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
+    int64_t len = d->rank == root ? *n : 0;
+    int rc;
+    if ((rc = MPI_Bcast(&len, 1, MPI_INT64_T, root, d->comm)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Bcast");
+    if (len < 0 || len > INT_MAX)
+        return mpt_errorf(MPT_ERR_ARG, "MPI broadcast of %lld bytes: at most %d", (long long)len, INT_MAX);
+    void *b = *buf;
+    if (d->rank != root) {
+        b = malloc(len > 0 ? (size_t)len : 1);
+        if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld bytes for a broadcast", (long long)len);
+    }
+    if ((rc = MPI_Bcast(b, (int)len, MPI_BYTE, root, d->comm)) != MPI_SUCCESS) {
+        if (d->rank != root) free(b);
+        return mpi_error(rc, "MPI_Bcast");
+    }
+    *buf = b;
+    *n = len;
+    return MPT_OK;
+}
+
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x) {
+    int rc = MPI_Allreduce(MPI_IN_PLACE, x, 1, MPI_INT, MPI_SUM, d->comm);
+    return rc == MPI_SUCCESS ? MPT_OK : mpi_error(rc, "MPI_Allreduce");
+}
+
+mpt_status mpt_dist_signal(mpt_dist *d, int tag) {
+    static const int one = 1; /* the payload is never read; a static buffer outlives the sends */
+    if (!d->signals) {
+        d->signals = calloc((size_t)d->size, sizeof *d->signals);
+        if (!d->signals) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d MPI requests", d->size);
+    }
+    for (int r = 0; r < d->size; r++) {
+        if (r == d->rank || d->n_signals >= d->size) continue;
+        int rc = MPI_Isend(&one, 1, MPI_INT, r, tag, d->comm, &d->signals[d->n_signals]);
+        if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend (signal)");
+        d->n_signals++;
+    }
+    return MPT_OK;
+}
+
+int mpt_dist_signalled(mpt_dist *d, int tag) {
+    int flag = 0;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, tag, d->comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    return flag;
+}
+
+mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected) {
+    int rc;
+    for (int k = 0; k < expected; k++) {
+        int x;
+        if ((rc = MPI_Recv(&x, 1, MPI_INT, MPI_ANY_SOURCE, tag, d->comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_error(rc, "MPI_Recv (signal)");
+    }
+    if (d->n_signals > 0 && (rc = MPI_Waitall(d->n_signals, d->signals, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Waitall (signals)");
+    d->n_signals = 0;
+    return MPT_OK;
 }

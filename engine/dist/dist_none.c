@@ -42,3 +42,25 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
 }
 double mpt_dist_sum_f64(mpt_dist *d, double x) { (void)d; return x; }
 double mpt_dist_comm_seconds(const mpt_dist *d) { (void)d; return 0.0; }
+int mpt_dist_local_size(const mpt_dist *d) { (void)d; return 1; }
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n) {
+    (void)d; (void)tag; (void)buf; (void)n;
+    return mpt_errorf(MPT_ERR_ARG, "cannot send to rank %d: this mptrain was built without MPI", dest);
+}
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from) {
+    (void)d; (void)tag; (void)from;
+    *buf = NULL;
+    *n = 0;
+    return mpt_errorf(MPT_ERR_ARG, "cannot receive from rank %d: this mptrain was built without MPI", src);
+}
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
+    (void)d; (void)root; (void)buf; (void)n;
+    return MPT_OK;
+}
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x) { (void)d; (void)x; return MPT_OK; }
+mpt_status mpt_dist_signal(mpt_dist *d, int tag) { (void)d; (void)tag; return MPT_OK; }
+int mpt_dist_signalled(mpt_dist *d, int tag) { (void)d; (void)tag; return 0; }
+mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected) {
+    (void)d; (void)tag; (void)expected;
+    return MPT_OK;
+}
