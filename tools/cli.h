@@ -14,6 +14,8 @@
  *                     the mean-and-band convergence.png
  *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
  *   formats.c         the conversions it shows, through kernels/elemwise.h (tools/formats.h)
+ *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
+ *                     rank 0; atomic report files
  *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
  *   plot.c            convergence.png through gnuplot
  *
@@ -451,6 +453,51 @@ void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
 /* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
  * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails. */
 mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
+
+/* ---- a plan of runs over the ranks of an MPI job (sweep.c) ------------------------------------------------- */
+
+/* A plan of n independent runs. The callbacks are the command's; ctx is theirs. */
+typedef struct mpt_cli_sweep {
+    int n;
+    void *ctx;
+    /* Trains run i into *res (zeroed by the caller; freed by the sweep on failure). */
+    mpt_status (*train)(void *ctx, int i, mpt_cli_result *res);
+    /* Run i's label for messages ("seed 0 fp16") and its output directory. */
+    void (*describe)(void *ctx, int i, char *label, size_t label_len, char *dir, size_t dir_len);
+    /* On rank 0 (or the single process): run i's result, in plan order; the callee owns *res. */
+    mpt_status (*deliver)(void *ctx, int i, mpt_cli_result *res);
+} mpt_cli_sweep;
+
+/* Runs the plan. Without a job (d NULL): run by run, each delivered as it finishes; the first failure stops
+ * the plan and is returned as it is. In a job (collective; every rank passes the same plan): run i trains on
+ * rank i mod N (static round-robin); a failed run writes <dir>/FAILED (the message) and the other ranks start
+ * no further runs; then, if any rank failed (or its `setup` status, e.g. loading the data, was an error), every
+ * rank returns that status with the message "rank R of N, run I of M 'LABEL' (DIR): MESSAGE" (the lowest failed
+ * rank's) and nothing is delivered; otherwise rank 0 receives every result in plan order and delivers it (a run
+ * whose directory rank 0 cannot see fails the plan: --out must be shared). A stale FAILED mark in a run's
+ * directory is removed before it trains. */
+mpt_status mpt_cli_sweep_run(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status setup);
+
+/* Joins the MPI job when a launcher started this process as one of N >= 2 ranks (engine/dist: mpt_dist_env_size);
+ * *out stays NULL for a single process (no launcher, or one rank). MPT_ERR_ARG naming `command` when started as
+ * one of several ranks by a build without MPI (every rank would run the whole plan). */
+mpt_status mpt_cli_sweep_join(const char *command, mpt_dist **out);
+
+/* The OpenBLAS threads of one rank: `given` (--threads) when > 0; else the CPUs the launcher bound the rank to,
+ * when fewer than the node has; else the node's online cores divided by the job's ranks on the node (at least
+ * 1; d NULL counts one). *why receives the reason, one phrase. */
+int mpt_cli_sweep_threads(const mpt_dist *d, int given, char *why, size_t n);
+
+/* Prints which of the plan's n runs this rank trains and its OpenBLAS threads (and why), one line. */
+void mpt_cli_sweep_announce(const mpt_dist *d, int n, int threads, const char *why);
+
+/* Removes dir/file if it exists (a result of an earlier job that this one will write again). MPT_ERR_IO. */
+mpt_status mpt_cli_remove_result(const char *dir, const char *file);
+
+/* Atomic writes of a report: open path.tmp (tmp receives its name, n bytes; NULL with the error set), then
+ * commit: flush, fsync, close, rename over path (on failure the temporary file is removed; MPT_ERR_IO). */
+FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n);
+mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

@@ -31,6 +31,8 @@ static double rel_l2(const float *w, const float *ref, int64_t n) {
     return den > 0.0 ? sqrt(num) / sqrt(den) : NAN;
 }
 
+static int compare_with(mpt_cli_opts *op, mpt_dist *dist);
+
 /* Trains o->model in precision p with seed `seed` into dir, labelled "[<label>] " on the progress lines. */
 static mpt_status train_one(const mpt_cli_opts *o, const mpt_cli_data *cd, mpt_precision p, uint64_t seed,
                             const char *dir, const char *label, mpt_cli_result *res) {
@@ -40,64 +42,114 @@ static mpt_status train_one(const mpt_cli_opts *o, const mpt_cli_data *cd, mpt_p
     mpt_cli_resolve(&op);
     int len = snprintf(op.out, sizeof op.out, "%s", dir);
     if (len < 0 || (size_t)len >= sizeof op.out) return mpt_errorf(MPT_ERR_ARG, "--out %s: path too long", o->out);
-    char lab[64];
+    char lab[192];
     snprintf(lab, sizeof lab, "[%s] ", label);
     printf("%s---- training %s in %s -> %s\n", lab, op.model, mpt_precision_name(p), op.out);
     fflush(stdout);
     return mpt_cli_train_run(&op, cd, lab, res);
 }
 
-/* compare --seeds: every precision with every seed; statistics over seeds (tools/compare_seeds.c). */
-static int compare_seeds(const mpt_cli_opts *o, const mpt_cli_data *cd) {
-    int ns = o->n_seeds, np = o->n_precisions;
-    mpt_cli_result *res = calloc((size_t)ns * (size_t)np, sizeof *res);
-    double *l2 = malloc((size_t)ns * (size_t)np * sizeof *l2);
-    mpt_status s = MPT_OK;
-    if (!res || !l2) s = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", ns * np);
-    int ref = -1;
+/* The plan of one compare: every precision (with --seeds: for every seed, seed-major), dealt out to the ranks
+ * when mptrain runs under mpirun (tools/sweep.c); rank 0 (or the single process) receives the results in
+ * plan order. */
+typedef struct compare_plan {
+    const mpt_cli_opts *o;
+    const mpt_cli_data *cd;
+    mpt_dist *dist;          /* NULL: a single process */
+    int seeds;               /* --seeds: run i is seed i / n_precisions, precision i % n_precisions */
+    mpt_cli_result *res;     /* [n] delivered results (rank 0) */
+    double *l2;              /* [n] --seeds: each run's distance to its seed's fp32 run */
+    int ref;                 /* index of fp32 in --precisions, -1 without */
+} compare_plan;
+
+static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, size_t dn) {
+    const compare_plan *pl = ctx;
+    const mpt_cli_opts *o = pl->o;
+    int np = o->n_precisions;
+    mpt_precision p = o->precisions[pl->seeds ? i % np : i];
+    if (pl->seeds) {
+        uint64_t seed = o->seeds[i / np];
+        if (mpt_cli_seed_run_dir(dir, dn, o->out, seed, p) != MPT_OK) snprintf(dir, dn, "%s", o->out);
+        snprintf(label, ln, "seed %llu %s", (unsigned long long)seed, mpt_precision_name(p));
+    } else {
+        snprintf(dir, dn, "%s/%s", o->out, mpt_precision_name(p));
+        snprintf(label, ln, "%s", mpt_precision_name(p));
+    }
+}
+
+static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
+    const compare_plan *pl = ctx;
+    const mpt_cli_opts *o = pl->o;
+    int np = o->n_precisions;
+    mpt_precision p = o->precisions[pl->seeds ? i % np : i];
+    uint64_t seed = pl->seeds ? o->seeds[i / np] : o->seed;
+    char dir[MPT_CLI_PATH + 8], label[128], tag[160];
+    if (pl->seeds) MPT_TRY(mpt_cli_seed_run_dir(dir, sizeof dir, o->out, seed, p));
+    plan_describe(ctx, i, label, sizeof label, dir, sizeof dir);
+    if (pl->dist) snprintf(tag, sizeof tag, "rank %d: %s", mpt_dist_rank(pl->dist), label);
+    else snprintf(tag, sizeof tag, "%s", label);
+    return train_one(o, pl->cd, p, seed, dir, tag, res);
+}
+
+static mpt_status plan_deliver(void *ctx, int i, mpt_cli_result *r) {
+    compare_plan *pl = ctx;
+    int np = pl->o->n_precisions;
+    pl->res[i] = *r;
+    if (!pl->seeds || i % np != np - 1) return MPT_OK;
+    /* a seed's runs are all in: their distances to its fp32 run; then the weights are no longer needed */
+    mpt_cli_result *row = &pl->res[i - (np - 1)];
+    double *l2 = &pl->l2[i - (np - 1)];
+    int ref = pl->ref;
     for (int p = 0; p < np; p++)
-        if (o->precisions[p] == MPT_PRECISION_FP32) ref = p;
-    for (int k = 0; k < ns && s == MPT_OK; k++) {
-        mpt_cli_result *row = &res[k * np];
-        for (int p = 0; p < np && s == MPT_OK; p++) {
-            char dir[MPT_CLI_PATH], label[64];
-            s = mpt_cli_seed_run_dir(dir, sizeof dir, o->out, o->seeds[k], o->precisions[p]);
-            snprintf(label, sizeof label, "seed %llu %s", (unsigned long long)o->seeds[k],
-                     mpt_precision_name(o->precisions[p]));
-            if (s == MPT_OK) s = train_one(o, cd, o->precisions[p], o->seeds[k], dir, label, &row[p]);
-        }
-        if (s != MPT_OK) break;
-        /* the distances of this seed's runs to its fp32 run; then the weights are no longer needed */
-        for (int p = 0; p < np; p++)
-            l2[k * np + p] = ref >= 0 && row[p].n_master == row[ref].n_master
-                                 ? rel_l2(row[p].final_master, row[ref].final_master, row[ref].n_master) : NAN;
-        for (int p = 0; p < np; p++) {
-            free(row[p].final_master);
-            free(row[p].init_master);
-            row[p].final_master = row[p].init_master = NULL;
-        }
+        l2[p] = ref >= 0 && row[p].n_master == row[ref].n_master
+                    ? rel_l2(row[p].final_master, row[ref].final_master, row[ref].n_master) : NAN;
+    for (int p = 0; p < np; p++) {
+        free(row[p].final_master);
+        free(row[p].init_master);
+        row[p].final_master = row[p].init_master = NULL;
     }
-    if (s == MPT_OK) {
-        mpt_cli_seed_runs runs = {o->out, ns, np, o->seeds, o->precisions, res, l2};
-        const char *plot_file = "convergence.png";
-        char plot_error[600] = "";
-        mpt_status ps = mpt_cli_plot_seeds(&runs);
-        if (ps != MPT_OK) {
-            snprintf(plot_error, sizeof plot_error, "%s", mpt_last_error());
-            fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
-            plot_file = NULL;
-        }
-        s = mpt_cli_write_seeds_report(o, &runs, plot_file, plot_error);
-        if (s == MPT_OK) {
-            printf("\nreport: %s/report.md\nsummary: %s/compare.json\n", o->out, o->out);
-            if (plot_file) printf("plot:   %s/%s\n", o->out, plot_file);
-        }
+    return MPT_OK;
+}
+
+/* Runs the plan; on rank 0 (or alone) pl->res holds every result afterwards. */
+static mpt_status run_plan(compare_plan *pl, mpt_status setup) {
+    const mpt_cli_opts *o = pl->o;
+    int n = pl->seeds ? o->n_seeds * o->n_precisions : o->n_precisions;
+    pl->ref = -1;
+    for (int p = 0; p < o->n_precisions; p++)
+        if (o->precisions[p] == MPT_PRECISION_FP32) pl->ref = p;
+    pl->res = calloc((size_t)n, sizeof *pl->res);
+    pl->l2 = malloc((size_t)n * sizeof *pl->l2);
+    if (!pl->res || !pl->l2) setup = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);
+    mpt_cli_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver};
+    return mpt_cli_sweep_run(pl->dist, &sw, setup);
+}
+
+static void plan_free(compare_plan *pl) {
+    int n = pl->seeds ? pl->o->n_seeds * pl->o->n_precisions : pl->o->n_precisions;
+    if (pl->res)
+        for (int i = 0; i < n; i++) mpt_cli_result_free(&pl->res[i]);
+    free(pl->res);
+    free(pl->l2);
+    pl->res = NULL;
+    pl->l2 = NULL;
+}
+
+/* compare --seeds, once every run is in: statistics over seeds (tools/compare_seeds.c). */
+static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl) {
+    mpt_cli_seed_runs runs = {o->out, o->n_seeds, o->n_precisions, o->seeds, o->precisions, pl->res, pl->l2};
+    const char *plot_file = "convergence.png";
+    char plot_error[600] = "";
+    mpt_status ps = mpt_cli_plot_seeds(&runs);
+    if (ps != MPT_OK) {
+        snprintf(plot_error, sizeof plot_error, "%s", mpt_last_error());
+        fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
+        plot_file = NULL;
     }
-    if (res)
-        for (int i = 0; i < ns * np; i++) mpt_cli_result_free(&res[i]);
-    free(res);
-    free(l2);
-    return s == MPT_OK ? 0 : mpt_cli_fail("compare", s);
+    MPT_TRY(mpt_cli_write_seeds_report(o, &runs, plot_file, plot_error));
+    printf("\nreport: %s/report.md\nsummary: %s/compare.json\n", o->out, o->out);
+    if (plot_file) printf("plot:   %s/%s\n", o->out, plot_file);
+    return MPT_OK;
 }
 
 int mpt_cmd_compare(int argc, char **argv) {
@@ -124,29 +176,46 @@ int mpt_cmd_compare(int argc, char **argv) {
         s = mpt_cli_check_switches(&op);
         if (s != MPT_OK) return mpt_cli_fail("compare", s);
     }
-    mpt_cli_data cd;
-    s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    mpt_dist *dist = NULL;
+    s = mpt_cli_sweep_join("mptrain compare", &dist);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
-    if (o.n_seeds > 1) {
-        rc = compare_seeds(&o, &cd);
-        mpt_cli_data_free(&cd);
-        return rc;
-    }
+    rc = compare_with(&o, dist);
+    mpt_dist_free(&dist);
+    return rc;
+}
 
-    mpt_cli_result res[MPT_PRECISION_COUNT];
-    memset(res, 0, sizeof res);
-    int n_done = 0;
-    for (int i = 0; i < o.n_precisions && s == MPT_OK; i++) {
-        char dir[MPT_CLI_PATH + 8];
-        snprintf(dir, sizeof dir, "%s/%s", o.out, mpt_precision_name(o.precisions[i]));
-        s = train_one(&o, &cd, o.precisions[i], o.seed, dir, mpt_precision_name(o.precisions[i]), &res[i]);
-        if (s == MPT_OK) n_done++;
+/* The rest of compare once the options are final (and, under mpirun, the job joined). */
+static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
+    mpt_cli_opts o = *op;
+    int rank = dist ? mpt_dist_rank(dist) : 0;
+    if (dist) {
+        char why[128];
+        o.threads = mpt_cli_sweep_threads(dist, o.threads, why, sizeof why);
+        mpt_cli_set_threads(o.threads);
+        mpt_cli_sweep_announce(dist, o.n_seeds > 1 ? o.n_seeds * o.n_precisions : o.n_precisions, o.threads, why);
     }
+    /* a job that fails must not leave an earlier job's report looking like its result */
+    mpt_status s = MPT_OK;
+    if (rank == 0) s = mpt_cli_remove_result(o.out, "report.md");
+    if (s == MPT_OK && rank == 0) s = mpt_cli_remove_result(o.out, "compare.json");
+    mpt_cli_data cd;
+    memset(&cd, 0, sizeof cd);
+    if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1};
+    s = run_plan(&pl, s);
     mpt_cli_data_free(&cd);
-    if (s != MPT_OK) {
-        for (int i = 0; i < o.n_precisions; i++) mpt_cli_result_free(&res[i]);
-        return mpt_cli_fail("compare", s);
+    if (s != MPT_OK || rank != 0) {
+        plan_free(&pl);
+        if (s == MPT_OK) return 0;
+        return rank == 0 ? mpt_cli_fail("compare", s) : s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
     }
+    if (pl.seeds) {
+        s = report_seeds(&o, &pl);
+        plan_free(&pl);
+        return s == MPT_OK ? 0 : mpt_cli_fail("compare", s);
+    }
+    mpt_cli_result *res = pl.res;
+    int n_done = o.n_precisions;
 
     const mpt_cli_result *ref = NULL;
     for (int i = 0; i < n_done; i++)
@@ -193,7 +262,7 @@ int mpt_cmd_compare(int argc, char **argv) {
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
     if (numerics_file) printf("numerics plot: %s/%s\n", o.out, numerics_file);
-    for (int i = 0; i < o.n_precisions; i++) mpt_cli_result_free(&res[i]);
+    plan_free(&pl);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     return 0;
 }

@@ -976,6 +976,14 @@ int mpt_cmd_train(int argc, char **argv) {
     }
     mpt_status cs = mpt_cli_check_switches(&o);
     if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+    int launched = mpt_dist_env_size();
+    if (!o.data_parallel && launched > 1) { /* N copies of one run writing one --out: refused */
+        fprintf(stderr, "mptrain train: started as one of %d MPI ranks without --data-parallel: every rank would "
+                        "train the same run into the same --out; add --data-parallel to train one model on the %d "
+                        "ranks, or use `mpirun -np %d mptrain compare` (or lab) for independent runs\n",
+                launched, launched, launched);
+        return MPT_CLI_EXIT_USAGE;
+    }
     if (o.data_parallel) {
         cs = mpt_dist_init(&train_dist, o.grad_comm);
         if (cs != MPT_OK) return mpt_cli_fail("train", cs);

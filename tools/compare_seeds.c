@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -248,12 +249,21 @@ static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *s
 }
 
 static mpt_status dump_json(const char *dir, json_t *j) {
-    char path[MPT_CLI_PATH + 64];
+    char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/compare.json", dir);
-    int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) {
+        json_decref(j);
+        return MPT_ERR_IO;
+    }
+    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(j);
-    if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
+    if (rc != 0) {
+        fclose(f);
+        unlink(tmp);
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    }
+    return mpt_cli_commit_atomic(f, tmp, path);
 }
 
 static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st) {
@@ -313,10 +323,10 @@ mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compa
 
 static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st,
                                const char *plot_file, const char *plot_error) {
-    char path[MPT_CLI_PATH + 64];
+    char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", r->out);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) return MPT_ERR_IO;
     char buf[96], lr[64];
     fprintf(f, "# mptrain compare: %s, %d seeds\n\n", o->model, r->n_seeds);
     fprintf(f, "Every precision was trained with each of the seeds");
@@ -377,8 +387,7 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r
                "dynamic loss scale of each seed's fp16 run. The curves are in `curves/<precision>_steps.csv` "
                "and `curves/<precision>_epochs.csv`; every run's own files are in "
                "`seed-<S>/<precision>/`.\n");
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
+    return mpt_cli_commit_atomic(f, tmp, path);
 }
 
 mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,

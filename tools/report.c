@@ -433,10 +433,10 @@ static void write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare
 mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
                                 const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots) {
     const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
-    char path[MPT_CLI_PATH + 64];
+    char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) return MPT_ERR_IO;
     char buf[96];
     fprintf(f, "# mptrain compare: %s\n\n", o->model);
     fprintf(f, "Each precision was trained from the same seed (%s), so every run starts from the same FP32 "
@@ -498,9 +498,5 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "steps_skipped), `<precision>/epochs.csv` (per epoch: losses, accuracies, times), "
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
     if (o->telemetry > 0) write_numerics(f, o, rows, n, plots);
-    int bad = ferror(f); /* a failed fprintf (full disk) is not always reported again by fclose */
-    errno = 0;
-    int rc = fclose(f);
-    if (rc != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
+    return mpt_cli_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
 }
