@@ -2,6 +2,11 @@
  * tools/lab/lab.c - the `mptrain lab` command: which lessons to run, the data they share, the helpers they use
  * (one training run, parameters, the report frame), and lab/index.md. The lessons are tools/lab/lesson_*.c.
  *
+ * Under mpirun (docs/distributed.md) rank 0 runs the lessons; the runs a lesson hands to mpt_lab_train_batch are
+ * broadcast to the other ranks, dealt out round-robin (tools/sweep.c) and their results gathered on rank 0, which
+ * alone writes the reports; the other ranks serve batches until rank 0 says the lab is over. Runs a lesson
+ * trains one at a time (each depending on the last) stay on rank 0.
+ *
  * Sizes: a full lesson trains on the first 20000 Fashion-MNIST training images for 2 epochs and tests on all
  * 10000 test images, with 3 seeds where it needs seeds; --quick uses 2000 / 1000 images, 1 epoch and 2 seeds.
  */
@@ -59,10 +64,152 @@ mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *fl
     MPT_TRY(mpt_cli_check_switches(&o));
     int len = snprintf(o.out, sizeof o.out, "%s/%s", c->dir, name);
     if (len < 0 || (size_t)len >= sizeof o.out) return mpt_errorf(MPT_ERR_ARG, "--out %s: path too long", c->dir);
-    char label[96];
-    snprintf(label, sizeof label, "  [%s] ", name);
+    char label[128];
+    if (c->dist) snprintf(label, sizeof label, "  [rank %d: %s] ", mpt_dist_rank(c->dist), name);
+    else snprintf(label, sizeof label, "  [%s] ", name);
     memset(res, 0, sizeof *res);
     return mpt_cli_train_run(&o, c->cd, label, res);
+}
+
+/* ---- batches of runs, over the ranks of an MPI job ------------------------------------------------------------ */
+
+typedef struct lab_plan {
+    mpt_lab_ctx *c;
+    const mpt_lab_run *runs;
+    mpt_cli_result *res;
+} lab_plan;
+
+static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, size_t dn) {
+    const lab_plan *pl = ctx;
+    snprintf(label, ln, "%s/%s", strrchr(pl->c->dir, '/') ? strrchr(pl->c->dir, '/') + 1 : pl->c->dir,
+             pl->runs[i].name);
+    snprintf(dir, dn, "%s/%s", pl->c->dir, pl->runs[i].name);
+}
+
+static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
+    const lab_plan *pl = ctx;
+    return mpt_lab_train(pl->c, pl->runs[i].name, pl->runs[i].flags, res);
+}
+
+static mpt_status plan_deliver(void *ctx, int i, mpt_cli_result *r) {
+    lab_plan *pl = ctx;
+    pl->res[i] = *r;
+    return MPT_OK;
+}
+
+static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res) {
+    lab_plan pl = {c, runs, res};
+    mpt_cli_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver};
+    return mpt_cli_sweep_run(c->dist, &sw, MPT_OK);
+}
+
+/* The batch message rank 0 broadcasts: NUL-terminated strings "batch", the lesson directory, the run count,
+ * then per run its name, its flag count and the flags; or "end" and the lab's exit code. */
+static mpt_status put(char *buf, size_t cap, size_t *k, const char *str) {
+    size_t n = strlen(str) + 1;
+    if (*k + n > cap) return mpt_errorf(MPT_ERR_ARG, "lab: a batch of runs does not fit in %zu bytes", cap);
+    memcpy(buf + *k, str, n);
+    *k += n;
+    return MPT_OK;
+}
+
+#define BATCH_BYTES 65536
+
+static mpt_status send_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n) {
+    static char buf[BATCH_BYTES];
+    size_t k = 0;
+    char num[16];
+    snprintf(num, sizeof num, "%d", n);
+    MPT_TRY(put(buf, sizeof buf, &k, "batch"));
+    MPT_TRY(put(buf, sizeof buf, &k, c->dir));
+    MPT_TRY(put(buf, sizeof buf, &k, num));
+    for (int i = 0; i < n; i++) {
+        int nf = 0;
+        while (runs[i].flags && runs[i].flags[nf]) nf++;
+        if (nf > MPT_LAB_MAX_FLAGS) return mpt_errorf(MPT_ERR_ARG, "lab: run %s has %d flags, at most %d", runs[i].name, nf,
+                                                      MPT_LAB_MAX_FLAGS);
+        snprintf(num, sizeof num, "%d", nf);
+        MPT_TRY(put(buf, sizeof buf, &k, runs[i].name));
+        MPT_TRY(put(buf, sizeof buf, &k, num));
+        for (int f = 0; f < nf; f++) MPT_TRY(put(buf, sizeof buf, &k, runs[i].flags[f]));
+    }
+    void *b = buf;
+    int64_t len = (int64_t)k;
+    return mpt_dist_bcast(c->dist, 0, &b, &len);
+}
+
+mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res) {
+    if (n < 0 || n > MPT_LAB_MAX_BATCH) return mpt_errorf(MPT_ERR_ARG, "lab: a batch of %d runs (at most %d)", n,
+                                                          MPT_LAB_MAX_BATCH);
+    memset(res, 0, (size_t)n * sizeof *res);
+    if (c->dist) MPT_TRY(send_batch(c, runs, n));
+    mpt_status s = run_batch(c, runs, n, res);
+    if (s != MPT_OK)
+        for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+    return s;
+}
+
+/* Rank 0: the lab is over; every rank exits with rc. */
+static void send_end(mpt_dist *d, int rc) {
+    char buf[32];
+    int k = snprintf(buf, sizeof buf, "end%c%d", 0, rc);
+    void *b = buf;
+    int64_t len = k + 1;
+    if (mpt_dist_bcast(d, 0, &b, &len) != MPT_OK)
+        fprintf(stderr, "mptrain lab: rank 0 could not tell the other ranks to stop: %s\n", mpt_last_error());
+}
+
+/* The next string of a batch message at *k, or NULL past its end. */
+static const char *next(const char *buf, int64_t len, int64_t *k) {
+    if (*k >= len) return NULL;
+    const char *s = buf + *k;
+    const char *z = memchr(s, 0, (size_t)(len - *k));
+    if (!z) return NULL;
+    *k += z - s + 1;
+    return s;
+}
+
+/* A rank other than 0: trains its share of each batch rank 0 broadcasts, until "end"; returns its exit code. */
+static int serve_batches(const mpt_lab_ctx *proto) {
+    for (;;) {
+        void *b = NULL;
+        int64_t len = 0, k = 0;
+        if (mpt_dist_bcast(proto->dist, 0, &b, &len) != MPT_OK) {
+            fprintf(stderr, "mptrain lab: rank %d: %s\n", mpt_dist_rank(proto->dist), mpt_last_error());
+            return MPT_CLI_EXIT_FAIL;
+        }
+        const char *kind = next(b, len, &k), *dir = next(b, len, &k), *count = next(b, len, &k);
+        if (kind && strcmp(kind, "end") == 0) {
+            int rc = dir ? atoi(dir) : MPT_CLI_EXIT_FAIL;
+            free(b);
+            return rc;
+        }
+        static mpt_lab_run runs[MPT_LAB_MAX_BATCH];
+        static const char *flags[MPT_LAB_MAX_BATCH][MPT_LAB_MAX_FLAGS + 1];
+        int n = count ? atoi(count) : -1, ok = kind && strcmp(kind, "batch") == 0 && dir && n >= 0 &&
+                                               n <= MPT_LAB_MAX_BATCH;
+        for (int i = 0; ok && i < n; i++) {
+            const char *name = next(b, len, &k), *nf_s = next(b, len, &k);
+            int nf = nf_s ? atoi(nf_s) : -1;
+            ok = name && nf >= 0 && nf <= MPT_LAB_MAX_FLAGS;
+            for (int f = 0; ok && f < nf; f++) ok = (flags[i][f] = next(b, len, &k)) != NULL;
+            if (ok) flags[i][nf] = NULL;
+            runs[i] = (mpt_lab_run){name, flags[i]};
+        }
+        if (!ok) { /* cannot happen between ranks of one binary; stop rather than train something else */
+            fprintf(stderr, "mptrain lab: rank %d: a malformed batch from rank 0 (%lld bytes)\n",
+                    mpt_dist_rank(proto->dist), (long long)len);
+            free(b);
+            return MPT_CLI_EXIT_FAIL;
+        }
+        mpt_lab_ctx c = *proto;
+        snprintf(c.dir, sizeof c.dir, "%s", dir);
+        static mpt_cli_result res[MPT_LAB_MAX_BATCH];
+        memset(res, 0, sizeof res);
+        (void)run_batch(&c, runs, n, res); /* a failure is rank 0's to report; it ends the lab */
+        for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+        free(b);
+    }
 }
 
 FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
@@ -143,18 +290,17 @@ static const mpt_lab_lesson *find_lesson(const char *name) {
 
 static mpt_status write_index(const char *out, const mpt_lab_lesson *const *run, const mpt_lab_ctx *ctx, const double *secs,
                               int n, int quick) {
-    char path[MPT_CLI_PATH + 32];
+    char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
     snprintf(path, sizeof path, "%s/index.md", out);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) return MPT_ERR_IO;
     fprintf(f, "# mptrain lab%s\n\nEach lesson is a small experiment on Fashion-MNIST; its report has the "
                "measurements, the picture and how to read them. Conclusions are filled from the measurements of "
                "this run.\n\n| lesson | conclusion | time |\n|---|---|---:|\n",
             quick ? " (--quick)" : "");
     for (int i = 0; i < n; i++)
         fprintf(f, "| [%s](%s/report.md) | %s | %.0f s |\n", run[i]->name, run[i]->name, ctx[i].conclusion, secs[i]);
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
+    return mpt_cli_commit_atomic(f, tmp, path);
 }
 
 static double now_s(void) {
@@ -162,6 +308,9 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *const *run, int n, int quick,
+                    const char *const *params, int n_params, mpt_dist *dist);
 
 int mpt_cmd_lab(int argc, char **argv) {
     static const struct option longopts[] = {
@@ -228,24 +377,62 @@ int mpt_cmd_lab(int argc, char **argv) {
     base.epochs = quick ? 1 : 2;
     base.limit_train = quick ? 2000 : 20000;
     base.limit_test = quick ? 1000 : 0;
-    mpt_cli_set_threads(base.threads);
-    mpt_status s = mpt_cli_mkdirs(out);
+    mpt_dist *dist = NULL;
+    mpt_status s = mpt_cli_sweep_join("mptrain lab", &dist);
     if (s != MPT_OK) return mpt_cli_fail("lab", s);
-    mpt_cli_data cd;
-    s = mpt_cli_data_load(&cd, base.data, base.limit_train, base.limit_test);
-    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    int rc = lab_with(&base, out, run, n, quick, params, n_params, dist);
+    mpt_dist_free(&dist);
+    return rc;
+}
 
-    mpt_lab_ctx ctx[N_LESSONS];
+/* The rest of the lab once the lessons are chosen (and, under mpirun, the job joined). */
+static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *const *run, int n, int quick,
+                    const char *const *params, int n_params, mpt_dist *dist) {
+    int rank = dist ? mpt_dist_rank(dist) : 0;
+    if (dist) {
+        char why[128];
+        base->threads = mpt_cli_sweep_threads(dist, base->threads, why, sizeof why);
+        printf("rank %d of %d: %d OpenBLAS thread(s) (%s)%s\n", rank, mpt_dist_size(dist), base->threads, why,
+               rank == 0 ? "; rank 0 runs the lessons and deals their runs out round-robin" : "");
+        fflush(stdout);
+    }
+    mpt_cli_set_threads(base->threads);
+    mpt_status s = mpt_cli_mkdirs(out);
+    if (s == MPT_OK && rank == 0) s = mpt_cli_remove_result(out, "index.md");
+    mpt_cli_data cd;
+    memset(&cd, 0, sizeof cd);
+    if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
+    int bad = s != MPT_OK;
+    if (bad && dist) fprintf(stderr, "mptrain lab: rank %d: %s\n", rank, mpt_last_error());
+    else if (bad) return mpt_cli_fail("lab", s);
+    if (dist && mpt_dist_sum_int(dist, &bad) == MPT_OK && bad) { /* every rank must hold the data, or none trains */
+        mpt_cli_data_free(&cd);
+        return MPT_CLI_EXIT_FAIL;
+    }
+    if (rank != 0) {
+        mpt_lab_ctx proto;
+        memset(&proto, 0, sizeof proto);
+        proto.cd = &cd;
+        proto.base = base;
+        proto.dist = dist;
+        proto.quick = quick;
+        int rc = serve_batches(&proto);
+        mpt_cli_data_free(&cd);
+        return rc;
+    }
+
+    static mpt_lab_ctx ctx[N_LESSONS];
     double secs[N_LESSONS];
     int done = 0;
     for (int i = 0; i < n && s == MPT_OK; i++) {
         mpt_lab_ctx *c = &ctx[i];
         memset(c, 0, sizeof *c);
         c->cd = &cd;
-        c->base = &base;
+        c->base = base;
+        c->dist = dist;
         c->quick = quick;
         c->n_seeds = quick ? 2 : 3;
-        memcpy(c->params, params, sizeof params);
+        memcpy(c->params, params, (size_t)n_params * sizeof *params);
         c->n_params = n_params;
         snprintf(c->dir, sizeof c->dir, "%s/%s", out, run[i]->name);
         s = mpt_cli_mkdirs(c->dir);
@@ -260,9 +447,10 @@ int mpt_cmd_lab(int argc, char **argv) {
         done++;
     }
     mpt_cli_data_free(&cd);
-    if (s != MPT_OK) return mpt_cli_fail("lab", s);
-    s = write_index(out, run, ctx, secs, done, quick);
-    if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    if (s == MPT_OK) s = write_index(out, run, ctx, secs, done, quick);
+    int rc = s == MPT_OK ? 0 : mpt_cli_fail("lab", s);
+    if (dist) send_end(dist, rc);
+    if (rc != 0) return rc;
     printf("index: %s/index.md\n", out);
     return 0;
 }

@@ -23,6 +23,7 @@
 typedef struct mpt_lab_ctx {
     const mpt_cli_data *cd;     /* Fashion-MNIST, limited to the lab's sizes, loaded once */
     const mpt_cli_opts *base;   /* the settings every run starts from (data, device, epochs, threads) */
+    mpt_dist *dist;             /* under mpirun: the job whose ranks share the lesson's runs, else NULL */
     int quick;                  /* --quick: fewer images, epochs and seeds */
     int n_seeds;                /* seeds for lessons that need several (2 quick, 3 otherwise) */
     char dir[MPT_CLI_PATH];     /* this lesson's output directory */
@@ -54,6 +55,20 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
  * "--flag", "value" pairs, as on the command line (flags that take a value only). Fills
  * *res (free with mpt_cli_result_free). MPT_ERR_ARG naming the flag for a bad one. */
 mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_cli_result *res);
+
+/* One run of a batch: its directory name under the lesson's and its flags (as for mpt_lab_train). */
+typedef struct mpt_lab_run {
+    const char *name;
+    const char *const *flags;
+} mpt_lab_run;
+#define MPT_LAB_MAX_FLAGS 24  /* entries of a run's flags, "--flag", "value" pairs (the NULL not counted) */
+#define MPT_LAB_MAX_BATCH 64
+
+/* Trains n (<= MPT_LAB_MAX_BATCH) independent runs into res[0..n): under mpirun dealt out to the ranks
+ * (tools/sweep.c: run i on rank i mod N, results gathered here on rank 0, a failure named with its rank and
+ * run), else one after the other. Each run trains exactly as through mpt_lab_train. On failure every res[i]
+ * is left empty (free with mpt_cli_result_free either way). */
+mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res);
 
 /* Opens <lesson dir>/report.md and writes its title, the claim and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);

@@ -39,9 +39,10 @@ static double stat_mean(const mpt_cli_result *r, const char *tensor, const char 
     return NAN;
 }
 
-static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *flags, run_out *o) {
-    mpt_cli_result r;
-    mpt_status s = mpt_lab_train(c, name, flags, &r);
+/* The flush fractions of one finished run (r: from mpt_lab_train or a batch; s: its status). */
+static mpt_status read_run(mpt_cli_result *r0, mpt_status s, run_out *o) {
+    mpt_cli_result r = *r0;
+    memset(r0, 0, sizeof *r0);
     memset(o, 0, sizeof *o);
     o->acc = 100.0 * r.final_test_acc;
     o->final_scale = r.final_scale;
@@ -57,6 +58,12 @@ static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *fla
     }
     mpt_cli_result_free(&r);
     return s;
+}
+
+static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *flags, run_out *o) {
+    mpt_cli_result r;
+    mpt_status s = mpt_lab_train(c, name, flags, &r);
+    return read_run(&r, s, o);
 }
 
 /* The largest counterfactual loss at S = 1 and whether the scale saved most of it. */
@@ -108,9 +115,12 @@ static mpt_status run(mpt_lab_ctx *c) {
     const char *fd[] = {"--precision", "fp16", "--telemetry", "10", "--batch-size", batch, NULL};
     const char *fs[] = {"--precision", "fp16", "--telemetry", "10", "--batch-size", batch, "--loss-scale", st, NULL};
     const char *fn[] = {"--precision", "fp16", "--telemetry", "10", "--batch-size", batch, "--loss-scale", "none", NULL};
-    MPT_TRY(train(c, "dynamic", fd, &dyn));
-    MPT_TRY(train(c, "static", fs, &sta));
-    MPT_TRY(train(c, "none", fn, &none));
+    const mpt_lab_run three[] = {{"dynamic", fd}, {"static", fs}, {"none", fn}}; /* independent: one batch */
+    static mpt_cli_result res[3];
+    MPT_TRY(mpt_lab_train_batch(c, three, 3, res));
+    MPT_TRY(read_run(&res[0], MPT_OK, &dyn));
+    MPT_TRY(read_run(&res[1], MPT_OK, &sta));
+    MPT_TRY(read_run(&res[2], MPT_OK, &none));
     double w1, ws, b1 = 0.0, bs = 0.0;
     const char *where, *bwhere = "-";
     int seen_default = effect(&dyn, &w1, &ws, &where), seen_big = 0, ran_big = 0;

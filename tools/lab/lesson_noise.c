@@ -25,17 +25,26 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, 16], found %g", seeds_d);
     const char *lr = mpt_lab_param_text(c, "lr", "0.001");
     double acc[NP][16];
+    /* every run at once: independent of each other, so under mpirun the ranks share them */
+    char seed[16][16], name[16 * NP][32];
+    const char *fl[16 * NP][8];
+    mpt_lab_run runs[16 * NP];
+    static mpt_cli_result res[16 * NP];
+    for (int k = 0; k < ns; k++) {
+        snprintf(seed[k], sizeof seed[k], "%d", k);
+        for (int p = 0; p < NP; p++) {
+            int i = k * NP + p;
+            snprintf(name[i], sizeof name[i], "%s-seed%d", precs[p], k);
+            const char *f[] = {"--precision", precs[p], "--seed", seed[k], "--lr", lr, NULL};
+            memcpy(fl[i], f, sizeof f);
+            runs[i] = (mpt_lab_run){name[i], fl[i]};
+        }
+    }
+    MPT_TRY(mpt_lab_train_batch(c, runs, ns * NP, res));
     for (int k = 0; k < ns; k++)
         for (int p = 0; p < NP; p++) {
-            char seed[16], name[32];
-            snprintf(seed, sizeof seed, "%d", k);
-            snprintf(name, sizeof name, "%s-seed%d", precs[p], k);
-            const char *fl[] = {"--precision", precs[p], "--seed", seed, "--lr", lr, NULL};
-            mpt_cli_result r;
-            mpt_status s = mpt_lab_train(c, name, fl, &r);
-            acc[p][k] = 100.0 * r.final_test_acc;
-            mpt_cli_result_free(&r);
-            MPT_TRY(s);
+            acc[p][k] = 100.0 * res[k * NP + p].final_test_acc;
+            mpt_cli_result_free(&res[k * NP + p]);
         }
     mpt_stats_summary s32;
     mpt_stats_summarize(acc[0], ns, &s32);
