@@ -1,0 +1,402 @@
+/*
+ * tests/test_dist_sweep.c - `mpirun -np 2 mptrain compare` and `mpirun -np 2 mptrain lab` against the same
+ * command in one process (meson suite 'mpi'; tools/sweep.c deals the runs out round-robin):
+ *  - compare (one seed, four precisions; and --seeds 2): report.md, compare.json and the curves are the
+ *    single-process files once the timing cells and the output path are masked, and every run trained
+ *    bit-identically (metrics.csv and checkpoint.safetensors byte for byte, epochs.csv but its timing columns);
+ *  - lab noise --quick: index.md and the lesson's report.md the same, every run's metrics.csv byte for byte;
+ *  - a run that fails on rank 1 (its metrics.csv cannot be created) fails the job: nonzero exit, one line naming
+ *    rank 1, the run and the error, no report.md or compare.json (an earlier job's report is removed first), and
+ *    the run's directory marked FAILED;
+ *  - `train` under mpirun without --data-parallel is refused.
+ * Expected values come from the single-process run, never from the code under test's own N = 2 output.
+ * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "mpt_config.h"
+#define TESTS_TMP_PREFIX "mpt_test_dist_sweep"
+#include "tmpdir.h"
+
+/* Runs `[mpirun -np ranks --oversubscribe] mptrain <args...>` with stdout and stderr into tmpdir/log; returns
+ * the exit status. ranks 0: without mpirun. */
+static int run_mptrain(int ranks, const char *const *args) {
+    char exe[1024], np[8], log[600];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(exe, sizeof exe, "%s/tools/mptrain", root ? root : ".");
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(log, sizeof log, "%s/log", tmpdir);
+    const char *argv[64];
+    int n = 0;
+    if (ranks > 0) {
+        argv[n++] = "mpirun";
+        argv[n++] = "-np";
+        argv[n++] = np;
+        argv[n++] = "--oversubscribe";
+    }
+    argv[n++] = exe;
+    for (int i = 0; args[i]; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    for (size_t k; b && (k = fread(b + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (n + 1 == cap) b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    return b;
+}
+
+static int log_contains(const char *needle) {
+    char *b = slurp(tmp_path("log"));
+    ck_assert(b != NULL);
+    int yes = strstr(b, needle) != NULL;
+    free(b);
+    return yes;
+}
+
+/* s with every occurrence of `from` replaced by `to` (malloc'd; frees s). */
+static char *replace_all(char *s, const char *from, const char *to) {
+    size_t lf = strlen(from), lt = strlen(to), count = 0;
+    for (const char *p = s; (p = strstr(p, from)); p += lf) count++;
+    char *r = malloc(strlen(s) + count * lt + 1), *w = r;
+    const char *p = s, *q;
+    while ((q = strstr(p, from))) {
+        memcpy(w, p, (size_t)(q - p)), w += q - p;
+        memcpy(w, to, lt), w += lt;
+        p = q + lf;
+    }
+    strcpy(w, p);
+    free(s);
+    return r;
+}
+
+/* A Markdown file with the output directory written as OUT and every cell of a timing column (header "s/epoch",
+ * "samples/s" or "time") written as T. */
+static char *masked_md(const char *path, const char *out) {
+    char *s = slurp(path);
+    ck_assert_msg(s != NULL, "%s: %s", path, strerror(errno));
+    s = replace_all(s, out, "OUT");
+    size_t cap = strlen(s) + 1;
+    char *r = malloc(cap * 2), *w = r;
+    int mask[64] = {0}, in_table = 0;
+    for (char *line = s; *line;) {
+        char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (line[0] != '|') in_table = 0;
+        if (line[0] == '|' && !in_table) { /* a header row: which columns are timings */
+            in_table = 1;
+            memset(mask, 0, sizeof mask);
+            int col = 0;
+            for (size_t i = 1; i < len && col < 64; col++) {
+                size_t j = i;
+                while (j < len && line[j] != '|') j++;
+                char cell[256];
+                snprintf(cell, sizeof cell, "%.*s", (int)(j - i), line + i);
+                mask[col] = strstr(cell, "s/epoch") || strstr(cell, "samples/s") || strstr(cell, "time");
+                i = j + 1;
+            }
+            memcpy(w, line, len), w += len;
+        } else if (line[0] == '|') {
+            int col = 0;
+            *w++ = '|';
+            for (size_t i = 1; i < len; col++) {
+                size_t j = i;
+                while (j < len && line[j] != '|') j++;
+                if (col < 64 && mask[col] && strncmp(line + i, "---", 3) != 0) w += sprintf(w, " T ");
+                else memcpy(w, line + i, j - i), w += j - i;
+                if (j < len) *w++ = '|';
+                i = j + 1;
+            }
+        } else {
+            memcpy(w, line, len), w += len;
+        }
+        if (end) *w++ = '\n';
+        line = end ? end + 1 : line + len;
+    }
+    *w = 0;
+    free(s);
+    return r;
+}
+
+static void expect_same_md(const char *a, const char *out_a, const char *b, const char *out_b) {
+    char *x = masked_md(a, out_a), *y = masked_md(b, out_b);
+    ck_assert_msg(strcmp(x, y) == 0, "%s and %s differ beyond timings:\n---\n%s\n---\n%s", a, b, x, y);
+    free(x);
+    free(y);
+}
+
+/* JSON without its timing keys, with the output directory written as OUT in every string. */
+static void scrub_json(json_t *j, const char *out) {
+    static const char *const timing[] = {"time_per_epoch_s", "samples_per_s", "epoch_s"};
+    if (json_is_object(j)) {
+        for (size_t i = 0; i < sizeof timing / sizeof timing[0]; i++) json_object_del(j, timing[i]);
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            if (json_is_string(v)) {
+                char *s = replace_all(strdup(json_string_value(v)), out, "OUT");
+                json_object_set_new(j, k, json_string(s));
+                free(s);
+            } else {
+                scrub_json(v, out);
+            }
+        }
+    } else if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) scrub_json(v, out);
+    }
+}
+
+static void expect_same_json(const char *a, const char *out_a, const char *b, const char *out_b) {
+    json_error_t e;
+    json_t *x = json_load_file(a, 0, &e), *y = json_load_file(b, 0, &e);
+    ck_assert_msg(x && y, "cannot read %s or %s: %s", a, b, e.text);
+    scrub_json(x, out_a);
+    scrub_json(y, out_b);
+    char *sx = json_dumps(x, JSON_SORT_KEYS | JSON_INDENT(1)), *sy = json_dumps(y, JSON_SORT_KEYS | JSON_INDENT(1));
+    ck_assert_msg(strcmp(sx, sy) == 0, "%s and %s differ beyond timings and paths", a, b);
+    free(sx);
+    free(sy);
+    json_decref(x);
+    json_decref(y);
+}
+
+static void expect_same_bytes(const char *a, const char *b) {
+    char *x = slurp(a), *y = slurp(b);
+    ck_assert_msg(x && y, "cannot read %s or %s", a, b);
+    ck_assert_msg(strcmp(x, y) == 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+/* Checkpoints are binary: the same size and the same bytes. */
+static unsigned char *slurp_binary(const char *path, long *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    ck_assert(fseek(f, 0, SEEK_END) == 0);
+    *n = ftell(f);
+    rewind(f);
+    unsigned char *b = malloc((size_t)*n + 1);
+    ck_assert(b != NULL && fread(b, 1, (size_t)*n, f) == (size_t)*n);
+    fclose(f);
+    return b;
+}
+
+static void expect_same_binary(const char *a, const char *b) {
+    long na = 0, nb = 0;
+    unsigned char *x = slurp_binary(a, &na), *y = slurp_binary(b, &nb);
+    ck_assert_msg(na == nb && memcmp(x, y, (size_t)na) == 0, "%s (%ld bytes) and %s (%ld bytes) differ", a, na, b, nb);
+    free(x);
+    free(y);
+}
+
+/* epochs.csv without its timing columns (train_s, eval_s, samples_per_s: the 8th to 10th). */
+static void expect_same_epochs(const char *a, const char *b) {
+    char *x = slurp(a), *y = slurp(b);
+    ck_assert_msg(x && y, "cannot read %s or %s", a, b);
+    ck_assert_msg(strncmp(x, "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,",
+                          87) == 0, "%s: unexpected columns", a);
+    char *sx = NULL, *sy = NULL;
+    for (char *lx = strtok_r(x, "\n", &sx), *ly = strtok_r(y, "\n", &sy); lx || ly;
+         lx = strtok_r(NULL, "\n", &sx), ly = strtok_r(NULL, "\n", &sy)) {
+        ck_assert_msg(lx && ly, "%s and %s have different row counts", a, b);
+        char *fx = NULL, *fy = NULL;
+        int col = 0;
+        for (char *cx = strtok_r(lx, ",", &fx), *cy = strtok_r(ly, ",", &fy); cx || cy;
+             cx = strtok_r(NULL, ",", &fx), cy = strtok_r(NULL, ",", &fy), col++) {
+            ck_assert_msg(cx && cy, "%s and %s: different column counts", a, b);
+            if (col < 7 || col > 9) ck_assert_msg(strcmp(cx, cy) == 0, "%s column %d: %s vs %s", a, col + 1, cx, cy);
+        }
+    }
+    free(x);
+    free(y);
+}
+
+/* Every run trained the same way: metrics.csv and checkpoint byte for byte, epochs.csv but its timings. */
+static void expect_same_run(const char *dir_a, const char *dir_b) {
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/metrics.csv", dir_a);
+    snprintf(b, sizeof b, "%s/metrics.csv", dir_b);
+    expect_same_bytes(a, b);
+    snprintf(a, sizeof a, "%s/epochs.csv", dir_a);
+    snprintf(b, sizeof b, "%s/epochs.csv", dir_b);
+    expect_same_epochs(a, b);
+    snprintf(a, sizeof a, "%s/checkpoint.safetensors", dir_a);
+    snprintf(b, sizeof b, "%s/checkpoint.safetensors", dir_b);
+    expect_same_binary(a, b);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+#define COMMON "--model", "mlp", "--epochs", "1", "--limit-train", "512", "--limit-test", "256", "--device", "cpu", \
+               "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--progress", "off"
+
+START_TEST(compare_two_ranks_write_the_single_process_tables) {
+    make_tmpdir();
+    char *one = strdup(tmp_path("one")), *two = strdup(tmp_path("two"));
+    const char *a1[] = {"compare", COMMON, "--precisions", "fp32,tf32,fp16,bf16", "--out", one, NULL};
+    const char *a2[] = {"compare", COMMON, "--precisions", "fp32,tf32,fp16,bf16", "--out", two, NULL};
+    ck_assert_int_eq(run_mptrain(0, a1), 0);
+    ck_assert_msg(run_mptrain(2, a2) == 0, "mpirun -np 2 mptrain compare failed (see %s)", tmp_path("log"));
+    ck_assert(log_contains("rank 1 of 2: trains run(s) 2, 4 of 4 (round-robin)"));
+    expect_same_md(tmp_path("one/report.md"), one, tmp_path("two/report.md"), two);
+    expect_same_json(tmp_path("one/compare.json"), one, tmp_path("two/compare.json"), two);
+    const char *precs[] = {"fp32", "tf32", "fp16", "bf16"};
+    for (int p = 0; p < 4; p++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "%s/%s", one, precs[p]);
+        snprintf(b, sizeof b, "%s/%s", two, precs[p]);
+        expect_same_run(a, b);
+    }
+    free(one);
+    free(two);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(compare_seeds_two_ranks_write_the_single_process_statistics) {
+    make_tmpdir();
+    char *one = strdup(tmp_path("one")), *two = strdup(tmp_path("two"));
+    const char *a1[] = {"compare", COMMON, "--precisions", "fp32,bf16", "--seeds", "2", "--out", one, NULL};
+    const char *a2[] = {"compare", COMMON, "--precisions", "fp32,bf16", "--seeds", "2", "--out", two, NULL};
+    ck_assert_int_eq(run_mptrain(0, a1), 0);
+    ck_assert_msg(run_mptrain(2, a2) == 0, "mpirun -np 2 mptrain compare --seeds 2 failed (see %s)", tmp_path("log"));
+    expect_same_md(tmp_path("one/report.md"), one, tmp_path("two/report.md"), two);
+    expect_same_json(tmp_path("one/compare.json"), one, tmp_path("two/compare.json"), two);
+    const char *curves[] = {"fp32_steps", "fp32_epochs", "bf16_steps", "bf16_epochs"};
+    for (int i = 0; i < 4; i++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "%s/curves/%s.csv", one, curves[i]);
+        snprintf(b, sizeof b, "%s/curves/%s.csv", two, curves[i]);
+        expect_same_bytes(a, b);
+    }
+    const char *runs[] = {"seed-0/fp32", "seed-0/bf16", "seed-1/fp32", "seed-1/bf16"};
+    for (int i = 0; i < 4; i++) {
+        char a[600], b[600];
+        snprintf(a, sizeof a, "%s/%s", one, runs[i]);
+        snprintf(b, sizeof b, "%s/%s", two, runs[i]);
+        expect_same_run(a, b);
+    }
+    free(one);
+    free(two);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(lab_lesson_two_ranks_writes_the_single_process_report) {
+    make_tmpdir();
+    char *one = strdup(tmp_path("one")), *two = strdup(tmp_path("two"));
+    const char *a1[] = {"lab", "--quick", "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out", one, "noise",
+                        "--param", "seeds=2", NULL};
+    const char *a2[] = {"lab", "--quick", "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out", two, "noise",
+                        "--param", "seeds=2", NULL};
+    ck_assert_int_eq(run_mptrain(0, a1), 0);
+    ck_assert_msg(run_mptrain(2, a2) == 0, "mpirun -np 2 mptrain lab noise failed (see %s)", tmp_path("log"));
+    ck_assert(log_contains("[rank 1: fp16-seed0]")); /* run 2 of the lesson's six trained on rank 1 */
+    expect_same_md(tmp_path("one/index.md"), one, tmp_path("two/index.md"), two);
+    expect_same_md(tmp_path("one/noise/report.md"), one, tmp_path("two/noise/report.md"), two);
+    const char *precs[] = {"fp32", "fp16", "bf16"};
+    for (int k = 0; k < 2; k++)
+        for (int p = 0; p < 3; p++) {
+            char a[600], b[600];
+            snprintf(a, sizeof a, "%s/noise/%s-seed%d", one, precs[p], k);
+            snprintf(b, sizeof b, "%s/noise/%s-seed%d", two, precs[p], k);
+            expect_same_run(a, b);
+        }
+    free(one);
+    free(two);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(a_run_failing_on_rank_1_fails_the_job_and_leaves_no_result) {
+    make_tmpdir();
+    char *out = strdup(tmp_path("out"));
+    /* run 2 (fp16, rank 1) cannot create its metrics.csv: a directory holds the name */
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    ck_assert_int_eq(mkdir(tmp_path("out/fp16"), 0755), 0);
+    ck_assert_int_eq(mkdir(tmp_path("out/fp16/metrics.csv"), 0755), 0);
+    FILE *old = fopen(tmp_path("out/report.md"), "w"); /* an earlier job's report */
+    ck_assert(old != NULL);
+    fputs("# an earlier report\n", old);
+    fclose(old);
+    const char *a[] = {"compare", COMMON, "--precisions", "fp32,fp16", "--out", out, NULL};
+    ck_assert_int_ne(run_mptrain(2, a), 0);
+    char want[800];
+    snprintf(want, sizeof want, "mptrain compare: rank 1 of 2, run 2 of 2 'fp16' (%s/fp16): %s/fp16/metrics.csv: "
+                                "cannot write (Is a directory)\n", out, out);
+    ck_assert_msg(log_contains(want), "the log (%s) lacks the line: %s", tmp_path("log"), want);
+    ck_assert(!exists(tmp_path("out/report.md")));
+    ck_assert(!exists(tmp_path("out/compare.json")));
+    ck_assert(!exists(tmp_path("out/convergence.png")));
+    char *mark = slurp(tmp_path("out/fp16/FAILED"));
+    ck_assert_msg(mark && strstr(mark, "rank 1: ") && strstr(mark, "Is a directory"), "FAILED mark: %s",
+                  mark ? mark : "(none)");
+    free(mark);
+    free(out);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(train_under_mpirun_needs_data_parallel) {
+    make_tmpdir();
+    const char *a[] = {"train", COMMON, "--max-steps", "2", "--out", tmp_path("o"), NULL};
+    ck_assert_int_ne(run_mptrain(2, a), 0);
+    ck_assert(log_contains("mptrain train: started as one of 2 MPI ranks without --data-parallel"));
+    ck_assert(!exists(tmp_path("o/metrics.csv")));
+    rm_tmpdir();
+}
+END_TEST
+
+int main(void) {
+    char probe[512];
+    snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
+    if (access(probe, R_OK) != 0) {
+        printf("test_dist_sweep: skipped: Fashion-MNIST is not in %s (apt-get install dataset-fashion-mnist)\n",
+               MPT_DEFAULT_DATA_DIR);
+        return 77;
+    }
+    Suite *s = suite_create("dist_sweep");
+    TCase *tc = tcase_create("mpirun -np 2 mptrain compare / lab");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, compare_two_ranks_write_the_single_process_tables);
+    tcase_add_test(tc, compare_seeds_two_ranks_write_the_single_process_statistics);
+    tcase_add_test(tc, lab_lesson_two_ranks_writes_the_single_process_report);
+    tcase_add_test(tc, a_run_failing_on_rank_1_fails_the_job_and_leaves_no_result);
+    tcase_add_test(tc, train_under_mpirun_needs_data_parallel);
+    suite_add_tcase(s, tc);
+    return mpt_test_run(s);
+}
