@@ -10,7 +10,11 @@
  *    parameter is marked "host". Scalars that the training step produces and consumes without a host sync
  *    (loss, loss scale, found_inf, counters) live in backend memory too.
  *  - Dense row-major layouts; dtypes are given next to each pointer. F16/BF16 are uint16_t bit patterns.
- *  - Gradient outputs ACCUMULATE (+=): the autograd graph zeroes gradients once per step.
+ *  - Gradient outputs ACCUMULATE (+=) when the call's `accumulate` flag is nonzero (GEMM: beta = 1), and are
+ *    OVERWRITTEN (=, without reading the old contents, which may be garbage) when it is 0 (GEMM: beta = 0): the
+ *    autograd graph lets the first writer of a gradient in a backward pass overwrite it and later writers
+ *    accumulate, instead of zeroing the gradient arenas every step (engine/graph.h). Overwriting gives the bits
+ *    of accumulating into zeros, except that a -0 result stays -0 (0 + -0 is +0).
  *  - Operations are stream-ordered: they may return before the work is done (CUDA). to_host() and
  *    synchronize() wait.
  *  - No operation allocates: scratch comes from be->workspace, sized at graph build time through the
@@ -79,9 +83,10 @@ typedef struct mpt_conv_args {
     const void *bias;    /* [K] (dtype) or NULL; forward only */
     void *y;             /* [N, K, P, Q] forward output, overwritten */
     const void *dy;      /* [N, K, P, Q] backward input */
-    void *dx;            /* [N, C, H, W] backward-data output, += */
-    float *dw;           /* [K, C, R, S] FP32 weight gradient, += */
-    float *db;           /* [K] FP32 bias gradient, += (or NULL) */
+    void *dx;            /* [N, C, H, W] backward-data output, += (accumulate) or = */
+    float *dw;           /* [K, C, R, S] FP32 weight gradient, += (accumulate) or = */
+    float *db;           /* [K] FP32 bias gradient, += (accumulate) or = (or NULL) */
+    int accumulate;      /* backward passes: nonzero adds into dx / dw and db, 0 overwrites them */
     const char *tag;
 } mpt_conv_args;
 
@@ -241,8 +246,9 @@ struct mpt_backend {
     void (*cast)(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n);
     /* y = max(x, 0); n elements of dtype. */
     void (*relu_forward)(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n);
-    /* dx += dy * [y > 0], from the saved output y. */
-    void (*relu_backward)(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n);
+    /* dx += dy * [y > 0] (accumulate), or dx = dy * [y > 0] (accumulate = 0), from the saved output y. */
+    void (*relu_backward)(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n,
+                          int accumulate);
     void (*maxpool_forward)(mpt_backend *be, const mpt_pool_args *a);
     void (*maxpool_backward)(mpt_backend *be, const mpt_pool_args *a);
     /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset) as cuRAND's
@@ -252,9 +258,9 @@ struct mpt_backend {
      * kernels/elemwise.h's mpt_philox_uniform, which reproduces that generator's stream). */
     void (*dropout_forward)(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype,
                             int64_t n, float p, uint64_t seed, uint64_t offset);
-    /* dx += mask ? dy / (1 - p) : 0. */
+    /* dx += mask ? dy / (1 - p) : 0 (accumulate), or dx = that (accumulate = 0). */
     void (*dropout_backward)(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
-                             int64_t n, float p);
+                             int64_t n, float p, int accumulate);
     /* Fused, numerically stable softmax + cross-entropy, always FP32 (logits widened exactly):
      * probs[N,C] = softmax(logits); *loss = mean over valid rows i of -log probs[i, labels[i]] (computed as
      * logsumexp - logit, FP32); *n_correct += count of valid rows with argmax == label (if n_correct != NULL).
@@ -266,11 +272,13 @@ struct mpt_backend {
                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
     /* dlogits += (*scale) * (probs - onehot(labels)) / N_valid for valid rows (0 for ignored rows), rounded to
      * dlogits_dtype; scale is the loss scale (backend scalar; the seed of the backward pass); N_valid = number
-     * of rows with labels >= 0, recounted here. */
+     * of rows with labels >= 0, recounted here. accumulate = 0: dlogits = that (ignored rows become +0). */
     void (*softmax_xent_backward)(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
-                                  const int32_t *labels, int N, int C, const float *scale);
-    /* db[c] += sum_r dy[r, c] in FP32, dy [rows, cols] of dtype. */
-    void (*bias_grad)(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
+                                  const int32_t *labels, int N, int C, const float *scale, int accumulate);
+    /* db[c] += sum_r dy[r, c] in FP32 (accumulate), or db[c] = that sum (accumulate = 0); dy [rows, cols] of
+     * dtype. */
+    void (*bias_grad)(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
+                      int accumulate);
     /* x[b, :] = (images[idx[b], :] / 255 - mean) * inv_std rounded to x_dtype; labels[b] = image_labels[idx[b]].
      * images U8 [n_total, D], image_labels U8 [n_total]; idx I32 [B] in backend memory. idx[b] < 0 marks a
      * padding row (last partial batch): x[b, :] = 0 and labels[b] = -1 (ignored by the loss). */

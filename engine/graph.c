@@ -166,24 +166,60 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
     return MPT_OK;
 }
 
+/* Discards the gradients of one arena: zeroes it, or with grad_overwrite marks its tensors unwritten. */
+static void discard_grads(mpt_graph *g, mpt_mem mem) {
+    if (!g->arena[mem]) return;
+    if (!g->grad_overwrite) {
+        g->be->memset_zero(g->be, g->arena[mem], g->arena_bytes[mem]);
+        return;
+    }
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i]->mem == mem) g->tensors[i]->grad_written = 0;
+}
+
+static mpt_tensor *storage_of(mpt_tensor *t) {
+    while (t->view_of) t = t->view_of;
+    return t;
+}
+
+int mpt_graph_grad_accumulate(mpt_graph *g, mpt_tensor *t) {
+    if (!g->grad_overwrite) return 1;
+    mpt_tensor *s = storage_of(t);
+    int written = s->grad_written;
+    s->grad_written = 1;
+    return written;
+}
+
+/* With grad_overwrite: zeroes gradient t if nothing wrote it since it was discarded (it is about to be read). */
+static void zero_if_unwritten(mpt_graph *g, mpt_tensor *t) {
+    if (!g->grad_overwrite || !t) return;
+    mpt_tensor *s = storage_of(t);
+    if (s->grad_written) return;
+    g->be->memset_zero(g->be, s->data, mpt_tensor_nbytes(s));
+    s->grad_written = 1;
+}
+
 void mpt_graph_forward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
-    /* activation gradients belong to one forward/backward pass */
-    if (g->arena[MPT_MEM_ACT_GRAD])
-        g->be->memset_zero(g->be, g->arena[MPT_MEM_ACT_GRAD], g->arena_bytes[MPT_MEM_ACT_GRAD]);
+    discard_grads(g, MPT_MEM_ACT_GRAD); /* activation gradients belong to one forward/backward pass */
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->forward) g->nodes[i]->forward(g, g->nodes[i]);
 }
 
 void mpt_graph_zero_grad(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
-    if (g->arena[MPT_MEM_GRAD]) g->be->memset_zero(g->be, g->arena[MPT_MEM_GRAD], g->arena_bytes[MPT_MEM_GRAD]);
+    discard_grads(g, MPT_MEM_GRAD);
 }
 
 void mpt_graph_backward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
-    for (int i = g->n_nodes - 1; i >= 0; i--)
-        if (g->nodes[i]->backward) g->nodes[i]->backward(g, g->nodes[i]);
+    for (int i = g->n_nodes - 1; i >= 0; i--) {
+        mpt_node *n = g->nodes[i];
+        if (!n->backward) continue;
+        if (n->out) zero_if_unwritten(g, n->out->grad); /* an output no later node consumed */
+        n->backward(g, n);
+    }
+    for (int i = 0; i < g->n_params; i++) zero_if_unwritten(g, g->params[i].weight->grad);
 }
 
 mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name) {

@@ -7,6 +7,16 @@
  * backward back to front (micrograd's scheme, with tensors instead of scalars). Gradients accumulate with
  * += into tensors that mpt_graph_zero_grad() clears once per step.
  *
+ * Gradient writes (g->grad_overwrite, set by the trainer): instead of zeroing the gradient arenas (two memsets
+ * of the whole gradient and activation-gradient arenas per step), the first write into a gradient after its
+ * reset overwrites it (GEMM beta = 0, the backend ops' accumulate = 0) and later writes add to it; the layers
+ * ask mpt_graph_grad_accumulate() before each write. Bits are those of accumulating into zeros (except that a
+ * -0 result stays -0). Memsets remain only where a write cannot overwrite: max pooling's input gradient (the
+ * backward pass scatters into the argmax positions only, so it is zeroed before its first write), and a
+ * gradient nobody wrote in a backward pass (an output no later node consumed, a parameter with no path to the
+ * loss), zeroed before it is read. Without grad_overwrite (the default) zero_grad and forward zero the arenas
+ * and every write adds, as before.
+ *
  * Memory: tensors are created without data. mpt_graph_alloc() sums the bytes of every tensor per category
  * (mpt_mem), allocates one backend buffer per category and points each tensor into it. After that,
  * nothing in forward/backward allocates; kernel scratch is the backend's workspace, reserved at build time.
@@ -94,6 +104,8 @@ struct mpt_graph {
                                      (the trainer points it at its loss-scaler state) */
     int twin;                     /* an FP32 shadow twin (engine/telemetry): its arenas are accounted as
                                      MPT_MEM_TWIN; set before mpt_graph_alloc */
+    int grad_overwrite;           /* first writes overwrite gradients instead of zeroing the arenas (see the
+                                     header comment); set by mpt_trainer_create, 0 by default */
 };
 
 /* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
@@ -126,12 +138,17 @@ MPT_API mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
  * by the layers while they were added. MPT_ERR_NOMEM if an allocation fails. */
 MPT_API mpt_status mpt_graph_alloc(mpt_graph *g);
 
-/* Zeroes the activation gradients (they belong to one forward/backward pass), then runs forward over all
- * nodes (g->training selects dropout). */
+/* Discards the activation gradients (they belong to one forward/backward pass: zeroed, or with grad_overwrite
+ * marked for overwriting), then runs forward over all nodes (g->training selects dropout). */
 MPT_API void mpt_graph_forward(mpt_graph *g);
-/* Zeroes the parameter gradients (one memset of the gradient arena). Call once per optimizer step;
- * between calls, backward passes accumulate into the parameter gradients (micro-batches). */
+/* Discards the parameter gradients: one memset of the gradient arena, or with grad_overwrite no work (the next
+ * backward pass overwrites them). Call once per optimizer step; between calls, backward passes accumulate into
+ * the parameter gradients (micro-batches). */
 MPT_API void mpt_graph_zero_grad(mpt_graph *g);
+/* For a layer about to write gradient t (a parameter's or an activation's, or a view of one): 1 if the write
+ * must add to t (+=), 0 if it may overwrite t (the first write since t was discarded, with grad_overwrite);
+ * marks t written. Always 1 without grad_overwrite. */
+MPT_API int mpt_graph_grad_accumulate(mpt_graph *g, mpt_tensor *t);
 /* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. Parameter
  * gradients accumulate (+=) across passes until mpt_graph_zero_grad(). */
 MPT_API void mpt_graph_backward(mpt_graph *g);

@@ -202,6 +202,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     /* So does the multi-tensor table (engine/backend.h mpt_param_slot), filled once the arenas exist. */
     int64_t tshape[1] = {(int64_t)((size_t)g->n_params * sizeof(mpt_param_slot))};
     mpt_tensor *table = mpt_graph_tensor(g, "amp.param_table", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, tshape);
+    g->grad_overwrite = 1; /* first gradient writes overwrite: no arena memsets per step (engine/graph.h) */
 
     s = mpt_graph_alloc(g);
     if (s != MPT_OK) {
@@ -370,4 +371,46 @@ mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i) {
 
 void mpt_trainer_reset_correct(mpt_trainer *t) {
     if (t->g->n_correct) t->be->memset_zero(t->be, t->g->n_correct->data, sizeof(int32_t));
+}
+
+/* Rows of evaluation batch b that are data (see mpt_trainer_evaluate). */
+static int64_t eval_valid_rows(int64_t n, int64_t stride, int64_t lo, int64_t b, int B) {
+    int64_t valid = n - b * stride - lo;
+    return valid < 0 ? 0 : valid > B ? B : valid;
+}
+
+void mpt_trainer_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                          int64_t n, int64_t stride, int64_t lo, int64_t dim, float mean, float inv_std,
+                          double *loss_sum, int32_t *correct) {
+    const int B = t->g->batch;
+    MPT_ASSERTF(n >= 0 && stride >= B && lo >= 0 && lo + B <= stride,
+                "mpt_trainer_evaluate: n %lld, stride %lld, lo %lld, batch %d", (long long)n, (long long)stride,
+                (long long)lo, B);
+    mpt_backend *be = t->be;
+    const int64_t nb = (n + stride - 1) / stride, slots = nb > 0 ? nb : 1;
+    float *dev_losses = be->alloc(be, (size_t)slots * sizeof(float));
+    float *losses = malloc((size_t)slots * sizeof(float));
+    MPT_ASSERTF(losses != NULL, "out of host memory for %lld evaluation losses", (long long)nb);
+    mpt_trainer_reset_correct(t);
+    for (int64_t b = 0; b < nb; b++) {
+        if (eval_valid_rows(n, stride, lo, b, B) == 0) continue; /* padding only (the last batch's tail) */
+        mpt_trainer_gather(t, images, labels, idx_dev + b * stride + lo, dim, mean, inv_std);
+        mpt_trainer_eval_batch(t);
+        if (dev_losses) be->copy(be, dev_losses + b, t->g->loss->data, sizeof(float));
+        else be->to_host(be, &losses[b], t->g->loss->data, sizeof(float));
+    }
+    if (dev_losses) {
+        be->to_host(be, losses, dev_losses, (size_t)slots * sizeof(float));
+        be->free(be, dev_losses);
+    }
+    double sum = 0.0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t valid = eval_valid_rows(n, stride, lo, b, B);
+        if (valid > 0) sum += (double)losses[b] * (double)valid; /* losses[b]: the mean over the valid rows */
+    }
+    free(losses);
+    mpt_train_stats st;
+    mpt_trainer_stats(t, &st);
+    *loss_sum = sum;
+    *correct = st.n_correct;
 }

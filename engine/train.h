@@ -139,5 +139,16 @@ MPT_API mpt_dtype mpt_trainer_update_dtype(const mpt_trainer *t, int i);
 MPT_API mpt_tensor *mpt_trainer_update_target(const mpt_trainer *t, int i);
 /* Zeroes g->n_correct. */
 MPT_API void mpt_trainer_reset_correct(mpt_trainer *t);
+/* Forward passes over n rows of a U8 dataset in backend memory (images [.., dim], labels) for an evaluation:
+ * batch b gathers the B = g->batch indices idx_dev[b*stride + lo ..) (I32, backend memory, -1 = padding row), of
+ * which valid_b = clamp(n - b*stride - lo, 0, B) are rows; a batch with none is skipped. stride = B, lo = 0 for one
+ * process; a data-parallel rank passes the global batch and its shard's first row. *loss_sum (host) = sum over
+ * batches of (the batch's mean loss) * valid_b, in FP64 in batch order; *correct (host) = correct predictions.
+ * Each batch's loss is copied in stream order into a backend array and the count accumulates in backend memory:
+ * the host waits for the device once per call (and in mpt_trainer_stats), not once per batch. If that array
+ * cannot be allocated, each batch's loss is read as it comes (the same numbers). Resets g->n_correct first. */
+MPT_API void mpt_trainer_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels,
+                                  const int32_t *idx_dev, int64_t n, int64_t stride, int64_t lo, int64_t dim,
+                                  float mean, float inv_std, double *loss_sum, int32_t *correct);
 
 #endif

@@ -91,6 +91,52 @@ static double run_test_accuracy(run *r) {
     return (double)st.n_correct / (double)counted;
 }
 
+/* to_host of the backend under test, counted (mpt_trainer_evaluate must not wait for the device per batch). */
+static int to_host_calls;
+static void (*real_to_host)(mpt_backend *be, void *dst_host, const void *src, size_t bytes);
+static void counting_to_host(mpt_backend *be, void *dst_host, const void *src, size_t bytes) {
+    to_host_calls++;
+    real_to_host(be, dst_host, src, bytes);
+}
+
+/* mpt_trainer_evaluate over 5 full batches and a partial one (3 rows, 61 padding rows): the loss sum is the
+ * per-batch loop's (each batch's mean times its valid rows, summed in FP64) bit for bit, the count its count,
+ * and the backend's to_host runs a fixed number of times (the losses once, the statistics), not once per batch. */
+START_TEST(test_evaluate_reads_once) {
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP32);
+    run r;
+    run_open(&r, MPT_PRECISION_FP32, &cfg);
+    run_epoch(&r, 0, 1.0f);
+    enum { NB = 6 };
+    const int64_t n = (NB - 1) * B + 3;
+    int32_t idx[NB * B];
+    for (int64_t i = 0; i < NB * B; i++) idx[i] = i < n ? (int32_t)i : -1;
+    double sum = 0.0;
+    mpt_trainer_reset_correct(r.tr);
+    for (int b = 0; b < NB; b++) {
+        mpt_trainer_gather(r.tr, r.data.test_images, r.data.test_labels, idx + b * B, r.data.dim, 0.0f, 1.0f);
+        mpt_trainer_eval_batch(r.tr);
+        const int64_t valid = n - (int64_t)b * B < B ? n - (int64_t)b * B : B;
+        sum += (double)*(const float *)r.tr->g->loss->data * (double)valid; /* CPU backend: host memory */
+    }
+    const int32_t correct = *(const int32_t *)r.tr->g->n_correct->data;
+    real_to_host = r.be->to_host;
+    r.be->to_host = counting_to_host;
+    to_host_calls = 0;
+    double loss_sum = 0.0;
+    int32_t n_correct = -1;
+    mpt_trainer_evaluate(r.tr, r.data.test_images, r.data.test_labels, idx, n, B, 0, r.data.dim, 0.0f, 1.0f,
+                         &loss_sum, &n_correct);
+    r.be->to_host = real_to_host;
+    ck_assert_msg(loss_sum == sum, "evaluate loss sum %.17g, per-batch loop %.17g", loss_sum, sum);
+    ck_assert_msg(n_correct == correct, "evaluate: %d correct, per-batch count %d", (int)n_correct, (int)correct);
+    ck_assert_int_gt(correct, 0);
+    ck_assert_msg(to_host_calls <= 4, "%d reads from the backend for %d batches (expected the losses once and the "
+                                      "statistics)", to_host_calls, NB);
+    run_close(&r);
+}
+END_TEST
+
 static double train_mode(mpt_precision mode, int epochs, double *final_scale) {
     mpt_train_config cfg = mpt_train_config_default(mode);
     cfg.seed = 7;
@@ -281,6 +327,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_injected_nonfinite_skips_step, 0, 3);
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
+    tcase_add_test(tc, test_evaluate_reads_once);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

@@ -99,6 +99,7 @@ static void run_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shap
     a.dw = dw;
     a.db = db;
     a.tag = "test";
+    a.accumulate = 1; /* the backward passes add to the prefilled dx, dw, db */
     ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->conv2d_workspace(be, &a)), MPT_OK);
     be->conv2d_forward(be, &a);
     be->conv2d_backward_data(be, &a);

@@ -59,6 +59,7 @@
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "models/models.h"
+#include "grad_overwrite.h"
 #define TESTS_TMP_PREFIX "mpt_test_cuda"
 #include "tmpdir.h"
 
@@ -443,7 +444,7 @@ static void run_conv_case(mpt_math math, mpt_conv_shape s, int with_bias, uint64
     void *bias = with_bias ? fill(&r, t, s.K, -1, 1) : NULL;
     void *dx0 = fill(&r, t, nx, -1, 1);
     float *dw0 = fill(&r, MPT_DTYPE_F32, nw, -1, 1), *db0 = fill(&r, MPT_DTYPE_F32, s.K, -1, 1);
-    mpt_conv_args a = {.s = s, .math = math, .dtype = t, .tag = tag};
+    mpt_conv_args a = {.s = s, .math = math, .dtype = t, .tag = tag, .accumulate = 1}; /* into dx0, dw0, db0 */
 
     /* GPU */
     mpt_conv_args ag = a;
@@ -778,13 +779,13 @@ START_TEST(test_relu) {
         void *dxv = dev_put(x, nbytes(t, n)), *dyv = dev_alloc(nbytes(t, n));
         void *ddy = dev_put(dy, nbytes(t, n)), *ddx = dev_put(dx0, nbytes(t, n));
         gpu->relu_forward(gpu, dyv, dxv, t, n);
-        gpu->relu_backward(gpu, ddx, ddy, dyv, t, n);
+        gpu->relu_backward(gpu, ddx, ddy, dyv, t, n, 1);
         void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
         dev_get(yg, dyv, nbytes(t, n));
         dev_get(dxg, ddx, nbytes(t, n));
         void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
         cpu->relu_forward(cpu, yc, x, t, n);
-        cpu->relu_backward(cpu, dxc, dy, yc, t, n);
+        cpu->relu_backward(cpu, dxc, dy, yc, t, n, 1);
         expect_same("relu forward", yg, yc, t, n);
         expect_same("relu backward", dxg, dxc, t, n);
         dev_free(dxv);
@@ -911,7 +912,7 @@ START_TEST(test_dropout) {
         void *ddx = dev_put(dx0, nbytes(t, n));
         uint8_t *dmask = dev_alloc((size_t)n);
         gpu->dropout_forward(gpu, dyy, dxx, dmask, t, n, p, seed, offset);
-        gpu->dropout_backward(gpu, ddx, ddy, dmask, t, n, p);
+        gpu->dropout_backward(gpu, ddx, ddy, dmask, t, n, p, 1);
         void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
         uint8_t *mg = xmalloc((size_t)n);
         dev_get(yg, dyy, nbytes(t, n));
@@ -920,7 +921,7 @@ START_TEST(test_dropout) {
         void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
         uint8_t *mc = xmalloc((size_t)n);
         cpu->dropout_forward(cpu, yc, x, mc, t, n, p, seed, offset);
-        cpu->dropout_backward(cpu, dxc, dy, mc, t, n, p);
+        cpu->dropout_backward(cpu, dxc, dy, mc, t, n, p, 1);
         int64_t kept = 0;
         for (int64_t i = 0; i < n; i++) {
             EXPECT(mg[i] == mc[i], "dropout mask[%lld]: GPU %d, CPU %d", (long long)i, mg[i], mc[i]);
@@ -1000,7 +1001,7 @@ static void run_xent_case(mpt_dtype t, int N, int C, int ignore_every, uint64_t 
     float *dprobs = dev_alloc((size_t)N * C * 4), *dloss = dev_alloc(4), *dscale = dev_put(&scale, 4);
     void *ddl = dev_put(dl0, nbytes(t, (int64_t)N * C));
     gpu->softmax_xent_forward(gpu, dloss, dprobs, dcor, dlog, t, dlab, N, C);
-    gpu->softmax_xent_backward(gpu, ddl, t, dprobs, dlab, N, C, dscale);
+    gpu->softmax_xent_backward(gpu, ddl, t, dprobs, dlab, N, C, dscale, 1);
     float lossg;
     int32_t corg;
     float *pg = xmalloc((size_t)N * C * 4);
@@ -1054,7 +1055,7 @@ static void run_xent_case(mpt_dtype t, int N, int C, int ignore_every, uint64_t 
                (double)lossc);
         EXPECT(corc == corg, "n_correct GPU %d vs CPU %d", corg, corc);
         void *dlc = host_dup(dl0, nbytes(t, (int64_t)N * C));
-        cpu->softmax_xent_backward(cpu, dlc, t, pg, labels, N, C, &scale);
+        cpu->softmax_xent_backward(cpu, dlc, t, pg, labels, N, C, &scale, 1);
         expect_same("softmax_xent backward vs CPU", dlg, dlc, t, (int64_t)N * C);
         free(pc);
         free(dlc);
@@ -1159,10 +1160,10 @@ START_TEST(test_bias_grad) {
             float *db0 = fill(&r, MPT_DTYPE_F32, cols, -1, 1);
             void *ddy = dev_put(dy, nbytes(t, rows * cols));
             float *ddb = dev_put(db0, (size_t)cols * 4);
-            gpu->bias_grad(gpu, ddb, ddy, t, rows, cols);
+            gpu->bias_grad(gpu, ddb, ddy, t, rows, cols, 1);
             float *dbg = xmalloc((size_t)cols * 4), *dbc = host_dup(db0, (size_t)cols * 4);
             dev_get(dbg, ddb, (size_t)cols * 4);
-            cpu->bias_grad(cpu, dbc, dy, t, rows, cols);
+            cpu->bias_grad(cpu, dbc, dy, t, rows, cols, 1);
             for (int64_t c = 0; c < cols; c++) {
                 double acc = db0[c], T = fabs(db0[c]);
                 for (int64_t i = 0; i < rows; i++) {
@@ -1235,6 +1236,17 @@ START_TEST(test_gather_batch) {
     dev_free(dil);
     free(images);
     free(image_labels);
+}
+END_TEST
+
+/* g->grad_overwrite on the GPU: first writes overwrite (GEMM and cuDNN beta 0, the kernels' accumulate = 0), no
+ * gradient-arena memsets; the gradients of zeroed arenas bit for bit, with the arenas poisoned
+ * (tests/grad_overwrite.h), for the three models in fp32 and fp16. */
+START_TEST(test_grad_overwrite_bit_identical) {
+    static const char *const models[3] = {"mlp", "lenet5", "cnn"};
+    static const mpt_precision precs[2] = {MPT_PRECISION_FP32, MPT_PRECISION_FP16};
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 2; p++) grad_overwrite_check(gpu, models[m], precs[p]);
 }
 END_TEST
 
@@ -2168,6 +2180,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(te, test_softmax_xent_argmax_nan);
     tcase_add_test(te, test_bias_grad);
     tcase_add_test(te, test_gather_batch);
+    tcase_add_test(te, test_grad_overwrite_bit_identical);
     suite_add_tcase(s, te);
     TCase *to = tcase_create("update");
     tcase_set_timeout(to, 120);

@@ -15,6 +15,7 @@
 
 #include "engine/layers/layers.h"
 #include "tests/harness.h"
+#include "tests/grad_overwrite.h"
 
 /* ck_assert_msg without Check's per-call bookkeeping (a pipe write per assertion in fork mode): used in
  * element loops. */
@@ -250,6 +251,20 @@ static void expect_grad(const char *what, const mpt_tensor *gt, const double *re
     }
 }
 
+/* g->grad_overwrite (first writes overwrite, no arena memsets) gives the gradients of zeroed arenas bit for bit:
+ * every layer of the three models (linear, conv, maxpool, relu, dropout, flatten, loss) in each precision, with
+ * the gradient arenas poisoned (tests/grad_overwrite.h). */
+START_TEST(test_grad_overwrite_bit_identical) {
+    static const char *const models[3] = {"mlp", "lenet5", "cnn"};
+    static const mpt_precision precs[4] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
+                                           MPT_PRECISION_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 4; p++) grad_overwrite_check(be, models[m], precs[p]);
+    mpt_backend_free(&be);
+}
+END_TEST
+
 START_TEST(test_mlp_backward_accumulates) {
     tests_rng r = {0x91};
     mpt_backend *be = mpt_backend_cpu_create();
@@ -456,6 +471,7 @@ static Suite *graph_suite(void) {
     tcase_add_test(tc, test_zero_grad);
     tcase_add_test(tc, test_replay_order);
     tcase_add_test(tc, test_mlp_backward_accumulates);
+    tcase_add_test(tc, test_grad_overwrite_bit_identical);
     tcase_add_test(tc, test_no_alloc_in_step);
     tcase_add_test(tc, test_precision_map);
     suite_add_tcase(s, tc);

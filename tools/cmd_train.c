@@ -108,23 +108,11 @@ void mpt_cli_result_free(mpt_cli_result *r) {
 
 void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                       int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
-    mpt_backend *be = t->be;
-    int B = t->g->batch;
-    int64_t nb = (n + B - 1) / B;
     double sum = 0.0;
-    mpt_trainer_reset_correct(t);
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t valid = n - b * B < B ? n - b * B : B;
-        mpt_trainer_gather(t, images, labels, idx_dev + b * B, dim, mean, inv_std);
-        mpt_trainer_eval_batch(t);
-        float l;
-        be->to_host(be, &l, t->g->loss->data, sizeof l); /* mean over the batch's valid rows */
-        sum += (double)l * (double)valid;
-    }
-    mpt_train_stats st;
-    mpt_trainer_stats(t, &st);
+    int32_t correct = 0;
+    mpt_trainer_evaluate(t, images, labels, idx_dev, n, t->g->batch, 0, dim, mean, inv_std, &sum, &correct);
     *loss = sum / (double)n;
-    *acc = (double)st.n_correct / (double)n;
+    *acc = (double)correct / (double)n;
 }
 
 /* ---- one run ---------------------------------------------------------------------------------------------- */
@@ -147,25 +135,12 @@ static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_
         mpt_cli_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
         return;
     }
-    mpt_backend *be = t->be;
     int B = t->g->batch, ranks = mpt_dist_size(train_dist);
     int64_t Bg = (int64_t)B * ranks, lo = (int64_t)mpt_dist_rank(train_dist) * B;
-    int64_t nb = (n + Bg - 1) / Bg;
     double sum = 0.0;
-    mpt_trainer_reset_correct(t);
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t valid = n - b * Bg - lo;
-        valid = valid < 0 ? 0 : valid > B ? B : valid;
-        if (valid == 0) continue; /* padding only (the last batch's tail) */
-        mpt_trainer_gather(t, images, labels, idx_dev + b * Bg + lo, dim, mean, inv_std);
-        mpt_trainer_eval_batch(t);
-        float l;
-        be->to_host(be, &l, t->g->loss->data, sizeof l); /* mean over the shard's valid rows */
-        sum += (double)l * (double)valid;
-    }
-    mpt_train_stats st;
-    mpt_trainer_stats(t, &st);
-    double correct = mpt_dist_sum_f64(train_dist, (double)st.n_correct);
+    int32_t n_correct = 0;
+    mpt_trainer_evaluate(t, images, labels, idx_dev, n, Bg, lo, dim, mean, inv_std, &sum, &n_correct);
+    double correct = mpt_dist_sum_f64(train_dist, (double)n_correct);
     sum = mpt_dist_sum_f64(train_dist, sum);
     *loss = sum / (double)n;
     *acc = correct / (double)n;

@@ -51,10 +51,15 @@ static void conv2d_backward(mpt_graph *g, mpt_node *n) {
     if (n->in[0]->grad) {
         snprintf(tag, sizeof tag, "%s.dgrad", n->name);
         a = conv_args(n, tag);
+        a.accumulate = mpt_graph_grad_accumulate(g, n->in[0]->grad);
         g->be->conv2d_backward_data(g->be, &a);
     }
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     a = conv_args(n, tag);
+    /* dW and db: one parameter node writes both, so they are first written together */
+    a.accumulate = mpt_graph_grad_accumulate(g, n->in[1]->grad);
+    MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate,
+                "conv2d %s: weight and bias gradients out of step", n->name);
     g->be->conv2d_backward_filter(g->be, &a);
 }
 
@@ -90,12 +95,11 @@ static void conv2d_probe_forward(mpt_graph *g, mpt_node *n, float *dst, float *s
 }
 
 static void conv2d_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
-    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    const mpt_tensor *w = n->in[1], *y = n->out;
     mpt_conv_args a = conv_probe_args(n, scratch, 1);
     g->be->cast(g->be, (void *)a.dy, MPT_DTYPE_F32, y->grad->data, y->grad->dtype, mpt_tensor_numel(y));
     g->be->cast(g->be, (void *)a.w, MPT_DTYPE_F32, w->data, w->dtype, mpt_tensor_numel(w));
-    g->be->memset_zero(g->be, dst, (size_t)mpt_tensor_numel(x) * sizeof(float));
-    a.dx = dst;
+    a.dx = dst; /* overwritten (a.accumulate = 0) */
     g->be->conv2d_backward_data(g->be, &a);
 }
 

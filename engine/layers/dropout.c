@@ -35,11 +35,12 @@ static void dropout_forward(mpt_graph *g, mpt_node *n) {
 }
 
 static void dropout_backward(mpt_graph *g, mpt_node *n) {
-    const mpt_tensor *x = n->in[0], *y = n->out, *mask = n->saved[0];
+    mpt_tensor *x = n->in[0];
+    const mpt_tensor *y = n->out, *mask = n->saved[0];
     MPT_ASSERTF(g->training, "dropout %s: backward with g->training == 0 (evaluation forward saved no mask)",
                 n->name);
     g->be->dropout_backward(g->be, x->grad->data, y->grad->data, mask->data, y->dtype, mpt_tensor_numel(y),
-                            n->attr.dropout.p);
+                            n->attr.dropout.p, mpt_graph_grad_accumulate(g, x->grad));
 }
 
 mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name) {

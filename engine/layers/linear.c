@@ -6,6 +6,7 @@
  * Backward:  dx += dy W                       [B, out] x [out, in], compute dtype, beta = 1 (only if x->grad)
  *            dW += dy^T x                     [out, B] x [B, in], FP32 output (decision 9), beta = 1
  *            db += sum_rows dy                FP32 (be->bias_grad)
+ *            (beta = 0 / overwrite instead of += for a gradient's first write: mpt_graph_grad_accumulate)
  * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
  * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
  * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
@@ -72,17 +73,20 @@ static void linear_forward(mpt_graph *g, mpt_node *n) {
 }
 
 static void linear_backward(mpt_graph *g, mpt_node *n) {
-    const mpt_tensor *x = n->in[0], *b = n->in[2], *y = n->out;
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
     char tag[MPT_NAME_LEN + 8];
     if (x->grad) {
         snprintf(tag, sizeof tag, "%s.dgrad", n->name);
         mpt_gemm_args a = linear_dgrad_args(n, tag);
+        a.beta = mpt_graph_grad_accumulate(g, x->grad) ? 1.0f : 0.0f;
         g->be->gemm(g->be, &a);
     }
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     mpt_gemm_args a = linear_wgrad_args(n, tag);
+    a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
     g->be->gemm(g->be, &a);
-    g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1]);
+    g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1],
+                     mpt_graph_grad_accumulate(g, b->grad));
 }
 
 static int is_16bit(mpt_dtype t) { return t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16; }

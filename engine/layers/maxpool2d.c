@@ -33,6 +33,9 @@ static void maxpool2d_forward(mpt_graph *g, mpt_node *n) {
 
 static void maxpool2d_backward(mpt_graph *g, mpt_node *n) {
     mpt_pool_args a = pool_args(n);
+    mpt_tensor *dx = n->in[0]->grad;
+    /* the backward pass scatters into the argmax positions only: a first write needs the rest zeroed */
+    if (!mpt_graph_grad_accumulate(g, dx)) g->be->memset_zero(g->be, dx->data, mpt_tensor_nbytes(dx));
     g->be->maxpool_backward(g->be, &a);
 }
 

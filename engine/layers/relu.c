@@ -15,8 +15,10 @@ static void relu_forward(mpt_graph *g, mpt_node *n) {
 }
 
 static void relu_backward(mpt_graph *g, mpt_node *n) {
-    const mpt_tensor *x = n->in[0], *y = n->out;
-    g->be->relu_backward(g->be, x->grad->data, y->grad->data, y->data, y->dtype, mpt_tensor_numel(y));
+    mpt_tensor *x = n->in[0];
+    const mpt_tensor *y = n->out;
+    g->be->relu_backward(g->be, x->grad->data, y->grad->data, y->data, y->dtype, mpt_tensor_numel(y),
+                         mpt_graph_grad_accumulate(g, x->grad));
 }
 
 mpt_tensor *mpt_relu(mpt_graph *g, mpt_tensor *x, const char *name) {

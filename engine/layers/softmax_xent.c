@@ -10,7 +10,7 @@
  * Backward:  dz[i,j] += S * (p[i,j] - [j == labels[i]]) / Bv for i in V (0 for padding rows), rounded to
  *            z's dtype, where S = *g->loss_scale (the loss scale: the seed of the backward pass)
  *                                                                         be->softmax_xent_backward
- * Telemetry probe (16-bit dz only): the same backward into a zeroed FP32 buffer, i.e. dz before rounding.
+ * Telemetry probe (16-bit dz only): the same backward into an FP32 buffer (overwritten), i.e. dz before rounding.
  * Policy: FP32 regardless of the mode (autocast runs softmax / cross_entropy in float32).
  * PyTorch: torch.nn.CrossEntropyLoss(reduction='mean', ignore_index=-1) on logits; n_correct as
  * (z.argmax(1) == y).sum() over the valid rows.
@@ -24,20 +24,21 @@ static void softmax_xent_forward(mpt_graph *g, mpt_node *n) {
 }
 
 static void softmax_xent_backward(mpt_graph *g, mpt_node *n) {
-    const mpt_tensor *z = n->in[0], *probs = n->saved[0];
+    mpt_tensor *z = n->in[0];
+    const mpt_tensor *probs = n->saved[0];
     MPT_ASSERTF(g->loss_scale != NULL,
                 "softmax_xent %s: g->loss_scale is not set (point it at a backend float holding the loss scale, "
                 "1 without scaling, after mpt_graph_alloc)", n->name);
     g->be->softmax_xent_backward(g->be, z->grad->data, z->grad->dtype, probs->data, g->labels->data,
-                                 (int)z->shape[0], (int)z->shape[1], g->loss_scale);
+                                 (int)z->shape[0], (int)z->shape[1], g->loss_scale,
+                                 mpt_graph_grad_accumulate(g, z->grad));
 }
 
 static void softmax_xent_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
     (void)scratch;
     const mpt_tensor *z = n->in[0], *probs = n->saved[0];
-    g->be->memset_zero(g->be, dst, (size_t)mpt_tensor_numel(z) * sizeof(float));
     g->be->softmax_xent_backward(g->be, dst, MPT_DTYPE_F32, probs->data, g->labels->data, (int)z->shape[0],
-                                 (int)z->shape[1], g->loss_scale);
+                                 (int)z->shape[1], g->loss_scale, 0);
 }
 
 mpt_tensor *mpt_softmax_xent(mpt_graph *g, mpt_tensor *logits, const char *name) {

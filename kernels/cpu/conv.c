@@ -153,8 +153,12 @@ static void conv_col2im(float *imgp, const float *dcol, const mpt_conv_shape *s)
                 }
 }
 
-/* dst[0..n) = round(dst + add) in dtype t. */
-static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n) {
+/* dst[0..n) = round(dst + add) in dtype t (accumulate), or round(add) (accumulate = 0). */
+static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate) {
+    if (!accumulate) { /* overwrite: dst = round(add), the old contents unread */
+        mpt_cpu_narrow(dst, t, add, n);
+        return;
+    }
     if (t == MPT_DTYPE_F32) {
         float *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = d[i] + add[i];
@@ -314,18 +318,18 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
         mpt_cpu_gemm_ws(&g, ws + dcol_bytes + img_bytes, be->workspace_bytes - dcol_bytes - img_bytes);
         char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
         if (pointwise) { /* dcol [C, HW] is already the image gradient */
-            conv_accumulate(dxn, a->dtype, dcol, CHW);
+            conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
             continue;
         }
         memset(img, 0, (size_t)CHWp * sizeof(float));
         conv_col2im(img, dcol, s);
         if (s->pad_h == 0 && s->pad_w == 0) {
-            conv_accumulate(dxn, a->dtype, img, CHW);
+            conv_accumulate(dxn, a->dtype, img, CHW, a->accumulate);
         } else { /* crop the padding: row by row */
             for (int c = 0; c < s->C; c++)
                 for (int h = 0; h < s->H; h++)
                     conv_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
-                                    img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W);
+                                    img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W, a->accumulate);
         }
     }
 }
@@ -350,6 +354,7 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
             g.B = ws;
         }
         g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
+        g.beta = n == 0 && !a->accumulate ? 0.0f : 1.0f; /* the first image overwrites dw unless accumulating */
         mpt_cpu_gemm_ws(&g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
     }
     if (!a->db) return;
@@ -371,6 +376,6 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
         }
         float acc = 0.0f;
         for (int l = 0; l < CONV_LANES; l++) acc += lanes[l];
-        a->db[k] = a->db[k] + acc;
+        a->db[k] = a->accumulate ? a->db[k] + acc : acc;
     }
 }

@@ -143,8 +143,13 @@ static const void *ew_at(const void *p, mpt_dtype t, int64_t i) {
     return (const char *)p + (size_t)i * mpt_dtype_size(t);
 }
 
-/* dst[0..n) = round(dst + add) in dtype t (one rounding per element). */
-static void ew_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n) {
+/* dst[0..n) = round(dst + add) in dtype t (one rounding per element); accumulate = 0: round(add), the old
+ * contents unread. */
+static void ew_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate) {
+    if (!accumulate) {
+        mpt_cpu_narrow(dst, t, add, n);
+        return;
+    }
     if (t == MPT_DTYPE_F32) {
         float *d = dst;
         for (int64_t i = 0; i < n; i++) d[i] = d[i] + add[i];
@@ -204,13 +209,17 @@ void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dty
     for (int64_t i = 0; i < n; i++) ys[i] = (uint16_t)(xs[i] - 1u) < top ? xs[i] : 0;
 }
 
-void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n,
+                           int accumulate) {
     (void)be;
     ew_check_float(dtype, "relu_backward");
     if (dtype == MPT_DTYPE_F32) {
         float *d = dx;
         const float *g = dy, *ys = y;
-        for (int64_t i = 0; i < n; i++) d[i] = d[i] + mpt_elem_relu_grad(g[i], ys[i]);
+        if (accumulate)
+            for (int64_t i = 0; i < n; i++) d[i] = d[i] + mpt_elem_relu_grad(g[i], ys[i]);
+        else
+            for (int64_t i = 0; i < n; i++) d[i] = mpt_elem_relu_grad(g[i], ys[i]);
         return;
     }
     float g[EW_CHUNK], yv[EW_CHUNK];
@@ -219,7 +228,7 @@ void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
         mpt_cpu_widen(yv, ew_at(y, dtype, i0), dtype, m);
         for (int64_t i = 0; i < m; i++) g[i] = mpt_elem_relu_grad(g[i], yv[i]);
-        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m);
+        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
     }
 }
 
@@ -502,7 +511,7 @@ void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *m
 }
 
 void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
-                              int64_t n, float p) {
+                              int64_t n, float p, int accumulate) {
     (void)be;
     ew_check_float(dtype, "dropout_backward");
     MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_backward: p = %g outside [0, 1)", (double)p);
@@ -513,7 +522,7 @@ void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const u
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
         for (int64_t i = 0; i < m; i++) /* branch-free select, as in the forward pass */
             g[i] = mpt_bits_f32(mpt_f32_bits(g[i] / keep) & (0u - (uint32_t)(mask[i0 + i] != 0)));
-        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m);
+        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
     }
 }
 
@@ -556,7 +565,7 @@ void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, in
 }
 
 void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
-                                   const int32_t *labels, int N, int C, const float *scale) {
+                                   const int32_t *labels, int N, int C, const float *scale, int accumulate) {
     (void)be;
     ew_check_float(dlogits_dtype, "softmax_xent_backward");
     int valid = 0;
@@ -564,7 +573,12 @@ void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlo
     const float s = *scale, fN = (float)valid;
     float g[EW_CHUNK];
     for (int i = 0; i < N; i++) {
-        if (labels[i] < 0) continue; /* padding row (ignore_index): no gradient */
+        if (labels[i] < 0) { /* padding row (ignore_index): no gradient (zeros when overwriting) */
+            if (!accumulate)
+                memset((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C), 0,
+                       (size_t)C * mpt_dtype_size(dlogits_dtype));
+            continue;
+        }
         const float *pr = probs + (int64_t)i * C;
         for (int c0 = 0; c0 < C; c0 += EW_CHUNK) {
             int m = C - c0 < EW_CHUNK ? C - c0 : EW_CHUNK;
@@ -572,14 +586,15 @@ void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlo
                 float onehot = c0 + c == labels[i] ? 1.0f : 0.0f;
                 g[c] = s * (pr[c0 + c] - onehot) / fN;
             }
-            ew_accumulate((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C + c0), dlogits_dtype, g, m);
+            ew_accumulate((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C + c0), dlogits_dtype, g, m, accumulate);
         }
     }
 }
 
 /* ---- bias gradient ---------------------------------------------------------------------------------- */
 
-void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
+                       int accumulate) {
     (void)be;
     ew_check_float(dtype, "bias_grad");
     float acc[EW_CHUNK], row[EW_CHUNK];
@@ -590,7 +605,7 @@ void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dty
             mpt_cpu_widen(row, ew_at(dy, dtype, r * cols + c0), dtype, m);
             for (int64_t c = 0; c < m; c++) acc[c] = acc[c] + row[c];
         }
-        for (int64_t c = 0; c < m; c++) db[c0 + c] = db[c0 + c] + acc[c];
+        for (int64_t c = 0; c < m; c++) db[c0 + c] = accumulate ? db[c0 + c] + acc[c] : acc[c];
     }
 }
 

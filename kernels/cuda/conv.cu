@@ -562,11 +562,12 @@ void mpt_cuda_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     conv_plan *p = plan_get(ctx, &k);
     require_pass(ctx, p, CONV_PASS_BACKWARD_DATA, a->tag);
     mpt_cuda_require_workspace(be, p->ws[CONV_PASS_BACKWARD_DATA], "conv2d backward data");
-    const float one = 1.0f;
+    const float one = 1.0f, zero = 0.0f; /* beta 0: cuDNN does not read dx */
     MPT_CUDNN_CHECK(cudnnConvolutionBackwardData(ctx->dnn, &one, p->w, a->w, p->y, a->dy,
                                                  p->conv[CONV_PASS_BACKWARD_DATA],
                                                  (cudnnConvolutionBwdDataAlgo_t)p->algo[CONV_PASS_BACKWARD_DATA],
-                                                 be->workspace, p->ws[CONV_PASS_BACKWARD_DATA], &one, p->x, a->dx));
+                                                 be->workspace, p->ws[CONV_PASS_BACKWARD_DATA],
+                                                 a->accumulate ? &one : &zero, p->x, a->dx));
     record_call(ctx->conv, a->tag, p, CONV_PASS_BACKWARD_DATA);
 }
 
@@ -579,7 +580,8 @@ void mpt_cuda_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     const conv_pass pass = CONV_PASS_BACKWARD_FILTER;
     require_pass(ctx, p, pass, a->tag);
     mpt_cuda_require_workspace(be, pass_total_workspace(p, pass), "conv2d backward filter");
-    const float one = 1.0f;
+    const float one = 1.0f, zero = 0.0f;
+    const float *beta = a->accumulate ? &one : &zero; /* beta 0: cuDNN does not read dw */
     const mpt_conv_shape *s = &a->s;
     cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)p->algo[pass];
     if (p->wgrad_widened) {
@@ -592,11 +594,12 @@ void mpt_cuda_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
         mpt_cuda_cast_raw(ctx, x32, MPT_DTYPE_F32, a->x, a->dtype, nx);
         mpt_cuda_cast_raw(ctx, dy32, MPT_DTYPE_F32, a->dy, a->dtype, ny);
         MPT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx->dnn, &one, p->x32, x32, p->y32, dy32, p->conv[pass], algo,
-                                                       cudnn_ws, p->ws[pass], &one, p->w32, a->dw));
+                                                       cudnn_ws, p->ws[pass], beta, p->w32, a->dw));
     } else {
         MPT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(ctx->dnn, &one, p->x, a->x, p->y, a->dy, p->conv[pass], algo,
-                                                       be->workspace, p->ws[pass], &one, p->w, a->dw));
+                                                       be->workspace, p->ws[pass], beta, p->w, a->dw));
     }
-    if (a->db) mpt_cuda_channel_sum(ctx, a->db, a->dy, a->dtype, s->N, s->K, (int64_t)s->P * s->Q);
+    if (a->db)
+        mpt_cuda_channel_sum(ctx, a->db, a->dy, a->dtype, s->N, s->K, (int64_t)s->P * s->Q, a->accumulate);
     record_call(ctx->conv, a->tag, p, pass);
 }

@@ -180,18 +180,20 @@ size_t mpt_cuda_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a);
 /* elementwise.cu */
 void mpt_cuda_cast(mpt_backend *be, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype, int64_t n);
 void mpt_cuda_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dtype, int64_t n);
-void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n);
+void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n,
+                            int accumulate);
 void mpt_cuda_maxpool_forward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
                               float p, uint64_t seed, uint64_t offset);
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
-                               int64_t n, float p);
+                               int64_t n, float p, int accumulate);
 void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
                                    const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
 void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
-                                    const int32_t *labels, int N, int C, const float *scale);
-void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols);
+                                    const int32_t *labels, int N, int C, const float *scale, int accumulate);
+void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
+                        int accumulate);
 void mpt_cuda_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
                            const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
                            float inv_std);
@@ -199,8 +201,10 @@ void mpt_cuda_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t 
  * y[n, k, :, :] = bias[k] for y [N, K, HW] of dtype (bias of the same dtype, copied bit for bit). */
 void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bias, mpt_dtype dtype, int N, int K,
                                      int64_t HW);
-/* db[k] += sum over n and the HW plane of dy[n, k, :], FP32; dy [N, K, HW] of dtype. */
-void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW);
+/* db[k] += sum over n and the HW plane of dy[n, k, :], FP32 (accumulate = 0: db[k] = that sum); dy [N, K, HW] of
+ * dtype. */
+void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
+                          int accumulate);
 /* dst[i] = round(dst_dtype, src[i]) on raw pointers (the kernel behind mpt_cuda_cast). */
 void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype,
                        int64_t n);

@@ -58,10 +58,11 @@ static __global__ void relu_forward_kernel(void *y, const void *x, mpt_dtype dty
         mpt_dev_store(y, dtype, i, mpt_elem_relu(mpt_dev_load(x, dtype, i)));
 }
 
-static __global__ void relu_backward_kernel(void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+static __global__ void relu_backward_kernel(void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n,
+                                            int accumulate) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = mpt_elem_relu_grad(mpt_dev_load(dy, dtype, i), mpt_dev_load(y, dtype, i));
-        mpt_dev_store(dx, dtype, i, __fadd_rn(mpt_dev_load(dx, dtype, i), g));
+        mpt_dev_store(dx, dtype, i, accumulate ? __fadd_rn(mpt_dev_load(dx, dtype, i), g) : g);
     }
 }
 
@@ -71,8 +72,9 @@ static void launch_relu_forward(const mpt_cuda_ctx *ctx, void *y, const void *x,
 }
 
 static void launch_relu_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const void *y, mpt_dtype dtype,
-                                 int64_t n) {
-    relu_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, y, dtype, n);
+                                 int64_t n, int accumulate) {
+    relu_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, y, dtype, n,
+                                                                                       accumulate);
     MPT_CUDA_CHECK_LAUNCH("relu_backward_kernel");
 }
 
@@ -83,11 +85,12 @@ void mpt_cuda_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dt
     launch_relu_forward(mpt_cuda_ctx_of(be), y, x, dtype, n);
 }
 
-void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n) {
+void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const void *y, mpt_dtype dtype, int64_t n,
+                            int accumulate) {
     mpt_cuda_require_float(dtype, "relu_backward");
     MPT_ASSERT(n >= 0);
     if (n == 0) return;
-    launch_relu_backward(mpt_cuda_ctx_of(be), dx, dy, y, dtype, n);
+    launch_relu_backward(mpt_cuda_ctx_of(be), dx, dy, y, dtype, n, accumulate);
 }
 
 /* ---- max pooling ---------------------------------------------------------------------------------------------- */
@@ -215,11 +218,11 @@ static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void
 }
 
 static __global__ void dropout_backward_kernel(void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
-                                               int64_t n, float p) {
+                                               int64_t n, float p, int accumulate) {
     const float keep = __fsub_rn(1.0f, p);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float g = mask[i] ? __fdiv_rn(mpt_dev_load(dy, dtype, i), keep) : 0.0f;
-        mpt_dev_store(dx, dtype, i, __fadd_rn(mpt_dev_load(dx, dtype, i), g));
+        mpt_dev_store(dx, dtype, i, accumulate ? __fadd_rn(mpt_dev_load(dx, dtype, i), g) : g);
     }
 }
 
@@ -231,8 +234,9 @@ static void launch_dropout_forward(const mpt_cuda_ctx *ctx, void *y, uint8_t *ma
 }
 
 static void launch_dropout_backward(const mpt_cuda_ctx *ctx, void *dx, const void *dy, const uint8_t *mask,
-                                    mpt_dtype dtype, int64_t n, float p) {
-    dropout_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, mask, dtype, n, p);
+                                    mpt_dtype dtype, int64_t n, float p, int accumulate) {
+    dropout_backward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(dx, dy, mask, dtype, n, p,
+                                                                                          accumulate);
     MPT_CUDA_CHECK_LAUNCH("dropout_backward_kernel");
 }
 
@@ -248,12 +252,12 @@ void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *
 }
 
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
-                               int64_t n, float p) {
+                               int64_t n, float p, int accumulate) {
     mpt_cuda_require_float(dtype, "dropout_backward");
     MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_backward: p = %g outside [0, 1)", (double)p);
     MPT_ASSERT(n >= 0);
     if (n == 0) return;
-    launch_dropout_backward(mpt_cuda_ctx_of(be), dx, dy, mask, dtype, n, p);
+    launch_dropout_backward(mpt_cuda_ctx_of(be), dx, dy, mask, dtype, n, p, accumulate);
 }
 
 /* ---- softmax + cross-entropy ------------------------------------------------------------------------------------- */
@@ -358,20 +362,24 @@ static __global__ void count_valid_rows_kernel(int32_t *valid, const int32_t *la
 }
 
 /* dlogits[i,c] = round(dlogits[i,c] + scale * (probs[i,c] - [c == label_i]) / N_valid) for valid rows, with the
- * CPU's operation order (multiply, then divide, then add; no contraction). */
+ * CPU's operation order (multiply, then divide, then add; no contraction); accumulate = 0: without the old value,
+ * and +0 on ignored rows. */
 static __global__ void softmax_xent_backward_kernel(void *dlogits, mpt_dtype dtype, const float *probs,
                                                     const int32_t *labels, const int32_t *valid, int N, int C,
-                                                    const float *scale) {
+                                                    const float *scale, int accumulate) {
     const float s = *scale, fN = (float)*valid;
     const int64_t total = (int64_t)N * C;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t i = e / C;
         const int c = (int)(e % C);
         const int32_t label = labels[i];
-        if (label < 0) continue;
+        if (label < 0) {
+            if (!accumulate) mpt_dev_store(dlogits, dtype, e, 0.0f);
+            continue;
+        }
         const float onehot = c == label ? 1.0f : 0.0f;
         const float g = __fdiv_rn(__fmul_rn(s, __fsub_rn(probs[e], onehot)), fN);
-        mpt_dev_store(dlogits, dtype, e, __fadd_rn(mpt_dev_load(dlogits, dtype, e), g));
+        mpt_dev_store(dlogits, dtype, e, accumulate ? __fadd_rn(mpt_dev_load(dlogits, dtype, e), g) : g);
     }
 }
 
@@ -392,11 +400,12 @@ static void launch_softmax_xent_forward(const mpt_cuda_ctx *ctx, float *loss, fl
 }
 
 static void launch_softmax_xent_backward(const mpt_cuda_ctx *ctx, void *dlogits, mpt_dtype dtype, const float *probs,
-                                         const int32_t *labels, int32_t *valid, int N, int C, const float *scale) {
+                                         const int32_t *labels, int32_t *valid, int N, int C, const float *scale,
+                                         int accumulate) {
     count_valid_rows_kernel<<<1, 256, 0, ctx->stream>>>(valid, labels, N);
     MPT_CUDA_CHECK_LAUNCH("count_valid_rows_kernel");
     softmax_xent_backward_kernel<<<mpt_cuda_blocks(ctx, (int64_t)N * C), MPT_CUDA_THREADS, 0, ctx->stream>>>(
-        dlogits, dtype, probs, labels, valid, N, C, scale);
+        dlogits, dtype, probs, labels, valid, N, C, scale, accumulate);
     MPT_CUDA_CHECK_LAUNCH("softmax_xent_backward_kernel");
 }
 
@@ -412,11 +421,11 @@ void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, i
 }
 
 void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
-                                    const int32_t *labels, int N, int C, const float *scale) {
+                                    const int32_t *labels, int N, int C, const float *scale, int accumulate) {
     mpt_cuda_require_float(dlogits_dtype, "softmax_xent_backward");
     MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_backward: N = %d, C = %d", N, C);
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
-    launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale);
+    launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale, accumulate);
 }
 
 /* ---- bias gradient (column sums of a row-major [rows, cols]) --------------------------------------------------------
@@ -426,8 +435,9 @@ void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dl
 #define BIAS_TILE_Y 8
 
 /* Block (32, 8) per 32 columns: thread (x, y) sums rows y, y+8, ... of its column in FP32, then the 8 partials
- * are added in order; db[c] = db[c] + sum. */
-static __global__ void bias_grad_kernel(float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+ * are added in order; db[c] = db[c] + sum (accumulate) or sum. */
+static __global__ void bias_grad_kernel(float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
+                                        int accumulate) {
     __shared__ float part[BIAS_TILE_Y][BIAS_TILE_X + 1];
     const int64_t c = (int64_t)blockIdx.x * BIAS_TILE_X + threadIdx.x;
     float acc = 0.0f;
@@ -438,24 +448,25 @@ static __global__ void bias_grad_kernel(float *db, const void *dy, mpt_dtype dty
     if (threadIdx.y == 0 && c < cols) {
         float s = part[0][threadIdx.x];
         for (int y = 1; y < BIAS_TILE_Y; y++) s += part[y][threadIdx.x];
-        db[c] = db[c] + s;
+        db[c] = accumulate ? db[c] + s : s;
     }
 }
 
 static void launch_bias_grad(const mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int64_t rows,
-                             int64_t cols) {
+                             int64_t cols, int accumulate) {
     dim3 block(BIAS_TILE_X, BIAS_TILE_Y);
     unsigned grid = (unsigned)((cols + BIAS_TILE_X - 1) / BIAS_TILE_X);
-    bias_grad_kernel<<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols);
+    bias_grad_kernel<<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols, accumulate);
     MPT_CUDA_CHECK_LAUNCH("bias_grad_kernel");
 }
 
-void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols) {
+void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
+                        int accumulate) {
     mpt_cuda_require_float(dtype, "bias_grad");
     MPT_ASSERT(rows >= 0 && cols >= 0);
     MPT_ASSERTF((cols + BIAS_TILE_X - 1) / BIAS_TILE_X <= 0x7fffffff, "bias_grad: %lld columns", (long long)cols);
     if (cols == 0) return;
-    launch_bias_grad(mpt_cuda_ctx_of(be), db, dy, dtype, rows, cols);
+    launch_bias_grad(mpt_cuda_ctx_of(be), db, dy, dtype, rows, cols, accumulate);
 }
 
 /* ---- channel helpers of conv.cu (NCHW) ----------------------------------------------------------------------------
@@ -479,8 +490,10 @@ void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bia
     MPT_CUDA_CHECK_LAUNCH("broadcast_channel_bias_kernel");
 }
 
-/* One block per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed tree). */
-static __global__ void channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW) {
+/* One block per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed tree); accumulate = 0:
+ * db[k] = the sum. */
+static __global__ void channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
+                                          int accumulate) {
     __shared__ float red[32];
     const int k = blockIdx.x;
     const int64_t per_channel = (int64_t)N * HW;
@@ -490,11 +503,12 @@ static __global__ void channel_sum_kernel(float *db, const void *dy, mpt_dtype d
         acc += mpt_dev_load(dy, dtype, (n * K + k) * HW + j);
     }
     acc = mpt_block_sum(acc, red);
-    if (threadIdx.x == 0) db[k] = db[k] + acc;
+    if (threadIdx.x == 0) db[k] = accumulate ? db[k] + acc : acc;
 }
 
-void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW) {
-    channel_sum_kernel<<<K, MPT_CUDA_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW);
+void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
+                          int accumulate) {
+    channel_sum_kernel<<<K, MPT_CUDA_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW, accumulate);
     MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
 }
 

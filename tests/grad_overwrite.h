@@ -1,0 +1,111 @@
+/*
+ * tests/grad_overwrite.h - shared by test_graph.c (CPU) and test_cuda.c (GPU): a graph's gradients with
+ * g->grad_overwrite on (first writes overwrite, no arena memsets: engine/graph.h) against the same graph with it off
+ * (arenas zeroed, every write adds), on one backend.
+ *
+ * The gradient and activation-gradient arenas are filled with 0xff bytes (NaN in every dtype) before each run, so a
+ * layer that reads a gradient it should have overwritten, or a gradient nobody zeroed, shows up as NaN or as a
+ * different value. Each run is zero_grad + forward + backward (dropout on), then a second forward + backward
+ * without zero_grad (micro-batch accumulation: the parameter gradients must add up the same way in both modes).
+ * Every parameter gradient and every activation gradient must be bit-identical between the modes. The batch ends
+ * with two padding rows (label -1), whose logit gradients must come out 0 when they are overwritten.
+ */
+#ifndef MPT_TESTS_GRAD_OVERWRITE_H
+#define MPT_TESTS_GRAD_OVERWRITE_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/graph.h"
+#include "engine/layers/layers.h"
+#include "tests/harness.h"
+#include "models/models.h"
+
+/* Host copies of every gradient of g after the runs described above, concatenated (bytes in *len). */
+static unsigned char *grad_overwrite_run(mpt_backend *be, const char *model, mpt_precision prec, int overwrite,
+                                         size_t *len) {
+    const int B = 16;
+    mpt_policy policy = mpt_policy_make(prec);
+    mpt_graph *g = mpt_graph_create(be, &policy, B);
+    mpt_tensor *logits = NULL;
+    ck_assert_msg(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
+    mpt_softmax_xent(g, logits, "loss");
+    g->grad_overwrite = overwrite;
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    float *scale = be->alloc(be, sizeof(float));
+    const float s = 256.0f;
+    be->from_host(be, scale, &s, sizeof s);
+    g->loss_scale = scale;
+    g->seed = 5;
+    g->step = 3;
+    g->training = 1;
+    tests_rng r = {777};
+    /* weights and input: uniform values rounded to each tensor's dtype; labels in [0, C), two padding rows */
+    for (int i = 0; i < g->n_tensors; i++) {
+        mpt_tensor *t = g->tensors[i];
+        if (t->view_of || (t->mem != MPT_MEM_WEIGHT && t != g->input)) continue;
+        int64_t n = mpt_tensor_numel(t);
+        void *h = malloc((size_t)n * mpt_dtype_size(t->dtype));
+        ck_assert_ptr_nonnull(h);
+        for (int64_t k = 0; k < n; k++) mpt_store_f32(h, t->dtype, k, (float)tests_uniform(&r, -0.5, 0.5));
+        be->from_host(be, t->data, h, (size_t)n * mpt_dtype_size(t->dtype));
+        be->synchronize(be);
+        free(h);
+    }
+    const int C = (int)logits->shape[1];
+    int32_t labels[16];
+    for (int i = 0; i < B; i++) labels[i] = i >= B - 2 ? -1 : tests_int(&r, 0, C - 1);
+    be->from_host(be, g->labels->data, labels, sizeof labels);
+    const mpt_mem poisoned[2] = {MPT_MEM_GRAD, MPT_MEM_ACT_GRAD};
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = g->arena_bytes[poisoned[k]];
+        if (!bytes) continue;
+        void *h = malloc(bytes);
+        ck_assert_ptr_nonnull(h);
+        memset(h, 0xff, bytes);
+        be->from_host(be, g->arena[poisoned[k]], h, bytes);
+        be->synchronize(be);
+        free(h);
+    }
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    mpt_graph_forward(g); /* a second micro-batch: parameter gradients add up */
+    mpt_graph_backward(g);
+    size_t total = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const mpt_tensor *t = g->tensors[i];
+        if (!t->view_of && (t->mem == MPT_MEM_GRAD || t->mem == MPT_MEM_ACT_GRAD)) total += mpt_tensor_nbytes(t);
+    }
+    unsigned char *out = malloc(total ? total : 1);
+    ck_assert_ptr_nonnull(out);
+    size_t off = 0;
+    for (int i = 0; i < g->n_tensors; i++) {
+        const mpt_tensor *t = g->tensors[i];
+        if (t->view_of || (t->mem != MPT_MEM_GRAD && t->mem != MPT_MEM_ACT_GRAD)) continue;
+        be->to_host(be, out + off, t->data, mpt_tensor_nbytes(t));
+        off += mpt_tensor_nbytes(t);
+    }
+    be->free(be, scale);
+    mpt_graph_free(&g);
+    *len = total;
+    return out;
+}
+
+/* Both modes on `be`: the gradients must be the same bytes (a poisoned byte read in overwrite mode would differ). */
+static void grad_overwrite_check(mpt_backend *be, const char *model, mpt_precision prec) {
+    size_t la = 0, lb = 0;
+    unsigned char *a = grad_overwrite_run(be, model, prec, 0, &la);
+    unsigned char *b = grad_overwrite_run(be, model, prec, 1, &lb);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_uint_gt(la, 0);
+    size_t first = la;
+    for (size_t i = 0; i < la && first == la; i++)
+        if (a[i] != b[i]) first = i;
+    ck_assert_msg(first == la, "%s %s on %s: gradients with grad_overwrite differ from zeroed arenas at byte %zu of %zu",
+                  model, mpt_precision_name(prec), be->name, first, la);
+    free(a);
+    free(b);
+}
+
+#endif
