@@ -18,6 +18,21 @@
  *   engine/status.h       errors: an mpt_status return and mpt_last_error()'s one-line message
  *   engine/api.h          MPT_API, the version macros and mpt_version()
  * Functions not declared in these headers are internal to the library and not exported from libmptrain.so.
+ *
+ * Conventions of every header:
+ *  - Errors: a function that can fail on outside input (files, flags, settings, memory, the device) returns
+ *    an mpt_status and records a one-line message naming what was expected and what was found
+ *    (mpt_last_error(), per thread). Wiring errors (mismatched layer shapes, a dtype a kernel does not take)
+ *    are programmer errors: they abort with the condition, file and line.
+ *  - Memory: pointers documented as "backend memory" come from be->alloc (host memory on the CPU backend,
+ *    device memory on CUDA); "host" ones are ordinary memory. A _create/_init function's result is owned by
+ *    the caller and released by the matching _free/_close, which takes its address and sets it to NULL (or
+ *    zeroes the struct); a graph handed to mpt_trainer_create belongs to the trainer.
+ *  - Order: backend operations and training steps are stream-ordered (they may return before the device
+ *    finishes); functions that return values to the host (mpt_trainer_stats, be->to_host) wait.
+ *  - Threads: a backend, graph, trainer or loader is used by one thread at a time.
+ *  - Shapes are row-major, batch first (images NCHW, linear weights [out, in]); F16/BF16 values are uint16_t
+ *    bit patterns; pixels are U8 0..255; sizes are in bytes unless a name says elements.
  */
 #ifndef MPT_MPTRAIN_H
 #define MPT_MPTRAIN_H

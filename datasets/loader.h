@@ -95,6 +95,7 @@ typedef struct mpt_loader {
  * MPT_ERR_NOMEM. */
 MPT_API mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B, mpt_loader_last last,
                                    int shuffle, uint64_t seed);
+/* Frees the loader's copies and scratch and zeroes *l (safe on a zeroed loader). */
 MPT_API void mpt_loader_free(mpt_loader *l);
 
 /* Batches per epoch: n / B with MPT_LOADER_DROP_LAST, ceil(n / B) when padding. */

@@ -313,14 +313,18 @@ struct mpt_backend {
     void (*scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
 };
 
-/* Creates the CPU backend (always available). */
+/* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with
+ * mpt_backend_free after every graph, trainer and buffer made on it. */
 MPT_API mpt_backend *mpt_backend_cpu_create(void);
-/* Creates the CUDA backend on device 0; NULL (with mpt_last_error() set) when no GPU is usable. */
+/* Creates the CUDA backend on device 0, loading the CUDA backend module on first use (engine/cuda_loader.c
+ * says where it is looked for); NULL, with mpt_last_error() saying why (no module, no driver, no GPU of
+ * compute capability >= 8.0: MPT_ERR_DEVICE), when no GPU is usable. Owned by the caller like the CPU one. */
 MPT_API mpt_backend *mpt_backend_cuda_create(void);
 /* Whether a CUDA device is usable (driver, device present, compute capability >= 8.0); msg (host, may be
  * NULL) receives a one-line description of the device or of why not. */
 MPT_API int mpt_cuda_available(char *msg, size_t len);
-/* Destroys a backend and sets *be to NULL. */
+/* Destroys a backend (its workspace and context; buffers still allocated from it are not tracked: free them
+ * first) and sets *be to NULL. NULL *be: nothing. */
 MPT_API void mpt_backend_free(mpt_backend **be);
 
 /* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */

@@ -94,6 +94,8 @@ typedef struct mpt_checkpoint mpt_checkpoint;
  * On success *out owns the file's contents; free with mpt_checkpoint_close. On error *out is NULL. */
 MPT_API mpt_status mpt_checkpoint_open(const char *path, const mpt_checkpoint_tensor *expected, int n_expected,
                                        mpt_checkpoint **out);
+/* Frees the loaded file and sets *c to NULL (entries and metadata pointers from it become invalid).
+ * NULL c or *c: nothing. */
 MPT_API void mpt_checkpoint_close(mpt_checkpoint **c);
 
 /* Tensors in the file, in the order of their data offsets. The returned entry's data points at the tensor's

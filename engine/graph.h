@@ -108,7 +108,10 @@ struct mpt_graph {
                                      header comment); set by mpt_trainer_create, 0 by default */
 };
 
-/* Creates an empty graph for batch size `batch` on `be` with `policy`. Never NULL (aborts on OOM). */
+/* Creates an empty graph for batch size `batch` (>= 1: every tensor's first dim) on `be` with `policy`
+ * (copied). Never NULL (aborts on OOM). The graph uses be but does not own it; the caller owns the graph
+ * (mpt_graph_free) until it hands it to mpt_trainer_create, which takes ownership. Every tensor and node the
+ * layers add belongs to the graph and lives until it is freed. */
 MPT_API mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch);
 /* Declares the graph's B rows a shard: rows [row0, row0 + B) of a global batch of `global` rows
  * (0 <= row0, row0 + B <= global). Dropout masks then depend on the global row, so a data-parallel job draws

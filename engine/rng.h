@@ -29,7 +29,9 @@ typedef enum mpt_rng_stream {
 
 typedef struct mpt_rng mpt_rng; /* a host Philox stream handle */
 
-/* Creates a host Philox generator (aborts only if out of memory); free with mpt_rng_free. */
+/* Creates a host Philox generator (aborts only if out of memory); free with mpt_rng_free, which sets *r to
+ * NULL. It holds no state: every call's numbers are a function of its (seed, offset) alone, so one generator
+ * may serve several threads. */
 MPT_API mpt_rng *mpt_rng_create(void);
 MPT_API void mpt_rng_free(mpt_rng **r);
 /* Seed of stream `stream` for run seed `seed`: splitmix64(seed ^ (stream * 0x9e3779b97f4a7c15)). */

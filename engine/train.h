@@ -118,17 +118,25 @@ typedef struct mpt_trainer {
  * cuRAND's Philox4x32-10 sequence) with cfg->seed, and writes the working copies. The trainer takes ownership of g: it is freed with the trainer,
  * or before returning when creation fails (MPT_ERR_ARG for a bad config, naming the setting; MPT_ERR_NOMEM). */
 MPT_API mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
+/* Frees the trainer with its graph, masters, optimizer state and telemetry (not the backend, nor an attached
+ * mpt_dist) and sets *t to NULL. NULL *t: nothing. */
 MPT_API void mpt_trainer_free(mpt_trainer **t);
 
-/* One training iteration on the batch already in g->input / g->labels (see mpt_trainer_gather). */
+/* One training iteration on the batch already in g->input / g->labels (see mpt_trainer_gather): forward,
+ * backward seeded with the loss scale, unscale and found_inf, optimizer step on the masters unless found_inf,
+ * loss-scale update. Stream-ordered: returns without waiting for the device; read the results with
+ * mpt_trainer_stats. Non-finite gradients are not an error: the step is skipped and counted. */
 MPT_API void mpt_trainer_step(mpt_trainer *t);
 /* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. */
 MPT_API void mpt_trainer_eval_batch(mpt_trainer *t);
 /* Fills the graph's input and labels from a U8 dataset in backend memory: rows idx[0..B) (idx in backend
- * memory, I32), pixels scaled by 1/255 then standardised with (mean, inv_std). */
+ * memory, I32), pixels scaled by 1/255 then standardised with (mean, inv_std). images U8 [n_total, D] and
+ * labels U8 [n_total] (each in [0, C)) stay owned by the caller (e.g. be->alloc + be->from_host, once per
+ * run); D must equal the input's features per row (else it aborts: a wiring error); idx[b] = -1 is a padding
+ * row (zeros, label -1, ignored by the loss and the accuracy count). Stream-ordered, no allocation. */
 MPT_API void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
                                 int64_t D, float mean, float inv_std);
-/* Reads the statistics (synchronises). */
+/* Copies the statistics to *out (host): waits for the queued steps, one small device-to-host copy. */
 MPT_API void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
 /* The dtype of the storage that parameter i's optimizer update is applied to: MPT_DTYPE_F32 when the update
  * goes to an FP32 master (fp16/bf16 modes with masters, and fp32/tf32 modes, where the FP32 weight is its own
