@@ -26,6 +26,7 @@ static void print_usage(FILE *f) {
             "  formats   a number in FP32, TF32, BF16, FP16 (and FP8) as training rounds it; the formats' table\n"
             "\n"
             "`mptrain COMMAND --help` lists a command's options. `mptrain --version` prints the version.\n"
+            "\n"
             "Examples:\n"
             "  mptrain train --model mlp --precision fp16 --epochs 3\n"
             "  mptrain compare --model lenet5 --epochs 2 --precisions fp32,fp16,bf16\n"
