@@ -76,6 +76,13 @@ while IFS= read -r h; do
 done < <(find "$incdir/mptrain" -name '*.h' | sort)
 ok "the $n_headers installed headers compile alone with pkg-config --cflags mptrain"
 
+# Every function a public header declares is part of the API: it carries MPT_API (a declaration at the start
+# of a line that does not is one a user could call but not link; MPT_HD ones are static inline).
+unmarked=$(find "$incdir/mptrain" -name '*.h' -exec perl -0777 -ne \
+    'print "$2 " while /^(?!MPT_API|MPT_HD|static|typedef|#)([A-Za-z_][\w *]*?)\b(mpt_\w+)\s*\(/mg' {} +)
+check "every function declared in the installed headers carries MPT_API${unmarked:+ (not: $unmarked)}" \
+    [ -z "$unmarked" ]
+
 # The exports are the MPT_API declarations, no more and no less.
 find "$incdir/mptrain" -name '*.h' -exec perl -0777 -ne 'print "$2\n" while /^MPT_API\b([^;{]*?)\b(mpt_\w+)\s*\(/mg' {} + |
     sort -u > "$stage/declared"
