@@ -319,7 +319,8 @@ MPT_HD int mpt_elem_unscale(float *g, float inv_scale) {
     float x = *g;
     float y = x * inv_scale;
     *g = y;
-    return (!mpt_is_finite(x)) | (!mpt_is_finite(y));
+    int bad_x = !mpt_is_finite(x), bad_y = !mpt_is_finite(y);
+    return bad_x | bad_y; /* int flags ORed bitwise: both tested, no branch */
 }
 
 /* Clip coefficient from the sum of squares of all (unscaled) gradients:
