@@ -20,6 +20,13 @@
 #include "mpt_config.h"
 #include "tools/cli.h"
 
+/* The reason mpt_cuda_available gave, without its "no usable GPU: " lead-in: after "usable: no:" that would
+ * say it twice. */
+static const char *usable_reason(const char *msg) {
+    static const char lead[] = "no usable GPU: ";
+    return strncmp(msg, lead, sizeof lead - 1) == 0 ? msg + sizeof lead - 1 : msg;
+}
+
 /* The CUDA backend's three lines: built, loadable, usable. Returns whether it is usable. */
 static int print_cuda_backend(void) {
     mpt_cuda_module_state m;
@@ -40,7 +47,7 @@ static int print_cuda_backend(void) {
     else if (gpu)
         printf("        usable:   yes: %s\n", msg);
     else if (m.loadable)
-        printf("        usable:   no: %s\n", msg);
+        printf("        usable:   no: %s\n", usable_reason(msg));
     else
         printf("        usable:   no (not loadable)\n");
     return gpu;
