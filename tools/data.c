@@ -23,12 +23,17 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
     memset(cd, 0, sizeof *cd);
     snprintf(cd->dir, sizeof cd->dir, "%s", dir);
     struct stat st;
-    errno = 0;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(dir, &st) != 0)
         return mpt_errorf(MPT_ERR_IO,
-                          "--data %s: not a directory (%s); expected the four Fashion-MNIST IDX files there "
+                          "--data %s: %s; expected a directory with the four Fashion-MNIST IDX files "
+                          "(Debian: apt-get install dataset-fashion-mnist)", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return mpt_errorf(MPT_ERR_IO,
+                          "--data %s: expected a directory with the four Fashion-MNIST IDX files, found %s "
                           "(Debian: apt-get install dataset-fashion-mnist)",
-                          dir, errno ? strerror(errno) : "not a directory");
+                          dir, S_ISREG(st.st_mode)    ? "a regular file"
+                               : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                                      : "a special file");
     /* the models take 28 x 28 images: checked on the headers, before any payload is read */
     mpt_status s = mpt_mnist_load_shape(dir, 28, 28, &cd->d);
     if (s == MPT_ERR_SHAPE) {
