@@ -36,9 +36,10 @@
  * state is cross-checked: the scaler as it stands between two steps (inv_scale == 1/scale in FP32,
  * found_inf 0, grad_mul 1, sumsq 0, steps_taken + steps_skipped == iteration, growth_tracker below the
  * growth interval, floor_hits <= steps_skipped, a static scale equal to the configured one), Adam's
- * exp_avg_sq >= 0, "model" and "precision" equal to the config's, the config valid by the command line's
- * own checks (mpt_cli_apply, mpt_cli_check), and the position within the data (cmd_train.c checks
- * batch < batches per epoch and iteration == epoch * batches + batch once the data is loaded).
+ * exp_avg_sq >= 0, "model" and "precision" equal to the config's, the seeds of "rng" those of the config's
+ * seed, the config valid by the command line's own checks (mpt_cli_apply, mpt_cli_check), and the position
+ * within the data (cmd_train.c checks batch < batches per epoch and iteration == epoch * batches + batch once
+ * the data is loaded).
  *
  * Resuming is exact because everything a step depends on is here or is derived from it: masters and
  * optimizer state (bytes), the scaler (exact floats), the iteration (LR schedule, dropout offsets, fault
@@ -348,6 +349,37 @@ static mpt_status check_summary_meta(const mpt_checkpoint *c, const mpt_cli_opts
     return MPT_OK;
 }
 
+/* One seed of "rng", v (a decimal string; path names it in the message), must equal want. */
+static mpt_status check_seed_text(const mpt_checkpoint *c, json_t *v, const char *path, uint64_t want) {
+    char w[32];
+    snprintf(w, sizeof w, "%llu", (unsigned long long)want);
+    if (v && json_is_string(v) && strcmp(json_string_value(v), w) == 0) return MPT_OK;
+    return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"rng\": %s is %s%s%s, but the config's seed gives %s",
+                      mpt_checkpoint_path(c), path, v && json_is_string(v) ? "'" : "",
+                      v ? (json_is_string(v) ? json_string_value(v) : "not a string") : "absent",
+                      v && json_is_string(v) ? "'" : "", w);
+}
+
+/* "rng" shows a reader the generators, which the run derives from the config's seed (the positions follow
+ * from the state): its seeds must be those, or the file was edited or corrupted. */
+static mpt_status check_rng(const mpt_checkpoint *c, const mpt_cli_opts *o) {
+    json_t *rng = NULL;
+    MPT_TRY(meta_json(c, "rng", &rng));
+    static const struct {
+        const char *key, *path;
+        mpt_rng_stream stream;
+    } streams[] = {{"init", "init.stream_seed", MPT_RNG_INIT},
+                   {"shuffle", "shuffle.stream_seed", MPT_RNG_SHUFFLE},
+                   {"dropout", "dropout.stream_seed", MPT_RNG_DROPOUT},
+                   {"validation_split", "validation_split.stream_seed", MPT_RNG_SPLIT}};
+    mpt_status s = check_seed_text(c, json_object_get(rng, "seed"), "seed", o->seed);
+    for (size_t i = 0; i < sizeof streams / sizeof streams[0] && s == MPT_OK; i++) /* json_object_get(NULL) is NULL */
+        s = check_seed_text(c, json_object_get(json_object_get(rng, streams[i].key), "stream_seed"), streams[i].path,
+                            mpt_rng_stream_seed(o->seed, streams[i].stream));
+    json_decref(rng);
+    return s;
+}
+
 static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_cli_run_state *rs) {
     json_t *state = NULL;
     MPT_TRY(meta_json(c, "state", &state));
@@ -358,7 +390,7 @@ static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt
     if (s == MPT_OK) s = get_f32(c, state, "state", "mean", 0.0, 1.0, &rs->mean);
     if (s == MPT_OK) s = get_f32(c, state, "state", "inv_std", FLT_MIN, FLT_MAX, &rs->inv_std);
     if (s == MPT_OK) s = get_int(c, state, "state", "n_train", 1, MAX_ROWS, &rs->n_train);
-    if (s == MPT_OK) s = get_int(c, state, "state", "n_val", 0, MAX_ROWS, &rs->n_val);
+    if (s == MPT_OK) s = get_int(c, state, "state", "n_val", 0, rs->n_train - 1, &rs->n_val); /* some to train on */
     if (s == MPT_OK) s = get_f64(c, state, "state", "best_test_acc", 0.0, 1.0, &rs->best_test_acc);
     if (s == MPT_OK) s = get_int(c, state, "state", "best_epoch", 0, rs->epoch + 1, &best_epoch);
     /* written since the resume fixes of issue 13; absent from older checkpoints */
@@ -434,6 +466,7 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"config\": %s", mpt_checkpoint_path(c), msg);
     }
     MPT_TRY(check_summary_meta(c, o));
+    MPT_TRY(check_rng(c, o));
     return read_state(c, o, rs);
 }
 
