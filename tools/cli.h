@@ -325,6 +325,13 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 /* Creates the output directory and its parents (mkdir -p). MPT_ERR_IO naming the path. */
 mpt_status mpt_cli_mkdirs(const char *path);
 
+/* Closes f, a file being written at path, and says whether every write reached it: MPT_OK, or MPT_ERR_IO
+ * "<path>: cannot write (<reason>)" when a write failed (a full disk) or the close did. The buffered rest is
+ * flushed first, so that a failure there gives its errno as the reason; when an earlier fprintf failed and
+ * stdio has nothing left to write, the reason is said to be unknown (errno has moved on since). f is closed
+ * in every case. */
+mpt_status mpt_cli_close_written(FILE *f, const char *path);
+
 /* ---- run checkpoints (run_checkpoint.c) ------------------------------------------------------------------ */
 
 /* Where a run is, besides its tensors: what a resumed run needs to continue exactly. */

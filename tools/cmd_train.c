@@ -44,6 +44,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+mpt_status mpt_cli_close_written(FILE *f, const char *path) {
+    int bad = ferror(f);
+    errno = 0;
+    int why = fflush(f) != 0 ? errno : 0; /* after a failed write, fflush writes the rest again, failing alike */
+    if (fclose(f) != 0 && !why) why = errno;
+    if (!bad && !why) return MPT_OK;
+    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
+                      why ? strerror(why) : "a write to it failed; stdio kept no reason");
+}
+
 mpt_status mpt_cli_mkdirs(const char *path) {
     char buf[MPT_CLI_PATH];
     if (strlen(path) >= sizeof buf) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof buf - 1);
@@ -801,8 +811,7 @@ static mpt_status write_gpu_records(run *r) {
     if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
     mpt_cuda_print_gemm_records(r->be, f);
     mpt_cuda_print_conv_records(r->be, f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    MPT_TRY(mpt_cli_close_written(f, path));
     if (!r->label[0]) {
         mpt_cuda_print_gemm_records(r->be, stdout);
         mpt_cuda_print_conv_records(r->be, stdout);

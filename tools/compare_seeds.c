@@ -479,7 +479,7 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
             if (finite) fprintf(f, "%.9g,%.9g,%.9g,%.9g\n", x[i], sm.mean, sm.min, sm.max);
             else fprintf(f, "%.9g,nan,nan,nan\n", x[i]);
         }
-        if (fclose(f) != 0) s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        s = mpt_cli_close_written(f, path);
     }
     free(x);
     for (int k = 0; k < r->n_seeds; k++) free(y[k]);
@@ -528,7 +528,7 @@ static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
         fprintf(f, "\nunset logscale y\n");
     }
     fprintf(f, "unset multiplot\n");
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    MPT_TRY(mpt_cli_close_written(f, path));
     return MPT_OK;
 }
 

@@ -55,8 +55,7 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                    "unset logscale y\n",
                 (int)MPT_PRECISION_FP16 + 1);
     fprintf(f, "unset multiplot\n");
-    int bad = ferror(f); /* a failed fprintf (full disk) is not always reported again by fclose */
-    if (fclose(f) != 0 || bad) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    MPT_TRY(mpt_cli_close_written(f, path));
     return MPT_OK;
 }
 
@@ -148,7 +147,8 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
         fprintf(f, "\n");
         lines++;
     }
-    if (fclose(f) != 0) *s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    mpt_status closed = mpt_cli_close_written(f, path);
+    if (closed != MPT_OK) *s = closed;
     return lines;
 }
 
@@ -231,6 +231,6 @@ mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *row
         fprintf(f, "\n");
     }
     fprintf(f, "unset multiplot\n");
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    MPT_TRY(mpt_cli_close_written(f, path));
     return mpt_cli_gnuplot(dir, "numerics.gp");
 }
