@@ -90,11 +90,22 @@ static int find_module(void) {
     return 0;
 }
 
+/* The module finds the engine functions it calls in the process's global scope. A program that loaded
+ * libmptrain.so itself with dlopen(RTLD_LOCAL) (Python's ctypes does) kept them out of it: reopening the
+ * already loaded library with RTLD_GLOBAL puts them there (the handle stays open, as the library must). In a
+ * program that links libmptrain statically this changes nothing: it exports them itself (-Wl,--export-dynamic). */
+static void make_engine_global(void) {
+    Dl_info info;
+    if (dladdr((void *)&mpt_cuda_module_status, &info) && info.dli_fname && info.dli_fname[0])
+        (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
+
 static void load_module(void) {
 #ifdef MPT_HAVE_CUDA
     state.built = 1;
 #endif
     if (!find_module()) return;
+    make_engine_global();
     void *h = dlopen(state.path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();

@@ -99,6 +99,13 @@ if [ -f "$module" ]; then
     missing=$(nm -D --undefined-only "$module" | awk '$2 ~ /^mpt_/ { print $2 }' | sort -u | comm -23 - "$stage/exported")
     check "the CUDA module's engine symbols are all exported by libmptrain.so${missing:+ (missing: $missing)}" \
         [ -z "$missing" ]
+    # a program that dlopen()s libmptrain.so with RTLD_LOCAL, as Python's ctypes does, loads the module too
+    # (the probe then says whether a GPU is usable; "CUDA backend module ...: cannot load it" if it did not load)
+    probe=$(python3 -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1]); buf = ctypes.create_string_buffer(8192)
+lib.mpt_cuda_available(buf, ctypes.c_size_t(8192)); print(buf.value.decode())' "$libdir/libmptrain.so" 2>&1)
+    check "libmptrain.so opened RTLD_LOCAL (Python ctypes) loads the CUDA module: ${probe:0:160}" \
+        bash -c "! grep -q '^CUDA backend module\|Traceback\|Error' <<< \"\$1\"" _ "$probe"
     info=$("$prefix/bin/mptrain" info 2>&1)
     check "the installed mptrain loads the installed CUDA module" grep -qF "loadable: yes, $module" <<< "$info"
 fi
