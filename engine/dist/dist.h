@@ -119,7 +119,10 @@ double mpt_dist_comm_seconds(const mpt_dist *d);
 
 /* ---- jobs of independent runs: mptrain compare / lab over MPI (tools/sweep.c) ------------------------------- *
  * The same job (MPI_COMM_WORLD) as the data-parallel hook; a sweep joins it with mpt_dist_init (any wire
- * dtype: a sweep sends no gradients). Results travel as opaque byte strings between ranks of one binary. */
+ * dtype: a sweep sends no gradients). Results travel as opaque byte strings between ranks of one binary.
+ * These calls wait without spinning (they test the request and sleep 50 us to 2 ms between tests): a rank
+ * that waits for another's runs leaves its core to the ranks still training (Open MPI's blocking calls poll at
+ * full speed). The latency this adds is a few milliseconds per call, nothing against a training run. */
 
 /* The number of ranks a launcher announced in the environment (Open MPI's mpirun: OMPI_COMM_WORLD_SIZE;
  * MPICH's Hydra and Slurm's srun --mpi=pmi2: PMI_SIZE), 1 when only PMIX_RANK says a PMIx launcher (srun

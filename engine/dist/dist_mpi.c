@@ -324,20 +324,42 @@ double mpt_dist_sum_f64(mpt_dist *d, double x) {
 
 int mpt_dist_local_size(const mpt_dist *d) { return d->local_size; }
 
+/* Waits for a request without spinning: Open MPI's blocking calls poll at full speed, so a rank that waits for
+ * another's runs (a sweep's agreement, the next lab batch, results in plan order) would take a core from the
+ * ranks still training. Polls with MPI_Test and sleeps between polls, 50 us growing to 2 ms. */
+static mpt_status wait_idle(MPI_Request *req, const char *what) {
+    long ns = 50000;
+    for (;;) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+        if (done) return MPT_OK;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < 2000000) ns *= 2;
+    }
+}
+
 mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n) {
     if (n < 0 || n > INT_MAX)
         return mpt_errorf(MPT_ERR_ARG, "MPI message of %lld bytes to rank %d: at most %d", (long long)n, dest, INT_MAX);
-    int rc = MPI_Send(buf, (int)n, MPI_BYTE, dest, tag, d->comm);
-    return rc == MPI_SUCCESS ? MPT_OK : mpi_error(rc, "MPI_Send");
+    MPI_Request req; /* the receiver may be busy: wait without spinning (wait_idle) */
+    int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, d->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
+    return wait_idle(&req, "MPI_Isend");
 }
 
 mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from) {
     *buf = NULL;
     *n = 0;
     MPI_Status st;
-    int rc, count = 0;
-    if ((rc = MPI_Probe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &st)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Probe");
+    int rc, count = 0, found = 0;
+    for (long ns = 50000; !found;) { /* MPI_Iprobe and sleep: see wait_idle */
+        if ((rc = MPI_Iprobe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &found, &st)) != MPI_SUCCESS)
+            return mpi_error(rc, "MPI_Iprobe");
+        struct timespec ts = {0, ns};
+        if (!found) nanosleep(&ts, NULL);
+        if (ns < 2000000) ns *= 2;
+    }
     if ((rc = MPI_Get_count(&st, MPI_BYTE, &count)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Get_count");
     void *b = malloc(count > 0 ? (size_t)count : 1);
     if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d bytes for a message from rank %d", count,
@@ -355,7 +377,9 @@ mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, 
 mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
     int64_t len = d->rank == root ? *n : 0;
     int rc;
-    if ((rc = MPI_Bcast(&len, 1, MPI_INT64_T, root, d->comm)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Bcast");
+    MPI_Request req;
+    if ((rc = MPI_Ibcast(&len, 1, MPI_INT64_T, root, d->comm, &req)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Ibcast");
+    MPT_TRY(wait_idle(&req, "MPI_Ibcast"));
     if (len < 0 || len > INT_MAX)
         return mpt_errorf(MPT_ERR_ARG, "MPI broadcast of %lld bytes: at most %d", (long long)len, INT_MAX);
     void *b = *buf;
@@ -373,8 +397,10 @@ mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
 }
 
 mpt_status mpt_dist_sum_int(mpt_dist *d, int *x) {
-    int rc = MPI_Allreduce(MPI_IN_PLACE, x, 1, MPI_INT, MPI_SUM, d->comm);
-    return rc == MPI_SUCCESS ? MPT_OK : mpi_error(rc, "MPI_Allreduce");
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, 1, MPI_INT, MPI_SUM, d->comm, &req);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
+    return wait_idle(&req, "MPI_Iallreduce");
 }
 
 mpt_status mpt_dist_signal(mpt_dist *d, int tag) {
@@ -402,8 +428,10 @@ mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected) {
     int rc;
     for (int k = 0; k < expected; k++) {
         int x;
-        if ((rc = MPI_Recv(&x, 1, MPI_INT, MPI_ANY_SOURCE, tag, d->comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS)
-            return mpi_error(rc, "MPI_Recv (signal)");
+        MPI_Request req;
+        if ((rc = MPI_Irecv(&x, 1, MPI_INT, MPI_ANY_SOURCE, tag, d->comm, &req)) != MPI_SUCCESS)
+            return mpi_error(rc, "MPI_Irecv (signal)");
+        MPT_TRY(wait_idle(&req, "MPI_Irecv (signal)"));
     }
     if (d->n_signals > 0 && (rc = MPI_Waitall(d->n_signals, d->signals, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
         return mpi_error(rc, "MPI_Waitall (signals)");
