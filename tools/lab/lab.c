@@ -4,8 +4,8 @@
  *
  * Under mpirun (docs/distributed.md) rank 0 runs the lessons; the runs a lesson hands to mpt_lab_train_batch are
  * broadcast to the other ranks, dealt out round-robin (tools/sweep.c) and their results gathered on rank 0, which
- * alone writes the reports; the other ranks serve batches until rank 0 says the lab is over. Runs a lesson
- * trains one at a time (each depending on the last) stay on rank 0.
+ * alone writes the reports; the other ranks serve batches until rank 0 says the lab is over. A run a lesson
+ * trains on its own (it depends on earlier results: loss-scaling's large-batch run) stays on rank 0.
  *
  * Sizes: a full lesson trains on the first 20000 Fashion-MNIST training images for 2 epochs and tests on all
  * 10000 test images, with 3 seeds where it needs seeds; --quick uses 2000 / 1000 images, 1 epoch and 2 seeds.

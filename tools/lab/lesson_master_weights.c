@@ -34,26 +34,35 @@ static double stat_mean(const mpt_cli_result *r, const char *tensor, const char 
     return NAN;
 }
 
-static mpt_status train(mpt_lab_ctx *c, const char *prec, const char *opt, const char *lr, int mode, run_out *o) {
-    snprintf(o->name, sizeof o->name, "%s-%s-%s", prec, opt, modes[mode]);
-    const char *mw = mode == 0 ? "fp32" : "none", *ur = mode == 2 ? "stochastic" : "nearest";
-    const char *fl[] = {"--precision", prec, "--optimizer", opt, "--lr", lr, "--master-weights", mw,
-                        "--update-rounding", ur, "--telemetry", "10", NULL};
-    mpt_cli_result r;
-    mpt_status s = mpt_lab_train(c, o->name, fl, &r);
-    o->acc = 100.0 * r.final_test_acc;
-    o->lost = stat_mean(&r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
-    o->lost_if16 = stat_mean(&r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
-    mpt_cli_result_free(&r);
-    return s;
+/* The accuracy and the lost-update fractions of a finished run (frees it). */
+static void read_run(mpt_cli_result *r, run_out *o) {
+    o->acc = 100.0 * r->final_test_acc;
+    o->lost = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+    o->lost_if16 = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+    mpt_cli_result_free(r);
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
     const char *lr_sgd = mpt_lab_param_text(c, "sgd-lr", "0.01");
     const char *cases[N_CASES][3] = {{"bf16", "sgd", lr_sgd}, {"fp16", "sgd", lr_sgd}, {"bf16", "adam", "0.001"}};
     run_out ro[N_CASES][N_MODES];
+    /* the nine runs are independent: one batch (shared by the ranks under mpirun) */
+    const char *fl[N_CASES * N_MODES][14];
+    mpt_lab_run runs[N_CASES * N_MODES];
+    static mpt_cli_result res[N_CASES * N_MODES];
     for (int k = 0; k < N_CASES; k++)
-        for (int m = 0; m < N_MODES; m++) MPT_TRY(train(c, cases[k][0], cases[k][1], cases[k][2], m, &ro[k][m]));
+        for (int m = 0; m < N_MODES; m++) {
+            run_out *o = &ro[k][m];
+            snprintf(o->name, sizeof o->name, "%s-%s-%s", cases[k][0], cases[k][1], modes[m]);
+            const char *mw = m == 0 ? "fp32" : "none", *ur = m == 2 ? "stochastic" : "nearest";
+            const char *f[] = {"--precision", cases[k][0], "--optimizer", cases[k][1], "--lr", cases[k][2],
+                               "--master-weights", mw, "--update-rounding", ur, "--telemetry", "10", NULL};
+            memcpy(fl[k * N_MODES + m], f, sizeof f);
+            runs[k * N_MODES + m] = (mpt_lab_run){o->name, fl[k * N_MODES + m]};
+        }
+    MPT_TRY(mpt_lab_train_batch(c, runs, N_CASES * N_MODES, res));
+    for (int k = 0; k < N_CASES; k++)
+        for (int m = 0; m < N_MODES; m++) read_run(&res[k * N_MODES + m], &ro[k][m]);
     const run_out *bm = &ro[0][0], *bn = &ro[0][1], *bs = &ro[0][2];
     c->observed = bn->lost >= 0.10 && bm->acc - bn->acc >= 1.0;
     char others[600];

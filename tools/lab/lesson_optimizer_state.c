@@ -20,16 +20,21 @@ static const char *const states[N_STATES] = {"fp32", "bf16", "fp16"};
 static mpt_status run(mpt_lab_ctx *c) {
     const char *prec = mpt_lab_param_text(c, "precision", "bf16");
     double acc[N_STATES], loss[N_STATES];
+    char name[N_STATES][48];
+    const char *fl[N_STATES][7];
+    mpt_lab_run runs[N_STATES];
+    static mpt_cli_result res[N_STATES];
+    for (int i = 0; i < N_STATES; i++) { /* independent runs: one batch */
+        snprintf(name[i], sizeof name[i], "state-%s", states[i]);
+        const char *f[] = {"--precision", prec, "--optimizer", "adam", "--optimizer-state", states[i], NULL};
+        memcpy(fl[i], f, sizeof f);
+        runs[i] = (mpt_lab_run){name[i], fl[i]};
+    }
+    MPT_TRY(mpt_lab_train_batch(c, runs, N_STATES, res));
     for (int i = 0; i < N_STATES; i++) {
-        char name[48];
-        snprintf(name, sizeof name, "state-%s", states[i]);
-        const char *fl[] = {"--precision", prec, "--optimizer", "adam", "--optimizer-state", states[i], NULL};
-        mpt_cli_result r;
-        mpt_status s = mpt_lab_train(c, name, fl, &r);
-        acc[i] = 100.0 * r.final_test_acc;
-        loss[i] = r.final_train_loss;
-        mpt_cli_result_free(&r);
-        MPT_TRY(s);
+        acc[i] = 100.0 * res[i].final_test_acc;
+        loss[i] = res[i].final_train_loss;
+        mpt_cli_result_free(&res[i]);
     }
     double d_bf = acc[1] - acc[0], d_fp = acc[2] - acc[0];
     c->observed = d_fp <= -1.0 && fabs(d_bf) < 1.0;

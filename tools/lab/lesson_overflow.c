@@ -24,16 +24,14 @@ typedef struct run_out {
     int64_t steps;
 } run_out;
 
-static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *flags, run_out *o) {
-    mpt_cli_result r;
-    mpt_status s = mpt_lab_train(c, name, flags, &r);
+/* The numbers of a finished run (frees it). */
+static void read_run(mpt_cli_result *r, const char *name, run_out *o) {
     snprintf(o->name, sizeof o->name, "%s", name);
-    o->acc = 100.0 * r.final_test_acc;
-    o->final_scale = r.final_scale;
-    o->skipped = r.steps_skipped;
-    o->steps = r.iterations;
-    mpt_cli_result_free(&r);
-    return s;
+    o->acc = 100.0 * r->final_test_acc;
+    o->final_scale = r->final_scale;
+    o->skipped = r->steps_skipped;
+    o->steps = r->iterations;
+    mpt_cli_result_free(r);
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
@@ -46,11 +44,16 @@ static mpt_status run(mpt_lab_ctx *c) {
     snprintf(dy, sizeof dy, "dynamic:%.17g", S);
     run_out ro[1 + N_PRESETS];
     const char *fs[] = {"--precision", "fp16", "--loss-scale", st, "--log-every", "1", NULL};
-    MPT_TRY(train(c, "static", fs, &ro[0]));
-    for (int i = 0; i < N_PRESETS; i++) {
-        const char *fd[] = {"--precision", "fp16", "--loss-scale", dy, "--scaler", presets[i], "--log-every", "1", NULL};
-        MPT_TRY(train(c, presets[i], fd, &ro[1 + i]));
+    const char *fd[N_PRESETS][9];
+    mpt_lab_run runs[1 + N_PRESETS] = {{"static", fs}};
+    static mpt_cli_result res[1 + N_PRESETS];
+    for (int i = 0; i < N_PRESETS; i++) { /* the static run and the presets are independent: one batch */
+        const char *f[] = {"--precision", "fp16", "--loss-scale", dy, "--scaler", presets[i], "--log-every", "1", NULL};
+        memcpy(fd[i], f, sizeof f);
+        runs[1 + i] = (mpt_lab_run){presets[i], fd[i]};
     }
+    MPT_TRY(mpt_lab_train_batch(c, runs, 1 + N_PRESETS, res));
+    for (int i = 0; i <= N_PRESETS; i++) read_run(&res[i], runs[i].name, &ro[i]);
     int backed_off = 1;
     for (int i = 1; i <= N_PRESETS; i++) backed_off &= ro[i].final_scale < S;
     c->observed = ro[0].skipped > 0 && backed_off;

@@ -139,23 +139,30 @@ static mpt_status measure_layers(const mpt_lab_ctx *c, const char *ckpt, mpt_mat
 static mpt_status run(mpt_lab_ctx *c) {
     int ns = c->n_seeds;
     double acc32[MPT_CLI_MAX_SEEDS], acctf[MPT_CLI_MAX_SEEDS];
-    mpt_status s = MPT_OK;
-    for (int k = 0; k < ns && s == MPT_OK; k++) {
-        char seed[16], n32[32], ntf[32];
-        snprintf(seed, sizeof seed, "%d", k);
-        snprintf(n32, sizeof n32, "fp32-seed%d", k);
-        snprintf(ntf, sizeof ntf, "tf32-seed%d", k);
-        const char *f32[] = {"--precision", "fp32", "--seed", seed, NULL};
-        const char *ftf[] = {"--precision", "tf32", "--seed", seed, NULL};
-        mpt_cli_result r;
-        s = mpt_lab_train(c, n32, f32, &r);
-        acc32[k] = 100.0 * r.final_test_acc;
-        mpt_cli_result_free(&r);
-        if (s == MPT_OK) s = mpt_lab_train(c, ntf, ftf, &r);
-        acctf[k] = 100.0 * r.final_test_acc;
-        mpt_cli_result_free(&r);
+    if (ns > MPT_LAB_MAX_BATCH / 2) return mpt_errorf(MPT_ERR_ARG, "tf32: %d seeds, at most %d", ns, MPT_LAB_MAX_BATCH / 2);
+    /* fp32 and tf32 for every seed: independent runs, one batch */
+    char seed[MPT_LAB_MAX_BATCH / 2][16], name[MPT_LAB_MAX_BATCH][32];
+    const char *fl[MPT_LAB_MAX_BATCH][5];
+    mpt_lab_run runs[MPT_LAB_MAX_BATCH] = {{NULL, NULL}};
+    static mpt_cli_result res[MPT_LAB_MAX_BATCH];
+    for (int k = 0; k < ns; k++) {
+        snprintf(seed[k], sizeof seed[k], "%d", k);
+        for (int p = 0; p < 2; p++) {
+            int i = 2 * k + p;
+            const char *prec = p == 0 ? "fp32" : "tf32";
+            snprintf(name[i], sizeof name[i], "%s-seed%d", prec, k);
+            const char *f[] = {"--precision", prec, "--seed", seed[k], NULL};
+            memcpy(fl[i], f, sizeof f);
+            runs[i] = (mpt_lab_run){name[i], fl[i]};
+        }
     }
-    MPT_TRY(s);
+    MPT_TRY(mpt_lab_train_batch(c, runs, 2 * ns, res));
+    for (int k = 0; k < ns; k++) {
+        acc32[k] = 100.0 * res[2 * k].final_test_acc;
+        acctf[k] = 100.0 * res[2 * k + 1].final_test_acc;
+        mpt_cli_result_free(&res[2 * k]);
+        mpt_cli_result_free(&res[2 * k + 1]);
+    }
 
     mpt_policy pol = mpt_policy_make(MPT_PRECISION_TF32);
     mpt_math tf_math = mpt_policy_for(&pol, MPT_OP_LINEAR, MPT_DTYPE_F32).math;
