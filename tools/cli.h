@@ -486,9 +486,9 @@ typedef struct mpt_cli_sweep {
 mpt_status mpt_cli_sweep_run(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status setup);
 
 /* Joins the MPI job when a launcher started this process as one of N >= 2 ranks (engine/dist: mpt_dist_env_size);
- * *out stays NULL for a single process (no launcher, or one rank). MPT_ERR_ARG naming `command` when started as
- * one of several ranks by a build without MPI (every rank would run the whole plan). */
-mpt_status mpt_cli_sweep_join(const char *command, mpt_dist **out);
+ * *out stays NULL for a single process (no launcher, or one rank). MPT_ERR_ARG when started as one of several
+ * ranks by a build without MPI (every rank would run the whole plan into one --out). */
+mpt_status mpt_cli_sweep_join(mpt_dist **out);
 
 /* The OpenBLAS threads of one rank: `given` (--threads) when > 0; else the CPUs the launcher bound the rank to,
  * when fewer than the node has; else the node's online cores divided by the job's ranks on the node (at least

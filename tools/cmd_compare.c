@@ -177,7 +177,7 @@ int mpt_cmd_compare(int argc, char **argv) {
         if (s != MPT_OK) return mpt_cli_fail("compare", s);
     }
     mpt_dist *dist = NULL;
-    s = mpt_cli_sweep_join("mptrain compare", &dist);
+    s = mpt_cli_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     rc = compare_with(&o, dist);
     mpt_dist_free(&dist);

@@ -297,16 +297,16 @@ mpt_status mpt_cli_sweep_run(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status se
 
 /* ---- joining the job ------------------------------------------------------------------------------------------- */
 
-mpt_status mpt_cli_sweep_join(const char *command, mpt_dist **out) {
+mpt_status mpt_cli_sweep_join(mpt_dist **out) {
     *out = NULL;
     int env = mpt_dist_env_size();
     if (env == 0) return MPT_OK;
     if (!mpt_dist_built()) {
         if (env == 1) return MPT_OK;
-        return mpt_errorf(MPT_ERR_ARG, "%s: started as one of %d MPI ranks, but this mptrain was built without MPI, "
-                                       "so every rank would run the whole plan into the same --out: run it without "
+        return mpt_errorf(MPT_ERR_ARG, "started as one of %d MPI ranks, but this mptrain was built without MPI, so "
+                                       "every rank would run the whole plan into the same --out: run it without "
                                        "mpirun, or install libopenmpi-dev openmpi-bin and rebuild (meson setup "
-                                       "--reconfigure build -Dmpi=enabled)", command, env);
+                                       "--reconfigure build -Dmpi=enabled)", env);
     }
     mpt_dist *d = NULL;
     MPT_TRY(mpt_dist_init(&d, MPT_GRAD_COMM_FP32));

@@ -378,7 +378,7 @@ int mpt_cmd_lab(int argc, char **argv) {
     base.limit_train = quick ? 2000 : 20000;
     base.limit_test = quick ? 1000 : 0;
     mpt_dist *dist = NULL;
-    mpt_status s = mpt_cli_sweep_join("mptrain lab", &dist);
+    mpt_status s = mpt_cli_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("lab", s);
     int rc = lab_with(&base, out, run, n, quick, params, n_params, dist);
     mpt_dist_free(&dist);
