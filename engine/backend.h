@@ -45,7 +45,18 @@ typedef enum mpt_epilogue {
     MPT_EPILOGUE_NONE = 0,  /* D = alpha*op(A)op(B) + beta*C */
     MPT_EPILOGUE_BIAS,      /* ... + bias[n] on every row */
     MPT_EPILOGUE_RELU_BIAS, /* relu(... + bias[n]) */
+    MPT_EPILOGUE_BGRAD,     /* D as NONE, and bias_grad[m] = sum_k op(A)[m, k] in FP32, written (not added): the
+                               bias gradient of a linear layer fused into its weight-gradient GEMM (cuBLASLt
+                               CUBLASLT_EPILOGUE_BGRADB; A is dy stored [K, M], so trans_a must be 1; alpha 1;
+                               C F32). On the CPU: the GEMM, then be->bias_grad's loop over the stored [K, M] A
+                               (the unfused bits). cuBLASLt's reduction order is its own: on the GPU the fused bias
+                               gradient differs from bias_grad's within FP32 summation error (K terms). */
 } mpt_epilogue;
+
+/* Whether an epilogue adds the bias vector (BIAS, RELU_BIAS). */
+static inline int mpt_epilogue_adds_bias(mpt_epilogue e) {
+    return e == MPT_EPILOGUE_BIAS || e == MPT_EPILOGUE_RELU_BIAS;
+}
 
 typedef struct mpt_gemm_args {
     /* C[M,N] = epilogue(alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]), row-major, C written in place.
@@ -57,6 +68,7 @@ typedef struct mpt_gemm_args {
     const void *B; mpt_dtype b_dtype; /* same dtype as A */
     void *C; mpt_dtype c_dtype;       /* F32, F16 or BF16; read when beta != 0 */
     const void *bias; mpt_dtype bias_dtype; /* [N], for the BIAS epilogues; else NULL */
+    float *bias_grad;                 /* [M] FP32 output of MPT_EPILOGUE_BGRAD; else NULL */
     float alpha, beta;
     mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype */
     mpt_epilogue epilogue;

@@ -21,6 +21,8 @@ mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch
     g->batch = batch;
     g->batch_row0 = 0;
     g->batch_global = batch;
+    const char *fuse = getenv("MPT_FUSED_EPILOGUES");
+    g->fuse_epilogues = !(fuse && strcmp(fuse, "0") == 0);
     return g;
 }
 

@@ -106,6 +106,11 @@ struct mpt_graph {
                                      MPT_MEM_TWIN; set before mpt_graph_alloc */
     int grad_overwrite;           /* first writes overwrite gradients instead of zeroing the arenas (see the
                                      header comment); set by mpt_trainer_create, 0 by default */
+    int fuse_epilogues;           /* layers may fuse work into GEMM epilogues: a linear layer's bias gradient
+                                     into its weight-gradient GEMM (MPT_EPILOGUE_BGRAD) on a first write. 1 unless
+                                     MPT_FUSED_EPILOGUES=0 is in the environment at mpt_graph_create; tests set it
+                                     to compare. Bit-identical either way on the CPU; on the GPU cuBLASLt sums the
+                                     fused bias gradient in its own order (engine/backend.h) */
 };
 
 /* Creates an empty graph for batch size `batch` (>= 1: every tensor's first dim) on `be` with `policy`

@@ -1,7 +1,7 @@
 /*
  * tests/grad_overwrite.h - shared by test_graph.c (CPU) and test_cuda.c (GPU): a graph's gradients with
  * g->grad_overwrite on (first writes overwrite, no arena memsets: engine/graph.h) against the same graph with it off
- * (arenas zeroed, every write adds), on one backend.
+ * (arenas zeroed, every write adds), on one backend; and with g->fuse_epilogues on against off.
  *
  * The gradient and activation-gradient arenas are filled with 0xff bytes (NaN in every dtype) before each run, so a
  * layer that reads a gradient it should have overwritten, or a gradient nobody zeroed, shows up as NaN or as a
@@ -21,9 +21,10 @@
 #include "tests/harness.h"
 #include "models/models.h"
 
-/* Host copies of every gradient of g after the runs described above, concatenated (bytes in *len). */
+/* Host copies of the gradients of g after the runs described above, concatenated (bytes in *len): every
+ * activation gradient, and the parameter gradients too when params is nonzero. */
 static unsigned char *grad_overwrite_run(mpt_backend *be, const char *model, mpt_precision prec, int overwrite,
-                                         size_t *len) {
+                                         int fuse, int params, size_t *len) {
     const int B = 16;
     mpt_policy policy = mpt_policy_make(prec);
     mpt_graph *g = mpt_graph_create(be, &policy, B);
@@ -31,6 +32,7 @@ static unsigned char *grad_overwrite_run(mpt_backend *be, const char *model, mpt
     ck_assert_msg(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
     mpt_softmax_xent(g, logits, "loss");
     g->grad_overwrite = overwrite;
+    g->fuse_epilogues = fuse;
     ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
     float *scale = be->alloc(be, sizeof(float));
     const float s = 256.0f;
@@ -72,17 +74,18 @@ static unsigned char *grad_overwrite_run(mpt_backend *be, const char *model, mpt
     mpt_graph_backward(g);
     mpt_graph_forward(g); /* a second micro-batch: parameter gradients add up */
     mpt_graph_backward(g);
+    const mpt_mem dumped = params ? MPT_MEM_GRAD : MPT_MEM_ACT_GRAD;
     size_t total = 0;
     for (int i = 0; i < g->n_tensors; i++) {
         const mpt_tensor *t = g->tensors[i];
-        if (!t->view_of && (t->mem == MPT_MEM_GRAD || t->mem == MPT_MEM_ACT_GRAD)) total += mpt_tensor_nbytes(t);
+        if (!t->view_of && (t->mem == dumped || t->mem == MPT_MEM_ACT_GRAD)) total += mpt_tensor_nbytes(t);
     }
     unsigned char *out = malloc(total ? total : 1);
     ck_assert_ptr_nonnull(out);
     size_t off = 0;
     for (int i = 0; i < g->n_tensors; i++) {
         const mpt_tensor *t = g->tensors[i];
-        if (t->view_of || (t->mem != MPT_MEM_GRAD && t->mem != MPT_MEM_ACT_GRAD)) continue;
+        if (t->view_of || (t->mem != dumped && t->mem != MPT_MEM_ACT_GRAD)) continue;
         be->to_host(be, out + off, t->data, mpt_tensor_nbytes(t));
         off += mpt_tensor_nbytes(t);
     }
@@ -92,20 +95,35 @@ static unsigned char *grad_overwrite_run(mpt_backend *be, const char *model, mpt
     return out;
 }
 
-/* Both modes on `be`: the gradients must be the same bytes (a poisoned byte read in overwrite mode would differ). */
-static void grad_overwrite_check(mpt_backend *be, const char *model, mpt_precision prec) {
+/* Runs (overwrite_a, fuse_a) and (overwrite_b, fuse_b) and requires the same gradient bytes. */
+static void grad_runs_equal(mpt_backend *be, const char *model, mpt_precision prec, int overwrite_a, int fuse_a,
+                            int overwrite_b, int fuse_b, int params, const char *what) {
     size_t la = 0, lb = 0;
-    unsigned char *a = grad_overwrite_run(be, model, prec, 0, &la);
-    unsigned char *b = grad_overwrite_run(be, model, prec, 1, &lb);
+    unsigned char *a = grad_overwrite_run(be, model, prec, overwrite_a, fuse_a, params, &la);
+    unsigned char *b = grad_overwrite_run(be, model, prec, overwrite_b, fuse_b, params, &lb);
     ck_assert_uint_eq(la, lb);
     ck_assert_uint_gt(la, 0);
     size_t first = la;
     for (size_t i = 0; i < la && first == la; i++)
         if (a[i] != b[i]) first = i;
-    ck_assert_msg(first == la, "%s %s on %s: gradients with grad_overwrite differ from zeroed arenas at byte %zu of %zu",
-                  model, mpt_precision_name(prec), be->name, first, la);
+    ck_assert_msg(first == la, "%s %s on %s: %s differ at byte %zu of %zu", model, mpt_precision_name(prec), be->name,
+                  what, first, la);
     free(a);
     free(b);
+}
+
+/* Both modes on `be` (unfused): the gradients must be the same bytes (a poisoned byte read in overwrite mode would
+ * differ). */
+static void grad_overwrite_check(mpt_backend *be, const char *model, mpt_precision prec) {
+    grad_runs_equal(be, model, prec, 0, 0, 1, 0, 1, "gradients with grad_overwrite and with zeroed arenas");
+}
+
+/* Fused epilogues off and on (grad_overwrite on, so the first bias-gradient write fuses): all gradients bit for bit
+ * (params = 1: the CPU, whose fused bias gradient is bias_grad's loop), or the activation gradients only
+ * (params = 0: the GPU, where cuBLASLt sums the fused bias gradient, and may pick another dW algorithm, in its own
+ * order; bounded in test_gemm_bgrad_epilogue). */
+static void grad_fuse_check(mpt_backend *be, const char *model, mpt_precision prec, int params) {
+    grad_runs_equal(be, model, prec, 1, 0, 1, 1, params, "gradients with fused and unfused epilogues");
 }
 
 #endif

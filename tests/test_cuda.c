@@ -1239,14 +1239,101 @@ START_TEST(test_gather_batch) {
 }
 END_TEST
 
+/* MPT_EPILOGUE_BGRAD (cuBLASLt CUBLASLT_EPILOGUE_BGRADB) on the GPU against the CPU's unfused bits, for a linear
+ * layer's weight-gradient shapes (dW[M=out, N=in] = dy^T x over K = batch rows) in every math mode, beta 0 and 1:
+ * C within the GEMM bound of the other GEMM tests (gemm_bound); the bias gradient, column sums of dy in an order of
+ * cuBLASLt's choosing, within twice the FP32 summation bound K u32 sum_k |dy[k, m]| of the CPU's, plus the TF32
+ * rounding of the operand in tf32 mode (cuBLASLt may reduce the rounded operand: not documented), u_tf32 sum|dy|.
+ * C: each backend within ((K + 4) u32 + op_err) sum|terms| of the exact value (K FP32 sums in any order, the
+ * epilogue; op_err the TF32 operand rounding), so within twice that of each other. The GEMM record names the
+ * epilogue (or the two-step path when the heuristic declines it). */
+START_TEST(test_gemm_bgrad_epilogue) {
+    static const int64_t shapes[][3] = {{64, 784, 128}, {10, 64, 128}, {33, 17, 5}};
+    tests_rng r = {4545};
+    for (size_t si = 0; si < 3; si++)
+        for (int mi = 0; mi < 4; mi++)
+            for (int beta = 0; beta < 2; beta++) {
+                const mpt_math math = all_math[mi];
+                const mpt_dtype t = operand_dtype(math);
+                const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                void *dy = fill(&r, t, K * M, -1, 1), *x = fill(&r, t, K * N, -1, 1);
+                float *c0 = fill(&r, MPT_DTYPE_F32, M * N, -1, 1);
+                mpt_gemm_args a = {.trans_a = 1, .M = M, .N = N, .K = K, .a_dtype = t, .b_dtype = t,
+                                   .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = (float)beta, .math = math,
+                                   .epilogue = MPT_EPILOGUE_BGRAD, .tag = "bgrad.test"};
+                mpt_gemm_args ag = a, ac = a;
+                ag.A = dev_put(dy, nbytes(t, K * M));
+                ag.B = dev_put(x, nbytes(t, K * N));
+                ag.C = dev_put(c0, (size_t)(M * N) * 4);
+                ag.bias_grad = dev_alloc((size_t)M * 4);
+                reserve(gpu, gpu->gemm_workspace(gpu, &ag));
+                gpu->gemm(gpu, &ag);
+                float *cg = xmalloc((size_t)(M * N) * 4), *bg = xmalloc((size_t)M * 4);
+                dev_get(cg, ag.C, (size_t)(M * N) * 4);
+                dev_get(bg, ag.bias_grad, (size_t)M * 4);
+                float *cc = host_dup(c0, (size_t)(M * N) * 4), *bc = xmalloc((size_t)M * 4);
+                ac.A = dy;
+                ac.B = x;
+                ac.C = cc;
+                ac.bias_grad = bc;
+                reserve(cpu, cpu->gemm_workspace(cpu, &ac));
+                cpu->gemm(cpu, &ac);
+                const double tf32 = math == MPT_MATH_TF32 ? 0x1p-11 : 0.0;
+                for (int64_t m = 0; m < M; m++) {
+                    double T = 0.0;
+                    for (int64_t k = 0; k < K; k++) T += fabs(ld(dy, t, k * M + m));
+                    const double bound = 2.0 * (double)K * U32 * T + tf32 * T;
+                    EXPECT(fabs((double)bg[m] - (double)bc[m]) <= bound,
+                           "BGRAD %s %lldx%lldx%lld beta %d: bias gradient [%lld] GPU %.9g CPU %.9g, bound %.3g",
+                           mpt_math_name(math), (long long)M, (long long)N, (long long)K, beta, (long long)m,
+                           (double)bg[m], (double)bc[m], bound);
+                    for (int64_t n = 0; n < N; n++) {
+                        double S = beta ? fabs((double)c0[m * N + n]) : 0.0;
+                        for (int64_t k = 0; k < K; k++) S += fabs(ld(dy, t, k * M + m) * ld(x, t, k * N + n));
+                        const double cb = 2.0 * (((double)K + 4.0) * U32 + op_err(math)) * S;
+                        EXPECT(fabs((double)cg[m * N + n] - (double)cc[m * N + n]) <= cb,
+                               "BGRAD %s beta %d: C[%lld,%lld] GPU %.9g CPU %.9g, bound %.3g", mpt_math_name(math),
+                               beta, (long long)m, (long long)n, (double)cg[m * N + n], (double)cc[m * N + n], cb);
+                    }
+                }
+                dev_free((void *)ag.A);
+                dev_free((void *)ag.B);
+                dev_free(ag.C);
+                dev_free(ag.bias_grad);
+                free(dy);
+                free(x);
+                free(c0);
+                free(cg);
+                free(bg);
+                free(cc);
+                free(bc);
+            }
+    int found = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "bgrad.test") != 0) continue;
+        found++;
+        EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_BGRADB") == 0 || strstr(rec.path, "bias_grad kernel") != NULL,
+               "BGRAD record: epilogue %s, path %s", rec.epilogue, rec.path);
+    }
+    EXPECT(found > 0, "no GEMM record for the BGRAD calls");
+}
+END_TEST
+
 /* g->grad_overwrite on the GPU: first writes overwrite (GEMM and cuDNN beta 0, the kernels' accumulate = 0), no
  * gradient-arena memsets; the gradients of zeroed arenas bit for bit, with the arenas poisoned
- * (tests/grad_overwrite.h), for the three models in fp32 and fp16. */
+ * (tests/grad_overwrite.h), for the three models in fp32 and fp16; with fused epilogues (the BGRADB weight-gradient
+ * GEMM) the activation gradients are unchanged bit for bit (the fused parameter gradients:
+ * test_gemm_bgrad_epilogue). */
 START_TEST(test_grad_overwrite_bit_identical) {
     static const char *const models[3] = {"mlp", "lenet5", "cnn"};
     static const mpt_precision precs[2] = {MPT_PRECISION_FP32, MPT_PRECISION_FP16};
     for (int m = 0; m < 3; m++)
-        for (int p = 0; p < 2; p++) grad_overwrite_check(gpu, models[m], precs[p]);
+        for (int p = 0; p < 2; p++) {
+            grad_overwrite_check(gpu, models[m], precs[p]);
+            grad_fuse_check(gpu, models[m], precs[p], 0);
+        }
 }
 END_TEST
 
@@ -2163,6 +2250,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tg, test_gemm_all_modes);
     tcase_add_test(tg, test_gemm_two_step_and_alignment);
     tcase_add_test(tg, test_gemm_tf32_proof_and_records);
+    tcase_add_test(tg, test_gemm_bgrad_epilogue);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);

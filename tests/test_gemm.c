@@ -207,6 +207,50 @@ END_TEST
  * with random 24-bit mantissas, K = 32, so FP32's worst-case bound 2*K*u32*T = 2^-18 T is far below the
  * expected operand-rounding error of the reduced formats (about sqrt(K)*u_fmt/2 * T/K, i.e. 2^-14 T for
  * TF32/F16 and 2^-11 T for BF16). */
+/* MPT_EPILOGUE_BGRAD on the CPU: the weight-gradient GEMM of a linear layer (dW = dy^T x, FP32 C, beta 0 and 1)
+ * with the bias gradient fused gives exactly the unfused bits: the same C, and bias_grad[m] = be->bias_grad's column
+ * sums of dy stored [K, M] (overwritten: the buffer starts as NaN). Every math mode. */
+START_TEST(test_gemm_bgrad_epilogue_unfused_bits) {
+    enum { M = 37, N = 29, K = 131 };
+    static const mpt_math maths[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {106};
+    for (int mi = 0; mi < 4; mi++)
+        for (int beta = 0; beta < 2; beta++) {
+            const mpt_dtype t = operand_dtype(maths[mi]);
+            void *dy = alloc_fill(&r, t, (int64_t)K * M, -1, 1), *x = alloc_fill(&r, t, (int64_t)K * N, -1, 1);
+            float *c0 = alloc_fill(&r, MPT_DTYPE_F32, (int64_t)M * N, -1, 1);
+            float *cf = malloc(sizeof(float) * M * N), *cu = malloc(sizeof(float) * M * N);
+            float *bf = malloc(sizeof(float) * M), *bu = malloc(sizeof(float) * M);
+            memcpy(cf, c0, sizeof(float) * M * N);
+            memcpy(cu, c0, sizeof(float) * M * N);
+            memset(bf, 0xff, sizeof(float) * M);
+            mpt_gemm_args g = {.trans_a = 1, .M = M, .N = N, .K = K, .A = dy, .a_dtype = t, .B = x, .b_dtype = t,
+                               .C = cu, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = (float)beta,
+                               .math = maths[mi], .tag = "bgrad.unfused"};
+            gemm_exact_ws(be, &g);
+            be->bias_grad(be, bu, dy, t, K, M, 0);
+            g.C = cf;
+            g.epilogue = MPT_EPILOGUE_BGRAD;
+            g.bias_grad = bf;
+            g.tag = "bgrad.fused";
+            gemm_exact_ws(be, &g);
+            EXPECT(memcmp(cf, cu, sizeof(float) * M * N) == 0, "math %s beta %d: C differs with the BGRAD epilogue",
+                   mpt_math_name(maths[mi]), beta);
+            EXPECT(memcmp(bf, bu, sizeof(float) * M) == 0, "math %s beta %d: the fused bias gradient differs from "
+                   "bias_grad's", mpt_math_name(maths[mi]), beta);
+            free(dy);
+            free(x);
+            free(c0);
+            free(cf);
+            free(cu);
+            free(bf);
+            free(bu);
+        }
+    mpt_backend_free(&be);
+}
+END_TEST
+
 START_TEST(test_gemm_emulation_is_on) {
     enum { M = 32, N = 32, K = 32 };
     mpt_backend *be = mpt_backend_cpu_create();
@@ -328,6 +372,7 @@ int main(void) {
     tcase_add_test(tc, test_gemm_f16);
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_gemm_emulation_is_on);
+    tcase_add_test(tc, test_gemm_bgrad_epilogue_unfused_bits);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_mixed_dtypes, SIGABRT);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_small_workspace, SIGABRT);
     suite_add_tcase(s, tc);

@@ -253,14 +253,18 @@ static void expect_grad(const char *what, const mpt_tensor *gt, const double *re
 
 /* g->grad_overwrite (first writes overwrite, no arena memsets) gives the gradients of zeroed arenas bit for bit:
  * every layer of the three models (linear, conv, maxpool, relu, dropout, flatten, loss) in each precision, with
- * the gradient arenas poisoned (tests/grad_overwrite.h). */
+ * the gradient arenas poisoned (tests/grad_overwrite.h); and g->fuse_epilogues (a linear layer's bias gradient
+ * from its weight-gradient GEMM) changes no bit on the CPU. */
 START_TEST(test_grad_overwrite_bit_identical) {
     static const char *const models[3] = {"mlp", "lenet5", "cnn"};
     static const mpt_precision precs[4] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
                                            MPT_PRECISION_BF16};
     mpt_backend *be = mpt_backend_cpu_create();
     for (int m = 0; m < 3; m++)
-        for (int p = 0; p < 4; p++) grad_overwrite_check(be, models[m], precs[p]);
+        for (int p = 0; p < 4; p++) {
+            grad_overwrite_check(be, models[m], precs[p]);
+            grad_fuse_check(be, models[m], precs[p], 1);
+        }
     mpt_backend_free(&be);
 }
 END_TEST

@@ -7,6 +7,8 @@
  *            dW += dy^T x                     [out, B] x [B, in], FP32 output (decision 9), beta = 1
  *            db += sum_rows dy                FP32 (be->bias_grad)
  *            (beta = 0 / overwrite instead of += for a gradient's first write: mpt_graph_grad_accumulate)
+ * Fused (g->fuse_epilogues, when db is first written): db comes out of the dW GEMM's epilogue
+ * (MPT_EPILOGUE_BGRAD: cuBLASLt CUBLASLT_EPILOGUE_BGRADB), one call instead of two.
  * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
  * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
  * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
@@ -84,9 +86,15 @@ static void linear_backward(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     mpt_gemm_args a = linear_wgrad_args(n, tag);
     a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
+    const int accumulate_b = mpt_graph_grad_accumulate(g, b->grad);
+    if (g->fuse_epilogues && !accumulate_b) { /* the epilogue writes db, it cannot add to it */
+        a.epilogue = MPT_EPILOGUE_BGRAD;
+        a.bias_grad = b->grad->data;
+        g->be->gemm(g->be, &a);
+        return;
+    }
     g->be->gemm(g->be, &a);
-    g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1],
-                     mpt_graph_grad_accumulate(g, b->grad));
+    g->be->bias_grad(g->be, b->grad->data, y->grad->data, y->grad->dtype, y->shape[0], y->shape[1], accumulate_b);
 }
 
 static int is_16bit(mpt_dtype t) { return t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16; }
@@ -157,6 +165,8 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
         mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
     }
     a = linear_wgrad_args(n, name);
+    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    a.epilogue = MPT_EPILOGUE_BGRAD; /* the fused variant (g->fuse_epilogues may change before a step) */
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
     linear_set_probes(g, n);
     return y;

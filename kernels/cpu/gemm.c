@@ -99,7 +99,7 @@ static void gemm_check_args(const mpt_gemm_args *a) {
     MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
                 mpt_dtype_name(a->c_dtype));
     MPT_ASSERTF((unsigned)a->epilogue <= MPT_EPILOGUE_RELU_BIAS, "gemm %s: epilogue %d out of range", tag,
-                (int)a->epilogue);
+                (int)a->epilogue); /* BGRAD is split off by mpt_cpu_gemm before this */
     if (a->epilogue != MPT_EPILOGUE_NONE)
         MPT_ASSERTF(a->bias != NULL && mpt_dtype_is_float(a->bias_dtype),
                     "gemm %s: the bias epilogue needs a float bias vector", tag);
@@ -194,9 +194,30 @@ void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
                           a->alpha, a->beta, a->epilogue);
 }
 
-size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
-    (void)be;
-    return mpt_cpu_gemm_ws_bytes(a);
+/* MPT_EPILOGUE_BGRAD as the GEMM without an epilogue (the bias gradient is computed separately). `running`: the
+ * call executes (bias_grad must be set); 0 for the workspace query at graph build time. */
+static mpt_gemm_args without_bgrad(const mpt_gemm_args *a, int running) {
+    mpt_gemm_args g = *a;
+    if (g.epilogue != MPT_EPILOGUE_BGRAD) return g;
+    const char *tag = a->tag ? a->tag : "?";
+    MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
+                "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, C %s)",
+                tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
+    MPT_ASSERTF(a->bias_grad != NULL || a->M == 0 || !running, "gemm %s: the BGRAD epilogue needs bias_grad", tag);
+    g.epilogue = MPT_EPILOGUE_NONE;
+    g.bias_grad = NULL;
+    return g;
 }
 
-void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) { mpt_cpu_gemm_ws(a, be->workspace, be->workspace_bytes); }
+size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
+    (void)be;
+    const mpt_gemm_args g = without_bgrad(a, 0);
+    return mpt_cpu_gemm_ws_bytes(&g);
+}
+
+void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) {
+    const mpt_gemm_args g = without_bgrad(a, 1);
+    mpt_cpu_gemm_ws(&g, be->workspace, be->workspace_bytes);
+    /* the bias gradient: column sums of A stored [K, M], the loop of the unfused be->bias_grad (same bits) */
+    if (a->epilogue == MPT_EPILOGUE_BGRAD) mpt_cpu_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+}

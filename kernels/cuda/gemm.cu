@@ -16,7 +16,11 @@
  * C/D of CUDA_R_32F with 16-bit A/B is how weight gradients come out in FP32 (decision 9). The epilogues are
  * CUBLASLT_EPILOGUE_BIAS and CUBLASLT_EPILOGUE_RELU_BIAS; cuBLASLt requires the bias vector in D's type for
  * these configurations (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), and applies alpha, beta*C, bias and ReLU in the
- * FP32 compute type before D is rounded once.
+ * FP32 compute type before D is rounded once. MPT_EPILOGUE_BGRAD is CUBLASLT_EPILOGUE_BGRADB: the weight-gradient
+ * GEMM dW = dy^T x (our A = dy stored [K, M] is cuBLASLt's B) also writes the bias gradient, the reduction of
+ * cuBLASLt's B over k, through CUBLASLT_MATMUL_DESC_BIAS_POINTER in D's type (FP32 here: cublasLt.h, "Bias
+ * gradient vector elements are the same type as the output elements"); when the heuristic has no algorithm for
+ * it, the two-step path below runs and the bias gradient comes from the bias_grad kernel.
  *
  * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
  * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
@@ -99,6 +103,7 @@ static const char *epilogue_name(cublasLtEpilogue_t e) {
     case CUBLASLT_EPILOGUE_DEFAULT: return "CUBLASLT_EPILOGUE_DEFAULT";
     case CUBLASLT_EPILOGUE_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
     case CUBLASLT_EPILOGUE_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
+    case CUBLASLT_EPILOGUE_BGRADB: return "CUBLASLT_EPILOGUE_BGRADB";
     default: return "CUBLASLT_EPILOGUE_?";
     }
 }
@@ -169,14 +174,20 @@ static void validate(const mpt_gemm_args *a, int running) {
         break;
     default: MPT_ASSERTF(0, "gemm %s: unknown math mode %d", tag, (int)a->math);
     }
-    if (a->epilogue != MPT_EPILOGUE_NONE) {
+    if (mpt_epilogue_adds_bias(a->epilogue)) {
         MPT_ASSERTF(a->bias != NULL || !running, "gemm %s: bias epilogue without a bias pointer", tag);
         mpt_cuda_require_float(a->bias_dtype, "gemm bias");
+    }
+    if (a->epilogue == MPT_EPILOGUE_BGRAD) {
+        MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
+                    "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, "
+                    "C %s)", tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
+        MPT_ASSERTF(a->bias_grad != NULL || !running || a->M == 0, "gemm %s: BGRAD epilogue without bias_grad", tag);
     }
     if (running && a->M > 0 && a->N > 0)
         MPT_ASSERTF(a->C != NULL && (a->K == 0 || (a->A != NULL && a->B != NULL)),
                     "gemm %s: NULL operand (A %p, B %p, C %p)", tag, a->A, a->B, a->C);
-    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_RELU_BIAS,
+    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_BGRAD,
                 "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
 }
 
@@ -190,13 +201,15 @@ static gemm_key make_key(const mpt_gemm_args *a) {
     k.K = a->K;
     k.ab_dtype = a->a_dtype;
     k.c_dtype = a->c_dtype;
-    k.bias_dtype = a->epilogue != MPT_EPILOGUE_NONE ? (int32_t)a->bias_dtype : -1;
+    k.bias_dtype = mpt_epilogue_adds_bias(a->epilogue) ? (int32_t)a->bias_dtype : -1;
     k.math = a->math;
     k.epilogue = a->epilogue;
     k.align_a = pointer_alignment(a->A);
     k.align_b = pointer_alignment(a->B);
     k.align_c = pointer_alignment(a->C);
-    k.align_bias = a->epilogue != MPT_EPILOGUE_NONE ? pointer_alignment(a->bias) : 256;
+    k.align_bias = mpt_epilogue_adds_bias(a->epilogue) ? pointer_alignment(a->bias)
+                   : a->epilogue == MPT_EPILOGUE_BGRAD ? pointer_alignment(a->bias_grad)
+                                                       : 256;
     return k;
 }
 
@@ -207,6 +220,7 @@ static int direct_supported(const gemm_key *k) {
     if (k->math == MPT_MATH_FP32 || k->math == MPT_MATH_TF32) c_ok = k->c_dtype == MPT_DTYPE_F32;
     else c_ok = k->c_dtype == k->ab_dtype || k->c_dtype == MPT_DTYPE_F32;
     if (!c_ok) return 0;
+    if (k->epilogue == MPT_EPILOGUE_BGRAD) return k->c_dtype == MPT_DTYPE_F32; /* bias gradient in D's type */
     return k->epilogue == MPT_EPILOGUE_NONE || k->bias_dtype == k->c_dtype;
 }
 
@@ -228,6 +242,7 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     p->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
+    if (direct && k->epilogue == MPT_EPILOGUE_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
     p->bias_type = p->d_type;
     p->extra_bytes = direct ? 0 : mpt_cuda_align256((size_t)(k->M * k->N) * sizeof(float));
 
@@ -398,7 +413,9 @@ static void record_fill(mpt_cuda_gemm_record *r, const gemm_plan *p) {
     r->c_type = r->d_type = cuda_type_name(p->d_type);
     r->bias_type = p->epilogue != CUBLASLT_EPILOGUE_DEFAULT ? cuda_type_name(p->bias_type) : "-";
     r->epilogue = epilogue_name(p->epilogue);
-    r->path = p->direct ? "cublasLt" : "cublasLt D=F32 + epilogue kernel";
+    r->path = p->direct ? "cublasLt"
+              : p->key.epilogue == MPT_EPILOGUE_BGRAD ? "cublasLt D=F32 + epilogue kernel + bias_grad kernel"
+                                                      : "cublasLt D=F32 + epilogue kernel";
     r->algo_id = p->algo_id;
     r->tile_id = p->tile_id;
     r->stages_id = p->stages_id;
@@ -494,9 +511,11 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 1);
     if (a->M == 0 || a->N == 0) return;
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
-    if (a->K == 0) { /* an empty product: C = epilogue(beta*C), no cuBLASLt call */
-        launch_gemm_epilogue(ctx, a->C, a->c_dtype, NULL, a->epilogue != MPT_EPILOGUE_NONE ? a->bias : NULL,
-                             a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS, a->beta, a->M, a->N);
+    const void *bias = mpt_epilogue_adds_bias(a->epilogue) ? a->bias : NULL;
+    if (a->K == 0) { /* an empty product: C = epilogue(beta*C), no cuBLASLt call; a bias gradient of 0 */
+        launch_gemm_epilogue(ctx, a->C, a->c_dtype, NULL, bias, a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS,
+                             a->beta, a->M, a->N);
+        if (a->epilogue == MPT_EPILOGUE_BGRAD) be->memset_zero(be, a->bias_grad, (size_t)a->M * sizeof(float));
         return;
     }
     gemm_key k = make_key(a);
@@ -507,7 +526,10 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     char *ws = (char *)be->workspace;
     void *lt_ws = p->algo_workspace ? ws + p->extra_bytes : NULL;
     if (p->direct) {
-        if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT)
+        if (p->epilogue == CUBLASLT_EPILOGUE_BGRADB) /* the bias-gradient output: void * (cublasLt.h) */
+            MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias_grad,
+                                                            sizeof a->bias_grad));
+        else if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) /* the bias input: const void * */
             MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
                                                             sizeof a->bias));
         /* cuBLASLt's A is our B and its B our A; C is updated in place (C and D share pointer and layout). */
@@ -518,8 +540,10 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
         const float zero = 0.0f;
         MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D,
                                         p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream));
-        launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, a->epilogue != MPT_EPILOGUE_NONE ? a->bias : NULL,
-                             a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS, a->beta, a->M, a->N);
+        launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, bias, a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS,
+                             a->beta, a->M, a->N);
+        /* the bias gradient: column sums of our A stored [K, M] (trans_a = 1, checked in validate) */
+        if (a->epilogue == MPT_EPILOGUE_BGRAD) mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
     }
     record_call(ctx->gemm, a->tag, p);
 }
