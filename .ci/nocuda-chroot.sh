@@ -51,6 +51,8 @@ make_chroot() {
     local mirror=${DEBIAN_MIRROR:-$(debian_mirror)}
     command -v debootstrap >/dev/null 2>&1 ||
         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends debootstrap
+    # Never remove a chroot with /dev or /proc still bound into it (a run killed before its unmount).
+    ! grep -q " $root/" /proc/mounts || die "something is still mounted under $root (see /proc/mounts): unmount it first"
     say "debootstrap $suite into $root from $mirror"
     rm -rf "$root"
     # sudo: what ./run uses to install packages as a user; time: /usr/bin/time -v for the RSS figure.
