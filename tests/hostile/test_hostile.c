@@ -42,6 +42,7 @@
 #include "engine/backend.h"
 #include "engine/checkpoint.h"
 #include "harness.h"
+#include "mpt_config.h"
 #define TESTS_TMP_PREFIX "mpt_test_hostile"
 #include "tmpdir.h"
 
@@ -661,13 +662,20 @@ END_TEST
 
 /* ---- small defects ------------------------------------------------------------------------------------------------ */
 
+/* Without a GPU, --device cuda is refused in one line that says why: a CUDA build's module finds no usable GPU;
+ * a CPU-only build (-Dcuda=disabled, or no CUDA toolkit) says it has no CUDA backend and how to get one. */
 START_TEST(test_device_cuda_message) {
     char msg[512];
     if (mpt_cuda_available(msg, sizeof msg)) return; /* a GPU: nothing to refuse */
     make_tmpdir();
     const char *data = make_data("data");
     int rc = run("train", "--device", "cuda", "--data", data, "--out", tmp_path("o"), NULL);
+#ifdef MPT_HAVE_CUDA
     assert_rejected(rc, 1, "mptrain train: --device cuda: no usable GPU: ");
+#else
+    assert_rejected(rc, 1, "mptrain train: --device cuda: this mptrain was built without the CUDA backend");
+    ck_assert_msg(strstr(err_buf, "install the CUDA toolkit"), "does not say how to get the backend:\n%s", err_buf);
+#endif
     ck_assert_msg(strstr(strstr(out_buf, "--device cuda") + 1, "--device cuda") == NULL, "doubled prefix:\n%s", out_buf);
     rc = run("info", NULL);
     ck_assert_int_eq(rc, 0);
@@ -679,6 +687,10 @@ START_TEST(test_device_cuda_message) {
     ck_assert_msg((strncmp(u, "no: ", 4) == 0 && w > 4) || strncmp(u, "no (not loadable)", 17) == 0,
                   "info's usable line does not say no and why: %.*s", w, u);
     ck_assert_msg(memmem(u, (size_t)w, "usable", 6) == NULL, "info repeats itself: usable:   %.*s", w, u);
+#ifndef MPT_HAVE_CUDA
+    ck_assert_msg(strstr(out_buf, "cuda  built:    no") && strstr(out_buf, "will train on the CPU backend"),
+                  "a CPU-only build's info does not say the CUDA backend is not built:\n%s", out_buf);
+#endif
     rm_tmpdir();
 }
 END_TEST
