@@ -118,9 +118,24 @@ typedef struct mpt_pool_args {
 
 typedef enum mpt_optim_kind { MPT_OPTIM_SGD = 0, MPT_OPTIM_ADAM, MPT_OPTIM_ADAMW } mpt_optim_kind;
 
+/* A learning-rate schedule (formulas, PyTorch counterparts and checks: engine/optim/schedule.h). Defined here
+ * because the backends evaluate it on their own iteration counter (lr_update below), so the learning rate of a
+ * step never has to come from the host (a captured CUDA Graph replays without host values). */
+typedef enum mpt_lr_kind { MPT_LR_CONSTANT = 0, MPT_LR_STEP, MPT_LR_COSINE } mpt_lr_kind;
+
+typedef struct mpt_lr_schedule {
+    mpt_lr_kind kind;
+    float base_lr;
+    float min_lr;          /* cosine: the final LR */
+    int64_t warmup_steps;  /* cosine: linear warmup iterations (0 = none) */
+    int64_t total_steps;   /* cosine: iterations over which to anneal */
+    int64_t step_size;     /* step: iterations between decays */
+    float gamma;           /* step: decay factor */
+} mpt_lr_schedule;
+
 typedef struct mpt_optim_hparams {
     mpt_optim_kind kind;
-    float lr;            /* this step's learning rate (after the schedule) */
+    float lr;            /* this step's learning rate (after the schedule), unless mpt_optim_args.lr is set */
     float momentum, dampening, weight_decay;
     int nesterov;
     float beta1, beta2, eps;
@@ -146,7 +161,11 @@ typedef struct mpt_optim_args {
                                 stochastically (kernels/elemwise.h mpt_f32_to_bf16_sr / mpt_f32_to_f16_sr) with
                                 the bits mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i) for element i */
     uint64_t sr_seed;        /* host: the rounding stream's seed (Philox key) */
-    uint64_t sr_iteration;   /* host: the training iteration (Philox counter, high words) */
+    uint64_t sr_iteration;   /* host: the training iteration (Philox counter, high words), unless `iteration` */
+    const float *lr;         /* backend scalar: this step's learning rate (the trainer points it at
+                                mpt_scaler_state.lr, written by lr_update); NULL: h.lr */
+    const int64_t *iteration;/* backend scalar: the training iteration for stochastic rounding (the trainer points
+                                it at mpt_scaler_state.iteration); NULL: sr_iteration */
     uint64_t sr_offset;      /* host: number of this parameter's element 0 across all parameters */
     const float *found_inf;  /* backend scalar: nonzero -> this step is skipped, nothing is written. NULL: never
                                 skip (--nonfinite apply: non-finite gradients reach the weights) */
@@ -190,6 +209,8 @@ typedef struct mpt_optim_multi_args {
     const float *found_inf;        /* backend scalar, or NULL (never skip) */
     const float *grad_mul;         /* backend scalar, or NULL */
     const int32_t *step;           /* backend scalar, 1-based, already incremented */
+    const float *lr;               /* backend scalar or NULL, as mpt_optim_args.lr */
+    const int64_t *iteration;      /* backend scalar or NULL, as mpt_optim_args.iteration */
 } mpt_optim_multi_args;
 
 typedef struct mpt_scaler_params {
@@ -217,6 +238,10 @@ typedef struct mpt_scaler_state {
     int32_t steps_skipped;   /* steps skipped because of found_inf */
     int32_t floor_hits;      /* backoffs that were clamped at min_scale */
     int32_t steps_nonfinite; /* steps applied with non-finite gradients (apply_nonfinite only) */
+    float lr;                /* this step's learning rate: written by lr_update from `iteration` */
+    int64_t iteration;       /* 0-based index of the current training iteration (skipped ones count): read by
+                                lr_update, dropout and stochastic rounding; advanced by scaler_update at the end
+                                of each step. Equal to the host's mpt_trainer.iteration between steps. */
 } mpt_scaler_state;
 
 /* ---- The table -------------------------------------------------------------------------------------- */
@@ -263,13 +288,16 @@ struct mpt_backend {
                           int accumulate);
     void (*maxpool_forward)(mpt_backend *be, const mpt_pool_args *a);
     void (*maxpool_backward)(mpt_backend *be, const mpt_pool_args *a);
-    /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset) as cuRAND's
+    /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset + stride * *iteration) as cuRAND's
      * CURAND_RNG_PSEUDO_PHILOX4_32_10 generates it (host or device generator, same numbers);
      * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace (the CPU backend
      * draws u there with cuRAND's host generator; the CUDA backend computes each u inside its kernel with
-     * kernels/elemwise.h's mpt_philox_uniform, which reproduces that generator's stream). */
+     * kernels/elemwise.h's mpt_philox_uniform, which reproduces that generator's stream). iteration: backend
+     * scalar (the trainer's mpt_scaler_state.iteration, read when the operation runs), or NULL for 0; so a
+     * replayed step draws the numbers of its own iteration. */
     void (*dropout_forward)(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype,
-                            int64_t n, float p, uint64_t seed, uint64_t offset);
+                            int64_t n, float p, uint64_t seed, uint64_t offset, const int64_t *iteration,
+                            uint64_t stride);
     /* dx += mask ? dy / (1 - p) : 0 (accumulate), or dx = that (accumulate = 0). */
     void (*dropout_backward)(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
                              int64_t n, float p, int accumulate);
@@ -309,6 +337,9 @@ struct mpt_backend {
     void (*sum_squares)(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
     /* st->grad_mul = min(1, max_norm / (sqrt(st->sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_). */
     void (*clip_coef)(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+    /* st->lr = the schedule's learning rate at iteration st->iteration (kernels/elemwise.h mpt_lr_eval, the
+     * function mpt_lr_at evaluates on the host: same bits on the CPU backend). Before the optimizer step. */
+    void (*lr_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *schedule);
     /* Before the parameter updates: if !found_inf, steps_taken += 1. */
     void (*step_begin)(mpt_backend *be, mpt_scaler_state *st);
     /* One fused pass: unless *found_inf, update the weights (FP32 master, or the working weights directly) and
@@ -321,8 +352,25 @@ struct mpt_backend {
     void (*optim_step_multi)(mpt_backend *be, const mpt_optim_multi_args *a);
     /* After the updates: dynamic loss-scale update (PyTorch _amp_update_scale_, plus hysteresis, floor and
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.
-     * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. */
+     * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. Last: iteration += 1. */
     void (*scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+
+    /* ---- step capture (CUDA Graphs). NULL on a backend that runs each operation as it is called (CPU) ---- */
+    /* Starts recording, instead of running, every operation enqueued from now on (CUDA: stream capture of the
+     * backend's stream, cudaStreamCaptureModeThreadLocal). Until capture_end only stream-ordered operations may be
+     * called: no to_host, synchronize, alloc or free, and no host value may change between replays unless the
+     * operations read it from backend memory. MPT_ERR_DEVICE with the reason when capture cannot start (e.g.
+     * MPT_CUDA_SYNC_DEBUG=1, which synchronises after every call). */
+    mpt_status (*capture_begin)(mpt_backend *be);
+    /* Ends the recording and instantiates it into *out (a handle owned by the caller: replay_free). The recorded
+     * operations have not run. MPT_ERR_DEVICE naming the CUDA error when the recording was invalidated or cannot
+     * be instantiated (then *out is NULL). */
+    mpt_status (*capture_end)(mpt_backend *be, void **out);
+    /* Runs the recorded operations once, in order, on the backend's stream (cudaGraphLaunch), with the kernel
+     * arguments of the recording; the GEMM and convolution records count the calls as if made again. */
+    void (*replay)(mpt_backend *be, void *graph);
+    /* Frees a handle from capture_end (NULL: nothing). */
+    void (*replay_free)(mpt_backend *be, void *graph);
 };
 
 /* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with

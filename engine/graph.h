@@ -98,7 +98,10 @@ struct mpt_graph {
     /* Per-step state read by nodes. */
     int training;                 /* dropout active */
     uint64_t seed;                /* run seed: init, dropout and shuffling derive from it */
-    uint64_t step;                /* dropout offsets advance with it */
+    uint64_t step;                /* dropout offsets advance with it (host value) */
+    const int64_t *iteration;     /* backend scalar or NULL: when set (the trainer points it at its
+                                     mpt_scaler_state.iteration), dropout reads the step from it on the backend
+                                     instead of `step`, so a captured step replays with the right offsets */
     uint64_t dropout_elems;       /* mask elements of this graph's B rows over all dropout nodes */
     const float *loss_scale;      /* backend scalar seeding backward (S); must be set before backward
                                      (the trainer points it at its loss-scaler state) */

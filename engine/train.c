@@ -203,6 +203,8 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     int64_t tshape[1] = {(int64_t)((size_t)g->n_params * sizeof(mpt_param_slot))};
     mpt_tensor *table = mpt_graph_tensor(g, "amp.param_table", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, tshape);
     g->grad_overwrite = 1; /* first gradient writes overwrite: no arena memsets per step (engine/graph.h) */
+    int64_t bshape[1] = {g->batch};
+    t->batch_idx = mpt_graph_tensor(g, "data.batch_idx", MPT_DTYPE_I32, MPT_MEM_DATA, 1, bshape);
 
     s = mpt_graph_alloc(g);
     if (s != MPT_OK) {
@@ -224,6 +226,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
         return s;
     }
     g->loss_scale = &t->scaler->scale;
+    g->iteration = &t->scaler->iteration;
     g->seed = cfg->seed;
     s = init_params(t);
     if (s != MPT_OK) {
@@ -239,6 +242,7 @@ void mpt_trainer_free(mpt_trainer **pt) {
     mpt_trainer *t = *pt;
     if (!t) return;
     mpt_telemetry_free(&t->telemetry);
+    if (t->graph) t->be->replay_free(t->be, t->graph);
     mpt_graph_free(&t->g);
     free(t->weight);
     free(t->master);
@@ -257,19 +261,19 @@ static void inject_nonfinite(mpt_trainer *t) {
 
 /* The optimizer step one parameter at a time, recording each element's update delta into t->update_out (the
  * instruments' steps): the same per-element math as the multi-tensor pass, so the same weights and state. */
-static void optim_per_tensor(mpt_trainer *t, float lr, int apply, const float *grad_mul) {
+static void optim_per_tensor(mpt_trainer *t, int apply, const float *grad_mul) {
     mpt_scaler_state *st = t->scaler;
     mpt_optim_args a;
     memset(&a, 0, sizeof a);
     a.h = t->cfg.optim;
-    a.h.lr = lr;
+    a.lr = &st->lr;
+    a.iteration = &st->iteration;
     a.found_inf = apply ? NULL : &st->found_inf;
     a.grad_mul = grad_mul;
     a.step = &st->steps_taken;
     a.state_dtype = t->cfg.optim_state_dtype;
     a.stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC;
     a.sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING);
-    a.sr_iteration = (uint64_t)t->iteration;
     uint64_t element = 0; /* elements numbered across all parameters, in creation order */
     for (int i = 0; i < t->n_params; i++) {
         param_pointers(t, i, &a);
@@ -280,21 +284,33 @@ static void optim_per_tensor(mpt_trainer *t, float lr, int apply, const float *g
     }
 }
 
-void mpt_trainer_step(mpt_trainer *t) {
+/* Gathers the batch staged by mpt_trainer_gather into the graph's input and labels (if one is staged). */
+static void gather_staged(mpt_trainer *t) {
+    if (!t->gather_pending) return;
+    mpt_graph *g = t->g;
+    const struct mpt_batch_source *src = &t->batch_src;
+    t->be->gather_batch(t->be, g->input->data, g->input->dtype, g->labels->data, src->images, src->labels,
+                        t->batch_idx->data, g->batch, src->D, src->mean, src->inv_std);
+    t->gather_pending = 0;
+}
+
+/* The operations of one step after the gather, in order. `measured`: a telemetry step (the instruments read, and
+ * may synchronise, between backward and the update). Every value that changes from step to step is read by the
+ * operations from backend memory (mpt_scaler_state: scale, found_inf, iteration, lr), so the same calls can be
+ * recorded once and replayed. */
+static void step_ops(mpt_trainer *t, int measured) {
     mpt_graph *g = t->g;
     mpt_backend *be = t->be;
     mpt_scaler_state *st = t->scaler;
 
-    g->training = 1;
-    g->step = (uint64_t)t->iteration;
+    gather_staged(t);
     mpt_graph_zero_grad(g);
     mpt_graph_forward(g);
     mpt_graph_backward(g); /* seeded with S = st->scale */
     if (t->iteration == t->cfg.inject_nonfinite_step) inject_nonfinite(t);
-    /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
-    int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
     /* data-parallel: the global batch's gradient (and, on telemetry steps, the wire's error against FP32) */
     if (t->dist) mpt_dist_allreduce_grads(t->dist, t, measured);
+    /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
     if (measured) mpt_telemetry_after_backward(t->telemetry);
 
     /* --nonfinite apply: every step counts (found_inf is still 0 here, reset by the last scaler_update), and
@@ -311,27 +327,125 @@ void mpt_trainer_step(mpt_trainer *t) {
         grad_mul = &st->grad_mul;
     }
     if (!apply) be->step_begin(be, st);
-    const float lr = mpt_lr_at(&t->cfg.schedule, t->iteration);
+    be->lr_update(be, st, &t->cfg.schedule); /* st->lr = schedule(st->iteration) */
     if (t->update_out) {
-        optim_per_tensor(t, lr, apply, grad_mul);
+        optim_per_tensor(t, apply, grad_mul);
     } else { /* one launch over all parameters */
         mpt_optim_multi_args a = {.h = t->cfg.optim, .slots = t->slots, .count = t->n_params,
                                         .numel = t->numel, .state_dtype = t->cfg.optim_state_dtype,
                                         .stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC,
                                         .sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING),
-                                        .sr_iteration = (uint64_t)t->iteration,
                                         .found_inf = apply ? NULL : &st->found_inf, .grad_mul = grad_mul,
-                                        .step = &st->steps_taken};
-        a.h.lr = lr;
+                                        .step = &st->steps_taken, .lr = &st->lr, .iteration = &st->iteration};
         be->optim_step_multi(be, &a);
     }
+    /* the scale for the next step, the skip counters, and st->iteration += 1 */
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
     if (measured) mpt_telemetry_after_step(t->telemetry);
+}
+
+/* ---- Step graph ------------------------------------------------------------------------------------------
+ * With cfg.step_graph on a backend that can record (CUDA), step_ops() is recorded once and replayed. Steps that
+ * need the host in the middle run step_ops() directly on the same backend state, which keeps the results
+ * bit-identical: both ways run the same operations with the same arguments on the same memory. */
+
+/* Turns the graph off for the rest of the run, with the reason (one line). */
+static void graph_turn_off(mpt_trainer *t, const char *why) {
+    t->graph_off = 1;
+    snprintf(t->graph_note, sizeof t->graph_note, "%s", why);
+    if (t->graph) {
+        t->be->replay_free(t->be, t->graph);
+        t->graph = NULL;
+    }
+}
+
+/* Whether this step may run as a replay; steps that may not run directly (and count in graph_direct). */
+static int graph_wanted(mpt_trainer *t, int measured) {
+    if (!t->cfg.step_graph || !t->be->capture_begin || t->graph_off) return 0;
+    if (t->dist) {
+        graph_turn_off(t, "data-parallel training: the gradient all-reduce (engine/dist) goes through the host");
+        return 0;
+    }
+    /* the first step selects and caches the GEMM/conv algorithms (host work and synchronisation that a
+     * recording cannot hold); the others need the host between backward and the update */
+    int direct = t->graph_captures == 0 && t->graph_direct == 0 ? 1
+                 : measured || t->update_out || t->iteration == t->cfg.inject_nonfinite_step;
+    if (direct) t->graph_direct++;
+    return !direct;
+}
+
+/* The key of what a recording bakes in: the gather's source and the config. */
+static struct mpt_step_graph_key graph_key_of(const mpt_trainer *t) {
+    struct mpt_step_graph_key k;
+    memset(&k, 0, sizeof k);
+    k.with_gather = t->gather_pending;
+    /* byte copies (padding included), so that memcmp compares only what the trainer holds */
+    if (k.with_gather) memcpy(&k.src, &t->batch_src, sizeof k.src);
+    memcpy(&k.cfg, &t->cfg, sizeof k.cfg);
+    return k;
+}
+
+/* Records step_ops() into t->graph (replacing an older recording). 0 on success; on failure the graph is off
+ * and the recorded operations have not run. */
+static int graph_record(mpt_trainer *t) {
+    mpt_backend *be = t->be;
+    if (t->graph) {
+        be->replay_free(be, t->graph);
+        t->graph = NULL;
+    }
+    struct mpt_step_graph_key key = graph_key_of(t);
+    const int pending = t->gather_pending;
+    mpt_status s = be->capture_begin(be);
+    if (s == MPT_OK) {
+        step_ops(t, 0);
+        s = be->capture_end(be, &t->graph);
+    }
+    if (s != MPT_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "the step could not be recorded: %s", mpt_last_error());
+        graph_turn_off(t, why);
+        t->gather_pending = pending; /* the recorded gather has not run: the direct step does it */
+        return -1;
+    }
+    t->gather_pending = pending; /* replay() gathers */
+    t->graph_key = key;
+    t->graph_captures++;
+    return 0;
+}
+
+void mpt_trainer_step(mpt_trainer *t) {
+    mpt_graph *g = t->g;
+    g->training = 1;
+    g->step = (uint64_t)t->iteration;
+    int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
+    int replay = graph_wanted(t, measured);
+    if (replay) {
+        struct mpt_step_graph_key key = graph_key_of(t);
+        if (!t->graph || memcmp(&key, &t->graph_key, sizeof key) != 0) replay = graph_record(t) == 0;
+        if (!replay) t->graph_direct++;
+    }
+    if (replay) {
+        t->be->replay(t->be, t->graph);
+        t->gather_pending = 0;
+        t->graph_replays++;
+    } else {
+        step_ops(t, measured);
+    }
     t->iteration++;
+}
+
+void mpt_trainer_graph_status(const mpt_trainer *t, char *buf, size_t len) {
+    if (!t->be->capture_begin) snprintf(buf, len, "not applicable (%s backend)", t->be->name);
+    else if (!t->cfg.step_graph) snprintf(buf, len, "off (asked)");
+    else if (t->graph_off) snprintf(buf, len, "off: %s", t->graph_note);
+    else
+        snprintf(buf, len, "on (%lld recording%s, %lld replays, %lld steps run directly)", (long long)t->graph_captures,
+                 t->graph_captures == 1 ? "" : "s", (long long)t->graph_replays, (long long)t->graph_direct);
 }
 
 void mpt_trainer_eval_batch(mpt_trainer *t) {
     t->g->training = 0;
+    gather_staged(t);
     mpt_graph_forward(t->g);
 }
 
@@ -341,8 +455,13 @@ void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *la
     MPT_ASSERTF(mpt_tensor_numel(g->input) == (int64_t)g->batch * D,
                 "mpt_trainer_gather: the model's input has %lld elements, batch %d x %lld given",
                 (long long)mpt_tensor_numel(g->input), g->batch, (long long)D);
-    t->be->gather_batch(t->be, g->input->data, g->input->dtype, g->labels->data, images, labels, idx, g->batch,
-                        D, mean, inv_std);
+    t->be->copy(t->be, t->batch_idx->data, idx, (size_t)g->batch * sizeof(int32_t));
+    t->batch_src.images = images;
+    t->batch_src.labels = labels;
+    t->batch_src.D = D;
+    t->batch_src.mean = mean;
+    t->batch_src.inv_std = inv_std;
+    t->gather_pending = 1;
     if (t->telemetry) mpt_telemetry_gather(t->telemetry, images, labels, idx, D, mean, inv_std);
 }
 

@@ -9,7 +9,10 @@
  *      launch over all parameters: be->optim_step_multi on the table t->slots)
  *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
  * Every step is a fixed sequence of backend operations with no host synchronisation and no allocation;
- * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them.
+ * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them, and
+ * nothing that changes from step to step is passed from the host (the iteration, the LR, the dropout offset and the
+ * batch's rows are read from backend memory), so on the GPU the step can be recorded once as a CUDA Graph and
+ * replayed (mpt_trainer_step).
  *
  * Masters: in fp16/bf16 modes each parameter has an FP32 master (MPT_MEM_MASTER) and a working copy in the
  * compute dtype (the graph's weight tensor, MPT_MEM_WEIGHT). In fp32/tf32 modes the weight tensor is FP32
@@ -21,6 +24,7 @@
 #ifndef MPT_ENGINE_TRAIN_H
 #define MPT_ENGINE_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "engine/api.h"
@@ -67,12 +71,16 @@ typedef struct mpt_train_config {
     mpt_update_rounding update_rounding; /* without masters: nearest (default) or stochastic */
     mpt_dtype optim_state_dtype;         /* storage of m, v and the momentum buffer: F32 (default), BF16, F16 */
     mpt_nonfinite_mode nonfinite;        /* skip (default) or apply; apply needs loss scaling none or static */
+    int step_graph;              /* 1: on a backend with step capture (CUDA), record the step once as a CUDA Graph
+                                    and replay it (see mpt_trainer_step); 0: call each operation every step.
+                                    Ignored by the CPU backend. Results are bit-identical either way. */
 } mpt_train_config;
 
 /* A config with the defaults: Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8), constant LR, no clipping,
  * loss scaling dynamic for fp16 and none otherwise (from `precision`), GradScaler defaults
  * (2^16, x2, x0.5, 2000), hysteresis 1, floor 1, ceiling 2^24, seed 0, no fault injection, FP32 masters,
- * round-to-nearest updates, FP32 optimizer state, non-finite steps skipped. */
+ * round-to-nearest updates, FP32 optimizer state, non-finite steps skipped, no step graph (the mptrain
+ * command turns it on for --device cuda: --cuda-graph). */
 MPT_API mpt_train_config mpt_train_config_default(mpt_precision precision);
 
 /* Host copy of the step statistics (read with one synchronising copy). */
@@ -110,6 +118,29 @@ typedef struct mpt_trainer {
                                 not owned; when set, the step all-reduces the gradients before unscale */
     struct mpt_telemetry *telemetry; /* instruments read on telemetry steps (engine/telemetry), or NULL;
                                         attached by mpt_telemetry_create, freed with the trainer */
+    /* The batch staged by mpt_trainer_gather and gathered as the first operation of the next step or
+     * evaluation forward (so a captured step contains its gather). */
+    mpt_tensor *batch_idx;   /* [B] I32 backend: the batch's rows, copied from the caller's index array */
+    struct mpt_batch_source {
+        const uint8_t *images, *labels; /* backend: U8 [n_total, D] and [n_total] */
+        int64_t D;
+        float mean, inv_std;
+    } batch_src;
+    int gather_pending;      /* 1 between mpt_trainer_gather and the step or evaluation that gathers */
+    /* The step graph (cfg.step_graph on a backend with capture; engine/train.c "Step graph"). */
+    void *graph;             /* the recorded step (backend handle) or NULL */
+    struct mpt_step_graph_key {
+        struct mpt_batch_source src;    /* the gather's source baked into the recording */
+        int with_gather;                /* the recording starts with the gather */
+        mpt_train_config cfg;           /* the settings baked into it */
+    } graph_key;
+    int graph_off;           /* 1: the graph was asked for but is off for the rest of the run (graph_note says why) */
+    char graph_note[256];    /* one line: why the step graph is off; "" while it is on or was not asked for */
+    int64_t graph_captures;  /* recordings made (1 normally; a changed batch source or setting records again) */
+    int64_t graph_replays;   /* steps run as one replay */
+    int64_t graph_direct;    /* steps run operation by operation although the graph was asked for (the first step,
+                                which selects the GEMM/conv algorithms; telemetry steps; the fault-injection step;
+                                steps with update_out) */
 } mpt_trainer;
 
 /* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,
@@ -122,20 +153,37 @@ MPT_API mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt
  * mpt_dist) and sets *t to NULL. NULL *t: nothing. */
 MPT_API void mpt_trainer_free(mpt_trainer **t);
 
-/* One training iteration on the batch already in g->input / g->labels (see mpt_trainer_gather): forward,
- * backward seeded with the loss scale, unscale and found_inf, optimizer step on the masters unless found_inf,
- * loss-scale update. Stream-ordered: returns without waiting for the device; read the results with
- * mpt_trainer_stats. Non-finite gradients are not an error: the step is skipped and counted. */
+/* One training iteration: gathers the batch staged by mpt_trainer_gather (if one is staged; else the step runs on
+ * the batch already in g->input / g->labels), then forward, backward seeded with the loss scale, unscale and
+ * found_inf, optimizer step on the masters unless found_inf, loss-scale update. Stream-ordered: returns without
+ * waiting for the device; read the results with mpt_trainer_stats. Non-finite gradients are not an error: the
+ * step is skipped and counted.
+ * Step graph (cfg.step_graph on a backend with capture_begin): the first step runs operation by operation (it
+ * selects and caches the GEMM/convolution algorithms), the second is recorded once (gather, zero grads, forward,
+ * backward, unscale + found_inf, clipping, LR update, optimizer, scaler update) and replayed with one launch from
+ * then on. Everything that changes between steps is read by the recorded operations from backend memory:
+ * the iteration, the LR and the dropout offset derive from mpt_scaler_state.iteration, the loss scale and
+ * counters are in mpt_scaler_state, the batch's rows in batch_idx. A step that needs the host in the middle
+ * (telemetry steps, the fault-injection step, update_out) runs operation by operation on the same state; a changed
+ * batch source or config records again; when recording fails (or data-parallel training is attached, whose
+ * all-reduce goes through the host) the graph is turned off for the run and graph_note says why. The results are
+ * bit-identical with and without the graph. */
 MPT_API void mpt_trainer_step(mpt_trainer *t);
-/* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. */
+/* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. Gathers the staged batch
+ * first, as mpt_trainer_step does. */
 MPT_API void mpt_trainer_eval_batch(mpt_trainer *t);
-/* Fills the graph's input and labels from a U8 dataset in backend memory: rows idx[0..B) (idx in backend
- * memory, I32), pixels scaled by 1/255 then standardised with (mean, inv_std). images U8 [n_total, D] and
- * labels U8 [n_total] (each in [0, C)) stay owned by the caller (e.g. be->alloc + be->from_host, once per
- * run); D must equal the input's features per row (else it aborts: a wiring error); idx[b] = -1 is a padding
- * row (zeros, label -1, ignored by the loss and the accuracy count). Stream-ordered, no allocation. */
+/* Stages a batch from a U8 dataset in backend memory: copies rows idx[0..B) (idx in backend memory, I32) into
+ * t->batch_idx, stream-ordered, and remembers the source; the next mpt_trainer_step or mpt_trainer_eval_batch
+ * gathers it into the graph's input and labels (pixels scaled by 1/255 then standardised with (mean, inv_std);
+ * be->gather_batch). images U8 [n_total, D] and labels U8 [n_total] (each in [0, C)) stay owned by the caller
+ * (e.g. be->alloc + be->from_host, once per run) and must stay valid until that step or evaluation; D must equal
+ * the input's features per row (else it aborts: a wiring error); idx[b] = -1 is a padding row (zeros, label -1,
+ * ignored by the loss and the accuracy count). Stream-ordered, no allocation. */
 MPT_API void mpt_trainer_gather(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
                                 int64_t D, float mean, float inv_std);
+/* One line for run records: "on (1 recording, N replays, M steps run directly)", "off (asked)", "off: <why>",
+ * or "not applicable (cpu backend)", into buf (len bytes). */
+MPT_API void mpt_trainer_graph_status(const mpt_trainer *t, char *buf, size_t len);
 /* Copies the statistics to *out (host): waits for the queued steps, one small device-to-host copy. */
 MPT_API void mpt_trainer_stats(mpt_trainer *t, mpt_train_stats *out);
 /* The dtype of the storage that parameter i's optimizer update is applied to: MPT_DTYPE_F32 when the update

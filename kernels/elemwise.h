@@ -323,6 +323,25 @@ MPT_HD int mpt_elem_unscale(float *g, float inv_scale) {
     return bad_x | bad_y; /* int flags ORed bitwise: both tested, no branch */
 }
 
+/* The learning rate at 0-based iteration t of a schedule (engine/optim/schedule.h has the formulas and the
+ * checks; kind: 0 constant, 1 step, 2 cosine, as mpt_lr_kind), in FP64 rounded once to FP32. The host
+ * (mpt_lr_at) and both backends (lr_update) call this one function; on the GPU pow and cos are CUDA's FP64
+ * functions, whose last bit may differ from glibc's, so a GPU run's learning rate can differ from the host's
+ * mpt_lr_at by one FP32 unit in the last place in rare cases (never for constant or warmup values). */
+MPT_HD float mpt_lr_eval(int kind, float base_lr, float min_lr, int64_t warmup, int64_t total, int64_t step_size,
+                         float gamma, int64_t t) {
+    const double base = base_lr;
+    if (kind == 1) return (float)(base * pow((double)gamma, (double)(t / step_size)));
+    if (kind == 2) {
+        if (t < warmup) return (float)(base * (double)(t + 1) / (double)warmup);
+        if (t >= total) return min_lr;
+        const double pi = 3.14159265358979323846;
+        double frac = (double)(t - warmup) / (double)(total - warmup);
+        return (float)((double)min_lr + (base - (double)min_lr) * (1.0 + cos(pi * frac)) / 2.0);
+    }
+    return base_lr;
+}
+
 /* Clip coefficient from the sum of squares of all (unscaled) gradients:
  * min(1, max_norm / (sqrt(sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_ with norm_type 2; the 1e-6 is its
  * epsilon). A NaN sumsq (non-finite gradients: the step is skipped anyway) gives 1. */

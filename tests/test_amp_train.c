@@ -8,7 +8,8 @@
  *  - an injected non-finite gradient skips exactly one step: masters and optimizer state stay bit-identical,
  *    the scale backs off, training continues;
  *  - in bf16 the working copies are exactly RNE(master) after every step;
- *  - asking for the update deltas (mpt_trainer.update_out) does not change training.
+ *  - asking for the update deltas (mpt_trainer.update_out) does not change training;
+ *  - a step graph that cannot be recorded is turned off with the reason, and training is unchanged.
  */
 #include <math.h>
 #include <stdio.h>
@@ -318,6 +319,75 @@ START_TEST(test_update_out_changes_nothing) {
 }
 END_TEST
 
+/* A backend whose step capture refuses to start (as CUDA's does under MPT_CUDA_SYNC_DEBUG=1): the trainer must
+ * turn the step graph off for the run, say why, and train exactly as without it. */
+static mpt_status capture_refused(mpt_backend *be) {
+    (void)be;
+    return mpt_errorf(MPT_ERR_DEVICE, "test backend: recording refused");
+}
+
+static mpt_status capture_end_unused(mpt_backend *be, void **out) {
+    (void)be;
+    (void)out;
+    ck_abort_msg("capture_end called after capture_begin failed");
+    return MPT_ERR_DEVICE;
+}
+
+static void replay_unused(mpt_backend *be, void *graph) {
+    (void)be;
+    (void)graph;
+    ck_abort_msg("replay called without a recording");
+}
+
+START_TEST(test_step_graph_fallback) {
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP16);
+    cfg.step_graph = 1;
+    cfg.inject_nonfinite_step = 3;
+    run r[2];
+    unsigned char *snap[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        run_open(&r[k], MPT_PRECISION_FP16, &cfg);
+        mpt_trainer *tr = r[k].tr;
+        if (k == 1) {
+            r[k].be->capture_begin = capture_refused;
+            r[k].be->capture_end = capture_end_unused;
+            r[k].be->replay = replay_unused;
+            r[k].be->replay_free = replay_unused;
+        }
+        int32_t idx[B];
+        for (int it = 0; it < 6; it++) {
+            for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+            mpt_trainer_gather(tr, r[k].data.train_images, r[k].data.train_labels, idx, r[k].data.dim, 0.0f, 1.0f);
+            mpt_trainer_step(tr);
+        }
+        char status[320];
+        mpt_trainer_graph_status(tr, status, sizeof status);
+        if (k == 0) {
+            ck_assert_str_eq(status, "not applicable (cpu backend)");
+            ck_assert_int_eq(tr->graph_off, 0);
+        } else {
+            ck_assert_int_eq(tr->graph_off, 1);
+            ck_assert_msg(strstr(tr->graph_note, "test backend: recording refused") != NULL, "note: %s", tr->graph_note);
+            ck_assert_msg(strncmp(status, "off: the step could not be recorded", 35) == 0, "status: %s", status);
+            /* the first step runs directly by design, the second tried to record */
+            ck_assert_int_eq((int)tr->graph_direct, 2);
+            ck_assert_int_eq((int)tr->graph_captures, 0);
+            ck_assert_int_eq((int)tr->graph_replays, 0);
+        }
+        ck_assert_int_eq((int)tr->scaler->iteration, 6);
+        ck_assert_int_eq(tr->scaler->steps_skipped, 1);
+        snapshot(&r[k], &snap[k], &len[k]);
+    }
+    ck_assert_uint_eq(len[0], len[1]);
+    ck_assert_msg(memcmp(snap[0], snap[1], len[0]) == 0, "the run whose recording failed trained differently");
+    for (int k = 0; k < 2; k++) {
+        free(snap[k]);
+        run_close(&r[k]);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("amp_train");
     TCase *tc = tcase_create("amp_train");
@@ -328,6 +398,7 @@ int main(void) {
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
     tcase_add_test(tc, test_evaluate_reads_once);
+    tcase_add_test(tc, test_step_graph_fallback);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

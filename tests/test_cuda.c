@@ -911,7 +911,7 @@ START_TEST(test_dropout) {
         void *dxx = dev_put(x, nbytes(t, n)), *dyy = dev_alloc(nbytes(t, n)), *ddy = dev_put(dy, nbytes(t, n));
         void *ddx = dev_put(dx0, nbytes(t, n));
         uint8_t *dmask = dev_alloc((size_t)n);
-        gpu->dropout_forward(gpu, dyy, dxx, dmask, t, n, p, seed, offset);
+        gpu->dropout_forward(gpu, dyy, dxx, dmask, t, n, p, seed, offset, NULL, 0);
         gpu->dropout_backward(gpu, ddx, ddy, dmask, t, n, p, 1);
         void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
         uint8_t *mg = xmalloc((size_t)n);
@@ -920,7 +920,7 @@ START_TEST(test_dropout) {
         dev_get(mg, dmask, (size_t)n);
         void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
         uint8_t *mc = xmalloc((size_t)n);
-        cpu->dropout_forward(cpu, yc, x, mc, t, n, p, seed, offset);
+        cpu->dropout_forward(cpu, yc, x, mc, t, n, p, seed, offset, NULL, 0);
         cpu->dropout_backward(cpu, dxc, dy, mc, t, n, p, 1);
         int64_t kept = 0;
         for (int64_t i = 0; i < n; i++) {

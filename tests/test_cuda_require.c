@@ -6,7 +6,8 @@
  * also a GPU older than compute capability 8.0); every other CUDA error fails (exit 1), and with
  * MPT_REQUIRE_CUDA=1 (set by bench/gpu.sh) every case without a usable GPU fails, naming the reason. This
  * program runs the built $MPT_BUILD_ROOT/tests/test_cuda both ways and checks the exit status and the reason
- * it prints against mpt_cuda_probe(). On a machine with a usable GPU the cuda suite itself is the check; here
+ * it prints against mpt_cuda_probe(); the same for $MPT_BUILD_ROOT/tests/test_cuda_graph. On a machine with a
+ * usable GPU the cuda suite itself is the check; here
  * only the probe's agreement with mpt_cuda_available() is tested.
  * The CUDA backend module (engine/cuda_loader.c): a build that configured it loads it (its libraries are on
  * the build machine); a build without it reports MPT_CUDA_NOT_BUILT, which the cuda suite treats as a
@@ -26,12 +27,15 @@
 
 static char out_buf[1 << 14];
 
-/* Runs test_cuda with MPT_REQUIRE_CUDA set to `require` (NULL: unset); its stdout and stderr land in out_buf.
- * Returns the exit status, or 128 + signal. */
-static int run_test_cuda(const char *require) {
+/* The programs of the cuda suite, all bound by the same rule. */
+static const char *const cuda_programs[] = {"test_cuda", "test_cuda_graph"};
+
+/* Runs the cuda suite's program `prog` with MPT_REQUIRE_CUDA set to `require` (NULL: unset); its stdout and stderr
+ * land in out_buf. Returns the exit status, or 128 + signal. */
+static int run_test_cuda(const char *prog, const char *require) {
     char path[1024];
     const char *root = getenv("MPT_BUILD_ROOT");
-    snprintf(path, sizeof path, "%s/tests/test_cuda", root ? root : "..");
+    snprintf(path, sizeof path, "%s/tests/%s", root ? root : "..", prog);
     int fd[2];
     ck_assert(pipe(fd) == 0);
     fflush(NULL);
@@ -44,7 +48,7 @@ static int run_test_cuda(const char *require) {
         close(fd[1]);
         if (require) setenv("MPT_REQUIRE_CUDA", require, 1);
         else unsetenv("MPT_REQUIRE_CUDA");
-        execl(path, "test_cuda", (char *)NULL);
+        execl(path, prog, (char *)NULL);
         fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
         _exit(127);
     }
@@ -92,22 +96,27 @@ START_TEST(test_skip_or_fail) {
     ck_assert_msg(why[0] != '\0', "the probe gave no description");
     if (r == MPT_CUDA_USABLE) return; /* the cuda suite runs for real here */
 
-    int rc = run_test_cuda(NULL);
-    if (r == MPT_CUDA_BROKEN) {
-        ck_assert_msg(rc == 1, "a broken CUDA setup (%s) must fail the cuda suite, exit %d: %s", why, rc, out_buf);
-        ck_assert_msg(strstr(out_buf, "FAILED") && strstr(out_buf, why), "the failure does not name the reason: %s",
-                      out_buf);
-    } else {
-        ck_assert_msg(rc == 77, "no GPU (%s): the cuda suite must skip (77), exit %d: %s", why, rc, out_buf);
-        ck_assert_msg(strstr(out_buf, "skipped") && strstr(out_buf, why), "the skip does not name the reason: %s",
-                      out_buf);
+    for (size_t k = 0; k < sizeof cuda_programs / sizeof cuda_programs[0]; k++) {
+        const char *prog = cuda_programs[k];
+        int rc = run_test_cuda(prog, NULL);
+        if (r == MPT_CUDA_BROKEN) {
+            ck_assert_msg(rc == 1, "%s: a broken CUDA setup (%s) must fail the cuda suite, exit %d: %s", prog, why, rc,
+                          out_buf);
+            ck_assert_msg(strstr(out_buf, "FAILED") && strstr(out_buf, why), "%s: the failure does not name the reason: %s",
+                          prog, out_buf);
+        } else {
+            ck_assert_msg(rc == 77, "%s: no GPU (%s): the cuda suite must skip (77), exit %d: %s", prog, why, rc, out_buf);
+            ck_assert_msg(strstr(out_buf, "skipped") && strstr(out_buf, why), "%s: the skip does not name the reason: %s",
+                          prog, out_buf);
+        }
+        rc = run_test_cuda(prog, "1");
+        ck_assert_msg(rc == 1, "%s: MPT_REQUIRE_CUDA=1 without a usable GPU must fail the cuda suite, exit %d: %s", prog,
+                      rc, out_buf);
+        ck_assert_msg(strstr(out_buf, "MPT_REQUIRE_CUDA=1") && strstr(out_buf, why),
+                      "%s: the failure does not name MPT_REQUIRE_CUDA and the reason (%s): %s", prog, why, out_buf);
+        rc = run_test_cuda(prog, "0"); /* only "1" requires a GPU */
+        ck_assert_msg(rc == (r == MPT_CUDA_BROKEN ? 1 : 77), "%s: MPT_REQUIRE_CUDA=0: exit %d: %s", prog, rc, out_buf);
     }
-    rc = run_test_cuda("1");
-    ck_assert_msg(rc == 1, "MPT_REQUIRE_CUDA=1 without a usable GPU must fail the cuda suite, exit %d: %s", rc, out_buf);
-    ck_assert_msg(strstr(out_buf, "MPT_REQUIRE_CUDA=1") && strstr(out_buf, why),
-                  "the failure does not name MPT_REQUIRE_CUDA and the reason (%s): %s", why, out_buf);
-    rc = run_test_cuda("0"); /* only "1" requires a GPU */
-    ck_assert_msg(rc == (r == MPT_CUDA_BROKEN ? 1 : 77), "MPT_REQUIRE_CUDA=0: exit %d: %s", rc, out_buf);
 }
 END_TEST
 

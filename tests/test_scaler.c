@@ -13,6 +13,7 @@
 
 #include "engine/amp/scaler.h"
 #include "engine/backend.h"
+#include "engine/optim/schedule.h"
 #include "harness.h"
 
 static mpt_backend *be;
@@ -276,6 +277,52 @@ START_TEST(test_step_begin) {
 }
 END_TEST
 
+/* The per-step values a replayed step reads from backend memory: scaler_update advances the iteration (skipped
+ * steps too), lr_update writes the schedule's value at it (the same bits as the host's mpt_lr_at), and dropout
+ * with the iteration pointer draws the numbers of offset + iteration * stride. */
+START_TEST(test_iteration_lr_and_dropout_offset) {
+    mpt_scaler_params p = mpt_scaler_params_default();
+    ck_assert_int_eq(mpt_scaler_init(be, st, 1024.0f, &p), MPT_OK);
+    ck_assert_int_eq((int)st->iteration, 0);
+    const mpt_lr_schedule sched[] = {
+        {.kind = MPT_LR_CONSTANT, .base_lr = 3e-3f},
+        {.kind = MPT_LR_STEP, .base_lr = 0.1f, .step_size = 4, .gamma = 0.3f},
+        {.kind = MPT_LR_COSINE, .base_lr = 1e-2f, .min_lr = 1e-4f, .warmup_steps = 3, .total_steps = 17},
+    };
+    for (int k = 0; k < 25; k++) {
+        for (size_t s = 0; s < sizeof sched / sizeof sched[0]; s++) {
+            be->lr_update(be, st, &sched[s]);
+            ck_assert_msg(st->lr == mpt_lr_at(&sched[s], k), "schedule %zu iteration %d: lr %.9g, host %.9g", s, k,
+                          (double)st->lr, (double)mpt_lr_at(&sched[s], k));
+        }
+        st->found_inf = k % 5 == 2 ? 1.0f : 0.0f; /* skipped steps count as iterations */
+        be->step_begin(be, st);
+        update(&p, st->found_inf != 0.0f, 1);
+        ck_assert_int_eq((int)st->iteration, k + 1);
+    }
+    ck_assert_int_eq(st->steps_skipped, 5);
+
+    enum { N = 1000 };
+    const uint64_t seed = 77, base = 123, stride = 4567;
+    ck_assert_int_eq(mpt_backend_reserve_workspace(be, N * sizeof(float)), MPT_OK);
+    static float x[N], y_dev[N], y_host[N];
+    static uint8_t m_dev[N], m_host[N];
+    for (int i = 0; i < N; i++) x[i] = (float)i - 500.0f;
+    for (int64_t it = 0; it < 4; it++) {
+        be->dropout_forward(be, y_dev, x, m_dev, MPT_DTYPE_F32, N, 0.3f, seed, base, &it, stride);
+        be->dropout_forward(be, y_host, x, m_host, MPT_DTYPE_F32, N, 0.3f, seed, base + (uint64_t)it * stride, NULL,
+                            0);
+        ck_assert_msg(memcmp(m_dev, m_host, N) == 0 && memcmp(y_dev, y_host, sizeof y_dev) == 0,
+                      "iteration %lld: dropout through the iteration pointer differs from the host offset",
+                      (long long)it);
+    }
+    int64_t zero = 0, one = 1;
+    be->dropout_forward(be, y_dev, x, m_dev, MPT_DTYPE_F32, N, 0.3f, seed, base, &zero, stride);
+    be->dropout_forward(be, y_host, x, m_host, MPT_DTYPE_F32, N, 0.3f, seed, base, &one, stride);
+    ck_assert_msg(memcmp(m_dev, m_host, N) != 0, "iterations 0 and 1 drew the same dropout mask");
+}
+END_TEST
+
 /* Independent model of the state machine (scaler.h semantics), in double. */
 typedef struct model {
     double scale;
@@ -523,6 +570,7 @@ int main(void) {
     tcase_add_test(tc, test_floor_and_ceiling);
     tcase_add_test(tc, test_static_scaling);
     tcase_add_test(tc, test_step_begin);
+    tcase_add_test(tc, test_iteration_lr_and_dropout_offset);
     tcase_add_test(tc, test_random_sequences_match_model);
     tcase_add_test(tc, test_skipped_step_bit_identical);
     tcase_add_test(tc, test_defaults_and_init);

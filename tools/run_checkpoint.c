@@ -576,6 +576,7 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
     }
     if (s == MPT_OK) s = read_scaler(c, &t->cfg, rs.iteration, &st);
     if (s == MPT_OK) {
+        st.iteration = rs.iteration; /* the backend's counter (LR, dropout, stochastic rounding) */
         be->from_host(be, t->scaler, &st, sizeof st);
         mpt_master_refresh_working(t->g, t->master);
         t->iteration = rs.iteration;

@@ -4,7 +4,9 @@
  * Shapes: x, y of any shape and the same float dtype (policy: follows the input); saved mask of the same
  * shape, U8 (1 = kept).
  * Training forward:  u = Philox uniform in (0, 1] (cuRAND PHILOX4_32_10) from seed = mpt_rng_stream_seed(
- *                    g->seed, MPT_RNG_DROPOUT) at offset = g->step * stride + base + row0 * per_row, where
+ *                    g->seed, MPT_RNG_DROPOUT) at offset = step * stride + base + row0 * per_row (step: read
+ *                    on the backend from *g->iteration when the graph has it, so a replayed CUDA Graph step
+ *                    draws its own numbers; else g->step, the same value), where
  *                    per_row = numel / B is the node's elements per batch row, base = this node's offset
  *                    among all dropout nodes (their elements per row, in build order, times the global batch
  *                    g->batch_global), stride = their total (mpt_graph_dropout_stride), and row0 =
@@ -29,9 +31,11 @@ static void dropout_forward(mpt_graph *g, mpt_node *n) {
     uint64_t seed = mpt_rng_stream_seed(g->seed, MPT_RNG_DROPOUT);
     uint64_t per_row = (uint64_t)mpt_tensor_numel(y) / (uint64_t)g->batch;
     uint64_t base = n->attr.dropout.stream / (uint64_t)g->batch * (uint64_t)g->batch_global;
-    uint64_t offset = g->step * mpt_graph_dropout_stride(g) + base + (uint64_t)g->batch_row0 * per_row;
+    uint64_t stride = mpt_graph_dropout_stride(g);
+    uint64_t fixed = base + (uint64_t)g->batch_row0 * per_row; /* this node's and this rank's part */
+    uint64_t offset = g->iteration ? fixed : g->step * stride + fixed;
     g->be->dropout_forward(g->be, y->data, x->data, mask->data, y->dtype, mpt_tensor_numel(y), n->attr.dropout.p,
-                           seed, offset);
+                           seed, offset, g->iteration, g->iteration ? stride : 0);
 }
 
 static void dropout_backward(mpt_graph *g, mpt_node *n) {

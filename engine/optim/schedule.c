@@ -1,12 +1,14 @@
 /*
- * engine/optim/schedule.c - learning-rate schedules (constant, step, cosine with linear warmup), evaluated on
- * the host once per iteration in FP64 and rounded once to FP32. Formulas and PyTorch counterparts:
- * schedule.h.
+ * engine/optim/schedule.c - learning-rate schedules (constant, step, cosine with linear warmup): names, checks,
+ * and mpt_lr_at, the host's evaluation of kernels/elemwise.h's mpt_lr_eval (FP64, rounded once to FP32; the
+ * backends evaluate the same function on their iteration counter). Formulas and PyTorch counterparts: schedule.h.
  */
 #include "engine/optim/schedule.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "kernels/elemwise.h"
 
 static const char *const lr_kind_names[] = {"constant", "step", "cosine"};
 #define N_LR_KINDS ((int)(sizeof lr_kind_names / sizeof lr_kind_names[0]))
@@ -54,25 +56,18 @@ mpt_status mpt_lr_schedule_check(const mpt_lr_schedule *s) {
 
 float mpt_lr_at(const mpt_lr_schedule *s, int64_t t) {
     MPT_ASSERTF(t >= 0, "mpt_lr_at: iteration %lld, expected >= 0", (long long)t);
-    const double base = s->base_lr;
     switch (s->kind) {
-    case MPT_LR_CONSTANT: return s->base_lr;
-    case MPT_LR_STEP: {
+    case MPT_LR_CONSTANT: break;
+    case MPT_LR_STEP:
         MPT_ASSERTF(s->step_size >= 1, "mpt_lr_at: step schedule with step_size %lld", (long long)s->step_size);
-        double k = (double)(t / s->step_size);
-        return (float)(base * pow((double)s->gamma, k));
-    }
-    case MPT_LR_COSINE: {
-        const int64_t w = s->warmup_steps, total = s->total_steps;
-        MPT_ASSERTF(w >= 0 && total > w, "mpt_lr_at: cosine schedule with warmup %lld, total %lld", (long long)w,
-                    (long long)total);
-        if (t < w) return (float)(base * (double)(t + 1) / (double)w);
-        if (t >= total) return s->min_lr;
-        const double pi = 3.14159265358979323846;
-        double frac = (double)(t - w) / (double)(total - w);
-        return (float)((double)s->min_lr + (base - (double)s->min_lr) * (1.0 + cos(pi * frac)) / 2.0);
-    }
+        break;
+    case MPT_LR_COSINE:
+        MPT_ASSERTF(s->warmup_steps >= 0 && s->total_steps > s->warmup_steps,
+                    "mpt_lr_at: cosine schedule with warmup %lld, total %lld", (long long)s->warmup_steps,
+                    (long long)s->total_steps);
+        break;
     default: MPT_ASSERTF(0, "mpt_lr_at: unknown schedule kind %d", (int)s->kind);
     }
-    return s->base_lr;
+    return mpt_lr_eval((int)s->kind, s->base_lr, s->min_lr, s->warmup_steps, s->total_steps, s->step_size, s->gamma,
+                       t);
 }

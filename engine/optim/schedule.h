@@ -1,5 +1,5 @@
 /*
- * engine/optim/schedule.h - learning-rate schedules, evaluated on the host once per iteration.
+ * engine/optim/schedule.h - learning-rate schedules, evaluated once per iteration.
  *
  * The iteration counter counts every training iteration, skipped (found_inf) ones included, as PyTorch's
  * LR schedulers do when scheduler.step() is called every iteration.
@@ -11,7 +11,8 @@
  *                  t >= total:           lr = min_lr (held, where CosineAnnealingLR would rise again)
  *                  (torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total - warmup and eta_min = min_lr,
  *                  after a linear warmup whose first iteration already uses base_lr / warmup, not 0)
- * Evaluated in FP64 and rounded once to FP32.
+ * Evaluated in FP64 and rounded once to FP32, by kernels/elemwise.h's mpt_lr_eval: the host (mpt_lr_at) and both
+ * backends (be->lr_update, on the backend's own iteration counter) run that one function.
  */
 #ifndef MPT_ENGINE_OPTIM_SCHEDULE_H
 #define MPT_ENGINE_OPTIM_SCHEDULE_H
@@ -19,19 +20,10 @@
 #include <stdint.h>
 
 #include "engine/api.h"
+#include "engine/backend.h"
 #include "engine/status.h"
 
-typedef enum mpt_lr_kind { MPT_LR_CONSTANT = 0, MPT_LR_STEP, MPT_LR_COSINE } mpt_lr_kind;
-
-typedef struct mpt_lr_schedule {
-    mpt_lr_kind kind;
-    float base_lr;
-    float min_lr;          /* cosine: the final LR */
-    int64_t warmup_steps;  /* cosine: linear warmup iterations (0 = none) */
-    int64_t total_steps;   /* cosine: iterations over which to anneal */
-    int64_t step_size;     /* step: iterations between decays */
-    float gamma;           /* step: decay factor */
-} mpt_lr_schedule;
+/* mpt_lr_kind and mpt_lr_schedule are defined in engine/backend.h (the backends evaluate the schedule). */
 
 /* The learning rate for 0-based iteration t (t >= 0) of a schedule that passes mpt_lr_schedule_check(). */
 MPT_API float mpt_lr_at(const mpt_lr_schedule *s, int64_t t);

@@ -63,6 +63,7 @@ mpt_backend *mpt_backend_cpu_create(void) {
     be->unscale_check_multi = mpt_cpu_unscale_check_multi;
     be->sum_squares = mpt_cpu_sum_squares;
     be->clip_coef = mpt_cpu_clip_coef;
+    be->lr_update = mpt_cpu_lr_update;
     be->step_begin = mpt_cpu_step_begin;
     be->optim_step = mpt_cpu_optim_step;
     be->optim_step_multi = mpt_cpu_optim_step_multi;

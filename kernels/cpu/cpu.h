@@ -31,7 +31,7 @@ void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void
 void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
-                             float p, uint64_t seed, uint64_t offset);
+                             float p, uint64_t seed, uint64_t offset, const int64_t *iteration, uint64_t stride);
 void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
                               int64_t n, float p, int accumulate);
 void mpt_cpu_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
@@ -47,6 +47,7 @@ void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *
 void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+void mpt_cpu_lr_update(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *schedule);
 void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st);
 void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a);
 void mpt_cpu_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,

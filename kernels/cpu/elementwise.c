@@ -485,7 +485,7 @@ void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
 /* ---- dropout ---------------------------------------------------------------------------------------- */
 
 void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
-                             float p, uint64_t seed, uint64_t offset) {
+                             float p, uint64_t seed, uint64_t offset, const int64_t *iteration, uint64_t stride) {
     ew_check_float(dtype, "dropout_forward");
     MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_forward: p = %g outside [0, 1)", (double)p);
     MPT_ASSERTF(be->workspace_bytes >= (size_t)n * sizeof(float),
@@ -493,6 +493,7 @@ void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *m
                 (size_t)n * sizeof(float), (long long)n, be->workspace_bytes);
     if (n == 0) return;
     float *u = be->workspace;
+    if (iteration) offset += (uint64_t)*iteration * stride;
     mpt_rng_uniform(((mpt_cpu_ctx *)be->ctx)->rng, u, (size_t)n, seed, offset);
     const float keep = 1.0f - p;
     float xv[EW_CHUNK];

@@ -68,6 +68,12 @@ void mpt_cpu_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
     st->grad_mul = mpt_clip_coef(st->sumsq, max_norm);
 }
 
+void mpt_cpu_lr_update(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *sc) {
+    (void)be;
+    st->lr = mpt_lr_eval((int)sc->kind, sc->base_lr, sc->min_lr, sc->warmup_steps, sc->total_steps, sc->step_size,
+                         sc->gamma, st->iteration);
+}
+
 void mpt_cpu_step_begin(mpt_backend *be, mpt_scaler_state *st) {
     (void)be;
     mpt_scaler_step_begin(&st->steps_taken, st->found_inf);
@@ -221,7 +227,7 @@ static void update_block_widened(const mpt_optim_args *a, const step_scalars *s,
         if (a->working) mpt_cpu_narrow(at(a->working, a->working_dtype, i0), a->working_dtype, b.p, nb);
     } else if (a->stochastic) {
         narrow_stochastic(at(a->working, a->working_dtype, i0), a->working_dtype, pw, nb, a->sr_seed,
-                          a->sr_iteration, a->sr_offset + (uint64_t)i0);
+                          a->iteration ? (uint64_t)*a->iteration : a->sr_iteration, a->sr_offset + (uint64_t)i0);
     } else {
         mpt_cpu_narrow(at(a->working, a->working_dtype, i0), a->working_dtype, pw, nb);
     }
@@ -270,14 +276,15 @@ void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     const int32_t t = *a->step;
     MPT_ASSERTF(t >= 1, "optim_step: step count %d, expected >= 1 (step_begin runs first)", (int)t);
     const mpt_optim_hparams *h = &a->h;
-    step_scalars s = {.gm = a->grad_mul ? *a->grad_mul : 1.0f, .lr = h->lr, .momentum = h->momentum,
+    const float lr = a->lr ? *a->lr : h->lr;
+    step_scalars s = {.gm = a->grad_mul ? *a->grad_mul : 1.0f, .lr = lr, .momentum = h->momentum,
                       .dampening = h->dampening, .wd = h->weight_decay, .beta1 = h->beta1, .beta2 = h->beta2,
                       .eps = h->eps, .l2 = 0.0f, .decay = 1.0f, .step_size = 0.0f, .bc2_sqrt = 1.0f,
                       .nesterov = h->nesterov != 0};
     if (h->kind != MPT_OPTIM_SGD) {
         if (h->kind == MPT_OPTIM_ADAM) s.l2 = h->weight_decay;
-        else s.decay = mpt_adamw_decay(h->lr, h->weight_decay);
-        s.step_size = mpt_adam_step_size(h->lr, h->beta1, t);
+        else s.decay = mpt_adamw_decay(lr, h->weight_decay);
+        s.step_size = mpt_adam_step_size(lr, h->beta1, t);
         s.bc2_sqrt = mpt_adam_bc2_sqrt(h->beta2, t);
     }
     const int first = t == 1;
@@ -307,7 +314,7 @@ void mpt_cpu_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a) {
                                     .working_dtype = sl->working_dtype, .stochastic = a->stochastic,
                                     .sr_seed = a->sr_seed, .sr_iteration = a->sr_iteration,
                                     .sr_offset = sl->sr_offset, .found_inf = a->found_inf, .grad_mul = a->grad_mul,
-                                    .step = a->step, .update_out = NULL};
+                                    .step = a->step, .lr = a->lr, .iteration = a->iteration, .update_out = NULL};
         mpt_cpu_optim_step(be, &one);
     }
 }
@@ -320,4 +327,5 @@ void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scal
                              &st->growth_tracker, &st->hysteresis_left, &st->steps_skipped, &st->floor_hits,
                              &st->steps_nonfinite, p->growth_factor, p->backoff_factor, p->growth_interval,
                              p->hysteresis, p->min_scale, p->max_scale, p->apply_nonfinite, dynamic);
+    st->iteration += 1;
 }

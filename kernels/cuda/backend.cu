@@ -381,9 +381,15 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->unscale_check_multi = mpt_cuda_unscale_check_multi;
     be->sum_squares = mpt_cuda_sum_squares;
     be->clip_coef = mpt_cuda_clip_coef;
+    be->lr_update = mpt_cuda_lr_update;
     be->step_begin = mpt_cuda_step_begin;
     be->optim_step = mpt_cuda_optim_step;
     be->optim_step_multi = mpt_cuda_optim_step_multi;
     be->scaler_update = mpt_cuda_scaler_update;
+
+    be->capture_begin = mpt_cuda_capture_begin;
+    be->capture_end = mpt_cuda_capture_end;
+    be->replay = mpt_cuda_replay;
+    be->replay_free = mpt_cuda_replay_free;
     return be;
 }

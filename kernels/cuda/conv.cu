@@ -469,6 +469,13 @@ static void record_call(mpt_cuda_conv_cache *c, const char *tag, const conv_plan
     r->calls = 1;
 }
 
+int mpt_cuda_conv_counter_count(const mpt_cuda_conv_cache *c) { return c->n_records + 1; }
+
+int64_t *mpt_cuda_conv_counter(mpt_cuda_conv_cache *c, int i) {
+    MPT_ASSERTF(i >= 0 && i <= c->n_records, "conv call counter %d of %d", i, c->n_records + 1);
+    return i < c->n_records ? &c->records[i].calls : &c->unrecorded_calls;
+}
+
 static mpt_cuda_conv_cache *cache_of(mpt_backend *be) {
     MPT_ASSERTF(be != NULL && be->device == MPT_DEVICE_CUDA, "convolution records need a CUDA backend");
     return mpt_cuda_ctx_of(be)->conv;

@@ -91,6 +91,7 @@ typedef struct mpt_cuda_ctx {
     mpt_cuda_conv_cache *conv;   /* convolution plans and records, conv.cu */
     void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
     int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
+    struct mpt_cuda_capture *capture; /* the recording in progress (graph.cu), or NULL */
 } mpt_cuda_ctx;
 
 static inline mpt_cuda_ctx *mpt_cuda_ctx_of(mpt_backend *be) { return (mpt_cuda_ctx *)be->ctx; }
@@ -169,6 +170,19 @@ void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c);
 void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a);
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
 
+/* The call counters of the GEMM / convolution records, for graph.cu's replay accounting: counter i is record
+ * i's `calls` for 0 <= i < count - 1, and the calls of unrecorded call sites for i == count - 1. */
+int mpt_cuda_gemm_counter_count(const mpt_cuda_gemm_cache *c);
+int64_t *mpt_cuda_gemm_counter(mpt_cuda_gemm_cache *c, int i);
+int mpt_cuda_conv_counter_count(const mpt_cuda_conv_cache *c);
+int64_t *mpt_cuda_conv_counter(mpt_cuda_conv_cache *c, int i);
+
+/* graph.cu: the step capture entries of the backend table (engine/backend.h) */
+mpt_status mpt_cuda_capture_begin(mpt_backend *be);
+mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out);
+void mpt_cuda_replay(mpt_backend *be, void *graph);
+void mpt_cuda_replay_free(mpt_backend *be, void *graph);
+
 /* conv.cu */
 mpt_cuda_conv_cache *mpt_cuda_conv_cache_create(void);
 void mpt_cuda_conv_cache_destroy(mpt_cuda_conv_cache *c);
@@ -185,7 +199,7 @@ void mpt_cuda_relu_backward(mpt_backend *be, void *dx, const void *dy, const voi
 void mpt_cuda_maxpool_forward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a);
 void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
-                              float p, uint64_t seed, uint64_t offset);
+                              float p, uint64_t seed, uint64_t offset, const int64_t *iteration, uint64_t stride);
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,
                                int64_t n, float p, int accumulate);
 void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, int32_t *n_correct,
@@ -213,6 +227,7 @@ void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const 
 void mpt_cuda_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cuda_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm);
+void mpt_cuda_lr_update(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *schedule);
 void mpt_cuda_step_begin(mpt_backend *be, mpt_scaler_state *st);
 void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a);
 void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,

@@ -208,8 +208,10 @@ extern "C" void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint
  * (mpt_philox_uniform, kernels/elemwise.h: the numbers cuRAND's host generator gives the CPU backend);
  * mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
 static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, uint64_t seed, uint64_t offset,
-                                              mpt_dtype dtype, int64_t n, float p) {
+                                              const int64_t *iteration, uint64_t stride, mpt_dtype dtype, int64_t n,
+                                              float p) {
     const float keep = __fsub_rn(1.0f, p);
+    if (iteration) offset += (uint64_t)*iteration * stride;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         uint8_t k = mpt_philox_uniform(seed, offset + (uint64_t)i) > p;
         mask[i] = k;
@@ -227,9 +229,10 @@ static __global__ void dropout_backward_kernel(void *dx, const void *dy, const u
 }
 
 static void launch_dropout_forward(const mpt_cuda_ctx *ctx, void *y, uint8_t *mask, const void *x, uint64_t seed,
-                                   uint64_t offset, mpt_dtype dtype, int64_t n, float p) {
-    dropout_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, mask, x, seed, offset, dtype,
-                                                                                          n, p);
+                                   uint64_t offset, const int64_t *iteration, uint64_t stride, mpt_dtype dtype,
+                                   int64_t n, float p) {
+    dropout_forward_kernel<<<mpt_cuda_blocks(ctx, n), MPT_CUDA_THREADS, 0, ctx->stream>>>(y, mask, x, seed, offset,
+                                                                                          iteration, stride, dtype, n, p);
     MPT_CUDA_CHECK_LAUNCH("dropout_forward_kernel");
 }
 
@@ -241,14 +244,14 @@ static void launch_dropout_backward(const mpt_cuda_ctx *ctx, void *dx, const voi
 }
 
 void mpt_cuda_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype, int64_t n,
-                              float p, uint64_t seed, uint64_t offset) {
+                              float p, uint64_t seed, uint64_t offset, const int64_t *iteration, uint64_t stride) {
     mpt_cuda_require_float(dtype, "dropout_forward");
     MPT_ASSERTF(p >= 0.0f && p < 1.0f, "dropout_forward: p = %g outside [0, 1)", (double)p);
     MPT_ASSERT(n >= 0);
     if (n == 0) return;
     /* one launch: the uniforms are computed inside the kernel (no cuRAND call, no workspace, nothing that a
      * CUDA graph would have to re-seed) */
-    launch_dropout_forward(mpt_cuda_ctx_of(be), y, mask, x, seed, offset, dtype, n, p);
+    launch_dropout_forward(mpt_cuda_ctx_of(be), y, mask, x, seed, offset, iteration, stride, dtype, n, p);
 }
 
 void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const uint8_t *mask, mpt_dtype dtype,

@@ -448,6 +448,13 @@ static void record_call(mpt_cuda_gemm_cache *c, const char *tag, const gemm_plan
     r->calls = 1;
 }
 
+int mpt_cuda_gemm_counter_count(const mpt_cuda_gemm_cache *c) { return c->n_records + 1; }
+
+int64_t *mpt_cuda_gemm_counter(mpt_cuda_gemm_cache *c, int i) {
+    MPT_ASSERTF(i >= 0 && i <= c->n_records, "gemm call counter %d of %d", i, c->n_records + 1);
+    return i < c->n_records ? &c->records[i].calls : &c->unrecorded_calls;
+}
+
 static mpt_cuda_gemm_cache *cache_of(mpt_backend *be) {
     MPT_ASSERTF(be != NULL && be->device == MPT_DEVICE_CUDA, "GEMM records need a CUDA backend");
     return mpt_cuda_ctx_of(be)->gemm;

@@ -87,6 +87,11 @@ static __global__ void clip_coef_kernel(mpt_scaler_state *st, float max_norm) {
     st->grad_mul = mpt_clip_coef(st->sumsq, max_norm);
 }
 
+static __global__ void lr_update_kernel(mpt_scaler_state *st, mpt_lr_schedule sc) {
+    st->lr = mpt_lr_eval((int)sc.kind, sc.base_lr, sc.min_lr, sc.warmup_steps, sc.total_steps, sc.step_size, sc.gamma,
+                         st->iteration);
+}
+
 static __global__ void step_begin_kernel(mpt_scaler_state *st) {
     mpt_scaler_step_begin(&st->steps_taken, st->found_inf);
 }
@@ -96,12 +101,19 @@ static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_par
                              &st->growth_tracker, &st->hysteresis_left, &st->steps_skipped, &st->floor_hits,
                              &st->steps_nonfinite, p.growth_factor, p.backoff_factor, p.growth_interval,
                              p.hysteresis, p.min_scale, p.max_scale, p.apply_nonfinite, dynamic);
+    st->iteration += 1;
 }
 
 void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
     const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     clip_coef_kernel<<<1, 1, 0, ctx->stream>>>(st, max_norm);
     MPT_CUDA_CHECK_LAUNCH("clip_coef_kernel");
+}
+
+void mpt_cuda_lr_update(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *schedule) {
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    lr_update_kernel<<<1, 1, 0, ctx->stream>>>(st, *schedule);
+    MPT_CUDA_CHECK_LAUNCH("lr_update_kernel");
 }
 
 void mpt_cuda_step_begin(mpt_backend *be, mpt_scaler_state *st) {
@@ -122,6 +134,8 @@ void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_sca
  * call). */
 typedef struct step_scalars {
     float gm;                 /* gradient multiplier (clip coefficient; 1 without clipping) */
+    float lr;                 /* this step's learning rate (*a.lr, or h.lr) */
+    uint64_t sr_iteration;    /* stochastic rounding's iteration (*a.iteration, or a.sr_iteration) */
     float l2, decay;          /* Adam's L2 term / AdamW's decoupled decay factor */
     float step_size, bc2_sqrt;/* Adam/AdamW bias corrections */
     int first;                /* t == 1 (SGD momentum initialisation) */
@@ -136,12 +150,16 @@ static __device__ __forceinline__ void store_stochastic(void *p, mpt_dtype t, in
     }
 }
 
-/* The per-step scalars from the device step count (thread 0 of a block; the CPU computes them once per call). */
+/* The per-step scalars from the device step count, learning rate and iteration (thread 0 of a block; the CPU
+ * computes them once per call). lr / iteration: backend scalars, or NULL for the host values h.lr / sr_iteration. */
 static __device__ void compute_step_scalars(step_scalars *sc, const mpt_optim_hparams &h, const int32_t *step,
-                                            const float *grad_mul) {
+                                            const float *grad_mul, const float *lr, const int64_t *iteration,
+                                            uint64_t sr_iteration) {
     const int32_t t = *step;
     assert(t >= 1); /* step_begin runs first */
     sc->gm = grad_mul ? *grad_mul : 1.0f;
+    sc->lr = lr ? *lr : h.lr;
+    sc->sr_iteration = iteration ? (uint64_t)*iteration : sr_iteration;
     sc->first = t == 1;
     sc->l2 = 0.0f;
     sc->decay = 1.0f;
@@ -149,8 +167,8 @@ static __device__ void compute_step_scalars(step_scalars *sc, const mpt_optim_hp
     sc->bc2_sqrt = 1.0f;
     if (h.kind != MPT_OPTIM_SGD) {
         if (h.kind == MPT_OPTIM_ADAM) sc->l2 = h.weight_decay;
-        else sc->decay = mpt_adamw_decay(h.lr, h.weight_decay);
-        sc->step_size = mpt_adam_step_size(h.lr, h.beta1, t);
+        else sc->decay = mpt_adamw_decay(sc->lr, h.weight_decay);
+        sc->step_size = mpt_adam_step_size(sc->lr, h.beta1, t);
         sc->bc2_sqrt = mpt_adam_bc2_sqrt(h.beta2, t);
     }
 }
@@ -159,7 +177,7 @@ static __device__ void compute_step_scalars(step_scalars *sc, const mpt_optim_hp
  * master) and state (widened from state_dtype) are updated in FP32 by the optimizer's per-element function; the
  * state is stored back rounded to nearest even; the weight goes back to the master (and the working copy, RNE)
  * or, without a master, is rounded once into the working dtype (RNE, or stochastically with
- * mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i)); the update delta goes to update_out when it is set. The
+ * mpt_sr_bits(sr_seed, s.sr_iteration, sr_offset + i)); the update delta goes to update_out when it is set. The
  * same functions and order as kernels/cpu/optim.c. Shared by the per-tensor and the multi-tensor kernels. */
 static __device__ __forceinline__ void update_element(const mpt_optim_args &a, const step_scalars &s, int64_t i) {
     const mpt_optim_hparams &h = a.h;
@@ -168,7 +186,7 @@ static __device__ __forceinline__ void update_element(const mpt_optim_args &a, c
     float v = a.v ? mpt_dev_load(a.v, a.state_dtype, i) : 0.0f;
     float delta;
     if (h.kind == MPT_OPTIM_SGD)
-        delta = mpt_elem_sgd(&p, &m, a.grad[i], s.gm, h.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
+        delta = mpt_elem_sgd(&p, &m, a.grad[i], s.gm, s.lr, h.momentum, h.dampening, h.weight_decay, h.nesterov,
                              s.first);
     else
         delta = mpt_elem_adam(&p, &m, &v, a.grad[i], s.gm, h.beta1, h.beta2, h.eps, s.l2, s.decay, s.step_size,
@@ -181,7 +199,7 @@ static __device__ __forceinline__ void update_element(const mpt_optim_args &a, c
         if (a.working) mpt_dev_store(a.working, a.working_dtype, i, p);
     } else if (a.stochastic) {
         store_stochastic(a.working, a.working_dtype, i, p,
-                         mpt_sr_bits(a.sr_seed, a.sr_iteration, a.sr_offset + (uint64_t)i));
+                         mpt_sr_bits(a.sr_seed, s.sr_iteration, a.sr_offset + (uint64_t)i));
     } else {
         mpt_dev_store(a.working, a.working_dtype, i, p);
     }
@@ -198,7 +216,7 @@ static __global__ void optim_step_kernel(mpt_optim_args a) {
         return;
     }
     __shared__ step_scalars sc;
-    if (threadIdx.x == 0) compute_step_scalars(&sc, a.h, a.step, a.grad_mul);
+    if (threadIdx.x == 0) compute_step_scalars(&sc, a.h, a.step, a.grad_mul, a.lr, a.iteration, a.sr_iteration);
     __syncthreads();
     const step_scalars s = sc;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -315,7 +333,7 @@ static __global__ void optim_step_multi_kernel(mpt_optim_multi_args a) {
             const mpt_param_slot sl = a.slots[slot];
             assert(sl.master != NULL || sl.working != NULL);
             assert(a.h.kind == MPT_OPTIM_SGD ? (a.h.momentum == 0.0f || sl.m != NULL) : (sl.m && sl.v));
-            compute_step_scalars(&sc, a.h, a.step, a.grad_mul);
+            compute_step_scalars(&sc, a.h, a.step, a.grad_mul, a.lr, a.iteration, a.sr_iteration);
             one.h = a.h;
             one.n = sl.n;
             one.master = sl.master;
@@ -332,6 +350,8 @@ static __global__ void optim_step_multi_kernel(mpt_optim_multi_args a) {
             one.found_inf = a.found_inf;
             one.grad_mul = a.grad_mul;
             one.step = a.step;
+            one.lr = a.lr;
+            one.iteration = a.iteration;
             one.update_out = NULL;
             start = s0;
             end = s0 + MPT_MT_CHUNK < sl.n ? s0 + MPT_MT_CHUNK : sl.n;

@@ -1,0 +1,420 @@
+/*
+ * tests/test_cuda_graph.c - the training step as one CUDA Graph (engine/train.c "Step graph", kernels/cuda/graph.cu):
+ * a run with the step recorded once and replayed must be BIT-IDENTICAL to the same run with every operation
+ * launched on its own. Suite 'cuda'.
+ *
+ * Skip rule as tests/test_cuda.c: without a GPU (no NVIDIA driver, or no device, or compute capability < 8.0) it
+ * prints "test_cuda_graph: skipped: <reason>" and exits 77; any other CUDA error fails (exit 1); with
+ * MPT_REQUIRE_CUDA=1 every case without a usable GPU fails. tests/test_cuda_require.c checks this rule here.
+ *
+ * Each training case runs the same model, data and config twice on the GPU (cfg.step_graph off, then on) and
+ * compares after every step the loss (bits), and at the end every FP32 master (or 16-bit weight), every optimizer
+ * state tensor (bytes) and the whole loss-scaler state (bytes: scale, counters, iteration, lr). A graph run must
+ * also have recorded once and replayed every step but the direct ones (the first, the fault-injection step), so
+ * the comparison cannot pass with the graph silently off; and the GEMM/conv records must count the same calls.
+ * Cases: mlp fp16 with a dynamic loss scale driven into overflow (growth every 3 steps by 4x up to 2^24, which
+ * overflows FP16 gradients: the skips happen inside replays) plus one injected NaN step; lenet5 bf16 with a cosine
+ * LR schedule (warmup) and gradient clipping (the LR comes from the device counter); cnn (dropout: the offsets come
+ * from the device counter) in tf32 with SGD momentum and a step schedule; mlp bf16 without FP32 masters and with
+ * stochastic rounding (its Philox counter is the device iteration). Every case ends with a padded partial batch
+ * (rows -1), which keeps the step's shapes static: one recording serves the whole run.
+ *
+ * The scaler case records unscale + step_begin + lr_update + scaler_update once and replays it over a scripted
+ * found_inf sequence (the host writes a finite or an inf gradient before each replay); after every replay the
+ * device state must equal the CPU backend's (the oracle, same calls) bit for bit, and the GradScaler rules
+ * written out below (growth after `interval` clean steps, backoff with hysteresis, floor and ceiling, skip counts).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "datasets/synthetic.h"
+#include "engine/amp/scaler.h"
+#include "engine/backend.h"
+#include "engine/layers/layers.h"
+#include "engine/optim/optim.h"
+#include "engine/train.h"
+#include "harness.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "models/models.h"
+
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+
+static mpt_backend *gpu, *cpu;
+
+enum { GR_BATCH = 32, GR_STEPS = 20, GR_MAX_TENSORS = 64 };
+
+/* What one run leaves behind, in host memory. */
+typedef struct gr_result {
+    uint32_t loss_bits[GR_STEPS];
+    int n_tensors;
+    char *name[GR_MAX_TENSORS];
+    void *bytes[GR_MAX_TENSORS];
+    size_t nbytes[GR_MAX_TENSORS];
+    mpt_scaler_state scaler;
+    int64_t captures, replays, direct;
+    int graph_off;
+    char note[256];
+    int64_t gemm_calls, conv_calls; /* calls the GEMM / conv records counted during the run */
+} gr_result;
+
+typedef void (*gr_config_fn)(mpt_train_config *cfg);
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) ck_abort_msg("out of host memory (%zu bytes)", n);
+    return p;
+}
+
+static int64_t record_calls(int gemm) {
+    int64_t n = 0;
+    int count = gemm ? mpt_cuda_gemm_record_count(gpu) : mpt_cuda_conv_record_count(gpu);
+    for (int i = 0; i < count; i++) {
+        if (gemm) {
+            mpt_cuda_gemm_record r;
+            EXPECT(mpt_cuda_gemm_record_get(gpu, i, &r), "GEMM record %d", i);
+            n += r.calls;
+        } else {
+            mpt_cuda_conv_record r;
+            EXPECT(mpt_cuda_conv_record_get(gpu, i, &r), "conv record %d", i);
+            n += r.calls;
+        }
+    }
+    return n;
+}
+
+static void keep(gr_result *out, const mpt_tensor *t) {
+    if (!t) return;
+    EXPECT(out->n_tensors < GR_MAX_TENSORS, "more than %d tensors", GR_MAX_TENSORS);
+    int k = out->n_tensors++;
+    out->name[k] = strdup(t->name);
+    out->nbytes[k] = mpt_tensor_nbytes(t);
+    out->bytes[k] = xmalloc(out->nbytes[k]);
+    gpu->to_host(gpu, out->bytes[k], t->data, out->nbytes[k]);
+}
+
+static void gr_free(gr_result *r) {
+    for (int k = 0; k < r->n_tensors; k++) {
+        free(r->name[k]);
+        free(r->bytes[k]);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+/* GR_STEPS steps of `model` in `prec` on the GPU, the step graph on or off; data: synthetic blobs, batch s =
+ * rows idx[s*B, (s+1)*B) of a fixed permutation, the last batch padded with 7 rows of -1. */
+static void gr_train(const char *model, mpt_precision prec, gr_config_fn configure, int graph, gr_result *out) {
+    memset(out, 0, sizeof *out);
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 16 * GR_BATCH, 0, 784, 10, 3) == MPT_OK, "%s", mpt_last_error());
+    mpt_policy policy = mpt_policy_make(prec);
+    mpt_graph *g = mpt_graph_create(gpu, &policy, GR_BATCH);
+    mpt_tensor *logits = NULL;
+    EXPECT(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
+    mpt_softmax_xent(g, logits, "loss");
+    mpt_train_config cfg = mpt_train_config_default(prec);
+    cfg.seed = 5;
+    configure(&cfg);
+    cfg.step_graph = graph;
+    mpt_trainer *t = NULL;
+    EXPECT(mpt_trainer_create(&t, g, &cfg) == MPT_OK, "%s %s: %s", model, mpt_precision_name(prec), mpt_last_error());
+
+    const int64_t n_idx = (int64_t)GR_STEPS * GR_BATCH;
+    int32_t *idx = xmalloc((size_t)n_idx * sizeof(int32_t));
+    for (int64_t i = 0; i < n_idx; i++) idx[i] = (int32_t)((i * 131) % d.n_train);
+    for (int64_t i = n_idx - 7; i < n_idx; i++) idx[i] = -1;
+    uint8_t *images = gpu->alloc(gpu, (size_t)(d.n_train * d.dim)), *labels = gpu->alloc(gpu, (size_t)d.n_train);
+    int32_t *didx = gpu->alloc(gpu, (size_t)n_idx * sizeof(int32_t));
+    EXPECT(images && labels && didx, "cannot allocate the data on the GPU");
+    gpu->from_host(gpu, images, d.train_images, (size_t)(d.n_train * d.dim));
+    gpu->from_host(gpu, labels, d.train_labels, (size_t)d.n_train);
+    gpu->from_host(gpu, didx, idx, (size_t)n_idx * sizeof(int32_t));
+    gpu->synchronize(gpu);
+
+    const int64_t gemm0 = record_calls(1), conv0 = record_calls(0);
+    for (int s = 0; s < GR_STEPS; s++) {
+        mpt_trainer_gather(t, images, labels, didx + (int64_t)s * GR_BATCH, d.dim, 0.0f, 1.0f);
+        mpt_trainer_step(t);
+        mpt_train_stats st;
+        mpt_trainer_stats(t, &st);
+        memcpy(&out->loss_bits[s], &st.loss, sizeof st.loss);
+    }
+    out->gemm_calls = record_calls(1) - gemm0;
+    out->conv_calls = record_calls(0) - conv0;
+    for (int i = 0; i < t->n_params; i++) {
+        keep(out, t->master[i]);
+        if (t->weight[i] != t->master[i]) keep(out, t->weight[i]);
+        keep(out, t->m[i]);
+        keep(out, t->v[i]);
+    }
+    gpu->to_host(gpu, &out->scaler, t->scaler, sizeof out->scaler);
+    out->captures = t->graph_captures;
+    out->replays = t->graph_replays;
+    out->direct = t->graph_direct;
+    out->graph_off = t->graph_off;
+    snprintf(out->note, sizeof out->note, "%s", t->graph_note);
+    gpu->free(gpu, images);
+    gpu->free(gpu, labels);
+    gpu->free(gpu, didx);
+    mpt_trainer_free(&t);
+    free(idx);
+    mpt_mnist_free(&d);
+}
+
+/* Runs the case both ways and compares everything; `direct_steps`: steps the graph run must run directly. */
+static void gr_case(const char *model, mpt_precision prec, gr_config_fn configure, int direct_steps,
+                    int min_skipped) {
+    gr_result off, on;
+    gr_train(model, prec, configure, 0, &off);
+    gr_train(model, prec, configure, 1, &on);
+    const char *p = mpt_precision_name(prec);
+    EXPECT(!on.graph_off, "%s %s: the step graph was turned off: %s", model, p, on.note);
+    EXPECT(on.captures == 1 && on.replays == GR_STEPS - direct_steps && on.direct == direct_steps,
+           "%s %s: %lld recordings, %lld replays, %lld direct steps; expected 1, %d, %d", model, p,
+           (long long)on.captures, (long long)on.replays, (long long)on.direct, GR_STEPS - direct_steps,
+           direct_steps);
+    EXPECT(off.captures == 0 && off.replays == 0, "%s %s: the run with the graph off replayed", model, p);
+    for (int s = 0; s < GR_STEPS; s++) {
+        float a, b;
+        memcpy(&a, &off.loss_bits[s], sizeof a);
+        memcpy(&b, &on.loss_bits[s], sizeof b);
+        EXPECT(off.loss_bits[s] == on.loss_bits[s], "%s %s step %d: loss %.9g with the graph, %.9g without", model, p,
+               s, (double)b, (double)a);
+    }
+    EXPECT(off.n_tensors == on.n_tensors, "tensor counts differ");
+    for (int k = 0; k < on.n_tensors; k++)
+        EXPECT(on.nbytes[k] == off.nbytes[k] && memcmp(on.bytes[k], off.bytes[k], on.nbytes[k]) == 0,
+               "%s %s: %s differs with the graph on", model, p, on.name[k]);
+    EXPECT(memcmp(&on.scaler, &off.scaler, sizeof on.scaler) == 0,
+           "%s %s: scaler state differs: scale %g/%g, skipped %d/%d, taken %d/%d, iteration %lld/%lld, lr %g/%g", model,
+           p, (double)on.scaler.scale, (double)off.scaler.scale, on.scaler.steps_skipped, off.scaler.steps_skipped,
+           on.scaler.steps_taken, off.scaler.steps_taken, (long long)on.scaler.iteration,
+           (long long)off.scaler.iteration, (double)on.scaler.lr, (double)off.scaler.lr);
+    EXPECT(on.scaler.iteration == GR_STEPS, "%s %s: device iteration %lld after %d steps", model, p,
+           (long long)on.scaler.iteration, GR_STEPS);
+    EXPECT(on.scaler.steps_skipped >= min_skipped, "%s %s: %d steps skipped, the case needs >= %d", model, p,
+           on.scaler.steps_skipped, min_skipped);
+    EXPECT(on.gemm_calls == off.gemm_calls && on.conv_calls == off.conv_calls,
+           "%s %s: the records counted %lld GEMM and %lld conv calls with the graph, %lld and %lld without", model, p,
+           (long long)on.gemm_calls, (long long)on.conv_calls, (long long)off.gemm_calls, (long long)off.conv_calls);
+    printf("test_cuda_graph: %-6s %-4s %d steps bit-identical with and without the graph (%lld replays, %lld direct; "
+           "%d skipped; final scale %g)\n",
+           model, p, GR_STEPS, (long long)on.replays, (long long)on.direct, on.scaler.steps_skipped,
+           (double)on.scaler.scale);
+    gr_free(&off);
+    gr_free(&on);
+}
+
+/* fp16, dynamic scale from 2^16 growing 4x every 3 clean steps up to 2^24 (FP16 gradients of a mean loss over
+ * 32 rows overflow there: the seed S * (p - onehot) / 32 exceeds 65504 once S > 2^21), and NaN injected at step 7. */
+static void cfg_overflow(mpt_train_config *c) {
+    c->scaler.growth_interval = 3;
+    c->scaler.growth_factor = 4.0f;
+    c->scaler.max_scale = 16777216.0f;
+    c->inject_nonfinite_step = 7;
+}
+
+static void cfg_cosine_clip(mpt_train_config *c) {
+    c->schedule.kind = MPT_LR_COSINE;
+    c->schedule.base_lr = c->optim.lr = 3e-3f;
+    c->schedule.min_lr = 1e-4f;
+    c->schedule.warmup_steps = 4;
+    c->schedule.total_steps = GR_STEPS - 3;
+    c->clip_norm = 0.5f;
+}
+
+static void cfg_sgd_step(mpt_train_config *c) {
+    c->optim = mpt_optim_hparams_default(MPT_OPTIM_SGD);
+    c->optim.lr = c->schedule.base_lr = 0.05f;
+    c->optim.momentum = 0.9f;
+    c->schedule.kind = MPT_LR_STEP;
+    c->schedule.step_size = 6;
+    c->schedule.gamma = 0.5f;
+}
+
+static void cfg_no_master_stochastic(mpt_train_config *c) {
+    c->master_weights = MPT_MASTER_NONE;
+    c->update_rounding = MPT_ROUNDING_STOCHASTIC;
+}
+
+START_TEST(test_graph_mlp_fp16_overflow) { gr_case("mlp", MPT_PRECISION_FP16, cfg_overflow, 2, 2); }
+END_TEST
+
+START_TEST(test_graph_lenet5_bf16_cosine_clip) { gr_case("lenet5", MPT_PRECISION_BF16, cfg_cosine_clip, 1, 0); }
+END_TEST
+
+START_TEST(test_graph_cnn_dropout_tf32) { gr_case("cnn", MPT_PRECISION_TF32, cfg_sgd_step, 1, 0); }
+END_TEST
+
+START_TEST(test_graph_mlp_bf16_stochastic) { gr_case("mlp", MPT_PRECISION_BF16, cfg_no_master_stochastic, 1, 0); }
+END_TEST
+
+/* ---- the loss-scale update replayed on a scripted found_inf sequence ------------------------------------------ */
+
+/* The rules of engine/amp/scaler.h written out independently (torch.amp.GradScaler's _amp_update_scale_, plus
+ * hysteresis, floor and ceiling). */
+typedef struct ref_scaler {
+    double scale;
+    int tracker, hyst_left, skipped, taken, floor_hits;
+    int64_t iteration;
+} ref_scaler;
+
+static void ref_step(ref_scaler *r, int overflow, const mpt_scaler_params *p) {
+    if (overflow) {
+        r->skipped++;
+        r->tracker = 0;
+        if (--r->hyst_left <= 0) {
+            double s = r->scale * p->backoff_factor;
+            if (s < p->min_scale) {
+                s = p->min_scale;
+                r->floor_hits++;
+            }
+            r->scale = s;
+            r->hyst_left = p->hysteresis;
+        }
+    } else {
+        r->taken++;
+        if (++r->tracker >= p->growth_interval) {
+            double s = r->scale * p->growth_factor;
+            r->scale = s < p->max_scale ? s : p->max_scale;
+            r->tracker = 0;
+            r->hyst_left = p->hysteresis;
+        }
+    }
+    r->iteration++;
+}
+
+START_TEST(test_graph_scaler_scripted) {
+    /* overflow pattern: 1 = the step's gradient holds inf */
+    static const int script[] = {0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0,
+                                 0, 0, 0, 0}; /* growth is clamped at the ceiling by the last three */
+    const int n_steps = (int)(sizeof script / sizeof script[0]);
+    mpt_scaler_params p = mpt_scaler_params_default();
+    p.growth_interval = 3;
+    p.hysteresis = 2;
+    p.min_scale = 64.0f;
+    p.max_scale = 4096.0f;
+    const mpt_lr_schedule sched = {.kind = MPT_LR_COSINE, .base_lr = 1e-2f, .min_lr = 1e-4f, .warmup_steps = 5,
+                                   .total_steps = 40};
+    const int64_t n = 1000;
+    mpt_scaler_state *dst = gpu->alloc(gpu, sizeof *dst), cst;
+    float *dg = gpu->alloc(gpu, (size_t)n * sizeof(float));
+    float *hg = xmalloc((size_t)n * sizeof(float));
+    EXPECT(dst && dg, "cannot allocate on the GPU");
+    EXPECT(mpt_scaler_init(gpu, dst, 512.0f, &p) == MPT_OK && mpt_scaler_init(cpu, &cst, 512.0f, &p) == MPT_OK, "%s",
+           mpt_last_error());
+    /* record the update once */
+    EXPECT(gpu->capture_begin && gpu->capture_begin(gpu) == MPT_OK, "capture_begin: %s", mpt_last_error());
+    gpu->unscale_check(gpu, dg, n, dst);
+    gpu->step_begin(gpu, dst);
+    gpu->lr_update(gpu, dst, &sched);
+    gpu->scaler_update(gpu, dst, &p, 1);
+    void *graph = NULL;
+    EXPECT(gpu->capture_end(gpu, &graph) == MPT_OK && graph != NULL, "capture_end: %s", mpt_last_error());
+    ref_scaler ref = {.scale = 512.0, .hyst_left = p.hysteresis};
+    for (int s = 0; s < n_steps; s++) {
+        for (int64_t i = 0; i < n; i++) hg[i] = (float)(i % 7) - 3.0f;
+        if (script[s]) hg[(s * 37) % n] = INFINITY;
+        gpu->from_host(gpu, dg, hg, (size_t)n * sizeof(float));
+        gpu->replay(gpu, graph);
+        cpu->unscale_check(cpu, hg, n, &cst);
+        cpu->step_begin(cpu, &cst);
+        cpu->lr_update(cpu, &cst, &sched);
+        const float lr_cpu = cst.lr; /* scaler_update leaves lr alone; read it before, as the replay wrote it */
+        cpu->scaler_update(cpu, &cst, &p, 1);
+        const int64_t it = ref.iteration;
+        ref_step(&ref, script[s], &p);
+        mpt_scaler_state g, gz, cz;
+        gpu->to_host(gpu, &g, dst, sizeof g);
+        /* lr aside: the cosine part calls CUDA's cos, which may differ from glibc's in the last FP64 bit (checked
+         * below within one FP32 ulp); every other field is bit-identical */
+        memcpy(&gz, &g, sizeof g);
+        memcpy(&cz, &cst, sizeof cst);
+        gz.lr = cz.lr = 0.0f;
+        EXPECT(memcmp(&gz, &cz, sizeof gz) == 0,
+               "step %d: device scaler state differs from the CPU backend's: scale %g/%g, tracker %d/%d, skipped %d/%d, "
+               "lr %.9g/%.9g",
+               s, (double)g.scale, (double)cst.scale, g.growth_tracker, cst.growth_tracker, g.steps_skipped,
+               cst.steps_skipped, (double)g.lr, (double)cst.lr);
+        EXPECT((double)g.scale == ref.scale && g.inv_scale == 1.0f / g.scale && g.growth_tracker == ref.tracker &&
+                   g.hysteresis_left == ref.hyst_left && g.steps_skipped == ref.skipped &&
+                   g.steps_taken == ref.taken && g.floor_hits == ref.floor_hits && g.iteration == ref.iteration &&
+                   g.found_inf == 0.0f,
+               "step %d (overflow %d): device scale %g (rules %g), tracker %d (%d), hysteresis %d (%d), skipped %d "
+               "(%d), taken %d (%d), floor hits %d (%d), iteration %lld (%lld)",
+               s, script[s], (double)g.scale, ref.scale, g.growth_tracker, ref.tracker, g.hysteresis_left,
+               ref.hyst_left, g.steps_skipped, ref.skipped, g.steps_taken, ref.taken, g.floor_hits, ref.floor_hits,
+               (long long)g.iteration, (long long)ref.iteration);
+        const float host_lr = mpt_lr_at(&sched, it);
+        EXPECT(lr_cpu == host_lr, "step %d: CPU backend lr %.9g, host schedule %.9g", s, (double)lr_cpu,
+               (double)host_lr);
+        EXPECT(fabs((double)g.lr - (double)host_lr) <= ldexp(1.0, ilogb(host_lr) - 23) &&
+                   (it >= sched.warmup_steps || g.lr == host_lr),
+               "step %d: device lr %.9g, host schedule %.9g (warmup values must be equal, cosine ones within 1 ulp)", s,
+               (double)g.lr, (double)host_lr);
+    }
+    EXPECT(ref.floor_hits > 0 && ref.skipped > 0 && ref.scale == p.max_scale && ref.tracker == 0,
+           "the script must reach the floor, skip and end at the ceiling (floor hits %d, skipped %d, scale %g)",
+           ref.floor_hits, ref.skipped, ref.scale);
+    gpu->replay_free(gpu, graph);
+    gpu->free(gpu, dst);
+    gpu->free(gpu, dg);
+    free(hg);
+}
+END_TEST
+
+static Suite *graph_suite(void) {
+    Suite *s = suite_create("cuda_graph");
+    TCase *tu = tcase_create("scaler");
+    tcase_set_timeout(tu, 120);
+    tcase_add_test(tu, test_graph_scaler_scripted);
+    suite_add_tcase(s, tu);
+    TCase *tt = tcase_create("training");
+    tcase_set_timeout(tt, 600);
+    tcase_add_test(tt, test_graph_mlp_fp16_overflow);
+    tcase_add_test(tt, test_graph_lenet5_bf16_cosine_clip);
+    tcase_add_test(tt, test_graph_cnn_dropout_tf32);
+    tcase_add_test(tt, test_graph_mlp_bf16_stochastic);
+    suite_add_tcase(s, tt);
+    return s;
+}
+
+/* MPT_REQUIRE_CUDA=1 (the GPU scripts set it): a machine without a usable GPU is a failure, never a skip. */
+static int cuda_required(void) {
+    const char *e = getenv("MPT_REQUIRE_CUDA");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
+int main(void) {
+    char why[512];
+    mpt_cuda_probe_result probe = mpt_cuda_probe(why, sizeof why);
+    if (probe != MPT_CUDA_USABLE) {
+        if (cuda_required()) {
+            fprintf(stderr, "test_cuda_graph: FAILED (MPT_REQUIRE_CUDA=1 is set): %s\n", why);
+            return 1;
+        }
+        if (probe == MPT_CUDA_BROKEN) { /* only "no driver" / "no device" are a machine without a GPU */
+            fprintf(stderr, "test_cuda_graph: FAILED: %s\n", why);
+            return 1;
+        }
+        printf("test_cuda_graph: skipped: %s (set MPT_REQUIRE_CUDA=1 to make this a failure)\n", why);
+        return 77;
+    }
+    setenv("CK_FORK", "no", 1); /* CUDA does not survive fork(): run every test in this process */
+    gpu = mpt_backend_cuda_create();
+    if (!gpu) {
+        fprintf(stderr, "test_cuda_graph: FAILED: a GPU is available but the CUDA backend failed: %s\n",
+                mpt_last_error());
+        return 1;
+    }
+    cpu = mpt_backend_cpu_create();
+    int rc = mpt_test_run(graph_suite());
+    mpt_backend_free(&gpu);
+    mpt_backend_free(&cpu);
+    return rc;
+}
