@@ -5,15 +5,19 @@
 #   2. test     the cuda suite with MPT_REQUIRE_CUDA=1: no usable GPU is a failure, never a skip
 #   3. info     mptrain info (device, driver, libraries)
 #   4. compare  mptrain compare --device cuda of mlp and lenet5 on real Fashion-MNIST in fp32, tf32, fp16, bf16
-#   5. bench    bench/run.sh gpu: mptrain against PyTorch 2.x on the same GPU (fp32 with TF32 off, tf32, fp16 +
+#   5. graph    the step as one CUDA Graph (docs/benchmarks.md, "GPU: the step graph"): mptrain train --model mlp
+#               --precision fp16 --batch-size 128 (469 steps an epoch) with --cuda-graph on and off, alternating,
+#               --repeats times; median epoch time after the first epoch (which records the graph); the two runs'
+#               metrics.csv must be identical (bit-identical losses and scales), else the stage fails
+#   6. bench    bench/run.sh gpu: mptrain against PyTorch 2.x on the same GPU (fp32 with TF32 off, tf32, fp16 +
 #               GradScaler, bf16 autocast; PyTorch timed with CUDA events after warm-up; medians over repeats)
-#   6. results  gpu-<date>.md: the GPU, driver, CUDA/cuDNN/PyTorch versions, the commands, the cuda suite's
+#   7. results  gpu-<date>.md: the GPU, driver, CUDA/cuDNN/PyTorch versions, the commands, the cuda suite's
 #               result with its CPU-vs-GPU agreement lines, the compare tables and the benchmark summary, ready
 #               to be committed as bench/results/gpu-<date>.md
 #
 # Usage (from the project root, on the GPU machine, after ../shared/gpu/prepare.sh filled .gpu/ here):
 #   bench/gpu.sh [--quick] [--stages LIST] [--epochs N] [--repeats R] [--out DIR]
-#     --stages LIST  comma-separated subset of build,test,info,compare,bench (default: all; results always run);
+#     --stages LIST  comma-separated subset of build,test,info,compare,graph,bench (default: all; results always run);
 #                    a later call on the same warm machine can continue where a command's 10-minute limit hit
 #     --epochs N     epochs of compare and of each benchmark run (default 3)
 #     --repeats R    benchmark repeats, mptrain and PyTorch alternating (default 2)
@@ -35,9 +39,9 @@ ARGS="$*"
 
 say() { printf '==> [%4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
 die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
 
-STAGES=build,test,info,compare,bench EPOCHS=3 REPEATS=2 QUICK=0 DEST=${OUT:-}
+STAGES=build,test,info,compare,graph,bench EPOCHS=3 REPEATS=2 QUICK=0 DEST=${OUT:-}
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a STAGE_LIST <<<"$STAGES"
 for s in "${STAGE_LIST[@]}"; do
-    case "$s" in build | test | info | compare | bench) ;; *) die "--stages: expected names from build,test,info,compare,bench, found '$s'" ;; esac
+    case "$s" in build | test | info | compare | graph | bench) ;; *) die "--stages: expected names from build,test,info,compare,graph,bench, found '$s'" ;; esac
 done
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 [ "$QUICK" = 1 ] && EPOCHS=1 REPEATS=1
@@ -152,7 +156,51 @@ if want compare && [ -x "$MPTRAIN" ]; then
     done
 fi
 
-# ---- 5. benchmark against PyTorch -------------------------------------------------------------------------------
+# ---- 5. the step graph: mlp epochs with --cuda-graph on and off ------------------------------------------------
+# Epoch times are mptrain's (summary.json epoch_times_s): host clock from an empty stream (the epoch's index upload
+# synchronises) to the stream drained at the epoch's end (cudaStreamSynchronize), so they are the GPU's time to
+# finish the epoch's work, launch latency included; the first epoch (algorithm selection, the recording) is left out.
+if want graph && [ -x "$MPTRAIN" ]; then
+    GE=$((EPOCHS < 2 ? 2 : EPOCHS))
+    mkdir -p "$WORK/graph"
+    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda, --cuda-graph on and off alternating, $REPEATS repeat(s)"
+    for r in $(seq 1 "$REPEATS"); do
+        for g in on off; do
+            d=$WORK/graph/mlp-fp16-$g-$r
+            "$MPTRAIN" train --model mlp --precision fp16 --batch-size 128 --epochs "$GE" --device cuda --data "$DATA" \
+                --progress off --cuda-graph "$g" --out "$d" >"$d.txt" 2>&1 || fail "graph: --cuda-graph $g (repeat $r) exited $?"
+        done
+        cmp -s "$WORK/graph/mlp-fp16-on-$r/metrics.csv" "$WORK/graph/mlp-fp16-off-$r/metrics.csv" ||
+            fail "graph: metrics.csv differs between --cuda-graph on and off (repeat $r): the graph changed the math"
+    done
+    "$PYTHON" - "$WORK/graph" "$REPEATS" >"$WORK/graph.md" <<'PY' || fail "graph: summarising the runs"
+import json, statistics, sys
+root, repeats = sys.argv[1], int(sys.argv[2])
+rows = {}
+for g in ("on", "off"):
+    times, status = [], "?"
+    for r in range(1, repeats + 1):
+        try:
+            j = json.load(open("%s/mlp-fp16-%s-%d/summary.json" % (root, g, r)))
+        except (OSError, ValueError):
+            continue
+        times += j["epoch_times_s"][1:]
+        status = j.get("cuda_graph", {}).get("status", "?")
+    rows[g] = (statistics.median(times) if times else float("nan"), len(times), status)
+print("| --cuda-graph | median epoch (ms) | per step (us, 469 steps) | epochs timed | status |")
+print("|---|---|---|---|---|")
+for g in ("on", "off"):
+    m, n, st = rows[g]
+    print("| %s | %.2f | %.1f | %d | %s |" % (g, 1e3 * m, 1e6 * m / 469, n, st))
+on, off = rows["on"][0], rows["off"][0]
+print()
+print("Ratio off / on: %.2fx. Goal (issue 12): an H100 mlp epoch <= 5 ms with the graph: %s." %
+      (off / on, "met" if on <= 0.005 else "not met"))
+PY
+    cat "$WORK/graph.md"
+fi
+
+# ---- 6. benchmark against PyTorch -------------------------------------------------------------------------------
 if want bench && [ -x "$MPTRAIN" ]; then
     say "bench: bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5"
     if BUILD_DIR=$BUILD PYTHON=$PYTHON MPT_DATA=$DATA MPT_MESON_ARGS="${MESON_ARGS[*]}" \
@@ -163,7 +211,7 @@ if want bench && [ -x "$MPTRAIN" ]; then
     fi
 fi
 
-# ---- 6. results -------------------------------------------------------------------------------------------------
+# ---- 7. results -------------------------------------------------------------------------------------------------
 say "results: $DEST/gpu-$DATE.md"
 {
     printf '# GPU run of %s (bench/gpu.sh)\n\n' "$DATE"
@@ -183,6 +231,11 @@ say "results: $DEST/gpu-$DATE.md"
             printf '\n'
         fi
     done
+    if [ -f "$WORK/graph.md" ]; then
+        printf '## The step as one CUDA Graph: mlp fp16, batch 128 (--cuda-graph on / off)\n\n'
+        cat "$WORK/graph.md"
+        printf '\n'
+    fi
     if [ -f "$WORK/bench/summary.md" ]; then
         printf '## Benchmark against PyTorch (bench/run.sh gpu)\n\n'
         sed 's/^#/###/' "$WORK/bench/summary.md"

@@ -247,6 +247,7 @@ static const bad_case bad_cases[] = {
     {{"train", "--scale-floor", "0"}, "--scale-floor"},
     {{"train", "--scale-floor", "8", "--scale-ceiling", "4"}, "--scale-ceiling"},
     {{"compare", "--update-rounding", "stochastic"}, "--update-rounding"},
+    {{"train", "--cuda-graph", "yes"}, "--cuda-graph"},
 };
 
 START_TEST(test_bad_flags) {
@@ -379,9 +380,12 @@ START_TEST(test_train_outputs_and_eval) {
     const char *out = tmp_path("run");
     /* batch 64: 600 = 9 x 64 + 24, so the last batch is a padded partial one (and 300 = 4 x 64 + 44). */
     int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--model", "mlp", "--precision", "fp32",
-                 "--epochs", "2", "--batch-size", "64", "--log-every", "1", "--progress", "off", "--standardize", NULL);
+                 "--epochs", "2", "--batch-size", "64", "--log-every", "1", "--progress", "off", "--standardize",
+                 "--cuda-graph", "on", NULL);
     ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
     ck_assert_msg(strstr(out_buf, "device: cpu") != NULL, "the run does not say its device: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "--cuda-graph is ignored by the cpu backend") != NULL,
+                  "the run does not say that the CPU backend ignores --cuda-graph: %s", out_buf);
     const int steps_per_epoch = (SYN_TRAIN + 63) / 64; /* 10 */
 
     char p[600];
@@ -413,6 +417,13 @@ START_TEST(test_train_outputs_and_eval) {
     const char *keys[] = {"final_test_accuracy", "best_test_accuracy", "time_per_epoch_s", "samples_per_s",
                           "steps_skipped", "final_loss_scale", "final_test_loss", "steps"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) jnum(j, keys[k]);
+    json_t *cg = json_object_get(j, "cuda_graph");
+    const char *cg_status = json_string_value(json_object_get(cg, "status"));
+    const char *cg_req = json_string_value(json_object_get(cg, "requested"));
+    ck_assert_msg(cg_status && cg_req && strcmp(cg_status, "not applicable (cpu backend)") == 0 &&
+                      strcmp(cg_req, "on") == 0,
+                  "summary.json cuda_graph: requested %s, status %s", cg_req ? cg_req : "(none)",
+                  cg_status ? cg_status : "(none)");
     double acc = jnum(j, "final_test_accuracy");
     ck_assert(acc == e_acc);
     ck_assert(jnum(j, "best_test_accuracy") >= acc);

@@ -86,6 +86,7 @@ typedef enum mpt_opt_id {
     /* settings of one invocation */
     MPT_OPT_EPOCHS,
     MPT_OPT_DEVICE,
+    MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
     MPT_OPT_OUT,
     MPT_OPT_RESUME,
@@ -172,6 +173,7 @@ typedef struct mpt_cli_opts {
     /* this invocation */
     int epochs;
     mpt_device_choice device;
+    int cuda_graph;              /* 1 (default): on the CUDA backend, run each step as one replayed CUDA Graph */
     char data[MPT_CLI_PATH];
     char out[MPT_CLI_PATH];      /* "" = the command's default */
     char resume[MPT_CLI_PATH];   /* "" = start fresh */
@@ -301,6 +303,7 @@ typedef struct mpt_cli_result {
     int32_t steps_skipped, floor_hits;
     int32_t steps_nonfinite;     /* steps applied with non-finite gradients (--nonfinite apply) */
     int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
+    char cuda_graph[320];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
     float *init_master;          /* the same at the start of this invocation (malloc'd) */

@@ -187,6 +187,7 @@ typedef struct run {
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
+    int graph_noted;         /* said once that the step graph was turned off */
     char ckpt_path[MPT_CLI_PATH + 64];
 } run;
 
@@ -542,6 +543,14 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
+    if (r->be->capture_begin)
+        printf("%sCUDA Graph: %s\n", r->label,
+               o->cuda_graph ? "on: each step after the first is one replay of the recorded step (--cuda-graph off "
+                               "runs every operation)"
+                             : "off (--cuda-graph off): every operation of the step is launched on its own");
+    else if (mpt_cli_given(o, MPT_OPT_CUDA_GRAPH))
+        printf("%s--cuda-graph is ignored by the %s backend (it runs each operation as it is called)\n", r->label,
+               r->be->name);
     if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
     if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
     if (o->telemetry > 0) MPT_TRY(telemetry_setup(r));
@@ -653,6 +662,12 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             local_valid = local_valid < 0 ? 0 : local_valid > r->shard_b ? r->shard_b : local_valid;
             if (train_dist) mpt_dist_set_batch(train_dist, local_valid, r->n_valid[b]);
             mpt_trainer_step(t);
+            if (t->graph_off && !r->graph_noted) { /* the step could not be recorded: say so once */
+                if (r->progress) printf("\r\033[K");
+                printf("%snote: CUDA Graph off for this run, every operation is launched on its own: %s\n", r->label,
+                       t->graph_note);
+                r->graph_noted = 1;
+            }
             epoch_samples += r->n_valid[b];
             int64_t it = t->iteration;
             int last = b == r->nb - 1;
@@ -794,6 +809,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     if (train_dist && t->telemetry) print_comm_error(r);
     res->floor_hits = st.floor_hits;
     res->final_scale = st.scale;
+    mpt_trainer_graph_status(t, res->cuda_graph, sizeof res->cuda_graph);
     if (o->nonfinite == MPT_NONFINITE_APPLY) {
         res->weights_nonfinite = weights_nonfinite(r);
         printf("%s--nonfinite apply: %d step(s) with inf/NaN gradients were applied; the weights are %s\n", r->label,
@@ -809,6 +825,9 @@ static mpt_status write_gpu_records(run *r) {
     snprintf(path, sizeof path, "%s/gpu_kernels.txt", r->o.out);
     FILE *f = fopen(path, "w");
     if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    char graph[320];
+    mpt_trainer_graph_status(r->t, graph, sizeof graph);
+    fprintf(f, "CUDA Graph of the training step (--cuda-graph): %s\n", graph);
     mpt_cuda_print_gemm_records(r->be, f);
     mpt_cuda_print_conv_records(r->be, f);
     MPT_TRY(mpt_cli_close_written(f, path));

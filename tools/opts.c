@@ -108,6 +108,9 @@ static const opt_def opt_table[] = {
      "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped"},
     {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL, "D",
      "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)"},
+    {"cuda-graph", MPT_OPT_CUDA_GRAPH, required_argument, TC, "on|off",
+     "on the CUDA backend, record the training step once as a CUDA Graph and replay it every step (default on; "
+     "results are bit-identical either way; the CPU backend ignores it; docs/benchmarks.md)"},
     {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL, "DIR",
      "directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")"},
     {"out", MPT_OPT_OUT, required_argument, TC, "DIR",
@@ -248,6 +251,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     snprintf(o->data, sizeof o->data, "%s", MPT_DEFAULT_DATA_DIR);
     o->log_every = 10;
     o->progress = MPT_PROGRESS_AUTO;
+    o->cuda_graph = 1;
     for (int i = 0; i < MPT_PRECISION_COUNT; i++) o->precisions[i] = (mpt_precision)i;
     o->n_precisions = MPT_PRECISION_COUNT;
     o->margin = 0.3;
@@ -490,6 +494,11 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = at the end only)", &o->save_every);
     case MPT_OPT_MAX_STEPS:
         return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0 (0 = no limit)", &o->max_steps);
+    case MPT_OPT_CUDA_GRAPH:
+        if (strcmp(arg, "on") == 0) o->cuda_graph = 1;
+        else if (strcmp(arg, "off") == 0) o->cuda_graph = 0;
+        else return bad_value(f, "one of on, off", arg);
+        return MPT_OK;
     case MPT_OPT_PROGRESS:
         if (strcmp(arg, "auto") == 0) o->progress = MPT_PROGRESS_AUTO;
         else if (strcmp(arg, "on") == 0) o->progress = MPT_PROGRESS_ON;
@@ -624,6 +633,7 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
     c.nonfinite = o->nonfinite;
     c.seed = o->seed;
     c.inject_nonfinite_step = o->inject_nonfinite;
+    c.step_graph = o->cuda_graph;
     return c;
 }
 

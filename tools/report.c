@@ -106,6 +106,10 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_object_set_new(j, "steps_nonfinite_applied", json_integer(r->steps_nonfinite));
     json_object_set_new(j, "weights_nonfinite", json_boolean(r->weights_nonfinite));
     json_object_set_new(j, "final_loss_scale", json_real((double)r->final_scale));
+    json_t *cg = json_object(); /* --cuda-graph: what was asked and what ran */
+    json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));
+    json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
+    json_object_set_new(j, "cuda_graph", cg);
     json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
     json_object_set_new(j, "telemetry", telemetry_json(o, r));
     return write_json(dir, "summary.json", j);
