@@ -204,3 +204,40 @@ int mpt_cuda_library_versions(char *buf, size_t len) {
     m->library_versions(buf, len);
     return 1;
 }
+
+/* Data-parallel over NCCL. set_device and nccl_built work without a backend (no module: an error / 0); the
+ * rest take a CUDA backend or a communicator, which exist only if the module loaded. */
+mpt_status mpt_cuda_set_device(int ordinal) {
+    const mpt_cuda_module_api *m = module();
+    if (m) return m->set_device(ordinal);
+    char why[4096];
+    no_module(why, sizeof why);
+    return mpt_errorf(MPT_ERR_DEVICE, "no CUDA backend: %s", why);
+}
+
+int mpt_cuda_nccl_built(void) {
+    const mpt_cuda_module_api *m = module();
+    return m ? m->nccl_built() : 0;
+}
+
+mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]) {
+    const mpt_cuda_module_api *m = module();
+    if (m) return m->nccl_unique_id(id);
+    char why[4096];
+    no_module(why, sizeof why);
+    return mpt_errorf(MPT_ERR_DEVICE, "no CUDA backend: %s", why);
+}
+
+mpt_status mpt_cuda_nccl_comm_create(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
+                                     int nranks, int rank, int64_t max_elems) {
+    return module()->nccl_comm_create(be, out, id, nranks, rank, max_elems);
+}
+
+void mpt_cuda_nccl_comm_free(mpt_nccl_comm **c) {
+    if (*c) module()->nccl_comm_free(c);
+}
+
+void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
+                             mpt_dtype wire, float weight) {
+    module()->nccl_allreduce(be, c, bufs, counts, n_bufs, wire, weight);
+}

@@ -461,8 +461,14 @@ static mpt_status telemetry_setup(run *r) {
 static mpt_status setup(run *r, mpt_cli_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
+    /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
+    if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
+        MPT_TRY(mpt_dist_select_gpu(train_dist));
     MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
     snprintf(res->device, sizeof res->device, "%s", r->be->name);
+    if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
+        return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
+                                       "CPU backend only (--device cpu); on the GPU drop --telemetry");
     printf("%sdevice: %s\n", r->label, why);
     if (r->be->device == MPT_DEVICE_CPU)
         printf("%sCPU backend: OpenBLAS with %d thread(s) (--threads), Tensor Core numerics emulated\n", r->label,

@@ -1,7 +1,12 @@
 /*
  * engine/dist/dist.h - data-parallel gradient communication behind a small interface (ARCHITECTURE:
- * engine/dist; MPI on CPUs, NCCL on GPUs later). Built with Open MPI when Meson found it (-Dmpi=auto);
- * without MPI, mpt_dist_init fails with MPT_ERR_ARG and says how to build it.
+ * engine/dist; MPI on CPUs, NCCL on GPUs). Built with Open MPI when Meson found it (-Dmpi=auto); without MPI,
+ * mpt_dist_init fails with MPT_ERR_ARG and says how to build it. The CUDA backend's gradients go over NCCL
+ * (kernels/cuda/nccl.cu, in the dlopen'd CUDA module built with Meson's 'nccl' feature), bootstrapped over MPI
+ * as llm.c does: rank 0 ncclGetUniqueId, MPI_Bcast of the id, ncclCommInitRank on every rank, one GPU per
+ * rank (mpt_dist_select_gpu); the all-reduce is enqueued on the backend's stream with the same weighting, wire
+ * dtypes and order as the MPI path, and found_inf needs no extra collective there (kernels/cuda/nccl.cu says
+ * why).
  *
  * The model: N ranks (processes), each holding the whole model and the same FP32 master weights. Every rank
  * sees the same seeded order of the global batch and takes its contiguous shard of it (mpt_dist_shard). After
@@ -76,9 +81,15 @@ void mpt_dist_shard(int B, int rank, int size, int *lo, int *hi);
  * w_r = local / global; 0 when the global batch has none). */
 void mpt_dist_set_batch(mpt_dist *d, int n_valid_local, int n_valid_global);
 
+/* One GPU per rank: makes the next CUDA backend use GPU `local rank` (the rank's index among the ranks on its
+ * node, MPI_COMM_TYPE_SHARED), as llm.c does. Call before creating the backend. MPT_ERR_DEVICE when there is no
+ * such GPU or no CUDA module. */
+mpt_status mpt_dist_select_gpu(mpt_dist *d);
+
 /* Attaches d to t (t->dist = d: mpt_trainer_step then all-reduces the gradients) after checking that every
- * rank holds bit-identical master weights (mpt_dist_check_identical). CPU backend only for now: a CUDA
- * trainer gives MPT_ERR_DEVICE (the NCCL path is not built). */
+ * rank holds bit-identical master weights (mpt_dist_check_identical). A CUDA trainer also gets its NCCL
+ * communicator here (collective; once per mpt_dist, sized for t's gradients); MPT_ERR_DEVICE, saying how to get
+ * it, when the CUDA module was built without NCCL. */
 mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t);
 
 /* FNV-1a checksum of every rank's master weights; MPT_ERR_ARG naming `when` and both checksums if the ranks
@@ -86,7 +97,8 @@ mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t);
 mpt_status mpt_dist_check_identical(mpt_dist *d, const struct mpt_trainer *t, const char *when);
 
 /* The step's hook (collective): g_i <- sum over ranks of w_r g_i in the wire dtype for every weight gradient
- * of t, found_inf agreed (see the header comment). Host memory (CPU backend).
+ * of t, found_inf agreed (see the header comment). CPU backend: MPI on host memory; CUDA backend: NCCL on the
+ * backend's stream (measure must be 0 there: the communication error is measured on the CPU backend only).
  * measure != 0 (a telemetry step; every rank must pass the same value): also all-reduces a copy of the same
  * weighted gradients in FP32 (MPI_SUM) and records, per weight gradient i, the communication error
  *     e_i = ||g~_i - g32_i||_2 / ||g32_i||_2      (g~: the wire's result, g32: the FP32 all-reduce)
@@ -114,7 +126,8 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight);
 /* Sum over ranks of a host double (collective), for logging: losses, correct counts. */
 double mpt_dist_sum_f64(mpt_dist *d, double x);
 
-/* Seconds spent in mpt_dist_allreduce_grads so far on this rank (wall clock, host). */
+/* Seconds spent in mpt_dist_allreduce_grads so far on this rank (wall clock, host; on the CUDA backend only the
+ * time to enqueue the NCCL work, which runs asynchronously). */
 double mpt_dist_comm_seconds(const mpt_dist *d);
 
 /* ---- jobs of independent runs: mptrain compare / lab over MPI (tools/sweep.c) ------------------------------- *

@@ -12,6 +12,7 @@
 
 #include "engine/backend.h"
 #include "engine/dist/dist.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "engine/train.h"
 #include "kernels/elemwise.h"
 
@@ -36,6 +37,12 @@ struct mpt_dist {
     int n_err;
     double err_all;
     int64_t err_step;      /* 1-based step of the last measurement, 0 = none */
+    /* the CUDA backend's path: NCCL (kernels/cuda/nccl.cu) */
+    mpt_nccl_comm *nccl;   /* this rank's communicator, or NULL */
+    int64_t nccl_elems;    /* the gradient elements it was made for */
+    float **bufs;          /* [n_bufs] the gradients' device buffers of the attached trainer */
+    int64_t *counts;       /* [n_bufs] their elements */
+    int n_bufs;
 };
 
 /* MPI user ops: inout <- RNE(in + inout) in the wire dtype (NCCL's half / bfloat16 sum). */
@@ -124,6 +131,9 @@ void mpt_dist_free(mpt_dist **pd) {
     free(d->ref);
     free(d->err);
     free(d->signals);
+    mpt_cuda_nccl_comm_free(&d->nccl);
+    free(d->bufs);
+    free(d->counts);
     if (d->owns_mpi) MPI_Finalize();
     free(d);
     *pd = NULL;
@@ -244,7 +254,21 @@ int64_t mpt_dist_comm_error(const mpt_dist *d, const double **rel_l2, double *al
     return d->err_step;
 }
 
+/* The CUDA backend: one NCCL group on the backend's stream; no host synchronisation, no found_inf collective
+ * (the reduced gradient is non-finite on every rank exactly when a term was, kernels/cuda/nccl.cu). */
+static void allreduce_nccl(mpt_dist *d, mpt_trainer *t) {
+    double t0 = wall_s();
+    for (int i = 0; i < t->n_params; i++) d->bufs[i] = t->weight[i]->grad->data;
+    mpt_cuda_nccl_allreduce(t->be, d->nccl, d->bufs, d->counts, t->n_params, mpt_grad_comm_dtype(d->wire), d->weight);
+    d->comm_s += wall_s() - t0;
+}
+
 void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t, int measure) {
+    if (t->be->device == MPT_DEVICE_CUDA) {
+        MPT_ASSERTF(!measure, "data-parallel: the communication error is measured on the CPU backend only");
+        allreduce_nccl(d, t);
+        return;
+    }
     double t0 = wall_s();
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
@@ -276,21 +300,30 @@ void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t, int measure) {
     if (measure) measure_comm_error(d, t, n);
 }
 
-/* FNV-1a over the bytes of every master (what the optimizer updates). */
-static uint64_t masters_checksum(const mpt_trainer *t) {
+/* FNV-1a over the bytes of every master (what the optimizer updates), copied to the host (device masters on
+ * the CUDA backend). */
+static mpt_status masters_checksum(const mpt_trainer *t, uint64_t *out) {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *m = t->master[i];
-        const unsigned char *p = m->data;
         size_t bytes = (size_t)mpt_tensor_numel(m) * mpt_dtype_size(m->dtype);
+        unsigned char *p = malloc(bytes ? bytes : 1);
+        if (!p) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to checksum the masters", bytes);
+        t->be->to_host(t->be, p, m->data, bytes);
         for (size_t k = 0; k < bytes; k++) h = (h ^ p[k]) * 1099511628211ull;
+        free(p);
     }
-    return h;
+    *out = h;
+    return MPT_OK;
 }
 
 mpt_status mpt_dist_check_identical(mpt_dist *d, const mpt_trainer *t, const char *when) {
-    uint64_t h = masters_checksum(t), lo = h, hi = h;
-    int rc;
+    uint64_t h = 0;
+    int ok = masters_checksum(t, &h) == MPT_OK, rc;
+    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, d->comm)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
+    if (!ok) return mpt_errorf(MPT_ERR_NOMEM, "data-parallel: a rank could not checksum its master weights %s", when);
+    uint64_t lo = h, hi = h;
     if ((rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, d->comm)) != MPI_SUCCESS)
         return mpi_error(rc, "MPI_Allreduce (weights checksum)");
     if ((rc = MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, d->comm)) != MPI_SUCCESS)
@@ -303,13 +336,62 @@ mpt_status mpt_dist_check_identical(mpt_dist *d, const mpt_trainer *t, const cha
     return MPT_OK;
 }
 
+mpt_status mpt_dist_select_gpu(mpt_dist *d) {
+    MPI_Comm node;
+    int local = 0, rc;
+    if ((rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Comm_split_type (ranks of this node)");
+    rc = MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_rank (node)");
+    mpt_status s = mpt_cuda_set_device(local);
+    if (s != MPT_OK) return mpt_errorf(s, "data-parallel rank %d: %s", d->rank, mpt_last_error());
+    return MPT_OK;
+}
+
+/* llm.c's bootstrap: rank 0 makes the NCCL id, MPI_Bcast hands it out, every rank joins with ncclCommInitRank.
+ * Rank 0's failure is broadcast first, so no rank waits in ncclCommInitRank for it. */
+static mpt_status nccl_bootstrap(mpt_dist *d, mpt_trainer *t, int64_t n) {
+    if (!mpt_cuda_nccl_built())
+        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel on the CUDA backend needs NCCL, and this libmptrain-cuda.so "
+                                          "was built without it: install NCCL (libnccl2 libnccl-dev, or the CUDA "
+                                          "toolkit's copy), reconfigure with -Dnccl=enabled and rebuild; or use "
+                                          "--device cpu");
+    unsigned char id[MPT_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    int ok = d->rank != 0 || mpt_cuda_nccl_unique_id(id) == MPT_OK, rc;
+    if ((rc = MPI_Bcast(&ok, 1, MPI_INT, 0, d->comm)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Bcast (NCCL status)");
+    if (!ok)
+        return d->rank == 0 ? mpt_errorf(MPT_ERR_DEVICE, "data-parallel: %s", mpt_last_error())
+                            : mpt_errorf(MPT_ERR_DEVICE, "data-parallel: rank 0 could not create the NCCL id");
+    if ((rc = MPI_Bcast(id, MPT_NCCL_ID_BYTES, MPI_BYTE, 0, d->comm)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Bcast (NCCL id)");
+    MPT_TRY(mpt_cuda_nccl_comm_create(t->be, &d->nccl, id, d->size, d->rank, n));
+    d->nccl_elems = n;
+    return MPT_OK;
+}
+
+/* The CUDA trainer's side of attach: the communicator (once) and the gradient table. */
+static mpt_status attach_nccl(mpt_dist *d, mpt_trainer *t, int64_t n) {
+    if (d->nccl && n > d->nccl_elems)
+        return mpt_errorf(MPT_ERR_ARG, "data-parallel: this job's NCCL communicator was made for %lld gradient "
+                                       "elements, the model has %lld", (long long)d->nccl_elems, (long long)n);
+    if (!d->nccl) MPT_TRY(nccl_bootstrap(d, t, n));
+    float **b = realloc(d->bufs, (size_t)t->n_params * sizeof *b);
+    if (b) d->bufs = b;
+    int64_t *c = realloc(d->counts, (size_t)t->n_params * sizeof *c);
+    if (c) d->counts = c;
+    if (!b || !c) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the gradient table of %d tensors", t->n_params);
+    for (int i = 0; i < t->n_params; i++) d->counts[i] = mpt_tensor_numel(t->weight[i]);
+    d->n_bufs = t->n_params;
+    return MPT_OK;
+}
+
 mpt_status mpt_dist_attach(mpt_dist *d, mpt_trainer *t) {
-    if (t->be->device != MPT_DEVICE_CPU)
-        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel: only the CPU backend communicates over MPI; the NCCL "
-                                          "path for GPUs is not built yet (use --device cpu)");
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
-    MPT_TRY(reserve(d, n));
+    if (t->be->device == MPT_DEVICE_CUDA) MPT_TRY(attach_nccl(d, t, n));
+    else MPT_TRY(reserve(d, n));
     MPT_TRY(mpt_dist_check_identical(d, t, "at the start"));
     t->dist = d;
     return MPT_OK;

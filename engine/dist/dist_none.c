@@ -21,6 +21,10 @@ mpt_grad_comm mpt_dist_comm(const mpt_dist *d) { (void)d; return MPT_GRAD_COMM_F
 void mpt_dist_set_batch(mpt_dist *d, int n_valid_local, int n_valid_global) {
     (void)d; (void)n_valid_local; (void)n_valid_global;
 }
+mpt_status mpt_dist_select_gpu(mpt_dist *d) {
+    (void)d;
+    return mpt_dist_init(&d, MPT_GRAD_COMM_FP32);
+}
 mpt_status mpt_dist_attach(mpt_dist *d, struct mpt_trainer *t) {
     (void)d; (void)t;
     return mpt_dist_init(&d, MPT_GRAD_COMM_FP32);

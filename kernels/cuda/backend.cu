@@ -289,6 +289,20 @@ static mpt_backend *create_failed(mpt_backend *be, mpt_cuda_ctx *ctx, const char
     return NULL;
 }
 
+/* The GPU of the next backend (mpt_cuda_set_device): one GPU per data-parallel rank. */
+static int next_device = 0;
+
+extern "C" mpt_status mpt_cuda_set_device(int ordinal) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) return mpt_errorf(MPT_ERR_DEVICE, "cudaGetDeviceCount failed: %s", mpt_cuda_describe(e));
+    if (ordinal < 0 || ordinal >= n)
+        return mpt_errorf(MPT_ERR_DEVICE, "GPU %d requested (one GPU per rank: the rank's index on its node), but %d "
+                                          "GPU(s) are visible: start at most %d ranks per node", ordinal, n, n);
+    next_device = ordinal;
+    return MPT_OK;
+}
+
 extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     char msg[256];
     if (!mpt_cuda_available(msg, sizeof msg)) {
@@ -301,9 +315,10 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->name = "cuda";
     be->device = MPT_DEVICE_CUDA;
 
-    ctx->device = 0;
+    ctx->device = next_device;
     cudaError_t e = cudaSetDevice(ctx->device);
-    if (e != cudaSuccess) return create_failed(be, ctx, "cudaSetDevice(0) failed: %s", mpt_cuda_describe(e));
+    if (e != cudaSuccess)
+        return create_failed(be, ctx, "cudaSetDevice(%d) failed: %s", ctx->device, mpt_cuda_describe(e));
     e = cudaGetDeviceProperties(&ctx->prop, ctx->device);
     if (e != cudaSuccess) return create_failed(be, ctx, "cudaGetDeviceProperties failed: %s", mpt_cuda_describe(e));
     e = cudaStreamCreate(&ctx->stream);

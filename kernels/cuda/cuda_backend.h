@@ -124,4 +124,32 @@ int mpt_cuda_conv_record_count(mpt_backend *be);
 int mpt_cuda_conv_record_get(mpt_backend *be, int i, mpt_cuda_conv_record *out);
 void mpt_cuda_print_conv_records(mpt_backend *be, FILE *f);
 
+/* ---- data-parallel over NCCL (kernels/cuda/nccl.cu; the GPU side of engine/dist) --------------------------- */
+
+/* Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
+#define MPT_NCCL_ID_BYTES 128
+typedef struct mpt_nccl_comm mpt_nccl_comm; /* one rank's NCCL communicator */
+
+/* The GPU the next mpt_backend_cuda_create uses (default 0): one GPU per data-parallel rank, ordinal = the
+ * rank's index on its node. MPT_ERR_DEVICE, naming the GPUs visible, when the ordinal does not exist. */
+mpt_status mpt_cuda_set_device(int ordinal);
+/* 1 if the module was built with NCCL (Meson feature 'nccl'), else 0 (the functions below then fail with
+ * MPT_ERR_DEVICE saying how to get it). 0 without a loadable module. */
+int mpt_cuda_nccl_built(void);
+/* id (host, MPT_NCCL_ID_BYTES) = a fresh ncclGetUniqueId: rank 0 makes it, every rank receives it. */
+mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]);
+/* *out = this rank's communicator (ncclCommInitRank on be's GPU; collective over the nranks ranks) with device
+ * scratch for max_elems gradient elements in a 16-bit wire (allocated here, not in the step). MPT_ERR_DEVICE
+ * with NCCL's message on failure. Free with mpt_cuda_nccl_comm_free (NULL-safe; after the backend is gone too). */
+mpt_status mpt_cuda_nccl_comm_create(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
+                                     int nranks, int rank, int64_t max_elems);
+void mpt_cuda_nccl_comm_free(mpt_nccl_comm **c);
+/* In place, for each of the n_bufs device FP32 buffers bufs[i] of counts[i] elements (collective, the same
+ * counts on every rank; their sum at most the communicator's max_elems): bufs[i] <- sum over ranks of
+ * RNE_wire(weight * bufs[i]), summed in the wire dtype (MPT_DTYPE_F32, BF16 or F16: ncclFloat, ncclBfloat16,
+ * ncclHalf, NCCL rounding every partial sum to it), widened back to FP32. Enqueued on be's stream, one NCCL
+ * group for all buffers; no host synchronisation. */
+void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
+                             mpt_dtype wire, float weight);
+
 #endif

@@ -81,7 +81,7 @@ typedef struct mpt_cuda_conv_cache mpt_cuda_conv_cache; /* conv.cu */
 #define MPT_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
 
 typedef struct mpt_cuda_ctx {
-    int device;                  /* CUDA device ordinal (0) */
+    int device;                  /* CUDA device ordinal (0, or mpt_cuda_set_device's) */
     cudaDeviceProp prop;         /* its properties (name, compute capability, SM count, memory) */
     cudaStream_t stream;         /* the one stream every operation is ordered on */
     cublasLtHandle_t lt;         /* cuBLASLt handle (GEMM) */

@@ -41,6 +41,15 @@ typedef struct mpt_cuda_module_api {
      * module was built against (CUDA runtime and driver, cuBLASLt, cuDNN, cuRAND), and the GPU code it holds.
      * Needs no GPU. */
     void (*library_versions)(char *buf, size_t len);
+    /* Data-parallel over NCCL (kernels/cuda/nccl.cu). */
+    mpt_status (*set_device)(int ordinal);
+    int (*nccl_built)(void);
+    mpt_status (*nccl_unique_id)(unsigned char id[MPT_NCCL_ID_BYTES]);
+    mpt_status (*nccl_comm_create)(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
+                                   int nranks, int rank, int64_t max_elems);
+    void (*nccl_comm_free)(mpt_nccl_comm **c);
+    void (*nccl_allreduce)(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
+                           mpt_dtype wire, float weight);
 } mpt_cuda_module_api;
 
 typedef const mpt_cuda_module_api *(*mpt_cuda_module_entry_fn)(int abi);

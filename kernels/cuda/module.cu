@@ -65,6 +65,12 @@ static const mpt_cuda_module_api module_api = {
     mpt_cuda_conv_record_get,
     mpt_cuda_print_conv_records,
     library_versions,
+    mpt_cuda_set_device,
+    mpt_cuda_nccl_built,
+    mpt_cuda_nccl_unique_id,
+    mpt_cuda_nccl_comm_create,
+    mpt_cuda_nccl_comm_free,
+    mpt_cuda_nccl_allreduce,
 };
 
 extern "C" __attribute__((visibility("default"))) const mpt_cuda_module_api *mpt_cuda_module_get(int abi) {

@@ -1,0 +1,196 @@
+/*
+ * kernels/cuda/nccl.cu - data-parallel gradient all-reduce over NCCL for the CUDA backend (issue #15; the GPU
+ * side of engine/dist, see engine/dist/dist.h for the math). Built into libmptrain-cuda.so when Meson's
+ * 'nccl' feature found NCCL (nccl.h and libnccl.so, shipped with the CUDA toolkit here); without it every
+ * entry point says how to get it, so the CPU binary never depends on NCCL.
+ *
+ * Bootstrap as llm.c does it (train_gpt2.cu, multi_gpu_config_init): rank 0 calls ncclGetUniqueId
+ * (mpt_cuda_nccl_unique_id), the id travels to every rank over MPI_Bcast (engine/dist/dist_mpi.c), and each
+ * rank calls ncclCommInitRank on its own GPU (mpt_cuda_nccl_comm_create; one GPU per rank, the device chosen
+ * by mpt_cuda_set_device before the backend was created). With one rank no MPI is needed: a local id.
+ *
+ * The all-reduce (mpt_cuda_nccl_allreduce) is enqueued on the backend's stream and adds no host
+ * synchronisation to the step: a kernel multiplies each gradient by the rank's weight w_r (the division by N
+ * before the sum, PyTorch's fp16_compress_hook order) and rounds it to the wire dtype (RNE, kernels/elemwise.h),
+ * ncclAllReduce sums in that dtype (ncclFloat / ncclBfloat16 / ncclHalf: NCCL rounds every partial sum to
+ * it), and a kernel widens the result back to FP32 in place. All tensors go in one ncclGroupStart/End, so
+ * NCCL fuses them. found_inf needs no extra collective here: IEEE sums propagate inf and NaN (inf + x = inf,
+ * NaN + x = NaN, inf - inf = NaN) and an FP16 overflow of the sum is inf, so the reduced gradient, identical
+ * on every rank, is non-finite exactly when some rank's term was or the sum overflowed, and the step's
+ * unscale_check on it sets found_inf on every rank alike.
+ */
+#include "kernels/cuda/cuda_internal.cuh"
+#include "mpt_config.h"
+
+#ifdef MPT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include <string.h>
+
+struct mpt_nccl_comm {
+#ifdef MPT_HAVE_NCCL
+    ncclComm_t comm;
+#endif
+    int nranks, rank;
+    int device;          /* the GPU the communicator and the scratch live on */
+    uint16_t *scratch16; /* device [max_elems]: the 16-bit wire's terms, packed */
+    int64_t max_elems;
+};
+
+#ifndef MPT_HAVE_NCCL
+static const char *no_nccl =
+    "this libmptrain-cuda.so was built without NCCL (Meson feature 'nccl' found no nccl.h / libnccl.so under the "
+    "CUDA toolkit): install NCCL (NVIDIA's Debian repository: libnccl2, libnccl-dev, or the toolkit's own copy), "
+    "then 'meson setup --reconfigure build -Dnccl=enabled' and rebuild";
+#endif
+
+extern "C" int mpt_cuda_nccl_built(void) {
+#ifdef MPT_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#ifdef MPT_HAVE_NCCL
+static mpt_status nccl_error(ncclResult_t r, const char *what) {
+    return mpt_errorf(MPT_ERR_DEVICE, "%s failed: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(NULL));
+}
+
+static int mpt_nccl_ok(ncclResult_t r) { return r == ncclSuccess; }
+static const char *mpt_nccl_describe(ncclResult_t r) { return ncclGetErrorString(r); }
+#define MPT_NCCL_CHECK(call) MPT_GPU_CHECK_TEXT(ncclResult_t, call, #call, mpt_nccl_ok, mpt_nccl_describe)
+
+static ncclDataType_t nccl_type(mpt_dtype wire) {
+    return wire == MPT_DTYPE_BF16 ? ncclBfloat16 : wire == MPT_DTYPE_F16 ? ncclHalf : ncclFloat;
+}
+#endif
+
+extern "C" mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]) {
+#ifdef MPT_HAVE_NCCL
+    static_assert(sizeof(ncclUniqueId) == MPT_NCCL_ID_BYTES, "ncclUniqueId is NCCL_UNIQUE_ID_BYTES (128)");
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) return nccl_error(r, "ncclGetUniqueId");
+    memcpy(id, &u, sizeof u);
+    return MPT_OK;
+#else
+    (void)id;
+    return mpt_errorf(MPT_ERR_DEVICE, "%s", no_nccl);
+#endif
+}
+
+extern "C" mpt_status mpt_cuda_nccl_comm_create(mpt_backend *be, mpt_nccl_comm **out,
+                                                const unsigned char id[MPT_NCCL_ID_BYTES], int nranks, int rank,
+                                                int64_t max_elems) {
+    *out = NULL;
+#ifdef MPT_HAVE_NCCL
+    MPT_ASSERTF(nranks >= 1 && rank >= 0 && rank < nranks, "mpt_cuda_nccl_comm_create: rank %d of %d", rank, nranks);
+    cudaError_t e = cudaSetDevice(mpt_cuda_ctx_of(be)->device);
+    if (e != cudaSuccess) return mpt_errorf(MPT_ERR_DEVICE, "cudaSetDevice failed: %s", mpt_cuda_describe(e));
+    mpt_nccl_comm *c = (mpt_nccl_comm *)calloc(1, sizeof *c);
+    if (!c) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the NCCL communicator state");
+    c->device = mpt_cuda_ctx_of(be)->device;
+    c->max_elems = max_elems;
+    if (max_elems > 0 && (e = cudaMalloc((void **)&c->scratch16, (size_t)max_elems * sizeof(uint16_t))) != cudaSuccess) {
+        free(c);
+        return mpt_errorf(MPT_ERR_NOMEM, "cudaMalloc of %lld bytes for the 16-bit gradient wire failed: %s",
+                          (long long)max_elems * 2, mpt_cuda_describe(e));
+    }
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclResult_t r = ncclCommInitRank(&c->comm, nranks, u, rank);
+    if (r != ncclSuccess) {
+        cudaFree(c->scratch16);
+        free(c);
+        return nccl_error(r, "ncclCommInitRank");
+    }
+    c->nranks = nranks;
+    c->rank = rank;
+    *out = c;
+    return MPT_OK;
+#else
+    (void)be;
+    (void)id;
+    (void)nranks;
+    (void)rank;
+    (void)max_elems;
+    return mpt_errorf(MPT_ERR_DEVICE, "%s", no_nccl);
+#endif
+}
+
+extern "C" void mpt_cuda_nccl_comm_free(mpt_nccl_comm **pc) {
+    mpt_nccl_comm *c = *pc;
+    if (!c) return;
+#ifdef MPT_HAVE_NCCL
+    /* at exit: failures leave nothing to recover, and the backend (its stream) may already be gone */
+    if (cudaSetDevice(c->device) == cudaSuccess) cudaFree(c->scratch16);
+    ncclCommDestroy(c->comm);
+#endif
+    free(c);
+    *pc = NULL;
+}
+
+#ifdef MPT_HAVE_NCCL
+/* x[i] *= w (FP32 wire: the term each rank contributes). */
+static __global__ void scale_kernel(float *x, int64_t n, float w) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = x[i] * w;
+}
+
+/* h[i] = RNE_wire(x[i] * w) (16-bit wire). */
+static __global__ void to_wire_kernel(uint16_t *h, const float *x, int64_t n, float w, int bf16) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        h[i] = bf16 ? mpt_f32_to_bf16(x[i] * w) : mpt_f32_to_f16(x[i] * w);
+}
+
+/* x[i] = widen(h[i]), exact. */
+static __global__ void from_wire_kernel(float *x, const uint16_t *h, int64_t n, int bf16) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = bf16 ? mpt_bf16_to_f32(h[i]) : mpt_f16_to_f32(h[i]);
+}
+#endif
+
+extern "C" void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts,
+                                        int n_bufs, mpt_dtype wire, float weight) {
+#ifdef MPT_HAVE_NCCL
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    const int wide = wire == MPT_DTYPE_F32, bf16 = wire == MPT_DTYPE_BF16;
+    MPT_ASSERTF(wide || bf16 || wire == MPT_DTYPE_F16, "mpt_cuda_nccl_allreduce: wire dtype %s",
+                mpt_dtype_name(wire));
+    uint16_t *scratch16 = c->scratch16;
+    int64_t total = 0;
+    for (int i = 0; i < n_bufs; i++) total += counts[i];
+    MPT_ASSERTF(wide || total <= c->max_elems, "mpt_cuda_nccl_allreduce: %lld elements, the communicator was made for "
+                "%lld", (long long)total, (long long)c->max_elems);
+    int64_t off = 0;
+    for (int i = 0; i < n_bufs; i++) { /* the weighted terms, in the wire dtype */
+        if (counts[i] == 0) continue;
+        if (wide) scale_kernel<<<mpt_cuda_blocks(ctx, counts[i]), MPT_CUDA_THREADS, 0, ctx->stream>>>(bufs[i], counts[i], weight);
+        else to_wire_kernel<<<mpt_cuda_blocks(ctx, counts[i]), MPT_CUDA_THREADS, 0, ctx->stream>>>(scratch16 + off, bufs[i], counts[i], weight, bf16);
+        MPT_CUDA_CHECK_LAUNCH("nccl wire conversion");
+        off += counts[i];
+    }
+    MPT_NCCL_CHECK(ncclGroupStart());
+    off = 0;
+    for (int i = 0; i < n_bufs; i++) {
+        if (counts[i] == 0) continue;
+        void *p = wide ? (void *)bufs[i] : (void *)(scratch16 + off);
+        MPT_NCCL_CHECK(ncclAllReduce(p, p, (size_t)counts[i], nccl_type(wire), ncclSum, c->comm, ctx->stream));
+        off += counts[i];
+    }
+    MPT_NCCL_CHECK(ncclGroupEnd());
+    if (wide) return;
+    off = 0;
+    for (int i = 0; i < n_bufs; i++) {
+        if (counts[i] == 0) continue;
+        from_wire_kernel<<<mpt_cuda_blocks(ctx, counts[i]), MPT_CUDA_THREADS, 0, ctx->stream>>>(bufs[i], scratch16 + off, counts[i], bf16);
+        MPT_CUDA_CHECK_LAUNCH("nccl wire widening");
+        off += counts[i];
+    }
+#else
+    (void)be; (void)c; (void)bufs; (void)counts; (void)n_bufs; (void)wire; (void)weight;
+    MPT_ASSERTF(0, "%s", no_nccl);
+#endif
+}
