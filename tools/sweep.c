@@ -369,12 +369,13 @@ FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n) {
 }
 
 mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path) {
-    int bad = ferror(f);
-    int err = errno;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1, err = errno;
-    if (fclose(f) != 0) bad = 1, err = errno;
+    int bad = ferror(f), err = 0; /* ferror keeps no errno: the reason is the first failure seen here */
+    if (fflush(f) != 0) bad = 1, err = errno; /* after a failed write, fflush writes the rest again */
+    if (!bad && fsync(fileno(f)) != 0) bad = 1, err = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
     if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
     if (!bad) return MPT_OK;
     unlink(tmp);
-    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(err ? err : EIO));
+    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
+                      err ? strerror(err) : "a write to it failed; stdio kept no reason");
 }
