@@ -751,7 +751,7 @@ END_TEST
 
 /* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
  * finishes with exit 0, counts the step as applied (not skipped), reports non-finite weights, and writes no
- * checkpoint of them; the default (skip) on the same run skips the step and keeps the weights finite. */
+ * checkpoint of them (and its closing line does not claim one); the default (skip) on the same run skips the step and keeps the weights finite. */
 START_TEST(test_nonfinite_apply) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -769,6 +769,10 @@ START_TEST(test_nonfinite_apply) {
     }
     ck_assert_msg(strstr(out_buf, "warning: --nonfinite apply") != NULL, "no warning: %s", out_buf);
     ck_assert_msg(strstr(out_buf, "weights are non-finite") != NULL, "no verdict: %s", out_buf);
+    /* the closing line names only the files written: it must not claim the refused checkpoint */
+    ck_assert_msg(strstr(out_buf, "summary.json, checkpoint.safetensors}") == NULL, "claims a checkpoint: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "checkpoint.safetensors: not written") != NULL, "no checkpoint verdict: %s",
+                  out_buf);
     char p[600];
     snprintf(p, sizeof p, "%s/checkpoint.safetensors", dirs[1]);
     ck_assert_msg(!file_exists(p), "a checkpoint of NaN weights was written");

@@ -187,6 +187,7 @@ typedef struct run {
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
+    int ckpt_refused;        /* the latest save was refused for non-finite weights */
     int graph_noted;         /* said once that the step graph was turned off */
     char ckpt_path[MPT_CLI_PATH + 64];
 } run;
@@ -416,9 +417,11 @@ static mpt_status save_checkpoint(run *r) {
                    "checkpoint is written from here on\n",
                    r->label);
         r->warned_nonfinite_ckpt = 1;
+        r->ckpt_refused = 1;
         return MPT_OK;
     }
     mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
+    r->ckpt_refused = s == MPT_ERR_NONFINITE;
     if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
                                    * reports its numbers, but never overwrites a good checkpoint with them */
         printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
@@ -798,6 +801,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         MPT_TRY(csv_close(&r->telemetry_csv));
     }
     MPT_TRY(save_checkpoint(r));
+    res->checkpoint_refused = r->ckpt_refused;
     res->iterations = t->iteration;
     res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
     double sum = 0.0;
@@ -1042,11 +1046,21 @@ static int train_with(const mpt_cli_opts *op) {
     printf("final test accuracy %.2f%% (best %.2f%% at epoch %d), %lld steps, %d skipped, final loss scale %g\n",
            100.0 * res.final_test_acc, 100.0 * res.best_test_acc, res.best_epoch, (long long)res.iterations,
            (int)res.steps_skipped, (double)res.final_scale);
+    /* A refused final save wrote no checkpoint: name only the files this run wrote, and say which checkpoint
+     * (an earlier step's, or none) is on disk. */
+    char ckpt_note[MPT_CLI_PATH + 160] = "";
+    if (res.checkpoint_refused) {
+        char ckpt_path[MPT_CLI_PATH + 64];
+        snprintf(ckpt_path, sizeof ckpt_path, "%s/%s", o.out, MPT_CLI_CHECKPOINT_FILE);
+        snprintf(ckpt_note, sizeof ckpt_note, "; %s: %s", MPT_CLI_CHECKPOINT_FILE,
+                 access(ckpt_path, F_OK) == 0 ? "kept from an earlier step (the final weights are non-finite)"
+                                              : "not written (the weights are non-finite)");
+    }
     printf("peak memory %.1f MiB (weights %.2f, masters %s, optimizer state %.2f MiB in %s); wrote "
-           "%s/{metrics.csv, epochs.csv, summary.json, %s}\n",
+           "%s/{metrics.csv, epochs.csv, summary.json%s%s}%s\n",
            (double)res.mem_peak_total / 1048576.0, (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
-           o.out, MPT_CLI_CHECKPOINT_FILE);
+           o.out, res.checkpoint_refused ? "" : ", ", res.checkpoint_refused ? "" : MPT_CLI_CHECKPOINT_FILE, ckpt_note);
     mpt_cli_result_free(&res);
     return 0;
 }
