@@ -35,6 +35,7 @@
 #include "engine/layers/layers.h"
 #include "engine/optim/optim.h"
 #include "engine/train.h"
+#include "cuda_gate.h"
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "models/models.h"
@@ -384,27 +385,9 @@ static Suite *graph_suite(void) {
     return s;
 }
 
-/* MPT_REQUIRE_CUDA=1 (the GPU scripts set it): a machine without a usable GPU is a failure, never a skip. */
-static int cuda_required(void) {
-    const char *e = getenv("MPT_REQUIRE_CUDA");
-    return e != NULL && strcmp(e, "1") == 0;
-}
-
 int main(void) {
-    char why[512];
-    mpt_cuda_probe_result probe = mpt_cuda_probe(why, sizeof why);
-    if (probe != MPT_CUDA_USABLE) {
-        if (cuda_required()) {
-            fprintf(stderr, "test_cuda_graph: FAILED (MPT_REQUIRE_CUDA=1 is set): %s\n", why);
-            return 1;
-        }
-        if (probe == MPT_CUDA_BROKEN) { /* only "no driver" / "no device" are a machine without a GPU */
-            fprintf(stderr, "test_cuda_graph: FAILED: %s\n", why);
-            return 1;
-        }
-        printf("test_cuda_graph: skipped: %s (set MPT_REQUIRE_CUDA=1 to make this a failure)\n", why);
-        return 77;
-    }
+    int gate = mpt_test_cuda_gate("test_cuda_graph");
+    if (gate >= 0) return gate;
     setenv("CK_FORK", "no", 1); /* CUDA does not survive fork(): run every test in this process */
     gpu = mpt_backend_cuda_create();
     if (!gpu) {

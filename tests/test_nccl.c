@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_gate.h"
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/elemwise.h"
@@ -68,22 +69,9 @@ START_TEST(one_rank_allreduce_is_the_weighted_term_in_the_wire_dtype) {
 }
 END_TEST
 
-static int cuda_required(void) {
-    const char *e = getenv("MPT_REQUIRE_CUDA");
-    return e != NULL && strcmp(e, "1") == 0;
-}
-
 int main(void) {
-    char why[512];
-    mpt_cuda_probe_result probe = mpt_cuda_probe(why, sizeof why);
-    if (probe != MPT_CUDA_USABLE) {
-        if (cuda_required() || probe == MPT_CUDA_BROKEN) {
-            fprintf(stderr, "test_nccl: FAILED: %s\n", why);
-            return 1;
-        }
-        printf("test_nccl: skipped: %s (set MPT_REQUIRE_CUDA=1 to make this a failure)\n", why);
-        return 77;
-    }
+    int gate = mpt_test_cuda_gate("test_nccl");
+    if (gate >= 0) return gate;
     if (!mpt_cuda_nccl_built()) {
 #ifdef MPT_HAVE_NCCL
         fprintf(stderr, "test_nccl: FAILED: the build found NCCL but the CUDA module has no NCCL path\n");
