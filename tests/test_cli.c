@@ -835,6 +835,11 @@ START_TEST(test_compare_report) {
     ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
     static char printed[sizeof out_buf];
     memcpy(printed, out_buf, sizeof out_buf);
+    /* the device choice's reason is said in full by the first run only; the others say "as above" */
+    ck_assert_msg(strstr(printed, "[fp32] device: cpu (--device cpu)") != NULL, "first run's device line: %s", printed);
+    ck_assert_msg(strstr(printed, "[fp16] device: cpu (the same choice as above)") != NULL &&
+                      strstr(printed, "[bf16] device: cpu (the same choice as above)") != NULL,
+                  "later runs repeat the device reason: %s", printed);
     const char *names[] = {"fp32", "fp16", "bf16"};
     for (int i = 0; i < 3; i++) {
         char p[600];

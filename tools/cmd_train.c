@@ -472,7 +472,13 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
         return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
                                        "CPU backend only (--device cpu); on the GPU drop --telemetry");
-    printf("%sdevice: %s\n", r->label, why);
+    /* compare's runs (a label) share one device choice: its reason is said in full once, then "as above" */
+    static char said_why[sizeof why];
+    if (r->label[0] && strcmp(why, said_why) == 0)
+        printf("%sdevice: %s (the same choice as above)\n", r->label, r->be->name);
+    else
+        printf("%sdevice: %s\n", r->label, why);
+    snprintf(said_why, sizeof said_why, "%s", why);
     if (r->be->device == MPT_DEVICE_CPU)
         printf("%sCPU backend: OpenBLAS with %d thread(s) (--threads), Tensor Core numerics emulated\n", r->label,
                mpt_cli_set_threads(0));
