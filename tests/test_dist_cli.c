@@ -25,51 +25,21 @@
 #include "mpt_config.h"
 #define TESTS_TMP_PREFIX "mpt_test_dist_cli"
 #include "tmpdir.h"
+#include "mpirun.h"
 
 /* Runs `[mpirun -np ranks --oversubscribe] mptrain train <common> <extra...>` with stdout and stderr into
  * tmpdir/log; returns the exit status. ranks 0: without mpirun. */
 static int run_train(int ranks, const char *out, const char *const *extra) {
-    char exe[1024], np[8], log[600];
-    const char *root = getenv("MPT_BUILD_ROOT");
-    snprintf(exe, sizeof exe, "%s/tools/mptrain", root ? root : ".");
-    snprintf(np, sizeof np, "%d", ranks);
-    snprintf(log, sizeof log, "%s/log", tmpdir);
-    const char *argv[48];
-    int n = 0;
-    if (ranks > 0) {
-        argv[n++] = "mpirun";
-        argv[n++] = "-np";
-        argv[n++] = np;
-        argv[n++] = "--oversubscribe";
-    }
-    const char *common[] = {exe, "train", "--model", "mlp", "--epochs", "1", "--limit-train", "2048", "--limit-test",
+    const char *args[56] = {"train", "--model", "mlp", "--epochs", "1", "--limit-train", "2048", "--limit-test",
                             "256", "--batch-size", "64", "--max-steps", "16", "--log-every", "2", "--device", "cpu",
                             "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out", out, "--progress", "off"};
-    for (size_t i = 0; i < sizeof common / sizeof common[0]; i++) argv[n++] = common[i];
-    for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
-    argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+    int n = 25;
+    for (int i = 0; extra && extra[i]; i++) {
+        ck_assert(n < 55);
+        args[n++] = extra[i];
     }
-    int status = 0;
-    ck_assert(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-static int log_contains(const char *needle) {
-    FILE *f = fopen(tmp_path("log"), "r");
-    ck_assert(f != NULL);
-    static char buf[1 << 16];
-    size_t k = fread(buf, 1, sizeof buf - 1, f);
-    buf[k] = 0;
-    fclose(f);
-    return strstr(buf, needle) != NULL;
+    args[n] = NULL;
+    return run_mptrain(ranks, args);
 }
 
 /* The loss column of out/metrics.csv into v[]; returns the row count. */
@@ -194,13 +164,7 @@ START_TEST(grad_comm_needs_data_parallel) {
 END_TEST
 
 int main(void) {
-    char probe[512];
-    snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
-    if (access(probe, R_OK) != 0) {
-        printf("test_dist_cli: skipped: Fashion-MNIST is not in %s (apt-get install dataset-fashion-mnist)\n",
-               MPT_DEFAULT_DATA_DIR);
-        return 77;
-    }
+    if (skip_without_fashion_mnist("test_dist_cli")) return 77;
     Suite *s = suite_create("dist_cli");
     TCase *tc = tcase_create("mptrain train --data-parallel");
     tcase_set_timeout(tc, 240);

@@ -26,62 +26,7 @@
 #include "mpt_config.h"
 #define TESTS_TMP_PREFIX "mpt_test_dist_sweep"
 #include "tmpdir.h"
-
-/* Runs `[mpirun -np ranks --oversubscribe] mptrain <args...>` with stdout and stderr into tmpdir/log; returns
- * the exit status. ranks 0: without mpirun. */
-static int run_mptrain(int ranks, const char *const *args) {
-    char exe[1024], np[8], log[600];
-    const char *root = getenv("MPT_BUILD_ROOT");
-    snprintf(exe, sizeof exe, "%s/tools/mptrain", root ? root : ".");
-    snprintf(np, sizeof np, "%d", ranks);
-    snprintf(log, sizeof log, "%s/log", tmpdir);
-    const char *argv[64];
-    int n = 0;
-    if (ranks > 0) {
-        argv[n++] = "mpirun";
-        argv[n++] = "-np";
-        argv[n++] = np;
-        argv[n++] = "--oversubscribe";
-    }
-    argv[n++] = exe;
-    for (int i = 0; args[i]; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int status = 0;
-    ck_assert(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/* The whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    for (size_t k; b && (k = fread(b + n, 1, cap - n - 1, f)) > 0;) {
-        n += k;
-        if (n + 1 == cap) b = realloc(b, cap *= 2);
-    }
-    fclose(f);
-    if (b) b[n] = 0;
-    return b;
-}
-
-static int log_contains(const char *needle) {
-    char *b = slurp(tmp_path("log"));
-    ck_assert(b != NULL);
-    int yes = strstr(b, needle) != NULL;
-    free(b);
-    return yes;
-}
+#include "mpirun.h"
 
 /* s with every occurrence of `from` replaced by `to` (malloc'd; frees s). */
 static char *replace_all(char *s, const char *from, const char *to) {
@@ -382,13 +327,7 @@ START_TEST(train_under_mpirun_needs_data_parallel) {
 END_TEST
 
 int main(void) {
-    char probe[512];
-    snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
-    if (access(probe, R_OK) != 0) {
-        printf("test_dist_sweep: skipped: Fashion-MNIST is not in %s (apt-get install dataset-fashion-mnist)\n",
-               MPT_DEFAULT_DATA_DIR);
-        return 77;
-    }
+    if (skip_without_fashion_mnist("test_dist_sweep")) return 77;
     Suite *s = suite_create("dist_sweep");
     TCase *tc = tcase_create("mpirun -np 2 mptrain compare / lab");
     tcase_set_timeout(tc, 240);

@@ -1,0 +1,88 @@
+/*
+ * tests/mpirun.h - running the mptrain program, under `mpirun -np N --oversubscribe` or alone, from a suite-mpi
+ * test (test_dist_cli, test_dist_sweep). Include after tmpdir.h: the program's stdout and stderr go to
+ * tmpdir/log, which log_contains() searches. MPT_BUILD_ROOT (set by meson test) locates tools/mptrain.
+ */
+#ifndef MPT_TESTS_MPIRUN_H
+#define MPT_TESTS_MPIRUN_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mpt_config.h"
+
+/* Runs `[mpirun -np ranks --oversubscribe] mptrain <args...>` (args NULL-terminated, at most 56) with stdout
+ * and stderr into tmpdir/log; returns the exit status, or 128 + signal. ranks 0: without mpirun. */
+static int run_mptrain(int ranks, const char *const *args) {
+    char exe[1024], np[8], log[600];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(exe, sizeof exe, "%s/tools/mptrain", root ? root : ".");
+    snprintf(np, sizeof np, "%d", ranks);
+    snprintf(log, sizeof log, "%s/log", tmpdir);
+    const char *argv[64];
+    int n = 0;
+    if (ranks > 0) {
+        argv[n++] = "mpirun";
+        argv[n++] = "-np";
+        argv[n++] = np;
+        argv[n++] = "--oversubscribe";
+    }
+    argv[n++] = exe;
+    for (int i = 0; args[i]; i++) {
+        ck_assert(n < 63);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap);
+    for (size_t k; b && (k = fread(b + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (n + 1 == cap) b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    if (b) b[n] = 0;
+    return b;
+}
+
+/* Whether the last run's output (tmpdir/log) contains `needle`. */
+static int log_contains(const char *needle) {
+    char *b = slurp(tmp_path("log"));
+    ck_assert(b != NULL);
+    int yes = strstr(b, needle) != NULL;
+    free(b);
+    return yes;
+}
+
+/* 77 (meson's skip, after one line naming `program`) when Fashion-MNIST is not installed, else 0. */
+static int skip_without_fashion_mnist(const char *program) {
+    char probe[512];
+    snprintf(probe, sizeof probe, "%s/train-images-idx3-ubyte.gz", MPT_DEFAULT_DATA_DIR);
+    if (access(probe, R_OK) == 0) return 0;
+    printf("%s: skipped: Fashion-MNIST is not in %s (apt-get install dataset-fashion-mnist)\n", program,
+           MPT_DEFAULT_DATA_DIR);
+    return 77;
+}
+
+#endif
