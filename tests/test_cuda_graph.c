@@ -19,6 +19,9 @@
  * stochastic rounding (its Philox counter is the device iteration). Every case ends with a padded partial batch
  * (rows -1), which keeps the step's shapes static: one recording serves the whole run.
  *
+ * The failure case breaks a recording midway with a call the capture rules forbid: capture_end must end and discard
+ * it naming that call, without aborting, leaving the stream usable (the trainer's fallback to direct steps).
+ *
  * The scaler case records unscale + step_begin + lr_update + scaler_update once and replays it over a scripted
  * found_inf sequence (the host writes a finite or an inf gradient before each replay); after every replay the
  * device state must equal the CPU backend's (the oracle, same calls) bit for bit, and the GradScaler rules
@@ -309,6 +312,16 @@ START_TEST(test_graph_scaler_scripted) {
     EXPECT(dst && dg, "cannot allocate on the GPU");
     EXPECT(mpt_scaler_init(gpu, dst, 512.0f, &p) == MPT_OK && mpt_scaler_init(cpu, &cst, 512.0f, &p) == MPT_OK, "%s",
            mpt_last_error());
+    /* the four operations once on a scratch state first, as the trainer's first step runs directly: their kernels
+     * are loaded (CUDA's lazy loading) before the recording, which then holds launches only */
+    mpt_scaler_state *warm = gpu->alloc(gpu, sizeof *warm);
+    EXPECT(warm && mpt_scaler_init(gpu, warm, 512.0f, &p) == MPT_OK, "warm-up state: %s", mpt_last_error());
+    gpu->unscale_check(gpu, dg, n, warm);
+    gpu->step_begin(gpu, warm);
+    gpu->lr_update(gpu, warm, &sched);
+    gpu->scaler_update(gpu, warm, &p, 1);
+    gpu->synchronize(gpu);
+    gpu->free(gpu, warm);
     /* record the update once */
     EXPECT(gpu->capture_begin && gpu->capture_begin(gpu) == MPT_OK, "capture_begin: %s", mpt_last_error());
     gpu->unscale_check(gpu, dg, n, dst);
@@ -369,11 +382,68 @@ START_TEST(test_graph_scaler_scripted) {
 }
 END_TEST
 
+/* ---- a recording that fails midway ------------------------------------------------------------------------- */
+
+/* A call the capture rules forbid in the middle of a recording (cudaStreamSynchronize on the capturing stream:
+ * cudaErrorStreamCaptureUnsupported, which invalidates the capture; the calls after it fail too): the process
+ * must not abort; capture_end must end the capture, discard it and name that call; nothing recorded may have run;
+ * the stream must then run work directly (not left capturing, no error left behind), and a later recording must
+ * work. This is the path on which the trainer turns the graph off and runs the step directly. */
+START_TEST(test_graph_capture_failure) {
+    const int64_t n = 4096;
+    const size_t bytes = (size_t)n * sizeof(float);
+    float *d = gpu->alloc(gpu, bytes), *h = xmalloc(bytes), *back = xmalloc(bytes);
+    EXPECT(d != NULL, "cannot allocate on the GPU");
+    for (int64_t i = 0; i < n; i++) h[i] = (float)(i % 201) - 100.0f; /* negatives: ReLU changes them */
+    gpu->from_host(gpu, d, h, bytes);
+    float *warm = gpu->alloc(gpu, bytes);
+    EXPECT(warm != NULL, "cannot allocate on the GPU");
+    gpu->relu_forward(gpu, warm, d, MPT_DTYPE_F32, n); /* loads the kernel before the recording */
+    gpu->synchronize(gpu);
+    gpu->free(gpu, warm);
+
+    EXPECT(gpu->capture_begin(gpu) == MPT_OK, "capture_begin: %s", mpt_last_error());
+    gpu->relu_forward(gpu, d, d, MPT_DTYPE_F32, n); /* recorded, never run */
+    gpu->synchronize(gpu);                          /* forbidden while capturing */
+    gpu->memset_zero(gpu, d, bytes);                /* fails too: the capture is invalidated */
+    void *graph = &graph;
+    const mpt_status s = gpu->capture_end(gpu, &graph);
+    EXPECT(s != MPT_OK && graph == NULL, "capture_end of an invalidated recording: status %d, graph %p", (int)s,
+           graph);
+    EXPECT(strstr(mpt_last_error(), "cudaStreamSynchronize") != NULL,
+           "capture_end must name the first call that failed (cudaStreamSynchronize), said: %s", mpt_last_error());
+    printf("test_cuda_graph: a failed recording says: %s\n", mpt_last_error());
+
+    gpu->to_host(gpu, back, d, bytes);
+    EXPECT(memcmp(back, h, bytes) == 0, "an operation of the discarded recording ran (the buffer changed)");
+    gpu->relu_forward(gpu, d, d, MPT_DTYPE_F32, n); /* the stream runs work directly again */
+    gpu->to_host(gpu, back, d, bytes);
+    for (int64_t i = 0; i < n; i++)
+        EXPECT(back[i] == (h[i] > 0.0f ? h[i] : 0.0f), "element %lld after a direct ReLU: %g (input %g)",
+               (long long)i, (double)back[i], (double)h[i]);
+
+    EXPECT(gpu->capture_begin(gpu) == MPT_OK, "capture_begin after a failed recording: %s", mpt_last_error());
+    gpu->memset_zero(gpu, d, bytes);
+    graph = NULL;
+    EXPECT(gpu->capture_end(gpu, &graph) == MPT_OK && graph != NULL, "a recording after a failed one: %s",
+           mpt_last_error());
+    gpu->replay(gpu, graph);
+    gpu->to_host(gpu, back, d, bytes);
+    for (int64_t i = 0; i < n; i++) EXPECT(back[i] == 0.0f, "element %lld after the replayed memset: %g", (long long)i,
+                                           (double)back[i]);
+    gpu->replay_free(gpu, graph);
+    gpu->free(gpu, d);
+    free(h);
+    free(back);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
     Suite *s = suite_create("cuda_graph");
     TCase *tu = tcase_create("scaler");
     tcase_set_timeout(tu, 120);
     tcase_add_test(tu, test_graph_scaler_scripted);
+    tcase_add_test(tu, test_graph_capture_failure);
     suite_add_tcase(s, tu);
     TCase *tt = tcase_create("training");
     tcase_set_timeout(tt, 600);

@@ -3,7 +3,8 @@
  *
  *  - The library-call checks (ARCHITECTURE decision 8, STYLE item 5): one generic macro, MPT_GPU_CHECK_TEXT, that
  *    evaluates a call, and on failure aborts through mpt_fatal() printing the call as text, the library's
- *    description of the status, file and line; per-library wrappers MPT_CUDA_CHECK, MPT_CUBLAS_CHECK,
+ *    description of the status, file and line (during a step recording it keeps the failure for capture_end
+ *    instead: mpt_cuda_capture_absorb); per-library wrappers MPT_CUDA_CHECK, MPT_CUBLAS_CHECK,
  *    MPT_CUDNN_CHECK, MPT_CURAND_CHECK, and MPT_CUDA_CHECK_LAUNCH for kernel launches. With
  *    MPT_CUDA_SYNC_DEBUG=1 in the environment every checked call is followed by cudaDeviceSynchronize(), so an
  *    asynchronous fault is reported at the call that caused it rather than at a later one.
@@ -50,12 +51,24 @@ const char *mpt_cublas_describe(cublasStatus_t s);
 const char *mpt_cudnn_describe(cudnnStatus_t s); /* adds cudnnGetLastErrorString() when it has text */
 const char *mpt_curand_describe(curandStatus_t s);
 
+/* While this thread records a step (graph.cu, between capture_begin and capture_end), a failed check does not
+ * abort: the first failure ("<text> failed: <description> (file:line)") is kept, and capture_end discards the
+ * recording and returns it as its error, so the trainer runs the step directly instead (a call the capture
+ * rules forbid fails there, and every later call of the invalidated capture fails too). Returns 1 when the
+ * failure was kept that way, 0 when no recording is in progress on this thread (the caller aborts). */
+int mpt_cuda_capture_absorb(const char *text, const char *description, const char *file, int line);
+
 /* The one generic check: evaluates `expr` (a call returning a status), and if the status is not success
- * aborts with "<text> failed: <description> (file:line)". */
+ * aborts with "<text> failed: <description> (file:line)" (during a step recording: see
+ * mpt_cuda_capture_absorb). The description is taken once (cuDNN's includes its last-error text). */
 #define MPT_GPU_CHECK_TEXT(status_type, expr, text, is_ok, describe)                                 \
     do {                                                                                             \
         status_type mpt_gpu_s_ = (expr);                                                             \
-        if (!is_ok(mpt_gpu_s_)) mpt_fatal(__FILE__, __LINE__, "%s failed: %s", text, describe(mpt_gpu_s_)); \
+        if (!is_ok(mpt_gpu_s_)) {                                                                    \
+            const char *mpt_gpu_d_ = describe(mpt_gpu_s_);                                           \
+            if (!mpt_cuda_capture_absorb(text, mpt_gpu_d_, __FILE__, __LINE__))                      \
+                mpt_fatal(__FILE__, __LINE__, "%s failed: %s", text, mpt_gpu_d_);                    \
+        }                                                                                            \
         mpt_cuda_debug_sync(text, __FILE__, __LINE__);                                               \
     } while (0)
 

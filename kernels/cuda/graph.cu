@@ -10,6 +10,13 @@
  * so whatever changes between steps must be read from device memory by the kernels (the trainer keeps the
  * iteration, learning rate, loss scale and batch rows there).
  *
+ * A recording that fails midway is ended and discarded, never left open: while this thread records, a failed
+ * checked call (cuda_internal.cuh, MPT_GPU_CHECK_TEXT) does not abort the process but is kept (the first one,
+ * named with its status), and capture_end still calls cudaStreamEndCapture (which ends capture mode even on an
+ * invalidated capture), clears the runtime's last error (capture errors are not sticky), discards the graph
+ * and returns that first failure. Nothing of a discarded recording has run, so the trainer then runs the same
+ * step directly, bit-identically (engine/train.c).
+ *
  * The GEMM and convolution records (gpu_kernels.txt) count calls on the host when a call is made. A recorded
  * call does not run, so capture_end takes back what the recording added and keeps it as the per-replay
  * increment that replay() adds: the records count a replayed step as they count a direct one.
@@ -22,11 +29,26 @@
 
 #include "kernels/cuda/cuda_internal.cuh"
 
-/* The record counters as they stood when a capture began. */
+/* The record counters as they stood when a capture began, and the first checked call that failed since. */
 struct mpt_cuda_capture {
     int n_gemm, n_conv;
     int64_t *gemm, *conv; /* [n_gemm], [n_conv] */
+    int failed;
+    char failure[640];    /* "<call> failed: <status> (file:line)" */
 };
+
+/* The recording in progress on this thread (capture mode ThreadLocal: a capture belongs to its thread). */
+static thread_local mpt_cuda_capture *recording = NULL;
+
+int mpt_cuda_capture_absorb(const char *text, const char *description, const char *file, int line) {
+    mpt_cuda_capture *cap = recording;
+    if (!cap) return 0;
+    if (!cap->failed) {
+        cap->failed = 1;
+        snprintf(cap->failure, sizeof cap->failure, "%s failed: %s (%s:%d)", text, description, file, line);
+    }
+    return 1;
+}
 
 /* A recorded step: the executable graph and what one replay adds to each record counter. */
 typedef struct step_graph {
@@ -98,6 +120,7 @@ mpt_status mpt_cuda_capture_begin(mpt_backend *be) {
         return mpt_errorf(MPT_ERR_DEVICE, "cudaStreamBeginCapture failed: %s", mpt_cuda_describe(e));
     }
     ctx->capture = cap;
+    recording = cap;
     return MPT_OK;
 }
 
@@ -107,17 +130,25 @@ mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out) {
     MPT_ASSERTF(cap != NULL, "capture_end: no recording in progress (capture_begin first)");
     *out = NULL;
     ctx->capture = NULL;
+    recording = NULL; /* checks abort again from here on */
     cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph);
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph); /* ends capture mode, also when invalidated */
     const int n_gemm = mpt_cuda_gemm_counter_count(ctx->gemm), n_conv = mpt_cuda_conv_counter_count(ctx->conv);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
+    if (e != cudaSuccess || cap->failed) {
+        cudaGetLastError(); /* the capture's errors are not sticky: clear the last error for the direct step */
         settle_counters(gemm_counter, ctx->gemm, n_gemm, cap->gemm, cap->n_gemm, NULL, NULL);
         settle_counters(conv_counter, ctx->conv, n_conv, cap->conv, cap->n_conv, NULL, NULL);
+        if (graph) MPT_CUDA_CHECK(cudaGraphDestroy(graph)); /* a graph without the failed call: never replayed */
+        mpt_status st;
+        if (cap->failed)
+            st = mpt_errorf(MPT_ERR_DEVICE, "an operation of the step could not be recorded: %s; "
+                                            "cudaStreamEndCapture: %s", cap->failure,
+                            e == cudaSuccess ? "cudaSuccess" : mpt_cuda_describe(e));
+        else
+            st = mpt_errorf(MPT_ERR_DEVICE, "cudaStreamEndCapture failed (an operation of the step could not be "
+                                            "recorded): %s", mpt_cuda_describe(e));
         capture_free(cap);
-        if (graph) cudaGraphDestroy(graph);
-        return mpt_errorf(MPT_ERR_DEVICE, "cudaStreamEndCapture failed (an operation of the step could not be "
-                                          "recorded): %s", mpt_cuda_describe(e));
+        return st;
     }
     cudaGraphExec_t exec = NULL;
     e = cudaGraphInstantiate(&exec, graph, 0);
