@@ -20,9 +20,41 @@
 
 /* ---- status descriptions and the debug synchronisation ---------------------------------------------- */
 
+/* Whether MPT_CUDA_SYNC_DEBUG=1 is set (read once). */
+static int sync_debug_on(void) {
+    static int mode = -1; /* -1: environment not read yet */
+    if (mode < 0) {
+        const char *e = getenv("MPT_CUDA_SYNC_DEBUG");
+        mode = e != NULL && strcmp(e, "1") == 0;
+    }
+    return mode;
+}
+
+/* Whether s is a fault of a running kernel, which the runtime reports at a later call (a launch check, a copy, a
+ * synchronisation), often not the one that caused it, and which leaves the context unusable. */
+static int asynchronous_fault(cudaError_t s) {
+    switch (s) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure: return 1;
+    default: return 0;
+    }
+}
+
 const char *mpt_cuda_describe(cudaError_t s) {
-    static thread_local char buf[256];
-    snprintf(buf, sizeof buf, "%s (%s, %d)", cudaGetErrorString(s), cudaGetErrorName(s), (int)s);
+    static thread_local char buf[512];
+    snprintf(buf, sizeof buf, "%s (%s, %d)%s", cudaGetErrorString(s), cudaGetErrorName(s), (int)s,
+             asynchronous_fault(s) && !sync_debug_on()
+                 ? "; a kernel fault surfaces at a later call, so the call named here may not be its cause: rerun "
+                   "with MPT_CUDA_SYNC_DEBUG=1 (the device is synchronised after every call, the step graph is off) "
+                   "to stop at the call that caused it"
+                 : "");
     return buf;
 }
 
@@ -65,12 +97,7 @@ const char *mpt_curand_describe(curandStatus_t s) {
 }
 
 void mpt_cuda_debug_sync(const char *what, const char *file, int line) {
-    static int mode = -1; /* -1: environment not read yet */
-    if (mode < 0) {
-        const char *e = getenv("MPT_CUDA_SYNC_DEBUG");
-        mode = e != NULL && strcmp(e, "1") == 0;
-    }
-    if (!mode) return;
+    if (!sync_debug_on()) return;
     cudaError_t s = cudaDeviceSynchronize();
     if (s != cudaSuccess)
         mpt_fatal(file, line, "asynchronous CUDA error surfaced right after %s (MPT_CUDA_SYNC_DEBUG=1): %s", what,
