@@ -401,7 +401,7 @@ static int graph_record(mpt_trainer *t) {
         s = be->capture_end(be, &t->graph);
     }
     if (s != MPT_OK) {
-        char why[256];
+        char why[sizeof t->graph_note];
         snprintf(why, sizeof why, "the step could not be recorded: %s", mpt_last_error());
         graph_turn_off(t, why);
         t->gather_pending = pending; /* the recorded gather has not run: the direct step does it */

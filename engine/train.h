@@ -135,7 +135,7 @@ typedef struct mpt_trainer {
         mpt_train_config cfg;           /* the settings baked into it */
     } graph_key;
     int graph_off;           /* 1: the graph was asked for but is off for the rest of the run (graph_note says why) */
-    char graph_note[256];    /* one line: why the step graph is off; "" while it is on or was not asked for */
+    char graph_note[640];    /* one line: why the step graph is off; "" while it is on or was not asked for */
     int64_t graph_captures;  /* recordings made (1 normally; a changed batch source or setting records again) */
     int64_t graph_replays;   /* steps run as one replay */
     int64_t graph_direct;    /* steps run operation by operation although the graph was asked for (the first step,

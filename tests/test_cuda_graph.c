@@ -62,7 +62,7 @@ typedef struct gr_result {
     mpt_scaler_state scaler;
     int64_t captures, replays, direct;
     int graph_off;
-    char note[256];
+    char note[sizeof ((mpt_trainer *)0)->graph_note];
     int64_t gemm_calls, conv_calls; /* calls the GEMM / conv records counted during the run */
 } gr_result;
 

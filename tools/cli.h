@@ -305,7 +305,7 @@ typedef struct mpt_cli_result {
     int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
     int checkpoint_refused;      /* the final save was refused (non-finite weights): the checkpoint file, if any,
                                   * is an earlier step's */
-    char cuda_graph[320];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
+    char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
     float *init_master;          /* the same at the start of this invocation (malloc'd) */

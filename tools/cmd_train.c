@@ -841,7 +841,7 @@ static mpt_status write_gpu_records(run *r) {
     snprintf(path, sizeof path, "%s/gpu_kernels.txt", r->o.out);
     FILE *f = fopen(path, "w");
     if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    char graph[320];
+    char graph[704];
     mpt_trainer_graph_status(r->t, graph, sizeof graph);
     fprintf(f, "CUDA Graph of the training step (--cuda-graph): %s\n", graph);
     mpt_cuda_print_gemm_records(r->be, f);

@@ -34,7 +34,7 @@ struct mpt_cuda_capture {
     int n_gemm, n_conv;
     int64_t *gemm, *conv; /* [n_gemm], [n_conv] */
     int failed;
-    char failure[640];    /* "<call> failed: <status> (file:line)" */
+    char failure[768];    /* "<call> failed: <status> (file:line)" */
 };
 
 /* The recording in progress on this thread (capture mode ThreadLocal: a capture belongs to its thread). */
@@ -141,8 +141,7 @@ mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out) {
         if (graph) MPT_CUDA_CHECK(cudaGraphDestroy(graph)); /* a graph without the failed call: never replayed */
         mpt_status st;
         if (cap->failed)
-            st = mpt_errorf(MPT_ERR_DEVICE, "an operation of the step could not be recorded: %s; "
-                                            "cudaStreamEndCapture: %s", cap->failure,
+            st = mpt_errorf(MPT_ERR_DEVICE, "%s; then cudaStreamEndCapture: %s", cap->failure,
                             e == cudaSuccess ? "cudaSuccess" : mpt_cuda_describe(e));
         else
             st = mpt_errorf(MPT_ERR_DEVICE, "cudaStreamEndCapture failed (an operation of the step could not be "
