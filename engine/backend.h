@@ -371,6 +371,28 @@ struct mpt_backend {
     void (*replay)(mpt_backend *be, void *graph);
     /* Frees a handle from capture_end (NULL: nothing). */
     void (*replay_free)(mpt_backend *be, void *graph);
+
+    /* ---- device timing (CUDA events). NULL on a backend whose operations have finished when the call returns
+     * (CPU): there the host clock around the calls is the work's time, and no device time exists. ----
+     * A mark is a point in the backend's stream; the time between two marks is the device's time from the moment
+     * it reached the first to the moment it finished everything enqueued before the second, idle gaps (waiting for
+     * the host to enqueue more) included. Source: CUDA Runtime API, "Event Management" (cudaEventCreate,
+     * cudaEventRecord, cudaEventElapsedTime: milliseconds, resolution about 0.5 microseconds). */
+    /* Creates a mark (CUDA: cudaEventCreate, timing enabled) into *out, owned by the caller (event_destroy).
+     * MPT_ERR_DEVICE naming the CUDA error (then *out is NULL). Not between capture_begin and capture_end. */
+    mpt_status (*event_create)(mpt_backend *be, void **out);
+    /* Enqueues the mark at the current end of the backend's stream (cudaEventRecord). Asynchronous: it never
+     * waits for the device. Recording a mark again moves it (its previous time is lost). Never between
+     * capture_begin and capture_end: a mark recorded into a CUDA Graph takes no time stamp, so that aborts
+     * (programmer error). */
+    void (*event_record)(mpt_backend *be, void *mark);
+    /* *seconds = device time from mark `start` to mark `end` (seconds, >= 0 when `end` was recorded after
+     * `start`), both recorded on this backend. Waits for `end` to complete (cudaEventSynchronize): called after
+     * synchronize(), as the trainer does, it does not wait at all. MPT_ERR_DEVICE naming the CUDA error when a
+     * mark was never recorded or the device failed (then *seconds is NAN). */
+    mpt_status (*event_elapsed)(mpt_backend *be, void *start, void *end, double *seconds);
+    /* Destroys a mark from event_create (NULL: nothing). */
+    void (*event_destroy)(mpt_backend *be, void *mark);
 };
 
 /* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with

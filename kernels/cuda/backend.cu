@@ -10,7 +10,8 @@
  * mpt_backend_reserve_workspace() the workspace, this file accounts only the context's own small scratch.
  *
  * Where the math lives: gemm.cu (cuBLASLt), conv.cu (cuDNN), elementwise.cu (own kernels), optim.cu (the
- * FP32 update pass). Sources: CUDA Runtime API, cuBLASLt, cuDNN 9 and cuRAND host API documentation.
+ * FP32 update pass); graph.cu (step capture) and timing.cu (CUDA events) complete the table. Sources: CUDA
+ * Runtime API, cuBLASLt, cuDNN 9 and cuRAND host API documentation.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -433,5 +434,10 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->capture_end = mpt_cuda_capture_end;
     be->replay = mpt_cuda_replay;
     be->replay_free = mpt_cuda_replay_free;
+
+    be->event_create = mpt_cuda_event_create;
+    be->event_record = mpt_cuda_event_record;
+    be->event_elapsed = mpt_cuda_event_elapsed;
+    be->event_destroy = mpt_cuda_event_destroy;
     return be;
 }

@@ -196,6 +196,12 @@ mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out);
 void mpt_cuda_replay(mpt_backend *be, void *graph);
 void mpt_cuda_replay_free(mpt_backend *be, void *graph);
 
+/* timing.cu: the device timing entries of the backend table (engine/backend.h) */
+mpt_status mpt_cuda_event_create(mpt_backend *be, void **out);
+void mpt_cuda_event_record(mpt_backend *be, void *mark);
+mpt_status mpt_cuda_event_elapsed(mpt_backend *be, void *start, void *end, double *seconds);
+void mpt_cuda_event_destroy(mpt_backend *be, void *mark);
+
 /* conv.cu */
 mpt_cuda_conv_cache *mpt_cuda_conv_cache_create(void);
 void mpt_cuda_conv_cache_destroy(mpt_cuda_conv_cache *c);
