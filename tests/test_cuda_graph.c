@@ -26,11 +26,20 @@
  * found_inf sequence (the host writes a finite or an inf gradient before each replay); after every replay the
  * device state must equal the CPU backend's (the oracle, same calls) bit for bit, and the GradScaler rules
  * written out below (growth after `interval` clean steps, backoff with hysteresis, floor and ceiling, skip counts).
+ *
+ * The timing cases check the device timer (engine/backend.h event_*: CUDA events, what `mptrain train --device
+ * cuda` reports as the epoch's GPU time) against the host clock: marks around a host sleep on an idle stream (the
+ * time between them counts idle gaps, in seconds: at least the sleep, at most the host's bracket), around FP32
+ * GEMMs run directly and around the same GEMMs replayed from a CUDA Graph (more than 0 and at least the
+ * arithmetic's time at a peak no GPU reaches, at most the host's bracket around marks and synchronisation, and
+ * at least half of it: the GEMMs dominate the bracket); and a graph run with marks recorded around every step is
+ * bit-identical to the same run without (the timer only reads).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "datasets/synthetic.h"
 #include "engine/amp/scaler.h"
@@ -67,6 +76,10 @@ typedef struct gr_result {
 } gr_result;
 
 typedef void (*gr_config_fn)(mpt_train_config *cfg);
+
+/* Nonzero: gr_train records a device timing mark before and after every step (outside the step's recording, as the
+ * trainer's epoch marks are) and reads the time between them after the step's synchronising statistics read. */
+static int gr_marks;
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -139,13 +152,28 @@ static void gr_train(const char *model, mpt_precision prec, gr_config_fn configu
     gpu->from_host(gpu, didx, idx, (size_t)n_idx * sizeof(int32_t));
     gpu->synchronize(gpu);
 
+    void *mark_start = NULL, *mark_end = NULL;
+    if (gr_marks)
+        EXPECT(gpu->event_create(gpu, &mark_start) == MPT_OK && gpu->event_create(gpu, &mark_end) == MPT_OK,
+               "event_create: %s", mpt_last_error());
     const int64_t gemm0 = record_calls(1), conv0 = record_calls(0);
     for (int s = 0; s < GR_STEPS; s++) {
+        if (gr_marks) gpu->event_record(gpu, mark_start);
         mpt_trainer_gather(t, images, labels, didx + (int64_t)s * GR_BATCH, d.dim, 0.0f, 1.0f);
         mpt_trainer_step(t);
+        if (gr_marks) gpu->event_record(gpu, mark_end);
         mpt_train_stats st;
         mpt_trainer_stats(t, &st);
         memcpy(&out->loss_bits[s], &st.loss, sizeof st.loss);
+        if (gr_marks) {
+            double sec = NAN;
+            EXPECT(gpu->event_elapsed(gpu, mark_start, mark_end, &sec) == MPT_OK && sec > 0.0,
+                   "step %d: event_elapsed %g s: %s", s, sec, mpt_last_error());
+        }
+    }
+    if (gr_marks) {
+        gpu->event_destroy(gpu, mark_start);
+        gpu->event_destroy(gpu, mark_end);
     }
     out->gemm_calls = record_calls(1) - gemm0;
     out->conv_calls = record_calls(0) - conv0;
@@ -438,6 +466,180 @@ START_TEST(test_graph_capture_failure) {
 }
 END_TEST
 
+/* ---- device timing: marks (CUDA events) against the host clock ------------------------------------------------ */
+
+enum { TM_N = 2048, TM_GEMMS = 16, TM_PER_GRAPH = 4 };
+/* Slack of the upper bounds: the host clock and the GPU's timer are different clocks; 1 ms is far above their
+ * disagreement over the tens of milliseconds timed here. */
+#define TM_SLACK_S 1e-3
+/* FP32 FLOP/s no GPU of this decade reaches (an H100's FP32 peak is 67 TFLOP/s; cuBLASLt runs MPT_MATH_FP32 without
+ * Tensor Cores): the arithmetic's time at this rate is a lower bound of any honest measurement. */
+#define TM_IMPOSSIBLE_FLOPS 1e15
+
+static double host_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct tm_marks {
+    void *start, *end;
+} tm_marks;
+
+static tm_marks tm_marks_create(void) {
+    tm_marks m = {NULL, NULL};
+    EXPECT(gpu->event_create && gpu->event_record && gpu->event_elapsed && gpu->event_destroy,
+           "the CUDA backend has no device timer (event_* entries NULL)");
+    EXPECT(gpu->event_create(gpu, &m.start) == MPT_OK && m.start, "event_create: %s", mpt_last_error());
+    EXPECT(gpu->event_create(gpu, &m.end) == MPT_OK && m.end, "event_create: %s", mpt_last_error());
+    return m;
+}
+
+static double tm_elapsed(tm_marks *m) {
+    double s = NAN;
+    EXPECT(gpu->event_elapsed(gpu, m->start, m->end, &s) == MPT_OK, "event_elapsed: %s", mpt_last_error());
+    EXPECT(isfinite(s), "event_elapsed gave %g", s);
+    return s;
+}
+
+static void tm_marks_free(tm_marks *m) {
+    gpu->event_destroy(gpu, m->start);
+    gpu->event_destroy(gpu, m->end);
+}
+
+/* A square FP32 GEMM C = A B of TM_N with nonzero operands ("never time on zeros"), its algorithm chosen. */
+typedef struct tm_gemm {
+    float *A, *B, *C;
+    mpt_gemm_args g;
+} tm_gemm;
+
+static void tm_gemm_setup(tm_gemm *t) {
+    const size_t n = (size_t)TM_N * TM_N;
+    float *h = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = 0.5f + (float)(i % 13) / 16.0f;
+    t->A = gpu->alloc(gpu, n * sizeof(float));
+    t->B = gpu->alloc(gpu, n * sizeof(float));
+    t->C = gpu->alloc(gpu, n * sizeof(float));
+    EXPECT(t->A && t->B && t->C, "cannot allocate 3 x %zu floats on the GPU", n);
+    gpu->from_host(gpu, t->A, h, n * sizeof(float));
+    gpu->from_host(gpu, t->B, h, n * sizeof(float));
+    mpt_gemm_args g = {.M = TM_N, .N = TM_N, .K = TM_N, .A = t->A, .a_dtype = MPT_DTYPE_F32, .B = t->B,
+                       .b_dtype = MPT_DTYPE_F32, .C = t->C, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = 0.0f,
+                       .math = MPT_MATH_FP32, .tag = "timing.gemm"};
+    t->g = g;
+    EXPECT(mpt_backend_reserve_workspace(gpu, gpu->gemm_workspace(gpu, &t->g)) == MPT_OK, "%s", mpt_last_error());
+    gpu->gemm(gpu, &t->g); /* warm-up: the algorithm is chosen on first use */
+    gpu->synchronize(gpu);
+    free(h);
+}
+
+static void tm_gemm_free(tm_gemm *t) {
+    gpu->free(gpu, t->A);
+    gpu->free(gpu, t->B);
+    gpu->free(gpu, t->C);
+}
+
+/* The bounds every timing of `gemms` GEMMs must keep; `host` is the host clock around marks and synchronisation. */
+static void tm_check_gemms(const char *what, double dev, double host, int gemms) {
+    const double flops = 2.0 * TM_N * (double)TM_N * TM_N * gemms, floor_s = flops / TM_IMPOSSIBLE_FLOPS;
+    printf("test_cuda_graph: timing %s: %d FP32 GEMMs of %d: %.3f ms by CUDA events, %.3f ms host clock "
+           "(%.1f TFLOP/s by the events)\n",
+           what, gemms, TM_N, 1e3 * dev, 1e3 * host, flops / dev / 1e12);
+    EXPECT(dev > 0.0 && dev >= floor_s, "%s: %.6g s by the events for %.3g FLOP: below %.3g s, the time at %.0e FLOP/s",
+           what, dev, flops, floor_s, TM_IMPOSSIBLE_FLOPS);
+    EXPECT(dev <= host + TM_SLACK_S, "%s: %.6g s by the events, more than the host's %.6g s around them (+%g s)", what,
+           dev, host, TM_SLACK_S);
+    EXPECT(dev >= 0.5 * host, "%s: %.6g s by the events, less than half the host's %.6g s although the GEMMs fill it",
+           what, dev, host);
+}
+
+/* The same graph run without and with timing marks around every step: bit-identical (an instrument only reads). */
+START_TEST(test_timing_training_unchanged) {
+    gr_result plain, marked;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &plain);
+    gr_marks = 1;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &marked);
+    gr_marks = 0;
+    EXPECT(!marked.graph_off && marked.captures == 1 && marked.replays == plain.replays,
+           "with marks: graph %s, %lld recordings, %lld replays (without: %lld)", marked.graph_off ? "off" : "on",
+           (long long)marked.captures, (long long)marked.replays, (long long)plain.replays);
+    EXPECT(memcmp(plain.loss_bits, marked.loss_bits, sizeof plain.loss_bits) == 0,
+           "the losses differ with timing marks around the steps");
+    EXPECT(plain.n_tensors == marked.n_tensors, "tensor counts differ");
+    for (int k = 0; k < plain.n_tensors; k++)
+        EXPECT(plain.nbytes[k] == marked.nbytes[k] && memcmp(plain.bytes[k], marked.bytes[k], plain.nbytes[k]) == 0,
+               "%s differs with timing marks around the steps", plain.name[k]);
+    EXPECT(memcmp(&plain.scaler, &marked.scaler, sizeof plain.scaler) == 0, "the scaler state differs with marks");
+    printf("test_cuda_graph: timing marks around %d graph steps (mlp fp16): bit-identical to the run without\n",
+           GR_STEPS);
+    gr_free(&plain);
+    gr_free(&marked);
+}
+END_TEST
+
+START_TEST(test_timing_idle_gap) {
+    tm_marks m = tm_marks_create();
+    gpu->synchronize(gpu);
+    const double h0 = host_s();
+    gpu->event_record(gpu, m.start);
+    const double s0 = host_s();
+    const struct timespec nap = {0, 30 * 1000 * 1000}; /* 30 ms */
+    nanosleep(&nap, NULL);
+    const double s1 = host_s();
+    gpu->event_record(gpu, m.end);
+    gpu->synchronize(gpu);
+    const double host = host_s() - h0, slept = s1 - s0, dev = tm_elapsed(&m);
+    printf("test_cuda_graph: timing idle gap: host slept %.3f ms between the marks; %.3f ms by CUDA events, %.3f ms "
+           "host clock around them\n", 1e3 * slept, 1e3 * dev, 1e3 * host);
+    EXPECT(dev >= slept - TM_SLACK_S && dev <= host + TM_SLACK_S,
+           "idle gap: %.6g s by the events, expected between the sleep %.6g s and the host's bracket %.6g s (seconds, "
+           "idle time included, +-%g s)", dev, slept, host, TM_SLACK_S);
+    tm_marks_free(&m);
+}
+END_TEST
+
+START_TEST(test_timing_gemm_direct) {
+    tm_marks m = tm_marks_create();
+    tm_gemm t;
+    tm_gemm_setup(&t);
+    const double h0 = host_s();
+    gpu->event_record(gpu, m.start);
+    for (int i = 0; i < TM_GEMMS; i++) gpu->gemm(gpu, &t.g);
+    gpu->event_record(gpu, m.end);
+    gpu->synchronize(gpu);
+    const double host = host_s() - h0;
+    tm_check_gemms("direct", tm_elapsed(&m), host, TM_GEMMS);
+    tm_gemm_free(&t);
+    tm_marks_free(&m);
+}
+END_TEST
+
+START_TEST(test_timing_gemm_graph_replay) {
+    tm_marks m = tm_marks_create();
+    tm_gemm t;
+    tm_gemm_setup(&t);
+    EXPECT(gpu->capture_begin(gpu) == MPT_OK, "capture_begin: %s", mpt_last_error());
+    for (int i = 0; i < TM_PER_GRAPH; i++) gpu->gemm(gpu, &t.g);
+    void *graph = NULL;
+    EXPECT(gpu->capture_end(gpu, &graph) == MPT_OK && graph, "capture_end: %s", mpt_last_error());
+    gpu->replay(gpu, graph); /* warm-up: the first launch of an executable graph uploads it */
+    gpu->synchronize(gpu);
+    const double h0 = host_s();
+    gpu->event_record(gpu, m.start);
+    for (int i = 0; i < TM_GEMMS / TM_PER_GRAPH; i++) gpu->replay(gpu, graph);
+    gpu->event_record(gpu, m.end);
+    gpu->synchronize(gpu);
+    const double host = host_s() - h0;
+    tm_check_gemms("graph replay", tm_elapsed(&m), host, TM_GEMMS);
+    /* a second reading of the same marks gives the same time (recorded once, read twice) */
+    double a = tm_elapsed(&m), b = tm_elapsed(&m);
+    EXPECT(a == b, "graph replay: the same marks read %.9g s, then %.9g s", a, b);
+    gpu->replay_free(gpu, graph);
+    tm_gemm_free(&t);
+    tm_marks_free(&m);
+}
+END_TEST
+
 static Suite *graph_suite(void) {
     Suite *s = suite_create("cuda_graph");
     TCase *tu = tcase_create("scaler");
@@ -445,6 +647,13 @@ static Suite *graph_suite(void) {
     tcase_add_test(tu, test_graph_scaler_scripted);
     tcase_add_test(tu, test_graph_capture_failure);
     suite_add_tcase(s, tu);
+    TCase *tm = tcase_create("timing");
+    tcase_set_timeout(tm, 120);
+    tcase_add_test(tm, test_timing_idle_gap);
+    tcase_add_test(tm, test_timing_gemm_direct);
+    tcase_add_test(tm, test_timing_gemm_graph_replay);
+    tcase_add_test(tm, test_timing_training_unchanged);
+    suite_add_tcase(s, tm);
     TCase *tt = tcase_create("training");
     tcase_set_timeout(tt, 600);
     tcase_add_test(tt, test_graph_mlp_fp16_overflow);
