@@ -429,6 +429,15 @@ START_TEST(test_train_outputs_and_eval) {
     ck_assert(jnum(j, "best_test_accuracy") >= acc);
     ck_assert(jnum(j, "steps") == 2 * steps_per_epoch);
     ck_assert(jnum(j, "samples_per_s") > 0);
+    /* the epochs' host-clock times, one per epoch; the CPU backend has no device timer: GPU times are null */
+    json_t *ep = json_object_get(j, "epoch_times_s");
+    ck_assert_msg(json_is_array(ep) && json_array_size(ep) == 2, "summary.json epoch_times_s: not 2 host times");
+    for (size_t k = 0; k < 2; k++) ck_assert(json_number_value(json_array_get(ep, k)) > 0);
+    json_t *gpu_ep = json_object_get(j, "epoch_gpu_times_s");
+    ck_assert_msg(gpu_ep != NULL && json_is_null(gpu_ep), "summary.json epoch_gpu_times_s on the CPU: %s, expected null",
+                  gpu_ep ? "a value" : "absent");
+    ck_assert_msg(strstr(out_buf, "s host clock") != NULL && strstr(out_buf, "CUDA events") == NULL,
+                  "the epoch line does not name its clock (host), or claims CUDA events on the CPU: %s", out_buf);
     json_t *mem = json_object_get(j, "peak_memory_bytes");
     ck_assert(json_is_object(mem));
     ck_assert(json_integer_value(json_object_get(mem, "total")) > 0);

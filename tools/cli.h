@@ -295,9 +295,13 @@ typedef struct mpt_cli_result {
     double final_test_acc, best_test_acc, final_test_loss, final_train_loss;
     int best_epoch;              /* 1-based epoch of best_test_acc */
     double final_val_acc, final_val_loss; /* NAN without --val-split */
-    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded) */
-    double samples_per_s;        /* training samples / training time, over the whole invocation */
-    double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd) */
+    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock) */
+    double samples_per_s;        /* training samples / training time, over the whole invocation (host clock) */
+    double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd): host monotonic clock from the
+                                    epoch's first operation to the stream drained at its end */
+    double *epoch_gpu_s;         /* [epochs_run] the same epochs' device seconds between two CUDA events recorded at
+                                    the host clock's start and end (malloc'd); NULL on a backend without device
+                                    timing (CPU) */
     size_t mem_peak[MPT_MEM_COUNT];
     size_t mem_peak_total;
     int32_t steps_skipped, floor_hits;

@@ -106,12 +106,14 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
 
 void mpt_cli_result_free(mpt_cli_result *r) {
     free(r->epoch_s);
+    free(r->epoch_gpu_s);
     free(r->final_master);
     free(r->init_master);
     free(r->telemetry);
     r->telemetry = NULL;
     r->n_telemetry = 0;
     r->epoch_s = NULL;
+    r->epoch_gpu_s = NULL;
     r->final_master = NULL;
     r->init_master = NULL;
 }
@@ -189,6 +191,8 @@ typedef struct run {
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
     int ckpt_refused;        /* the latest save was refused for non-finite weights */
     int graph_noted;         /* said once that the step graph was turned off */
+    void *mark_start, *mark_end; /* the epoch's device timing marks (CUDA events, engine/backend.h event_*), or NULL
+                                    on a backend without device timing (CPU) */
     char ckpt_path[MPT_CLI_PATH + 64];
 } run;
 
@@ -313,6 +317,8 @@ static void run_free(run *r) {
     mpt_loader_split_free(&r->split);
     mpt_trainer_free(&r->t);
     if (r->be) {
+        if (r->mark_start) r->be->event_destroy(r->be, r->mark_start);
+        if (r->mark_end) r->be->event_destroy(r->be, r->mark_end);
         int32_t *bufs[3] = {r->idx_epoch, r->idx_test, r->idx_val};
         for (int i = 0; i < 3; i++)
             if (bufs[i]) r->be->free(r->be, bufs[i]);
@@ -577,6 +583,10 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
         return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the index arrays of %lld batches", (long long)r->nb);
     MPT_TRY(idx_upload_fixed(r, &r->idx_test, NULL, r->d->n_test));
     if (r->split.n_val > 0) MPT_TRY(idx_upload_fixed(r, &r->idx_val, r->split.val, r->split.n_val));
+    if (r->be->event_create) { /* the epoch's GPU time: two marks, made once, recorded around every epoch */
+        MPT_TRY(r->be->event_create(r->be, &r->mark_start));
+        MPT_TRY(r->be->event_create(r->be, &r->mark_end));
+    }
 
     if (r->writer) MPT_TRY(mpt_cli_mkdirs(o->out));
     /* resuming: metrics.csv keeps its rows up to the checkpoint's step, epochs.csv its completed epochs */
@@ -646,6 +656,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     int B = o->batch;
     res->epoch_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_s);
     MPT_ASSERT(res->epoch_s != NULL);
+    if (r->mark_start) {
+        res->epoch_gpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_gpu_s);
+        MPT_ASSERT(res->epoch_gpu_s != NULL);
+    }
     double train_time = 0.0;
     int64_t samples = 0;
     int evaluated_last = 0;
@@ -667,7 +681,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         double loss_sum = b0 > 0 ? r->rs.epoch_loss_sum : 0.0;
         int64_t loss_n = b0 > 0 ? r->rs.epoch_loss_n : 0, epoch_samples = 0;
         int pending_save = 0;
+        /* The epoch's two clocks start on an idle stream (load_epoch synchronised): the host clock, and the
+         * mark that takes the GPU's time stamp when the device reaches it (asynchronous, outside any recording). */
         double t0 = now_s();
+        if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
             mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
@@ -732,8 +749,11 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                 break;
             }
         }
+        if (r->mark_end) be->event_record(be, r->mark_end);
         be->synchronize(be);
         double train_s = now_s() - t0;
+        double gpu_s = NAN; /* the device's time between the marks, read after the synchronisation: no wait */
+        if (r->mark_start) MPT_TRY(be->event_elapsed(be, r->mark_start, r->mark_end, &gpu_s));
         train_time += train_s;
         samples += epoch_samples;
         MPT_TRY(csv_flush(&r->steps_csv));
@@ -772,9 +792,13 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
                o->epochs, train_loss, test_loss, 100.0 * test_acc);
         if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
-        printf("  %.0f samples/s  %.1f s  loss scale %g  skipped %d\n", sps, train_s, (double)st.scale,
-               (int)st.steps_skipped);
+        if (res->epoch_gpu_s)
+            printf("  %.0f samples/s  %.4f s host clock, %.4f s GPU (CUDA events)", sps, train_s, gpu_s);
+        else
+            printf("  %.0f samples/s  %.1f s host clock", sps, train_s);
+        printf("  loss scale %g  skipped %d\n", (double)st.scale, (int)st.steps_skipped);
         fflush(stdout);
+        if (res->epoch_gpu_s) res->epoch_gpu_s[res->epochs_run] = gpu_s;
         res->epoch_s[res->epochs_run++] = train_s;
         res->final_test_loss = test_loss;
         res->final_test_acc = test_acc;

@@ -700,7 +700,10 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
     case MPT_CMD_TRAIN:
         fprintf(f, "Usage: mptrain train [options]\n"
                    "Trains a model on an MNIST-style dataset in one precision and writes metrics.csv, epochs.csv,\n"
-                   "summary.json and checkpoint.safetensors into --out.\n");
+                   "summary.json and checkpoint.safetensors into --out.\n"
+                   "Epoch times (training steps, evaluation excluded) are host-clock seconds (epochs.csv train_s,\n"
+                   "summary.json epoch_times_s); with --device cuda each epoch is also timed by CUDA events on the\n"
+                   "GPU (summary.json epoch_gpu_times_s, null on the CPU; docs/outputs.md, \"Which clock\").\n");
         break;
     case MPT_CMD_COMPARE:
         fprintf(f, "Usage: mptrain compare [options]\n"

@@ -93,6 +93,13 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_t *ep = json_array();
     for (int i = 0; i < r->epochs_run; i++) json_array_append_new(ep, num(r->epoch_s[i]));
     json_object_set_new(j, "epoch_times_s", ep);
+    /* the same epochs timed by the device (CUDA events); null where the backend has none (CPU) */
+    json_t *gp = json_null();
+    if (r->epoch_gpu_s) {
+        gp = json_array();
+        for (int i = 0; i < r->epochs_run; i++) json_array_append_new(gp, num(r->epoch_gpu_s[i]));
+    }
+    json_object_set_new(j, "epoch_gpu_times_s", gp);
     json_object_set_new(j, "samples_per_s", num(r->samples_per_s));
     json_t *mem = json_object();
     for (int m = 0; m < MPT_MEM_COUNT; m++) {
