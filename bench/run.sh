@@ -21,7 +21,8 @@
 #                       for full runs, i.e. not with --quick or --limit-train)
 #
 # Each run is one process under /usr/bin/time -v (its peak RSS); per run, time per epoch is the median of its
-# epochs' training times (mptrain: summary.json; PyTorch: bench/pytorch_reference.py's JSON line); the report
+# epochs' training times (mptrain: summary.json; PyTorch: bench/pytorch_reference.py's JSON line; gpu: CUDA events
+# on both sides, the epochs after the first, the host clock beside them); the report
 # gives medians over repeats and mptrain/PyTorch ratios (bench/summarize.py). CPU runs first calibrate the
 # thread settings of each side on a short run and use the fastest (the table is in the report).
 #
@@ -162,7 +163,7 @@ ninja -C "$BUILD_DIR" -j"$NINJA_JOBS" tools/mptrain bench/gemm_bench
 MPTRAIN=$ROOT/$BUILD_DIR/tools/mptrain
 GEMM_BENCH=$ROOT/$BUILD_DIR/bench/gemm_bench
 [ -x "$MPTRAIN" ] || die "$MPTRAIN was not built"
-if [ "$MODE" = gpu ] && "$MPTRAIN" info | grep -q '^GPU: none usable'; then
+if [ "$MODE" = gpu ] && "$MPTRAIN" info | grep -Eq '^ +usable: +no'; then
     die "gpu: mptrain sees no usable GPU: $("$MPTRAIN" info | grep '^GPU:')"
 fi
 
@@ -385,7 +386,11 @@ done
     printf ', test on all 10000; seed = repeat - 1 (0, 1, ...) for both; %s repeat(s), mptrain and PyTorch alternating, the order reversed on even repeats.\n' "$REPEATS"
     printf -- '- mptrain: `%s train --model M --precision P --epochs %s --device %s --seed S --progress off` (+ the thread flag below).\n' "$BUILD_DIR/tools/mptrain" "$EPOCHS" "$DEVICE"
     printf -- '- PyTorch: `%s bench/pytorch_reference.py --model M --precision P --epochs %s --device %s --seed S` (fp32; bf16 = torch.autocast bfloat16%s); data preloaded as tensors, no DataLoader.\n' "$PYTHON" "$EPOCHS" "$DEVICE" "$([ "$MODE" = gpu ] && echo '; fp16 = torch.autocast float16 + GradScaler; tf32 = allow_tf32; timed with CUDA events after 30 warm-up steps on a throw-away model')"
-    printf -- '- Timing: training steps of each epoch only (no evaluation); per run the median over its epochs.\n'
+    if [ "$MODE" = gpu ]; then
+        printf -- '- Timing: training steps of each epoch only (no evaluation), by CUDA events on both sides (mptrain summary.json epoch_gpu_times_s, PyTorch torch.cuda.Event); per run the median of the epochs after the first (all when there is one); the host clock of the same epochs beside it.\n'
+    else
+        printf -- '- Timing: training steps of each epoch only (no evaluation), host clock; per run the median over its epochs.\n'
+    fi
     printf -- '- Thread settings used:\n'
     for c in "${CONFIGS[@]}"; do
         read -r impl model prec <<<"$c"

@@ -8,8 +8,11 @@ Input (DIR = the results directory of one bench/run.sh invocation):
   DIR/runs/<name>/run.json   one measured run: impl, model, precision, repeat, seed, settings, exit status
   DIR/runs/<name>/time.txt   /usr/bin/time -v of that run (peak RSS = "Maximum resident set size")
   DIR/runs/<name>/summary.json (mptrain) or stdout.txt whose last line is pytorch_reference.py's JSON
-Per run: time per epoch = median of its epoch times (so a slow first epoch with one-time set-up does not
-count); samples/s = training rows / that median. Per (impl, model, precision): the median over repeats of
+Per run: time per epoch = median of its epoch times (CPU: all epochs, so a slow first epoch with one-time set-up
+does not count; GPU: the epochs after the first, when there are two or more); samples/s = training rows / that
+median. Clocks (docs/outputs.md, "Which clock"): CPU mode, the host clock on both sides; GPU mode, CUDA events on
+both sides (mptrain summary.json epoch_gpu_times_s, PyTorch torch.cuda.Event), with the host clock of the same
+epochs beside them (mptrain epoch_times_s, PyTorch's epoch_host_times_s). Per (impl, model, precision): the median over repeats of
 each metric, the min-max of the per-run time per epoch, and the fastest single epoch of all repeats (noise
 from other processes only adds time, so it shows what the code does on a quiet machine). Ratios are mptrain / PyTorch of those medians
 (time: < 1 means mptrain is faster); accuracy differences are in percentage points.
@@ -47,7 +50,15 @@ def parse_time_v(text):
     return (int(rss.group(1)) if rss else None), secs, cpu
 
 
-def load_run(d):
+def epoch_median(times, mode):
+    """A run's time per epoch: GPU mode leaves out the first epoch (the GEMM/conv algorithm choice, mptrain's
+    graph recording) when there is another; CPU mode takes the median of all."""
+    if not times:
+        return None
+    return statistics.median(times[1:] if mode == "gpu" and len(times) > 1 else times)
+
+
+def load_run(d, mode):
     meta = json.loads(read(os.path.join(d, "run.json"), "{}") or "{}")
     if not meta:
         return None
@@ -64,7 +75,16 @@ def load_run(d):
             return r
         m = re.search(r"data: (\d+) training images", read(os.path.join(d, "stdout.txt")))
         n_train = int(m.group(1)) if m else None
-        r.update(epoch_times=s["epoch_times_s"], acc=s["final_test_accuracy"], loss=s["final_test_loss"],
+        if mode == "gpu":
+            gpu = s.get("epoch_gpu_times_s")
+            if not gpu:  # an mptrain without the device timer, or a CPU run: no GPU-clock figure to compare
+                print(f"summarize.py: {d}: summary.json has no epoch_gpu_times_s (CUDA events); the run is counted "
+                      "as failed", file=sys.stderr)
+                return r
+            times, host = gpu, s["epoch_times_s"]
+        else:
+            times, host = s["epoch_times_s"], None
+        r.update(epoch_times=times, host_times=host, acc=s["final_test_accuracy"], loss=s["final_test_loss"],
                  n_train=n_train, dev_mem=s["peak_memory_bytes"]["total"], loss_scale=s.get("final_loss_scale"),
                  skipped=s.get("steps_skipped"))
     else:
@@ -72,12 +92,13 @@ def load_run(d):
         if not lines:
             return r
         s = json.loads(lines[-1])
-        r.update(epoch_times=s["epoch_times_s"], acc=s["final_test_accuracy"], loss=s["final_test_loss"],
-                 n_train=s["n_train"], dev_mem=s.get("cuda_max_memory_allocated"),
+        r.update(epoch_times=s["epoch_times_s"], host_times=s.get("epoch_host_times_s"),
+                 acc=s["final_test_accuracy"], loss=s["final_test_loss"], n_train=s["n_train"], dev_mem=s.get("cuda_max_memory_allocated"),
                  loss_scale=s.get("final_loss_scale"), skipped=None)
     if not r["epoch_times"]:
         return r
-    r["t_epoch"] = statistics.median(r["epoch_times"])
+    r["t_epoch"] = epoch_median(r["epoch_times"], mode)
+    r["t_host"] = epoch_median(r["host_times"], mode)
     r["sps"] = r["n_train"] / r["t_epoch"] if r["n_train"] else None
     r["ok"] = True
     return r
@@ -103,6 +124,7 @@ def aggregate(runs):
         agg[key] = {
             "n": len(ok), "failed": len(rs) - len(ok),
             "t": med(times), "tmin": min(times) if times else None, "tmax": max(times) if times else None,
+            "t_host": med([r["t_host"] for r in ok]),
             "best": min((x for r in ok for x in r["epoch_times"]), default=None),
             "sps": med([r["sps"] for r in ok]), "acc": med([r["acc"] for r in ok]),
             "accmin": min([r["acc"] for r in ok], default=None), "accmax": max([r["acc"] for r in ok], default=None),
@@ -137,7 +159,7 @@ def report(d, mode, raw):
     runs = []
     rdir = os.path.join(d, "runs")
     for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []:
-        r = load_run(os.path.join(rdir, name))
+        r = load_run(os.path.join(rdir, name), mode)
         if r:
             r["name"] = name
             runs.append(r)
@@ -172,10 +194,17 @@ def report(d, mode, raw):
         w("")
 
     w("### Results (medians over repeats)\n")
+    if mode == "gpu":
+        w("Clock: s/epoch, fastest epoch and samples/s are GPU time by CUDA events on both sides (mptrain: "
+          "summary.json `epoch_gpu_times_s`; PyTorch: `torch.cuda.Event`), per run the median of the epochs after "
+          "the first (all of them when a run has one epoch); `host s/epoch` is the host clock around the same "
+          "epochs (mptrain `epoch_times_s`, PyTorch `time.perf_counter` to the end event's synchronisation), same "
+          "median.\n")
     mem_col = "device memory (MiB)" if mode == "gpu" else "mptrain accounted memory (MiB)"
-    w(f"| model | impl | precision | s/epoch [min-max] | fastest epoch (s) | samples/s | test acc [min-max] | test loss | peak RSS (MiB) | "
-      f"{mem_col} | runs |")
-    w("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    host_col = " host s/epoch |" if mode == "gpu" else ""
+    w(f"| model | impl | precision | s/epoch [min-max] |{host_col} fastest epoch (s) | samples/s | test acc [min-max] | "
+      f"test loss | peak RSS (MiB) | {mem_col} | runs |")
+    w("|---|---|---|---:|" + ("---:|" if mode == "gpu" else "") + "---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         for impl in ("mptrain", "pytorch"):
             for p in PRECISIONS:
@@ -189,7 +218,10 @@ def report(d, mode, raw):
                 rss = fmt(a["rss"] / 1024 if a["rss"] else None, ".0f")
                 dm = fmt(a["dev_mem"] / 1048576 if a["dev_mem"] else None, ".1f", "-")
                 runs_s = f"{a['n']}" + (f" (+{a['failed']} failed)" if a["failed"] else "")
-                w(f"| {m} | {impl} | {p} | {rng} | {fmt(a['best'], '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
+                hc = f" {fmt(a['t_host'], '.4f')} |" if mode == "gpu" else ""
+                if mode == "gpu":
+                    rng = f"{fmt(a['t'], '.4f')} [{fmt(a['tmin'], '.4f')}-{fmt(a['tmax'], '.4f')}]"
+                w(f"| {m} | {impl} | {p} | {rng} |{hc} {fmt(a['best'], '.4f' if mode == 'gpu' else '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
                   f"{rss} | {dm} | {runs_s} |")
     w("")
     w("### Ratios mptrain / PyTorch\n")
@@ -264,11 +296,12 @@ def report(d, mode, raw):
         w("`others' CPU s`: CPU seconds other processes used on the machine while the run ran (all CPU time "
           "from /proc/stat minus the run's own user + system time): a run that shares the 2 cores with others "
           "is slower than the code is.\n")
-        w("| run | repeat | seed | settings | s/epoch (each epoch) | test acc | peak RSS (MiB) | wall (s) | "
+        clock = "; CUDA events" if mode == "gpu" else ""
+        w(f"| run | repeat | seed | settings | s/epoch (each epoch{clock}) | test acc | peak RSS (MiB) | wall (s) | "
           "others' CPU s | load avg before/after | exit |")
         w("|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|")
         for r in runs:
-            ep = ", ".join(f"{x:.3f}" for x in r.get("epoch_times", []) or [])
+            ep = ", ".join(f"{x:.4f}" if mode == "gpu" else f"{x:.3f}" for x in r.get("epoch_times", []) or [])
             w(f"| {r['name']} | {r.get('repeat')} | {r.get('seed')} | `{r.get('settings', '')}` | {ep} | "
               f"{fmt(r.get('acc') * 100 if r.get('acc') is not None else None, '.2f')}% | "
               f"{fmt(r['rss_kib'] / 1024 if r['rss_kib'] else None, '.0f')} | {fmt(r['wall_s'], '.1f')} | "
