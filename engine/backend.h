@@ -221,8 +221,8 @@ typedef struct mpt_scaler_params {
     float min_scale;         /* floor (1.0) */
     float max_scale;         /* ceiling (2^24) */
     int32_t apply_nonfinite; /* 0: a step with non-finite gradients is skipped (GradScaler); 1: it is applied
-                                (--nonfinite apply, plain PyTorch without GradScaler) and counted in
-                                steps_nonfinite instead of steps_skipped; needs dynamic = 0 */
+                                (--nonfinite apply, plain PyTorch without GradScaler): a taken step, also
+                                counted in steps_nonfinite, never in steps_skipped; needs dynamic = 0 */
 } mpt_scaler_params;
 
 /* Loss-scaler and step-count state in backend memory: updated by the device without a host sync. */
@@ -234,10 +234,11 @@ typedef struct mpt_scaler_state {
     float sumsq;             /* sum of squared unscaled gradients for the current step (clipping) */
     int32_t growth_tracker;  /* clean steps since the last growth or backoff */
     int32_t hysteresis_left; /* overflows still tolerated before backing off */
-    int32_t steps_taken;     /* optimizer steps applied (the 1-based step of the update) */
-    int32_t steps_skipped;   /* steps skipped because of found_inf */
+    int32_t steps_taken;     /* optimizer steps applied (the 1-based step of the update), those applied with
+                                non-finite gradients included: steps_taken + steps_skipped == iteration */
+    int32_t steps_skipped;   /* steps skipped because of found_inf (never with apply_nonfinite) */
     int32_t floor_hits;      /* backoffs that were clamped at min_scale */
-    int32_t steps_nonfinite; /* steps applied with non-finite gradients (apply_nonfinite only) */
+    int32_t steps_nonfinite; /* of steps_taken, those applied with non-finite gradients (apply_nonfinite only) */
     float lr;                /* this step's learning rate: written by lr_update from `iteration` */
     int64_t iteration;       /* 0-based index of the current training iteration (skipped ones count): read by
                                 lr_update, dropout and stochastic rounding; advanced by scaler_update at the end

@@ -87,10 +87,10 @@ MPT_API mpt_train_config mpt_train_config_default(mpt_precision precision);
 typedef struct mpt_train_stats {
     float loss;             /* loss of the last forward pass (unscaled, FP32) */
     float scale;            /* current loss scale */
-    int32_t steps_taken;    /* optimizer steps applied so far */
+    int32_t steps_taken;    /* optimizer steps applied so far (steps_taken + steps_skipped == iterations run) */
     int32_t steps_skipped;  /* steps skipped because of non-finite gradients */
     int32_t floor_hits;     /* backoffs clamped at the scale floor */
-    int32_t steps_nonfinite;/* steps applied with non-finite gradients (--nonfinite apply) */
+    int32_t steps_nonfinite;/* of steps_taken, those applied with non-finite gradients (--nonfinite apply) */
     int32_t n_correct;      /* correct predictions accumulated since the last reset */
 } mpt_train_stats;
 

@@ -429,8 +429,8 @@ MPT_HD void mpt_scaler_step_begin(int32_t *steps_taken, float found_inf) {
  *   clean:     growth_tracker += 1; when it reaches growth_interval: scale = min(scale*growth, max_scale)
  *              if scale*growth is finite (else unchanged), growth_tracker = 0, hysteresis_left = hysteresis.
  * dynamic == 0: scale, growth_tracker and hysteresis_left are left alone.
- * Always: when found_inf, steps_nonfinite += 1 if apply_nonfinite (the step was applied), else
- * steps_skipped += 1; inv_scale = 1/scale; found_inf = 0, sumsq = 0, grad_mul = 1. */
+ * Always: when found_inf, steps_nonfinite += 1 if apply_nonfinite (the step was applied, and step_begin
+ * already counted it in steps_taken), else steps_skipped += 1; inv_scale = 1/scale; found_inf = 0, sumsq = 0, grad_mul = 1. */
 MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *found_inf, float *grad_mul,
                                      float *sumsq, int32_t *growth_tracker, int32_t *hysteresis_left,
                                      int32_t *steps_skipped, int32_t *floor_hits, int32_t *steps_nonfinite,

@@ -6,7 +6,7 @@
  *    scaler (S = 2^16 and growing) lifts them back into range and the same network learns. FP32 with the same
  *    multiplier learns without a scaler (the control: the stall is FP16's underflow, not the multiplier);
  *  - an injected non-finite gradient skips exactly one step: masters and optimizer state stay bit-identical,
- *    the scale backs off, training continues;
+ *    the scale backs off, training continues; with --nonfinite apply it is a taken step, counted as non-finite;
  *  - in bf16 the working copies are exactly RNE(master) after every step;
  *  - asking for the update deltas (mpt_trainer.update_out) does not change training;
  *  - a step graph that cannot be recorded is turned off with the reason, and training is unchanged.
@@ -259,6 +259,35 @@ START_TEST(test_injected_nonfinite_skips_step) {
 }
 END_TEST
 
+/* --nonfinite apply (static scaling): the injected overflow is applied, so it is a taken step (Adam's step count
+ * advances, as torch.optim's step() without a GradScaler) and also counts in steps_nonfinite, never in
+ * steps_skipped: steps_taken + steps_skipped == iterations, the invariant a checkpoint of the run must meet. */
+START_TEST(test_injected_nonfinite_applied_counts_as_taken) {
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP16);
+    cfg.loss_scaling = MPT_LOSS_SCALE_STATIC;
+    cfg.init_scale = 1024.0f;
+    cfg.nonfinite = MPT_NONFINITE_APPLY;
+    cfg.optim.kind = MPT_OPTIM_ADAM;
+    cfg.schedule.base_lr = 1e-3f;
+    cfg.inject_nonfinite_step = 3;
+    run r;
+    run_open(&r, MPT_PRECISION_FP16, &cfg);
+    int32_t idx[B];
+    for (int it = 0; it < 5; it++) {
+        for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+        mpt_trainer_gather(r.tr, r.data.train_images, r.data.train_labels, idx, r.data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(r.tr);
+        const mpt_scaler_state *st = r.tr->scaler;
+        ck_assert_int_eq((int)st->iteration, it + 1);
+        ck_assert_int_eq(st->steps_taken, it + 1);
+        ck_assert_int_eq(st->steps_skipped, 0);
+        ck_assert_int_eq(st->steps_nonfinite, it >= 3 ? 1 : 0);
+        ck_assert(st->scale == 1024.0f);
+    }
+    run_close(&r);
+}
+END_TEST
+
 START_TEST(test_bf16_working_copy_is_rne_of_master) {
     mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_BF16);
     run r;
@@ -395,6 +424,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_all_modes_learn, 0, 4);
     tcase_add_test(tc, test_loss_scaling_rescues_fp16_underflow);
     tcase_add_loop_test(tc, test_injected_nonfinite_skips_step, 0, 3);
+    tcase_add_test(tc, test_injected_nonfinite_applied_counts_as_taken);
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
     tcase_add_test(tc, test_evaluate_reads_once);

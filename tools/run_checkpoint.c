@@ -34,7 +34,8 @@
  * The reader trusts nothing: every number is checked in the type the run keeps it in and against its real
  * range (FP32 values exactly representable and finite, counters within int32 or their bound), and the
  * state is cross-checked: the scaler as it stands between two steps (inv_scale == 1/scale in FP32,
- * found_inf 0, grad_mul 1, sumsq 0, steps_taken + steps_skipped == iteration, growth_tracker below the
+ * found_inf 0, grad_mul 1, sumsq 0, steps_taken + steps_skipped == iteration, steps_nonfinite <= steps_taken
+ * (with --nonfinite apply; 0 with skip, and steps_skipped 0 with apply), growth_tracker below the
  * growth interval, floor_hits <= steps_skipped, a static scale equal to the configured one), Adam's
  * exp_avg_sq >= 0, "model" and "precision" equal to the config's, the seeds of "rng" those of the config's
  * seed, the config valid by the command line's own checks (mpt_cli_apply, mpt_cli_check), and the position
@@ -508,10 +509,19 @@ static mpt_status read_scaler(const mpt_checkpoint *c, const mpt_train_config *c
     if (st->inv_scale != one / st->scale)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": inv_scale %.9g is not 1/scale in FP32 (scale %.9g "
                           "gives %.9g)", path, (double)st->inv_scale, (double)st->scale, (double)(one / st->scale));
-    if (taken + skipped + nonfinite != iteration)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": steps_taken %lld + steps_skipped %lld + "
-                          "steps_nonfinite %lld should equal the iteration %lld", path, (long long)taken,
-                          (long long)skipped, (long long)nonfinite, (long long)iteration);
+    /* Every iteration is either taken or skipped; a step applied with non-finite gradients (--nonfinite apply)
+     * is a taken step (the optimizer ran, as torch.optim's step() without a GradScaler), counted again in
+     * steps_nonfinite; only the skip mode skips (mpt_scaler_update_fields). */
+    if (taken + skipped != iteration)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": steps_taken %lld + steps_skipped %lld should "
+                          "equal the iteration %lld", path, (long long)taken, (long long)skipped,
+                          (long long)iteration);
+    const int apply = cfg->nonfinite == MPT_NONFINITE_APPLY;
+    if (apply ? skipped != 0 : nonfinite != 0) /* so steps_nonfinite <= iteration == steps_taken with apply */
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": %s %lld, but the config's --nonfinite %s never "
+                          "%s a step", path, apply ? "steps_skipped" : "steps_nonfinite",
+                          (long long)(apply ? skipped : nonfinite), mpt_nonfinite_mode_name(cfg->nonfinite),
+                          apply ? "skips" : "applies non-finite gradients to");
     if (!dynamic && st->scale != cfg->init_scale)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"scaler\": scale %.9g, but the config's fixed loss scale is "
                           "%.9g", path, (double)st->scale, (double)cfg->init_scale);

@@ -29,6 +29,11 @@
  * With hysteresis = 1 (the default) every overflow backs off: exactly PyTorch's GradScaler. With hysteresis = h,
  * h - 1 overflows in a row are skipped at the same scale before the h-th backs off.
  * Static or no scaling (dynamic = 0): S never changes, but overflowing steps are still skipped and counted.
+ * --nonfinite apply (apply_nonfinite, static or no scaling only): engine/train.c runs step_begin before
+ * unscale_check, so every iteration is a taken step (as torch.optim's step() without a GradScaler, whose
+ * step count advances whatever the gradients hold); an overflowing one also counts in steps_nonfinite, never
+ * in steps_skipped. In both modes steps_taken + steps_skipped == iteration, the invariant the checkpoint
+ * reader checks, and steps_nonfinite <= steps_taken.
  *
  * The floor and the warning: in PyTorch a diverging run drives S towards 0 silently (every step skipped,
  * scale halving each time). Here S never goes below min_scale; each backoff that the floor clamps counts in

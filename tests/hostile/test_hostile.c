@@ -354,6 +354,41 @@ START_TEST(test_ckpt_impossible_state) {
 }
 END_TEST
 
+/* The step counters of --nonfinite apply: a step applied with non-finite gradients is a taken step, counted again
+ * in steps_nonfinite (engine/amp/scaler.h), so steps_taken + steps_skipped == iteration. A checkpoint of such a
+ * run whose weights stayed finite resumes (the reader once demanded taken + skipped + nonfinite == iteration and
+ * refused it); counters no run can reach are refused, naming the field. The writer's refusal of non-finite
+ * weights is test_cli's test_nonfinite_apply. */
+START_TEST(test_ckpt_nonfinite_counters) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *skip_ck = make_checkpoint(data);
+    const char *out = tmp_path("apply");
+    int rc = run("train", "--model", "mlp", "--precision", "fp32", "--nonfinite", "apply", "--epochs", "1",
+                 "--batch-size", "50", "--data", data, "--out", out, "--progress", "off", "--max-steps", "2", NULL);
+    ck_assert_msg(rc == 0, "training the --nonfinite apply fixture failed:\n%s", out_buf);
+    const char *apply_ck = tmp_path("apply/checkpoint.safetensors");
+    const char *bad = tmp_path("bad.safetensors"), *bad2 = tmp_path("bad2.safetensors");
+    case_problems p = {0};
+    forge(apply_ck, bad, "scaler", "steps_nonfinite", "1", NULL, 0.0f);
+    rc = run("train", "--resume", bad, "--data", data, "--out", tmp_path("resumed"), "--progress", "off",
+             "--epochs", "2", "--device", "cpu", NULL);
+    static char why[2048];
+    snprintf(why, sizeof why, "exit status %d, expected 0: %.1500s", rc, err_buf);
+    note_case(&p, "apply, steps_nonfinite 1 of 2 taken (resumes)", rc == 0 ? NULL : why);
+    forge(apply_ck, bad, "scaler", "steps_nonfinite", "3", NULL, 0.0f);
+    note_case(&p, "apply, steps_nonfinite 3 of 2 taken", resume_problem(data, bad, "steps_nonfinite 3 is outside [0, 2]"));
+    forge(apply_ck, bad2, "scaler", "steps_taken", "1", NULL, 0.0f);
+    forge(bad2, bad, "scaler", "steps_skipped", "1", NULL, 0.0f);
+    note_case(&p, "apply, steps_skipped 1", resume_problem(data, bad, "--nonfinite apply never skips a step"));
+    forge(skip_ck, bad, "scaler", "steps_nonfinite", "1", NULL, 0.0f);
+    note_case(&p, "skip, steps_nonfinite 1",
+              resume_problem(data, bad, "--nonfinite skip never applies non-finite gradients to a step"));
+    rm_tmpdir();
+    assert_no_problems(&p, 4);
+}
+END_TEST
+
 START_TEST(test_ckpt_hostile_name_is_one_escaped_line) {
     make_tmpdir();
     const char *data = make_data("data");
@@ -760,6 +795,7 @@ int main(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_ckpt_metadata_numbers);
     tcase_add_test(tc, test_ckpt_impossible_state);
+    tcase_add_test(tc, test_ckpt_nonfinite_counters);
     tcase_add_test(tc, test_ckpt_hostile_name_is_one_escaped_line);
     tcase_add_test(tc, test_ckpt_special_files);
     TCase *sparse = tcase_create("sparse"); /* apart: before the fix it reads 8 GiB (CK_RUN_CASE=hostile skips it) */
