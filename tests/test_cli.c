@@ -17,6 +17,7 @@
  *    rejects a flag that would change its math;
  *  - compare (fp32, fp16, bf16 on the synthetic data): every run's outputs, report.md, a PNG plot (or a message
  *    naming gnuplot when it is missing), and the relative L2 column recomputed in FP64 from the checkpoints;
+ *    numerics.png still drawn when a series has no point, and a reason instead of a picture with no telemetry;
  *  - the same short train/eval on a few hundred real Fashion-MNIST images (skipped with a message when the
  *    dataset is not installed).
  */
@@ -924,6 +925,74 @@ START_TEST(test_compare_report) {
 }
 END_TEST
 
+/* Whether path starts with the PNG signature. */
+static int is_png(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char magic[8];
+    int ok = fread(magic, 1, 8, f) == 8 && memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0;
+    fclose(f);
+    return ok;
+}
+
+/* numerics.png when a series has no point: an fp16 run whose every telemetry step overflows (loss scale 2^24 on
+ * batch-64 logits gradients) measures no lost update. gnuplot refuses a plot of empty series ("Skipping data
+ * file with no valid points", "x range is invalid"), which lost the whole picture; now the panel stays, empty,
+ * and names the series and why. With no telemetry step at all (--telemetry beyond the steps run) there is no
+ * picture, and the command and report.md say why instead of "gnuplot failed". */
+START_TEST(test_compare_numerics_without_points) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("skipped");
+    int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp16", "--limit-train", "256",
+                 "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--max-steps", "2", "--device", "cpu",
+                 "--progress", "off", "--telemetry", "1", "--loss-scale", "dynamic:16777216", NULL);
+    ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
+    if (strstr(out_buf, "gnuplot not found")) {
+        printf("test_compare_numerics_without_points: gnuplot unavailable, plot not checked\n");
+        rm_tmpdir();
+        return;
+    }
+    char p[600];
+    snprintf(p, sizeof p, "%s/fp16", out);
+    json_t *j = load_summary(p);
+    ck_assert_int_eq((int)jnum(j, "steps_skipped"), 2); /* the premise: both measured steps overflowed */
+    json_decref(j);
+    ck_assert_msg(strstr(out_buf, "no numerics plot") == NULL && strstr(out_buf, "numerics plot: ") != NULL,
+                  "numerics.png not drawn: %s", out_buf);
+    snprintf(p, sizeof p, "%s/numerics.png", out);
+    ck_assert_msg(is_png(p), "numerics.png is not a PNG: %s", out_buf);
+    snprintf(p, sizeof p, "%s/numerics.gp", out);
+    FILE *f = fopen(p, "r");
+    ck_assert(f != NULL);
+    static char gp[1 << 15];
+    size_t n = fread(gp, 1, sizeof gp - 1, f);
+    fclose(f);
+    gp[n] = '\0';
+    ck_assert_msg(strstr(gp, "fp16 (stored weights):\\n  every telemetry step was skipped") != NULL,
+                  "numerics.gp does not name the missing series: %s", gp);
+    ck_assert_msg(strstr(gp, "nothing to draw in this panel") != NULL, "no empty-panel note: %s", gp);
+
+    out = tmp_path("none");
+    rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,bf16", "--limit-train", "256",
+             "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off",
+             "--telemetry", "1000", NULL);
+    ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "no numerics plot: no run reached a telemetry step") != NULL, "output: %s", out_buf);
+    snprintf(p, sizeof p, "%s/numerics.png", out);
+    ck_assert(!file_exists(p));
+    snprintf(p, sizeof p, "%s/report.md", out);
+    f = fopen(p, "r");
+    ck_assert(f != NULL);
+    static char report[1 << 16];
+    n = fread(report, 1, sizeof report - 1, f);
+    fclose(f);
+    report[n] = '\0';
+    ck_assert_msg(strstr(report, "(No numerics plot: no run reached a telemetry step") != NULL, "report: %s", report);
+    rm_tmpdir();
+}
+END_TEST
+
 /* compare --seeds 2 on the synthetic data: the runs of every seed and precision, and a compare.json whose
  * statistics agree with the runs' own summary.json files: the mean paired difference recomputed here, the
  * interval centred on it, the verdict consistent with the interval and the margin. */
@@ -1102,6 +1171,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
+    tcase_add_test(tr, test_compare_numerics_without_points);
     tcase_add_test(tr, test_telemetry_only_reads);
     tcase_add_test(tr, test_compare_seeds);
     tcase_add_test(tr, test_fashion_mnist_short);

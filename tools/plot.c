@@ -1,5 +1,5 @@
 /*
- * tools/plot.c - convergence.png for `mptrain compare`, drawn by gnuplot from the runs' CSV files.
+ * tools/plot.c - convergence.png and numerics.png for `mptrain compare`, drawn by gnuplot from the runs' CSV files.
  *
  * The script is kept next to the picture (convergence.gp) so a reader can change it and run `gnuplot
  * convergence.gp` in the same directory. Panels: training loss per logged step, test accuracy per epoch,
@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -100,14 +101,31 @@ mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
     return MPT_OK;
 }
 
+/* Runs gnuplot on dir/script; when it fails, removes the picture it may have left half drawn (set output
+ * creates the file before the first panel), so that no stale or partial PNG passes for the plot. */
+static mpt_status gnuplot_or_no_png(const char *dir, const char *script, const char *png) {
+    mpt_status s = mpt_cli_gnuplot(dir, script);
+    if (s != MPT_OK) {
+        char path[MPT_CLI_PATH + 64];
+        snprintf(path, sizeof path, "%s/%s", dir, png);
+        unlink(path); /* best effort: absent is fine */
+    }
+    return s;
+}
+
 mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
     MPT_TRY(write_script(script, precisions, n));
-    return mpt_cli_gnuplot(dir, "convergence.gp");
+    return gnuplot_or_no_png(dir, "convergence.gp", "convergence.png");
 }
 
-/* ---- numerics.png -------------------------------------------------------------------------------------------- */
+/* ---- numerics.png --------------------------------------------------------------------------------------------
+ * A series is drawn only when its run produced at least one finite value for it (mpt_telemetry_stat.count, the
+ * same rows as telemetry.csv): gnuplot refuses a plot whose every series is empty ("Skipping data file with no
+ * valid points", then "x range is invalid") and the whole picture is lost. A series without points is named in
+ * a note beside its panel with the reason; a panel without any keeps its place (the report's caption says
+ * top/middle/bottom) and says so; with no telemetry step in any run there is no picture, and the error says why. */
 
 static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
@@ -116,11 +134,95 @@ static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *
     return NULL;
 }
 
+/* Whether a run's telemetry has at least one finite value of (tensor, metric). */
+static int has_points(const mpt_cli_result *r, const char *tensor, const char *metric) {
+    const mpt_telemetry_stat *x = find_stat(r, tensor, metric);
+    return x && x->count > 0;
+}
+
+/* Why a run has no point for a metric, in a few words. */
+static const char *why_no_points(const mpt_cli_result *r, const char *metric) {
+    const mpt_telemetry_stat *steps = find_stat(r, "amp", "loss_scale"); /* one row per telemetry step */
+    if (!steps || steps->count == 0) return "no telemetry step ran";
+    const mpt_telemetry_stat *skipped = find_stat(r, "amp", "step_skipped");
+    if (strncmp(metric, "lost_", 5) == 0 && skipped && skipped->count == steps->count)
+        return "every telemetry step was skipped\\n  (inf/NaN gradients): no update";
+    return "no finite value";
+}
+
+/* One panel being written: the plot clauses of the series that have points, and the note naming those that
+ * have none. */
+typedef struct panel {
+    char plot[8192];
+    size_t plot_len;
+    char note[1024];
+    size_t note_len;
+} panel;
+
+static void vappend(char *buf, size_t cap, size_t *len, const char *fmt, va_list ap) {
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    MPT_ASSERTF(k >= 0 && (size_t)k < cap - *len, "numerics.gp: a panel's text is longer than %zu bytes", cap);
+    *len += (size_t)k;
+}
+
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vappend(buf, cap, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Adds one plot clause to the panel. */
+static void panel_clause(panel *pn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void panel_clause(panel *pn, const char *fmt, ...) {
+    if (pn->plot_len) append(pn->plot, sizeof pn->plot, &pn->plot_len, ", \\\n     ");
+    va_list ap;
+    va_start(ap, fmt);
+    vappend(pn->plot, sizeof pn->plot, &pn->plot_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Names a series the panel does not draw, with the reason (one line of the note). */
+static void panel_missing(panel *pn, const char *title, const char *why) {
+    append(pn->note, sizeof pn->note, &pn->note_len, "%s%s:\\n  %s", pn->note_len ? "\\n" : "not drawn (no point):\\n",
+           title, why);
+}
+
+/* A series of one (tensor, metric) over steps from <precision>/telemetry.csv, scaled by 100 (percent), or a line
+ * of the note when the run has no value of it. */
+static void series(panel *pn, const mpt_cli_result *r, const char *prec, int lt, const char *tensor,
+                   const char *metric, int dash, const char *title) {
+    if (!has_points(r, tensor, metric)) {
+        panel_missing(pn, title, why_no_points(r, metric));
+        return;
+    }
+    panel_clause(pn, "'%s/telemetry.csv' using 1:((strcol(2) eq '%s' && strcol(3) eq '%s') ? 100*$4 : NaN) "
+                     "with linespoints lw 1.5 lt %d dt %d pt 7 ps 0.5 title '%s'",
+                 prec, tensor, metric, lt, dash, title);
+}
+
+/* Writes the panel's plot command (after its title and axis settings): the series, the note below the key, or,
+ * when no series has a point, an empty frame that says so. */
+static void panel_write(FILE *f, const panel *pn) {
+    if (pn->note_len)
+        fprintf(f, "set label 1 \"%s\" at graph 1.03, graph 0.35 left font \",9\"\n", pn->note);
+    if (pn->plot_len) {
+        fprintf(f, "plot %s\n", pn->plot);
+    } else {
+        fprintf(f, "set label 2 \"nothing to draw in this panel\" at graph 0.5, graph 0.5 center\n"
+                   "plot [0:1] [0:1] -1 notitle\n");
+    }
+    fprintf(f, "unset label\n");
+}
+
 /* numerics_twin.dat: one line per activation (".out" tensors, forward order of the first run that has them),
  * the mean relative L2 error against the FP32 twin per precision ("nan" where a run has none). Returns the
- * number of lines written (0: no run had a twin). */
-static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, mpt_status *s) {
+ * number of lines written (0: no run had a twin); points[i] receives the number of values > 0 of run i (the
+ * points its series has on the log axis). */
+static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, int *points, mpt_status *s) {
     *s = MPT_OK;
+    for (int i = 0; i < n; i++) points[i] = 0;
     FILE *f = fopen(path, "w");
     if (!f) {
         *s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
@@ -141,8 +243,12 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
         for (int i = 0; i < n; i++) {
             const mpt_telemetry_stat *x = find_stat(rows[i].r, st->tensor, "twin_rel_l2");
             double mean = x && x->count > 0 ? x->sum / (double)x->count : 0.0;
-            if (mean > 0.0) fprintf(f, " %.6g", mean);
-            else fprintf(f, " nan"); /* none, or exactly 0 (fp32 against its twin): no point on a log axis */
+            if (mean > 0.0) {
+                fprintf(f, " %.6g", mean);
+                points[i]++;
+            } else {
+                fprintf(f, " nan"); /* none, or exactly 0 (fp32 against its twin): no point on a log axis */
+            }
         }
         fprintf(f, "\n");
         lines++;
@@ -152,20 +258,20 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
     return lines;
 }
 
-/* A series of one (tensor, metric) over steps from <precision>/telemetry.csv, scaled by 100 (percent). */
-static void series(FILE *f, int *first, const char *prec, int lt, const char *tensor, const char *metric, int dash,
-                   const char *title) {
-    fprintf(f, "%s'%s/telemetry.csv' using 1:((strcol(2) eq '%s' && strcol(3) eq '%s') ? 100*$4 : NaN) "
-               "with linespoints lw 1.5 lt %d dt %d pt 7 ps 0.5 title '%s'",
-            *first ? "" : ", \\\n     ", prec, tensor, metric, lt, dash, title);
-    *first = 0;
+/* Why run r has no point in the twin panel. */
+static const char *why_no_twin_points(const mpt_cli_result *r) {
+    if (has_points(r, "input", "twin_rel_l2")) return "equal to the FP32 twin (error 0)";
+    return why_no_points(r, "twin_rel_l2");
 }
 
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n) {
+/* Writes numerics.gp (with numerics_twin.dat): the panels' settings and their series. */
+static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_row *rows, int n) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/numerics_twin.dat", dir);
     mpt_status s;
-    int twin_lines = write_twin_data(path, rows, n, &s);
+    int twin_points[MPT_PRECISION_COUNT];
+    MPT_ASSERTF(n <= MPT_PRECISION_COUNT, "numerics plot: %d runs, at most %d", n, MPT_PRECISION_COUNT);
+    int twin_lines = write_twin_data(path, rows, n, twin_points, &s);
     MPT_TRY(s);
     int has16 = 0;
     for (int i = 0; i < n; i++)
@@ -185,52 +291,65 @@ mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *row
     fprintf(f, "set output 'numerics.png'\nset datafile separator ','\nset datafile missing NaN\nset grid\n"
                "set multiplot layout %d,1\nset key outside right top\n"
                "set lmargin at screen 0.08\nset rmargin at screen 0.68\n", panels); /* panels aligned */
-    int first = 1;
+    static panel pn; /* 9 KiB: not on the stack */
+    char title[64];
     if (has16) {
-        fprintf(f, "set title 'activation gradients flushed to zero when rounded to fp16/bf16 (all layers pooled)'\n"
-                   "set xlabel 'step'\nset ylabel '%% of nonzero values'\nplot ");
+        memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
             if (p != MPT_PRECISION_FP16 && p != MPT_PRECISION_BF16) continue;
             const char *name = mpt_precision_name(p);
-            char title[64];
             snprintf(title, sizeof title, "%s (loss scale S)", name);
-            series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
+            series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
             if (p == MPT_PRECISION_FP16 && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
                 snprintf(title, sizeof title, "%s if S were 1", name);
-                series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
+                series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
             }
         }
-        fprintf(f, "\n");
+        fprintf(f, "set title 'activation gradients flushed to zero when rounded to fp16/bf16 (all layers pooled)'\n"
+                   "set xlabel 'step'\nset ylabel '%% of nonzero values'\n");
+        panel_write(f, &pn);
     }
-    first = 1;
-    fprintf(f, "set title 'optimizer updates lost (non-zero, left the stored weight unchanged; all parameters)'\n"
-               "set xlabel 'step'\nset ylabel '%% of non-zero updates'\nplot ");
+    memset(&pn, 0, sizeof pn);
     for (int i = 0; i < n; i++) {
         mpt_precision p = rows[i].precision;
         const char *name = mpt_precision_name(p);
-        char title[64];
         snprintf(title, sizeof title, "%s (stored weights)", name);
-        series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
+        series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
         if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
             snprintf(title, sizeof title, "%s if applied to the %s copy", name, name);
-            series(f, &first, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
+            series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
         }
     }
-    fprintf(f, "\n");
+    fprintf(f, "set title 'optimizer updates lost (non-zero, left the stored weight unchanged; all parameters)'\n"
+               "set xlabel 'step'\nset ylabel '%% of non-zero updates'\n");
+    panel_write(f, &pn);
     if (twin_lines > 0) {
-        fprintf(f, "set title 'relative L2 error of each activation against the FP32 twin (mean over telemetry steps)'\n"
-                   "set datafile separator whitespace\nset xlabel ''\nset ylabel '||a - a_{fp32}|| / ||a_{fp32}||'\n"
-                   "set logscale y 2\nset format y '2^{%%L}'\nset xtics rotate by -30\nset datafile missing 'nan'\n"
-                   "plot ");
+        memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
-            fprintf(f, "%s'numerics_twin.dat' using 0:%d:xtic(1) with linespoints lw 1.5 lt %d pt 7 title '%s'",
-                    i ? ", \\\n     " : "", i + 2, (int)p + 1, mpt_precision_name(p));
+            if (twin_points[i] > 0)
+                panel_clause(&pn, "'numerics_twin.dat' using 0:%d:xtic(1) with linespoints lw 1.5 lt %d pt 7 title '%s'",
+                             i + 2, (int)p + 1, mpt_precision_name(p));
+            else
+                panel_missing(&pn, mpt_precision_name(p), why_no_twin_points(rows[i].r));
         }
-        fprintf(f, "\n");
+        fprintf(f, "set title 'relative L2 error of each activation against the FP32 twin (mean over telemetry steps)'\n"
+                   "set datafile separator whitespace\nset xlabel ''\nset ylabel '||a - a_{fp32}|| / ||a_{fp32}||'\n"
+                   "set logscale y 2\nset format y '2^{%%L}'\nset xtics rotate by -30\nset datafile missing 'nan'\n");
+        if (!pn.plot_len) fprintf(f, "unset logscale y\nset format y '%%g'\n"); /* the empty frame's [0:1] */
+        panel_write(f, &pn);
     }
     fprintf(f, "unset multiplot\n");
-    MPT_TRY(mpt_cli_close_written(f, path));
-    return mpt_cli_gnuplot(dir, "numerics.gp");
+    return mpt_cli_close_written(f, path);
+}
+
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n) {
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= has_points(rows[i].r, "amp", "loss_scale");
+    if (!any)
+        return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step (each ran fewer steps than --telemetry), "
+                                       "so there is nothing to plot");
+    MPT_TRY(write_numerics_script(dir, rows, n));
+    return gnuplot_or_no_png(dir, "numerics.gp", "numerics.png");
 }
