@@ -131,7 +131,7 @@ static void diff_ci(char *b, size_t n, const mpt_stats_paired *d, const char *fm
 /* The summary table (printed and in report.md). */
 static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin) {
     fprintf(f, "| precision | final test acc (%%) | best test acc (%%) | final test loss | "
-               "Δ final acc vs fp32, pp [95%% CI] | verdict (margin ±%.2g pp) | s/epoch | skipped steps |\n",
+               "Δ final acc vs fp32, pp [95%% CI] | verdict (margin ±%.2g pp) | s/epoch (host clock) | skipped steps |\n",
             margin);
     fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|\n");
     for (int p = 0; p < n; p++) {

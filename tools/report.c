@@ -129,20 +129,48 @@ static void pct(char *b, size_t n, double v) {
     else snprintf(b, n, "n/a");
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The run's GPU time per epoch by CUDA events: the median of its epochs after the first (the first chooses the
+ * GEMM/convolution algorithms and records the step graph), or of the only one; NAN without device timing (CPU). */
+static double gpu_epoch_median(const mpt_cli_result *r) {
+    if (!r->epoch_gpu_s || r->epochs_run < 1) return NAN;
+    int first = r->epochs_run > 1 ? 1 : 0, n = r->epochs_run - first;
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!v) return NAN;
+    memcpy(v, r->epoch_gpu_s + first, (size_t)n * sizeof *v);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return m;
+}
+
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
+    int gpu = 0; /* a column of CUDA-event times when any run had them */
+    for (int i = 0; i < n; i++) gpu |= rows[i].r->epoch_gpu_s != NULL;
     fprintf(f, "| precision | final test acc | best test acc (epoch) | final train loss | final test loss | "
-               "s/epoch | samples/s | peak memory | skipped steps | final loss scale | rel. L2 to fp32 |\n");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+               "s/epoch (host clock) |%s samples/s | peak memory | skipped steps | final loss scale | rel. L2 to fp32 |\n",
+            gpu ? " GPU s/epoch (CUDA events, median after the first) |" : "");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|\n", gpu ? "---:|" : "");
     for (int i = 0; i < n; i++) {
         const mpt_cli_result *r = rows[i].r;
-        char a[32], b[32], l2[32];
+        char a[32], b[32], l2[32], host[32], dev[48] = "";
         pct(a, sizeof a, r->final_test_acc);
         pct(b, sizeof b, r->best_test_acc);
         if (isfinite(rows[i].rel_l2)) snprintf(l2, sizeof l2, "%.3e", rows[i].rel_l2);
         else snprintf(l2, sizeof l2, "n/a");
-        fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %.2f | %.0f | %.1f MiB | %d | %g | %s |\n",
+        snprintf(host, sizeof host, gpu ? "%.4f" : "%.2f", r->mean_epoch_s); /* GPU epochs last milliseconds */
+        if (gpu) {
+            double g = gpu_epoch_median(r);
+            if (isfinite(g)) snprintf(dev, sizeof dev, " %.4f |", g);
+            else snprintf(dev, sizeof dev, " n/a |");
+        }
+        fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.1f MiB | %d | %g | %s |\n",
                 mpt_precision_name(rows[i].precision), a, b, r->best_epoch, r->final_train_loss, r->final_test_loss,
-                r->mean_epoch_s, r->samples_per_s, (double)r->mem_peak_total / (1024.0 * 1024.0), (int)r->steps_skipped,
+                host, dev, r->samples_per_s, (double)r->mem_peak_total / (1024.0 * 1024.0), (int)r->steps_skipped,
                 (double)r->final_scale, l2);
     }
 }
