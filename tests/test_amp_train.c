@@ -349,10 +349,16 @@ START_TEST(test_update_out_changes_nothing) {
 END_TEST
 
 /* A backend whose step capture refuses to start (as CUDA's does under MPT_CUDA_SYNC_DEBUG=1): the trainer must
- * turn the step graph off for the run, say why, and train exactly as without it. */
+ * turn the step graph off for the run, say why in full (the reason below is as long as a real one from
+ * kernels/cuda/graph.cu, whose end names the capture's final status), and train exactly as without it. */
+#define REFUSAL_TAIL "(cudaErrorStreamCaptureInvalidated, 901)"
 static mpt_status capture_refused(mpt_backend *be) {
     (void)be;
-    return mpt_errorf(MPT_ERR_DEVICE, "test backend: recording refused");
+    return mpt_errorf(MPT_ERR_DEVICE, "test backend: recording refused: cudaStreamSynchronize(mpt_cuda_ctx_of(be)->"
+                                      "stream) failed: operation not permitted when stream is capturing "
+                                      "(cudaErrorStreamCaptureUnsupported, 900) (kernels/cuda/backend.cu:266); then "
+                                      "cudaStreamEndCapture: operation failed due to a previous error during capture "
+                                      REFUSAL_TAIL);
 }
 
 static mpt_status capture_end_unused(mpt_backend *be, void **out) {
@@ -390,7 +396,7 @@ START_TEST(test_step_graph_fallback) {
             mpt_trainer_gather(tr, r[k].data.train_images, r[k].data.train_labels, idx, r[k].data.dim, 0.0f, 1.0f);
             mpt_trainer_step(tr);
         }
-        char status[320];
+        char status[704]; /* as tools/cli.h's cuda_graph */
         mpt_trainer_graph_status(tr, status, sizeof status);
         if (k == 0) {
             ck_assert_str_eq(status, "not applicable (cpu backend)");
@@ -399,6 +405,9 @@ START_TEST(test_step_graph_fallback) {
             ck_assert_int_eq(tr->graph_off, 1);
             ck_assert_msg(strstr(tr->graph_note, "test backend: recording refused") != NULL, "note: %s", tr->graph_note);
             ck_assert_msg(strncmp(status, "off: the step could not be recorded", 35) == 0, "status: %s", status);
+            const size_t len_status = strlen(status), len_tail = strlen(REFUSAL_TAIL);
+            ck_assert_msg(len_status > len_tail && strcmp(status + len_status - len_tail, REFUSAL_TAIL) == 0,
+                          "the status must keep the whole reason, to its end: %s", status);
             /* the first step runs directly by design, the second tried to record */
             ck_assert_int_eq((int)tr->graph_direct, 2);
             ck_assert_int_eq((int)tr->graph_captures, 0);
