@@ -374,7 +374,9 @@ static int graph_wanted(mpt_trainer *t, int measured) {
     return !direct;
 }
 
-/* The key of what a recording bakes in: the gather's source and the config. */
+/* The key of what a recording bakes in: the gather's source, the config, the backend workspace (a later
+ * mpt_backend_reserve_workspace, e.g. for another graph on the same backend, frees the one a recording points
+ * into) and the graph's loss-scale pointer and fusion setting. */
 static struct mpt_step_graph_key graph_key_of(const mpt_trainer *t) {
     struct mpt_step_graph_key k;
     memset(&k, 0, sizeof k);
@@ -382,6 +384,10 @@ static struct mpt_step_graph_key graph_key_of(const mpt_trainer *t) {
     /* byte copies (padding included), so that memcmp compares only what the trainer holds */
     if (k.with_gather) memcpy(&k.src, &t->batch_src, sizeof k.src);
     memcpy(&k.cfg, &t->cfg, sizeof k.cfg);
+    k.workspace = t->be->workspace;
+    k.workspace_bytes = t->be->workspace_bytes;
+    k.loss_scale = t->g->loss_scale;
+    k.fuse_epilogues = t->g->fuse_epilogues;
     return k;
 }
 

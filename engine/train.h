@@ -133,10 +133,14 @@ typedef struct mpt_trainer {
         struct mpt_batch_source src;    /* the gather's source baked into the recording */
         int with_gather;                /* the recording starts with the gather */
         mpt_train_config cfg;           /* the settings baked into it */
+        void *workspace;                /* the backend workspace its GEMM/conv calls use: reserving more moves it */
+        size_t workspace_bytes;
+        const float *loss_scale;        /* the graph's backward seed and fusion setting when it was recorded */
+        int fuse_epilogues;
     } graph_key;
     int graph_off;           /* 1: the graph was asked for but is off for the rest of the run (graph_note says why) */
     char graph_note[640];    /* one line: why the step graph is off; "" while it is on or was not asked for */
-    int64_t graph_captures;  /* recordings made (1 normally; a changed batch source or setting records again) */
+    int64_t graph_captures;  /* recordings made (1 normally; a changed graph_key records again) */
     int64_t graph_replays;   /* steps run as one replay */
     int64_t graph_direct;    /* steps run operation by operation although the graph was asked for (the first step,
                                 which selects the GEMM/conv algorithms; telemetry steps; the fault-injection step;

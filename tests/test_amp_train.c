@@ -426,6 +426,73 @@ START_TEST(test_step_graph_fallback) {
 }
 END_TEST
 
+/* A backend that "records" by letting the step's operations run (the CPU backend cannot defer them) and replays by
+ * counting: enough to see when the trainer decides to record again. */
+static int fake_replays;
+static mpt_status fake_capture_begin(mpt_backend *be) {
+    (void)be;
+    return MPT_OK;
+}
+static mpt_status fake_capture_end(mpt_backend *be, void **out) {
+    (void)be;
+    *out = &fake_replays; /* any non-NULL handle */
+    return MPT_OK;
+}
+static void fake_replay(mpt_backend *be, void *graph) {
+    (void)be;
+    ck_assert_ptr_eq(graph, &fake_replays);
+    fake_replays++;
+}
+static void fake_replay_free(mpt_backend *be, void *graph) {
+    (void)be;
+    (void)graph;
+}
+
+/* A recording bakes in the backend workspace's address (GEMM/conv calls), the graph's loss-scale pointer and its
+ * fusion setting: when any of them changes (here: more workspace reserved, as another graph on the same backend
+ * does, which frees the old one), the next step must record again instead of replaying a graph that points into
+ * freed memory or runs the old variant. */
+START_TEST(test_step_graph_records_again) {
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP32);
+    cfg.step_graph = 1;
+    run r;
+    run_open(&r, MPT_PRECISION_FP32, &cfg);
+    mpt_trainer *tr = r.tr;
+    r.be->capture_begin = fake_capture_begin;
+    r.be->capture_end = fake_capture_end;
+    r.be->replay = fake_replay;
+    r.be->replay_free = fake_replay_free;
+    fake_replays = 0;
+    float other_scale = 1.0f;
+    /* per step: the change made before it, and the recordings expected after it */
+    static const struct { int change; int captures; } plan[] = {
+        {0, 0}, /* the first step runs directly */
+        {0, 1}, {0, 1},
+        {1, 2}, /* more workspace reserved: the old one is freed */
+        {0, 2},
+        {2, 3}, /* fusion setting flipped */
+        {3, 4}, /* loss scale read from elsewhere */
+        {0, 4},
+    };
+    const int n_steps = (int)(sizeof plan / sizeof plan[0]);
+    int32_t idx[B];
+    for (int it = 0; it < n_steps; it++) {
+        if (plan[it].change == 1)
+            ck_assert_int_eq(mpt_backend_reserve_workspace(r.be, r.be->workspace_bytes + ((size_t)1 << 20)), MPT_OK);
+        if (plan[it].change == 2) tr->g->fuse_epilogues = !tr->g->fuse_epilogues;
+        if (plan[it].change == 3) tr->g->loss_scale = &other_scale;
+        for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+        mpt_trainer_gather(tr, r.data.train_images, r.data.train_labels, idx, r.data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(tr);
+        ck_assert_msg(tr->graph_captures == plan[it].captures, "step %d: %lld recordings, expected %d", it,
+                      (long long)tr->graph_captures, plan[it].captures);
+    }
+    ck_assert_int_eq(tr->graph_off, 0);
+    ck_assert_int_eq(fake_replays, n_steps - 1);
+    run_close(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("amp_train");
     TCase *tc = tcase_create("amp_train");
@@ -438,6 +505,7 @@ int main(void) {
     tcase_add_test(tc, test_update_out_changes_nothing);
     tcase_add_test(tc, test_evaluate_reads_once);
     tcase_add_test(tc, test_step_graph_fallback);
+    tcase_add_test(tc, test_step_graph_records_again);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }
