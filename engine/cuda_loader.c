@@ -76,8 +76,10 @@ static int find_module(void) {
         snprintf(dir, sizeof dir, "%s/mptrain", lib);
         if (candidate(dir, state.path, sizeof state.path)) return 1;
     }
-    if (n > 0 && MPT_CUDA_MODULE_REL_DIR[0]) {
-        snprintf(dir, sizeof dir, "%s/../%s", exe, MPT_CUDA_MODULE_REL_DIR);
+    const char *rel_dir = MPT_CUDA_MODULE_REL_DIR; /* "" when libdir is absolute (a variable: clang warns on a
+                                                      literal's character as an operand of &&) */
+    if (n > 0 && rel_dir[0] != '\0') {
+        snprintf(dir, sizeof dir, "%s/../%s", exe, rel_dir);
         if (candidate(dir, state.path, sizeof state.path)) return 1;
     }
     if (candidate(MPT_CUDA_MODULE_BUILD_DIR, state.path, sizeof state.path)) return 1;

@@ -329,8 +329,8 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
             if (twin_points[i] > 0)
-                panel_clause(&pn, "'numerics_twin.dat' using 0:%d:xtic(1) with linespoints lw 1.5 lt %d pt 7 title '%s'",
-                             i + 2, (int)p + 1, mpt_precision_name(p));
+                panel_clause(&pn, "'numerics_twin.dat' using 0:%d:xtic(1) with linespoints lw 1.5 lt %d pt 7 "
+                                  "title '%s'", i + 2, (int)p + 1, mpt_precision_name(p));
             else
                 panel_missing(&pn, mpt_precision_name(p), why_no_twin_points(rows[i].r));
         }

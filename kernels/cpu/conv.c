@@ -32,9 +32,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 
-/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model). */
-#pragma GCC optimize("vect-cost-model=dynamic")
-
 enum { CONV_ALIGN = 64, CONV_CHUNK = 512, CONV_LANES = 16 };
 
 static size_t conv_pad(size_t bytes) { return (bytes + CONV_ALIGN - 1) & ~(size_t)(CONV_ALIGN - 1); }

@@ -22,10 +22,6 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 
-/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model); these loops
- * have run-time lengths. */
-#pragma GCC optimize("vect-cost-model=dynamic")
-
 enum { EW_CHUNK = 512 };
 
 /* ---- buffer conversions (declared in kernels/cpu/convert.h) ---------------------------------------- */

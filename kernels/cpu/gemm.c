@@ -45,10 +45,6 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 
-/* GCC 12 at -O2 vectorises only loops whose trip count is known ("very cheap" cost model); the epilogue
- * loops below have run-time lengths. */
-#pragma GCC optimize("vect-cost-model=dynamic")
-
 enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512 };
 
 static size_t gemm_pad(size_t bytes) { return (bytes + GEMM_ALIGN - 1) & ~(size_t)(GEMM_ALIGN - 1); }
