@@ -19,8 +19,9 @@
  * stochastic rounding (its Philox counter is the device iteration). Every case ends with a padded partial batch
  * (rows -1), which keeps the step's shapes static: one recording serves the whole run.
  *
- * The failure case breaks a recording midway with a call the capture rules forbid: capture_end must end and discard
- * it naming that call, without aborting, leaving the stream usable (the trainer's fallback to direct steps).
+ * The failure cases break a recording midway with a call the capture rules forbid: capture_end must end and discard
+ * it naming that call, without aborting, leaving the stream usable; and a training run whose second step's
+ * recording fails that way must turn the graph off, say why, and train bit-identically to a run with the graph off.
  *
  * The scaler case records unscale + step_begin + lr_update + scaler_update once and replays it over a scripted
  * found_inf sequence (the host writes a finite or an inf gradient before each replay); after every replay the
@@ -197,6 +198,33 @@ static void gr_train(const char *model, mpt_precision prec, gr_config_fn configu
     mpt_mnist_free(&d);
 }
 
+/* Every loss (bits), tensor (bytes), the scaler state and the records' call counts of two runs are equal. */
+static void gr_expect_same(const char *model, const char *p, const gr_result *off, const gr_result *on) {
+    for (int s = 0; s < GR_STEPS; s++) {
+        float a, b;
+        memcpy(&a, &off->loss_bits[s], sizeof a);
+        memcpy(&b, &on->loss_bits[s], sizeof b);
+        EXPECT(off->loss_bits[s] == on->loss_bits[s], "%s %s step %d: loss %.9g with the graph, %.9g without", model,
+               p, s, (double)b, (double)a);
+    }
+    EXPECT(off->n_tensors == on->n_tensors, "tensor counts differ");
+    for (int k = 0; k < on->n_tensors; k++)
+        EXPECT(on->nbytes[k] == off->nbytes[k] && memcmp(on->bytes[k], off->bytes[k], on->nbytes[k]) == 0,
+               "%s %s: %s differs with the graph on", model, p, on->name[k]);
+    EXPECT(memcmp(&on->scaler, &off->scaler, sizeof on->scaler) == 0,
+           "%s %s: scaler state differs: scale %g/%g, skipped %d/%d, taken %d/%d, iteration %lld/%lld, lr %g/%g", model,
+           p, (double)on->scaler.scale, (double)off->scaler.scale, on->scaler.steps_skipped,
+           off->scaler.steps_skipped, on->scaler.steps_taken, off->scaler.steps_taken,
+           (long long)on->scaler.iteration, (long long)off->scaler.iteration, (double)on->scaler.lr,
+           (double)off->scaler.lr);
+    EXPECT(on->scaler.iteration == GR_STEPS, "%s %s: device iteration %lld after %d steps", model, p,
+           (long long)on->scaler.iteration, GR_STEPS);
+    EXPECT(on->gemm_calls == off->gemm_calls && on->conv_calls == off->conv_calls,
+           "%s %s: the records counted %lld GEMM and %lld conv calls with the graph, %lld and %lld without", model, p,
+           (long long)on->gemm_calls, (long long)on->conv_calls, (long long)off->gemm_calls,
+           (long long)off->conv_calls);
+}
+
 /* Runs the case both ways and compares everything; `direct_steps`: steps the graph run must run directly. */
 static void gr_case(const char *model, mpt_precision prec, gr_config_fn configure, int direct_steps,
                     int min_skipped) {
@@ -210,29 +238,9 @@ static void gr_case(const char *model, mpt_precision prec, gr_config_fn configur
            (long long)on.captures, (long long)on.replays, (long long)on.direct, GR_STEPS - direct_steps,
            direct_steps);
     EXPECT(off.captures == 0 && off.replays == 0, "%s %s: the run with the graph off replayed", model, p);
-    for (int s = 0; s < GR_STEPS; s++) {
-        float a, b;
-        memcpy(&a, &off.loss_bits[s], sizeof a);
-        memcpy(&b, &on.loss_bits[s], sizeof b);
-        EXPECT(off.loss_bits[s] == on.loss_bits[s], "%s %s step %d: loss %.9g with the graph, %.9g without", model, p,
-               s, (double)b, (double)a);
-    }
-    EXPECT(off.n_tensors == on.n_tensors, "tensor counts differ");
-    for (int k = 0; k < on.n_tensors; k++)
-        EXPECT(on.nbytes[k] == off.nbytes[k] && memcmp(on.bytes[k], off.bytes[k], on.nbytes[k]) == 0,
-               "%s %s: %s differs with the graph on", model, p, on.name[k]);
-    EXPECT(memcmp(&on.scaler, &off.scaler, sizeof on.scaler) == 0,
-           "%s %s: scaler state differs: scale %g/%g, skipped %d/%d, taken %d/%d, iteration %lld/%lld, lr %g/%g", model,
-           p, (double)on.scaler.scale, (double)off.scaler.scale, on.scaler.steps_skipped, off.scaler.steps_skipped,
-           on.scaler.steps_taken, off.scaler.steps_taken, (long long)on.scaler.iteration,
-           (long long)off.scaler.iteration, (double)on.scaler.lr, (double)off.scaler.lr);
-    EXPECT(on.scaler.iteration == GR_STEPS, "%s %s: device iteration %lld after %d steps", model, p,
-           (long long)on.scaler.iteration, GR_STEPS);
+    gr_expect_same(model, p, &off, &on);
     EXPECT(on.scaler.steps_skipped >= min_skipped, "%s %s: %d steps skipped, the case needs >= %d", model, p,
            on.scaler.steps_skipped, min_skipped);
-    EXPECT(on.gemm_calls == off.gemm_calls && on.conv_calls == off.conv_calls,
-           "%s %s: the records counted %lld GEMM and %lld conv calls with the graph, %lld and %lld without", model, p,
-           (long long)on.gemm_calls, (long long)on.conv_calls, (long long)off.gemm_calls, (long long)off.conv_calls);
     printf("test_cuda_graph: %-6s %-4s %d steps bit-identical with and without the graph (%lld replays, %lld direct; "
            "%d skipped; final scale %g)\n",
            model, p, GR_STEPS, (long long)on.replays, (long long)on.direct, on.scaler.steps_skipped,
@@ -272,6 +280,39 @@ static void cfg_no_master_stochastic(mpt_train_config *c) {
     c->master_weights = MPT_MASTER_NONE;
     c->update_rounding = MPT_ROUNDING_STOCHASTIC;
 }
+
+/* The trainer's fallback when a recording fails midway: a scaler update that synchronises after itself (legal in
+ * a direct step, refused while the step is recorded) breaks the second step's recording. The run must turn the
+ * graph off naming that call, run every step directly, and train bit-identically to the run with the graph off;
+ * the records must not count the discarded recording's calls. */
+static void (*real_scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+static void scaler_update_then_sync(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic) {
+    real_scaler_update(be, st, p, dynamic);
+    be->synchronize(be);
+}
+
+static void cfg_default(mpt_train_config *c) { (void)c; }
+
+START_TEST(test_graph_failed_recording_falls_back) {
+    gr_result off, on;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_default, 0, &off);
+    real_scaler_update = gpu->scaler_update;
+    gpu->scaler_update = scaler_update_then_sync;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_default, 1, &on);
+    gpu->scaler_update = real_scaler_update;
+    EXPECT(on.graph_off && strstr(on.note, "cudaStreamSynchronize") != NULL,
+           "the graph must be off, naming the refused call; graph_off %d, note: %s", on.graph_off, on.note);
+    /* the first step by design, the second whose recording failed; later steps do not ask for the graph */
+    EXPECT(on.captures == 0 && on.replays == 0 && on.direct == 2,
+           "%lld recordings, %lld replays, %lld direct steps; expected 0, 0, 2", (long long)on.captures,
+           (long long)on.replays, (long long)on.direct);
+    gr_expect_same("mlp", "fp16", &off, &on);
+    printf("test_cuda_graph: mlp fp16 with a failed recording: %d steps bit-identical to the graph off (%s)\n",
+           GR_STEPS, on.note);
+    gr_free(&off);
+    gr_free(&on);
+}
+END_TEST
 
 START_TEST(test_graph_mlp_fp16_overflow) { gr_case("mlp", MPT_PRECISION_FP16, cfg_overflow, 2, 2); }
 END_TEST
@@ -660,6 +701,7 @@ static Suite *graph_suite(void) {
     tcase_add_test(tt, test_graph_lenet5_bf16_cosine_clip);
     tcase_add_test(tt, test_graph_cnn_dropout_tf32);
     tcase_add_test(tt, test_graph_mlp_bf16_stochastic);
+    tcase_add_test(tt, test_graph_failed_recording_falls_back);
     suite_add_tcase(s, tt);
     return s;
 }
