@@ -51,12 +51,52 @@ typedef enum mpt_epilogue {
                                C F32). On the CPU: the GEMM, then be->bias_grad's loop over the stored [K, M] A
                                (the unfused bits). cuBLASLt's reduction order is its own: on the GPU the fused bias
                                gradient differs from bias_grad's within FP32 summation error (K terms). */
+    MPT_EPILOGUE_RELU_AUX_BIAS, /* RELU_BIAS, and the ReLU bitmask of the result written to aux (format below): bit
+                               (m, n) = [C[m, n] > 0] for the rounded, stored C (mpt_elem_relu_mask), padding bits
+                               0. A linear layer's forward with the relu after it fused in (engine/graph.h). CPU: the
+                               RELU_BIAS GEMM, then the mask from the stored C (the unfused relu backward's rule, so
+                               the bits are those of relu_backward from the saved output). CUDA: cuBLASLt
+                               CUBLASLT_EPILOGUE_RELU_AUX_BIAS, whose mask is most likely [FP32 result > 0] before
+                               the rounding: it differs from ours only where a positive FP32 value rounds to +0 in
+                               a 16-bit C (below half the smallest subnormal), where the unfused backward passes no
+                               gradient and cuBLASLt's mask passes it. The two-step path computes our rule. */
+    MPT_EPILOGUE_DRELU_BGRAD, /* D = alpha*op(A)op(B) (beta must be 0: C is written, never read), then
+                               C[m, n] = aux bit (m, n) ? D : +0 (mpt_elem_drelu) rounded once to C's dtype, and
+                               bias_grad[n] = sum_m C[m, n] in FP32, written (not added): the data-gradient GEMM of
+                               the linear layer after a fused relu, producing the gradient of the earlier linear
+                               layer's output (relu backward applied) and that layer's bias gradient (cuBLASLt
+                               CUBLASLT_EPILOGUE_DRELU_BGRAD). aux: the bitmask RELU_AUX_BIAS wrote for this
+                               [M, N]. Masking commutes with the rounding (round(+0) = +0), so on the CPU the
+                               GEMM, the mask over the stored C and be->bias_grad's loop over the rounded C give
+                               the unfused bits exactly. On the GPU cuBLASLt sums the bias gradient in its own
+                               order and, for a 16-bit C, most likely over the FP32 values before rounding (the
+                               unfused sum and the two-step path add the rounded ones): within FP32 summation
+                               error (M terms) plus M * u(C) of the sum of |C|. */
 } mpt_epilogue;
 
-/* Whether an epilogue adds the bias vector (BIAS, RELU_BIAS). */
+/* Whether an epilogue adds the bias vector (BIAS, RELU_BIAS, RELU_AUX_BIAS). */
 static inline int mpt_epilogue_adds_bias(mpt_epilogue e) {
-    return e == MPT_EPILOGUE_BIAS || e == MPT_EPILOGUE_RELU_BIAS;
+    return e == MPT_EPILOGUE_BIAS || e == MPT_EPILOGUE_RELU_BIAS || e == MPT_EPILOGUE_RELU_AUX_BIAS;
 }
+
+/* Whether an epilogue reads or writes the ReLU bitmask mpt_gemm_args.aux (RELU_AUX_BIAS, DRELU_BGRAD). */
+static inline int mpt_epilogue_uses_aux(mpt_epilogue e) {
+    return e == MPT_EPILOGUE_RELU_AUX_BIAS || e == MPT_EPILOGUE_DRELU_BGRAD;
+}
+
+/* The ReLU bitmask (mpt_gemm_args.aux) of a row-major [M, N] C is cuBLASLt's: a column-major bit matrix in
+ * cuBLASLt's view of C (C^T, N rows and M columns; kernels/cuda/gemm.cu), i.e. row m of our C is column m of the
+ * mask: element (m, n) is bit number m * ld + n, where the leading dimension ld (in bits) is N rounded up to a
+ * multiple of 128 (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: "ReLu bit-mask matrix leading dimension in
+ * elements (i.e. bits) ... Must be divisible by 128 and be no less than the number of rows in the output
+ * matrix"). Bit number i is bit (i % 8) of byte i / 8 (least significant first; the same bits as little-endian
+ * 32-bit words): this byte order is our assumption about cuBLASLt's, checked against [y > 0] by the cuda suite
+ * (test_gemm_relu_aux_layout). Bits n >= N of each column are padding: written 0 by our kernels, unspecified
+ * after cuBLASLt, never read. The buffer needs 16-byte alignment (our arenas give 256; cublasLt.h states no
+ * figure, only that the heuristic reads CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER for its alignment). */
+static inline int64_t mpt_relu_aux_ld(int64_t N) { return (N + 127) / 128 * 128; }
+/* Bytes of the ReLU bitmask of an [M, N] C: M * ld / 8. */
+static inline size_t mpt_relu_aux_bytes(int64_t M, int64_t N) { return (size_t)M * (size_t)(mpt_relu_aux_ld(N) / 8); }
 
 typedef struct mpt_gemm_args {
     /* C[M,N] = epilogue(alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]), row-major, C written in place.
@@ -68,7 +108,10 @@ typedef struct mpt_gemm_args {
     const void *B; mpt_dtype b_dtype; /* same dtype as A */
     void *C; mpt_dtype c_dtype;       /* F32, F16 or BF16; read when beta != 0 */
     const void *bias; mpt_dtype bias_dtype; /* [N], for the BIAS epilogues; else NULL */
-    float *bias_grad;                 /* [M] FP32 output of MPT_EPILOGUE_BGRAD; else NULL */
+    float *bias_grad;                 /* FP32 output, written: [M] for MPT_EPILOGUE_BGRAD, [N] for
+                                         MPT_EPILOGUE_DRELU_BGRAD; else NULL */
+    void *aux;                        /* ReLU bitmask of C (format above, mpt_relu_aux_bytes(M, N) bytes): written
+                                         by RELU_AUX_BIAS, read by DRELU_BGRAD; else NULL */
     float alpha, beta;
     mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype */
     mpt_epilogue epilogue;

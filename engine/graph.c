@@ -139,9 +139,38 @@ size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem) {
     return total;
 }
 
+mpt_node *mpt_graph_sole_reader(const mpt_graph *g, const mpt_tensor *t) {
+    for (int i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i]->view_of == t) return NULL;
+    mpt_node *reader = NULL;
+    for (int i = 0; i < g->n_nodes; i++) {
+        mpt_node *n = g->nodes[i];
+        for (int k = 0; k < MPT_NODE_MAX_IN; k++) {
+            if (n->in[k] != t) continue;
+            if (reader) return NULL;
+            reader = n;
+        }
+    }
+    return reader;
+}
+
+/* Lets each layer decide its epilogue fusions (engine/graph.h), now that every node exists. */
+static void plan_fusions(mpt_graph *g) {
+    if (!g->fuse_epilogues || g->twin) return;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->plan_fusion) g->nodes[i]->plan_fusion(g, g->nodes[i]);
+}
+
+void mpt_graph_fill_fused(mpt_graph *g) {
+    MPT_ASSERT(g->allocated);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->fill_fused) g->nodes[i]->fill_fused(g, g->nodes[i]);
+}
+
 mpt_status mpt_graph_alloc(mpt_graph *g) {
     MPT_ASSERT(!g->allocated);
     mpt_backend *be = g->be;
+    plan_fusions(g);
     for (int m = 0; m < MPT_MEM_COUNT; m++) {
         size_t bytes = mpt_graph_bytes(g, (mpt_mem)m);
         if (bytes == 0) continue;
@@ -192,6 +221,12 @@ int mpt_graph_grad_accumulate(mpt_graph *g, mpt_tensor *t) {
     return written;
 }
 
+int mpt_graph_grad_first_write(const mpt_graph *g, const mpt_tensor *t) {
+    if (!g->grad_overwrite) return 0;
+    while (t->view_of) t = t->view_of;
+    return !t->grad_written;
+}
+
 /* With grad_overwrite: zeroes gradient t if nothing wrote it since it was discarded (it is about to be read). */
 static void zero_if_unwritten(mpt_graph *g, mpt_tensor *t) {
     if (!g->grad_overwrite || !t) return;
@@ -204,6 +239,7 @@ static void zero_if_unwritten(mpt_graph *g, mpt_tensor *t) {
 void mpt_graph_forward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
     discard_grads(g, MPT_MEM_ACT_GRAD); /* activation gradients belong to one forward/backward pass */
+    for (int i = 0; i < g->n_nodes; i++) g->nodes[i]->bwd_fused = 0;
     for (int i = 0; i < g->n_nodes; i++)
         if (g->nodes[i]->forward) g->nodes[i]->forward(g, g->nodes[i]);
 }
@@ -218,6 +254,7 @@ void mpt_graph_backward(mpt_graph *g) {
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         mpt_node *n = g->nodes[i];
         if (!n->backward) continue;
+        if (n->op == MPT_OP_RELU && n->fused_prev && n->fused_prev->bwd_fused) continue; /* done by an epilogue */
         if (n->out) zero_if_unwritten(g, n->out->grad); /* an output no later node consumed */
         n->backward(g, n);
     }
@@ -246,5 +283,18 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
         int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
         fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12zu\n", n->name, mpt_op_name(n->op), in, w, out,
                 gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes);
+    }
+    int fused = 0;
+    for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;
+    if (!fused || !g->fuse_epilogues) return;
+    fprintf(f, "fused epilogues (MPT_FUSED_EPILOGUES=0 turns them off):\n");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_node *n = g->nodes[i], *r = n->fused_relu, *c = n->fused_next;
+        if (!r) continue;
+        if (c)
+            fprintf(f, "  %s.fwd: RELU_AUX_BIAS (%s fused, %s.out not written); %s.dgrad: DRELU_BGRAD (%s backward "
+                       "and %s bias gradient, on first writes)\n",
+                    n->name, r->name, n->name, c->name, r->name, n->name);
+        else fprintf(f, "  %s.fwd: RELU_BIAS (%s fused, %s.out not written)\n", n->name, r->name, n->name);
     }
 }

@@ -21,6 +21,20 @@
  * (mpt_mem), allocates one backend buffer per category and points each tensor into it. After that,
  * nothing in forward/backward allocates; kernel scratch is the backend's workspace, reserved at build time.
  *
+ * Fused epilogues (g->fuse_epilogues): work a GEMM's epilogue can do instead of a separate pass.
+ *  - A linear layer's bias gradient comes out of its weight-gradient GEMM (MPT_EPILOGUE_BGRAD) when it is the
+ *    bias gradient's first write.
+ *  - linear L -> relu R, where R is the only reader of L's output: L's forward GEMM writes R's output directly
+ *    (MPT_EPILOGUE_RELU_BIAS) and R's forward does nothing; L's own output (the pre-activation) is not written.
+ *  - ... -> linear C, where C is also the only reader of R's output: L's forward also writes the ReLU bitmask
+ *    (MPT_EPILOGUE_RELU_AUX_BIAS, a saved tensor of L), and in a backward pass where L's output gradient and L's
+ *    bias gradient are both first writes (grad_overwrite), C's data-gradient GEMM writes L's output gradient
+ *    through the mask and L's bias gradient (MPT_EPILOGUE_DRELU_BGRAD): R's backward and L's bias-gradient pass
+ *    do nothing, and R's output gradient is not written. Otherwise (accumulation) the pass runs unfused.
+ *  mpt_graph_alloc decides the pairs once (not in the FP32 shadow twin of telemetry, which runs unfused);
+ *  mpt_graph_print_precision_map lists them. On the CPU every fusion gives the unfused bits. The tensors a fused
+ *  pass leaves unwritten are read by nothing in the step; instruments that read them call mpt_graph_fill_fused.
+ *
  * Precision: every node records the compute dtype and math mode that the policy (engine/amp/policy.h) gave
  * it when it was added; mpt_graph_print_precision_map() prints them.
  */
@@ -61,6 +75,16 @@ struct mpt_node {
     mpt_node_probe_fn probe_forward, probe_backward;
     int64_t probe_scratch;                 /* FP32 scratch elements the probes need */
     size_t probe_workspace;                /* backend workspace bytes the probes' kernels need */
+    /* Fused epilogues (g->fuse_epilogues; see "Fused epilogues" above), decided by mpt_graph_alloc. The layer sets
+     * plan_fusion; mpt_graph_alloc calls it before allocating, and it may set the links below, add saved tensors
+     * and reserve workspace. fill_fused writes what the pass's fusions left unwritten (mpt_graph_fill_fused). */
+    mpt_node_fn plan_fusion, fill_fused;
+    mpt_node *fused_relu;                  /* on a linear node L: the relu R whose forward L's GEMM epilogue does */
+    mpt_node *fused_next;                  /* on L: the linear node C reading R's output, whose data-gradient GEMM
+                                              may do R's backward and L's bias gradient (DRELU_BGRAD); or NULL */
+    mpt_node *fused_prev;                  /* on C: that L; on R: the L whose epilogue runs R's forward */
+    int bwd_fused;                         /* on L, per pass (reset by forward): C's epilogue did R's backward and
+                                              L's bias gradient in this pass */
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;
@@ -109,11 +133,11 @@ struct mpt_graph {
                                      MPT_MEM_TWIN; set before mpt_graph_alloc */
     int grad_overwrite;           /* first writes overwrite gradients instead of zeroing the arenas (see the
                                      header comment); set by mpt_trainer_create, 0 by default */
-    int fuse_epilogues;           /* layers may fuse work into GEMM epilogues: a linear layer's bias gradient
-                                     into its weight-gradient GEMM (MPT_EPILOGUE_BGRAD) on a first write. 1 unless
+    int fuse_epilogues;           /* layers may fuse work into GEMM epilogues ("Fused epilogues" above). 1 unless
                                      MPT_FUSED_EPILOGUES=0 is in the environment at mpt_graph_create; tests set it
-                                     to compare. Bit-identical either way on the CPU; on the GPU cuBLASLt sums the
-                                     fused bias gradient in its own order (engine/backend.h) */
+                                     to compare (the relu fusions are planned only if it is set at mpt_graph_alloc;
+                                     clearing it later turns them off). Bit-identical either way on the CPU; on the
+                                     GPU cuBLASLt sums fused bias gradients in its own order (engine/backend.h) */
 };
 
 /* Creates an empty graph for batch size `batch` (>= 1: every tensor's first dim) on `be` with `policy`
@@ -160,9 +184,20 @@ MPT_API void mpt_graph_zero_grad(mpt_graph *g);
  * must add to t (+=), 0 if it may overwrite t (the first write since t was discarded, with grad_overwrite);
  * marks t written. Always 1 without grad_overwrite. */
 MPT_API int mpt_graph_grad_accumulate(mpt_graph *g, mpt_tensor *t);
+/* Whether a write into gradient t now would be its first since it was discarded (what
+ * mpt_graph_grad_accumulate would return 0 for), without marking it written. Always 0 without grad_overwrite. */
+MPT_API int mpt_graph_grad_first_write(const mpt_graph *g, const mpt_tensor *t);
 /* Runs backward over all nodes in reverse order; the loss node seeds with *g->loss_scale. Parameter
- * gradients accumulate (+=) across passes until mpt_graph_zero_grad(). */
+ * gradients accumulate (+=) across passes until mpt_graph_zero_grad(). A relu whose backward a fused epilogue did
+ * in this pass is skipped (its output gradient stays unwritten: nothing reads it). */
 MPT_API void mpt_graph_backward(mpt_graph *g);
+/* The node that reads tensor t as an input, when exactly one node does and t has no views; else NULL. */
+MPT_API mpt_node *mpt_graph_sole_reader(const mpt_graph *g, const mpt_tensor *t);
+/* For instruments (telemetry), after a backward pass: writes the tensors that the pass's fused epilogues left
+ * unwritten (a fused linear layer's pre-activation output, and a fused relu's output gradient) with the unfused
+ * GEMMs, so they hold what an unfused pass would have stored. Writes nothing the step reads: a step with it
+ * trains bit-identically. Uses the backend's workspace; stream-ordered. */
+MPT_API void mpt_graph_fill_fused(mpt_graph *g);
 
 /* Bytes of all tensors of one category (after alloc: the arena's size). */
 MPT_API size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem);

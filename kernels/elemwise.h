@@ -280,8 +280,13 @@ MPT_HD int mpt_is_finite(float f) { return (mpt_f32_bits(f) & 0x7f800000u) != 0x
 
 /* ---- Activations ------------------------------------------------------------------------------------ */
 MPT_HD float mpt_elem_relu(float x) { return x > 0.0f ? x : 0.0f; }
+/* Whether the ReLU passes the gradient, from its saved output y: [y > 0] (0 for y = +-0 and NaN). The bit of the
+ * fused epilogues' ReLU bitmask (engine/backend.h, MPT_EPILOGUE_RELU_AUX_BIAS) for a stored output y. */
+MPT_HD int mpt_elem_relu_mask(float y) { return y > 0.0f; }
+/* The ReLU gradient through a mask bit: v if it passes, else +0 (MPT_EPILOGUE_DRELU_BGRAD). */
+MPT_HD float mpt_elem_drelu(float v, int pass) { return pass ? v : 0.0f; }
 /* ReLU backward from the saved output y: dL/dx = dL/dy * [y > 0]. */
-MPT_HD float mpt_elem_relu_grad(float dy, float y) { return y > 0.0f ? dy : 0.0f; }
+MPT_HD float mpt_elem_relu_grad(float dy, float y) { return mpt_elem_drelu(dy, mpt_elem_relu_mask(y)); }
 
 /* ==== Optimizer and loss-scaler per-element math ====================================================== */
 /*

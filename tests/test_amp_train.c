@@ -20,6 +20,7 @@
 #include "engine/layers/layers.h"
 #include "engine/rng.h"
 #include "engine/train.h"
+#include "models/models.h"
 #include "harness.h"
 
 #define B 64
@@ -493,6 +494,77 @@ START_TEST(test_step_graph_records_again) {
 }
 END_TEST
 
+/* Fused epilogues on vs off (engine/graph.h: BGRAD, and the linear -> relu fusions RELU_AUX_BIAS / DRELU_BGRAD) in
+ * the trainer: mlp (two fully fused pairs), lenet5 (two) and cnn (forward-only fusion before its dropout), each
+ * precision, a few steps with dropout: the same loss at every step and the same bits in every master, working
+ * weight, optimizer state and gradient on the CPU, whose fused epilogues run the unfused loops. */
+static void fused_run(const char *model, mpt_precision mode, int fuse, const mpt_mnist *d, float *losses, int steps,
+                      unsigned char **buf, size_t *len) {
+    run r;
+    memset(&r, 0, sizeof r);
+    r.be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(mode, mode == MPT_PRECISION_TF32, mode == MPT_PRECISION_TF32);
+    mpt_graph *g = mpt_graph_create(r.be, &pol, 16);
+    mpt_tensor *logits = NULL;
+    ck_assert_msg(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
+    mpt_softmax_xent(g, logits, "loss");
+    g->fuse_epilogues = fuse;
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    cfg.seed = 21;
+    ck_assert_int_eq(mpt_trainer_create(&r.tr, g, &cfg), MPT_OK);
+    int fused = 0;
+    for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;
+    ck_assert_int_eq(fused > 0, fuse); /* every model has a linear -> relu pair */
+    int32_t idx[16];
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < 16; i++) idx[i] = (int32_t)((s * 16 + i * 7) % d->n_train);
+        mpt_trainer_gather(r.tr, d->train_images, d->train_labels, idx, d->dim, 0.0f, 1.0f);
+        mpt_trainer_step(r.tr);
+        mpt_train_stats st;
+        mpt_trainer_stats(r.tr, &st);
+        losses[s] = st.loss;
+    }
+    unsigned char *snap;
+    size_t n;
+    snapshot(&r, &snap, &n);
+    size_t gb = g->arena_bytes[MPT_MEM_GRAD];
+    *buf = realloc(snap, n + gb);
+    ck_assert_ptr_nonnull(*buf);
+    memcpy(*buf + n, g->arena[MPT_MEM_GRAD], gb);
+    *len = n + gb;
+    mpt_trainer_free(&r.tr);
+    mpt_backend_free(&r.be);
+}
+
+START_TEST(test_fused_epilogues_bit_identical) {
+    static const char *const models[3] = {"mlp", "lenet5", "cnn"};
+    static const mpt_precision modes[4] = {MPT_PRECISION_FP32, MPT_PRECISION_TF32, MPT_PRECISION_FP16,
+                                           MPT_PRECISION_BF16};
+    const char *model = models[_i / 4];
+    mpt_precision mode = modes[_i % 4];
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 32, 784, 10, 77), MPT_OK);
+    enum { STEPS = 4 };
+    float la[STEPS], lb[STEPS];
+    unsigned char *a, *b;
+    size_t na, nb;
+    fused_run(model, mode, 0, &d, la, STEPS, &a, &na);
+    fused_run(model, mode, 1, &d, lb, STEPS, &b, &nb);
+    for (int s = 0; s < STEPS; s++)
+        ck_assert_msg(memcmp(&la[s], &lb[s], sizeof la[s]) == 0, "%s %s step %d: loss %a unfused, %a fused", model,
+                      mpt_precision_name(mode), s, (double)la[s], (double)lb[s]);
+    ck_assert_uint_eq(na, nb);
+    size_t first = na;
+    for (size_t i = 0; i < na && first == na; i++)
+        if (a[i] != b[i]) first = i;
+    ck_assert_msg(first == na, "%s %s: weights, masters, optimizer state or gradients differ at byte %zu of %zu",
+                  model, mpt_precision_name(mode), first, na);
+    free(a);
+    free(b);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("amp_train");
     TCase *tc = tcase_create("amp_train");
@@ -506,6 +578,7 @@ int main(void) {
     tcase_add_test(tc, test_evaluate_reads_once);
     tcase_add_test(tc, test_step_graph_fallback);
     tcase_add_test(tc, test_step_graph_records_again);
+    tcase_add_loop_test(tc, test_fused_epilogues_bit_identical, 0, 12);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

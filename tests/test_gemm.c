@@ -251,6 +251,132 @@ START_TEST(test_gemm_bgrad_epilogue_unfused_bits) {
 }
 END_TEST
 
+/* Bit (m, n) of a ReLU bitmask, addressed as engine/backend.h describes it (written out here, not shared with the
+ * kernels, so a layout slip in either shows up). */
+static int aux_bit(const uint8_t *aux, int64_t N, int64_t m, int64_t n) {
+    const int64_t ld = (N + 127) / 128 * 128, i = m * ld + n;
+    return (aux[i / 8] >> (i % 8)) & 1;
+}
+
+/* MPT_EPILOGUE_RELU_AUX_BIAS on the CPU against plain loops: C = relu of the BIAS epilogue's stored C (the unfused
+ * linear + relu), and every bit of the mask, padding included (N = 133: ld 256), equal to [C > 0] of the stored C
+ * (0 past N); the mask buffer starts as 0xa5 bytes. Beta 0 and 1, every math mode, C in the operand dtype. */
+START_TEST(test_gemm_relu_aux_bias_plain_loop) {
+    enum { M = 37, N = 133, K = 61 };
+    static const mpt_math maths[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {107};
+    const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+    ck_assert_uint_eq(aux_bytes, (size_t)M * 256 / 8);
+    for (int mi = 0; mi < 4; mi++)
+        for (int beta = 0; beta < 2; beta++) {
+            const mpt_dtype t = operand_dtype(maths[mi]);
+            const size_t es = mpt_dtype_size(t);
+            void *x = alloc_fill(&r, t, (int64_t)M * K, -1, 1), *w = alloc_fill(&r, t, (int64_t)N * K, -1, 1);
+            void *bias = alloc_fill(&r, t, N, -1, 1), *c0 = alloc_fill(&r, t, (int64_t)M * N, -1, 1);
+            void *cb = malloc(es * M * N), *cr = malloc(es * M * N);
+            uint8_t *aux = malloc(aux_bytes);
+            memcpy(cb, c0, es * M * N);
+            memcpy(cr, c0, es * M * N);
+            memset(aux, 0xa5, aux_bytes);
+            mpt_gemm_args g = {.trans_b = 1, .M = M, .N = N, .K = K, .A = x, .a_dtype = t, .B = w, .b_dtype = t,
+                               .C = cb, .c_dtype = t, .bias = bias, .bias_dtype = t, .alpha = 1.0f,
+                               .beta = (float)beta, .math = maths[mi], .epilogue = MPT_EPILOGUE_BIAS, .tag = "bias"};
+            gemm_exact_ws(be, &g);
+            g.C = cr;
+            g.epilogue = MPT_EPILOGUE_RELU_AUX_BIAS;
+            g.aux = aux;
+            g.tag = "relu_aux_bias";
+            gemm_exact_ws(be, &g);
+            int64_t bad_c = 0, bad_bits = 0, zeros = 0;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t n = 0; n < 256; n++) {
+                    if (n >= N) {
+                        bad_bits += aux_bit(aux, N, m, n) != 0;
+                        continue;
+                    }
+                    const float pre = mpt_load_f32(cb, t, m * N + n), y = mpt_load_f32(cr, t, m * N + n);
+                    const float want = pre > 0.0f ? pre : 0.0f;
+                    bad_c += memcmp(&y, &want, sizeof y) != 0;
+                    bad_bits += aux_bit(aux, N, m, n) != (y > 0.0f);
+                    zeros += y == 0.0f;
+                }
+            EXPECT(bad_c == 0, "math %s beta %d: %lld elements of C differ from relu(the BIAS epilogue's C)",
+                   mpt_math_name(maths[mi]), beta, (long long)bad_c);
+            EXPECT(bad_bits == 0, "math %s beta %d: %lld mask bits differ from [C > 0] (padding 0)",
+                   mpt_math_name(maths[mi]), beta, (long long)bad_bits);
+            EXPECT(zeros > M * N / 4 && zeros < 3 * M * N / 4, "math %s: %lld of %d outputs clipped to 0",
+                   mpt_math_name(maths[mi]), (long long)zeros, M * N);
+            free(x);
+            free(w);
+            free(bias);
+            free(c0);
+            free(cb);
+            free(cr);
+            free(aux);
+        }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* MPT_EPILOGUE_DRELU_BGRAD on the CPU against plain loops: C = (the plain GEMM's stored C where the mask bit is set,
+ * else +0), bias_grad[n] = the FP32 sum over m = 0, 1, ... of that C (bias_grad's order); random mask bytes
+ * (padding bits set too: they must be ignored), C and bias_grad start as NaN. Beta 0 (the epilogue writes C; beta
+ * 1 is refused by contract), every math mode, C in the operand dtype. */
+START_TEST(test_gemm_drelu_bgrad_plain_loop) {
+    enum { M = 37, N = 133, K = 61 };
+    static const mpt_math maths[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {108};
+    const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+    for (int mi = 0; mi < 4; mi++) {
+        const mpt_dtype t = operand_dtype(maths[mi]);
+        const size_t es = mpt_dtype_size(t);
+        void *dy = alloc_fill(&r, t, (int64_t)M * K, -1, 1), *w = alloc_fill(&r, t, (int64_t)K * N, -1, 1);
+        void *cp = malloc(es * M * N), *cd = malloc(es * M * N);
+        float *db = malloc(sizeof(float) * N);
+        uint8_t *aux = malloc(aux_bytes);
+        for (size_t i = 0; i < aux_bytes; i++) aux[i] = (uint8_t)tests_int(&r, 0, 255);
+        memset(cd, 0xff, es * M * N);
+        memset(db, 0xff, sizeof(float) * N);
+        mpt_gemm_args g = {.M = M, .N = N, .K = K, .A = dy, .a_dtype = t, .B = w, .b_dtype = t, .C = cp, .c_dtype = t,
+                           .alpha = 1.0f, .beta = 0.0f, .math = maths[mi], .tag = "dgrad"};
+        gemm_exact_ws(be, &g);
+        g.C = cd;
+        g.epilogue = MPT_EPILOGUE_DRELU_BGRAD;
+        g.aux = aux;
+        g.bias_grad = db;
+        g.tag = "drelu_bgrad";
+        gemm_exact_ws(be, &g);
+        int64_t bad_c = 0, bad_db = 0, kept = 0;
+        for (int64_t n = 0; n < N; n++) {
+            float sum = 0.0f;
+            for (int64_t m = 0; m < M; m++) {
+                const int bit = aux_bit(aux, N, m, n);
+                const float want = bit ? mpt_load_f32(cp, t, m * N + n) : 0.0f, got = mpt_load_f32(cd, t, m * N + n);
+                bad_c += memcmp(&got, &want, sizeof got) != 0;
+                kept += bit;
+                sum = sum + want;
+            }
+            bad_db += memcmp(&db[n], &sum, sizeof sum) != 0;
+        }
+        EXPECT(bad_c == 0, "math %s: %lld elements of C differ from mask ? GEMM : +0", mpt_math_name(maths[mi]),
+               (long long)bad_c);
+        EXPECT(bad_db == 0, "math %s: %lld bias-gradient elements differ from the column sums",
+               mpt_math_name(maths[mi]), (long long)bad_db);
+        EXPECT(kept > M * N / 4 && kept < 3 * M * N / 4, "math %s: %lld of %d mask bits set", mpt_math_name(maths[mi]),
+               (long long)kept, M * N);
+        free(dy);
+        free(w);
+        free(cp);
+        free(cd);
+        free(db);
+        free(aux);
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
 START_TEST(test_gemm_emulation_is_on) {
     enum { M = 32, N = 32, K = 32 };
     mpt_backend *be = mpt_backend_cpu_create();
@@ -373,6 +499,8 @@ int main(void) {
     tcase_add_test(tc, test_gemm_bf16);
     tcase_add_test(tc, test_gemm_emulation_is_on);
     tcase_add_test(tc, test_gemm_bgrad_epilogue_unfused_bits);
+    tcase_add_test(tc, test_gemm_relu_aux_bias_plain_loop);
+    tcase_add_test(tc, test_gemm_drelu_bgrad_plain_loop);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_mixed_dtypes, SIGABRT);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_small_workspace, SIGABRT);
     suite_add_tcase(s, tc);

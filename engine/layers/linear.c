@@ -7,8 +7,16 @@
  *            dW += dy^T x                     [out, B] x [B, in], FP32 output (decision 9), beta = 1
  *            db += sum_rows dy                FP32 (be->bias_grad)
  *            (beta = 0 / overwrite instead of += for a gradient's first write: mpt_graph_grad_accumulate)
- * Fused (g->fuse_epilogues, when db is first written): db comes out of the dW GEMM's epilogue
- * (MPT_EPILOGUE_BGRAD: cuBLASLt CUBLASLT_EPILOGUE_BGRADB), one call instead of two.
+ * Fused epilogues (g->fuse_epilogues; engine/graph.h "Fused epilogues"):
+ *  - db comes out of the dW GEMM's epilogue when db is first written (MPT_EPILOGUE_BGRAD: cuBLASLt
+ *    CUBLASLT_EPILOGUE_BGRADB), one call instead of two.
+ *  - a relu R reading only y: the forward GEMM writes R's output r = relu(x W^T + b) (MPT_EPILOGUE_RELU_BIAS) and
+ *    y is not written; when a linear layer C is the only reader of r, the GEMM also writes the ReLU bitmask
+ *    (MPT_EPILOGUE_RELU_AUX_BIAS; saved[0] of this node).
+ *  - as C after such an L -> R: on a pass where L's dy and db are first writes, C's data-gradient GEMM writes
+ *    L's dy = (dr W_C) * mask and L's db = sum_rows L's dy (MPT_EPILOGUE_DRELU_BGRAD) instead of dr; R's backward
+ *    and L's db pass do nothing, and L's dW GEMM runs without BGRAD.
+ *  Telemetry (mpt_graph_fill_fused) rewrites y and dr with the unfused GEMMs on the steps it measures.
  * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
  * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
  * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
@@ -67,25 +75,72 @@ static mpt_gemm_args linear_wgrad_args(const mpt_node *n, const char *tag) {
     return a;
 }
 
+/* The forward GEMM with the relu after it fused in: writes the relu's output (and the mask) instead of y. */
+static mpt_gemm_args linear_fused_fwd_args(const mpt_node *n, const char *tag) {
+    mpt_gemm_args a = linear_fwd_args(n, tag);
+    const mpt_tensor *r = n->fused_relu->out, *aux = n->saved[0];
+    a.C = r->data;
+    a.c_dtype = r->dtype;
+    a.epilogue = aux ? MPT_EPILOGUE_RELU_AUX_BIAS : MPT_EPILOGUE_RELU_BIAS;
+    a.aux = aux ? aux->data : NULL;
+    return a;
+}
+
+/* The data-gradient GEMM of n (= C) with the relu before it and its linear layer L fused in: writes L's output
+ * gradient through L's mask, and L's bias gradient. */
+static mpt_gemm_args linear_fused_dgrad_args(const mpt_node *n, const char *tag) {
+    const mpt_node *l = n->fused_prev;
+    mpt_gemm_args a = linear_dgrad_args(n, tag);
+    a.C = l->out->grad->data;
+    a.c_dtype = l->out->grad->dtype;
+    a.beta = 0.0f;
+    a.epilogue = MPT_EPILOGUE_DRELU_BGRAD;
+    a.aux = l->saved[0]->data;
+    a.bias_grad = l->in[2]->grad->data;
+    return a;
+}
+
+/* Whether this pass runs with the relu after n fused into n's forward GEMM. */
+static int relu_fused(const mpt_graph *g, const mpt_node *n) { return g->fuse_epilogues && n->fused_relu; }
+
 static void linear_forward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
     snprintf(tag, sizeof tag, "%s.fwd", n->name);
-    mpt_gemm_args a = linear_fwd_args(n, tag);
+    mpt_gemm_args a = relu_fused(g, n) ? linear_fused_fwd_args(n, tag) : linear_fwd_args(n, tag);
+    g->be->gemm(g->be, &a);
+}
+
+/* n's data gradient: fused with the relu before n and its linear layer L when both of L's gradients it would
+ * write are first writes (the epilogue overwrites them), else the plain GEMM into dx. */
+static void linear_backward_data(mpt_graph *g, mpt_node *n, char *tag, size_t tag_len) {
+    const mpt_tensor *x = n->in[0];
+    mpt_node *l = n->fused_prev;
+    snprintf(tag, tag_len, "%s.dgrad", n->name);
+    if (l && relu_fused(g, l) && mpt_graph_grad_first_write(g, l->out->grad) &&
+        mpt_graph_grad_first_write(g, l->in[2]->grad)) {
+        mpt_graph_grad_accumulate(g, l->out->grad); /* marks both written */
+        mpt_graph_grad_accumulate(g, l->in[2]->grad);
+        mpt_gemm_args a = linear_fused_dgrad_args(n, tag);
+        g->be->gemm(g->be, &a);
+        l->bwd_fused = 1;
+        return;
+    }
+    mpt_gemm_args a = linear_dgrad_args(n, tag);
+    a.beta = mpt_graph_grad_accumulate(g, x->grad) ? 1.0f : 0.0f;
     g->be->gemm(g->be, &a);
 }
 
 static void linear_backward(mpt_graph *g, mpt_node *n) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
     char tag[MPT_NAME_LEN + 8];
-    if (x->grad) {
-        snprintf(tag, sizeof tag, "%s.dgrad", n->name);
-        mpt_gemm_args a = linear_dgrad_args(n, tag);
-        a.beta = mpt_graph_grad_accumulate(g, x->grad) ? 1.0f : 0.0f;
-        g->be->gemm(g->be, &a);
-    }
+    if (x->grad) linear_backward_data(g, n, tag, sizeof tag);
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     mpt_gemm_args a = linear_wgrad_args(n, tag);
     a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
+    if (n->bwd_fused) { /* db was written by the next layer's data-gradient epilogue */
+        g->be->gemm(g->be, &a);
+        return;
+    }
     const int accumulate_b = mpt_graph_grad_accumulate(g, b->grad);
     if (g->fuse_epilogues && !accumulate_b) { /* the epilogue writes db, it cannot add to it */
         a.epilogue = MPT_EPILOGUE_BGRAD;
@@ -114,6 +169,43 @@ static void linear_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *
     a.c_dtype = MPT_DTYPE_F32;
     a.beta = 0.0f;
     g->be->gemm(g->be, &a);
+}
+
+/* mpt_graph_fill_fused: y (not written by a fused forward) by the unfused forward GEMM, and the relu's output
+ * gradient (not written by a fused backward) by C's unfused data-gradient GEMM, a first write (beta 0). */
+static void linear_fill_fused(mpt_graph *g, mpt_node *n) {
+    if (!relu_fused(g, n)) return;
+    char tag[MPT_NAME_LEN + 16];
+    snprintf(tag, sizeof tag, "%s.fwd.fill", n->name);
+    mpt_gemm_args a = linear_fwd_args(n, tag);
+    g->be->gemm(g->be, &a);
+    if (!n->bwd_fused) return;
+    snprintf(tag, sizeof tag, "%s.dgrad.fill", n->fused_next->name);
+    a = linear_dgrad_args(n->fused_next, tag);
+    a.beta = 0.0f;
+    g->be->gemm(g->be, &a);
+}
+
+/* plan_fusion (engine/graph.h): fuses the relu R that alone reads y into the forward GEMM, and R's backward into
+ * the data-gradient GEMM of the linear layer C that alone reads R's output; reserves the fused GEMMs' workspace. */
+static void linear_plan_fusion(mpt_graph *g, mpt_node *n) {
+    mpt_node *r = mpt_graph_sole_reader(g, n->out);
+    if (!r || r->op != MPT_OP_RELU || r->in[0] != n->out || r->out->dtype != n->out->dtype || !r->out->grad) return;
+    n->fused_relu = r;
+    r->fused_prev = n;
+    mpt_node *c = mpt_graph_sole_reader(g, r->out);
+    if (c && c->op == MPT_OP_LINEAR && c->in[0] == r->out && !c->fused_prev) {
+        char tn[MPT_NAME_LEN];
+        int64_t shape[2] = {n->out->shape[0], (int64_t)mpt_relu_aux_bytes(1, n->out->shape[1])};
+        n->saved[0] = mpt_graph_tensor(g, mpt_layer_tname(tn, n->name, "relu_mask"), MPT_DTYPE_U8, MPT_MEM_ACT, 2,
+                                       shape);
+        n->fused_next = c;
+        c->fused_prev = n;
+        mpt_gemm_args a = linear_fused_dgrad_args(c, c->name);
+        mpt_layer_reserve(g, c->name, g->be->gemm_workspace(g->be, &a));
+    }
+    mpt_gemm_args a = linear_fused_fwd_args(n, n->name);
+    mpt_layer_reserve(g, n->name, g->be->gemm_workspace(g->be, &a));
 }
 
 /* Sets the probes for the passes that round into a 16-bit tensor, with their workspace needs. */
@@ -157,6 +249,8 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
     n->out = y;
     n->forward = linear_forward;
     n->backward = linear_backward;
+    n->plan_fusion = linear_plan_fusion;
+    n->fill_fused = linear_fill_fused;
 
     mpt_gemm_args a = linear_fwd_args(n, name);
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));

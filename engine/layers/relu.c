@@ -5,12 +5,16 @@
  * Forward:   y = max(x, 0)                                        be->relu_forward
  * Backward:  dx += dy * [y > 0]   (from the saved output y, so x need not be kept; at x = 0 the gradient is 0,
  *            as in PyTorch's threshold_backward)                  be->relu_backward, only if x->grad
+ * Fused (engine/graph.h "Fused epilogues"): when the linear layer before it (node->fused_prev) runs this forward in
+ * its GEMM epilogue, relu_forward does nothing; when the linear layer after it also ran this backward in its
+ * data-gradient epilogue, mpt_graph_backward skips the node.
  * PyTorch: torch.nn.ReLU().
  */
 #include "engine/layers/layer_common.h"
 
 static void relu_forward(mpt_graph *g, mpt_node *n) {
     const mpt_tensor *x = n->in[0], *y = n->out;
+    if (n->fused_prev && g->fuse_epilogues) return; /* the linear layer's epilogue wrote y */
     g->be->relu_forward(g->be, y->data, x->data, y->dtype, mpt_tensor_numel(y));
 }
 

@@ -221,6 +221,9 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     int32_t log2_scale = mpt_exp_hist_log2_exact(st.scale);
     row(tel, "amp", "loss_scale", S);
     int twin = tel->twin != NULL && tel->gathered;
+    /* fused epilogues leave a linear layer's pre-activation and a relu's output gradient unwritten: fill them in
+     * (tensors the step does not read), so every node's out and out->grad below hold what an unfused step stores */
+    mpt_graph_fill_fused(g);
     if (twin) twin_run(tel);
     tel->n_act = tel->n_grad = 0;
 

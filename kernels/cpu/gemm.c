@@ -15,8 +15,12 @@
  * Output: when C is F32 and there is no epilogue, sgemm applies alpha and beta to C in place. Otherwise
  * sgemm writes acc = op(A) op(B) into an FP32 scratch tile, and the epilogue runs in FP32,
  *     v = alpha*acc + beta*C_old + bias[n]   (C_old widened exactly; not read when beta == 0)
- *     v = max(v, 0)                          (RELU_BIAS)
- * and v is rounded once to C's dtype with round-to-nearest-even.
+ *     v = max(v, 0)                          (RELU_BIAS, RELU_AUX_BIAS)
+ * and v is rounded once to C's dtype with round-to-nearest-even. The fused epilogues' extra outputs come from
+ * the stored C, with the loops of the unfused operations (so fused and unfused give the same bits):
+ *     BGRAD          bias_grad = column sums of A (be->bias_grad)
+ *     RELU_AUX_BIAS  aux bit (m, n) = [C[m, n] > 0] (relu_backward's rule, kernels/elemwise.h)
+ *     DRELU_BGRAD    C[m, n] = aux bit ? C : +0 (relu_backward), then bias_grad = column sums of C (be->bias_grad)
  *
  * Why this is what a Tensor Core computes (NVIDIA Ampere whitepaper; Micikevicius et al. 2018): the
  * hardware takes operands in TF32/FP16/BF16 and accumulates in FP32. A product of two such values has at
@@ -95,7 +99,7 @@ static void gemm_check_args(const mpt_gemm_args *a) {
     MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
                 mpt_dtype_name(a->c_dtype));
     MPT_ASSERTF((unsigned)a->epilogue <= MPT_EPILOGUE_RELU_BIAS, "gemm %s: epilogue %d out of range", tag,
-                (int)a->epilogue); /* BGRAD is split off by mpt_cpu_gemm before this */
+                (int)a->epilogue); /* BGRAD, RELU_AUX_BIAS, DRELU_BGRAD: core_gemm maps them before this */
     if (a->epilogue != MPT_EPILOGUE_NONE)
         MPT_ASSERTF(a->bias != NULL && mpt_dtype_is_float(a->bias_dtype),
                     "gemm %s: the bias epilogue needs a float bias vector", tag);
@@ -190,30 +194,90 @@ void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
                           a->alpha, a->beta, a->epilogue);
 }
 
-/* MPT_EPILOGUE_BGRAD as the GEMM without an epilogue (the bias gradient is computed separately). `running`: the
- * call executes (bias_grad must be set); 0 for the workspace query at graph build time. */
-static mpt_gemm_args without_bgrad(const mpt_gemm_args *a, int running) {
+/* The GEMM that cblas_sgemm and the FP32 epilogue compute for a fused epilogue, whose extra outputs come after it:
+ * BGRAD and DRELU_BGRAD run without an epilogue, RELU_AUX_BIAS as RELU_BIAS. `running`: the call executes (its
+ * extra output pointers must be set); 0 for the workspace query at graph build time. */
+static mpt_gemm_args core_gemm(const mpt_gemm_args *a, int running) {
     mpt_gemm_args g = *a;
-    if (g.epilogue != MPT_EPILOGUE_BGRAD) return g;
     const char *tag = a->tag ? a->tag : "?";
-    MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
-                "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, C %s)",
-                tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
-    MPT_ASSERTF(a->bias_grad != NULL || a->M == 0 || !running, "gemm %s: the BGRAD epilogue needs bias_grad", tag);
-    g.epilogue = MPT_EPILOGUE_NONE;
+    const int empty = a->M == 0 || a->N == 0 || !running;
+    switch (a->epilogue) {
+    case MPT_EPILOGUE_BGRAD:
+        MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
+                    "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, C %s)",
+                    tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
+        MPT_ASSERTF(a->bias_grad != NULL || a->M == 0 || !running, "gemm %s: the BGRAD epilogue needs bias_grad", tag);
+        g.epilogue = MPT_EPILOGUE_NONE;
+        break;
+    case MPT_EPILOGUE_RELU_AUX_BIAS:
+        MPT_ASSERTF(a->aux != NULL || empty, "gemm %s: the RELU_AUX_BIAS epilogue needs aux", tag);
+        g.epilogue = MPT_EPILOGUE_RELU_BIAS;
+        break;
+    case MPT_EPILOGUE_DRELU_BGRAD:
+        MPT_ASSERTF(a->beta == 0.0f, "gemm %s: the DRELU_BGRAD epilogue writes C, beta must be 0 (is %g)", tag,
+                    (double)a->beta);
+        MPT_ASSERTF((a->aux != NULL && a->bias_grad != NULL) || empty,
+                    "gemm %s: the DRELU_BGRAD epilogue needs aux and bias_grad", tag);
+        g.epilogue = MPT_EPILOGUE_NONE;
+        break;
+    default: break;
+    }
     g.bias_grad = NULL;
+    g.aux = NULL;
     return g;
+}
+
+/* aux (the bitmask of engine/backend.h) = [C > 0] of the stored [M, N] C, padding bits 0. */
+static void relu_aux_from_output(uint8_t *aux, const void *C, mpt_dtype cd, int64_t M, int64_t N) {
+    const int64_t ld_bytes = mpt_relu_aux_ld(N) / 8;
+    float v[GEMM_CHUNK];
+    for (int64_t m = 0; m < M; m++) {
+        uint8_t *col = aux + m * ld_bytes;
+        for (int64_t b = 0; b < ld_bytes; b++) col[b] = 0;
+        for (int64_t n0 = 0; n0 < N; n0 += GEMM_CHUNK) {
+            int64_t n = N - n0 < GEMM_CHUNK ? N - n0 : GEMM_CHUNK;
+            mpt_cpu_widen(v, (const char *)C + (size_t)(m * N + n0) * mpt_dtype_size(cd), cd, n);
+            for (int64_t j = 0; j < n; j++)
+                col[(n0 + j) >> 3] |= (uint8_t)(mpt_elem_relu_mask(v[j]) << ((n0 + j) & 7));
+        }
+    }
+}
+
+/* C[m, n] = mpt_elem_drelu(C[m, n], aux bit (m, n)) over the stored [M, N] C. Exact: the value kept is already
+ * in C's dtype, and the one dropped becomes +0 in every dtype. */
+static void drelu_apply(void *C, mpt_dtype cd, const uint8_t *aux, int64_t M, int64_t N) {
+    const int64_t ld_bytes = mpt_relu_aux_ld(N) / 8;
+    float v[GEMM_CHUNK];
+    for (int64_t m = 0; m < M; m++) {
+        const uint8_t *col = aux + m * ld_bytes;
+        for (int64_t n0 = 0; n0 < N; n0 += GEMM_CHUNK) {
+            int64_t n = N - n0 < GEMM_CHUNK ? N - n0 : GEMM_CHUNK;
+            char *c = (char *)C + (size_t)(m * N + n0) * mpt_dtype_size(cd);
+            mpt_cpu_widen(v, c, cd, n);
+            for (int64_t j = 0; j < n; j++) v[j] = mpt_elem_drelu(v[j], (col[(n0 + j) >> 3] >> ((n0 + j) & 7)) & 1);
+            mpt_cpu_narrow(c, cd, v, n);
+        }
+    }
 }
 
 size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     (void)be;
-    const mpt_gemm_args g = without_bgrad(a, 0);
+    const mpt_gemm_args g = core_gemm(a, 0);
     return mpt_cpu_gemm_ws_bytes(&g);
 }
 
 void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) {
-    const mpt_gemm_args g = without_bgrad(a, 1);
+    const mpt_gemm_args g = core_gemm(a, 1);
     mpt_cpu_gemm_ws(&g, be->workspace, be->workspace_bytes);
-    /* the bias gradient: column sums of A stored [K, M], the loop of the unfused be->bias_grad (same bits) */
-    if (a->epilogue == MPT_EPILOGUE_BGRAD) mpt_cpu_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+    switch (a->epilogue) {
+    case MPT_EPILOGUE_BGRAD: /* column sums of A stored [K, M], the loop of the unfused be->bias_grad (same bits) */
+        mpt_cpu_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+        break;
+    case MPT_EPILOGUE_RELU_AUX_BIAS: relu_aux_from_output(a->aux, a->C, a->c_dtype, a->M, a->N); break;
+    case MPT_EPILOGUE_DRELU_BGRAD: /* the unfused relu backward's bits, then bias_grad's loop over them */
+        drelu_apply(a->C, a->c_dtype, a->aux, a->M, a->N);
+        mpt_cpu_bias_grad(be, a->bias_grad, a->C, a->c_dtype, a->M, a->N, 0);
+        break;
+    default: break;
+    }
 }

@@ -22,6 +22,22 @@
  * gradient vector elements are the same type as the output elements"); when the heuristic has no algorithm for
  * it, the two-step path below runs and the bias gradient comes from the bias_grad kernel.
  *
+ * The relu fusions (engine/graph.h): MPT_EPILOGUE_RELU_AUX_BIAS is CUBLASLT_EPILOGUE_RELU_AUX_BIAS, which also
+ * writes the ReLU bitmask through CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER with CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD
+ * = mpt_relu_aux_ld(N) bits (cublasLt.h: "Must be divisible by 128 and be no less than the number of rows in the
+ * output matrix"; cuBLASLt's D has N rows). MPT_EPILOGUE_DRELU_BGRAD is CUBLASLT_EPILOGUE_DRELU_BGRAD: the
+ * data-gradient GEMM reads that mask through the same two attributes, zeroes what the mask drops, and writes the
+ * bias gradient, the reduction of D over its M columns, through CUBLASLT_MATMUL_DESC_BIAS_POINTER. cublasLt.h says
+ * bias-gradient elements have D's type; we ask for FP32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = CUDA_R_32F) and
+ * take the two-step path when the heuristic declines (likely with a 16-bit D). The bitmask's byte order within
+ * cuBLASLt's bit matrix is our assumption (engine/backend.h); test_gemm_relu_aux_layout checks it on a GPU.
+ * Two-step path for these: our epilogue kernel, then the mask from the stored C (relu_aux_kernel), or the mask
+ * applied before the rounding and the bias gradient summed by the bias_grad kernel over the stored C: the CPU
+ * backend's rules. Differences of the direct path (engine/backend.h): cuBLASLt's mask most likely tests the FP32
+ * value before rounding, and it sums the bias gradient in its own order, most likely over the unrounded values.
+ * If a direct call with a ReLU-mask epilogue is refused at run time although the heuristic offered it, the plan
+ * becomes two-step (said on stderr and in the record) instead of aborting; gemm_workspace reserves for both.
+ *
  * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
  * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
  * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
@@ -52,6 +68,7 @@ typedef struct gemm_key {
     int32_t ab_dtype, c_dtype, bias_dtype; /* bias_dtype -1 without a bias epilogue */
     int32_t math, epilogue;
     uint32_t align_a, align_b, align_c, align_bias; /* pointer alignment in bytes, capped at 256 */
+    uint32_t align_aux, pad_;                       /* the ReLU mask's (256 without one); pad_ always 0 */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -68,6 +85,7 @@ typedef struct gemm_plan {
     size_t extra_bytes;                 /* FP32 D of the two-step path, 256-aligned (0 when direct) */
     int32_t algo_id, splitk;
     uint32_t tile_id, stages_id, reduction_scheme;
+    int direct_refused;                 /* a direct call of this configuration was refused: now two-step */
 } gemm_plan;
 
 struct mpt_cuda_gemm_cache {
@@ -104,6 +122,8 @@ static const char *epilogue_name(cublasLtEpilogue_t e) {
     case CUBLASLT_EPILOGUE_BIAS: return "CUBLASLT_EPILOGUE_BIAS";
     case CUBLASLT_EPILOGUE_RELU_BIAS: return "CUBLASLT_EPILOGUE_RELU_BIAS";
     case CUBLASLT_EPILOGUE_BGRADB: return "CUBLASLT_EPILOGUE_BGRADB";
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return "CUBLASLT_EPILOGUE_RELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return "CUBLASLT_EPILOGUE_DRELU_BGRAD";
     default: return "CUBLASLT_EPILOGUE_?";
     }
 }
@@ -119,24 +139,54 @@ static cudaDataType_t to_cuda_type(mpt_dtype t) {
 /* ---- the epilogue kernel of the two-step path -------------------------------------------------------- */
 
 /* C[i] = round(c_dtype, epi(D[i] + beta*C[i] + bias[i % N])) over the M*N row-major elements; C is read only
- * when beta != 0 (the contract lets it hold garbage otherwise). D == NULL stands for a zero product (K = 0). */
+ * when beta != 0 (the contract lets it hold garbage otherwise). D == NULL stands for a zero product (K = 0).
+ * mask (DRELU_BGRAD), or NULL: the ReLU bitmask of engine/backend.h with leading dimension ld bits, applied with
+ * mpt_elem_drelu before the rounding. */
 static __global__ void gemm_epilogue_kernel(void *C, mpt_dtype c_dtype, const float *D, const void *bias,
-                                            mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
+                                            mpt_dtype bias_dtype, int relu, const uint8_t *mask, int64_t ld, float beta,
+                                            int64_t M, int64_t N) {
     int64_t total = M * N;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         float v = D ? D[i] : 0.0f;
         if (beta != 0.0f) v += beta * mpt_dev_load(C, c_dtype, i);
         if (bias) v += mpt_dev_load(bias, bias_dtype, i % N);
         if (relu) v = mpt_elem_relu(v);
+        if (mask) {
+            const int64_t bit = (i / N) * ld + i % N;
+            v = mpt_elem_drelu(v, (mask[bit >> 3] >> (bit & 7)) & 1);
+        }
         mpt_dev_store(C, c_dtype, i, v);
     }
 }
 
 static void launch_gemm_epilogue(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_dtype, const float *D, const void *bias,
-                                 mpt_dtype bias_dtype, int relu, float beta, int64_t M, int64_t N) {
+                                 mpt_dtype bias_dtype, int relu, const void *mask, float beta, int64_t M, int64_t N) {
     gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(
-        C, c_dtype, D, bias, bias_dtype, relu, beta, M, N);
+        C, c_dtype, D, bias, bias_dtype, relu, (const uint8_t *)mask, mpt_relu_aux_ld(N), beta, M, N);
     MPT_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
+}
+
+/* The ReLU bitmask of the stored [M, N] C (engine/backend.h): one thread per 32-bit word, bit j of word w of
+ * column m = [C[m, 32w + j] > 0] (mpt_elem_relu_mask), 0 past N. Little-endian words: bit i of the column is bit
+ * i % 8 of byte i / 8, the layout the CPU backend writes. */
+static __global__ void relu_aux_kernel(uint32_t *aux, const void *C, mpt_dtype c_dtype, int64_t M, int64_t N,
+                                       int64_t words_per_col) {
+    const int64_t total = M * words_per_col;
+    for (int64_t w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; w < total; w += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t m = w / words_per_col, n0 = (w % words_per_col) * 32;
+        uint32_t bits = 0;
+        for (int j = 0; j < 32 && n0 + j < N; j++)
+            bits |= (uint32_t)mpt_elem_relu_mask(mpt_dev_load(C, c_dtype, m * N + n0 + j)) << j;
+        aux[w] = bits;
+    }
+}
+
+static void launch_relu_aux(const mpt_cuda_ctx *ctx, void *aux, const void *C, mpt_dtype c_dtype, int64_t M,
+                            int64_t N) {
+    const int64_t words = mpt_relu_aux_ld(N) / 32;
+    relu_aux_kernel<<<mpt_cuda_blocks(ctx, M * words), MPT_CUDA_THREADS, 0, ctx->stream>>>((uint32_t *)aux, C, c_dtype,
+                                                                                          M, N, words);
+    MPT_CUDA_CHECK_LAUNCH("relu_aux_kernel");
 }
 
 /* ---- plans ------------------------------------------------------------------------------------------- */
@@ -184,10 +234,19 @@ static void validate(const mpt_gemm_args *a, int running) {
                     "C %s)", tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
         MPT_ASSERTF(a->bias_grad != NULL || !running || a->M == 0, "gemm %s: BGRAD epilogue without bias_grad", tag);
     }
+    if (mpt_epilogue_uses_aux(a->epilogue) && running && a->M > 0 && a->N > 0)
+        MPT_ASSERTF(a->aux != NULL && ((uintptr_t)a->aux & 15) == 0,
+                    "gemm %s: a ReLU-mask epilogue needs a 16-byte aligned aux (have %p)", tag, a->aux);
+    if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD) {
+        MPT_ASSERTF(a->beta == 0.0f, "gemm %s: the DRELU_BGRAD epilogue writes C, beta must be 0 (is %g)", tag,
+                    (double)a->beta);
+        MPT_ASSERTF(a->bias_grad != NULL || !running || a->N == 0, "gemm %s: DRELU_BGRAD epilogue without bias_grad",
+                    tag);
+    }
     if (running && a->M > 0 && a->N > 0)
         MPT_ASSERTF(a->C != NULL && (a->K == 0 || (a->A != NULL && a->B != NULL)),
                     "gemm %s: NULL operand (A %p, B %p, C %p)", tag, a->A, a->B, a->C);
-    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_BGRAD,
+    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_DRELU_BGRAD,
                 "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
 }
 
@@ -208,8 +267,10 @@ static gemm_key make_key(const mpt_gemm_args *a) {
     k.align_b = pointer_alignment(a->B);
     k.align_c = pointer_alignment(a->C);
     k.align_bias = mpt_epilogue_adds_bias(a->epilogue) ? pointer_alignment(a->bias)
-                   : a->epilogue == MPT_EPILOGUE_BGRAD ? pointer_alignment(a->bias_grad)
-                                                       : 256;
+                   : a->epilogue == MPT_EPILOGUE_BGRAD || a->epilogue == MPT_EPILOGUE_DRELU_BGRAD
+                       ? pointer_alignment(a->bias_grad)
+                       : 256;
+    k.align_aux = mpt_epilogue_uses_aux(a->epilogue) ? pointer_alignment(a->aux) : 256;
     return k;
 }
 
@@ -221,6 +282,7 @@ static int direct_supported(const gemm_key *k) {
     else c_ok = k->c_dtype == k->ab_dtype || k->c_dtype == MPT_DTYPE_F32;
     if (!c_ok) return 0;
     if (k->epilogue == MPT_EPILOGUE_BGRAD) return k->c_dtype == MPT_DTYPE_F32; /* bias gradient in D's type */
+    if (k->epilogue == MPT_EPILOGUE_DRELU_BGRAD) return 1; /* FP32 bias gradient: the heuristic decides */
     return k->epilogue == MPT_EPILOGUE_NONE || k->bias_dtype == k->c_dtype;
 }
 
@@ -243,7 +305,10 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    p->bias_type = p->d_type;
+    if (direct && k->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+    if (direct && k->epilogue == MPT_EPILOGUE_DRELU_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    /* the bias (gradient) vector: D's type, except the FP32 bias gradient of DRELU_BGRAD (engine/backend.h) */
+    p->bias_type = k->epilogue == MPT_EPILOGUE_DRELU_BGRAD ? CUDA_R_32F : p->d_type;
     p->extra_bytes = direct ? 0 : mpt_cuda_align256((size_t)(k->M * k->N) * sizeof(float));
 
     MPT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, p->compute, CUDA_R_32F));
@@ -257,6 +322,11 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
         int32_t bt = (int32_t)p->bias_type;
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (direct && mpt_epilogue_uses_aux((mpt_epilogue)k->epilogue)) { /* int64_t, in bits (cublasLt.h) */
+        int64_t aux_ld = mpt_relu_aux_ld(k->N);
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
     }
     /* Our B: stored [K,N] row-major = column-major N x K (ld N), or stored [N,K] = column-major K x N (ld K). */
     if (!k->trans_b)
@@ -303,6 +373,12 @@ static int plan_pick_algo(mpt_cuda_ctx *ctx, gemm_plan *p, size_t ws_limit, cubl
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_alignment,
                                                         sizeof bias_alignment));
     }
+    if (p->direct && mpt_epilogue_uses_aux((mpt_epilogue)k->epilogue)) {
+        /* likewise the mask pointer (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER) */
+        const void *aux_alignment = (const void *)(uintptr_t)k->align_aux;
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                        &aux_alignment, sizeof aux_alignment));
+    }
     cublasLtMatmulHeuristicResult_t res[GEMM_HEURISTIC_RESULTS];
     memset(res, 0, sizeof res);
     int count = 0;
@@ -343,9 +419,9 @@ static size_t lt_limit(size_t total, size_t extra) {
 /* Fills plan p for key k: the direct path if cuBLASLt has it, else the two-step path, each within `total`
  * bytes of workspace (SIZE_MAX at graph build time: the graph reserves what the plan reports). Aborts if
  * neither path has an algorithm (a configuration cuBLASLt cannot run here). */
-static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_t total) {
+static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_t total, int allow_direct) {
     cublasStatus_t why_direct = CUBLAS_STATUS_NOT_SUPPORTED, why_two_step = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (direct_supported(k)) {
+    if (allow_direct && direct_supported(k)) {
         plan_describe(p, k, 1);
         if (plan_pick_algo(ctx, p, lt_limit(total, 0), &why_direct)) {
             p->used = 1;
@@ -384,8 +460,10 @@ static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
         }
         if (memcmp(&p->key, k, sizeof *k) != 0) continue;
         if (p->extra_bytes + p->algo_workspace <= total) return p;
+        const int refused = p->direct_refused;
         plan_release(p);
-        plan_build(ctx, p, k, total);
+        plan_build(ctx, p, k, total, !refused);
+        p->direct_refused = refused;
         return p;
     }
     if (!slot) {
@@ -393,11 +471,26 @@ static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
         c->next_evict = (c->next_evict + 1) % GEMM_PLANS;
         plan_release(slot);
     }
-    plan_build(ctx, slot, k, total);
+    plan_build(ctx, slot, k, total, 1);
     return slot;
 }
 
 /* ---- records ------------------------------------------------------------------------------------------ */
+
+/* The record's path: "cublasLt" (one call, cuBLASLt's epilogue), or the two-step path naming our epilogue. */
+static const char *two_step_path(const gemm_plan *p) {
+    if (p->direct) return "cublasLt";
+    switch (p->key.epilogue) {
+    case MPT_EPILOGUE_BGRAD: return "cublasLt D=F32 + epilogue kernel + bias_grad kernel";
+    case MPT_EPILOGUE_RELU_AUX_BIAS:
+        return p->direct_refused ? "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel (direct refused)"
+                                 : "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel";
+    case MPT_EPILOGUE_DRELU_BGRAD:
+        return p->direct_refused ? "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel (direct refused)"
+                                 : "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel";
+    default: return "cublasLt D=F32 + epilogue kernel";
+    }
+}
 
 /* What plan p runs, into record r (all fields but tag and calls). */
 static void record_fill(mpt_cuda_gemm_record *r, const gemm_plan *p) {
@@ -413,9 +506,7 @@ static void record_fill(mpt_cuda_gemm_record *r, const gemm_plan *p) {
     r->c_type = r->d_type = cuda_type_name(p->d_type);
     r->bias_type = p->epilogue != CUBLASLT_EPILOGUE_DEFAULT ? cuda_type_name(p->bias_type) : "-";
     r->epilogue = epilogue_name(p->epilogue);
-    r->path = p->direct ? "cublasLt"
-              : p->key.epilogue == MPT_EPILOGUE_BGRAD ? "cublasLt D=F32 + epilogue kernel + bias_grad kernel"
-                                                      : "cublasLt D=F32 + epilogue kernel";
+    r->path = two_step_path(p);
     r->algo_id = p->algo_id;
     r->tile_id = p->tile_id;
     r->stages_id = p->stages_id;
@@ -511,7 +602,63 @@ size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     if (a->M == 0 || a->N == 0 || a->K == 0) return 0;
     gemm_key k = make_key(a);
     gemm_plan *p = plan_get(mpt_cuda_ctx_of(be), &k, SIZE_MAX);
-    return p->extra_bytes + p->algo_workspace;
+    size_t need = p->extra_bytes + p->algo_workspace;
+    /* room for the two-step path's FP32 D, should a direct ReLU-mask call be refused at run time */
+    size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
+    if (mpt_epilogue_uses_aux(a->epilogue) && two_step > need) need = two_step;
+    return need;
+}
+
+/* The two-step path of plan p: cuBLASLt's FP32 D in the workspace, then our epilogue kernels. */
+static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, const mpt_gemm_args *a) {
+    char *ws = (char *)be->workspace;
+    void *lt_ws = p->algo_workspace ? ws + p->extra_bytes : NULL;
+    const void *bias = mpt_epilogue_adds_bias(a->epilogue) ? a->bias : NULL;
+    const int relu = a->epilogue == MPT_EPILOGUE_RELU_BIAS || a->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS;
+    float *D = (float *)ws; /* [M, N] FP32 at the start of the workspace */
+    const float zero = 0.0f;
+    MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D, p->ld,
+                                    &p->algo, lt_ws, p->algo_workspace, ctx->stream));
+    launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, bias, a->bias_dtype, relu,
+                         a->epilogue == MPT_EPILOGUE_DRELU_BGRAD ? a->aux : NULL, a->beta, a->M, a->N);
+    switch (a->epilogue) {
+    case MPT_EPILOGUE_BGRAD: /* column sums of our A stored [K, M] (trans_a = 1, checked in validate) */
+        mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+        break;
+    case MPT_EPILOGUE_RELU_AUX_BIAS: launch_relu_aux(ctx, a->aux, a->C, a->c_dtype, a->M, a->N); break;
+    case MPT_EPILOGUE_DRELU_BGRAD: /* column sums of the stored, masked C */
+        mpt_cuda_bias_grad(be, a->bias_grad, a->C, a->c_dtype, a->M, a->N, 0);
+        break;
+    default: break;
+    }
+}
+
+/* One direct call of plan p: 1 if cuBLASLt ran it; 0 if it refused a ReLU-mask epilogue (nothing ran; the caller
+ * falls back), aborting on any other failure. */
+static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, const mpt_gemm_args *a) {
+    void *lt_ws = p->algo_workspace ? (char *)be->workspace + p->extra_bytes : NULL;
+    if (p->epilogue == CUBLASLT_EPILOGUE_BGRADB || p->epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD)
+        /* the bias-gradient output: void * (cublasLt.h) */
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias_grad,
+                                                        sizeof a->bias_grad));
+    else if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) /* the bias input: const void * */
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias, sizeof a->bias));
+    if (mpt_epilogue_uses_aux(a->epilogue)) /* the mask: void * out (RELU_AUX_BIAS), const void * in (DRELU_BGRAD) */
+        MPT_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof a->aux));
+    /* cuBLASLt's A is our B and its B our A; C is updated in place (C and D share pointer and layout). */
+    cublasStatus_t s = cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C, p->ld,
+                                      a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
+    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    MPT_ASSERTF(mpt_epilogue_uses_aux(a->epilogue), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
+                mpt_cublas_describe(s));
+    fprintf(stderr,
+            "mptrain: warning: cuBLASLt refused %s for GEMM %s (%lldx%lldx%lld): %s; this configuration now runs as "
+            "cuBLASLt with an FP32 D plus our epilogue kernels (the same results, more launches)\n",
+            epilogue_name(p->epilogue), a->tag ? a->tag : "(untagged)", (long long)a->M, (long long)a->N,
+            (long long)a->K, mpt_cublas_describe(s));
+    return 0;
 }
 
 void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
@@ -520,37 +667,25 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     const void *bias = mpt_epilogue_adds_bias(a->epilogue) ? a->bias : NULL;
     if (a->K == 0) { /* an empty product: C = epilogue(beta*C), no cuBLASLt call; a bias gradient of 0 */
-        launch_gemm_epilogue(ctx, a->C, a->c_dtype, NULL, bias, a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS,
-                             a->beta, a->M, a->N);
+        const int relu = a->epilogue == MPT_EPILOGUE_RELU_BIAS || a->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS;
+        launch_gemm_epilogue(ctx, a->C, a->c_dtype, NULL, bias, a->bias_dtype, relu,
+                             a->epilogue == MPT_EPILOGUE_DRELU_BGRAD ? a->aux : NULL, a->beta, a->M, a->N);
         if (a->epilogue == MPT_EPILOGUE_BGRAD) be->memset_zero(be, a->bias_grad, (size_t)a->M * sizeof(float));
+        if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD) be->memset_zero(be, a->bias_grad, (size_t)a->N * sizeof(float));
+        if (a->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS) launch_relu_aux(ctx, a->aux, a->C, a->c_dtype, a->M, a->N);
         return;
     }
     gemm_key k = make_key(a);
     /* Normally the plan chosen at build time, which fits the workspace the graph reserved for it. */
-    gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);
+    const size_t total = be->workspace ? be->workspace_bytes : 0;
+    gemm_plan *p = plan_get(ctx, &k, total);
     mpt_cuda_require_workspace(be, p->extra_bytes + p->algo_workspace, a->tag ? a->tag : "gemm");
-
-    char *ws = (char *)be->workspace;
-    void *lt_ws = p->algo_workspace ? ws + p->extra_bytes : NULL;
-    if (p->direct) {
-        if (p->epilogue == CUBLASLT_EPILOGUE_BGRADB) /* the bias-gradient output: void * (cublasLt.h) */
-            MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias_grad,
-                                                            sizeof a->bias_grad));
-        else if (p->epilogue != CUBLASLT_EPILOGUE_DEFAULT) /* the bias input: const void * */
-            MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias,
-                                                            sizeof a->bias));
-        /* cuBLASLt's A is our B and its B our A; C is updated in place (C and D share pointer and layout). */
-        MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C, p->ld,
-                                        a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream));
-    } else {
-        float *D = (float *)ws; /* [M, N] FP32 at the start of the workspace */
-        const float zero = 0.0f;
-        MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D,
-                                        p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream));
-        launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, bias, a->bias_dtype, a->epilogue == MPT_EPILOGUE_RELU_BIAS,
-                             a->beta, a->M, a->N);
-        /* the bias gradient: column sums of our A stored [K, M] (trans_a = 1, checked in validate) */
-        if (a->epilogue == MPT_EPILOGUE_BGRAD) mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+    if (p->direct && !gemm_direct(be, ctx, p, a)) { /* refused: rebuild as two-step, for this and later calls */
+        plan_release(p);
+        plan_build(ctx, p, &k, total, 0);
+        p->direct_refused = 1;
+        mpt_cuda_require_workspace(be, p->extra_bytes + p->algo_workspace, a->tag ? a->tag : "gemm");
     }
+    if (!p->direct) gemm_two_step(be, ctx, p, a);
     record_call(ctx->gemm, a->tag, p);
 }
