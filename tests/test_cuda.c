@@ -163,6 +163,32 @@ typedef struct gemm_case {
                      MIN_ALIGNMENT preferences) and cuBLASLt's unvectorised kernels */
 } gemm_case;
 
+/* Bit (m, n) of a ReLU bitmask as engine/backend.h lays it out (written out here, not taken from the kernels). */
+static int aux_bit(const uint8_t *aux, int64_t N, int64_t m, int64_t n) {
+    const int64_t ld = (N + 127) / 128 * 128, i = m * ld + n;
+    return (aux[i / 8] >> (i % 8)) & 1;
+}
+
+/* After a mask disagreed with [C > 0] in our layout: how many bits disagree under other layouts cuBLASLt might use,
+ * so the first GPU run names the right one ("ours" = column m of cuBLASLt's C^T at bit m*ld + n, LSB first). */
+static void describe_mask_layouts(char *out, size_t len, const uint8_t *aux, const void *C, mpt_dtype t, int64_t M,
+                                  int64_t N) {
+    const int64_t ldn = (N + 127) / 128 * 128, ldm = (M + 127) / 128 * 128;
+    int64_t bad[4] = {0, 0, 0, 0};
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            const int y = ld(C, t, m * N + n) > 0.0;
+            const int64_t i0 = m * ldn + n, i2 = n * ldm + m, i3 = m * N + n;
+            bad[0] += ((aux[i0 / 8] >> (i0 % 8)) & 1) != y;
+            bad[1] += ((aux[i0 / 8] >> (7 - i0 % 8)) & 1) != y; /* most significant bit first */
+            bad[2] += i2 / 8 < (int64_t)mpt_relu_aux_bytes(M, N) && ((aux[i2 / 8] >> (i2 % 8)) & 1) != y; /* rows */
+            bad[3] += ((aux[i3 / 8] >> (i3 % 8)) & 1) != y; /* leading dimension N, unpadded */
+        }
+    snprintf(out, len,
+             "bits differing from [C > 0] of %lld: ours %lld; MSB-first bytes %lld; bit n*ld(M)+m %lld; ld = N %lld",
+             (long long)(M * N), (long long)bad[0], (long long)bad[1], (long long)bad[2], (long long)bad[3]);
+}
+
 static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     tests_rng r = {seed};
     const mpt_dtype ab = operand_dtype(gc->math);
@@ -173,8 +199,13 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     void *C0 = fill(&r, gc->c_dtype, M * N + coff, -1, 1);
     if (gc->beta == 0.0f) /* C must not be read when beta == 0: poison it */
         for (int64_t i = 0; i < M * N + coff; i++) mpt_store_f32(C0, gc->c_dtype, i, NAN);
-    void *bias_buf = gc->ep != MPT_EPILOGUE_NONE ? fill(&r, gc->bias_dtype, N + boff, -1, 1) : NULL;
+    void *bias_buf = mpt_epilogue_adds_bias(gc->ep) ? fill(&r, gc->bias_dtype, N + boff, -1, 1) : NULL;
     void *bias = bias_buf ? (char *)bias_buf + nbytes(gc->bias_dtype, boff) : NULL;
+    /* the ReLU mask: written by RELU_AUX_BIAS (poisoned first), random input of DRELU_BGRAD (padding bits too) */
+    const int uses_aux = mpt_epilogue_uses_aux(gc->ep), drelu = gc->ep == MPT_EPILOGUE_DRELU_BGRAD;
+    const size_t aux_bytes = uses_aux ? mpt_relu_aux_bytes(M, N) : 0;
+    uint8_t *auxh = uses_aux ? xmalloc(aux_bytes) : NULL;
+    for (size_t i = 0; i < aux_bytes; i++) auxh[i] = drelu ? (uint8_t)tests_int(&r, 0, 255) : 0x5a;
 
     mpt_gemm_args g = {.trans_a = gc->ta, .trans_b = gc->tb, .M = M, .N = N, .K = K, .a_dtype = ab, .b_dtype = ab,
                        .c_dtype = gc->c_dtype, .bias_dtype = gc->bias_dtype, .alpha = gc->alpha, .beta = gc->beta,
@@ -188,10 +219,16 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     gg.B = dB + nbytes(ab, off);
     gg.C = dC + nbytes(gc->c_dtype, coff);
     gg.bias = dbias ? (char *)dbias + nbytes(gc->bias_dtype, boff) : NULL;
+    gg.aux = uses_aux ? dev_put(auxh, aux_bytes) : NULL;
+    gg.bias_grad = drelu ? dev_alloc((size_t)N * 4) : NULL;
     reserve(gpu, gpu->gemm_workspace(gpu, &gg));
     gpu->gemm(gpu, &gg);
     void *Cg = xmalloc(nbytes(gc->c_dtype, M * N));
     dev_get(Cg, gg.C, nbytes(gc->c_dtype, M * N));
+    uint8_t *auxg = uses_aux ? xmalloc(aux_bytes) : NULL;
+    float *dbg = drelu ? xmalloc((size_t)N * 4) : NULL;
+    if (uses_aux) dev_get(auxg, gg.aux, aux_bytes);
+    if (drelu) dev_get(dbg, gg.bias_grad, (size_t)N * 4);
     /* CPU */
     void *Cc = host_dup((char *)C0 + nbytes(gc->c_dtype, coff), nbytes(gc->c_dtype, M * N));
     mpt_gemm_args gcpu = g;
@@ -199,8 +236,12 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     gcpu.B = (char *)B + nbytes(ab, off);
     gcpu.C = Cc;
     gcpu.bias = bias;
+    gcpu.aux = uses_aux ? host_dup(auxh, aux_bytes) : NULL;
+    gcpu.bias_grad = drelu ? xmalloc((size_t)N * 4) : NULL;
     reserve(cpu, cpu->gemm_workspace(cpu, &gcpu));
     cpu->gemm(cpu, &gcpu);
+    int64_t mask_bad = 0, mask_zero = 0; /* RELU_AUX_BIAS: bits != [C > 0]; bits set where C rounded to 0 */
+    double *db_bound = drelu ? calloc((size_t)N, sizeof(double)) : NULL;
 
     const double op = op_err(gc->math);
     for (int64_t i = 0; i < M; i++)
@@ -215,7 +256,8 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
             double cold = gc->beta != 0.0f ? ld((char *)C0 + nbytes(gc->c_dtype, coff), gc->c_dtype, i * N + j) : 0.0;
             double bv = bias ? ld(bias, gc->bias_dtype, j) : 0.0;
             double ref = gc->alpha * acc + gc->beta * cold + bv;
-            if (gc->ep == MPT_EPILOGUE_RELU_BIAS) ref = ref > 0 ? ref : 0;
+            if (gc->ep == MPT_EPILOGUE_RELU_BIAS || gc->ep == MPT_EPILOGUE_RELU_AUX_BIAS) ref = ref > 0 ? ref : 0;
+            if (drelu && !aux_bit(auxh, N, i, j)) ref = 0.0, T = 0.0;
             double e32 =
                 2.0 * (double)(K + 4) * U32 * (fabs(gc->alpha) * T * (1 + op) + fabs(gc->beta * cold) + fabs(bv)) +
                 fabs(gc->alpha) * op * T;
@@ -229,7 +271,40 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
                    bound);
             EXPECT(fabs(vg - vc) <= 2 * bound, "gemm %s: C[%lld,%lld] GPU %.9g vs CPU %.9g, bound %.3g", tag,
                    (long long)i, (long long)j, vg, vc, 2 * bound);
+            if (gc->ep == MPT_EPILOGUE_RELU_AUX_BIAS) {
+                const int bit = aux_bit(auxg, N, i, j);
+                if (bit && vg == 0.0 && ref <= bound) mask_zero++; /* cuBLASLt's [FP32 value > 0], rounded to 0 */
+                else if (bit != (vg > 0.0)) mask_bad++;
+            }
+            if (drelu) db_bound[j] += 2.0 * bound + 2.0 * (double)M * U32 * fabs(vc);
         }
+    if (gc->ep == MPT_EPILOGUE_RELU_AUX_BIAS) {
+        char why[256] = "";
+        if (mask_bad) describe_mask_layouts(why, sizeof why, auxg, Cg, gc->c_dtype, M, N);
+        EXPECT(mask_bad == 0, "gemm %s (math %s, %lldx%lldx%lld): %lld ReLU mask bits differ from [C > 0] (%s)", tag,
+               mpt_math_name(gc->math), (long long)M, (long long)N, (long long)K, (long long)mask_bad, why);
+        EXPECT(mask_zero <= M * N / 100, "gemm %s: %lld mask bits set where C is 0", tag, (long long)mask_zero);
+        if (mask_zero)
+            fprintf(stderr, "note: gemm %s: %lld mask bits set where the stored C rounded to 0 (cuBLASLt's rule)\n", tag,
+                    (long long)mask_zero);
+    }
+    if (drelu)
+        for (int64_t j = 0; j < N; j++) /* each C element's GPU-CPU bound, plus FP32 summation over M in any order */
+            EXPECT(fabs((double)dbg[j] - (double)gcpu.bias_grad[j]) <= db_bound[j],
+                   "gemm %s (math %s): DRELU_BGRAD bias gradient [%lld] GPU %.9g CPU %.9g, bound %.3g", tag,
+                   mpt_math_name(gc->math), (long long)j, (double)dbg[j], (double)gcpu.bias_grad[j], db_bound[j]);
+    if (uses_aux) {
+        dev_free(gg.aux);
+        free(gcpu.aux);
+        free(auxh);
+        free(auxg);
+    }
+    if (drelu) {
+        dev_free(gg.bias_grad);
+        free(gcpu.bias_grad);
+        free(dbg);
+        free(db_bound);
+    }
     dev_free(dA);
     dev_free(dB);
     dev_free(dC);
@@ -306,6 +381,48 @@ START_TEST(test_gemm_two_step_and_alignment) {
         }
     }
     EXPECT(found == 2, "expected the two two-step records, found %d", found);
+}
+END_TEST
+
+/* The relu fusions' epilogues (engine/backend.h) against FP64 references and the CPU, at the mlp's and lenet5's
+ * shapes and an odd one (N = 133: padded mask columns), every math mode, C in the operand dtype (as the layers use
+ * them), through run_gemm_case's bounds. RELU_AUX_BIAS: every mask bit for n < N equals [C > 0] of the stored GPU C
+ * in our layout (bit m*ld + n, LSB first), except bits set where C rounded to 0 from a value within the bound of 0
+ * (cuBLASLt's mask most likely tests the FP32 value); a mismatch names which other layout would have matched.
+ * DRELU_BGRAD (random mask, beta 0): C = mask ? GEMM : 0 within the GEMM bound of the reference; the bias gradient
+ * within the sum of the elements' bounds plus FP32 summation error over M. The records say which path ran. */
+START_TEST(test_gemm_relu_epilogues) {
+    static const int64_t fwd[][3] = {{128, 512, 784}, {128, 84, 120}, {16, 133, 61}};
+    static const int64_t bwd[][3] = {{128, 512, 512}, {128, 120, 84}, {16, 133, 61}};
+    uint64_t seed = 3000;
+    for (size_t mi = 0; mi < 4; mi++) {
+        const mpt_dtype t = operand_dtype(all_math[mi]);
+        for (size_t si = 0; si < 3; si++) {
+            gemm_case f = {.math = all_math[mi], .tb = 1, .M = fwd[si][0], .N = fwd[si][1], .K = fwd[si][2],
+                           .c_dtype = t, .bias_dtype = t, .ep = MPT_EPILOGUE_RELU_AUX_BIAS, .alpha = 1.0f};
+            run_gemm_case(&f, seed++, "relu_aux_bias.test");
+            gemm_case b = {.math = all_math[mi], .M = bwd[si][0], .N = bwd[si][1], .K = bwd[si][2], .c_dtype = t,
+                           .bias_dtype = t, .ep = MPT_EPILOGUE_DRELU_BGRAD, .alpha = 1.0f};
+            run_gemm_case(&b, seed++, "drelu_bgrad.test");
+        }
+    }
+    int found = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
+        const int fwd_rec = strcmp(rec.tag, "relu_aux_bias.test") == 0, bwd_rec = strcmp(rec.tag, "drelu_bgrad.test") == 0;
+        if (!fwd_rec && !bwd_rec) continue;
+        found++;
+        fprintf(stderr, "note: %s %lldx%lldx%lld %s C %s: %s, %s\n", rec.tag, (long long)rec.M, (long long)rec.N,
+                (long long)rec.K, rec.math, rec.d_type, rec.epilogue, rec.path);
+        if (fwd_rec)
+            EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_RELU_AUX_BIAS") == 0 || strstr(rec.path, "relu_aux kernel"),
+                   "RELU_AUX_BIAS record: epilogue %s, path %s", rec.epilogue, rec.path);
+        else
+            EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_DRELU_BGRAD") == 0 || strstr(rec.path, "DRELU epilogue"),
+                   "DRELU_BGRAD record: epilogue %s, path %s", rec.epilogue, rec.path);
+    }
+    EXPECT(found > 0, "no GEMM record for the relu epilogues");
 }
 END_TEST
 
@@ -2252,6 +2369,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tg, test_gemm_two_step_and_alignment);
     tcase_add_test(tg, test_gemm_tf32_proof_and_records);
     tcase_add_test(tg, test_gemm_bgrad_epilogue);
+    tcase_add_test(tg, test_gemm_relu_epilogues);
     suite_add_tcase(s, tg);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);
