@@ -449,6 +449,11 @@ START_TEST(test_train_outputs_and_eval) {
     json_t *fc1 = json_array_get(map, 1);
     ck_assert_str_eq(json_string_value(json_object_get(fc1, "op")), "linear");
     ck_assert_str_eq(json_string_value(json_object_get(fc1, "math")), "fp32");
+    json_t *fused = json_object_get(fc1, "fused"); /* mlp: relu1 in fc1's forward GEMM, its backward in fc2's */
+    ck_assert_msg(json_is_object(fused), "precision_map fc1 has no \"fused\" object");
+    ck_assert_str_eq(json_string_value(json_object_get(fused, "relu")), "relu1");
+    ck_assert_str_eq(json_string_value(json_object_get(fused, "forward")), "RELU_AUX_BIAS");
+    ck_assert_str_eq(json_string_value(json_object_get(fused, "backward_in")), "fc2");
     json_decref(j);
 
     /* The checkpoint: loads, holds FP32 masters and Adam state, and its weights give the reported accuracy. */

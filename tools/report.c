@@ -26,6 +26,13 @@ void *mpt_cli_precision_map_json(const mpt_graph *g) {
         json_object_set_new(o, "output", n->out ? json_string(mpt_dtype_name(n->out->dtype)) : json_null());
         json_object_set_new(o, "math", gemm_like ? json_string(mpt_math_name(n->math))
                                                  : n->op == MPT_OP_SOFTMAX_XENT ? json_string("fp32") : json_null());
+        if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
+            json_t *fu = json_object();
+            json_object_set_new(fu, "relu", json_string(n->fused_relu->name));
+            json_object_set_new(fu, "forward", json_string(n->fused_next ? "RELU_AUX_BIAS" : "RELU_BIAS"));
+            json_object_set_new(fu, "backward_in", n->fused_next ? json_string(n->fused_next->name) : json_null());
+            json_object_set_new(o, "fused", fu);
+        }
         json_array_append_new(a, o);
     }
     return a;
