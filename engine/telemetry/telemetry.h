@@ -18,6 +18,10 @@
  *   after the optimizer step: the lost-update meter (lost.h) per parameter tensor, on the storage the update
  *     went to and, where the run keeps FP32 masters over 16-bit weights, the counterfactual "had the same
  *     update been applied to the 16-bit working copy"; then t->update_out is reset to NULL.
+ * Fused epilogues (engine/graph.h) leave a linear layer's pre-activation output and its relu's output gradient
+ * unwritten; after backward the collector first has mpt_graph_fill_fused write them with the unfused GEMMs (tensors
+ * the step never reads), so they are measured as an unfused step stores them. The twin runs without the relu
+ * fusions.
  * Everything it computes goes to its own buffers (MPT_MEM_TELEMETRY, the twin's arenas MPT_MEM_TWIN),
  * allocated by mpt_telemetry_create; a step synchronises only when it is a telemetry step, and the
  * training itself is bit-identical with telemetry on or off (tests/test_telemetry.c).
