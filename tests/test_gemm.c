@@ -203,10 +203,6 @@ END_TEST
 START_TEST(test_gemm_bf16) { run_math(MPT_MATH_BF16, 104); }
 END_TEST
 
-/* Emulation is on: reduced-precision modes must lose accuracy that FP32 math keeps. Inputs are positive
- * with random 24-bit mantissas, K = 32, so FP32's worst-case bound 2*K*u32*T = 2^-18 T is far below the
- * expected operand-rounding error of the reduced formats (about sqrt(K)*u_fmt/2 * T/K, i.e. 2^-14 T for
- * TF32/F16 and 2^-11 T for BF16). */
 /* MPT_EPILOGUE_BGRAD on the CPU: the weight-gradient GEMM of a linear layer (dW = dy^T x, FP32 C, beta 0 and 1)
  * with the bias gradient fused gives exactly the unfused bits: the same C, and bias_grad[m] = be->bias_grad's column
  * sums of dy stored [K, M] (overwritten: the buffer starts as NaN). Every math mode. */
@@ -377,6 +373,10 @@ START_TEST(test_gemm_drelu_bgrad_plain_loop) {
 }
 END_TEST
 
+/* Emulation is on: reduced-precision modes must lose accuracy that FP32 math keeps. Inputs are positive
+ * with random 24-bit mantissas, K = 32, so FP32's worst-case bound 2*K*u32*T = 2^-18 T is far below the
+ * expected operand-rounding error of the reduced formats (about sqrt(K)*u_fmt/2 * T/K, i.e. 2^-14 T for
+ * TF32/F16 and 2^-11 T for BF16). */
 START_TEST(test_gemm_emulation_is_on) {
     enum { M = 32, N = 32, K = 32 };
     mpt_backend *be = mpt_backend_cpu_create();
