@@ -239,6 +239,10 @@ void mpt_cuda_nccl_comm_free(mpt_nccl_comm **c) {
     if (*c) module()->nccl_comm_free(c);
 }
 
+void mpt_cuda_nccl_comm_abort(mpt_nccl_comm **c) {
+    if (*c) module()->nccl_comm_abort(c);
+}
+
 void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
                              mpt_dtype wire, float weight) {
     module()->nccl_allreduce(be, c, bufs, counts, n_bufs, wire, weight);

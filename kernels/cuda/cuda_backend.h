@@ -143,12 +143,21 @@ mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]);
  * with NCCL's message on failure. Free with mpt_cuda_nccl_comm_free (NULL-safe; after the backend is gone too). */
 mpt_status mpt_cuda_nccl_comm_create(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
                                      int nranks, int rank, int64_t max_elems);
+/* The clean release at the end of a job, every rank alike (collective in effect: it flushes this rank's
+ * outstanding NCCL work, which needs the peers): ncclCommFinalize, then ncclCommDestroy; a failed finalize falls
+ * back to ncclCommAbort. Failures are warnings on stderr naming the call and NCCL's string (nothing is left to
+ * recover at exit). NULL-safe; sets *c = NULL. */
 void mpt_cuda_nccl_comm_free(mpt_nccl_comm **c);
+/* The release of a rank that fails alone (engine/dist's mpt_dist_finish, before MPI_Abort): ncclCommAbort, which
+ * stops this rank's outstanding NCCL work and waits for no peer (ncclCommDestroy could wait forever for peers that
+ * never reach it). Failure: a warning on stderr. NULL-safe; sets *c = NULL. */
+void mpt_cuda_nccl_comm_abort(mpt_nccl_comm **c);
 /* In place, for each of the n_bufs device FP32 buffers bufs[i] of counts[i] elements (collective, the same
  * counts on every rank; their sum at most the communicator's max_elems): bufs[i] <- sum over ranks of
  * RNE_wire(weight * bufs[i]), summed in the wire dtype (MPT_DTYPE_F32, BF16 or F16: ncclFloat, ncclBfloat16,
  * ncclHalf, NCCL rounding every partial sum to it), widened back to FP32. Enqueued on be's stream, one NCCL
- * group for all buffers; no host synchronisation. */
+ * group for all buffers; no host synchronisation. Polls ncclCommGetAsyncError first and stops (mpt_fatal, NCCL's
+ * string) when the communicator reports an error: a failed peer or link is named at the next step. */
 void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
                              mpt_dtype wire, float weight);
 

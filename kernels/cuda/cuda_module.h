@@ -20,7 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 /* Bumped whenever mpt_cuda_module_api, mpt_backend or an argument struct of engine/backend.h changes. */
-#define MPT_CUDA_MODULE_ABI 3
+#define MPT_CUDA_MODULE_ABI 4
 #define MPT_CUDA_MODULE_ENTRY "mpt_cuda_module_get"
 
 /* Each member has the meaning of the function of the same name in engine/backend.h or
@@ -48,6 +48,7 @@ typedef struct mpt_cuda_module_api {
     mpt_status (*nccl_comm_create)(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
                                    int nranks, int rank, int64_t max_elems);
     void (*nccl_comm_free)(mpt_nccl_comm **c);
+    void (*nccl_comm_abort)(mpt_nccl_comm **c);
     void (*nccl_allreduce)(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
                            mpt_dtype wire, float weight);
 } mpt_cuda_module_api;

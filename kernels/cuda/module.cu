@@ -70,6 +70,7 @@ static const mpt_cuda_module_api module_api = {
     mpt_cuda_nccl_unique_id,
     mpt_cuda_nccl_comm_create,
     mpt_cuda_nccl_comm_free,
+    mpt_cuda_nccl_comm_abort,
     mpt_cuda_nccl_allreduce,
 };
 

@@ -26,6 +26,7 @@
 #include <nccl.h>
 #endif
 
+#include <stdio.h>
 #include <string.h>
 
 struct mpt_nccl_comm {
@@ -120,13 +121,51 @@ extern "C" mpt_status mpt_cuda_nccl_comm_create(mpt_backend *be, mpt_nccl_comm *
 #endif
 }
 
+#ifdef MPT_HAVE_NCCL
+/* At exit nothing is left to recover: a failed release is reported on stderr with NCCL's string and the process
+ * goes on exiting. */
+static void nccl_warn(ncclResult_t r, const char *what) {
+    fprintf(stderr, "mptrain: warning: %s failed: %s (%s)\n", what, ncclGetErrorString(r), ncclGetLastError(NULL));
+}
+
+/* The scratch, on the communicator's GPU (the backend, its stream, may already be gone). */
+static void nccl_free_scratch(mpt_nccl_comm *c) {
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) e = cudaFree(c->scratch16);
+    if (e != cudaSuccess)
+        fprintf(stderr, "mptrain: warning: freeing the NCCL wire scratch failed: %s\n", mpt_cuda_describe(e));
+}
+#endif
+
 extern "C" void mpt_cuda_nccl_comm_free(mpt_nccl_comm **pc) {
     mpt_nccl_comm *c = *pc;
     if (!c) return;
 #ifdef MPT_HAVE_NCCL
-    /* at exit: failures leave nothing to recover, and the backend (its stream) may already be gone */
-    if (cudaSetDevice(c->device) == cudaSuccess) cudaFree(c->scratch16);
-    ncclCommDestroy(c->comm);
+    /* The clean release, every rank alike: ncclCommFinalize flushes this rank's outstanding operations (a
+     * blocking communicator: it returns when they completed), then ncclCommDestroy frees it locally. A failed
+     * finalize (a peer gone, a network error) falls back to ncclCommAbort, which waits for nobody. */
+    ncclResult_t r = ncclCommFinalize(c->comm);
+    if (r != ncclSuccess) {
+        nccl_warn(r, "ncclCommFinalize");
+        if ((r = ncclCommAbort(c->comm)) != ncclSuccess) nccl_warn(r, "ncclCommAbort");
+    } else if ((r = ncclCommDestroy(c->comm)) != ncclSuccess) {
+        nccl_warn(r, "ncclCommDestroy");
+    }
+    nccl_free_scratch(c);
+#endif
+    free(c);
+    *pc = NULL;
+}
+
+extern "C" void mpt_cuda_nccl_comm_abort(mpt_nccl_comm **pc) {
+    mpt_nccl_comm *c = *pc;
+    if (!c) return;
+#ifdef MPT_HAVE_NCCL
+    /* A rank that fails alone: ncclCommDestroy (and ncclCommFinalize) may wait for peers that will never reach
+     * the same point; ncclCommAbort stops this rank's outstanding NCCL work and frees the communicator at once. */
+    ncclResult_t r = ncclCommAbort(c->comm);
+    if (r != ncclSuccess) nccl_warn(r, "ncclCommAbort");
+    nccl_free_scratch(c);
 #endif
     free(c);
     *pc = NULL;
@@ -159,6 +198,12 @@ extern "C" void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float
     const int wide = wire == MPT_DTYPE_F32, bf16 = wire == MPT_DTYPE_BF16;
     MPT_ASSERTF(wide || bf16 || wire == MPT_DTYPE_F16, "mpt_cuda_nccl_allreduce: wire dtype %s",
                 mpt_dtype_name(wire));
+    /* A peer's failure or a network error shows up here as the communicator's asynchronous error: stop with
+     * NCCL's string before enqueueing work that would wait for the failed peer. */
+    ncclResult_t async = ncclSuccess;
+    MPT_NCCL_CHECK(ncclCommGetAsyncError(c->comm, &async));
+    MPT_ASSERTF(async == ncclSuccess || async == ncclInProgress, "NCCL communicator (rank %d of %d) reports an "
+                "asynchronous error: %s (%s)", c->rank, c->nranks, ncclGetErrorString(async), ncclGetLastError(c->comm));
     uint16_t *scratch16 = c->scratch16;
     int64_t total = 0;
     for (int i = 0; i < n_bufs; i++) total += counts[i];
