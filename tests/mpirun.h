@@ -15,14 +15,37 @@
 
 #include "mpt_config.h"
 
+/* The mptrain program of this build (MPT_BUILD_ROOT/tools/mptrain) into exe (len bytes). */
+static void mptrain_path(char *exe, size_t len) {
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(exe, len, "%s/tools/mptrain", root ? root : ".");
+}
+
+/* Runs argv (NULL-terminated; argv[0] looked up in PATH) with stdout and stderr into tmpdir/log; returns the exit
+ * status, or 128 + signal. */
+static int run_argv(const char *const *argv) {
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", tmpdir);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Runs `[mpirun -np ranks --oversubscribe] mptrain <args...>` (args NULL-terminated, at most 56) with stdout
  * and stderr into tmpdir/log; returns the exit status, or 128 + signal. ranks 0: without mpirun. */
 static int run_mptrain(int ranks, const char *const *args) {
-    char exe[1024], np[8], log[600];
-    const char *root = getenv("MPT_BUILD_ROOT");
-    snprintf(exe, sizeof exe, "%s/tools/mptrain", root ? root : ".");
+    char exe[1024], np[8];
+    mptrain_path(exe, sizeof exe);
     snprintf(np, sizeof np, "%d", ranks);
-    snprintf(log, sizeof log, "%s/log", tmpdir);
     const char *argv[64];
     int n = 0;
     if (ranks > 0) {
@@ -37,18 +60,7 @@ static int run_mptrain(int ranks, const char *const *args) {
         argv[n++] = args[i];
     }
     argv[n] = NULL;
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    int status = 0;
-    ck_assert(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return run_argv(argv);
 }
 
 /* The whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */

@@ -8,7 +8,10 @@
  *  - --resume of a 2-rank checkpoint by one process is refused (exit 2, naming the ranks);
  *  - --grad-comm without --data-parallel is a usage error (exit 2), and so is --shadow with it;
  *  - the evaluation split over the ranks gives the single-process test accuracy (equal) and loss (2^-20), and
- *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv.
+ *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv;
+ *  - a rank failing alone (rank 1 given a missing --data, rank 0 waiting for it in the first collective) ends the
+ *    whole job with its exit code within seconds (MPI_Abort after MPT_DIST_EXIT_WAIT_S), where it used to hang in
+ *    MPI_Finalize while rank 0 hung in MPI_Allreduce; ranks failing alike end cleanly, without MPI_Abort.
  * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
  */
 #include <dirent.h>
@@ -19,8 +22,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "engine/dist/dist.h"
 #include "harness.h"
 #include "mpt_config.h"
 #define TESTS_TMP_PREFIX "mpt_test_dist_cli"
@@ -40,6 +45,35 @@ static int run_train(int ranks, const char *out, const char *const *extra) {
     }
     args[n] = NULL;
     return run_mptrain(ranks, args);
+}
+
+/* Runs `timeout 120 mpirun --oversubscribe -np 1 mptrain train <common> --data data0 : -np 1 mptrain train
+ * <common> --data data1` (rank 0 reads data0, rank 1 data1) with stdout and stderr into tmpdir/log; returns the
+ * exit status (124: still running after 120 s, a hang) and the seconds it took in *secs. */
+static int run_two_ranks(const char *out, const char *data0, const char *data1, double *secs) {
+    char exe[1024];
+    mptrain_path(exe, sizeof exe);
+    const char *common[] = {"train", "--model", "mlp", "--epochs", "1", "--limit-train", "2048", "--limit-test", "256",
+                            "--batch-size", "64", "--max-steps", "16", "--device", "cpu", "--threads", "1",
+                            "--progress", "off", "--data-parallel", "--out", out, NULL};
+    const char *argv[96] = {"timeout", "120", "mpirun", "--oversubscribe"};
+    int n = 4;
+    for (int r = 0; r < 2; r++) {
+        if (r == 1) argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        argv[n++] = exe;
+        for (int i = 0; common[i]; i++) argv[n++] = common[i];
+        argv[n++] = "--data";
+        argv[n++] = r == 0 ? data0 : data1;
+    }
+    argv[n] = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_argv(argv);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return rc;
 }
 
 /* The loss column of out/metrics.csv into v[]; returns the row count. */
@@ -163,6 +197,35 @@ START_TEST(grad_comm_needs_data_parallel) {
 }
 END_TEST
 
+START_TEST(a_rank_failing_alone_aborts_the_job) {
+    make_tmpdir();
+    double secs = 0.0;
+    int rc = run_two_ranks(tmp_path("o"), MPT_DEFAULT_DATA_DIR, "/nonexistent", &secs);
+    ck_assert_msg(rc != 124, "the job hung: rank 0 still waited for the failed rank 1 after 120 s (see %s)",
+                  tmp_path("log"));
+    ck_assert_msg(rc == 1, "exit %d, expected rank 1's exit code 1 (see %s)", rc, tmp_path("log"));
+    ck_assert(log_contains("--data /nonexistent"));
+    ck_assert_msg(log_contains("rank 1 of 2 failed (exit 1) while its peers did not reach the end of the job"),
+                  "rank 1 did not say it aborted the job (see %s)", tmp_path("log"));
+    ck_assert_msg(secs >= MPT_DIST_EXIT_WAIT_S && secs < MPT_DIST_EXIT_WAIT_S + 60.0,
+                  "the job took %.1f s: rank 1 waits %d s for its peers, then aborts", secs, MPT_DIST_EXIT_WAIT_S);
+    rm_tmpdir();
+}
+END_TEST
+
+START_TEST(ranks_failing_alike_end_without_abort) {
+    make_tmpdir();
+    double secs = 0.0;
+    int rc = run_two_ranks(tmp_path("o"), "/nonexistent", "/nonexistent", &secs);
+    ck_assert_msg(rc == 1, "exit %d, expected 1 (see %s)", rc, tmp_path("log"));
+    ck_assert(log_contains("--data /nonexistent"));
+    ck_assert_msg(!log_contains("aborting the job") && !log_contains("MPI_ABORT"),
+                  "both ranks failed alike and reached the end: no MPI_Abort expected (see %s)", tmp_path("log"));
+    ck_assert_msg(secs < MPT_DIST_EXIT_WAIT_S, "the job took %.1f s: the ranks agree at once, no wait expected", secs);
+    rm_tmpdir();
+}
+END_TEST
+
 int main(void) {
     if (skip_without_fashion_mnist("test_dist_cli")) return 77;
     Suite *s = suite_create("dist_cli");
@@ -172,6 +235,8 @@ int main(void) {
     tcase_add_test(tc, grad_comm_needs_data_parallel);
     tcase_add_test(tc, sharded_evaluation_matches_one_process);
     tcase_add_test(tc, shadow_refused_with_data_parallel);
+    tcase_add_test(tc, a_rank_failing_alone_aborts_the_job);
+    tcase_add_test(tc, ranks_failing_alike_end_without_abort);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

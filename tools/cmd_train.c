@@ -1046,7 +1046,7 @@ int mpt_cmd_train(int argc, char **argv) {
     }
     int rc_dp = train_with(&o);
     fflush(stdout);
-    mpt_dist_free(&train_dist);
+    mpt_dist_finish(&train_dist, rc_dp); /* a rank failing alone aborts the job: its peers must not hang */
     return rc_dp;
 }
 

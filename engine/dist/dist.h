@@ -66,8 +66,22 @@ int mpt_dist_built(void);
  * caller (mpt_dist_free). Errors: MPT_ERR_ARG without MPI in the build (the message says how to
  * build it), MPT_ERR_ARG for an unknown comm. */
 mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm);
-/* Frees the buffers and calls MPI_Finalize if mpt_dist_init called MPI_Init. NULL-safe; sets *d = NULL. */
+/* Frees the buffers and calls MPI_Finalize if mpt_dist_init called MPI_Init. NULL-safe; sets *d = NULL. For the
+ * end of a job whose ranks all got there; a command that may end with one rank failed calls mpt_dist_finish. */
 void mpt_dist_free(mpt_dist **d);
+
+/* Seconds a failed rank waits at mpt_dist_finish for its peers before it aborts the job. */
+#define MPT_DIST_EXIT_WAIT_S 5
+
+/* The end of a job (collective in effect; every rank calls it once, with its exit code: 0 = success). The ranks
+ * agree on the worst exit code (MPI_Iallreduce MAX on a communicator of its own, so it never matches a collective
+ * a peer still waits in). A rank that succeeded waits for the others as long as they take. When all ranks get
+ * there, mpt_dist_free releases everything cleanly, except that after any rank's failure the NCCL communicator is
+ * aborted (ncclCommAbort), not destroyed. A failed rank whose peers have not all arrived within
+ * MPT_DIST_EXIT_WAIT_S (they wait for it in a step's collective that it will never join) failed alone: it says so
+ * on stderr, aborts its NCCL communicator and calls MPI_Abort(exit_code), which ends every rank of the job, so no
+ * peer hangs; it does not return then. With one rank it is mpt_dist_free. NULL-safe; sets *d = NULL. */
+void mpt_dist_finish(mpt_dist **d, int exit_code);
 
 int mpt_dist_rank(const mpt_dist *d);
 int mpt_dist_size(const mpt_dist *d);

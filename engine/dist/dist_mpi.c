@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +19,7 @@
 
 struct mpt_dist {
     MPI_Comm comm;
+    MPI_Comm exit_comm;    /* a duplicate of comm for the exit agreement only (mpt_dist_finish), or MPI_COMM_NULL */
     int rank, size;
     int local_size;        /* ranks on this node */
     MPI_Request *signals;  /* [size] this rank's pending signal sends (mpt_dist_signal) */
@@ -83,6 +85,8 @@ static mpt_status mpi_error(int rc, const char *what) {
         }                                                                                                         \
     } while (0)
 
+static mpt_status wait_idle(MPI_Request *req, const char *what);
+
 int mpt_dist_built(void) { return 1; }
 
 mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
@@ -101,6 +105,7 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
         d->owns_mpi = 1;
     }
     d->comm = MPI_COMM_WORLD;
+    d->exit_comm = MPI_COMM_NULL;
     MPI_Comm_set_errhandler(d->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(d->comm, &d->rank);
     MPI_Comm_size(d->comm, &d->size);
@@ -113,6 +118,13 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     d->wire = comm;
     d->weight = 1.0f / (float)d->size;
     d->sum16 = MPI_OP_NULL;
+    /* Its own communicator: the exit agreement of a rank that failed must never match a collective its peers
+     * are still waiting in on comm. */
+    if ((rc = MPI_Comm_dup(d->comm, &d->exit_comm)) != MPI_SUCCESS) {
+        d->exit_comm = MPI_COMM_NULL;
+        mpt_dist_free(&d);
+        return mpi_error(rc, "MPI_Comm_dup (exit agreement)");
+    }
     if (comm != MPT_GRAD_COMM_FP32 && (rc = MPI_Op_create(comm == MPT_GRAD_COMM_BF16 ? sum_bf16 : sum_f16, 1,
                                                           &d->sum16)) != MPI_SUCCESS) {
         mpt_dist_free(&d);
@@ -126,6 +138,7 @@ void mpt_dist_free(mpt_dist **pd) {
     mpt_dist *d = *pd;
     if (!d) return;
     if (d->sum16 != MPI_OP_NULL) MPI_Op_free(&d->sum16);
+    if (d->exit_comm != MPI_COMM_NULL) MPI_Comm_free(&d->exit_comm);
     free(d->flat);
     free(d->flat16);
     free(d->ref);
@@ -137,6 +150,51 @@ void mpt_dist_free(mpt_dist **pd) {
     if (d->owns_mpi) MPI_Finalize();
     free(d);
     *pd = NULL;
+}
+
+/* Waits up to `seconds` for req (MPI_Test, sleeping 1 ms between tests); 1 if it completed, 0 on timeout or error. */
+static int wait_until(MPI_Request *req, double seconds) {
+    double end = wall_s() + seconds;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+        if (done) return 1;
+        if (wall_s() > end) return 0;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void mpt_dist_finish(mpt_dist **pd, int exit_code) {
+    mpt_dist *d = *pd;
+    if (!d) return;
+    if (d->size == 1) { /* no peers to wait for, none to leave waiting */
+        mpt_dist_free(pd);
+        return;
+    }
+    int worst = exit_code, rc;
+    MPI_Request req;
+    int agreed = (rc = MPI_Iallreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, d->exit_comm, &req)) == MPI_SUCCESS;
+    /* A rank that succeeded waits for the others as long as they take (they either finish or fail, and a failed
+     * one aborts the job); a failed rank waits MPT_DIST_EXIT_WAIT_S for peers that may be blocked for good in a
+     * collective it will never join. */
+    if (agreed && exit_code == 0) agreed = wait_idle(&req, "MPI_Iallreduce (exit agreement)") == MPT_OK;
+    else if (agreed) agreed = wait_until(&req, MPT_DIST_EXIT_WAIT_S);
+    if (agreed) {
+        /* Every rank got here: nobody waits in a collective. After any failure a peer's NCCL work may not have
+         * completed, so the communicator is aborted rather than destroyed; MPI finalises cleanly. */
+        if (worst != 0) mpt_cuda_nccl_comm_abort(&d->nccl);
+        mpt_dist_free(pd);
+        return;
+    }
+    if (rc != MPI_SUCCESS) mpi_error(rc, "MPI_Iallreduce (exit agreement)");
+    fprintf(stderr, "mptrain: rank %d of %d failed (exit %d) while its peers did not reach the end of the job "
+                    "within %d s: aborting the job (MPI_Abort) so that they do not wait for it forever\n",
+            d->rank, d->size, exit_code, MPT_DIST_EXIT_WAIT_S);
+    fflush(stderr);
+    mpt_cuda_nccl_comm_abort(&d->nccl);
+    MPI_Abort(d->comm, exit_code != 0 ? exit_code : 1);
+    _Exit(exit_code != 0 ? exit_code : 1); /* MPI_Abort does not return; if it did, the job must still end */
 }
 
 int mpt_dist_rank(const mpt_dist *d) { return d->rank; }
