@@ -9,6 +9,9 @@
  *   conversions, themselves checked bit for bit against the format definitions in test_dtype);
  * over values spanning 40 binades (FP16's subnormals and overflow included: 1e5 * 0.5 becomes inf in FP16, so
  * found_inf would skip the step), with a NaN that must stay NaN, across three tensors in one NCCL group.
+ * The failed-rank release (mpt_cuda_nccl_comm_abort: ncclCommAbort) after an all-reduce returns, clears the
+ * pointer, is NULL-safe, and leaves the GPU usable: a fresh communicator made afterwards all-reduces exactly.
+ * (That an abort does not wait for a failed peer needs two GPUs; with one rank there is no peer.)
  */
 #include <math.h>
 #include <stdio.h>
@@ -69,6 +72,45 @@ START_TEST(one_rank_allreduce_is_the_weighted_term_in_the_wire_dtype) {
 }
 END_TEST
 
+/* An FP32 all-reduce of n values x_i = i + 1 with weight 0.5 on communicator c: 1 if every element is exactly
+ * 0.5 x_i (one rank: the sum is the rank's own term). */
+static int halves_exactly(mpt_nccl_comm *c, int64_t n) {
+    float *host = malloc((size_t)n * sizeof(float)), *dev = gpu->alloc(gpu, (size_t)n * sizeof(float));
+    ck_assert(host != NULL && dev != NULL);
+    for (int64_t i = 0; i < n; i++) host[i] = (float)(i + 1);
+    gpu->from_host(gpu, dev, host, (size_t)n * sizeof(float));
+    mpt_cuda_nccl_allreduce(gpu, c, &dev, &n, 1, MPT_DTYPE_F32, 0.5f);
+    gpu->to_host(gpu, host, dev, (size_t)n * sizeof(float));
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++) ok &= host[i] == 0.5f * (float)(i + 1);
+    gpu->free(gpu, dev);
+    free(host);
+    return ok;
+}
+
+/* A communicator of one rank on a fresh id, with scratch for n elements. */
+static mpt_nccl_comm *one_rank_comm(int64_t n) {
+    unsigned char id[MPT_NCCL_ID_BYTES];
+    mpt_nccl_comm *c = NULL;
+    ck_assert_msg(mpt_cuda_nccl_unique_id(id) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_cuda_nccl_comm_create(gpu, &c, id, 1, 0, n) == MPT_OK, "%s", mpt_last_error());
+    ck_assert(c != NULL);
+    return c;
+}
+
+START_TEST(abort_releases_the_communicator_and_the_gpu_stays_usable) {
+    mpt_nccl_comm *c = one_rank_comm(1024);
+    ck_assert_msg(halves_exactly(c, 1024), "all-reduce on the communicator to be aborted");
+    mpt_cuda_nccl_comm_abort(&c);
+    ck_assert(c == NULL);
+    mpt_cuda_nccl_comm_abort(&c); /* NULL-safe */
+    mpt_nccl_comm *again = one_rank_comm(1024);
+    ck_assert_msg(halves_exactly(again, 1024), "all-reduce on a communicator made after an abort");
+    mpt_cuda_nccl_comm_free(&again);
+    ck_assert(again == NULL);
+}
+END_TEST
+
 int main(void) {
     int gate = mpt_test_cuda_gate("test_nccl");
     if (gate >= 0) return gate;
@@ -91,6 +133,7 @@ int main(void) {
     Suite *s = suite_create("nccl");
     TCase *tc = tcase_create("one rank");
     tcase_add_loop_test(tc, one_rank_allreduce_is_the_weighted_term_in_the_wire_dtype, 0, 3);
+    tcase_add_test(tc, abort_releases_the_communicator_and_the_gpu_stays_usable);
     suite_add_tcase(s, tc);
     int rc = mpt_test_run(s);
     mpt_cuda_nccl_comm_free(&comm);
