@@ -221,10 +221,10 @@ FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
 }
 
 const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err, size_t n) {
-    int bad = ferror(gp);
-    bad |= fclose(gp) != 0;
-    mpt_status s = bad ? mpt_errorf(MPT_ERR_IO, "%s/%s: cannot write the gnuplot script", c->dir, script)
-                       : mpt_cli_gnuplot(c->dir, script);
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/%s", c->dir, script);
+    mpt_status s = mpt_cli_close_written(gp, path);
+    if (s == MPT_OK) s = mpt_cli_gnuplot(c->dir, script);
     if (s == MPT_OK) return NULL;
     snprintf(err, n, "%s", mpt_last_error());
     return err;
@@ -252,8 +252,9 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
     if (plot_error) fprintf(f, "(No picture: %s.)\n", plot_error);
     else fprintf(f, "![%s](%s.png)\n", l->name, l->name);
     fprintf(f, "\nParameters of this lesson (`mptrain lab %s --param KEY=VALUE`): %s.\n", l->name, l->params_help);
-    if (fclose(f) != 0) return mpt_errorf(MPT_ERR_IO, "%s/report.md: cannot write (%s)", c->dir, strerror(errno));
-    return MPT_OK;
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/report.md", c->dir);
+    return mpt_cli_close_written(f, path); /* a failed fprintf above is caught too, not only a failed fclose */
 }
 
 /* ---- the command --------------------------------------------------------------------------------------------- */
