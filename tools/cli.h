@@ -467,7 +467,9 @@ mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *row
 void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
 
 /* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
- * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails. */
+ * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails; when it fails, the
+ * picture of a script X.gp (X.png, the name every caller's script sets as its output) is removed, so that no
+ * half-drawn or stale PNG passes for the plot. */
 mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
 
 /* ---- a plan of runs over the ranks of an MPI job (sweep.c) ------------------------------------------------- */

@@ -70,6 +70,17 @@ void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
             width, height, width, height, png);
 }
 
+/* Removes dir/<stem>.png, the picture of dir/<stem>.gp, which a failed gnuplot may have left half drawn (set output
+ * creates the file before the first panel), so that no stale or partial PNG passes for the plot. Best effort:
+ * absent is fine. */
+static void remove_picture(const char *dir, const char *script) {
+    size_t stem = strlen(script);
+    if (stem < 3 || strcmp(script + stem - 3, ".gp") != 0) return;
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/%.*s.png", dir, (int)(stem - 3), script);
+    unlink(path);
+}
+
 mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
     char log[MPT_CLI_PATH + 64];
     snprintf(log, sizeof log, "%s/%s.log", dir, script);
@@ -95,29 +106,19 @@ mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
         return mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); "
                                       "the plot script is %s/%s", dir, script);
     }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        remove_picture(dir, script);
         return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s/%s (see %s)", dir, script, log);
+    }
     unlink(log);
     return MPT_OK;
-}
-
-/* Runs gnuplot on dir/script; when it fails, removes the picture it may have left half drawn (set output
- * creates the file before the first panel), so that no stale or partial PNG passes for the plot. */
-static mpt_status gnuplot_or_no_png(const char *dir, const char *script, const char *png) {
-    mpt_status s = mpt_cli_gnuplot(dir, script);
-    if (s != MPT_OK) {
-        char path[MPT_CLI_PATH + 64];
-        snprintf(path, sizeof path, "%s/%s", dir, png);
-        unlink(path); /* best effort: absent is fine */
-    }
-    return s;
 }
 
 mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
     MPT_TRY(write_script(script, precisions, n));
-    return gnuplot_or_no_png(dir, "convergence.gp", "convergence.png");
+    return mpt_cli_gnuplot(dir, "convergence.gp");
 }
 
 /* ---- numerics.png --------------------------------------------------------------------------------------------
@@ -351,5 +352,5 @@ mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *row
         return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step (each ran fewer steps than --telemetry), "
                                        "so there is nothing to plot");
     MPT_TRY(write_numerics_script(dir, rows, n));
-    return gnuplot_or_no_png(dir, "numerics.gp", "numerics.png");
+    return mpt_cli_gnuplot(dir, "numerics.gp");
 }
