@@ -164,7 +164,7 @@ MPTRAIN=$ROOT/$BUILD_DIR/tools/mptrain
 GEMM_BENCH=$ROOT/$BUILD_DIR/bench/gemm_bench
 [ -x "$MPTRAIN" ] || die "$MPTRAIN was not built"
 if [ "$MODE" = gpu ] && "$MPTRAIN" info | grep -Eq '^ +usable: +no'; then
-    die "gpu: mptrain sees no usable GPU: $("$MPTRAIN" info | grep '^GPU:')"
+    die "gpu: mptrain sees no usable GPU: $("$MPTRAIN" info | grep -E '^ +usable: +no' | head -n 1 | sed -E 's/^ *usable: *no:? *//')"
 fi
 
 # ---- running one configuration --------------------------------------------------------------------------
