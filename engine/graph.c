@@ -239,9 +239,11 @@ static void zero_if_unwritten(mpt_graph *g, mpt_tensor *t) {
 void mpt_graph_forward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
     discard_grads(g, MPT_MEM_ACT_GRAD); /* activation gradients belong to one forward/backward pass */
-    for (int i = 0; i < g->n_nodes; i++) g->nodes[i]->bwd_fused = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i]->forward) g->nodes[i]->forward(g, g->nodes[i]);
+    for (int i = 0; i < g->n_nodes; i++) {
+        mpt_node *n = g->nodes[i];
+        n->bwd_done = 0;
+        if (n->forward) n->forward(g, n);
+    }
 }
 
 void mpt_graph_zero_grad(mpt_graph *g) {
@@ -253,8 +255,7 @@ void mpt_graph_backward(mpt_graph *g) {
     MPT_ASSERT(g->allocated);
     for (int i = g->n_nodes - 1; i >= 0; i--) {
         mpt_node *n = g->nodes[i];
-        if (!n->backward) continue;
-        if (n->op == MPT_OP_RELU && n->fused_prev && n->fused_prev->bwd_fused) continue; /* done by an epilogue */
+        if (!n->backward || n->bwd_done) continue; /* bwd_done: run by another node's epilogue */
         if (n->out) zero_if_unwritten(g, n->out->grad); /* an output no later node consumed */
         n->backward(g, n);
     }

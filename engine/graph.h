@@ -83,8 +83,9 @@ struct mpt_node {
     mpt_node *fused_next;                  /* on L: the linear node C reading R's output, whose data-gradient GEMM
                                               may do R's backward and L's bias gradient (DRELU_BGRAD); or NULL */
     mpt_node *fused_prev;                  /* on C: that L; on R: the L whose epilogue runs R's forward */
-    int bwd_fused;                         /* on L, per pass (reset by forward): C's epilogue did R's backward and
-                                              L's bias gradient in this pass */
+    int bwd_done;                          /* per pass (reset by forward): another node's GEMM epilogue ran this
+                                              node's backward (on R: C's DRELU_BGRAD, which also wrote L's bias
+                                              gradient); mpt_graph_backward skips the node */
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;

@@ -122,7 +122,7 @@ static void linear_backward_data(mpt_graph *g, mpt_node *n, char *tag, size_t ta
         mpt_graph_grad_accumulate(g, l->in[2]->grad);
         mpt_gemm_args a = linear_fused_dgrad_args(n, tag);
         g->be->gemm(g->be, &a);
-        l->bwd_fused = 1;
+        l->fused_relu->bwd_done = 1;
         return;
     }
     mpt_gemm_args a = linear_dgrad_args(n, tag);
@@ -137,7 +137,7 @@ static void linear_backward(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     mpt_gemm_args a = linear_wgrad_args(n, tag);
     a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
-    if (n->bwd_fused) { /* db was written by the next layer's data-gradient epilogue */
+    if (n->fused_relu && n->fused_relu->bwd_done) { /* db was written by the next layer's data-gradient epilogue */
         g->be->gemm(g->be, &a);
         return;
     }
@@ -179,7 +179,7 @@ static void linear_fill_fused(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.fwd.fill", n->name);
     mpt_gemm_args a = linear_fwd_args(n, tag);
     g->be->gemm(g->be, &a);
-    if (!n->bwd_fused) return;
+    if (!n->fused_relu->bwd_done) return;
     snprintf(tag, sizeof tag, "%s.dgrad.fill", n->fused_next->name);
     a = linear_dgrad_args(n->fused_next, tag);
     a.beta = 0.0f;
