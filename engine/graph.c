@@ -21,6 +21,7 @@ mpt_graph *mpt_graph_create(mpt_backend *be, const mpt_policy *policy, int batch
     g->batch = batch;
     g->batch_row0 = 0;
     g->batch_global = batch;
+    for (int m = 0; m < MPT_MEM_COUNT; m++) g->grad_epoch[m] = 1;
     const char *fuse = getenv("MPT_FUSED_EPILOGUES");
     g->fuse_epilogues = !(fuse && strcmp(fuse, "0") == 0);
     return g;
@@ -197,15 +198,15 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
     return MPT_OK;
 }
 
-/* Discards the gradients of one arena: zeroes it, or with grad_overwrite marks its tensors unwritten. */
+/* Discards the gradients of one arena: zeroes it, or with grad_overwrite marks its tensors unwritten (a new
+ * epoch: grad_epoch in engine/graph.h). */
 static void discard_grads(mpt_graph *g, mpt_mem mem) {
     if (!g->arena[mem]) return;
     if (!g->grad_overwrite) {
         g->be->memset_zero(g->be, g->arena[mem], g->arena_bytes[mem]);
         return;
     }
-    for (int i = 0; i < g->n_tensors; i++)
-        if (g->tensors[i]->mem == mem) g->tensors[i]->grad_written = 0;
+    g->grad_epoch[mem]++;
 }
 
 static mpt_tensor *storage_of(mpt_tensor *t) {
@@ -213,27 +214,32 @@ static mpt_tensor *storage_of(mpt_tensor *t) {
     return t;
 }
 
+/* Whether storage tensor s was written since its arena was last discarded. */
+static int grad_written(const mpt_graph *g, const mpt_tensor *s) { return s->grad_epoch == g->grad_epoch[s->mem]; }
+
+static void mark_written(const mpt_graph *g, mpt_tensor *s) { s->grad_epoch = g->grad_epoch[s->mem]; }
+
 int mpt_graph_grad_accumulate(mpt_graph *g, mpt_tensor *t) {
     if (!g->grad_overwrite) return 1;
     mpt_tensor *s = storage_of(t);
-    int written = s->grad_written;
-    s->grad_written = 1;
+    int written = grad_written(g, s);
+    mark_written(g, s);
     return written;
 }
 
 int mpt_graph_grad_first_write(const mpt_graph *g, const mpt_tensor *t) {
     if (!g->grad_overwrite) return 0;
     while (t->view_of) t = t->view_of;
-    return !t->grad_written;
+    return !grad_written(g, t);
 }
 
 /* With grad_overwrite: zeroes gradient t if nothing wrote it since it was discarded (it is about to be read). */
 static void zero_if_unwritten(mpt_graph *g, mpt_tensor *t) {
     if (!g->grad_overwrite || !t) return;
     mpt_tensor *s = storage_of(t);
-    if (s->grad_written) return;
+    if (grad_written(g, s)) return;
     g->be->memset_zero(g->be, s->data, mpt_tensor_nbytes(s));
-    s->grad_written = 1;
+    mark_written(g, s);
 }
 
 void mpt_graph_forward(mpt_graph *g) {

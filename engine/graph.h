@@ -134,6 +134,9 @@ struct mpt_graph {
                                      MPT_MEM_TWIN; set before mpt_graph_alloc */
     int grad_overwrite;           /* first writes overwrite gradients instead of zeroing the arenas (see the
                                      header comment); set by mpt_trainer_create, 0 by default */
+    uint64_t grad_epoch[MPT_MEM_COUNT]; /* with grad_overwrite: a discard of a gradient arena increments its
+                                     epoch (O(1), no pass over the tensors); a tensor is written since then when
+                                     its grad_epoch equals this (starts at 1; tensors start at 0, unwritten) */
     int fuse_epilogues;           /* layers may fuse work into GEMM epilogues ("Fused epilogues" above). 1 unless
                                      MPT_FUSED_EPILOGUES=0 is in the environment at mpt_graph_create; tests set it
                                      to compare (the relu fusions are planned only if it is set at mpt_graph_alloc;

@@ -45,8 +45,9 @@ typedef struct mpt_tensor {
     void *data;                    /* view into an arena; NULL until allocated */
     struct mpt_tensor *grad;       /* gradient tensor (same shape), or NULL when no gradient flows */
     struct mpt_tensor *view_of;    /* non-NULL for a view (flatten): shares view_of's data and grad data */
-    int grad_written;              /* gradient tensors in a graph with grad_overwrite: written since the last
-                                      reset (engine/graph.c mpt_graph_grad_accumulate); otherwise unused */
+    uint64_t grad_epoch;           /* gradient tensors in a graph with grad_overwrite: written since the last
+                                      reset when equal to the graph's grad_epoch[mem] (engine/graph.c
+                                      mpt_graph_grad_accumulate); otherwise unused */
 } mpt_tensor;
 
 /* Number of elements (product of the shape). */
