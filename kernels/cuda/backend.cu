@@ -21,8 +21,7 @@
 
 /* ---- status descriptions and the debug synchronisation ---------------------------------------------- */
 
-/* Whether MPT_CUDA_SYNC_DEBUG=1 is set (read once). */
-static int sync_debug_on(void) {
+int mpt_cuda_sync_debug_on(void) {
     static int mode = -1; /* -1: environment not read yet */
     if (mode < 0) {
         const char *e = getenv("MPT_CUDA_SYNC_DEBUG");
@@ -51,7 +50,7 @@ static int asynchronous_fault(cudaError_t s) {
 const char *mpt_cuda_describe(cudaError_t s) {
     static thread_local char buf[512];
     snprintf(buf, sizeof buf, "%s (%s, %d)%s", cudaGetErrorString(s), cudaGetErrorName(s), (int)s,
-             asynchronous_fault(s) && !sync_debug_on()
+             asynchronous_fault(s) && !mpt_cuda_sync_debug_on()
                  ? "; a kernel fault surfaces at a later call, so the call named here may not be its cause: rerun "
                    "with MPT_CUDA_SYNC_DEBUG=1 (the device is synchronised after every call, the step graph is off) "
                    "to stop at the call that caused it"
@@ -98,7 +97,7 @@ const char *mpt_curand_describe(curandStatus_t s) {
 }
 
 void mpt_cuda_debug_sync(const char *what, const char *file, int line) {
-    if (!sync_debug_on()) return;
+    if (!mpt_cuda_sync_debug_on()) return;
     cudaError_t s = cudaDeviceSynchronize();
     if (s != cudaSuccess)
         mpt_fatal(file, line, "asynchronous CUDA error surfaced right after %s (MPT_CUDA_SYNC_DEBUG=1): %s", what,

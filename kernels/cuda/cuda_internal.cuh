@@ -36,6 +36,8 @@ extern "C" {
 
 /* ---- library-call checks --------------------------------------------------------------------------- */
 
+/* 1 if MPT_CUDA_SYNC_DEBUG=1 is set, else 0 (the environment is read once, so every caller agrees). */
+int mpt_cuda_sync_debug_on(void);
 /* Under MPT_CUDA_SYNC_DEBUG=1: synchronises the device and aborts naming `what` if an asynchronous error
  * surfaced. Otherwise a no-op (the environment is read once). */
 void mpt_cuda_debug_sync(const char *what, const char *file, int line);

@@ -25,7 +25,6 @@
  * cudaStreamEndCapture, cudaGraphInstantiate, cudaGraphLaunch); CUDA Programming Guide, "CUDA Graphs".
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
 
@@ -75,7 +74,7 @@ static int64_t before(const int64_t *snap, int n_snap, int i, int n_now) {
     return i < n_snap - 1 ? snap[i] : 0;
 }
 
-/* Takes back the counts the recording added (the recorded calls have not run); if `keep`, stores them in
+/* Takes back the counts the recording added (the recorded calls have not run); if inc is not NULL, stores them in
  * *inc / *n_inc as the increments of one replay. */
 static void settle_counters(int64_t *(*counter)(void *, int), void *cache, int n_now, const int64_t *snap, int n_snap,
                             int64_t **inc, int *n_inc) {
@@ -103,8 +102,7 @@ static void capture_free(mpt_cuda_capture *cap) {
 mpt_status mpt_cuda_capture_begin(mpt_backend *be) {
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     MPT_ASSERTF(ctx->capture == NULL, "capture_begin: a recording is already in progress");
-    const char *dbg = getenv("MPT_CUDA_SYNC_DEBUG");
-    if (dbg && strcmp(dbg, "1") == 0)
+    if (mpt_cuda_sync_debug_on())
         return mpt_errorf(MPT_ERR_DEVICE, "MPT_CUDA_SYNC_DEBUG=1 synchronises the device after every call, which a "
                                           "CUDA Graph recording cannot contain");
     mpt_cuda_capture *cap = (mpt_cuda_capture *)calloc(1, sizeof *cap);
