@@ -13,11 +13,11 @@
  * synchronisation to the step: a kernel multiplies each gradient by the rank's weight w_r (the division by N
  * before the sum, PyTorch's fp16_compress_hook order) and rounds it to the wire dtype (RNE, kernels/elemwise.h),
  * ncclAllReduce sums in that dtype (ncclFloat / ncclBfloat16 / ncclHalf: NCCL rounds every partial sum to
- * it), and a kernel widens the result back to FP32 in place. All tensors go in one ncclGroupStart/End, so
- * NCCL fuses them. found_inf needs no extra collective here: IEEE sums propagate inf and NaN (inf + x = inf,
- * NaN + x = NaN, inf - inf = NaN) and an FP16 overflow of the sum is inf, so the reduced gradient, identical
- * on every rank, is non-finite exactly when some rank's term was or the sum overflowed, and the step's
- * unscale_check on it sets found_inf on every rank alike.
+ * it), and the backend's cast kernel (elementwise.cu) widens the result back into the FP32 gradient. All
+ * tensors go in one ncclGroupStart/End, so NCCL fuses them. found_inf needs no extra collective here: IEEE
+ * sums propagate inf and NaN (inf + x = inf, NaN + x = NaN, inf - inf = NaN) and an FP16 overflow of the sum
+ * is inf, so the reduced gradient, identical on every rank, is non-finite exactly when some rank's term was or
+ * the sum overflowed, and the step's unscale_check on it sets found_inf on every rank alike.
  */
 #include "kernels/cuda/cuda_internal.cuh"
 #include "mpt_config.h"
@@ -183,12 +183,6 @@ static __global__ void to_wire_kernel(uint16_t *h, const float *x, int64_t n, fl
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         h[i] = bf16 ? mpt_f32_to_bf16(x[i] * w) : mpt_f32_to_f16(x[i] * w);
 }
-
-/* x[i] = widen(h[i]), exact. */
-static __global__ void from_wire_kernel(float *x, const uint16_t *h, int64_t n, int bf16) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] = bf16 ? mpt_bf16_to_f32(h[i]) : mpt_f16_to_f32(h[i]);
-}
 #endif
 
 extern "C" void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts,
@@ -230,8 +224,7 @@ extern "C" void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float
     off = 0;
     for (int i = 0; i < n_bufs; i++) {
         if (counts[i] == 0) continue;
-        from_wire_kernel<<<mpt_cuda_blocks(ctx, counts[i]), MPT_CUDA_THREADS, 0, ctx->stream>>>(bufs[i], scratch16 + off, counts[i], bf16);
-        MPT_CUDA_CHECK_LAUNCH("nccl wire widening");
+        mpt_cuda_cast_raw(ctx, bufs[i], MPT_DTYPE_F32, scratch16 + off, wire, counts[i]); /* exact widening */
         off += counts[i];
     }
 #else
