@@ -201,6 +201,14 @@ START_TEST(a_rank_failing_alone_aborts_the_job) {
     make_tmpdir();
     double secs = 0.0;
     int rc = run_two_ranks(tmp_path("o"), MPT_DEFAULT_DATA_DIR, "/nonexistent", &secs);
+    /* Open MPI 4.1's runtime once crashed (SIGSEGV in orte_rml_oob_send_buffer_nb, mpirun's own code) while
+     * handling rank 1's MPI_Abort on a loaded machine: 0 of 30 runs here reproduced it. A signal ending mpirun is
+     * that crash, not mptrain's behaviour, so the job runs once more and the same assertions judge the rerun. */
+    if (rc > 128 && rc != 128 + 9) {
+        fprintf(stderr, "test_dist_cli: mpirun ended by signal %d while the job aborted (Open MPI's runtime, see %s); "
+                        "running the job once more\n", rc - 128, tmp_path("log"));
+        rc = run_two_ranks(tmp_path("o"), MPT_DEFAULT_DATA_DIR, "/nonexistent", &secs);
+    }
     ck_assert_msg(rc != 124, "the job hung: rank 0 still waited for the failed rank 1 after 120 s (see %s)",
                   tmp_path("log"));
     ck_assert_msg(rc == 1, "exit %d, expected rank 1's exit code 1 (see %s)", rc, tmp_path("log"));
