@@ -14,6 +14,7 @@
  * the build machine); a build without it reports MPT_CUDA_NOT_BUILT, which the cuda suite treats as a
  * machine without a GPU (skip, or fail under MPT_REQUIRE_CUDA=1).
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,45 @@ START_TEST(test_module_loads_where_built) {
 }
 END_TEST
 
+/* The module exports its entry point and nothing else (kernels/cuda/module.cu). A function it exported under the
+ * name of one of the engine's forwarders (engine/cuda_loader.c) would be interposed by the forwarder: the module's
+ * table then points back at the forwarder, which calls the table again. That was mpt_backend_cuda_create on the
+ * first GPU run (2026-11-26): a busy loop, every GPU test and `train --device cuda` hung. */
+START_TEST(test_module_exports_only_its_entry) {
+    mpt_cuda_module_state m;
+    if (!mpt_cuda_module_status(&m)) return; /* no module: nothing to check (test_module_loads_where_built says why) */
+    void *h = dlopen(m.path, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(h != NULL, "%s is loaded but dlopen(RTLD_NOLOAD) does not find it: %s", m.path, dlerror());
+    ck_assert_msg(dlsym(h, "mpt_cuda_module_get") != NULL, "%s does not export mpt_cuda_module_get", m.path);
+    static const char *const forwarded[] = {"mpt_backend_cuda_create", "mpt_cuda_available", "mpt_cuda_probe",
+                                            "mpt_cuda_device_info", "mpt_cuda_set_device", "mpt_cuda_rng_uniform",
+                                            "mpt_cuda_nccl_built", "mpt_cuda_nccl_allreduce",
+                                            "mpt_cuda_gemm_record_count", "mpt_cuda_library_versions"};
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+        ck_assert_msg(dlsym(h, forwarded[i]) == NULL,
+                      "%s exports %s: the program's forwarder of that name would interpose it (engine/api.h.in, "
+                      "MPT_BUILDING_CUDA_MODULE)", m.path, forwarded[i]);
+    dlclose(h);
+}
+END_TEST
+
+/* mpt_backend_cuda_create returns (a backend, or NULL with a reason) instead of looping: on a machine without a GPU
+ * it must say why; on one with a GPU it must give a backend. The tcase's timeout bounds a loop. */
+START_TEST(test_backend_create_returns) {
+    char why[512];
+    mpt_cuda_probe_result r = mpt_cuda_probe(why, sizeof why);
+    mpt_backend *be = mpt_backend_cuda_create();
+    if (r == MPT_CUDA_USABLE) {
+        ck_assert_msg(be != NULL, "a usable GPU (%s), but no backend: %s", why, mpt_last_error());
+        mpt_backend_free(&be);
+    } else {
+        ck_assert_msg(be == NULL, "no usable GPU (%s), but a backend was created", why);
+        ck_assert_msg(strstr(mpt_last_error(), why) != NULL || strstr(mpt_last_error(), "CUDA") != NULL,
+                      "the error does not say why: %s", mpt_last_error());
+    }
+}
+END_TEST
+
 START_TEST(test_skip_or_fail) {
     char why[512];
     mpt_cuda_probe_result r = mpt_cuda_probe(why, sizeof why);
@@ -126,6 +166,8 @@ int main(void) {
     TCase *tc = tcase_create("probe");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_module_loads_where_built);
+    tcase_add_test(tc, test_module_exports_only_its_entry);
+    tcase_add_test(tc, test_backend_create_returns);
     tcase_add_test(tc, test_skip_or_fail);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
