@@ -2,7 +2,7 @@
 """bench/pytorch_reference.py - the PyTorch side of bench/run.sh: trains the same models as `mptrain train`
 with the same settings and prints one JSON line with its timings and final test metrics.
 
-What is the same as mptrain (tools/cmd_train.c, models/models.c, datasets/loader.h):
+What is the same as mptrain (tools/run.c, models/models.c, datasets/loader.h):
   - models: mlp 784-512-512-10 with ReLU; lenet5 conv 6@5x5 pad 2, relu, maxpool 2, conv 16@5x5, relu,
     maxpool 2, flatten, 120, relu, 84, relu, 10; cnn (PyTorch examples/mnist: conv 32@3x3, conv 64@3x3,
     maxpool 2, dropout 0.25, 128, dropout 0.5, 10). PyTorch's default initialisation (mptrain copies it).

@@ -397,7 +397,7 @@ START_TEST(test_step_graph_fallback) {
             mpt_trainer_gather(tr, r[k].data.train_images, r[k].data.train_labels, idx, r[k].data.dim, 0.0f, 1.0f);
             mpt_trainer_step(tr);
         }
-        char status[704]; /* as tools/cli.h's cuda_graph */
+        char status[704]; /* as tools/run.h's cuda_graph */
         mpt_trainer_graph_status(tr, status, sizeof status);
         if (k == 0) {
             ck_assert_str_eq(status, "not applicable (cpu backend)");

@@ -1,23 +1,32 @@
 /*
- * tools/cli.h - the mptrain command's internals, shared by its files:
+ * tools/cli.h - the mptrain command's options and dataset, shared by its files. The command's modules, each with
+ * its header (dependencies point down: a file includes only headers of its own row or below):
  *   main.c            dispatch, `mptrain --help`, `--version`
+ *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
+ *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
+ *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
+ *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
+ *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
+ *   -- reports of several runs (tools/report.h, tools/sweep.h) --
+ *   report.c          the compare table and report.md
+ *   compare_seeds.c   `compare --seeds`: statistics over seeds, the verdict table, report.md, compare.json,
+ *                     the mean-and-band convergence.png
+ *   plot.c            convergence.png and numerics.png through gnuplot
+ *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
+ *                     rank 0
+ *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
+ *   -- one training run (tools/run.h) --
+ *   run.c             the device, setup, the training loop, metrics.csv / epochs.csv, evaluation
+ *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)
+ *   run_summary.c     summary.json and the precision map
+ *   -- the output directory (tools/outdir.h) --
+ *   outdir.c          the one owner of the files written into --out
+ *   -- the command line (this header) --
  *   opts.c            the option table, strict parsing of flags and values, per-command help, the canonical
  *                     text of each setting (what a checkpoint records and a resumed run compares)
  *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
- *   cmd_train.c       `mptrain train` and mpt_cli_train_run(), the training loop that `compare` reuses
- *   cmd_compare.c     `mptrain compare`: one run per precision, then report.md and convergence.png
- *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
- *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
- *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)
- *   report.c          metrics.csv / epochs.csv, summary.json, report.md
- *   compare_seeds.c   `compare --seeds`: statistics over seeds, the verdict table, report.md, compare.json,
- *                     the mean-and-band convergence.png
- *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
- *   formats.c         the conversions it shows, through kernels/elemwise.h (tools/formats.h)
- *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
- *                     rank 0; atomic report files
- *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
- *   plot.c            convergence.png through gnuplot
+ *   formats.c         the conversions `formats` shows, through kernels/elemwise.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected.
@@ -41,6 +50,7 @@
 #define MPT_CLI_EXIT_USAGE 2
 #define MPT_CLI_PATH 4096
 #define MPT_CLI_MAX_SEEDS 64
+#define MPT_CLI_MAX_EPOCHS 100000
 
 /* Every long option of every command. The value is also getopt_long's return value. */
 typedef enum mpt_opt_id {
@@ -275,247 +285,6 @@ typedef struct mpt_cli_device_data {
 
 mpt_status mpt_cli_data_upload(mpt_cli_device_data *dd, mpt_backend *be, const mpt_mnist *d);
 void mpt_cli_data_release(mpt_cli_device_data *dd);
-
-/* ---- devices (cmd_train.c) ----------------------------------------------------------------------------- */
-
-/* Creates the backend for --device; *why receives one line saying which device and why (auto's choice).
- * MPT_ERR_DEVICE when --device cuda was asked for and no GPU is usable. */
-mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
-
-/* ---- one training run (cmd_train.c) ------------------------------------------------------------------- */
-
-#define MPT_CLI_MAX_EPOCHS 100000
-
-/* What a finished run reports (to summary.json, the compare table and the caller). */
-typedef struct mpt_cli_result {
-    char out_dir[MPT_CLI_PATH];
-    char device[256];
-    int epochs_run;              /* epochs completed in this invocation */
-    int64_t iterations;          /* iterations so far (resumed ones included) */
-    double final_test_acc, best_test_acc, final_test_loss, final_train_loss;
-    int best_epoch;              /* 1-based epoch of best_test_acc */
-    double final_val_acc, final_val_loss; /* NAN without --val-split */
-    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock) */
-    double samples_per_s;        /* training samples / training time, over the whole invocation (host clock) */
-    double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd): host monotonic clock from the
-                                    epoch's first operation to the stream drained at its end */
-    double *epoch_gpu_s;         /* [epochs_run] the same epochs' device seconds between two CUDA events recorded at
-                                    the host clock's start and end (malloc'd); NULL on a backend without device
-                                    timing (CPU) */
-    size_t mem_peak[MPT_MEM_COUNT];
-    size_t mem_peak_total;
-    int32_t steps_skipped, floor_hits;
-    int32_t steps_nonfinite;     /* steps applied with non-finite gradients (--nonfinite apply) */
-    int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
-    int checkpoint_refused;      /* the final save was refused (non-finite weights): the checkpoint file, if any,
-                                  * is an earlier step's */
-    char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
-    float final_scale;
-    float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
-    float *init_master;          /* the same at the start of this invocation (malloc'd) */
-    int64_t n_master;
-    mpt_telemetry_stat *telemetry; /* [n_telemetry] last and mean of each (tensor, metric) (malloc'd), or NULL */
-    int n_telemetry;
-} mpt_cli_result;
-
-void mpt_cli_result_free(mpt_cli_result *r);
-
-/* Trains one run with resolved options o on data cd (already loaded), writing into o->out: metrics.csv,
- * epochs.csv, summary.json and checkpoint.safetensors. `label` prefixes the progress lines ("" or "fp16").
- * Fills *res. */
-mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
-                             mpt_cli_result *res);
-
-/* Evaluates the trainer on a U8 dataset in backend memory: rows 0..n-1 in order, padded last batch
- * (ignored rows). *loss = mean cross-entropy over the n rows, *acc = fraction correct. */
-void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
-                      int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc);
-
-/* Creates the output directory and its parents (mkdir -p). MPT_ERR_IO naming the path. */
-mpt_status mpt_cli_mkdirs(const char *path);
-
-/* Closes f, a file being written at path, and says whether every write reached it: MPT_OK, or MPT_ERR_IO
- * "<path>: cannot write (<reason>)" when a write failed (a full disk) or the close did. The buffered rest is
- * flushed first, so that a failure there gives its errno as the reason; when an earlier fprintf failed and
- * stdio has nothing left to write, the reason is said to be unknown (errno has moved on since). f is closed
- * in every case. */
-mpt_status mpt_cli_close_written(FILE *f, const char *path);
-
-/* ---- run checkpoints (run_checkpoint.c) ------------------------------------------------------------------ */
-
-/* Where a run is, besides its tensors: what a resumed run needs to continue exactly. */
-typedef struct mpt_cli_run_state {
-    int64_t iteration;       /* training iterations done (== trainer->iteration) */
-    int64_t epoch;           /* 0-based epoch the next iteration belongs to */
-    int64_t batch;           /* batches of that epoch already done (0 at an epoch boundary) */
-    float mean, inv_std;     /* pixel standardisation in use (0 and 1 without --standardize) */
-    int64_t n_train, n_val;  /* rows trained on and held out (checked again on resume) */
-    double best_test_acc;    /* best test accuracy so far and its 1-based epoch (0: none yet) */
-    int best_epoch;
-    int ranks;               /* data-parallel ranks that trained it (1: a single process, and older checkpoints) */
-    mpt_grad_comm grad_comm; /* their wire dtype (fp32 for single-process runs) */
-    double epoch_loss_sum;   /* sum and count of the losses logged so far in the unfinished epoch (0 at a */
-    int64_t epoch_loss_n;    /* boundary): epochs.csv's train_loss of a resumed epoch averages all of them */
-    int threads;             /* the CPU backend's OpenBLAS threads (0: a GPU run, or not recorded) */
-} mpt_cli_run_state;
-
-/* The checkpoint file name inside an output directory. */
-#define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
-
-/* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
- * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
- * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically
- * (engine/checkpoint.h). Synchronises the backend. */
-mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_cli_run_state *rs);
-
-/* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
- * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
-mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs);
-
-/* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
- * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
- * MPT_ERR_SHAPE when the tensors do not match the model. */
-mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
-
-/* ---- reports (report.c) ----------------------------------------------------------------------------------- */
-
-/* The graph's precision map as a JSON array (a json_t *, returned as void * to keep jansson out of this
- * header): one object per node {"node", "op", "input", "weight", "output", "math"}. */
-void *mpt_cli_precision_map_json(const mpt_graph *g);
-
-/* Writes summary.json into dir. */
-mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
-                                 const mpt_graph *g, const mpt_policy *policy);
-
-/* One row of the compare table. */
-typedef struct mpt_cli_compare_row {
-    mpt_precision precision;
-    const mpt_cli_result *r;
-    double rel_l2;           /* ||w - w_fp32|| / ||w_fp32|| of the final masters; NAN without an fp32 run */
-} mpt_cli_compare_row;
-
-/* What the report says about the scale of rel_l2: ||w_end - w_init|| / ||w_end|| of the fp32 run (how far
- * training moved the weights), NAN without an fp32 run. */
-typedef struct mpt_cli_compare_ref {
-    double fp32_travel;
-} mpt_cli_compare_ref;
-
-/* Writes the comparison table as Markdown (the same text `compare` prints). */
-void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
-
-/* The pictures report.md refers to: a file name, or NULL with a message saying why there is none. */
-typedef struct mpt_cli_plot_info {
-    const char *convergence, *convergence_error;
-    const char *numerics, *numerics_error; /* both NULL when telemetry was off */
-} mpt_cli_plot_info;
-
-/* Writes report.md into dir: settings, the table, what each precision does, how to read the plots, and with
- * telemetry a "Numerics" section (per precision: the tensors that underflow most, lost updates per layer, the
- * error against the FP32 twin per layer, each with a sentence filled from the measurements). */
-mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots);
-
-/* ---- several seeds (compare_seeds.c) ---------------------------------------------------------------------- */
-
-/* The runs of `compare --seeds`: res[s * n_precisions + p] is seed seeds[s] in precision precisions[p], trained
- * into out/seed-<seed>/<precision>/; rel_l2 is indexed the same way (NAN without an fp32 run). */
-typedef struct mpt_cli_seed_runs {
-    const char *out;
-    int n_seeds, n_precisions;
-    const uint64_t *seeds;
-    const mpt_precision *precisions;
-    const mpt_cli_result *res;
-    const double *rel_l2;
-} mpt_cli_seed_runs;
-
-/* The run directory of seed index s, precision index p: out/seed-<seed>/<precision> (buf: MPT_CLI_PATH). */
-mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p);
-
-/* Writes report.md and compare.json into runs->out and prints the summary table with its verdicts: per
- * precision the mean and sd over seeds of the final and best test accuracy and the final test loss; against
- * fp32 the mean paired difference with its 95% confidence interval and the verdict against o->margin
- * (tools/stats.h); the fp32 seed-to-seed spread as the noise floor. plot_file: the PNG's name, or NULL with
- * plot_error saying why there is none. MPT_ERR_IO when a file cannot be written; MPT_ERR_ARG without GSL. */
-mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
-                                      const char *plot_error);
-
-/* Writes compare.json for a one-seed comparison (the same keys as the multi-seed one, one seed, no
- * intervals). */
-mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n);
-
-/* convergence.png of a multi-seed comparison: per precision the mean training-loss and test-accuracy curves
- * over seeds with a min-max band, from out/curves/<precision>_{steps,epochs}.csv (written here from each
- * run's metrics.csv and epochs.csv), and every seed's fp16 loss scale. Errors as for mpt_cli_plot. */
-mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *runs);
-
-/* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
-
-/* Writes dir/convergence.gp and runs gnuplot on it to make dir/convergence.png from each run's
- * dir/<precision>/metrics.csv and epochs.csv. MPT_ERR_IO with a message when gnuplot is missing or fails
- * (the caller reports it and goes on). */
-mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n);
-
-/* Writes dir/numerics.gp (and numerics_twin.dat, the twin's mean error per activation and precision) and runs
- * gnuplot to make dir/numerics.png from each run's <precision>/telemetry.csv: activation gradients flushed to
- * zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit copy),
- * and the twin error per activation when the runs had --shadow. Errors as mpt_cli_plot's. */
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n);
-
-/* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
- * picture named png. */
-void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
-
-/* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
- * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails; when it fails, the
- * picture of a script X.gp (X.png, the name every caller's script sets as its output) is removed, so that no
- * half-drawn or stale PNG passes for the plot. */
-mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
-
-/* ---- a plan of runs over the ranks of an MPI job (sweep.c) ------------------------------------------------- */
-
-/* A plan of n independent runs. The callbacks are the command's; ctx is theirs. */
-typedef struct mpt_cli_sweep {
-    int n;
-    void *ctx;
-    /* Trains run i into *res (zeroed by the caller; freed by the sweep on failure). */
-    mpt_status (*train)(void *ctx, int i, mpt_cli_result *res);
-    /* Run i's label for messages ("seed 0 fp16") and its output directory. */
-    void (*describe)(void *ctx, int i, char *label, size_t label_len, char *dir, size_t dir_len);
-    /* On rank 0 (or the single process): run i's result, in plan order; the callee owns *res. */
-    mpt_status (*deliver)(void *ctx, int i, mpt_cli_result *res);
-} mpt_cli_sweep;
-
-/* Runs the plan. Without a job (d NULL): run by run, each delivered as it finishes; the first failure stops
- * the plan and is returned as it is. In a job (collective; every rank passes the same plan): run i trains on
- * rank i mod N (static round-robin); a failed run writes <dir>/FAILED (the message) and the other ranks start
- * no further runs; then, if any rank failed (or its `setup` status, e.g. loading the data, was an error), every
- * rank returns that status with the message "rank R of N, run I of M 'LABEL' (DIR): MESSAGE" (the lowest failed
- * rank's) and nothing is delivered; otherwise rank 0 receives every result in plan order and delivers it (a run
- * whose directory rank 0 cannot see fails the plan: --out must be shared). A stale FAILED mark in a run's
- * directory is removed before it trains. */
-mpt_status mpt_cli_sweep_run(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status setup);
-
-/* Joins the MPI job when a launcher started this process as one of N >= 2 ranks (engine/dist: mpt_dist_env_size);
- * *out stays NULL for a single process (no launcher, or one rank). MPT_ERR_ARG when started as one of several
- * ranks by a build without MPI (every rank would run the whole plan into one --out). */
-mpt_status mpt_cli_sweep_join(mpt_dist **out);
-
-/* The OpenBLAS threads of one rank: `given` (--threads) when > 0; else the CPUs the launcher bound the rank to,
- * when fewer than the node has; else the node's online cores divided by the job's ranks on the node (at least
- * 1; d NULL counts one). *why receives the reason, one phrase. */
-int mpt_cli_sweep_threads(const mpt_dist *d, int given, char *why, size_t n);
-
-/* Prints which of the plan's n runs this rank trains and its OpenBLAS threads (and why), one line. */
-void mpt_cli_sweep_announce(const mpt_dist *d, int n, int threads, const char *why);
-
-/* Removes dir/file if it exists (a result of an earlier job that this one will write again). MPT_ERR_IO. */
-mpt_status mpt_cli_remove_result(const char *dir, const char *file);
-
-/* Atomic writes of a report: open path.tmp (tmp receives its name, n bytes; NULL with the error set), then
- * commit: flush, fsync, close, rename over path (on failure the temporary file is removed; MPT_ERR_IO). */
-FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n);
-mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
+#include "tools/report.h"
+#include "tools/sweep.h"
 #include "tools/stats.h"
 
 /* ||w - ref|| / ||ref|| over n weights, sums in FP64. */

@@ -9,7 +9,7 @@
 
 #include "engine/layers/layers.h"
 #include "models/models.h"
-#include "tools/cli.h"
+#include "tools/run.h"
 
 int mpt_cmd_eval(int argc, char **argv) {
     mpt_cli_opts cli;

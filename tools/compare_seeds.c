@@ -18,7 +18,7 @@
 #include <jansson.h>
 
 #include "mpt_config.h"
-#include "tools/cli.h"
+#include "tools/report.h"
 #include "tools/stats.h"
 
 #define LEVEL 0.95

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/cli.h"
+#include "tools/report.h"
 
 static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
     FILE *f = fopen(path, "w");

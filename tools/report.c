@@ -1,133 +1,13 @@
 /*
- * tools/report.c - what a run leaves behind for people and scripts: summary.json (jansson), and for
- * `compare` the Markdown table and report.md. The per-step and per-epoch CSV files are written by the
- * training loop itself (tools/cmd_train.c) as it goes.
+ * tools/report.c - what `compare` leaves behind for people: the Markdown table and report.md. A run's own files
+ * (CSVs, summary.json, checkpoint) are written by the training run (tools/run.h).
  */
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "mpt_config.h"
-#include "tools/cli.h"
-
-void *mpt_cli_precision_map_json(const mpt_graph *g) {
-    json_t *a = json_array();
-    for (int i = 0; i < g->n_nodes; i++) {
-        const mpt_node *n = g->nodes[i];
-        int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
-        json_t *o = json_object();
-        json_object_set_new(o, "node", json_string(n->name));
-        json_object_set_new(o, "op", json_string(mpt_op_name(n->op)));
-        json_object_set_new(o, "input", n->in[0] ? json_string(mpt_dtype_name(n->in[0]->dtype)) : json_null());
-        json_object_set_new(o, "weight", n->in[1] ? json_string(mpt_dtype_name(n->in[1]->dtype)) : json_null());
-        json_object_set_new(o, "output", n->out ? json_string(mpt_dtype_name(n->out->dtype)) : json_null());
-        json_object_set_new(o, "math", gemm_like ? json_string(mpt_math_name(n->math))
-                                                 : n->op == MPT_OP_SOFTMAX_XENT ? json_string("fp32") : json_null());
-        if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
-            json_t *fu = json_object();
-            json_object_set_new(fu, "relu", json_string(n->fused_relu->name));
-            json_object_set_new(fu, "forward", json_string(n->fused_next ? "RELU_AUX_BIAS" : "RELU_BIAS"));
-            json_object_set_new(fu, "backward_in", n->fused_next ? json_string(n->fused_next->name) : json_null());
-            json_object_set_new(o, "fused", fu);
-        }
-        json_array_append_new(a, o);
-    }
-    return a;
-}
-
-/* NAN becomes null (JSON has no NaN). */
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-static mpt_status write_json(const char *dir, const char *file, json_t *j) {
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
-    json_decref(j);
-    if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
-}
-
-/* {"every": N, "shadow": b, "metrics": {tensor: {metric: {"last", "mean", "steps"}}}}, or null when off. */
-static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_cli_result *r) {
-    if (o->telemetry <= 0) return json_null();
-    json_t *t = json_object(), *metrics = json_object();
-    json_object_set_new(t, "every", json_integer((json_int_t)o->telemetry));
-    json_object_set_new(t, "shadow", json_boolean(o->shadow));
-    for (int i = 0; i < r->n_telemetry; i++) {
-        const mpt_telemetry_stat *s = &r->telemetry[i];
-        json_t *per = json_object_get(metrics, s->tensor);
-        if (!per) {
-            per = json_object();
-            json_object_set_new(metrics, s->tensor, per);
-        }
-        json_t *m = json_object();
-        json_object_set_new(m, "last", num(s->last));
-        json_object_set_new(m, "mean", num(s->count ? s->sum / (double)s->count : NAN));
-        json_object_set_new(m, "steps", json_integer((json_int_t)s->count));
-        json_object_set_new(per, s->metric, m);
-    }
-    json_object_set_new(t, "metrics", metrics);
-    return t;
-}
-
-mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
-                                 const mpt_graph *g, const mpt_policy *policy) {
-    json_t *j = json_object();
-    char buf[96];
-    json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
-    json_object_set_new(j, "model", json_string(o->model));
-    json_object_set_new(j, "precision", json_string(mpt_precision_name(o->precision)));
-    json_object_set_new(j, "device", json_string(r->device));
-    json_object_set_new(j, "tf32_disabled_by_env", json_boolean(policy->tf32_override));
-    json_t *cfg = json_object();
-    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++)
-        json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
-    json_object_set_new(cfg, "epochs", json_integer(o->epochs));
-    json_object_set_new(j, "config", cfg);
-    json_object_set_new(j, "epochs_run", json_integer(r->epochs_run));
-    json_object_set_new(j, "steps", json_integer(r->iterations));
-    json_object_set_new(j, "final_test_accuracy", num(r->final_test_acc));
-    json_object_set_new(j, "best_test_accuracy", num(r->best_test_acc));
-    json_object_set_new(j, "best_epoch", json_integer(r->best_epoch));
-    json_object_set_new(j, "final_test_loss", num(r->final_test_loss));
-    json_object_set_new(j, "final_train_loss", num(r->final_train_loss));
-    json_object_set_new(j, "final_val_accuracy", num(r->final_val_acc));
-    json_object_set_new(j, "final_val_loss", num(r->final_val_loss));
-    json_object_set_new(j, "time_per_epoch_s", num(r->mean_epoch_s));
-    json_t *ep = json_array();
-    for (int i = 0; i < r->epochs_run; i++) json_array_append_new(ep, num(r->epoch_s[i]));
-    json_object_set_new(j, "epoch_times_s", ep);
-    /* the same epochs timed by the device (CUDA events); null where the backend has none (CPU) */
-    json_t *gp = json_null();
-    if (r->epoch_gpu_s) {
-        gp = json_array();
-        for (int i = 0; i < r->epochs_run; i++) json_array_append_new(gp, num(r->epoch_gpu_s[i]));
-    }
-    json_object_set_new(j, "epoch_gpu_times_s", gp);
-    json_object_set_new(j, "samples_per_s", num(r->samples_per_s));
-    json_t *mem = json_object();
-    for (int m = 0; m < MPT_MEM_COUNT; m++) {
-        if (m == MPT_MEM_MASTER && o->master_weights == MPT_MASTER_NONE) continue; /* there are none */
-        json_object_set_new(mem, mpt_mem_name((mpt_mem)m), json_integer((json_int_t)r->mem_peak[m]));
-    }
-    json_object_set_new(mem, "total", json_integer((json_int_t)r->mem_peak_total));
-    json_object_set_new(j, "peak_memory_bytes", mem);
-    json_object_set_new(j, "steps_skipped", json_integer(r->steps_skipped));
-    json_object_set_new(j, "scale_floor_hits", json_integer(r->floor_hits));
-    json_object_set_new(j, "steps_nonfinite_applied", json_integer(r->steps_nonfinite));
-    json_object_set_new(j, "weights_nonfinite", json_boolean(r->weights_nonfinite));
-    json_object_set_new(j, "final_loss_scale", json_real((double)r->final_scale));
-    json_t *cg = json_object(); /* --cuda-graph: what was asked and what ran */
-    json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));
-    json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
-    json_object_set_new(j, "cuda_graph", cg);
-    json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
-    json_object_set_new(j, "telemetry", telemetry_json(o, r));
-    return write_json(dir, "summary.json", j);
-}
+#include "tools/report.h"
 
 /* ---- the comparison ----------------------------------------------------------------------------------------- */
 

@@ -39,7 +39,7 @@
  * growth interval, floor_hits <= steps_skipped, a static scale equal to the configured one), Adam's
  * exp_avg_sq >= 0, "model" and "precision" equal to the config's, the seeds of "rng" those of the config's
  * seed, the config valid by the command line's own checks (mpt_cli_apply, mpt_cli_check), and the position
- * within the data (cmd_train.c checks batch < batches per epoch and iteration == epoch * batches + batch once
+ * within the data (run.c checks batch < batches per epoch and iteration == epoch * batches + batch once
  * the data is loaded).
  *
  * Resuming is exact because everything a step depends on is here or is derived from it: masters and
@@ -58,7 +58,7 @@
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
 #include "mpt_config.h"
-#include "tools/cli.h"
+#include "tools/run.h"
 
 #define FORMAT_TAG "mptrain-run-1"
 

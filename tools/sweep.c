@@ -1,7 +1,7 @@
 /*
  * tools/sweep.c - the runs of a plan (compare: precision x seed; lab: a lesson's independent runs) dealt out to
  * the ranks of an MPI job, their results gathered on rank 0 in plan order; without a job, the plan in order
- * (see mpt_cli_sweep_run in tools/cli.h, docs/distributed.md).
+ * (see mpt_cli_sweep_run in tools/sweep.h, docs/distributed.md).
  *
  * The schedule is static round-robin: run i on rank i mod N. Every rank knows the whole plan (the same command
  * line, or a batch broadcast by rank 0), so no rank waits for work during training and none has to answer
@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tools/cli.h"
+#include "tools/sweep.h"
 
 enum { TAG_ABORT = 7101, TAG_FAIL, TAG_RESULT };
 
@@ -350,35 +350,4 @@ void mpt_cli_sweep_announce(const mpt_dist *d, int n, int threads, const char *w
     if (shown == 0) printf(" none");
     printf(" of %d (round-robin); %d OpenBLAS thread(s): %s\n", n, threads, why);
     fflush(stdout);
-}
-
-mpt_status mpt_cli_remove_result(const char *dir, const char *file) {
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    if (unlink(path) != 0 && errno != ENOENT)
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot remove the result of an earlier job (%s)", path, strerror(errno));
-    return MPT_OK;
-}
-
-FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n) {
-    int len = snprintf(tmp, n, "%s.tmp", path);
-    if (len < 0 || (size_t)len >= n) {
-        mpt_errorf(MPT_ERR_ARG, "%s: path too long", path);
-        return NULL;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", tmp, strerror(errno));
-    return f;
-}
-
-mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path) {
-    int bad = ferror(f), err = 0; /* ferror keeps no errno: the reason is the first failure seen here */
-    if (fflush(f) != 0) bad = 1, err = errno; /* after a failed write, fflush writes the rest again */
-    if (!bad && fsync(fileno(f)) != 0) bad = 1, err = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
-    if (!bad) return MPT_OK;
-    unlink(tmp);
-    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
-                      err ? strerror(err) : "a write to it failed; stdio kept no reason");
 }

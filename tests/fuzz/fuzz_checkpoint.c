@@ -9,7 +9,7 @@
 
 #include "engine/checkpoint.h"
 #include "fuzz_io.h"
-#include "tools/cli.h"
+#include "tools/run.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,7 +16,8 @@
 
 #include <stdio.h>
 
-#include "tools/cli.h"
+#include "tools/report.h"
+#include "tools/sweep.h"
 
 #define MPT_LAB_MAX_PARAMS 16
 

@@ -1,0 +1,96 @@
+/*
+ * tools/report.h - what `compare` leaves for people and scripts: the table, report.md and compare.json
+ * (report.c), their multi-seed forms (compare_seeds.c) and the pictures (plot.c, gnuplot).
+ */
+#ifndef MPT_TOOLS_REPORT_H
+#define MPT_TOOLS_REPORT_H
+
+#include "tools/run.h"
+
+/* ---- reports (report.c) ----------------------------------------------------------------------------------- */
+
+/* One row of the compare table. */
+typedef struct mpt_cli_compare_row {
+    mpt_precision precision;
+    const mpt_cli_result *r;
+    double rel_l2;           /* ||w - w_fp32|| / ||w_fp32|| of the final masters; NAN without an fp32 run */
+} mpt_cli_compare_row;
+
+/* What the report says about the scale of rel_l2: ||w_end - w_init|| / ||w_end|| of the fp32 run (how far
+ * training moved the weights), NAN without an fp32 run. */
+typedef struct mpt_cli_compare_ref {
+    double fp32_travel;
+} mpt_cli_compare_ref;
+
+/* Writes the comparison table as Markdown (the same text `compare` prints). */
+void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
+
+/* The pictures report.md refers to: a file name, or NULL with a message saying why there is none. */
+typedef struct mpt_cli_plot_info {
+    const char *convergence, *convergence_error;
+    const char *numerics, *numerics_error; /* both NULL when telemetry was off */
+} mpt_cli_plot_info;
+
+/* Writes report.md into dir: settings, the table, what each precision does, how to read the plots, and with
+ * telemetry a "Numerics" section (per precision: the tensors that underflow most, lost updates per layer, the
+ * error against the FP32 twin per layer, each with a sentence filled from the measurements). */
+mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
+                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots);
+
+/* ---- several seeds (compare_seeds.c) ---------------------------------------------------------------------- */
+
+/* The runs of `compare --seeds`: res[s * n_precisions + p] is seed seeds[s] in precision precisions[p], trained
+ * into out/seed-<seed>/<precision>/; rel_l2 is indexed the same way (NAN without an fp32 run). */
+typedef struct mpt_cli_seed_runs {
+    const char *out;
+    int n_seeds, n_precisions;
+    const uint64_t *seeds;
+    const mpt_precision *precisions;
+    const mpt_cli_result *res;
+    const double *rel_l2;
+} mpt_cli_seed_runs;
+
+/* The run directory of seed index s, precision index p: out/seed-<seed>/<precision> (buf: MPT_CLI_PATH). */
+mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p);
+
+/* Writes report.md and compare.json into runs->out and prints the summary table with its verdicts: per
+ * precision the mean and sd over seeds of the final and best test accuracy and the final test loss; against
+ * fp32 the mean paired difference with its 95% confidence interval and the verdict against o->margin
+ * (tools/stats.h); the fp32 seed-to-seed spread as the noise floor. plot_file: the PNG's name, or NULL with
+ * plot_error saying why there is none. MPT_ERR_IO when a file cannot be written; MPT_ERR_ARG without GSL. */
+mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
+                                      const char *plot_error);
+
+/* Writes compare.json for a one-seed comparison (the same keys as the multi-seed one, one seed, no
+ * intervals). */
+mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n);
+
+/* convergence.png of a multi-seed comparison: per precision the mean training-loss and test-accuracy curves
+ * over seeds with a min-max band, from out/curves/<precision>_{steps,epochs}.csv (written here from each
+ * run's metrics.csv and epochs.csv), and every seed's fp16 loss scale. Errors as for mpt_cli_plot. */
+mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *runs);
+
+/* ---- the plot (plot.c) -------------------------------------------------------------------------------------- */
+
+/* Writes dir/convergence.gp and runs gnuplot on it to make dir/convergence.png from each run's
+ * dir/<precision>/metrics.csv and epochs.csv. MPT_ERR_IO with a message when gnuplot is missing or fails
+ * (the caller reports it and goes on). */
+mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n);
+
+/* Writes dir/numerics.gp (and numerics_twin.dat, the twin's mean error per activation and precision) and runs
+ * gnuplot to make dir/numerics.png from each run's <precision>/telemetry.csv: activation gradients flushed to
+ * zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit copy),
+ * and the twin error per activation when the runs had --shadow. Errors as mpt_cli_plot's. */
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n);
+
+/* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
+ * picture named png. */
+void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
+
+/* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
+ * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails; when it fails, the
+ * picture of a script X.gp (X.png, the name every caller's script sets as its output) is removed, so that no
+ * half-drawn or stale PNG passes for the plot. */
+mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
+
+#endif

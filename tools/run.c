@@ -1,0 +1,919 @@
+/*
+ * tools/run.c - one training run: what `mptrain train` runs once, and `compare` and `lab` once per plan entry.
+ *
+ * One run:
+ *   1. the backend (--device), the dataset copied into its memory once (MPT_MEM_DATA);
+ *   2. the graph: model (models/) + softmax cross-entropy, in the run's precision policy; the trainer adds
+ *      FP32 masters, optimizer and scaler state and initialises the weights from the seed;
+ *   3. per epoch: the loader's shuffled order for (seed, epoch) becomes one I32 index array, copied to the
+ *      backend once; each step gathers its batch from the resident dataset (mpt_trainer_gather) and runs
+ *      mpt_trainer_step. The last partial batch is padded with index -1 rows, which the loss ignores, so an
+ *      epoch is exactly PyTorch's DataLoader(drop_last=False) epoch;
+ *   4. every --log-every steps (and at the end of each epoch) one read of the step statistics (the only
+ *      host synchronisation in the loop): a metrics.csv row and the progress bar;
+ *   5. after each epoch: test (and validation) loss and accuracy, an epochs.csv row and one printed line;
+ *   6. at the end (and every --save-every steps, and at --max-steps): checkpoint.safetensors; summary.json;
+ *      on the GPU also gpu_kernels.txt: the cuBLASLt/cuDNN configuration each GEMM and convolution ran with.
+ *
+ * Resuming (--resume CKPT) restores the run's settings from the checkpoint (flags that would change the math
+ * are rejected when they differ), then its weights, optimizer and scaler state and iteration, and continues
+ * at the recorded epoch and batch: the epoch's order is recomputed from (seed, epoch), dropout offsets derive
+ * from the iteration, so N straight steps and N/2 + resume + N/2 give the same bits on the same backend.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "datasets/loader.h"
+#include "engine/amp/scaler.h"
+#include "engine/optim/optim.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "engine/layers/layers.h"
+#include "models/models.h"
+#include "tools/run.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
+    char msg[512];
+    *out = NULL;
+    if (choice == MPT_DEVICE_CHOICE_CPU) {
+        *out = mpt_backend_cpu_create();
+        snprintf(why, len, "cpu (--device cpu)");
+        return MPT_OK;
+    }
+    if (choice == MPT_DEVICE_CHOICE_CUDA) {
+        if (!mpt_cuda_available(msg, sizeof msg))
+            return mpt_errorf(MPT_ERR_DEVICE, "--device cuda: %s (--device cpu or auto trains on the CPU)", msg);
+        *out = mpt_backend_cuda_create();
+        if (!*out) return mpt_errorf(MPT_ERR_DEVICE, "--device cuda: %s", mpt_last_error());
+        mpt_cuda_available(msg, sizeof msg);
+        snprintf(why, len, "cuda: %s", msg);
+        return MPT_OK;
+    }
+    if (mpt_cuda_available(msg, sizeof msg)) {
+        *out = mpt_backend_cuda_create();
+        if (*out) {
+            snprintf(why, len, "cuda: %s (--device auto)", msg);
+            return MPT_OK;
+        }
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+    }
+    *out = mpt_backend_cpu_create();
+    snprintf(why, len, "cpu (--device auto: %s)", msg);
+    return MPT_OK;
+}
+
+void mpt_cli_result_free(mpt_cli_result *r) {
+    free(r->epoch_s);
+    free(r->epoch_gpu_s);
+    free(r->final_master);
+    free(r->init_master);
+    free(r->telemetry);
+    r->telemetry = NULL;
+    r->n_telemetry = 0;
+    r->epoch_s = NULL;
+    r->epoch_gpu_s = NULL;
+    r->final_master = NULL;
+    r->init_master = NULL;
+}
+
+void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                      int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
+    double sum = 0.0;
+    int32_t correct = 0;
+    mpt_trainer_evaluate(t, images, labels, idx_dev, n, t->g->batch, 0, dim, mean, inv_std, &sum, &correct);
+    *loss = sum / (double)n;
+    *acc = (double)correct / (double)n;
+}
+
+/* ---- one run ---------------------------------------------------------------------------------------------- */
+
+/* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
+static mpt_dist *train_dist;
+
+void mpt_cli_train_join(mpt_dist *d) { train_dist = d; }
+
+/* mpt_cli_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
+ * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
+ * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
+ * over the ranks exactly. The loss: each batch's mean is summed in double and rounded once to FP32 by the loss
+ * layer, then weighted by its valid rows and summed in double. One process rounds one mean per global batch,
+ * the ranks one per shard, so with the same per-row losses l_i >= 0 the two totals differ by at most
+ * 2^-24 (sum over the global batch + sum over the shards) = 2^-23 sum l_i, plus double roundings (< 2^-40
+ * relative): the test loss agrees with one process to 2^-23 relative (tests/test_dist_cli.c); the per-row
+ * losses themselves agree where the GEMMs give each row the same sums (docs/distributed.md). */
+static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                             int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
+    if (!train_dist) {
+        mpt_cli_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
+        return;
+    }
+    int B = t->g->batch, ranks = mpt_dist_size(train_dist);
+    int64_t Bg = (int64_t)B * ranks, lo = (int64_t)mpt_dist_rank(train_dist) * B;
+    double sum = 0.0;
+    int32_t n_correct = 0;
+    mpt_trainer_evaluate(t, images, labels, idx_dev, n, Bg, lo, dim, mean, inv_std, &sum, &n_correct);
+    double correct = mpt_dist_sum_f64(train_dist, (double)n_correct);
+    sum = mpt_dist_sum_f64(train_dist, sum);
+    *loss = sum / (double)n;
+    *acc = correct / (double)n;
+}
+/* A CSV output: its stream and its path (for the error that names it). */
+typedef struct csv_out {
+    FILE *f;
+    char path[MPT_CLI_PATH + 64];
+} csv_out;
+
+typedef struct run {
+    mpt_cli_opts o;
+    int writer;              /* writes outputs: 1 unless a data-parallel rank other than 0 */
+    int shard_lo, shard_b;   /* data-parallel: this rank's rows [lo, lo + b) of every global batch (0, B alone) */
+    const mpt_mnist *d;
+    const char *label;       /* "" or "[fp16] " */
+    mpt_backend *be;
+    mpt_cli_device_data dd;
+    mpt_policy policy;
+    mpt_trainer *t;
+    mpt_loader_split split;
+    mpt_loader ld;
+    int ld_ready;
+    int64_t nb;              /* batches per epoch */
+    int32_t *idx_host;       /* [nb * B] this epoch's rows (-1 = padding) */
+    int *n_valid;            /* [nb] real rows per batch */
+    int32_t *idx_epoch;      /* backend [nb * B] */
+    int32_t *idx_test;       /* backend [ceil(n_test / B) * B] */
+    int32_t *idx_val;        /* backend [ceil(n_val / B) * B] or NULL */
+    size_t idx_bytes;        /* bytes of the three above (MPT_MEM_DATA) */
+    csv_out steps_csv, epochs_csv, telemetry_csv;
+    int64_t skip_seen_it, skip_seen_skipped; /* the skipped-steps warning: where its window starts */
+    int skip_warned;
+    mpt_cli_run_state rs;
+    int progress;            /* draw a progress bar */
+    int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
+    int ckpt_refused;        /* the latest save was refused for non-finite weights */
+    int graph_noted;         /* said once that the step graph was turned off */
+    void *mark_start, *mark_end; /* the epoch's device timing marks (CUDA events, engine/backend.h event_*), or NULL
+                                    on a backend without device timing (CPU) */
+    char ckpt_path[MPT_CLI_PATH + 64];
+} run;
+
+static int32_t *idx_alloc(run *r, size_t count) {
+    size_t bytes = count * sizeof(int32_t);
+    int32_t *p = r->be->alloc(r->be, bytes);
+    if (p) {
+        mpt_backend_account(r->be, MPT_MEM_DATA, (int64_t)bytes);
+        r->idx_bytes += bytes;
+    }
+    return p;
+}
+
+/* Uploads rows[0..n) padded with -1 to a multiple of B. */
+static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, int64_t n) {
+    int B = r->o.batch;
+    int64_t cnt = (n + B - 1) / B * B;
+    *dst = idx_alloc(r, (size_t)cnt);
+    int32_t *h = malloc((size_t)cnt * sizeof *h);
+    if (!*dst || !h) {
+        free(h);
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld index entries", (long long)cnt);
+    }
+    for (int64_t i = 0; i < cnt; i++) h[i] = i < n ? (rows ? rows[i] : (int32_t)i) : -1;
+    r->be->from_host(r->be, *dst, h, (size_t)cnt * sizeof *h);
+    r->be->synchronize(r->be);
+    free(h);
+    return MPT_OK;
+}
+
+static mpt_status csv_error(const csv_out *c, const char *what) {
+    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", c->path, what, strerror(errno ? errno : EIO));
+}
+
+/* Appends one printf-style row; MPT_ERR_IO naming the file when the write fails (a full disk). */
+static mpt_status csv_row(csv_out *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static mpt_status csv_row(csv_out *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    int rc = vfprintf(c->f, fmt, ap);
+    va_end(ap);
+    return rc < 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+}
+
+/* Pushes buffered rows to the file, so that a full disk is reported when it happens. */
+static mpt_status csv_flush(csv_out *c) {
+    errno = 0;
+    return fflush(c->f) != 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+}
+
+static mpt_status csv_close(csv_out *c) {
+    if (!c->f) return MPT_OK;
+    errno = 0;
+    int bad = ferror(c->f);
+    int rc = fclose(c->f);
+    c->f = NULL;
+    return bad || rc != 0 ? csv_error(c, "write") : MPT_OK;
+}
+
+/* Keeps the header and the rows whose first column (an integer) is <= keep_upto, drops the rest: a resumed
+ * run continues from its checkpoint, and rows that a stopped or killed run wrote after it would otherwise
+ * appear twice. */
+static mpt_status csv_truncate_after(const char *path, int64_t keep_upto) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open to continue it: %s", path, strerror(errno));
+    char line[4096];
+    long keep = 0;
+    int first = 1, ok = 1;
+    while (fgets(line, sizeof line, f)) {
+        if (!strchr(line, '\n') && !feof(f)) {
+            ok = 0;
+            break;
+        }
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(line, &end, 10);
+        if (!first && (end == line || *end != ',' || errno != 0)) {
+            ok = 0;
+            break;
+        }
+        if (!first && v > keep_upto) break;
+        first = 0;
+        keep = ftell(f);
+    }
+    int rd_err = ferror(f);
+    int rc = fclose(f);
+    if (!ok)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: not a CSV that mptrain wrote (a row does not start with an integer); "
+                          "move it away or use a new --out", path);
+    if (rd_err || rc != 0 || keep < 0) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    if (truncate(path, (off_t)keep) != 0)
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot truncate to continue it: %s", path, strerror(errno));
+    return MPT_OK;
+}
+
+/* Opens dir/name for the run: a new file with its header, or, resuming (keep_upto >= 0), the existing one
+ * cut after row keep_upto and appended to. */
+static mpt_status open_csv(csv_out *c, const char *dir, const char *name, const char *header, int64_t keep_upto,
+                           int writer) {
+    if (!writer) { /* a data-parallel rank other than 0 (writer 0) writes to /dev/null */
+        snprintf(c->path, sizeof c->path, "/dev/null");
+        c->f = fopen(c->path, "w");
+        return c->f ? MPT_OK : mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
+    }
+    snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
+    struct stat st;
+    int exists = stat(c->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (keep_upto >= 0 && exists) MPT_TRY(csv_truncate_after(c->path, keep_upto));
+    int append = keep_upto >= 0 && exists;
+    c->f = fopen(c->path, append ? "a" : "w");
+    if (!c->f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", c->path, strerror(errno));
+    if (!append) MPT_TRY(csv_row(c, "%s\n", header));
+    return csv_flush(c);
+}
+
+static void run_free(run *r) {
+    if (r->steps_csv.f) fclose(r->steps_csv.f);
+    if (r->epochs_csv.f) fclose(r->epochs_csv.f);
+    if (r->telemetry_csv.f) fclose(r->telemetry_csv.f);
+    if (r->ld_ready) mpt_loader_free(&r->ld);
+    mpt_loader_split_free(&r->split);
+    mpt_trainer_free(&r->t);
+    if (r->be) {
+        if (r->mark_start) r->be->event_destroy(r->be, r->mark_start);
+        if (r->mark_end) r->be->event_destroy(r->be, r->mark_end);
+        int32_t *bufs[3] = {r->idx_epoch, r->idx_test, r->idx_val};
+        for (int i = 0; i < 3; i++)
+            if (bufs[i]) r->be->free(r->be, bufs[i]);
+        mpt_backend_account(r->be, MPT_MEM_DATA, -(int64_t)r->idx_bytes);
+        mpt_cli_data_release(&r->dd);
+        mpt_backend_free(&r->be);
+    }
+    free(r->idx_host);
+    free(r->n_valid);
+}
+
+/* The terminal's width in columns: $COLUMNS, else the TIOCGWINSZ ioctl on stdout, else 80. */
+static int terminal_columns(void) {
+    const char *env = getenv("COLUMNS");
+    char *end = NULL;
+    long c = env ? strtol(env, &end, 10) : 0;
+    if (env && end != env && *end == '\0' && c > 0 && c < 10000) return (int)c;
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+    return 80;
+}
+
+/* One progress line, redrawn in place: never wider than columns - 1 (a line that fills the last column
+ * makes some terminals wrap, and each redraw would then start a new line). The bar shrinks first, then the
+ * statistics are cut. */
+static void progress_line(char *out, size_t cap, int columns, const char *label, int64_t epoch, int epochs,
+                           int64_t b, int64_t nb, float loss, float scale, int skipped) {
+    char head[160], tail[160];
+    snprintf(head, sizeof head, "%sepoch %lld/%d ", label, (long long)epoch + 1, epochs);
+    snprintf(tail, sizeof tail, " %lld/%lld  loss %.4f  scale %g  skipped %d", (long long)b + 1, (long long)nb,
+             (double)loss, (double)scale, skipped);
+    int avail = columns - 1, hl = (int)strlen(head), tl = (int)strlen(tail);
+    int width = avail - hl - tl - 2; /* the brackets */
+    if (width > 30) width = 30;
+    char bar[40] = "";
+    if (width >= 5) {
+        int fill = (int)((double)(b + 1) / (double)nb * width);
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+        bar[width] = '\0';
+        snprintf(out, cap, "%s[%s]%s", head, bar, tail);
+    } else {
+        snprintf(out, cap, "%s%s", head, tail + 1);
+    }
+    if (avail >= 0 && (size_t)avail < cap) out[avail] = '\0';
+}
+
+static void progress_draw(const run *r, int64_t epoch, int64_t b, const mpt_train_stats *st) {
+    char line[512];
+    progress_line(line, sizeof line, terminal_columns(), r->label, epoch, r->o.epochs, b, r->nb, st->loss,
+                          st->scale, (int)st->steps_skipped);
+    printf("\r\033[K%s", line);
+    fflush(stdout);
+}
+
+/* Whether any weight the optimizer updates (masters, or the 16-bit weights without masters) holds inf/NaN:
+ * possible only with --nonfinite apply. Synchronises. */
+static int weights_nonfinite(run *r) {
+    mpt_trainer *t = r->t;
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *w = t->master[i];
+        int64_t n = mpt_tensor_numel(w);
+        size_t esz = mpt_dtype_size(w->dtype);
+        char *h = malloc((size_t)n * esz);
+        MPT_ASSERT(h != NULL);
+        r->be->to_host(r->be, h, w->data, (size_t)n * esz);
+        int bad = 0;
+        for (int64_t k = 0; k < n && !bad; k++) bad = !isfinite(mpt_load_f32(h, w->dtype, k));
+        free(h);
+        if (bad) return 1;
+    }
+    return 0;
+}
+
+/* Warns once when most of the steps since the last check were skipped for non-finite gradients (at least
+ * 20 steps in the window): the weights are then not training. */
+static void warn_if_skipping(run *r, int64_t it, int32_t skipped) {
+    int64_t steps = it - r->skip_seen_it, sk = (int64_t)skipped - r->skip_seen_skipped;
+    if (steps < 20) return;
+    r->skip_seen_it = it;
+    r->skip_seen_skipped = skipped;
+    if (r->skip_warned || 2 * sk <= steps) return;
+    r->skip_warned = 1;
+    char ls[64];
+    const mpt_cli_opts *o = &r->o;
+    if (r->progress) printf("\r\033[K");
+    printf("%swarning: %lld of the last %lld steps were skipped (non-finite gradients), so the weights are barely "
+           "training", r->label, (long long)sk, (long long)steps);
+    if (o->loss_scaling == MPT_LOSS_SCALE_STATIC)
+        printf(": the fixed loss scale %s makes the scaled gradients overflow; use a smaller --loss-scale static:S "
+               "or dynamic\n", mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls));
+    else
+        printf("; look for inf/NaN in the loss or lower --lr\n");
+}
+
+/* Writes the checkpoint. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could
+ * not be resumed (and the writer may refuse it): the run then says so once and goes on without one. */
+static mpt_status save_checkpoint(run *r) {
+    if (!r->writer) return MPT_OK; /* rank 0 writes it; every rank holds the same masters */
+    if (r->o.nonfinite == MPT_NONFINITE_APPLY && weights_nonfinite(r)) {
+        if (!r->warned_nonfinite_ckpt)
+            printf("%swarning: the weights hold inf/NaN (--nonfinite apply let a non-finite step through): no "
+                   "checkpoint is written from here on\n",
+                   r->label);
+        r->warned_nonfinite_ckpt = 1;
+        r->ckpt_refused = 1;
+        return MPT_OK;
+    }
+    mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
+    r->ckpt_refused = s == MPT_ERR_NONFINITE;
+    if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
+                                   * reports its numbers, but never overwrites a good checkpoint with them */
+        printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
+        return MPT_OK;
+    }
+    return s;
+}
+
+/* Builds epoch e's index array (host and backend). */
+static void load_epoch(run *r, int64_t e) {
+    int B = r->o.batch;
+    mpt_loader_start_epoch(&r->ld, e);
+    for (int64_t b = 0; b < r->nb; b++) {
+        int32_t *row = r->idx_host + b * B;
+        int ok = mpt_loader_next(&r->ld, row, &r->n_valid[b]);
+        MPT_ASSERT(ok);
+        for (int k = r->n_valid[b]; k < B; k++) row[k] = -1;
+    }
+    r->be->from_host(r->be, r->idx_epoch, r->idx_host, (size_t)(r->nb * B) * sizeof(int32_t));
+    r->be->synchronize(r->be);
+}
+
+/* --telemetry N [--shadow]: the collector, with an FP32 twin of the model when asked for. */
+static mpt_status telemetry_setup(run *r) {
+    mpt_graph *twin = NULL;
+    if (r->o.shadow) {
+        mpt_policy fp32 = mpt_policy_make(MPT_PRECISION_FP32);
+        twin = mpt_graph_create(r->be, &fp32, r->o.batch);
+        mpt_tensor *logits = NULL;
+        mpt_status s = mpt_model_build(twin, r->o.model, &logits);
+        if (s != MPT_OK) {
+            mpt_graph_free(&twin);
+            return s;
+        }
+        mpt_softmax_xent(twin, logits, "loss");
+    }
+    return mpt_telemetry_create(r->t, r->o.telemetry, twin);
+}
+
+static mpt_status setup(run *r, mpt_cli_result *res) {
+    mpt_cli_opts *o = &r->o;
+    char why[640];
+    /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
+    if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
+        MPT_TRY(mpt_dist_select_gpu(train_dist));
+    MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
+    snprintf(res->device, sizeof res->device, "%s", r->be->name);
+    if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
+        return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
+                                       "CPU backend only (--device cpu); on the GPU drop --telemetry");
+    /* compare's runs (a label) share one device choice: its reason is said in full once, then "as above" */
+    static char said_why[sizeof why];
+    if (r->label[0] && strcmp(why, said_why) == 0)
+        printf("%sdevice: %s (the same choice as above)\n", r->label, r->be->name);
+    else
+        printf("%sdevice: %s\n", r->label, why);
+    snprintf(said_why, sizeof said_why, "%s", why);
+    if (r->be->device == MPT_DEVICE_CPU)
+        printf("%sCPU backend: OpenBLAS with %d thread(s) (--threads), Tensor Core numerics emulated\n", r->label,
+               mpt_cli_set_threads(0));
+    MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
+
+    r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
+    if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
+        printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
+    mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
+    mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
+    mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
+    mpt_tensor *logits = NULL;
+    mpt_status s = mpt_model_build(g, o->model, &logits);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    mpt_softmax_xent(g, logits, "loss");
+
+    int64_t n_val = (int64_t)llround(o->val_split * (double)r->d->n_train);
+    if (o->val_split > 0.0 && n_val < 1) n_val = 1;
+    s = mpt_loader_split_make(&r->split, r->d->n_train, n_val, o->seed);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return mpt_errorf(s, "--val-split %g: %s", o->val_split, mpt_last_error());
+    }
+    if (o->resume[0]) {
+        if (r->rs.n_train != r->split.n_train || r->rs.n_val != r->split.n_val) {
+            mpt_graph_free(&g);
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint trained on %lld images (%lld held out), this data gives "
+                              "%lld (%lld): use the same --data",
+                              o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
+                              (long long)r->split.n_val);
+        }
+        int ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        mpt_grad_comm wire = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
+        if (r->rs.ranks != ranks || r->rs.grad_comm != wire) {
+            mpt_graph_free(&g);
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint was trained by %d rank(s) with --grad-comm %s, this job has "
+                              "%d with %s: resume with the same mpirun -np and --grad-comm (the shards and the "
+                              "summation order depend on them)",
+                              o->resume, r->rs.ranks, mpt_grad_comm_name(r->rs.grad_comm), ranks,
+                              mpt_grad_comm_name(wire));
+        }
+    } else {
+        r->rs.mean = 0.0f;
+        r->rs.inv_std = 1.0f;
+        if (o->standardize)
+            mpt_loader_stats(r->d->train_images, r->d->dim, r->split.train, r->split.n_train, &r->rs.mean,
+                             &r->rs.inv_std);
+        r->rs.n_train = r->split.n_train;
+        r->rs.n_val = r->split.n_val;
+        r->rs.ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        r->rs.grad_comm = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
+    }
+    s = mpt_loader_init(&r->ld, r->split.train, r->split.n_train, o->batch, MPT_LOADER_PAD_WRAP, 1, o->seed);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    r->ld_ready = 1;
+    r->nb = mpt_loader_n_batches(&r->ld);
+    if (o->resume[0] && (r->rs.batch >= r->nb || r->rs.iteration != r->rs.epoch * r->nb + r->rs.batch)) {
+        mpt_graph_free(&g);
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "--resume %s: the checkpoint's position (epoch %lld, batch %lld, iteration %lld) is not "
+                          "within this data's %lld batches per epoch (expected batch < %lld and iteration = epoch x "
+                          "%lld + batch)",
+                          o->resume, (long long)r->rs.epoch, (long long)r->rs.batch, (long long)r->rs.iteration,
+                          (long long)r->nb, (long long)r->nb, (long long)r->nb);
+    }
+    if (!o->resume[0] || r->rs.threads == 0)
+        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cli_set_threads(0) : 0;
+
+    mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
+    /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
+    MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
+    if (r->be->capture_begin)
+        printf("%sCUDA Graph: %s\n", r->label,
+               o->cuda_graph ? "on: each step after the first is one replay of the recorded step (--cuda-graph off "
+                               "runs every operation)"
+                             : "off (--cuda-graph off): every operation of the step is launched on its own");
+    else if (mpt_cli_given(o, MPT_OPT_CUDA_GRAPH))
+        printf("%s--cuda-graph is ignored by the %s backend (it runs each operation as it is called)\n", r->label,
+               r->be->name);
+    if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+    if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
+    if (o->telemetry > 0) MPT_TRY(telemetry_setup(r));
+
+    r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);
+    r->n_valid = malloc((size_t)r->nb * sizeof *r->n_valid);
+    r->idx_epoch = idx_alloc(r, (size_t)(r->nb * o->batch));
+    if (!r->idx_host || !r->n_valid || !r->idx_epoch)
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the index arrays of %lld batches", (long long)r->nb);
+    MPT_TRY(idx_upload_fixed(r, &r->idx_test, NULL, r->d->n_test));
+    if (r->split.n_val > 0) MPT_TRY(idx_upload_fixed(r, &r->idx_val, r->split.val, r->split.n_val));
+    if (r->be->event_create) { /* the epoch's GPU time: two marks, made once, recorded around every epoch */
+        MPT_TRY(r->be->event_create(r->be, &r->mark_start));
+        MPT_TRY(r->be->event_create(r->be, &r->mark_end));
+    }
+
+    if (r->writer) MPT_TRY(mpt_cli_mkdirs(o->out));
+    /* resuming: metrics.csv keeps its rows up to the checkpoint's step, epochs.csv its completed epochs */
+    int resuming = o->resume[0] != 0;
+    MPT_TRY(open_csv(&r->steps_csv, o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped",
+                     resuming ? r->rs.iteration : -1, r->writer));
+    MPT_TRY(open_csv(&r->epochs_csv, o->out, "epochs.csv",
+                     "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
+                     "loss_scale,steps_skipped",
+                     resuming ? r->rs.epoch : -1, r->writer));
+    if (r->t->telemetry) {
+        MPT_TRY(open_csv(&r->telemetry_csv, o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER,
+                         resuming ? r->rs.iteration : -1, r->writer));
+        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv.f);
+    }
+    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
+    return MPT_OK;
+}
+
+static void print_header(const run *r) {
+    const mpt_cli_opts *o = &r->o;
+    char lr[64], ls[64];
+    printf("%smodel %s, precision %s, optimizer %s, lr %s, batch %d, loss scale %s, seed %llu\n", r->label, o->model,
+           mpt_precision_name(o->precision), mpt_optim_kind_name(o->optimizer), mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr), o->batch, mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls),
+           (unsigned long long)o->seed);
+    printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch\n",
+           r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb);
+    if (train_dist)
+        printf("%sdata-parallel: %d ranks, each trains on %d of the %d rows of every batch; gradients all-reduced in "
+               "%s\n", r->label, mpt_dist_size(train_dist), r->shard_b, o->batch,
+               mpt_grad_comm_name(mpt_dist_comm(train_dist)));
+    if (o->resume[0])
+        printf("%sresuming %s at step %lld (epoch %lld, batch %lld)\n", r->label, o->resume, (long long)r->rs.iteration,
+               (long long)r->rs.epoch + 1, (long long)r->rs.batch);
+    fflush(stdout);
+}
+
+/* The data-parallel telemetry's communication error, measured in this run (mean over its telemetry steps):
+ * over all gradients, and the tensor where it was largest. */
+static void print_comm_error(const run *r) {
+    const mpt_telemetry_stat *st;
+    int n = mpt_telemetry_stats(r->t->telemetry, &st);
+    const mpt_telemetry_stat *all = NULL, *worst = NULL;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(st[i].metric, "comm_rel_l2") != 0 || st[i].count == 0) continue;
+        if (strcmp(st[i].tensor, MPT_TELEMETRY_ALL_PARAMS) == 0) all = &st[i];
+        else if (!worst || st[i].sum / (double)st[i].count > worst->sum / (double)worst->count) worst = &st[i];
+    }
+    if (!all) {
+        printf("%sdata-parallel: no telemetry step measured the communication error (fewer steps than --telemetry "
+               "%lld)\n", r->label, (long long)r->o.telemetry);
+        return;
+    }
+    mpt_grad_comm w = mpt_dist_comm(train_dist);
+    printf("%sdata-parallel: the %s all-reduce's relative L2 error against an FP32 all-reduce of the same gradients "
+           "(mean over %lld telemetry steps): %.3g over all gradients, largest in %s (%.3g)%s\n",
+           r->label, mpt_grad_comm_name(w), (long long)all->count, all->sum / (double)all->count,
+           worst ? worst->tensor : "-", worst ? worst->sum / (double)worst->count : 0.0,
+           w == MPT_GRAD_COMM_FP32 ? " -- zero by construction: the wire is that FP32 all-reduce" : "");
+}
+
+static mpt_status train_loop(run *r, mpt_cli_result *res) {
+    mpt_cli_opts *o = &r->o;
+    mpt_trainer *t = r->t;
+    mpt_backend *be = r->be;
+    const mpt_mnist *d = r->d;
+    int B = o->batch;
+    res->epoch_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_s);
+    MPT_ASSERT(res->epoch_s != NULL);
+    if (r->mark_start) {
+        res->epoch_gpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_gpu_s);
+        MPT_ASSERT(res->epoch_gpu_s != NULL);
+    }
+    double train_time = 0.0;
+    int64_t samples = 0;
+    int evaluated_last = 0;
+    int stopped = 0;
+    mpt_train_stats st;
+    mpt_trainer_stats(t, &st);
+    mpt_scaler_watch watch; /* warns once when the loss scale is stuck at its floor */
+    mpt_scaler_watch_init(&watch, 10);
+    res->best_test_acc = r->rs.best_epoch > 0 ? r->rs.best_test_acc : NAN;
+    res->best_epoch = r->rs.best_epoch;
+    if (o->max_steps > 0 && t->iteration >= o->max_steps) stopped = 1; /* a resumed run that is already there */
+    r->skip_seen_it = t->iteration;
+    r->skip_seen_skipped = st.steps_skipped;
+
+    for (int64_t e = r->rs.epoch; e < o->epochs && !stopped; e++) {
+        load_epoch(r, e);
+        int64_t b0 = e == r->rs.epoch ? r->rs.batch : 0;
+        /* a resumed epoch continues the mean of the losses logged before the checkpoint */
+        double loss_sum = b0 > 0 ? r->rs.epoch_loss_sum : 0.0;
+        int64_t loss_n = b0 > 0 ? r->rs.epoch_loss_n : 0, epoch_samples = 0;
+        int pending_save = 0;
+        /* The epoch's two clocks start on an idle stream (load_epoch synchronised): the host clock, and the
+         * mark that takes the GPU's time stamp when the device reaches it (asynchronous, outside any recording). */
+        double t0 = now_s();
+        if (r->mark_start) be->event_record(be, r->mark_start);
+        int64_t b;
+        for (b = b0; b < r->nb; b++) {
+            mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
+                               r->rs.mean, r->rs.inv_std);
+            /* valid rows come first in a batch (padding at its end): this shard's share of them */
+            int local_valid = r->n_valid[b] - r->shard_lo;
+            local_valid = local_valid < 0 ? 0 : local_valid > r->shard_b ? r->shard_b : local_valid;
+            if (train_dist) mpt_dist_set_batch(train_dist, local_valid, r->n_valid[b]);
+            mpt_trainer_step(t);
+            if (t->graph_off && !r->graph_noted) { /* the step could not be recorded: say so once */
+                if (r->progress) printf("\r\033[K");
+                printf("%snote: CUDA Graph off for this run, every operation is launched on its own: %s\n", r->label,
+                       t->graph_note);
+                r->graph_noted = 1;
+            }
+            epoch_samples += r->n_valid[b];
+            int64_t it = t->iteration;
+            int last = b == r->nb - 1;
+            int hit_max = o->max_steps > 0 && it >= o->max_steps;
+            /* not at --max-steps: a stopped and resumed run logs exactly the straight run's rows */
+            if (it % o->log_every == 0 || last) {
+                mpt_trainer_stats(t, &st);
+                if (train_dist) /* the global batch's mean loss, from each shard's mean over its valid rows */
+                    st.loss = r->n_valid[b] > 0 ? (float)(mpt_dist_sum_f64(train_dist, (double)st.loss * local_valid) /
+                                                          (double)r->n_valid[b])
+                                                : 0.0f;
+                MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
+                                (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
+                                (int)st.steps_skipped));
+                if (isfinite(st.loss)) {
+                    loss_sum += st.loss;
+                    loss_n++;
+                }
+                if (r->progress) progress_draw(r, e, b, &st);
+                warn_if_skipping(r, it, st.steps_skipped);
+                if (o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC) {
+                    mpt_scaler_state ss;
+                    char msg[512];
+                    mpt_scaler_read(be, t->scaler, &ss);
+                    if (mpt_scaler_watch_check(&watch, &ss, &t->cfg.scaler, msg, sizeof msg)) {
+                        if (r->progress) printf("\r\033[K");
+                        printf("%swarning: %s\n", r->label, msg);
+                    }
+                }
+            }
+            if (o->save_every > 0 && it % o->save_every == 0) {
+                if (last) {
+                    pending_save = 1; /* after this epoch's evaluation, so a resume does not lose it */
+                } else {
+                    r->rs.iteration = it;
+                    r->rs.epoch = e;
+                    r->rs.batch = b + 1;
+                    r->rs.epoch_loss_sum = loss_sum;
+                    r->rs.epoch_loss_n = loss_n;
+                    MPT_TRY(csv_flush(&r->steps_csv)); /* the rows up to the checkpoint are on disk */
+                    MPT_TRY(save_checkpoint(r));
+                }
+            }
+            if (hit_max) {
+                stopped = 1;
+                b++;
+                break;
+            }
+        }
+        if (r->mark_end) be->event_record(be, r->mark_end);
+        be->synchronize(be);
+        double train_s = now_s() - t0;
+        double gpu_s = NAN; /* the device's time between the marks, read after the synchronisation: no wait */
+        if (r->mark_start) MPT_TRY(be->event_elapsed(be, r->mark_start, r->mark_end, &gpu_s));
+        train_time += train_s;
+        samples += epoch_samples;
+        MPT_TRY(csv_flush(&r->steps_csv));
+        if (r->progress) {
+            printf("\r\033[K");
+            fflush(stdout);
+        }
+        r->rs.iteration = t->iteration;
+        if (b < r->nb) { /* stopped inside the epoch: no evaluation row */
+            r->rs.epoch = e;
+            r->rs.batch = b;
+            r->rs.epoch_loss_sum = loss_sum;
+            r->rs.epoch_loss_n = loss_n;
+            evaluated_last = 0;
+            break;
+        }
+        r->rs.epoch = e + 1;
+        r->rs.batch = 0;
+        r->rs.epoch_loss_sum = 0.0;
+        r->rs.epoch_loss_n = 0;
+        double te0 = now_s();
+        double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
+        evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+                         r->rs.inv_std, &test_loss, &test_acc);
+        if (r->idx_val)
+            evaluate_sharded(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
+                             r->rs.inv_std, &val_loss, &val_acc);
+        double eval_s = now_s() - te0;
+        mpt_trainer_stats(t, &st);
+        double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
+        double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
+        MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d\n",
+                        (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
+                        train_s, eval_s, sps, (double)st.scale, (int)st.steps_skipped));
+        MPT_TRY(csv_flush(&r->epochs_csv));
+        printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
+               o->epochs, train_loss, test_loss, 100.0 * test_acc);
+        if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
+        if (res->epoch_gpu_s)
+            printf("  %.0f samples/s  %.4f s host clock, %.4f s GPU (CUDA events)", sps, train_s, gpu_s);
+        else
+            printf("  %.0f samples/s  %.1f s host clock", sps, train_s);
+        printf("  loss scale %g  skipped %d\n", (double)st.scale, (int)st.steps_skipped);
+        fflush(stdout);
+        if (res->epoch_gpu_s) res->epoch_gpu_s[res->epochs_run] = gpu_s;
+        res->epoch_s[res->epochs_run++] = train_s;
+        res->final_test_loss = test_loss;
+        res->final_test_acc = test_acc;
+        res->final_train_loss = train_loss;
+        res->final_val_loss = val_loss;
+        res->final_val_acc = val_acc;
+        if (!(res->best_test_acc >= test_acc)) { /* also when best is NAN */
+            res->best_test_acc = test_acc;
+            res->best_epoch = (int)e + 1;
+        }
+        r->rs.best_test_acc = res->best_test_acc;
+        r->rs.best_epoch = res->best_epoch;
+        evaluated_last = 1;
+        if (pending_save) MPT_TRY(save_checkpoint(r));
+    }
+    if (!evaluated_last) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
+        evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+                         r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
+        printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
+               res->final_test_loss, 100.0 * res->final_test_acc);
+        if (!(res->best_test_acc >= res->final_test_acc)) {
+            res->best_test_acc = res->final_test_acc;
+            res->best_epoch = (int)r->rs.epoch + 1;
+        }
+    }
+    MPT_TRY(csv_close(&r->steps_csv));
+    MPT_TRY(csv_close(&r->epochs_csv));
+    if (r->telemetry_csv.f) {
+        mpt_telemetry_set_csv(t->telemetry, NULL);
+        MPT_TRY(csv_close(&r->telemetry_csv));
+    }
+    MPT_TRY(save_checkpoint(r));
+    res->checkpoint_refused = r->ckpt_refused;
+    res->iterations = t->iteration;
+    res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
+    double sum = 0.0;
+    for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
+    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
+    mpt_trainer_stats(t, &st);
+    res->steps_skipped = st.steps_skipped;
+    res->steps_nonfinite = st.steps_nonfinite;
+    if (train_dist && train_time > 0.0) {
+        double c = mpt_dist_comm_seconds(train_dist);
+        printf("%sdata-parallel: %.2f s of the %.2f s of training went to the gradient all-reduce (%.1f%%; rank 0's "
+               "wall clock, waiting for the slower rank included)\n",
+               r->label, c, train_time, 100.0 * c / train_time);
+    }
+    if (train_dist && t->telemetry) print_comm_error(r);
+    res->floor_hits = st.floor_hits;
+    res->final_scale = st.scale;
+    mpt_trainer_graph_status(t, res->cuda_graph, sizeof res->cuda_graph);
+    if (o->nonfinite == MPT_NONFINITE_APPLY) {
+        res->weights_nonfinite = weights_nonfinite(r);
+        printf("%s--nonfinite apply: %d step(s) with inf/NaN gradients were applied; the weights are %s\n", r->label,
+               (int)st.steps_nonfinite, res->weights_nonfinite ? "non-finite (the run is poisoned)" : "finite");
+    }
+    return MPT_OK;
+}
+
+/* On the GPU: what actually ran for every GEMM and convolution call site (cuBLASLt compute type, operand
+ * types, algorithm; cuDNN algorithm and math type) into gpu_kernels.txt, and on stdout for `train`. */
+static mpt_status write_gpu_records(run *r) {
+    char path[MPT_CLI_PATH + 64];
+    snprintf(path, sizeof path, "%s/gpu_kernels.txt", r->o.out);
+    FILE *f = fopen(path, "w");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    char graph[704];
+    mpt_trainer_graph_status(r->t, graph, sizeof graph);
+    fprintf(f, "CUDA Graph of the training step (--cuda-graph): %s\n", graph);
+    mpt_cuda_print_gemm_records(r->be, f);
+    mpt_cuda_print_conv_records(r->be, f);
+    MPT_TRY(mpt_cli_close_written(f, path));
+    if (!r->label[0]) {
+        mpt_cuda_print_gemm_records(r->be, stdout);
+        mpt_cuda_print_conv_records(r->be, stdout);
+    }
+    printf("%sGPU kernels that ran: %s\n", r->label, path);
+    return MPT_OK;
+}
+
+/* All FP32 masters, concatenated in parameter order, into a new host array. */
+static float *collect_masters(run *r, int64_t *count) {
+    mpt_trainer *t = r->t;
+    int64_t n = 0;
+    for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->master[i]);
+    float *w = malloc((size_t)n * sizeof(float));
+    MPT_ASSERT(w != NULL);
+    int64_t off = 0;
+    for (int i = 0; i < t->n_params; i++) { /* 16-bit without masters (--master-weights none): widened */
+        const mpt_tensor *m = t->master[i];
+        int64_t k = mpt_tensor_numel(m);
+        size_t esz = mpt_dtype_size(m->dtype);
+        r->be->to_host(r->be, w + off, m->data, (size_t)k * esz);
+        if (m->dtype != MPT_DTYPE_F32) /* widen in place, from the end: element j's bytes lie below float j */
+            for (int64_t j = k - 1; j >= 0; j--) w[off + j] = mpt_load_f32(w + off, m->dtype, j);
+        off += k;
+    }
+    *count = n;
+    return w;
+}
+
+mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_cli_result *res) {
+    memset(res, 0, sizeof *res);
+    res->final_test_acc = res->best_test_acc = res->final_test_loss = res->final_train_loss = NAN;
+    res->final_val_acc = res->final_val_loss = NAN;
+    snprintf(res->out_dir, sizeof res->out_dir, "%s", o->out);
+    run r;
+    memset(&r, 0, sizeof r);
+    r.o = *o;
+    r.d = &cd->d;
+    r.label = label;
+    r.writer = !train_dist || mpt_dist_rank(train_dist) == 0;
+    r.shard_b = train_dist ? o->batch / mpt_dist_size(train_dist) : o->batch;
+    r.shard_lo = train_dist ? mpt_dist_rank(train_dist) * r.shard_b : 0;
+    r.progress = r.writer && (o->progress == MPT_PROGRESS_ON || (o->progress == MPT_PROGRESS_AUTO && isatty(STDOUT_FILENO)));
+    mpt_status s = MPT_OK;
+    if (o->resume[0]) {
+        mpt_cli_opts scratch;
+        mpt_cli_opts_default(&scratch);
+        s = mpt_cli_checkpoint_read_config(o->resume, &scratch, &r.rs);
+    }
+    if (s == MPT_OK) s = setup(&r, res);
+    if (s == MPT_OK) {
+        if (!label[0]) mpt_graph_print_precision_map(r.t->g, stdout);
+        print_header(&r);
+        res->init_master = collect_masters(&r, &res->n_master);
+        s = train_loop(&r, res);
+    }
+    if (s == MPT_OK && r.be->device == MPT_DEVICE_CUDA) s = write_gpu_records(&r);
+    if (s == MPT_OK) {
+        res->final_master = collect_masters(&r, &res->n_master);
+        for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];
+        res->mem_peak_total = r.be->mem_peak_total;
+        if (r.t->telemetry) {
+            const mpt_telemetry_stat *st;
+            res->n_telemetry = mpt_telemetry_stats(r.t->telemetry, &st);
+            res->telemetry = malloc((size_t)res->n_telemetry * sizeof *st + 1);
+            MPT_ASSERT(res->telemetry != NULL);
+            if (res->n_telemetry > 0) memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
+        }
+        if (r.writer) s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
+    }
+    run_free(&r);
+    return s;
+}
+

@@ -1,0 +1,115 @@
+/*
+ * tools/run.h - one training run, the module that `train`, `compare` and `lab` call (tools/run.c: setup, the
+ * loop, the CSVs; tools/run_checkpoint.c: the run's state as a safetensors file; tools/run_summary.c:
+ * summary.json and the precision map). Its output directory is owned by tools/outdir.h.
+ */
+#ifndef MPT_TOOLS_RUN_H
+#define MPT_TOOLS_RUN_H
+
+#include "tools/cli.h"
+#include "tools/outdir.h"
+
+/* ---- devices (run.c) ----------------------------------------------------------------------------- */
+
+/* Creates the backend for --device; *why receives one line saying which device and why (auto's choice).
+ * MPT_ERR_DEVICE when --device cuda was asked for and no GPU is usable. */
+mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
+
+/* ---- one training run (run.c) ------------------------------------------------------------------- */
+
+/* What a finished run reports (to summary.json, the compare table and the caller). */
+typedef struct mpt_cli_result {
+    char out_dir[MPT_CLI_PATH];
+    char device[256];
+    int epochs_run;              /* epochs completed in this invocation */
+    int64_t iterations;          /* iterations so far (resumed ones included) */
+    double final_test_acc, best_test_acc, final_test_loss, final_train_loss;
+    int best_epoch;              /* 1-based epoch of best_test_acc */
+    double final_val_acc, final_val_loss; /* NAN without --val-split */
+    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock) */
+    double samples_per_s;        /* training samples / training time, over the whole invocation (host clock) */
+    double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd): host monotonic clock from the
+                                    epoch's first operation to the stream drained at its end */
+    double *epoch_gpu_s;         /* [epochs_run] the same epochs' device seconds between two CUDA events recorded at
+                                    the host clock's start and end (malloc'd); NULL on a backend without device
+                                    timing (CPU) */
+    size_t mem_peak[MPT_MEM_COUNT];
+    size_t mem_peak_total;
+    int32_t steps_skipped, floor_hits;
+    int32_t steps_nonfinite;     /* steps applied with non-finite gradients (--nonfinite apply) */
+    int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
+    int checkpoint_refused;      /* the final save was refused (non-finite weights): the checkpoint file, if any,
+                                  * is an earlier step's */
+    char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
+    float final_scale;
+    float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
+    float *init_master;          /* the same at the start of this invocation (malloc'd) */
+    int64_t n_master;
+    mpt_telemetry_stat *telemetry; /* [n_telemetry] last and mean of each (tensor, metric) (malloc'd), or NULL */
+    int n_telemetry;
+} mpt_cli_result;
+
+void mpt_cli_result_free(mpt_cli_result *r);
+
+/* Trains one run with resolved options o on data cd (already loaded), writing into o->out: metrics.csv,
+ * epochs.csv, summary.json and checkpoint.safetensors. `label` prefixes the progress lines ("" or "fp16").
+ * Fills *res. */
+mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_cli_result *res);
+
+/* Evaluates the trainer on a U8 dataset in backend memory: rows 0..n-1 in order, padded last batch
+ * (ignored rows). *loss = mean cross-entropy over the n rows, *acc = fraction correct. */
+void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+                      int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc);
+
+/* ---- run checkpoints (run_checkpoint.c) ------------------------------------------------------------------ */
+
+/* Where a run is, besides its tensors: what a resumed run needs to continue exactly. */
+typedef struct mpt_cli_run_state {
+    int64_t iteration;       /* training iterations done (== trainer->iteration) */
+    int64_t epoch;           /* 0-based epoch the next iteration belongs to */
+    int64_t batch;           /* batches of that epoch already done (0 at an epoch boundary) */
+    float mean, inv_std;     /* pixel standardisation in use (0 and 1 without --standardize) */
+    int64_t n_train, n_val;  /* rows trained on and held out (checked again on resume) */
+    double best_test_acc;    /* best test accuracy so far and its 1-based epoch (0: none yet) */
+    int best_epoch;
+    int ranks;               /* data-parallel ranks that trained it (1: a single process, and older checkpoints) */
+    mpt_grad_comm grad_comm; /* their wire dtype (fp32 for single-process runs) */
+    double epoch_loss_sum;   /* sum and count of the losses logged so far in the unfinished epoch (0 at a */
+    int64_t epoch_loss_n;    /* boundary): epochs.csv's train_loss of a resumed epoch averages all of them */
+    int threads;             /* the CPU backend's OpenBLAS threads (0: a GPU run, or not recorded) */
+} mpt_cli_run_state;
+
+/* The checkpoint file name inside an output directory. */
+#define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
+
+/* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
+ * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
+ * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically
+ * (engine/checkpoint.h). Synchronises the backend. */
+mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
+                                   const mpt_cli_run_state *rs);
+
+/* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
+ * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
+mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs);
+
+/* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
+ * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
+ * MPT_ERR_SHAPE when the tensors do not match the model. */
+mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
+
+/* ---- what a run leaves for scripts (run_summary.c) --------------------------------------------------------- */
+
+/* The graph's precision map as a JSON array (a json_t *, returned as void * to keep jansson out of this
+ * header): one object per node {"node", "op", "input", "weight", "output", "math"}. */
+void *mpt_cli_precision_map_json(const mpt_graph *g);
+
+/* Writes summary.json into dir. */
+mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
+                                 const mpt_graph *g, const mpt_policy *policy);
+
+/* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
+void mpt_cli_train_join(mpt_dist *d);
+
+#endif
