@@ -2,12 +2,12 @@
 #include "engine/dtype.h"
 
 size_t mpt_dtype_size(mpt_dtype t) {
-    static const size_t sizes[MPT_DTYPE_COUNT] = {4, 2, 2, 1, 4};
+    static const size_t sizes[MPT_DTYPE_COUNT] = {4, 2, 2, 1, 4, 1, 1, 1};
     return (unsigned)t < MPT_DTYPE_COUNT ? sizes[t] : 0;
 }
 
 const char *mpt_dtype_name(mpt_dtype t) {
-    static const char *names[MPT_DTYPE_COUNT] = {"f32", "f16", "bf16", "u8", "i32"};
+    static const char *names[MPT_DTYPE_COUNT] = {"f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0"};
     return (unsigned)t < MPT_DTYPE_COUNT ? names[t] : "?";
 }
 
@@ -29,3 +29,5 @@ double mpt_math_unit_roundoff(mpt_math m) {
 int mpt_dtype_is_float(mpt_dtype t) {
     return t == MPT_DTYPE_F32 || t == MPT_DTYPE_F16 || t == MPT_DTYPE_BF16;
 }
+
+int mpt_dtype_is_fp8(mpt_dtype t) { return t == MPT_DTYPE_E4M3 || t == MPT_DTYPE_E5M2; }

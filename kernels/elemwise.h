@@ -2,8 +2,8 @@
  * kernels/elemwise.h - per-element math, written once, compiled by gcc (CPU loops) and nvcc (CUDA kernels).
  *
  * Everything here is a pure function of its arguments: number-format conversions with round-to-nearest-even
- * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32; FP32 <-> OCP FP8 E4M3/E5M2 for `mptrain formats` only), and (below) the per-element pieces of the activations and the
- * optimizers. The CPU loops in kernels/cpu and the kernels in kernels/cuda call the same functions, so the two
+ * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32, FP32 <-> OCP FP8 E4M3/E5M2 and the MX block scale E8M0, with the
+ * FP8 scale rules), and (below) the per-element pieces of the activations and the optimizers. The CPU loops in kernels/cpu and the kernels in kernels/cuda call the same functions, so the two
  * backends cannot drift apart.
  *
  * Formats (IEEE 754-2008 binary16; Google brain float; NVIDIA TensorFloat-32, Ampere whitepaper):
@@ -12,10 +12,14 @@
  *   TF32     1    8    10      2^-11             3.40e38         2^-126            (as FP32)
  *   FP16     1    5    10      2^-11             65504           2^-14             2^-24
  *   BF16     1    8     7      2^-8              3.39e38         2^-126            2^-133
+ *   E4M3     1    4     3      2^-4              448 (no inf)    2^-6              2^-9
+ *   E5M2     1    5     2      2^-3              57344           2^-14             2^-16
+ *   E8M0     0    8     0      (powers of two 2^-127 .. 2^127 only; no zero, no sign: the MX block scale)
  * FP16 and BF16 values are stored as uint16_t bit patterns; TF32 values are stored as FP32 with the low 13
  * mantissa bits zero. Conversions to the narrower formats round to nearest, ties to even (RNE); values past
  * the largest finite number round to +/-inf (FP16: |x| >= 65520 becomes inf, 65519.99 becomes 65504);
- * NaN stays NaN (quiet); subnormals are produced and consumed exactly. Widening conversions are exact.
+ * NaN stays NaN (quiet); subnormals are produced and consumed exactly. Widening conversions are exact. FP8
+ * overflow is a switch (saturating or not: see the FP8 section). FP8 and E8M0 values are uint8_t bit patterns.
  */
 #ifndef MPT_KERNELS_ELEMWISE_H
 #define MPT_KERNELS_ELEMWISE_H
@@ -219,32 +223,50 @@ MPT_HD uint16_t mpt_f32_to_f16_sr(float f, uint32_t r) {
     return draw < frac ? (uint16_t)(lo + 1u) : lo;
 }
 
-/* ---- FP8 (OCP 8-bit floating point, v1.0, 2023): E4M3 and E5M2 -------------------------------------------- */
-/* E4M3: 4 exponent bits (bias 7), 3 mantissa bits, no infinities; S.1111.111 is NaN, so the largest finite
- * value is S.1111.110 = 1.75 * 2^8 = 448; smallest normal 2^-6, smallest subnormal 2^-9.
+/* ---- FP8 (OCP 8-bit floating point, v1.0, 2023; Micikevicius et al. 2022, arXiv 2209.05433) ---------------- */
+/* E4M3 ("E4M3FN" in CUDA, PyTorch and ml_dtypes): 4 exponent bits (bias 7), 3 mantissa bits, no infinities;
+ * S.1111.111 is NaN, so the largest finite value is S.1111.110 = 1.75 * 2^8 = 448; smallest normal 2^-6,
+ * smallest subnormal 2^-9.
  * E5M2: 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: exponent 11111 is inf (mantissa 0) or NaN;
  * largest finite 1.75 * 2^15 = 57344, smallest normal 2^-14, smallest subnormal 2^-16.
- * FP32 -> FP8 rounds to nearest even on the grid with an unbounded exponent (as IEEE 754 defines overflow);
- * a value that rounds past the largest finite one gives inf in E5M2 (from 61440 = max + half an ulp up) and
- * NaN in E4M3 (above 464: the tie at 464 goes to 448, whose mantissa is even), which has no inf (OCP's non-saturating conversion; the saturating mode, which
- * clamps to 448 / 57344, is not modelled). NaN stays NaN. Decoding is exact. mptrain does not train in FP8;
- * these are here so `mptrain formats` can show the formats next to the ones it trains in. */
+ * FP32 -> FP8 rounds to nearest, ties to even, on the grid with an unbounded exponent (IEEE 754's definition of
+ * overflow), subnormals kept. What happens past the largest finite value is a switch, because stacks disagree:
+ *   saturating (CUDA __NV_SATFINITE, the cvt.rn.satfinite instruction; what TransformerEngine's casts and
+ *     cuBLASLt's FP8 outputs use, and mptrain's training default): a finite value that rounds past the largest
+ *     finite one, and +-inf, become +-max (448 / 57344);
+ *   non-saturating (CUDA __NV_NOSAT; ml_dtypes' and PyTorch's plain casts): E4M3 overflows to NaN (sign kept:
+ *     S.1111.111, it has no inf), from 464 up (464 itself, halfway between 448 and 480, ties to 448, whose
+ *     mantissa 110 is even); E5M2 overflows to +-inf from 61440 up (the tie between 57344 and 65536 goes up: the
+ *     mantissa of 57344 is odd); inf stays inf in E5M2 and becomes NaN in E4M3.
+ * NaN becomes the canonical 0x7f in both formats (sign dropped), as CUDA's conversions return it
+ * (cuda_fp8.hpp __nv_cvt_float_to_fp8). tests/test_fp8.c compares both modes with that reference
+ * implementation of NVIDIA's (host code of cuda_fp8.hpp) where the toolkit is installed. Decoding is exact. */
+
+#define MPT_E4M3_MAX 448.0f
+#define MPT_E5M2_MAX 57344.0f
+/* The exponent of the largest power of two an element format holds (floor(log2(max))): OCP MX v1.0's
+ * emax_elem, which the block scale rule subtracts (E4M3 8, E5M2 15). */
+#define MPT_E4M3_EMAX 8
+#define MPT_E5M2_EMAX 15
+#define MPT_FP8_NAN 0x7fu
 
 /* |f| rounded to nearest even on the grid of a format with man_bits mantissa bits and smallest normal
- * exponent emin, then encoded with bias; max_finite is the largest finite magnitude, overflow_code the
- * magnitude bits an overflow produces. */
-MPT_HD uint8_t mpt_f32_to_fp8_rne(float f, int man_bits, int emin, int bias, float max_finite,
-                                  uint8_t overflow_code, uint8_t nan_code) {
+ * exponent emin, encoded with bias; max_finite is the largest finite magnitude and max_code its pattern;
+ * overflow_code the magnitude bits a non-saturating overflow produces. */
+MPT_HD uint8_t mpt_f32_to_fp8_rne(float f, int man_bits, int emin, int bias, float max_finite, uint8_t max_code,
+                                  uint8_t overflow_code, int saturate) {
     uint32_t u = mpt_f32_bits(f);
     uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
     float a = mpt_bits_f32(u & 0x7fffffffu);
-    if (!(a == a)) return (uint8_t)(sign | nan_code);
-    if (a >= 2.0f * max_finite) return (uint8_t)(sign | overflow_code); /* inf too; keeps a / q finite */
+    if (!(a == a)) return (uint8_t)MPT_FP8_NAN;
+    /* the grid's next point past the largest is max + 2^(emax - man_bits); the midpoint to it is where
+     * rounding overflows (a tie there goes to whichever of the two has an even mantissa) */
+    if (a >= 2.0f * max_finite) return (uint8_t)(sign | (saturate ? max_code : overflow_code)); /* inf too */
     int32_t e = (int32_t)((u >> 23) & 0xffu) - 127; /* FP32 subnormals (e = -127) sit far below emin */
     if (e < emin) e = emin;
     float q = mpt_bits_f32((uint32_t)(e - man_bits + 127) << 23); /* the grid spacing 2^(e - man_bits) */
     float r = rintf(a / q) * q; /* a / q and the product are exact (powers of two); rintf rounds ties to even */
-    if (r > max_finite) return (uint8_t)(sign | overflow_code);
+    if (r > max_finite) return (uint8_t)(sign | (saturate ? max_code : overflow_code));
     if (r == 0.0f) return sign;
     uint32_t ru = mpt_f32_bits(r);
     int32_t re = (int32_t)((ru >> 23) & 0xffu) - 127;
@@ -254,8 +276,17 @@ MPT_HD uint8_t mpt_f32_to_fp8_rne(float f, int man_bits, int emin, int bias, flo
     return (uint8_t)(sign | (uint8_t)((uint32_t)(re + bias) << man_bits) | (uint8_t)mant);
 }
 
-MPT_HD uint8_t mpt_f32_to_e4m3(float f) { return mpt_f32_to_fp8_rne(f, 3, -6, 7, 448.0f, 0x7fu, 0x7fu); }
-MPT_HD uint8_t mpt_f32_to_e5m2(float f) { return mpt_f32_to_fp8_rne(f, 2, -14, 15, 57344.0f, 0x7cu, 0x7eu); }
+/* FP32 -> E4M3 / E5M2, non-saturating (overflow -> NaN / inf). */
+MPT_HD uint8_t mpt_f32_to_e4m3(float f) { return mpt_f32_to_fp8_rne(f, 3, -6, 7, 448.0f, 0x7eu, 0x7fu, 0); }
+MPT_HD uint8_t mpt_f32_to_e5m2(float f) { return mpt_f32_to_fp8_rne(f, 2, -14, 15, 57344.0f, 0x7bu, 0x7cu, 0); }
+/* FP32 -> E4M3 / E5M2, saturating (overflow and inf -> +-max). */
+MPT_HD uint8_t mpt_f32_to_e4m3_sat(float f) { return mpt_f32_to_fp8_rne(f, 3, -6, 7, 448.0f, 0x7eu, 0x7fu, 1); }
+MPT_HD uint8_t mpt_f32_to_e5m2_sat(float f) { return mpt_f32_to_fp8_rne(f, 2, -14, 15, 57344.0f, 0x7bu, 0x7cu, 1); }
+/* Either format (e5m2: 0 for E4M3, 1 for E5M2), either overflow mode. */
+MPT_HD uint8_t mpt_f32_to_fp8(float f, int e5m2, int saturate) {
+    return e5m2 ? mpt_f32_to_fp8_rne(f, 2, -14, 15, 57344.0f, 0x7bu, 0x7cu, saturate)
+                : mpt_f32_to_fp8_rne(f, 3, -6, 7, 448.0f, 0x7eu, 0x7fu, saturate);
+}
 
 /* FP8 bits -> FP32, exact. */
 MPT_HD float mpt_fp8_to_f32(uint8_t b, int man_bits, int exp_bits, int bias, int has_inf) {
@@ -274,6 +305,96 @@ MPT_HD float mpt_fp8_to_f32(uint8_t b, int man_bits, int exp_bits, int bias, int
 
 MPT_HD float mpt_e4m3_to_f32(uint8_t b) { return mpt_fp8_to_f32(b, 3, 4, 7, 0); }
 MPT_HD float mpt_e5m2_to_f32(uint8_t b) { return mpt_fp8_to_f32(b, 2, 5, 15, 1); }
+MPT_HD float mpt_fp8_decode(uint8_t b, int e5m2) { return e5m2 ? mpt_e5m2_to_f32(b) : mpt_e4m3_to_f32(b); }
+
+/* ---- E8M0: the MX block scale (OCP Microscaling Formats (MX) v1.0, section 5.4.1) -------------------------- */
+/* 8 exponent bits, bias 127, no sign, no mantissa, no zero, no inf: code c is 2^(c - 127) for c in 0..254
+ * (2^-127, code 0, is an FP32 subnormal), 0xff is NaN. */
+#define MPT_E8M0_NAN 0xffu
+
+/* E8M0 -> FP32, exact. */
+MPT_HD float mpt_e8m0_to_f32(uint8_t c) {
+    if (c == 0xffu) return mpt_bits_f32(0x7fc00000u);
+    if (c == 0u) return mpt_bits_f32(0x00400000u); /* 2^-127 */
+    return mpt_bits_f32((uint32_t)c << 23);
+}
+
+/* 2^k as FP32 for k in [-127, 127] (exact; 2^-127 is subnormal). */
+MPT_HD float mpt_pow2f(int32_t k) {
+    return k >= -126 ? mpt_bits_f32((uint32_t)(k + 127) << 23) : mpt_bits_f32(0x00400000u);
+}
+
+/* FP32 -> E8M0 rounding to nearest (ties to the even code): what `mptrain formats` shows. x in
+ * [2^e, 2^(e+1)) goes up from 1.5 * 2^e, the midpoint. Values below 2^-127 (zero included) and at or above
+ * 2^127 * 1.5 have no nearer code than the ends, which they take (0 and 254); negative values, NaN and inf,
+ * which E8M0 cannot hold, give NaN. */
+MPT_HD uint8_t mpt_f32_to_e8m0(float f) {
+    uint32_t u = mpt_f32_bits(f);
+    if ((u >> 31) != 0u && (u & 0x7fffffffu) != 0u) return (uint8_t)MPT_E8M0_NAN;
+    u &= 0x7fffffffu;
+    if (u >= 0x7f800000u) return (uint8_t)MPT_E8M0_NAN;
+    if (u <= 0x00400000u) return 0u; /* at or below 2^-127 */
+    if (u < 0x00800000u) return u > 0x00600000u ? 1u : 0u; /* between 2^-127 and 2^-126: midpoint 1.5 * 2^-127 */
+    uint32_t c = u >> 23, m = u & 0x7fffffu;
+    if (m > 0x400000u || (m == 0x400000u && (c & 1u))) c += 1u;
+    return (uint8_t)(c > 254u ? 254u : c);
+}
+
+/* FP32 -> E8M0 rounding up (toward +inf), saturating at 2^127 (code 254): the smallest power of two >= d, for a
+ * finite d > 0; 0 gives code 0. CUDA's cvt.rp.satfinite.ue8m0x2.f32 (cuda_fp8.hpp __nv_cvt_float_to_e8m0 with
+ * __NV_SATFINITE and cudaRoundPosInf; tests/test_fp8.c compares the two). */
+MPT_HD uint8_t mpt_f32_to_e8m0_ru(float d) {
+    uint32_t du = mpt_f32_bits(d) & 0x7fffffffu, field = du >> 23, mant = du & 0x7fffffu;
+    uint32_t c = field == 0u ? (mant > 0x400000u ? 1u : 0u) /* FP32 subnormal: code 0 is 2^-127 = 0x00400000 */
+                             : field + (mant != 0u ? 1u : 0u);
+    return (uint8_t)(c > 254u ? 254u : c);
+}
+
+/* How an MX block scale is chosen from the block's amax (torchao ScaleCalculationMode, which documents all three;
+ * torchao/prototype/mx_formats/mx_tensor.py to_mx):
+ *   FLOOR  the OCP MX v1.0 rule (section 6.3): X = 2^(floor(log2(amax)) - emax_elem). Elements of the block
+ *          between max * X and 2 * 2^emax_elem * X (E4M3: 448 and 512, times X) saturate.
+ *   CEIL   2^(ceil(log2(amax)) - emax_elem): nothing saturates, one binade of precision may be lost.
+ *   RCEIL  2^ceil(log2(amax / max)), amax / max computed as FP32 amax * (1/max) (1/max rounded to FP32): the
+ *          smallest power of two that maps amax to at most max; cuBLAS's and TransformerEngine's MXFP8 rule
+ *          (the cvt.rp.satfinite.ue8m0x2.f32 instruction on sm_100; cuBLAS documentation "1D block scaling").
+ * FLOOR and CEIL read the exponent field of the FP32 amax as torchao does (an FP32-subnormal amax counts as
+ * 2^-127); the unbiased exponent is clamped to [-127, 127]. An all-zero block gets code 0 (2^-127, as torchao's
+ * clamp gives); a NaN or inf amax gets the NaN code 0xff. */
+typedef enum mpt_mx_rounding { MPT_MX_FLOOR = 0, MPT_MX_CEIL, MPT_MX_RCEIL } mpt_mx_rounding;
+
+/* The E8M0 code of the block scale for a block of amax `amax` (>= 0, or NaN/inf) in element format e5m2
+ * (0: E4M3, 1: E5M2) by rule `mode`. */
+MPT_HD uint8_t mpt_mx_scale_code(float amax, int e5m2, int mode) {
+    uint32_t u = mpt_f32_bits(amax) & 0x7fffffffu;
+    if (u >= 0x7f800000u) return (uint8_t)MPT_E8M0_NAN;
+    if (u == 0u) return 0u;
+    int32_t emax = e5m2 ? MPT_E5M2_EMAX : MPT_E4M3_EMAX, k;
+    if (mode == MPT_MX_RCEIL) return mpt_f32_to_e8m0_ru(mpt_bits_f32(u) * (e5m2 ? 1.0f / 57344.0f : 1.0f / 448.0f));
+    k = (int32_t)(u >> 23) - 127;
+    if (mode == MPT_MX_CEIL && (u & 0x7fffffu) != 0u) k += 1;
+    k -= emax;
+    if (k < -127) k = -127;
+    if (k > 127) k = 127;
+    return (uint8_t)(k + 127);
+}
+
+/* ---- Per-tensor FP8 scaling (TransformerEngine; engine/amp/fp8.h has the recipe) --------------------------- */
+/* The scale s of a tensor whose amax is `amax`, for a format whose largest finite value times 2^-margin is
+ * `scaled_max` (FP32, exact: a power-of-two factor): s = scaled_max / amax, one FP32 division
+ * (TransformerEngine transformer_engine/common/recipe/delayed_scaling.cu: scale = scaled_max / amax, with
+ * scaled_max = fp8_max * 2^-margin). A scale that overflows FP32 (a tiny amax) becomes FLT_MAX, and with pow2 the
+ * scale is rounded down to a power of two by clearing its mantissa (TE recipe_common.cuh
+ * compute_scale_from_amax: value_for_inf, force_pow_2_scales). An amax that is 0, NaN or inf gives `fallback`
+ * (delayed scaling: the previous scale, as TE's update keeps it; current scaling: 1, as TE's
+ * compute_scale_from_amax returns). */
+MPT_HD float mpt_fp8_scale_from_amax(float amax, float scaled_max, int pow2, float fallback) {
+    if (!(amax > 0.0f) || (mpt_f32_bits(amax) & 0x7f800000u) == 0x7f800000u) return fallback;
+    float s = scaled_max / amax;
+    if ((mpt_f32_bits(s) & 0x7f800000u) == 0x7f800000u) s = 3.40282346638528859812e+38f; /* FLT_MAX */
+    if (pow2) s = mpt_bits_f32(mpt_f32_bits(s) & 0xff800000u);
+    return s;
+}
 
 /* ---- Non-finite test without relying on the compiler's -ffast-math state ------------------------- */
 MPT_HD int mpt_is_finite(float f) { return (mpt_f32_bits(f) & 0x7f800000u) != 0x7f800000u; }

@@ -8,8 +8,9 @@
  *    1.0 = 0x38 / 0x3c; smallest subnormals 2^-9 / 2^-16) and, for random inputs, against a brute-force
  *    nearest-even search over all 256 codes decoded here from the OCP definition (value = (-1)^s * 2^(e-bias) *
  *    (1 + m/2^M), subnormals 2^(1-bias) * m/2^M), independent of the engine's decoder;
- *  - the format table's constants against their textbook values;
- *  - the command: its output shows the patterns, and a malformed value exits 2 naming it.
+ *  - the format table's constants against their textbook values (E8M0: 2^-127 .. 2^127, no sign);
+ *  - the command: its output shows the patterns, FP8 saturating by default and NaN with --fp8-saturate off, and a
+ *    malformed value or flag exits 2 naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +24,7 @@
 
 static mpt_fmt_value conv(mpt_fmt f, double x) {
     mpt_fmt_value v;
-    mpt_fmt_convert(f, x, &v);
+    mpt_fmt_convert(f, x, 1, &v);
     return v;
 }
 
@@ -155,7 +156,10 @@ START_TEST(test_table) {
     ck_assert(i.max_finite == 448.0 && i.min_normal == 0x1p-6 && i.min_subnormal == 0x1p-9 && !i.has_inf);
     mpt_fmt_describe(MPT_FMT_E5M2, &i);
     ck_assert(i.max_finite == 57344.0 && i.min_normal == 0x1p-14 && i.min_subnormal == 0x1p-16 && i.has_inf);
+    mpt_fmt_describe(MPT_FMT_E8M0, &i);
+    ck_assert(i.max_finite == 0x1p127 && i.min_normal == 0x1p-127 && i.sign_bits == 0 && i.man_bits == 0);
     char b[64];
+    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_E8M0, 0x88, b, sizeof b), "10001000");
     ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_FP16, 0x4248, b, sizeof b), "0 | 10000 | 1001001000");
     ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_E4M3, 0x7e, b, sizeof b), "0 | 1111 | 110");
 }
@@ -184,6 +188,13 @@ START_TEST(test_command) {
     ck_assert_int_eq(run_formats("3.1x", out, sizeof out), 2);
     ck_assert_msg(strstr(out, "'3.1x'") != NULL, "%s", out);
     ck_assert_int_eq(run_formats("--bogus", out, sizeof out), 2);
+    /* FP8 overflow: saturating by default (448 = 0x7e), NaN (0x7f) with --fp8-saturate off; E8M0 rounds 500 to 2^9 */
+    ck_assert_int_eq(run_formats("500", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "0x7e ") && strstr(out, "saturated to 448") && strstr(out, "E8M0      10001000"), "%s", out);
+    ck_assert_int_eq(run_formats("--fp8-saturate off 500", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "0x7f ") && strstr(out, "overflow -> NaN (E4M3 has no inf)"), "%s", out);
+    ck_assert_int_eq(run_formats("--fp8-saturate maybe 1", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "--fp8-saturate") != NULL, "%s", out);
 }
 END_TEST
 

@@ -23,7 +23,7 @@ static void print_usage(FILE *f) {
             "  eval      test loss and accuracy of a checkpoint\n"
             "  info      library versions, the GPU, NVIDIA_TF32_OVERRIDE\n"
             "  lab       the lessons of mixed precision as experiments on Fashion-MNIST (start here)\n"
-            "  formats   a number in FP32, TF32, BF16, FP16 (and FP8) as training rounds it; the formats' table\n"
+            "  formats   a number in FP32, TF32, BF16, FP16, FP8 and E8M0 as training rounds it; the formats' table\n"
             "\n"
             "`mptrain COMMAND --help` lists a command's options. `mptrain --version` prints the version.\n"
             "\n"
