@@ -442,6 +442,48 @@ struct mpt_backend {
 /* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with
  * mpt_backend_free after every graph, trainer and buffer made on it. */
 MPT_API mpt_backend *mpt_backend_cpu_create(void);
+/* The CPU backend's two kernel sets for GEMMs and convolutions (ARCHITECTURE decision 11; kernels/cpu/gemm.c):
+ *  EMULATE (the default): Tensor Core numerics emulated exactly (operands rounded to TF32 / widened from FP16/BF16,
+ *           exact products, FP32 accumulation, one rounding of the output): the oracle the GPU is tested against.
+ *  NATIVE:  bf16 mode's GEMMs and convolutions run on the CPU's BF16 dot-product units (AVX512-BF16 / AMX, through
+ *           oneDNN's bf16 primitives) with FP32 accumulation: round to nearest even, BF16 denormal inputs read as
+ *           zero, denormal results flushed to zero, pairs of products summed in the instruction's own order. It
+ *           agrees with EMULATE within the FP32 summation bound except where an operand is a BF16 subnormal
+ *           (tests/test_gemm.c). fp16 and tf32 have no native units on the supported CPUs: they stay emulated.
+ * Both run their FP32 products on oneDNN where the build has it (OpenBLAS otherwise). */
+typedef enum mpt_cpu_kernels { MPT_CPU_KERNELS_EMULATE = 0, MPT_CPU_KERNELS_NATIVE } mpt_cpu_kernels;
+
+/* "emulate" / "native". */
+MPT_API const char *mpt_cpu_kernels_name(mpt_cpu_kernels k);
+
+/* Chooses the kernel set of a CPU backend; call it before building any graph on be (the workspace a graph reserves
+ * depends on it). MPT_ERR_ARG when be is not a CPU backend or already has graphs (a reserved workspace);
+ * MPT_ERR_DEVICE, with the reason, when NATIVE is asked for and unavailable (a build without oneDNN, or a CPU
+ * without BF16 units). The backend keeps its previous set on error. */
+MPT_API mpt_status mpt_backend_cpu_set_kernels(mpt_backend *be, mpt_cpu_kernels k);
+
+/* The kernel set of a CPU backend (EMULATE for any other backend). */
+MPT_API mpt_cpu_kernels mpt_backend_cpu_kernels(const mpt_backend *be);
+
+/* How a GEMM (conv = 0) or convolution (conv = 1) of math mode m runs on be, one word for tables: on the CPU
+ * "<kernel set>:<engine>" ("emulate:onednn", "native:onednn", "emulate:openblas"); "cublaslt" / "cudnn" on the
+ * CUDA backend. Static string. */
+MPT_API const char *mpt_backend_kernels_of(const mpt_backend *be, int conv, mpt_math m);
+
+/* Whether NATIVE can run here (oneDNN in the build and a CPU with BF16 dot-product units); if not, why (host buf,
+ * may be NULL). */
+MPT_API int mpt_cpu_native_available(char *why, size_t len);
+
+/* Threads of the CPU backend's GEMMs from now on: OpenBLAS's and oneDNN's (OpenMP) are set to n; n <= 0 keeps
+ * OpenBLAS's (OPENBLAS_NUM_THREADS, else all cores) and gives oneDNN the same count. Set it before building graphs
+ * (oneDNN primitives are made for a thread count). Returns the thread count.
+ * A process that has run a parallel GEMM must not fork a child that trains (libgomp does not survive fork). */
+MPT_API int mpt_cpu_set_threads(int n);
+
+/* One line describing the CPU GEMM engine: library and version, the instruction set it runs, and its threads
+ * (e.g. "oneDNN 2.6.3 (avx512_core_bf16), 2 OpenMP threads; OpenBLAS 0.3.21 ..."). Writes into buf (host). */
+MPT_API void mpt_cpu_engine_describe(char *buf, size_t len);
+
 /* Creates the CUDA backend on device 0, loading the CUDA backend module on first use (engine/cuda_loader.c
  * says where it is looked for); NULL, with mpt_last_error() saying why (no module, no driver, no GPU of
  * compute capability >= 8.0: MPT_ERR_DEVICE), when no GPU is usable. Owned by the caller like the CPU one. */

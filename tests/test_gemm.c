@@ -2,7 +2,7 @@
  * tests/test_gemm.c - the CPU GEMM (kernels/cpu/gemm.c) against an FP64 reference, and proof that the
  * Tensor Core emulation is switched on.
  *
- * Every math mode (FP32, TF32, F16, BF16) x trans_a x trans_b x output dtype (F32, F16, BF16) x epilogue
+ * Every math mode (FP32, TF32, F16, BF16; and BF16 on the native kernel set) x trans_a x trans_b x output dtype (F32, F16, BF16) x epilogue
  * (NONE, BIAS, RELU_BIAS) x beta (0, nonzero), on random shapes with K up to 1000, is compared element by
  * element with C_ref = epi(alpha * sum_k a_ik b_kj + beta * C_old + bias_j), evaluated in double from the
  * *stored* operands (the F32 data for FP32/TF32, the F16/BF16 data for those modes).
@@ -152,12 +152,13 @@ static void run_case(mpt_backend *be, tests_rng *r, const gemm_case *c) {
     free(bias);
 }
 
-/* All combinations for one math mode, each on its own random shape. */
-static void run_math(mpt_math math, uint64_t seed) {
+/* All combinations for one math mode, each on its own random shape, on a CPU backend with the given kernel set. */
+static void run_math_on(mpt_math math, uint64_t seed, mpt_cpu_kernels kernels) {
     static const mpt_dtype outs[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
     static const int64_t ks[] = {1, 2, 3, 17, 64, 129, 300, 1000};
     static const float alphas[] = {1.0f, 0.5f, -1.25f};
     mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, kernels), MPT_OK);
     tests_rng r = {seed};
     int n = 0;
     for (int ta = 0; ta < 2; ta++)
@@ -194,9 +195,23 @@ static void run_math(mpt_math math, uint64_t seed) {
     mpt_backend_free(&be);
 }
 
+static void run_math(mpt_math math, uint64_t seed) { run_math_on(math, seed, MPT_CPU_KERNELS_EMULATE); }
+
 START_TEST(test_gemm_fp32) { run_math(MPT_MATH_FP32, 101); }
 END_TEST
 START_TEST(test_gemm_tf32) { run_math(MPT_MATH_TF32, 102); }
+END_TEST
+/* The native kernel set's bf16 (the CPU's BF16 units) meets the same FP64 bound: its products are exact and its sums
+ * FP32, in another order; the random operands here have no BF16 subnormals, the one documented exception
+ * (tests/test_cpu_kernels.c checks that case). Skipped, saying so, where native is unavailable. */
+START_TEST(test_gemm_bf16_native) {
+    char why[256];
+    if (!mpt_cpu_native_available(why, sizeof why)) {
+        printf("test_gemm_bf16_native: skipped, the native kernel set is unavailable here: %s\n", why);
+        return;
+    }
+    run_math_on(MPT_MATH_BF16, 105, MPT_CPU_KERNELS_NATIVE);
+}
 END_TEST
 START_TEST(test_gemm_f16) { run_math(MPT_MATH_F16, 103); }
 END_TEST
@@ -497,6 +512,7 @@ int main(void) {
     tcase_add_test(tc, test_gemm_tf32);
     tcase_add_test(tc, test_gemm_f16);
     tcase_add_test(tc, test_gemm_bf16);
+    tcase_add_test(tc, test_gemm_bf16_native);
     tcase_add_test(tc, test_gemm_emulation_is_on);
     tcase_add_test(tc, test_gemm_bgrad_epilogue_unfused_bits);
     tcase_add_test(tc, test_gemm_relu_aux_bias_plain_loop);

@@ -4,7 +4,9 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpt_config.h"
 #include "tools/cli.h"
@@ -35,9 +37,26 @@ static void print_usage(FILE *f) {
 
 static int run_command(int argc, char **argv);
 
+/* The CPU backend's GEMMs run on oneDNN's OpenMP threads (libgomp). By default libgomp's idle threads, and a thread
+ * waiting at the end of a parallel region, spin for milliseconds: on a machine whose cores are busy with other work,
+ * the spinning thread takes the core its partner needs, and every parallel GEMM waits for a time slice (mlp fp32, 200
+ * steps on 2 threads at load average 10: 19.7 s spinning, 1.8 s passive). libgomp reads OMP_WAIT_POLICY only when it
+ * is loaded, before main: so when the environment does not set it, mptrain sets it to passive and executes itself
+ * again, once. An exec that fails leaves libgomp's default and changes nothing else. */
+static void omp_wait_passive(char **argv) {
+#ifdef MPT_HAVE_ONEDNN
+    if (getenv("OMP_WAIT_POLICY")) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);
+#else
+    (void)argv;
+#endif
+}
+
 /* Every command's output goes through stdout: a write that failed (a full disk, a closed pipe) must not
  * end in exit status 0. */
 int main(int argc, char **argv) {
+    omp_wait_passive(argv);
     int rc = run_command(argc, argv);
     errno = 0;
     int bad = fflush(stdout) != 0 || ferror(stdout);

@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "engine/optim/optim.h"
 #include "models/models.h"
@@ -757,10 +756,7 @@ int mpt_cli_fail(const char *command, mpt_status s) {
     return s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
 }
 
-int mpt_cli_set_threads(int n) {
-    if (n > 0) openblas_set_num_threads(n);
-    return openblas_get_num_threads();
-}
+int mpt_cli_set_threads(int n) { return mpt_cpu_set_threads(n); }
 
 /* ---- parsing --------------------------------------------------------------------------------------------- */
 

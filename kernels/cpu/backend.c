@@ -1,9 +1,17 @@
-/* kernels/cpu/backend.c - the CPU backend: host memory and the table of CPU operations. */
+/*
+ * kernels/cpu/backend.c - the CPU backend: host memory, the table of CPU operations, and the choice of kernel set
+ * and GEMM engine (mpt_cpu_exec: kernels/cpu/gemm.h).
+ */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/rng.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/onednn.h"
 
 static void *cpu_alloc(mpt_backend *be, size_t bytes) {
     (void)be;
@@ -24,11 +32,89 @@ static void cpu_destroy(mpt_backend *be) {
     free(be);
 }
 
+/* ---- kernel set and engine ---------------------------------------------------------------------------------- */
+
+static mpt_cpu_engine default_engine;
+
+static void default_engine_once(void) {
+    const char *e = getenv("MPT_CPU_ENGINE");
+    if (e && strcmp(e, "openblas") == 0) {
+        default_engine = MPT_CPU_ENGINE_OPENBLAS;
+        return;
+    }
+    MPT_ASSERTF(!e || !e[0] || strcmp(e, "onednn") == 0,
+                "MPT_CPU_ENGINE=%s: expected openblas or onednn (or unset: oneDNN where the build has it)", e);
+    default_engine = mpt_onednn_available() ? MPT_CPU_ENGINE_ONEDNN : MPT_CPU_ENGINE_OPENBLAS;
+}
+
+mpt_cpu_exec mpt_cpu_exec_default(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, default_engine_once);
+    mpt_cpu_exec x = {MPT_CPU_KERNELS_EMULATE, default_engine};
+    return x;
+}
+
+const mpt_cpu_exec *mpt_cpu_exec_of(const mpt_backend *be) {
+    MPT_ASSERTF(be->device == MPT_DEVICE_CPU, "mpt_cpu_exec_of: backend %s is not the CPU backend", be->name);
+    return &((const mpt_cpu_ctx *)be->ctx)->exec;
+}
+
+const char *mpt_cpu_kernels_name(mpt_cpu_kernels k) { return k == MPT_CPU_KERNELS_NATIVE ? "native" : "emulate"; }
+
+mpt_status mpt_backend_cpu_set_kernels(mpt_backend *be, mpt_cpu_kernels k) {
+    if (be->device != MPT_DEVICE_CPU)
+        return mpt_errorf(MPT_ERR_ARG, "the %s backend has no CPU kernel sets (--cpu-kernels is for the CPU backend)",
+                          be->name);
+    if (k != MPT_CPU_KERNELS_EMULATE && k != MPT_CPU_KERNELS_NATIVE)
+        return mpt_errorf(MPT_ERR_ARG, "CPU kernel set %d is neither emulate nor native", (int)k);
+    mpt_cpu_ctx *ctx = be->ctx;
+    if (ctx->exec.kernels == k) return MPT_OK;
+    if (be->workspace_bytes > 0)
+        return mpt_errorf(MPT_ERR_ARG, "the CPU kernel set must be chosen before a graph is built on the backend");
+    char why[256];
+    if (k == MPT_CPU_KERNELS_NATIVE && !mpt_onednn_native_bf16(why, sizeof why))
+        return mpt_errorf(MPT_ERR_DEVICE, "--cpu-kernels native is unavailable: %s", why);
+    ctx->exec.kernels = k;
+    return MPT_OK;
+}
+
+mpt_cpu_kernels mpt_backend_cpu_kernels(const mpt_backend *be) {
+    return be->device == MPT_DEVICE_CPU ? ((const mpt_cpu_ctx *)be->ctx)->exec.kernels : MPT_CPU_KERNELS_EMULATE;
+}
+
+const char *mpt_backend_kernels_of(const mpt_backend *be, int conv, mpt_math m) {
+    if (be->device != MPT_DEVICE_CPU) return conv ? "cudnn" : "cublaslt";
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    if (x->kernels == MPT_CPU_KERNELS_NATIVE && m == MPT_MATH_BF16) return "native:onednn";
+    return x->engine == MPT_CPU_ENGINE_ONEDNN ? "emulate:onednn" : "emulate:openblas";
+}
+
+int mpt_cpu_native_available(char *why, size_t len) { return mpt_onednn_native_bf16(why, len); }
+
+int mpt_cpu_set_threads(int n) {
+    if (n > 0) openblas_set_num_threads(n);
+    const int t = openblas_get_num_threads();
+    mpt_onednn_set_threads(t); /* one count for both engines: it is what a checkpoint records */
+    return t;
+}
+
+void mpt_cpu_engine_describe(char *buf, size_t len) {
+    const mpt_cpu_exec x = mpt_cpu_exec_default();
+    if (x.engine == MPT_CPU_ENGINE_ONEDNN)
+        snprintf(buf, len, "oneDNN %s f32/bf16 matmul (ISA %s, %d OpenMP thread(s))", mpt_onednn_version(),
+                 mpt_onednn_isa(), mpt_onednn_threads());
+    else
+        snprintf(buf, len, "OpenBLAS sgemm (%d thread(s))%s", openblas_get_num_threads(),
+                 mpt_onednn_available() ? "; oneDNN available but MPT_CPU_ENGINE=openblas"
+                                        : "; this build has no oneDNN");
+}
+
 mpt_backend *mpt_backend_cpu_create(void) {
     mpt_backend *be = calloc(1, sizeof *be);
     mpt_cpu_ctx *ctx = calloc(1, sizeof *ctx);
     MPT_ASSERT(be != NULL && ctx != NULL);
     ctx->rng = mpt_rng_create();
+    ctx->exec = mpt_cpu_exec_default();
     be->name = "cpu";
     be->device = MPT_DEVICE_CPU;
     be->ctx = ctx;

@@ -6,8 +6,9 @@
  *     y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
  * The column matrix of image n is col[(c*R + r)*S + s, p*Q + q] = x[n, c, p*sh-ph+r, q*sw-pw+s] (0 in the
  * padding), [C*R*S, P*Q], kept in the compute dtype (gathering is exact). Then, per image, with the GEMM of
- * kernels/cpu/gemm.c (so convolutions have exactly the GEMM numerics: operands in the math mode's format,
- * FP32 products and sums, one rounding of the output):
+ * kernels/cpu/gemm.c and the backend's kernel set and engine (so convolutions have exactly the GEMM numerics:
+ * emulated, operands in the math mode's format, FP32 products and sums, one rounding of the output; native bf16,
+ * the BF16 units' numerics):
  *   forward          y_n[K, PQ]   = w[K, CRS] * col[CRS, PQ] + bias   (y_n is first filled with bias[k],
  *                                   exact in its own dtype, and the GEMM runs with beta = 1, so
  *                                   acc + bias is rounded once)
@@ -235,14 +236,14 @@ static size_t conv_lower_bytes(const mpt_conv_args *a) {
 }
 
 size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
-    (void)be;
     conv_check(a, "conv2d_workspace");
     const mpt_conv_shape *s = &a->s;
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
     mpt_gemm_args gf = conv_gemm_forward(a), gd = conv_gemm_backward_data(a), gw = conv_gemm_backward_filter(a);
-    size_t fwd = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gf);
+    size_t fwd = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &gf);
     size_t bwd_data = conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-                      conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes(&gd);
-    size_t bwd_filter = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes(&gw);
+                      conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes_on(x, &gd);
+    size_t bwd_filter = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &gw);
     size_t m = fwd > bwd_data ? fwd : bwd_data;
     return m > bwd_filter ? m : bwd_filter;
 }
@@ -289,7 +290,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
                 }
             }
         g.C = yn;
-        mpt_cpu_gemm_ws(&g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
+        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
     }
 }
 
@@ -312,7 +313,8 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     g.C = dcol;
     for (int n = 0; n < s->N; n++) {
         g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
-        mpt_cpu_gemm_ws(&g, ws + dcol_bytes + img_bytes, be->workspace_bytes - dcol_bytes - img_bytes);
+        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + dcol_bytes + img_bytes,
+                           be->workspace_bytes - dcol_bytes - img_bytes);
         char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
         if (pointwise) { /* dcol [C, HW] is already the image gradient */
             conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
@@ -352,7 +354,7 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
         }
         g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
         g.beta = n == 0 && !a->accumulate ? 0.0f : 1.0f; /* the first image overwrites dw unless accumulating */
-        mpt_cpu_gemm_ws(&g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
+        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
     }
     if (!a->db) return;
     /* db[k] += sum over n, p, q of dy[n, k, p, q]: summed in FP32 in CONV_LANES interleaved partial sums

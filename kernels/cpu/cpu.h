@@ -2,19 +2,22 @@
  * kernels/cpu/cpu.h - the CPU backend's operations (internal: reached through the backend table).
  *
  * The CPU backend is the oracle for the GPU one (ARCHITECTURE decisions 1 and 2): storage is dtype-true,
- * GEMM/conv operands are rounded to the math mode's format, products and sums are FP32 (OpenBLAS sgemm),
- * and results are rounded once to the output dtype. Each function documents its contract in
+ * GEMM/conv operands are rounded to the math mode's format, products and sums are FP32 (oneDNN's f32 matmul, or
+ * OpenBLAS sgemm), and results are rounded once to the output dtype; the native kernel set runs bf16 on the CPU's
+ * BF16 units instead (kernels/cpu/gemm.c). Each function documents its contract in
  * engine/backend.h; the grouping into files is:
  *   gemm.c        mpt_cpu_gemm, mpt_cpu_gemm_workspace       (where each precision's GEMM numerics live)
+ *   onednn.c      oneDNN matmul primitives, the GEMM engine (onednn_none.c in builds without oneDNN)
  *   conv.c        conv2d forward / backward-data / backward-filter through im2col + mpt_cpu_gemm
  *   elementwise.c cast, relu, maxpool, dropout, softmax + cross-entropy, bias gradient, batch gather
  *   optim.c       unscale + found_inf, clipping, fused optimizer step, loss-scale update
- *   backend.c     memory, and the table itself
+ *   backend.c     memory, the table itself, the kernel set and the engine
  */
 #ifndef MPT_KERNELS_CPU_H
 #define MPT_KERNELS_CPU_H
 
 #include "engine/backend.h"
+#include "kernels/cpu/gemm.h"
 
 /* GCC's ivdep, for the update loops whose arrays never overlap (kernels/cpu/optim.c): clang has no such pragma
  * and would warn about it; it vectorises those loops at -O2 on the restrict-qualified pointers alone. (The
@@ -67,6 +70,7 @@ void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scal
 /* The CPU backend's private state. */
 typedef struct mpt_cpu_ctx {
     struct mpt_rng *rng; /* host Philox generator for dropout */
+    mpt_cpu_exec exec;   /* kernel set and GEMM engine (mpt_backend_cpu_set_kernels, MPT_CPU_ENGINE) */
 } mpt_cpu_ctx;
 
 #endif

@@ -2,18 +2,32 @@
  * kernels/cpu/gemm.c - the CPU GEMM: the one place where each precision's CPU GEMM numerics are decided.
  *
  * C[M,N] = epilogue(alpha * op(A) op(B) + beta * C), row-major (contract: mpt_gemm_args, engine/backend.h).
- * The products run in OpenBLAS cblas_sgemm (FP32 FMA, FP32 accumulation); what differs between the math
- * modes is only what sgemm is given (ARCHITECTURE decision 2, "the CPU backend emulates Tensor Core
- * numerics"):
+ * Two kernel sets (ARCHITECTURE decision 11; mpt_cpu_kernels in engine/backend.h) over one engine:
  *
- *   math   A/B storage  operands given to sgemm
+ * emulate (the default, the GPU's oracle) emulates Tensor Core numerics (decision 2): the products run in an FP32
+ * GEMM (FP32 FMA, FP32 accumulation), and what differs between the math modes is only what that GEMM is given:
+ *
+ *   math   A/B storage  operands given to the FP32 GEMM
  *   FP32   F32          A and B themselves (no copy)
  *   TF32   F32          each element rounded to TF32 (mpt_round_tf32: RNE to 10 mantissa bits) into scratch
  *   F16    F16          each element widened exactly to FP32 into scratch
  *   BF16   BF16         each element widened exactly to FP32 into scratch
  *
- * Output: when C is F32 and there is no epilogue, sgemm applies alpha and beta to C in place. Otherwise
- * sgemm writes acc = op(A) op(B) into an FP32 scratch tile, and the epilogue runs in FP32,
+ * native runs the bf16 mode's GEMMs with BF16 operands on the CPU's BF16 dot-product units (oneDNN bf16 matmul,
+ * FP32 accumulation; numerics in kernels/cpu/onednn.h: denormal BF16 inputs read as zero, denormal partial sums
+ * flushed, pairs summed odd element first). fp16 and tf32 have no native units on the CPUs oneDNN 2.6 supports
+ * for training, and fp32 is FP32 either way: they run as in emulate.
+ *
+ * The FP32 GEMM is oneDNN's f32 matmul (strict FP32 math; kernels/cpu/onednn.h), about twice OpenBLAS's sgemm on
+ * every shape measured (bench/gemm_bench: the MLP's and LeNet-5's shapes, transposed operands included), or
+ * OpenBLAS cblas_sgemm where the build has no oneDNN or MPT_CPU_ENGINE=openblas asks for it (the engine is chosen
+ * per backend when it is created: mpt_cpu_exec). Both compute the same products and FP32 sums; only the summation
+ * order differs, so results agree within K*2^-24*sum|a*b| (tests/test_gemm.c checks the bound) and each engine is
+ * deterministic for a given thread count.
+ *
+ * Output: when C is F32 and there is no epilogue, the GEMM applies alpha and beta to C in place (oneDNN: output
+ * scale and sum post-op, one rounding). Otherwise it writes acc = op(A) op(B) into an FP32 scratch tile, and the
+ * epilogue runs in FP32,
  *     v = alpha*acc + beta*C_old + bias[n]   (C_old widened exactly; not read when beta == 0)
  *     v = max(v, 0)                          (RELU_BIAS, RELU_AUX_BIAS)
  * and v is rounded once to C's dtype with round-to-nearest-even. The fused epilogues' extra outputs come from
@@ -22,25 +36,25 @@
  *     RELU_AUX_BIAS  aux bit (m, n) = [C[m, n] > 0] (relu_backward's rule, kernels/elemwise.h)
  *     DRELU_BGRAD    C[m, n] = aux bit ? C : +0 (relu_backward), then bias_grad = column sums of C (be->bias_grad)
  *
- * Why this is what a Tensor Core computes (NVIDIA Ampere whitepaper; Micikevicius et al. 2018): the
+ * Why the emulation is what a Tensor Core computes (NVIDIA Ampere whitepaper; Micikevicius et al. 2018): the
  * hardware takes operands in TF32/FP16/BF16 and accumulates in FP32. A product of two such values has at
  * most 2*11 = 22 significant bits, so it is exact in FP32 (24 bits), and FMA-ing it into an FP32
- * accumulator equals sgemm's FMA on the widened values. Known differences from the GPU:
- *   - summation order: OpenBLAS blocks K in panels and keeps partial sums in registers; cuBLASLt/cuDNN pick
- *     other orders (and split-K). Results agree to within K*2^-24*sum|a*b|, not bit for bit.
+ * accumulator equals the FP32 GEMM's FMA on the widened values. Known differences from the GPU:
+ *   - summation order: oneDNN and OpenBLAS block K in panels and keep partial sums in registers; cuBLASLt/cuDNN
+ *     pick other orders (and split-K). Results agree to within K*2^-24*sum|a*b|, not bit for bit.
  *   - TF32 operand rounding: we round FP32 operands with RNE. cuBLAS/cuDNN feed FP32 data to TF32 Tensor
  *     Cores with round-to-nearest-away (cvt.rna) on some paths and by truncating the low 13 bits on others,
  *     so a TF32 operand may differ by one TF32 ulp (2^-10 relative) on the GPU.
  *   - accumulation itself: a Tensor Core adds the exact products of one MMA block to the FP32 accumulator
  *     with a shared alignment and one rounding (truncation on some generations: Fasi, Higham, Mikaitis and
- *     Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"), where sgemm rounds to nearest after every
- *     FMA; and the order of cuBLASLt's epilogue (alpha, beta, bias) is not documented. Both stay within the
- *     K*2^-24 FP32 bounds the tests use.
+ *     Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"), where the FP32 GEMM rounds to nearest after
+ *     every FMA; and the order of cuBLASLt's epilogue (alpha, beta, bias) is not documented. Both stay within
+ *     the K*2^-24 FP32 bounds the tests use.
  *   - subnormal FP32 products (BF16/TF32 values below ~2^-63 each) are not exact on either side.
  *
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
- *   [converted A: M*K floats, if math != FP32][converted B: K*N floats, if math != FP32]
- *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE]
+ *   [converted A: M*K floats, if emulated math != FP32][converted B: K*N floats, likewise]
+ *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE][oneDNN's scratchpad, if oneDNN runs it]
  */
 #include <cblas.h>
 #include <stdint.h>
@@ -48,22 +62,44 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/onednn.h"
 
 enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512 };
 
 static size_t gemm_pad(size_t bytes) { return (bytes + GEMM_ALIGN - 1) & ~(size_t)(GEMM_ALIGN - 1); }
 
-/* Where each scratch part lives (byte offsets) and which are used. */
+/* Where each scratch part lives (byte offsets), which are used, and which engine runs the products. */
 typedef struct gemm_plan {
-    int convert_ops; /* A and B go through scratch */
+    int convert_ops; /* A and B go through scratch (emulated TF32/F16/BF16) */
     int tile_c;      /* C goes through an FP32 tile */
-    size_t a_off, b_off, c_off, total;
+    int onednn;      /* the products run in oneDNN (od), else in OpenBLAS */
+    mpt_onednn_gemm od;
+    size_t a_off, b_off, c_off, dnnl_off, dnnl_bytes, total;
 } gemm_plan;
 
-static gemm_plan gemm_plan_of(const mpt_gemm_args *a) {
+static int gemm_native(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
+    return x->kernels == MPT_CPU_KERNELS_NATIVE && a->math == MPT_MATH_BF16;
+}
+
+/* Creates the oneDNN primitive when this is where one is decided (graph build: the workspace query). */
+static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     gemm_plan p = {0};
-    p.convert_ops = a->math != MPT_MATH_FP32;
+    const int native = gemm_native(x, a);
+    p.convert_ops = a->math != MPT_MATH_FP32 && !native;
     p.tile_c = a->c_dtype != MPT_DTYPE_F32 || a->epilogue != MPT_EPILOGUE_NONE;
+    p.od.trans_a = a->trans_a;
+    p.od.trans_b = a->trans_b;
+    p.od.M = a->M;
+    p.od.N = a->N;
+    p.od.K = a->K;
+    p.od.ab_dtype = native ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+    p.od.alpha = p.tile_c ? 1.0f : a->alpha;
+    p.od.beta = p.tile_c ? 0.0f : a->beta;
+    if (a->M > 0 && a->N > 0 && a->K > 0 && (native || x->engine == MPT_CPU_ENGINE_ONEDNN))
+        p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
+    MPT_ASSERTF(p.onednn || !native || a->M == 0 || a->N == 0 || a->K == 0,
+                "gemm %s: oneDNN has no BF16 matmul for %lldx%lldx%lld (the native kernel set needs one)",
+                a->tag ? a->tag : "?", (long long)a->M, (long long)a->N, (long long)a->K);
     size_t off = 0;
     if (p.convert_ops) {
         p.a_off = off;
@@ -74,6 +110,10 @@ static gemm_plan gemm_plan_of(const mpt_gemm_args *a) {
     if (p.tile_c) {
         p.c_off = off;
         off += gemm_pad((size_t)a->M * (size_t)a->N * sizeof(float));
+    }
+    if (p.onednn && p.dnnl_bytes > 0) {
+        p.dnnl_off = off;
+        off += gemm_pad(p.dnnl_bytes);
     }
     p.total = off;
     return p;
@@ -158,43 +198,61 @@ static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias,
     }
 }
 
-size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a) { return gemm_plan_of(a).total; }
+size_t mpt_cpu_gemm_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a) { return gemm_plan_of(x, a).total; }
 
-void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
+size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a) {
+    const mpt_cpu_exec x = mpt_cpu_exec_default();
+    return mpt_cpu_gemm_ws_bytes_on(&x, a);
+}
+
+/* C = alpha * op(A) op(B) + beta * C on the plan's operands: FP32 (emulate) or BF16 (native), C F32 dense. */
+static void gemm_products(const gemm_plan *p, const mpt_gemm_args *a, const void *A, const void *B, float *C,
+                          float alpha, float beta, char *w) {
+    if (p->onednn) {
+        mpt_onednn_gemm_run(&p->od, A, B, C, w + p->dnnl_off, p->dnnl_bytes);
+        return;
+    }
+    /* Leading dimensions of the stored (row-major) matrices; BLAS wants at least 1. */
+    int lda = (int)(a->trans_a ? a->M : a->K), ldb = (int)(a->trans_b ? a->K : a->N);
+    if (lda < 1) lda = 1;
+    if (ldb < 1) ldb = 1;
+    cblas_sgemm(CblasRowMajor, a->trans_a ? CblasTrans : CblasNoTrans, a->trans_b ? CblasTrans : CblasNoTrans,
+                (int)a->M, (int)a->N, (int)a->K, alpha, A, lda, B, ldb, beta, C, (int)a->N);
+}
+
+void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
     gemm_check_args(a);
     if (a->M == 0 || a->N == 0) return;
-    gemm_plan p = gemm_plan_of(a);
+    gemm_plan p = gemm_plan_of(x, a);
     MPT_ASSERTF(ws_bytes >= p.total && (p.total == 0 || ws != NULL),
                 "gemm %s: needs %zu bytes of workspace, has %zu (reserve gemm_workspace() at build time)",
                 a->tag ? a->tag : "?", p.total, ws_bytes);
     char *w = ws;
     const int64_t M = a->M, N = a->N, K = a->K;
 
-    const float *A = a->A, *B = a->B;
+    const void *A = a->A, *B = a->B;
     if (p.convert_ops && K > 0) {
         A = gemm_operand((float *)(w + p.a_off), a->A, M * K, a->math);
         B = gemm_operand((float *)(w + p.b_off), a->B, K * N, a->math);
     }
-    /* Leading dimensions of the stored (row-major) matrices; BLAS wants at least 1. */
-    int lda = (int)(a->trans_a ? M : K), ldb = (int)(a->trans_b ? K : N);
-    if (lda < 1) lda = 1;
-    if (ldb < 1) ldb = 1;
-    const enum CBLAS_TRANSPOSE ta = a->trans_a ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = a->trans_b ? CblasTrans : CblasNoTrans;
-
     if (!p.tile_c) {
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, a->alpha, A, lda, B, ldb, a->beta, a->C, (int)N);
+        gemm_products(&p, a, A, B, a->C, a->alpha, a->beta, w);
         return;
     }
     float *tile = (float *)(w + p.c_off);
-    cblas_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, A, lda, B, ldb, 0.0f, tile, (int)N);
+    gemm_products(&p, a, A, B, tile, 1.0f, 0.0f, w);
     size_t es = mpt_dtype_size(a->c_dtype);
     for (int64_t i = 0; i < M; i++)
         gemm_epilogue_row((char *)a->C + (size_t)(i * N) * es, a->c_dtype, tile + i * N, a->bias, a->bias_dtype, N,
                           a->alpha, a->beta, a->epilogue);
 }
 
-/* The GEMM that cblas_sgemm and the FP32 epilogue compute for a fused epilogue, whose extra outputs come after it:
+void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
+    const mpt_cpu_exec x = mpt_cpu_exec_default();
+    mpt_cpu_gemm_ws_on(&x, a, ws, ws_bytes);
+}
+
+/* The GEMM that the FP32 GEMM and the FP32 epilogue compute for a fused epilogue, whose extra outputs come after it:
  * BGRAD and DRELU_BGRAD run without an epilogue, RELU_AUX_BIAS as RELU_BIAS. `running`: the call executes (its
  * extra output pointers must be set); 0 for the workspace query at graph build time. */
 static mpt_gemm_args core_gemm(const mpt_gemm_args *a, int running) {
@@ -261,14 +319,13 @@ static void drelu_apply(void *C, mpt_dtype cd, const uint8_t *aux, int64_t M, in
 }
 
 size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
-    (void)be;
     const mpt_gemm_args g = core_gemm(a, 0);
-    return mpt_cpu_gemm_ws_bytes(&g);
+    return mpt_cpu_gemm_ws_bytes_on(mpt_cpu_exec_of(be), &g);
 }
 
 void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     const mpt_gemm_args g = core_gemm(a, 1);
-    mpt_cpu_gemm_ws(&g, be->workspace, be->workspace_bytes);
+    mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, be->workspace, be->workspace_bytes);
     switch (a->epilogue) {
     case MPT_EPILOGUE_BGRAD: /* column sums of A stored [K, M], the loop of the unfused be->bias_grad (same bits) */
         mpt_cpu_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);

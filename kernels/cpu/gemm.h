@@ -1,9 +1,10 @@
 /*
- * kernels/cpu/gemm.h - the CPU GEMM with its scratch passed explicitly (internal to kernels/cpu).
+ * kernels/cpu/gemm.h - the CPU GEMM with its scratch and its kernel set passed explicitly (internal to kernels/cpu).
  *
- * mpt_cpu_gemm (cpu.h, the backend-table entry) runs this on be->workspace. conv.c calls it directly with
- * the part of be->workspace that its im2col buffers leave free, so convolutions get exactly the GEMM
- * numerics of gemm.c. Contract of the arguments: mpt_gemm_args in engine/backend.h.
+ * mpt_cpu_gemm (cpu.h, the backend-table entry) runs this on be->workspace with the backend's mpt_cpu_exec. conv.c
+ * calls it directly with the part of be->workspace that its im2col buffers leave free, so convolutions get exactly
+ * the GEMM numerics of gemm.c. Contract of the arguments: mpt_gemm_args in engine/backend.h; what each kernel set
+ * and engine computes: the header of kernels/cpu/gemm.c.
  */
 #ifndef MPT_KERNELS_CPU_GEMM_H
 #define MPT_KERNELS_CPU_GEMM_H
@@ -12,11 +13,34 @@
 
 #include "engine/backend.h"
 
-/* Bytes of scratch mpt_cpu_gemm_ws needs for these arguments (0 when the operands go to sgemm as they are). */
-size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a);
+/* The library that runs the FP32 (and native BF16) products. */
+typedef enum mpt_cpu_engine {
+    MPT_CPU_ENGINE_OPENBLAS = 0, /* cblas_sgemm */
+    MPT_CPU_ENGINE_ONEDNN,       /* oneDNN matmul primitives (kernels/cpu/onednn.h) */
+} mpt_cpu_engine;
 
-/* Runs the GEMM of `a` using `ws` (ws_bytes >= mpt_cpu_gemm_ws_bytes(a), 64-byte aligned) as scratch.
+/* How a CPU backend runs its GEMMs: the kernel set and the engine. */
+typedef struct mpt_cpu_exec {
+    mpt_cpu_kernels kernels; /* EMULATE or NATIVE (engine/backend.h) */
+    mpt_cpu_engine engine;   /* the FP32 GEMM's engine (native BF16 always runs on oneDNN) */
+} mpt_cpu_exec;
+
+/* emulate, and oneDNN when the build has it and MPT_CPU_ENGINE is not "openblas" (read once per process; any other
+ * value than "openblas", "onednn" or unset aborts naming it). */
+mpt_cpu_exec mpt_cpu_exec_default(void);
+/* The backend's (a CPU backend's ctx). */
+const mpt_cpu_exec *mpt_cpu_exec_of(const mpt_backend *be);
+
+/* Bytes of scratch mpt_cpu_gemm_ws_on needs for these arguments (0 when the operands go to the FP32 GEMM as they
+ * are and oneDNN needs no scratchpad). Creates the oneDNN primitive the GEMM will use (so call it at graph build). */
+size_t mpt_cpu_gemm_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a);
+
+/* Runs the GEMM of `a` using `ws` (ws_bytes >= mpt_cpu_gemm_ws_bytes_on(x, a), 64-byte aligned) as scratch.
  * Aborts (MPT_ASSERTF) on invalid arguments or too little scratch. */
+void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes);
+
+/* The two above with mpt_cpu_exec_default() (the emulation): for callers without a backend. */
+size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a);
 void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes);
 
 #endif

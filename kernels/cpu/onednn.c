@@ -1,0 +1,305 @@
+/*
+ * kernels/cpu/onednn.c - oneDNN matmul primitives for the CPU GEMM (contract and numerics: kernels/cpu/onednn.h).
+ *
+ * One process-wide CPU engine and a cache of primitives keyed by everything that shapes them (transposes, M, N, K,
+ * operand dtype, alpha, beta, thread count). A GEMM runs on the OpenMP threads set (mpt_onednn_set_threads), or on
+ * one thread when it is small (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic. Each cached primitive keeps its memory objects, whose data
+ * handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object. A mutex guards
+ * the cache and each call (the memory objects are shared state); mptrain calls from one host thread, where the
+ * lock costs an uncontended atomic pair.
+ *
+ * Every oneDNN call is checked: a failure while preparing returns "not available" to gemm.c (which then uses
+ * OpenBLAS for that shape), a failure while running aborts naming the call, file and line (ONEDNN_CHECK).
+ * Built only with the Meson feature 'onednn'; kernels/cpu/onednn_none.c stands in without it.
+ */
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/status.h"
+#include "kernels/cpu/onednn.h"
+
+#if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP
+#error "kernels/cpu/onednn.c sets oneDNN's threads through OpenMP: this oneDNN is not built with the OpenMP runtime"
+#endif
+
+/* libgomp's (Debian's oneDNN links it); declared here so that this file needs no -fopenmp. */
+extern void omp_set_num_threads(int n);
+extern int omp_get_max_threads(void);
+
+#define ONEDNN_CHECK(call)                                                                                        \
+    do {                                                                                                          \
+        dnnl_status_t st_ = (call);                                                                               \
+        MPT_ASSERTF(st_ == dnnl_success, "oneDNN call failed: %s: %s", #call, dnnl_status2str(st_));              \
+    } while (0)
+
+enum { CACHE_SLOTS = 1024 }; /* a power of two; more distinct GEMMs than this are created per call */
+
+/* GEMMs with M*N*K below this run on one thread: an OpenMP fork/join costs microseconds (tens of them when the
+ * machine is loaded and the second thread waits for a core), more than a small product gains from a second core.
+ * 2^21 multiply-adds take ~10 us on one core at oneDNN's FP32 rate here. OpenBLAS has the same kind of rule
+ * (interface/gemm.c: one thread up to M*N*K = 262144 by default). */
+static const double ONEDNN_PARALLEL_MIN_MNK = 2097152.0;
+
+typedef struct gemm_key {
+    int trans_a, trans_b;
+    int64_t M, N, K;
+    int ab_dtype;
+    uint32_t alpha_bits, beta_bits;
+    int threads;
+} gemm_key;
+
+typedef struct gemm_entry {
+    int used;
+    gemm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, scratch; /* scratch NULL when the primitive needs none */
+    size_t scratch_bytes;
+    const char *impl; /* owned by the primitive descriptor, which the primitive keeps */
+    dnnl_primitive_desc_t pd;
+} gemm_entry;
+
+static struct {
+    pthread_once_t once;
+    pthread_mutex_t lock;
+    int ok;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    gemm_entry *slots; /* [CACHE_SLOTS] */
+    int64_t created;
+    char version[32];
+} g_dnnl = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, 0, NULL, NULL, NULL, 0, "none"};
+
+static void dnnl_init_once(void) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(g_dnnl.version, sizeof g_dnnl.version, "%d.%d.%d", v->major, v->minor, v->patch);
+    g_dnnl.slots = calloc(CACHE_SLOTS, sizeof *g_dnnl.slots);
+    if (!g_dnnl.slots) return;
+    if (dnnl_engine_create(&g_dnnl.engine, dnnl_cpu, 0) != dnnl_success) return;
+    if (dnnl_stream_create(&g_dnnl.stream, g_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) return;
+    g_dnnl.ok = 1;
+}
+
+int mpt_onednn_available(void) {
+    pthread_once(&g_dnnl.once, dnnl_init_once);
+    return g_dnnl.ok;
+}
+
+const char *mpt_onednn_version(void) {
+    pthread_once(&g_dnnl.once, dnnl_init_once);
+    return g_dnnl.version;
+}
+
+const char *mpt_onednn_isa(void) {
+    if (!mpt_onednn_available()) return "none";
+    return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+}
+
+int mpt_onednn_native_bf16(char *why, size_t n) {
+    if (!mpt_onednn_available()) {
+        if (why) snprintf(why, n, "oneDNN could not create its CPU engine");
+        return 0;
+    }
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    /* The ISA values are bit sets: each includes the bits of the ones it extends. */
+    if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) == (unsigned)dnnl_cpu_isa_avx512_core_bf16)
+        return 1;
+    if (why)
+        snprintf(why, n, "this CPU has no BF16 dot-product units oneDNN uses (its ISA is %s; native BF16 needs "
+                 "avx512_core_bf16 or avx512_core_amx)", dnnl_cpu_isa2str(isa));
+    return 0;
+}
+
+void mpt_onednn_set_threads(int n) {
+    MPT_ASSERTF(n >= 1, "mpt_onednn_set_threads: %d threads", n);
+    omp_set_num_threads(n);
+}
+
+int mpt_onednn_threads(void) { return omp_get_max_threads(); }
+
+int64_t mpt_onednn_primitives_created(void) {
+    pthread_mutex_lock(&g_dnnl.lock);
+    int64_t n = g_dnnl.created;
+    pthread_mutex_unlock(&g_dnnl.lock);
+    return n;
+}
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static gemm_key key_of(const mpt_onednn_gemm *g) {
+    gemm_key k;
+    memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
+    k.trans_a = g->trans_a;
+    k.trans_b = g->trans_b;
+    k.M = g->M;
+    k.N = g->N;
+    k.K = g->K;
+    k.ab_dtype = (int)g->ab_dtype;
+    k.alpha_bits = float_bits(g->alpha);
+    k.beta_bits = float_bits(g->beta);
+    const int max = omp_get_max_threads();
+    k.threads = (double)g->M * (double)g->N * (double)g->K < ONEDNN_PARALLEL_MIN_MNK ? 1 : max;
+    return k;
+}
+
+static uint64_t key_hash(const gemm_key *k) {
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < sizeof *k; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Row-major [rows, cols] stored as given (trans 0) or as the transpose of a stored [cols, rows] (trans 1). */
+static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, int trans, dnnl_data_type_t dt) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : cols, trans ? rows : 1};
+    return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
+}
+
+static void entry_release(gemm_entry *e) {
+    if (e->a) dnnl_memory_destroy(e->a);
+    if (e->b) dnnl_memory_destroy(e->b);
+    if (e->c) dnnl_memory_destroy(e->c);
+    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->pd) dnnl_primitive_desc_destroy(e->pd);
+    memset(e, 0, sizeof *e);
+}
+
+/* Creates the primitive and its memory objects into e; 0 on any oneDNN failure (e left empty). */
+static int entry_create(gemm_entry *e, const gemm_key *k) {
+    memset(e, 0, sizeof *e);
+    const dnnl_data_type_t dt = k->ab_dtype == (int)MPT_DTYPE_BF16 ? dnnl_bf16 : dnnl_f32;
+    float alpha, beta;
+    memcpy(&alpha, &k->alpha_bits, sizeof alpha);
+    memcpy(&beta, &k->beta_bits, sizeof beta);
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int ok = md_2d(&a_md, k->M, k->K, k->trans_a, dt) == dnnl_success &&
+             md_2d(&b_md, k->K, k->N, k->trans_b, dt) == dnnl_success &&
+             md_2d(&c_md, k->M, k->N, 0, dnnl_f32) == dnnl_success &&
+             dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md) == dnnl_success &&
+             dnnl_primitive_attr_create(&attr) == dnnl_success &&
+             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+             dnnl_primitive_attr_set_fpmath_mode(attr, dnnl_fpmath_mode_strict) == dnnl_success;
+    if (ok && alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
+    if (ok && beta != 0.0f)
+        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+    if (ok) { /* oneDNN sizes the primitive's parallel work for the thread count it sees now */
+        const int max = omp_get_max_threads();
+        if (k->threads != max) omp_set_num_threads(k->threads);
+        ok = dnnl_primitive_desc_create(&e->pd, &desc, attr, g_dnnl.engine, NULL) == dnnl_success;
+        if (k->threads != max) omp_set_num_threads(max);
+    }
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (ok) {
+        const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
+        e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+        ok = dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &e->impl) == dnnl_success &&
+             dnnl_primitive_create(&e->prim, e->pd) == dnnl_success &&
+             dnnl_memory_create(&e->a, &a_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&e->b, &b_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&e->c, &c_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             (e->scratch_bytes == 0 ||
+              dnnl_memory_create(&e->scratch, sp, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
+    }
+    if (!ok) {
+        entry_release(e);
+        return 0;
+    }
+    e->key = *k;
+    e->used = 1;
+    g_dnnl.created++;
+    return 1;
+}
+
+/* The cache slot of k: the entry holding it, or the empty slot where it belongs; NULL when the table is full
+ * and k is not in it. Called with the lock held. */
+static gemm_entry *cache_slot(const gemm_key *k) {
+    uint64_t h = key_hash(k);
+    for (int probe = 0; probe < CACHE_SLOTS; probe++) {
+        gemm_entry *e = &g_dnnl.slots[(h + (uint64_t)probe) & (CACHE_SLOTS - 1)];
+        if (!e->used || memcmp(&e->key, k, sizeof *k) == 0) return e;
+    }
+    return NULL;
+}
+
+int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
+    *scratch_bytes = 0;
+    if (!mpt_onednn_available() || g->M < 1 || g->N < 1 || g->K < 1) return 0;
+    if (g->ab_dtype != MPT_DTYPE_F32 && g->ab_dtype != MPT_DTYPE_BF16) return 0;
+    const gemm_key k = key_of(g);
+    pthread_mutex_lock(&g_dnnl.lock);
+    gemm_entry *e = cache_slot(&k), tmp;
+    int ok = 1;
+    if (e && !e->used) ok = entry_create(e, &k);
+    if (!e) { /* a full cache: measure the scratchpad with a throw-away primitive */
+        ok = entry_create(&tmp, &k);
+        e = &tmp;
+    }
+    if (ok) *scratch_bytes = e->scratch_bytes;
+    if (ok && e == &tmp) entry_release(&tmp);
+    pthread_mutex_unlock(&g_dnnl.lock);
+    return ok;
+}
+
+const char *mpt_onednn_gemm_impl(const mpt_onednn_gemm *g) {
+    if (!mpt_onednn_available()) return "none";
+    const gemm_key k = key_of(g);
+    pthread_mutex_lock(&g_dnnl.lock);
+    gemm_entry *e = cache_slot(&k);
+    const char *s = e && e->used ? e->impl : "none";
+    pthread_mutex_unlock(&g_dnnl.lock);
+    return s;
+}
+
+static void entry_execute(gemm_entry *e, const void *A, const void *B, float *C, void *scratch, size_t scratch_bytes) {
+    MPT_ASSERTF(scratch_bytes >= e->scratch_bytes && (e->scratch_bytes == 0 || scratch != NULL),
+                "oneDNN matmul %lldx%lldx%lld: needs %zu bytes of scratchpad, has %zu", (long long)e->key.M,
+                (long long)e->key.N, (long long)e->key.K, e->scratch_bytes, scratch_bytes);
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->a, (void *)A));
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->b, (void *)B));
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->c, C));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
+    int nargs = 3;
+    if (e->scratch) {
+        ONEDNN_CHECK(dnnl_memory_set_data_handle(e->scratch, scratch));
+        nargs = 4;
+    }
+    const int max = omp_get_max_threads(); /* run on the thread count the primitive was made for */
+    if (e->key.threads != max) omp_set_num_threads(e->key.threads);
+    ONEDNN_CHECK(dnnl_primitive_execute(e->prim, g_dnnl.stream, nargs, args));
+    ONEDNN_CHECK(dnnl_stream_wait(g_dnnl.stream));
+    if (e->key.threads != max) omp_set_num_threads(max);
+}
+
+void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B, float *C, void *scratch,
+                         size_t scratch_bytes) {
+    MPT_ASSERTF(mpt_onednn_available(), "mpt_onednn_gemm_run without oneDNN");
+    const gemm_key k = key_of(g);
+    pthread_mutex_lock(&g_dnnl.lock);
+    gemm_entry *e = cache_slot(&k), tmp;
+    int transient = 0;
+    if (!e) {
+        e = &tmp;
+        transient = 1;
+    }
+    if (transient || !e->used)
+        MPT_ASSERTF(entry_create(e, &k), "oneDNN matmul %lldx%lldx%lld (%s): no primitive (prepare it first)",
+                    (long long)g->M, (long long)g->N, (long long)g->K, mpt_dtype_name(g->ab_dtype));
+    entry_execute(e, A, B, C, scratch, scratch_bytes);
+    if (transient) entry_release(&tmp);
+    pthread_mutex_unlock(&g_dnnl.lock);
+}

@@ -1,0 +1,510 @@
+/*
+ * tests/test_cpu_kernels.c - the CPU backend's GEMM engine and kernel sets (kernels/cpu/gemm.c, kernels/cpu/onednn.h;
+ * ARCHITECTURE decision 11).
+ *
+ * 1. The engine swap keeps the emulation's meaning: on the GEMM shapes of the mlp (784-512-512-10, batch 128: forward,
+ *    data gradient, weight gradient) and of lenet5 (its per-image convolution GEMMs and its fully connected layers), in
+ *    every math mode, the result of the default engine (oneDNN where the build has it) and of OpenBLAS differ by at
+ *    most the FP32 summation bound of two K-term sums, 2*gamma_K*T with T = sum_k |a_k b_k| of the emulated operands
+ *    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1; gamma_K <= 2*K*u32 here), plus the
+ *    rounding of each result when the output is 16-bit (compute dtype). With
+ *    oneDNN in the build, the default engine must be oneDNN (otherwise the comparison would be OpenBLAS with itself).
+ * 2. Determinism: the same GEMM on the same backend gives the same bits, with 1 thread and with 2 (a shape above
+ *    oneDNN's one-thread size, so the 2-thread run is parallel); a graph's training step creates no oneDNN primitive
+ *    (they are created at graph build).
+ * 3. The native kernel set (bf16 on the CPU's BF16 units; skipped, saying so, where unavailable) against emulate on
+ *    the mlp and lenet5 shapes: GEMMs with an F32 output within 2*gamma_K*T (the products are exact in both; only the
+ *    order of the FP32 sums differs), with a BF16 output within that plus the BF16 rounding of each result; the
+ *    lenet5 convolutions (forward, backward-data, backward-filter) likewise, K being the reduction length.
+ * 4. The documented numerics of native that the bound excludes, explicitly: a BF16 subnormal operand is read as zero
+ *    (2^-127 * 2^100 = 2^-27 in emulate, 0 in native), and an FP32-denormal result is flushed (2^-70 * 2^-70 = 2^-140
+ *    in emulate, 0 in native) (Intel SDM, VDPBF16PS: DAZ on inputs, FTZ on results, MXCSR ignored).
+ * 5. Choosing the kernel set: native is refused with a reason where unavailable, and after a graph was built.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/backend.h"
+#include "engine/graph.h"
+#include "engine/layers/layers.h"
+#include "harness.h"
+#include "kernels/cpu/cpu.h"
+#include "kernels/cpu/onednn.h"
+#include "models/models.h"
+#include "mpt_config.h"
+
+#define EXPECT(cond, ...)                                                                            \
+    do {                                                                                             \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                      \
+    } while (0)
+
+static const double U32 = 0x1p-24, U_BF16 = 0x1p-8;
+
+static mpt_dtype operand_dtype(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_DTYPE_F16 : m == MPT_MATH_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+}
+
+/* The emulated FP32 value of operand element i (TF32 rounding applied for TF32 math). */
+static double emulated(const void *p, mpt_math m, int64_t i) {
+    float v = mpt_load_f32(p, operand_dtype(m), i);
+    return m == MPT_MATH_TF32 ? (double)mpt_round_tf32(v) : (double)v;
+}
+
+static void *fill(tests_rng *r, mpt_dtype t, int64_t n) {
+    void *p = malloc((size_t)(n > 0 ? n : 1) * mpt_dtype_size(t));
+    ck_assert_ptr_nonnull(p);
+    for (int64_t i = 0; i < n; i++) mpt_store_f32(p, t, i, (float)tests_uniform(r, -1.0, 1.0));
+    return p;
+}
+
+/* A CPU backend with the given kernel set and engine. */
+static mpt_backend *backend_with(mpt_cpu_kernels k, mpt_cpu_engine e) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, k), MPT_OK);
+    ((mpt_cpu_ctx *)be->ctx)->exec.engine = e;
+    return be;
+}
+
+static void run_gemm(mpt_backend *be, const mpt_gemm_args *g) {
+    ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->gemm_workspace(be, g)), MPT_OK);
+    be->gemm(be, g);
+}
+
+typedef struct shape {
+    const char *what;
+    int ta, tb;
+    int64_t M, N, K;
+} shape;
+
+/* The mlp's GEMMs at batch 128 (y = x W^T: forward trans_b, data gradient plain, weight gradient trans_a) and
+ * lenet5's: per-image convolution GEMMs (conv.c: forward w[K,CRS] col[CRS,PQ], backward-data w^T dy, backward-filter
+ * dy col^T) and the fully connected layers 400-120-84-10. */
+static const shape SHAPES[] = {
+    {"mlp fc1 forward", 0, 1, 128, 512, 784},   {"mlp fc2 forward", 0, 1, 128, 512, 512},
+    {"mlp fc3 forward", 0, 1, 128, 10, 512},    {"mlp fc3 dgrad", 0, 0, 128, 512, 10},
+    {"mlp fc2 dgrad", 0, 0, 128, 512, 512},     {"mlp fc3 wgrad", 1, 0, 10, 512, 128},
+    {"mlp fc2 wgrad", 1, 0, 512, 512, 128},     {"mlp fc1 wgrad", 1, 0, 512, 784, 128},
+    {"lenet5 conv1 forward", 0, 0, 6, 784, 25}, {"lenet5 conv1 wgrad", 0, 1, 6, 25, 784},
+    {"lenet5 conv2 forward", 0, 0, 16, 100, 150}, {"lenet5 conv2 dgrad", 1, 0, 150, 100, 16},
+    {"lenet5 conv2 wgrad", 0, 1, 16, 150, 100}, {"lenet5 fc1 forward", 0, 1, 128, 120, 400},
+    {"lenet5 fc1 dgrad", 0, 0, 128, 400, 120},  {"lenet5 fc1 wgrad", 1, 0, 120, 400, 128},
+};
+enum { N_SHAPES = sizeof SHAPES / sizeof SHAPES[0] };
+
+static mpt_gemm_args gemm_of(const shape *s, mpt_math m, const void *A, const void *B, void *C, mpt_dtype c_dtype) {
+    mpt_gemm_args g = {0};
+    g.trans_a = s->ta;
+    g.trans_b = s->tb;
+    g.M = s->M;
+    g.N = s->N;
+    g.K = s->K;
+    g.A = A;
+    g.B = B;
+    g.a_dtype = g.b_dtype = operand_dtype(m);
+    g.C = C;
+    g.c_dtype = c_dtype;
+    g.alpha = 1.0f;
+    g.beta = 0.0f;
+    g.math = m;
+    g.tag = s->what;
+    return g;
+}
+
+/* T[i, j] = sum_k |a_ik b_kj| of the emulated operands. */
+static double *abs_products(const shape *s, mpt_math m, const void *A, const void *B) {
+    double *T = calloc((size_t)(s->M * s->N), sizeof *T);
+    ck_assert_ptr_nonnull(T);
+    for (int64_t i = 0; i < s->M; i++)
+        for (int64_t k = 0; k < s->K; k++) {
+            const double a = fabs(emulated(A, m, s->ta ? k * s->M + i : i * s->K + k));
+            for (int64_t j = 0; j < s->N; j++)
+                T[i * s->N + j] += a * fabs(emulated(B, m, s->tb ? j * s->K + k : k * s->N + j));
+        }
+    return T;
+}
+
+/* Compares C1 and C2 (dtype t) element by element: |c1 - c2| <= 2*gamma_K*T, plus, for a 16-bit t, the rounding of
+ * each to t (u_t*|c1| + u_t*|c2|: two results on either side of a rounding boundary land one ulp apart). */
+static void expect_within(const char *what, const shape *s, mpt_dtype t, const void *C1, const void *C2,
+                          const double *T, int64_t *n_differ) {
+    const double gamma = 2.0 * (double)s->K * U32, uo = t == MPT_DTYPE_BF16 ? U_BF16 : t == MPT_DTYPE_F16 ? 0x1p-11 : 0;
+    for (int64_t i = 0; i < s->M * s->N; i++) {
+        const double a = mpt_load_f32(C1, t, i), b = mpt_load_f32(C2, t, i);
+        const double e32 = 2.0 * gamma * T[i];
+        const double bound = e32 * (1.0 + 2.0 * uo) + uo * (fabs(a) + fabs(b));
+        EXPECT(fabs(a - b) <= bound, "%s %s (%lldx%lldx%lld, ta %d tb %d): element %lld: %.9g vs %.9g, |diff| %.3g > "
+               "bound %.3g", what, s->what, (long long)s->M, (long long)s->N, (long long)s->K, s->ta, s->tb,
+               (long long)i, a, b, fabs(a - b), bound);
+        *n_differ += a != b;
+    }
+}
+
+START_TEST(test_default_engine_is_onednn_when_built) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    const char *k = mpt_backend_kernels_of(be, 0, MPT_MATH_FP32);
+#ifdef MPT_HAVE_ONEDNN
+    EXPECT(getenv("MPT_CPU_ENGINE") != NULL || strcmp(k, "emulate:onednn") == 0,
+           "a build with oneDNN runs its GEMMs on %s", k);
+    EXPECT(mpt_onednn_available(), "oneDNN is in the build but could not create its CPU engine");
+#else
+    EXPECT(strcmp(k, "emulate:openblas") == 0, "a build without oneDNN runs its GEMMs on %s", k);
+#endif
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* 1: the default engine against OpenBLAS, every math mode, the models' shapes, F32 and compute-dtype outputs. */
+START_TEST(test_engine_within_fp32_bound_of_openblas) {
+    mpt_backend *def = mpt_backend_cpu_create(), *blas = backend_with(MPT_CPU_KERNELS_EMULATE, MPT_CPU_ENGINE_OPENBLAS);
+    tests_rng r = {0x2501};
+    int64_t differ = 0, total = 0;
+    for (int m = 0; m < MPT_MATH_COUNT; m++)
+        for (int i = 0; i < N_SHAPES; i++) {
+            const shape *s = &SHAPES[i];
+            const mpt_math math = (mpt_math)m;
+            const mpt_dtype od = operand_dtype(math);
+            void *A = fill(&r, od, s->M * s->K), *B = fill(&r, od, s->K * s->N);
+            double *T = abs_products(s, math, A, B);
+            for (int o = 0; o < 2; o++) { /* F32 output (weight gradients), then the compute dtype */
+                const mpt_dtype ct = o == 0 ? MPT_DTYPE_F32 : od;
+                if (o == 1 && ct == MPT_DTYPE_F32) continue;
+                void *C1 = malloc((size_t)(s->M * s->N) * 4), *C2 = malloc((size_t)(s->M * s->N) * 4);
+                mpt_gemm_args g = gemm_of(s, math, A, B, C1, ct);
+                run_gemm(def, &g);
+                g.C = C2;
+                run_gemm(blas, &g);
+                expect_within("default engine vs OpenBLAS", s, ct, C1, C2, T, &differ);
+                total += s->M * s->N;
+                free(C1);
+                free(C2);
+            }
+            free(T);
+            free(A);
+            free(B);
+        }
+#ifdef MPT_HAVE_ONEDNN
+    /* Two engines with their own blockings of K: some elements must differ, or this compared OpenBLAS with itself */
+    EXPECT(differ > 0, "oneDNN and OpenBLAS gave identical bits on all %lld elements: is oneDNN running?",
+           (long long)total);
+#endif
+    printf("default engine (%s) vs OpenBLAS: %lld of %lld elements differ, all within the FP32 summation bound\n",
+           mpt_backend_kernels_of(def, 0, MPT_MATH_FP32), (long long)differ, (long long)total);
+    mpt_backend_free(&def);
+    mpt_backend_free(&blas);
+}
+END_TEST
+
+/* 2: the same call twice gives the same bits, on 1 and on 2 threads (fc1 forward is above the one-thread size). */
+START_TEST(test_engine_deterministic_per_thread_count) {
+    tests_rng r = {0x2502};
+    const shape *s = &SHAPES[0];
+    for (int threads = 1; threads <= 2; threads++) {
+        ck_assert_int_eq(mpt_cpu_set_threads(threads), threads);
+        mpt_backend *be = mpt_backend_cpu_create();
+        for (int m = 0; m < MPT_MATH_COUNT; m++) {
+            const mpt_dtype od = operand_dtype((mpt_math)m);
+            void *A = fill(&r, od, s->M * s->K), *B = fill(&r, od, s->K * s->N);
+            float *C1 = malloc((size_t)(s->M * s->N) * 4), *C2 = malloc((size_t)(s->M * s->N) * 4);
+            mpt_gemm_args g = gemm_of(s, (mpt_math)m, A, B, C1, MPT_DTYPE_F32);
+            run_gemm(be, &g);
+            for (int rep = 0; rep < 3; rep++) {
+                g.C = C2;
+                run_gemm(be, &g);
+                EXPECT(memcmp(C1, C2, (size_t)(s->M * s->N) * 4) == 0,
+                       "math %s, %d thread(s): repeat %d of the same GEMM gave other bits", mpt_math_name((mpt_math)m),
+                       threads, rep + 1);
+            }
+            free(C1);
+            free(C2);
+            free(A);
+            free(B);
+        }
+        mpt_backend_free(&be);
+    }
+    mpt_cpu_set_threads(1);
+}
+END_TEST
+
+/* A model in a precision on be, with random inputs and labels, allocated (primitives created). */
+static mpt_graph *model_graph(mpt_backend *be, const char *model, mpt_precision p, int B) {
+    mpt_policy policy = mpt_policy_make(p);
+    mpt_graph *g = mpt_graph_create(be, &policy, B);
+    mpt_tensor *logits = NULL;
+    ck_assert_msg(mpt_model_build(g, model, &logits) == MPT_OK, "%s: %s", model, mpt_last_error());
+    mpt_softmax_xent(g, logits, "loss");
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    tests_rng r = {0x2503};
+    for (int i = 0; i < g->n_tensors; i++) {
+        mpt_tensor *t = g->tensors[i];
+        if (t->view_of || (t->mem != MPT_MEM_WEIGHT && t != g->input)) continue;
+        for (int64_t k = 0; k < mpt_tensor_numel(t); k++)
+            mpt_store_f32(t->data, t->dtype, k, (float)tests_uniform(&r, -0.5, 0.5));
+    }
+    int32_t *labels = g->labels->data;
+    for (int i = 0; i < B; i++) labels[i] = tests_int(&r, 0, (int)logits->shape[1] - 1);
+    return g;
+}
+
+START_TEST(test_step_creates_no_primitive) {
+    static const char *const models[2] = {"mlp", "lenet5"};
+    for (int k = 0; k < 2; k++)
+        for (int mi = 0; mi < 2; mi++) {
+            char why[256];
+            if (k == 1 && !mpt_cpu_native_available(why, sizeof why)) continue;
+            mpt_backend *be = mpt_backend_cpu_create();
+            ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, (mpt_cpu_kernels)k), MPT_OK);
+            mpt_graph *g = model_graph(be, models[mi], MPT_PRECISION_BF16, 32);
+            float *scale = be->alloc(be, sizeof(float));
+            *scale = 1.0f;
+            g->loss_scale = scale;
+            g->training = 1;
+            const int64_t before = mpt_onednn_primitives_created();
+            for (int step = 0; step < 2; step++) {
+                mpt_graph_zero_grad(g);
+                mpt_graph_forward(g);
+                mpt_graph_backward(g);
+            }
+            EXPECT(mpt_onednn_primitives_created() == before,
+                   "%s bf16 (%s kernels): two training passes created %lld oneDNN primitive(s) after graph build",
+                   models[mi], mpt_cpu_kernels_name((mpt_cpu_kernels)k),
+                   (long long)(mpt_onednn_primitives_created() - before));
+            be->free(be, scale);
+            mpt_graph_free(&g);
+            mpt_backend_free(&be);
+        }
+}
+END_TEST
+
+/* The native kernel set, or a note that it cannot be tested here. */
+static int native_or_skip(const char *test) {
+    char why[256];
+    if (mpt_cpu_native_available(why, sizeof why)) return 1;
+    printf("%s: skipped, the native kernel set is unavailable here: %s\n", test, why);
+    return 0;
+}
+
+/* 3: native against emulate on the models' GEMM shapes, F32 and BF16 outputs. */
+START_TEST(test_native_within_bound_of_emulate_gemm) {
+    if (!native_or_skip("test_native_within_bound_of_emulate_gemm")) return;
+    mpt_backend *em = mpt_backend_cpu_create(), *na = backend_with(MPT_CPU_KERNELS_NATIVE, MPT_CPU_ENGINE_ONEDNN);
+    ck_assert_str_eq(mpt_backend_kernels_of(na, 0, MPT_MATH_BF16), "native:onednn");
+    ck_assert_str_eq(mpt_backend_kernels_of(na, 0, MPT_MATH_F16), "emulate:onednn"); /* no FP16 units: emulated */
+    tests_rng r = {0x2504};
+    int64_t differ = 0;
+    for (int i = 0; i < N_SHAPES; i++) {
+        const shape *s = &SHAPES[i];
+        void *A = fill(&r, MPT_DTYPE_BF16, s->M * s->K), *B = fill(&r, MPT_DTYPE_BF16, s->K * s->N);
+        double *T = abs_products(s, MPT_MATH_BF16, A, B);
+        for (int o = 0; o < 2; o++) {
+            const mpt_dtype ct = o == 0 ? MPT_DTYPE_F32 : MPT_DTYPE_BF16;
+            void *C1 = malloc((size_t)(s->M * s->N) * 4), *C2 = malloc((size_t)(s->M * s->N) * 4);
+            mpt_gemm_args g = gemm_of(s, MPT_MATH_BF16, A, B, C1, ct);
+            run_gemm(na, &g);
+            g.C = C2;
+            run_gemm(em, &g);
+            expect_within("native vs emulate", s, ct, C1, C2, T, &differ);
+            free(C1);
+            free(C2);
+        }
+        free(T);
+        free(A);
+        free(B);
+    }
+    printf("native vs emulate, bf16 GEMMs of the mlp and lenet5: %lld elements differ, all within the bound\n",
+           (long long)differ);
+    mpt_backend_free(&em);
+    mpt_backend_free(&na);
+}
+END_TEST
+
+/* Sum over the reduction of one conv output element of |terms|, for the three passes (naive loops). */
+static void conv_abs_sums(const mpt_conv_shape *s, const void *x, const void *w, const void *dy, double *Ty,
+                          double *Tdx, double *Tdw) {
+    const mpt_dtype t = MPT_DTYPE_BF16;
+    memset(Ty, 0, sizeof(double) * (size_t)s->N * s->K * s->P * s->Q);
+    memset(Tdx, 0, sizeof(double) * (size_t)s->N * s->C * s->H * s->W);
+    memset(Tdw, 0, sizeof(double) * (size_t)s->K * s->C * s->R * s->S);
+    for (int n = 0; n < s->N; n++)
+        for (int k = 0; k < s->K; k++)
+            for (int p = 0; p < s->P; p++)
+                for (int q = 0; q < s->Q; q++)
+                    for (int c = 0; c < s->C; c++)
+                        for (int r = 0; r < s->R; r++)
+                            for (int u = 0; u < s->S; u++) {
+                                const int h = p * s->stride_h - s->pad_h + r, ww = q * s->stride_w - s->pad_w + u;
+                                if (h < 0 || h >= s->H || ww < 0 || ww >= s->W) continue;
+                                const int64_t xi = (((int64_t)n * s->C + c) * s->H + h) * s->W + ww;
+                                const int64_t wi = (((int64_t)k * s->C + c) * s->R + r) * s->S + u;
+                                const int64_t yi = (((int64_t)n * s->K + k) * s->P + p) * s->Q + q;
+                                const double xv = fabs(mpt_load_f32(x, t, xi)), wv = fabs(mpt_load_f32(w, t, wi));
+                                const double gv = fabs(mpt_load_f32(dy, t, yi));
+                                Ty[yi] += xv * wv;
+                                Tdx[xi] += gv * wv;
+                                Tdw[wi] += gv * xv;
+                            }
+}
+
+static void expect_conv_within(const char *what, int64_t n, int64_t L, mpt_dtype t, const void *a, const void *b,
+                               const double *T, int64_t *differ) {
+    const double uo = t == MPT_DTYPE_BF16 ? U_BF16 : 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = mpt_load_f32(a, t, i), y = mpt_load_f32(b, t, i);
+        const double e32 = 2.0 * 2.0 * (double)L * U32 * T[i];
+        const double bound = e32 * (1.0 + 2.0 * uo) + uo * (fabs(x) + fabs(y));
+        EXPECT(fabs(x - y) <= bound, "%s: element %lld: native %.9g, emulate %.9g, |diff| %.3g > bound %.3g", what,
+               (long long)i, x, y, fabs(x - y), bound);
+        *differ += x != y;
+    }
+}
+
+/* 3: native against emulate on lenet5's convolutions (batch 8), all three passes. */
+START_TEST(test_native_within_bound_of_emulate_conv) {
+    if (!native_or_skip("test_native_within_bound_of_emulate_conv")) return;
+    /* conv1: 1 -> 6 channels, 5x5, pad 2 on 28x28; conv2: 6 -> 16, 5x5 on 14x14 */
+    const mpt_conv_shape shapes[2] = {{8, 1, 28, 28, 6, 5, 5, 2, 2, 1, 1, 28, 28}, {8, 6, 14, 14, 16, 5, 5, 0, 0, 1, 1, 10, 10}};
+    mpt_backend *em = mpt_backend_cpu_create(), *na = backend_with(MPT_CPU_KERNELS_NATIVE, MPT_CPU_ENGINE_ONEDNN);
+    tests_rng r = {0x2505};
+    int64_t differ = 0;
+    for (int i = 0; i < 2; i++) {
+        const mpt_conv_shape *s = &shapes[i];
+        const int64_t nx = (int64_t)s->N * s->C * s->H * s->W, nw = (int64_t)s->K * s->C * s->R * s->S;
+        const int64_t ny = (int64_t)s->N * s->K * s->P * s->Q;
+        void *x = fill(&r, MPT_DTYPE_BF16, nx), *w = fill(&r, MPT_DTYPE_BF16, nw), *dy = fill(&r, MPT_DTYPE_BF16, ny);
+        double *Ty = malloc(sizeof(double) * (size_t)ny), *Tdx = malloc(sizeof(double) * (size_t)nx);
+        double *Tdw = malloc(sizeof(double) * (size_t)nw);
+        conv_abs_sums(s, x, w, dy, Ty, Tdx, Tdw);
+        void *out[2][3];
+        mpt_backend *bes[2] = {na, em};
+        for (int b = 0; b < 2; b++) {
+            mpt_conv_args a = {0};
+            a.s = *s;
+            a.math = MPT_MATH_BF16;
+            a.dtype = MPT_DTYPE_BF16;
+            a.x = x;
+            a.w = w;
+            a.dy = dy;
+            a.y = out[b][0] = malloc((size_t)ny * 2);
+            a.dx = out[b][1] = malloc((size_t)nx * 2);
+            a.dw = out[b][2] = malloc((size_t)nw * 4);
+            a.tag = "test";
+            ck_assert_int_eq(mpt_backend_reserve_workspace(bes[b], bes[b]->conv2d_workspace(bes[b], &a)), MPT_OK);
+            bes[b]->conv2d_forward(bes[b], &a);
+            bes[b]->conv2d_backward_data(bes[b], &a);
+            bes[b]->conv2d_backward_filter(bes[b], &a);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "conv%d forward", i + 1);
+        expect_conv_within(what, ny, (int64_t)s->C * s->R * s->S, MPT_DTYPE_BF16, out[0][0], out[1][0], Ty, &differ);
+        snprintf(what, sizeof what, "conv%d backward-data", i + 1);
+        expect_conv_within(what, nx, (int64_t)s->K * s->R * s->S, MPT_DTYPE_BF16, out[0][1], out[1][1], Tdx, &differ);
+        snprintf(what, sizeof what, "conv%d backward-filter", i + 1);
+        expect_conv_within(what, nw, (int64_t)s->N * s->P * s->Q, MPT_DTYPE_F32, out[0][2], out[1][2], Tdw, &differ);
+        for (int b = 0; b < 2; b++)
+            for (int k = 0; k < 3; k++) free(out[b][k]);
+        free(x);
+        free(w);
+        free(dy);
+        free(Ty);
+        free(Tdx);
+        free(Tdw);
+    }
+    printf("native vs emulate, lenet5 convolutions: %lld elements differ, all within the bound\n", (long long)differ);
+    mpt_backend_free(&em);
+    mpt_backend_free(&na);
+}
+END_TEST
+
+/* 4: a 1x2 by 2x1 GEMM (padded to a 16x32 by 32x16 one, zeros elsewhere) on both kernel sets: C = a0*b0 + a1*b1. */
+static void dot2(mpt_backend *be, float a0, float b0, float a1, float b1, float *out) {
+    enum { M = 16, N = 16, K = 32 };
+    uint16_t A[M * K] = {0}, B[K * N] = {0};
+    float C[M * N];
+    A[0] = mpt_f32_to_bf16(a0);
+    A[1] = mpt_f32_to_bf16(a1);
+    B[0] = mpt_f32_to_bf16(b0);
+    B[N] = mpt_f32_to_bf16(b1);
+    EXPECT(mpt_bf16_to_f32(A[0]) == a0 && mpt_bf16_to_f32(A[1]) == a1 && mpt_bf16_to_f32(B[0]) == b0 &&
+               mpt_bf16_to_f32(B[N]) == b1, "test values must be exact in BF16");
+    mpt_gemm_args g = {0};
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.a_dtype = g.b_dtype = MPT_DTYPE_BF16;
+    g.C = C;
+    g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_BF16;
+    g.tag = "dot2";
+    run_gemm(be, &g);
+    *out = C[0];
+}
+
+START_TEST(test_native_subnormal_numerics) {
+    if (!native_or_skip("test_native_subnormal_numerics")) return;
+    mpt_backend *em = mpt_backend_cpu_create(), *na = backend_with(MPT_CPU_KERNELS_NATIVE, MPT_CPU_ENGINE_ONEDNN);
+    float e, n;
+    /* a BF16 subnormal operand (2^-127 < 2^-126, the smallest normal) times 2^100 */
+    dot2(em, 0x1p-127f, 0x1p100f, 0.0f, 0.0f, &e);
+    dot2(na, 0x1p-127f, 0x1p100f, 0.0f, 0.0f, &n);
+    EXPECT(e == 0x1p-27f, "emulate: 2^-127 * 2^100 = %a, expected 2^-27 (BF16 subnormals are kept)", (double)e);
+    EXPECT(n == 0.0f, "native: 2^-127 * 2^100 = %a, expected 0 (VDPBF16PS reads denormal inputs as zero)", (double)n);
+    /* normal operands whose product is FP32-denormal: 2^-70 * 2^-70 = 2^-140 */
+    dot2(em, 0x1p-70f, 0x1p-70f, 0.0f, 0.0f, &e);
+    dot2(na, 0x1p-70f, 0x1p-70f, 0.0f, 0.0f, &n);
+    EXPECT(e == 0x1p-140f, "emulate: 2^-70 * 2^-70 = %a, expected 2^-140 (an FP32 denormal)", (double)e);
+    EXPECT(n == 0.0f, "native: 2^-70 * 2^-70 = %a, expected 0 (VDPBF16PS flushes denormal results)", (double)n);
+    /* normal values agree exactly: 1.5 * 3 + 2^-8 * 2 */
+    dot2(em, 1.5f, 3.0f, 0x1p-8f, 2.0f, &e);
+    dot2(na, 1.5f, 3.0f, 0x1p-8f, 2.0f, &n);
+    EXPECT(e == n && e == 4.5f + 0x1p-7f, "exact sums: emulate %a, native %a", (double)e, (double)n);
+    mpt_backend_free(&em);
+    mpt_backend_free(&na);
+}
+END_TEST
+
+/* 5: native is refused with a reason where unavailable; no kernel set changes after a graph is built. */
+START_TEST(test_set_kernels_rules) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_kernels(be), MPT_CPU_KERNELS_EMULATE);
+    char why[256] = "";
+    mpt_status s = mpt_backend_cpu_set_kernels(be, MPT_CPU_KERNELS_NATIVE);
+    if (mpt_cpu_native_available(why, sizeof why)) {
+        ck_assert_int_eq(s, MPT_OK);
+        ck_assert_int_eq(mpt_backend_cpu_kernels(be), MPT_CPU_KERNELS_NATIVE);
+    } else {
+        ck_assert_int_eq(s, MPT_ERR_DEVICE);
+        EXPECT(strstr(mpt_last_error(), why) != NULL, "the refusal '%s' does not give the reason '%s'", mpt_last_error(),
+               why);
+        ck_assert_int_eq(mpt_backend_cpu_kernels(be), MPT_CPU_KERNELS_EMULATE);
+    }
+    mpt_graph *g = model_graph(be, "mlp", MPT_PRECISION_BF16, 4);
+    const mpt_cpu_kernels now = mpt_backend_cpu_kernels(be);
+    const mpt_cpu_kernels other = now == MPT_CPU_KERNELS_NATIVE ? MPT_CPU_KERNELS_EMULATE : MPT_CPU_KERNELS_NATIVE;
+    s = mpt_backend_cpu_set_kernels(be, other);
+    EXPECT(s != MPT_OK && mpt_backend_cpu_kernels(be) == now, "the kernel set changed after a graph was built");
+    ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, now), MPT_OK); /* asking for the current one is fine */
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+static Suite *cpu_kernels_suite(void) {
+    Suite *s = suite_create("cpu_kernels");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_default_engine_is_onednn_when_built);
+    tcase_add_test(tc, test_engine_within_fp32_bound_of_openblas);
+    tcase_add_test(tc, test_engine_deterministic_per_thread_count);
+    tcase_add_test(tc, test_step_creates_no_primitive);
+    tcase_add_test(tc, test_native_within_bound_of_emulate_gemm);
+    tcase_add_test(tc, test_native_within_bound_of_emulate_conv);
+    tcase_add_test(tc, test_native_subnormal_numerics);
+    tcase_add_test(tc, test_set_kernels_rules);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(cpu_kernels_suite()); }
