@@ -275,10 +275,13 @@ mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name) {
 }
 
 void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
-    fprintf(f, "precision map (mode %s%s):\n", mpt_precision_name(g->policy.mode),
+    fprintf(f, "precision map (mode %s%s", mpt_precision_name(g->policy.mode),
             g->policy.tf32_override ? ", TF32 disabled by NVIDIA_TF32_OVERRIDE=0" : "");
-    fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12s\n", "node", "op", "in", "weight", "out", "math",
-            "act bytes");
+    if (g->be->device == MPT_DEVICE_CPU) /* the kernel set and the engine, as the kernels column says per node */
+        fprintf(f, "; CPU kernels %s", mpt_cpu_kernels_name(mpt_backend_cpu_kernels(g->be)));
+    fprintf(f, "):\n");
+    fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12s  %s\n", "node", "op", "in", "weight", "out", "math",
+            "act bytes", "kernels");
     for (int i = 0; i < g->n_nodes; i++) {
         const mpt_node *n = g->nodes[i];
         const char *in = n->in[0] ? mpt_dtype_name(n->in[0]->dtype) : "-";
@@ -288,8 +291,9 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
         for (int s = 0; s < MPT_NODE_MAX_SAVED; s++)
             if (n->saved[s]) bytes += mpt_tensor_nbytes(n->saved[s]);
         int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
-        fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12zu\n", n->name, mpt_op_name(n->op), in, w, out,
-                gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes);
+        fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12zu  %s\n", n->name, mpt_op_name(n->op), in, w, out,
+                gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes,
+                gemm_like ? mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D, n->math) : "-");
     }
     int fused = 0;
     for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;

@@ -208,7 +208,9 @@ MPT_API size_t mpt_graph_bytes(const mpt_graph *g, mpt_mem mem);
 /* Finds a tensor by name, or NULL. */
 MPT_API mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name);
 
-/* Prints the precision map: each node with input/output dtypes, math mode and activation bytes. */
+/* Prints the precision map: each node with input/output dtypes, math mode, activation bytes and, for GEMMs and
+ * convolutions, how they run (mpt_backend_kernels_of: "emulate:onednn", "native:onednn", "emulate:openblas" on the
+ * CPU; the header line names the CPU kernel set). */
 MPT_API void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f);
 
 #endif

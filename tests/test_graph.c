@@ -415,6 +415,7 @@ START_TEST(test_precision_map) {
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
     EXPECT(lines == 2 + g->n_nodes, "%d lines for %d nodes:\n%s", lines, g->n_nodes, text);
     ck_assert(strstr(text, "fp16") != NULL);
+    EXPECT(strstr(text, "CPU kernels emulate") != NULL, "the header does not name the kernel set:\n%s", text);
     /* expected: name, op, in, weight, out, math */
     const char *want[][6] = {
         {"input", "input", "-", "-", "f16", "-"},
@@ -442,6 +443,9 @@ START_TEST(test_precision_map) {
     char fl[7][32];
     map_fields(l, fl);
     ck_assert_str_eq(fl[6], "2304");
+    /* the kernels column: how the backend runs the convolution (the last field) */
+    EXPECT(strstr(l, mpt_backend_kernels_of(be, 1, MPT_MATH_F16)) != NULL && strstr(l, "emulate:") != NULL,
+           "conv1 does not say how it runs: %s", l);
     free(l);
     l = map_line(text, "pool1");
     map_fields(l, fl);
