@@ -53,7 +53,12 @@ typedef struct mpt_cuda_conv_record {
     mpt_conv_shape s;
     const char *math;            /* mptrain math mode */
     const char *data_type; /* cuDNN tensor data type the pass ran on: "CUDNN_DATA_FLOAT", ..._HALF, ..._BFLOAT16 */
-    const char *math_type; /* cuDNN math type the algorithm ran with: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... */
+    const char *math_type; /* cuDNN math type set on the pass: "CUDNN_FMA_MATH", "CUDNN_TENSOR_OP_MATH", ... (TENSOR_OP
+                              permits Tensor Cores; it does not require them) */
+    const char *listed_math_type; /* the math type cuDNN's heuristic (cudnnGet*Algorithm_v7) listed the chosen
+                                     algorithm with: "CUDNN_TENSOR_OP_MATH" when it has Tensor Core kernels for this
+                                     configuration; "CUDNN_DEFAULT_MATH"/"CUDNN_FMA_MATH" when it computes with FMAs
+                                     (a tf32 pass then computes in FP32) */
     int algo;                    /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t value */
     const char *algo_name;       /* its enum name */
     int deterministic;           /* 1: cuDNN reports the algorithm CUDNN_DETERMINISTIC; 0: it was the only kind
