@@ -265,7 +265,8 @@ typedef struct mpt_scaler_params {
     float growth_factor;     /* 2.0 */
     float backoff_factor;    /* 0.5 */
     int32_t growth_interval; /* 2000 */
-    int32_t hysteresis;      /* overflows tolerated before backing off (1 = PyTorch behaviour) */
+    int32_t hysteresis;      /* h: the first h - 1 overflows since the scale last grew are skipped without backing off
+                                (DeepSpeed delayed_shift; 1 = PyTorch behaviour) */
     float min_scale;         /* floor (1.0) */
     float max_scale;         /* ceiling (2^24) */
     int32_t apply_nonfinite; /* 0: a step with non-finite gradients is skipped (GradScaler); 1: it is applied
@@ -281,7 +282,7 @@ typedef struct mpt_scaler_state {
     float grad_mul;          /* clip coefficient for the current step (1 if no clipping) */
     float sumsq;             /* sum of squared unscaled gradients for the current step (clipping) */
     int32_t growth_tracker;  /* clean steps since the last growth or backoff */
-    int32_t hysteresis_left; /* overflows still tolerated before backing off */
+    int32_t hysteresis_left; /* overflows still skipped without backing off, plus 1 (1: the next one backs off) */
     int32_t steps_taken;     /* optimizer steps applied (the 1-based step of the update), those applied with
                                 non-finite gradients included: steps_taken + steps_skipped == iteration */
     int32_t steps_skipped;   /* steps skipped because of found_inf (never with apply_nonfinite) */

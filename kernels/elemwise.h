@@ -549,9 +549,10 @@ MPT_HD void mpt_scaler_step_begin(int32_t *steps_taken, float found_inf) {
 
 /* After the parameter updates: the loss-scaler state transition, on the fields of mpt_scaler_state
  * (engine/backend.h) and the values of mpt_scaler_params; semantics in engine/amp/scaler.h.
- * dynamic != 0 (PyTorch's _amp_update_scale_ with hysteresis, floor and ceiling):
- *   found_inf: growth_tracker = 0; hysteresis_left -= 1; when it reaches 0: scale = max(scale*backoff,
- *              min_scale) (floor_hits += 1 when the floor clamps), hysteresis_left = hysteresis.
+ * dynamic != 0 (PyTorch's _amp_update_scale_ with hysteresis as DeepSpeed's DynamicLossScaler, floor and ceiling):
+ *   found_inf: growth_tracker = 0; if hysteresis_left > 1: hysteresis_left -= 1 (skip at the same scale), else
+ *              scale = max(scale*backoff, min_scale) (floor_hits += 1 when the floor clamps), hysteresis_left
+ *              staying 1: after the first backoff every overflow backs off until the scale grows again.
  *   clean:     growth_tracker += 1; when it reaches growth_interval: scale = min(scale*growth, max_scale)
  *              if scale*growth is finite (else unchanged), growth_tracker = 0, hysteresis_left = hysteresis.
  * dynamic == 0: scale, growth_tracker and hysteresis_left are left alone.
@@ -567,15 +568,15 @@ MPT_HD void mpt_scaler_update_fields(float *scale, float *inv_scale, float *foun
     if (dynamic) {
         if (overflow) {
             *growth_tracker = 0;
-            *hysteresis_left -= 1;
-            if (*hysteresis_left <= 0) {
+            if (*hysteresis_left > 1) {
+                *hysteresis_left -= 1;
+            } else { /* DeepSpeed: back off, and leave the hysteresis used up until the scale grows */
                 float s = *scale * backoff_factor;
                 if (s < min_scale) {
                     s = min_scale;
                     *floor_hits += 1;
                 }
                 *scale = s;
-                *hysteresis_left = hysteresis;
             }
         } else {
             int32_t n = *growth_tracker + 1;

@@ -1000,7 +1000,8 @@ END_TEST
 
 /* compare --seeds 2 on the synthetic data: the runs of every seed and precision, and a compare.json whose
  * statistics agree with the runs' own summary.json files: the mean paired difference recomputed here, the
- * interval centred on it, the verdict consistent with the interval and the margin. */
+ * interval centred on it, the verdict consistent with the interval and the margin, and the noise of a one-seed
+ * comparison, the sd of the two paired differences d1, d2 (|d1 - d2| / sqrt 2), in compare.json and printed. */
 START_TEST(test_compare_seeds) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -1014,7 +1015,7 @@ START_TEST(test_compare_seeds) {
     return;
 #endif
     ck_assert_msg(rc == 0, "compare --seeds failed (%d): %s", rc, out_buf);
-    ck_assert_msg(strstr(out_buf, "Noise floor") && strstr(out_buf, "verdict"), "no verdict table: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "Noise: ") && strstr(out_buf, "verdict"), "no verdict table: %s", out_buf);
     char p[700];
     snprintf(p, sizeof p, "%s/report.md", out);
     ck_assert_msg(file_exists(p), "report.md missing");
@@ -1050,6 +1051,16 @@ START_TEST(test_compare_seeds) {
     ck_assert(v != NULL);
     const char *want = lo > -0.5 && hi < 0.5 ? "equivalent" : lo > 0.5 ? "better" : hi < -0.5 ? "worse" : "inconclusive";
     ck_assert_str_eq(v, want);
+    double sd_paired = fabs((acc[1][0] - acc[0][0]) - (acc[1][1] - acc[0][1])) / sqrt(2.0);
+    json_t *noise = json_object_get(j, "noise_paired_sd_final_accuracy_pp");
+    ck_assert_msg(fabs(jnum(noise, "bf16") - sd_paired) < 1e-9, "paired sd %g, by hand %g", jnum(noise, "bf16"),
+                  sd_paired);
+    ck_assert(fabs(jnum(d, "sd") - sd_paired) < 1e-9);
+    char said[64];
+    snprintf(said, sizeof said, "bf16 %.2f pp", sd_paired);
+    ck_assert_msg(strstr(out_buf, said) != NULL, "the printed noise lacks '%s': %s", said, out_buf);
+    double sd_fp32 = fabs(acc[0][0] - acc[0][1]) / sqrt(2.0);
+    ck_assert(fabs(jnum(json_object_get(j, "fp32_between_seeds_final_accuracy"), "sd") - sd_fp32) < 1e-9);
     json_decref(j);
     snprintf(p, sizeof p, "%s/curves/bf16_epochs.csv", out);
     ck_assert_msg(file_exists(p), "%s missing", p);

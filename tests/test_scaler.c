@@ -169,7 +169,8 @@ START_TEST(test_growth_stays_finite) {
 END_TEST
 
 START_TEST(test_hysteresis) {
-    /* hysteresis 2 tolerates one overflow: the second in a row backs off */
+    /* hysteresis 2 (DeepSpeed's delayed_shift, deepspeed/runtime/fp16/loss_scaler.py): the first overflow is
+     * skipped at the same scale; from the second on, every overflow backs off, until the scale grows again */
     mpt_scaler_params p = params(2.0f, 0.5f, 3, 2, 1.0f, 16777216.0f);
     ck_assert_int_eq(mpt_scaler_init(be, st, 1024.0f, &p), MPT_OK);
     ck_assert_int_eq(st->hysteresis_left, 2);
@@ -179,20 +180,26 @@ START_TEST(test_hysteresis) {
     ck_assert_int_eq(st->steps_skipped, 1);
     update(&p, 1, 1);
     ck_assert_float_eq(st->scale, 512.0f);
-    ck_assert_int_eq(st->hysteresis_left, 2); /* reset after a backoff */
+    ck_assert_int_eq(st->hysteresis_left, 1); /* not refilled by a backoff */
     ck_assert_int_eq(st->steps_skipped, 2);
-    update(&p, 1, 1); /* tolerated again */
-    ck_assert_float_eq(st->scale, 512.0f);
+    update(&p, 1, 1); /* backs off at once: the hysteresis is used up */
+    ck_assert_float_eq(st->scale, 256.0f);
     ck_assert_int_eq(st->hysteresis_left, 1);
-    /* clean steps grow after the interval and reset the hysteresis budget */
+    update(&p, 0, 1); /* a clean step between overflows refills nothing either (consecutive_hysteresis False) */
+    update(&p, 1, 1);
+    ck_assert_float_eq(st->scale, 128.0f);
+    /* clean steps grow after the interval and refill the hysteresis budget */
     update(&p, 0, 1);
     update(&p, 0, 1);
-    ck_assert_float_eq(st->scale, 512.0f);
+    ck_assert_float_eq(st->scale, 128.0f);
     ck_assert_int_eq(st->hysteresis_left, 1);
     update(&p, 0, 1);
-    ck_assert_float_eq(st->scale, 1024.0f);
+    ck_assert_float_eq(st->scale, 256.0f);
     ck_assert_int_eq(st->hysteresis_left, 2);
     ck_assert_int_eq(st->growth_tracker, 0);
+    update(&p, 1, 1); /* tolerated again */
+    ck_assert_float_eq(st->scale, 256.0f);
+    ck_assert_int_eq(st->hysteresis_left, 1);
 
     /* hysteresis 1 is PyTorch: every overflow backs off */
     mpt_scaler_params q = params(2.0f, 0.5f, 3, 1, 1.0f, 16777216.0f);
@@ -323,7 +330,12 @@ START_TEST(test_iteration_lr_and_dropout_offset) {
 }
 END_TEST
 
-/* Independent model of the state machine (scaler.h semantics), in double. */
+/* Independent model of the state machine, in double: PyTorch's _amp_update_scale_ for growth and backoff, with
+ * the hysteresis transcribed from DeepSpeed's DynamicLossScaler.update_scale (deepspeed/runtime/fp16/
+ * loss_scaler.py, consecutive_hysteresis False):
+ *     if overflow: if delayed_shift == 1 or cur_hysteresis == 1: back off    else: cur_hysteresis -= 1
+ *     on growth:   cur_hysteresis = delayed_shift
+ * plus mptrain's floor (with its counter) and ceiling. */
 typedef struct model {
     double scale;
     int tracker, hyst, skipped, floor_hits;
@@ -333,14 +345,15 @@ static void model_update(model *m, const mpt_scaler_params *p, int inf) {
     if (inf) {
         m->skipped++;
         m->tracker = 0;
-        if (--m->hyst <= 0) {
+        if (p->hysteresis == 1 || m->hyst == 1) {
             double s = m->scale * p->backoff_factor;
             if (s < p->min_scale) {
                 s = p->min_scale;
                 m->floor_hits++;
             }
             m->scale = s;
-            m->hyst = p->hysteresis;
+        } else {
+            m->hyst -= 1;
         }
     } else if (++m->tracker == p->growth_interval) {
         double s = m->scale * p->growth_factor;

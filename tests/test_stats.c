@@ -18,6 +18,26 @@
 #include "mpt_config.h"
 #include "tools/stats.h"
 
+/* The two spreads of a paired design, by hand: the reference b = 87.0, 86.7, 88.1 has mean 87.2667 and squared
+ * deviations 0.071111 + 0.321111 + 0.694444 = 1.086667, so sd_between = sqrt(1.086667 / 2) = 0.737111; the
+ * differences a - b = 0.1, 0.2, 0.3 have sd_paired = 0.1; ratio 7.37111. */
+START_TEST(test_noise_by_hand) {
+    const double a[] = {87.1, 86.9, 88.4}, b[] = {87.0, 86.7, 88.1};
+    mpt_stats_noise z;
+    mpt_stats_noise_of(a, b, 3, &z);
+    ck_assert_int_eq(z.n, 3);
+    ck_assert(fabs(z.sd_between - 0.737111) < 1e-6);
+    ck_assert(fabs(z.sd_paired - 0.1) < 1e-9);
+    ck_assert(fabs(z.ratio - 7.37111) < 1e-5);
+    /* equal differences: no paired noise at all */
+    const double c[] = {88.0, 87.7, 89.1};
+    mpt_stats_noise_of(c, b, 3, &z);
+    ck_assert(z.sd_paired < 1e-12 && isinf(z.ratio));
+    mpt_stats_noise_of(a, b, 1, &z);
+    ck_assert(isnan(z.sd_between) && isnan(z.sd_paired));
+}
+END_TEST
+
 #ifdef MPT_HAVE_GSL
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_statistics_double.h>
@@ -160,6 +180,7 @@ static Suite *stats_suite(void) {
     TCase *tc = tcase_create("stats");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_summary);
+    tcase_add_test(tc, test_noise_by_hand);
 #ifdef MPT_HAVE_GSL
     tcase_add_test(tc, test_interval_by_hand);
     tcase_add_test(tc, test_verdicts);

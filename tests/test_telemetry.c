@@ -256,12 +256,13 @@ START_TEST(test_lost_matches_brute_force) {
     memset(&r, 0, sizeof r);
     mpt_lost_count(&r, w_old, w_new, dt, delta, N);
     int64_t nz = 0, lost = 0;
-    double mass = 0, mass_lost = 0;
+    double mass = 0, mass_lost = 0, applied = 0;
     for (int i = 0; i < N; i++) {
         float a = mpt_load_f32(w_old, dt, i), b = mpt_load_f32(w_new, dt, i);
         if (delta[i] != 0.0f) {
             nz++;
             mass += fabs(delta[i]);
+            applied += delta[i] > 0 ? (double)b - a : (double)a - b;
         }
         if (b == a && delta[i] != 0.0f) {
             lost++;
@@ -272,6 +273,7 @@ START_TEST(test_lost_matches_brute_force) {
     ck_assert_int_eq(r.nonzero, nz);
     ck_assert_int_eq(r.lost, lost);
     ck_assert_double_eq_tol(mpt_lost_mass_share(&r), mass_lost / mass, 1e-12);
+    ck_assert_double_eq_tol(mpt_lost_applied_share(&r), applied / mass, 1e-12);
     ck_assert_msg(lost > 0 && lost < nz, "%s: the deltas must straddle half an ulp (%lld of %lld lost)",
                   mpt_dtype_name(dt), (long long)lost, (long long)nz);
     if (dt != MPT_DTYPE_F32) { /* the counterfactual on the same 16-bit weights is the same experiment */
@@ -281,6 +283,43 @@ START_TEST(test_lost_matches_brute_force) {
         ck_assert_int_eq(c.lost, lost);
         ck_assert_int_eq(c.nonzero, nz);
     }
+}
+END_TEST
+
+/* Stochastic rounding (kernels/elemwise.h) of updates far below half an ulp: most single updates round back
+ * (lost), yet the applied mass is the whole update mass in expectation. 20000 BF16 weights in [0.5, 1) (ulp
+ * 2^-8), each update a fraction p in [0.01, 0.1] of an ulp: the weight moves by one ulp with probability p. The
+ * applied mass is sum_i ulp * X_i / sum_i p_i ulp with X_i ~ Bernoulli(p_i): mean 1, sd sqrt(sum p(1-p)) / sum p
+ * (about 0.015 here); the test allows 5 sd. Round-to-nearest of the same updates moves nothing. */
+START_TEST(test_lost_applied_mass_under_stochastic_rounding) {
+    enum { N = 20000 };
+    static uint16_t w_old[N], w_sr[N], w_rn[N];
+    static float delta[N];
+    tests_rng rng = {2024};
+    double sum_p = 0.0, var = 0.0;
+    for (int i = 0; i < N; i++) {
+        float w = (float)tests_uniform(&rng, 0.5, 1.0);
+        w_old[i] = mpt_f32_to_bf16(w);
+        double p = tests_uniform(&rng, 0.01, 0.1);
+        delta[i] = (float)(p * 0x1p-8);
+        sum_p += p;
+        var += p * (1.0 - p);
+        float wo = mpt_bf16_to_f32(w_old[i]);
+        uint32_t r = (uint32_t)(tests_next(&rng) >> 32);
+        w_sr[i] = mpt_f32_to_bf16_sr(wo + delta[i], r);
+        w_rn[i] = mpt_f32_to_bf16(wo + delta[i]);
+    }
+    mpt_lost sr, rn;
+    memset(&sr, 0, sizeof sr);
+    memset(&rn, 0, sizeof rn);
+    mpt_lost_count(&sr, w_old, w_sr, MPT_DTYPE_BF16, delta, N);
+    mpt_lost_count(&rn, w_old, w_rn, MPT_DTYPE_BF16, delta, N);
+    double sd = sqrt(var) / sum_p;
+    ck_assert_msg(mpt_lost_frac(&sr) > 0.85, "stochastic rounding lost %.3f of the updates", mpt_lost_frac(&sr));
+    ck_assert_msg(fabs(mpt_lost_applied_share(&sr) - 1.0) < 5.0 * sd, "applied mass %.4f, expected 1 +- %.4f",
+                  mpt_lost_applied_share(&sr), 5.0 * sd);
+    ck_assert_double_eq(mpt_lost_frac(&rn), 1.0);
+    ck_assert_double_eq(mpt_lost_applied_share(&rn), 0.0);
 }
 END_TEST
 
@@ -527,6 +566,82 @@ START_TEST(test_lost_updates_in_a_step) {
 }
 END_TEST
 
+/* The run's exponent histograms (mpt_telemetry_write_exponents) against the same step's rounding rows: with one
+ * telemetry step, a tensor's histogram is that step's values divided by S, so the share flushed at S = 1 lies
+ * between the share of exponents <= -26 and of those <= -25 (binade -25 rounds to 0 or to 2^-24), and the share
+ * made subnormal at S = 1 between binades -24..-16 and -25..-15 (binade -15 may round up to the smallest normal
+ * 2^-14); the pooled rows are the sum of the tensors'. */
+START_TEST(test_exponents_match_rounding_rows) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 512, 64, 64, 8, 3), MPT_OK);
+    run r;
+    run_open(&r, MPT_PRECISION_FP16, 6, 0, MPT_LOSS_SCALE_DYNAMIC);
+    for (int64_t s = 0; s < 6; s++) { /* one telemetry step: step 6 */
+        gather(&r, &d, s);
+        mpt_trainer_step(r.tr);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rows = mpt_telemetry_write_exponents(r.tr->telemetry, f);
+    fclose(f);
+    ck_assert_int_gt(rows, 10);
+    ck_assert(strncmp(buf, "tensor,exponent,count\n", 22) == 0);
+    enum { LOW = -181, HIGH = 159 };
+    static char names[16][64];
+    static int64_t cnt[16][HIGH - LOW + 1];
+    memset(cnt, 0, sizeof cnt);
+    int nt = 0;
+    for (char *line = strchr(buf, '\n') + 1; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        char name[64];
+        int e;
+        long long c;
+        ck_assert_int_eq(sscanf(line, "%63[^,],%d,%lld", name, &e, &c), 3);
+        ck_assert(e >= LOW && e <= HIGH && c > 0);
+        int t = 0;
+        while (t < nt && strcmp(names[t], name) != 0) t++;
+        if (t == nt) snprintf(names[nt++], sizeof names[0], "%s", name);
+        cnt[t][e - LOW] += c;
+    }
+    free(buf);
+    ck_assert_int_ge(nt, 3);
+    ck_assert_str_eq(names[nt - 1], MPT_TELEMETRY_ALL_ACT_GRAD);
+    const mpt_telemetry_stat *st;
+    int ns = mpt_telemetry_stats(r.tr->telemetry, &st);
+    for (int t = 0; t < nt; t++) {
+        int64_t total = 0, le26 = 0, le25 = 0, sub_in = 0, sub_out = 0;
+        for (int e = LOW; e <= HIGH; e++) {
+            int64_t c = cnt[t][e - LOW];
+            total += c;
+            le26 += e <= -26 ? c : 0;
+            le25 += e <= -25 ? c : 0;
+            sub_in += e >= -24 && e <= -16 ? c : 0;
+            sub_out += e >= -25 && e <= -15 ? c : 0;
+        }
+        double flush = NAN, sub = NAN;
+        for (int i = 0; i < ns; i++) {
+            if (strcmp(st[i].tensor, names[t]) != 0) continue;
+            if (strcmp(st[i].metric, "flush_frac@S=1") == 0) flush = st[i].last;
+            if (strcmp(st[i].metric, "made_subnormal_frac@S=1") == 0) sub = st[i].last;
+        }
+        ck_assert_msg(isfinite(flush) && isfinite(sub), "%s: no rounding rows", names[t]);
+        ck_assert_msg((double)le26 / total <= flush + 1e-12 && flush <= (double)le25 / total + 1e-12,
+                      "%s: flushed at S = 1 %g, exponents <= -26: %g, <= -25: %g", names[t], flush,
+                      (double)le26 / total, (double)le25 / total);
+        ck_assert_msg((double)sub_in / total <= sub + 1e-12 && sub <= (double)sub_out / total + 1e-12,
+                      "%s: subnormal at S = 1 %g outside [%g, %g]", names[t], sub, (double)sub_in / total,
+                      (double)sub_out / total);
+    }
+    for (int e = LOW; e <= HIGH; e++) { /* pooled = the sum of the tensors */
+        int64_t sum = 0;
+        for (int t = 0; t < nt - 1; t++) sum += cnt[t][e - LOW];
+        ck_assert_int_eq(sum, cnt[nt - 1][e - LOW]);
+    }
+    run_close(&r);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 START_TEST(test_create_rejects) {
     run r;
     run_open(&r, MPT_PRECISION_BF16, 0, 0, MPT_LOSS_SCALE_NONE);
@@ -554,6 +669,7 @@ int main(void) {
     tcase_add_test(tc, test_hist_counterfactuals_f16);
     tcase_add_test(tc, test_hist_counterfactuals_bf16);
     tcase_add_test(tc, test_hist_log2_exact);
+    tcase_add_test(tc, test_lost_applied_mass_under_stochastic_rounding);
     tcase_add_loop_test(tc, test_lost_matches_brute_force, 0, 3);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("collector");
@@ -561,6 +677,7 @@ int main(void) {
     tcase_add_loop_test(tg, test_on_off_bit_identical, 0, 4);
     tcase_add_loop_test(tg, test_probes_round_to_stored, 0, 2);
     tcase_add_test(tg, test_create_rejects);
+    tcase_add_test(tg, test_exponents_match_rounding_rows);
     tcase_add_test(tg, test_lost_updates_in_a_step);
     suite_add_tcase(s, tg);
     return mpt_test_run(s);

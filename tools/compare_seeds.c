@@ -5,8 +5,10 @@
  *
  * Accuracies are handled in percent, so differences are in percentage points ("pp"), the unit of --margin.
  * A precision is compared with fp32 seed by seed (run s of precision p against run s of fp32: same initial
- * weights and batch order), which removes the seed-to-seed variation both share; the fp32 spread across seeds
- * is shown as the noise floor any single-seed difference must be read against.
+ * weights and batch order), which removes the seed-to-seed variation both share. The noise a one-seed
+ * difference must be read against is therefore the spread of those paired differences (per precision), not
+ * fp32's own spread across seeds, which is also shown, as the spread of a single run (tools/stats.h,
+ * mpt_stats_noise).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,6 +38,7 @@ typedef struct prec_stats {
     mpt_stats_summary final_acc, best_acc, test_loss, epoch_s, skipped, rel_l2; /* accuracies in % */
     int paired;                           /* compared with fp32 (not fp32 itself, and an fp32 run exists) */
     mpt_stats_paired d_final, d_best, d_loss;
+    mpt_stats_noise noise;                /* final test accuracy: fp32's between-seed sd, the paired sd */
 } prec_stats;
 
 static const mpt_cli_result *run_at(const mpt_cli_seed_runs *r, int s, int p) {
@@ -86,6 +89,9 @@ static mpt_status compute_stats(const mpt_cli_seed_runs *r, double margin, prec_
         mpt_stats_summarize(x, r->n_seeds, &q->rel_l2);
         q->paired = ref >= 0 && p != ref && r->n_seeds >= 2;
         if (!q->paired) continue;
+        column(r, p, METRIC_FINAL_ACC, x);
+        column(r, ref, METRIC_FINAL_ACC, y);
+        mpt_stats_noise_of(x, y, r->n_seeds, &q->noise);
         const metric ms[3] = {METRIC_FINAL_ACC, METRIC_BEST_ACC, METRIC_TEST_LOSS};
         mpt_stats_paired *outs[3] = {&q->d_final, &q->d_best, &q->d_loss};
         for (int k = 0; k < 3; k++) {
@@ -152,17 +158,31 @@ static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin
     }
 }
 
+/* The seed noise: the spread a one-seed comparison must be read against (the paired differences' sd, per
+ * precision), and fp32's own spread across seeds, each said for what it is. */
 static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds) {
-    for (int p = 0; p < n; p++) {
-        if (st[p].precision != MPT_PRECISION_FP32) continue;
-        const mpt_stats_summary *a = &st[p].final_acc;
-        fprintf(f, "Noise floor: fp32 alone, from seed to seed, ends at %.2f%% ± %.2f (sd over %d seeds; range %.2f to "
-                   "%.2f%%, %.2f pp wide). A one-seed difference between precisions smaller than this spread says "
-                   "nothing about the precision.\n",
-                a->mean, a->sd, n_seeds, a->min, a->max, a->max - a->min);
+    int ref = -1;
+    for (int p = 0; p < n; p++)
+        if (st[p].precision == MPT_PRECISION_FP32) ref = p;
+    if (ref < 0) {
+        fprintf(f, "Noise: no fp32 run in --precisions, so no paired differences and no fp32 spread.\n");
         return;
     }
-    fprintf(f, "Noise floor: no fp32 run in --precisions, so no fp32 seed-to-seed spread.\n");
+    const mpt_stats_summary *a = &st[ref].final_acc;
+    fprintf(f, "Noise: a one-seed comparison with fp32 moves from seed to seed by the sd of the paired differences "
+               "(same seed, over %d seeds):", n_seeds);
+    int any = 0;
+    for (int p = 0; p < n; p++) {
+        if (!st[p].paired) continue;
+        fprintf(f, "%s %s %.2f pp", any ? ";" : "", mpt_precision_name(st[p].precision), st[p].noise.sd_paired);
+        any = 1;
+    }
+    if (!any) fprintf(f, " (no other precision)");
+    fprintf(f, ". A one-seed difference smaller than about twice that says nothing about the precision. fp32 alone "
+               "ends at %.2f%% ± %.2f (sd over seeds; range %.2f to %.2f%%): that is how far one run's accuracy moves "
+               "from seed to seed, larger than the paired spread because a seed moves both runs of a pair alike and "
+               "their difference cancels it.\n",
+            a->mean, a->sd, a->min, a->max);
 }
 
 static void write_per_seed(FILE *f, const mpt_cli_seed_runs *r) {
@@ -299,8 +319,16 @@ static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_run
     }
     json_object_set_new(j, "precisions", precs);
     int ref = fp32_index(r);
-    if (ref >= 0) json_object_set_new(j, "noise_floor_fp32_final_accuracy", summary_json(&st[ref].final_acc));
-    else json_object_set_new(j, "noise_floor_fp32_final_accuracy", json_null());
+    /* the noise of a one-seed comparison: per precision, the sd of its paired differences to fp32 */
+    json_t *paired_sd = json_object();
+    for (int p = 0; ref >= 0 && p < r->n_precisions; p++)
+        if (st[p].paired)
+            json_object_set_new(paired_sd, mpt_precision_name(st[p].precision), num(st[p].noise.sd_paired));
+    json_object_set_new(j, "noise_paired_sd_final_accuracy_pp", ref >= 0 ? paired_sd : json_null());
+    if (ref < 0) json_decref(paired_sd);
+    /* fp32's own spread across seeds: the spread of one run, not the noise of a paired comparison */
+    if (ref >= 0) json_object_set_new(j, "fp32_between_seeds_final_accuracy", summary_json(&st[ref].final_acc));
+    else json_object_set_new(j, "fp32_between_seeds_final_accuracy", json_null());
     return dump_json(r->out, j);
 }
 

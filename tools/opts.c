@@ -71,7 +71,8 @@ static const opt_def opt_table[] = {
     {"backoff-factor", MPT_OPT_BACKOFF_FACTOR, required_argument, TC, "X",
      "dynamic loss scale: multiplier on overflow, in (0, 1] (default: the preset's)"},
     {"hysteresis", MPT_OPT_HYSTERESIS, required_argument, TC, "N",
-     "dynamic loss scale: back off at the N-th overflow in a row, >= 1 (default: the preset's)"},
+     "dynamic loss scale: the first N - 1 overflows since the scale last grew are skipped without backing off, "
+     "every later one backs off (DeepSpeed's hysteresis), >= 1 (default: the preset's)"},
     {"scale-floor", MPT_OPT_SCALE_FLOOR, required_argument, TC, "X",
      "dynamic loss scale: never below X, > 0 (default: the preset's)"},
     {"scale-ceiling", MPT_OPT_SCALE_CEILING, required_argument, TC, "X",
@@ -166,7 +167,9 @@ static const scaler_preset scaler_presets[MPT_SCALER_PRESET_COUNT] = {
                          "scale_window=2000, min_loss_scale=None, max_loss_scale=2**24"},
     [MPT_SCALER_DEEPSPEED] = {"deepspeed", 65536.0, 2.0, 0.5, 1000, 2, 1.0, FLT_MAX,
                               "DeepSpeed fp16 config: initial_scale_power 16, loss_scale_window 1000, hysteresis 2, "
-                              "min_loss_scale 1, scale factor 2 (DynamicLossScaler)"},
+                              "min_loss_scale 1, scale factor 2 (DynamicLossScaler, deepspeed/runtime/fp16/"
+                              "loss_scaler.py; its first growth after an overflow comes one clean step later, and it "
+                              "raises an error at an overflow at min_loss_scale, where mptrain stays at the floor)"},
     [MPT_SCALER_KERAS] = {"keras", 32768.0, 2.0, 0.5, 2000, 1, FLT_MIN, FLT_MAX,
                           "tf.keras.mixed_precision.LossScaleOptimizer(initial_scale=2**15, "
                           "dynamic_growth_steps=2000): doubles / halves, no floor or ceiling documented"},

@@ -871,6 +871,21 @@ static float *collect_masters(run *r, int64_t *count) {
     return w;
 }
 
+/* With --telemetry: exponents.csv, the run's exponent histograms of the activation gradients, unscaled
+ * (engine/telemetry/telemetry.h, mpt_telemetry_write_exponents). */
+static mpt_status write_exponents(const char *dir, const mpt_telemetry *tel) {
+    char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
+    snprintf(path, sizeof path, "%s/exponents.csv", dir);
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) return MPT_ERR_IO;
+    if (mpt_telemetry_write_exponents(tel, f) < 0) {
+        fclose(f);
+        unlink(tmp);
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno ? errno : EIO));
+    }
+    return mpt_cli_commit_atomic(f, tmp, path);
+}
+
 mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
                              mpt_cli_result *res) {
     memset(res, 0, sizeof *res);
@@ -912,6 +927,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
             if (res->n_telemetry > 0) memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
         }
         if (r.writer) s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(o->out, r.t->telemetry);
     }
     run_free(&r);
     return s;

@@ -31,6 +31,20 @@ void mpt_stats_summarize(const double *x, int n, mpt_stats_summary *s) {
     s->sd = sqrt(ss / (n - 1));
 }
 
+void mpt_stats_noise_of(const double *a, const double *b, int n, mpt_stats_noise *out) {
+    out->n = n;
+    out->sd_between = out->sd_paired = out->ratio = NAN;
+    if (n < 2) return;
+    double d[n];
+    for (int i = 0; i < n; i++) d[i] = a[i] - b[i];
+    mpt_stats_summary sb, sd;
+    mpt_stats_summarize(b, n, &sb);
+    mpt_stats_summarize(d, n, &sd);
+    out->sd_between = sb.sd;
+    out->sd_paired = sd.sd;
+    out->ratio = sd.sd > 0.0 ? sb.sd / sd.sd : INFINITY;
+}
+
 const char *mpt_verdict_name(mpt_verdict v) {
     switch (v) {
     case MPT_VERDICT_EQUIVALENT: return "equivalent";

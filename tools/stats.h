@@ -71,6 +71,22 @@ typedef struct mpt_stats_paired {
 mpt_status mpt_stats_compare_paired(const double *a, const double *b, int n, double level, double margin,
                             mpt_stats_paired *out);
 
+/* The seed noise of a paired comparison of a against a reference b, both trained with the same seeds: two
+ * spreads, which answer two different questions.
+ *   sd_between  the sample sd of b over seeds: how much one run's result moves from seed to seed (the spread of
+ *               a single run of the reference about its mean);
+ *   sd_paired   the sample sd of the per-seed differences a_i - b_i: how much a one-seed comparison of a with b
+ *               moves from seed to seed. A seed moves both runs alike (same initial weights, same batches), and
+ *               the difference cancels that shared part, so sd_paired is usually much smaller: it, not
+ *               sd_between, is the noise a one-seed difference must be read against.
+ * ratio = sd_between / sd_paired (INFINITY when sd_paired is 0). NAN for n < 2. No GSL needed. */
+typedef struct mpt_stats_noise {
+    int n;
+    double sd_between, sd_paired, ratio;
+} mpt_stats_noise;
+
+void mpt_stats_noise_of(const double *a, const double *b, int n, mpt_stats_noise *out);
+
 /* 1 when built with GSL (the t quantiles exist), 0 otherwise. */
 int mpt_stats_available(void);
 

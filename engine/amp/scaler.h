@@ -16,18 +16,25 @@
  *   -> scaler_update.
  *
  * scaler_update, dynamic scaling (torch.amp.GradScaler docs and torch._amp_update_scale_; hysteresis as
- * DeepSpeed's DynamicLossScaler "delayed_shift" and Megatron's DynamicGradScaler; floor and ceiling as
- * Apex's amp LossScaler min/max_loss_scale):
- *   found_inf:  growth_tracker = 0; hysteresis_left -= 1; when it reaches 0:
- *                 S = S * backoff_factor, clamped to min_scale (floor_hits += 1 when the clamp applied),
- *                 hysteresis_left = hysteresis
+ * DeepSpeed's DynamicLossScaler "delayed_shift", deepspeed/runtime/fp16/loss_scaler.py update_scale, with
+ * consecutive_hysteresis False, its default; floor and ceiling as Apex's amp LossScaler min/max_loss_scale):
+ *   found_inf:  growth_tracker = 0;
+ *               if hysteresis_left > 1: hysteresis_left -= 1 (the step is skipped at the same scale)
+ *               else: S = S * backoff_factor, clamped to min_scale (floor_hits += 1 when the clamp applied);
+ *                     hysteresis_left stays 1, so every further overflow backs off at once
  *               steps_skipped += 1
  *   clean step: growth_tracker += 1; when it reaches growth_interval:
  *                 S = min(S * growth_factor, max_scale) if S * growth_factor is finite (else S unchanged),
- *                 growth_tracker = 0, hysteresis_left = hysteresis (DeepSpeed resets it when the scale grows)
+ *                 growth_tracker = 0, hysteresis_left = hysteresis (DeepSpeed refills it only when the scale grows)
  *   then:       inv_scale = 1/S; found_inf = 0, sumsq = 0, grad_mul = 1 for the next step.
  * With hysteresis = 1 (the default) every overflow backs off: exactly PyTorch's GradScaler. With hysteresis = h,
- * h - 1 overflows in a row are skipped at the same scale before the h-th backs off.
+ * the first h - 1 overflows since the scale last grew (in a row or not) are skipped at the same scale; from the
+ * h-th on, each overflow backs off until the scale grows again. Where this differs from DeepSpeed's
+ * DynamicLossScaler: its growth counts "stable_interval = iterations since the last overflow - 1", so its first
+ * growth after an overflow (or the start) comes after loss_scale_window + 1 clean steps, here after
+ * growth_interval (later growths every window steps in both); and at min_loss_scale DeepSpeed raises an exception
+ * on the next overflow ("Current loss scale already at minimum"), where this scaler stays at min_scale, counts the
+ * step in floor_hits and warns (mpt_scaler_watch).
  * Static or no scaling (dynamic = 0): S never changes, but overflowing steps are still skipped and counted.
  * --nonfinite apply (apply_nonfinite, static or no scaling only): engine/train.c runs step_begin before
  * unscale_check, so every iteration is a taken step (as torch.optim's step() without a GradScaler, whose

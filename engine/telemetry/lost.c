@@ -8,7 +8,7 @@
 /* Running sums of one call, kept in locals so the loops stay branch-free (lost or not is data-dependent). */
 typedef struct sums {
     int64_t nonzero, lost;
-    double mass, mass_lost;
+    double mass, mass_lost, mass_applied;
 } sums;
 
 static inline void add_one(sums *s, float old, float neu, float d) {
@@ -18,6 +18,9 @@ static inline void add_one(sums *s, float old, float neu, float d) {
     s->lost += lost;
     s->mass += ad;
     s->mass_lost += lost ? ad : 0.0;
+    /* the movement along the update (exact in FP64: both are floats of nearby magnitude) */
+    double moved = (double)neu - (double)old;
+    s->mass_applied += d > 0.0f ? moved : d < 0.0f ? -moved : 0.0;
 }
 
 static void merge(mpt_lost *r, const sums *s, int64_t n) {
@@ -26,12 +29,13 @@ static void merge(mpt_lost *r, const sums *s, int64_t n) {
     r->lost += s->lost;
     r->mass += s->mass;
     r->mass_lost += s->mass_lost;
+    r->mass_applied += s->mass_applied;
 }
 
 /* One loop per dtype, so the conversions inline into a branch-light loop (telemetry steps are timed). */
 void mpt_lost_count(mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype, const float *delta,
                     int64_t n) {
-    sums s = {0, 0, 0.0, 0.0};
+    sums s = {0, 0, 0.0, 0.0, 0.0};
     if (dtype == MPT_DTYPE_F32) {
         const float *a = w_old, *b = w_new;
         for (int64_t i = 0; i < n; i++) add_one(&s, a[i], b[i], delta[i]);
@@ -49,7 +53,7 @@ void mpt_lost_count(mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype
 void mpt_lost_counterfactual(mpt_lost *r, const void *w_old, mpt_dtype target, const float *delta, int64_t n) {
     MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16, "lost counterfactual: target %s",
                 mpt_dtype_name(target));
-    sums s = {0, 0, 0.0, 0.0};
+    sums s = {0, 0, 0.0, 0.0, 0.0};
     const uint16_t *w = w_old;
     if (target == MPT_DTYPE_F16) {
         for (int64_t i = 0; i < n; i++) {
@@ -68,3 +72,5 @@ void mpt_lost_counterfactual(mpt_lost *r, const void *w_old, mpt_dtype target, c
 double mpt_lost_frac(const mpt_lost *r) { return r->nonzero > 0 ? (double)r->lost / (double)r->nonzero : 0.0; }
 
 double mpt_lost_mass_share(const mpt_lost *r) { return r->mass > 0.0 ? r->mass_lost / r->mass : 0.0; }
+
+double mpt_lost_applied_share(const mpt_lost *r) { return r->mass > 0.0 ? r->mass_applied / r->mass : 0.0; }

@@ -9,6 +9,10 @@
  *   lost element   delta != 0 and w_new == w_old (compared as numbers, in the storage format)
  *   lost fraction  lost elements / elements with delta != 0
  *   lost mass      sum |delta| over lost elements / sum |delta| over all elements
+ *   applied mass   sum (w_new - w_old) sign(delta) / sum |delta|: the share of the intended movement that the
+ *                  stored weights made (about 1 - lost mass under round-to-nearest; under stochastic rounding
+ *                  about 1 in expectation, although most single updates round back: those that move, move by a
+ *                  whole ulp)
  *
  * mpt_lost_count measures it on the storage the update went to (old and new buffers as stored);
  * mpt_lost_counterfactual asks what would have been lost had the same deltas been added to a 16-bit copy
@@ -27,6 +31,7 @@ typedef struct mpt_lost {
     int64_t lost;       /* of those, the ones that left the stored weight unchanged */
     double mass;        /* sum |delta| */
     double mass_lost;   /* sum |delta| of the lost ones */
+    double mass_applied; /* sum (w_new - w_old) sign(delta) */
 } mpt_lost;
 
 /* Adds n elements: w_old, w_new host buffers of dtype (F32, F16 or BF16), delta host FP32. Zero *r first. */
@@ -37,5 +42,7 @@ void mpt_lost_counterfactual(mpt_lost *r, const void *w_old, mpt_dtype target, c
 /* lost / nonzero and mass_lost / mass (0 when the denominator is 0). */
 double mpt_lost_frac(const mpt_lost *r);
 double mpt_lost_mass_share(const mpt_lost *r);
+/* mass_applied / mass (0 when mass is 0). */
+double mpt_lost_applied_share(const mpt_lost *r);
 
 #endif

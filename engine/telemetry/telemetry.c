@@ -13,6 +13,15 @@
 #include "engine/telemetry/lost.h"
 #include "engine/telemetry/range.h"
 
+/* The run's exponent histogram of one scaled tensor, unscaled (mpt_telemetry_write_exponents). */
+#define EXP_LOW (-181)
+#define EXP_HIGH 159
+#define EXP_BINS (EXP_HIGH - EXP_LOW + 1)
+typedef struct exp_run {
+    char tensor[MPT_NAME_LEN + 16];
+    int64_t count[EXP_BINS]; /* index e - EXP_LOW */
+} exp_run;
+
 struct mpt_telemetry {
     mpt_trainer *t;
     int64_t every;
@@ -34,6 +43,8 @@ struct mpt_telemetry {
     void **old;                 /* [n_params] backend, the update target as stored before the step */
     void **work_old;            /* [n_params] backend 16-bit working copy before the step, or NULL */
     void *h_c;                  /* host [max_numel] floats */
+    exp_run *exps;              /* [n_exps] per scaled tensor, in the order first measured, then the pooled one */
+    int n_exps, cap_exps;
     int32_t skipped_before;     /* steps_skipped before the measured step */
     int64_t step;               /* 1-based number of the step being measured */
 };
@@ -131,6 +142,42 @@ static void rounding_rows(mpt_telemetry *tel, const char *tensor, const mpt_exp_
     round_rows(tel, tensor, h, -log2_scale, "@S=1");
 }
 
+/* Adds h (values scaled by 2^log2_scale) to the run's histogram of `tensor`, divided by the scale. */
+static void exps_add(mpt_telemetry *tel, const char *tensor, const mpt_exp_hist *h, int32_t log2_scale) {
+    exp_run *x = NULL;
+    for (int i = 0; i < tel->n_exps && !x; i++)
+        if (strcmp(tel->exps[i].tensor, tensor) == 0) x = &tel->exps[i];
+    if (!x) {
+        if (tel->n_exps == tel->cap_exps) {
+            tel->cap_exps = tel->cap_exps ? 2 * tel->cap_exps : 8;
+            tel->exps = realloc(tel->exps, (size_t)tel->cap_exps * sizeof *tel->exps);
+            MPT_ASSERTF(tel->exps != NULL, "telemetry: out of host memory for %d exponent histograms", tel->cap_exps);
+        }
+        x = &tel->exps[tel->n_exps++];
+        memset(x, 0, sizeof *x);
+        snprintf(x->tensor, sizeof x->tensor, "%s", tensor);
+    }
+    for (int b = 0; b < MPT_EXP_HIST_BINS; b++) {
+        if (!h->count[b]) continue;
+        int e = b + MPT_EXP_HIST_EMIN - log2_scale;
+        e = e < EXP_LOW ? EXP_LOW : e > EXP_HIGH ? EXP_HIGH : e;
+        x->count[e - EXP_LOW] += h->count[b];
+    }
+}
+
+int mpt_telemetry_write_exponents(const mpt_telemetry *tel, FILE *f) {
+    int rows = 0;
+    if (fprintf(f, "tensor,exponent,count\n") < 0) return -1;
+    for (int i = 0; i < tel->n_exps; i++)
+        for (int b = 0; b < EXP_BINS; b++) {
+            if (!tel->exps[i].count[b]) continue;
+            if (fprintf(f, "%s,%d,%lld\n", tel->exps[i].tensor, b + EXP_LOW, (long long)tel->exps[i].count[b]) < 0)
+                return -1;
+            rows++;
+        }
+    return ferror(f) ? -1 : rows;
+}
+
 /* Runs a node's rounding probe for 16-bit tensor x (scaled: a gradient seeded with S = 2^log2_scale) and
  * records what the rounding did, with the loss-scale counterfactuals for gradients. */
 static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn probe, const mpt_tensor *x,
@@ -143,6 +190,7 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     mpt_exp_hist_init(&h, x->dtype);
     mpt_exp_hist_add(&h, tel->h_a, cnt);
     rounding_rows(tel, x->name, &h, scaled, log2_scale);
+    if (scaled && log2_scale != INT32_MIN) exps_add(tel, x->name, &h, log2_scale);
     mpt_exp_hist *all = scaled ? &tel->all_grad : &tel->all_act;
     int *count = scaled ? &tel->n_grad : &tel->n_act;
     if ((*count)++ == 0) mpt_exp_hist_init(all, x->dtype);
@@ -186,6 +234,7 @@ static void lost_add(mpt_lost *dst, const mpt_lost *src) {
     dst->lost += src->lost;
     dst->mass += src->mass;
     dst->mass_lost += src->mass_lost;
+    dst->mass_applied += src->mass_applied;
 }
 
 /* Snapshots each update target (and a separate 16-bit working copy) and asks the optimizer for its deltas. */
@@ -251,6 +300,7 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     /* all rounded tensors of the step together, weighting each element once */
     if (tel->n_act) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT, &tel->all_act, 0, log2_scale);
     if (tel->n_grad) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, 1, log2_scale);
+    if (tel->n_grad && log2_scale != INT32_MIN) exps_add(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, log2_scale);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;
         measure_range(tel, gr, fetch(tel, gr, tel->h_a));
@@ -293,6 +343,7 @@ void mpt_telemetry_after_step(mpt_telemetry *tel) {
         mpt_lost_count(&r, tel->h_raw, tel->h_c, target->dtype, tel->h_a, n);
         row(tel, w->name, "lost_frac", mpt_lost_frac(&r));
         row(tel, w->name, "lost_mass", mpt_lost_mass_share(&r));
+        row(tel, w->name, "applied_mass", mpt_lost_applied_share(&r));
         lost_add(&all, &r);
         if (tel->work_old[i]) {
             be->to_host(be, tel->h_raw, tel->work_old[i], (size_t)n * mpt_dtype_size(w->dtype));
@@ -300,15 +351,18 @@ void mpt_telemetry_after_step(mpt_telemetry *tel) {
             mpt_lost_counterfactual(&r, tel->h_raw, w->dtype, tel->h_a, n);
             row(tel, w->name, "lost_frac_if_16bit", mpt_lost_frac(&r));
             row(tel, w->name, "lost_mass_if_16bit", mpt_lost_mass_share(&r));
+            row(tel, w->name, "applied_mass_if_16bit", mpt_lost_applied_share(&r));
             lost_add(&all_cf, &r);
             any_cf = 1;
         }
     }
     row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", mpt_lost_frac(&all));
     row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_mass", mpt_lost_mass_share(&all));
+    row(tel, MPT_TELEMETRY_ALL_PARAMS, "applied_mass", mpt_lost_applied_share(&all));
     if (any_cf) {
         row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", mpt_lost_frac(&all_cf));
         row(tel, MPT_TELEMETRY_ALL_PARAMS, "lost_mass_if_16bit", mpt_lost_mass_share(&all_cf));
+        row(tel, MPT_TELEMETRY_ALL_PARAMS, "applied_mass_if_16bit", mpt_lost_applied_share(&all_cf));
     }
     if (tel->csv) fflush(tel->csv);
 }
@@ -468,6 +522,7 @@ void mpt_telemetry_free(mpt_telemetry **ptel) {
     free(tel->h_a);
     free(tel->h_b);
     free(tel->stats);
+    free(tel->exps);
     free(tel);
     *ptel = NULL;
 }

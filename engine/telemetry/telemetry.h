@@ -74,6 +74,16 @@ int mpt_telemetry_due(const mpt_telemetry *tel, int64_t step);
 void mpt_telemetry_set_csv(mpt_telemetry *tel, FILE *f);
 /* The (tensor, metric) statistics so far: *stats points at n entries owned by the collector. */
 int mpt_telemetry_stats(const mpt_telemetry *tel, const mpt_telemetry_stat **stats);
+/* The binary exponents of the activation gradients over the run (Micikevicius et al. 2018, Figure 3): for every
+ * tensor a backward pass rounds from FP32 into FP16/BF16 (the gradients the loss scale S multiplies), the count
+ * of its nonzero finite FP32 values, before rounding and divided by S, per e = floor(log2 |v|), summed over the
+ * telemetry steps whose S was a power of two (the histograms of range.h shifted by -log2 S, which is exact).
+ * Writes the CSV header "tensor,exponent,count" and one row per nonzero bin (exponents from -181 to 159; values
+ * beyond are counted in the end bins), the tensors in graph order, then the same rows for all of them pooled
+ * (MPT_TELEMETRY_ALL_ACT_GRAD). Nothing but the header when no such tensor was measured. Returns the number of
+ * rows, or -1 when a write to f failed. */
+int mpt_telemetry_write_exponents(const mpt_telemetry *tel, FILE *f);
+
 /* Bytes the collector holds on the backend (MPT_MEM_TELEMETRY) and in its twin (MPT_MEM_TWIN). */
 size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem);
 

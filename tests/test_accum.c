@@ -1,0 +1,109 @@
+/*
+ * tests/test_accum.c - the accumulators of the lesson `accumulation` (tools/lab/accum.h).
+ *
+ *  - mpt_accum_round agrees with the engine's own FP32 -> FP16 / BF16 conversions (kernels/elemwise.h) on every
+ *    kind of FP32 input (normal, subnormal in the target, overflowing, ties), and with C's double -> float
+ *    conversion (round to nearest even) for FP32;
+ *  - on doubles that are not floats, the result is a value of the format and the nearest one: no representable
+ *    value of the format lies closer (checked against the neighbours one ulp away);
+ *  - mpt_accum_dot by hand: 1 + 300 x 2^-9 sums exactly in FP32 and FP16 but stagnates at 1 in BF16 (each term is
+ *    below half of BF16's ulp at 1, 2^-8), the swamping the lesson shows; the compensated reference is exact on a
+ *    sum where plain FP64 summation loses the small terms.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "kernels/elemwise.h"
+#include "tools/lab/accum.h"
+
+/* A float with a random exponent in [lo, hi] and random significand bits, either sign. */
+static float random_float(tests_rng *r, int lo, int hi) {
+    double m = 1.0 + tests_uniform(r, 0.0, 1.0);
+    float f = (float)ldexp(m, tests_int(r, lo, hi));
+    return tests_next(r) & 1 ? -f : f;
+}
+
+START_TEST(test_round_matches_engine_on_floats) {
+    tests_rng r = {12345};
+    for (int i = 0; i < 200000; i++) {
+        float f = random_float(&r, -30, 20);
+        if (i % 7 == 0) f = mpt_f16_to_f32((uint16_t)(tests_next(&r) & 0x7bff)) +
+                            ldexp(1.0, -25) * (double)(tests_int(&r, -2, 2)); /* near FP16 values and ties */
+        double want16 = mpt_f16_to_f32(mpt_f32_to_f16(f)), got16 = mpt_accum_round(f, MPT_DTYPE_F16);
+        ck_assert_msg(want16 == got16 || (isnan(want16) && isnan(got16)), "FP16 of %a: engine %a, accum %a", (double)f,
+                      want16, got16);
+        float g = random_float(&r, -140, 127);
+        double wantb = mpt_bf16_to_f32(mpt_f32_to_bf16(g)), gotb = mpt_accum_round(g, MPT_DTYPE_BF16);
+        ck_assert_msg(wantb == gotb, "BF16 of %a: engine %a, accum %a", (double)g, wantb, gotb);
+        double x = ldexp(1.0 + tests_uniform(&r, 0.0, 1.0), tests_int(&r, -150, 127));
+        ck_assert_msg((double)(float)x == mpt_accum_round(x, MPT_DTYPE_F32) || isinf((float)x), "FP32 of %a", x);
+    }
+    ck_assert(isinf(mpt_accum_round(65520.0, MPT_DTYPE_F16)));
+    ck_assert(mpt_accum_round(65519.99, MPT_DTYPE_F16) == 65504.0);
+    ck_assert(mpt_accum_round(ldexp(1.0, -25), MPT_DTYPE_F16) == 0.0);              /* a tie: to the even 0 */
+    ck_assert(mpt_accum_round(ldexp(1.5, -25), MPT_DTYPE_F16) == ldexp(1.0, -24));  /* above it: the smallest */
+}
+END_TEST
+
+/* On doubles: the result is on the format's grid and no neighbour on the grid is nearer. The grid spacing at |v|
+ * is 2^(max(e, emin) - (p - 1)) for |v| in [2^e, 2^(e+1)) (subnormals share emin's), and the neighbour below a
+ * power of two 2^e > 2^emin is half a spacing away. */
+START_TEST(test_round_is_nearest_on_doubles) {
+    tests_rng r = {777};
+    const mpt_dtype fmts[2] = {MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    const int bits[2] = {11, 8}, emin[2] = {-14, -126};
+    for (int i = 0; i < 100000; i++) {
+        int k = i & 1;
+        double x = ldexp(1.0 + tests_uniform(&r, 0.0, 1.0), tests_int(&r, k ? -130 : -26, k ? 120 : 14));
+        if (tests_next(&r) & 1) x = -x;
+        double v = fabs(mpt_accum_round(x, fmts[k])), ax = fabs(x);
+        int e = emin[k];
+        if (v > 0.0) {
+            frexp(v, &e);
+            e = e - 1 < emin[k] ? emin[k] : e - 1;
+        }
+        double ulp = ldexp(1.0, e - (bits[k] - 1));
+        double below = v > ldexp(1.0, emin[k]) && v == ldexp(1.0, e) ? ulp / 2 : ulp;
+        ck_assert_msg(v / ulp == nearbyint(v / ulp), "%a rounded to %a, which is not a value of the format", x, v);
+        ck_assert_msg(fabs(ax - v) <= fabs(ax - (v + ulp)) && (v == 0.0 || fabs(ax - v) <= fabs(ax - (v - below))),
+                      "%a: a neighbour of %a is nearer", x, v);
+    }
+}
+END_TEST
+
+START_TEST(test_dot_by_hand) {
+    float p[301];
+    p[0] = 1.0f;
+    for (int i = 1; i <= 300; i++) p[i] = 0x1p-9f;
+    double ref, abs_sum, s[MPT_ACCUM_COUNT];
+    mpt_accum_dot(p, 301, &ref, &abs_sum, s);
+    ck_assert(ref == 1.0 + 300.0 * 0x1p-9); /* 1.5859375 */
+    ck_assert(abs_sum == ref);
+    ck_assert(s[MPT_ACCUM_F32] == ref);
+    ck_assert(s[MPT_ACCUM_F16] == ref);  /* FP16's ulp at [1, 2) is 2^-10: every term fits */
+    ck_assert(s[MPT_ACCUM_BF16] == 1.0); /* each 2^-9 is below half of BF16's ulp 2^-7 at 1: swamped */
+    /* 2^60, then 1000 ones, then -2^60: plain FP64 loses the ones, the compensated sum keeps them */
+    float q[1002];
+    q[0] = 0x1p60f;
+    for (int i = 1; i <= 1000; i++) q[i] = 1.0f;
+    q[1001] = -0x1p60f;
+    mpt_accum_dot(q, 1002, &ref, &abs_sum, s);
+    ck_assert(ref == 1000.0);
+    ck_assert(s[MPT_ACCUM_F32] == 0.0);
+}
+END_TEST
+
+static Suite *accum_suite(void) {
+    Suite *s = suite_create("accum");
+    TCase *tc = tcase_create("accum");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_round_matches_engine_on_floats);
+    tcase_add_test(tc, test_round_is_nearest_on_doubles);
+    tcase_add_test(tc, test_dot_by_hand);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(accum_suite()); }

@@ -1,0 +1,43 @@
+/*
+ * tools/lab/accum.h - the arithmetic of the lesson `accumulation`: one dot product's products summed left to right
+ * (recursive summation) in an accumulator of FP64, FP32, FP16 or BF16, rounding to nearest even after every
+ * addition, and the error of each sum against an exact one.
+ *
+ * The products are exact FP32 values (a product of two FP16 operands has at most 22 significant bits, so FP32 holds
+ * it exactly, as Tensor Cores compute it). An accumulator of FP16 or BF16 holds s, a value of that format; the sum
+ * s + p is exact in FP64 whenever |p| and |s| are within 2^29 of each other, and otherwise the smaller term lies
+ * far below half an ulp of the larger in the 16-bit format, so rounding the FP64 sum once to the format gives
+ * the correctly rounded 16-bit sum either way (mpt_accum_round rounds a double to the format directly, without
+ * passing through FP32, which could round twice). The reference is the FP64 sum with Neumaier's compensation
+ * (its error is below 2^-100 of sum |p| for the lengths used here).
+ *
+ * The bound that goes with it (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 4.2): the
+ * computed sum of K terms satisfies |s_hat - s| <= gamma_{K-1} sum |p_i|, gamma_n = n u / (1 - n u), for n u < 1,
+ * u the accumulator's unit roundoff (FP32 2^-24, FP16 2^-11, BF16 2^-8); so the error relative to sum |p| is at
+ * most about K u. Rounding errors of random sign typically add up like sqrt(K) u (Higham and Mary 2019,
+ * "A new approach to probabilistic rounding error analysis").
+ */
+#ifndef MPT_TOOLS_LAB_ACCUM_H
+#define MPT_TOOLS_LAB_ACCUM_H
+
+#include <stdint.h>
+
+#include "engine/dtype.h"
+
+/* x rounded to nearest even into `fmt` (MPT_DTYPE_F32, F16 or BF16), returned as a double: subnormals of the
+ * format included, magnitudes that round beyond its largest finite value become +-inf, NaN stays NaN. */
+double mpt_accum_round(double x, mpt_dtype fmt);
+
+/* The accumulators of mpt_accum_dot, in this order. */
+typedef enum mpt_accum_kind { MPT_ACCUM_F32 = 0, MPT_ACCUM_F16, MPT_ACCUM_BF16, MPT_ACCUM_COUNT } mpt_accum_kind;
+
+/* The format and name ("FP32", ...) of an accumulator. */
+mpt_dtype mpt_accum_dtype(mpt_accum_kind k);
+const char *mpt_accum_name(mpt_accum_kind k);
+
+/* One dot product summed from its k products p[0..k) (exact FP32 values): ref receives the exact sum (compensated
+ * FP64), abs_sum the sum of |p_i|, and sum[MPT_ACCUM_COUNT] the sum in each accumulator, rounded after every
+ * addition, starting from 0. */
+void mpt_accum_dot(const float *p, int64_t k, double *ref, double *abs_sum, double sum[MPT_ACCUM_COUNT]);
+
+#endif
