@@ -7,21 +7,30 @@
  * alone writes the reports; the other ranks serve batches until rank 0 says the lab is over. A run a lesson
  * trains on its own (it depends on earlier results: loss-scaling's large-batch run) stays on rank 0.
  *
- * Sizes: a full lesson trains on the first 20000 Fashion-MNIST training images for 2 epochs and tests on all
- * 10000 test images, with 3 seeds where it needs seeds; --quick uses 2000 / 1000 images, 1 epoch and 2 seeds.
+ * Sizes: each lesson has its own (lab.h, mpt_lab_size): the data is loaded once, as many rows as the largest
+ * lesson asks for, and each lesson sees its first rows.
+ *
+ * index.md lists every lesson that has run into --out, not only those of this invocation: each lesson leaves
+ * <lesson>/lesson.json (its conclusion, whether --quick, its wall and CPU time, when it ran), and the index is
+ * rebuilt from those files after every lab run.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
 
 #include "mpt_config.h"
 #include "tools/lab/lab.h"
 
-static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,    &mpt_lab_loss_scaling, &mpt_lab_master_weights,
-                                                 &mpt_lab_optimizer_state, &mpt_lab_overflow, &mpt_lab_noise};
+static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_loss_scaling,
+                                                 &mpt_lab_master_weights, &mpt_lab_optimizer_state,
+                                                 &mpt_lab_overflow,       &mpt_lab_noise};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -44,6 +53,53 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
     for (int i = 0; i < c->n_params; i++)
         if (strncmp(c->params[i], key, n) == 0 && c->params[i][n] == '=') return c->params[i] + n + 1;
     return def;
+}
+
+int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {
+    return (c->cd->d.n_train + batch - 1) / batch * c->base->epochs;
+}
+
+int64_t mpt_lab_telemetry_every(int64_t steps, int points) {
+    int64_t every = points > 0 ? steps / points : steps;
+    return every < 1 ? 1 : every;
+}
+
+mpt_status mpt_lab_series_read(const mpt_lab_ctx *c, const char *run, const char *tensor, const char *metric,
+                               mpt_lab_series *out) {
+    memset(out, 0, sizeof *out);
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/%s/telemetry.csv", c->dir, run);
+    FILE *f = fopen(path, "r");
+    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+    char line[512];
+    int cap = 0;
+    mpt_status s = MPT_OK;
+    while (s == MPT_OK && fgets(line, sizeof line, f)) { /* step,tensor,metric,value */
+        char *save = NULL, *st = strtok_r(line, ",\n", &save), *te = strtok_r(NULL, ",\n", &save);
+        char *me = strtok_r(NULL, ",\n", &save), *va = strtok_r(NULL, ",\n", &save);
+        if (!st || !te || !me || !va || strcmp(te, tensor) != 0 || strcmp(me, metric) != 0) continue;
+        if (out->n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int64_t *ns = realloc(out->step, (size_t)cap * sizeof *ns);
+            if (ns) out->step = ns;
+            double *nv = realloc(out->value, (size_t)cap * sizeof *nv);
+            if (nv) out->value = nv;
+            if (!ns || !nv) s = mpt_errorf(MPT_ERR_NOMEM, "%s: no memory for %d rows", path, cap);
+        }
+        if (s == MPT_OK) {
+            out->step[out->n] = atoll(st);
+            out->value[out->n++] = strtod(va, NULL);
+        }
+    }
+    fclose(f);
+    if (s != MPT_OK) mpt_lab_series_free(out);
+    return s;
+}
+
+void mpt_lab_series_free(mpt_lab_series *s) {
+    free(s->step);
+    free(s->value);
+    memset(s, 0, sizeof *s);
 }
 
 static int opt_id_of(const char *flag) {
@@ -103,8 +159,9 @@ static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_
     return mpt_cli_sweep_run(c->dist, &sw, MPT_OK);
 }
 
-/* The batch message rank 0 broadcasts: NUL-terminated strings "batch", the lesson directory, the run count,
- * then per run its name, its flag count and the flags; or "end" and the lab's exit code. */
+/* The batch message rank 0 broadcasts: NUL-terminated strings "batch", the lesson directory, the lesson's size
+ * (training images, test images, epochs), the run count, then per run its name, its flag count and the flags;
+ * or "end" and the lab's exit code. */
 static mpt_status put(char *buf, size_t cap, size_t *k, const char *str) {
     size_t n = strlen(str) + 1;
     if (*k + n > cap) return mpt_errorf(MPT_ERR_ARG, "lab: a batch of runs does not fit in %zu bytes", cap);
@@ -122,6 +179,11 @@ static mpt_status send_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n) {
     snprintf(num, sizeof num, "%d", n);
     MPT_TRY(put(buf, sizeof buf, &k, "batch"));
     MPT_TRY(put(buf, sizeof buf, &k, c->dir));
+    char size[3][24];
+    snprintf(size[0], sizeof size[0], "%lld", (long long)c->cd->d.n_train);
+    snprintf(size[1], sizeof size[1], "%lld", (long long)c->cd->d.n_test);
+    snprintf(size[2], sizeof size[2], "%d", c->base->epochs);
+    for (int i = 0; i < 3; i++) MPT_TRY(put(buf, sizeof buf, &k, size[i]));
     MPT_TRY(put(buf, sizeof buf, &k, num));
     for (int i = 0; i < n; i++) {
         int nf = 0;
@@ -169,8 +231,24 @@ static const char *next(const char *buf, int64_t len, int64_t *k) {
     return s;
 }
 
-/* A rank other than 0: trains its share of each batch rank 0 broadcasts, until "end"; returns its exit code. */
-static int serve_batches(const mpt_lab_ctx *proto) {
+/* Points c->cd and c->base at c's own view of the loaded data (its first n_train / n_test rows) and a copy of the
+ * command's settings with the lesson's epochs. */
+static void lesson_view(mpt_lab_ctx *c, const mpt_cli_data *all, const mpt_cli_opts *base, int64_t n_train,
+                        int64_t n_test, int epochs) {
+    c->view = *all;
+    if (n_train > 0 && n_train < c->view.d.n_train) c->view.d.n_train = n_train;
+    if (n_test > 0 && n_test < c->view.d.n_test) c->view.d.n_test = n_test;
+    c->opts = *base;
+    c->opts.epochs = epochs;
+    c->opts.limit_train = c->view.d.n_train;
+    c->opts.limit_test = c->view.d.n_test;
+    c->cd = &c->view;
+    c->base = &c->opts;
+}
+
+/* A rank other than 0: trains its share of each batch rank 0 broadcasts, until "end"; returns its exit code.
+ * all: the data as loaded; base: the command's settings. */
+static int serve_batches(const mpt_lab_ctx *proto, const mpt_cli_data *all, const mpt_cli_opts *base) {
     for (;;) {
         void *b = NULL;
         int64_t len = 0, k = 0;
@@ -178,16 +256,18 @@ static int serve_batches(const mpt_lab_ctx *proto) {
             fprintf(stderr, "mptrain lab: rank %d: %s\n", mpt_dist_rank(proto->dist), mpt_last_error());
             return MPT_CLI_EXIT_FAIL;
         }
-        const char *kind = next(b, len, &k), *dir = next(b, len, &k), *count = next(b, len, &k);
+        const char *kind = next(b, len, &k), *dir = next(b, len, &k);
         if (kind && strcmp(kind, "end") == 0) {
             int rc = dir ? atoi(dir) : MPT_CLI_EXIT_FAIL;
             free(b);
             return rc;
         }
+        const char *n_train = next(b, len, &k), *n_test = next(b, len, &k), *epochs = next(b, len, &k);
+        const char *count = next(b, len, &k);
         static mpt_lab_run runs[MPT_LAB_MAX_BATCH];
         static const char *flags[MPT_LAB_MAX_BATCH][MPT_LAB_MAX_FLAGS + 1];
-        int n = count ? atoi(count) : -1, ok = kind && strcmp(kind, "batch") == 0 && dir && n >= 0 &&
-                                               n <= MPT_LAB_MAX_BATCH;
+        int n = count ? atoi(count) : -1, ok = kind && strcmp(kind, "batch") == 0 && dir && n_train && n_test &&
+                                               epochs && n >= 0 && n <= MPT_LAB_MAX_BATCH;
         for (int i = 0; ok && i < n; i++) {
             const char *name = next(b, len, &k), *nf_s = next(b, len, &k);
             int nf = nf_s ? atoi(nf_s) : -1;
@@ -202,7 +282,9 @@ static int serve_batches(const mpt_lab_ctx *proto) {
             free(b);
             return MPT_CLI_EXIT_FAIL;
         }
-        mpt_lab_ctx c = *proto;
+        static mpt_lab_ctx c;
+        c = *proto;
+        lesson_view(&c, all, base, atoll(n_train), atoll(n_test), atoi(epochs));
         snprintf(c.dir, sizeof c.dir, "%s", dir);
         static mpt_cli_result res[MPT_LAB_MAX_BATCH];
         memset(res, 0, sizeof res);
@@ -265,12 +347,13 @@ static void print_help(FILE *f) {
     fprintf(f, "Usage: mptrain lab [options] [LESSON...]\n"
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
-               "number was measured in this run; <out>/index.md links them. The whole lab takes a few minutes on two\n"
-               "CPU cores (--quick: well under a minute per lesson).\n\n"
+               "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
+               "lessons take about 15 minutes together on two CPU cores; --quick runs each lesson's smallest\n"
+               "version that still shows its effect (about 3 minutes together).\n\n"
                "Options:\n"
-               "  --list                    list the lessons and their parameters, and exit\n"
+               "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"
-               "  --quick                   fewer images, one epoch, two seeds (what the tests run)\n"
+               "  --quick                   each lesson's smallest version that shows its effect\n"
                "  --param KEY=VALUE         change a lesson's configuration (see --list); repeatable\n"
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
@@ -278,9 +361,23 @@ static void print_help(FILE *f) {
                "  --help                    show this help\n");
 }
 
+static void size_text(char *b, size_t n, const mpt_lab_size *z) {
+    int k = snprintf(b, n, "%lld training / %lld test images, %d epoch%s", (long long)z->n_train,
+                     (long long)z->n_test, z->epochs, z->epochs == 1 ? "" : "s");
+    if (z->seeds > 0 && k > 0 && (size_t)k < n) snprintf(b + k, n - (size_t)k, ", %d seeds", z->seeds);
+}
+
 static void print_list(void) {
+    int w = 0;
     for (int i = 0; i < N_LESSONS; i++)
-        printf("%-14s %s\n%-14s parameters: %s\n", lessons[i]->name, lessons[i]->claim, "", lessons[i]->params_help);
+        if ((int)strlen(lessons[i]->name) > w) w = (int)strlen(lessons[i]->name);
+    for (int i = 0; i < N_LESSONS; i++) {
+        char full[128], quick[128];
+        size_text(full, sizeof full, &lessons[i]->full);
+        size_text(quick, sizeof quick, &lessons[i]->quick);
+        printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n", w, lessons[i]->name,
+               lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick);
+    }
 }
 
 static const mpt_lab_lesson *find_lesson(const char *name) {
@@ -289,18 +386,74 @@ static const mpt_lab_lesson *find_lesson(const char *name) {
     return NULL;
 }
 
-static mpt_status write_index(const char *out, const mpt_lab_lesson *const *run, const mpt_lab_ctx *ctx, const double *secs,
-                              int n, int quick) {
+/* ---- lesson.json and index.md --------------------------------------------------------------------------------- */
+
+/* What a finished lesson leaves for the index: <dir>/lesson.json. */
+static mpt_status write_lesson_json(const mpt_lab_ctx *c, const mpt_lab_lesson *l, double wall_s, double cpu_s) {
+    json_t *j = json_object();
+    char when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+    json_object_set_new(j, "lesson", json_string(l->name));
+    json_object_set_new(j, "conclusion", json_string(c->conclusion));
+    json_object_set_new(j, "observed", json_boolean(c->observed));
+    json_object_set_new(j, "quick", json_boolean(c->quick));
+    json_object_set_new(j, "train_images", json_integer((json_int_t)c->cd->d.n_train));
+    json_object_set_new(j, "test_images", json_integer((json_int_t)c->cd->d.n_test));
+    json_object_set_new(j, "epochs", json_integer(c->base->epochs));
+    json_object_set_new(j, "wall_time_s", json_real(wall_s));
+    json_object_set_new(j, "cpu_time_s", json_real(cpu_s));
+    json_object_set_new(j, "finished", json_string(when));
+    char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
+    snprintf(path, sizeof path, "%s/lesson.json", c->dir);
+    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    if (!f) {
+        json_decref(j);
+        return MPT_ERR_IO;
+    }
+    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    if (rc != 0) {
+        fclose(f);
+        remove(tmp);
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    }
+    return mpt_cli_commit_atomic(f, tmp, path);
+}
+
+/* index.md: every lesson of the table whose <out>/<lesson>/lesson.json exists (run now or by an earlier lab into
+ * the same --out), in the table's order. A lesson.json that cannot be read is listed as such, not skipped. */
+static mpt_status write_index(const char *out) {
     char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
     snprintf(path, sizeof path, "%s/index.md", out);
     FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
     if (!f) return MPT_ERR_IO;
-    fprintf(f, "# mptrain lab%s\n\nEach lesson is a small experiment on Fashion-MNIST; its report has the "
-               "measurements, the picture and how to read them. Conclusions are filled from the measurements of "
-               "this run.\n\n| lesson | conclusion | time |\n|---|---|---:|\n",
-            quick ? " (--quick)" : "");
-    for (int i = 0; i < n; i++)
-        fprintf(f, "| [%s](%s/report.md) | %s | %.0f s |\n", run[i]->name, run[i]->name, ctx[i].conclusion, secs[i]);
+    fprintf(f, "# mptrain lab\n\nEach lesson is a small experiment on Fashion-MNIST; its report has the measurements, "
+               "the picture and how to read them. Every lesson run into this directory so far is listed, with the "
+               "conclusion filled from the measurements of its last run.\n\n"
+               "| lesson | version | conclusion | wall time | CPU time | finished (local time) |\n|---|---|---|---:|---:|---|\n");
+    for (int i = 0; i < N_LESSONS; i++) {
+        char lj[MPT_CLI_PATH + 64];
+        snprintf(lj, sizeof lj, "%s/%s/lesson.json", out, lessons[i]->name);
+        if (access(lj, F_OK) != 0) continue;
+        json_error_t err;
+        json_t *j = json_load_file(lj, JSON_REJECT_DUPLICATES, &err);
+        const char *concl = j ? json_string_value(json_object_get(j, "conclusion")) : NULL;
+        if (!concl) {
+            fprintf(f, "| [%s](%s/report.md) | ? | (%s/lesson.json unreadable: %s) | | | |\n", lessons[i]->name,
+                    lessons[i]->name, lessons[i]->name, j ? "no conclusion" : err.text);
+            json_decref(j);
+            continue;
+        }
+        fprintf(f, "| [%s](%s/report.md) | %s | %s | %.0f s | %.0f s | %s |\n", lessons[i]->name, lessons[i]->name,
+                json_is_true(json_object_get(j, "quick")) ? "--quick" : "full", concl,
+                json_number_value(json_object_get(j, "wall_time_s")),
+                json_number_value(json_object_get(j, "cpu_time_s")),
+                json_string_value(json_object_get(j, "finished")) ? json_string_value(json_object_get(j, "finished"))
+                                                                  : "?");
+        json_decref(j);
+    }
     return mpt_cli_commit_atomic(f, tmp, path);
 }
 
@@ -308,6 +461,14 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU time of this process so far, all threads (OpenBLAS's included), user + system, in seconds. */
+static double cpu_s(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return NAN;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_sec +
+           1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
 static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *const *run, int n, int quick,
@@ -375,9 +536,13 @@ int mpt_cmd_lab(int argc, char **argv) {
     if (n == 0)
         for (; n < N_LESSONS; n++) run[n] = lessons[n];
 
-    base.epochs = quick ? 1 : 2;
-    base.limit_train = quick ? 2000 : 20000;
-    base.limit_test = quick ? 1000 : 0;
+    /* the data is loaded once, as much as the largest chosen lesson needs */
+    base.limit_train = base.limit_test = 1;
+    for (int i = 0; i < n; i++) {
+        const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;
+        if (z->n_train > base.limit_train) base.limit_train = z->n_train;
+        if (z->n_test > base.limit_test) base.limit_test = z->n_test;
+    }
     mpt_dist *dist = NULL;
     mpt_status s = mpt_cli_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("lab", s);
@@ -399,7 +564,6 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     }
     mpt_cli_set_threads(base->threads);
     mpt_status s = mpt_cli_mkdirs(out);
-    if (s == MPT_OK && rank == 0) s = mpt_cli_remove_result(out, "index.md");
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
@@ -411,44 +575,47 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         return MPT_CLI_EXIT_FAIL;
     }
     if (rank != 0) {
-        mpt_lab_ctx proto;
+        static mpt_lab_ctx proto;
         memset(&proto, 0, sizeof proto);
-        proto.cd = &cd;
-        proto.base = base;
         proto.dist = dist;
         proto.quick = quick;
-        int rc = serve_batches(&proto);
+        int rc = serve_batches(&proto, &cd, base);
         mpt_cli_data_free(&cd);
         return rc;
     }
 
-    static mpt_lab_ctx ctx[N_LESSONS];
-    double secs[N_LESSONS];
-    int done = 0;
+    static mpt_lab_ctx ctx;
     for (int i = 0; i < n && s == MPT_OK; i++) {
-        mpt_lab_ctx *c = &ctx[i];
+        mpt_lab_ctx *c = &ctx;
+        const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;
         memset(c, 0, sizeof *c);
-        c->cd = &cd;
-        c->base = base;
+        lesson_view(c, &cd, base, z->n_train, z->n_test, z->epochs);
         c->dist = dist;
         c->quick = quick;
-        c->n_seeds = quick ? 2 : 3;
+        c->n_seeds = z->seeds;
         memcpy(c->params, params, (size_t)n_params * sizeof *params);
         c->n_params = n_params;
         snprintf(c->dir, sizeof c->dir, "%s/%s", out, run[i]->name);
         s = mpt_cli_mkdirs(c->dir);
+        if (s == MPT_OK) s = mpt_cli_remove_result(c->dir, "lesson.json"); /* a failed lesson is not listed as done */
         if (s != MPT_OK) break;
-        printf("==== lesson %s: %s\n", run[i]->name, run[i]->claim);
+        printf("==== lesson %s%s: %s\n", run[i]->name, quick ? " (--quick)" : "", run[i]->claim);
         fflush(stdout);
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
+        double load0[1] = {NAN}, load1[1] = {NAN};
+        getloadavg(load0, 1);
         s = run[i]->run(c);
-        secs[i] = now_s() - t0;
+        double wall = now_s() - t0, cpu = cpu_s() - c0;
+        getloadavg(load1, 1);
         if (s != MPT_OK) break;
-        printf("\n%s: %s\n(%s/report.md, %.0f s)\n\n", run[i]->name, c->conclusion, c->dir, secs[i]);
-        done++;
+        s = write_lesson_json(c, run[i], wall, cpu);
+        if (s != MPT_OK) break;
+        printf("\n%s: %s\n(%s/report.md; %.0f s wall, %.0f s CPU; load average %.1f at the start, %.1f at the end)\n\n",
+               run[i]->name, c->conclusion, c->dir, wall, cpu, load0[0], load1[0]);
     }
     mpt_cli_data_free(&cd);
-    if (s == MPT_OK) s = write_index(out, run, ctx, secs, done, quick);
+    mpt_status si = write_index(out); /* also after a failure: the lessons done so far, and earlier ones */
+    if (s == MPT_OK) s = si;
     int rc = s == MPT_OK ? 0 : mpt_cli_fail("lab", s);
     if (dist) send_end(dist, rc);
     if (rc != 0) return rc;

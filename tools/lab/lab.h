@@ -9,6 +9,10 @@
  * numbers, never the other way round. `--param KEY=VALUE` changes a lesson's configuration (each lesson lists
  * its keys), which is also how the tests show the "not observed" branch.
  *
+ * Sizes: each lesson names its own (mpt_lab_size): the full version, the convincing one, and the --quick version,
+ * the smallest run on real data in which the lesson's effect was measured to show (or, where no small run can
+ * show it, the lesson's quick_note says why and names the full command).
+ *
  * Files: lab.c (the command, shared helpers, index.md), lesson_<name>.c (one lesson each).
  */
 #ifndef MPT_TOOLS_LAB_H
@@ -21,12 +25,22 @@
 
 #define MPT_LAB_MAX_PARAMS 16
 
+/* How much data a version of a lesson trains on. */
+typedef struct mpt_lab_size {
+    int64_t n_train;            /* the first n_train Fashion-MNIST training images (<= 60000) */
+    int64_t n_test;             /* the first n_test test images (<= 10000) */
+    int epochs;                 /* epochs per training run */
+    int seeds;                  /* seeds, for the lessons that train several (0 otherwise) */
+} mpt_lab_size;
+
 typedef struct mpt_lab_ctx {
-    const mpt_cli_data *cd;     /* Fashion-MNIST, limited to the lab's sizes, loaded once */
+    const mpt_cli_data *cd;     /* Fashion-MNIST cut to this lesson's size (a view of the data loaded once) */
     const mpt_cli_opts *base;   /* the settings every run starts from (data, device, epochs, threads) */
+    mpt_cli_data view;          /* what cd points at: the loaded data's first rows (owns nothing) */
+    mpt_cli_opts opts;          /* what base points at: the command's settings with this lesson's epochs */
     mpt_dist *dist;             /* under mpirun: the job whose ranks share the lesson's runs, else NULL */
-    int quick;                  /* --quick: fewer images, epochs and seeds */
-    int n_seeds;                /* seeds for lessons that need several (2 quick, 3 otherwise) */
+    int quick;                  /* --quick: the lesson's quick size */
+    int n_seeds;                /* seeds for lessons that need several (the size's seeds) */
     char dir[MPT_CLI_PATH];     /* this lesson's output directory */
     const char *params[MPT_LAB_MAX_PARAMS]; /* "KEY=VALUE" from --param */
     int n_params;
@@ -39,11 +53,12 @@ typedef struct mpt_lab_lesson {
     const char *claim;          /* the claim the lesson tests, one line */
     const char *params_help;    /* its --param keys and defaults */
     mpt_status (*run)(mpt_lab_ctx *c);
+    mpt_lab_size full, quick;   /* the convincing version and the smallest that shows the effect (--quick) */
 } mpt_lab_lesson;
 
 /* The lessons, in the order `mptrain lab` runs them. */
-extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_loss_scaling, mpt_lab_master_weights, mpt_lab_optimizer_state,
-    mpt_lab_overflow, mpt_lab_noise;
+extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_accumulation, mpt_lab_loss_scaling, mpt_lab_master_weights,
+    mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise;
 
 /* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
  * value is not a finite number. */
@@ -51,6 +66,25 @@ mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, doub
 
 /* The value of --param KEY=VALUE as text, or def. */
 const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def);
+
+/* The training steps of one run of this lesson with batch size `batch`: ceil(n_train / batch) x epochs. */
+int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch);
+
+/* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
+int64_t mpt_lab_telemetry_every(int64_t steps, int points);
+
+/* One metric's course over a run: from <lesson dir>/<run>/telemetry.csv, the rows of (tensor, metric) in step
+ * order. */
+typedef struct mpt_lab_series {
+    int n;
+    int64_t *step;      /* [n] */
+    double *value;      /* [n] */
+} mpt_lab_series;
+
+/* Reads the series (free with mpt_lab_series_free). MPT_ERR_IO naming the file when it cannot be read. */
+mpt_status mpt_lab_series_read(const mpt_lab_ctx *c, const char *run, const char *tensor, const char *metric,
+                               mpt_lab_series *out);
+void mpt_lab_series_free(mpt_lab_series *s);
 
 /* Trains one run into <lesson dir>/<name>/ from the base settings plus flags: a NULL-terminated list of
  * "--flag", "value" pairs, as on the command line (flags that take a value only). Fills

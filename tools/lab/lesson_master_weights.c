@@ -1,13 +1,16 @@
 /*
  * tools/lab/lesson_master_weights.c - lesson `master-weights`: why the optimizer updates FP32 master weights.
  *
- * Plan (seed 0, telemetry every 10 steps, engine/telemetry's lost-update meter): bf16 and fp16 with SGD at a
- * small learning rate (default 0.01, no momentum), and bf16 with Adam, each three ways: FP32 master weights
- * (the default), no masters (--master-weights none: the update is added to the 16-bit weights with
- * round-to-nearest), and no masters with stochastic rounding (--update-rounding stochastic). Read for each run
- * the share of updates lost (`lost_frac` of all parameters: the weight did not change although its update
- * was nonzero; for runs with masters also `lost_frac_if_16bit`, had the update gone to the 16-bit copy),
- * its mean over the run and its course over steps, and the final test accuracy.
+ * Plan (seed 0, batch 32 so that a small data set gives many small steps, about 30 telemetry steps per run,
+ * engine/telemetry's lost-update meter): bf16 and fp16 with SGD at a small learning rate (default 0.01, no
+ * momentum), and bf16 with Adam, each three ways: FP32 master weights (the default), no masters
+ * (--master-weights none: the update is added to the 16-bit weights with round-to-nearest), and no masters with
+ * stochastic rounding (--update-rounding stochastic). Read for each run the share of updates lost (`lost_frac` of
+ * all parameters: the weight did not change although its update was nonzero; for runs with masters also
+ * `lost_frac_if_16bit`, had the update gone to the 16-bit copy), the share of the update mass the weights
+ * actually moved by (`applied_mass`), their means over the run and the course of lost_frac over steps, and the
+ * final test accuracy. Under stochastic rounding "lost" means rounded back on that step: the rounding is
+ * unbiased, so applied_mass stays near 1 although most single updates are lost.
  * Criterion: the effect is observed when, in bf16 with SGD, the run without masters loses at least 10% of its
  * updates and ends at least 1 point of test accuracy below the run with masters.
  */
@@ -25,6 +28,7 @@ static const char *const modes[N_MODES] = {"masters", "none", "none-stochastic"}
 typedef struct run_out {
     char name[48];
     double acc, lost, lost_if16; /* lost fractions: means over telemetry steps (NAN when not measured) */
+    double applied;              /* applied mass: mean over telemetry steps */
 } run_out;
 
 static double stat_mean(const mpt_cli_result *r, const char *tensor, const char *metric) {
@@ -39,15 +43,23 @@ static void read_run(mpt_cli_result *r, run_out *o) {
     o->acc = 100.0 * r->final_test_acc;
     o->lost = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
     o->lost_if16 = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+    o->applied = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "applied_mass");
     mpt_cli_result_free(r);
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
     const char *lr_sgd = mpt_lab_param_text(c, "sgd-lr", "0.01");
+    const char *batch = mpt_lab_param_text(c, "batch", "32");
+    double batch_v;
+    MPT_TRY(mpt_lab_param(c, "batch", 32.0, &batch_v));
+    if (!(batch_v >= 1.0 && batch_v <= 65536.0 && batch_v == floor(batch_v)))
+        return mpt_errorf(MPT_ERR_ARG, "--param batch: expected an integer in [1, 65536], found %g", batch_v);
+    char every[32];
+    snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, (int)batch_v), 30));
     const char *cases[N_CASES][3] = {{"bf16", "sgd", lr_sgd}, {"fp16", "sgd", lr_sgd}, {"bf16", "adam", "0.001"}};
     run_out ro[N_CASES][N_MODES];
     /* the nine runs are independent: one batch (shared by the ranks under mpirun) */
-    const char *fl[N_CASES * N_MODES][14];
+    const char *fl[N_CASES * N_MODES][16];
     mpt_lab_run runs[N_CASES * N_MODES];
     static mpt_cli_result res[N_CASES * N_MODES];
     for (int k = 0; k < N_CASES; k++)
@@ -56,7 +68,8 @@ static mpt_status run(mpt_lab_ctx *c) {
             snprintf(o->name, sizeof o->name, "%s-%s-%s", cases[k][0], cases[k][1], modes[m]);
             const char *mw = m == 0 ? "fp32" : "none", *ur = m == 2 ? "stochastic" : "nearest";
             const char *f[] = {"--precision", cases[k][0], "--optimizer", cases[k][1], "--lr", cases[k][2],
-                               "--master-weights", mw, "--update-rounding", ur, "--telemetry", "10", NULL};
+                               "--master-weights", mw, "--update-rounding", ur, "--telemetry", every,
+                               "--batch-size", batch, NULL};
             memcpy(fl[k * N_MODES + m], f, sizeof f);
             runs[k * N_MODES + m] = (mpt_lab_run){o->name, fl[k * N_MODES + m]};
         }
@@ -70,35 +83,67 @@ static mpt_status run(mpt_lab_ctx *c) {
              "Adam: masters %.2f%%, none %.2f%% (%.1f%% lost), stochastic %.2f%%",
              ro[1][0].acc, ro[1][1].acc, 100.0 * ro[1][1].lost, ro[1][2].acc, ro[2][0].acc, ro[2][1].acc,
              100.0 * ro[2][1].lost, ro[2][2].acc);
+    char sr[600];
+    snprintf(sr, sizeof sr, "stochastic rounding without masters reached %.2f%%: it rounded %.1f%% of its updates back "
+             "to the old weight on their step (that is what lost counts), yet the weights moved by %.0f%% of the "
+             "update mass (round-to-nearest without masters: %.0f%%), because the rounding is unbiased and the few "
+             "updates that do move a weight move it by a whole ulp",
+             bs->acc, 100.0 * bs->lost, 100.0 * bs->applied, 100.0 * bn->applied);
     if (c->observed)
         snprintf(c->conclusion, sizeof c->conclusion,
-                 "Observed: bf16 with SGD (lr %s) without master weights lost %.1f%% of its weight updates (rounded "
-                 "away: below half an ulp of the bf16 weight) and reached %.2f%% test accuracy against %.2f%% with "
-                 "FP32 masters (which would have lost %.1f%% in bf16); stochastic rounding without masters: %.2f%%. "
-                 "%s.",
-                 lr_sgd, 100.0 * bn->lost, bn->acc, bm->acc, 100.0 * bm->lost_if16, bs->acc, others);
+                 "Observed: bf16 with SGD (lr %s, batch %s) without master weights lost %.1f%% of its weight updates "
+                 "(rounded away: below half an ulp of the bf16 weight) and reached %.2f%% test accuracy against "
+                 "%.2f%% with FP32 masters (which would have lost %.1f%% in bf16); %s. %s.",
+                 lr_sgd, batch, 100.0 * bn->lost, bn->acc, bm->acc, 100.0 * bm->lost_if16, sr, others);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
-                 "Not observed: bf16 with SGD (lr %s) without master weights lost %.1f%% of its updates and reached "
-                 "%.2f%% against %.2f%% with FP32 masters (the criterion asks for >= 10%% lost and >= 1 point "
-                 "less); stochastic rounding: %.2f%%. %s.",
-                 lr_sgd, 100.0 * bn->lost, bn->acc, bm->acc, bs->acc, others);
+                 "Not observed: bf16 with SGD (lr %s, batch %s) without master weights lost %.1f%% of its updates and "
+                 "reached %.2f%% against %.2f%% with FP32 masters (the criterion asks for >= 10%% lost and >= 1 point "
+                 "less); %s. %s.",
+                 lr_sgd, batch, 100.0 * bn->lost, bn->acc, bm->acc, sr, others);
 
+    /* the bf16/SGD runs' courses, one data block per run (gnuplot's index): step, lost, lost if 16-bit, applied */
+    FILE *dat = mpt_lab_open(c, "master-weights.dat");
+    if (!dat) return MPT_ERR_IO;
+    const run_out *shown[N_MODES] = {bm, bn, bs};
+    mpt_status s = MPT_OK;
+    for (int m = 0; m < N_MODES && s == MPT_OK; m++) {
+        mpt_lab_series lost, lost16, applied;
+        s = mpt_lab_series_read(c, shown[m]->name, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", &lost);
+        if (s == MPT_OK) s = mpt_lab_series_read(c, shown[m]->name, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", &lost16);
+        if (s == MPT_OK) s = mpt_lab_series_read(c, shown[m]->name, MPT_TELEMETRY_ALL_PARAMS, "applied_mass", &applied);
+        fprintf(dat, "%s# %s: step lost(%%) lost_if_16bit(%%) applied_mass(%%)\n", m ? "\n\n" : "", shown[m]->name);
+        for (int k = 0; s == MPT_OK && k < lost.n; k++)
+            fprintf(dat, "%lld %.6g %.6g %.6g\n", (long long)lost.step[k], 100.0 * lost.value[k],
+                    k < lost16.n ? 100.0 * lost16.value[k] : NAN, k < applied.n ? 100.0 * applied.value[k] : NAN);
+        mpt_lab_series_free(&lost);
+        mpt_lab_series_free(&lost16);
+        mpt_lab_series_free(&applied);
+    }
+    char dat_path[MPT_CLI_PATH + 64];
+    snprintf(dat_path, sizeof dat_path, "%s/master-weights.dat", c->dir);
+    mpt_status sc = mpt_cli_close_written(dat, dat_path);
+    MPT_TRY(s);
+    MPT_TRY(sc);
     FILE *gp = mpt_lab_open(c, "master-weights.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 520, "master-weights.png");
-    fprintf(gp, "set datafile separator ','\nset title 'bf16, SGD lr %s: weight updates lost (all parameters), per "
-                "telemetry step'\nset xlabel 'step'\nset ylabel 'updates lost (%%)'\nset grid\nset key outside right\n"
-                "f(t, m) = (strcol(2) eq 'all_parameters' && strcol(3) eq m) ? 100*$4 : NaN\n"
-                "plot '%s/telemetry.csv' using 1:(f(0, 'lost_frac_if_16bit')) with linespoints pt 7 ps 0.5 lt 1 "
-                "title 'masters: had the update gone to bf16', \\\n"
-                "     '%s/telemetry.csv' using 1:(f(0, 'lost_frac')) with linespoints pt 7 ps 0.5 lt 2 "
-                "title 'masters: FP32 master', \\\n"
-                "     '%s/telemetry.csv' using 1:(f(0, 'lost_frac')) with linespoints pt 7 ps 0.5 lt 3 "
-                "title 'no masters', \\\n"
-                "     '%s/telemetry.csv' using 1:(f(0, 'lost_frac')) with linespoints pt 7 ps 0.5 lt 4 "
-                "title 'no masters, stochastic rounding'\n",
-            lr_sgd, bm->name, bm->name, bn->name, bs->name);
+    mpt_cli_gnuplot_terminal(gp, 1000, 760, "master-weights.png");
+    fprintf(gp, "set datafile missing 'nan'\nset grid\nset xlabel 'step'\nset key center right box opaque\n"
+                "set multiplot layout 2,1 title 'bf16, SGD lr %s, batch %s (per telemetry step, all parameters)'\n"
+                "set title 'updates lost: nonzero updates that left the stored weight unchanged'\n"
+                "set ylabel '%% of updates'\nset yrange [0:105]\n"
+                "plot 'master-weights.dat' index 0 using 1:3 with linespoints lw 1.5 dt 2 pt 7 ps 0.5 lt 1 "
+                "title 'FP32 masters: had the update gone to bf16', \\\n"
+                "     '' index 0 using 1:2 with linespoints lw 1.5 pt 7 ps 0.5 lt 2 title 'FP32 masters', \\\n"
+                "     '' index 1 using 1:2 with linespoints lw 1.5 pt 7 ps 0.5 lt 3 title 'no masters', \\\n"
+                "     '' index 2 using 1:2 with linespoints lw 1.5 pt 7 ps 0.5 lt 4 title 'no masters, stochastic rounding'\n"
+                "set title 'update mass applied: how far the weights moved, as a share of the updates'\n"
+                "set ylabel '%% of update mass'\n"
+                "plot 'master-weights.dat' index 0 using 1:4 with linespoints lw 3 pt 7 ps 0.5 lt 2 title 'FP32 masters', \\\n"
+                "     '' index 1 using 1:4 with linespoints lw 1.5 pt 7 ps 0.5 lt 3 title 'no masters', \\\n"
+                "     '' index 2 using 1:4 with linespoints lw 1.5 dt 2 pt 7 ps 0.5 lt 4 "
+                "title 'no masters, stochastic rounding'\nunset multiplot\n",
+            lr_sgd, batch);
     char plot_buf[600];
     const char *plot_error = mpt_lab_plot(c, gp, "master-weights.gp", plot_buf, sizeof plot_buf);
 
@@ -110,20 +155,25 @@ static mpt_status run(mpt_lab_ctx *c) {
                "give the 16-bit copy only the rounded result; without them the update is added to the 16-bit "
                "weight, and stochastic rounding (round up with a probability proportional to the remainder) keeps "
                "small updates in expectation.\n\n"
-               "| run | optimizer, lr | updates lost (mean) | lost had it gone to 16 bit | final test acc |\n"
-               "|---|---|---:|---:|---:|\n");
+               "Under stochastic rounding an update a fraction p of an ulp moves the weight by one whole ulp with "
+               "probability p and leaves it unchanged otherwise: on most steps it is \"lost\" (rounded back), but "
+               "its expected value is the update itself, so over many steps the weight moves as if nothing were "
+               "lost. The column *update mass applied* measures that: sum (w_new - w_old) sign(update) / sum "
+               "|update|, the share of the intended movement the stored weights made.\n\n"
+               "| run | optimizer, lr | updates lost (mean) | lost had it gone to 16 bit | update mass applied | "
+               "final test acc |\n|---|---|---:|---:|---:|---:|\n");
     for (int k = 0; k < N_CASES; k++)
         for (int m = 0; m < N_MODES; m++) {
             const run_out *o = &ro[k][m];
             fprintf(f, "| %s | %s, %s | %.2f%% |", o->name, cases[k][1], cases[k][2], 100.0 * o->lost);
             if (isfinite(o->lost_if16)) fprintf(f, " %.2f%% |", 100.0 * o->lost_if16);
             else fprintf(f, " - |");
-            fprintf(f, " %.2f%% |\n", o->acc);
+            fprintf(f, " %.1f%% | %.2f%% |\n", 100.0 * o->applied, o->acc);
         }
-    fprintf(f, "\nMeans over the telemetry steps (every 10th step) of the share of parameters whose nonzero update "
-               "left them unchanged, over all parameters (docs/numerics.md, section 3). Criterion for the effect: "
-               "bf16 with SGD without masters loses at least 10%% of its updates and ends at least 1 point below "
-               "the run with masters.\n");
+    fprintf(f, "\nMeans over the telemetry steps (every %sth step, batch %s) over all parameters: the share of "
+               "parameters whose nonzero update left them unchanged, and the share of the update mass applied "
+               "(docs/numerics.md, section 3). Criterion for the effect: bf16 with SGD without masters loses at "
+               "least 10%% of its updates and ends at least 1 point below the run with masters.\n", every, batch);
     return mpt_lab_report_close(c, &mpt_lab_master_weights, f, plot_error);
 }
 
@@ -131,6 +181,8 @@ const mpt_lab_lesson mpt_lab_master_weights = {
     "master-weights",
     "Without FP32 master weights, small updates round away in 16-bit weights (stale weights); masters or "
     "stochastic rounding keep them.",
-    "sgd-lr=X, the small SGD learning rate (default 0.01)",
+    "sgd-lr=X, the small SGD learning rate (default 0.01); batch=B (default 32)",
     run,
+    {20000, 10000, 2, 0}, /* full */
+    {6000, 1000, 1, 0}, /* --quick */
 };

@@ -1,11 +1,16 @@
 /*
- * tools/lab/lesson_noise.c - lesson `noise`: the fp32 seed-to-seed spread against the differences between
- * precisions (the statistics of `compare --seeds`, tools/stats.h).
+ * tools/lab/lesson_noise.c - lesson `noise`: how much a one-seed comparison of precisions moves from seed to seed
+ * (the statistics of `compare --seeds`, tools/stats.h).
  *
- * Plan: train fp32, fp16 and bf16 with each seed (a seed gives every precision the same initial weights and
- * batch order). Measure the fp32 spread over seeds (sd, range) and each precision's mean paired difference to
- * fp32 with its 95% interval. Criterion: the effect (precision differences are within seed noise) is observed
- * when every precision's |mean paired difference| is below the fp32 seed-to-seed sd.
+ * Plan: train fp32, fp16 and bf16 with each seed (a seed gives every precision the same initial weights and batch
+ * order: a paired design). For each precision against fp32: the per-seed differences d_i = acc_p(seed i) -
+ * acc_fp32(seed i), their mean and their sd (sd_paired: the noise of a one-seed comparison), with the 95% interval
+ * of the mean. Beside it, fp32's own sd over seeds (sd_between: how much one run moves), which is larger because a
+ * seed moves both runs of a pair alike and the difference cancels it; the report says what each spread means.
+ * Criterion: the effect (the noise of a comparison is the paired spread, well below one run's spread) is observed
+ * when, for every precision, sd_paired is at most half of fp32's sd_between. The conclusion also says, per
+ * precision, whether a one-seed difference of the measured mean size would stand out from its noise
+ * (|mean d| > 2 sd_paired) or not.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -49,73 +54,107 @@ static mpt_status run(mpt_lab_ctx *c) {
     mpt_stats_summary s32;
     mpt_stats_summarize(acc[0], ns, &s32);
     mpt_stats_paired d[NP];
+    mpt_stats_noise z[NP];
+    mpt_stats_summary ds[NP];
     int have_ci = mpt_stats_available();
-    double max_abs = 0.0;
-    char diffs[600] = "";
+    int paired_less = 1; /* every precision: sd_paired <= sd_between / 2 */
+    char diffs[800] = "";
     size_t k = 0;
     for (int p = 1; p < NP; p++) {
         double x[16];
         for (int i = 0; i < ns; i++) x[i] = acc[p][i] - acc[0][i];
-        mpt_stats_summary sd;
-        mpt_stats_summarize(x, ns, &sd);
-        max_abs = fmax(max_abs, fabs(sd.mean));
+        mpt_stats_summarize(x, ns, &ds[p]);
+        mpt_stats_noise_of(acc[p], acc[0], ns, &z[p]);
+        paired_less &= z[p].sd_paired <= 0.5 * z[p].sd_between;
         if (have_ci) MPT_TRY(mpt_stats_compare_paired(acc[p], acc[0], ns, 0.95, c->base->margin, &d[p]));
-        if (have_ci)
-            k += (size_t)snprintf(diffs + k, sizeof diffs - k, "%s%s %+.2f pp [95%% CI %.2f, %.2f]", p > 1 ? ", " : "",
-                                  precs[p], d[p].mean, d[p].lo, d[p].hi);
-        else
-            k += (size_t)snprintf(diffs + k, sizeof diffs - k, "%s%s %+.2f pp", p > 1 ? ", " : "", precs[p], sd.mean);
+        int stands_out = fabs(ds[p].mean) > 2.0 * z[p].sd_paired;
+        k += (size_t)snprintf(diffs + k, sizeof diffs - k, "%s%s - fp32 %+.2f pp on average, moving by sd %.2f pp from "
+                              "seed to seed (%.1fx less than fp32 alone; a one-seed difference of this size %s)",
+                              p > 1 ? "; " : "", precs[p], ds[p].mean, z[p].sd_paired, z[p].ratio,
+                              stands_out ? "stands out from that noise" : "would not stand out from that noise");
     }
-    c->observed = max_abs < s32.sd;
+    c->observed = paired_less;
     if (c->observed)
         snprintf(c->conclusion, sizeof c->conclusion,
-                 "Observed: fp32 alone varies from seed to seed by sd %.2f pp (range %.2f..%.2f%% over %d seeds), more "
-                 "than the mean paired difference of any precision to fp32 (%s): a one-seed comparison of precisions "
-                 "measures mostly seed noise.",
+                 "Observed: fp32 alone moves from seed to seed by sd %.2f pp (%.2f..%.2f%% over %d seeds): that is the "
+                 "spread of one run. A comparison with the same seed moves much less, since a seed moves both runs "
+                 "alike and the difference cancels it: %s. Seed noise for comparing precisions is the paired spread.",
                  s32.sd, s32.min, s32.max, ns, diffs);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
-                 "Not observed: a precision's mean paired difference to fp32 (%s) reached the fp32 seed-to-seed sd "
-                 "(%.2f pp, range %.2f..%.2f%% over %d seeds): here the precision effect is at least as large as the "
-                 "seed noise.",
-                 diffs, s32.sd, s32.min, s32.max, ns);
+                 "Not observed: fp32 alone moves from seed to seed by sd %.2f pp (%.2f..%.2f%% over %d seeds), and the "
+                 "paired differences did not spread less than half of that for every precision: %s.",
+                 s32.sd, s32.min, s32.max, ns, diffs);
 
     FILE *dat = mpt_lab_open(c, "noise.dat");
     if (!dat) return MPT_ERR_IO;
-    fprintf(dat, "# seed fp32 fp16 bf16\n");
-    for (int i = 0; i < ns; i++) fprintf(dat, "%d %.4f %.4f %.4f\n", i, acc[0][i], acc[1][i], acc[2][i]);
-    fclose(dat);
+    fprintf(dat, "# seed fp32 fp16 bf16 fp16-fp32 bf16-fp32 (%%, pp)\n");
+    for (int i = 0; i < ns; i++)
+        fprintf(dat, "%d %.4f %.4f %.4f %.4f %.4f\n", i, acc[0][i], acc[1][i], acc[2][i], acc[1][i] - acc[0][i],
+                acc[2][i] - acc[0][i]);
+    char dat_path[MPT_CLI_PATH + 32];
+    snprintf(dat_path, sizeof dat_path, "%s/noise.dat", c->dir);
+    MPT_TRY(mpt_cli_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "noise.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 900, 500, "noise.png");
-    fprintf(gp, "set title 'final test accuracy per seed: the seeds move it more than the precisions'\n"
-                "set xlabel 'seed'\nset ylabel 'test accuracy (%%)'\nset xtics 1\nset grid\nset key outside right\n"
+    mpt_cli_gnuplot_terminal(gp, 900, 760, "noise.png");
+    fprintf(gp, "set multiplot layout 2,1\nset xlabel 'seed'\nset xtics 1\nset grid\nset key outside right\n"
                 "set offsets 0.3, 0.3, 0, 0\n"
+                "set title 'final test accuracy per seed: one run moves this much from seed to seed'\n"
+                "set ylabel 'test accuracy (%%)'\n"
                 "plot 'noise.dat' using 1:2 with linespoints lw 2 pt 7 ps 1.5 lt 1 title 'fp32', "
                 "'' using 1:3 with linespoints lw 1.5 pt 5 lt 3 title 'fp16', "
-                "'' using 1:4 with linespoints lw 1.5 pt 9 lt 4 title 'bf16'\n");
+                "'' using 1:4 with linespoints lw 1.5 pt 9 lt 4 title 'bf16'\n"
+                "set title 'paired difference to fp32, same seed: a one-seed comparison moves this much'\n"
+                "set ylabel 'difference (pp)'\n"
+                "plot 'noise.dat' using 1:5 with linespoints lw 1.5 pt 5 lt 3 title sprintf('fp16 - fp32 (mean %+.2f, sd "
+                "%.2f)'), '' using 1:6 with linespoints lw 1.5 pt 9 lt 4 title sprintf('bf16 - fp32 (mean %+.2f, sd "
+                "%.2f)'), 0 with lines lt -1 dt 2 notitle\nunset multiplot\n",
+            ds[1].mean, z[1].sd_paired, ds[2].mean, z[2].sd_paired);
     char plot_buf[600];
     const char *plot_error = mpt_lab_plot(c, gp, "noise.gp", plot_buf, sizeof plot_buf);
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_noise, &f));
-    fprintf(f, "Each seed fixes the initial weights and the batch order and gives them to every precision.\n\n"
-               "| seed | fp32 | fp16 | bf16 |\n|---:|---:|---:|---:|\n");
-    for (int i = 0; i < ns; i++) fprintf(f, "| %d | %.2f%% | %.2f%% | %.2f%% |\n", i, acc[0][i], acc[1][i], acc[2][i]);
-    fprintf(f, "\nfp32 seed-to-seed: mean %.2f%%, sd %.2f pp, range %.2f pp. Mean paired differences to fp32: %s.\n\n",
-            s32.mean, s32.sd, s32.max - s32.min, diffs);
+    fprintf(f, "Each seed fixes the initial weights and the batch order and gives them to every precision: a paired "
+               "design.\n\n| seed | fp32 | fp16 | bf16 | fp16 - fp32 | bf16 - fp32 |\n|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < ns; i++)
+        fprintf(f, "| %d | %.2f%% | %.2f%% | %.2f%% | %+.2f | %+.2f |\n", i, acc[0][i], acc[1][i], acc[2][i],
+                acc[1][i] - acc[0][i], acc[2][i] - acc[0][i]);
+    fprintf(f, "\n## Two spreads, two questions\n\n"
+               "- **The noise of a comparison** is the sd of the paired differences (same seed) over seeds: how much "
+               "the difference one seed shows would move with another seed. A one-seed difference smaller than about "
+               "twice it says nothing about the precision.\n"
+               "- **The spread of one run** is fp32's sd over seeds: how much one run's accuracy moves. It is larger, "
+               "because a seed moves both runs of a pair alike (same initial weights, same batches) and their "
+               "difference cancels that shared part. Reading a difference against it overstates the noise of a "
+               "paired comparison.\n\n"
+               "| | mean | sd over %d seeds | range |\n|---|---:|---:|---:|\n"
+               "| fp32 alone | %.2f%% | %.2f pp | %.2f..%.2f%% |\n",
+            ns, s32.mean, s32.sd, s32.min, s32.max);
+    for (int p = 1; p < NP; p++)
+        fprintf(f, "| %s - fp32, paired | %+.2f pp | %.2f pp (%.1fx less than fp32's) | %+.2f..%+.2f |\n", precs[p],
+                ds[p].mean, z[p].sd_paired, z[p].ratio, ds[p].min, ds[p].max);
+    fprintf(f, "\n");
     if (have_ci)
         for (int p = 1; p < NP; p++)
-            fprintf(f, "- %s: verdict against ±%.2g pp: **%s**%s\n", precs[p], d[p].margin, mpt_verdict_name(d[p].verdict),
+            fprintf(f, "- %s: mean paired difference %+.2f pp, 95%% CI [%.2f, %.2f] (Student t, %d degrees of freedom); "
+                       "verdict against ±%.2g pp: **%s**%s\n",
+                    precs[p], d[p].mean, d[p].lo, d[p].hi, ns - 1, d[p].margin, mpt_verdict_name(d[p].verdict),
                     d[p].verdict == MPT_VERDICT_INCONCLUSIVE && d[p].seeds_needed > 0 ? " (more seeds needed)" : "");
-    fprintf(f, "\nCriterion for the effect: every |mean paired difference| below the fp32 sd. `mptrain compare --seeds "
-               "N` runs the same comparison for any model, with the full statistics.\n");
+    fprintf(f, "\nCriterion for the effect: for every precision, the sd of the paired differences is at most half of "
+               "fp32's sd over seeds. A one-seed difference stands out from its noise when it exceeds twice the paired "
+               "sd. `mptrain compare --seeds N` runs the same comparison for any model, with the full "
+               "statistics.\n");
     return mpt_lab_report_close(c, &mpt_lab_noise, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_noise = {
     "noise",
-    "Between seeds fp32 itself moves more than the precisions differ: one seed cannot rank precisions.",
-    "seeds=N (2..16; default 3, 2 with --quick), lr=X (default 0.001)",
+    "Seed noise for comparing precisions is the spread of same-seed differences, far below one run's spread over "
+    "seeds.",
+    "seeds=N (2..16; default: the lesson's size), lr=X (default 0.001)",
     run,
+    {20000, 10000, 2, 4}, /* full */
+    {4000, 1000, 1, 3}, /* --quick */
 };

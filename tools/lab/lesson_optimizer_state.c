@@ -1,10 +1,23 @@
 /*
  * tools/lab/lesson_optimizer_state.c - lesson `optimizer-state`: Adam's moments in FP32, BF16 and FP16.
  *
- * Plan (bf16 training with FP32 master weights, Adam, seed 0): the same run with the moments m and v stored in
- * FP32 (the default), BF16 and FP16 (--optimizer-state). Read the final test accuracy and the last epoch's
- * training loss of each. Adam's second moment v is a running mean of g^2: gradients of 1e-4 give v near 1e-8,
- * below FP16's smallest normal (6.1e-5) and near its smallest subnormal (6.0e-8), while BF16 has FP32's range.
+ * Plan (bf16 training with FP32 master weights, Adam, seed 0):
+ *   1. the mechanism, over the first two steps: the same training stopped after one step and after two
+ *      (--max-steps 1 and 2) with the moments m (exp_avg) and v (exp_avg_sq) stored in FP32, BF16 and FP16
+ *      (--optimizer-state). From the one-step run's checkpoint: of the entries whose stored m is nonzero (their
+ *      first gradient was not zero), the share whose stored v is 0. From the runs' FP32 masters: the size of the
+ *      second update |w2 - w1| over the same entries (median, largest, and the share above 10 lr). Adam computes
+ *      each step's m and v in FP32 and stores them rounded (kernels/elemwise.h, mpt_elem_adam): the first step
+ *      still sees the exact v = 0.001 g^2 and moves every weight by about lr; the stored v is what the next step
+ *      starts from. With the stored v at 0, the next step's v is just 0.001 g2^2, and where this step's gradient
+ *      g2 is 0 or small (a unit that a ReLU switched off for this batch) the update lr * m_hat / (sqrt(v_hat) + eps)
+ *      divides the remembered m by eps = 1e-8 instead of by the remembered sqrt(v): updates of lr * m_hat / eps.
+ *   2. the outcome: the three runs trained to the end (loss logged every step): final test accuracy, the last
+ *      epoch's training loss, the steps skipped (a step whose gradients are inf/NaN is skipped, which is what
+ *      happens once the weights have blown up) and the training loss per step (log axis).
+ * v = (1 - beta2) g^2 = 0.001 g^2 after the first step is below FP16's smallest subnormal 2^-24 (6.0e-8), i.e.
+ * rounds to 0 when 0.001 g^2 < 2^-25, for |g| < 5.5e-3, which most gradients of a batch mean are; BF16 has FP32's
+ * exponent range.
  * Criterion: the effect (FP16 moments hurt, BF16 moments do not) is observed when the FP16-state run ends at
  * least 1 point of test accuracy below the FP32-state run and the BF16-state run within 1 point of it.
  */
@@ -12,54 +25,198 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/checkpoint.h"
+#include "kernels/elemwise.h"
 #include "tools/lab/lab.h"
 
 #define N_STATES 3
 static const char *const states[N_STATES] = {"fp32", "bf16", "fp16"};
 
+/* What the first step left in the moments, and the size of the second update. */
+typedef struct first_step {
+    int64_t moved;        /* entries whose stored m is nonzero after step 1 */
+    int64_t v_zero;       /* of those, entries whose stored v is 0 */
+    double update_median; /* |w2 - w1| over the moved entries */
+    double update_max;
+    int64_t update_big;   /* of the moved entries, those with |w2 - w1| > 10 lr */
+} first_step;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Reads tensor t of the checkpoint widened to FP32 into a new array (free it). */
+static mpt_status read_f32(const mpt_checkpoint *ck, const mpt_checkpoint_tensor *t, float **out, int64_t *n) {
+    int64_t cnt = 1;
+    for (int d = 0; d < t->ndim; d++) cnt *= t->shape[d];
+    size_t esz = mpt_dtype_size(t->dtype);
+    void *raw = malloc((size_t)cnt * esz + 1);
+    float *v = malloc((size_t)cnt * sizeof *v + 1);
+    if (!raw || !v) {
+        free(raw);
+        free(v);
+        return mpt_errorf(MPT_ERR_NOMEM, "lab optimizer-state: no memory for %s", t->name);
+    }
+    mpt_status s = mpt_checkpoint_read(ck, t->name, raw, (size_t)cnt * esz);
+    for (int64_t i = 0; s == MPT_OK && i < cnt; i++) v[i] = mpt_load_f32(raw, t->dtype, i);
+    free(raw);
+    if (s != MPT_OK) {
+        free(v);
+        return s;
+    }
+    *out = v;
+    *n = cnt;
+    return MPT_OK;
+}
+
+/* The first step's moments (the checkpoint of run, r1 its result) and the second update (w2 - w1: r2, the run
+ * stopped after two steps, against r1; masters concatenated in parameter order, the order of the checkpoint's
+ * master tensors). lr: the learning rate. */
+static mpt_status read_first_step(const mpt_lab_ctx *c, const char *run, const mpt_cli_result *r1,
+                                  const mpt_cli_result *r2, double lr, first_step *fs) {
+    const mpt_cli_result *r = r1;
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/%s/%s", c->dir, run, MPT_CLI_CHECKPOINT_FILE);
+    mpt_checkpoint *ck = NULL;
+    MPT_TRY(mpt_checkpoint_open(path, NULL, 0, &ck));
+    memset(fs, 0, sizeof fs[0]);
+    double *upd = malloc((size_t)r->n_master * sizeof *upd + 1);
+    mpt_status s = upd ? MPT_OK : mpt_errorf(MPT_ERR_NOMEM, "lab optimizer-state: no memory");
+    if (s == MPT_OK && r2->n_master != r1->n_master)
+        s = mpt_errorf(MPT_ERR_SHAPE, "lab optimizer-state: the one- and two-step runs have %lld and %lld masters",
+                       (long long)r1->n_master, (long long)r2->n_master);
+    int64_t off = 0, n_upd = 0;
+    for (int i = 0; s == MPT_OK && i < mpt_checkpoint_n_tensors(ck); i++) {
+        const mpt_checkpoint_tensor *w = mpt_checkpoint_tensor_at(ck, i);
+        if (strchr(w->name, ':')) continue; /* optimizer state; the masters are the tensors without a ':' */
+        char mn[256], vn[256];
+        snprintf(mn, sizeof mn, "%s:exp_avg", w->name);
+        snprintf(vn, sizeof vn, "%s:exp_avg_sq", w->name);
+        const mpt_checkpoint_tensor *mt = mpt_checkpoint_find(ck, mn), *vt = mpt_checkpoint_find(ck, vn);
+        if (!mt || !vt) {
+            s = mpt_errorf(MPT_ERR_FORMAT, "%s: no %s / %s (the lesson needs Adam)", path, mn, vn);
+            break;
+        }
+        float *m = NULL, *v = NULL, *x = NULL;
+        int64_t nm = 0, nv = 0, nx = 0;
+        s = read_f32(ck, mt, &m, &nm);
+        if (s == MPT_OK) s = read_f32(ck, vt, &v, &nv);
+        if (s == MPT_OK) s = read_f32(ck, w, &x, &nx);
+        /* the checkpoint lists the masters in parameter order (sorted by offset, written in that order): the
+         * same order as r's concatenated masters, which the final values confirm */
+        int same = s == MPT_OK && nm == nv && nm == nx && off + nm <= r->n_master;
+        for (int64_t k = 0; same && k < nx; k++) same = x[k] == r->final_master[off + k];
+        if (s == MPT_OK && !same)
+            s = mpt_errorf(MPT_ERR_SHAPE, "%s: %s does not match the run's final master weights at offset %lld", path,
+                           w->name, (long long)off);
+        for (int64_t k = 0; s == MPT_OK && k < nm; k++) {
+            if (m[k] == 0.0f) continue;
+            fs->moved++;
+            fs->v_zero += v[k] == 0.0f;
+            double u = fabs((double)r2->final_master[off + k] - (double)r1->final_master[off + k]);
+            fs->update_big += u > 10.0 * lr;
+            upd[n_upd++] = u;
+        }
+        off += nm;
+        free(m);
+        free(v);
+        free(x);
+    }
+    mpt_checkpoint_close(&ck);
+    if (s == MPT_OK && n_upd > 0) {
+        qsort(upd, (size_t)n_upd, sizeof *upd, cmp_double);
+        fs->update_median = n_upd % 2 ? upd[n_upd / 2] : 0.5 * (upd[n_upd / 2 - 1] + upd[n_upd / 2]);
+        fs->update_max = upd[n_upd - 1];
+    }
+    free(upd);
+    return s;
+}
+
+static double pct(int64_t a, int64_t b) { return b > 0 ? 100.0 * (double)a / (double)b : NAN; }
+
 static mpt_status run(mpt_lab_ctx *c) {
     const char *prec = mpt_lab_param_text(c, "precision", "bf16");
     double acc[N_STATES], loss[N_STATES];
-    char name[N_STATES][48];
-    const char *fl[N_STATES][7];
-    mpt_lab_run runs[N_STATES];
-    static mpt_cli_result res[N_STATES];
+    int skipped[N_STATES];
+    int64_t steps = 0;
+    first_step fs[N_STATES];
+    const char *lr = mpt_lab_param_text(c, "lr", "0.001");
+    double lr_v;
+    MPT_TRY(mpt_lab_param(c, "lr", 0.001, &lr_v));
+    char name[3 * N_STATES][48];
+    const char *fl[3 * N_STATES][13];
+    mpt_lab_run runs[3 * N_STATES];
+    static mpt_cli_result res[3 * N_STATES];
     for (int i = 0; i < N_STATES; i++) { /* independent runs: one batch */
         snprintf(name[i], sizeof name[i], "state-%s", states[i]);
-        const char *f[] = {"--precision", prec, "--optimizer", "adam", "--optimizer-state", states[i], NULL};
+        const char *f[] = {"--precision", prec, "--optimizer", "adam", "--lr", lr, "--optimizer-state", states[i],
+                           "--log-every", "1", NULL};
         memcpy(fl[i], f, sizeof f);
         runs[i] = (mpt_lab_run){name[i], fl[i]};
+        for (int k = 1; k <= 2; k++) {
+            int j = k * N_STATES + i;
+            snprintf(name[j], sizeof name[0], "%s-%s", k == 1 ? "one-step" : "two-steps", states[i]);
+            const char *g[] = {"--precision", prec, "--optimizer", "adam", "--lr", lr, "--optimizer-state", states[i],
+                               "--max-steps", k == 1 ? "1" : "2", NULL};
+            memcpy(fl[j], g, sizeof g);
+            runs[j] = (mpt_lab_run){name[j], fl[j]};
+        }
     }
-    MPT_TRY(mpt_lab_train_batch(c, runs, N_STATES, res));
+    MPT_TRY(mpt_lab_train_batch(c, runs, 3 * N_STATES, res));
+    mpt_status s = MPT_OK;
     for (int i = 0; i < N_STATES; i++) {
         acc[i] = 100.0 * res[i].final_test_acc;
         loss[i] = res[i].final_train_loss;
-        mpt_cli_result_free(&res[i]);
+        skipped[i] = res[i].steps_skipped;
+        steps = res[i].iterations;
+        if (s == MPT_OK)
+            s = read_first_step(c, name[N_STATES + i], &res[N_STATES + i], &res[2 * N_STATES + i], lr_v, &fs[i]);
     }
+    for (int i = 0; i < 3 * N_STATES; i++) mpt_cli_result_free(&res[i]);
+    MPT_TRY(s);
     double d_bf = acc[1] - acc[0], d_fp = acc[2] - acc[0];
     c->observed = d_fp <= -1.0 && fabs(d_bf) < 1.0;
+    char mech[800];
+    snprintf(mech, sizeof mech,
+             "after the first step %.1f%% of the FP16 second moments v were stored as 0 where the gradient was not "
+             "(FP32: %.1f%%, BF16: %.1f%%); the second update, which divides the remembered m by sqrt(v) + eps, was "
+             "up to %.3g and above 10 lr for %.1f%% of those weights (FP32 moments: up to %.3g, %.1f%%)",
+             pct(fs[2].v_zero, fs[2].moved), pct(fs[0].v_zero, fs[0].moved), pct(fs[1].v_zero, fs[1].moved),
+             fs[2].update_max, pct(fs[2].update_big, fs[2].moved), fs[0].update_max,
+             pct(fs[0].update_big, fs[0].moved));
+    char outcome[400];
+    if (skipped[2] > 0 || !(loss[2] < 10.0 * loss[0]))
+        snprintf(outcome, sizeof outcome, "; the FP16-moment run then skipped %d of its %lld steps (inf/NaN gradients) "
+                 "and ended at a training loss of %.3g against %.4f: it diverged", skipped[2], (long long)steps,
+                 loss[2], loss[0]);
+    else
+        snprintf(outcome, sizeof outcome, "; the FP16-moment run skipped no step and ended at a training loss of "
+                 "%.4f against %.4f", loss[2], loss[0]);
     if (c->observed)
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Observed: Adam with FP16 moments ended at %.2f%% test accuracy, %.2f points below FP32 moments "
-                 "(%.2f%%), while BF16 moments, with FP32's range, stayed within a point (%.2f%%, %+.2f); train loss "
-                 "%.4f / %.4f / %.4f (FP32 / BF16 / FP16 moments).",
-                 acc[2], -d_fp, acc[0], acc[1], d_bf, loss[0], loss[1], loss[2]);
+                 "(%.2f%%), while BF16 moments, with FP32's range, stayed within a point (%.2f%%, %+.2f). How: %s%s.",
+                 acc[2], -d_fp, acc[0], acc[1], d_bf, mech, outcome);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Not observed: test accuracy with FP32 / BF16 / FP16 moments %.2f%% / %.2f%% / %.2f%% (BF16 %+.2f, "
                  "FP16 %+.2f points against FP32; the criterion asks for FP16 at least 1 point below and BF16 within "
-                 "1); train loss %.4f / %.4f / %.4f.",
-                 acc[0], acc[1], acc[2], d_bf, d_fp, loss[0], loss[1], loss[2]);
+                 "1); %s%s.",
+                 acc[0], acc[1], acc[2], d_bf, d_fp, mech, outcome);
 
     FILE *gp = mpt_lab_open(c, "optimizer-state.gp");
     if (!gp) return MPT_ERR_IO;
     mpt_cli_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
     fprintf(gp, "set datafile separator ','\nset datafile missing 'nan'\n"
-                "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters): training loss'\n"
-                "set xlabel 'step'\nset ylabel 'cross-entropy'\nset grid\nset key top right\nplot ", prec);
-    for (int i = 0; i < N_STATES; i++)
-        fprintf(gp, "%s'state-%s/metrics.csv' using 'step':'loss' with lines lw 1.5 lt %d title '%s moments (%.2f%%)'",
-                i ? ", \\\n     " : "", states[i], i + 1, states[i], acc[i]);
+                "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters): training loss per step'\n"
+                "set xlabel 'step'\nset ylabel 'cross-entropy (log axis)'\nset logscale y 10\n"
+                "set format y '10^{%%L}'\nset grid\nset key center right box opaque\nplot ", prec);
+    for (int i = 0; i < N_STATES; i++) /* fp32 wide and bf16 dashed on top: where they agree both stay visible */
+        fprintf(gp, "%s'state-%s/metrics.csv' using 'step':(column('loss') > 0 ? column('loss') : NaN) with "
+                    "linespoints lw %s dt %d pt 7 ps 0.4 lt %d title '%s moments: %.2f%%, %d skipped'",
+                i ? ", \\\n     " : "", states[i], i == 0 ? "4" : "1.5", i == 1 ? 2 : 1, i + 1, states[i], acc[i],
+                skipped[i]);
     fprintf(gp, "\n");
     char plot_buf[600];
     const char *plot_error = mpt_lab_plot(c, gp, "optimizer-state.gp", plot_buf, sizeof plot_buf);
@@ -67,18 +224,44 @@ static mpt_status run(mpt_lab_ctx *c) {
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_optimizer_state, &f));
     fprintf(f, "Adam keeps two moments per weight: m, a running mean of the gradient, and v, of its square. Stored "
-               "in 16 bits they halve or quarter the optimizer's memory. v is the fragile one: squares of small "
-               "gradients fall below FP16's range (smallest subnormal 6.0e-8) and round to zero, and a zero v makes "
-               "the step m / (sqrt(v) + eps) large. BF16 keeps FP32's exponent range with 8 significant bits.\n\n"
-               "| moments | final test acc | last epoch's train loss |\n|---|---:|---:|\n");
-    for (int i = 0; i < N_STATES; i++) fprintf(f, "| %s | %.2f%% | %.4f |\n", states[i], acc[i], loss[i]);
-    fprintf(f, "\nCriterion for the effect: FP16 moments at least 1 point below FP32 moments, BF16 within 1 point.\n");
+               "in 16 bits they halve the optimizer's memory. v is the fragile one: after the first step it holds "
+               "(1 - beta2) g^2 = 0.001 g^2, which is below FP16's smallest subnormal (2^-24 = 6.0e-8) for every "
+               "|g| < 5.5e-3 and rounds to 0. The step is lr * m_hat / (sqrt(v_hat) + eps): with v = 0 it becomes "
+               "lr * m_hat / eps, 10^5 m_hat for lr = 10^-3 and eps = 10^-8, instead of about lr. mptrain (like torch.optim) computes "
+               "each step's m and v in FP32 and only stores them rounded, so the first step still moves every weight by "
+               "about lr; the damage comes from the next steps, which start from the stored v. Where a later "
+               "gradient is 0 or small (a unit a ReLU switched off for that batch) the remembered m is divided by "
+               "sqrt(0.001 g^2) + eps instead of by the remembered sqrt(v). BF16 keeps FP32's exponent range with 8 "
+               "significant bits, so its v is coarse but not zero.\n\n"
+               "## How: the first two steps\n\n"
+               "The same training stopped after one step and after two (`--max-steps 1`, `--max-steps 2`) with each "
+               "storage. v and m are read from the one-step run's checkpoint, the second update w2 - w1 from the FP32 "
+               "masters of the two runs. Counted over the entries whose stored m is nonzero after step 1 (their "
+               "gradient was not zero); lr = %s.\n\n"
+               "| moments | entries with m != 0 | of them v stored as 0 | median second update | largest second update | "
+               "second update > 10 lr |\n|---|---:|---:|---:|---:|---:|\n", lr);
+    for (int i = 0; i < N_STATES; i++)
+        fprintf(f, "| %s | %lld | %.2f%% | %.3g | %.3g | %.2f%% |\n", states[i], (long long)fs[i].moved,
+                pct(fs[i].v_zero, fs[i].moved), fs[i].update_median, fs[i].update_max,
+                pct(fs[i].update_big, fs[i].moved));
+    fprintf(f, "\n## Outcome: the whole run\n\n"
+               "| moments | final test acc | last epoch's train loss | skipped steps (of %lld) |\n|---|---:|---:|---:|\n",
+            (long long)steps);
+    for (int i = 0; i < N_STATES; i++)
+        fprintf(f, "| %s | %.2f%% | %.4g | %d |\n", states[i], acc[i], loss[i], skipped[i]);
+    fprintf(f, "\nA skipped step is one whose gradients held inf or NaN (found_inf): after updates of that size the "
+               "weights are large, the logits overflow and the loss and gradients stop being finite. The plot "
+               "shows the training loss of every step on a log axis; a run whose loss is not finite at a step has "
+               "no point there.\n\n"
+               "Criterion for the effect: FP16 moments at least 1 point below FP32 moments, BF16 within 1 point.\n");
     return mpt_lab_report_close(c, &mpt_lab_optimizer_state, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_optimizer_state = {
     "optimizer-state",
     "Adam's moments survive BF16 storage (FP32's range) but not FP16's, where small squared gradients vanish.",
-    "precision=P, the training precision (default bf16)",
+    "precision=P, the training precision (default bf16); lr=X, Adam's learning rate (default 0.001)",
     run,
+    {20000, 10000, 2, 0}, /* full */
+    {2000, 1000, 1, 0}, /* --quick */
 };
