@@ -249,6 +249,7 @@ static const bad_case bad_cases[] = {
     {{"train", "--scale-floor", "8", "--scale-ceiling", "4"}, "--scale-ceiling"},
     {{"compare", "--update-rounding", "stochastic"}, "--update-rounding"},
     {{"train", "--cuda-graph", "yes"}, "--cuda-graph"},
+    {{"train", "--cpu-kernels", "fast"}, "--cpu-kernels"},
 };
 
 START_TEST(test_bad_flags) {
@@ -280,6 +281,14 @@ START_TEST(test_info) {
     const char *want[] = {"backends:", "cpu   built: yes", "cuda  built:", "loadable:", "usable:", "OpenBLAS",
                           "NVIDIA_TF32_OVERRIDE"};
     for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, want[i]) != NULL, "info lacks %s: %s", want[i], out_buf);
+    /* the CPU kernel sets: the features that decide native math, the engine, each set available or why not */
+    const char *cpu[] = {"CPU kernels (--cpu-kernels):", "avx512_bf16 ", "amx_bf16 ", "avx512_fp16 ", "GEMM engine",
+                         "emulate (default)   available", "native              "};
+    for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, cpu[i]) != NULL, "info lacks %s: %s", cpu[i], out_buf);
+    char why[256];
+    const int native = mpt_cpu_native_available(why, sizeof why);
+    ck_assert_msg(strstr(out_buf, native ? "native              available" : why) != NULL,
+                  "info does not say whether native is available (%d, %s): %s", native, why, out_buf);
 #ifdef MPT_HAVE_CUDA /* the module of this build loads here, and reports its libraries */
     const char *libs[] = {"loadable: yes", "CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "GPU code built for"};
     for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out_buf, libs[i]) != NULL, "info lacks %s: %s", libs[i], out_buf);
@@ -454,6 +463,9 @@ START_TEST(test_train_outputs_and_eval) {
     ck_assert_str_eq(json_string_value(json_object_get(fused, "relu")), "relu1");
     ck_assert_str_eq(json_string_value(json_object_get(fused, "forward")), "RELU_AUX_BIAS");
     ck_assert_str_eq(json_string_value(json_object_get(fused, "backward_in")), "fc2");
+    const char *kernels = json_string_value(json_object_get(fc1, "kernels")); /* the default kernel set */
+    ck_assert_msg(kernels && strncmp(kernels, "emulate:", 8) == 0, "fc1 kernels %s", kernels ? kernels : "(none)");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "cpu_kernels"), "set")), "emulate");
     json_decref(j);
 
     /* The checkpoint: loads, holds FP32 masters and Adam state, and its weights give the reported accuracy. */
@@ -664,8 +676,9 @@ START_TEST(test_resume_switches) {
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", first);
     static const char *const changes[][2] = {{"--master-weights", "fp32"}, {"--optimizer-state", "fp32"},
                                              {"--update-rounding", "stochastic"}, {"--hysteresis", "1"},
-                                             {"--scaler", "pytorch"}, {"--tf32-conv", "on"}, {"--nonfinite", "apply"}};
-    static const char *const ck_values[] = {"none", "fp16", "nearest", "2", "deepspeed", "off", "skip"};
+                                             {"--scaler", "pytorch"}, {"--tf32-conv", "on"}, {"--nonfinite", "apply"},
+                                             {"--cpu-kernels", "native"}};
+    static const char *const ck_values[] = {"none", "fp16", "nearest", "2", "deepspeed", "off", "skip", "emulate"};
     for (size_t k = 0; k < sizeof changes / sizeof changes[0]; k++) {
         rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", changes[k][0], changes[k][1], "--out",
                  tmp_path("bad"), NULL);
@@ -681,6 +694,49 @@ START_TEST(test_resume_switches) {
              "deepspeed", "--max-steps", "3", "--limit-test", "64", "--progress", "off", "--out", tmp_path("again"),
              NULL);
     ck_assert_msg(rc == 0, "resume with the same switches failed (%d): %s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --cpu-kernels native (where the CPU and build have it): the bf16 run says so, records it in summary.json (config,
+ * cpu_kernels, each GEMM node's kernels) and resumes bit-exactly; an fp32 run with it is emulated and says so. */
+START_TEST(test_cpu_kernels_native) {
+    char why[256];
+    if (!mpt_cpu_native_available(why, sizeof why)) {
+        printf("test_cpu_kernels_native: skipped, native is unavailable here: %s\n", why);
+        make_tmpdir();
+        const char *data = write_synthetic(NULL);
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--cpu-kernels", "native",
+                     "--max-steps", "1", "--progress", "off", "--out", tmp_path("n"), NULL);
+        ck_assert_msg(rc == 1 && strstr(out_buf, why), "native where unavailable: exit %d, expected 1 and '%s': %s",
+                      rc, why, out_buf);
+        rm_tmpdir();
+        return;
+    }
+    const char *extra[] = {"--cpu-kernels", "native", NULL};
+    resume_case("mlp", "bf16", extra, 12, 5);
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *precs[2] = {"bf16", "fp32"};
+    for (int k = 0; k < 2; k++) {
+        const char *out = tmp_path(precs[k]);
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", precs[k], "--cpu-kernels", "native",
+                     "--max-steps", "2", "--limit-test", "64", "--progress", "off", "--out", out, NULL);
+        ck_assert_msg(rc == 0, "train %s --cpu-kernels native failed (%d): %s", precs[k], rc, out_buf);
+        ck_assert_msg(strstr(out_buf, k == 0 ? "kernels native (bf16 on the CPU's BF16 units"
+                                             : "--cpu-kernels native changes nothing in fp32") != NULL,
+                      "%s: the run does not say what native does: %s", precs[k], out_buf);
+        json_t *j = load_summary(out);
+        ck_assert_str_eq(cfg_str(j, "cpu-kernels"), "native");
+        json_t *ck = json_object_get(j, "cpu_kernels");
+        ck_assert_str_eq(json_string_value(json_object_get(ck, "set")), "native");
+        ck_assert_msg(strstr(json_string_value(json_object_get(ck, "engine")), "oneDNN") != NULL, "engine: %s",
+                      json_string_value(json_object_get(ck, "engine")));
+        json_t *fc1 = json_array_get(json_object_get(j, "precision_map"), 1);
+        ck_assert_str_eq(json_string_value(json_object_get(fc1, "node")), "fc1");
+        ck_assert_str_eq(json_string_value(json_object_get(fc1, "kernels")), k == 0 ? "native:onednn" : "emulate:onednn");
+        json_decref(j);
+    }
     rm_tmpdir();
 }
 END_TEST
@@ -1184,6 +1240,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_fp16_mlp);
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_resume_switches);
+    tcase_add_test(tr, test_cpu_kernels_native);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);

@@ -92,7 +92,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_HYSTERESIS,
     MPT_OPT_SCALE_FLOOR,
     MPT_OPT_SCALE_CEILING,
-    MPT_OPT_LAST_RECORDED = MPT_OPT_SCALE_CEILING,
+    MPT_OPT_CPU_KERNELS,      /* issue #25 (recorded; absent from older checkpoints: emulate) */
+    MPT_OPT_LAST_RECORDED = MPT_OPT_CPU_KERNELS,
     /* settings of one invocation */
     MPT_OPT_EPOCHS,
     MPT_OPT_DEVICE,
@@ -177,6 +178,7 @@ typedef struct mpt_cli_opts {
     mpt_dtype optimizer_state;           /* F32 (default) | BF16 | F16 */
     mpt_nonfinite_mode nonfinite;        /* skip (default) | apply */
     int tf32_matmul, tf32_conv;          /* 1 = TF32 allowed; resolved: on in tf32 mode, off otherwise */
+    mpt_cpu_kernels cpu_kernels;         /* EMULATE (default) | NATIVE: the CPU backend's kernel set (engine/backend.h) */
     mpt_scaler_preset scaler;            /* where the loss-scaler defaults below come from */
     double growth_factor, backoff_factor, scale_floor, scale_ceiling;
     int hysteresis;
@@ -188,7 +190,7 @@ typedef struct mpt_cli_opts {
     char out[MPT_CLI_PATH];      /* "" = the command's default */
     char resume[MPT_CLI_PATH];   /* "" = start fresh */
     int64_t limit_test;          /* 0 = all test images */
-    int threads;                 /* OpenBLAS threads, 0 = OpenBLAS's default */
+    int threads;                 /* CPU GEMM threads (OpenBLAS and oneDNN), 0 = OpenBLAS's default */
     int64_t log_every;           /* read the step statistics every N iterations */
     int64_t save_every;          /* 0 = checkpoint only at the end */
     int64_t max_steps;           /* 0 = no limit: stop after `epochs` */

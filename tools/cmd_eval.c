@@ -39,6 +39,22 @@ int mpt_cmd_eval(int argc, char **argv) {
         return mpt_cli_fail("eval", s);
     }
     printf("device: %s\n", why);
+    if (be->device == MPT_DEVICE_CPU) { /* the kernel set: --cpu-kernels, else the one the checkpoint trained with */
+        const int given = mpt_cli_given(&cli, MPT_OPT_CPU_KERNELS);
+        const mpt_cpu_kernels k = given ? cli.cpu_kernels : o.cpu_kernels;
+        s = mpt_backend_cpu_set_kernels(be, k);
+        if (s != MPT_OK && !given) {
+            printf("note: the checkpoint trained with --cpu-kernels %s, unavailable here (%s): evaluating with "
+                   "emulate\n", mpt_cpu_kernels_name(k), mpt_last_error());
+            s = MPT_OK;
+        }
+        if (s != MPT_OK) {
+            mpt_backend_free(&be);
+            mpt_cli_data_free(&cd);
+            return mpt_cli_fail("eval", s);
+        }
+        printf("CPU kernels: %s\n", mpt_cpu_kernels_name(mpt_backend_cpu_kernels(be)));
+    }
     if (rs.batch == 0)
         printf("checkpoint %s: model %s, precision %s, step %lld, after %lld epoch(s)\n", cli.checkpoint, o.model,
                mpt_precision_name(o.precision), (long long)rs.iteration, (long long)rs.epoch);

@@ -11,6 +11,7 @@
  * openblas_get_num_threads. None of them needs a GPU. Last, the state of NVIDIA_TF32_OVERRIDE, which turns
  * TF32 off in cuBLAS/cuDNN and, in mptrain, in the CPU emulation too (engine/amp/policy.h).
  */
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +54,33 @@ static int print_cuda_backend(void) {
     return gpu;
 }
 
+/* The CPU's own answer (CPUID leaf 7) for the instructions that decide native low-precision math: AVX512-BF16
+ * (leaf 7 subleaf 1, EAX bit 5: VDPBF16PS), AMX-BF16 (subleaf 0, EDX bit 22) and AVX512-FP16 (subleaf 0, EDX bit 23);
+ * Intel SDM vol. 2, CPUID. -1 when the CPU has no leaf 7. */
+static int cpuid_bit(unsigned subleaf, int reg, int bit) {
+    unsigned r[4];
+    if (!__get_cpuid_count(7, subleaf, &r[0], &r[1], &r[2], &r[3])) return -1;
+    return (int)((r[reg] >> bit) & 1u);
+}
+
+static const char *yes_no(int v) { return v > 0 ? "yes" : v == 0 ? "no" : "unknown"; }
+
+/* The CPU backend's kernel sets (--cpu-kernels) and GEMM engine: what this machine and build can run. */
+static void print_cpu_kernels(void) {
+    char engine[256], why[256];
+    mpt_cpu_engine_describe(engine, sizeof engine);
+    printf("CPU kernels (--cpu-kernels):\n");
+    printf("  CPU features        avx512_bf16 %s, amx_bf16 %s, avx512_fp16 %s (CPUID)\n", yes_no(cpuid_bit(1, 0, 5)),
+           yes_no(cpuid_bit(0, 3, 22)), yes_no(cpuid_bit(0, 3, 23)));
+    printf("  GEMM engine         %s\n", engine);
+    printf("  emulate (default)   available: Tensor Core numerics emulated exactly (the GPU's oracle)\n");
+    if (mpt_cpu_native_available(why, sizeof why))
+        printf("  native              available: bf16 GEMMs and convolutions on the CPU's BF16 units (fp32, tf32 and "
+               "fp16 stay emulated: no native units for them here)\n");
+    else
+        printf("  native              unavailable: %s\n", why);
+}
+
 int mpt_cmd_info(int argc, char **argv) {
     mpt_cli_opts o;
     mpt_cli_opts_default(&o);
@@ -72,6 +100,8 @@ int mpt_cmd_info(int argc, char **argv) {
     printf("                      core %s, %d thread(s) (OPENBLAS_NUM_THREADS or --threads to change)\n",
            openblas_get_corename(), openblas_get_num_threads());
     if (coretype) printf("                      OPENBLAS_CORETYPE=%s\n", coretype);
+
+    print_cpu_kernels();
 
     const char *ov = getenv("NVIDIA_TF32_OVERRIDE");
     if (!ov)

@@ -46,11 +46,11 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     memcpy(out->resume, cli->resume, sizeof out->resume);
     out->limit_test = cli->limit_test;
     out->threads = cli->threads;
-    if (rs->threads > 0) { /* a CPU run: its OpenBLAS thread count decides its summation order */
+    if (rs->threads > 0) { /* a CPU run: its GEMM thread count decides its summation order */
         if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
             return mpt_errorf(MPT_ERR_ARG,
-                              "--threads %d differs from the %d thread(s) the checkpoint's run used: OpenBLAS splits "
-                              "its sums by thread count, so the resumed run would not be bit-exact (drop --threads to "
+                              "--threads %d differs from the %d thread(s) the checkpoint's run used: the CPU GEMMs split "
+                              "their sums by thread count, so the resumed run would not be bit-exact (drop --threads to "
                               "continue with %d)",
                               cli->threads, rs->threads, rs->threads);
         out->threads = rs->threads;

@@ -89,6 +89,11 @@ static const opt_def opt_table[] = {
      "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)"},
     {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
      "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)"},
+    {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL, "SET",
+     "emulate | native: the CPU backend's GEMM/convolution kernels (default emulate: Tensor Core numerics emulated "
+     "exactly, the GPU's oracle; native: bf16 on the CPU's BF16 units through oneDNN, with their numerics: BF16 "
+     "denormals read as zero, denormal results flushed; fp32/tf32/fp16 stay emulated; needs oneDNN and "
+     "avx512_bf16 or amx_bf16)"},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)"},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)"},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)"},
@@ -119,7 +124,8 @@ static const opt_def opt_table[] = {
      "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)"},
     {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate"},
     {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
-     "OpenBLAS threads for the CPU backend, 1..256 (default: OpenBLAS's)"},
+     "threads of the CPU backend's GEMMs (OpenBLAS and oneDNN), 1..256 (default: OpenBLAS's, OPENBLAS_NUM_THREADS "
+     "or all cores)"},
     {"log-every", MPT_OPT_LOG_EVERY, required_argument, TC, "N",
      "read the loss and loss scale every N steps into metrics.csv (default 10)"},
     {"save-every", MPT_OPT_SAVE_EVERY, required_argument, TC, "N",
@@ -448,6 +454,11 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_TF32_CONV:
         if (parse_on_off(arg, &o->tf32_conv) != 0) return bad_value(f, "on or off", arg);
         return MPT_OK;
+    case MPT_OPT_CPU_KERNELS:
+        if (strcmp(arg, "emulate") == 0) o->cpu_kernels = MPT_CPU_KERNELS_EMULATE;
+        else if (strcmp(arg, "native") == 0) o->cpu_kernels = MPT_CPU_KERNELS_NATIVE;
+        else return bad_value(f, "one of emulate, native", arg);
+        return MPT_OK;
     case MPT_OPT_SCALER:
         if (scaler_preset_parse(arg, &o->scaler) != 0)
             return bad_value(f, "one of mptrain, pytorch, apex, deepspeed, keras", arg);
@@ -568,6 +579,7 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_NONFINITE: snprintf(buf, len, "%s", mpt_nonfinite_mode_name(o->nonfinite)); break;
     case MPT_OPT_TF32_MATMUL: snprintf(buf, len, "%s", o->tf32_matmul ? "on" : "off"); break;
     case MPT_OPT_TF32_CONV: snprintf(buf, len, "%s", o->tf32_conv ? "on" : "off"); break;
+    case MPT_OPT_CPU_KERNELS: snprintf(buf, len, "%s", mpt_cpu_kernels_name(o->cpu_kernels)); break;
     case MPT_OPT_SCALER: snprintf(buf, len, "%s", scaler_presets[o->scaler].name); break;
     case MPT_OPT_GROWTH_FACTOR: fmt_double(buf, len, o->growth_factor); break;
     case MPT_OPT_BACKOFF_FACTOR: fmt_double(buf, len, o->backoff_factor); break;
@@ -679,6 +691,9 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
         fprintf(f, "%snote: --tf32-matmul/--tf32-conv change nothing in %s: GEMM and conv operands are %s, not "
                    "FP32\n",
                 label, p, p);
+    if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && o->precision != MPT_PRECISION_BF16 && !label[0])
+        fprintf(f, "%snote: --cpu-kernels native changes nothing in %s: the CPU has native units for bf16 only, so %s "
+                   "stays emulated\n", label, p, p);
     if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
         fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
                    "conv computes in full FP32\n",

@@ -456,9 +456,20 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     else
         printf("%sdevice: %s\n", r->label, why);
     snprintf(said_why, sizeof said_why, "%s", why);
-    if (r->be->device == MPT_DEVICE_CPU)
-        printf("%sCPU backend: OpenBLAS with %d thread(s) (--threads), Tensor Core numerics emulated\n", r->label,
-               mpt_cli_set_threads(0));
+    if (r->be->device == MPT_DEVICE_CPU) {
+        MPT_TRY(mpt_backend_cpu_set_kernels(r->be, o->cpu_kernels));
+        char engine[256];
+        const int threads = mpt_cli_set_threads(0);
+        mpt_cpu_engine_describe(engine, sizeof engine);
+        const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && o->precision == MPT_PRECISION_BF16;
+        printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s)\n", r->label,
+               threads, engine, mpt_cpu_kernels_name(o->cpu_kernels),
+               native ? "bf16 on the CPU's BF16 units: round to nearest even, BF16 denormals read as zero, denormal "
+                        "results flushed"
+                      : "Tensor Core numerics emulated");
+    } else if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE) {
+        printf("%snote: --cpu-kernels native changes nothing on the %s backend\n", r->label, r->be->name);
+    }
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);

@@ -77,7 +77,7 @@ typedef struct mpt_cli_run_state {
     mpt_grad_comm grad_comm; /* their wire dtype (fp32 for single-process runs) */
     double epoch_loss_sum;   /* sum and count of the losses logged so far in the unfinished epoch (0 at a */
     int64_t epoch_loss_n;    /* boundary): epochs.csv's train_loss of a resumed epoch averages all of them */
-    int threads;             /* the CPU backend's OpenBLAS threads (0: a GPU run, or not recorded) */
+    int threads;             /* the CPU backend's GEMM threads (0: a GPU run, or not recorded) */
 } mpt_cli_run_state;
 
 /* The checkpoint file name inside an output directory. */
@@ -102,7 +102,8 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
 /* ---- what a run leaves for scripts (run_summary.c) --------------------------------------------------------- */
 
 /* The graph's precision map as a JSON array (a json_t *, returned as void * to keep jansson out of this
- * header): one object per node {"node", "op", "input", "weight", "output", "math"}. */
+ * header): one object per node {"node", "op", "input", "weight", "output", "math", "kernels"} ("kernels": how a
+ * GEMM or convolution ran, mpt_backend_kernels_of; null for other nodes). */
 void *mpt_cli_precision_map_json(const mpt_graph *g);
 
 /* Writes summary.json into dir. */

@@ -18,7 +18,8 @@
  *   "state"         JSON object: iteration, epoch, batch (position inside the epoch), mean, inv_std,
  *                   n_train, n_val, best_test_acc, best_epoch, epoch_loss_sum and epoch_loss_n (the logged
  *                   losses of the unfinished epoch, so a resumed epoch's train_loss is the straight run's),
- *                   threads (the CPU backend's OpenBLAS threads, which decide its summation order; 0 on a GPU),
+ *                   threads (the CPU backend's GEMM threads, OpenBLAS's and oneDNN's, which decide its summation
+ *                   order; 0 on a GPU),
  *                   ranks and grad_comm (data-parallel: the number of MPI ranks and their wire dtype; absent in
  *                   older checkpoints: 1 and fp32)
  *   "scaler"        JSON object: the loss scaler (mpt_scaler_state): scale, growth_tracker, hysteresis_left,
@@ -74,6 +75,7 @@ static const mpt_opt_id recorded[] = {
     MPT_OPT_MASTER_WEIGHTS, MPT_OPT_UPDATE_ROUNDING, MPT_OPT_OPTIMIZER_STATE, MPT_OPT_NONFINITE,
     MPT_OPT_TF32_MATMUL,  MPT_OPT_TF32_CONV,  MPT_OPT_SCALER,          MPT_OPT_GROWTH_FACTOR,
     MPT_OPT_BACKOFF_FACTOR, MPT_OPT_HYSTERESIS, MPT_OPT_SCALE_FLOOR,  MPT_OPT_SCALE_CEILING,
+    MPT_OPT_CPU_KERNELS, /* issue #25: absent from older checkpoints, which trained with emulate */
 };
 #define FIRST_OPTIONAL 25 /* index in recorded[] of MPT_OPT_MASTER_WEIGHTS */
 #define N_RECORDED ((int)(sizeof recorded / sizeof recorded[0]))

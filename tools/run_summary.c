@@ -25,6 +25,10 @@ void *mpt_cli_precision_map_json(const mpt_graph *g) {
         json_object_set_new(o, "output", n->out ? json_string(mpt_dtype_name(n->out->dtype)) : json_null());
         json_object_set_new(o, "math", gemm_like ? json_string(mpt_math_name(n->math))
                                                  : n->op == MPT_OP_SOFTMAX_XENT ? json_string("fp32") : json_null());
+        /* how the GEMM or convolution ran: "emulate:onednn", "native:onednn", "emulate:openblas", "cublaslt", ... */
+        json_object_set_new(o, "kernels", gemm_like ? json_string(mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D,
+                                                                                         n->math))
+                                                    : json_null());
         if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
             json_t *fu = json_object();
             json_object_set_new(fu, "relu", json_string(n->fused_relu->name));
@@ -124,6 +128,15 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
     json_object_set_new(j, "cuda_graph", cg);
     json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
+    json_t *ck = json_null(); /* the CPU backend's kernel set and engine (the precision map says which node used what) */
+    if (g->be->device == MPT_DEVICE_CPU) {
+        char engine[256];
+        mpt_cpu_engine_describe(engine, sizeof engine);
+        ck = json_object();
+        json_object_set_new(ck, "set", json_string(mpt_cpu_kernels_name(mpt_backend_cpu_kernels(g->be))));
+        json_object_set_new(ck, "engine", json_string(engine));
+    }
+    json_object_set_new(j, "cpu_kernels", ck);
     json_object_set_new(j, "telemetry", telemetry_json(o, r));
     return write_json(dir, "summary.json", j);
 }

@@ -93,9 +93,15 @@ const char *mpt_onednn_version(void) {
     return g_dnnl.version;
 }
 
+/* dnnl_cpu_isa2str's name without its "cpu_isa_" prefix ("avx512_core_bf16"). */
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+    const char *s = dnnl_cpu_isa2str(isa);
+    return strncmp(s, "cpu_isa_", 8) == 0 ? s + 8 : s;
+}
+
 const char *mpt_onednn_isa(void) {
     if (!mpt_onednn_available()) return "none";
-    return dnnl_cpu_isa2str(dnnl_get_effective_cpu_isa());
+    return isa_name(dnnl_get_effective_cpu_isa());
 }
 
 int mpt_onednn_native_bf16(char *why, size_t n) {
@@ -109,7 +115,7 @@ int mpt_onednn_native_bf16(char *why, size_t n) {
         return 1;
     if (why)
         snprintf(why, n, "this CPU has no BF16 dot-product units oneDNN uses (its ISA is %s; native BF16 needs "
-                 "avx512_core_bf16 or avx512_core_amx)", dnnl_cpu_isa2str(isa));
+                 "avx512_core_bf16 or avx512_core_amx)", isa_name(isa));
     return 0;
 }
 

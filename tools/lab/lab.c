@@ -357,7 +357,7 @@ static void print_help(FILE *f) {
                "  --param KEY=VALUE         change a lesson's configuration (see --list); repeatable\n"
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
-               "  --threads N               OpenBLAS threads for the CPU backend\n"
+               "  --threads N               threads of the CPU backend's GEMMs (OpenBLAS and oneDNN)\n"
                "  --help                    show this help\n");
 }
 
