@@ -1,4 +1,4 @@
-/* engine/status.c - the per-thread error message behind mpt_errorf()/mpt_last_error(), and mpt_escape(). */
+/* engine/status.c - the per-thread error message behind mpt_errorf()/mpt_last_error(), mpt_escape(), and mpt_fatal(). */
 #include "engine/status.h"
 
 #include <stdarg.h>
@@ -85,11 +85,15 @@ const char *mpt_status_name(mpt_status s) {
 
 void mpt_fatal(const char *file, int line, const char *fmt, ...) {
     va_list ap;
+    /* abort() flushes no stdio buffer: what the program printed before (a device line, a results table, the
+     * TAP lines of earlier tests, all block-buffered when stdout is a pipe or a file) would be lost. stdout first,
+     * so that a log merging both streams keeps the order; then every other open stream (fflush(NULL)). */
+    fflush(stdout);
     fprintf(stderr, "mptrain: fatal: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, " (%s:%d)\n", file, line);
-    fflush(stderr);
+    fflush(NULL);
     abort();
 }

@@ -49,7 +49,9 @@ MPT_API const char *mpt_last_error(void);
 /* Short name of a status ("ok", "io", "format", ...). */
 MPT_API const char *mpt_status_name(mpt_status s);
 
-/* Prints "mptrain: fatal: <message> (file:line)" to stderr and aborts. For programmer errors only. */
+/* Flushes stdout, prints "mptrain: fatal: <message> (file:line)" to stderr, flushes every open output stream
+ * (fflush(NULL): abort() flushes none, and a block-buffered stdout would lose what the program printed before)
+ * and aborts. For programmer errors and failed library calls only. */
 MPT_API __attribute__((noreturn, format(printf, 3, 4))) void mpt_fatal(const char *file, int line, const char *fmt,
                                                                       ...);
 

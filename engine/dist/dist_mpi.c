@@ -191,7 +191,7 @@ void mpt_dist_finish(mpt_dist **pd, int exit_code) {
     fprintf(stderr, "mptrain: rank %d of %d failed (exit %d) while its peers did not reach the end of the job "
                     "within %d s: aborting the job (MPI_Abort) so that they do not wait for it forever\n",
             d->rank, d->size, exit_code, MPT_DIST_EXIT_WAIT_S);
-    fflush(stderr);
+    fflush(NULL); /* MPI_Abort and _Exit flush no stdio buffer: keep what this rank printed */
     mpt_cuda_nccl_comm_abort(&d->nccl);
     MPI_Abort(d->comm, exit_code != 0 ? exit_code : 1);
     _Exit(exit_code != 0 ? exit_code : 1); /* MPI_Abort does not return; if it did, the job must still end */
