@@ -171,6 +171,8 @@ typedef struct gemm_case {
     int misalign; /* offset A, B, C and the bias by one element (2 bytes for F16/BF16, 4 for F32): pointers aligned
                      to their element size only exercise the alignment part of the plan key (cuBLASLt's
                      MIN_ALIGNMENT preferences) and cuBLASLt's unvectorised kernels */
+    int plan_unset; /* reserve the workspace gemm_workspace() asks for with every pointer unset, as a graph does at
+                       build time (planned as 256-byte aligned), then run with the real pointers */
 } gemm_case;
 
 /* Bit (m, n) of a ReLU bitmask as engine/backend.h lays it out (written out here, not taken from the kernels). */
@@ -213,6 +215,7 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     void *bias = bias_buf ? (char *)bias_buf + nbytes(gc->bias_dtype, boff) : NULL;
     /* the ReLU mask: written by RELU_AUX_BIAS (poisoned first), random input of DRELU_BGRAD (padding bits too) */
     const int uses_aux = mpt_epilogue_uses_aux(gc->ep), drelu = gc->ep == MPT_EPILOGUE_DRELU_BGRAD;
+    const int bgrad = gc->ep == MPT_EPILOGUE_BGRAD; /* trans_a = 1, alpha 1, C F32: bias gradient = sums of A over K */
     const size_t aux_bytes = uses_aux ? mpt_relu_aux_bytes(M, N) : 0;
     uint8_t *auxh = uses_aux ? xmalloc(aux_bytes) : NULL;
     for (size_t i = 0; i < aux_bytes; i++) auxh[i] = drelu ? (uint8_t)tests_int(&r, 0, 255) : 0x5a;
@@ -230,15 +233,22 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     gg.C = dC + nbytes(gc->c_dtype, coff);
     gg.bias = dbias ? (char *)dbias + nbytes(gc->bias_dtype, boff) : NULL;
     gg.aux = uses_aux ? dev_put(auxh, aux_bytes) : NULL;
-    gg.bias_grad = drelu ? dev_alloc((size_t)N * 4) : NULL;
-    reserve(gpu, gpu->gemm_workspace(gpu, &gg));
+    gg.bias_grad = drelu ? dev_alloc((size_t)N * 4) : bgrad ? dev_alloc((size_t)M * 4) : NULL;
+    mpt_gemm_args planned = gg;
+    if (gc->plan_unset) {
+        planned.A = planned.B = planned.bias = NULL;
+        planned.C = planned.aux = NULL;
+        planned.bias_grad = NULL;
+    }
+    reserve(gpu, gpu->gemm_workspace(gpu, &planned));
     gpu->gemm(gpu, &gg);
     void *Cg = xmalloc(nbytes(gc->c_dtype, M * N));
     dev_get(Cg, gg.C, nbytes(gc->c_dtype, M * N));
     uint8_t *auxg = uses_aux ? xmalloc(aux_bytes) : NULL;
-    float *dbg = drelu ? xmalloc((size_t)N * 4) : NULL;
+    const int64_t n_bgrad = drelu ? N : bgrad ? M : 0; /* bias gradient elements */
+    float *dbg = n_bgrad ? xmalloc((size_t)n_bgrad * 4) : NULL;
     if (uses_aux) dev_get(auxg, gg.aux, aux_bytes);
-    if (drelu) dev_get(dbg, gg.bias_grad, (size_t)N * 4);
+    if (n_bgrad) dev_get(dbg, gg.bias_grad, (size_t)n_bgrad * 4);
     /* CPU */
     void *Cc = host_dup((char *)C0 + nbytes(gc->c_dtype, coff), nbytes(gc->c_dtype, M * N));
     mpt_gemm_args gcpu = g;
@@ -247,7 +257,7 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
     gcpu.C = Cc;
     gcpu.bias = bias;
     gcpu.aux = uses_aux ? host_dup(auxh, aux_bytes) : NULL;
-    gcpu.bias_grad = drelu ? xmalloc((size_t)N * 4) : NULL;
+    gcpu.bias_grad = n_bgrad ? xmalloc((size_t)n_bgrad * 4) : NULL;
     reserve(cpu, cpu->gemm_workspace(cpu, &gcpu));
     cpu->gemm(cpu, &gcpu);
     int64_t mask_bad = 0, mask_zero = 0; /* RELU_AUX_BIAS: bits != [C > 0]; bits set where C rounded to 0 */
@@ -300,6 +310,16 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
             fprintf(stderr, "note: gemm %s: %lld mask bits set where the stored C rounded to 0 (cuBLASLt's rule)\n", tag,
                     (long long)mask_zero);
     }
+    if (bgrad) /* sums of the stored operand over K in any FP32 order (+ its TF32 rounding in tf32 mode, see
+                  test_gemm_bgrad_epilogue), from the bound of test_gemm_bgrad_epilogue */
+        for (int64_t i = 0; i < M; i++) {
+            double T = 0.0;
+            for (int64_t k = 0; k < K; k++) T += fabs(ld(gcpu.A, ab, k * M + i));
+            const double bound = 2.0 * (double)K * U32 * T + (gc->math == MPT_MATH_TF32 ? 0x1p-11 : 0.0) * T;
+            EXPECT(fabs((double)dbg[i] - (double)gcpu.bias_grad[i]) <= bound,
+                   "gemm %s (math %s): BGRAD bias gradient [%lld] GPU %.9g CPU %.9g, bound %.3g", tag,
+                   mpt_math_name(gc->math), (long long)i, (double)dbg[i], (double)gcpu.bias_grad[i], bound);
+        }
     if (drelu)
         for (int64_t j = 0; j < N; j++) /* each C element's GPU-CPU bound, plus FP32 summation over M in any order */
             EXPECT(fabs((double)dbg[j] - (double)gcpu.bias_grad[j]) <= db_bound[j],
@@ -311,12 +331,12 @@ static void run_gemm_case(const gemm_case *gc, uint64_t seed, const char *tag) {
         free(auxh);
         free(auxg);
     }
-    if (drelu) {
+    if (n_bgrad) {
         dev_free(gg.bias_grad);
         free(gcpu.bias_grad);
         free(dbg);
-        free(db_bound);
     }
+    free(db_bound);
     dev_free(dA);
     dev_free(dB);
     dev_free(dC);
@@ -481,6 +501,65 @@ START_TEST(test_gemm_rounding_model) {
     static const int64_t shapes[][3] = {{128, 512, 784}, {128, 84, 120}, {37, 23, 129}};
     for (int mi = 2; mi < 4; mi++)
         for (size_t si = 0; si < 3; si++) gemm_rounding_model(all_math[mi], shapes[si][0], shapes[si][1], shapes[si][2]);
+}
+END_TEST
+
+/* A direct cuBLASLt call refused at run time falls back to the two-step path, for every epilogue: each case runs on
+ * a CUDA backend of its own created with MPT_CUDA_GEMM_REFUSE_DIRECT=1 (every direct call is answered
+ * CUBLAS_STATUS_NOT_SUPPORTED before it runs), with the workspace reserved as a graph reserves it at build time
+ * (gemm_workspace() with the pointers unset, planned as 256-byte aligned) and operands one element off that
+ * alignment, so the call also takes the plan made at run time for the real alignment. The results must meet
+ * run_gemm_case's bounds against the FP64 reference and the CPU, and the record must say "(direct refused)" with
+ * an FP32 D. Without the fallback a refused call aborted (every epilogue but the ReLU-mask ones), and the
+ * two-step path's FP32 D did not fit the workspace reserved for a direct plan. */
+static mpt_backend *shared_gpu; /* the program's CUDA backend, while a test swaps in a backend of its own */
+
+static void restore_gpu(void) {
+    if (shared_gpu && gpu != shared_gpu) mpt_backend_free(&gpu);
+    if (shared_gpu) gpu = shared_gpu;
+    shared_gpu = NULL;
+}
+
+START_TEST(test_gemm_refused_direct_falls_back) {
+    static const struct {
+        mpt_epilogue ep;
+        mpt_math math;
+        int ta;
+        int64_t M, N, K;
+        const char *tag;
+    } cases[] = {
+        {MPT_EPILOGUE_NONE, MPT_MATH_FP32, 0, 61, 47, 95, "refused.none"},
+        {MPT_EPILOGUE_BIAS, MPT_MATH_TF32, 0, 128, 64, 96, "refused.bias"},
+        {MPT_EPILOGUE_RELU_BIAS, MPT_MATH_F16, 0, 33, 65, 100, "refused.relu_bias"},
+        {MPT_EPILOGUE_BGRAD, MPT_MATH_BF16, 1, 64, 40, 128, "refused.bgrad"},
+        {MPT_EPILOGUE_RELU_AUX_BIAS, MPT_MATH_F16, 0, 128, 133, 72, "refused.relu_aux_bias"},
+        {MPT_EPILOGUE_DRELU_BGRAD, MPT_MATH_BF16, 0, 128, 64, 96, "refused.drelu_bgrad"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("MPT_CUDA_GEMM_REFUSE_DIRECT", "1", 1);
+        mpt_backend *refusing = mpt_backend_cuda_create();
+        unsetenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
+        EXPECT(refusing != NULL, "a second CUDA backend: %s", mpt_last_error());
+        shared_gpu = gpu;
+        gpu = refusing;
+        const mpt_dtype t = operand_dtype(cases[i].math);
+        const int bgrad = cases[i].ep == MPT_EPILOGUE_BGRAD;
+        gemm_case c = {.math = cases[i].math, .ta = cases[i].ta, .M = cases[i].M, .N = cases[i].N, .K = cases[i].K,
+                       .c_dtype = bgrad ? MPT_DTYPE_F32 : t, .bias_dtype = t, .ep = cases[i].ep, .alpha = 1.0f,
+                       .beta = 0.0f, .misalign = 1, .plan_unset = 1};
+        run_gemm_case(&c, 300 + i, cases[i].tag);
+        int found = 0;
+        for (int r = 0; r < mpt_cuda_gemm_record_count(gpu); r++) {
+            mpt_cuda_gemm_record rec;
+            EXPECT(mpt_cuda_gemm_record_get(gpu, r, &rec), "record %d", r);
+            if (strcmp(rec.tag, cases[i].tag) != 0) continue;
+            found++;
+            EXPECT(strstr(rec.path, "(direct refused)") != NULL && strcmp(rec.d_type, "CUDA_R_32F") == 0,
+                   "%s: the refused call ran as '%s' with D %s", rec.tag, rec.path, rec.d_type);
+        }
+        EXPECT(found == 1, "%s: %d records", cases[i].tag, found);
+        restore_gpu();
+    }
 }
 END_TEST
 
@@ -2596,6 +2675,11 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tg, test_gemm_relu_epilogues);
     tcase_add_test(tg, test_gemm_rounding_model);
     suite_add_tcase(s, tg);
+    TCase *tf = tcase_create("gemm_fallback"); /* swaps in backends of its own: the teardown puts `gpu` back */
+    tcase_set_timeout(tf, 120);
+    tcase_add_checked_fixture(tf, NULL, restore_gpu);
+    tcase_add_test(tf, test_gemm_refused_direct_falls_back);
+    suite_add_tcase(s, tf);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv_all_modes);

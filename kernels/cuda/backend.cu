@@ -343,6 +343,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->device = MPT_DEVICE_CUDA;
 
     ctx->device = next_device;
+    const char *refuse = getenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
+    ctx->gemm_refuse_direct = refuse != NULL && strcmp(refuse, "1") == 0;
     cudaError_t e = cudaSetDevice(ctx->device);
     if (e != cudaSuccess)
         return create_failed(be, ctx, "cudaSetDevice(%d) failed: %s", ctx->device, mpt_cuda_describe(e));

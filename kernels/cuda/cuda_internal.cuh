@@ -107,6 +107,9 @@ typedef struct mpt_cuda_ctx {
     void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
     int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
     struct mpt_cuda_capture *capture; /* the recording in progress (graph.cu), or NULL */
+    int gemm_refuse_direct;      /* MPT_CUDA_GEMM_REFUSE_DIRECT=1 at creation: every direct cuBLASLt GEMM call is
+                                    treated as refused (CUBLAS_STATUS_NOT_SUPPORTED) before it runs, so the
+                                    fallback to the two-step path can be tested (gemm.cu, tests/test_cuda.c) */
 } mpt_cuda_ctx;
 
 static inline mpt_cuda_ctx *mpt_cuda_ctx_of(mpt_backend *be) { return (mpt_cuda_ctx *)be->ctx; }

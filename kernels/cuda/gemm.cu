@@ -35,8 +35,14 @@
  * applied before the rounding and the bias gradient summed by the bias_grad kernel over the stored C: the CPU
  * backend's rules. Differences of the direct path (engine/backend.h): cuBLASLt's mask most likely tests the FP32
  * value before rounding, and it sums the bias gradient in its own order, most likely over the unrounded values.
- * If a direct call with a ReLU-mask epilogue is refused at run time although the heuristic offered it, the plan
- * becomes two-step (said on stderr and in the record) instead of aborting; gemm_workspace reserves for both.
+ * If a direct call is refused at run time although the heuristic offered it (cublasLtMatmul returns
+ * CUBLAS_STATUS_NOT_SUPPORTED, _INVALID_VALUE or _ARCH_MISMATCH: nothing ran), whatever its epilogue (BIAS,
+ * RELU_BIAS, BGRADB, RELU_AUX_BIAS, DRELU_BGRAD or none), the plan becomes two-step for this and every later call
+ * of the configuration (said once on stderr, and in the GEMM record's path: "(direct refused)") instead of
+ * aborting. gemm_workspace reserves room for both paths of every GEMM: the refused call's fallback, and a call
+ * whose pointers turn out less aligned than the plan made at graph build time assumed (a new plan, built at run
+ * time within the reserved workspace, may then find no direct algorithm). MPT_CUDA_GEMM_REFUSE_DIRECT=1 (read when
+ * the backend is created) makes every direct call refused, for tests.
  *
  * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
  * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
@@ -477,18 +483,22 @@ static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
 
 /* ---- records ------------------------------------------------------------------------------------------ */
 
-/* The record's path: "cublasLt" (one call, cuBLASLt's epilogue), or the two-step path naming our epilogue. */
+/* The record's path: "cublasLt" (one call, cuBLASLt's epilogue), or the two-step path naming our epilogue, with
+ * " (direct refused)" when cuBLASLt refused the direct call at run time. */
 static const char *two_step_path(const gemm_plan *p) {
     if (p->direct) return "cublasLt";
+    const int r = p->direct_refused;
     switch (p->key.epilogue) {
-    case MPT_EPILOGUE_BGRAD: return "cublasLt D=F32 + epilogue kernel + bias_grad kernel";
+    case MPT_EPILOGUE_BGRAD:
+        return r ? "cublasLt D=F32 + epilogue kernel + bias_grad kernel (direct refused)"
+                 : "cublasLt D=F32 + epilogue kernel + bias_grad kernel";
     case MPT_EPILOGUE_RELU_AUX_BIAS:
-        return p->direct_refused ? "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel (direct refused)"
-                                 : "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel";
+        return r ? "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel (direct refused)"
+                 : "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel";
     case MPT_EPILOGUE_DRELU_BGRAD:
-        return p->direct_refused ? "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel (direct refused)"
-                                 : "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel";
-    default: return "cublasLt D=F32 + epilogue kernel";
+        return r ? "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel (direct refused)"
+                 : "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel";
+    default: return r ? "cublasLt D=F32 + epilogue kernel (direct refused)" : "cublasLt D=F32 + epilogue kernel";
     }
 }
 
@@ -603,9 +613,11 @@ size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     gemm_key k = make_key(a);
     gemm_plan *p = plan_get(mpt_cuda_ctx_of(be), &k, SIZE_MAX);
     size_t need = p->extra_bytes + p->algo_workspace;
-    /* room for the two-step path's FP32 D, should a direct ReLU-mask call be refused at run time */
+    /* Room for the two-step path's FP32 D, should the direct call be refused at run time, or the call's pointers be
+     * less aligned than this plan assumed (unset pointers count as 256-byte aligned) so that the plan made then
+     * has no direct algorithm. Its cuBLASLt call then gets what is left of the workspace (lt_limit). */
     size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
-    if (mpt_epilogue_uses_aux(a->epilogue) && two_step > need) need = two_step;
+    if (two_step > need) need = two_step;
     return need;
 }
 
@@ -633,8 +645,15 @@ static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p
     }
 }
 
-/* One direct call of plan p: 1 if cuBLASLt ran it; 0 if it refused a ReLU-mask epilogue (nothing ran; the caller
- * falls back), aborting on any other failure. */
+/* Whether a cublasLtMatmul status means that cuBLASLt declined the call before running anything (so the
+ * two-step path can run instead): an unsupported configuration, an argument it rejects (an alignment the chosen
+ * algorithm cannot take), an algorithm for another architecture. */
+static int direct_refusal(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE || s == CUBLAS_STATUS_ARCH_MISMATCH;
+}
+
+/* One direct call of plan p: 1 if cuBLASLt ran it; 0 if it refused it (direct_refusal: nothing ran; the caller
+ * falls back to the two-step path), aborting on any other failure. */
 static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, const mpt_gemm_args *a) {
     void *lt_ws = p->algo_workspace ? (char *)be->workspace + p->extra_bytes : NULL;
     if (p->epilogue == CUBLASLT_EPILOGUE_BGRADB || p->epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD)
@@ -648,14 +667,17 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
         MPT_CUBLAS_CHECK(
             cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof a->aux));
     /* cuBLASLt's A is our B and its B our A; C is updated in place (C and D share pointer and layout). */
-    cublasStatus_t s = cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C, p->ld,
-                                      a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
+    cublasStatus_t s = ctx->gemm_refuse_direct
+                           ? CUBLAS_STATUS_NOT_SUPPORTED
+                           : cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C,
+                                            p->ld, a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
     if (s == CUBLAS_STATUS_SUCCESS) return 1;
-    MPT_ASSERTF(mpt_epilogue_uses_aux(a->epilogue), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
+    MPT_ASSERTF(direct_refusal(s), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
                 mpt_cublas_describe(s));
     fprintf(stderr,
             "mptrain: warning: cuBLASLt refused %s for GEMM %s (%lldx%lldx%lld): %s; this configuration now runs as "
-            "cuBLASLt with an FP32 D plus our epilogue kernels (the same results, more launches)\n",
+            "cuBLASLt with an FP32 D plus our epilogue kernels (the CPU backend's epilogue rules, more launches; the "
+            "GEMM record's path says \"direct refused\")\n",
             epilogue_name(p->epilogue), a->tag ? a->tag : "(untagged)", (long long)a->M, (long long)a->N,
             (long long)a->K, mpt_cublas_describe(s));
     return 0;
