@@ -207,7 +207,7 @@ int mpt_cuda_library_versions(char *buf, size_t len) {
     return 1;
 }
 
-/* Data-parallel over NCCL. set_device and nccl_built work without a backend (no module: an error / 0); the
+/* Data-parallel over NCCL. set_device and nccl_available work without a backend (no module: an error / 0); the
  * rest take a CUDA backend or a communicator, which exist only if the module loaded. */
 mpt_status mpt_cuda_set_device(int ordinal) {
     const mpt_cuda_module_api *m = module();
@@ -217,9 +217,13 @@ mpt_status mpt_cuda_set_device(int ordinal) {
     return mpt_errorf(MPT_ERR_DEVICE, "no CUDA backend: %s", why);
 }
 
-int mpt_cuda_nccl_built(void) {
+int mpt_cuda_nccl_available(void) {
     const mpt_cuda_module_api *m = module();
-    return m ? m->nccl_built() : 0;
+    if (m) return m->nccl_available();
+    char why[4096];
+    no_module(why, sizeof why);
+    mpt_errorf(MPT_ERR_DEVICE, "no CUDA backend: %s", why);
+    return 0;
 }
 
 mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]) {

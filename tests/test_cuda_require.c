@@ -101,13 +101,89 @@ START_TEST(test_module_exports_only_its_entry) {
     ck_assert_msg(dlsym(h, "mpt_cuda_module_get") != NULL, "%s does not export mpt_cuda_module_get", m.path);
     static const char *const forwarded[] = {"mpt_backend_cuda_create", "mpt_cuda_available", "mpt_cuda_probe",
                                             "mpt_cuda_device_info", "mpt_cuda_set_device", "mpt_cuda_rng_uniform",
-                                            "mpt_cuda_nccl_built", "mpt_cuda_nccl_allreduce",
+                                            "mpt_cuda_nccl_available", "mpt_cuda_nccl_allreduce",
                                             "mpt_cuda_gemm_record_count", "mpt_cuda_library_versions"};
     for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
         ck_assert_msg(dlsym(h, forwarded[i]) == NULL,
                       "%s exports %s: the program's forwarder of that name would interpose it (engine/api.h.in, "
                       "MPT_BUILDING_CUDA_MODULE)", m.path, forwarded[i]);
     dlclose(h);
+}
+END_TEST
+
+/* NCCL is loaded lazily (kernels/cuda/nccl.cu): loading the CUDA module and probing the GPU map no libnccl, so a
+ * machine without NCCL runs the CUDA backend; the first data-parallel use (mpt_cuda_nccl_available) loads it. With
+ * the module linked against libnccl.so.2 (as it was) NCCL is mapped as soon as the module is. */
+START_TEST(test_module_loads_nccl_only_when_asked) {
+    mpt_cuda_module_state m;
+    if (!mpt_cuda_module_status(&m)) return; /* no module: nothing to check */
+    char why[512];
+    mpt_cuda_probe(why, sizeof why);
+    void *h = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+    ck_assert_msg(h == NULL, "libnccl.so.2 is mapped after loading %s and probing the GPU, before any data-parallel "
+                  "use: the module links NCCL instead of loading it when asked", m.path);
+#ifdef MPT_HAVE_NCCL
+    if (mpt_cuda_nccl_available()) { /* NCCL is installed here: now it is mapped */
+        h = dlopen("libnccl.so.2", RTLD_LAZY | RTLD_NOLOAD);
+        ck_assert_msg(h != NULL, "mpt_cuda_nccl_available() said yes, but no libnccl.so.2 is mapped");
+        dlclose(h);
+    } else {
+        ck_assert_msg(strstr(mpt_last_error(), "NCCL could not be loaded") != NULL, "no reason: %s", mpt_last_error());
+    }
+#else
+    ck_assert_int_eq(mpt_cuda_nccl_available(), 0);
+    ck_assert_msg(strstr(mpt_last_error(), "built without NCCL") != NULL, "the reason: %s", mpt_last_error());
+#endif
+}
+END_TEST
+
+/* A NCCL that cannot be found: mpt_cuda_nccl_available() says so, naming the file and the variable, and the module
+ * goes on working (its library report names NCCL's absence). */
+START_TEST(test_nccl_missing_is_reported) {
+    setenv("MPT_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", 1);
+    mpt_cuda_module_state m;
+    if (!mpt_cuda_module_status(&m)) return;
+    ck_assert_int_eq(mpt_cuda_nccl_available(), 0);
+#ifdef MPT_HAVE_NCCL
+    ck_assert_msg(strstr(mpt_last_error(), "/nonexistent/libnccl.so.2") && strstr(mpt_last_error(), "MPT_NCCL_LIBRARY"),
+                  "the reason does not name the file and MPT_NCCL_LIBRARY: %s", mpt_last_error());
+#endif
+    char versions[8192];
+    ck_assert(mpt_cuda_library_versions(versions, sizeof versions));
+    const char *line = strstr(versions, "  NCCL                ");
+    ck_assert_msg(line != NULL, "no NCCL line: %s", versions);
+    ck_assert_msg(strncmp(line + 22, "not ", 4) == 0, "NCCL is reported loaded: %s", versions);
+    char why[512];
+    ck_assert_int_ne(mpt_cuda_probe(why, sizeof why), MPT_CUDA_NOT_BUILT);
+    unsetenv("MPT_NCCL_LIBRARY");
+}
+END_TEST
+
+/* The module's library report (mptrain info): for each CUDA library the version loaded at run time, then on the next
+ * line the file it came from, which must exist (realpath of the loaded object); NCCL's too when it is loadable. */
+START_TEST(test_library_files_are_reported) {
+    mpt_cuda_module_state m;
+    if (!mpt_cuda_module_status(&m)) return;
+    char versions[8192];
+    ck_assert(mpt_cuda_library_versions(versions, sizeof versions));
+    static const char *const libs[] = {"CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "NCCL"};
+    for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "  %-20s", libs[i]);
+        const char *line = strstr(versions, key);
+        ck_assert_msg(line != NULL, "no %s line: %s", libs[i], versions);
+        if (strcmp(libs[i], "NCCL") == 0 && (!mpt_cuda_nccl_available() || strstr(line, "not ") == line + 22))
+            continue; /* not loadable here (its line says why), or not built in */
+        const char *next = strchr(line, '\n');
+        ck_assert_msg(next && strncmp(next + 1, "                      /", 23) == 0,
+                      "%s: no file on the line after its version: %s", libs[i], versions);
+        char path[4096];
+        size_t n = strcspn(next + 23, "\n");
+        ck_assert(n < sizeof path);
+        memcpy(path, next + 23, n);
+        path[n] = '\0';
+        ck_assert_msg(access(path, F_OK) == 0, "%s: the file reported, %s, does not exist", libs[i], path);
+    }
 }
 END_TEST
 
@@ -167,6 +243,9 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_module_loads_where_built);
     tcase_add_test(tc, test_module_exports_only_its_entry);
+    tcase_add_test(tc, test_module_loads_nccl_only_when_asked);
+    tcase_add_test(tc, test_nccl_missing_is_reported);
+    tcase_add_test(tc, test_library_files_are_reported);
     tcase_add_test(tc, test_backend_create_returns);
     tcase_add_test(tc, test_skip_or_fail);
     suite_add_tcase(s, tc);

@@ -6,8 +6,9 @@
  * this build configured it, which file was loaded or why none could be), then whether a GPU is usable
  * (engine/backend.h mpt_cuda_available) with its details (mpt_cuda_device_info: compute capability, SMs,
  * memory, Tensor Core precisions). Library versions come from each library's own get-version call (so they
- * say what is loaded at run time, next to what the build compiled against): the CUDA libraries through the
- * module (mpt_cuda_library_versions), OpenBLAS's openblas_get_config / openblas_get_corename /
+ * say what is loaded at run time, next to what the build compiled against): the CUDA libraries (CUDA runtime and
+ * driver, cuBLASLt, cuDNN, cuRAND, NCCL) through the module (mpt_cuda_library_versions), each with the file it was
+ * loaded from, in a section of their own; OpenBLAS's openblas_get_config / openblas_get_corename /
  * openblas_get_num_threads. None of them needs a GPU. Last, the state of NVIDIA_TF32_OVERRIDE, which turns
  * TF32 off in cuBLAS/cuDNN and, in mptrain, in the CPU emulation too (engine/amp/policy.h).
  */
@@ -92,9 +93,12 @@ int mpt_cmd_info(int argc, char **argv) {
     printf("  cpu   built: yes; loadable: yes (part of mptrain); usable: yes (Tensor Core numerics emulated)\n");
     int gpu = print_cuda_backend();
     printf("  --device auto will train on %s.\n", gpu ? "the GPU (cuda)" : "the CPU backend");
+    char versions[8192];
+    if (mpt_cuda_library_versions(versions, sizeof versions)) {
+        printf("cuda libraries (loaded by the CUDA module: the version found at run time, then its file):\n");
+        fputs(versions, stdout);
+    }
     printf("libraries:\n");
-    char versions[2048];
-    if (mpt_cuda_library_versions(versions, sizeof versions)) fputs(versions, stdout);
     const char *coretype = getenv("OPENBLAS_CORETYPE");
     printf("  OpenBLAS            %s\n", openblas_get_config());
     printf("                      core %s, %d thread(s) (OPENBLAS_NUM_THREADS or --threads to change)\n",

@@ -408,16 +408,21 @@ mpt_status mpt_dist_select_gpu(mpt_dist *d) {
 }
 
 /* llm.c's bootstrap: rank 0 makes the NCCL id, MPI_Bcast hands it out, every rank joins with ncclCommInitRank.
- * Rank 0's failure is broadcast first, so no rank waits in ncclCommInitRank for it. */
+ * First every rank loads NCCL (the module loads it lazily) and the ranks agree that all could, then rank 0's
+ * failure to make the id is broadcast: no rank waits in ncclCommInitRank for a rank that will never join. */
 static mpt_status nccl_bootstrap(mpt_dist *d, mpt_trainer *t, int64_t n) {
-    if (!mpt_cuda_nccl_built())
-        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel on the CUDA backend needs NCCL, and this libmptrain-cuda.so "
-                                          "was built without it: install NCCL (libnccl2 libnccl-dev, or the CUDA "
-                                          "toolkit's copy), reconfigure with -Dnccl=enabled and rebuild; or use "
-                                          "--device cpu");
+    int loaded = mpt_cuda_nccl_available(), all_loaded = 0, rc;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", loaded ? "" : mpt_last_error());
+    if ((rc = MPI_Allreduce(&loaded, &all_loaded, 1, MPI_INT, MPI_MIN, d->comm)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Allreduce (NCCL loaded on every rank)");
+    if (!loaded)
+        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel on the CUDA backend needs NCCL (or use --device cpu): %s", why);
+    if (!all_loaded)
+        return mpt_errorf(MPT_ERR_DEVICE, "data-parallel: another rank could not load NCCL (its error names why)");
     unsigned char id[MPT_NCCL_ID_BYTES];
     memset(id, 0, sizeof id);
-    int ok = d->rank != 0 || mpt_cuda_nccl_unique_id(id) == MPT_OK, rc;
+    int ok = d->rank != 0 || mpt_cuda_nccl_unique_id(id) == MPT_OK;
     if ((rc = MPI_Bcast(&ok, 1, MPI_INT, 0, d->comm)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Bcast (NCCL status)");
     if (!ok)
         return d->rank == 0 ? mpt_errorf(MPT_ERR_DEVICE, "data-parallel: %s", mpt_last_error())

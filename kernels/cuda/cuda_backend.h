@@ -97,8 +97,10 @@ typedef struct mpt_cuda_module_state {
  * the install prefix. Returns out->loadable. Thread-safe. */
 int mpt_cuda_module_status(mpt_cuda_module_state *out);
 
-/* The CUDA libraries the module loaded, one indented line each (versions at run time and at build time) and
- * the GPU code it holds, into buf (host, len bytes). Returns 1, or 0 (buf untouched) without a loadable
+/* The CUDA libraries the module loaded (CUDA runtime, driver, cuBLASLt, cuDNN, cuRAND, and NCCL, which this call
+ * loads if nothing did yet), each as an indented line with the version at run time (and at build time), then a
+ * line with the file it was loaded from (realpath; NCCL's reason when it cannot be loaded), and the GPU code the
+ * module holds, into buf (host, len bytes; 8 KiB is ample). Returns 1, or 0 (buf untouched) without a loadable
  * module. Needs no GPU. */
 int mpt_cuda_library_versions(char *buf, size_t len);
 
@@ -138,9 +140,11 @@ typedef struct mpt_nccl_comm mpt_nccl_comm; /* one rank's NCCL communicator */
 /* The GPU the next mpt_backend_cuda_create uses (default 0): one GPU per data-parallel rank, ordinal = the
  * rank's index on its node. MPT_ERR_DEVICE, naming the GPUs visible, when the ordinal does not exist. */
 mpt_status mpt_cuda_set_device(int ordinal);
-/* 1 if the module was built with NCCL (Meson feature 'nccl'), else 0 (the functions below then fail with
- * MPT_ERR_DEVICE saying how to get it). 0 without a loadable module. */
-int mpt_cuda_nccl_built(void);
+/* 1 if the module was built with NCCL (Meson feature 'nccl') and NCCL's library could be loaded: the first call
+ * dlopen()s it ($MPT_NCCL_LIBRARY, else libnccl.so.2 on the loader's path; the module does not link it, so the
+ * CUDA backend runs without it). Otherwise 0, with the reason (not built in, or the loader's error) and how to get
+ * it in mpt_last_error(); the functions below then fail with MPT_ERR_DEVICE. 0 without a loadable module. */
+int mpt_cuda_nccl_available(void);
 /* id (host, MPT_NCCL_ID_BYTES) = a fresh ncclGetUniqueId: rank 0 makes it, every rank receives it. */
 mpt_status mpt_cuda_nccl_unique_id(unsigned char id[MPT_NCCL_ID_BYTES]);
 /* *out = this rank's communicator (ncclCommInitRank on be's GPU; collective over the nranks ranks) with device

@@ -259,4 +259,8 @@ void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, 
 void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
 
+/* nccl.cu: NCCL's version at run time (and the header's) into version, and the file it was loaded from into file
+ * ("" when it is not loadable: version then says why). Loads NCCL if it was not yet. For `mptrain info`. */
+void mpt_cuda_nccl_describe(char *version, size_t vlen, char *file, size_t flen);
+
 #endif

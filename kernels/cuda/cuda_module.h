@@ -43,7 +43,7 @@ typedef struct mpt_cuda_module_api {
     void (*library_versions)(char *buf, size_t len);
     /* Data-parallel over NCCL (kernels/cuda/nccl.cu). */
     mpt_status (*set_device)(int ordinal);
-    int (*nccl_built)(void);
+    int (*nccl_available)(void);
     mpt_status (*nccl_unique_id)(unsigned char id[MPT_NCCL_ID_BYTES]);
     mpt_status (*nccl_comm_create)(mpt_backend *be, mpt_nccl_comm **out, const unsigned char id[MPT_NCCL_ID_BYTES],
                                    int nranks, int rank, int64_t max_elems);
