@@ -1,405 +1,679 @@
 #!/usr/bin/env bash
-# bench/gpu.sh - everything a GPU machine is needed for, in one command (issue 12, part C):
+# bench/gpu.sh - everything a GPU machine is needed for, in one command that fits a short lease (issues 12, 20).
 #
-#   1. build    a release build in build-gpu (-Dgpu_arch=80,90, cuDNN from MPT_CUDNN_ROOT)
-#   2. test     the cuda suite with MPT_REQUIRE_CUDA=1: no usable GPU is a failure, never a skip
-#   3. info     mptrain info (device, driver, libraries)
-#   4. compare  mptrain compare --device cuda of mlp and lenet5 on real Fashion-MNIST in fp32, tf32, fp16, bf16
-#   5. graph    the step as one CUDA Graph (docs/benchmarks.md, "GPU: the step graph"): mptrain train --model mlp
-#               --precision fp16 --batch-size 128 (469 steps an epoch) with --cuda-graph on and off, alternating,
-#               --repeats times; median epoch time by CUDA events after the first epoch (which records the graph),
-#               the host clock beside it; the two runs' metrics.csv must be identical (bit-identical losses and
-#               scales), else the stage fails
-#   6. bench    bench/run.sh gpu: mptrain against PyTorch 2.x on the same GPU (fp32 with TF32 off, tf32, fp16 +
-#               GradScaler, bf16 autocast; both sides timed with CUDA events, median of the epochs after the first
-#               per run, medians over repeats; the host clock beside it)
-#   7. results  gpu-<date>.md: the GPU, driver, CUDA/cuDNN/PyTorch versions, the commands, the cuda suite's
-#               result with its CPU-vs-GPU agreement lines, the compare tables and the benchmark summary, ready
-#               to be committed as bench/results/gpu-<date>.md
+# Two halves:
+#   bench/gpu.sh --prebuild   HERE, on a development machine with the GPU machine's nvcc (13.0): builds what a GPU run
+#                             executes (release, -Dgpu_arch=80,90, no MPI/GSL/man: tools/mptrain, the cuda suite's
+#                             programs, the CUDA module) in build-gpu-pre/ and packs .gpu-carry/ (ignored by git):
+#                             those files, runtime-libs.tar.gz (the libraries they load that a bare GPU image lacks:
+#                             OpenBLAS, libgfortran, libquadmath, jansson, subunit, found by ldd), Fashion-MNIST's four
+#                             files, debs/ (Debian runtime + dev packages, only for a fallback build there) and
+#                             MANIFEST. Prints the bytes that travel (tracked files + .gpu-carry; a device call takes
+#                             64 MiB) and the device call to make.
+#   bench/gpu.sh [options]    THERE, from the project root. Prebuilt mode (a .gpu-carry/ with its MANIFEST): nothing is
+#                             compiled unless the prebuilt CUDA module cannot load; then only the module is built (or,
+#                             if the prebuilt mptrain cannot start, what the run executes), with -Dgpu_arch=90, from
+#                             the carried dev packages. Build mode (no carry, or --build: a GPU machine of your own
+#                             with mptrain's build dependencies): a release build in build-gpu first.
 #
-# Usage (from the project root, on the GPU machine, after ../shared/gpu/prepare.sh filled .gpu/ here):
-#   bench/gpu.sh [--quick] [--stages LIST] [--epochs N] [--repeats R] [--limit S] [--out DIR] [--dry-run]
-#     --stages LIST  comma-separated subset of build,test,info,compare,graph,bench (default: all; results always run),
-#                    run build first, then in the order listed (what matters most first: a --limit cuts the last);
-#                    include build in every call: a device machine goes back 30 s after a call, and the next one
-#                    starts bare (build-gpu is not carried). bench/README.md gives the two-call recipe
-#     --epochs N     epochs of compare and of each benchmark run (default 3)
-#     --repeats R    benchmark repeats, mptrain and PyTorch alternating (default 2)
-#     --quick        compare and bench with 1 epoch and 1 repeat (a smoke run; bench/README.md gives estimates)
-#     --limit S      stop every step S - 30 seconds after the start (timeout(1)), so the results page and the
-#                    archive are written before a command limit of S seconds; what a stopped stage finished is
-#                    kept (a stopped bench is summarised from its finished runs). Default 570 when $OUT is set (the
-#                    device tool, 600 s per command), else 0 (no limit)
-#     --out DIR      where everything goes (default $OUT, the device tool's folder, else runs/gpu-<UTC time>)
-#     --dry-run      print each selected stage's commands and estimated duration, and the total; run nothing
-# What comes back from a device machine is at most 8 files, two folders deep: DIR receives gpu.log (all output),
-# test_cuda.log, info.txt, gpu-<date>.md and gpu-runs.tar.gz (every run directory without its checkpoints); all
-# of it stays in runs/gpu-<UTC time>/ too.
+# Stages, in this order, each under its own limit inside one total budget (default 420 s: a 15-minute device lease
+# holds one such call plus a start and a short rerun; device tool: timeout_s = budget + 60):
+#   machine  GPU, driver, CUDA, cuDNN, PyTorch, CPU, OpenBLAS core (machine.txt)
+#   setup    unpack runtime-libs.tar.gz; the library path of mptrain and the tests: the carried libraries, the CUDA
+#            toolkit's lib64, then every nvidia/*/lib folder of the Python's pip wheels (cuDNN, NCCL, cuBLAS, ...)
+#   build    build mode only: meson + ninja in build-gpu (-Dgpu_arch=${GPU_ARCH:-80,90})
+#   info     mptrain info: the device, and each CUDA library's version with the file it came from; the fallback
+#            build when the prebuilt module does not load
+#   test     the cuda suite, one process per Check test case (CK_RUN_CASE; test cases and their timeouts read from
+#            tests/*.c), each under its own limit (its tcase_set_timeout, at most --tcase-timeout), TAP lines
+#            line-buffered into one log per case (a killed case keeps what it printed); every case at once except
+#            `timing`, which runs alone after the others (it times the GPU)
+#   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off: the two runs'
+#            metrics.csv must be identical; median epoch time by CUDA events after the first epoch
+#   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
+#   bench    bench/run.sh gpu: mptrain against PyTorch (1 repeat by default), with what is left of the budget
+# A process that runs past its limit is diagnosed before it is killed: the stacks of all its threads (cuda-gdb or
+# gdb when the machine has one), each thread's /proc wchan, its shared objects, nvidia-smi (<log>.stacks); then TERM,
+# and KILL 5 s later. After every stage the output folder gets summary.txt, the results page gpu-<date>.md and
+# gpu-runs.tar.gz (every log and run directory, checkpoints left out) rewritten; gpu.log is written as it goes. So a
+# run killed from outside still returns all that finished. Files there: gpu.log, summary.txt, machine.txt, info.txt,
+# gpu-<date>.md, gpu-runs.tar.gz (a device call returns at most 8 files).
 #
-# Environment: PYTHON (default: python3 on PATH, which must import torch with CUDA), MPT_DATA and
-# MPT_CUDNN_ROOT (set by .gpu/device-env.sh, sourced here when present), GPU_ARCH (default 80,90).
-# Every stage prints its start and elapsed time; a failing stage is reported and the next ones still run (a GPU
-# lease is short: collect everything), and the script exits 1 at the end naming the stages that failed.
+# Usage: bench/gpu.sh --prebuild | [--stages LIST] [--budget S] [--epochs N] [--repeats R] [--tcase-timeout S]
+#                                  [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
+#   --prebuild         build and pack .gpu-carry here (nothing else; see above)
+#   --stages LIST      comma-separated subset of info,test,graph,compare,bench (default all; always in that order;
+#                      machine and setup always run, build in build mode)
+#   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
+#                      info 30 (+ 240 for a fallback build), test 150, graph 45, compare 75, bench what is left; 15 s
+#                      are kept for the results. A stage never starts a process it has no time for
+#   --epochs N         epochs of compare and of each benchmark run (default 3; the graph stage: at least 2)
+#   --repeats R        benchmark repeats, mptrain and PyTorch alternating (default 1)
+#   --tcase-timeout S  cap of each test case's limit (default 110: the H200 ran the whole suite in 33 s)
+#   --quick            compare and bench with 1 epoch (graph 2)
+#   --carry DIR        the carried folder (default .gpu-carry); --build ignores it
+#   --out DIR          where results go (default $OUT, the device tool's folder, else runs/gpu-<UTC time>)
+#   --dry-run          print the plan (mode, stages, limits, expected seconds, commands) and run nothing
+# Environment: PYTHON (python3 on PATH: a Python whose PyTorch has CUDA), CUDA_HOME (/usr/local/cuda), MPT_DATA,
+# OPENBLAS_CORETYPE (unset: set here from /proc/cpuinfo's flags, SkylakeX or Haswell, because OpenBLAS 0.3.21's
+# DYNAMIC_ARCH took a VM's masked CPUID for "Prescott", its slowest kernels; set it empty to let OpenBLAS choose).
+# Exit status: 0 when every stage passed, 1 naming the failed stages, 2 for a usage error.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
-T0=$(date +%s)
+T0=$SECONDS
 ARGS="$*"
 
-say() { printf '==> [%4ds] %s\n' "$(($(date +%s) - T0))" "$*"; }
+say() { printf '==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
-usage() { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-STAGES=build,test,info,compare,graph,bench EPOCHS=3 REPEATS=2 QUICK=0 DEST=${OUT:-} DRY_RUN=0 LIMIT=
-RESERVE=30 # seconds kept after --limit's stop for the results page and the archive
+STAGES=info,test,graph,compare,bench EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420 TCASE_CAP=110
+CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
     case "$1" in
+        --prebuild) PREBUILD=1; shift ;;
         --stages) need_value "$@"; STAGES=$2; shift 2 ;;
+        --budget | --limit) need_value "$@"
+            [[ "$2" =~ ^[0-9]+$ ]] || die "option '$1': expected seconds (0 = no limit), found '$2'"
+            BUDGET=$2; shift 2 ;;
         --epochs) need_value "$@"; is_int "$1" "$2"; EPOCHS=$2; shift 2 ;;
         --repeats) need_value "$@"; is_int "$1" "$2"; REPEATS=$2; shift 2 ;;
+        --tcase-timeout) need_value "$@"; is_int "$1" "$2"; TCASE_CAP=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
-        --limit) need_value "$@"; [[ "$2" =~ ^[0-9]+$ ]] || die "option '$1': expected seconds (0 = no limit), found '$2'"
-            LIMIT=$2; shift 2 ;;
-        --dry-run) DRY_RUN=1; shift ;;
+        --carry) need_value "$@"; CARRY=$2; shift 2 ;;
+        --build) FORCE_BUILD=1; shift ;;
         --out) need_value "$@"; DEST=$2; shift 2 ;;
+        --dry-run) DRY_RUN=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) usage >&2; die "unknown option '$1'" ;;
     esac
 done
 IFS=, read -r -a STAGE_LIST <<<"$STAGES"
 for s in "${STAGE_LIST[@]}"; do
-    case "$s" in build | test | info | compare | graph | bench) ;; *) die "--stages: expected names from build,test,info,compare,graph,bench, found '$s'" ;; esac
+    case "$s" in info | test | graph | compare | bench) ;;
+        *) die "--stages: expected names from info,test,graph,compare,bench, found '$s'" ;; esac
 done
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
-[ "$QUICK" = 1 ] && EPOCHS=1 REPEATS=1
-if [ -z "$LIMIT" ]; then LIMIT=0; [ -n "${OUT:-}" ] && LIMIT=570; fi
-[ "$LIMIT" = 0 ] || [ "$LIMIT" -gt $((RESERVE + 60)) ] || die "--limit $LIMIT: expected 0 or more than $((RESERVE + 60)) seconds"
-GE=$((EPOCHS < 2 ? 2 : EPOCHS)) # epochs of each graph-stage run: the first is left out of its median
-# The stages in the order they run: build first, then as --stages lists them.
-ORDER=()
-want build && ORDER+=(build)
-for s in "${STAGE_LIST[@]}"; do
-    [ "$s" = build ] && continue
-    [[ " ${ORDER[*]} " == *" $s "* ]] || ORDER+=("$s")
-done
+[ "$QUICK" = 1 ] && EPOCHS=1
+[ "$BUDGET" = 0 ] || [ "$BUDGET" -ge 120 ] || die "--budget $BUDGET: expected 0 (no limit) or at least 120 seconds"
+GE=$((EPOCHS < 2 ? 2 : EPOCHS)) # epochs of each graph run: the first is left out of its median
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+case "$CARRY" in /*) ;; *) CARRY=$ROOT/$CARRY ;; esac
+# The cuda suite's programs: the 'cuda' entries of tests/meson.build.
+CUDA_PROGRAMS=$(sed -n "s/^ *\['\(test_[a-z_]*\)', *'cuda', *[0-9]*\],.*/\1/p" tests/meson.build | tr '\n' ' ')
+PRE_TARGETS=(tools/mptrain kernels/cuda/libmptrain-cuda.so)
+for p in $CUDA_PROGRAMS; do PRE_TARGETS+=("tests/$p"); done
 
-# Estimated seconds of a stage as "low high", from what it runs (process start-up, epochs, runs); not measured:
-# no GPU run has timed these stages yet (the results page's "Stage times" are the measurements to plan with).
-#   build    meson setup + ninja with nvcc for sm_80, sm_90 and PTX on the machine's cores (2.5 min here on 2 cores)
-#   test     the cuda suite: GEMM/conv checks, 20-step e2e runs of 3 models x 4 precisions on both backends, the
-#            graph cases, resume and telemetry
-#   compare  2 models, each one process of 4 precisions x EPOCHS epochs (469 steps, then the test set):
-#            5-15 s start-up (cuDNN, data), 1-4 s per precision-epoch
-#   graph    2 x REPEATS processes of GE mlp epochs: 4-10 s start-up each, up to 1 s per epoch
-#   bench    8 x REPEATS mptrain runs (3-8 s start-up + 0.1-1 s per epoch) and as many PyTorch runs (6-12 s for
-#            import torch, CUDA and 30 warm-up steps + 0.5-2 s per eager epoch), 10-30 s of machine facts
-estimate() {
-    local runs=$((8 * REPEATS))
-    case "$1" in
-        build) echo "60 180" ;;
-        test) echo "60 240" ;;
-        info) echo "2 10" ;;
-        compare) echo "$((2 * (5 + 4 * EPOCHS))) $((2 * (15 + 16 * EPOCHS)))" ;;
-        graph) echo "$((2 * REPEATS * 4 + 2 * REPEATS * GE / 10)) $((2 * REPEATS * (10 + GE)))" ;;
-        bench) echo "$((10 + runs * 9 + runs * EPOCHS * 6 / 10)) $((30 + runs * (20 + 3 * EPOCHS)))" ;;
-    esac
-}
-stage_command() {
-    case "$1" in
-        build) echo "meson setup build-gpu --buildtype=release -Dgpu_arch=${GPU_ARCH:-80,90} -Dcuda=enabled; ninja -C build-gpu" ;;
-        test) echo "meson test -C build-gpu --suite cuda (MPT_REQUIRE_CUDA=1)" ;;
-        info) echo "mptrain info" ;;
-        compare) echo "mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
-        graph) echo "mptrain train --model mlp --precision fp16 --epochs $GE --device cuda --cuda-graph on|off, $REPEATS repeat(s)" ;;
-        bench) echo "bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5" ;;
-    esac
-}
-if [ "$DRY_RUN" = 1 ]; then
-    printf 'bench/gpu.sh --dry-run: stages %s, epochs %s, repeats %s, --limit %s s (0: none); nothing is run.
-' \
-        "$STAGES" "$EPOCHS" "$REPEATS" "$LIMIT"
-    lo_sum=0 hi_sum=0
-    for s in "${ORDER[@]}"; do
-        read -r lo hi <<<"$(estimate "$s")"
-        lo_sum=$((lo_sum + lo)) hi_sum=$((hi_sum + hi))
-        printf '  %-8s %4d-%4d s  %s\n' "$s" "$lo" "$hi" "$(stage_command "$s")"
+# ================================ --prebuild: here =================================================================
+if [ "$PREBUILD" = 1 ]; then
+    command -v meson >/dev/null && command -v ninja >/dev/null || die "--prebuild needs meson and ninja (./run build installs them)"
+    [ -x "$CUDA_HOME/bin/nvcc" ] || die "--prebuild needs nvcc ($CUDA_HOME/bin/nvcc): the GPU machine runs what is compiled here"
+    PRE=build-gpu-pre
+    opts=(--buildtype=release -Dgpu_arch="${GPU_ARCH:-80,90}" -Dcuda=enabled -Dgsl=disabled -Dmpi=disabled -Dman=disabled)
+    say "prebuild: meson setup $PRE ${opts[*]}"
+    if [ -f "$PRE/build.ninja" ]; then meson setup --reconfigure "$PRE" "${opts[@]}" >/dev/null || die "meson setup --reconfigure $PRE failed"
+    else meson setup "$PRE" "${opts[@]}" >/dev/null || die "meson setup $PRE failed"; fi
+    say "prebuild: ninja -C $PRE ${PRE_TARGETS[*]}"
+    ninja -C "$PRE" "${PRE_TARGETS[@]}" || die "ninja failed"
+    NEW=$CARRY.new
+    rm -rf "$NEW"
+    mkdir -p "$NEW/build/tools" "$NEW/build/tests" "$NEW/build/kernels/cuda" "$NEW/data" "$NEW/debs" "$NEW/libs" || die "cannot create $NEW"
+    for t in "${PRE_TARGETS[@]}"; do cp "$PRE/$t" "$NEW/build/$t" || die "cannot copy $PRE/$t"; done
+    # The libraries the binaries load, minus what every GPU image has (glibc, libgcc_s, libstdc++, zlib) and the CUDA
+    # libraries (the GPU machine's own: toolkit or pip wheels).
+    ldd "$NEW"/build/tools/mptrain "$NEW"/build/tests/* "$NEW"/build/kernels/cuda/*.so | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+        while read -r soname path; do
+            case "$soname" in
+                ld-linux* | libc.so* | libm.so* | libdl.so* | libpthread.so* | librt.so* | libgcc_s.so* | libstdc++.so* | libz.so*) continue ;;
+                libcuda* | libcublas* | libcurand* | libcudnn* | libnccl* | libnv*) continue ;;
+            esac
+            case "$path" in "$CUDA_HOME"/* | /usr/local/cuda*) continue ;; esac
+            cp -L "$path" "$NEW/libs/$soname" || exit 1
+        done || die "cannot copy the runtime libraries"
+    tar -C "$NEW/libs" -czf "$NEW/runtime-libs.tar.gz" . && rm -rf "$NEW/libs" || die "cannot pack the runtime libraries"
+    data=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        if [ -f "$data/$f.gz" ]; then cp "$data/$f.gz" "$NEW/data/"; elif [ -f "$data/$f" ]; then gzip -c "$data/$f" >"$NEW/data/$f.gz"
+        else die "no $data/$f(.gz): apt-get install dataset-fashion-mnist, or set MPT_DATA"; fi
     done
-    printf '  %-8s %4d-%4d s  (%d-%d min; estimates from what each stage runs, not measurements)\n' total \
-        "$lo_sum" "$hi_sum" $(((lo_sum + 59) / 60)) $(((hi_sum + 59) / 60))
-    if [ "$LIMIT" -gt 0 ] && [ "$hi_sum" -gt $((LIMIT - RESERVE)) ]; then
-        printf '  the high estimate passes --limit %s s less %s s: a step still running then is stopped, and what\n' \
-            "$LIMIT" "$RESERVE"
-        printf '  finished is kept; split the stages over two calls (bench/README.md) or lower --epochs/--repeats\n'
+    # For a fallback build there (the prebuilt module does not load): the build dependencies as Debian packages.
+    debs="check libsubunit0 libsubunit-dev libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5
+          libquadmath0 zlib1g-dev libjansson4 libjansson-dev"
+    # shellcheck disable=SC2086
+    if ! (cd "$NEW/debs" && apt-get download $debs >/dev/null 2>&1); then
+        rm -f "$NEW"/debs/*.deb
+        say "prebuild: apt-get download failed: the carry has no packages for a fallback build there"
     fi
+    {
+        printf 'commit: %s%s\n' "$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
+            "$([ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' + uncommitted changes')"
+        printf 'built: %s on %s (%s)\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(hostname)" "$(. /etc/os-release && echo "$PRETTY_NAME")"
+        printf 'nvcc: %s\n' "$("$CUDA_HOME/bin/nvcc" --version | grep -o 'release [0-9.]*, V[0-9.]*')"
+        printf 'meson options: %s\n' "${opts[*]}"
+        printf 'needs glibc: %s\n' "$(objdump -T "$NEW"/build/tools/mptrain "$NEW"/build/tests/* "$NEW"/build/kernels/cuda/*.so 2>/dev/null |
+            grep -oE 'GLIBC_[0-9.]+' | sort -Vu | tail -n 1)"
+        printf 'programs: %s\n' "$CUDA_PROGRAMS"
+        printf 'runtime libraries: %s\n' "$(tar -tzf "$NEW/runtime-libs.tar.gz" | grep -v '/$' | sed 's|^\./||' | tr '\n' ' ')"
+        printf 'fallback packages: %s\n' "$(cd "$NEW/debs" && ls ./*.deb 2>/dev/null | sed 's|^\./||' | tr '\n' ' ')"
+        (cd "$NEW" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum)
+    } >"$NEW/MANIFEST"
+    rm -rf "$CARRY" && mv "$NEW" "$CARRY" || die "cannot replace $CARRY"
+    tracked=$(git ls-files -z | xargs -0 cat 2>/dev/null | wc -c)
+    carried=$(du -sb "$CARRY" | cut -f1)
+    say "prebuild: $CARRY: $(sed -n 's/^commit: //p' "$CARRY/MANIFEST"), $carried bytes"
+    printf 'travel: %d bytes (tracked %d + %s %d) of 67108864\n' $((tracked + carried)) "$tracked" "${CARRY#"$ROOT"/}" "$carried"
+    [ $((tracked + carried)) -le 67108864 ] || die "the carry passes the device tool's 64 MiB"
+    printf 'device call: carry ["%s"], timeout_s %d, command: bench/gpu.sh\n' "${CARRY#"$ROOT"/}" $((BUDGET + 60))
     exit 0
 fi
 
+# ================================ the plan =========================================================================
+MODE=build
+if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
+RESERVE=15    # seconds kept at the end for the results page and the archive
+TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
+declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=150 [graph]=45 [compare]=75 [bench]=0)
+# Expected seconds: test, graph, compare and bench from the H200 run of ../shared/gpu/first-run.sh on 2026-11-26
+# (the same programs: suite 33 s, graph on/off 3 s, compare of mlp and lenet5 at 2 epochs 7 s, 8 PyTorch pairs at 3
+# epochs 109 s), scaled by epochs and repeats; the others are estimates.
+declare -A EXPECT=([machine]=5 [setup]=3 [build]=150 [info]=3 [test]=33 [graph]=$((GE + 1)) [compare]=$((1 + 3 * EPOCHS))
+                   [bench]=$((1 + 36 * REPEATS * EPOCHS)))
+ORDER=(machine setup)
+[ "$MODE" = build ] && ORDER+=(build)
+for s in info test graph compare bench; do want "$s" && ORDER+=("$s"); done
+
+# The test cases of the cuda suite: "program tcase seconds" per line, from tests/<program>.c (TCase *v =
+# tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP.
+tcases() {
+    local p
+    for p in $CUDA_PROGRAMS; do
+        [ -f "tests/$p.c" ] || continue
+        awk -v prog="$p" -v cap="$TCASE_CAP" '
+            match($0, /TCase \*[A-Za-z_0-9]+ *= *tcase_create\("[^"]*"\)/) {
+                s = substr($0, RSTART, RLENGTH); v = s; sub(/^TCase \*/, "", v); sub(/ *=.*/, "", v)
+                n = s; sub(/^[^"]*"/, "", n); sub(/".*/, "", n); name[v] = n; order[++k] = v; t[v] = 60 }
+            match($0, /tcase_set_timeout\([A-Za-z_0-9]+, *[0-9]+\)/) {
+                s = substr($0, RSTART, RLENGTH); v = s; sub(/^tcase_set_timeout\(/, "", v); sub(/,.*/, "", v)
+                x = s; sub(/.*, */, "", x); sub(/\).*/, "", x); t[v] = x + 0 }
+            END { for (i = 1; i <= k; i++) { v = order[i]; printf "%s\t%s\t%d\n", prog, name[v], (t[v] < cap ? t[v] : cap) } }
+        ' "tests/$p.c"
+    done
+}
+
+if [ "$DRY_RUN" = 1 ]; then
+    if [ "$MODE" = prebuilt ]; then
+        printf 'bench/gpu.sh --dry-run: prebuilt mode: %s (%s, %s, %s bytes); nothing is compiled unless its CUDA module cannot load.\n' \
+            "${CARRY#"$ROOT"/}" "$(sed -n 's/^commit: //p' "$CARRY/MANIFEST" | cut -c1-12)" "$(sed -n 's/^nvcc: //p' "$CARRY/MANIFEST")" \
+            "$(du -sb "$CARRY" | cut -f1)"
+    else
+        printf 'bench/gpu.sh --dry-run: build mode (%s): meson + ninja in build-gpu first (bench/gpu.sh --prebuild here makes a carry that skips it).\n' \
+            "$([ "$FORCE_BUILD" = 1 ] && echo '--build' || echo "no ${CARRY#"$ROOT"/}/MANIFEST")"
+    fi
+    printf 'Budget %s s (0: none), epochs %s, repeats %s; nothing is run.\n' "$BUDGET" "$EPOCHS" "$REPEATS"
+    printf '  %-8s %7s %9s  %s\n' stage limit expected 'what runs'
+    sum_cap=0 sum_exp=0
+    for s in "${ORDER[@]}"; do
+        cap=${CAP[$s]} what=
+        case "$s" in
+            machine) what="nvidia-smi, nvcc, PyTorch and CPU facts (machine.txt)" ;;
+            setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.gz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
+            build) what="meson setup build-gpu --buildtype=release -Dgpu_arch=${GPU_ARCH:-80,90} -Dcuda=enabled; ninja ${PRE_TARGETS[*]}" ;;
+            info) what="mptrain info (a fallback build, limit ${CAP[fallback]} s, only if the module cannot load: meson -Dgpu_arch=90, ninja the module)" ;;
+            test) what="$(tcases | awk -F'\t' -v cap=$((CAP[test] - TIMING_CAP)) '$2 != "timing" {
+                              printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
+                          END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
+                          $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
+            compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
+            bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 ($((16 * REPEATS)) runs, each under a limit)" ;;
+        esac
+        if [ "$s" = bench ]; then capt="rest"; else capt="$cap s"; sum_cap=$((sum_cap + cap)); fi
+        sum_exp=$((sum_exp + ${EXPECT[$s]}))
+        printf '  %-8s %7s %7d s  %s\n' "$s" "$capt" "${EXPECT[$s]}" "$what"
+    done
+    printf '  %-8s %7s %9s  %s\n' results "$RESERVE s" "" "gpu-<date>.md, gpu-runs.tar.gz (rewritten after every stage too)"
+    if [ "$BUDGET" -gt 0 ]; then
+        rest=$((BUDGET - sum_cap - RESERVE))
+        printf '  %-8s %7s %7d s  expected; the limits without bench sum to %d s, so bench has at least %d s of the %d\n' \
+            total "$BUDGET s" "$sum_exp" $((sum_cap + RESERVE)) $((rest > 0 ? rest : 0)) "$BUDGET"
+        [ "$sum_exp" -le "$BUDGET" ] || printf '  the expected total passes the budget: what runs last is cut (lower --epochs or --repeats)\n'
+    else
+        printf '  %-8s %7s %7d s  expected (no budget: --budget 0)\n' total - "$sum_exp"
+    fi
+    printf 'Expected seconds: test, graph, compare and bench from an H200 run of ../shared/gpu/first-run.sh (2026-11-26;\n'
+    printf 'suite 33 s, graph 3 s, compare at 2 epochs 7 s, PyTorch pairs at 3 epochs 109 s), scaled; estimates for the rest.\n'
+    printf 'Device tool: carry ["%s"], timeout_s %d, command: bench/gpu.sh\n' \
+        "${CARRY#"$ROOT"/}" $((BUDGET > 0 ? BUDGET + 60 : 600))
+    exit 0
+fi
+
+# ================================ the run: there ===================================================================
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 DATE=$(date -u +%Y-%m-%d)
 WORK=$ROOT/runs/gpu-$STAMP
 DEST=${DEST:-$WORK}
-mkdir -p "$WORK" "$DEST" || die "cannot create $WORK or $DEST"
+case "$DEST" in /*) ;; *) DEST=$ROOT/$DEST ;; esac
+mkdir -p "$WORK/test" "$DEST" || die "cannot create $WORK or $DEST"
+SUMMARY=$DEST/summary.txt
+: >"$SUMMARY"
 exec > >(tee -a "$DEST/gpu.log") 2>&1
+ulimit -c 0
 
-export MPT_REQUIRE_CUDA=1
-if [ -f .gpu/device-env.sh ]; then
-    say "sourcing .gpu/device-env.sh (Check, OpenBLAS, jansson, Fashion-MNIST unpacked under /opt/mptdeps)"
-    # shellcheck disable=SC1091
-    source .gpu/device-env.sh || die ".gpu/device-env.sh failed"
-    export MPT_NO_APT=1
-else
-    say "no .gpu/device-env.sh: using the packages installed on this machine (run ../shared/gpu/prepare.sh on a development machine to carry them)"
-fi
 PYTHON=${PYTHON:-$(command -v python3 || true)}
-DATA=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
-BUILD=build-gpu
-MPTRAIN=$ROOT/$BUILD/tools/mptrain
-GPU_ARCH=${GPU_ARCH:-80,90}
-MESON_ARGS=(-Dgpu_arch="$GPU_ARCH" -Dcuda=enabled) # a GPU machine without the toolkit fails here, never builds CPU-only
-[ -n "${MPT_CUDNN_ROOT:-}" ] && MESON_ARGS+=(-Dcudnn_root="$MPT_CUDNN_ROOT")
+export PATH=$CUDA_HOME/bin:$PATH MPT_REQUIRE_CUDA=1 MPT_NO_APT=1
+STDBUF=()
+command -v stdbuf >/dev/null 2>&1 && STDBUF=(stdbuf -oL -eL)
 FAILED=()
-fail() { FAILED+=("$1"); printf 'bench/gpu.sh: STAGE FAILED: %s\n' "$1" >&2; }
+STAGE_TIMES=()
+fail() { FAILED+=("$1"); printf 'bench/gpu.sh: STAGE FAILED: %s\n' "$1"; }
+note() { printf '%s\n' "$*" >>"$SUMMARY"; }
+left() { if [ "$BUDGET" = 0 ]; then echo 999999; else echo $((BUDGET - RESERVE - (SECONDS - T0))); fi; }
+# limit_for STAGE [SECONDS]: the seconds a process of STAGE may take: its cap (or SECONDS), within the budget left.
+limit_for() {
+    local c=${2:-${CAP[$1]}} l
+    l=$(left)
+    [ "$c" -gt 0 ] && [ "$c" -lt "$l" ] && l=$c
+    echo "$l"
+}
 
-# ---- the machine ----------------------------------------------------------------------------------------------
-command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 ||
-    fail "machine: nvidia-smi is missing or lists no GPU"
-cudnn_header=${MPT_CUDNN_ROOT:-/usr/local/cuda}/include/cudnn_version.h
-{
-    printf 'date: %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
-    printf 'commit: %s%s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-        "$([ -n "$(git status --porcelain --untracked-files=no -- engine kernels models datasets tools 2>/dev/null)" ] && echo ' + uncommitted changes')"
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv,noheader 2>&1 | sed 's/^/GPU: /'
-    printf 'nvcc: %s\n' "$(nvcc --version 2>&1 | grep -o 'release [0-9.]*, V[0-9.]*' || echo missing)"
-    if [ -f "$cudnn_header" ]; then
-        printf 'cuDNN (headers): %s\n' "$(awk '/#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{printf "%s%s", sep, $3; sep="."}' "$cudnn_header")"
-    else
-        printf 'cuDNN (headers): not found at %s\n' "$cudnn_header"
+# diagnose PID: where a stuck process is, before it is killed: its group's processes, each thread's kernel wait
+# channel, its shared objects, the stacks of all threads (cuda-gdb or gdb, bounded), the GPU's processes.
+diagnose() {
+    local pid=$1 p t dbg
+    printf '== %s: pid %s ran past its limit: %s\n' "$(date -u +%T)" "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | head -c 400)"
+    ps -o pid,ppid,stat,etime,time,wchan:30,args -p "$(pgrep -d, -g "$pid" 2>/dev/null || echo "$pid")" 2>/dev/null | cut -c1-240
+    for p in $(pgrep -g "$pid" 2>/dev/null || echo "$pid"); do
+        case "$(cat "/proc/$p/comm" 2>/dev/null)" in bash | sh | sleep | timeout | time | tee) continue ;; esac
+        printf -- '-- pid %s (%s) threads: tid comm state wchan\n' "$p" "$(cat "/proc/$p/comm" 2>/dev/null)"
+        for t in /proc/"$p"/task/*; do
+            printf '   %s %s %s %s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" "$(awk '/^State:/{print $2}' "$t/status" 2>/dev/null)" \
+                "$(cat "$t/wchan" 2>/dev/null)"
+        done
+        printf -- '-- pid %s shared objects:\n' "$p"
+        awk '$6 ~ /\.so/ {print "   " $6}' "/proc/$p/maps" 2>/dev/null | sort -u
+        dbg=$(command -v cuda-gdb || command -v gdb || true)
+        if [ -n "$dbg" ]; then
+            printf -- '-- %s -batch -p %s -ex "thread apply all bt"\n' "$dbg" "$p"
+            timeout -k 5 45 "$dbg" -batch -p "$p" -ex 'thread apply all bt' </dev/null 2>&1 | grep -v '^\[New Thread' | tail -n 400
+        else
+            printf -- '-- no cuda-gdb or gdb here: no stacks (the wait channels above say where each thread sleeps)\n'
+        fi
+    done
+    timeout 10 nvidia-smi 2>&1 | tail -n 25
+}
+
+# runlim SECONDS LOG CMD...: CMD in a process group of its own, stdout and stderr appended to LOG line by line (stdbuf);
+# returns its status, or 124 when it ran past SECONDS: diagnose() writes LOG.stacks first, then the group gets TERM
+# and, 5 s later, KILL. Nothing is started without at least 3 seconds (status 125). Called from the main shell
+# (PUBLISHING=1), it publishes every PUBLISH_EVERY seconds while it waits, so a long stage killed from outside still
+# returned what it had printed.
+PUBLISHING=1 PUBLISH_EVERY=${MPT_GPU_PUBLISH_EVERY:-20}
+runlim() {
+    local t=$1 log=$2 pid end next
+    shift 2
+    if [ "$t" -lt 3 ]; then printf 'not started: the budget is spent (%s)\n' "$*" >>"$log"; return 125; fi
+    setsid "${STDBUF[@]}" "$@" >>"$log" 2>&1 </dev/null &
+    pid=$!
+    end=$((SECONDS + t))
+    next=$((SECONDS + PUBLISH_EVERY))
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$PUBLISHING" = 1 ] && [ "$SECONDS" -ge "$next" ]; then publish; next=$((SECONDS + PUBLISH_EVERY)); fi
+        if [ "$SECONDS" -ge "$end" ]; then
+            diagnose "$pid" >"$log.stacks" 2>&1
+            kill -TERM -- "-$pid" 2>/dev/null
+            for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+            kill -KILL -- "-$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            printf '\nbench/gpu.sh: stopped after %s s (limit); stacks before the kill: %s\n' "$t" "${log#"$WORK"/}.stacks" >>"$log"
+            return 124
+        fi
+        sleep 0.5
+    done
+    wait "$pid"
+}
+why() { case "$1" in 0) echo ok ;; 124) echo "TIMEOUT (stacks in the .stacks file)" ;; 125) echo "not started (budget spent)" ;; *) echo "exit $1" ;; esac; }
+
+# publish: the output folder gets the results page and the archive of every log so far (written aside, then renamed,
+# so a kill leaves the previous complete copy).
+publish() {
+    results_page >"$DEST/.gpu-page.tmp" 2>/dev/null; mv -f "$DEST/.gpu-page.tmp" "$DEST/gpu-$DATE.md"
+    for f in machine.txt info.txt; do [ -f "$WORK/$f" ] && [ "$WORK" != "$DEST" ] && cp -f "$WORK/$f" "$DEST/"; done
+    if [ "$WORK" != "$DEST" ]; then
+        tar -C "$ROOT/runs" --exclude='*.safetensors' -czf "$DEST/.gpu-runs.tmp" "gpu-$STAMP" 2>/dev/null &&
+            mv -f "$DEST/.gpu-runs.tmp" "$DEST/gpu-runs.tar.gz"
     fi
-    "$PYTHON" -c 'import torch; print("PyTorch %s, CUDA %s, cuDNN %s, GPU visible: %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available()))' 2>&1 | sed 's/^/python: /'
-    printf 'CPU: %s, %s cores\n' "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" "$(nproc)"
-} >"$WORK/machine.txt" 2>&1
-cat "$WORK/machine.txt"
-
-# Runs "$@" so that it ends --limit's reserve before the limit (timeout(1) stops it and its children: status
-# 124); without a limit, as is. Nothing is started once the time is up (status 124 at once).
-limited() {
-    [ "$LIMIT" -gt 0 ] || { "$@"; return; }
-    local left=$((LIMIT - RESERVE - ($(date +%s) - T0)))
-    [ "$left" -gt 0 ] || return 124
-    timeout "$left" "$@"
 }
-# "stopped at --limit" for status 124, else "exited N".
-why() { if [ "$1" = 124 ]; then echo "stopped at --limit $LIMIT s"; else echo "exited $1"; fi; }
+stage_end() { # STAGE START RESULT
+    STAGE_TIMES+=("| $1 | $((SECONDS - $2)) | ${CAP[$1]:-rest} | $3 |")
+    note "$(printf '%-9s %4ds  %s' "$1" "$((SECONDS - $2))" "$3")"
+    publish
+}
 
-# ---- 1. build ---------------------------------------------------------------------------------------------------
+# ---- machine ------------------------------------------------------------------------------------------------------
+stage_machine() {
+    say "machine"
+    if [ -z "${OPENBLAS_CORETYPE+set}" ]; then
+        if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo; then
+            export OPENBLAS_CORETYPE=SkylakeX
+        elif grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+            export OPENBLAS_CORETYPE=Haswell
+        fi
+        CORETYPE_WHY="set by bench/gpu.sh from /proc/cpuinfo's flags (OpenBLAS's own detection can fall to Prescott on a VM)"
+    else
+        CORETYPE_WHY="from the environment"
+    fi
+    local l
+    l=$(limit_for machine)
+    {
+        printf 'date: %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')"
+        printf 'mode: %s%s\n' "$MODE" "$([ "$MODE" = prebuilt ] && printf ' (%s, built from %s)' "${CARRY#"$ROOT"/}" "$(sed -n 's/^commit: //p' "$CARRY/MANIFEST")")"
+        printf 'commit here: %s\n' "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+        timeout 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv,noheader 2>&1 | sed 's/^/GPU: /'
+        printf 'nvcc: %s\n' "$(timeout 10 nvcc --version 2>&1 | grep -o 'release [0-9.]*, V[0-9.]*' || echo missing)"
+        printf 'OS: %s, %s, %s\n' "$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")" "$(ldd --version 2>&1 | head -n 1)" "$(uname -r)"
+        printf 'CPU: %s, %s cores; OPENBLAS_CORETYPE=%s (%s)\n' "$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')" "$(nproc)" \
+            "${OPENBLAS_CORETYPE:-unset}" "$CORETYPE_WHY"
+        printf 'python: %s\n' "${PYTHON:-none}"
+        timeout "$l" "${PYTHON:-false}" -c 'import torch; print("PyTorch %s, CUDA %s, cuDNN %s, GPU visible: %s" % (torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.is_available()))' 2>&1 | tail -n 1 | sed 's/^/python: /'
+        printf 'debugger: %s\n' "$(command -v cuda-gdb || command -v gdb || echo 'none (a stuck process is reported by its wait channels only)')"
+    } >"$WORK/machine.txt" 2>&1
+    cat "$WORK/machine.txt"
+    timeout 10 nvidia-smi -L >/dev/null 2>&1 || fail "machine: nvidia-smi is missing or lists no GPU"
+}
+
+# ---- setup: runtime libraries and library paths --------------------------------------------------------------------
+BIN= # the folder with tools/, tests/, kernels/cuda/
+MPT_LD=
+stage_setup() {
+    say "setup"
+    local libs="" wheels
+    if [ "$MODE" = prebuilt ]; then
+        BIN=$CARRY/build
+        chmod +x "$BIN"/tools/* "$BIN"/tests/* 2>/dev/null # in case the transfer dropped the mode bits
+        mkdir -p "$CARRY/lib" && tar -C "$CARRY/lib" -xzf "$CARRY/runtime-libs.tar.gz" || fail "setup: cannot unpack $CARRY/runtime-libs.tar.gz"
+        libs=$CARRY/lib
+        [ -d "$CARRY/data" ] && export MPT_DATA=${MPT_DATA:-$CARRY/data}
+    else
+        BIN=$ROOT/build-gpu
+    fi
+    wheels=$(timeout 20 "${PYTHON:-false}" -c '
+import glob, os, sys
+seen = []
+for p in sys.path:
+    for d in sorted(glob.glob(os.path.join(p or ".", "nvidia", "*", "lib"))):
+        if os.path.isdir(d) and d not in seen:
+            seen.append(d)
+print(":".join(seen))' 2>/dev/null)
+    MPT_LD=$libs
+    for d in "$CUDA_HOME/lib64" $(tr ':' ' ' <<<"$wheels"); do [ -d "$d" ] && MPT_LD=${MPT_LD:+$MPT_LD:}$d; done
+    MPT_LD=$MPT_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export MPT_CUDA_MODULE=$BIN/kernels/cuda/libmptrain-cuda.so MPT_BUILD_ROOT=$BIN MPT_SOURCE_ROOT=$ROOT
+    export MPT_DATA=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
+    # mptrain and the tests get the library path through this wrapper; PyTorch keeps the machine's own environment
+    mkdir -p "$WORK/bin"
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
+    chmod +x "$WORK/bin/mptrain"
+    {
+        printf 'LD_LIBRARY_PATH for mptrain and the tests: %s\n' "$MPT_LD"
+        printf 'pip wheel library folders: %s\n' "${wheels:-none found}"
+        printf 'MPT_CUDA_MODULE=%s\nMPT_DATA=%s\n' "$MPT_CUDA_MODULE" "$MPT_DATA"
+        if [ -d "$BIN" ]; then
+            for f in "$BIN"/tools/mptrain "$BIN"/tests/* "$BIN"/kernels/cuda/*.so; do
+                [ -f "$f" ] && { printf '== ldd %s\n' "${f#"$BIN"/}"; LD_LIBRARY_PATH=$MPT_LD ldd "$f" 2>&1; }
+            done
+        fi
+    } >"$WORK/libraries.txt" 2>&1
+    grep -E '^(LD_LIBRARY_PATH|pip wheel)' "$WORK/libraries.txt"
+    local missing
+    missing=$(grep 'not found' "$WORK/libraries.txt" | sort -u | tr -s ' \t' ' ' | tr '\n' ';')
+    if [ -n "$missing" ]; then note "setup: ldd: not found: $missing"; say "setup: ldd: not found: $missing"; fi
+    [ -d "$MPT_DATA" ] || fail "setup: no Fashion-MNIST at $MPT_DATA (MPT_DATA)"
+}
+
+# ---- build (build mode), and the fallback build (prebuilt mode, module not loadable) --------------------------------
+meson_build() { # DIR ARCH LIMIT TARGET...
+    local dir=$1 arch=$2 lim=$3 rc=0 t0=$SECONDS
+    shift 3
+    local args=(--buildtype=release -Dgpu_arch="$arch" -Dcuda=enabled -Dgsl=disabled -Dmpi=disabled -Dman=disabled)
+    [ -n "${MPT_CUDNN_ROOT:-}" ] && args+=(-Dcudnn_root="$MPT_CUDNN_ROOT")
+    local meson=(meson)
+    command -v meson >/dev/null 2>&1 || meson=("${PYTHON:-python3}" -m mesonbuild.mesonmain)
+    if [ ! -f "$dir/build.ninja" ]; then
+        runlim "$lim" "$WORK/build.log" "${meson[@]}" setup "$dir" "${args[@]}" || rc=$?
+    fi
+    [ "$rc" = 0 ] && { runlim $((lim - (SECONDS - t0))) "$WORK/build.log" ninja -C "$dir" -j"$(nproc)" "$@" || rc=$?; }
+    tail -n 20 "$WORK/build.log"
+    return "$rc"
+}
 stage_build() {
-    say "build: meson setup $BUILD --buildtype=release ${MESON_ARGS[*]}; ninja"
+    say "build: meson setup build-gpu -Dgpu_arch=${GPU_ARCH:-80,90}; ninja ${PRE_TARGETS[*]}"
     local rc=0
-    [ -f "$BUILD/build.ninja" ] || limited meson setup "$BUILD" --buildtype=release "${MESON_ARGS[@]}" || rc=$?
-    [ "$rc" = 0 ] && { limited ninja -C "$BUILD" -j"$(nproc)" || rc=$?; }
-    if [ "$rc" = 0 ]; then say "build: done"; else fail "build: $(why "$rc")"; fi
+    meson_build build-gpu "${GPU_ARCH:-80,90}" "$(limit_for build)" "${PRE_TARGETS[@]}" || rc=$?
+    [ "$rc" = 0 ] || fail "build: $(why "$rc") (build.log)"
+}
+# Prebuilt mode: when the carried module does not load, build what this run needs here, -Dgpu_arch=90, with the
+# carried Debian packages (unpacked under the carry, pkg-config pointed at them, cuDNN from the pip wheel).
+fallback_build() {
+    local targets=(kernels/cuda/libmptrain-cuda.so) d l root w so b
+    LD_LIBRARY_PATH=$MPT_LD "$BIN/tools/mptrain" --version >/dev/null 2>&1 || targets=("${PRE_TARGETS[@]}")
+    say "fallback build (-Dgpu_arch=90): ${targets[*]}"
+    ls "$CARRY"/debs/*.deb >/dev/null 2>&1 || { fail "info: the module does not load, and the carry has no packages to build one"; return 1; }
+    root=$CARRY/sysroot
+    mkdir -p "$root" && for d in "$CARRY"/debs/*.deb; do dpkg -x "$d" "$root"; done
+    l=$root/usr/lib/x86_64-linux-gnu
+    ln -sf /lib/x86_64-linux-gnu/libz.so.1 "$l/libz.so" # zlib1g-dev's link is absolute, into Debian's /lib
+    export PKG_CONFIG_PATH=$l/pkgconfig:$l/openblas-pthread/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+    if [ ! -e "$CUDA_HOME/include/cudnn.h" ] && [ -z "${MPT_CUDNN_ROOT:-}" ]; then
+        w=$("${PYTHON:-false}" -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
+        if [ -n "$w" ] && [ -e "$w/include/cudnn.h" ]; then
+            mkdir -p "$CARRY/cudnn/lib"
+            for so in "$w"/lib/libcudnn*.so.*; do b=$(basename "$so"); ln -sf "$so" "$CARRY/cudnn/lib/$b"; ln -sf "$so" "$CARRY/cudnn/lib/${b%%.so.*}.so"; done
+            ln -sfn "$w/include" "$CARRY/cudnn/include"
+            export MPT_CUDNN_ROOT=$CARRY/cudnn
+        fi
+    fi
+    local out=$ROOT/build-gpu-fallback rc=0
+    LIBRARY_PATH=$l:$l/openblas-pthread meson_build "$out" 90 "$(limit_for fallback)" "${targets[@]}" || rc=$?
+    if [ "$rc" != 0 ]; then fail "info: fallback build $(why "$rc") (build.log)"; return 1; fi
+    for t in "${targets[@]}"; do cp -f "$out/$t" "$BIN/$t"; done
+    MPT_LD=$l:$l/openblas-pthread${MPT_CUDNN_ROOT:+:$MPT_CUDNN_ROOT/lib}:$MPT_LD
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
+    note "fallback build: ${targets[*]} rebuilt here (-Dgpu_arch=90)"
 }
 
-# ---- 2. the cuda suite ------------------------------------------------------------------------------------------
-stage_test() {
-    say "test: meson test --suite cuda (MPT_REQUIRE_CUDA=1)"
-    local rc=0
-    limited meson test -C "$BUILD" --suite cuda --print-errorlogs --timeout-multiplier 2 >"$WORK/meson-test.txt" 2>&1 ||
-        rc=$?
-    if [ "$rc" = 0 ]; then say "test: the cuda suite passed"; else fail "test: the cuda suite failed ($(why "$rc"))"; fi
-    tail -n 15 "$WORK/meson-test.txt"
-    cp "$BUILD/meson-logs/testlog.txt" "$WORK/test_cuda.log" 2>/dev/null || cp "$WORK/meson-test.txt" "$WORK/test_cuda.log"
-    grep -E '^test_cuda(_graph)?: (e2e|timing)|^[0-9]+%: Checks|FAILED|skipped' "$WORK/test_cuda.log" | sed 's/^/    /'
-}
-
-# ---- 3. info ----------------------------------------------------------------------------------------------------
+# ---- info ---------------------------------------------------------------------------------------------------------
 stage_info() {
     say "info: mptrain info"
     local rc=0
-    limited "$MPTRAIN" info >"$WORK/info.txt" 2>&1 || rc=$?
-    [ "$rc" = 0 ] || fail "info: mptrain info $(why "$rc")"
+    : >"$WORK/info.txt"
+    runlim "$(limit_for info)" "$WORK/info.txt" "$WORK/bin/mptrain" info || rc=$?
+    if [ "$MODE" = prebuilt ] && { [ "$rc" -gt 1 ] || grep -Eq 'loadable: +no' "$WORK/info.txt"; }; then
+        note "info: the prebuilt module does not load (rc $rc): $(grep -E 'loadable: +no' "$WORK/info.txt" | head -n 1 | cut -c1-300)"
+        if fallback_build; then
+            rc=0
+            : >"$WORK/info.txt"
+            runlim "$(limit_for info)" "$WORK/info.txt" "$WORK/bin/mptrain" info || rc=$?
+        fi
+    fi
     cat "$WORK/info.txt"
-    # the cuda backend's line: "usable: no: <why>" when it cannot train (mptrain info, tools/cmd_info.c)
+    [ "$rc" = 0 ] || fail "info: mptrain info $(why "$rc")"
     if grep -Eq '^ +usable: +no' "$WORK/info.txt"; then
         fail "info: mptrain sees no usable GPU: $(grep -E '^ +usable: +no' "$WORK/info.txt" | head -n 1 | sed -E 's/^ *usable: *no:? *//')"
     fi
 }
 
-# ---- 4. compare on Fashion-MNIST --------------------------------------------------------------------------------
-stage_compare() {
-    [ -d "$DATA" ] || fail "compare: no Fashion-MNIST at $DATA (MPT_DATA)"
-    local m rc
-    for m in mlp lenet5; do
-        say "compare: mptrain compare --model $m --device cuda --epochs $EPOCHS (fp32, tf32, fp16, bf16)"
-        rc=0
-        limited "$MPTRAIN" compare --model "$m" --device cuda --epochs "$EPOCHS" --data "$DATA" --progress off \
-            --out "$WORK/compare-$m" >"$WORK/compare-$m.txt" 2>&1 || rc=$?
-        if [ "$rc" = 0 ]; then
-            tail -n 12 "$WORK/compare-$m.txt"
-        else
-            tail -n 20 "$WORK/compare-$m.txt"
-            fail "compare: $m $(why "$rc")"
-        fi
+# ---- test: one process per Check test case -----------------------------------------------------------------------
+run_case() { # PROGRAM TCASE SECONDS
+    local log="$WORK/test/$1-${2// /_}.log" t0=$SECONDS rc=0 ok bad
+    printf '%s / %s (limit %s s)\n' "$1" "$2" "$3" >"$log"
+    (cd "$BIN/tests" && PUBLISHING=0 CK_RUN_CASE="$2" CK_TAP_LOG_FILE_NAME=- OPENBLAS_NUM_THREADS=1 \
+        LD_LIBRARY_PATH=$MPT_LD runlim "$3" "$log" "./$1") || rc=$?
+    ok=$(grep -c '^ok ' "$log") bad=$(grep -c '^not ok ' "$log")
+    note "$(printf '  %-34s %4ds  %-20s %3d ok, %d not ok' "$1/$2" "$((SECONDS - t0))" "$(why "$rc")" "$ok" "$bad")"
+    return "$rc"
+}
+stage_test() {
+    local list p tc t pids=() rc=0 stage_lim timing_lim par_lim
+    list=$(tcases)
+    [ -n "$list" ] || { fail "test: no test cases found in tests/ for programs '$CUDA_PROGRAMS'"; return; }
+    stage_lim=$(limit_for test)
+    timing_lim=$(awk -F'\t' '$2 == "timing" {print $3}' <<<"$list" | sort -n | tail -n 1)
+    timing_lim=${timing_lim:-0}
+    [ "$timing_lim" -gt "$TIMING_CAP" ] && timing_lim=$TIMING_CAP
+    par_lim=$((stage_lim - timing_lim))
+    say "test: $(awk -F'\t' '$2 != "timing"' <<<"$list" | wc -l) test cases at once (each <= $par_lim s), then timing alone"
+    note "cuda suite (one process per test case; logs test/<program>-<case>.log):"
+    while IFS=$'\t' read -r p tc t; do
+        [ "$tc" = timing ] && continue
+        [ -x "$BIN/tests/$p" ] || { note "  $p: not built"; fail "test: $p is missing"; continue; }
+        run_case "$p" "$tc" $((t < par_lim ? t : par_lim)) &
+        pids+=($!)
+    done <<<"$list"
+    local next=$((SECONDS + PUBLISH_EVERY)) running=1
+    while [ "$running" = 1 ]; do # publish while the cases run
+        running=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
+        [ "$running" = 1 ] || break
+        if [ "$SECONDS" -ge "$next" ]; then publish; next=$((SECONDS + PUBLISH_EVERY)); fi
+        sleep 0.5
     done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done # never a bare wait: it would wait for the tee too
+    while IFS=$'\t' read -r p tc t; do
+        [ "$tc" = timing ] || continue
+        [ -x "$BIN/tests/$p" ] || continue
+        run_case "$p" "$tc" "$(limit_for test "$timing_lim")" || rc=1
+    done <<<"$list"
+    # the agreement lines the programs print (test_cuda: e2e ...) and every failure
+    grep -h -E '^test_cuda[a-z_]*: |^not ok|FAILED|fatal|stopped after' "$WORK"/test/*.log 2>/dev/null | head -n 80 >"$WORK/test-digest.txt"
+    cat "$WORK/test-digest.txt"
+    [ "$rc" = 0 ] || fail "test: the cuda suite failed (summary.txt: the test cases; test/*.log)"
 }
 
-# ---- 5. the step graph: mlp epochs with --cuda-graph on and off ------------------------------------------------
-# Epoch times are mptrain's CUDA events (summary.json epoch_gpu_times_s: the device's time from a mark recorded on the
-# idle stream at the epoch's start to one recorded after its last step, as PyTorch is timed), median of the epochs
-# after the first (algorithm selection, the recording); the host clock of the same epochs (epoch_times_s: to the
-# stream drained at the epoch's end) is given beside it. A run without epoch_gpu_times_s fails the stage.
+# ---- graph --------------------------------------------------------------------------------------------------------
 stage_graph() {
+    local g d rc
     mkdir -p "$WORK/graph"
-    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda, --cuda-graph on and off alternating, $REPEATS repeat(s)"
-    local r g d rc
-    for r in $(seq 1 "$REPEATS"); do
-        for g in on off; do
-            d=$WORK/graph/mlp-fp16-$g-$r
-            rc=0
-            limited "$MPTRAIN" train --model mlp --precision fp16 --batch-size 128 --epochs "$GE" --device cuda \
-                --data "$DATA" --progress off --cuda-graph "$g" --out "$d" >"$d.txt" 2>&1 || rc=$?
-            [ "$rc" = 0 ] || fail "graph: --cuda-graph $g (repeat $r) $(why "$rc"): see graph/mlp-fp16-$g-$r.txt"
-        done
-        if [ -f "$WORK/graph/mlp-fp16-on-$r/summary.json" ] && [ -f "$WORK/graph/mlp-fp16-off-$r/summary.json" ]; then
-            cmp -s "$WORK/graph/mlp-fp16-on-$r/metrics.csv" "$WORK/graph/mlp-fp16-off-$r/metrics.csv" ||
-                fail "graph: metrics.csv differs between --cuda-graph on and off (repeat $r): the graph changed the math"
-        fi
+    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off"
+    for g in on off; do
+        d=$WORK/graph/mlp-fp16-$g
+        rc=0
+        runlim "$(limit_for graph $((CAP[graph] / 2)))" "$d.txt" "$WORK/bin/mptrain" train --model mlp --precision fp16 \
+            --batch-size 128 --epochs "$GE" --device cuda --data "$MPT_DATA" --progress off --cuda-graph "$g" --out "$d" || rc=$?
+        [ "$rc" = 0 ] || fail "graph: --cuda-graph $g $(why "$rc"): graph/mlp-fp16-$g.txt"
     done
-    rc=0
-    "$PYTHON" - "$WORK/graph" "$REPEATS" >"$WORK/graph.md" <<'PY' || rc=$?
+    if [ -f "$WORK/graph/mlp-fp16-on/metrics.csv" ] && [ -f "$WORK/graph/mlp-fp16-off/metrics.csv" ]; then
+        cmp -s "$WORK/graph/mlp-fp16-on/metrics.csv" "$WORK/graph/mlp-fp16-off/metrics.csv" ||
+            fail "graph: metrics.csv differs between --cuda-graph on and off: the graph changed the math"
+    fi
+    "${PYTHON:-python3}" - "$WORK/graph" >"$WORK/graph.md" 2>&1 <<'PY'
 import json, statistics, sys
-root, repeats = sys.argv[1], int(sys.argv[2])
-rows, missing = {}, []
-med = lambda xs: statistics.median(xs) if xs else float("nan")
+root = sys.argv[1]
+print("| --cuda-graph | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | status |")
+print("|---|---:|---:|---:|---|")
 for g in ("on", "off"):
-    dev, host, status = [], [], "?"
-    for r in range(1, repeats + 1):
-        try:
-            j = json.load(open("%s/mlp-fp16-%s-%d/summary.json" % (root, g, r)))
-        except (OSError, ValueError):
-            continue
-        if not j.get("epoch_gpu_times_s"):
-            missing.append("mlp-fp16-%s-%d" % (g, r))
-            continue
-        dev += j["epoch_gpu_times_s"][1:]
-        host += j["epoch_times_s"][1:]
-        status = j.get("cuda_graph", {}).get("status", "?")
-    rows[g] = (med(dev), med(host), len(dev), status)
-print("Clock: CUDA events (summary.json epoch_gpu_times_s), median of every epoch after the first over the repeats;")
-print("the host clock of the same epochs (epoch_times_s, to the drained stream) beside it.")
-print()
-print("| --cuda-graph | median epoch, CUDA events (ms) | per step (us, 469 steps) | median epoch, host clock (ms) | "
-      "epochs timed | status |")
-print("|---|---:|---:|---:|---:|---|")
-for g in ("on", "off"):
-    m, h, n, st = rows[g]
-    print("| %s | %.3f | %.2f | %.3f | %d | %s |" % (g, 1e3 * m, 1e6 * m / 469, 1e3 * h, n, st))
-on, off = rows["on"][0], rows["off"][0]
-print()
-if missing:
-    print("No CUDA-event epoch times (epoch_gpu_times_s) in the summary.json of: %s" % ", ".join(missing))
-    sys.exit(3)
-if not rows["on"][2] or not rows["off"][2]:
-    print("No run finished an epoch after its first with the graph %s: no ratio, the goal is not evaluated" %
-          " and ".join(g for g in ("on", "off") if not rows[g][2]))
-    sys.exit(3)
-print("Ratio off / on (CUDA events): %.2fx. Goal (issue 12): an H100 mlp epoch <= 5 ms with the graph: %s." %
-      (off / on, "met" if on <= 0.005 else "not met"))
+    try:
+        j = json.load(open("%s/mlp-fp16-%s/summary.json" % (root, g)))
+        ev, host = j.get("epoch_gpu_times_s") or [], j.get("epoch_times_s") or []
+        m = statistics.median(ev[1:]) if len(ev) > 1 else float("nan")
+        h = statistics.median(host[1:]) if len(host) > 1 else float("nan")
+        print("| %s | %.3f | %.2f | %.3f | %s |" % (g, 1e3 * m, 1e6 * m / 469, 1e3 * h, j.get("cuda_graph", {}).get("status", "?")))
+    except (OSError, ValueError) as e:
+        print("| %s | no summary.json (%s) | | | |" % (g, e.__class__.__name__))
 PY
-    case "$rc" in
-        0) ;;
-        3) fail "graph: $(tail -n 1 "$WORK/graph.md")" ;;
-        *) fail "graph: summarising the runs exited $rc" ;;
-    esac
     cat "$WORK/graph.md"
 }
 
-# ---- 6. benchmark against PyTorch -------------------------------------------------------------------------------
-# Both sides by CUDA events, the median of each run's epochs after the first (bench/summarize.py). Stopped at
-# --limit, the runs that finished (mptrain and PyTorch alternate) are summarised all the same.
+# ---- compare ------------------------------------------------------------------------------------------------------
+stage_compare() {
+    local m rc
+    for m in mlp lenet5; do
+        say "compare: mptrain compare --model $m --device cuda --epochs $EPOCHS"
+        rc=0
+        runlim "$(limit_for compare $((CAP[compare] * 2 / 5)))" "$WORK/compare-$m.txt" "$WORK/bin/mptrain" compare --model "$m" \
+            --device cuda --epochs "$EPOCHS" --data "$MPT_DATA" --progress off --out "$WORK/compare-$m" || rc=$?
+        tail -n 12 "$WORK/compare-$m.txt"
+        [ "$rc" = 0 ] || fail "compare: $m $(why "$rc")"
+    done
+}
+
+# ---- bench: against PyTorch ---------------------------------------------------------------------------------------
 stage_bench() {
-    say "bench: bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5"
-    local rc=0
-    BUILD_DIR=$BUILD PYTHON=$PYTHON MPT_DATA=$DATA MPT_MESON_ARGS="${MESON_ARGS[*]}" limited \
-        bench/run.sh gpu --epochs "$EPOCHS" --repeats "$REPEATS" --models mlp,lenet5 --out "$WORK/bench" --no-docs ||
-        rc=$?
-    if [ "$rc" = 0 ]; then
-        say "bench: done"
-        return
-    fi
-    fail "bench: bench/run.sh gpu $(why "$rc")"
-    if [ "$rc" = 124 ] && [ -d "$WORK/bench/runs" ]; then
-        say "bench: summarising the $(find "$WORK/bench/runs" -name summary.json -o -name stdout.txt | wc -l) files of the runs that started"
-        "$PYTHON" bench/summarize.py "$WORK/bench" gpu >"$WORK/bench/summary.md" 2>>"$WORK/bench/summarize.err" ||
+    local rc=0 l
+    l=$(limit_for bench)
+    say "bench: bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS (limit $l s; each run at most 90 s)"
+    PYTHON=$PYTHON MPT_DATA=$MPT_DATA runlim "$l" "$WORK/bench.txt" bench/run.sh gpu --mptrain "$WORK/bin/mptrain" \
+        --run-timeout 90 --epochs "$EPOCHS" --repeats "$REPEATS" --models mlp,lenet5 --out "$WORK/bench" --no-docs || rc=$?
+    tail -n 30 "$WORK/bench.txt"
+    [ "$rc" = 0 ] || fail "bench: bench/run.sh gpu $(why "$rc") (bench.txt)"
+    if [ ! -s "$WORK/bench/summary.md" ] && [ -d "$WORK/bench/runs" ]; then # stopped: summarise the runs that finished
+        "${PYTHON:-python3}" bench/summarize.py "$WORK/bench" gpu >"$WORK/bench/summary.md" 2>>"$WORK/bench/summarize.err" ||
             fail "bench: summarising the finished runs failed"
     fi
 }
 
-# ---- the stages in ORDER; each one's duration for the results page ----------------------------------------------
-STAGE_TIMES=()
-for s in "${ORDER[@]}"; do
-    if [ "$s" != build ] && [ ! -x "$MPTRAIN" ]; then
-        fail "$s: not run: $MPTRAIN does not exist (no build stage in this call, or the build failed)"
-        continue
-    fi
-    t_stage=$(date +%s)
-    "stage_$s"
-    read -r lo hi <<<"$(estimate "$s")"
-    STAGE_TIMES+=("| $s | $(($(date +%s) - t_stage)) | $lo-$hi |")
-done
-
-# ---- 7. results -------------------------------------------------------------------------------------------------
-say "results: $DEST/gpu-$DATE.md"
-{
+# ---- the results page (rewritten after every stage) --------------------------------------------------------------
+results_page() {
     printf '# GPU run of %s (bench/gpu.sh)\n\n' "$DATE"
-    printf 'Command: `bench/gpu.sh %s` (stages %s, epochs %s, repeats %s, --limit %s s); MPT_REQUIRE_CUDA=1.\n\n' \
-        "$ARGS" "$STAGES" "$EPOCHS" "$REPEATS" "$LIMIT"
-    printf '## Machine\n\n```\n'; cat "$WORK/machine.txt"; printf '```\n\n'
+    printf 'Command: `bench/gpu.sh %s` (%s mode, stages %s, epochs %s, repeats %s, budget %s s); MPT_REQUIRE_CUDA=1.\n\n' \
+        "$ARGS" "$MODE" "$STAGES" "$EPOCHS" "$REPEATS" "$BUDGET"
+    if [ -f "$WORK/machine.txt" ]; then printf '## Machine\n\n```\n'; cat "$WORK/machine.txt"; printf '```\n\n'; fi
     if [ -f "$WORK/info.txt" ]; then printf '## mptrain info\n\n```\n'; cat "$WORK/info.txt"; printf '```\n\n'; fi
-    if [ -f "$WORK/test_cuda.log" ]; then
-        printf '## cuda suite\n\n```\n'
-        grep -E '^test_cuda: |^[0-9]+%: Checks|FAILED|^[^ ]*:[0-9]+:[EF]:' "$WORK/test_cuda.log" | head -n 80
+    if [ -n "$(ls "$WORK"/test/*.log 2>/dev/null)" ]; then
+        printf '## cuda suite (one process per test case)\n\n```\n'
+        grep -A200 '^cuda suite' "$SUMMARY" | grep '^  '
+        printf '\n'
+        cat "$WORK/test-digest.txt" 2>/dev/null
         printf '```\n\n'
     fi
+    if [ -f "$WORK/graph.md" ]; then
+        printf '## The step as one CUDA Graph: mlp fp16, batch 128, %s epochs (--cuda-graph on / off)\n\n' "$GE"
+        cat "$WORK/graph.md"; printf '\n'
+    fi
+    local m
     for m in mlp lenet5; do
         if [ -f "$WORK/compare-$m/report.md" ]; then
             printf '## mptrain compare --model %s --device cuda --epochs %s\n\n' "$m" "$EPOCHS"
-            sed 's/^#/###/' "$WORK/compare-$m/report.md"
-            printf '\n'
+            sed 's/^#/###/' "$WORK/compare-$m/report.md"; printf '\n'
         fi
     done
-    if [ -f "$WORK/graph.md" ]; then
-        printf '## The step as one CUDA Graph: mlp fp16, batch 128 (--cuda-graph on / off)\n\n'
-        cat "$WORK/graph.md"
-        printf '\n'
-    fi
-    if [ -f "$WORK/bench/summary.md" ]; then
+    if [ -s "$WORK/bench/summary.md" ]; then
         printf '## Benchmark against PyTorch (bench/run.sh gpu)\n\n'
-        sed 's/^#/###/' "$WORK/bench/summary.md"
-        printf '\n'
+        sed 's/^#/###/' "$WORK/bench/summary.md"; printf '\n'
     fi
     if [ ${#STAGE_TIMES[@]} -gt 0 ]; then
-        printf '## Stage times\n\nMeasured wall seconds of each stage in this call, beside the estimate `--dry-run` planned with\n'
-        printf '(bench/gpu.sh estimate()); plan the next lease from the measurements.\n\n'
-        printf '| stage | measured (s) | estimate (s) |\n|---|---:|---:|\n'
-        printf '%s\n' "${STAGE_TIMES[@]}"
-        printf '\n'
+        printf '## Stage times\n\nWall seconds of each stage in this call, beside its limit.\n\n'
+        printf '| stage | measured (s) | limit (s) | result |\n|---|---:|---:|---|\n'
+        printf '%s\n' "${STAGE_TIMES[@]}"; printf '\n'
     fi
-    if [ ${#FAILED[@]} -gt 0 ]; then
-        printf '## Failed stages\n\n'
-        printf -- '- %s\n' "${FAILED[@]}"
+    if [ ${#FAILED[@]} -gt 0 ]; then printf '## Failed stages\n\n'; printf -- '- %s\n' "${FAILED[@]}"; fi
+}
+
+# ---- the stages ---------------------------------------------------------------------------------------------------
+say "bench/gpu.sh $ARGS: $MODE mode, budget $BUDGET s, output in $DEST"
+# page in PyTorch (GBs of libraries) for the bench stage, in the background, off the GPU
+[ -n "$PYTHON" ] && want bench && (setsid timeout 120 "$PYTHON" -c 'import torch' >/dev/null 2>&1 </dev/null &)
+for s in "${ORDER[@]}"; do
+    t_stage=$SECONDS
+    n_failed=${#FAILED[@]}
+    if [ "$s" != machine ] && [ "$s" != setup ] && [ "$s" != build ] && [ ! -x "$BIN/tools/mptrain" ]; then
+        fail "$s: not run: $BIN/tools/mptrain does not exist"
+    elif [ "$(left)" -lt 5 ]; then
+        fail "$s: not run: the budget is spent"
+    else
+        "stage_$s"
     fi
-} >"$DEST/gpu-$DATE.md"
-for f in test_cuda.log info.txt; do [ -f "$WORK/$f" ] && [ "$WORK" != "$DEST" ] && cp "$WORK/$f" "$DEST/"; done
-if [ "$WORK" != "$DEST" ]; then
-    tar -C "$ROOT/runs" --exclude='*.safetensors' -czf "$DEST/gpu-runs.tar.gz" "gpu-$STAMP" 2>/dev/null || fail "results: tar"
-fi
-say "done: $DEST/gpu-$DATE.md; commit it as bench/results/gpu-$DATE.md"
+    result=ok
+    [ ${#FAILED[@]} -gt "$n_failed" ] && result="FAILED: ${FAILED[*]:$n_failed}"
+    stage_end "$s" "$t_stage" "$result"
+done
+say "done in $((SECONDS - T0)) s: $DEST/gpu-$DATE.md (commit it as bench/results/gpu-$DATE.md)"
+cat "$SUMMARY"
 if [ ${#FAILED[@]} -gt 0 ]; then
-    printf 'bench/gpu.sh: %d stage(s) failed:\n' "${#FAILED[@]}" >&2
-    printf '  - %s\n' "${FAILED[@]}" >&2
+    printf 'bench/gpu.sh: %d failure(s):\n' "${#FAILED[@]}"
+    printf '  - %s\n' "${FAILED[@]}"
     exit 1
 fi
 exit 0

@@ -16,6 +16,10 @@
 #   --threads-mptrain N skip mptrain's thread calibration: always --threads N
 #   --threads-torch T/B skip PyTorch's: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B
 #   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs)
+#   --mptrain PATH      run this mptrain (a program or a wrapper script); configure and build nothing (bench/gpu.sh's
+#                       prebuilt binaries), so no gemm_bench in cpu mode
+#   --run-timeout S     stop each run after S seconds (timeout(1), KILL 5 s after TERM): it counts as failed (exit
+#                       124) and the next run starts
 #   --out DIR           where runs and the report go (default runs/bench/<mode>-<UTC time>)
 #   --write-docs / --no-docs  update docs/benchmarks.md and bench/results/<mode>-<date>.md (default: only
 #                       for full runs, i.e. not with --quick or --limit-train)
@@ -45,7 +49,7 @@ PACKAGES=(meson ninja-build pkg-config gcc check libsubunit-dev libopenblas-pthr
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'bench/run.sh: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 # ---- arguments ------------------------------------------------------------------------------------------
 [ $# -ge 1 ] || { usage; exit 2; }
@@ -58,7 +62,7 @@ case "$MODE" in
 esac
 COMMAND_LINE="bench/run.sh $MODE $*"
 EPOCHS=5 REPEATS=3 MODELS=mlp,lenet5 LIMIT_TRAIN=0 QUICK=0 OUT= WRITE_DOCS=auto
-THREADS_MPT= THREADS_TORCH= CORETYPE= CAL_ROUNDS=2 CAL_LIMIT=7680
+THREADS_MPT= THREADS_TORCH= CORETYPE= CAL_ROUNDS=2 CAL_LIMIT=7680 MPTRAIN= RUN_TIMEOUT=
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -74,6 +78,8 @@ while [ $# -gt 0 ]; do
             [[ "$2" =~ ^[1-9][0-9]*/[1-9][0-9]*$ ]] || die "option '$1': expected T/B (e.g. 1/2), found '$2'"
             THREADS_TORCH=$2; shift 2 ;;
         --openblas-coretype) need_value "$@"; CORETYPE=$2; shift 2 ;;
+        --mptrain) need_value "$@"; MPTRAIN=$2; shift 2 ;;
+        --run-timeout) need_value "$@"; is_int "$1" "$2"; RUN_TIMEOUT=$2; shift 2 ;;
         --out) need_value "$@"; OUT=$2; shift 2 ;;
         --write-docs) WRITE_DOCS=1; shift ;;
         --no-docs) WRITE_DOCS=0; shift ;;
@@ -146,10 +152,17 @@ elif major < 2:
         die "gpu: $TORCH_CHECK. Set PYTHON to a Python with a CUDA build of PyTorch >= 2 (e.g. a venv with 'pip install torch')."
 fi
 
-if [ ! -x "$CUDA_HOME/bin/nvcc" ] && ! command -v nvcc >/dev/null 2>&1; then
+if [ -n "$MPTRAIN" ]; then
+    case "$MPTRAIN" in /*) ;; *) MPTRAIN=$ROOT/$MPTRAIN ;; esac
+    [ -x "$MPTRAIN" ] || die "--mptrain $MPTRAIN: no such program"
+    say "using $MPTRAIN (--mptrain: nothing is built)"
+    GEMM_BENCH=
+elif [ ! -x "$CUDA_HOME/bin/nvcc" ] && ! command -v nvcc >/dev/null 2>&1; then
     die "the CUDA toolkit is missing (no nvcc in $CUDA_HOME/bin or on PATH): mptrain needs it to build, not to run on the CPU. See ./run."
 fi
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+if [ -n "$MPTRAIN" ]; then
+    :
+elif [ ! -f "$BUILD_DIR/build.ninja" ]; then
     say "configuring $BUILD_DIR (release)"
     # shellcheck disable=SC2086 # MPT_MESON_ARGS: extra options, word-split on purpose (bench/gpu.sh: -Dcudnn_root=...)
     meson setup "$BUILD_DIR" --buildtype=release -Dcudatoolkit="$CUDA_HOME" ${MPT_MESON_ARGS:-}
@@ -158,11 +171,13 @@ elif ! meson introspect "$BUILD_DIR" --buildoptions 2>/dev/null |
     say "reconfiguring $BUILD_DIR as a release build"
     meson configure "$BUILD_DIR" -Dbuildtype=release
 fi
-say "building mptrain and gemm_bench in $BUILD_DIR"
-ninja -C "$BUILD_DIR" -j"$NINJA_JOBS" tools/mptrain bench/gemm_bench
-MPTRAIN=$ROOT/$BUILD_DIR/tools/mptrain
-GEMM_BENCH=$ROOT/$BUILD_DIR/bench/gemm_bench
-[ -x "$MPTRAIN" ] || die "$MPTRAIN was not built"
+if [ -z "$MPTRAIN" ]; then
+    say "building mptrain and gemm_bench in $BUILD_DIR"
+    ninja -C "$BUILD_DIR" -j"$NINJA_JOBS" tools/mptrain bench/gemm_bench
+    MPTRAIN=$ROOT/$BUILD_DIR/tools/mptrain
+    GEMM_BENCH=$ROOT/$BUILD_DIR/bench/gemm_bench
+    [ -x "$MPTRAIN" ] || die "$MPTRAIN was not built"
+fi
 if [ "$MODE" = gpu ] && "$MPTRAIN" info | grep -Eq '^ +usable: +no'; then
     die "gpu: mptrain sees no usable GPU: $("$MPTRAIN" info | grep -E '^ +usable: +no' | head -n 1 | sed -E 's/^ *usable: *no:? *//')"
 fi
@@ -226,6 +241,9 @@ run_one() {
              --device "$DEVICE" --seed "$seed" --data "$DATA" "${args[@]}")
         if [ "$limit" != 0 ]; then cmd+=(--limit-train "$limit"); fi
         if [ "$limit_test" != 0 ]; then cmd+=(--limit-test "$limit_test"); fi
+    fi
+    if [ -n "$RUN_TIMEOUT" ]; then # --foreground: the run stays in this script's process group (bench/gpu.sh kills it)
+        cmd=(timeout --foreground -k 5 "$RUN_TIMEOUT" "${cmd[@]}")
     fi
     local l0 l1 b0 b1 rc=0
     l0=$(loadavg)
@@ -305,7 +323,11 @@ say "results in $OUT"
     printf 'gcc: %s\n' "$(gcc --version | head -n 1)"
     printf 'OpenBLAS: %s\n' "$(dpkg-query -W -f='${Package} ${Version}' libopenblas0-pthread 2>/dev/null || echo '?'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
     "$PYTHON" -c 'import sys, torch, numpy; print("python %s, torch %s, numpy %s, torch default threads %d" % (sys.version.split()[0], torch.__version__, numpy.__version__, torch.get_num_threads()))'
-    printf 'mptrain: %s, %s build\n' "$("$MPTRAIN" --version)" "$(meson introspect "$BUILD_DIR" --buildoptions | "$PYTHON" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])')"
+    if [ -n "$GEMM_BENCH" ]; then
+        printf 'mptrain: %s, %s build\n' "$("$MPTRAIN" --version)" "$(meson introspect "$BUILD_DIR" --buildoptions | "$PYTHON" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])')"
+    else
+        printf 'mptrain: %s, %s (--mptrain)\n' "$("$MPTRAIN" --version)" "$MPTRAIN"
+    fi
     if [ "$MODE" = gpu ]; then
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | sed 's/^/GPU: /'
         "$PYTHON" -c 'import torch; print("torch CUDA %s, cuDNN %s" % (torch.version.cuda, torch.backends.cudnn.version()))'
@@ -316,14 +338,14 @@ date -u '+%Y-%m-%d %H:%M UTC' >"$OUT/info/date.txt"
 echo "$COMMAND_LINE" >"$OUT/info/command.txt"
 {
     commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-    dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no -- engine kernels models datasets tools 2>/dev/null |
-        wc -l)
+    dirty=$({ git -C "$ROOT" status --porcelain --untracked-files=no -- engine kernels models datasets tools 2>/dev/null ||
+        true; } | wc -l) # a copy of the tree without .git (a device machine's) is "unknown", not an error
     if [ "$dirty" -gt 0 ]; then echo "$commit + uncommitted changes in $dirty source file(s)"; else echo "$commit"; fi
 } >"$OUT/info/commit.txt"
 cat "$OUT/info/machine.txt"
 
 # ---- GEMM micro-benchmark (CPU GEMM only) ------------------------------------------------------------------
-if [ "$MODE" = cpu ]; then
+if [ "$MODE" = cpu ] && [ -n "$GEMM_BENCH" ]; then
     gemm_threads=(1 2)
     [ "$QUICK" = 1 ] && gemm_threads=(1)
     for t in "${gemm_threads[@]}"; do

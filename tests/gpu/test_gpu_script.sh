@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# tests/gpu/test_gpu_script.sh SOURCE_ROOT FAKE_DEVICE - suite 'unit': bench/gpu.sh rehearsed without a GPU.
+#
+# A GPU machine is lent for minutes; a run of bench/gpu.sh that dies there reports nothing unless its plumbing
+# works. This rehearses the plumbing here, with tests/gpu/fake_device.c in place of the device (a program that acts
+# as mptrain and as the cuda suite's programs: see its header), stand-ins for nvidia-smi and cuda-gdb, and a Python
+# whose `torch` is a stub (bench/pytorch_reference.py answers with a fake JSON line); everything else is the real
+# script: the prebuilt carry's layout, bench/run.sh, bench/summarize.py, the test cases read from tests/*.c.
+#   Run A (FAKE_HANG=test_cuda/conv, --tcase-timeout 4): the hanging test case is diagnosed (its threads' wait
+#     channels, the debugger's stacks) and killed at its limit, the TAP line it printed before hanging survives (stdio
+#     block-buffered, made line-buffered by the runner), every other case runs, `timing` alone after the others, and
+#     every later stage still runs; the output folder holds exactly the six files a device call returns, the results
+#     page has every stage, the library path has every nvidia/*/lib folder of the Python's wheels.
+#   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
+#     past its time limit is, while a stage hangs; what the earlier stages produced, and what the hanging stage had
+#     printed, are already in the output folder.
+# Prints a Check-style summary line (Checks: N, Failures: F, Errors: 0), which ./run adds to its total.
+set -uo pipefail
+src=$1
+fake=$2
+tmp=$(mktemp -d)
+gpid=
+cleanup() {
+    local p
+    [ -n "$gpid" ] && kill -KILL -- "-$gpid" 2>/dev/null
+    # the stand-ins gpu.sh started in groups of their own (a device call's machine would go away with them)
+    for p in $(pgrep -f "$tmp/" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+checks=0
+failures=0
+ok() { checks=$((checks + 1)); printf 'ok:   %s\n' "$1"; }
+bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf 'FAIL: %s\n' "$1"; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+finish() {
+    printf '%d%%: Checks: %d, Failures: %d, Errors: 0\n' $(((checks - failures) * 100 / (checks ? checks : 1))) \
+        "$checks" "$failures"
+    [ "$failures" -eq 0 ]
+    exit
+}
+real_python=$(command -v python3) || { bad "python3 exists (bench/run.sh and summarize.py need it)"; finish; }
+
+# ---- a tree with what gpu.sh reads, and a prebuilt carry of stand-ins ------------------------------------------
+tree=$tmp/tree
+mkdir -p "$tree/tests"
+cp -r "$src/bench" "$tree/"
+cp "$src/tests/meson.build" "$tree/tests/"
+programs=$(sed -n "s/^ *\['\(test_[a-z_]*\)', *'cuda', *[0-9]*\],.*/\1/p" "$src/tests/meson.build")
+c=$tree/.gpu-carry
+mkdir -p "$c/build/tools" "$c/build/tests" "$c/build/kernels/cuda" "$c/data" "$tmp/libs"
+cp "$fake" "$c/build/tools/mptrain"
+for p in $programs; do
+    cp "$src/tests/$p.c" "$tree/tests/"
+    cp "$fake" "$c/build/tests/$p"
+done
+: >"$c/build/kernels/cuda/libmptrain-cuda.so"
+echo fake >"$tmp/libs/libfake.so.1"
+tar -C "$tmp/libs" -czf "$c/runtime-libs.tar.gz" .
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    : >"$c/data/$f.gz"
+done
+printf 'commit: fake000000000000\nnvcc: release 13.0, V13.0.88\n' >"$c/MANIFEST"
+
+# ---- the machine's stand-ins: nvidia-smi, cuda-gdb, a Python with a stub torch and pip wheels' nvidia/*/lib ----
+bin=$tmp/bin site=$tmp/site
+mkdir -p "$bin" "$site/torch" "$site/nvidia/cu13/lib" "$site/nvidia/cudnn/lib"
+cat >"$bin/nvidia-smi" <<'EOF'
+#!/bin/sh
+case "$*" in
+    *query-gpu*) echo "Fake H200, 580.00, 143771 MiB, 1980 MHz, 9.0" ;;
+    -L) echo "GPU 0: Fake H200 (UUID: GPU-fake)" ;;
+    *) echo "nvidia-smi stand-in: no processes" ;;
+esac
+EOF
+cat >"$bin/cuda-gdb" <<'EOF'
+#!/bin/sh
+echo "Thread 1 (LWP fake): #0 clock_nanosleep () (cuda-gdb stand-in, called with: $*)"
+EOF
+cat >"$site/torch/__init__.py" <<'EOF'
+__version__ = "2.11.0+fake"
+class _Cuda:
+    @staticmethod
+    def is_available(): return True
+    @staticmethod
+    def get_device_name(i=0): return "Fake H200"
+cuda = _Cuda()
+class version: cuda = "13.0"
+class _Cudnn:
+    @staticmethod
+    def version(): return 91900
+class backends: cudnn = _Cudnn()
+def get_num_threads(): return 1
+EOF
+"$real_python" -c 'import numpy' 2>/dev/null || { mkdir -p "$site/numpy" && echo '__version__ = "0+fake"' >"$site/numpy/__init__.py"; }
+cat >"$tmp/fake_reference.py" <<'EOF'
+import json, os, sys, time
+a = sys.argv[1:]
+arg = lambda k, d: a[a.index(k) + 1] if k in a else d
+key = "pytorch %s %s" % (arg("--model", "?"), arg("--precision", "?"))
+if os.environ.get("FAKE_HANG") and os.environ["FAKE_HANG"] in key:
+    print("fake reference: %s hangs now" % key, flush=True)
+    time.sleep(60)
+e = int(arg("--epochs", "1"))
+print(json.dumps({"epoch_times_s": [0.9 - 0.01 * i for i in range(e)], "epoch_host_times_s": [1.0] * e,
+                  "final_test_accuracy": 0.84, "final_test_loss": 0.45, "n_train": 60000, "final_loss_scale": None,
+                  "cuda_max_memory_allocated": 2 ** 20}))
+EOF
+cat >"$bin/python3" <<EOF
+#!/bin/sh
+case "\${1:-}" in *pytorch_reference.py) shift; exec "$real_python" "$tmp/fake_reference.py" "\$@" ;; esac
+PYTHONPATH="$site\${PYTHONPATH:+:\$PYTHONPATH}" exec "$real_python" "\$@"
+EOF
+chmod +x "$bin"/*
+export PATH=$bin:$PATH PYTHON=$bin/python3
+unset OUT MPT_DATA
+
+files_of() { (cd "$1" && ls -A | sort | tr '\n' ' '); }
+in_archive() { # OUTDIR PATTERN: the archive's matching member, on stdout
+    tar -xzOf "$1/gpu-runs.tar.gz" --wildcards "$2" 2>/dev/null
+}
+
+# ---- run A: a hanging test case ---------------------------------------------------------------------------------
+outA=$tmp/outA
+t0=$SECONDS
+FAKE_HANG=test_cuda/conv "$tree/bench/gpu.sh" --budget 300 --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
+rcA=$?
+took=$((SECONDS - t0))
+sed 's/^/    A| /' "$tmp/A.log" | tail -n 60
+day=$(date -u +%Y-%m-%d)
+check "run A exits 1 (a failed stage), not $rcA" [ "$rcA" = 1 ]
+check "run A ends within its budget (${took}s of 300)" [ "$took" -lt 300 ]
+check "run A's output folder holds exactly gpu.log, summary.txt, machine.txt, info.txt, the results page and the archive (has: $(files_of "$outA"))" \
+    [ "$(files_of "$outA")" = "gpu-$day.md gpu-runs.tar.gz gpu.log info.txt machine.txt summary.txt " ]
+check "the hanging case is reported as a timeout, with the TAP line it printed before" \
+    grep -Eq '^  test_cuda/conv +[0-9]+s +TIMEOUT.* 1 ok, 0 not ok' "$outA/summary.txt"
+check "the other cases ran to their end" grep -Eq '^  test_cuda/gemm +[0-9]+s +ok +2 ok, 0 not ok' "$outA/summary.txt"
+check "the timing case ran alone, after all the others" \
+    bash -c "grep -E '^  test_' '$outA/summary.txt' | tail -n 1 | grep -q '^  test_cuda_graph/timing '"
+ncase=$(grep -cE '^  test_' "$outA/summary.txt")
+ntc=$(for p in $programs; do cat "$src/tests/$p.c"; done | grep -c 'tcase_create(')
+check "one process per test case: $ncase summary lines for the $ntc tcase_create calls in tests/" [ "$ncase" = "$ntc" ]
+conv_log=$(in_archive "$outA" '*/test/test_cuda-conv.log')
+check "the hanging case's log survived its kill: its TAP line and the line before the hang (stdio made line-buffered)" \
+    bash -c "grep -q '^ok 1 - tests/test_cuda.c:conv:first_test' <<<\"\$1\" && grep -q 'hangs now' <<<\"\$1\"" _ "$conv_log"
+stacks=$(in_archive "$outA" '*/test/test_cuda-conv.log.stacks')
+check "before the kill, the stuck process was diagnosed: threads' wait channels, shared objects, the debugger's stacks" \
+    bash -c "grep -q 'threads: tid comm state wchan' <<<\"\$1\" && grep -q 'shared objects' <<<\"\$1\" && grep -q 'cuda-gdb stand-in, called with: -batch -p [0-9]* -ex thread apply all bt' <<<\"\$1\"" _ "$stacks"
+libs=$(in_archive "$outA" '*/libraries.txt')
+check "the library path has the carried libraries and every nvidia/*/lib folder of the Python's wheels" \
+    bash -c "grep -q '^LD_LIBRARY_PATH for mptrain and the tests: $c/lib:.*$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib' <<<\"\$1\"" _ "$libs"
+page=$outA/gpu-$day.md
+for s in machine setup info test graph compare bench; do
+    check "the results page times stage $s" grep -q "^| $s | [0-9]* |" "$page"
+done
+check "the results page has the graph table, the compare reports and the PyTorch comparison" \
+    bash -c "grep -q '^## The step as one CUDA Graph' '$page' && grep -q '^## mptrain compare --model lenet5' '$page' && grep -q '^## Benchmark against PyTorch' '$page'"
+check "the PyTorch comparison has all 16 runs (8 mptrain, 8 PyTorch; 1 repeat)" \
+    [ "$(in_archive "$outA" '*/bench/runs/*/run.json' | grep -o '"rc": 0' | wc -l)" = 16 ]
+check "the failed stage is named" grep -q 'STAGE FAILED: test: the cuda suite failed' "$outA/gpu.log"
+check "OPENBLAS_CORETYPE is recorded" grep -q 'OPENBLAS_CORETYPE=' "$outA/machine.txt"
+
+# ---- run B: killed from outside while a stage hangs -------------------------------------------------------------
+outB=$tmp/outB
+FAKE_HANG="mptrain compare lenet5" MPT_GPU_PUBLISH_EVERY=1 setsid "$tree/bench/gpu.sh" --budget 400 --stages test,graph,compare,bench \
+    --out "$outB" >"$tmp/B.log" 2>&1 </dev/null &
+gpid=$!
+seen=0
+for _ in $(seq 1 240); do # until the archive holds what the hanging stage printed (published while it waits)
+    if in_archive "$outB" '*/compare-lenet5.txt' 2>/dev/null | grep -q 'hangs now'; then seen=1; break; fi
+    kill -0 "$gpid" 2>/dev/null || break
+    sleep 0.5
+done
+kill -KILL -- "-$gpid" 2>/dev/null # what a device call past its time limit gets
+wait "$gpid" 2>/dev/null
+gpid=
+sed 's/^/    B| /' "$tmp/B.log" | tail -n 30
+check "run B: the hanging stage's output reached the output folder while it hung" [ "$seen" = 1 ]
+check "run B: after the kill, the log has the stage that was running" grep -q 'compare: mptrain compare --model lenet5' "$outB/gpu.log"
+check "run B: after the kill, the summary has the earlier stages" \
+    bash -c "grep -Eq '^test +[0-9]+s +ok' '$outB/summary.txt' && grep -Eq '^graph +[0-9]+s +ok' '$outB/summary.txt'"
+check "run B: after the kill, the archive has the earlier stages' runs" \
+    bash -c "tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'graph/mlp-fp16-off/summary.json' && tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'compare-mlp/report.md'"
+check "run B: after the kill, the results page has the earlier stages" grep -q '^## The step as one CUDA Graph' "$outB/gpu-$day.md"
+
+# ---- the plan -----------------------------------------------------------------------------------------------------
+plan=$("$tree/bench/gpu.sh" --dry-run 2>&1)
+printf '%s\n' "$plan" | sed 's/^/    plan| /'
+check "--dry-run shows the prebuilt plan" grep -q 'prebuilt mode' <<<"$plan"
+check "--dry-run's limits fit the 420 s budget, bench taking the rest" \
+    grep -Eq '^  total +420 s +[0-9]+ s  expected; the limits without bench sum to ([0-9]|[1-3][0-9]{2}|4[01][0-9]|420) s' <<<"$plan"
+finish
