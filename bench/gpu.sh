@@ -5,7 +5,7 @@
 #   bench/gpu.sh --prebuild   HERE, on a development machine with the GPU machine's nvcc (13.0): builds what a GPU run
 #                             executes (release, -Dgpu_arch=80,90, no MPI/GSL/man: tools/mptrain, the cuda suite's
 #                             programs, the CUDA module) in build-gpu-pre/ and packs .gpu-carry/ (ignored by git):
-#                             those files, runtime-libs.tar.gz (the libraries they load that a bare GPU image lacks:
+#                             those files, runtime-libs.tar.xz (the libraries they load that a bare GPU image lacks:
 #                             OpenBLAS, libgfortran, libquadmath, jansson, subunit, found by ldd), Fashion-MNIST's four
 #                             files, debs/ (Debian runtime + dev packages, only for a fallback build there) and
 #                             MANIFEST. Prints the bytes that travel (tracked files + .gpu-carry; a device call takes
@@ -19,7 +19,7 @@
 # Stages, in this order, each under its own limit inside one total budget (default 420 s: a 15-minute device lease
 # holds one such call plus a start and a short rerun; device tool: timeout_s = budget + 60):
 #   machine  GPU, driver, CUDA, cuDNN, PyTorch, CPU, OpenBLAS core (machine.txt)
-#   setup    unpack runtime-libs.tar.gz; the library path of mptrain and the tests: the carried libraries, the CUDA
+#   setup    unpack runtime-libs.tar.xz; the library path of mptrain and the tests: the carried libraries, the CUDA
 #            toolkit's lib64, then every nvidia/*/lib folder of the Python's pip wheels (cuDNN, NCCL, cuBLAS, ...)
 #   build    build mode only: meson + ninja in build-gpu (-Dgpu_arch=${GPU_ARCH:-80,90})
 #   info     mptrain info: the device, and each CUDA library's version with the file it came from; the fallback
@@ -133,7 +133,8 @@ if [ "$PREBUILD" = 1 ]; then
             case "$path" in "$CUDA_HOME"/* | /usr/local/cuda*) continue ;; esac
             cp -L "$path" "$NEW/libs/$soname" || exit 1
         done || die "cannot copy the runtime libraries"
-    tar -C "$NEW/libs" -czf "$NEW/runtime-libs.tar.gz" . && rm -rf "$NEW/libs" || die "cannot pack the runtime libraries"
+    # xz: OpenBLAS alone is 36 MB; the carry must stay under 64 MiB with the data
+    tar -C "$NEW/libs" -cJf "$NEW/runtime-libs.tar.xz" . && rm -rf "$NEW/libs" || die "cannot pack the runtime libraries"
     data=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
     for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
         if [ -f "$data/$f.gz" ]; then cp "$data/$f.gz" "$NEW/data/"; elif [ -f "$data/$f" ]; then gzip -c "$data/$f" >"$NEW/data/$f.gz"
@@ -141,7 +142,7 @@ if [ "$PREBUILD" = 1 ]; then
     done
     # For a fallback build there (the prebuilt module does not load): the build dependencies as Debian packages.
     debs="check libsubunit0 libsubunit-dev libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5
-          libquadmath0 zlib1g-dev libjansson4 libjansson-dev"
+          libquadmath0 zlib1g-dev libjansson4 libjansson-dev pkgconf-bin libpkgconf3"
     # shellcheck disable=SC2086
     if ! (cd "$NEW/debs" && apt-get download $debs >/dev/null 2>&1); then
         rm -f "$NEW"/debs/*.deb
@@ -156,7 +157,7 @@ if [ "$PREBUILD" = 1 ]; then
         printf 'needs glibc: %s\n' "$(objdump -T "$NEW"/build/tools/mptrain "$NEW"/build/tests/* "$NEW"/build/kernels/cuda/*.so 2>/dev/null |
             grep -oE 'GLIBC_[0-9.]+' | sort -Vu | tail -n 1)"
         printf 'programs: %s\n' "$CUDA_PROGRAMS"
-        printf 'runtime libraries: %s\n' "$(tar -tzf "$NEW/runtime-libs.tar.gz" | grep -v '/$' | sed 's|^\./||' | tr '\n' ' ')"
+        printf 'runtime libraries: %s\n' "$(tar -tJf "$NEW/runtime-libs.tar.xz" | grep -v '/$' | sed 's|^\./||' | tr '\n' ' ')"
         printf 'fallback packages: %s\n' "$(cd "$NEW/debs" && ls ./*.deb 2>/dev/null | sed 's|^\./||' | tr '\n' ' ')"
         (cd "$NEW" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum)
     } >"$NEW/MANIFEST"
@@ -219,7 +220,7 @@ if [ "$DRY_RUN" = 1 ]; then
         cap=${CAP[$s]} what=
         case "$s" in
             machine) what="nvidia-smi, nvcc, PyTorch and CPU facts (machine.txt)" ;;
-            setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.gz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
+            setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.xz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
             build) what="meson setup build-gpu --buildtype=release -Dgpu_arch=${GPU_ARCH:-80,90} -Dcuda=enabled; ninja ${PRE_TARGETS[*]}" ;;
             info) what="mptrain info (a fallback build, limit ${CAP[fallback]} s, only if the module cannot load: meson -Dgpu_arch=90, ninja the module)" ;;
             test) what="$(tcases | awk -F'\t' -v cap=$((CAP[test] - TIMING_CAP)) '$2 != "timing" {
@@ -393,7 +394,11 @@ stage_setup() {
     if [ "$MODE" = prebuilt ]; then
         BIN=$CARRY/build
         chmod +x "$BIN"/tools/* "$BIN"/tests/* 2>/dev/null # in case the transfer dropped the mode bits
-        mkdir -p "$CARRY/lib" && tar -C "$CARRY/lib" -xzf "$CARRY/runtime-libs.tar.gz" || fail "setup: cannot unpack $CARRY/runtime-libs.tar.gz"
+        mkdir -p "$CARRY/lib"
+        if ! tar -C "$CARRY/lib" -xJf "$CARRY/runtime-libs.tar.xz" 2>/dev/null; then # no xz here: Python's lzma
+            "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+                "$CARRY/runtime-libs.tar.xz" "$CARRY/lib" || fail "setup: cannot unpack $CARRY/runtime-libs.tar.xz"
+        fi
         libs=$CARRY/lib
         [ -d "$CARRY/data" ] && export MPT_DATA=${MPT_DATA:-$CARRY/data}
     else
@@ -414,7 +419,7 @@ print(":".join(seen))' 2>/dev/null)
     export MPT_DATA=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
     # mptrain and the tests get the library path through this wrapper; PyTorch keeps the machine's own environment
     mkdir -p "$WORK/bin"
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
     chmod +x "$WORK/bin/mptrain"
     {
         printf 'LD_LIBRARY_PATH for mptrain and the tests: %s\n' "$MPT_LD"
@@ -466,6 +471,12 @@ fallback_build() {
     l=$root/usr/lib/x86_64-linux-gnu
     ln -sf /lib/x86_64-linux-gnu/libz.so.1 "$l/libz.so" # zlib1g-dev's link is absolute, into Debian's /lib
     export PKG_CONFIG_PATH=$l/pkgconfig:$l/openblas-pthread/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
+    if ! command -v pkg-config >/dev/null 2>&1 && [ -x "$root/usr/bin/pkgconf" ]; then # Meson finds packages with it
+        mkdir -p "$CARRY/bin"
+        printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$l" "$root/usr/bin/pkgconf" >"$CARRY/bin/pkg-config"
+        chmod +x "$CARRY/bin/pkg-config"
+        export PATH=$CARRY/bin:$PATH
+    fi
     if [ ! -e "$CUDA_HOME/include/cudnn.h" ] && [ -z "${MPT_CUDNN_ROOT:-}" ]; then
         w=$("${PYTHON:-false}" -c 'import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null)
         if [ -n "$w" ] && [ -e "$w/include/cudnn.h" ]; then
@@ -480,7 +491,7 @@ fallback_build() {
     if [ "$rc" != 0 ]; then fail "info: fallback build $(why "$rc") (build.log)"; return 1; fi
     for t in "${targets[@]}"; do cp -f "$out/$t" "$BIN/$t"; done
     MPT_LD=$l:$l/openblas-pthread${MPT_CUDNN_ROOT:+:$MPT_CUDNN_ROOT/lib}:$MPT_LD
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
+    printf '#!/usr/bin/env bash\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$MPT_LD" "$BIN/tools/mptrain" >"$WORK/bin/mptrain"
     note "fallback build: ${targets[*]} rebuilt here (-Dgpu_arch=90)"
 }
 

@@ -56,7 +56,7 @@ for p in $programs; do
 done
 : >"$c/build/kernels/cuda/libmptrain-cuda.so"
 echo fake >"$tmp/libs/libfake.so.1"
-tar -C "$tmp/libs" -czf "$c/runtime-libs.tar.gz" .
+tar -C "$tmp/libs" -cJf "$c/runtime-libs.tar.xz" .
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
     : >"$c/data/$f.gz"
 done
