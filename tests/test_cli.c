@@ -1030,7 +1030,7 @@ START_TEST(test_compare_numerics_without_points) {
     size_t n = fread(gp, 1, sizeof gp - 1, f);
     fclose(f);
     gp[n] = '\0';
-    ck_assert_msg(strstr(gp, "fp16 (stored weights):\\n  every telemetry step was skipped") != NULL,
+    ck_assert_msg(strstr(gp, "fp16:\\n  every telemetry step was skipped") != NULL,
                   "numerics.gp does not name the missing series: %s", gp);
     ck_assert_msg(strstr(gp, "nothing to draw in this panel") != NULL, "no empty-panel note: %s", gp);
 
@@ -1050,6 +1050,9 @@ START_TEST(test_compare_numerics_without_points) {
     fclose(f);
     report[n] = '\0';
     ck_assert_msg(strstr(report, "(No numerics plot: no run reached a telemetry step") != NULL, "report: %s", report);
+    /* the reason names the interval and says where it came from (here the flag; compare's default otherwise) */
+    ck_assert_msg(strstr(report, "telemetry measures every 1000-th step (--telemetry), and this run had 4 steps") !=
+                      NULL, "report: %s", report);
     rm_tmpdir();
 }
 END_TEST
@@ -1184,6 +1187,25 @@ START_TEST(test_telemetry_only_reads) {
         args[n] = NULL;
         int rc = run_argv(args);
         ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    }
+    /* the run says what telemetry does, what it measured (the summary's own means) and the files it wrote */
+    ck_assert_msg(strstr(out_buf, "telemetry: on one step in 3,") != NULL, "no telemetry announcement: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "telemetry: 4 steps measured") != NULL, "no telemetry summary: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "telemetry.csv, exponents.csv") != NULL, "wrote line: %s", out_buf);
+    {
+        json_t *sm = load_summary(dirs[1]);
+        json_t *fl = json_object_get(json_object_get(json_object_get(json_object_get(sm, "telemetry"), "metrics"),
+                                                     MPT_TELEMETRY_ALL_ACT_GRAD), "flush_frac@S=1");
+        char want[96];
+        snprintf(want, sizeof want, "(had the loss scale been 1: %.3g%%)", 100.0 * json_real_value(json_object_get(fl, "mean")));
+        ck_assert_msg(strstr(out_buf, want) != NULL, "want '%s' in: %s", want, out_buf);
+        json_decref(sm);
+        char p[600];
+        snprintf(p, sizeof p, "%s/exponents.csv", dirs[1]);
+        ck_assert_msg(file_exists(p), "%s missing", p);
+        snprintf(p, sizeof p, "%s/numerics.png", dirs[1]);
+        ck_assert_msg(file_exists(p) || strstr(out_buf, "no numerics.png: gnuplot"), "no numerics.png and no reason: %s",
+                      out_buf);
     }
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/checkpoint.safetensors", dirs[0]);

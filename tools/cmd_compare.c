@@ -137,8 +137,8 @@ static void plan_free(compare_plan *pl) {
 }
 
 /* compare --seeds, once every run is in: statistics over seeds (tools/compare_seeds.c). */
-static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl) {
-    mpt_cli_seed_runs runs = {o->out, o->n_seeds, o->n_precisions, o->seeds, o->precisions, pl->res, pl->l2};
+static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl, const mpt_cli_machine *machine) {
+    mpt_cli_seed_runs runs = {o->out, o->n_seeds, o->n_precisions, o->seeds, o->precisions, pl->res, pl->l2, machine};
     const char *plot_file = "convergence.png";
     char plot_error[600] = "";
     mpt_status ps = mpt_cli_plot_seeds(&runs);
@@ -147,9 +147,28 @@ static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl) {
         fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
         plot_file = NULL;
     }
-    MPT_TRY(mpt_cli_write_seeds_report(o, &runs, plot_file, plot_error));
+    /* with telemetry: numerics.png of the first seed's runs (the report adds the means over seeds) */
+    mpt_cli_plot_info plots = {plot_file, plot_error, NULL, NULL};
+    char numerics_error[600] = "", dirs[MPT_PRECISION_COUNT][64];
+    if (o->telemetry > 0) {
+        mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
+        for (int p = 0; p < o->n_precisions; p++) {
+            snprintf(dirs[p], sizeof dirs[p], "seed-%llu/%s", (unsigned long long)o->seeds[0],
+                     mpt_precision_name(o->precisions[p]));
+            rows[p] = (mpt_cli_compare_row){o->precisions[p], &pl->res[p], pl->l2[p], dirs[p]};
+        }
+        plots.numerics = "numerics.png";
+        if (mpt_cli_plot_numerics(o->out, rows, o->n_precisions, o->telemetry) != MPT_OK) {
+            snprintf(numerics_error, sizeof numerics_error, "%s", mpt_last_error());
+            fprintf(stderr, "mptrain compare: no numerics plot: %s\n", numerics_error);
+            plots.numerics = NULL;
+            plots.numerics_error = numerics_error;
+        }
+    }
+    MPT_TRY(mpt_cli_write_seeds_report(o, &runs, &plots));
     printf("\nreport: %s/report.md\nsummary: %s/compare.json\n", o->out, o->out);
     if (plot_file) printf("plot:   %s/%s\n", o->out, plot_file);
+    if (plots.numerics) printf("numerics plot: %s/%s\n", o->out, plots.numerics);
     return MPT_OK;
 }
 
@@ -195,6 +214,8 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
         mpt_cli_set_threads(o.threads);
         mpt_cli_sweep_announce(dist, o.n_seeds > 1 ? o.n_seeds * o.n_precisions : o.n_precisions, o.threads, why);
     }
+    mpt_cli_machine machine; /* the load while the runs train: host-clock times on a busy machine are not theirs */
+    mpt_cli_machine_start(&machine);
     /* a job that fails must not leave an earlier job's report looking like its result */
     mpt_status s = MPT_OK;
     if (rank == 0) s = mpt_cli_remove_result(o.out, "report.md");
@@ -211,7 +232,8 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
         return rank == 0 ? mpt_cli_fail("compare", s) : s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
     }
     if (pl.seeds) {
-        s = report_seeds(&o, &pl);
+        mpt_cli_machine_end(&machine);
+        s = report_seeds(&o, &pl, &machine);
         plan_free(&pl);
         return s == MPT_OK ? 0 : mpt_cli_fail("compare", s);
     }
@@ -227,8 +249,10 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
         rows[i].r = &res[i];
         rows[i].rel_l2 = ref && res[i].n_master == ref->n_master
                              ? rel_l2(res[i].final_master, ref->final_master, ref->n_master) : NAN;
+        rows[i].dir = NULL; /* <out>/<precision> */
     }
-    mpt_cli_compare_ref scale = {NAN};
+    mpt_cli_machine_end(&machine);
+    mpt_cli_compare_ref scale = {NAN, &machine};
     if (ref) scale.fp32_travel = rel_l2(ref->init_master, ref->final_master, ref->n_master);
 
     const char *plot_file = "convergence.png";
@@ -243,7 +267,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     char numerics_error[600] = "";
     if (o.telemetry > 0) {
         numerics_file = "numerics.png";
-        s = mpt_cli_plot_numerics(o.out, rows, n_done);
+        s = mpt_cli_plot_numerics(o.out, rows, n_done, o.telemetry);
         if (s != MPT_OK) {
             snprintf(numerics_error, sizeof numerics_error, "%s", mpt_last_error());
             fprintf(stderr, "mptrain compare: no numerics plot: %s\n", numerics_error);
@@ -260,6 +284,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     else
         printf("(for scale: training moved the fp32 weights by ||w_end - w_init|| / ||w_end|| = %.3e)\n",
                scale.fp32_travel);
+    mpt_cli_write_machine(stdout, &machine);
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
     if (numerics_file) printf("numerics plot: %s/%s\n", o.out, numerics_file);

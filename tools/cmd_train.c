@@ -3,10 +3,12 @@
  * job of --data-parallel joined, then one training run (tools/run.h) and its closing lines.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "tools/report.h"
 #include "tools/run.h"
 
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
@@ -116,6 +118,74 @@ int mpt_cmd_train(int argc, char **argv) {
     return rc_dp;
 }
 
+/* The mean over the run's telemetry steps of (tensor, metric), NAN when never measured. */
+static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+    for (int i = 0; i < r->n_telemetry; i++)
+        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
+            return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
+    return NAN;
+}
+
+/* --telemetry: what was measured, one line filled from the measurements, and numerics.png (writer only).
+ * Appends the names of the files written to `files`. */
+static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, int writer, char *files, size_t n) {
+    double steps = 0.0;
+    for (int i = 0; i < res->n_telemetry; i++)
+        if (strcmp(res->telemetry[i].tensor, "amp") == 0 && strcmp(res->telemetry[i].metric, "loss_scale") == 0)
+            steps = (double)res->telemetry[i].count;
+    size_t k = strlen(files);
+    k += (size_t)snprintf(files + k, n - k, ", telemetry.csv, exponents.csv");
+    if (steps == 0.0) {
+        printf("telemetry: no telemetry step ran (it measures one step in %lld, and the run had %lld steps); "
+               "telemetry.csv holds only its header\n", (long long)o->telemetry, (long long)res->iterations);
+        return;
+    }
+    printf("telemetry: %.0f step%s measured (one every %lld; docs/numerics.md)", steps, steps == 1.0 ? "" : "s",
+           (long long)o->telemetry);
+    double fl = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac"), fl1 = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD,
+                                                                                  "flush_frac@S=1");
+    double sub = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "made_subnormal_frac");
+    if (isfinite(fl)) {
+        printf(": activation gradients rounded to %s flushed to zero %.3g%%", mpt_precision_name(o->precision),
+               100.0 * fl);
+        if (isfinite(fl1)) printf(" (had the loss scale been 1: %.3g%%)", 100.0 * fl1);
+        if (isfinite(sub)) printf(", made subnormal %.3g%%", 100.0 * sub);
+    } else {
+        printf(": no activation gradient is rounded into a 16-bit format in %s", mpt_precision_name(o->precision));
+    }
+    double lost = tmean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+    double lost16 = tmean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+    if (isfinite(lost)) {
+        printf("; weight updates lost %.3g%%", 100.0 * lost);
+        if (isfinite(lost16)) printf(" (had they gone to the 16-bit copy: %.3g%%)", 100.0 * lost16);
+    }
+    if (o->shadow) { /* the largest activation error against the FP32 twin */
+        double worst = -1.0;
+        const char *where = NULL;
+        for (int i = 0; i < res->n_telemetry; i++) {
+            const mpt_telemetry_stat *t = &res->telemetry[i];
+            size_t len = strlen(t->tensor);
+            if (strcmp(t->metric, "twin_rel_l2") != 0 || len < 4 || strcmp(t->tensor + len - 4, ".out") != 0 ||
+                t->count == 0)
+                continue;
+            if (t->sum / (double)t->count > worst) {
+                worst = t->sum / (double)t->count;
+                where = t->tensor;
+            }
+        }
+        if (where) printf("; largest activation error against the FP32 twin %.3g, at %s", worst, where);
+    }
+    printf("\n");
+    if (!writer) return;
+    mpt_cli_compare_row row = {o->precision, res, NAN, "."};
+    if (mpt_cli_plot_numerics(o->out, &row, 1, o->telemetry) == MPT_OK) {
+        k = strlen(files);
+        snprintf(files + k, n - k, ", numerics.png");
+    } else {
+        printf("no numerics.png: %s\n", mpt_last_error());
+    }
+}
+
 /* The rest of mptrain train once the options are final (and, with --data-parallel, the MPI job joined). */
 static int train_with(const mpt_cli_opts *op) {
     mpt_cli_opts o = *op;
@@ -152,11 +222,17 @@ static int train_with(const mpt_cli_opts *op) {
                  access(ckpt_path, F_OK) == 0 ? "kept from an earlier step (the final weights are non-finite)"
                                               : "not written (the weights are non-finite)");
     }
-    printf("peak memory %.1f MiB (weights %.2f, masters %s, optimizer state %.2f MiB in %s); wrote "
-           "%s/{metrics.csv, epochs.csv, summary.json%s%s}%s\n",
-           (double)res.mem_peak_total / 1048576.0, (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, masters_mib,
+    char files[256] = "metrics.csv, epochs.csv, summary.json";
+    if (!res.checkpoint_refused) strcat(files, ", " MPT_CLI_CHECKPOINT_FILE);
+    if (o.telemetry > 0) telemetry_closing(&o, &res, !train_dist || mpt_dist_rank(train_dist) == 0, files, sizeof files);
+    printf("peak memory %.1f MiB: weights and activations %.2f MiB (weights %.2f), update state %.2f MiB (masters %s, "
+           "optimizer state %.2f MiB in %s, weight gradients), the rest data, kernel workspace and telemetry; wrote "
+           "%s/{%s}%s\n",
+           (double)res.mem_peak_total / 1048576.0, (double)mpt_cli_model_bytes(&res, 0) / 1048576.0,
+           (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, (double)mpt_cli_model_bytes(&res, 1) / 1048576.0,
+           masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
-           o.out, res.checkpoint_refused ? "" : ", ", res.checkpoint_refused ? "" : MPT_CLI_CHECKPOINT_FILE, ckpt_note);
+           o.out, files, ckpt_note);
     mpt_cli_result_free(&res);
     return 0;
 }

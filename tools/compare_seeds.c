@@ -35,7 +35,7 @@ mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t
 
 typedef struct prec_stats {
     mpt_precision precision;
-    mpt_stats_summary final_acc, best_acc, test_loss, epoch_s, skipped, rel_l2; /* accuracies in % */
+    mpt_stats_summary final_acc, best_acc, test_loss, epoch_s, epoch_cpu_s, skipped, rel_l2; /* accuracies in % */
     int paired;                           /* compared with fp32 (not fp32 itself, and an fp32 run exists) */
     mpt_stats_paired d_final, d_best, d_loss;
     mpt_stats_noise noise;                /* final test accuracy: fp32's between-seed sd, the paired sd */
@@ -51,7 +51,14 @@ static int fp32_index(const mpt_cli_seed_runs *r) {
     return -1;
 }
 
-typedef enum metric { METRIC_FINAL_ACC, METRIC_BEST_ACC, METRIC_TEST_LOSS, METRIC_EPOCH_S, METRIC_SKIPPED } metric;
+typedef enum metric {
+    METRIC_FINAL_ACC,
+    METRIC_BEST_ACC,
+    METRIC_TEST_LOSS,
+    METRIC_EPOCH_S,
+    METRIC_EPOCH_CPU_S,
+    METRIC_SKIPPED
+} metric;
 
 static double metric_of(const mpt_cli_result *r, metric m) {
     switch (m) {
@@ -59,6 +66,7 @@ static double metric_of(const mpt_cli_result *r, metric m) {
     case METRIC_BEST_ACC: return 100.0 * r->best_test_acc;
     case METRIC_TEST_LOSS: return r->final_test_loss;
     case METRIC_EPOCH_S: return r->mean_epoch_s;
+    case METRIC_EPOCH_CPU_S: return r->mean_epoch_cpu_s;
     case METRIC_SKIPPED: return (double)r->steps_skipped;
     }
     return NAN;
@@ -83,6 +91,8 @@ static mpt_status compute_stats(const mpt_cli_seed_runs *r, double margin, prec_
         mpt_stats_summarize(x, r->n_seeds, &q->test_loss);
         column(r, p, METRIC_EPOCH_S, x);
         mpt_stats_summarize(x, r->n_seeds, &q->epoch_s);
+        column(r, p, METRIC_EPOCH_CPU_S, x);
+        mpt_stats_summarize(x, r->n_seeds, &q->epoch_cpu_s);
         column(r, p, METRIC_SKIPPED, x);
         mpt_stats_summarize(x, r->n_seeds, &q->skipped);
         for (int s = 0; s < r->n_seeds; s++) x[s] = r->rel_l2[s * r->n_precisions + p];
@@ -137,9 +147,10 @@ static void diff_ci(char *b, size_t n, const mpt_stats_paired *d, const char *fm
 /* The summary table (printed and in report.md). */
 static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin) {
     fprintf(f, "| precision | final test acc (%%) | best test acc (%%) | final test loss | "
-               "Δ final acc vs fp32, pp [95%% CI] | verdict (margin ±%.2g pp) | s/epoch (host clock) | skipped steps |\n",
+               "Δ final acc vs fp32, pp [95%% CI] | verdict (margin ±%.2g pp) | s/epoch (host clock) | "
+               "CPU s/epoch (all threads) | skipped steps |\n",
             margin);
-    fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|\n");
+    fprintf(f, "|---|---:|---:|---:|---:|---|---:|---:|---:|\n");
     for (int p = 0; p < n; p++) {
         const prec_stats *q = &st[p];
         char fa[128], ba[128], tl[128], d[160], v[128];
@@ -153,8 +164,8 @@ static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin
             snprintf(d, sizeof d, q->precision == MPT_PRECISION_FP32 ? "(reference)" : "n/a (no fp32 run)");
             snprintf(v, sizeof v, "%s", q->precision == MPT_PRECISION_FP32 ? "—" : "n/a");
         }
-        fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %.1f |\n", mpt_precision_name(q->precision), fa, ba, tl, d,
-                v, q->epoch_s.mean, q->skipped.mean);
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n", mpt_precision_name(q->precision), fa, ba,
+                tl, d, v, q->epoch_s.mean, q->epoch_cpu_s.mean, q->skipped.mean);
     }
 }
 
@@ -242,6 +253,7 @@ static json_t *run_json(const mpt_cli_result *x, uint64_t seed, double rel_l2) {
     json_object_set_new(j, "final_test_loss", num(x->final_test_loss));
     json_object_set_new(j, "final_train_loss", num(x->final_train_loss));
     json_object_set_new(j, "time_per_epoch_s", num(x->mean_epoch_s));
+    json_object_set_new(j, "time_per_epoch_cpu_s", num(x->mean_epoch_cpu_s));
     json_object_set_new(j, "samples_per_s", num(x->samples_per_s));
     json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)x->mem_peak_total));
     json_object_set_new(j, "steps_skipped", json_integer(x->steps_skipped));
@@ -300,6 +312,7 @@ static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_run
         json_object_set_new(e, "best_test_accuracy", summary_json(&q->best_acc));
         json_object_set_new(e, "final_test_loss", summary_json(&q->test_loss));
         json_object_set_new(e, "time_per_epoch_s", summary_json(&q->epoch_s));
+        json_object_set_new(e, "time_per_epoch_cpu_s", summary_json(&q->epoch_cpu_s));
         json_object_set_new(e, "steps_skipped", summary_json(&q->skipped));
         json_object_set_new(e, "rel_l2_to_fp32", summary_json(&q->rel_l2));
         if (q->paired) {
@@ -349,8 +362,65 @@ mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compa
 
 /* ---- report.md ------------------------------------------------------------------------------------------------- */
 
+/* Mean over the telemetry steps of one run's (tensor, metric), NAN when it has none. */
+static double run_stat(const mpt_cli_result *x, const char *tensor, const char *name) {
+    for (int i = 0; i < x->n_telemetry; i++)
+        if (strcmp(x->telemetry[i].tensor, tensor) == 0 && strcmp(x->telemetry[i].metric, name) == 0)
+            return x->telemetry[i].count > 0 ? x->telemetry[i].sum / (double)x->telemetry[i].count : NAN;
+    return NAN;
+}
+
+/* "mean ± sd %" over seeds of a run statistic (fractions shown in %), "n/a" when no seed has it. */
+static void seeds_cell(char *b, size_t n, const mpt_cli_seed_runs *r, int p, const char *tensor, const char *name) {
+    double v[MPT_CLI_MAX_SEEDS];
+    int k = 0;
+    for (int s = 0; s < r->n_seeds; s++) {
+        double x = run_stat(run_at(r, s, p), tensor, name);
+        if (isfinite(x)) v[k++] = 100.0 * x;
+    }
+    if (k == 0) {
+        snprintf(b, n, "n/a");
+        return;
+    }
+    mpt_stats_summary sm;
+    mpt_stats_summarize(v, k, &sm);
+    if (k > 1) snprintf(b, n, "%.3f%% ± %.3f", sm.mean, sm.sd);
+    else snprintf(b, n, "%.3f%%", sm.mean);
+}
+
+/* The Numerics section of a multi-seed report: the pooled measurements per precision over seeds, then the
+ * first seed's runs in detail (tools/report.c). */
+static void write_seeds_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_seed_runs *r,
+                                 const mpt_cli_plot_info *plots) {
+    fprintf(f, "\n## Numerics\n\nPooled over all layers, mean over each run's telemetry steps, then mean ± sd over "
+               "the %d seeds (n/a: not measured in that precision):\n\n"
+               "| precision | activation gradients flushed to zero | had S been 1 | made subnormal | updates lost | "
+               "lost had they gone to the 16-bit copy | update mass applied |\n|---|---:|---:|---:|---:|---:|---:|\n",
+            r->n_seeds);
+    for (int p = 0; p < r->n_precisions; p++) {
+        char a[64], b[64], c[64], d[64], e[64], g[64];
+        seeds_cell(a, sizeof a, r, p, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
+        seeds_cell(b, sizeof b, r, p, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
+        seeds_cell(c, sizeof c, r, p, MPT_TELEMETRY_ALL_ACT_GRAD, "made_subnormal_frac");
+        seeds_cell(d, sizeof d, r, p, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+        seeds_cell(e, sizeof e, r, p, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+        seeds_cell(g, sizeof g, r, p, MPT_TELEMETRY_ALL_PARAMS, "applied_mass");
+        fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", mpt_precision_name(r->precisions[p]), a, b, c, d, e, g);
+    }
+    fprintf(f, "\n### The runs of seed %llu in detail\n\n", (unsigned long long)r->seeds[0]);
+    mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
+    char dirs[MPT_PRECISION_COUNT][64];
+    for (int p = 0; p < r->n_precisions; p++) {
+        snprintf(dirs[p], sizeof dirs[p], "seed-%llu/%s", (unsigned long long)r->seeds[0],
+                 mpt_precision_name(r->precisions[p]));
+        rows[p] = (mpt_cli_compare_row){r->precisions[p], run_at(r, 0, p), r->rel_l2[p], dirs[p]};
+    }
+    mpt_cli_write_numerics(f, o, rows, r->n_precisions, plots);
+}
+
 static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st,
-                               const char *plot_file, const char *plot_error) {
+                               const mpt_cli_plot_info *plots) {
+    const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
     char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", r->out);
     FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
@@ -374,6 +444,10 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r
     write_seed_table(f, st, r->n_precisions, o->margin);
     fprintf(f, "\n");
     write_noise_floor(f, st, r->n_precisions, r->n_seeds);
+    if (r->machine) {
+        fprintf(f, "\n");
+        mpt_cli_write_machine(f, r->machine);
+    }
     fprintf(f, "\n### How to read the verdict\n\n"
                "Δ is the mean over seeds of (this precision's final test accuracy − fp32's, same seed), in "
                "percentage points, with its %.0f%% confidence interval from Student's t distribution on the "
@@ -415,11 +489,12 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r
                "dynamic loss scale of each seed's fp16 run. The curves are in `curves/<precision>_steps.csv` "
                "and `curves/<precision>_epochs.csv`; every run's own files are in "
                "`seed-<S>/<precision>/`.\n");
+    if (o->telemetry > 0) write_seeds_numerics(f, o, r, plots);
     return mpt_cli_commit_atomic(f, tmp, path);
 }
 
-mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
-                                      const char *plot_error) {
+mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs,
+                                      const mpt_cli_plot_info *plots) {
     prec_stats st[MPT_PRECISION_COUNT];
     MPT_TRY(compute_stats(runs, o->margin, st));
     printf("\nMean ± sd over %d seeds; Δ = mean paired difference to fp32 with its 95%% confidence interval:\n\n",
@@ -427,7 +502,8 @@ mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_
     write_seed_table(stdout, st, runs->n_precisions, o->margin);
     printf("\n");
     write_noise_floor(stdout, st, runs->n_precisions, runs->n_seeds);
-    MPT_TRY(write_report(o, runs, st, plot_file, plot_error));
+    if (runs->machine) mpt_cli_write_machine(stdout, runs->machine);
+    MPT_TRY(write_report(o, runs, st, plots));
     return write_seeds_json(o, runs, st);
 }
 

@@ -190,7 +190,7 @@ static void panel_missing(panel *pn, const char *title, const char *why) {
            title, why);
 }
 
-/* A series of one (tensor, metric) over steps from <precision>/telemetry.csv, scaled by 100 (percent), or a line
+/* A series of one (tensor, metric) over steps from <run dir>/telemetry.csv, scaled by 100 (percent), or a line
  * of the note when the run has no value of it. */
 static void series(panel *pn, const mpt_cli_result *r, const char *prec, int lt, const char *tensor,
                    const char *metric, int dash, const char *title) {
@@ -281,8 +281,8 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     snprintf(path, sizeof path, "%s/numerics.gp", dir);
     FILE *f = fopen(path, "w");
     if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    fprintf(f, "# numerics.gp - written by mptrain compare; run `gnuplot numerics.gp` in this directory.\n"
-               "# Data: <precision>/telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
+    fprintf(f, "# numerics.gp - written by mptrain; run `gnuplot numerics.gp` in this directory.\n"
+               "# Data: each run's telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
                "  set terminal pngcairo size 1000,%d font \",10\"\n"
                "} else {\n"
@@ -291,7 +291,7 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
             panels * 380, panels * 380);
     fprintf(f, "set output 'numerics.png'\nset datafile separator ','\nset datafile missing NaN\nset grid\n"
                "set multiplot layout %d,1\nset key outside right top\n"
-               "set lmargin at screen 0.08\nset rmargin at screen 0.68\n", panels); /* panels aligned */
+               "set lmargin at screen 0.08\nset rmargin at screen 0.80\n", panels); /* panels aligned, short keys */
     static panel pn; /* 9 KiB: not on the stack */
     char title[64];
     if (has16) {
@@ -299,12 +299,13 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
             if (p != MPT_PRECISION_FP16 && p != MPT_PRECISION_BF16) continue;
-            const char *name = mpt_precision_name(p);
-            snprintf(title, sizeof title, "%s (loss scale S)", name);
-            series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
+            const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
+            /* only fp16 has a loss scale: bf16's line is the rounding as it is */
+            snprintf(title, sizeof title, p == MPT_PRECISION_FP16 ? "%s, at its S" : "%s (no scaling)", name);
+            series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
             if (p == MPT_PRECISION_FP16 && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
-                snprintf(title, sizeof title, "%s if S were 1", name);
-                series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
+                snprintf(title, sizeof title, "%s, had S been 1", name);
+                series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
             }
         }
         fprintf(f, "set title 'activation gradients flushed to zero when rounded to fp16/bf16 (all layers pooled)'\n"
@@ -314,12 +315,12 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     memset(&pn, 0, sizeof pn);
     for (int i = 0; i < n; i++) {
         mpt_precision p = rows[i].precision;
-        const char *name = mpt_precision_name(p);
-        snprintf(title, sizeof title, "%s (stored weights)", name);
-        series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
+        const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
+        snprintf(title, sizeof title, "%s", name);
+        series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
         if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
-            snprintf(title, sizeof title, "%s if applied to the %s copy", name, name);
-            series(&pn, rows[i].r, name, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
+            snprintf(title, sizeof title, "%s, on its 16-bit copy", name);
+            series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
         }
     }
     fprintf(f, "set title 'optimizer updates lost (non-zero, left the stored weight unchanged; all parameters)'\n"
@@ -345,12 +346,12 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     return mpt_cli_close_written(f, path);
 }
 
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n) {
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n, int64_t every) {
     int any = 0;
     for (int i = 0; i < n; i++) any |= has_points(rows[i].r, "amp", "loss_scale");
     if (!any)
-        return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step (each ran fewer steps than --telemetry), "
-                                       "so there is nothing to plot");
+        return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step: telemetry measures every %lld-th step and "
+                                       "every run had fewer steps, so there is nothing to plot", (long long)every);
     MPT_TRY(write_numerics_script(dir, rows, n));
     return mpt_cli_gnuplot(dir, "numerics.gp");
 }

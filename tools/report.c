@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mpt_config.h"
 #include "tools/report.h"
@@ -35,13 +36,22 @@ static double gpu_epoch_median(const mpt_cli_result *r) {
     return m;
 }
 
+size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state) {
+    static const mpt_mem working[] = {MPT_MEM_WEIGHT, MPT_MEM_ACT, MPT_MEM_ACT_GRAD};
+    static const mpt_mem state[] = {MPT_MEM_MASTER, MPT_MEM_GRAD, MPT_MEM_OPTIM};
+    size_t b = 0;
+    for (int i = 0; i < 3; i++) b += r->mem_peak[fp32_state ? state[i] : working[i]];
+    return b;
+}
+
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
-    int gpu = 0; /* a column of CUDA-event times when any run had them */
+    int gpu = 0; /* a column of CUDA-event times when any run had them; else one of CPU time */
     for (int i = 0; i < n; i++) gpu |= rows[i].r->epoch_gpu_s != NULL;
     fprintf(f, "| precision | final test acc | best test acc (epoch) | final train loss | final test loss | "
-               "s/epoch (host clock) |%s samples/s | peak memory | skipped steps | final loss scale | rel. L2 to fp32 |\n",
-            gpu ? " GPU s/epoch (CUDA events, median after the first) |" : "");
-    fprintf(f, "|---|---:|---:|---:|---:|---:|%s---:|---:|---:|---:|---:|\n", gpu ? "---:|" : "");
+               "s/epoch (host clock) |%s samples/s | weights + activations | update state (masters, grads, "
+               "optimizer) | peak memory (all) | skipped steps | final loss scale | rel. L2 to fp32 |\n",
+            gpu ? " GPU s/epoch (CUDA events, median after the first) |" : " CPU s/epoch (all threads) |");
+    fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const mpt_cli_result *r = rows[i].r;
         char a[32], b[32], l2[32], host[32], dev[48] = "";
@@ -50,16 +60,41 @@ void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
         if (isfinite(rows[i].rel_l2)) snprintf(l2, sizeof l2, "%.3e", rows[i].rel_l2);
         else snprintf(l2, sizeof l2, "n/a");
         snprintf(host, sizeof host, gpu ? "%.4f" : "%.2f", r->mean_epoch_s); /* GPU epochs last milliseconds */
-        if (gpu) {
-            double g = gpu_epoch_median(r);
-            if (isfinite(g)) snprintf(dev, sizeof dev, " %.4f |", g);
-            else snprintf(dev, sizeof dev, " n/a |");
-        }
-        fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.1f MiB | %d | %g | %s |\n",
+        double g = gpu ? gpu_epoch_median(r) : r->mean_epoch_cpu_s;
+        if (isfinite(g)) snprintf(dev, sizeof dev, gpu ? " %.4f |" : " %.2f |", g);
+        else snprintf(dev, sizeof dev, " n/a |");
+        fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.2f MiB | %.2f MiB | %.1f MiB | %d | %g | %s |\n",
                 mpt_precision_name(rows[i].precision), a, b, r->best_epoch, r->final_train_loss, r->final_test_loss,
-                host, dev, r->samples_per_s, (double)r->mem_peak_total / (1024.0 * 1024.0), (int)r->steps_skipped,
-                (double)r->final_scale, l2);
+                host, dev, r->samples_per_s, (double)mpt_cli_model_bytes(r, 0) / 1048576.0,
+                (double)mpt_cli_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
+                (int)r->steps_skipped, (double)r->final_scale, l2);
     }
+}
+
+void mpt_cli_machine_start(mpt_cli_machine *m) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    m->cores = c > 0 ? (int)c : 0;
+    m->load_start = m->load_end = NAN;
+    double l[1];
+    if (getloadavg(l, 1) == 1) m->load_start = l[0];
+}
+
+void mpt_cli_machine_end(mpt_cli_machine *m) {
+    double l[1];
+    if (getloadavg(l, 1) == 1) m->load_end = l[0];
+}
+
+void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m) {
+    if (!m || !isfinite(m->load_start) || !isfinite(m->load_end)) return;
+    double hi = fmax(m->load_start, m->load_end);
+    fprintf(f, "Machine load: %d CPU cores, 1-minute load average %.2f when the runs started and %.2f when they "
+               "ended. %s\n",
+            m->cores, m->load_start, m->load_end,
+            hi > (double)m->cores
+                ? "The machine was busier than its cores: other work shared the CPUs, which inflates the host-clock "
+                  "times (s/epoch, samples/s) and can reorder the precisions; compare the CPU times, which count only "
+                  "this process's work."
+                : "The machine was not oversubscribed, so the host-clock times are the runs' own.");
 }
 
 static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
@@ -326,12 +361,11 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
                    "is absent in this run.\n\n", name, log2(u));
 }
 
-static void write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                           const mpt_cli_plot_info *plots) {
-    fprintf(f, "\n## Numerics\n\n");
+void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
+                            const mpt_cli_plot_info *plots) {
     fprintf(f, "Measured every %lld steps (`--telemetry`%s); definitions in docs/numerics.md, every value per step in "
-               "`<precision>/telemetry.csv`, last and mean values in `<precision>/summary.json`. The sentences below "
-               "are filled in from those measurements.\n\n",
+               "each run's `telemetry.csv`, last and mean values in its `summary.json`, the gradients' exponent "
+               "histograms in its `exponents.csv`. The sentences below are filled in from those measurements.\n\n",
             (long long)o->telemetry, o->shadow ? ", with the FP32 shadow twin of `--shadow`" : "");
     if (plots->numerics)
         fprintf(f, "![numerics](%s)\n\nTop: the share of nonzero activation-gradient values that rounding into "
@@ -347,7 +381,10 @@ static void write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare
         const mpt_cli_result *r = rows[i].r;
         fprintf(f, "### %s\n\n", mpt_precision_name(rows[i].precision));
         if (r->n_telemetry == 0 || !tstat(r, "amp", "loss_scale")) {
-            fprintf(f, "No telemetry step ran (the run had fewer than %lld steps).\n\n", (long long)o->telemetry);
+            fprintf(f, "No telemetry step ran: telemetry measures every %lld-th step%s, and this run had %lld steps.\n\n",
+                    (long long)o->telemetry,
+                    mpt_cli_given(o, MPT_OPT_TELEMETRY) ? " (--telemetry)" : " (compare's default; --telemetry N changes it)",
+                    (long long)r->iterations);
             continue;
         }
         numerics_underflow(f, &rows[i]);
@@ -380,8 +417,12 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     mpt_cli_write_table(f, rows, n);
     fprintf(f, "\nColumns: test accuracy after the last epoch and the best over epochs; the last epoch's mean "
                "training loss (over the logged steps) and test loss; training time per epoch (evaluation "
-               "excluded) and training throughput; the peak of the training process's memory on the device, all "
-               "categories together; optimizer steps skipped because a gradient was inf/NaN; the loss scale at the "
+               "excluded) on the host clock and, beside it, the process's CPU time per epoch over all its threads "
+               "(on a GPU, the epoch's time by CUDA events), and training throughput; the model's own memory in two "
+               "parts: the weights the forward pass reads with the activations and their gradients (what FP16/BF16 "
+               "halve), and the update state (masters, weight gradients, optimizer state: what mixed precision keeps in "
+               "FP32, the masters added), and the peak of all the process's memory on the device (the dataset, "
+               "kernel workspace and telemetry included); optimizer steps skipped because a gradient was inf/NaN; the loss scale at the "
                "end (1 = no scaling); and the relative L2 distance ||w - w_fp32|| / ||w_fp32|| between this run's "
                "final FP32 master weights and the fp32 run's, over all parameters. It measures how far rounding "
                "moved training's trajectory, not how good the result is: compare it with the accuracy columns.\n\n");
@@ -392,6 +433,10 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                    "SGD is) and arrived at different, equally good weights; a much smaller one means they stayed "
                    "together.\n\n",
                 ref->fp32_travel);
+    if (ref && ref->machine) {
+        mpt_cli_write_machine(f, ref->machine);
+        fprintf(f, "\n");
+    }
     fprintf(f, "Peak memory by category (MiB):\n\n");
     write_memory_table(f, rows, n);
     fprintf(f, "\n`master` is the FP32 copy of the weights that only fp16/bf16 runs need (in fp32/tf32 the weights "
@@ -423,6 +468,9 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     fprintf(f, "Per-run files: `<precision>/metrics.csv` (per logged step: step, epoch, loss, lr, loss_scale, "
                "steps_skipped), `<precision>/epochs.csv` (per epoch: losses, accuracies, times), "
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
-    if (o->telemetry > 0) write_numerics(f, o, rows, n, plots);
+    if (o->telemetry > 0) {
+        fprintf(f, "\n## Numerics\n\n");
+        mpt_cli_write_numerics(f, o, rows, n, plots);
+    }
     return mpt_cli_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
 }

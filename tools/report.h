@@ -9,21 +9,46 @@
 
 /* ---- reports (report.c) ----------------------------------------------------------------------------------- */
 
+/* The machine the runs shared: its cores and the 1-minute load average when they started and ended (NAN when
+ * unknown). Host-clock times on a loaded machine are not the runs' own. */
+typedef struct mpt_cli_machine {
+    int cores;
+    double load_start, load_end;
+} mpt_cli_machine;
+
 /* One row of the compare table. */
 typedef struct mpt_cli_compare_row {
     mpt_precision precision;
     const mpt_cli_result *r;
     double rel_l2;           /* ||w - w_fp32|| / ||w_fp32|| of the final masters; NAN without an fp32 run */
+    const char *dir;         /* the run's directory relative to the report's (NULL: the precision's name, as
+                                compare lays them out; "." for train's single run; "seed-0/fp16" ...) */
 } mpt_cli_compare_row;
 
 /* What the report says about the scale of rel_l2: ||w_end - w_init|| / ||w_end|| of the fp32 run (how far
  * training moved the weights), NAN without an fp32 run. */
 typedef struct mpt_cli_compare_ref {
     double fp32_travel;
+    const mpt_cli_machine *machine; /* the load while the runs trained, or NULL */
 } mpt_cli_compare_ref;
 
-/* Writes the comparison table as Markdown (the same text `compare` prints). */
+/* Writes the comparison table as Markdown (the same text `compare` prints): per run the accuracies and losses,
+ * the host-clock time per epoch beside the CPU time per epoch (or, on the GPU, the CUDA-event time), throughput,
+ * the model's own memory in its two parts (mpt_cli_model_bytes) beside the peak of all categories, skipped steps,
+ * the final loss scale and the distance to the fp32 run. */
 void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n);
+
+/* The model's own memory (bytes, sums of category peaks; the data, kernel workspace and telemetry not counted):
+ * fp32_state 0: the weights the forward pass reads, activations and activation gradients, which FP16/BF16
+ * halve; 1: the update state, FP32 masters, weight gradients and optimizer state, which mixed precision keeps in
+ * FP32 (the masters added; --optimizer-state may store the last in 16 bits). */
+size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state);
+
+void mpt_cli_machine_start(mpt_cli_machine *m);
+void mpt_cli_machine_end(mpt_cli_machine *m);
+
+/* One line "Machine load: ..." saying whether the machine was busier than its cores (nothing when unknown). */
+void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m);
 
 /* The pictures report.md refers to: a file name, or NULL with a message saying why there is none. */
 typedef struct mpt_cli_plot_info {
@@ -48,6 +73,7 @@ typedef struct mpt_cli_seed_runs {
     const mpt_precision *precisions;
     const mpt_cli_result *res;
     const double *rel_l2;
+    const mpt_cli_machine *machine; /* the load while the runs trained, or NULL */
 } mpt_cli_seed_runs;
 
 /* The run directory of seed index s, precision index p: out/seed-<seed>/<precision> (buf: MPT_CLI_PATH). */
@@ -56,10 +82,13 @@ mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t
 /* Writes report.md and compare.json into runs->out and prints the summary table with its verdicts: per
  * precision the mean and sd over seeds of the final and best test accuracy and the final test loss; against
  * fp32 the mean paired difference with its 95% confidence interval and the verdict against o->margin
- * (tools/stats.h); the fp32 seed-to-seed spread as the noise floor. plot_file: the PNG's name, or NULL with
- * plot_error saying why there is none. MPT_ERR_IO when a file cannot be written; MPT_ERR_ARG without GSL. */
-mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs, const char *plot_file,
-                                      const char *plot_error);
+ * (tools/stats.h); the noise of a one-seed comparison (the paired differences' sd) beside fp32's spread over
+ * seeds; the machine's load; with telemetry a "Numerics" section: the pooled measurements per precision (mean and
+ * sd over seeds) and the per-run detail of the first seed. plots: convergence.png and numerics.png (the first
+ * seed's runs), each a file name or NULL with the reason. MPT_ERR_IO when a file cannot be written; MPT_ERR_ARG
+ * without GSL. */
+mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs,
+                                      const mpt_cli_plot_info *plots);
 
 /* Writes compare.json for a one-seed comparison (the same keys as the multi-seed one, one seed, no
  * intervals). */
@@ -78,10 +107,18 @@ mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *runs);
 mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n);
 
 /* Writes dir/numerics.gp (and numerics_twin.dat, the twin's mean error per activation and precision) and runs
- * gnuplot to make dir/numerics.png from each run's <precision>/telemetry.csv: activation gradients flushed to
- * zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit copy),
- * and the twin error per activation when the runs had --shadow. Errors as mpt_cli_plot's. */
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n);
+ * gnuplot to make dir/numerics.png from each run's telemetry.csv (in the row's dir): activation gradients
+ * flushed to zero per step (fp16/bf16; fp16 also at S = 1), updates lost per step (and if applied to the 16-bit
+ * copy), and the twin error per activation when the runs had --shadow. every: the telemetry interval, for the
+ * message when no run reached a telemetry step (MPT_ERR_ARG). Errors as mpt_cli_plot's. */
+mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n, int64_t every);
+
+/* Writes the "Numerics" section of a report (the tensors that underflow most, lost updates per layer, the error
+ * against the FP32 twin per layer, each with a sentence filled from the measurements) for the runs in rows;
+ * plots: the numerics picture (or why there is none). compare's report.md uses it, and compare --seeds' for the
+ * runs of its first seed. */
+void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
+                            const mpt_cli_plot_info *plots);
 
 /* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
  * picture named png. */

@@ -43,6 +43,14 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+/* CPU time of this process, all threads, user + system (seconds). */
+static double cpu_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
     char msg[512];
     *out = NULL;
@@ -76,6 +84,7 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
 void mpt_cli_result_free(mpt_cli_result *r) {
     free(r->epoch_s);
     free(r->epoch_gpu_s);
+    free(r->epoch_cpu_s);
     free(r->final_master);
     free(r->init_master);
     free(r->telemetry);
@@ -83,6 +92,7 @@ void mpt_cli_result_free(mpt_cli_result *r) {
     r->n_telemetry = 0;
     r->epoch_s = NULL;
     r->epoch_gpu_s = NULL;
+    r->epoch_cpu_s = NULL;
     r->final_master = NULL;
     r->init_master = NULL;
 }
@@ -556,7 +566,13 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                r->be->name);
     if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
     if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
-    if (o->telemetry > 0) MPT_TRY(telemetry_setup(r));
+    if (o->telemetry > 0) {
+        MPT_TRY(telemetry_setup(r));
+        printf("%stelemetry: on one step in %lld, the range and rounding of every tensor (what flushes to zero, becomes "
+               "subnormal or overflows, also at other loss scales), lost weight updates%s -> telemetry.csv, "
+               "exponents.csv (docs/numerics.md); the training itself is bit-identical\n",
+               r->label, (long long)o->telemetry, o->shadow ? ", each tensor against an FP32 twin" : "");
+    }
 
     r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);
     r->n_valid = malloc((size_t)r->nb * sizeof *r->n_valid);
@@ -637,7 +653,8 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     const mpt_mnist *d = r->d;
     int B = o->batch;
     res->epoch_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_s);
-    MPT_ASSERT(res->epoch_s != NULL);
+    res->epoch_cpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_cpu_s);
+    MPT_ASSERT(res->epoch_s != NULL && res->epoch_cpu_s != NULL);
     if (r->mark_start) {
         res->epoch_gpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_gpu_s);
         MPT_ASSERT(res->epoch_gpu_s != NULL);
@@ -665,7 +682,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         int pending_save = 0;
         /* The epoch's two clocks start on an idle stream (load_epoch synchronised): the host clock, and the
          * mark that takes the GPU's time stamp when the device reaches it (asynchronous, outside any recording). */
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_now_s();
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
@@ -733,7 +750,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         }
         if (r->mark_end) be->event_record(be, r->mark_end);
         be->synchronize(be);
-        double train_s = now_s() - t0;
+        double train_s = now_s() - t0, cpu_s = cpu_now_s() - c0;
         double gpu_s = NAN; /* the device's time between the marks, read after the synchronisation: no wait */
         if (r->mark_start) MPT_TRY(be->event_elapsed(be, r->mark_start, r->mark_end, &gpu_s));
         train_time += train_s;
@@ -777,10 +794,11 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         if (res->epoch_gpu_s)
             printf("  %.0f samples/s  %.4f s host clock, %.4f s GPU (CUDA events)", sps, train_s, gpu_s);
         else
-            printf("  %.0f samples/s  %.1f s host clock", sps, train_s);
+            printf("  %.0f samples/s  %.1f s host clock, %.1f s CPU", sps, train_s, cpu_s);
         printf("  loss scale %g  skipped %d\n", (double)st.scale, (int)st.steps_skipped);
         fflush(stdout);
         if (res->epoch_gpu_s) res->epoch_gpu_s[res->epochs_run] = gpu_s;
+        res->epoch_cpu_s[res->epochs_run] = cpu_s;
         res->epoch_s[res->epochs_run++] = train_s;
         res->final_test_loss = test_loss;
         res->final_test_acc = test_acc;
@@ -819,6 +837,9 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     double sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
     res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
+    sum = 0.0;
+    for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_cpu_s[i];
+    res->mean_epoch_cpu_s = res->epochs_run ? sum / res->epochs_run : NAN;
     mpt_trainer_stats(t, &st);
     res->steps_skipped = st.steps_skipped;
     res->steps_nonfinite = st.steps_nonfinite;

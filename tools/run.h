@@ -33,6 +33,10 @@ typedef struct mpt_cli_result {
     double *epoch_gpu_s;         /* [epochs_run] the same epochs' device seconds between two CUDA events recorded at
                                     the host clock's start and end (malloc'd); NULL on a backend without device
                                     timing (CPU) */
+    double *epoch_cpu_s;         /* [epochs_run] the same epochs' CPU seconds of this process, all its threads
+                                    (CLOCK_PROCESS_CPUTIME_ID, user + system; malloc'd): unlike the host clock, not
+                                    inflated by other work on a shared machine, but summed over OpenBLAS's threads */
+    double mean_epoch_cpu_s;     /* their mean */
     size_t mem_peak[MPT_MEM_COUNT];
     size_t mem_peak_total;
     int32_t steps_skipped, floor_hits;

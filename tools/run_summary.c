@@ -103,6 +103,12 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     json_t *ep = json_array();
     for (int i = 0; i < r->epochs_run; i++) json_array_append_new(ep, num(r->epoch_s[i]));
     json_object_set_new(j, "epoch_times_s", ep);
+    /* the same epochs' CPU time of the process (all threads): comparable on a busy machine, where the host clock
+     * is not */
+    json_object_set_new(j, "time_per_epoch_cpu_s", num(r->mean_epoch_cpu_s));
+    json_t *cp = json_array();
+    for (int i = 0; r->epoch_cpu_s && i < r->epochs_run; i++) json_array_append_new(cp, num(r->epoch_cpu_s[i]));
+    json_object_set_new(j, "epoch_cpu_times_s", cp);
     /* the same epochs timed by the device (CUDA events); null where the backend has none (CPU) */
     json_t *gp = json_null();
     if (r->epoch_gpu_s) {

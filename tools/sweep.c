@@ -47,27 +47,28 @@ typedef struct fail_rec {
 
 typedef struct result_head {
     uint32_t magic, struct_size;
-    uint32_t has_final, has_init, has_epochs, has_telemetry, has_gpu_epochs;
+    uint32_t has_final, has_init, has_epochs, has_telemetry, has_gpu_epochs, has_cpu_epochs;
 } result_head;
 
 static mpt_status result_pack(const mpt_cli_result *r, unsigned char **out, int64_t *n) {
     result_head h = {RESULT_MAGIC, (uint32_t)sizeof *r, r->final_master != NULL, r->init_master != NULL,
-                     r->epoch_s != NULL, r->telemetry != NULL, r->epoch_gpu_s != NULL};
+                     r->epoch_s != NULL, r->telemetry != NULL, r->epoch_gpu_s != NULL, r->epoch_cpu_s != NULL};
     size_t ne = h.has_epochs ? (size_t)r->epochs_run : 0, nm = (size_t)r->n_master;
-    size_t ng = h.has_gpu_epochs ? (size_t)r->epochs_run : 0;
+    size_t ng = h.has_gpu_epochs ? (size_t)r->epochs_run : 0, nc = h.has_cpu_epochs ? (size_t)r->epochs_run : 0;
     size_t nt = h.has_telemetry ? (size_t)r->n_telemetry : 0;
-    size_t bytes = sizeof h + sizeof *r + (ne + ng) * sizeof(double) +
+    size_t bytes = sizeof h + sizeof *r + (ne + ng + nc) * sizeof(double) +
                    (h.has_final + h.has_init) * nm * sizeof(float) + nt * sizeof(mpt_telemetry_stat);
     unsigned char *b = malloc(bytes), *p = b;
     if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes for a run's result", bytes);
     mpt_cli_result flat = *r;
-    flat.epoch_s = flat.epoch_gpu_s = NULL;
+    flat.epoch_s = flat.epoch_gpu_s = flat.epoch_cpu_s = NULL;
     flat.final_master = flat.init_master = NULL;
     flat.telemetry = NULL;
     memcpy(p, &h, sizeof h), p += sizeof h;
     memcpy(p, &flat, sizeof flat), p += sizeof flat;
     if (ne) memcpy(p, r->epoch_s, ne * sizeof(double)), p += ne * sizeof(double);
     if (ng) memcpy(p, r->epoch_gpu_s, ng * sizeof(double)), p += ng * sizeof(double);
+    if (nc) memcpy(p, r->epoch_cpu_s, nc * sizeof(double)), p += nc * sizeof(double);
     if (h.has_final) memcpy(p, r->final_master, nm * sizeof(float)), p += nm * sizeof(float);
     if (h.has_init) memcpy(p, r->init_master, nm * sizeof(float)), p += nm * sizeof(float);
     if (nt) memcpy(p, r->telemetry, nt * sizeof(mpt_telemetry_stat));
@@ -96,7 +97,7 @@ static mpt_status result_unpack(const unsigned char *b, int64_t n, int from, mpt
     memcpy(&h, b, sizeof h);
     if (h.magic != RESULT_MAGIC || h.struct_size != sizeof *r) goto malformed;
     memcpy(r, b + sizeof h, sizeof *r);
-    r->epoch_s = r->epoch_gpu_s = NULL;
+    r->epoch_s = r->epoch_gpu_s = r->epoch_cpu_s = NULL;
     r->final_master = r->init_master = NULL;
     r->telemetry = NULL;
     if (r->epochs_run < 0 || r->n_master < 0 || r->n_telemetry < 0) goto malformed;
@@ -105,6 +106,7 @@ static mpt_status result_unpack(const unsigned char *b, int64_t n, int from, mpt
     size_t nm = (size_t)r->n_master;
     if (h.has_epochs) r->epoch_s = take(&p, end, (size_t)r->epochs_run * sizeof(double), &bad);
     if (h.has_gpu_epochs) r->epoch_gpu_s = take(&p, end, (size_t)r->epochs_run * sizeof(double), &bad);
+    if (h.has_cpu_epochs) r->epoch_cpu_s = take(&p, end, (size_t)r->epochs_run * sizeof(double), &bad);
     if (h.has_final) r->final_master = take(&p, end, nm * sizeof(float), &bad);
     if (h.has_init) r->init_master = take(&p, end, nm * sizeof(float), &bad);
     if (h.has_telemetry) r->telemetry = take(&p, end, (size_t)r->n_telemetry * sizeof(mpt_telemetry_stat), &bad);

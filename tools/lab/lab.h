@@ -13,7 +13,8 @@
  * the smallest run on real data in which the lesson's effect was measured to show (or, where no small run can
  * show it, the lesson's quick_note says why and names the full command).
  *
- * Files: lab.c (the command, shared helpers, index.md), lesson_<name>.c (one lesson each).
+ * Files: lab.c (the command, shared helpers, index.md), lesson_<name>.c (one lesson each), accum.c (the
+ * accumulators of the lesson accumulation, also linked into tests/test_accum).
  */
 #ifndef MPT_TOOLS_LAB_H
 #define MPT_TOOLS_LAB_H
