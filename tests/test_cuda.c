@@ -423,7 +423,7 @@ END_TEST
  * elements. Each output must be the once-rounded value (what the CPU computes) or the twice-rounded one (the model
  * measured on the H200), never a third value; the counts say which the library did. */
 static double round_to(mpt_dtype t, double x) {
-    uint16_t h;
+    uint32_t h; /* room for any dtype's element (the tests call it with F16 and BF16) */
     mpt_store_f32(&h, t, 0, (float)x);
     return mpt_load_f32(&h, t, 0);
 }
