@@ -15,8 +15,8 @@
 #   DEBIAN_MIRROR  default: the Debian mirror apt uses on this machine, else http://deb.debian.org/debian
 #   HOST_BUILD     the host's CUDA build to compare the RSS with (default: build/ of this repository)
 #   RSS_REPEATS    runs per side of the RSS comparison, alternating (default 3; the median is printed)
-# Not a step of .ci/run: it needs root, mounts, and ~500 MB from a Debian mirror (see README, "Verified
-# without CUDA").
+# Not a step of .ci/run: it needs root, mounts, and ~500 MB from a Debian mirror (see docs/development.md,
+# "Without CUDA").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

@@ -143,7 +143,9 @@ static const char *precision_explained(mpt_precision p, int tf32_off) {
                "FP32 accumulation. FP32 master weights take the optimizer step, and the loss is multiplied by a "
                "dynamic loss scale S before backward so small gradients do not underflow to zero; gradients are "
                "divided by S in FP32 and a step whose gradients overflowed (inf/NaN) is skipped and S halved "
-               "(`torch.amp.GradScaler`). Skipped steps and the final S are in the table.";
+               "(`torch.amp.GradScaler`). Skipped steps and the final S are in the table. One difference from "
+               "PyTorch AMP: AMP's weight-gradient GEMM writes FP16 and casts it to FP32; mptrain writes weight "
+               "gradients in FP32 straight from the FP32 accumulator, one FP16 rounding fewer.";
     case MPT_PRECISION_BF16:
         return "**bf16**: like fp16 but in bfloat16 (FP32's 8-bit exponent, so the same range as FP32, but only 7 "
                "explicit significand bits: unit roundoff 2^-8). No loss scaling is needed; the price is coarser "

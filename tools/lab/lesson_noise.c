@@ -69,24 +69,39 @@ static mpt_status run(mpt_lab_ctx *c) {
         if (have_ci) MPT_TRY(mpt_stats_compare_paired(acc[p], acc[0], ns, 0.95, c->base->margin, &d[p]));
         int stands_out = fabs(ds[p].mean) > 2.0 * z[p].sd_paired;
         k += (size_t)snprintf(diffs + k, sizeof diffs - k, "%s%s - fp32 %+.2f pp on average, moving by sd %.2f pp from "
-                              "seed to seed (%.1fx less than fp32 alone; a one-seed difference of this size %s)",
-                              p > 1 ? "; " : "", precs[p], ds[p].mean, z[p].sd_paired, z[p].ratio,
+                              "seed to seed (%.2fx fp32's own sd; a one-seed difference of this size %s)",
+                              p > 1 ? "; " : "", precs[p], ds[p].mean, z[p].sd_paired,
+                              z[p].sd_between > 0 ? z[p].sd_paired / z[p].sd_between : NAN,
                               stands_out ? "stands out from that noise" : "would not stand out from that noise");
     }
     c->observed = within;
+    /* what the pairing did to the noise, said as measured: less, about the same, or more */
+    char pairing[300];
+    int less = 1, more = 1;
+    for (int p = 1; p < NP; p++) {
+        less &= z[p].sd_paired < 0.8 * z[p].sd_between;
+        more &= z[p].sd_paired > 1.25 * z[p].sd_between;
+    }
+    snprintf(pairing, sizeof pairing, "%s (paired sd / fp32's sd: %.2f for fp16, %.2f for bf16)",
+             less ? "the pairing cancelled part of the seed's effect here"
+                  : more ? "here the paired differences spread more than fp32 alone"
+                         : "here the paired spreads are about fp32's own, so the pairing cancelled little of the seed's "
+                           "effect",
+             z[1].sd_between > 0 ? z[1].sd_paired / z[1].sd_between : NAN,
+             z[2].sd_between > 0 ? z[2].sd_paired / z[2].sd_between : NAN);
     if (c->observed)
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Observed: one seed cannot rank these precisions. With the same seed, %s over %d seeds: every mean "
                  "difference lies within twice its paired sd, the noise of a one-seed comparison. fp32 alone moves by "
-                 "sd %.2f pp from seed to seed (%.2f..%.2f%%): that is the spread of one run, not of a comparison, "
-                 "which the pairing reduced %.1fx (fp16) and %.1fx (bf16) here.",
-                 diffs, ns, s32.sd, s32.min, s32.max, z[1].ratio, z[2].ratio);
+                 "sd %.2f pp from seed to seed (%.2f..%.2f%%): that is the spread of one run, not of a comparison; "
+                 "%s.",
+                 diffs, ns, s32.sd, s32.min, s32.max, pairing);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Not observed: with the same seed, %s over %d seeds: for at least one precision the mean difference "
                  "exceeds twice its paired sd, so here even one seed would show its sign. fp32 alone moves by sd %.2f "
-                 "pp (%.2f..%.2f%%), the spread of one run, %.1fx and %.1fx the paired spreads.",
-                 diffs, ns, s32.sd, s32.min, s32.max, z[1].ratio, z[2].ratio);
+                 "pp (%.2f..%.2f%%), the spread of one run; %s.",
+                 diffs, ns, s32.sd, s32.min, s32.max, pairing);
 
     FILE *dat = mpt_lab_open(c, "noise.dat");
     if (!dat) return MPT_ERR_IO;
@@ -127,16 +142,18 @@ static mpt_status run(mpt_lab_ctx *c) {
                "- **The noise of a comparison** is the sd of the paired differences (same seed) over seeds: how much "
                "the difference one seed shows would move with another seed. A one-seed difference smaller than about "
                "twice it says nothing about the precision.\n"
-               "- **The spread of one run** is fp32's sd over seeds: how much one run's accuracy moves. It is larger, "
-               "because a seed moves both runs of a pair alike (same initial weights, same batches) and their "
-               "difference cancels that shared part. Reading a difference against it overstates the noise of a "
-               "paired comparison.\n\n"
+               "- **The spread of one run** is fp32's sd over seeds: how much one run's accuracy moves. A seed moves "
+               "both runs of a pair alike (same initial weights, same batches), and their difference cancels that "
+               "shared part, so the paired spread is usually smaller; how much smaller is measured, not assumed "
+               "(after a few steps the two runs of a pair are still close; after longer training their paths have "
+               "diverged and the pairing cancels less). Reading a difference against fp32's spread instead of the "
+               "paired one measures the wrong noise.\n\n"
                "| | mean | sd over %d seeds | range |\n|---|---:|---:|---:|\n"
                "| fp32 alone | %.2f%% | %.2f pp | %.2f..%.2f%% |\n",
             ns, s32.mean, s32.sd, s32.min, s32.max);
     for (int p = 1; p < NP; p++)
-        fprintf(f, "| %s - fp32, paired | %+.2f pp | %.2f pp (%.1fx less than fp32's) | %+.2f..%+.2f |\n", precs[p],
-                ds[p].mean, z[p].sd_paired, z[p].ratio, ds[p].min, ds[p].max);
+        fprintf(f, "| %s - fp32, paired | %+.2f pp | %.2f pp (%.2fx fp32's) | %+.2f..%+.2f |\n", precs[p], ds[p].mean,
+                z[p].sd_paired, z[p].sd_between > 0 ? z[p].sd_paired / z[p].sd_between : NAN, ds[p].min, ds[p].max);
     fprintf(f, "\n");
     if (have_ci)
         for (int p = 1; p < NP; p++)
