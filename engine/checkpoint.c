@@ -1,6 +1,7 @@
 /*
- * engine/checkpoint.c - safetensors writer (atomic: temp file, fsync, rename, fsync of the directory) and
- * validating reader (jansson with JSON_REJECT_DUPLICATES, exact 64-bit integers; zlib crc32).
+ * engine/checkpoint.c - safetensors writer (atomic: a new temporary file created exclusively beside the
+ * checkpoint, fsync, rename, fsync of the directory) and validating reader (jansson with JSON_REJECT_DUPLICATES,
+ * exact 64-bit integers; zlib crc32 over the whole file but its own 8 digits).
  * Format and the list of checks: engine/checkpoint.h; format source: huggingface/safetensors README.
  */
 #include "engine/checkpoint.h"
@@ -10,9 +11,12 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -23,6 +27,9 @@
 #define CKPT_META_KEY "__metadata__"
 #define CKPT_CRC_KEY "crc32"
 #define CKPT_ALIGN 8
+/* The header always starts with the checksum: its 8 hex digits are at byte CKPT_CRC_AT of the file. */
+#define CKPT_CRC_PREFIX "{\"" CKPT_META_KEY "\":{\"" CKPT_CRC_KEY "\":\""
+#define CKPT_CRC_AT (8 + sizeof CKPT_CRC_PREFIX - 1)
 
 struct mpt_checkpoint {
     char *path;
@@ -91,12 +98,12 @@ static uint32_t ckpt_crc(uint32_t crc, const uint8_t *p, size_t n) {
 
 /* ---- writer ----------------------------------------------------------------------------------- */
 
-/* Validates the arguments and builds the header JSON (padded); *total_data = buffer bytes, *crc = its crc32. */
+/* Validates the arguments and builds the header JSON (padded), with "crc32" the first key of "__metadata__" (the
+ * first key of the header) holding 00000000 until mpt_checkpoint's writer knows the file's checksum. */
 static mpt_status ckpt_build_header(const char *path, const mpt_checkpoint_tensor *t, int n,
                                     const mpt_checkpoint_meta *meta, int n_meta, char **hdr_out, size_t *hdr_len) {
     if (n < 0 || n_meta < 0 || (n > 0 && !t) || (n_meta > 0 && !meta))
         return mpt_errorf(MPT_ERR_ARG, "%s: bad tensor/metadata list (n %d, n_meta %d)", path, n, n_meta);
-    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
     int64_t off = 0;
     json_t *root = json_object(), *jm = json_object();
     if (!root || !jm) {
@@ -104,6 +111,8 @@ static mpt_status ckpt_build_header(const char *path, const mpt_checkpoint_tenso
         return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
     }
     mpt_status st = MPT_OK;
+    if (json_object_set_new(jm, CKPT_CRC_KEY, json_string("00000000")) != 0)
+        st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
     for (int i = 0; i < n_meta && st == MPT_OK; i++) {
         const char *k = meta[i].key, *v = meta[i].value;
         if (!k || !v || !*k)
@@ -154,14 +163,7 @@ static mpt_status ckpt_build_header(const char *path, const mpt_checkpoint_tenso
                             ti->name);
             break;
         }
-        crc = ckpt_crc(crc, ti->data, (size_t)nb);
         off += nb;
-    }
-    if (st == MPT_OK) {
-        char hex[9];
-        snprintf(hex, sizeof hex, "%08x", crc);
-        if (json_object_set_new(jm, CKPT_CRC_KEY, json_string(hex)) != 0)
-            st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint header", path);
     }
     char *js = st == MPT_OK ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(jm);
@@ -177,6 +179,7 @@ static mpt_status ckpt_build_header(const char *path, const mpt_checkpoint_tenso
     }
     memset(hdr + len, ' ', padded - len);
     hdr[padded] = '\0';
+    MPT_ASSERTF(strncmp(hdr, CKPT_CRC_PREFIX, sizeof CKPT_CRC_PREFIX - 1) == 0, "%s: header starts %.40s", path, hdr);
     *hdr_out = hdr;
     *hdr_len = padded;
     return MPT_OK;
@@ -186,30 +189,77 @@ static mpt_status ckpt_io_error(const char *what, const char *file) {
     return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", file, what, strerror(errno));
 }
 
-mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
-                                     const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap) {
-    MPT_ASSERT(path && tmp_path);
-    if ((size_t)snprintf(tmp_path, cap, "%s.tmp", path) >= cap)
-        return mpt_errorf(MPT_ERR_ARG, "%s: path too long for the temporary file name (capacity %zu)", path, cap);
+int mpt_checkpoint_create_temp(int dir_fd, const char *name, char *tmp_name, size_t cap) {
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for (int attempt = 0; attempt < 100; attempt++) {
+        unsigned char r[6];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) { /* no entropy source: time and address */
+            uint64_t x = (uint64_t)time(NULL) * 6364136223846793005ull ^ (uint64_t)(uintptr_t)&r ^ (uint64_t)attempt;
+            for (int i = 0; i < 6; i++) r[i] = (unsigned char)(x >> (8 * i));
+        }
+        char sfx[7];
+        for (int i = 0; i < 6; i++) sfx[i] = digits[r[i] % (sizeof digits - 1)];
+        sfx[6] = '\0';
+        int len = snprintf(tmp_name, cap, ".%s.tmp-%s", name, sfx);
+        if (len < 0 || (size_t)len >= cap) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        int fd = openat(dir_fd, tmp_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* The file's checksum: zlib's crc32 of the 8 length bytes, the header with its own 8 digits read as "00000000",
+ * and the data. */
+static uint32_t ckpt_file_crc(const uint8_t *le, const char *hdr, size_t hlen, const mpt_checkpoint_tensor *t,
+                              int n) {
+    static const uint8_t zeros[8] = {'0', '0', '0', '0', '0', '0', '0', '0'};
+    size_t at = CKPT_CRC_AT - 8;
+    uint32_t crc = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), le, 8);
+    crc = ckpt_crc(crc, (const uint8_t *)hdr, at);
+    crc = ckpt_crc(crc, zeros, 8);
+    crc = ckpt_crc(crc, (const uint8_t *)hdr + at + 8, hlen - at - 8);
+    for (int i = 0; i < n; i++) crc = ckpt_crc(crc, t[i].data, (size_t)mpt_checkpoint_tensor_nbytes(&t[i]));
+    return crc;
+}
+
+/* path: dir_name/name, for messages. */
+static mpt_status ckpt_write_temp_at(int dir_fd, const char *dir_name, const char *name,
+                                     const mpt_checkpoint_tensor *tensors, int n, const mpt_checkpoint_meta *meta,
+                                     int n_meta, char *tmp_name, size_t cap) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir_name, name);
     char *hdr = NULL;
     size_t hlen = 0;
     MPT_TRY(ckpt_build_header(path, tensors, n, meta, n_meta, &hdr, &hlen));
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", ckpt_file_crc(le, hdr, hlen, tensors, n));
+    memcpy(hdr + CKPT_CRC_AT - 8, hex, 8);
 
-    int fd = open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = mpt_checkpoint_create_temp(dir_fd, name, tmp_name, cap);
     if (fd < 0) {
+        mpt_status st = errno == ENAMETOOLONG
+                            ? mpt_errorf(MPT_ERR_ARG, "%s: name too long for the temporary file (capacity %zu)", path, cap)
+                            : mpt_errorf(MPT_ERR_IO, "%s: cannot create a temporary file beside it (%s)", path,
+                                         strerror(errno));
         free(hdr);
-        return ckpt_io_error("create", tmp_path);
+        return st;
     }
+    char tmp_path[4300];
+    snprintf(tmp_path, sizeof tmp_path, "%s/%s", dir_name, tmp_name);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
         mpt_status st = ckpt_io_error("fdopen", tmp_path);
         close(fd);
-        unlink(tmp_path);
+        unlinkat(dir_fd, tmp_name, 0);
         free(hdr);
         return st;
     }
-    uint8_t le[8];
-    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     int ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
     free(hdr);
     for (int i = 0; i < n && ok; i++) {
@@ -221,39 +271,92 @@ mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tens
     if (ok && fsync(fileno(f)) != 0) ok = 0, what = "fsync";
     mpt_status st = ok ? MPT_OK : ckpt_io_error(what, tmp_path);
     if (fclose(f) != 0 && st == MPT_OK) st = ckpt_io_error("close", tmp_path);
-    if (st != MPT_OK) unlink(tmp_path);
+    if (st != MPT_OK) unlinkat(dir_fd, tmp_name, 0);
     return st;
 }
 
-mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path) {
-    if (rename(tmp_path, path) != 0) {
-        mpt_status st = mpt_errorf(MPT_ERR_IO, "%s: rename from %s failed: %s", path, tmp_path, strerror(errno));
-        unlink(tmp_path);
+/* Renames dir_fd/tmp_name over dir_fd/name (never through a symbolic link: rename replaces a link itself) and
+ * fsyncs the directory. */
+static mpt_status ckpt_commit_at(int dir_fd, const char *dir_name, const char *tmp_name, const char *name) {
+    if (renameat(dir_fd, tmp_name, dir_fd, name) != 0) {
+        mpt_status st = mpt_errorf(MPT_ERR_IO, "%s/%s: rename from %s failed: %s", dir_name, name, tmp_name,
+                                   strerror(errno));
+        unlinkat(dir_fd, tmp_name, 0);
         return st;
     }
-    char *copy = strdup(path);
-    if (!copy) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
-    const char *dir = dirname(copy);
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    mpt_status st = MPT_OK;
-    if (dfd < 0)
-        st = mpt_errorf(MPT_ERR_IO, "%s: open of directory %s for fsync failed: %s", path, dir, strerror(errno));
-    else if (fsync(dfd) != 0)
-        st = mpt_errorf(MPT_ERR_IO, "%s: fsync of directory %s failed: %s", path, dir, strerror(errno));
-    if (dfd >= 0) close(dfd);
-    free(copy);
+    if (fsync(dir_fd) != 0)
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: fsync of the directory failed: %s", dir_name, name, strerror(errno));
+    return MPT_OK;
+}
+
+/* Splits path into its directory (opened: *dir_fd) and its last component (*name, pointing into path). */
+static mpt_status ckpt_open_dir(const char *path, int *dir_fd, char *dir_name, size_t cap, const char **name) {
+    const char *slash = strrchr(path, '/');
+    *name = slash ? slash + 1 : path;
+    if (!**name) return mpt_errorf(MPT_ERR_ARG, "%s: expected a file name, found a directory path", path);
+    if (!slash) snprintf(dir_name, cap, ".");
+    else if (slash == path) snprintf(dir_name, cap, "/");
+    else if ((size_t)(slash - path) >= cap) return mpt_errorf(MPT_ERR_ARG, "%s: path too long", path);
+    else snprintf(dir_name, cap, "%.*s", (int)(slash - path), path);
+    *dir_fd = open(dir_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*dir_fd < 0)
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot open its directory %s: %s", path, dir_name, strerror(errno));
+    return MPT_OK;
+}
+
+mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
+                                     const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap) {
+    MPT_ASSERT(path && tmp_path);
+    char dir_name[4096], tmp_name[512];
+    const char *name;
+    int dfd;
+    MPT_TRY(ckpt_open_dir(path, &dfd, dir_name, sizeof dir_name, &name));
+    mpt_status st = ckpt_write_temp_at(dfd, dir_name, name, tensors, n, meta, n_meta, tmp_name, sizeof tmp_name);
+    close(dfd);
+    if (st != MPT_OK) return st;
+    size_t dl = strlen(dir_name);
+    int len = strcmp(dir_name, "/") == 0 ? snprintf(tmp_path, cap, "/%s", tmp_name)
+                                         : snprintf(tmp_path, cap, "%.*s/%s", (int)dl, dir_name, tmp_name);
+    if (len < 0 || (size_t)len >= cap) {
+        MPT_TRY(ckpt_open_dir(path, &dfd, dir_name, sizeof dir_name, &name));
+        unlinkat(dfd, tmp_name, 0);
+        close(dfd);
+        return mpt_errorf(MPT_ERR_ARG, "%s: path too long for the temporary file name (capacity %zu)", path, cap);
+    }
+    return MPT_OK;
+}
+
+mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path) {
+    char dir_name[4096];
+    const char *name;
+    int dfd;
+    MPT_TRY(ckpt_open_dir(path, &dfd, dir_name, sizeof dir_name, &name));
+    const char *slash = strrchr(tmp_path, '/');
+    mpt_status st = ckpt_commit_at(dfd, dir_name, slash ? slash + 1 : tmp_path, name);
+    close(dfd);
     return st;
 }
 
 mpt_status mpt_checkpoint_save(const char *path, const mpt_checkpoint_tensor *tensors, int n,
                                const mpt_checkpoint_meta *meta, int n_meta) {
-    size_t cap = strlen(path) + 8;
-    char *tmp = malloc(cap);
-    if (!tmp) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
-    mpt_status st = mpt_checkpoint_write_temp(path, tensors, n, meta, n_meta, tmp, cap);
-    if (st == MPT_OK) st = mpt_checkpoint_commit(tmp, path);
-    free(tmp);
+    char dir_name[4096];
+    const char *name;
+    int dfd;
+    MPT_TRY(ckpt_open_dir(path, &dfd, dir_name, sizeof dir_name, &name));
+    mpt_status st = mpt_checkpoint_save_at(dfd, dir_name, name, tensors, n, meta, n_meta);
+    close(dfd);
     return st;
+}
+
+mpt_status mpt_checkpoint_save_at(int dir_fd, const char *dir_name, const char *name,
+                                  const mpt_checkpoint_tensor *tensors, int n, const mpt_checkpoint_meta *meta,
+                                  int n_meta) {
+    MPT_ASSERT(dir_name && name);
+    if (!*name || strchr(name, '/'))
+        return mpt_errorf(MPT_ERR_ARG, "%s/%s: expected a file name without '/'", dir_name, name);
+    char tmp_name[512];
+    MPT_TRY(ckpt_write_temp_at(dir_fd, dir_name, name, tensors, n, meta, n_meta, tmp_name, sizeof tmp_name));
+    return ckpt_commit_at(dir_fd, dir_name, tmp_name, name);
 }
 
 /* ---- reader ----------------------------------------------------------------------------------- */
@@ -547,7 +650,9 @@ static mpt_status ckpt_parse_header(mpt_checkpoint *c, size_t hlen) {
     return st;
 }
 
-/* The data's checksum against the header's crc32. */
+/* The checksum of the whole file against the header's crc32: every byte but the checksum's own 8 digits, so a
+ * corrupted setting, offset or shape is refused like corrupted weights. A file whose crc32 matches its data
+ * alone was written before the header was covered: refused too, saying so. */
 static mpt_status ckpt_check_data(mpt_checkpoint *c) {
     const char *path = c->path;
     const char *crc_s = mpt_checkpoint_meta_get(c, CKPT_CRC_KEY);
@@ -559,10 +664,29 @@ static mpt_status ckpt_check_data(mpt_checkpoint *c) {
     unsigned long want = hex_ok ? strtoul(crc_s, NULL, 16) : 0;
     if (!hex_ok)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata crc32 \"%s\": expected 8 hexadecimal digits", path, crc_s);
-    uint32_t have = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->buf, c->buf_size);
-    if (have != (uint32_t)want)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: data CRC32 mismatch: the header says %08lx, the %zu data bytes give %08x "
-                          "(corrupt file)", path, want, c->buf_size, have);
+    size_t hlen = c->file_size - 8 - c->buf_size;
+    if (hlen < CKPT_CRC_AT - 8 + 8 || memcmp(c->file + 8, CKPT_CRC_PREFIX, sizeof CKPT_CRC_PREFIX - 1) != 0 ||
+        memcmp(c->file + CKPT_CRC_AT, crc_s, 8) != 0) {
+        uint32_t data = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->buf, c->buf_size);
+        if (data == (uint32_t)want)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: its crc32 covers the tensor data only (written by an earlier mptrain, "
+                              "before the header was checksummed): its settings and layout cannot be verified", path);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: the header does not start with its crc32 (expected %s...): not a "
+                          "checkpoint mptrain wrote, or a corrupt one", path, CKPT_CRC_PREFIX);
+    }
+    uint8_t saved[8];
+    memcpy(saved, c->file + CKPT_CRC_AT, 8);
+    memset(c->file + CKPT_CRC_AT, '0', 8);
+    uint32_t have = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->file, c->file_size);
+    memcpy(c->file + CKPT_CRC_AT, saved, 8);
+    if (have != (uint32_t)want) {
+        uint32_t data = ckpt_crc((uint32_t)crc32(0L, Z_NULL, 0), c->buf, c->buf_size);
+        if (data == (uint32_t)want)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: its crc32 covers the tensor data only (written by an earlier mptrain, "
+                              "before the header was checksummed): its settings and layout cannot be verified", path);
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: CRC32 mismatch: the header says %08lx, the file's %zu bytes give %08x "
+                          "(corrupt file: its settings, layout or tensors changed)", path, want, c->file_size, have);
+    }
     return MPT_OK;
 }
 

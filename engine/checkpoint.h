@@ -10,7 +10,11 @@
  *                 (padded with spaces so that the data starts at a multiple of 8 bytes)
  *     the rest    the byte buffer; tensor t's bytes are buffer[begin, end), little-endian, row-major.
  * Dtypes written and read: "F32", "F16", "BF16", "I32", "U8" (mpt_dtype F32, F16, BF16, I32, U8).
- * The writer adds "crc32" to __metadata__: zlib's crc32 of the whole byte buffer as 8 lowercase hex digits.
+ * The writer adds "crc32" to __metadata__, as the header's first key (the header starts
+ * {"__metadata__":{"crc32":"XXXXXXXX", so its 8 lowercase hex digits are bytes 34..41 of the file): zlib's crc32 of
+ * the whole file with those 8 digits read as "00000000". It covers the header's content (every setting of the
+ * metadata, every tensor's dtype, shape and data_offsets) as well as the data: a flipped bit anywhere is refused.
+ * It detects corruption, not tampering: anybody can compute a CRC.
  *
  * Reading one in Python with the standard library only (numpy: np.frombuffer(buf[b:e], "<f4"); BF16 has no
  * numpy dtype: read it as "<u2" and shift left by 16 into float32 bits):
@@ -18,15 +22,19 @@
  *     raw = open("model.safetensors", "rb").read()
  *     (n,) = struct.unpack("<Q", raw[:8]); header = json.loads(raw[8:8 + n]); buf = raw[8 + n:]
  *     meta = header.pop("__metadata__", {})
- *     assert zlib.crc32(buf) == int(meta["crc32"], 16)
+ *     assert zlib.crc32(raw[:34] + b"00000000" + raw[42:]) == int(meta["crc32"], 16) == int(raw[34:42], 16)
  *     t = header["fc1.weight"]; b, e = t["data_offsets"]
  *     w = struct.unpack("<%df" % ((e - b) // 4), buf[b:e])   # F32, flat row-major, shape t["shape"]
  * (safetensors.numpy.load_file("model.safetensors") reads the same files.)
  *
- * Writing is atomic: the file is written to a temporary file in the same directory (path + ".tmp"),
- * flushed and fsync'ed, renamed over `path`, and the directory is fsync'ed; a crash at any point leaves
- * either the old file or the new one, never a mix. The two halves are exposed separately
- * (mpt_checkpoint_write_temp, mpt_checkpoint_commit) so a test can stop between them.
+ * Writing is atomic: the file is written to a new temporary file in the same directory, named
+ * ".<name>.tmp-XXXXXX" (six random characters) and created with O_CREAT|O_EXCL|O_NOFOLLOW relative to the
+ * directory's descriptor (mpt_checkpoint_create_temp: never an existing file, never through a symbolic link, and
+ * two writers never share one), flushed and fsync'ed, renamed over `name` in the same directory (a symbolic link
+ * there is replaced, never followed), and the directory is fsync'ed; a crash at any point leaves either the old
+ * file or the new one, never a mix (and, after a crash before the rename, the complete temporary file, which the
+ * caller may remove). The two halves are exposed separately (mpt_checkpoint_write_temp, mpt_checkpoint_commit)
+ * so a test can stop between them.
  *
  * Reading (mpt_checkpoint_open) reads the whole file and rejects, with MPT_ERR_FORMAT and a message naming
  * the file and what was wrong: a file shorter than 8 bytes; a header length < 2, > 100 MB
@@ -35,7 +43,9 @@
  * non-integer dimension, more than MPT_CHECKPOINT_MAX_DIMS of them; a size (product of shape x dtype size)
  * that overflows 64 bits or differs from end - begin; offsets that, sorted, do not tile the buffer
  * contiguously from 0 (gaps, overlaps, begin > end, out of bounds); trailing bytes after the last tensor;
- * metadata values that are not strings; a missing or mismatched crc32. When the caller gives the list of
+ * metadata values that are not strings; a missing crc32, one that is not the header's first key, or one that does
+ * not match the file (a file whose crc32 matches its data alone was written by an earlier mptrain: refused, saying
+ * so). When the caller gives the list of
  * expected tensors (the model's), it also rejects, with MPT_ERR_SHAPE, a missing tensor, an unexpected extra
  * one, and a dtype or shape different from the expected one. Unreadable files give MPT_ERR_IO.
  */
@@ -77,12 +87,26 @@ MPT_API int64_t mpt_checkpoint_tensor_nbytes(const mpt_checkpoint_tensor *t);
 MPT_API mpt_status mpt_checkpoint_save(const char *path, const mpt_checkpoint_tensor *tensors, int n,
                                        const mpt_checkpoint_meta *meta, int n_meta);
 
-/* First half of mpt_checkpoint_save: writes, flushes and fsyncs the complete file as path + ".tmp" (its
- * name is copied to tmp_path, capacity cap bytes) and leaves `path` untouched. */
+/* The same into dir_fd (a directory opened with O_DIRECTORY) as `name` (no '/'): every step relative to the
+ * descriptor, so a path that is swapped for a symbolic link meanwhile cannot redirect the write. dir_name names
+ * the directory in messages only. Errors as mpt_checkpoint_save's. */
+MPT_API mpt_status mpt_checkpoint_save_at(int dir_fd, const char *dir_name, const char *name,
+                                          const mpt_checkpoint_tensor *tensors, int n, const mpt_checkpoint_meta *meta,
+                                          int n_meta);
+
+/* Creates a new, empty file for writing in dir_fd, named ".<name>.tmp-XXXXXX" (its name, without the directory,
+ * is copied to tmp_name, cap bytes), with O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC and mode 0644: never an existing
+ * file, never through a symbolic link. Returns the descriptor (opened for reading and writing), or -1 with errno set
+ * (ENAMETOOLONG when the name does not fit in cap). */
+MPT_API int mpt_checkpoint_create_temp(int dir_fd, const char *name, char *tmp_name, size_t cap);
+
+/* First half of mpt_checkpoint_save: writes, flushes and fsyncs the complete file as a new temporary file beside
+ * `path` (its path is copied to tmp_path, capacity cap bytes) and leaves `path` untouched. */
 MPT_API mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
                                              const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap);
 
-/* Second half: renames tmp_path over path and fsyncs the directory that holds path. MPT_ERR_IO on failure. */
+/* Second half: renames tmp_path (in the same directory) over path and fsyncs the directory that holds path.
+ * MPT_ERR_IO on failure. */
 MPT_API mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path);
 
 /* A checkpoint read into memory and validated. */

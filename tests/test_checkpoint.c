@@ -5,7 +5,9 @@
  * the expected-tensor checks; and atomicity (a crash between writing the temporary file and the rename
  * leaves the old checkpoint intact and loadable).
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,45 @@ static void crc_hex(const void *p, size_t n, char out[9]) {
     snprintf(out, 9, "%08lx", crc32(crc32(0L, Z_NULL, 0), p, (uInt)n));
 }
 
+/* The checksum engine/checkpoint.h defines, recomputed here: crc32 of the whole file with the 8 digits at bytes
+ * 34..41 (the header starts {"__metadata__":{"crc32":"XXXXXXXX") read as "00000000". */
+#define CRC_AT 34
+static void file_crc_hex(const uint8_t *file, size_t n, char out[9]) {
+    uint8_t *copy = malloc(n);
+    memcpy(copy, file, n);
+    memset(copy + CRC_AT, '0', 8);
+    crc_hex(copy, n, out);
+    free(copy);
+}
+
+/* Puts the file checksum into a file whose header starts with the crc32 key (its digits are rewritten). */
+static void seal(const char *path) {
+    size_t n;
+    uint8_t *b = read_all(path, &n);
+    ck_assert(n > CRC_AT + 8 && memcmp(b + 8, "{\"__metadata__\":{\"crc32\":\"", 26) == 0);
+    char crc[9];
+    file_crc_hex(b, n, crc);
+    memcpy(b + CRC_AT, crc, 8);
+    write_all(path, b, n);
+    free(b);
+}
+
+/* The names of the temporary files (".<name>.tmp-XXXXXX") in directory dir; returns how many, the first in
+ * first (a path). */
+static int temp_files(const char *dir, const char *name, char *first, size_t cap) {
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, ".%s.tmp-", name);
+    DIR *d = opendir(dir);
+    ck_assert(d != NULL);
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || strlen(e->d_name) != strlen(prefix) + 6) continue;
+        if (count++ == 0 && first) snprintf(first, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return count;
+}
+
 static void expect_open_fail(const char *path, const mpt_checkpoint_tensor *exp, int n_exp, mpt_status want,
                              const char *frag1, const char *frag2) {
     mpt_checkpoint *c = (mpt_checkpoint *)1;
@@ -73,7 +114,7 @@ static void expect_open_fail(const char *path, const mpt_checkpoint_tensor *exp,
 }
 
 /* A hand-written file with two F32 tensors a [2] and b [3] (20 data bytes) and the given JSON body
- * template: %s receives the crc32 of the data. */
+ * template: %s receives the file's crc32 when the header starts with it, else the data's. */
 static const float hand_data[5] = {1.0f, -2.0f, 0.5f, 3.0f, 4.0f};
 
 static void write_hand(const char *path, const char *tmpl, size_t data_bytes) {
@@ -83,6 +124,8 @@ static void write_hand(const char *path, const char *tmpl, size_t data_bytes) {
     crc_hex(buf, data_bytes, crc);
     snprintf(json, sizeof json, tmpl, crc);
     write_st(path, json, buf, data_bytes, 0);
+    if (strncmp(json, "{\"__metadata__\":{\"crc32\":\"", 26) == 0 && strncmp(json + 26, crc, 8) == 0 && json[34] == '"')
+        seal(path); /* the template's %s is the checksum's place: the file's checksum goes there */
 }
 
 #define HAND_A "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}"
@@ -209,7 +252,7 @@ START_TEST(test_roundtrip) {
     mpt_checkpoint_close(&c);
 
     /* The layout, checked by hand: u64 LE header length, data 8-aligned, buffer = concatenation in order,
-     * crc32 of the buffer in the header. */
+     * the header starting with the crc32 of the whole file (its own digits read as 00000000). */
     size_t n;
     uint8_t *raw = read_all(p, &n);
     uint64_t hl = 0;
@@ -221,10 +264,10 @@ START_TEST(test_roundtrip) {
     ck_assert(memcmp(buf, m.w, 48) == 0 && memcmp(buf + 48, m.h, 10) == 0 && memcmp(buf + 58, m.bf, 24) == 0);
     ck_assert(memcmp(buf + 82, m.i, 28) == 0 && memcmp(buf + 110, m.u, 11) == 0 && memcmp(buf + 121, &m.s, 4) == 0);
     char crc[9], needle[40];
-    crc_hex(buf, data_bytes, crc);
-    snprintf(needle, sizeof needle, "\"crc32\":\"%s\"", crc);
+    file_crc_hex(raw, n, crc);
+    snprintf(needle, sizeof needle, "{\"__metadata__\":{\"crc32\":\"%s\"", crc);
     char *hdr = strndup((const char *)raw + 8, hl);
-    ck_assert_msg(strstr(hdr, needle) != NULL, "header lacks %s: %s", needle, hdr);
+    ck_assert_msg(strncmp(hdr, needle, strlen(needle)) == 0, "header does not start with %s: %s", needle, hdr);
     ck_assert(strstr(hdr, "\"fc2.weight\":{\"dtype\":\"F32\",\"shape\":[3,4],\"data_offsets\":[0,48]}") != NULL);
     ck_assert(strstr(hdr, "\"scale\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[121,125]}") != NULL);
     ck_assert(strstr(hdr, "\"empty\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[125,125]}") != NULL);
@@ -251,7 +294,7 @@ START_TEST(test_python_reads_it) {
              "raw = open(sys.argv[1], \"rb\").read()\n"
              "(n,) = struct.unpack(\"<Q\", raw[:8]); header = json.loads(raw[8:8 + n]); buf = raw[8 + n:]\n"
              "meta = header.pop(\"__metadata__\", {})\n"
-             "assert zlib.crc32(buf) == int(meta[\"crc32\"], 16)\n"
+             "assert zlib.crc32(raw[:34] + b\"00000000\" + raw[42:]) == int(meta[\"crc32\"], 16) == int(raw[34:42], 16)\n"
              "assert meta[\"epoch\"] == \"3\"\n"
              "t = header[\"fc2.weight\"]; b, e = t[\"data_offsets\"]\n"
              "w = struct.unpack(\"<%%df\" %% ((e - b) // 4), buf[b:e])\n"
@@ -296,6 +339,16 @@ START_TEST(test_corrupt_written_file) {
     write_all(q, raw, n);
     expect_open_fail(q, t, 7, MPT_ERR_FORMAT, "CRC32 mismatch", "corrupt");
     raw[8 + hl + 50] ^= 0x01;
+    /* A bit flipped in the header that leaves valid JSON with the same layout: a metadata value ("3" -> "1",
+     * the kind of flip that changed a run's epochs or learning rate): refused by the checksum, which covers the
+     * header (the data alone still matches its old checksum). */
+    char *h = (char *)raw + 8;
+    char *epoch = memmem(h, hl, "\"epoch\":\"3\"", 11);
+    ck_assert(epoch != NULL);
+    epoch[9] ^= 0x02; /* '3' -> '1' */
+    write_all(q, raw, n);
+    expect_open_fail(q, t, 7, MPT_ERR_FORMAT, "CRC32 mismatch", "settings, layout or tensors");
+    epoch[9] ^= 0x02;
 
     /* Truncations: inside the length field, inside the header, inside the data, and the last byte. */
     write_all(q, raw, 5);
@@ -406,6 +459,31 @@ START_TEST(test_bad_headers) {
         write_hand(q, cases[k].json, 20);
         expect_open_fail(q, NULL, 0, MPT_ERR_FORMAT, cases[k].frag1, cases[k].frag2);
     }
+    /* Two tensors of the same size with their data_offsets swapped: a valid file with the wrong weights in
+     * each, refused because the checksum covers the header. */
+    write_hand(p, "{" HAND_META ",\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16);
+    ck_assert_msg(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    mpt_checkpoint_close(&c);
+    size_t n;
+    uint8_t *raw = read_all(p, &n);
+    char *oa = memmem(raw, n, "[0,8]", 5), *ob = memmem(raw, n, "[8,16]", 6);
+    ck_assert(oa && ob && ob > oa);
+    memmove(oa + 6, oa + 5, (size_t)(ob - oa - 5)); /* "[0,8]...[8,16]" -> "[8,16]...[0,8]", same length */
+    memcpy(oa, "[8,16]", 6);
+    memcpy(ob + 1, "[0,8]", 5);
+    write_all(p, raw, n);
+    expect_open_fail(p, NULL, 0, MPT_ERR_FORMAT, "CRC32 mismatch", NULL);
+    free(raw);
+    /* A file whose crc32 covers its data only (what mptrain wrote before the header was checksummed): refused,
+     * saying so. */
+    uint8_t hand[20];
+    memcpy(hand, hand_data, sizeof hand);
+    char dcrc[9], json[512];
+    crc_hex(hand, 20, dcrc);
+    snprintf(json, sizeof json, "{" HAND_META "," HAND_A "," HAND_B "}", dcrc);
+    write_st(p, json, hand, 20, 0);
+    expect_open_fail(p, NULL, 0, MPT_ERR_FORMAT, "covers the tensor data only", NULL);
     /* A header whose CRC is wrong by construction (crc of other data). */
     write_st(p, "{\"__metadata__\":{\"crc32\":\"00000000\"}," HAND_A "," HAND_B "}", hand_data, 20, 0);
     expect_open_fail(p, NULL, 0, MPT_ERR_FORMAT, "CRC32 mismatch", "header says 00000000");
@@ -481,15 +559,34 @@ START_TEST(test_writer_errors) {
     ck_assert_msg(strstr(mpt_last_error(), "UTF-8"), "%s", mpt_last_error());
     /* Nothing was written by any of the failures. */
     ck_assert(access(p, F_OK) != 0);
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    ck_assert(access(tmp, F_OK) != 0);
-    /* An unwritable location: IO error naming the temp file. */
+    ck_assert_int_eq(temp_files(tmpdir, "w.safetensors", NULL, 0), 0);
+    /* An unwritable location: IO error naming the file and why. */
     char bad[600];
     snprintf(bad, sizeof bad, "%s/no/such/dir/x.safetensors", tmpdir);
     ck_assert(mpt_checkpoint_save(bad, t, 2, NULL, 0) == MPT_ERR_IO);
-    ck_assert_msg(strstr(mpt_last_error(), "x.safetensors.tmp") && strstr(mpt_last_error(), "No such file"), "%s",
+    ck_assert_msg(strstr(mpt_last_error(), "x.safetensors") && strstr(mpt_last_error(), "No such file"), "%s",
                   mpt_last_error());
+    /* A symbolic link at the checkpoint's name (planted by another user in a shared directory): the link is
+     * replaced by the checkpoint, the file it points to is not written. */
+    const char *victim = tmp_path("victim"), *link = tmp_path("linked.safetensors");
+    write_all(victim, "keep", 4);
+    ck_assert(symlink(victim, link) == 0);
+    ck_assert_msg(mpt_checkpoint_save(link, t, 1, NULL, 0) == MPT_OK, "%s", mpt_last_error());
+    size_t vn;
+    uint8_t *v = read_all(victim, &vn);
+    ck_assert(vn == 4 && memcmp(v, "keep", 4) == 0);
+    free(v);
+    struct stat ls;
+    ck_assert(lstat(link, &ls) == 0 && S_ISREG(ls.st_mode));
+    /* The temporary file is created exclusively: a symbolic link (or any file) at the name it draws is never
+     * written through; mpt_checkpoint_create_temp gives a new name, opened O_EXCL | O_NOFOLLOW. */
+    int dfd = open(tmpdir, O_RDONLY | O_DIRECTORY);
+    char t1[128], t2[128];
+    int f1 = mpt_checkpoint_create_temp(dfd, "x", t1, sizeof t1), f2 = mpt_checkpoint_create_temp(dfd, "x", t2, sizeof t2);
+    ck_assert(f1 >= 0 && f2 >= 0 && strcmp(t1, t2) != 0 && strncmp(t1, ".x.tmp-", 7) == 0 && strlen(t1) == 13);
+    close(f1), close(f2);
+    ck_assert(mpt_checkpoint_create_temp(dfd, "x", t1, 8) < 0 && errno == ENAMETOOLONG);
+    close(dfd);
     rm_tmpdir();
 }
 END_TEST
@@ -527,13 +624,16 @@ START_TEST(test_crash_before_rename) {
     free(now);
     check_model(p, 100);
     char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    ck_assert_int_eq(temp_files(tmpdir, "ckpt.safetensors", tmp, sizeof tmp), 1);
     check_model(tmp, 200);
 
-    /* The next save replaces the stale temp file and the checkpoint; the temp file is gone after it. */
+    /* The next save writes a temporary file of its own (never the crashed writer's, which may still be another
+     * writer's), replaces the checkpoint and leaves the stale one for the caller to remove. */
     save_model(p, 300);
     check_model(p, 300);
-    ck_assert(access(tmp, F_OK) != 0);
+    ck_assert(access(tmp, F_OK) == 0);
+    ck_assert_int_eq(temp_files(tmpdir, "ckpt.safetensors", NULL, 0), 1);
+    ck_assert(unlink(tmp) == 0);
 
     /* The two halves in-process: write_temp leaves path alone until commit. */
     model m;
@@ -542,6 +642,7 @@ START_TEST(test_crash_before_rename) {
     int n = model_tensors(&m, t);
     char tmp2[600];
     ck_assert(mpt_checkpoint_write_temp(p, t, n, model_meta, 3, tmp2, sizeof tmp2) == MPT_OK);
+    ck_assert_int_eq(temp_files(tmpdir, "ckpt.safetensors", tmp, sizeof tmp), 1);
     ck_assert_str_eq(tmp2, tmp);
     check_model(p, 300);
     ck_assert_msg(mpt_checkpoint_commit(tmp2, p) == MPT_OK, "%s", mpt_last_error());

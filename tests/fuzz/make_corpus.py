@@ -2,7 +2,7 @@
 """tests/fuzz/make_corpus.py - writes the seed corpora of the libFuzzer targets (python3 standard library only):
 corpus/idx/ (IDX images and labels files, plain and gzip), corpus/checkpoint/ (safetensors checkpoints whose
 metadata is ckpt_meta_mlp_fp32.json, the metadata of `mptrain train --model mlp --epochs 1 --limit-train 256`,
-with small tensors and a correct crc32), corpus/flags/ (argv words separated by NUL bytes).
+with small tensors and a correct crc32 of the whole file), corpus/flags/ (argv words separated by NUL bytes).
 Usage: make_corpus.py [OUT_DIR] (default: the corpus/ folder next to this script)."""
 import gzip, json, os, struct, sys, zlib
 
@@ -30,15 +30,17 @@ put("idx", "images-1x2x2", idx([1, 2, 2], b"\x00\x01\x02\x03"))
 
 
 def safetensors(meta, tensors):
-    hdr, data = {"__metadata__": dict(meta)}, b""
+    """The checksum as engine/checkpoint.h defines it: the header's first key, crc32 of the whole file with its
+    own 8 digits (bytes 34..41) read as 00000000."""
+    hdr, data = {"__metadata__": {"crc32": "00000000", **dict(meta)}}, b""
     for name, shape, values in tensors:
         raw = struct.pack("<%df" % len(values), *values)
         hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
         data += raw
-    hdr["__metadata__"]["crc32"] = "%08x" % zlib.crc32(data)
     text = json.dumps(hdr, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data
+    raw = struct.pack("<Q", len(text)) + text + data
+    return raw[:34] + b"%08x" % zlib.crc32(raw) + raw[42:]
 
 
 with open(os.path.join(here, "ckpt_meta_mlp_fp32.json")) as f:

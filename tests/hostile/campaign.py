@@ -282,11 +282,19 @@ def parse_ckpt(raw):
 
 
 def build_ckpt(header, data, fix_crc=True):
+    """A checkpoint file of header and data. fix_crc: the checksum engine/checkpoint.h defines (the header's first
+    key, crc32 of the whole file with its own 8 digits, bytes 34..41, read as 00000000), so that the case reaches
+    the checks behind it; else the header's crc32 as it is."""
     header = json.loads(json.dumps(header))
-    if fix_crc:
-        header["__metadata__"]["crc32"] = "%08x" % (zlib.crc32(data) & 0xFFFFFFFF)
+    meta = header.get("__metadata__")
+    if fix_crc and isinstance(meta, dict):  # crc32 first: the header starts {"__metadata__":{"crc32":"...
+        header = {"__metadata__": {"crc32": "00000000", **{k: v for k, v in meta.items() if k != "crc32"}},
+                  **{k: v for k, v in header.items() if k != "__metadata__"}}
     h = json.dumps(header, separators=(",", ":")).encode()
-    return struct.pack("<Q", len(h)) + h + data
+    raw = struct.pack("<Q", len(h)) + h + data
+    if fix_crc and raw[8:34] == b'{"__metadata__":{"crc32":"':
+        raw = raw[:34] + b"%08x" % (zlib.crc32(raw) & 0xFFFFFFFF) + raw[42:]
+    return raw
 
 
 def with_meta(raw, key, field, value):
