@@ -3,8 +3,10 @@
  * command in one process (meson suite 'mpi'; tools/sweep.c deals the runs out round-robin):
  *  - compare (one seed, four precisions; and --seeds 2): report.md, compare.json and the curves are the
  *    single-process files once the timing cells and the output path are masked, and every run trained
- *    bit-identically (metrics.csv and checkpoint.safetensors byte for byte, epochs.csv but its timing columns);
- *  - lab noise --quick: index.md and the lesson's report.md the same, every run's metrics.csv byte for byte;
+ *    bit-identically (metrics.csv byte for byte and the checkpoints' tensors and settings, but for each run's own
+ *    run_id; epochs.csv but its timing columns);
+ *  - lab noise --quick: index.md and the lesson's report.md the same, every run's metrics.csv byte for byte (but
+ *    the run_id);
  *  - a run that fails on rank 1 (its metrics.csv cannot be created) fails the job: nonzero exit, one line naming
  *    rank 1, the run and the error, no report.md or compare.json (an earlier job's report is removed first), and
  *    the run's directory marked FAILED;
@@ -22,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "engine/checkpoint.h"
 #include "harness.h"
 #include "mpt_config.h"
 #define TESTS_TMP_PREFIX "mpt_test_dist_sweep"
@@ -147,27 +150,6 @@ static void expect_same_bytes(const char *a, const char *b) {
     free(y);
 }
 
-/* Checkpoints are binary: the same size and the same bytes. */
-static unsigned char *slurp_binary(const char *path, long *n) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    ck_assert(fseek(f, 0, SEEK_END) == 0);
-    *n = ftell(f);
-    rewind(f);
-    unsigned char *b = malloc((size_t)*n + 1);
-    ck_assert(b != NULL && fread(b, 1, (size_t)*n, f) == (size_t)*n);
-    fclose(f);
-    return b;
-}
-
-static void expect_same_binary(const char *a, const char *b) {
-    long na = 0, nb = 0;
-    unsigned char *x = slurp_binary(a, &na), *y = slurp_binary(b, &nb);
-    ck_assert_msg(na == nb && memcmp(x, y, (size_t)na) == 0, "%s (%ld bytes) and %s (%ld bytes) differ", a, na, b, nb);
-    free(x);
-    free(y);
-}
-
 /* epochs.csv without its timing columns (train_s, eval_s, samples_per_s: the 8th to 10th). */
 static void expect_same_epochs(const char *a, const char *b) {
     char *x = slurp(a), *y = slurp(b);
@@ -183,25 +165,85 @@ static void expect_same_epochs(const char *a, const char *b) {
         for (char *cx = strtok_r(lx, ",", &fx), *cy = strtok_r(ly, ",", &fy); cx || cy;
              cx = strtok_r(NULL, ",", &fx), cy = strtok_r(NULL, ",", &fy), col++) {
             ck_assert_msg(cx && cy, "%s and %s: different column counts", a, b);
-            if (col < 7 || col > 9) ck_assert_msg(strcmp(cx, cy) == 0, "%s column %d: %s vs %s", a, col + 1, cx, cy);
+            if (col < 7 || (col > 9 && col != 12)) /* nor run_id: two jobs, two runs */
+                ck_assert_msg(strcmp(cx, cy) == 0, "%s column %d: %s vs %s", a, col + 1, cx, cy);
         }
     }
     free(x);
     free(y);
 }
 
-/* Every run trained the same way: metrics.csv and checkpoint byte for byte, epochs.csv but its timings. */
+/* A CSV's text with the last column of every line (run_id: each job's runs have their own) cut off. */
+static char *without_last_column(char *text) {
+    char *o = text;
+    for (char *line = text, *next; *line; line = next) {
+        next = strchr(line, '\n');
+        next = next ? next + 1 : line + strlen(line);
+        char *comma = NULL;
+        for (char *c = line; c < next; c++)
+            if (*c == ',') comma = c;
+        size_t keep = comma ? (size_t)(comma - line) : (size_t)(next - line);
+        memmove(o, line, keep);
+        o += keep;
+        if (next[-1] == '\n') *o++ = '\n';
+    }
+    *o = '\0';
+    return text;
+}
+
+/* Two checkpoints with the same tensors byte for byte and the same metadata, but for the checksum and the run's
+ * id in "state" (each job's runs have their own). */
+static void expect_same_checkpoint(const char *a, const char *b) {
+    mpt_checkpoint *x = NULL, *y = NULL;
+    ck_assert_msg(mpt_checkpoint_open(a, NULL, 0, &x) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_checkpoint_open(b, NULL, 0, &y) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_checkpoint_n_tensors(x), mpt_checkpoint_n_tensors(y));
+    for (int i = 0; i < mpt_checkpoint_n_tensors(x); i++) {
+        const mpt_checkpoint_tensor *tx = mpt_checkpoint_tensor_at(x, i), *ty = mpt_checkpoint_find(y, tx->name);
+        ck_assert_msg(ty != NULL, "%s lacks %s", b, tx->name);
+        int64_t n = mpt_checkpoint_tensor_nbytes(tx);
+        ck_assert_msg(n == mpt_checkpoint_tensor_nbytes(ty) && memcmp(tx->data, ty->data, (size_t)n) == 0,
+                      "%s and %s: tensor %s differs", a, b, tx->name);
+    }
+    ck_assert_int_eq(mpt_checkpoint_n_meta(x), mpt_checkpoint_n_meta(y));
+    for (int i = 0; i < mpt_checkpoint_n_meta(x); i++) {
+        mpt_checkpoint_meta m = mpt_checkpoint_meta_at(x, i);
+        const char *other = mpt_checkpoint_meta_get(y, m.key);
+        ck_assert_msg(other != NULL, "%s lacks metadata %s", b, m.key);
+        if (strcmp(m.key, "crc32") == 0) continue;
+        if (strcmp(m.key, "state") == 0) {
+            json_t *sx = json_loads(m.value, 0, NULL), *sy = json_loads(other, 0, NULL);
+            ck_assert(sx && sy);
+            json_object_del(sx, "run_id");
+            json_object_del(sy, "run_id");
+            ck_assert_msg(json_equal(sx, sy), "%s and %s: state differs", a, b);
+            json_decref(sx);
+            json_decref(sy);
+            continue;
+        }
+        ck_assert_msg(strcmp(m.value, other) == 0, "%s and %s: metadata %s differs", a, b, m.key);
+    }
+    mpt_checkpoint_close(&x);
+    mpt_checkpoint_close(&y);
+}
+
+/* Every run trained the same way: metrics.csv byte for byte (run ids aside), epochs.csv but its timings, the
+ * checkpoints' tensors and settings. */
 static void expect_same_run(const char *dir_a, const char *dir_b) {
     char a[700], b[700];
     snprintf(a, sizeof a, "%s/metrics.csv", dir_a);
     snprintf(b, sizeof b, "%s/metrics.csv", dir_b);
-    expect_same_bytes(a, b);
+    char *x = slurp(a), *y = slurp(b);
+    ck_assert_msg(x && y, "cannot read %s or %s", a, b);
+    ck_assert_msg(strcmp(without_last_column(x), without_last_column(y)) == 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
     snprintf(a, sizeof a, "%s/epochs.csv", dir_a);
     snprintf(b, sizeof b, "%s/epochs.csv", dir_b);
     expect_same_epochs(a, b);
     snprintf(a, sizeof a, "%s/checkpoint.safetensors", dir_a);
     snprintf(b, sizeof b, "%s/checkpoint.safetensors", dir_b);
-    expect_same_binary(a, b);
+    expect_same_checkpoint(a, b);
 }
 
 static int exists(const char *path) {
@@ -305,13 +347,14 @@ START_TEST(a_run_failing_on_rank_1_fails_the_job_and_leaves_no_result) {
     ck_assert_int_ne(run_mptrain(2, a), 0);
     char want[800];
     snprintf(want, sizeof want, "mptrain compare: rank 1 of 2, run 2 of 2 'fp16' (%s/fp16): %s/fp16/metrics.csv: "
-                                "cannot write (Is a directory)\n", out, out);
+                                "a directory in place of an output, expected a regular file; remove it or choose "
+                                "another --out\n", out, out);
     ck_assert_msg(log_contains(want), "the log (%s) lacks the line: %s", tmp_path("log"), want);
     ck_assert(!exists(tmp_path("out/report.md")));
     ck_assert(!exists(tmp_path("out/compare.json")));
     ck_assert(!exists(tmp_path("out/convergence.png")));
     char *mark = slurp(tmp_path("out/fp16/FAILED"));
-    ck_assert_msg(mark && strstr(mark, "rank 1: ") && strstr(mark, "Is a directory"), "FAILED mark: %s",
+    ck_assert_msg(mark && strstr(mark, "rank 1: ") && strstr(mark, "a directory in place"), "FAILED mark: %s",
                   mark ? mark : "(none)");
     free(mark);
     free(out);

@@ -13,6 +13,8 @@
  * tools/compare_seeds.c turns the runs into statistics over seeds: each precision against fp32 of the same seed
  * (a paired design), with a 95% confidence interval and an equivalence verdict (tools/stats.h).
  */
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,40 @@ static double rel_l2(const float *w, const float *ref, int64_t n) {
 }
 
 static int compare_with(mpt_cli_opts *op, mpt_dist *dist);
+
+/* The results an earlier compare left in --out (rank 0, holding its lock): the report, its JSON and pictures, the
+ * curves of --seeds, and every run directory it could have written (one per precision, and per seed with
+ * --seeds). A job that fails or is stopped then leaves only its own runs, never an earlier job's beside them. */
+static mpt_status clear_earlier_job(const mpt_cli_opts *o) {
+    static const char *const files[] = {"report.md", "compare.json", "convergence.png", "convergence.gp",
+                                        "convergence.gp.log", "numerics.png", "numerics.gp", "numerics.gp.log",
+                                        "numerics_twin.dat"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) MPT_TRY(mpt_cli_remove_result(o->out, files[i]));
+    char dir[MPT_CLI_PATH + 320], name[64];
+    for (int p = 0; p < MPT_PRECISION_COUNT; p++) {
+        const char *pn = mpt_precision_name((mpt_precision)p);
+        snprintf(dir, sizeof dir, "%s/%s", o->out, pn);
+        MPT_TRY(mpt_cli_run_clear(dir));
+        snprintf(dir, sizeof dir, "%s/curves", o->out);
+        snprintf(name, sizeof name, "%s_steps.csv", pn);
+        MPT_TRY(mpt_cli_remove_result(dir, name));
+        snprintf(name, sizeof name, "%s_epochs.csv", pn);
+        MPT_TRY(mpt_cli_remove_result(dir, name));
+    }
+    DIR *d = opendir(o->out);
+    if (!d) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot list it (%s)", o->out, strerror(errno));
+    mpt_status s = MPT_OK;
+    for (struct dirent *e; s == MPT_OK && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, "seed-", 5) != 0 || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5)) continue;
+        for (int p = 0; p < MPT_PRECISION_COUNT && s == MPT_OK; p++) {
+            snprintf(dir, sizeof dir, "%s/%s/%s", o->out, n, mpt_precision_name((mpt_precision)p));
+            s = mpt_cli_run_clear(dir);
+        }
+    }
+    closedir(d);
+    return s;
+}
 
 /* Trains o->model in precision p with seed `seed` into dir, labelled "[<label>] " on the progress lines. */
 static mpt_status train_one(const mpt_cli_opts *o, const mpt_cli_data *cd, mpt_precision p, uint64_t seed,
@@ -185,9 +221,8 @@ int mpt_cmd_compare(int argc, char **argv) {
     }
     if (o.n_seeds == 1) o.seed = o.seeds[0]; /* one seed: today's layout and report */
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/compare-%s", o.model);
-    mpt_status s = mpt_cli_mkdirs(o.out);
-    if (s != MPT_OK) return mpt_cli_fail("compare", s);
     mpt_cli_set_threads(o.threads);
+    mpt_status s;
 
     for (int i = 0; i < o.n_precisions; i++) { /* switch combinations, before any data is loaded */
         mpt_cli_opts op = o;
@@ -216,10 +251,12 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     }
     mpt_cli_machine machine; /* the load while the runs train: host-clock times on a busy machine are not theirs */
     mpt_cli_machine_start(&machine);
-    /* a job that fails must not leave an earlier job's report looking like its result */
+    /* rank 0 holds --out for the job; a job that fails or is stopped must not leave an earlier job's results
+     * looking like its own */
     mpt_status s = MPT_OK;
-    if (rank == 0) s = mpt_cli_remove_result(o.out, "report.md");
-    if (s == MPT_OK && rank == 0) s = mpt_cli_remove_result(o.out, "compare.json");
+    mpt_outdir od = {.fd = -1, .lock_fd = -1};
+    if (rank == 0) s = mpt_outdir_open(&od, o.out, MPT_OUTDIR_USER_LINK, "compare");
+    if (s == MPT_OK && rank == 0) s = clear_earlier_job(&o);
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
@@ -227,6 +264,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     s = run_plan(&pl, s);
     mpt_cli_data_free(&cd);
     if (s != MPT_OK || rank != 0) {
+        mpt_outdir_close(&od);
         plan_free(&pl);
         if (s == MPT_OK) return 0;
         return rank == 0 ? mpt_cli_fail("compare", s) : s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
@@ -234,6 +272,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     if (pl.seeds) {
         mpt_cli_machine_end(&machine);
         s = report_seeds(&o, &pl, &machine);
+        mpt_outdir_close(&od);
         plan_free(&pl);
         return s == MPT_OK ? 0 : mpt_cli_fail("compare", s);
     }
@@ -288,6 +327,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
     if (numerics_file) printf("numerics plot: %s/%s\n", o.out, numerics_file);
+    mpt_outdir_close(&od);
     plan_free(&pl);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     return 0;

@@ -291,9 +291,9 @@ static mpt_status dump_json(const char *dir, json_t *j) {
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(j);
     if (rc != 0) {
-        fclose(f);
-        unlink(tmp);
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        mpt_cli_discard(f);
+        return s;
     }
     return mpt_cli_commit_atomic(f, tmp, path);
 }
@@ -568,8 +568,8 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
     FILE *f = NULL;
     if (s == MPT_OK) {
         snprintf(path, sizeof path, "%s/curves/%s_%s.csv", r->out, mpt_precision_name(r->precisions[p]), kind);
-        f = fopen(path, "w");
-        if (!f) s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        f = mpt_cli_create(path);
+        if (!f) s = MPT_ERR_IO;
     }
     if (f) {
         fprintf(f, "%s,mean,min,max\n", xcol);
@@ -593,8 +593,8 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
 static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/convergence.gp", r->out);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_create(path);
+    if (!f) return MPT_ERR_IO;
     int fp16 = -1;
     for (int p = 0; p < r->n_precisions; p++)
         if (r->precisions[p] == MPT_PRECISION_FP16) fp16 = p;

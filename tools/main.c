@@ -3,6 +3,7 @@
  * The file list and the exit codes are in tools/cli.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +54,22 @@ static void omp_wait_passive(char **argv) {
 #endif
 }
 
+/* Descriptors 0-2 that the caller closed (`mptrain train ... >&-`) are opened on /dev/null: otherwise the next
+ * file mptrain opens (metrics.csv) would get descriptor 1 and receive every printed line. open() returns the
+ * lowest free descriptor, so each open fills the lowest closed one. */
+static void reopen_closed_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        /* the lower ones are open by now, so this gets fd; failing, there is nowhere to say so, and going on
+         * would write the program's lines into its data files */
+        if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd) _exit(MPT_CLI_EXIT_FAIL);
+    }
+}
+
 /* Every command's output goes through stdout: a write that failed (a full disk, a closed pipe) must not
  * end in exit status 0. */
 int main(int argc, char **argv) {
+    reopen_closed_std_fds();
     omp_wait_passive(argv);
     int rc = run_command(argc, argv);
     errno = 0;

@@ -1,26 +1,26 @@
 /*
- * tools/outdir.c - the output directory of a run, a comparison or a lab (tools/outdir.h): creating it, writing
- * its files so that a failed write is reported, and publishing reports atomically (a temporary file renamed over
- * the old one).
+ * tools/outdir.c - the output directory of a run, a comparison or a lab (tools/outdir.h): creating and locking
+ * it, creating its files exclusively under temporary names and publishing them by rename, the checks made before
+ * a run starts (a symbolic link in place of an output, free space), and the same for files named by path.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "engine/checkpoint.h"
 #include "tools/cli.h"
 #include "tools/outdir.h"
 
-mpt_status mpt_cli_close_written(FILE *f, const char *path) {
-    int bad = ferror(f);
-    errno = 0;
-    int why = fflush(f) != 0 ? errno : 0; /* after a failed write, fflush writes the rest again, failing alike */
-    if (fclose(f) != 0 && !why) why = errno;
-    if (!bad && !why) return MPT_OK;
-    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
-                      why ? strerror(why) : "a write to it failed; stdio kept no reason");
-}
+/* ---- the directory ------------------------------------------------------------------------------------------- */
 
 mpt_status mpt_cli_mkdirs(const char *path) {
     char buf[MPT_CLI_PATH];
@@ -42,33 +42,390 @@ mpt_status mpt_cli_mkdirs(const char *path) {
     return MPT_OK;
 }
 
+/* What kind of file st is, for messages. */
+static const char *file_kind(const struct stat *st) {
+    return S_ISLNK(st->st_mode) ? "a symbolic link" : S_ISDIR(st->st_mode) ? "a directory" :
+           S_ISFIFO(st->st_mode) ? "a FIFO" : S_ISSOCK(st->st_mode) ? "a socket" :
+           S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device" : "not a regular file";
+}
+
+/* The kernel's protected_symlinks rule (Documentation/admin-guide/sysctl/fs.rst): in a sticky, world-writable
+ * directory a symbolic link is followed only when its owner is the follower or the directory's owner. */
+static mpt_status check_link(const char *path, const struct stat *link, mpt_outdir_links links) {
+    char target[512] = "?";
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n >= 0) target[n] = '\0';
+    char esc[600];
+    mpt_escape(esc, sizeof esc, target);
+    if (links == MPT_OUTDIR_NO_LINK)
+        return mpt_errorf(MPT_ERR_IO, "%s: a symbolic link (to %s) where mptrain writes a run's directory: refusing to "
+                                      "follow it; remove it or choose another --out", path, esc);
+    char copy[MPT_CLI_PATH];
+    snprintf(copy, sizeof copy, "%s", path);
+    const char *parent = dirname(copy);
+    struct stat dir;
+    if (stat(parent, &dir) != 0) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot stat %s (%s)", path, parent, strerror(errno));
+    int sticky_shared = (dir.st_mode & S_ISVTX) && (dir.st_mode & S_IWOTH);
+    if (sticky_shared && link->st_uid != geteuid() && link->st_uid != dir.st_uid)
+        return mpt_errorf(MPT_ERR_IO, "--out %s: a symbolic link (to %s) owned by uid %u in the sticky, world-writable "
+                                      "directory %s: refusing to follow it (its owner decides where this run's files "
+                                      "would go; the kernel's protected_symlinks rule refuses the same)",
+                          path, esc, (unsigned)link->st_uid, parent);
+    return MPT_OK;
+}
+
+/* Removes the temporary files (".<name>.tmp-XXXXXX") that a killed run left in the directory: with the lock held,
+ * no other mptrain is writing them. */
+static void remove_stale_temps(int dir_fd) {
+    int fd = dup(dir_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (e->d_name[0] != '.' || n < 12 || strncmp(e->d_name + n - 11, ".tmp-", 5) != 0) continue;
+        struct stat st;
+        if (fstatat(dir_fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(st.st_mode))
+            unlinkat(dir_fd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* Takes the directory's lock, or says who holds it. */
+static mpt_status take_lock(mpt_outdir *od, const char *command) {
+    od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (od->lock_fd < 0)
+        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
+                          errno == ELOOP ? "a symbolic link stands there" : strerror(errno));
+    struct stat st;
+    if (fstat(od->lock_fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s is %s, expected a regular file", od->path,
+                          MPT_OUTDIR_LOCK, file_kind(&st));
+    if (flock(od->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK)
+            return mpt_errorf(MPT_ERR_IO, "--out %s: cannot lock %s (%s)", od->path, MPT_OUTDIR_LOCK, strerror(errno));
+        char holder[200] = "";
+        ssize_t n = pread(od->lock_fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        char esc[260];
+        mpt_escape(esc, sizeof esc, holder[0] ? holder : "a process that wrote no PID");
+        return mpt_errorf(MPT_ERR_IO, "--out %s is in use by another mptrain (%s): two runs in one directory would "
+                                      "overwrite each other's files; wait for it to end or choose another --out",
+                          od->path, esc);
+    }
+    char text[200];
+    time_t now = time(NULL);
+    struct tm tm;
+    char when[40] = "";
+    if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    int len = snprintf(text, sizeof text, "PID %ld, mptrain %s, since %s\n", (long)getpid(), command, when);
+    if (ftruncate(od->lock_fd, 0) != 0 || pwrite(od->lock_fd, text, (size_t)len, 0) != len)
+        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot write its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
+                          strerror(errno));
+    return MPT_OK;
+}
+
+mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command) {
+    od->fd = od->lock_fd = -1;
+    if (!path[0]) return mpt_errorf(MPT_ERR_ARG, "--out: expected a directory, found an empty path");
+    if (strlen(path) >= sizeof od->path) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof od->path - 1);
+    snprintf(od->path, sizeof od->path, "%s", path);
+    char parent[MPT_CLI_PATH];
+    snprintf(parent, sizeof parent, "%s", path);
+    const char *up = dirname(parent);
+    if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mpt_cli_mkdirs(up));
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
+    struct stat st;
+    if (lstat(path, &st) != 0) return mpt_errorf(MPT_ERR_IO, "--out %s: %s", path, strerror(errno));
+    if (S_ISLNK(st.st_mode)) MPT_TRY(check_link(path, &st, links));
+    od->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (links == MPT_OUTDIR_NO_LINK ? O_NOFOLLOW : 0));
+    if (od->fd < 0)
+        return mpt_errorf(MPT_ERR_IO, "--out %s: %s", path, errno == ENOTDIR ? "not a directory" : strerror(errno));
+    mpt_status s = take_lock(od, command);
+    if (s != MPT_OK) {
+        mpt_outdir_close(od);
+        return s;
+    }
+    remove_stale_temps(od->fd);
+    return MPT_OK;
+}
+
+void mpt_outdir_close(mpt_outdir *od) {
+    if (!od) return;
+    if (od->lock_fd >= 0) close(od->lock_fd); /* releases the flock */
+    if (od->fd >= 0) close(od->fd);
+    od->fd = od->lock_fd = -1;
+}
+
+/* MPT_OK when name in dir_fd is absent or a regular file; else the error naming it. */
+static mpt_status check_name(int dir_fd, const char *dir, const char *name) {
+    struct stat st;
+    if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return MPT_OK;
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: %s", dir, name, strerror(errno));
+    }
+    if (S_ISREG(st.st_mode)) return MPT_OK;
+    if (S_ISLNK(st.st_mode)) {
+        char target[512] = "?", esc[600];
+        ssize_t n = readlinkat(dir_fd, name, target, sizeof target - 1);
+        if (n >= 0) target[n] = '\0';
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: a symbolic link (to %s) in place of an output: refusing to write "
+                                      "through it or replace it; remove it or choose another --out",
+                          dir, name, mpt_escape(esc, sizeof esc, target));
+    }
+    return mpt_errorf(MPT_ERR_IO, "%s/%s: %s in place of an output, expected a regular file; remove it or choose "
+                                  "another --out", dir, name, file_kind(&st));
+}
+
+mpt_status mpt_outdir_check_names(const mpt_outdir *od, const char *const *names) {
+    for (int i = 0; names[i]; i++) MPT_TRY(check_name(od->fd, od->path, names[i]));
+    return MPT_OK;
+}
+
+mpt_status mpt_outdir_check_space(const mpt_outdir *od, uint64_t bytes, const char *what) {
+    struct statvfs v;
+    if (fstatvfs(od->fd, &v) != 0) return mpt_errorf(MPT_ERR_IO, "--out %s: statvfs failed (%s)", od->path, strerror(errno));
+    uint64_t avail = (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
+    if (avail >= bytes) return MPT_OK;
+    return mpt_errorf(MPT_ERR_IO, "--out %s: %.2f MiB free on its file system, and this run needs about %.2f MiB (%s): "
+                                  "free some space or choose another --out (checked before training, so that no "
+                                  "trained weights are lost)",
+                      od->path, (double)avail / 1048576.0, (double)bytes / 1048576.0, what);
+}
+
+mpt_status mpt_outdir_remove(const mpt_outdir *od, const char *name) {
+    MPT_TRY(check_name(od->fd, od->path, name)); /* a symbolic link in its place is refused, not removed */
+    if (unlinkat(od->fd, name, 0) != 0 && errno != ENOENT)
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: cannot remove the result of an earlier run (%s)", od->path, name,
+                          strerror(errno));
+    return MPT_OK;
+}
+
+/* ---- files: a temporary name, published by rename ------------------------------------------------------------ */
+
+/* Creates a temporary file for `name` in dir_fd; its stream in *f and its name in tmp. */
+static mpt_status create_temp(int dir_fd, const char *dir, const char *name, char *tmp, size_t cap, FILE **f) {
+    *f = NULL;
+    int fd = mpt_checkpoint_create_temp(dir_fd, name, tmp, cap);
+    if (fd < 0)
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: cannot create a temporary file beside it (%s)", dir, name, strerror(errno));
+    *f = fdopen(fd, "w");
+    if (!*f) {
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s/%s: cannot write (%s)", dir, name, strerror(errno));
+        close(fd);
+        unlinkat(dir_fd, tmp, 0);
+        return s;
+    }
+    return MPT_OK;
+}
+
+/* Flushes and fsyncs f (not closed); the errno of the first failure, or -1 for a write that failed earlier
+ * without one, 0 when every byte reached the file. */
+static int flush_sync(FILE *f) {
+    int bad = ferror(f);
+    errno = 0;
+    if (fflush(f) != 0) return errno ? errno : -1; /* after a failed write, fflush writes the rest again */
+    if (fsync(fileno(f)) != 0) return errno;
+    return bad ? -1 : 0;
+}
+
+/* Renames dir_fd/tmp over dir_fd/name unless something other than a regular file stands there. */
+static mpt_status rename_over(int dir_fd, const char *dir, const char *tmp, const char *name) {
+    mpt_status s = check_name(dir_fd, dir, name);
+    if (s == MPT_OK && renameat(dir_fd, tmp, dir_fd, name) != 0)
+        s = mpt_errorf(MPT_ERR_IO, "%s/%s: cannot write (rename: %s)", dir, name, strerror(errno));
+    if (s != MPT_OK) unlinkat(dir_fd, tmp, 0);
+    return s;
+}
+
+static mpt_status write_error(const char *path, int why) {
+    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
+                      why > 0 ? strerror(why) : "a write to it failed; stdio kept no reason");
+}
+
+mpt_status mpt_outfile_open(mpt_outfile *of, const mpt_outdir *od, const char *name) {
+    memset(of, 0, sizeof *of);
+    of->dir_fd = od->fd;
+    snprintf(of->name, sizeof of->name, "%s", name);
+    snprintf(of->path, sizeof of->path, "%s/%s", od->path, name);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", od->path);
+    return create_temp(od->fd, dir, name, of->tmp, sizeof of->tmp, &of->f);
+}
+
+mpt_status mpt_outfile_publish(mpt_outfile *of) {
+    if (!of->f) return MPT_OK;
+    int why = flush_sync(of->f);
+    if (fclose(of->f) != 0 && !why) why = errno ? errno : -1;
+    of->f = NULL;
+    if (why) {
+        unlinkat(of->dir_fd, of->tmp, 0);
+        return write_error(of->path, why);
+    }
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strlen(of->path) - strlen(of->name) - 1), of->path);
+    return rename_over(of->dir_fd, dir, of->tmp, of->name);
+}
+
+mpt_status mpt_outfile_publish_copy(mpt_outfile *of) {
+    if (!of->f) return MPT_OK;
+    int why = flush_sync(of->f);
+    if (why) return write_error(of->path, why);
+    char dir[4400], tmp[300];
+    snprintf(dir, sizeof dir, "%.*s", (int)(strlen(of->path) - strlen(of->name) - 1), of->path);
+    FILE *copy;
+    MPT_TRY(create_temp(of->dir_fd, dir, of->name, tmp, sizeof tmp, &copy));
+    char buf[65536];
+    off_t at = 0;
+    for (;;) {
+        ssize_t n = pread(fileno(of->f), buf, sizeof buf, at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            why = errno;
+            break;
+        }
+        if (n == 0) break;
+        if (fwrite(buf, 1, (size_t)n, copy) != (size_t)n) {
+            why = errno ? errno : -1;
+            break;
+        }
+        at += n;
+    }
+    if (!why) why = flush_sync(copy);
+    if (fclose(copy) != 0 && !why) why = errno ? errno : -1;
+    if (why) {
+        unlinkat(of->dir_fd, tmp, 0);
+        return write_error(of->path, why);
+    }
+    return rename_over(of->dir_fd, dir, tmp, of->name);
+}
+
+void mpt_outfile_discard(mpt_outfile *of) {
+    if (!of || !of->f) return;
+    fclose(of->f);
+    of->f = NULL;
+    unlinkat(of->dir_fd, of->tmp, 0);
+}
+
+/* ---- files by path ------------------------------------------------------------------------------------------- */
+
+/* The files of mpt_cli_create not yet published: their temporary and final paths. */
+#define MAX_CREATED 32
+static struct created {
+    FILE *f;
+    char tmp[MPT_CLI_PATH + 320];
+    char path[MPT_CLI_PATH + 64];
+} created[MAX_CREATED];
+
+static struct created *created_find(const FILE *f) {
+    for (int i = 0; i < MAX_CREATED; i++)
+        if (created[i].f && created[i].f == f) return &created[i];
+    return NULL;
+}
+
+/* Opens the directory of path; *name points at its last component. */
+static int open_parent(const char *path, char *dir, size_t cap, const char **name) {
+    const char *slash = strrchr(path, '/');
+    *name = slash ? slash + 1 : path;
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+    return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+FILE *mpt_cli_create(const char *path) {
+    struct created *c = NULL;
+    for (int i = 0; i < MAX_CREATED && !c; i++)
+        if (!created[i].f) c = &created[i];
+    if (!c) {
+        mpt_errorf(MPT_ERR_ARG, "%s: more than %d files open for writing", path, MAX_CREATED);
+        return NULL;
+    }
+    char dir[MPT_CLI_PATH], tmp[300];
+    const char *name;
+    if (strlen(path) >= sizeof c->path || !*path) {
+        mpt_errorf(MPT_ERR_ARG, "%s: path too long", path);
+        return NULL;
+    }
+    int dfd = open_parent(path, dir, sizeof dir, &name);
+    if (dfd < 0) {
+        mpt_errorf(MPT_ERR_IO, "%s: cannot write (its directory: %s)", path, strerror(errno));
+        return NULL;
+    }
+    FILE *f = NULL;
+    mpt_status s = check_name(dfd, dir, name);
+    if (s == MPT_OK) s = create_temp(dfd, dir, name, tmp, sizeof tmp, &f);
+    close(dfd);
+    if (s != MPT_OK) return NULL;
+    c->f = f;
+    snprintf(c->tmp, sizeof c->tmp, "%s/%s", dir, tmp);
+    snprintf(c->path, sizeof c->path, "%s", path);
+    return f;
+}
+
+void mpt_cli_discard(FILE *f) {
+    struct created *c = created_find(f);
+    fclose(f);
+    if (!c) return;
+    unlink(c->tmp);
+    c->f = NULL;
+}
+
+mpt_status mpt_cli_close_written(FILE *f, const char *path) {
+    struct created *c = created_find(f);
+    int why = c ? flush_sync(f) : 0;
+    if (!c) {
+        int bad = ferror(f);
+        errno = 0;
+        why = fflush(f) != 0 ? (errno ? errno : -1) : 0; /* after a failed write, fflush writes the rest again */
+        if (!why && bad) why = -1;
+    }
+    if (fclose(f) != 0 && !why) why = errno ? errno : -1;
+    if (!c) return why ? write_error(path, why) : MPT_OK;
+    c->f = NULL;
+    if (why) {
+        unlink(c->tmp);
+        return write_error(path, why);
+    }
+    char dir[MPT_CLI_PATH];
+    const char *name, *tmp_name = strrchr(c->tmp, '/') ? strrchr(c->tmp, '/') + 1 : c->tmp;
+    int dfd = open_parent(c->path, dir, sizeof dir, &name);
+    if (dfd < 0) {
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (its directory: %s)", path, strerror(errno));
+        unlink(c->tmp);
+        return s;
+    }
+    mpt_status s = rename_over(dfd, dir, tmp_name, name);
+    close(dfd);
+    return s;
+}
+
 mpt_status mpt_cli_remove_result(const char *dir, const char *file) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/%s", dir, file);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* a symbolic link in its place is refused, not removed */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        mpt_status s = dfd >= 0 ? check_name(dfd, dir, file) : mpt_errorf(MPT_ERR_IO, "%s: %s", dir, strerror(errno));
+        if (dfd >= 0) close(dfd);
+        if (s != MPT_OK) return s;
+    }
     if (unlink(path) != 0 && errno != ENOENT)
         return mpt_errorf(MPT_ERR_IO, "%s: cannot remove the result of an earlier job (%s)", path, strerror(errno));
     return MPT_OK;
 }
 
 FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n) {
-    int len = snprintf(tmp, n, "%s.tmp", path);
-    if (len < 0 || (size_t)len >= n) {
-        mpt_errorf(MPT_ERR_ARG, "%s: path too long", path);
-        return NULL;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", tmp, strerror(errno));
+    FILE *f = mpt_cli_create(path);
+    if (f) snprintf(tmp, n, "%s", created_find(f)->tmp);
     return f;
 }
 
 mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path) {
-    int bad = ferror(f), err = 0; /* ferror keeps no errno: the reason is the first failure seen here */
-    if (fflush(f) != 0) bad = 1, err = errno; /* after a failed write, fflush writes the rest again */
-    if (!bad && fsync(fileno(f)) != 0) bad = 1, err = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
-    if (!bad) return MPT_OK;
-    unlink(tmp);
-    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path,
-                      err ? strerror(err) : "a write to it failed; stdio kept no reason");
+    (void)tmp;
+    return mpt_cli_close_written(f, path);
 }

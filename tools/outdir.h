@@ -1,30 +1,121 @@
 /*
- * tools/outdir.h - the one owner of a run's output directory (--out): every file mptrain writes there is created,
- * written and published through these functions (tools/outdir.c).
+ * tools/outdir.h - the one owner of an output directory (--out of train, compare and lab; each run's directory):
+ * every file mptrain writes there is created, written and published through these functions (tools/outdir.c).
+ *
+ * The rules, against a careless user and against another user who shares the directory (docs/checkpoints.md):
+ *   - A directory is used by one mptrain at a time: mpt_outdir_open takes an exclusive flock(2) on its lock file
+ *     (.mptrain.lock, holding the holder's PID and command) for the life of the run, and a second run on the same
+ *     directory is refused at start, naming the PID of the first.
+ *   - Every output is created new, with O_CREAT | O_EXCL | O_NOFOLLOW relative to the directory's descriptor,
+ *     under a unique temporary name (".<name>.tmp-XXXXXX", engine/checkpoint.h's mpt_checkpoint_create_temp), and
+ *     published by renaming it over its name: never written through a symbolic link, never half-written under
+ *     its name, never mixed with another run's file. A symbolic link (or anything but a regular file) in place of
+ *     an output is refused with a one-line error naming it.
+ *   - --out itself may be a symbolic link, except one that the kernel's protected_symlinks rule would not follow:
+ *     in a sticky, world-writable directory (/tmp), a link owned by neither the caller nor the directory's owner.
+ *     Directories that compare and lab name for their runs (--out/<precision>, lab/<lesson>/<run>) may not be
+ *     links at all.
+ *   - Temporary files left by a run that was killed are removed by the next run that takes the lock.
  */
 #ifndef MPT_TOOLS_OUTDIR_H
 #define MPT_TOOLS_OUTDIR_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "engine/status.h"
 
-/* Creates the output directory and its parents (mkdir -p). MPT_ERR_IO naming the path. */
+/* The lock file in every output directory. */
+#define MPT_OUTDIR_LOCK ".mptrain.lock"
+
+/* How mpt_outdir_open treats a symbolic link at the directory's path. */
+typedef enum mpt_outdir_links {
+    MPT_OUTDIR_USER_LINK = 0, /* a path the user gave (--out): followed unless protected_symlinks would refuse it */
+    MPT_OUTDIR_NO_LINK,       /* a directory mptrain named itself (a run of compare or lab): a link is refused */
+} mpt_outdir_links;
+
+/* An output directory, open and locked. */
+typedef struct mpt_outdir {
+    int fd;                  /* the directory (O_DIRECTORY), -1 when closed */
+    int lock_fd;             /* MPT_OUTDIR_LOCK, flock(LOCK_EX) held until mpt_outdir_close */
+    char path[4096];         /* the path as given, for messages */
+} mpt_outdir;
+
+/* Creates the directory and its parents (mode 0755), checks a symbolic link at its path (links), opens it, takes
+ * its lock and removes temporary files of killed runs. `command` ("train", "compare") is recorded in the lock
+ * file beside the PID. Errors (MPT_ERR_IO, naming the path): a path component that is a file, no permission, a
+ * read-only file system, a refused link, and a directory locked by another process ("in use by mptrain PID N
+ * (...)"). On error *od is closed. */
+mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command);
+
+/* Releases the lock and closes the directory (the lock file stays). od NULL or closed: nothing. */
+void mpt_outdir_close(mpt_outdir *od);
+
+/* Checks that each of the NULL-terminated names is absent or a regular file: a symbolic link or another kind of
+ * file in place of an output is refused (MPT_ERR_IO naming it), before any work is done. */
+mpt_status mpt_outdir_check_names(const mpt_outdir *od, const char *const *names);
+
+/* Checks that the directory's file system has `bytes` available (statvfs f_bavail; `what` says what they are
+ * for). MPT_ERR_IO naming the directory, what is free and what is needed. */
+mpt_status mpt_outdir_check_space(const mpt_outdir *od, uint64_t bytes, const char *what);
+
+/* Removes `name` from the directory if it is there (the result of an earlier job that this one replaces).
+ * MPT_ERR_IO naming it. */
+mpt_status mpt_outdir_remove(const mpt_outdir *od, const char *name);
+
+/* A file being written into an output directory under a temporary name, then published as `name`. */
+typedef struct mpt_outfile {
+    FILE *f;                 /* the stream to write; NULL when closed */
+    int dir_fd;              /* the directory (not owned) */
+    char tmp[300];           /* the temporary name inside the directory */
+    char name[256];          /* the name it is published as */
+    char path[4400];         /* directory/name, for messages */
+} mpt_outfile;
+
+/* Creates a new temporary file for `name` in od (O_CREAT | O_EXCL | O_NOFOLLOW). MPT_ERR_IO naming dir/name. */
+mpt_status mpt_outfile_open(mpt_outfile *of, const mpt_outdir *od, const char *name);
+
+/* Flushes, fsyncs and closes the file and renames it over its name (refused when a symbolic link or a non-regular
+ * file stands there: the temporary file is removed). MPT_ERR_IO "<path>: cannot write (<reason>)" when a write
+ * failed (a full disk) or the rename did; the temporary file is removed on failure. Closed in every case. */
+mpt_status mpt_outfile_publish(mpt_outfile *of);
+
+/* Publishes a copy of what was written so far (flushed; a new temporary file renamed over the name) and keeps
+ * writing: how a run publishes its growing CSVs at each checkpoint. Errors as mpt_outfile_publish's. */
+mpt_status mpt_outfile_publish_copy(mpt_outfile *of);
+
+/* Closes the file and removes its temporary name: nothing is published. of NULL or closed: nothing. */
+void mpt_outfile_discard(mpt_outfile *of);
+
+/* ---- by path: the files of compare's and lab's reports --------------------------------------------------------
+ * The same rules for files named by path (their directory is opened for each call): created under a unique
+ * temporary name beside `path` and published by rename. */
+
+/* Creates the directory and its parents (mkdir -p; a directory mptrain names under an output directory). MPT_ERR_IO
+ * naming the path. */
 mpt_status mpt_cli_mkdirs(const char *path);
 
-/* Closes f, a file being written at path, and says whether every write reached it: MPT_OK, or MPT_ERR_IO
- * "<path>: cannot write (<reason>)" when a write failed (a full disk) or the close did. The buffered rest is
- * flushed first, so that a failure there gives its errno as the reason; when an earlier fprintf failed and
- * stdio has nothing left to write, the reason is said to be unknown (errno has moved on since). f is closed
- * in every case. */
+/* A new file to be published as `path`: NULL with the error set. Publish it with mpt_cli_close_written (or
+ * mpt_cli_commit_atomic); mpt_cli_discard abandons it. */
+FILE *mpt_cli_create(const char *path);
+
+/* Closes f and says whether every write reached it: MPT_OK, or MPT_ERR_IO "<path>: cannot write (<reason>)" when
+ * a write failed (a full disk) or the close did. The buffered rest is flushed first, so that a failure there
+ * gives its errno as the reason; when an earlier fprintf failed and stdio has nothing left to write, the reason
+ * is said to be unknown (errno has moved on since). A file from mpt_cli_create is then published as its path
+ * (fsync'ed and renamed; removed on failure). f is closed in every case. */
 mpt_status mpt_cli_close_written(FILE *f, const char *path);
+
+/* Closes a file from mpt_cli_create without publishing it (its temporary file is removed). */
+void mpt_cli_discard(FILE *f);
 
 /* Removes dir/file if it exists (a result of an earlier job that this one will write again). MPT_ERR_IO. */
 mpt_status mpt_cli_remove_result(const char *dir, const char *file);
 
-/* Atomic writes of a report: open path.tmp (tmp receives its name, n bytes; NULL with the error set), then
- * commit: flush, fsync, close, rename over path (on failure the temporary file is removed; MPT_ERR_IO). */
+/* Atomic writes of a report: mpt_cli_create(path) (tmp receives the temporary file's path, n bytes; NULL with the
+ * error set), then commit: flush, fsync, close, rename over path (on failure the temporary file is removed;
+ * MPT_ERR_IO). */
 FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n);
 mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path);
 

@@ -19,8 +19,8 @@
 #include "tools/report.h"
 
 static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_create(path);
+    if (!f) return MPT_ERR_IO;
     int has_fp16 = 0;
     for (int i = 0; i < n; i++) has_fp16 |= p[i] == MPT_PRECISION_FP16;
     int panels = has_fp16 ? 3 : 2;
@@ -224,9 +224,9 @@ static void panel_write(FILE *f, const panel *pn) {
 static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, int *points, mpt_status *s) {
     *s = MPT_OK;
     for (int i = 0; i < n; i++) points[i] = 0;
-    FILE *f = fopen(path, "w");
+    FILE *f = mpt_cli_create(path);
     if (!f) {
-        *s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        *s = MPT_ERR_IO;
         return 0;
     }
     fprintf(f, "tensor");
@@ -279,8 +279,8 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         has16 |= rows[i].precision == MPT_PRECISION_FP16 || rows[i].precision == MPT_PRECISION_BF16;
     int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0);
     snprintf(path, sizeof path, "%s/numerics.gp", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    FILE *f = mpt_cli_create(path);
+    if (!f) return MPT_ERR_IO;
     fprintf(f, "# numerics.gp - written by mptrain; run `gnuplot numerics.gp` in this directory.\n"
                "# Data: each run's telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,10 +140,10 @@ static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_
     *loss = sum / (double)n;
     *acc = correct / (double)n;
 }
-/* A CSV output: its stream and its path (for the error that names it). */
+/* A CSV output: the run's temporary file (tools/outdir.h), published at each checkpoint and at the end. */
 typedef struct csv_out {
-    FILE *f;
-    char path[MPT_CLI_PATH + 64];
+    mpt_outfile of;
+    const char *run_id;      /* written as the last column of each row, or NULL (telemetry.csv has no such column) */
 } csv_out;
 
 typedef struct run {
@@ -174,7 +176,8 @@ typedef struct run {
     int graph_noted;         /* said once that the step graph was turned off */
     void *mark_start, *mark_end; /* the epoch's device timing marks (CUDA events, engine/backend.h event_*), or NULL
                                     on a backend without device timing (CPU) */
-    char ckpt_path[MPT_CLI_PATH + 64];
+    mpt_outdir od;           /* the output directory, open and locked (writer only) */
+    int published;           /* this run's files have replaced an earlier run's in od */
 } run;
 
 static int32_t *idx_alloc(run *r, size_t count) {
@@ -205,95 +208,144 @@ static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, i
 }
 
 static mpt_status csv_error(const csv_out *c, const char *what) {
-    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", c->path, what, strerror(errno ? errno : EIO));
+    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", c->of.path, what, strerror(errno ? errno : EIO));
 }
 
-/* Appends one printf-style row; MPT_ERR_IO naming the file when the write fails (a full disk). */
+/* Appends one printf-style row and, when the file has the column (c->run_id), the run's id and the newline;
+ * MPT_ERR_IO naming the file when the write fails (a full disk). */
 static mpt_status csv_row(csv_out *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static mpt_status csv_row(csv_out *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     errno = 0;
-    int rc = vfprintf(c->f, fmt, ap);
+    int rc = vfprintf(c->of.f, fmt, ap);
     va_end(ap);
-    return rc < 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+    if (rc >= 0) rc = c->run_id ? fprintf(c->of.f, ",%s\n", c->run_id) : fprintf(c->of.f, "\n");
+    return rc < 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
 }
 
-/* Pushes buffered rows to the file, so that a full disk is reported when it happens. */
+/* Writes the header line: the columns, and run_id when the rows carry it. */
+static mpt_status csv_header(csv_out *c, const char *header) {
+    errno = 0;
+    int rc = fprintf(c->of.f, "%s%s\n", header, c->run_id ? ",run_id" : "");
+    return rc < 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
+}
+
+/* Pushes buffered rows to the (temporary) file, so that a full disk is reported when it happens. */
 static mpt_status csv_flush(csv_out *c) {
     errno = 0;
-    return fflush(c->f) != 0 || ferror(c->f) ? csv_error(c, "write") : MPT_OK;
+    return fflush(c->of.f) != 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
 }
 
-static mpt_status csv_close(csv_out *c) {
-    if (!c->f) return MPT_OK;
-    errno = 0;
-    int bad = ferror(c->f);
-    int rc = fclose(c->f);
-    c->f = NULL;
-    return bad || rc != 0 ? csv_error(c, "write") : MPT_OK;
+/* The last field of a CSV line (without its newline), in buf. */
+static const char *last_field(const char *line, char *buf, size_t cap) {
+    const char *comma = strrchr(line, ','), *v = comma ? comma + 1 : line;
+    size_t n = strcspn(v, "\r\n");
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return buf;
 }
 
-/* Keeps the header and the rows whose first column (an integer) is <= keep_upto, drops the rest: a resumed
- * run continues from its checkpoint, and rows that a stopped or killed run wrote after it would otherwise
- * appear twice. */
-static mpt_status csv_truncate_after(const char *path, int64_t keep_upto) {
-    FILE *f = fopen(path, "r+");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot open to continue it: %s", path, strerror(errno));
-    char line[4096];
-    long keep = 0;
-    int first = 1, ok = 1;
-    while (fgets(line, sizeof line, f)) {
-        if (!strchr(line, '\n') && !feof(f)) {
-            ok = 0;
+/* Resuming: copies into the run's new file the rows of the published dir/name that this run wrote up to its
+ * checkpoint (first column <= keep_upto); later rows, written after the checkpoint by a run that was stopped or
+ * killed, would otherwise appear twice. A row of another run (another run_id) is refused: the directory holds
+ * another run's history, and continuing there would mix the two. */
+static mpt_status csv_copy_own_rows(csv_out *c, const mpt_outdir *od, const char *header, int64_t keep_upto) {
+    int fd = openat(od->fd, c->of.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno != ENOENT) return mpt_errorf(MPT_ERR_IO, "%s: cannot read it to continue it (%s)", c->of.path, strerror(errno));
+        return csv_header(c, header); /* a new directory: the rows start at the checkpoint */
+    }
+    FILE *in = fdopen(fd, "r");
+    if (!in) {
+        close(fd);
+        return mpt_errorf(MPT_ERR_IO, "%s: cannot read it (%s)", c->of.path, strerror(errno));
+    }
+    char line[4096], id[64];
+    int first = 1;
+    mpt_status s = MPT_OK;
+    while (s == MPT_OK && fgets(line, sizeof line, in)) {
+        if (!strchr(line, '\n') && !feof(in)) {
+            s = mpt_errorf(MPT_ERR_FORMAT, "%s: a line longer than %zu bytes: not a CSV that mptrain wrote; move it "
+                           "away or use a new --out", c->of.path, sizeof line);
             break;
+        }
+        if (first) {
+            char have[4096];
+            snprintf(have, sizeof have, "%s", line);
+            have[strcspn(have, "\r\n")] = '\0';
+            char want[1024];
+            snprintf(want, sizeof want, "%s%s", header, c->run_id ? ",run_id" : "");
+            if (strcmp(have, want) != 0) {
+                char esc[200];
+                mpt_escape(esc, sizeof esc, have);
+                s = mpt_errorf(MPT_ERR_FORMAT, "%s: its columns are '%.120s', this mptrain writes '%s': not a CSV of "
+                               "this run; move it away or use a new --out", c->of.path, esc, want);
+                break;
+            }
+            s = csv_header(c, header);
+            first = 0;
+            continue;
         }
         char *end = NULL;
         errno = 0;
         long long v = strtoll(line, &end, 10);
-        if (!first && (end == line || *end != ',' || errno != 0)) {
-            ok = 0;
+        if (end == line || *end != ',' || errno != 0) {
+            s = mpt_errorf(MPT_ERR_FORMAT, "%s: not a CSV that mptrain wrote (a row does not start with an integer); "
+                           "move it away or use a new --out", c->of.path);
             break;
         }
-        if (!first && v > keep_upto) break;
-        first = 0;
-        keep = ftell(f);
+        if (c->run_id && strcmp(last_field(line, id, sizeof id), c->run_id) != 0) {
+            char esc[80];
+            s = mpt_errorf(MPT_ERR_ARG, "--resume: %s holds rows of run %s, the checkpoint is of run %s: continuing "
+                           "there would mix two runs' histories; resume in the directory the checkpoint came from, or "
+                           "give a new --out", c->of.path, mpt_escape(esc, sizeof esc, id), c->run_id);
+            break;
+        }
+        if (v > keep_upto) continue;
+        errno = 0;
+        if (fputs(line, c->of.f) == EOF) s = csv_error(c, "write");
     }
-    int rd_err = ferror(f);
-    int rc = fclose(f);
-    if (!ok)
-        return mpt_errorf(MPT_ERR_FORMAT, "%s: not a CSV that mptrain wrote (a row does not start with an integer); "
-                          "move it away or use a new --out", path);
-    if (rd_err || rc != 0 || keep < 0) return mpt_errorf(MPT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-    if (truncate(path, (off_t)keep) != 0)
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot truncate to continue it: %s", path, strerror(errno));
-    return MPT_OK;
+    if (s == MPT_OK && ferror(in)) s = mpt_errorf(MPT_ERR_IO, "%s: read failed (%s)", c->of.path, strerror(errno));
+    if (s == MPT_OK && first) s = csv_header(c, header); /* an empty file */
+    fclose(in);
+    return s;
 }
 
-/* Opens dir/name for the run: a new file with its header, or, resuming (keep_upto >= 0), the existing one
- * cut after row keep_upto and appended to. */
-static mpt_status open_csv(csv_out *c, const char *dir, const char *name, const char *header, int64_t keep_upto,
-                           int writer) {
-    if (!writer) { /* a data-parallel rank other than 0 (writer 0) writes to /dev/null */
-        snprintf(c->path, sizeof c->path, "/dev/null");
-        c->f = fopen(c->path, "w");
-        return c->f ? MPT_OK : mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
+/* Opens the run's file `name`: a new temporary file in the output directory (published at each checkpoint and at
+ * the end) with its header, or, resuming (keep_upto >= 0), this run's rows up to the checkpoint copied from the
+ * published file. run_id: the id written as the last column of every row (NULL: the file has no such column). */
+static mpt_status open_csv(csv_out *c, run *r, const char *name, const char *header, int64_t keep_upto,
+                           const char *run_id) {
+    c->run_id = run_id;
+    if (!r->writer) { /* a data-parallel rank other than 0 (writer 0) writes to /dev/null */
+        snprintf(c->of.path, sizeof c->of.path, "/dev/null");
+        c->of.dir_fd = -1;
+        c->of.f = fopen(c->of.path, "w");
+        return c->of.f ? MPT_OK : mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
     }
-    snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
-    struct stat st;
-    int exists = stat(c->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    if (keep_upto >= 0 && exists) MPT_TRY(csv_truncate_after(c->path, keep_upto));
-    int append = keep_upto >= 0 && exists;
-    c->f = fopen(c->path, append ? "a" : "w");
-    if (!c->f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", c->path, strerror(errno));
-    if (!append) MPT_TRY(csv_row(c, "%s\n", header));
+    MPT_TRY(mpt_outfile_open(&c->of, &r->od, name));
+    if (keep_upto >= 0) MPT_TRY(csv_copy_own_rows(c, &r->od, header, keep_upto));
+    else MPT_TRY(csv_header(c, header));
     return csv_flush(c);
 }
 
+/* Publishes what a CSV holds so far (the run's files are published together, at each checkpoint); final: the file
+ * itself, closed. */
+static mpt_status csv_publish(run *r, csv_out *c, int final) {
+    if (!r->writer || !c->of.f) return MPT_OK;
+    MPT_TRY(csv_flush(c));
+    return final ? mpt_outfile_publish(&c->of) : mpt_outfile_publish_copy(&c->of);
+}
+
 static void run_free(run *r) {
-    if (r->steps_csv.f) fclose(r->steps_csv.f);
-    if (r->epochs_csv.f) fclose(r->epochs_csv.f);
-    if (r->telemetry_csv.f) fclose(r->telemetry_csv.f);
+    csv_out *csvs[3] = {&r->steps_csv, &r->epochs_csv, &r->telemetry_csv};
+    for (int i = 0; i < 3; i++) { /* a failed run: nothing more is published */
+        if (!r->writer && csvs[i]->of.f) fclose(csvs[i]->of.f);
+        else mpt_outfile_discard(&csvs[i]->of);
+    }
+    mpt_outdir_close(&r->od);
     if (r->ld_ready) mpt_loader_free(&r->ld);
     mpt_loader_split_free(&r->split);
     mpt_trainer_free(&r->t);
@@ -394,10 +446,44 @@ static void warn_if_skipping(run *r, int64_t it, int32_t skipped) {
         printf("; look for inf/NaN in the loss or lower --lr\n");
 }
 
-/* Writes the checkpoint. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could
- * not be resumed (and the writer may refuse it): the run then says so once and goes on without one. */
-static mpt_status save_checkpoint(run *r) {
+/* The files of a run. Those of an earlier run that this run replaces but may not write itself are removed once it
+ * has published its own (a directory never shows one run's checkpoint beside another run's summary). */
+static const char *const run_files[] = {"metrics.csv",     "epochs.csv",    "telemetry.csv",        "exponents.csv",
+                                        "summary.json",    "gpu_kernels.txt", MPT_CLI_CHECKPOINT_FILE, "FAILED",
+                                        NULL};
+
+mpt_status mpt_cli_run_clear(const char *dir) {
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return MPT_OK; /* nothing of a run: the run will say why */
+    mpt_outdir od;
+    MPT_TRY(mpt_outdir_open(&od, dir, MPT_OUTDIR_NO_LINK, "compare (removing an earlier job's run)"));
+    mpt_status s = MPT_OK;
+    for (int i = 0; run_files[i] && s == MPT_OK; i++) /* regular files only: anything else, the run refuses */
+        if (fstatat(od.fd, run_files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            s = mpt_outdir_remove(&od, run_files[i]);
+    mpt_outdir_close(&od);
+    return s;
+}
+
+/* Publishes the run's files together: the CSVs as they are now (this run's rows up to the checkpoint), then the
+ * checkpoint, which commits them; the first time, the files of an earlier run in the directory that this run has
+ * not written yet (summary.json, ...) are removed. With --nonfinite apply the weights may have become inf/NaN;
+ * such a checkpoint could not be resumed (and the writer may refuse it): the run then says so once and goes on
+ * without one. */
+static mpt_status save_checkpoint(run *r, int final) {
     if (!r->writer) return MPT_OK; /* rank 0 writes it; every rank holds the same masters */
+    MPT_TRY(csv_publish(r, &r->steps_csv, final));
+    MPT_TRY(csv_publish(r, &r->epochs_csv, final));
+    MPT_TRY(csv_publish(r, &r->telemetry_csv, final));
+    if (!r->published) {
+        for (int i = 0; run_files[i]; i++) {
+            int ours = strcmp(run_files[i], "metrics.csv") == 0 || strcmp(run_files[i], "epochs.csv") == 0 ||
+                       (r->t->telemetry && strcmp(run_files[i], "telemetry.csv") == 0) ||
+                       strcmp(run_files[i], MPT_CLI_CHECKPOINT_FILE) == 0;
+            if (!ours) MPT_TRY(mpt_outdir_remove(&r->od, run_files[i]));
+        }
+        r->published = 1;
+    }
     if (r->o.nonfinite == MPT_NONFINITE_APPLY && weights_nonfinite(r)) {
         if (!r->warned_nonfinite_ckpt)
             printf("%swarning: the weights hold inf/NaN (--nonfinite apply let a non-finite step through): no "
@@ -407,7 +493,7 @@ static mpt_status save_checkpoint(run *r) {
         r->ckpt_refused = 1;
         return MPT_OK;
     }
-    mpt_status s = mpt_cli_checkpoint_save(r->ckpt_path, r->t, &r->o, &r->rs);
+    mpt_status s = mpt_cli_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
     r->ckpt_refused = s == MPT_ERR_NONFINITE;
     if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
                                    * reports its numbers, but never overwrites a good checkpoint with them */
@@ -446,6 +532,37 @@ static mpt_status telemetry_setup(run *r) {
         mpt_softmax_xent(twin, logits, "loss");
     }
     return mpt_telemetry_create(r->t, r->o.telemetry, twin);
+}
+
+/* The run's output directory, before any training (rank 0 of a data-parallel job only): created, locked for the
+ * run's life (a second run on it is refused, naming this one's PID), no symbolic link or other odd file in place
+ * of an output, and room for the run's files, so that a full disk is found now rather than after training. */
+static mpt_status open_outdir(run *r) {
+    const mpt_cli_opts *o = &r->o;
+    /* compare's and lab's runs (a label) write into directories they named: no link is followed there */
+    MPT_TRY(mpt_outdir_open(&r->od, o->out, r->label[0] ? MPT_OUTDIR_NO_LINK : MPT_OUTDIR_USER_LINK,
+                            r->label[0] ? "run of compare or lab" : "train"));
+    MPT_TRY(mpt_outdir_check_names(&r->od, run_files));
+    int64_t steps = (int64_t)o->epochs * r->nb;
+    if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
+    uint64_t ckpt = mpt_cli_checkpoint_bytes(r->t);
+    /* rows: metrics.csv ~ 100 bytes per logged step, epochs.csv ~ 200 per epoch, telemetry.csv ~ 60 bytes per
+     * (tensor, metric) per telemetry step; each CSV exists twice while a copy is published */
+    uint64_t rows = (uint64_t)(steps / o->log_every + 1) * 100 + (uint64_t)o->epochs * 200;
+    if (o->telemetry > 0) rows += (uint64_t)(steps / o->telemetry + 1) * (uint64_t)r->t->n_params * 16 * 60;
+    uint64_t need = ckpt + 2 * rows + (256 << 10);
+    char what[160];
+    snprintf(what, sizeof what, "a checkpoint of %.2f MiB while the previous one is kept, %.2f MiB of CSVs and the "
+             "summary", (double)ckpt / 1048576.0, (double)rows / 1048576.0);
+    return mpt_outdir_check_space(&r->od, need, what);
+}
+
+/* A new run's id: 16 hex digits from the kernel's random source (getrandom; the clock and PID without one). */
+static void new_run_id(char id[17]) {
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x)
+        x = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)clock();
+    snprintf(id, 17, "%016llx", (unsigned long long)x);
 }
 
 static mpt_status setup(run *r, mpt_cli_result *res) {
@@ -531,6 +648,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                              &r->rs.inv_std);
         r->rs.n_train = r->split.n_train;
         r->rs.n_val = r->split.n_val;
+        r->rs.run_id[0] = '\0';
         r->rs.ranks = train_dist ? mpt_dist_size(train_dist) : 1;
         r->rs.grad_comm = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
     }
@@ -552,6 +670,8 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     }
     if (!o->resume[0] || r->rs.threads == 0)
         r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cli_set_threads(0) : 0;
+    if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
+    snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
@@ -586,21 +706,20 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
         MPT_TRY(r->be->event_create(r->be, &r->mark_end));
     }
 
-    if (r->writer) MPT_TRY(mpt_cli_mkdirs(o->out));
-    /* resuming: metrics.csv keeps its rows up to the checkpoint's step, epochs.csv its completed epochs */
+    if (r->writer) MPT_TRY(open_outdir(r));
+    /* resuming: metrics.csv keeps this run's rows up to the checkpoint's step, epochs.csv its completed epochs */
     int resuming = o->resume[0] != 0;
-    MPT_TRY(open_csv(&r->steps_csv, o->out, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped",
-                     resuming ? r->rs.iteration : -1, r->writer));
-    MPT_TRY(open_csv(&r->epochs_csv, o->out, "epochs.csv",
+    MPT_TRY(open_csv(&r->steps_csv, r, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped",
+                     resuming ? r->rs.iteration : -1, r->rs.run_id));
+    MPT_TRY(open_csv(&r->epochs_csv, r, "epochs.csv",
                      "epoch,step,train_loss,test_loss,test_acc,val_loss,val_acc,train_s,eval_s,samples_per_s,"
                      "loss_scale,steps_skipped",
-                     resuming ? r->rs.epoch : -1, r->writer));
+                     resuming ? r->rs.epoch : -1, r->rs.run_id));
     if (r->t->telemetry) {
-        MPT_TRY(open_csv(&r->telemetry_csv, o->out, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER,
-                         resuming ? r->rs.iteration : -1, r->writer));
-        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv.f);
+        MPT_TRY(open_csv(&r->telemetry_csv, r, "telemetry.csv", MPT_TELEMETRY_CSV_HEADER,
+                         resuming ? r->rs.iteration : -1, NULL));
+        mpt_telemetry_set_csv(r->t->telemetry, r->telemetry_csv.of.f);
     }
-    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
     return MPT_OK;
 }
 
@@ -710,7 +829,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                     st.loss = r->n_valid[b] > 0 ? (float)(mpt_dist_sum_f64(train_dist, (double)st.loss * local_valid) /
                                                           (double)r->n_valid[b])
                                                 : 0.0f;
-                MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d\n", (long long)it, (long long)e + 1,
+                MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d", (long long)it, (long long)e + 1,
                                 (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
                                 (int)st.steps_skipped));
                 if (isfinite(st.loss)) {
@@ -738,8 +857,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                     r->rs.batch = b + 1;
                     r->rs.epoch_loss_sum = loss_sum;
                     r->rs.epoch_loss_n = loss_n;
-                    MPT_TRY(csv_flush(&r->steps_csv)); /* the rows up to the checkpoint are on disk */
-                    MPT_TRY(save_checkpoint(r));
+                    MPT_TRY(save_checkpoint(r, 0)); /* with the rows up to it */
                 }
             }
             if (hit_max) {
@@ -784,7 +902,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         mpt_trainer_stats(t, &st);
         double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
         double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
-        MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d\n",
+        MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d",
                         (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
                         train_s, eval_s, sps, (double)st.scale, (int)st.steps_skipped));
         MPT_TRY(csv_flush(&r->epochs_csv));
@@ -812,7 +930,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         r->rs.best_test_acc = res->best_test_acc;
         r->rs.best_epoch = res->best_epoch;
         evaluated_last = 1;
-        if (pending_save) MPT_TRY(save_checkpoint(r));
+        if (pending_save) MPT_TRY(save_checkpoint(r, 0));
     }
     if (!evaluated_last) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
         evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
@@ -824,13 +942,8 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             res->best_epoch = (int)r->rs.epoch + 1;
         }
     }
-    MPT_TRY(csv_close(&r->steps_csv));
-    MPT_TRY(csv_close(&r->epochs_csv));
-    if (r->telemetry_csv.f) {
-        mpt_telemetry_set_csv(t->telemetry, NULL);
-        MPT_TRY(csv_close(&r->telemetry_csv));
-    }
-    MPT_TRY(save_checkpoint(r));
+    if (r->telemetry_csv.of.f) mpt_telemetry_set_csv(t->telemetry, NULL);
+    MPT_TRY(save_checkpoint(r, 1));
     res->checkpoint_refused = r->ckpt_refused;
     res->iterations = t->iteration;
     res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
@@ -864,21 +977,20 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
 /* On the GPU: what actually ran for every GEMM and convolution call site (cuBLASLt compute type, operand
  * types, algorithm; cuDNN algorithm and math type) into gpu_kernels.txt, and on stdout for `train`. */
 static mpt_status write_gpu_records(run *r) {
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/gpu_kernels.txt", r->o.out);
-    FILE *f = fopen(path, "w");
-    if (!f) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+    if (!r->writer) return MPT_OK;
+    mpt_outfile of;
+    MPT_TRY(mpt_outfile_open(&of, &r->od, "gpu_kernels.txt"));
     char graph[704];
     mpt_trainer_graph_status(r->t, graph, sizeof graph);
-    fprintf(f, "CUDA Graph of the training step (--cuda-graph): %s\n", graph);
-    mpt_cuda_print_gemm_records(r->be, f);
-    mpt_cuda_print_conv_records(r->be, f);
-    MPT_TRY(mpt_cli_close_written(f, path));
+    fprintf(of.f, "CUDA Graph of the training step (--cuda-graph): %s\n", graph);
+    mpt_cuda_print_gemm_records(r->be, of.f);
+    mpt_cuda_print_conv_records(r->be, of.f);
+    MPT_TRY(mpt_outfile_publish(&of));
     if (!r->label[0]) {
         mpt_cuda_print_gemm_records(r->be, stdout);
         mpt_cuda_print_conv_records(r->be, stdout);
     }
-    printf("%sGPU kernels that ran: %s\n", r->label, path);
+    printf("%sGPU kernels that ran: %s\n", r->label, of.path);
     return MPT_OK;
 }
 
@@ -905,17 +1017,15 @@ static float *collect_masters(run *r, int64_t *count) {
 
 /* With --telemetry: exponents.csv, the run's exponent histograms of the activation gradients, unscaled
  * (engine/telemetry/telemetry.h, mpt_telemetry_write_exponents). */
-static mpt_status write_exponents(const char *dir, const mpt_telemetry *tel) {
-    char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
-    snprintf(path, sizeof path, "%s/exponents.csv", dir);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
-    if (!f) return MPT_ERR_IO;
-    if (mpt_telemetry_write_exponents(tel, f) < 0) {
-        fclose(f);
-        unlink(tmp);
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno ? errno : EIO));
+static mpt_status write_exponents(run *r) {
+    mpt_outfile of;
+    MPT_TRY(mpt_outfile_open(&of, &r->od, "exponents.csv"));
+    if (mpt_telemetry_write_exponents(r->t->telemetry, of.f) < 0) {
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", of.path, strerror(errno ? errno : EIO));
+        mpt_outfile_discard(&of);
+        return s;
     }
-    return mpt_cli_commit_atomic(f, tmp, path);
+    return mpt_outfile_publish(&of);
 }
 
 mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
@@ -926,6 +1036,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
     snprintf(res->out_dir, sizeof res->out_dir, "%s", o->out);
     run r;
     memset(&r, 0, sizeof r);
+    r.od.fd = r.od.lock_fd = -1;
     r.o = *o;
     r.d = &cd->d;
     r.label = label;
@@ -958,8 +1069,8 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
             MPT_ASSERT(res->telemetry != NULL);
             if (res->n_telemetry > 0) memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
         }
-        if (r.writer) s = mpt_cli_write_summary(o->out, &r.o, res, r.t->g, &r.policy);
-        if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(o->out, r.t->telemetry);
+        if (r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     run_free(&r);
     return s;

@@ -20,6 +20,7 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
 /* What a finished run reports (to summary.json, the compare table and the caller). */
 typedef struct mpt_cli_result {
     char out_dir[MPT_CLI_PATH];
+    char run_id[17];             /* the run's id (mpt_cli_run_state.run_id) */
     char device[256];
     int epochs_run;              /* epochs completed in this invocation */
     int64_t iterations;          /* iterations so far (resumed ones included) */
@@ -82,6 +83,8 @@ typedef struct mpt_cli_run_state {
     double epoch_loss_sum;   /* sum and count of the losses logged so far in the unfinished epoch (0 at a */
     int64_t epoch_loss_n;    /* boundary): epochs.csv's train_loss of a resumed epoch averages all of them */
     int threads;             /* the CPU backend's GEMM threads (0: a GPU run, or not recorded) */
+    char run_id[17];         /* the run's id: 16 random hex digits drawn when the run started, kept by --resume;
+                              * the last column of its CSV rows ("" in an older checkpoint: a new one is drawn) */
 } mpt_cli_run_state;
 
 /* The checkpoint file name inside an output directory. */
@@ -89,10 +92,13 @@ typedef struct mpt_cli_run_state {
 
 /* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
  * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
- * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically
- * (engine/checkpoint.h). Synchronises the backend. */
-mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
+ * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically, as
+ * od/checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_save_at). Synchronises the backend. */
+mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
                                    const mpt_cli_run_state *rs);
+
+/* An upper bound of the checkpoint's size in bytes: its tensors and 1 MiB for the header. */
+uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t);
 
 /* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
  * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
@@ -110,9 +116,14 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
  * GEMM or convolution ran, mpt_backend_kernels_of; null for other nodes). */
 void *mpt_cli_precision_map_json(const mpt_graph *g);
 
-/* Writes summary.json into dir. */
-mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
+/* Writes summary.json into od (created exclusively, published by rename). */
+mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_cli_result *r,
                                  const mpt_graph *g, const mpt_policy *policy);
+
+/* Removes the files of a run from dir (the results of an earlier job), holding the directory's lock meanwhile
+ * (MPT_ERR_IO when another mptrain uses it). Only regular files are removed: a symbolic link or a directory in
+ * place of one is left for the run to refuse. An absent dir, or one that is not a directory: MPT_OK. */
+mpt_status mpt_cli_run_clear(const char *dir);
 
 /* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
 void mpt_cli_train_join(mpt_dist *d);

@@ -196,8 +196,21 @@ static mpt_status check_finite_state(const char *path, const mpt_scaler_state *s
     return MPT_OK;
 }
 
-mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_cli_opts *o,
+uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t) {
+    mpt_checkpoint_tensor *e;
+    char *names;
+    int n = trainer_entries(t, &e, &names);
+    uint64_t total = 1 << 20; /* the header: configuration, state, precision map (tens of KiB), generously */
+    for (int k = 0; k < n; k++) total += (uint64_t)mpt_checkpoint_tensor_nbytes(&e[k]);
+    free(e);
+    free(names);
+    return total;
+}
+
+mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
                                    const mpt_cli_run_state *rs) {
+    char path[sizeof od->path + 64];
+    snprintf(path, sizeof path, "%s/%s", od->path, MPT_CLI_CHECKPOINT_FILE);
     mpt_backend *be = t->be;
     mpt_checkpoint_tensor *e;
     char *names;
@@ -232,13 +245,14 @@ mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_c
     char buf[96];
     for (int i = 0; i < N_RECORDED; i++)
         json_object_set_new(cfg, mpt_cli_opt_name(recorded[i]), json_string(mpt_cli_format(o, recorded[i], buf, sizeof buf)));
-    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s}", "iteration",
+    json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s, s:s}", "iteration",
                               (json_int_t)rs->iteration, "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch,
                               "mean", (double)rs->mean, "inv_std", (double)rs->inv_std, "n_train",
                               (json_int_t)rs->n_train, "n_val", (json_int_t)rs->n_val, "best_test_acc",
                               rs->best_test_acc, "best_epoch", rs->best_epoch, "epoch_loss_sum", rs->epoch_loss_sum,
                               "epoch_loss_n", (json_int_t)rs->epoch_loss_n, "threads", rs->threads, "ranks",
-                              rs->ranks < 1 ? 1 : rs->ranks, "grad_comm", mpt_grad_comm_name(rs->grad_comm));
+                              rs->ranks < 1 ? 1 : rs->ranks, "grad_comm", mpt_grad_comm_name(rs->grad_comm),
+                              "run_id", rs->run_id);
     char *s_cfg = dump(cfg);
     char *s_state = dump(state);
     char *s_scaler = dump(scaler_json(&st));
@@ -256,7 +270,8 @@ mpt_status mpt_cli_checkpoint_save(const char *path, mpt_trainer *t, const mpt_c
         {"precision_map", s_map},
     };
     mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map
-                       ? mpt_checkpoint_save(path, e, n, meta, (int)(sizeof meta / sizeof meta[0]))
+                       ? mpt_checkpoint_save_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta,
+                                                (int)(sizeof meta / sizeof meta[0]))
                        : mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint's metadata", path);
     free(s_cfg);
     free(s_state);
@@ -405,6 +420,17 @@ static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt
         s = get_int(c, state, "state", "threads", 0, 4096, &threads);
     /* absent before data-parallel training: one process, FP32 */
     if (s == MPT_OK && json_object_get(state, "ranks")) s = get_int(c, state, "state", "ranks", 1, 1 << 20, &ranks);
+    /* the run's id (tools/run.c): absent before runs had one; the resumed run then draws a new one */
+    json_t *id = json_object_get(state, "run_id");
+    rs->run_id[0] = '\0';
+    if (s == MPT_OK && id) {
+        const char *v = json_is_string(id) ? json_string_value(id) : "";
+        int ok = strlen(v) == 16;
+        for (int i = 0; ok && i < 16; i++) ok = (v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'f');
+        if (ok) snprintf(rs->run_id, sizeof rs->run_id, "%s", v);
+        else s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": run_id is not 16 lowercase hex digits",
+                            mpt_checkpoint_path(c));
+    }
     json_t *wire = json_object_get(state, "grad_comm");
     rs->grad_comm = MPT_GRAD_COMM_FP32;
     if (s == MPT_OK && wire && (!json_is_string(wire) || mpt_grad_comm_parse(json_string_value(wire), &rs->grad_comm) != 0))

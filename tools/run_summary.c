@@ -44,13 +44,17 @@ void *mpt_cli_precision_map_json(const mpt_graph *g) {
 /* NAN becomes null (JSON has no NaN). */
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
-static mpt_status write_json(const char *dir, const char *file, json_t *j) {
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    int rc = json_dump_file(j, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+/* Writes j (consumed) as od/file, through a temporary file published by rename. */
+static mpt_status write_json(const mpt_outdir *od, const char *file, json_t *j) {
+    mpt_outfile of;
+    mpt_status s = mpt_outfile_open(&of, od, file);
+    if (s == MPT_OK && json_dumpf(j, of.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
+        s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", of.path, strerror(errno ? errno : EIO));
+        mpt_outfile_discard(&of);
+    }
     json_decref(j);
-    if (rc != 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return MPT_OK;
+    if (s == MPT_OK) s = mpt_outfile_publish(&of);
+    return s;
 }
 
 /* {"every": N, "shadow": b, "metrics": {tensor: {metric: {"last", "mean", "steps"}}}}, or null when off. */
@@ -76,11 +80,12 @@ static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_cli_result *r) {
     return t;
 }
 
-mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const mpt_cli_result *r,
+mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_cli_result *r,
                                  const mpt_graph *g, const mpt_policy *policy) {
     json_t *j = json_object();
     char buf[96];
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
+    json_object_set_new(j, "run_id", json_string(r->run_id));
     json_object_set_new(j, "model", json_string(o->model));
     json_object_set_new(j, "precision", json_string(mpt_precision_name(o->precision)));
     json_object_set_new(j, "device", json_string(r->device));
@@ -144,5 +149,5 @@ mpt_status mpt_cli_write_summary(const char *dir, const mpt_cli_opts *o, const m
     }
     json_object_set_new(j, "cpu_kernels", ck);
     json_object_set_new(j, "telemetry", telemetry_json(o, r));
-    return write_json(dir, "summary.json", j);
+    return write_json(od, "summary.json", j);
 }

@@ -120,14 +120,18 @@ malformed:
 
 /* ---- the plan ------------------------------------------------------------------------------------------------ */
 
-/* Marks a failed run's directory: dir/FAILED holds the message (best effort: the directory may not exist). */
+/* Marks a failed run's directory: dir/FAILED holds the message (best effort: the directory may not exist). The
+ * error message (msg may be mpt_last_error()) is the same afterwards. */
 static void mark_failed(const char *dir, const char *who, const char *msg) {
-    char path[MPT_CLI_PATH + 16];
+    char path[MPT_CLI_PATH + 16], saved[1024];
+    snprintf(saved, sizeof saved, "%s", msg);
     snprintf(path, sizeof path, "%s/FAILED", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return;
-    fprintf(f, "%s%s\n", who, msg);
-    fclose(f);
+    FILE *f = mpt_cli_create(path);
+    if (f) {
+        fprintf(f, "%s%s\n", who, saved);
+        (void)mpt_cli_close_written(f, path);
+    }
+    mpt_errorf(MPT_ERR_IO, "%s", saved);
 }
 
 /* Removes a FAILED mark left by an earlier job in the directory a run is about to reuse. */

@@ -297,9 +297,13 @@ static int serve_batches(const mpt_lab_ctx *proto, const mpt_cli_data *all, cons
 FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    FILE *f = fopen(path, "w");
-    if (!f) mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-    return f;
+    return mpt_cli_create(path);
+}
+
+mpt_status mpt_lab_close(mpt_lab_ctx *c, FILE *f, const char *file) {
+    char path[MPT_CLI_PATH + 128];
+    snprintf(path, sizeof path, "%s/%s", c->dir, file);
+    return mpt_cli_close_written(f, path);
 }
 
 const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err, size_t n) {
@@ -415,9 +419,9 @@ static mpt_status write_lesson_json(const mpt_lab_ctx *c, const mpt_lab_lesson *
     int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     json_decref(j);
     if (rc != 0) {
-        fclose(f);
-        remove(tmp);
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
+        mpt_cli_discard(f); /* its temporary file is removed */
+        return s;
     }
     return mpt_cli_commit_atomic(f, tmp, path);
 }
@@ -563,15 +567,21 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         fflush(stdout);
     }
     mpt_cli_set_threads(base->threads);
-    mpt_status s = mpt_cli_mkdirs(out);
+    /* rank 0 holds --out (its lock) for the whole lab; the other ranks write only the runs dealt to them */
+    mpt_outdir od = {.fd = -1, .lock_fd = -1};
+    mpt_status s = rank == 0 ? mpt_outdir_open(&od, out, MPT_OUTDIR_USER_LINK, "lab") : MPT_OK;
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
     int bad = s != MPT_OK;
     if (bad && dist) fprintf(stderr, "mptrain lab: rank %d: %s\n", rank, mpt_last_error());
-    else if (bad) return mpt_cli_fail("lab", s);
+    else if (bad) {
+        mpt_outdir_close(&od);
+        return mpt_cli_fail("lab", s);
+    }
     if (dist && mpt_dist_sum_int(dist, &bad) == MPT_OK && bad) { /* every rank must hold the data, or none trains */
         mpt_cli_data_free(&cd);
+        mpt_outdir_close(&od);
         return MPT_CLI_EXIT_FAIL;
     }
     if (rank != 0) {
@@ -617,6 +627,7 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     mpt_status si = write_index(out); /* also after a failure: the lessons done so far, and earlier ones */
     if (s == MPT_OK) s = si;
     int rc = s == MPT_OK ? 0 : mpt_cli_fail("lab", s);
+    mpt_outdir_close(&od);
     if (dist) send_end(dist, rc);
     if (rc != 0) return rc;
     printf("index: %s/index.md\n", out);

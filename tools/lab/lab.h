@@ -115,6 +115,9 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
 /* Creates <lesson dir>/<file> for writing (a gnuplot script or its data). */
 FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file);
 
+/* Publishes a file of mpt_lab_open that is not a gnuplot script (a .dat file): MPT_ERR_IO when a write failed. */
+mpt_status mpt_lab_close(mpt_lab_ctx *c, FILE *f, const char *file);
+
 /* Closes the gnuplot script gp (<lesson dir>/<script>, from mpt_lab_open) and runs gnuplot on it. Returns
  * NULL when the picture was drawn; otherwise the reason (a failed write of the script, or gnuplot's error),
  * copied into err (n bytes) for mpt_lab_report_close: a missing picture does not fail the lesson. */

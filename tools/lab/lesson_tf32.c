@@ -298,7 +298,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (!dat) return MPT_ERR_IO;
     fprintf(dat, "# layer fp32 tf32\n");
     for (int i = 0; i < n; i++) fprintf(dat, "%s %.6e %.6e\n", L[i].name, L[i].err32, L[i].errtf);
-    fclose(dat);
+    MPT_TRY(mpt_lab_close(c, dat, "tf32.dat"));
     FILE *gp = mpt_lab_open(c, "tf32.gp");
     if (!gp) return MPT_ERR_IO;
     mpt_cli_gnuplot_terminal(gp, 900, 500, "tf32.png");
