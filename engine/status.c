@@ -79,6 +79,7 @@ const char *mpt_status_name(mpt_status s) {
     case MPT_ERR_NOMEM: return "out of memory";
     case MPT_ERR_NONFINITE: return "non-finite";
     case MPT_ERR_DEVICE: return "device";
+    case MPT_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown";
 }

@@ -32,6 +32,7 @@ typedef enum mpt_status {
     MPT_ERR_NOMEM,     /* an allocation (host or device) failed */
     MPT_ERR_NONFINITE, /* non-finite values where finite ones are required (weights, loss) */
     MPT_ERR_DEVICE,    /* no usable GPU, or a device-side failure that the caller can report */
+    MPT_ERR_INTERRUPTED, /* a stop was asked for (SIGINT, SIGTERM): the work was saved and then stopped */
 } mpt_status;
 
 /* Records a printf-style message for the current thread and returns `code`. */

@@ -26,10 +26,12 @@
  *   opts.c            the option table, strict parsing of flags and values, per-command help, the canonical
  *                     text of each setting (what a checkpoint records and a resumed run compares)
  *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
+ *   stop.c            a graceful stop on SIGINT / SIGTERM
  *   formats.c         the conversions `formats` shows, through kernels/elemwise.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
- * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected.
+ * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;
+ * 130 / 143 a run stopped by SIGINT / SIGTERM after saving its state (stop.c).
  */
 #ifndef MPT_TOOLS_CLI_H
 #define MPT_TOOLS_CLI_H
@@ -258,8 +260,21 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
 void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd);
 
 /* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
- * MPT_ERR_ARG, MPT_CLI_EXIT_FAIL otherwise. */
+ * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by SIGINT or SIGTERM), MPT_CLI_EXIT_FAIL
+ * otherwise. */
 int mpt_cli_fail(const char *command, mpt_status s);
+
+/* ---- a graceful stop (stop.c) ------------------------------------------------------------------------------ */
+
+/* Installs the handler of SIGINT and SIGTERM for train, compare and lab: the first signal is recorded (and said
+ * on stderr) for the training run to stop after its current step, saving everything; a second one stops at once. */
+void mpt_cli_stop_install(void);
+
+/* The signal that asked for a stop (SIGINT, SIGTERM), or 0. */
+int mpt_cli_stop_signal(void);
+
+/* "SIGINT", "SIGTERM". */
+const char *mpt_cli_signal_name(int sig);
 
 /* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
 int mpt_cli_set_threads(int n);

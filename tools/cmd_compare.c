@@ -125,7 +125,12 @@ static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
     plan_describe(ctx, i, label, sizeof label, dir, sizeof dir);
     if (pl->dist) snprintf(tag, sizeof tag, "rank %d: %s", mpt_dist_rank(pl->dist), label);
     else snprintf(tag, sizeof tag, "%s", label);
-    return train_one(o, pl->cd, p, seed, dir, tag, res);
+    MPT_TRY(train_one(o, pl->cd, p, seed, dir, tag, res));
+    if (res->interrupted) /* the run saved its state; the plan stops here, and no report compares partial runs */
+        return mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of run %s: its checkpoint is in %s (the "
+                          "finished runs are beside it); no report.md, which compares complete runs",
+                          mpt_cli_signal_name(res->interrupted), (long long)res->iterations, label, dir);
+    return MPT_OK;
 }
 
 static mpt_status plan_deliver(void *ctx, int i, mpt_cli_result *r) {

@@ -203,6 +203,11 @@ static int train_with(const mpt_cli_opts *op) {
         mpt_cli_result_free(&res);
         return mpt_cli_fail("train", s);
     }
+    if (res.interrupted) { /* run.c said where everything is and how to continue */
+        int sig = res.interrupted;
+        mpt_cli_result_free(&res);
+        return 128 + sig;
+    }
     char masters_mib[64], sd[16];
     if (res.mem_peak[MPT_MEM_MASTER] == 0)
         snprintf(masters_mib, sizeof masters_mib, "none (%s)",

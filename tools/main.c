@@ -72,6 +72,7 @@ int main(int argc, char **argv) {
     reopen_closed_std_fds();
     omp_wait_passive(argv);
     int rc = run_command(argc, argv);
+    if (rc == 0 && mpt_cli_stop_signal()) rc = 128 + mpt_cli_stop_signal(); /* asked to stop after the work was done */
     errno = 0;
     int bad = fflush(stdout) != 0 || ferror(stdout);
     if (bad) {
@@ -95,6 +96,8 @@ static int run_command(int argc, char **argv) {
         printf("mptrain %s (GPU architectures built: %s, PTX %s)\n", MPT_VERSION, MPT_CUDA_ARCH, MPT_CUDA_PTX_ARCH);
         return 0;
     }
+    /* commands that train stop gracefully on SIGINT / SIGTERM (tools/stop.c) */
+    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "compare") == 0 || strcmp(cmd, "lab") == 0) mpt_cli_stop_install();
     if (strcmp(cmd, "train") == 0) return mpt_cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return mpt_cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return mpt_cmd_eval(argc - 1, argv + 1);

@@ -771,6 +771,7 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
 
 int mpt_cli_fail(const char *command, mpt_status s) {
     fprintf(stderr, "mptrain %s: %s\n", command, mpt_last_error());
+    if (s == MPT_ERR_INTERRUPTED) return 128 + (mpt_cli_stop_signal() ? mpt_cli_stop_signal() : 2);
     return s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
 }
 

@@ -21,12 +21,13 @@
  * from the iteration, so N straight steps and N/2 + resume + N/2 give the same bits on the same backend.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <fcntl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -171,6 +172,7 @@ typedef struct run {
     int skip_warned;
     mpt_cli_run_state rs;
     int progress;            /* draw a progress bar */
+    int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
     int ckpt_refused;        /* the latest save was refused for non-finite weights */
     int graph_noted;         /* said once that the step graph was turned off */
@@ -765,6 +767,16 @@ static void print_comm_error(const run *r) {
            w == MPT_GRAD_COMM_FP32 ? " -- zero by construction: the wire is that FP32 all-reduce" : "");
 }
 
+/* Whether a stop was asked for (SIGINT / SIGTERM, tools/stop.c): the run then stops before its next step. In a
+ * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
+ * even when only some of them got the signal. */
+static int stop_asked(run *r) {
+    int sig = mpt_cli_stop_signal(), any = sig != 0;
+    if (train_dist && mpt_dist_sum_int(train_dist, &any) != MPT_OK) any = sig != 0;
+    if (any && !r->interrupted) r->interrupted = sig ? sig : SIGTERM; /* a peer's signal */
+    return any;
+}
+
 static mpt_status train_loop(run *r, mpt_cli_result *res) {
     mpt_cli_opts *o = &r->o;
     mpt_trainer *t = r->t;
@@ -805,6 +817,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
+            if (stop_asked(r)) { /* SIGINT / SIGTERM: the step before this one was the last */
+                stopped = 1;
+                break;
+            }
             mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
                                r->rs.mean, r->rs.inv_std);
             /* valid rows come first in a batch (padding at its end): this shard's share of them */
@@ -932,7 +948,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         evaluated_last = 1;
         if (pending_save) MPT_TRY(save_checkpoint(r, 0));
     }
-    if (!evaluated_last) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
+    if (!evaluated_last && !r->interrupted) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
         evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
         printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
@@ -946,6 +962,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     MPT_TRY(save_checkpoint(r, 1));
     res->checkpoint_refused = r->ckpt_refused;
     res->iterations = t->iteration;
+    res->interrupted = r->interrupted;
     res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
     double sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
@@ -1072,6 +1089,11 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
         if (r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
+    if (s == MPT_OK && res->interrupted)
+        printf("%sinterrupted by %s at step %lld: the checkpoint, the CSVs and summary.json (marked interrupted) are "
+               "saved in %s; continue with: mptrain train --resume %s/%s --out %s\n", label,
+               mpt_cli_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
+               MPT_CLI_CHECKPOINT_FILE, o->out);
     run_free(&r);
     return s;
 }

@@ -1112,6 +1112,97 @@ START_TEST(test_run_files_published_together) {
 }
 END_TEST
 
+/* Item 10: SIGINT and SIGTERM stop a run gracefully: it finishes its step, publishes its checkpoint, CSVs and a
+ * summary marked interrupted, and exits 130 / 143; the checkpoint resumes. A second signal stops at once. A
+ * stopped compare leaves no result of an earlier job beside its partial runs. */
+START_TEST(test_signals_stop_gracefully) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int sigs[2] = {SIGTERM, SIGINT};
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "run%d", k);
+        const char *out = tmp_path(name);
+        char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
+                        (char *)out, "--progress", "off", "--device", "cpu", NULL};
+        pid_t pid = start_bg(args);
+        wait_for_lock(out, pid);
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        kill(pid, sigs[k]);
+        int status = 0;
+        ck_assert(waitpid(pid, &status, 0) == pid);
+        const char *why = NULL;
+        char want[64];
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 128 + sigs[k]) why = "not exit status 128 + the signal";
+        snprintf(name, sizeof name, "run%d/summary.json", k);
+        struct stat st;
+        char *summary = NULL;
+        size_t n = 0;
+        if (!why && stat(tmp_path(name), &st) != 0) why = "no summary.json";
+        if (!why) read_file(tmp_path(name), &summary, &n);
+        snprintf(want, sizeof want, "\"signal\": \"%s\"", sigs[k] == SIGINT ? "SIGINT" : "SIGTERM");
+        if (!why && !strstr(summary, want)) why = "summary.json is not marked interrupted";
+        free(summary);
+        snprintf(name, sizeof name, "run%d/checkpoint.safetensors", k);
+        if (!why && run("train", "--resume", tmp_path(name), "--data", data, "--out", out, "--max-steps", "60",
+                        "--progress", "off", "--device", "cpu", NULL) != 0)
+            why = "the checkpoint does not resume";
+        note_case(&p, sigs[k] == SIGINT ? "SIGINT" : "SIGTERM", why);
+    }
+    /* a second signal stops at once (the default action), leaving the published files as they were */
+    const char *out = tmp_path("twice");
+    int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--out", out, "--progress", "off",
+                 "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    char *before;
+    size_t nb;
+    read_file(tmp_path("twice/checkpoint.safetensors"), &before, &nb);
+    char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
+                    (char *)out, "--progress", "off", "--device", "cpu", NULL};
+    pid_t pid = start_bg(args);
+    wait_for_lock(out, pid);
+    kill(pid, SIGINT);
+    kill(pid, SIGINT);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    const char *why = NULL;
+    if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) && !(WIFEXITED(status) && WEXITSTATUS(status) == 130))
+        why = "neither stopped by SIGINT nor exit 130";
+    else if (!same_bytes(tmp_path("twice/checkpoint.safetensors"), before, nb) &&
+             run("eval", "--checkpoint", tmp_path("twice/checkpoint.safetensors"), "--data", data, "--device", "cpu",
+                 NULL) != 0)
+        why = "the checkpoint left does not load";
+    free(before);
+    note_case(&p, "two signals", why);
+    /* compare: an earlier job's report, plots and runs are gone when a new job is stopped */
+    const char *cmp = tmp_path("cmp");
+    rc = run("compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--precisions", "fp32,bf16", "--out",
+             cmp, "--progress", "off", "--device", "cpu", "--telemetry", "0", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    char *cargs[] = {"mptrain", "compare", "--data", (char *)data, "--epochs", "500", "--batch-size", "20",
+                     "--precisions", "fp32", "--out", (char *)cmp, "--progress", "off", "--device", "cpu",
+                     "--telemetry", "0", NULL};
+    pid = start_bg(cargs);
+    wait_for_lock(tmp_path("cmp/fp32"), pid);
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGTERM);
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    why = NULL;
+    struct stat st;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 143) why = "not exit status 143";
+    else if (stat(tmp_path("cmp/report.md"), &st) == 0) why = "the earlier report.md is still there";
+    else if (stat(tmp_path("cmp/convergence.png"), &st) == 0) why = "the earlier convergence.png is still there";
+    else if (stat(tmp_path("cmp/bf16/metrics.csv"), &st) == 0) why = "the earlier bf16 run is still there";
+    else if (stat(tmp_path("cmp/fp32/checkpoint.safetensors"), &st) != 0) why = "the stopped run has no checkpoint";
+    note_case(&p, "a stopped compare", why);
+    rm_tmpdir();
+    assert_no_problems(&p, 4);
+}
+END_TEST
+
 /* Item 5: with standard output closed, the run's lines do not land in metrics.csv (the next descriptor opened). */
 START_TEST(test_closed_stdout_spares_csvs) {
     make_tmpdir();
@@ -1155,6 +1246,7 @@ int main(void) {
     tcase_add_test(tc, test_header_bit_flips_refused);
     tcase_add_test(tc, test_run_files_published_together);
     tcase_add_test(tc, test_closed_stdout_spares_csvs);
+    tcase_add_test(tc, test_signals_stop_gracefully);
     tcase_add_test(tc, test_resume_csvs_equal_straight_run);
     tcase_add_test(tc, test_resume_threads_change_refused);
     tcase_add_test(tc, test_device_cuda_message);

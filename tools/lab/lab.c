@@ -124,7 +124,12 @@ mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *fl
     if (c->dist) snprintf(label, sizeof label, "  [rank %d: %s] ", mpt_dist_rank(c->dist), name);
     else snprintf(label, sizeof label, "  [%s] ", name);
     memset(res, 0, sizeof *res);
-    return mpt_cli_train_run(&o, c->cd, label, res);
+    MPT_TRY(mpt_cli_train_run(&o, c->cd, label, res));
+    if (res->interrupted) /* the run saved its state; the lesson stops, its report would compare partial runs */
+        return mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of run %s: its checkpoint is in %s; "
+                          "the lesson has no report", mpt_cli_signal_name(res->interrupted),
+                          (long long)res->iterations, name, o.out);
+    return MPT_OK;
 }
 
 /* ---- batches of runs, over the ranks of an MPI job ------------------------------------------------------------ */
