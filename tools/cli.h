@@ -116,6 +116,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_PRECISIONS,
     MPT_OPT_SEEDS,
     MPT_OPT_MARGIN,
+    MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
     MPT_OPT_HELP,
     MPT_OPT_END
@@ -206,6 +207,7 @@ typedef struct mpt_cli_opts {
     uint64_t seeds[MPT_CLI_MAX_SEEDS]; /* compare --seeds: the seeds, distinct */
     int n_seeds;                 /* 0 = --seeds not given: one run per precision with --seed */
     double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
+    double plot_timeout;         /* compare, lab: seconds gnuplot may take per picture (default 60) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;
@@ -278,6 +280,18 @@ const char *mpt_cli_signal_name(int sig);
 
 /* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
 int mpt_cli_set_threads(int n);
+
+/* Under a memory limit (ulimit -v or -d), makes every OpenBLAS thread allocate its GEMM buffer now, with one small
+ * GEMM, before the run's own allocations take the room: OpenBLAS 0.3.21's blas_memory_alloc retries forever when
+ * an allocation fails (OpenBLAS issue 5289, fixed in 0.3.30), in a GEMM and in exit()'s join of its threads alike.
+ * When it cannot within 10 s, the process says why on stderr and ends with exit status 1 without joining them.
+ * Call after mpt_cli_set_threads and before loading data. Without a limit it does nothing. */
+mpt_status mpt_cli_blas_ready(void);
+
+/* Whether a command failed for want of memory (mpt_cli_fail with MPT_ERR_NOMEM): main then ends the process with
+ * _exit, after flushing, without exit()'s handlers: OpenBLAS's destructor joins its threads, and one may loop in
+ * blas_memory_alloc. */
+int mpt_cli_failed_nomem(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 

@@ -227,6 +227,7 @@ int mpt_cmd_compare(int argc, char **argv) {
     if (o.n_seeds == 1) o.seed = o.seeds[0]; /* one seed: today's layout and report */
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/compare-%s", o.model);
     mpt_cli_set_threads(o.threads);
+    mpt_cli_set_plot_timeout(o.plot_timeout);
     mpt_status s;
 
     for (int i = 0; i < o.n_precisions; i++) { /* switch combinations, before any data is loaded */
@@ -264,6 +265,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     if (s == MPT_OK && rank == 0) s = clear_earlier_job(&o);
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
+    if (s == MPT_OK) s = mpt_cli_blas_ready();
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1};
     s = run_plan(&pl, s);

@@ -27,6 +27,8 @@ int mpt_cmd_eval(int argc, char **argv) {
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
     if (mpt_cli_given(&cli, MPT_OPT_BATCH_SIZE)) o.batch = cli.batch;
     mpt_cli_set_threads(cli.threads);
+    s = mpt_cli_blas_ready();
+    if (s != MPT_OK) return mpt_cli_fail("eval", s);
 
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, cli.data, 0, cli.limit_test);

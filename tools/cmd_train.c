@@ -192,6 +192,8 @@ static int train_with(const mpt_cli_opts *op) {
     mpt_status s;
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
     mpt_cli_set_threads(o.threads);
+    s = mpt_cli_blas_ready();
+    if (s != MPT_OK) return mpt_cli_fail("train", s);
 
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);

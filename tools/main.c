@@ -77,7 +77,11 @@ int main(int argc, char **argv) {
     int bad = fflush(stdout) != 0 || ferror(stdout);
     if (bad) {
         fprintf(stderr, "mptrain: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
-        return rc ? rc : MPT_CLI_EXIT_FAIL;
+        rc = rc ? rc : MPT_CLI_EXIT_FAIL;
+    }
+    if (mpt_cli_failed_nomem()) { /* out of memory: exit() would join OpenBLAS threads that may loop for good */
+        fflush(NULL);
+        _exit(rc);
     }
     return rc;
 }

@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "engine/optim/optim.h"
 #include "models/models.h"
@@ -46,6 +50,9 @@ static const opt_def opt_table[] = {
      "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)"},
     {"margin", MPT_OPT_MARGIN, required_argument, MPT_CMD_COMPARE, "PP",
      "with --seeds: equivalence margin in test-accuracy points, > 0 (default 0.3)"},
+    {"plot-timeout", MPT_OPT_PLOT_TIMEOUT, required_argument, MPT_CMD_COMPARE, "S",
+     "seconds gnuplot may take to draw a picture before it is stopped (the data and script are kept), > 0 "
+     "(default 60)"},
     {"optimizer", MPT_OPT_OPTIMIZER, required_argument, TC, "OPT", "sgd | adam | adamw (default adam)"},
     {"lr", MPT_OPT_LR, required_argument, TC, "X", "learning rate, > 0 (default 1e-3)"},
     {"momentum", MPT_OPT_MOMENTUM, required_argument, TC, "X", "SGD momentum in [0, 1) (default 0)"},
@@ -263,6 +270,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     for (int i = 0; i < MPT_PRECISION_COUNT; i++) o->precisions[i] = (mpt_precision)i;
     o->n_precisions = MPT_PRECISION_COUNT;
     o->margin = 0.3;
+    o->plot_timeout = 60.0;
 }
 
 /* ---- strict numbers ------------------------------------------------------------------------------------ */
@@ -418,6 +426,8 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_PRECISIONS: return parse_precisions(f, arg, o);
     case MPT_OPT_SEEDS: return parse_seeds(f, arg, o);
     case MPT_OPT_MARGIN: return parse_double(f, arg, 0.0, 1, 100.0, 0, "a number of points in (0, 100]", &o->margin);
+    case MPT_OPT_PLOT_TIMEOUT:
+        return parse_double(f, arg, 0.0, 1, 86400.0, 0, "a number of seconds in (0, 86400]", &o->plot_timeout);
     case MPT_OPT_OPTIMIZER:
         if (mpt_optim_kind_parse(arg, &o->optimizer) != 0) return bad_value(f, "one of sgd, adam, adamw", arg);
         return MPT_OK;
@@ -769,13 +779,66 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
     }
 }
 
+static int failed_nomem;
+
+int mpt_cli_failed_nomem(void) { return failed_nomem; }
+
 int mpt_cli_fail(const char *command, mpt_status s) {
     fprintf(stderr, "mptrain %s: %s\n", command, mpt_last_error());
+    if (s == MPT_ERR_NOMEM) failed_nomem = 1;
     if (s == MPT_ERR_INTERRUPTED) return 128 + (mpt_cli_stop_signal() ? mpt_cli_stop_signal() : 2);
     return s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
 }
 
 int mpt_cli_set_threads(int n) { return mpt_cpu_set_threads(n); }
+
+/* The watchdog of mpt_cli_blas_ready: async-signal-safe, it says why and ends the process without joining the
+ * OpenBLAS threads (one of which is the one that loops). */
+static char blas_stuck_msg[512];
+static size_t blas_stuck_len;
+static void on_blas_stuck(int sig) {
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, blas_stuck_msg, blas_stuck_len);
+    (void)w;
+    _exit(MPT_CLI_EXIT_FAIL);
+}
+
+/* The smaller of the address-space and data-segment limits in bytes (RLIM_INFINITY: none). */
+static rlim_t memory_limit(void) {
+    rlim_t lim = RLIM_INFINITY;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) lim = rl.rlim_cur;
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < lim) lim = rl.rlim_cur;
+    return lim;
+}
+
+mpt_status mpt_cli_blas_ready(void) {
+    rlim_t lim = memory_limit();
+    if (lim == RLIM_INFINITY) return MPT_OK; /* nothing caps the buffers: OpenBLAS allocates them when it needs */
+    int threads = openblas_get_num_threads();
+    int len = snprintf(blas_stuck_msg, sizeof blas_stuck_msg,
+                       "mptrain: OpenBLAS cannot allocate its GEMM buffers (one per thread, tens of MiB each; %d "
+                       "thread(s)) within the memory limit of %llu MiB (ulimit -v / -d), and its allocator retries "
+                       "forever (OpenBLAS issue 5289): raise the limit or use --threads 1\n",
+                       threads, (unsigned long long)(lim >> 20));
+    blas_stuck_len = len > 0 && (size_t)len < sizeof blas_stuck_msg ? (size_t)len : sizeof blas_stuck_msg - 1;
+    enum { N = 256 };
+    float *a = malloc(3 * (size_t)N * N * sizeof *a);
+    if (!a) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to start OpenBLAS within the memory limit of "
+                              "%llu MiB (ulimit -v / -d)", 3 * (size_t)N * N * sizeof *a, (unsigned long long)(lim >> 20));
+    for (size_t i = 0; i < 2 * (size_t)N * N; i++) a[i] = 1.0f;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_blas_stuck;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, &old);
+    unsigned prev = alarm(10); /* the GEMM takes milliseconds: 10 s means a thread loops in blas_memory_alloc */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, a + N * N, N, 0.0f, a + 2 * N * N, N);
+    alarm(prev);
+    sigaction(SIGALRM, &old, NULL);
+    free(a);
+    return MPT_OK;
+}
 
 /* ---- parsing --------------------------------------------------------------------------------------------- */
 

@@ -5,16 +5,24 @@
  * convergence.gp` in the same directory. Panels: training loss per logged step, test accuracy per epoch,
  * and the fp16 loss scale (log axis) when an fp16 run is part of the comparison. The terminal is pngcairo
  * when this gnuplot has it (antialiased), else the libgd png terminal. gnuplot runs with the output
- * directory as its working directory; its messages go to convergence.gp.log. Each precision keeps one colour
- * (gnuplot line type 1 + its mpt_precision value) in every panel.
+ * directory as its working directory and draws into a new file mptrain created there (its descriptor, passed as
+ * mpt_output = '/dev/fd/3'; tools/outdir.h), renamed to the picture's name when gnuplot succeeded; its messages
+ * go to convergence.gp.log, kept only when it failed. It runs under a time limit (--plot-timeout, default 60 s):
+ * a gnuplot that does not return is killed, with anything it started, and the picture is said to be missing and
+ * why. Each precision keeps one colour (gnuplot line type 1 + its mpt_precision value) in every panel.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "engine/checkpoint.h"
 
 #include "tools/report.h"
 
@@ -66,52 +74,119 @@ void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
                "} else {\n"
                "  set terminal png size %d,%d\n"
                "}\n"
-               "set output '%s'\n",
+               "# mptrain passes the file to draw into as mpt_output (gnuplot -e): a new file it created\n"
+               "if (!exists(\"mpt_output\")) mpt_output = '%s'\n"
+               "set output mpt_output\n",
             width, height, width, height, png);
 }
 
-/* Removes dir/<stem>.png, the picture of dir/<stem>.gp, which a failed gnuplot may have left half drawn (set output
- * creates the file before the first panel), so that no stale or partial PNG passes for the plot. Best effort:
- * absent is fine. */
-static void remove_picture(const char *dir, const char *script) {
+static double plot_timeout_s = 60.0;
+
+void mpt_cli_set_plot_timeout(double seconds) { plot_timeout_s = seconds; }
+
+/* Removes dir/<stem>.png, the picture of dir/<stem>.gp, so that no stale PNG of an earlier job passes for the
+ * plot that failed. Best effort: absent is fine. */
+static void remove_picture(int dir_fd, const char *script) {
     size_t stem = strlen(script);
     if (stem < 3 || strcmp(script + stem - 3, ".gp") != 0) return;
-    char path[MPT_CLI_PATH + 64];
-    snprintf(path, sizeof path, "%s/%.*s.png", dir, (int)(stem - 3), script);
-    unlink(path);
+    char name[300];
+    snprintf(name, sizeof name, "%.*s.png", (int)(stem - 3), script);
+    struct stat st;
+    if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) unlinkat(dir_fd, name, 0);
+}
+
+/* Waits for gnuplot (its own process group) at most plot_timeout_s; kills the group when the time is up.
+ * Returns 1 with *status when it ended, 0 when it was killed. */
+static int wait_bounded(pid_t pid, int *status) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        pid_t w = waitpid(pid, status, WNOHANG);
+        if (w == pid) return 1;
+        if (w < 0 && errno != EINTR) {
+            *status = 0;
+            return 1;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double el = (double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec);
+        if (el >= plot_timeout_s) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    }
+    return 0;
 }
 
 mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
-    char log[MPT_CLI_PATH + 64];
-    snprintf(log, sizeof log, "%s/%s.log", dir, script);
+    size_t sl = strlen(script);
+    if (sl < 4 || strcmp(script + sl - 3, ".gp") != 0 || strchr(script, '/') || strchr(script, '\''))
+        return mpt_errorf(MPT_ERR_ARG, "%s/%s: expected a gnuplot script named <stem>.gp", dir, script);
+    char png[300], log[300], tmp_png[320], tmp_log[320];
+    snprintf(png, sizeof png, "%.*s.png", (int)(sl - 3), script);
+    snprintf(log, sizeof log, "%s.log", script);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot open it to plot (%s)", dir, strerror(errno));
+    /* The picture and the log are new files created here (never through a link, tools/outdir.h), published by
+     * rename: gnuplot draws into the picture's descriptor (as /dev/fd/3), never into a path it opens itself. */
+    int fd_png = mpt_checkpoint_create_temp(dfd, png, tmp_png, sizeof tmp_png);
+    int fd_log = fd_png >= 0 ? mpt_checkpoint_create_temp(dfd, log, tmp_log, sizeof tmp_log) : -1;
+    if (fd_png < 0 || fd_log < 0) {
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "%s/%s: cannot create a temporary file beside it (%s)", dir, png,
+                                  strerror(errno));
+        if (fd_png >= 0) close(fd_png), unlinkat(dfd, tmp_png, 0);
+        close(dfd);
+        return s;
+    }
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) return mpt_errorf(MPT_ERR_IO, "cannot start gnuplot: fork failed (%s)", strerror(errno));
+    if (pid < 0) {
+        mpt_status s = mpt_errorf(MPT_ERR_IO, "cannot start gnuplot: fork failed (%s)", strerror(errno));
+        close(fd_png), close(fd_log);
+        unlinkat(dfd, tmp_png, 0), unlinkat(dfd, tmp_log, 0);
+        close(dfd);
+        return s;
+    }
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            close(fd);
-        }
-        if (chdir(dir) != 0) _exit(126);
-        execlp("gnuplot", "gnuplot", script, (char *)NULL);
+        setpgid(0, 0); /* its own group: the time limit kills gnuplot and anything it started */
+        signal(SIGINT, SIG_IGN); /* a Ctrl-C for mptrain stops the run, not the picture (bounded anyway) */
+        if (dup2(fd_log, STDOUT_FILENO) < 0 || dup2(fd_log, STDERR_FILENO) < 0 || dup2(fd_png, 3) < 0) _exit(126);
+        if (fchdir(dfd) != 0) _exit(126);
+        execlp("gnuplot", "gnuplot", "-e", "mpt_output = '/dev/fd/3'", script, (char *)NULL);
         _exit(127);
     }
+    close(fd_png);
+    close(fd_log);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return mpt_errorf(MPT_ERR_IO, "gnuplot: waitpid failed (%s)", strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
-        unlink(log);
-        return mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); "
-                                      "the plot script is %s/%s", dir, script);
+    int ended = wait_bounded(pid, &status);
+    mpt_status s = MPT_OK;
+    if (!ended) {
+        s = mpt_errorf(MPT_ERR_IO, "gnuplot did not finish within --plot-timeout %g s and was stopped: no %s; the data "
+                       "and the script are kept (run `gnuplot %s` in %s)", plot_timeout_s, png, script, dir);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        s = mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); the plot script "
+                       "is %s/%s", dir, script);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        s = mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s/%s (see %s/%s)", dir, script, dir, log);
     }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        remove_picture(dir, script);
-        return mpt_errorf(MPT_ERR_IO, "gnuplot failed on %s/%s (see %s)", dir, script, log);
+    if (s == MPT_OK) {
+        unlinkat(dfd, tmp_log, 0);
+        struct stat st;
+        if (fstatat(dfd, log, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) unlinkat(dfd, log, 0);
+        if (renameat(dfd, tmp_png, dfd, png) != 0) {
+            s = mpt_errorf(MPT_ERR_IO, "%s/%s: cannot write (rename: %s)", dir, png, strerror(errno));
+            unlinkat(dfd, tmp_png, 0);
+        }
+    } else {
+        unlinkat(dfd, tmp_png, 0);
+        remove_picture(dfd, script);
+        int keep_log = ended && !(WIFEXITED(status) && WEXITSTATUS(status) == 127);
+        if (!keep_log || renameat(dfd, tmp_log, dfd, log) != 0) unlinkat(dfd, tmp_log, 0);
     }
-    unlink(log);
-    return MPT_OK;
+    close(dfd);
+    return s;
 }
 
 mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
@@ -283,13 +358,8 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     if (!f) return MPT_ERR_IO;
     fprintf(f, "# numerics.gp - written by mptrain; run `gnuplot numerics.gp` in this directory.\n"
                "# Data: each run's telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
-    fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
-               "  set terminal pngcairo size 1000,%d font \",10\"\n"
-               "} else {\n"
-               "  set terminal png size 1000,%d\n"
-               "}\n",
-            panels * 380, panels * 380);
-    fprintf(f, "set output 'numerics.png'\nset datafile separator ','\nset datafile missing NaN\nset grid\n"
+    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "numerics.png");
+    fprintf(f, "set datafile separator ','\nset datafile missing NaN\nset grid\n"
                "set multiplot layout %d,1\nset key outside right top\n"
                "set lmargin at screen 0.08\nset rmargin at screen 0.80\n", panels); /* panels aligned, short keys */
     static panel pn; /* 9 KiB: not on the stack */

@@ -121,13 +121,18 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
                             const mpt_cli_plot_info *plots);
 
 /* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
- * picture named png. */
+ * picture named png, unless gnuplot is run with mpt_output set (mpt_cli_gnuplot: the file to draw into). */
 void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png);
 
-/* Runs gnuplot on dir/script with dir as its working directory; its messages go to dir/<script>.log (removed
- * on success). MPT_ERR_IO saying so when gnuplot is missing (naming gnuplot-nox) or fails; when it fails, the
- * picture of a script X.gp (X.png, the name every caller's script sets as its output) is removed, so that no
- * half-drawn or stale PNG passes for the plot. */
+/* Runs gnuplot on dir/script (X.gp) with dir as its working directory, drawing into a new file that becomes X.png
+ * when gnuplot succeeds (the script takes its output from mpt_output, mpt_cli_gnuplot_terminal); its messages go to
+ * dir/<script>.log (kept only on failure). At most --plot-timeout seconds (mpt_cli_set_plot_timeout; default 60):
+ * then gnuplot and its process group are killed. MPT_ERR_IO saying so when gnuplot is missing (naming
+ * gnuplot-nox), fails or runs out of time; then no X.png is left, so that no half-drawn or stale PNG passes for
+ * the plot; the script and its data stay. */
 mpt_status mpt_cli_gnuplot(const char *dir, const char *script);
+
+/* The time limit of every gnuplot run, in seconds (--plot-timeout of compare and lab). */
+void mpt_cli_set_plot_timeout(double seconds);
 
 #endif

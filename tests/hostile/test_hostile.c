@@ -1203,6 +1203,94 @@ START_TEST(test_signals_stop_gracefully) {
 }
 END_TEST
 
+/* Item 8: a gnuplot that never returns does not block compare: it is stopped after --plot-timeout seconds (with
+ * what it started), the data and the script are kept, and the command says the picture is missing and why. */
+START_TEST(test_stuck_gnuplot_is_stopped) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *bin = tmp_path("bin");
+    ck_assert(mkdir(bin, 0755) == 0);
+    char fake[600], pidfile[600], script[1400];
+    snprintf(fake, sizeof fake, "%s/gnuplot", bin);
+    snprintf(pidfile, sizeof pidfile, "%s/gnuplot.pid", bin);
+    snprintf(script, sizeof script, "#!/bin/sh\necho $$ > %s\nexec sleep 1000\n", pidfile);
+    FILE *f = fopen(fake, "w");
+    ck_assert(f && fputs(script, f) >= 0 && fclose(f) == 0 && chmod(fake, 0755) == 0);
+    char path_env[2400];
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    char *env[] = {path_env, NULL};
+    const char *out = tmp_path("cmp");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_with_env(env, "compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
+                          "--precisions", "fp32", "--out", out, "--progress", "off", "--device", "cpu", "--telemetry",
+                          "0", "--plot-timeout", "2", NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ck_assert_msg(rc == 0, "compare with a stuck gnuplot: exit %d: %s", rc, out_buf);
+    ck_assert_msg(secs < 40.0, "compare took %.1f s with --plot-timeout 2", secs);
+    ck_assert_msg(strstr(err_buf, "did not finish within --plot-timeout 2 s"), "no word of the timeout: %s", err_buf);
+    char *report;
+    size_t n;
+    read_file(tmp_path("cmp/report.md"), &report, &n);
+    ck_assert_msg(strstr(report, "No plot: gnuplot did not finish"), "report.md does not say why there is no plot");
+    free(report);
+    struct stat st;
+    ck_assert_msg(stat(tmp_path("cmp/convergence.gp"), &st) == 0, "the script is gone");
+    ck_assert_msg(stat(tmp_path("cmp/convergence.png"), &st) != 0, "a picture is there");
+    char *pid_text;
+    read_file(pidfile, &pid_text, &n);
+    pid_t gp = (pid_t)atol(pid_text);
+    free(pid_text);
+    ck_assert_msg(gp > 0 && kill(gp, 0) != 0 && errno == ESRCH, "gnuplot (PID %ld) still runs", (long)gp);
+    rm_tmpdir();
+}
+END_TEST
+
+/* An address-space limit (ulimit -v) in the child. */
+static rlim_t as_limit;
+static void hook_as(void) {
+    struct rlimit rl = {as_limit, as_limit};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(77);
+}
+
+/* Item 7: under an address-space limit the run ends with one line, never hangs (OpenBLAS 0.3.21 retries a failed
+ * buffer allocation forever: in a GEMM, and in exit()'s join of its threads after mptrain said "cannot
+ * allocate"). run_env's alarm (60 s) turns a hang into exit status 142. */
+START_TEST(test_memory_limit_never_hangs) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    struct {
+        const char *name, *cmd;
+        rlim_t mib;
+        char *threads;
+    } cases[] = {{"train, ulimit -v 64 MiB", "train", 64, NULL},
+                 {"train, ulimit -v 64 MiB, OPENBLAS_NUM_THREADS=1", "train", 64, "OPENBLAS_NUM_THREADS=1"},
+                 {"train, ulimit -v 256 MiB", "train", 256, NULL},
+                 {"compare, ulimit -v 256 MiB", "compare", 256, NULL}};
+    for (int k = 0; k < 4; k++) {
+        as_limit = cases[k].mib << 20;
+        child_hook = hook_as;
+        char *env[] = {cases[k].threads, NULL};
+        char name[32];
+        snprintf(name, sizeof name, "out%d", k);
+        int rc = strcmp(cases[k].cmd, "train") == 0
+                     ? run_with_env(env, "train", "--data", data, "--epochs", "1", "--batch-size", "50", "--out",
+                                    tmp_path(name), "--progress", "off", "--device", "cpu", NULL)
+                     : run_with_env(env, "compare", "--data", data, "--epochs", "1", "--batch-size", "50",
+                                    "--precisions", "fp32,fp16", "--out", tmp_path(name), "--progress", "off", "--device",
+                                    "cpu", NULL);
+        child_hook = NULL;
+        const char *why = rc == 142 ? "hung (killed after 60 s)" : rc == 0 ? NULL : rejection_problem(rc, 1, "");
+        if (!why && rc == 0) why = NULL; /* enough room after all: fine */
+        note_case(&p, cases[k].name, why);
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, 4);
+}
+END_TEST
+
 /* Item 5: with standard output closed, the run's lines do not land in metrics.csv (the next descriptor opened). */
 START_TEST(test_closed_stdout_spares_csvs) {
     make_tmpdir();
@@ -1247,6 +1335,8 @@ int main(void) {
     tcase_add_test(tc, test_run_files_published_together);
     tcase_add_test(tc, test_closed_stdout_spares_csvs);
     tcase_add_test(tc, test_signals_stop_gracefully);
+    tcase_add_test(tc, test_stuck_gnuplot_is_stopped);
+    tcase_add_test(tc, test_memory_limit_never_hangs);
     tcase_add_test(tc, test_resume_csvs_equal_straight_run);
     tcase_add_test(tc, test_resume_threads_change_refused);
     tcase_add_test(tc, test_device_cuda_message);

@@ -350,7 +350,7 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
 
 /* ---- the command --------------------------------------------------------------------------------------------- */
 
-enum { LAB_LIST = 1, LAB_OUT, LAB_QUICK, LAB_DATA, LAB_DEVICE, LAB_THREADS, LAB_PARAM, LAB_HELP };
+enum { LAB_LIST = 1, LAB_OUT, LAB_QUICK, LAB_DATA, LAB_DEVICE, LAB_THREADS, LAB_PARAM, LAB_PLOT_TIMEOUT, LAB_HELP };
 
 static void print_help(FILE *f) {
     fprintf(f, "Usage: mptrain lab [options] [LESSON...]\n"
@@ -367,6 +367,7 @@ static void print_help(FILE *f) {
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
                "  --threads N               threads of the CPU backend's GEMMs (OpenBLAS and oneDNN)\n"
+               "  --plot-timeout S          seconds gnuplot may take per picture before it is stopped (default 60)\n"
                "  --help                    show this help\n");
 }
 
@@ -489,6 +490,7 @@ int mpt_cmd_lab(int argc, char **argv) {
         {"quick", no_argument, NULL, LAB_QUICK},     {"data", required_argument, NULL, LAB_DATA},
         {"device", required_argument, NULL, LAB_DEVICE}, {"threads", required_argument, NULL, LAB_THREADS},
         {"param", required_argument, NULL, LAB_PARAM}, {"help", no_argument, NULL, LAB_HELP},
+        {"plot-timeout", required_argument, NULL, LAB_PLOT_TIMEOUT},
         {NULL, 0, NULL, 0}};
     mpt_cli_opts base;
     mpt_cli_opts_default(&base);
@@ -514,6 +516,10 @@ int mpt_cmd_lab(int argc, char **argv) {
         case LAB_DATA: s = mpt_cli_apply(&base, MPT_OPT_DATA, optarg); break;
         case LAB_DEVICE: s = mpt_cli_apply(&base, MPT_OPT_DEVICE, optarg); break;
         case LAB_THREADS: s = mpt_cli_apply(&base, MPT_OPT_THREADS, optarg); break;
+        case LAB_PLOT_TIMEOUT:
+            s = mpt_cli_apply(&base, MPT_OPT_PLOT_TIMEOUT, optarg);
+            if (s == MPT_OK) mpt_cli_set_plot_timeout(base.plot_timeout);
+            break;
         case LAB_PARAM:
             if (!strchr(optarg, '=') || optarg[0] == '=') s = mpt_errorf(MPT_ERR_ARG, "--param: expected KEY=VALUE, found '%s'", optarg);
             else if (n_params == MPT_LAB_MAX_PARAMS) s = mpt_errorf(MPT_ERR_ARG, "--param: at most %d", MPT_LAB_MAX_PARAMS);
@@ -577,6 +583,7 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     mpt_status s = rank == 0 ? mpt_outdir_open(&od, out, MPT_OUTDIR_USER_LINK, "lab") : MPT_OK;
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
+    if (s == MPT_OK) s = mpt_cli_blas_ready();
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
     int bad = s != MPT_OK;
     if (bad && dist) fprintf(stderr, "mptrain lab: rank %d: %s\n", rank, mpt_last_error());
