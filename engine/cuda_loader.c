@@ -251,3 +251,5 @@ void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bu
                              mpt_dtype wire, float weight) {
     module()->nccl_allreduce(be, c, bufs, counts, n_bufs, wire, weight);
 }
+
+int mpt_cuda_nccl_poll(mpt_backend *be, mpt_nccl_comm *c) { return module()->nccl_poll(be, c); }

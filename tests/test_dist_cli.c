@@ -11,11 +11,15 @@
  *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv;
  *  - a rank failing alone (rank 1 given a missing --data, rank 0 waiting for it in the first collective) ends the
  *    whole job with its exit code within seconds (MPI_Abort after MPT_DIST_EXIT_WAIT_S), where it used to hang in
- *    MPI_Finalize while rank 0 hung in MPI_Allreduce; ranks failing alike end cleanly, without MPI_Abort.
+ *    MPI_Finalize while rank 0 hung in MPI_Allreduce; ranks failing alike end cleanly, without MPI_Abort;
+ *  - a rank stopped (SIGSTOP) during training: the job ends after --comm-timeout with a line naming rank 1 as the
+ *    one that did not arrive (issue 22, item 9: it hung for good).
  * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +227,86 @@ START_TEST(a_rank_failing_alone_aborts_the_job) {
 }
 END_TEST
 
+/* The PID of the process of this test's job that is MPI rank `rank` (its environment says OMPI_COMM_WORLD_RANK and
+ * its command line names out), or 0. */
+static pid_t rank_pid(int rank, const char *out) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    char want[64];
+    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
+    pid_t found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        char path[300], buf[1 << 15];
+        if (!isdigit((unsigned char)e->d_name[0])) continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        int names_out = 0;
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) names_out |= strcmp(buf + i, out) == 0;
+        if (!names_out) continue;
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
+        if (!(f = fopen(path, "rb"))) continue;
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+            if (strcmp(buf + i, want) == 0) found = (pid_t)atol(e->d_name);
+    }
+    closedir(d);
+    return found;
+}
+
+START_TEST(a_stopped_rank_aborts_the_job_within_comm_timeout) {
+    make_tmpdir();
+    const char *out = tmp_path("o");
+    char exe[1024], log[600];
+    mptrain_path(exe, sizeof exe);
+    snprintf(log, sizeof log, "%s/log", tmpdir);
+    const char *argv[] = {"timeout", "120", "mpirun", "--oversubscribe", "-np", "2", exe, "train", "--model", "mlp",
+                          "--epochs", "50", "--limit-train", "2048", "--limit-test", "256", "--batch-size", "64",
+                          "--device", "cpu", "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out", out,
+                          "--progress", "off", "--data-parallel", "--comm-timeout", "3", NULL};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(NULL);
+    pid_t job = fork();
+    ck_assert(job >= 0);
+    if (job == 0) {
+        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    /* rank 0 holds --out's lock once it is about to train; then rank 1 is stopped mid-training */
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/.mptrain.lock", out);
+    pid_t r1 = 0;
+    for (int i = 0; i < 6000 && !r1; i++) {
+        struct stat st;
+        if (stat(lock, &st) == 0) r1 = rank_pid(1, out);
+        ck_assert_msg(waitpid(job, NULL, WNOHANG) == 0, "the job ended before it trained (see %s)", log);
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_msg(r1 > 0, "rank 1 of the job not found (see %s)", log);
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+    ck_assert(kill(r1, SIGSTOP) == 0);
+    int status = 0;
+    ck_assert(waitpid(job, &status, 0) == job);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (kill(r1, 0) == 0) kill(r1, SIGKILL); /* the job is over either way */
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    ck_assert_msg(rc != 124, "the job hung with rank 1 stopped: still running after 120 s (see %s)", log);
+    ck_assert_msg(rc != 0, "the job ended with exit 0 with rank 1 stopped (see %s)", log);
+    ck_assert_msg(log_contains("did not complete within --comm-timeout 3 s") && log_contains("rank 1 did not arrive"),
+                  "no line naming rank 1 as the one that did not arrive (see %s)", log);
+    ck_assert_msg(secs < 100.0, "the job took %.1f s", secs);
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(ranks_failing_alike_end_without_abort) {
     make_tmpdir();
     double secs = 0.0;
@@ -247,6 +331,7 @@ int main(void) {
     tcase_add_test(tc, shadow_refused_with_data_parallel);
     tcase_add_test(tc, a_rank_failing_alone_aborts_the_job);
     tcase_add_test(tc, ranks_failing_alike_end_without_abort);
+    tcase_add_test(tc, a_stopped_rank_aborts_the_job_within_comm_timeout);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

@@ -113,6 +113,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_SHADOW,
     MPT_OPT_DATA_PARALLEL,
     MPT_OPT_GRAD_COMM,
+    MPT_OPT_COMM_TIMEOUT,
     MPT_OPT_PRECISIONS,
     MPT_OPT_SEEDS,
     MPT_OPT_MARGIN,
@@ -202,6 +203,7 @@ typedef struct mpt_cli_opts {
     int shadow;                  /* with telemetry: run the FP32 shadow twin on telemetry steps */
     int data_parallel;           /* train: one rank of an MPI job (engine/dist), batch sharded over the ranks */
     mpt_grad_comm grad_comm;     /* data-parallel: the dtype gradients travel in (default fp32) */
+    double comm_timeout;         /* data-parallel: seconds a step's collective may take before the job is aborted */
     mpt_precision precisions[MPT_PRECISION_COUNT]; /* compare */
     int n_precisions;
     uint64_t seeds[MPT_CLI_MAX_SEEDS]; /* compare --seeds: the seeds, distinct */

@@ -21,7 +21,7 @@ static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,    
                                             MPT_OPT_RESUME,    MPT_OPT_LIMIT_TEST, MPT_OPT_THREADS,
                                             MPT_OPT_LOG_EVERY, MPT_OPT_SAVE_EVERY, MPT_OPT_MAX_STEPS,
                                             MPT_OPT_PROGRESS,  MPT_OPT_TELEMETRY, MPT_OPT_SHADOW,
-                                            MPT_OPT_DATA_PARALLEL, MPT_OPT_GRAD_COMM};
+                                            MPT_OPT_DATA_PARALLEL, MPT_OPT_GRAD_COMM, MPT_OPT_COMM_TIMEOUT};
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
@@ -65,6 +65,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     out->shadow = cli->shadow;
     out->data_parallel = cli->data_parallel; /* checked against the checkpoint's ranks and wire in setup() */
     out->grad_comm = cli->grad_comm;
+    out->comm_timeout = cli->comm_timeout;
     for (size_t i = 0; i < sizeof per_invocation / sizeof per_invocation[0]; i++)
         out->given[per_invocation[i] - MPT_OPT_FIRST] = cli->given[per_invocation[i] - MPT_OPT_FIRST];
     return MPT_OK;
@@ -96,6 +97,7 @@ int mpt_cmd_train(int argc, char **argv) {
     if (o.data_parallel) {
         cs = mpt_dist_init(&train_dist, o.grad_comm);
         if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+        mpt_dist_set_timeout(train_dist, o.comm_timeout);
         int n = mpt_dist_size(train_dist);
         if (o.batch % n != 0) {
             mpt_dist_free(&train_dist);

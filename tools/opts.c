@@ -153,6 +153,9 @@ static const opt_def opt_table[] = {
      "with --telemetry, telemetry.csv adds the all-reduce's error against FP32 (comm_rel_l2)"},
     {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
      "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)"},
+    {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN, "S",
+     "data-parallel: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
+     "arrive, > 0 (default 600, as PyTorch's NCCL watchdog)"},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
@@ -270,6 +273,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     for (int i = 0; i < MPT_PRECISION_COUNT; i++) o->precisions[i] = (mpt_precision)i;
     o->n_precisions = MPT_PRECISION_COUNT;
     o->margin = 0.3;
+    o->comm_timeout = 600.0;
     o->plot_timeout = 60.0;
 }
 
@@ -535,6 +539,8 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_GRAD_COMM:
         if (mpt_grad_comm_parse(arg, &o->grad_comm) != 0) return bad_value(f, "one of fp32, bf16, fp16", arg);
         return MPT_OK;
+    case MPT_OPT_COMM_TIMEOUT:
+        return parse_double(f, arg, 0.0, 1, 1e6, 0, "a number of seconds in (0, 1e6]", &o->comm_timeout);
     case MPT_OPT_HELP:
     case MPT_OPT_END: break;
     }
@@ -907,6 +913,11 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
     if (o->shadow && o->telemetry == 0) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_COMM_TIMEOUT) && !o->data_parallel) {
+        fprintf(stderr, "mptrain %s: --comm-timeout bounds the data-parallel collectives: give --data-parallel as well "
+                        "(under mpirun -np N)\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (mpt_cli_given(o, MPT_OPT_GRAD_COMM) && !o->data_parallel) {

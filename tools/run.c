@@ -771,8 +771,7 @@ static void print_comm_error(const run *r) {
  * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
  * even when only some of them got the signal. */
 static int stop_asked(run *r) {
-    int sig = mpt_cli_stop_signal(), any = sig != 0;
-    if (train_dist && mpt_dist_sum_int(train_dist, &any) != MPT_OK) any = sig != 0;
+    int sig = mpt_cli_stop_signal(), any = train_dist ? mpt_dist_any(train_dist, sig != 0) : sig != 0;
     if (any && !r->interrupted) r->interrupted = sig ? sig : SIGTERM; /* a peer's signal */
     return any;
 }

@@ -73,6 +73,21 @@ void mpt_dist_free(mpt_dist **d);
 /* Seconds a failed rank waits at mpt_dist_finish for its peers before it aborts the job. */
 #define MPT_DIST_EXIT_WAIT_S 5
 
+/* The default time limit of a training collective, seconds (PyTorch's NCCL watchdog's default). */
+#define MPT_DIST_DEFAULT_TIMEOUT_S 600.0
+
+/* The time limit of every collective of a training step (the gradient all-reduce over MPI or NCCL, found_inf,
+ * the sums of losses and accuracies, the weights checksum, mpt_dist_any): one that has not completed after
+ * `seconds` (> 0; default MPT_DIST_DEFAULT_TIMEOUT_S) makes this rank ask its peers which collective they are in,
+ * name on stderr, in one line, the ranks that did not arrive (no answer within a few seconds: stopped, hung or
+ * dead) or are in another collective, abort the NCCL communicator and call MPI_Abort, which ends the job. A rank
+ * that waits in such a collective for more than a second answers these questions. Not applied to the calls of
+ * sweeps (mpt_dist_send, _recv, _bcast, _sum_int), whose waits last as long as a peer's training runs. */
+void mpt_dist_set_timeout(mpt_dist *d, double seconds);
+
+/* Whether x is nonzero on any rank (collective, within the time limit): the ranks' agreement to stop. */
+int mpt_dist_any(mpt_dist *d, int x);
+
 /* The end of a job (collective in effect; every rank calls it once, with its exit code: 0 = success). The ranks
  * agree on the worst exit code (MPI_Iallreduce MAX on a communicator of its own, so it never matches a collective
  * a peer still waits in). A rank that succeeded waits for the others as long as they take. When all ranks get

@@ -20,6 +20,9 @@
 struct mpt_dist {
     MPI_Comm comm;
     MPI_Comm exit_comm;    /* a duplicate of comm for the exit agreement only (mpt_dist_finish), or MPI_COMM_NULL */
+    MPI_Comm diag_comm;    /* a duplicate for the questions of a timed-out collective (who has arrived?) */
+    double timeout_s;      /* a training collective not complete after this long aborts the job (--comm-timeout) */
+    int64_t seq;           /* training collectives begun on this rank: the same count on every rank */
     int rank, size;
     int local_size;        /* ranks on this node */
     MPI_Request *signals;  /* [size] this rank's pending signal sends (mpt_dist_signal) */
@@ -75,17 +78,137 @@ static mpt_status mpi_error(int rc, const char *what) {
     return mpt_errorf(MPT_ERR_IO, "%s failed: %s", what, msg);
 }
 
-/* MPI errors inside a training step cannot be returned (the step returns void): they are fatal. */
-#define MPI_CHECK(call)                                                                                           \
-    do {                                                                                                          \
-        int rc_ = (call);                                                                                         \
-        if (rc_ != MPI_SUCCESS) {                                                                                 \
-            mpi_error(rc_, #call);                                                                                \
-            MPT_ASSERTF(0, "%s", mpt_last_error());                                                               \
-        }                                                                                                         \
-    } while (0)
-
 static mpt_status wait_idle(MPI_Request *req, const char *what);
+
+/* ---- the time limit of a training collective (--comm-timeout) ------------------------------------------------
+ * A step's collectives wait for every rank; a rank that is stopped (SIGSTOP), hung or dead would make its peers
+ * wait forever. Each training collective is therefore started non-blocking and tested until it completes, at most
+ * timeout_s (PyTorch's NCCL watchdog: 600 s by default). A rank whose collective has not completed by then asks
+ * every peer, on a communicator of its own, which collective it is in (seq), and waits a few seconds for the
+ * answers; a rank that waits in a collective for more than a second answers such questions. The ranks that did
+ * not answer, or answered another collective, are named in one line on stderr, and the job is aborted
+ * (ncclCommAbort, then MPI_Abort). The wait spins on MPI_Test for the first second (a step's collectives take
+ * microseconds to milliseconds, as fast as the blocking call), then sleeps 200 us between tests. */
+
+enum { TAG_WHERE = 7201, TAG_HERE }; /* on diag_comm */
+
+/* Answers every question that has arrived: this rank's collective count. */
+static void answer_questions(mpt_dist *d) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_WHERE, d->diag_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+        int64_t theirs = 0, mine = d->seq;
+        if (MPI_Recv(&theirs, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_WHERE, d->diag_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return;
+        MPI_Send(&mine, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_HERE, d->diag_comm); /* 8 bytes: sent eagerly */
+    }
+}
+
+static void sleep_us(long us) {
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* The collective `what` (number d->seq) did not complete in time: find out which ranks have not arrived, say so
+ * in one line and abort the job. Does not return. */
+static void timed_out(mpt_dist *d, const char *what, double waited) {
+    int64_t mine = d->seq;
+    int n = d->size;
+    MPI_Request *q = calloc((size_t)n, sizeof *q);
+    int64_t *where = calloc((size_t)n, sizeof *where);
+    char *heard = calloc((size_t)n, 1);
+    if (q && where && heard) {
+        for (int r = 0; r < n; r++)
+            if (r != d->rank && MPI_Isend(&mine, 1, MPI_INT64_T, r, TAG_WHERE, d->diag_comm, &q[r]) != MPI_SUCCESS)
+                q[r] = MPI_REQUEST_NULL;
+        double grace = d->timeout_s < 10.0 ? (d->timeout_s > 2.0 ? d->timeout_s : 2.0) : 10.0;
+        double end = wall_s() + grace;
+        int missing = n - 1;
+        while (missing > 0 && wall_s() < end) {
+            answer_questions(d);
+            int flag = 0;
+            MPI_Status st;
+            if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_HERE, d->diag_comm, &flag, &st) == MPI_SUCCESS && flag) {
+                int64_t v = 0;
+                if (MPI_Recv(&v, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_HERE, d->diag_comm, MPI_STATUS_IGNORE) ==
+                        MPI_SUCCESS && !heard[st.MPI_SOURCE]) {
+                    heard[st.MPI_SOURCE] = 1;
+                    where[st.MPI_SOURCE] = v;
+                    missing--;
+                }
+            } else {
+                sleep_us(1000);
+            }
+        }
+        char absent[600] = "", elsewhere[600] = "";
+        size_t la = 0, le = 0;
+        int n_absent = 0;
+        for (int r = 0; r < n; r++) {
+            if (r == d->rank) continue;
+            if (!heard[r] && la < sizeof absent) {
+                la += (size_t)snprintf(absent + la, sizeof absent - la, "%s%d", n_absent ? ", " : "", r);
+                n_absent++;
+            } else if (heard[r] && where[r] != mine && le < sizeof elsewhere) {
+                le += (size_t)snprintf(elsewhere + le, sizeof elsewhere - le, "; rank %d is in collective #%lld", r,
+                                       (long long)where[r]);
+            }
+        }
+        fprintf(stderr, "mptrain: rank %d of %d: %s (collective #%lld) did not complete within --comm-timeout %g s "
+                        "(waited %.0f s): %s%s%s%s; aborting the job\n",
+                d->rank, n, what, (long long)mine, d->timeout_s, waited,
+                n_absent ? (n_absent > 1 ? "ranks " : "rank ") : "",
+                n_absent ? absent : "every rank answered, but the collective did not complete",
+                n_absent ? " did not arrive (no answer: stopped, hung or dead)" : "", elsewhere);
+    } else {
+        fprintf(stderr, "mptrain: rank %d of %d: %s (collective #%lld) did not complete within --comm-timeout %g s; "
+                        "aborting the job\n", d->rank, n, what, (long long)mine, d->timeout_s);
+    }
+    fflush(stderr);
+    mpt_cuda_nccl_comm_abort(&d->nccl);
+    MPI_Abort(d->comm, 1);
+    _Exit(1); /* MPI_Abort does not return; if it did, the job must still end */
+}
+
+/* Waits for the training collective req (`what`, number d->seq) within timeout_s; on an MPI error it stops (the
+ * step cannot return an error), on the time limit it aborts the job (timed_out). */
+static void coll_wait(mpt_dist *d, MPI_Request *req, const char *what) {
+    double t0 = wall_s();
+    for (long spins = 1;; spins++) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            mpi_error(rc, what);
+            MPT_ASSERTF(0, "%s", mpt_last_error());
+        }
+        if (done) return;
+        if (spins % 256) continue; /* the clock every 256 tests */
+        double waited = wall_s() - t0;
+        if (waited < 1.0) continue;
+        answer_questions(d);
+        if (d->timeout_s > 0.0 && waited > d->timeout_s) timed_out(d, what, waited);
+        sleep_us(200);
+    }
+}
+
+/* MPI_Allreduce (in place) of n elements within the time limit. */
+static void allreduce_timed(mpt_dist *d, void *x, int n, MPI_Datatype type, MPI_Op op, const char *what) {
+    MPI_Request req;
+    d->seq++;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, type, op, d->comm, &req);
+    if (rc != MPI_SUCCESS) {
+        mpi_error(rc, what);
+        MPT_ASSERTF(0, "%s", mpt_last_error());
+    }
+    coll_wait(d, &req, what);
+}
+
+void mpt_dist_set_timeout(mpt_dist *d, double seconds) { d->timeout_s = seconds; }
+
+int mpt_dist_any(mpt_dist *d, int x) {
+    int v = x != 0;
+    allreduce_timed(d, &v, 1, MPI_INT, MPI_MAX, "the agreement to stop (SIGINT / SIGTERM)");
+    return v;
+}
 
 int mpt_dist_built(void) { return 1; }
 
@@ -118,6 +241,13 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     d->wire = comm;
     d->weight = 1.0f / (float)d->size;
     d->sum16 = MPI_OP_NULL;
+    d->diag_comm = MPI_COMM_NULL;
+    d->timeout_s = MPT_DIST_DEFAULT_TIMEOUT_S;
+    if ((rc = MPI_Comm_dup(d->comm, &d->diag_comm)) != MPI_SUCCESS) {
+        d->diag_comm = MPI_COMM_NULL;
+        mpt_dist_free(&d);
+        return mpi_error(rc, "MPI_Comm_dup (timeout diagnosis)");
+    }
     /* Its own communicator: the exit agreement of a rank that failed must never match a collective its peers
      * are still waiting in on comm. */
     if ((rc = MPI_Comm_dup(d->comm, &d->exit_comm)) != MPI_SUCCESS) {
@@ -139,6 +269,7 @@ void mpt_dist_free(mpt_dist **pd) {
     if (!d) return;
     if (d->sum16 != MPI_OP_NULL) MPI_Op_free(&d->sum16);
     if (d->exit_comm != MPI_COMM_NULL) MPI_Comm_free(&d->exit_comm);
+    if (d->diag_comm != MPI_COMM_NULL) MPI_Comm_free(&d->diag_comm);
     free(d->flat);
     free(d->flat16);
     free(d->ref);
@@ -235,7 +366,7 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
         for (int64_t i = 0; i < n; i++) x[i] *= weight;
         for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
             int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, x + i, c, MPI_FLOAT, MPI_SUM, d->comm));
+            allreduce_timed(d, x + i, c, MPI_FLOAT, MPI_SUM, "the gradient all-reduce");
         }
     } else {
         MPT_ASSERTF(reserve(d, n) == MPT_OK, "%s", mpt_last_error());
@@ -243,12 +374,12 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
         for (int64_t i = 0; i < n; i++) mpt_store_f32(d->flat16, dt, i, x[i] * weight);
         for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
             int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, d->flat16 + i, c, MPI_UINT16_T, d->sum16, d->comm));
+            allreduce_timed(d, d->flat16 + i, c, MPI_UINT16_T, d->sum16, "the gradient all-reduce");
         }
         for (int64_t i = 0; i < n; i++) x[i] = mpt_load_f32(d->flat16, dt, i);
     }
     bad |= any_nonfinite(x, n);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, d->comm));
+    allreduce_timed(d, &bad, 1, MPI_INT, MPI_MAX, "the agreement on found_inf");
     return bad;
 }
 
@@ -272,7 +403,7 @@ static void measure_comm_error(mpt_dist *d, const mpt_trainer *t, int64_t n) {
     for (int64_t i = 0; i < n; i++) d->ref[i] *= d->weight;
     for (int64_t i = 0; i < n; i += MPT_DIST_CHUNK) {
         int c = (int)(n - i < MPT_DIST_CHUNK ? n - i : MPT_DIST_CHUNK);
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, d->ref + i, c, MPI_FLOAT, MPI_SUM, d->comm));
+        allreduce_timed(d, d->ref + i, c, MPI_FLOAT, MPI_SUM, "the FP32 reference all-reduce (telemetry)");
     }
     double num_all = 0.0, den_all = 0.0;
     int64_t off = 0;
@@ -314,10 +445,25 @@ int64_t mpt_dist_comm_error(const mpt_dist *d, const double **rel_l2, double *al
 
 /* The CUDA backend: one NCCL group on the backend's stream; no host synchronisation, no found_inf collective
  * (the reduced gradient is non-finite on every rank exactly when a term was, kernels/cuda/nccl.cu). */
+/* The NCCL all-reduce is enqueued on the backend's stream; with a time limit the host then waits for the stream
+ * (mpt_cuda_nccl_poll, answering the questions of a timed-out peer meanwhile) at most timeout_s, and on the limit
+ * aborts the communicator and the job as coll_wait does. */
 static void allreduce_nccl(mpt_dist *d, mpt_trainer *t) {
     double t0 = wall_s();
     for (int i = 0; i < t->n_params; i++) d->bufs[i] = t->weight[i]->grad->data;
     mpt_cuda_nccl_allreduce(t->be, d->nccl, d->bufs, d->counts, t->n_params, mpt_grad_comm_dtype(d->wire), d->weight);
+    d->seq++;
+    for (long spins = 1; d->timeout_s > 0.0; spins++) {
+        int state = mpt_cuda_nccl_poll(t->be, d->nccl);
+        MPT_ASSERTF(state >= 0, "%s", mpt_last_error()); /* NCCL's asynchronous error: fatal, as in the enqueue */
+        if (state == 1) break;
+        if (spins % 64) continue;
+        double waited = wall_s() - t0;
+        if (waited < 1.0) continue;
+        answer_questions(d);
+        if (waited > d->timeout_s) timed_out(d, "the NCCL gradient all-reduce", waited);
+        sleep_us(200);
+    }
     d->comm_s += wall_s() - t0;
 }
 
@@ -377,15 +523,12 @@ static mpt_status masters_checksum(const mpt_trainer *t, uint64_t *out) {
 
 mpt_status mpt_dist_check_identical(mpt_dist *d, const mpt_trainer *t, const char *when) {
     uint64_t h = 0;
-    int ok = masters_checksum(t, &h) == MPT_OK, rc;
-    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, d->comm)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
+    int ok = masters_checksum(t, &h) == MPT_OK;
+    allreduce_timed(d, &ok, 1, MPI_INT, MPI_MIN, "the weights checksum");
     if (!ok) return mpt_errorf(MPT_ERR_NOMEM, "data-parallel: a rank could not checksum its master weights %s", when);
     uint64_t lo = h, hi = h;
-    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, d->comm)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
-    if ((rc = MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, d->comm)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Allreduce (weights checksum)");
+    allreduce_timed(d, &lo, 1, MPI_UINT64_T, MPI_MIN, "the weights checksum");
+    allreduce_timed(d, &hi, 1, MPI_UINT64_T, MPI_MAX, "the weights checksum");
     if (lo != hi)
         return mpt_errorf(MPT_ERR_ARG, "data-parallel: the ranks' master weights differ %s (checksums %016llx .. "
                                        "%016llx, this rank %d: %016llx): every rank must start from the same "
@@ -461,7 +604,7 @@ mpt_status mpt_dist_attach(mpt_dist *d, mpt_trainer *t) {
 }
 
 double mpt_dist_sum_f64(mpt_dist *d, double x) {
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, d->comm));
+    allreduce_timed(d, &x, 1, MPI_DOUBLE, MPI_SUM, "a sum over the ranks (loss, accuracy)");
     return x;
 }
 

@@ -51,6 +51,7 @@ typedef struct mpt_cuda_module_api {
     void (*nccl_comm_abort)(mpt_nccl_comm **c);
     void (*nccl_allreduce)(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
                            mpt_dtype wire, float weight);
+    int (*nccl_poll)(mpt_backend *be, mpt_nccl_comm *c);
 } mpt_cuda_module_api;
 
 typedef const mpt_cuda_module_api *(*mpt_cuda_module_entry_fn)(int abi);

@@ -123,6 +123,7 @@ static const mpt_cuda_module_api module_api = {
     mpt_cuda_nccl_comm_free,
     mpt_cuda_nccl_comm_abort,
     mpt_cuda_nccl_allreduce,
+    mpt_cuda_nccl_poll,
 };
 
 extern "C" __attribute__((visibility("default"))) const mpt_cuda_module_api *mpt_cuda_module_get(int abi) {

@@ -303,6 +303,33 @@ static __global__ void to_wire_kernel(uint16_t *h, const float *x, int64_t n, fl
 }
 #endif
 
+extern "C" int mpt_cuda_nccl_poll(mpt_backend *be, mpt_nccl_comm *c) {
+#ifdef MPT_HAVE_NCCL
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
+    if (r != ncclSuccess) {
+        nccl_error(r, "ncclCommGetAsyncError");
+        return -1;
+    }
+    if (async != ncclSuccess && async != ncclInProgress) {
+        mpt_errorf(MPT_ERR_DEVICE, "NCCL communicator (rank %d of %d) reports an asynchronous error: %s (%s)", c->rank,
+                   c->nranks, ncclGetErrorString(async), ncclGetLastError(c->comm));
+        return -1;
+    }
+    cudaError_t e = cudaStreamQuery(ctx->stream);
+    if (e == cudaSuccess) return 1;
+    if (e == cudaErrorNotReady) return 0;
+    mpt_errorf(MPT_ERR_DEVICE, "cudaStreamQuery while waiting for the NCCL all-reduce: %s", cudaGetErrorString(e));
+    return -1;
+#else
+    (void)be;
+    (void)c;
+    mpt_errorf(MPT_ERR_DEVICE, "mpt_cuda_nccl_poll: this module was built without NCCL");
+    return -1;
+#endif
+}
+
 extern "C" void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts,
                                         int n_bufs, mpt_dtype wire, float weight) {
 #ifdef MPT_HAVE_NCCL
