@@ -246,6 +246,10 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
  * tf32 mode, off otherwise). Call once the precision is final (compare: once per precision). */
 void mpt_cli_resolve(mpt_cli_opts *o);
 
+/* The learning-rate schedule against the run's length, known once the data is: the cosine warmup must end before
+ * the last of the epochs x batches_per_epoch steps. MPT_ERR_ARG naming --warmup-steps and the numbers. */
+mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch);
+
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,
  * --nonfinite apply needs a loss scaling other than dynamic, --scale-ceiling >= --scale-floor. MPT_ERR_ARG
  * naming the flags. */
@@ -262,6 +266,14 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
 
 /* Prints a command's help (cmd: one mask bit) to f. */
 void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd);
+
+/* x, with a NaN of either sign made the positive one: printf writes it "nan" (a NaN from arithmetic is negative on
+ * x86 and printed "-nan"), the same in the CSVs (gnuplot's `set datafile missing 'nan'`) and on the screen. */
+double mpt_cli_nan_plain(double x);
+
+/* Text from the command line (or a file) as a message quotes it: control bytes escaped (mpt_escape), and cut to a
+ * readable length: more than 64 bytes become the first 48 and "... (N bytes)". Returns buf (cap: >= 256). */
+const char *mpt_cli_echo(char *buf, size_t cap, const char *text);
 
 /* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
  * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by SIGINT or SIGTERM), MPT_CLI_EXIT_FAIL

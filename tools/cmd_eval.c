@@ -79,6 +79,9 @@ int mpt_cmd_eval(int argc, char **argv) {
         s = mpt_model_build(g, o.model, &logits);
         if (s == MPT_OK) {
             mpt_softmax_xent(g, logits, "loss");
+            /* eval does not train: the recorded schedule (whose cosine horizon needs the training data's batches
+             * per epoch) is not built, nor checked */
+            o.lr_schedule = MPT_LR_CONSTANT;
             mpt_train_config cfg = mpt_cli_train_config(&o, 1);
             s = mpt_trainer_create(&t, g, &cfg);
         } else {
@@ -101,7 +104,8 @@ int mpt_cmd_eval(int argc, char **argv) {
             be->synchronize(be);
             double loss, acc;
             mpt_cli_evaluate(t, dd.test_images, dd.test_labels, idx, n, cd.d.dim, rs.mean, rs.inv_std, &loss, &acc);
-            printf("test loss %.4f  test accuracy %.2f%% (%lld images, %s)\n", loss, 100.0 * acc, (long long)n, cd.dir);
+            printf("test loss %.4f  test accuracy %.2f%% (%lld images, %s)\n", mpt_cli_nan_plain(loss), 100.0 * acc,
+                   (long long)n, cd.dir);
         }
         free(h);
     }

@@ -44,7 +44,8 @@ static const char *status_text(mpt_fmt f, const mpt_fmt_value *v) {
 }
 
 static void print_value(const char *text, double x, int sat) {
-    printf("%s  (as a double: %.17g)\n", text, x);
+    char esc[256]; /* the argument as given, cut to a readable length */
+    printf("%s  (as a double: %.17g)\n", mpt_cli_echo(esc, sizeof esc, text), x);
     printf("  %-9s %-38s %-10s %-24s %-10s %-10s %s\n", "format", "sign | exponent | mantissa", "hex", "value after RNE",
            "abs error", "rel error", "");
     for (int f = 0; f < MPT_FMT_COUNT; f++) {
@@ -108,18 +109,21 @@ int mpt_cmd_formats(int argc, char **argv) {
             print_help(stdout);
             return 0;
         }
+        char esc[256];
         if (strncmp(argv[i], "--fp8-saturate", 14) == 0 && (argv[i][14] == '\0' || argv[i][14] == '=')) {
             const char *v = argv[i][14] == '=' ? argv[i] + 15 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "on") == 0) sat = 1;
             else if (v && strcmp(v, "off") == 0) sat = 0;
             else {
-                fprintf(stderr, "mptrain formats: --fp8-saturate: expected on or off, found '%s'\n", v ? v : "");
+                fprintf(stderr, "mptrain formats: --fp8-saturate: expected on or off, found '%s'\n",
+                        mpt_cli_echo(esc, sizeof esc, v ? v : ""));
                 return MPT_CLI_EXIT_USAGE;
             }
             continue;
         }
         if (argv[i][0] == '-' && argv[i][1] == '-') {
-            fprintf(stderr, "mptrain formats: unknown option '%s' (see mptrain formats --help)\n", argv[i]);
+            fprintf(stderr, "mptrain formats: unknown option '%s' (see mptrain formats --help)\n",
+                    mpt_cli_echo(esc, sizeof esc, argv[i]));
             return MPT_CLI_EXIT_USAGE;
         }
         if (n == 256) {
@@ -128,7 +132,7 @@ int mpt_cmd_formats(int argc, char **argv) {
         }
         if (parse_value(argv[i], &xs[n]) != 0) {
             fprintf(stderr, "mptrain formats: expected a finite decimal number such as 3.14 or 1e-5, found '%s'\n",
-                    argv[i]);
+                    mpt_cli_echo(esc, sizeof esc, argv[i]));
             return MPT_CLI_EXIT_USAGE;
         }
         texts[n++] = argv[i];

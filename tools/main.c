@@ -110,6 +110,6 @@ static int run_command(int argc, char **argv) {
     if (strcmp(cmd, "lab") == 0) return mpt_cmd_lab(argc - 1, argv + 1);
     char esc[256];
     fprintf(stderr, "mptrain: unknown command '%s' (expected train, compare, eval, info, formats or lab; see mptrain --help)\n",
-            mpt_escape(esc, sizeof esc, cmd));
+            mpt_cli_echo(esc, sizeof esc, cmd));
     return MPT_CLI_EXIT_USAGE;
 }

@@ -279,8 +279,25 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
 
 /* ---- strict numbers ------------------------------------------------------------------------------------ */
 
+double mpt_cli_nan_plain(double x) { return isnan(x) ? NAN : x; }
+
+const char *mpt_cli_echo(char *buf, size_t cap, const char *text) {
+    size_t n = strlen(text);
+    if (n <= 64) return mpt_escape(buf, cap, text);
+    size_t head = 48;
+    while (head > 0 && ((unsigned char)text[head] & 0xC0) == 0x80) head--; /* not inside a UTF-8 sequence */
+    char part[64];
+    memcpy(part, text, head);
+    part[head] = '\0';
+    char esc[260];
+    mpt_escape(esc, sizeof esc, part);
+    snprintf(buf, cap, "%s... (%zu bytes)", esc, n);
+    return buf;
+}
+
 static mpt_status bad_value(const char *flag, const char *expected, const char *found) {
-    return mpt_errorf(MPT_ERR_ARG, "--%s: expected %s, found '%s'", flag, expected, found);
+    char esc[256];
+    return mpt_errorf(MPT_ERR_ARG, "--%s: expected %s, found '%s'", flag, expected, mpt_cli_echo(esc, sizeof esc, found));
 }
 
 static mpt_status parse_i64(const char *flag, const char *s, int64_t lo, int64_t hi, const char *expected,
@@ -406,6 +423,21 @@ static mpt_status parse_seeds(const char *flag, const char *s, mpt_cli_opts *o) 
     return MPT_OK;
 }
 
+/* A number in [0, 1) that stays below 1 in FP32, where the optimizer computes (Adam's betas): 0.9999999999 passes
+ * as a double but rounds to 1.0f, which would stop the moment estimates from ever moving. */
+static mpt_status parse_below_one_fp32(const char *flag, const char *s, double *out) {
+    double v;
+    MPT_TRY(parse_double(flag, s, 0.0, 0, 1.0, 1, "a number in [0, 1)", &v));
+    if ((float)v >= 1.0f) {
+        char esc[256];
+        return mpt_errorf(MPT_ERR_ARG, "--%s %s: rounds to 1 in FP32, where the optimizer computes; expected a number "
+                          "in [0, 1) that stays below 1 in FP32 (at most 0.99999994)", flag,
+                          mpt_cli_echo(esc, sizeof esc, s));
+    }
+    *out = v;
+    return MPT_OK;
+}
+
 static mpt_status copy_path(const char *flag, const char *s, char *dst, size_t cap) {
     if (!*s) return bad_value(flag, "a path", s);
     if (strlen(s) >= cap) return mpt_errorf(MPT_ERR_ARG, "--%s: path longer than %zu bytes", flag, cap - 1);
@@ -439,8 +471,8 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_MOMENTUM: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->momentum);
     case MPT_OPT_NESTEROV: o->nesterov = 1; return MPT_OK;
     case MPT_OPT_WEIGHT_DECAY: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->weight_decay);
-    case MPT_OPT_BETA1: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->beta1);
-    case MPT_OPT_BETA2: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->beta2);
+    case MPT_OPT_BETA1: return parse_below_one_fp32(f, arg, &o->beta1);
+    case MPT_OPT_BETA2: return parse_below_one_fp32(f, arg, &o->beta2);
     case MPT_OPT_EPS: return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->eps);
     case MPT_OPT_EPOCHS:
         return parse_int(f, arg, 1, MPT_CLI_MAX_EPOCHS, "an integer in [1, 100000]", &o->epochs);
@@ -872,7 +904,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         }
         char esc[256]; /* argv text quoted in a message, control bytes escaped (engine/status.h) */
         if (c == '?') {
-            const char *bad = mpt_escape(esc, sizeof esc, argv[optind - 1]);
+            const char *bad = mpt_cli_echo(esc, sizeof esc, argv[optind - 1]);
             if (optopt > 0 && optopt < MPT_OPT_FIRST)
                 fprintf(stderr, "mptrain %s: unknown option '-%c' (see mptrain %s --help)\n", name, optopt, name);
             else if (optopt >= MPT_OPT_FIRST && strchr(bad, '='))
@@ -885,7 +917,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         }
         if (c == ':') {
             const char *flag = optopt >= MPT_OPT_FIRST ? mpt_cli_opt_name((mpt_opt_id)optopt)
-                                                       : mpt_escape(esc, sizeof esc, argv[optind - 1]);
+                                                       : mpt_cli_echo(esc, sizeof esc, argv[optind - 1]);
             fprintf(stderr, "mptrain %s: option '--%s' needs a value (see mptrain %s --help)\n", name, flag, name);
             return MPT_CLI_EXIT_USAGE;
         }
@@ -894,7 +926,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         /* A value that looks like a flag is almost always a forgotten value: "--lr --epochs 3". */
         if (d && d->has_arg == required_argument && optarg && strncmp(optarg, "--", 2) == 0) {
             fprintf(stderr, "mptrain %s: option '--%s' needs a value, found the option '%s'\n", name, d->name,
-                    mpt_escape(esc, sizeof esc, optarg));
+                    mpt_cli_echo(esc, sizeof esc, optarg));
             return MPT_CLI_EXIT_USAGE;
         }
         mpt_status s = mpt_cli_apply(o, id, optarg);
@@ -907,7 +939,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (optind < argc) {
         char esc[256];
         fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
-                mpt_escape(esc, sizeof esc, argv[optind]), name);
+                mpt_cli_echo(esc, sizeof esc, argv[optind]), name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
@@ -950,5 +982,19 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
 mpt_status mpt_cli_check(const mpt_cli_opts *o) {
     if (o->nesterov && (o->optimizer != MPT_OPTIM_SGD || o->momentum == 0.0))
         return mpt_errorf(MPT_ERR_ARG, "--nesterov needs --optimizer sgd and --momentum > 0");
+    char a[64], b[64];
+    if (o->lr_schedule == MPT_LR_COSINE && (float)o->min_lr > (float)o->lr)
+        return mpt_errorf(MPT_ERR_ARG, "--min-lr %s: expected at most --lr %s (the cosine schedule decays from --lr down to "
+                          "--min-lr)", mpt_cli_format(o, MPT_OPT_MIN_LR, a, sizeof a),
+                          mpt_cli_format(o, MPT_OPT_LR, b, sizeof b));
+    return MPT_OK;
+}
+
+mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch) {
+    int64_t total = (int64_t)o->epochs * batches_per_epoch;
+    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total)
+        return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (--epochs %d x %lld "
+                          "batches per epoch): the cosine schedule warms up, then decays over the steps left",
+                          (long long)o->warmup_steps, (long long)total, o->epochs, (long long)batches_per_epoch);
     return MPT_OK;
 }

@@ -427,14 +427,18 @@ static int weights_nonfinite(run *r) {
     return 0;
 }
 
-/* Warns once when most of the steps since the last check were skipped for non-finite gradients (at least
- * 20 steps in the window): the weights are then not training. */
-static void warn_if_skipping(run *r, int64_t it, int32_t skipped) {
+/* Warns once when most of the steps of the window were skipped for non-finite gradients: the weights are then
+ * not training. Said as soon as the skipped steps are the majority and at least 3 (a dynamic scaler's first
+ * backoff alone is no reason), and at the end of the run (final) whenever they are the majority; the window
+ * starts again every 20 steps, so a run that recovers is not warned about later. */
+static void warn_if_skipping(run *r, int64_t it, int32_t skipped, int final) {
     int64_t steps = it - r->skip_seen_it, sk = (int64_t)skipped - r->skip_seen_skipped;
-    if (steps < 20) return;
-    r->skip_seen_it = it;
-    r->skip_seen_skipped = skipped;
-    if (r->skip_warned || 2 * sk <= steps) return;
+    int majority = steps > 0 && 2 * sk > steps && (sk >= 3 || final);
+    if (steps >= 20) {
+        r->skip_seen_it = it;
+        r->skip_seen_skipped = skipped;
+    }
+    if (r->skip_warned || !majority) return;
     r->skip_warned = 1;
     char ls[64];
     const mpt_cli_opts *o = &r->o;
@@ -675,6 +679,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
     snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
+    MPT_TRY(mpt_cli_check_schedule(o, r->nb)); /* in the flags' terms, before the engine's own check */
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
@@ -845,14 +850,14 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                                                           (double)r->n_valid[b])
                                                 : 0.0f;
                 MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d", (long long)it, (long long)e + 1,
-                                (double)st.loss, (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
+                                mpt_cli_nan_plain((double)st.loss), (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
                                 (int)st.steps_skipped));
                 if (isfinite(st.loss)) {
                     loss_sum += st.loss;
                     loss_n++;
                 }
                 if (r->progress) progress_draw(r, e, b, &st);
-                warn_if_skipping(r, it, st.steps_skipped);
+                warn_if_skipping(r, it, st.steps_skipped, 0);
                 if (o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC) {
                     mpt_scaler_state ss;
                     char msg[512];
@@ -916,6 +921,8 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         double eval_s = now_s() - te0;
         mpt_trainer_stats(t, &st);
         double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
+        test_loss = mpt_cli_nan_plain(test_loss); /* a non-finite loss is printed "nan", never "-nan" */
+        val_loss = mpt_cli_nan_plain(val_loss);
         double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
         MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d",
                         (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
@@ -950,6 +957,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     if (!evaluated_last && !r->interrupted) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
         evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
+        res->final_test_loss = mpt_cli_nan_plain(res->final_test_loss);
         printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
                res->final_test_loss, 100.0 * res->final_test_acc);
         if (!(res->best_test_acc >= res->final_test_acc)) {
@@ -958,6 +966,8 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         }
     }
     if (r->telemetry_csv.of.f) mpt_telemetry_set_csv(t->telemetry, NULL);
+    mpt_trainer_stats(t, &st);
+    warn_if_skipping(r, t->iteration, st.steps_skipped, 1);
     MPT_TRY(save_checkpoint(r, 1));
     res->checkpoint_refused = r->ckpt_refused;
     res->iterations = t->iteration;

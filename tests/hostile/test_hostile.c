@@ -843,6 +843,80 @@ START_TEST(test_warns_when_steps_skipped) {
 }
 END_TEST
 
+/* Issue 22, items 11 to 15: messages and small defects. */
+START_TEST(test_issue22_messages) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    /* 11: eval does not train, so it does not check the schedule: a cosine run whose warmup outlasts the recorded
+     * epochs evaluates (it said "total_steps expected > warmup_steps") */
+    int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--lr-schedule", "cosine",
+                 "--warmup-steps", "2", "--out", tmp_path("cos"), "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    rc = run("eval", "--checkpoint", tmp_path("cos/checkpoint.safetensors"), "--data", data, "--device", "cpu", NULL);
+    note_case(&p, "eval of a cosine run with warmup >= epochs", rc == 0 ? NULL : err_buf);
+    /* 12: the flag, not the engine's field, and why */
+    const char *t[] = {"train", "--data", data, "--out", tmp_path("o12"), "--progress", "off", "--device", "cpu",
+                       "--epochs", "1", "--batch-size", "50"};
+    struct {
+        const char *flag, *value, *needle;
+    } f12[] = {{"--beta1", "0.9999999999", "--beta1 0.9999999999: rounds to 1 in FP32"},
+               {"--beta2", "0.99999999999", "--beta2 0.99999999999: rounds to 1 in FP32"},
+               {"--warmup-steps", "1000000", "--warmup-steps 1000000: expected fewer than the run's 4 steps"},
+               {"--min-lr", "1", "--min-lr 1: expected at most --lr 0.001"}};
+    for (int k = 0; k < 4; k++) {
+        char *args[32];
+        int n = 0;
+        args[n++] = "mptrain";
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) args[n++] = (char *)t[i];
+        if (k >= 2) args[n++] = "--lr-schedule", args[n++] = "cosine";
+        args[n++] = (char *)f12[k].flag, args[n++] = (char *)f12[k].value, args[n] = NULL;
+        rc = run_env(args, NULL, NULL);
+        note_case(&p, f12[k].flag, rejection_problem(rc, 2, f12[k].needle));
+    }
+    /* 13: echoed input is cut to a readable length */
+    static char big[5100], junk[5100];
+    big[0] = '0', big[1] = '.';
+    memset(big + 2, '0', 4998);
+    big[5000] = '1';
+    junk[0] = 'x';
+    memset(junk + 1, '1', 5000);
+    rc = run("formats", big, NULL);
+    const char *nl = strchr(out_buf, '\n');
+    note_case(&p, "formats of a 5001-character number", rc != 0 ? "failed" : !nl || nl - out_buf > 200
+                                                                         ? "its first line echoes it whole" : NULL);
+    rc = run("formats", junk, NULL);
+    const char *why = rejection_problem(rc, 2, "(5001 bytes)");
+    if (!why && err_len > 300) why = "the message is longer than 300 bytes";
+    note_case(&p, "formats of a 5001-character word", why);
+    /* 14: --param keys a lesson does not have are refused, naming the lesson's keys */
+    rc = run("lab", "overflow", "--param", "nosuch=1", "--quick", "--data", data, "--out", tmp_path("lab"), NULL);
+    why = rejection_problem(rc, 2, "'nosuch'");
+    if (!why && !strstr(err_buf, "overflow: scale")) why = "the lesson's keys are not named";
+    note_case(&p, "lab overflow --param nosuch=1", why);
+    rc = run("lab", "overflow", "--param", "sgd-lr=0.1", "--quick", "--data", data, "--out", tmp_path("lab"), NULL);
+    note_case(&p, "lab overflow --param sgd-lr=0.1 (master-weights' key)", rejection_problem(rc, 2, "'sgd-lr'"));
+    /* 15: 16 of 16 steps skipped: warned (it needed 20); a non-finite loss printed "nan", not "-nan" */
+    rc = run("train", "--data", data, "--precision", "fp16", "--loss-scale", "static:16777216", "--epochs", "1",
+             "--batch-size", "16", "--lr", "0.01", "--out", tmp_path("o15"), "--progress", "off", "--device", "cpu",
+             NULL);
+    note_case(&p, "16 of 16 steps skipped", rc != 0 ? err_buf : strstr(out_buf, "steps were skipped") ? NULL
+                                                                 : "no warning");
+    rc = run("train", "--data", data, "--precision", "fp16", "--loss-scale", "none", "--nonfinite", "apply", "--lr",
+             "10", "--epochs", "1", "--batch-size", "16", "--out", tmp_path("o15b"), "--progress", "off", "--device",
+             "cpu", NULL);
+    char *csv = NULL;
+    size_t n = 0;
+    if (rc == 0) read_file(tmp_path("o15b/metrics.csv"), &csv, &n);
+    note_case(&p, "a non-finite loss", rc != 0 ? err_buf : strstr(out_buf, "-nan") || strstr(csv, "-nan") ? "-nan"
+                                                        : !strstr(out_buf, "loss nan") ? "no non-finite loss printed"
+                                                                                        : NULL);
+    free(csv);
+    rm_tmpdir();
+    assert_no_problems(&p, 11);
+}
+END_TEST
+
 /* ---- issue 22: output directories that cannot be hijacked or corrupted ------------------------------------------ */
 
 /* Starts mptrain with args (NULL-terminated, args[0] = "mptrain") in the background, its output discarded. */
@@ -1343,6 +1417,7 @@ int main(void) {
     tcase_add_test(tc, test_progress_bar_fits_terminal);
     tcase_add_test(tc, test_report_tf32_override);
     tcase_add_test(tc, test_warns_when_steps_skipped);
+    tcase_add_test(tc, test_issue22_messages);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

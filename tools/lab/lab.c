@@ -43,12 +43,20 @@ mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, doub
     errno = 0;
     double v = strtod(t, &end);
     if (!*t || *end || errno == ERANGE || !isfinite(v))
-        return mpt_errorf(MPT_ERR_ARG, "--param %s: expected a number, found '%s'", key, t);
+    {
+        char esc[256];
+        return mpt_errorf(MPT_ERR_ARG, "--param %s: expected a number, found '%s'", key, mpt_cli_echo(esc, sizeof esc, t));
+    }
     *out = v;
     return MPT_OK;
 }
 
+static int has_key(const mpt_lab_lesson *l, const char *p);
+
 const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def) {
+    /* a key the lesson reads but does not list would be refused on the command line: the list is kept true here */
+    MPT_ASSERTF(!c->lesson || has_key(c->lesson, key), "lesson %s reads --param %s, which its param_keys (\"%s\") "
+                "do not list", c->lesson->name, key, c->lesson->param_keys ? c->lesson->param_keys : "");
     size_t n = strlen(key);
     for (int i = 0; i < c->n_params; i++)
         if (strncmp(c->params[i], key, n) == 0 && c->params[i][n] == '=') return c->params[i] + n + 1;
@@ -396,6 +404,32 @@ static const mpt_lab_lesson *find_lesson(const char *name) {
     return NULL;
 }
 
+/* Whether lesson l reads the --param key of "KEY=VALUE" p. */
+static int has_key(const mpt_lab_lesson *l, const char *p) {
+    size_t n = strcspn(p, "=");
+    for (const char *k = l->param_keys ? l->param_keys : ""; *k;) {
+        size_t m = strcspn(k, " ");
+        if (m == n && strncmp(k, p, n) == 0) return 1;
+        k += m;
+        while (*k == ' ') k++;
+    }
+    return 0;
+}
+
+/* MPT_ERR_ARG naming the keys of the lessons to run when none of them reads the key of --param p. */
+static mpt_status check_param_key(const char *p, const mpt_lab_lesson *const *run, int n) {
+    for (int i = 0; i < n; i++)
+        if (has_key(run[i], p)) return MPT_OK;
+    char keys[1024] = "", esc[256], key[256], key_esc[256];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof keys; i++)
+        len += (size_t)snprintf(keys + len, sizeof keys - len, "%s%s: %s", i ? "; " : "", run[i]->name,
+                                run[i]->param_keys && run[i]->param_keys[0] ? run[i]->param_keys : "none");
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(p, "="), p);
+    return mpt_errorf(MPT_ERR_ARG, "--param %s: no lesson run here reads the key '%s' (their keys: %s; mptrain lab "
+                      "--list)", mpt_cli_echo(esc, sizeof esc, p), mpt_cli_echo(key_esc, sizeof key_esc, key), keys);
+}
+
 /* ---- lesson.json and index.md --------------------------------------------------------------------------------- */
 
 /* What a finished lesson leaves for the index: <dir>/lesson.json. */
@@ -502,6 +536,7 @@ int mpt_cmd_lab(int argc, char **argv) {
     opterr = 0;
     optind = 0;
     int ch;
+    char esc[256]; /* command-line text quoted in a message: escaped and cut (mpt_cli_echo) */
     while ((ch = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         mpt_status s = MPT_OK;
         switch (ch) {
@@ -509,7 +544,8 @@ int mpt_cmd_lab(int argc, char **argv) {
         case 'h':
         case LAB_HELP: print_help(stdout); return 0;
         case LAB_OUT:
-            if (!*optarg || strlen(optarg) >= sizeof out - 64) s = mpt_errorf(MPT_ERR_ARG, "--out: expected a path, found '%s'", optarg);
+            if (!*optarg || strlen(optarg) >= sizeof out - 64)
+                s = mpt_errorf(MPT_ERR_ARG, "--out: expected a path, found '%s'", mpt_cli_echo(esc, sizeof esc, optarg));
             else snprintf(out, sizeof out, "%s", optarg);
             break;
         case LAB_QUICK: quick = 1; break;
@@ -521,15 +557,18 @@ int mpt_cmd_lab(int argc, char **argv) {
             if (s == MPT_OK) mpt_cli_set_plot_timeout(base.plot_timeout);
             break;
         case LAB_PARAM:
-            if (!strchr(optarg, '=') || optarg[0] == '=') s = mpt_errorf(MPT_ERR_ARG, "--param: expected KEY=VALUE, found '%s'", optarg);
+            if (!strchr(optarg, '=') || optarg[0] == '=')
+                s = mpt_errorf(MPT_ERR_ARG, "--param: expected KEY=VALUE, found '%s'", mpt_cli_echo(esc, sizeof esc, optarg));
             else if (n_params == MPT_LAB_MAX_PARAMS) s = mpt_errorf(MPT_ERR_ARG, "--param: at most %d", MPT_LAB_MAX_PARAMS);
             else params[n_params++] = optarg;
             break;
         case ':':
-            fprintf(stderr, "mptrain lab: option '%s' needs a value (see mptrain lab --help)\n", argv[optind - 1]);
+            fprintf(stderr, "mptrain lab: option '%s' needs a value (see mptrain lab --help)\n",
+                    mpt_cli_echo(esc, sizeof esc, argv[optind - 1]));
             return MPT_CLI_EXIT_USAGE;
         default:
-            fprintf(stderr, "mptrain lab: unknown option '%s' (see mptrain lab --help)\n", argv[optind - 1]);
+            fprintf(stderr, "mptrain lab: unknown option '%s' (see mptrain lab --help)\n",
+                    mpt_cli_echo(esc, sizeof esc, argv[optind - 1]));
             return MPT_CLI_EXIT_USAGE;
         }
         if (s != MPT_OK) return mpt_cli_fail("lab", s);
@@ -539,7 +578,7 @@ int mpt_cmd_lab(int argc, char **argv) {
     for (int i = optind; i < argc; i++) {
         const mpt_lab_lesson *l = find_lesson(argv[i]);
         if (!l) {
-            fprintf(stderr, "mptrain lab: unknown lesson '%s' (expected one of:", argv[i]);
+            fprintf(stderr, "mptrain lab: unknown lesson '%s' (expected one of:", mpt_cli_echo(esc, sizeof esc, argv[i]));
             for (int k = 0; k < N_LESSONS; k++) fprintf(stderr, " %s", lessons[k]->name);
             fprintf(stderr, "; see mptrain lab --list)\n");
             return MPT_CLI_EXIT_USAGE;
@@ -550,6 +589,10 @@ int mpt_cmd_lab(int argc, char **argv) {
     }
     if (n == 0)
         for (; n < N_LESSONS; n++) run[n] = lessons[n];
+    for (int k = 0; k < n_params; k++) { /* a key that no lesson of this lab reads would change nothing */
+        mpt_status s = check_param_key(params[k], run, n);
+        if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    }
 
     /* the data is loaded once, as much as the largest chosen lesson needs */
     base.limit_train = base.limit_test = 1;
@@ -614,6 +657,7 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         lesson_view(c, &cd, base, z->n_train, z->n_test, z->epochs);
         c->dist = dist;
         c->quick = quick;
+        c->lesson = run[i];
         c->n_seeds = z->seeds;
         memcpy(c->params, params, (size_t)n_params * sizeof *params);
         c->n_params = n_params;

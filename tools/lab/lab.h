@@ -47,6 +47,7 @@ typedef struct mpt_lab_ctx {
     int n_params;
     char conclusion[2048];      /* the one-line (long) conclusion, filled by the lesson */
     int observed;               /* 1 when the lesson's effect was observed */
+    const struct mpt_lab_lesson *lesson; /* the lesson run: the --param keys it may read (param_keys) */
 } mpt_lab_ctx;
 
 typedef struct mpt_lab_lesson {
@@ -55,6 +56,7 @@ typedef struct mpt_lab_lesson {
     const char *params_help;    /* its --param keys and defaults */
     mpt_status (*run)(mpt_lab_ctx *c);
     mpt_lab_size full, quick;   /* the convincing version and the smallest that shows the effect (--quick) */
+    const char *param_keys;     /* its --param keys, separated by spaces ("" for none): any other key is refused */
 } mpt_lab_lesson;
 
 /* The lessons, in the order `mptrain lab` runs them. */

@@ -347,4 +347,5 @@ const mpt_lab_lesson mpt_lab_loss_scaling = {
     run,
     {20000, 10000, 2, 0}, /* full */
     {6000, 1000, 1, 0}, /* --quick: 47 steps; the effect grows as training proceeds (16 steps barely show it) */
+    "static batch default-batch",
 };

@@ -185,4 +185,5 @@ const mpt_lab_lesson mpt_lab_master_weights = {
     run,
     {20000, 10000, 2, 0}, /* full */
     {6000, 1000, 1, 0}, /* --quick */
+    "sgd-lr batch",
 };

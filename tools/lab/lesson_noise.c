@@ -176,4 +176,5 @@ const mpt_lab_lesson mpt_lab_noise = {
     run,
     {20000, 10000, 2, 4}, /* full */
     {4000, 1000, 1, 3}, /* --quick */
+    "seeds lr",
 };

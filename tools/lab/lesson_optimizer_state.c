@@ -264,4 +264,5 @@ const mpt_lab_lesson mpt_lab_optimizer_state = {
     run,
     {20000, 10000, 2, 0}, /* full */
     {2000, 1000, 1, 0}, /* --quick */
+    "precision lr",
 };

@@ -371,4 +371,5 @@ const mpt_lab_lesson mpt_lab_tf32 = {
     run,
     {20000, 10000, 2, 3}, /* full */
     {2000, 1000, 1, 2}, /* --quick */
+    "",
 };
