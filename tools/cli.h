@@ -295,8 +295,9 @@ const char *mpt_cli_signal_name(int sig);
 /* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
 int mpt_cli_set_threads(int n);
 
-/* Under a memory limit (ulimit -v or -d), makes every OpenBLAS thread allocate its GEMM buffer now, with one small
- * GEMM, before the run's own allocations take the room: OpenBLAS 0.3.21's blas_memory_alloc retries forever when
+/* Under a memory limit (ulimit -v or -d), when OpenBLAS runs the CPU backend's GEMMs (no oneDNN in the build, or
+ * MPT_CPU_ENGINE=openblas), makes every OpenBLAS thread allocate its GEMM buffer now, with one small GEMM, before
+ * the run's own allocations take the room: OpenBLAS 0.3.21's blas_memory_alloc retries forever when
  * an allocation fails (OpenBLAS issue 5289, fixed in 0.3.30), in a GEMM and in exit()'s join of its threads alike.
  * When it cannot within 10 s, the process says why on stderr and ends with exit status 1 without joining them.
  * Call after mpt_cli_set_threads and before loading data. Without a limit it does nothing. */
@@ -306,6 +307,10 @@ mpt_status mpt_cli_blas_ready(void);
  * _exit, after flushing, without exit()'s handlers: OpenBLAS's destructor joins its threads, and one may loop in
  * blas_memory_alloc. */
 int mpt_cli_failed_nomem(void);
+
+/* Whether an address-space or data-segment limit is set (ulimit -v, -d): main then ends every exit with _exit
+ * (on_exit), so that no exit joins an OpenBLAS thread looping in blas_memory_alloc. */
+int mpt_cli_memory_limited(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 

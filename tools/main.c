@@ -66,10 +66,21 @@ static void reopen_closed_std_fds(void) {
     }
 }
 
+static void exit_without_joining(int status, void *arg) {
+    (void)arg;
+    fflush(NULL);
+    _exit(status);
+}
+
 /* Every command's output goes through stdout: a write that failed (a full disk, a closed pipe) must not
  * end in exit status 0. */
 int main(int argc, char **argv) {
     reopen_closed_std_fds();
+    /* Under a memory limit (ulimit -v, -d) every OpenBLAS worker allocates its buffer when it starts, and one that
+     * cannot loops in blas_memory_alloc for good (OpenBLAS 0.3.21): any exit() would then hang joining it, ours and
+     * the ones libraries call (libgomp's when it cannot create a thread). on_exit's handler runs before the
+     * libraries' destructors: it flushes and ends the process with the same status, without the join. */
+    if (mpt_cli_memory_limited()) on_exit(exit_without_joining, NULL);
     omp_wait_passive(argv);
     int rc = run_command(argc, argv);
     if (rc == 0 && mpt_cli_stop_signal()) rc = 128 + mpt_cli_stop_signal(); /* asked to stop after the work was done */
@@ -79,7 +90,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mptrain: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
         rc = rc ? rc : MPT_CLI_EXIT_FAIL;
     }
-    if (mpt_cli_failed_nomem()) { /* out of memory: exit() would join OpenBLAS threads that may loop for good */
+    /* Out of memory: exit() would join OpenBLAS's threads, and one may loop for good in blas_memory_alloc
+     * (OpenBLAS 0.3.21 retries a failed allocation forever). Everything is written and closed by now. */
+    if (mpt_cli_failed_nomem()) {
         fflush(NULL);
         _exit(rc);
     }

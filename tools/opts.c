@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine/optim/optim.h"
+#include "kernels/cpu/gemm.h"
 #include "models/models.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
@@ -850,9 +851,12 @@ static rlim_t memory_limit(void) {
     return lim;
 }
 
+int mpt_cli_memory_limited(void) { return memory_limit() != RLIM_INFINITY; }
+
 mpt_status mpt_cli_blas_ready(void) {
     rlim_t lim = memory_limit();
     if (lim == RLIM_INFINITY) return MPT_OK; /* nothing caps the buffers: OpenBLAS allocates them when it needs */
+    if (mpt_cpu_exec_default().engine != MPT_CPU_ENGINE_OPENBLAS) return MPT_OK; /* oneDNN's GEMMs: no OpenBLAS buffer */
     int threads = openblas_get_num_threads();
     int len = snprintf(blas_stuck_msg, sizeof blas_stuck_msg,
                        "mptrain: OpenBLAS cannot allocate its GEMM buffers (one per thread, tens of MiB each; %d "
