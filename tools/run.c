@@ -417,7 +417,7 @@ static int weights_nonfinite(run *r) {
         int64_t n = mpt_tensor_numel(w);
         size_t esz = mpt_dtype_size(w->dtype);
         char *h = malloc((size_t)n * esz);
-        MPT_ASSERT(h != NULL);
+        if (!h) return 1; /* cannot look: count the weights as poisoned, so that no checkpoint is written of them */
         r->be->to_host(r->be, h, w->data, (size_t)n * esz);
         int bad = 0;
         for (int64_t k = 0; k < n && !bad; k++) bad = !isfinite(mpt_load_f32(h, w->dtype, k));
@@ -549,6 +549,13 @@ static mpt_status open_outdir(run *r) {
     MPT_TRY(mpt_outdir_open(&r->od, o->out, r->label[0] ? MPT_OUTDIR_NO_LINK : MPT_OUTDIR_USER_LINK,
                             r->label[0] ? "run of compare or lab" : "train"));
     MPT_TRY(mpt_outdir_check_names(&r->od, run_files));
+    /* resuming into a directory that holds another run's checkpoint would replace it with this run's */
+    char here[sizeof r->od.path + 64], theirs[17];
+    snprintf(here, sizeof here, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
+    if (o->resume[0] && mpt_cli_checkpoint_run_id(here, theirs) && strcmp(theirs, r->rs.run_id) != 0)
+        return mpt_errorf(MPT_ERR_ARG, "--resume: %s is run %s's checkpoint, the one resumed is of run %s: continuing "
+                          "there would replace the other run's; resume in the directory the checkpoint came from, or "
+                          "give a new --out", here, theirs, r->rs.run_id);
     int64_t steps = (int64_t)o->epochs * r->nb;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
     uint64_t ckpt = mpt_cli_checkpoint_bytes(r->t);
@@ -789,11 +796,9 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
     int B = o->batch;
     res->epoch_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_s);
     res->epoch_cpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_cpu_s);
-    MPT_ASSERT(res->epoch_s != NULL && res->epoch_cpu_s != NULL);
-    if (r->mark_start) {
-        res->epoch_gpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_gpu_s);
-        MPT_ASSERT(res->epoch_gpu_s != NULL);
-    }
+    if (r->mark_start) res->epoch_gpu_s = calloc((size_t)o->epochs + 1, sizeof *res->epoch_gpu_s);
+    if (!res->epoch_s || !res->epoch_cpu_s || (r->mark_start && !res->epoch_gpu_s))
+        return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the epoch times of %d epochs", o->epochs);
     double train_time = 0.0;
     int64_t samples = 0;
     int evaluated_last = 0;
@@ -1020,13 +1025,18 @@ static mpt_status write_gpu_records(run *r) {
     return MPT_OK;
 }
 
-/* All FP32 masters, concatenated in parameter order, into a new host array. */
+/* All FP32 masters, concatenated in parameter order, into a new host array; NULL with MPT_ERR_NOMEM's message when
+ * it cannot be allocated. */
 static float *collect_masters(run *r, int64_t *count) {
     mpt_trainer *t = r->t;
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->master[i]);
     float *w = malloc((size_t)n * sizeof(float));
-    MPT_ASSERT(w != NULL);
+    if (!w) {
+        mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld bytes for a copy of the master weights",
+                   (long long)n * (long long)sizeof(float));
+        return NULL;
+    }
     int64_t off = 0;
     for (int i = 0; i < t->n_params; i++) { /* 16-bit without masters (--master-weights none): widened */
         const mpt_tensor *m = t->master[i];
@@ -1081,21 +1091,26 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
         if (!label[0]) mpt_graph_print_precision_map(r.t->g, stdout);
         print_header(&r);
         res->init_master = collect_masters(&r, &res->n_master);
-        s = train_loop(&r, res);
+        s = res->init_master ? train_loop(&r, res) : MPT_ERR_NOMEM;
     }
     if (s == MPT_OK && r.be->device == MPT_DEVICE_CUDA) s = write_gpu_records(&r);
     if (s == MPT_OK) {
         res->final_master = collect_masters(&r, &res->n_master);
+        if (!res->final_master) s = MPT_ERR_NOMEM;
         for (int m = 0; m < MPT_MEM_COUNT; m++) res->mem_peak[m] = r.be->mem_peak[m];
         res->mem_peak_total = r.be->mem_peak_total;
         if (r.t->telemetry) {
             const mpt_telemetry_stat *st;
             res->n_telemetry = mpt_telemetry_stats(r.t->telemetry, &st);
             res->telemetry = malloc((size_t)res->n_telemetry * sizeof *st + 1);
-            MPT_ASSERT(res->telemetry != NULL);
-            if (res->n_telemetry > 0) memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
+            if (!res->telemetry) {
+                s = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the telemetry summary of %d values", res->n_telemetry);
+                res->n_telemetry = 0;
+            } else if (res->n_telemetry > 0) {
+                memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
+            }
         }
-        if (r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     if (s == MPT_OK && res->interrupted)

@@ -99,6 +99,10 @@ typedef struct mpt_cli_run_state {
 mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
                                    const mpt_cli_run_state *rs);
 
+/* The run id recorded in the checkpoint at path, into id: 1, or 0 when the file cannot be read (any reason) or
+ * records none (the message is not set). */
+int mpt_cli_checkpoint_run_id(const char *path, char id[17]);
+
 /* An upper bound of the checkpoint's size in bytes: its tensors and 1 MiB for the header. */
 uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t);
 

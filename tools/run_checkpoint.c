@@ -508,6 +508,19 @@ mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
     return s;
 }
 
+int mpt_cli_checkpoint_run_id(const char *path, char id[17]) {
+    id[0] = '\0';
+    mpt_checkpoint *c = NULL;
+    if (mpt_checkpoint_open(path, NULL, 0, &c) != MPT_OK) return 0;
+    const char *state = mpt_checkpoint_meta_get(c, "state");
+    json_t *j = state ? json_loads(state, 0, NULL) : NULL;
+    json_t *v = j ? json_object_get(j, "run_id") : NULL;
+    if (json_is_string(v) && strlen(json_string_value(v)) == 16) snprintf(id, 17, "%s", json_string_value(v));
+    json_decref(j);
+    mpt_checkpoint_close(&c);
+    return id[0] != '\0';
+}
+
 /* The loss scaler as it stands between two steps (mpt_scaler_update_fields has just run), checked against
  * the trainer's settings and the iteration. */
 static mpt_status read_scaler(const mpt_checkpoint *c, const mpt_train_config *cfg, int64_t iteration,

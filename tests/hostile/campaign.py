@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""tests/hostile/campaign.py - the hostile-input campaign of issue 13, as a reproducible script.
+"""tests/hostile/campaign.py - the hostile-input campaigns of issues 13 and 22, as a reproducible script.
 
-Runs the mptrain binary against four sets of hostile inputs and faults and counts, per set, the cases tried,
-those rejected cleanly, and the others (each listed with why):
+Runs the mptrain binary against eight sets of hostile inputs and faults and counts, per set, the cases tried,
+those handled cleanly, and the others (each listed with why):
 
   datasets     malformed dataset directories: each of the four IDX files missing, empty, truncated in its
                header or payload, with trailing bytes, a wrong magic, type code or rank, zero items, a FIFO, a
@@ -20,6 +20,15 @@ those rejected cleanly, and the others (each listed with why):
                directory, an output path that is a file, and kill -9 during checkpoint writes (x30)
   flags        bad command lines: unknown/missing/malformed/out-of-range values of every kind of flag,
                conflicting flags, unknown commands, hostile bytes in values
+  outdir       (issue 22) links planted by another user (setpriv nobody, as root) at every output name of train
+               and compare and as --out in a sticky directory; two runs on one --out; 300 reads of a checkpoint
+               rewritten every step; a new run killed in an earlier run's directory; another run's checkpoint
+               resumed into a directory; standard output closed; --out on a 2 MB tmpfs
+  stops        (issue 22) SIGINT/SIGTERM at random points (--signals, default 20), two signals, a stopped compare
+  hangs        (issue 22) ulimit -v 128/192/256 MiB x train/compare x GEMM engine x threads, a gnuplot that
+               never returns, rank 1 of mpirun -np 2 --data-parallel stopped with SIGSTOP
+  messages     (issue 22) eval of a cosine run, flag messages (--beta1/--beta2 rounding to 1 in FP32,
+               --warmup-steps, --min-lr), 5001-character arguments, lab --param keys, skipped-steps warning, nan
 
 Rejected cleanly means: the expected exit status (1 for bad input and I/O faults, 2 for usage errors; the few
 checkpoint cases that only the data or the job can refute, and that eval rightly evaluates, are in EXPECTED), no
@@ -369,6 +378,23 @@ def checkpoint_cases(raw):
     forged = json.loads(json.dumps(header))
     forged["__metadata__"]["crc32"] = "0badc0de"
     cases.append(("crc32 changed", build_ckpt(forged, data, fix_crc=False)))
+    # issue 22: one bit flipped in a setting of the header, the checksum left as written (it covers the header)
+    for what, old, new in (("lr 0.001 -> 0.003", b'lr\\":\\"0.001', b'lr\\":\\"0.003'),
+                           ("beta2 0.999 -> 0.899", b'beta2\\":\\"0.999', b'beta2\\":\\"0.899'),
+                           ("weight-decay 0 -> 1", b'weight-decay\\":\\"0\\"', b'weight-decay\\":\\"1\\"'),
+                           ("epochs 1 -> 3", b'epochs\\":\\"1\\"', b'epochs\\":\\"3\\"')):
+        if old in raw[8:8 + hlen]:
+            cases.append((f"header bit flip, checksum kept: {what}", raw.replace(old, new, 1)))
+    # two tensors of the same shape with their data_offsets swapped, the checksum kept
+    same = [t for t in tensors if t.endswith(":exp_avg")]
+    if same:
+        a_name, b_name = same[0], same[0] + "_sq"
+        sw = json.loads(json.dumps(header))
+        sw[a_name]["data_offsets"], sw[b_name]["data_offsets"] = header[b_name]["data_offsets"], header[a_name]["data_offsets"]
+        h = json.dumps(sw, separators=(",", ":")).encode()
+        blob = struct.pack("<Q", len(h)) + h + data
+        blob = blob[:34] + raw[34:42] + blob[42:]  # the original checksum, as the file had it
+        cases.append((f"data_offsets of {a_name} and {b_name} swapped, checksum kept", blob))
     # crafted metadata numbers
     meta_cases = [
         ("scaler", "scale", ["1e39", "-1", "0", "1e-46", '"nan"', "null", "true"]),
@@ -717,6 +743,350 @@ def run_flags(r, data, ck):
         r.record("flags", name.encode("unicode_escape").decode(), why is None, why or "", err)
 
 
+# ---- sets 5-7: issue 22 (output directories, stops, hangs, messages) -----------------------------------------------
+
+
+def file_crc_ok(path):
+    """Whether path is a complete checkpoint by the checksum of engine/checkpoint.h (whole file, digits 34..41 as
+    zeros), read by the script itself: fast enough to poll while a run writes."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        return len(raw) > 42 and raw[8:34] == b'{"__metadata__":{"crc32":"' and \
+            zlib.crc32(raw[:34] + b"00000000" + raw[42:]) == int(raw[34:42], 16)
+    except (OSError, ValueError):
+        return False
+
+
+def as_nobody(cmd):
+    """cmd (a shell line) as user nobody when root can (setpriv), else as this user; True when it ran as nobody."""
+    nobody = os.geteuid() == 0 and shutil.which("setpriv") is not None
+    full = (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if nobody else []) + ["sh", "-c", cmd]
+    subprocess.run(full, check=True)
+    return nobody
+
+
+def start_bg(r, args):
+    return subprocess.Popen([r.mptrain] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=r.cwd,
+                            start_new_session=True)
+
+
+def wait_lock(d, pid, limit=60.0):
+    """Until d's lock file names pid (the run holds the directory and trains), or the limit."""
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            with open(f"{d}/.mptrain.lock") as f:
+                if f"PID {pid}," in f.read():
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return False
+
+
+def run_outdir(r, work, data, base_dir):
+    """Items 1-6: links, two runs on one directory, runs published together, closed stdout, a full disk."""
+    shared = f"{work}/shared"
+    os.makedirs(shared)
+    os.chmod(shared, 0o1777)
+    os.chmod(work, 0o711)
+    victim = f"{work}/victim"
+    text = b"the victim's file\n"
+    for k, name in enumerate(("metrics.csv", "epochs.csv", "summary.json", "checkpoint.safetensors", "telemetry.csv",
+                              "gpu_kernels.txt")):
+        write(victim, text)
+        d = f"{shared}/t{k}"
+        as_nobody(f"mkdir {d} && ln -s {victim} {d}/{name}")
+        rc, _, err, hung = r.run(train_args(data, d, ["--max-steps", "2", "--telemetry", "1"]))
+        why = judge(rc, err, hung, 1, name)
+        if open(victim, "rb").read() != text:
+            why = "the victim's file was written"
+        r.record("outdir", f"a link planted at {name}", why is None, why or "", err)
+    for k, name in enumerate(("report.md", "compare.json", "convergence.gp", "convergence.png", "convergence.gp.log",
+                              "numerics.gp", "numerics_twin.dat")):
+        write(victim, text)
+        d = f"{shared}/c{k}"
+        as_nobody(f"mkdir {d} && ln -s {victim} {d}/{name}")
+        rc, _, err, hung = r.run(["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
+                                  "--precisions", "fp32", "--out", d, "--progress", "off", "--device", "cpu",
+                                  "--telemetry", "1"])
+        why = judge(rc, err, hung, 1, name)
+        if open(victim, "rb").read() != text:
+            why = "the victim's file was written"
+        r.record("outdir", f"compare: a link planted at {name}", why is None, why or "", err)
+    theirs = f"{work}/victim-run"
+    os.makedirs(theirs)
+    link = f"{shared}/link"
+    if as_nobody(f"ln -s {theirs} {link}"):
+        rc, _, err, hung = r.run(train_args(data, link, ["--max-steps", "2"]))
+        why = judge(rc, err, hung, 1, "protected_symlinks")
+        if os.path.exists(f"{theirs}/checkpoint.safetensors"):
+            why = "wrote into the directory the link points at"
+        r.record("outdir", "--out: another user's link in a sticky directory", why is None, why or "", err)
+    else:
+        r.record("outdir", "--out: another user's link in a sticky directory", False, "skipped: not root")
+    # two runs on one --out (3 times): the second is refused naming the first's PID; the first's checkpoint stays
+    # complete while the second tries, and loads at the end
+    for k in range(3):
+        d = f"{work}/two{k}"
+        p = start_bg(r, train_args(data, d, ["--save-every", "1", "--epochs", "40", "--batch-size", "20"]))
+        ok = wait_lock(d, p.pid)
+        rc, _, err, hung = r.run(train_args(data, d, ["--save-every", "1"]))
+        why = None if ok else "the first run never took the lock"
+        why = why or judge(rc, err, hung, 1, f"PID {p.pid}")
+        p.wait()
+        if why is None and (p.returncode != 0 or not ckpt_loads(r, f"{d}/checkpoint.safetensors", data)[0]):
+            why = f"the first run ended with {p.returncode} or left a checkpoint that does not load"
+        r.record("outdir", f"two runs on one --out ({k + 1})", why is None, why or "", err)
+    # a --save-every 1 run read 300 times as it writes: every read is a complete checkpoint (2 of 833 were not)
+    d = f"{work}/reads"
+    p = start_bg(r, train_args(data, d, ["--save-every", "1", "--epochs", "40", "--batch-size", "20"]))
+    wait_lock(d, p.pid)
+    bad = reads = 0
+    while p.poll() is None and reads < 300:
+        if os.path.exists(f"{d}/checkpoint.safetensors"):
+            reads += 1
+            bad += not file_crc_ok(f"{d}/checkpoint.safetensors")
+    p.kill()
+    p.wait()
+    r.record("outdir", f"{reads} reads of a checkpoint being rewritten every step", bad == 0 and reads > 0,
+             f"{bad} incomplete" if bad or not reads else "")
+    # a new run killed in an earlier run's directory (3 timings): the earlier run's files are as they were
+    for k, delay in enumerate((0.05, 0.3, 1.0)):
+        d = f"{work}/pub{k}"
+        shutil.copytree(base_dir, d)
+        before = snapshot(d)
+        p = start_bg(r, train_args(data, d, ["--epochs", "200", "--batch-size", "20", "--seed", "7"]))
+        wait_lock(d, p.pid)
+        time.sleep(delay)
+        p.kill()
+        p.wait()
+        after = {n: b for n, b in snapshot(d).items() if not n.startswith(".")}
+        before = {n: b for n, b in before.items() if not n.startswith(".")}
+        why = None if after == before else "the earlier run's files changed"
+        r.record("outdir", f"a new run killed after {delay} s in an earlier run's directory", why is None, why or "")
+    # a checkpoint of another run resumed into a directory: refused (naming both runs), nothing changes
+    d = f"{work}/foreign"
+    shutil.copytree(base_dir, d)
+    other = f"{work}/other"
+    r.run(train_args(data, other, ["--max-steps", "2", "--seed", "9"]))
+    before = snapshot(d)
+    rc, _, err, hung = r.run(["train", "--resume", f"{other}/checkpoint.safetensors", "--data", data, "--out", d,
+                              "--epochs", "2", "--progress", "off", "--device", "cpu"])
+    why = judge(rc, err, hung, 2, "--resume: ")
+    if why is None and snapshot(d) != before:
+        why = "the directory changed"
+    r.record("outdir", "another run's checkpoint resumed into a directory", why is None, why or "", err)
+    # closed standard output
+    d = f"{work}/closed"
+    rc, _, err, hung = r.run(train_args(data, d, ["--max-steps", "2"]), preexec=lambda: os.close(1))
+    ok = rc == 0 and open(f"{d}/metrics.csv", "rb").read().startswith(b"step,epoch,loss")
+    r.record("outdir", "standard output closed", ok, "" if ok else f"exit {rc} or metrics.csv holds printed lines",
+             err)
+    # a 2 MB tmpfs: refused before training
+    if unshare_works():
+        d = f"{work}/tmpfs2m"
+        os.makedirs(d)
+        script = f'mount -t tmpfs -o size=2m tmpfs "{d}" && exec "$@"'
+        rc, out, err, hung = r.run(train_args(data, d), wrap=["unshare", "-rm", "sh", "-c", script, "sh"])
+        why = judge(rc, err, hung, 1, "MiB free")
+        if why is None and b"epoch 1/" in out:
+            why = "it trained first"
+        r.record("outdir", "--out on a 2 MB tmpfs", why is None, why or "", err)
+    else:
+        r.record("outdir", "--out on a 2 MB tmpfs", False, "skipped: unshare -rm does not work here")
+
+
+def run_stops(r, work, data, tries):
+    """Item 10: SIGINT / SIGTERM at random points; two signals; a stopped compare."""
+    rnd = random.Random(22)
+    for k in range(tries):
+        sig = (signal.SIGINT, signal.SIGTERM)[k % 2]
+        d = f"{work}/sig{k}"
+        p = start_bg(r, train_args(data, d, ["--epochs", "100", "--batch-size", "20", "--save-every", "7"]))
+        wait_lock(d, p.pid)
+        time.sleep(rnd.uniform(0.0, 1.5))
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=r.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        why = None
+        if p.returncode != 128 + sig:
+            why = f"exit {p.returncode}, expected {128 + sig}"
+        else:
+            try:
+                summary = json.load(open(f"{d}/summary.json"))
+                if not summary.get("interrupted") or summary["interrupted"]["signal"] != signal.Signals(sig).name:
+                    why = "summary.json is not marked interrupted"
+            except (OSError, ValueError, KeyError, TypeError):
+                why = "no summary.json"
+        if why is None:
+            rc, _, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", data, "--out", d,
+                                      "--max-steps", "2000", "--epochs", "101", "--progress", "off", "--device",
+                                      "cpu"])
+            if rc != 0 or hung:
+                why = f"resuming failed ({rc})"
+        r.record("stops", f"{signal.Signals(sig).name} after a random time ({k + 1})", why is None, why or "")
+    for k in range(2):
+        d = f"{work}/twice{k}"
+        p = start_bg(r, train_args(data, d, ["--epochs", "100", "--batch-size", "20", "--save-every", "5"]))
+        wait_lock(d, p.pid)
+        time.sleep(0.2 + 0.5 * k)
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        p.wait()
+        ck = f"{d}/checkpoint.safetensors"
+        why = None if p.returncode in (-signal.SIGINT, 130) else f"exit {p.returncode}"
+        if why is None and os.path.exists(ck) and not file_crc_ok(ck):
+            why = "the checkpoint left is incomplete"
+        r.record("stops", f"two SIGINTs ({k + 1})", why is None, why or "")
+    d = f"{work}/cmpstop"
+    r.run(["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--precisions", "fp32,bf16", "--out", d,
+           "--progress", "off", "--device", "cpu", "--telemetry", "0"])
+    p = start_bg(r, ["compare", "--data", data, "--epochs", "100", "--batch-size", "20", "--precisions", "fp32",
+                     "--out", d, "--progress", "off", "--device", "cpu", "--telemetry", "0"])
+    wait_lock(f"{d}/fp32", p.pid)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    p.wait()
+    stale = [n for n in ("report.md", "compare.json", "convergence.png", "bf16/metrics.csv", "bf16/checkpoint.safetensors")
+             if os.path.exists(f"{d}/{n}")]
+    why = f"exit {p.returncode}" if p.returncode != 143 else (f"stale: {', '.join(stale)}" if stale else None)
+    r.record("stops", "a stopped compare leaves no earlier job's results", why is None, why or "")
+
+
+def mpi_rank_pid(rank, out):
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if out.encode() in cmd and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return 0
+
+
+def run_hangs(r, work, data):
+    """Items 7-9: memory limits, a gnuplot that never returns, a stopped MPI rank."""
+    import resource
+
+    def limit(mib):
+        def pre():
+            resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+        return pre
+    for mib in (128, 192, 256):
+        for engine in ("default", "openblas"):
+            for threads in ("1", "2"):
+                for cmd in ("train", "compare"):
+                    env = {"OPENBLAS_NUM_THREADS": threads}
+                    if engine == "openblas":
+                        env["MPT_CPU_ENGINE"] = "openblas"
+                    d = f"{work}/mem{mib}{engine}{threads}{cmd}"
+                    args = train_args(data, d) if cmd == "train" else [
+                        "compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--precisions", "fp32,fp16",
+                        "--out", d, "--progress", "off", "--device", "cpu"]
+                    rc, _, err, hung = r.run(args, env=env, preexec=limit(mib))
+                    why = "hung (killed after the timeout)" if hung else None if rc in (0, 1) else f"exit {rc}"
+                    r.record("hangs", f"ulimit -v {mib} MiB, {cmd}, engine {engine}, {threads} thread(s)", why is None,
+                             why or "", err)
+    bindir = f"{work}/fakebin"
+    os.makedirs(bindir)
+    write(f"{bindir}/gnuplot", b"#!/bin/sh\nexec sleep 1000\n")
+    os.chmod(f"{bindir}/gnuplot", 0o755)
+    d = f"{work}/stuckplot"
+    t0 = time.monotonic()
+    rc, _, err, hung = r.run(["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
+                              "--precisions", "fp32", "--out", d, "--progress", "off", "--device", "cpu",
+                              "--telemetry", "0", "--plot-timeout", "3"],
+                             env={"PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
+    why = "hung" if hung else None if rc == 0 and b"--plot-timeout 3" in err else f"exit {rc}, or no word of the limit"
+    if why is None and not os.path.exists(f"{d}/convergence.gp"):
+        why = "the script is gone"
+    r.record("hangs", f"a gnuplot that never returns (compare ended in {time.monotonic() - t0:.0f} s)", why is None,
+             why or "", err)
+    if not shutil.which("mpirun"):
+        r.record("hangs", "a stopped MPI rank", False, "skipped: no mpirun")
+        return
+    for k in range(2):
+        d = f"{work}/mpistop{k}"
+        full = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", r.mptrain] + train_args(
+            data, d, ["--epochs", "200", "--batch-size", "20", "--data-parallel", "--comm-timeout", "4", "--threads",
+                      "1"])
+        t0 = time.monotonic()
+        p = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                             cwd=r.cwd)
+        pid1 = 0
+        end = time.monotonic() + 60
+        while not pid1 and time.monotonic() < end and p.poll() is None:
+            if os.path.exists(f"{d}/.mptrain.lock"):
+                pid1 = mpi_rank_pid(1, d)
+            time.sleep(0.05)
+        time.sleep(0.5 + k)
+        if pid1:
+            os.kill(pid1, signal.SIGSTOP)
+        try:
+            _, err = p.communicate(timeout=120)
+            hung = False
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, err = p.communicate()
+            hung = True
+        if pid1:
+            try:
+                os.kill(pid1, signal.SIGKILL)
+            except OSError:
+                pass
+        why = "rank 1 not found" if not pid1 else "hung" if hung else None if (
+            p.returncode != 0 and b"rank 1 did not arrive" in err) else f"exit {p.returncode}, rank 1 not named"
+        r.record("hangs", f"rank 1 stopped (SIGSTOP), --comm-timeout 4 ({k + 1}; ended in "
+                 f"{time.monotonic() - t0:.0f} s)", why is None, why or "", err[-400:])
+
+
+def run_messages(r, work, data):
+    """Items 11-15."""
+    d = f"{work}/cosine"
+    r.run(train_args(data, d, ["--lr-schedule", "cosine", "--warmup-steps", "2"]))
+    rc, _, err, hung = r.run(["eval", "--checkpoint", f"{d}/checkpoint.safetensors", "--data", data, "--device", "cpu"])
+    r.record("messages", "eval of a cosine run whose warmup outlasts its epochs", rc == 0 and not hung,
+             "" if rc == 0 else f"exit {rc}", err)
+    t = train_args(data, f"{work}/m12")
+    for flag, value, needle, extra in (("--beta1", "0.9999999999", "rounds to 1 in FP32", []),
+                                       ("--beta2", "0.99999999999", "rounds to 1 in FP32", []),
+                                       ("--warmup-steps", "1000000", "--warmup-steps 1000000: expected fewer",
+                                        ["--lr-schedule", "cosine"]),
+                                       ("--min-lr", "1", "--min-lr 1: expected at most --lr",
+                                        ["--lr-schedule", "cosine"])):
+        rc, _, err, hung = r.run(t + extra + [flag, value])
+        why = judge(rc, err, hung, 2, needle)
+        r.record("messages", f"{flag} {value}", why is None, why or "", err)
+    for name, arg in (("a 5001-character number", "0." + "0" * 4998 + "1"), ("a 5001-character word", "x" * 5001)):
+        rc, out, err, hung = r.run(["formats", arg])
+        first = (out or err).split(b"\n")[0]
+        why = "hung" if hung else None if len(first) < 200 else f"its first line has {len(first)} bytes"
+        r.record("messages", f"formats of {name}", why is None, why or "", err)
+    for lesson, param in (("overflow", "nosuch=1"), ("overflow", "sgd-lr=0.1"), ("noise", "scale=2")):
+        rc, _, err, hung = r.run(["lab", lesson, "--quick", "--param", param, "--data", data, "--out",
+                                  f"{work}/lab"])
+        why = judge(rc, err, hung, 2, param.split("=")[0])
+        r.record("messages", f"lab {lesson} --param {param}", why is None, why or "", err)
+    rc, out, err, hung = r.run(train_args(data, f"{work}/skip", ["--precision", "fp16", "--loss-scale",
+                                                               "static:16777216", "--batch-size", "16"]))
+    r.record("messages", "16 of 16 steps skipped: warned", rc == 0 and b"steps were skipped" in out,
+             "" if b"steps were skipped" in out else "no warning", err)
+    rc, out, err, hung = r.run(train_args(data, f"{work}/nan", ["--precision", "fp16", "--loss-scale", "none",
+                                                              "--nonfinite", "apply", "--lr", "10", "--batch-size",
+                                                              "16"]))
+    csv = open(f"{work}/nan/metrics.csv", "rb").read() if rc == 0 else b""
+    ok = rc == 0 and b"-nan" not in out and b"-nan" not in csv and b"loss nan" in out
+    r.record("messages", "a non-finite loss is printed nan, not -nan", ok, "" if ok else "-nan, or no nan loss", err)
+
+
 # ---- main ------------------------------------------------------------------------------------------------------
 
 
@@ -724,9 +1094,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.environ.get("MPT_BUILD_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
     ap.add_argument("--mptrain", default=os.path.join(root, "tools", "mptrain"))
-    ap.add_argument("--sets", default="datasets,checkpoints,writes,flags")
+    ap.add_argument("--sets", default="datasets,checkpoints,writes,flags,outdir,stops,hangs,messages")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
     ap.add_argument("--kills", type=int, default=30, help="kill -9 runs (default 30)")
+    ap.add_argument("--signals", type=int, default=20, help="SIGINT/SIGTERM runs of set stops (default 20)")
     ap.add_argument("--log", default="campaign.log", help="one line per case: set, case, verdict, why, message "
                     "(default campaign.log)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -754,9 +1125,17 @@ def main():
             run_writes(r, work, data, base, a.kills)
         if "flags" in sets:
             run_flags(r, data, f"{base}/checkpoint.safetensors")
+        if "outdir" in sets:
+            run_outdir(r, work, data, base)
+        if "stops" in sets:
+            run_stops(r, work, data, a.signals)
+        if "hangs" in sets:
+            run_hangs(r, work, data)
+        if "messages" in sets:
+            run_messages(r, work, data)
     total_other = 0
     print(f"{'set':<12} {'tried':>6} {'clean':>6} {'other':>6}")
-    for s in ("datasets", "checkpoints", "writes", "flags"):
+    for s in ("datasets", "checkpoints", "writes", "flags", "outdir", "stops", "hangs", "messages"):
         res = r.results.get(s, [])
         if not res:
             continue
