@@ -20,7 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 /* Bumped whenever mpt_cuda_module_api, mpt_backend or an argument struct of engine/backend.h changes. */
-#define MPT_CUDA_MODULE_ABI 5
+#define MPT_CUDA_MODULE_ABI 6
 #define MPT_CUDA_MODULE_ENTRY "mpt_cuda_module_get"
 
 /* Each member has the meaning of the function of the same name in engine/backend.h or

@@ -307,14 +307,14 @@ extern "C" int mpt_cuda_nccl_poll(mpt_backend *be, mpt_nccl_comm *c) {
 #ifdef MPT_HAVE_NCCL
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(c->comm, &async);
+    ncclResult_t r = nccl.CommGetAsyncError(c->comm, &async);
     if (r != ncclSuccess) {
         nccl_error(r, "ncclCommGetAsyncError");
         return -1;
     }
     if (async != ncclSuccess && async != ncclInProgress) {
         mpt_errorf(MPT_ERR_DEVICE, "NCCL communicator (rank %d of %d) reports an asynchronous error: %s (%s)", c->rank,
-                   c->nranks, ncclGetErrorString(async), ncclGetLastError(c->comm));
+                   c->nranks, nccl.GetErrorString(async), nccl.GetLastError(c->comm));
         return -1;
     }
     cudaError_t e = cudaStreamQuery(ctx->stream);
