@@ -12,7 +12,8 @@
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;
  *  - the text follows the numbers: given configurations where the effect is absent (a loss scale of 1, which
- *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32), the lessons say "Not observed";
+ *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32), the lessons say "Not observed",
+ *    and, being --quick runs, name the full command (with the run's --param's) to run before concluding;
  *  - usage: --list, an unknown lesson and a malformed --param exit as documented.
  */
 #include <errno.h>
@@ -117,6 +118,8 @@ START_TEST(test_all_lessons_quick) {
         snprintf(link, sizeof link, "[%s](%s/report.md)", names[i], names[i]);
         ck_assert_msg(strstr(index, link) && strstr(index, concl), "index.md lacks %s or its conclusion", names[i]);
         ck_assert_msg(strncmp(concl, "Observed", 8) == 0, "%s --quick does not show its effect: %s", names[i], concl);
+        ck_assert_msg(strstr(concl, "This was the --quick version") == NULL, "%s: the note of an unobserved effect "
+                      "in an observed one: %s", names[i], concl);
     }
     /* numbers in the text are the runs' own */
     char concl[2048], want[128], dir[700];
@@ -175,10 +178,19 @@ START_TEST(test_not_observed) {
     char concl[2048], concl1[2048];
     printed_conclusion("overflow", concl1, sizeof concl1);
     ck_assert_msg(strncmp(concl1, "Not observed", 12) == 0 && strstr(concl1, "skipped 0 of"), "%s", concl1);
+    /* a --quick run that did not show the effect says it was the smallest version and names the full command,
+     * with the run's --param's, in the printed line and in the report */
+    ck_assert_msg(strstr(concl1, "This was the --quick version (") &&
+                      strstr(concl1, "Run the full version, `mptrain lab overflow --param scale=1 --param batch=128` ("),
+                  "%s", concl1);
+    char rp[700];
+    snprintf(rp, sizeof rp, "%s/overflow/report.md", tmp_path("lab"));
+    ck_assert_msg(strstr(slurp(rp), concl1) != NULL, "the report's conclusion is not the printed one: %s", concl1);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
     ck_assert_msg(strncmp(concl, "Not observed", 12) == 0 && strstr(concl, "NVIDIA_TF32_OVERRIDE=0"), "%s", concl);
+    ck_assert_msg(strstr(concl, "Run the full version, `NVIDIA_TF32_OVERRIDE=0 mptrain lab tf32` ("), "%s", concl);
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", tmp_path("lab"));
     const char *index = slurp(p);

@@ -329,6 +329,8 @@ const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err
     return err;
 }
 
+static void size_text(char *b, size_t n, const mpt_lab_size *z);
+
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f) {
     *f = mpt_lab_open(c, "report.md");
     if (!*f) return MPT_ERR_IO;
@@ -346,7 +348,27 @@ mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f
     return MPT_OK;
 }
 
+/* A --quick run that did not show its effect says that it was the smallest version, why that may be the reason,
+ * and the full command (with this run's --param's and NVIDIA_TF32_OVERRIDE) and its size: appended to the
+ * conclusion, so the report, the printed line and index.md all carry it. */
+static void append_quick_note(mpt_lab_ctx *c, const mpt_lab_lesson *l) {
+    char cmd[1024], full[128], quick[128];
+    const char *tf32 = getenv("NVIDIA_TF32_OVERRIDE");
+    int k = snprintf(cmd, sizeof cmd, "%s%.16s%smptrain lab %s", tf32 ? "NVIDIA_TF32_OVERRIDE=" : "", tf32 ? tf32 : "",
+                     tf32 ? " " : "", l->name);
+    for (int i = 0; i < c->n_params && k > 0 && (size_t)k < sizeof cmd; i++)
+        k += snprintf(cmd + k, sizeof cmd - (size_t)k, " --param %s", c->params[i]);
+    size_text(full, sizeof full, &l->full);
+    size_text(quick, sizeof quick, &l->quick);
+    size_t n = strlen(c->conclusion);
+    snprintf(c->conclusion + n, sizeof c->conclusion - n,
+             "%sThis was the --quick version (%s), the lesson's smallest: an effect that builds up over training can "
+             "stay below the criterion in so few steps. Run the full version, `%s` (%s), before concluding that it "
+             "is absent.", n > 0 && c->conclusion[n - 1] != ' ' ? " " : "", quick, cmd, full);
+}
+
 mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f, const char *plot_error) {
+    if (c->quick && !c->observed) append_quick_note(c, l);
     fprintf(f, "\n## Conclusion\n\n%s\n\n", c->conclusion);
     if (plot_error) fprintf(f, "(No picture: %s.)\n", plot_error);
     else fprintf(f, "![%s](%s.png)\n", l->name, l->name);

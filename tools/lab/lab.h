@@ -10,8 +10,9 @@
  * its keys), which is also how the tests show the "not observed" branch.
  *
  * Sizes: each lesson names its own (mpt_lab_size): the full version, the convincing one, and the --quick version,
- * the smallest run on real data in which the lesson's effect was measured to show (or, where no small run can
- * show it, the lesson's quick_note says why and names the full command).
+ * the smallest run on real data in which the lesson's effect was measured to show. A --quick run that does not
+ * show it says so: mpt_lab_report_close appends to the conclusion that this was the smallest version, why that
+ * can hide an effect, and the full command with its size.
  *
  * Files: lab.c (the command, shared helpers, index.md), lesson_<name>.c (one lesson each), accum.c (the
  * accumulators of the lesson accumulation, also linked into tests/test_accum).
@@ -111,7 +112,8 @@ mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, m
 /* Opens <lesson dir>/report.md and writes its title, the claim and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);
 
-/* Writes the conclusion and the picture's link, and closes the report. */
+/* Writes the conclusion and the picture's link, and closes the report. In a --quick run whose effect was not
+ * observed, first appends to c->conclusion the note naming the full version's command and size. */
 mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f, const char *plot_error);
 
 /* Creates <lesson dir>/<file> for writing (a gnuplot script or its data). */

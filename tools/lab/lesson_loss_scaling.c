@@ -265,13 +265,14 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (seen_default)
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Observed: without loss scaling %.2f%% of `%s` would round to zero in FP16; at the scaler's S "
-                 "%.2f%% do%s; %s. %s", 100.0 * w1, where, 100.0 * ws, sub, runs, best_none);
+                 "%.2f%% do%s; %s.%s%s", 100.0 * w1, where, 100.0 * ws, sub, runs, *best_none ? " " : "", best_none);
     else if (seen_big)
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Barely at the default batch (at most %.3f%% of an activation gradient, `%s`, would flush to zero at "
                  "S = 1; %s). Observed with --batch-size %.0f, whose per-example gradients are smaller: %.2f%% of `%s` "
-                 "would flush at S = 1, %.3f%% do at the scaler's S%s. %s",
-                 100.0 * w1, where, runs, big_batch, 100.0 * b1, bwhere, 100.0 * bs, sub, best_none);
+                 "would flush at S = 1, %.3f%% do at the scaler's S%s.%s%s",
+                 100.0 * w1, where, runs, big_batch, 100.0 * b1, bwhere, 100.0 * bs, sub, *best_none ? " " : "",
+                 best_none);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Not observed: no activation gradient lost 1%% of its values to FP16 underflow at S = 1, neither at the "
