@@ -1,19 +1,25 @@
 /*
- * bench/gemm_bench.c - throughput of the CPU GEMM (kernels/cpu/gemm.c) in each math mode on the MLP's
- * shapes, against plain cblas_sgemm on the same shapes and a large square sgemm (the practical ceiling).
+ * bench/gemm_bench.c - throughput of the CPU GEMM (kernels/cpu/gemm.c) in each math mode and kernel set on the
+ * MLP's and LeNet-5's shapes, against the plain engines on the same shapes (OpenBLAS cblas_sgemm, oneDNN's f32 and
+ * bf16 matmul) and a large square product of each engine (the practical ceiling).
  *
  * Shapes: the 784-512-512-10 MLP at batch 128 (linear layer y = x W^T, W [out, in]):
  *   forward   y[B,out]  = x[B,in] * W^T          M=B,   N=out, K=in   (bias+ReLU epilogue, compute dtype out)
  *   dX        dx[B,in]  = dy[B,out] * W          M=B,   N=in,  K=out  (compute dtype out, beta=1)
  *   dW        dW[out,in] += dy^T * x             M=out, N=in,  K=B    (FP32 out, beta=1)
+ * and LeNet-5's per-image convolution GEMMs (kernels/cpu/conv.c: forward w[K,CRS] col[CRS,PQ], backward-data
+ * w^T dy_n, backward-filter dy_n col^T) and its 400-120 layer at batch 128.
  * GFLOP/s = 2*M*N*K / time, the median of 11 samples, each sample timing enough calls to last >= 20 ms.
- * The mpt_cpu_gemm figures include its operand conversion (TF32 rounding, F16/BF16 widening) and epilogue
- * passes; the sgemm column is the same shape on F32 data with no epilogue.
+ * Columns: sgemm = cblas_sgemm, dnnl f32 / dnnl bf16 = one oneDNN matmul primitive (f32, or bf16 operands with
+ * FP32 accumulation), F32 data and output, no epilogue; then mpt_cpu_gemm (the backend's GEMM, with its operand
+ * conversion (TF32 rounding, F16/BF16 widening) and epilogue passes) on the default engine: fp32 tf32 fp16 bf16
+ * (the emulation) and bf16n (the native kernel set).
  *
- * Usage: OPENBLAS_NUM_THREADS=1 build/bench/gemm_bench [--cpu-time]   (also try =2, and OPENBLAS_CORETYPE=SkylakeX)
+ * Usage: build/bench/gemm_bench [--threads N] [--cpu-time]     (threads: OpenBLAS's and oneDNN's, as mptrain
+ * --threads; default OPENBLAS_NUM_THREADS or all cores)
  * --cpu-time times with the calling thread's CPU clock instead of the wall clock: on a machine shared with
- * other jobs it leaves out the time the thread was not running. Meaningful only with one OpenBLAS thread
- * (the work of other threads is not counted).
+ * other jobs it leaves out the time the thread was not running. Meaningful only with one thread (the work of
+ * other threads is not counted).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -22,6 +28,7 @@
 #include <time.h>
 
 #include "engine/backend.h"
+#include "kernels/cpu/onednn.h"
 
 enum { SAMPLES = 11 };
 static const double MIN_SAMPLE_S = 0.02;
@@ -94,6 +101,22 @@ static void run_sgemm(void *p) {
                 s->kind == 0 ? 0.0f : 1.0f, c->C, (int)s->N);
 }
 
+typedef struct dnnl_ctx {
+    mpt_onednn_gemm g;
+    const void *A, *B;
+    float *C;
+    void *scratch;
+    size_t scratch_bytes;
+} dnnl_ctx;
+
+static void run_dnnl(void *p) {
+    dnnl_ctx *c = p;
+    mpt_onednn_gemm_run(&c->g, c->A, c->B, c->C, c->scratch, c->scratch_bytes);
+}
+
+/* GFLOP/s of one oneDNN matmul of dtype t on s (F32 out, beta 0 for forward, 1 otherwise); 0 without oneDNN. */
+static double dnnl_gflops(const shape *s, mpt_dtype t);
+
 typedef struct mpt_ctx {
     mpt_backend *be;
     mpt_gemm_args g;
@@ -121,31 +144,60 @@ static void *filled(mpt_dtype t, int64_t n, unsigned seed) {
     return p;
 }
 
+static double dnnl_gflops(const shape *s, mpt_dtype t) {
+    dnnl_ctx c = {{s->ta, s->tb, s->M, s->N, s->K, t, 1.0f, s->kind == 0 ? 0.0f : 1.0f}, NULL, NULL, NULL, NULL, 0};
+    if (!mpt_onednn_gemm_prepare(&c.g, &c.scratch_bytes)) return 0.0;
+    c.A = filled(t, s->M * s->K, 11);
+    c.B = filled(t, s->K * s->N, 12);
+    c.C = filled(MPT_DTYPE_F32, s->M * s->N, 13);
+    c.scratch = c.scratch_bytes ? aligned_alloc(64, (c.scratch_bytes + 63) & ~(size_t)63) : NULL;
+    double t_s = median_time(run_dnnl, &c);
+    free((void *)c.A);
+    free((void *)c.B);
+    free(c.C);
+    free(c.scratch);
+    return 2.0 * (double)s->M * (double)s->N * (double)s->K / t_s * 1e-9;
+}
+
 int main(int argc, char **argv) {
+    int threads = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cpu-time") == 0) {
             bench_clock = CLOCK_THREAD_CPUTIME_ID;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+            threads = atoi(argv[++i]);
         } else {
-            fprintf(stderr, "gemm_bench: unknown argument '%s' (expected --cpu-time)\n", argv[i]);
+            fprintf(stderr, "gemm_bench: unknown argument '%s' (expected --threads N or --cpu-time)\n", argv[i]);
             return 2;
         }
     }
+    threads = mpt_cpu_set_threads(threads);
     static const shape shapes[] = {
         {"fc1 forward", 128, 512, 784, 0, 1, 0}, {"fc2 forward", 128, 512, 512, 0, 1, 0},
         {"fc3 forward", 128, 10, 512, 0, 1, 0},  {"fc3 dX", 128, 512, 10, 0, 0, 1},
         {"fc2 dX", 128, 512, 512, 0, 0, 1},      {"fc3 dW", 10, 512, 128, 1, 0, 2},
         {"fc2 dW", 512, 512, 128, 1, 0, 2},      {"fc1 dW", 512, 784, 128, 1, 0, 2},
+        {"c1 forward", 6, 784, 25, 0, 0, 1},     {"c1 dW", 6, 25, 784, 0, 1, 2},
+        {"c2 forward", 16, 100, 150, 0, 0, 1},   {"c2 dX", 150, 100, 16, 1, 0, 2},
+        {"c2 dW", 16, 150, 100, 0, 1, 2},        {"l1 forward", 128, 120, 400, 0, 1, 0},
     };
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
-    mpt_backend *be = mpt_backend_cpu_create();
-    const char *nt = getenv("OPENBLAS_NUM_THREADS"), *ct = getenv("OPENBLAS_CORETYPE");
-    printf("OpenBLAS %s, core %s, %d thread(s) (OPENBLAS_NUM_THREADS=%s, OPENBLAS_CORETYPE=%s)\n",
-           openblas_get_config(), openblas_get_corename(), openblas_get_num_threads(), nt ? nt : "unset",
-           ct ? ct : "unset");
-    printf("GFLOP/s (%s), median of %d samples; load average at start %.2f\n\n",
+    mpt_backend *be = mpt_backend_cpu_create(), *native = NULL;
+    char why[256], engine[256];
+    if (mpt_cpu_native_available(why, sizeof why)) {
+        native = mpt_backend_cpu_create();
+        mpt_backend_cpu_set_kernels(native, MPT_CPU_KERNELS_NATIVE);
+    }
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    mpt_cpu_engine_describe(engine, sizeof engine);
+    printf("OpenBLAS %s, core %s, %d thread(s) (OPENBLAS_CORETYPE=%s)\n", openblas_get_config(),
+           openblas_get_corename(), openblas_get_num_threads(), ct ? ct : "unset");
+    printf("default engine: %s\n", engine);
+    if (!native) printf("native kernel set unavailable: %s\n", why);
+    printf("%d thread(s); GFLOP/s (%s), median of %d samples; load average at start %.2f\n\n", threads,
            bench_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time", SAMPLES, load_avg());
-    printf("%-12s %5s %5s %5s | %8s | %8s %8s %8s %8s\n", "shape", "M", "N", "K", "sgemm", "fp32", "tf32", "fp16",
-           "bf16");
+    printf("%-12s %5s %5s %5s | %8s %8s %8s | %8s %8s %8s %8s %8s\n", "shape", "M", "N", "K", "sgemm", "dnnl f32",
+           "dnnl bf16", "fp32", "tf32", "fp16", "bf16", "bf16n");
     for (int si = 0; si < nshapes; si++) {
         const shape *s = &shapes[si];
         const double flop = 2.0 * (double)s->M * (double)s->N * (double)s->K;
@@ -153,11 +205,16 @@ int main(int argc, char **argv) {
         float *C = filled(MPT_DTYPE_F32, s->M * s->N, 3), *bias = filled(MPT_DTYPE_F32, s->N, 4);
         sgemm_ctx sc = {s, A, B, C};
         double t_sgemm = median_time(run_sgemm, &sc);
-        printf("%-12s %5lld %5lld %5lld | %8.1f |", s->name, (long long)s->M, (long long)s->N, (long long)s->K,
-               flop / t_sgemm * 1e-9);
-        for (int m = 0; m < MPT_MATH_COUNT; m++) {
-            mpt_dtype od = operand_dtype((mpt_math)m);
-            mpt_ctx mc = {be, {0}};
+        printf("%-12s %5lld %5lld %5lld | %8.1f %8.1f %8.1f |", s->name, (long long)s->M, (long long)s->N,
+               (long long)s->K, flop / t_sgemm * 1e-9, dnnl_gflops(s, MPT_DTYPE_F32), dnnl_gflops(s, MPT_DTYPE_BF16));
+        for (int m = 0; m <= MPT_MATH_COUNT; m++) { /* the last: bf16 on the native kernel set */
+            const int nat = m == MPT_MATH_COUNT;
+            if (nat && !native) {
+                printf(" %8s", "-");
+                continue;
+            }
+            mpt_dtype od = operand_dtype(nat ? MPT_MATH_BF16 : (mpt_math)m);
+            mpt_ctx mc = {nat ? native : be, {0}};
             mpt_gemm_args *g = &mc.g;
             g->trans_a = s->ta;
             g->trans_b = s->tb;
@@ -174,9 +231,9 @@ int main(int argc, char **argv) {
             g->epilogue = s->kind == 0 ? MPT_EPILOGUE_RELU_BIAS : MPT_EPILOGUE_NONE;
             g->alpha = 1.0f;
             g->beta = s->kind == 0 ? 0.0f : 1.0f;
-            g->math = (mpt_math)m;
+            g->math = nat ? MPT_MATH_BF16 : (mpt_math)m;
             g->tag = s->name;
-            if (mpt_backend_reserve_workspace(be, be->gemm_workspace(be, g)) != MPT_OK) {
+            if (mpt_backend_reserve_workspace(mc.be, mc.be->gemm_workspace(mc.be, g)) != MPT_OK) {
                 fprintf(stderr, "gemm_bench: %s\n", mpt_last_error());
                 return 1;
             }
@@ -194,19 +251,21 @@ int main(int argc, char **argv) {
         free(C);
         free(bias);
     }
-    /* the practical ceiling: a large square sgemm */
+    /* the practical ceilings: a large square product on each engine */
     const int64_t n = 2048;
     shape big = {"square", n, n, n, 0, 0, 1};
     float *A = filled(MPT_DTYPE_F32, n * n, 1), *B = filled(MPT_DTYPE_F32, n * n, 2);
     float *C = filled(MPT_DTYPE_F32, n * n, 3);
     sgemm_ctx sc = {&big, A, B, C};
     double t = median_time(run_sgemm, &sc);
-    printf("%-12s %5lld %5lld %5lld | %8.1f |  (plain sgemm ceiling)\n", big.name, (long long)n, (long long)n,
-           (long long)n, 2.0 * (double)n * n * n / t * 1e-9);
+    printf("%-12s %5lld %5lld %5lld | %8.1f %8.1f %8.1f |  (ceilings: each engine on a large square product)\n",
+           big.name, (long long)n, (long long)n, (long long)n, 2.0 * (double)n * n * n / t * 1e-9,
+           dnnl_gflops(&big, MPT_DTYPE_F32), dnnl_gflops(&big, MPT_DTYPE_BF16));
     printf("load average at end %.2f\n", load_avg());
     free(A);
     free(B);
     free(C);
     mpt_backend_free(&be);
+    if (native) mpt_backend_free(&native);
     return 0;
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/run.sh - mptrain against PyTorch on the same models, data and settings (issue #6).
 #
-#   bench/run.sh cpu [options]   CPU: mptrain fp32/tf32/bf16/fp16 (emulated Tensor Core numerics) against
-#                                Debian's PyTorch 1.13 in fp32 and with torch.autocast('cpu', bfloat16)
+#   bench/run.sh cpu [options]   CPU: mptrain fp32/tf32/bf16/fp16 (emulated Tensor Core numerics) and bf16n (bf16
+#                                with --cpu-kernels native, where the CPU has BF16 units) against Debian's
+#                                PyTorch 1.13 in fp32 and with torch.autocast('cpu', bfloat16)
 #   bench/run.sh gpu [options]   GPU: mptrain --device cuda against PyTorch 2.x with CUDA in fp32, tf32,
 #                                bf16 autocast and fp16 autocast + GradScaler (needs an NVIDIA GPU)
 #
@@ -15,6 +16,7 @@
 #                       (a full run calibrates in two rounds on 7680 images, the order reversed in the second)
 #   --threads-mptrain N skip mptrain's thread calibration: always --threads N
 #   --threads-torch T/B skip PyTorch's: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B
+#                       (T/Bp: and OMP_WAIT_POLICY=passive)
 #   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs)
 #   --mptrain PATH      run this mptrain (a program or a wrapper script); configure and build nothing (bench/gpu.sh's
 #                       prebuilt binaries), so no gemm_bench in cpu mode
@@ -45,7 +47,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 DATA=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
 NINJA_JOBS=${NINJA_JOBS:-2}
 PACKAGES=(meson ninja-build pkg-config gcc check libsubunit-dev libopenblas-pthread-dev libopenblas-dev zlib1g-dev
-          libjansson-dev dataset-fashion-mnist python3-numpy time)
+          libjansson-dev libdnnl-dev dataset-fashion-mnist python3-numpy time)
 
 say() { printf '==> %s\n' "$*"; }
 die() { printf 'bench/run.sh: %s\n' "$*" >&2; exit 1; }
@@ -75,7 +77,7 @@ while [ $# -gt 0 ]; do
         --threads-mptrain) need_value "$@"; is_int "$1" "$2"; THREADS_MPT=$2; shift 2 ;;
         --threads-torch)
             need_value "$@"
-            [[ "$2" =~ ^[1-9][0-9]*/[1-9][0-9]*$ ]] || die "option '$1': expected T/B (e.g. 1/2), found '$2'"
+            [[ "$2" =~ ^[1-9][0-9]*/[1-9][0-9]*p?$ ]] || die "option '$1': expected T/B or T/Bp (e.g. 1/2, 2/2p), found '$2'"
             THREADS_TORCH=$2; shift 2 ;;
         --openblas-coretype) need_value "$@"; CORETYPE=$2; shift 2 ;;
         --mptrain) need_value "$@"; MPTRAIN=$2; shift 2 ;;
@@ -195,29 +197,33 @@ loadavg() { cut -d' ' -f1 /proc/loadavg; }
 # the difference over a run minus the run's own user + system time is what others took meanwhile.
 busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 
-# Environment and arguments of a thread setting. mptrain: "N" -> --threads N. PyTorch: "T/B" ->
-# torch.set_num_threads(T), OMP_NUM_THREADS=MKL_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B. GPU: "-".
+# Environment and arguments of a thread setting. mptrain: "N" -> --threads N (its GEMMs' OpenBLAS and oneDNN
+# threads; mptrain runs libgomp with OMP_WAIT_POLICY=passive unless told otherwise, tools/main.c). PyTorch: "T/B" ->
+# torch.set_num_threads(T), OMP_NUM_THREADS=MKL_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B, libgomp's default wait
+# policy; "T/Bp": the same with OMP_WAIT_POLICY=passive. GPU: "-".
 setting_env() {
     local impl=$1 s=$2
     if [ "$s" = - ]; then return; fi
     if [ "$impl" = mptrain ]; then
         echo "OPENBLAS_NUM_THREADS=$s"
     else
-        echo "OMP_NUM_THREADS=${s%/*} MKL_NUM_THREADS=${s%/*} OPENBLAS_NUM_THREADS=${s#*/}"
+        local p=${s%p}
+        echo "OMP_NUM_THREADS=${p%/*} MKL_NUM_THREADS=${p%/*} OPENBLAS_NUM_THREADS=${p#*/}$([ "$p" != "$s" ] && echo ' OMP_WAIT_POLICY=passive')"
     fi
 }
 setting_args() {
     local impl=$1 s=$2
     if [ "$s" = - ]; then return; fi
-    if [ "$impl" = mptrain ]; then echo "--threads $s"; else echo "--threads ${s%/*}"; fi
+    if [ "$impl" = mptrain ]; then echo "--threads $s"; else local p=${s%p}; echo "--threads ${p%/*}"; fi
 }
 setting_text() {
     local impl=$1 s=$2
     if [ "$s" = - ]; then echo "device $DEVICE"; return; fi
     if [ "$impl" = mptrain ]; then
-        echo "--threads $s (OpenBLAS threads)"
+        echo "--threads $s (OpenBLAS and oneDNN threads)"
     else
-        echo "torch.set_num_threads(${s%/*}), OMP_NUM_THREADS=${s%/*}, OPENBLAS_NUM_THREADS=${s#*/}"
+        local p=${s%p}
+        echo "torch.set_num_threads(${p%/*}), OMP_NUM_THREADS=${p%/*}, OPENBLAS_NUM_THREADS=${p#*/}$([ "$p" != "$s" ] && echo ', OMP_WAIT_POLICY=passive')"
     fi
 }
 
@@ -232,8 +238,11 @@ run_one() {
     read -r -a env_args <<<"$(setting_env "$impl" "$setting")"
     read -r -a args <<<"$(setting_args "$impl" "$setting")"
     if [ "$impl" = mptrain ]; then
+        local kernels=()
+        if [ "$prec" = bf16n ]; then prec=bf16 kernels=(--cpu-kernels native); fi # bf16 on the CPU's BF16 units
         cmd=("$MPTRAIN" train --model "$model" --precision "$prec" --epochs "$epochs" --device "$DEVICE"
-             --seed "$seed" --data "$DATA" --out "$dir" --progress off "${args[@]}")
+             --seed "$seed" --data "$DATA" --out "$dir" --progress off "${kernels[@]}" "${args[@]}")
+        [ "${kernels[*]}" ] && prec=bf16n
         if [ "$limit" != 0 ]; then cmd+=(--limit-train "$limit"); fi
         if [ "$limit_test" != 0 ]; then cmd+=(--limit-test "$limit_test"); fi
     else
@@ -300,12 +309,16 @@ except Exception:
 EOF
 }
 
-# The configurations of this mode, in the order one repeat runs them (mptrain and PyTorch alternating).
+# The configurations of this mode, in the order one repeat runs them (mptrain and PyTorch alternating). bf16n:
+# mptrain bf16 with --cpu-kernels native, where this CPU and build have it (mptrain info says).
+NATIVE=0
+if [ "$MODE" = cpu ] && "$MPTRAIN" info | grep -Eq '^  native +available'; then NATIVE=1; fi
 CONFIGS=()
 for m in "${MODEL_LIST[@]}"; do
     if [ "$MODE" = cpu ]; then
         CONFIGS+=("mptrain $m fp32" "pytorch $m fp32" "mptrain $m bf16" "pytorch $m bf16" "mptrain $m tf32"
                   "mptrain $m fp16")
+        [ "$NATIVE" = 1 ] && CONFIGS+=("mptrain $m bf16n")
     else
         CONFIGS+=("mptrain $m fp32" "pytorch $m fp32" "mptrain $m tf32" "pytorch $m tf32" "mptrain $m bf16"
                   "pytorch $m bf16" "mptrain $m fp16" "pytorch $m fp16")
@@ -322,6 +335,8 @@ say "results in $OUT"
     free -h | sed -n '1,2p'
     printf 'gcc: %s\n' "$(gcc --version | head -n 1)"
     printf 'OpenBLAS: %s\n' "$(dpkg-query -W -f='${Package} ${Version}' libopenblas0-pthread 2>/dev/null || echo '?'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+    printf 'oneDNN: %s\n' "$(dpkg-query -W -f='${Package} ${Version}' libdnnl2 2>/dev/null || echo '?')"
+    "$MPTRAIN" info | sed -n '/^CPU kernels/,/^  native/p' | sed 's/^/mptrain info: /' 
     "$PYTHON" -c 'import sys, torch, numpy; print("python %s, torch %s, numpy %s, torch default threads %d" % (sys.version.split()[0], torch.__version__, numpy.__version__, torch.get_num_threads()))'
     if [ -n "$GEMM_BENCH" ]; then
         printf 'mptrain: %s, %s build\n' "$("$MPTRAIN" --version)" "$(meson introspect "$BUILD_DIR" --buildoptions | "$PYTHON" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])')"
@@ -349,8 +364,8 @@ if [ "$MODE" = cpu ] && [ -n "$GEMM_BENCH" ]; then
     gemm_threads=(1 2)
     [ "$QUICK" = 1 ] && gemm_threads=(1)
     for t in "${gemm_threads[@]}"; do
-        say "gemm_bench, OPENBLAS_NUM_THREADS=$t"
-        OPENBLAS_NUM_THREADS=$t "$GEMM_BENCH" >"$OUT/gemm/OPENBLAS_NUM_THREADS=$t.txt" 2>&1 ||
+        say "gemm_bench --threads $t"
+        "$GEMM_BENCH" --threads "$t" >"$OUT/gemm/threads=$t.txt" 2>&1 ||
             { echo "gemm_bench failed" >&2; FAILED=$((FAILED + 1)); }
     done
 fi
@@ -373,7 +388,7 @@ for round in $(seq 1 "$CAL_ROUNDS"); do
     for c in "${CONFIGS[@]}"; do
         [ -n "${CHOSEN[$c]:-}" ] && continue
         read -r impl model prec <<<"$c"
-        if [ "$impl" = mptrain ]; then cands=(1 2); else cands=(1/1 1/2 2/2); fi
+        if [ "$impl" = mptrain ]; then cands=(1 2); else cands=(1/1 1/2 2/2 2/2p); fi
         [ $((round % 2)) = 0 ] && cands=($(printf '%s\n' "${cands[@]}" | tac))
         for s in "${cands[@]}"; do
             say "calibration $round/$CAL_ROUNDS: $impl $model $prec, $(setting_text "$impl" "$s")"
@@ -388,7 +403,7 @@ done
 for c in "${CONFIGS[@]}"; do
     [ -n "${CHOSEN[$c]:-}" ] && continue
     read -r impl model prec <<<"$c"
-    if [ "$impl" = mptrain ]; then cands=(1 2); else cands=(1/1 1/2 2/2); fi
+    if [ "$impl" = mptrain ]; then cands=(1 2); else cands=(1/1 1/2 2/2 2/2p); fi
     best= bs=inf
     for s in "${cands[@]}"; do
         sc=${SCORE["$c|$s"]}

@@ -25,7 +25,8 @@ import re
 import statistics
 import sys
 
-PRECISIONS = ["fp32", "tf32", "bf16", "fp16"]
+# bf16n: mptrain's bf16 with --cpu-kernels native (the CPU's BF16 units); the others emulate Tensor Core numerics
+PRECISIONS = ["fp32", "tf32", "bf16", "fp16", "bf16n"]
 
 
 def read(path, default=""):
@@ -65,7 +66,7 @@ def load_run(d, mode):
     rss_kib, wall, cpu = parse_time_v(read(os.path.join(d, "time.txt")))
     busy = meta.get("machine_busy_s")
     others = max(0.0, busy - cpu) if busy is not None else None
-    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False, others_cpu_s=others)
+    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False, others_cpu_s=others, cpu_s=cpu)
     if meta.get("rc") != 0:
         return r
     if meta["impl"] == "mptrain":
@@ -129,7 +130,8 @@ def aggregate(runs):
             "sps": med([r["sps"] for r in ok]), "acc": med([r["acc"] for r in ok]),
             "accmin": min([r["acc"] for r in ok], default=None), "accmax": max([r["acc"] for r in ok], default=None),
             "loss": med([r["loss"] for r in ok]), "rss": med([r["rss_kib"] for r in ok]),
-            "dev_mem": med([r["dev_mem"] for r in ok]),
+            "dev_mem": med([r["dev_mem"] for r in ok]), "cpu": med([r["cpu_s"] for r in ok]),
+            "wall": med([r["wall_s"] for r in ok]),
             "settings": sorted({r.get("settings", "") for r in rs}),
         }
     return agg
@@ -138,6 +140,8 @@ def aggregate(runs):
 def accuracy_baseline(mode, prec):
     """The PyTorch precision whose accuracy an mptrain precision should match: the same one, or on the CPU
     (no TF32, no FP16 autocast there) fp32, the reference numerics."""
+    if prec == "bf16n":
+        return "bf16"
     return prec if mode == "gpu" or prec in ("fp32", "bf16") else "fp32"
 
 
@@ -147,7 +151,7 @@ def baselines(mode, prec):
     if mode == "gpu":
         same = prec
     else:
-        same = {"fp32": "fp32", "tf32": "fp32", "bf16": "bf16", "fp16": "bf16"}[prec]
+        same = {"fp32": "fp32", "tf32": "fp32", "bf16": "bf16", "fp16": "bf16", "bf16n": "bf16"}[prec]
     return [same] if same == "fp32" else [same, "fp32"]
 
 
@@ -202,9 +206,11 @@ def report(d, mode, raw):
           "median.\n")
     mem_col = "device memory (MiB)" if mode == "gpu" else "mptrain accounted memory (MiB)"
     host_col = " host s/epoch |" if mode == "gpu" else ""
+    w("`CPU s / wall s`: the whole process (start-up, data loading, every epoch and the evaluations), user + system "
+      "time of all its threads against its wall time, medians over repeats.\n")
     w(f"| model | impl | precision | s/epoch [min-max] |{host_col} fastest epoch (s) | samples/s | test acc [min-max] | "
-      f"test loss | peak RSS (MiB) | {mem_col} | runs |")
-    w("|---|---|---|---:|" + ("---:|" if mode == "gpu" else "") + "---:|---:|---:|---:|---:|---:|---:|")
+      f"test loss | peak RSS (MiB) | {mem_col} | CPU s / wall s | runs |")
+    w("|---|---|---|---:|" + ("---:|" if mode == "gpu" else "") + "---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
         for impl in ("mptrain", "pytorch"):
             for p in PRECISIONS:
@@ -221,8 +227,9 @@ def report(d, mode, raw):
                 hc = f" {fmt(a['t_host'], '.4f')} |" if mode == "gpu" else ""
                 if mode == "gpu":
                     rng = f"{fmt(a['t'], '.4f')} [{fmt(a['tmin'], '.4f')}-{fmt(a['tmax'], '.4f')}]"
+                cw = f"{fmt(a['cpu'], '.1f')} / {fmt(a['wall'], '.1f')}"
                 w(f"| {m} | {impl} | {p} | {rng} |{hc} {fmt(a['best'], '.4f' if mode == 'gpu' else '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
-                  f"{rss} | {dm} | {runs_s} |")
+                  f"{rss} | {dm} | {cw} | {runs_s} |")
     w("")
     w("### Ratios mptrain / PyTorch\n")
     w("Time ratio < 1 and samples/s ratio > 1 mean mptrain is faster; accuracy difference in percentage points "
@@ -246,27 +253,43 @@ def report(d, mode, raw):
                   f"{fmt(ratio(a['rss'], b['rss']), '.3f')} |")
     w("")
     if mode == "cpu":
-        w("### Targets (issue #6; benchmarks, not tests)\n")
-        w("| target | measured | met |")
-        w("|---|---|:---:|")
-
         def t(impl, m, p):
             a = agg.get((impl, m, p))
             return a["t"] if a else None
 
+        w("### mptrain's precisions against its own fp32\n")
+        w("Time per epoch of each mptrain precision / mptrain fp32 (medians): the cost of the emulation's operand "
+          "conversions (tf32, fp16, bf16) and the gain of the BF16 units (bf16n).\n")
+        w("| model | precision | time/epoch ratio to mptrain fp32 |")
+        w("|---|---|---:|")
+        for m in models:
+            for p in PRECISIONS[1:]:
+                r = ratio(t("mptrain", m, p), t("mptrain", m, "fp32"))
+                if r is not None:
+                    w(f"| {m} | {p} | {r:.3f} |")
+        w("")
+        w("### Targets (issue #25; benchmarks, not tests)\n")
+        w("| target | measured | met |")
+        w("|---|---|:---:|")
+
         def target(text, got, ok):
             w(f"| {text} | {got} | {'n/a' if ok is None else ('yes' if ok else '**no**')} |")
 
-        r = ratio(t("mptrain", "mlp", "fp32"), t("pytorch", "mlp", "fp32"))
-        target("mlp fp32: time/epoch <= 0.5 x PyTorch fp32", f"{fmt(r, '.3f')} x", None if r is None else r <= 0.5)
-        for p in ("bf16", "fp16"):
-            r = ratio(t("mptrain", "mlp", p), t("pytorch", "mlp", "bf16"))
-            target(f"mlp {p}: faster than PyTorch bf16 autocast", f"{fmt(r, '.3f')} x",
-                   None if r is None else r < 1.0)
-        for p in PRECISIONS:
-            r = ratio(t("mptrain", "lenet5", p), t("pytorch", "lenet5", "fp32"))
-            if r is not None:
-                target(f"lenet5 {p}: faster than PyTorch fp32", f"{fmt(r, '.3f')} x", r < 1.0)
+        for m in ("mlp", "lenet5"):
+            r = ratio(t("mptrain", m, "fp32"), t("pytorch", m, "fp32"))
+            target(f"{m} fp32 (emulate): time/epoch <= 0.4 x PyTorch fp32", f"{fmt(r, '.3f')} x",
+                   None if r is None else r <= 0.4)
+        r = ratio(t("mptrain", "mlp", "bf16n"), t("mptrain", "mlp", "fp32"))
+        target("mlp bf16 --cpu-kernels native: time/epoch <= 0.6 x mptrain fp32", f"{fmt(r, '.3f')} x",
+               None if r is None else r <= 0.6)
+        r = ratio(t("mptrain", "mlp", "bf16n"), t("pytorch", "mlp", "bf16"))
+        target("mlp bf16 --cpu-kernels native: time/epoch <= 0.5 x PyTorch bf16 autocast", f"{fmt(r, '.3f')} x",
+               None if r is None else r <= 0.5)
+        for m in models:
+            for p in ("tf32", "fp16", "bf16"):
+                r = ratio(t("mptrain", m, p), t("mptrain", m, "fp32"))
+                if r is not None:
+                    target(f"{m} {p} (emulated): time/epoch <= 1.2 x mptrain fp32", f"{r:.3f} x", r <= 1.2)
         for m in models:
             for p in PRECISIONS:
                 a = agg.get(("mptrain", m, p))

@@ -20,10 +20,19 @@
  *    (2^-127 * 2^100 = 2^-27 in emulate, 0 in native), and an FP32-denormal result is flushed (2^-70 * 2^-70 = 2^-140
  *    in emulate, 0 in native) (Intel SDM, VDPBF16PS: DAZ on inputs, FTZ on results, MXCSR ignored).
  * 5. Choosing the kernel set: native is refused with a reason where unavailable, and after a graph was built.
+ * 6. The element-wise passes split over threads (kernels/cpu/parallel.h) give the same bits on 1 and 2 threads: the
+ *    fused optimizer step (Adam on FP32 masters with BF16 working copies; SGD with momentum on BF16 weights with
+ *    stochastic rounding), unscale + found_inf, ReLU forward and backward, the batch gather, and an emulated bf16
+ *    GEMM's operand conversion and fused epilogues (the GEMM itself on one OpenBLAS thread, so that only the
+ *    element-wise parts see the second thread). Sizes above the one-thread threshold (MPT_PAR_MIN).
  */
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "engine/backend.h"
 #include "engine/graph.h"
@@ -31,6 +40,7 @@
 #include "harness.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
 #include "models/models.h"
 #include "mpt_config.h"
 
@@ -491,6 +501,149 @@ START_TEST(test_set_kernels_rules) {
 }
 END_TEST
 
+/* The outputs of every element-wise pass on `threads` OpenMP threads, concatenated into one buffer (*len bytes). */
+static unsigned char *elementwise_outputs(int threads, size_t *len) {
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    openblas_set_num_threads(1);
+    mpt_backend *be = backend_with(MPT_CPU_KERNELS_EMULATE, MPT_CPU_ENGINE_OPENBLAS);
+    tests_rng r = {0x2506};
+    enum { NP = 3, B = 128, D = 784 };
+    const int64_t sizes[NP] = {401408, 262144, 5130};
+    int64_t total = 0;
+    for (int i = 0; i < NP; i++) total += sizes[i];
+    /* outputs: masters, m, v (FP32), working (BF16); again for SGD (working BF16, momentum FP32); unscaled grads */
+    size_t cap = (size_t)total * (4 * 3 + 2 + 2 + 4 + 4) + (size_t)B * D * 4 * 3 + (1 << 22);
+    unsigned char *out = calloc(cap, 1), *o = out;
+    ck_assert_ptr_nonnull(out);
+#define TAKE(ptr, bytes)                                                                                              \
+    do {                                                                                                              \
+        ck_assert((size_t)(o - out) + (bytes) <= cap);                                                                \
+        memcpy(o, (ptr), (bytes));                                                                                    \
+        o += (bytes);                                                                                                 \
+    } while (0)
+    mpt_param_slot slots[NP];
+    float *bufs[NP][4];
+    uint16_t *work[NP];
+    for (int i = 0; i < NP; i++) {
+        for (int k = 0; k < 4; k++) {
+            bufs[i][k] = malloc((size_t)sizes[i] * 4);
+            for (int64_t e = 0; e < sizes[i]; e++) bufs[i][k][e] = (float)tests_uniform(&r, k == 3 ? 0.0 : -1.0, 1.0);
+        }
+        work[i] = malloc((size_t)sizes[i] * 2);
+        slots[i] = (mpt_param_slot){.master = bufs[i][0], .grad = bufs[i][1], .m = bufs[i][2], .v = bufs[i][3],
+                                    .working = work[i], .working_dtype = MPT_DTYPE_BF16, .n = sizes[i]};
+    }
+    bufs[1][1][777] = INFINITY; /* unscale: found_inf from the middle of a parameter */
+    mpt_scaler_state st = {.scale = 256.0f, .inv_scale = 1.0f / 256.0f, .grad_mul = 1.0f};
+    be->unscale_check_multi(be, slots, NP, total, &st);
+    EXPECT(st.found_inf == 1.0f, "%d thread(s): unscale missed the inf", threads);
+    bufs[1][1][777] = 0.5f;
+    const float zero = 0.0f, lr = 1e-3f;
+    const int32_t step = 3;
+    const int64_t iteration = 2;
+    mpt_optim_multi_args oa = {.h = {.kind = MPT_OPTIM_ADAM, .lr = lr, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
+                               .slots = slots, .count = NP, .numel = total, .state_dtype = MPT_DTYPE_F32,
+                               .found_inf = &zero, .step = &step, .lr = &lr, .iteration = &iteration};
+    be->optim_step_multi(be, &oa);
+    for (int i = 0; i < NP; i++) {
+        for (int k = 0; k < 4; k++) TAKE(bufs[i][k], (size_t)sizes[i] * 4);
+        TAKE(work[i], (size_t)sizes[i] * 2);
+        slots[i].master = NULL; /* SGD with momentum on the BF16 weights, stochastic rounding */
+        slots[i].v = NULL;
+    }
+    oa.h = (mpt_optim_hparams){.kind = MPT_OPTIM_SGD, .lr = 0.05f, .momentum = 0.9f};
+    oa.stochastic = 1;
+    oa.sr_seed = 11;
+    be->optim_step_multi(be, &oa);
+    for (int i = 0; i < NP; i++) {
+        TAKE(work[i], (size_t)sizes[i] * 2);
+        TAKE(bufs[i][2], (size_t)sizes[i] * 4);
+    }
+    /* ReLU forward and backward, F32 and BF16 */
+    const int64_t n = 3 * MPT_PAR_MIN + 5;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *dx = malloc((size_t)n * 4);
+    for (int64_t e = 0; e < n; e++) x[e] = (float)tests_uniform(&r, -1.0, 1.0);
+    be->relu_forward(be, y, x, MPT_DTYPE_F32, n);
+    be->relu_backward(be, dx, x, y, MPT_DTYPE_F32, n, 0);
+    TAKE(y, (size_t)n * 4);
+    TAKE(dx, (size_t)n * 4);
+    be->cast(be, x, MPT_DTYPE_BF16, y, MPT_DTYPE_F32, n);
+    be->relu_forward(be, dx, x, MPT_DTYPE_BF16, n);
+    be->relu_backward(be, y, x, dx, MPT_DTYPE_BF16, n, 1);
+    TAKE(dx, (size_t)n * 2);
+    TAKE(y, (size_t)n * 2);
+    /* the batch gather */
+    uint8_t *images = malloc((size_t)B * D), labels8[B];
+    int32_t idx[B], lab[B];
+    for (int i = 0; i < B * D; i++) images[i] = (uint8_t)tests_int(&r, 0, 255);
+    for (int i = 0; i < B; i++) {
+        labels8[i] = (uint8_t)(i % 10);
+        idx[i] = i == B - 1 ? -1 : (int32_t)((i * 37) % B);
+    }
+    be->gather_batch(be, x, MPT_DTYPE_F32, lab, images, labels8, idx, B, D, 0.25f, 2.0f);
+    TAKE(x, (size_t)B * D * 4);
+    /* an emulated bf16 GEMM with the fused ReLU epilogues: forward with the mask, then the data gradient through it */
+    const shape fc = {"fc2", 0, 1, 128, 512, 512};
+    uint16_t *A = fill(&r, MPT_DTYPE_BF16, fc.M * fc.K), *W = fill(&r, MPT_DTYPE_BF16, fc.N * fc.K);
+    uint16_t *bias = fill(&r, MPT_DTYPE_BF16, fc.N), *C = malloc((size_t)(fc.M * fc.N) * 2);
+    uint8_t *aux = calloc(mpt_relu_aux_bytes(fc.M, fc.N), 1);
+    float *bg = malloc((size_t)fc.N * 4);
+    mpt_gemm_args g = gemm_of(&fc, MPT_MATH_BF16, A, W, C, MPT_DTYPE_BF16);
+    g.bias = bias;
+    g.bias_dtype = MPT_DTYPE_BF16;
+    g.aux = aux;
+    g.epilogue = MPT_EPILOGUE_RELU_AUX_BIAS;
+    run_gemm(be, &g);
+    TAKE(C, (size_t)(fc.M * fc.N) * 2);
+    TAKE(aux, mpt_relu_aux_bytes(fc.M, fc.N));
+    const shape dg = {"fc3 dgrad", 0, 0, 128, 512, 512};
+    g = gemm_of(&dg, MPT_MATH_BF16, A, W, C, MPT_DTYPE_BF16);
+    g.aux = aux;
+    g.bias_grad = bg;
+    g.epilogue = MPT_EPILOGUE_DRELU_BGRAD;
+    run_gemm(be, &g);
+    TAKE(C, (size_t)(fc.M * fc.N) * 2);
+    TAKE(bg, (size_t)fc.N * 4);
+#undef TAKE
+    for (int i = 0; i < NP; i++) {
+        for (int k = 0; k < 4; k++) free(bufs[i][k]);
+        free(work[i]);
+    }
+    free(x);
+    free(y);
+    free(dx);
+    free(images);
+    free(A);
+    free(W);
+    free(bias);
+    free(C);
+    free(aux);
+    free(bg);
+    mpt_backend_free(&be);
+    *len = (size_t)(o - out);
+    return out;
+}
+
+START_TEST(test_elementwise_same_bits_any_threads) {
+    size_t l1 = 0, l2 = 0;
+    unsigned char *one = elementwise_outputs(1, &l1), *two = elementwise_outputs(2, &l2);
+    ck_assert_uint_eq(l1, l2);
+    size_t first = l1;
+    for (size_t i = 0; i < l1 && first == l1; i++)
+        if (one[i] != two[i]) first = i;
+    EXPECT(first == l1, "the element-wise passes on 2 threads differ from 1 thread at byte %zu of %zu", first, l1);
+#ifndef _OPENMP
+    printf("test_elementwise_same_bits_any_threads: this build has no OpenMP: every pass runs on one thread\n");
+#endif
+    free(one);
+    free(two);
+}
+END_TEST
+
 static Suite *cpu_kernels_suite(void) {
     Suite *s = suite_create("cpu_kernels");
     TCase *tc = tcase_create("core");
@@ -503,6 +656,7 @@ static Suite *cpu_kernels_suite(void) {
     tcase_add_test(tc, test_native_within_bound_of_emulate_conv);
     tcase_add_test(tc, test_native_subnormal_numerics);
     tcase_add_test(tc, test_set_kernels_rules);
+    tcase_add_test(tc, test_elementwise_same_bits_any_threads);
     suite_add_tcase(s, tc);
     return s;
 }

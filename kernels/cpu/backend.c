@@ -12,6 +12,10 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static void *cpu_alloc(mpt_backend *be, size_t bytes) {
     (void)be;
@@ -95,6 +99,9 @@ int mpt_cpu_set_threads(int n) {
     if (n > 0) openblas_set_num_threads(n);
     const int t = openblas_get_num_threads();
     mpt_onednn_set_threads(t); /* one count for both engines: it is what a checkpoint records */
+#ifdef _OPENMP
+    omp_set_num_threads(t); /* the element-wise passes (kernels/cpu/parallel.h) */
+#endif
     return t;
 }
 

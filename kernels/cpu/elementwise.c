@@ -21,6 +21,7 @@
 #include "engine/rng.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
 
 enum { EW_CHUNK = 512 };
 
@@ -194,6 +195,7 @@ void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dty
     if (dtype == MPT_DTYPE_F32) {
         const float *xs = x;
         float *ys = y;
+        MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
         for (int64_t i = 0; i < n; i++) ys[i] = mpt_elem_relu(xs[i]);
         return;
     }
@@ -202,6 +204,7 @@ void mpt_cpu_relu_forward(mpt_backend *be, void *y, const void *x, mpt_dtype dty
     const uint16_t top = dtype == MPT_DTYPE_F16 ? 0x7c00u : 0x7f80u;
     const uint16_t *xs = x;
     uint16_t *ys = y;
+    MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
     for (int64_t i = 0; i < n; i++) ys[i] = (uint16_t)(xs[i] - 1u) < top ? xs[i] : 0;
 }
 
@@ -212,14 +215,20 @@ void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void
     if (dtype == MPT_DTYPE_F32) {
         float *d = dx;
         const float *g = dy, *ys = y;
-        if (accumulate)
+        if (accumulate) {
+            MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
             for (int64_t i = 0; i < n; i++) d[i] = d[i] + mpt_elem_relu_grad(g[i], ys[i]);
-        else
+        } else {
+            MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
             for (int64_t i = 0; i < n; i++) d[i] = mpt_elem_relu_grad(g[i], ys[i]);
+        }
         return;
     }
-    float g[EW_CHUNK], yv[EW_CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
+    const int64_t chunks = (n + EW_CHUNK - 1) / EW_CHUNK;
+    MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        float g[EW_CHUNK], yv[EW_CHUNK];
+        const int64_t i0 = c * EW_CHUNK;
         int64_t m = n - i0 < EW_CHUNK ? n - i0 : EW_CHUNK;
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
         mpt_cpu_widen(yv, ew_at(y, dtype, i0), dtype, m);
@@ -620,6 +629,7 @@ void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *
         lut[v] = ((float)v / 255.0f - mean) * inv_std;
         lut16[v] = x_dtype == MPT_DTYPE_F16 ? mpt_f32_to_f16(lut[v]) : mpt_f32_to_bf16(lut[v]);
     }
+    MPT_OMP(omp parallel for schedule(static) if ((int64_t)B * D >= MPT_PAR_MIN))
     for (int b = 0; b < B; b++) {
         if (idx[b] < 0) { /* padding row of the last partial batch: zeros, label -1 (ignored by the loss) */
             memset((char *)x + (size_t)b * (size_t)D * mpt_dtype_size(x_dtype), 0, (size_t)D * mpt_dtype_size(x_dtype));

@@ -57,14 +57,17 @@
  *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE][oneDNN's scratchpad, if oneDNN runs it]
  */
 #include <cblas.h>
+#include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
+#include "kernels/cpu/parallel.h"
 
-enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512 };
+enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512, GEMM_CONVERT_CHUNK = 16384 };
 
 static size_t gemm_pad(size_t bytes) { return (bytes + GEMM_ALIGN - 1) & ~(size_t)(GEMM_ALIGN - 1); }
 
@@ -86,15 +89,18 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     gemm_plan p = {0};
     const int native = gemm_native(x, a);
     p.convert_ops = a->math != MPT_MATH_FP32 && !native;
-    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || a->epilogue != MPT_EPILOGUE_NONE;
+    /* an FP32 tile when C is 16-bit, or when an epilogue must read the old C (beta != 0); an F32 C with an epilogue
+     * and beta 0 holds acc itself and the epilogue runs in place */
+    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || (a->epilogue != MPT_EPILOGUE_NONE && a->beta != 0.0f);
+    const int in_place = a->c_dtype == MPT_DTYPE_F32 && a->epilogue != MPT_EPILOGUE_NONE && a->beta == 0.0f;
     p.od.trans_a = a->trans_a;
     p.od.trans_b = a->trans_b;
     p.od.M = a->M;
     p.od.N = a->N;
     p.od.K = a->K;
     p.od.ab_dtype = native ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
-    p.od.alpha = p.tile_c ? 1.0f : a->alpha;
-    p.od.beta = p.tile_c ? 0.0f : a->beta;
+    p.od.alpha = p.tile_c || in_place ? 1.0f : a->alpha;
+    p.od.beta = p.tile_c || in_place ? 0.0f : a->beta;
     if (a->M > 0 && a->N > 0 && a->K > 0 && (native || x->engine == MPT_CPU_ENGINE_ONEDNN))
         p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
     MPT_ASSERTF(p.onednn || !native || a->M == 0 || a->N == 0 || a->K == 0,
@@ -150,13 +156,19 @@ static void gemm_check_args(const mpt_gemm_args *a) {
                 "gemm %s: sizes exceed the BLAS integer range", tag);
 }
 
-/* FP32 operand of the math mode: the same buffer (FP32), or converted into dst. */
+/* FP32 operand of the math mode: the same buffer (FP32), or converted into dst (each element alone: in chunks on
+ * the threads, kernels/cpu/parallel.h). */
 static const float *gemm_operand(float *dst, const void *src, int64_t n, mpt_math m) {
-    switch (m) {
-    case MPT_MATH_FP32: return src;
-    case MPT_MATH_TF32: mpt_cpu_round_tf32_n(dst, src, n); return dst;
-    default: mpt_cpu_widen(dst, src, gemm_operand_dtype(m), n); return dst;
+    if (m == MPT_MATH_FP32) return src;
+    const mpt_dtype t = gemm_operand_dtype(m);
+    const int64_t chunks = (n + GEMM_CONVERT_CHUNK - 1) / GEMM_CONVERT_CHUNK;
+    MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t i0 = c * GEMM_CONVERT_CHUNK, k = n - i0 < GEMM_CONVERT_CHUNK ? n - i0 : GEMM_CONVERT_CHUNK;
+        if (m == MPT_MATH_TF32) mpt_cpu_round_tf32_n(dst + i0, (const float *)src + i0, k);
+        else mpt_cpu_widen(dst + i0, (const char *)src + (size_t)i0 * mpt_dtype_size(t), t, k);
     }
+    return dst;
 }
 
 /* v = alpha*acc (+ beta*cold) (+ bias), then ReLU, in FP32, in place over one chunk. The flags are
@@ -176,14 +188,18 @@ static inline __attribute__((always_inline)) void gemm_epilogue_chunk(float *t, 
 /* Epilogue of one row: tile row t (acc, FP32) -> C row c of dtype cd, rounded once. */
 static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias, mpt_dtype bd, int64_t N,
                               float alpha, float beta, mpt_epilogue ep) {
-    float cold[GEMM_CHUNK], bv[GEMM_CHUNK];
+    float cold_buf[GEMM_CHUNK], bv_buf[GEMM_CHUNK];
     const size_t es = mpt_dtype_size(cd);
     const int has_beta = beta != 0.0f, has_bias = ep != MPT_EPILOGUE_NONE;
     for (int64_t j0 = 0; j0 < N; j0 += GEMM_CHUNK) {
         int64_t n = N - j0 < GEMM_CHUNK ? N - j0 : GEMM_CHUNK;
         float *tj = t + j0;
-        if (has_beta) mpt_cpu_widen(cold, (const char *)c + (size_t)j0 * es, cd, n);
-        if (has_bias) mpt_cpu_widen(bv, (const char *)bias + (size_t)j0 * mpt_dtype_size(bd), bd, n);
+        /* F32 operands of the epilogue are read where they are (widening F32 is a copy) */
+        const float *cold = cold_buf, *bv = bv_buf;
+        if (has_beta && cd == MPT_DTYPE_F32) cold = (const float *)c + j0;
+        else if (has_beta) mpt_cpu_widen(cold_buf, (const char *)c + (size_t)j0 * es, cd, n);
+        if (has_bias && bd == MPT_DTYPE_F32) bv = (const float *)bias + j0;
+        else if (has_bias) mpt_cpu_widen(bv_buf, (const char *)bias + (size_t)j0 * mpt_dtype_size(bd), bd, n);
         if (ep == MPT_EPILOGUE_RELU_BIAS) {
             if (has_beta) gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 1, 1, 1);
             else gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 0, 1, 1);
@@ -194,7 +210,7 @@ static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias,
             if (has_beta) gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 1, 0, 0);
             else gemm_epilogue_chunk(tj, cold, bv, n, alpha, beta, 0, 0, 0);
         }
-        mpt_cpu_narrow((char *)c + (size_t)j0 * es, cd, tj, n);
+        if ((void *)tj != (void *)((char *)c + (size_t)j0 * es)) mpt_cpu_narrow((char *)c + (size_t)j0 * es, cd, tj, n);
     }
 }
 
@@ -235,13 +251,15 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
         A = gemm_operand((float *)(w + p.a_off), a->A, M * K, a->math);
         B = gemm_operand((float *)(w + p.b_off), a->B, K * N, a->math);
     }
-    if (!p.tile_c) {
+    if (!p.tile_c && a->epilogue == MPT_EPILOGUE_NONE) {
         gemm_products(&p, a, A, B, a->C, a->alpha, a->beta, w);
         return;
     }
-    float *tile = (float *)(w + p.c_off);
+    /* acc into the tile, or into an F32 C itself (beta 0), then the epilogue row by row */
+    float *tile = p.tile_c ? (float *)(w + p.c_off) : a->C;
     gemm_products(&p, a, A, B, tile, 1.0f, 0.0f, w);
     size_t es = mpt_dtype_size(a->c_dtype);
+    MPT_OMP(omp parallel for schedule(static) if (M * N >= MPT_PAR_MIN)) /* rows are independent */
     for (int64_t i = 0; i < M; i++)
         gemm_epilogue_row((char *)a->C + (size_t)(i * N) * es, a->c_dtype, tile + i * N, a->bias, a->bias_dtype, N,
                           a->alpha, a->beta, a->epilogue);
@@ -285,35 +303,57 @@ static mpt_gemm_args core_gemm(const mpt_gemm_args *a, int running) {
     return g;
 }
 
-/* aux (the bitmask of engine/backend.h) = [C > 0] of the stored [M, N] C, padding bits 0. */
+/* aux (the bitmask of engine/backend.h) = [C > 0] of the stored [M, N] C, padding bits 0: eight elements per byte
+ * by an ordered greater-than compare (false for NaN, as mpt_elem_relu_mask) of the exactly widened values. */
 static void relu_aux_from_output(uint8_t *aux, const void *C, mpt_dtype cd, int64_t M, int64_t N) {
     const int64_t ld_bytes = mpt_relu_aux_ld(N) / 8;
-    float v[GEMM_CHUNK];
+    const __m256 zero = _mm256_setzero_ps();
+    MPT_OMP(omp parallel for schedule(static) if (M * N >= MPT_PAR_MIN)) /* rows are independent */
     for (int64_t m = 0; m < M; m++) {
+        float v[GEMM_CHUNK];
         uint8_t *col = aux + m * ld_bytes;
-        for (int64_t b = 0; b < ld_bytes; b++) col[b] = 0;
-        for (int64_t n0 = 0; n0 < N; n0 += GEMM_CHUNK) {
+        memset(col, 0, (size_t)ld_bytes);
+        for (int64_t n0 = 0; n0 < N; n0 += GEMM_CHUNK) { /* n0 is a multiple of 8: whole bytes */
             int64_t n = N - n0 < GEMM_CHUNK ? N - n0 : GEMM_CHUNK;
-            mpt_cpu_widen(v, (const char *)C + (size_t)(m * N + n0) * mpt_dtype_size(cd), cd, n);
-            for (int64_t j = 0; j < n; j++)
-                col[(n0 + j) >> 3] |= (uint8_t)(mpt_elem_relu_mask(v[j]) << ((n0 + j) & 7));
+            const float *row = v;
+            if (cd == MPT_DTYPE_F32) row = (const float *)C + m * N + n0;
+            else mpt_cpu_widen(v, (const char *)C + (size_t)(m * N + n0) * mpt_dtype_size(cd), cd, n);
+            int64_t j = 0;
+            for (; j + 8 <= n; j += 8)
+                col[(n0 + j) >> 3] = (uint8_t)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + j), zero, _CMP_GT_OQ));
+            for (; j < n; j++) col[(n0 + j) >> 3] |= (uint8_t)(mpt_elem_relu_mask(row[j]) << ((n0 + j) & 7));
         }
     }
 }
 
-/* C[m, n] = mpt_elem_drelu(C[m, n], aux bit (m, n)) over the stored [M, N] C. Exact: the value kept is already
- * in C's dtype, and the one dropped becomes +0 in every dtype. */
+/* C[m, n] = mpt_elem_drelu(C[m, n], aux bit (m, n)) over the stored [M, N] C, on the stored bits: a kept value is
+ * already in C's dtype and a dropped one is +0, all bits zero in every dtype; eight elements per mask byte. */
 static void drelu_apply(void *C, mpt_dtype cd, const uint8_t *aux, int64_t M, int64_t N) {
     const int64_t ld_bytes = mpt_relu_aux_ld(N) / 8;
-    float v[GEMM_CHUNK];
+    const __m256i lanes32 = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m128i lanes16 = _mm_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128);
+    MPT_OMP(omp parallel for schedule(static) if (M * N >= MPT_PAR_MIN)) /* rows are independent */
     for (int64_t m = 0; m < M; m++) {
         const uint8_t *col = aux + m * ld_bytes;
-        for (int64_t n0 = 0; n0 < N; n0 += GEMM_CHUNK) {
-            int64_t n = N - n0 < GEMM_CHUNK ? N - n0 : GEMM_CHUNK;
-            char *c = (char *)C + (size_t)(m * N + n0) * mpt_dtype_size(cd);
-            mpt_cpu_widen(v, c, cd, n);
-            for (int64_t j = 0; j < n; j++) v[j] = mpt_elem_drelu(v[j], (col[(n0 + j) >> 3] >> ((n0 + j) & 7)) & 1);
-            mpt_cpu_narrow(c, cd, v, n);
+        int64_t n = 0;
+        if (cd == MPT_DTYPE_F32) {
+            uint32_t *c = (uint32_t *)C + m * N;
+            for (; n + 8 <= N; n += 8) {
+                __m256i keep = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(col[n >> 3]), lanes32), lanes32);
+                __m256i x = _mm256_loadu_si256((const __m256i *)(c + n));
+                _mm256_storeu_si256((__m256i *)(c + n), _mm256_and_si256(x, keep));
+            }
+            for (; n < N; n++)
+                if (!((col[n >> 3] >> (n & 7)) & 1)) c[n] = 0;
+        } else {
+            uint16_t *c = (uint16_t *)C + m * N;
+            for (; n + 8 <= N; n += 8) {
+                __m128i keep = _mm_cmpeq_epi16(_mm_and_si128(_mm_set1_epi16(col[n >> 3]), lanes16), lanes16);
+                __m128i x = _mm_loadu_si128((const __m128i *)(c + n));
+                _mm_storeu_si128((__m128i *)(c + n), _mm_and_si128(x, keep));
+            }
+            for (; n < N; n++)
+                if (!((col[n >> 3] >> (n & 7)) & 1)) c[n] = 0;
         }
     }
 }

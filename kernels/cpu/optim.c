@@ -20,6 +20,7 @@
  */
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/elemwise.h"
 
 #include <string.h>
@@ -41,9 +42,10 @@ void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_stat
     (void)be;
     const float inv = st->inv_scale;
     int bad = 0;
-    int64_t i0 = 0;
-    for (; i0 + MPT_OPTIM_BLOCK <= n; i0 += MPT_OPTIM_BLOCK) bad |= unscale_block(g + i0, MPT_OPTIM_BLOCK, inv);
-    bad |= unscale_block(g + i0, n - i0, inv);
+    const int64_t full = n / MPT_OPTIM_BLOCK; /* blocks on any threads: each element alone, found_inf an OR */
+    MPT_OMP(omp parallel for schedule(static) reduction(| : bad) if (n >= MPT_PAR_MIN))
+    for (int64_t b = 0; b < full; b++) bad |= unscale_block(g + b * MPT_OPTIM_BLOCK, MPT_OPTIM_BLOCK, inv);
+    bad |= unscale_block(g + full * MPT_OPTIM_BLOCK, n - full * MPT_OPTIM_BLOCK, inv);
     if (bad) st->found_inf = 1.0f;
 }
 
@@ -289,7 +291,10 @@ void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     }
     const int first = t == 1;
     const int in_place = a->master != NULL && a->state_dtype == MPT_DTYPE_F32;
-    for (int64_t i0 = 0; i0 < a->n; i0 += MPT_OPTIM_BLOCK) {
+    const int64_t blocks = (a->n + MPT_OPTIM_BLOCK - 1) / MPT_OPTIM_BLOCK; /* each element's update is its own */
+    MPT_OMP(omp parallel for schedule(static) if (a->n >= MPT_PAR_MIN))
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t i0 = b * MPT_OPTIM_BLOCK;
         int64_t nb = a->n - i0 < MPT_OPTIM_BLOCK ? a->n - i0 : MPT_OPTIM_BLOCK;
         if (in_place) update_block_fp32(a, &s, i0, nb, first);
         else update_block_widened(a, &s, i0, nb, first);
