@@ -24,7 +24,9 @@
  *    fused optimizer step (Adam on FP32 masters with BF16 working copies; SGD with momentum on BF16 weights with
  *    stochastic rounding), unscale + found_inf, ReLU forward and backward, the batch gather, and an emulated bf16
  *    GEMM's operand conversion and fused epilogues (the GEMM itself on one OpenBLAS thread, so that only the
- *    element-wise parts see the second thread). Sizes above the one-thread threshold (MPT_PAR_MIN).
+ *    element-wise parts see the second thread), and lenet5's convolutions (each image's GEMMs and lowering on
+ *    one thread, the weight-gradient products summed in image order). Sizes above the one-thread threshold
+ *    (MPT_PAR_MIN).
  */
 #include <cblas.h>
 #include <math.h>
@@ -608,6 +610,47 @@ static unsigned char *elementwise_outputs(int threads, size_t *len) {
     run_gemm(be, &g);
     TAKE(C, (size_t)(fc.M * fc.N) * 2);
     TAKE(bg, (size_t)fc.N * 4);
+    /* lenet5's convolutions, all three passes, images on the threads (kernels/cpu/conv.c), on the default engine */
+    mpt_backend *dflt = mpt_backend_cpu_create();
+    const mpt_conv_shape cs[2] = {{40, 1, 28, 28, 6, 5, 5, 2, 2, 1, 1, 28, 28}, {40, 6, 14, 14, 16, 5, 5, 0, 0, 1, 1, 10, 10}};
+    for (int k = 0; k < 2; k++) {
+        const mpt_conv_shape *sh = &cs[k];
+        const int64_t nx = (int64_t)sh->N * sh->C * sh->H * sh->W, nw = (int64_t)sh->K * sh->C * sh->R * sh->S;
+        const int64_t ny = (int64_t)sh->N * sh->K * sh->P * sh->Q;
+        mpt_conv_args ca = {0};
+        ca.s = *sh;
+        ca.math = MPT_MATH_BF16;
+        ca.dtype = MPT_DTYPE_BF16;
+        ca.x = fill(&r, MPT_DTYPE_BF16, nx);
+        ca.w = fill(&r, MPT_DTYPE_BF16, nw);
+        ca.bias = fill(&r, MPT_DTYPE_BF16, sh->K);
+        ca.dy = fill(&r, MPT_DTYPE_BF16, ny);
+        ca.y = malloc((size_t)ny * 2);
+        ca.dx = malloc((size_t)nx * 2);
+        ca.dw = malloc((size_t)nw * 4);
+        ca.db = malloc((size_t)sh->K * 4);
+        ca.tag = "conv";
+        ck_assert_int_eq(mpt_backend_reserve_workspace(dflt, dflt->conv2d_workspace(dflt, &ca)), MPT_OK);
+        for (int acc = 0; acc < 2; acc++) { /* overwrite, then accumulate into it */
+            ca.accumulate = acc;
+            dflt->conv2d_forward(dflt, &ca);
+            dflt->conv2d_backward_data(dflt, &ca);
+            dflt->conv2d_backward_filter(dflt, &ca);
+        }
+        TAKE(ca.y, (size_t)ny * 2);
+        TAKE(ca.dx, (size_t)nx * 2);
+        TAKE(ca.dw, (size_t)nw * 4);
+        TAKE(ca.db, (size_t)sh->K * 4);
+        free((void *)ca.x);
+        free((void *)ca.w);
+        free((void *)ca.bias);
+        free((void *)ca.dy);
+        free(ca.y);
+        free(ca.dx);
+        free(ca.dw);
+        free(ca.db);
+    }
+    mpt_backend_free(&dflt);
 #undef TAKE
     for (int i = 0; i < NP; i++) {
         for (int k = 0; k < 4; k++) free(bufs[i][k]);

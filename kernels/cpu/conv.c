@@ -32,8 +32,13 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
-enum { CONV_ALIGN = 64, CONV_CHUNK = 512, CONV_LANES = 16 };
+/* CONV_GROUP: images whose weight-gradient products are held at once before they are summed (backward-filter). */
+enum { CONV_ALIGN = 64, CONV_CHUNK = 512, CONV_LANES = 16, CONV_GROUP = 16 };
 
 static size_t conv_pad(size_t bytes) { return (bytes + CONV_ALIGN - 1) & ~(size_t)(CONV_ALIGN - 1); }
 
@@ -101,14 +106,14 @@ static int64_t conv_padded_elems(const mpt_conv_shape *s) {
  * conv_padded_elems() elements, so that every row of col is one unconditional copy: Q contiguous elements
  * for stride 1 (conv_copy_row), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds
  * tests of lowering without the padded copy cost more than the copies. */
-static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape *s, size_t es) {
+static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape *s, size_t es, int zero_borders) {
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w, P = s->P, Q = s->Q;
     const int sh = s->stride_h, sw = s->stride_w;
     const char *src = x;
     if (s->pad_h || s->pad_w) {
         char *d = xp;
         const char *xs = x;
-        memset(d, 0, (size_t)conv_padded_elems(s) * es);
+        if (zero_borders) memset(d, 0, (size_t)conv_padded_elems(s) * es); /* interiors are rewritten below */
         for (int c = 0; c < s->C; c++)
             for (int h = 0; h < s->H; h++)
                 memcpy(d + ((size_t)(c * Hp + h + s->pad_h) * Wp + s->pad_w) * es,
@@ -216,7 +221,7 @@ static mpt_gemm_args conv_gemm_backward_filter(const mpt_conv_args *a) {
     g.a_dtype = g.b_dtype = a->dtype;
     g.c_dtype = MPT_DTYPE_F32;
     g.alpha = 1.0f;
-    g.beta = 1.0f;
+    g.beta = 0.0f; /* each image's product into its own partial, summed in image order afterwards */
     g.math = a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
@@ -235,68 +240,126 @@ static size_t conv_lower_bytes(const mpt_conv_args *a) {
     return conv_col_bytes(a) + conv_pad((size_t)conv_padded_elems(&a->s) * mpt_dtype_size(a->dtype));
 }
 
-size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
-    conv_check(a, "conv2d_workspace");
+/* The three passes and what each needs: per thread (its lowering or col2im buffers and the GEMM's scratch) and once
+ * (backward-filter's per-image partial products of one group of images). */
+typedef enum conv_pass { CONV_FORWARD = 0, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
+
+static size_t conv_thread_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass) {
     const mpt_conv_shape *s = &a->s;
-    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
-    mpt_gemm_args gf = conv_gemm_forward(a), gd = conv_gemm_backward_data(a), gw = conv_gemm_backward_filter(a);
-    size_t fwd = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &gf);
-    size_t bwd_data = conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-                      conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes_on(x, &gd);
-    size_t bwd_filter = conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &gw);
-    size_t m = fwd > bwd_data ? fwd : bwd_data;
-    return m > bwd_filter ? m : bwd_filter;
+    mpt_gemm_args g;
+    switch (pass) {
+    case CONV_FORWARD: g = conv_gemm_forward(a); return conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &g);
+    case CONV_BACKWARD_DATA:
+        g = conv_gemm_backward_data(a);
+        return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
+               conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes_on(x, &g);
+    default: g = conv_gemm_backward_filter(a); return conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &g);
+    }
 }
 
-static void conv_need_workspace(mpt_backend *be, const mpt_conv_args *a, const char *op) {
-    size_t need = mpt_cpu_conv2d_workspace(be, a);
+static size_t conv_shared_bytes(const mpt_conv_args *a, conv_pass pass) {
+    const mpt_conv_shape *s = &a->s;
+    if (pass != CONV_BACKWARD_FILTER) return 0;
+    const int group = s->N < CONV_GROUP ? s->N : CONV_GROUP;
+    return conv_pad((size_t)group * (size_t)s->K * (size_t)s->C * s->R * s->S * sizeof(float));
+}
+
+/* Threads the build sizes the workspace for (the GEMMs' thread count, mpt_cpu_set_threads). */
+static int conv_build_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
+    conv_check(a, "conv2d_workspace");
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    const size_t t = (size_t)conv_build_threads();
+    size_t m = 0;
+    for (int p = 0; p < 3; p++) {
+        size_t need = conv_shared_bytes(a, (conv_pass)p) + t * conv_thread_bytes(x, a, (conv_pass)p);
+        if (need > m) m = need;
+    }
+    return m;
+}
+
+/* Threads a pass runs its images on: OpenMP's count, fewer if the workspace (sized at graph build for the thread
+ * count then) holds fewer threads' buffers, and no more than there are images; aborts if not even one fits. The
+ * result never depends on it: each image is computed alone. */
+static int conv_threads(mpt_backend *be, const mpt_conv_args *a, conv_pass pass, const char *op, size_t *per_thread,
+                        size_t *shared) {
+    *per_thread = conv_thread_bytes(mpt_cpu_exec_of(be), a, pass);
+    *shared = conv_shared_bytes(a, pass);
+    const size_t need = *shared + *per_thread;
     MPT_ASSERTF(be->workspace_bytes >= need && (need == 0 || be->workspace != NULL),
                 "%s %s: needs %zu bytes of workspace, has %zu (reserve conv2d_workspace() at build time)", op,
                 a->tag ? a->tag : "?", need, be->workspace_bytes);
+    int t = conv_build_threads();
+    if (*per_thread > 0 && (size_t)t > (be->workspace_bytes - *shared) / *per_thread)
+        t = (int)((be->workspace_bytes - *shared) / *per_thread);
+    if (t > a->s.N) t = a->s.N;
+    return t < 1 ? 1 : t;
 }
+
+#ifdef _OPENMP
+static int conv_thread_num(void) { return omp_get_thread_num(); }
+#else
+static int conv_thread_num(void) { return 0; }
+#endif
 
 void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_forward");
-    conv_need_workspace(be, a, "conv2d_forward");
+    size_t per_thread, shared;
+    const int T = conv_threads(be, a, CONV_FORWARD, "conv2d_forward", &per_thread, &shared);
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
     const int pointwise = conv_is_pointwise(s);
     const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
-    char *ws = be->workspace;
-    mpt_gemm_args g = conv_gemm_forward(a);
-    g.A = a->w;
-    for (int n = 0; n < s->N; n++) {
-        const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
-        char *yn = (char *)a->y + (size_t)(n * KPQ) * es;
-        if (pointwise) {
-            g.B = xn;
-        } else {
-            conv_im2col(ws, xn, ws + col_bytes, s, es);
-            g.B = ws;
-        }
-        if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
-            for (int k = 0; k < s->K; k++) {
-                const char *b = (const char *)a->bias + (size_t)k * es;
-                char *row = yn + (size_t)(k * PQ) * es;
-                if (es == 2) {
-                    uint16_t v;
-                    memcpy(&v, b, 2);
-                    for (int64_t i = 0; i < PQ; i++) ((uint16_t *)row)[i] = v;
-                } else {
-                    float v;
-                    memcpy(&v, b, 4);
-                    for (int64_t i = 0; i < PQ; i++) ((float *)row)[i] = v;
-                }
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    MPT_OMP(omp parallel num_threads(T) if (T > 1))
+    {
+        char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
+        int padded_zeroed = 0; /* this thread's padded image: borders zeroed once, interiors rewritten per image */
+        mpt_gemm_args g = conv_gemm_forward(a);
+        g.A = a->w;
+        MPT_OMP(omp for schedule(static))
+        for (int n = 0; n < s->N; n++) {
+            const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
+            char *yn = (char *)a->y + (size_t)(n * KPQ) * es;
+            if (pointwise) {
+                g.B = xn;
+            } else {
+                conv_im2col(ws, xn, ws + col_bytes, s, es, !padded_zeroed);
+                padded_zeroed = 1;
+                g.B = ws;
             }
-        g.C = yn;
-        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
+            if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
+                for (int k = 0; k < s->K; k++) {
+                    const char *b = (const char *)a->bias + (size_t)k * es;
+                    char *row = yn + (size_t)(k * PQ) * es;
+                    if (es == 2) {
+                        uint16_t v;
+                        memcpy(&v, b, 2);
+                        for (int64_t i = 0; i < PQ; i++) ((uint16_t *)row)[i] = v;
+                    } else {
+                        float v;
+                        memcpy(&v, b, 4);
+                        for (int64_t i = 0; i < PQ; i++) ((float *)row)[i] = v;
+                    }
+                }
+            g.C = yn;
+            mpt_cpu_gemm_ws_on(x, &g, ws + lower_bytes, per_thread - lower_bytes);
+        }
     }
 }
 
 void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_data");
-    conv_need_workspace(be, a, "conv2d_backward_data");
+    size_t per_thread, shared;
+    const int T = conv_threads(be, a, CONV_BACKWARD_DATA, "conv2d_backward_data", &per_thread, &shared);
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
@@ -306,61 +369,90 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w;
     const int64_t CHWp = conv_padded_image_elems(s);
     const size_t img_bytes = conv_pad((size_t)CHWp * sizeof(float));
-    char *ws = be->workspace;
-    float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
-    mpt_gemm_args g = conv_gemm_backward_data(a);
-    g.A = a->w;
-    g.C = dcol;
-    for (int n = 0; n < s->N; n++) {
-        g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
-        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + dcol_bytes + img_bytes,
-                           be->workspace_bytes - dcol_bytes - img_bytes);
-        char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
-        if (pointwise) { /* dcol [C, HW] is already the image gradient */
-            conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
-            continue;
-        }
-        memset(img, 0, (size_t)CHWp * sizeof(float));
-        conv_col2im(img, dcol, s);
-        if (s->pad_h == 0 && s->pad_w == 0) {
-            conv_accumulate(dxn, a->dtype, img, CHW, a->accumulate);
-        } else { /* crop the padding: row by row */
-            for (int c = 0; c < s->C; c++)
-                for (int h = 0; h < s->H; h++)
-                    conv_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
-                                    img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W, a->accumulate);
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    MPT_OMP(omp parallel num_threads(T) if (T > 1))
+    {
+        char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
+        float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
+        mpt_gemm_args g = conv_gemm_backward_data(a);
+        g.A = a->w;
+        g.C = dcol;
+        MPT_OMP(omp for schedule(static))
+        for (int n = 0; n < s->N; n++) {
+            g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
+            mpt_cpu_gemm_ws_on(x, &g, ws + dcol_bytes + img_bytes, per_thread - dcol_bytes - img_bytes);
+            char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
+            if (pointwise) { /* dcol [C, HW] is already the image gradient */
+                conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
+                continue;
+            }
+            memset(img, 0, (size_t)CHWp * sizeof(float));
+            conv_col2im(img, dcol, s);
+            if (s->pad_h == 0 && s->pad_w == 0) {
+                conv_accumulate(dxn, a->dtype, img, CHW, a->accumulate);
+            } else { /* crop the padding: row by row */
+                for (int c = 0; c < s->C; c++)
+                    for (int h = 0; h < s->H; h++)
+                        conv_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
+                                        img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W,
+                                        a->accumulate);
+            }
         }
     }
 }
 
 void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_filter");
-    conv_need_workspace(be, a, "conv2d_backward_filter");
+    size_t per_thread, shared;
+    const int T = conv_threads(be, a, CONV_BACKWARD_FILTER, "conv2d_backward_filter", &per_thread, &shared);
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
+    const int64_t KCRS = (int64_t)s->K * s->C * s->R * s->S;
     const int pointwise = conv_is_pointwise(s);
     const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
-    char *ws = be->workspace;
-    mpt_gemm_args g = conv_gemm_backward_filter(a);
-    g.C = a->dw;
-    for (int n = 0; n < s->N; n++) {
-        const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
-        if (pointwise) {
-            g.B = xn;
-        } else {
-            conv_im2col(ws, xn, ws + col_bytes, s, es);
-            g.B = ws;
+    const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    float *part = be->workspace; /* [CONV_GROUP][K*C*R*S]: the products of one group of images */
+    for (int n0 = 0; n0 < s->N; n0 += CONV_GROUP) {
+        const int ng = s->N - n0 < CONV_GROUP ? s->N - n0 : CONV_GROUP;
+        MPT_OMP(omp parallel num_threads(T) if (T > 1))
+        {
+            char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
+            int padded_zeroed = 0;
+            mpt_gemm_args g = conv_gemm_backward_filter(a);
+            MPT_OMP(omp for schedule(static))
+            for (int i = 0; i < ng; i++) {
+                const int n = n0 + i;
+                const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
+                if (pointwise) {
+                    g.B = xn;
+                } else {
+                    conv_im2col(ws, xn, ws + col_bytes, s, es, !padded_zeroed);
+                    padded_zeroed = 1;
+                    g.B = ws;
+                }
+                g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
+                g.C = part + (size_t)i * (size_t)KCRS;
+                mpt_cpu_gemm_ws_on(x, &g, ws + lower_bytes, per_thread - lower_bytes);
+            }
         }
-        g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
-        g.beta = n == 0 && !a->accumulate ? 0.0f : 1.0f; /* the first image overwrites dw unless accumulating */
-        mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, ws + lower_bytes, be->workspace_bytes - lower_bytes);
+        /* dw = (((dw + P_0) + P_1) + ...) in image order, each element alone (the first image overwrites dw unless
+         * accumulating): the bits of accumulating GEMMs (beta = 1, one rounding per image) on any thread count */
+        const int first = n0 == 0 && !a->accumulate;
+        float *dw = a->dw;
+        MPT_OMP(omp parallel for schedule(static) num_threads(T) if (T > 1 && KCRS * ng >= MPT_PAR_MIN))
+        for (int64_t e = 0; e < KCRS; e++) {
+            float v = first ? part[e] : dw[e] + part[e];
+            for (int i = 1; i < ng; i++) v = v + part[(size_t)i * (size_t)KCRS + (size_t)e];
+            dw[e] = v;
+        }
     }
     if (!a->db) return;
     /* db[k] += sum over n, p, q of dy[n, k, p, q]: summed in FP32 in CONV_LANES interleaved partial sums
-     * (a fixed order the compiler can vectorise), then added once */
-    float buf[CONV_CHUNK];
+     * (a fixed order the compiler can vectorise), then added once; each k alone, on any thread */
+    MPT_OMP(omp parallel for schedule(static) num_threads(T) if (T > 1 && (int64_t)s->N * KPQ >= MPT_PAR_MIN))
     for (int k = 0; k < s->K; k++) {
+        float buf[CONV_CHUNK];
         float lanes[CONV_LANES] = {0};
         for (int n = 0; n < s->N; n++) {
             const char *row = (const char *)a->dy + (size_t)(n * KPQ + k * PQ) * es;

@@ -3,10 +3,12 @@
  *
  * One process-wide CPU engine and a cache of primitives keyed by everything that shapes them (transposes, M, N, K,
  * operand dtype, alpha, beta, thread count). A GEMM runs on the OpenMP threads set (mpt_onednn_set_threads), or on
- * one thread when it is small (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic. Each cached primitive keeps its memory objects, whose data
- * handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object. A mutex guards
- * the cache and each call (the memory objects are shared state); mptrain calls from one host thread, where the
- * lock costs an uncontended atomic pair.
+ * one thread when it is small (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic.
+ * Several host threads may run GEMMs at once (the convolutions run their per-image GEMMs on the OpenMP threads):
+ * each "lane" (the caller's OpenMP thread number) has its own stream and, in every cached primitive, its own memory
+ * objects, whose data handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object.
+ * Lanes up to the thread count at prepare time are made then; a read-write lock guards the cache (calls share it,
+ * preparing takes it alone).
  *
  * Every oneDNN call is checked: a failure while preparing returns "not available" to gemm.c (which then uses
  * OpenBLAS for that shape), a failure while running aborts naming the call, file and line (ONEDNN_CHECK).
@@ -37,6 +39,7 @@ extern int omp_get_max_threads(void);
     } while (0)
 
 enum { CACHE_SLOTS = 1024 }; /* a power of two; more distinct GEMMs than this are created per call */
+enum { MAX_LANES = 16 };     /* host threads that may run GEMMs at once (OpenMP thread numbers 0..15) */
 
 /* GEMMs with M*N*K below this run on one thread: an OpenMP fork/join costs microseconds (tens of them when the
  * machine is loaded and the second thread waits for a core), more than a small product gains from a second core.
@@ -52,11 +55,16 @@ typedef struct gemm_key {
     int threads;
 } gemm_key;
 
+typedef struct lane_mem {
+    dnnl_memory_t a, b, c, scratch; /* scratch NULL when the primitive needs none; a NULL: lane not made yet */
+} lane_mem;
+
 typedef struct gemm_entry {
     int used;
     gemm_key key;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c, scratch; /* scratch NULL when the primitive needs none */
+    lane_mem lane[MAX_LANES];
+    dnnl_memory_desc_t a_md, b_md, c_md, sp_md;
     size_t scratch_bytes;
     const char *impl; /* owned by the primitive descriptor, which the primitive keeps */
     dnnl_primitive_desc_t pd;
@@ -64,14 +72,14 @@ typedef struct gemm_entry {
 
 static struct {
     pthread_once_t once;
-    pthread_mutex_t lock;
+    pthread_rwlock_t lock; /* the cache: read to look up and run, write to create */
     int ok;
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
+    dnnl_stream_t stream[MAX_LANES]; /* one per lane */
     gemm_entry *slots; /* [CACHE_SLOTS] */
     int64_t created;
     char version[32];
-} g_dnnl = {PTHREAD_ONCE_INIT, PTHREAD_MUTEX_INITIALIZER, 0, NULL, NULL, NULL, 0, "none"};
+} g_dnnl = {PTHREAD_ONCE_INIT, PTHREAD_RWLOCK_INITIALIZER, 0, NULL, {NULL}, NULL, 0, "none"};
 
 static void dnnl_init_once(void) {
     const dnnl_version_t *v = dnnl_version();
@@ -79,8 +87,20 @@ static void dnnl_init_once(void) {
     g_dnnl.slots = calloc(CACHE_SLOTS, sizeof *g_dnnl.slots);
     if (!g_dnnl.slots) return;
     if (dnnl_engine_create(&g_dnnl.engine, dnnl_cpu, 0) != dnnl_success) return;
-    if (dnnl_stream_create(&g_dnnl.stream, g_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) return;
+    for (int l = 0; l < MAX_LANES; l++)
+        if (dnnl_stream_create(&g_dnnl.stream[l], g_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) return;
     g_dnnl.ok = 1;
+}
+
+extern int omp_get_thread_num(void);
+extern int omp_in_parallel(void);
+
+/* The calling thread's lane: its OpenMP thread number inside a parallel region, else 0. */
+static int lane_of_caller(void) {
+    int l = omp_in_parallel() ? omp_get_thread_num() : 0;
+    MPT_ASSERTF(l >= 0 && l < MAX_LANES, "oneDNN GEMM from OpenMP thread %d: at most %d threads run GEMMs at once", l,
+                MAX_LANES);
+    return l;
 }
 
 int mpt_onednn_available(void) {
@@ -127,9 +147,9 @@ void mpt_onednn_set_threads(int n) {
 int mpt_onednn_threads(void) { return omp_get_max_threads(); }
 
 int64_t mpt_onednn_primitives_created(void) {
-    pthread_mutex_lock(&g_dnnl.lock);
+    pthread_rwlock_rdlock(&g_dnnl.lock);
     int64_t n = g_dnnl.created;
-    pthread_mutex_unlock(&g_dnnl.lock);
+    pthread_rwlock_unlock(&g_dnnl.lock);
     return n;
 }
 
@@ -169,11 +189,29 @@ static dnnl_status_t md_2d(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, i
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
+static void lane_release(lane_mem *m) {
+    if (m->a) dnnl_memory_destroy(m->a);
+    if (m->b) dnnl_memory_destroy(m->b);
+    if (m->c) dnnl_memory_destroy(m->c);
+    if (m->scratch) dnnl_memory_destroy(m->scratch);
+    memset(m, 0, sizeof *m);
+}
+
+/* The memory objects of lane l of e (once); 0 on a oneDNN failure. Called with the write lock held. */
+static int lane_create(gemm_entry *e, int l) {
+    lane_mem *m = &e->lane[l];
+    if (m->a) return 1;
+    int ok = dnnl_memory_create(&m->a, &e->a_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&m->b, &e->b_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             dnnl_memory_create(&m->c, &e->c_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
+             (e->scratch_bytes == 0 ||
+              dnnl_memory_create(&m->scratch, &e->sp_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
+    if (!ok) lane_release(m);
+    return ok;
+}
+
 static void entry_release(gemm_entry *e) {
-    if (e->a) dnnl_memory_destroy(e->a);
-    if (e->b) dnnl_memory_destroy(e->b);
-    if (e->c) dnnl_memory_destroy(e->c);
-    if (e->scratch) dnnl_memory_destroy(e->scratch);
+    for (int l = 0; l < MAX_LANES; l++) lane_release(&e->lane[l]);
     if (e->prim) dnnl_primitive_destroy(e->prim);
     if (e->pd) dnnl_primitive_desc_destroy(e->pd);
     memset(e, 0, sizeof *e);
@@ -212,13 +250,16 @@ static int entry_create(gemm_entry *e, const gemm_key *k) {
     if (ok) {
         const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(e->pd, dnnl_query_scratchpad_md, 0);
         e->scratch_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+        if (sp) e->sp_md = *sp;
+        e->a_md = a_md;
+        e->b_md = b_md;
+        e->c_md = c_md;
         ok = dnnl_primitive_desc_query(e->pd, dnnl_query_impl_info_str, 0, &e->impl) == dnnl_success &&
-             dnnl_primitive_create(&e->prim, e->pd) == dnnl_success &&
-             dnnl_memory_create(&e->a, &a_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
-             dnnl_memory_create(&e->b, &b_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
-             dnnl_memory_create(&e->c, &c_md, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success &&
-             (e->scratch_bytes == 0 ||
-              dnnl_memory_create(&e->scratch, sp, g_dnnl.engine, DNNL_MEMORY_NONE) == dnnl_success);
+             dnnl_primitive_create(&e->prim, e->pd) == dnnl_success;
+        /* the lanes of every thread that may call it (a convolution's per-image loop runs on all of them) */
+        int lanes = omp_get_max_threads();
+        if (lanes > MAX_LANES) lanes = MAX_LANES;
+        for (int l = 0; ok && l < lanes; l++) ok = lane_create(e, l);
     }
     if (!ok) {
         entry_release(e);
@@ -246,7 +287,15 @@ int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
     if (!mpt_onednn_available() || g->M < 1 || g->N < 1 || g->K < 1) return 0;
     if (g->ab_dtype != MPT_DTYPE_F32 && g->ab_dtype != MPT_DTYPE_BF16) return 0;
     const gemm_key k = key_of(g);
-    pthread_mutex_lock(&g_dnnl.lock);
+    pthread_rwlock_rdlock(&g_dnnl.lock); /* the common case at run time: cached, with this thread's lane */
+    gemm_entry *hit = cache_slot(&k);
+    if (hit && hit->used && hit->lane[lane_of_caller()].a) {
+        *scratch_bytes = hit->scratch_bytes;
+        pthread_rwlock_unlock(&g_dnnl.lock);
+        return 1;
+    }
+    pthread_rwlock_unlock(&g_dnnl.lock);
+    pthread_rwlock_wrlock(&g_dnnl.lock);
     gemm_entry *e = cache_slot(&k), tmp;
     int ok = 1;
     if (e && !e->used) ok = entry_create(e, &k);
@@ -254,40 +303,44 @@ int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
         ok = entry_create(&tmp, &k);
         e = &tmp;
     }
+    if (ok && e != &tmp) ok = lane_create(e, lane_of_caller());
     if (ok) *scratch_bytes = e->scratch_bytes;
     if (ok && e == &tmp) entry_release(&tmp);
-    pthread_mutex_unlock(&g_dnnl.lock);
+    pthread_rwlock_unlock(&g_dnnl.lock);
     return ok;
 }
 
 const char *mpt_onednn_gemm_impl(const mpt_onednn_gemm *g) {
     if (!mpt_onednn_available()) return "none";
     const gemm_key k = key_of(g);
-    pthread_mutex_lock(&g_dnnl.lock);
+    pthread_rwlock_rdlock(&g_dnnl.lock);
     gemm_entry *e = cache_slot(&k);
     const char *s = e && e->used ? e->impl : "none";
-    pthread_mutex_unlock(&g_dnnl.lock);
+    pthread_rwlock_unlock(&g_dnnl.lock);
     return s;
 }
 
-static void entry_execute(gemm_entry *e, const void *A, const void *B, float *C, void *scratch, size_t scratch_bytes) {
+/* Runs e on lane l (its memory objects and stream). */
+static void entry_execute(gemm_entry *e, int l, const void *A, const void *B, float *C, void *scratch,
+                          size_t scratch_bytes) {
     MPT_ASSERTF(scratch_bytes >= e->scratch_bytes && (e->scratch_bytes == 0 || scratch != NULL),
                 "oneDNN matmul %lldx%lldx%lld: needs %zu bytes of scratchpad, has %zu", (long long)e->key.M,
                 (long long)e->key.N, (long long)e->key.K, e->scratch_bytes, scratch_bytes);
-    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->a, (void *)A));
-    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->b, (void *)B));
-    ONEDNN_CHECK(dnnl_memory_set_data_handle(e->c, C));
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
-                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
+    lane_mem *m = &e->lane[l];
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(m->a, (void *)A));
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(m->b, (void *)B));
+    ONEDNN_CHECK(dnnl_memory_set_data_handle(m->c, C));
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m->a}, {DNNL_ARG_WEIGHTS, m->b}, {DNNL_ARG_DST, m->c},
+                               {DNNL_ARG_SCRATCHPAD, m->scratch}};
     int nargs = 3;
-    if (e->scratch) {
-        ONEDNN_CHECK(dnnl_memory_set_data_handle(e->scratch, scratch));
+    if (m->scratch) {
+        ONEDNN_CHECK(dnnl_memory_set_data_handle(m->scratch, scratch));
         nargs = 4;
     }
     const int max = omp_get_max_threads(); /* run on the thread count the primitive was made for */
     if (e->key.threads != max) omp_set_num_threads(e->key.threads);
-    ONEDNN_CHECK(dnnl_primitive_execute(e->prim, g_dnnl.stream, nargs, args));
-    ONEDNN_CHECK(dnnl_stream_wait(g_dnnl.stream));
+    ONEDNN_CHECK(dnnl_primitive_execute(e->prim, g_dnnl.stream[l], nargs, args));
+    ONEDNN_CHECK(dnnl_stream_wait(g_dnnl.stream[l]));
     if (e->key.threads != max) omp_set_num_threads(max);
 }
 
@@ -295,17 +348,27 @@ void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B,
                          size_t scratch_bytes) {
     MPT_ASSERTF(mpt_onednn_available(), "mpt_onednn_gemm_run without oneDNN");
     const gemm_key k = key_of(g);
-    pthread_mutex_lock(&g_dnnl.lock);
-    gemm_entry *e = cache_slot(&k), tmp;
-    int transient = 0;
-    if (!e) {
-        e = &tmp;
-        transient = 1;
+    const int l = lane_of_caller();
+    pthread_rwlock_rdlock(&g_dnnl.lock);
+    gemm_entry *e = cache_slot(&k);
+    if (e && e->used && e->lane[l].a) { /* the step's path: cached, this lane made at graph build */
+        entry_execute(e, l, A, B, C, scratch, scratch_bytes);
+        pthread_rwlock_unlock(&g_dnnl.lock);
+        return;
     }
+    pthread_rwlock_unlock(&g_dnnl.lock);
+    /* not prepared for this thread count or lane (or the cache is full): create it, once or for this call */
+    pthread_rwlock_wrlock(&g_dnnl.lock);
+    e = cache_slot(&k);
+    gemm_entry tmp;
+    const int transient = e == NULL;
+    if (transient) e = &tmp;
     if (transient || !e->used)
         MPT_ASSERTF(entry_create(e, &k), "oneDNN matmul %lldx%lldx%lld (%s): no primitive (prepare it first)",
                     (long long)g->M, (long long)g->N, (long long)g->K, mpt_dtype_name(g->ab_dtype));
-    entry_execute(e, A, B, C, scratch, scratch_bytes);
+    MPT_ASSERTF(lane_create(e, l), "oneDNN matmul %lldx%lldx%lld: cannot create its memory objects", (long long)g->M,
+                (long long)g->N, (long long)g->K);
+    entry_execute(e, l, A, B, C, scratch, scratch_bytes);
     if (transient) entry_release(&tmp);
-    pthread_mutex_unlock(&g_dnnl.lock);
+    pthread_rwlock_unlock(&g_dnnl.lock);
 }
