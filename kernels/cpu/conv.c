@@ -313,6 +313,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_forward");
     size_t per_thread, shared;
     const int T = conv_threads(be, a, CONV_FORWARD, "conv2d_forward", &per_thread, &shared);
+    (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
@@ -360,6 +361,7 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_data");
     size_t per_thread, shared;
     const int T = conv_threads(be, a, CONV_BACKWARD_DATA, "conv2d_backward_data", &per_thread, &shared);
+    (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
@@ -405,6 +407,7 @@ void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_filter");
     size_t per_thread, shared;
     const int T = conv_threads(be, a, CONV_BACKWARD_FILTER, "conv2d_backward_filter", &per_thread, &shared);
+    (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
     const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;

@@ -5,10 +5,10 @@
  * operand dtype, alpha, beta, thread count). A GEMM runs on the OpenMP threads set (mpt_onednn_set_threads), or on
  * one thread when it is small (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic.
  * Several host threads may run GEMMs at once (the convolutions run their per-image GEMMs on the OpenMP threads):
- * each "lane" (the caller's OpenMP thread number) has its own stream and, in every cached primitive, its own memory
- * objects, whose data handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object.
- * Lanes up to the thread count at prepare time are made then; a read-write lock guards the cache (calls share it,
- * preparing takes it alone).
+ * each call takes a free "lane", which has its own stream and, in every cached primitive, its own memory objects,
+ * whose data handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object. Lanes
+ * up to the thread count at prepare time are made then (more, once, if more calls ever run at once); a read-write
+ * lock guards the cache (calls share it, preparing takes it alone).
  *
  * Every oneDNN call is checked: a failure while preparing returns "not available" to gemm.c (which then uses
  * OpenBLAS for that shape), a failure while running aborts naming the call, file and line (ONEDNN_CHECK).
@@ -17,6 +17,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,16 +93,18 @@ static void dnnl_init_once(void) {
     g_dnnl.ok = 1;
 }
 
-extern int omp_get_thread_num(void);
-extern int omp_in_parallel(void);
+/* Lanes in use: a call takes the first free one (an atomic flag each) and gives it back when it returns, so calls
+ * that run at once never share memory objects or a stream, whichever threads (and whichever OpenMP runtime: a clang
+ * build's libomp beside oneDNN's libgomp) they come from. */
+static atomic_flag lane_busy[MAX_LANES] = {ATOMIC_FLAG_INIT};
 
-/* The calling thread's lane: its OpenMP thread number inside a parallel region, else 0. */
-static int lane_of_caller(void) {
-    int l = omp_in_parallel() ? omp_get_thread_num() : 0;
-    MPT_ASSERTF(l >= 0 && l < MAX_LANES, "oneDNN GEMM from OpenMP thread %d: at most %d threads run GEMMs at once", l,
-                MAX_LANES);
-    return l;
+static int lane_acquire(void) {
+    for (;;)
+        for (int l = 0; l < MAX_LANES; l++)
+            if (!atomic_flag_test_and_set_explicit(&lane_busy[l], memory_order_acquire)) return l;
 }
+
+static void lane_release_busy(int l) { atomic_flag_clear_explicit(&lane_busy[l], memory_order_release); }
 
 int mpt_onednn_available(void) {
     pthread_once(&g_dnnl.once, dnnl_init_once);
@@ -287,9 +290,9 @@ int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
     if (!mpt_onednn_available() || g->M < 1 || g->N < 1 || g->K < 1) return 0;
     if (g->ab_dtype != MPT_DTYPE_F32 && g->ab_dtype != MPT_DTYPE_BF16) return 0;
     const gemm_key k = key_of(g);
-    pthread_rwlock_rdlock(&g_dnnl.lock); /* the common case at run time: cached, with this thread's lane */
+    pthread_rwlock_rdlock(&g_dnnl.lock); /* the common case at run time: cached */
     gemm_entry *hit = cache_slot(&k);
-    if (hit && hit->used && hit->lane[lane_of_caller()].a) {
+    if (hit && hit->used) {
         *scratch_bytes = hit->scratch_bytes;
         pthread_rwlock_unlock(&g_dnnl.lock);
         return 1;
@@ -303,7 +306,6 @@ int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
         ok = entry_create(&tmp, &k);
         e = &tmp;
     }
-    if (ok && e != &tmp) ok = lane_create(e, lane_of_caller());
     if (ok) *scratch_bytes = e->scratch_bytes;
     if (ok && e == &tmp) entry_release(&tmp);
     pthread_rwlock_unlock(&g_dnnl.lock);
@@ -348,12 +350,13 @@ void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B,
                          size_t scratch_bytes) {
     MPT_ASSERTF(mpt_onednn_available(), "mpt_onednn_gemm_run without oneDNN");
     const gemm_key k = key_of(g);
-    const int l = lane_of_caller();
+    const int l = lane_acquire();
     pthread_rwlock_rdlock(&g_dnnl.lock);
     gemm_entry *e = cache_slot(&k);
     if (e && e->used && e->lane[l].a) { /* the step's path: cached, this lane made at graph build */
         entry_execute(e, l, A, B, C, scratch, scratch_bytes);
         pthread_rwlock_unlock(&g_dnnl.lock);
+        lane_release_busy(l);
         return;
     }
     pthread_rwlock_unlock(&g_dnnl.lock);
@@ -371,4 +374,5 @@ void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B,
     entry_execute(e, l, A, B, C, scratch, scratch_bytes);
     if (transient) entry_release(&tmp);
     pthread_rwlock_unlock(&g_dnnl.lock);
+    lane_release_busy(l);
 }
