@@ -223,14 +223,14 @@ def main():
     torch.manual_seed(args.seed)
     step = Step(args, build_model(args.model).to(device), device)
     gen = torch.Generator().manual_seed(args.seed)
-    epoch_s, host_s, test_loss, test_acc = [], [], math.nan, math.nan
+    epoch_s, host_s, cpu_s, test_loss, test_acc = [], [], [], math.nan, math.nan
     for epoch in range(args.epochs):
         perm = torch.randperm(n, generator=gen).to(device)
         if args.device == "cuda":
             torch.cuda.synchronize()
             ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             ev0.record()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for b in range(nb):
             idx = perm[b * B:(b + 1) * B]
             step(xtr[idx], ytr[idx])
@@ -242,6 +242,7 @@ def main():
         else:
             host_s.append(time.perf_counter() - t0)
             epoch_s.append(host_s[-1])
+        cpu_s.append(time.process_time() - c0)
         test_loss, test_acc = evaluate(step, xte, yte, args.eval_batch)
         print(f"epoch {epoch + 1}/{args.epochs}  test loss {test_loss:.4f}  test acc {100 * test_acc:.2f}%  "
               f"{n / epoch_s[-1]:.0f} samples/s  {epoch_s[-1]:.2f} s", file=sys.stderr, flush=True)
@@ -265,6 +266,7 @@ def main():
         "load_s": load_s,
         "epoch_times_s": epoch_s,  # cuda: CUDA events (ms / 1000); cpu: host clock
         "epoch_host_times_s": host_s,  # host clock (time.perf_counter) to the end of the same epochs
+        "epoch_cpu_times_s": cpu_s,  # user + system CPU time of the process's threads (time.process_time), same epochs
         "time_per_epoch_median_s": med,
         "samples_per_s_median": n / med,
         "final_test_accuracy": test_acc,
