@@ -167,11 +167,11 @@ void mpt_cuda_nccl_comm_abort(mpt_nccl_comm **c);
  * ncclHalf, NCCL rounding every partial sum to it), widened back to FP32. Enqueued on be's stream, one NCCL
  * group for all buffers; no host synchronisation. Polls ncclCommGetAsyncError first and stops (mpt_fatal, NCCL's
  * string) when the communicator reports an error: a failed peer or link is named at the next step. */
+void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
+                             mpt_dtype wire, float weight);
 /* Whether the work enqueued on be's stream (the all-reduce and what came before it) has completed, without
  * waiting: 1 done, 0 not yet, -1 on NCCL's asynchronous error or a CUDA error (the message set). engine/dist polls
  * it to bound the wait (--comm-timeout). */
 int mpt_cuda_nccl_poll(mpt_backend *be, mpt_nccl_comm *c);
-void mpt_cuda_nccl_allreduce(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
-                             mpt_dtype wire, float weight);
 
 #endif
