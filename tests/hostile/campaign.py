@@ -123,10 +123,16 @@ def judge(rc, err, hung, want_rc, needle, one_line=True):
     return None
 
 
+LOCK = ".mptrain.lock"
+
+
 def snapshot(d):
-    """The regular files of d and their bytes."""
+    """The regular files of d and their bytes, but the lock file (each run that takes the lock writes its PID
+    there, a refused resume too: tools/outdir.h)."""
     snap = {}
     for name in sorted(os.listdir(d)):
+        if name == LOCK:
+            continue
         p = os.path.join(d, name)
         if os.path.isfile(p) and not os.path.islink(p):
             with open(p, "rb") as f:
@@ -776,7 +782,7 @@ def wait_lock(d, pid, limit=60.0):
     end = time.monotonic() + limit
     while time.monotonic() < end:
         try:
-            with open(f"{d}/.mptrain.lock") as f:
+            with open(f"{d}/{LOCK}") as f:
                 if f"PID {pid}," in f.read():
                     return True
         except OSError:
@@ -1024,7 +1030,7 @@ def run_hangs(r, work, data):
         pid1 = 0
         end = time.monotonic() + 60
         while not pid1 and time.monotonic() < end and p.poll() is None:
-            if os.path.exists(f"{d}/.mptrain.lock"):
+            if os.path.exists(f"{d}/{LOCK}"):
                 pid1 = mpi_rank_pid(1, d)
             time.sleep(0.05)
         time.sleep(0.5 + k)
