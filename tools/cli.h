@@ -312,6 +312,13 @@ int mpt_cli_failed_nomem(void);
  * (on_exit), so that no exit joins an OpenBLAS thread looping in blas_memory_alloc. */
 int mpt_cli_memory_limited(void);
 
+/* Under a memory limit (ulimit -v, -d), turns a memory fault (SIGSEGV, SIGBUS) into one line on stderr that names
+ * the limit, and exit status 1: oneDNN 2.6.3 (Debian's libdnnl2) crashes in dnnl_primitive_create, creating a
+ * JIT kernel, when the address space is used up (`compare` under ulimit -v 128 MiB, 1 thread, did; gdb showed the
+ * fault inside libdnnl). A fault is not recoverable, so the process ends at once; the files already
+ * published stay complete. Without a limit it does nothing: a crash stays a crash, with its core. */
+void mpt_cli_memory_crash_report(void);
+
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 
 /* The dataset on the host, loaded once, limited to --limit-train / --limit-test rows. */

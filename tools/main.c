@@ -82,6 +82,7 @@ int main(int argc, char **argv) {
      * libraries' destructors: it flushes and ends the process with the same status, without the join. */
     if (mpt_cli_memory_limited()) on_exit(exit_without_joining, NULL);
     omp_wait_passive(argv);
+    mpt_cli_memory_crash_report(); /* under a memory limit: a library's unchecked allocation said as such */
     int rc = run_command(argc, argv);
     if (rc == 0 && mpt_cli_stop_signal()) rc = 128 + mpt_cli_stop_signal(); /* asked to stop after the work was done */
     errno = 0;

@@ -853,6 +853,37 @@ static rlim_t memory_limit(void) {
 
 int mpt_cli_memory_limited(void) { return memory_limit() != RLIM_INFINITY; }
 
+/* The handler of mpt_cli_memory_crash_report: async-signal-safe, on its own stack (static: under the limit there
+ * may be no room for one). */
+static char crash_msg[512];
+static size_t crash_len;
+static char crash_stack[1 << 16];
+static void on_crash_under_limit(int sig) {
+    (void)sig;
+    ssize_t w = write(STDERR_FILENO, crash_msg, crash_len);
+    (void)w;
+    _exit(MPT_CLI_EXIT_FAIL);
+}
+
+void mpt_cli_memory_crash_report(void) {
+    rlim_t lim = memory_limit();
+    if (lim == RLIM_INFINITY) return;
+    int len = snprintf(crash_msg, sizeof crash_msg,
+                       "mptrain: stopped by a memory fault (SIGSEGV or SIGBUS) under the memory limit of %llu MiB "
+                       "(ulimit -v / -d): a library crashed on a failed allocation (as oneDNN 2.6's "
+                       "dnnl_primitive_create does when no address space is left for a JIT kernel); raise the limit\n",
+                       (unsigned long long)(lim >> 20));
+    crash_len = len > 0 && (size_t)len < sizeof crash_msg ? (size_t)len : sizeof crash_msg - 1;
+    stack_t ss = {.ss_sp = crash_stack, .ss_size = sizeof crash_stack, .ss_flags = 0};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash_under_limit;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND | (sigaltstack(&ss, NULL) == 0 ? SA_ONSTACK : 0);
+    sigaction(SIGSEGV, &sa, NULL);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
 mpt_status mpt_cli_blas_ready(void) {
     rlim_t lim = memory_limit();
     if (lim == RLIM_INFINITY) return MPT_OK; /* nothing caps the buffers: OpenBLAS allocates them when it needs */
