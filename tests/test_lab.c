@@ -93,6 +93,10 @@ static double summary_number(const char *dir, const char *key) {
     return x;
 }
 
+/* FP16's band of a value with log2 |g| = x (binade edges on that axis): 0 flushed to zero (below 2^-25),
+ * 1 subnormal (2^-25 to 2^-14), 2 normal (to 2^16), 3 overflow. */
+static int fp16_band(double x) { return x < -25.0 ? 0 : x < -14.0 ? 1 : x < 16.0 ? 2 : 3; }
+
 START_TEST(test_all_lessons_quick) {
     if (!have_data()) return;
     make_tmpdir();
@@ -131,6 +135,32 @@ START_TEST(test_all_lessons_quick) {
     snprintf(dir, sizeof dir, "%s/loss-scaling/none", out);
     snprintf(want, sizeof want, "none %.2f%%", 100.0 * summary_number(dir, "final_test_accuracy"));
     ck_assert_msg(strstr(concl, want) != NULL, "loss-scaling: want '%s' in: %s", want, concl);
+    /* loss-scaling's Figure 3: every binade's bar (width 0.9, at its centre on the log2 |g| axis) lies in the FP16
+     * band of the values it counts, 2^e to 2^(e+1): flushed below 2^-25, subnormal to 2^-14, normal to 2^16 */
+    snprintf(dir, sizeof dir, "%s/loss-scaling/loss-scaling-exponents.dat", out);
+    FILE *xf = fopen(dir, "r");
+    ck_assert_msg(xf != NULL, "%s: %s", dir, strerror(errno));
+    char xl[256];
+    int bars = 0;
+    double share_sum = 0.0;
+    while (fgets(xl, sizeof xl, xf)) {
+        int e, es;
+        double share, c1, cs;
+        if (xl[0] == '#') continue;
+        ck_assert_msg(sscanf(xl, "%d %lf %d %lf %lf", &e, &share, &es, &c1, &cs) == 5, "%s: '%s'", dir, xl);
+        const int be[2] = {e, es};
+        const double bc[2] = {c1, cs};
+        for (int q = 0; q < 2; q++) {
+            int want_band = fp16_band(be[q]); /* the band edges are integers: the whole binade is in one band */
+            ck_assert_msg(fp16_band(bc[q] - 0.45) == want_band && fp16_band(bc[q] + 0.45) == want_band,
+                          "%s: the bar of binade %d, centred on %g, leaves its FP16 band", dir, be[q], bc[q]);
+        }
+        share_sum += share;
+        bars++;
+    }
+    fclose(xf);
+    ck_assert_msg(bars > 0 && fabs(share_sum - 100.0) < 0.01 * bars, "%s: %d bars, shares sum to %g", dir, bars,
+                  share_sum);
     /* noise: the paired spread, by hand from the runs' accuracies (percent, as the lesson reads them) */
     printed_conclusion("noise", concl, sizeof concl);
     const char *precs[3] = {"fp32", "fp16", "bf16"};

@@ -186,12 +186,19 @@ static mpt_status exponent_data(mpt_lab_ctx *c, const char *run, const char *ten
     }
     FILE *d = mpt_lab_open(c, "loss-scaling-exponents.dat");
     if (!d) return MPT_ERR_IO;
-    fprintf(d, "# %s: exponent share(%%) at S = 1; exponent + log2 S = %d\n", tensor, log2_scale);
-    for (int i = 0; i < ex->n; i++) fprintf(d, "%d %.6g %d\n", ex->e[i], ex->share[i], ex->e[i] + log2_scale);
+    /* a binade e holds the values from 2^e to 2^(e+1): its bar is drawn centred on e + 0.5 of the log2 |g| axis */
+    fprintf(d, "# %s: exponent share(%%) at S = 1; exponent + log2 S = %d; bar centre at S = 1; bar centre at S\n",
+            tensor, log2_scale);
+    for (int i = 0; i < ex->n; i++)
+        fprintf(d, "%d %.6g %d %.1f %.1f\n", ex->e[i], ex->share[i], ex->e[i] + log2_scale, ex->e[i] + 0.5,
+                ex->e[i] + log2_scale + 0.5);
     snprintf(path, sizeof path, "%s/loss-scaling-exponents.dat", c->dir);
     return mpt_cli_close_written(d, path);
 }
 
+/* The x axis is log2 |g|, on which FP16's bands have their edges (-25, -14, 16); a binade e holds the values from
+ * 2^e to 2^(e+1), so its bar (width 0.9) is drawn centred on e + 0.5 and lies wholly in its band (centred on e,
+ * the first normal binade's bar straddled the subnormal edge). The y range has room above the bars for the key. */
 static void exponent_plot(FILE *gp, const exp_picture *ex) {
     int lo = ex->e[0], hi = ex->e[0] + ex->log2_scale;
     for (int i = 0; i < ex->n; i++) {
@@ -202,7 +209,8 @@ static void exponent_plot(FILE *gp, const exp_picture *ex) {
     hi = hi < 18 ? 18 : hi + 2;
     fprintf(gp, "unset xtics\nset xtics 5 nomirror\nset style data boxes\nset style fill transparent solid 0.55 "
                 "border -1\nset boxwidth 0.9\nset xrange [%d:%d]\nset yrange [0:*]\nset grid ytics\n"
-                "set key left center box opaque\nset xlabel 'binary exponent e = floor(log_2 |g|) of the FP32 value'\n"
+                "set offsets 0, 0, graph 0.45, 0\nset key at graph 0.01, graph 0.88 left top box opaque\n"
+                "set xlabel 'log_2 |g| of the FP32 value (a bar: the binade e = floor(log_2 |g|), from 2^e to 2^{e+1})'\n"
                 "set ylabel '%% of nonzero values'\n"
                 "set title '%s: exponents of the activation gradients (telemetry steps of the dynamic run), and "
                 "FP16 bands'\n"
@@ -212,8 +220,9 @@ static void exponent_plot(FILE *gp, const exp_picture *ex) {
                 "set object 4 rect from 16, graph 0 to %d, graph 1 fc rgb '#c8c8c8' fs solid 0.45 noborder behind\n"
                 "set label 1 'flushed to 0' at %d, graph 0.95 left\nset label 2 'subnormal' at -24.5, graph 0.95 left\n"
                 "set label 3 'FP16 normal' at -13.5, graph 0.95 left\nset label 4 'inf' at 16.5, graph 0.95 left\n"
-                "plot 'loss-scaling-exponents.dat' using 1:2 lc rgb '#c0392b' title 'at S = 1 (%.1f%% below 2^{-14})', "
-                "'' using 3:2 lc rgb '#1f5fa8' fs transparent solid 0.35 border -1 "
+                "plot 'loss-scaling-exponents.dat' using 4:2 lc rgb '#c0392b' "
+                "title 'at S = 1 (%.1f%% below 2^{-14})', "
+                "'' using 5:2 lc rgb '#1f5fa8' fs transparent solid 0.35 border -1 "
                 "title 'times S = 2^{%d}: shifted %d binades (%.1f%% below 2^{-14})'\n",
             lo, hi, ex->tensor, lo, hi, lo + 1, ex->below_normal, ex->log2_scale, ex->log2_scale, ex->below_normal_s);
 }
