@@ -18,8 +18,10 @@
  * flushed, pairs summed odd element first). fp16 and tf32 have no native units on the CPUs oneDNN 2.6 supports
  * for training, and fp32 is FP32 either way: they run as in emulate.
  *
- * The FP32 GEMM is oneDNN's f32 matmul (strict FP32 math; kernels/cpu/onednn.h), about twice OpenBLAS's sgemm on
- * every shape measured (bench/gemm_bench: the MLP's and LeNet-5's shapes, transposed operands included), or
+ * The FP32 GEMM is oneDNN's f32 matmul (strict FP32 math; kernels/cpu/onednn.h): about twice OpenBLAS's sgemm
+ * with OpenBLAS's AVX2 (Haswell) kernels on every shape measured, as fast as its AVX-512 (Cooperlake) kernels on
+ * the MLP's shapes and up to 2.9x slower on LeNet-5's small per-image convolution GEMMs (bench/gemm_bench,
+ * docs/benchmarks.md: no per-shape choice of engine yet), or
  * OpenBLAS cblas_sgemm where the build has no oneDNN or MPT_CPU_ENGINE=openblas asks for it (the engine is chosen
  * per backend when it is created: mpt_cpu_exec). Both compute the same products and FP32 sums; only the summation
  * order differs, so results agree within K*2^-24*sum|a*b| (tests/test_gemm.c checks the bound) and each engine is

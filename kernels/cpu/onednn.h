@@ -22,9 +22,11 @@
  *                                     an operand is a BF16 subnormal or a partial sum is FP32-denormal, by the
  *                                     flushed values.
  *
- * Why oneDNN: on this project's machine (AMD EPYC with avx512_bf16, 2 vCPUs) its FP32 brgemm kernels run the
- * MLP's GEMM shapes at about twice OpenBLAS 0.3.21's sgemm (bench/gemm_bench, docs/benchmarks.md), and its BF16
- * kernels twice that again. PyTorch's CPU autocast calls the same library.
+ * Why oneDNN: on this project's machine (AMD EPYC with avx512_bf16, 2 vCPUs) its BF16 kernels run the MLP's GEMM
+ * shapes at about twice any FP32 GEMM, which OpenBLAS 0.3.21 cannot give (cblas_sbgemm declared, not exported).
+ * Its FP32 brgemm kernels are about twice OpenBLAS's sgemm when OpenBLAS runs its AVX2 (Haswell) kernels, as fast
+ * as its AVX-512 (Cooperlake) kernels on the MLP's shapes, and slower on LeNet-5's small convolution GEMMs
+ * (bench/gemm_bench, docs/benchmarks.md). PyTorch's CPU autocast calls the same library.
  *
  * Primitives are created once per (shape, transposes, dtype, alpha, beta, thread count) when a graph is built
  * (gemm.c asks for the scratch size then) and cached for the life of the process; a call whose primitive is
