@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,21 +142,42 @@ mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
         return s;
     }
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        mpt_status s = mpt_errorf(MPT_ERR_IO, "cannot start gnuplot: fork failed (%s)", strerror(errno));
+    /* posix_spawn, not fork: glibc's posix_spawn runs no atfork handlers, and OpenBLAS's (blas_thread_shutdown_)
+     * joins its worker threads, one of which loops for good in blas_memory_alloc under a memory limit (compare under
+     * ulimit -v 192 MiB with 2 OpenBLAS threads hung in fork). gnuplot gets a process group of its own (the time
+     * limit kills it and anything it started; a Ctrl-C at the terminal, sent to mptrain's foreground group, stops
+     * the run, not the picture), its log as stdout and stderr, the picture as descriptor 3, and dir as its
+     * working directory. */
+    extern char **environ;
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    pid_t pid = -1;
+    int err = posix_spawn_file_actions_init(&fa);
+    if (!err) {
+        err = posix_spawnattr_init(&attr);
+        if (!err) {
+            err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+            if (!err) err = posix_spawnattr_setpgroup(&attr, 0);
+            if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDOUT_FILENO);
+            if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDERR_FILENO);
+            if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_png, 3);
+            if (!err) err = posix_spawn_file_actions_addfchdir_np(&fa, dfd);
+            char *argv[] = {"gnuplot", "-e", "mpt_output = '/dev/fd/3'", (char *)script, NULL};
+            if (!err) err = posix_spawnp(&pid, "gnuplot", &fa, &attr, argv, environ);
+            posix_spawnattr_destroy(&attr);
+        }
+        posix_spawn_file_actions_destroy(&fa);
+    }
+    if (err) {
+        mpt_status s = err == ENOENT
+                           ? mpt_errorf(MPT_ERR_IO, "gnuplot not found on PATH (Debian: apt-get install gnuplot-nox); "
+                                        "the plot script is %s/%s", dir, script)
+                           : mpt_errorf(MPT_ERR_IO, "cannot start gnuplot (%s)", strerror(err));
         close(fd_png), close(fd_log);
         unlinkat(dfd, tmp_png, 0), unlinkat(dfd, tmp_log, 0);
+        remove_picture(dfd, script);
         close(dfd);
         return s;
-    }
-    if (pid == 0) {
-        setpgid(0, 0); /* its own group: the time limit kills gnuplot and anything it started */
-        signal(SIGINT, SIG_IGN); /* a Ctrl-C for mptrain stops the run, not the picture (bounded anyway) */
-        if (dup2(fd_log, STDOUT_FILENO) < 0 || dup2(fd_log, STDERR_FILENO) < 0 || dup2(fd_png, 3) < 0) _exit(126);
-        if (fchdir(dfd) != 0) _exit(126);
-        execlp("gnuplot", "gnuplot", "-e", "mpt_output = '/dev/fd/3'", script, (char *)NULL);
-        _exit(127);
     }
     close(fd_png);
     close(fd_log);
