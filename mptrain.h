@@ -5,7 +5,9 @@
  *
  * What a program does with it, and where each piece is documented:
  *   engine/backend.h      create a backend (mpt_backend_cpu_create, mpt_backend_cuda_create); its memory
- *   engine/amp/policy.h   a precision mode (fp32, tf32, fp16, bf16) and the per-op rules it implies
+ *   engine/amp/policy.h   a precision mode (fp32, tf32, fp16, bf16, fp8, fp8-e4m3, mxfp8) and the per-op rules
+ *                         it implies
+ *   engine/amp/fp8.h      the FP8 recipe (scaling, accumulator), which GEMMs run in FP8, the scale state
  *   engine/graph.h        the graph a network is built into (static shapes, one arena per memory category)
  *   engine/layers/layers.h  the layers: input, linear, conv2d, relu, maxpool2d, flatten, dropout, softmax_xent
  *   models/models.h       the built-in networks (mlp, lenet5, cnn), if a program wants one of those
@@ -43,6 +45,7 @@
 #include "engine/tensor.h"
 #include "engine/backend.h"
 #include "engine/rng.h"
+#include "engine/amp/fp8.h"
 #include "engine/amp/policy.h"
 #include "engine/amp/scaler.h"
 #include "engine/amp/master.h"

@@ -207,8 +207,9 @@ int main(int argc, char **argv) {
         double t_sgemm = median_time(run_sgemm, &sc);
         printf("%-12s %5lld %5lld %5lld | %8.1f %8.1f %8.1f |", s->name, (long long)s->M, (long long)s->N,
                (long long)s->K, flop / t_sgemm * 1e-9, dnnl_gflops(s, MPT_DTYPE_F32), dnnl_gflops(s, MPT_DTYPE_BF16));
-        for (int m = 0; m <= MPT_MATH_COUNT; m++) { /* the last: bf16 on the native kernel set */
-            const int nat = m == MPT_MATH_COUNT;
+        /* fp32, tf32, fp16, bf16 (the FP8 modes need FP8 data in the TN layout), then bf16 on the native kernel set */
+        for (int m = 0; m <= MPT_MATH_BF16 + 1; m++) {
+            const int nat = m == MPT_MATH_BF16 + 1;
             if (nat && !native) {
                 printf(" %8s", "-");
                 continue;

@@ -103,6 +103,23 @@ static inline int64_t mpt_relu_aux_ld(int64_t N) { return (N + 127) / 128 * 128;
 /* Bytes of the ReLU bitmask of an [M, N] C: M * ld / 8. */
 static inline size_t mpt_relu_aux_bytes(int64_t M, int64_t N) { return (size_t)M * (size_t)(mpt_relu_aux_ld(N) / 8); }
 
+/* The accumulator of an FP8 GEMM (math MPT_MATH_FP8; engine/amp/fp8.h, kernels/cpu/gemm.c has the model). */
+typedef enum mpt_fp8_accum {
+    MPT_FP8_ACCUM_FP32 = 0, /* exact FP8 x FP8 products summed in FP32 (the CPU's default; on the GPU cuBLASLt
+                               CUBLASLT_MATMUL_DESC_FAST_ACCUM = 0, which promotes partial sums into FP32 at an
+                               interval of its own) */
+    MPT_FP8_ACCUM_FAST,     /* Hopper's FP8 Tensor Core accumulator: blocks of 32 products aligned to their largest
+                               exponent and truncated to 13 fraction bits (the CPU's model; on the GPU
+                               CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1), optionally promoted into FP32 every
+                               fp8_promote elements of K */
+} mpt_fp8_accum;
+
+/* Elements of K that share one E8M0 scale in an MX operand (OCP MX v1.0: k = 32). */
+#define MPT_MX_BLOCK 32
+/* Block scales per row of an MX operand with K elements: ceil(K / 32) (a short last block is a block padded with
+ * zeros, which do not change its amax). */
+static inline int64_t mpt_mx_blocks(int64_t K) { return (K + MPT_MX_BLOCK - 1) / MPT_MX_BLOCK; }
+
 typedef struct mpt_gemm_args {
     /* C[M,N] = epilogue(alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]), row-major, C written in place.
      * op(A) = A stored [M,K] (trans_a = 0) or A stored [K,M] read transposed (trans_a = 1); same for B
@@ -118,8 +135,20 @@ typedef struct mpt_gemm_args {
     void *aux;                        /* ReLU bitmask of C (format above, mpt_relu_aux_bytes(M, N) bytes): written
                                          by RELU_AUX_BIAS, read by DRELU_BGRAD; else NULL */
     float alpha, beta;
-    mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype */
+    mpt_math math;                    /* FP32/TF32 need F32 operands; F16/BF16 need A/B of that dtype; FP8 and
+                                         MXFP8 need E4M3/E5M2 A and B (each its own) in the TN layout below */
     mpt_epilogue epilogue;
+    /* FP8 operands (math FP8 or MXFP8): A stored [M, K] and B stored [N, K], both K-contiguous (trans_a = 0,
+     * trans_b = 1: the "TN" layout cuBLASLt requires for FP8), E4M3 or E5M2. What they stand for is their stored
+     * value times their scale: per tensor (FP8), op(A)op(B) = a_scale_inv * b_scale_inv * sum_k A[m,k] B[n,k], the
+     * factor applied with alpha in the epilogue (cuBLASLt: D = alpha * scale_A * scale_B * AB + beta * C); per
+     * block of 32 along K (MXFP8), element k of row m is A[m, k] * 2^(a_block_scales[m, k / 32] - 127). */
+    const float *a_scale_inv, *b_scale_inv; /* FP8: backend scalars, 1/s of each operand (mpt_fp8_meta.scale_inv) */
+    const uint8_t *a_block_scales;    /* MXFP8: E8M0 [M, mpt_mx_blocks(K)] */
+    const uint8_t *b_block_scales;    /* MXFP8: E8M0 [N, mpt_mx_blocks(K)] */
+    mpt_fp8_accum fp8_accum;          /* FP8: the accumulator (FP32 for MXFP8) */
+    int32_t fp8_promote;              /* FAST: add the partial sum into an FP32 accumulator every this many elements
+                                         of K (a multiple of 32; 0 = never) */
     const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record;
                                          may live on the caller's stack: a backend that keeps it copies it */
 } mpt_gemm_args;
@@ -161,6 +190,57 @@ typedef struct mpt_pool_args {
     int32_t *argmax;         /* [N, C, P, Q]: index h*W+w of the max within its input plane (saved) */
     const void *dy; void *dx;/* backward: dx += scatter(dy, argmax) */
 } mpt_pool_args;
+
+/* ---- FP8 casts and scale state (engine/amp/fp8.h) ------------------------------------------------------ */
+
+/* The scaling state of one FP8 operand tensor, in backend memory (ARCHITECTURE decision 10: training state like
+ * the loss scale: FP32, on the device, in the checkpoint). The FP8 value stored for x is round(x * scale). */
+typedef struct mpt_fp8_meta {
+    float scale;     /* s, what the cast multiplies by (1 at the start) */
+    float scale_inv; /* 1/s in FP32, what the GEMM multiplies by */
+    float amax;      /* max |x| of the tensor's last cast (NaN/inf when the tensor held one) */
+    float amax_used; /* the amax that s was computed from (delayed: the history's maximum; current: amax; 0 before
+                        the first update) */
+    float fmax;      /* the format's largest finite value (448 or 57344): constant */
+    int32_t e5m2;    /* 1: E5M2, 0: E4M3 (constant) */
+    float pad_[2];   /* 32 bytes, the same layout in C and CUDA C++ */
+} mpt_fp8_meta;
+
+typedef struct mpt_fp8_cast_args {
+    const void *x; mpt_dtype x_dtype; /* [rows, cols] F32, F16 or BF16 (row-major, dense) */
+    int64_t rows, cols;
+    mpt_dtype fmt;                    /* E4M3 or E5M2 */
+    uint8_t *q;                       /* [rows, cols]: the FP8 copy, or NULL */
+    uint8_t *qt;                      /* [cols, rows]: the FP8 copy transposed, or NULL (the TN layout of a GEMM
+                                         whose K is `rows`: a "transposing cast") */
+    int saturate;                     /* overflow -> +-max (1) or NaN/inf (0): kernels/elemwise.h */
+    mpt_fp8_meta *meta;               /* backend: amax is written (max |x| over the tensor, NaN if any x is NaN);
+                                         per-tensor scaling reads scale, or with `current` first writes scale =
+                                         mpt_fp8_scale_from_amax(amax, scaled_max, pow2, 1), scale_inv = 1/scale,
+                                         amax_used = amax; q = round(x * scale) (one FP32 product, then the cast) */
+    int current;                      /* current scaling: the scale from this tensor's own amax (two passes) */
+    float scaled_max;                 /* fmax * 2^-margin */
+    int pow2;                         /* round the current scale down to a power of two */
+    int mx;                           /* MX block scaling instead: per block of 32 along each output's rows (q: along
+                                         cols, qt: along rows), scale code c = mpt_mx_scale_code(block amax, fmt,
+                                         mx_rounding), element = round(x * 2^(127 - c)); meta->amax written only */
+    int mx_rounding;                  /* mpt_mx_rounding */
+    uint8_t *q_scales;                /* MX: E8M0 [rows, mpt_mx_blocks(cols)] for q (NULL without q) */
+    uint8_t *qt_scales;               /* MX: E8M0 [cols, mpt_mx_blocks(rows)] for qt (NULL without qt) */
+    float *found_inf;                 /* backend scalar or NULL: set to 1 when the amax is not finite (the step is
+                                         skipped like one with non-finite gradients) */
+    const char *tag;                  /* host string naming the call site ("fc1.x"), for messages */
+} mpt_fp8_cast_args;
+
+typedef struct mpt_fp8_update_args {
+    mpt_fp8_meta *meta;               /* [n] backend */
+    float *history;                   /* [n, len] backend: amax histories, slot iteration % len of row i this step's */
+    int n, len;
+    const int64_t *iteration;         /* backend scalar (mpt_scaler_state.iteration): this step's */
+    int delayed;                      /* delayed scaling: recompute scale from the history */
+    float margin_factor;              /* 2^-margin */
+    int pow2;
+} mpt_fp8_update_args;
 
 /* ---- Optimizer, loss scaler (the fused FP32 update pass) ------------------------------------------ */
 
@@ -374,6 +454,18 @@ struct mpt_backend {
      * padding row (last partial batch): x[b, :] = 0 and labels[b] = -1 (ignored by the loss). */
     void (*gather_batch)(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
                          const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean, float inv_std);
+
+    /* ---- FP8 (engine/amp/fp8.h) ---- */
+    /* The cast of an FP8 operand: a->meta->amax = max |x|; with current scaling the scale from it; q and/or qt in
+     * a->fmt with the tensor's scale or, with a->mx, with a block scale per 32 elements (mpt_fp8_cast_args). A
+     * non-finite amax sets *a->found_inf. NULL on a backend without FP8 (then fp8 modes are refused). */
+    void (*fp8_cast)(mpt_backend *be, const mpt_fp8_cast_args *a);
+    /* After a step, for every FP8 tensor i: history[i, iteration % len] = meta[i].amax (0 when it is not finite:
+     * the step was skipped, and an inf would pin the scale for len steps); with delayed scaling, m = the maximum
+     * of row i, and if m > 0: scale = mpt_fp8_scale_from_amax(m, fmax * margin_factor, pow2, scale), scale_inv =
+     * 1/scale, amax_used = m (TransformerEngine's DelayedScaling: amax_compute_algo "max" over the window; the
+     * scale computed after this step serves the next one). */
+    void (*fp8_update)(mpt_backend *be, const mpt_fp8_update_args *a);
 
     /* ---- mixed-precision update (engine/amp, engine/optim) ---- */
     /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN

@@ -12,7 +12,7 @@ const char *mpt_dtype_name(mpt_dtype t) {
 }
 
 const char *mpt_math_name(mpt_math m) {
-    static const char *names[MPT_MATH_COUNT] = {"fp32", "tf32", "fp16", "bf16"};
+    static const char *names[MPT_MATH_COUNT] = {"fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8"};
     return (unsigned)m < MPT_MATH_COUNT ? names[m] : "?";
 }
 
@@ -22,6 +22,8 @@ double mpt_math_unit_roundoff(mpt_math m) {
     case MPT_MATH_TF32: return 0x1p-11;
     case MPT_MATH_F16: return 0x1p-11;
     case MPT_MATH_BF16: return 0x1p-8;
+    case MPT_MATH_FP8:
+    case MPT_MATH_MXFP8: return 0x1p-4;
     default: return 1.0;
     }
 }

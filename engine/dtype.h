@@ -9,7 +9,8 @@
  * lives beside it (engine/amp/fp8.h); mpt_load_f32 below gives the stored FP8 value itself.
  *
  * The math mode says which number format a GEMM's or convolution's *operands* are rounded to before the
- * multiply (the Tensor Core input format); products and sums are always FP32. Where each mode is decided
+ * multiply (the Tensor Core input format); products and sums are FP32 (FP8 GEMMs may model Hopper's narrower
+ * accumulator instead: engine/backend.h mpt_fp8_accum). Where each mode is decided
  * for a node: engine/amp/policy.c; where it is carried out on the CPU: kernels/cpu/gemm.c
  * (mpt_cpu_gemm); on the GPU: kernels/cuda/gemm.cu.
  */
@@ -39,6 +40,9 @@ typedef enum mpt_math {
     MPT_MATH_TF32,     /* FP32 storage, operands rounded to TF32 (10 mantissa bits), FP32 accumulate */
     MPT_MATH_F16,      /* FP16 operands, FP32 accumulate */
     MPT_MATH_BF16,     /* BF16 operands, FP32 accumulate */
+    MPT_MATH_FP8,      /* FP8 operands (E4M3/E5M2, each its own) with a scale per tensor; FP32 accumulate or Hopper's
+                          narrower one (mpt_gemm_args.fp8_accum) */
+    MPT_MATH_MXFP8,    /* FP8 operands with an E8M0 scale per block of 32 along K (OCP MX), FP32 accumulate */
     MPT_MATH_COUNT
 } mpt_math;
 
@@ -46,9 +50,10 @@ typedef enum mpt_math {
 MPT_API size_t mpt_dtype_size(mpt_dtype t);
 /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0". */
 MPT_API const char *mpt_dtype_name(mpt_dtype t);
-/* "fp32", "tf32", "fp16", "bf16". */
+/* "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8". */
 MPT_API const char *mpt_math_name(mpt_math m);
-/* Unit roundoff of the operand format of a math mode: 2^-24, 2^-11, 2^-11, 2^-8. */
+/* Unit roundoff of the operand format of a math mode: 2^-24, 2^-11, 2^-11, 2^-8; FP8 and MXFP8: E4M3's, 2^-4
+ * (E5M2 operands have 2^-3). */
 MPT_API double mpt_math_unit_roundoff(mpt_math m);
 /* Whether the dtype is an unscaled floating-point format (F32, F16, BF16): one whose elements are values. */
 MPT_API int mpt_dtype_is_float(mpt_dtype t);

@@ -52,6 +52,7 @@ void mpt_graph_free(mpt_graph **pg) {
     free(g->tensors);
     free(g->nodes);
     free(g->params);
+    free(g->fp8);
     free(g);
     *pg = NULL;
 }
@@ -168,10 +169,40 @@ void mpt_graph_fill_fused(mpt_graph *g) {
         if (g->nodes[i]->fill_fused) g->nodes[i]->fill_fused(g, g->nodes[i]);
 }
 
+/* FP8 state (engine/amp/fp8.h): before the arenas are sized, the state tensors of the registered FP8 operands
+ * (MPT_MEM_OPTIM); after, the pointers and the initial state (scale 1, scale_inv 1, amax 0, histories 0). */
+static void fp8_state_plan(mpt_graph *g) {
+    if (g->n_fp8 == 0 || g->fp8_meta_t) return;
+    int64_t ms[1] = {(int64_t)((size_t)g->n_fp8 * sizeof(mpt_fp8_meta))};
+    g->fp8_meta_t = mpt_graph_tensor(g, "amp.fp8_state", MPT_DTYPE_U8, MPT_MEM_OPTIM, 1, ms);
+    int64_t hs[2] = {g->n_fp8, mpt_fp8_history_len(g)};
+    g->fp8_hist_t = mpt_graph_tensor(g, "amp.fp8_amax_history", MPT_DTYPE_F32, MPT_MEM_OPTIM, 2, hs);
+}
+
+static mpt_status fp8_state_init(mpt_graph *g) {
+    if (g->n_fp8 == 0) return MPT_OK;
+    g->fp8_meta = (mpt_fp8_meta *)g->fp8_meta_t->data;
+    g->fp8_history = (float *)g->fp8_hist_t->data; /* zero-filled with its arena */
+    mpt_fp8_meta *h = calloc((size_t)g->n_fp8, sizeof *h);
+    if (!h) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the initial FP8 state of %d tensors", g->n_fp8);
+    for (int i = 0; i < g->n_fp8; i++) {
+        const int e5 = g->fp8[i].fmt == MPT_DTYPE_E5M2;
+        h[i].scale = 1.0f;
+        h[i].scale_inv = 1.0f;
+        h[i].fmax = e5 ? MPT_E5M2_MAX : MPT_E4M3_MAX;
+        h[i].e5m2 = e5;
+    }
+    g->be->from_host(g->be, g->fp8_meta, h, (size_t)g->n_fp8 * sizeof *h);
+    g->be->synchronize(g->be); /* h is freed next */
+    free(h);
+    return MPT_OK;
+}
+
 mpt_status mpt_graph_alloc(mpt_graph *g) {
     MPT_ASSERT(!g->allocated);
     mpt_backend *be = g->be;
     plan_fusions(g);
+    fp8_state_plan(g);
     for (int m = 0; m < MPT_MEM_COUNT; m++) {
         size_t bytes = mpt_graph_bytes(g, (mpt_mem)m);
         if (bytes == 0) continue;
@@ -195,7 +226,7 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
         if (t->view_of) t->data = t->view_of->data;
     }
     g->allocated = 1;
-    return MPT_OK;
+    return fp8_state_init(g);
 }
 
 /* Discards the gradients of one arena: zeroes it, or with grad_overwrite marks its tensors unwritten (a new
@@ -274,6 +305,57 @@ mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name) {
     return NULL;
 }
 
+void mpt_graph_fp8_gemm_text(const mpt_graph *g, const mpt_node *n, int which, char *buf, size_t len) {
+    const mpt_fp8_operand *a = which == 0 ? &n->fp8_x : &n->fp8_dy, *b = which == 2 ? &n->fp8_x : &n->fp8_w;
+    const mpt_tensor *c = which == 0 ? n->out : which == 1 ? n->in[0]->grad : n->in[1]->grad;
+    const char *scales = n->math == MPT_MATH_MXFP8 ? "block scales" : "tensor scales";
+    if (!n->fp8 || (which == 1 && !n->in[0]->grad)) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    (void)g;
+    snprintf(buf, len, "%s x %s%s, %s -> %s", mpt_dtype_name(a->fmt), mpt_dtype_name(b->fmt),
+             which == 0 ? "" : which == 1 ? " (W transposed copy)" : " (dy, x transposed copies)", scales,
+             mpt_dtype_name(c->dtype));
+}
+
+void mpt_graph_print_fp8_gemms(const mpt_graph *g, FILE *f) {
+    if (!mpt_policy_is_fp8(&g->policy)) return;
+    const mpt_fp8_recipe *r = &g->policy.fp8;
+    if (g->policy.mode == MPT_PRECISION_MXFP8)
+        fprintf(f, "FP8 GEMMs (E8M0 scale per 32 elements along K, --mx-scale %s%s; FP32 accumulation):\n",
+                mpt_mx_rounding_name(r->mx_rounding), r->saturate ? "" : ", casts not saturating");
+    else {
+        char hist[48] = "", prom[64] = "";
+        if (r->scaling == MPT_FP8_SCALING_DELAYED) snprintf(hist, sizeof hist, " over %d steps of amax", (int)r->amax_history);
+        if (r->accum == MPT_FP8_ACCUM_FAST && r->promote)
+            snprintf(prom, sizeof prom, ", promoted into FP32 every %d of K", (int)r->promote);
+        fprintf(f, "FP8 GEMMs (%s scaling%s, margin %d%s%s; accumulator %s%s):\n", mpt_fp8_scaling_name(r->scaling),
+                hist, (int)r->margin, r->pow2_scales ? ", power-of-two scales" : "",
+                r->saturate ? "" : ", casts not saturating", mpt_fp8_accum_name(r->accum), prom);
+    }
+    int any = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_node *n = g->nodes[i];
+        if (n->op != MPT_OP_LINEAR) continue;
+        if (!n->fp8) {
+            fprintf(f, "  %-5s BF16: batch %lld, in %lld, out %lld are not all multiples of 16\n", n->name,
+                    (long long)n->in[0]->shape[0], (long long)n->in[0]->shape[1], (long long)n->in[1]->shape[0]);
+            continue;
+        }
+        any = 1;
+        static const char *what[3] = {"fprop", "dgrad", "wgrad"};
+        for (int k = 0; k < 3; k++) {
+            char t[128];
+            mpt_graph_fp8_gemm_text(g, n, k, t, sizeof t);
+            fprintf(f, "  %-5s %s %s\n", k == 0 ? n->name : "", what[k], t);
+        }
+    }
+    if (!any)
+        fprintf(f, "  no GEMM of this model qualifies: the run is a bf16 run (convolutions run in BF16 in every FP8 "
+                   "mode)\n");
+}
+
 void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
     fprintf(f, "precision map (mode %s%s", mpt_precision_name(g->policy.mode),
             g->policy.tf32_override ? ", TF32 disabled by NVIDIA_TF32_OVERRIDE=0" : "");
@@ -295,6 +377,7 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
                 gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes,
                 gemm_like ? mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D, n->math) : "-");
     }
+    mpt_graph_print_fp8_gemms(g, f);
     int fused = 0;
     for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;
     if (!fused || !g->fuse_epilogues) return;

@@ -54,6 +54,16 @@
 
 typedef struct mpt_graph mpt_graph;
 typedef struct mpt_node mpt_node;
+
+/* An FP8 operand of a node's GEMMs: the source tensor's FP8 copy as the GEMMs read it. */
+typedef struct mpt_fp8_operand {
+    mpt_tensor *q;         /* [rows, cols] in fmt: the source's layout (or NULL when no GEMM reads it) */
+    mpt_tensor *qt;        /* [cols, rows]: transposed, for a GEMM whose K is the source's rows (or NULL) */
+    mpt_tensor *q_scales;  /* MXFP8: E8M0 [rows, mpt_mx_blocks(cols)] of q, else NULL */
+    mpt_tensor *qt_scales; /* MXFP8: E8M0 [cols, mpt_mx_blocks(rows)] of qt, else NULL */
+    mpt_dtype fmt;         /* E4M3 or E5M2 */
+    int meta;              /* its index in the graph's FP8 state (g->fp8_meta) */
+} mpt_fp8_operand;
 typedef void (*mpt_node_fn)(mpt_graph *g, mpt_node *node);
 /* Telemetry probe (engine/telemetry/): writes into dst (backend memory, FP32) the values a pass of the node
  * held in FP32 just before rounding them into a 16-bit tensor; scratch: node->probe_scratch floats of backend
@@ -86,6 +96,10 @@ struct mpt_node {
     int bwd_done;                          /* per pass (reset by forward): another node's GEMM epilogue ran this
                                               node's backward (on R: C's DRELU_BGRAD, which also wrote L's bias
                                               gradient); mpt_graph_backward skips the node */
+    /* FP8 GEMMs (a linear node whose policy and shapes chose them: engine/amp/fp8.h): the FP8 copies of its operands
+     * in the TN layouts the GEMMs read, and their scales. fp8 == 0: none (the GEMMs run in `math`). */
+    int fp8;
+    mpt_fp8_operand fp8_x, fp8_w, fp8_dy;  /* input x [B, in], weight W [out, in], output gradient dy [B, out] */
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;
@@ -137,6 +151,15 @@ struct mpt_graph {
     uint64_t grad_epoch[MPT_MEM_COUNT]; /* with grad_overwrite: a discard of a gradient arena increments its
                                      epoch (O(1), no pass over the tensors); a tensor is written since then when
                                      its grad_epoch equals this (starts at 1; tensors start at 0, unwritten) */
+    /* FP8 (engine/amp/fp8.h): the operand tensors the layers registered, and their state in backend memory */
+    int n_fp8, cap_fp8;
+    mpt_fp8_tensor *fp8;          /* [n_fp8] host: names and formats */
+    mpt_tensor *fp8_meta_t;       /* U8 [n_fp8 * sizeof(mpt_fp8_meta)], MPT_MEM_OPTIM (when n_fp8 > 0) */
+    mpt_tensor *fp8_hist_t;       /* F32 [n_fp8, history length], MPT_MEM_OPTIM */
+    mpt_fp8_meta *fp8_meta;       /* backend: [n_fp8], = fp8_meta_t->data after mpt_graph_alloc */
+    float *fp8_history;           /* backend: [n_fp8, history length] */
+    float *found_inf;             /* backend scalar or NULL: what an FP8 cast sets when an amax is not finite, in
+                                     training passes (the trainer points it at its mpt_scaler_state.found_inf) */
     int fuse_epilogues;           /* layers may fuse work into GEMM epilogues ("Fused epilogues" above). 1 unless
                                      MPT_FUSED_EPILOGUES=0 is in the environment at mpt_graph_create; tests set it
                                      to compare (the relu fusions are planned only if it is set at mpt_graph_alloc;
@@ -210,7 +233,14 @@ MPT_API mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name);
 
 /* Prints the precision map: each node with input/output dtypes, math mode, activation bytes and, for GEMMs and
  * convolutions, how they run (mpt_backend_kernels_of: "emulate:onednn", "native:onednn", "emulate:openblas" on the
- * CPU; the header line names the CPU kernel set). */
+ * CPU; the header line names the CPU kernel set); in FP8 modes the operand formats of every linear layer's GEMMs
+ * (mpt_graph_print_fp8_gemms); the fused epilogues. */
 MPT_API void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f);
+/* In FP8 modes: per linear layer, its fprop, dgrad and wgrad GEMMs' operand formats, scales and output dtype, or
+ * why it runs in BF16; nothing in other modes. */
+MPT_API void mpt_graph_print_fp8_gemms(const mpt_graph *g, FILE *f);
+/* One line for GEMM `which` (0 fprop, 1 dgrad, 2 wgrad) of linear node n: "e5m2 x e4m3 (W transposed copy), tensor
+ * scales -> bf16", or "-" when it does not run in FP8 (buf: len bytes). */
+MPT_API void mpt_graph_fp8_gemm_text(const mpt_graph *g, const mpt_node *n, int which, char *buf, size_t len);
 
 #endif

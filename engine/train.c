@@ -173,6 +173,8 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     MPT_ASSERTF(g->loss != NULL, "mpt_trainer_create: the graph has no loss (add mpt_softmax_xent)");
     MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
     mpt_status s = check_config(cfg);
+    if (s == MPT_OK && mpt_policy_is_fp8(&g->policy))
+        s = mpt_fp8_recipe_check(&g->policy.fp8, g->policy.mode == MPT_PRECISION_MXFP8);
     if (s != MPT_OK) {
         mpt_graph_free(&g); /* the trainer owns g, also when it fails */
         return s;
@@ -227,6 +229,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     }
     g->loss_scale = &t->scaler->scale;
     g->iteration = &t->scaler->iteration;
+    g->found_inf = &t->scaler->found_inf; /* FP8 casts flag a non-finite amax here */
     g->seed = cfg->seed;
     s = init_params(t);
     if (s != MPT_OK) {
@@ -338,6 +341,15 @@ static void step_ops(mpt_trainer *t, int measured) {
                                         .found_inf = apply ? NULL : &st->found_inf, .grad_mul = grad_mul,
                                         .step = &st->steps_taken, .lr = &st->lr, .iteration = &st->iteration};
         be->optim_step_multi(be, &a);
+    }
+    /* FP8: this step's amaxes into the histories, and (delayed scaling) the scales for the next step */
+    if (g->n_fp8) {
+        const mpt_fp8_recipe *r = &g->policy.fp8;
+        mpt_fp8_update_args u = {.meta = g->fp8_meta, .history = g->fp8_history, .n = g->n_fp8,
+                                 .len = mpt_fp8_history_len(g), .iteration = &st->iteration,
+                                 .delayed = r->scaling == MPT_FP8_SCALING_DELAYED,
+                                 .margin_factor = ldexpf(1.0f, -r->margin), .pow2 = r->pow2_scales};
+        be->fp8_update(be, &u);
     }
     /* the scale for the next step, the skip counters, and st->iteration += 1 */
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);

@@ -197,7 +197,7 @@ static const bad_case bad_cases[] = {
     {{"train", "--batch-size", "99999999999999999999"}, "--batch-size"},
     {{"train", "--seed", "-1"}, "--seed"},
     {{"train", "--momentum", "1"}, "--momentum"},
-    {{"train", "--precision", "fp8"}, "--precision"},
+    {{"train", "--precision", "fp4"}, "--precision"},
     {{"train", "--precision", "FP16"}, "--precision"},
     {{"train", "--model", "resnet50"}, "--model"},
     {{"train", "--optimizer", "lamb"}, "--optimizer"},
@@ -239,6 +239,17 @@ static const bad_case bad_cases[] = {
     {{"train", "--optimizer-state", "int8"}, "--optimizer-state"},
     {{"train", "--nonfinite", "ignore"}, "--nonfinite"},
     {{"train", "--nonfinite", "apply", "--loss-scale", "dynamic"}, "--nonfinite"}, /* dynamic scaling must skip */
+    {{"train", "--precision", "fp8-e5m2"}, "--precision"},
+    {{"train", "--fp8-scaling", "lazy"}, "--fp8-scaling"},
+    {{"train", "--amax-history", "0"}, "--amax-history"},
+    {{"train", "--fp8-margin", "33"}, "--fp8-margin"},
+    {{"train", "--fp8-pow2-scales", "yes"}, "--fp8-pow2-scales"},
+    {{"train", "--mx-scale", "round"}, "--mx-scale"},
+    {{"train", "--fp8-accum", "fp16"}, "--fp8-accum"},
+    {{"train", "--fp8-promote", "100"}, "--fp8-promote"},                 /* not whole blocks of 32 */
+    {{"train", "--fp8-promote", "128"}, "--fp8-promote"},                 /* needs --fp8-accum fast */
+    {{"train", "--precision", "mxfp8", "--fp8-accum", "fast"}, "--fp8-accum"}, /* no MX model */
+    {{"train", "--fp8-saturate", "maybe"}, "--fp8-saturate"},
     {{"train", "--tf32-matmul", "yes"}, "--tf32-matmul"},
     {{"train", "--tf32-conv", "1"}, "--tf32-conv"},
     {{"train", "--scaler", "mxnet"}, "--scaler"},
@@ -653,6 +664,45 @@ END_TEST
 START_TEST(test_resume_bf16_cnn_dropout) {
     const char *extra[] = {"--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--limit-train", "256", NULL};
     resume_case("cnn", "bf16", extra, 10, 4);
+}
+END_TEST
+
+/* FP8 (issue #23): the scaling state (scales, amax histories) crosses the checkpoint: a delayed-scaling fp8 run
+ * whose 4-step amax window rolls over the resume point, and an mxfp8 run, resume bit for bit; the checkpoint holds
+ * the state tensors, eval of it reproduces the run's accuracy, and a changed FP8 setting is refused. */
+START_TEST(test_resume_fp8) {
+    const char *extra[] = {"--amax-history", "4", "--fp8-margin", "1", NULL};
+    resume_case("mlp", "fp8", extra, 12, 5);
+    const char *extra_mx[] = {"--mx-scale", "rceil", NULL};
+    resume_case("mlp", "mxfp8", extra_mx, 8, 3);
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *first = tmp_path("first");
+    int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp8-e4m3", "--fp8-scaling", "current",
+                 "--max-steps", "3", "--limit-test", "64", "--progress", "off", "--out", first, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "FP8 GEMMs (current scaling") && strstr(out_buf, "fc3   BF16"), "%s", out_buf);
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", first);
+    mpt_checkpoint *c = NULL;
+    ck_assert(mpt_checkpoint_open(ck, NULL, 0, &c) == MPT_OK);
+    const mpt_checkpoint_tensor *st = mpt_checkpoint_find(c, "amp.fp8_state");
+    ck_assert(st && st->ndim == 2 && st->shape[0] == 6 && st->shape[1] == 3); /* fc1, fc2: x, weight, dy */
+    ck_assert(mpt_checkpoint_find(c, "amp.fp8_amax_history") && strstr(mpt_checkpoint_meta_get(c, "fp8"), "fc2.dy"));
+    mpt_checkpoint_close(&c);
+    json_t *j = load_summary(first);
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%",
+             100.0 * json_number_value(json_object_get(j, "final_test_accuracy")));
+    json_decref(j);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "64", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want) != NULL, "eval of an fp8 checkpoint (want '%s'): %d %s", want, rc,
+                  out_buf);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--fp8-scaling", "delayed", "--out",
+             tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--fp8-scaling delayed conflicts with the checkpoint's current"),
+                  "changed --fp8-scaling on resume: %d %s", rc, out_buf);
+    rm_tmpdir();
 }
 END_TEST
 
@@ -1270,6 +1320,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_resume_switches);
     tcase_add_test(tr, test_cpu_kernels_native);
+    tcase_add_test(tr, test_resume_fp8);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);

@@ -4,11 +4,12 @@
  *
  * 1. The engine swap keeps the emulation's meaning: on the GEMM shapes of the mlp (784-512-512-10, batch 128: forward,
  *    data gradient, weight gradient) and of lenet5 (its per-image convolution GEMMs and its fully connected layers), in
- *    every math mode, the result of the default engine (oneDNN where the build has it) and of OpenBLAS differ by at
- *    most the FP32 summation bound of two K-term sums, 2*gamma_K*T with T = sum_k |a_k b_k| of the emulated operands
- *    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1; gamma_K <= 2*K*u32 here), plus the
- *    rounding of each result when the output is 16-bit (compute dtype). With
- *    oneDNN in the build, the default engine must be oneDNN (otherwise the comparison would be OpenBLAS with itself).
+ *    every 32- and 16-bit math mode (FP8 GEMMs multiply decoded operands with the FP32 engine), the result of the
+ *    default engine (oneDNN where the build has it) and of OpenBLAS differ by at most the FP32 summation bound of two
+ *    K-term sums, 2*gamma_K*T with T = sum_k |a_k b_k| of the emulated operands (Higham, Accuracy and Stability of
+ *    Numerical Algorithms, 2nd ed., sec. 3.1; gamma_K <= 2*K*u32 here), plus the rounding of each result when the
+ *    output is 16-bit (compute dtype). With oneDNN in the build, the default engine must be oneDNN (otherwise the
+ *    comparison would be OpenBLAS with itself).
  * 2. Determinism: the same GEMM on the same backend gives the same bits, with 1 thread and with 2 (a shape above
  *    oneDNN's one-thread size, so the 2-thread run is parallel); a graph's training step creates no oneDNN primitive
  *    (they are created at graph build).
@@ -171,7 +172,9 @@ START_TEST(test_engine_within_fp32_bound_of_openblas) {
     mpt_backend *def = mpt_backend_cpu_create(), *blas = backend_with(MPT_CPU_KERNELS_EMULATE, MPT_CPU_ENGINE_OPENBLAS);
     tests_rng r = {0x2501};
     int64_t differ = 0, total = 0;
-    for (int m = 0; m < MPT_MATH_COUNT; m++)
+    /* the 32- and 16-bit maths: FP8 GEMMs decode their operands into FP32 and multiply them with the same FP32
+     * engine (test_fp8 checks them against FP64) */
+    for (int m = 0; m <= MPT_MATH_BF16; m++)
         for (int i = 0; i < N_SHAPES; i++) {
             const shape *s = &SHAPES[i];
             const mpt_math math = (mpt_math)m;
@@ -214,7 +217,7 @@ START_TEST(test_engine_deterministic_per_thread_count) {
     for (int threads = 1; threads <= 2; threads++) {
         ck_assert_int_eq(mpt_cpu_set_threads(threads), threads);
         mpt_backend *be = mpt_backend_cpu_create();
-        for (int m = 0; m < MPT_MATH_COUNT; m++) {
+        for (int m = 0; m <= MPT_MATH_BF16; m++) { /* FP8: the FP32 engine on decoded operands */
             const mpt_dtype od = operand_dtype((mpt_math)m);
             void *A = fill(&r, od, s->M * s->K), *B = fill(&r, od, s->K * s->N);
             float *C1 = malloc((size_t)(s->M * s->N) * 4), *C2 = malloc((size_t)(s->M * s->N) * 4);

@@ -308,6 +308,561 @@ START_TEST(test_scale_from_amax) {
 }
 END_TEST
 
+/* ---- the CPU backend's FP8 kernels ------------------------------------------------------------------------ */
+
+#include "engine/backend.h"
+
+#define EXPECT(cond, ...)                                                                                          \
+    do {                                                                                                           \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                                    \
+    } while (0)
+
+/* The value code c of format f stands for, from the definition (def_value), as a double. */
+static double val(const fmt *f, uint8_t c) { return def_value(f, c); }
+
+/* A random finite code of f (NaN and inf codes excluded), of magnitude at most `max`. */
+static uint8_t rand_code_max(tests_rng *r, const fmt *f, double max) {
+    for (;;) {
+        uint8_t c = (uint8_t)(tests_next(r) >> 56);
+        if (isfinite(def_value(f, c)) && fabs(def_value(f, c)) <= max) return c;
+    }
+}
+static uint8_t rand_code(tests_rng *r, const fmt *f) { return rand_code_max(r, f, INFINITY); }
+
+static void run_gemm(mpt_backend *be, mpt_gemm_args *g) {
+    size_t need = be->gemm_workspace(be, g);
+    EXPECT(mpt_backend_reserve_workspace(be, need) == MPT_OK, "workspace");
+    be->gemm(be, g);
+}
+
+/* FP8 GEMMs (per-tensor scales, and MX block scales) with FP32 accumulation against the FP64 sum of the decoded,
+ * scaled operands. Bound (Higham sec. 3.1, as tests/test_gemm.c): the products are exact in FP32, so only the FP32
+ * sum (K terms), the scale factor fl(alpha * fl(sa * sb)) (2 roundings) and the epilogue (beta*C, bias: 3 operations)
+ * err: 2 (K + 6) u32 (|alpha sa sb| T + |beta C| + |bias|), then one rounding to C's dtype. */
+START_TEST(test_gemm_fp8_fp32_accum) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {8};
+    const fmt *fs[2] = {&E4M3, &E5M2};
+    for (int cs = 0; cs < 24; cs++) {
+        const int mx = cs % 2, M = 16 * tests_int(&r, 1, 3), N = 16 * tests_int(&r, 1, 3);
+        const int K = (int)(mx ? 16 * tests_int(&r, 1, 40) : 16 * tests_int(&r, 1, 64));
+        const fmt *fa = fs[tests_int(&r, 0, 1)], *fb = mx ? &E4M3 : fs[tests_int(&r, 0, 1)];
+        const mpt_dtype cd = (cs / 2) % 3 == 0 ? MPT_DTYPE_F32 : (cs / 2) % 3 == 1 ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        const int bias = cs % 4 >= 2, nb = (K + 31) / 32;
+        const float beta = cd == MPT_DTYPE_F32 && cs % 3 == 0 ? 1.0f : 0.0f, alpha = cs % 5 == 0 ? 0.75f : 1.0f;
+        uint8_t *A = malloc((size_t)M * K), *B = malloc((size_t)N * K), *sa = malloc((size_t)M * nb),
+                *sb = malloc((size_t)N * nb);
+        float *bv = malloc((size_t)N * sizeof(float));
+        void *C = calloc((size_t)M * N, 4), *C0 = calloc((size_t)M * N, 4);
+        const double vmax = cd == MPT_DTYPE_F16 ? 8.0 : INFINITY; /* keep an F16 C finite */
+        for (int i = 0; i < M * K; i++) A[i] = rand_code_max(&r, fa, vmax);
+        for (int i = 0; i < N * K; i++) B[i] = rand_code_max(&r, fb, vmax);
+        for (int i = 0; i < M * nb; i++) sa[i] = (uint8_t)tests_int(&r, 117, 137);
+        for (int i = 0; i < N * nb; i++) sb[i] = (uint8_t)tests_int(&r, 117, cd == MPT_DTYPE_F16 ? 124 : 137);
+        for (int i = 0; i < N; i++) bv[i] = (float)tests_uniform(&r, -4, 4);
+        for (int i = 0; i < M * N; i++) mpt_store_f32(C, cd, i, (float)tests_uniform(&r, -8, 8));
+        memcpy(C0, C, (size_t)M * N * 4);
+        float a_si = (float)tests_uniform(&r, 1e-3, 1.0), b_si = (float)tests_uniform(&r, 1e-3, 1.0);
+        mpt_gemm_args g = {0};
+        g.trans_a = 0;
+        g.trans_b = 1;
+        g.M = M;
+        g.N = N;
+        g.K = K;
+        g.A = A;
+        g.a_dtype = fa == &E5M2 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3;
+        g.B = B;
+        g.b_dtype = fb == &E5M2 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3;
+        g.C = C;
+        g.c_dtype = cd;
+        g.bias = bias ? bv : NULL;
+        g.bias_dtype = MPT_DTYPE_F32;
+        g.epilogue = bias ? MPT_EPILOGUE_BIAS : MPT_EPILOGUE_NONE;
+        g.alpha = alpha;
+        g.beta = beta;
+        g.math = mx ? MPT_MATH_MXFP8 : MPT_MATH_FP8;
+        g.a_scale_inv = &a_si;
+        g.b_scale_inv = &b_si;
+        g.a_block_scales = sa;
+        g.b_block_scales = sb;
+        g.tag = "fp8 test";
+        run_gemm(be, &g);
+        const double f = mx ? (double)alpha : (double)alpha * (double)a_si * (double)b_si;
+        const double uo = cd == MPT_DTYPE_F32 ? 0 : cd == MPT_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double sum = 0, T = 0;
+                for (int k = 0; k < K; k++) {
+                    double x = val(fa, A[i * K + k]), y = val(fb, B[j * K + k]);
+                    if (mx) x *= ldexp(1.0, sa[i * nb + k / 32] - 127), y *= ldexp(1.0, sb[j * nb + k / 32] - 127);
+                    sum += x * y;
+                    T += fabs(x * y);
+                }
+                double ref = f * sum, extra = 0;
+                if (beta != 0.0f) ref += (double)beta * mpt_load_f32(C0, cd, i * N + j), extra += fabs(mpt_load_f32(C0, cd, i * N + j));
+                if (bias) ref += bv[j], extra += fabs(bv[j]);
+                double e32 = 2.0 * (K + 6) * 0x1p-24 * (fabs(f) * T + extra);
+                double bound = e32 + uo * (fabs(ref) + e32) + 1e-30;
+                double got = mpt_load_f32(C, cd, i * N + j);
+                EXPECT(fabs(got - ref) <= bound, "case %d (%s, %s x %s, K %d, C %s): C[%d,%d] = %.9g, FP64 %.9g, bound %.3g",
+                       cs, mx ? "mxfp8" : "fp8", fa->name, fb->name, K, mpt_dtype_name(cd), i, j, got, ref, bound);
+            }
+        free(A), free(B), free(sa), free(sb), free(bv), free(C), free(C0);
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The fast accumulator, written here independently of kernels/cpu/fp8.c from the model's description (kernels/cpu/
+ * gemm.c): exact products in FP64, exponents from frexp, truncations by floor on magnitudes. */
+static int model_exp(double a, const fmt *f) { /* exponent of an FP8 value's leading bit; emin for subnormals */
+    int e;
+    frexp(fabs(a), &e);
+    int emin = 1 - f->bias;
+    return e - 1 < emin ? emin : e - 1;
+}
+static double trunc_to(double x, double unit) { return (x < 0 ? -1 : 1) * floor(fabs(x) / unit) * unit; }
+static double model_block(double c, const double *a, const double *b, int n, const fmt *fa, const fmt *fb) {
+    int emax = INT32_MIN;
+    for (int i = 0; i < n; i++)
+        if (a[i] != 0 && b[i] != 0) {
+            int e = model_exp(a[i], fa) + model_exp(b[i], fb);
+            if (e > emax) emax = e;
+        }
+    if (c != 0) {
+        int e;
+        frexp(fabs(c), &e);
+        if (e - 1 > emax) emax = e - 1;
+    }
+    if (emax == INT32_MIN) return c;
+    const double unit = ldexp(1.0, emax - 13);
+    double s = trunc_to(c, unit);
+    for (int i = 0; i < n; i++) s += trunc_to(a[i] * b[i], unit);
+    if (s == 0) return 0;
+    int e;
+    frexp(fabs(s), &e); /* |s| in [2^(e-1), 2^e): keep 14 significant bits */
+    return trunc_to(s, ldexp(1.0, e - 14));
+}
+static double model_dot(const double *a, const double *b, int K, int promote, const fmt *fa, const fmt *fb) {
+    double part = 0, acc = 0;
+    int since = 0;
+    for (int k0 = 0; k0 < K; k0 += 32) {
+        int n = K - k0 < 32 ? K - k0 : 32;
+        part = model_block(part, a + k0, b + k0, n, fa, fb);
+        since += n;
+        if (promote && since >= promote) {
+            acc = (double)((float)acc + (float)part); /* one FP32 addition */
+            part = 0;
+            since = 0;
+        }
+    }
+    return promote ? (double)((float)acc + (float)part) : part;
+}
+
+/* C (F32 [M, N]) of an FP8 GEMM with unit scales, alpha 1, accumulator accum / promote. */
+static void fp8_gemm(mpt_backend *be, const uint8_t *A, mpt_dtype at, const uint8_t *B, mpt_dtype bt, int M, int N,
+                     int K, mpt_fp8_accum accum, int promote, float *C) {
+    static const float one = 1.0f;
+    mpt_gemm_args g = {0};
+    g.trans_b = 1;
+    g.M = M, g.N = N, g.K = K;
+    g.A = A, g.a_dtype = at, g.B = B, g.b_dtype = bt;
+    g.C = C, g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_FP8;
+    g.a_scale_inv = &one, g.b_scale_inv = &one;
+    g.fp8_accum = accum;
+    g.fp8_promote = promote;
+    g.tag = "fast test";
+    run_gemm(be, &g);
+}
+
+START_TEST(test_fast_accumulator_model) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {14};
+    static const int ks[] = {1, 16, 31, 32, 33, 64, 100, 128, 256, 1000};
+    for (int cs = 0; cs < 40; cs++) {
+        const fmt *fa = cs % 2 ? &E5M2 : &E4M3, *fb = &E4M3;
+        const int K = ks[cs % 10], M = 3, N = 4, promote = cs % 3 == 0 ? 0 : cs % 3 == 1 ? 32 : 128;
+        uint8_t *A = malloc((size_t)M * K), *B = malloc((size_t)N * K);
+        for (int i = 0; i < M * K; i++) A[i] = rand_code(&r, fa);
+        for (int i = 0; i < N * K; i++) B[i] = rand_code(&r, fb);
+        if (cs % 4 == 3) /* zeros and mixed magnitudes: many products vanish, the alignment varies per block */
+            for (int i = 0; i < M * K; i += 3) A[i] = 0;
+        float C[12];
+        fp8_gemm(be, A, fa == &E5M2 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, M, N, K, MPT_FP8_ACCUM_FAST,
+                 promote, C);
+        double *a = malloc(sizeof(double) * K), *b = malloc(sizeof(double) * K);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                for (int k = 0; k < K; k++) a[k] = val(fa, A[i * K + k]), b[k] = val(fb, B[j * K + k]);
+                double want = model_dot(a, b, K, promote, fa, fb);
+                EXPECT((double)C[i * N + j] == want, "case %d (%s x %s, K %d, promote %d): C[%d,%d] = %a, model %a", cs,
+                       fa->name, fb->name, K, promote, i, j, C[i * N + j], want);
+            }
+        free(a), free(b), free(A), free(B);
+    }
+    /* constructed: products 2^-14 beside 1 fall below the grid 2^(0 - 13) and are lost; FP32 keeps them */
+    {
+        uint8_t A[32] = {0}, B[32] = {0};
+        A[0] = B[0] = 0x38; /* 1.0 */
+        A[1] = B[1] = A[2] = B[2] = 0x04; /* 2^-7 = 4 * 2^-9 (subnormal E4M3): products 2^-14 */
+        float c_fast, c_32;
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 32, MPT_FP8_ACCUM_FAST, 0, &c_fast);
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 32, MPT_FP8_ACCUM_FP32, 0, &c_32);
+        EXPECT(c_fast == 1.0f && c_32 == 1.0f + 0x1p-13f, "fast %a (expected 1), fp32 %a (expected 1 + 2^-13)", c_fast, c_32);
+    }
+    /* constructed: 32 products 32 * 1 make the accumulator 1024; then 32 products 2^-4 (2^-2 x 2^-2) fall below its grid
+     * 2^(10 - 13) in the next block and are lost (fast: 1024); promoting every 32 adds that block's own 2 in FP32 (1026) */
+    {
+        uint8_t A[64], B[64];
+        for (int k = 0; k < 32; k++) A[k] = 0x60, B[k] = 0x38;          /* 32 (2^5) x 1 */
+        for (int k = 32; k < 64; k++) A[k] = B[k] = 0x28;               /* 2^-2 x 2^-2 */
+        ck_assert(val(&E4M3, 0x60) == 32.0 && val(&E4M3, 0x28) == 0.25);
+        float c_fast, c_prom, c_32;
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FAST, 0, &c_fast);
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FAST, 32, &c_prom);
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FP32, 0, &c_32);
+        EXPECT(c_fast == 1024.0f && c_prom == 1026.0f && c_32 == 1026.0f, "fast %g (1024), promoted %g (1026), fp32 %g (1026)",
+               c_fast, c_prom, c_32);
+    }
+    /* constructed: a partial sum far below the next block's products (2^-8 after the first block, then 448 x 448 =
+     * 200704: the grid is 2^(16 - 13), c's significand shifted right by 34 bits) is truncated to nothing, not
+     * wrapped around; FP32 rounds it away too (ulp of 200704: 2^-6) */
+    {
+        uint8_t A[64] = {0}, B[64] = {0};
+        A[0] = B[0] = 0x18;  /* 2^-4: the product 2^-8 */
+        A[32] = B[32] = 0x7e; /* 448 */
+        ck_assert(val(&E4M3, 0x18) == 0x1p-4 && val(&E4M3, 0x7e) == 448.0);
+        float c_fast, c_32;
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FAST, 0, &c_fast);
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FP32, 0, &c_32);
+        double a[64], b[64];
+        for (int k = 0; k < 64; k++) a[k] = val(&E4M3, A[k]), b[k] = val(&E4M3, B[k]);
+        EXPECT(c_fast == 200704.0f && c_32 == 200704.0f && model_dot(a, b, 64, 0, &E4M3, &E4M3) == 200704.0,
+               "fast %.9g, fp32 %.9g (expected 200704 both)", c_fast, c_32);
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The per-step update on a constructed amax sequence: delayed scaling takes the maximum of the last `len` amaxes
+ * (this step's included), keeps the scale while the window holds nothing, records a non-finite amax as 0. */
+START_TEST(test_delayed_scaling_sequence) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    const float seq[] = {0.0f, 2.0f, 8.0f, 1.0f, 0.5f, 0.25f, NAN, 4.0f, INFINITY, 0.125f};
+    const int n_seq = (int)(sizeof seq / sizeof seq[0]), len = 3;
+    for (int variant = 0; variant < 3; variant++) { /* margin 0; margin 1; margin 0 + pow2 */
+        const int margin = variant == 1, pow2 = variant == 2;
+        mpt_fp8_meta m = {.scale = 1.0f, .scale_inv = 1.0f, .fmax = 448.0f};
+        float hist[3] = {0, 0, 0};
+        int64_t it = 0;
+        double want_scale = 1.0;
+        for (int t = 0; t < n_seq; t++, it++) {
+            m.amax = seq[t];
+            mpt_fp8_update_args u = {.meta = &m, .history = hist, .n = 1, .len = len, .iteration = &it, .delayed = 1,
+                                     .margin_factor = ldexpf(1.0f, -margin), .pow2 = pow2};
+            be->fp8_update(be, &u);
+            double w = 0; /* the window: steps t-2..t, non-finite as 0 */
+            for (int j = t - len + 1; j <= t; j++)
+                if (j >= 0 && isfinite(seq[j]) && seq[j] > w) w = seq[j];
+            if (w > 0) {
+                want_scale = (double)(float)(448.0 / ldexp(1.0, margin) / w);
+                if (pow2) want_scale = ldexp(1.0, floor_log2(want_scale));
+            }
+            EXPECT((double)m.scale == want_scale && m.scale_inv == 1.0f / m.scale,
+                   "variant %d step %d (amax %g): scale %a, expected %a", variant, t, (double)seq[t], m.scale, want_scale);
+            EXPECT(hist[t % len] == (isfinite(seq[t]) ? seq[t] : 0.0f), "step %d: history slot %d holds %g", t, t % len,
+                   (double)hist[t % len]);
+            if (w > 0) EXPECT((double)m.amax_used == w, "step %d: amax_used %g, window max %g", t, (double)m.amax_used, w);
+        }
+    }
+    /* current scaling (delayed = 0) records the history but leaves the scale alone */
+    mpt_fp8_meta m = {.scale = 3.0f, .scale_inv = 1.0f / 3.0f, .fmax = 57344.0f, .amax = 5.0f};
+    float hist[2] = {0, 0};
+    int64_t it = 7;
+    mpt_fp8_update_args u = {.meta = &m, .history = hist, .n = 1, .len = 2, .iteration = &it, .delayed = 0,
+                             .margin_factor = 1.0f};
+    be->fp8_update(be, &u);
+    ck_assert(m.scale == 3.0f && hist[1] == 5.0f && hist[0] == 0.0f);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The per-tensor cast: q = fp8(x * s) (one FP32 product, then RNE), qt its transpose, amax = max |x|; current
+ * scaling sets s from the amax first; a NaN sets found_inf. */
+START_TEST(test_cast_per_tensor) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {5};
+    const int R = 5, C = 7;
+    uint16_t x[35];
+    double amax = 0;
+    for (int i = 0; i < R * C; i++) {
+        x[i] = mpt_f32_to_bf16((float)(tests_uniform(&r, -3, 3) * ldexp(1.0, tests_int(&r, -12, 6))));
+        amax = fmax(amax, fabs(mpt_bf16_to_f32(x[i])));
+    }
+    for (int current = 0; current <= 1; current++)
+        for (int e5 = 0; e5 <= 1; e5++) {
+            uint8_t q[35], qt[35];
+            float found = 0.0f;
+            mpt_fp8_meta m = {.scale = 17.5f, .scale_inv = 1.0f / 17.5f, .fmax = e5 ? 57344.0f : 448.0f, .e5m2 = e5};
+            mpt_fp8_cast_args a = {.x = x, .x_dtype = MPT_DTYPE_BF16, .rows = R, .cols = C,
+                                   .fmt = e5 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3, .q = q, .qt = qt, .saturate = 1,
+                                   .meta = &m, .current = current, .scaled_max = m.fmax, .found_inf = &found, .tag = "t"};
+            be->fp8_cast(be, &a);
+            ck_assert((double)m.amax == amax && found == 0.0f);
+            const float s = current ? (float)((double)(float)(m.fmax / amax)) : 17.5f;
+            ck_assert(m.scale == s && (!current || m.scale_inv == 1.0f / s));
+            for (int i = 0; i < R; i++)
+                for (int j = 0; j < C; j++) {
+                    const uint8_t want = mpt_f32_to_fp8(mpt_bf16_to_f32(x[i * C + j]) * s, e5, 1);
+                    EXPECT(q[i * C + j] == want && qt[j * R + i] == want, "x[%d,%d]: q 0x%02x, qt 0x%02x, expected 0x%02x",
+                           i, j, q[i * C + j], qt[j * R + i], want);
+                }
+        }
+    x[11] = 0x7fc0; /* BF16 NaN */
+    uint8_t q[35];
+    float found = 0.0f;
+    mpt_fp8_meta m = {.scale = 1.0f, .scale_inv = 1.0f, .fmax = 448.0f};
+    mpt_fp8_cast_args a = {.x = x, .x_dtype = MPT_DTYPE_BF16, .rows = R, .cols = C, .fmt = MPT_DTYPE_E4M3, .q = q,
+                           .saturate = 1, .meta = &m, .found_inf = &found, .tag = "nan"};
+    be->fp8_cast(be, &a);
+    ck_assert(isnan(m.amax) && found == 1.0f && q[11] == 0x7f);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* MX blocks built to show each case: an all-zero block (code 0, zeros), a block whose max is a power of two (2^5:
+ * FLOOR gives 2^(5 - 8), the max maps to 256), a block with one huge value (10^6: its scale flushes the small ones
+ * to zero), a short last block (80 = 2 x 32 + 16); rows along q, columns along qt. */
+START_TEST(test_mx_blocks) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    enum { R = 33, C = 80 };
+    static float x[R * C];
+    tests_rng r = {6};
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) {
+            float v;
+            if (j < 32) v = 0.0f;                                             /* block 0: zeros */
+            else if (j < 64) v = (float)tests_uniform(&r, -31.9, 31.9);       /* block 1: max 2^5 below */
+            else v = (float)tests_uniform(&r, -1e-3, 1e-3);                   /* block 2 (16 wide): small, one huge */
+            x[i * C + j] = v;
+        }
+    for (int i = 0; i < R; i++) x[i * C + 40] = i % 2 ? -32.0f : 32.0f; /* block 1's max: exactly 2^5 */
+    x[3 * C + 70] = 1e6f;
+    for (int rounding = 0; rounding < 3; rounding++) {
+        static uint8_t q[R * C], qt[R * C], qs[R * 3], qts[C * 2];
+        mpt_fp8_meta m = {.scale = 1.0f, .scale_inv = 1.0f, .fmax = 448.0f};
+        mpt_fp8_cast_args a = {.x = x, .x_dtype = MPT_DTYPE_F32, .rows = R, .cols = C, .fmt = MPT_DTYPE_E4M3, .q = q,
+                               .qt = qt, .saturate = 1, .meta = &m, .mx = 1, .mx_rounding = rounding, .q_scales = qs,
+                               .qt_scales = qts, .tag = "mx"};
+        be->fp8_cast(be, &a);
+        ck_assert(m.amax == 1e6f);
+        for (int i = 0; i < R; i++) {
+            ck_assert_uint_eq(qs[i * 3 + 0], 0); /* all zeros: code 0 (2^-127) */
+            for (int j = 0; j < 32; j++) ck_assert_uint_eq(q[i * C + j], 0);
+            ck_assert_uint_eq(qs[i * 3 + 1], 127 + 5 - 8); /* every rule: 2^(5 - 8) for a max of exactly 2^5 */
+            ck_assert_uint_eq(q[i * C + 40], i % 2 ? 0xf8 : 0x78); /* +-32 / 2^-3 = +-256 = 1.0 x 2^8 */
+            for (int j = 32; j < 64; j++)
+                ck_assert_uint_eq(q[i * C + j], mpt_f32_to_e4m3_sat(x[i * C + j] * 8.0f));
+            /* block 2: its amax from the definitions of the three rules */
+            double am = 0;
+            for (int j = 64; j < 80; j++) am = fmax(am, fabs(x[i * C + j]));
+            const unsigned want = expect_mx(am, 8, 448.0, rounding);
+            ck_assert_uint_eq(qs[i * 3 + 2], want);
+            for (int j = 64; j < 80; j++) {
+                const uint8_t w = mpt_f32_to_e4m3_sat((float)(x[i * C + j] * ldexp(1.0, 127 - (int)want)));
+                ck_assert_uint_eq(q[i * C + j], w);
+                if (i == 3 && j != 70) ck_assert_uint_eq(q[i * C + j] & 0x7f, 0); /* flushed beside 10^6 */
+            }
+        }
+        /* qt: column j of x in blocks of 32 rows (33 = 32 + 1) */
+        for (int j = 0; j < C; j++)
+            for (int b = 0; b < 2; b++) {
+                const int r0 = 32 * b, r1 = b ? R : 32;
+                double am = 0;
+                for (int i = r0; i < r1; i++) am = fmax(am, fabs(x[i * C + j]));
+                const unsigned want = am == 0 ? 0 : expect_mx(am, 8, 448.0, rounding);
+                EXPECT(qts[j * 2 + b] == want, "column %d block %d: code %u, expected %u", j, b, qts[j * 2 + b], want);
+                for (int i = r0; i < r1; i++)
+                    EXPECT(qt[j * R + i] == mpt_f32_to_e4m3_sat((float)(x[i * C + j] * ldexp(1.0, 127 - (int)want))),
+                           "qt[%d, %d]", j, i);
+            }
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* ---- training --------------------------------------------------------------------------------------------- */
+
+#include "datasets/synthetic.h"
+#include "engine/layers/layers.h"
+#include "engine/train.h"
+#include "models/models.h"
+
+typedef struct fp8_run {
+    mpt_backend *be;
+    mpt_trainer *tr;
+    mpt_mnist data;
+} fp8_run;
+
+/* An MLP 64 -> 64 -> 8 (fc1 qualifies for FP8, fc2's 8 outputs do not) on synthetic blobs, or lenet5 on 28 x 28. */
+static void fp8_open(fp8_run *r, mpt_precision mode, const mpt_fp8_recipe *rec, const char *model, int batch) {
+    memset(r, 0, sizeof *r);
+    const int lenet = model != NULL;
+    ck_assert_int_eq(mpt_synthetic_blobs(&r->data, 2048, 512, lenet ? 784 : 64, lenet ? 10 : 8, 77), MPT_OK);
+    r->be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(mode, 0, 0);
+    if (rec) pol.fp8 = *rec;
+    mpt_graph *g = mpt_graph_create(r->be, &pol, batch);
+    mpt_tensor *x;
+    if (lenet) {
+        ck_assert_int_eq(mpt_model_build(g, model, &x), MPT_OK);
+    } else {
+        int64_t shape[2] = {batch, r->data.dim};
+        x = mpt_input(g, 2, shape);
+        x = mpt_relu(g, mpt_linear(g, x, 64, "fc1"), "relu1");
+        x = mpt_linear(g, x, r->data.n_classes, "fc2");
+    }
+    mpt_softmax_xent(g, x, "loss");
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    ck_assert_int_eq(mpt_trainer_create(&r->tr, g, &cfg), MPT_OK);
+}
+
+static void fp8_close(fp8_run *r) {
+    mpt_trainer_free(&r->tr);
+    mpt_backend_free(&r->be);
+    mpt_mnist_free(&r->data);
+}
+
+static void fp8_steps(fp8_run *r, int steps) {
+    const int b = r->tr->g->batch;
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)b);
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < b; i++) idx[i] = (int32_t)((s * b + i * 7) % r->data.n_train);
+        mpt_trainer_gather(r->tr, r->data.train_images, r->data.train_labels, idx, r->data.dim, 0.0f, 1.0f);
+        mpt_trainer_step(r->tr);
+    }
+    free(idx);
+}
+
+static double fp8_accuracy(fp8_run *r) {
+    const int b = r->tr->g->batch;
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)b);
+    mpt_trainer_reset_correct(r->tr);
+    int64_t counted = 0;
+    for (int64_t s = 0; s + b <= r->data.n_test; s += b, counted += b) {
+        for (int i = 0; i < b; i++) idx[i] = (int32_t)(s + i);
+        mpt_trainer_gather(r->tr, r->data.test_images, r->data.test_labels, idx, r->data.dim, 0.0f, 1.0f);
+        mpt_trainer_eval_batch(r->tr);
+    }
+    free(idx);
+    mpt_train_stats st;
+    mpt_trainer_stats(r->tr, &st);
+    return (double)st.n_correct / (double)counted;
+}
+
+/* Every FP8 mode and recipe learns the blobs (> 90%) without a skipped step, fc1 in FP8 and fc2 in BF16, and the
+ * delayed scales moved off their initial 1 to fmax / amax of their histories. */
+START_TEST(test_fp8_modes_learn) {
+    struct { mpt_precision mode; mpt_fp8_scaling scaling; mpt_fp8_accum accum; int promote, mx; } cases[] = {
+        {MPT_PRECISION_FP8, MPT_FP8_SCALING_DELAYED, MPT_FP8_ACCUM_FP32, 0, MPT_MX_FLOOR},
+        {MPT_PRECISION_FP8, MPT_FP8_SCALING_CURRENT, MPT_FP8_ACCUM_FP32, 0, MPT_MX_FLOOR},
+        {MPT_PRECISION_FP8_E4M3, MPT_FP8_SCALING_DELAYED, MPT_FP8_ACCUM_FP32, 0, MPT_MX_FLOOR},
+        {MPT_PRECISION_FP8, MPT_FP8_SCALING_DELAYED, MPT_FP8_ACCUM_FAST, 64, MPT_MX_FLOOR},
+        {MPT_PRECISION_MXFP8, MPT_FP8_SCALING_DELAYED, MPT_FP8_ACCUM_FP32, 0, MPT_MX_RCEIL},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        mpt_fp8_recipe rec = mpt_fp8_recipe_default();
+        rec.scaling = cases[c].scaling;
+        rec.accum = cases[c].accum;
+        rec.promote = cases[c].promote;
+        rec.mx_rounding = cases[c].mx;
+        fp8_run r;
+        fp8_open(&r, cases[c].mode, &rec, NULL, 64);
+        const mpt_graph *g = r.tr->g;
+        ck_assert(g->nodes[1]->fp8 && g->nodes[1]->math == (cases[c].mode == MPT_PRECISION_MXFP8 ? MPT_MATH_MXFP8 : MPT_MATH_FP8));
+        ck_assert(!g->nodes[3]->fp8 && g->nodes[3]->math == MPT_MATH_BF16);
+        ck_assert_int_eq(g->n_fp8, 3);
+        ck_assert(g->fp8[2].fmt == (cases[c].mode == MPT_PRECISION_FP8 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3));
+        fp8_steps(&r, 64);
+        const double acc = fp8_accuracy(&r);
+        mpt_train_stats st;
+        mpt_trainer_stats(r.tr, &st);
+        EXPECT(acc > 0.9 && st.steps_skipped == 0, "case %zu (%s): accuracy %.3f, %d skipped", c,
+               mpt_precision_name(cases[c].mode), acc, st.steps_skipped);
+        if (cases[c].mode != MPT_PRECISION_MXFP8)
+            for (int i = 0; i < g->n_fp8; i++) {
+                const mpt_fp8_meta *m = &g->fp8_meta[i];
+                EXPECT(m->amax_used > 0 && m->scale == mpt_fp8_scale_from_amax(m->amax_used, m->fmax, 0, -1.0f),
+                       "case %zu: %s scale %g from amax %g", c, g->fp8[i].name, (double)m->scale, (double)m->amax_used);
+            }
+        fp8_close(&r);
+    }
+}
+END_TEST
+
+/* lenet5's linear layers (120, 84, 10 outputs) do not qualify: in every FP8 mode it trains bit for bit as in bf16. */
+START_TEST(test_lenet5_fp8_is_bf16) {
+    const mpt_precision modes[4] = {MPT_PRECISION_BF16, MPT_PRECISION_FP8, MPT_PRECISION_FP8_E4M3, MPT_PRECISION_MXFP8};
+    float *ref = NULL;
+    int64_t n_ref = 0;
+    for (int m = 0; m < 4; m++) {
+        fp8_run r;
+        fp8_open(&r, modes[m], NULL, "lenet5", 16);
+        ck_assert_int_eq(r.tr->g->n_fp8, 0);
+        fp8_steps(&r, 3);
+        int64_t n = 0;
+        for (int i = 0; i < r.tr->n_params; i++) n += mpt_tensor_numel(r.tr->master[i]);
+        float *w = malloc(sizeof(float) * (size_t)n);
+        int64_t off = 0;
+        for (int i = 0; i < r.tr->n_params; i++) {
+            const int64_t k = mpt_tensor_numel(r.tr->master[i]);
+            memcpy(w + off, r.tr->master[i]->data, sizeof(float) * (size_t)k);
+            off += k;
+        }
+        if (!ref) {
+            ref = w;
+            n_ref = n;
+        } else {
+            EXPECT(n == n_ref && memcmp(w, ref, sizeof(float) * (size_t)n) == 0, "%s lenet5 differs from bf16",
+                   mpt_precision_name(modes[m]));
+            free(w);
+        }
+        fp8_close(&r);
+    }
+    free(ref);
+}
+END_TEST
+
+/* A NaN in an FP8 operand (here the batch itself) makes its amax non-finite: the step is skipped like one with
+ * non-finite gradients (masters unchanged), the history records 0 for it, and the next clean step trains. */
+START_TEST(test_nonfinite_amax_skips_step) {
+    fp8_run r;
+    fp8_open(&r, MPT_PRECISION_FP8, NULL, NULL, 64);
+    fp8_steps(&r, 2);
+    mpt_graph *g = r.tr->g;
+    const int64_t n0 = mpt_tensor_numel(r.tr->master[0]);
+    float *before = malloc(sizeof(float) * (size_t)n0);
+    memcpy(before, r.tr->master[0]->data, sizeof(float) * (size_t)n0);
+    /* the batch of the last step is still in g->input: poison one element and step on it without a gather */
+    ((uint16_t *)g->input->data)[5] = 0x7fc0;
+    mpt_trainer_step(r.tr);
+    mpt_train_stats st;
+    mpt_trainer_stats(r.tr, &st);
+    ck_assert_int_eq(st.steps_skipped, 1);
+    ck_assert(memcmp(before, r.tr->master[0]->data, sizeof(float) * (size_t)n0) == 0);
+    ck_assert(g->fp8_history[0 * mpt_fp8_history_len(g) + 2] == 0.0f); /* fc1.x at iteration 2 */
+    ck_assert(g->fp8_history[1 * mpt_fp8_history_len(g) + 2] > 0.0f);  /* fc1.weight's amax is recorded */
+    fp8_steps(&r, 1);
+    mpt_trainer_stats(r.tr, &st);
+    ck_assert_int_eq(st.steps_skipped, 1);
+    ck_assert(memcmp(before, r.tr->master[0]->data, sizeof(float) * (size_t)n0) != 0);
+    free(before);
+    fp8_close(&r);
+}
+END_TEST
+
 static Suite *fp8_suite(void) {
     Suite *s = suite_create("fp8");
     TCase *tc = tcase_create("formats");
@@ -322,6 +877,20 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tc, test_mx_scale_rules);
     tcase_add_test(tc, test_scale_from_amax);
     suite_add_tcase(s, tc);
+    TCase *tk = tcase_create("kernels");
+    tcase_set_timeout(tk, 240);
+    tcase_add_test(tk, test_gemm_fp8_fp32_accum);
+    tcase_add_test(tk, test_fast_accumulator_model);
+    tcase_add_test(tk, test_delayed_scaling_sequence);
+    tcase_add_test(tk, test_cast_per_tensor);
+    tcase_add_test(tk, test_mx_blocks);
+    suite_add_tcase(s, tk);
+    TCase *tt = tcase_create("training");
+    tcase_set_timeout(tt, 300);
+    tcase_add_test(tt, test_fp8_modes_learn);
+    tcase_add_test(tt, test_lenet5_fp8_is_bf16);
+    tcase_add_test(tt, test_nonfinite_amax_skips_step);
+    suite_add_tcase(s, tt);
     return s;
 }
 

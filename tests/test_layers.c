@@ -749,7 +749,8 @@ START_TEST(test_flatten) {
 END_TEST
 
 START_TEST(test_input) {
-    const mpt_dtype want[MPT_PRECISION_COUNT] = {MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    const mpt_dtype want[MPT_PRECISION_COUNT] = {MPT_DTYPE_F32,  MPT_DTYPE_F32,  MPT_DTYPE_F16, MPT_DTYPE_BF16,
+                                                 MPT_DTYPE_BF16, MPT_DTYPE_BF16, MPT_DTYPE_BF16}; /* fp8 modes: BF16 */
     mpt_backend *be = mpt_backend_cpu_create();
     for (int m = 0; m < MPT_PRECISION_COUNT; m++) {
         mpt_policy pol = policy_for_mode((mpt_precision)m);

@@ -138,10 +138,42 @@ START_TEST(test_names_and_loss_scaling) {
         ck_assert_int_eq(mpt_policy_default_loss_scaling(&p), modes[i] == MPT_PRECISION_FP16);
     }
     mpt_precision m = MPT_PRECISION_BF16;
-    ck_assert_int_eq(mpt_precision_parse("fp8", &m), -1);
+    const char *fp8_names[] = {"fp8", "fp8-e4m3", "mxfp8"};
+    const mpt_precision fp8_modes[] = {MPT_PRECISION_FP8, MPT_PRECISION_FP8_E4M3, MPT_PRECISION_MXFP8};
+    for (int i = 0; i < 3; i++) { /* the FP8 modes (issue #23): BF16 storage, no loss scaling by default */
+        ck_assert_int_eq(mpt_precision_parse(fp8_names[i], &m), 0);
+        ck_assert_int_eq(m, fp8_modes[i]);
+        ck_assert_str_eq(mpt_precision_name(m), fp8_names[i]);
+        mpt_policy p = mpt_policy_make_explicit(m, 0, 0);
+        ck_assert(mpt_policy_is_fp8(&p) && !mpt_policy_default_loss_scaling(&p));
+        ck_assert_int_eq(mpt_policy_act_dtype(&p), MPT_DTYPE_BF16);
+        ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_CONV2D, MPT_DTYPE_BF16).math, MPT_MATH_BF16);
+    }
+    ck_assert_int_eq(mpt_precision_parse("fp8-e5m2", &m), -1);
     ck_assert_int_eq(mpt_precision_parse("FP16", &m), -1);
     ck_assert_str_eq(mpt_op_name(MPT_OP_LINEAR), "linear");
     ck_assert_str_eq(mpt_op_name(MPT_OP_SOFTMAX_XENT), "softmax_xent");
+}
+END_TEST
+
+/* Which linear layers run FP8 GEMMs (issue #23): batch, in and out features all multiples of 16, and the operand
+ * formats of each mode. */
+START_TEST(test_fp8_linear_rule) {
+    mpt_math math = MPT_MATH_COUNT;
+    mpt_dtype fmt[3];
+    mpt_policy p = mpt_policy_make_explicit(MPT_PRECISION_FP8, 0, 0);
+    ck_assert(mpt_policy_fp8_linear(&p, 128, 784, 512, &math, fmt) && math == MPT_MATH_FP8);
+    ck_assert(fmt[0] == MPT_DTYPE_E4M3 && fmt[1] == MPT_DTYPE_E4M3 && fmt[2] == MPT_DTYPE_E5M2);
+    ck_assert(!mpt_policy_fp8_linear(&p, 128, 512, 10, &math, fmt));  /* the 10-way output layer */
+    ck_assert(!mpt_policy_fp8_linear(&p, 128, 400, 120, &math, fmt)); /* lenet5 fc1: 120 = 7.5 x 16 */
+    ck_assert(!mpt_policy_fp8_linear(&p, 100, 784, 512, &math, fmt)); /* a batch of 100 */
+    p = mpt_policy_make_explicit(MPT_PRECISION_FP8_E4M3, 0, 0);
+    ck_assert(mpt_policy_fp8_linear(&p, 16, 32, 48, &math, fmt) && math == MPT_MATH_FP8 && fmt[2] == MPT_DTYPE_E4M3);
+    p = mpt_policy_make_explicit(MPT_PRECISION_MXFP8, 0, 0);
+    ck_assert(mpt_policy_fp8_linear(&p, 16, 32, 48, &math, fmt) && math == MPT_MATH_MXFP8 && fmt[2] == MPT_DTYPE_E4M3);
+    p = mpt_policy_make_explicit(MPT_PRECISION_BF16, 0, 0);
+    ck_assert(!mpt_policy_fp8_linear(&p, 128, 784, 512, &math, fmt));
+    ck_assert(mpt_fp8_gemm_ok(16, 16, 16) && !mpt_fp8_gemm_ok(16, 16, 8) && !mpt_fp8_gemm_ok(0, 16, 16));
 }
 END_TEST
 
@@ -153,6 +185,7 @@ int main(void) {
     tcase_add_test(tc, test_tf32_switches_separate);
     tcase_add_test(tc, test_tf32_override_env);
     tcase_add_test(tc, test_names_and_loss_scaling);
+    tcase_add_test(tc, test_fp8_linear_rule);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

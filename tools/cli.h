@@ -95,7 +95,15 @@ typedef enum mpt_opt_id {
     MPT_OPT_SCALE_FLOOR,
     MPT_OPT_SCALE_CEILING,
     MPT_OPT_CPU_KERNELS,      /* issue #25 (recorded; absent from older checkpoints: emulate) */
-    MPT_OPT_LAST_RECORDED = MPT_OPT_CPU_KERNELS,
+    MPT_OPT_FP8_SCALING,      /* issue #23's FP8 recipe (recorded; absent from older checkpoints: defaults) */
+    MPT_OPT_AMAX_HISTORY,
+    MPT_OPT_FP8_MARGIN,
+    MPT_OPT_FP8_POW2_SCALES,
+    MPT_OPT_MX_SCALE,
+    MPT_OPT_FP8_ACCUM,
+    MPT_OPT_FP8_PROMOTE,
+    MPT_OPT_FP8_SATURATE,
+    MPT_OPT_LAST_RECORDED = MPT_OPT_FP8_SATURATE,
     /* settings of one invocation */
     MPT_OPT_EPOCHS,
     MPT_OPT_DEVICE,
@@ -186,6 +194,8 @@ typedef struct mpt_cli_opts {
     mpt_scaler_preset scaler;            /* where the loss-scaler defaults below come from */
     double growth_factor, backoff_factor, scale_floor, scale_ceiling;
     int hysteresis;
+    mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
+                                            --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
     /* this invocation */
     int epochs;
     mpt_device_choice device;

@@ -70,8 +70,12 @@ int mpt_cmd_eval(int argc, char **argv) {
     int32_t *idx = NULL;
     size_t idx_bytes = 0;
     s = mpt_cli_data_upload(&dd, be, &cd.d);
+    mpt_policy policy = mpt_policy_make(o.precision);
+    policy.fp8 = o.fp8;
+    if (s == MPT_OK && mpt_policy_is_fp8(&policy) && !be->fp8_cast)
+        s = mpt_errorf(MPT_ERR_DEVICE, "checkpoint precision %s: the %s backend has no FP8 casts in this build (use "
+                                       "--device cpu)", mpt_precision_name(o.precision), be->name);
     if (s == MPT_OK) {
-        mpt_policy policy = mpt_policy_make(o.precision);
         if (policy.tf32_override && o.precision == MPT_PRECISION_TF32)
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
         mpt_graph *g = mpt_graph_create(be, &policy, o.batch);

@@ -43,9 +43,9 @@ typedef struct opt_def {
 static const opt_def opt_table[] = {
     {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)"},
     {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
-     "fp32 | tf32 | fp16 | bf16 (default fp32)"},
+     "fp32 | tf32 | fp16 | bf16 | fp8 | fp8-e4m3 | mxfp8 (default fp32; the fp8 modes: see below)"},
     {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE, "LIST",
-     "comma-separated precisions to train (default fp32,tf32,fp16,bf16)"},
+     "comma-separated precisions to train, from those of train's --precision (default fp32,tf32,fp16,bf16)"},
     {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE, "LIST|N",
      "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report the mean paired "
      "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)"},
@@ -102,6 +102,26 @@ static const opt_def opt_table[] = {
      "exactly, the GPU's oracle; native: bf16 on the CPU's BF16 units through oneDNN, with their numerics: BF16 "
      "denormals read as zero, denormal results flushed; fp32/tf32/fp16 stay emulated; needs oneDNN and "
      "avx512_bf16 or amx_bf16)"},
+    {"fp8-scaling", MPT_OPT_FP8_SCALING, required_argument, TC, "S",
+     "fp8 modes: delayed (TransformerEngine's DelayedScaling: s from the amax history) | current (s from the "
+     "tensor's amax now) (default delayed)"},
+    {"amax-history", MPT_OPT_AMAX_HISTORY, required_argument, TC, "N",
+     "fp8, delayed scaling: steps of amax history whose maximum sets the scale, 1..65536 (default 1024, TE's)"},
+    {"fp8-margin", MPT_OPT_FP8_MARGIN, required_argument, TC, "M",
+     "fp8: scale s = fmax / amax / 2^M, 0..32 (default 0)"},
+    {"fp8-pow2-scales", MPT_OPT_FP8_POW2_SCALES, required_argument, TC, "on|off",
+     "fp8: round every scale down to a power of two (default off)"},
+    {"mx-scale", MPT_OPT_MX_SCALE, required_argument, TC, "R",
+     "mxfp8: the block scale's exponent from the block's amax: floor (the OCP MX rule) | ceil | rceil (cuBLAS's) "
+     "(default floor)"},
+    {"fp8-accum", MPT_OPT_FP8_ACCUM, required_argument, TC, "A",
+     "fp8: the FP8 GEMMs' accumulator: fp32 | fast (Hopper's narrow FP8 Tensor Core accumulator, modelled on the CPU; "
+     "cuBLASLt FAST_ACCUM on the GPU) (default fp32)"},
+    {"fp8-promote", MPT_OPT_FP8_PROMOTE, required_argument, TC, "N",
+     "with --fp8-accum fast: add the partial sum into FP32 every N elements of K, a multiple of 32 (DeepSeek-V3: 128; "
+     "default 0 = never)"},
+    {"fp8-saturate", MPT_OPT_FP8_SATURATE, required_argument, TC, "on|off",
+     "fp8: casts clamp overflow to +-448 / +-57344 (on, default, as CUDA's satfinite) or make it NaN / inf (off)"},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)"},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)"},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)"},
@@ -261,6 +281,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->hysteresis = 1;
     o->scale_floor = 1.0;
     o->scale_ceiling = 16777216.0;
+    o->fp8 = mpt_fp8_recipe_default();
     o->lr_schedule = MPT_LR_CONSTANT;
     o->step_size = 1000;
     o->gamma = 0.1;
@@ -271,8 +292,8 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->log_every = 10;
     o->progress = MPT_PROGRESS_AUTO;
     o->cuda_graph = 1;
-    for (int i = 0; i < MPT_PRECISION_COUNT; i++) o->precisions[i] = (mpt_precision)i;
-    o->n_precisions = MPT_PRECISION_COUNT;
+    for (int i = 0; i < MPT_PRECISION_CLASSIC_COUNT; i++) o->precisions[i] = (mpt_precision)i;
+    o->n_precisions = MPT_PRECISION_CLASSIC_COUNT; /* fp32, tf32, fp16, bf16; the FP8 modes when asked for */
     o->margin = 0.3;
     o->comm_timeout = 600.0;
     o->plot_timeout = 60.0;
@@ -377,7 +398,8 @@ static mpt_status parse_loss_scale(const char *flag, const char *s, mpt_cli_opts
 }
 
 static mpt_status parse_precisions(const char *flag, const char *s, mpt_cli_opts *o) {
-    const char *expected = "a comma-separated list of distinct precisions from fp32, tf32, fp16, bf16";
+    const char *expected = "a comma-separated list of distinct precisions from fp32, tf32, fp16, bf16, fp8, fp8-e4m3, "
+                           "mxfp8";
     char buf[128];
     if (strlen(s) >= sizeof buf || !*s) return bad_value(flag, expected, s);
     snprintf(buf, sizeof buf, "%s", s);
@@ -458,7 +480,8 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         snprintf(o->model, sizeof o->model, "%s", arg);
         return MPT_OK;
     case MPT_OPT_PRECISION:
-        if (mpt_precision_parse(arg, &o->precision) != 0) return bad_value(f, "one of fp32, tf32, fp16, bf16", arg);
+        if (mpt_precision_parse(arg, &o->precision) != 0)
+            return bad_value(f, "one of fp32, tf32, fp16, bf16, fp8, fp8-e4m3, mxfp8", arg);
         return MPT_OK;
     case MPT_OPT_PRECISIONS: return parse_precisions(f, arg, o);
     case MPT_OPT_SEEDS: return parse_seeds(f, arg, o);
@@ -520,6 +543,30 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         return parse_double(f, arg, FLT_MIN, 0, FLT_MAX, 0, "a number in [1.2e-38, 3.4e38]", &o->scale_floor);
     case MPT_OPT_SCALE_CEILING:
         return parse_double(f, arg, FLT_MIN, 0, FLT_MAX, 0, "a number in [1.2e-38, 3.4e38]", &o->scale_ceiling);
+    case MPT_OPT_FP8_SCALING:
+        if (mpt_fp8_scaling_parse(arg, &o->fp8.scaling) != 0) return bad_value(f, "one of delayed, current", arg);
+        return MPT_OK;
+    case MPT_OPT_AMAX_HISTORY: return parse_int(f, arg, 1, 65536, "an integer in [1, 65536]", &o->fp8.amax_history);
+    case MPT_OPT_FP8_MARGIN: return parse_int(f, arg, 0, 32, "an integer in [0, 32]", &o->fp8.margin);
+    case MPT_OPT_FP8_POW2_SCALES:
+        if (parse_on_off(arg, &o->fp8.pow2_scales) != 0) return bad_value(f, "on or off", arg);
+        return MPT_OK;
+    case MPT_OPT_MX_SCALE:
+        if (mpt_mx_rounding_parse(arg, &o->fp8.mx_rounding) != 0) return bad_value(f, "one of floor, ceil, rceil", arg);
+        return MPT_OK;
+    case MPT_OPT_FP8_ACCUM:
+        if (mpt_fp8_accum_parse(arg, &o->fp8.accum) != 0) return bad_value(f, "one of fp32, fast", arg);
+        return MPT_OK;
+    case MPT_OPT_FP8_PROMOTE: {
+        int v;
+        MPT_TRY(parse_int(f, arg, 0, 1 << 20, "0 or a multiple of 32 up to 2^20", &v));
+        if (v % 32 != 0) return bad_value(f, "0 or a multiple of 32 up to 2^20 (whole blocks of 32 products)", arg);
+        o->fp8.promote = v;
+        return MPT_OK;
+    }
+    case MPT_OPT_FP8_SATURATE:
+        if (parse_on_off(arg, &o->fp8.saturate) != 0) return bad_value(f, "on or off", arg);
+        return MPT_OK;
     case MPT_OPT_LR_SCHEDULE:
         if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
         return MPT_OK;
@@ -635,6 +682,14 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_HYSTERESIS: snprintf(buf, len, "%d", o->hysteresis); break;
     case MPT_OPT_SCALE_FLOOR: fmt_double(buf, len, o->scale_floor); break;
     case MPT_OPT_SCALE_CEILING: fmt_double(buf, len, o->scale_ceiling); break;
+    case MPT_OPT_FP8_SCALING: snprintf(buf, len, "%s", mpt_fp8_scaling_name(o->fp8.scaling)); break;
+    case MPT_OPT_AMAX_HISTORY: snprintf(buf, len, "%d", (int)o->fp8.amax_history); break;
+    case MPT_OPT_FP8_MARGIN: snprintf(buf, len, "%d", (int)o->fp8.margin); break;
+    case MPT_OPT_FP8_POW2_SCALES: snprintf(buf, len, "%s", o->fp8.pow2_scales ? "on" : "off"); break;
+    case MPT_OPT_MX_SCALE: snprintf(buf, len, "%s", mpt_mx_rounding_name(o->fp8.mx_rounding)); break;
+    case MPT_OPT_FP8_ACCUM: snprintf(buf, len, "%s", mpt_fp8_accum_name(o->fp8.accum)); break;
+    case MPT_OPT_FP8_PROMOTE: snprintf(buf, len, "%d", (int)o->fp8.promote); break;
+    case MPT_OPT_FP8_SATURATE: snprintf(buf, len, "%s", o->fp8.saturate ? "on" : "off"); break;
     default: snprintf(buf, len, "?"); break;
     }
     return buf;
@@ -711,12 +766,51 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
     if (o->scale_ceiling < o->scale_floor)
         return mpt_errorf(MPT_ERR_ARG, "--scale-ceiling %g is below --scale-floor %g", o->scale_ceiling,
                           o->scale_floor);
+    if (o->precision == MPT_PRECISION_FP8 || o->precision == MPT_PRECISION_FP8_E4M3 ||
+        o->precision == MPT_PRECISION_MXFP8)
+        MPT_TRY(mpt_fp8_recipe_check(&o->fp8, o->precision == MPT_PRECISION_MXFP8));
+    if (o->fp8.promote != 0 && o->fp8.accum != MPT_FP8_ACCUM_FAST)
+        return mpt_errorf(MPT_ERR_ARG, "--fp8-promote %d needs --fp8-accum fast (promotion is part of the fast "
+                                       "accumulator; fp32 accumulates in FP32 throughout)", (int)o->fp8.promote);
     return MPT_OK;
 }
 
+/* The FP8 recipe flags given on the command line, as one phrase ("--fp8-accum, --mx-scale"), or "" when none. */
+static void fp8_flags_given(const mpt_cli_opts *o, char *buf, size_t len) {
+    static const mpt_opt_id ids[] = {MPT_OPT_FP8_SCALING, MPT_OPT_AMAX_HISTORY, MPT_OPT_FP8_MARGIN,
+                                     MPT_OPT_FP8_POW2_SCALES, MPT_OPT_MX_SCALE, MPT_OPT_FP8_ACCUM,
+                                     MPT_OPT_FP8_PROMOTE, MPT_OPT_FP8_SATURATE};
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        if (mpt_cli_given(o, ids[i]) && k + 32 < len)
+            k += (size_t)snprintf(buf + k, len - k, "%s--%s", k ? ", " : "", mpt_cli_opt_name(ids[i]));
+}
+
 void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
-    const int lowp = o->precision == MPT_PRECISION_FP16 || o->precision == MPT_PRECISION_BF16;
+    const int fp8 = o->precision == MPT_PRECISION_FP8 || o->precision == MPT_PRECISION_FP8_E4M3 ||
+                    o->precision == MPT_PRECISION_MXFP8;
+    const int lowp = o->precision == MPT_PRECISION_FP16 || o->precision == MPT_PRECISION_BF16 || fp8;
     const char *p = mpt_precision_name(o->precision);
+    char given[256];
+    fp8_flags_given(o, given, sizeof given);
+    if (given[0] && !fp8)
+        fprintf(f, "%snote: %s change%s nothing in %s: they set up the FP8 GEMMs of --precision fp8, fp8-e4m3 and "
+                   "mxfp8\n",
+                label, given, strchr(given, ',') ? "" : "s", p);
+    if (fp8 && o->precision == MPT_PRECISION_MXFP8 &&
+        (mpt_cli_given(o, MPT_OPT_FP8_SCALING) || mpt_cli_given(o, MPT_OPT_AMAX_HISTORY) ||
+         mpt_cli_given(o, MPT_OPT_FP8_MARGIN) || mpt_cli_given(o, MPT_OPT_FP8_POW2_SCALES)))
+        fprintf(f, "%snote: --fp8-scaling, --amax-history, --fp8-margin and --fp8-pow2-scales change nothing in mxfp8: "
+                   "its scales are per block of 32 (--mx-scale)\n",
+                label);
+    if (fp8 && o->precision != MPT_PRECISION_MXFP8 && mpt_cli_given(o, MPT_OPT_MX_SCALE))
+        fprintf(f, "%snote: --mx-scale changes nothing in %s: it scales per tensor\n", label, p);
+    if (fp8 && o->fp8.scaling == MPT_FP8_SCALING_CURRENT && mpt_cli_given(o, MPT_OPT_AMAX_HISTORY) &&
+        o->precision != MPT_PRECISION_MXFP8)
+        fprintf(f, "%snote: --amax-history changes no scale with --fp8-scaling current (the history is still "
+                   "recorded)\n",
+                label);
     if (o->master_weights == MPT_MASTER_NONE && !lowp)
         fprintf(f, "%snote: --master-weights none changes nothing in %s: the weights are FP32 and are their own "
                    "master\n", label, p);
@@ -815,6 +909,17 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
                     sp->name, sp->init_scale, sp->growth_factor, sp->growth_interval, sp->backoff_factor,
                     sp->hysteresis, sp->floor, sp->ceiling, sp->source);
         }
+        fprintf(f,
+                "\nFP8 modes (docs/numerics.md, \"FP8\"): activations, weights and every tensor outside an FP8 GEMM are\n"
+                "BF16 with FP32 masters, as under TransformerEngine; a linear layer whose batch, input and output sizes\n"
+                "are all multiples of 16 runs its three GEMMs with FP8 operands (the precision map says which):\n"
+                "  fp8       E4M3 forward operands (x, W), E5M2 gradient (dy) in dgrad and wgrad; one scale per tensor,\n"
+                "            s = 448 or 57344 / amax / 2^margin (TE's HYBRID recipe, DelayedScaling by default)\n"
+                "  fp8-e4m3  E4M3 for the gradient too: what E5M2 is for\n"
+                "  mxfp8     E4M3 with an E8M0 power-of-two scale per 32 elements along K (OCP MX v1.0)\n"
+                "Convolutions and the other linear layers run in BF16. A non-finite amax skips the step. The CPU computes\n"
+                "FP8 x FP8 products exactly and sums them in FP32, or with --fp8-accum fast in a model of Hopper's FP8\n"
+                "Tensor Core accumulator (kernels/cpu/gemm.c).\n");
     }
 }
 

@@ -150,6 +150,21 @@ static const char *precision_explained(mpt_precision p, int tf32_off) {
         return "**bf16**: like fp16 but in bfloat16 (FP32's 8-bit exponent, so the same range as FP32, but only 7 "
                "explicit significand bits: unit roundoff 2^-8). No loss scaling is needed; the price is coarser "
                "rounding of weights and activations, which FP32 master weights and FP32 accumulation contain.";
+    case MPT_PRECISION_FP8:
+        return "**fp8**: bf16, except that every linear layer whose batch, input and output sizes are multiples of "
+               "16 runs its GEMMs with FP8 operands, each tensor with its own FP32 scale s = fmax / amax (the largest "
+               "|x| over a history of steps: TransformerEngine's DelayedScaling): E4M3 (4-bit exponent, 3-bit "
+               "mantissa, largest 448, unit roundoff 2^-4) for activations and weights, E5M2 (largest 57344, unit "
+               "roundoff 2^-3) for the gradients of the backward GEMMs (TE's HYBRID recipe). Products are exact, sums "
+               "FP32 (or Hopper's narrower accumulator with --fp8-accum fast). The precision map lists which GEMMs.";
+    case MPT_PRECISION_FP8_E4M3:
+        return "**fp8-e4m3**: fp8 with E4M3 for the gradients too: more precision, 2^17 times less range (448 against "
+               "57344), so gradients saturate or flush more often than in fp8 (docs/numerics.md).";
+    case MPT_PRECISION_MXFP8:
+        return "**mxfp8**: fp8's GEMMs with E4M3 operands and one power-of-two (E8M0) scale per 32 consecutive "
+               "elements along the reduction (OCP Microscaling v1.0, Blackwell's MXFP8), chosen from each block's "
+               "amax: no per-tensor state, and a block's small values no longer share a scale with the tensor's "
+               "largest.";
     default: return "";
     }
 }
@@ -347,7 +362,8 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
     mpt_math math = row->precision == MPT_PRECISION_TF32   ? MPT_MATH_TF32
                     : row->precision == MPT_PRECISION_FP16 ? MPT_MATH_F16
                     : row->precision == MPT_PRECISION_BF16 ? MPT_MATH_BF16
-                                                           : MPT_MATH_FP32;
+                    : row->precision == MPT_PRECISION_FP32 ? MPT_MATH_FP32
+                                                           : MPT_MATH_FP8; /* the FP8 modes: E4M3's 2^-4 */
     double u = mpt_math_unit_roundoff(math);
     if (row->precision == MPT_PRECISION_FP32)
         fprintf(f, "\n%s\n\n", worst == 0.0 ? "fp32 runs the twin's own arithmetic: every error is exactly 0, as it must be."

@@ -613,6 +613,11 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
+    r->policy.fp8 = o->fp8;
+    if (mpt_policy_is_fp8(&r->policy) && !r->be->fp8_cast)
+        return mpt_errorf(MPT_ERR_DEVICE, "--precision %s: the %s backend has no FP8 casts in this build (use --device "
+                                          "cpu: the CPU emulates FP8 exactly)",
+                          mpt_precision_name(o->precision), r->be->name);
     if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);

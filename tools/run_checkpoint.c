@@ -27,6 +27,9 @@
  *   "rng"           JSON object: the generator and the seed of each stream with its position, so a reader can
  *                   see where shuffling and dropout continue (decimal strings: seeds are 64-bit)
  *   "precision_map" JSON array: each node's dtypes and math mode
+ *   "fp8"           (FP8 modes) JSON array: each FP8 operand tensor and its format, in the order of the rows of
+ *                   "amp.fp8_state" (F32 [n, 3]: scale, scale_inv, amax_used) and "amp.fp8_amax_history"
+ *                   (F32 [n, --amax-history]), the scaling state a resumed run continues from (engine/amp/fp8.h)
  * Floats in the JSON are written with 17 significant digits, which gives back the same float exactly.
  *
  * The writer refuses (MPT_ERR_NONFINITE, naming the tensor and element; nothing is written, so the previous
@@ -55,6 +58,7 @@
 
 #include <jansson.h>
 
+#include "engine/amp/fp8.h"
 #include "engine/amp/master.h"
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
@@ -62,6 +66,8 @@
 #include "tools/run.h"
 
 #define FORMAT_TAG "mptrain-run-1"
+#define FP8_STATE_NAME "amp.fp8_state"
+#define FP8_HISTORY_NAME "amp.fp8_amax_history"
 
 /* The recorded settings, in the order they are written. */
 static const mpt_opt_id recorded[] = {
@@ -76,6 +82,9 @@ static const mpt_opt_id recorded[] = {
     MPT_OPT_TF32_MATMUL,  MPT_OPT_TF32_CONV,  MPT_OPT_SCALER,          MPT_OPT_GROWTH_FACTOR,
     MPT_OPT_BACKOFF_FACTOR, MPT_OPT_HYSTERESIS, MPT_OPT_SCALE_FLOOR,  MPT_OPT_SCALE_CEILING,
     MPT_OPT_CPU_KERNELS, /* issue #25: absent from older checkpoints, which trained with emulate */
+    /* issue #23's FP8 recipe: likewise optional */
+    MPT_OPT_FP8_SCALING,  MPT_OPT_AMAX_HISTORY, MPT_OPT_FP8_MARGIN,   MPT_OPT_FP8_POW2_SCALES, MPT_OPT_MX_SCALE,
+    MPT_OPT_FP8_ACCUM,    MPT_OPT_FP8_PROMOTE, MPT_OPT_FP8_SATURATE,
 };
 #define FIRST_OPTIONAL 25 /* index in recorded[] of MPT_OPT_MASTER_WEIGHTS */
 #define N_RECORDED ((int)(sizeof recorded / sizeof recorded[0]))
@@ -83,7 +92,7 @@ static const mpt_opt_id recorded[] = {
 /* The tensors of a trainer as checkpoint entries (data pointers unset). Returns the count; *names holds
  * the strings (free both with free()). */
 static int trainer_entries(const mpt_trainer *t, mpt_checkpoint_tensor **out, char **names) {
-    int cap = 3 * t->n_params;
+    int cap = 3 * t->n_params + 2;
     mpt_checkpoint_tensor *e = calloc((size_t)cap, sizeof *e);
     char *nm = calloc((size_t)cap, MPT_NAME_LEN + 32);
     MPT_ASSERT(e != NULL && nm != NULL);
@@ -103,9 +112,39 @@ static int trainer_entries(const mpt_trainer *t, mpt_checkpoint_tensor **out, ch
             n++;
         }
     }
+    const mpt_graph *g = t->g;
+    if (g->n_fp8) { /* FP8 scaling state (engine/amp/fp8.h): per tensor scale, scale_inv, amax_used; the histories */
+        e[n].name = FP8_STATE_NAME;
+        e[n].dtype = MPT_DTYPE_F32;
+        e[n].ndim = 2;
+        e[n].shape[0] = g->n_fp8;
+        e[n].shape[1] = 3;
+        n++;
+        e[n].name = FP8_HISTORY_NAME;
+        e[n].dtype = MPT_DTYPE_F32;
+        e[n].ndim = 2;
+        e[n].shape[0] = g->n_fp8;
+        e[n].shape[1] = mpt_fp8_history_len(g);
+        n++;
+    }
     *out = e;
     *names = nm;
     return n;
+}
+
+/* The FP8 entries (last two of trainer_entries) have no backend tensor of their own: they are staged through
+ * mpt_fp8_state_to_host / _from_host. */
+static int is_fp8_entry(const mpt_checkpoint_tensor *e) {
+    return strcmp(e->name, FP8_STATE_NAME) == 0 || strcmp(e->name, FP8_HISTORY_NAME) == 0;
+}
+
+/* "fp8" metadata: [{"tensor": "fc1.x", "format": "e4m3"}, ...] in the order of the state's rows. */
+static json_t *fp8_json(const mpt_graph *g) {
+    json_t *a = json_array();
+    for (int i = 0; i < g->n_fp8; i++)
+        json_array_append_new(a, json_pack("{s:s, s:s}", "tensor", g->fp8[i].name, "format",
+                                           mpt_dtype_name(g->fp8[i].fmt)));
+    return a;
 }
 
 /* The backend tensor holding entry k's FP32 data: the master for parameters, else the state tensor. */
@@ -224,12 +263,15 @@ mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
         return mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %zu bytes to stage the checkpoint", path, total);
     }
     size_t off = 0;
+    float *fp8_state = NULL, *fp8_hist = NULL;
     for (int k = 0; k < n; k++) {
         size_t b = (size_t)mpt_checkpoint_tensor_nbytes(&e[k]);
-        be->to_host(be, host + off, entry_tensor(t, k)->data, b);
+        if (is_fp8_entry(&e[k])) *(strcmp(e[k].name, FP8_STATE_NAME) == 0 ? &fp8_state : &fp8_hist) = (float *)(host + off);
+        else be->to_host(be, host + off, entry_tensor(t, k)->data, b);
         e[k].data = host + off;
         off += b;
     }
+    if (fp8_state) mpt_fp8_state_to_host(t->g, fp8_state, fp8_hist);
     mpt_scaler_state st;
     be->to_host(be, &st, t->scaler, sizeof st);
     mpt_status fin = check_finite_state(path, &st, rs);
@@ -258,6 +300,7 @@ mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     char *s_scaler = dump(scaler_json(&st));
     char *s_rng = dump(rng_json(t, o, rs));
     char *s_map = dump((json_t *)mpt_cli_precision_map_json(t->g));
+    char *s_fp8 = dump(fp8_json(t->g));
     mpt_checkpoint_meta meta[] = {
         {"format", FORMAT_TAG},
         {"mptrain", MPT_VERSION},
@@ -268,11 +311,13 @@ mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
         {"scaler", s_scaler},
         {"rng", s_rng},
         {"precision_map", s_map},
+        {"fp8", s_fp8}, /* last: left out when the run has no FP8 tensors */
     };
-    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map
-                       ? mpt_checkpoint_save_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta,
-                                                (int)(sizeof meta / sizeof meta[0]))
+    const int n_meta = (int)(sizeof meta / sizeof meta[0]) - (t->g->n_fp8 ? 0 : 1);
+    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map && s_fp8
+                       ? mpt_checkpoint_save_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta, n_meta)
                        : mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint's metadata", path);
+    free(s_fp8);
     free(s_cfg);
     free(s_state);
     free(s_scaler);
@@ -575,6 +620,27 @@ static mpt_status read_scaler(const mpt_checkpoint *c, const mpt_train_config *c
     return MPT_OK;
 }
 
+/* "fp8" must list the graph's FP8 tensors, in order, with their formats (the rows of the state tensors). */
+static mpt_status check_fp8_meta(const mpt_checkpoint *c, const mpt_graph *g) {
+    const char *v = mpt_checkpoint_meta_get(c, "fp8");
+    json_error_t err;
+    json_t *a = v ? json_loads(v, JSON_REJECT_DUPLICATES, &err) : NULL;
+    mpt_status s = MPT_OK;
+    if (!a || !json_is_array(a) || (int)json_array_size(a) != g->n_fp8)
+        s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"fp8\" is %s; expected a list of the run's %d FP8 tensors",
+                       mpt_checkpoint_path(c), !v ? "absent" : !a ? "not JSON" : "of another length", g->n_fp8);
+    for (int i = 0; s == MPT_OK && i < g->n_fp8; i++) {
+        json_t *o = json_array_get(a, (size_t)i);
+        const char *tn = json_string_value(json_object_get(o, "tensor")), *fm = json_string_value(json_object_get(o, "format"));
+        if (!tn || !fm || strcmp(tn, g->fp8[i].name) != 0 || strcmp(fm, mpt_dtype_name(g->fp8[i].fmt)) != 0)
+            s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"fp8\" entry %d is %s %s; the run's is %s %s",
+                           mpt_checkpoint_path(c), i, tn ? tn : "(no tensor)", fm ? fm : "(no format)", g->fp8[i].name,
+                           mpt_dtype_name(g->fp8[i].fmt));
+    }
+    json_decref(a);
+    return s;
+}
+
 mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
     mpt_checkpoint_tensor *e;
     char *names;
@@ -594,8 +660,17 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
     }
     void *host = malloc(max_b ? max_b : 1);
     MPT_ASSERT(host != NULL);
+    float *fp8_state = NULL, *fp8_hist = NULL;
+    if (t->g->n_fp8) s = check_fp8_meta(c, t->g);
     for (int k = 0; k < n && s == MPT_OK; k++) {
         size_t b = (size_t)mpt_checkpoint_tensor_nbytes(&e[k]);
+        if (is_fp8_entry(&e[k])) { /* checked and written by mpt_fp8_state_from_host below */
+            float **dst = strcmp(e[k].name, FP8_STATE_NAME) == 0 ? &fp8_state : &fp8_hist;
+            *dst = malloc(b);
+            MPT_ASSERT(*dst != NULL);
+            s = mpt_checkpoint_read(c, e[k].name, *dst, b);
+            continue;
+        }
         s = mpt_checkpoint_read(c, e[k].name, host, b);
         if (s != MPT_OK) break;
         int64_t count = b / mpt_dtype_size(e[k].dtype);
@@ -626,6 +701,9 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
         s = read_config(c, &scratch, &rs);
     }
     if (s == MPT_OK) s = read_scaler(c, &t->cfg, rs.iteration, &st);
+    if (s == MPT_OK && fp8_state) s = mpt_fp8_state_from_host(t->g, fp8_state, fp8_hist, path);
+    free(fp8_state);
+    free(fp8_hist);
     if (s == MPT_OK) {
         st.iteration = rs.iteration; /* the backend's counter (LR, dropout, stochastic rounding) */
         be->from_host(be, t->scaler, &st, sizeof st);

@@ -29,6 +29,16 @@ void *mpt_cli_precision_map_json(const mpt_graph *g) {
         json_object_set_new(o, "kernels", gemm_like ? json_string(mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D,
                                                                                          n->math))
                                                     : json_null());
+        if (n->fp8) { /* the operand formats of its FP8 GEMMs (engine/amp/fp8.h) */
+            json_t *fp = json_object();
+            static const char *what[3] = {"fprop", "dgrad", "wgrad"};
+            for (int k = 0; k < 3; k++) {
+                char t[128];
+                mpt_graph_fp8_gemm_text(g, n, k, t, sizeof t);
+                json_object_set_new(fp, what[k], strcmp(t, "-") == 0 ? json_null() : json_string(t));
+            }
+            json_object_set_new(o, "fp8", fp);
+        }
         if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
             json_t *fu = json_object();
             json_object_set_new(fu, "relu", json_string(n->fused_relu->name));

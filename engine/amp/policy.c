@@ -20,10 +20,12 @@ static const rule_kind mpt_policy_rules[MPT_OP_COUNT] = {
     [MPT_OP_SOFTMAX_XENT] = RULE_FP32,
 };
 
-static const char *const mpt_precision_names[MPT_PRECISION_COUNT] = {"fp32", "tf32", "fp16", "bf16"};
+static const char *const mpt_precision_names[MPT_PRECISION_COUNT] = {"fp32", "tf32", "fp16", "bf16",
+                                                                      "fp8",  "fp8-e4m3", "mxfp8"};
 
 mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv) {
-    mpt_policy p = {.mode = mode, .tf32_matmul = tf32_matmul, .tf32_conv = tf32_conv, .tf32_override = 0};
+    mpt_policy p = {.mode = mode, .tf32_matmul = tf32_matmul, .tf32_conv = tf32_conv, .tf32_override = 0,
+                    .fp8 = mpt_fp8_recipe_default()};
     return p;
 }
 
@@ -46,7 +48,10 @@ mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf3
 mpt_dtype mpt_policy_act_dtype(const mpt_policy *p) {
     switch (p->mode) {
     case MPT_PRECISION_FP16: return MPT_DTYPE_F16;
-    case MPT_PRECISION_BF16: return MPT_DTYPE_BF16;
+    case MPT_PRECISION_BF16:
+    case MPT_PRECISION_FP8:
+    case MPT_PRECISION_FP8_E4M3:
+    case MPT_PRECISION_MXFP8: return MPT_DTYPE_BF16;
     default: return MPT_DTYPE_F32;
     }
 }
@@ -62,7 +67,10 @@ mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dty
     r.compute_dtype = mpt_policy_act_dtype(p);
     switch (p->mode) {
     case MPT_PRECISION_FP16: r.math = MPT_MATH_F16; break;
-    case MPT_PRECISION_BF16: r.math = MPT_MATH_BF16; break;
+    case MPT_PRECISION_BF16:
+    case MPT_PRECISION_FP8: /* BF16 unless the layer qualifies for FP8 GEMMs (mpt_policy_fp8_linear) */
+    case MPT_PRECISION_FP8_E4M3:
+    case MPT_PRECISION_MXFP8: r.math = MPT_MATH_BF16; break;
     default: {
         int tf32 = op == MPT_OP_LINEAR ? p->tf32_matmul : op == MPT_OP_CONV2D ? p->tf32_conv : 0;
         r.math = tf32 ? MPT_MATH_TF32 : MPT_MATH_FP32;
@@ -73,6 +81,19 @@ mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dty
 }
 
 int mpt_policy_default_loss_scaling(const mpt_policy *p) { return p->mode == MPT_PRECISION_FP16; }
+
+int mpt_policy_is_fp8(const mpt_policy *p) {
+    return p->mode == MPT_PRECISION_FP8 || p->mode == MPT_PRECISION_FP8_E4M3 || p->mode == MPT_PRECISION_MXFP8;
+}
+
+int mpt_policy_fp8_linear(const mpt_policy *p, int64_t B, int64_t in, int64_t out, mpt_math *math, mpt_dtype fmt[3]) {
+    if (!mpt_policy_is_fp8(p) || !mpt_fp8_gemm_ok(B, out, in)) return 0;
+    *math = p->mode == MPT_PRECISION_MXFP8 ? MPT_MATH_MXFP8 : MPT_MATH_FP8;
+    fmt[0] = MPT_DTYPE_E4M3; /* x: forward operand */
+    fmt[1] = MPT_DTYPE_E4M3; /* W: forward operand */
+    fmt[2] = p->mode == MPT_PRECISION_FP8 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3; /* dy: HYBRID's E5M2, or E4M3 */
+    return 1;
+}
 
 const char *mpt_precision_name(mpt_precision m) {
     return (unsigned)m < MPT_PRECISION_COUNT ? mpt_precision_names[m] : "?";

@@ -12,10 +12,21 @@
  * mode turns both on and the `fp32` mode both off by default, so that `fp32` is true FP32; --tf32-matmul and
  * --tf32-conv set them one by one (mpt_policy_make_switches). NVIDIA_TF32_OVERRIDE=0 in the
  * environment turns TF32 off everywhere, as it does in cuBLAS and cuDNN, on the CPU emulation too.
+ *
+ * FP8 modes (engine/amp/fp8.h has the recipe, its sources and the scale state): activations, weights' working
+ * copies and every tensor outside an FP8 GEMM are BF16, as under TransformerEngine; a linear layer whose three
+ * GEMMs qualify (mpt_policy_fp8_linear: batch, in and out features multiples of 16) runs them with FP8
+ * operands; convolutions and the other linear layers run in BF16. The precision map shows each node's choice.
+ *   fp8       TE's HYBRID recipe: E4M3 for the forward GEMM's operands (activations, weights), E5M2 for the
+ *             gradient operand of the backward GEMMs (dgrad, wgrad); one scale per tensor
+ *   fp8-e4m3  E4M3 for every operand, gradients too (TE's Format.E4M3): why E5M2 exists
+ *   mxfp8     E4M3 for every operand with one E8M0 scale per 32 elements along K (OCP MX; TE's MXFP8BlockScaling,
+ *             whose default format is E4M3)
  */
 #ifndef MPT_ENGINE_AMP_POLICY_H
 #define MPT_ENGINE_AMP_POLICY_H
 
+#include "engine/amp/fp8.h"
 #include "engine/api.h"
 #include "engine/dtype.h"
 
@@ -24,8 +35,14 @@ typedef enum mpt_precision {
     MPT_PRECISION_TF32,     /* FP32 storage, TF32 operands for GEMM/conv */
     MPT_PRECISION_FP16,     /* FP16 weights/activations, FP32 masters, dynamic loss scaling */
     MPT_PRECISION_BF16,     /* BF16 weights/activations, FP32 masters, no loss scaling by default */
+    MPT_PRECISION_FP8,      /* bf16, plus FP8 GEMMs: E4M3 forward, E5M2 gradients, per-tensor scales */
+    MPT_PRECISION_FP8_E4M3, /* bf16, plus FP8 GEMMs: E4M3 for every operand, per-tensor scales */
+    MPT_PRECISION_MXFP8,    /* bf16, plus FP8 GEMMs: E4M3 with an E8M0 scale per block of 32 */
     MPT_PRECISION_COUNT
 } mpt_precision;
+
+/* The precisions before FP8 (fp32, tf32, fp16, bf16): compare's default list. */
+#define MPT_PRECISION_CLASSIC_COUNT 4
 
 /* Op kinds the policy has a rule for. */
 typedef enum mpt_op {
@@ -45,6 +62,7 @@ typedef struct mpt_policy {
     int tf32_matmul;   /* TF32 allowed for linear (GEMM) */
     int tf32_conv;     /* TF32 allowed for conv */
     int tf32_override; /* 1 when NVIDIA_TF32_OVERRIDE=0 was found in the environment and applied */
+    mpt_fp8_recipe fp8; /* FP8 modes: scaling, accumulator, saturation (mpt_fp8_recipe_default() otherwise) */
 } mpt_policy;
 
 /* What the policy decides for one node. */
@@ -61,14 +79,24 @@ MPT_API mpt_policy mpt_policy_make(mpt_precision mode);
 MPT_API mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf32_conv);
 /* The policy for a run mode with explicit TF32 switches and no environment lookup (tests). */
 MPT_API mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv);
-/* The dtype of weights (working copies) and activations in this mode: F32, F16 or BF16. */
+/* The dtype of weights (working copies) and activations in this mode: F32, F16 or BF16 (BF16 in FP8 modes). */
 MPT_API mpt_dtype mpt_policy_act_dtype(const mpt_policy *p);
 /* The rule for one op whose (first) input has dtype in_dtype. */
 MPT_API mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype);
 /* Whether this mode uses the dynamic loss scaler by default (fp16 only). */
 MPT_API int mpt_policy_default_loss_scaling(const mpt_policy *p);
+/* Whether the mode is one of the FP8 ones (fp8, fp8-e4m3, mxfp8). */
+MPT_API int mpt_policy_is_fp8(const mpt_policy *p);
+/* What a linear layer with batch rows B, `in` input and `out` output features runs its GEMMs in under an FP8
+ * mode: 1 when its fprop (M, N, K = B, out, in), dgrad (B, in, out) and wgrad (out, in, B) GEMMs all have M, N
+ * and K multiples of 16 (mpt_fp8_gemm_ok; the three involve the same three sizes, so a layer qualifies as a
+ * whole), with *math FP8 or MXFP8 and fmt[0..2] the formats of its input x, weight W and output gradient dy;
+ * 0 otherwise (and in every other mode: the layer runs in BF16). */
+MPT_API int mpt_policy_fp8_linear(const mpt_policy *p, int64_t B, int64_t in, int64_t out, mpt_math *math,
+                                  mpt_dtype fmt[3]);
 
-/* "fp32", "tf32", "fp16", "bf16"; parse returns 0 on success, -1 for an unknown name. */
+/* "fp32", "tf32", "fp16", "bf16", "fp8", "fp8-e4m3", "mxfp8"; parse returns 0 on success, -1 for an unknown
+ * name. */
 MPT_API const char *mpt_precision_name(mpt_precision m);
 MPT_API int mpt_precision_parse(const char *s, mpt_precision *out);
 /* "linear", "conv2d", ... */

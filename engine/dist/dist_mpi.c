@@ -594,6 +594,10 @@ static mpt_status attach_nccl(mpt_dist *d, mpt_trainer *t, int64_t n) {
 }
 
 mpt_status mpt_dist_attach(mpt_dist *d, mpt_trainer *t) {
+    if (t->g->n_fp8) /* each rank's casts would scale with its own shard's amax (TE all-reduces it: reduce_amax) */
+        return mpt_errorf(MPT_ERR_ARG, "--data-parallel with --precision %s: FP8 scaling would need the amax "
+                                       "all-reduced over the ranks, which mptrain does not do yet",
+                          mpt_precision_name(t->g->policy.mode));
     int64_t n = 0;
     for (int i = 0; i < t->n_params; i++) n += mpt_tensor_numel(t->weight[i]);
     if (t->be->device == MPT_DEVICE_CUDA) MPT_TRY(attach_nccl(d, t, n));

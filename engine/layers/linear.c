@@ -24,12 +24,113 @@
  * what the epilogue held before rounding (same operands, math mode and epilogue; beta = 0 for dx, whose
  * accumulation starts from the zeroed gradient).
  */
+#include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "engine/layers/layer_common.h"
 
+/* ---- FP8 GEMMs (engine/amp/fp8.h) ----------------------------------------------------------------------------
+ * A layer whose three GEMMs qualify (mpt_policy_fp8_linear) keeps FP8 copies of its operands in the TN layouts
+ * (A [M, K], B [N, K], both K-contiguous):
+ *   fprop  y[B, out]  = x8 [B, in]   . w8 [out, in]^T     x8: cast of x, w8: cast of W (forward formats)
+ *   dgrad  dx[B, in]  = dy8[B, out]  . w8t[in, out]^T     dy8: cast of dy; w8t: W cast transposed
+ *   wgrad  dW[out, in]= dy8t[out, B] . x8t[in, B]^T       the transposed casts of dy and x
+ * Each cast records its tensor's amax; per-tensor scaling multiplies by the tensor's scale (delayed: from the amax
+ * history; current: from its amax now), MXFP8 by a scale per 32 elements along the GEMM's K (q blocks along a row,
+ * qt along a column of the source). W is cast from its BF16 working copy, as TransformerEngine casts a BF16 weight
+ * (FP32 master -> BF16 -> FP8: two roundings). The bias gradient comes from the BF16 dy (as TE's dbias), never from
+ * an FP8 operand, so the wgrad GEMM runs without the BGRAD epilogue. */
+
+static void fp8_operand(mpt_graph *g, mpt_fp8_operand *op, const char *layer, const char *what, mpt_dtype fmt,
+                        mpt_mem mem, int64_t rows, int64_t cols, int want_q, int want_qt, int mx) {
+    char tn[MPT_NAME_LEN], suffix[32];
+    op->fmt = fmt;
+    op->meta = mpt_fp8_register(g, mpt_layer_tname(tn, layer, what), fmt); /* "fc1.x", "fc1.weight", "fc1.dy" */
+    if (want_q) {
+        const int64_t shape[2] = {rows, cols}, sshape[2] = {rows, mpt_mx_blocks(cols)};
+        snprintf(suffix, sizeof suffix, "%s.fp8", what);
+        op->q = mpt_graph_tensor(g, mpt_layer_tname(tn, layer, suffix), fmt, mem, 2, shape);
+        if (mx) {
+            snprintf(suffix, sizeof suffix, "%s.fp8_scales", what);
+            op->q_scales = mpt_graph_tensor(g, mpt_layer_tname(tn, layer, suffix), MPT_DTYPE_E8M0, mem, 2, sshape);
+        }
+    }
+    if (want_qt) {
+        const int64_t shape[2] = {cols, rows}, sshape[2] = {cols, mpt_mx_blocks(rows)};
+        snprintf(suffix, sizeof suffix, "%s.fp8t", what);
+        op->qt = mpt_graph_tensor(g, mpt_layer_tname(tn, layer, suffix), fmt, mem, 2, shape);
+        if (mx) {
+            snprintf(suffix, sizeof suffix, "%s.fp8t_scales", what);
+            op->qt_scales = mpt_graph_tensor(g, mpt_layer_tname(tn, layer, suffix), MPT_DTYPE_E8M0, mem, 2, sshape);
+        }
+    }
+}
+
+/* Sets up n's FP8 GEMMs: registers x, W and dy with the graph's FP8 state and adds their FP8 copies. */
+static void linear_fp8_setup(mpt_graph *g, mpt_node *n, mpt_math math, const mpt_dtype fmt[3]) {
+    const mpt_tensor *x = n->in[0], *w = n->in[1];
+    const int64_t B = x->shape[0], in = x->shape[1], out = w->shape[0];
+    const int mx = math == MPT_MATH_MXFP8, dgrad = x->grad != NULL;
+    n->fp8 = 1;
+    n->math = math;
+    fp8_operand(g, &n->fp8_x, n->name, "x", fmt[0], MPT_MEM_ACT, B, in, 1, 1, mx);
+    fp8_operand(g, &n->fp8_w, n->name, "weight", fmt[1], MPT_MEM_WEIGHT, out, in, 1, dgrad, mx);
+    fp8_operand(g, &n->fp8_dy, n->name, "dy", fmt[2], MPT_MEM_ACT_GRAD, B, out, dgrad, 1, mx);
+}
+
+/* The scales an FP8 GEMM operand contributes: its tensor's 1/s, or its block scales (q or qt). */
+static void fp8_gemm_operand(const mpt_graph *g, const mpt_fp8_operand *op, int transposed, const void **data,
+                             mpt_dtype *dtype, const float **scale_inv, const uint8_t **block_scales) {
+    const mpt_tensor *q = transposed ? op->qt : op->q, *s = transposed ? op->qt_scales : op->q_scales;
+    *data = q ? q->data : NULL;
+    *dtype = op->fmt;
+    *scale_inv = g->fp8_meta ? &g->fp8_meta[op->meta].scale_inv : NULL;
+    *block_scales = s ? s->data : NULL;
+}
+
+/* Casts source tensor src ([rows, cols], BF16) into op's FP8 copies: q and, when with_qt, qt. */
+static void fp8_cast(mpt_graph *g, const mpt_fp8_operand *op, const mpt_tensor *src, int with_qt, const char *tag) {
+    const mpt_fp8_recipe *r = &g->policy.fp8;
+    const mpt_fp8_meta *m = &g->fp8_meta[op->meta];
+    mpt_fp8_cast_args a;
+    memset(&a, 0, sizeof a);
+    a.x = src->data;
+    a.x_dtype = src->dtype;
+    a.rows = src->shape[0];
+    a.cols = mpt_tensor_numel(src) / src->shape[0];
+    a.fmt = op->fmt;
+    a.q = op->q ? op->q->data : NULL;
+    a.qt = with_qt && op->qt ? op->qt->data : NULL;
+    a.saturate = r->saturate;
+    a.meta = (mpt_fp8_meta *)m;
+    a.current = r->scaling == MPT_FP8_SCALING_CURRENT;
+    a.scaled_max = ldexpf(op->fmt == MPT_DTYPE_E5M2 ? MPT_E5M2_MAX : MPT_E4M3_MAX, -r->margin);
+    a.pow2 = r->pow2_scales;
+    a.mx = g->policy.mode == MPT_PRECISION_MXFP8;
+    a.mx_rounding = r->mx_rounding;
+    a.q_scales = op->q_scales ? op->q_scales->data : NULL;
+    a.qt_scales = a.qt && op->qt_scales ? op->qt_scales->data : NULL;
+    a.found_inf = g->training ? g->found_inf : NULL;
+    a.tag = tag;
+    g->be->fp8_cast(g->be, &a);
+}
+
+/* The FP8 fields of one of n's GEMMs: A from op_a (transposed copy or not), B likewise. */
+static void fp8_gemm_fields(const mpt_graph *g, const mpt_node *n, mpt_gemm_args *a, const mpt_fp8_operand *op_a,
+                            int ta, const mpt_fp8_operand *op_b, int tb) {
+    const mpt_fp8_recipe *r = &g->policy.fp8;
+    a->trans_a = 0;
+    a->trans_b = 1;
+    fp8_gemm_operand(g, op_a, ta, &a->A, &a->a_dtype, &a->a_scale_inv, &a->a_block_scales);
+    fp8_gemm_operand(g, op_b, tb, &a->B, &a->b_dtype, &a->b_scale_inv, &a->b_block_scales);
+    a->math = n->math;
+    a->fp8_accum = n->math == MPT_MATH_FP8 ? r->accum : MPT_FP8_ACCUM_FP32;
+    a->fp8_promote = n->math == MPT_MATH_FP8 && r->accum == MPT_FP8_ACCUM_FAST ? r->promote : 0;
+}
+
 /* The three GEMMs of the layer, with NULL data pointers when called at build time (workspace queries). */
-static mpt_gemm_args linear_fwd_args(const mpt_node *n, const char *tag) {
+static mpt_gemm_args linear_fwd_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
     mpt_gemm_args a = {0};
     a.trans_a = 0; a.trans_b = 1;
@@ -42,10 +143,11 @@ static mpt_gemm_args linear_fwd_args(const mpt_node *n, const char *tag) {
     a.math = n->math;
     a.epilogue = MPT_EPILOGUE_BIAS;
     a.tag = tag;
+    if (n->fp8) fp8_gemm_fields(g, n, &a, &n->fp8_x, 0, &n->fp8_w, 0); /* x8 [B, in], w8 [out, in] */
     return a;
 }
 
-static mpt_gemm_args linear_dgrad_args(const mpt_node *n, const char *tag) {
+static mpt_gemm_args linear_dgrad_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
     mpt_gemm_args a = {0};
     a.trans_a = 0; a.trans_b = 0;
@@ -57,10 +159,11 @@ static mpt_gemm_args linear_dgrad_args(const mpt_node *n, const char *tag) {
     a.math = n->math;
     a.epilogue = MPT_EPILOGUE_NONE;
     a.tag = tag;
+    if (n->fp8) fp8_gemm_fields(g, n, &a, &n->fp8_dy, 0, &n->fp8_w, 1); /* dy8 [B, out], w8t [in, out] */
     return a;
 }
 
-static mpt_gemm_args linear_wgrad_args(const mpt_node *n, const char *tag) {
+static mpt_gemm_args linear_wgrad_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
     mpt_gemm_args a = {0};
     a.trans_a = 1; a.trans_b = 0;
@@ -72,12 +175,13 @@ static mpt_gemm_args linear_wgrad_args(const mpt_node *n, const char *tag) {
     a.math = n->math;
     a.epilogue = MPT_EPILOGUE_NONE;
     a.tag = tag;
+    if (n->fp8) fp8_gemm_fields(g, n, &a, &n->fp8_dy, 1, &n->fp8_x, 1); /* dy8t [out, B], x8t [in, B] */
     return a;
 }
 
 /* The forward GEMM with the relu after it fused in: writes the relu's output (and the mask) instead of y. */
-static mpt_gemm_args linear_fused_fwd_args(const mpt_node *n, const char *tag) {
-    mpt_gemm_args a = linear_fwd_args(n, tag);
+static mpt_gemm_args linear_fused_fwd_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
+    mpt_gemm_args a = linear_fwd_args(g, n, tag);
     const mpt_tensor *r = n->fused_relu->out, *aux = n->saved[0];
     a.C = r->data;
     a.c_dtype = r->dtype;
@@ -88,9 +192,9 @@ static mpt_gemm_args linear_fused_fwd_args(const mpt_node *n, const char *tag) {
 
 /* The data-gradient GEMM of n (= C) with the relu before it and its linear layer L fused in: writes L's output
  * gradient through L's mask, and L's bias gradient. */
-static mpt_gemm_args linear_fused_dgrad_args(const mpt_node *n, const char *tag) {
+static mpt_gemm_args linear_fused_dgrad_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
     const mpt_node *l = n->fused_prev;
-    mpt_gemm_args a = linear_dgrad_args(n, tag);
+    mpt_gemm_args a = linear_dgrad_args(g, n, tag);
     a.C = l->out->grad->data;
     a.c_dtype = l->out->grad->dtype;
     a.beta = 0.0f;
@@ -105,8 +209,14 @@ static int relu_fused(const mpt_graph *g, const mpt_node *n) { return g->fuse_ep
 
 static void linear_forward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
+    if (n->fp8) { /* the backward GEMMs' transposed copies only when a backward pass follows */
+        snprintf(tag, sizeof tag, "%s.x", n->name);
+        fp8_cast(g, &n->fp8_x, n->in[0], g->training, tag);
+        snprintf(tag, sizeof tag, "%s.weight", n->name);
+        fp8_cast(g, &n->fp8_w, n->in[1], g->training, tag);
+    }
     snprintf(tag, sizeof tag, "%s.fwd", n->name);
-    mpt_gemm_args a = relu_fused(g, n) ? linear_fused_fwd_args(n, tag) : linear_fwd_args(n, tag);
+    mpt_gemm_args a = relu_fused(g, n) ? linear_fused_fwd_args(g, n, tag) : linear_fwd_args(g, n, tag);
     g->be->gemm(g->be, &a);
 }
 
@@ -120,12 +230,12 @@ static void linear_backward_data(mpt_graph *g, mpt_node *n, char *tag, size_t ta
         mpt_graph_grad_first_write(g, l->in[2]->grad)) {
         mpt_graph_grad_accumulate(g, l->out->grad); /* marks both written */
         mpt_graph_grad_accumulate(g, l->in[2]->grad);
-        mpt_gemm_args a = linear_fused_dgrad_args(n, tag);
+        mpt_gemm_args a = linear_fused_dgrad_args(g, n, tag);
         g->be->gemm(g->be, &a);
         l->fused_relu->bwd_done = 1;
         return;
     }
-    mpt_gemm_args a = linear_dgrad_args(n, tag);
+    mpt_gemm_args a = linear_dgrad_args(g, n, tag);
     a.beta = mpt_graph_grad_accumulate(g, x->grad) ? 1.0f : 0.0f;
     g->be->gemm(g->be, &a);
 }
@@ -133,16 +243,20 @@ static void linear_backward_data(mpt_graph *g, mpt_node *n, char *tag, size_t ta
 static void linear_backward(mpt_graph *g, mpt_node *n) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
     char tag[MPT_NAME_LEN + 8];
+    if (n->fp8) {
+        snprintf(tag, sizeof tag, "%s.dy", n->name);
+        fp8_cast(g, &n->fp8_dy, y->grad, 1, tag);
+    }
     if (x->grad) linear_backward_data(g, n, tag, sizeof tag);
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
-    mpt_gemm_args a = linear_wgrad_args(n, tag);
+    mpt_gemm_args a = linear_wgrad_args(g, n, tag);
     a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
     if (n->fused_relu && n->fused_relu->bwd_done) { /* db was written by the next layer's data-gradient epilogue */
         g->be->gemm(g->be, &a);
         return;
     }
     const int accumulate_b = mpt_graph_grad_accumulate(g, b->grad);
-    if (g->fuse_epilogues && !accumulate_b) { /* the epilogue writes db, it cannot add to it */
+    if (g->fuse_epilogues && !accumulate_b && !n->fp8) { /* the epilogue writes db, it cannot add to it */
         a.epilogue = MPT_EPILOGUE_BGRAD;
         a.bias_grad = b->grad->data;
         g->be->gemm(g->be, &a);
@@ -156,7 +270,7 @@ static int is_16bit(mpt_dtype t) { return t == MPT_DTYPE_F16 || t == MPT_DTYPE_B
 
 static void linear_probe_forward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
     (void)scratch;
-    mpt_gemm_args a = linear_fwd_args(n, "probe.fwd");
+    mpt_gemm_args a = linear_fwd_args(g, n, "probe.fwd");
     a.C = dst;
     a.c_dtype = MPT_DTYPE_F32;
     g->be->gemm(g->be, &a);
@@ -164,7 +278,7 @@ static void linear_probe_forward(mpt_graph *g, mpt_node *n, float *dst, float *s
 
 static void linear_probe_backward(mpt_graph *g, mpt_node *n, float *dst, float *scratch) {
     (void)scratch;
-    mpt_gemm_args a = linear_dgrad_args(n, "probe.dgrad");
+    mpt_gemm_args a = linear_dgrad_args(g, n, "probe.dgrad");
     a.C = dst;
     a.c_dtype = MPT_DTYPE_F32;
     a.beta = 0.0f;
@@ -177,11 +291,11 @@ static void linear_fill_fused(mpt_graph *g, mpt_node *n) {
     if (!relu_fused(g, n)) return;
     char tag[MPT_NAME_LEN + 16];
     snprintf(tag, sizeof tag, "%s.fwd.fill", n->name);
-    mpt_gemm_args a = linear_fwd_args(n, tag);
+    mpt_gemm_args a = linear_fwd_args(g, n, tag);
     g->be->gemm(g->be, &a);
     if (!n->fused_relu->bwd_done) return;
     snprintf(tag, sizeof tag, "%s.dgrad.fill", n->fused_next->name);
-    a = linear_dgrad_args(n->fused_next, tag);
+    a = linear_dgrad_args(g, n->fused_next, tag);
     a.beta = 0.0f;
     g->be->gemm(g->be, &a);
 }
@@ -201,10 +315,10 @@ static void linear_plan_fusion(mpt_graph *g, mpt_node *n) {
                                        shape);
         n->fused_next = c;
         c->fused_prev = n;
-        mpt_gemm_args a = linear_fused_dgrad_args(c, c->name);
+        mpt_gemm_args a = linear_fused_dgrad_args(g, c, c->name);
         mpt_layer_reserve(g, c->name, g->be->gemm_workspace(g->be, &a));
     }
-    mpt_gemm_args a = linear_fused_fwd_args(n, n->name);
+    mpt_gemm_args a = linear_fused_fwd_args(g, n, n->name);
     mpt_layer_reserve(g, n->name, g->be->gemm_workspace(g->be, &a));
 }
 
@@ -214,14 +328,14 @@ static void linear_set_probes(mpt_graph *g, mpt_node *n) {
     mpt_gemm_args a;
     if (is_16bit(y->dtype)) {
         n->probe_forward = linear_probe_forward;
-        a = linear_fwd_args(n, "probe");
+        a = linear_fwd_args(g, n, "probe");
         a.c_dtype = MPT_DTYPE_F32;
         size_t ws = g->be->gemm_workspace(g->be, &a);
         if (ws > n->probe_workspace) n->probe_workspace = ws;
     }
     if (x->grad && is_16bit(x->grad->dtype)) {
         n->probe_backward = linear_probe_backward;
-        a = linear_dgrad_args(n, "probe");
+        a = linear_dgrad_args(g, n, "probe");
         a.c_dtype = MPT_DTYPE_F32;
         a.beta = 0.0f;
         size_t ws = g->be->gemm_workspace(g->be, &a);
@@ -251,17 +365,25 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
     n->backward = linear_backward;
     n->plan_fusion = linear_plan_fusion;
     n->fill_fused = linear_fill_fused;
+    mpt_math fp8_math;
+    mpt_dtype fp8_fmt[3];
+    if (mpt_policy_fp8_linear(&g->policy, rows, in, out_features, &fp8_math, fp8_fmt)) {
+        MPT_ASSERTF(g->be->fp8_cast != NULL, "linear %s: the %s backend has no FP8 casts", name, g->be->name);
+        linear_fp8_setup(g, n, fp8_math, fp8_fmt);
+    }
 
-    mpt_gemm_args a = linear_fwd_args(n, name);
+    mpt_gemm_args a = linear_fwd_args(g, n, name);
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
     if (x->grad) {
-        a = linear_dgrad_args(n, name);
+        a = linear_dgrad_args(g, n, name);
         mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
     }
-    a = linear_wgrad_args(n, name);
+    a = linear_wgrad_args(g, n, name);
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
-    a.epilogue = MPT_EPILOGUE_BGRAD; /* the fused variant (g->fuse_epilogues may change before a step) */
-    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    if (!n->fp8) { /* the fused variant (g->fuse_epilogues may change before a step); FP8 wgrad never fuses it */
+        a.epilogue = MPT_EPILOGUE_BGRAD;
+        mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    }
     linear_set_probes(g, n);
     return y;
 }

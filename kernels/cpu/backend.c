@@ -152,6 +152,8 @@ mpt_backend *mpt_backend_cpu_create(void) {
     be->bias_grad = mpt_cpu_bias_grad;
     be->gather_batch = mpt_cpu_gather_batch;
 
+    be->fp8_cast = mpt_cpu_fp8_cast;
+    be->fp8_update = mpt_cpu_fp8_update;
     be->unscale_check = mpt_cpu_unscale_check;
     be->unscale_check_multi = mpt_cpu_unscale_check_multi;
     be->sum_squares = mpt_cpu_sum_squares;

@@ -11,6 +11,7 @@
  *   conv.c        conv2d forward / backward-data / backward-filter through im2col + mpt_cpu_gemm
  *   elementwise.c cast, relu, maxpool, dropout, softmax + cross-entropy, bias gradient, batch gather
  *   optim.c       unscale + found_inf, clipping, fused optimizer step, loss-scale update
+ *   fp8.c         FP8 casts (per tensor, MX), the scale update, FP8 operand decoding, the fast-accumulator model
  *   backend.c     memory, the table itself, the kernel set and the engine
  */
 #ifndef MPT_KERNELS_CPU_H
@@ -55,6 +56,9 @@ void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dty
 void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
                           const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
                           float inv_std);
+
+void mpt_cpu_fp8_cast(mpt_backend *be, const mpt_fp8_cast_args *a);
+void mpt_cpu_fp8_update(mpt_backend *be, const mpt_fp8_update_args *a);
 
 void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);

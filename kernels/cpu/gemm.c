@@ -54,6 +54,42 @@
  *     the K*2^-24 FP32 bounds the tests use.
  *   - subnormal FP32 products (BF16/TF32 values below ~2^-63 each) are not exact on either side.
  *
+ * FP8 (math FP8 / MXFP8; engine/amp/fp8.h). The operands are E4M3/E5M2 bytes in the TN layout (A [M, K], B
+ * [N, K]). They are decoded exactly into FP32 scratch (kernels/cpu/fp8.c mpt_cpu_fp8_decode; MXFP8: times each
+ * block's E8M0 scale, a power of two, exact) and given to the FP32 GEMM like the 16-bit modes: a product of two FP8
+ * values (at most 4 x 4 significant bits) is exact in FP32, so with --fp8-accum fp32 this is FP32 accumulation of
+ * exact products, as for BF16. FP8 GEMMs always go through the FP32 tile (the engine computes the plain product, so a
+ * oneDNN primitive does not depend on a scale that changes every step). Per-tensor scales enter with alpha in the
+ * epilogue: the FP32 accumulator is multiplied by
+ * alpha * (a_scale_inv * b_scale_inv), one FP32 product of the factors first (cuBLASLt documents D = alpha *
+ * scale_A * scale_B * op(A)op(B) + beta * C without the order of its roundings; with power-of-two scales
+ * (--fp8-pow2-scales) every order gives the same bits).
+ *
+ * The fast accumulator (--fp8-accum fast, MPT_FP8_ACCUM_FAST): Hopper's FP8 Tensor Cores do not accumulate in FP32.
+ * DeepSeek-V3 (technical report, arXiv 2412.19437, section 3.3.2) measured "around 14 bits" of accumulation
+ * precision on H800 and promotes partial sums to FP32 registers every 128 elements of K; Khattak and Mikaitis
+ * ("Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004) give bit-accurate models of the tensor cores' inner
+ * products, with MATLAB code (github.com/north-numerical-computing/MATLAB-tensor-core: models/H100TC.m, FP8 inputs:
+ * fma = 32, neab = -10, frmode 'rz', built on models/tools/Generic_BFMA_TC.m and GEMM.m). The model implemented
+ * here (kernels/cpu/fp8.c mpt_cpu_fp8_fast_tile, instead of the FP32 GEMM) is our reading of theirs for FP8 inputs and an FP32 output:
+ *   - K is consumed in blocks of 32 products, in order; the accumulator c (FP32, starting at +0) joins each block;
+ *   - a block's terms (its 32 products, each exact, and c) are aligned to the largest exponent E among them (a
+ *     product's exponent is exp(a) + exp(b), its significand in [1, 4); a subnormal operand has the smallest normal
+ *     exponent), and each term is truncated toward zero to a multiple of 2^(E - 13): 13 fraction bits, no guard
+ *     bits ("neab = -10": 23 - 10);
+ *   - the truncated terms are added exactly, and the sum is truncated toward zero to 14 significant bits (13
+ *     fraction bits: an "e8m13" accumulator) and becomes the next c;
+ *   - --fp8-promote N: every N elements of K (a multiple of 32) the partial c is added into an FP32 accumulator with
+ *     round-to-nearest and restarts from +0 (DeepSeek-V3's remedy, N = 128 there); the rest is added at the end;
+ *   - NaN and inf operands: the block falls back to FP32 arithmetic (the model does not say).
+ * The per-tensor scales, alpha, beta * C and the bias then apply in the FP32 epilogue as above. What is an
+ * assumption until a GPU confirms it (the cuda suite measures it: tests/test_cuda_fp8.c): that cuBLASLt's FP8
+ * kernels with CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 accumulate all of K in the Tensor Core in this order (cuBLASLt may
+ * split K, and its tile order along K is its own); that FAST_ACCUM = 0 equals some promotion interval (its interval is
+ * not documented); the block of 32 (H100TC.m says 16 with two 16-element vectors interleaved, which we take as one
+ * block of 32); the truncation of c itself at alignment; and the epilogue's order. mxfp8 has no fast model (Hopper
+ * has no MX Tensor Cores; B200's block-scaled accumulator is not modelled): it accumulates in FP32.
+ *
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
  *   [converted A: M*K floats, if emulated math != FP32][converted B: K*N floats, likewise]
  *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE][oneDNN's scratchpad, if oneDNN runs it]
@@ -86,15 +122,24 @@ static int gemm_native(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     return x->kernels == MPT_CPU_KERNELS_NATIVE && a->math == MPT_MATH_BF16;
 }
 
+static int gemm_is_fp8(mpt_math m) { return m == MPT_MATH_FP8 || m == MPT_MATH_MXFP8; }
+
+/* The fast accumulator model runs on the FP8 bytes themselves, into the tile (no FP32 copies, no FP32 GEMM). */
+static int gemm_fast_fp8(const mpt_gemm_args *a) {
+    return a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST;
+}
+
 /* Creates the oneDNN primitive when this is where one is decided (graph build: the workspace query). */
 static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     gemm_plan p = {0};
     const int native = gemm_native(x, a);
-    p.convert_ops = a->math != MPT_MATH_FP32 && !native;
-    /* an FP32 tile when C is 16-bit, or when an epilogue must read the old C (beta != 0); an F32 C with an epilogue
-     * and beta 0 holds acc itself and the epilogue runs in place */
-    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || (a->epilogue != MPT_EPILOGUE_NONE && a->beta != 0.0f);
-    const int in_place = a->c_dtype == MPT_DTYPE_F32 && a->epilogue != MPT_EPILOGUE_NONE && a->beta == 0.0f;
+    const int fast = gemm_fast_fp8(a);
+    p.convert_ops = a->math != MPT_MATH_FP32 && !native && !fast;
+    /* an FP32 tile when C is 16-bit, when an epilogue must read the old C (beta != 0), or for FP8 (its scales join
+     * alpha in the epilogue); an F32 C with an epilogue and beta 0 holds acc itself and the epilogue runs in place */
+    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || (a->epilogue != MPT_EPILOGUE_NONE && a->beta != 0.0f) ||
+               gemm_is_fp8(a->math);
+    const int in_place = !p.tile_c && a->epilogue != MPT_EPILOGUE_NONE;
     p.od.trans_a = a->trans_a;
     p.od.trans_b = a->trans_b;
     p.od.M = a->M;
@@ -103,7 +148,7 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     p.od.ab_dtype = native ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
     p.od.alpha = p.tile_c || in_place ? 1.0f : a->alpha;
     p.od.beta = p.tile_c || in_place ? 0.0f : a->beta;
-    if (a->M > 0 && a->N > 0 && a->K > 0 && (native || x->engine == MPT_CPU_ENGINE_ONEDNN))
+    if (a->M > 0 && a->N > 0 && a->K > 0 && !fast && (native || x->engine == MPT_CPU_ENGINE_ONEDNN))
         p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
     MPT_ASSERTF(p.onednn || !native || a->M == 0 || a->N == 0 || a->K == 0,
                 "gemm %s: oneDNN has no BF16 matmul for %lldx%lldx%lld (the native kernel set needs one)",
@@ -140,10 +185,27 @@ static void gemm_check_args(const mpt_gemm_args *a) {
     MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: negative size M=%lld N=%lld K=%lld", tag,
                 (long long)a->M, (long long)a->N, (long long)a->K);
     MPT_ASSERTF((unsigned)a->math < MPT_MATH_COUNT, "gemm %s: math mode %d out of range", tag, (int)a->math);
-    mpt_dtype op = gemm_operand_dtype(a->math);
-    MPT_ASSERTF(a->a_dtype == op && a->b_dtype == op, "gemm %s: math %s needs %s A and B, got A %s, B %s", tag,
-                mpt_math_name(a->math), mpt_dtype_name(op), mpt_dtype_name(a->a_dtype),
-                mpt_dtype_name(a->b_dtype));
+    if (gemm_is_fp8(a->math)) {
+        MPT_ASSERTF(mpt_dtype_is_fp8(a->a_dtype) && mpt_dtype_is_fp8(a->b_dtype),
+                    "gemm %s: math %s needs E4M3 or E5M2 A and B, got A %s, B %s", tag, mpt_math_name(a->math),
+                    mpt_dtype_name(a->a_dtype), mpt_dtype_name(a->b_dtype));
+        MPT_ASSERTF(!a->trans_a && a->trans_b, "gemm %s: FP8 operands must be in the TN layout (trans_a 0, trans_b 1; "
+                    "got %d, %d)", tag, a->trans_a, a->trans_b);
+        if (a->math == MPT_MATH_FP8)
+            MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
+        else
+            MPT_ASSERTF((a->a_block_scales && a->b_block_scales) || a->M == 0 || a->N == 0 || a->K == 0,
+                        "gemm %s: MXFP8 needs both operands' block scales", tag);
+        MPT_ASSERTF(a->math == MPT_MATH_FP8 || a->fp8_accum == MPT_FP8_ACCUM_FP32,
+                    "gemm %s: MXFP8 has no fast accumulator model", tag);
+        MPT_ASSERTF(a->fp8_promote >= 0 && a->fp8_promote % MPT_MX_BLOCK == 0,
+                    "gemm %s: fp8_promote %d is not a multiple of %d", tag, (int)a->fp8_promote, MPT_MX_BLOCK);
+    } else {
+        mpt_dtype op = gemm_operand_dtype(a->math);
+        MPT_ASSERTF(a->a_dtype == op && a->b_dtype == op, "gemm %s: math %s needs %s A and B, got A %s, B %s", tag,
+                    mpt_math_name(a->math), mpt_dtype_name(op), mpt_dtype_name(a->a_dtype),
+                    mpt_dtype_name(a->b_dtype));
+    }
     MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
                 mpt_dtype_name(a->c_dtype));
     MPT_ASSERTF((unsigned)a->epilogue <= MPT_EPILOGUE_RELU_BIAS, "gemm %s: epilogue %d out of range", tag,
@@ -158,17 +220,25 @@ static void gemm_check_args(const mpt_gemm_args *a) {
                 "gemm %s: sizes exceed the BLAS integer range", tag);
 }
 
-/* FP32 operand of the math mode: the same buffer (FP32), or converted into dst (each element alone: in chunks on
- * the threads, kernels/cpu/parallel.h). */
-static const float *gemm_operand(float *dst, const void *src, int64_t n, mpt_math m) {
-    if (m == MPT_MATH_FP32) return src;
-    const mpt_dtype t = gemm_operand_dtype(m);
+/* FP32 operand of the math mode: the same buffer (FP32), or converted into dst, rows x K elements (FP8: stored
+ * [rows, K], with its block scales for MXFP8; TF32/F16/BF16: each element alone, in chunks on the threads,
+ * kernels/cpu/parallel.h). */
+static const float *gemm_operand(float *dst, const void *src, int64_t rows, int64_t K, mpt_math m, mpt_dtype t,
+                                 const uint8_t *block_scales) {
+    switch (m) {
+    case MPT_MATH_FP32: return src;
+    case MPT_MATH_FP8: mpt_cpu_fp8_decode(dst, src, t, rows, K, NULL); return dst;
+    case MPT_MATH_MXFP8: mpt_cpu_fp8_decode(dst, src, t, rows, K, block_scales); return dst;
+    default: break;
+    }
+    const int64_t n = rows * K;
+    const mpt_dtype ot = gemm_operand_dtype(m);
     const int64_t chunks = (n + GEMM_CONVERT_CHUNK - 1) / GEMM_CONVERT_CHUNK;
     MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t i0 = c * GEMM_CONVERT_CHUNK, k = n - i0 < GEMM_CONVERT_CHUNK ? n - i0 : GEMM_CONVERT_CHUNK;
         if (m == MPT_MATH_TF32) mpt_cpu_round_tf32_n(dst + i0, (const float *)src + i0, k);
-        else mpt_cpu_widen(dst + i0, (const char *)src + (size_t)i0 * mpt_dtype_size(t), t, k);
+        else mpt_cpu_widen(dst + i0, (const char *)src + (size_t)i0 * mpt_dtype_size(ot), ot, k);
     }
     return dst;
 }
@@ -249,22 +319,25 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
     const int64_t M = a->M, N = a->N, K = a->K;
 
     const void *A = a->A, *B = a->B;
-    if (p.convert_ops && K > 0) {
-        A = gemm_operand((float *)(w + p.a_off), a->A, M * K, a->math);
-        B = gemm_operand((float *)(w + p.b_off), a->B, K * N, a->math);
+    if (p.convert_ops && K > 0) { /* rows x K: FP8 operands are TN ([M, K], [N, K]); the others' counts suffice */
+        A = gemm_operand((float *)(w + p.a_off), a->A, M, K, a->math, a->a_dtype, a->a_block_scales);
+        B = gemm_operand((float *)(w + p.b_off), a->B, N, K, a->math, a->b_dtype, a->b_block_scales);
     }
     if (!p.tile_c && a->epilogue == MPT_EPILOGUE_NONE) {
         gemm_products(&p, a, A, B, a->C, a->alpha, a->beta, w);
         return;
     }
-    /* acc into the tile, or into an F32 C itself (beta 0), then the epilogue row by row */
+    /* per-tensor FP8 scales join alpha in the epilogue (see the file comment) */
+    const float alpha = a->math == MPT_MATH_FP8 ? a->alpha * (*a->a_scale_inv * *a->b_scale_inv) : a->alpha;
+    /* acc into the tile, or into an F32 C itself (beta 0, not FP8), then the epilogue row by row */
     float *tile = p.tile_c ? (float *)(w + p.c_off) : a->C;
-    gemm_products(&p, a, A, B, tile, 1.0f, 0.0f, w);
+    if (gemm_fast_fp8(a)) mpt_cpu_fp8_fast_tile(tile, a);
+    else gemm_products(&p, a, A, B, tile, 1.0f, 0.0f, w);
     size_t es = mpt_dtype_size(a->c_dtype);
     MPT_OMP(omp parallel for schedule(static) if (M * N >= MPT_PAR_MIN)) /* rows are independent */
     for (int64_t i = 0; i < M; i++)
         gemm_epilogue_row((char *)a->C + (size_t)(i * N) * es, a->c_dtype, tile + i * N, a->bias, a->bias_dtype, N,
-                          a->alpha, a->beta, a->epilogue);
+                          alpha, a->beta, a->epilogue);
 }
 
 void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {

@@ -43,4 +43,13 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
 size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a);
 void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes);
 
+/* FP8 operands (kernels/cpu/fp8.c): dst [rows, K] = the exact FP32 values of src [rows, K] in format fmt, times
+ * 2^(c - 127) for the E8M0 block scale c of each 32 elements when block_scales ([rows, mpt_mx_blocks(K)]) is given. */
+void mpt_cpu_fp8_decode(float *dst, const uint8_t *src, mpt_dtype fmt, int64_t rows, int64_t K,
+                        const uint8_t *block_scales);
+
+/* tile [M, N] (FP32) = the unscaled sums over K of A[m, k] * B[n, k] (FP8, TN layout) through the model of Hopper's
+ * fast FP8 accumulator with g->fp8_promote (kernels/cpu/gemm.c's header has the model). */
+void mpt_cpu_fp8_fast_tile(float *tile, const mpt_gemm_args *g);
+
 #endif
