@@ -118,7 +118,7 @@ typedef enum mpt_fp8_accum {
 #define MPT_MX_BLOCK 32
 /* Block scales per row of an MX operand with K elements: ceil(K / 32) (a short last block is a block padded with
  * zeros, which do not change its amax). */
-static inline int64_t mpt_mx_blocks(int64_t K) { return (K + MPT_MX_BLOCK - 1) / MPT_MX_BLOCK; }
+MPT_HD int64_t mpt_mx_blocks(int64_t K) { return (K + MPT_MX_BLOCK - 1) / MPT_MX_BLOCK; }
 
 typedef struct mpt_gemm_args {
     /* C[M,N] = epilogue(alpha * op(A)[M,K] * op(B)[K,N] + beta * C[M,N]), row-major, C written in place.
@@ -466,6 +466,11 @@ struct mpt_backend {
      * 1/scale, amax_used = m (TransformerEngine's DelayedScaling: amax_compute_algo "max" over the window; the
      * scale computed after this step serves the next one). */
     void (*fp8_update)(mpt_backend *be, const mpt_fp8_update_args *a);
+    /* Whether this backend's device runs the FP8 modes: per-tensor FP8 GEMMs (mx = 0) or MXFP8 ones (mx = 1). 1 with
+     * msg (host, len bytes) "" or a note on how (CUDA: mxfp8 is emulated on the device without MX Tensor Cores); 0
+     * with msg saying why not (CUDA: per-tensor FP8 needs compute capability 8.9 or newer). NULL: both run, no note
+     * (the CPU's exact emulation). */
+    int (*fp8_support)(mpt_backend *be, int mx, char *msg, size_t len);
 
     /* ---- mixed-precision update (engine/amp, engine/optim) ---- */
     /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN

@@ -200,6 +200,11 @@ int mpt_cuda_conv_record_get(mpt_backend *be, int i, mpt_cuda_conv_record *out) 
 
 void mpt_cuda_print_conv_records(mpt_backend *be, FILE *f) { module()->print_conv_records(be, f); }
 
+void mpt_cuda_fp8_convert_check(mpt_backend *be, const float *x, int64_t n, uint8_t *ours, uint8_t *cuda, int kind,
+                                int e5m2, int saturate) {
+    module()->fp8_convert_check(be, x, n, ours, cuda, kind, e5m2, saturate);
+}
+
 int mpt_cuda_library_versions(char *buf, size_t len) {
     const mpt_cuda_module_api *m = module();
     if (!m) return 0;

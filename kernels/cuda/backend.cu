@@ -10,7 +10,7 @@
  * mpt_backend_reserve_workspace() the workspace, this file accounts only the context's own small scratch.
  *
  * Where the math lives: gemm.cu (cuBLASLt), conv.cu (cuDNN), elementwise.cu (own kernels), optim.cu (the
- * FP32 update pass); graph.cu (step capture) and timing.cu (CUDA events) complete the table. Sources: CUDA
+ * FP32 update pass), fp8.cu (FP8 casts and scale updates); graph.cu (step capture) and timing.cu (CUDA events) complete the table. Sources: CUDA
  * Runtime API, cuBLASLt, cuDNN 9 and cuRAND host API documentation.
  */
 #include <stdarg.h>
@@ -421,6 +421,9 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->bias_grad = mpt_cuda_bias_grad;
     be->gather_batch = mpt_cuda_gather_batch;
 
+    be->fp8_cast = mpt_cuda_fp8_cast;
+    be->fp8_update = mpt_cuda_fp8_update;
+    be->fp8_support = mpt_cuda_fp8_support;
     be->unscale_check = mpt_cuda_unscale_check;
     be->unscale_check_multi = mpt_cuda_unscale_check_multi;
     be->sum_squares = mpt_cuda_sum_squares;

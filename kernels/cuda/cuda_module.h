@@ -20,7 +20,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 /* Bumped whenever mpt_cuda_module_api, mpt_backend or an argument struct of engine/backend.h changes. */
-#define MPT_CUDA_MODULE_ABI 6
+#define MPT_CUDA_MODULE_ABI 7 /* 6: nccl_poll (issue #22); 7: FP8 (issue #23): mpt_backend's fp8_* entries, mpt_gemm_args' FP8 fields */
 #define MPT_CUDA_MODULE_ENTRY "mpt_cuda_module_get"
 
 /* Each member has the meaning of the function of the same name in engine/backend.h or
@@ -37,6 +37,8 @@ typedef struct mpt_cuda_module_api {
     int (*conv_record_count)(mpt_backend *be);
     int (*conv_record_get)(mpt_backend *be, int i, mpt_cuda_conv_record *out);
     void (*print_conv_records)(mpt_backend *be, FILE *f);
+    void (*fp8_convert_check)(mpt_backend *be, const float *x, int64_t n, uint8_t *ours, uint8_t *cuda, int kind,
+                              int e5m2, int saturate);
     /* Writes one line per CUDA library into buf (len bytes): the version loaded at run time and the one the
      * module was built against (CUDA runtime and driver, cuBLASLt, cuDNN, cuRAND), and the GPU code it holds.
      * Needs no GPU. */

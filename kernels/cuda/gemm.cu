@@ -49,6 +49,23 @@
  * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
  * rounding of C); the record says which path ran.
  *
+ * FP8 (math MPT_MATH_FP8; engine/amp/fp8.h): A and B are E4M3 or E5M2 (CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2, E5M2 x E5M2 is not
+ * a cuBLASLt FP8 configuration), in our TN layout (A [M, K], B [N, K], both K-contiguous), which is cuBLASLt's "TN"
+ * (its A, our B, transposed; its B, our A, not): the layout cublasLtMatmul requires for FP8 ("A must be transposed
+ * and B non-transposed"). CUBLAS_COMPUTE_32F, scale type 32F; D (and C) BF16 or FP32, a bias epilogue with a bias of
+ * D's type (BF16 in the forward GEMMs). The dequantisation factors are device pointers set per call:
+ * CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = our B's scale_inv, B_SCALE_POINTER = our A's (cuBLASLt: D = alpha *
+ * scale_A * scale_B * op(A) op(B) + beta * C). CUBLASLT_MATMUL_DESC_FAST_ACCUM (int8_t) is 1 for --fp8-accum fast,
+ * 0 for fp32 (cuBLASLt's own promotion interval then, undocumented); it is part of the plan's key. AMAX_D_POINTER is
+ * not used: each FP8 cast measures the amax of exactly what it casts in the same pass (with a ReLU after the GEMM,
+ * D's amax would not be the next cast's). Sizes must satisfy mpt_fp8_gemm_ok (multiples of 16), the linear layer's
+ * rule.
+ * MXFP8 runs as its exact emulation on every GPU (this build does not use Blackwell's block-scaled cuBLASLt path,
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0): both operands decoded to FP32 with their block scales into the start of
+ * the workspace (fp8.cu, exact: powers of two), then the FP32 GEMM (CUBLAS_COMPUTE_32F, no TF32) on them; the
+ * products are exact and the sums FP32, as on the CPU. The record's tag says "(mxfp8 emulated)".
+ * None of the FP8 paths has run on a GPU yet (tests/test_cuda_fp8.c).
+ *
  * Split-K algorithms are allowed only with FP32 partial sums (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, or any
  * scheme when D is FP32), so D is still rounded once.
  *
@@ -71,10 +88,13 @@
 typedef struct gemm_key {
     int32_t trans_a, trans_b;
     int64_t M, N, K;
-    int32_t ab_dtype, c_dtype, bias_dtype; /* bias_dtype -1 without a bias epilogue */
+    int32_t ab_dtype, c_dtype, bias_dtype; /* our A's dtype; bias_dtype -1 without a bias epilogue */
     int32_t math, epilogue;
     uint32_t align_a, align_b, align_c, align_bias; /* pointer alignment in bytes, capped at 256 */
-    uint32_t align_aux, pad_;                       /* the ReLU mask's (256 without one); pad_ always 0 */
+    uint32_t align_aux;                             /* the ReLU mask's (256 without one) */
+    int32_t b_dtype;                                /* our B's dtype (differs from A's only in FP8: E5M2 x E4M3) */
+    int32_t fp8_fast;                               /* FP8: CUBLASLT_MATMUL_DESC_FAST_ACCUM */
+    uint32_t pad_;                                  /* always 0 */
 } gemm_key;
 
 typedef struct gemm_plan {
@@ -82,7 +102,8 @@ typedef struct gemm_plan {
     int used;
     int direct;                         /* 1: one cuBLASLt call writes C; 0: FP32 D + epilogue kernel */
     cublasComputeType_t compute;
-    cudaDataType_t ab_type, d_type, bias_type;
+    cudaDataType_t ab_type, d_type, bias_type;  /* ab_type: our A's (cuBLASLt's B) */
+    cudaDataType_t b_type;                      /* our B's (cuBLASLt's A): ab_type except in FP8 */
     cublasLtEpilogue_t epilogue;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;  /* cuBLASLt's A (our B), B (our A), C and D (same layout) */
@@ -110,6 +131,8 @@ static const char *cuda_type_name(cudaDataType_t t) {
     case CUDA_R_32F: return "CUDA_R_32F";
     case CUDA_R_16F: return "CUDA_R_16F";
     case CUDA_R_16BF: return "CUDA_R_16BF";
+    case CUDA_R_8F_E4M3: return "CUDA_R_8F_E4M3";
+    case CUDA_R_8F_E5M2: return "CUDA_R_8F_E5M2";
     default: return "CUDA_R_?";
     }
 }
@@ -138,6 +161,8 @@ static cudaDataType_t to_cuda_type(mpt_dtype t) {
     switch (t) {
     case MPT_DTYPE_F16: return CUDA_R_16F;
     case MPT_DTYPE_BF16: return CUDA_R_16BF;
+    case MPT_DTYPE_E4M3: return CUDA_R_8F_E4M3;
+    case MPT_DTYPE_E5M2: return CUDA_R_8F_E5M2;
     default: return CUDA_R_32F;
     }
 }
@@ -211,10 +236,29 @@ static void validate(const mpt_gemm_args *a, int running) {
     const char *tag = a->tag ? a->tag : "(untagged)";
     MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
                 (long long)a->M, (long long)a->N, (long long)a->K);
-    MPT_ASSERTF(a->a_dtype == a->b_dtype, "gemm %s: A is %s but B is %s", tag, mpt_dtype_name(a->a_dtype),
+    const int fp8 = a->math == MPT_MATH_FP8 || a->math == MPT_MATH_MXFP8;
+    MPT_ASSERTF(a->a_dtype == a->b_dtype || fp8, "gemm %s: A is %s but B is %s", tag, mpt_dtype_name(a->a_dtype),
                 mpt_dtype_name(a->b_dtype));
     mpt_cuda_require_float(a->c_dtype, "gemm C");
     switch (a->math) {
+    case MPT_MATH_FP8:
+    case MPT_MATH_MXFP8:
+        MPT_ASSERTF(mpt_dtype_is_fp8(a->a_dtype) && mpt_dtype_is_fp8(a->b_dtype),
+                    "gemm %s: math %s needs E4M3 or E5M2 operands, got A %s, B %s", tag, mpt_math_name(a->math),
+                    mpt_dtype_name(a->a_dtype), mpt_dtype_name(a->b_dtype));
+        MPT_ASSERTF(!a->trans_a && a->trans_b, "gemm %s: FP8 operands must be in the TN layout (trans_a 0, trans_b 1)",
+                    tag);
+        MPT_ASSERTF(a->math == MPT_MATH_MXFP8 || a->a_dtype == MPT_DTYPE_E4M3 || a->b_dtype == MPT_DTYPE_E4M3,
+                    "gemm %s: E5M2 x E5M2 is not a cuBLASLt FP8 configuration", tag);
+        MPT_ASSERTF(a->epilogue != MPT_EPILOGUE_BGRAD, "gemm %s: no BGRAD epilogue on FP8 operands", tag);
+        if (running && a->math == MPT_MATH_FP8)
+            MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
+        if (running && a->math == MPT_MATH_MXFP8 && a->K > 0)
+            MPT_ASSERTF(a->a_block_scales && a->b_block_scales, "gemm %s: MXFP8 needs both operands' block scales",
+                        tag);
+        MPT_ASSERTF(a->math == MPT_MATH_FP8 || a->fp8_accum == MPT_FP8_ACCUM_FP32,
+                    "gemm %s: MXFP8 accumulates in FP32 (no fast accumulator)", tag);
+        break;
     case MPT_MATH_FP32:
     case MPT_MATH_TF32:
         MPT_ASSERTF(a->a_dtype == MPT_DTYPE_F32, "gemm %s: math %s needs F32 operands, got %s", tag,
@@ -265,6 +309,8 @@ static gemm_key make_key(const mpt_gemm_args *a) {
     k.N = a->N;
     k.K = a->K;
     k.ab_dtype = a->a_dtype;
+    k.b_dtype = a->b_dtype;
+    k.fp8_fast = a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST;
     k.c_dtype = a->c_dtype;
     k.bias_dtype = mpt_epilogue_adds_bias(a->epilogue) ? (int32_t)a->bias_dtype : -1;
     k.math = a->math;
@@ -285,6 +331,7 @@ static gemm_key make_key(const mpt_gemm_args *a) {
 static int direct_supported(const gemm_key *k) {
     int c_ok;
     if (k->math == MPT_MATH_FP32 || k->math == MPT_MATH_TF32) c_ok = k->c_dtype == MPT_DTYPE_F32;
+    else if (k->math == MPT_MATH_FP8) c_ok = k->c_dtype == MPT_DTYPE_BF16 || k->c_dtype == MPT_DTYPE_F32;
     else c_ok = k->c_dtype == k->ab_dtype || k->c_dtype == MPT_DTYPE_F32;
     if (!c_ok) return 0;
     if (k->epilogue == MPT_EPILOGUE_BGRAD) return k->c_dtype == MPT_DTYPE_F32; /* bias gradient in D's type */
@@ -306,6 +353,7 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     p->direct = direct;
     p->compute = k->math == MPT_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     p->ab_type = to_cuda_type((mpt_dtype)k->ab_dtype);
+    p->b_type = to_cuda_type((mpt_dtype)k->b_dtype);
     p->d_type = direct ? to_cuda_type((mpt_dtype)k->c_dtype) : CUDA_R_32F;
     p->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -329,6 +377,10 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
         int32_t bt = (int32_t)p->bias_type;
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
+    if (k->math == MPT_MATH_FP8) { /* int8_t (cublasLt.h) */
+        const int8_t fast = (int8_t)k->fp8_fast;
+        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    }
     if (direct && mpt_epilogue_uses_aux((mpt_epilogue)k->epilogue)) { /* int64_t, in bits (cublasLt.h) */
         int64_t aux_ld = mpt_relu_aux_ld(k->N);
         MPT_CUBLAS_CHECK(
@@ -336,8 +388,8 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     }
     /* Our B: stored [K,N] row-major = column-major N x K (ld N), or stored [N,K] = column-major K x N (ld K). */
     if (!k->trans_b)
-        MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->N, (uint64_t)k->K, k->N));
-    else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->ab_type, (uint64_t)k->K, (uint64_t)k->N, k->K));
+        MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->b_type, (uint64_t)k->N, (uint64_t)k->K, k->N));
+    else MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, p->b_type, (uint64_t)k->K, (uint64_t)k->N, k->K));
     /* Our A: stored [M,K] = column-major K x M (ld K), or stored [K,M] = column-major M x K (ld M). */
     if (!k->trans_a)
         MPT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, p->ab_type, (uint64_t)k->K, (uint64_t)k->M, k->K));
@@ -512,7 +564,8 @@ static void record_fill(mpt_cuda_gemm_record *r, const gemm_plan *p) {
     r->math = mpt_math_name((mpt_math)p->key.math);
     r->compute_type = compute_name(p->compute);
     r->scale_type = "CUDA_R_32F";
-    r->a_type = r->b_type = cuda_type_name(p->ab_type);
+    r->a_type = cuda_type_name(p->ab_type);
+    r->b_type = cuda_type_name(p->b_type);
     r->c_type = r->d_type = cuda_type_name(p->d_type);
     r->bias_type = p->epilogue != CUBLASLT_EPILOGUE_DEFAULT ? cuda_type_name(p->bias_type) : "-";
     r->epilogue = epilogue_name(p->epilogue);
@@ -607,8 +660,36 @@ void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c) {
 
 /* ---- public entries ------------------------------------------------------------------------------------ */
 
+/* ---- MXFP8: the exact emulation (see the file comment) ------------------------------------------------------- */
+
+/* Bytes of the decoded FP32 operands at the start of the workspace. */
+static size_t mx_operand_bytes(const mpt_gemm_args *a) {
+    return mpt_cuda_align256((size_t)(a->M * a->K) * sizeof(float)) +
+           mpt_cuda_align256((size_t)(a->N * a->K) * sizeof(float));
+}
+
+/* The FP32 GEMM on the decoded operands at ws (NULL at build time): same shapes, TN layout, C and epilogue. */
+static mpt_gemm_args mx_inner_args(const mpt_gemm_args *a, char *ws, char *tag, size_t tag_len) {
+    mpt_gemm_args g = *a;
+    g.math = MPT_MATH_FP32;
+    g.a_dtype = g.b_dtype = MPT_DTYPE_F32;
+    g.A = ws;
+    g.B = ws ? ws + mpt_cuda_align256((size_t)(a->M * a->K) * sizeof(float)) : NULL;
+    g.a_scale_inv = g.b_scale_inv = NULL;
+    g.a_block_scales = g.b_block_scales = NULL;
+    snprintf(tag, tag_len, "%s (mxfp8 emulated)", a->tag ? a->tag : "gemm");
+    g.tag = tag;
+    return g;
+}
+
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 0);
+    if (a->math == MPT_MATH_MXFP8) {
+        if (a->M == 0 || a->N == 0 || a->K == 0) return 0;
+        char tag[MPT_CUDA_TAG_LEN + 24];
+        const mpt_gemm_args g = mx_inner_args(a, NULL, tag, sizeof tag);
+        return mx_operand_bytes(a) + mpt_cuda_gemm_workspace(be, &g);
+    }
     if (a->M == 0 || a->N == 0 || a->K == 0) return 0;
     gemm_key k = make_key(a);
     gemm_plan *p = plan_get(mpt_cuda_ctx_of(be), &k, SIZE_MAX);
@@ -622,8 +703,18 @@ size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
 }
 
 /* The two-step path of plan p: cuBLASLt's FP32 D in the workspace, then our epilogue kernels. */
+/* FP8: the operands' dequantisation factors (device pointers), cuBLASLt's A being our B. */
+static void set_fp8_scales(const gemm_plan *p, const mpt_gemm_args *a) {
+    if (a->math != MPT_MATH_FP8) return;
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a->b_scale_inv,
+                                                    sizeof a->b_scale_inv));
+    MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a->a_scale_inv,
+                                                    sizeof a->a_scale_inv));
+}
+
 static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, const mpt_gemm_args *a) {
     char *ws = (char *)be->workspace;
+    set_fp8_scales(p, a);
     void *lt_ws = p->algo_workspace ? ws + p->extra_bytes : NULL;
     const void *bias = mpt_epilogue_adds_bias(a->epilogue) ? a->bias : NULL;
     const int relu = a->epilogue == MPT_EPILOGUE_RELU_BIAS || a->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS;
@@ -656,6 +747,7 @@ static int direct_refusal(cublasStatus_t s) {
  * falls back to the two-step path), aborting on any other failure. */
 static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, const mpt_gemm_args *a) {
     void *lt_ws = p->algo_workspace ? (char *)be->workspace + p->extra_bytes : NULL;
+    set_fp8_scales(p, a);
     if (p->epilogue == CUBLASLT_EPILOGUE_BGRADB || p->epilogue == CUBLASLT_EPILOGUE_DRELU_BGRAD)
         /* the bias-gradient output: void * (cublasLt.h) */
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a->bias_grad,
@@ -687,6 +779,23 @@ void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 1);
     if (a->M == 0 || a->N == 0) return;
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (a->math == MPT_MATH_MXFP8 && a->K > 0) { /* decode into the workspace, then the FP32 GEMM after it */
+        const size_t dec = mx_operand_bytes(a);
+        mpt_cuda_require_workspace(be, dec, a->tag ? a->tag : "mxfp8 gemm");
+        char *ws = (char *)be->workspace;
+        char tag[MPT_CUDA_TAG_LEN + 24];
+        const mpt_gemm_args g = mx_inner_args(a, ws, tag, sizeof tag);
+        mpt_cuda_fp8_decode(ctx, (float *)g.A, (const uint8_t *)a->A, a->a_dtype, a->M, a->K, a->a_block_scales);
+        mpt_cuda_fp8_decode(ctx, (float *)g.B, (const uint8_t *)a->B, a->b_dtype, a->N, a->K, a->b_block_scales);
+        void *saved = be->workspace;
+        const size_t saved_bytes = be->workspace_bytes;
+        be->workspace = ws + dec; /* the inner GEMM owns the rest (its two-step D starts there) */
+        be->workspace_bytes = saved_bytes - dec;
+        mpt_cuda_gemm(be, &g);
+        be->workspace = saved;
+        be->workspace_bytes = saved_bytes;
+        return;
+    }
     const void *bias = mpt_epilogue_adds_bias(a->epilogue) ? a->bias : NULL;
     if (a->K == 0) { /* an empty product: C = epilogue(beta*C), no cuBLASLt call; a bias gradient of 0 */
         const int relu = a->epilogue == MPT_EPILOGUE_RELU_BIAS || a->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS;

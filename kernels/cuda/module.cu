@@ -115,6 +115,7 @@ static const mpt_cuda_module_api module_api = {
     mpt_cuda_conv_record_count,
     mpt_cuda_conv_record_get,
     mpt_cuda_print_conv_records,
+    mpt_cuda_fp8_convert_check,
     library_versions,
     mpt_cuda_set_device,
     mpt_cuda_nccl_available,
