@@ -863,6 +863,94 @@ START_TEST(test_nonfinite_amax_skips_step) {
 }
 END_TEST
 
+/* ---- telemetry ---------------------------------------------------------------------------------------------- */
+
+#include "engine/telemetry/range.h"
+#include "engine/telemetry/telemetry.h"
+
+/* The FP8 range counters against their definitions: saturated |x s| > fmax, flushed when the cast gives 0, subnormal
+ * when it gives a subnormal; per tensor and per MX block (a block with a power-of-two max keeps every value). */
+START_TEST(test_fp8_range_counts) {
+    tests_rng r = {31};
+    enum { R = 4, C = 80 };
+    float x[R * C];
+    for (int i = 0; i < R * C; i++) x[i] = (float)(tests_uniform(&r, -1, 1) * ldexp(1.0, tests_int(&r, -30, 4)));
+    x[3] = 0.0f;
+    for (int e5 = 0; e5 <= 1; e5++)
+        for (int k = 0; k < 3; k++) {
+            const float s = (float)ldexp(3.0, 4 * k); /* 3, 48, 768 */
+            mpt_fp8_range got;
+            memset(&got, 0, sizeof got);
+            mpt_fp8_range_count(&got, x, R * C, s, e5);
+            const fmt *f = e5 ? &E5M2 : &E4M3;
+            int64_t nz = 0, sat = 0, fl = 0, sub = 0;
+            for (int i = 0; i < R * C; i++) {
+                if (x[i] == 0.0f) continue;
+                nz++;
+                const double v = (double)(x[i] * s); /* the FP32 product, as the cast sees it */
+                if (fabs(v) > f->max) {
+                    sat++;
+                    continue;
+                }
+                const double q = fabs(val(f, mpt_f32_to_fp8((float)v, e5, 1)));
+                if (q == 0.0) fl++;
+                else if (q < ldexp(1.0, 1 - f->bias)) sub++; /* below the smallest normal */
+            }
+            EXPECT(got.nonzero == nz && got.saturated == sat && got.flushed == fl && got.subnormal == sub,
+                   "%s s=%g: got %lld/%lld/%lld/%lld, expected %lld/%lld/%lld/%lld", f->name, (double)s,
+                   (long long)got.nonzero, (long long)got.saturated, (long long)got.flushed, (long long)got.subnormal,
+                   (long long)nz, (long long)sat, (long long)fl, (long long)sub);
+        }
+    /* MX, FLOOR, as cast: a block whose max is 2^5 loses nothing to saturation; with the scale doubled (k = +1) its
+     * max maps to 512 > 448 and saturates */
+    float b[32];
+    for (int i = 0; i < 32; i++) b[i] = i == 7 ? 32.0f : 1.0f;
+    mpt_fp8_range m0, m1;
+    memset(&m0, 0, sizeof m0), memset(&m1, 0, sizeof m1);
+    mpt_mx_range_count(&m0, b, 1, 32, 0, MPT_MX_FLOOR, 0);
+    mpt_mx_range_count(&m1, b, 1, 32, 0, MPT_MX_FLOOR, 1);
+    ck_assert(m0.nonzero == 32 && m0.saturated == 0 && m1.saturated == 1 && m0.flushed == 0);
+}
+END_TEST
+
+/* Telemetry every step (with the FP32 twin) reads only: an fp8 and an mxfp8 run train bit for bit as without it
+ * (masters, optimizer state, FP8 scale state), and the FP8 rows are there. */
+START_TEST(test_fp8_telemetry_only_reads) {
+    const mpt_precision modes[2] = {MPT_PRECISION_FP8, MPT_PRECISION_MXFP8};
+    for (int m = 0; m < 2; m++) {
+        fp8_run off, on;
+        fp8_open(&off, modes[m], NULL, NULL, 64);
+        fp8_open(&on, modes[m], NULL, NULL, 64);
+        mpt_policy fp32 = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+        mpt_graph *tw = mpt_graph_create(on.be, &fp32, 64);
+        int64_t shape[2] = {64, on.data.dim};
+        mpt_tensor *x = mpt_input(tw, 2, shape);
+        x = mpt_relu(tw, mpt_linear(tw, x, 64, "fc1"), "relu1");
+        x = mpt_linear(tw, x, on.data.n_classes, "fc2");
+        mpt_softmax_xent(tw, x, "loss");
+        ck_assert_int_eq(mpt_telemetry_create(on.tr, 1, tw), MPT_OK);
+        fp8_steps(&off, 12);
+        fp8_steps(&on, 12);
+        for (int i = 0; i < off.tr->n_params; i++)
+            EXPECT(memcmp(off.tr->master[i]->data, on.tr->master[i]->data, mpt_tensor_nbytes(off.tr->master[i])) == 0 &&
+                       memcmp(off.tr->m[i]->data, on.tr->m[i]->data, mpt_tensor_nbytes(off.tr->m[i])) == 0,
+                   "%s: %s differs with telemetry on", mpt_precision_name(modes[m]), off.tr->master[i]->name);
+        const mpt_graph *a = off.tr->g, *b = on.tr->g;
+        const size_t hist = sizeof(float) * (size_t)a->n_fp8 * (size_t)mpt_fp8_history_len(a);
+        EXPECT(memcmp(a->fp8_meta, b->fp8_meta, sizeof(mpt_fp8_meta) * (size_t)a->n_fp8) == 0 &&
+                   memcmp(a->fp8_history, b->fp8_history, hist) == 0,
+               "%s: the FP8 state differs with telemetry on", mpt_precision_name(modes[m]));
+        const mpt_telemetry_stat *st;
+        int ns = mpt_telemetry_stats(on.tr->telemetry, &st), rows = 0;
+        for (int i = 0; i < ns; i++)
+            if (strcmp(st[i].metric, "fp8_flush_frac@other_format") == 0 && strcmp(st[i].tensor, "fc1.dy") == 0) rows++;
+        EXPECT(rows == 1, "%s: no fp8_flush_frac@other_format row for fc1.dy", mpt_precision_name(modes[m]));
+        fp8_close(&off);
+        fp8_close(&on);
+    }
+}
+END_TEST
+
 static Suite *fp8_suite(void) {
     Suite *s = suite_create("fp8");
     TCase *tc = tcase_create("formats");
@@ -890,6 +978,8 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tt, test_fp8_modes_learn);
     tcase_add_test(tt, test_lenet5_fp8_is_bf16);
     tcase_add_test(tt, test_nonfinite_amax_skips_step);
+    tcase_add_test(tt, test_fp8_range_counts);
+    tcase_add_test(tt, test_fp8_telemetry_only_reads);
     suite_add_tcase(s, tt);
     return s;
 }

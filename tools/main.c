@@ -16,8 +16,8 @@
 static void print_usage(FILE *f) {
     fprintf(f,
             "Usage: mptrain COMMAND [options]\n"
-            "Mixed-precision (FP32/TF32/FP16/BF16) training of small networks, with FP32 master weights and\n"
-            "dynamic loss scaling, on the CPU (Tensor Core numerics emulated) or an NVIDIA GPU.\n"
+            "Mixed-precision (FP32/TF32/FP16/BF16/FP8) training of small networks, with FP32 master weights\n"
+            "and dynamic loss scaling, on the CPU (Tensor Core numerics emulated) or an NVIDIA GPU.\n"
             "\n"
             "Commands:\n"
             "  train     train one model in one precision\n"

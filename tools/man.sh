@@ -35,5 +35,5 @@ roff_escape() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
 
 version=$("$mptrain" --version | awk 'NR == 1 { print $2 }')
 "$help2man" --no-info --section=1 --version-string="$version" \
-    --name="mixed-precision (FP32/TF32/FP16/BF16) training of small networks on the CPU or an NVIDIA GPU" \
+    --name="mixed-precision (FP32/TF32/FP16/BF16/FP8) training of small networks on the CPU or an NVIDIA GPU" \
     --include="$inc" --output="$out" "$mptrain"

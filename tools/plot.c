@@ -373,8 +373,10 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     MPT_TRY(s);
     int has16 = 0;
     for (int i = 0; i < n; i++)
-        has16 |= rows[i].precision == MPT_PRECISION_FP16 || rows[i].precision == MPT_PRECISION_BF16;
-    int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0);
+        has16 |= rows[i].precision != MPT_PRECISION_FP32 && rows[i].precision != MPT_PRECISION_TF32;
+    int has_fp8 = 0;
+    for (int i = 0; i < n; i++) has_fp8 |= find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
+    int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0) + (has_fp8 ? 1 : 0);
     snprintf(path, sizeof path, "%s/numerics.gp", dir);
     FILE *f = mpt_cli_create(path);
     if (!f) return MPT_ERR_IO;
@@ -390,9 +392,9 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
-            if (p != MPT_PRECISION_FP16 && p != MPT_PRECISION_BF16) continue;
+            if (p == MPT_PRECISION_FP32 || p == MPT_PRECISION_TF32) continue; /* FP8 modes: their BF16 */
             const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
-            /* only fp16 has a loss scale: bf16's line is the rounding as it is */
+            /* only fp16 has a loss scale: bf16's (and the FP8 modes' BF16) line is the rounding as it is */
             snprintf(title, sizeof title, p == MPT_PRECISION_FP16 ? "%s, at its S" : "%s (no scaling)", name);
             series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
             if (p == MPT_PRECISION_FP16 && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
@@ -411,13 +413,29 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         snprintf(title, sizeof title, "%s", name);
         series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
         if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
-            snprintf(title, sizeof title, "%s, on its 16-bit copy", name);
+            const int fp8 = p == MPT_PRECISION_FP8 || p == MPT_PRECISION_FP8_E4M3 || p == MPT_PRECISION_MXFP8;
+            snprintf(title, sizeof title, fp8 ? "%s, on its bf16 copy" : "%s, on its 16-bit copy", name);
             series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
         }
     }
     fprintf(f, "set title 'optimizer updates lost (non-zero, left the stored weight unchanged; all parameters)'\n"
                "set xlabel 'step'\nset ylabel '%% of non-zero updates'\n");
     panel_write(f, &pn);
+    if (has_fp8) { /* FP8 runs: their gradient casts, flushed (solid) and saturated (dashed) */
+        memset(&pn, 0, sizeof pn);
+        for (int i = 0; i < n; i++) {
+            if (!find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) continue;
+            mpt_precision p = rows[i].precision;
+            const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
+            snprintf(title, sizeof title, "%s flushed", name);
+            series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac", 1, title);
+            snprintf(title, sizeof title, "%s saturated", name);
+            series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_sat_frac", 2, title);
+        }
+        fprintf(f, "set title 'FP8 gradient operands (dy of every FP8 layer): flushed to zero and saturated by "
+                   "the cast'\nset xlabel 'step'\nset ylabel '%% of nonzero values'\n");
+        panel_write(f, &pn);
+    }
     if (twin_lines > 0) {
         memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {

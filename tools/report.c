@@ -197,10 +197,17 @@ static void pct4(char *b, size_t n, double v) {
     else snprintf(b, n, "%.3f%%", 100.0 * v);
 }
 
+/* The name of the 16-bit format a precision stores activations, gradients and working weights in: its own name,
+ * except in the FP8 modes, which keep everything outside their FP8 GEMMs in BF16. */
+static const char *working_name(mpt_precision p) {
+    return p == MPT_PRECISION_FP8 || p == MPT_PRECISION_FP8_E4M3 || p == MPT_PRECISION_MXFP8 ? "bf16"
+                                                                                              : mpt_precision_name(p);
+}
+
 /* The rounded tensors (rows with flush_frac), the three with the largest mean flushed fraction first. */
 static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     const mpt_cli_result *r = row->r;
-    const char *name = mpt_precision_name(row->precision);
+    const char *name = working_name(row->precision);
     int idx[3] = {-1, -1, -1};
     for (int i = 0; i < r->n_telemetry; i++) {
         const mpt_telemetry_stat *s = &r->telemetry[i];
@@ -274,7 +281,7 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_
     const mpt_cli_result *r = row->r;
     int no_masters = o->master_weights == MPT_MASTER_NONE &&
                      (row->precision == MPT_PRECISION_FP16 || row->precision == MPT_PRECISION_BF16);
-    const char *name = mpt_precision_name(row->precision);
+    const char *name = working_name(row->precision);
     if (!tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
         fprintf(f, "**Lost updates.** Not measured (no telemetry step completed an optimizer step).\n\n");
         return;
@@ -379,18 +386,99 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
                    "is absent in this run.\n\n", name, log2(u));
 }
 
+/* FP8 runs: per FP8 operand tensor the mean over telemetry steps of its saturated, flushed and subnormal fractions
+ * (at the scale used, at s/2 and 2s), and the last scale; then the gradient operands pooled, in the format the mode
+ * casts them to and in the other FP8 format (E4M3 <-> E5M2, scaled by the same rule): why fp8 uses E5M2 for them. */
+static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
+    const mpt_cli_result *r = row->r;
+    if (!tstat(r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) return;
+    fprintf(f, "**FP8 casts.** Per operand of an FP8 GEMM (mean over telemetry steps; the fractions are of the nonzero "
+               "values; s/2 and 2s: had the scale been half or twice what it was; the last column, with delayed "
+               "scaling: this step's amax over the amax its scale came from, above 1 when the scale was stale and too "
+               "large):\n\n"
+               "| tensor | amax | scale (last) | saturated | flushed | subnormal | flushed @s/2 | saturated @2s | "
+               "amax now / amax of the scale |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const char *worst = NULL;
+    double worst_flush = -1.0;
+    for (int i = 0; i < r->n_telemetry; i++) {
+        const mpt_telemetry_stat *s = &r->telemetry[i];
+        if (strcmp(s->metric, "fp8_flush_frac") != 0 || is_pooled(s->tensor)) continue;
+        const char *t = s->tensor;
+        const mpt_telemetry_stat *sc = tstat(r, t, "fp8_scale");
+        char scale[32] = "per block", stale[32] = "-", c[6][32];
+        if (sc) snprintf(scale, sizeof scale, "%.4g", sc->last);
+        if (isfinite(tmean(r, t, "fp8_staleness"))) snprintf(stale, sizeof stale, "%.3f", tmean(r, t, "fp8_staleness"));
+        const double fl = tmean(r, t, "fp8_flush_frac");
+        pct4(c[0], sizeof c[0], tmean(r, t, "fp8_sat_frac"));
+        pct4(c[1], sizeof c[1], fl);
+        pct4(c[2], sizeof c[2], tmean(r, t, "fp8_subnormal_frac"));
+        pct4(c[3], sizeof c[3], tmean(r, t, "fp8_flush_frac@s/2"));
+        pct4(c[4], sizeof c[4], tmean(r, t, "fp8_sat_frac@2s"));
+        fprintf(f, "| `%s` | %.4g | %s | %s | %s | %s | %s | %s | %s |\n", t, tmean(r, t, "fp8_amax"), scale, c[0],
+                c[1], c[2], c[3], c[4], stale);
+        if (fl > worst_flush) {
+            worst_flush = fl;
+            worst = t;
+        }
+    }
+    if (worst && worst_flush > 0.0)
+        fprintf(f, "\nThe FP8 cast that flushed the largest share of its nonzero values to zero is `%s`'s: %.3g%% on "
+                   "average.\n", worst, 100.0 * worst_flush);
+    else if (worst)
+        fprintf(f, "\nNo FP8 cast flushed a nonzero value to zero at the scale it used (flushing not observed).\n");
+    /* the gradients in both formats */
+    const int e5 = row->precision == MPT_PRECISION_FP8;
+    const char *fmt = e5 ? "E5M2" : "E4M3", *other = e5 ? "E4M3" : "E5M2";
+    const char *g = MPT_TELEMETRY_ALL_FP8_GRAD;
+    const double sat = tmean(r, g, "fp8_sat_frac"), fl = tmean(r, g, "fp8_flush_frac");
+    const double sub = tmean(r, g, "fp8_subnormal_frac");
+    const double sat_o = tmean(r, g, "fp8_sat_frac@other_format"), fl_o = tmean(r, g, "fp8_flush_frac@other_format");
+    const double sub_o = tmean(r, g, "fp8_subnormal_frac@other_format");
+    char c[6][32];
+    pct4(c[0], sizeof c[0], sat);
+    pct4(c[1], sizeof c[1], fl);
+    pct4(c[2], sizeof c[2], sub);
+    pct4(c[3], sizeof c[3], sat_o);
+    pct4(c[4], sizeof c[4], fl_o);
+    pct4(c[5], sizeof c[5], sub_o);
+    fprintf(f, "\nThe gradient operands (dy of every FP8 layer, pooled, mean over telemetry steps), as cast in %s and "
+               "as they would have been in %s with its own scale by the same rule (`all_fp8_grads`, "
+               "`@other_format`):\n\n| format | saturated | flushed to zero | subnormal |\n|---|---:|---:|---:|\n"
+               "| %s (used) | %s | %s | %s |\n| %s | %s | %s | %s |\n\n",
+            fmt, other, fmt, c[0], c[1], c[2], other, c[3], c[4], c[5]);
+    const double e4_lost = e5 ? fl_o + sub_o : fl + sub, e5_lost = e5 ? fl + sub : fl_o + sub_o;
+    if (!isfinite(e4_lost) || !isfinite(e5_lost))
+        fprintf(f, "Not measured.\n\n");
+    else if (e4_lost > e5_lost)
+        fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values against E5M2's %.3g%%: with one scale "
+                   "%s, E4M3's 2^17 times narrower range reaches fewer of the small gradients, which is why "
+                   "TransformerEngine's HYBRID recipe (`fp8`) casts gradients to E5M2%s.\n\n",
+                100.0 * e4_lost, 100.0 * e5_lost,
+                row->precision == MPT_PRECISION_MXFP8 ? "per block of 32" : "for the whole tensor",
+                row->precision == MPT_PRECISION_MXFP8 ? " (MXFP8 recipes keep E4M3 for gradients: each block's "
+                                                        "scale follows the block's own largest value)" : "");
+    else
+        fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values and E5M2 %.3g%%: the expected "
+                   "advantage of E5M2's wider range for gradients is not observed in this run (the gradients' dynamic "
+                   "range fits E4M3's).\n\n", 100.0 * e4_lost, 100.0 * e5_lost);
+}
+
 void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
                             const mpt_cli_plot_info *plots) {
     fprintf(f, "Measured every %lld steps (`--telemetry`%s); definitions in docs/numerics.md, every value per step in "
                "each run's `telemetry.csv`, last and mean values in its `summary.json`, the gradients' exponent "
                "histograms in its `exponents.csv`. The sentences below are filled in from those measurements.\n\n",
             (long long)o->telemetry, o->shadow ? ", with the FP32 shadow twin of `--shadow`" : "");
+    int has_fp8 = 0;
+    for (int i = 0; i < n; i++) has_fp8 |= tstat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
     if (plots->numerics)
         fprintf(f, "![numerics](%s)\n\nTop: the share of nonzero activation-gradient values that rounding into "
                    "FP16/BF16 flushed to zero, per telemetry step (fp16 dashed: the same values had the loss scale "
                    "been 1). Middle: the share of non-zero optimizer updates that left the stored weight unchanged "
-                   "(dashed: had they been applied to the 16-bit working copy). %s\n\n",
+                   "(dashed: had they been applied to the 16-bit working copy). %s%s\n\n",
                 plots->numerics,
+                has_fp8 ? "Below them, for the FP8 runs: the share of nonzero values of their gradient operands (dy of "
+                          "every FP8 layer) that the FP8 cast flushed to zero (solid) and saturated (dashed). " : "",
                 o->shadow ? "Bottom: each activation's relative error against the FP32 twin (log axis; fp32 "
                             "matches exactly and has no point)." : "");
     else if (plots->numerics_error)
@@ -408,6 +496,7 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
         numerics_underflow(f, &rows[i]);
         numerics_lost(f, o, &rows[i]);
         numerics_twin(f, &rows[i]);
+        numerics_fp8(f, &rows[i]);
     }
 }
 

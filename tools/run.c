@@ -717,9 +717,11 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (o->telemetry > 0) {
         MPT_TRY(telemetry_setup(r));
         printf("%stelemetry: on one step in %lld, the range and rounding of every tensor (what flushes to zero, becomes "
-               "subnormal or overflows, also at other loss scales), lost weight updates%s -> telemetry.csv, "
+               "subnormal or overflows, also at other loss scales), lost weight updates%s%s -> telemetry.csv, "
                "exponents.csv (docs/numerics.md); the training itself is bit-identical\n",
-               r->label, (long long)o->telemetry, o->shadow ? ", each tensor against an FP32 twin" : "");
+               r->label, (long long)o->telemetry, o->shadow ? ", each tensor against an FP32 twin" : "",
+               r->t->g->n_fp8 > 0 ? ", what the FP8 casts saturate and flush (also at s/2, 2s and, for gradients, in "
+                                    "the other FP8 format)" : "");
     }
 
     r->idx_host = malloc((size_t)(r->nb * o->batch) * sizeof *r->idx_host);

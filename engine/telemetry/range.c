@@ -1,6 +1,7 @@
 /* engine/telemetry/range.c - stored-range counters and the rounding histogram (see range.h for the math). */
 #include "engine/telemetry/range.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "engine/status.h"
@@ -155,4 +156,43 @@ int32_t mpt_exp_hist_log2_exact(float x) {
     uint32_t ex = (u >> 23) & 0xffu;
     if ((u >> 31) || ex == 0 || ex == 0xffu || (u & 0x7fffffu)) return INT32_MIN;
     return (int32_t)ex - 127;
+}
+
+/* ---- FP8 operands ------------------------------------------------------------------------------------------ */
+
+static void fp8_one(mpt_fp8_range *r, float x, float f, int e5m2) {
+    if (x == 0.0f || !mpt_is_finite(x)) return;
+    r->nonzero++;
+    const float v = x * f, fmax = e5m2 ? MPT_E5M2_MAX : MPT_E4M3_MAX;
+    if (fabsf(v) > fmax) {
+        r->saturated++;
+        return;
+    }
+    const uint8_t q = mpt_f32_to_fp8(v, e5m2, 1) & 0x7fu;
+    if (q == 0) r->flushed++;
+    else if ((q >> (e5m2 ? 2 : 3)) == 0) r->subnormal++;
+}
+
+void mpt_fp8_range_count(mpt_fp8_range *r, const float *x, int64_t n, float s, int e5m2) {
+    for (int64_t i = 0; i < n; i++) fp8_one(r, x[i], s, e5m2);
+}
+
+void mpt_mx_range_count(mpt_fp8_range *r, const float *x, int64_t rows, int64_t cols, int e5m2, int rounding, int k) {
+    for (int64_t row = 0; row < rows; row++)
+        for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+            const int64_t c1 = c0 + 32 < cols ? c0 + 32 : cols;
+            const float *b = x + row * cols;
+            float m = 0.0f;
+            int nan = 0;
+            for (int64_t c = c0; c < c1; c++) {
+                const float a = fabsf(b[c]);
+                nan |= a != a;
+                m = a > m ? a : m;
+            }
+            const uint8_t code = mpt_mx_scale_code(nan ? NAN : m, e5m2, rounding);
+            if (code == MPT_E8M0_NAN) continue;
+            int32_t e = 127 - (int32_t)code + k;
+            const float f = e > 127 ? 0x1p127f : mpt_pow2f(e < -127 ? -127 : e);
+            for (int64_t c = c0; c < c1; c++) fp8_one(r, b[c], f, e5m2);
+        }
 }

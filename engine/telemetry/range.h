@@ -95,4 +95,22 @@ void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out);
  * shifts are only exact for power-of-two scales). */
 int32_t mpt_exp_hist_log2_exact(float x);
 
+/* 3. FP8 operands (issue #23; engine/amp/fp8.h): what the scaled cast into E4M3 / E5M2 does to a tensor's values.
+ * For the nonzero finite values x of a host FP32 buffer, with v = x * s in FP32 (s the scale; MX: 2^(127 - c) for
+ * the block's E8M0 code c, blocks of 32 along each row), counts
+ *   saturated   |v| > fmax (448 or 57344): the saturating cast clamps it (the non-saturating one overflows from
+ *               464 / 61440 up),
+ *   flushed     v rounds to zero (mpt_f32_to_fp8),
+ *   subnormal   v rounds to a nonzero subnormal of the format.
+ * Fractions are of the nonzero finite values, as above. */
+typedef struct mpt_fp8_range {
+    int64_t nonzero, saturated, flushed, subnormal;
+} mpt_fp8_range;
+
+/* Per-tensor scale s: adds the n values x (host FP32) to *r (zero it first). */
+void mpt_fp8_range_count(mpt_fp8_range *r, const float *x, int64_t n, float s, int e5m2);
+/* MX: the [rows, cols] values x with the block scales of rule `rounding` (mpt_mx_rounding) along each row, each
+ * block's factor times 2^k (k = -1: the scale halved, +1: doubled, 0: as cast). */
+void mpt_mx_range_count(mpt_fp8_range *r, const float *x, int64_t rows, int64_t cols, int e5m2, int rounding, int k);
+
 #endif

@@ -38,6 +38,8 @@ struct mpt_telemetry {
     int gathered;               /* the twin holds the coming step's batch */
     mpt_exp_hist all_act, all_grad; /* this step's rounding histograms over all probed activations / gradients */
     int n_act, n_grad;
+    mpt_fp8_range fp8_grad, fp8_grad_other; /* this step's FP8 gradient casts pooled (and in the other format) */
+    int n_fp8_grad;
     /* lost updates: per parameter, backend snapshots before the step and the optimizer's deltas */
     float **delta;              /* [n_params] backend FP32 [numel] */
     void **old;                 /* [n_params] backend, the update target as stored before the step */
@@ -197,6 +199,87 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     mpt_exp_hist_merge(all, &h);
 }
 
+static void fp8_pool(mpt_fp8_range *dst, const mpt_fp8_range *src) {
+    dst->nonzero += src->nonzero;
+    dst->saturated += src->saturated;
+    dst->flushed += src->flushed;
+    dst->subnormal += src->subnormal;
+}
+
+/* The pooled rows of this step's FP8 gradient casts (every dy of an FP8 layer, each element once). */
+static void fp8_pooled_rows(mpt_telemetry *tel) {
+    if (!tel->n_fp8_grad) return;
+    const mpt_fp8_range *a = &tel->fp8_grad, *b = &tel->fp8_grad_other;
+    const double na = a->nonzero > 0 ? (double)a->nonzero : 1.0, nb = b->nonzero > 0 ? (double)b->nonzero : 1.0;
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_sat_frac", (double)a->saturated / na);
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac", (double)a->flushed / na);
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac", (double)a->subnormal / na);
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_sat_frac@other_format", (double)b->saturated / nb);
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac@other_format", (double)b->flushed / nb);
+    row(tel, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac@other_format", (double)b->subnormal / nb);
+}
+
+/* FP8 rows of one operand x of an FP8 GEMM (its BF16 source, widened in host[0..n)), as cast this step: its amax,
+ * scale, and the saturated / flushed / subnormal fractions at the scale used, at half and at twice it (range.h 3);
+ * with delayed per-tensor scaling how stale the scale was (amax now / the amax the scale came from); for gradients
+ * (dy), the same fractions had the other FP8 format been used with its own scale (E4M3 <-> E5M2). */
+static void fp8_rows(mpt_telemetry *tel, const mpt_fp8_operand *op, const mpt_fp8_meta *m, const float *h, int64_t n,
+                     int64_t rows, int gradient) {
+    const mpt_graph *g = tel->t->g;
+    const char *name = g->fp8[op->meta].name;
+    const int e5 = op->fmt == MPT_DTYPE_E5M2, mx = g->policy.mode == MPT_PRECISION_MXFP8;
+    const int rounding = g->policy.fp8.mx_rounding;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) amax = fabsf(h[i]) > amax ? fabsf(h[i]) : amax;
+    row(tel, name, "fp8_amax", amax);
+    if (!mx) row(tel, name, "fp8_scale", m->scale);
+    static const char *const suffix[3] = {"@s/2", "", "@2s"};
+    for (int k = -1; k <= 1; k++) {
+        mpt_fp8_range r;
+        memset(&r, 0, sizeof r);
+        if (mx) mpt_mx_range_count(&r, h, rows, n / rows, e5, rounding, k);
+        else mpt_fp8_range_count(&r, h, n, ldexpf(m->scale, k), e5);
+        if (gradient && k == 0) fp8_pool(&tel->fp8_grad, &r);
+        const double nz = r.nonzero > 0 ? (double)r.nonzero : 1.0;
+        char metric[32];
+        snprintf(metric, sizeof metric, "fp8_sat_frac%s", suffix[k + 1]);
+        row(tel, name, metric, (double)r.saturated / nz);
+        snprintf(metric, sizeof metric, "fp8_flush_frac%s", suffix[k + 1]);
+        row(tel, name, metric, (double)r.flushed / nz);
+        snprintf(metric, sizeof metric, "fp8_subnormal_frac%s", suffix[k + 1]);
+        row(tel, name, metric, (double)r.subnormal / nz);
+    }
+    if (!mx && g->policy.fp8.scaling == MPT_FP8_SCALING_DELAYED && m->amax_used > 0.0f)
+        row(tel, name, "fp8_staleness", (double)amax / (double)m->amax_used);
+    if (gradient) { /* the other format, scaled by the same rule for its own largest value */
+        mpt_fp8_range r;
+        memset(&r, 0, sizeof r);
+        if (mx) mpt_mx_range_count(&r, h, rows, n / rows, !e5, rounding, 0);
+        else mpt_fp8_range_count(&r, h, n, m->scale * ((e5 ? MPT_E4M3_MAX : MPT_E5M2_MAX) / m->fmax), !e5);
+        fp8_pool(&tel->fp8_grad_other, &r);
+        tel->n_fp8_grad++;
+        const double nz = r.nonzero > 0 ? (double)r.nonzero : 1.0;
+        row(tel, name, "fp8_sat_frac@other_format", (double)r.saturated / nz);
+        row(tel, name, "fp8_flush_frac@other_format", (double)r.flushed / nz);
+        row(tel, name, "fp8_subnormal_frac@other_format", (double)r.subnormal / nz);
+    }
+}
+
+/* The FP8 rows of node n's three operands (x, W, dy), from their BF16 sources and the scale state of this step
+ * (the update comes after the optimizer). */
+static void measure_fp8(mpt_telemetry *tel, const mpt_node *n) {
+    mpt_trainer *t = tel->t;
+    const mpt_graph *g = t->g;
+    const mpt_fp8_operand *ops[3] = {&n->fp8_x, &n->fp8_w, &n->fp8_dy};
+    const mpt_tensor *src[3] = {n->in[0], n->in[1], n->out->grad};
+    for (int k = 0; k < 3; k++) {
+        mpt_fp8_meta m;
+        t->be->to_host(t->be, &m, &g->fp8_meta[ops[k]->meta], sizeof m);
+        fetch(tel, src[k], tel->h_a);
+        fp8_rows(tel, ops[k], &m, tel->h_a, mpt_tensor_numel(src[k]), src[k]->shape[0], k == 2);
+    }
+}
+
 /* ||a/scale - b|| / ||b|| and, when want_cos, the cosine of a and b (host FP32 arrays, sums in double). */
 static void compare(mpt_telemetry *tel, const char *tensor, const float *a, const float *b, int64_t n, double scale,
                     int want_cos) {
@@ -275,6 +358,9 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     mpt_graph_fill_fused(g);
     if (twin) twin_run(tel);
     tel->n_act = tel->n_grad = 0;
+    tel->n_fp8_grad = 0;
+    memset(&tel->fp8_grad, 0, sizeof tel->fp8_grad);
+    memset(&tel->fp8_grad_other, 0, sizeof tel->fp8_grad_other);
 
     for (int i = 0; i < g->n_nodes; i++) {
         mpt_node *n = g->nodes[i];
@@ -296,11 +382,13 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
             }
         }
         if (n->probe_backward) measure_rounding(tel, n, n->probe_backward, root_of(n->in[0]->grad), 1, log2_scale);
+        if (n->fp8) measure_fp8(tel, n);
     }
     /* all rounded tensors of the step together, weighting each element once */
     if (tel->n_act) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT, &tel->all_act, 0, log2_scale);
     if (tel->n_grad) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, 1, log2_scale);
     if (tel->n_grad && log2_scale != INT32_MIN) exps_add(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, log2_scale);
+    fp8_pooled_rows(tel);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;
         measure_range(tel, gr, fetch(tel, gr, tel->h_a));

@@ -15,6 +15,10 @@
  *     points t->update_out at its own buffers, so the optimizer writes its per-element FP32 deltas there;
  *     with data-parallel training (t->dist), the communication error of the gradient all-reduce per weight
  *     gradient and over all of them (metric comm_rel_l2, measured by engine/dist: mpt_dist_allreduce_grads);
+ *     for every FP8 operand tensor (x, W, dy of an FP8 linear layer: engine/amp/fp8.h), its amax, scale, the
+ *     fractions its cast saturates, flushes and makes subnormal at the scale used, at half and twice it, how stale
+ *     a delayed scale was (amax now / amax the scale came from), and for gradients the same in the other FP8
+ *     format (range.h 3);
  *   after the optimizer step: the lost-update meter (lost.h) per parameter tensor, on the storage the update
  *     went to and, where the run keeps FP32 masters over 16-bit weights, the counterfactual "had the same
  *     update been applied to the 16-bit working copy"; then t->update_out is reset to NULL.
@@ -41,6 +45,8 @@
 /* Tensor names of the rows that pool every rounded activation / activation gradient of a step. */
 #define MPT_TELEMETRY_ALL_ACT "all_activations"
 #define MPT_TELEMETRY_ALL_ACT_GRAD "all_activation_grads"
+/* Tensor name of the rows that pool every FP8 gradient cast (dy of each FP8 layer) of a step. */
+#define MPT_TELEMETRY_ALL_FP8_GRAD "all_fp8_grads"
 /* Tensor name of the rows that pool the lost updates of every parameter tensor. */
 #define MPT_TELEMETRY_ALL_PARAMS "all_parameters"
 
