@@ -7,13 +7,15 @@
  *  - each lesson's --quick version shows its effect ("Observed"): the quick sizes are chosen for that;
  *  - the conclusions carry the measured numbers: the overflow lesson's skipped-step count is the static run's
  *    own (its summary.json), the loss-scaling lesson's accuracy of the unscaled run is that run's, the noise
- *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json;
+ *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json,
+ *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json);
  *  - the overflow lesson's DeepSpeed trajectory (hysteresis 2, interval 1000) differs from PyTorch's, and Apex's
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;
  *  - the text follows the numbers: given configurations where the effect is absent (a loss scale of 1, which
- *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32), the lessons say "Not observed",
- *    and, being --quick runs, name the full command (with the run's --param's) to run before concluding;
+ *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32; an fp8 ladder too short for the
+ *    fast accumulator to matter), the lessons say "Not observed", and, being --quick runs, name the full command
+ *    (with the run's --param's) to run before concluding;
  *  - usage: --list, an unknown lesson and a malformed --param exit as documented.
  */
 #include <errno.h>
@@ -97,6 +99,22 @@ static double summary_number(const char *dir, const char *key) {
  * 1 subnormal (2^-25 to 2^-14), 2 normal (to 2^16), 3 overflow. */
 static int fp16_band(double x) { return x < -25.0 ? 0 : x < -14.0 ? 1 : x < 16.0 ? 2 : 3; }
 
+/* The mean over telemetry steps of metric `metric` of tensor all_fp8_grads, from dir/summary.json. */
+static double telemetry_mean(const char *dir, const char *metric) {
+    char p[700];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    json_error_t err;
+    json_t *j = json_load_file(p, 0, &err);
+    ck_assert_msg(j != NULL, "%s: %s", p, err.text);
+    json_t *v = json_object_get(json_object_get(json_object_get(json_object_get(json_object_get(j, "telemetry"),
+                                                                                "metrics"), "all_fp8_grads"), metric),
+                                "mean");
+    ck_assert_msg(json_is_number(v), "%s lacks telemetry all_fp8_grads %s", p, metric);
+    double x = json_number_value(v);
+    json_decref(j);
+    return x;
+}
+
 START_TEST(test_all_lessons_quick) {
     if (!have_data()) return;
     make_tmpdir();
@@ -106,12 +124,12 @@ START_TEST(test_all_lessons_quick) {
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
     const char *names[] = {"tf32", "accumulation", "loss-scaling", "master-weights", "optimizer-state", "overflow",
-                           "noise"};
+                           "noise", "fp8"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -184,6 +202,16 @@ START_TEST(test_all_lessons_quick) {
                  sqrt(ss / (ns - 1)));
         ck_assert_msg(strstr(concl, want) != NULL, "noise: want '%s' in: %s", want, concl);
     }
+    /* fp8: the gradient shares are the seed-0 fp8 run's telemetry (summary.json), E4M3 the other format */
+    printed_conclusion("fp8", concl, sizeof concl);
+    snprintf(dir, sizeof dir, "%s/fp8/mlp-fp8-seed0", out);
+    const double e5 = telemetry_mean(dir, "fp8_flush_frac") + telemetry_mean(dir, "fp8_subnormal_frac");
+    const double e4 = telemetry_mean(dir, "fp8_flush_frac@other_format") +
+                      telemetry_mean(dir, "fp8_subnormal_frac@other_format");
+    snprintf(want, sizeof want, "E4M3 lost (flushed or made subnormal) %.3g%% of their nonzero values where E5M2 "
+             "lost %.3g%%", 100.0 * e4, 100.0 * e5);
+    ck_assert_msg(strstr(concl, want) != NULL, "fp8: want '%s' in: %s", want, concl);
+    ck_assert_msg(e4 > e5, "fp8: E4M3 %g, E5M2 %g", e4, e5);
     /* overflow: different parameters, different trajectories; Apex's is PyTorch's, and the lesson says so */
     printed_conclusion("overflow", concl, sizeof concl);
     ck_assert_msg(strstr(concl, "apex identical to pytorch") != NULL, "overflow: %s", concl);
@@ -216,6 +244,13 @@ START_TEST(test_not_observed) {
     char rp[700];
     snprintf(rp, sizeof rp, "%s/overflow/report.md", tmp_path("lab"));
     ck_assert_msg(strstr(slurp(rp), concl1) != NULL, "the report's conclusion is not the printed one: %s", concl1);
+    /* fp8: a ladder that stops at K = 2048, where the fast accumulator's error is still small against the
+     * quantization error (0.07 of it in the quick run), cannot show where it starts to matter */
+    snprintf(args, sizeof args, "fp8 --quick --param kmax=2048 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    char concl8[2048];
+    printed_conclusion("fp8", concl8, sizeof concl8);
+    ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "up to K = 2048"), "%s", concl8);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
@@ -234,8 +269,8 @@ END_TEST
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
     const char *names[] = {"tf32", "accumulation", "loss-scaling", "master-weights", "optimizer-state", "overflow",
-                           "noise"};
-    for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+                           "noise", "fp8"};
+    for (int i = 0; i < 8; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the names line up: every claim starts in the same column */
     const char *l1 = strstr(out_buf, "optimizer-state "), *l2 = strstr(out_buf, "tf32 ");
     ck_assert(l1 && l2);

@@ -1,9 +1,9 @@
 /*
  * tests/test_train_fmnist.c - suite 'train': real training on Fashion-MNIST through the mptrain command.
  *
- * For each precision (fp32, tf32, fp16, bf16): the PyTorch-quickstart MLP (784-512-512-10), Adam lr 1e-3,
- * batch 128, one epoch over the 60000 training images, must reach more than 80% accuracy on the 10000 test
- * images. (For scale: PyTorch's quickstart tutorial reaches ~65% after 5 epochs of plain SGD at lr 1e-3; Adam
+ * For each precision (fp32, tf32, fp16, bf16, and the FP8 modes fp8, fp8-e4m3, mxfp8, whose fc1 and fc2 run as FP8
+ * GEMMs): the PyTorch-quickstart MLP (784-512-512-10), Adam lr 1e-3, batch 128, one epoch over the 60000 training
+ * images, must reach more than 80% accuracy on the 10000 test images. (For scale: PyTorch's quickstart tutorial reaches ~65% after 5 epochs of plain SGD at lr 1e-3; Adam
  * gets an MLP to ~83-85% after one epoch; a linear classifier reaches ~84% after many.) The bound is the
  * same for every precision: the point of mixed precision with FP32 masters is that it costs no accuracy.
  * fp16 runs with the dynamic loss scaler: it must end with a finite scale >= 1 and skip at most a handful of
