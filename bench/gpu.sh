@@ -103,7 +103,7 @@ GE=$((EPOCHS < 2 ? 2 : EPOCHS)) # epochs of each graph run: the first is left ou
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 case "$CARRY" in /*) ;; *) CARRY=$ROOT/$CARRY ;; esac
 # The cuda suite's programs: the 'cuda' entries of tests/meson.build.
-CUDA_PROGRAMS=$(sed -n "s/^ *\['\(test_[a-z_]*\)', *'cuda', *[0-9]*\],.*/\1/p" tests/meson.build | tr '\n' ' ')
+CUDA_PROGRAMS=$(sed -n "s/^ *\['\(test_[a-z0-9_]*\)', *'cuda', *[0-9]*\],.*/\1/p" tests/meson.build | tr '\n' ' ')
 PRE_TARGETS=(tools/mptrain kernels/cuda/libmptrain-cuda.so)
 for p in $CUDA_PROGRAMS; do PRE_TARGETS+=("tests/$p"); done
 
