@@ -558,7 +558,7 @@ stage_test() {
         run_case "$p" "$tc" "$(limit_for test "$timing_lim")" || rc=1
     done <<<"$list"
     # the agreement lines the programs print (test_cuda: e2e ...) and every failure
-    grep -h -E '^test_cuda[a-z_]*: |^not ok|FAILED|fatal|stopped after' "$WORK"/test/*.log 2>/dev/null | head -n 80 >"$WORK/test-digest.txt"
+    grep -h -E '^test_cuda[a-z0-9_]*: |^not ok|FAILED|fatal|stopped after' "$WORK"/test/*.log 2>/dev/null | head -n 80 >"$WORK/test-digest.txt"
     cat "$WORK/test-digest.txt"
     [ "$rc" = 0 ] || fail "test: the cuda suite failed (summary.txt: the test cases; test/*.log)"
 }
