@@ -115,6 +115,14 @@ END_TEST
 
 /* ---- 2. casts and the update -------------------------------------------------------------------------------- */
 
+/* Equal as the contract defines them: the same bits, or both NaN (a NaN amax is "the tensor held a NaN"; its
+ * payload is the input's on one backend and another on the other: the H200's first run, 2026-11-26, case 11). */
+static int f32_same(float a, float b) { return mpt_f32_bits(a) == mpt_f32_bits(b) || (isnan(a) && isnan(b)); }
+static int meta_same(const mpt_fp8_meta *a, const mpt_fp8_meta *b) {
+    return f32_same(a->scale, b->scale) && f32_same(a->scale_inv, b->scale_inv) && f32_same(a->amax, b->amax) &&
+           f32_same(a->amax_used, b->amax_used) && f32_same(a->fmax, b->fmax) && a->e5m2 == b->e5m2;
+}
+
 static void cast_both(const uint16_t *x, int R, int C, mpt_dtype fmt, int current, int mx, int rounding,
                       const mpt_fp8_meta *m0, int seq) {
     const size_t n = (size_t)R * C, nsq = (size_t)R * mpt_mx_blocks(C), nst = (size_t)C * mpt_mx_blocks(R);
@@ -143,9 +151,10 @@ static void cast_both(const uint16_t *x, int R, int C, mpt_dtype fmt, int curren
     EXPECT(memcmp(h[0].q, h[1].q, n) == 0 && memcmp(h[0].qt, h[1].qt, n) == 0,
            "case %d (%s, current %d, mx %d): FP8 bytes differ between CPU and GPU", seq, mpt_dtype_name(fmt), current, mx);
     if (mx) EXPECT(memcmp(h[0].qs, h[1].qs, nsq) == 0 && memcmp(h[0].qts, h[1].qts, nst) == 0, "case %d: block scales", seq);
-    EXPECT(memcmp(&h[0].m, &h[1].m, sizeof h[0].m) == 0 && h[0].fi == h[1].fi,
-           "case %d: state differs: CPU scale %a amax %a, GPU scale %a amax %a", seq, h[0].m.scale, h[0].m.amax,
-           h[1].m.scale, h[1].m.amax);
+    EXPECT(meta_same(&h[0].m, &h[1].m) && h[0].fi == h[1].fi,
+           "case %d: state differs: CPU scale %a amax %a amax_used %a found_inf %g, GPU scale %a amax %a amax_used %a "
+           "found_inf %g", seq, h[0].m.scale, h[0].m.amax, h[0].m.amax_used, h[0].fi, h[1].m.scale, h[1].m.amax,
+           h[1].m.amax_used, h[1].fi);
     for (int b = 0; b < 2; b++) free(h[b].q), free(h[b].qt), free(h[b].qs), free(h[b].qts);
 }
 
@@ -188,7 +197,10 @@ START_TEST(test_casts_and_update_match_cpu) {
         mpt_fp8_meta gm[N];
         to_host(gm, dm, sizeof gm);
         to_host(gh, dh, sizeof gh);
-        EXPECT(memcmp(gm, hm, sizeof gm) == 0 && memcmp(gh, hh, sizeof gh) == 0, "update step %lld differs", (long long)it);
+        int same = 1;
+        for (int i = 0; i < N; i++) same &= meta_same(&gm[i], &hm[i]);
+        for (int i = 0; i < N * LEN; i++) same &= f32_same(gh[i], hh[i]);
+        EXPECT(same, "update step %lld differs", (long long)it);
     }
     gpu->free(gpu, dm), gpu->free(gpu, dh), gpu->free(gpu, dit);
 }

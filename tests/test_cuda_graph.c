@@ -329,7 +329,8 @@ END_TEST
 /* ---- the loss-scale update replayed on a scripted found_inf sequence ------------------------------------------ */
 
 /* The rules of engine/amp/scaler.h written out independently (torch.amp.GradScaler's _amp_update_scale_, plus
- * hysteresis, floor and ceiling). */
+ * hysteresis as DeepSpeed's DynamicLossScaler has it: after a backoff every overflow backs off again until the scale
+ * grows and refills it; floor and ceiling). */
 typedef struct ref_scaler {
     double scale;
     int tracker, hyst_left, skipped, taken, floor_hits;
@@ -340,14 +341,15 @@ static void ref_step(ref_scaler *r, int overflow, const mpt_scaler_params *p) {
     if (overflow) {
         r->skipped++;
         r->tracker = 0;
-        if (--r->hyst_left <= 0) {
+        if (r->hyst_left > 1) {
+            r->hyst_left--; /* skipped at the same scale */
+        } else {            /* DeepSpeed: back off; the hysteresis stays used up until the scale grows */
             double s = r->scale * p->backoff_factor;
             if (s < p->min_scale) {
                 s = p->min_scale;
                 r->floor_hits++;
             }
             r->scale = s;
-            r->hyst_left = p->hysteresis;
         }
     } else {
         r->taken++;
