@@ -431,18 +431,6 @@ static int plan_pick_algo(mpt_cuda_ctx *ctx, gemm_plan *p, size_t ws_limit, cubl
         MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_alignment,
                                                         sizeof bias_alignment));
     }
-    if (k->math == MPT_MATH_FP8) {
-        /* FP8: the operands' scale pointers are part of the configuration the heuristic matches a kernel to (a NULL
-         * pointer means scale 1): an algorithm found without them was refused (NOT_SUPPORTED) by cublasLtMatmul once
-         * set_fp8_scales had set them, direct and two-step alike (H200, cuBLASLt 13.1, 2026-11-26). TransformerEngine
-         * sets them before its heuristic query too. The heuristic does not read them: give it 16-byte aligned
-         * placeholders; set_fp8_scales sets the real ones before every call. */
-        const void *scale_placeholder = (const void *)(uintptr_t)16;
-        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                        &scale_placeholder, sizeof scale_placeholder));
-        MPT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                        &scale_placeholder, sizeof scale_placeholder));
-    }
     if (p->direct && mpt_epilogue_uses_aux((mpt_epilogue)k->epilogue)) {
         /* likewise the mask pointer (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER) */
         const void *aux_alignment = (const void *)(uintptr_t)k->align_aux;
