@@ -143,7 +143,8 @@ typedef struct mpt_gemm_args {
      * value times their scale: per tensor (FP8), op(A)op(B) = a_scale_inv * b_scale_inv * sum_k A[m,k] B[n,k], the
      * factor applied with alpha in the epilogue (cuBLASLt: D = alpha * scale_A * scale_B * AB + beta * C); per
      * block of 32 along K (MXFP8), element k of row m is A[m, k] * 2^(a_block_scales[m, k / 32] - 127). */
-    const float *a_scale_inv, *b_scale_inv; /* FP8: backend scalars, 1/s of each operand (mpt_fp8_meta.scale_inv) */
+    const float *a_scale_inv, *b_scale_inv; /* FP8: backend scalars, 1/s of each operand (mpt_fp8_meta.scale_inv);
+                                               16-byte aligned on the CUDA backend (cuBLASLt's scale pointers) */
     const uint8_t *a_block_scales;    /* MXFP8: E8M0 [M, mpt_mx_blocks(K)] */
     const uint8_t *b_block_scales;    /* MXFP8: E8M0 [N, mpt_mx_blocks(K)] */
     mpt_fp8_accum fp8_accum;          /* FP8: the accumulator (FP32 for MXFP8) */
@@ -196,8 +197,10 @@ typedef struct mpt_pool_args {
 /* The scaling state of one FP8 operand tensor, in backend memory (ARCHITECTURE decision 10: training state like
  * the loss scale: FP32, on the device, in the checkpoint). The FP8 value stored for x is round(x * scale). */
 typedef struct mpt_fp8_meta {
+    float scale_inv; /* 1/s in FP32, what the GEMM multiplies by. First, so that it is 16-byte aligned in an array of
+                        metas on a 32-byte aligned base: cuBLASLt 13.1 refuses an FP8 GEMM (NOT_SUPPORTED) whose
+                        A/B_SCALE_POINTER is less aligned (H200 probe, 2026-11-26: 4 and 8 refused, 16 and 256 ran) */
     float scale;     /* s, what the cast multiplies by (1 at the start) */
-    float scale_inv; /* 1/s in FP32, what the GEMM multiplies by */
     float amax;      /* max |x| of the tensor's last cast (NaN/inf when the tensor held one) */
     float amax_used; /* the amax that s was computed from (delayed: the history's maximum; current: amax; 0 before
                         the first update) */

@@ -223,7 +223,7 @@ static void run_fp8_gemm(mpt_backend *be, const uint8_t *A, mpt_dtype at, const 
                          mpt_fp8_accum accum, int promote, mpt_dtype cd, const uint16_t *bias, void *C) {
     const int dev = be == gpu, nb = (int)mpt_mx_blocks(K);
     const size_t cb = (size_t)M * N * mpt_dtype_size(cd);
-    float scales[2] = {a_si, b_si};
+    float scales[8] = {a_si, 0, 0, 0, b_si}; /* each scale 16-byte aligned, as cuBLASLt requires (engine/backend.h) */
     mpt_gemm_args g = {0};
     g.trans_b = 1;
     g.M = M, g.N = N, g.K = K;
@@ -238,7 +238,7 @@ static void run_fp8_gemm(mpt_backend *be, const uint8_t *A, mpt_dtype at, const 
     g.alpha = 1.0f;
     g.math = mx ? MPT_MATH_MXFP8 : MPT_MATH_FP8;
     float *ds = dev ? dev_from(scales, sizeof scales) : scales;
-    g.a_scale_inv = ds, g.b_scale_inv = ds + 1;
+    g.a_scale_inv = ds, g.b_scale_inv = ds + 4;
     g.a_block_scales = mx ? (dev ? dev_from(sa, (size_t)M * nb) : sa) : NULL;
     g.b_block_scales = mx ? (dev ? dev_from(sb, (size_t)N * nb) : sb) : NULL;
     g.fp8_accum = accum;

@@ -493,26 +493,39 @@ void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bia
     MPT_CUDA_CHECK_LAUNCH("broadcast_channel_bias_kernel");
 }
 
-/* One block per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed tree); accumulate = 0:
- * db[k] = the sum. Thread t adds j = t, t + blockDim, ... of each image n in turn: no 64-bit division per element
- * (the earlier e / HW, e % HW form took 222 us a step for lenet5's conv1, 6 channels of 128 x 24 x 24, on an H200:
- * ncu, 2026-11-26). */
-static __global__ void channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
-                                          int accumulate) {
+/* One block of CHANNEL_SUM_THREADS per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed
+ * order and tree: the same bits on every run); accumulate = 0: db[k] = the sum. A channel is a few blocks' worth of
+ * work at most (lenet5's conv1: 6 channels of 128 x 24 x 24), so the time is load latency: each thread keeps
+ * CHANNEL_SUM_ILP loads in flight, 1024 threads a block. The first form (256 threads, one load at a time) took
+ * 222 us a step for conv1 on an H200, 40% of lenet5's step (ncu, 2026-11-26). */
+#define CHANNEL_SUM_THREADS 1024
+#define CHANNEL_SUM_ILP 8 /* the final sum below adds exactly 8 */
+static __global__ void __launch_bounds__(CHANNEL_SUM_THREADS)
+    channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW, int accumulate) {
     __shared__ float red[32];
     const int k = blockIdx.x;
-    float acc = 0.0f;
-    for (int n = 0; n < N; n++) {
-        const int64_t base = ((int64_t)n * K + k) * HW;
-        for (int64_t j = threadIdx.x; j < HW; j += blockDim.x) acc += mpt_dev_load(dy, dtype, base + j);
+    const int64_t per_channel = (int64_t)N * HW, step = (int64_t)CHANNEL_SUM_ILP * blockDim.x;
+    float acc[CHANNEL_SUM_ILP];
+#pragma unroll
+    for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] = 0.0f;
+    for (int64_t base = threadIdx.x; base < per_channel; base += step) {
+        float v[CHANNEL_SUM_ILP];
+#pragma unroll
+        for (int u = 0; u < CHANNEL_SUM_ILP; u++) { /* all loads first, then the adds */
+            const int64_t e = base + (int64_t)u * blockDim.x;
+            v[u] = e < per_channel ? mpt_dev_load(dy, dtype, ((e / HW) * K + k) * HW + e % HW) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] += v[u];
     }
-    acc = mpt_block_sum(acc, red);
-    if (threadIdx.x == 0) db[k] = accumulate ? db[k] + acc : acc;
+    float t = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    t = mpt_block_sum(t, red);
+    if (threadIdx.x == 0) db[k] = accumulate ? db[k] + t : t;
 }
 
 void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
                           int accumulate) {
-    channel_sum_kernel<<<K, MPT_CUDA_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW, accumulate);
+    channel_sum_kernel<<<K, CHANNEL_SUM_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW, accumulate);
     MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
 }
 

@@ -251,8 +251,14 @@ static void validate(const mpt_gemm_args *a, int running) {
         MPT_ASSERTF(a->math == MPT_MATH_MXFP8 || a->a_dtype == MPT_DTYPE_E4M3 || a->b_dtype == MPT_DTYPE_E4M3,
                     "gemm %s: E5M2 x E5M2 is not a cuBLASLt FP8 configuration", tag);
         MPT_ASSERTF(a->epilogue != MPT_EPILOGUE_BGRAD, "gemm %s: no BGRAD epilogue on FP8 operands", tag);
-        if (running && a->math == MPT_MATH_FP8)
+        if (running && a->math == MPT_MATH_FP8) {
             MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
+            /* cuBLASLt 13.1 refuses (NOT_SUPPORTED) an FP8 call whose scale pointers are not 16-byte aligned, with
+             * any algorithm, also one its heuristic chose for these pointers (H200 probe, 2026-11-26) */
+            MPT_ASSERTF((uintptr_t)a->a_scale_inv % 16 == 0 && (uintptr_t)a->b_scale_inv % 16 == 0,
+                        "gemm %s: FP8 scale_inv pointers %p and %p must be 16-byte aligned (cuBLASLt)", tag,
+                        (const void *)a->a_scale_inv, (const void *)a->b_scale_inv);
+        }
         if (running && a->math == MPT_MATH_MXFP8 && a->K > 0)
             MPT_ASSERTF(a->a_block_scales && a->b_block_scales, "gemm %s: MXFP8 needs both operands' block scales",
                         tag);
