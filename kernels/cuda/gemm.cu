@@ -316,7 +316,10 @@ static gemm_key make_key(const mpt_gemm_args *a) {
     k.K = a->K;
     k.ab_dtype = a->a_dtype;
     k.b_dtype = a->b_dtype;
-    k.fp8_fast = a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST;
+    /* --fp8-accum fast without promotion is FAST_ACCUM 1; fast with promotion every 128 is FAST_ACCUM 0, which the
+     * H200 measurement found bit-identical to it (and which --fp8-accum fp32 gets too: cuBLASLt has no FP32-sum FP8
+     * GEMM). Other intervals are refused before training (mpt_trainer_create). */
+    k.fp8_fast = a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST && a->fp8_promote == 0;
     k.c_dtype = a->c_dtype;
     k.bias_dtype = mpt_epilogue_adds_bias(a->epilogue) ? (int32_t)a->bias_dtype : -1;
     k.math = a->math;
