@@ -64,7 +64,10 @@
  * CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0): both operands decoded to FP32 with their block scales into the start of
  * the workspace (fp8.cu, exact: powers of two), then the FP32 GEMM (CUBLAS_COMPUTE_32F, no TF32) on them; the
  * products are exact and the sums FP32, as on the CPU. The record's tag says "(mxfp8 emulated)".
- * None of the FP8 paths has run on a GPU yet (tests/test_cuda_fp8.c).
+ * Run on an H200 (cuBLASLt 13.1, 2026-11-26, bench/results/gpu-2026-11-26-b.md): the scale pointers must be 16-byte
+ * aligned (cuBLASLt refuses the call otherwise, validate() asserts it); FAST_ACCUM = 1 was bit for bit the CPU's
+ * narrow-accumulator model, FAST_ACCUM = 0 (our --fp8-accum fp32) that model promoted to FP32 every 128 elements of
+ * K, not an FP32 sum (tests/test_cuda_fp8.c).
  *
  * Split-K algorithms are allowed only with FP32 partial sums (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, or any
  * scheme when D is FP32), so D is still rounded once.
