@@ -785,6 +785,11 @@ START_TEST(test_fp8_modes_learn) {
         ck_assert(!g->nodes[3]->fp8 && g->nodes[3]->math == MPT_MATH_BF16);
         ck_assert_int_eq(g->n_fp8, 3);
         ck_assert(g->fp8[2].fmt == (cases[c].mode == MPT_PRECISION_FP8 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3));
+        /* every scale_inv a GEMM reads is 16-byte aligned: cuBLASLt 13.1 refuses an FP8 GEMM otherwise (measured on
+         * an H200, bench/results/gpu-2026-11-26-b.md); the CPU backend lays the metas out as the CUDA one does */
+        for (int i = 0; i < g->n_fp8; i++)
+            EXPECT((uintptr_t)&g->fp8_meta[i].scale_inv % 16 == 0, "case %zu: %s scale_inv at %p", c, g->fp8[i].name,
+                   (const void *)&g->fp8_meta[i].scale_inv);
         fp8_steps(&r, 64);
         const double acc = fp8_accuracy(&r);
         mpt_train_stats st;
