@@ -82,13 +82,16 @@
  *   - --fp8-promote N: every N elements of K (a multiple of 32) the partial c is added into an FP32 accumulator with
  *     round-to-nearest and restarts from +0 (DeepSeek-V3's remedy, N = 128 there); the rest is added at the end;
  *   - NaN and inf operands: the block falls back to FP32 arithmetic (the model does not say).
- * The per-tensor scales, alpha, beta * C and the bias then apply in the FP32 epilogue as above. What is an
- * assumption until a GPU confirms it (the cuda suite measures it: tests/test_cuda_fp8.c): that cuBLASLt's FP8
- * kernels with CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 accumulate all of K in the Tensor Core in this order (cuBLASLt may
- * split K, and its tile order along K is its own); that FAST_ACCUM = 0 equals some promotion interval (its interval is
- * not documented); the block of 32 (H100TC.m says 16 with two 16-element vectors interleaved, which we take as one
- * block of 32); the truncation of c itself at alignment; and the epilogue's order. mxfp8 has no fast model (Hopper
- * has no MX Tensor Cores; B200's block-scaled accumulator is not modelled): it accumulates in FP32.
+ * The per-tensor scales, alpha, beta * C and the bias then apply in the FP32 epilogue as above. The model's
+ * assumptions (that cuBLASLt's FP8 kernels with CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 accumulate all of K in the Tensor
+ * Core in this order, though cuBLASLt may split K; that FAST_ACCUM = 0 equals some promotion interval, which NVIDIA
+ * does not document; the block of 32, where H100TC.m has 16 with two 16-element vectors interleaved; the truncation of
+ * c itself at alignment) have been measured once, on one H200 with cuBLASLt 13.1 (tests/test_cuda_fp8.c
+ * test_fast_accumulator_measurement, bench/results/gpu-2026-11-26-b.md: random E4M3 x E4M3 GEMMs, 64 x 64 outputs,
+ * K = 16 .. 4096, unit scales, FP32 C): with FAST_ACCUM = 1 every output was bit for bit this model without
+ * promotion, with FAST_ACCUM = 0 this model with --fp8-promote 128. Still assumptions: another GPU (H100, Ada) or
+ * cuBLASLt version, other shapes (split-K), and the epilogue's order with scales that are not 1. mxfp8 has no fast
+ * model (Hopper has no MX Tensor Cores; B200's block-scaled accumulator is not modelled): it accumulates in FP32.
  *
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
  *   [converted A: M*K floats, if emulated math != FP32][converted B: K*N floats, likewise]
