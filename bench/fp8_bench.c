@@ -15,9 +15,11 @@
  * on a CPU FP8 costs time (casts, transposed copies, decoding) and saves none; the figures say how much, not what a
  * GPU would gain (docs/benchmarks.md).
  *
- * Usage: OPENBLAS_NUM_THREADS=1 build-rel/bench/fp8_bench [--model mlp] [--batch 128] [--rounds 9] [--steps 40]
- *        [--warmup 5] [--cpu-time]
- * --cpu-time times with the process's CPU clock instead of the wall clock (meaningful with one thread).
+ * Usage: OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 build-rel/bench/fp8_bench [--model mlp] [--batch 128] [--rounds 9]
+ *        [--steps 40] [--warmup 5] [--variants bf16,fp8,fp8-fast,mxfp8] [--cpu-time]
+ * --cpu-time times with the process's CPU clock instead of the wall clock (meaningful with one thread: OpenBLAS's
+ * and oneDNN's OpenMP threads both). --variants runs a subset (bf16, the baseline, always runs): fp8-fast costs about
+ * 200 bf16 steps a step, so a run without it can afford longer samples.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +39,7 @@ static const mpt_precision variant_prec[N_VARIANTS] = {MPT_PRECISION_BF16, MPT_P
 typedef struct opts {
     const char *model;
     int batch, rounds, steps, warmup, cpu_time;
+    int use[N_VARIANTS]; /* which variants run (--variants); use[0] (bf16) always */
 } opts;
 
 static double now_s(int cpu_time) {
@@ -103,8 +106,26 @@ static int parse_int(const char *flag, const char *s, int lo, int hi) {
     return (int)v;
 }
 
+/* --variants LIST: comma-separated names of variant_names; bf16 is added when missing. */
+static void parse_variants(const char *s, int use[N_VARIANTS]) {
+    for (int v = 0; v < N_VARIANTS; v++) use[v] = v == 0;
+    const char *p = s;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        int found = 0;
+        for (int v = 0; v < N_VARIANTS; v++)
+            if (strlen(variant_names[v]) == n && strncmp(p, variant_names[v], n) == 0) use[v] = found = 1;
+        if (!found) {
+            fprintf(stderr, "fp8_bench: --variants: unknown variant '%.*s' in '%s' (expected bf16, fp8, fp8-fast, "
+                            "mxfp8)\n", (int)n, p, s);
+            exit(2);
+        }
+        p += n + (p[n] == ',');
+    }
+}
+
 static void parse(int argc, char **argv, opts *o) {
-    *o = (opts){"mlp", 128, 9, 40, 5, 0};
+    *o = (opts){"mlp", 128, 9, 40, 5, 0, {1, 1, 1, 1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--cpu-time") == 0) { o->cpu_time = 1; continue; }
@@ -115,6 +136,7 @@ static void parse(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--rounds") == 0) o->rounds = parse_int(a, v, 1, MAX_ROUNDS);
         else if (strcmp(a, "--steps") == 0) o->steps = parse_int(a, v, 1, 1000000);
         else if (strcmp(a, "--warmup") == 0) o->warmup = parse_int(a, v, 0, 1000000);
+        else if (strcmp(a, "--variants") == 0) parse_variants(v, o->use);
         else { fprintf(stderr, "fp8_bench: unknown argument '%s'\n", a); exit(2); }
     }
 }
@@ -127,11 +149,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fp8_bench: synthetic data: %s\n", mpt_last_error());
         return 1;
     }
-    mpt_backend *be[N_VARIANTS];
-    mpt_trainer *tr[N_VARIANTS];
+    mpt_backend *be[N_VARIANTS] = {0};
+    mpt_trainer *tr[N_VARIANTS] = {0};
     int32_t *idx = malloc((size_t)o.batch * sizeof *idx);
     if (!idx) { fprintf(stderr, "fp8_bench: out of memory\n"); return 1; }
     for (int v = 0; v < N_VARIANTS; v++) { /* a backend each: the FP8 state lives in the backend's memory */
+        if (!o.use[v]) continue;
         be[v] = mpt_backend_cpu_create();
         if (!be[v]) { fprintf(stderr, "fp8_bench: no CPU backend\n"); return 1; }
         tr[v] = make_trainer(be[v], &o, v);
@@ -140,15 +163,18 @@ int main(int argc, char **argv) {
     int slower[N_VARIANTS] = {0};
     printf("# %s batch %d, %d steps per sample, %s clock\nround", o.model, o.batch, o.steps,
            o.cpu_time ? "process CPU" : "wall");
-    for (int v = 0; v < N_VARIANTS; v++) printf(" %s_s_per_step", variant_names[v]);
+    for (int v = 0; v < N_VARIANTS; v++)
+        if (o.use[v]) printf(" %s_s_per_step", variant_names[v]);
     printf("\n");
     for (int r = 0; r < o.rounds; r++) {
         printf("%d", r);
         for (int v = 0; v < N_VARIANTS; v++) {
+            if (!o.use[v]) continue;
             sec[v][r] = time_steps(tr[v], &d, &o, idx) / o.steps;
             printf(" %.6f", sec[v][r]);
         }
         for (int v = 1; v < N_VARIANTS; v++) {
+            if (!o.use[v]) continue;
             ratio[v][r] = sec[v][r] / sec[0][r];
             slower[v] += ratio[v][r] > 1.0;
         }
@@ -157,6 +183,7 @@ int main(int argc, char **argv) {
     }
     printf("variant median_ms_per_step ratio_to_bf16_median ratio_min ratio_max rounds_slower\n");
     for (int v = 0; v < N_VARIANTS; v++) {
+        if (!o.use[v]) continue;
         double med = median(sec[v], o.rounds) * 1e3;
         if (v == 0) { printf("%s %.3f 1 1 1 -\n", variant_names[v], med); continue; }
         double m = median(ratio[v], o.rounds); /* sorts ratio[v] */
@@ -164,6 +191,7 @@ int main(int argc, char **argv) {
                slower[v], o.rounds);
     }
     for (int v = 0; v < N_VARIANTS; v++) {
+        if (!o.use[v]) continue;
         mpt_trainer_free(&tr[v]);
         mpt_backend_free(&be[v]);
     }
