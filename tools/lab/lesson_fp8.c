@@ -652,4 +652,5 @@ const mpt_lab_lesson mpt_lab_fp8 = {
     run,
     {12000, 10000, 1, 3}, /* full */
     {4000, 2000, 1, 2}, /* --quick */
+    "seeds kmax promote",
 };
