@@ -469,11 +469,13 @@ struct mpt_backend {
      * 1/scale, amax_used = m (TransformerEngine's DelayedScaling: amax_compute_algo "max" over the window; the
      * scale computed after this step serves the next one). */
     void (*fp8_update)(mpt_backend *be, const mpt_fp8_update_args *a);
-    /* Whether this backend's device runs the FP8 modes: per-tensor FP8 GEMMs (mx = 0) or MXFP8 ones (mx = 1). 1 with
-     * msg (host, len bytes) "" or a note on how (CUDA: mxfp8 is emulated on the device without MX Tensor Cores); 0
-     * with msg saying why not (CUDA: per-tensor FP8 needs compute capability 8.9 or newer). NULL: both run, no note
-     * (the CPU's exact emulation). */
-    int (*fp8_support)(mpt_backend *be, int mx, char *msg, size_t len);
+    /* Whether this backend's device runs the FP8 modes: per-tensor FP8 GEMMs (mx = 0) or MXFP8 ones (mx = 1), with
+     * the accumulator `accum` and, for MPT_FP8_ACCUM_FAST, promotion into FP32 every `promote` elements of K (0:
+     * never). 1 with msg (host, len bytes) "" or a note on how (CUDA: mxfp8 is emulated on the device without MX
+     * Tensor Cores); 0 with msg saying why not (CUDA: per-tensor FP8 needs compute capability 8.9 or newer; cuBLASLt
+     * has the fast accumulator with promotion every 128 or never, nothing else: measured on an H200,
+     * tests/test_cuda_fp8.c). NULL: everything runs, no note (the CPU's exact emulation). */
+    int (*fp8_support)(mpt_backend *be, int mx, mpt_fp8_accum accum, int promote, char *msg, size_t len);
 
     /* ---- mixed-precision update (engine/amp, engine/optim) ---- */
     /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN

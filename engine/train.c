@@ -175,14 +175,6 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     mpt_status s = check_config(cfg);
     if (s == MPT_OK && mpt_policy_is_fp8(&g->policy))
         s = mpt_fp8_recipe_check(&g->policy.fp8, g->policy.mode == MPT_PRECISION_MXFP8);
-    /* cuBLASLt's FP8 GEMM has two accumulators (measured on an H200, tests/test_cuda_fp8.c): the narrow one
-     * throughout (FAST_ACCUM 1) and the narrow one promoted into FP32 every 128 elements of K (FAST_ACCUM 0) */
-    if (s == MPT_OK && mpt_policy_is_fp8(&g->policy) && g->policy.fp8.accum == MPT_FP8_ACCUM_FAST &&
-        g->policy.fp8.promote != 0 && g->policy.fp8.promote != 128 && strcmp(g->be->name, "cuda") == 0)
-        s = mpt_errorf(MPT_ERR_DEVICE, "--fp8-promote %d: on the GPU cuBLASLt accumulates FP8 products either in its "
-                                       "narrow accumulator throughout (--fp8-promote 0) or promoted into FP32 every 128 "
-                                       "elements of K (--fp8-promote 128); other intervals are modelled on the CPU only "
-                                       "(--device cpu)", (int)g->policy.fp8.promote);
     if (s != MPT_OK) {
         mpt_graph_free(&g); /* the trainer owns g, also when it fails */
         return s;

@@ -303,7 +303,7 @@ START_TEST(test_fp8_gemm_matches_cpu) {
     }
     if (!fp8_tensor_cores) { /* the backend refuses per-tensor FP8 here, saying why */
         char msg[512];
-        EXPECT(!gpu->fp8_support(gpu, 0, msg, sizeof msg) && strstr(msg, "8.9"), "fp8 on a pre-8.9 GPU: %s", msg);
+        EXPECT(!gpu->fp8_support(gpu, 0, MPT_FP8_ACCUM_FP32, 0, msg, sizeof msg) && strstr(msg, "8.9"), "fp8 on a pre-8.9 GPU: %s", msg);
         printf("test_cuda_fp8: per-tensor FP8 GEMM cases skipped: %s\n", msg);
     }
 }
@@ -507,7 +507,7 @@ int main(void) {
     }
     cpu = mpt_backend_cpu_create();
     char msg[512];
-    fp8_tensor_cores = gpu->fp8_support(gpu, 0, msg, sizeof msg);
+    fp8_tensor_cores = gpu->fp8_support(gpu, 0, MPT_FP8_ACCUM_FP32, 0, msg, sizeof msg);
     int rc = mpt_test_run(fp8_suite());
     mpt_backend_free(&gpu);
     mpt_backend_free(&cpu);

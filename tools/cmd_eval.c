@@ -72,7 +72,7 @@ int mpt_cmd_eval(int argc, char **argv) {
     s = mpt_cli_data_upload(&dd, be, &cd.d);
     mpt_policy policy = mpt_policy_make(o.precision);
     policy.fp8 = o.fp8;
-    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_cli_fp8_device_check(be, o.precision, "");
+    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_cli_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
         if (policy.tf32_override && o.precision == MPT_PRECISION_TF32)
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");

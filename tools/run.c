@@ -54,13 +54,13 @@ static double cpu_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const char *label) {
+mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
     char msg[512] = "";
     const int mx = p == MPT_PRECISION_MXFP8;
     if (!be->fp8_cast || !be->fp8_update)
         return mpt_errorf(MPT_ERR_DEVICE, "--precision %s: the %s backend has no FP8 casts (use --device cpu: the CPU "
                                           "emulates FP8 exactly)", mpt_precision_name(p), be->name);
-    if (be->fp8_support && !be->fp8_support(be, mx, msg, sizeof msg))
+    if (be->fp8_support && !be->fp8_support(be, mx, r->accum, r->promote, msg, sizeof msg))
         return mpt_errorf(MPT_ERR_DEVICE, "--precision %s: %s", mpt_precision_name(p), msg);
     if (msg[0]) printf("%snote: %s\n", label, msg);
     return MPT_OK;
@@ -626,7 +626,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
-    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_cli_fp8_device_check(r->be, o->precision, r->label));
+    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_cli_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
     if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);

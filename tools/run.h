@@ -15,10 +15,10 @@
  * MPT_ERR_DEVICE when --device cuda was asked for and no GPU is usable. */
 mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
 
-/* Whether backend be runs FP8 precision p (be->fp8_support): MPT_ERR_DEVICE naming --precision and the reason when it
- * does not; prints the backend's note (label-prefixed), e.g. that mxfp8 is emulated on a GPU without MX Tensor
- * Cores. */
-mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const char *label);
+/* Whether backend be runs FP8 precision p with recipe r's accumulator (be->fp8_support): MPT_ERR_DEVICE naming
+ * --precision and the reason when it does not; prints the backend's note (label-prefixed), e.g. that mxfp8 is
+ * emulated on a GPU without MX Tensor Cores. */
+mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label);
 
 /* ---- one training run (run.c) ------------------------------------------------------------------- */
 

@@ -250,7 +250,7 @@ void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const 
 /* fp8.cu */
 void mpt_cuda_fp8_cast(mpt_backend *be, const mpt_fp8_cast_args *a);
 void mpt_cuda_fp8_update(mpt_backend *be, const mpt_fp8_update_args *a);
-int mpt_cuda_fp8_support(mpt_backend *be, int mx, char *msg, size_t len);
+int mpt_cuda_fp8_support(mpt_backend *be, int mx, mpt_fp8_accum accum, int promote, char *msg, size_t len);
 /* dst [rows, K] FP32 = src (E4M3/E5M2 [rows, K]) decoded, times 2^(c - 127) per block of 32 when block_scales
  * ([rows, mpt_mx_blocks(K)] E8M0) is given: exact. Raw device pointers, the context's stream. */
 void mpt_cuda_fp8_decode(mpt_cuda_ctx *ctx, float *dst, const uint8_t *src, mpt_dtype fmt, int64_t rows, int64_t K,

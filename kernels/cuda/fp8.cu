@@ -193,7 +193,7 @@ void mpt_cuda_fp8_decode(mpt_cuda_ctx *ctx, float *dst, const uint8_t *src, mpt_
 
 /* ---- which GPUs run which mode ------------------------------------------------------------------------------- */
 
-int mpt_cuda_fp8_support(mpt_backend *be, int mx, char *msg, size_t len) {
+int mpt_cuda_fp8_support(mpt_backend *be, int mx, mpt_fp8_accum accum, int promote, char *msg, size_t len) {
     const cudaDeviceProp *p = &mpt_cuda_ctx_of(be)->prop;
     const int cc = p->major * 10 + p->minor;
     if (mx) {
@@ -206,6 +206,14 @@ int mpt_cuda_fp8_support(mpt_backend *be, int mx, char *msg, size_t len) {
         snprintf(msg, len, "FP8 GEMMs need FP8 Tensor Cores (compute capability 8.9, Ada, or 9.0, Hopper, and newer); "
                            "%s is sm_%d: use --device cpu (the exact emulation), bf16, or mxfp8 (emulated on the GPU)",
                  p->name, cc);
+        return 0;
+    }
+    if (accum == MPT_FP8_ACCUM_FAST && promote != 0 && promote != 128) {
+        /* cuBLASLt's FP8 GEMM: FAST_ACCUM 1 is the narrow accumulator throughout, FAST_ACCUM 0 the same promoted into
+         * FP32 every 128 elements of K (both measured bit for bit against the CPU's model on an H200) */
+        snprintf(msg, len, "--fp8-promote %d: on the GPU cuBLASLt accumulates FP8 products either in its narrow "
+                           "accumulator throughout (--fp8-promote 0) or promoted into FP32 every 128 elements of K "
+                           "(--fp8-promote 128); other intervals are modelled on the CPU only (--device cpu)", promote);
         return 0;
     }
     if (msg && len) msg[0] = '\0';
