@@ -37,6 +37,17 @@ static inline void mpt_layer_reserve(mpt_graph *g, const char *name, size_t byte
     MPT_ASSERTF(s == MPT_OK, "layer %s: cannot reserve %zu bytes of workspace: %s", name, bytes, mpt_last_error());
 }
 
+/* Reserves the workspace of a GEMM that writes a gradient (a's beta is ignored) in both forms the graph may run it
+ * in: beta = 1, accumulating, and beta = 0, the first write of a pass that overwrites (mpt_graph_grad_accumulate,
+ * engine/graph.h). Which one a step runs is decided then, not at build; a backend may plan the two separately (the
+ * CPU's oneDNN primitives bake beta in, kernels/cpu/onednn.h), and gemm_workspace() is where it plans. */
+static inline void mpt_layer_reserve_grad_gemm(mpt_graph *g, const char *name, mpt_gemm_args a) {
+    a.beta = 1.0f;
+    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    a.beta = 0.0f;
+    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+}
+
 /* Tensor name "<layer>.<suffix>" into buf (MPT_NAME_LEN bytes); aborts if it would be truncated. */
 static inline const char *mpt_layer_tname(char *buf, const char *layer, const char *suffix) {
     int n = snprintf(buf, MPT_NAME_LEN, "%s.%s", layer, suffix);

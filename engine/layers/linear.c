@@ -6,7 +6,8 @@
  * Backward:  dx += dy W                       [B, out] x [out, in], compute dtype, beta = 1 (only if x->grad)
  *            dW += dy^T x                     [out, B] x [B, in], FP32 output (decision 9), beta = 1
  *            db += sum_rows dy                FP32 (be->bias_grad)
- *            (beta = 0 / overwrite instead of += for a gradient's first write: mpt_graph_grad_accumulate)
+ *            (beta = 0 / overwrite instead of += for a gradient's first write: mpt_graph_grad_accumulate; the
+ *            build plans both forms, mpt_layer_reserve_grad_gemm, since which one a pass runs is decided then)
  * Fused epilogues (g->fuse_epilogues; engine/graph.h "Fused epilogues"):
  *  - db comes out of the dW GEMM's epilogue when db is first written (MPT_EPILOGUE_BGRAD: cuBLASLt
  *    CUBLASLT_EPILOGUE_BGRADB), one call instead of two.
@@ -372,17 +373,15 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
         linear_fp8_setup(g, n, fp8_math, fp8_fmt);
     }
 
+    /* every GEMM a step may run, in every form: the gradient GEMMs accumulate or overwrite as the pass decides */
     mpt_gemm_args a = linear_fwd_args(g, n, name);
     mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
-    if (x->grad) {
-        a = linear_dgrad_args(g, n, name);
-        mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
-    }
+    if (x->grad) mpt_layer_reserve_grad_gemm(g, name, linear_dgrad_args(g, n, name));
     a = linear_wgrad_args(g, n, name);
-    mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+    mpt_layer_reserve_grad_gemm(g, name, a);
     if (!n->fp8) { /* the fused variant (g->fuse_epilogues may change before a step); FP8 wgrad never fuses it */
         a.epilogue = MPT_EPILOGUE_BGRAD;
-        mpt_layer_reserve(g, name, g->be->gemm_workspace(g->be, &a));
+        mpt_layer_reserve_grad_gemm(g, name, a);
     }
     linear_set_probes(g, n);
     return y;

@@ -178,8 +178,9 @@ static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n,
     }
 }
 
-/* GEMM arguments of each pass for one image (pointers filled by the caller). */
-static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a) {
+/* GEMM arguments of each pass for one image (pointers filled by the caller). The forward's beta is 1 with a bias
+ * (y_n holds it) and 0 without. */
+static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a, int with_bias) {
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args g = {0};
     g.M = s->K;
@@ -187,7 +188,7 @@ static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a) {
     g.K = (int64_t)s->C * s->R * s->S;
     g.a_dtype = g.b_dtype = g.c_dtype = a->dtype;
     g.alpha = 1.0f;
-    g.beta = a->bias ? 1.0f : 0.0f;
+    g.beta = with_bias ? 1.0f : 0.0f;
     g.math = a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
@@ -244,11 +245,24 @@ static size_t conv_lower_bytes(const mpt_conv_args *a) {
  * (backward-filter's per-image partial products of one group of images). */
 typedef enum conv_pass { CONV_FORWARD = 0, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
 
-static size_t conv_thread_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass) {
+/* The forward GEMM's scratch. At graph build (`build`) the pointers are not known yet, a->bias included, so both
+ * forms are planned, with a bias (beta = 1) and without (beta = 0): the step runs one of them and must find its
+ * oneDNN primitive made (kernels/cpu/onednn.h). */
+static size_t conv_forward_gemm_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, int build) {
+    mpt_gemm_args g = conv_gemm_forward(a, a->bias != NULL);
+    if (!build) return mpt_cpu_gemm_ws_bytes_on(x, &g);
+    g = conv_gemm_forward(a, 1);
+    const size_t with_bias = mpt_cpu_gemm_ws_bytes_on(x, &g);
+    g = conv_gemm_forward(a, 0);
+    const size_t without = mpt_cpu_gemm_ws_bytes_on(x, &g);
+    return with_bias > without ? with_bias : without;
+}
+
+static size_t conv_thread_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass, int build) {
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args g;
     switch (pass) {
-    case CONV_FORWARD: g = conv_gemm_forward(a); return conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &g);
+    case CONV_FORWARD: return conv_lower_bytes(a) + conv_forward_gemm_bytes(x, a, build);
     case CONV_BACKWARD_DATA:
         g = conv_gemm_backward_data(a);
         return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
@@ -279,7 +293,7 @@ size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
     const size_t t = (size_t)conv_build_threads();
     size_t m = 0;
     for (int p = 0; p < 3; p++) {
-        size_t need = conv_shared_bytes(a, (conv_pass)p) + t * conv_thread_bytes(x, a, (conv_pass)p);
+        size_t need = conv_shared_bytes(a, (conv_pass)p) + t * conv_thread_bytes(x, a, (conv_pass)p, 1);
         if (need > m) m = need;
     }
     return m;
@@ -290,7 +304,7 @@ size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
  * result never depends on it: each image is computed alone. */
 static int conv_threads(mpt_backend *be, const mpt_conv_args *a, conv_pass pass, const char *op, size_t *per_thread,
                         size_t *shared) {
-    *per_thread = conv_thread_bytes(mpt_cpu_exec_of(be), a, pass);
+    *per_thread = conv_thread_bytes(mpt_cpu_exec_of(be), a, pass, 0);
     *shared = conv_shared_bytes(a, pass);
     const size_t need = *shared + *per_thread;
     MPT_ASSERTF(be->workspace_bytes >= need && (need == 0 || be->workspace != NULL),
@@ -324,7 +338,7 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     {
         char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
         int padded_zeroed = 0; /* this thread's padded image: borders zeroed once, interiors rewritten per image */
-        mpt_gemm_args g = conv_gemm_forward(a);
+        mpt_gemm_args g = conv_gemm_forward(a, a->bias != NULL);
         g.A = a->w;
         MPT_OMP(omp for schedule(static))
         for (int n = 0; n < s->N; n++) {
