@@ -23,7 +23,9 @@
  *                              elements of dtype, none without padding) + the GEMM's scratch
  *   backward-data:             dcol (CRS*PQ floats) + padded image buffer (C*(H+2ph)*(W+2pw) floats) + the
  *                              GEMM's scratch
- * Each part is padded to 64 bytes. Reference: Chellapilla et al. 2006, "High performance convolutional
+ * Each part is padded to 64 bytes. The workspace query, at graph build, also creates the oneDNN primitives of the
+ * per-image GEMMs (kernels/cpu/gemm.h), the forward's with and without a bias (the pointers are not known then); the
+ * passes only find them. Reference: Chellapilla et al. 2006, "High performance convolutional
  * neural networks for document processing" (the im2col lowering); cuDNN documents the same three passes.
  */
 #include <immintrin.h>
@@ -250,7 +252,7 @@ typedef enum conv_pass { CONV_FORWARD = 0, CONV_BACKWARD_DATA, CONV_BACKWARD_FIL
  * oneDNN primitive made (kernels/cpu/onednn.h). */
 static size_t conv_forward_gemm_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, int build) {
     mpt_gemm_args g = conv_gemm_forward(a, a->bias != NULL);
-    if (!build) return mpt_cpu_gemm_ws_bytes_on(x, &g);
+    if (!build) return mpt_cpu_gemm_step_ws_bytes_on(x, &g);
     g = conv_gemm_forward(a, 1);
     const size_t with_bias = mpt_cpu_gemm_ws_bytes_on(x, &g);
     g = conv_gemm_forward(a, 0);
@@ -258,16 +260,20 @@ static size_t conv_forward_gemm_bytes(const mpt_cpu_exec *x, const mpt_conv_args
     return with_bias > without ? with_bias : without;
 }
 
+/* Scratch of one thread of a pass. `build`: the workspace query at graph build, which creates the GEMMs' oneDNN
+ * primitives; else a call in a step, which finds them (gemm.h). */
 static size_t conv_thread_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass, int build) {
     const mpt_conv_shape *s = &a->s;
+    size_t (*gemm_bytes)(const mpt_cpu_exec *, const mpt_gemm_args *) =
+        build ? mpt_cpu_gemm_ws_bytes_on : mpt_cpu_gemm_step_ws_bytes_on;
     mpt_gemm_args g;
     switch (pass) {
     case CONV_FORWARD: return conv_lower_bytes(a) + conv_forward_gemm_bytes(x, a, build);
     case CONV_BACKWARD_DATA:
         g = conv_gemm_backward_data(a);
         return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-               conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + mpt_cpu_gemm_ws_bytes_on(x, &g);
-    default: g = conv_gemm_backward_filter(a); return conv_lower_bytes(a) + mpt_cpu_gemm_ws_bytes_on(x, &g);
+               conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + gemm_bytes(x, &g);
+    default: g = conv_gemm_backward_filter(a); return conv_lower_bytes(a) + gemm_bytes(x, &g);
     }
 }
 

@@ -27,6 +27,16 @@
  * order differs, so results agree within K*2^-24*sum|a*b| (tests/test_gemm.c checks the bound) and each engine is
  * deterministic for a given thread count.
  *
+ * oneDNN primitives (kernels/cpu/onednn.h) are made at graph build only: the workspace query (mpt_cpu_gemm_workspace,
+ * mpt_cpu_gemm_ws_bytes_on) creates the one its arguments will run on, and a call in a step finds it and aborts,
+ * naming the GEMM, if the build did not make it (ARCHITECTURE decision 4: nothing is created in the step). A
+ * primitive bakes in the engine's alpha and beta, which come from the call's: alpha and beta themselves when C is F32,
+ * there is no epilogue and the math is not FP8, 1 and 0 otherwise (the tile, or acc in C before an in-place
+ * epilogue; see Output). So a layer asks at build for every form its passes run: a gradient GEMM with beta 1 and 0
+ * (accumulate or first write, engine/layers/layer_common.h mpt_layer_reserve_grad_gemm), a convolution's forward with
+ * and without its bias (kernels/cpu/conv.c). core_gemm maps the fused epilogues to the GEMM they run (BGRAD and DRELU_BGRAD to none,
+ * RELU_AUX_BIAS to RELU_BIAS) for the query and the call alike, so they share its primitive.
+ *
  * Output: when C is F32 and there is no epilogue, the GEMM applies alpha and beta to C in place (oneDNN: output
  * scale and sum post-op, one rounding). Otherwise it writes acc = op(A) op(B) into an FP32 scratch tile, and the
  * epilogue runs in FP32,
@@ -132,8 +142,22 @@ static int gemm_fast_fp8(const mpt_gemm_args *a) {
     return a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST;
 }
 
-/* Creates the oneDNN primitive when this is where one is decided (graph build: the workspace query). */
-static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
+/* Aborts: the step is about to run a GEMM whose oneDNN primitive the graph build did not create. */
+static void gemm_unprepared(const mpt_gemm_args *a, const mpt_onednn_gemm *od) {
+    char what[192];
+    mpt_onednn_gemm_describe(od, what, sizeof what);
+    MPT_ASSERTF(0, "gemm %s: no oneDNN primitive for it was created when the graph was built (oneDNN %s; the call: "
+                "math %s, C %s, epilogue %d, alpha %g, beta %g): a training step creates none (ARCHITECTURE decision 4). "
+                "The layer must "
+                "ask gemm_workspace() at build time for every form of a GEMM its passes run, and the thread count "
+                "must be set (mpt_cpu_set_threads) before the graph is built",
+                a->tag ? a->tag : "?", what, mpt_math_name(a->math), mpt_dtype_name(a->c_dtype), (int)a->epilogue,
+                (double)a->alpha, (double)a->beta);
+}
+
+/* The plan of a GEMM. At graph build (`build`: the workspace query) it creates the oneDNN primitive the GEMM will
+ * run on; in a step it only finds it, and aborts naming the GEMM if the build did not create it. */
+static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a, int build) {
     gemm_plan p = {0};
     const int native = gemm_native(x, a);
     const int fast = gemm_fast_fp8(a);
@@ -151,8 +175,15 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
     p.od.ab_dtype = native ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
     p.od.alpha = p.tile_c || in_place ? 1.0f : a->alpha;
     p.od.beta = p.tile_c || in_place ? 0.0f : a->beta;
-    if (a->M > 0 && a->N > 0 && a->K > 0 && !fast && (native || x->engine == MPT_CPU_ENGINE_ONEDNN))
-        p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
+    if (a->M > 0 && a->N > 0 && a->K > 0 && !fast && (native || x->engine == MPT_CPU_ENGINE_ONEDNN)) {
+        if (build) {
+            p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
+        } else {
+            const mpt_onednn_state st = mpt_onednn_gemm_lookup(&p.od, &p.dnnl_bytes);
+            if (st == MPT_ONEDNN_UNPREPARED) gemm_unprepared(a, &p.od);
+            p.onednn = st == MPT_ONEDNN_READY;
+        }
+    }
     MPT_ASSERTF(p.onednn || !native || a->M == 0 || a->N == 0 || a->K == 0,
                 "gemm %s: oneDNN has no BF16 matmul for %lldx%lldx%lld (the native kernel set needs one)",
                 a->tag ? a->tag : "?", (long long)a->M, (long long)a->N, (long long)a->K);
@@ -289,7 +320,11 @@ static void gemm_epilogue_row(void *c, mpt_dtype cd, float *t, const void *bias,
     }
 }
 
-size_t mpt_cpu_gemm_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a) { return gemm_plan_of(x, a).total; }
+size_t mpt_cpu_gemm_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a) { return gemm_plan_of(x, a, 1).total; }
+
+size_t mpt_cpu_gemm_step_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
+    return gemm_plan_of(x, a, 0).total;
+}
 
 size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a) {
     const mpt_cpu_exec x = mpt_cpu_exec_default();
@@ -314,7 +349,7 @@ static void gemm_products(const gemm_plan *p, const mpt_gemm_args *a, const void
 void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
     gemm_check_args(a);
     if (a->M == 0 || a->N == 0) return;
-    gemm_plan p = gemm_plan_of(x, a);
+    gemm_plan p = gemm_plan_of(x, a, 0);
     MPT_ASSERTF(ws_bytes >= p.total && (p.total == 0 || ws != NULL),
                 "gemm %s: needs %zu bytes of workspace, has %zu (reserve gemm_workspace() at build time)",
                 a->tag ? a->tag : "?", p.total, ws_bytes);

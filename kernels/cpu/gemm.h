@@ -31,15 +31,24 @@ mpt_cpu_exec mpt_cpu_exec_default(void);
 /* The backend's (a CPU backend's ctx). */
 const mpt_cpu_exec *mpt_cpu_exec_of(const mpt_backend *be);
 
-/* Bytes of scratch mpt_cpu_gemm_ws_on needs for these arguments (0 when the operands go to the FP32 GEMM as they
- * are and oneDNN needs no scratchpad). Creates the oneDNN primitive the GEMM will use (so call it at graph build). */
+/* Graph build: bytes of scratch mpt_cpu_gemm_ws_on needs for these arguments (0 when the operands go to the FP32 GEMM
+ * as they are and oneDNN needs no scratchpad), and creates the oneDNN primitive the GEMM will run on. Call it at
+ * build time for every form of a GEMM a step will run: the primitive depends on M, N, K, the transposes, the math
+ * mode and kernel set (operand dtype), and on whatever decides the engine's own alpha and beta (C's dtype, the
+ * epilogue, beta, FP8: kernels/cpu/gemm.c's header); the pointers do not matter. */
 size_t mpt_cpu_gemm_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a);
 
-/* Runs the GEMM of `a` using `ws` (ws_bytes >= mpt_cpu_gemm_ws_bytes_on(x, a), 64-byte aligned) as scratch.
- * Aborts (MPT_ASSERTF) on invalid arguments or too little scratch. */
+/* The same bytes from within a step: creates nothing, and aborts naming the GEMM if its oneDNN primitive was not
+ * created by mpt_cpu_gemm_ws_bytes_on at build (conv.c sizes its per-thread scratch with it in each call). */
+size_t mpt_cpu_gemm_step_ws_bytes_on(const mpt_cpu_exec *x, const mpt_gemm_args *a);
+
+/* Runs the GEMM of `a` using `ws` (ws_bytes >= mpt_cpu_gemm_ws_bytes_on(x, a), 64-byte aligned) as scratch. Creates
+ * no oneDNN primitive: mpt_cpu_gemm_ws_bytes_on(x, a) must have been called (at graph build) with arguments of the
+ * same form. Aborts (MPT_ASSERTF) on invalid arguments, too little scratch, or a GEMM that was not prepared. */
 void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes);
 
-/* The two above with mpt_cpu_exec_default() (the emulation): for callers without a backend. */
+/* mpt_cpu_gemm_ws_bytes_on and mpt_cpu_gemm_ws_on with mpt_cpu_exec_default() (the emulation): for callers without
+ * a backend (ask for the bytes first: that prepares the GEMM). */
 size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a);
 void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes);
 

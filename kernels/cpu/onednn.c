@@ -2,16 +2,22 @@
  * kernels/cpu/onednn.c - oneDNN matmul primitives for the CPU GEMM (contract and numerics: kernels/cpu/onednn.h).
  *
  * One process-wide CPU engine and a cache of primitives keyed by everything that shapes them (transposes, M, N, K,
- * operand dtype, alpha, beta, thread count). A GEMM runs on the OpenMP threads set (mpt_onednn_set_threads), or on
- * one thread when it is small (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic.
+ * operand dtype, alpha, beta, thread count). Only mpt_onednn_gemm_prepare (graph build) adds to it; the step's
+ * calls (mpt_onednn_gemm_lookup, mpt_onednn_gemm_run) only read it and abort on a GEMM that was not prepared. The
+ * table grows (doubling, at prepare) so that every prepared GEMM stays in it for the life of the process; a GEMM
+ * oneDNN refused at prepare is kept as refused, so the step knows to run it on OpenBLAS.
+ * A GEMM runs on the OpenMP threads set (mpt_onednn_set_threads), or on one thread when it is small
+ * (ONEDNN_PARALLEL_MIN_MNK): a fixed rule of the shape, so results stay deterministic.
  * Several host threads may run GEMMs at once (the convolutions run their per-image GEMMs on the OpenMP threads):
  * each call takes a free "lane", which has its own stream and, in every cached primitive, its own memory objects,
  * whose data handles are pointed at the caller's buffers on every call, so a call creates no oneDNN object. Lanes
- * up to the thread count at prepare time are made then (more, once, if more calls ever run at once); a read-write
- * lock guards the cache (calls share it, preparing takes it alone).
+ * up to the thread count at prepare time are made then (more memory objects, once, if more calls ever run at once,
+ * which takes more threads than the graph was built with); a read-write lock guards the cache (calls share it,
+ * preparing takes it alone).
  *
- * Every oneDNN call is checked: a failure while preparing returns "not available" to gemm.c (which then uses
- * OpenBLAS for that shape), a failure while running aborts naming the call, file and line (ONEDNN_CHECK).
+ * Every oneDNN call is checked: a failure while preparing marks the GEMM refused and returns "not available" to
+ * gemm.c (which then uses OpenBLAS for that shape), a failure while running aborts naming the call, file and line
+ * (ONEDNN_CHECK).
  * Built only with the Meson feature 'onednn'; kernels/cpu/onednn_none.c stands in without it.
  */
 #include <oneapi/dnnl/dnnl.h>
@@ -39,7 +45,7 @@ extern int omp_get_max_threads(void);
         MPT_ASSERTF(st_ == dnnl_success, "oneDNN call failed: %s: %s", #call, dnnl_status2str(st_));              \
     } while (0)
 
-enum { CACHE_SLOTS = 1024 }; /* a power of two; more distinct GEMMs than this are created per call */
+enum { CACHE_SLOTS_MIN = 256 }; /* the table's first size (a power of two); it doubles when half full */
 enum { MAX_LANES = 16 };     /* host threads that may run GEMMs at once (OpenMP thread numbers 0..15) */
 
 /* GEMMs with M*N*K below this run on one thread: an OpenMP fork/join costs microseconds (tens of them when the
@@ -62,6 +68,7 @@ typedef struct lane_mem {
 
 typedef struct gemm_entry {
     int used;
+    int refused; /* oneDNN has no primitive for key (prepare failed): the GEMM runs on OpenBLAS; prim is NULL */
     gemm_key key;
     dnnl_primitive_t prim;
     lane_mem lane[MAX_LANES];
@@ -77,16 +84,18 @@ static struct {
     int ok;
     dnnl_engine_t engine;
     dnnl_stream_t stream[MAX_LANES]; /* one per lane */
-    gemm_entry *slots; /* [CACHE_SLOTS] */
+    gemm_entry *slots; /* [n_slots], open addressing */
+    int n_slots, n_used;
     int64_t created;
     char version[32];
-} g_dnnl = {PTHREAD_ONCE_INIT, PTHREAD_RWLOCK_INITIALIZER, 0, NULL, {NULL}, NULL, 0, "none"};
+} g_dnnl = {PTHREAD_ONCE_INIT, PTHREAD_RWLOCK_INITIALIZER, 0, NULL, {NULL}, NULL, 0, 0, 0, "none"};
 
 static void dnnl_init_once(void) {
     const dnnl_version_t *v = dnnl_version();
     snprintf(g_dnnl.version, sizeof g_dnnl.version, "%d.%d.%d", v->major, v->minor, v->patch);
-    g_dnnl.slots = calloc(CACHE_SLOTS, sizeof *g_dnnl.slots);
+    g_dnnl.slots = calloc(CACHE_SLOTS_MIN, sizeof *g_dnnl.slots);
     if (!g_dnnl.slots) return;
+    g_dnnl.n_slots = CACHE_SLOTS_MIN;
     if (dnnl_engine_create(&g_dnnl.engine, dnnl_cpu, 0) != dnnl_success) return;
     for (int l = 0; l < MAX_LANES; l++)
         if (dnnl_stream_create(&g_dnnl.stream[l], g_dnnl.engine, dnnl_stream_default_flags) != dnnl_success) return;
@@ -274,42 +283,76 @@ static int entry_create(gemm_entry *e, const gemm_key *k) {
     return 1;
 }
 
-/* The cache slot of k: the entry holding it, or the empty slot where it belongs; NULL when the table is full
- * and k is not in it. Called with the lock held. */
+/* The cache slot of k: the entry holding it, or the empty slot where it belongs (the table is never more than
+ * half full). Called with the lock held. */
 static gemm_entry *cache_slot(const gemm_key *k) {
-    uint64_t h = key_hash(k);
-    for (int probe = 0; probe < CACHE_SLOTS; probe++) {
-        gemm_entry *e = &g_dnnl.slots[(h + (uint64_t)probe) & (CACHE_SLOTS - 1)];
+    const uint64_t h = key_hash(k), mask = (uint64_t)g_dnnl.n_slots - 1;
+    for (uint64_t probe = 0;; probe++) {
+        gemm_entry *e = &g_dnnl.slots[(h + probe) & mask];
         if (!e->used || memcmp(&e->key, k, sizeof *k) == 0) return e;
     }
-    return NULL;
+}
+
+/* Doubles the table when one more entry would fill it past half (entries move with their primitives and memory
+ * objects: they are plain handles). Called with the write lock held; aborts when the host is out of memory (a
+ * graph is being built, whose layers abort on that too). */
+static void cache_grow_for_one_more(void) {
+    if (2 * (g_dnnl.n_used + 1) <= g_dnnl.n_slots) return;
+    const int old_n = g_dnnl.n_slots;
+    gemm_entry *old = g_dnnl.slots, *fresh = calloc((size_t)old_n * 2, sizeof *fresh);
+    MPT_ASSERTF(fresh != NULL, "oneDNN primitive cache: out of host memory growing it to %d entries", old_n * 2);
+    g_dnnl.slots = fresh;
+    g_dnnl.n_slots = old_n * 2;
+    for (int i = 0; i < old_n; i++)
+        if (old[i].used) *cache_slot(&old[i].key) = old[i];
+    free(old);
+}
+
+/* What the cache holds for g (with the current thread count); creates nothing. */
+static mpt_onednn_state cache_state(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
+    *scratch_bytes = 0;
+    if (!mpt_onednn_available() || g->M < 1 || g->N < 1 || g->K < 1) return MPT_ONEDNN_REFUSED;
+    if (g->ab_dtype != MPT_DTYPE_F32 && g->ab_dtype != MPT_DTYPE_BF16) return MPT_ONEDNN_REFUSED;
+    const gemm_key k = key_of(g);
+    pthread_rwlock_rdlock(&g_dnnl.lock);
+    const gemm_entry *e = cache_slot(&k);
+    mpt_onednn_state st = !e->used ? MPT_ONEDNN_UNPREPARED : e->refused ? MPT_ONEDNN_REFUSED : MPT_ONEDNN_READY;
+    if (st == MPT_ONEDNN_READY) *scratch_bytes = e->scratch_bytes;
+    pthread_rwlock_unlock(&g_dnnl.lock);
+    return st;
 }
 
 int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
-    *scratch_bytes = 0;
-    if (!mpt_onednn_available() || g->M < 1 || g->N < 1 || g->K < 1) return 0;
-    if (g->ab_dtype != MPT_DTYPE_F32 && g->ab_dtype != MPT_DTYPE_BF16) return 0;
+    mpt_onednn_state st = cache_state(g, scratch_bytes); /* a graph built again: cached */
+    if (st != MPT_ONEDNN_UNPREPARED) return st == MPT_ONEDNN_READY;
     const gemm_key k = key_of(g);
-    pthread_rwlock_rdlock(&g_dnnl.lock); /* the common case at run time: cached */
-    gemm_entry *hit = cache_slot(&k);
-    if (hit && hit->used) {
-        *scratch_bytes = hit->scratch_bytes;
-        pthread_rwlock_unlock(&g_dnnl.lock);
-        return 1;
-    }
-    pthread_rwlock_unlock(&g_dnnl.lock);
     pthread_rwlock_wrlock(&g_dnnl.lock);
-    gemm_entry *e = cache_slot(&k), tmp;
-    int ok = 1;
-    if (e && !e->used) ok = entry_create(e, &k);
-    if (!e) { /* a full cache: measure the scratchpad with a throw-away primitive */
-        ok = entry_create(&tmp, &k);
-        e = &tmp;
+    gemm_entry *e = cache_slot(&k);
+    if (!e->used) { /* not made by another thread meanwhile */
+        cache_grow_for_one_more();
+        e = cache_slot(&k);
+        if (!entry_create(e, &k)) { /* remembered as refused: the step runs it on OpenBLAS */
+            e->key = k;
+            e->used = 1;
+            e->refused = 1;
+        }
+        g_dnnl.n_used++;
     }
+    const int ok = !e->refused;
     if (ok) *scratch_bytes = e->scratch_bytes;
-    if (ok && e == &tmp) entry_release(&tmp);
     pthread_rwlock_unlock(&g_dnnl.lock);
     return ok;
+}
+
+mpt_onednn_state mpt_onednn_gemm_lookup(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
+    return cache_state(g, scratch_bytes);
+}
+
+void mpt_onednn_gemm_describe(const mpt_onednn_gemm *g, char *buf, size_t n) {
+    const gemm_key k = key_of(g);
+    snprintf(buf, n, "%lldx%lldx%lld matmul (M x N x K), op(A) %s, op(B) %s, %s operands, alpha %g, beta %g, %d thread%s",
+             (long long)g->M, (long long)g->N, (long long)g->K, g->trans_a ? "A^T" : "A", g->trans_b ? "B^T" : "B",
+             mpt_dtype_name(g->ab_dtype), (double)g->alpha, (double)g->beta, k.threads, k.threads == 1 ? "" : "s");
 }
 
 const char *mpt_onednn_gemm_impl(const mpt_onednn_gemm *g) {
@@ -317,7 +360,7 @@ const char *mpt_onednn_gemm_impl(const mpt_onednn_gemm *g) {
     const gemm_key k = key_of(g);
     pthread_rwlock_rdlock(&g_dnnl.lock);
     gemm_entry *e = cache_slot(&k);
-    const char *s = e && e->used ? e->impl : "none";
+    const char *s = e->used && !e->refused ? e->impl : "none";
     pthread_rwlock_unlock(&g_dnnl.lock);
     return s;
 }
@@ -346,6 +389,15 @@ static void entry_execute(gemm_entry *e, int l, const void *A, const void *B, fl
     if (e->key.threads != max) omp_set_num_threads(max);
 }
 
+/* Aborts: g has no primitive to run (never prepared with this thread count, or refused by oneDNN). */
+static void run_unprepared(const mpt_onednn_gemm *g, const gemm_entry *e) {
+    char what[192];
+    mpt_onednn_gemm_describe(g, what, sizeof what);
+    MPT_ASSERTF(0, "oneDNN %s: %s", what,
+                e->used ? "oneDNN refused it at prepare (run it on OpenBLAS)"
+                        : "not prepared: a step creates no primitive (mpt_onednn_gemm_prepare at graph build)");
+}
+
 void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B, float *C, void *scratch,
                          size_t scratch_bytes) {
     MPT_ASSERTF(mpt_onednn_available(), "mpt_onednn_gemm_run without oneDNN");
@@ -353,26 +405,20 @@ void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B,
     const int l = lane_acquire();
     pthread_rwlock_rdlock(&g_dnnl.lock);
     gemm_entry *e = cache_slot(&k);
-    if (e && e->used && e->lane[l].a) { /* the step's path: cached, this lane made at graph build */
+    if (!e->used || e->refused) run_unprepared(g, e);
+    if (e->lane[l].a) { /* the step's path: cached, this lane made at graph build */
         entry_execute(e, l, A, B, C, scratch, scratch_bytes);
         pthread_rwlock_unlock(&g_dnnl.lock);
         lane_release_busy(l);
         return;
     }
     pthread_rwlock_unlock(&g_dnnl.lock);
-    /* not prepared for this thread count or lane (or the cache is full): create it, once or for this call */
+    /* more calls at once than the graph was built for (more threads): this lane's memory objects, once */
     pthread_rwlock_wrlock(&g_dnnl.lock);
     e = cache_slot(&k);
-    gemm_entry tmp;
-    const int transient = e == NULL;
-    if (transient) e = &tmp;
-    if (transient || !e->used)
-        MPT_ASSERTF(entry_create(e, &k), "oneDNN matmul %lldx%lldx%lld (%s): no primitive (prepare it first)",
-                    (long long)g->M, (long long)g->N, (long long)g->K, mpt_dtype_name(g->ab_dtype));
     MPT_ASSERTF(lane_create(e, l), "oneDNN matmul %lldx%lldx%lld: cannot create its memory objects", (long long)g->M,
                 (long long)g->N, (long long)g->K);
     entry_execute(e, l, A, B, C, scratch, scratch_bytes);
-    if (transient) entry_release(&tmp);
     pthread_rwlock_unlock(&g_dnnl.lock);
     lane_release_busy(l);
 }

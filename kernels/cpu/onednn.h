@@ -28,10 +28,14 @@
  * as its AVX-512 (Cooperlake) kernels on the MLP's shapes, and slower on LeNet-5's small convolution GEMMs
  * (bench/gemm_bench, docs/benchmarks.md). PyTorch's CPU autocast calls the same library.
  *
- * Primitives are created once per (shape, transposes, dtype, alpha, beta, thread count) when a graph is built
- * (gemm.c asks for the scratch size then) and cached for the life of the process; a call whose primitive is
- * not cached yet creates it (once). The scratchpad is the caller's (oneDNN's user scratchpad mode), so the
- * step allocates no buffer of its own; oneDNN's execute still builds its small argument map on the heap.
+ * Primitives are created once per (shape, transposes, dtype, alpha, beta, thread count) when a graph is built, by
+ * mpt_onednn_gemm_prepare (gemm.c's workspace query, which the layers make for every GEMM form their passes run),
+ * and cached for the life of the process. A training step only looks them up (mpt_onednn_gemm_lookup,
+ * mpt_onednn_gemm_run) and creates none (ARCHITECTURE decision 4): a GEMM whose primitive was not prepared aborts,
+ * naming itself, instead of being created on the fly (mpt_onednn_primitives_created counts creations, for the
+ * tests). Changing the thread count after a graph was built changes the primitives its GEMMs need (the key has
+ * it), so set it before building. The scratchpad is the caller's (oneDNN's user scratchpad mode), so the step
+ * allocates no buffer of its own; oneDNN's execute still builds its small argument map on the heap.
  * Results are deterministic for a given thread count: oneDNN's CPU matmul partitions M and N among threads
  * and never splits K at these sizes, so the same call gives the same bits (tests/test_gemm.c checks it).
  *
@@ -73,15 +77,31 @@ void mpt_onednn_set_threads(int n);
 /* The OpenMP threads oneDNN's primitives use (1 without oneDNN). */
 int mpt_onednn_threads(void);
 
-/* Creates (once) the primitive for g with the current thread count; *scratch_bytes = the scratchpad it needs.
- * Returns 1, or 0 when oneDNN is not available or has no implementation for it (the caller uses OpenBLAS). */
+/* Graph build: creates (once) the primitive for g with the current thread count and keeps it for the life of the
+ * process; *scratch_bytes = the scratchpad it needs. Returns 1, or 0 when oneDNN is not available or has no
+ * implementation for it (remembered: the caller uses OpenBLAS, at build and in the step). */
 int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes);
 
+/* What the cache holds for a GEMM (mpt_onednn_gemm_lookup). */
+typedef enum mpt_onednn_state {
+    MPT_ONEDNN_UNPREPARED = -1, /* never prepared with this thread count: a step must not run it */
+    MPT_ONEDNN_REFUSED = 0,     /* no oneDNN, or oneDNN has no implementation for it: it runs on OpenBLAS */
+    MPT_ONEDNN_READY = 1,       /* prepared: mpt_onednn_gemm_run may run it */
+} mpt_onednn_state;
+
+/* A training step's question: whether g was prepared (with the current thread count), creating nothing; with
+ * MPT_ONEDNN_READY, *scratch_bytes = what mpt_onednn_gemm_prepare said (else 0). */
+mpt_onednn_state mpt_onednn_gemm_lookup(const mpt_onednn_gemm *g, size_t *scratch_bytes);
+
 /* Runs g: A, B as described by g (dense), C [M, N] F32 row-major. scratch: 64-byte aligned, scratch_bytes >= what
- * mpt_onednn_gemm_prepare said. Aborts (with the failing oneDNN call) if oneDNN fails. Only after a successful
- * mpt_onednn_gemm_prepare of the same g (the primitive is created here if it is not cached any more). */
+ * mpt_onednn_gemm_prepare said. Only after mpt_onednn_gemm_prepare of the same g returned 1: it creates no
+ * primitive, and aborts naming g if there is none. Aborts (with the failing oneDNN call) if oneDNN fails. */
 void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B, float *C, void *scratch,
                          size_t scratch_bytes);
+
+/* One line for messages: g's shape, transposes, operand dtype, alpha, beta and the thread count its primitive is
+ * made for ("512x784x16 matmul (M x N x K), op(A) A^T, op(B) B, f32 operands, alpha 1, beta 0, 1 thread"). */
+void mpt_onednn_gemm_describe(const mpt_onednn_gemm *g, char *buf, size_t n);
 
 /* Primitives created so far in this process (tests: a training step after graph build creates none). */
 int64_t mpt_onednn_primitives_created(void);

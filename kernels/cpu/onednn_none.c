@@ -33,6 +33,18 @@ int mpt_onednn_gemm_prepare(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
     return 0;
 }
 
+mpt_onednn_state mpt_onednn_gemm_lookup(const mpt_onednn_gemm *g, size_t *scratch_bytes) {
+    (void)g;
+    *scratch_bytes = 0;
+    return MPT_ONEDNN_REFUSED;
+}
+
+void mpt_onednn_gemm_describe(const mpt_onednn_gemm *g, char *buf, size_t n) {
+    snprintf(buf, n, "%lldx%lldx%lld matmul (M x N x K), op(A) %s, op(B) %s, %s operands, alpha %g, beta %g",
+             (long long)g->M, (long long)g->N, (long long)g->K, g->trans_a ? "A^T" : "A", g->trans_b ? "B^T" : "B",
+             mpt_dtype_name(g->ab_dtype), (double)g->alpha, (double)g->beta);
+}
+
 void mpt_onednn_gemm_run(const mpt_onednn_gemm *g, const void *A, const void *B, float *C, void *scratch,
                          size_t scratch_bytes) {
     (void)g, (void)A, (void)B, (void)C, (void)scratch, (void)scratch_bytes;
