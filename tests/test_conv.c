@@ -15,6 +15,8 @@
  *                     rounding of their last addition inside gamma_L.
  * L is the reduction length plus the accumulated term: forward C*R*S + 1 (bias), backward-data K*R*S + 1
  * (the old dx), backward-filter N*P*Q + 1 (the old dw).
+ * test_conv_bits_*: every pass equals, bit for bit, per-image GEMMs of the math mode on the test's own im2col (see
+ * there), in each math mode and the native kernel set.
  */
 #include <math.h>
 #include <stdio.h>
@@ -219,6 +221,173 @@ static void run_math(mpt_math math, uint64_t seed) {
     mpt_backend_free(&be);
 }
 
+/* ---- bit for bit: each pass is per-image GEMMs of the math mode itself (kernels/cpu/conv.c's header) ----
+ * The references below lower each image with their own im2col (bits copied, zeros in the padding), call the
+ * backend's GEMM of the math mode on it (which converts the operands itself: TF32 rounding, F16/BF16 widening), and
+ * combine the per-image results as conv.c's header defines: y_n = GEMM(w, col_n) with beta = 1 on y_n filled with the
+ * bias; dx_n = round(dx_n + col2im(GEMM(w^T, dy_n))), terms added in (c, r, s, p, q) order; dw = (((dw + P_0) + P_1)
+ * + ...) with P_n = GEMM(dy_n, col_n^T). conv.c converts the operands once per pass and runs FP32 GEMMs on them: these
+ * tests fail if that changes a single bit. */
+
+static void ref_im2col(void *col, const void *x, mpt_dtype t, const mpt_conv_shape *s, int n) {
+    const int64_t PQ = (int64_t)s->P * s->Q;
+    for (int c = 0; c < s->C; c++)
+        for (int r = 0; r < s->R; r++)
+            for (int u = 0; u < s->S; u++)
+                for (int p = 0; p < s->P; p++)
+                    for (int q = 0; q < s->Q; q++) {
+                        const int h = p * s->stride_h - s->pad_h + r, w = q * s->stride_w - s->pad_w + u;
+                        const int64_t row = ((int64_t)c * s->R + r) * s->S + u, i = row * PQ + (int64_t)p * s->Q + q;
+                        float v = 0.0f;
+                        if (h >= 0 && h < s->H && w >= 0 && w < s->W)
+                            v = mpt_load_f32(x, t, (((int64_t)n * s->C + c) * s->H + h) * s->W + w);
+                        mpt_store_f32(col, t, i, v); /* exact: v is a value of t */
+                    }
+}
+
+static void ref_gemm(mpt_backend *be, mpt_math m, mpt_dtype t, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                     const void *A, const void *B, void *C, mpt_dtype ct, float beta) {
+    mpt_gemm_args g = {0};
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.M = M;
+    g.N = N;
+    g.K = K;
+    g.A = A;
+    g.B = B;
+    g.C = C;
+    g.a_dtype = g.b_dtype = t;
+    g.c_dtype = ct;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.math = m;
+    g.epilogue = MPT_EPILOGUE_NONE;
+    g.tag = "reference";
+    ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->gemm_workspace(be, &g)), MPT_OK);
+    be->gemm(be, &g);
+}
+
+static void expect_same_bits(const char *what, const char *mn, const mpt_conv_shape *s, const void *got,
+                             const void *ref, mpt_dtype t, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t a = 0, b = 0;
+        memcpy(&a, (const char *)got + (size_t)i * mpt_dtype_size(t), mpt_dtype_size(t));
+        memcpy(&b, (const char *)ref + (size_t)i * mpt_dtype_size(t), mpt_dtype_size(t));
+        EXPECT(a == b, "%s (%s, N=%d C=%d %dx%d K=%d %dx%d pad %d,%d stride %d,%d) element %lld: 0x%x, per-image "
+               "GEMMs give 0x%x (%.9g vs %.9g)", what, mn, s->N, s->C, s->H, s->W, s->K, s->R, s->S, s->pad_h,
+               s->pad_w, s->stride_h, s->stride_w, (long long)i, a, b, mpt_load_f32(got, t, i),
+               mpt_load_f32(ref, t, i));
+    }
+}
+
+static void bits_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shape s, int with_bias, int accumulate) {
+    s.P = (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1;
+    s.Q = (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1;
+    const mpt_dtype t = dtype_of(math);
+    const size_t es = mpt_dtype_size(t);
+    const char *mn = mpt_math_name(math);
+    const int64_t CHW = (int64_t)s.C * s.H * s.W, CRS = (int64_t)s.C * s.R * s.S, PQ = (int64_t)s.P * s.Q;
+    const int64_t nx = s.N * CHW, nw = s.K * CRS, KPQ = s.K * PQ, ny = s.N * KPQ;
+    void *x = fill(r, t, nx), *w = fill(r, t, nw), *bias = fill(r, t, s.K), *dy = fill(r, t, ny);
+    void *dx = fill(r, t, nx), *dx_ref = malloc((size_t)nx * es + 1);
+    float *dw = fill(r, MPT_DTYPE_F32, nw), *dw_ref = malloc((size_t)nw * sizeof(float) + 1);
+    float *db = fill(r, MPT_DTYPE_F32, s.K);
+    void *y = malloc((size_t)ny * es + 1), *y_ref = malloc((size_t)ny * es + 1);
+    void *col = malloc((size_t)(CRS * PQ) * es + 1);
+    float *dcol = malloc((size_t)(CRS * PQ) * sizeof(float) + 1), *img = malloc((size_t)CHW * sizeof(float) + 1);
+    float *part = malloc((size_t)nw * sizeof(float) + 1);
+    memcpy(dx_ref, dx, (size_t)nx * es);
+    memcpy(dw_ref, dw, (size_t)nw * sizeof(float));
+
+    /* the references: per-image GEMMs of the math mode */
+    for (int n = 0; n < s.N; n++) {
+        char *yn = (char *)y_ref + (size_t)(n * KPQ) * es;
+        const char *dyn = (const char *)dy + (size_t)(n * KPQ) * es;
+        for (int k = 0; k < s.K; k++)
+            for (int64_t i = 0; i < PQ; i++) mpt_store_f32(yn, t, k * PQ + i, with_bias ? (float)ld(bias, t, k) : 0.0f);
+        ref_im2col(col, x, t, &s, n);
+        ref_gemm(be, math, t, 0, 0, s.K, PQ, CRS, w, col, yn, t, with_bias ? 1.0f : 0.0f);
+        /* backward-data */
+        ref_gemm(be, math, t, 1, 0, CRS, PQ, s.K, w, dyn, dcol, MPT_DTYPE_F32, 0.0f);
+        for (int64_t i = 0; i < CHW; i++) img[i] = 0.0f;
+        for (int c = 0; c < s.C; c++)
+            for (int rr = 0; rr < s.R; rr++)
+                for (int u = 0; u < s.S; u++)
+                    for (int p = 0; p < s.P; p++)
+                        for (int q = 0; q < s.Q; q++) {
+                            const int h = p * s.stride_h - s.pad_h + rr, ww = q * s.stride_w - s.pad_w + u;
+                            if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                            float *e = &img[((int64_t)c * s.H + h) * s.W + ww];
+                            *e = *e + dcol[(((int64_t)c * s.R + rr) * s.S + u) * PQ + (int64_t)p * s.Q + q];
+                        }
+        for (int64_t i = 0; i < CHW; i++) {
+            float v = accumulate ? (float)ld(dx_ref, t, n * CHW + i) + img[i] : img[i];
+            mpt_store_f32(dx_ref, t, n * CHW + i, v);
+        }
+        /* backward-filter */
+        ref_gemm(be, math, t, 0, 1, s.K, CRS, PQ, dyn, col, part, MPT_DTYPE_F32, 0.0f);
+        for (int64_t e = 0; e < nw; e++) dw_ref[e] = n == 0 && !accumulate ? part[e] : dw_ref[e] + part[e];
+    }
+
+    mpt_conv_args a = {0};
+    a.s = s;
+    a.math = math;
+    a.dtype = t;
+    a.x = x;
+    a.w = w;
+    a.bias = with_bias ? bias : NULL;
+    a.y = y;
+    a.dy = dy;
+    a.dx = dx;
+    a.dw = dw;
+    a.db = db;
+    a.tag = "bits";
+    a.accumulate = accumulate;
+    ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->conv2d_workspace(be, &a)), MPT_OK);
+    be->conv2d_forward(be, &a);
+    be->conv2d_backward_data(be, &a);
+    be->conv2d_backward_filter(be, &a);
+    expect_same_bits("forward y", mn, &s, y, y_ref, t, ny);
+    expect_same_bits("backward-data dx", mn, &s, dx, dx_ref, t, nx);
+    expect_same_bits("backward-filter dw", mn, &s, dw, dw_ref, MPT_DTYPE_F32, nw);
+    free(x); free(w); free(bias); free(dy); free(dx); free(dx_ref); free(dw); free(dw_ref); free(db);
+    free(y); free(y_ref); free(col); free(dcol); free(img); free(part);
+}
+
+static void run_bits(mpt_math math, uint64_t seed, mpt_cpu_kernels set) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, set), MPT_OK);
+    tests_rng r = {seed};
+    for (int it = 0; it < 16; it++) bits_case(be, &r, math, random_shape(&r), it % 4 != 3, it % 2);
+    mpt_conv_shape pw = {.N = 3, .C = 3, .H = 7, .W = 6, .K = 4, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
+    bits_case(be, &r, math, pw, 1, 1);
+    /* LeNet-5's two convolutions (c1 with padding 2), 20 images: more than one group of backward-filter partials */
+    mpt_conv_shape c1 = {.N = 20, .C = 1, .H = 28, .W = 28, .K = 6, .R = 5, .S = 5, .pad_h = 2, .pad_w = 2,
+                         .stride_h = 1, .stride_w = 1};
+    bits_case(be, &r, math, c1, 1, 0);
+    mpt_conv_shape c2 = {.N = 18, .C = 6, .H = 14, .W = 14, .K = 16, .R = 5, .S = 5, .stride_h = 1, .stride_w = 1};
+    bits_case(be, &r, math, c2, 1, 1);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_conv_bits_fp32) { run_bits(MPT_MATH_FP32, 21, MPT_CPU_KERNELS_EMULATE); }
+END_TEST
+START_TEST(test_conv_bits_tf32) { run_bits(MPT_MATH_TF32, 22, MPT_CPU_KERNELS_EMULATE); }
+END_TEST
+START_TEST(test_conv_bits_f16) { run_bits(MPT_MATH_F16, 23, MPT_CPU_KERNELS_EMULATE); }
+END_TEST
+START_TEST(test_conv_bits_bf16) { run_bits(MPT_MATH_BF16, 24, MPT_CPU_KERNELS_EMULATE); }
+END_TEST
+START_TEST(test_conv_bits_bf16_native) {
+    char why[256];
+    if (!mpt_cpu_native_available(why, sizeof why)) {
+        printf("test_conv_bits_bf16_native: skipped, the native kernel set is unavailable here: %s\n", why);
+        return;
+    }
+    run_bits(MPT_MATH_BF16, 25, MPT_CPU_KERNELS_NATIVE);
+}
+END_TEST
+
 START_TEST(test_conv_fp32) { run_math(MPT_MATH_FP32, 11); }
 END_TEST
 START_TEST(test_conv_tf32) { run_math(MPT_MATH_TF32, 12); }
@@ -236,6 +405,11 @@ int main(void) {
     tcase_add_test(tc, test_conv_tf32);
     tcase_add_test(tc, test_conv_f16);
     tcase_add_test(tc, test_conv_bf16);
+    tcase_add_test(tc, test_conv_bits_fp32);
+    tcase_add_test(tc, test_conv_bits_tf32);
+    tcase_add_test(tc, test_conv_bits_f16);
+    tcase_add_test(tc, test_conv_bits_bf16);
+    tcase_add_test(tc, test_conv_bits_bf16_native);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

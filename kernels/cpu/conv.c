@@ -5,7 +5,8 @@
  * with zero padding as torch.nn.functional.conv2d computes it:
  *     y[n,k,p,q] = bias[k] + sum_{c,r,s} w[k,c,r,s] * x[n, c, p*sh - ph + r, q*sw - pw + s]
  * The column matrix of image n is col[(c*R + r)*S + s, p*Q + q] = x[n, c, p*sh-ph+r, q*sw-pw+s] (0 in the
- * padding), [C*R*S, P*Q], kept in the compute dtype (gathering is exact). Then, per image, with the GEMM of
+ * padding), [C*R*S, P*Q], in the compute dtype (gathering is exact) or, in the emulated TF32/F16/BF16 modes, in the
+ * FP32 values the GEMM would convert it to ("Conversions" below). Then, per image, with the GEMM of
  * kernels/cpu/gemm.c and the backend's kernel set and engine (so convolutions have exactly the GEMM numerics:
  * emulated, operands in the math mode's format, FP32 products and sums, one rounding of the output; native bf16,
  * the BF16 units' numerics):
@@ -14,19 +15,28 @@
  *                                   acc + bias is rounded once)
  *   backward-data    dcol[CRS, PQ] = w^T * dy_n (FP32 output); col2im sums dcol into an FP32 image
  *                                   buffer; then dx_n = round(dx_n + buffer), one rounding per element
- *   backward-filter  dw[K, CRS]  += dy_n[K, PQ] * col^T (FP32 output, accumulated in place by sgemm);
+ *   backward-filter  P_n[K, CRS]  = dy_n[K, PQ] * col^T (FP32 output); dw = (((dw + P_0) + P_1) + ...) in
+ *                                   image order, each element in FP32 (P_0 alone when not accumulating)
  *                    db[k]       += sum_{n,p,q} dy[n,k,p,q] (FP32)
  * A 1x1 convolution with stride 1 and no padding uses x_n itself as its column matrix.
  *
- * Scratch comes from be->workspace; mpt_cpu_conv2d_workspace returns the maximum over the three passes:
- *   forward / backward-filter: col (CRS*PQ elements of dtype) + the zero-padded image (C*(H+2ph)*(W+2pw)
- *                              elements of dtype, none without padding) + the GEMM's scratch
- *   backward-data:             dcol (CRS*PQ floats) + padded image buffer (C*(H+2ph)*(W+2pw) floats) + the
- *                              GEMM's scratch
- * Each part is padded to 64 bytes. The workspace query, at graph build, also creates the oneDNN primitives of the
- * per-image GEMMs (kernels/cpu/gemm.h), the forward's with and without a bias (the pointers are not known then); the
- * passes only find them. Reference: Chellapilla et al. 2006, "High performance convolutional
- * neural networks for document processing" (the im2col lowering); cuDNN documents the same three passes.
+ * Conversions: an emulated math mode (TF32, F16, BF16 with the emulate kernel set: mpt_cpu_gemm_converts) runs its
+ * FP32 GEMM on FP32 copies of the operands (TF32-rounded or exactly widened, element by element). Done inside each
+ * per-image GEMM, that converts the weights once per image and the column matrix once per tap (R*S times per input
+ * element, after writing it). conv.c converts instead: the weights once per pass, each image once (into the padded
+ * copy im2col reads, so the column matrix is gathered in FP32) and each dy_n once, and runs the GEMM with math FP32
+ * on them: the same engine call on the same FP32 values, hence the same bits (tests/test_conv.c checks every pass
+ * against per-image GEMMs of the math mode itself, bit for bit).
+ *
+ * Scratch comes from be->workspace (conv_plan; mpt_cpu_conv2d_workspace returns the maximum over the three passes):
+ * once, the FP32 weights (emulated modes, forward and backward-data) or backward-filter's per-image products of a
+ * group of images; per thread, the column matrix (elements of dtype, or FP32), the zero-padded image im2col reads
+ * (likewise; none without padding and conversion), backward-data's dcol and padded FP32 image, dy_n in FP32
+ * (emulated), and the GEMM's scratch. Each part is padded to 64 bytes. The workspace query, at graph build, also
+ * creates the oneDNN primitives of the per-image GEMMs (kernels/cpu/gemm.h), the forward's with and without a bias
+ * (the pointers are not known then); the passes only find them. Reference: Chellapilla et al. 2006, "High
+ * performance convolutional neural networks for document processing" (the im2col lowering); cuDNN documents the
+ * same three passes.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -97,38 +107,54 @@ static int64_t conv_padded_image_elems(const mpt_conv_shape *s) {
     return (int64_t)s->C * (s->H + 2 * s->pad_h) * (s->W + 2 * s->pad_w);
 }
 
-/* Elements of the zero-padded copy of one image that im2col reads from; 0 when there is no padding and x_n
- * is read directly. */
-static int64_t conv_padded_elems(const mpt_conv_shape *s) {
-    return s->pad_h == 0 && s->pad_w == 0 ? 0 : conv_padded_image_elems(s);
+/* The image im2col reads, [C, H + 2ph, W + 2pw]: x_n itself when there is no padding and no conversion, else xp
+ * (conv_source_bytes), whose borders are zeroed once per thread (zero_borders: only interiors are rewritten per
+ * image) and whose interior is a copy of x_n's bits or, for an emulated math mode (cvt), x_n's FP32 operand values
+ * (mpt_cpu_gemm_convert: TF32 rounding or exact widening), so that the column matrix is converted once per element of
+ * the image instead of once per tap. */
+static const void *conv_source(void *xp, const void *x, const mpt_conv_args *a, int cvt, int zero_borders) {
+    const mpt_conv_shape *s = &a->s;
+    const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w;
+    if (!cvt && s->pad_h == 0 && s->pad_w == 0) return x;
+    const size_t es = mpt_dtype_size(a->dtype), os = cvt ? sizeof(float) : es;
+    char *d = xp;
+    const char *xs = x;
+    if (zero_borders && (s->pad_h || s->pad_w)) memset(d, 0, (size_t)conv_padded_image_elems(s) * os);
+    if (cvt && s->pad_h == 0 && s->pad_w == 0) { /* one contiguous conversion */
+        mpt_cpu_gemm_convert(xp, x, a->math, (int64_t)s->C * s->H * s->W);
+        return xp;
+    }
+    for (int c = 0; c < s->C; c++)
+        for (int h = 0; h < s->H; h++) {
+            char *row = d + ((size_t)(c * Hp + h + s->pad_h) * Wp + s->pad_w) * os;
+            const char *in = xs + (size_t)(c * s->H + h) * s->W * es;
+            if (cvt) mpt_cpu_gemm_convert((float *)row, in, a->math, s->W);
+            else memcpy(row, in, (size_t)s->W * es);
+        }
+    return xp;
 }
 
-/* col[(c*R + r)*S + t, p*Q + q] = x[c, p*sh - ph + r, q*sw - pw + t] or 0 (the bits are copied, elements of es
- * bytes). With padding, the image is first copied into xp, a zero-bordered [C, H+2ph, W+2pw] buffer of
- * conv_padded_elems() elements, so that every row of col is one unconditional copy: Q contiguous elements
- * for stride 1 (conv_copy_row), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds
- * tests of lowering without the padded copy cost more than the copies. */
-static void conv_im2col(void *col, const void *x, void *xp, const mpt_conv_shape *s, size_t es, int zero_borders) {
+/* Bytes of conv_source's buffer (0 when x_n is read as it is). */
+static size_t conv_source_bytes(const mpt_conv_args *a, int cvt) {
+    const mpt_conv_shape *s = &a->s;
+    if (!cvt && s->pad_h == 0 && s->pad_w == 0) return 0;
+    return conv_pad((size_t)conv_padded_image_elems(s) * (cvt ? sizeof(float) : mpt_dtype_size(a->dtype)));
+}
+
+/* col[(c*R + r)*S + t, p*Q + q] = src[c, p*sh + r, q*sw + t] for the padded image src of conv_source (elements of es
+ * bytes, copied as bits), so that every row of col is one unconditional copy: Q contiguous elements for stride 1
+ * (conv_copy_row), a strided gather otherwise. LeNet's rows are 10-28 elements long; the bounds tests of lowering
+ * without the padded copy cost more than the copies. */
+static void conv_im2col(void *col, const void *src, const mpt_conv_shape *s, size_t es) {
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w, P = s->P, Q = s->Q;
     const int sh = s->stride_h, sw = s->stride_w;
-    const char *src = x;
-    if (s->pad_h || s->pad_w) {
-        char *d = xp;
-        const char *xs = x;
-        if (zero_borders) memset(d, 0, (size_t)conv_padded_elems(s) * es); /* interiors are rewritten below */
-        for (int c = 0; c < s->C; c++)
-            for (int h = 0; h < s->H; h++)
-                memcpy(d + ((size_t)(c * Hp + h + s->pad_h) * Wp + s->pad_w) * es,
-                       xs + (size_t)(c * s->H + h) * s->W * es, (size_t)s->W * es);
-        src = xp;
-    }
     char *out = col;
     const size_t row_bytes = (size_t)Q * es;
     for (int c = 0; c < s->C; c++)
         for (int r = 0; r < s->R; r++)
             for (int t = 0; t < s->S; t++)
                 for (int p = 0; p < P; p++, out += row_bytes) {
-                    const char *in = src + ((size_t)(c * Hp + p * sh + r) * Wp + t) * es;
+                    const char *in = (const char *)src + ((size_t)(c * Hp + p * sh + r) * Wp + t) * es;
                     if (sw == 1) {
                         conv_copy_row(out, in, row_bytes);
                     } else if (es == 2) {
@@ -180,108 +206,126 @@ static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n,
     }
 }
 
-/* GEMM arguments of each pass for one image (pointers filled by the caller). The forward's beta is 1 with a bias
- * (y_n holds it) and 0 without. */
-static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a, int with_bias) {
+/* GEMM arguments of each pass for one image (pointers filled by the caller). With cvt (conv_plan) the GEMM runs with
+ * math FP32 on the FP32 operand values conv.c has converted itself. */
+static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a, int cvt, int with_bias) {
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args g = {0};
     g.M = s->K;
     g.N = (int64_t)s->P * s->Q;
     g.K = (int64_t)s->C * s->R * s->S;
-    g.a_dtype = g.b_dtype = g.c_dtype = a->dtype;
+    g.a_dtype = g.b_dtype = cvt ? MPT_DTYPE_F32 : a->dtype;
+    g.c_dtype = a->dtype;
     g.alpha = 1.0f;
-    g.beta = with_bias ? 1.0f : 0.0f;
-    g.math = a->math;
+    g.beta = with_bias ? 1.0f : 0.0f; /* y_n holds the bias */
+    g.math = cvt ? MPT_MATH_FP32 : a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
     return g;
 }
 
-static mpt_gemm_args conv_gemm_backward_data(const mpt_conv_args *a) {
+static mpt_gemm_args conv_gemm_backward_data(const mpt_conv_args *a, int cvt) {
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args g = {0};
     g.trans_a = 1;
     g.M = (int64_t)s->C * s->R * s->S;
     g.N = (int64_t)s->P * s->Q;
     g.K = s->K;
-    g.a_dtype = g.b_dtype = a->dtype;
+    g.a_dtype = g.b_dtype = cvt ? MPT_DTYPE_F32 : a->dtype;
     g.c_dtype = MPT_DTYPE_F32;
     g.alpha = 1.0f;
     g.beta = 0.0f;
-    g.math = a->math;
+    g.math = cvt ? MPT_MATH_FP32 : a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
     return g;
 }
 
-static mpt_gemm_args conv_gemm_backward_filter(const mpt_conv_args *a) {
+static mpt_gemm_args conv_gemm_backward_filter(const mpt_conv_args *a, int cvt) {
     const mpt_conv_shape *s = &a->s;
     mpt_gemm_args g = {0};
     g.trans_b = 1;
     g.M = s->K;
     g.N = (int64_t)s->C * s->R * s->S;
     g.K = (int64_t)s->P * s->Q;
-    g.a_dtype = g.b_dtype = a->dtype;
+    g.a_dtype = g.b_dtype = cvt ? MPT_DTYPE_F32 : a->dtype;
     g.c_dtype = MPT_DTYPE_F32;
     g.alpha = 1.0f;
     g.beta = 0.0f; /* each image's product into its own partial, summed in image order afterwards */
-    g.math = a->math;
+    g.math = cvt ? MPT_MATH_FP32 : a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
     return g;
 }
 
-/* Bytes of the column matrix in the compute dtype (0 for a pointwise convolution). */
-static size_t conv_col_bytes(const mpt_conv_args *a) {
-    const mpt_conv_shape *s = &a->s;
-    if (conv_is_pointwise(s)) return 0;
-    return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * mpt_dtype_size(a->dtype));
-}
-
-/* Bytes of scratch the lowering of one image needs: the column matrix, then the padded image copy. */
-static size_t conv_lower_bytes(const mpt_conv_args *a) {
-    return conv_col_bytes(a) + conv_pad((size_t)conv_padded_elems(&a->s) * mpt_dtype_size(a->dtype));
-}
-
-/* The three passes and what each needs: per thread (its lowering or col2im buffers and the GEMM's scratch) and once
- * (backward-filter's per-image partial products of one group of images). */
+/* The three passes. */
 typedef enum conv_pass { CONV_FORWARD = 0, CONV_BACKWARD_DATA, CONV_BACKWARD_FILTER } conv_pass;
 
-/* The forward GEMM's scratch. At graph build (`build`) the pointers are not known yet, a->bias included, so both
- * forms are planned, with a bias (beta = 1) and without (beta = 0): the step runs one of them and must find its
- * oneDNN primitive made (kernels/cpu/onednn.h). */
-static size_t conv_forward_gemm_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, int build) {
-    mpt_gemm_args g = conv_gemm_forward(a, a->bias != NULL);
-    if (!build) return mpt_cpu_gemm_step_ws_bytes_on(x, &g);
-    g = conv_gemm_forward(a, 1);
-    const size_t with_bias = mpt_cpu_gemm_ws_bytes_on(x, &g);
-    g = conv_gemm_forward(a, 0);
-    const size_t without = mpt_cpu_gemm_ws_bytes_on(x, &g);
-    return with_bias > without ? with_bias : without;
-}
+/* What a pass runs and where its scratch lives (byte offsets, each part padded to 64 bytes). Shared (once, at the
+ * start of be->workspace): the FP32 weights (cvt, forward and backward-data) or backward-filter's partial products of
+ * one group of images. Per thread, after it: its lowering or col2im buffers, dy_n's FP32 values (cvt, backward), then
+ * the GEMM's scratch. */
+typedef struct conv_plan {
+    int cvt;          /* emulated TF32/F16/BF16 (mpt_cpu_gemm_converts): operands converted here, the GEMM in FP32 */
+    mpt_gemm_args g;  /* the per-image GEMM, pointers unset */
+    size_t shared;    /* bytes before the threads' parts */
+    size_t col_off, src_off, dcol_off, img_off, dy_off, gemm_off, per_thread;
+} conv_plan;
 
-/* Scratch of one thread of a pass. `build`: the workspace query at graph build, which creates the GEMMs' oneDNN
- * primitives; else a call in a step, which finds them (gemm.h). */
-static size_t conv_thread_bytes(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass, int build) {
+/* The plan of a pass. At graph build (`build`: the workspace query) it creates the oneDNN primitives of its GEMM
+ * (mpt_cpu_gemm_ws_bytes_on), for the forward both forms, with a bias and without, since the pointers (a->bias
+ * among them) are not known then; in a step it only finds the one it runs (mpt_cpu_gemm_step_ws_bytes_on, which
+ * aborts naming the GEMM if the build did not make it: ARCHITECTURE decision 4). */
+static conv_plan conv_plan_of(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass, int build) {
     const mpt_conv_shape *s = &a->s;
-    size_t (*gemm_bytes)(const mpt_cpu_exec *, const mpt_gemm_args *) =
-        build ? mpt_cpu_gemm_ws_bytes_on : mpt_cpu_gemm_step_ws_bytes_on;
-    mpt_gemm_args g;
+    conv_plan p = {0};
+    p.cvt = mpt_cpu_gemm_converts(x, a->math);
+    const size_t os = p.cvt ? sizeof(float) : mpt_dtype_size(a->dtype); /* the lowered operands' element size */
+    const size_t CRS = (size_t)s->C * s->R * s->S, PQ = (size_t)s->P * s->Q;
+    const size_t col = conv_is_pointwise(s) ? 0 : conv_pad(CRS * PQ * os);
+    const size_t dyc = p.cvt ? conv_pad((size_t)s->K * PQ * sizeof(float)) : 0;
+    size_t off = 0;
     switch (pass) {
-    case CONV_FORWARD: return conv_lower_bytes(a) + conv_forward_gemm_bytes(x, a, build);
-    case CONV_BACKWARD_DATA:
-        g = conv_gemm_backward_data(a);
-        return conv_pad((size_t)s->C * s->R * s->S * (size_t)s->P * s->Q * sizeof(float)) +
-               conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float)) + gemm_bytes(x, &g);
-    default: g = conv_gemm_backward_filter(a); return conv_lower_bytes(a) + gemm_bytes(x, &g);
+    case CONV_FORWARD:
+    case CONV_BACKWARD_FILTER:
+        p.g = pass == CONV_FORWARD ? conv_gemm_forward(a, p.cvt, a->bias != NULL) : conv_gemm_backward_filter(a, p.cvt);
+        p.col_off = off;
+        off += col;
+        p.src_off = off;
+        off += conv_source_bytes(a, p.cvt);
+        if (pass == CONV_BACKWARD_FILTER) {
+            p.dy_off = off;
+            off += dyc;
+            const int group = s->N < CONV_GROUP ? s->N : CONV_GROUP;
+            p.shared = conv_pad((size_t)group * (size_t)s->K * CRS * sizeof(float));
+        }
+        break;
+    default:
+        p.g = conv_gemm_backward_data(a, p.cvt);
+        p.dcol_off = off;
+        off += conv_pad(CRS * PQ * sizeof(float));
+        p.img_off = off;
+        off += conv_pad((size_t)conv_padded_image_elems(s) * sizeof(float));
+        p.dy_off = off;
+        off += dyc;
+        break;
     }
-}
-
-static size_t conv_shared_bytes(const mpt_conv_args *a, conv_pass pass) {
-    const mpt_conv_shape *s = &a->s;
-    if (pass != CONV_BACKWARD_FILTER) return 0;
-    const int group = s->N < CONV_GROUP ? s->N : CONV_GROUP;
-    return conv_pad((size_t)group * (size_t)s->K * (size_t)s->C * s->R * s->S * sizeof(float));
+    if (pass != CONV_BACKWARD_FILTER && p.cvt) p.shared = conv_pad((size_t)s->K * CRS * sizeof(float));
+    p.gemm_off = off;
+    size_t gemm = 0;
+    if (!build) {
+        gemm = mpt_cpu_gemm_step_ws_bytes_on(x, &p.g);
+    } else if (pass == CONV_FORWARD) { /* both forms; the larger scratch */
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const mpt_gemm_args g = conv_gemm_forward(a, p.cvt, with_bias);
+            const size_t b = mpt_cpu_gemm_ws_bytes_on(x, &g);
+            if (b > gemm) gemm = b;
+        }
+    } else {
+        gemm = mpt_cpu_gemm_ws_bytes_on(x, &p.g);
+    }
+    p.per_thread = off + gemm;
+    return p;
 }
 
 /* Threads the build sizes the workspace for (the GEMMs' thread count, mpt_cpu_set_threads). */
@@ -299,7 +343,8 @@ size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
     const size_t t = (size_t)conv_build_threads();
     size_t m = 0;
     for (int p = 0; p < 3; p++) {
-        size_t need = conv_shared_bytes(a, (conv_pass)p) + t * conv_thread_bytes(x, a, (conv_pass)p, 1);
+        const conv_plan pl = conv_plan_of(x, a, (conv_pass)p, 1);
+        size_t need = pl.shared + t * pl.per_thread;
         if (need > m) m = need;
     }
     return m;
@@ -308,17 +353,14 @@ size_t mpt_cpu_conv2d_workspace(mpt_backend *be, const mpt_conv_args *a) {
 /* Threads a pass runs its images on: OpenMP's count, fewer if the workspace (sized at graph build for the thread
  * count then) holds fewer threads' buffers, and no more than there are images; aborts if not even one fits. The
  * result never depends on it: each image is computed alone. */
-static int conv_threads(mpt_backend *be, const mpt_conv_args *a, conv_pass pass, const char *op, size_t *per_thread,
-                        size_t *shared) {
-    *per_thread = conv_thread_bytes(mpt_cpu_exec_of(be), a, pass, 0);
-    *shared = conv_shared_bytes(a, pass);
-    const size_t need = *shared + *per_thread;
+static int conv_threads(mpt_backend *be, const mpt_conv_args *a, const conv_plan *pl, const char *op) {
+    const size_t need = pl->shared + pl->per_thread;
     MPT_ASSERTF(be->workspace_bytes >= need && (need == 0 || be->workspace != NULL),
                 "%s %s: needs %zu bytes of workspace, has %zu (reserve conv2d_workspace() at build time)", op,
                 a->tag ? a->tag : "?", need, be->workspace_bytes);
     int t = conv_build_threads();
-    if (*per_thread > 0 && (size_t)t > (be->workspace_bytes - *shared) / *per_thread)
-        t = (int)((be->workspace_bytes - *shared) / *per_thread);
+    if (pl->per_thread > 0 && (size_t)t > (be->workspace_bytes - pl->shared) / pl->per_thread)
+        t = (int)((be->workspace_bytes - pl->shared) / pl->per_thread);
     if (t > a->s.N) t = a->s.N;
     return t < 1 ? 1 : t;
 }
@@ -329,34 +371,58 @@ static int conv_thread_num(void) { return omp_get_thread_num(); }
 static int conv_thread_num(void) { return 0; }
 #endif
 
+/* The weights as the GEMM takes them: w itself, or (cvt) their FP32 operand values, converted once per pass into the
+ * shared part of the workspace (instead of once per image inside the GEMM). */
+static const void *conv_weights(mpt_backend *be, const mpt_conv_args *a, const conv_plan *pl) {
+    if (!pl->cvt) return a->w;
+    const mpt_conv_shape *s = &a->s;
+    mpt_cpu_gemm_convert(be->workspace, a->w, a->math, (int64_t)s->K * s->C * s->R * s->S);
+    return be->workspace;
+}
+
+/* B (forward) or B^T (backward-filter) of image n's GEMM: x_n's column matrix, lowered (and converted, cvt) into this
+ * thread's buffers, or x_n (or its FP32 values) itself for a pointwise convolution. */
+static const void *conv_lower(char *ws, const conv_plan *pl, const mpt_conv_args *a, int n, int *zeroed) {
+    const mpt_conv_shape *s = &a->s;
+    const size_t es = mpt_dtype_size(a->dtype);
+    const char *xn = (const char *)a->x + (size_t)((int64_t)n * s->C * s->H * s->W) * es;
+    const void *src = conv_source(ws + pl->src_off, xn, a, pl->cvt, !*zeroed);
+    *zeroed = 1;
+    if (conv_is_pointwise(s)) return src;
+    conv_im2col(ws + pl->col_off, src, s, pl->cvt ? sizeof(float) : es);
+    return ws + pl->col_off;
+}
+
+/* dy_n as the GEMM takes it: itself, or (cvt) its FP32 operand values in this thread's buffer. */
+static const void *conv_dy(char *ws, const conv_plan *pl, const mpt_conv_args *a, int n) {
+    const mpt_conv_shape *s = &a->s;
+    const int64_t KPQ = (int64_t)s->K * s->P * s->Q;
+    const char *dyn = (const char *)a->dy + (size_t)(n * KPQ) * mpt_dtype_size(a->dtype);
+    if (!pl->cvt) return dyn;
+    mpt_cpu_gemm_convert((float *)(ws + pl->dy_off), dyn, a->math, KPQ);
+    return ws + pl->dy_off;
+}
+
 void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_forward");
-    size_t per_thread, shared;
-    const int T = conv_threads(be, a, CONV_FORWARD, "conv2d_forward", &per_thread, &shared);
+    const conv_plan pl = conv_plan_of(mpt_cpu_exec_of(be), a, CONV_FORWARD, 0);
+    const int T = conv_threads(be, a, &pl, "conv2d_forward");
     (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
-    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
-    const int pointwise = conv_is_pointwise(s);
-    const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
+    const int64_t PQ = (int64_t)s->P * s->Q, KPQ = (int64_t)s->K * PQ;
     const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    const void *wgt = conv_weights(be, a, &pl);
     MPT_OMP(omp parallel num_threads(T) if (T > 1))
     {
-        char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
-        int padded_zeroed = 0; /* this thread's padded image: borders zeroed once, interiors rewritten per image */
-        mpt_gemm_args g = conv_gemm_forward(a, a->bias != NULL);
-        g.A = a->w;
+        char *ws = (char *)be->workspace + pl.shared + (size_t)conv_thread_num() * pl.per_thread;
+        int zeroed = 0; /* this thread's padded image: borders zeroed once, interiors rewritten per image */
+        mpt_gemm_args g = pl.g;
+        g.A = wgt;
         MPT_OMP(omp for schedule(static))
         for (int n = 0; n < s->N; n++) {
-            const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
             char *yn = (char *)a->y + (size_t)(n * KPQ) * es;
-            if (pointwise) {
-                g.B = xn;
-            } else {
-                conv_im2col(ws, xn, ws + col_bytes, s, es, !padded_zeroed);
-                padded_zeroed = 1;
-                g.B = ws;
-            }
+            g.B = conv_lower(ws, &pl, a, n, &zeroed);
             if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
                 for (int k = 0; k < s->K; k++) {
                     const char *b = (const char *)a->bias + (size_t)k * es;
@@ -372,37 +438,35 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
                     }
                 }
             g.C = yn;
-            mpt_cpu_gemm_ws_on(x, &g, ws + lower_bytes, per_thread - lower_bytes);
+            mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
         }
     }
 }
 
 void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_data");
-    size_t per_thread, shared;
-    const int T = conv_threads(be, a, CONV_BACKWARD_DATA, "conv2d_backward_data", &per_thread, &shared);
+    const conv_plan pl = conv_plan_of(mpt_cpu_exec_of(be), a, CONV_BACKWARD_DATA, 0);
+    const int T = conv_threads(be, a, &pl, "conv2d_backward_data");
     (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
-    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
-    const int64_t CRS = (int64_t)s->C * s->R * s->S;
+    const int64_t CHW = (int64_t)s->C * s->H * s->W;
     const int pointwise = conv_is_pointwise(s);
-    const size_t dcol_bytes = conv_pad((size_t)(CRS * PQ) * sizeof(float));
     const int Hp = s->H + 2 * s->pad_h, Wp = s->W + 2 * s->pad_w;
     const int64_t CHWp = conv_padded_image_elems(s);
-    const size_t img_bytes = conv_pad((size_t)CHWp * sizeof(float));
     const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
+    const void *wgt = conv_weights(be, a, &pl);
     MPT_OMP(omp parallel num_threads(T) if (T > 1))
     {
-        char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
-        float *dcol = (float *)ws, *img = (float *)(ws + dcol_bytes);
-        mpt_gemm_args g = conv_gemm_backward_data(a);
-        g.A = a->w;
+        char *ws = (char *)be->workspace + pl.shared + (size_t)conv_thread_num() * pl.per_thread;
+        float *dcol = (float *)(ws + pl.dcol_off), *img = (float *)(ws + pl.img_off);
+        mpt_gemm_args g = pl.g;
+        g.A = wgt;
         g.C = dcol;
         MPT_OMP(omp for schedule(static))
         for (int n = 0; n < s->N; n++) {
-            g.B = (const char *)a->dy + (size_t)(n * KPQ) * es;
-            mpt_cpu_gemm_ws_on(x, &g, ws + dcol_bytes + img_bytes, per_thread - dcol_bytes - img_bytes);
+            g.B = conv_dy(ws, &pl, a, n);
+            mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
             char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
             if (pointwise) { /* dcol [C, HW] is already the image gradient */
                 conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
@@ -425,38 +489,29 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
 
 void mpt_cpu_conv2d_backward_filter(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_backward_filter");
-    size_t per_thread, shared;
-    const int T = conv_threads(be, a, CONV_BACKWARD_FILTER, "conv2d_backward_filter", &per_thread, &shared);
+    const conv_plan pl = conv_plan_of(mpt_cpu_exec_of(be), a, CONV_BACKWARD_FILTER, 0);
+    const int T = conv_threads(be, a, &pl, "conv2d_backward_filter");
     (void)T; /* used by the OpenMP pragmas only */
     const mpt_conv_shape *s = &a->s;
     const size_t es = mpt_dtype_size(a->dtype);
-    const int64_t PQ = (int64_t)s->P * s->Q, CHW = (int64_t)s->C * s->H * s->W, KPQ = (int64_t)s->K * PQ;
+    const int64_t PQ = (int64_t)s->P * s->Q, KPQ = (int64_t)s->K * PQ;
     const int64_t KCRS = (int64_t)s->K * s->C * s->R * s->S;
-    const int pointwise = conv_is_pointwise(s);
-    const size_t col_bytes = conv_col_bytes(a), lower_bytes = conv_lower_bytes(a);
     const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
     float *part = be->workspace; /* [CONV_GROUP][K*C*R*S]: the products of one group of images */
     for (int n0 = 0; n0 < s->N; n0 += CONV_GROUP) {
         const int ng = s->N - n0 < CONV_GROUP ? s->N - n0 : CONV_GROUP;
         MPT_OMP(omp parallel num_threads(T) if (T > 1))
         {
-            char *ws = (char *)be->workspace + shared + (size_t)conv_thread_num() * per_thread;
-            int padded_zeroed = 0;
-            mpt_gemm_args g = conv_gemm_backward_filter(a);
+            char *ws = (char *)be->workspace + pl.shared + (size_t)conv_thread_num() * pl.per_thread;
+            int zeroed = 0;
+            mpt_gemm_args g = pl.g;
             MPT_OMP(omp for schedule(static))
             for (int i = 0; i < ng; i++) {
                 const int n = n0 + i;
-                const char *xn = (const char *)a->x + (size_t)(n * CHW) * es;
-                if (pointwise) {
-                    g.B = xn;
-                } else {
-                    conv_im2col(ws, xn, ws + col_bytes, s, es, !padded_zeroed);
-                    padded_zeroed = 1;
-                    g.B = ws;
-                }
-                g.A = (const char *)a->dy + (size_t)(n * KPQ) * es;
+                g.B = conv_lower(ws, &pl, a, n, &zeroed);
+                g.A = conv_dy(ws, &pl, a, n);
                 g.C = part + (size_t)i * (size_t)KCRS;
-                mpt_cpu_gemm_ws_on(x, &g, ws + lower_bytes, per_thread - lower_bytes);
+                mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
             }
         }
         /* dw = (((dw + P_0) + P_1) + ...) in image order, each element alone (the first image overwrites dw unless

@@ -137,6 +137,11 @@ static int gemm_native(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
 
 static int gemm_is_fp8(mpt_math m) { return m == MPT_MATH_FP8 || m == MPT_MATH_MXFP8; }
 
+int mpt_cpu_gemm_converts(const mpt_cpu_exec *x, mpt_math m) {
+    return (m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16) &&
+           !(x->kernels == MPT_CPU_KERNELS_NATIVE && m == MPT_MATH_BF16);
+}
+
 /* The fast accumulator model runs on the FP8 bytes themselves, into the tile (no FP32 copies, no FP32 GEMM). */
 static int gemm_fast_fp8(const mpt_gemm_args *a) {
     return a->math == MPT_MATH_FP8 && a->fp8_accum == MPT_FP8_ACCUM_FAST;
@@ -266,15 +271,21 @@ static const float *gemm_operand(float *dst, const void *src, int64_t rows, int6
     default: break;
     }
     const int64_t n = rows * K;
-    const mpt_dtype ot = gemm_operand_dtype(m);
+    const size_t es = mpt_dtype_size(gemm_operand_dtype(m));
     const int64_t chunks = (n + GEMM_CONVERT_CHUNK - 1) / GEMM_CONVERT_CHUNK;
     MPT_OMP(omp parallel for schedule(static) if (n >= MPT_PAR_MIN))
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t i0 = c * GEMM_CONVERT_CHUNK, k = n - i0 < GEMM_CONVERT_CHUNK ? n - i0 : GEMM_CONVERT_CHUNK;
-        if (m == MPT_MATH_TF32) mpt_cpu_round_tf32_n(dst + i0, (const float *)src + i0, k);
-        else mpt_cpu_widen(dst + i0, (const char *)src + (size_t)i0 * mpt_dtype_size(ot), ot, k);
+        mpt_cpu_gemm_convert(dst + i0, (const char *)src + (size_t)i0 * es, m, k);
     }
     return dst;
+}
+
+void mpt_cpu_gemm_convert(float *dst, const void *src, mpt_math m, int64_t n) {
+    MPT_ASSERTF(m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16,
+                "mpt_cpu_gemm_convert: math %s has no FP32 operand conversion", mpt_math_name(m));
+    if (m == MPT_MATH_TF32) mpt_cpu_round_tf32_n(dst, src, n);
+    else mpt_cpu_widen(dst, src, gemm_operand_dtype(m), n);
 }
 
 /* v = alpha*acc (+ beta*cold) (+ bias), then ReLU, in FP32, in place over one chunk. The flags are

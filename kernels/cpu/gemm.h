@@ -52,6 +52,16 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
 size_t mpt_cpu_gemm_ws_bytes(const mpt_gemm_args *a);
 void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes);
 
+/* Whether the GEMM of math mode m runs its engine's FP32 product on FP32 copies of its operands (the emulated TF32,
+ * F16 and BF16 modes; not native BF16, FP32 or FP8). A caller that holds such copies already (conv.c: the weights once
+ * per pass, im2col writing the converted image) may run the GEMM with math FP32 on them: the same engine call on the
+ * same FP32 values, so the same bits. */
+int mpt_cpu_gemm_converts(const mpt_cpu_exec *x, mpt_math m);
+
+/* dst[0..n) = the FP32 operand values the emulated GEMM of math m (TF32, F16 or BF16) gives its engine for src (F32,
+ * F16 or BF16 elements respectively): each element rounded to TF32 (RNE) or widened exactly. One thread. */
+void mpt_cpu_gemm_convert(float *dst, const void *src, mpt_math m, int64_t n);
+
 /* FP8 operands (kernels/cpu/fp8.c): dst [rows, K] = the exact FP32 values of src [rows, K] in format fmt, times
  * 2^(c - 127) for the E8M0 block scale c of each 32 elements when block_scales ([rows, mpt_mx_blocks(K)]) is given. */
 void mpt_cpu_fp8_decode(float *dst, const uint8_t *src, mpt_dtype fmt, int64_t rows, int64_t K,
