@@ -10,9 +10,9 @@
  * kernels/cpu/gemm.c and the backend's kernel set and engine (so convolutions have exactly the GEMM numerics:
  * emulated, operands in the math mode's format, FP32 products and sums, one rounding of the output; native bf16,
  * the BF16 units' numerics):
- *   forward          y_n[K, PQ]   = w[K, CRS] * col[CRS, PQ] + bias   (y_n is first filled with bias[k],
- *                                   exact in its own dtype, and the GEMM runs with beta = 1, so
- *                                   acc + bias is rounded once)
+ *   forward          y_n[K, PQ]   = w[K, CRS] * col[CRS, PQ] + bias   (FP32 y: y_n is first filled with bias[k]
+ *                                   and the GEMM runs with beta = 1; 16-bit y: the FP32 product, + bias[k] in
+ *                                   FP32, then rounded to y's dtype: acc + bias rounded as gemm.c's epilogue does)
  *   backward-data    dcol[CRS, PQ] = w^T * dy_n (FP32 output); col2im sums dcol into an FP32 image
  *                                   buffer; then dx_n = round(dx_n + buffer), one rounding per element
  *   backward-filter  P_n[K, CRS]  = dy_n[K, PQ] * col^T (FP32 output); dw = (((dw + P_0) + P_1) + ...) in
@@ -215,9 +215,11 @@ static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a, int cvt, int with
     g.N = (int64_t)s->P * s->Q;
     g.K = (int64_t)s->C * s->R * s->S;
     g.a_dtype = g.b_dtype = cvt ? MPT_DTYPE_F32 : a->dtype;
-    g.c_dtype = a->dtype;
+    /* an F32 y_n is filled with the bias and the GEMM adds the product to it (beta 1: one FP32 rounding); a 16-bit
+     * y_n takes the FP32 product in a buffer, and conv_bias_round adds the bias and rounds (conv_plan.ybuf_off) */
+    g.c_dtype = MPT_DTYPE_F32;
     g.alpha = 1.0f;
-    g.beta = with_bias ? 1.0f : 0.0f; /* y_n holds the bias */
+    g.beta = with_bias && a->dtype == MPT_DTYPE_F32 ? 1.0f : 0.0f; /* an F32 y_n holds the bias */
     g.math = cvt ? MPT_MATH_FP32 : a->math;
     g.epilogue = MPT_EPILOGUE_NONE;
     g.tag = a->tag;
@@ -269,7 +271,7 @@ typedef struct conv_plan {
     int cvt;          /* emulated TF32/F16/BF16 (mpt_cpu_gemm_converts): operands converted here, the GEMM in FP32 */
     mpt_gemm_args g;  /* the per-image GEMM, pointers unset */
     size_t shared;    /* bytes before the threads' parts */
-    size_t col_off, src_off, dcol_off, img_off, dy_off, gemm_off, per_thread;
+    size_t col_off, src_off, dcol_off, img_off, dy_off, ybuf_off, gemm_off, per_thread;
 } conv_plan;
 
 /* The plan of a pass. At graph build (`build`: the workspace query) it creates the oneDNN primitives of its GEMM
@@ -293,6 +295,10 @@ static conv_plan conv_plan_of(const mpt_cpu_exec *x, const mpt_conv_args *a, con
         off += col;
         p.src_off = off;
         off += conv_source_bytes(a, p.cvt);
+        if (pass == CONV_FORWARD && a->dtype != MPT_DTYPE_F32) { /* the FP32 product of a 16-bit y_n */
+            p.ybuf_off = off;
+            off += conv_pad((size_t)s->K * PQ * sizeof(float));
+        }
         if (pass == CONV_BACKWARD_FILTER) {
             p.dy_off = off;
             off += dyc;
@@ -403,6 +409,22 @@ static const void *conv_dy(char *ws, const conv_plan *pl, const mpt_conv_args *a
     return ws + pl->dy_off;
 }
 
+/* y_n[k, :] = round(yb[k, :] + bias[k]) in y's 16-bit dtype (bias widened exactly; + 0 without a bias): the FP32
+ * sum rounded once to FP32 and then to the dtype, the bits of gemm.c's epilogue for alpha 1 and beta 1 on a y_n
+ * filled with the bias (tests/test_conv.c test_conv_bits_*). */
+static void conv_bias_round(char *yn, float *yb, const mpt_conv_args *a, int64_t PQ) {
+    const mpt_conv_shape *s = &a->s;
+    const size_t es = mpt_dtype_size(a->dtype);
+    for (int k = 0; k < s->K; k++) {
+        float *row = yb + (size_t)k * (size_t)PQ;
+        if (a->bias) {
+            const float b = mpt_load_f32(a->bias, a->dtype, k);
+            for (int64_t i = 0; i < PQ; i++) row[i] = row[i] + b;
+        }
+        mpt_cpu_narrow(yn + (size_t)(k * PQ) * es, a->dtype, row, PQ);
+    }
+}
+
 void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
     conv_check(a, "conv2d_forward");
     const conv_plan pl = conv_plan_of(mpt_cpu_exec_of(be), a, CONV_FORWARD, 0);
@@ -423,22 +445,20 @@ void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a) {
         for (int n = 0; n < s->N; n++) {
             char *yn = (char *)a->y + (size_t)(n * KPQ) * es;
             g.B = conv_lower(ws, &pl, a, n, &zeroed);
-            if (a->bias) /* y_n[k, :] = bias[k]: a copy of bits, exact */
-                for (int k = 0; k < s->K; k++) {
-                    const char *b = (const char *)a->bias + (size_t)k * es;
-                    char *row = yn + (size_t)(k * PQ) * es;
-                    if (es == 2) {
-                        uint16_t v;
-                        memcpy(&v, b, 2);
-                        for (int64_t i = 0; i < PQ; i++) ((uint16_t *)row)[i] = v;
-                    } else {
-                        float v;
-                        memcpy(&v, b, 4);
-                        for (int64_t i = 0; i < PQ; i++) ((float *)row)[i] = v;
+            if (a->dtype == MPT_DTYPE_F32) {
+                if (a->bias) /* y_n[k, :] = bias[k], then y_n += product (beta 1) */
+                    for (int k = 0; k < s->K; k++) {
+                        const float v = ((const float *)a->bias)[k];
+                        for (int64_t i = 0; i < PQ; i++) ((float *)yn)[k * PQ + i] = v;
                     }
-                }
-            g.C = yn;
-            mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
+                g.C = yn;
+                mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
+            } else {
+                float *yb = (float *)(ws + pl.ybuf_off);
+                g.C = yb;
+                mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
+                conv_bias_round(yn, yb, a, PQ);
+            }
         }
     }
 }
