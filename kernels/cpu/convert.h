@@ -6,9 +6,9 @@
  * and F16C (the build targets x86-64-v3), and call the elemwise.h functions for the tail. tests/test_dtype.c
  * checks the equality bit for bit over every FP16/BF16 pattern and a million FP32 values.
  *
- *   widen:  F16 -> F32 by integer rebiasing (exact; NaN payloads kept as mpt_f16_to_f32 keeps them, which
- *           the F16C instruction vcvtph2ps would not do for signalling NaNs), BF16 -> F32 by a 16-bit shift,
- *           U8 -> F32 exactly, F32 -> F32 copy.
+ *   widen:  F16 -> F32 with F16C's vcvtph2ps (exact for finite values, subnormals included), element by element
+ *           in a block of 8 that holds an inf or NaN (vcvtph2ps quiets a signalling NaN; mpt_f16_to_f32 keeps its
+ *           payload as it is), BF16 -> F32 by a 16-bit shift, U8 -> F32 exactly, F32 -> F32 copy.
  *   narrow: F32 -> F16 with vcvtps2ph in round-to-nearest-even mode (its NaN result, sign|0x7e00|payload,
  *           is the one mpt_f32_to_f16 returns); F32 -> BF16 with the integer RNE of mpt_f32_to_bf16.
  *   tf32:   F32 -> TF32 (FP32 with the low 13 mantissa bits cleared), the integer RNE of mpt_round_tf32.

@@ -20,8 +20,10 @@
  *
  * The FP32 GEMM is oneDNN's f32 matmul (strict FP32 math; kernels/cpu/onednn.h): about twice OpenBLAS's sgemm
  * with OpenBLAS's AVX2 (Haswell) kernels on every shape measured, as fast as its AVX-512 (Cooperlake) kernels on
- * the MLP's shapes and up to 2.9x slower on LeNet-5's small per-image convolution GEMMs (bench/gemm_bench,
- * docs/benchmarks.md: no per-shape choice of engine yet), or
+ * the MLP's shapes and up to 2.9x slower on some of LeNet-5's small per-image convolution GEMMs (bench/gemm_bench).
+ * Whole convolution passes (bench/conv_bench) take as long on either engine: OpenBLAS's AVX-512 kernels win forward
+ * and backward-data, oneDNN backward-filter, and OpenBLAS's AVX2 kernels lose everywhere, so there is no per-shape
+ * choice of engine (docs/benchmarks.md), or
  * OpenBLAS cblas_sgemm where the build has no oneDNN or MPT_CPU_ENGINE=openblas asks for it (the engine is chosen
  * per backend when it is created: mpt_cpu_exec). Both compute the same products and FP32 sums; only the summation
  * order differs, so results agree within K*2^-24*sum|a*b| (tests/test_gemm.c checks the bound) and each engine is
