@@ -38,16 +38,27 @@ static void print_usage(FILE *f) {
 
 static int run_command(int argc, char **argv);
 
-/* The CPU backend's GEMMs run on oneDNN's OpenMP threads (libgomp). By default libgomp's idle threads, and a thread
- * waiting at the end of a parallel region, spin for milliseconds: on a machine whose cores are busy with other work,
- * the spinning thread takes the core its partner needs, and every parallel GEMM waits for a time slice (mlp fp32, 200
- * steps on 2 threads at load average 10: 19.7 s spinning, 1.8 s passive). libgomp reads OMP_WAIT_POLICY only when it
- * is loaded, before main: so when the environment does not set it, mptrain sets it to passive and executes itself
- * again, once. An exec that fails leaves libgomp's default and changes nothing else. */
-static void omp_wait_passive(char **argv) {
+/* The CPU backend's GEMMs and element-wise passes run on OpenMP threads (libgomp). How a thread waits between
+ * parallel regions decides much of a 2-thread step on a VM, and the right answer depends on whether the cores are
+ * free:
+ *   - busy cores: a thread that spins takes the core its partner needs, and every parallel GEMM waits for a time
+ *     slice (mlp fp32, 200 steps on 2 threads at load average 10: 19.7 s spinning for libgomp's default, 1.8 s
+ *     passive; at load 2.7 with 3 busy loops beside it, spinning 3000 rounds took 1.30-1.70x passive's time);
+ *   - free cores: a thread that sleeps at once (passive) is woken through the kernel for every region, dozens per
+ *     step (2 threads at load 0.4-0.7: spinning 3000 rounds first took 0.82-0.86x passive's training time for mlp
+ *     fp32, tf32 and lenet5 fp32, for 0-5% more CPU time; bench/ab.py, docs/benchmarks.md).
+ * libgomp reads its wait settings only when it is loaded, before main: so when the environment sets neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, mptrain looks at the 1-minute load average once, sets GOMP_SPINCOUNT=3000
+ * (spin about that many rounds, then sleep) if at least one core is free (load + 1 <= cores), else
+ * OMP_WAIT_POLICY=passive, and executes itself again, once. Results do not depend on it (the same bits either way);
+ * an exec that fails leaves libgomp's default and changes nothing else. */
+static void omp_wait_policy(char **argv) {
 #ifdef MPT_HAVE_ONEDNN
-    if (getenv("OMP_WAIT_POLICY")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    double load = 0.0;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int idle = getloadavg(&load, 1) == 1 && cores >= 2 && load + 1.0 <= (double)cores;
+    if ((idle ? setenv("GOMP_SPINCOUNT", "3000", 1) : setenv("OMP_WAIT_POLICY", "passive", 1)) != 0) return;
     execv("/proc/self/exe", argv);
 #else
     (void)argv;
@@ -81,7 +92,7 @@ int main(int argc, char **argv) {
      * the ones libraries call (libgomp's when it cannot create a thread). on_exit's handler runs before the
      * libraries' destructors: it flushes and ends the process with the same status, without the join. */
     if (mpt_cli_memory_limited()) on_exit(exit_without_joining, NULL);
-    omp_wait_passive(argv);
+    omp_wait_policy(argv);
     mpt_cli_memory_crash_report(); /* under a memory limit: a library's unchecked allocation said as such */
     int rc = run_command(argc, argv);
     if (rc == 0 && mpt_cli_stop_signal()) rc = 128 + mpt_cli_stop_signal(); /* asked to stop after the work was done */
