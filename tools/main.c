@@ -2,11 +2,13 @@
  * tools/main.c - the mptrain command: `mptrain COMMAND [options]`, dispatching to the commands of tools/.
  * The file list and the exit codes are in tools/cli.h.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mpt_config.h"
@@ -45,19 +47,64 @@ static int run_command(int argc, char **argv);
  *     slice (mlp fp32, 200 steps on 2 threads at load average 10: 19.7 s spinning for libgomp's default, 1.8 s
  *     passive; at load 2.7 with 3 busy loops beside it, spinning 3000 rounds took 1.30-1.70x passive's time);
  *   - free cores: a thread that sleeps at once (passive) is woken through the kernel for every region, dozens per
- *     step (2 threads at load 0.4-0.7: spinning 3000 rounds first took 0.82-0.86x passive's training time for mlp
- *     fp32, tf32 and lenet5 fp32, for 0-5% more CPU time; bench/ab.py, docs/benchmarks.md).
+ *     step (2 threads at load 0.35-0.59: spinning 3000 rounds first took 0.77-0.89x passive's training time for
+ *     mlp fp32, tf32 and native bf16 and lenet5 fp32 and fp16, for 1-4% more CPU time; bench/ab.py,
+ *     docs/benchmarks.md).
  * libgomp reads its wait settings only when it is loaded, before main: so when the environment sets neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, mptrain looks at the 1-minute load average once, sets GOMP_SPINCOUNT=3000
- * (spin about that many rounds, then sleep) if at least one core is free (load + 1 <= cores), else
- * OMP_WAIT_POLICY=passive, and executes itself again, once. Results do not depend on it (the same bits either way);
- * an exec that fails leaves libgomp's default and changes nothing else. */
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT, mptrain looks at how many other threads are running now (the running count of
+ * /proc/loadavg, less itself, the least of 4 samples 2 ms apart: a momentary process does not count, a busy one
+ * does), sets GOMP_SPINCOUNT=3000 (spin about that many rounds, then sleep) if at most a quarter of the cores are
+ * taken (none of 2 or 3, 1 of 4 ...), else OMP_WAIT_POLICY=passive, and executes itself again, once. (The load
+ * average would lag: after another 2-thread program it reads "busy" for minutes.) Results do not depend on it (the
+ * same bits either way); an exec that fails leaves libgomp's default and changes nothing else. */
+#ifdef MPT_HAVE_ONEDNN
+/* Threads of this process in state R (running or runnable): OpenBLAS starts its workers when it is loaded. */
+static long own_running(void) {
+    long n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[64], buf[256];
+        snprintf(path, sizeof path, "/proc/self/task/%.20s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        const size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        const char *paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces */
+        if (paren && paren[1] == ' ' && paren[2] == 'R') n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Runnable threads of other processes now: /proc/loadavg's running count less this process's, the least of 4
+ * samples 2 ms apart; -1 if unknown. */
+static long others_running(void) {
+    long least = -1;
+    for (int k = 0; k < 4; k++) {
+        if (k) nanosleep(&(struct timespec){0, 2000000}, NULL);
+        FILE *f = fopen("/proc/loadavg", "r");
+        long run = -1, total;
+        if (f) {
+            if (fscanf(f, "%*f %*f %*f %ld/%ld", &run, &total) != 2) run = -1;
+            fclose(f);
+        }
+        if (run < 1) return -1;
+        long others = run - own_running();
+        if (others < 0) others = 0;
+        if (least < 0 || others < least) least = others;
+    }
+    return least;
+}
+#endif
+
 static void omp_wait_policy(char **argv) {
 #ifdef MPT_HAVE_ONEDNN
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
-    double load = 0.0;
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const int idle = getloadavg(&load, 1) == 1 && cores >= 2 && load + 1.0 <= (double)cores;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN), others = others_running();
+    const int idle = cores >= 2 && others >= 0 && others <= cores / 4;
     if ((idle ? setenv("GOMP_SPINCOUNT", "3000", 1) : setenv("OMP_WAIT_POLICY", "passive", 1)) != 0) return;
     execv("/proc/self/exe", argv);
 #else
