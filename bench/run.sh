@@ -198,7 +198,8 @@ loadavg() { cut -d' ' -f1 /proc/loadavg; }
 busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 
 # Environment and arguments of a thread setting. mptrain: "N" -> --threads N (its GEMMs' OpenBLAS and oneDNN
-# threads; mptrain runs libgomp with OMP_WAIT_POLICY=passive unless told otherwise, tools/main.c). PyTorch: "T/B" ->
+# threads; unless told otherwise mptrain runs libgomp with GOMP_SPINCOUNT=3000 when the cores are free at its start
+# and OMP_WAIT_POLICY=passive when they are not, tools/main.c). PyTorch: "T/B" ->
 # torch.set_num_threads(T), OMP_NUM_THREADS=MKL_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B, libgomp's default wait
 # policy; "T/Bp": the same with OMP_WAIT_POLICY=passive. GPU: "-".
 setting_env() {
