@@ -71,6 +71,26 @@ static void check_elem(const char *what, const char *math, int64_t i, double got
 }
 
 /* One random configuration in one math mode: all three passes. */
+/* The arguments of the three passes over these buffers (dtype: the math mode's). */
+static mpt_conv_args conv_args(mpt_conv_shape s, mpt_math math, void *x, void *w, void *bias, void *y, void *dy,
+                               void *dx, float *dw, float *db, const char *tag, int accumulate) {
+    mpt_conv_args a = {0};
+    a.s = s;
+    a.math = math;
+    a.dtype = dtype_of(math);
+    a.x = x;
+    a.w = w;
+    a.bias = bias;
+    a.y = y;
+    a.dy = dy;
+    a.dx = dx;
+    a.dw = dw;
+    a.db = db;
+    a.tag = tag;
+    a.accumulate = accumulate;
+    return a;
+}
+
 static void run_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shape s, int with_bias) {
     s.P = (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1;
     s.Q = (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1;
@@ -88,20 +108,8 @@ static void run_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shap
     memcpy(db0, db, (size_t)s.K * sizeof(float));
     memset(y, 0xff, (size_t)ny * mpt_dtype_size(t)); /* NaN patterns: the forward pass must overwrite y */
 
-    mpt_conv_args a = {0};
-    a.s = s;
-    a.math = math;
-    a.dtype = t;
-    a.x = x;
-    a.w = w;
-    a.bias = with_bias ? bias : NULL;
-    a.y = y;
-    a.dy = dy;
-    a.dx = dx;
-    a.dw = dw;
-    a.db = db;
-    a.tag = "test";
-    a.accumulate = 1; /* the backward passes add to the prefilled dx, dw, db */
+    /* the backward passes add to the prefilled dx, dw, db */
+    mpt_conv_args a = conv_args(s, math, x, w, with_bias ? bias : NULL, y, dy, dx, dw, db, "test", 1);
     ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->conv2d_workspace(be, &a)), MPT_OK);
     be->conv2d_forward(be, &a);
     be->conv2d_backward_data(be, &a);
@@ -329,20 +337,7 @@ static void bits_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_sha
         for (int64_t e = 0; e < nw; e++) dw_ref[e] = n == 0 && !accumulate ? part[e] : dw_ref[e] + part[e];
     }
 
-    mpt_conv_args a = {0};
-    a.s = s;
-    a.math = math;
-    a.dtype = t;
-    a.x = x;
-    a.w = w;
-    a.bias = with_bias ? bias : NULL;
-    a.y = y;
-    a.dy = dy;
-    a.dx = dx;
-    a.dw = dw;
-    a.db = db;
-    a.tag = "bits";
-    a.accumulate = accumulate;
+    mpt_conv_args a = conv_args(s, math, x, w, with_bias ? bias : NULL, y, dy, dx, dw, db, "bits", accumulate);
     ck_assert_int_eq(mpt_backend_reserve_workspace(be, be->conv2d_workspace(be, &a)), MPT_OK);
     be->conv2d_forward(be, &a);
     be->conv2d_backward_data(be, &a);
