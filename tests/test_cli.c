@@ -296,6 +296,18 @@ START_TEST(test_info) {
     const char *cpu[] = {"CPU kernels (--cpu-kernels):", "avx512_bf16 ", "amx_bf16 ", "avx512_fp16 ", "GEMM engine",
                          "emulate (default)   available", "native              "};
     for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, cpu[i]) != NULL, "info lacks %s: %s", cpu[i], out_buf);
+    ck_assert_msg(strstr(out_buf, "OpenMP waiting      "), "info does not say how OpenMP threads wait: %s", out_buf);
+    /* the user's GOMP_SPINCOUNT wins over mptrain's choice, and info says where it came from */
+    const char *had_policy = getenv("OMP_WAIT_POLICY");
+    char *saved = had_policy ? strdup(had_policy) : NULL;
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("GOMP_SPINCOUNT", "1234", 1);
+    ck_assert_int_eq(run("info", NULL), 0);
+    unsetenv("GOMP_SPINCOUNT");
+    if (saved) setenv("OMP_WAIT_POLICY", saved, 1);
+    free(saved);
+    ck_assert_msg(strstr(out_buf, "OpenMP waiting      GOMP_SPINCOUNT=1234 (spin that many rounds, then sleep) (from "
+                                  "the environment)"), "info does not keep the user's GOMP_SPINCOUNT: %s", out_buf);
     char why[256];
     const int native = mpt_cpu_native_available(why, sizeof why);
     ck_assert_msg(strstr(out_buf, native ? "native              available" : why) != NULL,

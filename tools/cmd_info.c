@@ -74,6 +74,15 @@ static void print_cpu_kernels(void) {
     printf("  CPU features        avx512_bf16 %s, amx_bf16 %s, avx512_fp16 %s (CPUID)\n", yes_no(cpuid_bit(1, 0, 5)),
            yes_no(cpuid_bit(0, 3, 22)), yes_no(cpuid_bit(0, 3, 23)));
     printf("  GEMM engine         %s\n", engine);
+    /* how OpenMP threads wait between parallel regions (tools/main.c sets it when the environment does not) */
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    const char *chosen = getenv("MPT_OMP_WAIT_CHOSEN");
+    char wait[160];
+    if (policy) snprintf(wait, sizeof wait, "OMP_WAIT_POLICY=%s", policy);
+    else if (spin) snprintf(wait, sizeof wait, "GOMP_SPINCOUNT=%s (spin that many rounds, then sleep)", spin);
+    else snprintf(wait, sizeof wait, "libgomp's default");
+    printf("  OpenMP waiting      %s (%s%s)\n", wait, chosen ? "chosen by mptrain: " : "from the environment",
+           chosen ? chosen : "");
     printf("  emulate (default)   available: Tensor Core numerics emulated exactly (the GPU's oracle)\n");
     if (mpt_cpu_native_available(why, sizeof why))
         printf("  native              available: bf16 GEMMs and convolutions on the CPU's BF16 units (fp32, tf32 and "
