@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/backend.h"
 #include "kernels/cpu/onednn.h"
 
@@ -41,17 +42,6 @@ enum { SAMPLES = 7, CALLS = 10 };
 
 static clockid_t bench_clock = CLOCK_THREAD_CPUTIME_ID;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef void (*bench_fn)(void *ctx, int pass);
 
 /* Median over SAMPLES of the mean time of CALLS calls of fn(ctx, pass), in ms. */
@@ -59,12 +49,11 @@ static double time_ms(bench_fn fn, void *ctx, int pass) {
     double t[SAMPLES];
     fn(ctx, pass); /* warm: caches, oneDNN's first-call set-up */
     for (int s = 0; s < SAMPLES; s++) {
-        double t0 = now_s();
+        double t0 = bench_now_s(bench_clock);
         for (int i = 0; i < CALLS; i++) fn(ctx, pass);
-        t[s] = (now_s() - t0) / CALLS * 1e3;
+        t[s] = (bench_now_s(bench_clock) - t0) / CALLS * 1e3;
     }
-    qsort(t, SAMPLES, sizeof *t, cmp_double);
-    return t[SAMPLES / 2];
+    return bench_median(t, SAMPLES);
 }
 
 static void fill(void *p, mpt_dtype t, int64_t n, unsigned salt) {
@@ -258,11 +247,9 @@ int main(int argc, char **argv) {
     }
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
-    double load[3] = {-1, -1, -1};
-    if (getloadavg(load, 3) < 0) load[0] = -1;
     printf("conv_bench: %d thread(s), %s CPU clock, ms per batch (median of %d x %d calls); load %.2f; oneDNN %s "
            "(%s); mptrain engine %s\n",
-           threads, threads > 1 ? "process" : "thread", SAMPLES, CALLS, load[0], mpt_onednn_version(),
+           threads, threads > 1 ? "process" : "thread", SAMPLES, CALLS, bench_load_avg(), mpt_onednn_version(),
            mpt_onednn_isa(), getenv("MPT_CPU_ENGINE") ? getenv("MPT_CPU_ENGINE") : "default");
     mpt_conv_shape shapes[2] = {
         {.N = 128, .C = 1, .H = 28, .W = 28, .K = 6, .R = 5, .S = 5, .pad_h = 2, .pad_w = 2, .stride_h = 1,

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "datasets/synthetic.h"
 #include "engine/layers/layers.h"
 #include "engine/train.h"
@@ -41,25 +42,6 @@ typedef struct opts {
     int batch, rounds, steps, warmup, cpu_time;
     int use[N_VARIANTS]; /* which variants run (--variants); use[0] (bf16) always */
 } opts;
-
-static double now_s(int cpu_time) {
-    struct timespec ts;
-    if (clock_gettime(cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts) != 0) {
-        perror("fp8_bench: clock_gettime");
-        exit(1);
-    }
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* A trainer for variant v on its own backend; exits with a message on failure. */
 static mpt_trainer *make_trainer(mpt_backend *be, const opts *o, int v) {
@@ -86,14 +68,14 @@ static mpt_trainer *make_trainer(mpt_backend *be, const opts *o, int v) {
 static double time_steps(mpt_trainer *t, const mpt_mnist *d, const opts *o, int32_t *idx) {
     double t0 = 0.0;
     for (int s = 0; s < o->warmup + o->steps; s++) {
-        if (s == o->warmup) t0 = now_s(o->cpu_time);
+        if (s == o->warmup) t0 = bench_now_s(bench_clock_of(o->cpu_time));
         for (int i = 0; i < o->batch; i++) idx[i] = (int32_t)(((int64_t)s * o->batch + i) % d->n_train);
         mpt_trainer_gather(t, d->train_images, d->train_labels, idx, d->dim, 0.0f, 1.0f);
         mpt_trainer_step(t);
     }
     mpt_train_stats st;
     mpt_trainer_stats(t, &st); /* waits for the step's results */
-    return now_s(o->cpu_time) - t0;
+    return bench_now_s(bench_clock_of(o->cpu_time)) - t0;
 }
 
 static int parse_int(const char *flag, const char *s, int lo, int hi) {
@@ -184,9 +166,9 @@ int main(int argc, char **argv) {
     printf("variant median_ms_per_step ratio_to_bf16_median ratio_min ratio_max rounds_slower\n");
     for (int v = 0; v < N_VARIANTS; v++) {
         if (!o.use[v]) continue;
-        double med = median(sec[v], o.rounds) * 1e3;
+        double med = bench_median(sec[v], o.rounds) * 1e3;
         if (v == 0) { printf("%s %.3f 1 1 1 -\n", variant_names[v], med); continue; }
-        double m = median(ratio[v], o.rounds); /* sorts ratio[v] */
+        double m = bench_median(ratio[v], o.rounds); /* sorts ratio[v] */
         printf("%s %.3f %.3f %.3f %.3f %d/%d\n", variant_names[v], med, m, ratio[v][0], ratio[v][o.rounds - 1],
                slower[v], o.rounds);
     }

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/backend.h"
 #include "kernels/cpu/onednn.h"
 
@@ -35,28 +36,6 @@ static const double MIN_SAMPLE_S = 0.02;
 
 static clockid_t bench_clock = CLOCK_MONOTONIC;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(bench_clock, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The 1-minute load average (other processes share the cores: read the figures with it in mind). */
-static double load_avg(void) {
-    double l = -1.0;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) {
-        if (fscanf(f, "%lf", &l) != 1) l = -1.0;
-        fclose(f);
-    }
-    return l;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 typedef void (*bench_fn)(void *ctx);
 
 /* Median seconds per call of fn(ctx). */
@@ -64,20 +43,19 @@ static double median_time(bench_fn fn, void *ctx) {
     fn(ctx); /* warm-up: page faults, OpenBLAS thread start */
     int iters = 1;
     for (;;) {
-        double t0 = now_s();
+        double t0 = bench_now_s(bench_clock);
         for (int i = 0; i < iters; i++) fn(ctx);
-        double t = now_s() - t0;
+        double t = bench_now_s(bench_clock) - t0;
         if (t >= MIN_SAMPLE_S) break;
         iters = t <= 0 ? iters * 10 : (int)(iters * (MIN_SAMPLE_S * 1.2 / t)) + 1;
     }
     double s[SAMPLES];
     for (int k = 0; k < SAMPLES; k++) {
-        double t0 = now_s();
+        double t0 = bench_now_s(bench_clock);
         for (int i = 0; i < iters; i++) fn(ctx);
-        s[k] = (now_s() - t0) / iters;
+        s[k] = (bench_now_s(bench_clock) - t0) / iters;
     }
-    qsort(s, SAMPLES, sizeof s[0], cmp_double);
-    return s[SAMPLES / 2];
+    return bench_median(s, SAMPLES);
 }
 
 typedef struct shape {
@@ -195,7 +173,7 @@ int main(int argc, char **argv) {
     printf("default engine: %s\n", engine);
     if (!native) printf("native kernel set unavailable: %s\n", why);
     printf("%d thread(s); GFLOP/s (%s), median of %d samples; load average at start %.2f\n\n", threads,
-           bench_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time", SAMPLES, load_avg());
+           bench_clock == CLOCK_MONOTONIC ? "wall clock" : "thread CPU time", SAMPLES, bench_load_avg());
     printf("%-12s %5s %5s %5s | %8s %8s %8s | %8s %8s %8s %8s %8s\n", "shape", "M", "N", "K", "sgemm", "dnnl f32",
            "dnnl bf16", "fp32", "tf32", "fp16", "bf16", "bf16n");
     for (int si = 0; si < nshapes; si++) {
@@ -262,7 +240,7 @@ int main(int argc, char **argv) {
     printf("%-12s %5lld %5lld %5lld | %8.1f %8.1f %8.1f |  (ceilings: each engine on a large square product)\n",
            big.name, (long long)n, (long long)n, (long long)n, 2.0 * (double)n * n * n / t * 1e-9,
            dnnl_gflops(&big, MPT_DTYPE_F32), dnnl_gflops(&big, MPT_DTYPE_BF16));
-    printf("load average at end %.2f\n", load_avg());
+    printf("load average at end %.2f\n", bench_load_avg());
     free(A);
     free(B);
     free(C);
