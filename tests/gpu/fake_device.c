@@ -9,7 +9,8 @@
  * Its stdout is C stdio, block-buffered when it is a file, as the real programs' is: lines survive a kill only
  * when the runner makes them line-buffered (stdbuf), which is what the rehearsal checks. FAKE_HANG=<key> makes the
  * run whose key ("<program>/<case>" for a test, "mptrain <command> <model>" for mptrain) contains it print one more
- * line and then sleep (a hang); FAKE_FAIL=<key> makes it fail (a "not ok" line, exit 1).
+ * line and then sleep (a hang); FAKE_FAIL=<key> makes it fail (a "not ok" line, exit 1); FAKE_GRAPH_CHANGES_MATH=1
+ * makes `train --cuda-graph on` write another first loss than `--cuda-graph off` (metrics.csv).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -98,9 +99,12 @@ static int fake_mptrain(int argc, char **argv) {
                "\"steps_skipped\": 0, \"peak_memory_bytes\": {\"total\": 1048576}, "
                "\"cuda_graph\": {\"status\": \"fake\"}}\n");
     fclose(f);
+    /* as mptrain's: each run's own id in the last column; FAKE_GRAPH_CHANGES_MATH: --cuda-graph on moves a loss */
+    const int moved = getenv("FAKE_GRAPH_CHANGES_MATH") && strcmp(arg_after(argc, argv, "--cuda-graph", ""), "on") == 0;
     f = create(out, "metrics.csv");
-    fprintf(f, "epoch,loss\n");
-    for (int e = 0; e < epochs; e++) fprintf(f, "%d,0.%d\n", e + 1, 5 - e);
+    fprintf(f, "epoch,loss,run_id\n");
+    for (int e = 0; e < epochs; e++)
+        fprintf(f, "%d,0.%d%s,%08x\n", e + 1, 5 - e, moved && e == 0 ? "1" : "", (unsigned)getpid());
     fclose(f);
     return 0;
 }

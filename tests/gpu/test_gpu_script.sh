@@ -10,7 +10,8 @@
 #     channels, the debugger's stacks) and killed at its limit, the TAP line it printed before hanging survives (stdio
 #     block-buffered, made line-buffered by the runner), every other case runs, `timing` alone after the others, and
 #     every later stage still runs; the output folder holds exactly the six files a device call returns, the results
-#     page has every stage, the library path has every nvidia/*/lib folder of the Python's wheels.
+#     page has every stage, the library path has every nvidia/*/lib folder of the Python's wheels; a loss that moves
+#     with --cuda-graph on (FAKE_GRAPH_CHANGES_MATH) fails the graph stage.
 #   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
 #     past its time limit is, while a stage hangs; what the earlier stages produced, and what the hanging stage had
 #     printed, are already in the output folder.
@@ -123,7 +124,7 @@ in_archive() { # OUTDIR PATTERN: the archive's matching member, on stdout
 # ---- run A: a hanging test case ---------------------------------------------------------------------------------
 outA=$tmp/outA
 t0=$SECONDS
-FAKE_HANG=test_cuda/conv "$tree/bench/gpu.sh" --budget 300 --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
+FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 "$tree/bench/gpu.sh" --budget 300 --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
 rcA=$?
 took=$((SECONDS - t0))
 sed 's/^/    A| /' "$tmp/A.log" | tail -n 60
@@ -158,6 +159,8 @@ check "the results page has the graph table, the compare reports and the PyTorch
 check "the PyTorch comparison has all 16 runs (8 mptrain, 8 PyTorch; 1 repeat)" \
     [ "$(in_archive "$outA" '*/bench/runs/*/run.json' | grep -o '"rc": 0' | wc -l)" = 16 ]
 check "the failed stage is named" grep -q 'STAGE FAILED: test: the cuda suite failed' "$outA/gpu.log"
+check "a loss that differs with the step graph on fails the graph stage" \
+    grep -q 'STAGE FAILED: graph: metrics.csv differs between --cuda-graph on and off' "$outA/gpu.log"
 check "OPENBLAS_CORETYPE is recorded" grep -q 'OPENBLAS_CORETYPE=' "$outA/machine.txt"
 
 # ---- run B: killed from outside while a stage hangs -------------------------------------------------------------
@@ -177,7 +180,7 @@ gpid=
 sed 's/^/    B| /' "$tmp/B.log" | tail -n 30
 check "run B: the hanging stage's output reached the output folder while it hung" [ "$seen" = 1 ]
 check "run B: after the kill, the log has the stage that was running" grep -q 'compare: mptrain compare --model lenet5' "$outB/gpu.log"
-check "run B: after the kill, the summary has the earlier stages" \
+check "run B: after the kill, the summary has the earlier stages (graph ok: the runs' metrics.csv differ in run_id alone)" \
     bash -c "grep -Eq '^test +[0-9]+s +ok' '$outB/summary.txt' && grep -Eq '^graph +[0-9]+s +ok' '$outB/summary.txt'"
 check "run B: after the kill, the archive has the earlier stages' runs" \
     bash -c "tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'graph/mlp-fp16-off/summary.json' && tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'compare-mlp/report.md'"
