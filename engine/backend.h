@@ -150,6 +150,15 @@ typedef struct mpt_gemm_args {
     mpt_fp8_accum fp8_accum;          /* FP8: the accumulator (FP32 for MXFP8) */
     int32_t fp8_promote;              /* FAST: add the partial sum into an FP32 accumulator every this many elements
                                          of K (a multiple of 32; 0 = never) */
+    /* Operand copies that live across calls (allocated at graph build, decision 4). A backend whose GEMM of this
+     * math runs on converted FP32 copies of its operands (gemm_copies below: the CPU emulation of TF32, F16 and
+     * BF16) reads op A's copy from a_copy when it is set: it first converts A into it when a_copy_write is
+     * nonzero, else it takes a_copy as converted by an earlier call from the same stored A (same elements, same
+     * math; a copy is elementwise in A's storage order, so one copy serves A read plain or transposed). B likewise.
+     * The caller owns the promise that A has not changed since; the result is bit for bit the call without copies.
+     * Backends whose gemm_copies is NULL or says 0 ignore these four fields. */
+    float *a_copy, *b_copy;           /* F32, as many elements as A / B */
+    int a_copy_write, b_copy_write;
     const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record;
                                          may live on the caller's stack: a backend that keeps it copies it */
 } mpt_gemm_args;
@@ -407,6 +416,9 @@ struct mpt_backend {
     /* ---- math ---- */
     void (*gemm)(mpt_backend *be, const mpt_gemm_args *a);
     size_t (*gemm_workspace)(mpt_backend *be, const mpt_gemm_args *a);      /* bytes of scratch it needs */
+    /* Nonzero when this backend's GEMM of math m converts its operands into FP32 copies, so that a caller that
+     * keeps copies across calls (mpt_gemm_args.a_copy) saves a conversion per reuse; may be NULL (none does). */
+    int (*gemm_copies)(mpt_backend *be, mpt_math m);
     void (*conv2d_forward)(mpt_backend *be, const mpt_conv_args *a);        /* y = conv(x, w) + bias */
     void (*conv2d_backward_data)(mpt_backend *be, const mpt_conv_args *a);  /* dx += conv^T(dy, w) */
     void (*conv2d_backward_filter)(mpt_backend *be, const mpt_conv_args *a);/* dw += ..., db += sum dy */

@@ -100,6 +100,11 @@ struct mpt_node {
      * in the TN layouts the GEMMs read, and their scales. fp8 == 0: none (the GEMMs run in `math`). */
     int fp8;
     mpt_fp8_operand fp8_x, fp8_w, fp8_dy;  /* input x [B, in], weight W [out, in], output gradient dy [B, out] */
+    /* Operand copies (a linear node on a backend whose GEMMs convert their operands: be->gemm_copies, the CPU
+     * emulation of TF32/F16/BF16): F32 tensors in MPT_MEM_WORKSPACE holding x, W and dy as the GEMMs convert them,
+     * written by the first GEMM of a pass that reads the operand and read by the second (mpt_gemm_args.a_copy); NULL
+     * where the operand has one GEMM a pass (W and dy without an input gradient) or the backend converts nothing. */
+    mpt_tensor *copy_x, *copy_w, *copy_dy;
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;

@@ -32,6 +32,11 @@
  *    element-wise parts see the second thread), and lenet5's convolutions (each image's GEMMs and lowering on
  *    one thread, the weight-gradient products summed in image order). Sizes above the one-thread threshold
  *    (MPT_PAR_MIN).
+ * 7. Operand copies (engine/layers/linear.c, mpt_gemm_args.a_copy): a linear layer's x, W and dy converted once a
+ *    pass into FP32 copies that its other GEMMs read train bit for bit as the backend without them (gemm_copies
+ *    cleared): each model in tf32, fp16 and bf16, fused and unfused, with telemetry every step (its probes and fills
+ *    convert for themselves), three Adam steps on new inputs each step (a stale copy of x or W would show), every
+ *    master weight, working weight and optimizer state compared byte for byte; and the copies exist.
  */
 #include <cblas.h>
 #include <math.h>
@@ -394,6 +399,87 @@ START_TEST(test_step_creates_no_primitive) {
            models[_i], n_failed, n_cases, failed);
     printf("test_step_creates_no_primitive: %s: %d training runs, no primitive created after graph build\n", models[_i],
            n_cases);
+}
+END_TEST
+
+/* The master weights, working weights and optimizer state after three Adam steps of `model` in precision p on the
+ * emulate kernel set, with the backend's operand copies (copies != 0) or without (be->gemm_copies cleared); in
+ * *n_copies the linear nodes that hold operand copies. Returns the bytes, concatenated (length in *len). */
+static unsigned char *copies_run(const char *model, mpt_precision p, int fuse, int telemetry, int copies, size_t *len,
+                                 int *n_copies) {
+    enum { B = 16, STEPS = 3 };
+    ck_assert_int_eq(mpt_cpu_set_threads(1), 1);
+    mpt_backend *be = backend_with(MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine);
+    if (!copies) be->gemm_copies = NULL;
+    const step_case c = {model, p, MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine, fuse, telemetry, 1};
+    mpt_graph *g = step_case_graph(be, &c, p, B);
+    mpt_train_config cfg = mpt_train_config_default(p);
+    cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_ADAM);
+    mpt_trainer *t = NULL;
+    ck_assert_msg(mpt_trainer_create(&t, g, &cfg) == MPT_OK, "%s: %s", model, mpt_last_error());
+    if (telemetry)
+        ck_assert_msg(mpt_telemetry_create(t, 1, step_case_graph(be, &c, MPT_PRECISION_FP32, B)) == MPT_OK, "%s",
+                      mpt_last_error());
+    *n_copies = 0;
+    for (int i = 0; i < t->g->n_nodes; i++) *n_copies += t->g->nodes[i]->copy_x != NULL;
+    tests_rng r = {0x2511};
+    for (int step = 0; step < STEPS; step++) { /* new inputs every step: a copy of x kept from a step before shows */
+        mpt_tensor *x = t->g->input;
+        for (int64_t k = 0; k < mpt_tensor_numel(x); k++)
+            mpt_store_f32(x->data, x->dtype, k, (float)tests_uniform(&r, -1, 1));
+        int32_t *labels = t->g->labels->data;
+        for (int i = 0; i < B; i++) labels[i] = tests_int(&r, 0, MPT_MODEL_CLASSES - 1);
+        mpt_trainer_step(t);
+    }
+    size_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        unsigned char *out = pass ? malloc(total) : NULL;
+        size_t off = 0;
+        for (int i = 0; i < t->g->n_tensors; i++) {
+            const mpt_tensor *x = t->g->tensors[i];
+            if (x->view_of || (x->mem != MPT_MEM_MASTER && x->mem != MPT_MEM_WEIGHT && x->mem != MPT_MEM_OPTIM) ||
+                strcmp(x->name, "amp.param_table") == 0) /* the optimizer's table of tensor addresses */
+                continue;
+            if (pass) memcpy(out + off, x->data, mpt_tensor_nbytes(x));
+            off += mpt_tensor_nbytes(x);
+        }
+        if (pass) {
+            mpt_trainer_free(&t);
+            mpt_backend_free(&be);
+            *len = total;
+            return out;
+        }
+        total = off;
+    }
+    return NULL;
+}
+
+START_TEST(test_operand_copies_same_bits) {
+    static const char *const models[3] = {"mlp", "lenet5", "cnn"};
+    static const mpt_precision precs[3] = {MPT_PRECISION_TF32, MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    static const struct {
+        int fuse, telemetry;
+    } variants[3] = {{1, 0}, {0, 0}, {1, 1}};
+    for (int m = 0; m < 3; m++)
+        for (int p = 0; p < 3; p++)
+            for (int v = 0; v < 3; v++) {
+                size_t la = 0, lb = 0;
+                int ca = 0, cb = 0;
+                unsigned char *a = copies_run(models[m], precs[p], variants[v].fuse, variants[v].telemetry, 1, &la, &ca);
+                unsigned char *b = copies_run(models[m], precs[p], variants[v].fuse, variants[v].telemetry, 0, &lb, &cb);
+                EXPECT(ca > 0 && cb == 0, "%s %s: %d linear nodes with operand copies on the CPU backend, %d without "
+                       "gemm_copies (expected some, and none)", models[m], mpt_precision_name(precs[p]), ca, cb);
+                EXPECT(la == lb && la > 0, "%s: %zu and %zu bytes of state", models[m], la, lb);
+                size_t first = 0;
+                while (first < la && a[first] == b[first]) first++;
+                EXPECT(first == la, "%s %s fuse %d telemetry %d: the state after 3 steps differs with operand copies "
+                       "(first at byte %zu of %zu)", models[m], mpt_precision_name(precs[p]), variants[v].fuse,
+                       variants[v].telemetry, first, la);
+                free(a);
+                free(b);
+            }
+    printf("test_operand_copies_same_bits: 27 trainings (mlp, lenet5, cnn x tf32, fp16, bf16 x fused, unfused, "
+           "telemetry) bit-identical with and without operand copies\n");
 }
 END_TEST
 
@@ -812,6 +898,7 @@ static Suite *cpu_kernels_suite(void) {
     TCase *steps = tcase_create("steps");
     tcase_set_timeout(steps, 300);
     tcase_add_loop_test(steps, test_step_creates_no_primitive, 0, 3); /* mlp, lenet5, cnn */
+    tcase_add_test(steps, test_operand_copies_same_bits);
     suite_add_tcase(s, steps);
     return s;
 }

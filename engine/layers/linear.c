@@ -21,6 +21,11 @@
  * GEMM operands are in the node's compute dtype and math mode (policy: linear runs in the mode's
  * low-precision format; TF32 in tf32 mode); products and sums are FP32 (engine/backend.h).
  * PyTorch: torch.nn.Linear(in, out); init U(-1/sqrt(in), 1/sqrt(in)) for W and b (fan_in = in).
+ * Operand copies (n->copy_x, copy_w, copy_dy; engine/graph.h): on a backend whose GEMMs convert their operands (the
+ * CPU's emulated TF32/F16/BF16, which widens or rounds every operand into FP32 scratch), x, W and dy are each read by
+ * two GEMMs of a step. The forward GEMM converts x and W into the node's copies, the data-gradient GEMM dy, and the
+ * later GEMMs read the copies: three conversions a step instead of six, the same values, the same bits. The probes
+ * and fill_fused do not use them (they run outside the pass's order, and convert for themselves).
  * Telemetry probes (16-bit y / dx only): the forward and data-gradient GEMMs again with an FP32 C, which is
  * what the epilogue held before rounding (same operands, math mode and epilogue; beta = 0 for dx, whose
  * accumulation starts from the zeroed gradient).
@@ -205,6 +210,46 @@ static mpt_gemm_args linear_fused_dgrad_args(const mpt_graph *g, const mpt_node 
     return a;
 }
 
+/* The pass's operand copies (n->copy_*; NULL fields where n has none): the forward GEMM writes x's and W's, the
+ * data-gradient GEMM writes dy's and reads W's, the weight-gradient GEMM reads dy's and x's. */
+static float *copy_data(const mpt_tensor *t) { return t ? (float *)t->data : NULL; }
+
+static void use_copies_fwd(const mpt_node *n, mpt_gemm_args *a) {
+    a->a_copy = copy_data(n->copy_x);
+    a->a_copy_write = 1;
+    a->b_copy = copy_data(n->copy_w);
+    a->b_copy_write = 1;
+}
+
+static void use_copies_dgrad(const mpt_node *n, mpt_gemm_args *a) {
+    a->a_copy = copy_data(n->copy_dy);
+    a->a_copy_write = 1;
+    a->b_copy = copy_data(n->copy_w);
+    a->b_copy_write = 0;
+}
+
+static void use_copies_wgrad(const mpt_node *n, mpt_gemm_args *a) {
+    a->a_copy = copy_data(n->copy_dy); /* exists only with a data gradient, whose GEMM ran first */
+    a->a_copy_write = 0;
+    a->b_copy = copy_data(n->copy_x);
+    a->b_copy_write = 0;
+}
+
+/* Adds n's operand copies when the backend's GEMMs of n's math convert operands: x's always (forward and weight
+ * gradient), W's and dy's with a data gradient (each then read by two GEMMs). */
+static void linear_copies_setup(mpt_graph *g, mpt_node *n) {
+    if (n->fp8 || !g->be->gemm_copies || !g->be->gemm_copies(g->be, n->math)) return;
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *y = n->out;
+    char tn[MPT_NAME_LEN];
+    n->copy_x = mpt_graph_tensor(g, mpt_layer_tname(tn, n->name, "x.gemm_f32"), MPT_DTYPE_F32, MPT_MEM_WORKSPACE,
+                                 x->ndim, x->shape);
+    if (!x->grad) return;
+    n->copy_w = mpt_graph_tensor(g, mpt_layer_tname(tn, n->name, "weight.gemm_f32"), MPT_DTYPE_F32,
+                                 MPT_MEM_WORKSPACE, w->ndim, w->shape);
+    n->copy_dy = mpt_graph_tensor(g, mpt_layer_tname(tn, n->name, "dy.gemm_f32"), MPT_DTYPE_F32, MPT_MEM_WORKSPACE,
+                                  y->ndim, y->shape);
+}
+
 /* Whether this pass runs with the relu after n fused into n's forward GEMM. */
 static int relu_fused(const mpt_graph *g, const mpt_node *n) { return g->fuse_epilogues && n->fused_relu; }
 
@@ -218,6 +263,7 @@ static void linear_forward(mpt_graph *g, mpt_node *n) {
     }
     snprintf(tag, sizeof tag, "%s.fwd", n->name);
     mpt_gemm_args a = relu_fused(g, n) ? linear_fused_fwd_args(g, n, tag) : linear_fwd_args(g, n, tag);
+    use_copies_fwd(n, &a);
     g->be->gemm(g->be, &a);
 }
 
@@ -232,12 +278,14 @@ static void linear_backward_data(mpt_graph *g, mpt_node *n, char *tag, size_t ta
         mpt_graph_grad_accumulate(g, l->out->grad); /* marks both written */
         mpt_graph_grad_accumulate(g, l->in[2]->grad);
         mpt_gemm_args a = linear_fused_dgrad_args(g, n, tag);
+        use_copies_dgrad(n, &a);
         g->be->gemm(g->be, &a);
         l->fused_relu->bwd_done = 1;
         return;
     }
     mpt_gemm_args a = linear_dgrad_args(g, n, tag);
     a.beta = mpt_graph_grad_accumulate(g, x->grad) ? 1.0f : 0.0f;
+    use_copies_dgrad(n, &a);
     g->be->gemm(g->be, &a);
 }
 
@@ -252,6 +300,7 @@ static void linear_backward(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.wgrad", n->name);
     mpt_gemm_args a = linear_wgrad_args(g, n, tag);
     a.beta = mpt_graph_grad_accumulate(g, w->grad) ? 1.0f : 0.0f;
+    use_copies_wgrad(n, &a);
     if (n->fused_relu && n->fused_relu->bwd_done) { /* db was written by the next layer's data-gradient epilogue */
         g->be->gemm(g->be, &a);
         return;
@@ -372,6 +421,7 @@ mpt_tensor *mpt_linear(mpt_graph *g, mpt_tensor *x, int out_features, const char
         MPT_ASSERTF(g->be->fp8_cast != NULL, "linear %s: the %s backend has no FP8 casts", name, g->be->name);
         linear_fp8_setup(g, n, fp8_math, fp8_fmt);
     }
+    linear_copies_setup(g, n);
 
     /* every GEMM a step may run, in every form: the gradient GEMMs accumulate or overwrite as the pass decides */
     mpt_gemm_args a = linear_fwd_args(g, n, name);

@@ -136,6 +136,7 @@ mpt_backend *mpt_backend_cpu_create(void) {
 
     be->gemm = mpt_cpu_gemm;
     be->gemm_workspace = mpt_cpu_gemm_workspace;
+    be->gemm_copies = mpt_cpu_gemm_copies;
     be->conv2d_forward = mpt_cpu_conv2d_forward;
     be->conv2d_backward_data = mpt_cpu_conv2d_backward_data;
     be->conv2d_backward_filter = mpt_cpu_conv2d_backward_filter;

@@ -6,7 +6,7 @@
  * OpenBLAS sgemm), and results are rounded once to the output dtype; the native kernel set runs bf16 on the CPU's
  * BF16 units instead (kernels/cpu/gemm.c). Each function documents its contract in
  * engine/backend.h; the grouping into files is:
- *   gemm.c        mpt_cpu_gemm, mpt_cpu_gemm_workspace       (where each precision's GEMM numerics live)
+ *   gemm.c        mpt_cpu_gemm, mpt_cpu_gemm_workspace, mpt_cpu_gemm_copies (where each precision's GEMM numerics live)
  *   onednn.c      oneDNN matmul primitives, the GEMM engine (onednn_none.c in builds without oneDNN)
  *   conv.c        conv2d forward / backward-data / backward-filter through im2col + mpt_cpu_gemm
  *   elementwise.c cast, relu, maxpool, dropout, softmax + cross-entropy, bias gradient, batch gather
@@ -31,6 +31,7 @@
 
 void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a);
 size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
+int mpt_cpu_gemm_copies(mpt_backend *be, mpt_math m); /* mpt_cpu_gemm_converts with the backend's kernel set */
 
 void mpt_cpu_conv2d_forward(mpt_backend *be, const mpt_conv_args *a);
 void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a);

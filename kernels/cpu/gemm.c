@@ -105,6 +105,13 @@
  * cuBLASLt version, other shapes (split-K), and the epilogue's order with scales that are not 1. mxfp8 has no fast
  * model (Hopper has no MX Tensor Cores; B200's block-scaled accumulator is not modelled): it accumulates in FP32.
  *
+ * Operand copies (mpt_gemm_args.a_copy / b_copy; mpt_cpu_gemm_copies says when they are read: the emulated TF32,
+ * F16 and BF16 GEMMs). A caller that runs several GEMMs on one operand (a linear layer: x in its forward and
+ * weight-gradient GEMMs, W in its forward and data-gradient GEMMs, dy in both gradient GEMMs) keeps its converted
+ * FP32 values in a copy of its own: the first GEMM converts into it, the later ones read it, instead of each
+ * converting into scratch. The same conversion of the same values, so the same bits; the scratch for the operands
+ * is still reserved (the build-time query sees no copies).
+ *
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
  *   [converted A: M*K floats, if emulated math != FP32][converted B: K*N floats, likewise]
  *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE][oneDNN's scratchpad, if oneDNN runs it]
@@ -283,6 +290,16 @@ static const float *gemm_operand(float *dst, const void *src, int64_t rows, int6
     return dst;
 }
 
+/* The FP32 operand from the caller's copy (mpt_gemm_args.a_copy: converted into it first when `write`), else as
+ * gemm_operand into scratch. FP8 operands have no copies (their decoding is per call: the scales change). */
+static const float *gemm_operand_or_copy(float *scratch, const void *src, int64_t rows, int64_t K, mpt_math m,
+                                         mpt_dtype t, const uint8_t *block_scales, float *copy, int write) {
+    if (!copy || gemm_is_fp8(m)) return gemm_operand(scratch, src, rows, K, m, t, block_scales);
+    return write ? gemm_operand(copy, src, rows, K, m, t, block_scales) : copy;
+}
+
+int mpt_cpu_gemm_copies(mpt_backend *be, mpt_math m) { return mpt_cpu_gemm_converts(mpt_cpu_exec_of(be), m); }
+
 void mpt_cpu_gemm_convert(float *dst, const void *src, mpt_math m, int64_t n) {
     MPT_ASSERTF(m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16,
                 "mpt_cpu_gemm_convert: math %s has no FP32 operand conversion", mpt_math_name(m));
@@ -371,8 +388,10 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
 
     const void *A = a->A, *B = a->B;
     if (p.convert_ops && K > 0) { /* rows x K: FP8 operands are TN ([M, K], [N, K]); the others' counts suffice */
-        A = gemm_operand((float *)(w + p.a_off), a->A, M, K, a->math, a->a_dtype, a->a_block_scales);
-        B = gemm_operand((float *)(w + p.b_off), a->B, N, K, a->math, a->b_dtype, a->b_block_scales);
+        A = gemm_operand_or_copy((float *)(w + p.a_off), a->A, M, K, a->math, a->a_dtype, a->a_block_scales,
+                                 a->a_copy, a->a_copy_write);
+        B = gemm_operand_or_copy((float *)(w + p.b_off), a->B, N, K, a->math, a->b_dtype, a->b_block_scales,
+                                 a->b_copy, a->b_copy_write);
     }
     if (!p.tile_c && a->epilogue == MPT_EPILOGUE_NONE) {
         gemm_products(&p, a, A, B, a->C, a->alpha, a->beta, w);
