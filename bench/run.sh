@@ -23,8 +23,8 @@
 #   --run-timeout S     stop each run after S seconds (timeout(1), KILL 5 s after TERM): it counts as failed (exit
 #                       124) and the next run starts
 #   --out DIR           where runs and the report go (default runs/bench/<mode>-<UTC time>)
-#   --write-docs / --no-docs  update docs/benchmarks.md and bench/results/<mode>-<date>.md (default: only
-#                       for full runs, i.e. not with --quick or --limit-train)
+#   --write-docs / --no-docs  update docs/benchmarks.md and write bench/results/<mode>-<date>.md, or -b.md, -c.md, ...
+#                       when the day has one (default: only for full runs, i.e. not with --quick or --limit-train)
 #
 # Each run is one process under /usr/bin/time -v (its peak RSS); per run, time per epoch is the median of its
 # epochs' training times (mptrain: summary.json; PyTorch: bench/pytorch_reference.py's JSON line; gpu: CUDA events
@@ -459,9 +459,16 @@ printf 'load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/in
 cat "$OUT/summary.md"
 if [ "$WRITE_DOCS" = 1 ]; then
     mkdir -p "$ROOT/bench/results" "$ROOT/docs"
-    res="$ROOT/bench/results/$MODE-$DATE.md"
+    # a results file of the same day is kept: this run's goes to the first free name of <mode>-<date>.md, -b.md, ...
+    name=$MODE-$DATE.md
+    for suffix in b c d e f g h i j k l m n o p q r s t u v w x y z; do
+        [ -e "$ROOT/bench/results/$name" ] || break
+        name=$MODE-$DATE-$suffix.md
+    done
+    [ -e "$ROOT/bench/results/$name" ] && die "bench/results holds $MODE-$DATE.md to $name already: move some away"
+    res="$ROOT/bench/results/$name"
     { printf '# bench/run.sh %s, %s (raw results)\n\n' "$MODE" "$DATE"; cat "$OUT/report.md"; } >"$res"
-    "$PYTHON" - "$ROOT/docs/benchmarks.md" "$MODE" "$OUT/summary.md" "bench/results/$MODE-$DATE.md" <<'EOF'
+    "$PYTHON" - "$ROOT/docs/benchmarks.md" "$MODE" "$OUT/summary.md" "bench/results/$name" <<'EOF'
 import os, sys
 doc, mode, summary, raw = sys.argv[1:]
 begin, end = f"<!-- BEGIN bench/run.sh {mode} -->", f"<!-- END bench/run.sh {mode} -->"

@@ -192,4 +192,22 @@ printf '%s\n' "$plan" | sed 's/^/    plan| /'
 check "--dry-run shows the prebuilt plan" grep -q 'prebuilt mode' <<<"$plan"
 check "--dry-run's limits fit the 420 s budget, bench taking the rest" \
     grep -Eq '^  total +420 s +[0-9]+ s  expected; the limits without bench sum to ([0-9]|[1-3][0-9]{2}|4[01][0-9]|420) s' <<<"$plan"
+
+# ---- bench/run.sh --write-docs twice on one day: both results files kept -------------------------------------------
+results=$tree/bench/results
+before=$(cd "$results" && ls gpu-"$day"*.md 2>/dev/null | sort | xargs -r sha256sum)
+for k in 1 2; do
+    MPT_DATA=$c/data "$tree/bench/run.sh" gpu --mptrain "$c/build/tools/mptrain" --epochs 1 --repeats 1 --models mlp \
+        --write-docs --out "$tmp/docs$k" >"$tmp/docs$k.log" 2>&1
+    rc=$?
+    check "bench/run.sh --write-docs, run $k, exits 0 (status $rc; its log ends: $(tail -n 1 "$tmp/docs$k.log"))" [ "$rc" = 0 ]
+done
+after=$(cd "$results" && ls gpu-"$day"*.md 2>/dev/null | sort)
+check "the two runs wrote two new results files beside the day's earlier ones (before: $(wc -l <<<"$before") with content, after: $(wc -w <<<"$after"))" \
+    [ "$(wc -w <<<"$after")" = $(($([ -n "$before" ] && wc -l <<<"$before" || echo 0) + 2)) ]
+check "the day's earlier results files are unchanged" bash -c "[ -z \"\$1\" ] || (cd '$results' && sha256sum -c --quiet <<<\"\$1\")" _ "$before"
+last=$(sed -n 's/^Every run.s numbers: \[\(bench\/results\/[^]]*\)\].*/\1/p' "$tree/docs/benchmarks.md")
+newest=$(cd "$results" && ls -t gpu-"$day"*.md | head -n 1)
+check "docs/benchmarks.md names the second run's file (names '$last', newest bench/results/$newest)" \
+    [ "$last" = "bench/results/$newest" ]
 finish
