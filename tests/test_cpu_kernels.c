@@ -34,9 +34,10 @@
  *    (MPT_PAR_MIN).
  * 7. Operand copies (engine/layers/linear.c, mpt_gemm_args.a_copy): a linear layer's x, W and dy converted once a
  *    pass into FP32 copies that its other GEMMs read train bit for bit as the backend without them (gemm_copies
- *    cleared): each model in tf32, fp16 and bf16, fused and unfused, with telemetry every step (its probes and fills
- *    convert for themselves), three Adam steps on new inputs each step (a stale copy of x or W would show), every
- *    master weight, working weight and optimizer state compared byte for byte; and the copies exist.
+ *    cleared): each model in tf32, fp16, bf16 and the FP8 modes (whose non-FP8 layers run in emulated bf16), fused
+ *    and unfused, with telemetry every step (its probes and fills convert for themselves), three Adam steps on new
+ *    inputs each step (a stale copy of x or W would show), every master weight, working weight and optimizer state
+ *    compared byte for byte; and the copies exist.
  */
 #include <cblas.h>
 #include <math.h>
@@ -456,13 +457,16 @@ static unsigned char *copies_run(const char *model, mpt_precision p, int fuse, i
 
 START_TEST(test_operand_copies_same_bits) {
     static const char *const models[3] = {"mlp", "lenet5", "cnn"};
-    static const mpt_precision precs[3] = {MPT_PRECISION_TF32, MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    /* fp8 and mxfp8: the layers whose shapes do not qualify for FP8 GEMMs run in emulated bf16, with copies */
+    static const mpt_precision precs[5] = {MPT_PRECISION_TF32, MPT_PRECISION_FP16, MPT_PRECISION_BF16,
+                                           MPT_PRECISION_FP8, MPT_PRECISION_MXFP8};
     static const struct {
         int fuse, telemetry;
     } variants[3] = {{1, 0}, {0, 0}, {1, 1}};
+    int runs = 0;
     for (int m = 0; m < 3; m++)
-        for (int p = 0; p < 3; p++)
-            for (int v = 0; v < 3; v++) {
+        for (int p = 0; p < 5; p++)
+            for (int v = 0; v < 3; v++, runs++) {
                 size_t la = 0, lb = 0;
                 int ca = 0, cb = 0;
                 unsigned char *a = copies_run(models[m], precs[p], variants[v].fuse, variants[v].telemetry, 1, &la, &ca);
@@ -478,8 +482,8 @@ START_TEST(test_operand_copies_same_bits) {
                 free(a);
                 free(b);
             }
-    printf("test_operand_copies_same_bits: 27 trainings (mlp, lenet5, cnn x tf32, fp16, bf16 x fused, unfused, "
-           "telemetry) bit-identical with and without operand copies\n");
+    printf("test_operand_copies_same_bits: %d trainings (mlp, lenet5, cnn x tf32, fp16, bf16, fp8, mxfp8 x fused, "
+           "unfused, telemetry) bit-identical with and without operand copies\n", runs);
 }
 END_TEST
 
@@ -898,8 +902,11 @@ static Suite *cpu_kernels_suite(void) {
     TCase *steps = tcase_create("steps");
     tcase_set_timeout(steps, 300);
     tcase_add_loop_test(steps, test_step_creates_no_primitive, 0, 3); /* mlp, lenet5, cnn */
-    tcase_add_test(steps, test_operand_copies_same_bits);
     suite_add_tcase(s, steps);
+    TCase *copies = tcase_create("copies");
+    tcase_set_timeout(copies, 300);
+    tcase_add_test(copies, test_operand_copies_same_bits);
+    suite_add_tcase(s, copies);
     return s;
 }
 
