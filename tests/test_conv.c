@@ -70,7 +70,6 @@ static void check_elem(const char *what, const char *math, int64_t i, double got
                   what, math, (long long)i, got, ref, fabs(got - ref), bound);
 }
 
-/* One random configuration in one math mode: all three passes. */
 /* The arguments of the three passes over these buffers (dtype: the math mode's). */
 static mpt_conv_args conv_args(mpt_conv_shape s, mpt_math math, void *x, void *w, void *bias, void *y, void *dy,
                                void *dx, float *dw, float *db, const char *tag, int accumulate) {
@@ -91,6 +90,7 @@ static mpt_conv_args conv_args(mpt_conv_shape s, mpt_math math, void *x, void *w
     return a;
 }
 
+/* One random configuration in one math mode: all three passes. */
 static void run_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_shape s, int with_bias) {
     s.P = (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1;
     s.Q = (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1;
