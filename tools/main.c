@@ -107,7 +107,9 @@ static void omp_wait_policy(char **argv) {
     const int idle = cores >= 2 && others >= 0 && others <= cores / 4;
     if ((idle ? setenv("GOMP_SPINCOUNT", "3000", 1) : setenv("OMP_WAIT_POLICY", "passive", 1)) != 0) return;
     char why[96]; /* for `mptrain info` */
-    snprintf(why, sizeof why, "%ld runnable threads of other processes on %ld cores at start", others, cores);
+    if (others >= 0)
+        snprintf(why, sizeof why, "%ld runnable threads of other processes on %ld cores at start", others, cores);
+    else snprintf(why, sizeof why, "/proc/loadavg unreadable: the cores taken as busy");
     if (setenv("MPT_OMP_WAIT_CHOSEN", why, 1) != 0) return;
     execv("/proc/self/exe", argv);
 #else
