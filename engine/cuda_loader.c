@@ -1,7 +1,7 @@
 /*
  * engine/cuda_loader.c - finds and loads the CUDA backend module (libmptrain-cuda.so) on first use, and the
- * forwarders that give engine/backend.h's and kernels/cuda/cuda_backend.h's CUDA functions their meaning
- * through it (interface: kernels/cuda/cuda_module.h).
+ * forwarders that give engine/backend.h's and engine/cuda_backend.h's CUDA functions their meaning
+ * through it (interface: engine/cuda_module.h).
  *
  * Nothing here needs CUDA: a CPU-only build, or a CUDA build copied to a machine without CUDA libraries, runs
  * the CPU backend and reports why the CUDA one is not usable. The module is looked for, in this order:
@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "engine/backend.h"
-#include "kernels/cuda/cuda_module.h"
+#include "engine/cuda_module.h"
 #include "mpt_config.h"
 
 #define MPT_CUDA_MODULE_FILE "libmptrain-cuda.so"

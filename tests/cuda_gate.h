@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 
 /* -1 when a GPU is usable and the program should run its tests; otherwise the exit status to return:
  * 77 (meson's skip) or 1 (failure), after one line naming `program` and the reason. */

@@ -50,7 +50,7 @@
 #include "engine/train.h"
 #include "cuda_gate.h"
 #include "harness.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 #include "models/models.h"
 
 #define EXPECT(cond, ...)                                                                            \

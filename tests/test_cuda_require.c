@@ -24,7 +24,7 @@
 
 #include "engine/backend.h"
 #include "harness.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 #include "mpt_config.h"
 
 static char out_buf[1 << 14];

@@ -286,7 +286,7 @@ START_TEST(test_lost_matches_brute_force) {
 }
 END_TEST
 
-/* Stochastic rounding (kernels/elemwise.h) of updates far below half an ulp: most single updates round back
+/* Stochastic rounding (engine/numerics.h) of updates far below half an ulp: most single updates round back
  * (lost), yet the applied mass is the whole update mass in expectation. 20000 BF16 weights in [0.5, 1) (ulp
  * 2^-8), each update a fraction p in [0.01, 0.1] of an ulp: the weight moves by one ulp with probability p. The
  * applied mass is sum_i ulp * X_i / sum_i p_i ulp with X_i ~ Bernoulli(p_i): mean 1, sd sqrt(sum p(1-p)) / sum p

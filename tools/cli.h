@@ -27,7 +27,7 @@
  *                     text of each setting (what a checkpoint records and a resumed run compares)
  *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
  *   stop.c            a graceful stop on SIGINT / SIGTERM
- *   formats.c         the conversions `formats` shows, through kernels/elemwise.h (tools/formats.h)
+ *   formats.c         the conversions `formats` shows, through engine/numerics.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;

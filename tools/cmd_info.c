@@ -2,7 +2,7 @@
  * tools/cmd_info.c - `mptrain info`: what this build runs on.
  *
  * Each backend as built / loadable / usable, with the reason when not: the CPU backend is always all three;
- * the CUDA backend is a module loaded at run time (kernels/cuda/cuda_backend.h mpt_cuda_module_status: whether
+ * the CUDA backend is a module loaded at run time (engine/cuda_backend.h mpt_cuda_module_status: whether
  * this build configured it, which file was loaded or why none could be), then whether a GPU is usable
  * (engine/backend.h mpt_cuda_available) with its details (mpt_cuda_device_info: compute capability, SMs,
  * memory, Tensor Core precisions). Library versions come from each library's own get-version call (so they
@@ -18,7 +18,7 @@
 
 #include <cblas.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
 

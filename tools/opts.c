@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include "engine/optim/optim.h"
-#include "kernels/cpu/gemm.h"
 #include "models/models.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
@@ -992,7 +991,7 @@ void mpt_cli_memory_crash_report(void) {
 mpt_status mpt_cli_blas_ready(void) {
     rlim_t lim = memory_limit();
     if (lim == RLIM_INFINITY) return MPT_OK; /* nothing caps the buffers: OpenBLAS allocates them when it needs */
-    if (mpt_cpu_exec_default().engine != MPT_CPU_ENGINE_OPENBLAS) return MPT_OK; /* oneDNN's GEMMs: no OpenBLAS buffer */
+    if (!mpt_cpu_gemm_on_openblas()) return MPT_OK; /* oneDNN's GEMMs: no OpenBLAS buffer */
     int threads = openblas_get_num_threads();
     int len = snprintf(blas_stuck_msg, sizeof blas_stuck_msg,
                        "mptrain: OpenBLAS cannot allocate its GEMM buffers (one per thread, tens of MiB each; %d "

@@ -36,7 +36,7 @@
 #include "datasets/loader.h"
 #include "engine/amp/scaler.h"
 #include "engine/optim/optim.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 #include "engine/layers/layers.h"
 #include "models/models.h"
 #include "tools/run.h"

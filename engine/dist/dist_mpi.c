@@ -13,9 +13,9 @@
 
 #include "engine/backend.h"
 #include "engine/dist/dist.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 #include "engine/train.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 struct mpt_dist {
     MPI_Comm comm;

@@ -93,6 +93,8 @@ const char *mpt_backend_kernels_of(const mpt_backend *be, int conv, mpt_math m) 
     return x->engine == MPT_CPU_ENGINE_ONEDNN ? "emulate:onednn" : "emulate:openblas";
 }
 
+int mpt_cpu_gemm_on_openblas(void) { return mpt_cpu_exec_default().engine == MPT_CPU_ENGINE_OPENBLAS; }
+
 int mpt_cpu_native_available(char *why, size_t len) { return mpt_onednn_native_bf16(why, len); }
 
 int mpt_cpu_set_threads(int n) {

@@ -1,5 +1,5 @@
 /*
- * kernels/cuda/module.cu - the CUDA backend module's one exported symbol (kernels/cuda/cuda_module.h): the
+ * kernels/cuda/module.cu - the CUDA backend module's one exported symbol (engine/cuda_module.h): the
  * function table engine/cuda_loader.c calls through, and the library versions `mptrain info` prints.
  *
  * Everything else in this module is compiled with -fvisibility=hidden, so its definitions of the
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.cuh"
-#include "kernels/cuda/cuda_module.h"
+#include "engine/cuda_module.h"
 #include "mpt_config.h"
 
 /* CUDA encodes versions as 1000 * major + 10 * minor. */

@@ -67,6 +67,14 @@ int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {
     return (c->cd->d.n_train + batch - 1) / batch * c->base->epochs;
 }
 
+mpt_status mpt_lab_gemm(const mpt_gemm_args *a) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_status s = mpt_backend_reserve_workspace(be, be->gemm_workspace ? be->gemm_workspace(be, a) : 0);
+    if (s == MPT_OK) be->gemm(be, a);
+    mpt_backend_free(&be);
+    return s;
+}
+
 int64_t mpt_lab_telemetry_every(int64_t steps, int points) {
     int64_t every = points > 0 ? steps / points : steps;
     return every < 1 ? 1 : every;

@@ -74,6 +74,11 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
 /* The training steps of one run of this lesson with batch size `batch`: ceil(n_train / batch) x epochs. */
 int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch);
 
+/* One GEMM (a: engine/backend.h) through a CPU backend made for it, with the oracle's numerics (the emulate kernel
+ * set): the backend prepares the GEMM as a graph build does (gemm_workspace, mpt_backend_reserve_workspace) and runs
+ * it. For lessons that measure single products on real operands. MPT_ERR_NOMEM when the workspace cannot be had. */
+mpt_status mpt_lab_gemm(const mpt_gemm_args *a);
+
 /* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
 int64_t mpt_lab_telemetry_every(int64_t steps, int points);
 

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "engine/checkpoint.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/accum.h"
 #include "tools/lab/lab.h"
 

@@ -39,8 +39,7 @@
 #include <cblas.h>
 
 #include "engine/checkpoint.h"
-#include "kernels/cpu/gemm.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/lab.h"
 #include "tools/stats.h"
 
@@ -73,7 +72,7 @@ static void operand_free(operand *o) {
 }
 
 /* Casts x (rows x K, taken over) with the scale of `--precision fp8` under current scaling: s = fmax / amax
- * (mpt_fp8_scale_from_amax), saturating round-to-nearest-even (kernels/elemwise.h). */
+ * (mpt_fp8_scale_from_amax), saturating round-to-nearest-even (engine/numerics.h). */
 static mpt_status operand_cast(operand *o, double *x, int64_t rows, int64_t K, int e5m2) {
     memset(o, 0, sizeof *o);
     if (!x) return mpt_errorf(MPT_ERR_NOMEM, "lab fp8: no memory");
@@ -109,7 +108,7 @@ static void gemm64(const double *A, const double *B, double *C, int64_t M, int64
 }
 
 /* C[M, N] (FP32) through the CPU backend's FP8 GEMM with accumulator `accum` and promotion interval `promote`. */
-static void gemm8(const operand *a, const operand *b, float *C, mpt_fp8_accum accum, int promote) {
+static mpt_status gemm8(const operand *a, const operand *b, float *C, mpt_fp8_accum accum, int promote) {
     mpt_gemm_args g;
     memset(&g, 0, sizeof g);
     g.trans_b = 1;
@@ -123,10 +122,7 @@ static void gemm8(const operand *a, const operand *b, float *C, mpt_fp8_accum ac
     g.fp8_accum = accum;
     g.fp8_promote = accum == MPT_FP8_ACCUM_FAST ? promote : 0;
     g.tag = "lab.fp8";
-    size_t ws_bytes = mpt_cpu_gemm_ws_bytes(&g);
-    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) / 64 * 64) : NULL;
-    mpt_cpu_gemm_ws(&g, ws, ws_bytes);
-    free(ws);
+    return mpt_lab_gemm(&g);
 }
 
 static double rel64(const double *y, const double *ref, int64_t n) {
@@ -160,12 +156,13 @@ static mpt_status measure_gemm(const operand *a, const operand *b, gemm_err *e, 
     e->M = M, e->N = N, e->K = K;
     e->quant = rel64(rq, r, M * N);
     static const mpt_fp8_accum acc[3] = {MPT_FP8_ACCUM_FP32, MPT_FP8_ACCUM_FAST, MPT_FP8_ACCUM_FAST};
-    for (int k = 0; k < 3; k++) {
-        gemm8(a, b, c, acc[k], k == 2 ? promote : 0);
+    mpt_status s = MPT_OK;
+    for (int k = 0; k < 3 && s == MPT_OK; k++) {
+        s = gemm8(a, b, c, acc[k], k == 2 ? promote : 0);
         e->acc[k] = rel32(c, rq, M * N);
     }
     free(r), free(rq), free(c);
-    return MPT_OK;
+    return s;
 }
 
 /* ---- the trained mlp, forward and backward in FP64 ---------------------------------------------------------- */

@@ -7,7 +7,7 @@
  *      (--optimizer-state). From the one-step run's checkpoint: of the entries whose stored m is nonzero (their
  *      first gradient was not zero), the share whose stored v is 0. From the runs' FP32 masters: the size of the
  *      second update |w2 - w1| over the same entries (median, largest, and the share above 10 lr). Adam computes
- *      each step's m and v in FP32 and stores them rounded (kernels/elemwise.h, mpt_elem_adam): the first step
+ *      each step's m and v in FP32 and stores them rounded (engine/numerics.h, mpt_elem_adam): the first step
  *      still sees the exact v = 0.001 g^2 and moves every weight by about lr; the stored v is what the next step
  *      starts from. With the stored v at 0, the next step's v is just 0.001 g2^2, and where this step's gradient
  *      g2 is 0 or small (a unit that a ReLU switched off for this batch) the update lr * m_hat / (sqrt(v_hat) + eps)
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "engine/checkpoint.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/lab.h"
 
 #define N_STATES 3

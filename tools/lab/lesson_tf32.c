@@ -28,7 +28,6 @@
 #include "engine/amp/policy.h"
 #include "engine/checkpoint.h"
 #include "engine/rng.h"
-#include "kernels/cpu/gemm.h"
 #include "tools/lab/lab.h"
 #include "tools/stats.h"
 
@@ -52,7 +51,7 @@ static double rel_err(const float *y, const double *ref, int64_t n) {
     return sqrt(num / den);
 }
 
-static void engine_gemm(const float *X, const float *W, float *Y, int64_t M, int64_t N, int64_t K, mpt_math math) {
+static mpt_status engine_gemm(const float *X, const float *W, float *Y, int64_t M, int64_t N, int64_t K, mpt_math math) {
     mpt_gemm_args a;
     memset(&a, 0, sizeof a);
     a.trans_b = 1;
@@ -68,10 +67,7 @@ static void engine_gemm(const float *X, const float *W, float *Y, int64_t M, int
     a.alpha = 1.0f;
     a.math = math;
     a.tag = "lab.tf32";
-    size_t ws_bytes = mpt_cpu_gemm_ws_bytes(&a);
-    void *ws = ws_bytes ? aligned_alloc(64, (ws_bytes + 63) / 64 * 64) : NULL;
-    mpt_cpu_gemm_ws(&a, ws, ws_bytes);
-    free(ws);
+    return mpt_lab_gemm(&a);
 }
 
 /* PyTorch's TF32 metric on its kind of GEMM: X [M, K] and W [N, K] standard normal, drawn in FP64 from a fixed
@@ -124,8 +120,10 @@ static mpt_status measure_pytorch_metric(int64_t MN, mpt_math tf_math, pytorch_m
         for (int64_t i = 0; i < N * K; i++) Wd[i] = W[i];
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, Xd, (int)K, Wd, (int)K, 0.0,
                     Y64, (int)N);
-        engine_gemm(X, W, Y32, M, N, K, MPT_MATH_FP32);
-        engine_gemm(X, W, Ytf, M, N, K, tf_math);
+        s = engine_gemm(X, W, Y32, M, N, K, MPT_MATH_FP32);
+        if (s == MPT_OK) s = engine_gemm(X, W, Ytf, M, N, K, tf_math);
+    }
+    if (s == MPT_OK) {
         pm->M = M;
         pm->N = N;
         pm->K = K;
@@ -178,8 +176,10 @@ static mpt_status measure_layers(const mpt_lab_ctx *c, const char *ckpt, mpt_mat
                     for (int64_t k = 0; k < K; k++) acc += (double)X[i * K + k] * (double)W[j * K + k];
                     Y64[i * N + j] = acc;
                 }
-            engine_gemm(X, W, Y32, M, N, K, MPT_MATH_FP32);
-            engine_gemm(X, W, Ytf, M, N, K, tf_math);
+            s = engine_gemm(X, W, Y32, M, N, K, MPT_MATH_FP32);
+            if (s == MPT_OK) s = engine_gemm(X, W, Ytf, M, N, K, tf_math);
+        }
+        if (s == MPT_OK) {
             layer_err *e = &L[n++];
             snprintf(e->name, sizeof e->name, "fc%d", l);
             e->K = K;

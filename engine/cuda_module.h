@@ -1,5 +1,5 @@
 /*
- * kernels/cuda/cuda_module.h - the interface between the mptrain engine and the dynamically loaded CUDA backend
+ * engine/cuda_module.h - the interface between the mptrain engine and the dynamically loaded CUDA backend
  * (libmptrain-cuda.so, built from kernels/cuda when Meson's -Dcuda is on).
  *
  * The engine never links CUDA libraries: engine/cuda_loader.c dlopen()s the module when the CUDA backend is
@@ -11,20 +11,20 @@
  * them (-Wl,--export-dynamic). No CUDA types here: C code includes this header.
  * The pattern is ggml's dynamically loaded backends (ggml-backend-reg.cpp, ggml_backend_load).
  */
-#ifndef MPT_KERNELS_CUDA_MODULE_H
-#define MPT_KERNELS_CUDA_MODULE_H
+#ifndef MPT_ENGINE_CUDA_MODULE_H
+#define MPT_ENGINE_CUDA_MODULE_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "engine/cuda_backend.h"
 
 /* Bumped whenever mpt_cuda_module_api, mpt_backend or an argument struct of engine/backend.h changes. */
 #define MPT_CUDA_MODULE_ABI 8 /* 6: nccl_poll (issue #22); 7: FP8 (issue #23): mpt_backend's fp8_* entries, mpt_gemm_args' FP8 fields; 8: fp8_support takes the accumulator */
 #define MPT_CUDA_MODULE_ENTRY "mpt_cuda_module_get"
 
 /* Each member has the meaning of the function of the same name in engine/backend.h or
- * kernels/cuda/cuda_backend.h. */
+ * engine/cuda_backend.h. */
 typedef struct mpt_cuda_module_api {
     int abi;                                   /* MPT_CUDA_MODULE_ABI */
     mpt_cuda_probe_result (*probe)(char *msg, size_t len);

@@ -1,19 +1,19 @@
 /*
- * kernels/cuda/cuda_backend.h - what the CUDA backend shows beyond the backend table: the device it runs on
+ * engine/cuda_backend.h - what the CUDA backend shows beyond the backend table: the device it runs on
  * and a record of what actually ran for every GEMM and convolution call site.
  *
  * The table itself is created by mpt_backend_cuda_create() (engine/backend.h). This header has no CUDA
  * types (ARCHITECTURE decision 5), so C code (tools, tests) can include it; it links without a GPU and without
  * any CUDA library: every function here is a forwarder (engine/cuda_loader.c) into the CUDA backend module,
- * loaded on first use (kernels/cuda/cuda_module.h; search order in mpt_cuda_module_status below).
+ * loaded on first use (engine/cuda_module.h; search order in mpt_cuda_module_status below).
  *
  * GEMM records exist so a run can prove which numerics the hardware used: for each call site (the tag a
  * layer passes in mpt_gemm_args) the cuBLASLt compute type, the A/B/C/D data types, the epilogue and the
  * algorithm cuBLASLt's heuristic chose (cuBLASLt docs, cublasLtMatmulAlgoGetHeuristic and
  * CUBLASLT_ALGO_CONFIG_*). Convolution records give the cuDNN algorithm and math type per pass.
  */
-#ifndef MPT_KERNELS_CUDA_BACKEND_H
-#define MPT_KERNELS_CUDA_BACKEND_H
+#ifndef MPT_ENGINE_CUDA_BACKEND_H
+#define MPT_ENGINE_CUDA_BACKEND_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -126,7 +126,7 @@ int mpt_cuda_gemm_record_get(mpt_backend *be, int i, mpt_cuda_gemm_record *out);
 /* Prints every GEMM record, one line each, with a header. */
 void mpt_cuda_print_gemm_records(mpt_backend *be, FILE *f);
 
-/* The cuda suite's check of CUDA's FP8 conversions against kernels/elemwise.h's (kernels/cuda/fp8.cu): for the n
+/* The cuda suite's check of CUDA's FP8 conversions against engine/numerics.h's (kernels/cuda/fp8.cu): for the n
  * FP32 values x (device memory of be), ours[i] and cuda[i] (device, U8) receive, with kind 0, mpt_f32_to_fp8(x[i],
  * e5m2, saturate) and __nv_cvt_float_to_fp8(x[i], saturate ? __NV_SATFINITE : __NV_NOSAT, E5M2 or E4M3); with kind
  * 1, mpt_f32_to_e8m0_ru(x[i]) and __nv_cvt_float_to_e8m0(x[i], __NV_SATFINITE, cudaRoundPosInf). Stream-ordered. */

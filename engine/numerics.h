@@ -1,5 +1,6 @@
 /*
- * kernels/elemwise.h - per-element math, written once, compiled by gcc (CPU loops) and nvcc (CUDA kernels).
+ * engine/numerics.h - number formats and per-element training math, written once, compiled by gcc (CPU loops) and
+ * nvcc (CUDA kernels).
  *
  * Everything here is a pure function of its arguments: number-format conversions with round-to-nearest-even
  * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32, FP32 <-> OCP FP8 E4M3/E5M2 and the MX block scale E8M0, with the
@@ -21,8 +22,8 @@
  * NaN stays NaN (quiet); subnormals are produced and consumed exactly. Widening conversions are exact. FP8
  * overflow is a switch (saturating or not: see the FP8 section). FP8 and E8M0 values are uint8_t bit patterns.
  */
-#ifndef MPT_KERNELS_ELEMWISE_H
-#define MPT_KERNELS_ELEMWISE_H
+#ifndef MPT_ENGINE_NUMERICS_H
+#define MPT_ENGINE_NUMERICS_H
 
 #include <stdint.h>
 #if !defined(__CUDACC__)
@@ -618,4 +619,4 @@ MPT_HD float mpt_philox_uniform(uint64_t seed, uint64_t j) {
     return fmaf((float)out[j & 3u], 0x1p-32f, 0x1p-33f);
 }
 
-#endif /* MPT_KERNELS_ELEMWISE_H */
+#endif /* MPT_ENGINE_NUMERICS_H */
