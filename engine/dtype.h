@@ -46,19 +46,89 @@ typedef enum mpt_math {
     MPT_MATH_COUNT
 } mpt_math;
 
-/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1). */
+/* ---- number formats: one row each (cpfloat's format struct; STYLE.md rule 9) ----------------------------------
+ * A floating-point format is data: its field widths, bias, how it encodes inf and NaN, its range and unit roundoff.
+ * The conversions that round into each format are engine/numerics.h's (per element, gcc and nvcc); this table is what
+ * every other reader of a format's properties asks: the dtype table below, the telemetry's range counters
+ * (engine/telemetry/range.c), `mptrain formats` (tools/formats.c) and the math modes' unit roundoff. tests/test_formats.c
+ * checks every row against the decoders of engine/numerics.h. Sources: IEEE 754-2008 (binary32, binary16); Google's
+ * bfloat16; NVIDIA TensorFloat-32 (Ampere whitepaper); OCP 8-bit Floating Point v1.0 (E4M3, E5M2); OCP Microscaling
+ * Formats v1.0 (E8M0). */
+typedef enum mpt_format {
+    MPT_FORMAT_FP32 = 0,
+    MPT_FORMAT_TF32, /* FP32 with 10 explicit mantissa bits: held in FP32 storage with the low 13 bits zero */
+    MPT_FORMAT_BF16,
+    MPT_FORMAT_FP16,
+    MPT_FORMAT_E4M3, /* OCP FP8 E4M3 ("E4M3FN": no inf, one NaN pattern per sign) */
+    MPT_FORMAT_E5M2, /* OCP FP8 E5M2 (IEEE-like) */
+    MPT_FORMAT_E8M0, /* OCP MX block scale: unsigned powers of two 2^-127 .. 2^127, no zero, 0xff NaN */
+    MPT_FORMAT_COUNT
+} mpt_format;
+
+/* How a format spends its top exponent field. */
+typedef enum mpt_format_special {
+    MPT_SPECIAL_IEEE = 0, /* all-ones exponent: inf (mantissa 0) or NaN (FP32, TF32, BF16, FP16, E5M2) */
+    MPT_SPECIAL_FN,       /* no inf: only the all-ones pattern S.1111.111 is NaN, the rest of that binade is finite
+                             (E4M3, "finite and NaN") */
+    MPT_SPECIAL_E8M0,     /* 0xff is NaN; no inf, no sign, no zero */
+} mpt_format_special;
+
+typedef struct mpt_format_desc {
+    const char *name;          /* "FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "E8M0" */
+    const char *short_name;    /* the same without "FP8 ": "E4M3", "E5M2" (in sentences) */
+    int sign_bits;             /* 1, or 0 for E8M0 */
+    int exp_bits, man_bits;    /* field widths; man_bits are the explicit mantissa bits (precision p = man_bits + 1) */
+    int bias;                  /* exponent bias: value = 2^(field - bias) x 1.m for a normal number */
+    mpt_format_special special;
+    int has_subnormals;        /* 0 for E8M0 */
+    int emin, emax;            /* binary exponents of the smallest normal and of the largest finite binade */
+    uint32_t max_bits, min_normal_bits, min_subnormal_bits; /* the constants' bit patterns, right-aligned (TF32:
+                                  its 19 bits, the top of an FP32; E8M0: min_subnormal = min_normal = 2^-127) */
+    double max_finite, min_normal, min_subnormal; /* their values, exactly */
+    double unit_roundoff;      /* 2^-p, the largest relative error of rounding to nearest in the normal range */
+    int saturates;             /* overflow saturates to +-max_finite in training's casts by default (the FP8 formats:
+                                  CUDA's __NV_SATFINITE, TransformerEngine; --fp8-saturate off makes it NaN / inf) */
+} mpt_format_desc;
+
+/* The row of a format (NULL for a value outside the enum). */
+MPT_API const mpt_format_desc *mpt_format_info(mpt_format f);
+
+/* ---- storage dtypes: one row each -------------------------------------------------------------------------- */
+typedef struct mpt_dtype_desc {
+    const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" */
+    size_t size;        /* bytes per element */
+    int format;         /* the mpt_format its elements are in, or -1 (U8, I32: integers) */
+    int is_float;       /* an unscaled floating-point format: elements are values (F32, F16, BF16) */
+    int is_fp8;         /* an FP8 element format: elements need a scale (E4M3, E5M2) */
+} mpt_dtype_desc;
+
+/* The row of a dtype (NULL outside the enum). */
+MPT_API const mpt_dtype_desc *mpt_dtype_info(mpt_dtype t);
+
+/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1; 0 outside the enum). */
 MPT_API size_t mpt_dtype_size(mpt_dtype t);
-/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0". */
+/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" ("?" outside the enum). */
 MPT_API const char *mpt_dtype_name(mpt_dtype t);
-/* "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8". */
-MPT_API const char *mpt_math_name(mpt_math m);
-/* Unit roundoff of the operand format of a math mode: 2^-24, 2^-11, 2^-11, 2^-8; FP8 and MXFP8: E4M3's, 2^-4
- * (E5M2 operands have 2^-3). */
-MPT_API double mpt_math_unit_roundoff(mpt_math m);
 /* Whether the dtype is an unscaled floating-point format (F32, F16, BF16): one whose elements are values. */
 MPT_API int mpt_dtype_is_float(mpt_dtype t);
 /* Whether the dtype is an FP8 element format (E4M3, E5M2), whose elements need a scale. */
 MPT_API int mpt_dtype_is_fp8(mpt_dtype t);
+
+/* ---- GEMM/convolution math modes: one row each ---------------------------------------------------------------- */
+typedef struct mpt_math_desc {
+    const char *name;         /* "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8" */
+    mpt_format operand;       /* the format operands are rounded to before the multiply (FP8 modes: E4M3, the
+                                 forward operands'; their gradients may be E5M2) */
+    int tensor_cores;         /* runs on Tensor Cores on the GPU (all but FP32) */
+} mpt_math_desc;
+
+/* The row of a math mode (NULL outside the enum). */
+MPT_API const mpt_math_desc *mpt_math_info(mpt_math m);
+/* "fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8" ("?" outside the enum). */
+MPT_API const char *mpt_math_name(mpt_math m);
+/* Unit roundoff of the operand format of a math mode: 2^-24, 2^-11, 2^-11, 2^-8; FP8 and MXFP8: E4M3's, 2^-4
+ * (E5M2 operands have 2^-3); 1 outside the enum. */
+MPT_API double mpt_math_unit_roundoff(mpt_math m);
 
 /* Loads element i of a float buffer of dtype t (F32, F16 or BF16; E4M3, E5M2 or E8M0: the stored value, without
  * the tensor's scale) as FP32, exactly. */

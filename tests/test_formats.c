@@ -22,36 +22,36 @@
 #include "engine/numerics.h"
 #include "tools/formats.h"
 
-static mpt_fmt_value conv(mpt_fmt f, double x) {
+static mpt_fmt_value conv(mpt_format f, double x) {
     mpt_fmt_value v;
     mpt_fmt_convert(f, x, 1, &v);
     return v;
 }
 
 START_TEST(test_issue_patterns) {
-    mpt_fmt_value v = conv(MPT_FMT_BF16, 3.14159265);
+    mpt_fmt_value v = conv(MPT_FORMAT_BF16, 3.14159265);
     ck_assert_uint_eq(v.bits, 0x4049);
     ck_assert(v.value == 3.140625);
-    v = conv(MPT_FMT_FP16, 3.14159265);
+    v = conv(MPT_FORMAT_FP16, 3.14159265);
     ck_assert_uint_eq(v.bits, 0x4248);
     ck_assert(v.value == 3.140625);
-    v = conv(MPT_FMT_TF32, 3.14159265);
+    v = conv(MPT_FORMAT_TF32, 3.14159265);
     ck_assert(v.value == 3.140625);
     ck_assert(!v.exact && !v.overflow && !v.subnormal);
-    v = conv(MPT_FMT_FP16, 65536.0);
+    v = conv(MPT_FORMAT_FP16, 65536.0);
     ck_assert(v.overflow && isinf(v.value) && v.bits == 0x7c00);
-    v = conv(MPT_FMT_BF16, 65536.0);
+    v = conv(MPT_FORMAT_BF16, 65536.0);
     ck_assert(v.value == 65536.0 && v.exact && !v.overflow);
-    v = conv(MPT_FMT_FP16, 65519.0);
+    v = conv(MPT_FORMAT_FP16, 65519.0);
     ck_assert(v.value == 65504.0 && v.bits == 0x7bff && !v.overflow);
-    v = conv(MPT_FMT_FP16, 65520.0);
+    v = conv(MPT_FORMAT_FP16, 65520.0);
     ck_assert(v.overflow && isinf(v.value));
-    v = conv(MPT_FMT_FP16, 1e-8);
+    v = conv(MPT_FORMAT_FP16, 1e-8);
     ck_assert(v.value == 0.0 && v.flushed && v.bits == 0);
-    v = conv(MPT_FMT_BF16, 1e-8);
+    v = conv(MPT_FORMAT_BF16, 1e-8);
     ck_assert(v.value != 0.0 && !v.flushed && !v.subnormal);
     ck_assert(v.rel_err <= ldexp(1.0, -8));
-    v = conv(MPT_FMT_FP16, 1e-5); /* below 2^-14 = 6.1e-5: subnormal */
+    v = conv(MPT_FORMAT_FP16, 1e-5); /* below 2^-14 = 6.1e-5: subnormal */
     ck_assert(v.subnormal && !v.flushed);
 }
 END_TEST
@@ -139,29 +139,69 @@ START_TEST(test_fp8_against_brute_force) {
 }
 END_TEST
 
+/* The value of a right-aligned bit pattern of format f, by engine/numerics.h's decoders (independent of the table). */
+static double decode_bits(mpt_format f, uint32_t bits) {
+    switch (f) {
+    case MPT_FORMAT_FP32: return mpt_bits_f32(bits);
+    case MPT_FORMAT_TF32: return mpt_bits_f32(bits << 13);
+    case MPT_FORMAT_BF16: return mpt_bf16_to_f32((uint16_t)bits);
+    case MPT_FORMAT_FP16: return mpt_f16_to_f32((uint16_t)bits);
+    case MPT_FORMAT_E4M3: return mpt_e4m3_to_f32((uint8_t)bits);
+    case MPT_FORMAT_E5M2: return mpt_e5m2_to_f32((uint8_t)bits);
+    case MPT_FORMAT_E8M0: return mpt_e8m0_to_f32((uint8_t)bits);
+    default: return NAN;
+    }
+}
+
 START_TEST(test_table) {
-    mpt_fmt_info i;
-    mpt_fmt_describe(MPT_FMT_FP32, &i);
-    ck_assert(i.max_finite == 0x1.fffffep127 && i.min_normal == 0x1p-126 && i.min_subnormal == 0x1p-149);
-    ck_assert(i.unit_roundoff == 0x1p-24);
-    mpt_fmt_describe(MPT_FMT_TF32, &i);
-    ck_assert(i.max_finite == 0x1.ffcp127 && i.min_normal == 0x1p-126 && i.min_subnormal == 0x1p-136);
-    ck_assert(i.unit_roundoff == 0x1p-11);
-    mpt_fmt_describe(MPT_FMT_BF16, &i);
-    ck_assert(i.max_finite == 0x1.fep127 && i.min_subnormal == 0x1p-133 && i.unit_roundoff == 0x1p-8);
-    mpt_fmt_describe(MPT_FMT_FP16, &i);
-    ck_assert(i.max_finite == 65504.0 && i.min_normal == 0x1p-14 && i.min_subnormal == 0x1p-24);
-    ck_assert(fabs(i.digits - 3.311) < 1e-3);
-    mpt_fmt_describe(MPT_FMT_E4M3, &i);
-    ck_assert(i.max_finite == 448.0 && i.min_normal == 0x1p-6 && i.min_subnormal == 0x1p-9 && !i.has_inf);
-    mpt_fmt_describe(MPT_FMT_E5M2, &i);
-    ck_assert(i.max_finite == 57344.0 && i.min_normal == 0x1p-14 && i.min_subnormal == 0x1p-16 && i.has_inf);
-    mpt_fmt_describe(MPT_FMT_E8M0, &i);
-    ck_assert(i.max_finite == 0x1p127 && i.min_normal == 0x1p-127 && i.sign_bits == 0 && i.man_bits == 0);
+    /* the rows' constants, by hand (IEEE 754, OCP FP8 v1.0, OCP MX v1.0) */
+    const mpt_format_desc *i = mpt_format_info(MPT_FORMAT_FP32);
+    ck_assert(i->max_finite == 0x1.fffffep127 && i->min_normal == 0x1p-126 && i->min_subnormal == 0x1p-149);
+    ck_assert(i->unit_roundoff == 0x1p-24);
+    i = mpt_format_info(MPT_FORMAT_TF32);
+    ck_assert(i->max_finite == 0x1.ffcp127 && i->min_normal == 0x1p-126 && i->min_subnormal == 0x1p-136);
+    ck_assert(i->unit_roundoff == 0x1p-11);
+    i = mpt_format_info(MPT_FORMAT_BF16);
+    ck_assert(i->max_finite == 0x1.fep127 && i->min_subnormal == 0x1p-133 && i->unit_roundoff == 0x1p-8);
+    i = mpt_format_info(MPT_FORMAT_FP16);
+    ck_assert(i->max_finite == 65504.0 && i->min_normal == 0x1p-14 && i->min_subnormal == 0x1p-24);
+    ck_assert(fabs(mpt_fmt_digits(MPT_FORMAT_FP16) - 3.311) < 1e-3);
+    i = mpt_format_info(MPT_FORMAT_E4M3);
+    ck_assert(i->max_finite == 448.0 && i->min_normal == 0x1p-6 && i->min_subnormal == 0x1p-9);
+    ck_assert(i->special == MPT_SPECIAL_FN && i->saturates);
+    i = mpt_format_info(MPT_FORMAT_E5M2);
+    ck_assert(i->max_finite == 57344.0 && i->min_normal == 0x1p-14 && i->min_subnormal == 0x1p-16);
+    ck_assert(i->special == MPT_SPECIAL_IEEE && i->saturates);
+    i = mpt_format_info(MPT_FORMAT_E8M0);
+    ck_assert(i->max_finite == 0x1p127 && i->min_normal == 0x1p-127 && i->sign_bits == 0 && i->man_bits == 0);
+    ck_assert(!i->has_subnormals);
+    ck_assert_ptr_null(mpt_format_info(MPT_FORMAT_COUNT));
+    /* every row against the decoders and its own field widths */
+    for (int f = 0; f < MPT_FORMAT_COUNT; f++) {
+        const mpt_format_desc *d = mpt_format_info((mpt_format)f);
+        ck_assert_msg(decode_bits((mpt_format)f, d->max_bits) == d->max_finite, "%s: max", d->name);
+        ck_assert_msg(decode_bits((mpt_format)f, d->min_normal_bits) == d->min_normal, "%s: min normal", d->name);
+        ck_assert_msg(decode_bits((mpt_format)f, d->min_subnormal_bits) == d->min_subnormal, "%s: min sub", d->name);
+        ck_assert_msg(d->unit_roundoff == ldexp(1.0, -(d->man_bits + 1)), "%s: unit roundoff", d->name);
+        ck_assert_msg(d->min_normal == ldexp(1.0, d->emin), "%s: emin", d->name);
+        ck_assert_msg(ilogb(d->max_finite) == d->emax, "%s: emax", d->name);
+        if (d->man_bits > 0) {
+            ck_assert_msg(d->emin == 1 - d->bias, "%s: emin from the bias", d->name);
+            ck_assert_msg(d->min_subnormal == ldexp(1.0, d->emin - d->man_bits), "%s: subnormal step", d->name);
+        }
+        /* the pattern just above the largest finite value is not finite (inf, or NaN without inf) */
+        if (d->special != MPT_SPECIAL_E8M0)
+            ck_assert_msg(!isfinite(decode_bits((mpt_format)f, d->max_bits + 1)), "%s: past max", d->name);
+    }
+    /* the dtype and math tables point at the right rows */
+    ck_assert_int_eq(mpt_dtype_info(MPT_DTYPE_F16)->format, MPT_FORMAT_FP16);
+    ck_assert_int_eq(mpt_dtype_info(MPT_DTYPE_I32)->format, -1);
+    ck_assert(mpt_dtype_is_fp8(MPT_DTYPE_E5M2) && !mpt_dtype_is_fp8(MPT_DTYPE_E8M0) && mpt_dtype_is_float(MPT_DTYPE_BF16));
+    ck_assert(mpt_math_unit_roundoff(MPT_MATH_TF32) == 0x1p-11 && mpt_math_unit_roundoff(MPT_MATH_MXFP8) == 0x1p-4);
     char b[64];
-    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_E8M0, 0x88, b, sizeof b), "10001000");
-    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_FP16, 0x4248, b, sizeof b), "0 | 10000 | 1001001000");
-    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FMT_E4M3, 0x7e, b, sizeof b), "0 | 1111 | 110");
+    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FORMAT_E8M0, 0x88, b, sizeof b), "10001000");
+    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FORMAT_FP16, 0x4248, b, sizeof b), "0 | 10000 | 1001001000");
+    ck_assert_str_eq(mpt_fmt_bits_text(MPT_FORMAT_E4M3, 0x7e, b, sizeof b), "0 | 1111 | 110");
 }
 END_TEST
 

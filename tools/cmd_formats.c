@@ -32,12 +32,21 @@ static void print_help(FILE *f) {
                "  --help                    show this help\n");
 }
 
-static const char *status_text(mpt_fmt f, const mpt_fmt_value *v) {
+/* What became of the value, from the format's row: saturation names the largest finite value and what the
+ * non-saturating cast would give (NaN where the format has no inf). */
+static const char *status_text(mpt_format f, const mpt_fmt_value *v, char *buf, size_t len) {
+    const mpt_format_desc *d = mpt_format_info(f);
+    const char *over = d->special == MPT_SPECIAL_FN ? "NaN" : "inf";
     if (v->unrepresentable) return v->value > 0.0 ? "no zero in E8M0: its smallest code, 2^-127" : "negative: NaN (E8M0 has no sign)";
-    if (v->saturated)
-        return f == MPT_FMT_E4M3 ? "overflow -> saturated to 448 (non-saturating: NaN)"
-                                 : "overflow -> saturated to 57344 (non-saturating: inf)";
-    if (v->overflow) return f == MPT_FMT_E4M3 ? "overflow -> NaN (E4M3 has no inf)" : "overflow -> inf";
+    if (v->saturated) {
+        snprintf(buf, len, "overflow -> saturated to %g (non-saturating: %s)", d->max_finite, over);
+        return buf;
+    }
+    if (v->overflow) {
+        if (d->special != MPT_SPECIAL_FN) return "overflow -> inf";
+        snprintf(buf, len, "overflow -> NaN (%s has no inf)", d->short_name);
+        return buf;
+    }
     if (v->flushed) return "flushed to zero (below half the smallest subnormal)";
     if (v->subnormal) return v->exact ? "subnormal, exact" : "subnormal (fewer significant bits)";
     return v->exact ? "exact" : "rounded";
@@ -48,13 +57,12 @@ static void print_value(const char *text, double x, int sat) {
     printf("%s  (as a double: %.17g)\n", mpt_cli_echo(esc, sizeof esc, text), x);
     printf("  %-9s %-38s %-10s %-24s %-10s %-10s %s\n", "format", "sign | exponent | mantissa", "hex", "value after RNE",
            "abs error", "rel error", "");
-    for (int f = 0; f < MPT_FMT_COUNT; f++) {
-        mpt_fmt_info info;
-        mpt_fmt_describe((mpt_fmt)f, &info);
+    for (int f = 0; f < MPT_FORMAT_COUNT; f++) {
+        const mpt_format_desc info = *mpt_format_info((mpt_format)f);
         mpt_fmt_value v;
-        mpt_fmt_convert((mpt_fmt)f, x, sat, &v);
-        char bits[64], hex[16], val[32], ae[16], re[16];
-        mpt_fmt_bits_text((mpt_fmt)f, v.bits, bits, sizeof bits);
+        mpt_fmt_convert((mpt_format)f, x, sat, &v);
+        char bits[64], hex[16], val[32], ae[16], re[16], st[96];
+        mpt_fmt_bits_text((mpt_format)f, v.bits, bits, sizeof bits);
         int digits = (info.sign_bits + info.exp_bits + info.man_bits + 3) / 4;
         snprintf(hex, sizeof hex, "0x%0*x", digits, (unsigned)v.bits);
         snprintf(val, sizeof val, "%.9g", v.value);
@@ -62,7 +70,7 @@ static void print_value(const char *text, double x, int sat) {
         else snprintf(ae, sizeof ae, "%.3g", v.abs_err);
         if (isfinite(v.rel_err)) snprintf(re, sizeof re, "%.3g", v.rel_err);
         else snprintf(re, sizeof re, "-");
-        printf("  %-9s %-38s %-10s %-24s %-10s %-10s %s\n", info.name, bits, hex, val, ae, re, status_text((mpt_fmt)f, &v));
+        printf("  %-9s %-38s %-10s %-24s %-10s %-10s %s\n", info.name, bits, hex, val, ae, re, status_text((mpt_format)f, &v, st, sizeof st));
     }
     printf("\n");
 }
@@ -70,16 +78,15 @@ static void print_value(const char *text, double x, int sat) {
 static void print_table(void) {
     printf("| format | bits (sign/exp/mantissa) | largest finite | smallest normal | smallest subnormal | "
            "unit roundoff | decimal digits |\n|---|---|---:|---:|---:|---:|---:|\n");
-    for (int f = 0; f < MPT_FMT_COUNT; f++) {
-        mpt_fmt_info i;
-        mpt_fmt_describe((mpt_fmt)f, &i);
+    for (int f = 0; f < MPT_FORMAT_COUNT; f++) {
+        const mpt_format_desc i = *mpt_format_info((mpt_format)f);
         char sub[48];
-        if (f == MPT_FMT_E8M0) snprintf(sub, sizeof sub, "none");
+        if (!i.has_subnormals) snprintf(sub, sizeof sub, "none");
         else snprintf(sub, sizeof sub, "%.6g (2^%d)", i.min_subnormal, ilogb(i.min_subnormal));
         printf("| %s | %d (%d/%d/%d)%s | %.6g | %.6g (2^%d) | %s | %.3g (2^-%d) | %.2f |\n", i.name,
                i.sign_bits + i.exp_bits + i.man_bits, i.sign_bits, i.exp_bits, i.man_bits,
-               f == MPT_FMT_TF32 ? ", stored in 32" : "", i.max_finite, i.min_normal, ilogb(i.min_normal), sub,
-               i.unit_roundoff, i.man_bits + 1, i.digits);
+               f == MPT_FORMAT_TF32 ? ", stored in 32" : "", i.max_finite, i.min_normal, ilogb(i.min_normal), sub,
+               i.unit_roundoff, i.man_bits + 1, mpt_fmt_digits((mpt_format)f));
     }
     printf("\nUnit roundoff u = 2^-p (p = mantissa bits + 1): rounding to nearest changes a normal number by at most a\n"
            "relative u. TF32 has FP16's precision and FP32's range; BF16 has FP32's range with 8 significant bits;\n"

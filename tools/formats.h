@@ -15,29 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum mpt_fmt {
-    MPT_FMT_FP32 = 0,
-    MPT_FMT_TF32,
-    MPT_FMT_BF16,
-    MPT_FMT_FP16,
-    MPT_FMT_E4M3,
-    MPT_FMT_E5M2,
-    MPT_FMT_E8M0, /* unsigned powers of two 2^-127 .. 2^127 (no zero, no mantissa): the MX block scale */
-    MPT_FMT_COUNT
-} mpt_fmt;
+#include "engine/dtype.h"
 
-/* A format's constants, each derived from the engine's decoder applied to the bit pattern that holds it. */
-typedef struct mpt_fmt_info {
-    const char *name;      /* "FP32", "TF32", "BF16", "FP16", "FP8 E4M3", "FP8 E5M2", "E8M0" */
-    int sign_bits;         /* 1, or 0 for E8M0 */
-    int exp_bits, man_bits; /* explicit mantissa bits; the precision p is man_bits + 1 */
-    int has_inf;
-    double max_finite, min_normal, min_subnormal; /* E8M0: min_subnormal = min_normal = 2^-127 (it has none) */
-    double unit_roundoff;  /* 2^-p: the largest relative error of rounding to nearest in the normal range */
-    double digits;         /* p * log10(2): decimal digits the significand carries */
-} mpt_fmt_info;
+/* The formats are engine/dtype.h's rows (mpt_format, mpt_format_info): FP32, TF32, BF16, FP16, E4M3, E5M2, E8M0. */
 
-void mpt_fmt_describe(mpt_fmt f, mpt_fmt_info *out);
+/* Decimal digits a format's significand carries: p * log10(2), p = man_bits + 1. */
+double mpt_fmt_digits(mpt_format f);
 
 /* What became of a value in one format. */
 typedef struct mpt_fmt_value {
@@ -55,9 +38,9 @@ typedef struct mpt_fmt_value {
 
 /* Converts x (finite) to format f through the engine's conversions and fills *out. fp8_saturate: FP8 overflow
  * saturates to +-max (nonzero) or becomes NaN / inf (0); other formats ignore it. */
-void mpt_fmt_convert(mpt_fmt f, double x, int fp8_saturate, mpt_fmt_value *out);
+void mpt_fmt_convert(mpt_format f, double x, int fp8_saturate, mpt_fmt_value *out);
 
 /* The bit pattern as "s | eeeee | mmmmmmmmmm" ("eeeeeeee" for E8M0; buf: at least 48 bytes). */
-const char *mpt_fmt_bits_text(mpt_fmt f, uint32_t bits, char *buf, size_t len);
+const char *mpt_fmt_bits_text(mpt_format f, uint32_t bits, char *buf, size_t len);
 
 #endif

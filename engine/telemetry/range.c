@@ -6,18 +6,20 @@
 
 #include "engine/status.h"
 
-/* Exponent-field layout of the three float formats. */
+/* Exponent-field layout of a float dtype's format, from its row (engine/dtype.h), on |x|'s bit pattern. */
 typedef struct fmt_bits {
-    uint32_t exp_mask, man_mask, max_finite_abs; /* of |x|'s bit pattern */
+    uint32_t exp_mask, man_mask, max_finite_abs;
 } fmt_bits;
 
+static const mpt_format_desc *float_format(mpt_dtype t) {
+    MPT_ASSERTF(mpt_dtype_is_float(t), "range: dtype %s is not a float format", mpt_dtype_name(t));
+    return mpt_format_info((mpt_format)mpt_dtype_info(t)->format);
+}
+
 static fmt_bits fmt_of(mpt_dtype t) {
-    switch (t) {
-    case MPT_DTYPE_F16: return (fmt_bits){0x7c00u, 0x03ffu, 0x7bffu};
-    case MPT_DTYPE_BF16: return (fmt_bits){0x7f80u, 0x007fu, 0x7f7fu};
-    case MPT_DTYPE_F32: return (fmt_bits){0x7f800000u, 0x007fffffu, 0x7f7fffffu};
-    default: MPT_ASSERTF(0, "range: dtype %s is not a float format", mpt_dtype_name(t)); return (fmt_bits){0, 0, 0};
-    }
+    const mpt_format_desc *d = float_format(t);
+    const uint32_t man = (1u << d->man_bits) - 1u;
+    return (fmt_bits){((1u << d->exp_bits) - 1u) << d->man_bits, man, d->max_bits};
 }
 
 static void range_one(mpt_range *r, uint32_t a, const fmt_bits *f) {
@@ -34,7 +36,7 @@ static void range_one(mpt_range *r, uint32_t a, const fmt_bits *f) {
 
 void mpt_range_count(mpt_range *r, const void *p, mpt_dtype dtype, int64_t n) {
     fmt_bits f = fmt_of(dtype);
-    if (dtype == MPT_DTYPE_F32) {
+    if (mpt_dtype_size(dtype) == 4) {
         const uint32_t *u = p;
         for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffffffu, &f);
     } else {
@@ -52,8 +54,8 @@ typedef struct fmt_exps {
 } fmt_exps;
 
 static fmt_exps exps_of(mpt_dtype t) {
-    if (t == MPT_DTYPE_F16) return (fmt_exps){-24, -14, 15, 10};
-    return (fmt_exps){-133, -126, 127, 7};
+    const mpt_format_desc *d = float_format(t);
+    return (fmt_exps){d->emin - d->man_bits, d->emin, d->emax, d->man_bits};
 }
 
 void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target) {
