@@ -322,7 +322,7 @@ void mpt_graph_fp8_gemm_text(const mpt_graph *g, const mpt_node *n, int which, c
 void mpt_graph_print_fp8_gemms(const mpt_graph *g, FILE *f) {
     if (!mpt_policy_is_fp8(&g->policy)) return;
     const mpt_fp8_recipe *r = &g->policy.fp8;
-    if (g->policy.mode == MPT_PRECISION_MXFP8)
+    if (mpt_policy_fp8_mx(&g->policy))
         fprintf(f, "FP8 GEMMs (E8M0 scale per 32 elements along K, --mx-scale %s%s; FP32 accumulation):\n",
                 mpt_mx_rounding_name(r->mx_rounding), r->saturate ? "" : ", casts not saturating");
     else {

@@ -24,7 +24,8 @@ mpt_train_config mpt_train_config_default(mpt_precision precision) {
     c.schedule.kind = MPT_LR_CONSTANT;
     c.schedule.base_lr = c.optim.lr;
     c.schedule.gamma = 0.1f;
-    c.loss_scaling = precision == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
+    const mpt_mode_desc *mode = mpt_mode_info(precision);
+    c.loss_scaling = mode && mode->dynamic_loss_scale ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
     c.init_scale = MPT_SCALER_DEFAULT_INIT_SCALE;
     c.scaler = mpt_scaler_params_default();
     c.seed = 0;
@@ -174,7 +175,7 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     MPT_ASSERTF(!g->allocated, "mpt_trainer_create: the graph must not be allocated yet");
     mpt_status s = check_config(cfg);
     if (s == MPT_OK && mpt_policy_is_fp8(&g->policy))
-        s = mpt_fp8_recipe_check(&g->policy.fp8, g->policy.mode == MPT_PRECISION_MXFP8);
+        s = mpt_fp8_recipe_check(&g->policy.fp8, mpt_policy_fp8_mx(&g->policy));
     if (s != MPT_OK) {
         mpt_graph_free(&g); /* the trainer owns g, also when it fails */
         return s;

@@ -806,6 +806,21 @@ START_TEST(test_cpu_kernels_native) {
         ck_assert_str_eq(json_string_value(json_object_get(fc1, "kernels")), k == 0 ? "native:onednn" : "emulate:onednn");
         json_decref(j);
     }
+    /* fp8 on the mlp at batch 24 (not a multiple of 16): every layer runs BF16, natively; the run says so and does
+     * not claim that native changes nothing (it did, before the mode table: "changes nothing in fp8") */
+    const char *out = tmp_path("fp8");
+    int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp8", "--cpu-kernels", "native",
+                 "--batch-size", "24", "--max-steps", "2", "--limit-test", "64", "--progress", "off", "--out", out,
+                 NULL);
+    ck_assert_msg(rc == 0, "train fp8 --cpu-kernels native failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "changes nothing in fp8") == NULL, "fp8: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "kernels native (bf16 on the CPU's BF16 units") != NULL &&
+                      strstr(out_buf, "FP8 GEMMs emulated") != NULL && strstr(out_buf, "its FP8 GEMMs stay emulated"),
+                  "fp8: the run does not say what native does: %s", out_buf);
+    json_t *j = load_summary(out);
+    json_t *fc1 = json_array_get(json_object_get(j, "precision_map"), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(fc1, "kernels")), "native:onednn");
+    json_decref(j);
     rm_tmpdir();
 }
 END_TEST

@@ -159,7 +159,7 @@ static mpt_status run_plan(compare_plan *pl, mpt_status setup) {
     int n = pl->seeds ? o->n_seeds * o->n_precisions : o->n_precisions;
     pl->ref = -1;
     for (int p = 0; p < o->n_precisions; p++)
-        if (o->precisions[p] == MPT_PRECISION_FP32) pl->ref = p;
+        if (mpt_mode_info(o->precisions[p])->reference) pl->ref = p;
     pl->res = calloc((size_t)n, sizeof *pl->res);
     pl->l2 = malloc((size_t)n * sizeof *pl->l2);
     if (!pl->res || !pl->l2) setup = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);
@@ -288,7 +288,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
 
     const mpt_cli_result *ref = NULL;
     for (int i = 0; i < n_done; i++)
-        if (o.precisions[i] == MPT_PRECISION_FP32) ref = &res[i];
+        if (mpt_mode_info(o.precisions[i])->reference) ref = &res[i];
     mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
     for (int i = 0; i < n_done; i++) {
         rows[i].precision = o.precisions[i];

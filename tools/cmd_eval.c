@@ -74,7 +74,7 @@ int mpt_cmd_eval(int argc, char **argv) {
     policy.fp8 = o.fp8;
     if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_cli_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
-        if (policy.tf32_override && o.precision == MPT_PRECISION_TF32)
+        if (policy.tf32_override && mpt_mode_info(o.precision)->tf32_default)
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
         mpt_graph *g = mpt_graph_create(be, &policy, o.batch);
         mpt_tensor *logits = NULL;

@@ -147,11 +147,9 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
     double fl = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac"), fl1 = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD,
                                                                                   "flush_frac@S=1");
     double sub = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "made_subnormal_frac");
-    const int fp8 = o->precision == MPT_PRECISION_FP8 || o->precision == MPT_PRECISION_FP8_E4M3 ||
-                    o->precision == MPT_PRECISION_MXFP8;
+    const mpt_mode_desc *mode = mpt_mode_info(o->precision);
     if (isfinite(fl)) { /* the FP8 modes keep activation gradients in BF16 */
-        printf(": activation gradients rounded to %s flushed to zero %.3g%%",
-               fp8 ? "bf16" : mpt_precision_name(o->precision), 100.0 * fl);
+        printf(": activation gradients rounded to %s flushed to zero %.3g%%", mode->act_name, 100.0 * fl);
         if (isfinite(fl1)) printf(" (had the loss scale been 1: %.3g%%)", 100.0 * fl1);
         if (isfinite(sub)) printf(", made subnormal %.3g%%", 100.0 * sub);
     } else {
@@ -169,7 +167,7 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
                  o_lost = tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac@other_format") +
                           tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac@other_format");
     if (isfinite(g_fl)) { /* the FP8 casts of the gradient operands, and in the other format */
-        const int e5 = o->precision == MPT_PRECISION_FP8;
+        const int e5 = mode->fp8_fmt[2] == MPT_DTYPE_E5M2;
         printf("; FP8 gradient casts (%s) flushed %.3g%%, made subnormal %.3g%%, saturated %.3g%% (in %s: %.3g%% "
                "flushed or subnormal)", e5 ? "E5M2" : "E4M3", 100.0 * g_fl, 100.0 * g_sub, 100.0 * g_sat,
                e5 ? "E4M3" : "E5M2", 100.0 * o_lost);

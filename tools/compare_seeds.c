@@ -47,7 +47,7 @@ static const mpt_cli_result *run_at(const mpt_cli_seed_runs *r, int s, int p) {
 
 static int fp32_index(const mpt_cli_seed_runs *r) {
     for (int p = 0; p < r->n_precisions; p++)
-        if (r->precisions[p] == MPT_PRECISION_FP32) return p;
+        if (mpt_mode_info(r->precisions[p])->reference) return p;
     return -1;
 }
 
@@ -161,8 +161,8 @@ static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin
             diff_ci(d, sizeof d, &q->d_final, "%.2f");
             verdict_text(v, sizeof v, &q->d_final);
         } else {
-            snprintf(d, sizeof d, q->precision == MPT_PRECISION_FP32 ? "(reference)" : "n/a (no fp32 run)");
-            snprintf(v, sizeof v, "%s", q->precision == MPT_PRECISION_FP32 ? "—" : "n/a");
+            snprintf(d, sizeof d, mpt_mode_info(q->precision)->reference ? "(reference)" : "n/a (no fp32 run)");
+            snprintf(v, sizeof v, "%s", mpt_mode_info(q->precision)->reference ? "—" : "n/a");
         }
         fprintf(f, "| %s | %s | %s | %s | %s | %s | %.2f | %.2f | %.1f |\n", mpt_precision_name(q->precision), fa, ba,
                 tl, d, v, q->epoch_s.mean, q->epoch_cpu_s.mean, q->skipped.mean);
@@ -174,7 +174,7 @@ static void write_seed_table(FILE *f, const prec_stats *st, int n, double margin
 static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds) {
     int ref = -1;
     for (int p = 0; p < n; p++)
-        if (st[p].precision == MPT_PRECISION_FP32) ref = p;
+        if (mpt_mode_info(st[p].precision)->reference) ref = p;
     if (ref < 0) {
         fprintf(f, "Noise: no fp32 run in --precisions, so no paired differences and no fp32 spread.\n");
         return;
@@ -595,9 +595,9 @@ static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
     snprintf(path, sizeof path, "%s/convergence.gp", r->out);
     FILE *f = mpt_cli_create(path);
     if (!f) return MPT_ERR_IO;
-    int fp16 = -1;
+    int fp16 = -1; /* the mode that scales the loss dynamically by default: its loss-scale panel */
     for (int p = 0; p < r->n_precisions; p++)
-        if (r->precisions[p] == MPT_PRECISION_FP16) fp16 = p;
+        if (mpt_mode_info(r->precisions[p])->dynamic_loss_scale) fp16 = p;
     int panels = fp16 >= 0 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare --seeds; run `gnuplot convergence.gp` here.\n");
     mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");

@@ -42,9 +42,9 @@ typedef struct opt_def {
 static const opt_def opt_table[] = {
     {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)"},
     {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
-     "fp32 | tf32 | fp16 | bf16 | fp8 | fp8-e4m3 | mxfp8 (default fp32; the fp8 modes: see below)"},
+     "the precision mode: one of the modes listed below (default fp32)"},
     {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE, "LIST",
-     "comma-separated precisions to train, from those of train's --precision (default fp32,tf32,fp16,bf16)"},
+     "comma-separated precision modes to train, from those listed below (default: the ones marked *)"},
     {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE, "LIST|N",
      "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report the mean paired "
      "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)"},
@@ -291,8 +291,9 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->log_every = 10;
     o->progress = MPT_PROGRESS_AUTO;
     o->cuda_graph = 1;
-    for (int i = 0; i < MPT_PRECISION_CLASSIC_COUNT; i++) o->precisions[i] = (mpt_precision)i;
-    o->n_precisions = MPT_PRECISION_CLASSIC_COUNT; /* fp32, tf32, fp16, bf16; the FP8 modes when asked for */
+    o->n_precisions = 0; /* the modes whose row says compare_default: fp32, tf32, fp16, bf16; FP8 when asked for */
+    for (int i = 0; i < MPT_PRECISION_COUNT; i++)
+        if (mpt_mode_info((mpt_precision)i)->compare_default) o->precisions[o->n_precisions++] = (mpt_precision)i;
     o->margin = 0.3;
     o->comm_timeout = 600.0;
     o->plot_timeout = 60.0;
@@ -396,9 +397,19 @@ static mpt_status parse_loss_scale(const char *flag, const char *s, mpt_cli_opts
     return MPT_OK;
 }
 
+/* The precision modes' names from their table, joined by sep ("fp32, tf32, ..."). Returns buf. */
+static const char *precision_list(const char *sep, char *buf, size_t len) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < MPT_PRECISION_COUNT && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", i ? sep : "", mpt_precision_name((mpt_precision)i));
+    return buf;
+}
+
 static mpt_status parse_precisions(const char *flag, const char *s, mpt_cli_opts *o) {
-    const char *expected = "a comma-separated list of distinct precisions from fp32, tf32, fp16, bf16, fp8, fp8-e4m3, "
-                           "mxfp8";
+    char names[256], expected[320];
+    snprintf(expected, sizeof expected, "a comma-separated list of distinct precisions from %s",
+             precision_list(", ", names, sizeof names));
     char buf[128];
     if (strlen(s) >= sizeof buf || !*s) return bad_value(flag, expected, s);
     snprintf(buf, sizeof buf, "%s", s);
@@ -479,8 +490,11 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         snprintf(o->model, sizeof o->model, "%s", arg);
         return MPT_OK;
     case MPT_OPT_PRECISION:
-        if (mpt_precision_parse(arg, &o->precision) != 0)
-            return bad_value(f, "one of fp32, tf32, fp16, bf16, fp8, fp8-e4m3, mxfp8", arg);
+        if (mpt_precision_parse(arg, &o->precision) != 0) {
+            char names[256], expected[280];
+            snprintf(expected, sizeof expected, "one of %s", precision_list(", ", names, sizeof names));
+            return bad_value(f, expected, arg);
+        }
         return MPT_OK;
     case MPT_OPT_PRECISIONS: return parse_precisions(f, arg, o);
     case MPT_OPT_SEEDS: return parse_seeds(f, arg, o);
@@ -702,11 +716,12 @@ void mpt_cli_resolve(mpt_cli_opts *o) {
     if (!mpt_cli_given(o, MPT_OPT_HYSTERESIS)) o->hysteresis = sp->hysteresis;
     if (!mpt_cli_given(o, MPT_OPT_SCALE_FLOOR)) o->scale_floor = sp->floor;
     if (!mpt_cli_given(o, MPT_OPT_SCALE_CEILING)) o->scale_ceiling = sp->ceiling;
-    if (!mpt_cli_given(o, MPT_OPT_TF32_MATMUL)) o->tf32_matmul = o->precision == MPT_PRECISION_TF32;
-    if (!mpt_cli_given(o, MPT_OPT_TF32_CONV)) o->tf32_conv = o->precision == MPT_PRECISION_TF32;
+    const mpt_mode_desc *mode = mpt_mode_info(o->precision);
+    if (!mpt_cli_given(o, MPT_OPT_TF32_MATMUL)) o->tf32_matmul = mode->tf32_default;
+    if (!mpt_cli_given(o, MPT_OPT_TF32_CONV)) o->tf32_conv = mode->tf32_default;
     if (!mpt_cli_given(o, MPT_OPT_WEIGHT_DECAY)) o->weight_decay = o->optimizer == MPT_OPTIM_ADAMW ? 0.01 : 0.0;
     if (!mpt_cli_given(o, MPT_OPT_LOSS_SCALE)) {
-        if (o->precision == MPT_PRECISION_FP16 && o->nonfinite != MPT_NONFINITE_APPLY) {
+        if (mode->dynamic_loss_scale && o->nonfinite != MPT_NONFINITE_APPLY) {
             o->loss_scaling = MPT_LOSS_SCALE_DYNAMIC;
             o->loss_scale_value = sp->init_scale;
         } else {
@@ -765,9 +780,8 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
     if (o->scale_ceiling < o->scale_floor)
         return mpt_errorf(MPT_ERR_ARG, "--scale-ceiling %g is below --scale-floor %g", o->scale_ceiling,
                           o->scale_floor);
-    if (o->precision == MPT_PRECISION_FP8 || o->precision == MPT_PRECISION_FP8_E4M3 ||
-        o->precision == MPT_PRECISION_MXFP8)
-        MPT_TRY(mpt_fp8_recipe_check(&o->fp8, o->precision == MPT_PRECISION_MXFP8));
+    const mpt_fp8_kind fp8 = mpt_mode_info(o->precision)->fp8;
+    if (fp8 != MPT_FP8_KIND_NONE) MPT_TRY(mpt_fp8_recipe_check(&o->fp8, fp8 == MPT_FP8_KIND_MX));
     if (o->fp8.promote != 0 && o->fp8.accum != MPT_FP8_ACCUM_FAST)
         return mpt_errorf(MPT_ERR_ARG, "--fp8-promote %d needs --fp8-accum fast (promotion is part of the fast "
                                        "accumulator; fp32 accumulates in FP32 throughout)", (int)o->fp8.promote);
@@ -787,26 +801,25 @@ static void fp8_flags_given(const mpt_cli_opts *o, char *buf, size_t len) {
 }
 
 void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
-    const int fp8 = o->precision == MPT_PRECISION_FP8 || o->precision == MPT_PRECISION_FP8_E4M3 ||
-                    o->precision == MPT_PRECISION_MXFP8;
-    const int lowp = o->precision == MPT_PRECISION_FP16 || o->precision == MPT_PRECISION_BF16 || fp8;
-    const char *p = mpt_precision_name(o->precision);
+    const mpt_mode_desc *mode = mpt_mode_info(o->precision);
+    const int fp8 = mode->fp8 != MPT_FP8_KIND_NONE, mx = mode->fp8 == MPT_FP8_KIND_MX;
+    const int lowp = mode->act_dtype != MPT_DTYPE_F32; /* 16-bit working weights and activations */
+    const char *p = mode->name;
     char given[256];
     fp8_flags_given(o, given, sizeof given);
     if (given[0] && !fp8)
         fprintf(f, "%snote: %s change%s nothing in %s: they set up the FP8 GEMMs of --precision fp8, fp8-e4m3 and "
                    "mxfp8\n",
                 label, given, strchr(given, ',') ? "" : "s", p);
-    if (fp8 && o->precision == MPT_PRECISION_MXFP8 &&
+    if (mx &&
         (mpt_cli_given(o, MPT_OPT_FP8_SCALING) || mpt_cli_given(o, MPT_OPT_AMAX_HISTORY) ||
          mpt_cli_given(o, MPT_OPT_FP8_MARGIN) || mpt_cli_given(o, MPT_OPT_FP8_POW2_SCALES)))
         fprintf(f, "%snote: --fp8-scaling, --amax-history, --fp8-margin and --fp8-pow2-scales change nothing in mxfp8: "
                    "its scales are per block of 32 (--mx-scale)\n",
                 label);
-    if (fp8 && o->precision != MPT_PRECISION_MXFP8 && mpt_cli_given(o, MPT_OPT_MX_SCALE))
+    if (fp8 && !mx && mpt_cli_given(o, MPT_OPT_MX_SCALE))
         fprintf(f, "%snote: --mx-scale changes nothing in %s: it scales per tensor\n", label, p);
-    if (fp8 && o->fp8.scaling == MPT_FP8_SCALING_CURRENT && mpt_cli_given(o, MPT_OPT_AMAX_HISTORY) &&
-        o->precision != MPT_PRECISION_MXFP8)
+    if (fp8 && !mx && o->fp8.scaling == MPT_FP8_SCALING_CURRENT && mpt_cli_given(o, MPT_OPT_AMAX_HISTORY))
         fprintf(f, "%snote: --amax-history changes no scale with --fp8-scaling current (the history is still "
                    "recorded)\n",
                 label);
@@ -833,9 +846,12 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
         fprintf(f, "%snote: --tf32-matmul/--tf32-conv change nothing in %s: GEMM and conv operands are %s, not "
                    "FP32\n",
                 label, p, p);
-    if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && o->precision != MPT_PRECISION_BF16 && !label[0])
+    if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math != MPT_MATH_BF16 && !label[0])
         fprintf(f, "%snote: --cpu-kernels native changes nothing in %s: the CPU has native units for bf16 only, so %s "
                    "stays emulated\n", label, p, p);
+    if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16 && fp8 && !label[0])
+        fprintf(f, "%snote: --cpu-kernels native runs %s's BF16 GEMMs and convolutions on the CPU's BF16 units; its FP8 "
+                   "GEMMs stay emulated\n", label, p);
     if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
         fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
                    "conv computes in full FP32\n",
@@ -898,6 +914,12 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
         fprintf(f, "  %-25s %s\n", left, d->help);
     }
     if (cmd == MPT_CMD_TRAIN || cmd == MPT_CMD_COMPARE) {
+        fprintf(f, "\nPrecision modes (--precision%s):\n",
+                cmd == MPT_CMD_COMPARE ? "s; * = compare's default list" : "");
+        for (int i = 0; i < MPT_PRECISION_COUNT; i++) {
+            const mpt_mode_desc *m = mpt_mode_info((mpt_precision)i);
+            fprintf(f, "  %-9s%s %s\n", m->name, cmd == MPT_CMD_COMPARE && m->compare_default ? "*" : " ", m->summary);
+        }
         fprintf(f, "\nLoss-scaler presets (--scaler; --growth-factor, --backoff-factor, --growth-interval, "
                    "--hysteresis,\n--scale-floor, --scale-ceiling override single values; fp16's default "
                    "--loss-scale uses the preset's\ninitial scale):\n");

@@ -30,9 +30,10 @@
 static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
     FILE *f = mpt_cli_create(path);
     if (!f) return MPT_ERR_IO;
-    int has_fp16 = 0;
-    for (int i = 0; i < n; i++) has_fp16 |= p[i] == MPT_PRECISION_FP16;
-    int panels = has_fp16 ? 3 : 2;
+    int scaled = -1; /* the run whose mode scales the loss dynamically by default (fp16): its loss-scale panel */
+    for (int i = 0; i < n; i++)
+        if (mpt_mode_info(p[i])->dynamic_loss_scale) scaled = i;
+    int panels = scaled >= 0 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare; run `gnuplot convergence.gp` in this directory.\n");
     mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
     fprintf(f, "set datafile separator ','\n"
@@ -56,14 +57,16 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                 i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
     }
     fprintf(f, "\nset xtics autofreq\n");
-    if (has_fp16)
-        fprintf(f, "set title 'fp16 dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
+    if (scaled >= 0) {
+        const char *name = mpt_precision_name(p[scaled]);
+        fprintf(f, "set title '%s dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
                    "set xlabel 'step'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\n"
                    "set ytics 2\nset offsets 0, 0, graph 0.1, graph 0.1\n" /* a flat scale off the frame */
                    "set key bottom left\n"
-                   "plot 'fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 lt %d title 'fp16'\n"
+                   "plot '%s/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 lt %d title '%s'\n"
                    "unset logscale y\n",
-                (int)MPT_PRECISION_FP16 + 1);
+                name, name, (int)p[scaled] + 1, name);
+    }
     fprintf(f, "unset multiplot\n");
     MPT_TRY(mpt_cli_close_written(f, path));
     return MPT_OK;
@@ -373,7 +376,7 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     MPT_TRY(s);
     int has16 = 0;
     for (int i = 0; i < n; i++)
-        has16 |= rows[i].precision != MPT_PRECISION_FP32 && rows[i].precision != MPT_PRECISION_TF32;
+        has16 |= mpt_mode_info(rows[i].precision)->act_dtype != MPT_DTYPE_F32;
     int has_fp8 = 0;
     for (int i = 0; i < n; i++) has_fp8 |= find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
     int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0) + (has_fp8 ? 1 : 0);
@@ -392,12 +395,13 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {
             mpt_precision p = rows[i].precision;
-            if (p == MPT_PRECISION_FP32 || p == MPT_PRECISION_TF32) continue; /* FP8 modes: their BF16 */
+            const mpt_mode_desc *mode = mpt_mode_info(p);
+            if (mode->act_dtype == MPT_DTYPE_F32) continue; /* FP8 modes: their BF16 */
             const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
             /* only fp16 has a loss scale: bf16's (and the FP8 modes' BF16) line is the rounding as it is */
-            snprintf(title, sizeof title, p == MPT_PRECISION_FP16 ? "%s, at its S" : "%s (no scaling)", name);
+            snprintf(title, sizeof title, mode->dynamic_loss_scale ? "%s, at its S" : "%s (no scaling)", name);
             series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
-            if (p == MPT_PRECISION_FP16 && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
+            if (mode->dynamic_loss_scale && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
                 snprintf(title, sizeof title, "%s, had S been 1", name);
                 series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
             }
@@ -413,8 +417,9 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         snprintf(title, sizeof title, "%s", name);
         series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
         if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
-            const int fp8 = p == MPT_PRECISION_FP8 || p == MPT_PRECISION_FP8_E4M3 || p == MPT_PRECISION_MXFP8;
-            snprintf(title, sizeof title, fp8 ? "%s, on its bf16 copy" : "%s, on its 16-bit copy", name);
+            const mpt_mode_desc *mode = mpt_mode_info(p);
+            if (mode->fp8 != MPT_FP8_KIND_NONE) snprintf(title, sizeof title, "%s, on its %s copy", name, mode->act_name);
+            else snprintf(title, sizeof title, "%s, on its 16-bit copy", name);
             series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", 2, title);
         }
     }

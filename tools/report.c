@@ -115,7 +115,7 @@ static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) 
 
 /* tf32_off: NVIDIA_TF32_OVERRIDE=0 was in effect (engine/amp/policy.h), so the tf32 run computed in FP32. */
 static const char *precision_explained(mpt_precision p, int tf32_off) {
-    if (p == MPT_PRECISION_TF32 && tf32_off)
+    if (mpt_mode_info(p)->tf32_default && tf32_off)
         return "**tf32**: NVIDIA_TF32_OVERRIDE=0 was set for this run. It turns TF32 off in cuBLAS and cuDNN, and "
                "mptrain honours it in its CPU emulation too, so this tf32 run computed in full FP32: its row "
                "should match fp32's. Unset the variable to see TF32's rounding (operands cut to 10 explicit "
@@ -124,49 +124,8 @@ static const char *precision_explained(mpt_precision p, int tf32_off) {
                "`torch.backends.cudnn.allow_tf32` (convolutions, True by default) and "
                "`torch.set_float32_matmul_precision(\"high\")`; the same environment variable overrides all of "
                "them.";
-    switch (p) {
-    case MPT_PRECISION_FP32:
-        return "**fp32**: weights, activations and gradients in IEEE binary32 (24-bit significand, unit roundoff "
-               "2^-24); GEMMs and convolutions multiply FP32 operands with FP32 FMAs, TF32 off. The reference the "
-               "others are measured against (last column).";
-    case MPT_PRECISION_TF32:
-        return "**tf32**: storage stays FP32, but GEMM and convolution operands are rounded to TF32 (FP32's 8-bit "
-               "exponent, 10 explicit significand bits, unit roundoff 2^-11) before the Tensor Core multiply; "
-               "products and sums are FP32. Same memory as fp32; on Ampere and newer GPUs the GEMMs run several "
-               "times faster. In PyTorch: `torch.backends.cuda.matmul.allow_tf32 = True` or "
-               "`torch.set_float32_matmul_precision(\"high\")` for matmuls (off by default), and "
-               "`torch.backends.cudnn.allow_tf32` for convolutions (True by default: PyTorch convolutions on "
-               "Ampere already run in TF32 unless it is set to False). NVIDIA_TF32_OVERRIDE=0 turns all of it off.";
-    case MPT_PRECISION_FP16:
-        return "**fp16**: weights (a working copy), activations and activation gradients in IEEE binary16 (5-bit "
-               "exponent: largest value 65504, smallest normal 2^-14, unit roundoff 2^-11); GEMM operands FP16 with "
-               "FP32 accumulation. FP32 master weights take the optimizer step, and the loss is multiplied by a "
-               "dynamic loss scale S before backward so small gradients do not underflow to zero; gradients are "
-               "divided by S in FP32 and a step whose gradients overflowed (inf/NaN) is skipped and S halved "
-               "(`torch.amp.GradScaler`). Skipped steps and the final S are in the table. One difference from "
-               "PyTorch AMP: AMP's weight-gradient GEMM writes FP16 and casts it to FP32; mptrain writes weight "
-               "gradients in FP32 straight from the FP32 accumulator, one FP16 rounding fewer.";
-    case MPT_PRECISION_BF16:
-        return "**bf16**: like fp16 but in bfloat16 (FP32's 8-bit exponent, so the same range as FP32, but only 7 "
-               "explicit significand bits: unit roundoff 2^-8). No loss scaling is needed; the price is coarser "
-               "rounding of weights and activations, which FP32 master weights and FP32 accumulation contain.";
-    case MPT_PRECISION_FP8:
-        return "**fp8**: bf16, except that every linear layer whose batch, input and output sizes are multiples of "
-               "16 runs its GEMMs with FP8 operands, each tensor with its own FP32 scale s = fmax / amax (the largest "
-               "|x| over a history of steps: TransformerEngine's DelayedScaling): E4M3 (4-bit exponent, 3-bit "
-               "mantissa, largest 448, unit roundoff 2^-4) for activations and weights, E5M2 (largest 57344, unit "
-               "roundoff 2^-3) for the gradients of the backward GEMMs (TE's HYBRID recipe). Products are exact, sums "
-               "FP32 (or Hopper's narrower accumulator with --fp8-accum fast). The precision map lists which GEMMs.";
-    case MPT_PRECISION_FP8_E4M3:
-        return "**fp8-e4m3**: fp8 with E4M3 for the gradients too: more precision, 2^17 times less range (448 against "
-               "57344), so gradients saturate or flush more often than in fp8 (docs/numerics.md).";
-    case MPT_PRECISION_MXFP8:
-        return "**mxfp8**: fp8's GEMMs with E4M3 operands and one power-of-two (E8M0) scale per 32 consecutive "
-               "elements along the reduction (OCP Microscaling v1.0, Blackwell's MXFP8), chosen from each block's "
-               "amax: no per-tensor state, and a block's small values no longer share a scale with the tensor's "
-               "largest.";
-    default: return "";
-    }
+    const mpt_mode_desc *m = mpt_mode_info(p);
+    return m ? m->explained : "";
 }
 
 /* ---- the Numerics section ----------------------------------------------------------------------------------- */
@@ -199,10 +158,7 @@ static void pct4(char *b, size_t n, double v) {
 
 /* The name of the 16-bit format a precision stores activations, gradients and working weights in: its own name,
  * except in the FP8 modes, which keep everything outside their FP8 GEMMs in BF16. */
-static const char *working_name(mpt_precision p) {
-    return p == MPT_PRECISION_FP8 || p == MPT_PRECISION_FP8_E4M3 || p == MPT_PRECISION_MXFP8 ? "bf16"
-                                                                                              : mpt_precision_name(p);
-}
+static const char *working_name(mpt_precision p) { return mpt_mode_info(p)->act_name; }
 
 /* The rounded tensors (rows with flush_frac), the three with the largest mean flushed fraction first. */
 static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
@@ -254,7 +210,8 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     pct4(a, sizeof a, all);
     pct4(b, sizeof b, all1);
     fprintf(f, "\n");
-    if (row->precision == MPT_PRECISION_FP16 && scale > 1.0 && isfinite(all1)) {
+    const int f16 = mpt_mode_info(row->precision)->act_dtype == MPT_DTYPE_F16;
+    if (f16 && scale > 1.0 && isfinite(all1)) {
         if (all1 > all)
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
                        "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: the loss "
@@ -264,7 +221,7 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
                        "scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer values "
                        "flushed) is absent in this run.\n\n", a, scale, b);
-    } else if (row->precision == MPT_PRECISION_FP16) {
+    } else if (f16) {
         fprintf(f, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the nonzero "
                    "values to zero%s.\n\n",
                 a, all > 0.0 ? ": gradient signal that a loss scale would have kept (see the S = 1 and 2S columns)"
@@ -280,7 +237,8 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
 static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *row) {
     const mpt_cli_result *r = row->r;
     int no_masters = o->master_weights == MPT_MASTER_NONE &&
-                     (row->precision == MPT_PRECISION_FP16 || row->precision == MPT_PRECISION_BF16);
+                     mpt_mode_info(row->precision)->act_dtype != MPT_DTYPE_F32 &&
+                     mpt_mode_info(row->precision)->fp8 == MPT_FP8_KIND_NONE;
     const char *name = working_name(row->precision);
     if (!tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
         fprintf(f, "**Lost updates.** Not measured (no telemetry step completed an optimizer step).\n\n");
@@ -366,13 +324,9 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
             worst_t = s->tensor;
         }
     }
-    mpt_math math = row->precision == MPT_PRECISION_TF32   ? MPT_MATH_TF32
-                    : row->precision == MPT_PRECISION_FP16 ? MPT_MATH_F16
-                    : row->precision == MPT_PRECISION_BF16 ? MPT_MATH_BF16
-                    : row->precision == MPT_PRECISION_FP32 ? MPT_MATH_FP32
-                                                           : MPT_MATH_FP8; /* the FP8 modes: E4M3's 2^-4 */
-    double u = mpt_math_unit_roundoff(math);
-    if (row->precision == MPT_PRECISION_FP32)
+    const mpt_mode_desc *mode = mpt_mode_info(row->precision);
+    double u = mpt_math_unit_roundoff(mode->math); /* the FP8 modes: E4M3's 2^-4 */
+    if (mode->reference)
         fprintf(f, "\n%s\n\n", worst == 0.0 ? "fp32 runs the twin's own arithmetic: every error is exactly 0, as it must be."
                                            : "fp32 should match its twin exactly, but it does not: something other than "
                                              "the number format differs between the run and its twin.");
@@ -427,7 +381,8 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
     else if (worst)
         fprintf(f, "\nNo FP8 cast flushed a nonzero value to zero at the scale it used (flushing not observed).\n");
     /* the gradients in both formats */
-    const int e5 = row->precision == MPT_PRECISION_FP8;
+    const mpt_mode_desc *mode = mpt_mode_info(row->precision);
+    const int e5 = mode->fp8_fmt[2] == MPT_DTYPE_E5M2, mx = mode->fp8 == MPT_FP8_KIND_MX;
     const char *fmt = e5 ? "E5M2" : "E4M3", *other = e5 ? "E4M3" : "E5M2";
     const char *g = MPT_TELEMETRY_ALL_FP8_GRAD;
     const double sat = tmean(r, g, "fp8_sat_frac"), fl = tmean(r, g, "fp8_flush_frac");
@@ -454,8 +409,8 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
                    "%s, E4M3's 2^17 times narrower range reaches fewer of the small gradients, which is why "
                    "TransformerEngine's HYBRID recipe (`fp8`) casts gradients to E5M2%s.\n\n",
                 100.0 * e4_lost, 100.0 * e5_lost,
-                row->precision == MPT_PRECISION_MXFP8 ? "per block of 32" : "for the whole tensor",
-                row->precision == MPT_PRECISION_MXFP8 ? " (MXFP8 recipes keep E4M3 for gradients: each block's "
+                mx ? "per block of 32" : "for the whole tensor",
+                mx ? " (MXFP8 recipes keep E4M3 for gradients: each block's "
                                                         "scale follows the block's own largest value)" : "");
     else
         fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values and E5M2 %.3g%%: the expected "

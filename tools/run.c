@@ -56,7 +56,7 @@ static double cpu_now_s(void) {
 
 mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
     char msg[512] = "";
-    const int mx = p == MPT_PRECISION_MXFP8;
+    const int mx = mpt_mode_info(p)->fp8 == MPT_FP8_KIND_MX;
     if (!be->fp8_cast || !be->fp8_update)
         return mpt_errorf(MPT_ERR_DEVICE, "--precision %s: the %s backend has no FP8 casts (use --device cpu: the CPU "
                                           "emulates FP8 exactly)", mpt_precision_name(p), be->name);
@@ -613,12 +613,14 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
         char engine[256];
         const int threads = mpt_cli_set_threads(0);
         mpt_cpu_engine_describe(engine, sizeof engine);
-        const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && o->precision == MPT_PRECISION_BF16;
-        printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s)\n", r->label,
+        const mpt_mode_desc *mode = mpt_mode_info(o->precision);
+        const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16;
+        printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s%s)\n", r->label,
                threads, engine, mpt_cpu_kernels_name(o->cpu_kernels),
                native ? "bf16 on the CPU's BF16 units: round to nearest even, BF16 denormals read as zero, denormal "
                         "results flushed"
-                      : "Tensor Core numerics emulated");
+                      : "Tensor Core numerics emulated",
+               native && mode->fp8 != MPT_FP8_KIND_NONE ? "; FP8 GEMMs emulated" : "");
     } else if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE) {
         printf("%snote: --cpu-kernels native changes nothing on the %s backend\n", r->label, r->be->name);
     }
@@ -627,9 +629,10 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
     if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_cli_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
-    if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
+    const int tf32_mode = mpt_mode_info(o->precision)->tf32_default;
+    if (r->policy.tf32_override && tf32_mode)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
-    mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
+    mpt_cli_switch_notes(o, r->policy.tf32_override && !tf32_mode, r->label, stdout);
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
     mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;

@@ -508,8 +508,8 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
         const char *name = mpt_cli_opt_name(recorded[i]);
         json_t *v = json_object_get(cfg, name);
         if (!v && i >= FIRST_OPTIONAL) { /* older checkpoint: the default, which is what it trained with */
-            if (recorded[i] == MPT_OPT_TF32_MATMUL) o->tf32_matmul = o->precision == MPT_PRECISION_TF32;
-            if (recorded[i] == MPT_OPT_TF32_CONV) o->tf32_conv = o->precision == MPT_PRECISION_TF32;
+            if (recorded[i] == MPT_OPT_TF32_MATMUL) o->tf32_matmul = mpt_mode_info(o->precision)->tf32_default;
+            if (recorded[i] == MPT_OPT_TF32_CONV) o->tf32_conv = mpt_mode_info(o->precision)->tf32_default;
             o->given[recorded[i] - MPT_OPT_FIRST] = 1;
             continue;
         }

@@ -9,7 +9,7 @@ typedef enum { RULE_LOWP, RULE_FP32, RULE_FOLLOW } rule_kind;
 
 /* The policy table (cf. PyTorch autocast: matmul/conv -> lower precision; softmax/log_softmax/nll_loss/
  * cross_entropy/reductions -> float32; everything else runs in its input's type). */
-static const rule_kind mpt_policy_rules[MPT_OP_COUNT] = {
+static const rule_kind mpt_policy_rules[] = {
     [MPT_OP_INPUT] = RULE_LOWP,        /* the batch is converted once, to the mode's activation dtype */
     [MPT_OP_LINEAR] = RULE_LOWP,
     [MPT_OP_CONV2D] = RULE_LOWP,
@@ -19,9 +19,80 @@ static const rule_kind mpt_policy_rules[MPT_OP_COUNT] = {
     [MPT_OP_DROPOUT] = RULE_FOLLOW,
     [MPT_OP_SOFTMAX_XENT] = RULE_FP32,
 };
+_Static_assert(sizeof mpt_policy_rules / sizeof mpt_policy_rules[0] == MPT_OP_COUNT, "one rule per mpt_op");
 
-static const char *const mpt_precision_names[MPT_PRECISION_COUNT] = {"fp32", "tf32", "fp16", "bf16",
-                                                                      "fp8",  "fp8-e4m3", "mxfp8"};
+/* The precision modes: one row each (policy.h, mpt_mode_desc). */
+static const mpt_mode_desc modes[] = {
+    [MPT_PRECISION_FP32] = {
+        .name = "fp32", .act_name = "fp32", .act_dtype = MPT_DTYPE_F32, .math = MPT_MATH_FP32, .fp32_operands = 1,
+        .tf32_default = 0, .lowp_math = MPT_MATH_FP32, .compare_default = 1, .reference = 1,
+        .summary = "FP32 storage and math, TF32 off: the reference",
+        .explained = "**fp32**: weights, activations and gradients in IEEE binary32 (24-bit significand, unit roundoff "
+                     "2^-24); GEMMs and convolutions multiply FP32 operands with FP32 FMAs, TF32 off. The reference the "
+                     "others are measured against (last column)."},
+    [MPT_PRECISION_TF32] = {
+        .name = "tf32", .act_name = "tf32", .act_dtype = MPT_DTYPE_F32, .math = MPT_MATH_TF32, .fp32_operands = 1,
+        .tf32_default = 1, .lowp_math = MPT_MATH_FP32, .compare_default = 1,
+        .summary = "FP32 storage, GEMM/conv operands rounded to TF32",
+        .explained = "**tf32**: storage stays FP32, but GEMM and convolution operands are rounded to TF32 (FP32's 8-bit "
+                     "exponent, 10 explicit significand bits, unit roundoff 2^-11) before the Tensor Core multiply; "
+                     "products and sums are FP32. Same memory as fp32; on Ampere and newer GPUs the GEMMs run several "
+                     "times faster. In PyTorch: `torch.backends.cuda.matmul.allow_tf32 = True` or "
+                     "`torch.set_float32_matmul_precision(\"high\")` for matmuls (off by default), and "
+                     "`torch.backends.cudnn.allow_tf32` for convolutions (True by default: PyTorch convolutions on "
+                     "Ampere already run in TF32 unless it is set to False). NVIDIA_TF32_OVERRIDE=0 turns all of it off."},
+    [MPT_PRECISION_FP16] = {
+        .name = "fp16", .act_name = "fp16", .act_dtype = MPT_DTYPE_F16, .math = MPT_MATH_F16,
+        .lowp_math = MPT_MATH_F16, .dynamic_loss_scale = 1, .compare_default = 1,
+        .summary = "FP16 weights and activations, FP32 masters, dynamic loss scaling",
+        .explained = "**fp16**: weights (a working copy), activations and activation gradients in IEEE binary16 (5-bit "
+                     "exponent: largest value 65504, smallest normal 2^-14, unit roundoff 2^-11); GEMM operands FP16 with "
+                     "FP32 accumulation. FP32 master weights take the optimizer step, and the loss is multiplied by a "
+                     "dynamic loss scale S before backward so small gradients do not underflow to zero; gradients are "
+                     "divided by S in FP32 and a step whose gradients overflowed (inf/NaN) is skipped and S halved "
+                     "(`torch.amp.GradScaler`). Skipped steps and the final S are in the table. One difference from "
+                     "PyTorch AMP: AMP's weight-gradient GEMM writes FP16 and casts it to FP32; mptrain writes weight "
+                     "gradients in FP32 straight from the FP32 accumulator, one FP16 rounding fewer."},
+    [MPT_PRECISION_BF16] = {
+        .name = "bf16", .act_name = "bf16", .act_dtype = MPT_DTYPE_BF16, .math = MPT_MATH_BF16,
+        .lowp_math = MPT_MATH_BF16, .compare_default = 1,
+        .summary = "BF16 weights and activations, FP32 masters, no loss scaling",
+        .explained = "**bf16**: like fp16 but in bfloat16 (FP32's 8-bit exponent, so the same range as FP32, but only 7 "
+                     "explicit significand bits: unit roundoff 2^-8). No loss scaling is needed; the price is coarser "
+                     "rounding of weights and activations, which FP32 master weights and FP32 accumulation contain."},
+    [MPT_PRECISION_FP8] = {
+        .name = "fp8", .act_name = "bf16", .act_dtype = MPT_DTYPE_BF16, .math = MPT_MATH_FP8,
+        .lowp_math = MPT_MATH_BF16, .fp8 = MPT_FP8_KIND_TENSOR,
+        .fp8_fmt = {MPT_DTYPE_E4M3, MPT_DTYPE_E4M3, MPT_DTYPE_E5M2},
+        .summary = "bf16, plus FP8 GEMMs: E4M3 forward, E5M2 gradients, a scale per tensor (TE's HYBRID)",
+        .explained = "**fp8**: bf16, except that every linear layer whose batch, input and output sizes are multiples of "
+                     "16 runs its GEMMs with FP8 operands, each tensor with its own FP32 scale s = fmax / amax (the largest "
+                     "|x| over a history of steps: TransformerEngine's DelayedScaling): E4M3 (4-bit exponent, 3-bit "
+                     "mantissa, largest 448, unit roundoff 2^-4) for activations and weights, E5M2 (largest 57344, unit "
+                     "roundoff 2^-3) for the gradients of the backward GEMMs (TE's HYBRID recipe). Products are exact, sums "
+                     "FP32 (or Hopper's narrower accumulator with --fp8-accum fast). The precision map lists which GEMMs."},
+    [MPT_PRECISION_FP8_E4M3] = {
+        .name = "fp8-e4m3", .act_name = "bf16", .act_dtype = MPT_DTYPE_BF16, .math = MPT_MATH_FP8,
+        .lowp_math = MPT_MATH_BF16, .fp8 = MPT_FP8_KIND_TENSOR,
+        .fp8_fmt = {MPT_DTYPE_E4M3, MPT_DTYPE_E4M3, MPT_DTYPE_E4M3},
+        .summary = "bf16, plus FP8 GEMMs: E4M3 for every operand, gradients too, a scale per tensor",
+        .explained = "**fp8-e4m3**: fp8 with E4M3 for the gradients too: more precision, 2^17 times less range (448 against "
+                     "57344), so gradients saturate or flush more often than in fp8 (docs/numerics.md)."},
+    [MPT_PRECISION_MXFP8] = {
+        .name = "mxfp8", .act_name = "bf16", .act_dtype = MPT_DTYPE_BF16, .math = MPT_MATH_MXFP8,
+        .lowp_math = MPT_MATH_BF16, .fp8 = MPT_FP8_KIND_MX,
+        .fp8_fmt = {MPT_DTYPE_E4M3, MPT_DTYPE_E4M3, MPT_DTYPE_E4M3},
+        .summary = "bf16, plus FP8 GEMMs: E4M3 with an E8M0 scale per block of 32 along K (OCP MX)",
+        .explained = "**mxfp8**: fp8's GEMMs with E4M3 operands and one power-of-two (E8M0) scale per 32 consecutive "
+                     "elements along the reduction (OCP Microscaling v1.0, Blackwell's MXFP8), chosen from each block's "
+                     "amax: no per-tensor state, and a block's small values no longer share a scale with the tensor's "
+                     "largest."},
+};
+_Static_assert(sizeof modes / sizeof modes[0] == MPT_PRECISION_COUNT, "one row per mpt_precision");
+
+const mpt_mode_desc *mpt_mode_info(mpt_precision m) {
+    return (unsigned)m < MPT_PRECISION_COUNT ? &modes[m] : NULL;
+}
 
 mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv) {
     mpt_policy p = {.mode = mode, .tf32_matmul = tf32_matmul, .tf32_conv = tf32_conv, .tf32_override = 0,
@@ -30,7 +101,7 @@ mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf3
 }
 
 mpt_policy mpt_policy_make(mpt_precision mode) {
-    int tf32 = mode == MPT_PRECISION_TF32;
+    int tf32 = (unsigned)mode < MPT_PRECISION_COUNT && modes[mode].tf32_default;
     return mpt_policy_make_switches(mode, tf32, tf32);
 }
 
@@ -46,14 +117,7 @@ mpt_policy mpt_policy_make_switches(mpt_precision mode, int tf32_matmul, int tf3
 }
 
 mpt_dtype mpt_policy_act_dtype(const mpt_policy *p) {
-    switch (p->mode) {
-    case MPT_PRECISION_FP16: return MPT_DTYPE_F16;
-    case MPT_PRECISION_BF16:
-    case MPT_PRECISION_FP8:
-    case MPT_PRECISION_FP8_E4M3:
-    case MPT_PRECISION_MXFP8: return MPT_DTYPE_BF16;
-    default: return MPT_DTYPE_F32;
-    }
+    return (unsigned)p->mode < MPT_PRECISION_COUNT ? modes[p->mode].act_dtype : MPT_DTYPE_F32;
 }
 
 mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype) {
@@ -63,45 +127,46 @@ mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dty
         r.compute_dtype = in_dtype;
         return r;
     }
-    if (k == RULE_FP32) return r;
-    r.compute_dtype = mpt_policy_act_dtype(p);
-    switch (p->mode) {
-    case MPT_PRECISION_FP16: r.math = MPT_MATH_F16; break;
-    case MPT_PRECISION_BF16:
-    case MPT_PRECISION_FP8: /* BF16 unless the layer qualifies for FP8 GEMMs (mpt_policy_fp8_linear) */
-    case MPT_PRECISION_FP8_E4M3:
-    case MPT_PRECISION_MXFP8: r.math = MPT_MATH_BF16; break;
-    default: {
+    if (k == RULE_FP32 || (unsigned)p->mode >= MPT_PRECISION_COUNT) return r;
+    const mpt_mode_desc *m = &modes[p->mode];
+    r.compute_dtype = m->act_dtype;
+    if (m->fp32_operands) {
         int tf32 = op == MPT_OP_LINEAR ? p->tf32_matmul : op == MPT_OP_CONV2D ? p->tf32_conv : 0;
         r.math = tf32 ? MPT_MATH_TF32 : MPT_MATH_FP32;
-    }
+    } else {
+        r.math = m->lowp_math; /* FP8 modes: BF16 unless the layer qualifies for FP8 GEMMs (mpt_policy_fp8_linear) */
     }
     if (op == MPT_OP_INPUT) r.math = MPT_MATH_FP32;
     return r;
 }
 
-int mpt_policy_default_loss_scaling(const mpt_policy *p) { return p->mode == MPT_PRECISION_FP16; }
+int mpt_policy_default_loss_scaling(const mpt_policy *p) {
+    return (unsigned)p->mode < MPT_PRECISION_COUNT && modes[p->mode].dynamic_loss_scale;
+}
 
 int mpt_policy_is_fp8(const mpt_policy *p) {
-    return p->mode == MPT_PRECISION_FP8 || p->mode == MPT_PRECISION_FP8_E4M3 || p->mode == MPT_PRECISION_MXFP8;
+    return (unsigned)p->mode < MPT_PRECISION_COUNT && modes[p->mode].fp8 != MPT_FP8_KIND_NONE;
+}
+
+int mpt_policy_fp8_mx(const mpt_policy *p) {
+    return (unsigned)p->mode < MPT_PRECISION_COUNT && modes[p->mode].fp8 == MPT_FP8_KIND_MX;
 }
 
 int mpt_policy_fp8_linear(const mpt_policy *p, int64_t B, int64_t in, int64_t out, mpt_math *math, mpt_dtype fmt[3]) {
     if (!mpt_policy_is_fp8(p) || !mpt_fp8_gemm_ok(B, out, in)) return 0;
-    *math = p->mode == MPT_PRECISION_MXFP8 ? MPT_MATH_MXFP8 : MPT_MATH_FP8;
-    fmt[0] = MPT_DTYPE_E4M3; /* x: forward operand */
-    fmt[1] = MPT_DTYPE_E4M3; /* W: forward operand */
-    fmt[2] = p->mode == MPT_PRECISION_FP8 ? MPT_DTYPE_E5M2 : MPT_DTYPE_E4M3; /* dy: HYBRID's E5M2, or E4M3 */
+    const mpt_mode_desc *m = &modes[p->mode];
+    *math = m->math;
+    for (int i = 0; i < 3; i++) fmt[i] = m->fp8_fmt[i]; /* x, W: forward operands; dy: HYBRID's E5M2, or E4M3 */
     return 1;
 }
 
 const char *mpt_precision_name(mpt_precision m) {
-    return (unsigned)m < MPT_PRECISION_COUNT ? mpt_precision_names[m] : "?";
+    return (unsigned)m < MPT_PRECISION_COUNT ? modes[m].name : "?";
 }
 
 int mpt_precision_parse(const char *s, mpt_precision *out) {
     for (int i = 0; i < MPT_PRECISION_COUNT; i++)
-        if (strcmp(s, mpt_precision_names[i]) == 0) {
+        if (strcmp(s, modes[i].name) == 0) {
             *out = (mpt_precision)i;
             return 0;
         }
@@ -109,7 +174,10 @@ int mpt_precision_parse(const char *s, mpt_precision *out) {
 }
 
 const char *mpt_op_name(mpt_op op) {
-    static const char *names[MPT_OP_COUNT] = {"input", "linear", "conv2d", "relu",
-                                              "maxpool2d", "flatten", "dropout", "softmax_xent"};
+    static const char *const names[] = {[MPT_OP_INPUT] = "input", [MPT_OP_LINEAR] = "linear",
+                                        [MPT_OP_CONV2D] = "conv2d", [MPT_OP_RELU] = "relu",
+                                        [MPT_OP_MAXPOOL2D] = "maxpool2d", [MPT_OP_FLATTEN] = "flatten",
+                                        [MPT_OP_DROPOUT] = "dropout", [MPT_OP_SOFTMAX_XENT] = "softmax_xent"};
+    _Static_assert(sizeof names / sizeof names[0] == MPT_OP_COUNT, "one name per mpt_op");
     return (unsigned)op < MPT_OP_COUNT ? names[op] : "?";
 }

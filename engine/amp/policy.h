@@ -41,8 +41,42 @@ typedef enum mpt_precision {
     MPT_PRECISION_COUNT
 } mpt_precision;
 
-/* The precisions before FP8 (fp32, tf32, fp16, bf16): compare's default list. */
-#define MPT_PRECISION_CLASSIC_COUNT 4
+/* Whether and how a mode runs FP8 GEMMs. */
+typedef enum mpt_fp8_kind {
+    MPT_FP8_KIND_NONE = 0,   /* no FP8 GEMMs */
+    MPT_FP8_KIND_TENSOR,     /* FP8 operands with one FP32 scale per tensor (TransformerEngine's recipes) */
+    MPT_FP8_KIND_MX,         /* FP8 operands with one E8M0 scale per block of 32 along K (OCP MX) */
+} mpt_fp8_kind;
+
+/* A precision mode's properties: one row per mode (policy.c), read through mpt_mode_info() wherever a property of a
+ * mode is needed (STYLE.md rule 9: code asks the row, never `precision == X`). A new mode is one row here plus its
+ * enum value. */
+typedef struct mpt_mode_desc {
+    const char *name;        /* --precision's value: "fp32", "tf32", "fp16", "bf16", "fp8", "fp8-e4m3", "mxfp8" */
+    const char *act_name;    /* the name reports give the format of its activations, activation gradients and working
+                                weights: its own name, "bf16" in the FP8 modes (everything outside an FP8 GEMM) */
+    mpt_dtype act_dtype;     /* working weights and activations: F32, F16 or BF16 */
+    mpt_math math;           /* its characteristic GEMM/convolution math: FP32, TF32, F16, BF16, FP8 (per-tensor
+                                scales) or MXFP8 */
+    int fp32_operands;       /* GEMM/conv operands are FP32: the TF32 switches choose FP32 or TF32 math per op
+                                (fp32, tf32) */
+    int tf32_default;        /* the TF32 switches' default: on (tf32) or off */
+    mpt_math lowp_math;      /* the math of the ops autocast lowers when the operands are 16-bit: F16 or BF16 (the FP8
+                                modes' layers that do not qualify for FP8 GEMMs run BF16); FP32 for the FP32-operand
+                                modes (their switches decide) */
+    mpt_fp8_kind fp8;        /* FP8 GEMMs for the linear layers that qualify (mpt_policy_fp8_linear) */
+    mpt_dtype fp8_fmt[3];    /* their operand formats: x, W (forward) and dy (dgrad, wgrad); E4M3 or E5M2 */
+    int dynamic_loss_scale;  /* the dynamic loss scaler by default: FP16's range needs it (Micikevicius et al. 2018);
+                                BF16 has FP32's exponent range, FP8 tensors carry their own scales */
+    int compare_default;     /* in compare's default --precisions list */
+    int reference;           /* the mode the others are measured against (compare's last column, the paired
+                                differences): fp32 */
+    const char *summary;     /* one line for --help */
+    const char *explained;   /* report.md's paragraph on what the mode does */
+} mpt_mode_desc;
+
+/* The row of a mode (NULL outside the enum). */
+MPT_API const mpt_mode_desc *mpt_mode_info(mpt_precision m);
 
 /* Op kinds the policy has a rule for. */
 typedef enum mpt_op {
@@ -85,8 +119,10 @@ MPT_API mpt_dtype mpt_policy_act_dtype(const mpt_policy *p);
 MPT_API mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype);
 /* Whether this mode uses the dynamic loss scaler by default (fp16 only). */
 MPT_API int mpt_policy_default_loss_scaling(const mpt_policy *p);
-/* Whether the mode is one of the FP8 ones (fp8, fp8-e4m3, mxfp8). */
+/* Whether the mode is one of the FP8 ones (fp8, fp8-e4m3, mxfp8: its row's fp8 kind is not NONE). */
 MPT_API int mpt_policy_is_fp8(const mpt_policy *p);
+/* Whether the mode's FP8 GEMMs use MX block scales (mxfp8) rather than a scale per tensor. */
+MPT_API int mpt_policy_fp8_mx(const mpt_policy *p);
 /* What a linear layer with batch rows B, `in` input and `out` output features runs its GEMMs in under an FP8
  * mode: 1 when its fprop (M, N, K = B, out, in), dgrad (B, in, out) and wgrad (out, in, B) GEMMs all have M, N
  * and K multiples of 16 (mpt_fp8_gemm_ok; the three involve the same three sizes, so a layer qualifies as a

@@ -113,7 +113,7 @@ static void fp8_cast(mpt_graph *g, const mpt_fp8_operand *op, const mpt_tensor *
     a.current = r->scaling == MPT_FP8_SCALING_CURRENT;
     a.scaled_max = ldexpf(op->fmt == MPT_DTYPE_E5M2 ? MPT_E5M2_MAX : MPT_E4M3_MAX, -r->margin);
     a.pow2 = r->pow2_scales;
-    a.mx = g->policy.mode == MPT_PRECISION_MXFP8;
+    a.mx = mpt_policy_fp8_mx(&g->policy);
     a.mx_rounding = r->mx_rounding;
     a.q_scales = op->q_scales ? op->q_scales->data : NULL;
     a.qt_scales = a.qt && op->qt_scales ? op->qt_scales->data : NULL;

@@ -227,7 +227,7 @@ static void fp8_rows(mpt_telemetry *tel, const mpt_fp8_operand *op, const mpt_fp
                      int64_t rows, int gradient) {
     const mpt_graph *g = tel->t->g;
     const char *name = g->fp8[op->meta].name;
-    const int e5 = op->fmt == MPT_DTYPE_E5M2, mx = g->policy.mode == MPT_PRECISION_MXFP8;
+    const int e5 = op->fmt == MPT_DTYPE_E5M2, mx = mpt_policy_fp8_mx(&g->policy);
     const int rounding = g->policy.fp8.mx_rounding;
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) amax = fabsf(h[i]) > amax ? fabsf(h[i]) : amax;
