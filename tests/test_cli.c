@@ -662,6 +662,16 @@ static void resume_case(const char *model, const char *precision, const char *co
     rc = run("train", "--resume", ck_first, "--data", data, "--device", "cpu", "--lr", "0.5", "--out",
              tmp_path("bad"), NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "--lr") != NULL, "conflicting --lr on resume: %d %s", rc, out_buf);
+    /* Every setting of the invocation comes from the command line (the option table's scope): --cuda-graph off was
+     * dropped by the hand-written merge before, and the resumed run recorded "on". */
+    const char *inv = tmp_path("invocation");
+    rc = run("train", "--resume", ck_first, "--data", data, "--device", "cpu", "--cuda-graph", "off", "--log-every",
+             "3", "--progress", "off", "--max-steps", total_s, "--out", inv, NULL);
+    ck_assert_msg(rc == 0, "resume with invocation flags failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(inv);
+    json_t *cg = json_object_get(j, "cuda_graph");
+    ck_assert_str_eq(json_string_value(json_object_get(cg, "requested")), "off");
+    json_decref(j);
     rm_tmpdir();
 }
 

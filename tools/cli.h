@@ -54,10 +54,11 @@
 #define MPT_CLI_MAX_SEEDS 64
 #define MPT_CLI_MAX_EPOCHS 100000
 
-/* Every long option of every command. The value is also getopt_long's return value. */
+/* Every long option of every command. The value is also getopt_long's return value. What a checkpoint records and
+ * a resumed run keeps is each option's scope, in the option table (tools/opts.c, mpt_cli_opt_scope); the order
+ * here is the order of the recorded settings in a checkpoint's "config". */
 typedef enum mpt_opt_id {
     MPT_OPT_FIRST = 256,
-    /* settings that define a run's math: recorded in checkpoints, fixed when resuming */
     MPT_OPT_MODEL = MPT_OPT_FIRST,
     MPT_OPT_PRECISION,
     MPT_OPT_OPTIMIZER,
@@ -82,6 +83,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_VAL_SPLIT,
     MPT_OPT_STANDARDIZE,
     MPT_OPT_INJECT_NONFINITE,
+    MPT_OPT_EPOCHS,
     MPT_OPT_MASTER_WEIGHTS,   /* issue #10's switches (recorded; absent from older checkpoints: defaults) */
     MPT_OPT_UPDATE_ROUNDING,
     MPT_OPT_OPTIMIZER_STATE,
@@ -103,9 +105,6 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_ACCUM,
     MPT_OPT_FP8_PROMOTE,
     MPT_OPT_FP8_SATURATE,
-    MPT_OPT_LAST_RECORDED = MPT_OPT_FP8_SATURATE,
-    /* settings of one invocation */
-    MPT_OPT_EPOCHS,
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
@@ -131,6 +130,20 @@ typedef enum mpt_opt_id {
     MPT_OPT_END
 } mpt_opt_id;
 #define MPT_OPT_COUNT (MPT_OPT_END - MPT_OPT_FIRST)
+
+/* What an option is to a run, which decides what a checkpoint records and what a resumed run keeps (the column
+ * `scope` of the option table). */
+typedef enum mpt_opt_scope {
+    MPT_SCOPE_MATH = 1,        /* defines the run's math: recorded in checkpoints, fixed when resuming (a different
+                                  value given with --resume is refused) */
+    MPT_SCOPE_MATH_OPTIONAL,   /* the same, added after the first checkpoints were written: a checkpoint without the
+                                  key trained with the option's default */
+    MPT_SCOPE_LENGTH,          /* the run's length (--epochs): recorded, and a resumed run may extend it */
+    MPT_SCOPE_INVOCATION,      /* this invocation only (device, paths, logging, instruments): a resumed run takes it
+                                  from the command line */
+    MPT_SCOPE_COMMAND,         /* a command's own option (compare's --precisions, eval's --checkpoint, --help): no
+                                  run records it */
+} mpt_opt_scope;
 
 /* Which commands take an option (bit mask). */
 typedef enum mpt_cmd_mask {
@@ -245,6 +258,20 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg);
 
 /* The option's long name without dashes ("batch-size"). */
 const char *mpt_cli_opt_name(mpt_opt_id id);
+
+/* Whether the option takes a value (--lr X) rather than being a flag (--nesterov). */
+int mpt_cli_opt_takes_value(mpt_opt_id id);
+
+/* The option's scope (its row of the option table). */
+mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id);
+/* Whether a checkpoint records the option (MATH, MATH_OPTIONAL, LENGTH); the recorded ones, in mpt_opt_id order, are
+ * a checkpoint's "config" and summary.json's. */
+int mpt_cli_opt_recorded(mpt_opt_id id);
+
+/* A resumed run's settings from the checkpoint's (*out) and the command line's (*cli): every INVOCATION option takes
+ * the command line's value (given or default) and given-flag, a LENGTH option the command line's when given. The
+ * MATH options stay the checkpoint's (mpt_cli_check_resume refuses a different one). */
+void mpt_cli_take_invocation(mpt_cli_opts *out, const mpt_cli_opts *cli);
 
 /* The canonical text of a recorded setting (what mpt_cli_apply accepts back and gives the same value for;
  * floats with 17 significant digits). buf: at least 64 bytes. */

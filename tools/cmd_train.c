@@ -16,13 +16,6 @@ static mpt_dist *train_dist;
 
 static int train_with(const mpt_cli_opts *op);
 
-/* Options of one invocation that a resumed run takes from the command line rather than the checkpoint. */
-static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,      MPT_OPT_OUT,
-                                            MPT_OPT_RESUME,    MPT_OPT_LIMIT_TEST, MPT_OPT_THREADS,
-                                            MPT_OPT_LOG_EVERY, MPT_OPT_SAVE_EVERY, MPT_OPT_MAX_STEPS,
-                                            MPT_OPT_PROGRESS,  MPT_OPT_TELEMETRY, MPT_OPT_SHADOW,
-                                            MPT_OPT_DATA_PARALLEL, MPT_OPT_GRAD_COMM, MPT_OPT_COMM_TIMEOUT};
-
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
 static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_cli_run_state *rs) {
@@ -30,8 +23,9 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
     mpt_cli_opts_default(&ck);
     MPT_TRY(mpt_cli_checkpoint_read_config(cli->resume, &ck, rs));
     char a[96], b[96];
-    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++) {
-        if (!mpt_cli_given(cli, id)) continue;
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        const mpt_opt_scope sc = mpt_cli_opt_scope(id);
+        if (!mpt_cli_given(cli, id) || (sc != MPT_SCOPE_MATH && sc != MPT_SCOPE_MATH_OPTIONAL)) continue;
         mpt_cli_format(cli, id, a, sizeof a);
         mpt_cli_format(&ck, id, b, sizeof b);
         if (strcmp(a, b) != 0)
@@ -41,13 +35,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
                               mpt_cli_opt_name(id), a, b, cli->resume);
     }
     *out = ck;
-    out->epochs = mpt_cli_given(cli, MPT_OPT_EPOCHS) ? cli->epochs : ck.epochs;
-    out->device = cli->device;
-    memcpy(out->data, cli->data, sizeof out->data);
-    memcpy(out->out, cli->out, sizeof out->out);
-    memcpy(out->resume, cli->resume, sizeof out->resume);
-    out->limit_test = cli->limit_test;
-    out->threads = cli->threads;
+    mpt_cli_take_invocation(out, cli); /* device, paths, logging, instruments, --epochs when given: the option table */
     if (rs->threads > 0) { /* a CPU run: its GEMM thread count decides its summation order */
         if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
             return mpt_errorf(MPT_ERR_ARG,
@@ -57,17 +45,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_c
                               cli->threads, rs->threads, rs->threads);
         out->threads = rs->threads;
     }
-    out->log_every = cli->log_every;
-    out->save_every = cli->save_every;
-    out->max_steps = cli->max_steps;
-    out->progress = cli->progress;
-    out->telemetry = cli->telemetry;
-    out->shadow = cli->shadow;
-    out->data_parallel = cli->data_parallel; /* checked against the checkpoint's ranks and wire in setup() */
-    out->grad_comm = cli->grad_comm;
-    out->comm_timeout = cli->comm_timeout;
-    for (size_t i = 0; i < sizeof per_invocation / sizeof per_invocation[0]; i++)
-        out->given[per_invocation[i] - MPT_OPT_FIRST] = cli->given[per_invocation[i] - MPT_OPT_FIRST];
+    /* --data-parallel and --grad-comm are checked against the checkpoint's ranks and wire in setup() */
     return MPT_OK;
 }
 

@@ -268,7 +268,8 @@ static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *s
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
     json_object_set_new(j, "model", json_string(o->model));
     json_t *cfg = json_object();
-    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++) {
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        if (!mpt_cli_opt_recorded(id) || id == MPT_OPT_EPOCHS) continue;
         if (id == MPT_OPT_PRECISION || id == MPT_OPT_SEED) continue; /* per run */
         json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
     }

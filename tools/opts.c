@@ -34,151 +34,226 @@ typedef struct opt_def {
     unsigned cmds;       /* mpt_cmd_mask bits */
     const char *metavar; /* what the value looks like, in the help */
     const char *help;
+    mpt_opt_scope scope; /* what a checkpoint records and a resumed run keeps (cli.h) */
+    size_t field, size;  /* INVOCATION and LENGTH options: the one mpt_cli_opts field holding the value, which a resumed
+                            run copies from the command line (offsetof, sizeof) */
 } opt_def;
+
+/* The field of mpt_cli_opts an INVOCATION or LENGTH option sets. */
+#define FIELD(f) .field = offsetof(mpt_cli_opts, f), .size = sizeof(((mpt_cli_opts *)0)->f)
 
 #define TC (MPT_CMD_TRAIN | MPT_CMD_COMPARE)
 #define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO)
 
 static const opt_def opt_table[] = {
-    {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)"},
+    {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)",
+     .scope = MPT_SCOPE_MATH},
     {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
-     "the precision mode: one of the modes listed below (default fp32)"},
+     "the precision mode: one of the modes listed below (default fp32)",
+     .scope = MPT_SCOPE_MATH},
     {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE, "LIST",
-     "comma-separated precision modes to train, from those listed below (default: the ones marked *)"},
+     "comma-separated precision modes to train, from those listed below (default: the ones marked *)",
+     .scope = MPT_SCOPE_COMMAND},
     {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE, "LIST|N",
      "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report the mean paired "
-     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)"},
+     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)",
+     .scope = MPT_SCOPE_COMMAND},
     {"margin", MPT_OPT_MARGIN, required_argument, MPT_CMD_COMPARE, "PP",
-     "with --seeds: equivalence margin in test-accuracy points, > 0 (default 0.3)"},
+     "with --seeds: equivalence margin in test-accuracy points, > 0 (default 0.3)",
+     .scope = MPT_SCOPE_COMMAND},
     {"plot-timeout", MPT_OPT_PLOT_TIMEOUT, required_argument, MPT_CMD_COMPARE, "S",
      "seconds gnuplot may take to draw a picture before it is stopped (the data and script are kept), > 0 "
-     "(default 60)"},
-    {"optimizer", MPT_OPT_OPTIMIZER, required_argument, TC, "OPT", "sgd | adam | adamw (default adam)"},
-    {"lr", MPT_OPT_LR, required_argument, TC, "X", "learning rate, > 0 (default 1e-3)"},
-    {"momentum", MPT_OPT_MOMENTUM, required_argument, TC, "X", "SGD momentum in [0, 1) (default 0)"},
-    {"nesterov", MPT_OPT_NESTEROV, no_argument, TC, NULL, "SGD with Nesterov momentum (needs --momentum > 0)"},
+     "(default 60)",
+     .scope = MPT_SCOPE_COMMAND},
+    {"optimizer", MPT_OPT_OPTIMIZER, required_argument, TC, "OPT", "sgd | adam | adamw (default adam)",
+     .scope = MPT_SCOPE_MATH},
+    {"lr", MPT_OPT_LR, required_argument, TC, "X", "learning rate, > 0 (default 1e-3)",
+     .scope = MPT_SCOPE_MATH},
+    {"momentum", MPT_OPT_MOMENTUM, required_argument, TC, "X", "SGD momentum in [0, 1) (default 0)",
+     .scope = MPT_SCOPE_MATH},
+    {"nesterov", MPT_OPT_NESTEROV, no_argument, TC, NULL, "SGD with Nesterov momentum (needs --momentum > 0)",
+     .scope = MPT_SCOPE_MATH},
     {"weight-decay", MPT_OPT_WEIGHT_DECAY, required_argument, TC, "X",
-     "L2 penalty (sgd, adam) or decoupled decay (adamw), >= 0 (default 0; 0.01 for adamw)"},
-    {"beta1", MPT_OPT_BETA1, required_argument, TC, "X", "Adam beta1 in [0, 1) (default 0.9)"},
-    {"beta2", MPT_OPT_BETA2, required_argument, TC, "X", "Adam beta2 in [0, 1) (default 0.999)"},
-    {"eps", MPT_OPT_EPS, required_argument, TC, "X", "Adam epsilon, > 0 (default 1e-8)"},
-    {"epochs", MPT_OPT_EPOCHS, required_argument, TC, "N", "passes over the training set (default 5)"},
+     "L2 penalty (sgd, adam) or decoupled decay (adamw), >= 0 (default 0; 0.01 for adamw)",
+     .scope = MPT_SCOPE_MATH},
+    {"beta1", MPT_OPT_BETA1, required_argument, TC, "X", "Adam beta1 in [0, 1) (default 0.9)",
+     .scope = MPT_SCOPE_MATH},
+    {"beta2", MPT_OPT_BETA2, required_argument, TC, "X", "Adam beta2 in [0, 1) (default 0.999)",
+     .scope = MPT_SCOPE_MATH},
+    {"eps", MPT_OPT_EPS, required_argument, TC, "X", "Adam epsilon, > 0 (default 1e-8)",
+     .scope = MPT_SCOPE_MATH},
+    {"epochs", MPT_OPT_EPOCHS, required_argument, TC, "N", "passes over the training set (default 5)",
+     .scope = MPT_SCOPE_LENGTH, FIELD(epochs)},
     {"batch-size", MPT_OPT_BATCH_SIZE, required_argument, TC | MPT_CMD_EVAL, "N",
-     "examples per step, 1..65536 (default 128; eval: the checkpoint's)"},
+     "examples per step, 1..65536 (default 128; eval: the checkpoint's)",
+     .scope = MPT_SCOPE_MATH},
     {"seed", MPT_OPT_SEED, required_argument, TC, "N",
-     "seed of initialisation, shuffling and dropout, 0..2^64-1 (default 0)"},
+     "seed of initialisation, shuffling and dropout, 0..2^64-1 (default 0)",
+     .scope = MPT_SCOPE_MATH},
     {"loss-scale", MPT_OPT_LOSS_SCALE, required_argument, TC, "MODE",
-     "dynamic[:INIT] | static:S | none (default dynamic:65536 for fp16, none otherwise)"},
+     "dynamic[:INIT] | static:S | none (default dynamic:65536 for fp16, none otherwise)",
+     .scope = MPT_SCOPE_MATH},
     {"growth-interval", MPT_OPT_GROWTH_INTERVAL, required_argument, TC, "N",
-     "dynamic loss scale: clean steps before the scale grows (default: the preset's, 2000 for mptrain)"},
+     "dynamic loss scale: clean steps before the scale grows (default: the preset's, 2000 for mptrain)",
+     .scope = MPT_SCOPE_MATH},
     {"scaler", MPT_OPT_SCALER, required_argument, TC, "NAME",
-     "loss-scaler defaults: mptrain | pytorch | apex | deepspeed | keras (default mptrain; see below)"},
+     "loss-scaler defaults: mptrain | pytorch | apex | deepspeed | keras (default mptrain; see below)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"growth-factor", MPT_OPT_GROWTH_FACTOR, required_argument, TC, "X",
-     "dynamic loss scale: multiplier after --growth-interval clean steps, >= 1 (default: the preset's)"},
+     "dynamic loss scale: multiplier after --growth-interval clean steps, >= 1 (default: the preset's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"backoff-factor", MPT_OPT_BACKOFF_FACTOR, required_argument, TC, "X",
-     "dynamic loss scale: multiplier on overflow, in (0, 1] (default: the preset's)"},
+     "dynamic loss scale: multiplier on overflow, in (0, 1] (default: the preset's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"hysteresis", MPT_OPT_HYSTERESIS, required_argument, TC, "N",
      "dynamic loss scale: the first N - 1 overflows since the scale last grew are skipped without backing off, "
-     "every later one backs off (DeepSpeed's hysteresis), >= 1 (default: the preset's)"},
+     "every later one backs off (DeepSpeed's hysteresis), >= 1 (default: the preset's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"scale-floor", MPT_OPT_SCALE_FLOOR, required_argument, TC, "X",
-     "dynamic loss scale: never below X, > 0 (default: the preset's)"},
+     "dynamic loss scale: never below X, > 0 (default: the preset's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"scale-ceiling", MPT_OPT_SCALE_CEILING, required_argument, TC, "X",
-     "dynamic loss scale: never above X, >= --scale-floor (default: the preset's)"},
+     "dynamic loss scale: never above X, >= --scale-floor (default: the preset's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"master-weights", MPT_OPT_MASTER_WEIGHTS, required_argument, TC, "M",
-     "fp32 | none: keep FP32 master weights (default fp32), or update the fp16/bf16 weights directly"},
+     "fp32 | none: keep FP32 master weights (default fp32), or update the fp16/bf16 weights directly",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"update-rounding", MPT_OPT_UPDATE_ROUNDING, required_argument, TC, "R",
-     "nearest | stochastic: how updated weights round to fp16/bf16 with --master-weights none (default nearest)"},
+     "nearest | stochastic: how updated weights round to fp16/bf16 with --master-weights none (default nearest)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"optimizer-state", MPT_OPT_OPTIMIZER_STATE, required_argument, TC, "D",
-     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32)"},
+     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"nonfinite", MPT_OPT_NONFINITE, required_argument, TC, "WHAT",
-     "skip | apply: a step with inf/NaN gradients is skipped (default) or applied to the weights"},
+     "skip | apply: a step with inf/NaN gradients is skipped (default) or applied to the weights",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"tf32-matmul", MPT_OPT_TF32_MATMUL, required_argument, TC, "on|off",
-     "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)"},
+     "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
-     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)"},
+     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL, "SET",
      "emulate | native: the CPU backend's GEMM/convolution kernels (default emulate: Tensor Core numerics emulated "
      "exactly, the GPU's oracle; native: bf16 on the CPU's BF16 units through oneDNN, with their numerics: BF16 "
      "denormals read as zero, denormal results flushed; fp32/tf32/fp16 stay emulated; needs oneDNN and "
-     "avx512_bf16 or amx_bf16)"},
+     "avx512_bf16 or amx_bf16)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-scaling", MPT_OPT_FP8_SCALING, required_argument, TC, "S",
      "fp8 modes: delayed (TransformerEngine's DelayedScaling: s from the amax history) | current (s from the "
-     "tensor's amax now) (default delayed)"},
+     "tensor's amax now) (default delayed)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"amax-history", MPT_OPT_AMAX_HISTORY, required_argument, TC, "N",
-     "fp8, delayed scaling: steps of amax history whose maximum sets the scale, 1..65536 (default 1024, TE's)"},
+     "fp8, delayed scaling: steps of amax history whose maximum sets the scale, 1..65536 (default 1024, TE's)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-margin", MPT_OPT_FP8_MARGIN, required_argument, TC, "M",
-     "fp8: scale s = fmax / amax / 2^M, 0..32 (default 0)"},
+     "fp8: scale s = fmax / amax / 2^M, 0..32 (default 0)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-pow2-scales", MPT_OPT_FP8_POW2_SCALES, required_argument, TC, "on|off",
-     "fp8: round every scale down to a power of two (default off)"},
+     "fp8: round every scale down to a power of two (default off)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"mx-scale", MPT_OPT_MX_SCALE, required_argument, TC, "R",
      "mxfp8: the block scale's exponent from the block's amax: floor (the OCP MX rule) | ceil | rceil (cuBLAS's) "
-     "(default floor)"},
+     "(default floor)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-accum", MPT_OPT_FP8_ACCUM, required_argument, TC, "A",
      "fp8: the FP8 GEMMs' accumulator: fp32 | fast (Hopper's narrow FP8 Tensor Core accumulator, modelled on the CPU; "
-     "cuBLASLt FAST_ACCUM on the GPU) (default fp32)"},
+     "cuBLASLt FAST_ACCUM on the GPU) (default fp32)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-promote", MPT_OPT_FP8_PROMOTE, required_argument, TC, "N",
      "with --fp8-accum fast: add the partial sum into FP32 every N elements of K, a multiple of 32 (DeepSeek-V3: 128; "
-     "default 0 = never)"},
+     "default 0 = never)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-saturate", MPT_OPT_FP8_SATURATE, required_argument, TC, "on|off",
-     "fp8: casts clamp overflow to +-448 / +-57344 (on, default, as CUDA's satfinite) or make it NaN / inf (off)"},
-    {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)"},
-    {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)"},
-    {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)"},
-    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000)"},
-    {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)"},
+     "fp8: casts clamp overflow to +-448 / +-57344 (on, default, as CUDA's satfinite) or make it NaN / inf (off)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL},
+    {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)",
+     .scope = MPT_SCOPE_MATH},
+    {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)",
+     .scope = MPT_SCOPE_MATH},
+    {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)",
+     .scope = MPT_SCOPE_MATH},
+    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000)",
+     .scope = MPT_SCOPE_MATH},
+    {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)",
+     .scope = MPT_SCOPE_MATH},
     {"clip-norm", MPT_OPT_CLIP_NORM, required_argument, TC, "X",
-     "clip the global L2 norm of the unscaled gradients (default 0 = off)"},
+     "clip the global L2 norm of the unscaled gradients (default 0 = off)",
+     .scope = MPT_SCOPE_MATH},
     {"limit-train", MPT_OPT_LIMIT_TRAIN, required_argument, TC, "N",
-     "train on the first N training images only (default 0 = all)"},
+     "train on the first N training images only (default 0 = all)",
+     .scope = MPT_SCOPE_MATH},
     {"limit-test", MPT_OPT_LIMIT_TEST, required_argument, TC | MPT_CMD_EVAL, "N",
-     "evaluate on the first N test images only (default 0 = all)"},
+     "evaluate on the first N test images only (default 0 = all)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(limit_test)},
     {"val-split", MPT_OPT_VAL_SPLIT, required_argument, TC, "F",
-     "hold out this fraction of the training images for validation, [0, 1) (default 0)"},
+     "hold out this fraction of the training images for validation, [0, 1) (default 0)",
+     .scope = MPT_SCOPE_MATH},
     {"standardize", MPT_OPT_STANDARDIZE, no_argument, TC, NULL,
-     "standardise pixels with the training set's mean and std (default: scale to [0, 1])"},
+     "standardise pixels with the training set's mean and std (default: scale to [0, 1])",
+     .scope = MPT_SCOPE_MATH},
     {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
-     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped"},
+     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped",
+     .scope = MPT_SCOPE_MATH},
     {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL, "D",
-     "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)"},
+     "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(device)},
     {"cuda-graph", MPT_OPT_CUDA_GRAPH, required_argument, TC, "on|off",
      "on the CUDA backend, record the training step once as a CUDA Graph and replay it every step (default on; "
-     "results are bit-identical either way; the CPU backend ignores it; docs/benchmarks.md)"},
+     "results are bit-identical either way; the CPU backend ignores it; docs/benchmarks.md)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(cuda_graph)},
     {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL, "DIR",
-     "directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")"},
+     "directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(data)},
     {"out", MPT_OPT_OUT, required_argument, TC, "DIR",
-     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>)"},
+     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(out)},
     {"resume", MPT_OPT_RESUME, required_argument, MPT_CMD_TRAIN, "CKPT",
-     "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)"},
-    {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate"},
+     "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(resume)},
+    {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate",
+     .scope = MPT_SCOPE_COMMAND},
     {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
      "threads of the CPU backend's GEMMs (OpenBLAS and oneDNN), 1..256 (default: OpenBLAS's, OPENBLAS_NUM_THREADS "
-     "or all cores)"},
+     "or all cores)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(threads)},
     {"log-every", MPT_OPT_LOG_EVERY, required_argument, TC, "N",
-     "read the loss and loss scale every N steps into metrics.csv (default 10)"},
+     "read the loss and loss scale every N steps into metrics.csv (default 10)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(log_every)},
     {"save-every", MPT_OPT_SAVE_EVERY, required_argument, TC, "N",
-     "also write the checkpoint every N steps (default 0 = at the end only)"},
+     "also write the checkpoint every N steps (default 0 = at the end only)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(save_every)},
     {"max-steps", MPT_OPT_MAX_STEPS, required_argument, TC, "N",
-     "stop (and save) once N steps have run in total (default 0 = no limit)"},
+     "stop (and save) once N steps have run in total (default 0 = no limit)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(max_steps)},
     {"progress", MPT_OPT_PROGRESS, required_argument, TC, "WHEN",
-     "auto | on | off: a progress bar (default auto: when stdout is a terminal)"},
+     "auto | on | off: a progress bar (default auto: when stdout is a terminal)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(progress)},
     {"telemetry", MPT_OPT_TELEMETRY, required_argument, TC, "N",
      "every N steps measure underflow, overflow and rounding of every tensor into telemetry.csv (docs/numerics.md; "
-     "default 0 = off; compare: 50)"},
+     "default 0 = off; compare: 50)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(telemetry)},
     {"shadow", MPT_OPT_SHADOW, no_argument, TC, NULL,
      "on telemetry steps also run an FP32 twin of the network on the same batch with the master weights, and "
-     "report each layer's error against it"},
+     "report each layer's error against it",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(shadow)},
     {"data-parallel", MPT_OPT_DATA_PARALLEL, no_argument, MPT_CMD_TRAIN, NULL,
      "run as one rank of `mpirun -np N mptrain train ...`: each rank trains on its shard of every global batch "
      "(--batch-size stays the global batch, divisible by N) and the gradients are all-reduced (docs/distributed.md); "
-     "with --telemetry, telemetry.csv adds the all-reduce's error against FP32 (comm_rel_l2)"},
+     "with --telemetry, telemetry.csv adds the all-reduce's error against FP32 (comm_rel_l2)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(data_parallel)},
     {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
-     "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)"},
+     "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(grad_comm)},
     {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN, "S",
      "data-parallel: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
-     "arrive, > 0 (default 600, as PyTorch's NCCL watchdog)"},
-    {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help"},
+     "arrive, > 0 (default 600, as PyTorch's NCCL watchdog)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
+    {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help",
+     .scope = MPT_SCOPE_COMMAND},
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
+_Static_assert(sizeof opt_table / sizeof opt_table[0] == MPT_OPT_COUNT, "one option table row per mpt_opt_id");
 
 /* The --scaler presets: each system's documented dynamic-loss-scaling defaults. "No floor" / "no ceiling" are
  * FLT_MIN (2^-126, keeping the scale a normal FP32 number) and FLT_MAX. Growth that would overflow FP32 never
@@ -248,6 +323,31 @@ static const opt_def *opt_find(mpt_opt_id id) {
 const char *mpt_cli_opt_name(mpt_opt_id id) {
     const opt_def *d = opt_find(id);
     return d ? d->name : "?";
+}
+
+int mpt_cli_opt_takes_value(mpt_opt_id id) {
+    const opt_def *d = opt_find(id);
+    return d && d->has_arg == required_argument;
+}
+
+mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id) {
+    const opt_def *d = opt_find(id);
+    return d ? d->scope : MPT_SCOPE_COMMAND;
+}
+
+int mpt_cli_opt_recorded(mpt_opt_id id) {
+    mpt_opt_scope sc = mpt_cli_opt_scope(id);
+    return sc == MPT_SCOPE_MATH || sc == MPT_SCOPE_MATH_OPTIONAL || sc == MPT_SCOPE_LENGTH;
+}
+
+void mpt_cli_take_invocation(mpt_cli_opts *out, const mpt_cli_opts *cli) {
+    for (int i = 0; i < N_OPTS; i++) {
+        const opt_def *d = &opt_table[i];
+        const int k = d->id - MPT_OPT_FIRST;
+        if (d->scope != MPT_SCOPE_INVOCATION && !(d->scope == MPT_SCOPE_LENGTH && cli->given[k])) continue;
+        memcpy((char *)out + d->field, (const char *)cli + d->field, d->size);
+        out->given[k] = cli->given[k];
+    }
 }
 
 int mpt_cli_given(const mpt_cli_opts *o, mpt_opt_id id) {

@@ -70,24 +70,6 @@
 #define FP8_HISTORY_NAME "amp.fp8_amax_history"
 
 /* The recorded settings, in the order they are written. */
-static const mpt_opt_id recorded[] = {
-    MPT_OPT_MODEL,        MPT_OPT_PRECISION,   MPT_OPT_OPTIMIZER,       MPT_OPT_LR,        MPT_OPT_MOMENTUM,
-    MPT_OPT_NESTEROV,     MPT_OPT_WEIGHT_DECAY, MPT_OPT_BETA1,          MPT_OPT_BETA2,     MPT_OPT_EPS,
-    MPT_OPT_BATCH_SIZE,   MPT_OPT_SEED,        MPT_OPT_LOSS_SCALE,      MPT_OPT_GROWTH_INTERVAL,
-    MPT_OPT_LR_SCHEDULE,  MPT_OPT_WARMUP_STEPS, MPT_OPT_MIN_LR,         MPT_OPT_STEP_SIZE, MPT_OPT_GAMMA,
-    MPT_OPT_CLIP_NORM,    MPT_OPT_LIMIT_TRAIN, MPT_OPT_VAL_SPLIT,       MPT_OPT_STANDARDIZE,
-    MPT_OPT_INJECT_NONFINITE, MPT_OPT_EPOCHS,
-    /* issue #10's switches: a checkpoint written before them lacks these keys and reads as their defaults */
-    MPT_OPT_MASTER_WEIGHTS, MPT_OPT_UPDATE_ROUNDING, MPT_OPT_OPTIMIZER_STATE, MPT_OPT_NONFINITE,
-    MPT_OPT_TF32_MATMUL,  MPT_OPT_TF32_CONV,  MPT_OPT_SCALER,          MPT_OPT_GROWTH_FACTOR,
-    MPT_OPT_BACKOFF_FACTOR, MPT_OPT_HYSTERESIS, MPT_OPT_SCALE_FLOOR,  MPT_OPT_SCALE_CEILING,
-    MPT_OPT_CPU_KERNELS, /* issue #25: absent from older checkpoints, which trained with emulate */
-    /* issue #23's FP8 recipe: likewise optional */
-    MPT_OPT_FP8_SCALING,  MPT_OPT_AMAX_HISTORY, MPT_OPT_FP8_MARGIN,   MPT_OPT_FP8_POW2_SCALES, MPT_OPT_MX_SCALE,
-    MPT_OPT_FP8_ACCUM,    MPT_OPT_FP8_PROMOTE, MPT_OPT_FP8_SATURATE,
-};
-#define FIRST_OPTIONAL 25 /* index in recorded[] of MPT_OPT_MASTER_WEIGHTS */
-#define N_RECORDED ((int)(sizeof recorded / sizeof recorded[0]))
 
 /* The tensors of a trainer as checkpoint entries (data pointers unset). Returns the count; *names holds
  * the strings (free both with free()). */
@@ -285,8 +267,9 @@ mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
 
     json_t *cfg = json_object();
     char buf[96];
-    for (int i = 0; i < N_RECORDED; i++)
-        json_object_set_new(cfg, mpt_cli_opt_name(recorded[i]), json_string(mpt_cli_format(o, recorded[i], buf, sizeof buf)));
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) /* the recorded settings (the option table's scope) */
+        if (mpt_cli_opt_recorded(id))
+            json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
     json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s, s:s}", "iteration",
                               (json_int_t)rs->iteration, "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch,
                               "mean", (double)rs->mean, "inv_std", (double)rs->inv_std, "n_train",
@@ -501,16 +484,17 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"format\" is '%s', expected '%s' (a checkpoint of mptrain train)",
                           mpt_checkpoint_path(c), fmt ? fmt : "(absent)", FORMAT_TAG);
     json_t *cfg = NULL;
-    MPT_ASSERTF(recorded[FIRST_OPTIONAL] == MPT_OPT_MASTER_WEIGHTS, "recorded[]: FIRST_OPTIONAL is out of date");
     MPT_TRY(meta_json(c, "config", &cfg));
     mpt_status s = MPT_OK;
-    for (int i = 0; i < N_RECORDED && s == MPT_OK; i++) {
-        const char *name = mpt_cli_opt_name(recorded[i]);
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END && s == MPT_OK; id++) {
+        if (!mpt_cli_opt_recorded(id)) continue;
+        const char *name = mpt_cli_opt_name(id);
         json_t *v = json_object_get(cfg, name);
-        if (!v && i >= FIRST_OPTIONAL) { /* older checkpoint: the default, which is what it trained with */
-            if (recorded[i] == MPT_OPT_TF32_MATMUL) o->tf32_matmul = mpt_mode_info(o->precision)->tf32_default;
-            if (recorded[i] == MPT_OPT_TF32_CONV) o->tf32_conv = mpt_mode_info(o->precision)->tf32_default;
-            o->given[recorded[i] - MPT_OPT_FIRST] = 1;
+        if (!v && mpt_cli_opt_scope(id) == MPT_SCOPE_MATH_OPTIONAL) { /* older checkpoint: the default, which is what
+                                                                          it trained with */
+            if (id == MPT_OPT_TF32_MATMUL) o->tf32_matmul = mpt_mode_info(o->precision)->tf32_default;
+            if (id == MPT_OPT_TF32_CONV) o->tf32_conv = mpt_mode_info(o->precision)->tf32_default;
+            o->given[id - MPT_OPT_FIRST] = 1;
             continue;
         }
         if (!v || !json_is_string(v)) {
@@ -518,19 +502,20 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
             break;
         }
         const char *text = json_string_value(v);
-        if (recorded[i] == MPT_OPT_NESTEROV || recorded[i] == MPT_OPT_STANDARDIZE) { /* flags without a value */
-            if (strcmp(text, "on") == 0) s = mpt_cli_apply(o, recorded[i], NULL);
+        if (mpt_cli_opt_takes_value(id)) {
+            s = mpt_cli_apply(o, id, text);
+        } else { /* flags without a value are recorded on / off */
+            if (strcmp(text, "on") == 0) s = mpt_cli_apply(o, id, NULL);
             else if (strcmp(text, "off") != 0) s = mpt_errorf(MPT_ERR_ARG, "--%s: expected on or off, found '%s'", name, text);
-        } else {
-            s = mpt_cli_apply(o, recorded[i], text);
         }
         if (s != MPT_OK) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", mpt_last_error());
             s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"config\": %s", mpt_checkpoint_path(c), msg);
         }
-        /* Recorded values are final: they override the defaults that mpt_cli_resolve would fill in. */
-        if (recorded[i] != MPT_OPT_EPOCHS) o->given[recorded[i] - MPT_OPT_FIRST] = 1;
+        /* Recorded math is final: it overrides the defaults that mpt_cli_resolve would fill in (the run's length
+         * may still change: --epochs on the command line) */
+        if (mpt_cli_opt_scope(id) != MPT_SCOPE_LENGTH) o->given[id - MPT_OPT_FIRST] = 1;
     }
     json_decref(cfg);
     if (s != MPT_OK) return s;

@@ -105,9 +105,10 @@ mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(j, "device", json_string(r->device));
     json_object_set_new(j, "tf32_disabled_by_env", json_boolean(policy->tf32_override));
     json_t *cfg = json_object();
-    for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++)
-        json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
-    json_object_set_new(cfg, "epochs", json_integer(o->epochs));
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++)
+        if (mpt_cli_opt_recorded(id) && id != MPT_OPT_EPOCHS)
+            json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
+    json_object_set_new(cfg, "epochs", json_integer(o->epochs)); /* a number here, as before */
     json_object_set_new(j, "config", cfg);
     json_object_set_new(j, "epochs_run", json_integer(r->epochs_run));
     json_object_set_new(j, "steps", json_integer(r->iterations));
