@@ -246,7 +246,7 @@ void mpt_trainer_free(mpt_trainer **pt) {
     mpt_trainer *t = *pt;
     if (!t) return;
     mpt_telemetry_free(&t->telemetry);
-    if (t->graph) t->be->replay_free(t->be, t->graph);
+    if (t->replay) t->be->replay_free(t->be, t->replay);
     mpt_graph_free(&t->g);
     free(t->weight);
     free(t->master);
@@ -364,34 +364,34 @@ static void step_ops(mpt_trainer *t, int measured) {
 
 /* Turns the graph off for the rest of the run, with the reason (one line). */
 static void graph_turn_off(mpt_trainer *t, const char *why) {
-    t->graph_off = 1;
-    snprintf(t->graph_note, sizeof t->graph_note, "%s", why);
-    if (t->graph) {
-        t->be->replay_free(t->be, t->graph);
-        t->graph = NULL;
+    t->replay_off = 1;
+    snprintf(t->replay_note, sizeof t->replay_note, "%s", why);
+    if (t->replay) {
+        t->be->replay_free(t->be, t->replay);
+        t->replay = NULL;
     }
 }
 
-/* Whether this step may run as a replay; steps that may not run directly (and count in graph_direct). */
+/* Whether this step may run as a replay; steps that may not run directly (and count in direct_steps). */
 static int graph_wanted(mpt_trainer *t, int measured) {
-    if (!t->cfg.step_graph || !t->be->capture_begin || t->graph_off) return 0;
+    if (!t->cfg.step_graph || !t->be->capture_begin || t->replay_off) return 0;
     if (t->dist) {
         graph_turn_off(t, "data-parallel training: the gradient all-reduce (engine/dist) goes through the host");
         return 0;
     }
     /* the first step selects and caches the GEMM/conv algorithms (host work and synchronisation that a
      * recording cannot hold); the others need the host between backward and the update */
-    int direct = t->graph_captures == 0 && t->graph_direct == 0 ? 1
+    int direct = t->captures == 0 && t->direct_steps == 0 ? 1
                  : measured || t->update_out || t->iteration == t->cfg.inject_nonfinite_step;
-    if (direct) t->graph_direct++;
+    if (direct) t->direct_steps++;
     return !direct;
 }
 
 /* The key of what a recording bakes in: the gather's source, the config, the backend workspace (a later
  * mpt_backend_reserve_workspace, e.g. for another graph on the same backend, frees the one a recording points
  * into) and the graph's loss-scale pointer and fusion setting. */
-static struct mpt_step_graph_key graph_key_of(const mpt_trainer *t) {
-    struct mpt_step_graph_key k;
+static struct mpt_capture_key graph_key_of(const mpt_trainer *t) {
+    struct mpt_capture_key k;
     memset(&k, 0, sizeof k);
     k.with_gather = t->gather_pending;
     /* byte copies (padding included), so that memcmp compares only what the trainer holds */
@@ -404,31 +404,31 @@ static struct mpt_step_graph_key graph_key_of(const mpt_trainer *t) {
     return k;
 }
 
-/* Records step_ops() into t->graph (replacing an older recording). 0 on success; on failure the graph is off
+/* Records step_ops() into t->replay (replacing an older recording). 0 on success; on failure the graph is off
  * and the recorded operations have not run. */
 static int graph_record(mpt_trainer *t) {
     mpt_backend *be = t->be;
-    if (t->graph) {
-        be->replay_free(be, t->graph);
-        t->graph = NULL;
+    if (t->replay) {
+        be->replay_free(be, t->replay);
+        t->replay = NULL;
     }
-    struct mpt_step_graph_key key = graph_key_of(t);
+    struct mpt_capture_key key = graph_key_of(t);
     const int pending = t->gather_pending;
     mpt_status s = be->capture_begin(be);
     if (s == MPT_OK) {
         step_ops(t, 0);
-        s = be->capture_end(be, &t->graph);
+        s = be->capture_end(be, &t->replay);
     }
     if (s != MPT_OK) {
-        char why[sizeof t->graph_note];
+        char why[sizeof t->replay_note];
         snprintf(why, sizeof why, "the step could not be recorded: %s", mpt_last_error());
         graph_turn_off(t, why);
         t->gather_pending = pending; /* the recorded gather has not run: the direct step does it */
         return -1;
     }
     t->gather_pending = pending; /* replay() gathers */
-    t->graph_key = key;
-    t->graph_captures++;
+    t->capture_key = key;
+    t->captures++;
     return 0;
 }
 
@@ -439,14 +439,14 @@ void mpt_trainer_step(mpt_trainer *t) {
     int measured = t->telemetry && mpt_telemetry_due(t->telemetry, t->iteration + 1);
     int replay = graph_wanted(t, measured);
     if (replay) {
-        struct mpt_step_graph_key key = graph_key_of(t);
-        if (!t->graph || memcmp(&key, &t->graph_key, sizeof key) != 0) replay = graph_record(t) == 0;
-        if (!replay) t->graph_direct++;
+        struct mpt_capture_key key = graph_key_of(t);
+        if (!t->replay || memcmp(&key, &t->capture_key, sizeof key) != 0) replay = graph_record(t) == 0;
+        if (!replay) t->direct_steps++;
     }
     if (replay) {
-        t->be->replay(t->be, t->graph);
+        t->be->replay(t->be, t->replay);
         t->gather_pending = 0;
-        t->graph_replays++;
+        t->replays++;
     } else {
         step_ops(t, measured);
     }
@@ -456,10 +456,10 @@ void mpt_trainer_step(mpt_trainer *t) {
 void mpt_trainer_graph_status(const mpt_trainer *t, char *buf, size_t len) {
     if (!t->be->capture_begin) snprintf(buf, len, "not applicable (%s backend)", t->be->name);
     else if (!t->cfg.step_graph) snprintf(buf, len, "off (asked)");
-    else if (t->graph_off) snprintf(buf, len, "off: %s", t->graph_note);
+    else if (t->replay_off) snprintf(buf, len, "off: %s", t->replay_note);
     else
-        snprintf(buf, len, "on (%lld recording%s, %lld replays, %lld steps run directly)", (long long)t->graph_captures,
-                 t->graph_captures == 1 ? "" : "s", (long long)t->graph_replays, (long long)t->graph_direct);
+        snprintf(buf, len, "on (%lld recording%s, %lld replays, %lld steps run directly)", (long long)t->captures,
+                 t->captures == 1 ? "" : "s", (long long)t->replays, (long long)t->direct_steps);
 }
 
 void mpt_trainer_eval_batch(mpt_trainer *t) {

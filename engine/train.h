@@ -128,8 +128,8 @@ typedef struct mpt_trainer {
     } batch_src;
     int gather_pending;      /* 1 between mpt_trainer_gather and the step or evaluation that gathers */
     /* The step graph (cfg.step_graph on a backend with capture; engine/train.c "Step graph"). */
-    void *graph;             /* the recorded step (backend handle) or NULL */
-    struct mpt_step_graph_key {
+    void *replay;            /* the recorded step (backend handle) or NULL */
+    struct mpt_capture_key {
         struct mpt_batch_source src;    /* the gather's source baked into the recording */
         int with_gather;                /* the recording starts with the gather */
         mpt_train_config cfg;           /* the settings baked into it */
@@ -137,12 +137,12 @@ typedef struct mpt_trainer {
         size_t workspace_bytes;
         const float *loss_scale;        /* the graph's backward seed and fusion setting when it was recorded */
         int fuse_epilogues;
-    } graph_key;
-    int graph_off;           /* 1: the graph was asked for but is off for the rest of the run (graph_note says why) */
-    char graph_note[640];    /* one line: why the step graph is off; "" while it is on or was not asked for */
-    int64_t graph_captures;  /* recordings made (1 normally; a changed graph_key records again) */
-    int64_t graph_replays;   /* steps run as one replay */
-    int64_t graph_direct;    /* steps run operation by operation although the graph was asked for (the first step,
+    } capture_key;
+    int replay_off;           /* 1: the graph was asked for but is off for the rest of the run (replay_note says why) */
+    char replay_note[640];    /* one line: why the step graph is off; "" while it is on or was not asked for */
+    int64_t captures;  /* recordings made (1 normally; a changed capture_key records again) */
+    int64_t replays;   /* steps run as one replay */
+    int64_t direct_steps;    /* steps run operation by operation although the graph was asked for (the first step,
                                 which selects the GEMM/conv algorithms; telemetry steps; the fault-injection step;
                                 steps with update_out) */
 } mpt_trainer;
@@ -170,7 +170,7 @@ MPT_API void mpt_trainer_free(mpt_trainer **t);
  * counters are in mpt_scaler_state, the batch's rows in batch_idx. A step that needs the host in the middle
  * (telemetry steps, the fault-injection step, update_out) runs operation by operation on the same state; a changed
  * batch source or config records again; when recording fails (or data-parallel training is attached, whose
- * all-reduce goes through the host) the graph is turned off for the run and graph_note says why. The results are
+ * all-reduce goes through the host) the graph is turned off for the run and replay_note says why. The results are
  * bit-identical with and without the graph. */
 MPT_API void mpt_trainer_step(mpt_trainer *t);
 /* Forward only, dropout off, accumulating g->n_correct; the loss is the batch mean. Gathers the staged batch

@@ -401,18 +401,18 @@ START_TEST(test_step_graph_fallback) {
         mpt_trainer_graph_status(tr, status, sizeof status);
         if (k == 0) {
             ck_assert_str_eq(status, "not applicable (cpu backend)");
-            ck_assert_int_eq(tr->graph_off, 0);
+            ck_assert_int_eq(tr->replay_off, 0);
         } else {
-            ck_assert_int_eq(tr->graph_off, 1);
-            ck_assert_msg(strstr(tr->graph_note, "test backend: recording refused") != NULL, "note: %s", tr->graph_note);
+            ck_assert_int_eq(tr->replay_off, 1);
+            ck_assert_msg(strstr(tr->replay_note, "test backend: recording refused") != NULL, "note: %s", tr->replay_note);
             ck_assert_msg(strncmp(status, "off: the step could not be recorded", 35) == 0, "status: %s", status);
             const size_t len_status = strlen(status), len_tail = strlen(REFUSAL_TAIL);
             ck_assert_msg(len_status > len_tail && strcmp(status + len_status - len_tail, REFUSAL_TAIL) == 0,
                           "the status must keep the whole reason, to its end: %s", status);
             /* the first step runs directly by design, the second tried to record */
-            ck_assert_int_eq((int)tr->graph_direct, 2);
-            ck_assert_int_eq((int)tr->graph_captures, 0);
-            ck_assert_int_eq((int)tr->graph_replays, 0);
+            ck_assert_int_eq((int)tr->direct_steps, 2);
+            ck_assert_int_eq((int)tr->captures, 0);
+            ck_assert_int_eq((int)tr->replays, 0);
         }
         ck_assert_int_eq((int)tr->scaler->iteration, 6);
         ck_assert_int_eq(tr->scaler->steps_skipped, 1);
@@ -485,10 +485,10 @@ START_TEST(test_step_graph_records_again) {
         for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
         mpt_trainer_gather(tr, r.data.train_images, r.data.train_labels, idx, r.data.dim, 0.0f, 1.0f);
         mpt_trainer_step(tr);
-        ck_assert_msg(tr->graph_captures == plan[it].captures, "step %d: %lld recordings, expected %d", it,
-                      (long long)tr->graph_captures, plan[it].captures);
+        ck_assert_msg(tr->captures == plan[it].captures, "step %d: %lld recordings, expected %d", it,
+                      (long long)tr->captures, plan[it].captures);
     }
-    ck_assert_int_eq(tr->graph_off, 0);
+    ck_assert_int_eq(tr->replay_off, 0);
     ck_assert_int_eq(fake_replays, n_steps - 1);
     run_close(&r);
 }

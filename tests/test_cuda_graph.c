@@ -71,8 +71,8 @@ typedef struct gr_result {
     size_t nbytes[GR_MAX_TENSORS];
     mpt_scaler_state scaler;
     int64_t captures, replays, direct;
-    int graph_off;
-    char note[sizeof ((mpt_trainer *)0)->graph_note];
+    int replay_off;
+    char note[sizeof ((mpt_trainer *)0)->replay_note];
     int64_t gemm_calls, conv_calls; /* calls the GEMM / conv records counted during the run */
 } gr_result;
 
@@ -185,11 +185,11 @@ static void gr_train(const char *model, mpt_precision prec, gr_config_fn configu
         keep(out, t->v[i]);
     }
     gpu->to_host(gpu, &out->scaler, t->scaler, sizeof out->scaler);
-    out->captures = t->graph_captures;
-    out->replays = t->graph_replays;
-    out->direct = t->graph_direct;
-    out->graph_off = t->graph_off;
-    snprintf(out->note, sizeof out->note, "%s", t->graph_note);
+    out->captures = t->captures;
+    out->replays = t->replays;
+    out->direct = t->direct_steps;
+    out->replay_off = t->replay_off;
+    snprintf(out->note, sizeof out->note, "%s", t->replay_note);
     gpu->free(gpu, images);
     gpu->free(gpu, labels);
     gpu->free(gpu, didx);
@@ -232,7 +232,7 @@ static void gr_case(const char *model, mpt_precision prec, gr_config_fn configur
     gr_train(model, prec, configure, 0, &off);
     gr_train(model, prec, configure, 1, &on);
     const char *p = mpt_precision_name(prec);
-    EXPECT(!on.graph_off, "%s %s: the step graph was turned off: %s", model, p, on.note);
+    EXPECT(!on.replay_off, "%s %s: the step graph was turned off: %s", model, p, on.note);
     EXPECT(on.captures == 1 && on.replays == GR_STEPS - direct_steps && on.direct == direct_steps,
            "%s %s: %lld recordings, %lld replays, %lld direct steps; expected 1, %d, %d", model, p,
            (long long)on.captures, (long long)on.replays, (long long)on.direct, GR_STEPS - direct_steps,
@@ -300,8 +300,8 @@ START_TEST(test_graph_failed_recording_falls_back) {
     gpu->scaler_update = scaler_update_then_sync;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_default, 1, &on);
     gpu->scaler_update = real_scaler_update;
-    EXPECT(on.graph_off && strstr(on.note, "cudaStreamSynchronize") != NULL,
-           "the graph must be off, naming the refused call; graph_off %d, note: %s", on.graph_off, on.note);
+    EXPECT(on.replay_off && strstr(on.note, "cudaStreamSynchronize") != NULL,
+           "the graph must be off, naming the refused call; replay_off %d, note: %s", on.replay_off, on.note);
     /* the first step by design, the second whose recording failed; later steps do not ask for the graph */
     EXPECT(on.captures == 0 && on.replays == 0 && on.direct == 2,
            "%lld recordings, %lld replays, %lld direct steps; expected 0, 0, 2", (long long)on.captures,
@@ -603,8 +603,8 @@ START_TEST(test_timing_training_unchanged) {
     gr_marks = 1;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &marked);
     gr_marks = 0;
-    EXPECT(!marked.graph_off && marked.captures == 1 && marked.replays == plain.replays,
-           "with marks: graph %s, %lld recordings, %lld replays (without: %lld)", marked.graph_off ? "off" : "on",
+    EXPECT(!marked.replay_off && marked.captures == 1 && marked.replays == plain.replays,
+           "with marks: graph %s, %lld recordings, %lld replays (without: %lld)", marked.replay_off ? "off" : "on",
            (long long)marked.captures, (long long)marked.replays, (long long)plain.replays);
     EXPECT(memcmp(plain.loss_bits, marked.loss_bits, sizeof plain.loss_bits) == 0,
            "the losses differ with timing marks around the steps");

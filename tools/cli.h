@@ -8,7 +8,7 @@
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
  *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
- *   -- reports of several runs (tools/report.h, tools/sweep.h) --
+ *   -- reports of several runs (tools/report.h, prefix mpt_report_; tools/sweep.h, mpt_sweep_) --
  *   report.c          the compare table and report.md
  *   compare_seeds.c   `compare --seeds`: statistics over seeds, the verdict table, report.md, compare.json,
  *                     the mean-and-band convergence.png
@@ -16,22 +16,25 @@
  *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
  *                     rank 0
  *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
- *   -- one training run (tools/run.h) --
- *   run.c             the device, setup, the training loop, metrics.csv / epochs.csv, evaluation
+ *   -- one training run (tools/run.h, prefix mpt_run_) --
+ *   run.c             the device, setup, the training loop, evaluation, the run's telemetry statistics
  *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)
  *   run_summary.c     summary.json and the precision map
- *   -- the output directory (tools/outdir.h) --
+ *   csv.c             metrics.csv / epochs.csv / telemetry.csv: rows, resume, publish (tools/csv.h, mpt_csv_)
+ *   progress.c        the progress bar (tools/progress.h, mpt_progress_)
+ *   -- the output directory (tools/outdir.h, mpt_outdir_ / mpt_outfile_) --
  *   outdir.c          the one owner of the files written into --out
- *   -- the command line (this header) --
- *   opts.c            the option table, strict parsing of flags and values, per-command help, the canonical
- *                     text of each setting (what a checkpoint records and a resumed run compares)
+ *   -- the process (tools/guards.h, mpt_guard_) --
+ *   guards.c          a graceful stop on SIGINT / SIGTERM; OpenBLAS and oneDNN under a memory limit
+ *   -- the command line (this header, mpt_cli_) --
+ *   opts.c            the option table (each option's scope: what a checkpoint records, what a resumed run keeps),
+ *                     strict parsing of flags and values, per-command help, the canonical text of each setting
  *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
- *   stop.c            a graceful stop on SIGINT / SIGTERM
  *   formats.c         the conversions `formats` shows, through engine/numerics.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;
- * 130 / 143 a run stopped by SIGINT / SIGTERM after saving its state (stop.c).
+ * 130 / 143 a run stopped by SIGINT / SIGTERM after saving its state (guards.c).
  */
 #ifndef MPT_TOOLS_CLI_H
 #define MPT_TOOLS_CLI_H
@@ -47,8 +50,9 @@
 #include "engine/status.h"
 #include "engine/telemetry/telemetry.h"
 #include "engine/train.h"
+#include "tools/guards.h"
 
-#define MPT_CLI_EXIT_FAIL 1
+#define MPT_CLI_EXIT_FAIL 1 /* = MPT_GUARD_EXIT_FAIL */
 #define MPT_CLI_EXIT_USAGE 2
 #define MPT_CLI_PATH 4096
 #define MPT_CLI_MAX_SEEDS 64
@@ -317,44 +321,10 @@ const char *mpt_cli_echo(char *buf, size_t cap, const char *text);
  * otherwise. */
 int mpt_cli_fail(const char *command, mpt_status s);
 
-/* ---- a graceful stop (stop.c) ------------------------------------------------------------------------------ */
-
-/* Installs the handler of SIGINT and SIGTERM for train, compare and lab: the first signal is recorded (and said
- * on stderr) for the training run to stop after its current step, saving everything; a second one stops at once. */
-void mpt_cli_stop_install(void);
-
-/* The signal that asked for a stop (SIGINT, SIGTERM), or 0. */
-int mpt_cli_stop_signal(void);
-
-/* "SIGINT", "SIGTERM". */
-const char *mpt_cli_signal_name(int sig);
-
-/* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
-int mpt_cli_set_threads(int n);
-
-/* Under a memory limit (ulimit -v or -d), when OpenBLAS runs the CPU backend's GEMMs (no oneDNN in the build, or
- * MPT_CPU_ENGINE=openblas), makes every OpenBLAS thread allocate its GEMM buffer now, with one small GEMM, before
- * the run's own allocations take the room: OpenBLAS 0.3.21's blas_memory_alloc retries forever when
- * an allocation fails (OpenBLAS issue 5289, fixed in 0.3.30), in a GEMM and in exit()'s join of its threads alike.
- * When it cannot within 10 s, the process says why on stderr and ends with exit status 1 without joining them.
- * Call after mpt_cli_set_threads and before loading data. Without a limit it does nothing. */
-mpt_status mpt_cli_blas_ready(void);
-
 /* Whether a command failed for want of memory (mpt_cli_fail with MPT_ERR_NOMEM): main then ends the process with
  * _exit, after flushing, without exit()'s handlers: OpenBLAS's destructor joins its threads, and one may loop in
  * blas_memory_alloc. */
 int mpt_cli_failed_nomem(void);
-
-/* Whether an address-space or data-segment limit is set (ulimit -v, -d): main then ends every exit with _exit
- * (on_exit), so that no exit joins an OpenBLAS thread looping in blas_memory_alloc. */
-int mpt_cli_memory_limited(void);
-
-/* Under a memory limit (ulimit -v, -d), turns a memory fault (SIGSEGV, SIGBUS) into one line on stderr that names
- * the limit, and exit status 1: oneDNN 2.6.3 (Debian's libdnnl2) crashes in dnnl_primitive_create, creating a
- * JIT kernel, when the address space is used up (`compare` under ulimit -v 128 MiB, 1 thread, did; gdb showed the
- * fault inside libdnnl). A fault is not recoverable, so the process ends at once; the files already
- * published stay complete. Without a limit it does nothing: a crash stays a crash, with its core. */
-void mpt_cli_memory_crash_report(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 

@@ -18,10 +18,10 @@ static int train_with(const mpt_cli_opts *op);
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
-static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_cli_run_state *rs) {
+static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_run_state *rs) {
     mpt_cli_opts ck;
     mpt_cli_opts_default(&ck);
-    MPT_TRY(mpt_cli_checkpoint_read_config(cli->resume, &ck, rs));
+    MPT_TRY(mpt_run_checkpoint_read_config(cli->resume, &ck, rs));
     char a[96], b[96];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
         const mpt_opt_scope sc = mpt_cli_opt_scope(id);
@@ -54,7 +54,7 @@ int mpt_cmd_train(int argc, char **argv) {
     mpt_cli_opts_default(&cli);
     int rc = mpt_cli_parse(argc, argv, MPT_CMD_TRAIN, &cli);
     if (rc != 0) return rc < 0 ? 0 : rc;
-    mpt_cli_run_state rs; /* read again by mpt_cli_train_run */
+    mpt_run_state rs; /* read again by mpt_run_train */
     if (cli.resume[0]) {
         mpt_status s = merge_resume(&cli, &o, &rs);
         if (s != MPT_OK) return mpt_cli_fail("train", s);
@@ -90,29 +90,19 @@ int mpt_cmd_train(int argc, char **argv) {
             return MPT_CLI_EXIT_FAIL;
         }
     }
-    mpt_cli_train_join(train_dist);
+    mpt_run_join(train_dist);
     int rc_dp = train_with(&o);
     fflush(stdout);
-    mpt_cli_train_join(NULL);
+    mpt_run_join(NULL);
     mpt_dist_finish(&train_dist, rc_dp); /* a rank failing alone aborts the job: its peers must not hang */
     return rc_dp;
 }
 
-/* The mean over the run's telemetry steps of (tensor, metric), NAN when never measured. */
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    for (int i = 0; i < r->n_telemetry; i++)
-        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
-            return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
-    return NAN;
-}
-
 /* --telemetry: what was measured, one line filled from the measurements, and numerics.png (writer only).
  * Appends the names of the files written to `files`. */
-static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, int writer, char *files, size_t n) {
-    double steps = 0.0;
-    for (int i = 0; i < res->n_telemetry; i++)
-        if (strcmp(res->telemetry[i].tensor, "amp") == 0 && strcmp(res->telemetry[i].metric, "loss_scale") == 0)
-            steps = (double)res->telemetry[i].count;
+static void telemetry_closing(const mpt_cli_opts *o, const mpt_run_result *res, int writer, char *files, size_t n) {
+    const mpt_telemetry_stat *ls = mpt_run_stat(res, "amp", "loss_scale");
+    double steps = ls ? (double)ls->count : 0.0;
     size_t k = strlen(files);
     k += (size_t)snprintf(files + k, n - k, ", telemetry.csv, exponents.csv");
     if (steps == 0.0) {
@@ -122,9 +112,9 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
     }
     printf("telemetry: %.0f step%s measured (one every %lld; docs/numerics.md)", steps, steps == 1.0 ? "" : "s",
            (long long)o->telemetry);
-    double fl = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac"), fl1 = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD,
+    double fl = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac"), fl1 = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_ACT_GRAD,
                                                                                   "flush_frac@S=1");
-    double sub = tmean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "made_subnormal_frac");
+    double sub = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_ACT_GRAD, "made_subnormal_frac");
     const mpt_mode_desc *mode = mpt_mode_info(o->precision);
     if (isfinite(fl)) { /* the FP8 modes keep activation gradients in BF16 */
         printf(": activation gradients rounded to %s flushed to zero %.3g%%", mode->act_name, 100.0 * fl);
@@ -133,17 +123,17 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
     } else {
         printf(": no activation gradient is rounded into a 16-bit format in %s", mpt_precision_name(o->precision));
     }
-    double lost = tmean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
-    double lost16 = tmean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+    double lost = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+    double lost16 = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
     if (isfinite(lost)) {
         printf("; weight updates lost %.3g%%", 100.0 * lost);
         if (isfinite(lost16)) printf(" (had they gone to the 16-bit copy: %.3g%%)", 100.0 * lost16);
     }
-    const double g_fl = tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac"),
-                 g_sub = tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac"),
-                 g_sat = tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_sat_frac"),
-                 o_lost = tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac@other_format") +
-                          tmean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac@other_format");
+    const double g_fl = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac"),
+                 g_sub = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac"),
+                 g_sat = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_sat_frac"),
+                 o_lost = mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac@other_format") +
+                          mpt_run_stat_mean(res, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_subnormal_frac@other_format");
     if (isfinite(g_fl)) { /* the FP8 casts of the gradient operands, and in the other format */
         const int e5 = mode->fp8_fmt[2] == MPT_DTYPE_E5M2;
         printf("; FP8 gradient casts (%s) flushed %.3g%%, made subnormal %.3g%%, saturated %.3g%% (in %s: %.3g%% "
@@ -168,8 +158,8 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
     }
     printf("\n");
     if (!writer) return;
-    mpt_cli_compare_row row = {o->precision, res, NAN, "."};
-    if (mpt_cli_plot_numerics(o->out, &row, 1, o->telemetry) == MPT_OK) {
+    mpt_report_row row = {o->precision, res, NAN, "."};
+    if (mpt_report_plot_numerics(o->out, &row, 1, o->telemetry) == MPT_OK) {
         k = strlen(files);
         snprintf(files + k, n - k, ", numerics.png");
     } else {
@@ -182,23 +172,23 @@ static int train_with(const mpt_cli_opts *op) {
     mpt_cli_opts o = *op;
     mpt_status s;
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
-    mpt_cli_set_threads(o.threads);
-    s = mpt_cli_blas_ready();
+    mpt_cpu_set_threads(o.threads);
+    s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("train", s);
 
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     if (s != MPT_OK) return mpt_cli_fail("train", s);
-    mpt_cli_result res;
-    s = mpt_cli_train_run(&o, &cd, "", &res);
+    mpt_run_result res;
+    s = mpt_run_train(&o, &cd, "", &res);
     mpt_cli_data_free(&cd);
     if (s != MPT_OK) {
-        mpt_cli_result_free(&res);
+        mpt_run_result_free(&res);
         return mpt_cli_fail("train", s);
     }
     if (res.interrupted) { /* run.c said where everything is and how to continue */
         int sig = res.interrupted;
-        mpt_cli_result_free(&res);
+        mpt_run_result_free(&res);
         return 128 + sig;
     }
     char masters_mib[64], sd[16];
@@ -226,11 +216,11 @@ static int train_with(const mpt_cli_opts *op) {
     printf("peak memory %.1f MiB: weights and activations %.2f MiB (weights %.2f), update state %.2f MiB (masters %s, "
            "optimizer state %.2f MiB in %s, weight gradients), the rest data, kernel workspace and telemetry; wrote "
            "%s/{%s}%s\n",
-           (double)res.mem_peak_total / 1048576.0, (double)mpt_cli_model_bytes(&res, 0) / 1048576.0,
-           (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, (double)mpt_cli_model_bytes(&res, 1) / 1048576.0,
+           (double)res.mem_peak_total / 1048576.0, (double)mpt_report_model_bytes(&res, 0) / 1048576.0,
+           (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, (double)mpt_report_model_bytes(&res, 1) / 1048576.0,
            masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
            o.out, files, ckpt_note);
-    mpt_cli_result_free(&res);
+    mpt_run_result_free(&res);
     return 0;
 }

@@ -28,14 +28,14 @@
 #include "tools/report.h"
 
 static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     int scaled = -1; /* the run whose mode scales the loss dynamically by default (fp16): its loss-scale panel */
     for (int i = 0; i < n; i++)
         if (mpt_mode_info(p[i])->dynamic_loss_scale) scaled = i;
     int panels = scaled >= 0 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare; run `gnuplot convergence.gp` in this directory.\n");
-    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
+    mpt_report_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
     fprintf(f, "set datafile separator ','\n"
                "set datafile missing 'nan'\n"
                "set grid\n"
@@ -68,11 +68,11 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                 name, name, (int)p[scaled] + 1, name);
     }
     fprintf(f, "unset multiplot\n");
-    MPT_TRY(mpt_cli_close_written(f, path));
+    MPT_TRY(mpt_outdir_close_written(f, path));
     return MPT_OK;
 }
 
-void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
+void mpt_report_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
                "  set terminal pngcairo size %d,%d font \",10\"\n"
                "} else {\n"
@@ -86,7 +86,7 @@ void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
 
 static double plot_timeout_s = 60.0;
 
-void mpt_cli_set_plot_timeout(double seconds) { plot_timeout_s = seconds; }
+void mpt_report_set_plot_timeout(double seconds) { plot_timeout_s = seconds; }
 
 /* Removes dir/<stem>.png, the picture of dir/<stem>.gp, so that no stale PNG of an earlier job passes for the
  * plot that failed. Best effort: absent is fine. */
@@ -124,7 +124,7 @@ static int wait_bounded(pid_t pid, int *status) {
     return 0;
 }
 
-mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
+mpt_status mpt_report_gnuplot(const char *dir, const char *script) {
     size_t sl = strlen(script);
     if (sl < 4 || strcmp(script + sl - 3, ".gp") != 0 || strchr(script, '/') || strchr(script, '\''))
         return mpt_errorf(MPT_ERR_ARG, "%s/%s: expected a gnuplot script named <stem>.gp", dir, script);
@@ -214,11 +214,11 @@ mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
     return s;
 }
 
-mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
+mpt_status mpt_report_plot(const char *dir, const mpt_precision *precisions, int n) {
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
     MPT_TRY(write_script(script, precisions, n));
-    return mpt_cli_gnuplot(dir, "convergence.gp");
+    return mpt_report_gnuplot(dir, "convergence.gp");
 }
 
 /* ---- numerics.png --------------------------------------------------------------------------------------------
@@ -228,24 +228,17 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
  * a note beside its panel with the reason; a panel without any keeps its place (the report's caption says
  * top/middle/bottom) and says so; with no telemetry step in any run there is no picture, and the error says why. */
 
-static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    for (int i = 0; i < r->n_telemetry; i++)
-        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
-            return &r->telemetry[i];
-    return NULL;
-}
-
 /* Whether a run's telemetry has at least one finite value of (tensor, metric). */
-static int has_points(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    const mpt_telemetry_stat *x = find_stat(r, tensor, metric);
+static int has_points(const mpt_run_result *r, const char *tensor, const char *metric) {
+    const mpt_telemetry_stat *x = mpt_run_stat(r, tensor, metric);
     return x && x->count > 0;
 }
 
 /* Why a run has no point for a metric, in a few words. */
-static const char *why_no_points(const mpt_cli_result *r, const char *metric) {
-    const mpt_telemetry_stat *steps = find_stat(r, "amp", "loss_scale"); /* one row per telemetry step */
+static const char *why_no_points(const mpt_run_result *r, const char *metric) {
+    const mpt_telemetry_stat *steps = mpt_run_stat(r, "amp", "loss_scale"); /* one row per telemetry step */
     if (!steps || steps->count == 0) return "no telemetry step ran";
-    const mpt_telemetry_stat *skipped = find_stat(r, "amp", "step_skipped");
+    const mpt_telemetry_stat *skipped = mpt_run_stat(r, "amp", "step_skipped");
     if (strncmp(metric, "lost_", 5) == 0 && skipped && skipped->count == steps->count)
         return "every telemetry step was skipped\\n  (inf/NaN gradients): no update";
     return "no finite value";
@@ -292,7 +285,7 @@ static void panel_missing(panel *pn, const char *title, const char *why) {
 
 /* A series of one (tensor, metric) over steps from <run dir>/telemetry.csv, scaled by 100 (percent), or a line
  * of the note when the run has no value of it. */
-static void series(panel *pn, const mpt_cli_result *r, const char *prec, int lt, const char *tensor,
+static void series(panel *pn, const mpt_run_result *r, const char *prec, int lt, const char *tensor,
                    const char *metric, int dash, const char *title) {
     if (!has_points(r, tensor, metric)) {
         panel_missing(pn, title, why_no_points(r, metric));
@@ -321,10 +314,10 @@ static void panel_write(FILE *f, const panel *pn) {
  * the mean relative L2 error against the FP32 twin per precision ("nan" where a run has none). Returns the
  * number of lines written (0: no run had a twin); points[i] receives the number of values > 0 of run i (the
  * points its series has on the log axis). */
-static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, int *points, mpt_status *s) {
+static int write_twin_data(const char *path, const mpt_report_row *rows, int n, int *points, mpt_status *s) {
     *s = MPT_OK;
     for (int i = 0; i < n; i++) points[i] = 0;
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) {
         *s = MPT_ERR_IO;
         return 0;
@@ -333,16 +326,16 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
     for (int i = 0; i < n; i++) fprintf(f, " %s", mpt_precision_name(rows[i].precision));
     fprintf(f, "\n");
     int lines = 0;
-    const mpt_cli_result *first = NULL;
+    const mpt_run_result *first = NULL;
     for (int i = 0; i < n && !first; i++)
-        if (find_stat(rows[i].r, "input", "twin_rel_l2")) first = rows[i].r;
+        if (mpt_run_stat(rows[i].r, "input", "twin_rel_l2")) first = rows[i].r;
     for (int k = 0; first && k < first->n_telemetry; k++) {
         const mpt_telemetry_stat *st = &first->telemetry[k];
         size_t len = strlen(st->tensor);
         if (strcmp(st->metric, "twin_rel_l2") != 0 || len < 4 || strcmp(st->tensor + len - 4, ".out") != 0) continue;
         fprintf(f, "%s", st->tensor);
         for (int i = 0; i < n; i++) {
-            const mpt_telemetry_stat *x = find_stat(rows[i].r, st->tensor, "twin_rel_l2");
+            const mpt_telemetry_stat *x = mpt_run_stat(rows[i].r, st->tensor, "twin_rel_l2");
             double mean = x && x->count > 0 ? x->sum / (double)x->count : 0.0;
             if (mean > 0.0) {
                 fprintf(f, " %.6g", mean);
@@ -354,19 +347,19 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
         fprintf(f, "\n");
         lines++;
     }
-    mpt_status closed = mpt_cli_close_written(f, path);
+    mpt_status closed = mpt_outdir_close_written(f, path);
     if (closed != MPT_OK) *s = closed;
     return lines;
 }
 
 /* Why run r has no point in the twin panel. */
-static const char *why_no_twin_points(const mpt_cli_result *r) {
+static const char *why_no_twin_points(const mpt_run_result *r) {
     if (has_points(r, "input", "twin_rel_l2")) return "equal to the FP32 twin (error 0)";
     return why_no_points(r, "twin_rel_l2");
 }
 
 /* Writes numerics.gp (with numerics_twin.dat): the panels' settings and their series. */
-static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_row *rows, int n) {
+static mpt_status write_numerics_script(const char *dir, const mpt_report_row *rows, int n) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/numerics_twin.dat", dir);
     mpt_status s;
@@ -378,14 +371,14 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     for (int i = 0; i < n; i++)
         has16 |= mpt_mode_info(rows[i].precision)->act_dtype != MPT_DTYPE_F32;
     int has_fp8 = 0;
-    for (int i = 0; i < n; i++) has_fp8 |= find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
+    for (int i = 0; i < n; i++) has_fp8 |= mpt_run_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
     int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0) + (has_fp8 ? 1 : 0);
     snprintf(path, sizeof path, "%s/numerics.gp", dir);
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     fprintf(f, "# numerics.gp - written by mptrain; run `gnuplot numerics.gp` in this directory.\n"
                "# Data: each run's telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
-    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "numerics.png");
+    mpt_report_gnuplot_terminal(f, 1000, panels * 380, "numerics.png");
     fprintf(f, "set datafile separator ','\nset datafile missing NaN\nset grid\n"
                "set multiplot layout %d,1\nset key outside right top\n"
                "set lmargin at screen 0.08\nset rmargin at screen 0.80\n", panels); /* panels aligned, short keys */
@@ -401,7 +394,7 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
             /* only fp16 has a loss scale: bf16's (and the FP8 modes' BF16) line is the rounding as it is */
             snprintf(title, sizeof title, mode->dynamic_loss_scale ? "%s, at its S" : "%s (no scaling)", name);
             series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", 1, title);
-            if (mode->dynamic_loss_scale && find_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
+            if (mode->dynamic_loss_scale && mpt_run_stat(rows[i].r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1")) {
                 snprintf(title, sizeof title, "%s, had S been 1", name);
                 series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1", 2, title);
             }
@@ -416,7 +409,7 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
         snprintf(title, sizeof title, "%s", name);
         series(&pn, rows[i].r, rd, (int)p + 1, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", 1, title);
-        if (find_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
+        if (mpt_run_stat(rows[i].r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit")) {
             const mpt_mode_desc *mode = mpt_mode_info(p);
             if (mode->fp8 != MPT_FP8_KIND_NONE) snprintf(title, sizeof title, "%s, on its %s copy", name, mode->act_name);
             else snprintf(title, sizeof title, "%s, on its 16-bit copy", name);
@@ -429,7 +422,7 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     if (has_fp8) { /* FP8 runs: their gradient casts, flushed (solid) and saturated (dashed) */
         memset(&pn, 0, sizeof pn);
         for (int i = 0; i < n; i++) {
-            if (!find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) continue;
+            if (!mpt_run_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) continue;
             mpt_precision p = rows[i].precision;
             const char *name = mpt_precision_name(p), *rd = rows[i].dir ? rows[i].dir : name;
             snprintf(title, sizeof title, "%s flushed", name);
@@ -458,15 +451,15 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         panel_write(f, &pn);
     }
     fprintf(f, "unset multiplot\n");
-    return mpt_cli_close_written(f, path);
+    return mpt_outdir_close_written(f, path);
 }
 
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n, int64_t every) {
+mpt_status mpt_report_plot_numerics(const char *dir, const mpt_report_row *rows, int n, int64_t every) {
     int any = 0;
     for (int i = 0; i < n; i++) any |= has_points(rows[i].r, "amp", "loss_scale");
     if (!any)
         return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step: telemetry measures every %lld-th step and "
                                        "every run had fewer steps, so there is nothing to plot", (long long)every);
     MPT_TRY(write_numerics_script(dir, rows, n));
-    return mpt_cli_gnuplot(dir, "numerics.gp");
+    return mpt_report_gnuplot(dir, "numerics.gp");
 }

@@ -24,7 +24,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The run's GPU time per epoch by CUDA events: the median of its epochs after the first (the first chooses the
  * GEMM/convolution algorithms and records the step graph), or of the only one; NAN without device timing (CPU). */
-static double gpu_epoch_median(const mpt_cli_result *r) {
+static double gpu_epoch_median(const mpt_run_result *r) {
     if (!r->epoch_gpu_s || r->epochs_run < 1) return NAN;
     int first = r->epochs_run > 1 ? 1 : 0, n = r->epochs_run - first;
     double *v = malloc((size_t)n * sizeof *v);
@@ -36,7 +36,7 @@ static double gpu_epoch_median(const mpt_cli_result *r) {
     return m;
 }
 
-size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state) {
+size_t mpt_report_model_bytes(const mpt_run_result *r, int fp32_state) {
     static const mpt_mem working[] = {MPT_MEM_WEIGHT, MPT_MEM_ACT, MPT_MEM_ACT_GRAD};
     static const mpt_mem state[] = {MPT_MEM_MASTER, MPT_MEM_GRAD, MPT_MEM_OPTIM};
     size_t b = 0;
@@ -44,7 +44,7 @@ size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state) {
     return b;
 }
 
-void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
+void mpt_report_write_table(FILE *f, const mpt_report_row *rows, int n) {
     int gpu = 0; /* a column of CUDA-event times when any run had them; else one of CPU time */
     for (int i = 0; i < n; i++) gpu |= rows[i].r->epoch_gpu_s != NULL;
     fprintf(f, "| precision | final test acc | best test acc (epoch) | final train loss | final test loss | "
@@ -53,7 +53,7 @@ void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
             gpu ? " GPU s/epoch (CUDA events, median after the first) |" : " CPU s/epoch (all threads) |");
     fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
-        const mpt_cli_result *r = rows[i].r;
+        const mpt_run_result *r = rows[i].r;
         char a[32], b[32], l2[32], host[32], dev[48] = "";
         pct(a, sizeof a, r->final_test_acc);
         pct(b, sizeof b, r->best_test_acc);
@@ -65,13 +65,13 @@ void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
         else snprintf(dev, sizeof dev, " n/a |");
         fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.2f MiB | %.2f MiB | %.1f MiB | %d | %g | %s |\n",
                 mpt_precision_name(rows[i].precision), a, b, r->best_epoch, r->final_train_loss, r->final_test_loss,
-                host, dev, r->samples_per_s, (double)mpt_cli_model_bytes(r, 0) / 1048576.0,
-                (double)mpt_cli_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
+                host, dev, r->samples_per_s, (double)mpt_report_model_bytes(r, 0) / 1048576.0,
+                (double)mpt_report_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
                 (int)r->steps_skipped, (double)r->final_scale, l2);
     }
 }
 
-void mpt_cli_machine_start(mpt_cli_machine *m) {
+void mpt_report_machine_start(mpt_report_machine *m) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     m->cores = c > 0 ? (int)c : 0;
     m->load_start = m->load_end = NAN;
@@ -79,12 +79,12 @@ void mpt_cli_machine_start(mpt_cli_machine *m) {
     if (getloadavg(l, 1) == 1) m->load_start = l[0];
 }
 
-void mpt_cli_machine_end(mpt_cli_machine *m) {
+void mpt_report_machine_end(mpt_report_machine *m) {
     double l[1];
     if (getloadavg(l, 1) == 1) m->load_end = l[0];
 }
 
-void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m) {
+void mpt_report_write_machine(FILE *f, const mpt_report_machine *m) {
     if (!m || !isfinite(m->load_start) || !isfinite(m->load_end)) return;
     double hi = fmax(m->load_start, m->load_end);
     fprintf(f, "Machine load: %d CPU cores, 1-minute load average %.2f when the runs started and %.2f when they "
@@ -97,7 +97,7 @@ void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m) {
                 : "The machine was not oversubscribed, so the host-clock times are the runs' own.");
 }
 
-static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
+static void write_memory_table(FILE *f, const mpt_report_row *rows, int n) {
     fprintf(f, "| precision |");
     for (int m = 0; m < MPT_MEM_COUNT; m++) fprintf(f, " %s |", mpt_mem_name((mpt_mem)m));
     fprintf(f, " total |\n|---|");
@@ -130,19 +130,6 @@ static const char *precision_explained(mpt_precision p, int tf32_off) {
 
 /* ---- the Numerics section ----------------------------------------------------------------------------------- */
 
-static const mpt_telemetry_stat *tstat(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    for (int i = 0; i < r->n_telemetry; i++)
-        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
-            return &r->telemetry[i];
-    return NULL;
-}
-
-/* Mean over the telemetry steps, NAN when the metric was never measured. */
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    const mpt_telemetry_stat *s = tstat(r, tensor, metric);
-    return s && s->count > 0 ? s->sum / (double)s->count : NAN;
-}
-
 static int is_pooled(const char *tensor) { return strncmp(tensor, "all_", 4) == 0 || strcmp(tensor, "amp") == 0; }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -161,8 +148,8 @@ static void pct4(char *b, size_t n, double v) {
 static const char *working_name(mpt_precision p) { return mpt_mode_info(p)->act_name; }
 
 /* The rounded tensors (rows with flush_frac), the three with the largest mean flushed fraction first. */
-static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_underflow(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     const char *name = working_name(row->precision);
     int idx[3] = {-1, -1, -1};
     for (int i = 0; i < r->n_telemetry; i++) {
@@ -192,19 +179,19 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     for (int k = 0; k < 3 && idx[k] >= 0; k++) {
         const char *t = r->telemetry[idx[k]].tensor;
         char a[32], b[32], c[32], d[32], e[32], g[32];
-        pct4(a, sizeof a, tmean(r, t, "flush_frac"));
-        pct4(b, sizeof b, tmean(r, t, "made_subnormal_frac"));
-        pct4(c, sizeof c, tmean(r, t, "mass_lost"));
-        pct4(d, sizeof d, tmean(r, t, "flush_frac@S/2"));
-        pct4(e, sizeof e, tmean(r, t, "flush_frac@2S"));
-        pct4(g, sizeof g, tmean(r, t, "flush_frac@S=1"));
+        pct4(a, sizeof a, mpt_run_stat_mean(r, t, "flush_frac"));
+        pct4(b, sizeof b, mpt_run_stat_mean(r, t, "made_subnormal_frac"));
+        pct4(c, sizeof c, mpt_run_stat_mean(r, t, "mass_lost"));
+        pct4(d, sizeof d, mpt_run_stat_mean(r, t, "flush_frac@S/2"));
+        pct4(e, sizeof e, mpt_run_stat_mean(r, t, "flush_frac@2S"));
+        pct4(g, sizeof g, mpt_run_stat_mean(r, t, "flush_frac@S=1"));
         fprintf(f, "| `%s` | %s | %s | %s | %s | %s | %s |\n", t, a, b, c, d, e, g);
     }
-    double all = tmean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
-    double all1 = tmean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
-    double scale = tmean(r, "amp", "loss_scale");
+    double all = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
+    double all1 = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
+    double scale = mpt_run_stat_mean(r, "amp", "loss_scale");
     char a[32], b[32];
-    pct4(a, sizeof a, tmean(r, MPT_TELEMETRY_ALL_ACT, "flush_frac"));
+    pct4(a, sizeof a, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT, "flush_frac"));
     fprintf(f, "\nActivations (the forward pass): %s of the nonzero values flushed to zero when rounded to %s.\n", a,
             name);
     pct4(a, sizeof a, all);
@@ -234,17 +221,17 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     }
 }
 
-static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     int no_masters = o->master_weights == MPT_MASTER_NONE &&
                      mpt_mode_info(row->precision)->act_dtype != MPT_DTYPE_F32 &&
                      mpt_mode_info(row->precision)->fp8 == MPT_FP8_KIND_NONE;
     const char *name = working_name(row->precision);
-    if (!tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
+    if (!mpt_run_stat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac")) {
         fprintf(f, "**Lost updates.** Not measured (no telemetry step completed an optimizer step).\n\n");
         return;
     }
-    int cf = tstat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit") != NULL;
+    int cf = mpt_run_stat(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit") != NULL;
     fprintf(f, "**Lost updates.** Per parameter tensor, the non-zero optimizer updates that left the stored weight "
                "unchanged (mean over telemetry steps):\n\n| parameter | lost | share of update mass lost |%s\n"
                "|---|---:|---:|%s\n",
@@ -253,22 +240,22 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_
         const mpt_telemetry_stat *s = &r->telemetry[i];
         if (strcmp(s->metric, "lost_frac") != 0 || is_pooled(s->tensor)) continue;
         char a[32], b[32], c[32], d[32];
-        pct4(a, sizeof a, tmean(r, s->tensor, "lost_frac"));
-        pct4(b, sizeof b, tmean(r, s->tensor, "lost_mass"));
+        pct4(a, sizeof a, mpt_run_stat_mean(r, s->tensor, "lost_frac"));
+        pct4(b, sizeof b, mpt_run_stat_mean(r, s->tensor, "lost_mass"));
         fprintf(f, "| `%s` | %s | %s |", s->tensor, a, b);
         if (cf) {
-            pct4(c, sizeof c, tmean(r, s->tensor, "lost_frac_if_16bit"));
-            pct4(d, sizeof d, tmean(r, s->tensor, "lost_mass_if_16bit"));
+            pct4(c, sizeof c, mpt_run_stat_mean(r, s->tensor, "lost_frac_if_16bit"));
+            pct4(d, sizeof d, mpt_run_stat_mean(r, s->tensor, "lost_mass_if_16bit"));
             fprintf(f, " %s | %s |", c, d);
         }
         fprintf(f, "\n");
     }
-    double lost = tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
+    double lost = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
     char a[32], b[32], m[32];
     pct4(a, sizeof a, lost);
-    pct4(m, sizeof m, tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
+    pct4(m, sizeof m, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
     if (cf) {
-        double lost16 = tmean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
+        double lost16 = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
         pct4(b, sizeof b, lost16);
         if (lost16 > lost)
             fprintf(f, "\nThe FP32 master weights lost %s of the non-zero updates (%s of the update mass); added to the "
@@ -294,10 +281,10 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_
     }
 }
 
-static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_twin(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     const char *name = mpt_precision_name(row->precision);
-    if (!tstat(r, "input", "twin_rel_l2")) return;
+    if (!mpt_run_stat(r, "input", "twin_rel_l2")) return;
     fprintf(f, "**Against the FP32 twin.** Relative L2 error ||x - x_fp32|| / ||x_fp32|| of each layer's output, its "
                "gradient (unscaled), and its weight gradient, and the weight gradient's cosine (means over "
                "telemetry steps):\n\n| layer output | activation | activation gradient | weight gradient | "
@@ -311,8 +298,8 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
         snprintf(layer, sizeof layer, "%.*s", (int)(strlen(s->tensor) - 4), s->tensor);
         snprintf(gname, sizeof gname, "%s.grad", s->tensor);
         snprintf(wname, sizeof wname, "%s.weight.grad", layer);
-        double act = tmean(r, s->tensor, "twin_rel_l2"), gr = tmean(r, gname, "twin_rel_l2");
-        double wg = tmean(r, wname, "twin_rel_l2"), cs = tmean(r, wname, "twin_cos");
+        double act = mpt_run_stat_mean(r, s->tensor, "twin_rel_l2"), gr = mpt_run_stat_mean(r, gname, "twin_rel_l2");
+        double wg = mpt_run_stat_mean(r, wname, "twin_rel_l2"), cs = mpt_run_stat_mean(r, wname, "twin_cos");
         char a[32] = "n/a", b[32] = "n/a", c[32] = "n/a", d[32] = "";
         if (isfinite(act)) snprintf(a, sizeof a, "%.3e", act);
         if (isfinite(gr)) snprintf(b, sizeof b, "%.3e", gr);
@@ -343,9 +330,9 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
 /* FP8 runs: per FP8 operand tensor the mean over telemetry steps of its saturated, flushed and subnormal fractions
  * (at the scale used, at s/2 and 2s), and the last scale; then the gradient operands pooled, in the format the mode
  * casts them to and in the other FP8 format (E4M3 <-> E5M2, scaled by the same rule): why fp8 uses E5M2 for them. */
-static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
-    if (!tstat(r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) return;
+static void numerics_fp8(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
+    if (!mpt_run_stat(r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) return;
     fprintf(f, "**FP8 casts.** Per operand of an FP8 GEMM (mean over telemetry steps; the fractions are of the nonzero "
                "values; s/2 and 2s: had the scale been half or twice what it was; the last column, with delayed "
                "scaling: this step's amax over the amax its scale came from, above 1 when the scale was stale and too "
@@ -358,17 +345,17 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
         const mpt_telemetry_stat *s = &r->telemetry[i];
         if (strcmp(s->metric, "fp8_flush_frac") != 0 || is_pooled(s->tensor)) continue;
         const char *t = s->tensor;
-        const mpt_telemetry_stat *sc = tstat(r, t, "fp8_scale");
+        const mpt_telemetry_stat *sc = mpt_run_stat(r, t, "fp8_scale");
         char scale[32] = "per block", stale[32] = "-", c[6][32];
         if (sc) snprintf(scale, sizeof scale, "%.4g", sc->last);
-        if (isfinite(tmean(r, t, "fp8_staleness"))) snprintf(stale, sizeof stale, "%.3f", tmean(r, t, "fp8_staleness"));
-        const double fl = tmean(r, t, "fp8_flush_frac");
-        pct4(c[0], sizeof c[0], tmean(r, t, "fp8_sat_frac"));
+        if (isfinite(mpt_run_stat_mean(r, t, "fp8_staleness"))) snprintf(stale, sizeof stale, "%.3f", mpt_run_stat_mean(r, t, "fp8_staleness"));
+        const double fl = mpt_run_stat_mean(r, t, "fp8_flush_frac");
+        pct4(c[0], sizeof c[0], mpt_run_stat_mean(r, t, "fp8_sat_frac"));
         pct4(c[1], sizeof c[1], fl);
-        pct4(c[2], sizeof c[2], tmean(r, t, "fp8_subnormal_frac"));
-        pct4(c[3], sizeof c[3], tmean(r, t, "fp8_flush_frac@s/2"));
-        pct4(c[4], sizeof c[4], tmean(r, t, "fp8_sat_frac@2s"));
-        fprintf(f, "| `%s` | %.4g | %s | %s | %s | %s | %s | %s | %s |\n", t, tmean(r, t, "fp8_amax"), scale, c[0],
+        pct4(c[2], sizeof c[2], mpt_run_stat_mean(r, t, "fp8_subnormal_frac"));
+        pct4(c[3], sizeof c[3], mpt_run_stat_mean(r, t, "fp8_flush_frac@s/2"));
+        pct4(c[4], sizeof c[4], mpt_run_stat_mean(r, t, "fp8_sat_frac@2s"));
+        fprintf(f, "| `%s` | %.4g | %s | %s | %s | %s | %s | %s | %s |\n", t, mpt_run_stat_mean(r, t, "fp8_amax"), scale, c[0],
                 c[1], c[2], c[3], c[4], stale);
         if (fl > worst_flush) {
             worst_flush = fl;
@@ -385,10 +372,10 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
     const int e5 = mode->fp8_fmt[2] == MPT_DTYPE_E5M2, mx = mode->fp8 == MPT_FP8_KIND_MX;
     const char *fmt = e5 ? "E5M2" : "E4M3", *other = e5 ? "E4M3" : "E5M2";
     const char *g = MPT_TELEMETRY_ALL_FP8_GRAD;
-    const double sat = tmean(r, g, "fp8_sat_frac"), fl = tmean(r, g, "fp8_flush_frac");
-    const double sub = tmean(r, g, "fp8_subnormal_frac");
-    const double sat_o = tmean(r, g, "fp8_sat_frac@other_format"), fl_o = tmean(r, g, "fp8_flush_frac@other_format");
-    const double sub_o = tmean(r, g, "fp8_subnormal_frac@other_format");
+    const double sat = mpt_run_stat_mean(r, g, "fp8_sat_frac"), fl = mpt_run_stat_mean(r, g, "fp8_flush_frac");
+    const double sub = mpt_run_stat_mean(r, g, "fp8_subnormal_frac");
+    const double sat_o = mpt_run_stat_mean(r, g, "fp8_sat_frac@other_format"), fl_o = mpt_run_stat_mean(r, g, "fp8_flush_frac@other_format");
+    const double sub_o = mpt_run_stat_mean(r, g, "fp8_subnormal_frac@other_format");
     char c[6][32];
     pct4(c[0], sizeof c[0], sat);
     pct4(c[1], sizeof c[1], fl);
@@ -418,14 +405,14 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
                    "range fits E4M3's).\n\n", 100.0 * e4_lost, 100.0 * e5_lost);
 }
 
-void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                            const mpt_cli_plot_info *plots) {
+void mpt_report_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
+                            const mpt_report_plot_info *plots) {
     fprintf(f, "Measured every %lld steps (`--telemetry`%s); definitions in docs/numerics.md, every value per step in "
                "each run's `telemetry.csv`, last and mean values in its `summary.json`, the gradients' exponent "
                "histograms in its `exponents.csv`. The sentences below are filled in from those measurements.\n\n",
             (long long)o->telemetry, o->shadow ? ", with the FP32 shadow twin of `--shadow`" : "");
     int has_fp8 = 0;
-    for (int i = 0; i < n; i++) has_fp8 |= tstat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
+    for (int i = 0; i < n; i++) has_fp8 |= mpt_run_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
     if (plots->numerics)
         fprintf(f, "![numerics](%s)\n\nTop: the share of nonzero activation-gradient values that rounding into "
                    "FP16/BF16 flushed to zero, per telemetry step (fp16 dashed: the same values had the loss scale "
@@ -439,9 +426,9 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
     else if (plots->numerics_error)
         fprintf(f, "(No numerics plot: %s.)\n\n", plots->numerics_error);
     for (int i = 0; i < n; i++) {
-        const mpt_cli_result *r = rows[i].r;
+        const mpt_run_result *r = rows[i].r;
         fprintf(f, "### %s\n\n", mpt_precision_name(rows[i].precision));
-        if (r->n_telemetry == 0 || !tstat(r, "amp", "loss_scale")) {
+        if (r->n_telemetry == 0 || !mpt_run_stat(r, "amp", "loss_scale")) {
             fprintf(f, "No telemetry step ran: telemetry measures every %lld-th step%s, and this run had %lld steps.\n\n",
                     (long long)o->telemetry,
                     mpt_cli_given(o, MPT_OPT_TELEMETRY) ? " (--telemetry)" : " (compare's default; --telemetry N changes it)",
@@ -455,12 +442,12 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
     }
 }
 
-mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots) {
+mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
+                                const mpt_report_ref *ref, const mpt_report_plot_info *plots) {
     const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
     char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", dir);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) return MPT_ERR_IO;
     char buf[96];
     fprintf(f, "# mptrain compare: %s\n\n", o->model);
@@ -476,7 +463,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     fprintf(f, ", device `%s`.\n\n", n > 0 ? rows[0].r->device : "?");
 
     fprintf(f, "## Results\n\n");
-    mpt_cli_write_table(f, rows, n);
+    mpt_report_write_table(f, rows, n);
     fprintf(f, "\nColumns: test accuracy after the last epoch and the best over epochs; the last epoch's mean "
                "training loss (over the logged steps) and test loss; training time per epoch (evaluation "
                "excluded) on the host clock and, beside it, the process's CPU time per epoch over all its threads "
@@ -496,7 +483,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                    "together.\n\n",
                 ref->fp32_travel);
     if (ref && ref->machine) {
-        mpt_cli_write_machine(f, ref->machine);
+        mpt_report_write_machine(f, ref->machine);
         fprintf(f, "\n");
     }
     fprintf(f, "Peak memory by category (MiB):\n\n");
@@ -532,7 +519,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
     if (o->telemetry > 0) {
         fprintf(f, "\n## Numerics\n\n");
-        mpt_cli_write_numerics(f, o, rows, n, plots);
+        mpt_report_write_numerics(f, o, rows, n, plots);
     }
-    return mpt_cli_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
+    return mpt_outdir_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
 }

@@ -24,10 +24,8 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -39,6 +37,8 @@
 #include "engine/cuda_backend.h"
 #include "engine/layers/layers.h"
 #include "models/models.h"
+#include "tools/csv.h"
+#include "tools/progress.h"
 #include "tools/run.h"
 
 static double now_s(void) {
@@ -54,7 +54,7 @@ static double cpu_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
+mpt_status mpt_run_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
     char msg[512] = "";
     const int mx = mpt_mode_info(p)->fp8 == MPT_FP8_KIND_MX;
     if (!be->fp8_cast || !be->fp8_update)
@@ -66,7 +66,7 @@ mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_
     return MPT_OK;
 }
 
-mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
+mpt_status mpt_run_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
     char msg[512];
     *out = NULL;
     if (choice == MPT_DEVICE_CHOICE_CPU) {
@@ -96,7 +96,19 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
     return MPT_OK;
 }
 
-void mpt_cli_result_free(mpt_cli_result *r) {
+const mpt_telemetry_stat *mpt_run_stat(const mpt_run_result *r, const char *tensor, const char *metric) {
+    for (int i = 0; i < r->n_telemetry; i++)
+        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
+            return &r->telemetry[i];
+    return NULL;
+}
+
+double mpt_run_stat_mean(const mpt_run_result *r, const char *tensor, const char *metric) {
+    const mpt_telemetry_stat *s = mpt_run_stat(r, tensor, metric);
+    return s && s->count > 0 ? s->sum / (double)s->count : NAN;
+}
+
+void mpt_run_result_free(mpt_run_result *r) {
     free(r->epoch_s);
     free(r->epoch_gpu_s);
     free(r->epoch_cpu_s);
@@ -112,7 +124,7 @@ void mpt_cli_result_free(mpt_cli_result *r) {
     r->init_master = NULL;
 }
 
-void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+void mpt_run_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                       int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
     double sum = 0.0;
     int32_t correct = 0;
@@ -126,9 +138,9 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
 
-void mpt_cli_train_join(mpt_dist *d) { train_dist = d; }
+void mpt_run_join(mpt_dist *d) { train_dist = d; }
 
-/* mpt_cli_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
+/* mpt_run_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
  * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
  * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
  * over the ranks exactly. The loss: each batch's mean is summed in double and rounded once to FP32 by the loss
@@ -140,7 +152,7 @@ void mpt_cli_train_join(mpt_dist *d) { train_dist = d; }
 static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                              int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
     if (!train_dist) {
-        mpt_cli_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
+        mpt_run_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
         return;
     }
     int B = t->g->batch, ranks = mpt_dist_size(train_dist);
@@ -153,12 +165,6 @@ static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_
     *loss = sum / (double)n;
     *acc = correct / (double)n;
 }
-/* A CSV output: the run's temporary file (tools/outdir.h), published at each checkpoint and at the end. */
-typedef struct csv_out {
-    mpt_outfile of;
-    const char *run_id;      /* written as the last column of each row, or NULL (telemetry.csv has no such column) */
-} csv_out;
-
 typedef struct run {
     mpt_cli_opts o;
     int writer;              /* writes outputs: 1 unless a data-parallel rank other than 0 */
@@ -179,10 +185,10 @@ typedef struct run {
     int32_t *idx_test;       /* backend [ceil(n_test / B) * B] */
     int32_t *idx_val;        /* backend [ceil(n_val / B) * B] or NULL */
     size_t idx_bytes;        /* bytes of the three above (MPT_MEM_DATA) */
-    csv_out steps_csv, epochs_csv, telemetry_csv;
+    mpt_csv steps_csv, epochs_csv, telemetry_csv;
     int64_t skip_seen_it, skip_seen_skipped; /* the skipped-steps warning: where its window starts */
     int skip_warned;
-    mpt_cli_run_state rs;
+    mpt_run_state rs;
     int progress;            /* draw a progress bar */
     int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
@@ -221,144 +227,16 @@ static mpt_status idx_upload_fixed(run *r, int32_t **dst, const int32_t *rows, i
     return MPT_OK;
 }
 
-static mpt_status csv_error(const csv_out *c, const char *what) {
-    return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", c->of.path, what, strerror(errno ? errno : EIO));
-}
-
-/* Appends one printf-style row and, when the file has the column (c->run_id), the run's id and the newline;
- * MPT_ERR_IO naming the file when the write fails (a full disk). */
-static mpt_status csv_row(csv_out *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static mpt_status csv_row(csv_out *c, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    errno = 0;
-    int rc = vfprintf(c->of.f, fmt, ap);
-    va_end(ap);
-    if (rc >= 0) rc = c->run_id ? fprintf(c->of.f, ",%s\n", c->run_id) : fprintf(c->of.f, "\n");
-    return rc < 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
-}
-
-/* Writes the header line: the columns, and run_id when the rows carry it. */
-static mpt_status csv_header(csv_out *c, const char *header) {
-    errno = 0;
-    int rc = fprintf(c->of.f, "%s%s\n", header, c->run_id ? ",run_id" : "");
-    return rc < 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
-}
-
-/* Pushes buffered rows to the (temporary) file, so that a full disk is reported when it happens. */
-static mpt_status csv_flush(csv_out *c) {
-    errno = 0;
-    return fflush(c->of.f) != 0 || ferror(c->of.f) ? csv_error(c, "write") : MPT_OK;
-}
-
-/* The last field of a CSV line (without its newline), in buf. */
-static const char *last_field(const char *line, char *buf, size_t cap) {
-    const char *comma = strrchr(line, ','), *v = comma ? comma + 1 : line;
-    size_t n = strcspn(v, "\r\n");
-    if (n >= cap) n = cap - 1;
-    memcpy(buf, v, n);
-    buf[n] = '\0';
-    return buf;
-}
-
-/* Resuming: copies into the run's new file the rows of the published dir/name that this run wrote up to its
- * checkpoint (first column <= keep_upto); later rows, written after the checkpoint by a run that was stopped or
- * killed, would otherwise appear twice. A row of another run (another run_id) is refused: the directory holds
- * another run's history, and continuing there would mix the two. */
-static mpt_status csv_copy_own_rows(csv_out *c, const mpt_outdir *od, const char *header, int64_t keep_upto) {
-    int fd = openat(od->fd, c->of.name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno != ENOENT) return mpt_errorf(MPT_ERR_IO, "%s: cannot read it to continue it (%s)", c->of.path, strerror(errno));
-        return csv_header(c, header); /* a new directory: the rows start at the checkpoint */
-    }
-    FILE *in = fdopen(fd, "r");
-    if (!in) {
-        close(fd);
-        return mpt_errorf(MPT_ERR_IO, "%s: cannot read it (%s)", c->of.path, strerror(errno));
-    }
-    char line[4096], id[64];
-    int first = 1;
-    mpt_status s = MPT_OK;
-    while (s == MPT_OK && fgets(line, sizeof line, in)) {
-        if (!strchr(line, '\n') && !feof(in)) {
-            s = mpt_errorf(MPT_ERR_FORMAT, "%s: a line longer than %zu bytes: not a CSV that mptrain wrote; move it "
-                           "away or use a new --out", c->of.path, sizeof line);
-            break;
-        }
-        if (first) {
-            char have[4096];
-            snprintf(have, sizeof have, "%s", line);
-            have[strcspn(have, "\r\n")] = '\0';
-            char want[1024];
-            snprintf(want, sizeof want, "%s%s", header, c->run_id ? ",run_id" : "");
-            if (strcmp(have, want) != 0) {
-                char esc[200];
-                mpt_escape(esc, sizeof esc, have);
-                s = mpt_errorf(MPT_ERR_FORMAT, "%s: its columns are '%.120s', this mptrain writes '%s': not a CSV of "
-                               "this run; move it away or use a new --out", c->of.path, esc, want);
-                break;
-            }
-            s = csv_header(c, header);
-            first = 0;
-            continue;
-        }
-        char *end = NULL;
-        errno = 0;
-        long long v = strtoll(line, &end, 10);
-        if (end == line || *end != ',' || errno != 0) {
-            s = mpt_errorf(MPT_ERR_FORMAT, "%s: not a CSV that mptrain wrote (a row does not start with an integer); "
-                           "move it away or use a new --out", c->of.path);
-            break;
-        }
-        if (c->run_id && strcmp(last_field(line, id, sizeof id), c->run_id) != 0) {
-            char esc[80];
-            s = mpt_errorf(MPT_ERR_ARG, "--resume: %s holds rows of run %s, the checkpoint is of run %s: continuing "
-                           "there would mix two runs' histories; resume in the directory the checkpoint came from, or "
-                           "give a new --out", c->of.path, mpt_escape(esc, sizeof esc, id), c->run_id);
-            break;
-        }
-        if (v > keep_upto) continue;
-        errno = 0;
-        if (fputs(line, c->of.f) == EOF) s = csv_error(c, "write");
-    }
-    if (s == MPT_OK && ferror(in)) s = mpt_errorf(MPT_ERR_IO, "%s: read failed (%s)", c->of.path, strerror(errno));
-    if (s == MPT_OK && first) s = csv_header(c, header); /* an empty file */
-    fclose(in);
-    return s;
-}
-
-/* Opens the run's file `name`: a new temporary file in the output directory (published at each checkpoint and at
- * the end) with its header, or, resuming (keep_upto >= 0), this run's rows up to the checkpoint copied from the
- * published file. run_id: the id written as the last column of every row (NULL: the file has no such column). */
-static mpt_status open_csv(csv_out *c, run *r, const char *name, const char *header, int64_t keep_upto,
+/* Opens the run's CSV `name` (tools/csv.h): in the output directory, or /dev/null on a data-parallel rank that does
+ * not write (writer 0); resuming (keep_upto >= 0), with this run's rows up to the checkpoint. */
+static mpt_status open_csv(mpt_csv *c, run *r, const char *name, const char *header, int64_t keep_upto,
                            const char *run_id) {
-    c->run_id = run_id;
-    if (!r->writer) { /* a data-parallel rank other than 0 (writer 0) writes to /dev/null */
-        snprintf(c->of.path, sizeof c->of.path, "/dev/null");
-        c->of.dir_fd = -1;
-        c->of.f = fopen(c->of.path, "w");
-        return c->of.f ? MPT_OK : mpt_errorf(MPT_ERR_IO, "/dev/null: cannot open (%s)", strerror(errno));
-    }
-    MPT_TRY(mpt_outfile_open(&c->of, &r->od, name));
-    if (keep_upto >= 0) MPT_TRY(csv_copy_own_rows(c, &r->od, header, keep_upto));
-    else MPT_TRY(csv_header(c, header));
-    return csv_flush(c);
-}
-
-/* Publishes what a CSV holds so far (the run's files are published together, at each checkpoint); final: the file
- * itself, closed. */
-static mpt_status csv_publish(run *r, csv_out *c, int final) {
-    if (!r->writer || !c->of.f) return MPT_OK;
-    MPT_TRY(csv_flush(c));
-    return final ? mpt_outfile_publish(&c->of) : mpt_outfile_publish_copy(&c->of);
+    return mpt_csv_open(c, r->writer ? &r->od : NULL, name, header, keep_upto, run_id);
 }
 
 static void run_free(run *r) {
-    csv_out *csvs[3] = {&r->steps_csv, &r->epochs_csv, &r->telemetry_csv};
-    for (int i = 0; i < 3; i++) { /* a failed run: nothing more is published */
-        if (!r->writer && csvs[i]->of.f) fclose(csvs[i]->of.f);
-        else mpt_outfile_discard(&csvs[i]->of);
-    }
+    mpt_csv *csvs[3] = {&r->steps_csv, &r->epochs_csv, &r->telemetry_csv};
+    for (int i = 0; i < 3; i++) mpt_csv_discard(csvs[i]); /* a failed run: nothing more is published */
     mpt_outdir_close(&r->od);
     if (r->ld_ready) mpt_loader_free(&r->ld);
     mpt_loader_split_free(&r->split);
@@ -377,47 +255,8 @@ static void run_free(run *r) {
     free(r->n_valid);
 }
 
-/* The terminal's width in columns: $COLUMNS, else the TIOCGWINSZ ioctl on stdout, else 80. */
-static int terminal_columns(void) {
-    const char *env = getenv("COLUMNS");
-    char *end = NULL;
-    long c = env ? strtol(env, &end, 10) : 0;
-    if (env && end != env && *end == '\0' && c > 0 && c < 10000) return (int)c;
-    struct winsize ws;
-    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-    return 80;
-}
-
-/* One progress line, redrawn in place: never wider than columns - 1 (a line that fills the last column
- * makes some terminals wrap, and each redraw would then start a new line). The bar shrinks first, then the
- * statistics are cut. */
-static void progress_line(char *out, size_t cap, int columns, const char *label, int64_t epoch, int epochs,
-                           int64_t b, int64_t nb, float loss, float scale, int skipped) {
-    char head[160], tail[160];
-    snprintf(head, sizeof head, "%sepoch %lld/%d ", label, (long long)epoch + 1, epochs);
-    snprintf(tail, sizeof tail, " %lld/%lld  loss %.4f  scale %g  skipped %d", (long long)b + 1, (long long)nb,
-             (double)loss, (double)scale, skipped);
-    int avail = columns - 1, hl = (int)strlen(head), tl = (int)strlen(tail);
-    int width = avail - hl - tl - 2; /* the brackets */
-    if (width > 30) width = 30;
-    char bar[40] = "";
-    if (width >= 5) {
-        int fill = (int)((double)(b + 1) / (double)nb * width);
-        for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
-        bar[width] = '\0';
-        snprintf(out, cap, "%s[%s]%s", head, bar, tail);
-    } else {
-        snprintf(out, cap, "%s%s", head, tail + 1);
-    }
-    if (avail >= 0 && (size_t)avail < cap) out[avail] = '\0';
-}
-
 static void progress_draw(const run *r, int64_t epoch, int64_t b, const mpt_train_stats *st) {
-    char line[512];
-    progress_line(line, sizeof line, terminal_columns(), r->label, epoch, r->o.epochs, b, r->nb, st->loss,
-                          st->scale, (int)st->steps_skipped);
-    printf("\r\033[K%s", line);
-    fflush(stdout);
+    mpt_progress_draw(r->label, epoch, r->o.epochs, b, r->nb, st->loss, st->scale, (int)st->steps_skipped);
 }
 
 /* Whether any weight the optimizer updates (masters, or the 16-bit weights without masters) holds inf/NaN:
@@ -470,7 +309,7 @@ static const char *const run_files[] = {"metrics.csv",     "epochs.csv",    "tel
                                         "summary.json",    "gpu_kernels.txt", MPT_CLI_CHECKPOINT_FILE, "FAILED",
                                         NULL};
 
-mpt_status mpt_cli_run_clear(const char *dir) {
+mpt_status mpt_run_clear(const char *dir) {
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return MPT_OK; /* nothing of a run: the run will say why */
     mpt_outdir od;
@@ -490,9 +329,9 @@ mpt_status mpt_cli_run_clear(const char *dir) {
  * without one. */
 static mpt_status save_checkpoint(run *r, int final) {
     if (!r->writer) return MPT_OK; /* rank 0 writes it; every rank holds the same masters */
-    MPT_TRY(csv_publish(r, &r->steps_csv, final));
-    MPT_TRY(csv_publish(r, &r->epochs_csv, final));
-    MPT_TRY(csv_publish(r, &r->telemetry_csv, final));
+    MPT_TRY(mpt_csv_publish(&r->steps_csv, final));
+    MPT_TRY(mpt_csv_publish(&r->epochs_csv, final));
+    MPT_TRY(mpt_csv_publish(&r->telemetry_csv, final));
     if (!r->published) {
         for (int i = 0; run_files[i]; i++) {
             int ours = strcmp(run_files[i], "metrics.csv") == 0 || strcmp(run_files[i], "epochs.csv") == 0 ||
@@ -511,7 +350,7 @@ static mpt_status save_checkpoint(run *r, int final) {
         r->ckpt_refused = 1;
         return MPT_OK;
     }
-    mpt_status s = mpt_cli_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
+    mpt_status s = mpt_run_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
     r->ckpt_refused = s == MPT_ERR_NONFINITE;
     if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
                                    * reports its numbers, but never overwrites a good checkpoint with them */
@@ -564,13 +403,13 @@ static mpt_status open_outdir(run *r) {
     /* resuming into a directory that holds another run's checkpoint would replace it with this run's */
     char here[sizeof r->od.path + 64], theirs[17];
     snprintf(here, sizeof here, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
-    if (o->resume[0] && mpt_cli_checkpoint_run_id(here, theirs) && strcmp(theirs, r->rs.run_id) != 0)
+    if (o->resume[0] && mpt_run_checkpoint_run_id(here, theirs) && strcmp(theirs, r->rs.run_id) != 0)
         return mpt_errorf(MPT_ERR_ARG, "--resume: %s is run %s's checkpoint, the one resumed is of run %s: continuing "
                           "there would replace the other run's; resume in the directory the checkpoint came from, or "
                           "give a new --out", here, theirs, r->rs.run_id);
     int64_t steps = (int64_t)o->epochs * r->nb;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
-    uint64_t ckpt = mpt_cli_checkpoint_bytes(r->t);
+    uint64_t ckpt = mpt_run_checkpoint_bytes(r->t);
     /* rows: metrics.csv ~ 100 bytes per logged step, epochs.csv ~ 200 per epoch, telemetry.csv ~ 60 bytes per
      * (tensor, metric) per telemetry step; each CSV exists twice while a copy is published */
     uint64_t rows = (uint64_t)(steps / o->log_every + 1) * 100 + (uint64_t)o->epochs * 200;
@@ -590,13 +429,13 @@ static void new_run_id(char id[17]) {
     snprintf(id, 17, "%016llx", (unsigned long long)x);
 }
 
-static mpt_status setup(run *r, mpt_cli_result *res) {
+static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
-    MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
+    MPT_TRY(mpt_run_backend_create(o->device, &r->be, why, sizeof why));
     snprintf(res->device, sizeof res->device, "%s", r->be->name);
     if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
         return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
@@ -611,7 +450,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (r->be->device == MPT_DEVICE_CPU) {
         MPT_TRY(mpt_backend_cpu_set_kernels(r->be, o->cpu_kernels));
         char engine[256];
-        const int threads = mpt_cli_set_threads(0);
+        const int threads = mpt_cpu_set_threads(0);
         mpt_cpu_engine_describe(engine, sizeof engine);
         const mpt_mode_desc *mode = mpt_mode_info(o->precision);
         const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16;
@@ -628,7 +467,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
-    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_cli_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
+    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_run_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
     const int tf32_mode = mpt_mode_info(o->precision)->tf32_default;
     if (r->policy.tf32_override && tf32_mode)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
@@ -699,7 +538,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                           (long long)r->nb, (long long)r->nb, (long long)r->nb);
     }
     if (!o->resume[0] || r->rs.threads == 0)
-        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cli_set_threads(0) : 0;
+        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cpu_set_threads(0) : 0;
     if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
     snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
@@ -715,7 +554,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     else if (mpt_cli_given(o, MPT_OPT_CUDA_GRAPH))
         printf("%s--cuda-graph is ignored by the %s backend (it runs each operation as it is called)\n", r->label,
                r->be->name);
-    if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+    if (o->resume[0]) MPT_TRY(mpt_run_checkpoint_load(o->resume, r->t));
     if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
     if (o->telemetry > 0) {
         MPT_TRY(telemetry_setup(r));
@@ -802,12 +641,12 @@ static void print_comm_error(const run *r) {
  * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
  * even when only some of them got the signal. */
 static int stop_asked(run *r) {
-    int sig = mpt_cli_stop_signal(), any = train_dist ? mpt_dist_any(train_dist, sig != 0) : sig != 0;
+    int sig = mpt_guard_stop_signal(), any = train_dist ? mpt_dist_any(train_dist, sig != 0) : sig != 0;
     if (any && !r->interrupted) r->interrupted = sig ? sig : SIGTERM; /* a peer's signal */
     return any;
 }
 
-static mpt_status train_loop(run *r, mpt_cli_result *res) {
+static mpt_status train_loop(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     mpt_trainer *t = r->t;
     mpt_backend *be = r->be;
@@ -856,10 +695,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
             local_valid = local_valid < 0 ? 0 : local_valid > r->shard_b ? r->shard_b : local_valid;
             if (train_dist) mpt_dist_set_batch(train_dist, local_valid, r->n_valid[b]);
             mpt_trainer_step(t);
-            if (t->graph_off && !r->graph_noted) { /* the step could not be recorded: say so once */
+            if (t->replay_off && !r->graph_noted) { /* the step could not be recorded: say so once */
                 if (r->progress) printf("\r\033[K");
                 printf("%snote: CUDA Graph off for this run, every operation is launched on its own: %s\n", r->label,
-                       t->graph_note);
+                       t->replay_note);
                 r->graph_noted = 1;
             }
             epoch_samples += r->n_valid[b];
@@ -873,7 +712,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
                     st.loss = r->n_valid[b] > 0 ? (float)(mpt_dist_sum_f64(train_dist, (double)st.loss * local_valid) /
                                                           (double)r->n_valid[b])
                                                 : 0.0f;
-                MPT_TRY(csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d", (long long)it, (long long)e + 1,
+                MPT_TRY(mpt_csv_row(&r->steps_csv, "%lld,%lld,%.9g,%.9g,%.9g,%d", (long long)it, (long long)e + 1,
                                 mpt_cli_nan_plain((double)st.loss), (double)mpt_lr_at(&t->cfg.schedule, it - 1), (double)st.scale,
                                 (int)st.steps_skipped));
                 if (isfinite(st.loss)) {
@@ -917,7 +756,7 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         if (r->mark_start) MPT_TRY(be->event_elapsed(be, r->mark_start, r->mark_end, &gpu_s));
         train_time += train_s;
         samples += epoch_samples;
-        MPT_TRY(csv_flush(&r->steps_csv));
+        MPT_TRY(mpt_csv_flush(&r->steps_csv));
         if (r->progress) {
             printf("\r\033[K");
             fflush(stdout);
@@ -948,10 +787,10 @@ static mpt_status train_loop(run *r, mpt_cli_result *res) {
         test_loss = mpt_cli_nan_plain(test_loss); /* a non-finite loss is printed "nan", never "-nan" */
         val_loss = mpt_cli_nan_plain(val_loss);
         double sps = train_s > 0 ? (double)epoch_samples / train_s : 0.0;
-        MPT_TRY(csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d",
+        MPT_TRY(mpt_csv_row(&r->epochs_csv, "%lld,%lld,%.9g,%.9g,%.9g,%.9g,%.9g,%.6f,%.6f,%.2f,%.9g,%d",
                         (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
                         train_s, eval_s, sps, (double)st.scale, (int)st.steps_skipped));
-        MPT_TRY(csv_flush(&r->epochs_csv));
+        MPT_TRY(mpt_csv_flush(&r->epochs_csv));
         printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
                o->epochs, train_loss, test_loss, 100.0 * test_acc);
         if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
@@ -1083,8 +922,8 @@ static mpt_status write_exponents(run *r) {
     return mpt_outfile_publish(&of);
 }
 
-mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
-                             mpt_cli_result *res) {
+mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_run_result *res) {
     memset(res, 0, sizeof *res);
     res->final_test_acc = res->best_test_acc = res->final_test_loss = res->final_train_loss = NAN;
     res->final_val_acc = res->final_val_loss = NAN;
@@ -1103,7 +942,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
     if (o->resume[0]) {
         mpt_cli_opts scratch;
         mpt_cli_opts_default(&scratch);
-        s = mpt_cli_checkpoint_read_config(o->resume, &scratch, &r.rs);
+        s = mpt_run_checkpoint_read_config(o->resume, &scratch, &r.rs);
     }
     if (s == MPT_OK) s = setup(&r, res);
     if (s == MPT_OK) {
@@ -1129,13 +968,13 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
                 memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
             }
         }
-        if (s == MPT_OK && r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer) s = mpt_run_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     if (s == MPT_OK && res->interrupted)
         printf("%sinterrupted by %s at step %lld: the checkpoint, the CSVs and summary.json (marked interrupted) are "
                "saved in %s; continue with: mptrain train --resume %s/%s --out %s\n", label,
-               mpt_cli_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
+               mpt_guard_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
                MPT_CLI_CHECKPOINT_FILE, o->out);
     run_free(&r);
     return s;

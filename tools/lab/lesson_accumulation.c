@@ -135,10 +135,10 @@ static mpt_status load_operands(const mpt_lab_ctx *c, const char *ckpt, float **
 
 static mpt_status run(mpt_lab_ctx *c) {
     const char *f32[] = {"--precision", "fp32", NULL};
-    mpt_cli_result r;
+    mpt_run_result r;
     MPT_TRY(mpt_lab_train(c, "fp32", f32, &r));
     double acc = 100.0 * r.final_test_acc;
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     char ckpt[MPT_CLI_PATH + 64];
     snprintf(ckpt, sizeof ckpt, "%s/fp32/%s", c->dir, MPT_CLI_CHECKPOINT_FILE);
     stream st;
@@ -199,10 +199,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/accumulation.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "accumulation.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 600, "accumulation.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 600, "accumulation.png");
     fprintf(gp, "set title 'one dot product summed left to right: error / sum |p| against FP64 (%d dot products per K; "
                 "trained mlp, fc1)'\nset xlabel 'K (products per dot product)'\nset ylabel 'error / sum |p_i|'\n"
                 "set logscale x 2\nset logscale y 10\nset format x '2^{%%L}'\nset format y '10^{%%L}'\nset xrange [12:90000]\n"

@@ -318,29 +318,22 @@ static mpt_status measure_ladder(const operand *h1, const operand *w2, int64_t K
 
 /* ---- the lesson ---------------------------------------------------------------------------------------------- */
 
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    for (int i = 0; i < r->n_telemetry; i++)
-        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
-            return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
-    return NAN;
-}
-
 /* Gradient casts of one run: [0] the format used, [1] the other; sat, flush, subnormal (fractions). */
 typedef struct grad_range {
     double sat[2], flush[2], sub[2];
 } grad_range;
 
-static grad_range grad_ranges(const mpt_cli_result *r) {
+static grad_range grad_ranges(const mpt_run_result *r) {
     grad_range g;
     static const char *const sfx[2] = {"", "@other_format"};
     for (int k = 0; k < 2; k++) {
         char m[64];
         snprintf(m, sizeof m, "fp8_sat_frac%s", sfx[k]);
-        g.sat[k] = tmean(r, "all_fp8_grads", m);
+        g.sat[k] = mpt_run_stat_mean(r, "all_fp8_grads", m);
         snprintf(m, sizeof m, "fp8_flush_frac%s", sfx[k]);
-        g.flush[k] = tmean(r, "all_fp8_grads", m);
+        g.flush[k] = mpt_run_stat_mean(r, "all_fp8_grads", m);
         snprintf(m, sizeof m, "fp8_subnormal_frac%s", sfx[k]);
-        g.sub[k] = tmean(r, "all_fp8_grads", m);
+        g.sub[k] = mpt_run_stat_mean(r, "all_fp8_grads", m);
     }
     return g;
 }
@@ -369,7 +362,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, BATCH), 20));
     const char *fl[NM * MAX_SEEDS + 2][16];
     mpt_lab_run runs[NM * MAX_SEEDS + 2];
-    static mpt_cli_result res[NM * MAX_SEEDS + 2];
+    static mpt_run_result res[NM * MAX_SEEDS + 2];
     int n = 0;
     for (int k = 0; k < ns; k++) {
         snprintf(seed[k], sizeof seed[k], "%d", k);
@@ -395,13 +388,13 @@ static mpt_status run(mpt_lab_ctx *c) {
     for (int k = 0; k < ns; k++)
         for (int m = 0; m < NM; m++) acc[m][k] = 100.0 * res[k * NM + m].final_test_acc;
     const grad_range g8 = grad_ranges(&res[1]), g43 = grad_ranges(&res[3]), gmx = grad_ranges(&res[4]);
-    const mpt_cli_result *lb = &res[NM * ns], *lf = &res[NM * ns + 1];
+    const mpt_run_result *lb = &res[NM * ns], *lf = &res[NM * ns + 1];
     const int lenet_same = lb->n_master == lf->n_master && lb->final_master && lf->final_master &&
                            memcmp(lb->final_master, lf->final_master, sizeof(float) * (size_t)lb->n_master) == 0;
     const double lenet_acc[2] = {100.0 * lb->final_test_acc, 100.0 * lf->final_test_acc};
     int skipped = 0;
     for (int i = 0; i < n; i++) skipped += res[i].steps_skipped;
-    for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 0; i < n; i++) mpt_run_result_free(&res[i]);
 
     mpt_stats_summary sum[NM], dsum[NM];
     mpt_stats_paired pv[NM];
@@ -497,10 +490,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/fp8.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "fp8.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 800, "fp8.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 800, "fp8.png");
     fprintf(gp, "set multiplot layout 2,1\nset grid\nset key outside right\n"
                 "set title 'fc2 forward laid end to end (trained fp8 mlp): FP8 GEMM error against the exact product'\n"
                 "set xlabel 'K'\nset ylabel '||C - R|| / ||R||'\nset logscale x 2\nset logscale y 10\n"

@@ -34,22 +34,15 @@ typedef struct run_out {
     int n;
 } run_out;
 
-static double stat_mean(const mpt_cli_result *r, const char *tensor, const char *metric) {
-    for (int i = 0; i < r->n_telemetry; i++)
-        if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
-            return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
-    return NAN;
-}
-
 /* The flush fractions of one finished run (r: from mpt_lab_train or a batch; s: its status). */
-static mpt_status read_run(mpt_cli_result *r0, mpt_status s, run_out *o) {
-    mpt_cli_result r = *r0;
+static mpt_status read_run(mpt_run_result *r0, mpt_status s, run_out *o) {
+    mpt_run_result r = *r0;
     memset(r0, 0, sizeof *r0);
     memset(o, 0, sizeof *o);
     o->acc = 100.0 * r.final_test_acc;
     o->final_scale = r.final_scale;
     o->skipped = r.steps_skipped;
-    double mean_scale = stat_mean(&r, "amp", "loss_scale");
+    double mean_scale = mpt_run_stat_mean(&r, "amp", "loss_scale");
     o->log2_scale = isfinite(mean_scale) && mean_scale > 0 ? (int)lround(log2(mean_scale)) : 0;
     for (int i = 0; s == MPT_OK && i < r.n_telemetry && o->n < MAX_T; i++) {
         const mpt_telemetry_stat *t = &r.telemetry[i];
@@ -57,17 +50,17 @@ static mpt_status read_run(mpt_cli_result *r0, mpt_status s, run_out *o) {
         if (strcmp(t->metric, "flush_frac") != 0 || len < 9 || strcmp(t->tensor + len - 9, ".out.grad") != 0) continue;
         flush_row *row = &o->rows[o->n++];
         snprintf(row->tensor, sizeof row->tensor, "%s", t->tensor);
-        row->at_s = stat_mean(&r, t->tensor, "flush_frac");
-        row->at_1 = stat_mean(&r, t->tensor, "flush_frac@S=1");
-        row->sub_s = stat_mean(&r, t->tensor, "made_subnormal_frac");
-        row->sub_1 = stat_mean(&r, t->tensor, "made_subnormal_frac@S=1");
+        row->at_s = mpt_run_stat_mean(&r, t->tensor, "flush_frac");
+        row->at_1 = mpt_run_stat_mean(&r, t->tensor, "flush_frac@S=1");
+        row->sub_s = mpt_run_stat_mean(&r, t->tensor, "made_subnormal_frac");
+        row->sub_1 = mpt_run_stat_mean(&r, t->tensor, "made_subnormal_frac@S=1");
     }
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     return s;
 }
 
 static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *flags, run_out *o) {
-    mpt_cli_result r;
+    mpt_run_result r;
     mpt_status s = mpt_lab_train(c, name, flags, &r);
     return read_run(&r, s, o);
 }
@@ -193,7 +186,7 @@ static mpt_status exponent_data(mpt_lab_ctx *c, const char *run, const char *ten
         fprintf(d, "%d %.6g %d %.1f %.1f\n", ex->e[i], ex->share[i], ex->e[i] + log2_scale, ex->e[i] + 0.5,
                 ex->e[i] + log2_scale + 0.5);
     snprintf(path, sizeof path, "%s/loss-scaling-exponents.dat", c->dir);
-    return mpt_cli_close_written(d, path);
+    return mpt_outdir_close_written(d, path);
 }
 
 /* The x axis is log2 |g|, on which FP16's bands have their edges (-25, -14, 16); a binade e holds the values from
@@ -248,7 +241,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     const char *fs[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, "--loss-scale", st, NULL};
     const char *fn[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, "--loss-scale", "none", NULL};
     const mpt_lab_run three[] = {{"dynamic", fd}, {"static", fs}, {"none", fn}}; /* independent: one batch */
-    static mpt_cli_result res[3];
+    static mpt_run_result res[3];
     MPT_TRY(mpt_lab_train_batch(c, three, 3, res));
     MPT_TRY(read_run(&res[0], MPT_OK, &dyn));
     MPT_TRY(read_run(&res[1], MPT_OK, &sta));
@@ -297,7 +290,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                 100.0 * shown->rows[i].at_1, 100.0 * shown->rows[i].sub_s, 100.0 * shown->rows[i].sub_1);
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/loss-scaling.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     /* the exponent picture: the tensor of the shown run that loses most at S = 1 (flushed or made subnormal) */
     const flush_row *pick = NULL;
     for (int i = 0; i < shown->n; i++)
@@ -309,7 +302,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (pick) MPT_TRY(exponent_data(c, ran_big ? "dynamic-big-batch" : "dynamic", pick->tensor, shown->log2_scale, &ex));
     FILE *gp = mpt_lab_open(c, "loss-scaling.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, ex.n > 0 ? 980 : 520, "loss-scaling.png");
+    mpt_report_gnuplot_terminal(gp, 1000, ex.n > 0 ? 980 : 520, "loss-scaling.png");
     if (ex.n > 0) fprintf(gp, "set multiplot layout 2,1\n");
     fprintf(gp, "set title 'FP16 activation gradients rounded to zero (mean over telemetry steps)%s'\n"
                 "set ylabel 'flushed to zero (%%)'\nset grid ytics\nset style data histograms\n"

@@ -73,9 +73,9 @@ static mpt_status read_f32(const mpt_checkpoint *ck, const mpt_checkpoint_tensor
 /* The first step's moments (the checkpoint of run, r1 its result) and the second update (w2 - w1: r2, the run
  * stopped after two steps, against r1; masters concatenated in parameter order, the order of the checkpoint's
  * master tensors). lr: the learning rate. */
-static mpt_status read_first_step(const mpt_lab_ctx *c, const char *run, const mpt_cli_result *r1,
-                                  const mpt_cli_result *r2, double lr, first_step *fs) {
-    const mpt_cli_result *r = r1;
+static mpt_status read_first_step(const mpt_lab_ctx *c, const char *run, const mpt_run_result *r1,
+                                  const mpt_run_result *r2, double lr, first_step *fs) {
+    const mpt_run_result *r = r1;
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s/%s", c->dir, run, MPT_CLI_CHECKPOINT_FILE);
     mpt_checkpoint *ck = NULL;
@@ -147,7 +147,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     char name[3 * N_STATES][48];
     const char *fl[3 * N_STATES][13];
     mpt_lab_run runs[3 * N_STATES];
-    static mpt_cli_result res[3 * N_STATES];
+    static mpt_run_result res[3 * N_STATES];
     for (int i = 0; i < N_STATES; i++) { /* independent runs: one batch */
         snprintf(name[i], sizeof name[i], "state-%s", states[i]);
         const char *f[] = {"--precision", prec, "--optimizer", "adam", "--lr", lr, "--optimizer-state", states[i],
@@ -173,7 +173,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         if (s == MPT_OK)
             s = read_first_step(c, name[N_STATES + i], &res[N_STATES + i], &res[2 * N_STATES + i], lr_v, &fs[i]);
     }
-    for (int i = 0; i < 3 * N_STATES; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 0; i < 3 * N_STATES; i++) mpt_run_result_free(&res[i]);
     MPT_TRY(s);
     double d_bf = acc[1] - acc[0], d_fp = acc[2] - acc[0];
     c->observed = d_fp <= -1.0 && fabs(d_bf) < 1.0;
@@ -207,7 +207,7 @@ static mpt_status run(mpt_lab_ctx *c) {
 
     FILE *gp = mpt_lab_open(c, "optimizer-state.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
     fprintf(gp, "set datafile separator ','\nset datafile missing 'nan'\n"
                 "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters): training loss per step'\n"
                 "set xlabel 'step'\nset ylabel 'cross-entropy (log axis)'\nset logscale y 10\n"
