@@ -33,9 +33,7 @@ mpt_status mpt_loader_split_make(mpt_loader_split *out, int64_t n, int64_t n_val
     }
     for (int64_t i = 0; i < n; i++) perm[i] = (int32_t)i;
     if (n_val > 0) {
-        mpt_rng *rng = mpt_rng_create();
-        mpt_rng_shuffle(rng, perm, (size_t)n, scratch, mpt_rng_stream_seed(seed, MPT_RNG_SPLIT), 0);
-        mpt_rng_free(&rng);
+        mpt_rng_shuffle(perm, (size_t)n, scratch, mpt_rng_stream_seed(seed, MPT_RNG_SPLIT), 0);
         memcpy(val, perm, (size_t)n_val * sizeof *val);
         qsort(val, (size_t)n_val, sizeof *val, cmp_i32);
         memcpy(train, perm + n_val, (size_t)(n - n_val) * sizeof *train);
@@ -108,7 +106,6 @@ mpt_status mpt_loader_init(mpt_loader *l, const int32_t *rows, int64_t n, int B,
     l->last = last;
     l->shuffle = shuffle;
     l->seed = seed;
-    l->rng = shuffle ? mpt_rng_create() : NULL;
     l->epoch = -1;
     l->pos = n; /* exhausted until an epoch starts */
     return MPT_OK;
@@ -119,7 +116,6 @@ void mpt_loader_free(mpt_loader *l) {
     free(l->rows);
     free(l->order);
     free(l->scratch);
-    mpt_rng_free(&l->rng);
     memset(l, 0, sizeof *l);
 }
 
@@ -131,7 +127,7 @@ void mpt_loader_start_epoch(mpt_loader *l, int64_t epoch) {
     MPT_ASSERT(l->rows != NULL && epoch >= 0);
     for (int64_t i = 0; i < l->n; i++) l->order[i] = (int32_t)i;
     if (l->shuffle)
-        mpt_rng_shuffle(l->rng, l->order, (size_t)l->n, l->scratch, mpt_rng_stream_seed(l->seed, MPT_RNG_SHUFFLE),
+        mpt_rng_shuffle(l->order, (size_t)l->n, l->scratch, mpt_rng_stream_seed(l->seed, MPT_RNG_SHUFFLE),
                         (uint64_t)epoch * (uint64_t)l->n);
     l->epoch = epoch;
     l->pos = 0;

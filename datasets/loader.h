@@ -85,7 +85,6 @@ typedef struct mpt_loader {
     uint64_t seed;       /* run seed */
     int32_t *order;      /* I32 [n] this epoch's order: positions into rows */
     float *scratch;      /* [n] uniforms for the shuffle */
-    mpt_rng *rng;        /* NULL when shuffle == 0 */
     int64_t epoch;       /* current epoch (-1 before the first mpt_loader_start_epoch) */
     int64_t pos;         /* next position in order */
 } mpt_loader;

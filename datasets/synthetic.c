@@ -21,9 +21,8 @@
 #define SYN_CANDIDATES(K) (8 * (int64_t)(K) + 64)
 
 /* Standard normals for examples [v0, v0 + nv) into z (nv * dim2 doubles; uniforms in u, same count). */
-static void syn_normals(mpt_rng *rng, uint64_t sseed, uint64_t base, int64_t v0, int64_t nv, int64_t dim2, float *u,
-                        double *z) {
-    mpt_rng_uniform(rng, u, (size_t)(nv * dim2), sseed, base + (uint64_t)(v0 * dim2));
+static void syn_normals(uint64_t sseed, uint64_t base, int64_t v0, int64_t nv, int64_t dim2, float *u, double *z) {
+    mpt_rng_uniform(u, (size_t)(nv * dim2), sseed, base + (uint64_t)(v0 * dim2));
     for (int64_t k = 0; k < nv * dim2; k += 2) {
         double r = sqrt(-2.0 * log((double)u[k]));
         double a = 2.0 * M_PI * (double)u[k + 1];
@@ -93,15 +92,13 @@ mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, 
                           (long long)dim);
     }
 
-    mpt_rng *rng = mpt_rng_create();
     const uint64_t sseed = mpt_rng_stream_seed(seed, MPT_RNG_TEST);
 
     /* Prototype codes: pixel p of class c is bright (1) or dark (0) by a fair coin; every two classes differ
      * in at least ceil(dim / 4) pixels. */
-    mpt_rng_uniform(rng, u, (size_t)(n_cand * dim), sseed, 0);
+    mpt_rng_uniform(u, (size_t)(n_cand * dim), sseed, 0);
     int taken = syn_pick_codes(u, n_cand, dim, K, (dim + 3) / 4, codes);
     if (taken < K) {
-        mpt_rng_free(&rng);
         free(codes), free(u), free(z);
         mpt_mnist_free(out);
         return mpt_errorf(MPT_ERR_ARG, "synthetic blobs: found only %d of %d prototypes %lld pixels apart among %lld "
@@ -117,7 +114,7 @@ mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, 
         uint8_t *lab = part == 0 ? out->train_labels : out->test_labels;
         for (int64_t i0 = 0; i0 < n; i0 += chunk) {
             int64_t m = n - i0 < chunk ? n - i0 : chunk;
-            syn_normals(rng, sseed, base, v_base + i0, m, dim2, u, z);
+            syn_normals(sseed, base, v_base + i0, m, dim2, u, z);
             for (int64_t k = 0; k < m; k++) {
                 int64_t i = i0 + k;
                 int c = (int)(i % K);
@@ -132,7 +129,6 @@ mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, 
             }
         }
     }
-    mpt_rng_free(&rng);
     free(codes);
     free(u);
     free(z);

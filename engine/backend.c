@@ -1,7 +1,113 @@
-/* engine/backend.c - backend-independent helpers: memory accounting and the workspace. */
+/* engine/backend.c - backend-independent helpers: the contract's argument checks (engine/backend.h), memory
+ * accounting and the workspace. */
 #include "engine/backend.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+
+/* The operand dtype of a math mode that is not FP8: its row's operand format held in its storage dtype (TF32 in F32). */
+static mpt_dtype operand_dtype(mpt_math m) {
+    switch (mpt_math_info(m)->operand) {
+    case MPT_FORMAT_FP16: return MPT_DTYPE_F16;
+    case MPT_FORMAT_BF16: return MPT_DTYPE_BF16;
+    default: return MPT_DTYPE_F32;
+    }
+}
+
+void mpt_gemm_args_check(const mpt_gemm_args *a, int running) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
+                (long long)a->M, (long long)a->N, (long long)a->K);
+    MPT_ASSERTF(a->M <= INT32_MAX && a->N <= INT32_MAX && a->K <= INT32_MAX,
+                "gemm %s: sizes exceed the BLAS integer range", tag);
+    MPT_ASSERTF((unsigned)a->math < MPT_MATH_COUNT, "gemm %s: unknown math mode %d", tag, (int)a->math);
+    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_DRELU_BGRAD,
+                "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
+    MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
+                mpt_dtype_name(a->c_dtype));
+    const int fp8 = a->math == MPT_MATH_FP8 || a->math == MPT_MATH_MXFP8;
+    const int empty = a->M == 0 || a->N == 0;
+    if (fp8) {
+        MPT_ASSERTF(mpt_dtype_is_fp8(a->a_dtype) && mpt_dtype_is_fp8(a->b_dtype),
+                    "gemm %s: math %s needs E4M3 or E5M2 A and B, got A %s, B %s", tag, mpt_math_name(a->math),
+                    mpt_dtype_name(a->a_dtype), mpt_dtype_name(a->b_dtype));
+        MPT_ASSERTF(!a->trans_a && a->trans_b, "gemm %s: FP8 operands must be in the TN layout (trans_a 0, trans_b 1; "
+                    "got %d, %d)", tag, a->trans_a, a->trans_b);
+        MPT_ASSERTF(a->epilogue != MPT_EPILOGUE_BGRAD, "gemm %s: no BGRAD epilogue on FP8 operands", tag);
+        if (running && a->math == MPT_MATH_FP8)
+            MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
+        if (running && a->math == MPT_MATH_MXFP8 && !empty && a->K > 0)
+            MPT_ASSERTF(a->a_block_scales && a->b_block_scales, "gemm %s: MXFP8 needs both operands' block scales",
+                        tag);
+        MPT_ASSERTF(a->math == MPT_MATH_FP8 || a->fp8_accum == MPT_FP8_ACCUM_FP32,
+                    "gemm %s: MXFP8 accumulates in FP32 (no fast accumulator model)", tag);
+        MPT_ASSERTF(a->fp8_promote >= 0 && a->fp8_promote % MPT_MX_BLOCK == 0,
+                    "gemm %s: fp8_promote %d is not a multiple of %d", tag, (int)a->fp8_promote, MPT_MX_BLOCK);
+    } else {
+        const mpt_dtype op = operand_dtype(a->math);
+        MPT_ASSERTF(a->a_dtype == op && a->b_dtype == op, "gemm %s: math %s needs %s A and B, got A %s, B %s", tag,
+                    mpt_math_name(a->math), mpt_dtype_name(op), mpt_dtype_name(a->a_dtype),
+                    mpt_dtype_name(a->b_dtype));
+    }
+    if (mpt_epilogue_adds_bias(a->epilogue)) {
+        MPT_ASSERTF(mpt_dtype_is_float(a->bias_dtype), "gemm %s: the bias epilogue needs a float bias vector (%s)",
+                    tag, mpt_dtype_name(a->bias_dtype));
+        MPT_ASSERTF(a->bias != NULL || !running || empty, "gemm %s: bias epilogue without a bias pointer", tag);
+    }
+    if (a->epilogue == MPT_EPILOGUE_BGRAD) {
+        MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
+                    "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, "
+                    "C %s)", tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
+        MPT_ASSERTF(a->bias_grad != NULL || !running || a->M == 0, "gemm %s: BGRAD epilogue without bias_grad", tag);
+    }
+    if (mpt_epilogue_uses_aux(a->epilogue) && running && !empty)
+        MPT_ASSERTF(a->aux != NULL && ((uintptr_t)a->aux & 15) == 0,
+                    "gemm %s: a ReLU-mask epilogue needs a 16-byte aligned aux (have %p)", tag, a->aux);
+    if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD) {
+        MPT_ASSERTF(a->beta == 0.0f, "gemm %s: the DRELU_BGRAD epilogue writes C, beta must be 0 (is %g)", tag,
+                    (double)a->beta);
+        MPT_ASSERTF(a->bias_grad != NULL || !running || a->N == 0, "gemm %s: DRELU_BGRAD epilogue without bias_grad",
+                    tag);
+    }
+    if (running && !empty)
+        MPT_ASSERTF(a->C != NULL && (a->K == 0 || (a->A != NULL && a->B != NULL)),
+                    "gemm %s: NULL operand (A %p, B %p, C %p)", tag, a->A, a->B, a->C);
+}
+
+void mpt_pool_args_check(const mpt_pool_args *a, const char *op) {
+    MPT_ASSERTF(mpt_dtype_is_float(a->dtype), "%s: dtype %s is not F32, F16 or BF16", op, mpt_dtype_name(a->dtype));
+    MPT_ASSERTF(a->N >= 1 && a->C >= 1 && a->H >= 1 && a->W >= 1, "%s: bad input shape %dx%dx%dx%d", op, a->N, a->C,
+                a->H, a->W);
+    MPT_ASSERTF(a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel,
+                "%s: kernel %d, stride %d, pad %d (need pad <= kernel/2)", op, a->kernel, a->stride, a->pad);
+    MPT_ASSERTF(a->P == (a->H + 2 * a->pad - a->kernel) / a->stride + 1 &&
+                    a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
+                "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
+                a->W, a->kernel, a->stride, a->pad);
+}
+
+void mpt_optim_args_check(const mpt_optim_args *a) {
+    const mpt_optim_hparams *h = &a->h;
+    MPT_ASSERTF(a->n >= 0 && a->grad != NULL && a->step != NULL,
+                "optim_step: n %lld, grad %p, step %p (need n >= 0 and both set)", (long long)a->n,
+                (const void *)a->grad, (const void *)a->step);
+    MPT_ASSERTF(a->master != NULL || a->working != NULL, "optim_step: no weights (master and working both NULL)");
+    switch (h->kind) {
+    case MPT_OPTIM_SGD:
+        MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
+        break;
+    case MPT_OPTIM_ADAM:
+    case MPT_OPTIM_ADAMW:
+        MPT_ASSERTF(a->m != NULL && a->v != NULL, "optim_step: Adam/AdamW need exp_avg and exp_avg_sq");
+        break;
+    default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
+    }
+    if (a->working)
+        MPT_ASSERTF(mpt_dtype_is_float(a->working_dtype), "optim_step: working copy dtype %s is not a float dtype",
+                    mpt_dtype_name(a->working_dtype));
+    MPT_ASSERTF(mpt_dtype_is_float(a->state_dtype), "optim_step: state dtype %s is not a float dtype",
+                mpt_dtype_name(a->state_dtype));
+}
 
 void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes) {
     be->mem_current[mem] = (size_t)((int64_t)be->mem_current[mem] + delta_bytes);

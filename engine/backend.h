@@ -414,8 +414,15 @@ struct mpt_backend {
     void (*destroy)(mpt_backend *be);
 
     /* ---- math ---- */
+    /* Both backends accept exactly the calls mpt_gemm_args_check accepts (the contract above), except those their
+     * gemm_supports refuses. */
     void (*gemm)(mpt_backend *be, const mpt_gemm_args *a);
     size_t (*gemm_workspace)(mpt_backend *be, const mpt_gemm_args *a);      /* bytes of scratch it needs */
+    /* What this backend's hardware or library cannot run of what the contract allows: 0 with why (host, len bytes)
+     * for such a call (CUDA: E5M2 x E5M2, which cuBLASLt has no FP8 configuration for; FP8 scale pointers that are
+     * not 16-byte aligned, which cuBLASLt 13.1 refuses), 1 otherwise. `running`: as for mpt_gemm_args_check. NULL:
+     * every call the contract allows (the CPU's exact emulation). */
+    int (*gemm_supports)(mpt_backend *be, const mpt_gemm_args *a, int running, char *why, size_t len);
     /* Nonzero when this backend's GEMM of math m converts its operands into FP32 copies, so that a caller that
      * keeps copies across calls (mpt_gemm_args.a_copy) saves a conversion per reuse; may be NULL (none does). */
     int (*gemm_copies)(mpt_backend *be, mpt_math m);
@@ -618,6 +625,27 @@ MPT_API int mpt_cuda_available(char *msg, size_t len);
 /* Destroys a backend (its workspace and context; buffers still allocated from it are not tracked: free them
  * first) and sets *be to NULL. NULL *be: nothing. */
 MPT_API void mpt_backend_free(mpt_backend **be);
+
+/* ---- the contract's argument checks, written once (engine/backend.c) ----------------------------------------------
+ * Both backends call these on every call, so the CPU oracle and the GPU accept the same calls; what one of them cannot
+ * run besides, its capability query says (gemm_supports, fp8_support). A violation is a programmer error: the checks
+ * abort (MPT_ASSERTF) naming the call site's tag and the rule. */
+
+/* mpt_gemm_args: sizes >= 0 and within the BLAS integer range; operands of the math mode's format (F32 for FP32 and
+ * TF32, F16, BF16; E4M3/E5M2 in the TN layout for FP8 and MXFP8, with scales: per-tensor scale_inv for FP8, block
+ * scales for MXFP8, no fast accumulator for MXFP8, fp8_promote a multiple of 32); a float C; an epilogue in range,
+ * with a float bias for the bias epilogues; BGRAD: trans_a, alpha 1, F32 C, not on FP8 operands; DRELU_BGRAD: beta 0;
+ * the ReLU mask 16-byte aligned. `running`: the call executes, so every pointer it will use must be set (bias,
+ * bias_grad, aux, scales, A, B, C); 0 at graph build (gemm_workspace), where tensors may not be allocated yet. */
+MPT_API void mpt_gemm_args_check(const mpt_gemm_args *a, int running);
+
+/* mpt_pool_args of operation `op` ("maxpool_forward"): a float dtype, a non-empty input, kernel >= 1, stride >= 1,
+ * 0 <= pad <= kernel / 2, and P, Q the output size PyTorch's MaxPool2d gives ((H + 2 pad - kernel) / stride + 1). */
+MPT_API void mpt_pool_args_check(const mpt_pool_args *a, const char *op);
+
+/* mpt_optim_args: n >= 0, gradient and step counter set, a master or working weight, the optimizer's state buffers
+ * (SGD with momentum: m; Adam, AdamW: m and v), float dtypes for the working copy and the state. */
+MPT_API void mpt_optim_args_check(const mpt_optim_args *a);
 
 /* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */
 MPT_API void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);

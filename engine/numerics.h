@@ -410,6 +410,21 @@ MPT_HD float mpt_elem_drelu(float v, int pass) { return pass ? v : 0.0f; }
 /* ReLU backward from the saved output y: dL/dx = dL/dy * [y > 0]. */
 MPT_HD float mpt_elem_relu_grad(float dy, float y) { return mpt_elem_drelu(dy, mpt_elem_relu_mask(y)); }
 
+/* ---- Max pooling's window arithmetic (square window k, stride s, zero padding pad <= k/2; PyTorch's MaxPool2d) ------ */
+/* The input rows [*lo, *hi) that output row p's window covers, clipped to the input's H rows (columns alike). */
+MPT_HD void mpt_pool_window(int p, int s, int pad, int k, int H, int *lo, int *hi) {
+    int a = p * s - pad, b = a + k;
+    *lo = a < 0 ? 0 : a;
+    *hi = b > H ? H : b;
+}
+/* The output rows [*p0, *p1] (p0 > p1: none) whose windows cover input row h: p * s - pad <= h < p * s - pad + k,
+ * clipped to the output's P rows (columns alike). */
+MPT_HD void mpt_pool_covering(int h, int s, int pad, int k, int P, int *p0, int *p1) {
+    *p0 = h + pad - k + 1 <= 0 ? 0 : (h + pad - k + 1 + s - 1) / s;
+    int b = (h + pad) / s;
+    *p1 = b > P - 1 ? P - 1 : b;
+}
+
 /* ==== Optimizer and loss-scaler per-element math ====================================================== */
 /*
  * One element (or one scalar) of each FP32 update of the training step, as PyTorch computes it:

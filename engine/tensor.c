@@ -29,15 +29,6 @@ void mpt_tensor_set(mpt_tensor *t, const char *name, mpt_dtype dtype, mpt_device
     t->mem = mem;
 }
 
-const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len) {
-    size_t o = 0;
-    o += (size_t)snprintf(buf + o, len - o, "[");
-    for (int i = 0; i < t->ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, i ? ", %lld" : "%lld", (long long)t->shape[i]);
-    if (o < len) snprintf(buf + o, len - o, "]");
-    return buf;
-}
-
 const char *mpt_mem_name(mpt_mem m) {
     static const char *names[MPT_MEM_COUNT] = {"master", "weight", "grad", "optim",
                                                "act", "act_grad", "workspace", "data", "twin",

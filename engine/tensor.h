@@ -57,8 +57,6 @@ MPT_API size_t mpt_tensor_nbytes(const mpt_tensor *t);
 /* Sets name, shape (ndim values), dtype, device and category; data, grad and view_of become NULL. */
 MPT_API void mpt_tensor_set(mpt_tensor *t, const char *name, mpt_dtype dtype, mpt_device device, mpt_mem mem,
                             int ndim, const int64_t *shape);
-/* "[128, 784]" into buf (at least 64 bytes); returns buf. */
-MPT_API const char *mpt_tensor_shape_str(const mpt_tensor *t, char *buf, size_t len);
 /* Name of a memory category ("master", "weight", "grad", "optim", "act", "act_grad", "workspace", "data",
  * "twin", "telemetry"). */
 MPT_API const char *mpt_mem_name(mpt_mem m);

@@ -82,13 +82,12 @@ static mpt_status init_params(mpt_trainer *t) {
         free(narrow);
         return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes to initialise weights", max_n * 6);
     }
-    mpt_rng *rng = mpt_rng_create();
     uint64_t seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_INIT);
     uint64_t offset = 0;
     for (int i = 0; i < g->n_params; i++) {
         size_t n = (size_t)mpt_tensor_numel(g->params[i].weight);
         float bound = 1.0f / sqrtf((float)g->params[i].fan_in);
-        mpt_rng_uniform(rng, buf, n, seed, offset);
+        mpt_rng_uniform(buf, n, seed, offset);
         for (size_t k = 0; k < n; k++) buf[k] = (2.0f * buf[k] - 1.0f) * bound;
         offset += n;
         mpt_tensor *dst = t->master[i];
@@ -100,7 +99,6 @@ static mpt_status init_params(mpt_trainer *t) {
         }
         t->be->synchronize(t->be); /* the buffers are reused and freed: the copies must have completed */
     }
-    mpt_rng_free(&rng);
     free(buf);
     free(narrow);
     mpt_master_refresh_working(g, t->master);

@@ -54,11 +54,10 @@ static mpt_tensor *model_cnn(mpt_graph *g) {
 static const struct {
     const char *name;
     mpt_model_fn build;
-    int has_dropout;
 } mpt_models[] = {
-    {"mlp", model_mlp, 0},
-    {"lenet5", model_lenet5, 0},
-    {"cnn", model_cnn, 1},
+    {"mlp", model_mlp},
+    {"lenet5", model_lenet5},
+    {"cnn", model_cnn},
 };
 #define MPT_N_MODELS ((int)(sizeof mpt_models / sizeof mpt_models[0]))
 
@@ -72,11 +71,6 @@ static int model_index(const char *name) {
 }
 
 int mpt_model_exists(const char *name) { return model_index(name) >= 0; }
-
-int mpt_model_has_dropout(const char *name) {
-    int i = model_index(name);
-    return i >= 0 && mpt_models[i].has_dropout;
-}
 
 mpt_status mpt_model_build(mpt_graph *g, const char *name, mpt_tensor **logits) {
     int i = model_index(name);

@@ -38,7 +38,4 @@ MPT_API int mpt_model_exists(const char *name);
  * valid names; g is left untouched. */
 MPT_API mpt_status mpt_model_build(mpt_graph *g, const char *name, mpt_tensor **logits);
 
-/* Whether the model uses dropout (its outputs depend on the dropout RNG stream in training). */
-MPT_API int mpt_model_has_dropout(const char *name);
-
 #endif

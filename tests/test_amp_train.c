@@ -64,9 +64,7 @@ static void run_close(run *r) {
 static void run_epoch(run *r, int epoch, float seed_mul) {
     int64_t n = r->data.n_train;
     for (int64_t i = 0; i < n; i++) r->perm[i] = (int32_t)i;
-    mpt_rng *rng = mpt_rng_create();
-    mpt_rng_shuffle(rng, r->perm, (size_t)n, r->scratch, 99, (uint64_t)epoch * (uint64_t)n);
-    mpt_rng_free(&rng);
+    mpt_rng_shuffle(r->perm, (size_t)n, r->scratch, 99, (uint64_t)epoch * (uint64_t)n);
     for (int64_t b = 0; b + B <= n; b += B) {
         mpt_trainer_gather(r->tr, r->data.train_images, r->data.train_labels, r->perm + b, r->data.dim, 0.0f, 1.0f);
         if (seed_mul != 1.0f) {

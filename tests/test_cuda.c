@@ -1319,12 +1319,11 @@ START_TEST(test_rng_host_device_identical) {
         uint64_t seed, offset;
         size_t n;
     } cases[] = {{12345, 0, 1000}, {0, 3, 1001}, {99, 1000001, 4096}, {1, 5, 1}, {0xdeadbeefcafef00dull, 7, 77777}};
-    mpt_rng *rng = mpt_rng_create();
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         size_t n = cases[k].n;
         uint64_t seed = k == 1 ? mpt_rng_stream_seed(7, MPT_RNG_DROPOUT) : cases[k].seed;
         float *h = xmalloc(n * 4), *d = xmalloc(n * 4);
-        mpt_rng_uniform(rng, h, n, seed, cases[k].offset);
+        mpt_rng_uniform(h, n, seed, cases[k].offset);
         float *dd = dev_alloc(n * 4);
         mpt_cuda_rng_uniform(gpu, dd, n, seed, cases[k].offset);
         dev_get(d, dd, n * 4);
@@ -1335,7 +1334,6 @@ START_TEST(test_rng_host_device_identical) {
         free(h);
         free(d);
     }
-    mpt_rng_free(&rng);
 }
 END_TEST
 

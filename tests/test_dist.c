@@ -89,9 +89,7 @@ static mpt_train_config sgd_config(mpt_precision mode) {
 static void make_order(int32_t *perm, int64_t n) {
     float *scratch = malloc((size_t)n * sizeof *scratch);
     for (int64_t i = 0; i < n; i++) perm[i] = (int32_t)i;
-    mpt_rng *rng = mpt_rng_create();
-    mpt_rng_shuffle(rng, perm, (size_t)n, scratch, 99, 0);
-    mpt_rng_free(&rng);
+    mpt_rng_shuffle(perm, (size_t)n, scratch, 99, 0);
     free(scratch);
 }
 

@@ -487,6 +487,82 @@ START_TEST(test_gemm_rejects_mixed_dtypes) {
 }
 END_TEST
 
+/* The contract's checks (engine/backend.c, shared by both backends): an FP8 GEMM with the BGRAD epilogue, an MXFP8 one
+ * without block scales and a DRELU_BGRAD one with beta 1 are refused by the CPU oracle as by the GPU; what only
+ * cuBLASLt cannot run (E5M2 x E5M2) is the CUDA backend's gemm_supports, and the CPU, which runs everything the
+ * contract allows, has none. Each refused call is a child that must abort. */
+static mpt_gemm_args fp8_args(uint8_t *a, uint8_t *b, float *c, float *s) {
+    mpt_gemm_args g = {0};
+    g.M = g.N = 1;
+    g.K = 32;
+    g.trans_b = 1;
+    g.A = a, g.a_dtype = MPT_DTYPE_E4M3;
+    g.B = b, g.b_dtype = MPT_DTYPE_E4M3;
+    g.C = c, g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.math = MPT_MATH_FP8;
+    g.a_scale_inv = g.b_scale_inv = s;
+    g.tag = "test.fp8";
+    return g;
+}
+
+START_TEST(test_contract_fp8_bgrad) {
+    uint8_t a[32] = {0}, b[32] = {0};
+    float c = 0, s = 1, db = 0;
+    mpt_gemm_args g = fp8_args(a, b, &c, &s);
+    mpt_gemm_args_check(&g, 1); /* accepted as it stands */
+    g.epilogue = MPT_EPILOGUE_BGRAD;
+    g.bias_grad = &db;
+    mpt_backend *be = mpt_backend_cpu_create();
+    be->gemm(be, &g);
+}
+END_TEST
+
+START_TEST(test_contract_mxfp8_scales) {
+    uint8_t a[32] = {0}, b[32] = {0};
+    float c = 0, s = 1;
+    mpt_gemm_args g = fp8_args(a, b, &c, &s);
+    g.math = MPT_MATH_MXFP8;
+    g.a_scale_inv = g.b_scale_inv = NULL;
+    mpt_gemm_args_check(&g, 0); /* at graph build the block scales need not exist yet */
+    mpt_backend *be = mpt_backend_cpu_create();
+    be->gemm(be, &g); /* running: they must */
+}
+END_TEST
+
+START_TEST(test_contract_drelu_beta) {
+    float a = 1, b = 1, c = 0, db = 0;
+    uint8_t aux[16] __attribute__((aligned(16))) = {0};
+    mpt_gemm_args g = {0};
+    g.M = g.N = g.K = 1;
+    g.A = &a, g.B = &b, g.C = &c;
+    g.a_dtype = g.b_dtype = g.c_dtype = MPT_DTYPE_F32;
+    g.alpha = 1.0f;
+    g.epilogue = MPT_EPILOGUE_DRELU_BGRAD;
+    g.aux = aux;
+    g.bias_grad = &db;
+    mpt_gemm_args_check(&g, 1);
+    g.beta = 1.0f; /* DRELU_BGRAD writes C: beta must be 0 */
+    mpt_backend *be = mpt_backend_cpu_create();
+    be->gemm(be, &g);
+}
+END_TEST
+
+START_TEST(test_contract_capabilities) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_msg(be->gemm_supports == NULL, "the CPU runs every call the contract allows");
+    uint8_t a[32] = {0}, b[32] = {0};
+    float c = 0, s = 1;
+    mpt_gemm_args g = fp8_args(a, b, &c, &s);
+    g.a_dtype = g.b_dtype = MPT_DTYPE_E5M2; /* cuBLASLt has no such configuration; the contract and the CPU do */
+    mpt_gemm_args_check(&g, 1);
+    mpt_backend_reserve_workspace(be, be->gemm_workspace(be, &g));
+    be->gemm(be, &g);
+    ck_assert(c == 0.0f);
+    mpt_backend_free(&be);
+}
+END_TEST
+
 START_TEST(test_gemm_rejects_small_workspace) {
     mpt_backend *be = mpt_backend_cpu_create();
     float a = 1, b = 1;
@@ -519,6 +595,10 @@ int main(void) {
     tcase_add_test(tc, test_gemm_drelu_bgrad_plain_loop);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_mixed_dtypes, SIGABRT);
     tcase_add_test_raise_signal(tc, test_gemm_rejects_small_workspace, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_contract_fp8_bgrad, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_contract_mxfp8_scales, SIGABRT);
+    tcase_add_test_raise_signal(tc, test_contract_drelu_beta, SIGABRT);
+    tcase_add_test(tc, test_contract_capabilities);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

@@ -624,12 +624,3 @@ int mpt_telemetry_stats(const mpt_telemetry *tel, const mpt_telemetry_stat **sta
     return tel->n_stats;
 }
 
-size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem) {
-    if (mem == MPT_MEM_TELEMETRY) return tel->bytes;
-    if (mem == MPT_MEM_TWIN && tel->twin) {
-        size_t b = 0;
-        for (int m = 0; m < MPT_MEM_COUNT; m++) b += tel->twin->arena_bytes[m];
-        return b;
-    }
-    return 0;
-}

@@ -90,9 +90,6 @@ int mpt_telemetry_stats(const mpt_telemetry *tel, const mpt_telemetry_stat **sta
  * rows, or -1 when a write to f failed. */
 int mpt_telemetry_write_exponents(const mpt_telemetry *tel, FILE *f);
 
-/* Bytes the collector holds on the backend (MPT_MEM_TELEMETRY) and in its twin (MPT_MEM_TWIN). */
-size_t mpt_telemetry_bytes(const mpt_telemetry *tel, mpt_mem mem);
-
 /* ---- called by the trainer (engine/train.c) ---------------------------------------------------------- */
 
 /* After the batch was gathered into the run's graph: the same rows into the twin, when there is one and the

@@ -30,9 +30,7 @@ static void cpu_copy(mpt_backend *be, void *dst, const void *src, size_t n) { (v
 static void cpu_synchronize(mpt_backend *be) { (void)be; }
 
 static void cpu_destroy(mpt_backend *be) {
-    mpt_cpu_ctx *ctx = be->ctx;
-    if (ctx) mpt_rng_free(&ctx->rng);
-    free(ctx);
+    free(be->ctx);
     free(be);
 }
 
@@ -122,7 +120,6 @@ mpt_backend *mpt_backend_cpu_create(void) {
     mpt_backend *be = calloc(1, sizeof *be);
     mpt_cpu_ctx *ctx = calloc(1, sizeof *ctx);
     MPT_ASSERT(be != NULL && ctx != NULL);
-    ctx->rng = mpt_rng_create();
     ctx->exec = mpt_cpu_exec_default();
     be->name = "cpu";
     be->device = MPT_DEVICE_CPU;

@@ -184,28 +184,6 @@ static void conv_col2im(float *imgp, const float *dcol, const mpt_conv_shape *s)
                 }
 }
 
-/* dst[0..n) = round(dst + add) in dtype t (accumulate), or round(add) (accumulate = 0). */
-static void conv_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate) {
-    if (!accumulate) { /* overwrite: dst = round(add), the old contents unread */
-        mpt_cpu_narrow(dst, t, add, n);
-        return;
-    }
-    if (t == MPT_DTYPE_F32) {
-        float *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = d[i] + add[i];
-        return;
-    }
-    float old[CONV_CHUNK];
-    const size_t es = mpt_dtype_size(t);
-    for (int64_t i0 = 0; i0 < n; i0 += CONV_CHUNK) {
-        int64_t m = n - i0 < CONV_CHUNK ? n - i0 : CONV_CHUNK;
-        char *d = (char *)dst + (size_t)i0 * es;
-        mpt_cpu_widen(old, d, t, m);
-        for (int64_t i = 0; i < m; i++) old[i] = old[i] + add[i0 + i];
-        mpt_cpu_narrow(d, t, old, m);
-    }
-}
-
 /* GEMM arguments of each pass for one image (pointers filled by the caller). With cvt (conv_plan) the GEMM runs with
  * math FP32 on the FP32 operand values conv.c has converted itself. */
 static mpt_gemm_args conv_gemm_forward(const mpt_conv_args *a, int cvt, int with_bias) {
@@ -489,17 +467,17 @@ void mpt_cpu_conv2d_backward_data(mpt_backend *be, const mpt_conv_args *a) {
             mpt_cpu_gemm_ws_on(x, &g, ws + pl.gemm_off, pl.per_thread - pl.gemm_off);
             char *dxn = (char *)a->dx + (size_t)(n * CHW) * es;
             if (pointwise) { /* dcol [C, HW] is already the image gradient */
-                conv_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
+                mpt_cpu_accumulate(dxn, a->dtype, dcol, CHW, a->accumulate);
                 continue;
             }
             memset(img, 0, (size_t)CHWp * sizeof(float));
             conv_col2im(img, dcol, s);
             if (s->pad_h == 0 && s->pad_w == 0) {
-                conv_accumulate(dxn, a->dtype, img, CHW, a->accumulate);
+                mpt_cpu_accumulate(dxn, a->dtype, img, CHW, a->accumulate);
             } else { /* crop the padding: row by row */
                 for (int c = 0; c < s->C; c++)
                     for (int h = 0; h < s->H; h++)
-                        conv_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
+                        mpt_cpu_accumulate(dxn + (size_t)((int64_t)(c * s->H + h) * s->W) * es, a->dtype,
                                         img + ((int64_t)(c * Hp + h + s->pad_h)) * Wp + s->pad_w, s->W,
                                         a->accumulate);
             }

@@ -28,6 +28,10 @@ void mpt_cpu_widen(float *dst, const void *src, mpt_dtype t, int64_t n);
 /* dst[i] = src[i] rounded to nearest even in dtype t (F32: copy, F16, BF16). n elements, no overlap. */
 void mpt_cpu_narrow(void *dst, mpt_dtype t, const float *src, int64_t n);
 
+/* dst[i] = round(dst[i] + add[i]) in dtype t (F32, F16, BF16: one rounding per element), or with accumulate = 0
+ * dst[i] = round(add[i]), the old contents unread (engine/backend.h: first writes overwrite). n elements. */
+void mpt_cpu_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate);
+
 /* dst[i] = mpt_round_tf32(src[i]) (RNE to 10 mantissa bits; inf/NaN unchanged). dst may equal src. */
 void mpt_cpu_round_tf32_n(float *dst, const float *src, int64_t n);
 

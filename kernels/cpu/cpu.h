@@ -74,7 +74,6 @@ void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scal
 
 /* The CPU backend's private state. */
 typedef struct mpt_cpu_ctx {
-    struct mpt_rng *rng; /* host Philox generator for dropout */
     mpt_cpu_exec exec;   /* kernel set and GEMM engine (mpt_backend_cpu_set_kernels, MPT_CPU_ENGINE) */
 } mpt_cpu_ctx;
 

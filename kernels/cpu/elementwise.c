@@ -134,9 +134,7 @@ static const void *ew_at(const void *p, mpt_dtype t, int64_t i) {
     return (const char *)p + (size_t)i * mpt_dtype_size(t);
 }
 
-/* dst[0..n) = round(dst + add) in dtype t (one rounding per element); accumulate = 0: round(add), the old
- * contents unread. */
-static void ew_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate) {
+void mpt_cpu_accumulate(void *dst, mpt_dtype t, const float *add, int64_t n, int accumulate) {
     if (!accumulate) {
         mpt_cpu_narrow(dst, t, add, n);
         return;
@@ -227,21 +225,11 @@ void mpt_cpu_relu_backward(mpt_backend *be, void *dx, const void *dy, const void
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
         mpt_cpu_widen(yv, ew_at(y, dtype, i0), dtype, m);
         for (int64_t i = 0; i < m; i++) g[i] = mpt_elem_relu_grad(g[i], yv[i]);
-        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
+        mpt_cpu_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
     }
 }
 
 /* ---- max pooling ------------------------------------------------------------------------------------ */
-
-static void pool_check(const mpt_pool_args *a, const char *op) {
-    ew_check_float(a->dtype, op);
-    MPT_ASSERTF(a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel,
-                "%s: kernel %d, stride %d, pad %d (need pad <= kernel/2)", op, a->kernel, a->stride, a->pad);
-    MPT_ASSERTF(a->P == (a->H + 2 * a->pad - a->kernel) / a->stride + 1 &&
-                    a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
-                "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
-                a->W, a->kernel, a->stride, a->pad);
-}
 
 /* ---- tiled windows (stride == kernel, no padding: LeNet's and the cnn's 2x2/2) --------------------------
  * Each input element lies in at most one window, so the forward reads each input row once and the backward
@@ -406,7 +394,7 @@ static void pool_tiled_backward(const mpt_pool_args *a) {
 
 void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
     (void)be;
-    pool_check(a, "maxpool_forward");
+    mpt_pool_args_check(a, "maxpool_forward");
     if (pool_is_tiled(a) && a->kernel <= 3) {
         pool_tiled_forward(a);
         return;
@@ -416,13 +404,11 @@ void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
     for (int64_t pl = 0; pl < planes; pl++) {
         const int64_t xin = pl * H * W, yout = pl * P * Q;
         for (int p = 0; p < P; p++) {
-            int h0 = p * s - pad, h1 = h0 + k;
-            if (h0 < 0) h0 = 0;
-            if (h1 > H) h1 = H;
+            int h0, h1;
+            mpt_pool_window(p, s, pad, k, H, &h0, &h1);
             for (int q = 0; q < Q; q++) {
-                int w0 = q * s - pad, w1 = w0 + k;
-                if (w0 < 0) w0 = 0;
-                if (w1 > W) w1 = W;
+                int w0, w1;
+                mpt_pool_window(q, s, pad, k, W, &w0, &w1);
                 float best = -INFINITY;
                 int32_t arg = h0 * W + w0; /* pad <= kernel/2: every window holds an input element */
                 for (int h = h0; h < h1; h++)
@@ -444,7 +430,7 @@ void mpt_cpu_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
  * the sum to dx with one rounding (overlapping windows, stride < kernel, may pick one element twice). */
 void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
     (void)be;
-    pool_check(a, "maxpool_backward");
+    mpt_pool_args_check(a, "maxpool_backward");
     if (pool_is_tiled(a)) {
         pool_tiled_backward(a);
         return;
@@ -455,14 +441,11 @@ void mpt_cpu_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
         const int64_t xin = pl * H * W, yout = pl * P * Q;
         const int32_t *am = a->argmax + yout;
         for (int h = 0; h < H; h++) {
-            /* windows p with p*s - pad <= h < p*s - pad + k */
-            int p0 = h + pad - k + 1 <= 0 ? 0 : (h + pad - k + 1 + s - 1) / s;
-            int p1 = (h + pad) / s;
-            if (p1 > P - 1) p1 = P - 1;
+            int p0, p1; /* the windows that cover row h */
+            mpt_pool_covering(h, s, pad, k, P, &p0, &p1);
             for (int w = 0; w < W; w++) {
-                int q0 = w + pad - k + 1 <= 0 ? 0 : (w + pad - k + 1 + s - 1) / s;
-                int q1 = (w + pad) / s;
-                if (q1 > Q - 1) q1 = Q - 1;
+                int q0, q1;
+                mpt_pool_covering(w, s, pad, k, Q, &q0, &q1);
                 const int32_t self = h * W + w;
                 float acc = 0.0f;
                 int hit = 0;
@@ -493,7 +476,7 @@ void mpt_cpu_dropout_forward(mpt_backend *be, void *y, const void *x, uint8_t *m
     if (n == 0) return;
     float *u = be->workspace;
     if (iteration) offset += (uint64_t)*iteration * stride;
-    mpt_rng_uniform(((mpt_cpu_ctx *)be->ctx)->rng, u, (size_t)n, seed, offset);
+    mpt_rng_uniform(u, (size_t)n, seed, offset);
     const float keep = 1.0f - p;
     float xv[EW_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += EW_CHUNK) {
@@ -522,7 +505,7 @@ void mpt_cpu_dropout_backward(mpt_backend *be, void *dx, const void *dy, const u
         mpt_cpu_widen(g, ew_at(dy, dtype, i0), dtype, m);
         for (int64_t i = 0; i < m; i++) /* branch-free select, as in the forward pass */
             g[i] = mpt_bits_f32(mpt_f32_bits(g[i] / keep) & (0u - (uint32_t)(mask[i0 + i] != 0)));
-        ew_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
+        mpt_cpu_accumulate((void *)ew_at(dx, dtype, i0), dtype, g, m, accumulate);
     }
 }
 
@@ -586,7 +569,8 @@ void mpt_cpu_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlo
                 float onehot = c0 + c == labels[i] ? 1.0f : 0.0f;
                 g[c] = s * (pr[c0 + c] - onehot) / fN;
             }
-            ew_accumulate((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C + c0), dlogits_dtype, g, m, accumulate);
+            mpt_cpu_accumulate((void *)ew_at(dlogits, dlogits_dtype, (int64_t)i * C + c0), dlogits_dtype, g, m,
+                               accumulate);
         }
     }
 }

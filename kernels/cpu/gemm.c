@@ -228,46 +228,6 @@ static mpt_dtype gemm_operand_dtype(mpt_math m) {
     }
 }
 
-static void gemm_check_args(const mpt_gemm_args *a) {
-    const char *tag = a->tag ? a->tag : "?";
-    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: negative size M=%lld N=%lld K=%lld", tag,
-                (long long)a->M, (long long)a->N, (long long)a->K);
-    MPT_ASSERTF((unsigned)a->math < MPT_MATH_COUNT, "gemm %s: math mode %d out of range", tag, (int)a->math);
-    if (gemm_is_fp8(a->math)) {
-        MPT_ASSERTF(mpt_dtype_is_fp8(a->a_dtype) && mpt_dtype_is_fp8(a->b_dtype),
-                    "gemm %s: math %s needs E4M3 or E5M2 A and B, got A %s, B %s", tag, mpt_math_name(a->math),
-                    mpt_dtype_name(a->a_dtype), mpt_dtype_name(a->b_dtype));
-        MPT_ASSERTF(!a->trans_a && a->trans_b, "gemm %s: FP8 operands must be in the TN layout (trans_a 0, trans_b 1; "
-                    "got %d, %d)", tag, a->trans_a, a->trans_b);
-        if (a->math == MPT_MATH_FP8)
-            MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
-        else
-            MPT_ASSERTF((a->a_block_scales && a->b_block_scales) || a->M == 0 || a->N == 0 || a->K == 0,
-                        "gemm %s: MXFP8 needs both operands' block scales", tag);
-        MPT_ASSERTF(a->math == MPT_MATH_FP8 || a->fp8_accum == MPT_FP8_ACCUM_FP32,
-                    "gemm %s: MXFP8 has no fast accumulator model", tag);
-        MPT_ASSERTF(a->fp8_promote >= 0 && a->fp8_promote % MPT_MX_BLOCK == 0,
-                    "gemm %s: fp8_promote %d is not a multiple of %d", tag, (int)a->fp8_promote, MPT_MX_BLOCK);
-    } else {
-        mpt_dtype op = gemm_operand_dtype(a->math);
-        MPT_ASSERTF(a->a_dtype == op && a->b_dtype == op, "gemm %s: math %s needs %s A and B, got A %s, B %s", tag,
-                    mpt_math_name(a->math), mpt_dtype_name(op), mpt_dtype_name(a->a_dtype),
-                    mpt_dtype_name(a->b_dtype));
-    }
-    MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm %s: C dtype %s is not F32, F16 or BF16", tag,
-                mpt_dtype_name(a->c_dtype));
-    MPT_ASSERTF((unsigned)a->epilogue <= MPT_EPILOGUE_RELU_BIAS, "gemm %s: epilogue %d out of range", tag,
-                (int)a->epilogue); /* BGRAD, RELU_AUX_BIAS, DRELU_BGRAD: core_gemm maps them before this */
-    if (a->epilogue != MPT_EPILOGUE_NONE)
-        MPT_ASSERTF(a->bias != NULL && mpt_dtype_is_float(a->bias_dtype),
-                    "gemm %s: the bias epilogue needs a float bias vector", tag);
-    if (a->M > 0 && a->N > 0) MPT_ASSERTF(a->C != NULL, "gemm %s: C is NULL", tag);
-    if (a->M > 0 && a->N > 0 && a->K > 0)
-        MPT_ASSERTF(a->A != NULL && a->B != NULL, "gemm %s: A or B is NULL", tag);
-    MPT_ASSERTF(a->M <= INT32_MAX && a->N <= INT32_MAX && a->K <= INT32_MAX,
-                "gemm %s: sizes exceed the BLAS integer range", tag);
-}
-
 /* FP32 operand of the math mode: the same buffer (FP32), or converted into dst, rows x K elements (FP8: stored
  * [rows, K], with its block scales for MXFP8; TF32/F16/BF16: each element alone, in chunks on the threads,
  * kernels/cpu/parallel.h). */
@@ -377,7 +337,7 @@ static void gemm_products(const gemm_plan *p, const mpt_gemm_args *a, const void
 }
 
 void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
-    gemm_check_args(a);
+    mpt_gemm_args_check(a, 1); /* the contract (engine/backend.c); the fused epilogues arrive mapped by core_gemm */
     if (a->M == 0 || a->N == 0) return;
     gemm_plan p = gemm_plan_of(x, a, 0);
     MPT_ASSERTF(ws_bytes >= p.total && (p.total == 0 || ws != NULL),
@@ -416,31 +376,13 @@ void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
 }
 
 /* The GEMM that the FP32 GEMM and the FP32 epilogue compute for a fused epilogue, whose extra outputs come after it:
- * BGRAD and DRELU_BGRAD run without an epilogue, RELU_AUX_BIAS as RELU_BIAS. `running`: the call executes (its
- * extra output pointers must be set); 0 for the workspace query at graph build time. */
-static mpt_gemm_args core_gemm(const mpt_gemm_args *a, int running) {
+ * BGRAD and DRELU_BGRAD run without an epilogue, RELU_AUX_BIAS as RELU_BIAS (the arguments checked by the caller). */
+static mpt_gemm_args core_gemm(const mpt_gemm_args *a) {
     mpt_gemm_args g = *a;
-    const char *tag = a->tag ? a->tag : "?";
-    const int empty = a->M == 0 || a->N == 0 || !running;
     switch (a->epilogue) {
     case MPT_EPILOGUE_BGRAD:
-        MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
-                    "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, C %s)",
-                    tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
-        MPT_ASSERTF(a->bias_grad != NULL || a->M == 0 || !running, "gemm %s: the BGRAD epilogue needs bias_grad", tag);
-        g.epilogue = MPT_EPILOGUE_NONE;
-        break;
-    case MPT_EPILOGUE_RELU_AUX_BIAS:
-        MPT_ASSERTF(a->aux != NULL || empty, "gemm %s: the RELU_AUX_BIAS epilogue needs aux", tag);
-        g.epilogue = MPT_EPILOGUE_RELU_BIAS;
-        break;
-    case MPT_EPILOGUE_DRELU_BGRAD:
-        MPT_ASSERTF(a->beta == 0.0f, "gemm %s: the DRELU_BGRAD epilogue writes C, beta must be 0 (is %g)", tag,
-                    (double)a->beta);
-        MPT_ASSERTF((a->aux != NULL && a->bias_grad != NULL) || empty,
-                    "gemm %s: the DRELU_BGRAD epilogue needs aux and bias_grad", tag);
-        g.epilogue = MPT_EPILOGUE_NONE;
-        break;
+    case MPT_EPILOGUE_DRELU_BGRAD: g.epilogue = MPT_EPILOGUE_NONE; break;
+    case MPT_EPILOGUE_RELU_AUX_BIAS: g.epilogue = MPT_EPILOGUE_RELU_BIAS; break;
     default: break;
     }
     g.bias_grad = NULL;
@@ -504,12 +446,14 @@ static void drelu_apply(void *C, mpt_dtype cd, const uint8_t *aux, int64_t M, in
 }
 
 size_t mpt_cpu_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
-    const mpt_gemm_args g = core_gemm(a, 0);
+    mpt_gemm_args_check(a, 0);
+    const mpt_gemm_args g = core_gemm(a);
     return mpt_cpu_gemm_ws_bytes_on(mpt_cpu_exec_of(be), &g);
 }
 
 void mpt_cpu_gemm(mpt_backend *be, const mpt_gemm_args *a) {
-    const mpt_gemm_args g = core_gemm(a, 1);
+    mpt_gemm_args_check(a, 1);
+    const mpt_gemm_args g = core_gemm(a);
     mpt_cpu_gemm_ws_on(mpt_cpu_exec_of(be), &g, be->workspace, be->workspace_bytes);
     switch (a->epilogue) {
     case MPT_EPILOGUE_BGRAD: /* column sums of A stored [K, M], the loop of the unfused be->bias_grad (same bits) */

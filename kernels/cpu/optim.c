@@ -248,29 +248,9 @@ ALWAYS_INLINE void update_block_fp32(const mpt_optim_args *a, const step_scalars
     if (a->working) mpt_cpu_narrow(at(a->working, a->working_dtype, i0), a->working_dtype, b.p, nb);
 }
 
-static void check_args(const mpt_optim_args *a) {
-    const mpt_optim_hparams *h = &a->h;
-    switch (h->kind) {
-    case MPT_OPTIM_SGD:
-        MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
-        break;
-    case MPT_OPTIM_ADAM:
-    case MPT_OPTIM_ADAMW:
-        MPT_ASSERTF(a->m != NULL && a->v != NULL, "optim_step: Adam/AdamW need exp_avg and exp_avg_sq");
-        break;
-    default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
-    }
-    MPT_ASSERTF(a->master != NULL || a->working != NULL, "optim_step: no weights (master and working both NULL)");
-    if (a->working)
-        MPT_ASSERTF(mpt_dtype_is_float(a->working_dtype), "optim_step: working copy dtype %s is not a float dtype",
-                    mpt_dtype_name(a->working_dtype));
-    MPT_ASSERTF(mpt_dtype_is_float(a->state_dtype), "optim_step: state dtype %s is not a float dtype",
-                mpt_dtype_name(a->state_dtype));
-}
-
 void mpt_cpu_optim_step(mpt_backend *be, const mpt_optim_args *a) {
     (void)be;
-    check_args(a);
+    mpt_optim_args_check(a); /* the contract (engine/backend.c) */
     if (a->found_inf && *a->found_inf != 0.0f) { /* skipped step: weights and state untouched */
         for (int64_t i = 0; a->update_out && i < a->n; i++) a->update_out[i] = 0.0f;
         return;

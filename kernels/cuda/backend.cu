@@ -405,6 +405,7 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
 
     be->gemm = mpt_cuda_gemm;
     be->gemm_workspace = mpt_cuda_gemm_workspace;
+    be->gemm_supports = mpt_cuda_gemm_supports;
     be->conv2d_forward = mpt_cuda_conv2d_forward;
     be->conv2d_backward_data = mpt_cuda_conv2d_backward_data;
     be->conv2d_backward_filter = mpt_cuda_conv2d_backward_filter;

@@ -187,6 +187,7 @@ mpt_cuda_gemm_cache *mpt_cuda_gemm_cache_create(void);
 void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c);
 void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a);
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
+int mpt_cuda_gemm_supports(mpt_backend *be, const mpt_gemm_args *a, int running, char *why, size_t len);
 
 /* The call counters of the GEMM / convolution records, for graph.cu's replay accounting: counter i is record
  * i's `calls` for 0 <= i < count - 1, and the calls of unrecorded call sites for i == count - 1. */

@@ -103,11 +103,9 @@ static __global__ void maxpool_forward_kernel(void *y, int32_t *argmax, const vo
     for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
         const int q = (int)(o % Q), p = (int)((o / Q) % P);
         const int64_t xin = (o / ((int64_t)P * Q)) * H * W;
-        int h0 = p * s - pad, h1 = h0 + k, w0 = q * s - pad, w1 = w0 + k;
-        if (h0 < 0) h0 = 0;
-        if (h1 > H) h1 = H;
-        if (w0 < 0) w0 = 0;
-        if (w1 > W) w1 = W;
+        int h0, h1, w0, w1;
+        mpt_pool_window(p, s, pad, k, H, &h0, &h1);
+        mpt_pool_window(q, s, pad, k, W, &w0, &w1);
         float best = -INFINITY;
         int32_t arg = h0 * W + w0;
         for (int h = h0; h < h1; h++)
@@ -131,13 +129,9 @@ static __global__ void maxpool_backward_kernel(void *dx, const void *dy, const i
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int w = (int)(e % W), h = (int)((e / W) % H);
         const int64_t yout = (e / ((int64_t)H * W)) * P * Q;
-        /* windows p with p*s - pad <= h < p*s - pad + k */
-        int p0 = h + pad - k + 1 <= 0 ? 0 : (h + pad - k + 1 + s - 1) / s;
-        int p1 = (h + pad) / s;
-        if (p1 > P - 1) p1 = P - 1;
-        int q0 = w + pad - k + 1 <= 0 ? 0 : (w + pad - k + 1 + s - 1) / s;
-        int q1 = (w + pad) / s;
-        if (q1 > Q - 1) q1 = Q - 1;
+        int p0, p1, q0, q1; /* the windows that cover (h, w) */
+        mpt_pool_covering(h, s, pad, k, P, &p0, &p1);
+        mpt_pool_covering(w, s, pad, k, Q, &q0, &q1);
         const int32_t self = h * W + w;
         float acc = 0.0f;
         int hit = 0;
@@ -149,17 +143,6 @@ static __global__ void maxpool_backward_kernel(void *dx, const void *dy, const i
                 }
         if (hit) mpt_dev_store(dx, dtype, e, __fadd_rn(mpt_dev_load(dx, dtype, e), acc));
     }
-}
-
-static void pool_check(const mpt_pool_args *a, const char *op) {
-    mpt_cuda_require_float(a->dtype, op);
-    MPT_ASSERTF(a->N >= 1 && a->C >= 1 && a->H >= 1 && a->W >= 1, "%s: bad input shape", op);
-    MPT_ASSERTF(a->kernel >= 1 && a->stride >= 1 && a->pad >= 0 && 2 * a->pad <= a->kernel,
-                "%s: kernel %d, stride %d, pad %d (need pad <= kernel/2)", op, a->kernel, a->stride, a->pad);
-    MPT_ASSERTF(a->P == (a->H + 2 * a->pad - a->kernel) / a->stride + 1 &&
-                    a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
-                "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
-                a->W, a->kernel, a->stride, a->pad);
 }
 
 static void launch_maxpool_forward(const mpt_cuda_ctx *ctx, void *y, int32_t *argmax, const void *x, mpt_dtype dtype,
@@ -178,13 +161,13 @@ static void launch_maxpool_backward(const mpt_cuda_ctx *ctx, void *dx, const voi
 }
 
 void mpt_cuda_maxpool_forward(mpt_backend *be, const mpt_pool_args *a) {
-    pool_check(a, "maxpool_forward");
+    mpt_pool_args_check(a, "maxpool_forward");
     launch_maxpool_forward(mpt_cuda_ctx_of(be), a->y, a->argmax, a->x, a->dtype, (int64_t)a->N * a->C, a->H, a->W, a->P,
                            a->Q, a->kernel, a->stride, a->pad);
 }
 
 void mpt_cuda_maxpool_backward(mpt_backend *be, const mpt_pool_args *a) {
-    pool_check(a, "maxpool_backward");
+    mpt_pool_args_check(a, "maxpool_backward");
     launch_maxpool_backward(mpt_cuda_ctx_of(be), a->dx, a->dy, a->argmax, a->dtype, (int64_t)a->N * a->C, a->H, a->W,
                             a->P, a->Q, a->kernel, a->stride, a->pad);
 }

@@ -233,80 +233,31 @@ static uint32_t pointer_alignment(const void *p) {
     return a;
 }
 
-/* Programmer-error checks. `running`: the call is executing (pointers must be set); at graph build time
- * (gemm_workspace) the tensors may not be allocated yet. */
-static void validate(const mpt_gemm_args *a, int running) {
-    const char *tag = a->tag ? a->tag : "(untagged)";
-    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0, "gemm %s: bad shape M=%lld N=%lld K=%lld", tag,
-                (long long)a->M, (long long)a->N, (long long)a->K);
+/* What cuBLASLt cannot run of what the contract allows (engine/backend.h gemm_supports). */
+int mpt_cuda_gemm_supports(mpt_backend *be, const mpt_gemm_args *a, int running, char *why, size_t len) {
+    (void)be;
     const int fp8 = a->math == MPT_MATH_FP8 || a->math == MPT_MATH_MXFP8;
-    MPT_ASSERTF(a->a_dtype == a->b_dtype || fp8, "gemm %s: A is %s but B is %s", tag, mpt_dtype_name(a->a_dtype),
-                mpt_dtype_name(a->b_dtype));
-    mpt_cuda_require_float(a->c_dtype, "gemm C");
-    switch (a->math) {
-    case MPT_MATH_FP8:
-    case MPT_MATH_MXFP8:
-        MPT_ASSERTF(mpt_dtype_is_fp8(a->a_dtype) && mpt_dtype_is_fp8(a->b_dtype),
-                    "gemm %s: math %s needs E4M3 or E5M2 operands, got A %s, B %s", tag, mpt_math_name(a->math),
-                    mpt_dtype_name(a->a_dtype), mpt_dtype_name(a->b_dtype));
-        MPT_ASSERTF(!a->trans_a && a->trans_b, "gemm %s: FP8 operands must be in the TN layout (trans_a 0, trans_b 1)",
-                    tag);
-        MPT_ASSERTF(a->math == MPT_MATH_MXFP8 || a->a_dtype == MPT_DTYPE_E4M3 || a->b_dtype == MPT_DTYPE_E4M3,
-                    "gemm %s: E5M2 x E5M2 is not a cuBLASLt FP8 configuration", tag);
-        MPT_ASSERTF(a->epilogue != MPT_EPILOGUE_BGRAD, "gemm %s: no BGRAD epilogue on FP8 operands", tag);
-        if (running && a->math == MPT_MATH_FP8) {
-            MPT_ASSERTF(a->a_scale_inv && a->b_scale_inv, "gemm %s: FP8 needs both operands' scale_inv", tag);
-            /* cuBLASLt 13.1 refuses (NOT_SUPPORTED) an FP8 call whose scale pointers are not 16-byte aligned, with
-             * any algorithm, also one its heuristic chose for these pointers (H200 probe, 2026-11-26) */
-            MPT_ASSERTF((uintptr_t)a->a_scale_inv % 16 == 0 && (uintptr_t)a->b_scale_inv % 16 == 0,
-                        "gemm %s: FP8 scale_inv pointers %p and %p must be 16-byte aligned (cuBLASLt)", tag,
-                        (const void *)a->a_scale_inv, (const void *)a->b_scale_inv);
-        }
-        if (running && a->math == MPT_MATH_MXFP8 && a->K > 0)
-            MPT_ASSERTF(a->a_block_scales && a->b_block_scales, "gemm %s: MXFP8 needs both operands' block scales",
-                        tag);
-        MPT_ASSERTF(a->math == MPT_MATH_FP8 || a->fp8_accum == MPT_FP8_ACCUM_FP32,
-                    "gemm %s: MXFP8 accumulates in FP32 (no fast accumulator)", tag);
-        break;
-    case MPT_MATH_FP32:
-    case MPT_MATH_TF32:
-        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_F32, "gemm %s: math %s needs F32 operands, got %s", tag,
-                    mpt_math_name(a->math), mpt_dtype_name(a->a_dtype));
-        break;
-    case MPT_MATH_F16:
-        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_F16, "gemm %s: math fp16 needs F16 operands, got %s", tag,
-                    mpt_dtype_name(a->a_dtype));
-        break;
-    case MPT_MATH_BF16:
-        MPT_ASSERTF(a->a_dtype == MPT_DTYPE_BF16, "gemm %s: math bf16 needs BF16 operands, got %s", tag,
-                    mpt_dtype_name(a->a_dtype));
-        break;
-    default: MPT_ASSERTF(0, "gemm %s: unknown math mode %d", tag, (int)a->math);
+    if (fp8 && a->math == MPT_MATH_FP8 && a->a_dtype == MPT_DTYPE_E5M2 && a->b_dtype == MPT_DTYPE_E5M2) {
+        snprintf(why, len, "E5M2 x E5M2 is not a cuBLASLt FP8 configuration");
+        return 0;
     }
-    if (mpt_epilogue_adds_bias(a->epilogue)) {
-        MPT_ASSERTF(a->bias != NULL || !running, "gemm %s: bias epilogue without a bias pointer", tag);
-        mpt_cuda_require_float(a->bias_dtype, "gemm bias");
+    /* cuBLASLt 13.1 refuses (NOT_SUPPORTED) an FP8 call whose scale pointers are not 16-byte aligned, with any
+     * algorithm, also one its heuristic chose for these pointers (H200 probe, 2026-11-26) */
+    if (running && a->math == MPT_MATH_FP8 &&
+        ((uintptr_t)a->a_scale_inv % 16 != 0 || (uintptr_t)a->b_scale_inv % 16 != 0)) {
+        snprintf(why, len, "FP8 scale_inv pointers %p and %p must be 16-byte aligned (cuBLASLt)",
+                 (const void *)a->a_scale_inv, (const void *)a->b_scale_inv);
+        return 0;
     }
-    if (a->epilogue == MPT_EPILOGUE_BGRAD) {
-        MPT_ASSERTF(a->trans_a && a->alpha == 1.0f && a->c_dtype == MPT_DTYPE_F32,
-                    "gemm %s: the BGRAD epilogue needs trans_a = 1, alpha = 1 and an F32 C (trans_a %d, alpha %g, "
-                    "C %s)", tag, a->trans_a, (double)a->alpha, mpt_dtype_name(a->c_dtype));
-        MPT_ASSERTF(a->bias_grad != NULL || !running || a->M == 0, "gemm %s: BGRAD epilogue without bias_grad", tag);
-    }
-    if (mpt_epilogue_uses_aux(a->epilogue) && running && a->M > 0 && a->N > 0)
-        MPT_ASSERTF(a->aux != NULL && ((uintptr_t)a->aux & 15) == 0,
-                    "gemm %s: a ReLU-mask epilogue needs a 16-byte aligned aux (have %p)", tag, a->aux);
-    if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD) {
-        MPT_ASSERTF(a->beta == 0.0f, "gemm %s: the DRELU_BGRAD epilogue writes C, beta must be 0 (is %g)", tag,
-                    (double)a->beta);
-        MPT_ASSERTF(a->bias_grad != NULL || !running || a->N == 0, "gemm %s: DRELU_BGRAD epilogue without bias_grad",
-                    tag);
-    }
-    if (running && a->M > 0 && a->N > 0)
-        MPT_ASSERTF(a->C != NULL && (a->K == 0 || (a->A != NULL && a->B != NULL)),
-                    "gemm %s: NULL operand (A %p, B %p, C %p)", tag, a->A, a->B, a->C);
-    MPT_ASSERTF(a->epilogue >= MPT_EPILOGUE_NONE && a->epilogue <= MPT_EPILOGUE_DRELU_BGRAD,
-                "gemm %s: unknown epilogue %d", tag, (int)a->epilogue);
+    return 1;
+}
+
+/* Programmer-error checks: the contract (engine/backend.c), then what cuBLASLt cannot run. `running`: the call is
+ * executing (pointers must be set); at graph build time (gemm_workspace) the tensors may not be allocated yet. */
+static void validate(const mpt_gemm_args *a, int running) {
+    mpt_gemm_args_check(a, running);
+    char why[256];
+    MPT_ASSERTF(mpt_cuda_gemm_supports(NULL, a, running, why, sizeof why), "gemm %s: %s", a->tag ? a->tag : "(untagged)", why);
 }
 
 static gemm_key make_key(const mpt_gemm_args *a) {

@@ -229,21 +229,7 @@ static void launch_optim_step(const mpt_cuda_ctx *ctx, const mpt_optim_args *a) 
 }
 
 void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
-    const mpt_optim_hparams *h = &a->h;
-    MPT_ASSERT(a->n >= 0 && a->grad != NULL && a->step != NULL);
-    MPT_ASSERTF(a->master != NULL || a->working != NULL, "optim_step: no weights (master and working both NULL)");
-    switch (h->kind) {
-    case MPT_OPTIM_SGD:
-        MPT_ASSERTF(h->momentum == 0.0f || a->m != NULL, "optim_step: SGD with momentum needs a buffer");
-        break;
-    case MPT_OPTIM_ADAM:
-    case MPT_OPTIM_ADAMW:
-        MPT_ASSERTF(a->m != NULL && a->v != NULL, "optim_step: Adam/AdamW need exp_avg and exp_avg_sq");
-        break;
-    default: MPT_ASSERTF(0, "optim_step: unknown optimizer kind %d", (int)h->kind);
-    }
-    if (a->working) mpt_cuda_require_float(a->working_dtype, "optim_step (working copy)");
-    mpt_cuda_require_float(a->state_dtype, "optim_step (optimizer state)");
+    mpt_optim_args_check(a); /* the contract (engine/backend.c) */
     if (a->n == 0) return;
     launch_optim_step(mpt_cuda_ctx_of(be), a);
 }
