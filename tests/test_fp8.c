@@ -542,6 +542,23 @@ START_TEST(test_fast_accumulator_model) {
         EXPECT(c_fast == 200704.0f && c_32 == 200704.0f && model_dot(a, b, 64, 0, &E4M3, &E4M3) == 200704.0,
                "fast %.9g, fp32 %.9g (expected 200704 both)", c_fast, c_32);
     }
+    /* constructed: a NaN operand in the first block makes that block's sum NaN, and NaN + finite products stays NaN in
+     * the second block (IEEE; the model sums finite terms only). The accumulator once read a NaN c as the finite
+     * significand of its bits times 2^128 and returned +inf. With an infinity the same: +inf stays +inf. */
+    {
+        uint8_t A[64], B[64];
+        for (int k = 0; k < 64; k++) A[k] = B[k] = 0x38; /* 1.0 */
+        A[0] = 0x7f;                                     /* E4M3 NaN */
+        float c_fast, c_prom;
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FAST, 0, &c_fast);
+        fp8_gemm(be, A, MPT_DTYPE_E4M3, B, MPT_DTYPE_E4M3, 1, 1, 64, MPT_FP8_ACCUM_FAST, 32, &c_prom);
+        EXPECT(c_fast != c_fast && c_prom != c_prom, "NaN in block 1: fast %g, promoted every 32 %g (expected NaN)",
+               c_fast, c_prom);
+        A[0] = 0x7b, B[0] = 0x7c; /* E5M2 x E5M2: 57344 x inf = +inf */
+        for (int k = 1; k < 64; k++) A[k] = B[k] = 0x3c; /* E5M2 1.0 */
+        fp8_gemm(be, A, MPT_DTYPE_E5M2, B, MPT_DTYPE_E5M2, 1, 1, 64, MPT_FP8_ACCUM_FAST, 0, &c_fast);
+        EXPECT(c_fast == INFINITY, "inf in block 1: fast %g (expected +inf)", c_fast);
+    }
     mpt_backend_free(&be);
 }
 END_TEST

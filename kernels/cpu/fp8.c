@@ -2,7 +2,7 @@
  * kernels/cpu/fp8.c - the CPU backend's FP8 kernels: the scaled casts (per tensor and MX per block, with the
  * transposing copies the TN layout needs), the per-step scale update, the exact decoding of FP8 operands for the
  * emulated GEMM, and the model of Hopper's FP8 Tensor Core accumulator (contracts: engine/backend.h; the model and
- * its sources: kernels/cpu/gemm.c's header, docs/numerics.md).
+ * its sources: kernels/cpu/gemm.c's header, docs/numerics.md; its arithmetic: kernels/cpu/tc_accum.h).
  *
  * Every per-element rule is engine/numerics.h's (mpt_f32_to_fp8, mpt_mx_scale_code, mpt_fp8_scale_from_amax), so
  * the CUDA kernels that call the same functions produce the same bits.
@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/tc_accum.h"
 
 /* ---- casts --------------------------------------------------------------------------------------------------- */
 
@@ -148,92 +149,32 @@ void mpt_cpu_fp8_decode(float *dst, const uint8_t *src, mpt_dtype fmt, int64_t r
 
 /* ---- Hopper's FP8 accumulator (the model: kernels/cpu/gemm.c's header) -------------------------------------- */
 
-/* An FP8 code as value = sig * 2^(exp - man_bits): sig the signed integer significand (implicit bit included,
- * 0 for zeros), exp the exponent of its leading bit position for normals and the smallest normal exponent for
- * subnormals (the model's convention: a subnormal's significand is below 1); special = NaN or inf. */
-typedef struct fp8_parts {
-    int16_t sig;
-    int8_t exp;
-    uint8_t special;
-} fp8_parts;
-
-static void fp8_parts_table(fp8_parts t[256], int e5) {
-    const int man = e5 ? 2 : 3, bias = e5 ? 15 : 7, top = e5 ? 31 : 15;
-    for (int c = 0; c < 256; c++) {
-        const int e = (c >> man) & top, m = c & ((1 << man) - 1), neg = c >> 7;
-        fp8_parts p = {0, 0, 0};
-        const float v = mpt_fp8_decode((uint8_t)c, e5);
-        if (v != v || v == INFINITY || v == -INFINITY) p.special = 1;
-        else if (e == 0) p = (fp8_parts){(int16_t)(neg ? -m : m), (int8_t)(1 - bias), 0};
-        else p = (fp8_parts){(int16_t)(neg ? -(m | (1 << man)) : (m | (1 << man))), (int8_t)(e - bias), 0};
-        t[c] = p;
-    }
-}
-
-/* c + sum of the block's products through the fast accumulator: every nonzero term (the products, exact, and c)
- * is truncated toward zero to a multiple of 2^(E - 13), E the largest exponent among them (products: exp(a) +
- * exp(b); c: its FP32 exponent), the truncated terms are summed exactly, and the sum is truncated toward zero to
- * 14 significant bits. A block with a NaN or inf operand gives c + the FP32 sum of its products (IEEE rules). */
-static float fast_block(float c, const uint8_t *a, const uint8_t *b, int n, const fp8_parts *ta, const fp8_parts *tb,
-                        const float *va, const float *vb, int man_ab) {
-    int emax = -1000;
-    for (int i = 0; i < n; i++) {
-        const fp8_parts pa = ta[a[i]], pb = tb[b[i]];
-        if (pa.special | pb.special) {
-            float s = c;
-            for (int j = 0; j < n; j++) s += va[a[j]] * vb[b[j]];
-            return s;
-        }
-        if (pa.sig == 0 || pb.sig == 0) continue;
-        const int e = pa.exp + pb.exp;
-        emax = e > emax ? e : emax;
-    }
-    const uint32_t cb = mpt_f32_bits(c), field = (cb >> 23) & 0xffu;
-    int ec = 0;
-    uint32_t csig = 0;
-    if ((cb & 0x7fffffffu) != 0u) {
-        ec = field ? (int)field - 127 : -126;
-        csig = (cb & 0x7fffffu) | (field ? 0x800000u : 0u);
-        emax = ec > emax ? ec : emax;
-    }
-    if (emax == -1000) return c; /* no nonzero term: c is +-0 */
-    const int unit = emax - 13;  /* the alignment grid, 2^unit */
-    int64_t sum = 0;
-    for (int i = 0; i < n; i++) {
-        const fp8_parts pa = ta[a[i]], pb = tb[b[i]];
-        const int p = pa.sig * pb.sig;
-        if (p == 0) continue;
-        const int shift = unit - (pa.exp + pb.exp - man_ab); /* the product is p * 2^(exp(a) + exp(b) - man_ab) */
-        int64_t mag = p < 0 ? -(int64_t)p : (int64_t)p;
-        mag = shift >= 0 ? (shift >= 31 ? 0 : mag >> shift) : mag << -shift;
-        sum += p < 0 ? -mag : mag;
-    }
-    if (csig) {
-        const int shift = unit - (ec - 23); /* >= 10: c = csig * 2^(ec - 23), csig < 2^24 */
-        const int64_t mag = shift >= 24 ? 0 : (int64_t)(csig >> shift);
-        sum += (cb >> 31) ? -mag : mag;
-    }
-    if (sum == 0) return 0.0f;
-    uint64_t mag = sum < 0 ? (uint64_t)(-sum) : (uint64_t)sum;
-    const int len = 64 - __builtin_clzll(mag);
-    if (len > 14) mag = (mag >> (len - 14)) << (len - 14); /* truncate to 14 significant bits */
-    const float v = ldexpf((float)mag, unit);
-    return sum < 0 ? -v : v;
-}
-
+/* The model is the H100 FP8 row of the Tensor Core summation models (kernels/cpu/tc_accum.h: blocks of 32 products,
+ * neab -10, truncation; bench/tc_validate matches it to the published H100 and H200 measurements): each block of K
+ * runs as one block FMA with the partial sum as its c, on the 256 codes of each operand format split once; a block
+ * with a NaN or inf operand, or after a partial sum that is not finite, follows IEEE's rules (mpt_tc_block on the
+ * values). --fp8-promote adds the partial sum into an FP32 accumulator every fp8_promote elements. */
 void mpt_cpu_fp8_fast_tile(float *tile, const mpt_gemm_args *g) {
     const int e5a = g->a_dtype == MPT_DTYPE_E5M2, e5b = g->b_dtype == MPT_DTYPE_E5M2;
-    fp8_parts ta[256], tb[256];
+    mpt_tc_op op;
+    const int rc = mpt_tc_op_init(&op, MPT_TC_MODEL_H100, e5a ? MPT_TC_FORMAT_E5M2 : MPT_TC_FORMAT_E4M3,
+                                  e5b ? MPT_TC_FORMAT_E5M2 : MPT_TC_FORMAT_E4M3, MPT_TC_OUT_FP32);
+    MPT_ASSERTF(rc == 0 && op.p->block == MPT_MX_BLOCK, "fp8 fast accumulator: no H100 FP8 row of 32 products");
     float va[256], vb[256];
-    fp8_parts_table(ta, e5a);
-    fp8_parts_table(tb, e5b);
+    mpt_tc_term sa[256], sb[256];
+    uint8_t special_a[256], special_b[256]; /* NaN or inf codes */
     for (int c = 0; c < 256; c++) {
         va[c] = mpt_fp8_decode((uint8_t)c, e5a);
         vb[c] = mpt_fp8_decode((uint8_t)c, e5b);
+        special_a[c] = !mpt_is_finite(va[c]);
+        special_b[c] = !mpt_is_finite(vb[c]);
+        sa[c] = special_a[c] ? (mpt_tc_term){0, 0} : mpt_tc_split(va[c], op.emin_a);
+        sb[c] = special_b[c] ? (mpt_tc_term){0, 0} : mpt_tc_split(vb[c], op.emin_b);
     }
-    const int man_ab = (e5a ? 2 : 3) + (e5b ? 2 : 3);
     const int64_t M = g->M, N = g->N, K = g->K, promote = g->fp8_promote;
     const uint8_t *A = g->A, *B = g->B;
+    mpt_tc_term x[MPT_MX_BLOCK], y[MPT_MX_BLOCK];
+    float xv[MPT_MX_BLOCK], yv[MPT_MX_BLOCK];
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             const uint8_t *a = A + m * K, *b = B + n * K;
@@ -241,7 +182,17 @@ void mpt_cpu_fp8_fast_tile(float *tile, const mpt_gemm_args *g) {
             int64_t since = 0;
             for (int64_t k0 = 0; k0 < K; k0 += MPT_MX_BLOCK) {
                 const int len = (int)(K - k0 < MPT_MX_BLOCK ? K - k0 : MPT_MX_BLOCK);
-                part = fast_block(part, a + k0, b + k0, len, ta, tb, va, vb, man_ab);
+                int special = !mpt_is_finite(part);
+                for (int i = 0; i < len; i++) {
+                    special |= special_a[a[k0 + i]] | special_b[b[k0 + i]];
+                    x[i] = sa[a[k0 + i]], y[i] = sb[b[k0 + i]];
+                }
+                if (special) {
+                    for (int i = 0; i < len; i++) xv[i] = va[a[k0 + i]], yv[i] = vb[b[k0 + i]];
+                    part = mpt_tc_block(&op, part, xv, yv, len);
+                } else {
+                    part = mpt_tc_block_split(&op, part, x, y, len);
+                }
                 since += len;
                 if (promote > 0 && since >= promote) { /* DeepSeek-V3: the partial sum joins an FP32 accumulator */
                     acc = acc + part;

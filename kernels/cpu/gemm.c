@@ -83,7 +83,8 @@
  * ("Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004) give bit-accurate models of the tensor cores' inner
  * products, with MATLAB code (github.com/north-numerical-computing/MATLAB-tensor-core: models/H100TC.m, FP8 inputs:
  * fma = 32, neab = -10, frmode 'rz', built on models/tools/Generic_BFMA_TC.m and GEMM.m). The model implemented
- * here (kernels/cpu/fp8.c mpt_cpu_fp8_fast_tile, instead of the FP32 GEMM) is our reading of theirs for FP8 inputs and an FP32 output:
+ * here (kernels/cpu/fp8.c mpt_cpu_fp8_fast_tile, instead of the FP32 GEMM; its arithmetic is the h100 FP8 row of the
+ * Tensor Core summation models, kernels/cpu/tc_accum.h) is our reading of theirs for FP8 inputs and an FP32 output:
  *   - K is consumed in blocks of 32 products, in order; the accumulator c (FP32, starting at +0) joins each block;
  *   - a block's terms (its 32 products, each exact, and c) are aligned to the largest exponent E among them (a
  *     product's exponent is exp(a) + exp(b), its significand in [1, 4); a subnormal operand has the smallest normal
@@ -93,7 +94,8 @@
  *     fraction bits: an "e8m13" accumulator) and becomes the next c;
  *   - --fp8-promote N: every N elements of K (a multiple of 32) the partial c is added into an FP32 accumulator with
  *     round-to-nearest and restarts from +0 (DeepSeek-V3's remedy, N = 128 there); the rest is added at the end;
- *   - NaN and inf operands: the block falls back to FP32 arithmetic (the model does not say).
+ *   - NaN and inf operands: the block follows IEEE's rules (NaN if any NaN, inf x 0 or +inf meets -inf, else the
+ *     infinity), and a NaN or infinite partial sum stays so through later blocks (the model does not say).
  * The per-tensor scales, alpha, beta * C and the bias then apply in the FP32 epilogue as above. The model's
  * assumptions (that cuBLASLt's FP8 kernels with CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 accumulate all of K in the Tensor
  * Core in this order, though cuBLASLt may split K; that FAST_ACCUM = 0 equals some promotion interval, which NVIDIA

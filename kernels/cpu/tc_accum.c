@@ -146,15 +146,9 @@ int mpt_tc_op_init(mpt_tc_op *op, mpt_tc_model m, mpt_tc_format fa, mpt_tc_forma
 
 /* ---- the arithmetic ------------------------------------------------------------------------------------------ */
 
-/* An operand or c split as value = sig * 2^(exp - 23): sig signed, |sig| < 2^24, 0 for zeros. */
-typedef struct tc_term {
-    int32_t sig;
-    int32_t exp;
-} tc_term;
-
 /* x (finite) split with its exponent raised to at least emin (step 1 of the header): the significand shifts right
  * by what the exponent rises, which drops no bit for a value of a format whose smallest normal exponent is emin. */
-static inline tc_term tc_split(float x, int emin) {
+static inline mpt_tc_term tc_split(float x, int emin) {
     const uint32_t u = mpt_f32_bits(x), field = (u >> 23) & 0xffu;
     int32_t sig = (int32_t)((u & 0x7fffffu) | (field ? 0x800000u : 0u));
     int32_t exp = field ? (int32_t)field - 127 : -126;
@@ -163,7 +157,7 @@ static inline tc_term tc_split(float x, int emin) {
         sig = d >= 24 ? 0 : sig >> d;
         exp = emin;
     }
-    return (tc_term){u >> 31 ? -sig : sig, sig ? exp : 0};
+    return (mpt_tc_term){u >> 31 ? -sig : sig, sig ? exp : 0};
 }
 
 /* x rounded to the output format (FP16 rows: RNE to FP16; FP32: itself). */
@@ -200,40 +194,36 @@ static float tc_round(const mpt_tc_op *op, int64_t S, int u) {
     return neg ? -v : v;
 }
 
-/* One block FMA on split operands: c (finite, a value of the output format) + sum_{i < n} a[i] b[i]. */
-static float tc_block_terms(const mpt_tc_op *op, float c, const tc_term *a, const tc_term *b, int n) {
+/* One block FMA on split operands: c (finite, a value of the output format) + sum_{i < n} a[i] b[i]. Two passes:
+ * the alignment exponent E, then the terms on its grid. */
+static float tc_block_terms(const mpt_tc_op *op, float c, const mpt_tc_term *a, const mpt_tc_term *b, int n) {
     const mpt_tc_params *p = op->p;
-    uint32_t P[MPT_TC_MAX_BLOCK];
-    int32_t E[MPT_TC_MAX_BLOCK];
-    uint8_t neg[MPT_TC_MAX_BLOCK];
-    int cnt = 0, emax = INT32_MIN;
+    int emax = INT32_MIN;
     for (int i = 0; i < n; i++) {
-        if (a[i].sig == 0 || b[i].sig == 0) continue; /* zero products are dropped */
-        const int64_t prod = (int64_t)a[i].sig * b[i].sig;
-        const uint64_t mag = prod < 0 ? (uint64_t)(-prod) : (uint64_t)prod;
-        P[cnt] = (uint32_t)(mag >> 23); /* the product's significand times 2^23: below 2^25 */
-        E[cnt] = a[i].exp + b[i].exp;   /* its un-normalised exponent */
-        neg[cnt] = prod < 0;
-        emax = E[cnt] > emax ? E[cnt] : emax;
-        cnt++;
+        const int e = a[i].exp + b[i].exp; /* a product's un-normalised exponent; zero products are dropped */
+        if (a[i].sig != 0 && b[i].sig != 0 && e > emax) emax = e;
     }
-    tc_term ct = {0, 0};
+    mpt_tc_term ct = {0, 0};
     if (c != 0.0f) {
         ct = tc_split(c, -126); /* c keeps its FP32 exponent (subnormal: -126) */
         emax = ct.exp > emax ? ct.exp : emax;
     }
-    if (cnt == 0 && ct.sig == 0) return 0.0f; /* no term: +0 */
+    if (emax == INT32_MIN) return 0.0f; /* no term: +0 */
     if (emax < p->min_exp) emax = p->min_exp;
+    const int base = emax - p->neab; /* a term of exponent e moves right by base - e bits */
     int64_t S = 0;
-    for (int i = 0; i < cnt; i++) {
-        const int r = emax - E[i] - p->neab; /* the product's magnitude times 2^-r, truncated */
-        const uint64_t v = r >= 0 ? (r >= 32 ? 0u : (uint64_t)P[i] >> r) : (uint64_t)P[i] << -r;
-        S += neg[i] ? -(int64_t)v : (int64_t)v;
+    for (int i = 0; i < n; i++) {
+        const int64_t prod = (int64_t)a[i].sig * b[i].sig;
+        if (prod == 0) continue;
+        const uint64_t P = (prod < 0 ? (uint64_t)(-prod) : (uint64_t)prod) >> 23; /* significand x 2^23, < 2^25 */
+        const int r = base - (a[i].exp + b[i].exp);
+        const uint64_t v = r >= 0 ? (r >= 32 ? 0u : P >> r) : P << -r; /* magnitude truncated to the grid */
+        S += prod < 0 ? -(int64_t)v : (int64_t)v;
     }
     if (ct.sig != 0) {
-        const uint32_t cm = (uint32_t)(ct.sig < 0 ? -ct.sig : ct.sig);
-        const int r = emax - ct.exp - p->neab;
-        const uint64_t v = r >= 0 ? (r >= 32 ? 0u : (uint64_t)cm >> r) : (uint64_t)cm << -r;
+        const uint64_t cm = (uint64_t)(ct.sig < 0 ? -ct.sig : ct.sig);
+        const int r = base - ct.exp;
+        const uint64_t v = r >= 0 ? (r >= 32 ? 0u : cm >> r) : cm << -r;
         S += ct.sig < 0 ? -(int64_t)v : (int64_t)v;
     }
     return tc_round(op, S, emax - 23 - p->neab);
@@ -269,7 +259,7 @@ static float tc_ieee(float c, const float *a, int64_t sa, const float *b, int64_
 static float tc_dot_finite(const mpt_tc_op *op, float c, const float *a, int64_t sa, const float *b, int64_t sb,
                            int64_t K) {
     const int blk = op->p->block;
-    tc_term ta[MPT_TC_MAX_BLOCK], tb[MPT_TC_MAX_BLOCK];
+    mpt_tc_term ta[MPT_TC_MAX_BLOCK], tb[MPT_TC_MAX_BLOCK];
     float d = c;
     for (int64_t k0 = 0; k0 < K; k0 += blk) {
         if (!mpt_is_finite(d)) return d; /* overflowed in an earlier block: inf + finite products */
@@ -288,8 +278,25 @@ float mpt_tc_block(const mpt_tc_op *op, float c, const float *a, const float *b,
     MPT_ASSERTF(n >= 0 && n <= op->p->block, "tc block (%s): %d products, the block takes at most %d", op->p->name, n,
                 op->p->block);
     c = tc_to_out(op, c);
-    if (tc_any_special(c, a, 1, b, 1, n)) return tc_special(c, a, 1, b, 1, n);
-    return tc_dot_finite(op, c, a, 1, b, 1, n);
+    mpt_tc_term ta[MPT_TC_MAX_BLOCK], tb[MPT_TC_MAX_BLOCK];
+    uint32_t bad = (mpt_f32_bits(c) & 0x7f800000u) == 0x7f800000u;
+    for (int i = 0; i < n; i++) { /* an exponent field of all ones: NaN or inf */
+        bad |= (mpt_f32_bits(a[i]) & 0x7f800000u) == 0x7f800000u;
+        bad |= (mpt_f32_bits(b[i]) & 0x7f800000u) == 0x7f800000u;
+        ta[i] = tc_split(a[i], op->emin_a);
+        tb[i] = tc_split(b[i], op->emin_b);
+    }
+    if (bad) return tc_special(c, a, 1, b, 1, n);
+    return tc_block_terms(op, c, ta, tb, n);
+}
+
+mpt_tc_term mpt_tc_split(float x, int emin) { return tc_split(x, emin); }
+
+float mpt_tc_block_split(const mpt_tc_op *op, float c, const mpt_tc_term *a, const mpt_tc_term *b, int n) {
+    MPT_ASSERTF(op->p->sum == MPT_TC_SUM_BLOCK && n >= 0 && n <= op->p->block,
+                "tc block (%s): %d split products (an IEEE row, or more than the block's %d)", op->p->name, n,
+                op->p->block);
+    return tc_block_terms(op, tc_to_out(op, c), a, b, n);
 }
 
 float mpt_tc_dot(const mpt_tc_op *op, float c, const float *a, int64_t a_stride, const float *b, int64_t b_stride,
@@ -305,17 +312,17 @@ float mpt_tc_dot(const mpt_tc_op *op, float c, const float *a, int64_t a_stride,
 
 size_t mpt_tc_gemm_ws_bytes(const mpt_tc_op *op, int64_t M, int64_t N, int64_t K) {
     if (op->p->sum == MPT_TC_SUM_IEEE || M <= 0 || N <= 0 || K <= 0) return 0;
-    return (size_t)(M + N) * ((size_t)K * sizeof(tc_term) + 1u);
+    return (size_t)(M + N) * ((size_t)K * sizeof(mpt_tc_term) + 1u);
 }
 
 /* dst[k] = the split of x[k * stride] (k < K; NaN and inf as zeros); returns whether any of them is NaN or inf. */
-static uint8_t tc_split_row(tc_term *dst, const float *x, int64_t stride, int64_t K, int emin) {
+static uint8_t tc_split_row(mpt_tc_term *dst, const float *x, int64_t stride, int64_t K, int emin) {
     uint8_t bad = 0;
     for (int64_t k = 0; k < K; k++) {
         const float v = x[k * stride];
         const int fin = mpt_is_finite(v);
         bad |= !fin;
-        dst[k] = fin ? tc_split(v, emin) : (tc_term){0, 0};
+        dst[k] = fin ? tc_split(v, emin) : (mpt_tc_term){0, 0};
     }
     return bad;
 }
@@ -342,7 +349,7 @@ void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_
                 "tc gemm (%s): scratch of %zu bytes at %p, needs %zu bytes, 8-byte aligned", op->p->name, ws_bytes,
                 ws, need);
     /* scratch: the split rows of op(A) [M, K], the split columns of op(B) [N, K], then a NaN/inf flag per each */
-    tc_term *ta = ws, *tb = ta + M * K;
+    mpt_tc_term *ta = ws, *tb = ta + M * K;
     uint8_t *bad_a = (uint8_t *)(tb + N * K), *bad_b = bad_a + M;
     for (int64_t m = 0; m < M; m++) bad_a[m] = tc_split_row(ta + m * K, g->A + m * as_m, as_k, K, op->emin_a);
     for (int64_t n = 0; n < N; n++) bad_b[n] = tc_split_row(tb + n * K, g->B + n * bs_n, bs_k, K, op->emin_b);
@@ -354,7 +361,7 @@ void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_
                 g->D[m * N + n] = tc_special(c, g->A + m * as_m, as_k, g->B + n * bs_n, bs_k, K);
                 continue;
             }
-            const tc_term *ra = ta + m * K, *rb = tb + n * K;
+            const mpt_tc_term *ra = ta + m * K, *rb = tb + n * K;
             float d = c;
             for (int64_t k0 = 0; k0 < K && mpt_is_finite(d); k0 += blk)
                 d = tc_block_terms(op, d, ra + k0, rb + k0, (int)(K - k0 < blk ? K - k0 : blk));

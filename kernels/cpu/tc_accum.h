@@ -174,6 +174,22 @@ int mpt_tc_op_init(mpt_tc_op *op, mpt_tc_model m, mpt_tc_format fa, mpt_tc_forma
  * the result, a value of the output format held as FP32. */
 float mpt_tc_block(const mpt_tc_op *op, float c, const float *a, const float *b, int n);
 
+/* An operand split for the model (step 1): value = sig * 2^(exp - 23), sig signed with |sig| < 2^24 (0 for a zero),
+ * exp raised to the format's smallest normal exponent. For callers that split each operand once and sum it many
+ * times (a GEMM; a table of the 256 FP8 codes). */
+typedef struct mpt_tc_term {
+    int32_t sig;
+    int32_t exp;
+} mpt_tc_term;
+
+/* x (finite, a value of a format whose smallest normal exponent is emin: mpt_tc_op.emin_a / emin_b) split. */
+mpt_tc_term mpt_tc_split(float x, int emin);
+
+/* mpt_tc_block on split operands (a[i] of A's format, b[i] of B's): c + sum_{i < n} a[i] b[i] for a BLOCK row, with
+ * c, a and b finite (the caller handles NaN and inf, e.g. by mpt_tc_block on the values). The same bits as
+ * mpt_tc_block on the values they were split from. */
+float mpt_tc_block_split(const mpt_tc_op *op, float c, const mpt_tc_term *a, const mpt_tc_term *b, int n);
+
 /* A dot product over K: c + sum_{k < K} a[k * a_stride] b[k * b_stride] as the model sums it (block FMAs over
  * k = 0..block-1, block..2 block-1, ... in order, each result the next one's c). K >= 0 (K = 0: c, rounded to the
  * output format). */
