@@ -46,8 +46,9 @@
  * the block (prd_limit = 0).
  *
  * The `ieee` model is no Tensor Core: d = c, then d = fma(a_k, b_k, d) in FP32 with RNE for k = 1..K in order
- * (IEEE 754 recursive summation; with the exact products of these formats it equals d = d + a_k * b_k). The
- * emulate kernel set computes that sum, up to its FP32 engine's order (kernels/cpu/gemm.c).
+ * (IEEE 754 recursive summation; while no product leaves FP32's range, the products of these formats are exact
+ * in FP32 and this equals d = d + a_k * b_k). The emulate kernel set computes that sum, up to its FP32 engine's
+ * order (kernels/cpu/gemm.c).
  *
  * Operands are FP32 values already rounded to the input format (what the emulate kernel set holds in its
  * converted scratch). A value that is not one of the format's loses the bits the model has no room for (the
