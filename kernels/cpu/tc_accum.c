@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "engine/status.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/elemwise.h"
 
 /* ---- the tables ---------------------------------------------------------------------------------------------- */
@@ -190,7 +191,9 @@ static float tc_round(const mpt_tc_op *op, int64_t S, int u) {
         qe++;
     }
     if (q != 0 && qe + (63 - __builtin_clzll(q)) > op->out->emax) return neg ? -INFINITY : INFINITY;
-    const float v = ldexpf((float)q, qe); /* exact: q < 2^24, qe >= emin - acc_man >= -149 */
+    /* q 2^qe, exact: q < 2^24, and -149 <= qe <= emax - acc_man, so 2^qe is a float (subnormal below 2^-126) */
+    const float scale = mpt_bits_f32(qe >= -126 ? (uint32_t)(qe + 127) << 23 : UINT32_C(1) << (qe + 149));
+    const float v = (float)q * scale;
     return neg ? -v : v;
 }
 
@@ -310,21 +313,65 @@ float mpt_tc_dot(const mpt_tc_op *op, float c, const float *a, int64_t a_stride,
 
 /* ---- the GEMM ------------------------------------------------------------------------------------------------ */
 
+/* The GEMM splits each operand once, into separate arrays of significands and exponents (what the compiler
+ * vectorises): a significand keeps its top 12 of 24 bits, sig >> 12, exact for every format here (at most 11
+ * significant bits, subnormals included), so a product of two is below 2^24 and the block's P = s_a s_b / 2^23 is
+ * (s_a >> 12)(s_b >> 12) * 2, the same number as tc_block_terms forms. */
+enum { TC_SIG_DROP = 12 };
+
 size_t mpt_tc_gemm_ws_bytes(const mpt_tc_op *op, int64_t M, int64_t N, int64_t K) {
     if (op->p->sum == MPT_TC_SUM_IEEE || M <= 0 || N <= 0 || K <= 0) return 0;
-    return (size_t)(M + N) * ((size_t)K * sizeof(mpt_tc_term) + 1u);
+    return (size_t)(M + N) * ((size_t)K * 2u * sizeof(int32_t) + 1u);
 }
 
-/* dst[k] = the split of x[k * stride] (k < K; NaN and inf as zeros); returns whether any of them is NaN or inf. */
-static uint8_t tc_split_row(mpt_tc_term *dst, const float *x, int64_t stride, int64_t K, int emin) {
+/* sig[k], exp[k] = the split of x[k * stride] (k < K; NaN and inf as zeros), significands shifted as above;
+ * returns whether any of them is NaN or inf. */
+static uint8_t tc_split_row(int32_t *sig, int32_t *exp, const float *x, int64_t stride, int64_t K, int emin) {
     uint8_t bad = 0;
     for (int64_t k = 0; k < K; k++) {
         const float v = x[k * stride];
         const int fin = mpt_is_finite(v);
+        const mpt_tc_term t = fin ? tc_split(v, emin) : (mpt_tc_term){0, 0};
         bad |= !fin;
-        dst[k] = fin ? tc_split(v, emin) : (mpt_tc_term){0, 0};
+        sig[k] = t.sig / (1 << TC_SIG_DROP); /* exact: the low bits are zero (toward zero for other values) */
+        exp[k] = t.exp;
     }
     return bad;
+}
+
+/* tc_block_terms on split rows (significands shifted by TC_SIG_DROP): the same arithmetic, the same bits. */
+static float tc_block_rows(const mpt_tc_op *op, float c, const int32_t *sa, const int32_t *ea, const int32_t *sb,
+                           const int32_t *eb, int n) {
+    const mpt_tc_params *p = op->p;
+    enum { NONE = -(1 << 30) };
+    int32_t emax = NONE;
+    for (int i = 0; i < n; i++) {
+        const int32_t e = sa[i] * sb[i] != 0 ? ea[i] + eb[i] : NONE;
+        emax = e > emax ? e : emax;
+    }
+    mpt_tc_term ct = {0, 0};
+    if (c != 0.0f) {
+        ct = tc_split(c, -126);
+        emax = ct.exp > emax ? ct.exp : emax;
+    }
+    if (emax == NONE) return 0.0f;
+    if (emax < p->min_exp) emax = p->min_exp;
+    const int32_t base = emax - p->neab;
+    int64_t S = 0;
+    for (int i = 0; i < n; i++) {
+        const int32_t prod = sa[i] * sb[i];                               /* below 2^24 in magnitude */
+        const uint32_t P = (uint32_t)(prod < 0 ? -prod : prod) << 1;     /* s_a s_b / 2^23 */
+        const int32_t r = base - (ea[i] + eb[i]);
+        const uint32_t v = r >= 0 ? (r < 32 ? P >> r : 0u) : P << -r; /* r >= -neab >= -2: below 2^27 */
+        S += prod < 0 ? -(int64_t)v : (int64_t)v;
+    }
+    if (ct.sig != 0) {
+        const uint64_t cm = (uint64_t)(ct.sig < 0 ? -ct.sig : ct.sig);
+        const int r = base - ct.exp;
+        const uint64_t v = r >= 0 ? (r >= 32 ? 0u : cm >> r) : cm << -r;
+        S += ct.sig < 0 ? -(int64_t)v : (int64_t)v;
+    }
+    return tc_round(op, S, emax - 23 - p->neab);
 }
 
 void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_t ws_bytes) {
@@ -345,15 +392,20 @@ void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_
         return;
     }
     const size_t need = mpt_tc_gemm_ws_bytes(op, M, N, K);
-    MPT_ASSERTF(ws && ws_bytes >= need && ((uintptr_t)ws & 7u) == 0,
-                "tc gemm (%s): scratch of %zu bytes at %p, needs %zu bytes, 8-byte aligned", op->p->name, ws_bytes,
+    MPT_ASSERTF(ws && ws_bytes >= need && ((uintptr_t)ws & 3u) == 0,
+                "tc gemm (%s): scratch of %zu bytes at %p, needs %zu bytes, 4-byte aligned", op->p->name, ws_bytes,
                 ws, need);
-    /* scratch: the split rows of op(A) [M, K], the split columns of op(B) [N, K], then a NaN/inf flag per each */
-    mpt_tc_term *ta = ws, *tb = ta + M * K;
-    uint8_t *bad_a = (uint8_t *)(tb + N * K), *bad_b = bad_a + M;
-    for (int64_t m = 0; m < M; m++) bad_a[m] = tc_split_row(ta + m * K, g->A + m * as_m, as_k, K, op->emin_a);
-    for (int64_t n = 0; n < N; n++) bad_b[n] = tc_split_row(tb + n * K, g->B + n * bs_n, bs_k, K, op->emin_b);
+    /* scratch: significands and exponents of the rows of op(A) [M, K] and of the columns of op(B) [N, K], then a
+     * NaN/inf flag per row and per column */
+    int32_t *sa = ws, *ea = sa + M * K, *sb = ea + M * K, *eb = sb + N * K;
+    uint8_t *bad_a = (uint8_t *)(eb + N * K), *bad_b = bad_a + M;
+    for (int64_t m = 0; m < M; m++)
+        bad_a[m] = tc_split_row(sa + m * K, ea + m * K, g->A + m * as_m, as_k, K, op->emin_a);
+    for (int64_t n = 0; n < N; n++)
+        bad_b[n] = tc_split_row(sb + n * K, eb + n * K, g->B + n * bs_n, bs_k, K, op->emin_b);
     const int blk = op->p->block;
+    /* rows are independent: each element is the same function of its own row and column on any thread */
+    MPT_OMP(omp parallel for schedule(static) if (M * N * K >= 64 * MPT_PAR_MIN))
     for (int64_t m = 0; m < M; m++)
         for (int64_t n = 0; n < N; n++) {
             const float c = tc_to_out(op, g->C0 ? g->C0[m * N + n] : 0.0f);
@@ -361,10 +413,10 @@ void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_
                 g->D[m * N + n] = tc_special(c, g->A + m * as_m, as_k, g->B + n * bs_n, bs_k, K);
                 continue;
             }
-            const mpt_tc_term *ra = ta + m * K, *rb = tb + n * K;
             float d = c;
             for (int64_t k0 = 0; k0 < K && mpt_is_finite(d); k0 += blk)
-                d = tc_block_terms(op, d, ra + k0, rb + k0, (int)(K - k0 < blk ? K - k0 : blk));
+                d = tc_block_rows(op, d, sa + m * K + k0, ea + m * K + k0, sb + n * K + k0, eb + n * K + k0,
+                                  (int)(K - k0 < blk ? K - k0 : blk));
             g->D[m * N + n] = d;
         }
 }

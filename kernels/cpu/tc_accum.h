@@ -214,9 +214,11 @@ typedef struct mpt_tc_gemm_args {
  * call and a NaN/inf flag per row of op(A) and column of op(B), (M + N) * (8 K + 1) bytes; 0 for an IEEE row. */
 size_t mpt_tc_gemm_ws_bytes(const mpt_tc_op *op, int64_t M, int64_t N, int64_t K);
 
-/* Runs the GEMM of g with op's model, single-threaded, using ws (at least mpt_tc_gemm_ws_bytes bytes, 8-byte
- * aligned) as scratch. Every element equals mpt_tc_dot on its row and column. Aborts (MPT_ASSERTF) on negative
- * sizes, missing pointers or too little scratch. */
+/* Runs the GEMM of g with op's model using ws (at least mpt_tc_gemm_ws_bytes bytes, 4-byte aligned) as scratch,
+ * on the CPU backend's OpenMP threads (mpt_cpu_set_threads) when it is large; every element is computed alone, so
+ * the result does not depend on the thread count. Every element equals mpt_tc_dot on its row and column (operands
+ * that are values of op's formats, as everywhere here). Aborts (MPT_ASSERTF) on negative sizes, missing pointers
+ * or too little scratch. */
 void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_t ws_bytes);
 
 #endif
