@@ -12,7 +12,7 @@
  *  - properties on random inputs: the ieee model is the plain FP32 recursive sum; every model is exact when all
  *    terms sit on its grid and every partial sum is representable; with terms of one sign, a truncating model
  *    never exceeds the exact sum and loses at most its grid per term per block; the GEMM equals the dot product
- *    on every element, in every layout.
+ *    on every element, in every layout and on two threads.
  *
  * Hex-float literals are exact; an expected value written as a sum of powers of two is exact in double, and the
  * derivation shows it is a float of the output format.
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/backend.h"
 #include "harness.h"
 #include "kernels/cpu/tc_accum.h"
 #include "kernels/elemwise.h"
@@ -513,6 +514,32 @@ START_TEST(test_gemm_is_dot) {
 }
 END_TEST
 
+/* Large enough for the GEMM's OpenMP rows (M N K >= 64 x 65536), on two threads: still mpt_tc_dot on every
+ * element. */
+START_TEST(test_gemm_threads) {
+    tests_rng r = {0x7421};
+    mpt_cpu_set_threads(2);
+    mpt_tc_op op = op_of(H100, BF16, BF16, OUT32);
+    const int64_t M = 64, N = 64, K = 1024;
+    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * N * K), *D = malloc(sizeof(float) * M * N);
+    ck_assert(A && B && D);
+    for (int64_t i = 0; i < M * K; i++) A[i] = rand_value(&r, BF16, -8, 8);
+    for (int64_t i = 0; i < N * K; i++) B[i] = rand_value(&r, BF16, -8, 8);
+    const size_t ws_bytes = mpt_tc_gemm_ws_bytes(&op, M, N, K);
+    void *ws = malloc(ws_bytes);
+    ck_assert(ws);
+    const mpt_tc_gemm_args g = {.trans_b = 1, .M = M, .N = N, .K = K, .A = A, .B = B, .D = D};
+    mpt_tc_gemm(&op, &g, ws, ws_bytes);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            const float want = mpt_tc_dot(&op, 0.0f, A + m * K, 1, B + n * K, 1, K);
+            EXPECT(same(D[m * N + n], want), "D[%lld, %lld] = %a, dot %a", (long long)m, (long long)n,
+                   (double)D[m * N + n], (double)want);
+        }
+    free(A), free(B), free(D), free(ws);
+}
+END_TEST
+
 static Suite *tc_accum_suite(void) {
     Suite *s = suite_create("tc_accum");
     TCase *tc = tcase_create("table");
@@ -535,6 +562,7 @@ static Suite *tc_accum_suite(void) {
     tcase_add_test(tp, test_exact_when_representable);
     tcase_add_test(tp, test_truncation_bias_one_sign);
     tcase_add_test(tp, test_gemm_is_dot);
+    tcase_add_test(tp, test_gemm_threads);
     suite_add_tcase(s, tp);
     return s;
 }
