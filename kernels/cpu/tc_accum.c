@@ -383,11 +383,12 @@ void mpt_tc_gemm(const mpt_tc_op *op, const mpt_tc_gemm_args *g, void *ws, size_
     /* op(A)[m, k] = A[m * as_m + k * as_k]; op(B)[k, n] = B[k * bs_k + n * bs_n] */
     const int64_t as_m = g->trans_a ? 1 : K, as_k = g->trans_a ? M : 1;
     const int64_t bs_k = g->trans_b ? 1 : N, bs_n = g->trans_b ? K : 1;
-    if (op->p->sum == MPT_TC_SUM_IEEE || K == 0) {
+    if (op->p->sum == MPT_TC_SUM_IEEE || K == 0) { /* K = 0: no operand is read (A and B may be NULL) */
         for (int64_t m = 0; m < M; m++)
             for (int64_t n = 0; n < N; n++) {
                 const float c = g->C0 ? g->C0[m * N + n] : 0.0f;
-                g->D[m * N + n] = mpt_tc_dot(op, c, g->A + m * as_m, as_k, g->B + n * bs_n, bs_k, K);
+                g->D[m * N + n] = K == 0 ? mpt_tc_dot(op, c, NULL, 0, NULL, 0, 0)
+                                         : mpt_tc_dot(op, c, g->A + m * as_m, as_k, g->B + n * bs_n, bs_k, K);
             }
         return;
     }
