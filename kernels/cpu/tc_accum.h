@@ -41,7 +41,7 @@
  * with a non-finite c or operand follows the IEEE rule above for its own terms.
  *
  * Fixed for every NVIDIA row (the repository's flags, not parameters here): global alignment of all products and
- * c together (c joins the first alignment, no late partial sum), un-normalised products (denorm_prd = 1), no
+ * c together (c is aligned with the products, not added to their sum afterwards), un-normalised products (denorm_prd = 1), no
  * sticky bit, subnormal inputs and outputs supported, products allowed beyond the output's exponent range inside
  * the block (prd_limit = 0).
  *
