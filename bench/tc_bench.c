@@ -30,7 +30,7 @@
 #include "engine/backend.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/tc_accum.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 enum { N_SHAPES = 8, MAX_VARIANTS = 8, MAX_ROUNDS = 101 };
 

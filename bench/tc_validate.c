@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 
 #include "kernels/cpu/tc_accum.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 /* A folder of the repository's model_validation/ and the model that describes its GPU. */
 typedef struct gpu_dir {

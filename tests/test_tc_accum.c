@@ -25,7 +25,7 @@
 #include "engine/backend.h"
 #include "harness.h"
 #include "kernels/cpu/tc_accum.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 #define EXPECT(cond, ...)                                                                                          \
     do {                                                                                                           \

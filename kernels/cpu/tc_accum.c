@@ -16,7 +16,7 @@
 
 #include "engine/status.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 /* ---- the tables ---------------------------------------------------------------------------------------------- */
 
