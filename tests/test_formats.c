@@ -139,20 +139,6 @@ START_TEST(test_fp8_against_brute_force) {
 }
 END_TEST
 
-/* The value of a right-aligned bit pattern of format f, by engine/numerics.h's decoders (independent of the table). */
-static double decode_bits(mpt_format f, uint32_t bits) {
-    switch (f) {
-    case MPT_FORMAT_FP32: return mpt_bits_f32(bits);
-    case MPT_FORMAT_TF32: return mpt_bits_f32(bits << 13);
-    case MPT_FORMAT_BF16: return mpt_bf16_to_f32((uint16_t)bits);
-    case MPT_FORMAT_FP16: return mpt_f16_to_f32((uint16_t)bits);
-    case MPT_FORMAT_E4M3: return mpt_e4m3_to_f32((uint8_t)bits);
-    case MPT_FORMAT_E5M2: return mpt_e5m2_to_f32((uint8_t)bits);
-    case MPT_FORMAT_E8M0: return mpt_e8m0_to_f32((uint8_t)bits);
-    default: return NAN;
-    }
-}
-
 START_TEST(test_table) {
     /* the rows' constants, by hand (IEEE 754, OCP FP8 v1.0, OCP MX v1.0) */
     const mpt_format_desc *i = mpt_format_info(MPT_FORMAT_FP32);
@@ -179,9 +165,9 @@ START_TEST(test_table) {
     /* every row against the decoders and its own field widths */
     for (int f = 0; f < MPT_FORMAT_COUNT; f++) {
         const mpt_format_desc *d = mpt_format_info((mpt_format)f);
-        ck_assert_msg(decode_bits((mpt_format)f, d->max_bits) == d->max_finite, "%s: max", d->name);
-        ck_assert_msg(decode_bits((mpt_format)f, d->min_normal_bits) == d->min_normal, "%s: min normal", d->name);
-        ck_assert_msg(decode_bits((mpt_format)f, d->min_subnormal_bits) == d->min_subnormal, "%s: min sub", d->name);
+        ck_assert_msg(mpt_fmt_decode((mpt_format)f, d->max_bits) == d->max_finite, "%s: max", d->name);
+        ck_assert_msg(mpt_fmt_decode((mpt_format)f, d->min_normal_bits) == d->min_normal, "%s: min normal", d->name);
+        ck_assert_msg(mpt_fmt_decode((mpt_format)f, d->min_subnormal_bits) == d->min_subnormal, "%s: min sub", d->name);
         ck_assert_msg(d->unit_roundoff == ldexp(1.0, -(d->man_bits + 1)), "%s: unit roundoff", d->name);
         ck_assert_msg(d->min_normal == ldexp(1.0, d->emin), "%s: emin", d->name);
         ck_assert_msg(ilogb(d->max_finite) == d->emax, "%s: emax", d->name);
@@ -191,7 +177,7 @@ START_TEST(test_table) {
         }
         /* the pattern just above the largest finite value is not finite (inf, or NaN without inf) */
         if (d->special != MPT_SPECIAL_E8M0)
-            ck_assert_msg(!isfinite(decode_bits((mpt_format)f, d->max_bits + 1)), "%s: past max", d->name);
+            ck_assert_msg(!isfinite(mpt_fmt_decode((mpt_format)f, d->max_bits + 1)), "%s: past max", d->name);
     }
     /* the dtype and math tables point at the right rows */
     ck_assert_int_eq(mpt_dtype_info(MPT_DTYPE_F16)->format, MPT_FORMAT_FP16);

@@ -8,8 +8,7 @@
 #include "engine/numerics.h"
 #include "tools/formats.h"
 
-/* A pattern's value, by the engine's decoders. */
-static double decode(mpt_format f, uint32_t bits) {
+double mpt_fmt_decode(mpt_format f, uint32_t bits) {
     switch (f) {
     case MPT_FORMAT_FP32: return mpt_bits_f32(bits);
     case MPT_FORMAT_TF32: return mpt_bits_f32(bits << 13);
@@ -43,7 +42,7 @@ double mpt_fmt_digits(mpt_format f) { return (mpt_format_info(f)->man_bits + 1) 
 void mpt_fmt_convert(mpt_format f, double x, int fp8_saturate, mpt_fmt_value *out) {
     const mpt_format_desc *d = mpt_format_info(f);
     uint32_t bits = encode(f, (float)x, fp8_saturate);
-    double v = decode(f, bits);
+    double v = mpt_fmt_decode(f, bits);
     uint32_t exp_field = (bits >> d->man_bits) & ((1u << d->exp_bits) - 1u);
     uint32_t man_field = bits & ((1u << d->man_bits) - 1u);
     out->bits = bits;
@@ -51,7 +50,7 @@ void mpt_fmt_convert(mpt_format f, double x, int fp8_saturate, mpt_fmt_value *ou
     out->unrepresentable = d->special == MPT_SPECIAL_E8M0 && !(x > 0.0);
     /* saturated: the non-saturating conversion of the same FP32 value overflows */
     out->saturated = fp8_saturate && d->saturates &&
-                     !isfinite(decode(f, encode(f, (float)x, 0)));
+                     !isfinite(mpt_fmt_decode(f, encode(f, (float)x, 0)));
     out->overflow = (!isfinite(v) && !out->unrepresentable) || out->saturated;
     out->abs_err = !isfinite(v) ? INFINITY : fabs(v - x);
     out->rel_err = x != 0.0 ? out->abs_err / fabs(x) : NAN;

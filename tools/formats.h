@@ -19,6 +19,10 @@
 
 /* The formats are engine/dtype.h's rows (mpt_format, mpt_format_info): FP32, TF32, BF16, FP16, E4M3, E5M2, E8M0. */
 
+/* The value a right-aligned bit pattern of format f holds, by engine/numerics.h's decoders (TF32: its 19 bits, the
+ * top of an FP32). */
+double mpt_fmt_decode(mpt_format f, uint32_t bits);
+
 /* Decimal digits a format's significand carries: p * log10(2), p = man_bits + 1. */
 double mpt_fmt_digits(mpt_format f);
 
