@@ -835,6 +835,35 @@ START_TEST(test_cpu_kernels_native) {
 }
 END_TEST
 
+/* Epoch times measure training: the telemetry's own time is subtracted and reported apart (issue 32). With every
+ * hook made 150 ms of CPU work longer (MPT_TELEMETRY_TEST_DELAY_MS), 8 telemetry steps add at least 2.4 s to both
+ * clocks; the epoch's training time stays far below that, the telemetry time records it. Before the subtraction the
+ * epoch time held all of it. */
+START_TEST(test_epoch_time_excludes_telemetry) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("slow");
+    setenv("MPT_TELEMETRY_TEST_DELAY_MS", "150", 1);
+    int rc = run("train", "--data", data, "--device", "cpu", "--epochs", "1", "--batch-size", "75", "--telemetry",
+                 "1", "--limit-test", "64", "--progress", "off", "--out", out, NULL); /* 600 / 75: 8 steps */
+    unsetenv("MPT_TELEMETRY_TEST_DELAY_MS");
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(out);
+    const double tel = jnum(j, "telemetry_time_s"), tel_cpu = jnum(j, "telemetry_cpu_time_s");
+    json_t *ep = json_object_get(j, "epoch_times_s"), *cp = json_object_get(j, "epoch_cpu_times_s");
+    ck_assert_msg(json_array_size(ep) == 1 && json_array_size(cp) == 1, "one epoch expected");
+    const double train = json_number_value(json_array_get(ep, 0)), cpu = json_number_value(json_array_get(cp, 0));
+    ck_assert_msg(tel >= 8 * 2 * 0.15 && tel_cpu >= 8 * 2 * 0.15 * 0.9,
+                  "telemetry time %.3f s host, %.3f s CPU: expected at least 2.4 s (16 hooks of 150 ms)", tel, tel_cpu);
+    ck_assert_msg(train < 0.5 * tel && cpu < 0.5 * tel_cpu,
+                  "the epoch time %.3f s (%.3f s CPU) still holds the telemetry's %.3f s (%.3f s CPU)", train, cpu, tel,
+                  tel_cpu);
+    ck_assert_msg(strstr(out_buf, "(telemetry ") != NULL, "the epoch line does not say the telemetry time: %s", out_buf);
+    json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
 /* In fp32, --master-weights none changes nothing (same bits) and the run says so; the memory report of a bf16
  * run without masters has no master category and BF16 optimizer state takes half the FP32 state's bytes; the
  * scaler presets and knobs land in summary.json; --tf32-matmul on turns fp32's GEMMs to TF32 and
@@ -1357,6 +1386,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_resume_switches);
     tcase_add_test(tr, test_cpu_kernels_native);
+    tcase_add_test(tr, test_epoch_time_excludes_telemetry);
     tcase_add_test(tr, test_resume_fp8);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);

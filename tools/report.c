@@ -97,6 +97,26 @@ void mpt_report_write_machine(FILE *f, const mpt_report_machine *m) {
                 : "The machine was not oversubscribed, so the host-clock times are the runs' own.");
 }
 
+void mpt_report_write_instruments(FILE *f, const mpt_report_row *rows, int n) {
+    double lo = INFINITY, hi = -INFINITY, clo = INFINITY, chi = -INFINITY, total = 0.0, train = 0.0;
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        const mpt_run_result *r = rows[i].r;
+        if (!(r->telemetry_s > 0.0) || r->epochs_run < 1) continue;
+        const double h = r->telemetry_s / r->epochs_run, c = r->telemetry_cpu_s / r->epochs_run;
+        lo = fmin(lo, h), hi = fmax(hi, h), clo = fmin(clo, c), chi = fmax(chi, c);
+        total += r->telemetry_s;
+        train += r->mean_epoch_s * r->epochs_run;
+        any = 1;
+    }
+    if (!any) return;
+    fprintf(f, "Instruments: the telemetry's own work took %.3g-%.3g s an epoch on the host clock (%.3g-%.3g s of CPU "
+               "time), %.0f%% on top of the training time over all runs; the time columns exclude it and measure "
+               "training (a telemetry step's own step, run without the CUDA Graph and with a per-tensor optimizer, "
+               "stays inside them; docs/outputs.md).\n",
+            lo, hi, clo, chi, train > 0.0 ? 100.0 * total / train : 0.0);
+}
+
 static void write_memory_table(FILE *f, const mpt_report_row *rows, int n) {
     fprintf(f, "| precision |");
     for (int m = 0; m < MPT_MEM_COUNT; m++) fprintf(f, " %s |", mpt_mem_name((mpt_mem)m));
@@ -486,6 +506,8 @@ mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_re
         mpt_report_write_machine(f, ref->machine);
         fprintf(f, "\n");
     }
+    mpt_report_write_instruments(f, rows, n);
+    fprintf(f, "\n");
     fprintf(f, "Peak memory by category (MiB):\n\n");
     write_memory_table(f, rows, n);
     fprintf(f, "\n`master` is the FP32 copy of the weights that only fp16/bf16 runs need (in fp32/tf32 the weights "

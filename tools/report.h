@@ -50,6 +50,10 @@ void mpt_report_machine_end(mpt_report_machine *m);
 /* One line "Machine load: ..." saying whether the machine was busier than its cores (nothing when unknown). */
 void mpt_report_write_machine(FILE *f, const mpt_report_machine *m);
 
+/* One line on the instruments' cost: the telemetry's own time per epoch (host clock and CPU, the range over the
+ * runs), which the table's time columns exclude. Nothing when no run had telemetry. */
+void mpt_report_write_instruments(FILE *f, const mpt_report_row *rows, int n);
+
 /* The pictures report.md refers to: a file name, or NULL with a message saying why there is none. */
 typedef struct mpt_report_plot_info {
     const char *convergence, *convergence_error;

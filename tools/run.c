@@ -680,7 +680,8 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         int pending_save = 0;
         /* The epoch's two clocks start on an idle stream (load_epoch synchronised): the host clock, and the
          * mark that takes the GPU's time stamp when the device reaches it (asynchronous, outside any recording). */
-        double t0 = now_s(), c0 = cpu_now_s();
+        double t0 = now_s(), c0 = cpu_now_s(), tel_h0, tel_c0;
+        mpt_telemetry_time(t->telemetry, &tel_h0, &tel_c0);
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
@@ -754,6 +755,17 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         double train_s = now_s() - t0, cpu_s = cpu_now_s() - c0;
         double gpu_s = NAN; /* the device's time between the marks, read after the synchronisation: no wait */
         if (r->mark_start) MPT_TRY(be->event_elapsed(be, r->mark_start, r->mark_end, &gpu_s));
+        /* Training time without the instruments' own (mpt_telemetry_time): their host time is subtracted from the
+         * host clock and from the device's time (the device is idle while they work: each hook starts from a
+         * drained stream and drains its own work), their CPU time from the CPU time. */
+        double tel_h1, tel_c1;
+        mpt_telemetry_time(t->telemetry, &tel_h1, &tel_c1);
+        const double tel_s = tel_h1 - tel_h0, tel_cpu_s = tel_c1 - tel_c0;
+        train_s = train_s > tel_s ? train_s - tel_s : 0.0;
+        cpu_s = cpu_s > tel_cpu_s ? cpu_s - tel_cpu_s : 0.0;
+        if (isfinite(gpu_s)) gpu_s = gpu_s > tel_s ? gpu_s - tel_s : 0.0;
+        res->telemetry_s += tel_s;
+        res->telemetry_cpu_s += tel_cpu_s;
         train_time += train_s;
         samples += epoch_samples;
         MPT_TRY(mpt_csv_flush(&r->steps_csv));
@@ -798,6 +810,7 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
             printf("  %.0f samples/s  %.4f s host clock, %.4f s GPU (CUDA events)", sps, train_s, gpu_s);
         else
             printf("  %.0f samples/s  %.1f s host clock, %.1f s CPU", sps, train_s, cpu_s);
+        if (t->telemetry) printf("  (telemetry %.2f s more, not counted)", tel_s);
         printf("  loss scale %g  skipped %d\n", (double)st.scale, (int)st.steps_skipped);
         fflush(stdout);
         if (res->epoch_gpu_s) res->epoch_gpu_s[res->epochs_run] = gpu_s;

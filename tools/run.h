@@ -35,7 +35,8 @@ typedef struct mpt_run_result {
     double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock) */
     double samples_per_s;        /* training samples / training time, over the whole invocation (host clock) */
     double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd): host monotonic clock from the
-                                    epoch's first operation to the stream drained at its end */
+                                    epoch's first operation to the stream drained at its end, less the instruments'
+                                    own time (telemetry_s) */
     double *epoch_gpu_s;         /* [epochs_run] the same epochs' device seconds between two CUDA events recorded at
                                     the host clock's start and end (malloc'd); NULL on a backend without device
                                     timing (CPU) */
@@ -43,6 +44,9 @@ typedef struct mpt_run_result {
                                     (CLOCK_PROCESS_CPUTIME_ID, user + system; malloc'd): unlike the host clock, not
                                     inflated by other work on a shared machine, but summed over OpenBLAS's threads */
     double mean_epoch_cpu_s;     /* their mean */
+    double telemetry_s, telemetry_cpu_s; /* the instruments' own host-clock and CPU seconds in this invocation's
+                                    epochs (mpt_telemetry_time), which the epoch times above exclude: they measure
+                                    training (docs/outputs.md) */
     size_t mem_peak[MPT_MEM_COUNT];
     size_t mem_peak_total;
     int32_t steps_skipped, floor_hits;

@@ -136,6 +136,9 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
         for (int i = 0; i < r->epochs_run; i++) json_array_append_new(gp, num(r->epoch_gpu_s[i]));
     }
     json_object_set_new(j, "epoch_gpu_times_s", gp);
+    /* the instruments' own time in these epochs, which every time above excludes: they measure training */
+    json_object_set_new(j, "telemetry_time_s", num(r->telemetry_s));
+    json_object_set_new(j, "telemetry_cpu_time_s", num(r->telemetry_cpu_s));
     json_object_set_new(j, "samples_per_s", num(r->samples_per_s));
     json_t *mem = json_object();
     for (int m = 0; m < MPT_MEM_COUNT; m++) {

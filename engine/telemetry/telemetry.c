@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine/amp/scaler.h"
 #include "engine/dist/dist.h"
@@ -49,7 +50,44 @@ struct mpt_telemetry {
     int n_exps, cap_exps;
     int32_t skipped_before;     /* steps_skipped before the measured step */
     int64_t step;               /* 1-based number of the step being measured */
+    double host_s, cpu_s;       /* the instruments' own time so far: host clock and process CPU time in the hooks */
+    double test_delay_s;        /* MPT_TELEMETRY_TEST_DELAY_MS: CPU work added to each hook (tests of the timing) */
 };
+
+/* ---- the instruments' own time (mpt_telemetry_time) ------------------------------------------------------------
+ * Each hook is timed from a drained backend stream (the training work enqueued before it finishes first, outside
+ * the timer) to the completion of what the hook itself enqueued, on the host clock and in process CPU time. */
+
+static double clock_s(clockid_t id) {
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct hook_timer {
+    double h0, c0;
+} hook_timer;
+
+static hook_timer hook_begin(mpt_telemetry *tel) {
+    tel->t->be->synchronize(tel->t->be);
+    return (hook_timer){clock_s(CLOCK_MONOTONIC), clock_s(CLOCK_PROCESS_CPUTIME_ID)};
+}
+
+static void hook_end(mpt_telemetry *tel, hook_timer h) {
+    if (tel->test_delay_s > 0.0) { /* CPU work of this thread, so that both clocks see at least the delay */
+        const double until = clock_s(CLOCK_THREAD_CPUTIME_ID) + tel->test_delay_s;
+        volatile double x = 0.0;
+        while (clock_s(CLOCK_THREAD_CPUTIME_ID) < until) x += 1.0;
+    }
+    tel->t->be->synchronize(tel->t->be);
+    tel->host_s += clock_s(CLOCK_MONOTONIC) - h.h0;
+    tel->cpu_s += clock_s(CLOCK_PROCESS_CPUTIME_ID) - h.c0;
+}
+
+void mpt_telemetry_time(const mpt_telemetry *tel, double *host_s, double *cpu_s) {
+    *host_s = tel ? tel->host_s : 0.0;
+    *cpu_s = tel ? tel->cpu_s : 0.0;
+}
 
 /* ---- rows ---------------------------------------------------------------------------------------------- */
 
@@ -343,7 +381,7 @@ static void comm_rows(mpt_telemetry *tel) {
     row(tel, MPT_TELEMETRY_ALL_PARAMS, "comm_rel_l2", all);
 }
 
-void mpt_telemetry_after_backward(mpt_telemetry *tel) {
+static void after_backward(mpt_telemetry *tel) {
     mpt_trainer *t = tel->t;
     mpt_graph *g = t->g;
     mpt_scaler_state st;
@@ -404,7 +442,13 @@ void mpt_telemetry_after_backward(mpt_telemetry *tel) {
     tel->gathered = 0;
 }
 
-void mpt_telemetry_after_step(mpt_telemetry *tel) {
+void mpt_telemetry_after_backward(mpt_telemetry *tel) {
+    hook_timer h = hook_begin(tel);
+    after_backward(tel);
+    hook_end(tel, h);
+}
+
+static void after_step(mpt_telemetry *tel) {
     mpt_trainer *t = tel->t;
     mpt_backend *be = t->be;
     t->update_out = NULL;
@@ -455,13 +499,21 @@ void mpt_telemetry_after_step(mpt_telemetry *tel) {
     if (tel->csv) fflush(tel->csv);
 }
 
+void mpt_telemetry_after_step(mpt_telemetry *tel) {
+    hook_timer h = hook_begin(tel);
+    after_step(tel);
+    hook_end(tel, h);
+}
+
 void mpt_telemetry_gather(mpt_telemetry *tel, const uint8_t *images, const uint8_t *labels, const int32_t *idx,
                           int64_t D, float mean, float inv_std) {
     if (!tel->twin || !mpt_telemetry_due(tel, tel->t->iteration + 1)) return;
+    hook_timer h = hook_begin(tel);
     mpt_graph *tw = tel->twin;
     tel->t->be->gather_batch(tel->t->be, tw->input->data, tw->input->dtype, tw->labels->data, images, labels, idx,
                              tw->batch, D, mean, inv_std);
     tel->gathered = 1;
+    hook_end(tel, h);
 }
 
 /* ---- life cycle ------------------------------------------------------------------------------------------------ */
@@ -562,6 +614,8 @@ mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) 
     MPT_ASSERT(tel != NULL);
     tel->t = t;
     tel->every = every;
+    const char *delay = getenv("MPT_TELEMETRY_TEST_DELAY_MS");
+    if (delay && *delay) tel->test_delay_s = 1e-3 * strtod(delay, NULL);
     t->telemetry = tel; /* freed with the trainer from here on */
     mpt_graph *g = t->g;
     int64_t max_scratch = 1;

@@ -92,6 +92,15 @@ int mpt_telemetry_write_exponents(const mpt_telemetry *tel, FILE *f);
 
 /* ---- called by the trainer (engine/train.c) ---------------------------------------------------------- */
 
+/* The instruments' own time so far (seconds, never negative): the host clock and this process's CPU time (all
+ * threads) spent inside the three hooks below, each hook timed from a drained backend stream (the step's training
+ * work enqueued before it completes outside the timer) to the completion of the work it enqueued itself. What a
+ * telemetry step costs besides stays inside the step's time: it runs operation by operation rather than as a replayed
+ * CUDA Graph, and its optimizer writes the update deltas (per tensor instead of one multi-tensor pass). A run reports
+ * its training time with this time subtracted (tools/run.c; docs/outputs.md). tel NULL: 0 and 0.
+ * Test hook: MPT_TELEMETRY_TEST_DELAY_MS=X in the environment adds X ms of CPU work to every hook. */
+void mpt_telemetry_time(const mpt_telemetry *tel, double *host_s, double *cpu_s);
+
 /* After the batch was gathered into the run's graph: the same rows into the twin, when there is one and the
  * coming step is a telemetry step (an evaluation gather in between is overwritten by the next training
  * gather). Arguments as mpt_trainer_gather's. */
