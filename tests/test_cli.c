@@ -835,6 +835,36 @@ START_TEST(test_cpu_kernels_native) {
 }
 END_TEST
 
+/* OpenBLAS on a CPU it does not recognise (issue 32): where it runs the GEMMs and no OPENBLAS_CORETYPE is set, a
+ * detected core older than the CPU's instructions (MPT_TEST_OPENBLAS_DETECTED stands in for OpenBLAS's detection) is
+ * replaced by the best core for them, and info says who chose it; a user's OPENBLAS_CORETYPE is kept, and with oneDNN
+ * running the GEMMs nothing is chosen. */
+START_TEST(test_openblas_core_choice) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2")) {
+        printf("test_openblas_core_choice: skipped, no AVX2 here\n");
+        return;
+    }
+    setenv("MPT_CPU_ENGINE", "openblas", 1);
+    setenv("MPT_TEST_OPENBLAS_DETECTED", "Prescott", 1);
+    unsetenv("OPENBLAS_CORETYPE");
+    int rc = run("info", NULL);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(out_buf, "(chosen by mptrain: OpenBLAS detected Prescott") != NULL, "%s", out_buf);
+    ck_assert_msg(strstr(out_buf, "core Prescott") == NULL, "the core was not replaced: %s", out_buf);
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    rc = run("info", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "OPENBLAS_CORETYPE=Haswell (from the environment)") &&
+                      strstr(out_buf, "core Haswell,"), "a user's OPENBLAS_CORETYPE: %s", out_buf);
+    unsetenv("OPENBLAS_CORETYPE");
+    setenv("MPT_TEST_OPENBLAS_DETECTED", "SomethingNew", 1); /* a core the table does not know: left alone */
+    rc = run("info", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "core as detected by OpenBLAS") != NULL, "%s", out_buf);
+    unsetenv("MPT_TEST_OPENBLAS_DETECTED");
+    unsetenv("MPT_CPU_ENGINE");
+}
+END_TEST
+
 /* Epoch times measure training: the telemetry's own time is subtracted and reported apart (issue 32). With every
  * hook made 150 ms of CPU work longer (MPT_TELEMETRY_TEST_DELAY_MS), 8 telemetry steps add at least 2.4 s to both
  * clocks; the epoch's training time stays far below that, the telemetry time records it. Before the subtraction the
@@ -1387,6 +1417,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_switches);
     tcase_add_test(tr, test_cpu_kernels_native);
     tcase_add_test(tr, test_epoch_time_excludes_telemetry);
+    tcase_add_test(tr, test_openblas_core_choice);
     tcase_add_test(tr, test_resume_fp8);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);

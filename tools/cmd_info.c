@@ -112,7 +112,14 @@ int mpt_cmd_info(int argc, char **argv) {
     printf("  OpenBLAS            %s\n", openblas_get_config());
     printf("                      core %s, %d thread(s) (OPENBLAS_NUM_THREADS or --threads to change)\n",
            openblas_get_corename(), openblas_get_num_threads());
-    if (coretype) printf("                      OPENBLAS_CORETYPE=%s\n", coretype);
+    const char *chosen = getenv("MPT_OPENBLAS_CORE_CHOSEN"); /* tools/main.c, openblas_core */
+    if (coretype && chosen)
+        printf("                      OPENBLAS_CORETYPE=%s (chosen by mptrain: %s)\n", coretype, chosen);
+    else if (coretype)
+        printf("                      OPENBLAS_CORETYPE=%s (from the environment)\n", coretype);
+    else
+        printf("                      core as detected by OpenBLAS%s\n",
+               mpt_cpu_gemm_on_openblas() ? "" : " (oneDNN runs the GEMMs: mptrain leaves OpenBLAS's choice alone)");
 
     print_cpu_kernels();
 

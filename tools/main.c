@@ -8,8 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cblas.h>
 
 #include "mpt_config.h"
 #include "tools/cli.h"
@@ -100,23 +103,72 @@ static long others_running(void) {
 }
 #endif
 
-static void omp_wait_policy(char **argv) {
+/* Sets the wait policy in the environment; returns 1 when it did (libgomp reads it only when loaded: the process must
+ * execute itself again for it to apply). */
+static int omp_wait_policy(void) {
 #ifdef MPT_HAVE_ONEDNN
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return 0;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN), others = others_running();
     const int idle = cores >= 2 && others >= 0 && others <= cores / 4;
-    if ((idle ? setenv("GOMP_SPINCOUNT", "3000", 1) : setenv("OMP_WAIT_POLICY", "passive", 1)) != 0) return;
+    if ((idle ? setenv("GOMP_SPINCOUNT", "3000", 1) : setenv("OMP_WAIT_POLICY", "passive", 1)) != 0) return 0;
     char why[96]; /* for `mptrain info` */
     if (others >= 0)
         snprintf(why, sizeof why, "%ld runnable threads of other processes on %ld cores at start", others, cores);
     else snprintf(why, sizeof why, "/proc/loadavg unreadable: the cores taken as busy");
-    if (setenv("MPT_OMP_WAIT_CHOSEN", why, 1) != 0) return;
-    execv("/proc/self/exe", argv);
+    if (setenv("MPT_OMP_WAIT_CHOSEN", why, 1) != 0) return 0;
+    return 1;
 #else
-    (void)argv;
+    return 0;
 #endif
 }
 
+/* OpenBLAS's core on CPUs it does not recognise. Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) picks its kernels from the
+ * CPU model it knows; on a newer Intel Xeon (avx512_fp16, Sapphire Rapids and later) it fell back to its Prescott
+ * (SSE3) kernels: 22-32 GFLOP/s where Cooperlake's reach 126 (issue 32; STYLE.md's build notes). When OpenBLAS runs
+ * the CPU backend's GEMMs (a build without oneDNN, or MPT_CPU_ENGINE=openblas) and the user set no
+ * OPENBLAS_CORETYPE, mptrain compares the core OpenBLAS detected with the best one 0.3.21 has for the instructions
+ * this CPU reports (GCC's __builtin_cpu_supports: CPUID and the OS's XSAVE state): Cooperlake for AVX512-BF16 with
+ * AVX512F/BW/DQ/VL, SkylakeX for AVX512F/BW/DQ/VL, Haswell for AVX2 + FMA, Sandybridge for AVX. A detected core of a
+ * lower class (Prescott, Core2, Nehalem ...) is replaced through OPENBLAS_CORETYPE, which OpenBLAS reads when it is
+ * loaded, so the process executes itself again (with the wait policy above, once). A core it names that this table
+ * does not know is left alone. The unit suite passes under each of these cores with MPT_CPU_ENGINE=openblas on the
+ * development VM (docs/benchmarks.md). MPT_TEST_OPENBLAS_DETECTED (tests) stands in for the detected core. */
+static int core_class(const char *name) {
+    static const struct {
+        const char *name;
+        int cls;
+    } known[] = {{"Cooperlake", 5}, {"SapphireRapids", 5}, {"SkylakeX", 4}, {"Haswell", 3}, {"Zen", 3},
+                 {"Excavator", 3}, {"Steamroller", 3}, {"Sandybridge", 2}, {"Bulldozer", 2}, {"Piledriver", 2},
+                 {"Prescott", 1}, {"Core2", 1}, {"Penryn", 1}, {"Dunnington", 1}, {"Nehalem", 1}, {"Atom", 1},
+                 {"Katmai", 1}, {"Coppermine", 1}, {"Northwood", 1}, {"Banias", 1}, {"Athlon", 1}, {"Opteron", 1},
+                 {"Opteron(SSE3)", 1}, {"Barcelona", 1}, {"Nano", 1}, {"Bobcat", 1}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcasecmp(name, known[i].name) == 0) return known[i].cls;
+    return 0;
+}
+
+static int openblas_core(void) {
+    if (getenv("OPENBLAS_CORETYPE") || !mpt_cpu_gemm_on_openblas()) return 0;
+    const char *test = getenv("MPT_TEST_OPENBLAS_DETECTED");
+    const char *detected = test && *test ? test : openblas_get_corename();
+    if (!detected) return 0;
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    const char *best = NULL, *feature = NULL;
+    int cls = 0;
+    if (avx512 && __builtin_cpu_supports("avx512bf16")) best = "Cooperlake", feature = "avx512_bf16", cls = 5;
+    else if (avx512) best = "SkylakeX", feature = "avx512f/bw/dq/vl", cls = 4;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = "Haswell", feature = "avx2", cls = 3;
+    else if (__builtin_cpu_supports("avx")) best = "Sandybridge", feature = "avx", cls = 2;
+    const int have = core_class(detected);
+    if (!best || have == 0 || have >= cls) return 0;
+    char why[160]; /* for `mptrain info` */
+    snprintf(why, sizeof why, "OpenBLAS detected %.40s; this CPU has %s, whose best OpenBLAS 0.3.21 kernels are %s's",
+             detected, feature, best);
+    if (setenv("OPENBLAS_CORETYPE", best, 1) != 0 || setenv("MPT_OPENBLAS_CORE_CHOSEN", why, 1) != 0) return 0;
+    return 1;
+}
 /* Descriptors 0-2 that the caller closed (`mptrain train ... >&-`) are opened on /dev/null: otherwise the next
  * file mptrain opens (metrics.csv) would get descriptor 1 and receive every printed line. open() returns the
  * lowest free descriptor, so each open fills the lowest closed one. */
@@ -144,7 +196,10 @@ int main(int argc, char **argv) {
      * the ones libraries call (libgomp's when it cannot create a thread). on_exit's handler runs before the
      * libraries' destructors: it flushes and ends the process with the same status, without the join. */
     if (mpt_guard_memory_limited()) on_exit(exit_without_joining, NULL);
-    omp_wait_policy(argv);
+    /* settings the libraries read only when they are loaded: chosen now, applied by executing again (once: both are
+     * then set in the environment) */
+    const int policy = omp_wait_policy(), core = openblas_core();
+    if (policy || core) execv("/proc/self/exe", argv); /* failing, the libraries' defaults stay: nothing else */
     mpt_guard_memory_crash_report(); /* under a memory limit: a library's unchecked allocation said as such */
     int rc = run_command(argc, argv);
     if (rc == 0 && mpt_guard_stop_signal()) rc = 128 + mpt_guard_stop_signal(); /* asked to stop after the work was done */
