@@ -135,7 +135,7 @@ START_TEST(test_all_lessons_quick) {
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
         snprintf(p, sizeof p, "%s/%s/%s.png", out, names[i], names[i]);
         if (access(p, R_OK) != 0) ck_assert_msg(strstr(report, "gnuplot") != NULL, "no %s and no word why", p);
-        char concl[2048], link[128];
+        char concl[4096], link[128];
         printed_conclusion(names[i], concl, sizeof concl);
         snprintf(link, sizeof link, "[%s](%s/report.md)", names[i], names[i]);
         ck_assert_msg(strstr(index, link) && strstr(index, concl), "index.md lacks %s or its conclusion", names[i]);
@@ -144,7 +144,7 @@ START_TEST(test_all_lessons_quick) {
                       "in an observed one: %s", names[i], concl);
     }
     /* numbers in the text are the runs' own */
-    char concl[2048], want[128], dir[700];
+    char concl[4096], want[128], dir[700];
     printed_conclusion("overflow", concl, sizeof concl);
     snprintf(dir, sizeof dir, "%s/overflow/static", out);
     snprintf(want, sizeof want, "in %d of", (int)summary_number(dir, "steps_skipped"));
@@ -233,7 +233,7 @@ START_TEST(test_not_observed) {
     char args[700];
     snprintf(args, sizeof args, "overflow --quick --param scale=1 --param batch=128 --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("", args), 0);
-    char concl[2048], concl1[2048];
+    char concl[4096], concl1[4096];
     printed_conclusion("overflow", concl1, sizeof concl1);
     ck_assert_msg(strncmp(concl1, "Not observed", 12) == 0 && strstr(concl1, "skipped 0 of"), "%s", concl1);
     /* a --quick run that did not show the effect says it was the smallest version and names the full command,
@@ -248,7 +248,7 @@ START_TEST(test_not_observed) {
      * quantization error (0.07 of it in the quick run), cannot show where it starts to matter */
     snprintf(args, sizeof args, "fp8 --quick --param kmax=2048 --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("", args), 0);
-    char concl8[2048];
+    char concl8[4096];
     printed_conclusion("fp8", concl8, sizeof concl8);
     ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "up to K = 2048"), "%s", concl8);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));

@@ -232,12 +232,19 @@ START_TEST(test_state_sequence) {
     snprintf(s.state_value, sizeof s.state_value, "+inf");
     s.weights_nonfinite_step = 6, s.first_skip = 7, s.skipped = 10, s.steps = 16, s.loss_all_finite = 1;
     s.loss_max = 2.1e8;
+    snprintf(s.bad_weights, sizeof s.bad_weights, "fc1.weight: 12, fc2.weight: 3");
     mpt_text_state_sequence(t, sizeof t, &s);
     HAS("after step 4 the stored state held +inf in `fc1.weight:exp_avg_sq`");
     HAS("v = beta2 v + (1 - beta2) g^2");
-    HAS("after step 6 a master weight was non-finite");
+    HAS("after step 6 master weights were non-finite (fc1.weight: 12, fc2.weight: 3)");
     HAS("while the loss stayed finite at every step");
+    HAS("maps NaN to 0");
     LACKS("logits overflow");
+    s.bad_last = 1; /* a NaN in the last layer: the ReLU explanation does not apply */
+    mpt_text_state_sequence(t, sizeof t, &s);
+    HAS("while the loss stayed finite at every step");
+    LACKS("ReLU");
+    s.bad_last = 0;
     s.state_nonfinite_step = 0, s.weights_nonfinite_step = 0, s.first_skip = 0, s.skipped = 0;
     mpt_text_state_sequence(t, sizeof t, &s);
     HAS("the stored state stayed finite over the first 7 steps");

@@ -224,8 +224,8 @@ void mpt_text_adam_v_thresholds(char *b, size_t n, double beta2, int esub, doubl
     const double ts = sqrt(ldexp(1.0, esub) / a), tz = sqrt(ldexp(1.0, esub - 1) / a);
     if (t_sub) *t_sub = ts;
     if (t_zero) *t_zero = tz;
-    snprintf(b, n, "(1 - beta2) g^2 = %.3g g^2 is below FP16's smallest subnormal 2^%d (%.2g) for |g| < %.2g, and "
-             "rounds to 0 for |g| <= %.2g (at or below half of it, 2^%d, the tie going to the even 0)", a, esub,
+    snprintf(b, n, "(1 - beta2) g^2 = %.3g g^2: below FP16's smallest subnormal 2^%d (%.2g) for |g| < %.2g, and "
+             "rounded to 0 for |g| <= %.2g (at or below half of it, 2^%d, the tie going to the even 0)", a, esub,
              ldexp(1.0, esub), ts, tz, esub - 1);
 }
 
@@ -250,7 +250,8 @@ void mpt_text_state_sequence(char *b, size_t n, const mpt_text_state_seq *s) {
     else
         ADD("; the stored state stayed finite over the first %d steps", s->looked);
     if (s->weights_nonfinite_step > 0)
-        ADD("; after step %d a master weight was non-finite (that step's update was)", s->weights_nonfinite_step);
+        ADD("; after step %d master weights were non-finite (%s), so that step's update was",
+            s->weights_nonfinite_step, s->bad_weights[0] ? s->bad_weights : "which ones not read");
     else
         ADD("; the master weights stayed finite over the first %d steps", s->looked);
     if (s->first_skip > 0)
@@ -258,9 +259,12 @@ void mpt_text_state_sequence(char *b, size_t n, const mpt_text_state_seq *s) {
             s->steps);
     else
         ADD("; no step of the whole run was skipped");
-    if (s->loss_all_finite && s->skipped > 0)
-        ADD(", while the loss stayed finite at every step (up to %.3g): a NaN weight's unit feeds a ReLU, which "
-            "maps NaN to 0 (x > 0 ? x : 0), so the loss can stay finite while gradients are not", s->loss_max);
+    if (s->loss_all_finite && s->skipped > 0 && s->weights_nonfinite_step > 0 && !s->bad_last)
+        ADD(", while the loss stayed finite at every step (up to %.3g): the non-finite weights are all in hidden "
+            "layers, whose outputs pass a ReLU that maps NaN to 0 (x > 0 ? x : 0) in the forward pass, while the "
+            "backward pass multiplies gradients by those weights (0 x NaN = NaN)", s->loss_max);
+    else if (s->loss_all_finite && s->skipped > 0)
+        ADD(", while the loss stayed finite at every step (up to %.3g)", s->loss_max);
     else if (s->loss_all_finite)
         ADD(", and the loss stayed finite at every step (up to %.3g)", s->loss_max);
     else

@@ -133,6 +133,8 @@ typedef struct mpt_text_state_seq {
     char state_tensor[96];    /* the first non-finite state tensor named by the refusal, and its value ("+inf") */
     char state_value[16];
     int weights_nonfinite_step; /* first step after which a master weight was inf/NaN */
+    char bad_weights[200];    /* the master tensors non-finite then, with counts ("fc1.weight: 12, fc2.weight: 3") */
+    int bad_last;             /* one of them belongs to the layer that feeds the loss (its logits would be NaN) */
     int first_skip;           /* first skipped step of the whole run (0: none) */
     int skipped, steps;       /* of the whole run */
     int loss_all_finite;      /* every logged loss of the whole run was finite */

@@ -46,7 +46,7 @@ typedef struct mpt_lab_ctx {
     char dir[MPT_CLI_PATH];     /* this lesson's output directory */
     const char *params[MPT_LAB_MAX_PARAMS]; /* "KEY=VALUE" from --param */
     int n_params;
-    char conclusion[2048];      /* the one-line (long) conclusion, filled by the lesson */
+    char conclusion[4096];      /* the one-line (long) conclusion, filled by the lesson */
     int observed;               /* 1 when the lesson's effect was observed */
     const struct mpt_lab_lesson *lesson; /* the lesson run: the --param keys it may read (param_keys) */
 } mpt_lab_ctx;
