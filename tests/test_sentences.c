@@ -197,7 +197,7 @@ START_TEST(test_overflow_bound) {
     mpt_text_overflow_bound(t, sizeof t, 16, 524288.0);
     HAS("65520 B / (1 - p) = 1048320 / (1 - p)");
     HAS("2^19 is the largest power of two below it");
-    HAS("settled at 2^19, the bound's power of two");
+    HAS("ended at 2^19, the bound's power of two");
     mpt_text_overflow_bound(t, sizeof t, 16, 131072.0);
     HAS("below the bound's 2^19");
     LACKS("the bound's power of two:");

@@ -203,17 +203,18 @@ void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled) {
         snprintf(b + k, n - (size_t)k, "The dynamic runs did not all end at one scale, so there is no common settle "
                  "point to check against it.");
     else if (settled == p2)
-        snprintf(b + k, n - (size_t)k, "Every dynamic run settled at 2^%.0f, the bound's power of two, as the bound "
-                 "predicts: at 2^%d an example with probability below %.2g on its label overflows, and a batch with "
-                 "one such confidently wrong example is likely over the growth interval's steps.", log2(settled),
+        snprintf(b + k, n - (size_t)k, "Every dynamic run ended at 2^%.0f, the bound's power of two, as the bound "
+                 "predicts: at 2^%d an example with probability below %.2g on its label would overflow.",
+                 log2(settled),
                  pe + 1, 1.0 - bound / ldexp(1.0, pe + 1));
     else if (settled < p2)
-        snprintf(b + k, n - (size_t)k, "The dynamic runs settled at 2^%.0f, below the bound's 2^%d: some other "
-                 "gradient (a hidden layer's, which sums over the output units) overflowed before the logits' did.",
-                 log2(settled), pe);
+        snprintf(b + k, n - (size_t)k, "The dynamic runs ended at 2^%.0f, below the bound's 2^%d: a gradient "
+                 "other than the logits' overflowed at or below 2^%d, where the bound rules the logits' out.",
+                 log2(settled), pe, pe);
     else
-        snprintf(b + k, n - (size_t)k, "The dynamic runs settled at 2^%.0f, above the bound's 2^%d: no example was "
-                 "confidently wrong enough (1 - p stayed below %.2g) for the logits' gradient to overflow there.",
+        snprintf(b + k, n - (size_t)k, "The dynamic runs ended at 2^%.0f, above the bound's 2^%d: no example was "
+                 "confidently wrong enough (1 - p stayed below %.2g) for the logits' gradient to overflow there before "
+                 "the run ended.",
                  log2(settled), pe, bound / settled);
 }
 
