@@ -65,6 +65,32 @@ void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired
                  MPT_STATS_MAX_SEEDS_SUGGESTED);
 }
 
+void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_stats_paired *d) {
+    if (!d) {
+        snprintf(b, n, "with no interval, these runs say nothing about accuracy %s", what);
+        return;
+    }
+    switch (d->verdict) {
+    case MPT_VERDICT_WORSE:
+        snprintf(b, n, "%s the network ended worse beyond the ±%.2g pp margin", what, d->margin);
+        return;
+    case MPT_VERDICT_BETTER:
+        snprintf(b, n, "%s the network ended better beyond the ±%.2g pp margin", what, d->margin);
+        return;
+    case MPT_VERDICT_EQUIVALENT:
+        snprintf(b, n, "%s the network ended equivalent within ±%.2g pp: no accuracy cost at that margin", what,
+                 d->margin);
+        return;
+    case MPT_VERDICT_INCONCLUSIVE: break;
+    }
+    if (d->lo <= 0.0 && d->hi >= 0.0)
+        snprintf(b, n, "%s these seeds resolve no accuracy difference in either direction (the interval holds 0)",
+                 what);
+    else
+        snprintf(b, n, "%s the network ended %s on average, but not beyond the ±%.2g pp margin with these seeds", what,
+                 d->hi < 0.0 ? "lower" : "higher", d->margin);
+}
+
 /* ---- number formats ------------------------------------------------------------------------------------------- */
 
 void mpt_text_format_of(int fmt, const char *name, mpt_text_format *out) {

@@ -34,6 +34,11 @@ void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, do
  * then the mean difference and its sd over the n seeds of `diff`, and why there is no interval. */
 void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired *d, const mpt_stats_summary *diff);
 
+/* What an accuracy verdict says about a comparison "<what>" (e.g. "without loss scaling"), read off its interval:
+ * worse / better beyond the margin, equivalent within it, or, when inconclusive, whether the interval holds 0 (no
+ * difference resolved either way) or lies on one side of it (lower or higher on average, not beyond the margin). */
+void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_stats_paired *d);
+
 /* ---- number formats ------------------------------------------------------------------------------------------- */
 
 /* A format's range as the lessons state it, from its constants: fmax (largest finite), emin (exponent of the
