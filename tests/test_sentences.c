@@ -73,6 +73,39 @@ START_TEST(test_paired_carries_verdict_and_interval) {
 }
 END_TEST
 
+START_TEST(test_verdict_reading) {
+    mpt_stats_paired d = paired(-0.2, -0.9, 0.5, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("resolve no accuracy difference");
+    d = paired(-0.25, -0.45, -0.05, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("lower on average, but not beyond");
+    LACKS("resolve no");
+    d = paired(-1.5, -2.0, -1.0, MPT_VERDICT_WORSE, 0);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("ended worse beyond");
+    d = paired(0.0, -0.1, 0.1, MPT_VERDICT_EQUIVALENT, 0);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("equivalent within ±0.3 pp");
+}
+END_TEST
+
+/* tf32: one max over 2.6e5 outputs moved 13% with a second operand sample; PyTorch's 2.2e-3 is over 1e8 outputs:
+ * sqrt(ln 1e8 / ln 262144) = sqrt(18.42 / 12.48) = 1.215, so 2.2e-3 scales to 1.81e-3 */
+START_TEST(test_vs_published) {
+    const double in[4] = {1.70e-3, 1.88e-3, 1.95e-3, 1.75e-3}, out[4] = {1.0e-3, 1.1e-3, 1.05e-3, 1.2e-3};
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, in, 4);
+    HAS("1.22x smaller, 0.0018");
+    HAS("lies inside that range");
+    HAS("sd ");
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, out, 4);
+    HAS("lies above that range");
+    LACKS("inside");
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, in, 1);
+    HAS("one sample, no spread");
+}
+END_TEST
+
 static const mpt_text_format e4m3 = {"E4M3", 448.0, -6, -9}, e5m2 = {"E5M2", 57344.0, -14, -16};
 
 /* fmax / smallest subnormal: E4M3 448 / 2^-9 = 2^17.8, E5M2 57344 / 2^-16 = 2^31.8: a ratio of 2^14 (not 2^17,
@@ -288,6 +321,8 @@ static Suite *sentences_suite(void) {
     TCase *tc = tcase_create("sentences");
     tcase_add_test(tc, test_pairing_follows_the_spreads);
     tcase_add_test(tc, test_paired_carries_verdict_and_interval);
+    tcase_add_test(tc, test_verdict_reading);
+    tcase_add_test(tc, test_vs_published);
     tcase_add_test(tc, test_format_ranges);
     tcase_add_test(tc, test_docs_range_ratio);
     tcase_add_test(tc, test_accumulation_growth);

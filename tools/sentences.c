@@ -91,6 +91,29 @@ void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_sta
                  d->hi < 0.0 ? "lower" : "higher", d->margin);
 }
 
+void mpt_text_vs_published(char *b, size_t n, const char *source, double published, double ref_outputs,
+                           double outputs, const double *samples, int n_samples) {
+    mpt_stats_summary sm;
+    mpt_stats_summarize(samples, n_samples, &sm);
+    const double f = sqrt(log(ref_outputs) / log(outputs)), scaled = published / f;
+    int k = snprintf(b, n, "%s %.2g is a maximum over %.2g outputs; over %.2g outputs a Gaussian-like maximum is "
+                     "%.2fx smaller, %.2g. Over %d operand sample%s here the metric ranged %.3g..%.3g (mean %.3g",
+                     source, published, ref_outputs, outputs, f, scaled, n_samples, n_samples == 1 ? "" : "s", sm.min,
+                     sm.max, sm.mean);
+    if (k < 0 || (size_t)k >= n) return;
+    if (n_samples >= 2) k += snprintf(b + k, n - (size_t)k, ", sd %.1f%% of it", 100.0 * sm.sd / sm.mean);
+    if (k < 0 || (size_t)k >= n) return;
+    if (scaled >= sm.min && scaled <= sm.max)
+        snprintf(b + k, n - (size_t)k, "): the scaled figure lies inside that range, so the two agree within the "
+                 "sampling spread");
+    else if (n_samples < 2)
+        snprintf(b + k, n - (size_t)k, "): one sample, no spread to compare within; the scaled figure is %.2fx "
+                 "ours", scaled / sm.mean);
+    else
+        snprintf(b + k, n - (size_t)k, "): the scaled figure lies %s that range (%.2fx the mean), outside the "
+                 "sampling spread", scaled > sm.max ? "above" : "below", scaled / sm.mean);
+}
+
 /* ---- number formats ------------------------------------------------------------------------------------------- */
 
 void mpt_text_format_of(int fmt, const char *name, mpt_text_format *out) {

@@ -39,6 +39,14 @@ void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired
  * difference resolved either way) or lies on one side of it (lower or higher on average, not beyond the margin). */
 void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_stats_paired *d);
 
+/* A figure measured here over several samples against a published one measured on more outputs: the published
+ * figure is a maximum over ref_outputs values, ours over `outputs`; for Gaussian-like errors the maximum of n grows
+ * like sqrt(2 ln n), so the published figure is first scaled by sqrt(ln outputs / ln ref_outputs). The sentence
+ * gives our samples' range, mean and relative sd, and says whether the scaled figure lies inside the range of the
+ * samples, or how far outside. */
+void mpt_text_vs_published(char *b, size_t n, const char *source, double published, double ref_outputs,
+                           double outputs, const double *samples, int n_samples);
+
 /* ---- number formats ------------------------------------------------------------------------------------------- */
 
 /* A format's range as the lessons state it, from its constants: fmax (largest finite), emin (exponent of the
