@@ -164,18 +164,22 @@ void mpt_text_accum_growth(char *b, size_t n, const char *name16, double grow16,
                                     : "a lower start and a slower growth");
 }
 
-void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double ratio, int64_t K) {
-    if (!isfinite(ratio))
-        snprintf(b, n, "%s in %s at K = %lld: no error to compare (both exact)", method, accum, (long long)K);
+void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double err_rec, double err_m,
+                          int64_t K) {
+    (void)K; /* the caller names K once for a list of these */
+    const double ratio = err_rec / err_m;
+    if (err_m == 0.0 && err_rec == 0.0)
+        snprintf(b, n, "%s and the recursive sum in %s were both exact in the median", method, accum);
+    else if (err_m == 0.0)
+        snprintf(b, n, "%s in %s was exact in the median, where the recursive sum erred by %.2g", method, accum,
+                 err_rec);
     else if (ratio >= 2.0)
-        snprintf(b, n, "%s in %s erred %.3gx less than the recursive sum at K = %lld", method, accum, ratio,
-                 (long long)K);
+        snprintf(b, n, "%s in %s erred %.3gx less than the recursive sum", method, accum, ratio);
     else if (ratio >= 0.5)
-        snprintf(b, n, "%s in %s erred about as much as the recursive sum at K = %lld (%.2gx)", method, accum,
-                 (long long)K, ratio);
+        snprintf(b, n, "%s in %s erred about as much as the recursive sum (%.2gx)", method, accum, ratio);
     else
-        snprintf(b, n, "%s in %s erred more than the recursive sum at K = %lld (%.2gx as much), which the method "
-                 "does not lead one to expect", method, accum, (long long)K, 1.0 / ratio);
+        snprintf(b, n, "%s in %s erred more than the recursive sum (%.2gx as much), which the method does not lead one "
+                 "to expect", method, accum, 1.0 / ratio);
 }
 
 /* ---- FP8 ------------------------------------------------------------------------------------------------------ */

@@ -87,9 +87,11 @@ void mpt_text_swamping(char *b, size_t n, const char *name, int significant_bits
 void mpt_text_accum_growth(char *b, size_t n, const char *name16, double grow16, double grow32, double start_ratio,
                            int64_t k_lo, int64_t k_hi);
 
-/* What a blocked or compensated sum did against the recursive one in the same accumulator: ratio = recursive error /
- * this method's error (medians). "10x less" when ratio >= 2, "about the same" within [0.5, 2), "more" below 0.5. */
-void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double ratio, int64_t K);
+/* What a blocked or compensated sum did against the recursive one in the same accumulator (median errors err_rec and
+ * err_m): "10x less" when err_rec / err_m >= 2, "about as much" within [0.5, 2), "more" below 0.5; exact (err_m = 0)
+ * and both exact said as such. */
+void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double err_rec, double err_m,
+                          int64_t K);
 
 /* ---- FP8 ------------------------------------------------------------------------------------------------------ */
 
