@@ -195,13 +195,32 @@ END_TEST
 /* fp8 --quick: E4M3 3.24% vs E5M2 1.04% over the run, 0.12% vs 0% without step 1 (32 telemetry steps) */
 START_TEST(test_fp8_warmup_apart) {
     mpt_text_fp8_warmup(t, sizeof t, 1, 31, 1.0, 0.33, 0.0012, 0.0, 0.0324, 0.0104);
-    HAS("warm-up (1 telemetry step cast with the initial scale 1");
+    HAS("warm-up (1 step cast with the initial scale 1");
     HAS("mostly the warm-up's");
     mpt_text_fp8_warmup(t, sizeof t, 1, 31, 0.02, 0.0, 0.03, 0.01, 0.0297, 0.0097);
     HAS("mostly the steady state's");
     LACKS("mostly the warm-up's");
     mpt_text_fp8_warmup(t, sizeof t, 0, 20, 0, 0, 0.01, 0.001, 0.01, 0.001);
     HAS("no warm-up");
+    mpt_text_fp8_warmup(t, sizeof t, 1, 23, 1.0, 0.33, 0.0012, 0.0, NAN, NAN);
+    HAS("did not measure the warm-up");
+    LACKS("mostly");
+}
+END_TEST
+
+/* fp8: amax grew between steps (staleness 3.5 at step 32 of the quick run) against a history that never went stale */
+START_TEST(test_staleness_and_mx) {
+    mpt_text_staleness(t, sizeof t, "fc2.dy", 3.5, 12, 31, 2e-4, 0.0);
+    HAS("grew past the one its scale came from at 12 of 31 steps (up to 3.5x)");
+    mpt_text_staleness(t, sizeof t, "fc2.dy", 0.97, 0, 31, 0.0, 0.0);
+    HAS("never stale");
+    LACKS("grew past");
+    mpt_text_mx_rounding(t, sizeof t, 1e-3, 0.0, 1e-4, 2e-4);
+    HAS("with FLOOR block scales 0.1% of the operands' values saturated");
+    HAS("flushed more");
+    mpt_text_mx_rounding(t, sizeof t, 0.0, 0.0, 2e-4, 1e-4);
+    HAS("did not show");
+    HAS("did not flush more");
 }
 END_TEST
 
@@ -331,6 +350,7 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_promotion_caps_not_removes);
     tcase_add_test(tc, test_fp8_warmup_apart);
     tcase_add_test(tc, test_underflow_cost_by_mass);
+    tcase_add_test(tc, test_staleness_and_mx);
     tcase_add_test(tc, test_overflow_bound);
     tcase_add_test(tc, test_adam_thresholds);
     tcase_add_test(tc, test_state_sequence);

@@ -206,14 +206,53 @@ void mpt_text_fp8_warmup(char *b, size_t n, int warm_steps, int steady_steps, do
                  "measured): E4M3 %.3g%%, E5M2 %.3g%% throughout", steady_steps, 100.0 * e4_all, 100.0 * e5_all);
         return;
     }
+    int k = snprintf(b, n, "delayed scaling's warm-up (%d step%s cast with the initial scale 1, before any amax was "
+                     "recorded) lost %.3g%% of the gradient values in E4M3 and %.3g%% in E5M2; the steady state (%d "
+                     "telemetry steps) %.3g%% and %.3g%%. ", warm_steps, warm_steps == 1 ? "" : "s", 100.0 * e4_warm,
+                     100.0 * e5_warm, steady_steps, 100.0 * e4_steady, 100.0 * e5_steady);
+    if (k < 0 || (size_t)k >= n) return;
+    if (!isfinite(e4_all) || !isfinite(e5_all)) {
+        snprintf(b + k, n - (size_t)k, "The run's telemetry did not measure the warm-up, so its means are the steady "
+                 "state's");
+        return;
+    }
     const double share4 = e4_all > 0 ? (e4_warm * warm_steps) / (e4_all * (warm_steps + steady_steps)) : 0.0;
-    snprintf(b, n, "delayed scaling's warm-up (%d telemetry step%s cast with the initial scale 1, before any amax was "
-             "recorded) lost %.3g%% of the gradient values in E4M3 and %.3g%% in E5M2; the steady state (%d steps) "
-             "%.3g%% and %.3g%%. The whole-run means (%.3g%%, %.3g%%) %s", warm_steps, warm_steps == 1 ? "" : "s",
-             100.0 * e4_warm, 100.0 * e5_warm, steady_steps, 100.0 * e4_steady, 100.0 * e5_steady, 100.0 * e4_all,
-             100.0 * e5_all,
+    snprintf(b + k, n - (size_t)k, "The whole-run means (%.3g%%, %.3g%%) %s", 100.0 * e4_all, 100.0 * e5_all,
              share4 >= 0.5 ? "are mostly the warm-up's: read the steady state for what the formats do once scaled"
                            : "are mostly the steady state's: the warm-up adds little to them");
+}
+
+void mpt_text_staleness(char *b, size_t n, const char *tensor, double max_stale, int stale_steps, int steps,
+                        double sat_stale, double sat_current) {
+    if (!(max_stale > 1.0) || stale_steps == 0)
+        snprintf(b, n, "on `%s` no step's amax exceeded the amax its scale came from (largest ratio %.3g over %d "
+                 "steps): the history was never stale in the direction that saturates", tensor, max_stale, steps);
+    else
+        snprintf(b, n, "on `%s` the amax grew past the one its scale came from at %d of %d steps (up to %.3gx): values "
+                 "above the old amax saturate there, %.3g%% of them on those steps, where current scaling, which "
+                 "scales by the step's own amax, saturated %.3g%%", tensor, stale_steps, steps, max_stale,
+                 100.0 * sat_stale, 100.0 * sat_current);
+}
+
+void mpt_text_mx_rounding(char *b, size_t n, double sat_floor, double sat_rceil, double flush_floor,
+                          double flush_rceil) {
+    int k;
+    if (sat_floor > sat_rceil)
+        k = snprintf(b, n, "with FLOOR block scales %.3g%% of the operands' values saturated (a block whose amax / X "
+                     "lies in [448, 512) clips its largest values to 448 X), with RCEIL %.3g%%", 100.0 * sat_floor,
+                     100.0 * sat_rceil);
+    else
+        k = snprintf(b, n, "FLOOR block scales saturated no more of the operands' values than RCEIL (%.3g%% against "
+                     "%.3g%%): the expected clipping of block maxima in [448 X, 512 X) did not show", 100.0 * sat_floor,
+                     100.0 * sat_rceil);
+    if (k < 0 || (size_t)k >= n) return;
+    if (flush_rceil > flush_floor)
+        snprintf(b + k, n - (size_t)k, "; RCEIL's X, up to one binade larger, flushed more: %.3g%% against %.3g%%",
+                 100.0 * flush_rceil, 100.0 * flush_floor);
+    else
+        snprintf(b + k, n - (size_t)k, "; RCEIL's X, up to one binade larger, did not flush more here (%.3g%% against "
+                 "FLOOR's %.3g%%; the two runs' values differ from the first step on)", 100.0 * flush_rceil,
+                 100.0 * flush_floor);
 }
 
 /* ---- loss scaling --------------------------------------------------------------------------------------------- */

@@ -103,10 +103,24 @@ void mpt_text_promotion(char *b, size_t n, int promote, int64_t k_lo, int64_t k_
                         double prom_lo, double prom_hi, double prom_min, double prom_max);
 
 /* Delayed scaling's warm-up against its steady state for gradients in E4M3 and E5M2 (fractions of nonzero values
- * flushed or made subnormal): warm_steps telemetry steps cast with the initial scale 1; the rest is the steady
- * state. Says how much of the whole-run share came from the warm-up. */
+ * flushed or made subnormal): warm_steps steps cast with the initial scale 1; the rest is the steady state. Says how
+ * much of the whole-run share (e4_all, e5_all: a run whose telemetry included the warm-up steps) came from the
+ * warm-up; NAN whole-run shares: the run's telemetry did not measure the warm-up. */
 void mpt_text_fp8_warmup(char *b, size_t n, int warm_steps, int steady_steps, double e4_warm, double e5_warm,
                          double e4_steady, double e5_steady, double e4_all, double e5_all);
+
+/* Delayed scaling's amax history going stale on one tensor: max_stale = the largest ratio of a step's amax to the
+ * amax its scale came from, stale_steps = the telemetry steps where it exceeded 1 (values above the old amax
+ * saturate there), sat_stale = the saturated share on those steps, sat_current = the same tensor's saturated share
+ * under current scaling (s from the step's own amax). */
+void mpt_text_staleness(char *b, size_t n, const char *tensor, double max_stale, int stale_steps, int steps,
+                        double sat_stale, double sat_current);
+
+/* MX block scales, FLOOR (OCP's rule: block amax / X in [256, 512), values above 448 X saturate) against RCEIL (the
+ * smallest X with amax / X <= 448: nothing saturates): the saturated and flushed shares of the operands under each
+ * (means over the operand tensors and telemetry steps). */
+void mpt_text_mx_rounding(char *b, size_t n, double sat_floor, double sat_rceil, double flush_floor,
+                          double flush_rceil);
 
 /* ---- loss scaling --------------------------------------------------------------------------------------------- */
 
