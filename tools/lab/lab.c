@@ -335,7 +335,7 @@ mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f
     *f = mpt_lab_open(c, "report.md");
     if (!*f) return MPT_ERR_IO;
     const mpt_cli_opts *b = c->base;
-    fprintf(*f, "# Lesson `%s`\n\n**Claim.** %s\n\n", l->name, l->claim);
+    fprintf(*f, "# Lesson `%s`\n\n**Question.** %s\n\n", l->name, l->claim);
     fprintf(*f, "Data: Fashion-MNIST (`%s`), the first %lld training images, %lld test images; model `%s`, %d "
                 "epoch(s) per run%s. Every number below was measured in this run of `mptrain lab%s %s`.\n\n",
             b->data, (long long)c->cd->d.n_train, (long long)c->cd->d.n_test, b->model, b->epochs,

@@ -53,7 +53,8 @@ typedef struct mpt_lab_ctx {
 
 typedef struct mpt_lab_lesson {
     const char *name;           /* "tf32" */
-    const char *claim;          /* the claim the lesson tests, one line */
+    const char *claim;          /* the question the lesson answers, one line: asked, not asserted (the answer is the
+                                 * conclusion, filled from the run's measurements; --list has no measurements) */
     const char *params_help;    /* its --param keys and defaults */
     mpt_status (*run)(mpt_lab_ctx *c);
     mpt_lab_size full, quick;   /* the convincing version and the smallest that shows the effect (--quick) */
@@ -109,7 +110,7 @@ typedef struct mpt_lab_run {
  * is left empty (free with mpt_cli_result_free either way). */
 mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res);
 
-/* Opens <lesson dir>/report.md and writes its title, the claim and the data used. MPT_ERR_IO on failure. */
+/* Opens <lesson dir>/report.md and writes its title, the question and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);
 
 /* Writes the conclusion and the picture's link, and closes the report. In a --quick run whose effect was not

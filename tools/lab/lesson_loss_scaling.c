@@ -446,8 +446,8 @@ static mpt_status run(mpt_lab_ctx *c) {
 
 const mpt_lab_lesson mpt_lab_loss_scaling = {
     "loss-scaling",
-    "How many small FP16 activation gradients round to zero without a loss scale, how many the scale S keeps, and "
-    "what they carry: their share of the gradient's mass, the rounded gradient's error, accuracy over seeds.",
+    "How many small FP16 activation gradients round to zero without a loss scale, how many does the scale S keep, "
+    "and what do they carry: their share of the gradient's mass, the rounded gradient's error, accuracy over seeds?",
     "static=S (default 256), batch=B for the small-gradient setting (default 2048, at most a quarter of the training "
     "images), default-batch=B (default 128), seeds=N (2..8; default: the lesson's size)",
     run,

@@ -459,7 +459,8 @@ static mpt_status run(mpt_lab_ctx *c) {
 
 const mpt_lab_lesson mpt_lab_optimizer_state = {
     "optimizer-state",
-    "Adam's moments survive BF16 storage (FP32's range) but not FP16's, where small squared gradients vanish.",
+    "Do Adam's moments survive being stored in BF16 (FP32's range) and in FP16, and where FP16's fail, what happens "
+    "step by step?",
     "precision=P, the training precision (default bf16); lr=X, Adam's learning rate (default 0.001)",
     run,
     {20000, 10000, 2, 0}, /* full */

@@ -287,8 +287,8 @@ static mpt_status run(mpt_lab_ctx *c) {
 
 const mpt_lab_lesson mpt_lab_overflow = {
     "overflow",
-    "A loss scale that is too large makes FP16 gradients overflow (65504); a static scale keeps skipping steps, "
-    "dynamic scalers back off.",
+    "What does a loss scale that is too large do to FP16 gradients (inf from 65520), what do a static scale and the "
+    "dynamic scalers' presets do about it, and where does the scale settle for a batch of B (S < 65520 B)?",
     "scale=S, the static scale in [1, 2^24] (default 16777216 = 2^24; each preset starts from its initial scale "
     "times S / 2^16); batch=B (default 16)",
     run,
