@@ -165,13 +165,13 @@ START_TEST(test_all_lessons_quick) {
     snprintf(args, sizeof args, "--quick --out '%s'", out);
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
-    const char *names[] = {"tf32", "accumulation", "loss-scaling", "master-weights", "optimizer-state", "overflow",
-                           "noise", "fp8"};
+    const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
+                           "overflow", "noise", "fp8"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -210,9 +210,12 @@ START_TEST(test_all_lessons_quick) {
         /* the telemetry steps it names are the dynamic run's */
         char tp[760];
         snprintf(tp, sizeof tp, "%s/telemetry.csv", dir);
-        const char *csv = slurp(tp);
+        FILE *tf = fopen(tp, "r");
+        ck_assert_msg(tf != NULL, "%s", tp);
         int steps = 0;
-        for (const char *q = csv; (q = strstr(q, ",amp,loss_scale,")) != NULL; q++) steps++;
+        char line[512];
+        while (fgets(line, sizeof line, tf)) steps += strstr(line, ",amp,loss_scale,") != NULL;
+        fclose(tf);
         snprintf(tp, sizeof tp, "%s/loss-scaling/report.md", out);
         snprintf(want, sizeof want, "(%d telemetry steps in the dynamic run", steps);
         ck_assert_msg(strstr(slurp(tp), want) != NULL, "loss-scaling report: want '%s'", want);
@@ -313,6 +316,25 @@ START_TEST(test_all_lessons_quick) {
         ck_assert_msg(strstr(concl, want) != NULL, "accumulation: want '%s' in: %s", want, concl);
         ck_assert_msg(strstr(concl, "keeps it") == NULL, "accumulation: %s", concl);
     }
+    /* softmax: where FP16's log-sum-exp without the max starts to lose images, from softmax.dat (scale, largest and
+     * smallest logit, then per format and method three columns: FP16 log-sum-exp's share lost is column 7) */
+    printed_conclusion("softmax", concl, sizeof concl);
+    {
+        char sp[700];
+        snprintf(sp, sizeof sp, "%s/softmax/softmax.dat", out);
+        const char *dat = slurp(sp);
+        double sc = NAN, zmax = NAN, lost = NAN;
+        for (const char *l = strchr(dat, '\n'); l && l[1] && isnan(sc); l = strchr(l + 1, '\n')) {
+            double v[7];
+            if (sscanf(l + 1, "%lf %lf %lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6]) == 7 &&
+                v[6] > 0)
+                sc = v[0], zmax = v[1], lost = v[6];
+        }
+        ck_assert_msg(isfinite(sc), "softmax.dat: FP16's log-sum-exp never lost an image");
+        snprintf(want, sizeof want, "first lost images at logit scale %.0f, where the largest logit was %.1f (exp "
+                 "overflows FP16 from z = 11.09): %.1f%%", sc, zmax, 100.0 * lost);
+        ck_assert_msg(strstr(concl, want) != NULL, "softmax: want '%s' in: %s", want, concl);
+    }
     /* optimizer-state: the sequence as the whole FP16-moment run's metrics.csv shows it */
     printed_conclusion("optimizer-state", concl, sizeof concl);
     {
@@ -390,6 +412,13 @@ START_TEST(test_not_observed) {
     char concl8[4096];
     printed_conclusion("fp8", concl8, sizeof concl8);
     ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "up to K = 2048"), "%s", concl8);
+    /* softmax: a ladder that stops at the trained logits themselves (scale 1, largest logit below 11.09) cannot
+     * show FP16's overflow */
+    snprintf(args, sizeof args, "softmax --quick --param tmax=1 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    printed_conclusion("softmax", concl8, sizeof concl8);
+    ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "lost no image on this ladder"), "%s",
+                  concl8);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
@@ -407,9 +436,9 @@ END_TEST
 
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
-    const char *names[] = {"tf32", "accumulation", "loss-scaling", "master-weights", "optimizer-state", "overflow",
-                           "noise", "fp8"};
-    for (int i = 0; i < 8; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+    const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
+                           "overflow", "noise", "fp8"};
+    for (int i = 0; i < 9; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the list asks what each lesson measures; it asserts none of the outcomes the runs may contradict (issue 37) */
     const char *claims[] = {"keeps it", "same accuracy", "trains like BF16", "removes", "passes 65504"};
     for (int i = 0; i < 5; i++) ck_assert_msg(strstr(out_buf, claims[i]) == NULL, "--list claims '%s'", claims[i]);
