@@ -166,12 +166,12 @@ START_TEST(test_all_lessons_quick) {
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8"};
+                           "overflow", "noise", "fp8", "grad-comm"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -335,6 +335,26 @@ START_TEST(test_all_lessons_quick) {
                  "overflows FP16 from z = 11.09): %.1f%%", sc, zmax, 100.0 * lost);
         ck_assert_msg(strstr(concl, want) != NULL, "softmax: want '%s' in: %s", want, concl);
     }
+    /* grad-comm: the errors in the conclusion are grad-comm.dat's (N, FP32 vs exact, BF16, FP16 S = 1, FP16 S, ...) */
+    printed_conclusion("grad-comm", concl, sizeof concl);
+    {
+        char gp[700];
+        snprintf(gp, sizeof gp, "%s/grad-comm/grad-comm.dat", out);
+        const char *dat = slurp(gp);
+        double first[5] = {NAN}, last[5] = {NAN};
+        int rows = 0;
+        for (const char *l = strchr(dat, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
+            double v[5];
+            if (sscanf(l + 1, "%lf %lf %lf %lf %lf", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5) continue;
+            if (rows++ == 0) memcpy(first, v, sizeof v);
+            memcpy(last, v, sizeof v);
+        }
+        ck_assert_int_eq(rows, 4);
+        snprintf(want, sizeof want, "erred against the FP32 all-reduce by %.2g (N = %.0f) to %.2g (N = %.0f) in BF16 "
+                 "and %.2g to %.2g in FP16", first[2], first[0], last[2], last[0], first[4], last[4]);
+        ck_assert_msg(strstr(concl, want) != NULL, "grad-comm: want '%s' in: %s", want, concl);
+        ck_assert_msg(strstr(concl, "is not measured here"), "grad-comm: %s", concl);
+    }
     /* optimizer-state: the sequence as the whole FP16-moment run's metrics.csv shows it */
     printed_conclusion("optimizer-state", concl, sizeof concl);
     {
@@ -437,8 +457,8 @@ END_TEST
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8"};
-    for (int i = 0; i < 9; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+                           "overflow", "noise", "fp8", "grad-comm"};
+    for (int i = 0; i < 10; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the list asks what each lesson measures; it asserts none of the outcomes the runs may contradict (issue 37) */
     const char *claims[] = {"keeps it", "same accuracy", "trains like BF16", "removes", "passes 65504"};
     for (int i = 0; i < 5; i++) ck_assert_msg(strstr(out_buf, claims[i]) == NULL, "--list claims '%s'", claims[i]);

@@ -255,6 +255,21 @@ void mpt_text_mx_rounding(char *b, size_t n, double sat_floor, double sat_rceil,
                  100.0 * flush_floor);
 }
 
+void mpt_text_wire_unscaled(char *b, size_t n, int N, double flush1, double sub1, double err1, double err_s,
+                            double log2_scale) {
+    if (flush1 <= 0.0 && sub1 <= 0.0)
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed none of the ranks' terms at N = %d and made none "
+                 "subnormal (error %.2g, at S = 2^%.0f %.2g)", N, err1, log2_scale, err_s);
+    else if (err1 <= 1.1 * err_s)
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed %.3g%% of the ranks' nonzero terms at N = %d and made "
+                 "%.3g%% subnormal, yet its error was %.2g against %.2g at S = 2^%.0f: those terms carry almost none "
+                 "of the gradient's norm", 100.0 * flush1, N, 100.0 * sub1, err1, err_s, log2_scale);
+    else
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed %.3g%% of the ranks' nonzero terms at N = %d and made "
+                 "%.3g%% subnormal, and its error was %.2g against %.2g at S = 2^%.0f: %.2gx, the cost of sending the "
+                 "gradient unscaled", 100.0 * flush1, N, 100.0 * sub1, err1, err_s, log2_scale, err1 / err_s);
+}
+
 /* ---- loss scaling --------------------------------------------------------------------------------------------- */
 
 void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u) {

@@ -122,6 +122,12 @@ void mpt_text_staleness(char *b, size_t n, const char *tensor, double max_stale,
 void mpt_text_mx_rounding(char *b, size_t n, double sat_floor, double sat_rceil, double flush_floor,
                           double flush_rceil);
 
+/* An FP16 all-reduce wire without the loss scale, at N ranks: the shares of the ranks' nonzero terms flushed and made
+ * subnormal, and its error (against the FP32 all-reduce) beside the error at the loss scale S = 2^log2_scale. The
+ * unscaled wire "costs" when its error exceeds the scaled one's by more than 10%. */
+void mpt_text_wire_unscaled(char *b, size_t n, int N, double flush1, double sub1, double err1, double err_s,
+                            double log2_scale);
+
 /* ---- loss scaling --------------------------------------------------------------------------------------------- */
 
 /* What FP16 underflow costs one activation gradient, not only how often: flushed share, the flushed values' share of
