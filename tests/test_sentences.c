@@ -260,19 +260,22 @@ END_TEST
 
 /* batch 16: 65520 x 16 = 1048320, between 2^19 = 524288 and 2^20 = 1048576 */
 START_TEST(test_overflow_bound) {
-    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0);
+    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0, 20, 0);
     HAS("65520 B / (1 - p) = 1048320 / (1 - p)");
     HAS("2^19 is the largest power of two below it");
-    HAS("ended at 2^19, the bound's power of two");
-    mpt_text_overflow_bound(t, sizeof t, 16, 131072.0);
+    HAS("spent most of its steps at 2^19, the bound's power of two, and none backed off from it or below");
+    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0, 20, 3);
+    HAS("but 3 backoffs came from 2^19 or below");
+    LACKS("as the bound predicts");
+    mpt_text_overflow_bound(t, sizeof t, 16, 131072.0, 20, 5);
     HAS("below the bound's 2^19");
-    LACKS("the bound's power of two:");
-    mpt_text_overflow_bound(t, sizeof t, 16, 1048576.0);
+    LACKS("the bound's power of two");
+    mpt_text_overflow_bound(t, sizeof t, 16, 1048576.0, 20, 0);
     HAS("above the bound's 2^19");
-    mpt_text_overflow_bound(t, sizeof t, 16, 0.0);
+    mpt_text_overflow_bound(t, sizeof t, 16, 0.0, 20, 0);
     HAS("no common settle point");
     /* a batch whose bound is itself a power of two: 65520 x B is never one (65520 = 2^4 x 4095), so any B works */
-    mpt_text_overflow_bound(t, sizeof t, 128, 4194304.0);
+    mpt_text_overflow_bound(t, sizeof t, 128, 4194304.0, 0, 0);
     HAS("2^22 is the largest power of two below it");
 }
 END_TEST

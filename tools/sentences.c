@@ -296,7 +296,7 @@ void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u) {
 
 /* ---- overflow ------------------------------------------------------------------------------------------------- */
 
-void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled) {
+void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled, int backoffs_above, int backoffs_below) {
     const double bound = 65520.0 * batch;
     const int e = (int)floor(log2(bound));
     const double p2 = ldexp(1.0, e == log2(bound) ? e - 1 : e); /* the largest power of two strictly below */
@@ -307,19 +307,24 @@ void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled) {
                      "there, and 2^%d is the largest power of two below it. ", batch, bound, bound, pe);
     if (k < 0 || (size_t)k >= n) return;
     if (!(settled > 0))
-        snprintf(b + k, n - (size_t)k, "The dynamic runs did not all end at one scale, so there is no common settle "
-                 "point to check against it.");
+        snprintf(b + k, n - (size_t)k, "The dynamic runs did not spend most of their steps at one scale, so there is "
+                 "no common settle point to check against it.");
+    else if (settled == p2 && backoffs_below == 0)
+        snprintf(b + k, n - (size_t)k, "Every dynamic run spent most of its steps at 2^%.0f, the bound's power of "
+                 "two, and none backed off from it or below: the %d backoffs of the distinct trajectories were all from "
+                 "2^%d and above, where an example with probability below %.2g on its label overflows, as the bound "
+                 "predicts.", log2(settled),
+                 backoffs_above, pe + 1, 1.0 - bound / ldexp(1.0, pe + 1));
     else if (settled == p2)
-        snprintf(b + k, n - (size_t)k, "Every dynamic run ended at 2^%.0f, the bound's power of two, as the bound "
-                 "predicts: at 2^%d an example with probability below %.2g on its label would overflow.",
-                 log2(settled),
-                 pe + 1, 1.0 - bound / ldexp(1.0, pe + 1));
+        snprintf(b + k, n - (size_t)k, "Every dynamic run spent most of its steps at 2^%.0f, the bound's power of "
+                 "two, but %d backoffs came from 2^%d or below, where the bound rules the logits' gradient out: a "
+                 "gradient other than the logits' overflowed there.", log2(settled), backoffs_below, pe);
     else if (settled < p2)
-        snprintf(b + k, n - (size_t)k, "The dynamic runs ended at 2^%.0f, below the bound's 2^%d: a gradient "
+        snprintf(b + k, n - (size_t)k, "The dynamic runs spent most of their steps at 2^%.0f, below the bound's 2^%d: a gradient "
                  "other than the logits' overflowed at or below 2^%d, where the bound rules the logits' out.",
                  log2(settled), pe, pe);
     else
-        snprintf(b + k, n - (size_t)k, "The dynamic runs ended at 2^%.0f, above the bound's 2^%d: no example was "
+        snprintf(b + k, n - (size_t)k, "The dynamic runs spent most of their steps at 2^%.0f, above the bound's 2^%d: no example was "
                  "confidently wrong enough (1 - p stayed below %.2g) for the logits' gradient to overflow there before "
                  "the run ended.",
                  log2(settled), pe, bound / settled);

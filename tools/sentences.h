@@ -148,10 +148,11 @@ void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u);
 
 /* The scale bound of a mean loss over a batch of B in FP16: S (1 - p) / B < 65520 for the logits' gradient of an
  * example with probability p on its label, so any S below 65520 B / (1 - p) cannot overflow there; the largest power
- * of two below 65520 B is 2^floor(log2(65520 B)) (p -> 0). settled: the scale every dynamic run held at the end (0
- * when they differ). The sentence says whether the settle point is that power of two, below it (other gradients
- * overflowed first), or above it (the bound does not hold as derived). */
-void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled);
+ * of two below 65520 B is 2^floor(log2(65520 B)) (p -> 0). settled: the scale every dynamic run held for the most
+ * steps (0 when they differ); backoffs_above / backoffs_below: the dynamic runs' backoffs from a scale above that
+ * power of two and from one at or below it. The sentence says whether the settle point is that power of two, below
+ * it (other gradients overflowed first), or above it, and whether any run backed off at or below the bound. */
+void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled, int backoffs_above, int backoffs_below);
 
 /* ---- optimizer state ------------------------------------------------------------------------------------------ */
 

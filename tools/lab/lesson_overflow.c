@@ -149,6 +149,33 @@ static mpt_status run(mpt_lab_ctx *c) {
             lo = fmin(lo, traj[i][k]);
             hi = fmax(hi, traj[i][k]);
         }
+    /* where the dynamic runs settled: the scale each held for the most steps (the same for all, or 0); and their
+     * backoffs (a step whose scale is below the one before it) from above and from at or below the bound's power of
+     * two, 2^floor(log2(65520 B)) */
+    double settled = -1.0, p2 = ldexp(1.0, (int)floor(log2(65520.0 * bv)));
+    if (p2 == 65520.0 * bv) p2 /= 2.0;
+    int back_above = 0, back_below = 0;
+    for (int i = 1; i <= N_PRESETS; i++) {
+        if (ro[i].same_as > 0) continue; /* an identical trajectory counts once */
+        double mode = 0.0;
+        int64_t best = 0;
+        for (int64_t k = 0; k < len[i];) {
+            int64_t j = k;
+            while (j < len[i] && traj[i][j] == traj[i][k]) j++;
+            int64_t held = 0; /* steps at this scale over the whole run */
+            for (int64_t q = 0; q < len[i]; q++) held += traj[i][q] == traj[i][k];
+            if (held > best) best = held, mode = traj[i][k];
+            k = j;
+        }
+        settled = settled < 0.0 ? mode : settled == mode ? settled : 0.0;
+        for (int64_t k = 0; k < len[i]; k++) {
+            const double before = k ? traj[i][k - 1] : ro[i].start;
+            if (traj[i][k] < before) *(before > p2 ? &back_above : &back_below) += 1;
+        }
+    }
+    char bound_text[900];
+    mpt_text_overflow_bound(bound_text, sizeof bound_text, (int)bv, settled < 0.0 ? 0.0 : settled, back_above,
+                            back_below);
     FILE *dat = s == MPT_OK ? mpt_lab_open(c, "overflow.dat") : NULL;
     if (s == MPT_OK && !dat) s = MPT_ERR_IO;
     for (int i = 0; dat && i <= N_PRESETS; i++) { /* one block per run: step 0 = the initial scale, then after each step */
@@ -170,11 +197,6 @@ static mpt_status run(mpt_lab_ctx *c) {
 
     int backed_off = 1;
     for (int i = 1; i <= N_PRESETS; i++) backed_off &= ro[i].final_scale < ro[i].start;
-    double settled = ro[1].final_scale; /* the scale every dynamic run ended at, or 0 when they differ */
-    for (int i = 2; i <= N_PRESETS; i++)
-        if (ro[i].final_scale != settled) settled = 0.0;
-    char bound_text[900];
-    mpt_text_overflow_bound(bound_text, sizeof bound_text, (int)bv, settled);
     c->observed = ro[0].skipped > 0 && backed_off;
     char dyn[1400] = "", b1[32], b2[32];
     size_t k = 0;
