@@ -388,10 +388,10 @@ static void print_help(FILE *f) {
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
                "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
-               "lessons take about 2 minutes of CPU time together (6 minutes of wall time on a busy two-core\n"
-               "machine); --quick runs each lesson's smallest version that still shows its effect (about half a\n"
-               "minute of CPU time, 3 minutes of wall time there). A --quick lesson that misses its effect names\n"
-               "the full command.\n\n"
+               "lessons took 3.7 minutes of CPU time together (4.6 minutes of wall time on a shared two-core\n"
+               "machine, 2026-11-28); --quick runs each lesson's smallest version that still shows its effect\n"
+               "(66 s of CPU time, 83 s of wall time there; --list gives each lesson's). A --quick lesson that\n"
+               "misses its effect names the full command.\n\n"
                "Options:\n"
                "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"
@@ -418,8 +418,9 @@ static void print_list(void) {
         char full[128], quick[128];
         size_text(full, sizeof full, &lessons[i]->full);
         size_text(quick, sizeof quick, &lessons[i]->quick);
-        printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n", w, lessons[i]->name,
-               lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick);
+        printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n%-*s  measured: %s\n", w,
+               lessons[i]->name, lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick, w, "",
+               lessons[i]->measured ? lessons[i]->measured : "not yet");
     }
 }
 

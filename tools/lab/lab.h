@@ -59,6 +59,7 @@ typedef struct mpt_lab_lesson {
     mpt_status (*run)(mpt_lab_ctx *c);
     mpt_lab_size full, quick;   /* the convincing version and the smallest that shows the effect (--quick) */
     const char *param_keys;     /* its --param keys, separated by spaces ("" for none): any other key is refused */
+    const char *measured;       /* what its two sizes took when last measured (CPU time, machine, date), for --list */
 } mpt_lab_lesson;
 
 /* The lessons, in the order `mptrain lab` runs them. */

@@ -454,4 +454,5 @@ const mpt_lab_lesson mpt_lab_loss_scaling = {
     {20000, 10000, 2, 3}, /* full */
     {6000, 1000, 1, 3}, /* --quick: 47 steps; the effect grows as training proceeds (16 steps barely show it) */
     "static batch default-batch seeds",
+    "--quick 7 s, full 19 s of CPU time (2-core VM, 2026-11-28)",
 };

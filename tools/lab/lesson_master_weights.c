@@ -183,4 +183,5 @@ const mpt_lab_lesson mpt_lab_master_weights = {
     {20000, 10000, 2, 0}, /* full */
     {6000, 1000, 1, 0}, /* --quick */
     "sgd-lr batch",
+    "--quick 10 s, full 46 s of CPU time (2-core VM, 2026-11-28)",
 };
