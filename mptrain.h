@@ -16,7 +16,7 @@
  *   datasets/idx.h, datasets/loader.h, datasets/synthetic.h  Fashion-MNIST (IDX files), batches, test data
  *   engine/checkpoint.h   safetensors checkpoints
  *   engine/rng.h          the Philox streams behind every random number
- *   engine/tensor.h, engine/dtype.h, kernels/elemwise.h  tensors, dtypes and the FP16/BF16/TF32 conversions
+ *   engine/tensor.h, engine/dtype.h, engine/numerics.h  tensors, dtypes and the FP16/BF16/TF32 conversions
  *   engine/status.h       errors: an mpt_status return and mpt_last_error()'s one-line message
  *   engine/api.h          MPT_API, the version macros and mpt_version()
  * Functions not declared in these headers are internal to the library and not exported from libmptrain.so.

@@ -24,7 +24,7 @@
  * (TF32 with round-to-nearest-even on the CPU; F16/BF16 operands are already in that format), products and
  * sums are FP32, the epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to
  * C's dtype. The two backends differ in summation order (and in the TF32 rounding mode, see
- * kernels/elemwise.h), which the cuda test suite bounds, and, measured on an H200 (cuBLASLt 13.1, cuDNN 9.19,
+ * engine/numerics.h), which the cuda test suite bounds, and, measured on an H200 (cuBLASLt 13.1, cuDNN 9.19,
  * 2026-11-26; docs/cuda.md), in one more rounding of 16-bit outputs: cuBLASLt's bias epilogues round
  * alpha*op(A)op(B) + beta*C to the F16/BF16 output and add the bias to that, rounding again; cuDNN blends a
  * convolution's prior value (accumulate, or the bias written first) into an already-rounded 16-bit result. Such an
@@ -225,7 +225,7 @@ typedef struct mpt_fp8_cast_args {
     uint8_t *q;                       /* [rows, cols]: the FP8 copy, or NULL */
     uint8_t *qt;                      /* [cols, rows]: the FP8 copy transposed, or NULL (the TN layout of a GEMM
                                          whose K is `rows`: a "transposing cast") */
-    int saturate;                     /* overflow -> +-max (1) or NaN/inf (0): kernels/elemwise.h */
+    int saturate;                     /* overflow -> +-max (1) or NaN/inf (0): engine/numerics.h */
     mpt_fp8_meta *meta;               /* backend: amax is written (max |x| over the tensor, NaN if any x is NaN);
                                          per-tensor scaling reads scale, or with `current` first writes scale =
                                          mpt_fp8_scale_from_amax(amax, scaled_max, pow2, 1), scale_inv = 1/scale,
@@ -298,7 +298,7 @@ typedef struct mpt_optim_args {
                                 weight (fp32/tf32 modes) */
     mpt_dtype working_dtype;
     int stochastic;          /* without a master and with a 16-bit working_dtype: round the updated weights
-                                stochastically (kernels/elemwise.h mpt_f32_to_bf16_sr / mpt_f32_to_f16_sr) with
+                                stochastically (engine/numerics.h mpt_f32_to_bf16_sr / mpt_f32_to_f16_sr) with
                                 the bits mpt_sr_bits(sr_seed, sr_iteration, sr_offset + i) for element i */
     uint64_t sr_seed;        /* host: the rounding stream's seed (Philox key) */
     uint64_t sr_iteration;   /* host: the training iteration (Philox counter, high words), unless `iteration` */
@@ -315,7 +315,7 @@ typedef struct mpt_optim_args {
     float *update_out;       /* [n] FP32 or NULL (ordinary steps). When set, element i receives the update
                                 delta the optimizer adds to weight i this step, in FP32 before any rounding
                                 into the storage dtype: SGD -lr*d, Adam -step_size*m/denom, AdamW the same
-                                plus the exact decoupled-decay change (kernels/elemwise.h, mpt_elem_sgd /
+                                plus the exact decoupled-decay change (engine/numerics.h, mpt_elem_sgd /
                                 mpt_elem_adam); 0 on a skipped step (found_inf). Writing it changes nothing
                                 else: weights and state are bit-identical with and without. Read by the
                                 lost-update meter (engine/telemetry). */
@@ -437,7 +437,7 @@ struct mpt_backend {
      * CURAND_RNG_PSEUDO_PHILOX4_32_10 generates it (host or device generator, same numbers);
      * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace (the CPU backend
      * draws u there with cuRAND's host generator; the CUDA backend computes each u inside its kernel with
-     * kernels/elemwise.h's mpt_philox_uniform, which reproduces that generator's stream). iteration: backend
+     * engine/numerics.h's mpt_philox_uniform, which reproduces that generator's stream). iteration: backend
      * scalar (the trainer's mpt_scaler_state.iteration, read when the operation runs), or NULL for 0; so a
      * replayed step draws the numbers of its own iteration. */
     void (*dropout_forward)(mpt_backend *be, void *y, const void *x, uint8_t *mask, mpt_dtype dtype,
@@ -501,7 +501,7 @@ struct mpt_backend {
     void (*sum_squares)(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);
     /* st->grad_mul = min(1, max_norm / (sqrt(st->sumsq) + 1e-6)) (torch.nn.utils.clip_grad_norm_). */
     void (*clip_coef)(mpt_backend *be, mpt_scaler_state *st, float max_norm);
-    /* st->lr = the schedule's learning rate at iteration st->iteration (kernels/elemwise.h mpt_lr_eval, the
+    /* st->lr = the schedule's learning rate at iteration st->iteration (engine/numerics.h mpt_lr_eval, the
      * function mpt_lr_at evaluates on the host: same bits on the CPU backend). Before the optimizer step. */
     void (*lr_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_lr_schedule *schedule);
     /* Before the parameter updates: if !found_inf, steps_taken += 1. */

@@ -3,7 +3,7 @@
  *
  * Storage is dtype-true on both backends (ARCHITECTURE decision 1): an F16 or BF16 tensor holds 16-bit
  * values (uint16_t bit patterns) on the CPU as well as on the GPU, an FP8 tensor 8-bit ones. The conversions
- * themselves are the per-element functions of kernels/elemwise.h (RNE, overflow to inf, subnormals, NaN kept;
+ * themselves are the per-element functions of engine/numerics.h (RNE, overflow to inf, subnormals, NaN kept;
  * FP8 saturating or not), re-exported here. FP8 tensors are scaled (ARCHITECTURE decision 10): the stored value
  * is x * s rounded, and what it stands for needs the scale (per tensor, or an E8M0 tensor of block scales), which
  * lives beside it (engine/amp/fp8.h); mpt_load_f32 below gives the stored FP8 value itself.
@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "engine/api.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 typedef enum mpt_dtype {
     MPT_DTYPE_F32 = 0, /* IEEE binary32 */

@@ -8,7 +8,7 @@
  * x * 2^-32 + 2^-33 in float arithmetic (cuRAND's _curand_uniform, curand_uniform.h), in (0, 1].
  * tests/test_rng.c checks the result bit for bit against cuRAND's host generator where cuRAND is present.
  * The block cipher is Random123's philox4x32 (Debian librandom123-dev) when the build found it; else each
- * element is kernels/elemwise.h's mpt_philox_uniform (the same layout, what the CUDA dropout kernel computes;
+ * element is engine/numerics.h's mpt_philox_uniform (the same layout, what the CUDA dropout kernel computes;
  * tests/test_rng.c checks the two agree).
  */
 #include "engine/rng.h"
@@ -19,7 +19,7 @@
 #ifdef MPT_HAVE_RANDOM123
 #include <Random123/philox.h>
 #else
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #endif
 
 #define MPT_RNG_THREADS 65536u /* cuRAND's host Philox generator: the device threads it emulates */

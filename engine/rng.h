@@ -24,7 +24,7 @@ typedef enum mpt_rng_stream {
     MPT_RNG_SHUFFLE = 3, /* epoch shuffles */
     MPT_RNG_SPLIT = 4,   /* validation split */
     MPT_RNG_TEST = 5,    /* test data */
-    MPT_RNG_ROUNDING = 6,/* stochastic rounding of weight updates (Philox key; kernels/elemwise.h mpt_sr_bits) */
+    MPT_RNG_ROUNDING = 6,/* stochastic rounding of weight updates (Philox key; engine/numerics.h mpt_sr_bits) */
 } mpt_rng_stream;
 
 typedef struct mpt_rng mpt_rng; /* a host Philox stream handle */

@@ -43,7 +43,7 @@ typedef enum mpt_loss_scaling {
 typedef enum mpt_update_rounding {
     MPT_ROUNDING_NEAREST = 0, /* round to nearest even */
     MPT_ROUNDING_STOCHASTIC,  /* stochastic rounding, Philox bits from (seed, iteration, element):
-                                 kernels/elemwise.h mpt_sr_bits */
+                                 engine/numerics.h mpt_sr_bits */
 } mpt_update_rounding;
 
 /* What a step with inf/NaN gradients does. */

@@ -1,5 +1,5 @@
 /*
- * kernels/elemwise.h - per-element math, written once, compiled by gcc (CPU loops) and nvcc (CUDA kernels).
+ * engine/numerics.h - per-element math, written once, compiled by gcc (CPU loops) and nvcc (CUDA kernels).
  *
  * Everything here is a pure function of its arguments: number-format conversions with round-to-nearest-even
  * (FP32 <-> FP16, FP32 <-> BF16, FP32 -> TF32, FP32 <-> OCP FP8 E4M3/E5M2 and the MX block scale E8M0, with the

@@ -1,7 +1,7 @@
 /*
  * tests/test_accum.c - the accumulators of the lesson `accumulation` (tools/lab/accum.h).
  *
- *  - mpt_accum_round agrees with the engine's own FP32 -> FP16 / BF16 conversions (kernels/elemwise.h) on every
+ *  - mpt_accum_round agrees with the engine's own FP32 -> FP16 / BF16 conversions (engine/numerics.h) on every
  *    kind of FP32 input (normal, subnormal in the target, overflowing, ties), and with C's double -> float
  *    conversion (round to nearest even) for FP32;
  *  - on doubles that are not floats, the result is a value of the format and the nearest one: no representable
@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/accum.h"
 
 /* A float with a random exponent in [lo, hi] and random significand bits, either sign. */

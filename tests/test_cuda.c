@@ -28,7 +28,7 @@
  *
  * Element-wise kernels, dropout, batch gather, the optimizer step, unscale, clip coefficient and the
  * loss-scale update are expected BIT-IDENTICAL to the CPU backend: both call the same per-element functions
- * of kernels/elemwise.h, with every multiply-add an explicit fmaf, IEEE division and square root on both
+ * of engine/numerics.h, with every multiply-add an explicit fmaf, IEEE division and square root on both
  * (nvcc's defaults, no --use_fast_math), the _rn intrinsics in the CUDA kernels where the CPU's expression
  * has separate operations, and FP64 per-step scalars computed by repeated squaring. Dropout masks come from
  * cuRAND's device Philox generator, which must reproduce the host generator (mpt_rng_uniform) bit for bit.

@@ -7,7 +7,7 @@
  * and are skipped, named, on older GPUs (where the backend must refuse fp8 with a message, which is checked).
  *
  *  1. conversions: CUDA's own FP8 conversion (__nv_cvt_float_to_fp8, which on sm_89+ is the cvt.rn.satfinite
- *     instruction in its saturating form) against kernels/elemwise.h's, run side by side on the device, over FP32
+ *     instruction in its saturating form) against engine/numerics.h's, run side by side on the device, over FP32
  *     patterns of every class (zeros, subnormals, every exponent, ends of binades, inf, NaN), both formats, both
  *     overflow modes; the E8M0 round-up (cvt.rp / its software form) likewise; and the device's results equal the
  *     host's (the CPU's) bit for bit.

@@ -1,5 +1,5 @@
 /*
- * tests/test_dtype.c - number-format conversions (kernels/elemwise.h) and the CPU cast/convert loops.
+ * tests/test_dtype.c - number-format conversions (engine/numerics.h) and the CPU cast/convert loops.
  *
  * References, all independent of the code under test:
  *   - FP16 decoding: sign * m * 2^(e-25) evaluated with ldexp in double (IEEE 754-2008 binary16);

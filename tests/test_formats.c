@@ -1,5 +1,5 @@
 /*
- * tests/test_formats.c - `mptrain formats` and the conversions it shows (tools/formats.h, kernels/elemwise.h).
+ * tests/test_formats.c - `mptrain formats` and the conversions it shows (tools/formats.h, engine/numerics.h).
  *
  *  - the bit patterns the issue lists: 3.14159265 -> BF16 0x4049 (3.140625), FP16 0x4248 (3.140625), TF32
  *    3.140625; 65536 -> FP16 inf, BF16 65536; 65519 -> FP16 65504, 65520 -> inf; 1e-8 -> FP16 0 (flushed),
@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/formats.h"
 
 static mpt_fmt_value conv(mpt_fmt f, double x) {

@@ -1,5 +1,5 @@
 /*
- * tests/test_fp8.c - the FP8 and MX formats and their scale rules (kernels/elemwise.h; issue #23 section A).
+ * tests/test_fp8.c - the FP8 and MX formats and their scale rules (engine/numerics.h; issue #23 section A).
  *
  * Every expected value is computed here from the format definitions, never read from the engine:
  *  - decoding: all 256 codes of E4M3, E5M2 and E8M0 against (-1)^s * 2^(e - bias) * (1 + m / 2^M) (subnormals
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 #ifdef MPT_TEST_HAVE_CUDA_FP8
 #include <cuda_fp8.h>

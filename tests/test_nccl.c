@@ -6,7 +6,7 @@
  * printed); a failure when the build found NCCL (MPT_HAVE_NCCL) but the module says it was built without it.
  * With one rank the all-reduce returns each rank's own term, so every wire must give, element by element:
  *   fp32: weight * x (one FP32 product; weight 0.5 is exact);
- *   bf16/fp16: the round-to-nearest-even of weight * x to the wire dtype, widened (kernels/elemwise.h's
+ *   bf16/fp16: the round-to-nearest-even of weight * x to the wire dtype, widened (engine/numerics.h's
  *   conversions, themselves checked bit for bit against the format definitions in test_dtype);
  * over values spanning 40 binades (FP16's subnormals and overflow included: 1e5 * 0.5 becomes inf in FP16, so
  * found_inf would skip the step), with a NaN that must stay NaN, across three tensors in one NCCL group.
@@ -22,7 +22,7 @@
 #include "cuda_gate.h"
 #include "harness.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "mpt_config.h"
 
 static mpt_backend *gpu;

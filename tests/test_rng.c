@@ -1,5 +1,5 @@
 /*
- * tests/test_rng.c - the host Philox stream (engine/rng.c) and kernels/elemwise.h's mpt_philox_uniform (what
+ * tests/test_rng.c - the host Philox stream (engine/rng.c) and engine/numerics.h's mpt_philox_uniform (what
  * the CUDA dropout kernel computes in place).
  * Where cuRAND is present (builds with the CUDA backend; this test links cuRAND itself, the engine does not):
  * both equal cuRAND's host generator CURAND_RNG_PSEUDO_PHILOX4_32_10 bit for bit, for seeds with high bits
@@ -13,7 +13,7 @@
 
 #include "engine/rng.h"
 #include "harness.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #ifdef MPT_TEST_HAVE_CURAND
 #include <curand.h>
 #endif

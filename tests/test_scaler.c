@@ -5,7 +5,7 @@
  * Mirrors PyTorch's own GradScaler tests (test/test_cuda.py: test_grad_scaling_update_scale,
  * test_grad_scaling_unscale) and adds what mptrain does beyond them: hysteresis, floor and ceiling, static
  * scaling, bit-identical skipped steps, the collapse warning. A state-machine model written here (plain C,
- * independent of kernels/elemwise.h) replays random sequences of clean and overflowing steps.
+ * independent of engine/numerics.h) replays random sequences of clean and overflowing steps.
  */
 #include <float.h>
 #include <math.h>

@@ -237,7 +237,7 @@ END_TEST
 /* ---- the rounding error ------------------------------------------------------------------------------------ */
 
 /* The relative L2 error of rounding at shift k against rounding each value through the engine's own conversion
- * (FP32 -> F16/BF16 -> FP32, kernels/elemwise.h) after an exact FP32 scaling: values chosen so that v 2^k stays an
+ * (FP32 -> F16/BF16 -> FP32, engine/numerics.h) after an exact FP32 scaling: values chosen so that v 2^k stays an
  * FP32 normal number, where ldexpf is exact and the two computations must agree to FP64's rounding of the sums. */
 static void check_round_err(mpt_dtype dt, int emin, int emax, const int *ks, int nk) {
     enum { N = 20000 };
@@ -349,7 +349,7 @@ START_TEST(test_lost_matches_brute_force) {
 }
 END_TEST
 
-/* Stochastic rounding (kernels/elemwise.h) of updates far below half an ulp: most single updates round back
+/* Stochastic rounding (engine/numerics.h) of updates far below half an ulp: most single updates round back
  * (lost), yet the applied mass is the whole update mass in expectation. 20000 BF16 weights in [0.5, 1) (ulp
  * 2^-8), each update a fraction p in [0.01, 0.1] of an ulp: the weight moves by one ulp with probability p. The
  * applied mass is sum_i ulp * X_i / sum_i p_i ulp with X_i ~ Bernoulli(p_i): mean 1, sd sqrt(sum p(1-p)) / sum p

@@ -29,7 +29,7 @@
  *                     text of each setting (what a checkpoint records and a resumed run compares)
  *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
  *   stop.c            a graceful stop on SIGINT / SIGTERM
- *   formats.c         the conversions `formats` shows, through kernels/elemwise.h (tools/formats.h)
+ *   formats.c         the conversions `formats` shows, through engine/numerics.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;
@@ -296,24 +296,24 @@ int mpt_cli_fail(const char *command, mpt_status s);
 
 /* Installs the handler of SIGINT and SIGTERM for train, compare and lab: the first signal is recorded (and said
  * on stderr) for the training run to stop after its current step, saving everything; a second one stops at once. */
-void mpt_cli_stop_install(void);
+void mpt_guard_stop_install(void);
 
 /* The signal that asked for a stop (SIGINT, SIGTERM), or 0. */
-int mpt_cli_stop_signal(void);
+int mpt_guard_stop_signal(void);
 
 /* "SIGINT", "SIGTERM". */
-const char *mpt_cli_signal_name(int sig);
+const char *mpt_guard_signal_name(int sig);
 
 /* Sets the OpenBLAS thread count (n > 0) and returns the count in effect. */
-int mpt_cli_set_threads(int n);
+int mpt_cpu_set_threads(int n);
 
 /* Under a memory limit (ulimit -v or -d), when OpenBLAS runs the CPU backend's GEMMs (no oneDNN in the build, or
  * MPT_CPU_ENGINE=openblas), makes every OpenBLAS thread allocate its GEMM buffer now, with one small GEMM, before
  * the run's own allocations take the room: OpenBLAS 0.3.21's blas_memory_alloc retries forever when
  * an allocation fails (OpenBLAS issue 5289, fixed in 0.3.30), in a GEMM and in exit()'s join of its threads alike.
  * When it cannot within 10 s, the process says why on stderr and ends with exit status 1 without joining them.
- * Call after mpt_cli_set_threads and before loading data. Without a limit it does nothing. */
-mpt_status mpt_cli_blas_ready(void);
+ * Call after mpt_cpu_set_threads and before loading data. Without a limit it does nothing. */
+mpt_status mpt_guard_blas_ready(void);
 
 /* Whether a command failed for want of memory (mpt_cli_fail with MPT_ERR_NOMEM): main then ends the process with
  * _exit, after flushing, without exit()'s handlers: OpenBLAS's destructor joins its threads, and one may loop in
@@ -322,14 +322,14 @@ int mpt_cli_failed_nomem(void);
 
 /* Whether an address-space or data-segment limit is set (ulimit -v, -d): main then ends every exit with _exit
  * (on_exit), so that no exit joins an OpenBLAS thread looping in blas_memory_alloc. */
-int mpt_cli_memory_limited(void);
+int mpt_guard_memory_limited(void);
 
 /* Under a memory limit (ulimit -v, -d), turns a memory fault (SIGSEGV, SIGBUS) into one line on stderr that names
  * the limit, and exit status 1: oneDNN 2.6.3 (Debian's libdnnl2) crashes in dnnl_primitive_create, creating a
  * JIT kernel, when the address space is used up (`compare` under ulimit -v 128 MiB, 1 thread, did; gdb showed the
  * fault inside libdnnl). A fault is not recoverable, so the process ends at once; the files already
  * published stay complete. Without a limit it does nothing: a crash stays a crash, with its core. */
-void mpt_cli_memory_crash_report(void);
+void mpt_guard_memory_crash_report(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 

@@ -43,17 +43,17 @@ static mpt_status clear_earlier_job(const mpt_cli_opts *o) {
     static const char *const files[] = {"report.md", "compare.json", "convergence.png", "convergence.gp",
                                         "convergence.gp.log", "numerics.png", "numerics.gp", "numerics.gp.log",
                                         "numerics_twin.dat"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) MPT_TRY(mpt_cli_remove_result(o->out, files[i]));
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) MPT_TRY(mpt_outdir_remove_result(o->out, files[i]));
     char dir[MPT_CLI_PATH + 320], name[64];
     for (int p = 0; p < MPT_PRECISION_COUNT; p++) {
         const char *pn = mpt_precision_name((mpt_precision)p);
         snprintf(dir, sizeof dir, "%s/%s", o->out, pn);
-        MPT_TRY(mpt_cli_run_clear(dir));
+        MPT_TRY(mpt_run_clear(dir));
         snprintf(dir, sizeof dir, "%s/curves", o->out);
         snprintf(name, sizeof name, "%s_steps.csv", pn);
-        MPT_TRY(mpt_cli_remove_result(dir, name));
+        MPT_TRY(mpt_outdir_remove_result(dir, name));
         snprintf(name, sizeof name, "%s_epochs.csv", pn);
-        MPT_TRY(mpt_cli_remove_result(dir, name));
+        MPT_TRY(mpt_outdir_remove_result(dir, name));
     }
     DIR *d = opendir(o->out);
     if (!d) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot list it (%s)", o->out, strerror(errno));
@@ -63,7 +63,7 @@ static mpt_status clear_earlier_job(const mpt_cli_opts *o) {
         if (strncmp(n, "seed-", 5) != 0 || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5)) continue;
         for (int p = 0; p < MPT_PRECISION_COUNT && s == MPT_OK; p++) {
             snprintf(dir, sizeof dir, "%s/%s/%s", o->out, n, mpt_precision_name((mpt_precision)p));
-            s = mpt_cli_run_clear(dir);
+            s = mpt_run_clear(dir);
         }
     }
     closedir(d);
@@ -72,7 +72,7 @@ static mpt_status clear_earlier_job(const mpt_cli_opts *o) {
 
 /* Trains o->model in precision p with seed `seed` into dir, labelled "[<label>] " on the progress lines. */
 static mpt_status train_one(const mpt_cli_opts *o, const mpt_cli_data *cd, mpt_precision p, uint64_t seed,
-                            const char *dir, const char *label, mpt_cli_result *res) {
+                            const char *dir, const char *label, mpt_run_result *res) {
     mpt_cli_opts op = *o;
     op.precision = p;
     op.seed = seed;
@@ -83,7 +83,7 @@ static mpt_status train_one(const mpt_cli_opts *o, const mpt_cli_data *cd, mpt_p
     snprintf(lab, sizeof lab, "[%s] ", label);
     printf("%s---- training %s in %s -> %s\n", lab, op.model, mpt_precision_name(p), op.out);
     fflush(stdout);
-    return mpt_cli_train_run(&op, cd, lab, res);
+    return mpt_run_train(&op, cd, lab, res);
 }
 
 /* The plan of one compare: every precision (with --seeds: for every seed, seed-major), dealt out to the ranks
@@ -94,7 +94,7 @@ typedef struct compare_plan {
     const mpt_cli_data *cd;
     mpt_dist *dist;          /* NULL: a single process */
     int seeds;               /* --seeds: run i is seed i / n_precisions, precision i % n_precisions */
-    mpt_cli_result *res;     /* [n] delivered results (rank 0) */
+    mpt_run_result *res;     /* [n] delivered results (rank 0) */
     double *l2;              /* [n] --seeds: each run's distance to its seed's fp32 run */
     int ref;                 /* index of fp32 in --precisions, -1 without */
 } compare_plan;
@@ -106,7 +106,7 @@ static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, s
     mpt_precision p = o->precisions[pl->seeds ? i % np : i];
     if (pl->seeds) {
         uint64_t seed = o->seeds[i / np];
-        if (mpt_cli_seed_run_dir(dir, dn, o->out, seed, p) != MPT_OK) snprintf(dir, dn, "%s", o->out);
+        if (mpt_report_seed_run_dir(dir, dn, o->out, seed, p) != MPT_OK) snprintf(dir, dn, "%s", o->out);
         snprintf(label, ln, "seed %llu %s", (unsigned long long)seed, mpt_precision_name(p));
     } else {
         snprintf(dir, dn, "%s/%s", o->out, mpt_precision_name(p));
@@ -114,14 +114,14 @@ static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, s
     }
 }
 
-static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
+static mpt_status plan_train(void *ctx, int i, mpt_run_result *res) {
     const compare_plan *pl = ctx;
     const mpt_cli_opts *o = pl->o;
     int np = o->n_precisions;
     mpt_precision p = o->precisions[pl->seeds ? i % np : i];
     uint64_t seed = pl->seeds ? o->seeds[i / np] : o->seed;
     char dir[MPT_CLI_PATH + 8], label[128], tag[160];
-    if (pl->seeds) MPT_TRY(mpt_cli_seed_run_dir(dir, sizeof dir, o->out, seed, p));
+    if (pl->seeds) MPT_TRY(mpt_report_seed_run_dir(dir, sizeof dir, o->out, seed, p));
     plan_describe(ctx, i, label, sizeof label, dir, sizeof dir);
     if (pl->dist) snprintf(tag, sizeof tag, "rank %d: %s", mpt_dist_rank(pl->dist), label);
     else snprintf(tag, sizeof tag, "%s", label);
@@ -129,17 +129,17 @@ static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
     if (res->interrupted) /* the run saved its state; the plan stops here, and no report compares partial runs */
         return mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of run %s: its checkpoint is in %s (the "
                           "finished runs are beside it); no report.md, which compares complete runs",
-                          mpt_cli_signal_name(res->interrupted), (long long)res->iterations, label, dir);
+                          mpt_guard_signal_name(res->interrupted), (long long)res->iterations, label, dir);
     return MPT_OK;
 }
 
-static mpt_status plan_deliver(void *ctx, int i, mpt_cli_result *r) {
+static mpt_status plan_deliver(void *ctx, int i, mpt_run_result *r) {
     compare_plan *pl = ctx;
     int np = pl->o->n_precisions;
     pl->res[i] = *r;
     if (!pl->seeds || i % np != np - 1) return MPT_OK;
     /* a seed's runs are all in: their distances to its fp32 run; then the weights are no longer needed */
-    mpt_cli_result *row = &pl->res[i - (np - 1)];
+    mpt_run_result *row = &pl->res[i - (np - 1)];
     double *l2 = &pl->l2[i - (np - 1)];
     int ref = pl->ref;
     for (int p = 0; p < np; p++)
@@ -163,14 +163,14 @@ static mpt_status run_plan(compare_plan *pl, mpt_status setup) {
     pl->res = calloc((size_t)n, sizeof *pl->res);
     pl->l2 = malloc((size_t)n * sizeof *pl->l2);
     if (!pl->res || !pl->l2) setup = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);
-    mpt_cli_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver};
-    return mpt_cli_sweep_run(pl->dist, &sw, setup);
+    mpt_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver};
+    return mpt_sweep_run(pl->dist, &sw, setup);
 }
 
 static void plan_free(compare_plan *pl) {
     int n = pl->seeds ? pl->o->n_seeds * pl->o->n_precisions : pl->o->n_precisions;
     if (pl->res)
-        for (int i = 0; i < n; i++) mpt_cli_result_free(&pl->res[i]);
+        for (int i = 0; i < n; i++) mpt_run_result_free(&pl->res[i]);
     free(pl->res);
     free(pl->l2);
     pl->res = NULL;
@@ -178,35 +178,35 @@ static void plan_free(compare_plan *pl) {
 }
 
 /* compare --seeds, once every run is in: statistics over seeds (tools/compare_seeds.c). */
-static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl, const mpt_cli_machine *machine) {
-    mpt_cli_seed_runs runs = {o->out, o->n_seeds, o->n_precisions, o->seeds, o->precisions, pl->res, pl->l2, machine};
+static mpt_status report_seeds(const mpt_cli_opts *o, const compare_plan *pl, const mpt_report_machine *machine) {
+    mpt_report_seed_runs runs = {o->out, o->n_seeds, o->n_precisions, o->seeds, o->precisions, pl->res, pl->l2, machine};
     const char *plot_file = "convergence.png";
     char plot_error[600] = "";
-    mpt_status ps = mpt_cli_plot_seeds(&runs);
+    mpt_status ps = mpt_report_plot_seeds(&runs);
     if (ps != MPT_OK) {
         snprintf(plot_error, sizeof plot_error, "%s", mpt_last_error());
         fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
         plot_file = NULL;
     }
     /* with telemetry: numerics.png of the first seed's runs (the report adds the means over seeds) */
-    mpt_cli_plot_info plots = {plot_file, plot_error, NULL, NULL};
+    mpt_report_plot_info plots = {plot_file, plot_error, NULL, NULL};
     char numerics_error[600] = "", dirs[MPT_PRECISION_COUNT][64];
     if (o->telemetry > 0) {
-        mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
+        mpt_report_row rows[MPT_PRECISION_COUNT];
         for (int p = 0; p < o->n_precisions; p++) {
             snprintf(dirs[p], sizeof dirs[p], "seed-%llu/%s", (unsigned long long)o->seeds[0],
                      mpt_precision_name(o->precisions[p]));
-            rows[p] = (mpt_cli_compare_row){o->precisions[p], &pl->res[p], pl->l2[p], dirs[p]};
+            rows[p] = (mpt_report_row){o->precisions[p], &pl->res[p], pl->l2[p], dirs[p]};
         }
         plots.numerics = "numerics.png";
-        if (mpt_cli_plot_numerics(o->out, rows, o->n_precisions, o->telemetry) != MPT_OK) {
+        if (mpt_report_plot_numerics(o->out, rows, o->n_precisions, o->telemetry) != MPT_OK) {
             snprintf(numerics_error, sizeof numerics_error, "%s", mpt_last_error());
             fprintf(stderr, "mptrain compare: no numerics plot: %s\n", numerics_error);
             plots.numerics = NULL;
             plots.numerics_error = numerics_error;
         }
     }
-    MPT_TRY(mpt_cli_write_seeds_report(o, &runs, &plots));
+    MPT_TRY(mpt_report_write_seeds(o, &runs, &plots));
     printf("\nreport: %s/report.md\nsummary: %s/compare.json\n", o->out, o->out);
     if (plot_file) printf("plot:   %s/%s\n", o->out, plot_file);
     if (plots.numerics) printf("numerics plot: %s/%s\n", o->out, plots.numerics);
@@ -226,8 +226,8 @@ int mpt_cmd_compare(int argc, char **argv) {
     }
     if (o.n_seeds == 1) o.seed = o.seeds[0]; /* one seed: today's layout and report */
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/compare-%s", o.model);
-    mpt_cli_set_threads(o.threads);
-    mpt_cli_set_plot_timeout(o.plot_timeout);
+    mpt_cpu_set_threads(o.threads);
+    mpt_report_set_plot_timeout(o.plot_timeout);
     mpt_status s;
 
     for (int i = 0; i < o.n_precisions; i++) { /* switch combinations, before any data is loaded */
@@ -238,7 +238,7 @@ int mpt_cmd_compare(int argc, char **argv) {
         if (s != MPT_OK) return mpt_cli_fail("compare", s);
     }
     mpt_dist *dist = NULL;
-    s = mpt_cli_sweep_join(&dist);
+    s = mpt_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     rc = compare_with(&o, dist);
     mpt_dist_free(&dist);
@@ -251,12 +251,12 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     int rank = dist ? mpt_dist_rank(dist) : 0;
     if (dist) {
         char why[128];
-        o.threads = mpt_cli_sweep_threads(dist, o.threads, why, sizeof why);
-        mpt_cli_set_threads(o.threads);
-        mpt_cli_sweep_announce(dist, o.n_seeds > 1 ? o.n_seeds * o.n_precisions : o.n_precisions, o.threads, why);
+        o.threads = mpt_sweep_threads(dist, o.threads, why, sizeof why);
+        mpt_cpu_set_threads(o.threads);
+        mpt_sweep_announce(dist, o.n_seeds > 1 ? o.n_seeds * o.n_precisions : o.n_precisions, o.threads, why);
     }
-    mpt_cli_machine machine; /* the load while the runs train: host-clock times on a busy machine are not theirs */
-    mpt_cli_machine_start(&machine);
+    mpt_report_machine machine; /* the load while the runs train: host-clock times on a busy machine are not theirs */
+    mpt_report_machine_start(&machine);
     /* rank 0 holds --out for the job; a job that fails or is stopped must not leave an earlier job's results
      * looking like its own */
     mpt_status s = MPT_OK;
@@ -265,7 +265,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     if (s == MPT_OK && rank == 0) s = clear_earlier_job(&o);
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
-    if (s == MPT_OK) s = mpt_cli_blas_ready();
+    if (s == MPT_OK) s = mpt_guard_blas_ready();
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1};
     s = run_plan(&pl, s);
@@ -277,19 +277,19 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
         return rank == 0 ? mpt_cli_fail("compare", s) : s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
     }
     if (pl.seeds) {
-        mpt_cli_machine_end(&machine);
+        mpt_report_machine_end(&machine);
         s = report_seeds(&o, &pl, &machine);
         mpt_outdir_close(&od);
         plan_free(&pl);
         return s == MPT_OK ? 0 : mpt_cli_fail("compare", s);
     }
-    mpt_cli_result *res = pl.res;
+    mpt_run_result *res = pl.res;
     int n_done = o.n_precisions;
 
-    const mpt_cli_result *ref = NULL;
+    const mpt_run_result *ref = NULL;
     for (int i = 0; i < n_done; i++)
         if (o.precisions[i] == MPT_PRECISION_FP32) ref = &res[i];
-    mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
+    mpt_report_row rows[MPT_PRECISION_COUNT];
     for (int i = 0; i < n_done; i++) {
         rows[i].precision = o.precisions[i];
         rows[i].r = &res[i];
@@ -297,13 +297,13 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
                              ? rel_l2(res[i].final_master, ref->final_master, ref->n_master) : NAN;
         rows[i].dir = NULL; /* <out>/<precision> */
     }
-    mpt_cli_machine_end(&machine);
-    mpt_cli_compare_ref scale = {NAN, &machine};
+    mpt_report_machine_end(&machine);
+    mpt_report_ref scale = {NAN, &machine};
     if (ref) scale.fp32_travel = rel_l2(ref->init_master, ref->final_master, ref->n_master);
 
     const char *plot_file = "convergence.png";
     char plot_error[600] = "";
-    s = mpt_cli_plot(o.out, o.precisions, n_done);
+    s = mpt_report_plot(o.out, o.precisions, n_done);
     if (s != MPT_OK) {
         snprintf(plot_error, sizeof plot_error, "%s", mpt_last_error());
         fprintf(stderr, "mptrain compare: no plot: %s\n", plot_error);
@@ -313,24 +313,24 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     char numerics_error[600] = "";
     if (o.telemetry > 0) {
         numerics_file = "numerics.png";
-        s = mpt_cli_plot_numerics(o.out, rows, n_done, o.telemetry);
+        s = mpt_report_plot_numerics(o.out, rows, n_done, o.telemetry);
         if (s != MPT_OK) {
             snprintf(numerics_error, sizeof numerics_error, "%s", mpt_last_error());
             fprintf(stderr, "mptrain compare: no numerics plot: %s\n", numerics_error);
             numerics_file = NULL;
         }
     }
-    mpt_cli_plot_info plots = {plot_file, plot_error, numerics_file, numerics_error};
-    s = mpt_cli_write_report(o.out, &o, rows, n_done, &scale, &plots);
-    if (s == MPT_OK) s = mpt_cli_write_compare_json(&o, rows, n_done);
+    mpt_report_plot_info plots = {plot_file, plot_error, numerics_file, numerics_error};
+    s = mpt_report_write(o.out, &o, rows, n_done, &scale, &plots);
+    if (s == MPT_OK) s = mpt_report_write_compare_json(&o, rows, n_done);
     printf("\n");
-    mpt_cli_write_table(stdout, rows, n_done);
+    mpt_report_write_table(stdout, rows, n_done);
     if (!ref)
         printf("(no fp32 run in --precisions: no relative L2 distance)\n");
     else
         printf("(for scale: training moved the fp32 weights by ||w_end - w_init|| / ||w_end|| = %.3e)\n",
                scale.fp32_travel);
-    mpt_cli_write_machine(stdout, &machine);
+    mpt_report_write_machine(stdout, &machine);
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);
     if (numerics_file) printf("numerics plot: %s/%s\n", o.out, numerics_file);

@@ -22,12 +22,12 @@ int mpt_cmd_eval(int argc, char **argv) {
     }
     mpt_cli_opts o;
     mpt_cli_opts_default(&o);
-    mpt_cli_run_state rs;
-    mpt_status s = mpt_cli_checkpoint_read_config(cli.checkpoint, &o, &rs);
+    mpt_run_state rs;
+    mpt_status s = mpt_run_checkpoint_read_config(cli.checkpoint, &o, &rs);
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
     if (mpt_cli_given(&cli, MPT_OPT_BATCH_SIZE)) o.batch = cli.batch;
-    mpt_cli_set_threads(cli.threads);
-    s = mpt_cli_blas_ready();
+    mpt_cpu_set_threads(cli.threads);
+    s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
 
     mpt_cli_data cd;
@@ -35,7 +35,7 @@ int mpt_cmd_eval(int argc, char **argv) {
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
     mpt_backend *be = NULL;
     char why[640];
-    s = mpt_cli_backend_create(cli.device, &be, why, sizeof why);
+    s = mpt_run_backend_create(cli.device, &be, why, sizeof why);
     if (s != MPT_OK) {
         mpt_cli_data_free(&cd);
         return mpt_cli_fail("eval", s);
@@ -72,7 +72,7 @@ int mpt_cmd_eval(int argc, char **argv) {
     s = mpt_cli_data_upload(&dd, be, &cd.d);
     mpt_policy policy = mpt_policy_make(o.precision);
     policy.fp8 = o.fp8;
-    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_cli_fp8_device_check(be, o.precision, &policy.fp8, "");
+    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
         if (policy.tf32_override && o.precision == MPT_PRECISION_TF32)
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
@@ -90,7 +90,7 @@ int mpt_cmd_eval(int argc, char **argv) {
             mpt_graph_free(&g);
         }
     }
-    if (s == MPT_OK) s = mpt_cli_checkpoint_load(cli.checkpoint, t);
+    if (s == MPT_OK) s = mpt_run_checkpoint_load(cli.checkpoint, t);
     if (s == MPT_OK) {
         int64_t n = cd.d.n_test;
         int64_t cnt = (n + o.batch - 1) / o.batch * o.batch;
@@ -105,7 +105,7 @@ int mpt_cmd_eval(int argc, char **argv) {
             be->from_host(be, idx, h, idx_bytes);
             be->synchronize(be);
             double loss, acc;
-            mpt_cli_evaluate(t, dd.test_images, dd.test_labels, idx, n, cd.d.dim, rs.mean, rs.inv_std, &loss, &acc);
+            mpt_run_evaluate(t, dd.test_images, dd.test_labels, idx, n, cd.d.dim, rs.mean, rs.inv_std, &loss, &acc);
             printf("test loss %.4f  test accuracy %.2f%% (%lld images, %s)\n", mpt_cli_nan_plain(loss), 100.0 * acc,
                    (long long)n, cd.dir);
         }

@@ -22,7 +22,7 @@ static void print_help(FILE *f) {
                "exponent | mantissa), the value after rounding to nearest even, the absolute and relative error, and\n"
                "whether it overflowed, saturated, became subnormal or flushed to zero. Then the table of the formats:\n"
                "bits, largest finite, smallest normal, smallest subnormal, unit roundoff, decimal digits. The\n"
-               "conversions are the engine's own (kernels/elemwise.h), so this is what training does: a value becomes\n"
+               "conversions are the engine's own (engine/numerics.h), so this is what training does: a value becomes\n"
                "FP32 first, the narrower formats round that FP32. (FP8 is used with a scale per tensor or per block:\n"
                "what FP8 holds is x * s.)\n"
                "\nOptions:\n"

@@ -26,10 +26,10 @@ static const mpt_opt_id per_invocation[] = {MPT_OPT_DEVICE,    MPT_OPT_DATA,    
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
-static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_cli_run_state *rs) {
+static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_run_state *rs) {
     mpt_cli_opts ck;
     mpt_cli_opts_default(&ck);
-    MPT_TRY(mpt_cli_checkpoint_read_config(cli->resume, &ck, rs));
+    MPT_TRY(mpt_run_checkpoint_read_config(cli->resume, &ck, rs));
     char a[96], b[96];
     for (mpt_opt_id id = MPT_OPT_FIRST; id <= MPT_OPT_LAST_RECORDED; id++) {
         if (!mpt_cli_given(cli, id)) continue;
@@ -77,7 +77,7 @@ int mpt_cmd_train(int argc, char **argv) {
     mpt_cli_opts_default(&cli);
     int rc = mpt_cli_parse(argc, argv, MPT_CMD_TRAIN, &cli);
     if (rc != 0) return rc < 0 ? 0 : rc;
-    mpt_cli_run_state rs; /* read again by mpt_cli_train_run */
+    mpt_run_state rs; /* read again by mpt_run_train */
     if (cli.resume[0]) {
         mpt_status s = merge_resume(&cli, &o, &rs);
         if (s != MPT_OK) return mpt_cli_fail("train", s);
@@ -113,16 +113,16 @@ int mpt_cmd_train(int argc, char **argv) {
             return MPT_CLI_EXIT_FAIL;
         }
     }
-    mpt_cli_train_join(train_dist);
+    mpt_run_join(train_dist);
     int rc_dp = train_with(&o);
     fflush(stdout);
-    mpt_cli_train_join(NULL);
+    mpt_run_join(NULL);
     mpt_dist_finish(&train_dist, rc_dp); /* a rank failing alone aborts the job: its peers must not hang */
     return rc_dp;
 }
 
 /* The mean over the run's telemetry steps of (tensor, metric), NAN when never measured. */
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static double tmean(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
@@ -131,7 +131,7 @@ static double tmean(const mpt_cli_result *r, const char *tensor, const char *met
 
 /* --telemetry: what was measured, one line filled from the measurements, and numerics.png (writer only).
  * Appends the names of the files written to `files`. */
-static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, int writer, char *files, size_t n) {
+static void telemetry_closing(const mpt_cli_opts *o, const mpt_run_result *res, int writer, char *files, size_t n) {
     double steps = 0.0;
     for (int i = 0; i < res->n_telemetry; i++)
         if (strcmp(res->telemetry[i].tensor, "amp") == 0 && strcmp(res->telemetry[i].metric, "loss_scale") == 0)
@@ -193,8 +193,8 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_cli_result *res, 
     }
     printf("\n");
     if (!writer) return;
-    mpt_cli_compare_row row = {o->precision, res, NAN, "."};
-    if (mpt_cli_plot_numerics(o->out, &row, 1, o->telemetry) == MPT_OK) {
+    mpt_report_row row = {o->precision, res, NAN, "."};
+    if (mpt_report_plot_numerics(o->out, &row, 1, o->telemetry) == MPT_OK) {
         k = strlen(files);
         snprintf(files + k, n - k, ", numerics.png");
     } else {
@@ -207,23 +207,23 @@ static int train_with(const mpt_cli_opts *op) {
     mpt_cli_opts o = *op;
     mpt_status s;
     if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
-    mpt_cli_set_threads(o.threads);
-    s = mpt_cli_blas_ready();
+    mpt_cpu_set_threads(o.threads);
+    s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("train", s);
 
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
     if (s != MPT_OK) return mpt_cli_fail("train", s);
-    mpt_cli_result res;
-    s = mpt_cli_train_run(&o, &cd, "", &res);
+    mpt_run_result res;
+    s = mpt_run_train(&o, &cd, "", &res);
     mpt_cli_data_free(&cd);
     if (s != MPT_OK) {
-        mpt_cli_result_free(&res);
+        mpt_run_result_free(&res);
         return mpt_cli_fail("train", s);
     }
     if (res.interrupted) { /* run.c said where everything is and how to continue */
         int sig = res.interrupted;
-        mpt_cli_result_free(&res);
+        mpt_run_result_free(&res);
         return 128 + sig;
     }
     char masters_mib[64], sd[16];
@@ -251,11 +251,11 @@ static int train_with(const mpt_cli_opts *op) {
     printf("peak memory %.1f MiB: weights and activations %.2f MiB (weights %.2f), update state %.2f MiB (masters %s, "
            "optimizer state %.2f MiB in %s, weight gradients), the rest data, kernel workspace and telemetry; wrote "
            "%s/{%s}%s\n",
-           (double)res.mem_peak_total / 1048576.0, (double)mpt_cli_model_bytes(&res, 0) / 1048576.0,
-           (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, (double)mpt_cli_model_bytes(&res, 1) / 1048576.0,
+           (double)res.mem_peak_total / 1048576.0, (double)mpt_report_model_bytes(&res, 0) / 1048576.0,
+           (double)res.mem_peak[MPT_MEM_WEIGHT] / 1048576.0, (double)mpt_report_model_bytes(&res, 1) / 1048576.0,
            masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
            o.out, files, ckpt_note);
-    mpt_cli_result_free(&res);
+    mpt_run_result_free(&res);
     return 0;
 }

@@ -26,7 +26,7 @@
 
 #define LEVEL 0.95
 
-mpt_status mpt_cli_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p) {
+mpt_status mpt_report_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p) {
     int n = snprintf(buf, len, "%s/seed-%" PRIu64 "/%s", out, seed, mpt_precision_name(p));
     if (n < 0 || (size_t)n >= len) return mpt_errorf(MPT_ERR_ARG, "--out %s: path too long", out);
     return MPT_OK;
@@ -42,11 +42,11 @@ typedef struct prec_stats {
     mpt_stats_noise noise;                /* final test accuracy: fp32's between-seed sd, the paired sd */
 } prec_stats;
 
-static const mpt_cli_result *run_at(const mpt_cli_seed_runs *r, int s, int p) {
+static const mpt_run_result *run_at(const mpt_report_seed_runs *r, int s, int p) {
     return &r->res[s * r->n_precisions + p];
 }
 
-static int fp32_index(const mpt_cli_seed_runs *r) {
+static int fp32_index(const mpt_report_seed_runs *r) {
     for (int p = 0; p < r->n_precisions; p++)
         if (r->precisions[p] == MPT_PRECISION_FP32) return p;
     return -1;
@@ -61,7 +61,7 @@ typedef enum metric {
     METRIC_SKIPPED
 } metric;
 
-static double metric_of(const mpt_cli_result *r, metric m) {
+static double metric_of(const mpt_run_result *r, metric m) {
     switch (m) {
     case METRIC_FINAL_ACC: return 100.0 * r->final_test_acc;
     case METRIC_BEST_ACC: return 100.0 * r->best_test_acc;
@@ -73,11 +73,11 @@ static double metric_of(const mpt_cli_result *r, metric m) {
     return NAN;
 }
 
-static void column(const mpt_cli_seed_runs *r, int p, metric m, double *x) {
+static void column(const mpt_report_seed_runs *r, int p, metric m, double *x) {
     for (int s = 0; s < r->n_seeds; s++) x[s] = metric_of(run_at(r, s, p), m);
 }
 
-static mpt_status compute_stats(const mpt_cli_seed_runs *r, double margin, prec_stats *st) {
+static mpt_status compute_stats(const mpt_report_seed_runs *r, double margin, prec_stats *st) {
     int ref = fp32_index(r);
     double x[MPT_CLI_MAX_SEEDS], y[MPT_CLI_MAX_SEEDS];
     for (int p = 0; p < r->n_precisions; p++) {
@@ -205,7 +205,7 @@ static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds)
     fprintf(f, "\n");
 }
 
-static void write_per_seed(FILE *f, const mpt_cli_seed_runs *r) {
+static void write_per_seed(FILE *f, const mpt_report_seed_runs *r) {
     fprintf(f, "| seed |");
     for (int p = 0; p < r->n_precisions; p++) fprintf(f, " %s |", mpt_precision_name(r->precisions[p]));
     fprintf(f, "\n|---:|");
@@ -214,7 +214,7 @@ static void write_per_seed(FILE *f, const mpt_cli_seed_runs *r) {
     for (int s = 0; s < r->n_seeds; s++) {
         fprintf(f, "| %" PRIu64 " |", r->seeds[s]);
         for (int p = 0; p < r->n_precisions; p++) {
-            const mpt_cli_result *x = run_at(r, s, p);
+            const mpt_run_result *x = run_at(r, s, p);
             fprintf(f, " %.2f%% (loss %.4f) |", 100.0 * x->final_test_acc, x->final_test_loss);
         }
         fprintf(f, "\n");
@@ -252,7 +252,7 @@ static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
     return j;
 }
 
-static json_t *run_json(const mpt_cli_result *x, uint64_t seed, double rel_l2) {
+static json_t *run_json(const mpt_run_result *x, uint64_t seed, double rel_l2) {
     json_t *j = json_object();
     json_object_set_new(j, "seed", json_integer((json_int_t)seed));
     json_object_set_new(j, "dir", json_string(x->out_dir));
@@ -292,7 +292,7 @@ static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *s
 static mpt_status dump_json(const char *dir, json_t *j) {
     char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/compare.json", dir);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) {
         json_decref(j);
         return MPT_ERR_IO;
@@ -301,13 +301,13 @@ static mpt_status dump_json(const char *dir, json_t *j) {
     json_decref(j);
     if (rc != 0) {
         mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-        mpt_cli_discard(f);
+        mpt_outdir_discard(f);
         return s;
     }
-    return mpt_cli_commit_atomic(f, tmp, path);
+    return mpt_outdir_commit_atomic(f, tmp, path);
 }
 
-static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st) {
+static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_report_seed_runs *r, const prec_stats *st) {
     json_t *j = header_json(o, r->n_seeds, r->seeds);
     json_object_set_new(j, "margin_pp", num(o->margin));
     json_object_set_new(j, "ci_level", num(LEVEL));
@@ -354,7 +354,7 @@ static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_cli_seed_run
     return dump_json(r->out, j);
 }
 
-mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n) {
+mpt_status mpt_report_write_compare_json(const mpt_cli_opts *o, const mpt_report_row *rows, int n) {
     json_t *j = header_json(o, 1, &o->seed);
     json_t *precs = json_array();
     for (int p = 0; p < n; p++) {
@@ -372,7 +372,7 @@ mpt_status mpt_cli_write_compare_json(const mpt_cli_opts *o, const mpt_cli_compa
 /* ---- report.md ------------------------------------------------------------------------------------------------- */
 
 /* Mean over the telemetry steps of one run's (tensor, metric), NAN when it has none. */
-static double run_stat(const mpt_cli_result *x, const char *tensor, const char *name) {
+static double run_stat(const mpt_run_result *x, const char *tensor, const char *name) {
     for (int i = 0; i < x->n_telemetry; i++)
         if (strcmp(x->telemetry[i].tensor, tensor) == 0 && strcmp(x->telemetry[i].metric, name) == 0)
             return x->telemetry[i].count > 0 ? x->telemetry[i].sum / (double)x->telemetry[i].count : NAN;
@@ -380,7 +380,7 @@ static double run_stat(const mpt_cli_result *x, const char *tensor, const char *
 }
 
 /* "mean ± sd %" over seeds of a run statistic (fractions shown in %), "n/a" when no seed has it. */
-static void seeds_cell(char *b, size_t n, const mpt_cli_seed_runs *r, int p, const char *tensor, const char *name) {
+static void seeds_cell(char *b, size_t n, const mpt_report_seed_runs *r, int p, const char *tensor, const char *name) {
     double v[MPT_CLI_MAX_SEEDS];
     int k = 0;
     for (int s = 0; s < r->n_seeds; s++) {
@@ -399,8 +399,8 @@ static void seeds_cell(char *b, size_t n, const mpt_cli_seed_runs *r, int p, con
 
 /* The Numerics section of a multi-seed report: the pooled measurements per precision over seeds, then the
  * first seed's runs in detail (tools/report.c). */
-static void write_seeds_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_seed_runs *r,
-                                 const mpt_cli_plot_info *plots) {
+static void write_seeds_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_seed_runs *r,
+                                 const mpt_report_plot_info *plots) {
     fprintf(f, "\n## Numerics\n\nPooled over all layers, mean over each run's telemetry steps, then mean ± sd over "
                "the %d seeds (n/a: not measured in that precision):\n\n"
                "| precision | activation gradients flushed to zero | had S been 1 | made subnormal | updates lost | "
@@ -417,22 +417,22 @@ static void write_seeds_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_s
         fprintf(f, "| %s | %s | %s | %s | %s | %s | %s |\n", mpt_precision_name(r->precisions[p]), a, b, c, d, e, g);
     }
     fprintf(f, "\n### The runs of seed %llu in detail\n\n", (unsigned long long)r->seeds[0]);
-    mpt_cli_compare_row rows[MPT_PRECISION_COUNT];
+    mpt_report_row rows[MPT_PRECISION_COUNT];
     char dirs[MPT_PRECISION_COUNT][64];
     for (int p = 0; p < r->n_precisions; p++) {
         snprintf(dirs[p], sizeof dirs[p], "seed-%llu/%s", (unsigned long long)r->seeds[0],
                  mpt_precision_name(r->precisions[p]));
-        rows[p] = (mpt_cli_compare_row){r->precisions[p], run_at(r, 0, p), r->rel_l2[p], dirs[p]};
+        rows[p] = (mpt_report_row){r->precisions[p], run_at(r, 0, p), r->rel_l2[p], dirs[p]};
     }
-    mpt_cli_write_numerics(f, o, rows, r->n_precisions, plots);
+    mpt_report_write_numerics(f, o, rows, r->n_precisions, plots);
 }
 
-static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r, const prec_stats *st,
-                               const mpt_cli_plot_info *plots) {
+static mpt_status write_report(const mpt_cli_opts *o, const mpt_report_seed_runs *r, const prec_stats *st,
+                               const mpt_report_plot_info *plots) {
     const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
     char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", r->out);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) return MPT_ERR_IO;
     char buf[96], lr[64];
     fprintf(f, "# mptrain compare: %s, %d seeds\n\n", o->model, r->n_seeds);
@@ -455,7 +455,7 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r
     write_noise_floor(f, st, r->n_precisions, r->n_seeds);
     if (r->machine) {
         fprintf(f, "\n");
-        mpt_cli_write_machine(f, r->machine);
+        mpt_report_write_machine(f, r->machine);
     }
     fprintf(f, "\n### How to read the verdict\n\n"
                "Δ is the mean over seeds of (this precision's final test accuracy − fp32's, same seed), in "
@@ -499,11 +499,11 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *r
                "and `curves/<precision>_epochs.csv`; every run's own files are in "
                "`seed-<S>/<precision>/`.\n");
     if (o->telemetry > 0) write_seeds_numerics(f, o, r, plots);
-    return mpt_cli_commit_atomic(f, tmp, path);
+    return mpt_outdir_commit_atomic(f, tmp, path);
 }
 
-mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_runs *runs,
-                                      const mpt_cli_plot_info *plots) {
+mpt_status mpt_report_write_seeds(const mpt_cli_opts *o, const mpt_report_seed_runs *runs,
+                                      const mpt_report_plot_info *plots) {
     prec_stats st[MPT_PRECISION_COUNT];
     MPT_TRY(compute_stats(runs, o->margin, st));
     printf("\nMean ± sd over %d seeds; Δ = mean paired difference to fp32 with its 95%% confidence interval:\n\n",
@@ -511,7 +511,7 @@ mpt_status mpt_cli_write_seeds_report(const mpt_cli_opts *o, const mpt_cli_seed_
     write_seed_table(stdout, st, runs->n_precisions, o->margin);
     printf("\n");
     write_noise_floor(stdout, st, runs->n_precisions, runs->n_seeds);
-    if (runs->machine) mpt_cli_write_machine(stdout, runs->machine);
+    if (runs->machine) mpt_report_write_machine(stdout, runs->machine);
     MPT_TRY(write_report(o, runs, st, plots));
     return write_seeds_json(o, runs, st);
 }
@@ -558,7 +558,7 @@ static mpt_status read_csv_column(const char *path, const char *name, double **o
 }
 
 /* out/curves/<precision>_<kind>.csv: x, mean, min, max over seeds of column y of each run's file. */
-static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *file, const char *xcol,
+static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *file, const char *xcol,
                               const char *ycol, double yscale, const char *kind) {
     double *x = NULL, *y[MPT_CLI_MAX_SEEDS] = {0};
     int nx = 0, n = 0;
@@ -566,7 +566,7 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
     char path[MPT_CLI_PATH + 64];
     for (int k = 0; k < r->n_seeds && s == MPT_OK; k++) {
         char dir[MPT_CLI_PATH];
-        s = mpt_cli_seed_run_dir(dir, sizeof dir, r->out, r->seeds[k], r->precisions[p]);
+        s = mpt_report_seed_run_dir(dir, sizeof dir, r->out, r->seeds[k], r->precisions[p]);
         if (s != MPT_OK) break;
         snprintf(path, sizeof path, "%s/%s", dir, file);
         int ny = 0;
@@ -577,7 +577,7 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
     FILE *f = NULL;
     if (s == MPT_OK) {
         snprintf(path, sizeof path, "%s/curves/%s_%s.csv", r->out, mpt_precision_name(r->precisions[p]), kind);
-        f = mpt_cli_create(path);
+        f = mpt_outdir_create_file(path);
         if (!f) s = MPT_ERR_IO;
     }
     if (f) {
@@ -592,24 +592,24 @@ static mpt_status write_curve(const mpt_cli_seed_runs *r, int p, const char *fil
             if (finite) fprintf(f, "%.9g,%.9g,%.9g,%.9g\n", x[i], sm.mean, sm.min, sm.max);
             else fprintf(f, "%.9g,nan,nan,nan\n", x[i]);
         }
-        s = mpt_cli_close_written(f, path);
+        s = mpt_outdir_close_written(f, path);
     }
     free(x);
     for (int k = 0; k < r->n_seeds; k++) free(y[k]);
     return s;
 }
 
-static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
+static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/convergence.gp", r->out);
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     int fp16 = -1;
     for (int p = 0; p < r->n_precisions; p++)
         if (r->precisions[p] == MPT_PRECISION_FP16) fp16 = p;
     int panels = fp16 >= 0 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare --seeds; run `gnuplot convergence.gp` here.\n");
-    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
+    mpt_report_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
     fprintf(f, "set datafile separator ','\nset datafile missing 'nan'\nset grid\nset key top right\n"
                "set style fill transparent solid 0.18 noborder\nset multiplot layout %d,1\n", panels);
     const char *titles[2] = {"training loss per step: mean over seeds, band = min..max",
@@ -641,18 +641,18 @@ static mpt_status write_seeds_script(const mpt_cli_seed_runs *r) {
         fprintf(f, "\nunset logscale y\n");
     }
     fprintf(f, "unset multiplot\n");
-    MPT_TRY(mpt_cli_close_written(f, path));
+    MPT_TRY(mpt_outdir_close_written(f, path));
     return MPT_OK;
 }
 
-mpt_status mpt_cli_plot_seeds(const mpt_cli_seed_runs *r) {
+mpt_status mpt_report_plot_seeds(const mpt_report_seed_runs *r) {
     char dir[MPT_CLI_PATH + 16];
     snprintf(dir, sizeof dir, "%s/curves", r->out);
-    MPT_TRY(mpt_cli_mkdirs(dir));
+    MPT_TRY(mpt_outdir_mkdirs(dir));
     for (int p = 0; p < r->n_precisions; p++) {
         MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps"));
         MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs"));
     }
     MPT_TRY(write_seeds_script(r));
-    return mpt_cli_gnuplot(r->out, "convergence.gp");
+    return mpt_report_gnuplot(r->out, "convergence.gp");
 }

@@ -1,12 +1,12 @@
 /*
  * tools/formats.c - a number in FP32, TF32, BF16, FP16, FP8 E4M3/E5M2 and E8M0 through the engine's
- * conversions (kernels/elemwise.h), and each format's constants read back from its bit patterns
+ * conversions (engine/numerics.h), and each format's constants read back from its bit patterns
  * (tools/formats.h).
  */
 #include <math.h>
 #include <stdio.h>
 
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/formats.h"
 
 typedef struct fmt_def {

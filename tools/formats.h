@@ -1,7 +1,7 @@
 /*
  * tools/formats.h - what `mptrain formats` shows: a number in each floating-point format the engine uses
  * (FP32, TF32, BF16, FP16, the OCP FP8 formats E4M3 and E5M2, and the MX block-scale format E8M0), through the
- * engine's own conversion functions (kernels/elemwise.h: the ones the CPU loops and the CUDA kernels call), so
+ * engine's own conversion functions (engine/numerics.h: the ones the CPU loops and the CUDA kernels call), so
  * what it shows is what training does. FP8 conversions saturate (CUDA __NV_SATFINITE, training's default) or
  * not (--fp8-saturate off): mpt_fmt_convert takes the switch.
  *

@@ -143,11 +143,11 @@ int main(int argc, char **argv) {
      * cannot loops in blas_memory_alloc for good (OpenBLAS 0.3.21): any exit() would then hang joining it, ours and
      * the ones libraries call (libgomp's when it cannot create a thread). on_exit's handler runs before the
      * libraries' destructors: it flushes and ends the process with the same status, without the join. */
-    if (mpt_cli_memory_limited()) on_exit(exit_without_joining, NULL);
+    if (mpt_guard_memory_limited()) on_exit(exit_without_joining, NULL);
     omp_wait_policy(argv);
-    mpt_cli_memory_crash_report(); /* under a memory limit: a library's unchecked allocation said as such */
+    mpt_guard_memory_crash_report(); /* under a memory limit: a library's unchecked allocation said as such */
     int rc = run_command(argc, argv);
-    if (rc == 0 && mpt_cli_stop_signal()) rc = 128 + mpt_cli_stop_signal(); /* asked to stop after the work was done */
+    if (rc == 0 && mpt_guard_stop_signal()) rc = 128 + mpt_guard_stop_signal(); /* asked to stop after the work was done */
     errno = 0;
     int bad = fflush(stdout) != 0 || ferror(stdout);
     if (bad) {
@@ -178,7 +178,7 @@ static int run_command(int argc, char **argv) {
         return 0;
     }
     /* commands that train stop gracefully on SIGINT / SIGTERM (tools/stop.c) */
-    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "compare") == 0 || strcmp(cmd, "lab") == 0) mpt_cli_stop_install();
+    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "compare") == 0 || strcmp(cmd, "lab") == 0) mpt_guard_stop_install();
     if (strcmp(cmd, "train") == 0) return mpt_cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return mpt_cmd_compare(argc - 1, argv + 1);
     if (strcmp(cmd, "eval") == 0) return mpt_cmd_eval(argc - 1, argv + 1);

@@ -930,13 +930,13 @@ int mpt_cli_failed_nomem(void) { return failed_nomem; }
 int mpt_cli_fail(const char *command, mpt_status s) {
     fprintf(stderr, "mptrain %s: %s\n", command, mpt_last_error());
     if (s == MPT_ERR_NOMEM) failed_nomem = 1;
-    if (s == MPT_ERR_INTERRUPTED) return 128 + (mpt_cli_stop_signal() ? mpt_cli_stop_signal() : 2);
+    if (s == MPT_ERR_INTERRUPTED) return 128 + (mpt_guard_stop_signal() ? mpt_guard_stop_signal() : 2);
     return s == MPT_ERR_ARG ? MPT_CLI_EXIT_USAGE : MPT_CLI_EXIT_FAIL;
 }
 
-int mpt_cli_set_threads(int n) { return mpt_cpu_set_threads(n); }
+int mpt_cpu_set_threads(int n) { return mpt_cpu_set_threads(n); }
 
-/* The watchdog of mpt_cli_blas_ready: async-signal-safe, it says why and ends the process without joining the
+/* The watchdog of mpt_guard_blas_ready: async-signal-safe, it says why and ends the process without joining the
  * OpenBLAS threads (one of which is the one that loops). */
 static char blas_stuck_msg[512];
 static size_t blas_stuck_len;
@@ -956,9 +956,9 @@ static rlim_t memory_limit(void) {
     return lim;
 }
 
-int mpt_cli_memory_limited(void) { return memory_limit() != RLIM_INFINITY; }
+int mpt_guard_memory_limited(void) { return memory_limit() != RLIM_INFINITY; }
 
-/* The handler of mpt_cli_memory_crash_report: async-signal-safe, on its own stack (static: under the limit there
+/* The handler of mpt_guard_memory_crash_report: async-signal-safe, on its own stack (static: under the limit there
  * may be no room for one). */
 static char crash_msg[512];
 static size_t crash_len;
@@ -970,7 +970,7 @@ static void on_crash_under_limit(int sig) {
     _exit(MPT_CLI_EXIT_FAIL);
 }
 
-void mpt_cli_memory_crash_report(void) {
+void mpt_guard_memory_crash_report(void) {
     rlim_t lim = memory_limit();
     if (lim == RLIM_INFINITY) return;
     int len = snprintf(crash_msg, sizeof crash_msg,
@@ -989,7 +989,7 @@ void mpt_cli_memory_crash_report(void) {
     sigaction(SIGBUS, &sa, NULL);
 }
 
-mpt_status mpt_cli_blas_ready(void) {
+mpt_status mpt_guard_blas_ready(void) {
     rlim_t lim = memory_limit();
     if (lim == RLIM_INFINITY) return MPT_OK; /* nothing caps the buffers: OpenBLAS allocates them when it needs */
     if (mpt_cpu_exec_default().engine != MPT_CPU_ENGINE_OPENBLAS) return MPT_OK; /* oneDNN's GEMMs: no OpenBLAS buffer */

@@ -22,7 +22,7 @@
 
 /* ---- the directory ------------------------------------------------------------------------------------------- */
 
-mpt_status mpt_cli_mkdirs(const char *path) {
+mpt_status mpt_outdir_mkdirs(const char *path) {
     char buf[MPT_CLI_PATH];
     if (strlen(path) >= sizeof buf) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", path);
@@ -136,7 +136,7 @@ mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links li
     char parent[MPT_CLI_PATH];
     snprintf(parent, sizeof parent, "%s", path);
     const char *up = dirname(parent);
-    if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mpt_cli_mkdirs(up));
+    if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mpt_outdir_mkdirs(up));
     if (mkdir(path, 0755) != 0 && errno != EEXIST)
         return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
     struct stat st;
@@ -313,7 +313,7 @@ void mpt_outfile_discard(mpt_outfile *of) {
 
 /* ---- files by path ------------------------------------------------------------------------------------------- */
 
-/* The files of mpt_cli_create not yet published: their temporary and final paths. */
+/* The files of mpt_outdir_create_file not yet published: their temporary and final paths. */
 #define MAX_CREATED 32
 static struct created {
     FILE *f;
@@ -337,7 +337,7 @@ static int open_parent(const char *path, char *dir, size_t cap, const char **nam
     return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-FILE *mpt_cli_create(const char *path) {
+FILE *mpt_outdir_create_file(const char *path) {
     struct created *c = NULL;
     for (int i = 0; i < MAX_CREATED && !c; i++)
         if (!created[i].f) c = &created[i];
@@ -367,7 +367,7 @@ FILE *mpt_cli_create(const char *path) {
     return f;
 }
 
-void mpt_cli_discard(FILE *f) {
+void mpt_outdir_discard(FILE *f) {
     struct created *c = created_find(f);
     fclose(f);
     if (!c) return;
@@ -375,7 +375,7 @@ void mpt_cli_discard(FILE *f) {
     c->f = NULL;
 }
 
-mpt_status mpt_cli_close_written(FILE *f, const char *path) {
+mpt_status mpt_outdir_close_written(FILE *f, const char *path) {
     struct created *c = created_find(f);
     int why = c ? flush_sync(f) : 0;
     if (!c) {
@@ -404,7 +404,7 @@ mpt_status mpt_cli_close_written(FILE *f, const char *path) {
     return s;
 }
 
-mpt_status mpt_cli_remove_result(const char *dir, const char *file) {
+mpt_status mpt_outdir_remove_result(const char *dir, const char *file) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     struct stat st;
@@ -419,13 +419,13 @@ mpt_status mpt_cli_remove_result(const char *dir, const char *file) {
     return MPT_OK;
 }
 
-FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n) {
-    FILE *f = mpt_cli_create(path);
+FILE *mpt_outdir_open_atomic(const char *path, char *tmp, size_t n) {
+    FILE *f = mpt_outdir_create_file(path);
     if (f) snprintf(tmp, n, "%s", created_find(f)->tmp);
     return f;
 }
 
-mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path) {
+mpt_status mpt_outdir_commit_atomic(FILE *f, const char *tmp, const char *path) {
     (void)tmp;
-    return mpt_cli_close_written(f, path);
+    return mpt_outdir_close_written(f, path);
 }

@@ -94,29 +94,29 @@ void mpt_outfile_discard(mpt_outfile *of);
 
 /* Creates the directory and its parents (mkdir -p; a directory mptrain names under an output directory). MPT_ERR_IO
  * naming the path. */
-mpt_status mpt_cli_mkdirs(const char *path);
+mpt_status mpt_outdir_mkdirs(const char *path);
 
-/* A new file to be published as `path`: NULL with the error set. Publish it with mpt_cli_close_written (or
- * mpt_cli_commit_atomic); mpt_cli_discard abandons it. */
-FILE *mpt_cli_create(const char *path);
+/* A new file to be published as `path`: NULL with the error set. Publish it with mpt_outdir_close_written (or
+ * mpt_outdir_commit_atomic); mpt_outdir_discard abandons it. */
+FILE *mpt_outdir_create_file(const char *path);
 
 /* Closes f and says whether every write reached it: MPT_OK, or MPT_ERR_IO "<path>: cannot write (<reason>)" when
  * a write failed (a full disk) or the close did. The buffered rest is flushed first, so that a failure there
  * gives its errno as the reason; when an earlier fprintf failed and stdio has nothing left to write, the reason
- * is said to be unknown (errno has moved on since). A file from mpt_cli_create is then published as its path
+ * is said to be unknown (errno has moved on since). A file from mpt_outdir_create_file is then published as its path
  * (fsync'ed and renamed; removed on failure). f is closed in every case. */
-mpt_status mpt_cli_close_written(FILE *f, const char *path);
+mpt_status mpt_outdir_close_written(FILE *f, const char *path);
 
-/* Closes a file from mpt_cli_create without publishing it (its temporary file is removed). */
-void mpt_cli_discard(FILE *f);
+/* Closes a file from mpt_outdir_create_file without publishing it (its temporary file is removed). */
+void mpt_outdir_discard(FILE *f);
 
 /* Removes dir/file if it exists (a result of an earlier job that this one will write again). MPT_ERR_IO. */
-mpt_status mpt_cli_remove_result(const char *dir, const char *file);
+mpt_status mpt_outdir_remove_result(const char *dir, const char *file);
 
-/* Atomic writes of a report: mpt_cli_create(path) (tmp receives the temporary file's path, n bytes; NULL with the
+/* Atomic writes of a report: mpt_outdir_create_file(path) (tmp receives the temporary file's path, n bytes; NULL with the
  * error set), then commit: flush, fsync, close, rename over path (on failure the temporary file is removed;
  * MPT_ERR_IO). */
-FILE *mpt_cli_open_atomic(const char *path, char *tmp, size_t n);
-mpt_status mpt_cli_commit_atomic(FILE *f, const char *tmp, const char *path);
+FILE *mpt_outdir_open_atomic(const char *path, char *tmp, size_t n);
+mpt_status mpt_outdir_commit_atomic(FILE *f, const char *tmp, const char *path);
 
 #endif

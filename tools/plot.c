@@ -28,13 +28,13 @@
 #include "tools/report.h"
 
 static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     int has_fp16 = 0;
     for (int i = 0; i < n; i++) has_fp16 |= p[i] == MPT_PRECISION_FP16;
     int panels = has_fp16 ? 3 : 2;
     fprintf(f, "# convergence.gp - written by mptrain compare; run `gnuplot convergence.gp` in this directory.\n");
-    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
+    mpt_report_gnuplot_terminal(f, 1000, panels * 380, "convergence.png");
     fprintf(f, "set datafile separator ','\n"
                "set datafile missing 'nan'\n"
                "set grid\n"
@@ -65,11 +65,11 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                    "unset logscale y\n",
                 (int)MPT_PRECISION_FP16 + 1);
     fprintf(f, "unset multiplot\n");
-    MPT_TRY(mpt_cli_close_written(f, path));
+    MPT_TRY(mpt_outdir_close_written(f, path));
     return MPT_OK;
 }
 
-void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
+void mpt_report_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
                "  set terminal pngcairo size %d,%d font \",10\"\n"
                "} else {\n"
@@ -83,7 +83,7 @@ void mpt_cli_gnuplot_terminal(FILE *f, int width, int height, const char *png) {
 
 static double plot_timeout_s = 60.0;
 
-void mpt_cli_set_plot_timeout(double seconds) { plot_timeout_s = seconds; }
+void mpt_report_set_plot_timeout(double seconds) { plot_timeout_s = seconds; }
 
 /* Removes dir/<stem>.png, the picture of dir/<stem>.gp, so that no stale PNG of an earlier job passes for the
  * plot that failed. Best effort: absent is fine. */
@@ -121,7 +121,7 @@ static int wait_bounded(pid_t pid, int *status) {
     return 0;
 }
 
-mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
+mpt_status mpt_report_gnuplot(const char *dir, const char *script) {
     size_t sl = strlen(script);
     if (sl < 4 || strcmp(script + sl - 3, ".gp") != 0 || strchr(script, '/') || strchr(script, '\''))
         return mpt_errorf(MPT_ERR_ARG, "%s/%s: expected a gnuplot script named <stem>.gp", dir, script);
@@ -211,11 +211,11 @@ mpt_status mpt_cli_gnuplot(const char *dir, const char *script) {
     return s;
 }
 
-mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n) {
+mpt_status mpt_report_plot(const char *dir, const mpt_precision *precisions, int n) {
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
     MPT_TRY(write_script(script, precisions, n));
-    return mpt_cli_gnuplot(dir, "convergence.gp");
+    return mpt_report_gnuplot(dir, "convergence.gp");
 }
 
 /* ---- numerics.png --------------------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ mpt_status mpt_cli_plot(const char *dir, const mpt_precision *precisions, int n)
  * a note beside its panel with the reason; a panel without any keeps its place (the report's caption says
  * top/middle/bottom) and says so; with no telemetry step in any run there is no picture, and the error says why. */
 
-static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static const mpt_telemetry_stat *find_stat(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return &r->telemetry[i];
@@ -233,13 +233,13 @@ static const mpt_telemetry_stat *find_stat(const mpt_cli_result *r, const char *
 }
 
 /* Whether a run's telemetry has at least one finite value of (tensor, metric). */
-static int has_points(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static int has_points(const mpt_run_result *r, const char *tensor, const char *metric) {
     const mpt_telemetry_stat *x = find_stat(r, tensor, metric);
     return x && x->count > 0;
 }
 
 /* Why a run has no point for a metric, in a few words. */
-static const char *why_no_points(const mpt_cli_result *r, const char *metric) {
+static const char *why_no_points(const mpt_run_result *r, const char *metric) {
     const mpt_telemetry_stat *steps = find_stat(r, "amp", "loss_scale"); /* one row per telemetry step */
     if (!steps || steps->count == 0) return "no telemetry step ran";
     const mpt_telemetry_stat *skipped = find_stat(r, "amp", "step_skipped");
@@ -289,7 +289,7 @@ static void panel_missing(panel *pn, const char *title, const char *why) {
 
 /* A series of one (tensor, metric) over steps from <run dir>/telemetry.csv, scaled by 100 (percent), or a line
  * of the note when the run has no value of it. */
-static void series(panel *pn, const mpt_cli_result *r, const char *prec, int lt, const char *tensor,
+static void series(panel *pn, const mpt_run_result *r, const char *prec, int lt, const char *tensor,
                    const char *metric, int dash, const char *title) {
     if (!has_points(r, tensor, metric)) {
         panel_missing(pn, title, why_no_points(r, metric));
@@ -318,10 +318,10 @@ static void panel_write(FILE *f, const panel *pn) {
  * the mean relative L2 error against the FP32 twin per precision ("nan" where a run has none). Returns the
  * number of lines written (0: no run had a twin); points[i] receives the number of values > 0 of run i (the
  * points its series has on the log axis). */
-static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, int n, int *points, mpt_status *s) {
+static int write_twin_data(const char *path, const mpt_report_row *rows, int n, int *points, mpt_status *s) {
     *s = MPT_OK;
     for (int i = 0; i < n; i++) points[i] = 0;
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) {
         *s = MPT_ERR_IO;
         return 0;
@@ -330,7 +330,7 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
     for (int i = 0; i < n; i++) fprintf(f, " %s", mpt_precision_name(rows[i].precision));
     fprintf(f, "\n");
     int lines = 0;
-    const mpt_cli_result *first = NULL;
+    const mpt_run_result *first = NULL;
     for (int i = 0; i < n && !first; i++)
         if (find_stat(rows[i].r, "input", "twin_rel_l2")) first = rows[i].r;
     for (int k = 0; first && k < first->n_telemetry; k++) {
@@ -351,19 +351,19 @@ static int write_twin_data(const char *path, const mpt_cli_compare_row *rows, in
         fprintf(f, "\n");
         lines++;
     }
-    mpt_status closed = mpt_cli_close_written(f, path);
+    mpt_status closed = mpt_outdir_close_written(f, path);
     if (closed != MPT_OK) *s = closed;
     return lines;
 }
 
 /* Why run r has no point in the twin panel. */
-static const char *why_no_twin_points(const mpt_cli_result *r) {
+static const char *why_no_twin_points(const mpt_run_result *r) {
     if (has_points(r, "input", "twin_rel_l2")) return "equal to the FP32 twin (error 0)";
     return why_no_points(r, "twin_rel_l2");
 }
 
 /* Writes numerics.gp (with numerics_twin.dat): the panels' settings and their series. */
-static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_row *rows, int n) {
+static mpt_status write_numerics_script(const char *dir, const mpt_report_row *rows, int n) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/numerics_twin.dat", dir);
     mpt_status s;
@@ -378,11 +378,11 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
     for (int i = 0; i < n; i++) has_fp8 |= find_stat(rows[i].r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac") != NULL;
     int panels = 1 + (has16 ? 1 : 0) + (twin_lines > 0 ? 1 : 0) + (has_fp8 ? 1 : 0);
     snprintf(path, sizeof path, "%s/numerics.gp", dir);
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     fprintf(f, "# numerics.gp - written by mptrain; run `gnuplot numerics.gp` in this directory.\n"
                "# Data: each run's telemetry.csv (step,tensor,metric,value) and numerics_twin.dat.\n");
-    mpt_cli_gnuplot_terminal(f, 1000, panels * 380, "numerics.png");
+    mpt_report_gnuplot_terminal(f, 1000, panels * 380, "numerics.png");
     fprintf(f, "set datafile separator ','\nset datafile missing NaN\nset grid\n"
                "set multiplot layout %d,1\nset key outside right top\n"
                "set lmargin at screen 0.08\nset rmargin at screen 0.80\n", panels); /* panels aligned, short keys */
@@ -453,15 +453,15 @@ static mpt_status write_numerics_script(const char *dir, const mpt_cli_compare_r
         panel_write(f, &pn);
     }
     fprintf(f, "unset multiplot\n");
-    return mpt_cli_close_written(f, path);
+    return mpt_outdir_close_written(f, path);
 }
 
-mpt_status mpt_cli_plot_numerics(const char *dir, const mpt_cli_compare_row *rows, int n, int64_t every) {
+mpt_status mpt_report_plot_numerics(const char *dir, const mpt_report_row *rows, int n, int64_t every) {
     int any = 0;
     for (int i = 0; i < n; i++) any |= has_points(rows[i].r, "amp", "loss_scale");
     if (!any)
         return mpt_errorf(MPT_ERR_ARG, "no run reached a telemetry step: telemetry measures every %lld-th step and "
                                        "every run had fewer steps, so there is nothing to plot", (long long)every);
     MPT_TRY(write_numerics_script(dir, rows, n));
-    return mpt_cli_gnuplot(dir, "numerics.gp");
+    return mpt_report_gnuplot(dir, "numerics.gp");
 }

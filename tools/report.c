@@ -26,7 +26,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The run's GPU time per epoch by CUDA events: the median of its epochs after the first (the first chooses the
  * GEMM/convolution algorithms and records the step graph), or of the only one; NAN without device timing (CPU). */
-static double gpu_epoch_median(const mpt_cli_result *r) {
+static double gpu_epoch_median(const mpt_run_result *r) {
     if (!r->epoch_gpu_s || r->epochs_run < 1) return NAN;
     int first = r->epochs_run > 1 ? 1 : 0, n = r->epochs_run - first;
     double *v = malloc((size_t)n * sizeof *v);
@@ -38,7 +38,7 @@ static double gpu_epoch_median(const mpt_cli_result *r) {
     return m;
 }
 
-size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state) {
+size_t mpt_report_model_bytes(const mpt_run_result *r, int fp32_state) {
     static const mpt_mem working[] = {MPT_MEM_WEIGHT, MPT_MEM_ACT, MPT_MEM_ACT_GRAD};
     static const mpt_mem state[] = {MPT_MEM_MASTER, MPT_MEM_GRAD, MPT_MEM_OPTIM};
     size_t b = 0;
@@ -46,7 +46,7 @@ size_t mpt_cli_model_bytes(const mpt_cli_result *r, int fp32_state) {
     return b;
 }
 
-void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
+void mpt_report_write_table(FILE *f, const mpt_report_row *rows, int n) {
     int gpu = 0; /* a column of CUDA-event times when any run had them; else one of CPU time */
     for (int i = 0; i < n; i++) gpu |= rows[i].r->epoch_gpu_s != NULL;
     fprintf(f, "| precision | final test acc | best test acc (epoch) | final train loss | final test loss | "
@@ -55,7 +55,7 @@ void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
             gpu ? " GPU s/epoch (CUDA events, median after the first) |" : " CPU s/epoch (all threads) |");
     fprintf(f, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
-        const mpt_cli_result *r = rows[i].r;
+        const mpt_run_result *r = rows[i].r;
         char a[32], b[32], l2[32], host[32], dev[48] = "";
         pct(a, sizeof a, r->final_test_acc);
         pct(b, sizeof b, r->best_test_acc);
@@ -67,13 +67,13 @@ void mpt_cli_write_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
         else snprintf(dev, sizeof dev, " n/a |");
         fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.2f MiB | %.2f MiB | %.1f MiB | %d | %g | %s |\n",
                 mpt_precision_name(rows[i].precision), a, b, r->best_epoch, r->final_train_loss, r->final_test_loss,
-                host, dev, r->samples_per_s, (double)mpt_cli_model_bytes(r, 0) / 1048576.0,
-                (double)mpt_cli_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
+                host, dev, r->samples_per_s, (double)mpt_report_model_bytes(r, 0) / 1048576.0,
+                (double)mpt_report_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
                 (int)r->steps_skipped, (double)r->final_scale, l2);
     }
 }
 
-void mpt_cli_machine_start(mpt_cli_machine *m) {
+void mpt_report_machine_start(mpt_report_machine *m) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     m->cores = c > 0 ? (int)c : 0;
     m->load_start = m->load_end = NAN;
@@ -81,12 +81,12 @@ void mpt_cli_machine_start(mpt_cli_machine *m) {
     if (getloadavg(l, 1) == 1) m->load_start = l[0];
 }
 
-void mpt_cli_machine_end(mpt_cli_machine *m) {
+void mpt_report_machine_end(mpt_report_machine *m) {
     double l[1];
     if (getloadavg(l, 1) == 1) m->load_end = l[0];
 }
 
-void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m) {
+void mpt_report_write_machine(FILE *f, const mpt_report_machine *m) {
     if (!m || !isfinite(m->load_start) || !isfinite(m->load_end)) return;
     double hi = fmax(m->load_start, m->load_end);
     fprintf(f, "Machine load: %d CPU cores, 1-minute load average %.2f when the runs started and %.2f when they "
@@ -99,7 +99,7 @@ void mpt_cli_write_machine(FILE *f, const mpt_cli_machine *m) {
                 : "The machine was not oversubscribed, so the host-clock times are the runs' own.");
 }
 
-static void write_memory_table(FILE *f, const mpt_cli_compare_row *rows, int n) {
+static void write_memory_table(FILE *f, const mpt_report_row *rows, int n) {
     fprintf(f, "| precision |");
     for (int m = 0; m < MPT_MEM_COUNT; m++) fprintf(f, " %s |", mpt_mem_name((mpt_mem)m));
     fprintf(f, " total |\n|---|");
@@ -182,7 +182,7 @@ static const char *precision_explained(mpt_precision p, int tf32_off) {
 
 /* ---- the Numerics section ----------------------------------------------------------------------------------- */
 
-static const mpt_telemetry_stat *tstat(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static const mpt_telemetry_stat *tstat(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return &r->telemetry[i];
@@ -190,7 +190,7 @@ static const mpt_telemetry_stat *tstat(const mpt_cli_result *r, const char *tens
 }
 
 /* Mean over the telemetry steps, NAN when the metric was never measured. */
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static double tmean(const mpt_run_result *r, const char *tensor, const char *metric) {
     const mpt_telemetry_stat *s = tstat(r, tensor, metric);
     return s && s->count > 0 ? s->sum / (double)s->count : NAN;
 }
@@ -216,8 +216,8 @@ static const char *working_name(mpt_precision p) {
 }
 
 /* The rounded tensors (rows with flush_frac), the three with the largest mean flushed fraction first. */
-static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_underflow(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     const char *name = working_name(row->precision);
     int idx[3] = {-1, -1, -1};
     for (int i = 0; i < r->n_telemetry; i++) {
@@ -299,8 +299,8 @@ static void numerics_underflow(FILE *f, const mpt_cli_compare_row *row) {
     }
 }
 
-static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     int no_masters = o->master_weights == MPT_MASTER_NONE &&
                      (row->precision == MPT_PRECISION_FP16 || row->precision == MPT_PRECISION_BF16);
     const char *name = working_name(row->precision);
@@ -357,8 +357,8 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_
     }
 }
 
-static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_twin(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     const char *name = mpt_precision_name(row->precision);
     if (!tstat(r, "input", "twin_rel_l2")) return;
     fprintf(f, "**Against the FP32 twin.** Relative L2 error ||x - x_fp32|| / ||x_fp32|| of each layer's output, its "
@@ -410,8 +410,8 @@ static void numerics_twin(FILE *f, const mpt_cli_compare_row *row) {
 /* FP8 runs: per FP8 operand tensor the mean over telemetry steps of its saturated, flushed and subnormal fractions
  * (at the scale used, at s/2 and 2s), and the last scale; then the gradient operands pooled, in the format the mode
  * casts them to and in the other FP8 format (E4M3 <-> E5M2, scaled by the same rule): why fp8 uses E5M2 for them. */
-static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
-    const mpt_cli_result *r = row->r;
+static void numerics_fp8(FILE *f, const mpt_report_row *row) {
+    const mpt_run_result *r = row->r;
     if (!tstat(r, MPT_TELEMETRY_ALL_FP8_GRAD, "fp8_flush_frac")) return;
     fprintf(f, "**FP8 casts.** Per operand of an FP8 GEMM (mean over telemetry steps; the fractions are of the nonzero "
                "values; s/2 and 2s: had the scale been half or twice what it was; the last column, with delayed "
@@ -489,8 +489,8 @@ static void numerics_fp8(FILE *f, const mpt_cli_compare_row *row) {
                    "range fits E4M3's).\n\n", 100.0 * e4_lost, 100.0 * e5_lost);
 }
 
-void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                            const mpt_cli_plot_info *plots) {
+void mpt_report_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
+                            const mpt_report_plot_info *plots) {
     fprintf(f, "Measured every %lld steps (`--telemetry`%s); definitions in docs/numerics.md, every value per step in "
                "each run's `telemetry.csv`, last and mean values in its `summary.json`, the gradients' exponent "
                "histograms in its `exponents.csv`. The sentences below are filled in from those measurements.\n\n",
@@ -510,7 +510,7 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
     else if (plots->numerics_error)
         fprintf(f, "(No numerics plot: %s.)\n\n", plots->numerics_error);
     for (int i = 0; i < n; i++) {
-        const mpt_cli_result *r = rows[i].r;
+        const mpt_run_result *r = rows[i].r;
         fprintf(f, "### %s\n\n", mpt_precision_name(rows[i].precision));
         if (r->n_telemetry == 0 || !tstat(r, "amp", "loss_scale")) {
             fprintf(f, "No telemetry step ran: telemetry measures every %lld-th step%s, and this run had %lld steps.\n\n",
@@ -526,12 +526,12 @@ void mpt_cli_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_cli_compar
     }
 }
 
-mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mpt_cli_compare_row *rows, int n,
-                                const mpt_cli_compare_ref *ref, const mpt_cli_plot_info *plots) {
+mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
+                                const mpt_report_ref *ref, const mpt_report_plot_info *plots) {
     const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
     char path[MPT_CLI_PATH + 64], tmp[MPT_CLI_PATH + 80];
     snprintf(path, sizeof path, "%s/report.md", dir);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) return MPT_ERR_IO;
     char buf[96];
     fprintf(f, "# mptrain compare: %s\n\n", o->model);
@@ -547,7 +547,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
     fprintf(f, ", device `%s`.\n\n", n > 0 ? rows[0].r->device : "?");
 
     fprintf(f, "## Results\n\n");
-    mpt_cli_write_table(f, rows, n);
+    mpt_report_write_table(f, rows, n);
     fprintf(f, "\nColumns: test accuracy after the last epoch and the best over epochs; the last epoch's mean "
                "training loss (over the logged steps) and test loss; training time per epoch (evaluation "
                "excluded) on the host clock and, beside it, the process's CPU time per epoch over all its threads "
@@ -567,7 +567,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                    "together.\n\n",
                 ref->fp32_travel);
     if (ref && ref->machine) {
-        mpt_cli_write_machine(f, ref->machine);
+        mpt_report_write_machine(f, ref->machine);
         fprintf(f, "\n");
     }
     fprintf(f, "Peak memory by category (MiB):\n\n");
@@ -603,7 +603,7 @@ mpt_status mpt_cli_write_report(const char *dir, const mpt_cli_opts *o, const mp
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");
     if (o->telemetry > 0) {
         fprintf(f, "\n## Numerics\n\n");
-        mpt_cli_write_numerics(f, o, rows, n, plots);
+        mpt_report_write_numerics(f, o, rows, n, plots);
     }
-    return mpt_cli_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
+    return mpt_outdir_commit_atomic(f, tmp, path); /* checks ferror: a failed fprintf is not always seen by fclose */
 }

@@ -54,7 +54,7 @@ static double cpu_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
+mpt_status mpt_run_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label) {
     char msg[512] = "";
     const int mx = p == MPT_PRECISION_MXFP8;
     if (!be->fp8_cast || !be->fp8_update)
@@ -66,7 +66,7 @@ mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_
     return MPT_OK;
 }
 
-mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
+mpt_status mpt_run_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len) {
     char msg[512];
     *out = NULL;
     if (choice == MPT_DEVICE_CHOICE_CPU) {
@@ -96,7 +96,7 @@ mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, c
     return MPT_OK;
 }
 
-void mpt_cli_result_free(mpt_cli_result *r) {
+void mpt_run_result_free(mpt_run_result *r) {
     free(r->epoch_s);
     free(r->epoch_gpu_s);
     free(r->epoch_cpu_s);
@@ -112,7 +112,7 @@ void mpt_cli_result_free(mpt_cli_result *r) {
     r->init_master = NULL;
 }
 
-void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+void mpt_run_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                       int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
     double sum = 0.0;
     int32_t correct = 0;
@@ -126,9 +126,9 @@ void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labe
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
 
-void mpt_cli_train_join(mpt_dist *d) { train_dist = d; }
+void mpt_run_join(mpt_dist *d) { train_dist = d; }
 
-/* mpt_cli_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
+/* mpt_run_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
  * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
  * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
  * over the ranks exactly. The loss: each batch's mean is summed in double and rounded once to FP32 by the loss
@@ -140,7 +140,7 @@ void mpt_cli_train_join(mpt_dist *d) { train_dist = d; }
 static void evaluate_sharded(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                              int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc) {
     if (!train_dist) {
-        mpt_cli_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
+        mpt_run_evaluate(t, images, labels, idx_dev, n, dim, mean, inv_std, loss, acc);
         return;
     }
     int B = t->g->batch, ranks = mpt_dist_size(train_dist);
@@ -182,7 +182,7 @@ typedef struct run {
     csv_out steps_csv, epochs_csv, telemetry_csv;
     int64_t skip_seen_it, skip_seen_skipped; /* the skipped-steps warning: where its window starts */
     int skip_warned;
-    mpt_cli_run_state rs;
+    mpt_run_state rs;
     int progress;            /* draw a progress bar */
     int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
@@ -471,7 +471,7 @@ static const char *const run_files[] = {"metrics.csv",     "epochs.csv",    "tel
                                         "summary.json",    "gpu_kernels.txt", MPT_CLI_CHECKPOINT_FILE, "FAILED",
                                         NULL};
 
-mpt_status mpt_cli_run_clear(const char *dir) {
+mpt_status mpt_run_clear(const char *dir) {
     struct stat st;
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return MPT_OK; /* nothing of a run: the run will say why */
     mpt_outdir od;
@@ -513,7 +513,7 @@ static mpt_status save_checkpoint(run *r, int final) {
         snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "the weights hold inf/NaN (--nonfinite apply)");
         return MPT_OK;
     }
-    mpt_status s = mpt_cli_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
+    mpt_status s = mpt_run_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
     r->ckpt_refused = s == MPT_ERR_NONFINITE;
     r->ckpt_refused_why[0] = '\0';
     if (s == MPT_ERR_NONFINITE) { /* diverged weights or state (e.g. the lab's FP16 optimizer state): the run goes on
@@ -568,13 +568,13 @@ static mpt_status open_outdir(run *r) {
     /* resuming into a directory that holds another run's checkpoint would replace it with this run's */
     char here[sizeof r->od.path + 64], theirs[17];
     snprintf(here, sizeof here, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
-    if (o->resume[0] && mpt_cli_checkpoint_run_id(here, theirs) && strcmp(theirs, r->rs.run_id) != 0)
+    if (o->resume[0] && mpt_run_checkpoint_run_id(here, theirs) && strcmp(theirs, r->rs.run_id) != 0)
         return mpt_errorf(MPT_ERR_ARG, "--resume: %s is run %s's checkpoint, the one resumed is of run %s: continuing "
                           "there would replace the other run's; resume in the directory the checkpoint came from, or "
                           "give a new --out", here, theirs, r->rs.run_id);
     int64_t steps = (int64_t)o->epochs * r->nb;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
-    uint64_t ckpt = mpt_cli_checkpoint_bytes(r->t);
+    uint64_t ckpt = mpt_run_checkpoint_bytes(r->t);
     /* rows: metrics.csv ~ 100 bytes per logged step, epochs.csv ~ 200 per epoch, telemetry.csv ~ 60 bytes per
      * (tensor, metric) per telemetry step; each CSV exists twice while a copy is published */
     uint64_t rows = (uint64_t)(steps / o->log_every + 1) * 100 + (uint64_t)o->epochs * 200;
@@ -594,13 +594,13 @@ static void new_run_id(char id[17]) {
     snprintf(id, 17, "%016llx", (unsigned long long)x);
 }
 
-static mpt_status setup(run *r, mpt_cli_result *res) {
+static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
-    MPT_TRY(mpt_cli_backend_create(o->device, &r->be, why, sizeof why));
+    MPT_TRY(mpt_run_backend_create(o->device, &r->be, why, sizeof why));
     snprintf(res->device, sizeof res->device, "%s", r->be->name);
     if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
         return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
@@ -615,7 +615,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     if (r->be->device == MPT_DEVICE_CPU) {
         MPT_TRY(mpt_backend_cpu_set_kernels(r->be, o->cpu_kernels));
         char engine[256];
-        const int threads = mpt_cli_set_threads(0);
+        const int threads = mpt_cpu_set_threads(0);
         mpt_cpu_engine_describe(engine, sizeof engine);
         const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && o->precision == MPT_PRECISION_BF16;
         printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s)\n", r->label,
@@ -630,7 +630,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
-    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_cli_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
+    if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_run_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
     if (r->policy.tf32_override && o->precision == MPT_PRECISION_TF32)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && o->precision != MPT_PRECISION_TF32, r->label, stdout);
@@ -700,7 +700,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
                           (long long)r->nb, (long long)r->nb, (long long)r->nb);
     }
     if (!o->resume[0] || r->rs.threads == 0)
-        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cli_set_threads(0) : 0;
+        r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cpu_set_threads(0) : 0;
     if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
     snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
@@ -716,7 +716,7 @@ static mpt_status setup(run *r, mpt_cli_result *res) {
     else if (mpt_cli_given(o, MPT_OPT_CUDA_GRAPH))
         printf("%s--cuda-graph is ignored by the %s backend (it runs each operation as it is called)\n", r->label,
                r->be->name);
-    if (o->resume[0]) MPT_TRY(mpt_cli_checkpoint_load(o->resume, r->t));
+    if (o->resume[0]) MPT_TRY(mpt_run_checkpoint_load(o->resume, r->t));
     if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
     if (o->telemetry > 0) {
         MPT_TRY(telemetry_setup(r));
@@ -803,12 +803,12 @@ static void print_comm_error(const run *r) {
  * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
  * even when only some of them got the signal. */
 static int stop_asked(run *r) {
-    int sig = mpt_cli_stop_signal(), any = train_dist ? mpt_dist_any(train_dist, sig != 0) : sig != 0;
+    int sig = mpt_guard_stop_signal(), any = train_dist ? mpt_dist_any(train_dist, sig != 0) : sig != 0;
     if (any && !r->interrupted) r->interrupted = sig ? sig : SIGTERM; /* a peer's signal */
     return any;
 }
 
-static mpt_status train_loop(run *r, mpt_cli_result *res) {
+static mpt_status train_loop(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     mpt_trainer *t = r->t;
     mpt_backend *be = r->be;
@@ -1086,8 +1086,8 @@ static mpt_status write_exponents(run *r) {
     return mpt_outfile_publish(&of);
 }
 
-mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
-                             mpt_cli_result *res) {
+mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_run_result *res) {
     memset(res, 0, sizeof *res);
     res->final_test_acc = res->best_test_acc = res->final_test_loss = res->final_train_loss = NAN;
     res->final_val_acc = res->final_val_loss = NAN;
@@ -1106,7 +1106,7 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
     if (o->resume[0]) {
         mpt_cli_opts scratch;
         mpt_cli_opts_default(&scratch);
-        s = mpt_cli_checkpoint_read_config(o->resume, &scratch, &r.rs);
+        s = mpt_run_checkpoint_read_config(o->resume, &scratch, &r.rs);
     }
     if (s == MPT_OK) s = setup(&r, res);
     if (s == MPT_OK) {
@@ -1132,13 +1132,13 @@ mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, cons
                 memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
             }
         }
-        if (s == MPT_OK && r.writer) s = mpt_cli_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer) s = mpt_run_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     if (s == MPT_OK && res->interrupted)
         printf("%sinterrupted by %s at step %lld: the checkpoint, the CSVs and summary.json (marked interrupted) are "
                "saved in %s; continue with: mptrain train --resume %s/%s --out %s\n", label,
-               mpt_cli_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
+               mpt_guard_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
                MPT_CLI_CHECKPOINT_FILE, o->out);
     run_free(&r);
     return s;

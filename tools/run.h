@@ -13,19 +13,19 @@
 
 /* Creates the backend for --device; *why receives one line saying which device and why (auto's choice).
  * MPT_ERR_DEVICE when --device cuda was asked for and no GPU is usable. */
-mpt_status mpt_cli_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
+mpt_status mpt_run_backend_create(mpt_device_choice choice, mpt_backend **out, char *why, size_t len);
 
 /* Whether backend be runs FP8 precision p with recipe r's accumulator (be->fp8_support): MPT_ERR_DEVICE naming
  * --precision and the reason when it does not; prints the backend's note (label-prefixed), e.g. that mxfp8 is
  * emulated on a GPU without MX Tensor Cores. */
-mpt_status mpt_cli_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label);
+mpt_status mpt_run_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_fp8_recipe *r, const char *label);
 
 /* ---- one training run (run.c) ------------------------------------------------------------------- */
 
 /* What a finished run reports (to summary.json, the compare table and the caller). */
-typedef struct mpt_cli_result {
+typedef struct mpt_run_result {
     char out_dir[MPT_CLI_PATH];
-    char run_id[17];             /* the run's id (mpt_cli_run_state.run_id) */
+    char run_id[17];             /* the run's id (mpt_run_state.run_id) */
     char device[256];
     int epochs_run;              /* epochs completed in this invocation */
     int64_t iterations;          /* iterations so far (resumed ones included) */
@@ -60,25 +60,25 @@ typedef struct mpt_cli_result {
     int64_t n_master;
     mpt_telemetry_stat *telemetry; /* [n_telemetry] last and mean of each (tensor, metric) (malloc'd), or NULL */
     int n_telemetry;
-} mpt_cli_result;
+} mpt_run_result;
 
-void mpt_cli_result_free(mpt_cli_result *r);
+void mpt_run_result_free(mpt_run_result *r);
 
 /* Trains one run with resolved options o on data cd (already loaded), writing into o->out: metrics.csv,
  * epochs.csv, summary.json and checkpoint.safetensors. `label` prefixes the progress lines ("" or "fp16").
  * Fills *res. */
-mpt_status mpt_cli_train_run(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
-                             mpt_cli_result *res);
+mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
+                             mpt_run_result *res);
 
 /* Evaluates the trainer on a U8 dataset in backend memory: rows 0..n-1 in order, padded last batch
  * (ignored rows). *loss = mean cross-entropy over the n rows, *acc = fraction correct. */
-void mpt_cli_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
+void mpt_run_evaluate(mpt_trainer *t, const uint8_t *images, const uint8_t *labels, const int32_t *idx_dev,
                       int64_t n, int64_t dim, float mean, float inv_std, double *loss, double *acc);
 
 /* ---- run checkpoints (run_checkpoint.c) ------------------------------------------------------------------ */
 
 /* Where a run is, besides its tensors: what a resumed run needs to continue exactly. */
-typedef struct mpt_cli_run_state {
+typedef struct mpt_run_state {
     int64_t iteration;       /* training iterations done (== trainer->iteration) */
     int64_t epoch;           /* 0-based epoch the next iteration belongs to */
     int64_t batch;           /* batches of that epoch already done (0 at an epoch boundary) */
@@ -93,7 +93,7 @@ typedef struct mpt_cli_run_state {
     int threads;             /* the CPU backend's GEMM threads (0: a GPU run, or not recorded) */
     char run_id[17];         /* the run's id: 16 random hex digits drawn when the run started, kept by --resume;
                               * the last column of its CSV rows ("" in an older checkpoint: a new one is drawn) */
-} mpt_cli_run_state;
+} mpt_run_state;
 
 /* The checkpoint file name inside an output directory. */
 #define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
@@ -102,42 +102,42 @@ typedef struct mpt_cli_run_state {
  * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
  * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically, as
  * od/checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_save_at). Synchronises the backend. */
-mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_cli_run_state *rs);
+mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
+                                   const mpt_run_state *rs);
 
 /* The run id recorded in the checkpoint at path, into id: 1, or 0 when the file cannot be read (any reason) or
  * records none (the message is not set). */
-int mpt_cli_checkpoint_run_id(const char *path, char id[17]);
+int mpt_run_checkpoint_run_id(const char *path, char id[17]);
 
 /* An upper bound of the checkpoint's size in bytes: its tensors and 1 MiB for the header. */
-uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t);
+uint64_t mpt_run_checkpoint_bytes(const mpt_trainer *t);
 
 /* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
  * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
-mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs);
+mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_run_state *rs);
 
 /* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
  * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
  * MPT_ERR_SHAPE when the tensors do not match the model. */
-mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t);
+mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t);
 
 /* ---- what a run leaves for scripts (run_summary.c) --------------------------------------------------------- */
 
 /* The graph's precision map as a JSON array (a json_t *, returned as void * to keep jansson out of this
  * header): one object per node {"node", "op", "input", "weight", "output", "math", "kernels"} ("kernels": how a
  * GEMM or convolution ran, mpt_backend_kernels_of; null for other nodes). */
-void *mpt_cli_precision_map_json(const mpt_graph *g);
+void *mpt_run_precision_map_json(const mpt_graph *g);
 
 /* Writes summary.json into od (created exclusively, published by rename). */
-mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_cli_result *r,
+mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_run_result *r,
                                  const mpt_graph *g, const mpt_policy *policy);
 
 /* Removes the files of a run from dir (the results of an earlier job), holding the directory's lock meanwhile
  * (MPT_ERR_IO when another mptrain uses it). Only regular files are removed: a symbolic link or a directory in
  * place of one is left for the run to refuse. An absent dir, or one that is not a directory: MPT_OK. */
-mpt_status mpt_cli_run_clear(const char *dir);
+mpt_status mpt_run_clear(const char *dir);
 
 /* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
-void mpt_cli_train_join(mpt_dist *d);
+void mpt_run_join(mpt_dist *d);
 
 #endif

@@ -176,7 +176,7 @@ static json_t *u64_json(uint64_t v) {
     return json_string(b);
 }
 
-static json_t *rng_json(const mpt_trainer *t, const mpt_cli_opts *o, const mpt_cli_run_state *rs) {
+static json_t *rng_json(const mpt_trainer *t, const mpt_cli_opts *o, const mpt_run_state *rs) {
     json_t *r = json_object();
     json_object_set_new(r, "generator", json_string("cuRAND CURAND_RNG_PSEUDO_PHILOX4_32_10"));
     json_object_set_new(r, "seed", u64_json(o->seed));
@@ -221,7 +221,7 @@ static mpt_status check_finite_tensor(const char *path, const mpt_checkpoint_ten
 }
 
 /* MPT_ERR_NONFINITE when a scaler or run-state value that the checkpoint records is not finite. */
-static mpt_status check_finite_state(const char *path, const mpt_scaler_state *st, const mpt_cli_run_state *rs) {
+static mpt_status check_finite_state(const char *path, const mpt_scaler_state *st, const mpt_run_state *rs) {
     const struct { const char *name; double v; } f[] = {
         {"scaler scale", st->scale},         {"scaler inv_scale", st->inv_scale}, {"scaler found_inf", st->found_inf},
         {"scaler grad_mul", st->grad_mul},   {"scaler sumsq", st->sumsq},         {"state mean", rs->mean},
@@ -235,7 +235,7 @@ static mpt_status check_finite_state(const char *path, const mpt_scaler_state *s
     return MPT_OK;
 }
 
-uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t) {
+uint64_t mpt_run_checkpoint_bytes(const mpt_trainer *t) {
     mpt_checkpoint_tensor *e;
     char *names;
     int n = trainer_entries(t, &e, &names);
@@ -246,8 +246,8 @@ uint64_t mpt_cli_checkpoint_bytes(const mpt_trainer *t) {
     return total;
 }
 
-mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_cli_run_state *rs) {
+mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
+                                   const mpt_run_state *rs) {
     char path[sizeof od->path + 64];
     snprintf(path, sizeof path, "%s/%s", od->path, MPT_CLI_CHECKPOINT_FILE);
     mpt_backend *be = t->be;
@@ -299,7 +299,7 @@ mpt_status mpt_cli_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     char *s_state = dump(state);
     char *s_scaler = dump(scaler_json(&st));
     char *s_rng = dump(rng_json(t, o, rs));
-    char *s_map = dump((json_t *)mpt_cli_precision_map_json(t->g));
+    char *s_map = dump((json_t *)mpt_run_precision_map_json(t->g));
     char *s_fp8 = dump(fp8_json(t->g));
     mpt_checkpoint_meta meta[] = {
         {"format", FORMAT_TAG},
@@ -443,7 +443,7 @@ static mpt_status check_rng(const mpt_checkpoint *c, const mpt_cli_opts *o) {
     return s;
 }
 
-static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_cli_run_state *rs) {
+static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_run_state *rs) {
     json_t *state = NULL;
     MPT_TRY(meta_json(c, "state", &state));
     int64_t best_epoch = 0, threads = 0, ranks = 1;
@@ -495,7 +495,7 @@ static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt
     return MPT_OK;
 }
 
-static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_run_state *rs) {
+static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_run_state *rs) {
     const char *fmt = mpt_checkpoint_meta_get(c, "format");
     if (!fmt || strcmp(fmt, FORMAT_TAG) != 0)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"format\" is '%s', expected '%s' (a checkpoint of mptrain train)",
@@ -544,7 +544,7 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_cli_
     return read_state(c, o, rs);
 }
 
-mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_cli_run_state *rs) {
+mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_run_state *rs) {
     mpt_checkpoint *c = NULL;
     MPT_TRY(mpt_checkpoint_open(path, NULL, 0, &c));
     memset(rs, 0, sizeof *rs);
@@ -553,7 +553,7 @@ mpt_status mpt_cli_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
     return s;
 }
 
-int mpt_cli_checkpoint_run_id(const char *path, char id[17]) {
+int mpt_run_checkpoint_run_id(const char *path, char id[17]) {
     id[0] = '\0';
     mpt_checkpoint *c = NULL;
     if (mpt_checkpoint_open(path, NULL, 0, &c) != MPT_OK) return 0;
@@ -641,7 +641,7 @@ static mpt_status check_fp8_meta(const mpt_checkpoint *c, const mpt_graph *g) {
     return s;
 }
 
-mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
+mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
     mpt_checkpoint_tensor *e;
     char *names;
     int n = trainer_entries(t, &e, &names);
@@ -694,7 +694,7 @@ mpt_status mpt_cli_checkpoint_load(const char *path, mpt_trainer *t) {
         be->synchronize(be); /* host is reused for the next tensor */
     }
     mpt_scaler_state st;
-    mpt_cli_run_state rs;
+    mpt_run_state rs;
     if (s == MPT_OK) {
         mpt_cli_opts scratch;
         mpt_cli_opts_default(&scratch);

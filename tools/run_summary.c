@@ -12,7 +12,7 @@
 #include "mpt_config.h"
 #include "tools/run.h"
 
-void *mpt_cli_precision_map_json(const mpt_graph *g) {
+void *mpt_run_precision_map_json(const mpt_graph *g) {
     json_t *a = json_array();
     for (int i = 0; i < g->n_nodes; i++) {
         const mpt_node *n = g->nodes[i];
@@ -68,7 +68,7 @@ static mpt_status write_json(const mpt_outdir *od, const char *file, json_t *j) 
 }
 
 /* {"every": N, "shadow": b, "metrics": {tensor: {metric: {"last", "mean", "steps"}}}}, or null when off. */
-static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_cli_result *r) {
+static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_run_result *r) {
     if (o->telemetry <= 0) return json_null();
     json_t *t = json_object(), *metrics = json_object();
     json_object_set_new(t, "every", json_integer((json_int_t)o->telemetry));
@@ -90,7 +90,7 @@ static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_cli_result *r) {
     return t;
 }
 
-mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_cli_result *r,
+mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_run_result *r,
                                  const mpt_graph *g, const mpt_policy *policy) {
     json_t *j = json_object();
     char buf[96];
@@ -98,7 +98,7 @@ mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(j, "run_id", json_string(r->run_id));
     json_t *stop = json_null(); /* a run stopped by SIGINT / SIGTERM after `steps` steps, its state saved */
     if (r->interrupted)
-        stop = json_pack("{s:s, s:I}", "signal", mpt_cli_signal_name(r->interrupted), "step", (json_int_t)r->iterations);
+        stop = json_pack("{s:s, s:I}", "signal", mpt_guard_signal_name(r->interrupted), "step", (json_int_t)r->iterations);
     json_object_set_new(j, "interrupted", stop);
     json_object_set_new(j, "model", json_string(o->model));
     json_object_set_new(j, "precision", json_string(mpt_precision_name(o->precision)));
@@ -152,7 +152,7 @@ mpt_status mpt_cli_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));
     json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
     json_object_set_new(j, "cuda_graph", cg);
-    json_object_set_new(j, "precision_map", (json_t *)mpt_cli_precision_map_json(g));
+    json_object_set_new(j, "precision_map", (json_t *)mpt_run_precision_map_json(g));
     json_t *ck = json_null(); /* the CPU backend's kernel set and engine (the precision map says which node used what) */
     if (g->be->device == MPT_DEVICE_CPU) {
         char engine[256];

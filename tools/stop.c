@@ -30,7 +30,7 @@ static void on_stop(int sig) {
     (void)w;
 }
 
-void mpt_cli_stop_install(void) {
+void mpt_guard_stop_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
@@ -40,8 +40,8 @@ void mpt_cli_stop_install(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-int mpt_cli_stop_signal(void) { return stop_signal; }
+int mpt_guard_stop_signal(void) { return stop_signal; }
 
-const char *mpt_cli_signal_name(int sig) {
+const char *mpt_guard_signal_name(int sig) {
     return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
 }

@@ -1,7 +1,7 @@
 /*
  * tools/sweep.c - the runs of a plan (compare: precision x seed; lab: a lesson's independent runs) dealt out to
  * the ranks of an MPI job, their results gathered on rank 0 in plan order; without a job, the plan in order
- * (see mpt_cli_sweep_run in tools/sweep.h, docs/distributed.md).
+ * (see mpt_sweep_run in tools/sweep.h, docs/distributed.md).
  *
  * The schedule is static round-robin: run i on rank i mod N. Every rank knows the whole plan (the same command
  * line, or a batch broadcast by rank 0), so no rank waits for work during training and none has to answer
@@ -14,7 +14,7 @@
  * collects the failures and broadcasts the first (lowest rank) as the job's one-line error. Only when every
  * run succeeded do the results travel to rank 0, in plan order, and the command writes its reports.
  *
- * A result travels as bytes: the mpt_cli_result struct (pointers cleared) followed by its arrays. Every rank
+ * A result travels as bytes: the mpt_run_result struct (pointers cleared) followed by its arrays. Every rank
  * must run the same mptrain binary (a check on the size rejects a mismatch).
  */
 #ifndef _GNU_SOURCE
@@ -50,7 +50,7 @@ typedef struct result_head {
     uint32_t has_final, has_init, has_epochs, has_telemetry, has_gpu_epochs, has_cpu_epochs;
 } result_head;
 
-static mpt_status result_pack(const mpt_cli_result *r, unsigned char **out, int64_t *n) {
+static mpt_status result_pack(const mpt_run_result *r, unsigned char **out, int64_t *n) {
     result_head h = {RESULT_MAGIC, (uint32_t)sizeof *r, r->final_master != NULL, r->init_master != NULL,
                      r->epoch_s != NULL, r->telemetry != NULL, r->epoch_gpu_s != NULL, r->epoch_cpu_s != NULL};
     size_t ne = h.has_epochs ? (size_t)r->epochs_run : 0, nm = (size_t)r->n_master;
@@ -60,7 +60,7 @@ static mpt_status result_pack(const mpt_cli_result *r, unsigned char **out, int6
                    (h.has_final + h.has_init) * nm * sizeof(float) + nt * sizeof(mpt_telemetry_stat);
     unsigned char *b = malloc(bytes), *p = b;
     if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes for a run's result", bytes);
-    mpt_cli_result flat = *r;
+    mpt_run_result flat = *r;
     flat.epoch_s = flat.epoch_gpu_s = flat.epoch_cpu_s = NULL;
     flat.final_master = flat.init_master = NULL;
     flat.telemetry = NULL;
@@ -90,7 +90,7 @@ static void *take(const unsigned char **p, const unsigned char *end, size_t n, i
     return v;
 }
 
-static mpt_status result_unpack(const unsigned char *b, int64_t n, int from, mpt_cli_result *r) {
+static mpt_status result_unpack(const unsigned char *b, int64_t n, int from, mpt_run_result *r) {
     memset(r, 0, sizeof *r);
     result_head h;
     if (n < (int64_t)(sizeof h + sizeof *r)) goto malformed;
@@ -111,7 +111,7 @@ static mpt_status result_unpack(const unsigned char *b, int64_t n, int from, mpt
     if (h.has_init) r->init_master = take(&p, end, nm * sizeof(float), &bad);
     if (h.has_telemetry) r->telemetry = take(&p, end, (size_t)r->n_telemetry * sizeof(mpt_telemetry_stat), &bad);
     if (!bad && p == end) return MPT_OK;
-    mpt_cli_result_free(r);
+    mpt_run_result_free(r);
 malformed:
     memset(r, 0, sizeof *r);
     return mpt_errorf(MPT_ERR_FORMAT, "the result sent by rank %d is malformed (%lld bytes): every rank must run "
@@ -126,10 +126,10 @@ static void mark_failed(const char *dir, const char *who, const char *msg) {
     char path[MPT_CLI_PATH + 16], saved[1024];
     snprintf(saved, sizeof saved, "%s", msg);
     snprintf(path, sizeof path, "%s/FAILED", dir);
-    FILE *f = mpt_cli_create(path);
+    FILE *f = mpt_outdir_create_file(path);
     if (f) {
         fprintf(f, "%s%s\n", who, saved);
-        (void)mpt_cli_close_written(f, path);
+        (void)mpt_outdir_close_written(f, path);
     }
     mpt_errorf(MPT_ERR_IO, "%s", saved);
 }
@@ -143,18 +143,18 @@ static mpt_status clear_mark(const char *dir) {
     return MPT_OK;
 }
 
-static mpt_status sweep_alone(const mpt_cli_sweep *sw, mpt_status setup) {
+static mpt_status sweep_alone(const mpt_sweep *sw, mpt_status setup) {
     if (setup != MPT_OK) return setup;
     for (int i = 0; i < sw->n; i++) {
         char label[128], dir[MPT_CLI_PATH];
         sw->describe(sw->ctx, i, label, sizeof label, dir, sizeof dir);
         MPT_TRY(clear_mark(dir));
-        mpt_cli_result r;
+        mpt_run_result r;
         memset(&r, 0, sizeof r);
         mpt_status s = sw->train(sw->ctx, i, &r);
         if (s != MPT_OK) {
             mark_failed(dir, "", mpt_last_error());
-            mpt_cli_result_free(&r);
+            mpt_run_result_free(&r);
             return s;
         }
         MPT_TRY(sw->deliver(sw->ctx, i, &r));
@@ -195,14 +195,14 @@ static mpt_status agree_on_failure(mpt_dist *d, fail_rec *mine, int failed, int 
 }
 
 /* Rank 0 receives the results in plan order and delivers them; the others send theirs. */
-static mpt_status gather_results(mpt_dist *d, const mpt_cli_sweep *sw, mpt_cli_result *mine) {
+static mpt_status gather_results(mpt_dist *d, const mpt_sweep *sw, mpt_run_result *mine) {
     int rank = mpt_dist_rank(d), size = mpt_dist_size(d);
     mpt_status first = MPT_OK;
     for (int i = 0; i < sw->n; i++) {
         int owner = i % size;
         mpt_status s = MPT_OK;
         if (rank == 0) {
-            mpt_cli_result r;
+            mpt_run_result r;
             memset(&r, 0, sizeof r);
             if (owner == 0) {
                 r = mine[i];
@@ -223,12 +223,12 @@ static mpt_status gather_results(mpt_dist *d, const mpt_cli_sweep *sw, mpt_cli_r
                                            "--out must be on a file system that every rank shares",
                                label, owner, dir, strerror(errno));
             if (s == MPT_OK && first == MPT_OK) s = sw->deliver(sw->ctx, i, &r);
-            else mpt_cli_result_free(&r);
+            else mpt_run_result_free(&r);
         } else if (owner == rank) {
             unsigned char *b = NULL;
             int64_t n = 0;
             s = result_pack(&mine[i], &b, &n);
-            mpt_cli_result_free(&mine[i]);
+            mpt_run_result_free(&mine[i]);
             /* a result that cannot be packed still sends a message, so rank 0 does not wait for it forever */
             if (s == MPT_OK) s = mpt_dist_send(d, 0, TAG_RESULT, b, n);
             else (void)mpt_dist_send(d, 0, TAG_RESULT, "", 0);
@@ -239,10 +239,10 @@ static mpt_status gather_results(mpt_dist *d, const mpt_cli_sweep *sw, mpt_cli_r
     return first;
 }
 
-static mpt_status sweep_job(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status setup) {
+static mpt_status sweep_job(mpt_dist *d, const mpt_sweep *sw, mpt_status setup) {
     int rank = mpt_dist_rank(d), size = mpt_dist_size(d);
     fail_rec *mine = calloc(1, sizeof *mine);
-    mpt_cli_result *res = calloc((size_t)(sw->n > 0 ? sw->n : 1), sizeof *res);
+    mpt_run_result *res = calloc((size_t)(sw->n > 0 ? sw->n : 1), sizeof *res);
     int failed = 0, signalled = 0;
     if (!mine || !res) {
         free(mine);
@@ -271,7 +271,7 @@ static mpt_status sweep_job(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status set
         char who[32];
         snprintf(who, sizeof who, "rank %d: ", rank);
         mark_failed(dir, who, mine->msg);
-        mpt_cli_result_free(&res[i]);
+        mpt_run_result_free(&res[i]);
         s = mpt_dist_signal(d, TAG_ABORT);
         signalled = s == MPT_OK;
         break;
@@ -294,19 +294,19 @@ static mpt_status sweep_job(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status set
     } else if (s == MPT_OK) {
         s = gather_results(d, sw, res);
     }
-    for (int i = 0; i < sw->n; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 0; i < sw->n; i++) mpt_run_result_free(&res[i]);
     free(res);
     free(mine);
     return s;
 }
 
-mpt_status mpt_cli_sweep_run(mpt_dist *d, const mpt_cli_sweep *sw, mpt_status setup) {
+mpt_status mpt_sweep_run(mpt_dist *d, const mpt_sweep *sw, mpt_status setup) {
     return d ? sweep_job(d, sw, setup) : sweep_alone(sw, setup);
 }
 
 /* ---- joining the job ------------------------------------------------------------------------------------------- */
 
-mpt_status mpt_cli_sweep_join(mpt_dist **out) {
+mpt_status mpt_sweep_join(mpt_dist **out) {
     *out = NULL;
     int env = mpt_dist_env_size();
     if (env == 0) return MPT_OK;
@@ -327,7 +327,7 @@ mpt_status mpt_cli_sweep_join(mpt_dist **out) {
     return MPT_OK;
 }
 
-int mpt_cli_sweep_threads(const mpt_dist *d, int given, char *why, size_t n) {
+int mpt_sweep_threads(const mpt_dist *d, int given, char *why, size_t n) {
     if (given > 0) {
         snprintf(why, n, "--threads %d", given);
         return given;
@@ -348,7 +348,7 @@ int mpt_cli_sweep_threads(const mpt_dist *d, int given, char *why, size_t n) {
     return t;
 }
 
-void mpt_cli_sweep_announce(const mpt_dist *d, int n, int threads, const char *why) {
+void mpt_sweep_announce(const mpt_dist *d, int n, int threads, const char *why) {
     int rank = mpt_dist_rank(d), size = mpt_dist_size(d), shown = 0;
     printf("rank %d of %d: trains run(s)", rank, size);
     for (int i = rank; i < n && shown < 8; i += size, shown++) printf("%s %d", shown ? "," : "", i + 1);

@@ -6,7 +6,7 @@
  * E4M3 or E5M2, and the GEMM multiplies its result by 1/s of each operand (cuBLASLt's A/B_SCALE_POINTER), with
  *     s = fmax / amax / 2^margin                         (TransformerEngine DelayedScaling: "new_scaling_factor =
  *                                                          (FP8_MAX / amax) / (2 ^ margin)"; recipe/__init__.py)
- * in FP32 (kernels/elemwise.h mpt_fp8_scale_from_amax, which also covers an amax of 0, inf or NaN, a scale that
+ * in FP32 (engine/numerics.h mpt_fp8_scale_from_amax, which also covers an amax of 0, inf or NaN, a scale that
  * overflows FP32, and --fp8-pow2-scales, which rounds s down to a power of two as TE's force_pow_2_scales does).
  * Where amax comes from is the scaling recipe:
  *   delayed  (TE's DelayedScaling, the default): amax = the maximum over an amax history of the last
@@ -20,7 +20,7 @@
  * A non-finite amax (the tensor holds inf or NaN) skips the step like found_inf, and is recorded in the history
  * as 0 (TE records it, which pins the scale for amax_history_len steps; mptrain skips that step instead).
  * Per block (--precision mxfp8; OCP Microscaling Formats (MX) v1.0): every 32 consecutive elements along K share
- * an E8M0 scale 2^e chosen from the block's amax by --mx-scale floor | ceil | rceil (kernels/elemwise.h
+ * an E8M0 scale 2^e chosen from the block's amax by --mx-scale floor | ceil | rceil (engine/numerics.h
  * mpt_mx_scale_code: the OCP rule floor(log2 amax) - emax_elem, torchao's ceil, cuBLAS's rceil); no state.
  *
  * Formats: fp8 is TE's Format.HYBRID (E4M3 for the forward operands x and W, E5M2 for the gradient dy in the

@@ -1,7 +1,7 @@
 /*
  * engine/amp/scaler.c - host side of the dynamic loss scaler: defaults, parameter checks, initial state,
  * reading the state back, and the floor-collapse warning. The step-time logic runs in the backends
- * (kernels/cpu/optim.c, kernels/cuda) on the shared per-scalar functions of kernels/elemwise.h; the semantics
+ * (kernels/cpu/optim.c, kernels/cuda) on the shared per-scalar functions of engine/numerics.h; the semantics
  * and references are in scaler.h.
  */
 #include "engine/amp/scaler.h"

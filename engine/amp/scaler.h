@@ -46,7 +46,7 @@
  * scale halving each time). Here S never goes below min_scale; each backoff that the floor clamps counts in
  * floor_hits, and mpt_scaler_watch() turns a run of consecutive floor hits into one clear warning.
  *
- * The per-element and per-scalar math is in kernels/elemwise.h (mpt_elem_unscale, mpt_scaler_step_begin,
+ * The per-element and per-scalar math is in engine/numerics.h (mpt_elem_unscale, mpt_scaler_step_begin,
  * mpt_scaler_update_fields), shared by the CPU and CUDA backends.
  */
 #ifndef MPT_ENGINE_AMP_SCALER_H

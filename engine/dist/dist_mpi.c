@@ -15,7 +15,7 @@
 #include "engine/dist/dist.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "engine/train.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 struct mpt_dist {
     MPI_Comm comm;

@@ -1,6 +1,6 @@
 /*
  * engine/optim/optim.c - host-side optimizer pieces: names, PyTorch defaults, hyper-parameter checks and the
- * number of state tensors. The update math is in kernels/elemwise.h and the formulas in optim.h.
+ * number of state tensors. The update math is in engine/numerics.h and the formulas in optim.h.
  */
 #include "engine/optim/optim.h"
 

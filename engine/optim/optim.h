@@ -5,7 +5,7 @@
  *
  * The update itself runs in the backend (be->optim_step_multi, one fused pass over all parameters, or
  * be->optim_step for one parameter: engine/backend.h),
- * element by element through kernels/elemwise.h (mpt_elem_sgd, mpt_elem_adam), on both CPU and CUDA. This
+ * element by element through engine/numerics.h (mpt_elem_sgd, mpt_elem_adam), on both CPU and CUDA. This
  * header holds the host-side pieces (names, defaults, checks, state counts) and the formulas.
  *
  * Notation: p master weight, g gradient after unscaling, c = *grad_mul (clip coefficient, 1 without

@@ -1,6 +1,6 @@
 /*
  * engine/optim/schedule.c - learning-rate schedules (constant, step, cosine with linear warmup): names, checks,
- * and mpt_lr_at, the host's evaluation of kernels/elemwise.h's mpt_lr_eval (FP64, rounded once to FP32; the
+ * and mpt_lr_at, the host's evaluation of engine/numerics.h's mpt_lr_eval (FP64, rounded once to FP32; the
  * backends evaluate the same function on their iteration counter). Formulas and PyTorch counterparts: schedule.h.
  */
 #include "engine/optim/schedule.h"
@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 static const char *const lr_kind_names[] = {"constant", "step", "cosine"};
 #define N_LR_KINDS ((int)(sizeof lr_kind_names / sizeof lr_kind_names[0]))

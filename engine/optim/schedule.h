@@ -11,7 +11,7 @@
  *                  t >= total:           lr = min_lr (held, where CosineAnnealingLR would rise again)
  *                  (torch.optim.lr_scheduler.CosineAnnealingLR with T_max = total - warmup and eta_min = min_lr,
  *                  after a linear warmup whose first iteration already uses base_lr / warmup, not 0)
- * Evaluated in FP64 and rounded once to FP32, by kernels/elemwise.h's mpt_lr_eval: the host (mpt_lr_at) and both
+ * Evaluated in FP64 and rounded once to FP32, by engine/numerics.h's mpt_lr_eval: the host (mpt_lr_at) and both
  * backends (be->lr_update, on the backend's own iteration counter) run that one function.
  */
 #ifndef MPT_ENGINE_OPTIM_SCHEDULE_H

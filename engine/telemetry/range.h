@@ -34,7 +34,7 @@
  *    of this tensor's values; it does not re-run the layers below, whose inputs would also have changed.
  *
  * Fractions are of the nonzero finite values (exact zeros, e.g. ReLU's, are neither flushed nor kept).
- * Source of the formats: kernels/elemwise.h; of the question: Micikevicius et al. 2018, section 3.2.
+ * Source of the formats: engine/numerics.h; of the question: Micikevicius et al. 2018, section 3.2.
  */
 #ifndef MPT_ENGINE_TELEMETRY_RANGE_H
 #define MPT_ENGINE_TELEMETRY_RANGE_H

@@ -1,7 +1,7 @@
 /*
  * kernels/cpu/convert.h - vectorised dtype conversions over contiguous buffers, for the CPU kernels.
  *
- * The per-element definitions are the functions of kernels/elemwise.h (round to nearest even, overflow to
+ * The per-element definitions are the functions of engine/numerics.h (round to nearest even, overflow to
  * inf, subnormals kept, NaN kept quiet); these loops produce the same bits, 8 elements at a time with AVX2
  * and F16C (the build targets x86-64-v3), and call the elemwise.h functions for the tail. tests/test_dtype.c
  * checks the equality bit for bit over every FP16/BF16 pattern and a million FP32 values.

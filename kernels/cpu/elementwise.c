@@ -3,9 +3,9 @@
  *
  * cast, ReLU, max pooling, inverted dropout, fused softmax + cross-entropy, the bias gradient and the batch
  * gather; and the vectorised buffer conversions of kernels/cpu/convert.h (AVX2/F16C, bit-equal to the
- * scalar functions of kernels/elemwise.h) that every CPU kernel uses. Contracts (shapes, dtypes,
+ * scalar functions of engine/numerics.h) that every CPU kernel uses. Contracts (shapes, dtypes,
  * += accumulation): engine/backend.h. Every kernel loads its inputs as FP32 (exact widening), computes in
- * FP32 and rounds each output once to its dtype with round-to-nearest-even (kernels/elemwise.h); an
+ * FP32 and rounds each output once to its dtype with round-to-nearest-even (engine/numerics.h); an
  * accumulating output is computed as round(old + update), so it is rounded once per call. Buffers of
  * F16/BF16 values are processed in chunks widened into FP32 stack arrays, so nothing allocates.
  *

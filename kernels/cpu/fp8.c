@@ -4,7 +4,7 @@
  * emulated GEMM, and the model of Hopper's FP8 Tensor Core accumulator (contracts: engine/backend.h; the model and
  * its sources: kernels/cpu/gemm.c's header, docs/numerics.md).
  *
- * Every per-element rule is kernels/elemwise.h's (mpt_f32_to_fp8, mpt_mx_scale_code, mpt_fp8_scale_from_amax), so
+ * Every per-element rule is engine/numerics.h's (mpt_f32_to_fp8, mpt_mx_scale_code, mpt_fp8_scale_from_amax), so
  * the CUDA kernels that call the same functions produce the same bits.
  */
 #include <math.h>

@@ -47,7 +47,7 @@
  * and v is rounded once to C's dtype with round-to-nearest-even. The fused epilogues' extra outputs come from
  * the stored C, with the loops of the unfused operations (so fused and unfused give the same bits):
  *     BGRAD          bias_grad = column sums of A (be->bias_grad)
- *     RELU_AUX_BIAS  aux bit (m, n) = [C[m, n] > 0] (relu_backward's rule, kernels/elemwise.h)
+ *     RELU_AUX_BIAS  aux bit (m, n) = [C[m, n] > 0] (relu_backward's rule, engine/numerics.h)
  *     DRELU_BGRAD    C[m, n] = aux bit ? C : +0 (relu_backward), then bias_grad = column sums of C (be->bias_grad)
  *
  * Why the emulation is what a Tensor Core computes (NVIDIA Ampere whitepaper; Micikevicius et al. 2018): the

@@ -4,7 +4,7 @@
  * rewritten RNE, or on 16-bit weights directly with RNE or stochastic rounding; FP32 or 16-bit state), and
  * the loss-scale update.
  *
- * The math of one element is in kernels/elemwise.h ("Optimizer and loss-scaler per-element math"), shared
+ * The math of one element is in engine/numerics.h ("Optimizer and loss-scaler per-element math"), shared
  * with the CUDA kernels; this file only loops. Contracts: engine/backend.h; formulas and their PyTorch
  * sources: engine/optim/optim.h and engine/amp/scaler.h.
  *
@@ -21,7 +21,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 
 #include <string.h>
 

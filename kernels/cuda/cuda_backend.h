@@ -126,7 +126,7 @@ int mpt_cuda_gemm_record_get(mpt_backend *be, int i, mpt_cuda_gemm_record *out);
 /* Prints every GEMM record, one line each, with a header. */
 void mpt_cuda_print_gemm_records(mpt_backend *be, FILE *f);
 
-/* The cuda suite's check of CUDA's FP8 conversions against kernels/elemwise.h's (kernels/cuda/fp8.cu): for the n
+/* The cuda suite's check of CUDA's FP8 conversions against engine/numerics.h's (kernels/cuda/fp8.cu): for the n
  * FP32 values x (device memory of be), ours[i] and cuda[i] (device, U8) receive, with kind 0, mpt_f32_to_fp8(x[i],
  * e5m2, saturate) and __nv_cvt_float_to_fp8(x[i], saturate ? __NV_SATFINITE : __NV_NOSAT, E5M2 or E4M3); with kind
  * 1, mpt_f32_to_e8m0_ru(x[i]) and __nv_cvt_float_to_e8m0(x[i], __NV_SATFINITE, cudaRoundPosInf). Stream-ordered. */

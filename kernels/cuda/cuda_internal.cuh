@@ -10,7 +10,7 @@
  *    asynchronous fault is reported at the call that caused it rather than at a later one.
  *  - The backend's private context (stream, library handles, plan caches, small persistent scratch).
  *  - Device-side dtype-dispatching loads and stores built on the per-element conversions of
- *    kernels/elemwise.h (the same RNE functions the CPU backend calls: decision 6).
+ *    engine/numerics.h (the same RNE functions the CPU backend calls: decision 6).
  *  - The entry points each .cu file contributes to the backend table (backend.cu assembles the table).
  *
  * Every public entry runs on the context's one stream; nothing here synchronises except where the contract
@@ -19,7 +19,7 @@
 #ifndef MPT_KERNELS_CUDA_INTERNAL_CUH
 #define MPT_KERNELS_CUDA_INTERNAL_CUH
 
-#include <math.h> /* before the extern "C" block: kernels/elemwise.h includes it too, and C++'s math.h has templates */
+#include <math.h> /* before the extern "C" block: engine/numerics.h includes it too, and C++'s math.h has templates */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -31,7 +31,7 @@ extern "C" {
 #include "engine/backend.h"
 #include "engine/status.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 }
 
 /* ---- library-call checks --------------------------------------------------------------------------- */

@@ -7,7 +7,7 @@
  * raw device pointers and the context (its stream and SM count) and checks the launch, and the public entry
  * that checks dtypes and shapes. Contracts: engine/backend.h. As in the CPU backend (kernels/cpu/elementwise.c,
  * the oracle), every kernel loads its inputs as FP32 (exact widening), computes in FP32 with the per-element
- * functions of kernels/elemwise.h, and rounds each output once to its dtype (RNE); an accumulating output is
+ * functions of engine/numerics.h, and rounds each output once to its dtype (RNE); an accumulating output is
  * round(old + update). Arithmetic that must match the CPU bit for bit is written with the _rn intrinsics
  * (IEEE round-to-nearest, never contracted into an FMA). Reductions use fixed-shape trees (deterministic);
  * their summation order differs from the CPU's sequential loops, which the cuda tests bound.
@@ -15,7 +15,7 @@
  * Sources: inverted dropout (Srivastava et al. 2014; torch.nn.Dropout); softmax + cross-entropy through
  * logsumexp with mean reduction and ignore_index (torch.nn.functional.cross_entropy); max pooling with
  * PyTorch's rules (padding is -inf, the first maximum wins, NaN propagates); cuRAND's Philox4x32-10 stream
- * (dropout computes it per element, kernels/elemwise.h mpt_philox_uniform; mpt_cuda_rng_uniform draws it with
+ * (dropout computes it per element, engine/numerics.h mpt_philox_uniform; mpt_cuda_rng_uniform draws it with
  * cuRAND's device generator, documented to produce the host generator's sequence, for the tests).
  */
 #include <assert.h>
@@ -205,7 +205,7 @@ extern "C" void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint
 }
 
 /* u[i] = element offset + i of cuRAND's Philox uniform stream for `seed`, computed in place
- * (mpt_philox_uniform, kernels/elemwise.h: the numbers cuRAND's host generator gives the CPU backend);
+ * (mpt_philox_uniform, engine/numerics.h: the numbers cuRAND's host generator gives the CPU backend);
  * mask[i] = u[i] > p; y[i] = mask ? x[i] / (1 - p) : 0 (one IEEE division). */
 static __global__ void dropout_forward_kernel(void *y, uint8_t *mask, const void *x, uint64_t seed, uint64_t offset,
                                               const int64_t *iteration, uint64_t stride, mpt_dtype dtype, int64_t n,

@@ -4,7 +4,7 @@
  * MX per block of 32), the per-step scale update, the exact decoding of MXFP8 operands for the device emulation of
  * MX GEMMs, which GPUs run which mode, and a check of CUDA's conversion intrinsics against ours for the cuda suite.
  *
- * Every per-element rule is kernels/elemwise.h's (mpt_f32_to_fp8, mpt_mx_scale_code, mpt_fp8_scale_from_amax), the
+ * Every per-element rule is engine/numerics.h's (mpt_f32_to_fp8, mpt_mx_scale_code, mpt_fp8_scale_from_amax), the
  * functions the CPU backend calls, so both backends cast to the same bits; with nvcc's defaults (IEEE division,
  * no --use_fast_math) 1/s and fmax/amax round as on the CPU. A per-tensor cast is four launches on the stream
  * (zero the amax, reduce it, the scale, the cast), reading and writing the scale state in device memory only: no

@@ -18,7 +18,7 @@
  *
  * The all-reduce (mpt_cuda_nccl_allreduce) is enqueued on the backend's stream and adds no host
  * synchronisation to the step: a kernel multiplies each gradient by the rank's weight w_r (the division by N
- * before the sum, PyTorch's fp16_compress_hook order) and rounds it to the wire dtype (RNE, kernels/elemwise.h),
+ * before the sum, PyTorch's fp16_compress_hook order) and rounds it to the wire dtype (RNE, engine/numerics.h),
  * ncclAllReduce sums in that dtype (ncclFloat / ncclBfloat16 / ncclHalf: NCCL rounds every partial sum to
  * it), and the backend's cast kernel (elementwise.cu) widens the result back into the FP32 gradient. All
  * tensors go in one ncclGroupStart/End, so NCCL fuses them. found_inf needs no extra collective here: IEEE

@@ -4,7 +4,7 @@
  * working copy rewritten RNE, or on 16-bit weights directly with RNE or stochastic rounding; FP32 or 16-bit
  * optimizer state), and the loss-scale update.
  *
- * The math of one element (and of the per-step scalars) is in kernels/elemwise.h ("Optimizer and loss-scaler
+ * The math of one element (and of the per-step scalars) is in engine/numerics.h ("Optimizer and loss-scaler
  * per-element math"), the functions the CPU loops of kernels/cpu/optim.c call; this file only maps them onto
  * threads. Those functions write every multiply-add as an explicit fmaf and compute the per-step scalars in
  * FP64 with IEEE division and square root (nvcc's defaults here: no --use_fast_math), so the optimizer step,

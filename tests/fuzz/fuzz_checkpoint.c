@@ -1,7 +1,7 @@
 /*
  * tests/fuzz/fuzz_checkpoint.c - libFuzzer target for the checkpoint reader: the safetensors container
  * (engine/checkpoint.c, mpt_checkpoint_open with every tensor read back) and mptrain's metadata validation
- * (tools/run_checkpoint.c, mpt_cli_checkpoint_read_config). A rejection is fine; a crash, a sanitizer
+ * (tools/run_checkpoint.c, mpt_run_checkpoint_read_config). A rejection is fine; a crash, a sanitizer
  * report, a leak or a hang is a bug. Every error message must be one line. Seed corpus: corpus/checkpoint/.
  */
 #include <stdlib.h>
@@ -36,8 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     mpt_cli_opts o;
     mpt_cli_opts_default(&o);
-    mpt_cli_run_state rs;
-    if (mpt_cli_checkpoint_read_config(path, &o, &rs) != MPT_OK) check_one_line();
+    mpt_run_state rs;
+    if (mpt_run_checkpoint_read_config(path, &o, &rs) != MPT_OK) check_one_line();
     unlink(path);
     return 0;
 }

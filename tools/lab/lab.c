@@ -117,7 +117,7 @@ static int opt_id_of(const char *flag) {
     return -1;
 }
 
-mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_cli_result *res) {
+mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_run_result *res) {
     mpt_cli_opts o = *c->base;
     for (int i = 0; flags && flags[i]; i += 2) {
         int id = opt_id_of(flags[i]);
@@ -133,10 +133,10 @@ mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *fl
     if (c->dist) snprintf(label, sizeof label, "  [rank %d: %s] ", mpt_dist_rank(c->dist), name);
     else snprintf(label, sizeof label, "  [%s] ", name);
     memset(res, 0, sizeof *res);
-    MPT_TRY(mpt_cli_train_run(&o, c->cd, label, res));
+    MPT_TRY(mpt_run_train(&o, c->cd, label, res));
     if (res->interrupted) /* the run saved its state; the lesson stops, its report would compare partial runs */
         return mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of run %s: its checkpoint is in %s; "
-                          "the lesson has no report", mpt_cli_signal_name(res->interrupted),
+                          "the lesson has no report", mpt_guard_signal_name(res->interrupted),
                           (long long)res->iterations, name, o.out);
     return MPT_OK;
 }
@@ -146,7 +146,7 @@ mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *fl
 typedef struct lab_plan {
     mpt_lab_ctx *c;
     const mpt_lab_run *runs;
-    mpt_cli_result *res;
+    mpt_run_result *res;
 } lab_plan;
 
 static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, size_t dn) {
@@ -156,21 +156,21 @@ static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, s
     snprintf(dir, dn, "%s/%s", pl->c->dir, pl->runs[i].name);
 }
 
-static mpt_status plan_train(void *ctx, int i, mpt_cli_result *res) {
+static mpt_status plan_train(void *ctx, int i, mpt_run_result *res) {
     const lab_plan *pl = ctx;
     return mpt_lab_train(pl->c, pl->runs[i].name, pl->runs[i].flags, res);
 }
 
-static mpt_status plan_deliver(void *ctx, int i, mpt_cli_result *r) {
+static mpt_status plan_deliver(void *ctx, int i, mpt_run_result *r) {
     lab_plan *pl = ctx;
     pl->res[i] = *r;
     return MPT_OK;
 }
 
-static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res) {
+static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res) {
     lab_plan pl = {c, runs, res};
-    mpt_cli_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver};
-    return mpt_cli_sweep_run(c->dist, &sw, MPT_OK);
+    mpt_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver};
+    return mpt_sweep_run(c->dist, &sw, MPT_OK);
 }
 
 /* The batch message rank 0 broadcasts: NUL-terminated strings "batch", the lesson directory, the lesson's size
@@ -214,14 +214,14 @@ static mpt_status send_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n) {
     return mpt_dist_bcast(c->dist, 0, &b, &len);
 }
 
-mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res) {
+mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res) {
     if (n < 0 || n > MPT_LAB_MAX_BATCH) return mpt_errorf(MPT_ERR_ARG, "lab: a batch of %d runs (at most %d)", n,
                                                           MPT_LAB_MAX_BATCH);
     memset(res, 0, (size_t)n * sizeof *res);
     if (c->dist) MPT_TRY(send_batch(c, runs, n));
     mpt_status s = run_batch(c, runs, n, res);
     if (s != MPT_OK)
-        for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+        for (int i = 0; i < n; i++) mpt_run_result_free(&res[i]);
     return s;
 }
 
@@ -300,10 +300,10 @@ static int serve_batches(const mpt_lab_ctx *proto, const mpt_cli_data *all, cons
         c = *proto;
         lesson_view(&c, all, base, atoll(n_train), atoll(n_test), atoi(epochs));
         snprintf(c.dir, sizeof c.dir, "%s", dir);
-        static mpt_cli_result res[MPT_LAB_MAX_BATCH];
+        static mpt_run_result res[MPT_LAB_MAX_BATCH];
         memset(res, 0, sizeof res);
         (void)run_batch(&c, runs, n, res); /* a failure is rank 0's to report; it ends the lab */
-        for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+        for (int i = 0; i < n; i++) mpt_run_result_free(&res[i]);
         free(b);
     }
 }
@@ -311,20 +311,20 @@ static int serve_batches(const mpt_lab_ctx *proto, const mpt_cli_data *all, cons
 FILE *mpt_lab_open(mpt_lab_ctx *c, const char *file) {
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    return mpt_cli_create(path);
+    return mpt_outdir_create_file(path);
 }
 
 mpt_status mpt_lab_close(mpt_lab_ctx *c, FILE *f, const char *file) {
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s", c->dir, file);
-    return mpt_cli_close_written(f, path);
+    return mpt_outdir_close_written(f, path);
 }
 
 const char *mpt_lab_plot(mpt_lab_ctx *c, FILE *gp, const char *script, char *err, size_t n) {
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s", c->dir, script);
-    mpt_status s = mpt_cli_close_written(gp, path);
-    if (s == MPT_OK) s = mpt_cli_gnuplot(c->dir, script);
+    mpt_status s = mpt_outdir_close_written(gp, path);
+    if (s == MPT_OK) s = mpt_report_gnuplot(c->dir, script);
     if (s == MPT_OK) return NULL;
     snprintf(err, n, "%s", mpt_last_error());
     return err;
@@ -376,7 +376,7 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
     fprintf(f, "\nParameters of this lesson (`mptrain lab %s --param KEY=VALUE`): %s.\n", l->name, l->params_help);
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/report.md", c->dir);
-    return mpt_cli_close_written(f, path); /* a failed fprintf above is caught too, not only a failed fclose */
+    return mpt_outdir_close_written(f, path); /* a failed fprintf above is caught too, not only a failed fclose */
 }
 
 /* ---- the command --------------------------------------------------------------------------------------------- */
@@ -477,7 +477,7 @@ static mpt_status write_lesson_json(const mpt_lab_ctx *c, const mpt_lab_lesson *
     json_object_set_new(j, "finished", json_string(when));
     char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
     snprintf(path, sizeof path, "%s/lesson.json", c->dir);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) {
         json_decref(j);
         return MPT_ERR_IO;
@@ -486,10 +486,10 @@ static mpt_status write_lesson_json(const mpt_lab_ctx *c, const mpt_lab_lesson *
     json_decref(j);
     if (rc != 0) {
         mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
-        mpt_cli_discard(f); /* its temporary file is removed */
+        mpt_outdir_discard(f); /* its temporary file is removed */
         return s;
     }
-    return mpt_cli_commit_atomic(f, tmp, path);
+    return mpt_outdir_commit_atomic(f, tmp, path);
 }
 
 /* index.md: every lesson of the table whose <out>/<lesson>/lesson.json exists (run now or by an earlier lab into
@@ -497,7 +497,7 @@ static mpt_status write_lesson_json(const mpt_lab_ctx *c, const mpt_lab_lesson *
 static mpt_status write_index(const char *out) {
     char path[MPT_CLI_PATH + 32], tmp[MPT_CLI_PATH + 48];
     snprintf(path, sizeof path, "%s/index.md", out);
-    FILE *f = mpt_cli_open_atomic(path, tmp, sizeof tmp);
+    FILE *f = mpt_outdir_open_atomic(path, tmp, sizeof tmp);
     if (!f) return MPT_ERR_IO;
     fprintf(f, "# mptrain lab\n\nEach lesson is a small experiment on Fashion-MNIST; its report has the measurements, "
                "the picture and how to read them. Every lesson run into this directory so far is listed, with the "
@@ -524,7 +524,7 @@ static mpt_status write_index(const char *out) {
                                                                   : "?");
         json_decref(j);
     }
-    return mpt_cli_commit_atomic(f, tmp, path);
+    return mpt_outdir_commit_atomic(f, tmp, path);
 }
 
 static double now_s(void) {
@@ -580,7 +580,7 @@ int mpt_cmd_lab(int argc, char **argv) {
         case LAB_THREADS: s = mpt_cli_apply(&base, MPT_OPT_THREADS, optarg); break;
         case LAB_PLOT_TIMEOUT:
             s = mpt_cli_apply(&base, MPT_OPT_PLOT_TIMEOUT, optarg);
-            if (s == MPT_OK) mpt_cli_set_plot_timeout(base.plot_timeout);
+            if (s == MPT_OK) mpt_report_set_plot_timeout(base.plot_timeout);
             break;
         case LAB_PARAM:
             if (!strchr(optarg, '=') || optarg[0] == '=')
@@ -628,7 +628,7 @@ int mpt_cmd_lab(int argc, char **argv) {
         if (z->n_test > base.limit_test) base.limit_test = z->n_test;
     }
     mpt_dist *dist = NULL;
-    mpt_status s = mpt_cli_sweep_join(&dist);
+    mpt_status s = mpt_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("lab", s);
     int rc = lab_with(&base, out, run, n, quick, params, n_params, dist);
     mpt_dist_free(&dist);
@@ -641,18 +641,18 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     int rank = dist ? mpt_dist_rank(dist) : 0;
     if (dist) {
         char why[128];
-        base->threads = mpt_cli_sweep_threads(dist, base->threads, why, sizeof why);
+        base->threads = mpt_sweep_threads(dist, base->threads, why, sizeof why);
         printf("rank %d of %d: %d OpenBLAS thread(s) (%s)%s\n", rank, mpt_dist_size(dist), base->threads, why,
                rank == 0 ? "; rank 0 runs the lessons and deals their runs out round-robin" : "");
         fflush(stdout);
     }
-    mpt_cli_set_threads(base->threads);
+    mpt_cpu_set_threads(base->threads);
     /* rank 0 holds --out (its lock) for the whole lab; the other ranks write only the runs dealt to them */
     mpt_outdir od = {.fd = -1, .lock_fd = -1};
     mpt_status s = rank == 0 ? mpt_outdir_open(&od, out, MPT_OUTDIR_USER_LINK, "lab") : MPT_OK;
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
-    if (s == MPT_OK) s = mpt_cli_blas_ready();
+    if (s == MPT_OK) s = mpt_guard_blas_ready();
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
     int bad = s != MPT_OK;
     if (bad && dist) fprintf(stderr, "mptrain lab: rank %d: %s\n", rank, mpt_last_error());
@@ -688,8 +688,8 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         memcpy(c->params, params, (size_t)n_params * sizeof *params);
         c->n_params = n_params;
         snprintf(c->dir, sizeof c->dir, "%s/%s", out, run[i]->name);
-        s = mpt_cli_mkdirs(c->dir);
-        if (s == MPT_OK) s = mpt_cli_remove_result(c->dir, "lesson.json"); /* a failed lesson is not listed as done */
+        s = mpt_outdir_mkdirs(c->dir);
+        if (s == MPT_OK) s = mpt_outdir_remove_result(c->dir, "lesson.json"); /* a failed lesson is not listed as done */
         if (s != MPT_OK) break;
         printf("==== lesson %s%s: %s\n", run[i]->name, quick ? " (--quick)" : "", run[i]->claim);
         fflush(stdout);

@@ -1,7 +1,7 @@
 /*
  * tools/lab/lab.h - `mptrain lab`: the lessons of mixed-precision training as small experiments on real data.
  *
- * A lesson is a plan of runs (trainings through mpt_cli_train_run, or direct measurements through the engine's
+ * A lesson is a plan of runs (trainings through mpt_run_train, or direct measurements through the engine's
  * kernels), the measurements it reads from them, and a report template filled with those measurements. Every
  * lesson writes <out>/<lesson>/report.md and <out>/<lesson>/<lesson>.png and leaves a one-line conclusion that
  * the runner prints and links from <out>/index.md. A conclusion states the effect as observed or says plainly
@@ -94,8 +94,8 @@ void mpt_lab_series_free(mpt_lab_series *s);
 
 /* Trains one run into <lesson dir>/<name>/ from the base settings plus flags: a NULL-terminated list of
  * "--flag", "value" pairs, as on the command line (flags that take a value only). Fills
- * *res (free with mpt_cli_result_free). MPT_ERR_ARG naming the flag for a bad one. */
-mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_cli_result *res);
+ * *res (free with mpt_run_result_free). MPT_ERR_ARG naming the flag for a bad one. */
+mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_run_result *res);
 
 /* One run of a batch: its directory name under the lesson's and its flags (as for mpt_lab_train). */
 typedef struct mpt_lab_run {
@@ -108,8 +108,8 @@ typedef struct mpt_lab_run {
 /* Trains n (<= MPT_LAB_MAX_BATCH) independent runs into res[0..n): under mpirun dealt out to the ranks
  * (tools/sweep.c: run i on rank i mod N, results gathered here on rank 0, a failure named with its rank and
  * run), else one after the other. Each run trains exactly as through mpt_lab_train. On failure every res[i]
- * is left empty (free with mpt_cli_result_free either way). */
-mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_cli_result *res);
+ * is left empty (free with mpt_run_result_free either way). */
+mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res);
 
 /* Opens <lesson dir>/report.md and writes its title, the question and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);

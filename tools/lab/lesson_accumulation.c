@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "engine/checkpoint.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/accum.h"
 #include "tools/lab/lab.h"
 #include "tools/sentences.h"
@@ -150,10 +150,10 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param block: expected an integer in [2, 65536], found %g", block_d);
     const int64_t block = (int64_t)block_d;
     const char *f32[] = {"--precision", "fp32", NULL};
-    mpt_cli_result r;
+    mpt_run_result r;
     MPT_TRY(mpt_lab_train(c, "fp32", f32, &r));
     double acc = 100.0 * r.final_test_acc;
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     char ckpt[MPT_CLI_PATH + 64];
     snprintf(ckpt, sizeof ckpt, "%s/fp32/%s", c->dir, MPT_CLI_CHECKPOINT_FILE);
     stream st;
@@ -259,10 +259,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/accumulation.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "accumulation.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 1100, "accumulation.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 1100, "accumulation.png");
     fprintf(gp, "set multiplot layout 2,1\n"
                 "set title 'one dot product summed left to right: error / sum |p| against FP64 (%d dot products per K; "
                 "trained mlp, fc1)'\nset xlabel 'K (products per dot product)'\nset ylabel 'error / sum |p_i|'\n"

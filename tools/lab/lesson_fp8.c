@@ -40,7 +40,7 @@
 
 #include "engine/checkpoint.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "engine/telemetry/telemetry.h"
 #include "tools/formats.h"
 #include "tools/lab/lab.h"
@@ -76,7 +76,7 @@ static void operand_free(operand *o) {
 }
 
 /* Casts x (rows x K, taken over) with the scale of `--precision fp8` under current scaling: s = fmax / amax
- * (mpt_fp8_scale_from_amax), saturating round-to-nearest-even (kernels/elemwise.h). */
+ * (mpt_fp8_scale_from_amax), saturating round-to-nearest-even (engine/numerics.h). */
 static mpt_status operand_cast(operand *o, double *x, int64_t rows, int64_t K, int e5m2) {
     memset(o, 0, sizeof *o);
     if (!x) return mpt_errorf(MPT_ERR_NOMEM, "lab fp8: no memory");
@@ -405,7 +405,7 @@ static mpt_status staleness_of(const mpt_lab_ctx *c, const char *run, const char
 
 /* ---- the lesson ---------------------------------------------------------------------------------------------- */
 
-static double tmean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static double tmean(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
@@ -417,7 +417,7 @@ typedef struct grad_range {
     double sat[2], flush[2], sub[2];
 } grad_range;
 
-static grad_range grad_ranges(const mpt_cli_result *r) {
+static grad_range grad_ranges(const mpt_run_result *r) {
     grad_range g;
     static const char *const sfx[2] = {"", "@other_format"};
     for (int k = 0; k < 2; k++) {
@@ -456,7 +456,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, BATCH), 20));
     const char *fl[NM * MAX_SEEDS + 4][16];
     mpt_lab_run runs[NM * MAX_SEEDS + 4];
-    static mpt_cli_result res[NM * MAX_SEEDS + 4];
+    static mpt_run_result res[NM * MAX_SEEDS + 4];
     int n = 0;
     for (int k = 0; k < ns; k++) {
         snprintf(seed[k], sizeof seed[k], "%d", k);
@@ -503,13 +503,13 @@ static mpt_status run(mpt_lab_ctx *c) {
             flush_mx_mean[q] += flush_mx[q][t] / NT;
         }
     }
-    const mpt_cli_result *lb = &res[NM * ns], *lf = &res[NM * ns + 1];
+    const mpt_run_result *lb = &res[NM * ns], *lf = &res[NM * ns + 1];
     const int lenet_same = lb->n_master == lf->n_master && lb->final_master && lf->final_master &&
                            memcmp(lb->final_master, lf->final_master, sizeof(float) * (size_t)lb->n_master) == 0;
     const double lenet_acc[2] = {100.0 * lb->final_test_acc, 100.0 * lf->final_test_acc};
     int skipped = 0;
     for (int i = 0; i < n; i++) skipped += res[i].steps_skipped;
-    for (int i = 0; i < n; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 0; i < n; i++) mpt_run_result_free(&res[i]);
 
     mpt_stats_summary sum[NM], dsum[NM];
     mpt_stats_paired pv[NM];
@@ -627,10 +627,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/fp8.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "fp8.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 800, "fp8.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 800, "fp8.png");
     fprintf(gp, "set multiplot layout 2,1\nset grid\nset key outside right\n"
                 "set title 'fc2 forward laid end to end (trained fp8 mlp): FP8 GEMM error against the exact product'\n"
                 "set xlabel 'K'\nset ylabel '||C - R|| / ||R||'\nset logscale x 2\nset logscale y 10\n"

@@ -188,10 +188,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (!(scale >= 1.0 && scale <= 16777216.0 && scale == ldexp(1.0, (int)lround(log2(scale)))))
         return mpt_errorf(MPT_ERR_ARG, "--param scale: expected a power of two in [1, 2^24], found %g", scale);
     const char *f32[] = {"--precision", "fp32", NULL};
-    mpt_cli_result r;
+    mpt_run_result r;
     MPT_TRY(mpt_lab_train(c, "fp32", f32, &r));
     const double acc = 100.0 * r.final_test_acc;
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     char ckpt[MPT_CLI_PATH + 64];
     snprintf(ckpt, sizeof ckpt, "%s/fp32/%s", c->dir, MPT_CLI_CHECKPOINT_FILE);
     const mpt_mnist *d = &c->cd->d;
@@ -275,7 +275,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_close(c, dat, "grad-comm.dat"));
     FILE *gp = mpt_lab_open(c, "grad-comm.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 560, "grad-comm.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 560, "grad-comm.png");
     fprintf(gp, "set title 'gradient all-reduce over N simulated ranks: error against the FP32 all-reduce (mlp, one "
                 "batch of %lld)'\nset xlabel 'ranks N'\nset ylabel '||g - g_{32}|| / ||g_{32}||'\nset logscale x 2\n"
                 "set logscale y 10\nset format y '10^{%%L}'\nset grid\nset key outside right\n"

@@ -49,7 +49,7 @@ typedef struct run_out {
     flush_row all;       /* all_activation_grads pooled */
 } run_out;
 
-static double stat_mean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static double stat_mean(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
@@ -57,7 +57,7 @@ static double stat_mean(const mpt_cli_result *r, const char *tensor, const char 
 }
 
 /* One tensor's rounding rows, means over the telemetry steps. */
-static void fill_row(const mpt_cli_result *r, const char *tensor, flush_row *row) {
+static void fill_row(const mpt_run_result *r, const char *tensor, flush_row *row) {
     snprintf(row->tensor, sizeof row->tensor, "%s", tensor);
     row->at_s = stat_mean(r, tensor, "flush_frac");
     row->at_1 = stat_mean(r, tensor, "flush_frac@S=1");
@@ -70,8 +70,8 @@ static void fill_row(const mpt_cli_result *r, const char *tensor, flush_row *row
 }
 
 /* The flush fractions of one finished run (r: from mpt_lab_train or a batch; s: its status). */
-static mpt_status read_run(mpt_cli_result *r0, mpt_status s, run_out *o) {
-    mpt_cli_result r = *r0;
+static mpt_status read_run(mpt_run_result *r0, mpt_status s, run_out *o) {
+    mpt_run_result r = *r0;
     memset(r0, 0, sizeof *r0);
     memset(o, 0, sizeof *o);
     o->acc = 100.0 * r.final_test_acc;
@@ -89,12 +89,12 @@ static mpt_status read_run(mpt_cli_result *r0, mpt_status s, run_out *o) {
         fill_row(&r, t->tensor, &o->rows[o->n++]);
     }
     fill_row(&r, MPT_TELEMETRY_ALL_ACT_GRAD, &o->all);
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     return s;
 }
 
 static mpt_status train(mpt_lab_ctx *c, const char *name, const char *const *flags, run_out *o) {
-    mpt_cli_result r;
+    mpt_run_result r;
     mpt_status s = mpt_lab_train(c, name, flags, &r);
     return read_run(&r, s, o);
 }
@@ -217,7 +217,7 @@ static mpt_status exponent_data(mpt_lab_ctx *c, const char *run, const char *ten
         fprintf(d, "%d %.6g %d %.1f %.1f\n", ex->e[i], ex->share[i], ex->e[i] + log2_scale, ex->e[i] + 0.5,
                 ex->e[i] + log2_scale + 0.5);
     snprintf(path, sizeof path, "%s/loss-scaling-exponents.dat", c->dir);
-    return mpt_cli_close_written(d, path);
+    return mpt_outdir_close_written(d, path);
 }
 
 /* The x axis is log2 |g|, on which FP16's bands have their edges (-25, -14, 16); a binade e holds the values from
@@ -293,7 +293,7 @@ static mpt_status run(mpt_lab_ctx *c) {
             memcpy(sfl[nr - 3], f, sizeof f);
             runs3[nr] = (mpt_lab_run){sname[nr - 3], sfl[nr - 3]};
         }
-    static mpt_cli_result res[3 + 2 * MAX_SEEDS];
+    static mpt_run_result res[3 + 2 * MAX_SEEDS];
     MPT_TRY(mpt_lab_train_batch(c, runs3, nr, res));
     double acc_dyn[MAX_SEEDS], acc_none[MAX_SEEDS];
     acc_dyn[0] = 100.0 * res[0].final_test_acc;
@@ -302,7 +302,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         acc_dyn[k] = 100.0 * res[3 + 2 * (k - 1)].final_test_acc;
         acc_none[k] = 100.0 * res[3 + 2 * (k - 1) + 1].final_test_acc;
     }
-    for (int i = 3; i < nr; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 3; i < nr; i++) mpt_run_result_free(&res[i]);
     MPT_TRY(read_run(&res[0], MPT_OK, &dyn));
     MPT_TRY(read_run(&res[1], MPT_OK, &sta));
     MPT_TRY(read_run(&res[2], MPT_OK, &none));
@@ -361,7 +361,7 @@ static mpt_status run(mpt_lab_ctx *c) {
                 100.0 * shown->rows[i].at_1, 100.0 * shown->rows[i].sub_s, 100.0 * shown->rows[i].sub_1);
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/loss-scaling.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     /* the exponent picture: the tensor of the shown run that loses most at S = 1 (flushed or made subnormal) */
     const flush_row *pick = NULL;
     for (int i = 0; i < shown->n; i++)
@@ -373,7 +373,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (pick) MPT_TRY(exponent_data(c, ran_big ? "dynamic-big-batch" : "dynamic", pick->tensor, shown->log2_scale, &ex));
     FILE *gp = mpt_lab_open(c, "loss-scaling.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, ex.n > 0 ? 980 : 520, "loss-scaling.png");
+    mpt_report_gnuplot_terminal(gp, 1000, ex.n > 0 ? 980 : 520, "loss-scaling.png");
     if (ex.n > 0) fprintf(gp, "set multiplot layout 2,1\n");
     fprintf(gp, "set title 'FP16 activation gradients rounded to zero (mean over telemetry steps)%s'\n"
                 "set ylabel 'flushed to zero (%%)'\nset grid ytics\nset style data histograms\n"

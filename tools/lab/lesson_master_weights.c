@@ -32,7 +32,7 @@ typedef struct run_out {
     double applied;              /* applied mass: mean over telemetry steps */
 } run_out;
 
-static double stat_mean(const mpt_cli_result *r, const char *tensor, const char *metric) {
+static double stat_mean(const mpt_run_result *r, const char *tensor, const char *metric) {
     for (int i = 0; i < r->n_telemetry; i++)
         if (strcmp(r->telemetry[i].tensor, tensor) == 0 && strcmp(r->telemetry[i].metric, metric) == 0)
             return r->telemetry[i].count > 0 ? r->telemetry[i].sum / (double)r->telemetry[i].count : NAN;
@@ -40,12 +40,12 @@ static double stat_mean(const mpt_cli_result *r, const char *tensor, const char 
 }
 
 /* The accuracy and the lost-update fractions of a finished run (frees it). */
-static void read_run(mpt_cli_result *r, run_out *o) {
+static void read_run(mpt_run_result *r, run_out *o) {
     o->acc = 100.0 * r->final_test_acc;
     o->lost = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
     o->lost_if16 = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
     o->applied = stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "applied_mass");
-    mpt_cli_result_free(r);
+    mpt_run_result_free(r);
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
@@ -62,7 +62,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     /* the nine runs are independent: one batch (shared by the ranks under mpirun) */
     const char *fl[N_CASES * N_MODES][16];
     mpt_lab_run runs[N_CASES * N_MODES];
-    static mpt_cli_result res[N_CASES * N_MODES];
+    static mpt_run_result res[N_CASES * N_MODES];
     for (int k = 0; k < N_CASES; k++)
         for (int m = 0; m < N_MODES; m++) {
             run_out *o = &ro[k][m];
@@ -119,12 +119,12 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char dat_path[MPT_CLI_PATH + 64];
     snprintf(dat_path, sizeof dat_path, "%s/master-weights.dat", c->dir);
-    mpt_status sc = mpt_cli_close_written(dat, dat_path);
+    mpt_status sc = mpt_outdir_close_written(dat, dat_path);
     MPT_TRY(s);
     MPT_TRY(sc);
     FILE *gp = mpt_lab_open(c, "master-weights.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 760, "master-weights.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 760, "master-weights.png");
     fprintf(gp, "set datafile missing 'nan'\nset grid\nset xlabel 'step'\nset key center right box opaque\n"
                 "set multiplot layout 2,1 title 'bf16, SGD lr %s, batch %s (per telemetry step, all parameters)'\n"
                 "set title 'updates lost: nonzero updates that left the stored weight unchanged'\n"

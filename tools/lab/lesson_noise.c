@@ -34,7 +34,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     char seed[16][16], name[16 * NP][32];
     const char *fl[16 * NP][8];
     mpt_lab_run runs[16 * NP];
-    static mpt_cli_result res[16 * NP];
+    static mpt_run_result res[16 * NP];
     for (int k = 0; k < ns; k++) {
         snprintf(seed[k], sizeof seed[k], "%d", k);
         for (int p = 0; p < NP; p++) {
@@ -49,7 +49,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     for (int k = 0; k < ns; k++)
         for (int p = 0; p < NP; p++) {
             acc[p][k] = 100.0 * res[k * NP + p].final_test_acc;
-            mpt_cli_result_free(&res[k * NP + p]);
+            mpt_run_result_free(&res[k * NP + p]);
         }
     mpt_stats_summary s32;
     mpt_stats_summarize(acc[0], ns, &s32);
@@ -111,10 +111,10 @@ static mpt_status run(mpt_lab_ctx *c) {
                 acc[2][i] - acc[0][i]);
     char dat_path[MPT_CLI_PATH + 32];
     snprintf(dat_path, sizeof dat_path, "%s/noise.dat", c->dir);
-    MPT_TRY(mpt_cli_close_written(dat, dat_path));
+    MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "noise.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 900, 760, "noise.png");
+    mpt_report_gnuplot_terminal(gp, 900, 760, "noise.png");
     fprintf(gp, "set multiplot layout 2,1\nset xlabel 'seed'\nset xtics 1\nset grid\nset key outside right\n"
                 "set offsets 0.3, 0.3, 0, 0\n"
                 "set title 'final test accuracy per seed: one run moves this much from seed to seed'\n"

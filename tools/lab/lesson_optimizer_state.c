@@ -7,7 +7,7 @@
  *      (--optimizer-state). From the one-step run's checkpoint: of the entries whose stored m is nonzero (their
  *      first gradient was not zero), the share whose stored v is 0. From the runs' FP32 masters: the size of the
  *      second update |w2 - w1| over the same entries (median, largest, and the share above 10 lr). Adam computes
- *      each step's m and v in FP32 and stores them rounded (kernels/elemwise.h, mpt_elem_adam): the first step
+ *      each step's m and v in FP32 and stores them rounded (engine/numerics.h, mpt_elem_adam): the first step
  *      still sees the exact v = 0.001 g^2 and moves every weight by about lr; the stored v is what the next step
  *      starts from. With the stored v at 0, the next step's v is just 0.001 g2^2, and where this step's gradient
  *      g2 is 0 or small (a unit that a ReLU switched off for this batch) the update lr * m_hat / (sqrt(v_hat) + eps)
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "engine/checkpoint.h"
-#include "kernels/elemwise.h"
+#include "engine/numerics.h"
 #include "tools/lab/lab.h"
 #include "tools/sentences.h"
 
@@ -81,9 +81,9 @@ static mpt_status read_f32(const mpt_checkpoint *ck, const mpt_checkpoint_tensor
 /* The first step's moments (the checkpoint of run, r1 its result) and the second update (w2 - w1: r2, the run
  * stopped after two steps, against r1; masters concatenated in parameter order, the order of the checkpoint's
  * master tensors). lr: the learning rate. */
-static mpt_status read_first_step(const mpt_lab_ctx *c, const char *run, const mpt_cli_result *r1,
-                                  const mpt_cli_result *r2, double lr, first_step *fs) {
-    const mpt_cli_result *r = r1;
+static mpt_status read_first_step(const mpt_lab_ctx *c, const char *run, const mpt_run_result *r1,
+                                  const mpt_run_result *r2, double lr, first_step *fs) {
+    const mpt_run_result *r = r1;
     char path[MPT_CLI_PATH + 128];
     snprintf(path, sizeof path, "%s/%s/%s", c->dir, run, MPT_CLI_CHECKPOINT_FILE);
     mpt_checkpoint *ck = NULL;
@@ -260,7 +260,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     char name[3 * N_STATES][48];
     const char *fl[3 * N_STATES][13];
     mpt_lab_run runs[3 * N_STATES];
-    static mpt_cli_result res[3 * N_STATES];
+    static mpt_run_result res[3 * N_STATES];
     for (int i = 0; i < N_STATES; i++) { /* independent runs: one batch */
         snprintf(name[i], sizeof name[i], "state-%s", states[i]);
         const char *f[] = {"--precision", prec, "--optimizer", "adam", "--lr", lr, "--optimizer-state", states[i],
@@ -294,13 +294,13 @@ static mpt_status run(mpt_lab_ctx *c) {
     static master_layout layout;
     if (s == MPT_OK) s = read_layout(c, name[N_STATES + 2], &layout); /* the one-step run's checkpoint */
     for (int k = 1; k <= 2; k++) {
-        const mpt_cli_result *r = &res[k * N_STATES + 2];
+        const mpt_run_result *r = &res[k * N_STATES + 2];
         w_finite[k] = all_finite_f32(r->final_master, r->n_master);
         bad_masters(&layout, r->final_master, r->n_master, bad[k], sizeof bad[k], &w_last[k]);
         snprintf(why[k], sizeof why[k], "%s", r->checkpoint_refused ? r->checkpoint_refused_why : "");
         step_run[k] = name[k * N_STATES + 2];
     }
-    for (int i = 0; i < 3 * N_STATES; i++) mpt_cli_result_free(&res[i]);
+    for (int i = 0; i < 3 * N_STATES; i++) mpt_run_result_free(&res[i]);
     MPT_TRY(s);
 
     /* 3. the FP16-moment run step by step, up to its first skipped step (MAX_LOOK steps when it skips none) */
@@ -318,7 +318,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     char sname[MAX_LOOK + 1][48], sk[MAX_LOOK + 1][8];
     const char *sfl[MAX_LOOK + 1][13];
     mpt_lab_run sruns[MAX_LOOK];
-    static mpt_cli_result sres[MAX_LOOK];
+    static mpt_run_result sres[MAX_LOOK];
     int ns = 0;
     for (int k = 3; k <= looked; k++, ns++) {
         snprintf(sname[k], sizeof sname[k], "steps-%d-fp16", k);
@@ -331,11 +331,11 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     if (ns > 0) MPT_TRY(mpt_lab_train_batch(c, sruns, ns, sres));
     for (int k = 3; k <= looked; k++) {
-        mpt_cli_result *r = &sres[k - 3];
+        mpt_run_result *r = &sres[k - 3];
         w_finite[k] = all_finite_f32(r->final_master, r->n_master);
         bad_masters(&layout, r->final_master, r->n_master, bad[k], sizeof bad[k], &w_last[k]);
         snprintf(why[k], sizeof why[k], "%s", r->checkpoint_refused ? r->checkpoint_refused_why : "");
-        mpt_cli_result_free(r);
+        mpt_run_result_free(r);
     }
     float *m_prev = NULL;
     int64_t n_prev = 0;
@@ -404,7 +404,7 @@ static mpt_status run(mpt_lab_ctx *c) {
 
     FILE *gp = mpt_lab_open(c, "optimizer-state.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
     fprintf(gp, "set datafile separator ','\nset datafile missing 'nan'\n"
                 "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters): training loss per step'\n"
                 "set xlabel 'step'\nset ylabel 'cross-entropy (log axis)'\nset logscale y 10\n"

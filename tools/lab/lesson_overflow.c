@@ -42,13 +42,13 @@ typedef struct run_out {
 } run_out;
 
 /* The numbers of a finished run (frees it). */
-static void read_run(mpt_cli_result *r, const char *name, run_out *o) {
+static void read_run(mpt_run_result *r, const char *name, run_out *o) {
     snprintf(o->name, sizeof o->name, "%s", name);
     o->acc = 100.0 * r->final_test_acc;
     o->final_scale = r->final_scale;
     o->skipped = r->steps_skipped;
     o->steps = r->iterations;
-    mpt_cli_result_free(r);
+    mpt_run_result_free(r);
 }
 
 /* The loss scale after every step of a run, from its metrics.csv (logged every step): s[0..n). */
@@ -111,7 +111,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     const char *fs[] = {"--precision", "fp16", "--loss-scale", st, "--log-every", "1", "--batch-size", batch, NULL};
     const char *fd[N_PRESETS][11];
     mpt_lab_run runs[1 + N_PRESETS] = {{"static", fs}};
-    static mpt_cli_result res[1 + N_PRESETS];
+    static mpt_run_result res[1 + N_PRESETS];
     for (int i = 0; i < N_PRESETS; i++) { /* the static run and the presets are independent: one batch */
         run_out *o = &ro[1 + i];
         mpt_cli_opts_default(&o->cfg);
@@ -190,7 +190,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (dat) {
         char path[MPT_CLI_PATH + 64];
         snprintf(path, sizeof path, "%s/overflow.dat", c->dir);
-        mpt_status sc = mpt_cli_close_written(dat, path);
+        mpt_status sc = mpt_outdir_close_written(dat, path);
         if (s == MPT_OK) s = sc;
     }
     MPT_TRY(s);
@@ -224,7 +224,7 @@ static mpt_status run(mpt_lab_ctx *c) {
 
     FILE *gp = mpt_lab_open(c, "overflow.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 820, "overflow.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 820, "overflow.png");
     fprintf(gp, "set multiplot layout 2,1 title 'fp16 loss scale after each step (batch %s, same seed and data): static "
                 "2^{%.0f}; each dynamic preset from its initial scale x 2^{%.0f}'\n"
                 "set xlabel 'step'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\nset grid\n"

@@ -145,10 +145,10 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param tmax: expected a power of two in [1, 1024], found %g", tmax);
     const int N_T = (int)lround(log2(tmax)) + 1;
     const char *f32[] = {"--precision", "fp32", NULL};
-    mpt_cli_result r;
+    mpt_run_result r;
     MPT_TRY(mpt_lab_train(c, "fp32", f32, &r));
     const double acc = 100.0 * r.final_test_acc;
-    mpt_cli_result_free(&r);
+    mpt_run_result_free(&r);
     char ckpt[MPT_CLI_PATH + 64];
     snprintf(ckpt, sizeof ckpt, "%s/fp32/%s", c->dir, MPT_CLI_CHECKPOINT_FILE);
     double *z = NULL;
@@ -272,7 +272,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_close(c, dat, "softmax.dat"));
     FILE *gp = mpt_lab_open(c, "softmax.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 1000, 900, "softmax.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 900, "softmax.png");
     fprintf(gp, "set multiplot layout 2,1\nset grid\nset key outside right\nset logscale x 2\nset xlabel 'logit scale t "
                 "(logits multiplied by t)'\nset datafile missing 'nan'\n"
                 "set title 'images whose cross-entropy is inf or NaN (trained mlp, %lld test images)'\n"

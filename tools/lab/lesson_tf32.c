@@ -226,7 +226,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     char seed[MPT_LAB_MAX_BATCH / 2][16], name[MPT_LAB_MAX_BATCH][32];
     const char *fl[MPT_LAB_MAX_BATCH][5];
     mpt_lab_run runs[MPT_LAB_MAX_BATCH] = {{NULL, NULL}};
-    static mpt_cli_result res[MPT_LAB_MAX_BATCH];
+    static mpt_run_result res[MPT_LAB_MAX_BATCH];
     for (int k = 0; k < ns; k++) {
         snprintf(seed[k], sizeof seed[k], "%d", k);
         for (int p = 0; p < 2; p++) {
@@ -242,8 +242,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     for (int k = 0; k < ns; k++) {
         acc32[k] = 100.0 * res[2 * k].final_test_acc;
         acctf[k] = 100.0 * res[2 * k + 1].final_test_acc;
-        mpt_cli_result_free(&res[2 * k]);
-        mpt_cli_result_free(&res[2 * k + 1]);
+        mpt_run_result_free(&res[2 * k]);
+        mpt_run_result_free(&res[2 * k + 1]);
     }
 
     mpt_policy pol = mpt_policy_make(MPT_PRECISION_TF32);
@@ -325,7 +325,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_close(c, dat, "tf32.dat"));
     FILE *gp = mpt_lab_open(c, "tf32.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_cli_gnuplot_terminal(gp, 900, 500, "tf32.png");
+    mpt_report_gnuplot_terminal(gp, 900, 500, "tf32.png");
     fprintf(gp, "set title 'GEMM relative error against FP64, per layer (trained mlp, %d real test images)'\n"
                 "set ylabel '||Y - Y_{FP64}|| / ||Y_{FP64}||'\nset logscale y\nset format y '10^{%%L}'\nset grid ytics\n"
                 "set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.8 border -1\n"
