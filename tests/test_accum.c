@@ -95,6 +95,67 @@ START_TEST(test_dot_by_hand) {
 }
 END_TEST
 
+/* The swamped BF16 sum above, by the other methods: Kahan's compensation carries the lost 2^-9's along, pairwise
+ * adds them to each other before they meet the 1, blocked (32) sums 31 of them into the first block's 1 (lost) and
+ * the others 32 at a time (2^-4 each, exact). Exact answer 1 + 75/128, itself a BF16 value. */
+START_TEST(test_methods_by_hand) {
+    float p[301];
+    p[0] = 1.0f;
+    for (int i = 1; i <= 300; i++) p[i] = 0x1p-9f;
+    double scratch[301], exact = 1.0 + 300.0 * 0x1p-9;
+    ck_assert(mpt_accum_sum(p, 301, MPT_DTYPE_BF16, MPT_ACCUM_RECURSIVE, 0, NULL) == 1.0);
+    ck_assert(mpt_accum_sum(p, 301, MPT_DTYPE_BF16, MPT_ACCUM_PAIRWISE, 0, scratch) == exact);
+    double k = mpt_accum_sum(p, 301, MPT_DTYPE_BF16, MPT_ACCUM_KAHAN, 0, NULL);
+    ck_assert_msg(fabs(k - exact) <= 0x1p-7, "Kahan in BF16: %a, exact %a", k, exact); /* within one BF16 ulp */
+    double b = mpt_accum_sum(p, 301, MPT_DTYPE_BF16, MPT_ACCUM_BLOCKED, 32, NULL);
+    /* the first block (1 and 31 x 2^-9) stays 1; eight blocks of 32 x 2^-9 = 2^-4 give 1.5 exactly; the last block,
+     * 13 x 2^-9, makes 1 + 67.25 / 128, which rounds to 1 + 67 / 128 */
+    ck_assert_msg(b == 1.0 + 67.0 / 128.0, "blocked in BF16: %a", b);
+    ck_assert_str_eq(mpt_accum_method_name(MPT_ACCUM_KAHAN), "Kahan");
+}
+END_TEST
+
+/* In FP32 every method equals the same algorithm written with float arithmetic (IEEE single on x86-64), bit for bit,
+ * on random products of both signs spread over 2^-20..2^4. */
+static float pw(const float *x, int64_t k) {
+    if (k == 1) return x[0];
+    int64_t h = k / 2;
+    volatile float a = pw(x, h), c = pw(x + h, k - h);
+    return a + c;
+}
+
+START_TEST(test_methods_match_float_arithmetic) {
+    enum { K = 5000 };
+    static float p[K];
+    static double scratch[K];
+    uint64_t st = 12345;
+    for (int i = 0; i < K; i++) {
+        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+        int e = (int)((st >> 40) % 25) - 20;
+        float m = 1.0f + (float)((st >> 11) & 0xfffff) * 0x1p-20f;
+        p[i] = ((st >> 63) ? -1.0f : 1.0f) * ldexpf(m, e);
+    }
+    volatile float r = 0.0f;
+    for (int i = 0; i < K; i++) r = r + p[i];
+    ck_assert(mpt_accum_sum(p, K, MPT_DTYPE_F32, MPT_ACCUM_RECURSIVE, 0, NULL) == (double)r);
+    ck_assert(mpt_accum_sum(p, K, MPT_DTYPE_F32, MPT_ACCUM_PAIRWISE, 0, scratch) == (double)pw(p, K));
+    volatile float s = 0.0f, c = 0.0f;
+    for (int i = 0; i < K; i++) {
+        volatile float y = p[i] - c, t = s + y, d = t - s;
+        c = d - y;
+        s = t;
+    }
+    ck_assert(mpt_accum_sum(p, K, MPT_DTYPE_F32, MPT_ACCUM_KAHAN, 0, NULL) == (double)s);
+    volatile float bs = 0.0f;
+    for (int b0 = 0; b0 < K; b0 += 64) {
+        volatile float t = 0.0f;
+        for (int i = b0; i < K && i < b0 + 64; i++) t = t + p[i];
+        bs = bs + t;
+    }
+    ck_assert(mpt_accum_sum(p, K, MPT_DTYPE_F32, MPT_ACCUM_BLOCKED, 64, NULL) == (double)bs);
+}
+END_TEST
+
 static Suite *accum_suite(void) {
     Suite *s = suite_create("accum");
     TCase *tc = tcase_create("accum");
@@ -102,6 +163,8 @@ static Suite *accum_suite(void) {
     tcase_add_test(tc, test_round_matches_engine_on_floats);
     tcase_add_test(tc, test_round_is_nearest_on_doubles);
     tcase_add_test(tc, test_dot_by_hand);
+    tcase_add_test(tc, test_methods_by_hand);
+    tcase_add_test(tc, test_methods_match_float_arithmetic);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -234,6 +234,69 @@ START_TEST(test_hist_log2_exact) {
 }
 END_TEST
 
+/* ---- the rounding error ------------------------------------------------------------------------------------ */
+
+/* The relative L2 error of rounding at shift k against rounding each value through the engine's own conversion
+ * (FP32 -> F16/BF16 -> FP32, engine/numerics.h) after an exact FP32 scaling: values chosen so that v 2^k stays an
+ * FP32 normal number, where ldexpf is exact and the two computations must agree to FP64's rounding of the sums. */
+static void check_round_err(mpt_dtype dt, int emin, int emax, const int *ks, int nk) {
+    enum { N = 20000 };
+    static float v[N];
+    tests_rng rng = {0xabcdefULL + (uint64_t)dt};
+    for (int i = 0; i < N; i++) {
+        int e = tests_int(&rng, emin, emax);
+        uint32_t frac = (uint32_t)(tests_next(&rng) >> 41) & 0x7fffffu;
+        if (i % 5 == 0) frac &= 0x7fe000u; /* ties and exact values among them */
+        float x = ldexpf(mpt_bits_f32(0x3f800000u | frac), e);
+        v[i] = (i & 1) ? -x : x;
+    }
+    for (int j = 0; j < nk; j++) {
+        mpt_round_err got = {0.0, 0.0};
+        mpt_round_err_add(&got, v, N, ks[j], dt);
+        double err2 = 0.0, ref2 = 0.0;
+        for (int i = 0; i < N; i++) {
+            float s = ldexpf(v[i], ks[j]);
+            float r = dt == MPT_DTYPE_F16 ? mpt_f16_to_f32(mpt_f32_to_f16(s)) : mpt_bf16_to_f32(mpt_f32_to_bf16(s));
+            double d = (double)ldexpf(r, -ks[j]) - (double)v[i];
+            err2 += d * d;
+            ref2 += (double)v[i] * (double)v[i];
+        }
+        double want = sqrt(err2 / ref2), have = mpt_round_err_rel(&got);
+        ck_assert_msg(fabs(have - want) <= 1e-12 * want, "%s k=%d: rel error %.17g, by conversion %.17g",
+                      mpt_dtype_name(dt), ks[j], have, want);
+        ck_assert_msg(want > 0.0, "the test values must be rounded (k=%d)", ks[j]);
+    }
+}
+
+START_TEST(test_round_err) {
+    /* by hand: 1 is exact in FP16, 2^-26 flushes (below half the smallest subnormal 2^-25): the error is 2^-26 of
+     * a norm sqrt(1 + 2^-52); 2^-24 + 2^-26 rounds to 2^-24 (subnormal spacing 2^-24): error 2^-26 again */
+    const float a[3] = {1.0f, 0x1p-26f, 0x1p-24f + 0x1p-26f};
+    mpt_round_err e = {0.0, 0.0};
+    mpt_round_err_add(&e, a, 2, 0, MPT_DTYPE_F16);
+    ck_assert_double_eq_tol(mpt_round_err_rel(&e), sqrt(0x1p-52 / (1.0 + 0x1p-52)), 1e-20);
+    memset(&e, 0, sizeof e);
+    mpt_round_err_add(&e, a + 2, 1, 0, MPT_DTYPE_F16);
+    ck_assert_double_eq_tol(mpt_round_err_rel(&e), 0x1p-26 / (0x1p-24 + 0x1p-26), 1e-15);
+    /* scaled up by 2^2 the same value is 2^-22 + 2^-24: exact in FP16's subnormals, error 0 */
+    memset(&e, 0, sizeof e);
+    mpt_round_err_add(&e, a + 2, 1, 2, MPT_DTYPE_F16);
+    ck_assert(mpt_round_err_rel(&e) == 0.0);
+    /* 65520 rounds to inf in FP16, 65519 to 65504 */
+    const float big[2] = {65519.0f, 65520.0f};
+    memset(&e, 0, sizeof e);
+    mpt_round_err_add(&e, big, 1, 0, MPT_DTYPE_F16);
+    ck_assert_double_eq_tol(mpt_round_err_rel(&e), 15.0 / 65519.0, 1e-15);
+    mpt_round_err_add(&e, big + 1, 1, 0, MPT_DTYPE_F16);
+    ck_assert(isinf(mpt_round_err_rel(&e)));
+    /* against the engine's conversions, normal and subnormal bands, at the run's scale and at S = 1 */
+    const int kf[3] = {0, -16, 4};
+    check_round_err(MPT_DTYPE_F16, -20, 10, kf, 3);
+    const int kb[2] = {0, -3};
+    check_round_err(MPT_DTYPE_BF16, -120, 30, kb, 2);
+}
+END_TEST
+
 /* ---- lost updates ------------------------------------------------------------------------------------------- */
 
 static void store(void *p, mpt_dtype dt, int i, float v) { mpt_store_f32(p, dt, i, v); }
@@ -669,6 +732,7 @@ int main(void) {
     tcase_add_test(tc, test_hist_counterfactuals_f16);
     tcase_add_test(tc, test_hist_counterfactuals_bf16);
     tcase_add_test(tc, test_hist_log2_exact);
+    tcase_add_test(tc, test_round_err);
     tcase_add_test(tc, test_lost_applied_mass_under_stochastic_rounding);
     tcase_add_loop_test(tc, test_lost_matches_brute_force, 0, 3);
     suite_add_tcase(s, tc);

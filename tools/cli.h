@@ -16,6 +16,8 @@
  *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
  *                     rank 0
  *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
+ *   sentences.c       the comparative and causal sentences of reports and lessons, each chosen by the numbers it
+ *                     describes, with a branch for the opposite outcome (tools/sentences.h, mpt_text_)
  *   -- one training run (tools/run.h, prefix mpt_run_) --
  *   run.c             the device, setup, the training loop, evaluation, the run's telemetry statistics
  *   run_checkpoint.c  a run's state <-> a safetensors file (engine/checkpoint.h)

@@ -10,6 +10,7 @@
 
 #include "tools/report.h"
 #include "tools/run.h"
+#include "tools/sentences.h"
 
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
@@ -202,13 +203,13 @@ static int train_with(const mpt_cli_opts *op) {
            (int)res.steps_skipped, (double)res.final_scale);
     /* A refused final save wrote no checkpoint: name only the files this run wrote, and say which checkpoint
      * (an earlier step's, or none) is on disk. */
-    char ckpt_note[MPT_CLI_PATH + 160] = "";
+    char ckpt_note[MPT_CLI_PATH + 480] = "";
     if (res.checkpoint_refused) {
         char ckpt_path[MPT_CLI_PATH + 64];
         snprintf(ckpt_path, sizeof ckpt_path, "%s/%s", o.out, MPT_CLI_CHECKPOINT_FILE);
-        snprintf(ckpt_note, sizeof ckpt_note, "; %s: %s", MPT_CLI_CHECKPOINT_FILE,
-                 access(ckpt_path, F_OK) == 0 ? "kept from an earlier step (the final weights are non-finite)"
-                                              : "not written (the weights are non-finite)");
+        char why[400]; /* what was not finite: a master weight, the optimizer state or a scaler value */
+        mpt_text_checkpoint_refused(why, sizeof why, access(ckpt_path, F_OK) == 0, res.checkpoint_refused_why);
+        snprintf(ckpt_note, sizeof ckpt_note, "; %s: %s", MPT_CLI_CHECKPOINT_FILE, why);
     }
     char files[256] = "metrics.csv, epochs.csv, summary.json";
     if (!res.checkpoint_refused) strcat(files, ", " MPT_CLI_CHECKPOINT_FILE);

@@ -21,6 +21,7 @@
 
 #include "mpt_config.h"
 #include "tools/report.h"
+#include "tools/sentences.h"
 #include "tools/stats.h"
 
 #define LEVEL 0.95
@@ -191,9 +192,17 @@ static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds)
     if (!any) fprintf(f, " (no other precision)");
     fprintf(f, ". A one-seed difference smaller than about twice that says nothing about the precision. fp32 alone "
                "ends at %.2f%% ± %.2f (sd over seeds; range %.2f to %.2f%%): that is how far one run's accuracy moves "
-               "from seed to seed, larger than the paired spread because a seed moves both runs of a pair alike and "
-               "their difference cancels it.\n",
+               "from seed to seed, the spread of one run, not of a comparison.",
             a->mean, a->sd, a->min, a->max);
+    /* how the two spreads compare is measured, per precision: the pairing may cancel much, little or nothing */
+    for (int p = 0; p < n; p++) {
+        if (!st[p].paired) continue;
+        char t[400];
+        mpt_text_pairing(t, sizeof t, mpt_precision_name(st[p].precision), st[p].noise.sd_between,
+                         st[p].noise.sd_paired);
+        fprintf(f, " %s.", t); /* precision names are lower case, as elsewhere */
+    }
+    fprintf(f, "\n");
 }
 
 static void write_per_seed(FILE *f, const mpt_report_seed_runs *r) {

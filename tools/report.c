@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "mpt_config.h"
+#include "tools/formats.h"
 #include "tools/report.h"
+#include "tools/sentences.h"
 
 /* ---- the comparison ----------------------------------------------------------------------------------------- */
 
@@ -193,19 +195,24 @@ static void numerics_underflow(FILE *f, const mpt_report_row *row) {
     }
     fprintf(f, "**Underflow.** The activation gradients whose rounding into %s flushed the largest share of their "
                "nonzero values to zero (mean over telemetry steps; *mass lost* = sum |v| of the flushed values / "
-               "sum |v|; the S/2, 2S and S = 1 columns: the same values rounded at another loss scale):\n\n", name);
-    fprintf(f, "| tensor | flushed | made subnormal | mass lost | flushed at S/2 | at 2S | at S = 1 |\n"
-               "|---|---:|---:|---:|---:|---:|---:|\n");
+               "sum |v|; *rel. L2 error* = ||rounded - v|| / ||v||, what the rounding cost the whole gradient; the "
+               "S/2, 2S and S = 1 columns: the same values rounded at another loss scale):\n\n", name);
+    fprintf(f, "| tensor | flushed | made subnormal | mass lost | rel. L2 error | flushed at S/2 | at 2S | at S = 1 | "
+               "mass lost at S = 1 | rel. L2 error at S = 1 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int k = 0; k < 3 && idx[k] >= 0; k++) {
         const char *t = r->telemetry[idx[k]].tensor;
-        char a[32], b[32], c[32], d[32], e[32], g[32];
+        char a[32], b[32], c[32], d[32], e[32], g[32], h[32], l[32] = "n/a", m[32] = "n/a";
         pct4(a, sizeof a, mpt_run_stat_mean(r, t, "flush_frac"));
         pct4(b, sizeof b, mpt_run_stat_mean(r, t, "made_subnormal_frac"));
         pct4(c, sizeof c, mpt_run_stat_mean(r, t, "mass_lost"));
         pct4(d, sizeof d, mpt_run_stat_mean(r, t, "flush_frac@S/2"));
         pct4(e, sizeof e, mpt_run_stat_mean(r, t, "flush_frac@2S"));
         pct4(g, sizeof g, mpt_run_stat_mean(r, t, "flush_frac@S=1"));
-        fprintf(f, "| `%s` | %s | %s | %s | %s | %s | %s |\n", t, a, b, c, d, e, g);
+        pct4(h, sizeof h, mpt_run_stat_mean(r, t, "mass_lost@S=1"));
+        const double rel = mpt_run_stat_mean(r, t, "rel_l2_err"), rel1 = mpt_run_stat_mean(r, t, "rel_l2_err@S=1");
+        if (isfinite(rel)) snprintf(l, sizeof l, "%.3e", rel);
+        if (isfinite(rel1)) snprintf(m, sizeof m, "%.3e", rel1);
+        fprintf(f, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", t, a, b, c, l, d, e, g, h, m);
     }
     double all = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
     double all1 = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
@@ -218,21 +225,29 @@ static void numerics_underflow(FILE *f, const mpt_report_row *row) {
     pct4(b, sizeof b, all1);
     fprintf(f, "\n");
     const int f16 = mpt_mode_info(row->precision)->act_dtype == MPT_DTYPE_F16;
+    const char *g = MPT_TELEMETRY_ALL_ACT_GRAD;
+    mpt_text_underflow u = {g, all1, mpt_run_stat_mean(r, g, "mass_lost@S=1"), mpt_run_stat_mean(r, g, "rel_l2_err@S=1"),
+                            all, mpt_run_stat_mean(r, g, "mass_lost"), mpt_run_stat_mean(r, g, "rel_l2_err"),
+                            isfinite(scale) ? log2(scale) : 0.0};
+    char cost[900];
     if (f16 && scale > 1.0 && isfinite(all1)) {
+        mpt_text_underflow_cost(cost, sizeof cost, &u);
         if (all1 > all)
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
-                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: the loss "
-                       "scale kept %.1f times fewer gradients from vanishing.\n\n",
-                    a, scale, b, all > 0.0 ? all1 / all : INFINITY);
+                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
+                       "scale, %.1f times fewer values vanished. %s.\n\n",
+                    a, scale, b, all > 0.0 ? all1 / all : INFINITY, cost);
         else
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
                        "scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer values "
-                       "flushed) is absent in this run.\n\n", a, scale, b);
+                       "flushed) is absent in this run. %s.\n\n", a, scale, b, cost);
     } else if (f16) {
-        fprintf(f, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the nonzero "
-                   "values to zero%s.\n\n",
-                a, all > 0.0 ? ": gradient signal that a loss scale would have kept (see the S = 1 and 2S columns)"
-                             : " (none: the expected FP16 underflow is absent in this run)");
+        u.flush_1 = all, u.mass_1 = u.mass_s, u.rel_1 = u.rel_s, u.log2_scale = 0.0; /* S = 1 is what happened */
+        mpt_text_underflow_cost(cost, sizeof cost, &u);
+        if (all > 0.0) fprintf(f, "%s.\n\n", cost);
+        else
+            fprintf(f, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the nonzero "
+                       "values to zero (none: the expected FP16 underflow is absent in this run).\n\n", a);
     } else {
         fprintf(f, "Over all activation gradients, rounding to %s flushed %s of the nonzero values to zero%s.\n\n",
                 name, a, all > 1e-3 ? " although BF16 has FP32's exponent range: the expected absence of underflow "
@@ -294,10 +309,9 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_report_row *
                      "update, which is what lets training proceed"
                    : " (updates below half an ulp of the weight in that format vanish under round-to-nearest)");
     } else {
-        fprintf(f, "\nOver all parameters, %s of the non-zero updates were lost in the FP32 weights they were applied "
-                   "to, carrying %s of the update mass%s.\n\n", a, m,
-                lost > 0.01 ? ": updates below half an FP32 ulp of their weight, typically the vanishing Adam steps "
-                              "of weights whose gradient has been zero for a while" : "");
+        char t[400];
+        mpt_text_fp32_lost(t, sizeof t, lost, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
+        fprintf(f, "\nOver all parameters, %s.\n\n", t);
     }
 }
 
@@ -409,14 +423,19 @@ static void numerics_fp8(FILE *f, const mpt_report_row *row) {
                "| %s (used) | %s | %s | %s |\n| %s | %s | %s | %s |\n\n",
             fmt, other, fmt, c[0], c[1], c[2], other, c[3], c[4], c[5]);
     const double e4_lost = e5 ? fl_o + sub_o : fl + sub, e5_lost = e5 ? fl + sub : fl_o + sub_o;
+    char ratio[200];
+    mpt_text_format fa, fb;
+    mpt_text_format_of(MPT_FORMAT_E4M3, "E4M3", &fa);
+    mpt_text_format_of(MPT_FORMAT_E5M2, "E5M2", &fb);
+    mpt_text_range_ratio(ratio, sizeof ratio, &fa, &fb);
     if (!isfinite(e4_lost) || !isfinite(e5_lost))
         fprintf(f, "Not measured.\n\n");
     else if (e4_lost > e5_lost)
         fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values against E5M2's %.3g%%: with one scale "
-                   "%s, E4M3's 2^17 times narrower range reaches fewer of the small gradients, which is why "
+                   "%s, E4M3's narrower range (%s) reaches fewer of the small gradients, which is why "
                    "TransformerEngine's HYBRID recipe (`fp8`) casts gradients to E5M2%s.\n\n",
                 100.0 * e4_lost, 100.0 * e5_lost,
-                mx ? "per block of 32" : "for the whole tensor",
+                mx ? "per block of 32" : "for the whole tensor", ratio,
                 mx ? " (MXFP8 recipes keep E4M3 for gradients: each block's "
                                                         "scale follows the block's own largest value)" : "");
     else

@@ -192,7 +192,8 @@ typedef struct run {
     int progress;            /* draw a progress bar */
     int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
-    int ckpt_refused;        /* the latest save was refused for non-finite weights */
+    int ckpt_refused;        /* the latest save was refused for non-finite weights, state or scaler values */
+    char ckpt_refused_why[320]; /* its message */
     int graph_noted;         /* said once that the step graph was turned off */
     void *mark_start, *mark_end; /* the epoch's device timing marks (CUDA events, engine/backend.h event_*), or NULL
                                     on a backend without device timing (CPU) */
@@ -348,12 +349,15 @@ static mpt_status save_checkpoint(run *r, int final) {
                    r->label);
         r->warned_nonfinite_ckpt = 1;
         r->ckpt_refused = 1;
+        snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "the weights hold inf/NaN (--nonfinite apply)");
         return MPT_OK;
     }
     mpt_status s = mpt_run_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
     r->ckpt_refused = s == MPT_ERR_NONFINITE;
-    if (s == MPT_ERR_NONFINITE) { /* diverged weights (e.g. the lab's FP16 optimizer state): the run goes on and
-                                   * reports its numbers, but never overwrites a good checkpoint with them */
+    r->ckpt_refused_why[0] = '\0';
+    if (s == MPT_ERR_NONFINITE) { /* diverged weights or state (e.g. the lab's FP16 optimizer state): the run goes on
+                                   * and reports its numbers, but never overwrites a good checkpoint with them */
+        snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "%s", mpt_last_error());
         printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
         return MPT_OK;
     }
@@ -846,6 +850,8 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
     warn_if_skipping(r, t->iteration, st.steps_skipped, 1);
     MPT_TRY(save_checkpoint(r, 1));
     res->checkpoint_refused = r->ckpt_refused;
+    snprintf(res->checkpoint_refused_why, sizeof res->checkpoint_refused_why, "%s",
+             r->ckpt_refused ? r->ckpt_refused_why : "");
     res->iterations = t->iteration;
     res->interrupted = r->interrupted;
     res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;

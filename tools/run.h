@@ -52,8 +52,9 @@ typedef struct mpt_run_result {
     int32_t steps_skipped, floor_hits;
     int32_t steps_nonfinite;     /* steps applied with non-finite gradients (--nonfinite apply) */
     int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
-    int checkpoint_refused;      /* the final save was refused (non-finite weights): the checkpoint file, if any,
-                                  * is an earlier step's */
+    int checkpoint_refused;      /* the final save was refused (non-finite weights, optimizer state or scaler
+                                  * value): the checkpoint file, if any, is an earlier step's */
+    char checkpoint_refused_why[320]; /* the refusal's message (it names the tensor or value), "" otherwise */
     int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM;
                                   * tools/stop.c), its state saved; 0 when it ran to its end */
     char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */

@@ -160,6 +160,44 @@ int32_t mpt_exp_hist_log2_exact(float x) {
     return (int32_t)ex - 127;
 }
 
+/* ---- the rounding error --------------------------------------------------------------------------------------- */
+
+/* x (a double) rounded to nearest even into the 16-bit format f, as a double: its spacing around x is 2^(e - b)
+ * with e the binade of x clamped at emin (subnormals: the smallest spacing), so x / spacing is exact and nearbyint
+ * rounds it to even in the default rounding mode; beyond the largest finite value, inf. */
+static double round_to(double x, const fmt_exps *f) {
+    if (x == 0.0) return x;
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    const int ex = e - 1 < f->emin ? f->emin : e - 1;
+    const double q = ldexp(1.0, ex - f->b);
+    const double r = nearbyint(x / q) * q;
+    const double max = ldexp(2.0 - ldexp(1.0, -f->b), f->emax);
+    return fabs(r) > max ? copysign(INFINITY, x) : r;
+}
+
+void mpt_round_err_add(mpt_round_err *e, const float *v, int64_t n, int k, mpt_dtype target) {
+    MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16, "round_err: target %s is not F16 or BF16",
+                mpt_dtype_name(target));
+    const fmt_exps f = exps_of(target);
+    double err2 = 0.0, ref2 = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double x = (double)v[i];
+        if (!isfinite(x)) continue;
+        const double r = ldexp(round_to(ldexp(x, k), &f), -k);
+        const double d = r - x;
+        err2 += d * d;
+        ref2 += x * x;
+    }
+    e->err2 += err2;
+    e->ref2 += ref2;
+}
+
+double mpt_round_err_rel(const mpt_round_err *e) {
+    if (isinf(e->err2)) return INFINITY;
+    return e->ref2 > 0.0 ? sqrt(e->err2 / e->ref2) : 0.0;
+}
+
 /* ---- FP8 operands ------------------------------------------------------------------------------------------ */
 
 static void fp8_one(mpt_fp8_range *r, float x, float f, int e5m2) {

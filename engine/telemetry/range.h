@@ -95,6 +95,25 @@ void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out);
  * shifts are only exact for power-of-two scales). */
 int32_t mpt_exp_hist_log2_exact(float x);
 
+/* 4. Rounding error (issue 37: what underflow costs, not only how often): for FP32 values v and an integer k, the
+ * relative L2 error of rounding v 2^k into F16 or BF16 (RNE, subnormals included; a value beyond the largest finite
+ * becomes inf) and scaling back,
+ *     ||RNE(v 2^k) 2^-k - v||_2 / ||v||_2,
+ * in FP64 and exactly: v 2^k is exact in FP64, and the rounding is done once on that double (no intermediate FP32,
+ * which could round twice below FP32's normal range). With k = 0 it is the error of the rounding the run did; with
+ * k = -s for a loss scale S = 2^s, the error had S been 1. Flushed values count with their whole size: the error of
+ * a gradient whose small values vanish is their share of the norm. The sums are kept apart so that tensors pool by
+ * adding them. */
+typedef struct mpt_round_err {
+    double err2; /* sum (RNE(v 2^k) 2^-k - v)^2; inf when a value overflowed */
+    double ref2; /* sum v^2 over the finite values */
+} mpt_round_err;
+
+/* Adds n FP32 values (host buffer; inf and NaN skipped) rounded into `target` (F16 or BF16) at shift k. */
+void mpt_round_err_add(mpt_round_err *e, const float *v, int64_t n, int k, mpt_dtype target);
+/* sqrt(err2 / ref2); 0 when ref2 is 0 (no nonzero value), inf after an overflow. */
+double mpt_round_err_rel(const mpt_round_err *e);
+
 /* 3. FP8 operands (issue #23; engine/amp/fp8.h): what the scaled cast into E4M3 / E5M2 does to a tensor's values.
  * For the nonzero finite values x of a host FP32 buffer, with v = x * s in FP32 (s the scale; MX: 2^(127 - c) for
  * the block's E8M0 code c, blocks of 32 along each row), counts

@@ -39,6 +39,8 @@ struct mpt_telemetry {
     int gathered;               /* the twin holds the coming step's batch */
     mpt_exp_hist all_act, all_grad; /* this step's rounding histograms over all probed activations / gradients */
     int n_act, n_grad;
+    mpt_round_err err_act, err_grad, err_grad1; /* this step's rounding errors pooled: activations, gradients at S
+                                                  * and had S been 1 */
     mpt_fp8_range fp8_grad, fp8_grad_other; /* this step's FP8 gradient casts pooled (and in the other format) */
     int n_fp8_grad;
     /* lost updates: per parameter, backend snapshots before the step and the optimizer's deltas */
@@ -235,6 +237,19 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     int *count = scaled ? &tel->n_grad : &tel->n_act;
     if ((*count)++ == 0) mpt_exp_hist_init(all, x->dtype);
     mpt_exp_hist_merge(all, &h);
+    /* what the rounding cost the values, not only how many: the relative L2 error, at S and had S been 1 */
+    mpt_round_err e0 = {0.0, 0.0}, e1 = {0.0, 0.0};
+    mpt_round_err_add(&e0, tel->h_a, cnt, 0, x->dtype);
+    row(tel, x->name, "rel_l2_err", mpt_round_err_rel(&e0));
+    mpt_round_err *pool = scaled ? &tel->err_grad : &tel->err_act;
+    pool->err2 += e0.err2;
+    pool->ref2 += e0.ref2;
+    if (scaled && log2_scale != INT32_MIN) {
+        mpt_round_err_add(&e1, tel->h_a, cnt, -log2_scale, x->dtype);
+        row(tel, x->name, "rel_l2_err@S=1", mpt_round_err_rel(&e1));
+        tel->err_grad1.err2 += e1.err2;
+        tel->err_grad1.ref2 += e1.ref2;
+    }
 }
 
 static void fp8_pool(mpt_fp8_range *dst, const mpt_fp8_range *src) {
@@ -396,6 +411,9 @@ static void after_backward(mpt_telemetry *tel) {
     mpt_graph_fill_fused(g);
     if (twin) twin_run(tel);
     tel->n_act = tel->n_grad = 0;
+    memset(&tel->err_act, 0, sizeof tel->err_act);
+    memset(&tel->err_grad, 0, sizeof tel->err_grad);
+    memset(&tel->err_grad1, 0, sizeof tel->err_grad1);
     tel->n_fp8_grad = 0;
     memset(&tel->fp8_grad, 0, sizeof tel->fp8_grad);
     memset(&tel->fp8_grad_other, 0, sizeof tel->fp8_grad_other);
@@ -426,6 +444,10 @@ static void after_backward(mpt_telemetry *tel) {
     if (tel->n_act) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT, &tel->all_act, 0, log2_scale);
     if (tel->n_grad) rounding_rows(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, 1, log2_scale);
     if (tel->n_grad && log2_scale != INT32_MIN) exps_add(tel, MPT_TELEMETRY_ALL_ACT_GRAD, &tel->all_grad, log2_scale);
+    if (tel->n_act) row(tel, MPT_TELEMETRY_ALL_ACT, "rel_l2_err", mpt_round_err_rel(&tel->err_act));
+    if (tel->n_grad) row(tel, MPT_TELEMETRY_ALL_ACT_GRAD, "rel_l2_err", mpt_round_err_rel(&tel->err_grad));
+    if (tel->n_grad && log2_scale != INT32_MIN)
+        row(tel, MPT_TELEMETRY_ALL_ACT_GRAD, "rel_l2_err@S=1", mpt_round_err_rel(&tel->err_grad1));
     fp8_pooled_rows(tel);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;

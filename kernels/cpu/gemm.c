@@ -82,9 +82,11 @@
  * precision on H800 and promotes partial sums to FP32 registers every 128 elements of K; Khattak and Mikaitis
  * ("Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004) give bit-accurate models of the tensor cores' inner
  * products, with MATLAB code (github.com/north-numerical-computing/MATLAB-tensor-core: models/H100TC.m, FP8 inputs:
- * fma = 32, neab = -10, frmode 'rz', built on models/tools/Generic_BFMA_TC.m and GEMM.m). The model implemented
- * here (kernels/cpu/fp8.c mpt_cpu_fp8_fast_tile, instead of the FP32 GEMM; its arithmetic is the h100 FP8 row of the
- * Tensor Core summation models, kernels/cpu/tc_accum.h) is our reading of theirs for FP8 inputs and an FP32 output:
+ * fma = 32, neab = -10, frmode 'rz', built on models/tools/Generic_BFMA_TC.m and GEMM.m; its comment: the hardware's
+ * FMA is 16 wide and joins two 16-element vectors in an interleaved pattern, which the model treats as one block of
+ * 32, as this one does). The model implemented here (kernels/cpu/fp8.c mpt_cpu_fp8_fast_tile, instead of the FP32
+ * GEMM; its arithmetic is the h100 FP8 row of the Tensor Core summation models, kernels/cpu/tc_accum.h) is our
+ * reading of theirs for FP8 inputs and an FP32 output:
  *   - K is consumed in blocks of 32 products, in order; the accumulator c (FP32, starting at +0) joins each block;
  *   - a block's terms (its 32 products, each exact, and c) are aligned to the largest exponent E among them (a
  *     product's exponent is exp(a) + exp(b), its significand in [1, 4); a subnormal operand has the smallest normal
@@ -99,8 +101,7 @@
  * The per-tensor scales, alpha, beta * C and the bias then apply in the FP32 epilogue as above. The model's
  * assumptions (that cuBLASLt's FP8 kernels with CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 accumulate all of K in the Tensor
  * Core in this order, though cuBLASLt may split K; that FAST_ACCUM = 0 equals some promotion interval, which NVIDIA
- * does not document; the block of 32, where H100TC.m has 16 with two 16-element vectors interleaved; the truncation of
- * c itself at alignment) have been measured once, on one H200 with cuBLASLt 13.1 (tests/test_cuda_fp8.c
+ * does not document; the truncation of c itself at alignment) have been measured once, on one H200 with cuBLASLt 13.1 (tests/test_cuda_fp8.c
  * test_fast_accumulator_measurement, bench/results/gpu-2026-11-26-b.md: random E4M3 x E4M3 GEMMs, 64 x 64 outputs,
  * K = 16 .. 4096, unit scales, FP32 C): with FAST_ACCUM = 1 every output was bit for bit this model without
  * promotion, with FAST_ACCUM = 0 this model with --fp8-promote 128. Still assumptions: another GPU (H100, Ada) or

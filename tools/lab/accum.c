@@ -1,4 +1,5 @@
-/* tools/lab/accum.c - recursive summation in FP32, FP16 and BF16 accumulators (the math is in accum.h). */
+/* tools/lab/accum.c - recursive, pairwise, blocked and compensated summation in FP32, FP16 and BF16 accumulators (the
+ * math is in accum.h). */
 #include "tools/lab/accum.h"
 
 #include <math.h>
@@ -48,4 +49,55 @@ void mpt_accum_dot(const float *p, int64_t k, double *ref, double *abs_sum, doub
     sum[MPT_ACCUM_F32] = s32;
     sum[MPT_ACCUM_F16] = s16;
     sum[MPT_ACCUM_BF16] = sb16;
+}
+
+const char *mpt_accum_method_name(mpt_accum_method m) {
+    static const char *const names[MPT_ACCUM_METHOD_COUNT] = {
+        [MPT_ACCUM_RECURSIVE] = "recursive", [MPT_ACCUM_PAIRWISE] = "pairwise", [MPT_ACCUM_BLOCKED] = "blocked",
+        [MPT_ACCUM_KAHAN] = "Kahan"};
+    _Static_assert(sizeof names / sizeof names[0] == MPT_ACCUM_METHOD_COUNT, "a name per method");
+    return (unsigned)m < MPT_ACCUM_METHOD_COUNT ? names[m] : "?";
+}
+
+/* a + b rounded into fmt: for FP32 through double (a double holds the exact sum of two FP32 values, or rounds it
+ * with 53 >= 2 x 24 + 2 bits, which makes the second rounding innocuous); for the 16-bit formats accum.h says why
+ * one rounding of the double sum is correct. */
+static double add_in(double a, double b, mpt_dtype fmt) { return mpt_accum_round(a + b, fmt); }
+
+static double pairwise(const double *x, int64_t k, mpt_dtype fmt) {
+    if (k == 1) return x[0];
+    const int64_t h = k / 2;
+    return add_in(pairwise(x, h, fmt), pairwise(x + h, k - h, fmt), fmt);
+}
+
+double mpt_accum_sum(const float *p, int64_t k, mpt_dtype fmt, mpt_accum_method m, int64_t block, double *scratch) {
+    if (k <= 0) return 0.0;
+    double s = 0.0;
+    switch (m) {
+    case MPT_ACCUM_RECURSIVE:
+        for (int64_t i = 0; i < k; i++) s = add_in(s, p[i], fmt);
+        return s;
+    case MPT_ACCUM_PAIRWISE:
+        for (int64_t i = 0; i < k; i++) scratch[i] = mpt_accum_round(p[i], fmt); /* the leaves, as held */
+        return pairwise(scratch, k, fmt);
+    case MPT_ACCUM_BLOCKED:
+        if (block < 1) block = 1;
+        for (int64_t b0 = 0; b0 < k; b0 += block) {
+            double t = 0.0;
+            for (int64_t i = b0; i < k && i < b0 + block; i++) t = add_in(t, p[i], fmt);
+            s = add_in(s, t, fmt);
+        }
+        return s;
+    case MPT_ACCUM_KAHAN: {
+        double c = 0.0;
+        for (int64_t i = 0; i < k; i++) {
+            const double y = add_in(p[i], -c, fmt), t = add_in(s, y, fmt);
+            c = add_in(add_in(t, -s, fmt), -y, fmt);
+            s = t;
+        }
+        return s;
+    }
+    case MPT_ACCUM_METHOD_COUNT: break;
+    }
+    return NAN;
 }

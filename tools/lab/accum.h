@@ -40,4 +40,33 @@ const char *mpt_accum_name(mpt_accum_kind k);
  * addition, starting from 0. */
 void mpt_accum_dot(const float *p, int64_t k, double *ref, double *abs_sum, double sum[MPT_ACCUM_COUNT]);
 
+/* The summation orders and algorithms of the lesson, each run in one accumulator format (every operation rounded to
+ * nearest even into it, as mpt_accum_round does):
+ *   RECURSIVE  s = ((p0 + p1) + p2) + ...: the left-to-right sum of mpt_accum_dot; error bound (K - 1) u sum |p|.
+ *   PAIRWISE   the halves summed recursively, then added (a balanced tree): bound about log2(K) u sum |p|
+ *              (Higham, section 4.2).
+ *   BLOCKED    blocks of `block` consecutive products summed left to right, then the block sums left to right: what
+ *              a blocked GEMM does along K (cuBLAS and OpenBLAS split K into panels and add the panels' partial sums;
+ *              Tensor Cores add blocks of products into the accumulator): bound about (block + K / block) u sum |p|.
+ *   KAHAN      compensated summation (Kahan 1965): y = p - c; t = s + y; c = (t - s) - y; s = t, every operation
+ *              rounded in the format: bound about 2u sum |p| + O(K u^2) (Higham, section 4.3), independent of K to
+ *              first order.
+ * Sources: N. J. Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., chapter 4; Blanchard, Higham
+ * and Mary 2020, "A class of fast and accurate summation algorithms" (blocked summation). */
+typedef enum mpt_accum_method {
+    MPT_ACCUM_RECURSIVE = 0,
+    MPT_ACCUM_PAIRWISE,
+    MPT_ACCUM_BLOCKED,
+    MPT_ACCUM_KAHAN,
+    MPT_ACCUM_METHOD_COUNT
+} mpt_accum_method;
+
+/* "recursive", "pairwise", "blocked", "Kahan". */
+const char *mpt_accum_method_name(mpt_accum_method m);
+
+/* The sum of p[0..k) by method m in the accumulator of format fmt (MPT_DTYPE_F32, F16 or BF16); block: the block
+ * length of MPT_ACCUM_BLOCKED (>= 1; ignored by the others). scratch: k doubles for PAIRWISE (may be NULL for the
+ * others). */
+double mpt_accum_sum(const float *p, int64_t k, mpt_dtype fmt, mpt_accum_method m, int64_t block, double *scratch);
+
 #endif

@@ -28,9 +28,10 @@
 #include "mpt_config.h"
 #include "tools/lab/lab.h"
 
-static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_loss_scaling,
-                                                 &mpt_lab_master_weights, &mpt_lab_optimizer_state,
-                                                 &mpt_lab_overflow,       &mpt_lab_noise,        &mpt_lab_fp8};
+static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_softmax,
+                                                 &mpt_lab_loss_scaling,   &mpt_lab_master_weights,
+                                                 &mpt_lab_optimizer_state, &mpt_lab_overflow,    &mpt_lab_noise,
+                                                 &mpt_lab_fp8,            &mpt_lab_grad_comm};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -343,7 +344,7 @@ mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f
     *f = mpt_lab_open(c, "report.md");
     if (!*f) return MPT_ERR_IO;
     const mpt_cli_opts *b = c->base;
-    fprintf(*f, "# Lesson `%s`\n\n**Claim.** %s\n\n", l->name, l->claim);
+    fprintf(*f, "# Lesson `%s`\n\n**Question.** %s\n\n", l->name, l->claim);
     fprintf(*f, "Data: Fashion-MNIST (`%s`), the first %lld training images, %lld test images; model `%s`, %d "
                 "epoch(s) per run%s. Every number below was measured in this run of `mptrain lab%s %s`.\n\n",
             b->data, (long long)c->cd->d.n_train, (long long)c->cd->d.n_test, b->model, b->epochs,
@@ -395,10 +396,10 @@ static void print_help(FILE *f) {
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
                "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
-               "lessons take about 2 minutes of CPU time together (6 minutes of wall time on a busy two-core\n"
-               "machine); --quick runs each lesson's smallest version that still shows its effect (about half a\n"
-               "minute of CPU time, 3 minutes of wall time there). A --quick lesson that misses its effect names\n"
-               "the full command.\n\n"
+               "lessons took 3.7 minutes of CPU time together (4.6 minutes of wall time on a shared two-core\n"
+               "machine, 2026-11-28); --quick runs each lesson's smallest version that still shows its effect\n"
+               "(66 s of CPU time, 83 s of wall time there; --list gives each lesson's). A --quick lesson that\n"
+               "misses its effect names the full command.\n\n"
                "Options:\n"
                "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"
@@ -425,8 +426,9 @@ static void print_list(void) {
         char full[128], quick[128];
         size_text(full, sizeof full, &lessons[i]->full);
         size_text(quick, sizeof quick, &lessons[i]->quick);
-        printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n", w, lessons[i]->name,
-               lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick);
+        printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n%-*s  measured: %s\n", w,
+               lessons[i]->name, lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick, w, "",
+               lessons[i]->measured ? lessons[i]->measured : "not yet");
     }
 }
 

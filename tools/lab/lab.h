@@ -46,23 +46,25 @@ typedef struct mpt_lab_ctx {
     char dir[MPT_CLI_PATH];     /* this lesson's output directory */
     const char *params[MPT_LAB_MAX_PARAMS]; /* "KEY=VALUE" from --param */
     int n_params;
-    char conclusion[2048];      /* the one-line (long) conclusion, filled by the lesson */
+    char conclusion[4096];      /* the one-line (long) conclusion, filled by the lesson */
     int observed;               /* 1 when the lesson's effect was observed */
     const struct mpt_lab_lesson *lesson; /* the lesson run: the --param keys it may read (param_keys) */
 } mpt_lab_ctx;
 
 typedef struct mpt_lab_lesson {
     const char *name;           /* "tf32" */
-    const char *claim;          /* the claim the lesson tests, one line */
+    const char *claim;          /* the question the lesson answers, one line: asked, not asserted (the answer is the
+                                 * conclusion, filled from the run's measurements; --list has no measurements) */
     const char *params_help;    /* its --param keys and defaults */
     mpt_status (*run)(mpt_lab_ctx *c);
     mpt_lab_size full, quick;   /* the convincing version and the smallest that shows the effect (--quick) */
     const char *param_keys;     /* its --param keys, separated by spaces ("" for none): any other key is refused */
+    const char *measured;       /* what its two sizes took when last measured (CPU time, machine, date), for --list */
 } mpt_lab_lesson;
 
 /* The lessons, in the order `mptrain lab` runs them. */
 extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_accumulation, mpt_lab_loss_scaling, mpt_lab_master_weights,
-    mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise, mpt_lab_fp8;
+    mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise, mpt_lab_fp8, mpt_lab_softmax, mpt_lab_grad_comm;
 
 /* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
  * value is not a finite number. */
@@ -114,7 +116,7 @@ typedef struct mpt_lab_run {
  * is left empty (free with mpt_run_result_free either way). */
 mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res);
 
-/* Opens <lesson dir>/report.md and writes its title, the claim and the data used. MPT_ERR_IO on failure. */
+/* Opens <lesson dir>/report.md and writes its title, the question and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);
 
 /* Writes the conclusion and the picture's link, and closes the report. In a --quick run whose effect was not

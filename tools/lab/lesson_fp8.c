@@ -40,12 +40,15 @@
 
 #include "engine/checkpoint.h"
 #include "engine/numerics.h"
+#include "engine/telemetry/telemetry.h"
+#include "tools/formats.h"
 #include "tools/lab/lab.h"
+#include "tools/sentences.h"
 #include "tools/stats.h"
 
-#define NM 5 /* training modes */
-static const char *const mode_name[NM] = {"bf16", "fp8", "fp8-current", "fp8-e4m3", "mxfp8"};
-static const char *const mode_prec[NM] = {"bf16", "fp8", "fp8", "fp8-e4m3", "mxfp8"};
+#define NM 6 /* training modes */
+static const char *const mode_name[NM] = {"bf16", "fp8", "fp8-current", "fp8-e4m3", "mxfp8", "mxfp8-rceil"};
+static const char *const mode_prec[NM] = {"bf16", "fp8", "fp8", "fp8-e4m3", "mxfp8", "mxfp8"};
 #define MAX_SEEDS 8
 #define BATCH 128     /* the mlp's training batch: the GEMM operands of one step */
 #define NG 5          /* FP8 GEMMs of the mlp measured */
@@ -316,6 +319,87 @@ static mpt_status measure_ladder(const operand *h1, const operand *w2, int64_t K
     return s;
 }
 
+/* ---- delayed scaling: warm-up, steady state, staleness (from a run's telemetry.csv) -------------------------- */
+
+/* The FP8 operand tensors of the mlp's FP8 layers, as telemetry names them. */
+#define NT 6
+static const char *const fp8_tensors[NT] = {"fc1.x", "fc1.weight", "fc1.dy", "fc2.x", "fc2.weight", "fc2.dy"};
+
+/* Gradient losses of one run split at delayed scaling's warm-up: a telemetry step is a warm-up step when every FP8
+ * gradient operand (fc1.dy, fc2.dy) was cast with the initial scale 1 (no amax recorded yet); the others are the
+ * steady state. Per part: steps, and the mean over them of flushed + subnormal shares of `all_fp8_grads` in the
+ * format used ([0]) and in the other ([1]). */
+typedef struct warm_split {
+    int warm, steady;
+    double warm_lost[2], steady_lost[2];
+} warm_split;
+
+static mpt_status split_warmup(const mpt_lab_ctx *c, const char *run, warm_split *w) {
+    memset(w, 0, sizeof *w);
+    mpt_lab_series s1, s2, fl[2], sb[2];
+    memset(fl, 0, sizeof fl), memset(sb, 0, sizeof sb);
+    mpt_status s = mpt_lab_series_read(c, run, "fc1.dy", "fp8_scale", &s1);
+    if (s == MPT_OK) s = mpt_lab_series_read(c, run, "fc2.dy", "fp8_scale", &s2);
+    else memset(&s2, 0, sizeof s2);
+    static const char *const sfx[2] = {"", "@other_format"};
+    for (int k = 0; s == MPT_OK && k < 2; k++) {
+        char m[64];
+        snprintf(m, sizeof m, "fp8_flush_frac%s", sfx[k]);
+        s = mpt_lab_series_read(c, run, MPT_TELEMETRY_ALL_FP8_GRAD, m, &fl[k]);
+        snprintf(m, sizeof m, "fp8_subnormal_frac%s", sfx[k]);
+        if (s == MPT_OK) s = mpt_lab_series_read(c, run, MPT_TELEMETRY_ALL_FP8_GRAD, m, &sb[k]);
+    }
+    const int n = s == MPT_OK ? fl[0].n : 0;
+    if (s == MPT_OK && (s1.n != n || s2.n != n || fl[1].n != n || sb[0].n != n || sb[1].n != n))
+        s = mpt_errorf(MPT_ERR_FORMAT, "%s/%s/telemetry.csv: the FP8 rows do not cover the same steps", c->dir, run);
+    for (int i = 0; s == MPT_OK && i < n; i++) {
+        const int warm = s1.value[i] == 1.0 && s2.value[i] == 1.0;
+        for (int k = 0; k < 2; k++) {
+            const double lost = fl[k].value[i] + sb[k].value[i];
+            if (warm) w->warm_lost[k] += lost;
+            else w->steady_lost[k] += lost;
+        }
+        if (warm) w->warm++;
+        else w->steady++;
+    }
+    for (int k = 0; k < 2; k++) {
+        w->warm_lost[k] = w->warm ? w->warm_lost[k] / w->warm : NAN;
+        w->steady_lost[k] = w->steady ? w->steady_lost[k] / w->steady : NAN;
+    }
+    mpt_lab_series_free(&s1), mpt_lab_series_free(&s2);
+    for (int k = 0; k < 2; k++) mpt_lab_series_free(&fl[k]), mpt_lab_series_free(&sb[k]);
+    return s;
+}
+
+/* One tensor's staleness over the telemetry steps of a delayed-scaling run: the largest ratio of a step's amax to the
+ * amax its scale came from, the steps where it exceeded 1 and the mean saturated share on them, and the steps
+ * measured (those with a ratio: every step after the first). */
+typedef struct stale {
+    double max_ratio, sat_stale;
+    int stale_steps, steps;
+} stale;
+
+static mpt_status staleness_of(const mpt_lab_ctx *c, const char *run, const char *tensor, stale *st) {
+    memset(st, 0, sizeof *st);
+    mpt_lab_series r, sat;
+    MPT_TRY(mpt_lab_series_read(c, run, tensor, "fp8_staleness", &r));
+    mpt_status s = mpt_lab_series_read(c, run, tensor, "fp8_sat_frac", &sat);
+    for (int i = 0, j = 0; s == MPT_OK && i < r.n; i++) {
+        while (j < sat.n && sat.step[j] < r.step[i]) j++;
+        if (!isfinite(r.value[i])) continue;
+        st->steps++;
+        st->max_ratio = fmax(st->max_ratio, r.value[i]);
+        if (r.value[i] > 1.0 && j < sat.n && sat.step[j] == r.step[i]) {
+            st->stale_steps++;
+            st->sat_stale += sat.value[j];
+        }
+    }
+    st->sat_stale = st->stale_steps ? st->sat_stale / st->stale_steps : 0.0;
+    mpt_lab_series_free(&r);
+    mpt_lab_series_free(&sat);
+    return s;
+}
+
 /* ---- the lesson ---------------------------------------------------------------------------------------------- */
 
 /* Gradient casts of one run: [0] the format used, [1] the other; sat, flush, subnormal (fractions). */
@@ -358,21 +442,22 @@ static mpt_status run(mpt_lab_ctx *c) {
                           promote_d);
 
     /* 1. training: every (mode, seed) of the mlp, lenet5 bf16 and fp8 at seed 0; telemetry on the seed-0 FP8 runs */
-    char every[32], seed[MAX_SEEDS][8], name[NM * MAX_SEEDS + 2][40];
+    char every[32], seed[MAX_SEEDS][8], name[NM * MAX_SEEDS + 4][40];
     snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, BATCH), 20));
-    const char *fl[NM * MAX_SEEDS + 2][16];
-    mpt_lab_run runs[NM * MAX_SEEDS + 2];
-    static mpt_run_result res[NM * MAX_SEEDS + 2];
+    const char *fl[NM * MAX_SEEDS + 4][16];
+    mpt_lab_run runs[NM * MAX_SEEDS + 4];
+    static mpt_run_result res[NM * MAX_SEEDS + 4];
     int n = 0;
     for (int k = 0; k < ns; k++) {
         snprintf(seed[k], sizeof seed[k], "%d", k);
         for (int m = 0; m < NM; m++, n++) {
             snprintf(name[n], sizeof name[n], "mlp-%s-seed%d", mode_name[m], k);
-            /* telemetry on the seed-0 runs of fp8, fp8-e4m3 and mxfp8; the scaling flag only where it applies */
-            const int tel = k == 0 && (m == 1 || m == 3 || m == 4), per_tensor = m >= 1 && m <= 3;
+            /* telemetry on the seed-0 runs of every FP8 recipe; the scaling flag only where it applies */
+            const int tel = k == 0 && m >= 1, per_tensor = m >= 1 && m <= 3;
             const char *f[16] = {"--model", "mlp", "--precision", mode_prec[m], "--seed", seed[k], "--telemetry",
                                  tel ? every : "0", NULL};
             if (per_tensor) f[8] = "--fp8-scaling", f[9] = m == 2 ? "current" : "delayed", f[10] = NULL;
+            if (m >= 4) f[8] = "--mx-scale", f[9] = m == 5 ? "rceil" : "floor", f[10] = NULL;
             memcpy(fl[n], f, sizeof f);
             runs[n] = (mpt_lab_run){name[n], fl[n]};
         }
@@ -383,11 +468,31 @@ static mpt_status run(mpt_lab_ctx *c) {
         memcpy(fl[n], f, sizeof f);
         runs[n] = (mpt_lab_run){name[n], fl[n]};
     }
+    /* delayed scaling's first step on its own, measured in every size (a run's telemetry every N steps skips it) */
+    for (int m = 0; m < 2; m++, n++) {
+        snprintf(name[n], sizeof name[n], "warmup-%s", m ? "fp8-e4m3" : "fp8");
+        const char *f[16] = {"--model", "mlp", "--precision", m ? "fp8-e4m3" : "fp8", "--seed", "0", "--telemetry",
+                             "1", "--max-steps", "1", "--fp8-scaling", "delayed", NULL};
+        memcpy(fl[n], f, sizeof f);
+        runs[n] = (mpt_lab_run){name[n], fl[n]};
+    }
     MPT_TRY(mpt_lab_train_batch(c, runs, n, res));
     double acc[NM][MAX_SEEDS];
     for (int k = 0; k < ns; k++)
         for (int m = 0; m < NM; m++) acc[m][k] = 100.0 * res[k * NM + m].final_test_acc;
     const grad_range g8 = grad_ranges(&res[1]), g43 = grad_ranges(&res[3]), gmx = grad_ranges(&res[4]);
+    const grad_range w8 = grad_ranges(&res[NM * ns + 2]), w43 = grad_ranges(&res[NM * ns + 3]);
+    /* per operand tensor: saturated and flushed under current scaling, and MX FLOOR against RCEIL */
+    double sat_cur[NT], sat_mx[2][NT], flush_mx[2][NT], sat_mx_mean[2] = {0, 0}, flush_mx_mean[2] = {0, 0};
+    for (int t = 0; t < NT; t++) {
+        sat_cur[t] = mpt_run_stat_mean(&res[2], fp8_tensors[t], "fp8_sat_frac");
+        for (int q = 0; q < 2; q++) {
+            sat_mx[q][t] = mpt_run_stat_mean(&res[4 + q], fp8_tensors[t], "fp8_sat_frac");
+            flush_mx[q][t] = mpt_run_stat_mean(&res[4 + q], fp8_tensors[t], "fp8_flush_frac");
+            sat_mx_mean[q] += sat_mx[q][t] / NT;
+            flush_mx_mean[q] += flush_mx[q][t] / NT;
+        }
+    }
     const mpt_run_result *lb = &res[NM * ns], *lf = &res[NM * ns + 1];
     const int lenet_same = lb->n_master == lf->n_master && lb->final_master && lf->final_master &&
                            memcmp(lb->final_master, lf->final_master, sizeof(float) * (size_t)lb->n_master) == 0;
@@ -426,9 +531,14 @@ static mpt_status run(mpt_lab_ctx *c) {
     operand_free(&w2);
     MPT_TRY(s);
 
-    /* criteria */
-    const double e4_lost = g8.flush[1] + g8.sub[1], e5_lost = g8.flush[0] + g8.sub[0];
-    const double e4_lost_run = g43.flush[0] + g43.sub[0], e5_lost_run = g43.flush[1] + g43.sub[1];
+    /* delayed scaling's warm-up apart from its steady state (the fp8 run: E5M2 used, E4M3 the other format) */
+    warm_split ws8, ws43;
+    MPT_TRY(split_warmup(c, "mlp-fp8-seed0", &ws8));
+    MPT_TRY(split_warmup(c, "mlp-fp8-e4m3-seed0", &ws43));
+    /* criteria: the gradient losses of the steady state, without the warm-up's steps cast with the scale 1 */
+    const double e4_lost = ws8.steady_lost[1], e5_lost = ws8.steady_lost[0];
+    const double e4_lost_run = ws43.steady_lost[0], e5_lost_run = ws43.steady_lost[1];
+    const double e4_all = g8.flush[1] + g8.sub[1], e5_all = g8.flush[0] + g8.sub[0];
     const int grads_ok = isfinite(e4_lost) && isfinite(e5_lost) && e4_lost > 0.0 && e4_lost >= 2.0 * e5_lost;
     int k_matters = -1;
     for (int i = 0; i < nl && k_matters < 0; i++)
@@ -437,32 +547,49 @@ static mpt_status run(mpt_lab_ctx *c) {
     int layer_matters = 0;
     for (int i = 0; i < NG; i++) layer_matters |= E[i].acc[1] >= 0.1 * E[i].quant;
     c->observed = grads_ok && promote_ok;
+    char warm_text[900];
+    /* the warm-up from its own one-step run (every size); the main run's whole-run means contain it only when its
+     * telemetry measured step 1 */
+    mpt_text_fp8_warmup(warm_text, sizeof warm_text, 1, ws8.steady, w8.flush[1] + w8.sub[1], w8.flush[0] + w8.sub[0],
+                        e4_lost, e5_lost, ws8.warm ? e4_all : NAN, ws8.warm ? e5_all : NAN);
 
     /* training sentence, from the verdicts (or the paired spread without GSL) */
-    char train[900] = "";
+    char train[2400] = "";
     size_t tk = 0;
-    for (int m = 1; m < NM; m++) {
-        if (have_ci)
-            tk += (size_t)snprintf(train + tk, sizeof train - tk, "%s%s %+.2f pp (95%% CI %.2f..%.2f: %s)",
-                                   m > 1 ? ", " : "", mode_name[m], pv[m].mean, pv[m].lo, pv[m].hi,
-                                   mpt_verdict_name(pv[m].verdict));
-        else
-            tk += (size_t)snprintf(train + tk, sizeof train - tk, "%s%s %+.2f pp (sd %.2f)", m > 1 ? ", " : "",
-                                   mode_name[m], dsum[m].mean, dsum[m].sd);
+    for (int m = 1; m < NM && tk < sizeof train; m++) {
+        char what[64], one[600];
+        snprintf(what, sizeof what, "%s - %s", mode_name[m], m == 5 ? "mxfp8" : "bf16");
+        if (m == 5) { /* RCEIL against FLOOR: same recipe, the block scale rule only */
+            mpt_stats_paired pr;
+            double dr[MAX_SEEDS];
+            for (int k = 0; k < ns; k++) dr[k] = acc[5][k] - acc[4][k];
+            mpt_stats_summary sr;
+            mpt_stats_summarize(dr, ns, &sr);
+            int ok = have_ci && mpt_stats_compare_paired(acc[5], acc[4], ns, 0.95, c->base->margin, &pr) == MPT_OK;
+            mpt_text_paired(one, sizeof one, what, ok ? &pr : NULL, &sr);
+        } else {
+            mpt_text_paired(one, sizeof one, what, have_ci ? &pv[m] : NULL, &dsum[m]);
+        }
+        tk += (size_t)snprintf(train + tk, sizeof train - tk, "%s%s", m > 1 ? "; " : "", one);
     }
     const gemm_err *fc1 = &E[0], *km = k_matters >= 0 ? &Lad[k_matters] : NULL, *kl = &Lad[nl - 1];
-    char acc_text[900];
+    double pmin = INFINITY, pmax = 0.0;
+    for (int i = 0; i < nl; i++) pmin = fmin(pmin, Lad[i].acc[2]), pmax = fmax(pmax, Lad[i].acc[2]);
+    char prom_text[700];
+    mpt_text_promotion(prom_text, sizeof prom_text, promote, Lad[0].K, kl->K, Lad[0].acc[1], kl->acc[1],
+                       Lad[0].acc[2], kl->acc[2], pmin, pmax);
+    char acc_text[1600];
     if (km)
         snprintf(acc_text, sizeof acc_text,
                  "At the layers' own K (784 and 512 forward, 128 for weight gradients) the fast accumulator %s "
                  "(fc1 forward: accumulation error %.1e fast, %.1e FP32, against %.1e from quantizing the operands); "
                  "laid end to end, the same activations and weights make the fast accumulator's error reach a tenth of "
                  "the quantization error at K = %lld (%.1e against %.1e; FP32 %.1e), and promoting to FP32 every %d "
-                 "cut it %s to %.1e (%.1fx)",
+                 "cut it there to %.1e (%.1fx%s); along the whole ladder, %s",
                  layer_matters ? "already matters" : "does not matter yet", fc1->acc[1], fc1->acc[0], fc1->quant,
-                 (long long)km->K, km->acc[1], km->quant, km->acc[0], promote,
-                 promote_ok ? "as expected" : "by less than the 4x expected", km->acc[2],
-                 km->acc[2] > 0 ? km->acc[1] / km->acc[2] : INFINITY);
+                 (long long)km->K, km->acc[1], km->quant, km->acc[0], promote, km->acc[2],
+                 km->acc[2] > 0 ? km->acc[1] / km->acc[2] : INFINITY, promote_ok ? "" : ", less than the 4x expected",
+                 prom_text);
     else
         snprintf(acc_text, sizeof acc_text,
                  "The fast accumulator's error stayed below a tenth of the quantization error up to K = %lld (there "
@@ -470,11 +597,11 @@ static mpt_status run(mpt_lab_ctx *c) {
                  "observed on this data",
                  (long long)kl->K, kl->acc[1], kl->quant, fc1->acc[1], fc1->quant);
     snprintf(c->conclusion, sizeof c->conclusion,
-             "%s: gradients cast to E4M3 lost (flushed or made subnormal) %.3g%% of their nonzero values where E5M2 "
-             "lost %.3g%% (seed-0 fp8 run, both formats on the same gradients)%s. %s. Accuracy against bf16 over %d "
-             "seeds: %s.",
-             c->observed ? "Observed" : "Not observed", 100.0 * e4_lost, 100.0 * e5_lost,
-             grads_ok ? "" : ": not the 2x the criterion asks", acc_text, ns, train);
+             "%s: past delayed scaling's warm-up, gradients cast to E4M3 lost (flushed or made subnormal) %.3g%% of "
+             "their nonzero values where E5M2 lost %.3g%% (seed-0 fp8 run, both formats on the same gradients, %d "
+             "telemetry steps)%s; %s. %s. Accuracy over %d seeds: %s.",
+             c->observed ? "Observed" : "Not observed", 100.0 * e4_lost, 100.0 * e5_lost, ws8.steady,
+             grads_ok ? "" : ": not the 2x the criterion asks", warm_text, acc_text, ns, train);
 
     /* data and picture */
     FILE *dat = mpt_lab_open(c, "fp8.dat");
@@ -503,7 +630,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                 "'' index 0 using 1:4 with linespoints lw 2 pt 9 lt 7 title 'accumulation: fast', "
                 "'' index 0 using 1:5 with linespoints lw 2 pt 11 lt 3 title 'accumulation: fast + promote %d'\n"
                 "unset logscale\nset format x '%%g'\nset format y '%%g'\nset xtics ('bf16' 0, 'fp8' 1, "
-                "'fp8-current' 2, 'fp8-e4m3' 3, 'mxfp8' 4)\nset xrange [-0.5:4.5]\nset offsets 0, 0, 0.5, 0.5\n"
+                "'fp8-current' 2, 'fp8-e4m3' 3, 'mxfp8' 4, 'mxfp8-rceil' 5)\nset xrange [-0.5:5.5]\n"
+                "set offsets 0, 0, 0.5, 0.5\n"
                 "set title 'mlp: final test accuracy, one line per seed (a seed gives every recipe the same start)'\n"
                 "set xlabel ''\nset ylabel 'test accuracy (%%)'\n"
                 "plot 'fp8.dat' index 1 using 1:3:($2 + 1) with linespoints pt 7 ps 1.5 lw 1.5 lc variable notitle\n"
@@ -525,9 +653,11 @@ static mpt_status run(mpt_lab_ctx *c) {
                "gradients to E5M2); the cast's rounding errs (quantization); and Hopper's FP8 Tensor Cores "
                "accumulate with about 14 significant bits instead of FP32's 24 (DeepSeek-V3, section 3.3.2), which "
                "cuBLASLt's FAST_ACCUM exposes and `--fp8-accum fast` models on the CPU (kernels/cpu/gemm.c).\n\n");
-    fprintf(f, "## Training\n\nThe mlp in bf16 and four FP8 recipes with the same seeds (a paired design, as "
+    fprintf(f, "## Training\n\nThe mlp in bf16 and five FP8 recipes with the same seeds (a paired design, as "
                "`mptrain compare --seeds`); the FP8 recipes run fc1 and fc2 (batch, in and out multiples of 16) as "
-               "FP8 GEMMs and everything else in BF16. `fp8-current` is fp8 with `--fp8-scaling current`.\n\n"
+               "FP8 GEMMs and everything else in BF16. `fp8-current` is fp8 with `--fp8-scaling current`; "
+               "`mxfp8-rceil` is mxfp8 with `--mx-scale rceil` (mxfp8 itself: `--mx-scale floor`). Accuracies: "
+               "`fp8.dat`, second block, and each run's `summary.json`.\n\n"
                "| seed |");
     for (int m = 0; m < NM; m++) fprintf(f, " %s |", mode_name[m]);
     fprintf(f, "\n|---:|");
@@ -552,6 +682,8 @@ static mpt_status run(mpt_lab_ctx *c) {
                     pv[m].verdict == MPT_VERDICT_INCONCLUSIVE && pv[m].seeds_needed > 0 ? " (more seeds needed)" : "");
         fprintf(f, "\n");
     }
+    fprintf(f, "\nThe same as sentences (mxfp8-rceil against mxfp8, the one pair that differs only in the block scale "
+               "rule): %s.\n", train);
     fprintf(f, "\n%s steps were skipped for a non-finite gradient or amax over all runs.\n\n",
             skipped == 0 ? "No" : "Some");
     if (lenet_same)
@@ -579,11 +711,66 @@ static mpt_status run(mpt_lab_ctx *c) {
     for (int i = 0; i < 6; i++)
         fprintf(f, "| %s | %s | %.3g%% | %.3g%% | %.3g%% |\n", gr[i].run, gr[i].fmt, 100.0 * gr[i].g->sat[gr[i].k],
                 100.0 * gr[i].g->flush[gr[i].k], 100.0 * gr[i].g->sub[gr[i].k]);
-    fprintf(f, "\nWith one scale per tensor, amax sets the top of the range and everything more than E4M3's 2^17 "
-               "below it (or E5M2's 2^33) is subnormal or lost. In the fp8 run, E4M3 would have lost %.3g%% of the "
-               "gradient values and E5M2 lost %.3g%%; in the fp8-e4m3 run, which trained with E4M3 gradients, "
-               "%.3g%% against %.3g%% in E5M2.\n\n",
-            100.0 * e4_lost, 100.0 * e5_lost, 100.0 * e4_lost_run, 100.0 * e5_lost_run);
+    char thr[500];
+    mpt_text_format fa, fb;
+    mpt_text_format_of(MPT_FORMAT_E4M3, "E4M3", &fa);
+    mpt_text_format_of(MPT_FORMAT_E5M2, "E5M2", &fb);
+    mpt_text_scaled_thresholds(thr, sizeof thr, &fa, &fb);
+    fprintf(f, "\nWith one scale per tensor mapping amax to the format's largest value, %s. These are means over "
+               "every telemetry step, delayed scaling's warm-up included where the run measured it; below it is "
+               "apart.\n\n"
+               "## Delayed scaling: the warm-up, the steady state, a stale amax\n\n"
+               "Delayed scaling computes each step's scale from the amax of earlier steps; the first step has none "
+               "and casts with s = 1. Its gradient values, some 1e-4 of the loss, then sit far below FP8's normal "
+               "range. A one-step run of each recipe (`warmup-fp8/`, `warmup-fp8-e4m3/`, telemetry of step 1) "
+               "measures the warm-up in every size; the steady state is every telemetry step of the seed-0 run whose "
+               "gradient operands were cast with a recorded scale (`mlp-*-seed0/telemetry.csv`, rows "
+               "`all_fp8_grads`; a step whose `fc1.dy` and `fc2.dy` `fp8_scale` are both 1 counts as warm-up):\n\n"
+               "| run | part | steps | E4M3 lost | E5M2 lost |\n|---|---|---:|---:|---:|\n"
+               "| fp8 (E5M2 used) | warm-up (step 1) | 1 | %.3g%% | %.3g%% |\n"
+               "| fp8 (E5M2 used) | steady state | %d | %.3g%% | %.3g%% |\n"
+               "| fp8-e4m3 (E4M3 used) | warm-up (step 1) | 1 | %.3g%% | %.3g%% |\n"
+               "| fp8-e4m3 (E4M3 used) | steady state | %d | %.3g%% | %.3g%% |\n\n"
+               "(lost: flushed to zero or made subnormal.) Read as: %s. In the fp8 run's steady state E4M3 would have lost "
+               "%.3g%% of the gradient values and E5M2 lost %.3g%%; in the fp8-e4m3 run, which trained with E4M3 "
+               "gradients, %.3g%% against %.3g%% in E5M2.\n\n",
+            thr, 100.0 * (w8.flush[1] + w8.sub[1]), 100.0 * (w8.flush[0] + w8.sub[0]), ws8.steady, 100.0 * e4_lost,
+            100.0 * e5_lost, 100.0 * (w43.flush[0] + w43.sub[0]), 100.0 * (w43.flush[1] + w43.sub[1]), ws43.steady,
+            100.0 * e4_lost_run, 100.0 * e5_lost_run, warm_text, 100.0 * e4_lost, 100.0 * e5_lost,
+            100.0 * e4_lost_run, 100.0 * e5_lost_run);
+    fprintf(f, "A stale amax: the scale of a step comes from the largest amax of the history window (`--amax-history`, "
+               "default 1024 steps, longer than these runs), so when a tensor's amax grows past every earlier one, its "
+               "values above the old amax saturate on that step (`fp8_staleness` = this step's amax / the amax of "
+               "its scale, above 1), and when it shrinks, the scale stays small for the window's length. Per operand "
+               "of the seed-0 fp8 run (delayed), against the same seed's fp8-current run (the scale from the step's "
+               "own amax):\n\n| tensor | largest amax / amax of the scale | steps above 1 | saturated on those steps "
+               "| saturated, current scaling (mean) |\n|---|---:|---:|---:|---:|\n");
+    int worst = -1;
+    stale stl[NT];
+    for (int t = 0; t < NT; t++) {
+        MPT_TRY(staleness_of(c, "mlp-fp8-seed0", fp8_tensors[t], &stl[t]));
+        fprintf(f, "| `%s` | %.3g | %d of %d | %.3g%% | %.3g%% |\n", fp8_tensors[t], stl[t].max_ratio,
+                stl[t].stale_steps, stl[t].steps, 100.0 * stl[t].sat_stale, 100.0 * sat_cur[t]);
+        if (worst < 0 || stl[t].max_ratio > stl[worst].max_ratio) worst = t;
+    }
+    char stale_text[600];
+    mpt_text_staleness(stale_text, sizeof stale_text, fp8_tensors[worst], stl[worst].max_ratio,
+                       stl[worst].stale_steps, stl[worst].steps, stl[worst].sat_stale, sat_cur[worst]);
+    fprintf(f, "\nThe largest: %s.\n\n", stale_text);
+    char mx_text[600];
+    mpt_text_mx_rounding(mx_text, sizeof mx_text, sat_mx_mean[0], sat_mx_mean[1], flush_mx_mean[0], flush_mx_mean[1]);
+    fprintf(f, "## MX block scales: FLOOR against RCEIL\n\nOCP MX v1.0's rule (`--mx-scale floor`) takes X = "
+               "2^(floor(log2 amax) - 8) for a block of 32, so amax / X lies in [256, 512): a block whose largest values "
+               "lie in [448 X, 512 X) saturates them to 448 X. RCEIL (cuBLAS's and TE's MXFP8 rule) takes the "
+               "smallest power of two with amax / X <= 448: nothing saturates, and every value of the block sits up "
+               "to one binade lower. Per operand of the seed-0 mxfp8 runs (`mlp-mxfp8-seed0/`, "
+               "`mlp-mxfp8-rceil-seed0/`, means over the telemetry steps):\n\n| tensor | saturated, FLOOR | "
+               "saturated, RCEIL | flushed, FLOOR | flushed, RCEIL |\n|---|---:|---:|---:|---:|\n");
+    for (int t = 0; t < NT; t++)
+        fprintf(f, "| `%s` | %.3g%% | %.3g%% | %.3g%% | %.3g%% |\n", fp8_tensors[t], 100.0 * sat_mx[0][t],
+                100.0 * sat_mx[1][t], 100.0 * flush_mx[0][t], 100.0 * flush_mx[1][t]);
+    fprintf(f, "\nMeans over the six operands: %s. Their cost in the same training (mxfp8-rceil - mxfp8, paired over "
+               "the seeds) is the last of the sentences in Training above.\n\n", mx_text);
     fprintf(f, "## The GEMMs on real operands\n\nThe seed-0 fp8 run's trained mlp, one batch of %lld test images, "
                "forward and backward in FP64; each operand cast as `--precision fp8` casts it (current scale); every "
                "GEMM through the CPU backend's FP8 GEMM. Errors are normwise, ||C - R|| / ||R|| in FP64: "
@@ -635,12 +822,15 @@ static mpt_status run(mpt_lab_ctx *c) {
 
 const mpt_lab_lesson mpt_lab_fp8 = {
     "fp8",
-    "With a scale per tensor, FP8 GEMMs train like BF16; gradients need E5M2's range; Hopper's narrow FP8 "
-    "accumulator adds an error that grows with K, which promotion to FP32 removes.",
+    "What do FP8 GEMMs with per-tensor or per-block scales cost in accuracy over seeds; which gradient values do E4M3 "
+    "and E5M2 lose, past delayed scaling's warm-up and when the amax history goes stale; what do MX's FLOOR and "
+    "RCEIL scales saturate; and how does Hopper's narrow FP8 accumulator's error grow with K, with and without "
+    "promotion to FP32?",
     "seeds=N (2..8; default: the lesson's size), kmax=K (longest synthetic reduction, default 65536), promote=N "
     "(default 128)",
     run,
     {12000, 10000, 1, 3}, /* full */
     {4000, 2000, 1, 2}, /* --quick */
     "seeds kmax promote",
+    "--quick 20 s, full 52 s of CPU time (2-core VM, 2026-11-28)",
 };

@@ -3,8 +3,8 @@
  *
  * Plan (all fp16, seed 0, batch 16 so that the run has the thousands of steps a growth interval needs, the loss
  * scale read every step):
- *   1. a static loss scale S that is too large (default 2^24: the scaled gradients of the first steps pass 65504
- *      and become inf), skipping every step that overflows;
+ *   1. a static loss scale S that is too large (default 2^24: scaled gradients of the first steps reach 65520, half
+ *      an ulp above FP16's largest finite 65504, and round to inf), skipping every step that overflows;
  *   2. the dynamic scaler presets of --scaler (tools/opts.c: mptrain, PyTorch GradScaler, Apex, DeepSpeed, Keras
  *      LossScaleOptimizer), each started from its own documented initial scale times S / 2^16 (so from 2^24, and
  *      Keras from 2^23: every one of them starts too high; clamped to [1, 2^24], the range --loss-scale takes),
@@ -12,8 +12,12 @@
  * Every preset doubles after its growth interval and halves on overflow; they differ in the initial scale (Keras
  * 2^15), the growth interval (DeepSpeed 1000 clean steps, the others 2000), the hysteresis (DeepSpeed skips the
  * first overflow since the scale last grew at the same scale), the floor (mptrain and DeepSpeed 1) and the
- * ceiling (mptrain and Apex 2^24). The report lists them, says which of them the run reached, and draws the
- * trajectories so that identical ones stay visible (different widths and dashes, "identical to ..." in the key).
+ * ceiling (mptrain and Apex 2^24). The report lists them, says which of them the run reached, and draws each
+ * group of identical trajectories as one line whose key names every preset in it ("pytorch = apex = mptrain").
+ * The bound (tools/sentences.h, mpt_text_overflow_bound): with a mean loss over a batch of B the logits' gradient of
+ * an example with probability p on its label is S (p - 1) / B in that coordinate, so S < 65520 B / (1 - p) keeps it
+ * finite, and 2^floor(log2(65520 B)) is the largest power of two no such gradient can overflow at (2^19 for B = 16);
+ * the report checks it against the scale the dynamic runs settled at.
  * tests/test_presets.c checks that the trajectories differ exactly where these parameters differ.
  * Criterion: the effect is observed when the static run skipped steps (found_inf) and every dynamic run ended
  * below where it started (it backed off).
@@ -23,6 +27,7 @@
 #include <string.h>
 
 #include "tools/lab/lab.h"
+#include "tools/sentences.h"
 
 #define N_PRESETS 5
 static const char *const presets[N_PRESETS] = {"pytorch", "apex", "mptrain", "keras", "deepspeed"};
@@ -144,6 +149,33 @@ static mpt_status run(mpt_lab_ctx *c) {
             lo = fmin(lo, traj[i][k]);
             hi = fmax(hi, traj[i][k]);
         }
+    /* where the dynamic runs settled: the scale each held for the most steps (the same for all, or 0); and their
+     * backoffs (a step whose scale is below the one before it) from above and from at or below the bound's power of
+     * two, 2^floor(log2(65520 B)) */
+    double settled = -1.0, p2 = ldexp(1.0, (int)floor(log2(65520.0 * bv)));
+    if (p2 == 65520.0 * bv) p2 /= 2.0;
+    int back_above = 0, back_below = 0;
+    for (int i = 1; i <= N_PRESETS; i++) {
+        if (ro[i].same_as > 0) continue; /* an identical trajectory counts once */
+        double mode = 0.0;
+        int64_t best = 0;
+        for (int64_t k = 0; k < len[i];) {
+            int64_t j = k;
+            while (j < len[i] && traj[i][j] == traj[i][k]) j++;
+            int64_t held = 0; /* steps at this scale over the whole run */
+            for (int64_t q = 0; q < len[i]; q++) held += traj[i][q] == traj[i][k];
+            if (held > best) best = held, mode = traj[i][k];
+            k = j;
+        }
+        settled = settled < 0.0 ? mode : settled == mode ? settled : 0.0;
+        for (int64_t k = 0; k < len[i]; k++) {
+            const double before = k ? traj[i][k - 1] : ro[i].start;
+            if (traj[i][k] < before) *(before > p2 ? &back_above : &back_below) += 1;
+        }
+    }
+    char bound_text[900];
+    mpt_text_overflow_bound(bound_text, sizeof bound_text, (int)bv, settled < 0.0 ? 0.0 : settled, back_above,
+                            back_below);
     FILE *dat = s == MPT_OK ? mpt_lab_open(c, "overflow.dat") : NULL;
     if (s == MPT_OK && !dat) s = MPT_ERR_IO;
     for (int i = 0; dat && i <= N_PRESETS; i++) { /* one block per run: step 0 = the initial scale, then after each step */
@@ -178,16 +210,16 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     if (c->observed)
         snprintf(c->conclusion, sizeof c->conclusion,
-                 "Observed: with a static loss scale of 2^%.0f the scaled FP16 gradients passed 65504 and became inf in "
-                 "%d of %lld steps, every one skipped (test accuracy %.2f%%); the dynamic scalers, each started from "
-                 "its own initial scale times 2^%.0f, backed off until gradients fit (%s).",
-                 log2(S), ro[0].skipped, (long long)ro[0].steps, ro[0].acc, log2(S / 65536.0), dyn);
+                 "Observed: with a static loss scale of 2^%.0f scaled FP16 gradients reached 65520 and rounded to inf "
+                 "in %d of %lld steps, every one skipped (test accuracy %.2f%%); the dynamic scalers, each started "
+                 "from its own initial scale times 2^%.0f, backed off until gradients fit (%s). %s",
+                 log2(S), ro[0].skipped, (long long)ro[0].steps, ro[0].acc, log2(S / 65536.0), dyn, bound_text);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Not observed: with a loss scale of 2^%g the static run skipped %d of %lld steps (test accuracy "
                  "%.2f%%)%s; the dynamic scalers: %s.",
                  log2(S), ro[0].skipped, (long long)ro[0].steps, ro[0].acc,
-                 ro[0].skipped == 0 ? ": the scaled gradients stayed below 65504" : ", but not every dynamic scaler backed off",
+                 ro[0].skipped == 0 ? ": the scaled gradients stayed below 65520" : ", but not every dynamic scaler backed off",
                  dyn);
 
     FILE *gp = mpt_lab_open(c, "overflow.gp");
@@ -202,21 +234,24 @@ static mpt_status run(mpt_lab_ctx *c) {
         if (panel == 0) fprintf(gp, "set title 'the whole run'\nplot ");
         else fprintf(gp, "set title 'the first 24 steps (step 0: the initial scale)'\nset xrange [0:24]\nset xtics 2\n"
                          "unset key\nplot ");
-        /* identical trajectories drawn on top of each other, the first widest and each later one narrower and
-         * dashed, so that every one stays visible */
-        for (int i = 0; i <= N_PRESETS; i++) {
-            int nth = 0; /* 1 for the first run identical to an earlier one, 2 for the second, ... */
-            for (int j = 1; ro[i].same_as > 0 && j <= i; j++) nth += ro[j].same_as == ro[i].same_as;
-            int shared = 0; /* later runs are identical to this one */
-            for (int j = i + 1; i > 0 && j <= N_PRESETS; j++) shared |= ro[j].same_as == i;
-            double lw = nth ? 7.0 - 2.0 * nth : shared ? 7.0 : 2.0;
-            char title[128];
+        /* a group of identical trajectories is one line, drawn once, whose key names every run in it */
+        for (int i = 0, drawn = 0; i <= N_PRESETS; i++) {
+            if (ro[i].same_as > 0) continue;
+            char title[256];
             if (i == 0) snprintf(title, sizeof title, "title 'static (%d skipped)'", ro[0].skipped);
-            else if (ro[i].same_as > 0)
-                snprintf(title, sizeof title, "title '%.31s: identical to %.31s'", ro[i].name, ro[ro[i].same_as].name);
-            else snprintf(title, sizeof title, "title '%.31s (%d skipped)'", ro[i].name, ro[i].skipped);
-            fprintf(gp, "%s'overflow.dat' index %d using 1:2 with steps lw %.1f dt %d lt %d %s",
-                    i ? ", \\\n     " : "", i, lw > 1.0 ? lw : 1.0, 1 + nth, i + 1, panel ? "notitle" : title);
+            else {
+                int kt = snprintf(title, sizeof title, "title '%.31s", ro[i].name), members = 1;
+                for (int j = i + 1; j <= N_PRESETS && kt > 0 && (size_t)kt < sizeof title; j++)
+                    if (ro[j].same_as == i) {
+                        kt += snprintf(title + kt, sizeof title - (size_t)kt, " = %.31s", ro[j].name);
+                        members++;
+                    }
+                if (kt > 0 && (size_t)kt < sizeof title)
+                    snprintf(title + kt, sizeof title - (size_t)kt, "%s (%d skipped)'",
+                             members > 1 ? ": identical trajectories, one line" : "", ro[i].skipped);
+            }
+            fprintf(gp, "%s'overflow.dat' index %d using 1:2 with steps lw %.1f lt %d %s", drawn++ ? ", \\\n     " : "",
+                    i, i == 0 ? 2.0 : 3.0, i + 1, panel ? "notitle" : title);
         }
         fprintf(gp, "\n");
     }
@@ -226,9 +261,10 @@ static mpt_status run(mpt_lab_ctx *c) {
 
     FILE *f;
     MPT_TRY(mpt_lab_report_open(c, &mpt_lab_overflow, &f));
-    fprintf(f, "FP16's largest finite value is 65504 (`mptrain formats 65504 65520`). Backward multiplies the loss by "
-               "the loss scale S, so every gradient is S times larger; when one of them passes 65504 it becomes inf, "
-               "the unscale pass sets found_inf, and the optimizer step is skipped. A static S never changes: it "
+    fprintf(f, "FP16's largest finite value is 65504; rounding to nearest takes everything below 65520 (half an ulp, "
+               "16, above it) down to 65504, and 65520 and up to inf (`mptrain formats 65504 65519 65520`). Backward "
+               "multiplies the loss by the loss scale S, so every gradient is S times larger; when one of them "
+               "reaches 65520 it becomes inf, the unscale pass sets found_inf, and the optimizer step is skipped. A static S never changes: it "
                "overflows again on the next step. A dynamic scaler multiplies S by its backoff factor at an "
                "overflow and grows it again after a number of clean steps (its growth interval).\n\n"
                "| run | loss scale | steps | skipped steps | final scale | final test acc |\n|---|---|---:|---:|---:|---:|\n");
@@ -255,8 +291,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     fprintf(f, "\nIn this run the dynamic scales stayed between %s and %s, over %lld steps: a floor of 1 or a ceiling of "
                "2^24 changes a trajectory only when the scale reaches it, and a growth interval only once that many "
                "clean steps have passed since the last overflow. Presets that differ only in parameters this run "
-               "never reached have identical trajectories; the plot draws them on top of each other in different "
-               "widths and dashes, and the key says \"identical\". DeepSpeed's hysteresis 2 (its `delayed_shift`, "
+               "never reached have identical trajectories; the plot draws each such group as one line, and its key "
+               "names every preset in it. DeepSpeed's hysteresis 2 (its `delayed_shift`, "
                "deepspeed/runtime/fp16/loss_scaler.py) skips the first overflow since the scale last grew without "
                "backing off, then backs off at every one until the scale grows again; its first growth after an "
                "overflow comes one clean step later than here (engine/amp/scaler.h). Each preset starts from its own "
@@ -264,20 +300,22 @@ static mpt_status run(mpt_lab_ctx *c) {
                "tests/test_presets.c drives the presets with scripted overflows and checks that their trajectories "
                "differ exactly where these parameters differ.\n\n"
                "Every run has the same seed, so the same initial weights and batches. Criterion for the effect: the "
-               "static run skipped steps and every dynamic run ended below its starting scale.\n",
+               "static run skipped steps and every dynamic run ended below its starting scale.\n\n"
+               "## Where the scale settles\n\n%s\n",
             scale_text(lo_t, sizeof lo_t, lo), scale_text(hi_t, sizeof hi_t, hi), (long long)ro[1].steps,
-            log2(S / 65536.0));
+            log2(S / 65536.0), bound_text);
     return mpt_lab_report_close(c, &mpt_lab_overflow, f, plot_error);
 }
 
 const mpt_lab_lesson mpt_lab_overflow = {
     "overflow",
-    "A loss scale that is too large makes FP16 gradients overflow (65504); a static scale keeps skipping steps, "
-    "dynamic scalers back off.",
+    "What does a loss scale that is too large do to FP16 gradients (inf from 65520), what do a static scale and the "
+    "dynamic scalers' presets do about it, and where does the scale settle for a batch of B (S < 65520 B)?",
     "scale=S, the static scale in [1, 2^24] (default 16777216 = 2^24; each preset starts from its initial scale "
     "times S / 2^16); batch=B (default 16)",
     run,
     {20000, 10000, 2, 0}, /* full: 2500 steps, past the 2000-step growth interval */
     {20000, 1000, 1, 0}, /* --quick: 1250 steps, past DeepSpeed's 1000 */
     "scale batch",
+    "--quick 13 s, full 33 s of CPU time (2-core VM, 2026-11-28)",
 };

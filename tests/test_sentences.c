@@ -1,0 +1,379 @@
+/*
+ * tests/test_sentences.c - the sentences of reports and lessons follow their numbers (tools/sentences.h, issue 37).
+ *
+ * Each function is fed the case the lessons expect and the opposite one, built by hand, and the text must flip: the
+ * words that state the comparison or the cause are checked in both directions (present in one case, absent in the
+ * other), so a sentence printed whatever the numbers say fails here. The numbers in the format sentences are the
+ * formats' own (E4M3 448 / 2^-6 / 2^-9, E5M2 57344 / 2^-14 / 2^-16, FP16 2^-24), worked out in the comments; and
+ * docs/numerics.md must state the range ratio these functions compute.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "tools/formats.h"
+#include "tools/sentences.h"
+
+static char t[4096];
+
+#define HAS(s) ck_assert_msg(strstr(t, (s)) != NULL, "want '%s' in: %s", (s), t)
+#define LACKS(s) ck_assert_msg(strstr(t, (s)) == NULL, "do not want '%s' in: %s", (s), t)
+
+/* compare --seeds, paragraph after the table: the audit's 3-seed mlp run had fp32's sd 0.18 and the paired 0.24 */
+START_TEST(test_pairing_follows_the_spreads) {
+    mpt_text_pairing(t, sizeof t, "fp16", 0.18, 0.24);
+    HAS("larger");
+    LACKS("because a seed moved both runs");
+    HAS("1.33x");
+    mpt_text_pairing(t, sizeof t, "fp16", 2.19, 0.20);
+    HAS("smaller, because a seed moved both runs of a pair alike");
+    LACKS("larger");
+    mpt_text_pairing(t, sizeof t, "bf16", 1.0, 1.1);
+    HAS("about the same");
+    LACKS("because a seed moved");
+    mpt_text_pairing(t, sizeof t, "bf16", NAN, 0.1);
+    HAS("fewer than 2 seeds");
+}
+END_TEST
+
+static mpt_stats_paired paired(double mean, double lo, double hi, mpt_verdict v, int needed) {
+    mpt_stats_paired d;
+    memset(&d, 0, sizeof d);
+    d.n = 2, d.mean = mean, d.lo = lo, d.hi = hi, d.level = 0.95, d.margin = 0.3, d.verdict = v;
+    d.seeds_needed = needed;
+    return d;
+}
+
+START_TEST(test_paired_carries_verdict_and_interval) {
+    mpt_stats_paired d = paired(-0.15, -5.87, 5.57, MPT_VERDICT_INCONCLUSIVE, 212);
+    mpt_text_paired(t, sizeof t, "tf32 - fp32", &d, NULL);
+    HAS("-0.15 pp, 95% CI [-5.87, 5.57] over 2 seeds: inconclusive at ±0.3 pp; equivalence would need about 212 "
+        "seeds");
+    LACKS("same accuracy");
+    d = paired(-0.9, -1.4, -0.4, MPT_VERDICT_INCONCLUSIVE, 9);
+    mpt_text_paired(t, sizeof t, "fp8 - bf16", &d, NULL);
+    HAS("a verdict of worse would need about 9 seeds");
+    LACKS("equivalence");
+    d = paired(0.05, -0.1, 0.2, MPT_VERDICT_EQUIVALENT, 0);
+    mpt_text_paired(t, sizeof t, "fp8 - bf16", &d, NULL);
+    HAS("equivalent within ±0.3 pp");
+    LACKS("inconclusive");
+    d = paired(-1.0, -1.5, -0.5, MPT_VERDICT_WORSE, 0);
+    mpt_text_paired(t, sizeof t, "fp8 - bf16", &d, NULL);
+    HAS("worse by more than 0.3 pp");
+    d = paired(0.5, -10, 11, MPT_VERDICT_INCONCLUSIVE, -1);
+    mpt_text_paired(t, sizeof t, "fp8 - bf16", &d, NULL);
+    HAS("more than 10000 seeds");
+    mpt_stats_summary s = {3, 0.1, 0.2, -0.1, 0.3};
+    mpt_text_paired(t, sizeof t, "fp16 - fp32", NULL, &s);
+    HAS("no interval");
+    LACKS("equivalent");
+}
+END_TEST
+
+START_TEST(test_verdict_reading) {
+    mpt_stats_paired d = paired(-0.2, -0.9, 0.5, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("resolve no accuracy difference");
+    d = paired(-0.25, -0.45, -0.05, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("lower on average, but not beyond");
+    LACKS("resolve no");
+    d = paired(-1.5, -2.0, -1.0, MPT_VERDICT_WORSE, 0);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("ended worse beyond");
+    d = paired(0.0, -0.1, 0.1, MPT_VERDICT_EQUIVALENT, 0);
+    mpt_text_verdict_reading(t, sizeof t, "without loss scaling", &d);
+    HAS("equivalent within ±0.3 pp");
+}
+END_TEST
+
+/* tf32: one max over 2.6e5 outputs moved 13% with a second operand sample; PyTorch's 2.2e-3 is over 1e8 outputs:
+ * sqrt(ln 1e8 / ln 262144) = sqrt(18.42 / 12.48) = 1.215, so 2.2e-3 scales to 1.81e-3 */
+START_TEST(test_vs_published) {
+    const double in[4] = {1.70e-3, 1.88e-3, 1.95e-3, 1.75e-3}, out[4] = {1.0e-3, 1.1e-3, 1.05e-3, 1.2e-3};
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, in, 4);
+    HAS("1.22x smaller, 0.0018");
+    HAS("lies inside that range");
+    HAS("sd ");
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, out, 4);
+    HAS("lies above that range");
+    LACKS("inside");
+    mpt_text_vs_published(t, sizeof t, "PyTorch's", 2.2e-3, 1e8, 262144, in, 1);
+    HAS("one sample, no spread");
+}
+END_TEST
+
+static const mpt_text_format e4m3 = {"E4M3", 448.0, -6, -9}, e5m2 = {"E5M2", 57344.0, -14, -16};
+
+/* fmax / smallest subnormal: E4M3 448 / 2^-9 = 2^17.8, E5M2 57344 / 2^-16 = 2^31.8: a ratio of 2^14 (not 2^17,
+ * which the docs said). Scaled to amax = fmax: subnormal below 2^-6 = amax / 2^(8.8 + 6) in E4M3, 2^-14 = amax /
+ * 2^(15.8 + 14) in E5M2; flushed below half the smallest subnormal, amax / 2^(8.8 + 10), amax / 2^(15.8 + 17). */
+START_TEST(test_format_ranges) {
+    mpt_text_range_ratio(t, sizeof t, &e4m3, &e5m2);
+    HAS("E5M2 has 2^14 times E4M3's range (fmax / smallest subnormal: 2^31.8 against 2^17.8)");
+    mpt_text_range_ratio(t, sizeof t, &e5m2, &e4m3);
+    HAS("E5M2 has 2^14 times E4M3's range");
+    mpt_text_scaled_thresholds(t, sizeof t, &e4m3, &e5m2);
+    HAS("2^14.8 below amax becomes subnormal in E4M3 (2^29.8 in E5M2)");
+    HAS("2^18.8 below it flushes to zero (2^32.8 in E5M2)");
+    LACKS("2^17 below");
+    /* swamping: BF16 has 8 significant bits, FP16 11 */
+    /* the same constants from the engine's decoders */
+    mpt_text_format a, c;
+    mpt_text_format_of(MPT_FORMAT_E4M3, "E4M3", &a);
+    mpt_text_format_of(MPT_FORMAT_E5M2, "E5M2", &c);
+    ck_assert(a.fmax == 448.0 && a.emin == -6 && a.esub == -9);
+    ck_assert(c.fmax == 57344.0 && c.emin == -14 && c.esub == -16);
+    mpt_text_swamping(t, sizeof t, "BF16", 8);
+    HAS("2^8 to 2^9 times the term");
+    mpt_text_swamping(t, sizeof t, "FP16", 11);
+    HAS("2^11 to 2^12 times the term");
+}
+END_TEST
+
+/* docs/numerics.md states the ratio the function computes, and not the old one */
+START_TEST(test_docs_range_ratio) {
+    const char *root = getenv("MPT_SOURCE_ROOT");
+    char p[1024];
+    snprintf(p, sizeof p, "%s/docs/numerics.md", root ? root : "..");
+    FILE *f = fopen(p, "r");
+    ck_assert_msg(f != NULL, "%s", p);
+    static char doc[1 << 18];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    doc[n] = '\0';
+    fclose(f);
+    for (size_t i = 0; i < n; i++) /* sentences run over line breaks: search the text as one line */
+        if (doc[i] == '\n') doc[i] = ' ';
+    char want[64];
+    snprintf(want, sizeof want, "E5M2 has 2^%.3g times E4M3's range",
+             mpt_text_range_log2(&e5m2) - mpt_text_range_log2(&e4m3));
+    ck_assert_msg(strstr(doc, want) != NULL, "%s does not say '%s'", p, want);
+    ck_assert_msg(strstr(doc, "2^17 times E4M3's range") == NULL, "%s still says 2^17", p);
+    /* FP32's lost updates: a measured share with its mass, not "a few percent" */
+    ck_assert_msg(strstr(doc, "a few percent of updates can be lost") == NULL, "%s: the unmeasured 'a few percent'", p);
+}
+END_TEST
+
+/* the audit's numbers: FP32's error relative to the output grew 55x over K = 16..65536, FP16's 48x */
+START_TEST(test_accumulation_growth) {
+    mpt_text_accum_growth(t, sizeof t, "FP16", 48.0, 55.0, 8192.0, 16, 65536);
+    HAS("grew as fast (55x) as the FP16 one's (48x)");
+    HAS("every recursive sum's error grows with K, FP32's included");
+    HAS("2^13.0");
+    LACKS("did not grow");
+    mpt_text_accum_growth(t, sizeof t, "FP16", 48.0, 1.5, 8192.0, 16, 65536);
+    HAS("did not grow");
+    LACKS("as fast");
+    mpt_text_accum_growth(t, sizeof t, "FP16", 48.0, 5.0, 8192.0, 16, 65536);
+    HAS("grew far more slowly");
+    mpt_text_method_gain(t, sizeof t, "pairwise summation", "FP16", 1.2e-2, 1e-3, 4096);
+    HAS("erred 12x less than the recursive sum");
+    mpt_text_method_gain(t, sizeof t, "pairwise summation", "FP16", 1e-3, 4e-3, 4096);
+    HAS("erred more than the recursive sum");
+    LACKS("less than");
+    mpt_text_method_gain(t, sizeof t, "Kahan", "FP32", 1.2e-7, 1e-7, 4096);
+    HAS("about as much");
+    mpt_text_method_gain(t, sizeof t, "Kahan", "FP32", 1.2e-7, 0.0, 4096);
+    HAS("was exact in the median");
+}
+END_TEST
+
+/* fp8: promotion every 128 capped the fast accumulator's error at 4-7e-5 over K = 512..65536 */
+START_TEST(test_promotion_caps_not_removes) {
+    mpt_text_promotion(t, sizeof t, 128, 512, 65536, 4.0e-4, 9.0e-3, 4.0e-5, 7.0e-5, 4.0e-5, 7.0e-5);
+    HAS("caps the fast accumulator's error rather than removing it");
+    LACKS("removes");
+    mpt_text_promotion(t, sizeof t, 128, 512, 65536, 4.0e-4, 9.0e-3, 4.0e-5, 3.0e-3, 4.0e-5, 3.0e-3);
+    HAS("did not cap");
+    LACKS("caps");
+}
+END_TEST
+
+/* fp8 --quick: E4M3 3.24% vs E5M2 1.04% over the run, 0.12% vs 0% without step 1 (32 telemetry steps) */
+START_TEST(test_fp8_warmup_apart) {
+    mpt_text_fp8_warmup(t, sizeof t, 1, 31, 1.0, 0.33, 0.0012, 0.0, 0.0324, 0.0104);
+    HAS("warm-up (1 step cast with the initial scale 1");
+    HAS("mostly the warm-up's");
+    mpt_text_fp8_warmup(t, sizeof t, 1, 31, 0.02, 0.0, 0.03, 0.01, 0.0297, 0.0097);
+    HAS("mostly the steady state's");
+    LACKS("mostly the warm-up's");
+    mpt_text_fp8_warmup(t, sizeof t, 0, 20, 0, 0, 0.01, 0.001, 0.01, 0.001);
+    HAS("no warm-up");
+    mpt_text_fp8_warmup(t, sizeof t, 1, 23, 1.0, 0.33, 0.0012, 0.0, NAN, NAN);
+    HAS("did not measure the warm-up");
+    LACKS("mostly");
+}
+END_TEST
+
+/* fp8: amax grew between steps (staleness 3.5 at step 32 of the quick run) against a history that never went stale */
+START_TEST(test_staleness_and_mx) {
+    mpt_text_staleness(t, sizeof t, "fc2.dy", 3.5, 12, 31, 2e-4, 0.0);
+    HAS("grew past the one its scale came from at 12 of 31 steps (up to 3.5x)");
+    mpt_text_staleness(t, sizeof t, "fc2.dy", 0.97, 0, 31, 0.0, 0.0);
+    HAS("never stale");
+    LACKS("grew past");
+    mpt_text_mx_rounding(t, sizeof t, 1e-3, 0.0, 1e-4, 2e-4);
+    HAS("with FLOOR block scales 0.1% of the operands' values saturated");
+    HAS("flushed more");
+    mpt_text_mx_rounding(t, sizeof t, 0.0, 0.0, 2e-4, 1e-4);
+    HAS("did not show");
+    HAS("did not flush more");
+}
+END_TEST
+
+/* grad-comm --quick: FP16 without the scale flushed 0.23% and made 44% subnormal at N = 16, same error as at 2^16 */
+START_TEST(test_wire_unscaled) {
+    mpt_text_wire_unscaled(t, sizeof t, 16, 0.00233, 0.44, 6.61e-4, 6.61e-4, 16);
+    HAS("carry almost none of the gradient's norm");
+    mpt_text_wire_unscaled(t, sizeof t, 16, 0.05, 0.6, 2e-2, 6.61e-4, 16);
+    HAS("the cost of sending the gradient unscaled");
+    LACKS("almost none");
+    mpt_text_wire_unscaled(t, sizeof t, 16, 0.0, 0.0, 6.61e-4, 6.61e-4, 16);
+    HAS("flushed none");
+}
+END_TEST
+
+/* loss-scaling --quick: 14.36% of fc3.out.grad would flush at S = 1, carrying ~1e-6 of its mass */
+START_TEST(test_underflow_cost_by_mass) {
+    mpt_text_underflow u = {"fc3.out.grad", 0.1436, 1.2e-6, 3.0e-4, 0.0025, 1e-9, 1.4e-4, 16};
+    mpt_text_underflow_cost(t, sizeof t, &u);
+    HAS("14.36%");
+    HAS("almost none of the signal");
+    LACKS("carries a real share");
+    u.mass_1 = 0.05, u.rel_1 = 0.2;
+    mpt_text_underflow_cost(t, sizeof t, &u);
+    HAS("carries a real share of the signal");
+    LACKS("almost none");
+    u.log2_scale = 0; /* the unscaled run itself */
+    mpt_text_underflow_cost(t, sizeof t, &u);
+    HAS("Without loss scaling");
+    HAS("a real share of the signal, which a loss scale would keep");
+    u.mass_1 = 1e-6, u.rel_1 = 2e-4;
+    mpt_text_underflow_cost(t, sizeof t, &u);
+    HAS("almost none of the signal");
+    LACKS("would keep");
+}
+END_TEST
+
+/* batch 16: 65520 x 16 = 1048320, between 2^19 = 524288 and 2^20 = 1048576 */
+START_TEST(test_overflow_bound) {
+    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0, 20, 0);
+    HAS("65520 B / (1 - p) = 1048320 / (1 - p)");
+    HAS("2^19 is the largest power of two below it");
+    HAS("spent most of its steps at 2^19, the bound's power of two, and none backed off from it or below");
+    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0, 20, 3);
+    HAS("but 3 backoffs came from 2^19 or below");
+    LACKS("as the bound predicts");
+    mpt_text_overflow_bound(t, sizeof t, 16, 131072.0, 20, 5);
+    HAS("below the bound's 2^19");
+    LACKS("the bound's power of two");
+    mpt_text_overflow_bound(t, sizeof t, 16, 1048576.0, 20, 0);
+    HAS("above the bound's 2^19");
+    mpt_text_overflow_bound(t, sizeof t, 16, 0.0, 20, 0);
+    HAS("no common settle point");
+    /* a batch whose bound is itself a power of two: 65520 x B is never one (65520 = 2^4 x 4095), so any B works */
+    mpt_text_overflow_bound(t, sizeof t, 128, 4194304.0, 0, 0);
+    HAS("2^22 is the largest power of two below it");
+}
+END_TEST
+
+/* Adam's v after the first step: 0.001 g^2 < 2^-24 for |g| < sqrt(2^-24 / 0.001) = 7.72e-3; rounds to 0 for
+ * 0.001 g^2 <= 2^-25, |g| <= 5.46e-3 */
+START_TEST(test_adam_thresholds) {
+    double ts, tz;
+    mpt_text_adam_v_thresholds(t, sizeof t, 0.999, -24, &ts, &tz);
+    ck_assert(fabs(ts - 7.7208e-3) < 1e-6 && fabs(tz - 5.4594e-3) < 1e-6);
+    HAS("|g| < 0.0077");
+    HAS("|g| <= 0.0055");
+}
+END_TEST
+
+/* optimizer-state: the audit's sequence (finite loss while every step skips) against a run that never skips */
+START_TEST(test_state_sequence) {
+    mpt_text_state_seq s;
+    memset(&s, 0, sizeof s);
+    s.looked = 7, s.update2_max = 250.0, s.lr = 0.001, s.grad_big_step = 3, s.grad_big_max = 2290.0;
+    s.state_nonfinite_step = 4;
+    snprintf(s.state_tensor, sizeof s.state_tensor, "fc1.weight:exp_avg_sq");
+    snprintf(s.state_value, sizeof s.state_value, "+inf");
+    s.weights_nonfinite_step = 6, s.first_skip = 7, s.skipped = 10, s.steps = 16, s.loss_all_finite = 1;
+    s.loss_max = 2.1e8;
+    snprintf(s.bad_weights, sizeof s.bad_weights, "fc1.weight: 12, fc2.weight: 3");
+    mpt_text_state_sequence(t, sizeof t, &s);
+    HAS("after step 4 the stored state held +inf in `fc1.weight:exp_avg_sq`");
+    HAS("v = beta2 v + (1 - beta2) g^2");
+    HAS("after step 6 master weights were non-finite (fc1.weight: 12, fc2.weight: 3)");
+    HAS("while the loss stayed finite at every step");
+    HAS("maps NaN to 0");
+    LACKS("logits overflow");
+    s.bad_last = 1; /* a NaN in the last layer: the ReLU explanation does not apply */
+    mpt_text_state_sequence(t, sizeof t, &s);
+    HAS("while the loss stayed finite at every step");
+    LACKS("ReLU");
+    s.bad_last = 0;
+    s.state_nonfinite_step = 0, s.weights_nonfinite_step = 0, s.first_skip = 0, s.skipped = 0;
+    mpt_text_state_sequence(t, sizeof t, &s);
+    HAS("the stored state stayed finite over the first 7 steps");
+    HAS("no step of the whole run was skipped");
+    LACKS("ReLU");
+    s.loss_all_finite = 0;
+    mpt_text_state_sequence(t, sizeof t, &s);
+    HAS("the loss itself became non-finite");
+}
+END_TEST
+
+START_TEST(test_stochastic_and_fp32_lost) {
+    mpt_text_stochastic(t, sizeof t, 54.9, 0.892, 1.0, 0.16);
+    HAS("the rounding is unbiased");
+    mpt_text_stochastic(t, sizeof t, 40.0, 0.892, 0.55, 0.16);
+    HAS("did not keep the updates");
+    LACKS("the rounding is unbiased,");
+    mpt_text_fp32_lost(t, sizeof t, 0.21, 1e-7);
+    HAS("almost no movement");
+    mpt_text_fp32_lost(t, sizeof t, 0.21, 0.03);
+    HAS("a real share of the movement");
+    LACKS("almost no");
+}
+END_TEST
+
+/* mptrain train's last line: the checkpoint refused for the optimizer state is not "the weights are non-finite" */
+START_TEST(test_checkpoint_refusal_names_what) {
+    mpt_text_checkpoint_refused(t, sizeof t, 0, "out/checkpoint.safetensors: not saved: tensor fc1.weight:exp_avg_sq "
+                                "holds +inf at element 1605 (a checkpoint must hold finite values; ...)");
+    HAS("not written (the optimizer state fc1.weight:exp_avg_sq holds +inf)");
+    LACKS("weights are non-finite");
+    mpt_text_checkpoint_refused(t, sizeof t, 1, "x: not saved: tensor fc2.weight holds NaN at element 3 (...)");
+    HAS("kept from an earlier step (the master weight fc2.weight holds NaN)");
+    mpt_text_checkpoint_refused(t, sizeof t, 1, "x: not saved: scaler scale is inf (...)");
+    HAS("loss-scaler value");
+}
+END_TEST
+
+static Suite *sentences_suite(void) {
+    Suite *s = suite_create("sentences");
+    TCase *tc = tcase_create("sentences");
+    tcase_add_test(tc, test_pairing_follows_the_spreads);
+    tcase_add_test(tc, test_paired_carries_verdict_and_interval);
+    tcase_add_test(tc, test_verdict_reading);
+    tcase_add_test(tc, test_vs_published);
+    tcase_add_test(tc, test_format_ranges);
+    tcase_add_test(tc, test_docs_range_ratio);
+    tcase_add_test(tc, test_accumulation_growth);
+    tcase_add_test(tc, test_promotion_caps_not_removes);
+    tcase_add_test(tc, test_fp8_warmup_apart);
+    tcase_add_test(tc, test_underflow_cost_by_mass);
+    tcase_add_test(tc, test_staleness_and_mx);
+    tcase_add_test(tc, test_wire_unscaled);
+    tcase_add_test(tc, test_overflow_bound);
+    tcase_add_test(tc, test_adam_thresholds);
+    tcase_add_test(tc, test_state_sequence);
+    tcase_add_test(tc, test_stochastic_and_fp32_lost);
+    tcase_add_test(tc, test_checkpoint_refusal_names_what);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(sentences_suite()); }

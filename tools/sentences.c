@@ -1,0 +1,439 @@
+/* tools/sentences.c - sentences chosen by their numbers (tools/sentences.h says what each branch means). */
+#include "tools/sentences.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/formats.h"
+
+/* ---- statistics over seeds ------------------------------------------------------------------------------------ */
+
+void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, double sd_paired) {
+    if (!isfinite(sd_between) || !isfinite(sd_paired)) {
+        snprintf(b, n, "%s: no spread (fewer than 2 seeds)", name);
+        return;
+    }
+    if (sd_between <= 0.0) {
+        snprintf(b, n, "%s: paired sd %.2f pp against a reference that did not move at all over the seeds (sd 0)",
+                 name, sd_paired);
+        return;
+    }
+    const double r = sd_paired / sd_between;
+    if (r < 0.8)
+        snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: smaller, because a seed moved both runs "
+                 "of a pair alike and their difference cancelled that shared part", name, sd_paired, r);
+    else if (r > 1.25)
+        snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: larger, so here the two runs of a pair "
+                 "did not move alike and the pairing cancelled none of the seed's effect", name, sd_paired, r);
+    else
+        snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: about the same, so here the pairing "
+                 "cancelled little of the seed's effect", name, sd_paired, r);
+}
+
+void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired *d, const mpt_stats_summary *diff) {
+    if (!d) {
+        if (diff && diff->n >= 2)
+            snprintf(b, n, "%s %+.2f pp (mean of %d seeds, sd %.2f; no interval: this build has no GSL, so no "
+                     "verdict)", what, diff->mean, diff->n, diff->sd);
+        else
+            snprintf(b, n, "%s %+.2f pp (one seed: no spread, no interval, no verdict)", what,
+                     diff ? diff->mean : NAN);
+        return;
+    }
+    int k = snprintf(b, n, "%s %+.2f pp, %.0f%% CI [%.2f, %.2f] over %d seeds: ", what, d->mean, 100.0 * d->level,
+                     d->lo, d->hi, d->n);
+    if (k < 0 || (size_t)k >= n) return;
+    char *t = b + k;
+    size_t m = n - (size_t)k;
+    switch (d->verdict) {
+    case MPT_VERDICT_EQUIVALENT: snprintf(t, m, "equivalent within ±%.2g pp", d->margin); return;
+    case MPT_VERDICT_BETTER: snprintf(t, m, "better by more than %.2g pp", d->margin); return;
+    case MPT_VERDICT_WORSE: snprintf(t, m, "worse by more than %.2g pp", d->margin); return;
+    case MPT_VERDICT_INCONCLUSIVE: break;
+    }
+    const int inside = fabs(d->mean) < d->margin;
+    const char *goal = inside ? "equivalence" : d->mean > 0 ? "a verdict of better" : "a verdict of worse";
+    if (d->seeds_needed > 0)
+        snprintf(t, m, "inconclusive at ±%.2g pp; %s would need about %d seeds at this spread (if the mean stayed "
+                 "where it is)", d->margin, goal, d->seeds_needed);
+    else if (fabs(fabs(d->mean) - d->margin) < 1e-12)
+        snprintf(t, m, "inconclusive at ±%.2g pp; the mean sits on the margin, so no number of seeds decides",
+                 d->margin);
+    else
+        snprintf(t, m, "inconclusive at ±%.2g pp; %s would need more than %d seeds at this spread", d->margin, goal,
+                 MPT_STATS_MAX_SEEDS_SUGGESTED);
+}
+
+void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_stats_paired *d) {
+    if (!d) {
+        snprintf(b, n, "with no interval, these runs say nothing about accuracy %s", what);
+        return;
+    }
+    switch (d->verdict) {
+    case MPT_VERDICT_WORSE:
+        snprintf(b, n, "%s the network ended worse beyond the ±%.2g pp margin", what, d->margin);
+        return;
+    case MPT_VERDICT_BETTER:
+        snprintf(b, n, "%s the network ended better beyond the ±%.2g pp margin", what, d->margin);
+        return;
+    case MPT_VERDICT_EQUIVALENT:
+        snprintf(b, n, "%s the network ended equivalent within ±%.2g pp: no accuracy cost at that margin", what,
+                 d->margin);
+        return;
+    case MPT_VERDICT_INCONCLUSIVE: break;
+    }
+    if (d->lo <= 0.0 && d->hi >= 0.0)
+        snprintf(b, n, "%s these seeds resolve no accuracy difference in either direction (the interval holds 0)",
+                 what);
+    else
+        snprintf(b, n, "%s the network ended %s on average, but not beyond the ±%.2g pp margin with these seeds", what,
+                 d->hi < 0.0 ? "lower" : "higher", d->margin);
+}
+
+void mpt_text_vs_published(char *b, size_t n, const char *source, double published, double ref_outputs,
+                           double outputs, const double *samples, int n_samples) {
+    mpt_stats_summary sm;
+    mpt_stats_summarize(samples, n_samples, &sm);
+    const double f = sqrt(log(ref_outputs) / log(outputs)), scaled = published / f;
+    int k = snprintf(b, n, "%s %.2g is a maximum over %.2g outputs; over %.2g outputs a Gaussian-like maximum is "
+                     "%.2fx smaller, %.2g. Over %d operand sample%s here the metric ranged %.3g..%.3g (mean %.3g",
+                     source, published, ref_outputs, outputs, f, scaled, n_samples, n_samples == 1 ? "" : "s", sm.min,
+                     sm.max, sm.mean);
+    if (k < 0 || (size_t)k >= n) return;
+    if (n_samples >= 2) k += snprintf(b + k, n - (size_t)k, ", sd %.1f%% of it", 100.0 * sm.sd / sm.mean);
+    if (k < 0 || (size_t)k >= n) return;
+    if (scaled >= sm.min && scaled <= sm.max)
+        snprintf(b + k, n - (size_t)k, "): the scaled figure lies inside that range, so the two agree within the "
+                 "sampling spread");
+    else if (n_samples < 2)
+        snprintf(b + k, n - (size_t)k, "): one sample, no spread to compare within; the scaled figure is %.2fx "
+                 "ours", scaled / sm.mean);
+    else
+        snprintf(b + k, n - (size_t)k, "): the scaled figure lies %s that range (%.2fx the mean), outside the "
+                 "sampling spread", scaled > sm.max ? "above" : "below", scaled / sm.mean);
+}
+
+/* ---- number formats ------------------------------------------------------------------------------------------- */
+
+void mpt_text_format_of(mpt_format fmt, const char *name, mpt_text_format *out) {
+    const mpt_format_desc *fi = mpt_format_info(fmt);
+    out->name = name;
+    out->fmax = fi->max_finite;
+    out->emin = (int)lround(log2(fi->min_normal));
+    out->esub = (int)lround(log2(fi->min_subnormal));
+}
+
+double mpt_text_range_log2(const mpt_text_format *f) { return log2(f->fmax) - (double)f->esub; }
+
+void mpt_text_range_ratio(char *b, size_t n, const mpt_text_format *a, const mpt_text_format *c) {
+    const double ra = mpt_text_range_log2(a), rc = mpt_text_range_log2(c);
+    const mpt_text_format *wide = ra >= rc ? a : c, *narrow = ra >= rc ? c : a;
+    const double rw = fmax(ra, rc), rn = fmin(ra, rc);
+    snprintf(b, n, "%s has 2^%.3g times %s's range (fmax / smallest subnormal: 2^%.1f against 2^%.1f)", wide->name,
+             rw - rn, narrow->name, rw, rn);
+}
+
+void mpt_text_scaled_thresholds(char *b, size_t n, const mpt_text_format *a, const mpt_text_format *c) {
+    const double sa = log2(a->fmax) - a->emin, sc = log2(c->fmax) - c->emin;
+    const double fa = log2(a->fmax) - a->esub + 1.0, fc = log2(c->fmax) - c->esub + 1.0;
+    snprintf(b, n, "a value more than 2^%.1f below amax becomes subnormal in %s (2^%.1f in %s), and one more than "
+             "2^%.1f below it flushes to zero (2^%.1f in %s)", sa, a->name, sc, c->name, fa, fc, c->name);
+}
+
+void mpt_text_swamping(char *b, size_t n, const char *name, int p) {
+    snprintf(b, n, "in %s once the running sum is 2^%d to 2^%d times the term (by where the sum lies in its binade: "
+             "%d significant bits)", name, p, p + 1, p);
+}
+
+/* ---- accumulation --------------------------------------------------------------------------------------------- */
+
+void mpt_text_accum_growth(char *b, size_t n, const char *name16, double grow16, double grow32, double start_ratio,
+                           int64_t k_lo, int64_t k_hi) {
+    const char *how = grow32 <= 2.0            ? "did not grow"
+                      : grow32 >= 0.5 * grow16 ? "grew as fast"
+                      : grow32 < 0.2 * grow16  ? "grew far more slowly"
+                                               : "grew more slowly";
+    snprintf(b, n, "From K = %lld to %lld the FP32 accumulator's error relative to the output %s (%.0fx) as the %s "
+             "one's (%.0fx)%s; it started 2^%.1f (%.0fx) lower, which is what FP32 buys: %s", (long long)k_lo,
+             (long long)k_hi, how, grow32, name16, grow16,
+             grow32 <= 2.0 ? "" : ": every recursive sum's error grows with K, FP32's included",
+             log2(start_ratio), start_ratio,
+             grow32 >= 0.5 * grow16 ? "the same growth from a far lower start, not an error that stays put"
+                                    : "a lower start and a slower growth");
+}
+
+void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double err_rec, double err_m,
+                          int64_t K) {
+    (void)K; /* the caller names K once for a list of these */
+    const double ratio = err_rec / err_m;
+    if (err_m == 0.0 && err_rec == 0.0)
+        snprintf(b, n, "%s and the recursive sum in %s were both exact in the median", method, accum);
+    else if (err_m == 0.0)
+        snprintf(b, n, "%s in %s was exact in the median, where the recursive sum erred by %.2g", method, accum,
+                 err_rec);
+    else if (ratio >= 2.0)
+        snprintf(b, n, "%s in %s erred %.3gx less than the recursive sum", method, accum, ratio);
+    else if (ratio >= 0.5)
+        snprintf(b, n, "%s in %s erred about as much as the recursive sum (%.2gx)", method, accum, ratio);
+    else
+        snprintf(b, n, "%s in %s erred more than the recursive sum (%.2gx as much), which the method does not lead one "
+                 "to expect", method, accum, 1.0 / ratio);
+}
+
+/* ---- FP8 ------------------------------------------------------------------------------------------------------ */
+
+void mpt_text_promotion(char *b, size_t n, int promote, int64_t k_lo, int64_t k_hi, double fast_lo, double fast_hi,
+                        double prom_lo, double prom_hi, double prom_min, double prom_max) {
+    const int capped = prom_hi <= 2.0 * prom_lo && prom_hi < fast_hi;
+    if (capped)
+        snprintf(b, n, "promoting to FP32 every %d caps the fast accumulator's error rather than removing it: from K "
+                 "= %lld to %lld it stayed between %.1e and %.1e (%.1e at the ends: it does not grow with K), where "
+                 "without promotion it went from %.1e to %.1e", promote, (long long)k_lo, (long long)k_hi, prom_min,
+                 prom_max, prom_lo, fast_lo, fast_hi);
+    else
+        snprintf(b, n, "promoting to FP32 every %d did not cap the fast accumulator's error: from K = %lld to %lld it "
+                 "went from %.1e to %.1e (%.2gx; range %.1e..%.1e), against %.1e to %.1e without promotion", promote,
+                 (long long)k_lo, (long long)k_hi, prom_lo, prom_hi, prom_lo > 0 ? prom_hi / prom_lo : INFINITY,
+                 prom_min, prom_max, fast_lo, fast_hi);
+}
+
+void mpt_text_fp8_warmup(char *b, size_t n, int warm_steps, int steady_steps, double e4_warm, double e5_warm,
+                         double e4_steady, double e5_steady, double e4_all, double e5_all) {
+    if (warm_steps <= 0) {
+        snprintf(b, n, "no telemetry step cast gradients with the initial scale 1 (no warm-up among the %d steps "
+                 "measured): E4M3 %.3g%%, E5M2 %.3g%% throughout", steady_steps, 100.0 * e4_all, 100.0 * e5_all);
+        return;
+    }
+    int k = snprintf(b, n, "delayed scaling's warm-up (%d step%s cast with the initial scale 1, before any amax was "
+                     "recorded) lost %.3g%% of the gradient values in E4M3 and %.3g%% in E5M2; the steady state (%d "
+                     "telemetry steps) %.3g%% and %.3g%%. ", warm_steps, warm_steps == 1 ? "" : "s", 100.0 * e4_warm,
+                     100.0 * e5_warm, steady_steps, 100.0 * e4_steady, 100.0 * e5_steady);
+    if (k < 0 || (size_t)k >= n) return;
+    if (!isfinite(e4_all) || !isfinite(e5_all)) {
+        snprintf(b + k, n - (size_t)k, "The run's telemetry did not measure the warm-up, so its means are the steady "
+                 "state's");
+        return;
+    }
+    const double share4 = e4_all > 0 ? (e4_warm * warm_steps) / (e4_all * (warm_steps + steady_steps)) : 0.0;
+    snprintf(b + k, n - (size_t)k, "The whole-run means (%.3g%%, %.3g%%) %s", 100.0 * e4_all, 100.0 * e5_all,
+             share4 >= 0.5 ? "are mostly the warm-up's: read the steady state for what the formats do once scaled"
+                           : "are mostly the steady state's: the warm-up adds little to them");
+}
+
+void mpt_text_staleness(char *b, size_t n, const char *tensor, double max_stale, int stale_steps, int steps,
+                        double sat_stale, double sat_current) {
+    if (!(max_stale > 1.0) || stale_steps == 0)
+        snprintf(b, n, "on `%s` no step's amax exceeded the amax its scale came from (largest ratio %.3g over %d "
+                 "steps): the history was never stale in the direction that saturates", tensor, max_stale, steps);
+    else
+        snprintf(b, n, "on `%s` the amax grew past the one its scale came from at %d of %d steps (up to %.3gx): values "
+                 "above the old amax saturate there, %.3g%% of them on those steps, where current scaling, which "
+                 "scales by the step's own amax, saturated %.3g%%", tensor, stale_steps, steps, max_stale,
+                 100.0 * sat_stale, 100.0 * sat_current);
+}
+
+void mpt_text_mx_rounding(char *b, size_t n, double sat_floor, double sat_rceil, double flush_floor,
+                          double flush_rceil) {
+    int k;
+    if (sat_floor > sat_rceil)
+        k = snprintf(b, n, "with FLOOR block scales %.3g%% of the operands' values saturated (a block whose amax / X "
+                     "lies in [448, 512) clips its largest values to 448 X), with RCEIL %.3g%%", 100.0 * sat_floor,
+                     100.0 * sat_rceil);
+    else
+        k = snprintf(b, n, "FLOOR block scales saturated no more of the operands' values than RCEIL (%.3g%% against "
+                     "%.3g%%): the expected clipping of block maxima in [448 X, 512 X) did not show", 100.0 * sat_floor,
+                     100.0 * sat_rceil);
+    if (k < 0 || (size_t)k >= n) return;
+    if (flush_rceil > flush_floor)
+        snprintf(b + k, n - (size_t)k, "; RCEIL's X, up to one binade larger, flushed more: %.3g%% against %.3g%%",
+                 100.0 * flush_rceil, 100.0 * flush_floor);
+    else
+        snprintf(b + k, n - (size_t)k, "; RCEIL's X, up to one binade larger, did not flush more here (%.3g%% against "
+                 "FLOOR's %.3g%%; the two runs' values differ from the first step on)", 100.0 * flush_rceil,
+                 100.0 * flush_floor);
+}
+
+void mpt_text_wire_unscaled(char *b, size_t n, int N, double flush1, double sub1, double err1, double err_s,
+                            double log2_scale) {
+    if (flush1 <= 0.0 && sub1 <= 0.0)
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed none of the ranks' terms at N = %d and made none "
+                 "subnormal (error %.2g, at S = 2^%.0f %.2g)", N, err1, log2_scale, err_s);
+    else if (err1 <= 1.1 * err_s)
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed %.3g%% of the ranks' nonzero terms at N = %d and made "
+                 "%.3g%% subnormal, yet its error was %.2g against %.2g at S = 2^%.0f: those terms carry almost none "
+                 "of the gradient's norm", 100.0 * flush1, N, 100.0 * sub1, err1, err_s, log2_scale);
+    else
+        snprintf(b, n, "Sent without the loss scale, FP16 flushed %.3g%% of the ranks' nonzero terms at N = %d and made "
+                 "%.3g%% subnormal, and its error was %.2g against %.2g at S = 2^%.0f: %.2gx, the cost of sending the "
+                 "gradient unscaled", 100.0 * flush1, N, 100.0 * sub1, err1, err_s, log2_scale, err1 / err_s);
+}
+
+/* ---- loss scaling --------------------------------------------------------------------------------------------- */
+
+void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u) {
+    const int negligible = u->mass_1 < 1e-4 && u->rel_1 < 1e-3;
+    if (u->log2_scale == 0.0) { /* a run without loss scaling: S = 1 is what happened */
+        snprintf(b, n, "Without loss scaling, %.2f%% of `%s`'s nonzero values rounded to zero in FP16, carrying %.2g "
+                 "of its mass (sum |g|); the rounded gradient differed from the FP32 one by a relative L2 error of "
+                 "%.2g. %s", 100.0 * u->flush_1, u->tensor, u->mass_1, u->rel_1,
+                 negligible ? "Many values, almost none of the signal: a loss scale would save them by count, not "
+                              "by mass"
+                            : "That is a real share of the signal, which a loss scale would keep");
+        return;
+    }
+    snprintf(b, n, "At S = 1, %.2f%% of `%s`'s nonzero values would round to zero in FP16, but they carry %.2g of its "
+             "mass (sum |g|), and the rounded gradient would differ from the FP32 one by a relative L2 error of "
+             "%.2g; at the run's S = 2^%.0f, %.2f%% flush, carrying %.2g of the mass, relative L2 error %.2g. %s",
+             100.0 * u->flush_1, u->tensor, u->mass_1, u->rel_1, u->log2_scale, 100.0 * u->flush_s, u->mass_s,
+             u->rel_s,
+             negligible ? "What underflows here is many values but almost none of the signal: by count the scale "
+                          "saves them, by mass and error this network loses next to nothing without it"
+                        : "What underflows here carries a real share of the signal: without the scale this network's "
+                          "gradient loses it");
+}
+
+/* ---- overflow ------------------------------------------------------------------------------------------------- */
+
+void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled, int backoffs_above, int backoffs_below) {
+    const double bound = 65520.0 * batch;
+    const int e = (int)floor(log2(bound));
+    const double p2 = ldexp(1.0, e == log2(bound) ? e - 1 : e); /* the largest power of two strictly below */
+    const int pe = (int)lround(log2(p2));
+    int k = snprintf(b, n, "With a mean loss over a batch of B = %d, the logits' gradient of an example that puts "
+                     "probability p on its label is S (p - 1) / B in that coordinate, which reaches FP16's overflow "
+                     "threshold 65520 when S >= 65520 B / (1 - p) = %.0f / (1 - p): no S below %.0f can overflow "
+                     "there, and 2^%d is the largest power of two below it. ", batch, bound, bound, pe);
+    if (k < 0 || (size_t)k >= n) return;
+    if (!(settled > 0))
+        snprintf(b + k, n - (size_t)k, "The dynamic runs did not spend most of their steps at one scale, so there is "
+                 "no common settle point to check against it.");
+    else if (settled == p2 && backoffs_below == 0)
+        snprintf(b + k, n - (size_t)k, "Every dynamic run spent most of its steps at 2^%.0f, the bound's power of "
+                 "two, and none backed off from it or below: the %d backoffs of the distinct trajectories were all from "
+                 "2^%d and above, where an example with probability below %.2g on its label overflows, as the bound "
+                 "predicts.", log2(settled),
+                 backoffs_above, pe + 1, 1.0 - bound / ldexp(1.0, pe + 1));
+    else if (settled == p2)
+        snprintf(b + k, n - (size_t)k, "Every dynamic run spent most of its steps at 2^%.0f, the bound's power of "
+                 "two, but %d backoffs came from 2^%d or below, where the bound rules the logits' gradient out: a "
+                 "gradient other than the logits' overflowed there.", log2(settled), backoffs_below, pe);
+    else if (settled < p2)
+        snprintf(b + k, n - (size_t)k, "The dynamic runs spent most of their steps at 2^%.0f, below the bound's 2^%d: a gradient "
+                 "other than the logits' overflowed at or below 2^%d, where the bound rules the logits' out.",
+                 log2(settled), pe, pe);
+    else
+        snprintf(b + k, n - (size_t)k, "The dynamic runs spent most of their steps at 2^%.0f, above the bound's 2^%d: no example was "
+                 "confidently wrong enough (1 - p stayed below %.2g) for the logits' gradient to overflow there before "
+                 "the run ended.",
+                 log2(settled), pe, bound / settled);
+}
+
+/* ---- optimizer state ------------------------------------------------------------------------------------------ */
+
+void mpt_text_adam_v_thresholds(char *b, size_t n, double beta2, int esub, double *t_sub, double *t_zero) {
+    const double a = 1.0 - beta2;
+    const double ts = sqrt(ldexp(1.0, esub) / a), tz = sqrt(ldexp(1.0, esub - 1) / a);
+    if (t_sub) *t_sub = ts;
+    if (t_zero) *t_zero = tz;
+    snprintf(b, n, "(1 - beta2) g^2 = %.3g g^2: below FP16's smallest subnormal 2^%d (%.2g) for |g| < %.2g, and "
+             "rounded to 0 for |g| <= %.2g (at or below half of it, 2^%d, the tie going to the even 0)", a, esub,
+             ldexp(1.0, esub), ts, tz, esub - 1);
+}
+
+void mpt_text_state_sequence(char *b, size_t n, const mpt_text_state_seq *s) {
+    size_t k = 0;
+#define ADD(...)                                                                                                     \
+    do {                                                                                                             \
+        if (k < n) {                                                                                                 \
+            int w_ = snprintf(b + k, n - k, __VA_ARGS__);                                                            \
+            if (w_ > 0) k += (size_t)w_;                                                                             \
+        }                                                                                                            \
+    } while (0)
+    b[0] = '\0';
+    ADD("the second step's updates reached %.3g (%.0fx lr)", s->update2_max, s->update2_max / s->lr);
+    if (s->grad_big_step > 0)
+        ADD("; the weights they moved gave gradients up to %.3g at step %d", s->grad_big_max, s->grad_big_step);
+    if (s->state_nonfinite_step > 0)
+        ADD("; after step %d the stored state held %s in `%s` (%s: FP16 overflows from 65520 up)",
+            s->state_nonfinite_step, s->state_value, s->state_tensor,
+            strstr(s->state_tensor, "exp_avg_sq") ? "v = beta2 v + (1 - beta2) g^2 rounded to FP16"
+                                                  : "m = beta1 m + (1 - beta1) g rounded to FP16");
+    else
+        ADD("; the stored state stayed finite over the first %d steps", s->looked);
+    if (s->weights_nonfinite_step > 0)
+        ADD("; after step %d master weights were non-finite (%s), so that step's update was",
+            s->weights_nonfinite_step, s->bad_weights[0] ? s->bad_weights : "which ones not read");
+    else
+        ADD("; the master weights stayed finite over the first %d steps", s->looked);
+    if (s->first_skip > 0)
+        ADD("; from step %d on, steps were skipped for non-finite gradients (%d of %d)", s->first_skip, s->skipped,
+            s->steps);
+    else
+        ADD("; no step of the whole run was skipped");
+    if (s->loss_all_finite && s->skipped > 0 && s->weights_nonfinite_step > 0 && !s->bad_last)
+        ADD(", while the loss stayed finite at every step (up to %.3g): the non-finite weights are all in hidden "
+            "layers, whose outputs pass a ReLU that maps NaN to 0 (x > 0 ? x : 0) in the forward pass, while the "
+            "backward pass multiplies gradients by those weights (0 x NaN = NaN)", s->loss_max);
+    else if (s->loss_all_finite && s->skipped > 0)
+        ADD(", while the loss stayed finite at every step (up to %.3g)", s->loss_max);
+    else if (s->loss_all_finite)
+        ADD(", and the loss stayed finite at every step (up to %.3g)", s->loss_max);
+    else
+        ADD(", and the loss itself became non-finite at some step");
+#undef ADD
+}
+
+/* ---- master weights ------------------------------------------------------------------------------------------- */
+
+void mpt_text_stochastic(char *b, size_t n, double acc, double lost, double applied, double applied_nearest) {
+    if (fabs(applied - 1.0) <= 0.1)
+        snprintf(b, n, "stochastic rounding without masters reached %.2f%%: it rounded %.1f%% of its updates back to "
+                 "the old weight on their step (that is what lost counts), yet the weights moved by %.0f%% of the "
+                 "update mass (round-to-nearest without masters: %.0f%%): the rounding is unbiased, and the few updates "
+                 "that do move a weight move it by a whole ulp", acc, 100.0 * lost, 100.0 * applied,
+                 100.0 * applied_nearest);
+    else
+        snprintf(b, n, "stochastic rounding without masters reached %.2f%%: it rounded %.1f%% of its updates back to "
+                 "the old weight on their step, and the weights moved by %.0f%% of the update mass (round-to-nearest "
+                 "without masters: %.0f%%): not the full mass its unbiased rounding promises in expectation, so here "
+                 "it did not keep the updates", acc, 100.0 * lost, 100.0 * applied, 100.0 * applied_nearest);
+}
+
+/* ---- lost updates in FP32 ------------------------------------------------------------------------------------- */
+
+void mpt_text_fp32_lost(char *b, size_t n, double lost_frac, double lost_mass) {
+    if (!(lost_frac > 0.0))
+        snprintf(b, n, "no nonzero update was lost in the FP32 weights");
+    else if (lost_mass < 1e-4)
+        snprintf(b, n, "%.3g%% of the nonzero updates were lost in the FP32 weights (below half an FP32 ulp of their "
+                 "weight), but they carried only %.2g of the update mass: many tiny updates, almost no movement",
+                 100.0 * lost_frac, lost_mass);
+    else
+        snprintf(b, n, "%.3g%% of the nonzero updates were lost in the FP32 weights (below half an FP32 ulp of their "
+                 "weight), carrying %.2g of the update mass: a real share of the movement", 100.0 * lost_frac,
+                 lost_mass);
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------------------------- */
+
+void mpt_text_checkpoint_refused(char *b, size_t n, int kept, const char *why) {
+    const char *what = "the final state is not finite";
+    char buf[160] = "";
+    const char *t = why ? strstr(why, "tensor ") : NULL;
+    if (t) {
+        t += strlen("tensor ");
+        size_t len = strcspn(t, " ");
+        const char *h = strstr(t, " holds ");
+        snprintf(buf, sizeof buf, "%s %.*s holds %.*s", memchr(t, ':', len) ? "the optimizer state" : "the master weight",
+                 (int)len, t, h ? (int)strcspn(h + 7, " ") : 1, h ? h + 7 : "?");
+        what = buf;
+    } else if (why && strstr(why, "scaler")) {
+        what = "a loss-scaler value is not finite";
+    } else if (why && strstr(why, "state ")) {
+        what = "a run-state value is not finite";
+    } else if (why && strstr(why, "weights hold")) {
+        what = "the weights are non-finite";
+    }
+    snprintf(b, n, "%s (%s)", kept ? "kept from an earlier step" : "not written", what);
+}
