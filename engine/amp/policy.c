@@ -76,8 +76,10 @@ static const mpt_mode_desc modes[] = {
         .lowp_math = MPT_MATH_BF16, .fp8 = MPT_FP8_KIND_TENSOR,
         .fp8_fmt = {MPT_DTYPE_E4M3, MPT_DTYPE_E4M3, MPT_DTYPE_E4M3},
         .summary = "bf16, plus FP8 GEMMs: E4M3 for every operand, gradients too, a scale per tensor",
-        .explained = "**fp8-e4m3**: fp8 with E4M3 for the gradients too: more precision, 2^17 times less range (448 against "
-                     "57344), so gradients saturate or flush more often than in fp8 (docs/numerics.md)."},
+        .explained = "**fp8-e4m3**: fp8 with E4M3 for the gradients too: one more bit of precision, less range (E4M3 "
+                     "spans 2^17.8 from its smallest subnormal to its largest value 448, E5M2 2^31.8 up to 57344: 2^14 "
+                     "times more), so gradients can saturate or flush more often than in fp8: the FP8 casts' table below "
+                     "says how often they did (docs/numerics.md)."},
     [MPT_PRECISION_MXFP8] = {
         .name = "mxfp8", .act_name = "bf16", .act_dtype = MPT_DTYPE_BF16, .math = MPT_MATH_MXFP8,
         .lowp_math = MPT_MATH_BF16, .fp8 = MPT_FP8_KIND_MX,
