@@ -1107,6 +1107,11 @@ START_TEST(test_set_accum_rules) {
     ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_F16));
     ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_FP32));
     ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_B200, MPT_MATH_TF32));
+    /* another backend (a table that says CUDA; nothing of it is called): its hardware sums, no model is taken */
+    mpt_backend gpu = {.name = "cuda", .device = MPT_DEVICE_CUDA};
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(&gpu, MPT_ACCUM_MODEL_H100), MPT_ERR_ARG);
+    EXPECT(strstr(mpt_last_error(), "the GPU's Tensor Cores sum for themselves") != NULL, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_backend_cpu_accum(&gpu), MPT_ACCUM_MODEL_IEEE);
     mpt_backend *be = mpt_backend_cpu_create();
     ck_assert_int_eq(mpt_backend_cpu_accum(be), MPT_ACCUM_MODEL_IEEE);
     ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_COUNT), MPT_ERR_ARG);
