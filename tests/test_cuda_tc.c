@@ -33,7 +33,8 @@
  *     differ, and the losses after the last step.
  * With MPT_TC_REPORT=<file> the results are also written there as markdown tables (bench/gpu.sh's results page).
  * With MPT_TC_STANDIN=cpu the whole measurement runs without a GPU, a second CPU backend with IEEE sums standing in
- * for the GPU (no GEMM records): the plumbing rehearsed here (its figures say nothing about a GPU).
+ * for the GPU (no GEMM records): the plumbing rehearsed on every build (meson test test_cuda_tc_standin, suite
+ * 'unit'; its figures say nothing about a GPU).
  */
 #include <math.h>
 #include <stdio.h>
@@ -609,9 +610,10 @@ int main(void) {
         dev = cpu_with(MPT_ACCUM_MODEL_IEEE);
     }
     model = gpu_model(info);
-    /* the CPU sides on every core (results do not depend on it: the model's elements are computed alone) */
+    /* on a GPU machine the CPU sides take every core (the models' results do not depend on it: each element is
+     * computed alone); the stand-in keeps the threads the environment gives it (the unit suite runs in parallel) */
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    mpt_cpu_set_threads(cores > 0 ? (int)cores : 1);
+    mpt_cpu_set_threads(standin ? 0 : cores > 0 ? (int)cores : 1);
     printf("test_cuda_tc: %s; CPU model %s (%s)\n", info, mpt_accum_model_name(model), mpt_accum_model_gpus(model));
     const char *rp = getenv("MPT_TC_REPORT");
     if (rp && rp[0]) {
