@@ -22,8 +22,8 @@
  *
  * Numerics of GEMM and convolution (both backends): operands are rounded to the math mode's format
  * (TF32 with round-to-nearest-even on the CPU; F16/BF16 operands are already in that format), products and
- * sums are FP32, the epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to
- * C's dtype. The two backends differ in summation order (and in the TF32 rounding mode, see
+ * sums are FP32 (on the CPU, IEEE additions, or a GPU's Tensor Core summation with mpt_backend_cpu_set_accum), the
+ * epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to C's dtype. The two backends differ in summation order (and in the TF32 rounding mode, see
  * engine/numerics.h), which the cuda test suite bounds, and, measured on an H200 (cuBLASLt 13.1, cuDNN 9.19,
  * 2026-11-26; docs/cuda.md), in one more rounding of 16-bit outputs: cuBLASLt's bias epilogues round
  * alpha*op(A)op(B) + beta*C to the F16/BF16 output and add the bias to that, rounding again; cuDNN blends a
