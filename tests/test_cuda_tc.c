@@ -618,6 +618,7 @@ int main(void) {
     const char *rp = getenv("MPT_TC_REPORT");
     if (rp && rp[0]) {
         report = fopen(rp, "w");
+        if (report) setvbuf(report, NULL, _IOLBF, 0); /* a row at a time: a case killed at its limit keeps its rows */
         if (!report) fprintf(stderr, "test_cuda_tc: cannot write MPT_TC_REPORT=%s\n", rp);
         else
             fprintf(report, "Device: %s. CPU model: `%s` (%s); kernels/cpu/tc_accum.h, tests/test_cuda_tc.c.\n\n", info,
