@@ -27,7 +27,12 @@
 #   test     the cuda suite, one process per Check test case (CK_RUN_CASE; test cases and their timeouts read from
 #            tests/*.c), each under its own limit (its tcase_set_timeout, at most --tcase-timeout), TAP lines
 #            line-buffered into one log per case (a killed case keeps what it printed); every case at once except
-#            `timing`, which runs alone after the others (it times the GPU)
+#            `timing`, which runs alone after the others (it times the GPU), and tests/test_cuda_tc.c's, which the
+#            stage tc runs when it is on the list
+#   tc       tests/test_cuda_tc (issue 39 D), alone: the mlp's GEMM shapes in fp16, bf16 and tf32 through cuBLASLt
+#            against the CPU's Tensor Core summation model of this GPU (share of bit-identical outputs per shape,
+#            cuBLASLt's algorithm and split-K, the causes measured), then 20 training steps of the mlp from identical
+#            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
 #   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off: the two runs'
 #            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
 #            first epoch
@@ -43,11 +48,11 @@
 # Usage: bench/gpu.sh --prebuild | [--stages LIST] [--budget S] [--epochs N] [--repeats R] [--tcase-timeout S]
 #                                  [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
 #   --prebuild         build and pack .gpu-carry here (nothing else; see above)
-#   --stages LIST      comma-separated subset of info,test,graph,compare,bench (default all; always in that order;
-#                      machine and setup always run, build in build mode)
+#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,bench (default all; always in that
+#                      order; machine and setup always run, build in build mode)
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 150, graph 45, compare 75, bench what is left; 15 s
-#                      are kept for the results. A stage never starts a process it has no time for
+#                      info 30 (+ 240 for a fallback build), test 150, tc 45, graph 45, compare 75, bench what is
+#                      left; 15 s are kept for the results. A stage never starts a process it has no time for
 #   --epochs N         epochs of compare and of each benchmark run (default 3; the graph stage: at least 2)
 #   --repeats R        benchmark repeats, mptrain and PyTorch alternating (default 1)
 #   --tcase-timeout S  cap of each test case's limit (default 110: the H200 ran the whole suite in 33 s)
@@ -69,7 +74,7 @@ say() { printf '==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-STAGES=info,test,graph,compare,bench EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420 TCASE_CAP=110
+STAGES=info,test,tc,graph,compare,bench EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420 TCASE_CAP=110
 CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
@@ -94,8 +99,8 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a STAGE_LIST <<<"$STAGES"
 for s in "${STAGE_LIST[@]}"; do
-    case "$s" in info | test | graph | compare | bench) ;;
-        *) die "--stages: expected names from info,test,graph,compare,bench, found '$s'" ;; esac
+    case "$s" in info | test | tc | graph | compare | bench) ;;
+        *) die "--stages: expected names from info,test,tc,graph,compare,bench, found '$s'" ;; esac
 done
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 [ "$QUICK" = 1 ] && EPOCHS=1
@@ -106,6 +111,7 @@ case "$CARRY" in /*) ;; *) CARRY=$ROOT/$CARRY ;; esac
 # The cuda suite's programs: the 'cuda' entries of tests/meson.build.
 CUDA_PROGRAMS=$(sed -n "s/^ *\['\(test_[a-z0-9_]*\)', *'cuda', *[0-9]*\],.*/\1/p" tests/meson.build | tr '\n' ' ')
 PRE_TARGETS=(tools/mptrain kernels/cuda/libmptrain-cuda.so)
+TC_PROGRAM=test_cuda_tc # the stage tc's program (its one test case: tc_accum)
 for p in $CUDA_PROGRAMS; do PRE_TARGETS+=("tests/$p"); done
 
 # ================================ --prebuild: here =================================================================
@@ -177,21 +183,25 @@ MODE=build
 if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
-declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=150 [graph]=45 [compare]=75 [bench]=0)
+declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=150 [tc]=45 [graph]=45 [compare]=75
+                [bench]=0)
 # Expected seconds: test, graph, compare and bench from the H200 run of ../shared/gpu/first-run.sh on 2026-11-26
 # (the same programs: suite 33 s, graph on/off 3 s, compare of mlp and lenet5 at 2 epochs 7 s, 8 PyTorch pairs at 3
-# epochs 109 s), scaled by epochs and repeats; the others are estimates.
-declare -A EXPECT=([machine]=5 [setup]=3 [build]=150 [info]=3 [test]=33 [graph]=$((GE + 1)) [compare]=$((1 + 3 * EPOCHS))
-                   [bench]=$((1 + 36 * REPEATS * EPOCHS)))
+# epochs 109 s), scaled by epochs and repeats; the others are estimates (tc: 31 s of CPU time on this project's 2-vCPU
+# EPYC with a CPU backend standing in for the GPU, MPT_TC_STANDIN=cpu; the GPU machine's 16 cores share its models).
+declare -A EXPECT=([machine]=5 [setup]=3 [build]=150 [info]=3 [test]=33 [tc]=15 [graph]=$((GE + 1))
+                   [compare]=$((1 + 3 * EPOCHS)) [bench]=$((1 + 36 * REPEATS * EPOCHS)))
 ORDER=(machine setup)
 [ "$MODE" = build ] && ORDER+=(build)
-for s in info test graph compare bench; do want "$s" && ORDER+=("$s"); done
+for s in info test tc graph compare bench; do want "$s" && ORDER+=("$s"); done
 
 # The test cases of the cuda suite: "program tcase seconds" per line, from tests/<program>.c (TCase *v =
-# tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP.
+# tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP; without
+# the program of the stage tc when that stage runs (it runs it alone).
 tcases() {
     local p
     for p in $CUDA_PROGRAMS; do
+        [ "$p" = "$TC_PROGRAM" ] && want tc && continue
         [ -f "tests/$p.c" ] || continue
         awk -v prog="$p" -v cap="$TCASE_CAP" '
             match($0, /TCase \*[A-Za-z_0-9]+ *= *tcase_create\("[^"]*"\)/) {
@@ -224,6 +234,7 @@ if [ "$DRY_RUN" = 1 ]; then
             setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.xz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
             build) what="meson setup build-gpu --buildtype=release -Dgpu_arch=${GPU_ARCH:-80,90} -Dcuda=enabled; ninja ${PRE_TARGETS[*]}" ;;
             info) what="mptrain info (a fallback build, limit ${CAP[fallback]} s, only if the module cannot load: meson -Dgpu_arch=90, ninja the module)" ;;
+            tc) what="tests/$TC_PROGRAM alone (MPT_TC_REPORT): the mlp's GEMMs, cuBLASLt against the CPU's Tensor Core model; 20 steps" ;;
             test) what="$(tcases | awk -F'\t' -v cap=$((CAP[test] - TIMING_CAP)) '$2 != "timing" {
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
@@ -564,6 +575,20 @@ stage_test() {
     [ "$rc" = 0 ] || fail "test: the cuda suite failed (summary.txt: the test cases; test/*.log)"
 }
 
+# ---- tc: cuBLASLt against the CPU's Tensor Core summation model (tests/test_cuda_tc.c) ----------------------------
+stage_tc() {
+    local rc=0 log=$WORK/test/$TC_PROGRAM-tc_accum.log
+    [ -x "$BIN/tests/$TC_PROGRAM" ] || { fail "tc: $TC_PROGRAM is missing"; return; }
+    say "tc: $TC_PROGRAM: the mlp's GEMMs through cuBLASLt against the CPU's Tensor Core model; 20 training steps"
+    note "tc (tc.md; the log: test/$TC_PROGRAM-tc_accum.log):"
+    export MPT_TC_REPORT=$WORK/tc.md
+    run_case "$TC_PROGRAM" tc_accum "$(limit_for tc)" || rc=$?
+    unset MPT_TC_REPORT
+    grep -h "^$TC_PROGRAM: " "$log" 2>/dev/null | head -n 80
+    [ "$rc" = 0 ] || fail "tc: $TC_PROGRAM $(why "$rc") ($log)"
+    [ -s "$WORK/tc.md" ] || fail "tc: $TC_PROGRAM wrote no report (tc.md)"
+}
+
 # metrics_values FILE: the CSV without its run_id column (found by the header's name; the file as it is without one).
 metrics_values() {
     awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "run_id") drop = i }
@@ -646,6 +671,10 @@ results_page() {
         printf '\n'
         cat "$WORK/test-digest.txt" 2>/dev/null
         printf '```\n\n'
+    fi
+    if [ -s "$WORK/tc.md" ]; then
+        printf '## Tensor Core summation: cuBLASLt against the CPU'"'"'s model (tests/test_cuda_tc.c)\n\n'
+        cat "$WORK/tc.md"; printf '\n'
     fi
     if [ -f "$WORK/graph.md" ]; then
         printf '## The step as one CUDA Graph: mlp fp16, batch 128, %s epochs (--cuda-graph on / off)\n\n' "$GE"

@@ -22,8 +22,8 @@
  *
  * Numerics of GEMM and convolution (both backends): operands are rounded to the math mode's format
  * (TF32 with round-to-nearest-even on the CPU; F16/BF16 operands are already in that format), products and
- * sums are FP32, the epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to
- * C's dtype. The two backends differ in summation order (and in the TF32 rounding mode, see
+ * sums are FP32 (on the CPU, IEEE additions, or a GPU's Tensor Core summation with mpt_backend_cpu_set_accum), the
+ * epilogue (beta*C, bias, ReLU) is applied in FP32, and the result is rounded once to C's dtype. The two backends differ in summation order (and in the TF32 rounding mode, see
  * engine/numerics.h), which the cuda test suite bounds, and, measured on an H200 (cuBLASLt 13.1, cuDNN 9.19,
  * 2026-11-26; docs/cuda.md), in one more rounding of 16-bit outputs: cuBLASLt's bias epilogues round
  * alpha*op(A)op(B) + beta*C to the F16/BF16 output and add the bias to that, rounding again; cuDNN blends a
@@ -584,17 +584,65 @@ typedef enum mpt_cpu_kernels { MPT_CPU_KERNELS_EMULATE = 0, MPT_CPU_KERNELS_NATI
 MPT_API const char *mpt_cpu_kernels_name(mpt_cpu_kernels k);
 
 /* Chooses the kernel set of a CPU backend; call it before building any graph on be (the workspace a graph reserves
- * depends on it). MPT_ERR_ARG when be is not a CPU backend or already has graphs (a reserved workspace);
- * MPT_ERR_DEVICE, with the reason, when NATIVE is asked for and unavailable (a build without oneDNN, or a CPU
- * without BF16 units). The backend keeps its previous set on error. */
+ * depends on it). MPT_ERR_ARG when be is not a CPU backend, already has graphs (a reserved workspace), or NATIVE is
+ * asked for under a summation model (mpt_backend_cpu_set_accum); MPT_ERR_DEVICE, with the reason, when NATIVE is
+ * asked for and unavailable (a build without oneDNN, or a CPU without BF16 units). The backend keeps its previous set
+ * on error. */
 MPT_API mpt_status mpt_backend_cpu_set_kernels(mpt_backend *be, mpt_cpu_kernels k);
 
 /* The kernel set of a CPU backend (EMULATE for any other backend). */
 MPT_API mpt_cpu_kernels mpt_backend_cpu_kernels(const mpt_backend *be);
 
+/* The summation model of the emulate kernel set's TF32, FP16 and BF16 GEMMs and convolutions (--accum-model; issue 39):
+ *  IEEE (the default): the exact products summed by FP32 additions, each rounded to nearest, in the FP32 engine's
+ *        order (oneDNN or OpenBLAS): what the emulate kernel set computes without a model.
+ *  V100, A100, ADA, H100, B200: summed as that GPU's Tensor Cores sum (kernels/cpu/tc_accum.h: Khattak & Mikaitis,
+ *        "Accurate Models of NVIDIA Tensor Cores", arXiv 2512.07004): blocks of products aligned to their largest
+ *        exponent, truncated, added exactly and rounded once (toward zero into FP32), chained over K in order; every
+ *        element of a GEMM is that chain over its row and column, started from +0 (an FP32 accumulator). alpha, beta*C
+ *        and the bias then apply in the FP32 epilogue and the result is rounded once to C's dtype, as with IEEE: a
+ *        16-bit output is the modelled FP32 sum rounded once (RNE), not the Tensor Cores' FP16-output row. A
+ *        convolution runs per-image GEMMs (kernels/cpu/conv.c), each modelled; its weight gradient adds the images'
+ *        products in FP32 in image order, as with IEEE.
+ * Untouched by a model: FP32 GEMMs (no Tensor Cores), FP8 and MXFP8 GEMMs (their accumulator is --fp8-accum:
+ * mpt_gemm_args.fp8_accum), the native kernel set (the CPU's BF16 units sum for themselves: the two exclude each
+ * other), and the CUDA backend (its Tensor Cores sum for themselves: only the CPU backend takes a model). The values
+ * and their order are kernels/cpu/tc_accum.h's mpt_tc_model (kernels/cpu/backend.c checks it). */
+typedef enum mpt_accum_model {
+    MPT_ACCUM_MODEL_IEEE = 0,
+    MPT_ACCUM_MODEL_V100, /* V100: FP16 only */
+    MPT_ACCUM_MODEL_A100, /* A100, A30, A2 */
+    MPT_ACCUM_MODEL_ADA,  /* L40S, RTX 1000 */
+    MPT_ACCUM_MODEL_H100, /* H100, H200 */
+    MPT_ACCUM_MODEL_B200, /* B200 */
+    MPT_ACCUM_MODEL_COUNT
+} mpt_accum_model;
+
+/* "ieee", "v100", "a100", "ada", "h100", "b200" (NULL out of range). */
+MPT_API const char *mpt_accum_model_name(mpt_accum_model m);
+/* The GPUs whose published measurements model m reproduces ("H100, H200"; "none" for IEEE; NULL out of range). */
+MPT_API const char *mpt_accum_model_gpus(mpt_accum_model m);
+/* The model named s (exactly, lower case) into *out: 0, or -1 for an unknown name (*out untouched). */
+MPT_API int mpt_accum_model_parse(const char *s, mpt_accum_model *out);
+/* Whether a GEMM of math mode `math` can run under model m: 0 only for a Tensor Core model without a row for the
+ * math's format (V100 with TF32 or BF16: Volta's Tensor Cores take FP16 only); 1 for IEEE, and for FP32, FP8 and
+ * MXFP8 GEMMs, which a model leaves alone. */
+MPT_API int mpt_accum_model_covers(mpt_accum_model m, mpt_math math);
+
+/* Chooses the summation model of a CPU backend's emulated GEMMs; call it before building any graph on be (a model's
+ * GEMMs reserve other scratch). MPT_ERR_ARG, the backend unchanged, when be is not a CPU backend (the GPU's Tensor
+ * Cores sum for themselves), when m is not IEEE and the kernel set is NATIVE (and mpt_backend_cpu_set_kernels refuses
+ * NATIVE under a model), when be already has graphs (a reserved workspace), or for m out of range. A GEMM whose math
+ * the model does not cover (mpt_accum_model_covers) aborts at graph build, naming it: check before building. */
+MPT_API mpt_status mpt_backend_cpu_set_accum(mpt_backend *be, mpt_accum_model m);
+
+/* The summation model of a CPU backend (IEEE for any other backend). */
+MPT_API mpt_accum_model mpt_backend_cpu_accum(const mpt_backend *be);
+
 /* How a GEMM (conv = 0) or convolution (conv = 1) of math mode m runs on be, one word for tables: on the CPU
- * "<kernel set>:<engine>" ("emulate:onednn", "native:onednn", "emulate:openblas"); "cublaslt" / "cudnn" on the
- * CUDA backend. Static string. */
+ * "<kernel set>:<engine>" ("emulate:onednn", "native:onednn", "emulate:openblas"), or "emulate:<model>" for the
+ * TF32, FP16 and BF16 GEMMs summed by a Tensor Core model ("emulate:h100": mpt_backend_cpu_set_accum);
+ * "cublaslt" / "cudnn" on the CUDA backend. Static string. */
 MPT_API const char *mpt_backend_kernels_of(const mpt_backend *be, int conv, mpt_math m);
 
 /* Whether NATIVE can run here (oneDNN in the build and a CPU with BF16 dot-product units); if not, why (host buf,

@@ -361,6 +361,10 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
             g->policy.tf32_override ? ", TF32 disabled by NVIDIA_TF32_OVERRIDE=0" : "");
     if (g->be->device == MPT_DEVICE_CPU) /* the kernel set and the engine, as the kernels column says per node */
         fprintf(f, "; CPU kernels %s", mpt_cpu_kernels_name(mpt_backend_cpu_kernels(g->be)));
+    const mpt_accum_model am = mpt_backend_cpu_accum(g->be);
+    if (am != MPT_ACCUM_MODEL_IEEE) /* the kernels column says emulate:<model> where it sums */
+        fprintf(f, "; TF32/FP16/BF16 products summed as %s Tensor Cores do (--accum-model %s)",
+                mpt_accum_model_gpus(am), mpt_accum_model_name(am));
     fprintf(f, "):\n");
     fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12s  %s\n", "node", "op", "in", "weight", "out", "math",
             "act bytes", "kernels");

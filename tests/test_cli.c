@@ -19,7 +19,11 @@
  *    naming gnuplot when it is missing), and the relative L2 column recomputed in FP64 from the checkpoints;
  *    numerics.png still drawn when a series has no point, and a reason instead of a picture with no telemetry;
  *  - the same short train/eval on a few hundred real Fashion-MNIST images (skipped with a message when the
- *    dataset is not installed).
+ *    dataset is not installed);
+ *  - --accum-model h100 (issue 39): trains in every precision and every model, says what it does, records the model
+ *    (summary.json: config, accum_model, each GEMM node's "accum" and kernels; the checkpoint's config, which leaves
+ *    it out at ieee), changes the weights of a bf16 run and not those of an fp32 run, resumes bit-exactly, refuses a
+ *    changed model on resume, and eval of its checkpoint reproduces the run's accuracy.
  */
 #include <errno.h>
 #include <ftw.h>
@@ -261,6 +265,10 @@ static const bad_case bad_cases[] = {
     {{"compare", "--update-rounding", "stochastic"}, "--update-rounding"},
     {{"train", "--cuda-graph", "yes"}, "--cuda-graph"},
     {{"train", "--cpu-kernels", "fast"}, "--cpu-kernels"},
+    {{"train", "--accum-model", "h200"}, "--accum-model"},                             /* h100's row models it */
+    {{"train", "--accum-model", "v100", "--precision", "bf16"}, "--accum-model"},      /* Volta: FP16 only */
+    {{"train", "--accum-model", "v100", "--precision", "tf32"}, "--accum-model"},
+    {{"train", "--accum-model", "h100", "--cpu-kernels", "native"}, "--accum-model"},  /* its own sums */
 };
 
 START_TEST(test_bad_flags) {
@@ -1399,6 +1407,153 @@ START_TEST(test_telemetry_only_reads) {
 }
 END_TEST
 
+/* ---- --accum-model (issue 39) ---------------------------------------------------------------------------------- */
+
+/* The checkpoint's "config" (JSON, caller frees) of the run in dir. */
+static json_t *ckpt_config(const char *dir) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", dir);
+    mpt_checkpoint *c = NULL;
+    ck_assert_msg(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    json_error_t err;
+    json_t *j = json_loads(mpt_checkpoint_meta_get(c, "config"), JSON_REJECT_DUPLICATES, &err);
+    ck_assert_msg(j != NULL, "%s: config: %s", p, err.text);
+    mpt_checkpoint_close(&c);
+    return j;
+}
+
+/* Whether any tensor of the two runs' checkpoints differs in its bytes. */
+static int tensors_differ(const char *dir_a, const char *dir_b) {
+    char pa[4400], pb[4400];
+    snprintf(pa, sizeof pa, "%.4300s/checkpoint.safetensors", dir_a);
+    snprintf(pb, sizeof pb, "%.4300s/checkpoint.safetensors", dir_b);
+    mpt_checkpoint *a = NULL, *b = NULL;
+    ck_assert(mpt_checkpoint_open(pa, NULL, 0, &a) == MPT_OK && mpt_checkpoint_open(pb, NULL, 0, &b) == MPT_OK);
+    int differ = 0;
+    for (int i = 0; i < mpt_checkpoint_n_tensors(a) && !differ; i++) {
+        const mpt_checkpoint_tensor *ta = mpt_checkpoint_tensor_at(a, i), *tb = mpt_checkpoint_find(b, ta->name);
+        ck_assert_msg(tb != NULL, "%s lacks %s", pb, ta->name);
+        differ = memcmp(ta->data, tb->data, (size_t)mpt_checkpoint_tensor_nbytes(ta)) != 0;
+    }
+    mpt_checkpoint_close(&a);
+    mpt_checkpoint_close(&b);
+    return differ;
+}
+
+/* The "accum" and "kernels" of precision-map node `node` in summary j. */
+static void expect_node_accum(json_t *j, const char *what, const char *node, const char *accum, const char *kernels) {
+    json_t *map = json_object_get(j, "precision_map");
+    for (size_t i = 0; i < json_array_size(map); i++) {
+        json_t *n = json_array_get(map, i);
+        if (strcmp(json_string_value(json_object_get(n, "node")), node) != 0) continue;
+        const char *a = json_string_value(json_object_get(n, "accum"));
+        const char *k = json_string_value(json_object_get(n, "kernels"));
+        ck_assert_msg(a && strcmp(a, accum) == 0, "%s: %s's accum is %s, expected %s", what, node, a ? a : "absent",
+                      accum);
+        ck_assert_msg(!kernels || (k && strcmp(k, kernels) == 0), "%s: %s's kernels are %s, expected %s", what, node,
+                      k ? k : "absent", kernels);
+        return;
+    }
+    ck_abort_msg("%s: no node %s in the precision map", what, node);
+}
+
+START_TEST(test_accum_model) {
+    /* fc1's GEMMs in each mode (784 -> 512 at batch 16: FP8 in the FP8 modes, with --fp8-accum fp32's FP32 sums) and
+     * fc3's (512 -> 10: BF16 in the FP8 modes); fp32 has no Tensor Core GEMM */
+    static const struct {
+        const char *precision, *fc1, *fc3;
+    } modes[] = {{"fp32", "ieee", "ieee"},     {"tf32", "h100", "h100"},     {"fp16", "h100", "h100"},
+                 {"bf16", "h100", "h100"},     {"fp8", "ieee", "h100"},      {"fp8-e4m3", "ieee", "h100"},
+                 {"mxfp8", "ieee", "h100"}};
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    char dirs[sizeof modes / sizeof modes[0]][4200];
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+        snprintf(dirs[m], sizeof dirs[m], "%s", tmp_path(modes[m].precision));
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", modes[m].precision, "--accum-model",
+                     "h100", "--batch-size", "16", "--max-steps", "2", "--limit-test", "32", "--progress", "off",
+                     "--out", dirs[m], NULL);
+        ck_assert_msg(rc == 0, "train --precision %s --accum-model h100 failed (%d): %s", modes[m].precision, rc,
+                      out_buf);
+        const int tc = strcmp(modes[m].fc3, "h100") == 0;
+        ck_assert_msg(!tc || strstr(out_buf, "--accum-model h100: the TF32, FP16 and BF16 GEMMs and convolutions sum "
+                                             "their products as H100, H200 Tensor Cores do"),
+                      "%s: the run does not say what the model does: %s", modes[m].precision, out_buf);
+        ck_assert_msg(tc || strstr(out_buf, "--accum-model h100 changes nothing in fp32"), "fp32: %s", out_buf);
+        json_t *j = load_summary(dirs[m]);
+        ck_assert_str_eq(cfg_str(j, "accum-model"), "h100");
+        json_t *am = json_object_get(j, "accum_model");
+        ck_assert_str_eq(json_string_value(json_object_get(am, "model")), "h100");
+        ck_assert_str_eq(json_string_value(json_object_get(am, "gpus")), "H100, H200");
+        expect_node_accum(j, modes[m].precision, "fc1", modes[m].fc1,
+                          strcmp(modes[m].fc1, "h100") == 0 ? "emulate:h100" : NULL);
+        expect_node_accum(j, modes[m].precision, "fc3", modes[m].fc3, tc ? "emulate:h100" : "emulate:onednn");
+        json_decref(j);
+        json_t *cfg = ckpt_config(dirs[m]);
+        ck_assert_str_eq(json_string_value(json_object_get(cfg, "accum-model")), "h100");
+        json_decref(cfg);
+    }
+    /* the same runs without the model: the checkpoint's config has no accum-model (ieee is the default, written as
+     * before the option existed); bf16's weights differ, fp32's (no Tensor Core GEMM) do not */
+    for (int k = 0; k < 2; k++) {
+        const char *prec = k == 0 ? "bf16" : "fp32";
+        const char *ieee = tmp_path(k == 0 ? "bf16-ieee" : "fp32-ieee");
+        int rc = run("train", "--data", data, "--device", "cpu", "--precision", prec, "--batch-size", "16",
+                     "--max-steps", "2", "--limit-test", "32", "--progress", "off", "--out", ieee, NULL);
+        ck_assert_msg(rc == 0, "train %s failed (%d): %s", prec, rc, out_buf);
+        json_t *cfg = ckpt_config(ieee);
+        ck_assert_msg(json_object_get(cfg, "accum-model") == NULL, "an ieee run's checkpoint records accum-model");
+        json_decref(cfg);
+        json_t *j = load_summary(ieee);
+        ck_assert_str_eq(cfg_str(j, "accum-model"), "ieee");
+        expect_node_accum(j, prec, "fc1", "ieee", "emulate:onednn");
+        json_decref(j);
+        const int differ = tensors_differ(ieee, dirs[k == 0 ? 3 : 0]);
+        ck_assert_msg(k == 0 ? differ : !differ, "%s: the h100 run's weights %s the ieee run's", prec,
+                      differ ? "differ from" : "equal");
+        if (k == 0) { /* an ieee checkpoint resumed with a model: refused, naming both */
+            char ck[4400];
+            snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", ieee);
+            rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--accum-model", "h100", "--out",
+                     tmp_path("bad-ieee"), NULL);
+            ck_assert_msg(rc == 2 && strstr(out_buf, "--accum-model h100 conflicts with the checkpoint's ieee"),
+                          "resume of an ieee run with --accum-model h100: %d %s", rc, out_buf);
+        }
+    }
+    /* eval of the bf16 h100 checkpoint sums as it trained: the run's accuracy again; a changed model on resume */
+    char ck[4400], want[64];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dirs[3]);
+    json_t *j = load_summary(dirs[3]);
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * jnum(j, "final_test_accuracy"));
+    json_decref(j);
+    int rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "32", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want) && strstr(out_buf, "summation: as H100, H200 Tensor Cores"),
+                  "eval of an h100 checkpoint (want '%s'): %d %s", want, rc, out_buf);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--accum-model", "a100", "--out",
+             tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--accum-model a100 conflicts with the checkpoint's h100"),
+                  "resume with another --accum-model: %d %s", rc, out_buf);
+    /* the convolutional models: their convolutions and linear layers sum as the model */
+    static const struct {
+        const char *model, *precision, *conv;
+    } convs[2] = {{"lenet5", "bf16", "conv1"}, {"cnn", "fp16", "conv1"}};
+    for (int k = 0; k < 2; k++) {
+        const char *out = tmp_path(convs[k].model);
+        rc = run("train", "--data", data, "--device", "cpu", "--model", convs[k].model, "--precision",
+                 convs[k].precision, "--accum-model", "h100", "--batch-size", "8", "--max-steps", "1", "--limit-test",
+                 "16", "--progress", "off", "--out", out, NULL);
+        ck_assert_msg(rc == 0, "train --model %s --accum-model h100 failed (%d): %s", convs[k].model, rc, out_buf);
+        j = load_summary(out);
+        expect_node_accum(j, convs[k].model, convs[k].conv, "h100", "emulate:h100");
+        json_decref(j);
+    }
+    rm_tmpdir();
+    /* resume is bit-exact under the model (the fp16 loss scaler crossing the checkpoint) */
+    const char *extra[] = {"--accum-model", "h100", NULL};
+    resume_case("mlp", "fp16", extra, 6, 3);
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("flags");
@@ -1426,6 +1581,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_telemetry_only_reads);
     tcase_add_test(tr, test_compare_seeds);
     tcase_add_test(tr, test_fashion_mnist_short);
+    tcase_add_test(tr, test_accum_model);
     suite_add_tcase(s, tr);
     return s;
 }

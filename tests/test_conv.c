@@ -16,7 +16,9 @@
  * L is the reduction length plus the accumulated term: forward C*R*S + 1 (bias), backward-data K*R*S + 1
  * (the old dx), backward-filter N*P*Q + 1 (the old dw).
  * test_conv_bits_*: every pass equals, bit for bit, per-image GEMMs of the math mode on the test's own im2col (see
- * there), in each math mode and the native kernel set.
+ * there), in each math mode and the native kernel set, and under the h100 and a100 summation models (--accum-model:
+ * the per-image GEMMs then sum as those Tensor Cores do, which test_cpu_kernels pins against mpt_tc_gemm; conv.c must
+ * not run them as FP32 GEMMs on operands it converted itself, which the engine would sum).
  */
 #include <math.h>
 #include <stdio.h>
@@ -349,9 +351,10 @@ static void bits_case(mpt_backend *be, tests_rng *r, mpt_math math, mpt_conv_sha
     free(y); free(y_ref); free(col); free(dcol); free(img); free(part);
 }
 
-static void run_bits(mpt_math math, uint64_t seed, mpt_cpu_kernels set) {
+static void run_bits(mpt_math math, uint64_t seed, mpt_cpu_kernels set, mpt_accum_model accum) {
     mpt_backend *be = mpt_backend_cpu_create();
     ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, set), MPT_OK);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, accum), MPT_OK);
     tests_rng r = {seed};
     for (int it = 0; it < 16; it++) bits_case(be, &r, math, random_shape(&r), it % 4 != 3, it % 2);
     mpt_conv_shape pw = {.N = 3, .C = 3, .H = 7, .W = 6, .K = 4, .R = 1, .S = 1, .stride_h = 1, .stride_w = 1};
@@ -365,13 +368,13 @@ static void run_bits(mpt_math math, uint64_t seed, mpt_cpu_kernels set) {
     mpt_backend_free(&be);
 }
 
-START_TEST(test_conv_bits_fp32) { run_bits(MPT_MATH_FP32, 21, MPT_CPU_KERNELS_EMULATE); }
+START_TEST(test_conv_bits_fp32) { run_bits(MPT_MATH_FP32, 21, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_IEEE); }
 END_TEST
-START_TEST(test_conv_bits_tf32) { run_bits(MPT_MATH_TF32, 22, MPT_CPU_KERNELS_EMULATE); }
+START_TEST(test_conv_bits_tf32) { run_bits(MPT_MATH_TF32, 22, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_IEEE); }
 END_TEST
-START_TEST(test_conv_bits_f16) { run_bits(MPT_MATH_F16, 23, MPT_CPU_KERNELS_EMULATE); }
+START_TEST(test_conv_bits_f16) { run_bits(MPT_MATH_F16, 23, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_IEEE); }
 END_TEST
-START_TEST(test_conv_bits_bf16) { run_bits(MPT_MATH_BF16, 24, MPT_CPU_KERNELS_EMULATE); }
+START_TEST(test_conv_bits_bf16) { run_bits(MPT_MATH_BF16, 24, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_IEEE); }
 END_TEST
 START_TEST(test_conv_bits_bf16_native) {
     char why[256];
@@ -379,8 +382,17 @@ START_TEST(test_conv_bits_bf16_native) {
         printf("test_conv_bits_bf16_native: skipped, the native kernel set is unavailable here: %s\n", why);
         return;
     }
-    run_bits(MPT_MATH_BF16, 25, MPT_CPU_KERNELS_NATIVE);
+    run_bits(MPT_MATH_BF16, 25, MPT_CPU_KERNELS_NATIVE, MPT_ACCUM_MODEL_IEEE);
 }
+END_TEST
+
+START_TEST(test_conv_bits_tf32_h100) { run_bits(MPT_MATH_TF32, 26, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_H100); }
+END_TEST
+START_TEST(test_conv_bits_f16_h100) { run_bits(MPT_MATH_F16, 27, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_H100); }
+END_TEST
+START_TEST(test_conv_bits_bf16_h100) { run_bits(MPT_MATH_BF16, 28, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_H100); }
+END_TEST
+START_TEST(test_conv_bits_f16_a100) { run_bits(MPT_MATH_F16, 29, MPT_CPU_KERNELS_EMULATE, MPT_ACCUM_MODEL_A100); }
 END_TEST
 
 START_TEST(test_conv_fp32) { run_math(MPT_MATH_FP32, 11); }
@@ -405,6 +417,10 @@ int main(void) {
     tcase_add_test(tc, test_conv_bits_f16);
     tcase_add_test(tc, test_conv_bits_bf16);
     tcase_add_test(tc, test_conv_bits_bf16_native);
+    tcase_add_test(tc, test_conv_bits_tf32_h100);
+    tcase_add_test(tc, test_conv_bits_f16_h100);
+    tcase_add_test(tc, test_conv_bits_bf16_h100);
+    tcase_add_test(tc, test_conv_bits_f16_a100);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

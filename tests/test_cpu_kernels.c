@@ -38,6 +38,15 @@
  *    and unfused, with telemetry every step (its probes and fills convert for themselves), three Adam steps on new
  *    inputs each step (a stale copy of x or W would show), every master weight, working weight and optimizer state
  *    compared byte for byte; and the copies exist.
+ * 8. Summation models (--accum-model; kernels/cpu/gemm.c "Summation models"): under every Tensor Core model and in
+ *    every math it covers (TF32, FP16, BF16), the backend's GEMM equals mpt_tc_gemm (kernels/cpu/tc_accum.h, checked
+ *    against the published hardware measurements by test_tc_accum and bench/tc_validate) on the same FP32 operand
+ *    values, followed by the FP32 epilogue alpha * acc + beta * C + bias (ReLU) and one rounding to C's dtype, bit for
+ *    bit: plain and transposed operands, K below, at and above the block, F32 outputs written and accumulated, 16-bit
+ *    outputs with a bias; and differs from the IEEE sums (else the model did not run). A linear layer under h100 and
+ *    a100 (and v100 in fp16): its forward output, data gradient and weight gradient equal mpt_tc_gemm on its operands
+ *    bit for bit. The choice's rules (CPU only, not with native, before a graph, V100 without TF32/BF16) and its
+ *    names. Training steps under h100 reserve all their scratch at graph build and create no oneDNN primitive.
  */
 #include <cblas.h>
 #include <math.h>
@@ -59,6 +68,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tc_accum.h"
 #include "models/models.h"
 #include "mpt_config.h"
 
@@ -285,6 +295,7 @@ typedef struct step_case {
     int fuse;      /* g->fuse_epilogues */
     int telemetry; /* a telemetry step every step, with an FP32 twin */
     int threads;   /* OpenMP / OpenBLAS threads for the build and the steps */
+    mpt_accum_model accum; /* the summation model (IEEE unless set) */
 } step_case;
 
 /* The model of c in its precision on be (built, not allocated). */
@@ -306,6 +317,7 @@ static int64_t step_case_run(const step_case *c, int index) {
     enum { B = 16 }; /* a multiple of 16: the linear layers' FP8 GEMMs qualify (mpt_policy_fp8_linear) */
     ck_assert_int_eq(mpt_cpu_set_threads(c->threads), c->threads);
     mpt_backend *be = backend_with(c->kernels, c->engine);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, c->accum), MPT_OK);
     mpt_graph *g = step_case_graph(be, c, c->precision, B);
     mpt_train_config cfg = mpt_train_config_default(c->precision);
     cfg.optim = mpt_optim_hparams_default(optims[index % 3]);
@@ -382,7 +394,8 @@ START_TEST(test_step_creates_no_primitive) {
                 /* native changes only the BF16 GEMMs: bf16 and the FP8 modes (whose other layers run in bf16) */
                 if (sets[si].kernels == MPT_CPU_KERNELS_NATIVE && p < MPT_PRECISION_BF16) continue;
                 const step_case c = {models[_i], (mpt_precision)p, sets[si].kernels, sets[si].engine,
-                                     variants[v].fuse, variants[v].telemetry, variants[v].threads};
+                                     variants[v].fuse, variants[v].telemetry, variants[v].threads,
+                                     MPT_ACCUM_MODEL_IEEE};
                 const int64_t n = step_case_primitives(&c, n_cases++);
                 if (n == 0) continue;
                 n_failed++;
@@ -419,7 +432,8 @@ static unsigned char *copies_run(const char *model, mpt_precision p, int fuse, i
     ck_assert_int_eq(mpt_cpu_set_threads(1), 1);
     mpt_backend *be = backend_with(MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine);
     if (!copies) be->gemm_copies = NULL;
-    const step_case c = {model, p, MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine, fuse, telemetry, 1};
+    const step_case c = {model, p, MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine, fuse, telemetry, 1,
+                         MPT_ACCUM_MODEL_IEEE};
     mpt_graph *g = step_case_graph(be, &c, p, B);
     mpt_train_config cfg = mpt_train_config_default(p);
     cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_ADAM);
@@ -889,6 +903,268 @@ START_TEST(test_elementwise_same_bits_any_threads) {
 }
 END_TEST
 
+/* ---- 8. summation models --------------------------------------------------------------------------------------- */
+
+static mpt_tc_format tc_format_of(mpt_math m) {
+    return m == MPT_MATH_F16 ? MPT_TC_FORMAT_FP16 : m == MPT_MATH_BF16 ? MPT_TC_FORMAT_BF16 : MPT_TC_FORMAT_TF32;
+}
+
+/* The FP32 operand values of n stored elements (TF32-rounded for TF32 math, widened exactly otherwise). */
+static float *operand_values(const void *p, mpt_math m, int64_t n) {
+    float *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (int64_t i = 0; i < n; i++) v[i] = (float)emulated(p, m, i);
+    return v;
+}
+
+/* What the backend's GEMM g must write into its C under model `model` (C_old: C before the call, of g->c_dtype):
+ * acc = mpt_tc_gemm over the FP32 operand values from +0, then v = alpha * acc (+ beta * C_old) (+ bias[n]) (ReLU), each
+ * operation in FP32 with round to nearest, and v rounded once to C's dtype. Into want (of g->c_dtype). */
+static void modelled_expected(mpt_accum_model model, const mpt_gemm_args *g, const void *C_old, void *want) {
+    mpt_tc_op op;
+    const mpt_tc_format f = tc_format_of(g->math);
+    ck_assert_int_eq(mpt_tc_op_init(&op, (mpt_tc_model)model, f, f, MPT_TC_OUT_FP32), 0);
+    float *A = operand_values(g->A, g->math, g->M * g->K), *Bv = operand_values(g->B, g->math, g->K * g->N);
+    float *acc = malloc((size_t)(g->M * g->N) * sizeof *acc);
+    const size_t wsb = mpt_tc_gemm_ws_bytes(&op, g->M, g->N, g->K);
+    void *ws = malloc(wsb > 0 ? wsb : 1);
+    ck_assert(acc && ws);
+    const mpt_tc_gemm_args t = {.trans_a = g->trans_a, .trans_b = g->trans_b, .M = g->M, .N = g->N, .K = g->K,
+                                .A = A, .B = Bv, .C0 = NULL, .D = acc};
+    mpt_tc_gemm(&op, &t, ws, wsb);
+    for (int64_t m = 0; m < g->M; m++)
+        for (int64_t n = 0; n < g->N; n++) {
+            const int64_t i = m * g->N + n;
+            float v = g->alpha * acc[i];
+            if (g->beta != 0.0f) v = v + g->beta * mpt_load_f32(C_old, g->c_dtype, i);
+            if (mpt_epilogue_adds_bias(g->epilogue)) v = v + mpt_load_f32(g->bias, g->bias_dtype, n);
+            if (g->epilogue == MPT_EPILOGUE_RELU_BIAS) v = v > 0.0f ? v : 0.0f;
+            mpt_store_f32(want, g->c_dtype, i, v);
+        }
+    free(A);
+    free(Bv);
+    free(acc);
+    free(ws);
+}
+
+/* Elements whose bits differ between a and b (n elements of dtype t). */
+static int64_t bits_differ(const void *a, const void *b, mpt_dtype t, int64_t n) {
+    const size_t es = mpt_dtype_size(t);
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += memcmp((const char *)a + (size_t)i * es, (const char *)b + (size_t)i * es, es) != 0;
+    return d;
+}
+
+START_TEST(test_accum_model_gemm) {
+    /* K below, at and above the blocks (4, 8, 16), transposes, and two of the models' real shapes */
+    static const shape shapes[] = {
+        {"7x5x37", 0, 0, 7, 5, 37},   {"9x6x16 trans_a", 1, 0, 9, 6, 16}, {"4x11x3 trans_b", 0, 1, 4, 11, 3},
+        {"5x5x130 both", 1, 1, 5, 5, 130}, {"lenet5 conv2 forward", 0, 0, 16, 100, 150},
+        {"mlp fc3 forward", 0, 1, 128, 10, 512},
+    };
+    enum { N_FORMS = 4 };
+    tests_rng r = {0x3901};
+    int64_t compared = 0, differ_ieee = 0, ieee_total = 0;
+    mpt_backend *ieee = mpt_backend_cpu_create();
+    for (int model = MPT_ACCUM_MODEL_V100; model < MPT_ACCUM_MODEL_COUNT; model++) {
+        mpt_backend *be = mpt_backend_cpu_create();
+        ck_assert_int_eq(mpt_backend_cpu_set_accum(be, (mpt_accum_model)model), MPT_OK);
+        for (int mi = 0; mi < 3; mi++) {
+            const mpt_math math = mi == 0 ? MPT_MATH_TF32 : mi == 1 ? MPT_MATH_F16 : MPT_MATH_BF16;
+            if (!mpt_accum_model_covers((mpt_accum_model)model, math)) continue;
+            const mpt_dtype od = operand_dtype(math);
+            ck_assert_str_eq(mpt_backend_kernels_of(be, 0, math), model == MPT_ACCUM_MODEL_H100 ? "emulate:h100"
+                                                                  : model == MPT_ACCUM_MODEL_A100 ? "emulate:a100"
+                                                                  : mpt_backend_kernels_of(be, 0, math));
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                const shape *sh = &shapes[si];
+                void *A = fill(&r, od, sh->M * sh->K), *B = fill(&r, od, sh->K * sh->N);
+                void *bias = fill(&r, od, sh->N);
+                for (int form = 0; form < N_FORMS; form++) {
+                    /* 0: F32 C written; 1: F32 C accumulated (beta 1); 2: C in the compute dtype (F32 for TF32) with
+                     * a bias; 3: F32 C, alpha 0.5, beta 0.25, bias and ReLU */
+                    const mpt_dtype ct = form == 2 ? od : MPT_DTYPE_F32;
+                    const int64_t nc = sh->M * sh->N;
+                    void *C = fill(&r, ct, nc), *C_old = malloc((size_t)nc * 4), *want = malloc((size_t)nc * 4);
+                    memcpy(C_old, C, (size_t)nc * mpt_dtype_size(ct));
+                    mpt_gemm_args g = gemm_of(sh, math, A, B, C, ct);
+                    g.beta = form == 1 ? 1.0f : form == 3 ? 0.25f : 0.0f;
+                    g.alpha = form == 3 ? 0.5f : 1.0f;
+                    g.epilogue = form == 2 ? MPT_EPILOGUE_BIAS : form == 3 ? MPT_EPILOGUE_RELU_BIAS : MPT_EPILOGUE_NONE;
+                    g.bias = form >= 2 ? bias : NULL;
+                    g.bias_dtype = od;
+                    run_gemm(be, &g);
+                    modelled_expected((mpt_accum_model)model, &g, C_old, want);
+                    const int64_t d = bits_differ(C, want, ct, nc);
+                    EXPECT(d == 0, "%s, %s, %s, form %d: %lld of %lld elements differ from mpt_tc_gemm + epilogue",
+                           mpt_accum_model_name((mpt_accum_model)model), mpt_math_name(math), sh->what, form,
+                           (long long)d, (long long)nc);
+                    compared += nc;
+                    if (form == 0 && sh->K >= 130) { /* the same GEMM on IEEE sums: the model must have changed bits */
+                        memcpy(C, C_old, (size_t)nc * 4);
+                        g.C = C;
+                        run_gemm(ieee, &g);
+                        differ_ieee += bits_differ(C, want, ct, nc);
+                        ieee_total += nc;
+                    }
+                    free(C);
+                    free(C_old);
+                    free(want);
+                }
+                free(A);
+                free(B);
+                free(bias);
+            }
+        }
+        mpt_backend_free(&be);
+    }
+    mpt_backend_free(&ieee);
+    EXPECT(differ_ieee > 0, "no output of %lld differs from the IEEE sums: the models did not run", (long long)ieee_total);
+    printf("test_accum_model_gemm: %lld outputs bit for bit as mpt_tc_gemm + the FP32 epilogue; %lld of %lld long-K "
+           "outputs differ from the IEEE sums\n", (long long)compared, (long long)differ_ieee, (long long)ieee_total);
+}
+END_TEST
+
+/* A linear layer y = x W^T + b under `model` in precision p: forward, then backward with a random output gradient:
+ * y, dx and dW bit for bit against mpt_tc_gemm on the stored operands (the bias gradient is a plain FP32 column sum,
+ * no GEMM: not compared). */
+static void accum_linear_case(mpt_accum_model model, mpt_precision p, int B, int in, int out, tests_rng *r) {
+    const mpt_policy pol = mpt_policy_make_explicit(p, p == MPT_PRECISION_TF32, p == MPT_PRECISION_TF32);
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, model), MPT_OK);
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    const mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    const int64_t xs[2] = {B, in};
+    mpt_tensor *x = mpt_graph_tensor(g, "x", dt, MPT_MEM_ACT, 2, xs);
+    mpt_graph_grad(g, x);
+    mpt_tensor *y = mpt_linear(g, x, out, "fc");
+    const mpt_math math = g->nodes[g->n_nodes - 1]->math;
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_tensor *w = mpt_graph_find(g, "fc.weight"), *b = mpt_graph_find(g, "fc.bias");
+    ck_assert(w && b && y->grad && w->grad && x->grad);
+    const mpt_tensor *fill_t[4] = {x, w, b, y->grad};
+    for (int k = 0; k < 4; k++)
+        for (int64_t i = 0; i < mpt_tensor_numel(fill_t[k]); i++)
+            mpt_store_f32(fill_t[k]->data, fill_t[k]->dtype, i, (float)tests_uniform(r, -1, 1));
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    /* the layer's three GEMMs as mpt_gemm_args (what they read and how), their expected results from the model */
+    mpt_gemm_args fwd = {.trans_b = 1, .M = B, .N = out, .K = in, .A = x->data, .B = w->data, .a_dtype = dt,
+                         .b_dtype = dt, .c_dtype = dt, .bias = b->data, .bias_dtype = dt, .alpha = 1.0f,
+                         .math = math, .epilogue = MPT_EPILOGUE_BIAS};
+    mpt_gemm_args dgrad = {.M = B, .N = in, .K = out, .A = y->grad->data, .B = w->data, .a_dtype = dt, .b_dtype = dt,
+                           .c_dtype = dt, .alpha = 1.0f, .math = math};
+    mpt_gemm_args wgrad = {.trans_a = 1, .M = out, .N = in, .K = B, .A = y->grad->data, .B = x->data, .a_dtype = dt,
+                           .b_dtype = dt, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .math = math};
+    const struct {
+        const char *what;
+        const mpt_gemm_args *g;
+        const mpt_tensor *got;
+    } outs[3] = {{"y", &fwd, y}, {"dx", &dgrad, x->grad}, {"dW", &wgrad, w->grad}};
+    for (int k = 0; k < 3; k++) {
+        const int64_t n = mpt_tensor_numel(outs[k].got);
+        ck_assert_int_eq(n, outs[k].g->M * outs[k].g->N);
+        void *want = malloc((size_t)n * 4);
+        modelled_expected(model, outs[k].g, NULL, want);
+        const int64_t d = bits_differ(outs[k].got->data, want, outs[k].got->dtype, n);
+        EXPECT(d == 0, "linear %dx%d, batch %d, %s, --accum-model %s: %s differs from mpt_tc_gemm in %lld of %lld "
+               "elements", in, out, B, mpt_precision_name(p), mpt_accum_model_name(model), outs[k].what,
+               (long long)d, (long long)n);
+        free(want);
+    }
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_accum_model_linear_layer) {
+    tests_rng r = {0x3902};
+    static const mpt_precision precs[3] = {MPT_PRECISION_TF32, MPT_PRECISION_FP16, MPT_PRECISION_BF16};
+    static const mpt_accum_model models[2] = {MPT_ACCUM_MODEL_H100, MPT_ACCUM_MODEL_A100};
+    for (int p = 0; p < 3; p++)
+        for (int m = 0; m < 2; m++) {
+            accum_linear_case(models[m], precs[p], 5, 37, 9, &r);
+            accum_linear_case(models[m], precs[p], 16, 257, 33, &r);
+        }
+    accum_linear_case(MPT_ACCUM_MODEL_V100, MPT_PRECISION_FP16, 16, 257, 33, &r);
+}
+END_TEST
+
+START_TEST(test_set_accum_rules) {
+    for (int m = 0; m < MPT_ACCUM_MODEL_COUNT; m++) { /* the names are the models' of tc_accum, and parse back */
+        mpt_accum_model back = MPT_ACCUM_MODEL_COUNT;
+        ck_assert_str_eq(mpt_accum_model_name((mpt_accum_model)m), mpt_tc_model_name((mpt_tc_model)m));
+        ck_assert_int_eq(mpt_accum_model_parse(mpt_accum_model_name((mpt_accum_model)m), &back), 0);
+        ck_assert_int_eq(back, m);
+    }
+    mpt_accum_model out = MPT_ACCUM_MODEL_A100;
+    ck_assert_int_eq(mpt_accum_model_parse("H100", &out), -1); /* exact names, as every option value */
+    ck_assert_int_eq(out, MPT_ACCUM_MODEL_A100);
+    ck_assert_str_eq(mpt_accum_model_gpus(MPT_ACCUM_MODEL_H100), "H100, H200");
+    /* V100's Tensor Cores take FP16 only; a model leaves FP32 and FP8 GEMMs alone */
+    ck_assert(!mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_BF16));
+    ck_assert(!mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_TF32));
+    ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_F16));
+    ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_V100, MPT_MATH_FP32));
+    ck_assert(mpt_accum_model_covers(MPT_ACCUM_MODEL_B200, MPT_MATH_TF32));
+    /* another backend (a table that says CUDA; nothing of it is called): its hardware sums, no model is taken */
+    mpt_backend gpu = {.name = "cuda", .device = MPT_DEVICE_CUDA};
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(&gpu, MPT_ACCUM_MODEL_H100), MPT_ERR_ARG);
+    EXPECT(strstr(mpt_last_error(), "the GPU's Tensor Cores sum for themselves") != NULL, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_backend_cpu_accum(&gpu), MPT_ACCUM_MODEL_IEEE);
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert_int_eq(mpt_backend_cpu_accum(be), MPT_ACCUM_MODEL_IEEE);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_COUNT), MPT_ERR_ARG);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_H100), MPT_OK);
+    ck_assert_int_eq(mpt_backend_cpu_accum(be), MPT_ACCUM_MODEL_H100);
+    ck_assert_str_eq(mpt_backend_kernels_of(be, 1, MPT_MATH_BF16), "emulate:h100");
+    EXPECT(strcmp(mpt_backend_kernels_of(be, 0, MPT_MATH_FP32), "emulate:h100") != 0 &&
+               strcmp(mpt_backend_kernels_of(be, 0, MPT_MATH_FP8), "emulate:h100") != 0,
+           "FP32 and FP8 GEMMs are not summed by the model");
+    /* native under a model: refused, whatever the CPU (the model excludes it) */
+    ck_assert_int_eq(mpt_backend_cpu_set_kernels(be, MPT_CPU_KERNELS_NATIVE), MPT_ERR_ARG);
+    EXPECT(strstr(mpt_last_error(), "--accum-model h100") != NULL, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_backend_cpu_kernels(be), MPT_CPU_KERNELS_EMULATE);
+    mpt_graph *g = model_graph(be, "mlp", MPT_PRECISION_BF16, 4);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_A100), MPT_ERR_ARG); /* after a graph */
+    ck_assert_int_eq(mpt_backend_cpu_accum(be), MPT_ACCUM_MODEL_H100);
+    ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_H100), MPT_OK); /* the current one is fine */
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+    char why[256];
+    if (mpt_cpu_native_available(why, sizeof why)) { /* a model on the native kernel set: refused */
+        be = backend_with(MPT_CPU_KERNELS_NATIVE, MPT_CPU_ENGINE_ONEDNN);
+        ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_B200), MPT_ERR_ARG);
+        EXPECT(strstr(mpt_last_error(), "--cpu-kernels native") != NULL, "%s", mpt_last_error());
+        ck_assert_int_eq(mpt_backend_cpu_set_accum(be, MPT_ACCUM_MODEL_IEEE), MPT_OK);
+        mpt_backend_free(&be);
+    }
+}
+END_TEST
+
+/* ARCHITECTURE decision 4 under a summation model: each model's training steps under h100, in the precisions with
+ * Tensor Core GEMMs, fused with telemetry and unfused on 2 threads, run without a workspace shortfall (an abort) and
+ * create no oneDNN primitive after the graph build. */
+START_TEST(test_accum_model_steps_planned) {
+    static const char *const models[3] = {"mlp", "lenet5", "cnn"};
+    static const mpt_precision precs[4] = {MPT_PRECISION_TF32, MPT_PRECISION_FP16, MPT_PRECISION_BF16,
+                                           MPT_PRECISION_FP8};
+    static const struct {
+        int fuse, telemetry, threads;
+    } variants[2] = {{1, 1, 1}, {0, 0, 2}};
+    int n_cases = 0;
+    for (int p = 0; p < 4; p++)
+        for (int v = 0; v < 2; v++) {
+            const step_case c = {models[_i], precs[p], MPT_CPU_KERNELS_EMULATE, mpt_cpu_exec_default().engine,
+                                 variants[v].fuse, variants[v].telemetry, variants[v].threads, MPT_ACCUM_MODEL_H100};
+            const int64_t n = step_case_primitives(&c, n_cases++);
+            EXPECT(n == 0, "%s %s --accum-model h100, fuse %d telemetry %d threads %d: %lld primitives created in the "
+                   "steps%s", c.model, mpt_precision_name(c.precision), c.fuse, c.telemetry, c.threads, (long long)n,
+                   n < 0 ? " (aborted: see its message above)" : "");
+        }
+}
+END_TEST
+
 static Suite *cpu_kernels_suite(void) {
     Suite *s = suite_create("cpu_kernels");
     TCase *tc = tcase_create("core");
@@ -906,6 +1182,13 @@ static Suite *cpu_kernels_suite(void) {
     tcase_set_timeout(steps, 300);
     tcase_add_loop_test(steps, test_step_creates_no_primitive, 0, 3); /* mlp, lenet5, cnn */
     suite_add_tcase(s, steps);
+    TCase *accum = tcase_create("accum_model");
+    tcase_set_timeout(accum, 300);
+    tcase_add_test(accum, test_set_accum_rules);
+    tcase_add_test(accum, test_accum_model_gemm);
+    tcase_add_test(accum, test_accum_model_linear_layer);
+    tcase_add_loop_test(accum, test_accum_model_steps_planned, 0, 3); /* mlp, lenet5, cnn */
+    suite_add_tcase(s, accum);
     TCase *copies = tcase_create("copies");
     tcase_set_timeout(copies, 300);
     tcase_add_test(copies, test_operand_copies_same_bits);

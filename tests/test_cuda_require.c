@@ -6,8 +6,8 @@
  * also a GPU older than compute capability 8.0); every other CUDA error fails (exit 1), and with
  * MPT_REQUIRE_CUDA=1 (set by bench/gpu.sh) every case without a usable GPU fails, naming the reason. This
  * program runs the built $MPT_BUILD_ROOT/tests/test_cuda both ways and checks the exit status and the reason
- * it prints against mpt_cuda_probe(); the same for test_cuda_graph, test_nccl and test_cuda_fp8 (all start with
- * tests/cuda_gate.h). On a machine with a
+ * it prints against mpt_cuda_probe(); the same for test_cuda_graph, test_nccl, test_cuda_fp8 and test_cuda_tc (all
+ * start with tests/cuda_gate.h). On a machine with a
  * usable GPU the cuda suite itself is the check; here
  * only the probe's agreement with mpt_cuda_available() is tested.
  * The CUDA backend module (engine/cuda_loader.c): a build that configured it loads it (its libraries are on
@@ -30,7 +30,8 @@
 static char out_buf[1 << 14];
 
 /* The programs of the cuda suite, all bound by the same rule. */
-static const char *const cuda_programs[] = {"test_cuda", "test_cuda_graph", "test_nccl", "test_cuda_fp8"};
+static const char *const cuda_programs[] = {"test_cuda", "test_cuda_graph", "test_nccl", "test_cuda_fp8",
+                                            "test_cuda_tc"};
 
 /* Runs the cuda suite's program `prog` with MPT_REQUIRE_CUDA set to `require` (NULL: unset); its stdout and stderr
  * land in out_buf. Returns the exit status, or 128 + signal. */

@@ -111,6 +111,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_ACCUM,
     MPT_OPT_FP8_PROMOTE,
     MPT_OPT_FP8_SATURATE,
+    MPT_OPT_ACCUM_MODEL,      /* issue #39 (recorded when not ieee; absent from older checkpoints: ieee) */
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
@@ -213,6 +214,8 @@ typedef struct mpt_cli_opts {
     mpt_scaler_preset scaler;            /* where the loss-scaler defaults below come from */
     double growth_factor, backoff_factor, scale_floor, scale_ceiling;
     int hysteresis;
+    mpt_accum_model accum_model;         /* IEEE (default) | a GPU's Tensor Core summation model for the CPU backend's
+                                            emulated TF32/FP16/BF16 GEMMs (engine/backend.h) */
     mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
                                             --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
     /* this invocation */
@@ -273,6 +276,11 @@ mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id);
 /* Whether a checkpoint records the option (MATH, MATH_OPTIONAL, LENGTH); the recorded ones, in mpt_opt_id order, are
  * a checkpoint's "config" and summary.json's. */
 int mpt_cli_opt_recorded(mpt_opt_id id);
+/* Whether a checkpoint of a run with settings o writes recorded option id into its "config": every recorded option,
+ * except a MATH_OPTIONAL one whose row says it is written only when it differs from its default (--accum-model), so
+ * that the checkpoints of runs that leave it alone are byte for byte those written before it existed. A checkpoint
+ * without the key trained with the default, which is how reading it takes the key's absence. */
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
 
 /* A resumed run's settings from the checkpoint's (*out) and the command line's (*cli): every INVOCATION option takes
  * the command line's value (given or default) and given-flag, a LENGTH option the command line's when given. The

@@ -56,6 +56,19 @@ int mpt_cmd_eval(int argc, char **argv) {
             return mpt_cli_fail("eval", s);
         }
         printf("CPU kernels: %s\n", mpt_cpu_kernels_name(mpt_backend_cpu_kernels(be)));
+        /* the summation model the checkpoint trained with (--accum-model), so that the CPU evaluates as it trained */
+        if (o.accum_model != MPT_ACCUM_MODEL_IEEE) s = mpt_backend_cpu_set_accum(be, o.accum_model);
+        if (s == MPT_OK && o.accum_model != MPT_ACCUM_MODEL_IEEE)
+            printf("summation: as %s Tensor Cores (--accum-model %s, the checkpoint's)\n",
+                   mpt_accum_model_gpus(o.accum_model), mpt_accum_model_name(o.accum_model));
+        if (s != MPT_OK) {
+            mpt_backend_free(&be);
+            mpt_cli_data_free(&cd);
+            return mpt_cli_fail("eval", s);
+        }
+    } else if (o.accum_model != MPT_ACCUM_MODEL_IEEE) {
+        printf("note: the checkpoint trained on the CPU with --accum-model %s; here the GPU's Tensor Cores sum for "
+               "themselves\n", mpt_accum_model_name(o.accum_model));
     }
     if (rs.batch == 0)
         printf("checkpoint %s: model %s, precision %s, step %lld, after %lld epoch(s)\n", cli.checkpoint, o.model,

@@ -32,6 +32,8 @@ typedef struct opt_def {
     mpt_opt_scope scope; /* what a checkpoint records and a resumed run keeps (cli.h) */
     size_t field, size;  /* INVOCATION and LENGTH options: the one mpt_cli_opts field holding the value, which a resumed
                             run copies from the command line (offsetof, sizeof) */
+    int written_if_set;  /* MATH_OPTIONAL: a checkpoint's config holds it only when it is not the default
+                            (mpt_cli_opt_written) */
 } opt_def;
 
 /* The field of mpt_cli_opts an INVOCATION or LENGTH option sets. */
@@ -162,6 +164,12 @@ static const opt_def opt_table[] = {
     {"fp8-saturate", MPT_OPT_FP8_SATURATE, required_argument, TC, "on|off",
      "fp8: casts clamp overflow to +-448 / +-57344 (on, default, as CUDA's satfinite) or make it NaN / inf (off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
+    {"accum-model", MPT_OPT_ACCUM_MODEL, required_argument, TC, "M",
+     "ieee | v100 | a100 | ada | h100 | b200: how the CPU backend's emulated TF32, FP16 and BF16 GEMMs and "
+     "convolutions sum their exact products: ieee (default) FP32 additions rounded to nearest; a GPU: as its Tensor "
+     "Cores do, in aligned, truncated blocks (bit for bit with the published measurements; tens of times slower; "
+     "docs/numerics.md). FP32 and FP8 GEMMs unchanged (--fp8-accum); not with --cpu-kernels native or on a GPU",
+     .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)",
      .scope = MPT_SCOPE_MATH},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)",
@@ -335,6 +343,16 @@ int mpt_cli_opt_recorded(mpt_opt_id id) {
     return sc == MPT_SCOPE_MATH || sc == MPT_SCOPE_MATH_OPTIONAL || sc == MPT_SCOPE_LENGTH;
 }
 
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id) {
+    const opt_def *d = opt_find(id);
+    if (!mpt_cli_opt_recorded(id)) return 0;
+    if (!d->written_if_set) return 1;
+    mpt_cli_opts def;
+    mpt_cli_opts_default(&def);
+    char a[96], b[96];
+    return strcmp(mpt_cli_format(o, id, a, sizeof a), mpt_cli_format(&def, id, b, sizeof b)) != 0;
+}
+
 void mpt_cli_take_invocation(mpt_cli_opts *out, const mpt_cli_opts *cli) {
     for (int i = 0; i < N_OPTS; i++) {
         const opt_def *d = &opt_table[i];
@@ -376,6 +394,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->scale_floor = 1.0;
     o->scale_ceiling = 16777216.0;
     o->fp8 = mpt_fp8_recipe_default();
+    o->accum_model = MPT_ACCUM_MODEL_IEEE;
     o->lr_schedule = MPT_LR_CONSTANT;
     o->step_size = 1000;
     o->gamma = 0.1;
@@ -675,6 +694,10 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_FP8_SATURATE:
         if (parse_on_off(arg, &o->fp8.saturate) != 0) return bad_value(f, "on or off", arg);
         return MPT_OK;
+    case MPT_OPT_ACCUM_MODEL:
+        if (mpt_accum_model_parse(arg, &o->accum_model) != 0)
+            return bad_value(f, "one of ieee, v100, a100, ada, h100, b200", arg);
+        return MPT_OK;
     case MPT_OPT_LR_SCHEDULE:
         if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
         return MPT_OK;
@@ -798,6 +821,7 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_FP8_ACCUM: snprintf(buf, len, "%s", mpt_fp8_accum_name(o->fp8.accum)); break;
     case MPT_OPT_FP8_PROMOTE: snprintf(buf, len, "%d", (int)o->fp8.promote); break;
     case MPT_OPT_FP8_SATURATE: snprintf(buf, len, "%s", o->fp8.saturate ? "on" : "off"); break;
+    case MPT_OPT_ACCUM_MODEL: snprintf(buf, len, "%s", mpt_accum_model_name(o->accum_model)); break;
     default: snprintf(buf, len, "?"); break;
     }
     return buf;
@@ -864,6 +888,27 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
     return c;
 }
 
+/* --accum-model against the kernel set and the GEMMs the precision runs: a model replaces the emulate kernel set's
+ * sums, so it excludes native; and it must have a row for every Tensor Core format the run's GEMMs take (the mode's
+ * 16-bit math, or TF32 when a TF32 switch is on). */
+static mpt_status check_accum_model(const mpt_cli_opts *o) {
+    const mpt_accum_model m = o->accum_model;
+    if (m == MPT_ACCUM_MODEL_IEEE) return MPT_OK;
+    if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE)
+        return mpt_errorf(MPT_ERR_ARG, "--accum-model %s models Tensor Cores in the emulate kernel set, --cpu-kernels "
+                          "native sums bf16 on the CPU's BF16 units: give one of them", mpt_accum_model_name(m));
+    const mpt_mode_desc *mode = mpt_mode_info(o->precision);
+    mpt_math maths[2] = {mode->lowp_math, mode->fp32_operands && (o->tf32_matmul || o->tf32_conv) ? MPT_MATH_TF32
+                                                                                                   : MPT_MATH_FP32};
+    for (int i = 0; i < 2; i++)
+        if (!mpt_accum_model_covers(m, maths[i]))
+            return mpt_errorf(MPT_ERR_ARG, "--accum-model %s: the %s Tensor Cores it models take no %s operands, which "
+                              "--precision %s gives its GEMMs%s", mpt_accum_model_name(m), mpt_accum_model_gpus(m),
+                              mpt_math_name(maths[i]), mode->name,
+                              i == 1 && mode->lowp_math == MPT_MATH_FP32 ? " (--tf32-matmul / --tf32-conv)" : "");
+    return MPT_OK;
+}
+
 mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
     if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && o->master_weights != MPT_MASTER_NONE)
         return mpt_errorf(MPT_ERR_ARG, "--update-rounding stochastic needs --master-weights none (with FP32 "
@@ -880,7 +925,7 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
     if (o->fp8.promote != 0 && o->fp8.accum != MPT_FP8_ACCUM_FAST)
         return mpt_errorf(MPT_ERR_ARG, "--fp8-promote %d needs --fp8-accum fast (promotion is part of the fast "
                                        "accumulator; fp32 accumulates in FP32 throughout)", (int)o->fp8.promote);
-    return MPT_OK;
+    return check_accum_model(o);
 }
 
 /* The FP8 recipe flags given on the command line, as one phrase ("--fp8-accum, --mx-scale"), or "" when none. */
@@ -893,6 +938,27 @@ static void fp8_flags_given(const mpt_cli_opts *o, char *buf, size_t len) {
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (mpt_cli_given(o, ids[i]) && k + 32 < len)
             k += (size_t)snprintf(buf + k, len - k, "%s--%s", k ? ", " : "", mpt_cli_opt_name(ids[i]));
+}
+
+/* What --accum-model does in this precision, when it is not ieee: nothing in a mode without Tensor Core GEMMs (fp32,
+ * or TF32 disabled), and not the FP8 GEMMs of the FP8 modes (--fp8-accum decides theirs). */
+static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
+    const mpt_accum_model m = o->accum_model;
+    if (m == MPT_ACCUM_MODEL_IEEE) return;
+    const mpt_mode_desc *mode = mpt_mode_info(o->precision);
+    const char *name = mpt_accum_model_name(m), *p = mode->name;
+    if (mode->fp32_operands && (!(o->tf32_matmul || o->tf32_conv) || tf32_override))
+        fprintf(f, "%snote: --accum-model %s changes nothing in %s: its GEMMs and convolutions compute in FP32, which "
+                   "Tensor Cores do not%s\n", label, name, p,
+                tf32_override ? " (NVIDIA_TF32_OVERRIDE=0)" : " (--tf32-matmul / --tf32-conv on would make them TF32)");
+    if (mode->fp8 != MPT_FP8_KIND_NONE)
+        fprintf(f, "%snote: --accum-model %s sums %s's BF16 GEMMs and convolutions as %s Tensor Cores do; its FP8 "
+                   "GEMMs keep --fp8-accum %s%s\n", label, name, p, mpt_accum_model_gpus(m),
+                mpt_fp8_accum_name(o->fp8.accum),
+                o->fp8.accum == MPT_FP8_ACCUM_FAST ? " (Hopper's FP8 accumulator)"
+                : mode->fp8 == MPT_FP8_KIND_MX     ? " (FP32 sums of the exact products)"
+                                                   : " (FP32 sums of the exact products; cuBLASLt's default on an H200 "
+                                                     "measured as --fp8-accum fast --fp8-promote 128)");
 }
 
 void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
@@ -947,6 +1013,7 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
     if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16 && fp8 && !label[0])
         fprintf(f, "%snote: --cpu-kernels native runs %s's BF16 GEMMs and convolutions on the CPU's BF16 units; its FP8 "
                    "GEMMs stay emulated\n", label, p);
+    accum_model_notes(o, tf32_override, label, f);
     if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
         fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
                    "conv computes in full FP32\n",

@@ -451,6 +451,8 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     else
         printf("%sdevice: %s\n", r->label, why);
     snprintf(said_why, sizeof said_why, "%s", why);
+    if (r->be->device == MPT_DEVICE_CPU || o->accum_model != MPT_ACCUM_MODEL_IEEE) /* refused on the GPU: says why */
+        MPT_TRY(mpt_backend_cpu_set_accum(r->be, o->accum_model));
     if (r->be->device == MPT_DEVICE_CPU) {
         MPT_TRY(mpt_backend_cpu_set_kernels(r->be, o->cpu_kernels));
         char engine[256];
@@ -464,6 +466,10 @@ static mpt_status setup(run *r, mpt_run_result *res) {
                         "results flushed"
                       : "Tensor Core numerics emulated",
                native && mode->fp8 != MPT_FP8_KIND_NONE ? "; FP8 GEMMs emulated" : "");
+        if (o->accum_model != MPT_ACCUM_MODEL_IEEE && !(mode->fp32_operands && !o->tf32_matmul && !o->tf32_conv))
+            printf("%s--accum-model %s: the TF32, FP16 and BF16 GEMMs and convolutions sum their products as %s Tensor "
+                   "Cores do (FP32 accumulator; a 16-bit output is that sum rounded once)\n", r->label,
+                   mpt_accum_model_name(o->accum_model), mpt_accum_model_gpus(o->accum_model));
     } else if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE) {
         printf("%snote: --cpu-kernels native changes nothing on the %s backend\n", r->label, r->be->name);
     }

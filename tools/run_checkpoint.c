@@ -14,7 +14,8 @@
  *   "mptrain"       the version that wrote it
  *   "model", "precision"   for a quick look
  *   "config"        JSON object: every recorded setting as its canonical text (tools/opts.c), e.g.
- *                   {"model": "mlp", "lr": "0.001", "loss-scale": "dynamic:65536", ...}, plus "epochs"
+ *                   {"model": "mlp", "lr": "0.001", "loss-scale": "dynamic:65536", ...}, plus "epochs"; an option
+ *                   written only when set (mpt_cli_opt_written: "accum-model") is absent at its default
  *   "state"         JSON object: iteration, epoch, batch (position inside the epoch), mean, inv_std,
  *                   n_train, n_val, best_test_acc, best_epoch, epoch_loss_sum and epoch_loss_n (the logged
  *                   losses of the unfinished epoch, so a resumed epoch's train_loss is the straight run's),
@@ -268,7 +269,7 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     json_t *cfg = json_object();
     char buf[96];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) /* the recorded settings (the option table's scope) */
-        if (mpt_cli_opt_recorded(id))
+        if (mpt_cli_opt_written(o, id))
             json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
     json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s, s:s}", "iteration",
                               (json_int_t)rs->iteration, "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch,

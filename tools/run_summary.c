@@ -51,6 +51,32 @@ void *mpt_run_precision_map_json(const mpt_graph *g) {
     return a;
 }
 
+/* What summed the products of a GEMM-like node's GEMMs: "ieee" (FP32 additions, rounded to nearest: the FP32 GEMMs,
+ * FP8 GEMMs with --fp8-accum fp32, and TF32/FP16/BF16 GEMMs without a model), a Tensor Core model ("h100":
+ * --accum-model, mpt_backend_cpu_set_accum), "fp8-fast" (FP8 GEMMs with --fp8-accum fast: the h100 FP8 row,
+ * kernels/cpu/gemm.c), "native" (the CPU's BF16 units) or "gpu" (the CUDA backend's own hardware). */
+static const char *node_accum(const mpt_graph *g, const mpt_node *n) {
+    const mpt_backend *be = g->be;
+    if (be->device != MPT_DEVICE_CPU) return "gpu";
+    if (n->fp8) return g->policy.fp8.accum == MPT_FP8_ACCUM_FAST ? "fp8-fast" : "ieee";
+    if (!mpt_math_info(n->math)->tensor_cores) return "ieee";
+    if (mpt_backend_cpu_kernels(be) == MPT_CPU_KERNELS_NATIVE && n->math == MPT_MATH_BF16) return "native";
+    return mpt_accum_model_name(mpt_backend_cpu_accum(be));
+}
+
+/* summary.json's precision map: the checkpoint's (mpt_run_precision_map_json), and for each GEMM-like node what summed
+ * its products ("accum": node_accum). */
+static json_t *summary_precision_map(const mpt_graph *g) {
+    json_t *a = (json_t *)mpt_run_precision_map_json(g);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_node *n = g->nodes[i];
+        const int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
+        json_object_set_new(json_array_get(a, (size_t)i), "accum",
+                            gemm_like ? json_string(node_accum(g, n)) : json_null());
+    }
+    return a;
+}
+
 /* NAN becomes null (JSON has no NaN). */
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
@@ -156,7 +182,7 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));
     json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
     json_object_set_new(j, "cuda_graph", cg);
-    json_object_set_new(j, "precision_map", (json_t *)mpt_run_precision_map_json(g));
+    json_object_set_new(j, "precision_map", summary_precision_map(g));
     json_t *ck = json_null(); /* the CPU backend's kernel set and engine (the precision map says which node used what) */
     if (g->be->device == MPT_DEVICE_CPU) {
         char engine[256];
@@ -166,6 +192,14 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
         json_object_set_new(ck, "engine", json_string(engine));
     }
     json_object_set_new(j, "cpu_kernels", ck);
+    /* --accum-model: the model the backend's emulated TF32/FP16/BF16 GEMMs summed with (the precision map's "accum"
+     * says per node); null on the GPU, whose hardware sums */
+    json_t *am = json_null();
+    if (g->be->device == MPT_DEVICE_CPU) {
+        const mpt_accum_model m = mpt_backend_cpu_accum(g->be);
+        am = json_pack("{s:s, s:s}", "model", mpt_accum_model_name(m), "gpus", mpt_accum_model_gpus(m));
+    }
+    json_object_set_new(j, "accum_model", am);
     json_object_set_new(j, "telemetry", telemetry_json(o, r));
     return write_json(od, "summary.json", j);
 }

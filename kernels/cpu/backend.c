@@ -1,6 +1,6 @@
 /*
- * kernels/cpu/backend.c - the CPU backend: host memory, the table of CPU operations, and the choice of kernel set
- * and GEMM engine (mpt_cpu_exec: kernels/cpu/gemm.h).
+ * kernels/cpu/backend.c - the CPU backend: host memory, the table of CPU operations, and the choice of kernel set,
+ * GEMM engine and summation model (mpt_cpu_exec: kernels/cpu/gemm.h; the models: kernels/cpu/tc_accum.h).
  */
 #include <cblas.h>
 #include <pthread.h>
@@ -13,6 +13,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tc_accum.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -52,7 +53,7 @@ static void default_engine_once(void) {
 mpt_cpu_exec mpt_cpu_exec_default(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, default_engine_once);
-    mpt_cpu_exec x = {MPT_CPU_KERNELS_EMULATE, default_engine};
+    mpt_cpu_exec x = {.kernels = MPT_CPU_KERNELS_EMULATE, .engine = default_engine, .accum = MPT_ACCUM_MODEL_IEEE};
     return x;
 }
 
@@ -71,6 +72,10 @@ mpt_status mpt_backend_cpu_set_kernels(mpt_backend *be, mpt_cpu_kernels k) {
         return mpt_errorf(MPT_ERR_ARG, "CPU kernel set %d is neither emulate nor native", (int)k);
     mpt_cpu_ctx *ctx = be->ctx;
     if (ctx->exec.kernels == k) return MPT_OK;
+    if (k == MPT_CPU_KERNELS_NATIVE && ctx->exec.accum != MPT_ACCUM_MODEL_IEEE)
+        return mpt_errorf(MPT_ERR_ARG, "--cpu-kernels native sums bf16 on the CPU's BF16 units, --accum-model %s "
+                          "models Tensor Cores in the emulate kernel set: give one of them",
+                          mpt_accum_model_name(ctx->exec.accum));
     if (be->workspace_bytes > 0)
         return mpt_errorf(MPT_ERR_ARG, "the CPU kernel set must be chosen before a graph is built on the backend");
     char why[256];
@@ -84,10 +89,79 @@ mpt_cpu_kernels mpt_backend_cpu_kernels(const mpt_backend *be) {
     return be->device == MPT_DEVICE_CPU ? ((const mpt_cpu_ctx *)be->ctx)->exec.kernels : MPT_CPU_KERNELS_EMULATE;
 }
 
+/* ---- summation model ---------------------------------------------------------------------------------------- */
+
+/* engine/backend.h's mpt_accum_model is tc_accum.h's mpt_tc_model, value for value */
+_Static_assert((int)MPT_ACCUM_MODEL_IEEE == (int)MPT_TC_MODEL_IEEE &&
+                   (int)MPT_ACCUM_MODEL_V100 == (int)MPT_TC_MODEL_V100 &&
+                   (int)MPT_ACCUM_MODEL_A100 == (int)MPT_TC_MODEL_A100 &&
+                   (int)MPT_ACCUM_MODEL_ADA == (int)MPT_TC_MODEL_ADA &&
+                   (int)MPT_ACCUM_MODEL_H100 == (int)MPT_TC_MODEL_H100 &&
+                   (int)MPT_ACCUM_MODEL_B200 == (int)MPT_TC_MODEL_B200 &&
+                   (int)MPT_ACCUM_MODEL_COUNT == (int)MPT_TC_MODEL_COUNT,
+               "mpt_accum_model and mpt_tc_model name the same models in the same order");
+
+/* The kernels word of a modelled GEMM (mpt_backend_kernels_of). */
+static const char *const model_kernels[] = {
+    [MPT_ACCUM_MODEL_IEEE] = "emulate:ieee", [MPT_ACCUM_MODEL_V100] = "emulate:v100",
+    [MPT_ACCUM_MODEL_A100] = "emulate:a100", [MPT_ACCUM_MODEL_ADA] = "emulate:ada",
+    [MPT_ACCUM_MODEL_H100] = "emulate:h100", [MPT_ACCUM_MODEL_B200] = "emulate:b200",
+};
+_Static_assert(sizeof model_kernels / sizeof model_kernels[0] == MPT_ACCUM_MODEL_COUNT, "a kernels word per model");
+
+const char *mpt_accum_model_name(mpt_accum_model m) { return mpt_tc_model_name((mpt_tc_model)m); }
+
+const char *mpt_accum_model_gpus(mpt_accum_model m) {
+    if ((unsigned)m >= MPT_ACCUM_MODEL_COUNT) return NULL;
+    if (m == MPT_ACCUM_MODEL_IEEE) return "none";
+    const mpt_tc_params *p = mpt_tc_find((mpt_tc_model)m, MPT_TC_FAMILY_FP16, MPT_TC_OUT_FP32); /* every GPU has FP16 */
+    return p ? p->gpus : NULL;
+}
+
+int mpt_accum_model_parse(const char *s, mpt_accum_model *out) {
+    for (int m = 0; s && m < MPT_ACCUM_MODEL_COUNT; m++)
+        if (strcmp(s, mpt_accum_model_name((mpt_accum_model)m)) == 0) {
+            *out = (mpt_accum_model)m;
+            return 0;
+        }
+    return -1;
+}
+
+int mpt_accum_model_covers(mpt_accum_model m, mpt_math math) {
+    const int fmt = mpt_cpu_tc_format_of(math);
+    if ((unsigned)m >= MPT_ACCUM_MODEL_COUNT) return 0;
+    if (m == MPT_ACCUM_MODEL_IEEE || fmt < 0) return 1; /* FP32, FP8, MXFP8: not summed by a model */
+    mpt_tc_op op;
+    return mpt_tc_op_init(&op, (mpt_tc_model)m, (mpt_tc_format)fmt, (mpt_tc_format)fmt, MPT_TC_OUT_FP32) == 0;
+}
+
+mpt_status mpt_backend_cpu_set_accum(mpt_backend *be, mpt_accum_model m) {
+    if (be->device != MPT_DEVICE_CPU)
+        return mpt_errorf(MPT_ERR_ARG, "--accum-model models Tensor Core summation in the CPU backend's emulate kernel "
+                          "set; on the %s backend the GPU's Tensor Cores sum for themselves (train on --device cpu to "
+                          "model them, or leave --accum-model out)", be->name);
+    if ((unsigned)m >= MPT_ACCUM_MODEL_COUNT)
+        return mpt_errorf(MPT_ERR_ARG, "summation model %d is none of ieee, v100, a100, ada, h100, b200", (int)m);
+    mpt_cpu_ctx *ctx = be->ctx;
+    if (ctx->exec.accum == m) return MPT_OK;
+    if (m != MPT_ACCUM_MODEL_IEEE && ctx->exec.kernels == MPT_CPU_KERNELS_NATIVE)
+        return mpt_errorf(MPT_ERR_ARG, "--accum-model %s models Tensor Cores in the emulate kernel set, --cpu-kernels "
+                          "native sums bf16 on the CPU's BF16 units: give one of them", mpt_accum_model_name(m));
+    if (be->workspace_bytes > 0)
+        return mpt_errorf(MPT_ERR_ARG, "the summation model must be chosen before a graph is built on the backend");
+    ctx->exec.accum = m;
+    return MPT_OK;
+}
+
+mpt_accum_model mpt_backend_cpu_accum(const mpt_backend *be) {
+    return be->device == MPT_DEVICE_CPU ? ((const mpt_cpu_ctx *)be->ctx)->exec.accum : MPT_ACCUM_MODEL_IEEE;
+}
+
 const char *mpt_backend_kernels_of(const mpt_backend *be, int conv, mpt_math m) {
     if (be->device != MPT_DEVICE_CPU) return conv ? "cudnn" : "cublaslt";
     const mpt_cpu_exec *x = mpt_cpu_exec_of(be);
     if (x->kernels == MPT_CPU_KERNELS_NATIVE && m == MPT_MATH_BF16) return "native:onednn";
+    if (mpt_cpu_gemm_modelled(x, m)) return model_kernels[x->accum];
     return x->engine == MPT_CPU_ENGINE_ONEDNN ? "emulate:onednn" : "emulate:openblas";
 }
 

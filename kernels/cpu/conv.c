@@ -26,7 +26,10 @@
  * element, after writing it). conv.c converts instead: the weights once per pass, each image once (into the padded
  * copy im2col reads, so the column matrix is gathered in FP32) and each dy_n once, and runs the GEMM with math FP32
  * on them: the same engine call on the same FP32 values, hence the same bits (tests/test_conv.c checks every pass
- * against per-image GEMMs of the math mode itself, bit for bit).
+ * against per-image GEMMs of the math mode itself, bit for bit). Not under a summation model (--accum-model,
+ * mpt_cpu_gemm_modelled): a GEMM of math FP32 is summed by the engine, so the per-image GEMMs then run in the math mode
+ * itself on the stored operands and convert them, each summed by the model; the weight gradient still adds the images'
+ * FP32 products in image order (a GPU's cuDNN sums over the images in an order of its own).
  *
  * Scratch comes from be->workspace (conv_plan; mpt_cpu_conv2d_workspace returns the maximum over the three passes):
  * once, the FP32 weights (emulated modes, forward and backward-data) or backward-filter's per-image products of a
@@ -246,7 +249,8 @@ typedef enum conv_pass { CONV_FORWARD = 0, CONV_BACKWARD_DATA, CONV_BACKWARD_FIL
  * one group of images. Per thread, after it: its lowering or col2im buffers, dy_n's FP32 values (cvt, backward), then
  * the GEMM's scratch. */
 typedef struct conv_plan {
-    int cvt;          /* emulated TF32/F16/BF16 (mpt_cpu_gemm_converts): operands converted here, the GEMM in FP32 */
+    int cvt;          /* emulated TF32/F16/BF16 (mpt_cpu_gemm_converts) without a summation model: operands converted
+                         here, the GEMM in FP32 */
     mpt_gemm_args g;  /* the per-image GEMM, pointers unset */
     size_t shared;    /* bytes before the threads' parts */
     size_t col_off, src_off, dcol_off, img_off, dy_off, ybuf_off, gemm_off, per_thread;
@@ -259,7 +263,7 @@ typedef struct conv_plan {
 static conv_plan conv_plan_of(const mpt_cpu_exec *x, const mpt_conv_args *a, conv_pass pass, int build) {
     const mpt_conv_shape *s = &a->s;
     conv_plan p = {0};
-    p.cvt = mpt_cpu_gemm_converts(x, a->math);
+    p.cvt = mpt_cpu_gemm_converts(x, a->math) && !mpt_cpu_gemm_modelled(x, a->math);
     const size_t os = p.cvt ? sizeof(float) : mpt_dtype_size(a->dtype); /* the lowered operands' element size */
     const size_t CRS = (size_t)s->C * s->R * s->S, PQ = (size_t)s->P * s->Q;
     const size_t col = conv_is_pointwise(s) ? 0 : conv_pad(CRS * PQ * os);

@@ -63,7 +63,7 @@
  *     with a shared alignment and one rounding (truncation on some generations: Fasi, Higham, Mikaitis and
  *     Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"), where the FP32 GEMM rounds to nearest after
  *     every FMA; and the order of cuBLASLt's epilogue (alpha, beta, bias) is not documented. Both stay within
- *     the K*2^-24 FP32 bounds the tests use.
+ *     the K*2^-24 FP32 bounds the tests use. A summation model (below) computes the Tensor Cores' sum instead.
  *   - subnormal FP32 products (BF16/TF32 values below ~2^-63 each) are not exact on either side.
  *
  * FP8 (math FP8 / MXFP8; engine/amp/fp8.h). The operands are E4M3/E5M2 bytes in the TN layout (A [M, K], B
@@ -108,6 +108,19 @@
  * cuBLASLt version, other shapes (split-K), and the epilogue's order with scales that are not 1. mxfp8 has no fast
  * model (Hopper has no MX Tensor Cores; B200's block-scaled accumulator is not modelled): it accumulates in FP32.
  *
+ * Summation models (--accum-model; mpt_backend_cpu_set_accum, engine/backend.h mpt_accum_model; the models, their
+ * parameters and sources: kernels/cpu/tc_accum.h). With a model other than IEEE the emulated TF32, F16 and BF16 GEMMs
+ * (mpt_cpu_gemm_modelled) keep their operands, converted as above, and replace the FP32 engine by mpt_tc_gemm: every
+ * element of acc = op(A) op(B) is the model's chain of block FMAs over its row and column, started from +0, rounded
+ * toward zero into FP32 after each block, the GPU's Tensor Core accumulator in FP32 (the published measurements
+ * reproduce bit for bit: docs/numerics.md). acc then goes through the FP32 epilogue like an engine's (alpha, beta * C,
+ * bias, ReLU, one rounding to C's dtype), so beta * C is added to the finished sum rather than used as the
+ * accumulator's start (CUTLASS's LinearCombination epilogue, D = alpha * acc + beta * C in FP32; cuBLASLt does not
+ * document its own), and a 16-bit C is the modelled FP32 sum rounded once, not the Tensor Cores' FP16-output row
+ * (what cuBLASLt does with FP32 compute and a 16-bit C). The model's GEMM makes no oneDNN primitive; its scratch (the
+ * operands split into significands and exponents, mpt_tc_gemm_ws_bytes) is reserved at graph build with the rest. The
+ * FP32 and FP8 maths and the native kernel set are summed as without a model.
+ *
  * Operand copies (mpt_gemm_args.a_copy / b_copy; mpt_cpu_gemm_copies says when they are read: the emulated TF32,
  * F16 and BF16 GEMMs). A caller that runs several GEMMs on one operand (a linear layer: x in its forward and
  * weight-gradient GEMMs, W in its forward and data-gradient GEMMs, dy in both gradient GEMMs) keeps its converted
@@ -118,6 +131,7 @@
  * Scratch (mpt_cpu_gemm_workspace: the exact bytes, each part padded to 64 bytes):
  *   [converted A: M*K floats, if emulated math != FP32][converted B: K*N floats, likewise]
  *   [FP32 C tile: M*N floats, if C is not F32 or the epilogue is not NONE][oneDNN's scratchpad, if oneDNN runs it]
+ *   [the summation model's split operands: (M + N) * (8 K + 1) bytes, if a model sums the products]
  */
 #include <cblas.h>
 #include <immintrin.h>
@@ -129,6 +143,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/onednn.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/tc_accum.h"
 
 enum { GEMM_ALIGN = 64, GEMM_CHUNK = 512, GEMM_CONVERT_CHUNK = 16384 };
 
@@ -139,8 +154,10 @@ typedef struct gemm_plan {
     int convert_ops; /* A and B go through scratch (emulated TF32/F16/BF16) */
     int tile_c;      /* C goes through an FP32 tile */
     int onednn;      /* the products run in oneDNN (od), else in OpenBLAS */
+    int tc;          /* the products are summed by a Tensor Core model (tc_op), not by an engine */
     mpt_onednn_gemm od;
-    size_t a_off, b_off, c_off, dnnl_off, dnnl_bytes, total;
+    mpt_tc_op tc_op;
+    size_t a_off, b_off, c_off, dnnl_off, dnnl_bytes, tc_off, tc_bytes, total;
 } gemm_plan;
 
 static int gemm_native(const mpt_cpu_exec *x, const mpt_gemm_args *a) {
@@ -152,6 +169,19 @@ static int gemm_is_fp8(mpt_math m) { return m == MPT_MATH_FP8 || m == MPT_MATH_M
 int mpt_cpu_gemm_converts(const mpt_cpu_exec *x, mpt_math m) {
     return (m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16) &&
            !(x->kernels == MPT_CPU_KERNELS_NATIVE && m == MPT_MATH_BF16);
+}
+
+int mpt_cpu_gemm_modelled(const mpt_cpu_exec *x, mpt_math m) {
+    return x->accum != MPT_ACCUM_MODEL_IEEE && mpt_cpu_gemm_converts(x, m);
+}
+
+int mpt_cpu_tc_format_of(mpt_math m) {
+    switch (m) {
+    case MPT_MATH_TF32: return MPT_TC_FORMAT_TF32;
+    case MPT_MATH_F16: return MPT_TC_FORMAT_FP16;
+    case MPT_MATH_BF16: return MPT_TC_FORMAT_BF16;
+    default: return -1;
+    }
 }
 
 /* The fast accumulator model runs on the FP8 bytes themselves, into the tile (no FP32 copies, no FP32 GEMM). */
@@ -179,9 +209,17 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a, int
     const int native = gemm_native(x, a);
     const int fast = gemm_fast_fp8(a);
     p.convert_ops = a->math != MPT_MATH_FP32 && !native && !fast;
-    /* an FP32 tile when C is 16-bit, when an epilogue must read the old C (beta != 0), or for FP8 (its scales join
-     * alpha in the epilogue); an F32 C with an epilogue and beta 0 holds acc itself and the epilogue runs in place */
-    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || (a->epilogue != MPT_EPILOGUE_NONE && a->beta != 0.0f) ||
+    p.tc = mpt_cpu_gemm_modelled(x, a->math);
+    if (p.tc) {
+        const mpt_tc_format f = (mpt_tc_format)mpt_cpu_tc_format_of(a->math);
+        MPT_ASSERTF(mpt_tc_op_init(&p.tc_op, (mpt_tc_model)x->accum, f, f, MPT_TC_OUT_FP32) == 0,
+                    "gemm %s: the %s summation model has no row for %s operands (check mpt_accum_model_covers before "
+                    "building)", a->tag ? a->tag : "?", mpt_accum_model_name(x->accum), mpt_math_name(a->math));
+    }
+    /* an FP32 tile when C is 16-bit, when an epilogue must read the old C (beta != 0; with a summation model, any
+     * beta != 0: the model's sums start from +0 and beta * C joins in the epilogue), or for FP8 (its scales join alpha
+     * in the epilogue); an F32 C with an epilogue and beta 0 holds acc itself and the epilogue runs in place */
+    p.tile_c = a->c_dtype != MPT_DTYPE_F32 || ((a->epilogue != MPT_EPILOGUE_NONE || p.tc) && a->beta != 0.0f) ||
                gemm_is_fp8(a->math);
     const int in_place = !p.tile_c && a->epilogue != MPT_EPILOGUE_NONE;
     p.od.trans_a = a->trans_a;
@@ -192,7 +230,7 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a, int
     p.od.ab_dtype = native ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
     p.od.alpha = p.tile_c || in_place ? 1.0f : a->alpha;
     p.od.beta = p.tile_c || in_place ? 0.0f : a->beta;
-    if (a->M > 0 && a->N > 0 && a->K > 0 && !fast && (native || x->engine == MPT_CPU_ENGINE_ONEDNN)) {
+    if (a->M > 0 && a->N > 0 && a->K > 0 && !fast && !p.tc && (native || x->engine == MPT_CPU_ENGINE_ONEDNN)) {
         if (build) {
             p.onednn = mpt_onednn_gemm_prepare(&p.od, &p.dnnl_bytes);
         } else {
@@ -218,6 +256,11 @@ static gemm_plan gemm_plan_of(const mpt_cpu_exec *x, const mpt_gemm_args *a, int
     if (p.onednn && p.dnnl_bytes > 0) {
         p.dnnl_off = off;
         off += gemm_pad(p.dnnl_bytes);
+    }
+    if (p.tc) {
+        p.tc_bytes = mpt_tc_gemm_ws_bytes(&p.tc_op, a->M, a->N, a->K);
+        p.tc_off = off;
+        off += gemm_pad(p.tc_bytes);
     }
     p.total = off;
     return p;
@@ -339,6 +382,14 @@ static void gemm_products(const gemm_plan *p, const mpt_gemm_args *a, const void
                 (int)a->M, (int)a->N, (int)a->K, alpha, A, lda, B, ldb, beta, C, (int)a->N);
 }
 
+/* D = op(A) op(B) [M, N] (F32, dense) summed by the plan's Tensor Core model from +0, on the FP32 operand values. */
+static void gemm_tc_products(const gemm_plan *p, const mpt_gemm_args *a, const float *A, const float *B, float *D,
+                             char *w) {
+    const mpt_tc_gemm_args t = {.trans_a = a->trans_a, .trans_b = a->trans_b, .M = a->M, .N = a->N, .K = a->K,
+                                .A = A, .B = B, .C0 = NULL, .D = D};
+    mpt_tc_gemm(&p->tc_op, &t, w + p->tc_off, p->tc_bytes);
+}
+
 void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws, size_t ws_bytes) {
     mpt_gemm_args_check(a, 1); /* the contract (engine/backend.c); the fused epilogues arrive mapped by core_gemm */
     if (a->M == 0 || a->N == 0) return;
@@ -356,7 +407,7 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
         B = gemm_operand_or_copy((float *)(w + p.b_off), a->B, N, K, a->math, a->b_dtype, a->b_block_scales,
                                  a->b_copy, a->b_copy_write);
     }
-    if (!p.tile_c && a->epilogue == MPT_EPILOGUE_NONE) {
+    if (!p.tile_c && a->epilogue == MPT_EPILOGUE_NONE && !p.tc) {
         gemm_products(&p, a, A, B, a->C, a->alpha, a->beta, w);
         return;
     }
@@ -365,6 +416,7 @@ void mpt_cpu_gemm_ws_on(const mpt_cpu_exec *x, const mpt_gemm_args *a, void *ws,
     /* acc into the tile, or into an F32 C itself (beta 0, not FP8), then the epilogue row by row */
     float *tile = p.tile_c ? (float *)(w + p.c_off) : a->C;
     if (gemm_fast_fp8(a)) mpt_cpu_fp8_fast_tile(tile, a);
+    else if (p.tc) gemm_tc_products(&p, a, A, B, tile, w);
     else gemm_products(&p, a, A, B, tile, 1.0f, 0.0f, w);
     size_t es = mpt_dtype_size(a->c_dtype);
     MPT_OMP(omp parallel for schedule(static) if (M * N >= MPT_PAR_MIN)) /* rows are independent */

@@ -19,14 +19,16 @@ typedef enum mpt_cpu_engine {
     MPT_CPU_ENGINE_ONEDNN,       /* oneDNN matmul primitives (kernels/cpu/onednn.h) */
 } mpt_cpu_engine;
 
-/* How a CPU backend runs its GEMMs: the kernel set and the engine. */
+/* How a CPU backend runs its GEMMs: the kernel set, the engine and the summation model. */
 typedef struct mpt_cpu_exec {
     mpt_cpu_kernels kernels; /* EMULATE or NATIVE (engine/backend.h) */
     mpt_cpu_engine engine;   /* the FP32 GEMM's engine (native BF16 always runs on oneDNN) */
+    mpt_accum_model accum;   /* how emulated TF32/F16/BF16 GEMMs sum: IEEE (the engine's FP32 sums) or a Tensor Core
+                                model (kernels/cpu/tc_accum.h; never with NATIVE) */
 } mpt_cpu_exec;
 
-/* emulate, and oneDNN when the build has it and MPT_CPU_ENGINE is not "openblas" (read once per process; any other
- * value than "openblas", "onednn" or unset aborts naming it). */
+/* emulate, IEEE sums, and oneDNN when the build has it and MPT_CPU_ENGINE is not "openblas" (read once per process;
+ * any other value than "openblas", "onednn" or unset aborts naming it). */
 mpt_cpu_exec mpt_cpu_exec_default(void);
 /* The backend's (a CPU backend's ctx). */
 const mpt_cpu_exec *mpt_cpu_exec_of(const mpt_backend *be);
@@ -57,6 +59,16 @@ void mpt_cpu_gemm_ws(const mpt_gemm_args *a, void *ws, size_t ws_bytes);
  * per pass, im2col writing the converted image) may run the GEMM with math FP32 on them: the same engine call on the
  * same FP32 values, so the same bits. */
 int mpt_cpu_gemm_converts(const mpt_cpu_exec *x, mpt_math m);
+
+/* Whether the GEMMs of math mode m sum their products in a Tensor Core model (x->accum not IEEE, and m an emulated
+ * TF32, F16 or BF16 mode): then the engine's FP32 GEMM does not run, and mpt_tc_gemm sums the FP32 operand values
+ * (kernels/cpu/gemm.c, "Summation models"). A caller that would run such a GEMM as math FP32 on operands it converted
+ * itself (conv.c) must not: math FP32 is summed by the engine. */
+int mpt_cpu_gemm_modelled(const mpt_cpu_exec *x, mpt_math m);
+
+/* The summation models' operand format (mpt_tc_format, kernels/cpu/tc_accum.h) of math mode m: FP16, BF16 or TF32 for
+ * F16, BF16, TF32; -1 for the maths no summation model takes (FP32, FP8, MXFP8). */
+int mpt_cpu_tc_format_of(mpt_math m);
 
 /* dst[0..n) = the FP32 operand values the emulated GEMM of math m (TF32, F16 or BF16) gives its engine for src (F32,
  * F16 or BF16 elements respectively): each element rounded to TF32 (RNE) or widened exactly. One thread. */

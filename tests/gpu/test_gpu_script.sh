@@ -9,7 +9,8 @@
 #   Run A (FAKE_HANG=test_cuda/conv, --tcase-timeout 4): the hanging test case is diagnosed (its threads' wait
 #     channels, the debugger's stacks) and killed at its limit, the TAP line it printed before hanging survives (stdio
 #     block-buffered, made line-buffered by the runner), every other case runs, `timing` alone after the others, and
-#     every later stage still runs; the output folder holds exactly the six files a device call returns, the results
+#     every later stage still runs (tc: tests/test_cuda_tc alone, its report on the results page); the output folder
+#     holds exactly the six files a device call returns, the results
 #     page has every stage, the library path has every nvidia/*/lib folder of the Python's wheels; a loss that moves
 #     with --cuda-graph on (FAKE_GRAPH_CHANGES_MATH) fails the graph stage.
 #   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
@@ -136,8 +137,10 @@ check "run A's output folder holds exactly gpu.log, summary.txt, machine.txt, in
 check "the hanging case is reported as a timeout, with the TAP line it printed before" \
     grep -Eq '^  test_cuda/conv +[0-9]+s +TIMEOUT.* 1 ok, 0 not ok' "$outA/summary.txt"
 check "the other cases ran to their end" grep -Eq '^  test_cuda/gemm +[0-9]+s +ok +2 ok, 0 not ok' "$outA/summary.txt"
-check "the timing case ran alone, after all the others" \
-    bash -c "grep -E '^  test_' '$outA/summary.txt' | tail -n 1 | grep -q '^  test_cuda_graph/timing '"
+check "the timing case ran alone, after all the others of the suite" \
+    bash -c "grep -E '^  test_' '$outA/summary.txt' | grep -v '^  test_cuda_tc/' | tail -n 1 | grep -q '^  test_cuda_graph/timing '"
+check "the stage tc ran tests/test_cuda_tc once, after the suite, with its report on the results page" \
+    bash -c "[ \$(grep -c '^  test_cuda_tc/tc_accum ' '$outA/summary.txt') = 1 ] && grep -E '^  test_' '$outA/summary.txt' | tail -n 1 | grep -Eq '^  test_cuda_tc/tc_accum +[0-9]+s +ok' && grep -q '^## Tensor Core summation: cuBLASLt' '$outA/gpu-$day.md' && grep -q '^| fp16 | fc1 fwd (fake) |' '$outA/gpu-$day.md'"
 ncase=$(grep -cE '^  test_' "$outA/summary.txt")
 ntc=$(for p in $programs; do cat "$src/tests/$p.c"; done | grep -c 'tcase_create(')
 check "one process per test case: $ncase summary lines for the $ntc tcase_create calls in tests/" [ "$ncase" = "$ntc" ]
@@ -151,7 +154,7 @@ libs=$(in_archive "$outA" '*/libraries.txt')
 check "the library path has the carried libraries and every nvidia/*/lib folder of the Python's wheels" \
     bash -c "grep -q '^LD_LIBRARY_PATH for mptrain and the tests: $c/lib:.*$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib' <<<\"\$1\"" _ "$libs"
 page=$outA/gpu-$day.md
-for s in machine setup info test graph compare bench; do
+for s in machine setup info test tc graph compare bench; do
     check "the results page times stage $s" grep -q "^| $s | [0-9]* |" "$page"
 done
 check "the results page has the graph table, the compare reports and the PyTorch comparison" \
