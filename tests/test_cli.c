@@ -843,6 +843,60 @@ START_TEST(test_cpu_kernels_native) {
 }
 END_TEST
 
+/* --cpu-kernels auto (issue 32 B): a bf16 run measures both kernel sets where native can run and keeps the faster; it
+ * records the set it kept (config, cpu_kernels.set) and both times, and trains exactly as that set given by hand does
+ * (same weights, bit for bit); fp32 has no bf16 GEMM and resolves to emulate without measuring; a resume with auto
+ * keeps the recorded set. Where native is unavailable, auto is emulate and says why. */
+START_TEST(test_cpu_kernels_auto) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    char why[256];
+    const int native_ok = mpt_cpu_native_available(why, sizeof why);
+    const char *a = tmp_path("auto");
+    int rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--cpu-kernels", "auto",
+                 "--max-steps", "4", "--limit-test", "64", "--progress", "off", "--out", a, NULL);
+    ck_assert_msg(rc == 0, "train --cpu-kernels auto failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(a);
+    const char *set = cfg_str(j, "cpu-kernels");
+    json_t *ck = json_object_get(j, "cpu_kernels");
+    ck_assert_str_eq(json_string_value(json_object_get(ck, "set")), set);
+    json_t *au = json_object_get(ck, "auto");
+    ck_assert_msg(json_is_object(au), "summary.json cpu_kernels.auto missing");
+    if (native_ok) {
+        const double e = json_number_value(json_object_get(au, "emulate_step_s"));
+        const double n = json_number_value(json_object_get(au, "native_step_s"));
+        ck_assert_msg(e > 0 && n > 0, "auto did not measure both sets: %g, %g", e, n);
+        ck_assert_str_eq(set, n < e ? "native" : "emulate");
+    } else {
+        ck_assert_str_eq(set, "emulate");
+        ck_assert_msg(strstr(out_buf, "auto: emulate (") != NULL, "%s", out_buf);
+    }
+    /* the same run with the chosen set given by hand: the same weights */
+    char ka[600], kb[600];
+    const char *b = tmp_path("byhand");
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--cpu-kernels", set, "--max-steps",
+             "4", "--limit-test", "64", "--progress", "off", "--out", b, NULL);
+    ck_assert_msg(rc == 0, "train --cpu-kernels %s failed (%d): %s", set, rc, out_buf);
+    snprintf(ka, sizeof ka, "%s/checkpoint.safetensors", a);
+    snprintf(kb, sizeof kb, "%s/checkpoint.safetensors", b);
+    assert_same_tensors(ka, kb);
+    /* resuming with auto keeps the recorded set (no conflict, no new measurement) */
+    rc = run("train", "--resume", ka, "--data", data, "--device", "cpu", "--cpu-kernels", "auto", "--max-steps", "6",
+             "--limit-test", "64", "--progress", "off", "--out", tmp_path("resumed"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "measured") == NULL, "resume with auto (%d): %s", rc, out_buf);
+    json_decref(j);
+    /* fp32: nothing to choose */
+    const char *f = tmp_path("fp32");
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--cpu-kernels", "auto", "--max-steps",
+             "2", "--limit-test", "64", "--progress", "off", "--out", f, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "auto: emulate (no bf16 GEMM in this precision)") != NULL, "%s", out_buf);
+    j = load_summary(f);
+    ck_assert_str_eq(cfg_str(j, "cpu-kernels"), "emulate");
+    json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
 /* OpenBLAS on a CPU it does not recognise (issue 32): where it runs the GEMMs and no OPENBLAS_CORETYPE is set, a
  * detected core older than the CPU's instructions (MPT_TEST_OPENBLAS_DETECTED stands in for OpenBLAS's detection) is
  * replaced by the best core for them, and info says who chose it; a user's OPENBLAS_CORETYPE is kept, and with oneDNN
@@ -1573,6 +1627,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_cpu_kernels_native);
     tcase_add_test(tr, test_epoch_time_excludes_telemetry);
     tcase_add_test(tr, test_openblas_core_choice);
+    tcase_add_test(tr, test_cpu_kernels_auto);
     tcase_add_test(tr, test_resume_fp8);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);

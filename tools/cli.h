@@ -211,6 +211,8 @@ typedef struct mpt_cli_opts {
     mpt_nonfinite_mode nonfinite;        /* skip (default) | apply */
     int tf32_matmul, tf32_conv;          /* 1 = TF32 allowed; resolved: on in tf32 mode, off otherwise */
     mpt_cpu_kernels cpu_kernels;         /* EMULATE (default) | NATIVE: the CPU backend's kernel set (engine/backend.h) */
+    int cpu_kernels_auto;                /* --cpu-kernels auto, not yet resolved: a run measures both sets and keeps
+                                            the faster in cpu_kernels (tools/run.c), then clears this */
     mpt_scaler_preset scaler;            /* where the loss-scaler defaults below come from */
     double growth_factor, backoff_factor, scale_floor, scale_ceiling;
     int hysteresis;

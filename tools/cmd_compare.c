@@ -331,6 +331,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
         printf("(for scale: training moved the fp32 weights by ||w_end - w_init|| / ||w_end|| = %.3e)\n",
                scale.fp32_travel);
     mpt_report_write_machine(stdout, &machine);
+    mpt_report_write_kernels(stdout, rows, n_done);
     mpt_report_write_instruments(stdout, rows, n_done);
     printf("\nreport: %s/report.md\n", o.out);
     if (plot_file) printf("plot:   %s/%s\n", o.out, plot_file);

@@ -42,7 +42,7 @@ int mpt_cmd_eval(int argc, char **argv) {
     }
     printf("device: %s\n", why);
     if (be->device == MPT_DEVICE_CPU) { /* the kernel set: --cpu-kernels, else the one the checkpoint trained with */
-        const int given = mpt_cli_given(&cli, MPT_OPT_CPU_KERNELS);
+        const int given = mpt_cli_given(&cli, MPT_OPT_CPU_KERNELS) && !cli.cpu_kernels_auto; /* auto: as trained */
         const mpt_cpu_kernels k = given ? cli.cpu_kernels : o.cpu_kernels;
         s = mpt_backend_cpu_set_kernels(be, k);
         if (s != MPT_OK && !given) {

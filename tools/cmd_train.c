@@ -27,6 +27,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
         const mpt_opt_scope sc = mpt_cli_opt_scope(id);
         if (!mpt_cli_given(cli, id) || (sc != MPT_SCOPE_MATH && sc != MPT_SCOPE_MATH_OPTIONAL)) continue;
+        if (id == MPT_OPT_CPU_KERNELS && cli->cpu_kernels_auto) continue; /* auto: the set the run measured and kept */
         mpt_cli_format(cli, id, a, sizeof a);
         mpt_cli_format(&ck, id, b, sizeof b);
         if (strcmp(a, b) != 0)

@@ -131,10 +131,11 @@ static const opt_def opt_table[] = {
      "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL, "SET",
-     "emulate | native: the CPU backend's GEMM/convolution kernels (default emulate: Tensor Core numerics emulated "
-     "exactly, the GPU's oracle; native: bf16 on the CPU's BF16 units through oneDNN, with their numerics: BF16 "
-     "denormals read as zero, denormal results flushed; fp32/tf32/fp16 stay emulated; needs oneDNN and "
-     "avx512_bf16 or amx_bf16)",
+     "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate for train, auto for "
+     "compare: emulate is Tensor Core numerics emulated exactly, the GPU's oracle; native: bf16 on the CPU's BF16 "
+     "units through oneDNN, with their numerics: BF16 denormals read as zero, denormal results flushed; fp32/tf32/fp16 "
+     "stay emulated; needs oneDNN and avx512_bf16 or amx_bf16; auto: where native can run a bf16 run's GEMMs, a "
+     "few training steps in each set at the start, the faster one kept and recorded as the run's set)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-scaling", MPT_OPT_FP8_SCALING, required_argument, TC, "S",
      "fp8 modes: delayed (TransformerEngine's DelayedScaling: s from the amax history) | current (s from the "
@@ -652,9 +653,10 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         if (parse_on_off(arg, &o->tf32_conv) != 0) return bad_value(f, "on or off", arg);
         return MPT_OK;
     case MPT_OPT_CPU_KERNELS:
-        if (strcmp(arg, "emulate") == 0) o->cpu_kernels = MPT_CPU_KERNELS_EMULATE;
+        o->cpu_kernels_auto = strcmp(arg, "auto") == 0;
+        if (strcmp(arg, "emulate") == 0 || o->cpu_kernels_auto) o->cpu_kernels = MPT_CPU_KERNELS_EMULATE;
         else if (strcmp(arg, "native") == 0) o->cpu_kernels = MPT_CPU_KERNELS_NATIVE;
-        else return bad_value(f, "one of emulate, native", arg);
+        else return bad_value(f, "one of emulate, native, auto", arg);
         return MPT_OK;
     case MPT_OPT_SCALER:
         if (scaler_preset_parse(arg, &o->scaler) != 0)
@@ -806,7 +808,9 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_NONFINITE: snprintf(buf, len, "%s", mpt_nonfinite_mode_name(o->nonfinite)); break;
     case MPT_OPT_TF32_MATMUL: snprintf(buf, len, "%s", o->tf32_matmul ? "on" : "off"); break;
     case MPT_OPT_TF32_CONV: snprintf(buf, len, "%s", o->tf32_conv ? "on" : "off"); break;
-    case MPT_OPT_CPU_KERNELS: snprintf(buf, len, "%s", mpt_cpu_kernels_name(o->cpu_kernels)); break;
+    case MPT_OPT_CPU_KERNELS: /* auto until a run resolved it (tools/run.c), then the set it chose */
+        snprintf(buf, len, "%s", o->cpu_kernels_auto ? "auto" : mpt_cpu_kernels_name(o->cpu_kernels));
+        break;
     case MPT_OPT_SCALER: snprintf(buf, len, "%s", scaler_presets[o->scaler].name); break;
     case MPT_OPT_GROWTH_FACTOR: fmt_double(buf, len, o->growth_factor); break;
     case MPT_OPT_BACKOFF_FACTOR: fmt_double(buf, len, o->backoff_factor); break;
@@ -1182,6 +1186,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         return MPT_CLI_EXIT_USAGE;
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
+    /* compare puts precisions side by side for speed too: each bf16 run on the CPU set that measured faster here */
+    if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_CPU_KERNELS)) o->cpu_kernels_auto = 1;
     if (o->shadow && o->telemetry == 0) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
         return MPT_CLI_EXIT_USAGE;

@@ -99,6 +99,13 @@ void mpt_report_write_machine(FILE *f, const mpt_report_machine *m) {
                 : "The machine was not oversubscribed, so the host-clock times are the runs' own.");
 }
 
+void mpt_report_write_kernels(FILE *f, const mpt_report_row *rows, int n) {
+    for (int i = 0; i < n; i++)
+        if (rows[i].r->kernels_auto[0] && isfinite(rows[i].r->kernels_auto_s[0]))
+            fprintf(f, "CPU kernels of %s, %s (the time columns are this set's).\n",
+                    mpt_precision_name(rows[i].precision), rows[i].r->kernels_auto);
+}
+
 void mpt_report_write_instruments(FILE *f, const mpt_report_row *rows, int n) {
     double lo = INFINITY, hi = -INFINITY, clo = INFINITY, chi = -INFINITY, total = 0.0, train = 0.0;
     int any = 0;
@@ -525,6 +532,7 @@ mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_re
         mpt_report_write_machine(f, ref->machine);
         fprintf(f, "\n");
     }
+    mpt_report_write_kernels(f, rows, n);
     mpt_report_write_instruments(f, rows, n);
     fprintf(f, "\n");
     fprintf(f, "Peak memory by category (MiB):\n\n");

@@ -50,6 +50,10 @@ void mpt_report_machine_end(mpt_report_machine *m);
 /* One line "Machine load: ..." saying whether the machine was busier than its cores (nothing when unknown). */
 void mpt_report_write_machine(FILE *f, const mpt_report_machine *m);
 
+/* One line per run whose CPU kernel set was chosen by --cpu-kernels auto: what it measured and kept. Nothing when
+ * no run was. */
+void mpt_report_write_kernels(FILE *f, const mpt_report_row *rows, int n);
+
 /* One line on the instruments' cost: the telemetry's own time per epoch (host clock and CPU, the range over the
  * runs), which the table's time columns exclude. Nothing when no run had telemetry. */
 void mpt_report_write_instruments(FILE *f, const mpt_report_row *rows, int n);

@@ -433,6 +433,131 @@ static void new_run_id(char id[17]) {
     snprintf(id, 17, "%016llx", (unsigned long long)x);
 }
 
+/* ---- --cpu-kernels auto ----------------------------------------------------------------------------------------
+ * Which CPU kernel set trains a bf16 run faster depends on the CPU (ARCHITECTURE decision 11: AMD Zen 4 runs BF16
+ * dot products at twice FP32's rate, Intel cores without AMX do not): measured, like cudnn.benchmark, never assumed.
+ * Where native can run the run's BF16 GEMMs (the mode's low-precision math is BF16, oneDNN and BF16 units are there,
+ * --accum-model ieee, not data-parallel: the ranks must agree on their numerics), the same network is built twice on
+ * scratch CPU backends, one per set, and trained AUTO_STEPS steps each on the run's first training rows, the two
+ * trainers taking turns step by step; after a warm-up step each, the median step time (host clock) decides: native
+ * only where it measured faster. The choice is the run's for all its layers (a layer's GEMMs share operand copies,
+ * and one set per run keeps its numerics one documented thing), recorded as its --cpu-kernels in the checkpoint and
+ * summary.json, with the two times. The scratch trainers touch nothing of the run (their own backends, weights and
+ * state; the run's data is host memory, which every CPU backend reads). One process measures a (model, precision,
+ * batch) once: compare's seeds and lab's runs reuse it, so the runs of a paired comparison share their set. */
+enum { AUTO_STEPS = 5 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One scratch trainer of the run's network on a CPU backend with kernel set k, its batch staged from the first B
+ * training rows. */
+typedef struct auto_trainer {
+    mpt_backend *be;
+    mpt_trainer *t;
+    int32_t *idx;
+} auto_trainer;
+
+static void auto_free(auto_trainer *a) {
+    mpt_trainer_free(&a->t);
+    if (a->be && a->idx) a->be->free(a->be, a->idx);
+    mpt_backend_free(&a->be);
+}
+
+static mpt_status auto_make(run *r, mpt_cpu_kernels k, auto_trainer *a) {
+    const mpt_cli_opts *o = &r->o;
+    a->be = mpt_backend_cpu_create();
+    MPT_TRY(mpt_backend_cpu_set_kernels(a->be, k));
+    mpt_graph *g = mpt_graph_create(a->be, &r->policy, o->batch);
+    mpt_tensor *logits = NULL;
+    mpt_status s = mpt_model_build(g, o->model, &logits);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    mpt_softmax_xent(g, logits, "loss");
+    mpt_train_config cfg = mpt_cli_train_config(o, 1000000);
+    MPT_TRY(mpt_trainer_create(&a->t, g, &cfg));
+    const size_t bytes = (size_t)o->batch * sizeof(int32_t);
+    a->idx = a->be->alloc(a->be, bytes);
+    if (!a->idx) return mpt_errorf(MPT_ERR_NOMEM, "--cpu-kernels auto: cannot allocate %zu bytes", bytes);
+    for (int i = 0; i < o->batch; i++) a->idx[i] = i < r->d->n_train ? i : -1; /* CPU backend: host memory */
+    return MPT_OK;
+}
+
+/* Resolves --cpu-kernels auto into r->o.cpu_kernels (and says so). */
+static mpt_status resolve_auto_kernels(run *r, mpt_run_result *res) {
+    mpt_cli_opts *o = &r->o;
+    o->cpu_kernels_auto = 0;
+    o->cpu_kernels = MPT_CPU_KERNELS_EMULATE;
+    res->kernels_auto_s[0] = res->kernels_auto_s[1] = NAN;
+    char why[256];
+    const char *skip = NULL;
+    if (mpt_mode_info(o->precision)->lowp_math != MPT_MATH_BF16) skip = "no bf16 GEMM in this precision";
+    else if (!mpt_cpu_native_available(why, sizeof why)) skip = why;
+    else if (o->accum_model != MPT_ACCUM_MODEL_IEEE) skip = "--accum-model models the emulate set's sums";
+    else if (train_dist) skip = "data-parallel ranks keep one set (emulate)";
+    if (skip) {
+        snprintf(res->kernels_auto, sizeof res->kernels_auto, "auto: emulate (%s)", skip);
+        return MPT_OK;
+    }
+    static struct {
+        char model[16];
+        mpt_precision p;
+        int batch;
+        mpt_cpu_kernels k;
+        double s[2];
+    } seen[32];
+    static int n_seen;
+    for (int i = 0; i < n_seen; i++)
+        if (strcmp(seen[i].model, o->model) == 0 && seen[i].p == o->precision && seen[i].batch == o->batch) {
+            o->cpu_kernels = seen[i].k;
+            res->kernels_auto_s[0] = seen[i].s[0], res->kernels_auto_s[1] = seen[i].s[1];
+            snprintf(res->kernels_auto, sizeof res->kernels_auto, "auto: %s (as measured before in this process: a "
+                     "step %.2f ms emulated, %.2f ms native)", mpt_cpu_kernels_name(seen[i].k), 1e3 * seen[i].s[0],
+                     1e3 * seen[i].s[1]);
+            return MPT_OK;
+        }
+    auto_trainer a[2] = {{0}, {0}};
+    mpt_status s = auto_make(r, MPT_CPU_KERNELS_EMULATE, &a[0]);
+    if (s == MPT_OK) s = auto_make(r, MPT_CPU_KERNELS_NATIVE, &a[1]);
+    double t[2][AUTO_STEPS];
+    for (int step = 0; s == MPT_OK && step <= AUTO_STEPS; step++)
+        for (int k = 0; k < 2; k++) { /* turns: a drift of the machine's load falls on both */
+            mpt_trainer_gather(a[k].t, r->dd.train_images, r->dd.train_labels, a[k].idx, r->d->dim, 0.0f, 1.0f);
+            const double t0 = mono_s();
+            mpt_trainer_step(a[k].t);
+            a[k].be->synchronize(a[k].be);
+            if (step > 0) t[k][step - 1] = mono_s() - t0; /* step 0: the warm-up */
+        }
+    auto_free(&a[0]);
+    auto_free(&a[1]);
+    MPT_TRY(s);
+    for (int k = 0; k < 2; k++) {
+        qsort(t[k], AUTO_STEPS, sizeof t[k][0], cmp_double);
+        res->kernels_auto_s[k] = t[k][AUTO_STEPS / 2];
+    }
+    o->cpu_kernels = res->kernels_auto_s[1] < res->kernels_auto_s[0] ? MPT_CPU_KERNELS_NATIVE : MPT_CPU_KERNELS_EMULATE;
+    snprintf(res->kernels_auto, sizeof res->kernels_auto, "auto: %s (a training step measured %.2f ms emulated, %.2f "
+             "ms native: median of %d after a warm-up)", mpt_cpu_kernels_name(o->cpu_kernels),
+             1e3 * res->kernels_auto_s[0], 1e3 * res->kernels_auto_s[1], AUTO_STEPS);
+    if (n_seen < (int)(sizeof seen / sizeof seen[0])) {
+        snprintf(seen[n_seen].model, sizeof seen[n_seen].model, "%s", o->model);
+        seen[n_seen].p = o->precision, seen[n_seen].batch = o->batch, seen[n_seen].k = o->cpu_kernels;
+        seen[n_seen].s[0] = res->kernels_auto_s[0], seen[n_seen].s[1] = res->kernels_auto_s[1];
+        n_seen++;
+    }
+    return MPT_OK;
+}
+
 static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
@@ -453,6 +578,14 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     snprintf(said_why, sizeof said_why, "%s", why);
     if (r->be->device == MPT_DEVICE_CPU || o->accum_model != MPT_ACCUM_MODEL_IEEE) /* refused on the GPU: says why */
         MPT_TRY(mpt_backend_cpu_set_accum(r->be, o->accum_model));
+    MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
+    r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
+    r->policy.fp8 = o->fp8;
+    if (o->cpu_kernels_auto && r->be->device != MPT_DEVICE_CPU) o->cpu_kernels_auto = 0; /* the GPU's own kernels */
+    if (o->cpu_kernels_auto) {
+        MPT_TRY(resolve_auto_kernels(r, res));
+        printf("%sCPU kernels %s\n", r->label, res->kernels_auto);
+    }
     if (r->be->device == MPT_DEVICE_CPU) {
         MPT_TRY(mpt_backend_cpu_set_kernels(r->be, o->cpu_kernels));
         char engine[256];
@@ -473,10 +606,6 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     } else if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE) {
         printf("%snote: --cpu-kernels native changes nothing on the %s backend\n", r->label, r->be->name);
     }
-    MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
-
-    r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
-    r->policy.fp8 = o->fp8;
     if (mpt_policy_is_fp8(&r->policy)) MPT_TRY(mpt_run_fp8_device_check(r->be, o->precision, &r->policy.fp8, r->label));
     const int tf32_mode = mpt_mode_info(o->precision)->tf32_default;
     if (r->policy.tf32_override && tf32_mode)

@@ -58,6 +58,9 @@ typedef struct mpt_run_result {
     int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM;
                                   * tools/stop.c), its state saved; 0 when it ran to its end */
     char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
+    char kernels_auto[320];      /* --cpu-kernels auto: what was measured and chosen, one line; "" otherwise */
+    double kernels_auto_s[2];    /* its median step times (seconds, host clock): emulate, native; NAN when nothing
+                                    was measured (no bf16 GEMM, native unavailable) */
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
     float *init_master;          /* the same at the start of this invocation (malloc'd) */

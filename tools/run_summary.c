@@ -190,6 +190,14 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
         ck = json_object();
         json_object_set_new(ck, "set", json_string(mpt_cpu_kernels_name(mpt_backend_cpu_kernels(g->be))));
         json_object_set_new(ck, "engine", json_string(engine));
+        json_t *au = json_null(); /* --cpu-kernels auto: what was measured and chosen (tools/run.c) */
+        if (r->kernels_auto[0]) {
+            au = json_object();
+            json_object_set_new(au, "said", json_string(r->kernels_auto));
+            json_object_set_new(au, "emulate_step_s", num(r->kernels_auto_s[0]));
+            json_object_set_new(au, "native_step_s", num(r->kernels_auto_s[1]));
+        }
+        json_object_set_new(ck, "auto", au);
     }
     json_object_set_new(j, "cpu_kernels", ck);
     /* --accum-model: the model the backend's emulated TF32/FP16/BF16 GEMMs summed with (the precision map's "accum"
