@@ -24,7 +24,7 @@ void *mpt_run_precision_map_json(const mpt_graph *g) {
         json_object_set_new(o, "weight", n->in[1] ? json_string(mpt_dtype_name(n->in[1]->dtype)) : json_null());
         json_object_set_new(o, "output", n->out ? json_string(mpt_dtype_name(n->out->dtype)) : json_null());
         json_object_set_new(o, "math", gemm_like ? json_string(mpt_math_name(n->math))
-                                                 : n->op == MPT_OP_SOFTMAX_XENT ? json_string("fp32") : json_null());
+                                                 : mpt_policy_op_fp32_math(n->op) ? json_string("fp32") : json_null());
         /* how the GEMM or convolution ran: "emulate:onednn", "native:onednn", "emulate:openblas", "cublaslt", ... */
         json_object_set_new(o, "kernels", gemm_like ? json_string(mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D,
                                                                                          n->math))
