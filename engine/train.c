@@ -358,6 +358,8 @@ static void step_ops(mpt_trainer *t, int measured) {
     }
     /* the scale for the next step, the skip counters, and st->iteration += 1 */
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
+    /* data-parallel: rank 0's running statistics on every rank (DDP's broadcast_buffers) */
+    if (t->dist && g->n_buffers) mpt_dist_broadcast_buffers(t->dist, t);
     if (measured) mpt_telemetry_after_step(t->telemetry);
 }
 

@@ -8,6 +8,7 @@
  *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf (one multi-tensor
  *      launch over all parameters: be->optim_step_multi on the table t->slots)
  *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
+ *   -> [data-parallel with batch norm: rank 0's running statistics broadcast to every rank (DDP's broadcast_buffers)]
  * Every step is a fixed sequence of backend operations with no host synchronisation and no allocation;
  * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them, and
  * nothing that changes from step to step is passed from the host (the iteration, the LR, the dropout offset and the
