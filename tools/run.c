@@ -198,6 +198,7 @@ typedef struct run {
                                     on a backend without device timing (CPU) */
     mpt_outdir od;           /* the output directory, open and locked (writer only) */
     int published;           /* this run's files have replaced an earlier run's in od */
+    mpt_model_plan *plan;    /* the network planned on the data (setup) */
 } run;
 
 static int32_t *idx_alloc(run *r, size_t count) {
@@ -235,6 +236,8 @@ static mpt_status open_csv(mpt_csv *c, run *r, const char *name, const char *hea
 }
 
 static void run_free(run *r) {
+    free(r->plan);
+    r->plan = NULL;
     mpt_csv *csvs[3] = {&r->steps_csv, &r->epochs_csv, &r->telemetry_csv};
     for (int i = 0; i < 3; i++) mpt_csv_discard(csvs[i]); /* a failed run: nothing more is published */
     mpt_outdir_close(&r->od);
@@ -432,6 +435,29 @@ static void new_run_id(char id[17]) {
 static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
+    /* the network for this data: its shapes are checked (and a spec error named) before the device is set up */
+    const mpt_model_input in = mpt_cli_data_input(r->d);
+    if (o->resume[0]) {
+        const mpt_model_input ck = r->rs.has_data ? r->rs.data : (mpt_model_input){1, 28, 28, MPT_MNIST_N_CLASSES};
+        if (memcmp(&ck, &in, sizeof in) != 0)
+            return mpt_errorf(MPT_ERR_ARG, "--resume %s: the checkpoint's network was built for %d x %d images with %d "
+                              "channel(s) and %d classes, --data %s gives %d x %d with %d and %d%s", o->resume,
+                              ck.height, ck.width, ck.channels, ck.classes, o->data, in.height, in.width, in.channels,
+                              in.classes, mpt_cli_given(o, MPT_OPT_CLASSES) ? " (--classes)" : "");
+    }
+    r->rs.data = in;
+    r->rs.has_data = 1;
+    mpt_model_plan *plan = r->plan = malloc(sizeof *plan);
+    if (!plan) return mpt_errorf(MPT_ERR_NOMEM, "out of memory");
+    mpt_status ps = mpt_model_plan_make(o->model, &in, plan);
+    if (ps != MPT_OK) {
+        char msg[1024], shortname[32];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(ps, "--model %s on --data %s (%d x %d images, %d channel(s), %d classes): %s",
+                          mpt_cli_model_short(o->model, shortname, sizeof shortname), o->data, in.height, in.width,
+                          in.channels, in.classes, msg);
+    }
+
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
@@ -463,29 +489,6 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     } else if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE) {
         printf("%snote: --cpu-kernels native changes nothing on the %s backend\n", r->label, r->be->name);
     }
-    /* the network for this data: its shapes are checked (and a spec error named) before anything is uploaded */
-    const mpt_model_input in = mpt_cli_data_input(r->d);
-    if (o->resume[0]) {
-        const mpt_model_input ck = r->rs.has_data ? r->rs.data : (mpt_model_input){1, 28, 28, MPT_MNIST_N_CLASSES};
-        if (memcmp(&ck, &in, sizeof in) != 0)
-            return mpt_errorf(MPT_ERR_ARG, "--resume %s: the checkpoint's network was built for %d x %d images with %d "
-                              "channel(s) and %d classes, --data %s gives %d x %d with %d and %d%s", o->resume,
-                              ck.height, ck.width, ck.channels, ck.classes, o->data, in.height, in.width, in.channels,
-                              in.classes, mpt_cli_given(o, MPT_OPT_CLASSES) ? " (--classes)" : "");
-    }
-    r->rs.data = in;
-    r->rs.has_data = 1;
-    mpt_model_plan *plan = malloc(sizeof *plan);
-    if (!plan) return mpt_errorf(MPT_ERR_NOMEM, "out of memory");
-    mpt_status ps = mpt_model_plan_make(o->model, &in, plan);
-    if (ps != MPT_OK) {
-        char msg[1024], shortname[32];
-        snprintf(msg, sizeof msg, "%s", mpt_last_error());
-        free(plan);
-        return mpt_errorf(ps, "--model %s on --data %s (%d x %d images, %d channel(s), %d classes): %s",
-                          mpt_cli_model_short(o->model, shortname, sizeof shortname), o->data, in.height, in.width,
-                          in.channels, in.classes, msg);
-    }
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
 
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
@@ -499,7 +502,6 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;
     mpt_status s = mpt_model_build_plan(g, plan, &logits);
-    free(plan);
     if (s != MPT_OK) {
         mpt_graph_free(&g);
         return s;

@@ -91,6 +91,17 @@ static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_run_result *r) {
     return t;
 }
 
+/* A float as the shortest decimal that reads back as it ("1e-05", not 9.9999997473787516e-06): what a Python reader
+ * passes to torch.nn. */
+static json_t *short_real(float f) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
 void *mpt_run_model_json(const char *model, const mpt_model_input *in) {
     mpt_model_plan *p = malloc(sizeof *p);
     if (!p) return NULL;
@@ -116,20 +127,20 @@ void *mpt_run_model_json(const char *model, const mpt_model_input *in) {
         case MPT_LAYER_AVGPOOL:
             json_object_update_new(o, json_pack("{s:i, s:i}", "kernel", l->kernel, "stride", l->stride));
             break;
-        case MPT_LAYER_DROPOUT: json_object_set_new(o, "p", json_real((double)l->p)); break;
+        case MPT_LAYER_DROPOUT: json_object_set_new(o, "p", short_real(l->p)); break;
         case MPT_LAYER_BATCHNORM:
-            json_object_update_new(o, json_pack("{s:I, s:i, s:f, s:f}", "num_features", (json_int_t)l->in_shape[0],
-                                                "input_dims", l->in_ndim, "eps", (double)l->eps, "momentum",
-                                                (double)l->momentum));
+            json_object_update_new(o, json_pack("{s:I, s:i, s:o, s:o}", "num_features", (json_int_t)l->in_shape[0],
+                                                "input_dims", l->in_ndim, "eps", short_real(l->eps), "momentum",
+                                                short_real(l->momentum)));
             break;
         case MPT_LAYER_LAYERNORM: {
             json_t *shape = json_array();
             for (int d = 0; d < (l->in_ndim == 4 ? 3 : 1); d++) json_array_append_new(shape, json_integer(l->in_shape[d]));
             json_object_set_new(o, "normalized_shape", shape);
-            json_object_set_new(o, "eps", json_real((double)l->eps));
+            json_object_set_new(o, "eps", short_real(l->eps));
             break;
         }
-        case MPT_LAYER_LEAKYRELU: json_object_set_new(o, "negative_slope", json_real((double)l->slope)); break;
+        case MPT_LAYER_LEAKYRELU: json_object_set_new(o, "negative_slope", short_real(l->slope)); break;
         default: break;
         }
         json_array_append_new(a, o);
