@@ -29,7 +29,7 @@
 #define IDX_TRAILING_COUNT_CAP ((int64_t)1 << 20)
 
 static const char *idx_role(int ndim) {
-    return ndim == 3 ? "images" : ndim == 1 ? "labels" : "matrix";
+    return ndim == 3 || ndim == 4 ? "images" : ndim == 1 ? "labels" : "matrix";
 }
 
 static const char *idx_type_name(int t) {
@@ -215,7 +215,11 @@ static mpt_status idx_read_header(idx_src *gz, const char *path, int expect_ndim
     if (ndim < 1 || ndim > MPT_IDX_MAX_DIMS)
         return mpt_errorf(MPT_ERR_FORMAT, "%s: bad IDX dimension count: expected 1 to %d, found %d", path,
                           MPT_IDX_MAX_DIMS, ndim);
-    if (expect_ndim && ndim != expect_ndim)
+    if (expect_ndim == 3 && ndim != 3 && ndim != 4) /* images: [N, H, W], or rank 4 with channels */
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "%s: expected an IDX images file (ndim 3 or 4, magic 0x00000803 or 0x00000804), found an "
+                          "IDX %s file (ndim %d, magic 0x0000080%d)", path, idx_role(ndim), ndim, ndim);
+    if (expect_ndim && expect_ndim != 3 && ndim != expect_ndim)
         return mpt_errorf(MPT_ERR_FORMAT,
                           "%s: expected an IDX %s file (ndim %d, magic 0x0000080%d), found an IDX %s file "
                           "(ndim %d, magic 0x0000080%d)",
@@ -225,7 +229,7 @@ static mpt_status idx_read_header(idx_src *gz, const char *path, int expect_ndim
         return mpt_errorf(MPT_ERR_FORMAT, "%s: header truncated: expected %d dimension sizes (%d bytes), found %lld bytes",
                           path, ndim, 4 * ndim, (long long)got);
 
-    int64_t dims[MPT_IDX_MAX_DIMS] = {1, 1, 1};
+    int64_t dims[MPT_IDX_MAX_DIMS] = {1, 1, 1, 1};
     uint64_t total = 1;
     for (int i = 0; i < ndim; i++) {
         dims[i] = be32(hdr + 4 + 4 * i);
@@ -376,18 +380,39 @@ static int name_taken(const char *p) {
     return 1;
 }
 
-static mpt_status mnist_check_labels(const char *path, const mpt_idx *lab, int n_classes) {
-    for (int64_t i = 0; i < lab->nbytes; i++)
-        if (lab->data[i] >= n_classes)
-            return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d)", path, lab->data[i],
-                              (long long)i, n_classes);
-    return MPT_OK;
+const char *mpt_idx_layout_name(mpt_idx_layout l) { return l == MPT_IDX_LAYOUT_NHWC ? "nhwc" : "nchw"; }
+
+int mpt_idx_layout_parse(const char *s, mpt_idx_layout *out) {
+    if (strcmp(s, "nchw") == 0) *out = MPT_IDX_LAYOUT_NCHW;
+    else if (strcmp(s, "nhwc") == 0) *out = MPT_IDX_LAYOUT_NHWC;
+    else return -1;
+    return 0;
+}
+
+/* An images file's header as channels, rows, cols (rank 3: one channel; rank 4 in the given layout). */
+static void image_shape(const mpt_idx *h, mpt_idx_layout layout, int64_t *c, int64_t *r, int64_t *w) {
+    if (h->ndim == 3) {
+        *c = 1, *r = h->dims[1], *w = h->dims[2];
+    } else if (layout == MPT_IDX_LAYOUT_NHWC) {
+        *r = h->dims[1], *w = h->dims[2], *c = h->dims[3];
+    } else {
+        *c = h->dims[1], *r = h->dims[2], *w = h->dims[3];
+    }
+}
+
+/* "28 x 28" or "32 x 32 x 3 (channels C, layout)" for messages. */
+static const char *shape_text(char *buf, size_t len, int64_t c, int64_t r, int64_t w) {
+    if (c == 1) snprintf(buf, len, "%lld x %lld", (long long)r, (long long)w);
+    else snprintf(buf, len, "%lld x %lld with %lld channels", (long long)r, (long long)w, (long long)c);
+    return buf;
 }
 
 /* Checks the four headers against each other before any payload is read: each images file has as many
- * items as its labels file, at least one, of at least 1 x 1 pixels (rows x cols when given), the same size in
- * train and test. A header claiming gigabytes is thus rejected before a byte of its payload is inflated. */
-static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, int rows, int cols) {
+ * items as its labels file, at least one, of at least 1 x 1 pixels (rows x cols when given) and one channel, the same
+ * size in train and test. A header claiming gigabytes is thus rejected before a byte of its payload is inflated. */
+static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, const mpt_mnist_opts *o) {
+    int64_t shp[2][3];
+    char a[96], b[96];
     for (int part = 0; part < 2; part++) {
         const mpt_idx *im = &h[2 * part], *lb = &h[2 * part + 1];
         const char *ip = paths[2 * part], *lp = paths[2 * part + 1];
@@ -395,22 +420,71 @@ static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, int
             return mpt_errorf(MPT_ERR_FORMAT, "%s has %lld images but %s has %lld labels; expected equal counts", ip,
                               (long long)im->dims[0], lp, (long long)lb->dims[0]);
         if (im->dims[0] == 0) return mpt_errorf(MPT_ERR_FORMAT, "%s: expected at least one image, found 0", ip);
-        if (im->dims[1] == 0 || im->dims[2] == 0)
-            return mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels, found %lld x %lld", ip,
-                              (long long)im->dims[1], (long long)im->dims[2]);
-        if (rows > 0 && (im->dims[1] != rows || im->dims[2] != cols))
-            return mpt_errorf(MPT_ERR_SHAPE, "%s: images are %lld x %lld, expected %d x %d", ip,
-                              (long long)im->dims[1], (long long)im->dims[2], rows, cols);
+        int64_t *s = shp[part];
+        image_shape(im, o->layout, &s[0], &s[1], &s[2]);
+        if (s[0] == 0 || s[1] == 0 || s[2] == 0)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels and 1 channel, found %s%s",
+                              ip, shape_text(a, sizeof a, s[0], s[1], s[2]),
+                              s[0] == 0 ? " (0 channels)" : "");
+        if (o->rows > 0 && (s[1] != o->rows || s[2] != o->cols))
+            return mpt_errorf(MPT_ERR_SHAPE, "%s: images are %lld x %lld, expected %d x %d", ip, (long long)s[1],
+                              (long long)s[2], o->rows, o->cols);
     }
-    if (h[0].dims[1] != h[2].dims[1] || h[0].dims[2] != h[2].dims[2])
-        return mpt_errorf(MPT_ERR_FORMAT, "%s has %lld x %lld images but %s has %lld x %lld; expected the same size",
-                          paths[0], (long long)h[0].dims[1], (long long)h[0].dims[2], paths[2],
-                          (long long)h[2].dims[1], (long long)h[2].dims[2]);
+    if (shp[0][0] != shp[1][0] || shp[0][1] != shp[1][1] || shp[0][2] != shp[1][2])
+        return mpt_errorf(MPT_ERR_FORMAT, "%s has %s images but %s has %s; expected the same size", paths[0],
+                          shape_text(a, sizeof a, shp[0][0], shp[0][1], shp[0][2]), paths[2],
+                          shape_text(b, sizeof b, shp[1][0], shp[1][1], shp[1][2]));
     return MPT_OK;
 }
 
-mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out) {
-    MPT_ASSERT(dir && out && rows >= 0 && cols >= 0 && (rows > 0) == (cols > 0));
+/* The class count and the labels' check: K = opts' count or the largest training label + 1 (at least 2); every
+ * label of both files below K. A test label at or above a K taken from the training labels names both files. */
+static mpt_status mnist_check_labels(char paths[4][4096], const mpt_idx *f, int given, int *K) {
+    const mpt_idx *tr = &f[1], *te = &f[3];
+    int max_train = 0;
+    for (int64_t i = 0; i < tr->nbytes; i++)
+        if (tr->data[i] > max_train) max_train = tr->data[i];
+    if (given) {
+        *K = given;
+        for (int part = 0; part < 2; part++) {
+            const mpt_idx *lab = &f[2 * part + 1];
+            for (int64_t i = 0; i < lab->nbytes; i++)
+                if (lab->data[i] >= given)
+                    return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d) (the class count "
+                                      "given: mptrain --classes %d)", paths[2 * part + 1], lab->data[i], (long long)i,
+                                      given, given);
+        }
+        return MPT_OK;
+    }
+    *K = max_train + 1;
+    if (*K < 2)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: every label is 0, expected at least 2 classes (labels 0..K-1; or give "
+                          "the class count: mptrain --classes K)", paths[1]);
+    for (int64_t i = 0; i < te->nbytes; i++)
+        if (te->data[i] >= *K)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d), the classes of %s (its "
+                              "largest label is %d); if the training set lacks a class, give the class count (mptrain "
+                              "--classes %d)", paths[3], te->data[i], (long long)i, *K, paths[1], max_train,
+                              te->data[i] + 1);
+    return MPT_OK;
+}
+
+/* Rewrites n images of [H, W, C] as [C, H, W] in place (tmp: H W C bytes). */
+static void nhwc_to_nchw(uint8_t *data, int64_t n, int64_t C, int64_t H, int64_t W, uint8_t *tmp) {
+    const int64_t per = C * H * W;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t *img = data + i * per;
+        memcpy(tmp, img, (size_t)per);
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t p = 0; p < H * W; p++) img[c * H * W + p] = tmp[p * C + c];
+    }
+}
+
+mpt_status mpt_mnist_load_opts(const char *dir, const mpt_mnist_opts *opts, mpt_mnist *out) {
+    static const mpt_mnist_opts defaults = {0};
+    const mpt_mnist_opts *o = opts ? opts : &defaults;
+    MPT_ASSERT(dir && out && o->rows >= 0 && o->cols >= 0 && (o->rows > 0) == (o->cols > 0));
+    MPT_ASSERT(o->n_classes == 0 || (o->n_classes >= 2 && o->n_classes <= MPT_MNIST_MAX_CLASSES));
     memset(out, 0, sizeof *out);
     struct stat sb;
     int stat_rc = stat(dir, &sb);
@@ -438,7 +512,7 @@ mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *
     mpt_idx f[4] = {{0}};
     mpt_status st = MPT_OK;
     for (int i = 0; i < 4 && st == MPT_OK; i++) st = mpt_idx_read_header(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
-    if (st == MPT_OK) st = mnist_check_headers(paths, f, rows, cols);
+    if (st == MPT_OK) st = mnist_check_headers(paths, f, o);
     for (int i = 0; i < 4 && st == MPT_OK; i++) {
         int64_t claimed[MPT_IDX_MAX_DIMS];
         memcpy(claimed, f[i].dims, sizeof claimed);
@@ -446,8 +520,19 @@ mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *
         if (st == MPT_OK && memcmp(claimed, f[i].dims, sizeof claimed) != 0)
             st = mpt_errorf(MPT_ERR_IO, "%s: the file changed while the dataset was loading", paths[i]);
     }
-    for (int part = 0; part < 2 && st == MPT_OK; part++)
-        st = mnist_check_labels(paths[2 * part + 1], &f[2 * part + 1], MPT_MNIST_N_CLASSES);
+    int K = 0;
+    if (st == MPT_OK) st = mnist_check_labels(paths, f, o->n_classes, &K);
+    int64_t C = 1, H = 1, W = 1;
+    if (st == MPT_OK) image_shape(&f[0], o->layout, &C, &H, &W);
+    if (st == MPT_OK && f[0].ndim == 4 && o->layout == MPT_IDX_LAYOUT_NHWC && C > 1) {
+        uint8_t *tmp = malloc((size_t)(C * H * W));
+        if (!tmp) st = mpt_errorf(MPT_ERR_NOMEM, "%s: cannot allocate %lld bytes", dir, (long long)(C * H * W));
+        for (int part = 0; part < 2 && st == MPT_OK; part++) nhwc_to_nchw(f[2 * part].data, f[2 * part].dims[0], C, H, W, tmp);
+        free(tmp);
+    }
+    if (st == MPT_OK && (H > INT32_MAX || W > INT32_MAX || C > INT32_MAX))
+        st = mpt_errorf(MPT_ERR_FORMAT, "%s: images of %lld x %lld x %lld are too large", paths[0], (long long)C,
+                        (long long)H, (long long)W);
     if (st != MPT_OK) {
         for (int i = 0; i < 4; i++) mpt_idx_free(&f[i]);
         return st;
@@ -458,31 +543,56 @@ mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *
     out->test_labels = f[3].data;
     out->n_train = f[0].dims[0];
     out->n_test = f[2].dims[0];
-    out->rows = (int)f[0].dims[1];
-    out->cols = (int)f[0].dims[2];
-    out->dim = f[0].dims[1] * f[0].dims[2];
-    out->n_classes = MPT_MNIST_N_CLASSES;
+    out->channels = (int)C;
+    out->rows = (int)H;
+    out->cols = (int)W;
+    out->dim = C * H * W;
+    out->n_classes = K;
     return MPT_OK;
 }
 
-mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) { return mpt_mnist_load_shape(dir, 0, 0, out); }
+mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out) {
+    mpt_mnist_opts o = {.rows = rows, .cols = cols};
+    return mpt_mnist_load_opts(dir, &o, out);
+}
 
-mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip) {
-    MPT_ASSERT(dir && d && d->dim == (int64_t)d->rows * d->cols);
+mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) { return mpt_mnist_load_opts(dir, NULL, out); }
+
+mpt_status mpt_mnist_save_layout(const char *dir, const mpt_mnist *d, int gzip, mpt_idx_layout layout) {
+    const int C = d->channels > 0 ? d->channels : 1;
+    MPT_ASSERT(dir && d && d->dim == (int64_t)C * d->rows * d->cols);
     const uint8_t *data[4] = {d->train_images, d->train_labels, d->test_images, d->test_labels};
     for (int i = 0; i < 4; i++) {
         int64_t n = i < 2 ? d->n_train : d->n_test;
-        mpt_idx x = {.ndim = (i % 2 == 0) ? 3 : 1, .dims = {n, 1, 1}, .data = (uint8_t *)data[i]};
+        mpt_idx x = {.ndim = (i % 2 == 0) ? (C > 1 ? 4 : 3) : 1, .dims = {n, 1, 1, 1}, .data = (uint8_t *)data[i]};
+        uint8_t *hwc = NULL;
         if (x.ndim == 3) {
             x.dims[1] = d->rows;
             x.dims[2] = d->cols;
+        } else if (x.ndim == 4 && layout == MPT_IDX_LAYOUT_NCHW) {
+            x.dims[1] = C, x.dims[2] = d->rows, x.dims[3] = d->cols;
+        } else if (x.ndim == 4) { /* channels last: a transposed copy */
+            x.dims[1] = d->rows, x.dims[2] = d->cols, x.dims[3] = C;
+            const int64_t hw = (int64_t)d->rows * d->cols;
+            hwc = malloc((size_t)(n * d->dim));
+            if (!hwc) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld bytes", (long long)(n * d->dim));
+            for (int64_t k = 0; k < n; k++)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t p = 0; p < hw; p++) hwc[k * d->dim + p * C + c] = data[i][k * d->dim + c * hw + p];
+            x.data = hwc;
         }
-        x.nbytes = x.dims[0] * x.dims[1] * x.dims[2];
+        x.nbytes = x.dims[0] * x.dims[1] * x.dims[2] * x.dims[3];
         char path[4096];
         snprintf(path, sizeof path, "%s/%s%s", dir, mnist_names[i], gzip ? ".gz" : "");
-        MPT_TRY(mpt_idx_save(path, &x, gzip));
+        mpt_status s = mpt_idx_save(path, &x, gzip);
+        free(hwc);
+        MPT_TRY(s);
     }
     return MPT_OK;
+}
+
+mpt_status mpt_mnist_save(const char *dir, const mpt_mnist *d, int gzip) {
+    return mpt_mnist_save_layout(dir, d, gzip, MPT_IDX_LAYOUT_NCHW);
 }
 
 void mpt_mnist_free(mpt_mnist *d) {

@@ -144,6 +144,7 @@ mpt_status mpt_synthetic_blobs(mpt_mnist *out, int64_t n_train, int64_t n_test, 
         out->rows = 1;
         out->cols = (int)dim;
     }
+    out->channels = 1;
     out->n_classes = K;
     return MPT_OK;
 }

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The operand dtype of a math mode that is not FP8: its row's operand format held in its storage dtype (TF32 in F32). */
 static mpt_dtype operand_dtype(mpt_math m) {
@@ -84,6 +85,30 @@ void mpt_pool_args_check(const mpt_pool_args *a, const char *op) {
                     a->Q == (a->W + 2 * a->pad - a->kernel) / a->stride + 1 && a->P >= 1 && a->Q >= 1,
                 "%s: output %dx%d does not match input %dx%d, kernel %d, stride %d, pad %d", op, a->P, a->Q, a->H,
                 a->W, a->kernel, a->stride, a->pad);
+}
+
+void mpt_avgpool_args_check(const mpt_avgpool_args *a, const char *op) {
+    MPT_ASSERTF(mpt_dtype_is_float(a->dtype), "%s: dtype %s is not F32, F16 or BF16", op, mpt_dtype_name(a->dtype));
+    MPT_ASSERTF(a->N >= 1 && a->C >= 1 && a->H >= 1 && a->W >= 1, "%s: bad input shape %dx%dx%dx%d", op, a->N, a->C,
+                a->H, a->W);
+    MPT_ASSERTF(a->kh >= 1 && a->kw >= 1 && a->kh <= a->H && a->kw <= a->W && a->sh >= 1 && a->sw >= 1,
+                "%s: window %dx%d, strides %d, %d on a %dx%d input", op, a->kh, a->kw, a->sh, a->sw, a->H, a->W);
+    MPT_ASSERTF(a->P == (a->H - a->kh) / a->sh + 1 && a->Q == (a->W - a->kw) / a->sw + 1,
+                "%s: output %dx%d does not match input %dx%d, window %dx%d, strides %d, %d", op, a->P, a->Q, a->H,
+                a->W, a->kh, a->kw, a->sh, a->sw);
+}
+
+void mpt_norm_args_check(const mpt_norm_args *a, const char *op, int backward) {
+    MPT_ASSERTF(mpt_dtype_is_float(a->dtype), "%s: dtype %s is not F32, F16 or BF16", op, mpt_dtype_name(a->dtype));
+    MPT_ASSERTF(a->N >= 1 && a->C >= 1 && a->S >= 1, "%s: N %lld, C %lld, S %lld (need >= 1)", op, (long long)a->N,
+                (long long)a->C, (long long)a->S);
+    MPT_ASSERTF(a->eps > 0.0f && a->eps < 1e30f && a->momentum >= 0.0f && a->momentum <= 1.0f,
+                "%s: eps %g, momentum %g (need eps > 0, momentum in [0, 1])", op, (double)a->eps, (double)a->momentum);
+    MPT_ASSERTF(a->x && a->gamma && a->mean && a->rstd, "%s: x, gamma and the saved statistics must be set", op);
+    if (!backward) MPT_ASSERTF(a->y && a->beta, "%s: y and beta must be set", op);
+    if (!backward && strncmp(op, "batchnorm", 9) == 0)
+        MPT_ASSERTF(a->running_mean && a->running_var, "%s: the running statistics must be set", op);
+    else MPT_ASSERTF(a->dy && a->dx && a->dgamma && a->dbeta, "%s: dy, dx, dgamma and dbeta must be set", op);
 }
 
 void mpt_optim_args_check(const mpt_optim_args *a) {

@@ -201,6 +201,54 @@ typedef struct mpt_pool_args {
     const void *dy; void *dx;/* backward: dx += scatter(dy, argmax) */
 } mpt_pool_args;
 
+/* ---- Average pooling ------------------------------------------------------------------------------- */
+
+typedef struct mpt_avgpool_args {
+    int N, C, H, W;          /* input [N, C, H, W] */
+    int kh, kw, sh, sw;      /* window kh x kw, strides; no padding (global average pooling: kh = H, kw = W) */
+    int P, Q;                /* output [N, C, P, Q]: P = (H - kh) / sh + 1, Q = (W - kw) / sw + 1 */
+    mpt_dtype dtype;         /* x, y, dy, dx */
+    const void *x; void *y;  /* forward: y = (sum of the window in FP32, row-major window order) / (kh kw), rounded */
+    const void *dy; void *dx;/* backward: dx[h, w] (+)= (sum in FP32 of dy over the windows covering (h, w), in
+                                window order) / (kh kw), one rounding per element */
+    int accumulate;          /* backward: nonzero adds into dx, 0 overwrites it */
+} mpt_avgpool_args;
+
+/* ---- Normalisation (batch norm, layer norm) ---------------------------------------------------------- */
+
+/* Both keep their statistics, the normalisation and the affine parameters in FP32 with x, y, dy, dx in the
+ * activation dtype (F32, F16 or BF16): cuDNN's batch norm with half tensors and float scale/bias/statistics
+ * (cudnnBatchNormalizationForwardTraining's "bnScaleBiasMeanVarDesc" is float for half data), PyTorch's
+ * mixed-precision batch norm and its FP32 layer norm under autocast. Sums are FP32 (the CPU sums each row's part of
+ * a channel, then the rows: an error bound of (S + N) u per sum instead of N S u; the GPU sums in a block tree). */
+typedef struct mpt_norm_args {
+    int64_t N;               /* rows (the batch) */
+    int64_t C;               /* batchnorm: channels (features after a linear layer); layernorm: unused (1) */
+    int64_t S;               /* batchnorm: elements of a channel per row (H W after a convolution, 1 after a linear
+                                layer); layernorm: features normalised per row (everything after the batch dim) */
+    mpt_dtype dtype;         /* x, y, dy, dx: F32, F16 or BF16 */
+    const void *x;           /* [N, C, S] batchnorm, [N, S] layernorm */
+    void *y;                 /* forward output, same shape, overwritten */
+    const float *gamma, *beta; /* FP32: [C] batchnorm, [S] layernorm */
+    float *mean, *rstd;      /* FP32, written by the forward pass, read by the backward pass: batchnorm training
+                                [C] (the batch statistics: rstd = 1 / sqrt(biased var + eps)); layernorm [N] */
+    float *running_mean, *running_var; /* batchnorm, FP32 [C]: read in evaluation; in training updated as
+                                r = (1 - momentum) r + momentum s with s the batch mean and the unbiased batch
+                                variance (n / (n - 1) times the biased one; n = 1: the biased one) */
+    float momentum, eps;     /* batchnorm: 0.1 and 1e-5 by default; layernorm: eps (1e-5) */
+    int training;            /* batchnorm: batch statistics and the running update (1), or the running statistics
+                                (0: the evaluation forward; no backward follows) */
+    const int32_t *labels;   /* batchnorm training: [N] backend I32 or NULL. A row whose label is negative is a padding
+                                row of a last partial batch (mpt_trainer_gather): it takes no part in the statistics
+                                (n = S x the valid rows, PyTorch's smaller last batch) and its dx is 0. NULL: every row
+                                is valid. (A layer norm row is its own statistic: a padding row's dy = 0 gives dx = 0.) */
+    const void *dy;          /* backward input */
+    void *dx;                /* backward output: += (accumulate) or = */
+    float *dgamma, *dbeta;   /* FP32 parameter gradients: sum of dy x^ and of dy; += (accumulate_params) or = */
+    int accumulate, accumulate_params;
+    const char *tag;         /* host string naming the call site ("bn1.fwd") */
+} mpt_norm_args;
+
 /* ---- FP8 casts and scale state (engine/amp/fp8.h) ------------------------------------------------------ */
 
 /* The scaling state of one FP8 operand tensor, in backend memory (ARCHITECTURE decision 10: training state like
@@ -440,6 +488,29 @@ struct mpt_backend {
                           int accumulate);
     void (*maxpool_forward)(mpt_backend *be, const mpt_pool_args *a);
     void (*maxpool_backward)(mpt_backend *be, const mpt_pool_args *a);
+    /* Average pooling (mpt_avgpool_args: window sums in FP32 in window order, divided by the window's size, one
+     * rounding; PyTorch's AvgPool2d without padding, AdaptiveAvgPool2d(1) for the global window). */
+    void (*avgpool_forward)(mpt_backend *be, const mpt_avgpool_args *a);
+    void (*avgpool_backward)(mpt_backend *be, const mpt_avgpool_args *a);
+    /* y = act(x) for the activations of engine/numerics.h (mpt_act; alpha: the leaky ReLU's slope), computed in FP32
+     * and rounded once; n elements of dtype. */
+    void (*act_forward)(mpt_backend *be, mpt_act kind, void *y, const void *x, mpt_dtype dtype, int64_t n,
+                        float alpha);
+    /* dx += act'(x) dy (accumulate) or dx = that (0), from the saved input x and output y (mpt_elem_act_grad). */
+    void (*act_backward)(mpt_backend *be, mpt_act kind, void *dx, const void *dy, const void *x, const void *y,
+                         mpt_dtype dtype, int64_t n, float alpha, int accumulate);
+    /* Batch normalisation over [N, C, S] per channel (mpt_norm_args): training: mean and biased variance of the valid
+     * rows' elements of each channel (two passes, FP32), saved mean and rstd, the running update, y = x^ gamma + beta;
+     * evaluation: the same y from the running statistics. Backward (training only): with n the valid elements of a
+     * channel, dgamma (+)= sum dy x^, dbeta (+)= sum dy, dx (+)= gamma rstd (dy - sum dy / n - x^ sum(dy x^) / n) on
+     * valid rows and 0 on padding rows. torch.nn.BatchNorm1d / BatchNorm2d(eps, momentum). */
+    void (*batchnorm_forward)(mpt_backend *be, const mpt_norm_args *a);
+    void (*batchnorm_backward)(mpt_backend *be, const mpt_norm_args *a);
+    /* Layer normalisation of each row of [N, S] (mpt_norm_args): mean and biased variance of the row (FP32), saved,
+     * y = x^ gamma + beta per feature. Backward: g = dy gamma, dx (+)= rstd (g - mean g - x^ mean(g x^)); dgamma (+)=
+     * sum over rows of dy x^, dbeta (+)= sum of dy. torch.nn.LayerNorm(x.shape[1:], eps). */
+    void (*layernorm_forward)(mpt_backend *be, const mpt_norm_args *a);
+    void (*layernorm_backward)(mpt_backend *be, const mpt_norm_args *a);
     /* Inverted dropout: u = Philox uniform (0,1] from (seed, offset + stride * *iteration) as cuRAND's
      * CURAND_RNG_PSEUDO_PHILOX4_32_10 generates it (host or device generator, same numbers);
      * mask[i] = u[i] > p; y[i] = mask[i] ? x[i] / (1 - p) : 0. Needs n floats of workspace (the CPU backend
@@ -690,6 +761,15 @@ MPT_API void mpt_gemm_args_check(const mpt_gemm_args *a, int running);
 /* mpt_pool_args of operation `op` ("maxpool_forward"): a float dtype, a non-empty input, kernel >= 1, stride >= 1,
  * 0 <= pad <= kernel / 2, and P, Q the output size PyTorch's MaxPool2d gives ((H + 2 pad - kernel) / stride + 1). */
 MPT_API void mpt_pool_args_check(const mpt_pool_args *a, const char *op);
+
+/* mpt_avgpool_args of operation `op`: a float dtype, a non-empty input, a window within it, strides >= 1 and P, Q as
+ * PyTorch's AvgPool2d without padding gives them. */
+MPT_API void mpt_avgpool_args_check(const mpt_avgpool_args *a, const char *op);
+
+/* mpt_norm_args of operation `op` ("batchnorm_forward", ...): a float dtype, N, C, S >= 1, the pointers the operation
+ * reads and writes (batchnorm: running statistics always, saved statistics in training; backward: dy, dgamma,
+ * dbeta and the saved statistics), eps > 0 and finite, momentum in [0, 1]. */
+MPT_API void mpt_norm_args_check(const mpt_norm_args *a, const char *op, int backward);
 
 /* mpt_optim_args: n >= 0, gradient and step counter set, a master or working weight, the optimizer's state buffers
  * (SGD with momentum: m; Adam, AdamW: m and v), float dtypes for the working copy and the state. */

@@ -52,6 +52,7 @@ void mpt_graph_free(mpt_graph **pg) {
     free(g->tensors);
     free(g->nodes);
     free(g->params);
+    free(g->buffers);
     free(g->fp8);
     free(g);
     *pg = NULL;
@@ -99,8 +100,44 @@ mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int
     }
     g->params[g->n_params].weight = w;
     g->params[g->n_params].fan_in = fan_in;
+    g->params[g->n_params].init = MPT_INIT_UNIFORM_FAN_IN;
+    g->params[g->n_params].value = 0.0f;
     g->n_params++;
     return w;
+}
+
+mpt_tensor *mpt_graph_param_const(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
+                                  float value) {
+    mpt_tensor *w = mpt_graph_param(g, name, dtype, ndim, shape, 1);
+    g->params[g->n_params - 1].init = MPT_INIT_CONST;
+    g->params[g->n_params - 1].value = value;
+    return w;
+}
+
+mpt_tensor *mpt_graph_buffer(mpt_graph *g, const char *name, int ndim, const int64_t *shape, float init) {
+    mpt_tensor *t = mpt_graph_tensor(g, name, MPT_DTYPE_F32, MPT_MEM_WEIGHT, ndim, shape);
+    if (g->n_buffers == g->cap_buffers) {
+        g->cap_buffers = g->cap_buffers ? 2 * g->cap_buffers : 8;
+        g->buffers = xrealloc(g->buffers, (size_t)g->cap_buffers * sizeof *g->buffers);
+    }
+    g->buffers[g->n_buffers].t = t;
+    g->buffers[g->n_buffers].init = init;
+    g->n_buffers++;
+    return t;
+}
+
+void mpt_graph_reset_buffers(mpt_graph *g) {
+    MPT_ASSERT(g->allocated);
+    for (int i = 0; i < g->n_buffers; i++) {
+        mpt_tensor *t = g->buffers[i].t;
+        const int64_t n = mpt_tensor_numel(t);
+        float *h = malloc((size_t)n * sizeof *h);
+        MPT_ASSERT(h != NULL);
+        for (int64_t k = 0; k < n; k++) h[k] = g->buffers[i].init;
+        g->be->from_host(g->be, t->data, h, (size_t)n * sizeof *h);
+        g->be->synchronize(g->be); /* h is freed next */
+        free(h);
+    }
 }
 
 mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape) {
@@ -226,6 +263,7 @@ mpt_status mpt_graph_alloc(mpt_graph *g) {
         if (t->view_of) t->data = t->view_of->data;
     }
     g->allocated = 1;
+    mpt_graph_reset_buffers(g);
     return fp8_state_init(g);
 }
 
@@ -378,8 +416,15 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
             if (n->saved[s]) bytes += mpt_tensor_nbytes(n->saved[s]);
         int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
         fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12zu  %s\n", n->name, mpt_op_name(n->op), in, w, out,
-                gemm_like ? mpt_math_name(n->math) : (n->op == MPT_OP_SOFTMAX_XENT ? "fp32" : "-"), bytes,
+                gemm_like ? mpt_math_name(n->math) : (mpt_policy_op_fp32_math(n->op) ? "fp32" : "-"), bytes,
                 gemm_like ? mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D, n->math) : "-");
+    }
+    int seen[MPT_OP_COUNT] = {0};
+    fprintf(f, "why each op runs in its precision (engine/amp/policy.c):\n");
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_op op = g->nodes[i]->op;
+        if (op == MPT_OP_INPUT || seen[op]++) continue;
+        fprintf(f, "  %-13s %s\n", mpt_op_name(op), mpt_policy_op_reason(op));
     }
     mpt_graph_print_fp8_gemms(g, f);
     int fused = 0;

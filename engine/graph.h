@@ -76,6 +76,8 @@ struct mpt_node {
     mpt_tensor *in[MPT_NODE_MAX_IN];       /* in[0] = activation input; then weight, bias (NULL if absent) */
     mpt_tensor *out;                       /* output activation (its grad, if any, is out->grad) */
     mpt_tensor *saved[MPT_NODE_MAX_SAVED]; /* saved for backward: argmax, dropout mask, probabilities */
+    mpt_tensor *buffers[2];                /* the graph buffers it reads and updates (batch norm: running mean and
+                                              variance), or NULL */
     mpt_dtype compute_dtype;               /* from the policy */
     mpt_math math;                         /* from the policy */
     mpt_node_fn forward, backward;         /* backward may be NULL (nothing to propagate) */
@@ -109,13 +111,35 @@ struct mpt_node {
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;
         struct { float p; uint64_t stream; } dropout; /* stream: this node's index in the seed scheme */
+        struct { int kh, kw, sh, sw, P, Q; } avgpool;
+        struct { int kind; float alpha; } act;       /* kind: mpt_act (engine/numerics.h); alpha: leaky slope */
+        struct { float eps, momentum; int64_t C, S; } norm; /* C, S: mpt_norm_args' channels and per-row size */
     } attr;
 };
+
+/* How a parameter starts: the layer that creates it decides (mpt_graph_param, mpt_graph_param_const); the trainer
+ * applies it (engine/train.c, init_params). */
+typedef enum mpt_param_init {
+    MPT_INIT_UNIFORM_FAN_IN = 0, /* U(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv2d
+                                    (kaiming_uniform_(a=sqrt(5)) for the weight, the same bound for the bias), drawn
+                                    from the init stream */
+    MPT_INIT_CONST,              /* every element `value`, nothing drawn (the norms' gamma = 1, beta = 0) */
+} mpt_param_init;
 
 typedef struct mpt_param_info {
     mpt_tensor *weight;  /* the parameter as the forward pass reads it (compute dtype) */
     int fan_in;          /* for PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) */
+    mpt_param_init init; /* how it starts */
+    float value;         /* MPT_INIT_CONST: the value */
 } mpt_param_info;
+
+/* A buffer: FP32 state the forward pass keeps that is not trained (no gradient, no master, no optimizer state), as
+ * PyTorch's module buffers: batch norm's running mean and variance. Set to `init` when the graph is allocated
+ * (mpt_graph_alloc), saved in checkpoints next to the parameters. */
+typedef struct mpt_buffer_info {
+    mpt_tensor *t;       /* F32, MPT_MEM_WEIGHT */
+    float init;
+} mpt_buffer_info;
 
 struct mpt_graph {
     mpt_backend *be;
@@ -128,6 +152,7 @@ struct mpt_graph {
     mpt_tensor **tensors; int n_tensors, cap_tensors;  /* every tensor, owned by the graph */
     mpt_node **nodes; int n_nodes, cap_nodes;          /* topological order */
     mpt_param_info *params; int n_params, cap_params;  /* trainable parameters, in creation order */
+    mpt_buffer_info *buffers; int n_buffers, cap_buffers; /* FP32 buffers (running statistics), in creation order */
 
     mpt_tensor *input;            /* [B, ...] batch in the mode's activation dtype (set by mpt_input) */
     mpt_tensor *labels;           /* [B] I32 (set by mpt_softmax_xent) */
@@ -196,12 +221,20 @@ MPT_API mpt_tensor *mpt_graph_grad(mpt_graph *g, mpt_tensor *t);
 /* Adds a trainable parameter: a weight in the compute dtype `dtype` (MPT_MEM_WEIGHT) with an FP32 gradient. */
 MPT_API mpt_tensor *mpt_graph_param(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim, const int64_t *shape,
                                     int fan_in);
+/* Adds a trainable parameter that starts at `value` everywhere (MPT_INIT_CONST): gamma = 1 and beta = 0 of the
+ * normalisation layers. Otherwise as mpt_graph_param. */
+MPT_API mpt_tensor *mpt_graph_param_const(mpt_graph *g, const char *name, mpt_dtype dtype, int ndim,
+                                          const int64_t *shape, float value);
+/* Adds an FP32 buffer (mpt_buffer_info) in MPT_MEM_WEIGHT, set to `init` by mpt_graph_alloc. */
+MPT_API mpt_tensor *mpt_graph_buffer(mpt_graph *g, const char *name, int ndim, const int64_t *shape, float init);
+/* Sets every buffer to its initial value again (after mpt_graph_alloc). */
+MPT_API void mpt_graph_reset_buffers(mpt_graph *g);
 /* Adds a view of `src` with a new shape (same numel and dtype); its data and grad share src's. */
 MPT_API mpt_tensor *mpt_graph_view(mpt_graph *g, mpt_tensor *src, const char *name, int ndim, const int64_t *shape);
 /* Appends a node (fields zeroed, op and name set); the caller fills in inputs, outputs and functions. */
 MPT_API mpt_node *mpt_graph_node(mpt_graph *g, mpt_op op, const char *name);
 
-/* Allocates every tensor (one buffer per category, zero-filled). The workspace was reserved on the backend
+/* Allocates every tensor (one buffer per category, zero-filled; the buffers then hold their initial values). The workspace was reserved on the backend
  * by the layers while they were added. MPT_ERR_NOMEM if an allocation fails. */
 MPT_API mpt_status mpt_graph_alloc(mpt_graph *g);
 

@@ -425,6 +425,64 @@ MPT_HD void mpt_pool_covering(int h, int s, int pad, int k, int P, int *p0, int 
     *p1 = b > P - 1 ? P - 1 : b;
 }
 
+/* ---- Smooth activations and leaky ReLU (forward from x; backward from x or the saved output y) -----------------
+ * Each is computed in FP32 on the exactly widened input and rounded once to the output dtype by the caller. The
+ * transcendental functions are the C library's on the CPU and CUDA's on the GPU (erff, expf, tanhf: at most 2 ulp
+ * from the correctly rounded value in CUDA's programming guide, table "Single-Precision Mathematical Functions"),
+ * so the two backends agree within a few FP32 ulps before the output's rounding, not bit for bit.
+ *   gelu       y = x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 (exact form: torch.nn.GELU(approximate='none'));
+ *              dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) (PyTorch's GeluBackward)
+ *   tanh       y = tanh(x); dy/dx = 1 - y^2 from the saved output (torch.tanh's tanh_backward)
+ *   sigmoid    y = 1 / (1 + exp(-x)); dy/dx = y (1 - y) from the saved output (torch.sigmoid's sigmoid_backward)
+ *   leakyrelu  y = x > 0 ? x : a x; dy/dx = x > 0 ? 1 : a, from the input (torch.nn.LeakyReLU(negative_slope=a),
+ *              leaky_relu_backward; NaN stays NaN) */
+typedef enum mpt_act { MPT_ACT_GELU = 0, MPT_ACT_TANH, MPT_ACT_SIGMOID, MPT_ACT_LEAKYRELU, MPT_ACT_COUNT } mpt_act;
+
+MPT_HD float mpt_elem_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+MPT_HD float mpt_elem_gelu_grad(float dy, float x) {
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
+    return dy * fmaf(x, pdf, cdf);
+}
+MPT_HD float mpt_elem_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MPT_HD float mpt_elem_leakyrelu(float x, float a) { return x > 0.0f ? x : x * a; }
+
+/* y = act(x) (alpha: the leaky ReLU's negative slope, unused otherwise). */
+MPT_HD float mpt_elem_act(int kind, float x, float alpha) {
+    switch (kind) {
+    case MPT_ACT_GELU: return mpt_elem_gelu(x);
+    case MPT_ACT_TANH: return tanhf(x);
+    case MPT_ACT_SIGMOID: return mpt_elem_sigmoid(x);
+    default: return mpt_elem_leakyrelu(x, alpha);
+    }
+}
+/* dL/dx from dL/dy and the saved input x and output y (each activation reads the one its formula needs). */
+MPT_HD float mpt_elem_act_grad(int kind, float dy, float x, float y, float alpha) {
+    switch (kind) {
+    case MPT_ACT_GELU: return mpt_elem_gelu_grad(dy, x);
+    case MPT_ACT_TANH: return dy * fmaf(-y, y, 1.0f);
+    case MPT_ACT_SIGMOID: return dy * (y * (1.0f - y));
+    default: return x > 0.0f ? dy : dy * alpha;
+    }
+}
+
+/* ---- Normalisation (batch norm, layer norm): the per-element pieces, in FP32 -----------------------------------
+ * x^ = (x - mean) * rstd, rstd = 1 / sqrt(var + eps); y = x^ gamma + beta (one fmaf, so no contraction decides it);
+ * backward with k = gamma * rstd for batch norm (mean over the n elements of a channel) or per feature for layer
+ * norm: dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma (Ioffe & Szegedy 2015, section 3; the same formula as
+ * PyTorch's batch_norm_backward and layer_norm_backward). Sums are the callers'. */
+MPT_HD float mpt_elem_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
+MPT_HD float mpt_elem_norm(float x, float mean, float rstd, float gamma, float beta) {
+    return fmaf((x - mean) * rstd, gamma, beta);
+}
+/* dx = scale * (g - mean_g - x^ mean_gx), scale = rstd (layer norm, g = dy gamma) or gamma rstd (batch norm, g =
+ * dy). */
+MPT_HD float mpt_elem_norm_dx(float g, float xhat, float mean_g, float mean_gx, float scale) {
+    return scale * fmaf(-xhat, mean_gx, g - mean_g);
+}
+/* A running statistic after one batch: (1 - momentum) r + momentum s (torch.nn.BatchNorm2d's update). */
+MPT_HD float mpt_elem_running(float r, float s, float momentum) { return fmaf(momentum, s, (1.0f - momentum) * r); }
+
 /* ==== Optimizer and loss-scaler per-element math ====================================================== */
 /*
  * One element (or one scalar) of each FP32 update of the training step, as PyTorch computes it:

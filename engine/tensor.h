@@ -23,7 +23,8 @@ typedef enum mpt_device { MPT_DEVICE_CPU = 0, MPT_DEVICE_CUDA } mpt_device;
 /* What a buffer holds; the memory report has one line per category. */
 typedef enum mpt_mem {
     MPT_MEM_MASTER = 0, /* FP32 master weights (fp16/bf16 modes; in fp32/tf32 the weights are the masters) */
-    MPT_MEM_WEIGHT,     /* weights in the compute dtype (the working copy, or the FP32 weights themselves) */
+    MPT_MEM_WEIGHT,     /* weights in the compute dtype (the working copy, or the FP32 weights themselves), and the
+                           graph's FP32 buffers (batch norm's running statistics: engine/graph.h mpt_graph_buffer) */
     MPT_MEM_GRAD,       /* weight gradients, FP32 */
     MPT_MEM_OPTIM,      /* optimizer state (momentum, exp_avg, exp_avg_sq), FP32 */
     MPT_MEM_ACT,        /* activations and saved tensors (masks, argmax, probabilities) */

@@ -65,9 +65,11 @@ static mpt_tensor *state_tensor(mpt_graph *g, const mpt_tensor *w, const char *w
     return mpt_graph_tensor(g, name, dtype, MPT_MEM_OPTIM, w->ndim, w->shape);
 }
 
-/* PyTorch's default init for Linear and Conv2d: kaiming_uniform_(a=sqrt(5)) for the weight, which is
- * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias. Uniforms come from cuRAND's host
- * Philox generator, stream MPT_RNG_INIT, consecutive offsets per parameter in creation order. */
+/* Each parameter as its layer declared (mpt_param_info.init): PyTorch's default init for Linear and Conv2d,
+ * kaiming_uniform_(a=sqrt(5)) for the weight, which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for
+ * the bias; or a constant (the norms' gamma 1 and beta 0, as torch.nn.BatchNorm2d / LayerNorm start). Uniforms come
+ * from cuRAND's host Philox generator, stream MPT_RNG_INIT, consecutive offsets over the drawn parameters in
+ * creation order (a constant draws nothing, so a normalisation layer leaves the other layers' draws as they were). */
 static mpt_status init_params(mpt_trainer *t) {
     mpt_graph *g = t->g;
     size_t max_n = 0;
@@ -86,10 +88,14 @@ static mpt_status init_params(mpt_trainer *t) {
     uint64_t offset = 0;
     for (int i = 0; i < g->n_params; i++) {
         size_t n = (size_t)mpt_tensor_numel(g->params[i].weight);
-        float bound = 1.0f / sqrtf((float)g->params[i].fan_in);
-        mpt_rng_uniform(buf, n, seed, offset);
-        for (size_t k = 0; k < n; k++) buf[k] = (2.0f * buf[k] - 1.0f) * bound;
-        offset += n;
+        if (g->params[i].init == MPT_INIT_CONST) {
+            for (size_t k = 0; k < n; k++) buf[k] = g->params[i].value;
+        } else {
+            float bound = 1.0f / sqrtf((float)g->params[i].fan_in);
+            mpt_rng_uniform(buf, n, seed, offset);
+            for (size_t k = 0; k < n; k++) buf[k] = (2.0f * buf[k] - 1.0f) * bound;
+            offset += n;
+        }
         mpt_tensor *dst = t->master[i];
         if (dst->dtype == MPT_DTYPE_F32) {
             t->be->from_host(t->be, dst->data, buf, n * sizeof *buf);
@@ -352,6 +358,8 @@ static void step_ops(mpt_trainer *t, int measured) {
     }
     /* the scale for the next step, the skip counters, and st->iteration += 1 */
     be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
+    /* data-parallel: rank 0's running statistics on every rank (DDP's broadcast_buffers) */
+    if (t->dist && g->n_buffers) mpt_dist_broadcast_buffers(t->dist, t);
     if (measured) mpt_telemetry_after_step(t->telemetry);
 }
 

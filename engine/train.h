@@ -8,6 +8,7 @@
  *   -> [clip by global L2 norm] -> fused optimizer step on the FP32 masters unless found_inf (one multi-tensor
  *      launch over all parameters: be->optim_step_multi on the table t->slots)
  *      (and working copies rewritten from the masters, RNE) -> loss-scale update (grow / back off)
+ *   -> [data-parallel with batch norm: rank 0's running statistics broadcast to every rank (DDP's broadcast_buffers)]
  * Every step is a fixed sequence of backend operations with no host synchronisation and no allocation;
  * the loss, the scale and the skip counters stay in backend memory until mpt_trainer_stats() reads them, and
  * nothing that changes from step to step is passed from the host (the iteration, the LR, the dropout offset and the
@@ -148,10 +149,12 @@ typedef struct mpt_trainer {
 } mpt_trainer;
 
 /* Takes a built, not yet allocated graph (model + mpt_softmax_xent), adds masters and optimizer state,
- * allocates everything, initialises the parameters as PyTorch's defaults for Linear/Conv2d
- * (U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases) from the host Philox stream (engine/rng.h:
- * cuRAND's Philox4x32-10 sequence) with cfg->seed, and writes the working copies. The trainer takes ownership of g: it is freed with the trainer,
- * or before returning when creation fails (MPT_ERR_ARG for a bad config, naming the setting; MPT_ERR_NOMEM). */
+ * allocates everything, initialises each parameter as its layer declared (mpt_param_info: PyTorch's defaults for
+ * Linear/Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, from the host Philox stream
+ * (engine/rng.h: cuRAND's Philox4x32-10 sequence) with cfg->seed; constants for the norms' gamma and beta), and writes
+ * the working copies; the graph's buffers (running statistics) start at their initial values. The trainer takes
+ * ownership of g: it is freed with the trainer, or before returning when creation fails (MPT_ERR_ARG for a bad
+ * config, naming the setting; MPT_ERR_NOMEM). */
 MPT_API mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
 /* Frees the trainer with its graph, masters, optimizer state and telemetry (not the backend, nor an attached
  * mpt_dist) and sets *t to NULL. NULL *t: nothing. */

@@ -21,13 +21,13 @@
 #define B 64        /* batch size: the graph's shapes are static */
 #define WINDOW 100  /* steps per progress line */
 
-static mpt_tensor *mlp_300_100(mpt_graph *g, int64_t dim) {
+static mpt_tensor *mlp_300_100(mpt_graph *g, int64_t dim, int classes) {
     const int64_t shape[2] = {B, dim};
     mpt_tensor *x = mpt_input(g, 2, shape);                   /* [B, dim] */
     x = mpt_relu(g, mpt_linear(g, x, 300, "fc1"), "relu1");  /* [B, 300] */
     x = mpt_dropout(g, x, 0.2f, "drop1");
     x = mpt_relu(g, mpt_linear(g, x, 100, "fc2"), "relu2");  /* [B, 100] */
-    return mpt_linear(g, x, 10, "fc3");                       /* [B, 10] logits */
+    return mpt_linear(g, x, classes, "fc3");                  /* [B, classes] logits */
 }
 
 /* Copies n host bytes into new backend memory. */
@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     mpt_backend *be = mpt_backend_cpu_create();          /* or mpt_backend_cuda_create() */
     mpt_policy policy = mpt_policy_make(MPT_PRECISION_FP16);
     mpt_graph *g = mpt_graph_create(be, &policy, B);
-    mpt_softmax_xent(g, mlp_300_100(g, d.dim), "loss");
+    mpt_softmax_xent(g, mlp_300_100(g, d.dim, d.n_classes), "loss"); /* the class count the labels give */
     mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP16); /* Adam 1e-3, dynamic scaling */
     cfg.seed = 1;
     mpt_trainer *t;

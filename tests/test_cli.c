@@ -236,6 +236,11 @@ static const bad_case bad_cases[] = {
     {{"eval", "--lr", "1"}, "--lr"},
     {{"eval"}, "--checkpoint"},
     {{"info", "--model", "mlp"}, "--model"},
+    {{"train", "--model", "conv(6,5,pa=2)"}, "--model"},
+    {{"train", "--model", "linear,relu,linear"}, "--model"},
+    {{"train", "--classes", "1"}, "--classes"},
+    {{"train", "--classes", "257"}, "--classes"},
+    {{"train", "--data-layout", "chw"}, "--data-layout"},
     {{"frobnicate"}, "frobnicate"},
     {{"train", "--master-weights", "fp16"}, "--master-weights"},
     {{"train", "--update-rounding", "up"}, "--update-rounding"},
@@ -682,6 +687,197 @@ static void resume_case(const char *model, const char *precision, const char *co
     json_decref(j);
     rm_tmpdir();
 }
+
+/* ---- networks written as specs, data of other shapes (issue 33) ------------------------------------------------ */
+
+#define BN_SPEC "conv(8,3,pad=1),batchnorm,relu,maxpool(2),conv(8,3),batchnorm,relu,flatten,linear(32),batchnorm,relu,linear"
+
+/* A synthetic dataset of C x H x W images and K classes (gzip IDX; rank 4 in `layout` when C > 1) in tmpdir/name. */
+static const char *write_fixture(const char *name, int C, int H, int W, int K, mpt_idx_layout layout, uint64_t seed) {
+    const char *dir = tmp_path(name);
+    ck_assert(mkdir(dir, 0755) == 0);
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, (int64_t)C * H * W, K, seed), MPT_OK);
+    d.channels = C, d.rows = H, d.cols = W;
+    ck_assert_msg(mpt_mnist_save_layout(dir, &d, 1, layout) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    return dir;
+}
+
+/* The three fixtures of the issue train end to end: 47 classes, 32 x 32 images, 3 channels (channels last on disk),
+ * each with batch norm in its network, to a test accuracy far above chance; summary.json records the data's shape. */
+typedef struct fixture {
+    const char *name;
+    int C, H, W, K;
+    mpt_idx_layout layout;
+    const char *model;
+} fixture;
+static const fixture fixtures[] = {
+    {"classes47", 1, 28, 28, 47, MPT_IDX_LAYOUT_NCHW, BN_SPEC},
+    {"size32", 1, 32, 32, 10, MPT_IDX_LAYOUT_NCHW, "mlp"}, /* the built-in mlp, 1024 inputs wide */
+    {"rgb", 3, 32, 32, 10, MPT_IDX_LAYOUT_NHWC, "conv(8,3,stride=2),batchnorm,gelu,avgpool(2),layernorm,flatten,linear"},
+};
+
+START_TEST(test_fixtures_train) {
+    make_tmpdir();
+    const fixture *f = &fixtures[_i];
+    const char *data = write_fixture(f->name, f->C, f->H, f->W, f->K, f->layout, 17 + (uint64_t)_i);
+    const char *out = tmp_path("out");
+    int rc = run("train", "--data", data, "--data-layout", mpt_idx_layout_name(f->layout), "--out", out, "--device",
+                 "cpu", "--model", f->model, "--precision", "bf16", "--batch-size", "32", "--epochs", "3",
+                 "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "%s: train failed (%d): %s", f->name, rc, out_buf);
+    json_t *j = load_summary(out);
+    json_t *dj = json_object_get(j, "data");
+    ck_assert_msg(json_integer_value(json_object_get(dj, "channels")) == f->C &&
+                      json_integer_value(json_object_get(dj, "height")) == f->H &&
+                      json_integer_value(json_object_get(dj, "width")) == f->W &&
+                      json_integer_value(json_object_get(dj, "classes")) == f->K,
+                  "%s: summary.json data is not the fixture's", f->name);
+    const double acc = jnum(j, "final_test_accuracy");
+    ck_assert_msg(acc > 0.5, "%s: test accuracy %.3f after 3 epochs (chance %.3f)", f->name, acc, 1.0 / f->K);
+    json_t *layers = json_object_get(j, "model_layers");
+    json_t *last = json_array_get(layers, json_array_size(layers) - 1);
+    ck_assert_msg(json_integer_value(json_object_get(last, "out_features")) == f->K, "%s: the head is not %d wide",
+                  f->name, f->K);
+    json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
+/* A spec'd network with batch norm: the checkpoint holds the running statistics under PyTorch's names and the
+ * network's description; eval reproduces the run's test accuracy; --model @FILE reads a spec with comments. */
+START_TEST(test_spec_checkpoint_eval) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *file = tmp_path("net.txt");
+    FILE *f = fopen(file, "w");
+    ck_assert(f != NULL);
+    fprintf(f, "# a small network with batch norm\nconv(8,3,pad=1), batchnorm, relu,   # the stem\n"
+               "maxpool(2),\nconv(8,3), batchnorm, relu,\nflatten, linear(32), batchnorm, relu,\nlinear,\n");
+    fclose(f);
+    char at[600];
+    snprintf(at, sizeof at, "@%s", file);
+    const char *out = tmp_path("out");
+    int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--model", at, "--precision", "fp16",
+                 "--batch-size", "32", "--epochs", "2", "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "train --model @FILE failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(out);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "model")), BN_SPEC);
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * jnum(j, "final_test_accuracy"));
+    json_decref(j);
+    char p[600];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", out);
+    mpt_checkpoint *c = NULL;
+    ck_assert_msg(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    static const char *const names[] = {"bn1.running_mean", "bn1.running_var", "bn3.running_var", "bn2.weight",
+                                        "conv2.bias", "fc2.weight"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, names[i]);
+        ck_assert_msg(t != NULL && t->dtype == MPT_DTYPE_F32, "checkpoint lacks %s", names[i]);
+    }
+    const mpt_checkpoint_tensor *rv = mpt_checkpoint_find(c, "bn1.running_var");
+    int moved = 0; /* the running variance left its start (1) */
+    for (int k = 0; k < 8; k++) moved |= ((const float *)rv->data)[k] != 1.0f;
+    ck_assert_msg(moved, "bn1.running_var is still all ones after training");
+    ck_assert_msg(mpt_checkpoint_find(c, "bn1.running_var:exp_avg") == NULL, "a buffer got optimizer state");
+    ck_assert_msg(strstr(mpt_checkpoint_meta_get(c, "model_layers"), "\"name\":\"bn3\"") != NULL,
+                  "model_layers: %s", mpt_checkpoint_meta_get(c, "model_layers"));
+    mpt_checkpoint_close(&c);
+    rc = run("eval", "--checkpoint", p, "--data", data, "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want) != NULL, "eval does not reproduce the run's '%s': %s", want, out_buf);
+    /* eval of the checkpoint on data of another shape: refused, naming both */
+    const char *other = write_fixture("other", 1, 32, 32, 10, MPT_IDX_LAYOUT_NCHW, 5);
+    rc = run("eval", "--checkpoint", p, "--data", other, "--device", "cpu", NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "28 x 28") && strstr(out_buf, "32 x 32"), "eval on 32 x 32: %d %s", rc,
+                  out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* Batch norm's running statistics resume bit-exactly (the run crosses the padded last batch of an epoch). */
+START_TEST(test_resume_batchnorm) {
+    const char *none[] = {NULL};
+    resume_case(BN_SPEC, "bf16", none, 24, 11);
+}
+END_TEST
+
+/* One-line errors and exit codes: bad specs and shapes (2), data that disagrees with itself or the class count (1). */
+START_TEST(test_spec_and_data_errors) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL), *out = tmp_path("out");
+    const struct {
+        const char *model;
+        int rc;
+        const char *frag1, *frag2;
+    } bad[] = {
+        {"conv(6,5,pa=2),relu,flatten,linear", 2, "at character 10 (layer 1), found 'pa'", "an argument of conv"},
+        {"resnet", 2, "'resnet' is not a built-in model (mlp, lenet5, cnn)", NULL},
+        {"conv(6,5),relu,linear", 2, "layer 3 linear (fc): its input is [B, 6, 24, 24]", "put flatten before it"},
+        {"conv(6,29),flatten,linear", 2, "kernel 29 is larger than the padded input 28 x 28", NULL},
+        {"flatten,linear(12)", 2, "ends in [B, 12], the data has 10 classes", NULL},
+        {"@/nonexistent/net.txt", 2, "--model @/nonexistent/net.txt: cannot open", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--model", bad[i].model, "--max-steps",
+                     "1", "--progress", "off", NULL);
+        ck_assert_msg(rc == bad[i].rc, "--model %s: exit %d, expected %d: %s", bad[i].model, rc, bad[i].rc, out_buf);
+        ck_assert_msg(strstr(out_buf, bad[i].frag1) != NULL, "--model %s: message lacks \"%s\": %s", bad[i].model,
+                      bad[i].frag1, out_buf);
+        if (bad[i].frag2)
+            ck_assert_msg(strstr(out_buf, bad[i].frag2) != NULL, "--model %s: message lacks \"%s\": %s", bad[i].model,
+                          bad[i].frag2, out_buf);
+        int lines = 0;
+        for (const char *q = out_buf; *q; q++) lines += *q == '\n';
+        ck_assert_msg(lines == 1, "--model %s: %d lines, expected one: %s", bad[i].model, lines, out_buf);
+    }
+    /* labels outside --classes: exit 1 naming the labels file */
+    int rc = run("train", "--data", data, "--out", out, "--device", "cpu", "--classes", "5", "--max-steps", "1",
+                 "--progress", "off", NULL);
+    ck_assert_msg(rc == 1 && strstr(out_buf, "train-labels-idx1-ubyte") && strstr(out_buf, "outside [0, 5)"),
+                  "--classes 5 on 10 classes: %d %s", rc, out_buf);
+    /* test images of another size than the training images: exit 1 naming both files */
+    const char *mixed = write_fixture("mixed", 1, 28, 28, 10, MPT_IDX_LAYOUT_NCHW, 3);
+    const char *big = write_fixture("big", 1, 32, 32, 10, MPT_IDX_LAYOUT_NCHW, 4);
+    char from[600], to[600];
+    snprintf(from, sizeof from, "%s/t10k-images-idx3-ubyte.gz", big);
+    snprintf(to, sizeof to, "%s/t10k-images-idx3-ubyte.gz", mixed);
+    ck_assert(rename(from, to) == 0);
+    rc = run("train", "--data", mixed, "--out", out, "--device", "cpu", "--max-steps", "1", "--progress", "off", NULL);
+    ck_assert_msg(rc == 1 && strstr(out_buf, "train-images-idx3-ubyte.gz has 28 x 28 images") &&
+                      strstr(out_buf, "t10k-images-idx3-ubyte.gz has 32 x 32"),
+                  "28 x 28 train, 32 x 32 test: %d %s", rc, out_buf);
+    /* a test label the training labels do not reach: exit 1 naming both label files */
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, 784, 10, 8), MPT_OK);
+    for (int64_t i = 0; i < d.n_train; i++) d.train_labels[i] = (uint8_t)(d.train_labels[i] % 9); /* labels 0..8 */
+    const char *nine = tmp_path("nine");
+    ck_assert(mkdir(nine, 0755) == 0);
+    ck_assert(mpt_mnist_save(nine, &d, 1) == MPT_OK);
+    mpt_mnist_free(&d);
+    rc = run("train", "--data", nine, "--out", out, "--device", "cpu", "--max-steps", "1", "--progress", "off", NULL);
+    ck_assert_msg(rc == 1 && strstr(out_buf, "t10k-labels-idx1-ubyte.gz: label 9") &&
+                      strstr(out_buf, "classes of") && strstr(out_buf, "train-labels-idx1-ubyte.gz") &&
+                      strstr(out_buf, "--classes 10"),
+                  "test label 9, training labels 0..8: %d %s", rc, out_buf);
+    rc = run("train", "--data", nine, "--out", out, "--device", "cpu", "--classes", "10", "--max-steps", "2",
+             "--batch-size", "16", "--limit-test", "32", "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "with --classes 10: %d %s", rc, out_buf);
+    /* resuming with another class count is refused */
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    rc = run("train", "--resume", ck, "--data", nine, "--device", "cpu", "--classes", "12", "--max-steps", "3",
+             "--out", tmp_path("again"), "--progress", "off", NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "10 classes") && strstr(out_buf, "12"), "resume with --classes 12: %d %s",
+                  rc, out_buf);
+    /* ... and without --classes it keeps the checkpoint's 10, though the training labels reach 8 */
+    rc = run("train", "--resume", ck, "--data", nine, "--device", "cpu", "--max-steps", "3", "--out", tmp_path("again"),
+             "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "resume without --classes: %d %s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
 
 START_TEST(test_resume_fp16_mlp) {
     /* 600 / 32 = 19 steps per epoch (18 full + 1 padded): 30 steps cross an epoch boundary and the padded batch;
@@ -1637,6 +1833,10 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_compare_seeds);
     tcase_add_test(tr, test_fashion_mnist_short);
     tcase_add_test(tr, test_accum_model);
+    tcase_add_loop_test(tr, test_fixtures_train, 0, (int)(sizeof fixtures / sizeof fixtures[0]));
+    tcase_add_test(tr, test_spec_checkpoint_eval);
+    tcase_add_test(tr, test_resume_batchnorm);
+    tcase_add_test(tr, test_spec_and_data_errors);
     suite_add_tcase(s, tr);
     return s;
 }

@@ -2708,6 +2708,224 @@ END_TEST
 START_TEST(test_telemetry_cuda_bf16_cnn_dropout) { telemetry_case("cnn", "bf16"); }
 END_TEST
 
+/* ---- average pooling, activations, batch norm, layer norm (issue 33) ------------------------------------------
+ * Average pooling sums in the CPU's order with IEEE additions and division: bit-identical. Leaky ReLU is one product:
+ * bit-identical. GELU, tanh and sigmoid call CUDA's erff/expf/tanhf (within 2 ulp), the CPU's C library's: both within
+ * a few FP32 ulps of the exact value, plus the cancellation of 1 + erf(x / sqrt 2) for gelu at negative x (an absolute
+ * error of a few 2^-24): |GPU - CPU| <= 16 u32 (1 + |x| + |y|) before the output's rounding, plus one unit of the
+ * output dtype. The normalisations' statistics are FP32 sums in another order (a block tree against the CPU's blocked
+ * sums): each within (S + N + 8) u32 of the exact value (engine/backend.h mpt_norm_args), so GPU and CPU within twice
+ * that, carried through the per-element formulas as in tests/test_layers.c; from equal statistics (the evaluation
+ * pass) the per-element functions give the same bits. */
+
+static void avgpool_cfg_case(const int *cfg, tests_rng *r) {
+    for (size_t di = 0; di < 3; di++) {
+        mpt_dtype t = float_dtypes[di];
+        mpt_avgpool_args a = {.N = cfg[0], .C = cfg[1], .H = cfg[2], .W = cfg[3], .kh = cfg[4], .kw = cfg[5],
+                              .sh = cfg[6], .sw = cfg[7], .dtype = t, .accumulate = 1};
+        a.P = (a.H - a.kh) / a.sh + 1;
+        a.Q = (a.W - a.kw) / a.sw + 1;
+        const int64_t nx = (int64_t)a.N * a.C * a.H * a.W, ny = (int64_t)a.N * a.C * a.P * a.Q;
+        void *x = fill(r, t, nx, -1, 1), *dy = fill(r, t, ny, -1, 1), *dx0 = fill(r, t, nx, -1, 1);
+        mpt_avgpool_args g = a, c = a;
+        g.x = dev_put(x, nbytes(t, nx));
+        g.y = dev_alloc(nbytes(t, ny));
+        g.dy = dev_put(dy, nbytes(t, ny));
+        g.dx = dev_put(dx0, nbytes(t, nx));
+        gpu->avgpool_forward(gpu, &g);
+        gpu->avgpool_backward(gpu, &g);
+        void *yg = xmalloc(nbytes(t, ny)), *dxg = xmalloc(nbytes(t, nx));
+        dev_get(yg, g.y, nbytes(t, ny));
+        dev_get(dxg, g.dx, nbytes(t, nx));
+        c.x = x;
+        c.y = xmalloc(nbytes(t, ny));
+        c.dy = dy;
+        c.dx = host_dup(dx0, nbytes(t, nx));
+        cpu->avgpool_forward(cpu, &c);
+        cpu->avgpool_backward(cpu, &c);
+        expect_same("avgpool forward", yg, c.y, t, ny);
+        expect_same("avgpool backward", dxg, c.dx, t, nx);
+        dev_free((void *)g.x); dev_free(g.y); dev_free((void *)g.dy); dev_free(g.dx);
+        free(x); free(dy); free(dx0); free(yg); free(dxg); free(c.y); free(c.dx);
+    }
+}
+
+START_TEST(test_avgpool) {
+    static const int cfg[][8] = {/* N C H W kh kw sh sw */
+                                 {4, 6, 24, 24, 2, 2, 2, 2},
+                                 {2, 3, 9, 7, 3, 2, 2, 1},
+                                 {3, 5, 7, 7, 7, 7, 1, 1}, /* global */
+                                 {2, 2, 8, 8, 2, 2, 3, 3}};
+    tests_rng r = {0x33a};
+    for (size_t ci = 0; ci < sizeof cfg / sizeof *cfg; ci++) avgpool_cfg_case(cfg[ci], &r);
+}
+END_TEST
+
+START_TEST(test_activations) {
+    tests_rng r = {0x33b};
+    const int64_t n = 40000;
+    for (int k = 0; k < MPT_ACT_COUNT; k++)
+        for (size_t di = 0; di < 3; di++) {
+            mpt_dtype t = float_dtypes[di];
+            const float alpha = k == MPT_ACT_LEAKYRELU ? 0.125f : 0.0f;
+            void *x = fill(&r, t, n, -8, 8), *dy = fill(&r, t, n, -1, 1), *dx0 = fill(&r, t, n, -1, 1);
+            void *yc = xmalloc(nbytes(t, n)), *dxc = host_dup(dx0, nbytes(t, n));
+            cpu->act_forward(cpu, (mpt_act)k, yc, x, t, n, alpha);
+            cpu->act_backward(cpu, (mpt_act)k, dxc, dy, x, yc, t, n, alpha, 1);
+            void *xd = dev_put(x, nbytes(t, n)), *yd = dev_alloc(nbytes(t, n)), *dyd = dev_put(dy, nbytes(t, n));
+            void *dxd = dev_put(dx0, nbytes(t, n)), *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
+            gpu->act_forward(gpu, (mpt_act)k, yd, xd, t, n, alpha);
+            dev_get(yg, yd, nbytes(t, n));
+            /* the backward on the GPU reads the CPU's y, so that it is tested on equal inputs */
+            gpu->from_host(gpu, yd, yc, nbytes(t, n));
+            gpu->act_backward(gpu, (mpt_act)k, dxd, dyd, xd, yd, t, n, alpha, 1);
+            dev_get(dxg, dxd, nbytes(t, n));
+            if (k == MPT_ACT_LEAKYRELU) {
+                expect_same("leakyrelu forward", yg, yc, t, n);
+                expect_same("leakyrelu backward", dxg, dxc, t, n);
+            } else {
+                const double uo = t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : U32;
+                for (int64_t i = 0; i < n; i++) {
+                    const double xv = ld(x, t, i), c = ld(yc, t, i), gv = ld(yg, t, i);
+                    const double b = 16 * U32 * (1 + fabs(xv) + fabs(c)) + uo * fabs(c) + 1e-30;
+                    EXPECT(fabs(gv - c) <= b, "activation %d (%s) y[%lld] at x %.9g: GPU %.9g, CPU %.9g", k,
+                           mpt_dtype_name(t), (long long)i, xv, gv, c);
+                    const double dc = ld(dxc, t, i), dg = ld(dxg, t, i);
+                    const double db = 16 * U32 * (1 + fabs(xv)) * fabs(ld(dy, t, i)) + uo * (fabs(dc) + 1) * 2 * U32 +
+                                      uo * fabs(dc) + 1e-30;
+                    EXPECT(fabs(dg - dc) <= db, "activation %d (%s) dx[%lld] at x %.9g: GPU %.9g, CPU %.9g", k,
+                           mpt_dtype_name(t), (long long)i, xv, dg, dc);
+                }
+            }
+            dev_free(xd); dev_free(yd); dev_free(dyd); dev_free(dxd);
+            free(x); free(dy); free(dx0); free(yc); free(dxc); free(yg); free(dxg);
+        }
+}
+END_TEST
+
+/* Batch norm or layer norm (ln) on [N, C, S] with `pad` padding rows at the end (batch norm), GPU against CPU. */
+static void norm_case(int ln, int64_t N, int64_t C, int64_t S, int pad, mpt_dtype t, tests_rng *r) {
+    const int64_t n = N * C * S, P = ln ? S : C, R = ln ? N : C; /* parameters per feature / channel; statistics */
+    void *x = xmalloc(nbytes(t, n));
+    for (int64_t i = 0; i < n; i++) mpt_store_f32(x, t, i, (float)(tests_uniform(r, -1, 1) + (double)((i / S) % 5)));
+    void *dy = fill(r, t, n, -1, 1), *dx0 = fill(r, t, n, -1, 1);
+    float *gamma = fill(r, MPT_DTYPE_F32, P, 0.5, 1.5), *beta = fill(r, MPT_DTYPE_F32, P, -0.5, 0.5);
+    float *dg0 = fill(r, MPT_DTYPE_F32, P, -1, 1), *db0 = fill(r, MPT_DTYPE_F32, P, -1, 1);
+    float *rm0 = fill(r, MPT_DTYPE_F32, C, -1, 1), *rv0 = fill(r, MPT_DTYPE_F32, C, 0.5, 2);
+    int32_t *lab = xmalloc((size_t)N * 4);
+    for (int64_t i = 0; i < N; i++) lab[i] = i >= N - pad ? -1 : (int32_t)(i % 7);
+    for (int64_t i = 0; i < n; i++) /* dy is 0 on padding rows, as the loss leaves it */
+        if (!ln && lab[i / (C * S)] < 0) mpt_store_f32(dy, t, i, 0.0f);
+    mpt_norm_args c = {.N = N, .C = ln ? 1 : C, .S = ln ? C * S : S, .dtype = t, .momentum = 0.1f, .eps = 1e-5f,
+                       .training = 1, .accumulate = 1, .accumulate_params = 1};
+    mpt_norm_args g = c;
+    const int64_t stats = ln ? N : C, feats = ln ? C * S : C;
+    (void)R;
+    c.x = x; c.y = xmalloc(nbytes(t, n)); c.gamma = gamma; c.beta = beta;
+    c.mean = xmalloc((size_t)stats * 4); c.rstd = xmalloc((size_t)stats * 4);
+    c.running_mean = host_dup(rm0, (size_t)C * 4); c.running_var = host_dup(rv0, (size_t)C * 4);
+    c.labels = ln ? NULL : lab; c.dy = dy; c.dx = host_dup(dx0, nbytes(t, n));
+    c.dgamma = host_dup(dg0, (size_t)feats * 4); c.dbeta = host_dup(db0, (size_t)feats * 4);
+    g.x = dev_put(x, nbytes(t, n)); g.y = dev_alloc(nbytes(t, n));
+    g.gamma = dev_put(gamma, (size_t)feats * 4); g.beta = dev_put(beta, (size_t)feats * 4);
+    g.mean = dev_alloc((size_t)stats * 4); g.rstd = dev_alloc((size_t)stats * 4);
+    g.running_mean = dev_put(rm0, (size_t)C * 4); g.running_var = dev_put(rv0, (size_t)C * 4);
+    g.labels = ln ? NULL : dev_put(lab, (size_t)N * 4); g.dy = dev_put(dy, nbytes(t, n));
+    g.dx = dev_put(dx0, nbytes(t, n)); g.dgamma = dev_put(dg0, (size_t)feats * 4);
+    g.dbeta = dev_put(db0, (size_t)feats * 4);
+    if (ln) {
+        reserve(cpu, (size_t)(2 * feats) * 4);
+        cpu->layernorm_forward(cpu, &c);
+        cpu->layernorm_backward(cpu, &c);
+        gpu->layernorm_forward(gpu, &g);
+        gpu->layernorm_backward(gpu, &g);
+    } else {
+        cpu->batchnorm_forward(cpu, &c);
+        cpu->batchnorm_backward(cpu, &c);
+        gpu->batchnorm_forward(gpu, &g);
+        gpu->batchnorm_backward(gpu, &g);
+    }
+    const char *what = ln ? "layernorm" : "batchnorm";
+    const double uo = t == MPT_DTYPE_F16 ? 0x1p-11 : t == MPT_DTYPE_BF16 ? 0x1p-8 : U32;
+    const double K = 2.0 * (double)((ln ? C * S : S) + N + 8) * U32; /* two FP32 statistics, each within (S+N+8)u */
+    float *mg = xmalloc((size_t)stats * 4), *rg = xmalloc((size_t)stats * 4);
+    dev_get(mg, g.mean, (size_t)stats * 4);
+    dev_get(rg, g.rstd, (size_t)stats * 4);
+    for (int64_t s = 0; s < stats; s++) {
+        EXPECT(fabs((double)mg[s] - c.mean[s]) <= K * 6.0, "%s mean[%lld]: GPU %.9g, CPU %.9g", what, (long long)s,
+               mg[s], c.mean[s]);
+        EXPECT(fabs((double)rg[s] - c.rstd[s]) <= K * 6.0 * c.rstd[s], "%s rstd[%lld]: GPU %.9g, CPU %.9g", what,
+               (long long)s, rg[s], c.rstd[s]);
+    }
+    void *yg = xmalloc(nbytes(t, n)), *dxg = xmalloc(nbytes(t, n));
+    dev_get(yg, g.y, nbytes(t, n));
+    dev_get(dxg, g.dx, nbytes(t, n));
+    for (int64_t i = 0; i < n; i++) { /* |x| <= 5: |x - mean| + |mean| <= 10, rstd from the CPU */
+        const int64_t s = ln ? i / (C * S) : (i / S) % C, f = ln ? i % (C * S) : s;
+        const double rs = c.rstd[s], bound = K * 12.0 * fabs(gamma[f]) * rs + 2 * uo * fabs(ld(c.y, t, i)) + 1e-30;
+        EXPECT(fabs(ld(yg, t, i) - ld(c.y, t, i)) <= bound, "%s y[%lld] (%s): GPU %.9g, CPU %.9g", what,
+               (long long)i, mpt_dtype_name(t), ld(yg, t, i), ld(c.y, t, i));
+        const double dbound = K * 40.0 * fabs(gamma[f]) * rs + 2 * uo * fabs(ld(c.dx, t, i)) + 1e-30;
+        EXPECT(fabs(ld(dxg, t, i) - ld(c.dx, t, i)) <= dbound, "%s dx[%lld] (%s): GPU %.9g, CPU %.9g", what,
+               (long long)i, mpt_dtype_name(t), ld(dxg, t, i), ld(c.dx, t, i));
+    }
+    float *dgg = xmalloc((size_t)feats * 4), *dbg = xmalloc((size_t)feats * 4);
+    dev_get(dgg, g.dgamma, (size_t)feats * 4);
+    dev_get(dbg, g.dbeta, (size_t)feats * 4);
+    const double terms = ln ? (double)N : (double)((N - pad) * S);
+    for (int64_t f = 0; f < feats; f++) { /* sums of |dy| <= 1 terms, |x^| <= 10 rstd */
+        EXPECT(fabs((double)dbg[f] - c.dbeta[f]) <= K * terms + 2 * (terms + 2) * U32 * (terms + 1),
+               "%s dbeta[%lld]: GPU %.9g, CPU %.9g", what, (long long)f, dbg[f], c.dbeta[f]);
+        EXPECT(fabs((double)dgg[f] - c.dgamma[f]) <= 40 * K * terms * 10 + 2 * (terms + 2) * U32 * (10 * terms + 1),
+               "%s dgamma[%lld]: GPU %.9g, CPU %.9g", what, (long long)f, dgg[f], c.dgamma[f]);
+    }
+    if (!ln) {
+        float *rmg = xmalloc((size_t)C * 4), *rvg = xmalloc((size_t)C * 4);
+        dev_get(rmg, g.running_mean, (size_t)C * 4);
+        dev_get(rvg, g.running_var, (size_t)C * 4);
+        for (int64_t k = 0; k < C; k++) {
+            EXPECT(fabs((double)rmg[k] - c.running_mean[k]) <= K * 6.0, "running_mean[%lld]: GPU %.9g, CPU %.9g",
+                   (long long)k, rmg[k], c.running_mean[k]);
+            EXPECT(fabs((double)rvg[k] - c.running_var[k]) <= K * 6.0 * (1 + c.running_var[k]),
+                   "running_var[%lld]: GPU %.9g, CPU %.9g", (long long)k, rvg[k], c.running_var[k]);
+        }
+        /* evaluation from equal running statistics: the same bits */
+        gpu->from_host(gpu, g.running_mean, c.running_mean, (size_t)C * 4);
+        gpu->from_host(gpu, g.running_var, c.running_var, (size_t)C * 4);
+        c.training = g.training = 0;
+        cpu->batchnorm_forward(cpu, &c);
+        gpu->batchnorm_forward(gpu, &g);
+        dev_get(yg, g.y, nbytes(t, n));
+        expect_same("batchnorm evaluation", yg, c.y, t, n);
+        free(rmg); free(rvg);
+    }
+    dev_free((void *)g.x); dev_free(g.y); dev_free((void *)g.gamma); dev_free((void *)g.beta); dev_free(g.mean);
+    dev_free(g.rstd); dev_free(g.running_mean); dev_free(g.running_var); dev_free((void *)g.dy); dev_free(g.dx);
+    dev_free(g.dgamma); dev_free(g.dbeta);
+    if (g.labels) dev_free((void *)g.labels);
+    free(x); free(dy); free(dx0); free(gamma); free(beta); free(dg0); free(db0); free(rm0); free(rv0); free(lab);
+    free(c.y); free(c.mean); free(c.rstd); free(c.running_mean); free(c.running_var); free(c.dx); free(c.dgamma);
+    free(c.dbeta); free(mg); free(rg); free(yg); free(dxg); free(dgg); free(dbg);
+}
+
+START_TEST(test_batchnorm) {
+    tests_rng r = {0x33c};
+    for (size_t di = 0; di < 3; di++) {
+        norm_case(0, 32, 8, 196, 5, float_dtypes[di], &r); /* after a convolution, a padded batch */
+        norm_case(0, 64, 40, 1, 0, float_dtypes[di], &r);  /* after a linear layer */
+    }
+}
+END_TEST
+
+START_TEST(test_layernorm) {
+    tests_rng r = {0x33d};
+    for (size_t di = 0; di < 3; di++) {
+        norm_case(1, 16, 1, 300, 0, float_dtypes[di], &r);
+        norm_case(1, 8, 6, 49, 0, float_dtypes[di], &r);
+    }
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
@@ -2742,6 +2960,10 @@ static Suite *cuda_suite(void) {
     tcase_add_test(te, test_bias_grad);
     tcase_add_test(te, test_gather_batch);
     tcase_add_test(te, test_grad_overwrite_bit_identical);
+    tcase_add_test(te, test_avgpool);
+    tcase_add_test(te, test_activations);
+    tcase_add_test(te, test_batchnorm);
+    tcase_add_test(te, test_layernorm);
     suite_add_tcase(s, te);
     TCase *to = tcase_create("update");
     tcase_set_timeout(to, 120);

@@ -183,6 +183,30 @@ START_TEST(sharded_evaluation_matches_one_process) {
 }
 END_TEST
 
+/* Batch norm under data-parallel training: each rank normalises its shard with its own batch statistics, and after
+ * every step rank 0's running statistics are broadcast (DDP's broadcast_buffers), so both ranks evaluate their shards
+ * of the test set with the same network. `mptrain eval` of the checkpoint (one process, rank 0's statistics for every
+ * row) then reproduces the job's test accuracy and loss; ranks keeping their own statistics would evaluate half the
+ * rows with a different network. */
+START_TEST(batchnorm_running_statistics_are_rank0s) {
+    make_tmpdir();
+    char *two = strdup(tmp_path("bn"));
+    const char *dp[] = {"--model", "conv(8,3,pad=1),batchnorm,relu,maxpool(2),flatten,linear(32),batchnorm,relu,linear",
+                        "--data-parallel", NULL};
+    ck_assert_msg(run_train(2, two, dp) == 0, "mpirun -np 2 failed (see %s)", tmp_path("log"));
+    char ckpt[700], want[96];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", two);
+    snprintf(want, sizeof want, "test loss %.4f  test accuracy %.2f%%", summary_number(two, "final_test_loss"),
+             100.0 * summary_number(two, "final_test_accuracy"));
+    const char *ev[] = {"eval", "--checkpoint", ckpt, "--data", MPT_DEFAULT_DATA_DIR, "--limit-test", "256",
+                        "--device", "cpu", "--threads", "1", NULL};
+    ck_assert_int_eq(run_mptrain(0, ev), 0);
+    ck_assert_msg(log_contains(want), "eval does not give the job's '%s' (see %s)", want, tmp_path("log"));
+    free(two);
+    rm_tmpdir();
+}
+END_TEST
+
 START_TEST(shadow_refused_with_data_parallel) {
     make_tmpdir();
     const char *x[] = {"--data-parallel", "--telemetry", "1", "--shadow", NULL};
@@ -328,6 +352,7 @@ int main(void) {
     tcase_add_test(tc, two_ranks_log_the_single_process_losses);
     tcase_add_test(tc, grad_comm_needs_data_parallel);
     tcase_add_test(tc, sharded_evaluation_matches_one_process);
+    tcase_add_test(tc, batchnorm_running_statistics_are_rank0s);
     tcase_add_test(tc, shadow_refused_with_data_parallel);
     tcase_add_test(tc, a_rank_failing_alone_aborts_the_job);
     tcase_add_test(tc, ranks_failing_alike_end_without_abort);

@@ -413,7 +413,12 @@ START_TEST(test_precision_map) {
     fclose(f);
     int lines = 0;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    EXPECT(lines == 2 + g->n_nodes, "%d lines for %d nodes:\n%s", lines, g->n_nodes, text);
+    /* the table (a header line, a column line, one line per node), then the reasons: a title and one line per op
+     * kind other than the input (conv2d, relu, maxpool2d, dropout, flatten, linear, softmax_xent) */
+    EXPECT(lines == 2 + g->n_nodes + 1 + 7, "%d lines for %d nodes:\n%s", lines, g->n_nodes, text);
+    EXPECT(strstr(text, mpt_policy_op_reason(MPT_OP_SOFTMAX_XENT)) != NULL &&
+               strstr(text, mpt_policy_op_reason(MPT_OP_CONV2D)) != NULL,
+           "the map does not give the policy's reasons:\n%s", text);
     ck_assert(strstr(text, "fp16") != NULL);
     EXPECT(strstr(text, "CPU kernels emulate") != NULL, "the header does not name the kernel set:\n%s", text);
     /* expected: name, op, in, weight, out, math */

@@ -183,12 +183,15 @@ START_TEST(test_bad_magic_type_ndim) {
     free(x.b);
 
     x = idx_bytes(0x08, 0, NULL, 1);
-    expect_fail_both("ndim0", &x, 0, "expected 1 to 3", "found 0");
+    expect_fail_both("ndim0", &x, 0, "expected 1 to 4", "found 0");
     free(x.b);
 
-    const uint32_t d4[4] = {1, 1, 1, 1};
-    x = idx_bytes(0x08, 4, d4, 1);
-    expect_fail_both("ndim4", &x, 0, "expected 1 to 3", "found 4");
+    const uint32_t d5[5] = {1, 1, 1, 1, 1};
+    x = idx_bytes(0x08, 5, d5, 1);
+    expect_fail_both("ndim5", &x, 0, "expected 1 to 4", "found 5");
+    free(x.b);
+    x = idx_bytes(0x08, 2, d5, 1); /* a matrix where images are expected */
+    expect_fail_both("ndim2", &x, 3, "expected an IDX images file (ndim 3 or 4", "found an IDX matrix file");
     free(x.b);
     rm_tmpdir();
 }
@@ -478,6 +481,103 @@ START_TEST(test_mnist_errors) {
 }
 END_TEST
 
+
+/* Images with channels (rank 4, both layouts), class counts from the labels or given, and the errors between the
+ * training and test files (issue 33). Fixtures made here. */
+static void fill_set(mpt_mnist *d, int64_t n_train, int64_t n_test, int C, int H, int W, int K) {
+    memset(d, 0, sizeof *d);
+    d->n_train = n_train, d->n_test = n_test, d->channels = C, d->rows = H, d->cols = W;
+    d->dim = (int64_t)C * H * W;
+    d->train_images = malloc((size_t)(n_train * d->dim));
+    d->test_images = malloc((size_t)(n_test * d->dim));
+    d->train_labels = malloc((size_t)n_train);
+    d->test_labels = malloc((size_t)n_test);
+    ck_assert(d->train_images && d->test_images && d->train_labels && d->test_labels);
+    for (int64_t i = 0; i < n_train * d->dim; i++) d->train_images[i] = (uint8_t)(i * 13 + 5);
+    for (int64_t i = 0; i < n_test * d->dim; i++) d->test_images[i] = (uint8_t)(i * 11 + 1);
+    for (int64_t i = 0; i < n_train; i++) d->train_labels[i] = (uint8_t)(i % K);
+    for (int64_t i = 0; i < n_test; i++) d->test_labels[i] = (uint8_t)((i * 7) % K);
+    d->n_classes = K;
+}
+
+static void expect_load_fail(const char *dir, const mpt_mnist_opts *o, const char *frag1, const char *frag2) {
+    mpt_mnist e;
+    mpt_status st = mpt_mnist_load_opts(dir, o, &e);
+    const char *msg = mpt_last_error();
+    ck_assert_msg(st == MPT_ERR_FORMAT, "expected FORMAT, got %s: %s", mpt_status_name(st), msg);
+    ck_assert(e.train_images == NULL);
+    ck_assert_msg(strstr(msg, frag1) != NULL, "message lacks \"%s\": %s", frag1, msg);
+    if (frag2) ck_assert_msg(strstr(msg, frag2) != NULL, "message lacks \"%s\": %s", frag2, msg);
+}
+
+START_TEST(test_mnist_channels_classes) {
+    make_tmpdir();
+    char a[400], b[400];
+    mpt_mnist d, e;
+    /* 3 channels, 32 x 32, 47 classes: NCHW files load as they are */
+    fill_set(&d, 94, 20, 3, 32, 32, 47);
+    snprintf(a, sizeof a, "%s/nchw", tmpdir);
+    ck_assert(mkdir(a, 0755) == 0);
+    ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_mnist_load(a, &e) == MPT_OK, "%s", mpt_last_error());
+    ck_assert(e.channels == 3 && e.rows == 32 && e.cols == 32 && e.dim == 3072 && e.n_classes == 47);
+    ck_assert(memcmp(e.train_images, d.train_images, (size_t)(94 * 3072)) == 0);
+    ck_assert(memcmp(e.test_images, d.test_images, (size_t)(20 * 3072)) == 0);
+    mpt_mnist_free(&e);
+    /* channels last: transposed back to NCHW on load, bit for bit */
+    snprintf(b, sizeof b, "%s/nhwc", tmpdir);
+    ck_assert(mkdir(b, 0755) == 0);
+    ck_assert_msg(mpt_mnist_save_layout(b, &d, 0, MPT_IDX_LAYOUT_NHWC) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_opts o = {.layout = MPT_IDX_LAYOUT_NHWC};
+    ck_assert_msg(mpt_mnist_load_opts(b, &o, &e) == MPT_OK, "%s", mpt_last_error());
+    ck_assert(e.channels == 3 && e.rows == 32 && e.cols == 32);
+    ck_assert(memcmp(e.train_images, d.train_images, (size_t)(94 * 3072)) == 0);
+    ck_assert(memcmp(e.test_images, d.test_images, (size_t)(20 * 3072)) == 0);
+    mpt_mnist_free(&e);
+    /* the same files read as NCHW are 32 channels of 32 x 3: a different shape, not the images */
+    ck_assert_msg(mpt_mnist_load(b, &e) == MPT_OK, "%s", mpt_last_error());
+    ck_assert(e.channels == 32 && e.rows == 32 && e.cols == 3);
+    ck_assert(memcmp(e.train_images, d.train_images, (size_t)(94 * 3072)) != 0);
+    mpt_mnist_free(&e);
+    /* a given class count above the labels' is kept; one below a label is refused, naming the file */
+    o = (mpt_mnist_opts){.n_classes = 50};
+    ck_assert_msg(mpt_mnist_load_opts(a, &o, &e) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_int_eq(e.n_classes, 50);
+    mpt_mnist_free(&e);
+    o.n_classes = 40;
+    expect_load_fail(a, &o, "train-labels-idx1-ubyte", "outside [0, 40)");
+    /* a test label the training labels do not reach names both files */
+    d.test_labels[3] = 47;
+    ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
+    expect_load_fail(a, NULL, "t10k-labels-idx1-ubyte.gz: label 47 at item 3", "train-labels-idx1-ubyte.gz");
+    o.n_classes = 48; /* with the class count given, it loads */
+    ck_assert_msg(mpt_mnist_load_opts(a, &o, &e) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&e);
+    mpt_mnist_free(&d);
+    /* test images of another channel count than the training images: both files named */
+    fill_set(&d, 10, 5, 3, 8, 8, 4);
+    ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist one;
+    fill_set(&one, 10, 5, 1, 8, 8, 4);
+    snprintf(b, sizeof b, "%s/one", tmpdir);
+    ck_assert(mkdir(b, 0755) == 0);
+    ck_assert_msg(mpt_mnist_save(b, &one, 1) == MPT_OK, "%s", mpt_last_error());
+    char from[512], to[512];
+    snprintf(from, sizeof from, "%s/t10k-images-idx3-ubyte.gz", b);
+    snprintf(to, sizeof to, "%s/t10k-images-idx3-ubyte.gz", a);
+    ck_assert(rename(from, to) == 0);
+    expect_load_fail(a, NULL, "train-images-idx3-ubyte.gz has 8 x 8 with 3 channels images", "t10k-images-idx3-ubyte.gz has 8 x 8");
+    mpt_mnist_free(&one);
+    /* every training label 0: no classifier */
+    memset(d.train_labels, 0, 10);
+    memset(d.test_labels, 0, 5);
+    ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
+    expect_load_fail(a, NULL, "every label is 0", "at least 2 classes");
+    mpt_mnist_free(&d);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- the real files --------------------------------------------------------------------------- */
 
 START_TEST(test_fashion_mnist) {
@@ -516,6 +616,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_valid_roundtrip);
     tcase_add_test(tc, test_bad_magic_type_ndim);
+    tcase_add_test(tc, test_mnist_channels_classes);
     tcase_add_test(tc, test_role_mismatch);
     tcase_add_test(tc, test_size_overflow);
     tcase_add_test(tc, test_no_huge_allocation);

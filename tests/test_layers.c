@@ -1170,6 +1170,588 @@ START_TEST(test_softmax_xent_needs_scale) {
 }
 END_TEST
 
+/* ---- batch norm ------------------------------------------------------------------------------------------- */
+
+/* The FP64 reference of batch norm over [N, C, S] with valid rows (training: batch statistics of the valid rows). */
+typedef struct {
+    int N, C, S;
+    const unsigned char *valid; /* [N] */
+    double *x, *gamma, *beta;   /* x [N, C, S], gamma, beta [C] */
+    const double *R;            /* dL/dy (0 on padding rows) */
+    double eps;
+} bn_ctx;
+
+/* Batch statistics per channel: mean, biased var, n. */
+static int bn_stats(const bn_ctx *b, int c, double *mean, double *var) {
+    double s = 0;
+    int n = 0;
+    for (int r = 0; r < b->N; r++)
+        if (b->valid[r])
+            for (int k = 0; k < b->S; k++) {
+                s += b->x[((int64_t)r * b->C + c) * b->S + k];
+                n++;
+            }
+    *mean = n ? s / n : 0.0;
+    double q = 0;
+    for (int r = 0; r < b->N; r++)
+        if (b->valid[r])
+            for (int k = 0; k < b->S; k++) {
+                double d = b->x[((int64_t)r * b->C + c) * b->S + k] - *mean;
+                q += d * d;
+            }
+    *var = n ? q / n : 0.0;
+    return n;
+}
+
+static void ref_bn_fwd(const bn_ctx *b, double *y) {
+    for (int c = 0; c < b->C; c++) {
+        double mean, var;
+        bn_stats(b, c, &mean, &var);
+        double rstd = 1.0 / sqrt(var + b->eps);
+        for (int r = 0; r < b->N; r++)
+            for (int k = 0; k < b->S; k++) {
+                int64_t i = ((int64_t)r * b->C + c) * b->S + k;
+                y[i] = (b->x[i] - mean) * rstd * b->gamma[c] + b->beta[c];
+            }
+    }
+}
+
+static double bn_loss(void *c) {
+    bn_ctx *b = c;
+    int64_t n = (int64_t)b->N * b->C * b->S;
+    double *y = dalloc(n);
+    ref_bn_fwd(b, y);
+    double s = dot(b->R, y, n);
+    free(y);
+    return s;
+}
+
+/* dx (0 on padding rows), dgamma, dbeta of the reference. */
+static void ref_bn_bwd(const bn_ctx *b, double *dx, double *dgamma, double *dbeta) {
+    for (int c = 0; c < b->C; c++) {
+        double mean, var;
+        int n = bn_stats(b, c, &mean, &var);
+        double rstd = 1.0 / sqrt(var + b->eps), sdy = 0, sdyx = 0;
+        for (int r = 0; r < b->N; r++)
+            if (b->valid[r])
+                for (int k = 0; k < b->S; k++) {
+                    int64_t i = ((int64_t)r * b->C + c) * b->S + k;
+                    sdy += b->R[i];
+                    sdyx += b->R[i] * (b->x[i] - mean) * rstd;
+                }
+        dgamma[c] = sdyx;
+        dbeta[c] = sdy;
+        for (int r = 0; r < b->N; r++)
+            for (int k = 0; k < b->S; k++) {
+                int64_t i = ((int64_t)r * b->C + c) * b->S + k;
+                double xhat = (b->x[i] - mean) * rstd;
+                dx[i] = b->valid[r] ? b->gamma[c] * rstd * (b->R[i] - sdy / n - xhat * sdyx / n) : 0.0;
+            }
+    }
+}
+
+/* One case: x [N, C, H, W] (ndim 4) or [N, C] (ndim 2), some rows padding (label -1) when pad. Training forward and
+ * backward against the reference (and its finite differences when fd), the running statistics after one and two
+ * steps, then an evaluation forward from them. */
+static void bn_case(mpt_precision mode, int ndim, int N, int C, int H, int W, int pad, int fd, tests_rng *r) {
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, N);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    const int S = ndim == 4 ? H * W : 1;
+    int64_t xs[4] = {N, C, H, W}, ls[1] = {N};
+    mpt_tensor *x = act_with_grad(g, "x", dt, ndim, xs);
+    mpt_tensor *y = mpt_batchnorm(g, x, 1e-5f, 0.1f, "bn1");
+    mpt_node *nd = g->nodes[g->n_nodes - 1];
+    ck_assert_int_eq(nd->op, MPT_OP_BATCHNORM);
+    ck_assert(nd->compute_dtype == dt && y->dtype == dt && y->ndim == ndim);
+    g->labels = mpt_graph_tensor(g, "labels", MPT_DTYPE_I32, MPT_MEM_ACT, 1, ls);
+    ck_assert_int_eq(g->n_params, 2);
+    ck_assert_int_eq(g->n_buffers, 2);
+    ck_assert(g->params[0].init == MPT_INIT_CONST && g->params[0].value == 1.0f);
+    ck_assert(g->params[1].init == MPT_INIT_CONST && g->params[1].value == 0.0f);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_tensor *gm = mpt_graph_find(g, "bn1.weight"), *bt = mpt_graph_find(g, "bn1.bias");
+    mpt_tensor *rm = mpt_graph_find(g, "bn1.running_mean"), *rv = mpt_graph_find(g, "bn1.running_var");
+    ck_assert(gm && bt && rm && rv && gm->dtype == MPT_DTYPE_F32 && bt->dtype == MPT_DTYPE_F32);
+    ck_assert(rm->dtype == MPT_DTYPE_F32 && rm->grad == NULL && rv->grad == NULL && rm->shape[0] == C);
+    for (int c = 0; c < C; c++) /* the buffers start at PyTorch's values */
+        ck_assert(((float *)rm->data)[c] == 0.0f && ((float *)rv->data)[c] == 1.0f);
+
+    unsigned char *valid = calloc((size_t)N, 1);
+    int32_t *lab = g->labels->data;
+    for (int i = 0; i < N; i++) {
+        valid[i] = !(pad && i >= N - pad); /* padding at the end of the batch, as the loader puts it */
+        lab[i] = valid[i] ? i % 3 : -1;
+    }
+    const int64_t n = (int64_t)N * C * S;
+    /* an offset per channel, so the mean matters (and a two-pass variance is needed) */
+    double *xv = dalloc(n);
+    for (int64_t i = 0; i < n; i++) xv[i] = tests_uniform(r, -1, 1) + (double)((i / S) % C) - 1.0;
+    store(x, xv);
+    double *gv = rand_stored(gm, r, 0.5, 1.5), *bv = rand_stored(bt, r, -0.5, 0.5);
+    g->training = 1;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    bn_ctx b = {N, C, S, valid, xv, gv, bv, NULL, 1e-5};
+    double *yr = dalloc(n), *ya = dalloc(n);
+    ref_bn_fwd(&b, yr);
+    const int K = S + N + 8; /* the blocked FP32 sums of the statistics (engine/backend.h mpt_norm_args) */
+    double *mean = dalloc(C), *var = dalloc(C), *absx = dalloc(C);
+    int nv = 0;
+    for (int c = 0; c < C; c++) {
+        nv = bn_stats(&b, c, &mean[c], &var[c]);
+        for (int rr = 0; rr < N; rr++)
+            if (valid[rr])
+                for (int k = 0; k < S; k++) absx[c] += fabs(xv[((int64_t)rr * C + c) * S + k]) / nv;
+    }
+    for (int64_t i = 0; i < n; i++) { /* |y - ref| <= K u |gamma| rstd (|x - mean| + mean |x|) + u |y| */
+        const int c = (int)((i / S) % C);
+        const double rstd = 1.0 / sqrt(var[c] + 1e-5);
+        ya[i] = (fabs(gv[c]) * rstd * (fabs(xv[i] - mean[c]) + absx[c]) * K + fabs(yr[i]) * 2) / (K + 2);
+    }
+    expect_close("batchnorm y", y, yr, ya, K, 0.0);
+    for (int c = 0; c < C; c++) { /* the running statistics after one step: 0.9 * 0 + 0.1 mean, 0.9 * 1 + 0.1 var_u */
+        const double um = 0.1 * mean[c], uv = 0.9 + 0.1 * var[c] * nv / (nv > 1 ? nv - 1 : 1);
+        const double got_m = ((float *)rm->data)[c], got_v = ((float *)rv->data)[c];
+        EXPECT(fabs(got_m - um) <= K * U32 * (absx[c] + fabs(um)) + 1e-30, "running_mean[%d] %.9g, expected %.9g", c,
+               got_m, um);
+        EXPECT(fabs(got_v - uv) <= 2 * K * U32 * (uv + absx[c] * absx[c]), "running_var[%d] %.9g, expected %.9g", c,
+               got_v, uv);
+    }
+
+    /* backward: dy zero on padding rows (the loss gives them none), gradients prefilled to check accumulation */
+    double *R = dalloc(n);
+    for (int64_t i = 0; i < n; i++) R[i] = valid[i / ((int64_t)C * S)] ? tests_uniform(r, -1, 1) : 0.0;
+    store(y->grad, R);
+    b.R = R;
+    double *gx0, *gg0, *gb0;
+    prefill_grad(x->grad, r, &gx0);
+    prefill_grad(gm->grad, r, &gg0);
+    prefill_grad(bt->grad, r, &gb0);
+    mpt_graph_backward(g);
+    double *dx = dalloc(n), *dxa = dalloc(n), *dg = dalloc(C), *dga = dalloc(C), *db = dalloc(C), *dba = dalloc(C);
+    ref_bn_bwd(&b, dx, dg, db);
+    double *mdy = dalloc(C), *mdyx = dalloc(C);
+    for (int64_t i = 0; i < n; i++) {
+        const int c = (int)((i / S) % C);
+        if (!valid[i / ((int64_t)C * S)]) continue;
+        const double rstd = 1.0 / sqrt(var[c] + 1e-5), xh = fabs(xv[i] - mean[c]) * rstd + absx[c] * rstd;
+        mdy[c] += fabs(R[i]) / nv;
+        mdyx[c] += fabs(R[i]) * xh / nv;
+        dba[c] += fabs(R[i]);
+        dga[c] += fabs(R[i]) * xh;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int c = (int)((i / S) % C);
+        const double rstd = 1.0 / sqrt(var[c] + 1e-5), xh = fabs(xv[i] - mean[c]) * rstd + absx[c] * rstd;
+        dxa[i] = valid[i / ((int64_t)C * S)]
+                     ? fabs(gv[c]) * rstd * (fabs(R[i]) + mdy[c] + xh * (mdyx[c] + mdy[c]) + mdyx[c]) : 0.0;
+    }
+    double *dxt = dalloc(n), *dxta = dalloc(n);
+    for (int64_t i = 0; i < n; i++) {
+        dxt[i] = dx[i];
+        dxta[i] = 4.0 * dxa[i];
+    }
+    fold_prefill(gx0, dxt, dxta, n);
+    for (int c = 0; c < C; c++) dga[c] *= 2.0;
+    double *dgt = dalloc(C), *dbt = dalloc(C);
+    memcpy(dgt, dg, (size_t)C * sizeof *dg);
+    memcpy(dbt, db, (size_t)C * sizeof *db);
+    fold_prefill(gg0, dgt, dga, C);
+    fold_prefill(gb0, dbt, dba, C);
+    expect_close("batchnorm dx", x->grad, dxt, dxta, K, 0.0);
+    expect_close("batchnorm dgamma", gm->grad, dgt, dga, K, 0.0);
+    expect_close("batchnorm dbeta", bt->grad, dbt, dba, K, 0.0);
+    for (int64_t i = 0; i < n; i++) /* a padding row passes nothing back: its dx is the prefill, unchanged */
+        if (!valid[i / ((int64_t)C * S)])
+            EXPECT(mpt_load_f32(x->grad->data, x->grad->dtype, i) == (float)gx0[i], "batchnorm dx[%lld] of a padding "
+                   "row changed", (long long)i);
+    if (fd) {
+        fd_check("batchnorm dx", xv, n, dx, bn_loss, &b, NULL);
+        fd_check("batchnorm dgamma", gv, C, dg, bn_loss, &b, NULL);
+        fd_check("batchnorm dbeta", bv, C, db, bn_loss, &b, NULL);
+    }
+
+    /* evaluation: the running statistics, nothing updated */
+    float *rm_before = malloc((size_t)C * sizeof(float)), *rv_before = malloc((size_t)C * sizeof(float));
+    memcpy(rm_before, rm->data, (size_t)C * sizeof(float));
+    memcpy(rv_before, rv->data, (size_t)C * sizeof(float));
+    g->training = 0;
+    mpt_graph_forward(g);
+    for (int64_t i = 0; i < n; i++) {
+        const int c = (int)((i / S) % C);
+        const double rs = 1.0 / sqrt((double)rv_before[c] + 1e-5);
+        yr[i] = (xv[i] - rm_before[c]) * rs * gv[c] + bv[c];
+        ya[i] = fabs(gv[c]) * rs * (fabs(xv[i]) + fabs(rm_before[c])) + fabs(bv[c]);
+    }
+    expect_close("batchnorm eval y", y, yr, ya, 4, 0.0);
+    ck_assert(memcmp(rm_before, rm->data, (size_t)C * sizeof(float)) == 0);
+    ck_assert(memcmp(rv_before, rv->data, (size_t)C * sizeof(float)) == 0);
+
+    free(rm_before); free(rv_before); free(dgt); free(dbt); free(dxt); free(dxta); free(mdy); free(mdyx);
+    free(dx); free(dxa); free(dg); free(dga); free(db); free(dba); free(gx0); free(gg0); free(gb0); free(R);
+    free(mean); free(var); free(absx); free(yr); free(ya); free(xv); free(gv); free(bv); free(valid);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+static void bn_mode(mpt_precision mode, uint64_t seed, int fd) {
+    tests_rng r = {seed};
+    bn_case(mode, 4, 4, 3, 5, 4, 0, fd, &r);
+    bn_case(mode, 4, 5, 2, 3, 3, 2, fd, &r); /* a padded last batch */
+    bn_case(mode, 2, 6, 7, 1, 1, 0, fd, &r); /* after a linear layer: per feature */
+    bn_case(mode, 2, 7, 5, 1, 1, 3, fd, &r);
+    bn_case(mode, 4, 16, 4, 24, 24, 3, 0, &r); /* long reductions: S + N terms per channel */
+}
+
+START_TEST(test_batchnorm_fp32) { bn_mode(MPT_PRECISION_FP32, 0x61, 1); }
+END_TEST
+START_TEST(test_batchnorm_fp16) { bn_mode(MPT_PRECISION_FP16, 0x62, 0); }
+END_TEST
+START_TEST(test_batchnorm_bf16) { bn_mode(MPT_PRECISION_BF16, 0x63, 0); }
+END_TEST
+
+/* ---- layer norm ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int N, M;
+    double *x, *gamma, *beta; /* x [N, M], gamma, beta [M] */
+    const double *R;
+    double eps;
+} ln_ctx;
+
+static void ln_row(const ln_ctx *L, int r, double *mean, double *rstd) {
+    double s = 0, q = 0;
+    for (int j = 0; j < L->M; j++) s += L->x[(int64_t)r * L->M + j];
+    *mean = s / L->M;
+    for (int j = 0; j < L->M; j++) {
+        double d = L->x[(int64_t)r * L->M + j] - *mean;
+        q += d * d;
+    }
+    *rstd = 1.0 / sqrt(q / L->M + L->eps);
+}
+
+static void ref_ln_fwd(const ln_ctx *L, double *y) {
+    for (int r = 0; r < L->N; r++) {
+        double mean, rstd;
+        ln_row(L, r, &mean, &rstd);
+        for (int j = 0; j < L->M; j++) {
+            int64_t i = (int64_t)r * L->M + j;
+            y[i] = (L->x[i] - mean) * rstd * L->gamma[j] + L->beta[j];
+        }
+    }
+}
+
+static double ln_loss(void *c) {
+    ln_ctx *L = c;
+    int64_t n = (int64_t)L->N * L->M;
+    double *y = dalloc(n);
+    ref_ln_fwd(L, y);
+    double s = dot(L->R, y, n);
+    free(y);
+    return s;
+}
+
+static void ref_ln_bwd(const ln_ctx *L, double *dx, double *dgamma, double *dbeta) {
+    for (int j = 0; j < L->M; j++) dgamma[j] = dbeta[j] = 0.0;
+    for (int r = 0; r < L->N; r++) {
+        double mean, rstd, sg = 0, sgx = 0;
+        ln_row(L, r, &mean, &rstd);
+        for (int j = 0; j < L->M; j++) {
+            int64_t i = (int64_t)r * L->M + j;
+            double xh = (L->x[i] - mean) * rstd, gg = L->R[i] * L->gamma[j];
+            sg += gg;
+            sgx += gg * xh;
+            dgamma[j] += L->R[i] * xh;
+            dbeta[j] += L->R[i];
+        }
+        for (int j = 0; j < L->M; j++) {
+            int64_t i = (int64_t)r * L->M + j;
+            double xh = (L->x[i] - mean) * rstd;
+            dx[i] = rstd * (L->R[i] * L->gamma[j] - sg / L->M - xh * sgx / L->M);
+        }
+    }
+}
+
+static void ln_case(mpt_precision mode, int ndim, int N, int d1, int d2, int d3, int fd, tests_rng *r) {
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, N);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[4] = {N, d1, d2, d3};
+    mpt_tensor *x = act_with_grad(g, "x", dt, ndim, xs);
+    mpt_tensor *y = mpt_layernorm(g, x, 1e-5f, "ln1");
+    ck_assert(y->dtype == dt && g->nodes[g->n_nodes - 1]->op == MPT_OP_LAYERNORM);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_tensor *gm = mpt_graph_find(g, "ln1.weight"), *bt = mpt_graph_find(g, "ln1.bias");
+    ck_assert(gm && bt && gm->dtype == MPT_DTYPE_F32 && gm->ndim == ndim - 1 && gm->shape[0] == d1);
+    const int M = (int)(mpt_tensor_numel(x) / N);
+    const int64_t n = (int64_t)N * M;
+    double *xv = dalloc(n);
+    for (int64_t i = 0; i < n; i++) xv[i] = tests_uniform(r, -1, 1) + 2.0 * (double)(i / M); /* a mean per row */
+    store(x, xv);
+    double *gv = rand_stored(gm, r, 0.5, 1.5), *bv = rand_stored(bt, r, -0.5, 0.5);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    ln_ctx L = {N, M, xv, gv, bv, NULL, 1e-5};
+    double *yr = dalloc(n), *ya = dalloc(n);
+    ref_ln_fwd(&L, yr);
+    const int K = M + 8;
+    double *rstd = dalloc(N), *absx = dalloc(N);
+    for (int rr = 0; rr < N; rr++) {
+        double mean;
+        ln_row(&L, rr, &mean, &rstd[rr]);
+        for (int j = 0; j < M; j++) absx[rr] += fabs(xv[(int64_t)rr * M + j]) / M;
+        for (int j = 0; j < M; j++) {
+            int64_t i = (int64_t)rr * M + j;
+            ya[i] = (fabs(gv[j]) * rstd[rr] * (fabs(xv[i] - mean) + absx[rr]) * K + 2 * fabs(yr[i])) / (K + 2);
+        }
+    }
+    expect_close("layernorm y", y, yr, ya, K, 0.0);
+    double *R = rand_stored(y->grad, r, -1, 1), *gx0, *gg0, *gb0;
+    L.R = R;
+    prefill_grad(x->grad, r, &gx0);
+    prefill_grad(gm->grad, r, &gg0);
+    prefill_grad(bt->grad, r, &gb0);
+    mpt_graph_backward(g);
+    double *dx = dalloc(n), *dxa = dalloc(n), *dg = dalloc(M), *dga = dalloc(M), *db = dalloc(M), *dba = dalloc(M);
+    ref_ln_bwd(&L, dx, dg, db);
+    for (int rr = 0; rr < N; rr++) {
+        double mg = 0, mgx = 0;
+        for (int j = 0; j < M; j++) {
+            int64_t i = (int64_t)rr * M + j;
+            const double xh = (fabs(xv[i]) + absx[rr]) * rstd[rr];
+            mg += fabs(R[i] * gv[j]) / M;
+            mgx += fabs(R[i] * gv[j]) * xh / M;
+            dga[j] += 2.0 * fabs(R[i]) * xh;
+            dba[j] += fabs(R[i]);
+        }
+        for (int j = 0; j < M; j++) {
+            int64_t i = (int64_t)rr * M + j;
+            const double xh = (fabs(xv[i]) + absx[rr]) * rstd[rr];
+            dx[i] += gx0[i];
+            dxa[i] = 4.0 * rstd[rr] * (fabs(R[i] * gv[j]) + mg + xh * (mgx + mg) + mgx) + fabs(gx0[i]);
+        }
+    }
+    fold_prefill(gg0, dg, dga, M);
+    fold_prefill(gb0, db, dba, M);
+    expect_close("layernorm dx", x->grad, dx, dxa, K, 0.0);
+    expect_close("layernorm dgamma", gm->grad, dg, dga, N + 2 * K, 0.0);
+    expect_close("layernorm dbeta", bt->grad, db, dba, N + 2, 0.0);
+    if (fd) {
+        double *fdx = dalloc(n), *fdg = dalloc(M), *fdb = dalloc(M);
+        ref_ln_bwd(&L, fdx, fdg, fdb);
+        fd_check("layernorm dx", xv, n, fdx, ln_loss, &L, NULL);
+        fd_check("layernorm dgamma", gv, M, fdg, ln_loss, &L, NULL);
+        fd_check("layernorm dbeta", bv, M, fdb, ln_loss, &L, NULL);
+        free(fdx); free(fdg); free(fdb);
+    }
+    free(dx); free(dxa); free(dg); free(dga); free(db); free(dba); free(gx0); free(gg0); free(gb0); free(R);
+    free(rstd); free(absx); free(yr); free(ya); free(xv); free(gv); free(bv);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+static void ln_mode(mpt_precision mode, uint64_t seed, int fd) {
+    tests_rng r = {seed};
+    ln_case(mode, 2, 4, 9, 1, 1, fd, &r);
+    ln_case(mode, 4, 3, 2, 3, 4, fd, &r); /* over [C, H, W]: LayerNorm([C, H, W]) */
+    ln_case(mode, 2, 5, 1100, 1, 1, 0, &r); /* longer than a chunk of the CPU's sums */
+}
+
+START_TEST(test_layernorm_fp32) { ln_mode(MPT_PRECISION_FP32, 0x71, 1); }
+END_TEST
+START_TEST(test_layernorm_fp16) { ln_mode(MPT_PRECISION_FP16, 0x72, 0); }
+END_TEST
+START_TEST(test_layernorm_bf16) { ln_mode(MPT_PRECISION_BF16, 0x73, 0); }
+END_TEST
+
+/* ---- average pooling -------------------------------------------------------------------------------------- */
+
+typedef struct { int N, C, H, W, kh, kw, sh, sw, P, Q; double *x; const double *R; } ap_ctx;
+
+static void ref_avgpool(const ap_ctx *a, double *y, double *ya) {
+    for (int pl = 0; pl < a->N * a->C; pl++)
+        for (int p = 0; p < a->P; p++)
+            for (int q = 0; q < a->Q; q++) {
+                double s = 0, t = 0;
+                for (int rr = 0; rr < a->kh; rr++)
+                    for (int ss = 0; ss < a->kw; ss++) {
+                        double v = a->x[((int64_t)pl * a->H + p * a->sh + rr) * a->W + q * a->sw + ss];
+                        s += v;
+                        t += fabs(v);
+                    }
+                y[((int64_t)pl * a->P + p) * a->Q + q] = s / (a->kh * a->kw);
+                if (ya) ya[((int64_t)pl * a->P + p) * a->Q + q] = t / (a->kh * a->kw);
+            }
+}
+
+static double ap_loss(void *c) {
+    ap_ctx *a = c;
+    int64_t n = (int64_t)a->N * a->C * a->P * a->Q;
+    double *y = dalloc(n);
+    ref_avgpool(a, y, NULL);
+    double s = dot(a->R, y, n);
+    free(y);
+    return s;
+}
+
+static void ap_case(mpt_precision mode, int N, int C, int H, int W, int kh, int kw, int sh, int sw, int fd,
+                    tests_rng *r) {
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_graph *g = mpt_graph_create(be, &pol, N);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    int64_t xs[4] = {N, C, H, W};
+    mpt_tensor *x = act_with_grad(g, "x", dt, 4, xs);
+    mpt_tensor *y = mpt_avgpool2d(g, x, kh, kw, sh, sw, "avgpool");
+    const int P = (H - kh) / sh + 1, Q = (W - kw) / sw + 1;
+    ck_assert(y->dtype == dt && y->shape[2] == P && y->shape[3] == Q && y->grad != NULL);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    const int64_t nx = (int64_t)N * C * H * W, ny = (int64_t)N * C * P * Q;
+    double *xv = rand_stored(x, r, -1, 1), *yr = dalloc(ny), *ya = dalloc(ny);
+    mpt_graph_forward(g);
+    ap_ctx a = {N, C, H, W, kh, kw, sh, sw, P, Q, xv, NULL};
+    ref_avgpool(&a, yr, ya);
+    expect_close("avgpool y", y, yr, ya, kh * kw + 1, 0.0);
+    double *R = rand_stored(y->grad, r, -1, 1), *gx0;
+    prefill_grad(x->grad, r, &gx0);
+    mpt_graph_backward(g);
+    double *dx = dalloc(nx), *dxa = dalloc(nx);
+    for (int pl = 0; pl < N * C; pl++) /* the reference scatters: dx += dy / (kh kw) over each window */
+        for (int p = 0; p < P; p++)
+            for (int q = 0; q < Q; q++)
+                for (int rr = 0; rr < kh; rr++)
+                    for (int ss = 0; ss < kw; ss++) {
+                        int64_t i = ((int64_t)pl * H + p * sh + rr) * W + q * sw + ss;
+                        double v = R[((int64_t)pl * P + p) * Q + q] / (kh * kw);
+                        dx[i] += v;
+                        dxa[i] += fabs(v);
+                    }
+    double *dxt = dalloc(nx), *dxta = dalloc(nx);
+    memcpy(dxt, dx, (size_t)nx * sizeof *dx);
+    memcpy(dxta, dxa, (size_t)nx * sizeof *dx);
+    fold_prefill(gx0, dxt, dxta, nx);
+    expect_close("avgpool dx", x->grad, dxt, dxta, (kh / sh + 1) * (kw / sw + 1) + 2, 0.0);
+    if (fd) {
+        a.R = R;
+        fd_check("avgpool dx", xv, nx, dx, ap_loss, &a, NULL);
+    }
+    free(xv); free(yr); free(ya); free(R); free(gx0); free(dx); free(dxa); free(dxt); free(dxta);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_avgpool) {
+    for (int m = 0; m < 3; m++) {
+        const mpt_precision mode = m == 0 ? MPT_PRECISION_FP32 : m == 1 ? MPT_PRECISION_FP16 : MPT_PRECISION_BF16;
+        tests_rng r = {0x81 + (uint64_t)m};
+        ap_case(mode, 2, 3, 6, 6, 2, 2, 2, 2, m == 0, &r);  /* tiled 2x2/2 */
+        ap_case(mode, 2, 2, 7, 5, 3, 2, 2, 1, m == 0, &r);  /* overlapping windows, a tail left out */
+        ap_case(mode, 3, 4, 5, 7, 5, 7, 1, 1, m == 0, &r);  /* global: the window is the image */
+        ap_case(mode, 1, 2, 8, 8, 2, 2, 3, 3, m == 0, &r);  /* gaps between windows: some dx stay 0 + prefill */
+    }
+}
+END_TEST
+
+/* ---- gelu, tanh, sigmoid, leaky ReLU ---------------------------------------------------------------------- */
+
+static double ref_act(mpt_act kind, double x, double a) {
+    switch (kind) {
+    case MPT_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case MPT_ACT_TANH: return tanh(x);
+    case MPT_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    default: return x > 0 ? x : a * x;
+    }
+}
+
+/* dy/dx from x (the exact derivative; the kernels' tanh and sigmoid use the stored output instead, see below). */
+static double ref_act_grad(mpt_act kind, double x, double a) {
+    switch (kind) {
+    case MPT_ACT_GELU: return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    case MPT_ACT_TANH: return 1.0 - tanh(x) * tanh(x);
+    case MPT_ACT_SIGMOID: return exp(-x) / ((1.0 + exp(-x)) * (1.0 + exp(-x)));
+    default: return x > 0 ? 1.0 : a;
+    }
+}
+
+typedef struct { int64_t n; mpt_act kind; double a; double *x; const double *R; } act_ctx;
+
+static double act_loss(void *c) {
+    act_ctx *A = c;
+    double s = 0;
+    for (int64_t i = 0; i < A->n; i++) s += A->R[i] * ref_act(A->kind, A->x[i], A->a);
+    return s;
+}
+
+static void act_case(mpt_precision mode, mpt_act kind, tests_rng *r) {
+    mpt_policy pol = policy_for_mode(mode);
+    mpt_backend *be = mpt_backend_cpu_create();
+    const int B = tests_int(r, 1, 5);
+    int64_t xs[3] = {B, tests_int(r, 1, 9), tests_int(r, 1, 40)};
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    mpt_dtype dt = mpt_policy_act_dtype(&pol);
+    mpt_tensor *x = act_with_grad(g, "x", dt, 3, xs);
+    const double slope = 0.01 + 0.2 * tests_uniform(r, 0, 1);
+    mpt_tensor *y = kind == MPT_ACT_GELU    ? mpt_gelu(g, x, "act")
+                    : kind == MPT_ACT_TANH    ? mpt_tanh(g, x, "act")
+                    : kind == MPT_ACT_SIGMOID ? mpt_sigmoid(g, x, "act")
+                                              : mpt_leakyrelu(g, x, (float)slope, "act");
+    const double a = kind == MPT_ACT_LEAKYRELU ? (double)(float)slope : 0.0;
+    ck_assert(y->dtype == dt && y->grad != NULL && g->nodes[g->n_nodes - 1]->compute_dtype == dt);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    const int64_t n = mpt_tensor_numel(x);
+    double *xv = dalloc(n);
+    unsigned char *kink = calloc((size_t)n, 1);
+    for (int64_t i = 0; i < n; i++) xv[i] = tests_uniform(r, -5, 5);
+    store(x, xv);
+    for (int64_t i = 0; i < n; i++) kink[i] = kind == MPT_ACT_LEAKYRELU && fabs(xv[i]) < 1e-3;
+    mpt_graph_forward(g);
+    double *yr = dalloc(n), *ya = dalloc(n);
+    /* FP32 evaluation with the C library's erff/expf/tanhf (a few ulps) and, for gelu near -5, the cancellation in
+     * 1 + erf: 8 units of 2^-24 of (1 + |x| + |y|) */
+    for (int64_t i = 0; i < n; i++) {
+        yr[i] = ref_act(kind, xv[i], a);
+        ya[i] = 1.0 + fabs(xv[i]) + fabs(yr[i]);
+    }
+    expect_close("activation y", y, yr, ya, 6, 0.0);
+    double *R = rand_stored(y->grad, r, -1, 1), *gx0;
+    prefill_grad(x->grad, r, &gx0);
+    mpt_graph_backward(g);
+    double *dxr = dalloc(n), *dxa = dalloc(n), *fdg = dalloc(n);
+    for (int64_t i = 0; i < n; i++) {
+        const double ys = mpt_load_f32(y->data, y->dtype, i); /* tanh and sigmoid differentiate from the stored y */
+        const double d = kind == MPT_ACT_TANH ? 1.0 - ys * ys : kind == MPT_ACT_SIGMOID ? ys * (1.0 - ys)
+                                                                                         : ref_act_grad(kind, xv[i], a);
+        fdg[i] = R[i] * ref_act_grad(kind, xv[i], a);
+        dxr[i] = R[i] * d + gx0[i];
+        dxa[i] = fabs(R[i]) * (1.0 + fabs(xv[i])) + fabs(gx0[i]);
+    }
+    expect_close("activation dx", x->grad, dxr, dxa, 6, 0.0);
+    if (mode == MPT_PRECISION_FP32) {
+        act_ctx c = {n, kind, a, xv, R};
+        fd_check("activation dx", xv, n, fdg, act_loss, &c, kink);
+        /* the stored-output derivative agrees with the exact one in FP32 */
+        for (int64_t i = 0; i < n; i++)
+            EXPECT(fabs((dxr[i] - gx0[i]) - fdg[i]) <= 1e-6 * (1.0 + fabs(fdg[i])), "activation %d: derivative from "
+                   "the stored output %.9g, exact %.9g", (int)kind, dxr[i] - gx0[i], fdg[i]);
+    }
+    free(xv); free(kink); free(yr); free(ya); free(R); free(gx0); free(dxr); free(dxa); free(fdg);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+
+START_TEST(test_activations) {
+    for (int m = 0; m < 3; m++) {
+        const mpt_precision mode = m == 0 ? MPT_PRECISION_FP32 : m == 1 ? MPT_PRECISION_FP16 : MPT_PRECISION_BF16;
+        tests_rng r = {0x91 + (uint64_t)m};
+        for (int k = 0; k < MPT_ACT_COUNT; k++)
+            for (int t = 0; t < 3; t++) act_case(mode, (mpt_act)k, &r);
+    }
+}
+END_TEST
+
 Suite *layers_suite(void);
 Suite *layers_suite(void) {
     Suite *s = suite_create("layers");
@@ -1194,6 +1776,14 @@ Suite *layers_suite(void) {
     tcase_add_test(tc, test_softmax_xent_stability);
     tcase_add_test(tc, test_softmax_xent_scale);
     tcase_add_test(tc, test_softmax_xent_ignore);
+    tcase_add_test(tc, test_batchnorm_fp32);
+    tcase_add_test(tc, test_batchnorm_fp16);
+    tcase_add_test(tc, test_batchnorm_bf16);
+    tcase_add_test(tc, test_layernorm_fp32);
+    tcase_add_test(tc, test_layernorm_fp16);
+    tcase_add_test(tc, test_layernorm_bf16);
+    tcase_add_test(tc, test_avgpool);
+    tcase_add_test(tc, test_activations);
     tcase_add_test_raise_signal(tc, test_dtype_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_softmax_xent_needs_scale, SIGABRT);

@@ -63,13 +63,24 @@ START_TEST(test_default_table) {
             ck_assert_int_eq(sx.compute_dtype, MPT_DTYPE_F32);
             ck_assert_int_eq(sx.math, MPT_MATH_FP32);
 
-            const mpt_op follow[] = {MPT_OP_RELU, MPT_OP_MAXPOOL2D, MPT_OP_FLATTEN, MPT_OP_DROPOUT};
+            /* element-wise and shape ops, and the normalisations (16-bit activations, FP32 statistics) follow their
+             * input; only the normalisations compute in FP32 with FP32 parameters */
+            const mpt_op follow[] = {MPT_OP_RELU,      MPT_OP_MAXPOOL2D, MPT_OP_FLATTEN,   MPT_OP_DROPOUT,
+                                     MPT_OP_AVGPOOL2D, MPT_OP_GELU,      MPT_OP_TANH,      MPT_OP_SIGMOID,
+                                     MPT_OP_LEAKYRELU, MPT_OP_BATCHNORM, MPT_OP_LAYERNORM};
             for (size_t k = 0; k < sizeof follow / sizeof follow[0]; k++) {
                 mpt_op_precision f = mpt_policy_for(&p, follow[k], in);
                 ck_assert_msg(f.compute_dtype == in, "%s %s on %s input: got %s", mpt_precision_name(mode),
                               mpt_op_name(follow[k]), mpt_dtype_name(in), mpt_dtype_name(f.compute_dtype));
                 ck_assert_int_eq(f.math, MPT_MATH_FP32);
+                const int norm = follow[k] == MPT_OP_BATCHNORM || follow[k] == MPT_OP_LAYERNORM;
+                ck_assert_msg(mpt_policy_op_fp32_math(follow[k]) == norm, "%s", mpt_op_name(follow[k]));
+                if (norm) ck_assert_int_eq(mpt_policy_param_dtype(&p, follow[k]), MPT_DTYPE_F32);
             }
+            ck_assert(mpt_policy_op_fp32_math(MPT_OP_SOFTMAX_XENT) && !mpt_policy_op_fp32_math(MPT_OP_LINEAR));
+            ck_assert_int_eq(mpt_policy_param_dtype(&p, MPT_OP_LINEAR), expected_act(mode));
+            for (int op = 0; op < MPT_OP_COUNT; op++) /* every rule says why */
+                ck_assert_msg(strlen(mpt_policy_op_reason((mpt_op)op)) > 20, "%s: no reason", mpt_op_name((mpt_op)op));
         }
     }
 }

@@ -52,6 +52,7 @@
 #include "engine/status.h"
 #include "engine/telemetry/telemetry.h"
 #include "engine/train.h"
+#include "models/models.h"
 #include "tools/guards.h"
 
 #define MPT_CLI_EXIT_FAIL 1 /* = MPT_GUARD_EXIT_FAIL */
@@ -115,6 +116,9 @@ typedef enum mpt_opt_id {
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
+    MPT_OPT_CLASSES,          /* issue 33: the data's class count and rank-4 layout (a checkpoint records the data's
+                                 shape in its own metadata, "data") */
+    MPT_OPT_DATA_LAYOUT,
     MPT_OPT_OUT,
     MPT_OPT_RESUME,
     MPT_OPT_LIMIT_TEST,
@@ -185,7 +189,7 @@ typedef enum mpt_scaler_preset {
 /* All settings of one invocation. Defaults: mpt_cli_opts_default(). */
 typedef struct mpt_cli_opts {
     /* the run's math (recorded) */
-    char model[16];
+    char model[MPT_MODEL_SPEC_MAX]; /* a built-in model's name or a spec's canonical text (models/models.h) */
     mpt_precision precision;
     mpt_optim_kind optimizer;
     double lr, momentum, weight_decay, beta1, beta2, eps;
@@ -225,6 +229,8 @@ typedef struct mpt_cli_opts {
     mpt_device_choice device;
     int cuda_graph;              /* 1 (default): on the CUDA backend, run each step as one replayed CUDA Graph */
     char data[MPT_CLI_PATH];
+    int classes;                 /* --classes K: 0 = the largest training label + 1 */
+    mpt_idx_layout data_layout;  /* --data-layout: rank-4 image files [N, C, H, W] (default) or [N, H, W, C] */
     char out[MPT_CLI_PATH];      /* "" = the command's default */
     char resume[MPT_CLI_PATH];   /* "" = start fresh */
     int64_t limit_test;          /* 0 = all test images */
@@ -346,9 +352,16 @@ typedef struct mpt_cli_data {
     char dir[MPT_CLI_PATH];
 } mpt_cli_data;
 
-/* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing) and keeps the
- * first limit_train / limit_test rows (0 = all). */
-mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test);
+/* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing) with the class count
+ * `classes` (0: the largest training label + 1) and rank-4 images in `layout` (datasets/idx.h), and keeps the first
+ * limit_train / limit_test rows (0 = all). */
+mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test, int classes,
+                             mpt_idx_layout layout);
+/* The data's shape as a network's input (models/models.h): channels, height, width, classes. */
+mpt_model_input mpt_cli_data_input(const mpt_mnist *d);
+/* A file-name-safe short name of a model for default output directories: a built-in model's name, or "spec-" and 8
+ * hex digits of the spec's FNV-1a hash. buf: at least 16 bytes. */
+const char *mpt_cli_model_short(const char *model, char *buf, size_t len);
 void mpt_cli_data_free(mpt_cli_data *cd);
 
 /* The dataset in one backend's memory (MPT_MEM_DATA), copied once per run. */

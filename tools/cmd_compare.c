@@ -225,7 +225,9 @@ int mpt_cmd_compare(int argc, char **argv) {
         return MPT_CLI_EXIT_USAGE;
     }
     if (o.n_seeds == 1) o.seed = o.seeds[0]; /* one seed: today's layout and report */
-    if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/compare-%s", o.model);
+    char shortname[32];
+    if (!o.out[0])
+        snprintf(o.out, sizeof o.out, "runs/compare-%s", mpt_cli_model_short(o.model, shortname, sizeof shortname));
     mpt_cpu_set_threads(o.threads);
     mpt_report_set_plot_timeout(o.plot_timeout);
     mpt_status s;
@@ -266,7 +268,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_guard_blas_ready();
-    if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test, o.classes, o.data_layout);
     compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1};
     s = run_plan(&pl, s);
     mpt_cli_data_free(&cd);

@@ -1,8 +1,10 @@
 /*
  * tools/cmd_eval.c - `mptrain eval --checkpoint CKPT`: rebuilds the model and precision recorded in the
- * checkpoint's metadata, loads its FP32 master weights (the working copy in the run's precision is rewritten
- * from them, exactly as during training) and prints the test loss and accuracy. The evaluation runs in the
- * checkpoint's precision: the same numerics the run was evaluated with after each epoch.
+ * checkpoint's metadata (a built-in model or a spec, for the data shape it records), loads its FP32 master weights (the
+ * working copy in the run's precision is rewritten from them, exactly as during training) and batch norm's running
+ * statistics, and prints the test loss and accuracy. The evaluation runs in the checkpoint's precision, in evaluation
+ * mode (dropout off, batch norm from its running statistics): the same numerics the run was evaluated with after
+ * each epoch.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +32,18 @@ int mpt_cmd_eval(int argc, char **argv) {
     s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
 
-    mpt_cli_data cd;
-    s = mpt_cli_data_load(&cd, cli.data, 0, cli.limit_test);
+    mpt_cli_data cd; /* the labels are read with the network's class count */
+    s = mpt_cli_data_load(&cd, cli.data, 0, cli.limit_test, rs.has_data ? rs.data.classes : 0, cli.data_layout);
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
+    const mpt_model_input in = mpt_cli_data_input(&cd.d);
+    if (memcmp(&in, &rs.data, sizeof in) != 0) {
+        s = mpt_errorf(MPT_ERR_ARG, "--checkpoint %s: its network was built for %d x %d images with %d channel(s) and %d "
+                       "classes, --data %s holds %d x %d with %d and %d", cli.checkpoint, rs.data.height,
+                       rs.data.width, rs.data.channels, rs.data.classes, cli.data, in.height, in.width, in.channels,
+                       in.classes);
+        mpt_cli_data_free(&cd);
+        return mpt_cli_fail("eval", s);
+    }
     mpt_backend *be = NULL;
     char why[640];
     s = mpt_run_backend_create(cli.device, &be, why, sizeof why);
@@ -91,7 +102,7 @@ int mpt_cmd_eval(int argc, char **argv) {
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
         mpt_graph *g = mpt_graph_create(be, &policy, o.batch);
         mpt_tensor *logits = NULL;
-        s = mpt_model_build(g, o.model, &logits);
+        s = mpt_model_build_for(g, o.model, &rs.data, &logits);
         if (s == MPT_OK) {
             mpt_softmax_xent(g, logits, "loss");
             /* eval does not train: the recorded schedule (whose cosine horizon needs the training data's batches

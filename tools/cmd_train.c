@@ -23,7 +23,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     mpt_cli_opts ck;
     mpt_cli_opts_default(&ck);
     MPT_TRY(mpt_run_checkpoint_read_config(cli->resume, &ck, rs));
-    char a[96], b[96];
+    static char a[MPT_MODEL_SPEC_MAX + 64], b[MPT_MODEL_SPEC_MAX + 64];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
         const mpt_opt_scope sc = mpt_cli_opt_scope(id);
         if (!mpt_cli_given(cli, id) || (sc != MPT_SCOPE_MATH && sc != MPT_SCOPE_MATH_OPTIONAL)) continue;
@@ -38,6 +38,8 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     }
     *out = ck;
     mpt_cli_take_invocation(out, cli); /* device, paths, logging, instruments, --epochs when given: the option table */
+    /* the class count the network was built for, unless given (then the data shapes are checked in setup()) */
+    if (!mpt_cli_given(cli, MPT_OPT_CLASSES) && rs->has_data) out->classes = rs->data.classes;
     if (rs->threads > 0) { /* a CPU run: its GEMM thread count decides its summation order */
         if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
             return mpt_errorf(MPT_ERR_ARG,
@@ -173,13 +175,16 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_run_result *res, 
 static int train_with(const mpt_cli_opts *op) {
     mpt_cli_opts o = *op;
     mpt_status s;
-    if (!o.out[0]) snprintf(o.out, sizeof o.out, "runs/%s-%s", o.model, mpt_precision_name(o.precision));
+    char shortname[32];
+    if (!o.out[0])
+        snprintf(o.out, sizeof o.out, "runs/%s-%s", mpt_cli_model_short(o.model, shortname, sizeof shortname),
+                 mpt_precision_name(o.precision));
     mpt_cpu_set_threads(o.threads);
     s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("train", s);
 
     mpt_cli_data cd;
-    s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test);
+    s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test, o.classes, o.data_layout);
     if (s != MPT_OK) return mpt_cli_fail("train", s);
     mpt_run_result res;
     s = mpt_run_train(&o, &cd, "", &res);

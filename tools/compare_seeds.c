@@ -273,7 +273,7 @@ static json_t *run_json(const mpt_run_result *x, uint64_t seed, double rel_l2) {
 
 static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *seeds) {
     json_t *j = json_object();
-    char buf[96];
+    static char buf[MPT_MODEL_SPEC_MAX + 64]; /* a spec's canonical text is the longest setting */
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
     json_object_set_new(j, "model", json_string(o->model));
     json_t *cfg = json_object();

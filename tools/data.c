@@ -19,28 +19,25 @@ static mpt_status keep_rows(uint8_t **p, int64_t n, int64_t keep, int64_t per) {
     return MPT_OK;
 }
 
-mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test) {
+mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test, int classes,
+                             mpt_idx_layout layout) {
     memset(cd, 0, sizeof *cd);
     snprintf(cd->dir, sizeof cd->dir, "%s", dir);
     struct stat st;
     if (stat(dir, &st) != 0)
         return mpt_errorf(MPT_ERR_IO,
-                          "--data %s: %s; expected a directory with the four Fashion-MNIST IDX files "
-                          "(Debian: apt-get install dataset-fashion-mnist)", dir, strerror(errno));
+                          "--data %s: %s; expected a directory with the four MNIST-format IDX files "
+                          "(Fashion-MNIST on Debian: apt-get install dataset-fashion-mnist)", dir, strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return mpt_errorf(MPT_ERR_IO,
-                          "--data %s: expected a directory with the four Fashion-MNIST IDX files, found %s "
-                          "(Debian: apt-get install dataset-fashion-mnist)",
+                          "--data %s: expected a directory with the four MNIST-format IDX files, found %s "
+                          "(Fashion-MNIST on Debian: apt-get install dataset-fashion-mnist)",
                           dir, S_ISREG(st.st_mode)    ? "a regular file"
                                : S_ISFIFO(st.st_mode) ? "a FIFO"
                                                       : "a special file");
-    /* the models take 28 x 28 images: checked on the headers, before any payload is read */
-    mpt_status s = mpt_mnist_load_shape(dir, 28, 28, &cd->d);
-    if (s == MPT_ERR_SHAPE) {
-        char msg[768];
-        snprintf(msg, sizeof msg, "%s", mpt_last_error());
-        return mpt_errorf(s, "--data %s: %s (the models take 28 x 28)", dir, msg);
-    }
+    /* any image size and channel count: the network's input and head come from the data (mpt_cli_data_input) */
+    const mpt_mnist_opts mo = {.layout = layout, .n_classes = classes};
+    mpt_status s = mpt_mnist_load_opts(dir, &mo, &cd->d);
     if (s != MPT_OK) return s;
     mpt_mnist *d = &cd->d;
     if (limit_train > 0 && limit_train < d->n_train) {
@@ -58,6 +55,23 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
 }
 
 void mpt_cli_data_free(mpt_cli_data *cd) { mpt_mnist_free(&cd->d); }
+
+mpt_model_input mpt_cli_data_input(const mpt_mnist *d) {
+    mpt_model_input in = {.channels = d->channels > 0 ? d->channels : 1, .height = d->rows, .width = d->cols,
+                          .classes = d->n_classes};
+    return in;
+}
+
+const char *mpt_cli_model_short(const char *model, char *buf, size_t len) {
+    if (mpt_model_exists(model)) {
+        snprintf(buf, len, "%s", model);
+        return buf;
+    }
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)model; *p; p++) h = (h ^ *p) * 16777619u;
+    snprintf(buf, len, "spec-%08x", h);
+    return buf;
+}
 
 static mpt_status upload(mpt_cli_device_data *dd, uint8_t **dst, const uint8_t *src, size_t bytes) {
     mpt_backend *be = dd->be;

@@ -9,13 +9,16 @@
  * --flag=VALUE, unambiguous prefixes of long names).
  */
 #include <ctype.h>
-#include <float.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/optim/optim.h"
 #include "models/models.h"
@@ -43,7 +46,11 @@ typedef struct opt_def {
 #define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO)
 
 static const opt_def opt_table[] = {
-    {"model", MPT_OPT_MODEL, required_argument, TC, "NAME", "mlp | lenet5 | cnn (default mlp)",
+    {"model", MPT_OPT_MODEL, required_argument, TC, "SPEC",
+     "the network: mlp | lenet5 | cnn, a spec such as conv(32,3,pad=1),batchnorm,relu,maxpool(2),flatten,linear "
+     "(layers: conv, linear, maxpool, avgpool, globalavgpool, flatten, dropout, batchnorm, layernorm, relu, gelu, tanh, "
+     "sigmoid, leakyrelu; a last linear without a width takes the class count; models/models.h), or @FILE holding one "
+     "(default mlp)",
      .scope = MPT_SCOPE_MATH},
     {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
      "the precision mode: one of the modes listed below (default fp32)",
@@ -207,8 +214,16 @@ static const opt_def opt_table[] = {
      "results are bit-identical either way; the CPU backend ignores it; docs/benchmarks.md)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(cuda_graph)},
     {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL, "DIR",
-     "directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")",
+     "directory with the four MNIST-format IDX files, any image size and channels (default " MPT_DEFAULT_DATA_DIR ")",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data)},
+    {"classes", MPT_OPT_CLASSES, required_argument, TC, "K",
+     "the class count, 2..256: labels are 0..K-1 (default: the largest training label + 1; a resumed run keeps its "
+     "checkpoint's)",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(classes)},
+    {"data-layout", MPT_OPT_DATA_LAYOUT, required_argument, TC | MPT_CMD_EVAL, "L",
+     "rank-4 IDX images: nchw ([N, C, H, W], PyTorch's) | nhwc ([N, H, W, C], channels last; transposed on load) "
+     "(default nchw; rank-3 files are [N, H, W])",
+     .scope = MPT_SCOPE_INVOCATION, FIELD(data_layout)},
     {"out", MPT_OPT_OUT, required_argument, TC, "DIR",
      "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(out)},
@@ -593,17 +608,71 @@ static mpt_status copy_path(const char *flag, const char *s, char *dst, size_t c
     return MPT_OK;
 }
 
+/* The text of --model @FILE into buf (cap bytes): a regular file (opened without blocking: a FIFO must not hang),
+ * shorter than cap. */
+static mpt_status read_spec_file(const char *flag, const char *path, char *buf, size_t cap) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return mpt_errorf(MPT_ERR_ARG, "--%s @%s: cannot open: %s", flag, path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mpt_errorf(MPT_ERR_ARG, "--%s @%s: expected a regular file holding a spec", flag, path);
+    }
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            mpt_status s = mpt_errorf(MPT_ERR_ARG, "--%s @%s: read failed: %s", flag, path, strerror(errno));
+            close(fd);
+            return s;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+        if (n == cap - 1) {
+            char extra;
+            ssize_t more = read(fd, &extra, 1);
+            close(fd);
+            if (more > 0)
+                return mpt_errorf(MPT_ERR_ARG, "--%s @%s: expected a spec of at most %zu bytes", flag, path, cap - 2);
+            buf[n] = '\0';
+            return MPT_OK;
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    if (memchr(buf, '\0', n)) return mpt_errorf(MPT_ERR_ARG, "--%s @%s: expected text, found a NUL byte", flag, path);
+    return MPT_OK;
+}
+
+/* --model NAME | SPEC | @FILE: stored as the built-in name or the spec's canonical text (models/models.h). */
+static mpt_status apply_model(mpt_cli_opts *o, const char *f, const char *arg) {
+    static char text[MPT_MODEL_SPEC_MAX + 1];
+    const char *spec = arg, *file = NULL;
+    if (arg[0] == '@') {
+        file = arg + 1;
+        MPT_TRY(read_spec_file(f, file, text, sizeof text));
+        spec = text;
+    }
+    char canon[MPT_MODEL_SPEC_MAX];
+    if (mpt_model_canonical(spec, canon, sizeof canon) != MPT_OK) {
+        char msg[768], esc[256];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        size_t k = strspn(spec, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+        if (!file && k == strlen(spec) && k > 0) /* one word: a misspelt name, most likely */
+            return mpt_errorf(MPT_ERR_ARG, "--%s: '%s' is not a built-in model (%s), nor a layer spec: %s", f,
+                              mpt_cli_echo(esc, sizeof esc, spec), mpt_model_names(), msg);
+        if (file) return mpt_errorf(MPT_ERR_ARG, "--%s @%s: %s", f, file, msg);
+        return mpt_errorf(MPT_ERR_ARG, "--%s '%s': %s", f, mpt_cli_echo(esc, sizeof esc, spec), msg);
+    }
+    snprintf(o->model, sizeof o->model, "%s", canon);
+    return MPT_OK;
+}
+
 mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     const char *f = mpt_cli_opt_name(id);
     switch (id) {
-    case MPT_OPT_MODEL:
-        if (!mpt_model_exists(arg)) {
-            char exp[96];
-            snprintf(exp, sizeof exp, "one of %s", mpt_model_names());
-            return bad_value(f, exp, arg);
-        }
-        snprintf(o->model, sizeof o->model, "%s", arg);
-        return MPT_OK;
+    case MPT_OPT_MODEL: return apply_model(o, f, arg);
     case MPT_OPT_PRECISION:
         if (mpt_precision_parse(arg, &o->precision) != 0) {
             char names[256], expected[280];
@@ -724,6 +793,10 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         else return bad_value(f, "one of auto, cpu, cuda", arg);
         return MPT_OK;
     case MPT_OPT_DATA: return copy_path(f, arg, o->data, sizeof o->data);
+    case MPT_OPT_CLASSES: return parse_int(f, arg, 2, MPT_MNIST_MAX_CLASSES, "an integer in [2, 256]", &o->classes);
+    case MPT_OPT_DATA_LAYOUT:
+        if (mpt_idx_layout_parse(arg, &o->data_layout) != 0) return bad_value(f, "one of nchw, nhwc", arg);
+        return MPT_OK;
     case MPT_OPT_OUT: return copy_path(f, arg, o->out, sizeof o->out);
     case MPT_OPT_RESUME: return copy_path(f, arg, o->resume, sizeof o->resume);
     case MPT_OPT_CHECKPOINT: return copy_path(f, arg, o->checkpoint, sizeof o->checkpoint);

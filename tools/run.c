@@ -199,6 +199,7 @@ typedef struct run {
                                     on a backend without device timing (CPU) */
     mpt_outdir od;           /* the output directory, open and locked (writer only) */
     int published;           /* this run's files have replaced an earlier run's in od */
+    mpt_model_plan *plan;    /* the network planned on the data (setup) */
 } run;
 
 static int32_t *idx_alloc(run *r, size_t count) {
@@ -236,6 +237,8 @@ static mpt_status open_csv(mpt_csv *c, run *r, const char *name, const char *hea
 }
 
 static void run_free(run *r) {
+    free(r->plan);
+    r->plan = NULL;
     mpt_csv *csvs[3] = {&r->steps_csv, &r->epochs_csv, &r->telemetry_csv};
     for (int i = 0; i < 3; i++) mpt_csv_discard(csvs[i]); /* a failed run: nothing more is published */
     mpt_outdir_close(&r->od);
@@ -385,7 +388,7 @@ static mpt_status telemetry_setup(run *r) {
         mpt_policy fp32 = mpt_policy_make(MPT_PRECISION_FP32);
         twin = mpt_graph_create(r->be, &fp32, r->o.batch);
         mpt_tensor *logits = NULL;
-        mpt_status s = mpt_model_build(twin, r->o.model, &logits);
+        mpt_status s = mpt_model_build_for(twin, r->o.model, &r->rs.data, &logits);
         if (s != MPT_OK) {
             mpt_graph_free(&twin);
             return s;
@@ -510,7 +513,7 @@ static mpt_status resolve_auto_kernels(run *r, mpt_run_result *res) {
         return MPT_OK;
     }
     static struct {
-        char model[16];
+        char model[sizeof ((mpt_cli_opts *)0)->model]; /* the spec */
         mpt_precision p;
         int batch;
         mpt_cpu_kernels k;
@@ -561,6 +564,29 @@ static mpt_status resolve_auto_kernels(run *r, mpt_run_result *res) {
 static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
+    /* the network for this data: its shapes are checked (and a spec error named) before the device is set up */
+    const mpt_model_input in = mpt_cli_data_input(r->d);
+    if (o->resume[0]) {
+        const mpt_model_input ck = r->rs.has_data ? r->rs.data : (mpt_model_input){1, 28, 28, MPT_MNIST_N_CLASSES};
+        if (memcmp(&ck, &in, sizeof in) != 0)
+            return mpt_errorf(MPT_ERR_ARG, "--resume %s: the checkpoint's network was built for %d x %d images with %d "
+                              "channel(s) and %d classes, --data %s gives %d x %d with %d and %d%s", o->resume,
+                              ck.height, ck.width, ck.channels, ck.classes, o->data, in.height, in.width, in.channels,
+                              in.classes, mpt_cli_given(o, MPT_OPT_CLASSES) ? " (--classes)" : "");
+    }
+    r->rs.data = in;
+    r->rs.has_data = 1;
+    mpt_model_plan *plan = r->plan = malloc(sizeof *plan);
+    if (!plan) return mpt_errorf(MPT_ERR_NOMEM, "out of memory");
+    mpt_status ps = mpt_model_plan_make(o->model, &in, plan);
+    if (ps != MPT_OK) {
+        char msg[1024], shortname[32];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(ps, "--model %s on --data %s (%d x %d images, %d channel(s), %d classes): %s",
+                          mpt_cli_model_short(o->model, shortname, sizeof shortname), o->data, in.height, in.width,
+                          in.channels, in.classes, msg);
+    }
+
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
@@ -614,7 +640,7 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
     mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;
-    mpt_status s = mpt_model_build(g, o->model, &logits);
+    mpt_status s = mpt_model_build_plan(g, plan, &logits);
     if (s != MPT_OK) {
         mpt_graph_free(&g);
         return s;
@@ -740,8 +766,10 @@ static void print_header(const run *r) {
     printf("%smodel %s, precision %s, optimizer %s, lr %s, batch %d, loss scale %s, seed %llu\n", r->label, o->model,
            mpt_precision_name(o->precision), mpt_optim_kind_name(o->optimizer), mpt_cli_format(o, MPT_OPT_LR, lr, sizeof lr), o->batch, mpt_cli_format(o, MPT_OPT_LOSS_SCALE, ls, sizeof ls),
            (unsigned long long)o->seed);
-    printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch\n",
-           r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb);
+    printf("%sdata: %lld training images (%lld held out for validation), %lld test images, %lld steps per epoch; "
+           "%d x %d images, %d channel(s), %d classes\n",
+           r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb,
+           r->d->rows, r->d->cols, r->rs.data.channels, r->d->n_classes);
     if (train_dist)
         printf("%sdata-parallel: %d ranks, each trains on %d of the %d rows of every batch; gradients all-reduced in "
                "%s\n", r->label, mpt_dist_size(train_dist), r->shard_b, o->batch,
@@ -1122,7 +1150,7 @@ mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const ch
                 memcpy(res->telemetry, st, (size_t)res->n_telemetry * sizeof *st);
             }
         }
-        if (s == MPT_OK && r.writer) s = mpt_run_write_summary(&r.od, &r.o, res, r.t->g, &r.policy);
+        if (s == MPT_OK && r.writer) s = mpt_run_write_summary(&r.od, &r.o, res, r.t->g, &r.policy, &r.rs.data);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     if (s == MPT_OK && res->interrupted)

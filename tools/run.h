@@ -107,6 +107,9 @@ typedef struct mpt_run_state {
     int threads;             /* the CPU backend's GEMM threads (0: a GPU run, or not recorded) */
     char run_id[17];         /* the run's id: 16 random hex digits drawn when the run started, kept by --resume;
                               * the last column of its CSV rows ("" in an older checkpoint: a new one is drawn) */
+    mpt_model_input data;    /* the data the network was built for: channels, height, width, classes (checkpoint
+                                metadata "data"; an older checkpoint lacks it: has_data 0, Fashion-MNIST's shape) */
+    int has_data;
 } mpt_run_state;
 
 /* The checkpoint file name inside an output directory. */
@@ -142,9 +145,18 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t);
  * GEMM or convolution ran, mpt_backend_kernels_of; null for other nodes). */
 void *mpt_run_precision_map_json(const mpt_graph *g);
 
-/* Writes summary.json into od (created exclusively, published by rename). */
+/* The network of model `model` planned for input `in` as a JSON array (a json_t *, as void *): one object per layer in
+ * the spec's order, {"name", "type", ...its arguments with the shapes resolved: in_channels, out_channels, kernel,
+ * stride, pad, in_features, out_features, num_features, normalized_shape, eps, momentum, p, negative_slope}, what a
+ * PyTorch module needs to rebuild it (docs/checkpoints.md); NULL with the plan's error when it does not plan. */
+void *mpt_run_model_json(const char *model, const mpt_model_input *in);
+/* The data shape {"channels", "height", "width", "classes"} as a JSON object (json_t *, as void *). */
+void *mpt_run_data_json(const mpt_model_input *in);
+
+/* Writes summary.json into od (created exclusively, published by rename); `data` is the shape the network was built
+ * for. */
 mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_run_result *r,
-                                 const mpt_graph *g, const mpt_policy *policy);
+                                 const mpt_graph *g, const mpt_policy *policy, const mpt_model_input *data);
 
 /* Removes the files of a run from dir (the results of an earlier job), holding the directory's lock meanwhile
  * (MPT_ERR_IO when another mptrain uses it). Only regular files are removed: a symbolic link or a directory in

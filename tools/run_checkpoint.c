@@ -9,6 +9,8 @@
  *   "<param>:exp_avg", ...     in --optimizer-state's dtype (F32, BF16 or F16)
  *   "<param>:exp_avg", "<param>:exp_avg_sq"   Adam/AdamW state (torch.optim.Adam's names)
  *   "<param>:momentum_buffer"                 SGD momentum (when momentum > 0)
+ *   "<bn>.running_mean", "<bn>.running_var"   batch norm's running statistics, FP32 (the graph's buffers: not
+ *                              parameters, so no optimizer state and no master; PyTorch's state_dict names)
  * Metadata (string values; the JSON ones are JSON text):
  *   "format"        "mptrain-run-1"
  *   "mptrain"       the version that wrote it
@@ -28,6 +30,10 @@
  *   "rng"           JSON object: the generator and the seed of each stream with its position, so a reader can
  *                   see where shuffling and dropout continue (decimal strings: seeds are 64-bit)
  *   "precision_map" JSON array: each node's dtypes and math mode
+ *   "data"          JSON object: the data the network was built for: channels, height, width, classes (absent in
+ *                   checkpoints before issue 33: 1 x 28 x 28, 10 classes)
+ *   "model_layers"  JSON array: the network layer by layer, named, with its shapes resolved (mpt_run_model_json):
+ *                   what a PyTorch module needs to rebuild it and load the tensors (docs/checkpoints.md)
  *   "fp8"           (FP8 modes) JSON array: each FP8 operand tensor and its format, in the order of the rows of
  *                   "amp.fp8_state" (F32 [n, 3]: scale, scale_inv, amax_used) and "amp.fp8_amax_history"
  *                   (F32 [n, --amax-history]), the scaling state a resumed run continues from (engine/amp/fp8.h)
@@ -75,7 +81,7 @@
 /* The tensors of a trainer as checkpoint entries (data pointers unset). Returns the count; *names holds
  * the strings (free both with free()). */
 static int trainer_entries(const mpt_trainer *t, mpt_checkpoint_tensor **out, char **names) {
-    int cap = 3 * t->n_params + 2;
+    int cap = 3 * t->n_params + t->g->n_buffers + 2;
     mpt_checkpoint_tensor *e = calloc((size_t)cap, sizeof *e);
     char *nm = calloc((size_t)cap, MPT_NAME_LEN + 32);
     MPT_ASSERT(e != NULL && nm != NULL);
@@ -96,6 +102,14 @@ static int trainer_entries(const mpt_trainer *t, mpt_checkpoint_tensor **out, ch
         }
     }
     const mpt_graph *g = t->g;
+    for (int i = 0; i < g->n_buffers; i++) { /* batch norm's running statistics: FP32, under their own names */
+        const mpt_tensor *b = g->buffers[i].t;
+        e[n].name = b->name;
+        e[n].dtype = MPT_DTYPE_F32;
+        e[n].ndim = b->ndim;
+        for (int d = 0; d < b->ndim; d++) e[n].shape[d] = b->shape[d];
+        n++;
+    }
     if (g->n_fp8) { /* FP8 scaling state (engine/amp/fp8.h): per tensor scale, scale_inv, amax_used; the histories */
         e[n].name = FP8_STATE_NAME;
         e[n].dtype = MPT_DTYPE_F32;
@@ -130,7 +144,8 @@ static json_t *fp8_json(const mpt_graph *g) {
     return a;
 }
 
-/* The backend tensor holding entry k's FP32 data: the master for parameters, else the state tensor. */
+/* The backend tensor holding entry k's data: the master for parameters, the state tensor, or a buffer (the entries'
+ * order of trainer_entries). */
 static mpt_tensor *entry_tensor(const mpt_trainer *t, int k) {
     int n = 0;
     for (int i = 0; i < t->n_params; i++) {
@@ -141,7 +156,7 @@ static mpt_tensor *entry_tensor(const mpt_trainer *t, int k) {
             n++;
         }
     }
-    return NULL;
+    return k - n < t->g->n_buffers ? t->g->buffers[k - n].t : NULL;
 }
 
 static json_t *scaler_json(const mpt_scaler_state *s) {
@@ -267,7 +282,7 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     }
 
     json_t *cfg = json_object();
-    char buf[96];
+    static char buf[MPT_MODEL_SPEC_MAX + 64];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) /* the recorded settings (the option table's scope) */
         if (mpt_cli_opt_written(o, id))
             json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
@@ -285,6 +300,9 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     char *s_rng = dump(rng_json(t, o, rs));
     char *s_map = dump((json_t *)mpt_run_precision_map_json(t->g));
     char *s_fp8 = dump(fp8_json(t->g));
+    char *s_data = dump((json_t *)mpt_run_data_json(&rs->data));
+    json_t *layers = (json_t *)mpt_run_model_json(o->model, &rs->data);
+    char *s_layers = dump(layers ? layers : json_array());
     mpt_checkpoint_meta meta[] = {
         {"format", FORMAT_TAG},
         {"mptrain", MPT_VERSION},
@@ -295,13 +313,18 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
         {"scaler", s_scaler},
         {"rng", s_rng},
         {"precision_map", s_map},
+        {"data", s_data},            /* the data shape the network was built for */
+        {"model_layers", s_layers},  /* the network, layer by layer with its shapes: a PyTorch module rebuilds it
+                                        (docs/checkpoints.md) */
         {"fp8", s_fp8}, /* last: left out when the run has no FP8 tensors */
     };
     const int n_meta = (int)(sizeof meta / sizeof meta[0]) - (t->g->n_fp8 ? 0 : 1);
-    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map && s_fp8
+    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map && s_fp8 && s_data && s_layers
                        ? mpt_checkpoint_save_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta, n_meta)
                        : mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint's metadata", path);
     free(s_fp8);
+    free(s_data);
+    free(s_layers);
     free(s_cfg);
     free(s_state);
     free(s_scaler);
@@ -479,6 +502,36 @@ static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt
     return MPT_OK;
 }
 
+/* "data": the shape the network was built for (absent before issue 33: Fashion-MNIST's, has_data 0). The model must
+ * plan on it: a checkpoint whose spec does not fit its own data was not written by mptrain train. */
+static mpt_status read_data(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_run_state *rs) {
+    rs->has_data = 0;
+    rs->data = (mpt_model_input){1, 28, 28, MPT_MNIST_N_CLASSES};
+    if (!mpt_checkpoint_meta_get(c, "data")) return MPT_OK;
+    json_t *j = NULL;
+    MPT_TRY(meta_json(c, "data", &j));
+    int64_t ch = 0, h = 0, w = 0, k = 0;
+    mpt_status s = get_int(c, j, "data", "channels", 1, 1 << 16, &ch);
+    if (s == MPT_OK) s = get_int(c, j, "data", "height", 1, 1 << 20, &h);
+    if (s == MPT_OK) s = get_int(c, j, "data", "width", 1, 1 << 20, &w);
+    if (s == MPT_OK) s = get_int(c, j, "data", "classes", 2, MPT_MNIST_MAX_CLASSES, &k);
+    json_decref(j);
+    if (s != MPT_OK) return s;
+    rs->data = (mpt_model_input){(int)ch, (int)h, (int)w, (int)k};
+    rs->has_data = 1;
+    mpt_model_plan *p = malloc(sizeof *p);
+    if (!p) return mpt_errorf(MPT_ERR_NOMEM, "out of memory");
+    s = mpt_model_plan_make(o->model, &rs->data, p);
+    free(p);
+    if (s != MPT_OK) {
+        char msg[768];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"config\" model does not fit its \"data\": %s",
+                          mpt_checkpoint_path(c), msg);
+    }
+    return MPT_OK;
+}
+
 static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_run_state *rs) {
     const char *fmt = mpt_checkpoint_meta_get(c, "format");
     if (!fmt || strcmp(fmt, FORMAT_TAG) != 0)
@@ -527,7 +580,8 @@ static mpt_status read_config(const mpt_checkpoint *c, mpt_cli_opts *o, mpt_run_
     }
     MPT_TRY(check_summary_meta(c, o));
     MPT_TRY(check_rng(c, o));
-    return read_state(c, o, rs);
+    MPT_TRY(read_state(c, o, rs));
+    return read_data(c, o, rs);
 }
 
 mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_run_state *rs) {
@@ -662,6 +716,8 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
         int64_t count = b / mpt_dtype_size(e[k].dtype);
         size_t len = strlen(e[k].name);
         int second_moment = len > 11 && strcmp(e[k].name + len - 11, ":exp_avg_sq") == 0;
+        /* a running variance (batch norm's buffer) is a mean of variances: never negative either */
+        second_moment |= len > 12 && strcmp(e[k].name + len - 12, ".running_var") == 0;
         for (int64_t q = 0; q < count; q++) {
             float w = mpt_load_f32(host, e[k].dtype, q);
             if (!isfinite(w)) {
@@ -670,8 +726,9 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
                 break;
             }
             if (second_moment && w < 0.0f) {
-                s = mpt_errorf(MPT_ERR_FORMAT, "%s: tensor %s holds %g at element %lld; Adam's second moment is a "
-                               "running mean of squares, never negative", path, e[k].name, (double)w, (long long)q);
+                s = mpt_errorf(MPT_ERR_FORMAT, "%s: tensor %s holds %g at element %lld; a running mean of squares "
+                               "(Adam's second moment, a running variance) is never negative", path, e[k].name,
+                               (double)w, (long long)q);
                 break;
             }
         }

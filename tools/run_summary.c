@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -24,7 +25,7 @@ void *mpt_run_precision_map_json(const mpt_graph *g) {
         json_object_set_new(o, "weight", n->in[1] ? json_string(mpt_dtype_name(n->in[1]->dtype)) : json_null());
         json_object_set_new(o, "output", n->out ? json_string(mpt_dtype_name(n->out->dtype)) : json_null());
         json_object_set_new(o, "math", gemm_like ? json_string(mpt_math_name(n->math))
-                                                 : n->op == MPT_OP_SOFTMAX_XENT ? json_string("fp32") : json_null());
+                                                 : mpt_policy_op_fp32_math(n->op) ? json_string("fp32") : json_null());
         /* how the GEMM or convolution ran: "emulate:onednn", "native:onednn", "emulate:openblas", "cublaslt", ... */
         json_object_set_new(o, "kernels", gemm_like ? json_string(mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D,
                                                                                          n->math))
@@ -116,10 +117,73 @@ static json_t *telemetry_json(const mpt_cli_opts *o, const mpt_run_result *r) {
     return t;
 }
 
+/* A float as the shortest decimal that reads back as it ("1e-05", not 9.9999997473787516e-06): what a Python reader
+ * passes to torch.nn. */
+static json_t *short_real(float f) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if ((float)strtod(buf, NULL) == f) break;
+    }
+    return json_real(strtod(buf, NULL));
+}
+
+void *mpt_run_model_json(const char *model, const mpt_model_input *in) {
+    mpt_model_plan *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    if (mpt_model_plan_make(model, in, p) != MPT_OK) {
+        free(p);
+        return NULL;
+    }
+    json_t *a = json_array();
+    for (int i = 0; i < p->n; i++) {
+        const mpt_model_layer *l = &p->layer[i];
+        json_t *o = json_pack("{s:s, s:s}", "name", l->name, "type", mpt_layer_kind_name(l->kind));
+        switch (l->kind) {
+        case MPT_LAYER_CONV:
+            json_object_update_new(o, json_pack("{s:I, s:i, s:i, s:i, s:i}", "in_channels", (json_int_t)l->in_shape[0],
+                                                "out_channels", l->out, "kernel", l->kernel, "stride", l->stride, "pad",
+                                                l->pad));
+            break;
+        case MPT_LAYER_LINEAR:
+            json_object_update_new(o, json_pack("{s:I, s:i}", "in_features", (json_int_t)l->in_shape[0],
+                                                "out_features", l->out));
+            break;
+        case MPT_LAYER_MAXPOOL:
+        case MPT_LAYER_AVGPOOL:
+            json_object_update_new(o, json_pack("{s:i, s:i}", "kernel", l->kernel, "stride", l->stride));
+            break;
+        case MPT_LAYER_DROPOUT: json_object_set_new(o, "p", short_real(l->p)); break;
+        case MPT_LAYER_BATCHNORM:
+            json_object_update_new(o, json_pack("{s:I, s:i, s:o, s:o}", "num_features", (json_int_t)l->in_shape[0],
+                                                "input_dims", l->in_ndim, "eps", short_real(l->eps), "momentum",
+                                                short_real(l->momentum)));
+            break;
+        case MPT_LAYER_LAYERNORM: {
+            json_t *shape = json_array();
+            for (int d = 0; d < (l->in_ndim == 4 ? 3 : 1); d++) json_array_append_new(shape, json_integer(l->in_shape[d]));
+            json_object_set_new(o, "normalized_shape", shape);
+            json_object_set_new(o, "eps", short_real(l->eps));
+            break;
+        }
+        case MPT_LAYER_LEAKYRELU: json_object_set_new(o, "negative_slope", short_real(l->slope)); break;
+        default: break;
+        }
+        json_array_append_new(a, o);
+    }
+    free(p);
+    return a;
+}
+
+void *mpt_run_data_json(const mpt_model_input *in) {
+    return json_pack("{s:i, s:i, s:i, s:i}", "channels", in->channels, "height", in->height, "width", in->width,
+                     "classes", in->classes);
+}
+
 mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, const mpt_run_result *r,
-                                 const mpt_graph *g, const mpt_policy *policy) {
+                                 const mpt_graph *g, const mpt_policy *policy, const mpt_model_input *data) {
     json_t *j = json_object();
-    char buf[96];
+    static char buf[MPT_MODEL_SPEC_MAX + 64];
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
     json_object_set_new(j, "run_id", json_string(r->run_id));
     json_t *stop = json_null(); /* a run stopped by SIGINT / SIGTERM after `steps` steps, its state saved */
@@ -127,6 +191,11 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
         stop = json_pack("{s:s, s:I}", "signal", mpt_guard_signal_name(r->interrupted), "step", (json_int_t)r->iterations);
     json_object_set_new(j, "interrupted", stop);
     json_object_set_new(j, "model", json_string(o->model));
+    /* the network as built: its layers with their shapes (a built-in model's spec expanded), and the data it was
+     * built for */
+    json_t *layers = (json_t *)mpt_run_model_json(o->model, data);
+    json_object_set_new(j, "model_layers", layers ? layers : json_null());
+    json_object_set_new(j, "data", (json_t *)mpt_run_data_json(data));
     json_object_set_new(j, "precision", json_string(mpt_precision_name(o->precision)));
     json_object_set_new(j, "device", json_string(r->device));
     json_object_set_new(j, "tf32_disabled_by_env", json_boolean(policy->tf32_override));

@@ -5,19 +5,46 @@
 #include <string.h>
 
 /* How an op chooses its compute dtype. */
-typedef enum { RULE_LOWP, RULE_FP32, RULE_FOLLOW } rule_kind;
+typedef enum {
+    RULE_LOWP,   /* the mode's low-precision dtype and math (GEMM-like ops) */
+    RULE_FP32,   /* FP32 whatever the mode */
+    RULE_FOLLOW, /* the input's dtype, FP32 arithmetic per element */
+    RULE_NORM,   /* the input's dtype for activations; statistics, normalisation and affine parameters in FP32 */
+} rule_kind;
 
-/* The policy table (cf. PyTorch autocast: matmul/conv -> lower precision; softmax/log_softmax/nll_loss/
- * cross_entropy/reductions -> float32; everything else runs in its input's type). */
-static const rule_kind mpt_policy_rules[] = {
-    [MPT_OP_INPUT] = RULE_LOWP,        /* the batch is converted once, to the mode's activation dtype */
-    [MPT_OP_LINEAR] = RULE_LOWP,
-    [MPT_OP_CONV2D] = RULE_LOWP,
-    [MPT_OP_RELU] = RULE_FOLLOW,
-    [MPT_OP_MAXPOOL2D] = RULE_FOLLOW,
-    [MPT_OP_FLATTEN] = RULE_FOLLOW,
-    [MPT_OP_DROPOUT] = RULE_FOLLOW,
-    [MPT_OP_SOFTMAX_XENT] = RULE_FP32,
+typedef struct op_rule {
+    rule_kind rule;
+    const char *reason; /* why (mpt_policy_op_reason; printed with the precision map) */
+} op_rule;
+
+/* The policy table (cf. PyTorch autocast, torch.amp docs "Autocast Op Reference": matmul/conv -> lower precision;
+ * softmax/log_softmax/nll_loss/cross_entropy/layer_norm/reductions -> float32; everything else runs in its input's
+ * type). */
+static const op_rule mpt_policy_rules[] = {
+    [MPT_OP_INPUT] = {RULE_LOWP, "the batch is converted once, to the mode's activation dtype"},
+    [MPT_OP_LINEAR] = {RULE_LOWP, "a GEMM: autocast lowers matmul/linear, Tensor Cores multiply 16-bit (or TF32) "
+                                  "operands with FP32 accumulation"},
+    [MPT_OP_CONV2D] = {RULE_LOWP, "a convolution: autocast lowers conv2d, Tensor Cores with FP32 accumulation"},
+    [MPT_OP_RELU] = {RULE_FOLLOW, "element-wise: exact in any dtype, runs in its input's (autocast's default)"},
+    [MPT_OP_MAXPOOL2D] = {RULE_FOLLOW, "selects one input per window: exact in any dtype"},
+    [MPT_OP_FLATTEN] = {RULE_FOLLOW, "a view: no arithmetic"},
+    [MPT_OP_DROPOUT] = {RULE_FOLLOW, "element-wise, one FP32 division rounded once: runs in its input's dtype"},
+    [MPT_OP_SOFTMAX_XENT] = {RULE_FP32, "autocast's float32 list has softmax, log_softmax and cross_entropy: exp and "
+                                        "the sum over classes overflow or lose the small terms in 16 bits"},
+    [MPT_OP_BATCHNORM] = {RULE_NORM, "mean and variance are sums over the batch (and the image): in FP32, with FP32 "
+                                     "gamma, beta and running statistics and 16-bit input and output, as cuDNN's batch "
+                                     "norm and PyTorch's mixed-precision batch_norm (not on autocast's lists: it keeps "
+                                     "the input's dtype)"},
+    [MPT_OP_LAYERNORM] = {RULE_NORM, "autocast's float32 list has layer_norm: statistics, normalisation and gamma, beta "
+                                     "in FP32; the output is rounded once to the activation dtype, which is what the "
+                                     "next lowered op's cast of autocast's FP32 output gives"},
+    [MPT_OP_AVGPOOL2D] = {RULE_FOLLOW, "a window sum in FP32 rounded once: runs in its input's dtype (autocast's "
+                                       "default)"},
+    [MPT_OP_GELU] = {RULE_FOLLOW, "element-wise, computed in FP32 and rounded once: runs in its input's dtype (gelu is "
+                                  "on none of autocast's lists)"},
+    [MPT_OP_TANH] = {RULE_FOLLOW, "element-wise, computed in FP32 and rounded once: runs in its input's dtype"},
+    [MPT_OP_SIGMOID] = {RULE_FOLLOW, "element-wise, computed in FP32 and rounded once: runs in its input's dtype"},
+    [MPT_OP_LEAKYRELU] = {RULE_FOLLOW, "element-wise, one FP32 product rounded once: runs in its input's dtype"},
 };
 _Static_assert(sizeof mpt_policy_rules / sizeof mpt_policy_rules[0] == MPT_OP_COUNT, "one rule per mpt_op");
 
@@ -124,8 +151,8 @@ mpt_dtype mpt_policy_act_dtype(const mpt_policy *p) {
 
 mpt_op_precision mpt_policy_for(const mpt_policy *p, mpt_op op, mpt_dtype in_dtype) {
     mpt_op_precision r = {MPT_DTYPE_F32, MPT_MATH_FP32};
-    rule_kind k = (unsigned)op < MPT_OP_COUNT ? mpt_policy_rules[op] : RULE_FP32;
-    if (k == RULE_FOLLOW) {
+    rule_kind k = (unsigned)op < MPT_OP_COUNT ? mpt_policy_rules[op].rule : RULE_FP32;
+    if (k == RULE_FOLLOW || k == RULE_NORM) {
         r.compute_dtype = in_dtype;
         return r;
     }
@@ -179,7 +206,23 @@ const char *mpt_op_name(mpt_op op) {
     static const char *const names[] = {[MPT_OP_INPUT] = "input", [MPT_OP_LINEAR] = "linear",
                                         [MPT_OP_CONV2D] = "conv2d", [MPT_OP_RELU] = "relu",
                                         [MPT_OP_MAXPOOL2D] = "maxpool2d", [MPT_OP_FLATTEN] = "flatten",
-                                        [MPT_OP_DROPOUT] = "dropout", [MPT_OP_SOFTMAX_XENT] = "softmax_xent"};
+                                        [MPT_OP_DROPOUT] = "dropout", [MPT_OP_SOFTMAX_XENT] = "softmax_xent",
+                                        [MPT_OP_BATCHNORM] = "batchnorm", [MPT_OP_LAYERNORM] = "layernorm",
+                                        [MPT_OP_AVGPOOL2D] = "avgpool2d", [MPT_OP_GELU] = "gelu",
+                                        [MPT_OP_TANH] = "tanh", [MPT_OP_SIGMOID] = "sigmoid",
+                                        [MPT_OP_LEAKYRELU] = "leakyrelu"};
     _Static_assert(sizeof names / sizeof names[0] == MPT_OP_COUNT, "one name per mpt_op");
     return (unsigned)op < MPT_OP_COUNT ? names[op] : "?";
 }
+
+int mpt_policy_op_fp32_math(mpt_op op) {
+    return (unsigned)op < MPT_OP_COUNT &&
+           (mpt_policy_rules[op].rule == RULE_FP32 || mpt_policy_rules[op].rule == RULE_NORM);
+}
+
+mpt_dtype mpt_policy_param_dtype(const mpt_policy *p, mpt_op op) {
+    if ((unsigned)op < MPT_OP_COUNT && mpt_policy_rules[op].rule == RULE_NORM) return MPT_DTYPE_F32;
+    return mpt_policy_act_dtype(p);
+}
+
+const char *mpt_policy_op_reason(mpt_op op) { return (unsigned)op < MPT_OP_COUNT ? mpt_policy_rules[op].reason : "?"; }

@@ -5,7 +5,10 @@
  * spirit of PyTorch's autocast op lists (torch.amp autocast docs, "CUDA Ops that can autocast to float16"
  * / "... autocast to float32"): GEMM-like ops (linear, conv) run in the mode's low-precision dtype;
  * softmax, cross-entropy, losses and reductions always run in FP32; shape and pointwise ops (relu, maxpool,
- * flatten, dropout) follow their input. The whole table is mpt_policy_rules[] in policy.c.
+ * avgpool, flatten, dropout, gelu, tanh, sigmoid, leakyrelu) follow their input; the normalisations (batchnorm,
+ * layernorm) keep 16-bit activations but compute their statistics, the normalisation and the affine parameters in
+ * FP32 (FP32 parameters in every mode). The whole table, with the reason for each rule, is mpt_policy_rules[] in
+ * policy.c (mpt_policy_op_reason).
  *
  * TF32 has two switches, like PyTorch's torch.backends.cuda.matmul.allow_tf32 (GEMMs; off by default since
  * PyTorch 1.12) and torch.backends.cudnn.allow_tf32 (convolutions; on by default). In mptrain the `tf32`
@@ -88,6 +91,13 @@ typedef enum mpt_op {
     MPT_OP_FLATTEN,
     MPT_OP_DROPOUT,
     MPT_OP_SOFTMAX_XENT,
+    MPT_OP_BATCHNORM,
+    MPT_OP_LAYERNORM,
+    MPT_OP_AVGPOOL2D,
+    MPT_OP_GELU,
+    MPT_OP_TANH,
+    MPT_OP_SIGMOID,
+    MPT_OP_LEAKYRELU,
     MPT_OP_COUNT
 } mpt_op;
 
@@ -137,5 +147,14 @@ MPT_API const char *mpt_precision_name(mpt_precision m);
 MPT_API int mpt_precision_parse(const char *s, mpt_precision *out);
 /* "linear", "conv2d", ... */
 MPT_API const char *mpt_op_name(mpt_op op);
+/* Whether an op computes in FP32 whatever its activations' dtype (softmax + cross-entropy; the normalisations, whose
+ * statistics and affine parameters are FP32): the precision map's math column says "fp32" for it. */
+MPT_API int mpt_policy_op_fp32_math(mpt_op op);
+/* The dtype of an op's parameters in a mode: the activation dtype (the working copy of an FP32 master) for linear and
+ * conv2d, F32 for the normalisations' gamma and beta. */
+MPT_API mpt_dtype mpt_policy_param_dtype(const mpt_policy *p, mpt_op op);
+/* One sentence: why the op runs in the precision it runs in (the policy table's reason column), for the precision
+ * map. */
+MPT_API const char *mpt_policy_op_reason(mpt_op op);
 
 #endif

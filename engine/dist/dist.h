@@ -141,6 +141,12 @@ mpt_status mpt_dist_check_identical(mpt_dist *d, const struct mpt_trainer *t, co
  * in FP16's subnormal range), with g the exact sum; |g32 - g| <= ((1 + 2^-24)^(N-1) - 1) sum_r |w_r g_r|. */
 void mpt_dist_allreduce_grads(mpt_dist *d, struct mpt_trainer *t, int measure);
 
+/* After a step (collective): every rank's graph buffers (batch norm's running statistics, which each rank updates from
+ * its own shard) become rank 0's, as torch.nn.parallel.DistributedDataParallel broadcasts its module buffers from rank
+ * 0 (broadcast_buffers=True, its default), so every rank evaluates and checkpoints the same network. Host-staged MPI
+ * broadcast within the job's collective time limit; nothing when the graph has no buffers. */
+void mpt_dist_broadcast_buffers(mpt_dist *d, struct mpt_trainer *t);
+
 /* The communication errors of the last measured step: *rel_l2 points at n_params values (parameter order,
  * NaN when a gradient holds inf/NaN, 0 when both sums are all zero), *all at the error over all gradients
  * together. Returns the step's 1-based number (the trainer's iteration + 1 when it was measured), 0 if no

@@ -504,6 +504,36 @@ void mpt_dist_allreduce_grads(mpt_dist *d, mpt_trainer *t, int measure) {
     if (measure) measure_comm_error(d, t, n);
 }
 
+void mpt_dist_broadcast_buffers(mpt_dist *d, mpt_trainer *t) {
+    const mpt_graph *g = t->g;
+    if (g->n_buffers == 0) return;
+    int64_t n = 0;
+    for (int i = 0; i < g->n_buffers; i++) n += mpt_tensor_numel(g->buffers[i].t);
+    MPT_ASSERTF(n <= INT_MAX && reserve(d, n) == MPT_OK, "data-parallel: %lld buffer elements: %s", (long long)n,
+                mpt_last_error());
+    int64_t off = 0;
+    for (int i = 0; i < g->n_buffers; i++) { /* the step's work ends here on the host (to_host waits) */
+        const mpt_tensor *b = g->buffers[i].t;
+        t->be->to_host(t->be, d->flat + off, b->data, mpt_tensor_nbytes(b));
+        off += mpt_tensor_numel(b);
+    }
+    MPI_Request req;
+    d->seq++;
+    int rc = MPI_Ibcast(d->flat, (int)n, MPI_FLOAT, 0, d->comm, &req);
+    if (rc != MPI_SUCCESS) {
+        mpi_error(rc, "MPI_Ibcast (running statistics)");
+        MPT_ASSERTF(0, "%s", mpt_last_error());
+    }
+    coll_wait(d, &req, "MPI_Ibcast (running statistics)");
+    off = 0;
+    for (int i = 0; i < g->n_buffers; i++) {
+        const mpt_tensor *b = g->buffers[i].t;
+        t->be->from_host(t->be, b->data, d->flat + off, mpt_tensor_nbytes(b));
+        off += mpt_tensor_numel(b);
+    }
+    t->be->synchronize(t->be); /* d->flat is reused by the next step's all-reduce */
+}
+
 /* FNV-1a over the bytes of every master (what the optimizer updates), copied to the host (device masters on
  * the CUDA backend). */
 static mpt_status masters_checksum(const mpt_trainer *t, uint64_t *out) {

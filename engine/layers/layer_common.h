@@ -56,4 +56,45 @@ static inline const char *mpt_layer_tname(char *buf, const char *layer, const ch
     return buf;
 }
 
+/* ---- the element-wise activations (gelu.c, tanh.c, sigmoid.c, leakyrelu.c) -------------------------------------
+ * One node: y = act(x) in FP32 per element, rounded once to the input's dtype (policy: follows its input); backward
+ * dx += act'(x) dy from the saved input x and output y (both stay in the activation arena: nothing is overwritten in
+ * place). The math of each is in engine/numerics.h (mpt_elem_act, mpt_elem_act_grad). */
+
+static inline void mpt_layer_act_forward(mpt_graph *g, mpt_node *n) {
+    const mpt_tensor *x = n->in[0], *y = n->out;
+    g->be->act_forward(g->be, (mpt_act)n->attr.act.kind, y->data, x->data, y->dtype, mpt_tensor_numel(y),
+                       n->attr.act.alpha);
+}
+
+static inline void mpt_layer_act_backward(mpt_graph *g, mpt_node *n) {
+    mpt_tensor *x = n->in[0];
+    const mpt_tensor *y = n->out;
+    g->be->act_backward(g->be, (mpt_act)n->attr.act.kind, x->grad->data, y->grad->data, x->data, y->data, y->dtype,
+                        mpt_tensor_numel(y), n->attr.act.alpha, mpt_graph_grad_accumulate(g, x->grad));
+}
+
+/* Adds the node of op (MPT_OP_GELU, ...) computing activation `kind` with parameter alpha on x. */
+static inline mpt_tensor *mpt_layer_activation(mpt_graph *g, mpt_tensor *x, mpt_op op, mpt_act kind, float alpha,
+                                               const char *name) {
+    MPT_ASSERTF(mpt_dtype_is_float(x->dtype), "%s %s: input %s has dtype %s, need a float dtype", mpt_op_name(op),
+                name, x->name, mpt_dtype_name(x->dtype));
+    mpt_node *n = mpt_graph_node(g, op, name);
+    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
+    mpt_layer_check_input_dtype(g, n, x);
+    char tn[MPT_NAME_LEN];
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, x->ndim,
+                                     x->shape);
+    n->attr.act.kind = (int)kind;
+    n->attr.act.alpha = alpha;
+    n->in[0] = x;
+    n->out = y;
+    n->forward = mpt_layer_act_forward;
+    if (x->grad) {
+        mpt_graph_grad(g, y);
+        n->backward = mpt_layer_act_backward;
+    }
+    return y;
+}
+
 #endif

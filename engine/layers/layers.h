@@ -43,6 +43,30 @@ MPT_API mpt_tensor *mpt_flatten(mpt_graph *g, mpt_tensor *x, const char *name);
  * in evaluation (g->training == 0), y = x. torch.nn.Dropout. */
 MPT_API mpt_tensor *mpt_dropout(mpt_graph *g, mpt_tensor *x, float p, const char *name);
 
+/* Batch normalisation (engine/layers/batchnorm.c): x [B, C, H, W] per channel (BatchNorm2d) or [B, F] per feature
+ * (BatchNorm1d); FP32 gamma "<name>.weight" (1) and beta "<name>.bias" (0), FP32 buffers "<name>.running_mean" (0)
+ * and "<name>.running_var" (1). Training (g->training): batch statistics of the valid rows, running statistics updated
+ * with `momentum` (unbiased variance); evaluation: the running statistics. y like x. PyTorch's defaults: eps 1e-5,
+ * momentum 0.1. */
+MPT_API mpt_tensor *mpt_batchnorm(mpt_graph *g, mpt_tensor *x, float eps, float momentum, const char *name);
+
+/* Layer normalisation (engine/layers/layernorm.c) of each row of x [B, ...] over all its features, statistics in FP32;
+ * FP32 gamma and beta of shape x.shape[1:] (1 and 0). torch.nn.LayerNorm(x.shape[1:], eps) (eps 1e-5). */
+MPT_API mpt_tensor *mpt_layernorm(mpt_graph *g, mpt_tensor *x, float eps, const char *name);
+
+/* Average pooling over kh x kw windows with strides sh, sw, no padding, on x [B, C, H, W]; output
+ * [B, C, (H-kh)/sh+1, (W-kw)/sw+1]. torch.nn.AvgPool2d; kh = H, kw = W is global average pooling
+ * (AdaptiveAvgPool2d(1)). */
+MPT_API mpt_tensor *mpt_avgpool2d(mpt_graph *g, mpt_tensor *x, int kh, int kw, int sh, int sw, const char *name);
+
+/* Element-wise activations, same shape and dtype as x (engine/numerics.h has the formulas): GELU (exact erf form,
+ * torch.nn.GELU()), tanh (torch.nn.Tanh), sigmoid (torch.nn.Sigmoid), leaky ReLU with the given negative slope
+ * (torch.nn.LeakyReLU, default 0.01). */
+MPT_API mpt_tensor *mpt_gelu(mpt_graph *g, mpt_tensor *x, const char *name);
+MPT_API mpt_tensor *mpt_tanh(mpt_graph *g, mpt_tensor *x, const char *name);
+MPT_API mpt_tensor *mpt_sigmoid(mpt_graph *g, mpt_tensor *x, const char *name);
+MPT_API mpt_tensor *mpt_leakyrelu(mpt_graph *g, mpt_tensor *x, float negative_slope, const char *name);
+
 /* Fused softmax + cross-entropy on logits [B, C], always FP32; labels g->labels [B] I32 (created here);
  * returns the loss [1] F32 = mean over the valid rows of the batch (g->loss); rows with label -1 are padding
  * and ignored (PyTorch's ignore_index), so a padded last batch behaves like PyTorch's smaller last batch;

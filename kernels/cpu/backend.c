@@ -225,6 +225,14 @@ mpt_backend *mpt_backend_cpu_create(void) {
     be->softmax_xent_backward = mpt_cpu_softmax_xent_backward;
     be->bias_grad = mpt_cpu_bias_grad;
     be->gather_batch = mpt_cpu_gather_batch;
+    be->avgpool_forward = mpt_cpu_avgpool_forward;
+    be->avgpool_backward = mpt_cpu_avgpool_backward;
+    be->act_forward = mpt_cpu_act_forward;
+    be->act_backward = mpt_cpu_act_backward;
+    be->batchnorm_forward = mpt_cpu_batchnorm_forward;
+    be->batchnorm_backward = mpt_cpu_batchnorm_backward;
+    be->layernorm_forward = mpt_cpu_layernorm_forward;
+    be->layernorm_backward = mpt_cpu_layernorm_backward;
 
     be->fp8_cast = mpt_cpu_fp8_cast;
     be->fp8_update = mpt_cpu_fp8_update;

@@ -10,6 +10,8 @@
  *   onednn.c      oneDNN matmul primitives, the GEMM engine (onednn_none.c in builds without oneDNN)
  *   conv.c        conv2d forward / backward-data / backward-filter through im2col + mpt_cpu_gemm
  *   elementwise.c cast, relu, maxpool, dropout, softmax + cross-entropy, bias gradient, batch gather
+ *   activation.c  gelu, tanh, sigmoid, leaky ReLU; average pooling
+ *   norm.c        batch norm and layer norm (FP32 statistics)
  *   optim.c       unscale + found_inf, clipping, fused optimizer step, loss-scale update
  *   fp8.c         FP8 casts (per tensor, MX), the scale update, FP8 operand decoding, the fast-accumulator model
  *   backend.c     memory, the table itself, the kernel set and the engine
@@ -57,6 +59,17 @@ void mpt_cpu_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dty
 void mpt_cpu_gather_batch(mpt_backend *be, void *x, mpt_dtype x_dtype, int32_t *labels, const uint8_t *images,
                           const uint8_t *image_labels, const int32_t *idx, int B, int64_t D, float mean,
                           float inv_std);
+
+void mpt_cpu_act_forward(mpt_backend *be, mpt_act kind, void *y, const void *x, mpt_dtype dtype, int64_t n,
+                         float alpha);
+void mpt_cpu_act_backward(mpt_backend *be, mpt_act kind, void *dx, const void *dy, const void *x, const void *y,
+                          mpt_dtype dtype, int64_t n, float alpha, int accumulate);
+void mpt_cpu_avgpool_forward(mpt_backend *be, const mpt_avgpool_args *a);
+void mpt_cpu_avgpool_backward(mpt_backend *be, const mpt_avgpool_args *a);
+void mpt_cpu_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cpu_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cpu_layernorm_forward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cpu_layernorm_backward(mpt_backend *be, const mpt_norm_args *a);
 
 void mpt_cpu_fp8_cast(mpt_backend *be, const mpt_fp8_cast_args *a);
 void mpt_cpu_fp8_update(mpt_backend *be, const mpt_fp8_update_args *a);

@@ -421,6 +421,14 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->softmax_xent_backward = mpt_cuda_softmax_xent_backward;
     be->bias_grad = mpt_cuda_bias_grad;
     be->gather_batch = mpt_cuda_gather_batch;
+    be->avgpool_forward = mpt_cuda_avgpool_forward;
+    be->avgpool_backward = mpt_cuda_avgpool_backward;
+    be->act_forward = mpt_cuda_act_forward;
+    be->act_backward = mpt_cuda_act_backward;
+    be->batchnorm_forward = mpt_cuda_batchnorm_forward;
+    be->batchnorm_backward = mpt_cuda_batchnorm_backward;
+    be->layernorm_forward = mpt_cuda_layernorm_forward;
+    be->layernorm_backward = mpt_cuda_layernorm_backward;
 
     be->fp8_cast = mpt_cuda_fp8_cast;
     be->fp8_update = mpt_cuda_fp8_update;

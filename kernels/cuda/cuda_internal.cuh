@@ -248,6 +248,20 @@ void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtyp
 void mpt_cuda_cast_raw(mpt_cuda_ctx *ctx, void *dst, mpt_dtype dst_dtype, const void *src, mpt_dtype src_dtype,
                        int64_t n);
 
+/* activation.cu */
+void mpt_cuda_act_forward(mpt_backend *be, mpt_act kind, void *y, const void *x, mpt_dtype dtype, int64_t n,
+                          float alpha);
+void mpt_cuda_act_backward(mpt_backend *be, mpt_act kind, void *dx, const void *dy, const void *x, const void *y,
+                           mpt_dtype dtype, int64_t n, float alpha, int accumulate);
+void mpt_cuda_avgpool_forward(mpt_backend *be, const mpt_avgpool_args *a);
+void mpt_cuda_avgpool_backward(mpt_backend *be, const mpt_avgpool_args *a);
+
+/* norm.cu (uses the context's scratch in batchnorm_backward: 2 C floats, stream-ordered like its other users) */
+void mpt_cuda_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cuda_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cuda_layernorm_forward(mpt_backend *be, const mpt_norm_args *a);
+void mpt_cuda_layernorm_backward(mpt_backend *be, const mpt_norm_args *a);
+
 /* fp8.cu */
 void mpt_cuda_fp8_cast(mpt_backend *be, const mpt_fp8_cast_args *a);
 void mpt_cuda_fp8_update(mpt_backend *be, const mpt_fp8_update_args *a);

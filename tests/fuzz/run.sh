@@ -9,11 +9,11 @@ build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]}
 secs=${2:-60}
 src=$(cd "$(dirname "$0")" && pwd)
 art="$build/fuzz-artifacts"
-ninja -C "$build" tests/fuzz/fuzz_idx tests/fuzz/fuzz_checkpoint tests/fuzz/fuzz_flags >/dev/null ||
+ninja -C "$build" tests/fuzz/fuzz_idx tests/fuzz/fuzz_checkpoint tests/fuzz/fuzz_flags tests/fuzz/fuzz_spec >/dev/null ||
     echo "tests/fuzz/run.sh: building the fuzz targets in $build failed"
 mkdir -p "$art"
 passed=0 failed=0
-for t in idx checkpoint flags; do
+for t in idx checkpoint flags spec; do
     exe="$build/tests/fuzz/fuzz_$t"
     if [ ! -x "$exe" ]; then
         echo "fuzz_$t: not built ($exe missing: configure with CC=clang -Dfuzz=true)"

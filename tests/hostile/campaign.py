@@ -7,7 +7,7 @@ those handled cleanly, and the others (each listed with why):
   datasets     malformed dataset directories: each of the four IDX files missing, empty, truncated in its
                header or payload, with trailing bytes, a wrong magic, type code or rank, zero items, a FIFO, a
                directory, a symbolic link loop or a dangling link, a corrupt/truncated/fake .gz, a .gz claiming
-               gigabytes; and whole-set faults (counts that disagree, 32 x 32 or mixed image sizes, 0 x 0
+               gigabytes; and whole-set faults (counts that disagree, training and test images of different sizes, 0 x 0
                images, labels out of range, the directory itself missing, a file or a FIFO)
   checkpoints  corrupted checkpoints, each tried by `train --resume` (in place, next to the run's CSVs) and
                by `eval`: truncations at every section, the header length forged, bit flips in every
@@ -245,8 +245,7 @@ def dataset_cases():
     def labels(d, prefix, values):
         write(f"{d}/{prefix}-labels-idx1-ubyte", idx_bytes([len(values)], values))
 
-    whole("32 x 32 images (train and test)", lambda d: (images(d, "train", N_TRAIN, 32, 32),
-                                                        images(d, "t10k", N_TEST, 32, 32)), "32 x 32")
+    whole("32 x 32 training images, 28 x 28 test images", lambda d: images(d, "train", N_TRAIN, 32, 32), "32 x 32")
     whole("test images 27 x 27, train 28 x 28", lambda d: images(d, "t10k", N_TEST, 27, 27), "t10k-images")
     whole("0 x 0 images", lambda d: (images(d, "train", N_TRAIN, 0, 0), images(d, "t10k", N_TEST, 0, 0)),
           "train-images")
@@ -254,7 +253,7 @@ def dataset_cases():
           "train-images")
     whole("train labels one fewer than images", lambda d: labels(d, "train", [1] * (N_TRAIN - 1)), "train-labels")
     whole("test images one more than labels", lambda d: images(d, "t10k", N_TEST + 1, 28, 28), "t10k-images")
-    whole("train label 10", lambda d: labels(d, "train", [3] * (N_TRAIN - 1) + [10]), "train-labels")
+    whole("test label 10, training labels 0..9", lambda d: labels(d, "t10k", [10] + [3] * (N_TEST - 1)), "train-labels")
     whole("test label 255", lambda d: labels(d, "t10k", [255] + [3] * (N_TEST - 1)), "t10k-labels")
     whole("all four files missing", lambda d: [os.unlink(f"{d}/{n}") for n in MNIST], "missing dataset files")
     whole("--data names a missing directory", "missing", "nope")

@@ -389,7 +389,8 @@ mpt_status mpt_lab_report_close(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE *f
 
 /* ---- the command --------------------------------------------------------------------------------------------- */
 
-enum { LAB_LIST = 1, LAB_OUT, LAB_QUICK, LAB_DATA, LAB_DEVICE, LAB_THREADS, LAB_PARAM, LAB_PLOT_TIMEOUT, LAB_HELP };
+enum { LAB_LIST = 1, LAB_OUT, LAB_QUICK, LAB_DATA, LAB_DEVICE, LAB_THREADS, LAB_PARAM, LAB_PLOT_TIMEOUT, LAB_HELP,
+       LAB_MODEL };
 
 static void print_help(FILE *f) {
     fprintf(f, "Usage: mptrain lab [options] [LESSON...]\n"
@@ -406,6 +407,9 @@ static void print_help(FILE *f) {
                "  --quick                   each lesson's smallest version that shows its effect\n"
                "  --param KEY=VALUE         change a lesson's configuration (see --list); repeatable\n"
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
+               "  --model SPEC              the network of the lessons that train the command's model (all but fp8,\n"
+               "                            which compares mlp and lenet5): mlp, lenet5, cnn or a spec as for\n"
+               "                            mptrain train (default mlp)\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
                "  --threads N               threads of the CPU backend's GEMMs (OpenBLAS and oneDNN)\n"
                "  --plot-timeout S          seconds gnuplot may take per picture before it is stopped (default 60)\n"
@@ -558,7 +562,7 @@ int mpt_cmd_lab(int argc, char **argv) {
         {"quick", no_argument, NULL, LAB_QUICK},     {"data", required_argument, NULL, LAB_DATA},
         {"device", required_argument, NULL, LAB_DEVICE}, {"threads", required_argument, NULL, LAB_THREADS},
         {"param", required_argument, NULL, LAB_PARAM}, {"help", no_argument, NULL, LAB_HELP},
-        {"plot-timeout", required_argument, NULL, LAB_PLOT_TIMEOUT},
+        {"plot-timeout", required_argument, NULL, LAB_PLOT_TIMEOUT}, {"model", required_argument, NULL, LAB_MODEL},
         {NULL, 0, NULL, 0}};
     mpt_cli_opts base;
     mpt_cli_opts_default(&base);
@@ -586,6 +590,7 @@ int mpt_cmd_lab(int argc, char **argv) {
         case LAB_DATA: s = mpt_cli_apply(&base, MPT_OPT_DATA, optarg); break;
         case LAB_DEVICE: s = mpt_cli_apply(&base, MPT_OPT_DEVICE, optarg); break;
         case LAB_THREADS: s = mpt_cli_apply(&base, MPT_OPT_THREADS, optarg); break;
+        case LAB_MODEL: s = mpt_cli_apply(&base, MPT_OPT_MODEL, optarg); break;
         case LAB_PLOT_TIMEOUT:
             s = mpt_cli_apply(&base, MPT_OPT_PLOT_TIMEOUT, optarg);
             if (s == MPT_OK) mpt_report_set_plot_timeout(base.plot_timeout);
@@ -661,7 +666,8 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_guard_blas_ready();
-    if (s == MPT_OK) s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test);
+    if (s == MPT_OK)
+        s = mpt_cli_data_load(&cd, base->data, base->limit_train, base->limit_test, base->classes, base->data_layout);
     int bad = s != MPT_OK;
     if (bad && dist) fprintf(stderr, "mptrain lab: rank %d: %s\n", rank, mpt_last_error());
     else if (bad) {
