@@ -243,10 +243,35 @@ static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
     return j;
 }
 
+/* A seed as a JSON number. jansson holds integers as int64 (json_int_t), and a seed of 2^63 or more cast to it was
+ * written negative: such a seed becomes a marker string ("\u0001mpt-u64:<digits>" once dumped) that dump_json
+ * turns into the bare number (JSON numbers have no range; Python, Go and Rust's serde read it exactly). No path can
+ * forge the marker: json_text escapes the control byte in any string it is given. */
+#define U64_MARK "\x01mpt-u64:"
+static json_t *seed_json(uint64_t seed) {
+    if (seed <= (uint64_t)INT64_MAX) return json_integer((json_int_t)seed);
+    char b[48];
+    snprintf(b, sizeof b, U64_MARK "%" PRIu64, seed);
+    return json_string(b);
+}
+
+/* A path (or any text from outside) as a JSON string: as it is when it is valid UTF-8 without control bytes, else
+ * escaped as the messages are (mpt_escape: \xNN for each byte outside well-formed UTF-8 or a control byte, \\ for
+ * a backslash). json_string refuses bytes that are not UTF-8, and "dir" was then left out of compare.json. */
+static json_t *json_text(const char *text) {
+    json_t *j = json_string(text);
+    int plain = j != NULL;
+    for (const char *c = text; plain && *c; c++) plain = (unsigned char)*c >= 0x20 && *c != 0x7f && *c != '\\';
+    if (plain) return j;
+    json_decref(j);
+    static char esc[4 * MPT_CLI_PATH + 16];
+    return json_string(mpt_escape(esc, sizeof esc, text));
+}
+
 static json_t *run_json(const mpt_run_result *x, uint64_t seed, double rel_l2) {
     json_t *j = json_object();
-    json_object_set_new(j, "seed", json_integer((json_int_t)seed));
-    json_object_set_new(j, "dir", json_string(x->out_dir));
+    json_object_set_new(j, "seed", seed_json(seed));
+    json_object_set_new(j, "dir", json_text(x->out_dir));
     json_object_set_new(j, "final_test_accuracy", num(x->final_test_acc));
     json_object_set_new(j, "best_test_accuracy", num(x->best_test_acc));
     json_object_set_new(j, "best_epoch", json_integer(x->best_epoch));
@@ -276,7 +301,7 @@ static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *s
     json_object_set_new(cfg, "epochs", json_integer(o->epochs));
     json_object_set_new(j, "config", cfg);
     json_t *sa = json_array();
-    for (int s = 0; s < n_seeds; s++) json_array_append_new(sa, json_integer((json_int_t)seeds[s]));
+    for (int s = 0; s < n_seeds; s++) json_array_append_new(sa, seed_json(seeds[s]));
     json_object_set_new(j, "seeds", sa);
     return j;
 }
@@ -289,8 +314,21 @@ static mpt_status dump_json(const char *dir, json_t *j) {
         json_decref(j);
         return MPT_ERR_IO;
     }
-    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(j);
+    int rc = text ? 0 : -1;
+    if (text) { /* the seeds above INT64_MAX: their marker strings become the numbers (seed_json) */
+        static const char mark[] = "\"\\u0001mpt-u64:";
+        const char *from = text, *m;
+        while (rc == 0 && (m = strstr(from, mark)) != NULL) {
+            const char *digits = m + strlen(mark);
+            size_t nd = strspn(digits, "0123456789");
+            if (fwrite(from, 1, (size_t)(m - from), f) != (size_t)(m - from) || fwrite(digits, 1, nd, f) != nd) rc = -1;
+            from = digits + nd + 1; /* past the closing quote */
+        }
+        if (rc == 0 && fputs(from, f) == EOF) rc = -1;
+        free(text);
+    }
     if (rc != 0) {
         mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
         mpt_outdir_discard(f);

@@ -161,10 +161,12 @@ mpt_status mpt_report_gnuplot(const char *dir, const char *script) {
         if (!err) {
             err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
             if (!err) err = posix_spawnattr_setpgroup(&attr, 0);
+            /* the working directory first: the actions run in order, and dfd may itself be descriptor 3 (it is
+             * in `train`, whose output directory holds 3), which the picture's dup2 then replaces */
+            if (!err) err = posix_spawn_file_actions_addfchdir_np(&fa, dfd);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDOUT_FILENO);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDERR_FILENO);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_png, 3);
-            if (!err) err = posix_spawn_file_actions_addfchdir_np(&fa, dfd);
             char *argv[] = {"gnuplot", "-e", "mpt_output = '/dev/fd/3'", (char *)script, NULL};
             if (!err) err = posix_spawnp(&pid, "gnuplot", &fa, &attr, argv, environ);
             posix_spawnattr_destroy(&attr);
