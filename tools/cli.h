@@ -25,7 +25,8 @@
  *   -- the output directory (tools/outdir.h, mpt_outdir_ / mpt_outfile_) --
  *   outdir.c          the one owner of the files written into --out
  *   -- the process (tools/guards.h, mpt_guard_) --
- *   guards.c          a graceful stop on SIGINT / SIGTERM; OpenBLAS and oneDNN under a memory limit
+ *   guards.c          a graceful stop on SIGINT / SIGTERM / SIGHUP / SIGQUIT / SIGALRM / SIGPIPE, a checkpoint on
+ *                     SIGUSR1; OpenBLAS and oneDNN under a memory limit
  *   -- the command line (this header, mpt_cli_) --
  *   opts.c            the option table (each option's scope: what a checkpoint records, what a resumed run keeps),
  *                     strict parsing of flags and values, per-command help, the canonical text of each setting
@@ -34,7 +35,8 @@
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;
- * 130 / 143 a run stopped by SIGINT / SIGTERM after saving its state (guards.c).
+ * 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT, 142 SIGALRM, 141 SIGPIPE) a run stopped by a
+ * signal after saving its state (guards.c).
  */
 #ifndef MPT_TOOLS_CLI_H
 #define MPT_TOOLS_CLI_H
@@ -317,7 +319,7 @@ double mpt_cli_nan_plain(double x);
 const char *mpt_cli_echo(char *buf, size_t cap, const char *text);
 
 /* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
- * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by SIGINT or SIGTERM), MPT_CLI_EXIT_FAIL
+ * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by a signal, tools/guards.h), MPT_CLI_EXIT_FAIL
  * otherwise. */
 int mpt_cli_fail(const char *command, mpt_status s);
 

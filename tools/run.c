@@ -190,7 +190,7 @@ typedef struct run {
     int skip_warned;
     mpt_run_state rs;
     int progress;            /* draw a progress bar */
-    int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
+    int interrupted;         /* the signal that stopped the run (tools/guards.h), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
     int ckpt_refused;        /* the latest save was refused for non-finite weights */
     int graph_noted;         /* said once that the step graph was turned off */
@@ -637,7 +637,7 @@ static void print_comm_error(const run *r) {
            w == MPT_GRAD_COMM_FP32 ? " -- zero by construction: the wire is that FP32 all-reduce" : "");
 }
 
-/* Whether a stop was asked for (SIGINT / SIGTERM, tools/stop.c): the run then stops before its next step. In a
+/* Whether a stop was asked for (a stop signal, tools/guards.h): the run then stops before its next step. In a
  * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
  * even when only some of them got the signal. */
 static int stop_asked(run *r) {
@@ -684,9 +684,22 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
-            if (stop_asked(r)) { /* SIGINT / SIGTERM: the step before this one was the last */
+            if (stop_asked(r)) { /* a stop signal: the step before this one was the last */
                 stopped = 1;
                 break;
+            }
+            if (mpt_guard_save_asked() && r->writer) { /* SIGUSR1: a checkpoint here, with the rows up to it */
+                r->rs.iteration = t->iteration;
+                r->rs.epoch = e;
+                r->rs.batch = b;
+                r->rs.epoch_loss_sum = loss_sum;
+                r->rs.epoch_loss_n = loss_n;
+                MPT_TRY(save_checkpoint(r, 0));
+                if (r->progress) printf("\r\033[K");
+                printf("%sSIGUSR1: %s at step %lld in %s/%s; training goes on\n", r->label,
+                       r->ckpt_refused ? "no checkpoint written (non-finite weights)" : "checkpoint written",
+                       (long long)t->iteration, o->out, MPT_CLI_CHECKPOINT_FILE);
+                fflush(stdout);
             }
             mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
                                r->rs.mean, r->rs.inv_std);

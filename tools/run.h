@@ -50,8 +50,8 @@ typedef struct mpt_run_result {
     int weights_nonfinite;       /* the final weights hold inf/NaN (only possible with --nonfinite apply) */
     int checkpoint_refused;      /* the final save was refused (non-finite weights): the checkpoint file, if any,
                                   * is an earlier step's */
-    int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM;
-                                  * tools/stop.c), its state saved; 0 when it ran to its end */
+    int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM, ...;
+                                  * tools/guards.h), its state saved; 0 when it ran to its end */
     char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
     float final_scale;
     float *final_master;         /* all FP32 master weights, concatenated in parameter order (malloc'd) */
