@@ -49,6 +49,11 @@ typedef struct mpt_idx {
  * MPT_ERR_NOMEM. */
 MPT_API mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out);
 
+/* mpt_idx_load of only the first `items` items (all when items < 0 or beyond the header's count): out->dims[0] and
+ * nbytes are those read; the rest of the file is neither read nor checked (its bytes, a truncation or trailing
+ * bytes there, the gzip CRC). */
+MPT_API mpt_status mpt_idx_load_first(const char *path, int expect_ndim, int64_t items, mpt_idx *out);
+
 /* Reads and validates only the header of `path` (as mpt_idx_load does): out->ndim, dims and nbytes, with
  * out->data NULL; at most the header's bytes are decompressed. Same errors as mpt_idx_load. */
 MPT_API mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out);
@@ -86,6 +91,14 @@ MPT_API mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out);
 /* mpt_mnist_load, also requiring rows x cols images (MPT_ERR_SHAPE otherwise, before any payload is read);
  * rows = cols = 0 accepts any size. */
 MPT_API mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out);
+
+/* mpt_mnist_load_shape keeping only the first limit_train training and limit_test test items (0: all): only those are
+ * read (the rest of each file is not: a 4 MB .gz declaring 5,000,000 images costs what the used rows cost). Before
+ * any payload is allocated, the bytes the used items need are checked against what the process can allocate
+ * (MemAvailable in /proc/meminfo, ulimit -v / -d): MPT_ERR_NOMEM naming the directory, the sizes and --limit-train
+ * when they cannot fit. Other errors as mpt_mnist_load_shape's. */
+MPT_API mpt_status mpt_mnist_load_limited(const char *dir, int rows, int cols, int64_t limit_train,
+                                          int64_t limit_test, mpt_mnist *out);
 
 /* Writes d as the four standard files into the existing directory `dir` (names with ".gz" and compressed
  * when gzip != 0), e.g. to put a synthetic dataset where the command-line tool can read it.

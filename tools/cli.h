@@ -330,15 +330,31 @@ int mpt_cli_failed_nomem(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 
+/* The fingerprint of a dataset as loaded (docs/checkpoints.md "The data fingerprint"): per part, its item count and
+ * the CRC-32 (zlib's, ISO 3309) of its images' bytes followed by its labels' bytes. Recorded in every checkpoint,
+ * checked when a run resumes, and compared between the ranks of an MPI job. */
+typedef struct mpt_cli_data_fp {
+    int64_t n_train, n_test;
+    uint32_t train_crc32, test_crc32;
+} mpt_cli_data_fp;
+
 /* The dataset on the host, loaded once, limited to --limit-train / --limit-test rows. */
 typedef struct mpt_cli_data {
     mpt_mnist d;
     char dir[MPT_CLI_PATH];
+    mpt_cli_data_fp fp;      /* of d as loaded (a view with fewer rows, as the lab's, computes its own) */
 } mpt_cli_data;
 
-/* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing) and keeps the
- * first limit_train / limit_test rows (0 = all). */
+/* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing), reading only the first
+ * limit_train / limit_test rows (0 = all; datasets/idx.h mpt_mnist_load_limited: MPT_ERR_NOMEM before allocating
+ * when they cannot fit in memory), and fingerprints them. */
 mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test);
+
+/* The fingerprint of d's rows (cd->fp for the data as loaded). */
+void mpt_cli_data_fingerprint(const mpt_mnist *d, mpt_cli_data_fp *fp);
+
+/* The fingerprint as text, "60000 training images crc32 1a2b3c4d, 10000 test images crc32 5e6f7a8b". buf: >= 96. */
+const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len);
 void mpt_cli_data_free(mpt_cli_data *cd);
 
 /* The dataset in one backend's memory (MPT_MEM_DATA), copied once per run. */

@@ -36,6 +36,13 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     }
     *out = ck;
     mpt_cli_take_invocation(out, cli); /* device, paths, logging, instruments, --epochs when given: the option table */
+    /* From here on "given" means given on this command line: the notes on flags that change nothing in this precision
+     * speak of those (reading the checkpoint marked every recorded setting given, and every resume of an fp32 run
+     * said the FP8 flags, which nobody gave, change nothing). The values stay the checkpoint's. */
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        const mpt_opt_scope sc = mpt_cli_opt_scope(id);
+        if (sc == MPT_SCOPE_MATH || sc == MPT_SCOPE_MATH_OPTIONAL) out->given[id - MPT_OPT_FIRST] = cli->given[id - MPT_OPT_FIRST];
+    }
     if (rs->threads > 0) { /* a CPU run: its GEMM thread count decides its summation order */
         if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
             return mpt_errorf(MPT_ERR_ARG,

@@ -99,17 +99,21 @@ typedef struct mpt_run_state {
     int threads;             /* the CPU backend's GEMM threads (0: a GPU run, or not recorded) */
     char run_id[17];         /* the run's id: 16 random hex digits drawn when the run started, kept by --resume;
                               * the last column of its CSV rows ("" in an older checkpoint: a new one is drawn) */
+    mpt_cli_data_fp data;    /* the fingerprint of the data the run trains on (checkpoint metadata "data") */
+    int data_known;          /* 0: an older checkpoint without "data" */
 } mpt_run_state;
 
 /* The checkpoint file name inside an output directory. */
 #define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
 
 /* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
- * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
- * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically, as
- * od/checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_save_at). Synchronises the backend. */
-mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_run_state *rs);
+ * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state", and
+ * "data": the fingerprint of the data it trains on), the loss-scaler state ("scaler"), the RNG streams ("rng") and
+ * the precision map, as a complete, fsync'ed temporary file in tx's directory that joins the publish set tx as
+ * checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_write_temp_at; tools/outdir.h). Synchronises the
+ * backend. MPT_ERR_NONFINITE (nothing written) for non-finite weights or state. */
+mpt_status mpt_run_checkpoint_stage(mpt_outdir_txn *tx, mpt_trainer *t, const mpt_cli_opts *o,
+                                    const mpt_run_state *rs);
 
 /* The run id recorded in the checkpoint at path, into id: 1, or 0 when the file cannot be read (any reason) or
  * records none (the message is not set). */
