@@ -353,7 +353,7 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
 /* The fingerprint of d's rows (cd->fp for the data as loaded). */
 void mpt_cli_data_fingerprint(const mpt_mnist *d, mpt_cli_data_fp *fp);
 
-/* The fingerprint as text, "60000 training images crc32 1a2b3c4d, 10000 test images crc32 5e6f7a8b". buf: >= 96. */
+/* The fingerprint as text (opts.c), "60000 training images crc32 1a2b3c4d, 10000 test images crc32 5e6f7a8b". buf: >= 96. */
 const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len);
 void mpt_cli_data_free(mpt_cli_data *cd);
 
@@ -367,6 +367,30 @@ typedef struct mpt_cli_device_data {
 
 mpt_status mpt_cli_data_upload(mpt_cli_device_data *dd, mpt_backend *be, const mpt_mnist *d);
 void mpt_cli_data_release(mpt_cli_device_data *dd);
+
+/* ---- the settings the ranks of an MPI job share (opts.c) -------------------------------------------------- */
+
+#define MPT_CLI_JOB_MAX 96
+
+/* A list of (name, canonical text) pairs for mpt_dist_agree (engine/dist/dist.h); the strings are malloc'd. */
+typedef struct mpt_cli_job {
+    int n;
+    mpt_dist_item item[MPT_CLI_JOB_MAX];
+} mpt_cli_job;
+
+/* Adds one setting (name as the user writes it, "--lr"; the value printf-style). */
+void mpt_cli_job_add(mpt_cli_job *j, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The settings every rank of a job of `cmd` (MPT_CMD_TRAIN: --data-parallel; MPT_CMD_COMPARE) must share, from
+ * resolved options o: the mptrain version, every recorded setting (the text a checkpoint records), the invocation's
+ * settings that change what the ranks compute together (--max-steps, --log-every, --telemetry, --shadow, --device,
+ * --limit-test; train: --grad-comm, `threads` (the GEMM threads in use: the summation order a resumed run must
+ * repeat) and `resumed` (the run and step resumed, or "none"); compare: --precisions, --seeds, --out), and the
+ * data's fingerprint. Appended to *j (which mpt_cli_job_free releases). */
+void mpt_cli_job_settings(const mpt_cli_opts *o, mpt_cmd_mask cmd, const mpt_cli_data_fp *fp, int threads,
+                          const char *resumed, mpt_cli_job *j);
+
+void mpt_cli_job_free(mpt_cli_job *j);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

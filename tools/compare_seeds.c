@@ -580,8 +580,9 @@ static mpt_status read_csv_column(const char *path, const char *name, double **o
 }
 
 /* out/curves/<precision>_<kind>.csv: x, mean, min, max over seeds of column y of each run's file. */
+/* Writes curves/<precision>_<kind>.csv; *rows receives its data rows. */
 static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *file, const char *xcol,
-                              const char *ycol, double yscale, const char *kind) {
+                              const char *ycol, double yscale, const char *kind, int *rows) {
     double *x = NULL, *y[MPT_CLI_MAX_SEEDS] = {0};
     int nx = 0, n = 0;
     mpt_status s = MPT_OK;
@@ -613,6 +614,7 @@ static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *
             for (int k = 0; k < r->n_seeds; k++) finite &= isfinite(v[k]);
             if (finite) fprintf(f, "%.9g,%.9g,%.9g,%.9g\n", x[i], sm.mean, sm.min, sm.max);
             else fprintf(f, "%.9g,nan,nan,nan\n", x[i]);
+            ++*rows;
         }
         s = mpt_outdir_close_written(f, path);
     }
@@ -621,7 +623,7 @@ static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *
     return s;
 }
 
-static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
+static mpt_status write_seeds_script(const mpt_report_seed_runs *r, const int has_data[2]) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/convergence.gp", r->out);
     FILE *f = mpt_outdir_create_file(path);
@@ -641,6 +643,9 @@ static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
     for (int k = 0; k < 2; k++) {
         fprintf(f, "set title '%s'\nset xlabel '%s'\nset ylabel '%s'\n%s", titles[k], xs[k], ylabels[k],
                 k == 1 ? "set xtics 1\nset key bottom right\n" : "");
+        if (!mpt_report_panel_has_data(f, has_data[k], k == 0 ? "nothing to draw: no run logged a step (--log-every)"
+                                                              : "nothing to draw: no run completed an epoch (--max-steps)"))
+            continue;
         fprintf(f, "plot ");
         for (int p = 0; p < r->n_precisions; p++) {
             const char *name = mpt_precision_name(r->precisions[p]);
@@ -652,9 +657,10 @@ static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
         fprintf(f, "\n");
     }
     fprintf(f, "set xtics autofreq\n");
-    if (fp16 >= 0) {
-        fprintf(f, "set title 'fp16 dynamic loss scale, one line per seed'\nset xlabel 'step'\n"
-                   "set ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\nset ytics 2\n"
+    if (fp16 >= 0) fprintf(f, "set title 'fp16 dynamic loss scale, one line per seed'\nset xlabel 'step'\n");
+    if (fp16 >= 0 && mpt_report_panel_has_data(f, has_data[0], "nothing to draw: no run logged a step")) {
+        fprintf(f, "set ylabel 'loss scale'\n"
+                   "set logscale y 2\nset format y '2^{%%L}'\nset ytics 2\n"
                    "set offsets 0, 0, graph 0.1, graph 0.1\nset key bottom left\nplot ");
         for (int s = 0; s < r->n_seeds; s++)
             fprintf(f, "%s'seed-%" PRIu64 "/fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.2 "
@@ -671,10 +677,13 @@ mpt_status mpt_report_plot_seeds(const mpt_report_seed_runs *r) {
     char dir[MPT_CLI_PATH + 16];
     snprintf(dir, sizeof dir, "%s/curves", r->out);
     MPT_TRY(mpt_outdir_mkdirs(dir));
+    int rows[2] = {0, 0};
     for (int p = 0; p < r->n_precisions; p++) {
-        MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps"));
-        MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs"));
+        MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps", &rows[0]));
+        MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs", &rows[1]));
     }
-    MPT_TRY(write_seeds_script(r));
+    if (rows[0] == 0 && rows[1] == 0) return mpt_report_nothing_to_plot(r->out);
+    const int has_data[2] = {rows[0] > 0, rows[1] > 0};
+    MPT_TRY(write_seeds_script(r, has_data));
     return mpt_report_gnuplot(r->out, "convergence.gp");
 }

@@ -29,12 +29,6 @@ void mpt_cli_data_fingerprint(const mpt_mnist *d, mpt_cli_data_fp *fp) {
     fp->test_crc32 = (uint32_t)crc[1];
 }
 
-const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len) {
-    snprintf(buf, len, "%lld training images crc32 %08x, %lld test images crc32 %08x", (long long)fp->n_train,
-             (unsigned)fp->train_crc32, (long long)fp->n_test, (unsigned)fp->test_crc32);
-    return buf;
-}
-
 mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test) {
     memset(cd, 0, sizeof *cd);
     snprintf(cd->dir, sizeof cd->dir, "%s", dir);

@@ -16,7 +16,7 @@
 
 /* ---- the graceful stop, the save on demand ------------------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_signal, save_asked;
+static volatile sig_atomic_t stop_signal, save_asked, work_done;
 
 /* The signals that stop a run gracefully, their names and the line each one's handler writes (prepared here: a
  * handler may only write(2) what is ready). */
@@ -52,7 +52,7 @@ static void on_stop(int sig) {
     }
     stop_signal = sig;
     int i = stop_index(sig);
-    if (i >= 0) {
+    if (i >= 0 && !work_done) {
         ssize_t w = write(STDERR_FILENO, stop_msg[i], stop_len[i]); /* async-signal-safe; nothing to do if it fails */
         (void)w;
     }
@@ -82,6 +82,8 @@ void mpt_guard_stop_install(void) {
 }
 
 int mpt_guard_stop_signal(void) { return stop_signal; }
+
+void mpt_guard_stop_done(void) { work_done = 1; }
 
 int mpt_guard_save_asked(void) {
     if (!save_asked) return 0;

@@ -32,6 +32,11 @@ void mpt_guard_stop_install(void);
 /* The signal that asked for a stop, or 0. */
 int mpt_guard_stop_signal(void);
 
+/* The command's runs are over (its files published; an MPI job's ranks about to finalise): a stop signal from here on
+ * has nothing to stop and is not announced (mpirun sends SIGTERM to the ranks still finalising when one has ended with
+ * an error); it still ends the process as 128 + the signal. */
+void mpt_guard_stop_done(void);
+
 /* Whether SIGUSR1 arrived since the last call (the flag is cleared): the run then writes a checkpoint. */
 int mpt_guard_save_asked(void);
 

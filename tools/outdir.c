@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,28 +95,84 @@ static void remove_stale_temps(int dir_fd) {
     closedir(d);
 }
 
-/* Takes the directory's lock, or says who holds it. */
+/* The user name of uid, or its number. */
+static const char *user_name(uid_t uid, char *buf, size_t cap) {
+    struct passwd pw, *res = NULL;
+    char tmp[1024];
+    if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res) snprintf(buf, cap, "%s", res->pw_name);
+    else snprintf(buf, cap, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/* Replaces the lock file by a new one of this process's own, locked: in a copy made with hard links (cp -al) the lock
+ * file is the original directory's, and another user's lock file may not be writable. The name then points to the
+ * new file, whose lock this process holds (take_lock checks that no other process replaced it meanwhile). 0 when it
+ * cannot (a sticky directory, no write permission): the caller keeps the old file. */
+static int replace_lock(mpt_outdir *od) {
+    char tmp[300];
+    int fd = mpt_checkpoint_create_temp(od->fd, MPT_OUTDIR_LOCK, tmp, sizeof tmp);
+    if (fd < 0) return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || renameat(od->fd, tmp, od->fd, MPT_OUTDIR_LOCK) != 0) {
+        close(fd);
+        unlinkat(od->fd, tmp, 0);
+        return 0;
+    }
+    close(od->lock_fd); /* releases the old file's lock: its name is ours now */
+    od->lock_fd = fd;
+    return 1;
+}
+
+/* Takes the directory's lock, or says who holds it. A lock file that no process holds is no obstacle, whoever wrote
+ * it: it is taken (read-only when it is another user's and cannot be replaced), and one shared with another
+ * directory (hard links) is replaced by a file of this directory's own. After the lock is taken, its name must still
+ * lead to the locked file (another mptrain may have replaced it meanwhile): else it is taken again. */
 static mpt_status take_lock(mpt_outdir *od, const char *command) {
-    od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (od->lock_fd < 0)
-        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
-                          errno == ELOOP ? "a symbolic link stands there" : strerror(errno));
-    struct stat st;
-    if (fstat(od->lock_fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s is %s, expected a regular file", od->path,
-                          MPT_OUTDIR_LOCK, file_kind(&st));
-    if (flock(od->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK)
+    for (int attempt = 0;; attempt++) {
+        int read_only = 0;
+        od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+        if (od->lock_fd < 0 && errno == EACCES) { /* another user's file: flock works on a read-only descriptor */
+            od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+            read_only = od->lock_fd >= 0;
+        }
+        if (od->lock_fd < 0)
+            return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
+                              errno == ELOOP ? "a symbolic link stands there" : strerror(errno));
+        struct stat st;
+        if (fstat(od->lock_fd, &st) != 0 || !S_ISREG(st.st_mode))
+            return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s is %s, expected a regular file", od->path,
+                              MPT_OUTDIR_LOCK, file_kind(&st));
+        int held = flock(od->lock_fd, LOCK_EX | LOCK_NB) == 0;
+        if (!held && errno != EWOULDBLOCK)
             return mpt_errorf(MPT_ERR_IO, "--out %s: cannot lock %s (%s)", od->path, MPT_OUTDIR_LOCK, strerror(errno));
-        char holder[200] = "";
-        ssize_t n = pread(od->lock_fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        char esc[260];
-        mpt_escape(esc, sizeof esc, holder[0] ? holder : "a process that wrote no PID");
-        return mpt_errorf(MPT_ERR_IO, "--out %s is in use by another mptrain (%s): two runs in one directory would "
-                                      "overwrite each other's files; wait for it to end or choose another --out",
-                          od->path, esc);
+        /* A lock file shared with another directory (cp -al) and held: by a run in that directory, since an mptrain
+         * here would have made the file its own before it used it. This directory gets a lock file of its own. */
+        if (!held && st.st_nlink > 1 && replace_lock(od)) held = 1;
+        if (!held) {
+            char holder[200] = "", owner[64], esc[260];
+            ssize_t n = pread(od->lock_fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            mpt_escape(esc, sizeof esc, holder[0] ? holder : "a process that wrote no PID");
+            return mpt_errorf(MPT_ERR_IO, "--out %s is in use by another mptrain (%s; its lock file belongs to %s%s): two "
+                                          "runs in one directory would overwrite each other's files; wait for it to end "
+                                          "or choose another --out",
+                              od->path, esc, user_name(st.st_uid, owner, sizeof owner),
+                              st.st_nlink > 1 ? ", and is shared with another directory by a hard link" : "");
+        }
+        /* held now. A file shared with another directory (cp -al), or another user's that this process cannot write:
+         * replaced by this directory's own where the directory allows it */
+        int replaced = (st.st_nlink > 1 || read_only) && replace_lock(od);
+        struct stat now, named;
+        if (fstat(od->lock_fd, &now) != 0 || fstatat(od->fd, MPT_OUTDIR_LOCK, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+            now.st_ino != named.st_ino || now.st_dev != named.st_dev) {
+            close(od->lock_fd); /* another mptrain replaced the file: the lock to take is the new one's */
+            od->lock_fd = -1;
+            if (attempt < 8) continue;
+            return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s keeps being replaced: another mptrain is starting "
+                              "there; try again", od->path, MPT_OUTDIR_LOCK);
+        }
+        if (read_only && !replaced) return MPT_OK; /* another user's idle lock, held read-only: no PID written */
+        break;
     }
     char text[200];
     time_t now = time(NULL);

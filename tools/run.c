@@ -140,6 +140,11 @@ static mpt_dist *train_dist;
 
 void mpt_run_join(mpt_dist *d) { train_dist = d; }
 
+/* The job of a sweep, whose peers' questions the runs answer between steps (mpt_run_answer), else NULL. */
+static mpt_dist *answer_dist;
+
+void mpt_run_answer(mpt_dist *d) { answer_dist = d; }
+
 /* mpt_run_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
  * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
  * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
@@ -472,8 +477,11 @@ static mpt_status setup(run *r, mpt_run_result *res) {
         mpt_cpu_engine_describe(engine, sizeof engine);
         const mpt_mode_desc *mode = mpt_mode_info(o->precision);
         const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16;
-        printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s%s)\n", r->label,
-               threads, engine, mpt_cpu_kernels_name(o->cpu_kernels),
+        char capped[128] = ""; /* OpenBLAS runs at most its MAX_THREADS: said, and recorded as what ran */
+        if (o->threads > threads)
+            snprintf(capped, sizeof capped, " %d: the most this OpenBLAS runs (its MAX_THREADS)", o->threads);
+        printf("%sCPU backend: %d thread(s) (--threads%s); GEMMs and convolutions on %s; kernels %s (%s%s)\n", r->label,
+               threads, capped, engine, mpt_cpu_kernels_name(o->cpu_kernels),
                native ? "bf16 on the CPU's BF16 units: round to nearest even, BF16 denormals read as zero, denormal "
                         "results flushed"
                       : "Tensor Core numerics emulated",
@@ -718,6 +726,7 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
+            mpt_dist_poll(answer_dist ? answer_dist : train_dist); /* a peer waiting for this rank sees it working */
             if (stop_asked(r)) { /* a stop signal: the step before this one was the last */
                 stopped = 1;
                 break;

@@ -150,4 +150,8 @@ mpt_status mpt_run_clear(const char *dir);
 /* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
 void mpt_run_join(mpt_dist *d);
 
+/* The MPI job of independent runs (compare, lab; tools/sweep.h) whose waiting peers the next runs answer between
+ * their steps (mpt_dist_poll: "working"), or NULL. */
+void mpt_run_answer(mpt_dist *d);
+
 #endif
