@@ -1008,8 +1008,8 @@ def run_hangs(r, work, data):
     d = f"{work}/stuckplot"
     t0 = time.monotonic()
     rc, _, err, hung = r.run(["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
-                              "--precisions", "fp32", "--out", d, "--progress", "off", "--device", "cpu",
-                              "--telemetry", "0", "--plot-timeout", "3"],
+                              "--log-every", "1", "--precisions", "fp32", "--out", d, "--progress", "off", "--device",
+                              "cpu", "--telemetry", "0", "--plot-timeout", "3"],
                              env={"PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
     why = "hung" if hung else None if rc == 0 and b"--plot-timeout 3" in err else f"exit {rc}, or no word of the limit"
     if why is None and not os.path.exists(f"{d}/convergence.gp"):
