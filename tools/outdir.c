@@ -503,13 +503,16 @@ mpt_status mpt_outdir_txn_commit(mpt_outdir_txn *tx) {
         mpt_outdir_txn_abort(tx);
         return write_error(jpath, why);
     }
-    fsync(od->fd); /* the commit on disk */
-    mpt_outdir_publish_point("committed: the journal renamed into place");
+    fsync(od->fd);
+    mpt_outdir_publish_point(tx->op[0].tmp[0] ? "journal in place (not yet committed: its first rename is the commit)"
+                                              : "committed: the journal in place (its first operation is a removal)");
     for (int i = 0; i < tx->n; i++) {
         mpt_status a = journal_apply(od->fd, od->path, tx->op[i].tmp, tx->op[i].name);
         if (a != MPT_OK && s == MPT_OK) s = a;
+        if (i == 0) fsync(od->fd); /* the commit on disk */
         char what[320];
-        snprintf(what, sizeof what, "%s %s", tx->op[i].tmp[0] ? "renamed into place:" : "removed:", tx->op[i].name);
+        snprintf(what, sizeof what, "%s %s%s", tx->op[i].tmp[0] ? "renamed into place:" : "removed:", tx->op[i].name,
+                 i == 0 && tx->op[i].tmp[0] ? " (committed)" : "");
         mpt_outdir_publish_point(what);
     }
     tx->n = 0;
@@ -519,8 +522,10 @@ mpt_status mpt_outdir_txn_commit(mpt_outdir_txn *tx) {
     return MPT_OK;
 }
 
-/* Completes the set whose journal a stopped process left (it was committed): every rename not yet done and every
- * removal, then the journal goes. A journal that is not one mptrain wrote is refused, naming it. */
+/* Ends the set whose journal a stopped process left: committed (its first rename done, or its first operation a
+ * removal), it is completed (every rename not yet done, every removal); not committed (the first rename's temporary
+ * file still there), it is dropped (its temporary files are removed with the other stale ones). Then the journal
+ * goes. A journal that is not one mptrain wrote is refused, naming it. */
 static mpt_status replay_journal(const mpt_outdir *od) {
     int fd = openat(od->fd, MPT_OUTDIR_JOURNAL, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT) return MPT_OK;
@@ -537,9 +542,9 @@ static mpt_status replay_journal(const mpt_outdir *od) {
     else buf[n] = '\0';
     char *line = buf, *next;
     if (!bad && strncmp(buf, "mptrain publish set 1\n", 22) != 0) bad = "no header";
-    int ops = 0, ended = 0;
-    /* first pass: validate every line; second: apply */
-    for (int pass = 0; pass < 2 && !bad; pass++) {
+    int ops = 0, ended = 0, committed = 1;
+    /* first pass: validate every line, and whether the set was committed; second: complete it */
+    for (int pass = 0; pass < 2 && !bad && committed; pass++) {
         line = buf + 22;
         for (; *line && !bad; line = next) {
             next = strchr(line, '\n');
@@ -560,7 +565,10 @@ static mpt_status replay_journal(const mpt_outdir *od) {
                                                                                            : (f1 ? f1 + 1 : NULL);
             int ok = (line[1] == '\0') && name && (line[0] == 'D' ? !f2 && journal_names_ok(NULL, name)
                                                                   : line[0] == 'R' && journal_names_ok(tmp, name));
+            struct stat tst;
             if (!ok) bad = "a line that is not an operation of mptrain";
+            else if (pass == 0 && ops == 0 && tmp && fstatat(od->fd, tmp, &tst, AT_SYMLINK_NOFOLLOW) == 0)
+                committed = 0; /* the first rename, the commit, never happened */
             else if (pass == 1) {
                 mpt_status s = journal_apply(od->fd, od->path, tmp, name);
                 if (s != MPT_OK) return s;
@@ -570,14 +578,15 @@ static mpt_status replay_journal(const mpt_outdir *od) {
             if (f2) *f2 = '\t';
             next[-1] = '\n';
         }
-        if (!bad && !ended) bad = "no end line";
+        if (!bad && !ended && committed) bad = "no end line";
     }
     if (bad)
         return mpt_errorf(MPT_ERR_IO, "%s: not a journal of mptrain (%s): move it away; a set it names was not "
                           "completed", jpath, bad);
     journal_finish(od->fd);
-    printf("note: %s: completed the publish of %d file(s) that a stopped mptrain had committed (%s)\n", od->path, ops,
-           MPT_OUTDIR_JOURNAL);
+    if (committed)
+        printf("note: %s: completed the publish of %d file(s) that a stopped mptrain had committed (%s)\n", od->path,
+               ops, MPT_OUTDIR_JOURNAL);
     return MPT_OK;
 }
 

@@ -18,11 +18,11 @@
  *   - Temporary files left by a run that was killed are removed by the next run that takes the lock.
  *   - Files that belong together (a run's checkpoint and its CSVs, docs/checkpoints.md "The publish protocol") are
  *     published as one set (mpt_outdir_txn): each is written and fsync'ed under its temporary name, then a journal
- *     (MPT_OUTDIR_JOURNAL) naming every rename and removal is written and renamed into place: that rename is the
- *     commit. The renames and removals follow, the journal is removed last. A process killed before the commit, or
- *     a write that fails, leaves the earlier set as it was (its temporary files are removed by the next run); one
- *     killed after it has its set completed by the next mptrain that opens the directory (mpt_outdir_open replays
- *     the journal before anything else).
+ *     (MPT_OUTDIR_JOURNAL) naming every rename and removal is written and renamed into place, then the operations
+ *     run in order: the first (the checkpoint's rename) is the commit; the journal is removed last. A process killed
+ *     before the commit, or a write that fails, leaves the earlier set as it was (its temporary files and an
+ *     uncommitted journal are removed by the next run); one killed after it has its set completed by the next
+ *     mptrain that opens the directory (mpt_outdir_open ends the journal before anything else).
  */
 #ifndef MPT_TOOLS_OUTDIR_H
 #define MPT_TOOLS_OUTDIR_H
@@ -131,18 +131,19 @@ mpt_status mpt_outdir_txn_add(mpt_outdir_txn *tx, const char *tmp, const char *n
 mpt_status mpt_outdir_txn_remove(mpt_outdir_txn *tx, const char *name);
 
 /* Publishes the set: checks every name (a symbolic link or another kind of file in place of one is refused, naming
- * it, and nothing changes), writes and fsyncs the journal and renames it into place (the commit: from here on the
- * set is published, by this process or by the next one that opens the directory), renames and removes in order,
- * fsyncs the directory and removes the journal. Errors before the commit: MPT_ERR_IO naming the file, the staged
- * files removed, the directory as it was. The set is empty afterwards in every case. */
+ * it, and nothing changes), writes and fsyncs the journal and renames it into place, then renames and removes in
+ * order; the first operation is the commit (a rename; for a set that starts with a removal, the journal's rename):
+ * from there on the set is published, by this process or by the next one that opens the directory. Then it fsyncs
+ * the directory and removes the journal. Errors before the commit: MPT_ERR_IO naming the file, the staged files
+ * removed, the directory as it was. The set is empty afterwards in every case. */
 mpt_status mpt_outdir_txn_commit(mpt_outdir_txn *tx);
 
 /* Removes the staged temporary files: nothing is published. */
 void mpt_outdir_txn_abort(mpt_outdir_txn *tx);
 
 /* The publish points, for the tests of the protocol (tests/hostile): with MPT_TEST_PUBLISH_KILL=N in the environment,
- * the N-th point this process reaches (1-based; each set has: staged, journal written, committed, one after each
- * rename or removal, done) ends it with SIGKILL, as a kill -9 at that instant would. With MPT_TEST_PUBLISH_TRACE=1
+ * the N-th point this process reaches (1-based; each set has: staged, journal written, journal in place, one after
+ * each rename or removal (the first: committed), done) ends it with SIGKILL, as a kill -9 at that instant would. With MPT_TEST_PUBLISH_TRACE=1
  * each point is said on stderr ("publish point N: what"). Not a user's setting: without them nothing happens. */
 void mpt_outdir_publish_point(const char *what);
 
