@@ -23,14 +23,17 @@
  *   csv.c             metrics.csv / epochs.csv / telemetry.csv: rows, resume, publish (tools/csv.h, mpt_csv_)
  *   progress.c        the progress bar (tools/progress.h, mpt_progress_)
  *   -- the output directory (tools/outdir.h, mpt_outdir_ / mpt_outfile_) --
- *   outdir.c          the one owner of the files written into --out
+ *   outdir.c          the one owner of the files written into --out: lock, exclusive creation, publish sets
+ *                     (a run's checkpoint and CSVs committed together, completed after a kill)
  *   -- the process (tools/guards.h, mpt_guard_) --
  *   guards.c          a graceful stop on SIGINT / SIGTERM / SIGHUP / SIGQUIT / SIGALRM / SIGPIPE, a checkpoint on
  *                     SIGUSR1; OpenBLAS and oneDNN under a memory limit
  *   -- the command line (this header, mpt_cli_) --
  *   opts.c            the option table (each option's scope: what a checkpoint records, what a resumed run keeps),
- *                     strict parsing of flags and values, per-command help, the canonical text of each setting
- *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
+ *                     strict parsing of flags and values, per-command help, the canonical text of each setting,
+ *                     the settings the ranks of an MPI job must share (mpt_cli_job_settings)
+ *   data.c            the dataset on the host (one load of the rows used, fingerprinted) and on a backend (one copy
+ *                     per run)
  *   formats.c         the conversions `formats` shows, through engine/numerics.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
