@@ -1441,6 +1441,10 @@ def run_fingerprint(r, work, data, base_dir):
     r.record("fingerprint", "resume on another test set: a note", ok, "" if ok else f"exit {rc}, or no note", err)
     with open(f"{base_dir}/checkpoint.safetensors", "rb") as f:
         raw = f.read()
+    if "data" not in parse_ckpt(raw)[0]["__metadata__"]:  # an mptrain that records no fingerprint
+        for name in ("forged data metadata (resume)", "forged data metadata (eval)"):
+            r.record("fingerprint", name, False, "the checkpoint records no data fingerprint")
+        return
     forged = [("data.train_crc32 'xyz'", with_meta(raw, "data", "train_crc32", '"xyz"'), 1),
               ("data.train_crc32 upper case", with_meta(raw, "data", "train_crc32", '"ABCDEF01"'), 1),
               ("data.train_images 0", with_meta(raw, "data", "train_images", "0"), 1),
