@@ -94,11 +94,12 @@ int mpt_cmd_eval(int argc, char **argv) {
     int32_t *idx = NULL;
     size_t idx_bytes = 0;
     s = mpt_cli_data_upload(&dd, be, &cd.d);
-    mpt_policy policy = mpt_policy_make(o.precision);
+    /* the recorded TF32 switches too (--tf32-matmul, --tf32-conv): the numerics the run evaluated with */
+    mpt_policy policy = mpt_policy_make_switches(o.precision, o.tf32_matmul, o.tf32_conv);
     policy.fp8 = o.fp8;
     if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
-        if (policy.tf32_override && mpt_mode_info(o.precision)->tf32_default)
+        if (policy.tf32_override && (o.tf32_matmul || o.tf32_conv))
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
         mpt_graph *g = mpt_graph_create(be, &policy, o.batch);
         mpt_tensor *logits = NULL;

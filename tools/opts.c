@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -264,9 +265,10 @@ static const opt_def opt_table[] = {
     {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
      "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(grad_comm)},
-    {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN, "S",
-     "data-parallel: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
-     "arrive, > 0 (default 600, as PyTorch's NCCL watchdog)",
+    {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN | MPT_CMD_COMPARE, "S",
+     "under mpirun: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
+     "arrive; every other wait asks its peers every S seconds and ends the job when one does not answer or all wait, "
+     "> 0 (default 600, as PyTorch's NCCL watchdog)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help",
      .scope = MPT_SCOPE_COMMAND},
@@ -1265,7 +1267,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (mpt_cli_given(o, MPT_OPT_COMM_TIMEOUT) && !o->data_parallel) {
+    if (cmd == MPT_CMD_TRAIN && mpt_cli_given(o, MPT_OPT_COMM_TIMEOUT) && !o->data_parallel) {
         fprintf(stderr, "mptrain %s: --comm-timeout bounds the data-parallel collectives: give --data-parallel as well "
                         "(under mpirun -np N)\n", name);
         return MPT_CLI_EXIT_USAGE;
@@ -1315,4 +1317,72 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
                           "batches per epoch): the cosine schedule warms up, then decays over the steps left",
                           (long long)o->warmup_steps, (long long)total, o->epochs, (long long)batches_per_epoch);
     return MPT_OK;
+}
+
+/* ---- the settings the ranks of an MPI job share ------------------------------------------------------------------ */
+
+const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len) {
+    snprintf(buf, len, "%lld training images crc32 %08x, %lld test images crc32 %08x", (long long)fp->n_train,
+             (unsigned)fp->train_crc32, (long long)fp->n_test, (unsigned)fp->test_crc32);
+    return buf;
+}
+
+
+void mpt_cli_job_add(mpt_cli_job *j, const char *name, const char *fmt, ...) {
+    MPT_ASSERTF(j->n < MPT_CLI_JOB_MAX, "mpt_cli_job_add: more than %d settings", MPT_CLI_JOB_MAX);
+    va_list ap;
+    va_start(ap, fmt);
+    char *value = NULL;
+    int k = vasprintf(&value, fmt, ap);
+    va_end(ap);
+    char *n = strdup(name);
+    MPT_ASSERTF(k >= 0 && n, "mpt_cli_job_add: out of memory");
+    j->item[j->n++] = (mpt_dist_item){n, value};
+}
+
+void mpt_cli_job_settings(const mpt_cli_opts *o, mpt_cmd_mask cmd, const mpt_cli_data_fp *fp, int threads,
+                          const char *resumed, mpt_cli_job *j) {
+    char buf[128], name[48];
+    mpt_cli_job_add(j, "the mptrain version", "%s", MPT_VERSION);
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        if (!mpt_cli_opt_recorded(id) || (cmd == MPT_CMD_COMPARE && (id == MPT_OPT_PRECISION || id == MPT_OPT_SEED)))
+            continue; /* compare: each run's precision and seed come from --precisions and --seeds */
+        snprintf(name, sizeof name, "--%s", mpt_cli_opt_name(id));
+        mpt_cli_job_add(j, name, "%s", mpt_cli_format(o, id, buf, sizeof buf));
+    }
+    mpt_cli_job_add(j, "--max-steps", "%lld", (long long)o->max_steps);
+    mpt_cli_job_add(j, "--log-every", "%lld", (long long)o->log_every);
+    mpt_cli_job_add(j, "--telemetry", "%lld", (long long)o->telemetry);
+    mpt_cli_job_add(j, "--shadow", "%s", o->shadow ? "on" : "off");
+    mpt_cli_job_add(j, "--device", "%s", o->device == MPT_DEVICE_CHOICE_CPU ? "cpu" : o->device == MPT_DEVICE_CHOICE_CUDA
+                                                                                       ? "cuda" : "auto");
+    mpt_cli_job_add(j, "--limit-test", "%lld", (long long)o->limit_test);
+    if (cmd == MPT_CMD_TRAIN) {
+        mpt_cli_job_add(j, "--grad-comm", "%s", mpt_grad_comm_name(o->grad_comm));
+        mpt_cli_job_add(j, "--threads (the CPU GEMM threads in use)", "%d", threads);
+        mpt_cli_job_add(j, "--resume", "%s", resumed && resumed[0] ? resumed : "none");
+    } else {
+        size_t k = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < o->n_precisions && k + 16 < sizeof buf; i++)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? "," : "", mpt_precision_name(o->precisions[i]));
+        mpt_cli_job_add(j, "--precisions", "%s", buf);
+        char seeds[MPT_CLI_MAX_SEEDS * 21 + 1] = "";
+        k = 0;
+        for (int i = 0; i < o->n_seeds; i++)
+            k += (size_t)snprintf(seeds + k, sizeof seeds - k, "%s%" PRIu64, i ? "," : "", o->seeds[i]);
+        if (o->n_seeds > 1) mpt_cli_job_add(j, "--seeds", "%s", seeds);
+        else mpt_cli_job_add(j, "--seed", "%" PRIu64, o->seed);
+        mpt_cli_job_add(j, "--out", "%s", o->out);
+    }
+    char fpt[160];
+    mpt_cli_job_add(j, "--data (the images as loaded)", "%s", mpt_cli_data_fp_text(fp, fpt, sizeof fpt));
+}
+
+void mpt_cli_job_free(mpt_cli_job *j) {
+    for (int i = 0; i < j->n; i++) {
+        free((char *)j->item[i].name);
+        free((char *)j->item[i].value);
+    }
+    j->n = 0;
 }

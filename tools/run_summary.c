@@ -186,7 +186,7 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     static char buf[MPT_MODEL_SPEC_MAX + 64];
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
     json_object_set_new(j, "run_id", json_string(r->run_id));
-    json_t *stop = json_null(); /* a run stopped by SIGINT / SIGTERM after `steps` steps, its state saved */
+    json_t *stop = json_null(); /* a run stopped by a signal (tools/guards.h) after `steps` steps, its state saved */
     if (r->interrupted)
         stop = json_pack("{s:s, s:I}", "signal", mpt_guard_signal_name(r->interrupted), "step", (json_int_t)r->iterations);
     json_object_set_new(j, "interrupted", stop);
