@@ -302,10 +302,10 @@ def bench_results(src):
         with tempfile.TemporaryDirectory() as tmp:
             d = src.materialise(tmp)
             for name in sorted(os.listdir(os.path.join(d, "runs"))):
-                r = summarize.load_run(os.path.join(d, "runs", name), "gpu")
-                if r and r["ok"]:
-                    res.setdefault((r["impl"], r["model"], r["precision"]), []).append(
-                        {"t": r["t_epoch"], "acc": r["acc"], "repeat": r.get("repeat")})
+                for r in summarize.load_runs(os.path.join(d, "runs", name), "gpu"):
+                    if r["ok"] and r["impl"] in ("mptrain", "pytorch"):  # PyTorch eager: the peer of these pages
+                        res.setdefault((r["impl"], r["model"], r["precision"]), []).append(
+                            {"t": r["t_epoch"], "acc": r["acc"], "repeat": r.get("repeat")})
         return res
     # the first session's layout (../shared/gpu/first-run.sh)
     for name in src.listdir("bench"):
