@@ -73,6 +73,7 @@ import gzip
 import json
 import math
 import os
+import re
 import resource
 import statistics
 import struct
@@ -406,6 +407,7 @@ def run_mode(args, mode, device, data):
         "graph_scope": scope,
         "prepare_s": prep_s,  # graph: warm-up + capture; compile: compilation (3 forward + backward calls)
         "torch": torch.__version__,
+        "blas": blas_facts() if not cuda else None,
         "model": args.model,
         "precision": args.precision,
         "device": args.device if not cuda else torch.cuda.get_device_name(0),
@@ -430,6 +432,47 @@ def run_mode(args, mode, device, data):
         "max_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         "cuda_max_memory_allocated": torch.cuda.max_memory_allocated() if cuda else None,
     }
+
+
+# oneDNN 2.x's dnnl_cpu_isa_t values (dnnl_types.h), the ones an x86 CPU of this decade reports
+ONEDNN_ISA = {0x0: "all", 0x1: "sse41", 0x3: "avx", 0x7: "avx2", 0x407: "avx2_vnni", 0x27: "avx512_core",
+              0x67: "avx512_core_vnni", 0xe7: "avx512_core_bf16", 0x3e7: "avx512_core_amx"}
+
+
+def blas_facts():
+    """Which libraries run this torch's CPU GEMMs, read from the process itself (issue 32 D): torch's BLAS_INFO
+    (torch.__config__.show()), and for each GEMM library mapped into the process its version and kernels: OpenBLAS's
+    openblas_get_config()/openblas_get_corename() (the core OpenBLAS picked, or OPENBLAS_CORETYPE's), oneDNN's
+    dnnl_get_effective_cpu_isa(). Debian's torch 1.13 runs FP32 matmuls on the system BLAS (OpenBLAS through
+    libblas.so.3) and bf16 autocast matmuls on oneDNN (mkldnn). Returns a dict; a library that cannot be asked is
+    left out, never guessed."""
+    import ctypes
+    torch.ones(8, 8) @ torch.ones(8, 8)  # the BLAS is mapped by now
+    facts = {"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"), "mkldnn": torch.backends.mkldnn.is_available()}
+    m = re.search(r"\bBLAS_INFO=([^,\s]+)", torch.__config__.show())
+    if m:
+        facts["torch_blas_info"] = m.group(1)
+    try:
+        with open("/proc/self/maps") as f:
+            libs = sorted({ln.split()[-1] for ln in f if ".so" in ln and ("blas" in ln or "dnnl" in ln)})
+    except OSError:
+        libs = []
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if "openblas_core" not in facts and hasattr(lib, "openblas_get_corename"):
+            lib.openblas_get_corename.restype = lib.openblas_get_config.restype = ctypes.c_char_p
+            facts["openblas_library"] = path
+            facts["openblas_core"] = lib.openblas_get_corename().decode()
+            facts["openblas_config"] = lib.openblas_get_config().decode()
+        if "onednn_isa" not in facts and hasattr(lib, "dnnl_get_effective_cpu_isa"):
+            lib.dnnl_get_effective_cpu_isa.restype = ctypes.c_int
+            isa = lib.dnnl_get_effective_cpu_isa()
+            facts["onednn_library"] = path
+            facts["onednn_isa"] = ONEDNN_ISA.get(isa, hex(isa))
+    return facts
 
 
 def parse_modes(ap, text):
@@ -463,7 +506,13 @@ def main():
     ap.add_argument("--limit-test", type=int, default=0, help="evaluate on the first N test images (0 = all)")
     ap.add_argument("--warmup-steps", type=int, default=30, help="CUDA: untimed steps on a throw-away model")
     ap.add_argument("--eval-batch", type=int, default=1000)
+    ap.add_argument("--blas-info", action="store_true",
+                    help="print which libraries run this torch's CPU GEMMs (one JSON line: OpenBLAS's core, oneDNN's ISA) "
+                    "and exit")
     args = ap.parse_args()
+    if args.blas_info:
+        print(json.dumps(blas_facts()), flush=True)
+        return 0
     if args.epochs < 1 or args.batch_size < 1:
         ap.error("--epochs and --batch-size must be >= 1")
     if args.limit_train < 0 or args.limit_test < 0 or args.warmup_steps < 0 or args.eval_batch < 1:

@@ -17,7 +17,11 @@
 #   --threads-mptrain N skip mptrain's thread calibration: always --threads N
 #   --threads-torch T/B skip PyTorch's: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B
 #                       (T/Bp: and OMP_WAIT_POLICY=passive)
-#   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs)
+#   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs). Default: the core
+#                       mptrain's rule picks where OpenBLAS misdetects this CPU (`MPT_CPU_ENGINE=openblas mptrain info`:
+#                       "chosen by mptrain"), for both, so PyTorch's FP32 GEMMs get the best kernels OpenBLAS has here;
+#                       none where OpenBLAS's own choice is already the best (or OPENBLAS_CORETYPE is set).
+#                       `detected`: OpenBLAS's own choice, whatever it is
 #   --mptrain PATH      run this mptrain (a program or a wrapper script); configure and build nothing (bench/gpu.sh's
 #                       prebuilt binaries), so no gemm_bench in cpu mode
 #   --torch-modes LIST  PyTorch's execution modes, run in one process per configuration, one after the other
@@ -201,6 +205,27 @@ fi
 
 # ---- running one configuration --------------------------------------------------------------------------
 mkdir -p "$OUT/runs" "$OUT/calib" "$OUT/info" "$OUT/gemm"
+# OpenBLAS's core: the user's, or where OpenBLAS misdetects this CPU the one mptrain's rule (tools/main.c) picks, for
+# both programs alike (PyTorch's FP32 GEMMs run on OpenBLAS; mptrain's too in a build without oneDNN)
+CORETYPE_WHY=
+if [ "$CORETYPE" = detected ]; then
+    CORETYPE= CORETYPE_WHY="OpenBLAS's own choice (--openblas-coretype detected)"
+elif [ -n "$CORETYPE" ]; then
+    CORETYPE_WHY="--openblas-coretype"
+elif [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    CORETYPE_WHY="set in the environment"
+elif [ "$MODE" = gpu ]; then
+    CORETYPE_WHY="OpenBLAS's own choice (gpu mode: the GEMMs run on the GPU)"
+else
+    chosen=$(MPT_CPU_ENGINE=openblas "$MPTRAIN" info 2>/dev/null | grep -o 'OPENBLAS_CORETYPE=[A-Za-z0-9]* (chosen by mptrain: [^)]*)' | head -n 1)
+    if [ -n "$chosen" ]; then
+        CORETYPE=${chosen#OPENBLAS_CORETYPE=} CORETYPE_WHY=${chosen#* (chosen by mptrain: }
+        CORETYPE=${CORETYPE%% *} CORETYPE_WHY="mptrain's rule: ${CORETYPE_WHY%)}"
+        say "OPENBLAS_CORETYPE=$CORETYPE for mptrain and PyTorch ($CORETYPE_WHY)"
+    else
+        CORETYPE_WHY="OpenBLAS's own choice (the best it has for this CPU's instructions, by mptrain's rule)"
+    fi
+fi
 if [ -n "$CORETYPE" ]; then export OPENBLAS_CORETYPE=$CORETYPE; fi
 DEVICE=$MODE
 [ "$MODE" = gpu ] && DEVICE=cuda
@@ -355,6 +380,9 @@ say "results in $OUT"
     printf 'oneDNN: %s\n' "$(dpkg-query -W -f='${Package} ${Version}' libdnnl2 2>/dev/null || echo '?')"
     "$MPTRAIN" info | sed -n '/^CPU kernels/,/^  native/p' | sed 's/^/mptrain info: /' 
     "$PYTHON" -c 'import sys, torch, numpy; print("python %s, torch %s, numpy %s, torch default threads %d" % (sys.version.split()[0], torch.__version__, numpy.__version__, torch.get_num_threads()))'
+    if [ "$MODE" = cpu ]; then
+        printf "PyTorch's CPU GEMM libraries (bench/pytorch_reference.py --blas-info): %s\n" "$("$PYTHON" "$ROOT/bench/pytorch_reference.py" --blas-info 2>&1 | tail -n 1)"
+    fi
     if [ -n "$GEMM_BENCH" ]; then
         printf 'mptrain: %s, %s build\n' "$("$MPTRAIN" --version)" "$(meson introspect "$BUILD_DIR" --buildoptions | "$PYTHON" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])')"
     else
@@ -450,7 +478,7 @@ done
         read -r impl model prec <<<"$c"
         printf '  - %s %s %s: %s\n' "$impl" "$model" "$prec" "$(setting_text "$impl" "${CHOSEN[$c]}")"
     done
-    if [ -n "$CORETYPE" ]; then printf -- '- OPENBLAS_CORETYPE=%s for both.\n' "$CORETYPE"; fi
+    printf -- "- OpenBLAS's core for both: %s (%s).\n" "${OPENBLAS_CORETYPE:-as detected}" "$CORETYPE_WHY"
 } >"$OUT/info/settings.txt"
 
 # ---- the measured runs ------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 # JSON line; fused and compile, which that torch cannot run, print "unavailable" lines naming the reason while the
 # other modes still run (exit 0); --device cuda stops with a message naming torch.cuda.is_available(); graph on the
 # CPU is a usage error; the padded batches of graph and compile mode (labels of padding rows set to ignore_index)
-# give the same loss and gradients as the real rows alone. Without that torch, a stub `torch` package stands in and
+# give the same loss and gradients as the real rows alone; --blas-info and each JSON line name the OpenBLAS core that
+# ran (OPENBLAS_CORETYPE set to two cores: each is reported). Without that torch, a stub `torch` package stands in and
 # only the argument handling is checked (every usage error is found before torch is used).
 # Prints a Check-style summary line (Checks: N, Failures: F, Errors: 0), which ./run adds to its total.
 set -uo pipefail
@@ -82,6 +83,21 @@ sys.exit(not (j["status"] == "unavailable" and "fused=True" in j["reason"] and "
     if "$py" -c 'import torch, sys; sys.exit(torch.cuda.is_available())'; then
         check "--device cuda without a usable GPU stops naming torch.cuda.is_available() (exit $rc)" \
             bash -c '[ "$1" = 1 ] && grep -q "torch.cuda.is_available() is False" <<<"$2"' _ "$rc" "$out"
+    fi
+    # ---- which libraries run PyTorch's CPU GEMMs (issue 32 D): read from the process, never assumed ----------------
+    if "$py" -c 'import torch, sys; sys.exit("BLAS_INFO=generic" not in torch.__config__.show())' 2>/dev/null &&
+        ldconfig -p | grep -q 'openblas'; then
+        for core in Haswell Sandybridge; do
+            out=$(OPENBLAS_CORETYPE=$core "$py" "$ref" --blas-info 2>&1)
+            check "--blas-info under OPENBLAS_CORETYPE=$core names OpenBLAS's core $core ($out)" "$py" -c '
+import json, sys
+j = json.loads(sys.argv[1].splitlines()[-1])
+sys.exit(not (j["openblas_core"] == sys.argv[2] and j["OPENBLAS_CORETYPE"] == sys.argv[2] and sys.argv[2] in j["openblas_config"]))' "$out" "$core"
+        done
+        check "eager's JSON line records the GEMM libraries (blas: OpenBLAS's core and config)" "$py" -c '
+import json, sys
+j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][0]
+sys.exit(not (j["blas"]["openblas_core"] and j["blas"]["openblas_config"].startswith("OpenBLAS")))' "$tmp/out.txt"
     fi
     # ---- the padded batches of graph and compile mode ------------------------------------------------------------
     check "padded batches: loss and gradients of B rows with ignored padding equal those of the real rows alone" \
