@@ -32,6 +32,8 @@ typedef enum mpt_dtype {
     MPT_DTYPE_E4M3,    /* OCP FP8 E4M3 ("E4M3FN"), stored as uint8_t: the operands of FP8 GEMMs, with a scale */
     MPT_DTYPE_E5M2,    /* OCP FP8 E5M2, stored as uint8_t: gradient operands of FP8 GEMMs, with a scale */
     MPT_DTYPE_E8M0,    /* OCP MX E8M0, stored as uint8_t: block scales (powers of two) of MXFP8 operands */
+    MPT_DTYPE_I8,      /* int8_t, two's complement: the codes of INT8 / INT4 quantized tensors (with a scale; INT4 codes
+                          -7..7 held one per byte), the operands of the integer GEMM and convolution (engine/backend.h) */
     MPT_DTYPE_COUNT
 } mpt_dtype;
 
@@ -93,11 +95,37 @@ typedef struct mpt_format_desc {
 /* The row of a format (NULL for a value outside the enum). */
 MPT_API const mpt_format_desc *mpt_format_info(mpt_format f);
 
+/* ---- integer formats: a small table of their own ------------------------------------------------------------------
+ * INT8 and INT4 are not rows of formats[]: every field there describes a floating-point grid (an exponent field and
+ * its bias, emin/emax, subnormals, a unit roundoff that bounds the *relative* error of rounding), and its readers
+ * (the telemetry's range counters, `mptrain formats`' table, tests/test_formats.c's decoder check) would all read
+ * them as such. An integer grid has none of it: one step s everywhere (the scale), an absolute error of at most s / 2
+ * and a relative error that grows without bound toward zero. Forcing the rows in would make the float rows' columns
+ * lie or need an exception in each reader. The per-element conversions are engine/numerics.h's (mpt_int_quantize,
+ * mpt_int_dequantize: symmetric, q = clamp(rint(x / s), -qmax, qmax), x' = q s). Sources: PyTorch's qint8 with
+ * quant_min -127 (symmetric), TensorRT's INT8 range [-127, 127]; INT4 as in Wu et al. 2020 (arXiv 2004.09602). */
+typedef enum mpt_int_format {
+    MPT_INT_FORMAT_INT8 = 0,
+    MPT_INT_FORMAT_INT4,
+    MPT_INT_FORMAT_COUNT
+} mpt_int_format;
+
+typedef struct mpt_int_format_desc {
+    const char *name;   /* "INT8", "INT4" */
+    const char *key;    /* "int8", "int4": the name on the command line (--quantize, --qat) */
+    int bits;           /* 8, 4: storage per element (INT4 packed two per byte in memory figures) */
+    int qmax;           /* 127, 7: symmetric quantization uses the codes -qmax .. qmax */
+    int code_min;       /* -128, -8: two's complement's lowest code, which symmetric quantization leaves unused */
+} mpt_int_format_desc;
+
+/* The row of an integer format (NULL outside the enum). */
+MPT_API const mpt_int_format_desc *mpt_int_format_info(mpt_int_format f);
+
 /* ---- storage dtypes: one row each -------------------------------------------------------------------------- */
 typedef struct mpt_dtype_desc {
-    const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" */
+    const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0", "i8" */
     size_t size;        /* bytes per element */
-    int format;         /* the mpt_format its elements are in, or -1 (U8, I32: integers) */
+    int format;         /* the mpt_format its elements are in, or -1 (U8, I32, I8: integers) */
     int is_float;       /* an unscaled floating-point format: elements are values (F32, F16, BF16) */
     int is_fp8;         /* an FP8 element format: elements need a scale (E4M3, E5M2) */
 } mpt_dtype_desc;
@@ -105,9 +133,9 @@ typedef struct mpt_dtype_desc {
 /* The row of a dtype (NULL outside the enum). */
 MPT_API const mpt_dtype_desc *mpt_dtype_info(mpt_dtype t);
 
-/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1; 0 outside the enum). */
+/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1, I8 1; 0 outside the enum). */
 MPT_API size_t mpt_dtype_size(mpt_dtype t);
-/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" ("?" outside the enum). */
+/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0", "i8" ("?" outside the enum). */
 MPT_API const char *mpt_dtype_name(mpt_dtype t);
 /* Whether the dtype is an unscaled floating-point format (F32, F16, BF16): one whose elements are values. */
 MPT_API int mpt_dtype_is_float(mpt_dtype t);
