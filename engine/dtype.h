@@ -121,6 +121,34 @@ typedef struct mpt_int_format_desc {
 /* The row of an integer format (NULL outside the enum). */
 MPT_API const mpt_int_format_desc *mpt_int_format_info(mpt_int_format f);
 
+/* ---- quantization formats: what a tensor is quantized to with a scale (eval --quantize, train --qat) -------------
+ * One row each: the two integer formats, and FP8 E4M3 with a scale of the same rule, for comparison. Every one uses
+ * s = amax / qmax (per tensor, or per row: per output channel) and x' = Q(x / s) s (engine/numerics.h
+ * mpt_quant_fake): Q rounds to the integer codes -qmax..qmax (mpt_int_quantize), or to E4M3, saturating at 448
+ * (mpt_f32_to_e4m3_sat). The FP8 training recipe writes the same scale the other way round (s' = 448 / amax, q =
+ * round(x s'): engine/amp/fp8.h); dividing here keeps one rule for the three rows. */
+typedef enum mpt_qformat {
+    MPT_QFORMAT_INT8 = 0,
+    MPT_QFORMAT_INT4,
+    MPT_QFORMAT_E4M3,
+    MPT_QFORMAT_COUNT
+} mpt_qformat;
+
+typedef struct mpt_qformat_desc {
+    const char *key;     /* "int8", "int4", "fp8-e4m3": the name on the command line */
+    const char *name;    /* "INT8", "INT4", "FP8 E4M3" */
+    int bits;            /* storage per element: 8, 4, 8 */
+    int qmax;            /* the largest magnitude a scaled element holds: 127, 7, 448 */
+    int is_int;          /* integer codes (INT8, INT4): what the integer GEMM and convolution read */
+    int int_format;      /* its mpt_int_format, or -1 */
+    int format;          /* its mpt_format (E4M3), or -1 */
+} mpt_qformat_desc;
+
+/* The row of a quantization format (NULL outside the enum). */
+MPT_API const mpt_qformat_desc *mpt_qformat_info(mpt_qformat f);
+/* The format whose key is s: 0 on success, -1 for an unknown name. */
+MPT_API int mpt_qformat_parse(const char *s, mpt_qformat *out);
+
 /* ---- storage dtypes: one row each -------------------------------------------------------------------------- */
 typedef struct mpt_dtype_desc {
     const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0", "i8" */

@@ -445,6 +445,14 @@ MPT_HD float mpt_int_fake_quant(float x, float s, int qmax) {
     return mpt_int_dequantize(mpt_int_quantize(x, s, qmax), s);
 }
 
+/* The value x stands for when quantized with scale s to the integer codes -qmax..qmax (e4m3 = 0) or to FP8 E4M3
+ * (e4m3 = 1, saturating at +-448: x' = e4m3_sat(x / s) s, one FP32 division and one product): the per-element rule of
+ * engine/dtype.h's quantization formats. */
+MPT_HD float mpt_quant_fake(float x, float s, int qmax, int e4m3) {
+    if (e4m3) return mpt_e4m3_to_f32(mpt_f32_to_e4m3_sat(x / s)) * s;
+    return mpt_int_fake_quant(x, s, qmax);
+}
+
 /* One output of an integer GEMM or convolution: the exact int32 sum of integer products `acc`, converted to FP32
  * (exact while |acc| <= 2^24, else rounded once, RNE), times the combined scale s_x * s_w (one FP32 product the
  * caller forms), plus the bias, with one rounding (fmaf): y = fl(fl(acc) * scale + bias). */

@@ -1,0 +1,224 @@
+/*
+ * tests/test_quant.c - quantization on the CPU backend (engine/backend.h "Quantization", kernels/cpu/quant.c).
+ *
+ *  - the integer GEMM is exact where an FP32 accumulator cannot be: the cnn's fc1 length K = 9216 with codes of 127,
+ *    whose exact sum 148628862 lies between FP32 numbers (spacing 16 above 2^27): the int32 sum equals the int64
+ *    reference, the backend's own FP32 GEMM of the same codes does not, nor does a plain FP32 loop;
+ *  - random shapes (K = 0 included), per-tensor and per-channel scales, with and without a bias, F32 and BF16
+ *    outputs: the sums against an int64 reference, the rescale against its definition fmaf((float)acc, s_x s_w, b);
+ *  - the integer convolution (padding, stride) against a direct int64 reference;
+ *  - fake quantization per row and per tensor against hand-computed codes and values (INT8, INT4, E4M3), the scales;
+ *  - an activation's amax (accumulated over calls, NaN kept) and its codes.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "engine/backend.h"
+#include "engine/numerics.h"
+
+static mpt_backend *be;
+
+static void setup(void) { be = mpt_backend_cpu_create(); }
+static void teardown(void) { mpt_backend_free(&be); }
+
+START_TEST(test_gemm_i8_exact_where_fp32_rounds) {
+    enum { M = 2, N = 3, K = 9216 }; /* the cnn's fc1: K = 64 * 12 * 12 */
+    int8_t *A = malloc(M * K), *B = malloc(N * K);
+    float *A32 = malloc(sizeof(float) * M * K), *B32 = malloc(sizeof(float) * N * K), C32[M * N];
+    int32_t acc[M * N];
+    ck_assert(A && B && A32 && B32);
+    for (int k = 0; k < K; k++) {
+        A[k] = 127;                        /* row 0: every code 127 */
+        A[K + k] = (int8_t)(k % 2 ? -127 : 127);
+        B[k] = (int8_t)(k == K - 1 ? 1 : 127); /* col 0: 127 ... 127, 1 */
+        B[K + k] = 127;
+        B[2 * K + k] = (int8_t)(k % 3 == 0 ? -126 : 125);
+    }
+    for (int i = 0; i < M * K; i++) A32[i] = A[i];
+    for (int i = 0; i < N * K; i++) B32[i] = B[i];
+    mpt_gemm_i8_args g = {.M = M, .N = N, .K = K, .A = A, .B = B, .acc = acc, .tag = "test"};
+    be->gemm_i8(be, &g);
+    int64_t exact[M * N];
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            int64_t s = 0;
+            for (int k = 0; k < K; k++) s += (int64_t)A[m * K + k] * B[n * K + k];
+            exact[m * N + n] = s;
+            ck_assert_msg(acc[m * N + n] == s, "acc[%d, %d] = %d, exact %lld", m, n, acc[m * N + n], (long long)s);
+        }
+    /* 127 * 127 * 9215 + 127 = 148628862: above 2^27 FP32's spacing is 16, and this is not a multiple of it */
+    ck_assert(exact[0] == 148628862LL && exact[0] > (1LL << 24));
+    ck_assert((double)(float)exact[0] != (double)exact[0]);
+    /* an FP32 emulation cannot give it: the backend's FP32 GEMM of the same codes, and a plain FP32 loop */
+    mpt_gemm_args f = {.trans_b = 1, .M = M, .N = N, .K = K, .A = A32, .a_dtype = MPT_DTYPE_F32, .B = B32,
+                       .b_dtype = MPT_DTYPE_F32, .C = C32, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f,
+                       .math = MPT_MATH_FP32, .tag = "test.fp32"};
+    MPT_ASSERT(mpt_backend_reserve_workspace(be, be->gemm_workspace(be, &f)) == MPT_OK);
+    be->gemm(be, &f);
+    ck_assert_msg((double)C32[0] != (double)exact[0], "the FP32 GEMM gave the exact %lld", (long long)exact[0]);
+    float loop = 0.0f;
+    for (int k = 0; k < K; k++) loop += A32[k] * B32[k];
+    ck_assert_msg((double)loop != (double)exact[0] && fabs((double)loop - (double)exact[0]) > 8.0,
+                  "FP32 loop %.1f, exact %lld", (double)loop, (long long)exact[0]);
+    /* the rescale of the exact sum: one conversion (here rounded: the sum is above 2^24), one fmaf */
+    float xs = 0.0125f, ws[N] = {0.003f, 0.5f, 0.25f}, bias[N] = {1.0f, -2.0f, 0.5f}, C[M * N];
+    g.C = C, g.c_dtype = MPT_DTYPE_F32, g.a_scale = &xs, g.b_scales = ws, g.bias = bias, g.bias_dtype = MPT_DTYPE_F32;
+    be->gemm_i8(be, &g);
+    for (int i = 0; i < M * N; i++)
+        ck_assert(C[i] == fmaf((float)exact[i], xs * ws[i % N], bias[i % N]));
+    free(A), free(B), free(A32), free(B32);
+}
+END_TEST
+
+START_TEST(test_gemm_i8_random) {
+    tests_rng r = {77};
+    for (int it = 0; it < 40; it++) {
+        const int M = tests_int(&r, 1, 9), N = tests_int(&r, 1, 13), K = it == 0 ? 0 : tests_int(&r, 1, 300);
+        const int per_tensor = it % 2, with_bias = it % 3 != 0;
+        const mpt_dtype ct = it % 4 == 3 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+        int8_t *A = malloc((size_t)(M * K + 1)), *B = malloc((size_t)(N * K + 1));
+        int32_t *acc = malloc(sizeof(int32_t) * (size_t)(M * N));
+        float *C = malloc(sizeof(float) * (size_t)(M * N)), ws[16], bias[16], xs = (float)tests_uniform(&r, 1e-3, 1.0);
+        for (int i = 0; i < M * K; i++) A[i] = (int8_t)tests_int(&r, -127, 127);
+        for (int i = 0; i < N * K; i++) B[i] = (int8_t)tests_int(&r, -127, 127);
+        for (int i = 0; i < N; i++) ws[i] = (float)tests_uniform(&r, 1e-3, 1.0), bias[i] = (float)tests_uniform(&r, -1, 1);
+        mpt_gemm_i8_args g = {.M = M, .N = N, .K = K, .A = A, .B = B, .acc = acc, .C = C, .c_dtype = ct,
+                              .a_scale = &xs, .b_scales = ws, .b_per_tensor = per_tensor,
+                              .bias = with_bias ? bias : NULL, .bias_dtype = MPT_DTYPE_F32, .tag = "test"};
+        be->gemm_i8(be, &g);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                int64_t s = 0;
+                for (int k = 0; k < K; k++) s += (int64_t)A[m * K + k] * B[n * K + k];
+                ck_assert_int_eq(acc[m * N + n], (int32_t)s);
+                const float want = fmaf((float)s, xs * ws[per_tensor ? 0 : n], with_bias ? bias[n] : 0.0f);
+                const float got = mpt_load_f32(C, ct, m * N + n);
+                float want_c = want;
+                if (ct == MPT_DTYPE_BF16) want_c = mpt_bf16_to_f32(mpt_f32_to_bf16(want));
+                ck_assert_msg(got == want_c, "it %d (%d, %d): %a, want %a", it, m, n, (double)got, (double)want_c);
+            }
+        free(A), free(B), free(acc), free(C);
+    }
+}
+END_TEST
+
+START_TEST(test_conv_i8) {
+    tests_rng r = {5};
+    const struct { int N, C, H, W, K, R, pad, stride; } cs[] = {{2, 3, 7, 6, 4, 3, 1, 1}, {1, 2, 9, 9, 5, 5, 2, 2},
+                                                               {3, 1, 5, 5, 2, 5, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        mpt_conv_shape s = {.N = cs[ci].N, .C = cs[ci].C, .H = cs[ci].H, .W = cs[ci].W, .K = cs[ci].K, .R = cs[ci].R,
+                            .S = cs[ci].R, .pad_h = cs[ci].pad, .pad_w = cs[ci].pad, .stride_h = cs[ci].stride,
+                            .stride_w = cs[ci].stride};
+        s.P = (s.H + 2 * s.pad_h - s.R) / s.stride_h + 1;
+        s.Q = (s.W + 2 * s.pad_w - s.S) / s.stride_w + 1;
+        const int nx = s.N * s.C * s.H * s.W, nw = s.K * s.C * s.R * s.S, ny = s.N * s.K * s.P * s.Q;
+        int8_t *x = malloc((size_t)nx), *w = malloc((size_t)nw);
+        float *y = malloc(sizeof(float) * (size_t)ny), ws[8], bias[8], xs = 0.02f;
+        for (int i = 0; i < nx; i++) x[i] = (int8_t)tests_int(&r, -127, 127);
+        for (int i = 0; i < nw; i++) w[i] = (int8_t)tests_int(&r, -7, 7);
+        for (int k = 0; k < s.K; k++) ws[k] = (float)tests_uniform(&r, 0.01, 0.1), bias[k] = (float)tests_uniform(&r, -1, 1);
+        MPT_ASSERT(mpt_backend_reserve_workspace(be, mpt_conv_i8_workspace(&s)) == MPT_OK);
+        mpt_conv_i8_args a = {.s = s, .x = x, .w = w, .y = y, .y_dtype = MPT_DTYPE_F32, .x_scale = &xs,
+                              .w_scales = ws, .bias = bias, .bias_dtype = MPT_DTYPE_F32, .tag = "test"};
+        be->conv2d_forward_i8(be, &a);
+        for (int n = 0; n < s.N; n++)
+            for (int k = 0; k < s.K; k++)
+                for (int p = 0; p < s.P; p++)
+                    for (int q = 0; q < s.Q; q++) {
+                        int64_t acc = 0;
+                        for (int c = 0; c < s.C; c++)
+                            for (int i = 0; i < s.R; i++)
+                                for (int j = 0; j < s.S; j++) {
+                                    const int h = p * s.stride_h - s.pad_h + i, ww = q * s.stride_w - s.pad_w + j;
+                                    if (h < 0 || h >= s.H || ww < 0 || ww >= s.W) continue;
+                                    acc += (int64_t)x[((n * s.C + c) * s.H + h) * s.W + ww] *
+                                           w[((k * s.C + c) * s.R + i) * s.S + j];
+                                }
+                        const float want = fmaf((float)acc, xs * ws[k], bias[k]);
+                        ck_assert_msg(y[((n * s.K + k) * s.P + p) * s.Q + q] == want, "case %zu (%d %d %d %d)", ci, n,
+                                      k, p, q);
+                    }
+        free(x), free(w), free(y);
+    }
+}
+END_TEST
+
+START_TEST(test_fake_quant) {
+    /* INT8 per row: [254, 5, -3] has s = 2 (ties 2.5 -> 2, -1.5 -> -2); [0, 0, 0] s = 1; [-12.7, 0.1, 0] s = 0.1f */
+    const float x[9] = {254.0f, 5.0f, -3.0f, 0.0f, 0.0f, 0.0f, -12.7f, 0.1f, 0.0f};
+    float y[9], sc[3];
+    int8_t q[9];
+    mpt_fake_quant_args a = {.x = x, .rows = 3, .cols = 3, .fmt = MPT_QFORMAT_INT8, .y = y, .y_dtype = MPT_DTYPE_F32,
+                             .q = q, .scales = sc, .tag = "test"};
+    be->fake_quant(be, &a);
+    ck_assert(sc[0] == 2.0f && sc[1] == 1.0f && sc[2] == 12.7f / 127.0f);
+    const int8_t q_want[9] = {127, 2, -2, 0, 0, 0, -127, 1, 0};
+    for (int i = 0; i < 9; i++) ck_assert_msg(q[i] == q_want[i], "q[%d] = %d, want %d", i, q[i], q_want[i]);
+    ck_assert(y[0] == 254.0f && y[1] == 4.0f && y[2] == -4.0f && y[3] == 0.0f);
+    ck_assert(y[6] == -127.0f * sc[2] && y[7] == sc[2]);
+    /* per tensor (rows = 1): one scale from the whole amax 254: 12.7 / 2 = 6.35 -> 6 */
+    a.rows = 1, a.cols = 9;
+    be->fake_quant(be, &a);
+    ck_assert(sc[0] == 2.0f && q[6] == -6 && y[6] == -12.0f && q[7] == 0 && y[7] == 0.0f);
+    /* INT4 per row: [14, 13, -5] s = 2: 6.5 -> 6, -2.5 -> -2 */
+    const float x4[3] = {14.0f, 13.0f, -5.0f};
+    a = (mpt_fake_quant_args){.x = x4, .rows = 1, .cols = 3, .fmt = MPT_QFORMAT_INT4, .y = y, .y_dtype = MPT_DTYPE_F32,
+                              .q = q, .scales = sc, .tag = "test"};
+    be->fake_quant(be, &a);
+    ck_assert(sc[0] == 2.0f && q[0] == 7 && q[1] == 6 && q[2] == -2 && y[1] == 12.0f && y[2] == -4.0f);
+    /* E4M3: amax 896 -> s = 2; 3 / 2 = 1.5 is on the grid; 10.1 / 2 = 5.05 rounds to 5 (grid step 0.5 there) */
+    const float x8[3] = {896.0f, 3.0f, 10.1f};
+    a = (mpt_fake_quant_args){.x = x8, .rows = 1, .cols = 3, .fmt = MPT_QFORMAT_E4M3, .y = y, .y_dtype = MPT_DTYPE_F32,
+                              .scales = sc, .tag = "test"};
+    be->fake_quant(be, &a);
+    ck_assert(sc[0] == 2.0f && y[0] == 896.0f && y[1] == 3.0f && y[2] == 10.0f);
+    /* into BF16: q * s rounded once (254 / 127 * 126 = 252 exactly; 0.1f-scaled values round) */
+    uint16_t yb[3];
+    const float xb[3] = {1.27f, 0.3f, -0.01f};
+    a = (mpt_fake_quant_args){.x = xb, .rows = 1, .cols = 3, .fmt = MPT_QFORMAT_INT8, .y = yb, .y_dtype = MPT_DTYPE_BF16,
+                              .scales = sc, .tag = "test"};
+    be->fake_quant(be, &a);
+    for (int i = 0; i < 3; i++)
+        ck_assert(yb[i] == mpt_f32_to_bf16((float)mpt_int_quantize(xb[i], sc[0], 127) * sc[0]));
+}
+END_TEST
+
+START_TEST(test_quantize_activation) {
+    float amax = 0.0f, s = 0.5f;
+    const float x[4] = {0.2f, -3.0f, 1.25f, 0.75f};
+    int8_t q[4];
+    mpt_quantize_args a = {.x = x, .x_dtype = MPT_DTYPE_F32, .n = 4, .amax = &amax, .tag = "test"};
+    be->quantize(be, &a);
+    ck_assert(amax == 3.0f);
+    const float x2[2] = {-2.0f, 4.5f};
+    a.x = x2, a.n = 2;
+    be->quantize(be, &a); /* accumulates: the max over calls */
+    ck_assert(amax == 4.5f);
+    a.x = x, a.n = 4, a.amax = NULL, a.scale = &s, a.q = q, a.qmax = 127;
+    be->quantize(be, &a); /* 0.4 -> 0, -6 -> -6, 2.5 -> 2 (tie, even), 1.5 -> 2 */
+    ck_assert(q[0] == 0 && q[1] == -6 && q[2] == 2 && q[3] == 2);
+    const float xn[2] = {NAN, 1.0f};
+    a.x = xn, a.n = 2, a.amax = &amax, a.q = NULL;
+    be->quantize(be, &a);
+    ck_assert(isnan(amax));
+}
+END_TEST
+
+static Suite *quant_suite(void) {
+    Suite *s = suite_create("quant");
+    TCase *tc = tcase_create("kernels");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_gemm_i8_exact_where_fp32_rounds);
+    tcase_add_test(tc, test_gemm_i8_random);
+    tcase_add_test(tc, test_conv_i8);
+    tcase_add_test(tc, test_fake_quant);
+    tcase_add_test(tc, test_quantize_activation);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(quant_suite()); }
