@@ -378,6 +378,17 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
                 gemm_like ? mpt_backend_kernels_of(g->be, n->op == MPT_OP_CONV2D, n->math) : "-");
     }
     mpt_graph_print_fp8_gemms(g, f);
+    int qat = 0;
+    for (int i = 0; i < g->n_nodes; i++) qat = qat ? qat : g->nodes[i]->qat;
+    if (qat) {
+        const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)(qat - 1));
+        fprintf(f, "quantization-aware training: the forward pass reads these weights fake-quantized to %s per output "
+                   "channel (s = amax / %d of each row of the FP32 master; straight-through gradient):",
+                q->name, q->qmax);
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i]->qat) fprintf(f, " %s", g->nodes[i]->in[1]->name);
+        fprintf(f, "\n");
+    }
     int fused = 0;
     for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;
     if (!fused || !g->fuse_epilogues) return;

@@ -728,6 +728,70 @@ START_TEST(test_resume_fp8) {
 }
 END_TEST
 
+/* Quantization-aware training (issue #38): lenet5 (convolutions and linear layers) in bf16 with --qat int4 resumes bit
+ * for bit (the working copies are rebuilt from the masters); the run says what --qat does, the checkpoint's config
+ * records "qat": "int4" and summary.json's precision map marks the quantized weights; a run without --qat writes no
+ * "qat" key (so its config is byte for byte the one written before the option existed); eval reproduces the run's
+ * accuracy; --qat int8 on resume, and --qat with an fp8 mode or --master-weights none, are refused naming --qat. */
+START_TEST(test_resume_qat) {
+    const char *extra[] = {"--qat", "int4", "--limit-train", "256", NULL};
+    resume_case("lenet5", "bf16", extra, 10, 4);
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *qat = tmp_path("qat"), *plain = tmp_path("plain");
+    int rc = run("train", "--data", data, "--device", "cpu", "--model", "lenet5", "--qat", "int4", "--max-steps", "3",
+                 "--limit-test", "64", "--progress", "off", "--out", qat, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "--qat int4: the forward pass reads the linear and conv weights "
+                                             "fake-quantized to INT4 per output channel"),
+                  "train --qat failed (%d): %s", rc, out_buf);
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", qat);
+    mpt_checkpoint *c = NULL;
+    ck_assert(mpt_checkpoint_open(ck, NULL, 0, &c) == MPT_OK);
+    ck_assert_msg(strstr(mpt_checkpoint_meta_get(c, "config"), "\"qat\":\"int4\"") != NULL, "%s",
+                  mpt_checkpoint_meta_get(c, "config"));
+    mpt_checkpoint_close(&c);
+    json_t *j = load_summary(qat);
+    json_t *map = json_object_get(j, "precision_map");
+    int marked = 0;
+    for (size_t i = 0; i < json_array_size(map); i++) {
+        json_t *q = json_object_get(json_array_get(map, i), "qat");
+        const char *node = json_string_value(json_object_get(json_array_get(map, i), "node"));
+        if (q) {
+            ck_assert_str_eq(json_string_value(json_object_get(q, "weight")), "int4");
+            marked++;
+        }
+        if (strcmp(node, "conv1") == 0 || strcmp(node, "fc3") == 0) ck_assert_msg(q != NULL, "%s is not marked", node);
+    }
+    ck_assert_int_eq(marked, 5); /* conv1, conv2, fc1, fc2, fc3 */
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * json_number_value(json_object_get(j, "final_test_accuracy")));
+    json_decref(j);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "64", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want), "eval of a QAT checkpoint (want '%s'): %d %s", want, rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "1", "--limit-test", "64", "--progress", "off",
+             "--out", plain, NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", plain);
+    ck_assert(mpt_checkpoint_open(ck, NULL, 0, &c) == MPT_OK);
+    ck_assert_msg(strstr(mpt_checkpoint_meta_get(c, "config"), "qat") == NULL, "%s", mpt_checkpoint_meta_get(c, "config"));
+    mpt_checkpoint_close(&c);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", qat);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--qat", "int8", "--out", tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--qat"), "--qat changed on resume: %d %s", rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp8", "--qat", "int8", "--out",
+             tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--qat int8 conflicts with --precision fp8"), "%d %s", rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--master-weights", "none", "--qat",
+             "int4", "--out", tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--qat int4 needs --master-weights fp32"), "%d %s", rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--qat", "int2", "--out", tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--qat: expected one of none, int8, int4, found 'int2'"), "%d %s", rc,
+                  out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
 /* ---- the safeguard switches (issue #10) ----------------------------------------------------------------------- */
 
 /* A string from summary.json's "config" object. */
@@ -1358,6 +1422,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_switches);
     tcase_add_test(tr, test_cpu_kernels_native);
     tcase_add_test(tr, test_resume_fp8);
+    tcase_add_test(tr, test_resume_qat);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);

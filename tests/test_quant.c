@@ -8,15 +8,24 @@
  *    outputs: the sums against an int64 reference, the rescale against its definition fmaf((float)acc, s_x s_w, b);
  *  - the integer convolution (padding, stride) against a direct int64 reference;
  *  - fake quantization per row and per tensor against hand-computed codes and values (INT8, INT4, E4M3), the scales;
- *  - an activation's amax (accumulated over calls, NaN kept) and its codes.
+ *  - an activation's amax (accumulated over calls, NaN kept) and its codes;
+ *  - quantization-aware training (engine/quant.h): after creation and after a step the working weights are the
+ *    per-row fake quantization of their FP32 masters (recomputed here from engine/numerics.h's rules), biases are not
+ *    quantized, and the straight-through estimator: the gradient that reaches the master is, bit for bit, the
+ *    gradient of a run without QAT whose weights are those fake-quantized values, applied unchanged (SGD:
+ *    master' = fmaf(-lr, g, master)); QAT refuses FP8 modes and --master-weights none.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "datasets/synthetic.h"
 #include "engine/backend.h"
+#include "engine/layers/layers.h"
 #include "engine/numerics.h"
+#include "engine/optim/optim.h"
+#include "engine/train.h"
 
 static mpt_backend *be;
 
@@ -207,6 +216,120 @@ START_TEST(test_quantize_activation) {
 }
 END_TEST
 
+/* ---- quantization-aware training ---------------------------------------------------------------------------------- */
+
+#define QB 32
+
+static mpt_trainer *qat_trainer(mpt_backend *b, mpt_precision mode, mpt_qat qat, mpt_status *status) {
+    mpt_policy pol = mpt_policy_make_explicit(mode, 0, 0);
+    mpt_graph *g = mpt_graph_create(b, &pol, QB);
+    int64_t shape[2] = {QB, 64};
+    mpt_tensor *x = mpt_input(g, 2, shape);
+    x = mpt_relu(g, mpt_linear(g, x, 32, "fc1"), "relu1");
+    x = mpt_linear(g, x, 8, "fc2");
+    mpt_softmax_xent(g, x, "loss");
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    cfg.optim = mpt_optim_hparams_default(MPT_OPTIM_SGD);
+    cfg.optim.lr = 0.25f;
+    cfg.schedule.base_lr = 0.25f;
+    cfg.seed = 3;
+    cfg.qat = qat;
+    mpt_trainer *t = NULL;
+    *status = mpt_trainer_create(&t, g, &cfg);
+    return t;
+}
+
+/* Parameter i's working copy is the per-row INT4 fake quantization of its master (weights), or the master (biases). */
+static void assert_working_is_fake_quant(const mpt_trainer *t) {
+    for (int i = 0; i < t->n_params; i++) {
+        const mpt_tensor *w = t->weight[i], *m = t->master[i];
+        const float *wd = w->data, *md = m->data;
+        const int64_t n = mpt_tensor_numel(w);
+        if (w->ndim == 1) { /* a bias: its own master, not quantized */
+            ck_assert_msg(m == w && !t->qat[i], "%s", w->name);
+            continue;
+        }
+        ck_assert_msg(m != w && t->qat[i], "%s has no FP32 master of its own", w->name);
+        const int64_t rows = w->shape[0], cols = n / rows;
+        for (int64_t r = 0; r < rows; r++) {
+            float amax = 0.0f;
+            for (int64_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(md[r * cols + c]));
+            const float sc = amax / 7.0f;
+            for (int64_t c = 0; c < cols; c++) {
+                const float v = md[r * cols + c];
+                float q = rintf(v / sc);
+                q = q > 7.0f ? 7.0f : q < -7.0f ? -7.0f : q;
+                ck_assert_msg(wd[r * cols + c] == q * sc, "%s[%lld, %lld]: %a, want %a", w->name, (long long)r,
+                              (long long)c, (double)wd[r * cols + c], (double)(q * sc));
+            }
+        }
+    }
+}
+
+START_TEST(test_qat_ste) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 1234), MPT_OK);
+    mpt_backend *b = mpt_backend_cpu_create(), *b2 = mpt_backend_cpu_create();
+    mpt_status s;
+    mpt_trainer *a = qat_trainer(b, MPT_PRECISION_FP32, MPT_QAT_INT4, &s);
+    ck_assert_msg(s == MPT_OK, "%s", mpt_last_error());
+    mpt_trainer *ref = qat_trainer(b2, MPT_PRECISION_FP32, MPT_QAT_NONE, &s);
+    ck_assert_msg(s == MPT_OK, "%s", mpt_last_error());
+    assert_working_is_fake_quant(a);
+    /* the reference's weights: A's fake-quantized working copies (CPU backend: host memory) */
+    float *m0[8];
+    for (int i = 0; i < a->n_params; i++) {
+        const size_t bytes = mpt_tensor_nbytes(a->weight[i]);
+        memcpy(ref->weight[i]->data, a->weight[i]->data, bytes);
+        m0[i] = malloc(bytes);
+        memcpy(m0[i], a->master[i]->data, bytes);
+    }
+    int32_t idx[QB];
+    for (int i = 0; i < QB; i++) idx[i] = i;
+    mpt_trainer_gather(a, d.train_images, d.train_labels, idx, d.dim, 0.0f, 1.0f);
+    mpt_trainer_step(a);
+    mpt_trainer_gather(ref, d.train_images, d.train_labels, idx, d.dim, 0.0f, 1.0f);
+    mpt_trainer_step(ref);
+    for (int i = 0; i < a->n_params; i++) {
+        const int64_t n = mpt_tensor_numel(a->weight[i]);
+        const float *ga = a->weight[i]->grad->data, *gr = ref->weight[i]->grad->data, *m1 = a->master[i]->data;
+        ck_assert_msg(memcmp(ga, gr, sizeof(float) * (size_t)n) == 0, "%s: the gradient is not the one at the "
+                      "fake-quantized weights", a->weight[i]->name);
+        for (int64_t k = 0; k < n; k++)
+            ck_assert_msg(m1[k] == fmaf(-0.25f, ga[k], m0[i][k]), "%s[%lld]: the master did not take the gradient "
+                          "unchanged", a->weight[i]->name, (long long)k);
+        free(m0[i]);
+    }
+    assert_working_is_fake_quant(a);
+    /* the precision map says it */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    mpt_graph_print_precision_map(a->g, f);
+    fclose(f);
+    ck_assert_msg(strstr(text, "fake-quantized to INT4 per output channel") && strstr(text, "fc1.weight fc2.weight"),
+                  "%s", text);
+    free(text);
+    mpt_trainer_free(&a);
+    mpt_trainer_free(&ref);
+    /* refusals: FP8 modes, no masters */
+    a = qat_trainer(b, MPT_PRECISION_FP8, MPT_QAT_INT8, &s);
+    ck_assert_msg(s == MPT_ERR_ARG && a == NULL && strstr(mpt_last_error(), "fp8"), "%s", mpt_last_error());
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_BF16, 0, 0);
+    mpt_graph *g = mpt_graph_create(b, &pol, QB);
+    int64_t shape[2] = {QB, 64};
+    mpt_softmax_xent(g, mpt_linear(g, mpt_input(g, 2, shape), 8, "fc"), "loss");
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_BF16);
+    cfg.qat = MPT_QAT_INT8;
+    cfg.master_weights = MPT_MASTER_NONE;
+    ck_assert_int_eq(mpt_trainer_create(&a, g, &cfg), MPT_ERR_ARG);
+    ck_assert_msg(strstr(mpt_last_error(), "master weights fp32") != NULL, "%s", mpt_last_error());
+    mpt_backend_free(&b);
+    mpt_backend_free(&b2);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 static Suite *quant_suite(void) {
     Suite *s = suite_create("quant");
     TCase *tc = tcase_create("kernels");
@@ -218,6 +341,10 @@ static Suite *quant_suite(void) {
     tcase_add_test(tc, test_fake_quant);
     tcase_add_test(tc, test_quantize_activation);
     suite_add_tcase(s, tc);
+    TCase *tq = tcase_create("qat");
+    tcase_set_timeout(tq, 60);
+    tcase_add_test(tq, test_qat_ste);
+    suite_add_tcase(s, tq);
     return s;
 }
 

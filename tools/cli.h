@@ -109,6 +109,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_ACCUM,
     MPT_OPT_FP8_PROMOTE,
     MPT_OPT_FP8_SATURATE,
+    MPT_OPT_QAT,              /* issue #38 (recorded when not none: absent from older checkpoints and runs without it) */
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
@@ -213,6 +214,7 @@ typedef struct mpt_cli_opts {
     int hysteresis;
     mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
                                             --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
+    mpt_qat qat;                         /* --qat: none (default) | int8 | int4 (engine/quant.h) */
     /* this invocation */
     int epochs;
     mpt_device_choice device;
@@ -271,6 +273,11 @@ mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id);
 /* Whether a checkpoint records the option (MATH, MATH_OPTIONAL, LENGTH); the recorded ones, in mpt_opt_id order, are
  * a checkpoint's "config" and summary.json's. */
 int mpt_cli_opt_recorded(mpt_opt_id id);
+
+/* Whether a checkpoint's "config" holds the option: a recorded one, except an option whose row says omit_default at
+ * its default value (--qat none), so that a run without it writes the config of the checkpoints written before the
+ * option existed, byte for byte; a reader takes the absent key as the default (MATH_OPTIONAL). */
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
 
 /* A resumed run's settings from the checkpoint's (*out) and the command line's (*cli): every INVOCATION option takes
  * the command line's value (given or default) and given-flag, a LENGTH option the command line's when given. The

@@ -32,6 +32,8 @@ typedef struct opt_def {
     mpt_opt_scope scope; /* what a checkpoint records and a resumed run keeps (cli.h) */
     size_t field, size;  /* INVOCATION and LENGTH options: the one mpt_cli_opts field holding the value, which a resumed
                             run copies from the command line (offsetof, sizeof) */
+    int omit_default;    /* MATH_OPTIONAL options added after the bit-identity baseline: a checkpoint's config holds
+                            them only when they are not at their default (mpt_cli_opt_written) */
 } opt_def;
 
 /* The field of mpt_cli_opts an INVOCATION or LENGTH option sets. */
@@ -162,6 +164,11 @@ static const opt_def opt_table[] = {
     {"fp8-saturate", MPT_OPT_FP8_SATURATE, required_argument, TC, "on|off",
      "fp8: casts clamp overflow to +-448 / +-57344 (on, default, as CUDA's satfinite) or make it NaN / inf (off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
+    {"qat", MPT_OPT_QAT, required_argument, TC, "F",
+     "none | int8 | int4: quantization-aware training, the linear and conv weights fake-quantized per output channel "
+     "in the forward pass (s = amax / 127 or / 7 of each row of the FP32 master, rewritten after every step; the "
+     "gradient reaches the masters unchanged, the straight-through estimator; not with fp8 modes; default none)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL, .omit_default = 1},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)",
      .scope = MPT_SCOPE_MATH},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)",
@@ -333,6 +340,16 @@ mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id) {
 int mpt_cli_opt_recorded(mpt_opt_id id) {
     mpt_opt_scope sc = mpt_cli_opt_scope(id);
     return sc == MPT_SCOPE_MATH || sc == MPT_SCOPE_MATH_OPTIONAL || sc == MPT_SCOPE_LENGTH;
+}
+
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id) {
+    if (!mpt_cli_opt_recorded(id)) return 0;
+    const opt_def *d = opt_find(id);
+    if (!d || !d->omit_default) return 1;
+    mpt_cli_opts def;
+    mpt_cli_opts_default(&def);
+    char a[96], b[96];
+    return strcmp(mpt_cli_format(o, id, a, sizeof a), mpt_cli_format(&def, id, b, sizeof b)) != 0;
 }
 
 void mpt_cli_take_invocation(mpt_cli_opts *out, const mpt_cli_opts *cli) {
@@ -675,6 +692,9 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_FP8_SATURATE:
         if (parse_on_off(arg, &o->fp8.saturate) != 0) return bad_value(f, "on or off", arg);
         return MPT_OK;
+    case MPT_OPT_QAT:
+        if (mpt_qat_parse(arg, &o->qat) != 0) return bad_value(f, "one of none, int8, int4", arg);
+        return MPT_OK;
     case MPT_OPT_LR_SCHEDULE:
         if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
         return MPT_OK;
@@ -798,6 +818,7 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_FP8_ACCUM: snprintf(buf, len, "%s", mpt_fp8_accum_name(o->fp8.accum)); break;
     case MPT_OPT_FP8_PROMOTE: snprintf(buf, len, "%d", (int)o->fp8.promote); break;
     case MPT_OPT_FP8_SATURATE: snprintf(buf, len, "%s", o->fp8.saturate ? "on" : "off"); break;
+    case MPT_OPT_QAT: snprintf(buf, len, "%s", mpt_qat_name(o->qat)); break;
     default: snprintf(buf, len, "?"); break;
     }
     return buf;
@@ -861,6 +882,7 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
     c.seed = o->seed;
     c.inject_nonfinite_step = o->inject_nonfinite;
     c.step_graph = o->cuda_graph;
+    c.qat = o->qat;
     return c;
 }
 
@@ -877,6 +899,13 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
                           o->scale_floor);
     const mpt_fp8_kind fp8 = mpt_mode_info(o->precision)->fp8;
     if (fp8 != MPT_FP8_KIND_NONE) MPT_TRY(mpt_fp8_recipe_check(&o->fp8, fp8 == MPT_FP8_KIND_MX));
+    if (o->qat != MPT_QAT_NONE && fp8 != MPT_FP8_KIND_NONE)
+        return mpt_errorf(MPT_ERR_ARG, "--qat %s conflicts with --precision %s: its FP8 GEMMs quantize the weights "
+                                       "themselves (use fp32, tf32, bf16 or fp16)", mpt_qat_name(o->qat),
+                          mpt_precision_name(o->precision));
+    if (o->qat != MPT_QAT_NONE && o->master_weights != MPT_MASTER_FP32)
+        return mpt_errorf(MPT_ERR_ARG, "--qat %s needs --master-weights fp32: the FP32 masters keep what the "
+                                       "quantized weights cannot hold", mpt_qat_name(o->qat));
     if (o->fp8.promote != 0 && o->fp8.accum != MPT_FP8_ACCUM_FAST)
         return mpt_errorf(MPT_ERR_ARG, "--fp8-promote %d needs --fp8-accum fast (promotion is part of the fast "
                                        "accumulator; fp32 accumulates in FP32 throughout)", (int)o->fp8.promote);
@@ -947,6 +976,14 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
     if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16 && fp8 && !label[0])
         fprintf(f, "%snote: --cpu-kernels native runs %s's BF16 GEMMs and convolutions on the CPU's BF16 units; its FP8 "
                    "GEMMs stay emulated\n", label, p);
+    if (o->qat != MPT_QAT_NONE) {
+        const mpt_qformat_desc *q = mpt_qformat_info(mpt_qat_format(o->qat));
+        fprintf(f, "%s--qat %s: the forward pass reads the linear and conv weights fake-quantized to %s per output "
+                   "channel (s = amax / %d of each row of the FP32 master, rewritten after every step); their "
+                   "gradients reach the masters unchanged (straight-through estimator)%s\n",
+                label, mpt_qat_name(o->qat), q->name, q->qmax,
+                lowp ? "; the grid values are rounded once more into the 16-bit working copies" : "");
+    }
     if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
         fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
                    "conv computes in full FP32\n",

@@ -268,7 +268,7 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     json_t *cfg = json_object();
     char buf[96];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) /* the recorded settings (the option table's scope) */
-        if (mpt_cli_opt_recorded(id))
+        if (mpt_cli_opt_written(o, id))
             json_object_set_new(cfg, mpt_cli_opt_name(id), json_string(mpt_cli_format(o, id, buf, sizeof buf)));
     json_t *state = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:i, s:f, s:I, s:i, s:i, s:s, s:s}", "iteration",
                               (json_int_t)rs->iteration, "epoch", (json_int_t)rs->epoch, "batch", (json_int_t)rs->batch,
@@ -692,7 +692,7 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
     if (s == MPT_OK) {
         st.iteration = rs.iteration; /* the backend's counter (LR, dropout, stochastic rounding) */
         be->from_host(be, t->scaler, &st, sizeof st);
-        mpt_master_refresh_working(t->g, t->master);
+        mpt_trainer_refresh_working(t); /* RNE copies, and QAT's fake-quantized weights */
         t->iteration = rs.iteration;
         be->synchronize(be);
     }
