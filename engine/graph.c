@@ -48,7 +48,10 @@ void mpt_graph_free(mpt_graph **pg) {
             mpt_backend_account(g->be, g->twin ? MPT_MEM_TWIN : (mpt_mem)m, -(int64_t)g->arena_bytes[m]);
         }
     for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
-    for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i]);
+    for (int i = 0; i < g->n_nodes; i++) {
+        free(g->nodes[i]->quant); /* engine/quant.h's state, when mpt_quant_prepare made one */
+        free(g->nodes[i]);
+    }
     free(g->tensors);
     free(g->nodes);
     free(g->params);

@@ -109,7 +109,8 @@ static mpt_status init_params(mpt_trainer *t) {
 static void qat_rewrite(mpt_trainer *t) {
     if (t->cfg.qat == MPT_QAT_NONE) return;
     for (int i = 0; i < t->n_params; i++)
-        if (t->qat[i]) mpt_quant_fake_weight(t->g, t->master[i], t->weight[i], mpt_qat_format(t->cfg.qat), 1, NULL, NULL);
+        if (t->qat[i])
+            mpt_quant_fake_weight(t->g, t->master[i]->data, t->weight[i], mpt_qat_format(t->cfg.qat), 1, NULL, NULL);
 }
 
 void mpt_trainer_refresh_working(mpt_trainer *t) {

@@ -13,7 +13,11 @@
  *    per-row fake quantization of their FP32 masters (recomputed here from engine/numerics.h's rules), biases are not
  *    quantized, and the straight-through estimator: the gradient that reaches the master is, bit for bit, the
  *    gradient of a run without QAT whose weights are those fake-quantized values, applied unchanged (SGD:
- *    master' = fmaf(-lr, g, master)); QAT refuses FP8 modes and --master-weights none.
+ *    master' = fmaf(-lr, g, master)); QAT refuses FP8 modes and --master-weights none;
+ *  - post-training quantization with INT8 activations on a graph with a convolution and linear layers: calibration
+ *    records each layer's largest |input| (recomputed here from the inputs), and the integer forward of every layer
+ *    equals, bit for bit, this test's own computation from the layer's input, the weight codes and scales (the input's
+ *    codes at amax / 127, the int64 sum of products, the rescale fmaf((float)acc, s_x s_w, b)).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -25,6 +29,7 @@
 #include "engine/layers/layers.h"
 #include "engine/numerics.h"
 #include "engine/optim/optim.h"
+#include "engine/quant.h"
 #include "engine/train.h"
 
 static mpt_backend *be;
@@ -330,6 +335,122 @@ START_TEST(test_qat_ste) {
 }
 END_TEST
 
+/* ---- post-training quantization with INT8 activations ---------------------------------------------------------- */
+
+/* The integer output of node n, recomputed on the host from its input (the float input the INT8 mode quantizes), its
+ * weight codes and scales and its bias, against what the forward wrote. */
+static void assert_int8_node(const mpt_node *n) {
+    const mpt_node_quant *q = n->quant;
+    const float *x = n->in[0]->data, *bias = n->in[2]->data, *y = n->out->data, *ws = q->w_scales->data;
+    const int8_t *qw = q->qw->data;
+    const float xs = *(const float *)q->x_scale->data;
+    const int64_t nx = mpt_tensor_numel(n->in[0]);
+    int8_t *qx = malloc((size_t)nx);
+    for (int64_t i = 0; i < nx; i++) {
+        float r = rintf(x[i] / xs);
+        qx[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+    }
+    if (n->op == MPT_OP_LINEAR) {
+        const int64_t M = n->in[0]->shape[0], N = n->in[1]->shape[0], K = n->in[1]->shape[1];
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t acc = 0;
+                for (int64_t k = 0; k < K; k++) acc += (int64_t)qx[m * K + k] * qw[j * K + k];
+                const float want = fmaf((float)acc, xs * ws[q->per_channel ? j : 0], bias[j]);
+                ck_assert_msg(y[m * N + j] == want, "%s[%lld, %lld]: %a, want %a", n->name, (long long)m, (long long)j,
+                              (double)y[m * N + j], (double)want);
+            }
+    } else {
+        const mpt_conv_shape *s = &n->attr.conv;
+        for (int b = 0; b < s->N; b++)
+            for (int k = 0; k < s->K; k++)
+                for (int p = 0; p < s->P; p++)
+                    for (int qq = 0; qq < s->Q; qq++) {
+                        int64_t acc = 0;
+                        for (int c = 0; c < s->C; c++)
+                            for (int i = 0; i < s->R; i++)
+                                for (int j = 0; j < s->S; j++) {
+                                    const int h = p * s->stride_h - s->pad_h + i, w = qq * s->stride_w - s->pad_w + j;
+                                    if (h < 0 || h >= s->H || w < 0 || w >= s->W) continue;
+                                    acc += (int64_t)qx[((b * s->C + c) * s->H + h) * s->W + w] *
+                                           qw[((k * s->C + c) * s->R + i) * s->S + j];
+                                }
+                        const float want = fmaf((float)acc, xs * ws[q->per_channel ? k : 0], bias[k]);
+                        ck_assert(y[((b * s->K + k) * s->P + p) * s->Q + qq] == want);
+                    }
+    }
+    free(qx);
+}
+
+START_TEST(test_ptq_int8_forward) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 99), MPT_OK); /* 64 features: an 8x8 image */
+    for (int per_channel = 0; per_channel < 2; per_channel++) {
+        mpt_backend *b = mpt_backend_cpu_create();
+        mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+        mpt_graph *g = mpt_graph_create(b, &pol, QB);
+        int64_t shape[4] = {QB, 1, 8, 8};
+        mpt_tensor *x = mpt_input(g, 4, shape);
+        x = mpt_relu(g, mpt_conv2d(g, x, 4, 3, 1, 1, "conv1"), "relu1");
+        x = mpt_flatten(g, x, "flat");
+        x = mpt_relu(g, mpt_linear(g, x, 16, "fc1"), "relu2");
+        mpt_softmax_xent(g, mpt_linear(g, x, 8, "fc2"), "loss");
+        mpt_quant_prepare(g, per_channel);
+        mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP32);
+        mpt_trainer *t = NULL;
+        ck_assert_msg(mpt_trainer_create(&t, g, &cfg) == MPT_OK, "%s", mpt_last_error());
+        int32_t idx[QB];
+        /* calibration over two batches: amax is the max over both of every layer's input */
+        float amax_want[4] = {0}; /* conv1, fc1, fc2 in node order */
+        mpt_quant_set_mode(g, MPT_QUANT_CALIBRATE);
+        mpt_quant_calibration_begin(g);
+        for (int batch = 0; batch < 2; batch++) {
+            for (int i = 0; i < QB; i++) idx[i] = batch * QB + i;
+            mpt_trainer_gather(t, d.train_images, d.train_labels, idx, d.dim, 0.0f, 1.0f);
+            mpt_trainer_eval_batch(t);
+            int l = 0;
+            for (int i = 0; i < g->n_nodes; i++) {
+                const mpt_node *n = g->nodes[i];
+                if (!n->quant) continue;
+                const float *xin = n->in[0]->data;
+                for (int64_t k = 0; k < mpt_tensor_numel(n->in[0]); k++) amax_want[l] = fmaxf(amax_want[l], fabsf(xin[k]));
+                l++;
+            }
+        }
+        mpt_quant_calibration_end(g);
+        int l = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            const mpt_node *n = g->nodes[i];
+            if (!n->quant) continue;
+            ck_assert_msg(*(const float *)n->quant->x_amax->data == amax_want[l], "%s: amax", n->name);
+            ck_assert(*(const float *)n->quant->x_scale->data == amax_want[l] / 127.0f);
+            l++;
+        }
+        ck_assert_int_eq(l, 3);
+        /* the weights' codes and scales, and an integer forward of a third batch */
+        for (int i = 0; i < t->n_params; i++) {
+            mpt_node *n = mpt_quant_weight_node(g, t->weight[i]);
+            if (!n) continue;
+            const size_t bytes = mpt_tensor_nbytes(t->weight[i]);
+            float *m = malloc(bytes);
+            memcpy(m, t->weight[i]->data, bytes);
+            mpt_quant_fake_weight(g, m, t->weight[i], MPT_QFORMAT_INT8, per_channel, n->quant->qw->data,
+                                  n->quant->w_scales->data);
+            free(m);
+        }
+        mpt_quant_set_mode(g, MPT_QUANT_INT8);
+        for (int i = 0; i < QB; i++) idx[i] = 2 * QB + i;
+        mpt_trainer_gather(t, d.train_images, d.train_labels, idx, d.dim, 0.0f, 1.0f);
+        mpt_trainer_eval_batch(t);
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i]->quant) assert_int8_node(g->nodes[i]);
+        mpt_trainer_free(&t);
+        mpt_backend_free(&b);
+    }
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 static Suite *quant_suite(void) {
     Suite *s = suite_create("quant");
     TCase *tc = tcase_create("kernels");
@@ -344,6 +465,7 @@ static Suite *quant_suite(void) {
     TCase *tq = tcase_create("qat");
     tcase_set_timeout(tq, 60);
     tcase_add_test(tq, test_qat_ste);
+    tcase_add_test(tq, test_ptq_int8_forward);
     suite_add_tcase(s, tq);
     return s;
 }

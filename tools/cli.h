@@ -5,6 +5,7 @@
  *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
  *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
+ *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
  *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
@@ -131,6 +132,10 @@ typedef enum mpt_opt_id {
     MPT_OPT_MARGIN,
     MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
+    MPT_OPT_QUANTIZE,         /* eval's post-training quantization (issue #38): command options */
+    MPT_OPT_GRANULARITY,
+    MPT_OPT_ACTIVATIONS,
+    MPT_OPT_CALIBRATE,
     MPT_OPT_HELP,
     MPT_OPT_END
 } mpt_opt_id;
@@ -240,6 +245,10 @@ typedef struct mpt_cli_opts {
     double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
     double plot_timeout;         /* compare, lab: seconds gnuplot may take per picture (default 60) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
+    int quantize;                /* eval --quantize: -1 (none) or the weights' mpt_qformat */
+    int per_channel;             /* eval --granularity: 1 channel (default), 0 tensor */
+    int act_int8;                /* eval --activations int8: INT8 activations and integer GEMMs/convolutions */
+    int calibrate;               /* eval --calibrate N: training batches for the activations' amax (default 16) */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;
 

@@ -2,13 +2,15 @@
  * tools/cmd_eval.c - `mptrain eval --checkpoint CKPT`: rebuilds the model and precision recorded in the
  * checkpoint's metadata, loads its FP32 master weights (the working copy in the run's precision is rewritten
  * from them, exactly as during training) and prints the test loss and accuracy. The evaluation runs in the
- * checkpoint's precision: the same numerics the run was evaluated with after each epoch.
+ * checkpoint's precision: the same numerics the run was evaluated with after each epoch. With --quantize, post-training
+ * quantization instead (tools/ptq.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/layers/layers.h"
 #include "models/models.h"
+#include "tools/ptq.h"
 #include "tools/run.h"
 
 int mpt_cmd_eval(int argc, char **argv) {
@@ -20,6 +22,7 @@ int mpt_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "mptrain eval: --checkpoint CKPT is required (see mptrain eval --help)\n");
         return MPT_CLI_EXIT_USAGE;
     }
+    if (cli.quantize >= 0) return mpt_ptq_command(&cli); /* post-training quantization: tools/ptq.c */
     mpt_cli_opts o;
     mpt_cli_opts_default(&o);
     mpt_run_state rs;

@@ -215,6 +215,22 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(resume)},
     {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate",
      .scope = MPT_SCOPE_COMMAND},
+    {"quantize", MPT_OPT_QUANTIZE, required_argument, MPT_CMD_EVAL, "F",
+     "int8 | int4 | fp8-e4m3: post-training quantization of the linear and conv weights (symmetric, s = amax / 127, 7 "
+     "or 448 from the FP32 masters); evaluates the checkpoint unquantized and quantized on the same images and reports "
+     "both accuracies, the weights' memory, and per layer the weight and output errors",
+     .scope = MPT_SCOPE_COMMAND},
+    {"granularity", MPT_OPT_GRANULARITY, required_argument, MPT_CMD_EVAL, "G",
+     "with --quantize: channel (one scale per output channel, default) | tensor (one per weight tensor)",
+     .scope = MPT_SCOPE_COMMAND},
+    {"activations", MPT_OPT_ACTIVATIONS, required_argument, MPT_CMD_EVAL, "A",
+     "with --quantize int8|int4: none (default: weights only, the checkpoint's GEMMs on them) | int8 (the input of "
+     "every linear and conv layer to INT8 with one scale per tensor, s = amax / 127 calibrated on --calibrate training "
+     "batches; integer GEMMs and convolutions, exact int32 sums, one rescale)",
+     .scope = MPT_SCOPE_COMMAND},
+    {"calibrate", MPT_OPT_CALIBRATE, required_argument, MPT_CMD_EVAL, "N",
+     "with --activations int8: training batches whose largest |input| per layer sets its scale, 1..10000 (default 16)",
+     .scope = MPT_SCOPE_COMMAND},
     {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
      "threads of the CPU backend's GEMMs (OpenBLAS and oneDNN), 1..256 (default: OpenBLAS's, OPENBLAS_NUM_THREADS "
      "or all cores)",
@@ -407,6 +423,9 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     for (int i = 0; i < MPT_PRECISION_COUNT; i++)
         if (mpt_mode_info((mpt_precision)i)->compare_default) o->precisions[o->n_precisions++] = (mpt_precision)i;
     o->margin = 0.3;
+    o->quantize = -1;
+    o->per_channel = 1;
+    o->calibrate = 16;
     o->comm_timeout = 600.0;
     o->plot_timeout = 60.0;
 }
@@ -722,6 +741,23 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_OUT: return copy_path(f, arg, o->out, sizeof o->out);
     case MPT_OPT_RESUME: return copy_path(f, arg, o->resume, sizeof o->resume);
     case MPT_OPT_CHECKPOINT: return copy_path(f, arg, o->checkpoint, sizeof o->checkpoint);
+    case MPT_OPT_QUANTIZE: {
+        mpt_qformat q;
+        if (mpt_qformat_parse(arg, &q) != 0) return bad_value(f, "one of int8, int4, fp8-e4m3", arg);
+        o->quantize = (int)q;
+        return MPT_OK;
+    }
+    case MPT_OPT_GRANULARITY:
+        if (strcmp(arg, "channel") == 0) o->per_channel = 1;
+        else if (strcmp(arg, "tensor") == 0) o->per_channel = 0;
+        else return bad_value(f, "one of channel, tensor", arg);
+        return MPT_OK;
+    case MPT_OPT_ACTIVATIONS:
+        if (strcmp(arg, "none") == 0) o->act_int8 = 0;
+        else if (strcmp(arg, "int8") == 0) o->act_int8 = 1;
+        else return bad_value(f, "one of none, int8", arg);
+        return MPT_OK;
+    case MPT_OPT_CALIBRATE: return parse_int(f, arg, 1, 10000, "an integer in [1, 10000]", &o->calibrate);
     case MPT_OPT_THREADS: return parse_int(f, arg, 1, 256, "an integer in [1, 256]", &o->threads);
     case MPT_OPT_LOG_EVERY:
         return parse_i64(f, arg, 1, INT64_C(1) << 40, "an integer >= 1", &o->log_every);
@@ -1026,7 +1062,14 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
     case MPT_CMD_EVAL:
         fprintf(f, "Usage: mptrain eval --checkpoint CKPT [options]\n"
                    "Rebuilds the model recorded in a checkpoint, loads its weights and prints the test loss and\n"
-                   "accuracy.\n");
+                   "accuracy. With --quantize, post-training quantization (docs/numerics.md, \"Integer formats\"): the\n"
+                   "weights of every linear and conv layer become W' = clamp(round_half_even(W / s)) * s (INT8, INT4) or\n"
+                   "E4M3(W / s) * s, s = amax / qmax from the FP32 masters per output channel or per tensor; with\n"
+                   "--activations int8 every layer's input becomes INT8 too (one scale per tensor, amax / 127, amax the\n"
+                   "largest |input| over --calibrate training batches, in file order) and its GEMM or convolution sums the\n"
+                   "integer products exactly in int32 (an FP32 sum would round past 2^24), rescaled once. Reports the\n"
+                   "accuracy unquantized and quantized on the same test images, the weights' memory, and per layer the\n"
+                   "weights' relative L2 error and the layer output's against the unquantized model.\n");
         break;
     case MPT_CMD_INFO:
         fprintf(f, "Usage: mptrain info\n"
@@ -1175,6 +1218,22 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (mpt_cli_given(o, MPT_OPT_SEEDS) && mpt_cli_given(o, MPT_OPT_SEED)) {
         fprintf(stderr, "mptrain %s: give --seed or --seeds, not both (--seeds 1 runs seed 0; --seeds 5,7 runs seeds "
                         "5 and 7)\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->quantize < 0 && (mpt_cli_given(o, MPT_OPT_GRANULARITY) || mpt_cli_given(o, MPT_OPT_ACTIVATIONS) ||
+                            mpt_cli_given(o, MPT_OPT_CALIBRATE))) {
+        fprintf(stderr, "mptrain %s: --granularity, --activations and --calibrate set up --quantize: give --quantize "
+                        "int8|int4|fp8-e4m3 as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->act_int8 && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->is_int) {
+        fprintf(stderr, "mptrain %s: --activations int8 runs integer GEMMs and convolutions: it needs --quantize int8 or "
+                        "int4, found --quantize %s\n", name, mpt_qformat_info((mpt_qformat)o->quantize)->key);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_CALIBRATE) && !o->act_int8) {
+        fprintf(stderr, "mptrain %s: --calibrate sets the INT8 activations' scales: give --activations int8 as well\n",
+                name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (mpt_cli_given(o, MPT_OPT_MARGIN) && o->n_seeds < 2) {
