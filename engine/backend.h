@@ -267,10 +267,10 @@ typedef struct mpt_fp8_update_args {
 typedef struct mpt_fake_quant_args {
     const float *x;          /* [rows, cols] FP32, row-major (master weights) */
     int64_t rows, cols;      /* one scale per row (rows = output channels: per channel), or rows = 1 (per tensor) */
-    mpt_qformat fmt;         /* INT8, INT4 or E4M3 */
+    mpt_qformat fmt;         /* INT8, INT4, E4M3 (scaled) or BF16 (no scale: x' = RNE(x), scales 1) */
     void *y; mpt_dtype y_dtype; /* [rows, cols] x' rounded once to y_dtype (F32, F16, BF16), or NULL */
     int8_t *q;               /* [rows, cols] I8 codes (integer formats only), or NULL */
-    float *scales;           /* [rows] the scales s = mpt_int_scale_from_amax(row amax, qmax), or NULL */
+    float *scales;           /* [rows] the scales s = mpt_int_scale_from_amax(row amax, qmax) (1 for BF16), or NULL */
     const char *tag;         /* host string naming the call site ("fc1.weight"), for messages */
 } mpt_fake_quant_args;
 

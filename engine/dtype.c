@@ -53,12 +53,14 @@ static const mpt_int_format_desc int_formats[] = {
 _Static_assert(sizeof int_formats / sizeof int_formats[0] == MPT_INT_FORMAT_COUNT, "one row per mpt_int_format");
 
 static const mpt_qformat_desc qformats[] = {
-    [MPT_QFORMAT_INT8] = {.key = "int8", .name = "INT8", .bits = 8, .qmax = MPT_INT8_QMAX, .is_int = 1,
-                          .int_format = MPT_INT_FORMAT_INT8, .format = -1},
-    [MPT_QFORMAT_INT4] = {.key = "int4", .name = "INT4", .bits = 4, .qmax = MPT_INT4_QMAX, .is_int = 1,
-                          .int_format = MPT_INT_FORMAT_INT4, .format = -1},
-    [MPT_QFORMAT_E4M3] = {.key = "fp8-e4m3", .name = "FP8 E4M3", .bits = 8, .qmax = (int)MPT_E4M3_MAX, .is_int = 0,
-                          .int_format = -1, .format = MPT_FORMAT_E4M3},
+    [MPT_QFORMAT_INT8] = {.key = "int8", .name = "INT8", .bits = 8, .qmax = MPT_INT8_QMAX, .kind = MPT_QKIND_INT,
+                          .is_int = 1, .scaled = 1, .int_format = MPT_INT_FORMAT_INT8, .format = -1},
+    [MPT_QFORMAT_INT4] = {.key = "int4", .name = "INT4", .bits = 4, .qmax = MPT_INT4_QMAX, .kind = MPT_QKIND_INT,
+                          .is_int = 1, .scaled = 1, .int_format = MPT_INT_FORMAT_INT4, .format = -1},
+    [MPT_QFORMAT_E4M3] = {.key = "fp8-e4m3", .name = "FP8 E4M3", .bits = 8, .qmax = (int)MPT_E4M3_MAX,
+                          .kind = MPT_QKIND_E4M3, .scaled = 1, .int_format = -1, .format = MPT_FORMAT_E4M3},
+    [MPT_QFORMAT_BF16] = {.key = "bf16", .name = "BF16", .bits = 16, .qmax = 0, .kind = MPT_QKIND_BF16, .scaled = 0,
+                          .int_format = -1, .format = MPT_FORMAT_BF16},
 };
 _Static_assert(sizeof qformats / sizeof qformats[0] == MPT_QFORMAT_COUNT, "one row per mpt_qformat");
 

@@ -121,27 +121,31 @@ typedef struct mpt_int_format_desc {
 /* The row of an integer format (NULL outside the enum). */
 MPT_API const mpt_int_format_desc *mpt_int_format_info(mpt_int_format f);
 
-/* ---- quantization formats: what a tensor is quantized to with a scale (eval --quantize, train --qat) -------------
- * One row each: the two integer formats, and FP8 E4M3 with a scale of the same rule, for comparison. Every one uses
- * s = amax / qmax (per tensor, or per row: per output channel) and x' = Q(x / s) s (engine/numerics.h
+/* ---- quantization formats: what a tensor is quantized to (eval --quantize, train --qat) --------------------------
+ * One row each: the two integer formats, FP8 E4M3 with a scale of the same rule, and BF16 as the 16-bit reference. The
+ * scaled ones use s = amax / qmax (per tensor, or per row: per output channel) and x' = Q(x / s) s (engine/numerics.h
  * mpt_quant_fake): Q rounds to the integer codes -qmax..qmax (mpt_int_quantize), or to E4M3, saturating at 448
  * (mpt_f32_to_e4m3_sat). The FP8 training recipe writes the same scale the other way round (s' = 448 / amax, q =
- * round(x s'): engine/amp/fp8.h); dividing here keeps one rule for the three rows. */
+ * round(x s'): engine/amp/fp8.h); dividing here keeps one rule for the three. BF16 needs no scale (its range is
+ * FP32's): x' = RNE(x). */
 typedef enum mpt_qformat {
     MPT_QFORMAT_INT8 = 0,
     MPT_QFORMAT_INT4,
     MPT_QFORMAT_E4M3,
+    MPT_QFORMAT_BF16,
     MPT_QFORMAT_COUNT
 } mpt_qformat;
 
 typedef struct mpt_qformat_desc {
-    const char *key;     /* "int8", "int4", "fp8-e4m3": the name on the command line */
-    const char *name;    /* "INT8", "INT4", "FP8 E4M3" */
-    int bits;            /* storage per element: 8, 4, 8 */
-    int qmax;            /* the largest magnitude a scaled element holds: 127, 7, 448 */
+    const char *key;     /* "int8", "int4", "fp8-e4m3", "bf16": the name on the command line */
+    const char *name;    /* "INT8", "INT4", "FP8 E4M3", "BF16" */
+    int bits;            /* storage per element: 8, 4, 8, 16 */
+    int qmax;            /* the largest magnitude a scaled element holds: 127, 7, 448; 0 for BF16 (no scale) */
+    int kind;            /* MPT_QKIND_INT, MPT_QKIND_E4M3, MPT_QKIND_BF16 (engine/numerics.h) */
     int is_int;          /* integer codes (INT8, INT4): what the integer GEMM and convolution read */
+    int scaled;          /* it has a scale (all but BF16) */
     int int_format;      /* its mpt_int_format, or -1 */
-    int format;          /* its mpt_format (E4M3), or -1 */
+    int format;          /* its mpt_format (E4M3, BF16), or -1 */
 } mpt_qformat_desc;
 
 /* The row of a quantization format (NULL outside the enum). */

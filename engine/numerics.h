@@ -445,11 +445,17 @@ MPT_HD float mpt_int_fake_quant(float x, float s, int qmax) {
     return mpt_int_dequantize(mpt_int_quantize(x, s, qmax), s);
 }
 
-/* The value x stands for when quantized with scale s to the integer codes -qmax..qmax (e4m3 = 0) or to FP8 E4M3
- * (e4m3 = 1, saturating at +-448: x' = e4m3_sat(x / s) s, one FP32 division and one product): the per-element rule of
- * engine/dtype.h's quantization formats. */
-MPT_HD float mpt_quant_fake(float x, float s, int qmax, int e4m3) {
-    if (e4m3) return mpt_e4m3_to_f32(mpt_f32_to_e4m3_sat(x / s)) * s;
+/* What a quantization format rounds to (engine/dtype.h mpt_qformat_desc.kind). */
+#define MPT_QKIND_INT 0  /* integer codes -qmax..qmax with a scale */
+#define MPT_QKIND_E4M3 1 /* FP8 E4M3 with a scale, saturating at +-448 */
+#define MPT_QKIND_BF16 2 /* BF16, round to nearest even, no scale (the 16-bit reference) */
+
+/* The value x stands for when quantized with scale s: to the integer codes -qmax..qmax (MPT_QKIND_INT, x' = q s), to
+ * FP8 E4M3 (x' = e4m3_sat(x / s) s, one FP32 division and one product), or to BF16 (x' = RNE(x); s unused): the
+ * per-element rule of engine/dtype.h's quantization formats. */
+MPT_HD float mpt_quant_fake(float x, float s, int qmax, int kind) {
+    if (kind == MPT_QKIND_E4M3) return mpt_e4m3_to_f32(mpt_f32_to_e4m3_sat(x / s)) * s;
+    if (kind == MPT_QKIND_BF16) return mpt_bf16_to_f32(mpt_f32_to_bf16(x));
     return mpt_int_fake_quant(x, s, qmax);
 }
 

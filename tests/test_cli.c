@@ -849,7 +849,7 @@ START_TEST(test_eval_quantize) {
     rc = run("eval", "--checkpoint", ck, "--data", data, "--quantize", "int8", "--calibrate", "4", NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "--calibrate sets the INT8 activations"), "%d %s", rc, out_buf);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--quantize", "int3", NULL);
-    ck_assert_msg(rc == 2 && strstr(out_buf, "--quantize: expected one of int8, int4, fp8-e4m3, found 'int3'"), "%d %s",
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--quantize: expected one of int8, int4, fp8-e4m3, bf16, found 'int3'"), "%d %s",
                   rc, out_buf);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--quantize", "int8", "--granularity", "row", NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "--granularity: expected one of channel, tensor"), "%d %s", rc, out_buf);

@@ -189,6 +189,12 @@ START_TEST(test_fake_quant) {
                               .scales = sc, .tag = "test"};
     be->fake_quant(be, &a);
     ck_assert(sc[0] == 2.0f && y[0] == 896.0f && y[1] == 3.0f && y[2] == 10.0f);
+    /* BF16, no scale: RNE of each value (1 + 2^-8 is a tie between 1 and 1 + 2^-7: even, 1), scale 1 */
+    const float xbf[3] = {1.0f + 0x1p-8f, 3.14159265f, -1000.0f};
+    a = (mpt_fake_quant_args){.x = xbf, .rows = 1, .cols = 3, .fmt = MPT_QFORMAT_BF16, .y = y, .y_dtype = MPT_DTYPE_F32,
+                              .scales = sc, .tag = "test"};
+    be->fake_quant(be, &a);
+    ck_assert(sc[0] == 1.0f && y[0] == 1.0f && y[1] == 3.140625f && y[2] == -1000.0f);
     /* into BF16: q * s rounded once (254 / 127 * 126 = 252 exactly; 0.1f-scaled values round) */
     uint16_t yb[3];
     const float xb[3] = {1.27f, 0.3f, -0.01f};

@@ -216,9 +216,10 @@ static const opt_def opt_table[] = {
     {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate",
      .scope = MPT_SCOPE_COMMAND},
     {"quantize", MPT_OPT_QUANTIZE, required_argument, MPT_CMD_EVAL, "F",
-     "int8 | int4 | fp8-e4m3: post-training quantization of the linear and conv weights (symmetric, s = amax / 127, 7 "
-     "or 448 from the FP32 masters); evaluates the checkpoint unquantized and quantized on the same images and reports "
-     "both accuracies, the weights' memory, and per layer the weight and output errors",
+     "int8 | int4 | fp8-e4m3 | bf16: post-training quantization of the linear and conv weights (symmetric, s = amax / "
+     "127, 7 or 448 from the FP32 masters; bf16: rounded to nearest, no scale); evaluates the checkpoint unquantized "
+     "and quantized on the same images and reports both accuracies, the weights' memory, and per layer the weight and "
+     "output errors",
      .scope = MPT_SCOPE_COMMAND},
     {"granularity", MPT_OPT_GRANULARITY, required_argument, MPT_CMD_EVAL, "G",
      "with --quantize: channel (one scale per output channel, default) | tensor (one per weight tensor)",
@@ -743,7 +744,7 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_CHECKPOINT: return copy_path(f, arg, o->checkpoint, sizeof o->checkpoint);
     case MPT_OPT_QUANTIZE: {
         mpt_qformat q;
-        if (mpt_qformat_parse(arg, &q) != 0) return bad_value(f, "one of int8, int4, fp8-e4m3", arg);
+        if (mpt_qformat_parse(arg, &q) != 0) return bad_value(f, "one of int8, int4, fp8-e4m3, bf16", arg);
         o->quantize = (int)q;
         return MPT_OK;
     }

@@ -247,7 +247,7 @@ mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_
         L->weight_rel_l2 = den > 0.0 ? sqrt(num / den) : 0.0;
         r->bytes_fp32 += ne * 4;
         r->bytes_q += (ne * fd->bits + 7) / 8;
-        r->bytes_scales += (q->per_channel ? L->channels : 1) * 4;
+        r->bytes_scales += fd->scaled ? (q->per_channel ? L->channels : 1) * 4 : 0;
     }
 
     /* the test set, both models on each batch */
@@ -305,9 +305,13 @@ static const char *size_text(int64_t bytes, char *buf, size_t len) {
 
 void mpt_ptq_print(const mpt_ptq_config *q, const mpt_ptq_result *r, FILE *f) {
     const mpt_qformat_desc *fd = mpt_qformat_info(q->fmt);
-    fprintf(f, "post-training quantization: weights %s, %s (s = amax / %d of the FP32 master%s; x' = %s); ", fd->name,
-            q->per_channel ? "one scale per output channel" : "one scale per tensor", fd->qmax,
-            q->per_channel ? "'s row" : "", fd->is_int ? "clamp(round_half_even(x / s)) * s" : "E4M3(x / s) * s");
+    if (fd->scaled)
+        fprintf(f, "post-training quantization: weights %s, %s (s = amax / %d of the FP32 master%s; x' = %s); ",
+                fd->name, q->per_channel ? "one scale per output channel" : "one scale per tensor", fd->qmax,
+                q->per_channel ? "'s row" : "", fd->is_int ? "clamp(round_half_even(x / s)) * s" : "E4M3(x / s) * s");
+    else
+        fprintf(f, "post-training quantization: weights %s, no scale (x' = the FP32 master rounded to nearest even); ",
+                fd->name);
     if (q->act_int8)
         fprintf(f, "activations INT8, one scale per layer input, s = amax / 127 with amax the largest |input| over %lld "
                    "training images (%d batches, file order); integer GEMMs and convolutions, exact int32 sums, one "

@@ -38,17 +38,17 @@ void mpt_cpu_fake_quant(mpt_backend *be, const mpt_fake_quant_args *a) {
     (void)be;
     mpt_fake_quant_args_check(a);
     const mpt_qformat_desc *f = mpt_qformat_info(a->fmt);
-    const int e4m3 = !f->is_int, qmax = f->qmax;
+    const int kind = f->kind, qmax = f->qmax;
     const int64_t rows = a->rows, cols = a->cols;
     MPT_OMP(omp parallel for schedule(static) if (rows * cols >= MPT_PAR_MIN && rows > 1))
     for (int64_t r = 0; r < rows; r++) {
         const float *x = a->x + r * cols;
-        const float s = mpt_int_scale_from_amax(row_amax(x, cols), qmax);
+        const float s = f->scaled ? mpt_int_scale_from_amax(row_amax(x, cols), qmax) : 1.0f;
         if (a->scales) a->scales[r] = s;
         for (int64_t c = 0; c < cols; c++) {
             const int64_t i = r * cols + c;
             if (a->q) a->q[i] = (int8_t)mpt_int_quantize(x[c], s, qmax);
-            if (a->y) mpt_store_f32(a->y, a->y_dtype, i, mpt_quant_fake(x[c], s, qmax, e4m3));
+            if (a->y) mpt_store_f32(a->y, a->y_dtype, i, mpt_quant_fake(x[c], s, qmax, kind));
         }
     }
 }

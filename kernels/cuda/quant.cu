@@ -52,7 +52,7 @@ static __device__ __forceinline__ float block_max(float v, float *shared) {
 
 /* ---- fake quantization: one block per row ------------------------------------------------------------------------ */
 
-static __global__ void fake_quant_kernel(const float *x, int64_t rows, int64_t cols, int qmax, int e4m3, void *y,
+static __global__ void fake_quant_kernel(const float *x, int64_t rows, int64_t cols, int qmax, int kind, int scaled, void *y,
                                          mpt_dtype y_dtype, int8_t *q, float *scales) {
     __shared__ float shared[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -66,22 +66,22 @@ static __global__ void fake_quant_kernel(const float *x, int64_t rows, int64_t c
         }
         m = block_max(m, shared);
         nan = __syncthreads_or(nan);
-        const float s = mpt_int_scale_from_amax(nan ? NAN : m, qmax);
+        const float s = scaled ? mpt_int_scale_from_amax(nan ? NAN : m, qmax) : 1.0f;
         if (scales && threadIdx.x == 0) scales[r] = s;
         for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
             const int64_t i = r * cols + c;
             if (q) q[i] = (int8_t)mpt_int_quantize(xr[c], s, qmax);
-            if (y) mpt_dev_store(y, y_dtype, i, mpt_quant_fake(xr[c], s, qmax, e4m3));
+            if (y) mpt_dev_store(y, y_dtype, i, mpt_quant_fake(xr[c], s, qmax, kind));
         }
         __syncthreads(); /* `shared` is reused by the next row */
     }
 }
 
-static void launch_fake_quant(const mpt_cuda_ctx *ctx, const mpt_fake_quant_args *a, int qmax, int e4m3) {
+static void launch_fake_quant(const mpt_cuda_ctx *ctx, const mpt_fake_quant_args *a, int qmax, int kind, int scaled) {
     int64_t blocks = a->rows < (int64_t)ctx->prop.multiProcessorCount * 32 ? a->rows
                                                                             : (int64_t)ctx->prop.multiProcessorCount * 32;
     fake_quant_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), MPT_CUDA_THREADS, 0, ctx->stream>>>(
-        a->x, a->rows, a->cols, qmax, e4m3, a->y, a->y_dtype, a->q, a->scales);
+        a->x, a->rows, a->cols, qmax, kind, scaled, a->y, a->y_dtype, a->q, a->scales);
     MPT_CUDA_CHECK_LAUNCH("fake_quant_kernel");
 }
 
@@ -89,7 +89,7 @@ void mpt_cuda_fake_quant(mpt_backend *be, const mpt_fake_quant_args *a) {
     mpt_fake_quant_args_check(a);
     if (a->rows == 0) return;
     const mpt_qformat_desc *f = mpt_qformat_info(a->fmt);
-    launch_fake_quant(mpt_cuda_ctx_of(be), a, f->qmax, !f->is_int);
+    launch_fake_quant(mpt_cuda_ctx_of(be), a, f->qmax, f->kind, f->scaled);
 }
 
 /* ---- an activation's amax and codes -------------------------------------------------------------------------------- */
