@@ -95,6 +95,58 @@ static void forward(ptq_run *p, int staged, int64_t valid, double *loss_sum, int
     *correct += st.n_correct;
 }
 
+/* Rebuilds the checkpoint's model on the invocation's device as `eval` does (tools/cmd_eval.c), with the quantization
+ * state of engine/quant.h when per_channel >= 0 (0 or 1: the weight scales' granularity), and loads the checkpoint;
+ * *o and *rs receive its settings and state, device (len bytes) the device line. On failure everything is released. */
+static mpt_status ptq_open(ptq_run *p, const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd,
+                           int per_channel, FILE *log, mpt_cli_opts *o, mpt_run_state *rs, char *device, size_t len) {
+    memset(p, 0, sizeof *p);
+    mpt_cli_opts_default(o);
+    MPT_TRY(mpt_run_checkpoint_read_config(path, o, rs));
+    if (mpt_cli_given(inv, MPT_OPT_BATCH_SIZE)) o->batch = inv->batch;
+    char why[640];
+    mpt_status s = mpt_run_backend_create(inv->device, &p->be, why, sizeof why);
+    if (s != MPT_OK) return s;
+    snprintf(device, len, "%.255s", why);
+    if (log) fprintf(log, "device: %s\n", why);
+    if (p->be->device == MPT_DEVICE_CPU) { /* the kernel set: --cpu-kernels, else the checkpoint's (as eval) */
+        const int given = mpt_cli_given(inv, MPT_OPT_CPU_KERNELS);
+        const mpt_cpu_kernels k = given ? inv->cpu_kernels : o->cpu_kernels;
+        s = mpt_backend_cpu_set_kernels(p->be, k);
+        if (s != MPT_OK && !given) s = MPT_OK; /* unavailable here: emulate, as eval does */
+    }
+    if (s == MPT_OK) s = mpt_cli_data_upload(&p->dd, p->be, &cd->d);
+    p->uploaded = s == MPT_OK;
+    mpt_policy policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
+    policy.fp8 = o->fp8;
+    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(p->be, o->precision, &policy.fp8, "");
+    if (s == MPT_OK) {
+        mpt_graph *g = mpt_graph_create(p->be, &policy, o->batch);
+        mpt_tensor *logits = NULL;
+        s = mpt_model_build(g, o->model, &logits);
+        if (s == MPT_OK) {
+            mpt_softmax_xent(g, logits, "loss");
+            if (per_channel >= 0) mpt_quant_prepare(g, per_channel); /* the integer state, no fused epilogues */
+            mpt_cli_opts oc = *o;
+            oc.lr_schedule = MPT_LR_CONSTANT; /* eval does not train: as cmd_eval.c */
+            mpt_train_config cfg = mpt_cli_train_config(&oc, 1);
+            s = mpt_trainer_create(&p->t, g, &cfg);
+        } else {
+            mpt_graph_free(&g);
+        }
+    }
+    if (s == MPT_OK) s = mpt_run_checkpoint_load(path, p->t);
+    if (s != MPT_OK) {
+        ptq_release(p);
+        return s;
+    }
+    if (log)
+        fprintf(log, "checkpoint %s: model %s, precision %s, step %lld%s%s\n", path, o->model,
+                mpt_precision_name(o->precision), (long long)rs->iteration, o->qat ? ", trained with --qat " : "",
+                o->qat ? mpt_qat_name(o->qat) : "");
+    return MPT_OK;
+}
+
 mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd, const mpt_ptq_config *q,
                        FILE *log, mpt_ptq_result *r) {
     memset(r, 0, sizeof *r);
@@ -105,55 +157,13 @@ mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_
     if (q->act_int8 && q->calibrate < 1)
         return mpt_errorf(MPT_ERR_ARG, "--calibrate: expected at least 1 batch, found %d", q->calibrate);
     mpt_cli_opts o;
-    mpt_cli_opts_default(&o);
     mpt_run_state rs;
-    MPT_TRY(mpt_run_checkpoint_read_config(path, &o, &rs));
-    if (mpt_cli_given(inv, MPT_OPT_BATCH_SIZE)) o.batch = inv->batch;
+    ptq_run p;
+    mpt_status s = ptq_open(&p, path, inv, cd, q->per_channel, log, &o, &rs, r->device, sizeof r->device);
+    if (s != MPT_OK) return s;
     snprintf(r->model, sizeof r->model, "%s", o.model);
     r->precision = o.precision;
     r->qat = o.qat;
-
-    ptq_run p;
-    memset(&p, 0, sizeof p);
-    char why[640];
-    mpt_status s = mpt_run_backend_create(inv->device, &p.be, why, sizeof why);
-    if (s != MPT_OK) return s;
-    snprintf(r->device, sizeof r->device, "%.255s", why);
-    if (log) fprintf(log, "device: %s\n", why);
-    if (p.be->device == MPT_DEVICE_CPU) { /* the kernel set: --cpu-kernels, else the checkpoint's (as eval) */
-        const int given = mpt_cli_given(inv, MPT_OPT_CPU_KERNELS);
-        const mpt_cpu_kernels k = given ? inv->cpu_kernels : o.cpu_kernels;
-        s = mpt_backend_cpu_set_kernels(p.be, k);
-        if (s != MPT_OK && !given) s = MPT_OK; /* unavailable here: emulate, as eval does */
-    }
-    if (s == MPT_OK) s = mpt_cli_data_upload(&p.dd, p.be, &cd->d);
-    p.uploaded = s == MPT_OK;
-    mpt_policy policy = mpt_policy_make_switches(o.precision, o.tf32_matmul, o.tf32_conv);
-    policy.fp8 = o.fp8;
-    if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(p.be, o.precision, &policy.fp8, "");
-    if (s == MPT_OK) {
-        mpt_graph *g = mpt_graph_create(p.be, &policy, o.batch);
-        mpt_tensor *logits = NULL;
-        s = mpt_model_build(g, o.model, &logits);
-        if (s == MPT_OK) {
-            mpt_softmax_xent(g, logits, "loss");
-            mpt_quant_prepare(g, q->per_channel); /* the integer state (used with act_int8), no fused epilogues */
-            o.lr_schedule = MPT_LR_CONSTANT;      /* eval does not train: as cmd_eval.c */
-            mpt_train_config cfg = mpt_cli_train_config(&o, 1);
-            s = mpt_trainer_create(&p.t, g, &cfg);
-        } else {
-            mpt_graph_free(&g);
-        }
-    }
-    if (s == MPT_OK) s = mpt_run_checkpoint_load(path, p.t);
-    if (s != MPT_OK) {
-        ptq_release(&p);
-        return s;
-    }
-    if (log)
-        fprintf(log, "checkpoint %s: model %s, precision %s, step %lld%s%s\n", path, o.model,
-                mpt_precision_name(o.precision), (long long)rs.iteration, o.qat ? ", trained with --qat " : "",
-                o.qat ? mpt_qat_name(o.qat) : "");
     mpt_trainer *t = p.t;
     mpt_graph *g = t->g;
     mpt_backend *be = p.be;
@@ -363,4 +373,62 @@ int mpt_ptq_command(const mpt_cli_opts *cli) {
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
     mpt_ptq_print(&q, &r, stdout);
     return 0;
+}
+
+void mpt_ptq_tensors_free(mpt_ptq_tensors *t) {
+    for (int l = 0; l < t->n; l++) {
+        free(t->weight[l]);
+        free(t->grad[l]);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+mpt_status mpt_ptq_gradients(const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd, int64_t first,
+                             mpt_ptq_tensors *out) {
+    memset(out, 0, sizeof *out);
+    mpt_cli_opts o;
+    mpt_run_state rs;
+    ptq_run p;
+    char device[256];
+    MPT_TRY(ptq_open(&p, path, inv, cd, -1, NULL, &o, &rs, device, sizeof device));
+    mpt_trainer *t = p.t;
+    mpt_backend *be = p.be;
+    const int B = t->g->batch;
+    mpt_status s = MPT_OK;
+    if (first < 0 || first + B > cd->d.n_train)
+        s = mpt_errorf(MPT_ERR_ARG, "training rows %lld..%lld: the data has %lld", (long long)first,
+                       (long long)(first + B - 1), (long long)cd->d.n_train);
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)B);
+    p.idx = be->alloc(be, sizeof(int32_t) * (size_t)B);
+    if (s == MPT_OK && (!rows || !p.idx)) s = mpt_errorf(MPT_ERR_NOMEM, "out of memory for a batch");
+    for (int i = 0; s == MPT_OK && i < t->n_params; i++) {
+        const mpt_node *n = mpt_quant_weight_node(t->g, t->weight[i]);
+        if (!n) continue;
+        if (out->n == MPT_PTQ_MAX_LAYERS) {
+            s = mpt_errorf(MPT_ERR_ARG, "more than %d linear and conv layers", MPT_PTQ_MAX_LAYERS);
+            break;
+        }
+        const int64_t ne = mpt_tensor_numel(t->weight[i]);
+        snprintf(out->name[out->n], sizeof out->name[out->n], "%s", n->name);
+        out->numel[out->n] = ne;
+        out->channels[out->n] = mpt_quant_channels(t->weight[i]);
+        out->weight[out->n] = malloc(sizeof(float) * (size_t)ne);
+        out->grad[out->n] = malloc(sizeof(float) * (size_t)ne);
+        if (!out->weight[out->n] || !out->grad[out->n]) s = mpt_errorf(MPT_ERR_NOMEM, "out of memory for %s", n->name);
+        else be->to_host(be, out->weight[out->n], t->master[i]->data, sizeof(float) * (size_t)ne);
+        out->n++;
+    }
+    if (s == MPT_OK) {
+        for (int k = 0; k < B; k++) rows[k] = (int32_t)(first + k);
+        stage(&p, p.dd.train_images, p.dd.train_labels, rows, cd->d.dim, rs.mean, rs.inv_std);
+        mpt_trainer_step(t); /* forward, backward (loss scale: the checkpoint's), unscale, the update */
+        int l = 0;
+        for (int i = 0; i < t->n_params; i++)
+            if (mpt_quant_weight_node(t->g, t->weight[i]))
+                be->to_host(be, out->grad[l], t->weight[i]->grad->data, sizeof(float) * (size_t)out->numel[l]), l++;
+    }
+    free(rows);
+    ptq_release(&p);
+    if (s != MPT_OK) mpt_ptq_tensors_free(out);
+    return s;
 }

@@ -68,6 +68,23 @@ typedef struct mpt_ptq_result {
 mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd, const mpt_ptq_config *q,
                        FILE *log, mpt_ptq_result *r);
 
+/* Each quantized layer's FP32 master weights and their unscaled gradient of one training step (the lesson
+ * `quantization`: the range of gradients against that of weights). */
+typedef struct mpt_ptq_tensors {
+    int n;
+    char name[MPT_PTQ_MAX_LAYERS][MPT_NAME_LEN];
+    int64_t numel[MPT_PTQ_MAX_LAYERS], channels[MPT_PTQ_MAX_LAYERS];
+    float *weight[MPT_PTQ_MAX_LAYERS]; /* [numel] the masters before the step, W's layout (malloc'd) */
+    float *grad[MPT_PTQ_MAX_LAYERS];   /* [numel] dL/dW of the batch, unscaled FP32 (malloc'd) */
+} mpt_ptq_tensors;
+
+/* Loads the checkpoint at path as mpt_ptq_run does and takes one training step on training rows [first, first + B)
+ * (B the checkpoint's batch): fills *out with every linear and conv layer's masters and weight gradients.
+ * MPT_ERR_ARG when the rows are not in the data. Free with mpt_ptq_tensors_free. */
+mpt_status mpt_ptq_gradients(const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd, int64_t first,
+                             mpt_ptq_tensors *out);
+void mpt_ptq_tensors_free(mpt_ptq_tensors *t);
+
 /* Writes what `eval --quantize` prints: the setting, the per-layer table, the memory, the accuracies. */
 void mpt_ptq_print(const mpt_ptq_config *q, const mpt_ptq_result *r, FILE *f);
 

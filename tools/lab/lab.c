@@ -30,7 +30,8 @@
 
 static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_loss_scaling,
                                                  &mpt_lab_master_weights, &mpt_lab_optimizer_state,
-                                                 &mpt_lab_overflow,       &mpt_lab_noise,        &mpt_lab_fp8};
+                                                 &mpt_lab_overflow,       &mpt_lab_noise,        &mpt_lab_fp8,
+                                                 &mpt_lab_quantization};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -417,6 +418,23 @@ static void size_text(char *b, size_t n, const mpt_lab_size *z) {
     if (z->seeds > 0 && k > 0 && (size_t)k < n) snprintf(b + k, n - (size_t)k, ", %d seeds", z->seeds);
 }
 
+/* What a lesson's full and --quick versions took when they were last measured (machine, load, date), for `--list`;
+ * README's lesson section has the same figures. Lessons measured only together (README) have no row. */
+static const struct {
+    const char *lesson, *time;
+} measured[] = {
+    {"fp8", "full 34 s CPU (3 min 5 s wall at a load average of 8.1 to 17.2), --quick 16 s CPU (56 s wall); the "
+            "shared 2-core VM, 2026-11-26"},
+    {"quantization", "full 148 s CPU (4 min 48 s wall at a load average of 7.1 to 8.9), --quick 44 s CPU (80 s wall "
+                     "at 6.2 to 6.7); the shared 2-core VM, 2026-11-28"},
+};
+
+static const char *measured_time(const char *lesson) {
+    for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
+        if (strcmp(measured[i].lesson, lesson) == 0) return measured[i].time;
+    return NULL;
+}
+
 static void print_list(void) {
     int w = 0;
     for (int i = 0; i < N_LESSONS; i++)
@@ -427,6 +445,8 @@ static void print_list(void) {
         size_text(quick, sizeof quick, &lessons[i]->quick);
         printf("%-*s  %s\n%-*s  parameters: %s\n%-*s  full: %s; --quick: %s\n", w, lessons[i]->name,
                lessons[i]->claim, w, "", lessons[i]->params_help, w, "", full, quick);
+        const char *m = measured_time(lessons[i]->name);
+        if (m) printf("%-*s  measured: %s\n", w, "", m);
     }
 }
 
