@@ -425,8 +425,8 @@ static const struct {
 } measured[] = {
     {"fp8", "full 34 s CPU (3 min 5 s wall at a load average of 8.1 to 17.2), --quick 16 s CPU (56 s wall); the "
             "shared 2-core VM, 2026-11-26"},
-    {"quantization", "full 148 s CPU (4 min 48 s wall at a load average of 7.1 to 8.9), --quick 44 s CPU (80 s wall "
-                     "at 6.2 to 6.7); the shared 2-core VM, 2026-11-28"},
+    {"quantization", "full 148 s CPU (4 min 48 s wall at a load average of 7.1 to 8.9), --quick 28 s CPU (70 s wall "
+                     "at 8.2 to 8.6); the shared 2-core VM, 2026-11-28"},
 };
 
 static const char *measured_time(const char *lesson) {

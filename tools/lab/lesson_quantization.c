@@ -540,6 +540,6 @@ const mpt_lab_lesson mpt_lab_quantization = {
     "default 4), grad_bits=B (the integer grid the gradients are measured against, 2..16, default 8)",
     run,
     {60000, 10000, 2, 3}, /* full */
-    {12000, 10000, 1, 3}, /* --quick */
+    {12000, 5000, 1, 3},  /* --quick */
     "seeds calibrate grad_bits",
 };
