@@ -7,7 +7,7 @@
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
  *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
- *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and INT8/INT4, and the formats. tables
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
  *   -- reports of several runs (tools/report.h, prefix mpt_report_; tools/sweep.h, mpt_sweep_) --
  *   report.c          the compare table and report.md
