@@ -7,7 +7,7 @@
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
  *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
- *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and INT8/INT4, and the formats. tables
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and INT8/INT4, and the formats' tables
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
  *   -- reports of several runs (tools/report.h, prefix mpt_report_; tools/sweep.h, mpt_sweep_) --
  *   report.c          the compare table and report.md
@@ -283,7 +283,7 @@ mpt_opt_scope mpt_cli_opt_scope(mpt_opt_id id);
  * a checkpoint's "config" and summary.json's. */
 int mpt_cli_opt_recorded(mpt_opt_id id);
 
-/* Whether a checkpoint's "config" holds the option: a recorded one, except an option whose row says omit_default at
+/* Whether a checkpoint's "config" holds the option: a recorded one, except an option whose row says written_if_set at
  * its default value (--qat none), so that a run without it writes the config of the checkpoints written before the
  * option existed, byte for byte; a reader takes the absent key as the default (MATH_OPTIONAL). */
 int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);

@@ -32,7 +32,7 @@ typedef struct opt_def {
     mpt_opt_scope scope; /* what a checkpoint records and a resumed run keeps (cli.h) */
     size_t field, size;  /* INVOCATION and LENGTH options: the one mpt_cli_opts field holding the value, which a resumed
                             run copies from the command line (offsetof, sizeof) */
-    int omit_default;    /* MATH_OPTIONAL options added after the bit-identity baseline: a checkpoint's config holds
+    int written_if_set;    /* MATH_OPTIONAL options added after the bit-identity baseline: a checkpoint's config holds
                             them only when they are not at their default (mpt_cli_opt_written) */
 } opt_def;
 
@@ -168,7 +168,7 @@ static const opt_def opt_table[] = {
      "none | int8 | int4: quantization-aware training, the linear and conv weights fake-quantized per output channel "
      "in the forward pass (s = amax / 127 or / 7 of each row of the FP32 master, rewritten after every step; the "
      "gradient reaches the masters unchanged, the straight-through estimator; not with fp8 modes; default none)",
-     .scope = MPT_SCOPE_MATH_OPTIONAL, .omit_default = 1},
+     .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)",
      .scope = MPT_SCOPE_MATH},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)",
@@ -362,7 +362,7 @@ int mpt_cli_opt_recorded(mpt_opt_id id) {
 int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id) {
     if (!mpt_cli_opt_recorded(id)) return 0;
     const opt_def *d = opt_find(id);
-    if (!d || !d->omit_default) return 1;
+    if (!d || !d->written_if_set) return 1;
     mpt_cli_opts def;
     mpt_cli_opts_default(&def);
     char a[96], b[96];
