@@ -8,13 +8,15 @@
  *  - the conclusions carry the measured numbers: the overflow lesson's skipped-step count is the static run's
  *    own (its summary.json), the loss-scaling lesson's accuracy of the unscaled run is that run's, the noise
  *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json,
- *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json);
+ *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json), the
+ *    quantization lesson's fp32 accuracies (the models it quantizes) the training runs' own (their summary.json);
  *  - the overflow lesson's DeepSpeed trajectory (hysteresis 2, interval 1000) differs from PyTorch's, and Apex's
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;
  *  - the text follows the numbers: given configurations where the effect is absent (a loss scale of 1, which
  *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32; an fp8 ladder too short for the
- *    fast accumulator to matter), the lessons say "Not observed", and, being --quick runs, name the full command
+ *    fast accumulator to matter; a 16-bit integer grid, which holds the gradients, and two seeds, whose intervals
+ *    decide nothing), the lessons say "Not observed", and, being --quick runs, name the full command
  *    (with the run's --param's) to run before concluding;
  *  - usage: --list, an unknown lesson and a malformed --param exit as documented.
  */
@@ -166,12 +168,12 @@ START_TEST(test_all_lessons_quick) {
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm"};
+                           "overflow", "noise", "fp8", "grad-comm", "quantization"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 11; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -376,6 +378,20 @@ START_TEST(test_all_lessons_quick) {
                       "optimizer-state (losses %s finite): %s", finite ? "all" : "not all", concl);
         ck_assert_msg(strstr(concl, "logits overflow") == NULL, "optimizer-state: %s", concl);
     }
+    /* quantization: the fp32 column is the trained runs' accuracy (what post-training quantization starts from), seed
+     * by seed, on the same test images */
+    snprintf(p, sizeof p, "%s/quantization/report.md", out);
+    static char qrep[1 << 17];
+    snprintf(qrep, sizeof qrep, "%s", slurp(p));
+    for (int k = 0; k < 3; k++) {
+        snprintf(dir, sizeof dir, "%s/quantization/mlp-fp32-seed%d", out, k);
+        snprintf(want, sizeof want, "| %d | %.2f |", k, 100.0 * summary_number(dir, "final_test_accuracy"));
+        ck_assert_msg(strstr(qrep, want) != NULL, "quantization: want '%s' in the mlp table", want);
+    }
+    printed_conclusion("quantization", concl, sizeof concl);
+    ck_assert_msg(strstr(concl, "INT8 weights per channel against fp32 over 3 seeds") &&
+                      strstr(concl, "with the amax scale zeroed") && strstr(concl, ": training keeps floating point"),
+                  "quantization: %s", concl);
     /* overflow: different parameters, different trajectories; Apex's is PyTorch's, and the lesson says so */
     printed_conclusion("overflow", concl, sizeof concl);
     ck_assert_msg(strstr(concl, "apex identical to pytorch") != NULL, "overflow: %s", concl);
@@ -439,6 +455,15 @@ START_TEST(test_not_observed) {
     printed_conclusion("softmax", concl8, sizeof concl8);
     ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "lost no image on this ladder"), "%s",
                   concl8);
+    /* quantization: a 16-bit integer grid holds the gradients, and two seeds give intervals too wide to decide */
+    snprintf(args, sizeof args, "quantization --quick --param seeds=2 --param grad_bits=16 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    char conclq[2048];
+    printed_conclusion("quantization", conclq, sizeof conclq);
+    ck_assert_msg(strncmp(conclq, "Not observed", 12) == 0 && strstr(conclq, "INT16 with the amax scale zeroed") &&
+                      strstr(conclq, ": not the gap the lesson expects") && strstr(conclq, "over 2 seeds") &&
+                      strstr(conclq, "This was the --quick version ("),
+                  "%s", conclq);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
@@ -457,8 +482,8 @@ END_TEST
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm"};
-    for (int i = 0; i < 10; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+                           "overflow", "noise", "fp8", "grad-comm", "quantization"};
+    for (int i = 0; i < 11; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the list asks what each lesson measures; it asserts none of the outcomes the runs may contradict (issue 37) */
     const char *claims[] = {"keeps it", "same accuracy", "trains like BF16", "removes", "passes 65504"};
     for (int i = 0; i < 5; i++) ck_assert_msg(strstr(out_buf, claims[i]) == NULL, "--list claims '%s'", claims[i]);

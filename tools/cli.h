@@ -5,8 +5,9 @@
  *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
  *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
+ *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
- *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and INT8/INT4, and the formats' tables
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
  *   -- reports of several runs (tools/report.h, prefix mpt_report_; tools/sweep.h, mpt_sweep_) --
  *   report.c          the compare table and report.md
@@ -118,6 +119,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_PROMOTE,
     MPT_OPT_FP8_SATURATE,
     MPT_OPT_ACCUM_MODEL,      /* issue #39 (recorded when not ieee; absent from older checkpoints: ieee) */
+    MPT_OPT_QAT,              /* issue #38 (recorded when not none: absent from older checkpoints and runs without it) */
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
@@ -142,6 +144,10 @@ typedef enum mpt_opt_id {
     MPT_OPT_MARGIN,
     MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
+    MPT_OPT_QUANTIZE,         /* eval's post-training quantization (issue #38): command options */
+    MPT_OPT_GRANULARITY,
+    MPT_OPT_ACTIVATIONS,
+    MPT_OPT_CALIBRATE,
     MPT_OPT_HELP,
     MPT_OPT_END
 } mpt_opt_id;
@@ -229,6 +235,7 @@ typedef struct mpt_cli_opts {
                                             emulated TF32/FP16/BF16 GEMMs (engine/backend.h) */
     mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
                                             --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
+    mpt_qat qat;                         /* --qat: none (default) | int8 | int4 (engine/quant.h) */
     /* this invocation */
     int epochs;
     mpt_device_choice device;
@@ -256,6 +263,10 @@ typedef struct mpt_cli_opts {
     double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
     double plot_timeout;         /* compare, lab: seconds gnuplot may take per picture (default 60) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
+    int quantize;                /* eval --quantize: -1 (none) or the weights' mpt_qformat */
+    int per_channel;             /* eval --granularity: 1 channel (default), 0 tensor */
+    int act_int8;                /* eval --activations int8: INT8 activations and integer GEMMs/convolutions */
+    int calibrate;               /* eval --calibrate N: training batches for the activations' amax (default 16) */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;
 
@@ -293,6 +304,11 @@ int mpt_cli_opt_recorded(mpt_opt_id id);
  * except a MATH_OPTIONAL one whose row says it is written only when it differs from its default (--accum-model), so
  * that the checkpoints of runs that leave it alone are byte for byte those written before it existed. A checkpoint
  * without the key trained with the default, which is how reading it takes the key's absence. */
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
+
+/* Whether a checkpoint's "config" holds the option: a recorded one, except an option whose row says written_if_set at
+ * its default value (--qat none), so that a run without it writes the config of the checkpoints written before the
+ * option existed, byte for byte; a reader takes the absent key as the default (MATH_OPTIONAL). */
 int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
 
 /* A resumed run's settings from the checkpoint's (*out) and the command line's (*cli): every INVOCATION option takes

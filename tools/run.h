@@ -137,6 +137,14 @@ uint64_t mpt_run_checkpoint_bytes(const mpt_trainer *t);
  * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
 mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_run_state *rs);
 
+/* Loads the data in `dir` for the network of `checkpoint` (rs: its mpt_run_checkpoint_read_config state): labels read
+ * with the class count the network was built for, limit_train / limit_test rows (0 = all; eval and post-training
+ * quantization read training rows only to calibrate), rank-4 images in `layout`. MPT_ERR_ARG naming both shapes
+ * (nothing kept) when the data's channels, size or classes differ from the network's; mpt_cli_data_load's errors. */
+mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint, const mpt_run_state *rs,
+                                        const char *dir, int64_t limit_train, int64_t limit_test,
+                                        mpt_idx_layout layout);
+
 /* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
  * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
  * MPT_ERR_SHAPE when the tensors do not match the model. */

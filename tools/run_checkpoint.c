@@ -642,6 +642,20 @@ mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
     return s;
 }
 
+mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint, const mpt_run_state *rs,
+                                        const char *dir, int64_t limit_train, int64_t limit_test,
+                                        mpt_idx_layout layout) {
+    MPT_TRY(mpt_cli_data_load(cd, dir, limit_train, limit_test, rs->data.classes, layout));
+    const mpt_model_input in = mpt_cli_data_input(&cd->d);
+    if (memcmp(&in, &rs->data, sizeof in) == 0) return MPT_OK;
+    mpt_status s = mpt_errorf(MPT_ERR_ARG, "--checkpoint %s: its network was built for %d x %d images with %d "
+                              "channel(s) and %d classes, --data %s holds %d x %d with %d and %d", checkpoint,
+                              rs->data.height, rs->data.width, rs->data.channels, rs->data.classes, dir, in.height,
+                              in.width, in.channels, in.classes);
+    mpt_cli_data_free(cd);
+    return s;
+}
+
 int mpt_run_checkpoint_run_id(const char *path, char id[17]) {
     id[0] = '\0';
     mpt_checkpoint *c = NULL;
@@ -799,7 +813,7 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
     if (s == MPT_OK) {
         st.iteration = rs.iteration; /* the backend's counter (LR, dropout, stochastic rounding) */
         be->from_host(be, t->scaler, &st, sizeof st);
-        mpt_master_refresh_working(t->g, t->master);
+        mpt_trainer_refresh_working(t); /* RNE copies, and QAT's fake-quantized weights */
         t->iteration = rs.iteration;
         be->synchronize(be);
     }

@@ -40,6 +40,9 @@ void *mpt_run_precision_map_json(const mpt_graph *g) {
             }
             json_object_set_new(o, "fp8", fp);
         }
+        if (n->qat) /* quantization-aware training (engine/quant.h): only on such nodes, so other maps keep their bytes */
+            json_object_set_new(o, "qat", json_pack("{s:s, s:s}", "weight", mpt_qformat_info((mpt_qformat)(n->qat - 1))->key,
+                                                    "scales", "per output channel"));
         if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
             json_t *fu = json_object();
             json_object_set_new(fu, "relu", json_string(n->fused_relu->name));

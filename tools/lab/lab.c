@@ -31,7 +31,8 @@
 static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_softmax,
                                                  &mpt_lab_loss_scaling,   &mpt_lab_master_weights,
                                                  &mpt_lab_optimizer_state, &mpt_lab_overflow,    &mpt_lab_noise,
-                                                 &mpt_lab_fp8,            &mpt_lab_grad_comm};
+                                                 &mpt_lab_fp8,            &mpt_lab_grad_comm,
+                                                 &mpt_lab_quantization};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
