@@ -157,19 +157,22 @@ static mpt_status load_operands(const mpt_lab_ctx *c, const char *ckpt, float **
  * M with weight row (j + TC_ROWS g) mod N: every product is one the layer computes, and no (image, weight row) pair
  * repeats while g < (M / TC_IMAGES) (N / TC_ROWS) (1024 for 256 images and fc1's 512 rows; the ladder uses 116). For K
  * below 784 the dot products take the middle K columns of one segment (where the pixels are not zero). Summed by IEEE
- * recursive FP32 (accum.c: what the `ieee` row of the models computes, one FMA per product
- * in order) and by the v100, a100, h100 and b200 models through the CPU backend (mpt_lab_gemm_accum). */
+ * recursive FP32 here (accum.c: what the `ieee` row of the models computes, one FMA per product in order; the CPU
+ * backend's own ieee is its FP32 engine's blocked order, not this) and by the v100, a100, h100 and b200 models through
+ * the CPU backend (mpt_lab_gemm_accum). */
 enum { TC_FP16 = 0, TC_BF16, TC_TF32, TC_FORMATS };
 enum { TC_IEEE = 0, TC_V100, TC_A100, TC_H100, TC_B200, TC_SUMS };
 static const mpt_math tc_math[TC_FORMATS] = {[TC_FP16] = MPT_MATH_F16, [TC_BF16] = MPT_MATH_BF16,
                                              [TC_TF32] = MPT_MATH_TF32};
 static const char *const tc_format_name[TC_FORMATS] = {[TC_FP16] = "FP16", [TC_BF16] = "BF16", [TC_TF32] = "TF32"};
+/* the backend's model of each summation ([TC_IEEE] unused: summed in accum.c) */
 static const mpt_accum_model tc_model[TC_SUMS] = {[TC_IEEE] = MPT_ACCUM_MODEL_IEEE, [TC_V100] = MPT_ACCUM_MODEL_V100,
                                                   [TC_A100] = MPT_ACCUM_MODEL_A100, [TC_H100] = MPT_ACCUM_MODEL_H100,
                                                   [TC_B200] = MPT_ACCUM_MODEL_B200};
 static const char *const tc_sum_name[TC_SUMS] = {[TC_IEEE] = "IEEE recursive", [TC_V100] = "v100", [TC_A100] = "a100",
                                                  [TC_H100] = "h100", [TC_B200] = "b200"};
 _Static_assert(sizeof tc_sum_name / sizeof tc_sum_name[0] == TC_SUMS, "a name per summation");
+_Static_assert(sizeof tc_format_name / sizeof tc_format_name[0] == TC_FORMATS, "a name per format");
 #define TC_IMAGES 16
 #define TC_ROWS 8
 #define TC_DOTS (TC_IMAGES * TC_ROWS)
