@@ -318,6 +318,78 @@ START_TEST(test_all_lessons_quick) {
         ck_assert_msg(strstr(concl, want) != NULL, "accumulation: want '%s' in: %s", want, concl);
         ck_assert_msg(strstr(concl, "keeps it") == NULL, "accumulation: %s", concl);
     }
+    /* accumulation, Tensor Cores: the h100 model's FP16 numbers in the conclusion are tensor-cores.dat's (block 0: K,
+     * then per format the dot products and the medians of IEEE recursive, v100, a100, h100, b200; block 3: the pooled
+     * sign counts; block 4: b200 against h100), and the branch follows the sign tests read from it */
+    {
+        char tp[700];
+        snprintf(tp, sizeof tp, "%s/accumulation/tensor-cores.dat", out);
+        static char dat[1 << 16];
+        snprintf(dat, sizeof dat, "%s", slurp(tp));
+        const char *blk[5] = {dat};
+        for (int i = 1; i < 5; i++) {
+            blk[i] = strstr(blk[i - 1], "\n\n\n");
+            ck_assert_msg(blk[i] != NULL, "%s: no block %d", tp, i);
+            blk[i] += 3;
+        }
+        double lo[19] = {0}, hi[19] = {0};
+        int rows = 0;
+        for (const char *l = blk[0]; l && l < blk[1]; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            double v[19];
+            int got = 0;
+            for (const char *q = l; got < 19; got++) {
+                char *end;
+                v[got] = strtod(q, &end);
+                if (end == q) break;
+                q = end;
+            }
+            if (got != 19) continue;
+            if (rows++ == 0) memcpy(lo, v, sizeof v);
+            memcpy(hi, v, sizeof v);
+        }
+        ck_assert_int_eq(rows, 7);
+        /* the models ran: a100 (blocks of 8) and h100 (blocks of 16) cannot have one median at K = 65536 unless the
+         * backend summed both the same way (no model set) */
+        ck_assert_msg(hi[4] != hi[5] && hi[5] != hi[2], "%s: a100 %g, h100 %g, IEEE %g at K = %.0f", tp, hi[4], hi[5],
+                      hi[2], hi[0]);
+        snprintf(want, sizeof want, "the h100 model's sums of FP16 products erred");
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "at K = %.0f (median %.2g against %.2g)", lo[0], lo[5], lo[2]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "at K = %.0f (%.2g against %.2g)", hi[0], hi[5], hi[2]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        long long n[2] = {-1, -1}, tw[2] = {0}, aw[2] = {0};
+        double pv[2] = {NAN, NAN};
+        for (const char *l = blk[3]; l && l < blk[4]; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            char fmt[16], sum[32];
+            long long e, t, a, z;
+            double share, p, ratio;
+            if (sscanf(l, "%15s %31s %lld %lld %lld %lld %lf %lf %lf", fmt, sum, &e, &t, &a, &z, &share, &p, &ratio) != 9 ||
+                strcmp(fmt, "FP16") != 0)
+                continue;
+            int k = strcmp(sum, "h100") == 0 ? 0 : strcmp(sum, "ieee-recursive") == 0 ? 1 : -1;
+            if (k < 0) continue;
+            n[k] = e, tw[k] = t, aw[k] = a, pv[k] = p;
+            ck_assert_msg(t + a + z == e, "%s: %s %s counts do not add up", tp, fmt, sum);
+        }
+        ck_assert_msg(n[0] > 0 && n[1] > 0, "%s: no FP16 h100 or ieee-recursive row", tp);
+        snprintf(want, sizeof want, "in %lld of the %lld dot products whose sum was not exact", tw[0], tw[0] + aw[0]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "did in %lld of %lld (", tw[1], tw[1] + aw[1]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        const int bias = pv[0] < 0.01 && tw[0] > aw[0] && !(pv[1] < 0.01);
+        ck_assert_msg(bias == (strstr(concl, "Truncation biased the error, it was not noise") != NULL),
+                      "accumulation: sign tests p = %g (h100), %g (IEEE): %s", pv[0], pv[1], concl);
+        long long dots = 0, differ = 0;
+        for (const char *l = blk[4]; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            char fmt[16];
+            long long d, x;
+            if (sscanf(l, "%15s %lld %lld", fmt, &d, &x) == 3) dots += d, differ += x;
+        }
+        if (differ) snprintf(want, sizeof want, "differed from the h100 model's in %lld of %lld dot products", differ, dots);
+        else snprintf(want, sizeof want, "bit for bit the h100 model's in all %lld dot products", dots);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+    }
     /* softmax: where FP16's log-sum-exp without the max starts to lose images, from softmax.dat (scale, largest and
      * smallest logit, then per format and method three columns: FP16 log-sum-exp's share lost is column 7) */
     printed_conclusion("softmax", concl, sizeof concl);

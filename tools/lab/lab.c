@@ -69,9 +69,15 @@ int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {
     return (c->cd->d.n_train + batch - 1) / batch * c->base->epochs;
 }
 
-mpt_status mpt_lab_gemm(const mpt_gemm_args *a) {
+mpt_status mpt_lab_gemm(const mpt_gemm_args *a) { return mpt_lab_gemm_accum(a, MPT_ACCUM_MODEL_IEEE); }
+
+mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m) {
+    if (!mpt_accum_model_covers(m, a->math))
+        return mpt_errorf(MPT_ERR_ARG, "the %s summation model has no Tensor Core row for %s GEMMs",
+                          mpt_accum_model_name(m) ? mpt_accum_model_name(m) : "?", mpt_math_name(a->math));
     mpt_backend *be = mpt_backend_cpu_create();
-    mpt_status s = mpt_backend_reserve_workspace(be, be->gemm_workspace ? be->gemm_workspace(be, a) : 0);
+    mpt_status s = mpt_backend_cpu_set_accum(be, m);
+    if (s == MPT_OK) s = mpt_backend_reserve_workspace(be, be->gemm_workspace ? be->gemm_workspace(be, a) : 0);
     if (s == MPT_OK) be->gemm(be, a);
     mpt_backend_free(&be);
     return s;

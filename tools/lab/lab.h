@@ -82,6 +82,11 @@ int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch);
  * it. For lessons that measure single products on real operands. MPT_ERR_NOMEM when the workspace cannot be had. */
 mpt_status mpt_lab_gemm(const mpt_gemm_args *a);
 
+/* mpt_lab_gemm with its TF32, FP16 and BF16 products summed by summation model m (engine/backend.h
+ * mpt_backend_cpu_set_accum: IEEE is mpt_lab_gemm; V100 .. B200 sum as that GPU's Tensor Cores, kernels/cpu/tc_accum.h
+ * through the backend). MPT_ERR_ARG naming both when the model has no row for a->math (V100 with TF32 or BF16). */
+mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m);
+
 /* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
 int64_t mpt_lab_telemetry_every(int64_t steps, int points);
 
