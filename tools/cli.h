@@ -4,6 +4,9 @@
  *   main.c            dispatch, `mptrain --help`, `--version`
  *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
  *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
+ *   cmd_speedrun.c    `mptrain speedrun`: the fixed Fashion-MNIST recipe over seeds and precisions, timed
+ *                     (tools/speedrun.h, prefix mpt_speedrun_); speedrun_report.c: its statistics, report.md and
+ *                     speedrun.json
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
  *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
@@ -137,6 +140,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_MARGIN,
     MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
+    MPT_OPT_PRINT_RECIPE,     /* issue 34: speedrun's own */
+    MPT_OPT_UNTIMED_WARMUP,
     MPT_OPT_HELP,
     MPT_OPT_END
 } mpt_opt_id;
@@ -162,6 +167,7 @@ typedef enum mpt_cmd_mask {
     MPT_CMD_COMPARE = 2,
     MPT_CMD_EVAL = 4,
     MPT_CMD_INFO = 8,
+    MPT_CMD_SPEEDRUN = 16,
 } mpt_cmd_mask;
 
 typedef enum mpt_device_choice {
@@ -388,5 +394,6 @@ int mpt_cmd_compare(int argc, char **argv);
 int mpt_cmd_eval(int argc, char **argv);
 int mpt_cmd_info(int argc, char **argv);
 int mpt_cmd_formats(int argc, char **argv);
+int mpt_cmd_speedrun(int argc, char **argv);
 
 #endif
