@@ -37,6 +37,10 @@
 #            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
 #            first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
+#   speedrun not in the default list (--stages info,speedrun): mptrain speedrun --device cuda --seeds 10 (every default
+#            precision, fp8 where the GPU has it; issue 34), then bench/speedrun_pytorch.py, the same recipe in PyTorch
+#            (bf16 and fp16 in its eager, fused, graph and compile modes, --speedrun-seeds seeds), same call; both
+#            reports on the results page (docs/speedrun.md says what the GPU session must record)
 #   bench    bench/run.sh gpu: mptrain against PyTorch (1 repeat by default), with what is left of the budget
 # A process that runs past its limit is diagnosed before it is killed: the stacks of all its threads (cuda-gdb or
 # gdb when the machine has one), each thread's /proc wchan, its shared objects, nvidia-smi (<log>.stacks); then TERM,
@@ -46,13 +50,15 @@
 # gpu-<date>.md, gpu-runs.tar.gz (a device call returns at most 8 files).
 #
 # Usage: bench/gpu.sh --prebuild | [--stages LIST] [--budget S] [--epochs N] [--repeats R] [--tcase-timeout S]
-#                                  [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
+#                                  [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run] [--speedrun-seeds N]
 #   --prebuild         build and pack .gpu-carry here (nothing else; see above)
-#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,bench (default all; always in that
-#                      order; machine and setup always run, build in build mode)
+#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,speedrun,bench (default all but speedrun;
+#                      always in that order; machine and setup always run, build in build mode)
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 150, tc 45, graph 45, compare 75, bench what is
-#                      left; 15 s are kept for the results. A stage never starts a process it has no time for
+#                      info 30 (+ 240 for a fallback build), test 150, tc 45, graph 45, compare 75, speedrun 300,
+#                      bench what is left; 15 s are kept for the results. A stage never starts a process it has no
+#                      time for
+#   --speedrun-seeds N seeds of PyTorch's runs in the speedrun stage, per precision and mode (default 5; mptrain's: 10)
 #   --epochs N         epochs of compare and of each benchmark run (default 3; the graph stage: at least 2)
 #   --repeats R        benchmark repeats, mptrain and PyTorch alternating (default 1)
 #   --tcase-timeout S  cap of each test case's limit (default 110: the H200 ran the whole suite in 33 s)
@@ -75,7 +81,7 @@ die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 STAGES=info,test,tc,graph,compare,bench EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420 TCASE_CAP=110
-CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0
+CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0 SR_PT_SEEDS=5
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -88,6 +94,7 @@ while [ $# -gt 0 ]; do
         --epochs) need_value "$@"; is_int "$1" "$2"; EPOCHS=$2; shift 2 ;;
         --repeats) need_value "$@"; is_int "$1" "$2"; REPEATS=$2; shift 2 ;;
         --tcase-timeout) need_value "$@"; is_int "$1" "$2"; TCASE_CAP=$2; shift 2 ;;
+        --speedrun-seeds) need_value "$@"; is_int "$1" "$2"; SR_PT_SEEDS=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --carry) need_value "$@"; CARRY=$2; shift 2 ;;
         --build) FORCE_BUILD=1; shift ;;
@@ -99,8 +106,8 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a STAGE_LIST <<<"$STAGES"
 for s in "${STAGE_LIST[@]}"; do
-    case "$s" in info | test | tc | graph | compare | bench) ;;
-        *) die "--stages: expected names from info,test,tc,graph,compare,bench, found '$s'" ;; esac
+    case "$s" in info | test | tc | graph | compare | speedrun | bench) ;;
+        *) die "--stages: expected names from info,test,tc,graph,compare,speedrun,bench, found '$s'" ;; esac
 done
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 [ "$QUICK" = 1 ] && EPOCHS=1
@@ -184,16 +191,16 @@ if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
 declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=150 [tc]=45 [graph]=45 [compare]=75
-                [bench]=0)
+                [speedrun]=300 [bench]=0)
 # Expected seconds: test, graph, compare and bench from the H200 run of ../shared/gpu/first-run.sh on 2026-11-26
 # (the same programs: suite 33 s, graph on/off 3 s, compare of mlp and lenet5 at 2 epochs 7 s, 8 PyTorch pairs at 3
 # epochs 109 s), scaled by epochs and repeats; the others are estimates (tc: 31 s of CPU time on this project's 2-vCPU
 # EPYC with a CPU backend standing in for the GPU, MPT_TC_STANDIN=cpu; the GPU machine's 16 cores share its models).
 declare -A EXPECT=([machine]=5 [setup]=3 [build]=150 [info]=3 [test]=33 [tc]=15 [graph]=$((GE + 1))
-                   [compare]=$((1 + 3 * EPOCHS)) [bench]=$((1 + 36 * REPEATS * EPOCHS)))
+                   [compare]=$((1 + 3 * EPOCHS)) [speedrun]=$((60 + 20 * SR_PT_SEEDS)) [bench]=$((1 + 36 * REPEATS * EPOCHS)))
 ORDER=(machine setup)
 [ "$MODE" = build ] && ORDER+=(build)
-for s in info test tc graph compare bench; do want "$s" && ORDER+=("$s"); done
+for s in info test tc graph compare speedrun bench; do want "$s" && ORDER+=("$s"); done
 
 # The test cases of the cuda suite: "program tcase seconds" per line, from tests/<program>.c (TCase *v =
 # tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP; without
@@ -241,6 +248,7 @@ if [ "$DRY_RUN" = 1 ]; then
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
             graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
+            speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 ($((16 * REPEATS)) runs, each under a limit)" ;;
         esac
         if [ "$s" = bench ]; then capt="rest"; else capt="$cap s"; sum_cap=$((sum_cap + cap)); fi
@@ -643,6 +651,24 @@ stage_compare() {
     done
 }
 
+# ---- speedrun: the recipe's clock (issue 34), beside PyTorch's, same call ------------------------------------------
+stage_speedrun() {
+    local rc=0
+    say "speedrun: mptrain speedrun --device cuda --seeds 10"
+    runlim "$(limit_for speedrun $((CAP[speedrun] * 2 / 5)))" "$WORK/speedrun.txt" "$WORK/bin/mptrain" speedrun --device cuda \
+        --seeds 10 --data "$MPT_DATA" --progress off --out "$WORK/speedrun" || rc=$?
+    grep -A 40 '^mptrain speedrun:' "$WORK/speedrun.txt" | head -n 40
+    [ "$rc" = 0 ] || fail "speedrun: mptrain speedrun $(why "$rc") (speedrun.txt)"
+    if [ -z "$PYTHON" ]; then fail "speedrun: no python3 to run bench/speedrun_pytorch.py"; return; fi
+    rc=0
+    say "speedrun: bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS"
+    runlim "$(limit_for speedrun $((CAP[speedrun] * 3 / 5)))" "$WORK/speedrun-pytorch.txt" "$PYTHON" bench/speedrun_pytorch.py \
+        --mptrain "$WORK/bin/mptrain" --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile \
+        --seeds "$SR_PT_SEEDS" --data "$MPT_DATA" --json "$WORK/speedrun-pytorch.json" || rc=$?
+    grep -A 12 '^| precision | mode' "$WORK/speedrun-pytorch.txt"
+    [ "$rc" = 0 ] || fail "speedrun: bench/speedrun_pytorch.py $(why "$rc") (speedrun-pytorch.txt)"
+}
+
 # ---- bench: against PyTorch ---------------------------------------------------------------------------------------
 stage_bench() {
     local rc=0 l
@@ -687,6 +713,15 @@ results_page() {
             sed 's/^#/###/' "$WORK/compare-$m/report.md"; printf '\n'
         fi
     done
+    if [ -f "$WORK/speedrun/report.md" ]; then
+        printf '## Speedrun: mptrain speedrun --device cuda --seeds 10\n\n'
+        sed 's/^#/###/' "$WORK/speedrun/report.md"; printf '\n'
+    fi
+    if grep -q '^| precision | mode' "$WORK/speedrun-pytorch.txt" 2>/dev/null; then
+        printf '## Speedrun in PyTorch (bench/speedrun_pytorch.py, the same recipe, same call)\n\n'
+        grep -A 12 '^| precision | mode' "$WORK/speedrun-pytorch.txt"; printf '\n'
+        grep '^process:' "$WORK/speedrun-pytorch.txt"; printf '\n'
+    fi
     if [ -s "$WORK/bench/summary.md" ]; then
         printf '## Benchmark against PyTorch (bench/run.sh gpu)\n\n'
         sed 's/^#/###/' "$WORK/bench/summary.md"; printf '\n'

@@ -16,6 +16,8 @@
 #   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
 #     past its time limit is, while a stage hangs; what the earlier stages produced, and what the hanging stage had
 #     printed, are already in the output folder.
+#   Run C (--stages speedrun, not in the default list): mptrain speedrun and bench/speedrun_pytorch.py (a stand-in that
+#     records its arguments) run, and both reports reach the results page.
 # Prints a Check-style summary line (Checks: N, Failures: F, Errors: 0), which ./run adds to its total.
 set -uo pipefail
 src=$1
@@ -108,9 +110,18 @@ print(json.dumps({"epoch_times_s": [0.9 - 0.01 * i for i in range(e)], "epoch_ho
                   "final_test_accuracy": 0.84, "final_test_loss": 0.45, "n_train": 60000, "final_loss_scale": None,
                   "cuda_max_memory_allocated": 2 ** 20}))
 EOF
+cat >"$tmp/fake_speedrun.py" <<EOF
+import sys
+open("$tmp/speedrun_pytorch.args", "w").write(" ".join(sys.argv[1:]) + "\\n")
+print("| precision | mode | mean test acc (%) [95% CI] | seeds >= 90% | time to result, host (s) | CPU (s) |")
+print("|---|---|---:|---:|---:|---:|")
+print("| bf16 | graph | 90.40 [90.10, 90.70] | 5 of 5 | 1.234 | 1.100 |")
+print('process: {"whole_s": 12.0}')
+EOF
 cat >"$bin/python3" <<EOF
 #!/bin/sh
 case "\${1:-}" in *pytorch_reference.py) shift; exec "$real_python" "$tmp/fake_reference.py" "\$@" ;; esac
+case "\${1:-}" in *speedrun_pytorch.py) shift; exec "$real_python" "$tmp/fake_speedrun.py" "\$@" ;; esac
 PYTHONPATH="$site\${PYTHONPATH:+:\$PYTHONPATH}" exec "$real_python" "\$@"
 EOF
 chmod +x "$bin"/*
@@ -188,6 +199,19 @@ check "run B: after the kill, the summary has the earlier stages (graph ok: the 
 check "run B: after the kill, the archive has the earlier stages' runs" \
     bash -c "tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'graph/mlp-fp16-off/summary.json' && tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'compare-mlp/report.md'"
 check "run B: after the kill, the results page has the earlier stages" grep -q '^## The step as one CUDA Graph' "$outB/gpu-$day.md"
+
+# ---- run C: the speedrun stage ------------------------------------------------------------------------------------
+outC=$tmp/outC
+"$tree/bench/gpu.sh" --budget 200 --stages speedrun --speedrun-seeds 3 --out "$outC" >"$tmp/C.log" 2>&1
+rcC=$?
+sed 's/^/    C| /' "$tmp/C.log" | tail -n 20
+check "run C (--stages speedrun) exits 0, not $rcC" [ "$rcC" = 0 ]
+check "run C: the stage is timed and ok" grep -Eq '^speedrun +[0-9]+s +ok' "$outC/summary.txt"
+check "run C: the results page has mptrain's speedrun report and PyTorch's table" \
+    bash -c "grep -q '^## Speedrun: mptrain speedrun --device cuda --seeds 10' '$outC/gpu-$day.md' && grep -q '^### mptrain speedrun (fake)' '$outC/gpu-$day.md' && grep -q '^## Speedrun in PyTorch' '$outC/gpu-$day.md' && grep -q '^| bf16 | graph | 90.40' '$outC/gpu-$day.md'"
+check "run C: PyTorch trained mptrain's recipe on the GPU in its four modes with --speedrun-seeds" \
+    grep -Eq -- "--mptrain .*/mptrain --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds 3 " "$tmp/speedrun_pytorch.args"
+check "run C: the archive has the speedrun's report" bash -c "tar -tzf '$outC/gpu-runs.tar.gz' | grep -q 'speedrun/report.md'"
 
 # ---- the plan -----------------------------------------------------------------------------------------------------
 plan=$("$tree/bench/gpu.sh" --dry-run 2>&1)
