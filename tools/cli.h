@@ -260,8 +260,6 @@ typedef struct mpt_cli_opts {
     int64_t untimed_warmup;      /* training steps of a throw-away copy of the network on the run's backend before the
                                     run's clocks start (speedrun --untimed-warmup; 0 = none): the run itself trains
                                     bit-identically with or without them (tools/run.c) */
-    int eval_last_only;          /* evaluate after the last epoch only (speedrun): no intermediate evaluation inside
-                                    the time to result; epochs.csv's test columns are nan for the epochs before */
     char checkpoint[MPT_CLI_PATH]; /* eval */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;

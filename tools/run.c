@@ -1016,23 +1016,19 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         r->rs.batch = 0;
         r->rs.epoch_loss_sum = 0.0;
         r->rs.epoch_loss_n = 0;
-        /* --eval-last-only (speedrun): the epochs before the last are not evaluated (nan in epochs.csv) */
-        const int eval_now = !o->eval_last_only || e + 1 == o->epochs;
         double te0 = now_s(), tce0 = cpu_now_s();
-        double test_loss = NAN, test_acc = NAN, val_loss = NAN, val_acc = NAN;
-        if (eval_now)
-            evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
-                             r->rs.inv_std, &test_loss, &test_acc);
-        if (eval_now && r->idx_val)
+        double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
+        evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
+                         r->rs.inv_std, &test_loss, &test_acc);
+        if (r->idx_val)
             evaluate_sharded(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
                              r->rs.inv_std, &val_loss, &val_acc);
-        double eval_s = eval_now ? now_s() - te0 : NAN;
-        if (eval_now) { /* the latest result: the final one once the loop ends */
-            res->timing.result_s = now_s() - result0;
-            res->timing.result_cpu_s = cpu_now_s() - result_cpu0;
-            res->timing.eval_s = eval_s;
-            res->timing.eval_cpu_s = cpu_now_s() - tce0;
-        }
+        double eval_s = now_s() - te0;
+        /* the latest result: the final one once the loop ends */
+        res->timing.result_s = now_s() - result0;
+        res->timing.result_cpu_s = cpu_now_s() - result_cpu0;
+        res->timing.eval_s = eval_s;
+        res->timing.eval_cpu_s = cpu_now_s() - tce0;
         mpt_trainer_stats(t, &st);
         double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
         test_loss = mpt_cli_nan_plain(test_loss); /* a non-finite loss is printed "nan", never "-nan" */
@@ -1042,13 +1038,9 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
                         (long long)e + 1, (long long)t->iteration, train_loss, test_loss, test_acc, val_loss, val_acc,
                         train_s, eval_s, sps, (double)st.scale, (int)st.steps_skipped));
         MPT_TRY(mpt_csv_flush(&r->epochs_csv));
-        if (eval_now)
-            printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
-                   o->epochs, train_loss, test_loss, 100.0 * test_acc);
-        else
-            printf("%sepoch %lld/%d  train loss %.4f  (evaluated after the last epoch only)", r->label,
-                   (long long)e + 1, o->epochs, train_loss);
-        if (eval_now && r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
+        printf("%sepoch %lld/%d  train loss %.4f  test loss %.4f  test acc %.2f%%", r->label, (long long)e + 1,
+               o->epochs, train_loss, test_loss, 100.0 * test_acc);
+        if (r->idx_val) printf("  val acc %.2f%%", 100.0 * val_acc);
         if (res->epoch_gpu_s)
             printf("  %.0f samples/s  %.4f s host clock, %.4f s GPU (CUDA events)", sps, train_s, gpu_s);
         else
@@ -1059,20 +1051,18 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         if (res->epoch_gpu_s) res->epoch_gpu_s[res->epochs_run] = gpu_s;
         res->epoch_cpu_s[res->epochs_run] = cpu_s;
         res->epoch_s[res->epochs_run++] = train_s;
+        res->final_test_loss = test_loss;
+        res->final_test_acc = test_acc;
         res->final_train_loss = train_loss;
-        if (eval_now) {
-            res->final_test_loss = test_loss;
-            res->final_test_acc = test_acc;
-            res->final_val_loss = val_loss;
-            res->final_val_acc = val_acc;
-            if (!(res->best_test_acc >= test_acc)) { /* also when best is NAN */
-                res->best_test_acc = test_acc;
-                res->best_epoch = (int)e + 1;
-            }
+        res->final_val_loss = val_loss;
+        res->final_val_acc = val_acc;
+        if (!(res->best_test_acc >= test_acc)) { /* also when best is NAN */
+            res->best_test_acc = test_acc;
+            res->best_epoch = (int)e + 1;
         }
         r->rs.best_test_acc = res->best_test_acc;
         r->rs.best_epoch = res->best_epoch;
-        evaluated_last = eval_now;
+        evaluated_last = 1;
         if (pending_save) MPT_TRY(save_checkpoint(r, 0));
     }
     if (!evaluated_last && !r->interrupted) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */

@@ -32,8 +32,8 @@ typedef struct mpt_run_timing {
     int64_t warmup_steps;        /* its steps */
     double build_s;              /* the graph and the trainer: plans, allocation, weight initialisation, index arrays */
     /* The time to result: from the training loop's start (before the first epoch's batch order is drawn) to the final
-     * evaluation's accuracy on the host, every epoch, batch order, logged statistic and (unless
-     * mpt_cli_opts.eval_last_only) intermediate evaluation inside it: */
+     * evaluation's accuracy on the host, every epoch, batch order, logged statistic and evaluation inside it (a run
+     * evaluates after every epoch: the speedrun's recipe has one): */
     double result_s, result_cpu_s; /* host clock; CPU time of the process, all threads (CLOCK_PROCESS_CPUTIME_ID) */
     double order_s;              /* inside it: drawing and uploading the epochs' batch orders */
     double eval_s;               /* inside it: the final evaluation (test set, and validation set if any) */

@@ -382,7 +382,8 @@ static mpt_status write_report(const mpt_speedrun_runs *r, const prec_stats *st)
                "\n\n```\n");
     mpt_speedrun_recipe_print(f);
     fprintf(f, "```\n\nEvery other setting is mptrain's default (all of them are listed under \"Settings\"). Each run "
-               "trains %d epoch(s) and is evaluated once, after its last epoch, on the test images; before its clocks "
+               "trains %d epoch(s), each followed by an evaluation on the test images (the last one's accuracy is the "
+               "result); before its clocks "
                "start it has the data on the device, its graph built and an untimed warm-up of %lld training steps "
                "on a throw-away copy of the network (which leaves the run's own training bit-identical).\n\n",
             o->epochs, (long long)o->untimed_warmup);
@@ -412,8 +413,9 @@ static mpt_status write_report(const mpt_speedrun_runs *r, const prec_stats *st)
     fprintf(f, "\n## Every run\n\nFinal test accuracy and time to result (host clock, CPU time); each run's files "
                "(epochs.csv, metrics.csv, summary.json, checkpoint.safetensors) are in `seed-<S>/<precision>/`.\n\n");
     write_runs(f, r);
-    fprintf(f, "\n## Settings\n\nEvery recorded setting of the runs (the recipe and mptrain's defaults; precision and "
-               "seed per run):\n\n");
+    fprintf(f, "\n## Settings\n\nEvery recorded setting of the runs (the recipe and mptrain's defaults; the precision "
+               "and seed are each run's; fp16's loss scale and tf32's TF32 switches follow each precision's defaults, "
+               "as its runs' summary.json records them):\n\n");
     char buf[MPT_MODEL_SPEC_MAX + 64];
     for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
         if (!mpt_cli_opt_recorded(id) || id == MPT_OPT_PRECISION || id == MPT_OPT_SEED) continue;
