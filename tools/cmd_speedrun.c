@@ -260,9 +260,10 @@ int mpt_cmd_speedrun(int argc, char **argv) {
         free(res[i].init_master);
         res[i].final_master = res[i].init_master = NULL;
         if (s == MPT_OK && res[i].interrupted)
-            s = mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of %s: its checkpoint is in %s (the "
-                           "finished runs are beside it); no report.md, which needs every run",
-                           mpt_guard_signal_name(res[i].interrupted), (long long)res[i].iterations, label, op.out);
+            s = mpt_errorf(MPT_ERR_INTERRUPTED, "interrupted by %s at step %lld of the run of seed %llu in %s: its "
+                           "checkpoint is in %s (the finished runs are beside it); no report.md, which needs every run",
+                           mpt_guard_signal_name(res[i].interrupted), (long long)res[i].iterations,
+                           (unsigned long long)op.seed, mpt_precision_name(op.precision), op.out);
     }
     mpt_cli_data_free(&cd);
     if (s == MPT_OK) {
