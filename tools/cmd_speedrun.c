@@ -2,8 +2,10 @@
  * tools/cmd_speedrun.c - `mptrain speedrun` (issue 34): the recipe, and its runs.
  *
  * The recipe is a list of options of mptrain train and compare (recipe[] below), applied over the defaults exactly as
- * a command line is, so `mptrain speedrun --print-recipe | xargs mptrain train --precision bf16 --seed 3` trains the
- * speedrun's seed-3 bf16 run bit for bit (tests/test_speedrun.c checks it). How it was found, and what each part
+ * a command line is, so `mptrain speedrun --print-recipe | xargs mptrain train --precision bf16 --seed 3 --cpu-kernels K
+ * --threads N` trains the speedrun's seed-3 bf16 run bit for bit, K the kernel set that run used (speedrun's default
+ * auto chooses per run and its report names the choice; train's default is emulate) and N its threads
+ * (tests/test_speedrun.c checks it with emulate). How it was found, and what each part
  * bought, is docs/speedrun.md.
  *
  * The runs: every seed in every precision (seed-major: a seed's precisions one after another, so a drift of the
