@@ -41,6 +41,10 @@
 #            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
 #            first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
+#   speedrun not in the default list (--stages info,speedrun): mptrain speedrun --device cuda --seeds 10 (every default
+#            precision, fp8 where the GPU has it; issue 34), then bench/speedrun_pytorch.py, the same recipe in PyTorch
+#            (bf16 and fp16 in its eager, fused, graph and compile modes, --speedrun-seeds seeds), same call; both
+#            reports on the results page (docs/speedrun.md says what the GPU session must record)
 #   bench    bench/run.sh gpu: mptrain against PyTorch in the --torch-modes (default eager, fused, graph: one PyTorch
 #            process per model and precision runs them one after the other), 1 repeat by default
 #   compile  bench/run.sh gpu --torch-modes compile: mptrain against torch.compile(mode="max-autotune"), mlp first;
@@ -63,16 +67,18 @@
 #
 # Usage: bench/gpu.sh --prebuild | [--stages LIST] [--budget S] [--epochs N] [--repeats R] [--tcase-timeout S]
 #                                  [--torch-modes LIST] [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
+#                                  [--speedrun-seeds N]
 #   --prebuild         build and pack .gpu-carry here (nothing else; see above)
-#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,bench,compile,sweep,dp,memcheck (default
-#                      info,test,tc,graph,bench,sweep,dp,memcheck: about 6 minutes on an H200; compile is the second
-#                      call, `--stages compile --budget 240`); always in that order; machine and setup always run,
-#                      build in build mode
+#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,speedrun,bench,compile,sweep,dp,memcheck
+#                      (default info,test,tc,graph,bench,sweep,dp,memcheck: about 6 minutes on an H200; compile is the
+#                      second call, `--stages compile --budget 240`; speedrun a call of its own, `--stages
+#                      info,speedrun`); always in that order; machine and setup always run, build in build mode
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 45, compare 75, bench 240, sweep 100,
-#                      dp 45, memcheck 60, compile what is left; each stage gets at most its limit and what is left;
-#                      15 s are kept for the results. A stage never starts a process it has no time for
+#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 45, compare 75, speedrun 300,
+#                      bench 240, sweep 100, dp 45, memcheck 60, compile what is left; each stage gets at most its limit
+#                      and what is left; 15 s are kept for the results. A stage never starts a process it has no time for
 #   --torch-modes LIST PyTorch's modes in the bench stage (default eager,fused,graph; bench/pytorch_reference.py)
+#   --speedrun-seeds N seeds of PyTorch's runs in the speedrun stage, per precision and mode (default 5; mptrain's: 10)
 #   --epochs N         epochs of compare and of each benchmark run (default 3; the graph stage: at least 2)
 #   --repeats R        benchmark repeats, mptrain and PyTorch alternating (default 1)
 #   --tcase-timeout S  cap of each test case's limit (default 110: the H200 ran the whole suite in 33 s)
@@ -94,9 +100,9 @@ say() { printf '==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-ALL_STAGES=info,test,tc,graph,compare,bench,compile,sweep,dp,memcheck
+ALL_STAGES=info,test,tc,graph,compare,speedrun,bench,compile,sweep,dp,memcheck
 STAGES=info,test,tc,graph,bench,sweep,dp,memcheck EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420
-TCASE_CAP=110 CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0 TORCH_MODES=eager,fused,graph
+TCASE_CAP=110 CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0 TORCH_MODES=eager,fused,graph SR_PT_SEEDS=5
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -110,6 +116,7 @@ while [ $# -gt 0 ]; do
         --repeats) need_value "$@"; is_int "$1" "$2"; REPEATS=$2; shift 2 ;;
         --tcase-timeout) need_value "$@"; is_int "$1" "$2"; TCASE_CAP=$2; shift 2 ;;
         --torch-modes) need_value "$@"; TORCH_MODES=$2; shift 2 ;;
+        --speedrun-seeds) need_value "$@"; is_int "$1" "$2"; SR_PT_SEEDS=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --carry) need_value "$@"; CARRY=$2; shift 2 ;;
         --build) FORCE_BUILD=1; shift ;;
@@ -252,21 +259,23 @@ if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
 declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=45 [compare]=75
-                [bench]=240 [compile]=0 [sweep]=100 [dp]=45 [memcheck]=60)
+                [speedrun]=300 [bench]=240 [compile]=0 [sweep]=100 [dp]=45 [memcheck]=60)
 # Expected seconds. Measured on an H200 by bench/gpu.sh (2026-11-26, sessions b and c: bench/results/gpu-2026-11-26-b
 # and -c, callN-summary.txt): test 21-24 s, graph 2-3 s, compare 10-11 s at 3 epochs, bench (PyTorch eager only) 115 s
 # a repeat at 3 epochs. Estimates, never measured: tc (31 s of CPU time on this project's 2-vCPU EPYC with a CPU backend
 # standing in for the GPU, MPT_TC_STANDIN=cpu; the GPU machine's 16 cores share its models), bench's fused and graph
 # modes (+35 s a repeat at 3 epochs: they run inside the same PyTorch processes), compile (about 60 s of torch.compile
 # max-autotune per model and precision), sweep, dp, memcheck, setup with the Open MPI runtime; the first run of each
-# replaces its estimate.
+# replaces its estimate. speedrun: an estimate (mptrain's 50 runs of one epoch, then PyTorch's 4 modes x 2
+# precisions x --speedrun-seeds runs and their compilation).
 n_torch=${#TORCH_MODE_LIST[@]}
 declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((GE + 1))
-                   [compare]=$((1 + 3 * EPOCHS)) [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
+                   [compare]=$((1 + 3 * EPOCHS)) [speedrun]=$((60 + 20 * SR_PT_SEEDS))
+                   [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
                    [compile]=$((8 * (60 + 6 * EPOCHS))) [sweep]=80 [dp]=20 [memcheck]=55)
 ORDER=(machine setup)
 [ "$MODE" = build ] && ORDER+=(build)
-for s in info test tc graph compare bench compile sweep dp memcheck; do want "$s" && ORDER+=("$s"); done
+for s in info test tc graph compare speedrun bench compile sweep dp memcheck; do want "$s" && ORDER+=("$s"); done
 
 # The test cases of the cuda suite: "program tcase seconds" per line, from tests/<program>.c (TCase *v =
 # tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP; without
@@ -314,6 +323,7 @@ if [ "$DRY_RUN" = 1 ]; then
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
             graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
+            speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
             compile) what="bench/run.sh gpu --torch-modes compile --epochs $EPOCHS --models mlp,lenet5 (torch.compile max-autotune; each PyTorch run at most 150 s; what does not fit is listed as not run)" ;;
             sweep) what="bench/mlp_sweep --device cuda --hidden 512,2048,8192 --batch 128,1024,4096 --precisions fp32,tf32,bf16,fp16,fp8 --steps 10 --rounds 3 (stops starting configurations in time)" ;;
@@ -335,7 +345,7 @@ if [ "$DRY_RUN" = 1 ]; then
     fi
     printf 'Expected seconds: test, graph, compare and bench (eager) measured by bench/gpu.sh on an H200 (2026-11-26: suite\n'
     printf '21-24 s, graph 2-3 s, compare 10-11 s, PyTorch eager pairs 115 s a repeat at 3 epochs), scaled by epochs and\n'
-    printf 'repeats; the rest are estimates (bench'"'"'s fused and graph modes, compile, sweep, dp, memcheck never ran on a GPU).\n'
+    printf 'repeats; the rest are estimates (bench'"'"'s fused and graph modes, compile, speedrun, sweep, dp, memcheck never ran on a GPU).\n'
     printf 'Device tool: carry ["%s"], timeout_s %d, command: bench/gpu.sh%s\n' \
         "${CARRY#"$ROOT"/}" $((BUDGET > 0 ? BUDGET + 60 : 600)) "$([ -n "$ARGS" ] && printf ' %s' "${ARGS/--dry-run/}" | sed 's/  */ /g; s/ $//')"
     exit 0
@@ -733,6 +743,24 @@ stage_compare() {
     done
 }
 
+# ---- speedrun: the recipe's clock (issue 34), beside PyTorch's, same call ------------------------------------------
+stage_speedrun() {
+    local rc=0
+    say "speedrun: mptrain speedrun --device cuda --seeds 10"
+    runlim "$(limit_for speedrun $((CAP[speedrun] * 2 / 5)))" "$WORK/speedrun.txt" "$WORK/bin/mptrain" speedrun --device cuda \
+        --seeds 10 --data "$MPT_DATA" --progress off --out "$WORK/speedrun" || rc=$?
+    grep -A 40 '^mptrain speedrun:' "$WORK/speedrun.txt" | head -n 40
+    [ "$rc" = 0 ] || fail "speedrun: mptrain speedrun $(why "$rc") (speedrun.txt)"
+    if [ -z "$PYTHON" ]; then fail "speedrun: no python3 to run bench/speedrun_pytorch.py"; return; fi
+    rc=0
+    say "speedrun: bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS"
+    runlim "$(limit_for speedrun $((CAP[speedrun] * 3 / 5)))" "$WORK/speedrun-pytorch.txt" "$PYTHON" bench/speedrun_pytorch.py \
+        --mptrain "$WORK/bin/mptrain" --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile \
+        --seeds "$SR_PT_SEEDS" --data "$MPT_DATA" --json "$WORK/speedrun-pytorch.json" || rc=$?
+    grep -A 12 '^| precision | mode' "$WORK/speedrun-pytorch.txt"
+    [ "$rc" = 0 ] || fail "speedrun: bench/speedrun_pytorch.py $(why "$rc") (speedrun-pytorch.txt)"
+}
+
 # ---- bench: against PyTorch ---------------------------------------------------------------------------------------
 stage_bench() {
     local rc=0 l
@@ -881,6 +909,15 @@ results_page() {
             sed 's/^#/###/' "$WORK/compare-$m/report.md"; printf '\n'
         fi
     done
+    if [ -f "$WORK/speedrun/report.md" ]; then
+        printf '## Speedrun: mptrain speedrun --device cuda --seeds 10\n\n'
+        sed 's/^#/###/' "$WORK/speedrun/report.md"; printf '\n'
+    fi
+    if grep -q '^| precision | mode' "$WORK/speedrun-pytorch.txt" 2>/dev/null; then
+        printf '## Speedrun in PyTorch (bench/speedrun_pytorch.py, the same recipe, same call)\n\n'
+        grep -A 12 '^| precision | mode' "$WORK/speedrun-pytorch.txt"; printf '\n'
+        grep '^process:' "$WORK/speedrun-pytorch.txt"; printf '\n'
+    fi
     if [ -s "$WORK/bench-summary.md" ]; then
         printf '## Benchmark against PyTorch (bench/run.sh gpu%s)\n\n' "$([ -d "$WORK/bench-compile/runs" ] && echo '; the compile stage'"'"'s runs included')"
         sed 's/^#/###/' "$WORK/bench-summary.md"; printf '\n'

@@ -83,6 +83,30 @@ START_TEST(test_interval_by_hand) {
 }
 END_TEST
 
+START_TEST(test_mean_interval_by_hand) {
+    /* x: mean 90.1, deviations -0.6, 0, 0.5, -0.2, 0.3: sd = sqrt(0.74 / 4) = 0.4301163, se = sd / sqrt(5) =
+     * 0.1923538; t_{0.975, 4} = 2.776445 (any t table); half-width 0.5340599 */
+    const double x[] = {89.5, 90.1, 90.6, 89.9, 90.4};
+    mpt_stats_interval iv;
+    ck_assert_int_eq(mpt_stats_mean_interval(x, 5, 0.95, &iv), MPT_OK);
+    ck_assert_int_eq(iv.n, 5);
+    ck_assert(fabs(iv.mean - 90.1) < 1e-9);
+    ck_assert(fabs(iv.sd - 0.4301163) < 1e-6);
+    ck_assert(fabs(iv.se - 0.1923538) < 1e-6);
+    ck_assert(fabs(iv.t_crit - 2.776445) < 1e-6);
+    ck_assert(fabs(iv.lo - (90.1 - 0.5340599)) < 1e-6);
+    ck_assert(fabs(iv.hi - (90.1 + 0.5340599)) < 1e-6);
+    /* the paired interval is this interval on the differences */
+    const double zero[5] = {0};
+    mpt_stats_paired p;
+    ck_assert_int_eq(mpt_stats_compare_paired(x, zero, 5, 0.95, 0.3, &p), MPT_OK);
+    ck_assert(p.lo == iv.lo && p.hi == iv.hi && p.t_crit == iv.t_crit);
+    /* 99%: t_{0.995, 4} = 4.604095 */
+    ck_assert_int_eq(mpt_stats_mean_interval(x, 5, 0.99, &iv), MPT_OK);
+    ck_assert(fabs(iv.t_crit - 4.604095) < 1e-6);
+}
+END_TEST
+
 START_TEST(test_verdicts) {
     const double eq[] = {0.1, 0.2, 0.3};
     ck_assert_int_eq(paired(eq, 3, 0.5).verdict, MPT_VERDICT_EQUIVALENT);
@@ -165,6 +189,11 @@ START_TEST(test_bad_input) {
     ck_assert_int_eq(mpt_stats_compare_paired(a, b, 3, 0.95, 0.3, &p), MPT_ERR_ARG);
     ck_assert_int_eq(mpt_stats_compare_paired(a, b, 2, 0.95, 0.0, &p), MPT_ERR_ARG);
     ck_assert(strstr(mpt_last_error(), "--margin") != NULL);
+    mpt_stats_interval iv;
+    ck_assert_int_eq(mpt_stats_mean_interval(a, 1, 0.95, &iv), MPT_ERR_ARG);
+    ck_assert(strstr(mpt_last_error(), "at least 2") != NULL);
+    ck_assert_int_eq(mpt_stats_mean_interval(a, 3, 0.95, &iv), MPT_ERR_ARG); /* the NaN */
+    ck_assert_int_eq(mpt_stats_mean_interval(a, 2, 1.0, &iv), MPT_ERR_ARG);
 #ifndef MPT_HAVE_GSL
     ck_assert_int_eq(mpt_stats_available(), 0);
     ck_assert_int_eq(mpt_stats_compare_paired(a, b, 2, 0.95, 0.3, &p), MPT_ERR_ARG);
@@ -183,6 +212,7 @@ static Suite *stats_suite(void) {
     tcase_add_test(tc, test_noise_by_hand);
 #ifdef MPT_HAVE_GSL
     tcase_add_test(tc, test_interval_by_hand);
+    tcase_add_test(tc, test_mean_interval_by_hand);
     tcase_add_test(tc, test_verdicts);
     tcase_add_test(tc, test_random_against_gsl);
 #endif

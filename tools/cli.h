@@ -4,6 +4,9 @@
  *   main.c            dispatch, `mptrain --help`, `--version`
  *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
  *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
+ *   cmd_speedrun.c    `mptrain speedrun`: the fixed Fashion-MNIST recipe over seeds and precisions, timed
+ *                     (tools/speedrun.h, prefix mpt_speedrun_); speedrun_report.c: its statistics, report.md and
+ *                     speedrun.json
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
  *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
@@ -144,6 +147,8 @@ typedef enum mpt_opt_id {
     MPT_OPT_MARGIN,
     MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
+    MPT_OPT_PRINT_RECIPE,     /* issue 34: speedrun's own */
+    MPT_OPT_UNTIMED_WARMUP,
     MPT_OPT_QUANTIZE,         /* eval's post-training quantization (issue #38): command options */
     MPT_OPT_GRANULARITY,
     MPT_OPT_ACTIVATIONS,
@@ -173,6 +178,7 @@ typedef enum mpt_cmd_mask {
     MPT_CMD_COMPARE = 2,
     MPT_CMD_EVAL = 4,
     MPT_CMD_INFO = 8,
+    MPT_CMD_SPEEDRUN = 16,
 } mpt_cmd_mask;
 
 typedef enum mpt_device_choice {
@@ -262,6 +268,10 @@ typedef struct mpt_cli_opts {
     int n_seeds;                 /* 0 = --seeds not given: one run per precision with --seed */
     double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
     double plot_timeout;         /* compare, lab: seconds gnuplot may take per picture (default 60) */
+    int print_recipe;            /* speedrun --print-recipe: print the recipe's options and exit */
+    int64_t untimed_warmup;      /* training steps of a throw-away copy of the network on the run's backend before the
+                                    run's clocks start (speedrun --untimed-warmup; 0 = none): the run itself trains
+                                    bit-identically with or without them (tools/run.c) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
     int quantize;                /* eval --quantize: -1 (none) or the weights' mpt_qformat */
     int per_channel;             /* eval --granularity: 1 channel (default), 0 tensor */
@@ -443,5 +453,6 @@ int mpt_cmd_compare(int argc, char **argv);
 int mpt_cmd_eval(int argc, char **argv);
 int mpt_cmd_info(int argc, char **argv);
 int mpt_cmd_formats(int argc, char **argv);
+int mpt_cmd_speedrun(int argc, char **argv);
 
 #endif

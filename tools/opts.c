@@ -44,7 +44,8 @@ typedef struct opt_def {
 #define FIELD(f) .field = offsetof(mpt_cli_opts, f), .size = sizeof(((mpt_cli_opts *)0)->f)
 
 #define TC (MPT_CMD_TRAIN | MPT_CMD_COMPARE)
-#define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO)
+#define SR MPT_CMD_SPEEDRUN /* speedrun takes the options of its invocation, never the recipe's (tools/cmd_speedrun.c) */
+#define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO | MPT_CMD_SPEEDRUN)
 
 static const opt_def opt_table[] = {
     {"model", MPT_OPT_MODEL, required_argument, TC, "SPEC",
@@ -56,12 +57,12 @@ static const opt_def opt_table[] = {
     {"precision", MPT_OPT_PRECISION, required_argument, MPT_CMD_TRAIN, "P",
      "the precision mode: one of the modes listed below (default fp32)",
      .scope = MPT_SCOPE_MATH},
-    {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE, "LIST",
+    {"precisions", MPT_OPT_PRECISIONS, required_argument, MPT_CMD_COMPARE | SR, "LIST",
      "comma-separated precision modes to train, from those listed below (default: the ones marked *)",
      .scope = MPT_SCOPE_COMMAND},
-    {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE, "LIST|N",
+    {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE | SR, "LIST|N",
      "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report the mean paired "
-     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)",
+     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed; speedrun: 10)",
      .scope = MPT_SCOPE_COMMAND},
     {"margin", MPT_OPT_MARGIN, required_argument, MPT_CMD_COMPARE, "PP",
      "with --seeds: equivalence margin in test-accuracy points, > 0 (default 0.3)",
@@ -138,9 +139,9 @@ static const opt_def opt_table[] = {
     {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
      "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
-    {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL, "SET",
+    {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL | SR, "SET",
      "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate for train, auto for "
-     "compare: emulate is Tensor Core numerics emulated exactly, the GPU's oracle; native: bf16 on the CPU's BF16 "
+     "compare and speedrun: emulate is Tensor Core numerics emulated exactly, the GPU's oracle; native: bf16 on the CPU's BF16 "
      "units through oneDNN, with their numerics: BF16 denormals read as zero, denormal results flushed; fp32/tf32/fp16 "
      "stay emulated; needs oneDNN and avx512_bf16 or amx_bf16; auto: where native can run a bf16 run's GEMMs, a "
      "few training steps in each set at the start, the faster one kept and recorded as the run's set)",
@@ -197,10 +198,10 @@ static const opt_def opt_table[] = {
     {"clip-norm", MPT_OPT_CLIP_NORM, required_argument, TC, "X",
      "clip the global L2 norm of the unscaled gradients (default 0 = off)",
      .scope = MPT_SCOPE_MATH},
-    {"limit-train", MPT_OPT_LIMIT_TRAIN, required_argument, TC, "N",
+    {"limit-train", MPT_OPT_LIMIT_TRAIN, required_argument, TC | SR, "N",
      "train on the first N training images only (default 0 = all)",
      .scope = MPT_SCOPE_MATH},
-    {"limit-test", MPT_OPT_LIMIT_TEST, required_argument, TC | MPT_CMD_EVAL, "N",
+    {"limit-test", MPT_OPT_LIMIT_TEST, required_argument, TC | MPT_CMD_EVAL | SR, "N",
      "evaluate on the first N test images only (default 0 = all)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(limit_test)},
     {"val-split", MPT_OPT_VAL_SPLIT, required_argument, TC, "F",
@@ -212,14 +213,14 @@ static const opt_def opt_table[] = {
     {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
      "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped",
      .scope = MPT_SCOPE_MATH},
-    {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL, "D",
+    {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL | SR, "D",
      "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(device)},
-    {"cuda-graph", MPT_OPT_CUDA_GRAPH, required_argument, TC, "on|off",
+    {"cuda-graph", MPT_OPT_CUDA_GRAPH, required_argument, TC | SR, "on|off",
      "on the CUDA backend, record the training step once as a CUDA Graph and replay it every step (default on; "
      "results are bit-identical either way; the CPU backend ignores it; docs/benchmarks.md)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(cuda_graph)},
-    {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL, "DIR",
+    {"data", MPT_OPT_DATA, required_argument, TC | MPT_CMD_EVAL | SR, "DIR",
      "directory with the four MNIST-format IDX files, any image size and channels (default " MPT_DEFAULT_DATA_DIR ")",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data)},
     {"classes", MPT_OPT_CLASSES, required_argument, TC, "K",
@@ -230,8 +231,8 @@ static const opt_def opt_table[] = {
      "rank-4 IDX images: nchw ([N, C, H, W], PyTorch's) | nhwc ([N, H, W, C], channels last; transposed on load) "
      "(default nchw; rank-3 files are [N, H, W])",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data_layout)},
-    {"out", MPT_OPT_OUT, required_argument, TC, "DIR",
-     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>)",
+    {"out", MPT_OPT_OUT, required_argument, TC | SR, "DIR",
+     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>; speedrun: runs/speedrun)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(out)},
     {"resume", MPT_OPT_RESUME, required_argument, MPT_CMD_TRAIN, "CKPT",
      "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)",
@@ -255,7 +256,7 @@ static const opt_def opt_table[] = {
     {"calibrate", MPT_OPT_CALIBRATE, required_argument, MPT_CMD_EVAL, "N",
      "with --activations int8: training batches whose largest |input| per layer sets its scale, 1..10000 (default 16)",
      .scope = MPT_SCOPE_COMMAND},
-    {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
+    {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL | SR, "N",
      "threads of the CPU backend's GEMMs (OpenBLAS and oneDNN), 1..256 (default: OpenBLAS's, OPENBLAS_NUM_THREADS "
      "or all cores)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(threads)},
@@ -268,7 +269,7 @@ static const opt_def opt_table[] = {
     {"max-steps", MPT_OPT_MAX_STEPS, required_argument, TC, "N",
      "stop (and save) once N steps have run in total (default 0 = no limit)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(max_steps)},
-    {"progress", MPT_OPT_PROGRESS, required_argument, TC, "WHEN",
+    {"progress", MPT_OPT_PROGRESS, required_argument, TC | SR, "WHEN",
      "auto | on | off: a progress bar (default auto: when stdout is a terminal)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(progress)},
     {"telemetry", MPT_OPT_TELEMETRY, required_argument, TC, "N",
@@ -292,6 +293,14 @@ static const opt_def opt_table[] = {
      "arrive; every other wait asks its peers every S seconds and ends the job when one does not answer or all wait, "
      "> 0 (default 600, as PyTorch's NCCL watchdog)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
+    {"print-recipe", MPT_OPT_PRINT_RECIPE, no_argument, SR, NULL,
+     "print the recipe as the options of mptrain train and compare it is, on one line quoted for the shell "
+     "(`mptrain speedrun --print-recipe | xargs mptrain train --precision bf16`), and exit",
+     .scope = MPT_SCOPE_COMMAND},
+    {"untimed-warmup", MPT_OPT_UNTIMED_WARMUP, required_argument, SR, "N",
+     "before each run's clocks start, N training steps of a throw-away copy of the network on the same device, "
+     "0..1000 (default 5; each run trains bit-identically either way)",
+     .scope = MPT_SCOPE_COMMAND},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help",
      .scope = MPT_SCOPE_COMMAND},
 };
@@ -874,6 +883,9 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         return MPT_OK;
     case MPT_OPT_COMM_TIMEOUT:
         return parse_double(f, arg, 0.0, 1, 1e6, 0, "a number of seconds in (0, 1e6]", &o->comm_timeout);
+    case MPT_OPT_PRINT_RECIPE: o->print_recipe = 1; return MPT_OK;
+    case MPT_OPT_UNTIMED_WARMUP:
+        return parse_i64(f, arg, 0, 1000, "an integer in [0, 1000]", &o->untimed_warmup);
     case MPT_OPT_HELP:
     case MPT_OPT_END: break;
     }
@@ -1169,6 +1181,7 @@ static const char *cmd_name(mpt_cmd_mask cmd) {
     case MPT_CMD_COMPARE: return "compare";
     case MPT_CMD_EVAL: return "eval";
     case MPT_CMD_INFO: return "info";
+    case MPT_CMD_SPEEDRUN: return "speedrun";
     }
     return "?";
 }
@@ -1206,6 +1219,23 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
                    "accuracy unquantized and quantized on the same test images, the weights' memory, and per layer the\n"
                    "weights' relative L2 error and the layer output's against the unquantized model.\n");
         break;
+    case MPT_CMD_SPEEDRUN:
+        fprintf(f, "Usage: mptrain speedrun [options]\n"
+                   "Trains the speedrun's fixed recipe (printed below: network, optimizer, schedule, batch size,\n"
+                   "epochs) on Fashion-MNIST with every seed in every precision, evaluates each run on the 10000\n"
+                   "test images after its epoch (the recipe has one), and reports per precision: the mean test\n"
+                   "accuracy with its 95%% confidence interval (Student t over the seeds), the share of seeds at or\n"
+                   "above the 90.0%% target, and the time to result: from the start of training (data already on the\n"
+                   "device, graph built, after an untimed warm-up of --untimed-warmup steps on a throw-away copy of\n"
+                   "the network) to the final evaluation's accuracy on the host, by the host clock and in CPU time;\n"
+                   "beside it where the rest went (process start, data read and upload, graph build, the epoch, the\n"
+                   "evaluation, the outputs) and the whole process's time. Runs go to --out/seed-<S>/<precision>/\n"
+                   "(the files of mptrain train), the report to --out/report.md and --out/speedrun.json\n"
+                   "(docs/speedrun.md).\n"
+                   "Defaults here: --seeds 10, --precisions fp32,tf32,fp16,bf16 (and fp8 on a GPU with FP8 Tensor\n"
+                   "Cores), --cpu-kernels auto, --out runs/speedrun. The recipe's own options are not taken: vary it\n"
+                   "with mptrain compare and the options --print-recipe prints.\n");
+        break;
     case MPT_CMD_INFO:
         fprintf(f, "Usage: mptrain info\n"
                    "Prints each backend (cpu, cuda) as built / loadable / usable and why not, the library versions\n"
@@ -1223,13 +1253,16 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
         snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
         fprintf(f, "  %-25s %s\n", left, d->help);
     }
-    if (cmd == MPT_CMD_TRAIN || cmd == MPT_CMD_COMPARE) {
+    const int lists = cmd == MPT_CMD_COMPARE || cmd == MPT_CMD_SPEEDRUN; /* --precisions */
+    if (cmd == MPT_CMD_TRAIN || lists) {
         fprintf(f, "\nPrecision modes (--precision%s):\n",
-                cmd == MPT_CMD_COMPARE ? "s; * = compare's default list" : "");
+                cmd == MPT_CMD_COMPARE ? "s; * = compare's default list" : lists ? "s; * = the default list" : "");
         for (int i = 0; i < MPT_PRECISION_COUNT; i++) {
             const mpt_mode_desc *m = mpt_mode_info((mpt_precision)i);
-            fprintf(f, "  %-9s%s %s\n", m->name, cmd == MPT_CMD_COMPARE && m->compare_default ? "*" : " ", m->summary);
+            fprintf(f, "  %-9s%s %s\n", m->name, lists && m->compare_default ? "*" : " ", m->summary);
         }
+    }
+    if (cmd == MPT_CMD_TRAIN || cmd == MPT_CMD_COMPARE) {
         fprintf(f, "\nLoss-scaler presets (--scaler; --growth-factor, --backoff-factor, --growth-interval, "
                    "--hysteresis,\n--scale-floor, --scale-ceiling override single values; fp16's default "
                    "--loss-scale uses the preset's\ninitial scale):\n");
@@ -1331,7 +1364,8 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
     /* compare puts precisions side by side for speed too: each bf16 run on the CPU set that measured faster here */
-    if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_CPU_KERNELS)) o->cpu_kernels_auto = 1;
+    if ((cmd == MPT_CMD_COMPARE || cmd == MPT_CMD_SPEEDRUN) && !mpt_cli_given(o, MPT_OPT_CPU_KERNELS))
+        o->cpu_kernels_auto = 1;
     if (o->shadow && o->telemetry == 0) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
         return MPT_CLI_EXIT_USAGE;

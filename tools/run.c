@@ -584,6 +584,48 @@ static mpt_status resolve_auto_kernels(run *r, mpt_run_result *res) {
     return MPT_OK;
 }
 
+/* The untimed warm-up (o->untimed_warmup steps, before the run's graph is built): a throw-away trainer of the run's
+ * network on the run's backend, trained on the first B training rows, then freed. What it warms is the backend's and
+ * the process's, not the run's: on the GPU the CUDA context's lazily loaded kernels, the libraries' handles and their
+ * caches, the memory pool; on the CPU the GEMM engine's threads and primitive caches. The run's own trainer is built
+ * afterwards from its seed as always, so the run trains bit-identically with or without it (on the CPU: tests; on the
+ * GPU as far as the libraries choose the same algorithms again); its own first step, which on the GPU chooses the
+ * GEMM/convolution algorithms, and its second, which records the step graph, stay inside the timed region.
+ * bench/pytorch_reference.py warms PyTorch up the same way, on a throw-away model. */
+static mpt_status untimed_warmup(run *r) {
+    const mpt_cli_opts *o = &r->o;
+    mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
+    mpt_tensor *logits = NULL;
+    mpt_status s = mpt_model_build_plan(g, r->plan, &logits);
+    if (s != MPT_OK) {
+        mpt_graph_free(&g);
+        return s;
+    }
+    mpt_softmax_xent(g, logits, "loss");
+    mpt_train_config cfg = mpt_cli_train_config(o, 1000000); /* any horizon: its schedule is thrown away */
+    mpt_trainer *t = NULL;
+    MPT_TRY(mpt_trainer_create(&t, g, &cfg));
+    const int B = r->shard_b;
+    int32_t *h = malloc((size_t)B * sizeof *h), *idx = r->be->alloc(r->be, (size_t)B * sizeof *idx);
+    if (!h || !idx) {
+        free(h);
+        if (idx) r->be->free(r->be, idx);
+        mpt_trainer_free(&t);
+        return mpt_errorf(MPT_ERR_NOMEM, "--untimed-warmup: cannot allocate a batch of %d rows", B);
+    }
+    for (int i = 0; i < B; i++) h[i] = i < r->d->n_train ? i : -1;
+    r->be->from_host(r->be, idx, h, (size_t)B * sizeof *h);
+    for (int64_t k = 0; k < o->untimed_warmup; k++) {
+        mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, idx, r->d->dim, 0.0f, 1.0f);
+        mpt_trainer_step(t);
+    }
+    r->be->synchronize(r->be);
+    mpt_trainer_free(&t);
+    r->be->free(r->be, idx);
+    free(h);
+    return MPT_OK;
+}
+
 static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_cli_opts *o = &r->o;
     char why[640];
@@ -613,7 +655,9 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
+    double tb = now_s();
     MPT_TRY(mpt_run_backend_create(o->device, &r->be, why, sizeof why));
+    res->timing.backend_s = now_s() - tb;
     snprintf(res->device, sizeof res->device, "%s", r->be->name);
     if (train_dist && o->telemetry > 0 && r->be->device == MPT_DEVICE_CUDA)
         return mpt_errorf(MPT_ERR_ARG, "--telemetry with --data-parallel: the communication error is measured on the "
@@ -627,12 +671,17 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     snprintf(said_why, sizeof said_why, "%s", why);
     if (r->be->device == MPT_DEVICE_CPU || o->accum_model != MPT_ACCUM_MODEL_IEEE) /* refused on the GPU: says why */
         MPT_TRY(mpt_backend_cpu_set_accum(r->be, o->accum_model));
+    tb = now_s();
     MPT_TRY(mpt_cli_data_upload(&r->dd, r->be, r->d));
+    r->be->synchronize(r->be);
+    res->timing.upload_s = now_s() - tb;
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
     if (o->cpu_kernels_auto && r->be->device != MPT_DEVICE_CPU) o->cpu_kernels_auto = 0; /* the GPU's own kernels */
     if (o->cpu_kernels_auto) {
+        tb = now_s();
         MPT_TRY(resolve_auto_kernels(r, res));
+        res->timing.kernels_s = now_s() - tb;
         printf("%sCPU kernels %s\n", r->label, res->kernels_auto);
     }
     if (r->be->device == MPT_DEVICE_CPU) {
@@ -663,6 +712,13 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     if (r->policy.tf32_override && tf32_mode)
         printf("%sNVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, this tf32 run computes in full FP32\n", r->label);
     mpt_cli_switch_notes(o, r->policy.tf32_override && !tf32_mode, r->label, stdout);
+    if (o->untimed_warmup > 0) {
+        tb = now_s();
+        MPT_TRY(untimed_warmup(r));
+        res->timing.warmup_s = now_s() - tb;
+        res->timing.warmup_steps = o->untimed_warmup;
+    }
+    const double build0 = now_s();
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
     mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;
@@ -784,6 +840,8 @@ static mpt_status setup(run *r, mpt_run_result *res) {
         MPT_TRY(r->be->event_create(r->be, &r->mark_start));
         MPT_TRY(r->be->event_create(r->be, &r->mark_end));
     }
+    r->be->synchronize(r->be);
+    res->timing.build_s = now_s() - build0;
 
     if (r->writer) MPT_TRY(open_outdir(r));
     /* resuming: metrics.csv keeps this run's rows up to the checkpoint's step, epochs.csv its completed epochs */
@@ -879,9 +937,14 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
     if (o->max_steps > 0 && t->iteration >= o->max_steps) stopped = 1; /* a resumed run that is already there */
     r->skip_seen_it = t->iteration;
     r->skip_seen_skipped = st.steps_skipped;
+    /* the time to result (mpt_run_timing): from here to the final evaluation's accuracy on the host */
+    const double result0 = now_s(), result_cpu0 = cpu_now_s();
+    res->timing.result_s = res->timing.result_cpu_s = NAN;
 
     for (int64_t e = r->rs.epoch; e < o->epochs && !stopped; e++) {
+        const double order0 = now_s();
         load_epoch(r, e);
+        res->timing.order_s += now_s() - order0;
         int64_t b0 = e == r->rs.epoch ? r->rs.batch : 0;
         /* a resumed epoch continues the mean of the losses logged before the checkpoint */
         double loss_sum = b0 > 0 ? r->rs.epoch_loss_sum : 0.0;
@@ -1009,7 +1072,7 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         r->rs.batch = 0;
         r->rs.epoch_loss_sum = 0.0;
         r->rs.epoch_loss_n = 0;
-        double te0 = now_s();
+        double te0 = now_s(), tce0 = cpu_now_s();
         double test_loss, test_acc, val_loss = NAN, val_acc = NAN;
         evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &test_loss, &test_acc);
@@ -1017,6 +1080,11 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
             evaluate_sharded(t, r->dd.train_images, r->dd.train_labels, r->idx_val, r->split.n_val, d->dim, r->rs.mean,
                              r->rs.inv_std, &val_loss, &val_acc);
         double eval_s = now_s() - te0;
+        /* the latest result: the final one once the loop ends */
+        res->timing.result_s = now_s() - result0;
+        res->timing.result_cpu_s = cpu_now_s() - result_cpu0;
+        res->timing.eval_s = eval_s;
+        res->timing.eval_cpu_s = cpu_now_s() - tce0;
         mpt_trainer_stats(t, &st);
         double train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
         test_loss = mpt_cli_nan_plain(test_loss); /* a non-finite loss is printed "nan", never "-nan" */
@@ -1054,8 +1122,13 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         if (pending_save) MPT_TRY(save_checkpoint(r, 0));
     }
     if (!evaluated_last && !r->interrupted) { /* stopped mid-epoch, or nothing left to train: evaluate the final weights */
+        const double te0 = now_s(), tce0 = cpu_now_s();
         evaluate_sharded(t, r->dd.test_images, r->dd.test_labels, r->idx_test, d->n_test, d->dim, r->rs.mean,
                          r->rs.inv_std, &res->final_test_loss, &res->final_test_acc);
+        res->timing.result_s = now_s() - result0;
+        res->timing.result_cpu_s = cpu_now_s() - result_cpu0;
+        res->timing.eval_s = now_s() - te0;
+        res->timing.eval_cpu_s = cpu_now_s() - tce0;
         res->final_test_loss = mpt_cli_nan_plain(res->final_test_loss);
         printf("%sstopped at step %lld: test loss %.4f  test acc %.2f%%\n", r->label, (long long)t->iteration,
                res->final_test_loss, 100.0 * res->final_test_acc);
@@ -1067,7 +1140,9 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
     if (r->telemetry_csv.of.f) mpt_telemetry_set_csv(t->telemetry, NULL);
     mpt_trainer_stats(t, &st);
     warn_if_skipping(r, t->iteration, st.steps_skipped, 1);
+    const double save0 = now_s();
     MPT_TRY(save_checkpoint(r, 1));
+    res->timing.outputs_s = now_s() - save0; /* mpt_run_train adds summary.json's */
     res->checkpoint_refused = r->ckpt_refused;
     snprintf(res->checkpoint_refused_why, sizeof res->checkpoint_refused_why, "%s",
              r->ckpt_refused ? r->ckpt_refused_why : "");
@@ -1163,6 +1238,8 @@ static mpt_status write_exponents(run *r) {
 mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
                              mpt_run_result *res) {
     memset(res, 0, sizeof *res);
+    const double total0 = now_s();
+    res->timing.result_s = res->timing.result_cpu_s = res->timing.eval_s = res->timing.eval_cpu_s = NAN;
     res->final_test_acc = res->best_test_acc = res->final_test_loss = res->final_train_loss = NAN;
     res->final_val_acc = res->final_val_loss = NAN;
     snprintf(res->out_dir, sizeof res->out_dir, "%s", o->out);
@@ -1191,6 +1268,7 @@ mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const ch
         res->init_master = collect_masters(&r, &res->n_master);
         s = res->init_master ? train_loop(&r, res) : MPT_ERR_NOMEM;
     }
+    const double outputs0 = now_s();
     if (s == MPT_OK && r.be->device == MPT_DEVICE_CUDA) s = write_gpu_records(&r);
     if (s == MPT_OK) {
         res->final_master = collect_masters(&r, &res->n_master);
@@ -1211,12 +1289,14 @@ mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const ch
         if (s == MPT_OK && r.writer) s = mpt_run_write_summary(&r.od, &r.o, res, r.t->g, &r.policy, &r.rs.data);
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
+    res->timing.outputs_s += now_s() - outputs0;
     if (s == MPT_OK && res->interrupted)
         printf("%sinterrupted by %s at step %lld: the checkpoint, the CSVs and summary.json (marked interrupted) are "
                "saved in %s; continue with: mptrain train --resume %s/%s --out %s\n", label,
                mpt_guard_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
                MPT_CLI_CHECKPOINT_FILE, o->out);
     run_free(&r);
+    res->timing.total_s = now_s() - total0;
     return s;
 }
 

@@ -22,6 +22,27 @@ mpt_status mpt_run_fp8_device_check(mpt_backend *be, mpt_precision p, const mpt_
 
 /* ---- one training run (run.c) ------------------------------------------------------------------- */
 
+/* Where a run's time went, host clock (CLOCK_MONOTONIC) seconds unless said otherwise; `mptrain speedrun` reports
+ * them (tools/speedrun.h). Setup comes before the training's clock starts: */
+typedef struct mpt_run_timing {
+    double backend_s;            /* creating the backend (on the GPU: the CUDA context, library handles) */
+    double upload_s;             /* the dataset copied into the backend's memory (MPT_MEM_DATA) */
+    double kernels_s;            /* --cpu-kernels auto's measurement (0 when it did not measure) */
+    double warmup_s;             /* the untimed warm-up (mpt_cli_opts.untimed_warmup; 0 without one) */
+    int64_t warmup_steps;        /* its steps */
+    double build_s;              /* the graph and the trainer: plans, allocation, weight initialisation, index arrays */
+    /* The time to result: from the training loop's start (before the first epoch's batch order is drawn) to the final
+     * evaluation's accuracy on the host, every epoch, batch order, logged statistic and evaluation inside it (a run
+     * evaluates after every epoch: the speedrun's recipe has one): */
+    double result_s, result_cpu_s; /* host clock; CPU time of the process, all threads (CLOCK_PROCESS_CPUTIME_ID) */
+    double order_s;              /* inside it: drawing and uploading the epochs' batch orders */
+    double eval_s;               /* inside it: the final evaluation (test set, and validation set if any) */
+    double eval_cpu_s;
+    /* After the result: */
+    double outputs_s;            /* the final checkpoint, the CSVs published, summary.json */
+    double total_s;              /* mpt_run_train from its call to its return */
+} mpt_run_timing;
+
 /* What a finished run reports (to summary.json, the compare table and the caller). */
 typedef struct mpt_run_result {
     char out_dir[MPT_CLI_PATH];
@@ -67,6 +88,7 @@ typedef struct mpt_run_result {
     int64_t n_master;
     mpt_telemetry_stat *telemetry; /* [n_telemetry] last and mean of each (tensor, metric) (malloc'd), or NULL */
     int n_telemetry;
+    mpt_run_timing timing;
 } mpt_run_result;
 
 void mpt_run_result_free(mpt_run_result *r);

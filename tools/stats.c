@@ -81,6 +81,33 @@ static int seeds_needed(int n, double sd, double target, double q) {
 }
 #endif
 
+mpt_status mpt_stats_mean_interval(const double *x, int n, double level, mpt_stats_interval *out) {
+    if (n < 2) return mpt_errorf(MPT_ERR_ARG, "a confidence interval needs at least 2 seeds, found %d", n);
+    if (!(level > 0.5 && level < 1.0))
+        return mpt_errorf(MPT_ERR_ARG, "confidence level: expected a number in (0.5, 1), found %g", level);
+    for (int i = 0; i < n; i++)
+        if (!isfinite(x[i])) return mpt_errorf(MPT_ERR_ARG, "seed %d: a non-finite value (%g) has no interval", i, x[i]);
+#ifndef MPT_HAVE_GSL
+    (void)out;
+    return mpt_errorf(MPT_ERR_ARG, "confidence intervals need Student t quantiles from GSL, and this mptrain was "
+                                   "built without it: apt-get install libgsl-dev, then rebuild (meson setup "
+                                   "--reconfigure build)");
+#else
+    gsl_set_error_handler_off();
+    mpt_stats_summary s;
+    mpt_stats_summarize(x, n, &s);
+    out->n = n;
+    out->mean = s.mean;
+    out->sd = s.sd;
+    out->se = s.sd / sqrt((double)n);
+    out->level = level;
+    out->t_crit = gsl_cdf_tdist_Pinv(1.0 - (1.0 - level) / 2.0, (double)(n - 1));
+    out->lo = s.mean - out->t_crit * out->se;
+    out->hi = s.mean + out->t_crit * out->se;
+    return MPT_OK;
+#endif
+}
+
 mpt_status mpt_stats_compare_paired(const double *a, const double *b, int n, double level, double margin,
                             mpt_stats_paired *out) {
     if (n < 2) return mpt_errorf(MPT_ERR_ARG, "a paired comparison needs at least 2 seeds, found %d", n);
@@ -97,22 +124,22 @@ mpt_status mpt_stats_compare_paired(const double *a, const double *b, int n, dou
                                    "built without it: apt-get install libgsl-dev, then rebuild (meson setup "
                                    "--reconfigure build)");
 #else
-    gsl_set_error_handler_off();
     double d[n];
     for (int i = 0; i < n; i++) d[i] = a[i] - b[i];
-    mpt_stats_summary s;
-    mpt_stats_summarize(d, n, &s);
+    mpt_stats_interval iv; /* the interval of the mean difference */
+    MPT_TRY(mpt_stats_mean_interval(d, n, level, &iv));
+    mpt_stats_summary s = {.n = n, .mean = iv.mean, .sd = iv.sd};
     double q = 1.0 - (1.0 - level) / 2.0;
     double df = (double)(n - 1);
     out->n = n;
-    out->mean = s.mean;
-    out->sd = s.sd;
-    out->se = s.sd / sqrt((double)n);
+    out->mean = iv.mean;
+    out->sd = iv.sd;
+    out->se = iv.se;
     out->level = level;
     out->margin = margin;
-    out->t_crit = gsl_cdf_tdist_Pinv(q, df);
-    out->lo = s.mean - out->t_crit * out->se;
-    out->hi = s.mean + out->t_crit * out->se;
+    out->t_crit = iv.t_crit;
+    out->lo = iv.lo;
+    out->hi = iv.hi;
     if (out->se > 0.0) {
         out->p_lower = gsl_cdf_tdist_Q((s.mean + margin) / out->se, df);
         out->p_upper = gsl_cdf_tdist_P((s.mean - margin) / out->se, df);

@@ -49,6 +49,21 @@ const char *mpt_verdict_name(mpt_verdict v);
 /* Cap on the suggested number of seeds: beyond it, seeds_needed is -1 ("more than this"). */
 #define MPT_STATS_MAX_SEEDS_SUGGESTED 10000
 
+/* The (level) confidence interval of a mean over n seeds: mean -+ t_{1 - alpha/2, n-1} * sd / sqrt(n), the one-sample
+ * Student t interval (the paired comparison below is this interval on the differences). */
+typedef struct mpt_stats_interval {
+    int n;
+    double mean, sd, se; /* sd and se are 0 when all values are equal */
+    double level;        /* e.g. 0.95 */
+    double t_crit;       /* t_{1 - alpha/2, n-1} */
+    double lo, hi;
+} mpt_stats_interval;
+
+/* The interval of the mean of x[0..n) at confidence level `level` (0.5 < level < 1), into *out. MPT_ERR_ARG for n < 2
+ * (no spread), a non-finite value, a level out of range, or a build without GSL (the message then says to install
+ * libgsl-dev and rebuild). */
+mpt_status mpt_stats_mean_interval(const double *x, int n, double level, mpt_stats_interval *out);
+
 /* A paired comparison: per-seed differences a_i - b_i, in the caller's units (percentage points). */
 typedef struct mpt_stats_paired {
     int n;               /* pairs */

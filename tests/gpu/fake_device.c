@@ -3,7 +3,8 @@
  * rehearsed on a machine without one. Installed under the names of what a prebuilt carry holds, it behaves, by
  * the name it was started as, like
  *   mptrain      --version; info (a usable fake GPU); train --out DIR (summary.json and metrics.csv as mptrain
- *                writes them, the fields bench/gpu.sh and bench/summarize.py read); compare --out DIR (report.md)
+ *                writes them, the fields bench/gpu.sh and bench/summarize.py read); compare --out DIR (report.md);
+ *                speedrun --out DIR (report.md, speedrun.json, the summary's first line); speedrun --print-recipe
  *   test_*       a Check program run with CK_RUN_CASE=<case> and TAP on stdout: "ok N - ..." lines, then Check's
  *                summary line; test_cuda_tc also prints a result line and, with MPT_TC_REPORT=<file>, writes a table
  *                row there as tests/test_cuda_tc.c does
@@ -69,7 +70,11 @@ static int fake_mptrain(int argc, char **argv) {
         printf("  CUDA runtime        13.0 (built against 13.0)\n                      /fake/libcudart.so.13\n");
         return 0;
     }
-    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "compare") != 0) {
+    if (strcmp(cmd, "speedrun") == 0 && argc > 2 && strcmp(argv[2], "--print-recipe") == 0) {
+        printf("--model 'conv(4,3),relu,flatten,linear' --epochs 1\n");
+        return 0;
+    }
+    if (strcmp(cmd, "train") != 0 && strcmp(cmd, "compare") != 0 && strcmp(cmd, "speedrun") != 0) {
         fprintf(stderr, "fake device: mptrain %s is not faked\n", cmd);
         return 2;
     }
@@ -84,6 +89,18 @@ static int fake_mptrain(int argc, char **argv) {
     if (matches("FAKE_FAIL", key)) {
         fprintf(stderr, "mptrain: fatal: fake failure of %s\n", key);
         return 1;
+    }
+    if (strcmp(cmd, "speedrun") == 0) {
+        FILE *f = create(out, "report.md");
+        fprintf(f, "# mptrain speedrun (fake)\n\n| precision | mean test acc (%%) [95%% CI] |\n|---|---:|\n"
+                   "| bf16 | 90.50 [90.30, 90.70] |\n");
+        fclose(f);
+        f = create(out, "speedrun.json");
+        fprintf(f, "{\"precisions\": [{\"precision\": \"bf16\"}]}\n");
+        fclose(f);
+        printf("mptrain speedrun: %s seed(s) per precision, target 90.0%% test accuracy (fake)\n",
+               arg_after(argc, argv, "--seeds", "10"));
+        return 0;
     }
     if (strcmp(cmd, "compare") == 0) {
         FILE *f = create(out, "report.md");

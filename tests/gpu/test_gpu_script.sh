@@ -21,6 +21,8 @@
 #     configuration: the finished modes survive), the comparison against each mode and the best; bench/mlp_sweep's
 #     table; data-parallel through the carried Open MPI's mpirun, relocated into the carry (OPAL_PREFIX ...); memcheck
 #     of every test case but timing under compute-sanitizer, one of them with a memory error that fails the stage.
+#   Run D (--stages speedrun, not in the default list): mptrain speedrun and bench/speedrun_pytorch.py (a stand-in that
+#     records its arguments) run, and both reports reach the results page.
 # Prints a Check-style summary line (Checks: N, Failures: F, Errors: 0), which ./run adds to its total.
 set -uo pipefail
 src=$1
@@ -146,9 +148,18 @@ for mode in arg("--mode", "eager").split(","):
                       "epoch_host_times_s": [1.0] * e, "final_test_accuracy": 0.84, "final_test_loss": 0.45,
                       "n_train": 60000, "final_loss_scale": None, "cuda_max_memory_allocated": 2 ** 20}), flush=True)
 EOF
+cat >"$tmp/fake_speedrun.py" <<EOF
+import sys
+open("$tmp/speedrun_pytorch.args", "w").write(" ".join(sys.argv[1:]) + "\\n")
+print("| precision | mode | mean test acc (%) [95% CI] | seeds >= 90% | time to result, host (s) | CPU (s) |")
+print("|---|---|---:|---:|---:|---:|")
+print("| bf16 | graph | 90.40 [90.10, 90.70] | 5 of 5 | 1.234 | 1.100 |")
+print('process: {"whole_s": 12.0}')
+EOF
 cat >"$bin/python3" <<EOF
 #!/bin/sh
 case "\${1:-}" in *pytorch_reference.py) shift; exec "$real_python" "$tmp/fake_reference.py" "\$@" ;; esac
+case "\${1:-}" in *speedrun_pytorch.py) shift; exec "$real_python" "$tmp/fake_speedrun.py" "\$@" ;; esac
 PYTHONPATH="$site\${PYTHONPATH:+:\$PYTHONPATH}" exec "$real_python" "\$@"
 EOF
 chmod +x "$bin"/*
@@ -260,6 +271,19 @@ check "memcheck ran every test case but timing under compute-sanitizer --tool me
     bash -c "[ \$(grep -c 'compute-sanitizer stand-in: --tool memcheck' '$tmp/C.calls') = $((ntc - 1)) ]"
 check "the memory error fails the stage, naming the test case" grep -q 'STAGE FAILED: memcheck: test_cuda/update: compute-sanitizer found memory errors' "$outC/gpu.log"
 check "the other test cases report 0 errors" grep -Eq '^  test_cuda/gemm +ok +ERROR SUMMARY: 0 error' "$outC/summary.txt"
+
+# ---- run D: the speedrun stage ------------------------------------------------------------------------------------
+outD=$tmp/outD
+"$tree/bench/gpu.sh" --budget 200 --stages speedrun --speedrun-seeds 3 --out "$outD" >"$tmp/D.log" 2>&1
+rcD=$?
+sed 's/^/    D| /' "$tmp/D.log" | tail -n 20
+check "run D (--stages speedrun) exits 0, not $rcD" [ "$rcD" = 0 ]
+check "run D: the stage is timed and ok" grep -Eq '^speedrun +[0-9]+s +ok' "$outD/summary.txt"
+check "run D: the results page has mptrain's speedrun report and PyTorch's table" \
+    bash -c "grep -q '^## Speedrun: mptrain speedrun --device cuda --seeds 10' '$outD/gpu-$day.md' && grep -q '^### mptrain speedrun (fake)' '$outD/gpu-$day.md' && grep -q '^## Speedrun in PyTorch' '$outD/gpu-$day.md' && grep -q '^| bf16 | graph | 90.40' '$outD/gpu-$day.md'"
+check "run D: PyTorch trained mptrain's recipe on the GPU in its four modes with --speedrun-seeds" \
+    grep -Eq -- "--mptrain .*/mptrain --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds 3 " "$tmp/speedrun_pytorch.args"
+check "run D: the archive has the speedrun's report" bash -c "tar -tzf '$outD/gpu-runs.tar.gz' | grep -q 'speedrun/report.md'"
 
 # ---- the plan -----------------------------------------------------------------------------------------------------
 plan=$("$tree/bench/gpu.sh" --dry-run 2>&1)

@@ -1,0 +1,382 @@
+/*
+ * tests/test_speedrun.c - `mptrain speedrun` (issue 34), run as a user runs it (the built binary through fork/exec, as
+ * tests/test_cli.c does), on a small synthetic dataset (datasets/synthetic.h written as IDX files): the plumbing, never
+ * the 10-seed recipe itself (docs/speedrun.md has that run).
+ *
+ *  - flags: a recipe option (--lr, --model, --precision, --seed) is refused naming the flag and where to vary it;
+ *    malformed --seeds, --precisions, --untimed-warmup and unknown flags exit 2 naming the flag; --help lists the
+ *    options and the recipe; a missing data directory exits 1 naming it;
+ *  - --print-recipe prints one line that splits (shell quoting) into the options of `mptrain train`, and that line,
+ *    given to `mptrain train` with one run's precision and seed, trains that speedrun run bit for bit: the checkpoint's
+ *    tensors are identical. That run of the speedrun had an untimed warm-up, the train run none, so this also checks
+ *    that the warm-up leaves the training alone;
+ *  - report.md and speedrun.json exist and carry their fields; the accuracy statistics are recomputed here from each
+ *    run's own summary.json (mean, the 95% t interval with t(0.975, 1) = 12.7062047362 from a table, the seeds at the
+ *    target, the paired difference to fp32), and the times are consistent (the time to result holds the epochs and the
+ *    final evaluation; a run holds its warm-up, build and time to result; the process holds its runs);
+ *  - epochs.csv: one row per epoch of the recipe, the last with the run's final accuracy.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "datasets/idx.h"
+#include "datasets/synthetic.h"
+#include "engine/checkpoint.h"
+#include "harness.h"
+#define TESTS_TMP_PREFIX "mpt_test_speedrun"
+#include "tmpdir.h"
+
+/* ---- running the binary ----------------------------------------------------------------------------------------- */
+
+static char out_buf[1 << 17];
+
+static const char *mptrain_path(void) {
+    static char p[1024];
+    const char *root = getenv("MPT_BUILD_ROOT");
+    snprintf(p, sizeof p, "%s/tools/mptrain", root ? root : ".");
+    return p;
+}
+
+/* Runs mptrain with the NULL-terminated arguments (args[0] is the program's name); stdout and stderr together land
+ * in out_buf. Returns the exit status, or 128 + signal. */
+static int run_argv(char *const *args) {
+    int fd[2];
+    ck_assert(pipe(fd) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fd[1], STDERR_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        execv(mptrain_path(), args);
+        fprintf(stderr, "exec %s: %s\n", mptrain_path(), strerror(errno));
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(fd[0], out_buf + n, sizeof out_buf - 1 - n)) > 0) n += (size_t)k;
+    out_buf[n] = '\0';
+    char sink[4096];
+    while (read(fd[0], sink, sizeof sink) > 0) {
+    }
+    close(fd[0]);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}
+
+#define MAX_ARGS 96
+static int run(const char *first, ...) {
+    char *args[MAX_ARGS];
+    int n = 0;
+    args[n++] = (char *)"mptrain";
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a; a = va_arg(ap, const char *)) {
+        ck_assert(n < MAX_ARGS - 1);
+        args[n++] = (char *)a;
+    }
+    va_end(ap);
+    args[n] = NULL;
+    return run_argv(args);
+}
+
+/* Exit status 2 and a message naming `flag`. */
+#define EXPECT_USAGE(flag, ...)                                                                                        \
+    do {                                                                                                               \
+        int rc_ = run("speedrun", __VA_ARGS__, NULL);                                                                  \
+        ck_assert_msg(rc_ == 2, "speedrun %s: exit %d, expected 2: %s", flag, rc_, out_buf);                           \
+        ck_assert_msg(strstr(out_buf, flag) != NULL, "the message does not name %s: %s", flag, out_buf);               \
+    } while (0)
+
+/* ---- data and files ------------------------------------------------------------------------------------------------ */
+
+#define SYN_TRAIN 400
+#define SYN_TEST 200
+
+static const char *write_synthetic(void) {
+    const char *dir = tmp_path("data");
+    ck_assert(mkdir(dir, 0755) == 0);
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, 784, 10, 34), MPT_OK);
+    ck_assert_msg(mpt_mnist_save(dir, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    return dir;
+}
+
+static json_t *load_json(const char *path) {
+    json_error_t e;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+    ck_assert_msg(j != NULL, "%s: %s (line %d)", path, e.text, e.line);
+    return j;
+}
+
+static double jnum(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    ck_assert_msg(v && json_is_number(v), "no number '%s'", key);
+    return json_number_value(v);
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    static char buf[1 << 18];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Splits a line into words as the shell does for what --print-recipe writes: blanks separate words, '...' quotes
+ * (the sequence '\'' inside is a quote). Returns the count; the words live in `store`. */
+static int shell_split(const char *line, char **words, int max, char *store, size_t cap) {
+    int n = 0;
+    size_t k = 0;
+    const char *p = line;
+    while (*p) {
+        while (*p == ' ' || *p == '\n' || *p == '\t') p++;
+        if (!*p) break;
+        ck_assert(n < max);
+        words[n++] = store + k;
+        while (*p && *p != ' ' && *p != '\n' && *p != '\t') {
+            if (*p == '\'') {
+                for (p++; *p && *p != '\''; p++) store[k++] = *p;
+                ck_assert_msg(*p == '\'', "unterminated quote in: %s", line);
+                p++;
+            } else if (*p == '\\' && p[1]) {
+                store[k++] = p[1];
+                p += 2;
+            } else {
+                store[k++] = *p++;
+            }
+            ck_assert(k + 1 < cap);
+        }
+        store[k++] = '\0';
+    }
+    return n;
+}
+
+/* Same tensors, byte for byte. */
+static void assert_same_tensors(const char *a_path, const char *b_path) {
+    mpt_checkpoint *a = NULL, *b = NULL;
+    ck_assert_msg(mpt_checkpoint_open(a_path, NULL, 0, &a) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_msg(mpt_checkpoint_open(b_path, NULL, 0, &b) == MPT_OK, "%s", mpt_last_error());
+    ck_assert_int_eq(mpt_checkpoint_n_tensors(a), mpt_checkpoint_n_tensors(b));
+    for (int i = 0; i < mpt_checkpoint_n_tensors(a); i++) {
+        const mpt_checkpoint_tensor *ta = mpt_checkpoint_tensor_at(a, i);
+        const mpt_checkpoint_tensor *tb = mpt_checkpoint_find(b, ta->name);
+        ck_assert_msg(tb != NULL, "%s lacks %s", b_path, ta->name);
+        int64_t na = mpt_checkpoint_tensor_nbytes(ta);
+        ck_assert_int_eq(na, mpt_checkpoint_tensor_nbytes(tb));
+        ck_assert_msg(memcmp(ta->data, tb->data, (size_t)na) == 0, "tensor %s differs between %s and %s", ta->name,
+                      a_path, b_path);
+    }
+    mpt_checkpoint_close(&a);
+    mpt_checkpoint_close(&b);
+}
+
+/* ---- flags --------------------------------------------------------------------------------------------------------- */
+
+START_TEST(test_flags) {
+    ck_assert_int_eq(run("speedrun", "--help", NULL), 0);
+    const char *want[] = {"Usage: mptrain speedrun", "--precisions", "--seeds", "--device", "--threads", "--out",
+                          "--print-recipe", "--untimed-warmup", "The recipe (--print-recipe):", "--model"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(out_buf, want[i]) != NULL, "--help lacks '%s': %s", want[i], out_buf);
+    ck_assert_int_eq(run("--help", NULL), 0);
+    ck_assert_msg(strstr(out_buf, "speedrun") != NULL, "mptrain --help does not list speedrun");
+
+    EXPECT_USAGE("--lr", "--lr", "0.1");
+    ck_assert_msg(strstr(out_buf, "recipe") && strstr(out_buf, "compare"), "%s", out_buf);
+    EXPECT_USAGE("--model", "--model=mlp");
+    EXPECT_USAGE("--epochs", "--epochs", "1");
+    EXPECT_USAGE("--precisions", "--precision", "bf16"); /* pointed to --precisions */
+    EXPECT_USAGE("--seeds", "--seed", "3");
+    EXPECT_USAGE("--seeds", "--seeds", "0");
+    EXPECT_USAGE("--seeds", "--seeds", "1,1");
+    EXPECT_USAGE("--precisions", "--precisions", "fp33");
+    EXPECT_USAGE("--untimed-warmup", "--untimed-warmup", "1001");
+    EXPECT_USAGE("--untimed-warmup", "--untimed-warmup", "-1");
+    EXPECT_USAGE("--threads", "--threads", "0");
+    EXPECT_USAGE("--telemetry", "--telemetry", "5"); /* not a speedrun option */
+    EXPECT_USAGE("stray", "stray");
+
+    const char *missing = tmp_path("no-such-data");
+    int rc = run("speedrun", "--data", missing, "--seeds", "1", "--precisions", "fp32", "--device", "cpu", "--out",
+                 tmp_path("out-missing"), NULL);
+    ck_assert_msg(rc == 1, "exit %d: %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, missing) != NULL, "the message does not name %s: %s", missing, out_buf);
+}
+END_TEST
+
+/* ---- the runs and their report ---------------------------------------------------------------------------------- */
+
+/* Each run's final test accuracy in % from its own summary.json. */
+static double run_acc(const char *out, int seed, const char *prec) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/seed-%d/%s/summary.json", out, seed, prec);
+    json_t *j = load_json(p);
+    double a = 100.0 * jnum(j, "final_test_accuracy");
+    json_decref(j);
+    return a;
+}
+
+START_TEST(test_runs_and_report) {
+    const char *data = write_synthetic(), *out = tmp_path("sr");
+    const char *precs[2] = {"fp32", "bf16"};
+    int rc = run("speedrun", "--data", data, "--seeds", "2", "--precisions", "fp32,bf16", "--device", "cpu",
+                 "--cpu-kernels", "emulate", "--threads", "1", "--untimed-warmup", "3", "--progress", "off", "--out",
+                 out, NULL);
+    ck_assert_msg(rc == 0, "speedrun exit %d: %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "| fp32 |") && strstr(out_buf, "| bf16 |"), "no table printed: %s", out_buf);
+
+    /* --print-recipe: one line */
+    ck_assert_int_eq(run("speedrun", "--print-recipe", NULL), 0);
+    static char recipe[8192];
+    ck_assert(strlen(out_buf) < sizeof recipe);
+    memcpy(recipe, out_buf, strlen(out_buf) + 1);
+    ck_assert_msg(strchr(recipe, '\n') == recipe + strlen(recipe) - 1, "not one line: %s", recipe);
+    ck_assert_msg(strncmp(recipe, "--model ", 8) == 0, "%s", recipe);
+
+    /* report.md */
+    char p[1024];
+    snprintf(p, sizeof p, "%s/report.md", out);
+    const char *md = read_file(p);
+    const char *sections[] = {"# mptrain speedrun", "## Accuracy and time to result", "## Against fp32, seed by seed",
+                              "## Where the time goes", "## Every run", "## Settings", "**Not a record:**",
+                              "time to result", "untimed warm-up (3 steps"};
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
+        ck_assert_msg(strstr(md, sections[i]) != NULL, "report.md lacks '%s'", sections[i]);
+    char line[8192];
+    snprintf(line, sizeof line, "```\n%s```", recipe);
+    ck_assert_msg(strstr(md, line) != NULL, "report.md lacks the recipe line %s", recipe);
+
+    /* speedrun.json against the runs' own files */
+    snprintf(p, sizeof p, "%s/speedrun.json", out);
+    json_t *j = load_json(p);
+    ck_assert(json_is_false(json_object_get(j, "record_data")));
+    ck_assert_double_eq(jnum(j, "target_test_accuracy_pct"), 90.0);
+    ck_assert_int_eq(json_integer_value(json_object_get(j, "untimed_warmup_steps")), 3);
+    char rj[8192];
+    snprintf(rj, sizeof rj, "%s", recipe);
+    rj[strcspn(rj, "\n")] = '\0';
+    ck_assert_str_eq(json_string_value(json_object_get(j, "recipe")), rj);
+    const json_t *cfg = json_object_get(j, "config");
+    const int epochs = atoi(json_string_value(json_object_get(cfg, "epochs")));
+    ck_assert_msg(epochs >= 1 && strstr(recipe, "--epochs ") != NULL, "epochs %d", epochs);
+    char ep_opt[32];
+    snprintf(ep_opt, sizeof ep_opt, "--epochs %d", epochs);
+    ck_assert_msg(strstr(recipe, ep_opt) != NULL, "config's epochs %d is not the recipe's: %s", epochs, recipe);
+    const json_t *proc = json_object_get(j, "process");
+    const double whole = jnum(proc, "whole_s"), start = jnum(proc, "process_start_s");
+    ck_assert_msg(start >= 0.0 && start < whole, "process start %g, whole %g", start, whole);
+    const json_t *pa = json_object_get(j, "precisions");
+    ck_assert_int_eq(json_array_size(pa), 2);
+    double acc[2][2], runs_s = 0.0;
+    for (int q = 0; q < 2; q++) {
+        const json_t *e = json_array_get(pa, q);
+        ck_assert_str_eq(json_string_value(json_object_get(e, "precision")), precs[q]);
+        int at = 0;
+        for (int s = 0; s < 2; s++) {
+            acc[q][s] = run_acc(out, s, precs[q]);
+            at += acc[q][s] >= 90.0;
+        }
+        /* the mean and its 95% t interval with one degree of freedom: sd = |a - b| / sqrt(2), se = |a - b| / 2 */
+        const double mean = 0.5 * (acc[q][0] + acc[q][1]), half = 12.7062047362 * fabs(acc[q][0] - acc[q][1]) / 2.0;
+        const json_t *iv = json_object_get(e, "test_accuracy_interval");
+        ck_assert_msg(fabs(jnum(iv, "mean") - mean) < 1e-9, "%s mean %g, recomputed %g", precs[q], jnum(iv, "mean"),
+                      mean);
+        ck_assert_msg(fabs(jnum(iv, "ci_low") - (mean - half)) < 1e-6 && fabs(jnum(iv, "ci_high") - (mean + half)) < 1e-6,
+                      "%s interval [%g, %g], recomputed [%g, %g]", precs[q], jnum(iv, "ci_low"), jnum(iv, "ci_high"),
+                      mean - half, mean + half);
+        ck_assert_int_eq(json_integer_value(json_object_get(e, "seeds_at_target")), at);
+        ck_assert(fabs(jnum(e, "share_at_target") - at / 2.0) < 1e-12);
+        ck_assert(json_is_true(json_object_get(e, "reaches_target_mean")) == (mean >= 90.0));
+        const json_t *runs = json_object_get(e, "runs");
+        ck_assert_int_eq(json_array_size(runs), 2);
+        for (int s = 0; s < 2; s++) {
+            const json_t *r = json_array_get(runs, s);
+            ck_assert_int_eq(json_integer_value(json_object_get(r, "seed")), s);
+            const json_t *t = json_object_get(r, "timing");
+            const json_t *ep = json_object_get(r, "epoch_times_s");
+            ck_assert_int_eq((int)json_array_size(ep), epochs);
+            double train = 0.0;
+            for (int k = 0; k < epochs; k++) train += json_number_value(json_array_get(ep, k));
+            const double result = jnum(t, "time_to_result_s"), eval = jnum(t, "final_eval_s");
+            ck_assert_msg(result >= train + eval - 1e-6, "time to result %g < epochs %g + evaluation %g", result,
+                          train, eval);
+            ck_assert(jnum(t, "time_to_result_cpu_s") > 0.0);
+            ck_assert_int_eq(json_integer_value(json_object_get(t, "untimed_warmup_steps")), 3);
+            ck_assert(jnum(t, "untimed_warmup_s") > 0.0);
+            ck_assert_msg(jnum(t, "run_s") >= result + jnum(t, "untimed_warmup_s") + jnum(t, "graph_build_s") - 1e-6,
+                          "a run's time holds less than its parts");
+            runs_s += jnum(t, "run_s");
+        }
+    }
+    ck_assert_msg(whole >= runs_s, "whole process %g s < its runs' %g s", whole, runs_s);
+    ck_assert(json_is_null(json_object_get(json_array_get(pa, 0), "vs_fp32")));
+    const json_t *vs = json_object_get(json_object_get(json_array_get(pa, 1), "vs_fp32"), "test_accuracy_pp");
+    const double d = 0.5 * ((acc[1][0] - acc[0][0]) + (acc[1][1] - acc[0][1]));
+    ck_assert_msg(fabs(jnum(vs, "mean") - d) < 1e-9, "paired mean %g, recomputed %g", jnum(vs, "mean"), d);
+    json_decref(j);
+
+    /* epochs.csv: a row per epoch; the last has the run's accuracy */
+    snprintf(p, sizeof p, "%s/seed-0/fp32/epochs.csv", out);
+    char *csv = read_file(p), *save = NULL, *last = NULL;
+    char *header = strtok_r(csv, "\n", &save);
+    ck_assert_msg(header && strstr(header, "test_loss,test_acc") != NULL, "%s", header ? header : "(empty)");
+    int rows = 0;
+    for (char *row; (row = strtok_r(NULL, "\n", &save)) != NULL; rows++) last = row;
+    ck_assert_int_eq(rows, epochs);
+    for (int c = 0; c < 4; c++) last = strchr(last, ',') + 1; /* epoch,step,train_loss,test_loss, */
+    ck_assert_msg(fabs(100.0 * strtod(last, NULL) - acc[0][0]) < 1e-6, "the last epoch's test_acc %s, summary %g", last,
+                  acc[0][0]);
+
+    /* the printed recipe, given to train with seed 1 in bf16, trains the speedrun's run of seed 1 in bf16 bit for bit
+     * (that run had 3 warm-up steps and one evaluation; this one neither) */
+    char *words[64], store[8192];
+    int nw = shell_split(recipe, words, 64, store, sizeof store);
+    ck_assert_msg(nw >= 4, "%d words in %s", nw, recipe);
+    char *args[MAX_ARGS];
+    int n = 0;
+    args[n++] = (char *)"mptrain";
+    args[n++] = (char *)"train";
+    for (int i = 0; i < nw; i++) args[n++] = words[i];
+    const char *tail[] = {"--precision", "bf16", "--seed", "1", "--cpu-kernels", "emulate", "--data", data,
+                          "--threads", "1", "--progress", "off", "--out", tmp_path("train-bf16-1")};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) args[n++] = (char *)tail[i];
+    args[n] = NULL;
+    rc = run_argv(args);
+    ck_assert_msg(rc == 0, "train with the recipe's options: exit %d: %s", rc, out_buf);
+    char a[1024], b[1024];
+    snprintf(a, sizeof a, "%s/seed-1/bf16/checkpoint.safetensors", out);
+    snprintf(b, sizeof b, "%s/checkpoint.safetensors", tmp_path("train-bf16-1"));
+    assert_same_tensors(a, b);
+}
+END_TEST
+
+static Suite *speedrun_suite(void) {
+    Suite *s = suite_create("speedrun");
+    TCase *tc = tcase_create("speedrun");
+    tcase_set_timeout(tc, 280);
+    tcase_add_checked_fixture(tc, make_tmpdir, rm_tmpdir);
+    tcase_add_test(tc, test_flags);
+    tcase_add_test(tc, test_runs_and_report);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return mpt_test_run(speedrun_suite()); }
