@@ -152,6 +152,8 @@ static void launch_bn_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a, 
 
 void mpt_cuda_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "batchnorm_forward", 0);
+    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "batchnorm_forward: the CUDA backend computes FP32 two-pass "
+                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
     MPT_ASSERTF(a->C <= 0x7fffffff, "batchnorm_forward: %lld channels", (long long)a->C);
     launch_bn_forward(mpt_cuda_ctx_of(be), a);
 }
@@ -249,6 +251,8 @@ static void launch_ln_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) 
 
 void mpt_cuda_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "layernorm_forward", 0);
+    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "layernorm_forward: the CUDA backend computes FP32 two-pass "
+                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
     MPT_ASSERTF(a->N <= 0x7fffffff, "layernorm_forward: %lld rows", (long long)a->N);
     launch_ln_forward(mpt_cuda_ctx_of(be), a);
 }
