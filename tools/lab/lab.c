@@ -31,7 +31,8 @@
 static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_lab_accumulation, &mpt_lab_softmax,
                                                  &mpt_lab_loss_scaling,   &mpt_lab_master_weights,
                                                  &mpt_lab_optimizer_state, &mpt_lab_overflow,    &mpt_lab_noise,
-                                                 &mpt_lab_fp8,            &mpt_lab_grad_comm};
+                                                 &mpt_lab_fp8,            &mpt_lab_grad_comm,
+                                                 &mpt_lab_normalization,  &mpt_lab_scale};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -409,7 +410,9 @@ static void print_help(FILE *f) {
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
                "  --model SPEC              the network of the lessons that train the command's model (all but fp8,\n"
                "                            which compares mlp and lenet5): mlp, lenet5, cnn or a spec as for\n"
-               "                            mptrain train (default mlp)\n"
+               "                            mptrain train (default mlp); normalization trains it when it has a\n"
+               "                            batchnorm or layernorm (else its own CNN), scale takes it as the\n"
+               "                            deeper network to set against the mlp\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
                "  --threads N               threads of the CPU backend's GEMMs (OpenBLAS and oneDNN)\n"
                "  --plot-timeout S          seconds gnuplot may take per picture before it is stopped (default 60)\n"
