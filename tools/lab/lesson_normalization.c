@@ -762,5 +762,5 @@ const mpt_lab_lesson mpt_lab_normalization = {
     {20000, 10000, 2, 5}, /* full */
     {4000, 2000, 1, 3},   /* --quick */
     "batch seeds",
-    NULL,
+    "--quick 13 s, full 119 s of CPU time (2-core VM, 2026-11-28)",
 };

@@ -24,8 +24,12 @@
  *               twin: the rounding error accumulated through the network's depth, forward and backward
  * and the accuracy cost of each: the paired difference of final test accuracy (fp16-none - fp16, bf16-none - bf16,
  * bf16 - fp32) over the seeds with its interval and verdict (tools/stats.h; margin: the lab's, 0.3 pp).
- * Criterion: the effect (of scale) is observed when the deeper network's underflow mass is at least 10x the mlp's;
- * which effects cost accuracy on which network is said as measured, a cost being a verdict of worse beyond the margin.
+ * Underflow is also followed over the run (telemetry.csv): a deep plain stack's gradients start small and grow as it
+ * trains, the mlp's shrink as it grows confident, so a mean over the run hides where the two differ; the counts are given
+ * early (the first quarter of the telemetry steps), late (the last quarter) and over the run.
+ * Criterion: the effect (of scale) is observed when the deeper network's underflow mass early in training is at least
+ * 10x the mlp's; which effects cost accuracy on which network is said as measured, a cost being a verdict of worse
+ * beyond the margin.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -56,7 +60,10 @@ __attribute__((format(printf, 3, 4))) static void append(char *b, size_t n, cons
 
 /* What seed 0's runs of one network counted. */
 typedef struct counts {
-    double flush, mass;                 /* fp16-none: all_activation_grads */
+    double flush, mass;                 /* fp16-none: all_activation_grads, means over the run */
+    double flush_early, mass_early;     /* ... over the first quarter of its telemetry steps (at least one) */
+    double flush_late, mass_late;       /* ... over the last quarter */
+    int64_t early_to, late_from;        /* the last early step and the first late one */
     double lost, lost_mass;             /* bf16-none: all_parameters */
     double lost32, lost_mass32;         /* bf16 (FP32 masters): all_parameters */
     double twin_logits, twin_grad;      /* bf16: twin_rel_l2 of the logits and of fc1.weight.grad */
@@ -168,6 +175,31 @@ static mpt_status run(mpt_lab_ctx *c) {
         cn[i].tel_steps = ls ? ls->count : 0;
     }
     for (int i = 0; i < nr; i++) mpt_run_result_free(&res[i]);
+    /* underflow over the run: the gradients of a deep plain stack start small and grow as it trains, the mlp's shrink
+     * as it grows confident, so the counts are compared early and late (telemetry.csv of the fp16-none seed-0 runs) */
+    static mpt_lab_series mass_s[N_NET];
+    for (int i = 0; i < N_NET; i++) {
+        mpt_lab_series fs;
+        char run0[48];
+        snprintf(run0, sizeof run0, "%s-fp16-none-seed0", i ? "deep" : "mlp");
+        MPT_TRY(mpt_lab_series_read(c, run0, MPT_TELEMETRY_ALL_ACT_GRAD, "mass_lost", &mass_s[i]));
+        mpt_status s = mpt_lab_series_read(c, run0, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac", &fs);
+        if (s == MPT_OK && (mass_s[i].n == 0 || fs.n != mass_s[i].n))
+            s = mpt_errorf(MPT_ERR_FORMAT, "%s/%s/telemetry.csv: %d mass_lost and %d flush_frac rows of %s", c->dir,
+                           run0, mass_s[i].n, fs.n, MPT_TELEMETRY_ALL_ACT_GRAD);
+        if (s != MPT_OK) {
+            for (int j = 0; j <= i; j++) mpt_lab_series_free(&mass_s[j]);
+            mpt_lab_series_free(&fs);
+            return s;
+        }
+        const int n = mass_s[i].n, q = (n + 3) / 4;
+        double fe = 0, me = 0, fla = 0, ml = 0;
+        for (int k = 0; k < q; k++) fe += fs.value[k], me += mass_s[i].value[k];
+        for (int k = n - q; k < n; k++) fla += fs.value[k], ml += mass_s[i].value[k];
+        cn[i].flush_early = fe / q, cn[i].mass_early = me / q, cn[i].flush_late = fla / q, cn[i].mass_late = ml / q;
+        cn[i].early_to = mass_s[i].step[q - 1], cn[i].late_from = mass_s[i].step[n - q];
+        mpt_lab_series_free(&fs);
+    }
 
     /* the paired accuracy differences: underflow, lost updates, rounding */
     static const int pairs[3][2] = {{C_FP16_NONE, C_FP16}, {C_BF16_NONE, C_BF16}, {C_BF16, C_FP32}};
@@ -189,8 +221,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     static char meas[3][N_NET][400];
     for (int i = 0; i < N_NET; i++) {
         snprintf(meas[0][i], sizeof meas[0][i], "without loss scaling %.3g%% of the activation gradients' nonzero "
-                 "values flushed to zero in FP16, carrying %.2g of their mass (sum |g|)", 100.0 * cn[i].flush,
-                 cn[i].mass);
+                 "values flushed to zero in FP16 early in training (telemetry steps to step %lld), carrying %.2g of "
+                 "their mass (sum |g|), and %.3g%% carrying %.2g late (from step %lld; %.3g%% and %.2g over the run)",
+                 100.0 * cn[i].flush_early, (long long)cn[i].early_to, cn[i].mass_early, 100.0 * cn[i].flush_late,
+                 cn[i].mass_late, (long long)cn[i].late_from, 100.0 * cn[i].flush, cn[i].mass);
         snprintf(meas[1][i], sizeof meas[1][i], "without masters %.3g%% of the updates were lost in BF16, %.2g of the "
                  "update mass (with FP32 masters %.3g%%, %.2g of the mass)", 100.0 * cn[i].lost, cn[i].lost_mass,
                  100.0 * cn[i].lost32, cn[i].lost_mass32);
@@ -200,12 +234,13 @@ static mpt_status run(mpt_lab_ctx *c) {
     static const char *const effect_name[3] = {"Underflow (fp16 without loss scaling)",
                                                "Lost updates (bf16 without FP32 master weights)",
                                                "Rounding error accumulated through the network (bf16 against fp32)"};
-    const double grow[3] = {cn[0].mass > 0 || cn[1].mass > 0 ? cn[1].mass / cn[0].mass : NAN,
+    const double grow[3] = {cn[0].mass_early > 0 || cn[1].mass_early > 0 ? cn[1].mass_early / cn[0].mass_early : NAN,
                             cn[0].lost_mass > 0 || cn[1].lost_mass > 0 ? cn[1].lost_mass / cn[0].lost_mass : NAN,
                             cn[1].twin_logits / cn[0].twin_logits};
     static char brief_meas[3][N_NET][160];
     for (int i = 0; i < N_NET; i++) {
-        snprintf(brief_meas[0][i], sizeof brief_meas[0][i], "%.3g%% flushed (mass %.2g)", 100.0 * cn[i].flush, cn[i].mass);
+        snprintf(brief_meas[0][i], sizeof brief_meas[0][i], "%.3g%% flushed early (mass %.2g), %.3g%% late (mass %.2g)",
+                 100.0 * cn[i].flush_early, cn[i].mass_early, 100.0 * cn[i].flush_late, cn[i].mass_late);
         snprintf(brief_meas[1][i], sizeof brief_meas[1][i], "%.3g%% lost (mass %.2g)", 100.0 * cn[i].lost,
                  cn[i].lost_mass);
         snprintf(brief_meas[2][i], sizeof brief_meas[2][i], "logits %.2g, fc1 gradient %.2g", cn[i].twin_logits,
@@ -225,14 +260,14 @@ static mpt_status run(mpt_lab_ctx *c) {
         ts.measured[0] = brief_meas[e][0], ts.measured[1] = brief_meas[e][1], ts.diff_what = brief_what[e];
         mpt_text_scale_brief(brief[e], sizeof brief[e], &ts);
     }
-    c->observed = cn[1].mass >= 10.0 * cn[0].mass && cn[1].mass > 0.0;
+    c->observed = cn[1].mass_early >= 10.0 * cn[0].mass_early && cn[1].mass_early > 0.0;
     c->conclusion[0] = '\0';
     append(c->conclusion, sizeof c->conclusion, "%s: the mlp against %s, %d seeds each. ",
            c->observed ? "Observed" : "Not observed", net_name[1], ns);
     for (int e = 0; e < 3; e++) append(c->conclusion, sizeof c->conclusion, "%s. ", brief[e]);
     if (!c->observed)
-        append(c->conclusion, sizeof c->conclusion, "(The criterion asks the deeper network's underflow mass to be at "
-               "least 10x the mlp's.)");
+        append(c->conclusion, sizeof c->conclusion, "(The criterion asks the deeper network's underflow mass early in "
+               "training to be at least 10x the mlp's.)");
 
     /* scale.dat: one row per network and seed: the accuracies; then the counts of seed 0 */
     FILE *dat = mpt_lab_open(c, "scale.dat");
@@ -249,19 +284,33 @@ static mpt_status run(mpt_lab_ctx *c) {
     for (int i = 0; i < N_NET; i++)
         fprintf(dat, "%d %.6g %.6g %.6g %.6g %.6g %.6g %.6g %.6g\n", i, cn[i].flush, cn[i].mass, cn[i].lost,
                 cn[i].lost_mass, cn[i].lost32, cn[i].lost_mass32, cn[i].twin_logits, cn[i].twin_grad);
+    fprintf(dat, "\n\n# network, step, then the fp16-none seed-0 run's all_activation_grads mass_lost at that telemetry "
+                 "step (its telemetry.csv)\n");
+    for (int i = 0; i < N_NET; i++) {
+        for (int k = 0; k < mass_s[i].n; k++)
+            fprintf(dat, "%d %lld %.6g\n", i, (long long)mass_s[i].step[k], mass_s[i].value[k]);
+        fprintf(dat, "\n\n");
+    }
+    for (int i = 0; i < N_NET; i++) mpt_lab_series_free(&mass_s[i]);
     MPT_TRY(mpt_lab_close(c, dat, "scale.dat"));
     /* the picture: per effect, each network's paired differences (points) and their mean with the interval */
     FILE *gp = mpt_lab_open(c, "scale.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_report_gnuplot_terminal(gp, 1000, 560, "scale.png");
+    mpt_report_gnuplot_terminal(gp, 1000, 1000, "scale.png");
+    fprintf(gp, "set multiplot layout 2,1\nset grid\nset key outside right\n"
+                "set title 'fp16 without loss scaling: the flushed activation gradients'' share of the gradient mass "
+                "(seed 0)'\nset xlabel 'step'\nset ylabel 'mass lost'\nset logscale y 10\nset format y '10^{%%L}'\n"
+                "plot 'scale.dat' index 2 using 2:(($3) > 0 ? $3 : 1e-12) with linespoints lw 2 pt 7 lt 1 title "
+                "'mlp', '' index 3 using 2:(($3) > 0 ? $3 : 1e-12) with linespoints lw 2 pt 5 lt 2 title 'deeper'\n"
+                "unset logscale y\nset format y '%%g'\nunset xlabel\n");
     fprintf(gp, "set title 'accuracy cost of each effect, per network (one point per seed; %d seeds)'\nset ylabel "
-                "'paired difference of final test accuracy (pp)'\nset grid\nset key outside right\nset xrange [-0.5:5.5]"
+                "'paired difference of final test accuracy (pp)'\nset xrange [-0.5:5.5]"
                 "\nset xtics ('underflow, mlp' 0, 'underflow, deeper' 1, 'lost updates, mlp' 2, 'lost updates, "
                 "deeper' 3, 'rounding, mlp' 4, 'rounding, deeper' 5) rotate by -20\n"
                 "plot 'scale.dat' index 0 using ($1 + 0):($5 - $4) with points pt 7 lt 1 title 'fp16 no scaling - "
                 "dynamic', '' index 0 using ($1 + 2):($7 - $6) with points pt 5 lt 2 title 'bf16 no masters - masters', "
                 "'' index 0 using ($1 + 4):($6 - $3) with points pt 9 lt 3 title 'bf16 - fp32', 0 with lines lt 0 "
-                "notitle\n", ns);
+                "notitle\nunset multiplot\n", ns);
     char plot_buf[600];
     const char *plot_error = mpt_lab_plot(c, gp, "scale.gp", plot_buf, sizeof plot_buf);
 
@@ -277,7 +326,9 @@ static mpt_status run(mpt_lab_ctx *c) {
                "Counts: means over the telemetry steps of seed 0's summary.json (`all_activation_grads` flush_frac and "
                "mass_lost of `*-fp16-none-seed0`; `all_parameters` lost_frac and lost_mass of `*-bf16-none-seed0` and "
                "`*-bf16-seed0`; twin_rel_l2 of the logits and of fc1.weight.grad in `*-bf16-seed0`); they are also in "
-               "`scale.dat`'s second block. Accuracies: each run's summary.json, `scale.dat`'s first block.\n\n",
+               "`scale.dat`'s second block; the early and late underflow counts are the means over the first and the last "
+               "quarter of the telemetry steps in `*-fp16-none-seed0/telemetry.csv` (the mass per step: `scale.dat`'s "
+               "third and fourth blocks). Accuracies: each run's summary.json, `scale.dat`'s first block.\n\n",
             deep, own ? " (a plain stack: no normalisation, no skip connections; --param depth and width)" : " (--model)",
             ns, cn[0].tel_steps);
     fprintf(f, "| network | seed | fp32 | fp16 | fp16, no scaling | bf16 | bf16, no masters |\n"
@@ -287,7 +338,11 @@ static mpt_status run(mpt_lab_ctx *c) {
             fprintf(f, "| %s | %d | %.2f%% | %.2f%% | %.2f%% | %.2f%% | %.2f%% |\n", i ? "deeper" : "mlp", k,
                     acc[i][0][k], acc[i][1][k], acc[i][2][k], acc[i][3][k], acc[i][4][k]);
     fprintf(f, "\n| seed 0's counts | mlp | deeper |\n|---|---:|---:|\n"
-               "| activation gradients flushed, fp16 without scaling | %.3g%% | %.3g%% |\n"
+               "| activation gradients flushed, fp16 without scaling, early (to step %lld / %lld) | %.3g%% | %.3g%% |\n"
+               "| ... their share of the gradient mass | %.2g | %.2g |\n"
+               "| ... flushed late (from step %lld / %lld) | %.3g%% | %.3g%% |\n"
+               "| ... their share of the gradient mass | %.2g | %.2g |\n"
+               "| activation gradients flushed, fp16 without scaling, over the run | %.3g%% | %.3g%% |\n"
                "| ... their share of the gradient mass | %.2g | %.2g |\n"
                "| updates lost, bf16 without masters | %.3g%% | %.3g%% |\n"
                "| ... their share of the update mass | %.2g | %.2g |\n"
@@ -295,16 +350,31 @@ static mpt_status run(mpt_lab_ctx *c) {
                "| ... their share of the update mass | %.2g | %.2g |\n"
                "| bf16 logits against the FP32 twin (relative L2) | %.2g | %.2g |\n"
                "| bf16 fc1.weight.grad against the FP32 twin | %.2g | %.2g |\n\n",
+            (long long)cn[0].early_to, (long long)cn[1].early_to, 100.0 * cn[0].flush_early, 100.0 * cn[1].flush_early,
+            cn[0].mass_early, cn[1].mass_early, (long long)cn[0].late_from, (long long)cn[1].late_from,
+            100.0 * cn[0].flush_late, 100.0 * cn[1].flush_late, cn[0].mass_late, cn[1].mass_late,
             100.0 * cn[0].flush, 100.0 * cn[1].flush, cn[0].mass, cn[1].mass, 100.0 * cn[0].lost, 100.0 * cn[1].lost,
             cn[0].lost_mass, cn[1].lost_mass, 100.0 * cn[0].lost32, 100.0 * cn[1].lost32, cn[0].lost_mass32,
             cn[1].lost_mass32, cn[0].twin_logits, cn[1].twin_logits, cn[0].twin_grad, cn[1].twin_grad);
     for (int e = 0; e < 3; e++) fprintf(f, "%s.\n\n", eff[e]);
+    double lo[N_NET], hi[N_NET], apart[N_NET];
+    for (int i = 0; i < N_NET; i++) {
+        lo[i] = INFINITY, hi[i] = -INFINITY, apart[i] = 0.0;
+        for (int k = 0; k < ns; k++) {
+            lo[i] = fmin(lo[i], acc[i][C_FP32][k]), hi[i] = fmax(hi[i], acc[i][C_FP32][k]);
+            apart[i] = fmax(apart[i], fabs(acc[i][C_BF16][k] - acc[i][C_FP32][k]));
+        }
+    }
     fprintf(f, "A cost is a verdict of worse beyond the ±%.2g pp margin; an inconclusive interval is not a cost, and not "
                "its absence either: more seeds (`--param seeds=N`) or the full version decide more. The deeper network "
                "trains more slowly than the mlp in any precision (its fp32 column): its accuracy here is low because "
                "it is deep and plain, not because of the precision.\n\n"
-               "Criterion for the effect: the deeper network's underflow mass (fp16 without scaling) is at least 10x "
-               "the mlp's.\n", c->base->margin);
+               "The spread of each network over seeds: fp32 runs from %.2f%% to %.2f%% (the deeper network) and %.2f%% "
+               "to %.2f%% (the mlp); two runs of one seed that differ only in rounding (bf16 against fp32) ended up to "
+               "%.2f and %.2f points apart. The wider these are, the wider the intervals above.\n\n"
+               "Criterion for the effect: the deeper network's underflow mass (fp16 without scaling) early in training "
+               "(the first quarter of the telemetry steps) is at least 10x the mlp's.\n", c->base->margin, lo[1], hi[1],
+            lo[0], hi[0], apart[1], apart[0]);
     return mpt_lab_report_close(c, &mpt_lab_scale, f, plot_error);
 }
 
@@ -318,5 +388,5 @@ const mpt_lab_lesson mpt_lab_scale = {
     {20000, 10000, 2, 5}, /* full */
     {4000, 2000, 1, 3},   /* --quick */
     "depth width seeds",
-    NULL,
+    "--quick 10 s, full 104 s of CPU time (2-core VM, 2026-11-28)",
 };
