@@ -251,12 +251,33 @@ static void normalization_numbers(const char *out) {
 static void scale_numbers(const char *out) {
     char concl[4096], want[512], dir[700];
     printed_conclusion("scale", concl, sizeof concl);
-    for (int i = 0; i < 2; i++) {
-        snprintf(dir, sizeof dir, "%s/scale/%s-fp16-none-seed0", out, i ? "deep" : "mlp");
-        snprintf(want, sizeof want, "%.3g%% flushed (mass %.2g) on %s", 100.0 * tensor_mean(dir, "all_activation_grads",
-                 "flush_frac"), tensor_mean(dir, "all_activation_grads", "mass_lost"), i ? "the 16-layer stack" : "the mlp");
+    double early_mass[2];
+    for (int i = 0; i < 2; i++) { /* early and late: the first and last quarter of the telemetry steps */
+        char tp[760];
+        snprintf(tp, sizeof tp, "%s/scale/%s-fp16-none-seed0/telemetry.csv", out, i ? "deep" : "mlp");
+        FILE *tf = fopen(tp, "r");
+        ck_assert_msg(tf != NULL, "%s", tp);
+        double fl[256], ma[256];
+        int nf = 0, nm = 0;
+        char line[512];
+        while (fgets(line, sizeof line, tf)) {
+            const char *v = strrchr(line, ',');
+            if (strstr(line, ",all_activation_grads,flush_frac,") && nf < 256) fl[nf++] = strtod(v + 1, NULL);
+            if (strstr(line, ",all_activation_grads,mass_lost,") && nm < 256) ma[nm++] = strtod(v + 1, NULL);
+        }
+        fclose(tf);
+        ck_assert_msg(nf == nm && nf > 0, "%s: %d flush_frac, %d mass_lost rows", tp, nf, nm);
+        const int q = (nf + 3) / 4;
+        double fe = 0, me = 0, fla = 0, ml = 0;
+        for (int k = 0; k < q; k++) fe += fl[k] / q, me += ma[k] / q;
+        for (int k = nf - q; k < nf; k++) fla += fl[k] / q, ml += ma[k] / q;
+        early_mass[i] = me;
+        snprintf(want, sizeof want, "%.3g%% flushed early (mass %.2g), %.3g%% late (mass %.2g) on %s", 100.0 * fe, me,
+                 100.0 * fla, ml, i ? "the 16-layer stack" : "the mlp");
         ck_assert_msg(strstr(concl, want) != NULL, "scale: want '%s' in: %s", want, concl);
     }
+    ck_assert_msg(early_mass[1] >= 10 * early_mass[0], "scale: early mass %g (deeper) against %g (mlp)", early_mass[1],
+                  early_mass[0]);
     /* the deeper network's underflow cost: the mean of the paired differences none - dynamic over its seeds */
     double d = 0.0;
     int ns = 0;
@@ -562,7 +583,8 @@ START_TEST(test_not_observed) {
     ck_assert_int_eq(run_lab("", args), 0);
     printed_conclusion("scale", concl8, sizeof concl8);
     ck_assert_msg(strncmp(concl8, "Not observed: the mlp against the 3-layer network", 49) == 0 &&
-                      strstr(concl8, "The criterion asks the deeper network's underflow mass"), "%s", concl8);
+                      strstr(concl8, "The criterion asks the deeper network's underflow mass early in training"), "%s",
+                  concl8);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
