@@ -188,6 +188,18 @@ static void normalization_numbers(const char *out) {
              "policy's two passes in FP32", eb1, eh1, e32);
     ck_assert_msg(strstr(concl, want) != NULL, "normalization: want '%s' in: %s", want, concl);
     ck_assert_msg(eb1 >= 10 * e32 && eh1 >= 10 * e32, "normalization: BF16 %g, FP16 %g, FP32 %g", eb1, eh1, e32);
+    /* the criterion's second half, from normalization-shift.dat (same columns, keyed by the shift t): at some shift
+     * the BF16 one-pass variance errs at least 10x more than two passes in BF16 */
+    snprintf(f, sizeof f, "%s/normalization/normalization-shift.dat", out);
+    static const double shift_t[] = {0, 2, 8, 32, 128};
+    double best = 0.0;
+    for (int i = 0; i < 5; i++) {
+        const double one = dat_value(f, shift_t[i], 3 + 5 * 3), two = dat_value(f, shift_t[i], 3 + 5 * 2);
+        ck_assert_msg(isfinite(two), "%s: no row for t = %g", f, shift_t[i]);
+        if (two > 0.0 && one / two > best) best = one / two;
+        if (two == 0.0 && one > 0.0) best = INFINITY;
+    }
+    ck_assert_msg(best >= 10.0, "normalization: BF16 one-pass over BF16 two passes at most %g over the shifts", best);
     /* the fp16 runs at batch 4 x 128: skipped steps and accuracies from their summary.json */
     snprintf(dir, sizeof dir, "%s/normalization/fp16-stats16-b512", out);
     const double acc16 = 100.0 * summary_number(dir, "final_test_accuracy");

@@ -26,9 +26,12 @@
  * skipped steps and accuracy. Every run trains on the CPU backend (--device cpu): the CUDA backend runs the policy's
  * statistics only.
  *
+ * The same units are also shifted by t = 0, 2, 8, 32, 128 of their own standard deviations (the condition 1 + mean^2/var
+ * grows like t^2), which is where the one-pass formula cancels: real activations here are nearly centred.
+ * The sentences summarise the batch-norm channels (long sums), or the layer-norm rows of a network without batch norm.
  * Criterion: the effect is observed when, at the training batch, the one-pass variance in BF16 and in FP16 each err at
- * least 10x more than the policy's FP32 two-pass (medians over the units). What training does with the errors is
- * reported beside it, whatever it is.
+ * least 10x more than the policy's FP32 two passes, and at some shift the BF16 one-pass errs at least 10x more than two
+ * passes in BF16 (medians over the units). What training does with the errors is reported beside it, whatever it is.
  */
 #include <math.h>
 #include <stdarg.h>
