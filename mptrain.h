@@ -12,6 +12,8 @@
  *   engine/layers/layers.h  the layers: input, linear, conv2d, relu, maxpool2d, flatten, dropout, softmax_xent
  *   models/models.h       the built-in networks (mlp, lenet5, cnn), if a program wants one of those
  *   engine/train.h        the mixed-precision step: FP32 master weights, loss scaler, optimizer
+ *   engine/quant.h        INT8 / INT4 quantization: quantization-aware training (mpt_train_config.qat), the
+ *                         post-training integer path (mpt_quant_prepare)
  *   engine/amp/scaler.h, engine/amp/master.h, engine/optim/optim.h, engine/optim/schedule.h  their settings
  *   datasets/idx.h, datasets/loader.h, datasets/synthetic.h  Fashion-MNIST (IDX files), batches, test data
  *   engine/checkpoint.h   safetensors checkpoints
@@ -53,6 +55,7 @@
 #include "engine/optim/schedule.h"
 #include "engine/graph.h"
 #include "engine/layers/layers.h"
+#include "engine/quant.h"
 #include "engine/train.h"
 #include "engine/checkpoint.h"
 #include "models/models.h"

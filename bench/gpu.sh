@@ -3,13 +3,17 @@
 #
 # Two halves:
 #   bench/gpu.sh --prebuild   HERE, on a development machine with the GPU machine's nvcc (13.0): builds what a GPU run
-#                             executes (release, -Dgpu_arch=80,90, no MPI/GSL/man: tools/mptrain, the cuda suite's
-#                             programs, the CUDA module) in build-gpu-pre/ and packs .gpu-carry/ (ignored by git):
-#                             those files, runtime-libs.tar.xz (the libraries they load that a bare GPU image lacks:
-#                             OpenBLAS, libgfortran, libquadmath, jansson, subunit, found by ldd), Fashion-MNIST's four
-#                             files, debs/ (Debian runtime + dev packages, only for a fallback build there) and
-#                             MANIFEST. Prints the bytes that travel (tracked files + .gpu-carry; a device call takes
-#                             64 MiB) and the device call to make.
+#                             executes (release, -Dgpu_arch=80,90, MPI on, no oneDNN/GSL/man: tools/mptrain, the cuda
+#                             suite's programs, bench/mlp_sweep, the CUDA module) in build-gpu-pre/ and packs
+#                             .gpu-carry/ (ignored by git): those files, runtime-libs.tar.xz (the libraries they load
+#                             that a bare GPU image lacks: OpenBLAS, libgfortran, libquadmath, jansson, subunit, libgomp,
+#                             Open MPI's libraries, found by ldd), ompi-runtime.tar.xz (Open MPI's launcher, plugins and
+#                             help files and PMIx, from Debian's packages, for the dp stage), Fashion-MNIST's four
+#                             files, fallback-sysroot.tar.xz (the build dependencies unpacked from Debian's packages,
+#                             only for a fallback build there) and MANIFEST. oneDNN stays out: it only speeds up CPU GEMMs (the CPU oracle of the cuda
+#                             suite runs the emulate kernel set on OpenBLAS there, the same numerics), and its library
+#                             was most of the carry. Prints the bytes that travel (tracked files + .gpu-carry; a device
+#                             call takes 64 MiB) and the device calls to make.
 #   bench/gpu.sh [options]    THERE, from the project root. Prebuilt mode (a .gpu-carry/ with its MANIFEST): nothing is
 #                             compiled unless the prebuilt CUDA module cannot load; then only the module is built (or,
 #                             if the prebuilt mptrain cannot start, what the run executes), with -Dgpu_arch=90, from
@@ -37,7 +41,19 @@
 #            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
 #            first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
-#   bench    bench/run.sh gpu: mptrain against PyTorch (1 repeat by default), with what is left of the budget
+#   bench    bench/run.sh gpu: mptrain against PyTorch in the --torch-modes (default eager, fused, graph: one PyTorch
+#            process per model and precision runs them one after the other), 1 repeat by default
+#   compile  bench/run.sh gpu --torch-modes compile: mptrain against torch.compile(mode="max-autotune"), mlp first;
+#            compilation takes most of it (unmeasured on these GPUs), so it is a call of its own by default (below)
+#   sweep    bench/mlp_sweep: the mlp 784-H-H-10 at H 512/2048/8192 and B 128/1024/4096 in fp32, tf32, bf16, fp16,
+#            fp8: us per step and achieved GEMM TFLOP/s against the GPU's dense peak (smallest work first, stops
+#            starting configurations when its time is spent)
+#   dp       data-parallel training with one NCCL rank through mpirun (the carried Open MPI, relocated with
+#            OPAL_PREFIX): mlp bf16 2 epochs with --data-parallel --device cuda, and the same without; their
+#            metrics.csv compared (one rank: the all-reduce is the identity, so they should agree bit for bit)
+#   memcheck compute-sanitizer --tool memcheck over the cuda suite's test cases but timing (whose clock assertions the
+#            sanitizer's slowdown would break), all at once, each under the stage's limit (a case that does not finish
+#            in time is reported as such): memory errors fail the stage
 # A process that runs past its limit is diagnosed before it is killed: the stacks of all its threads (cuda-gdb or
 # gdb when the machine has one), each thread's /proc wchan, its shared objects, nvidia-smi (<log>.stacks); then TERM,
 # and KILL 5 s later. After every stage the output folder gets summary.txt, the results page gpu-<date>.md and
@@ -46,13 +62,17 @@
 # gpu-<date>.md, gpu-runs.tar.gz (a device call returns at most 8 files).
 #
 # Usage: bench/gpu.sh --prebuild | [--stages LIST] [--budget S] [--epochs N] [--repeats R] [--tcase-timeout S]
-#                                  [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
+#                                  [--torch-modes LIST] [--quick] [--carry DIR] [--build] [--out DIR] [--dry-run]
 #   --prebuild         build and pack .gpu-carry here (nothing else; see above)
-#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,bench (default all; always in that
-#                      order; machine and setup always run, build in build mode)
+#   --stages LIST      comma-separated subset of info,test,tc,graph,compare,bench,compile,sweep,dp,memcheck (default
+#                      info,test,tc,graph,bench,sweep,dp,memcheck: about 6 minutes on an H200; compile is the second
+#                      call, `--stages compile --budget 240`); always in that order; machine and setup always run,
+#                      build in build mode
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 150, tc 45, graph 45, compare 75, bench what is
-#                      left; 15 s are kept for the results. A stage never starts a process it has no time for
+#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 45, compare 75, bench 240, sweep 100,
+#                      dp 45, memcheck 60, compile what is left; each stage gets at most its limit and what is left;
+#                      15 s are kept for the results. A stage never starts a process it has no time for
+#   --torch-modes LIST PyTorch's modes in the bench stage (default eager,fused,graph; bench/pytorch_reference.py)
 #   --epochs N         epochs of compare and of each benchmark run (default 3; the graph stage: at least 2)
 #   --repeats R        benchmark repeats, mptrain and PyTorch alternating (default 1)
 #   --tcase-timeout S  cap of each test case's limit (default 110: the H200 ran the whole suite in 33 s)
@@ -74,8 +94,9 @@ say() { printf '==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf 'bench/gpu.sh: %s\n' "$*" >&2; exit 2; }
 usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
-STAGES=info,test,tc,graph,compare,bench EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420 TCASE_CAP=110
-CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0
+ALL_STAGES=info,test,tc,graph,compare,bench,compile,sweep,dp,memcheck
+STAGES=info,test,tc,graph,bench,sweep,dp,memcheck EPOCHS=3 REPEATS=1 QUICK=0 DEST=${OUT:-} DRY_RUN=0 BUDGET=420
+TCASE_CAP=110 CARRY=.gpu-carry FORCE_BUILD=0 PREBUILD=0 TORCH_MODES=eager,fused,graph
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -88,6 +109,7 @@ while [ $# -gt 0 ]; do
         --epochs) need_value "$@"; is_int "$1" "$2"; EPOCHS=$2; shift 2 ;;
         --repeats) need_value "$@"; is_int "$1" "$2"; REPEATS=$2; shift 2 ;;
         --tcase-timeout) need_value "$@"; is_int "$1" "$2"; TCASE_CAP=$2; shift 2 ;;
+        --torch-modes) need_value "$@"; TORCH_MODES=$2; shift 2 ;;
         --quick) QUICK=1; shift ;;
         --carry) need_value "$@"; CARRY=$2; shift 2 ;;
         --build) FORCE_BUILD=1; shift ;;
@@ -99,9 +121,13 @@ while [ $# -gt 0 ]; do
 done
 IFS=, read -r -a STAGE_LIST <<<"$STAGES"
 for s in "${STAGE_LIST[@]}"; do
-    case "$s" in info | test | tc | graph | compare | bench) ;;
-        *) die "--stages: expected names from info,test,tc,graph,compare,bench, found '$s'" ;; esac
+    case ",$ALL_STAGES," in *",$s,"*) ;; *) die "--stages: expected names from $ALL_STAGES, found '$s'" ;; esac
 done
+IFS=, read -r -a TORCH_MODE_LIST <<<"$TORCH_MODES"
+for s in "${TORCH_MODE_LIST[@]}"; do
+    case "$s" in eager | fused | graph | compile) ;; *) die "--torch-modes: expected names from eager,fused,graph,compile, found '$s'" ;; esac
+done
+[ ${#TORCH_MODE_LIST[@]} -gt 0 ] || die "--torch-modes: expected names from eager,fused,graph,compile, found '$TORCH_MODES'"
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 [ "$QUICK" = 1 ] && EPOCHS=1
 [ "$BUDGET" = 0 ] || [ "$BUDGET" -ge 120 ] || die "--budget $BUDGET: expected 0 (no limit) or at least 120 seconds"
@@ -110,7 +136,7 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 case "$CARRY" in /*) ;; *) CARRY=$ROOT/$CARRY ;; esac
 # The cuda suite's programs: the 'cuda' entries of tests/meson.build.
 CUDA_PROGRAMS=$(sed -n "s/^ *\['\(test_[a-z0-9_]*\)', *'cuda', *[0-9]*\],.*/\1/p" tests/meson.build | tr '\n' ' ')
-PRE_TARGETS=(tools/mptrain kernels/cuda/libmptrain-cuda.so)
+PRE_TARGETS=(tools/mptrain kernels/cuda/libmptrain-cuda.so bench/mlp_sweep)
 TC_PROGRAM=test_cuda_tc # the stage tc's program (its one test case: tc_accum)
 for p in $CUDA_PROGRAMS; do PRE_TARGETS+=("tests/$p"); done
 
@@ -119,7 +145,10 @@ if [ "$PREBUILD" = 1 ]; then
     command -v meson >/dev/null && command -v ninja >/dev/null || die "--prebuild needs meson and ninja (./run build installs them)"
     [ -x "$CUDA_HOME/bin/nvcc" ] || die "--prebuild needs nvcc ($CUDA_HOME/bin/nvcc): the GPU machine runs what is compiled here"
     PRE=build-gpu-pre
-    opts=(--buildtype=release -Dgpu_arch="${GPU_ARCH:-80,90}" -Dcuda=enabled -Dgsl=disabled -Dmpi=disabled -Dman=disabled)
+    # MPI on (the dp stage: data-parallel through mpirun); oneDNN off (CPU GEMM speed only; libdnnl.so.2 was most of
+    # the carry): the cuda suite's CPU oracle then runs the emulate kernel set on OpenBLAS (kernels/cpu/gemm.c).
+    opts=(--buildtype=release -Dgpu_arch="${GPU_ARCH:-80,90}" -Dcuda=enabled -Dgsl=disabled -Dmpi=enabled -Donednn=disabled
+          -Dman=disabled)
     say "prebuild: meson setup $PRE ${opts[*]}"
     if [ -f "$PRE/build.ninja" ]; then meson setup --reconfigure "$PRE" "${opts[@]}" >/dev/null || die "meson setup --reconfigure $PRE failed"
     else meson setup "$PRE" "${opts[@]}" >/dev/null || die "meson setup $PRE failed"; fi
@@ -127,7 +156,8 @@ if [ "$PREBUILD" = 1 ]; then
     ninja -C "$PRE" "${PRE_TARGETS[@]}" || die "ninja failed"
     NEW=$CARRY.new
     rm -rf "$NEW"
-    mkdir -p "$NEW/build/tools" "$NEW/build/tests" "$NEW/build/kernels/cuda" "$NEW/data" "$NEW/debs" "$NEW/libs" || die "cannot create $NEW"
+    mkdir -p "$NEW/build/tools" "$NEW/build/tests" "$NEW/build/kernels/cuda" "$NEW/build/bench" "$NEW/data" "$NEW/debs" "$NEW/libs" ||
+        die "cannot create $NEW"
     for t in "${PRE_TARGETS[@]}"; do cp "$PRE/$t" "$NEW/build/$t" || die "cannot copy $PRE/$t"; done
     # The libraries the binaries load, minus what every GPU image has (glibc, libgcc_s, libstdc++, zlib) and the CUDA
     # libraries (the GPU machine's own: toolkit or pip wheels).
@@ -140,21 +170,57 @@ if [ "$PREBUILD" = 1 ]; then
             case "$path" in "$CUDA_HOME"/* | /usr/local/cuda*) continue ;; esac
             cp -L "$path" "$NEW/libs/$soname" || exit 1
         done || die "cannot copy the runtime libraries"
+    # a CPU-only library must not travel (the GPU runs need none): oneDNN, whatever the build found
+    if ls "$NEW"/libs/libdnnl* >/dev/null 2>&1; then die "prebuild: oneDNN got into the carry (the build links it): $(ls "$NEW"/libs/libdnnl*)"; fi
     # xz: OpenBLAS alone is 36 MB; the carry must stay under 64 MiB with the data
     tar -C "$NEW/libs" -cJf "$NEW/runtime-libs.tar.xz" . && rm -rf "$NEW/libs" || die "cannot pack the runtime libraries"
+    # Open MPI's launcher, plugins, help files and configuration, and PMIx, from Debian's packages (the dp stage runs
+    # them relocated: OPAL_PREFIX, OPAL_SYSCONFDIR, PMIX_PREFIX); its libraries are in runtime-libs already.
+    ompi=$NEW/ompi.tmp
+    mkdir -p "$ompi/debs" "$ompi/root" || die "cannot create $ompi"
+    if (cd "$ompi/debs" && apt-get download libopenmpi3 openmpi-bin openmpi-common libpmix2 >/dev/null 2>&1); then
+        for d in "$ompi"/debs/*.deb; do dpkg -x "$d" "$ompi/root" || die "dpkg -x $d failed"; done
+        (cd "$ompi/root" && rm -rf usr/share/man usr/share/doc usr/lib/x86_64-linux-gnu/libmpi_java* usr/lib/x86_64-linux-gnu/liboshmem* \
+            usr/lib/x86_64-linux-gnu/libmpi_mpifh* usr/lib/x86_64-linux-gnu/libmpi_use* usr/lib/x86_64-linux-gnu/libmpi_cxx* \
+            usr/lib/x86_64-linux-gnu/openmpi/lib/*.jar usr/bin/mpi[cfjC]* usr/bin/oshcc usr/bin/oshfort usr/bin/shmem*cc)
+        tar -C "$ompi/root" -cJf "$NEW/ompi-runtime.tar.xz" . || die "cannot pack Open MPI's runtime"
+    else
+        say "prebuild: apt-get download of Open MPI failed: no ompi-runtime.tar.xz, the dp stage will say so there"
+    fi
+    rm -rf "$ompi"
     data=${MPT_DATA:-/usr/share/datasets/fashion-mnist}
     for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
         if [ -f "$data/$f.gz" ]; then cp "$data/$f.gz" "$NEW/data/"; elif [ -f "$data/$f" ]; then gzip -c "$data/$f" >"$NEW/data/$f.gz"
         else die "no $data/$f(.gz): apt-get install dataset-fashion-mnist, or set MPT_DATA"; fi
     done
-    # For a fallback build there (the prebuilt module does not load): the build dependencies as Debian packages.
+    # For a fallback build there (the prebuilt module does not load): the build dependencies, unpacked from Debian's
+    # packages into a sysroot and packed as fallback-sysroot.tar.xz without what no build needs (static libraries,
+    # documentation) and without a second copy of the runtime libraries: a shared object whose SONAME runtime-libs
+    # carries becomes a relative link to lib/<soname> (where setup unpacks runtime-libs, beside sysroot/).
     debs="check libsubunit0 libsubunit-dev libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5
           libquadmath0 zlib1g-dev libjansson4 libjansson-dev pkgconf-bin libpkgconf3"
+    fb=$NEW/fallback.tmp
+    mkdir -p "$fb/root" || die "cannot create $fb"
     # shellcheck disable=SC2086
-    if ! (cd "$NEW/debs" && apt-get download $debs >/dev/null 2>&1); then
-        rm -f "$NEW"/debs/*.deb
-        say "prebuild: apt-get download failed: the carry has no packages for a fallback build there"
+    if (cd "$NEW/debs" && apt-get download $debs >/dev/null 2>&1); then
+        for d in "$NEW"/debs/*.deb; do dpkg -x "$d" "$fb/root" || die "dpkg -x $d failed"; done
+        rm -rf "$fb/root/usr/share/doc" "$fb/root/usr/share/man"
+        find "$fb/root" -name '*.a' -delete
+        carried=" $(tar -tJf "$NEW/runtime-libs.tar.xz" | sed 's|^\./||' | tr '\n' ' ') "
+        find "$fb/root" -type f -name '*.so*' | while read -r f; do
+            so=$(objdump -p "$f" 2>/dev/null | awk '$1 == "SONAME" {print $2}')
+            [ -n "$so" ] && [[ "$carried" == *" $so "* ]] || continue
+            rel=${f#"$fb/root/"}
+            up=$(sed 's|[^/]*/|../|g; s|[^/]*$||' <<<"$rel") # one ../ per folder below the sysroot
+            ln -sf "../$up""lib/$so" "$f" || exit 1
+        done || die "cannot link the sysroot's runtime libraries to lib/"
+        tar -C "$fb/root" -cJf "$NEW/fallback-sysroot.tar.xz" . || die "cannot pack the fallback sysroot"
+        fb_list=$(cd "$NEW/debs" && ls ./*.deb | sed 's|^\./||' | tr '\n' ' ')
+    else
+        say "prebuild: apt-get download failed: the carry has nothing for a fallback build there"
+        fb_list="none (apt-get download failed)"
     fi
+    rm -rf "$NEW/debs" "$fb"
     {
         printf 'commit: %s%s\n' "$(git rev-parse HEAD 2>/dev/null || echo unknown)" \
             "$([ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && echo ' + uncommitted changes')"
@@ -165,7 +231,7 @@ if [ "$PREBUILD" = 1 ]; then
             grep -oE 'GLIBC_[0-9.]+' | sort -Vu | tail -n 1)"
         printf 'programs: %s\n' "$CUDA_PROGRAMS"
         printf 'runtime libraries: %s\n' "$(tar -tJf "$NEW/runtime-libs.tar.xz" | grep -v '/$' | sed 's|^\./||' | tr '\n' ' ')"
-        printf 'fallback packages: %s\n' "$(cd "$NEW/debs" && ls ./*.deb 2>/dev/null | sed 's|^\./||' | tr '\n' ' ')"
+        printf 'fallback sysroot (fallback-sysroot.tar.xz) from: %s\n' "$fb_list"
         (cd "$NEW" && find . -type f ! -name MANIFEST -print0 | sort -z | xargs -0 sha256sum)
     } >"$NEW/MANIFEST"
     rm -rf "$CARRY" && mv "$NEW" "$CARRY" || die "cannot replace $CARRY"
@@ -175,6 +241,8 @@ if [ "$PREBUILD" = 1 ]; then
     printf 'travel: %d bytes (tracked %d + %s %d) of 67108864\n' $((tracked + carried)) "$tracked" "${CARRY#"$ROOT"/}" "$carried"
     [ $((tracked + carried)) -le 67108864 ] || die "the carry passes the device tool's 64 MiB"
     printf 'device call: carry ["%s"], timeout_s %d, command: bench/gpu.sh\n' "${CARRY#"$ROOT"/}" $((BUDGET + 60))
+    printf 'second call (torch.compile, if >= 5 minutes are left): carry ["%s"], timeout_s 300, command: bench/gpu.sh --stages compile --budget 240\n' \
+        "${CARRY#"$ROOT"/}"
     exit 0
 fi
 
@@ -183,17 +251,22 @@ MODE=build
 if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
-declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=150 [tc]=45 [graph]=45 [compare]=75
-                [bench]=0)
-# Expected seconds: test, graph, compare and bench from the H200 run of ../shared/gpu/first-run.sh on 2026-11-26
-# (the same programs: suite 33 s, graph on/off 3 s, compare of mlp and lenet5 at 2 epochs 7 s, 8 PyTorch pairs at 3
-# epochs 109 s), scaled by epochs and repeats; the others are estimates (tc: 31 s of CPU time on this project's 2-vCPU
-# EPYC with a CPU backend standing in for the GPU, MPT_TC_STANDIN=cpu; the GPU machine's 16 cores share its models).
-declare -A EXPECT=([machine]=5 [setup]=3 [build]=150 [info]=3 [test]=33 [tc]=15 [graph]=$((GE + 1))
-                   [compare]=$((1 + 3 * EPOCHS)) [bench]=$((1 + 36 * REPEATS * EPOCHS)))
+declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=45 [compare]=75
+                [bench]=240 [compile]=0 [sweep]=100 [dp]=45 [memcheck]=60)
+# Expected seconds. Measured on an H200 by bench/gpu.sh (2026-11-26, sessions b and c: bench/results/gpu-2026-11-26-b
+# and -c, callN-summary.txt): test 21-24 s, graph 2-3 s, compare 10-11 s at 3 epochs, bench (PyTorch eager only) 115 s
+# a repeat at 3 epochs. Estimates, never measured: tc (31 s of CPU time on this project's 2-vCPU EPYC with a CPU backend
+# standing in for the GPU, MPT_TC_STANDIN=cpu; the GPU machine's 16 cores share its models), bench's fused and graph
+# modes (+35 s a repeat at 3 epochs: they run inside the same PyTorch processes), compile (about 60 s of torch.compile
+# max-autotune per model and precision), sweep, dp, memcheck, setup with the Open MPI runtime; the first run of each
+# replaces its estimate.
+n_torch=${#TORCH_MODE_LIST[@]}
+declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((GE + 1))
+                   [compare]=$((1 + 3 * EPOCHS)) [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
+                   [compile]=$((8 * (60 + 6 * EPOCHS))) [sweep]=80 [dp]=20 [memcheck]=55)
 ORDER=(machine setup)
 [ "$MODE" = build ] && ORDER+=(build)
-for s in info test tc graph compare bench; do want "$s" && ORDER+=("$s"); done
+for s in info test tc graph compare bench compile sweep dp memcheck; do want "$s" && ORDER+=("$s"); done
 
 # The test cases of the cuda suite: "program tcase seconds" per line, from tests/<program>.c (TCase *v =
 # tcase_create("name") and tcase_set_timeout(v, N); a case without one gets 60 s), each capped at TCASE_CAP; without
@@ -231,7 +304,7 @@ if [ "$DRY_RUN" = 1 ]; then
         cap=${CAP[$s]} what=
         case "$s" in
             machine) what="nvidia-smi, nvcc, PyTorch and CPU facts (machine.txt)" ;;
-            setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.xz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
+            setup) what="$([ "$MODE" = prebuilt ] && echo 'unpack runtime-libs.tar.xz and ompi-runtime.tar.xz; ')library path: carried libs, $CUDA_HOME/lib64, every nvidia/*/lib wheel folder" ;;
             build) what="meson setup build-gpu --buildtype=release -Dgpu_arch=${GPU_ARCH:-80,90} -Dcuda=enabled; ninja ${PRE_TARGETS[*]}" ;;
             info) what="mptrain info (a fallback build, limit ${CAP[fallback]} s, only if the module cannot load: meson -Dgpu_arch=90, ninja the module)" ;;
             tc) what="tests/$TC_PROGRAM alone (MPT_TC_REPORT): the mlp's GEMMs, cuBLASLt against the CPU's Tensor Core model; 20 steps" ;;
@@ -241,25 +314,30 @@ if [ "$DRY_RUN" = 1 ]; then
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
             graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
-            bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 ($((16 * REPEATS)) runs, each under a limit)" ;;
+            bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
+            compile) what="bench/run.sh gpu --torch-modes compile --epochs $EPOCHS --models mlp,lenet5 (torch.compile max-autotune; each PyTorch run at most 150 s; what does not fit is listed as not run)" ;;
+            sweep) what="bench/mlp_sweep --device cuda --hidden 512,2048,8192 --batch 128,1024,4096 --precisions fp32,tf32,bf16,fp16,fp8 --steps 10 --rounds 3 (stops starting configurations in time)" ;;
+            dp) what="$([ -f "$CARRY/ompi-runtime.tar.xz" ] || [ "$MODE" = build ] && echo "mpirun -np 1" || echo "NO ompi-runtime.tar.xz in the carry: reported, not run;") mptrain train --data-parallel --device cuda --model mlp --precision bf16 --epochs 2, and the same without; metrics.csv compared" ;;
+            memcheck) what="compute-sanitizer --tool memcheck over $(tcases | awk -F'\t' '$2 != "timing"' | wc -l) test cases at once, all but timing (each within the stage's limit)" ;;
         esac
-        if [ "$s" = bench ]; then capt="rest"; else capt="$cap s"; sum_cap=$((sum_cap + cap)); fi
+        if [ "$cap" = 0 ]; then capt="rest"; else capt="$cap s"; fi
         sum_exp=$((sum_exp + ${EXPECT[$s]}))
         printf '  %-8s %7s %7d s  %s\n' "$s" "$capt" "${EXPECT[$s]}" "$what"
     done
     printf '  %-8s %7s %9s  %s\n' results "$RESERVE s" "" "gpu-<date>.md, gpu-runs.tar.gz (rewritten after every stage too)"
     if [ "$BUDGET" -gt 0 ]; then
-        rest=$((BUDGET - sum_cap - RESERVE))
-        printf '  %-8s %7s %7d s  expected; the limits without bench sum to %d s, so bench has at least %d s of the %d\n' \
-            total "$BUDGET s" "$sum_exp" $((sum_cap + RESERVE)) $((rest > 0 ? rest : 0)) "$BUDGET"
-        [ "$sum_exp" -le "$BUDGET" ] || printf '  the expected total passes the budget: what runs last is cut (lower --epochs or --repeats)\n'
+        printf '  %-8s %7s %7d s  expected with the %d s for the results: %s\n' total "$BUDGET s" $((sum_exp + RESERVE)) "$RESERVE" \
+            "$([ $((sum_exp + RESERVE)) -le "$BUDGET" ] && echo "fits the budget" || echo "PASSES the budget: the stages that run last get what is left, or are listed as not run (lower --epochs or --repeats, or fewer --stages)")"
+        printf 'Each stage gets at most its limit and what is left of the budget; the limits are bounds for a stage that\n'
+        printf 'hangs, not plans: the expected seconds are the plan.\n'
     else
         printf '  %-8s %7s %7d s  expected (no budget: --budget 0)\n' total - "$sum_exp"
     fi
-    printf 'Expected seconds: test, graph, compare and bench from an H200 run of ../shared/gpu/first-run.sh (2026-11-26;\n'
-    printf 'suite 33 s, graph 3 s, compare at 2 epochs 7 s, PyTorch pairs at 3 epochs 109 s), scaled; estimates for the rest.\n'
-    printf 'Device tool: carry ["%s"], timeout_s %d, command: bench/gpu.sh\n' \
-        "${CARRY#"$ROOT"/}" $((BUDGET > 0 ? BUDGET + 60 : 600))
+    printf 'Expected seconds: test, graph, compare and bench (eager) measured by bench/gpu.sh on an H200 (2026-11-26: suite\n'
+    printf '21-24 s, graph 2-3 s, compare 10-11 s, PyTorch eager pairs 115 s a repeat at 3 epochs), scaled by epochs and\n'
+    printf 'repeats; the rest are estimates (bench'"'"'s fused and graph modes, compile, sweep, dp, memcheck never ran on a GPU).\n'
+    printf 'Device tool: carry ["%s"], timeout_s %d, command: bench/gpu.sh%s\n' \
+        "${CARRY#"$ROOT"/}" $((BUDGET > 0 ? BUDGET + 60 : 600)) "$([ -n "$ARGS" ] && printf ' %s' "${ARGS/--dry-run/}" | sed 's/  */ /g; s/ $//')"
     exit 0
 fi
 
@@ -335,7 +413,8 @@ runlim() {
     while kill -0 "$pid" 2>/dev/null; do
         if [ "$PUBLISHING" = 1 ] && [ "$SECONDS" -ge "$next" ]; then publish; next=$((SECONDS + PUBLISH_EVERY)); fi
         if [ "$SECONDS" -ge "$end" ]; then
-            diagnose "$pid" >"$log.stacks" 2>&1
+            # RUNLIM_DIAGNOSE=0: a stage whose processes are expected to run out of time (memcheck) skips the stacks
+            [ "${RUNLIM_DIAGNOSE:-1}" = 1 ] && diagnose "$pid" >"$log.stacks" 2>&1
             kill -TERM -- "-$pid" 2>/dev/null
             for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
             kill -KILL -- "-$pid" 2>/dev/null
@@ -413,6 +492,13 @@ stage_setup() {
         fi
         libs=$CARRY/lib
         [ -d "$CARRY/data" ] && export MPT_DATA=${MPT_DATA:-$CARRY/data}
+        if [ -f "$CARRY/ompi-runtime.tar.xz" ]; then # Open MPI for the dp stage, run from where it is unpacked
+            mkdir -p "$CARRY/ompi"
+            if ! tar -C "$CARRY/ompi" -xJf "$CARRY/ompi-runtime.tar.xz" 2>/dev/null; then
+                "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+                    "$CARRY/ompi-runtime.tar.xz" "$CARRY/ompi" || note "setup: cannot unpack ompi-runtime.tar.xz (dp stage)"
+            fi
+        fi
     else
         BIN=$ROOT/build-gpu
     fi
@@ -454,7 +540,7 @@ print(":".join(seen))' 2>/dev/null)
 meson_build() { # DIR ARCH LIMIT TARGET...
     local dir=$1 arch=$2 lim=$3 rc=0 t0=$SECONDS
     shift 3
-    local args=(--buildtype=release -Dgpu_arch="$arch" -Dcuda=enabled -Dgsl=disabled -Dmpi=disabled -Dman=disabled)
+    local args=(--buildtype=release -Dgpu_arch="$arch" -Dcuda=enabled -Dgsl=disabled -Dmpi=auto -Donednn=disabled -Dman=disabled)
     [ -n "${MPT_CUDNN_ROOT:-}" ] && args+=(-Dcudnn_root="$MPT_CUDNN_ROOT")
     local meson=(meson)
     command -v meson >/dev/null 2>&1 || meson=("${PYTHON:-python3}" -m mesonbuild.mesonmain)
@@ -477,9 +563,13 @@ fallback_build() {
     local targets=(kernels/cuda/libmptrain-cuda.so) d l root w so b
     LD_LIBRARY_PATH=$MPT_LD "$BIN/tools/mptrain" --version >/dev/null 2>&1 || targets=("${PRE_TARGETS[@]}")
     say "fallback build (-Dgpu_arch=90): ${targets[*]}"
-    ls "$CARRY"/debs/*.deb >/dev/null 2>&1 || { fail "info: the module does not load, and the carry has no packages to build one"; return 1; }
-    root=$CARRY/sysroot
-    mkdir -p "$root" && for d in "$CARRY"/debs/*.deb; do dpkg -x "$d" "$root"; done
+    [ -f "$CARRY/fallback-sysroot.tar.xz" ] || { fail "info: the module does not load, and the carry has no fallback-sysroot.tar.xz to build one"; return 1; }
+    root=$CARRY/sysroot # beside lib/ (runtime-libs): the sysroot's runtime libraries are links to ../(..)/lib/<soname>
+    mkdir -p "$root"
+    if ! tar -C "$root" -xJf "$CARRY/fallback-sysroot.tar.xz" 2>/dev/null; then
+        "${PYTHON:-python3}" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$CARRY/fallback-sysroot.tar.xz" "$root" || { fail "info: cannot unpack fallback-sysroot.tar.xz"; return 1; }
+    fi
     l=$root/usr/lib/x86_64-linux-gnu
     ln -sf /lib/x86_64-linux-gnu/libz.so.1 "$l/libz.so" # zlib1g-dev's link is absolute, into Debian's /lib
     export PKG_CONFIG_PATH=$l/pkgconfig:$l/openblas-pthread/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
@@ -647,15 +737,119 @@ stage_compare() {
 stage_bench() {
     local rc=0 l
     l=$(limit_for bench)
-    say "bench: bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS (limit $l s; each run at most 90 s)"
+    say "bench: bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --torch-modes $TORCH_MODES (limit $l s; each run at most 90 s)"
     PYTHON=$PYTHON MPT_DATA=$MPT_DATA runlim "$l" "$WORK/bench.txt" bench/run.sh gpu --mptrain "$WORK/bin/mptrain" \
-        --run-timeout 90 --epochs "$EPOCHS" --repeats "$REPEATS" --models mlp,lenet5 --out "$WORK/bench" --no-docs || rc=$?
+        --run-timeout 90 --epochs "$EPOCHS" --repeats "$REPEATS" --models mlp,lenet5 --torch-modes "$TORCH_MODES" \
+        --out "$WORK/bench" --no-docs || rc=$?
     tail -n 30 "$WORK/bench.txt"
     [ "$rc" = 0 ] || fail "bench: bench/run.sh gpu $(why "$rc") (bench.txt)"
-    if [ ! -s "$WORK/bench/summary.md" ] && [ -d "$WORK/bench/runs" ]; then # stopped: summarise the runs that finished
-        "${PYTHON:-python3}" bench/summarize.py "$WORK/bench" gpu >"$WORK/bench/summary.md" 2>>"$WORK/bench/summarize.err" ||
-            fail "bench: summarising the finished runs failed"
+    summarize_bench # also when run.sh was stopped: the runs that finished
+}
+
+# ---- compile: against torch.compile -------------------------------------------------------------------------------
+stage_compile() {
+    local rc=0 l
+    l=$(limit_for compile)
+    say "compile: bench/run.sh gpu --torch-modes compile --epochs $EPOCHS (limit $l s; each run at most 150 s)"
+    PYTHON=$PYTHON MPT_DATA=$MPT_DATA runlim "$l" "$WORK/compile.txt" bench/run.sh gpu --mptrain "$WORK/bin/mptrain" \
+        --run-timeout 150 --epochs "$EPOCHS" --repeats 1 --models mlp,lenet5 --torch-modes compile --out "$WORK/bench-compile" \
+        --no-docs || rc=$?
+    tail -n 30 "$WORK/compile.txt"
+    [ "$rc" = 0 ] || fail "compile: bench/run.sh gpu --torch-modes compile $(why "$rc") (compile.txt)"
+    summarize_bench
+}
+
+# summarize_bench: bench/summary.md over the bench stage's runs and the compile stage's (whichever ran), so the results
+# page has mptrain against every PyTorch mode measured in this call and against the best of them.
+summarize_bench() {
+    local main=$WORK/bench also=()
+    [ -d "$WORK/bench/runs" ] || main=$WORK/bench-compile
+    [ "$main" = "$WORK/bench" ] && [ -d "$WORK/bench-compile/runs" ] && also=(--also "$WORK/bench-compile")
+    [ -d "$main/runs" ] || return 0
+    "${PYTHON:-python3}" bench/summarize.py "$main" gpu "${also[@]}" >"$WORK/bench-summary.md.tmp" 2>>"$WORK/summarize.err" &&
+        mv -f "$WORK/bench-summary.md.tmp" "$WORK/bench-summary.md" || fail "summarising the benchmark runs failed (summarize.err)"
+}
+
+# ---- sweep: the mlp's step across widths and batches ---------------------------------------------------------------
+stage_sweep() {
+    local rc=0 l
+    l=$(limit_for sweep)
+    [ -x "$BIN/bench/mlp_sweep" ] || { fail "sweep: $BIN/bench/mlp_sweep is missing (bench/gpu.sh --prebuild builds it)"; return; }
+    say "sweep: bench/mlp_sweep --device cuda (limit $l s)"
+    LD_LIBRARY_PATH=$MPT_LD runlim "$l" "$WORK/sweep.md" "$BIN/bench/mlp_sweep" --device cuda --hidden 512,2048,8192 \
+        --batch 128,1024,4096 --precisions fp32,tf32,bf16,fp16,fp8 --steps 10 --rounds 3 --warmup 2 \
+        --budget $((l > 30 ? l - 20 : 10)) || rc=$?
+    tail -n 50 "$WORK/sweep.md"
+    [ "$rc" = 0 ] || fail "sweep: bench/mlp_sweep $(why "$rc") (sweep.md)"
+}
+
+# ---- dp: data-parallel with one NCCL rank through mpirun -------------------------------------------------------------
+stage_dp() {
+    local rc=0 l run=() o=$WORK/dp ompi=$CARRY/ompi ld
+    l=$(limit_for dp)
+    mkdir -p "$o"
+    if [ "$MODE" = prebuilt ]; then
+        if [ ! -x "$ompi/usr/bin/orterun" ]; then
+            fail "dp: no Open MPI in the carry ($CARRY/ompi-runtime.tar.xz: bench/gpu.sh --prebuild packs it)"; return
+        fi
+        ld=$ompi/usr/lib/x86_64-linux-gnu
+        # relocated: OPAL_PREFIX for Open MPI's own files, OPAL_SYSCONFDIR for its /etc, PMIx's plugins by path
+        run=(env OPAL_PREFIX="$ompi/usr" OPAL_SYSCONFDIR="$ompi/etc/openmpi" PMIX_PREFIX="$ld/pmix2"
+             PMIX_MCA_mca_base_component_path="$ld/pmix2/lib/pmix" LD_LIBRARY_PATH="$ld:$MPT_LD" "$ompi/usr/bin/orterun")
+    elif command -v mpirun >/dev/null 2>&1; then
+        run=(env LD_LIBRARY_PATH="$MPT_LD" mpirun)
+    else
+        fail "dp: no mpirun on this machine"; return
     fi
+    # one rank on this machine: it inherits this environment (MPT_CUDA_MODULE, MPT_REQUIRE_CUDA, the library path)
+    run+=(-np 1 --mca btl self,vader --mca pml ob1 --mca mca_base_component_show_load_errors 0)
+    say "dp: mpirun -np 1 mptrain train --data-parallel --device cuda --model mlp --precision bf16 --epochs 2 (limit $l s)"
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 runlim $((l / 2)) "$o/dp.txt" "${run[@]}" "$BIN/tools/mptrain" train \
+        --data-parallel --device cuda --model mlp --precision bf16 --epochs 2 --data "$MPT_DATA" --progress off --out "$o/dp" || rc=$?
+    tail -n 12 "$o/dp.txt"
+    [ "$rc" = 0 ] || { fail "dp: mpirun -np 1 mptrain train --data-parallel $(why "$rc") (dp/dp.txt)"; return; }
+    rc=0
+    runlim "$(limit_for dp $((l / 2)))" "$o/single.txt" "$WORK/bin/mptrain" train --device cuda --cuda-graph off --model mlp \
+        --precision bf16 --epochs 2 --data "$MPT_DATA" --progress off --out "$o/single" || rc=$?
+    [ "$rc" = 0 ] || { fail "dp: the same training without --data-parallel $(why "$rc") (dp/single.txt)"; return; }
+    if cmp -s <(metrics_values "$o/dp/metrics.csv") <(metrics_values "$o/single/metrics.csv"); then
+        note "dp: metrics.csv of mpirun -np 1 --data-parallel and of the same training without it (graph off): identical"
+    else
+        note "dp: metrics.csv of mpirun -np 1 --data-parallel and of the same training without it DIFFER (one rank: expected identical; dp/*/metrics.csv)"
+    fi
+    grep -h 'data-parallel:' "$o/dp.txt" | head -n 3 >>"$SUMMARY"
+}
+
+# ---- memcheck: the cuda suite under compute-sanitizer ---------------------------------------------------------------
+stage_memcheck() {
+    local l san p tc t pids=() rc=0 ok log
+    l=$(limit_for memcheck)
+    san=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer 2>/dev/null | head -n 1)
+    [ -n "$san" ] || { fail "memcheck: no compute-sanitizer (in PATH or $CUDA_HOME/bin)"; return; }
+    mkdir -p "$WORK/memcheck"
+    say "memcheck: $san --tool memcheck over the cuda suite, every test case at once (each at most $((l - 5)) s)"
+    note "memcheck (compute-sanitizer --tool memcheck; logs memcheck/<program>-<case>.log):"
+    while IFS=$'\t' read -r p tc t; do
+        [ -x "$BIN/tests/$p" ] && [ "$tc" != timing ] || continue # timing: the sanitizer's slowdown breaks its clocks
+        log="$WORK/memcheck/$p-${tc// /_}.log"
+        (cd "$BIN/tests" && PUBLISHING=0 RUNLIM_DIAGNOSE=0 CK_RUN_CASE="$tc" CK_TAP_LOG_FILE_NAME=- CK_FORK=no OPENBLAS_NUM_THREADS=1 \
+            LD_LIBRARY_PATH=$MPT_LD runlim $((l - 5)) "$log" "$san" --tool memcheck --error-exitcode 99 \
+            --target-processes all "./$p") &
+        pids+=("$!:$p/$tc:$log")
+    done <<<"$(tcases)"
+    for t in "${pids[@]}"; do
+        p=${t%%:*} rc=0
+        wait "$p" || rc=$?
+        tc=${t#*:}; log=${tc#*:}; tc=${tc%%:*}
+        ok=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -n 1)
+        note "$(printf '  %-34s %-28s %s' "$tc" "$(why "$rc")" "${ok:-no ERROR SUMMARY line}")"
+        case "$rc" in
+            0) ;;
+            99) fail "memcheck: $tc: compute-sanitizer found memory errors (memcheck/$(basename "$log"))" ;;
+            124 | 125) ;; # did not finish under memcheck in the stage's time: reported above, not an error found
+            *) fail "memcheck: $tc $(why "$rc") under compute-sanitizer (memcheck/$(basename "$log"))" ;;
+        esac
+    done
 }
 
 # ---- the results page (rewritten after every stage) --------------------------------------------------------------
@@ -687,9 +881,24 @@ results_page() {
             sed 's/^#/###/' "$WORK/compare-$m/report.md"; printf '\n'
         fi
     done
-    if [ -s "$WORK/bench/summary.md" ]; then
-        printf '## Benchmark against PyTorch (bench/run.sh gpu)\n\n'
-        sed 's/^#/###/' "$WORK/bench/summary.md"; printf '\n'
+    if [ -s "$WORK/bench-summary.md" ]; then
+        printf '## Benchmark against PyTorch (bench/run.sh gpu%s)\n\n' "$([ -d "$WORK/bench-compile/runs" ] && echo '; the compile stage'"'"'s runs included')"
+        sed 's/^#/###/' "$WORK/bench-summary.md"; printf '\n'
+    fi
+    if [ -s "$WORK/sweep.md" ]; then
+        printf '## The mlp step across widths and batches (bench/mlp_sweep)\n\n'
+        sed 's/^# /    /' "$WORK/sweep.md"; printf '\n'
+    fi
+    if [ -f "$WORK/dp/dp.txt" ]; then
+        printf '## Data-parallel through mpirun, one NCCL rank (mlp bf16, 2 epochs)\n\n```\n'
+        grep -E '^dp:|data-parallel:' "$SUMMARY" 2>/dev/null
+        tail -n 8 "$WORK/dp/dp.txt"
+        printf '```\n\n'
+    fi
+    if [ -d "$WORK/memcheck" ]; then
+        printf '## compute-sanitizer memcheck of the cuda suite\n\n```\n'
+        sed -n '/^memcheck (compute-sanitizer/,/^[a-z]/p' "$SUMMARY" | grep '^  '
+        printf '```\n\n'
     fi
     if [ ${#STAGE_TIMES[@]} -gt 0 ]; then
         printf '## Stage times\n\nWall seconds of each stage in this call, beside its limit.\n\n'
@@ -702,7 +911,7 @@ results_page() {
 # ---- the stages ---------------------------------------------------------------------------------------------------
 say "bench/gpu.sh $ARGS: $MODE mode, budget $BUDGET s, output in $DEST"
 # page in PyTorch (GBs of libraries) for the bench stage, in the background, off the GPU
-[ -n "$PYTHON" ] && want bench && (setsid timeout 120 "$PYTHON" -c 'import torch' >/dev/null 2>&1 </dev/null &)
+[ -n "$PYTHON" ] && { want bench || want compile; } && (setsid timeout 120 "$PYTHON" -c 'import torch' >/dev/null 2>&1 </dev/null &)
 for s in "${ORDER[@]}"; do
     t_stage=$SECONDS
     n_failed=${#FAILED[@]}

@@ -17,9 +17,16 @@
 #   --threads-mptrain N skip mptrain's thread calibration: always --threads N
 #   --threads-torch T/B skip PyTorch's: torch.set_num_threads(T), OMP_NUM_THREADS=T, OPENBLAS_NUM_THREADS=B
 #                       (T/Bp: and OMP_WAIT_POLICY=passive)
-#   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs)
+#   --openblas-coretype X  export OPENBLAS_CORETYPE=X to both (both use OpenBLAS for FP32 GEMMs). Default: the core
+#                       mptrain's rule picks where OpenBLAS misdetects this CPU (`MPT_CPU_ENGINE=openblas mptrain info`:
+#                       "chosen by mptrain"), for both, so PyTorch's FP32 GEMMs get the best kernels OpenBLAS has here;
+#                       none where OpenBLAS's own choice is already the best (or OPENBLAS_CORETYPE is set).
+#                       `detected`: OpenBLAS's own choice, whatever it is
 #   --mptrain PATH      run this mptrain (a program or a wrapper script); configure and build nothing (bench/gpu.sh's
 #                       prebuilt binaries), so no gemm_bench in cpu mode
+#   --torch-modes LIST  PyTorch's execution modes, run in one process per configuration, one after the other
+#                       (bench/pytorch_reference.py --mode): eager, fused, graph, compile (gpu default: all four;
+#                       cpu default: eager); the report gives mptrain against each and against the fastest
 #   --run-timeout S     stop each run after S seconds (timeout(1), KILL 5 s after TERM): it counts as failed (exit
 #                       124) and the next run starts
 #   --out DIR           where runs and the report go (default runs/bench/<mode>-<UTC time>)
@@ -64,7 +71,7 @@ case "$MODE" in
 esac
 COMMAND_LINE="bench/run.sh $MODE $*"
 EPOCHS=5 REPEATS=3 MODELS=mlp,lenet5 LIMIT_TRAIN=0 QUICK=0 OUT= WRITE_DOCS=auto
-THREADS_MPT= THREADS_TORCH= CORETYPE= CAL_ROUNDS=2 CAL_LIMIT=7680 MPTRAIN= RUN_TIMEOUT=
+THREADS_MPT= THREADS_TORCH= CORETYPE= CAL_ROUNDS=2 CAL_LIMIT=7680 MPTRAIN= RUN_TIMEOUT= TORCH_MODES=
 need_value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "option '$1' needs a value"; }
 is_int() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "option '$1': expected a positive integer, found '$2'"; }
 while [ $# -gt 0 ]; do
@@ -82,6 +89,7 @@ while [ $# -gt 0 ]; do
         --openblas-coretype) need_value "$@"; CORETYPE=$2; shift 2 ;;
         --mptrain) need_value "$@"; MPTRAIN=$2; shift 2 ;;
         --run-timeout) need_value "$@"; is_int "$1" "$2"; RUN_TIMEOUT=$2; shift 2 ;;
+        --torch-modes) need_value "$@"; TORCH_MODES=$2; shift 2 ;;
         --out) need_value "$@"; OUT=$2; shift 2 ;;
         --write-docs) WRITE_DOCS=1; shift ;;
         --no-docs) WRITE_DOCS=0; shift ;;
@@ -92,6 +100,17 @@ done
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 for m in "${MODEL_LIST[@]}"; do
     case "$m" in mlp | lenet5 | cnn) ;; *) die "--models: expected names from mlp, lenet5, cnn, found '$m'" ;; esac
+done
+if [ -z "$TORCH_MODES" ]; then
+    if [ "$MODE" = gpu ]; then TORCH_MODES=eager,fused,graph,compile; else TORCH_MODES=eager; fi
+fi
+IFS=, read -r -a TORCH_MODE_LIST <<<"$TORCH_MODES"
+[ ${#TORCH_MODE_LIST[@]} -gt 0 ] || die "--torch-modes: expected names from eager, fused, graph, compile, found '$TORCH_MODES'"
+for m in "${TORCH_MODE_LIST[@]}"; do
+    case "$m" in eager | fused | compile) ;;
+        graph) [ "$MODE" = gpu ] || die "--torch-modes: graph captures GPU work: it needs 'bench/run.sh gpu'" ;;
+        *) die "--torch-modes: expected names from eager, fused, graph, compile, found '$m'" ;;
+    esac
 done
 if [ "$QUICK" = 1 ]; then
     EPOCHS=1 REPEATS=1 CAL_LIMIT=2560 CAL_ROUNDS=1
@@ -186,6 +205,27 @@ fi
 
 # ---- running one configuration --------------------------------------------------------------------------
 mkdir -p "$OUT/runs" "$OUT/calib" "$OUT/info" "$OUT/gemm"
+# OpenBLAS's core: the user's, or where OpenBLAS misdetects this CPU the one mptrain's rule (tools/main.c) picks, for
+# both programs alike (PyTorch's FP32 GEMMs run on OpenBLAS; mptrain's too in a build without oneDNN)
+CORETYPE_WHY=
+if [ "$CORETYPE" = detected ]; then
+    CORETYPE= CORETYPE_WHY="OpenBLAS's own choice (--openblas-coretype detected)"
+elif [ -n "$CORETYPE" ]; then
+    CORETYPE_WHY="--openblas-coretype"
+elif [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+    CORETYPE_WHY="set in the environment"
+elif [ "$MODE" = gpu ]; then
+    CORETYPE_WHY="OpenBLAS's own choice (gpu mode: the GEMMs run on the GPU)"
+else
+    chosen=$(MPT_CPU_ENGINE=openblas "$MPTRAIN" info 2>/dev/null | grep -o 'OPENBLAS_CORETYPE=[A-Za-z0-9]* (chosen by mptrain: [^)]*)' | head -n 1)
+    if [ -n "$chosen" ]; then
+        CORETYPE=${chosen#OPENBLAS_CORETYPE=} CORETYPE_WHY=${chosen#* (chosen by mptrain: }
+        CORETYPE=${CORETYPE%% *} CORETYPE_WHY="mptrain's rule: ${CORETYPE_WHY%)}"
+        say "OPENBLAS_CORETYPE=$CORETYPE for mptrain and PyTorch ($CORETYPE_WHY)"
+    else
+        CORETYPE_WHY="OpenBLAS's own choice (the best it has for this CPU's instructions, by mptrain's rule)"
+    fi
+fi
 if [ -n "$CORETYPE" ]; then export OPENBLAS_CORETYPE=$CORETYPE; fi
 DEVICE=$MODE
 [ "$MODE" = gpu ] && DEVICE=cuda
@@ -248,7 +288,7 @@ run_one() {
         if [ "$limit_test" != 0 ]; then cmd+=(--limit-test "$limit_test"); fi
     else
         cmd=("$PYTHON" "$ROOT/bench/pytorch_reference.py" --model "$model" --precision "$prec" --epochs "$epochs"
-             --device "$DEVICE" --seed "$seed" --data "$DATA" "${args[@]}")
+             --device "$DEVICE" --seed "$seed" --data "$DATA" --mode "$TORCH_MODES" "${args[@]}")
         if [ "$limit" != 0 ]; then cmd+=(--limit-train "$limit"); fi
         if [ "$limit_test" != 0 ]; then cmd+=(--limit-test "$limit_test"); fi
     fi
@@ -303,7 +343,8 @@ try:
     if meta["impl"] == "mptrain":
         t = json.load(open(d + "/summary.json"))["epoch_times_s"]
     else:
-        t = json.loads([l for l in open(d + "/stdout.txt") if l.startswith("{")][-1])["epoch_times_s"]
+        lines = [json.loads(l) for l in open(d + "/stdout.txt") if l.startswith("{")]
+        t = [j for j in lines if j.get("mode", "eager") == "eager" and j.get("status", "ok") == "ok"][-1]["epoch_times_s"]
     print("%.4f" % min(t))
 except Exception:
     print("inf")
@@ -339,6 +380,9 @@ say "results in $OUT"
     printf 'oneDNN: %s\n' "$(dpkg-query -W -f='${Package} ${Version}' libdnnl2 2>/dev/null || echo '?')"
     "$MPTRAIN" info | sed -n '/^CPU kernels/,/^  native/p' | sed 's/^/mptrain info: /' 
     "$PYTHON" -c 'import sys, torch, numpy; print("python %s, torch %s, numpy %s, torch default threads %d" % (sys.version.split()[0], torch.__version__, numpy.__version__, torch.get_num_threads()))'
+    if [ "$MODE" = cpu ]; then
+        printf "PyTorch's CPU GEMM libraries (bench/pytorch_reference.py --blas-info): %s\n" "$("$PYTHON" "$ROOT/bench/pytorch_reference.py" --blas-info 2>&1 | tail -n 1)"
+    fi
     if [ -n "$GEMM_BENCH" ]; then
         printf 'mptrain: %s, %s build\n' "$("$MPTRAIN" --version)" "$(meson introspect "$BUILD_DIR" --buildoptions | "$PYTHON" -c 'import json,sys; print([o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"][0])')"
     else
@@ -423,7 +467,7 @@ done
     if [ "$LIMIT_TRAIN" = 0 ]; then printf 'all 60000 training images'; else printf 'the first %s training images' "$LIMIT_TRAIN"; fi
     printf ', test on all 10000; seed = repeat - 1 (0, 1, ...) for both; %s repeat(s), mptrain and PyTorch alternating, the order reversed on even repeats.\n' "$REPEATS"
     printf -- '- mptrain: `%s train --model M --precision P --epochs %s --device %s --seed S --progress off` (+ the thread flag below).\n' "$BUILD_DIR/tools/mptrain" "$EPOCHS" "$DEVICE"
-    printf -- '- PyTorch: `%s bench/pytorch_reference.py --model M --precision P --epochs %s --device %s --seed S` (fp32; bf16 = torch.autocast bfloat16%s); data preloaded as tensors, no DataLoader.\n' "$PYTHON" "$EPOCHS" "$DEVICE" "$([ "$MODE" = gpu ] && echo '; fp16 = torch.autocast float16 + GradScaler; tf32 = allow_tf32; timed with CUDA events after 30 warm-up steps on a throw-away model')"
+    printf -- '- PyTorch: `%s bench/pytorch_reference.py --model M --precision P --epochs %s --device %s --seed S --mode %s` (fp32; bf16 = torch.autocast bfloat16%s); data preloaded as tensors, no DataLoader; the modes run one after the other in one process, each from the same seed.\n' "$PYTHON" "$EPOCHS" "$DEVICE" "$TORCH_MODES" "$([ "$MODE" = gpu ] && echo '; fp16 = torch.autocast float16 + GradScaler; tf32 = allow_tf32; timed with CUDA events after 30 warm-up steps on a throw-away model; fused = Adam(fused=True); graph = the whole step as one CUDA Graph (fused capturable Adam, the GradScaler inside); compile = torch.compile(mode="max-autotune") of the model, fused Adam')"
     if [ "$MODE" = gpu ]; then
         printf -- '- Timing: training steps of each epoch only (no evaluation), by CUDA events on both sides (mptrain summary.json epoch_gpu_times_s, PyTorch torch.cuda.Event); per run the median of the epochs after the first (all when there is one); the host clock of the same epochs beside it.\n'
     else
@@ -434,7 +478,7 @@ done
         read -r impl model prec <<<"$c"
         printf '  - %s %s %s: %s\n' "$impl" "$model" "$prec" "$(setting_text "$impl" "${CHOSEN[$c]}")"
     done
-    if [ -n "$CORETYPE" ]; then printf -- '- OPENBLAS_CORETYPE=%s for both.\n' "$CORETYPE"; fi
+    printf -- "- OpenBLAS's core for both: %s (%s).\n" "${OPENBLAS_CORETYPE:-as detected}" "$CORETYPE_WHY"
 } >"$OUT/info/settings.txt"
 
 # ---- the measured runs ------------------------------------------------------------------------------------------

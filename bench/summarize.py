@@ -17,7 +17,9 @@ each metric, the min-max of the per-run time per epoch, and the fastest single e
 from other processes only adds time, so it shows what the code does on a quiet machine). Ratios are mptrain / PyTorch of those medians
 (time: < 1 means mptrain is faster); accuracy differences are in percentage points.
 
-Usage: summarize.py DIR MODE [--raw]   (MODE cpu or gpu; --raw adds every run's numbers). Markdown on stdout.
+Usage: summarize.py DIR MODE [--raw] [--also DIR2]...   (MODE cpu or gpu; --raw adds every run's numbers; --also adds
+the runs of another run.sh output folder of the same machine and call, e.g. bench/gpu.sh's compile stage). Markdown on
+stdout.
 """
 import json
 import os
@@ -59,45 +61,20 @@ def epoch_median(times, mode):
     return statistics.median(times[1:] if mode == "gpu" and len(times) > 1 else times)
 
 
-def load_run(d, mode):
-    meta = json.loads(read(os.path.join(d, "run.json"), "{}") or "{}")
-    if not meta:
-        return None
-    rss_kib, wall, cpu = parse_time_v(read(os.path.join(d, "time.txt")))
-    busy = meta.get("machine_busy_s")
-    others = max(0.0, busy - cpu) if busy is not None else None
-    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False, others_cpu_s=others, cpu_s=cpu)
-    if meta.get("rc") != 0:
-        return r
-    if meta["impl"] == "mptrain":
-        try:
-            s = json.loads(read(os.path.join(d, "summary.json")))
-        except ValueError:
-            return r
-        m = re.search(r"data: (\d+) training images", read(os.path.join(d, "stdout.txt")))
-        n_train = int(m.group(1)) if m else None
-        if mode == "gpu":
-            gpu = s.get("epoch_gpu_times_s")
-            if not gpu:  # an mptrain without the device timer, or a CPU run: no GPU-clock figure to compare
-                print(f"summarize.py: {d}: summary.json has no epoch_gpu_times_s (CUDA events); the run is counted "
-                      "as failed", file=sys.stderr)
-                return r
-            times, host = gpu, s["epoch_times_s"]
-        else:
-            times, host = s["epoch_times_s"], None
-        r.update(epoch_times=times, host_times=host, cpu_times=s.get("epoch_cpu_times_s"), acc=s["final_test_accuracy"], loss=s["final_test_loss"],
-                 n_train=n_train, dev_mem=s["peak_memory_bytes"]["total"], loss_scale=s.get("final_loss_scale"),
-                 skipped=s.get("steps_skipped"))
-    else:
-        lines = [l for l in read(os.path.join(d, "stdout.txt")).splitlines() if l.startswith("{")]
-        if not lines:
-            return r
-        s = json.loads(lines[-1])
-        r.update(epoch_times=s["epoch_times_s"], host_times=s.get("epoch_host_times_s"),
-                 cpu_times=s.get("epoch_cpu_times_s"),
-                 acc=s["final_test_accuracy"], loss=s["final_test_loss"], n_train=s["n_train"], dev_mem=s.get("cuda_max_memory_allocated"),
-                 loss_scale=s.get("final_loss_scale"), skipped=None)
-    if not r["epoch_times"]:
+# PyTorch's execution modes (bench/pytorch_reference.py --mode): the impl name a mode's runs are grouped under. eager
+# keeps the plain "pytorch" (every run before issue 31 measured it, and CPU runs use it alone).
+TORCH_MODES = ["eager", "fused", "graph", "compile"]
+TORCH_IMPLS = ["pytorch" if m == "eager" else "pytorch-" + m for m in TORCH_MODES]
+IMPL_NAMES = {"mptrain": "mptrain", **{i: "PyTorch " + m for i, m in zip(TORCH_IMPLS, TORCH_MODES)}}
+
+
+def torch_impl(mode):
+    return "pytorch" if mode in (None, "eager") else "pytorch-" + mode
+
+
+def finish(r, mode):
+    """Per-run figures of a record whose epoch times are known."""
+    if not r.get("epoch_times"):
         return r
     r["t_epoch"] = epoch_median(r["epoch_times"], mode)
     r["t_host"] = epoch_median(r["host_times"], mode)
@@ -105,6 +82,64 @@ def load_run(d, mode):
     r["sps"] = r["n_train"] / r["t_epoch"] if r["n_train"] else None
     r["ok"] = True
     return r
+
+
+def load_runs(d, mode):
+    """The records of one run directory: mptrain's run, or one per mode of a PyTorch process (its JSON lines; a
+    process killed or failed in a later mode keeps the modes it finished). [] when the directory has no run.json."""
+    meta = json.loads(read(os.path.join(d, "run.json"), "{}") or "{}")
+    if not meta:
+        return []
+    rss_kib, wall, cpu = parse_time_v(read(os.path.join(d, "time.txt")))
+    busy = meta.get("machine_busy_s")
+    others = max(0.0, busy - cpu) if busy is not None else None
+    r = dict(meta, rss_kib=rss_kib, wall_s=wall, ok=False, others_cpu_s=others, cpu_s=cpu)
+    if meta["impl"] == "mptrain":
+        if meta.get("rc") != 0:
+            return [r]
+        try:
+            s = json.loads(read(os.path.join(d, "summary.json")))
+        except ValueError:
+            return [r]
+        m = re.search(r"data: (\d+) training images", read(os.path.join(d, "stdout.txt")))
+        n_train = int(m.group(1)) if m else None
+        if mode == "gpu":
+            gpu = s.get("epoch_gpu_times_s")
+            if not gpu:  # an mptrain without the device timer, or a CPU run: no GPU-clock figure to compare
+                print(f"summarize.py: {d}: summary.json has no epoch_gpu_times_s (CUDA events); the run is counted "
+                      "as failed", file=sys.stderr)
+                return [r]
+            times, host = gpu, s["epoch_times_s"]
+        else:
+            times, host = s["epoch_times_s"], None
+        r.update(epoch_times=times, host_times=host, cpu_times=s.get("epoch_cpu_times_s"), acc=s["final_test_accuracy"], loss=s["final_test_loss"],
+                 n_train=n_train, dev_mem=s["peak_memory_bytes"]["total"], loss_scale=s.get("final_loss_scale"),
+                 skipped=s.get("steps_skipped"))
+        return [finish(r, mode)]
+    out = []
+    for line in read(os.path.join(d, "stdout.txt")).splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            s = json.loads(line)
+        except ValueError:
+            continue
+        q = dict(r, impl=torch_impl(s.get("mode")), torch_mode=s.get("mode", "eager"), status=s.get("status", "ok"),
+                 reason=s.get("reason"), graph_scope=s.get("graph_scope"), prepare_s=s.get("prepare_s"))
+        if q["status"] == "ok" and s.get("epoch_times_s"):
+            q.update(epoch_times=s["epoch_times_s"], host_times=s.get("epoch_host_times_s"),
+                     cpu_times=s.get("epoch_cpu_times_s"), acc=s["final_test_accuracy"], loss=s["final_test_loss"],
+                     n_train=s["n_train"], dev_mem=s.get("cuda_max_memory_allocated"),
+                     loss_scale=s.get("final_loss_scale"), skipped=None)
+            finish(q, mode)
+        out.append(q)
+    return out or [r]
+
+
+def load_run(d, mode):
+    """The first record of a run directory (mptrain's run, or PyTorch's first mode); None without run.json."""
+    rs = load_runs(d, mode)
+    return rs[0] if rs else None
 
 
 def med(xs):
@@ -136,6 +171,7 @@ def aggregate(runs):
             "dev_mem": med([r["dev_mem"] for r in ok]), "cpu": med([r["cpu_s"] for r in ok]),
             "wall": med([r["wall_s"] for r in ok]),
             "settings": sorted({r.get("settings", "") for r in rs}),
+            "reasons": sorted({f"{r.get('status', 'failed')}: {r['reason']}" for r in rs if not r["ok"] and r.get("reason")}),
         }
     return agg
 
@@ -162,13 +198,14 @@ def ratio(a, b):
     return a / b if a is not None and b not in (None, 0) else None
 
 
-def report(d, mode, raw):
+def report(d, mode, raw, also=()):
     runs = []
-    rdir = os.path.join(d, "runs")
-    for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []:
-        r = load_run(os.path.join(rdir, name), mode)
-        if r:
-            r["name"] = name
+    for rdir, name in [(os.path.join(x, "runs"), n) for x in (d, *also)
+                       for n in (sorted(os.listdir(os.path.join(x, "runs"))) if os.path.isdir(os.path.join(x, "runs")) else [])]:
+        for r in load_runs(os.path.join(rdir, name), mode):
+            if rdir != os.path.join(d, "runs"):
+                r["order"] = r.get("order", 0) + 100000  # after the main folder's runs
+            r["name"] = name if r["impl"] in ("mptrain", "pytorch") else f"{name} ({r['torch_mode']})"
             runs.append(r)
     runs.sort(key=lambda r: r.get("order", 0))
     agg = aggregate(runs)
@@ -215,10 +252,15 @@ def report(d, mode, raw):
       f"test loss | peak RSS (MiB) | {mem_col} | CPU s / wall s | runs |")
     w("|---|---|---|---:|" + ("---:|" if mode == "gpu" else "") + "---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in models:
-        for impl in ("mptrain", "pytorch"):
+        for impl in ["mptrain"] + TORCH_IMPLS:
             for p in PRECISIONS:
                 a = agg.get((impl, m, p))
                 if not a:
+                    continue
+                if a["n"] == 0 and a["reasons"]:  # a mode this machine could not run: the row says why
+                    w(f"| {m} | {IMPL_NAMES[impl] if impl != 'pytorch' else 'pytorch'} | {p} | "
+                      f"{'; '.join(a['reasons'])[:300]} |" + (" |" if mode == "gpu" else "") +
+                      " | | | | | | | " + f"0 (+{a['failed']}) |")
                     continue
                 rng = f"{fmt(a['t'], '.3f')} [{fmt(a['tmin'], '.3f')}-{fmt(a['tmax'], '.3f')}]"
                 acc = fmt(a["acc"] * 100 if a["acc"] is not None else None, ".2f") + "%"
@@ -231,7 +273,7 @@ def report(d, mode, raw):
                 if mode == "gpu":
                     rng = f"{fmt(a['t'], '.4f')} [{fmt(a['tmin'], '.4f')}-{fmt(a['tmax'], '.4f')}]"
                 cw = f"{fmt(a['cpu'], '.1f')} / {fmt(a['wall'], '.1f')}"
-                w(f"| {m} | {impl} | {p} | {rng} |{hc} {fmt(a['best'], '.4f' if mode == 'gpu' else '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
+                w(f"| {m} | {impl if impl in ('mptrain', 'pytorch') else IMPL_NAMES[impl]} | {p} | {rng} |{hc} {fmt(a['best'], '.4f' if mode == 'gpu' else '.3f')} | {fmt(a['sps'], '.0f')} | {acc} | {fmt(a['loss'], '.4f')} | "
                   f"{rss} | {dm} | {cw} | {runs_s} |")
     w("")
     w("### Ratios mptrain / PyTorch\n")
@@ -255,6 +297,30 @@ def report(d, mode, raw):
                   f"{fmt(ratio(a['sps'], b['sps']), '.3f')} | {fmt(da, '+.2f')} | "
                   f"{fmt(ratio(a['rss'], b['rss']), '.3f')} |")
     w("")
+    if mode == "gpu" and any(k[0] in TORCH_IMPLS[1:] for k in agg):
+        w("### mptrain against each PyTorch mode, and against the best\n")
+        w("GPU ms/epoch (CUDA events, per run the median of the epochs after the first, medians over repeats) of "
+          "mptrain and of each PyTorch mode this machine ran (bench/pytorch_reference.py --mode: eager = default "
+          "Adam; fused = Adam(fused=True); graph = the whole step as one CUDA Graph; compile = "
+          "torch.compile(mode=\"max-autotune\")); `n/a` = the mode did not run (its reason is in the results table). "
+          "Best: the fastest PyTorch mode of that row; the last two columns compare mptrain with it (time ratio < 1 "
+          "and speed-up > 1: mptrain is faster).\n")
+        w("| model | precision | mptrain | " + " | ".join("PyTorch " + x for x in TORCH_MODES) +
+          " | best PyTorch mode | mptrain / best (time) | speed-up against the best |")
+        w("|---|---|---:|" + "---:|" * len(TORCH_MODES) + "---|---:|---:|")
+        for m in models:
+            for p in PRECISIONS:
+                a = agg.get(("mptrain", m, p))
+                peers = [(x, agg.get((i, m, p))) for x, i in zip(TORCH_MODES, TORCH_IMPLS)]
+                if not a and not any(b for _, b in peers):
+                    continue
+                ms = lambda v: fmt(v and v["t"] and 1e3 * v["t"], ".1f")
+                done = [(x, b) for x, b in peers if b and b["t"]]
+                best = min(done, key=lambda xb: xb[1]["t"]) if done else None
+                tr = ratio(a["t"], best[1]["t"]) if a and best else None
+                w(f"| {m} | {p} | {ms(a)} | " + " | ".join(ms(b) for _, b in peers) +
+                  f" | {best[0] if best else 'n/a'} | {fmt(tr, '.3f')} | {fmt(tr and 1 / tr, '.2f')}x |")
+        w("")
     if mode == "cpu":
         def t(impl, m, p, key="t"):
             a = agg.get((impl, m, p))
@@ -353,10 +419,23 @@ def report(d, mode, raw):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv, args, also = sys.argv[1:], [], []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--also":
+            if i + 1 >= len(argv) or not os.path.isdir(argv[i + 1]):
+                sys.exit("summarize.py: --also needs a run.sh output folder")
+            also.append(argv[i + 1])
+            i += 2
+            continue
+        if not argv[i].startswith("--"):
+            args.append(argv[i])
+        elif argv[i] != "--raw":
+            sys.exit(f"summarize.py: unknown option '{argv[i]}' (usage: summarize.py DIR cpu|gpu [--raw] [--also DIR2]...)")
+        i += 1
     if len(args) != 2 or args[1] not in ("cpu", "gpu"):
-        sys.exit("usage: summarize.py DIR cpu|gpu [--raw]")
-    print(report(args[0], args[1], "--raw" in sys.argv[1:]))
+        sys.exit("usage: summarize.py DIR cpu|gpu [--raw] [--also DIR2]...")
+    print(report(args[0], args[1], "--raw" in argv, also))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -249,8 +250,15 @@ static mpt_status idx_read_header(idx_src *gz, const char *path, int expect_ndim
     return MPT_OK;
 }
 
-/* Reads the payload of out->nbytes bytes (the header has been read) and checks that nothing follows. */
-static mpt_status idx_read_payload(idx_src *gz, const char *path, mpt_idx *out) {
+/* Reads the payload of out->nbytes bytes (the header has been read) and checks that nothing follows; with items >= 0
+ * and fewer than the header's, only the first `items` items (out's dims[0] and nbytes become theirs) and nothing
+ * after them is read. */
+static mpt_status idx_read_payload(idx_src *gz, const char *path, int64_t items, mpt_idx *out) {
+    int whole = items < 0 || items >= out->dims[0];
+    if (!whole) {
+        out->nbytes = out->nbytes / out->dims[0] * items;
+        out->dims[0] = items;
+    }
     int64_t nbytes = out->nbytes, got = 0;
     /* Payload: grow the buffer as bytes arrive. */
     int64_t cap = nbytes < IDX_CHUNK ? nbytes : IDX_CHUNK;
@@ -279,6 +287,10 @@ static mpt_status idx_read_payload(idx_src *gz, const char *path, mpt_idx *out) 
         return mpt_errorf(MPT_ERR_FORMAT, "%s: payload too short: the header's sizes need %lld data bytes, found %lld",
                           path, (long long)nbytes, (long long)have);
     }
+    if (!whole) { /* the items used are in; the rest of the file is not read */
+        out->data = buf;
+        return MPT_OK;
+    }
     /* Nothing may follow the payload. */
     uint8_t tail[4096];
     int64_t extra = 0;
@@ -302,8 +314,9 @@ static mpt_status idx_read_payload(idx_src *gz, const char *path, mpt_idx *out) 
     return MPT_OK;
 }
 
-/* Opens path, reads and checks its header and, with payload, its data; on failure out is left zeroed. */
-static mpt_status idx_read_file(const char *path, int expect_ndim, int payload, mpt_idx *out) {
+/* Opens path, reads and checks its header and, with payload, its data (its first `items` items, all when < 0); on
+ * failure out is left zeroed. */
+static mpt_status idx_read_file(const char *path, int expect_ndim, int payload, int64_t items, mpt_idx *out) {
     MPT_ASSERT(out != NULL && path != NULL);
     MPT_ASSERT(expect_ndim >= 0 && expect_ndim <= MPT_IDX_MAX_DIMS);
     memset(out, 0, sizeof *out);
@@ -311,7 +324,7 @@ static mpt_status idx_read_file(const char *path, int expect_ndim, int payload, 
     if (!src) return mpt_errorf(MPT_ERR_NOMEM, "%s: out of memory", path);
     mpt_status st = src_open(src, path);
     if (st == MPT_OK) st = idx_read_header(src, path, expect_ndim, out);
-    if (st == MPT_OK && payload) st = idx_read_payload(src, path, out);
+    if (st == MPT_OK && payload) st = idx_read_payload(src, path, items, out);
     src_close(src);
     free(src);
     if (st != MPT_OK) memset(out, 0, sizeof *out);
@@ -319,11 +332,15 @@ static mpt_status idx_read_file(const char *path, int expect_ndim, int payload, 
 }
 
 mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out) {
-    return idx_read_file(path, expect_ndim, 1, out);
+    return idx_read_file(path, expect_ndim, 1, -1, out);
+}
+
+mpt_status mpt_idx_load_first(const char *path, int expect_ndim, int64_t items, mpt_idx *out) {
+    return idx_read_file(path, expect_ndim, 1, items, out);
 }
 
 mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out) {
-    return idx_read_file(path, expect_ndim, 0, out);
+    return idx_read_file(path, expect_ndim, 0, -1, out);
 }
 
 void mpt_idx_free(mpt_idx *x) {
@@ -480,11 +497,33 @@ static void nhwc_to_nchw(uint8_t *data, int64_t n, int64_t C, int64_t H, int64_t
     }
 }
 
+/* Bytes this process can still allocate: the smaller of MemAvailable (/proc/meminfo: free memory plus the
+ * reclaimable cache, what a new allocation can get without swapping) and the room under an address-space or
+ * data-segment limit; -1 when neither is known. */
+static int64_t memory_available(void) {
+    int64_t avail = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) avail = (int64_t)kb * 1024;
+        fclose(f);
+    }
+    struct rlimit rl;
+    int res[2] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++)
+        if (getrlimit(res[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (avail < 0 || (int64_t)rl.rlim_cur < avail))
+            avail = (int64_t)rl.rlim_cur; /* the process's own use under the limit is small beside a dataset's */
+    return avail;
+}
+
 mpt_status mpt_mnist_load_opts(const char *dir, const mpt_mnist_opts *opts, mpt_mnist *out) {
     static const mpt_mnist_opts defaults = {0};
     const mpt_mnist_opts *o = opts ? opts : &defaults;
     MPT_ASSERT(dir && out && o->rows >= 0 && o->cols >= 0 && (o->rows > 0) == (o->cols > 0));
     MPT_ASSERT(o->n_classes == 0 || (o->n_classes >= 2 && o->n_classes <= MPT_MNIST_MAX_CLASSES));
+    MPT_ASSERT(o->limit_train >= 0 && o->limit_test >= 0);
     memset(out, 0, sizeof *out);
     struct stat sb;
     int stat_rc = stat(dir, &sb);
@@ -513,10 +552,26 @@ mpt_status mpt_mnist_load_opts(const char *dir, const mpt_mnist_opts *opts, mpt_
     mpt_status st = MPT_OK;
     for (int i = 0; i < 4 && st == MPT_OK; i++) st = mpt_idx_read_header(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
     if (st == MPT_OK) st = mnist_check_headers(paths, f, o);
+    /* only the items used are read; what they need must fit in memory, checked before anything is allocated */
+    int64_t use[4], need = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t limit = i < 2 ? o->limit_train : o->limit_test;
+        use[i] = limit > 0 && limit < f[i].dims[0] ? limit : f[i].dims[0];
+        need += st == MPT_OK && f[i].dims[0] > 0 ? f[i].nbytes / f[i].dims[0] * use[i] : 0;
+    }
+    int64_t avail = st == MPT_OK ? memory_available() : -1;
+    if (st == MPT_OK && avail >= 0 && need > avail)
+        st = mpt_errorf(MPT_ERR_NOMEM, "%s: the dataset needs %.2f GiB in memory (%lld training and %lld test images of "
+                        "%lld bytes, as %s declares), more than the %.2f GiB this process can allocate (MemAvailable, "
+                        "ulimit -v / -d): use --limit-train / --limit-test to load fewer", dir,
+                        (double)need / 1073741824.0, (long long)use[0], (long long)use[2],
+                        (long long)(f[0].dims[0] > 0 ? f[0].nbytes / f[0].dims[0] : 0), paths[0],
+                        (double)avail / 1073741824.0);
     for (int i = 0; i < 4 && st == MPT_OK; i++) {
         int64_t claimed[MPT_IDX_MAX_DIMS];
         memcpy(claimed, f[i].dims, sizeof claimed);
-        st = mpt_idx_load(paths[i], (i % 2 == 0) ? 3 : 1, &f[i]);
+        st = mpt_idx_load_first(paths[i], (i % 2 == 0) ? 3 : 1, use[i], &f[i]);
+        claimed[0] = use[i];
         if (st == MPT_OK && memcmp(claimed, f[i].dims, sizeof claimed) != 0)
             st = mpt_errorf(MPT_ERR_IO, "%s: the file changed while the dataset was loading", paths[i]);
     }
@@ -557,6 +612,13 @@ mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *
 }
 
 mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out) { return mpt_mnist_load_opts(dir, NULL, out); }
+
+mpt_status mpt_mnist_load_limited(const char *dir, int rows, int cols, int64_t limit_train, int64_t limit_test,
+                                  mpt_mnist *out) {
+    MPT_ASSERT(limit_train >= 0 && limit_test >= 0);
+    mpt_mnist_opts o = {.rows = rows, .cols = cols, .limit_train = limit_train, .limit_test = limit_test};
+    return mpt_mnist_load_opts(dir, &o, out);
+}
 
 mpt_status mpt_mnist_save_layout(const char *dir, const mpt_mnist *d, int gzip, mpt_idx_layout layout) {
     const int C = d->channels > 0 ? d->channels : 1;

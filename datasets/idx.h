@@ -53,6 +53,11 @@ typedef struct mpt_idx {
  * MPT_ERR_NOMEM. */
 MPT_API mpt_status mpt_idx_load(const char *path, int expect_ndim, mpt_idx *out);
 
+/* mpt_idx_load of only the first `items` items (all when items < 0 or beyond the header's count): out->dims[0] and
+ * nbytes are those read; the rest of the file is neither read nor checked (its bytes, a truncation or trailing
+ * bytes there, the gzip CRC). */
+MPT_API mpt_status mpt_idx_load_first(const char *path, int expect_ndim, int64_t items, mpt_idx *out);
+
 /* Reads and validates only the header of `path` (as mpt_idx_load does): out->ndim, dims and nbytes, with
  * out->data NULL; at most the header's bytes are decompressed. Same errors as mpt_idx_load. */
 MPT_API mpt_status mpt_idx_read_header(const char *path, int expect_ndim, mpt_idx *out);
@@ -94,6 +99,8 @@ typedef struct mpt_mnist_opts {
     int rows, cols;          /* required image size (MPT_ERR_SHAPE otherwise, before any payload), 0 = any */
     mpt_idx_layout layout;   /* rank-4 image files */
     int n_classes;           /* 0: the largest training label + 1 (at least 2); else 2..256, every label below it */
+    int64_t limit_train, limit_test; /* keep only the first N items (0: all): only those are read, and the bytes they
+                                        need are checked against what the process can allocate before any payload */
 } mpt_mnist_opts;
 
 /* "nchw" / "nhwc"; parse returns 0 on success, -1 for an unknown name. */
@@ -106,7 +113,11 @@ MPT_API int mpt_idx_layout_parse(const char *s, mpt_idx_layout *out);
  * each images file has as many items as its labels file. Then the class count: opts->n_classes, or the largest
  * training label + 1; every training label must be below it, and every test label (a test label outside the training
  * labels' range names both files: the test set has a class the training set lacks). Rank-4 NHWC images are transposed
- * to NCHW. opts NULL: the zeroed defaults.
+ * to NCHW. With limits, only the first limit_train / limit_test items are read (the rest of each file is not: a 4 MB
+ * .gz declaring 5,000,000 images costs what the used rows cost), the class count is the largest label of the training
+ * items read, and the bytes the used items need are checked, before any payload is allocated, against what the
+ * process can allocate (MemAvailable in /proc/meminfo, ulimit -v / -d): MPT_ERR_NOMEM naming the directory, the sizes
+ * and --limit-train when they cannot fit. opts NULL: the zeroed defaults.
  * Errors: MPT_ERR_IO naming the directory and every missing file (a directory, FIFO or symbolic link loop where a file
  * should be is named as such), MPT_ERR_FORMAT for malformed contents and labels outside the class count, MPT_ERR_SHAPE
  * for a size other than opts' rows x cols. */
@@ -118,6 +129,11 @@ MPT_API mpt_status mpt_mnist_load(const char *dir, mpt_mnist *out);
 /* mpt_mnist_load, also requiring rows x cols images (MPT_ERR_SHAPE otherwise, before any payload is read);
  * rows = cols = 0 accepts any size. */
 MPT_API mpt_status mpt_mnist_load_shape(const char *dir, int rows, int cols, mpt_mnist *out);
+
+/* mpt_mnist_load_shape keeping only the first limit_train training and limit_test test items (0: all): the limits of
+ * mpt_mnist_opts. */
+MPT_API mpt_status mpt_mnist_load_limited(const char *dir, int rows, int cols, int64_t limit_train,
+                                          int64_t limit_test, mpt_mnist *out);
 
 /* Writes d as the four standard files into the existing directory `dir` (names with ".gz" and compressed
  * when gzip != 0), e.g. to put a synthetic dataset where the command-line tool can read it. Images with one channel

@@ -115,6 +115,67 @@ void mpt_norm_args_check(const mpt_norm_args *a, const char *op, int backward) {
         MPT_ASSERTF(a->dy && a->dx && a->dgamma && a->dbeta, "%s: dy, dx, dgamma and dbeta must be set", op);
 }
 
+/* ---- quantization ---- */
+
+void mpt_fake_quant_args_check(const mpt_fake_quant_args *a) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    MPT_ASSERTF(a->rows >= 0 && a->cols >= 0, "fake_quant %s: bad shape %lld x %lld", tag, (long long)a->rows,
+                (long long)a->cols);
+    const mpt_qformat_desc *f = mpt_qformat_info(a->fmt);
+    MPT_ASSERTF(f != NULL, "fake_quant %s: unknown quantization format %d", tag, (int)a->fmt);
+    MPT_ASSERTF(a->q == NULL || f->is_int, "fake_quant %s: integer codes asked of %s", tag, f->name);
+    if (a->y) MPT_ASSERTF(mpt_dtype_is_float(a->y_dtype), "fake_quant %s: y dtype %s is not F32, F16 or BF16", tag,
+                          mpt_dtype_name(a->y_dtype));
+    MPT_ASSERTF(a->x != NULL || a->rows * a->cols == 0, "fake_quant %s: no input", tag);
+}
+
+void mpt_quantize_args_check(const mpt_quantize_args *a) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    MPT_ASSERTF(a->n >= 0 && (a->x != NULL || a->n == 0), "quantize %s: n %lld, x %p", tag, (long long)a->n, a->x);
+    MPT_ASSERTF(mpt_dtype_is_float(a->x_dtype), "quantize %s: x dtype %s is not F32, F16 or BF16", tag,
+                mpt_dtype_name(a->x_dtype));
+    MPT_ASSERTF(a->q == NULL || (a->scale != NULL && (a->qmax == MPT_INT8_QMAX || a->qmax == MPT_INT4_QMAX)),
+                "quantize %s: codes need a scale and qmax 127 or 7 (qmax %d)", tag, a->qmax);
+}
+
+void mpt_gemm_i8_args_check(const mpt_gemm_i8_args *a) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    MPT_ASSERTF(a->M >= 0 && a->N >= 0 && a->K >= 0 && a->M <= INT32_MAX && a->N <= INT32_MAX,
+                "gemm_i8 %s: bad shape M=%lld N=%lld K=%lld", tag, (long long)a->M, (long long)a->N, (long long)a->K);
+    MPT_ASSERTF(a->K <= MPT_GEMM_I8_MAX_K, "gemm_i8 %s: K = %lld can overflow the int32 sum (at most %d)", tag,
+                (long long)a->K, MPT_GEMM_I8_MAX_K);
+    const int empty = a->M == 0 || a->N == 0;
+    MPT_ASSERTF(empty || (a->acc != NULL && ((a->A && a->B) || a->K == 0)), "gemm_i8 %s: A, B and acc must be set",
+                tag);
+    if (a->C) {
+        MPT_ASSERTF(mpt_dtype_is_float(a->c_dtype), "gemm_i8 %s: C dtype %s is not F32, F16 or BF16", tag,
+                    mpt_dtype_name(a->c_dtype));
+        MPT_ASSERTF(a->a_scale && a->b_scales, "gemm_i8 %s: the rescale needs a_scale and b_scales", tag);
+        MPT_ASSERTF(!a->bias || mpt_dtype_is_float(a->bias_dtype), "gemm_i8 %s: bias dtype %s is not a float dtype",
+                    tag, mpt_dtype_name(a->bias_dtype));
+    }
+}
+
+void mpt_conv_i8_args_check(const mpt_conv_i8_args *a) {
+    const char *tag = a->tag ? a->tag : "(untagged)";
+    const mpt_conv_shape *s = &a->s;
+    MPT_ASSERTF(s->N >= 0 && s->C > 0 && s->H > 0 && s->W > 0 && s->K > 0 && s->R > 0 && s->S > 0 && s->pad_h >= 0 &&
+                    s->pad_w >= 0 && s->stride_h > 0 && s->stride_w > 0,
+                "conv2d_forward_i8 %s: bad shape", tag);
+    MPT_ASSERTF(s->P == (s->H + 2 * s->pad_h - s->R) / s->stride_h + 1 && s->Q == (s->W + 2 * s->pad_w - s->S) / s->stride_w + 1 &&
+                    s->P > 0 && s->Q > 0,
+                "conv2d_forward_i8 %s: output %dx%d does not follow from the input, kernel, stride and padding", tag,
+                s->P, s->Q);
+    MPT_ASSERTF((int64_t)s->C * s->R * s->S <= MPT_GEMM_I8_MAX_K,
+                "conv2d_forward_i8 %s: C R S = %lld can overflow the int32 sum", tag, (long long)s->C * s->R * s->S);
+    MPT_ASSERTF(s->N == 0 || (a->x && a->w && a->y && a->x_scale && a->w_scales),
+                "conv2d_forward_i8 %s: x, w, y and the scales must be set", tag);
+    MPT_ASSERTF(mpt_dtype_is_float(a->y_dtype), "conv2d_forward_i8 %s: y dtype %s is not F32, F16 or BF16", tag,
+                mpt_dtype_name(a->y_dtype));
+    MPT_ASSERTF(!a->bias || mpt_dtype_is_float(a->bias_dtype), "conv2d_forward_i8 %s: bias dtype %s", tag,
+                mpt_dtype_name(a->bias_dtype));
+}
+
 void mpt_optim_args_check(const mpt_optim_args *a) {
     const mpt_optim_hparams *h = &a->h;
     MPT_ASSERTF(a->n >= 0 && a->grad != NULL && a->step != NULL,

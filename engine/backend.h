@@ -314,6 +314,72 @@ typedef struct mpt_fp8_update_args {
     int pow2;
 } mpt_fp8_update_args;
 
+/* ---- Quantization: scaled INT8 / INT4 / E4M3 tensors and the exact integer GEMM and convolution ----------------
+ * (engine/quant.h: `mptrain eval --quantize`, `train --qat`.) The per-element rules are engine/numerics.h's:
+ * s = amax / qmax, q = clamp(rint(x / s), -qmax, qmax), x' = q s (mpt_quant_fake for the three formats of
+ * engine/dtype.h's mpt_qformat), and an integer output y = fmaf((float)acc, s_x s_w, bias) (mpt_int_rescale).
+ * Integer products and their int32 sums are exact, so the two backends agree bit for bit on every output of these
+ * operations (the max of an amax is order-independent too): tests/test_cuda.c checks it. */
+
+/* Integer sums stay exact in int32 while K * 127 * 127 < 2^31: K <= 133143 for INT8 codes. */
+#define MPT_GEMM_I8_MAX_K 133143
+
+typedef struct mpt_fake_quant_args {
+    const float *x;          /* [rows, cols] FP32, row-major (master weights) */
+    int64_t rows, cols;      /* one scale per row (rows = output channels: per channel), or rows = 1 (per tensor) */
+    mpt_qformat fmt;         /* INT8, INT4, E4M3 (scaled) or BF16 (no scale: x' = RNE(x), scales 1) */
+    void *y; mpt_dtype y_dtype; /* [rows, cols] x' rounded once to y_dtype (F32, F16, BF16), or NULL */
+    int8_t *q;               /* [rows, cols] I8 codes (integer formats only), or NULL */
+    float *scales;           /* [rows] the scales s = mpt_int_scale_from_amax(row amax, qmax) (1 for BF16), or NULL */
+    const char *tag;         /* host string naming the call site ("fc1.weight"), for messages */
+} mpt_fake_quant_args;
+
+typedef struct mpt_quantize_args {
+    const void *x; mpt_dtype x_dtype; /* [n] F32, F16 or BF16 */
+    int64_t n;
+    float *amax;             /* backend scalar or NULL: *amax = max(*amax, max |x|), NaN when an x is NaN */
+    const float *scale;      /* backend scalar s > 0, read when q is set */
+    int8_t *q;               /* [n] I8 codes mpt_int_quantize(x, *scale, qmax), or NULL */
+    int qmax;                /* 127 (INT8) or 7 (INT4) */
+    const char *tag;
+} mpt_quantize_args;
+
+typedef struct mpt_gemm_i8_args {
+    /* acc[M, N] = sum_k A[m, k] B[n, k] exactly (int32; |acc| <= K * 127 * 127 < 2^31), the TN layout of cuBLASLt's
+     * integer GEMM (A [M, K] and B [N, K], both K-contiguous); then, when C is set,
+     * C[m, n] = mpt_int_rescale(acc[m, n], *a_scale * b_scales[n], bias[n]) rounded once to c_dtype (scale product
+     * one FP32 rounding; b_scales[0] for every n with b_per_tensor; bias 0 without a bias). */
+    int64_t M, N, K;         /* K <= MPT_GEMM_I8_MAX_K */
+    const int8_t *A, *B;     /* I8 codes */
+    int32_t *acc;            /* [M, N] I32, written */
+    void *C; mpt_dtype c_dtype; /* [M, N] F32, F16 or BF16, or NULL */
+    const float *a_scale;    /* backend scalar, read with C */
+    const float *b_scales;   /* backend [N], or [1] with b_per_tensor, read with C */
+    int b_per_tensor;
+    const void *bias; mpt_dtype bias_dtype; /* [N] float, or NULL */
+    const char *tag;
+} mpt_gemm_i8_args;
+
+typedef struct mpt_conv_i8_args {
+    /* y[n, k, p, q] = mpt_int_rescale(sum_{c,r,s} x[n, c, h, w] w[k, c, r, s], *x_scale * w_scales[k], bias[k]) rounded
+     * once to y_dtype, h = p * stride - pad + r (zero outside the image), the int32 sum exact (C R S <=
+     * MPT_GEMM_I8_MAX_K). The CPU backend needs mpt_conv_i8_workspace(&s) bytes of workspace; CUDA none. */
+    mpt_conv_shape s;
+    const int8_t *x;         /* [N, C, H, W] I8 */
+    const int8_t *w;         /* [K, C, R, S] I8 */
+    void *y; mpt_dtype y_dtype; /* [N, K, P, Q] F32, F16 or BF16 */
+    const float *x_scale;    /* backend scalar */
+    const float *w_scales;   /* backend [K], or [1] with w_per_tensor */
+    int w_per_tensor;
+    const void *bias; mpt_dtype bias_dtype; /* [K] float, or NULL */
+    const char *tag;
+} mpt_conv_i8_args;
+
+/* Workspace of the CPU's integer convolution: one image's columns, P Q x C R S codes. */
+static inline size_t mpt_conv_i8_workspace(const mpt_conv_shape *s) {
+    return (size_t)s->P * (size_t)s->Q * (size_t)s->C * (size_t)s->R * (size_t)s->S;
+}
+
 /* ---- Optimizer, loss scaler (the fused FP32 update pass) ------------------------------------------ */
 
 typedef enum mpt_optim_kind { MPT_OPTIM_SGD = 0, MPT_OPTIM_ADAM, MPT_OPTIM_ADAMW } mpt_optim_kind;
@@ -579,6 +645,18 @@ struct mpt_backend {
      * tests/test_cuda_fp8.c). NULL: everything runs, no note (the CPU's exact emulation). */
     int (*fp8_support)(mpt_backend *be, int mx, mpt_fp8_accum accum, int promote, char *msg, size_t len);
 
+    /* ---- quantization (engine/quant.h; the section "Quantization" above) ---- */
+    /* Per row of a->x: amax = max |x| (NaN if any is), s = amax / qmax (mpt_int_scale_from_amax), and
+     * y = mpt_quant_fake(x, s) rounded to y_dtype, q = the integer codes, scales[row] = s, for those set. */
+    void (*fake_quant)(mpt_backend *be, const mpt_fake_quant_args *a);
+    /* An activation's amax (*amax = max(*amax, max |x|)) and/or its INT8 codes at the scale *scale. */
+    void (*quantize)(mpt_backend *be, const mpt_quantize_args *a);
+    /* The exact integer GEMM and its rescale (mpt_gemm_i8_args). CUDA: cuBLASLt's INT8 GEMM (CUDA_R_8I operands,
+     * CUBLAS_COMPUTE_32I, CUDA_R_32I output) where its IMMA rules allow the shape, else an own kernel; both exact. */
+    void (*gemm_i8)(mpt_backend *be, const mpt_gemm_i8_args *a);
+    /* The exact integer convolution forward and its rescale (mpt_conv_i8_args). */
+    void (*conv2d_forward_i8)(mpt_backend *be, const mpt_conv_i8_args *a);
+
     /* ---- mixed-precision update (engine/amp, engine/optim) ---- */
     /* g *= st->inv_scale in place (FP32) and, in the same pass, st->found_inf = 1 if any g is inf/NaN
      * (before or after scaling). PyTorch: _amp_foreach_non_finite_check_and_unscale_. */
@@ -782,6 +860,13 @@ MPT_API void mpt_avgpool_args_check(const mpt_avgpool_args *a, const char *op);
  * reads and writes (batchnorm: running statistics always, saved statistics in training; backward: dy, dgamma,
  * dbeta and the saved statistics), eps > 0 and finite, momentum in [0, 1]. */
 MPT_API void mpt_norm_args_check(const mpt_norm_args *a, const char *op, int backward);
+
+/* The quantization entries' arguments (section "Quantization"): sizes >= 0, formats and dtypes in range, K (or C R S) at
+ * most MPT_GEMM_I8_MAX_K, the pointers a running call uses set. */
+MPT_API void mpt_fake_quant_args_check(const mpt_fake_quant_args *a);
+MPT_API void mpt_quantize_args_check(const mpt_quantize_args *a);
+MPT_API void mpt_gemm_i8_args_check(const mpt_gemm_i8_args *a);
+MPT_API void mpt_conv_i8_args_check(const mpt_conv_i8_args *a);
 
 /* mpt_optim_args: n >= 0, gradient and step counter set, a master or working weight, the optimizer's state buffers
  * (SGD with momentum: m; Adam, AdamW: m and v), float dtypes for the working copy and the state. */

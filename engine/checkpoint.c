@@ -304,6 +304,15 @@ static mpt_status ckpt_open_dir(const char *path, int *dir_fd, char *dir_name, s
     return MPT_OK;
 }
 
+mpt_status mpt_checkpoint_write_temp_at(int dir_fd, const char *dir_name, const char *name,
+                                        const mpt_checkpoint_tensor *tensors, int n, const mpt_checkpoint_meta *meta,
+                                        int n_meta, char *tmp_name, size_t cap) {
+    MPT_ASSERT(dir_name && name && tmp_name);
+    if (!*name || strchr(name, '/'))
+        return mpt_errorf(MPT_ERR_ARG, "%s/%s: expected a file name without '/'", dir_name, name);
+    return ckpt_write_temp_at(dir_fd, dir_name, name, tensors, n, meta, n_meta, tmp_name, cap);
+}
+
 mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
                                      const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap) {
     MPT_ASSERT(path && tmp_path);

@@ -105,6 +105,15 @@ MPT_API int mpt_checkpoint_create_temp(int dir_fd, const char *name, char *tmp_n
 MPT_API mpt_status mpt_checkpoint_write_temp(const char *path, const mpt_checkpoint_tensor *tensors, int n,
                                              const mpt_checkpoint_meta *meta, int n_meta, char *tmp_path, size_t cap);
 
+/* The first half relative to a directory's descriptor (as mpt_checkpoint_save_at): the complete file written,
+ * flushed and fsync'ed as a new temporary file in dir_fd (its name, without the directory, copied to tmp_name, cap
+ * bytes); `name` is untouched. For a caller that publishes the file with others (tools/outdir.h's publish sets).
+ * Errors as mpt_checkpoint_save's; on failure no temporary file is left. */
+MPT_API mpt_status mpt_checkpoint_write_temp_at(int dir_fd, const char *dir_name, const char *name,
+                                                const mpt_checkpoint_tensor *tensors, int n,
+                                                const mpt_checkpoint_meta *meta, int n_meta, char *tmp_name,
+                                                size_t cap);
+
 /* Second half: renames tmp_path (in the same directory) over path and fsyncs the directory that holds path.
  * MPT_ERR_IO on failure. */
 MPT_API mpt_status mpt_checkpoint_commit(const char *tmp_path, const char *path);

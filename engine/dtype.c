@@ -1,5 +1,7 @@
-/* engine/dtype.c - the tables of number formats, storage dtypes and math modes (engine/dtype.h). */
+/* engine/dtype.c - the tables of number formats, integer formats, storage dtypes and math modes (engine/dtype.h). */
 #include "engine/dtype.h"
+
+#include <string.h>
 
 /* One row per format. The constants are written out (exact binary fractions); tests/test_formats.c decodes each row's
  * bit patterns with engine/numerics.h and requires the same values, and derives emin, emax and the unit roundoff
@@ -43,6 +45,25 @@ static const mpt_format_desc formats[] = {
 };
 _Static_assert(sizeof formats / sizeof formats[0] == MPT_FORMAT_COUNT, "one row per mpt_format");
 
+/* One row per integer format; tests/test_formats.c derives qmax and code_min from the width. */
+static const mpt_int_format_desc int_formats[] = {
+    [MPT_INT_FORMAT_INT8] = {.name = "INT8", .key = "int8", .bits = 8, .qmax = MPT_INT8_QMAX, .code_min = -128},
+    [MPT_INT_FORMAT_INT4] = {.name = "INT4", .key = "int4", .bits = 4, .qmax = MPT_INT4_QMAX, .code_min = -8},
+};
+_Static_assert(sizeof int_formats / sizeof int_formats[0] == MPT_INT_FORMAT_COUNT, "one row per mpt_int_format");
+
+static const mpt_qformat_desc qformats[] = {
+    [MPT_QFORMAT_INT8] = {.key = "int8", .name = "INT8", .bits = 8, .qmax = MPT_INT8_QMAX, .kind = MPT_QKIND_INT,
+                          .is_int = 1, .scaled = 1, .int_format = MPT_INT_FORMAT_INT8, .format = -1},
+    [MPT_QFORMAT_INT4] = {.key = "int4", .name = "INT4", .bits = 4, .qmax = MPT_INT4_QMAX, .kind = MPT_QKIND_INT,
+                          .is_int = 1, .scaled = 1, .int_format = MPT_INT_FORMAT_INT4, .format = -1},
+    [MPT_QFORMAT_E4M3] = {.key = "fp8-e4m3", .name = "FP8 E4M3", .bits = 8, .qmax = (int)MPT_E4M3_MAX,
+                          .kind = MPT_QKIND_E4M3, .scaled = 1, .int_format = -1, .format = MPT_FORMAT_E4M3},
+    [MPT_QFORMAT_BF16] = {.key = "bf16", .name = "BF16", .bits = 16, .qmax = 0, .kind = MPT_QKIND_BF16, .scaled = 0,
+                          .int_format = -1, .format = MPT_FORMAT_BF16},
+};
+_Static_assert(sizeof qformats / sizeof qformats[0] == MPT_QFORMAT_COUNT, "one row per mpt_qformat");
+
 static const mpt_dtype_desc dtypes[] = {
     [MPT_DTYPE_F32] = {.name = "f32", .size = 4, .format = MPT_FORMAT_FP32, .is_float = 1},
     [MPT_DTYPE_F16] = {.name = "f16", .size = 2, .format = MPT_FORMAT_FP16, .is_float = 1},
@@ -52,6 +73,7 @@ static const mpt_dtype_desc dtypes[] = {
     [MPT_DTYPE_E4M3] = {.name = "e4m3", .size = 1, .format = MPT_FORMAT_E4M3, .is_fp8 = 1},
     [MPT_DTYPE_E5M2] = {.name = "e5m2", .size = 1, .format = MPT_FORMAT_E5M2, .is_fp8 = 1},
     [MPT_DTYPE_E8M0] = {.name = "e8m0", .size = 1, .format = MPT_FORMAT_E8M0},
+    [MPT_DTYPE_I8] = {.name = "i8", .size = 1, .format = -1},
 };
 _Static_assert(sizeof dtypes / sizeof dtypes[0] == MPT_DTYPE_COUNT, "one row per mpt_dtype");
 
@@ -66,6 +88,20 @@ static const mpt_math_desc maths[] = {
 _Static_assert(sizeof maths / sizeof maths[0] == MPT_MATH_COUNT, "one row per mpt_math");
 
 const mpt_format_desc *mpt_format_info(mpt_format f) { return (unsigned)f < MPT_FORMAT_COUNT ? &formats[f] : NULL; }
+const mpt_int_format_desc *mpt_int_format_info(mpt_int_format f) {
+    return (unsigned)f < MPT_INT_FORMAT_COUNT ? &int_formats[f] : NULL;
+}
+const mpt_qformat_desc *mpt_qformat_info(mpt_qformat f) {
+    return (unsigned)f < MPT_QFORMAT_COUNT ? &qformats[f] : NULL;
+}
+int mpt_qformat_parse(const char *s, mpt_qformat *out) {
+    for (int i = 0; i < MPT_QFORMAT_COUNT; i++)
+        if (strcmp(s, qformats[i].key) == 0) {
+            *out = (mpt_qformat)i;
+            return 0;
+        }
+    return -1;
+}
 const mpt_dtype_desc *mpt_dtype_info(mpt_dtype t) { return (unsigned)t < MPT_DTYPE_COUNT ? &dtypes[t] : NULL; }
 const mpt_math_desc *mpt_math_info(mpt_math m) { return (unsigned)m < MPT_MATH_COUNT ? &maths[m] : NULL; }
 

@@ -32,6 +32,8 @@ typedef enum mpt_dtype {
     MPT_DTYPE_E4M3,    /* OCP FP8 E4M3 ("E4M3FN"), stored as uint8_t: the operands of FP8 GEMMs, with a scale */
     MPT_DTYPE_E5M2,    /* OCP FP8 E5M2, stored as uint8_t: gradient operands of FP8 GEMMs, with a scale */
     MPT_DTYPE_E8M0,    /* OCP MX E8M0, stored as uint8_t: block scales (powers of two) of MXFP8 operands */
+    MPT_DTYPE_I8,      /* int8_t, two's complement: the codes of INT8 / INT4 quantized tensors (with a scale; INT4 codes
+                          -7..7 held one per byte), the operands of the integer GEMM and convolution (engine/backend.h) */
     MPT_DTYPE_COUNT
 } mpt_dtype;
 
@@ -93,11 +95,69 @@ typedef struct mpt_format_desc {
 /* The row of a format (NULL for a value outside the enum). */
 MPT_API const mpt_format_desc *mpt_format_info(mpt_format f);
 
+/* ---- integer formats: a small table of their own ------------------------------------------------------------------
+ * INT8 and INT4 are not rows of formats[]: every field there describes a floating-point grid (an exponent field and
+ * its bias, emin/emax, subnormals, a unit roundoff that bounds the *relative* error of rounding), and its readers
+ * (the telemetry's range counters, `mptrain formats`' table, tests/test_formats.c's decoder check) would all read
+ * them as such. An integer grid has none of it: one step s everywhere (the scale), an absolute error of at most s / 2
+ * and a relative error that grows without bound toward zero. Forcing the rows in would make the float rows' columns
+ * lie or need an exception in each reader. The per-element conversions are engine/numerics.h's (mpt_int_quantize,
+ * mpt_int_dequantize: symmetric, q = clamp(rint(x / s), -qmax, qmax), x' = q s). Sources: PyTorch's qint8 with
+ * quant_min -127 (symmetric), TensorRT's INT8 range [-127, 127]; INT4 as in Wu et al. 2020 (arXiv 2004.09602). */
+typedef enum mpt_int_format {
+    MPT_INT_FORMAT_INT8 = 0,
+    MPT_INT_FORMAT_INT4,
+    MPT_INT_FORMAT_COUNT
+} mpt_int_format;
+
+typedef struct mpt_int_format_desc {
+    const char *name;   /* "INT8", "INT4" */
+    const char *key;    /* "int8", "int4": the name on the command line (--quantize, --qat) */
+    int bits;           /* 8, 4: storage per element (INT4 packed two per byte in memory figures) */
+    int qmax;           /* 127, 7: symmetric quantization uses the codes -qmax .. qmax */
+    int code_min;       /* -128, -8: two's complement's lowest code, which symmetric quantization leaves unused */
+} mpt_int_format_desc;
+
+/* The row of an integer format (NULL outside the enum). */
+MPT_API const mpt_int_format_desc *mpt_int_format_info(mpt_int_format f);
+
+/* ---- quantization formats: what a tensor is quantized to (eval --quantize, train --qat) --------------------------
+ * One row each: the two integer formats, FP8 E4M3 with a scale of the same rule, and BF16 as the 16-bit reference. The
+ * scaled ones use s = amax / qmax (per tensor, or per row: per output channel) and x' = Q(x / s) s (engine/numerics.h
+ * mpt_quant_fake): Q rounds to the integer codes -qmax..qmax (mpt_int_quantize), or to E4M3, saturating at 448
+ * (mpt_f32_to_e4m3_sat). The FP8 training recipe writes the same scale the other way round (s' = 448 / amax, q =
+ * round(x s'): engine/amp/fp8.h); dividing here keeps one rule for the three. BF16 needs no scale (its range is
+ * FP32's): x' = RNE(x). */
+typedef enum mpt_qformat {
+    MPT_QFORMAT_INT8 = 0,
+    MPT_QFORMAT_INT4,
+    MPT_QFORMAT_E4M3,
+    MPT_QFORMAT_BF16,
+    MPT_QFORMAT_COUNT
+} mpt_qformat;
+
+typedef struct mpt_qformat_desc {
+    const char *key;     /* "int8", "int4", "fp8-e4m3", "bf16": the name on the command line */
+    const char *name;    /* "INT8", "INT4", "FP8 E4M3", "BF16" */
+    int bits;            /* storage per element: 8, 4, 8, 16 */
+    int qmax;            /* the largest magnitude a scaled element holds: 127, 7, 448; 0 for BF16 (no scale) */
+    int kind;            /* MPT_QKIND_INT, MPT_QKIND_E4M3, MPT_QKIND_BF16 (engine/numerics.h) */
+    int is_int;          /* integer codes (INT8, INT4): what the integer GEMM and convolution read */
+    int scaled;          /* it has a scale (all but BF16) */
+    int int_format;      /* its mpt_int_format, or -1 */
+    int format;          /* its mpt_format (E4M3, BF16), or -1 */
+} mpt_qformat_desc;
+
+/* The row of a quantization format (NULL outside the enum). */
+MPT_API const mpt_qformat_desc *mpt_qformat_info(mpt_qformat f);
+/* The format whose key is s: 0 on success, -1 for an unknown name. */
+MPT_API int mpt_qformat_parse(const char *s, mpt_qformat *out);
+
 /* ---- storage dtypes: one row each -------------------------------------------------------------------------- */
 typedef struct mpt_dtype_desc {
-    const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" */
+    const char *name;   /* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0", "i8" */
     size_t size;        /* bytes per element */
-    int format;         /* the mpt_format its elements are in, or -1 (U8, I32: integers) */
+    int format;         /* the mpt_format its elements are in, or -1 (U8, I32, I8: integers) */
     int is_float;       /* an unscaled floating-point format: elements are values (F32, F16, BF16) */
     int is_fp8;         /* an FP8 element format: elements need a scale (E4M3, E5M2) */
 } mpt_dtype_desc;
@@ -105,9 +165,9 @@ typedef struct mpt_dtype_desc {
 /* The row of a dtype (NULL outside the enum). */
 MPT_API const mpt_dtype_desc *mpt_dtype_info(mpt_dtype t);
 
-/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1; 0 outside the enum). */
+/* Bytes per element (F32 4, F16 2, BF16 2, U8 1, I32 4, E4M3/E5M2/E8M0 1, I8 1; 0 outside the enum). */
 MPT_API size_t mpt_dtype_size(mpt_dtype t);
-/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0" ("?" outside the enum). */
+/* "f32", "f16", "bf16", "u8", "i32", "e4m3", "e5m2", "e8m0", "i8" ("?" outside the enum). */
 MPT_API const char *mpt_dtype_name(mpt_dtype t);
 /* Whether the dtype is an unscaled floating-point format (F32, F16, BF16): one whose elements are values. */
 MPT_API int mpt_dtype_is_float(mpt_dtype t);

@@ -48,7 +48,10 @@ void mpt_graph_free(mpt_graph **pg) {
             mpt_backend_account(g->be, g->twin ? MPT_MEM_TWIN : (mpt_mem)m, -(int64_t)g->arena_bytes[m]);
         }
     for (int i = 0; i < g->n_tensors; i++) free(g->tensors[i]);
-    for (int i = 0; i < g->n_nodes; i++) free(g->nodes[i]);
+    for (int i = 0; i < g->n_nodes; i++) {
+        free(g->nodes[i]->quant); /* engine/quant.h's state, when mpt_quant_prepare made one */
+        free(g->nodes[i]);
+    }
     free(g->tensors);
     free(g->nodes);
     free(g->params);
@@ -430,6 +433,17 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
         fprintf(f, "  %-13s %s\n", mpt_op_name(op), mpt_policy_op_reason(op));
     }
     mpt_graph_print_fp8_gemms(g, f);
+    int qat = 0;
+    for (int i = 0; i < g->n_nodes; i++) qat = qat ? qat : g->nodes[i]->qat;
+    if (qat) {
+        const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)(qat - 1));
+        fprintf(f, "quantization-aware training: the forward pass reads these weights fake-quantized to %s per output "
+                   "channel (s = amax / %d of each row of the FP32 master; straight-through gradient):",
+                q->name, q->qmax);
+        for (int i = 0; i < g->n_nodes; i++)
+            if (g->nodes[i]->qat) fprintf(f, " %s", g->nodes[i]->in[1]->name);
+        fprintf(f, "\n");
+    }
     int fused = 0;
     for (int i = 0; i < g->n_nodes; i++) fused += g->nodes[i]->fused_relu != NULL;
     if (!fused || !g->fuse_epilogues) return;

@@ -107,6 +107,12 @@ struct mpt_node {
      * written by the first GEMM of a pass that reads the operand and read by the second (mpt_gemm_args.a_copy); NULL
      * where the operand has one GEMM a pass (W and dy without an input gradient) or the backend converts nothing. */
     mpt_tensor *copy_x, *copy_w, *copy_dy;
+    /* Quantization (engine/quant.h): qat is 1 + the mpt_qformat that quantization-aware training fake-quantizes this
+     * node's weight to (per output channel, rewritten from its FP32 master after every step), 0 without (set by the
+     * trainer; the precision map says it). quant is the post-training state of `mptrain eval --quantize
+     * --activations int8` (engine/quant.h mpt_quant_prepare), NULL otherwise. */
+    int qat;
+    struct mpt_node_quant *quant;
     union {                                /* op attributes */
         mpt_conv_shape conv;
         struct { int kernel, stride, pad, P, Q; } pool;

@@ -397,6 +397,73 @@ MPT_HD float mpt_fp8_scale_from_amax(float amax, float scaled_max, int pow2, flo
     return s;
 }
 
+/* ---- Symmetric integer quantization (INT8, INT4) ------------------------------------------------------------ */
+/* A signed integer format of b bits holds two's complement codes -2^(b-1) .. 2^(b-1) - 1; symmetric quantization
+ * uses -qmax .. qmax with qmax = 2^(b-1) - 1 (INT8 127, INT4 7) and leaves the code -2^(b-1) unused, so that zero is
+ * exact and the grid is the same on both sides (PyTorch's torch.qint8 with qscheme per_tensor_symmetric /
+ * per_channel_symmetric and quant_min = -127; NVIDIA TensorRT's INT8 "symmetric, [-127, 127]"; Jacob et al. 2018,
+ * "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference", with zero point 0;
+ * Wu et al. 2020, "Integer Quantization for Deep Learning Inference", arXiv 2004.09602, section 3). With a scale
+ * s > 0 (FP32), the code of x and what it stands for are
+ *     q  = clamp(round_half_even(x / s), -qmax, qmax),       x' = q * s,
+ * x / s one IEEE FP32 division (correctly rounded on both compilers: nvcc's default -prec-div=true), rounded to an
+ * integer by rintf (ties to even in the default rounding mode). The grid is uniform: step s, no exponent, so the
+ * error |x' - x| is at most s / 2 for |x| <= qmax * s (absolute, whatever |x|: relative error is unbounded toward
+ * zero, where values below s / 2 become 0), and values past (qmax + 1/2) s clamp to +-qmax * s. The scale from a
+ * tensor's (or a row's) largest magnitude, amax, is s = amax / qmax (one FP32 division), which puts amax on the top
+ * code and clamps nothing (Wu et al.'s "max" calibration). The quotient x / s is rounded to FP32 before rintf, so a
+ * value within an FP32 ulp of a half can become an exact tie: the result is the rounding of the FP32 quotient,
+ * which is what both backends compute (PyTorch's fake_quantize multiplies by 1/s instead: a last-bit difference of
+ * the quotient is possible there). */
+#define MPT_INT8_QMAX 127
+#define MPT_INT4_QMAX 7
+
+/* s = amax / qmax for amax > 0 and finite; 1 for an amax that is 0, NaN or inf (an all-zero tensor quantizes to 0
+ * with any scale; a non-finite one has no meaningful grid, and its NaN/inf elements stay what mpt_int_quantize
+ * makes of them). */
+MPT_HD float mpt_int_scale_from_amax(float amax, int qmax) {
+    if (!(amax > 0.0f) || (mpt_f32_bits(amax) & 0x7f800000u) == 0x7f800000u) return 1.0f;
+    return amax / (float)qmax;
+}
+
+/* q = clamp(rint(x / s), -qmax, qmax) for s > 0; NaN gives 0 (integers have no NaN); +-inf clamp to +-qmax. */
+MPT_HD int32_t mpt_int_quantize(float x, float s, int qmax) {
+    if (!(x == x)) return 0;
+    float r = rintf(x / s);
+    if (r > (float)qmax) return qmax;
+    if (r < -(float)qmax) return -qmax;
+    return (int32_t)r;
+}
+
+/* x' = q * s (one FP32 product: exact while q * s has at most 24 significant bits, always for INT8 and INT4 codes
+ * times a scale whose significand has at most 17 bits; otherwise rounded once, RNE). */
+MPT_HD float mpt_int_dequantize(int32_t q, float s) { return (float)q * s; }
+
+/* The value x stands for on the grid of scale s: mpt_int_dequantize(mpt_int_quantize(x, s, qmax), s) ("fake
+ * quantization"). */
+MPT_HD float mpt_int_fake_quant(float x, float s, int qmax) {
+    return mpt_int_dequantize(mpt_int_quantize(x, s, qmax), s);
+}
+
+/* What a quantization format rounds to (engine/dtype.h mpt_qformat_desc.kind). */
+#define MPT_QKIND_INT 0  /* integer codes -qmax..qmax with a scale */
+#define MPT_QKIND_E4M3 1 /* FP8 E4M3 with a scale, saturating at +-448 */
+#define MPT_QKIND_BF16 2 /* BF16, round to nearest even, no scale (the 16-bit reference) */
+
+/* The value x stands for when quantized with scale s: to the integer codes -qmax..qmax (MPT_QKIND_INT, x' = q s), to
+ * FP8 E4M3 (x' = e4m3_sat(x / s) s, one FP32 division and one product), or to BF16 (x' = RNE(x); s unused): the
+ * per-element rule of engine/dtype.h's quantization formats. */
+MPT_HD float mpt_quant_fake(float x, float s, int qmax, int kind) {
+    if (kind == MPT_QKIND_E4M3) return mpt_e4m3_to_f32(mpt_f32_to_e4m3_sat(x / s)) * s;
+    if (kind == MPT_QKIND_BF16) return mpt_bf16_to_f32(mpt_f32_to_bf16(x));
+    return mpt_int_fake_quant(x, s, qmax);
+}
+
+/* One output of an integer GEMM or convolution: the exact int32 sum of integer products `acc`, converted to FP32
+ * (exact while |acc| <= 2^24, else rounded once, RNE), times the combined scale s_x * s_w (one FP32 product the
+ * caller forms), plus the bias, with one rounding (fmaf): y = fl(fl(acc) * scale + bias). */
+MPT_HD float mpt_int_rescale(int32_t acc, float scale, float bias) { return fmaf((float)acc, scale, bias); }
+
 /* ---- Non-finite test without relying on the compiler's -ffast-math state ------------------------- */
 MPT_HD int mpt_is_finite(float f) { return (mpt_f32_bits(f) & 0x7f800000u) != 0x7f800000u; }
 

@@ -57,13 +57,66 @@ char *mpt_escape(char *dst, size_t cap, const char *src) {
     return dst;
 }
 
+/* Copies the escaped message e (len bytes) into the message buffer, which holds cap - 1. One that does not fit keeps
+ * its words and its end (the reason comes last: "--out PATH: not a directory"): the middle of its longest word, most
+ * often a path the user gave, becomes "[...N bytes...]"; only when no word is long enough is the message's own middle
+ * cut. A cut never splits a UTF-8 sequence. */
+static void store_fitted(char *dst, size_t cap, const char *e, size_t len) {
+    if (len < cap) {
+        memcpy(dst, e, len + 1);
+        return;
+    }
+    size_t best = 0, best_len = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && e[j] != ' ') j++;
+        if (j - i > best_len) best = i, best_len = j - i;
+        i = j + 1;
+    }
+    char marker[48];
+    size_t excess = len - (cap - 1) + 40; /* 40 >= the marker's length */
+    size_t from, to;                      /* e[from, to) is left out */
+    if (best_len >= excess + 80) {        /* 40 bytes of the word kept on each side at least */
+        from = best + (best_len - excess) / 2;
+    } else {
+        from = (len - excess) / 2;
+        if (from > cap / 2) from = cap / 2;
+    }
+    to = from + excess;
+    while (from > 0 && ((unsigned char)e[from] & 0xc0) == 0x80) from--; /* not inside a UTF-8 sequence */
+    while (to < len && ((unsigned char)e[to] & 0xc0) == 0x80) to++;
+    int m = snprintf(marker, sizeof marker, "[...%zu bytes...]", to - from);
+    size_t tail = len - to;
+    if (from + (size_t)m + tail >= cap) tail = cap - 1 - from - (size_t)m; /* cannot happen: excess covers it */
+    memcpy(dst, e, from);
+    memcpy(dst + from, marker, (size_t)m);
+    memcpy(dst + from + m, e + len - tail, tail);
+    dst[from + (size_t)m + tail] = '\0';
+}
+
 mpt_status mpt_errorf(mpt_status code, const char *fmt, ...) {
-    char raw[sizeof mpt_err_msg]; /* formatted apart: callers may pass mpt_last_error() as an argument */
-    va_list ap;
+    /* formatted apart: callers may pass mpt_last_error() as an argument; whole, however long (a path of 4 KiB), then
+     * escaped and fitted */
+    char small[sizeof mpt_err_msg];
+    va_list ap, ap2;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    va_copy(ap2, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    mpt_escape(mpt_err_msg, sizeof mpt_err_msg, raw);
+    char *raw = small, *esc = NULL;
+    if (n >= (int)sizeof small && (raw = malloc((size_t)n + 1)) != NULL) vsnprintf(raw, (size_t)n + 1, fmt, ap2);
+    else raw = small; /* fits, or no memory for more: the first bytes */
+    va_end(ap2);
+    size_t rl = strlen(raw), cap = 4 * rl + 1;
+    esc = rl >= sizeof small ? malloc(cap) : NULL;
+    if (esc) {
+        mpt_escape(esc, cap, raw);
+        store_fitted(mpt_err_msg, sizeof mpt_err_msg, esc, strlen(esc));
+    } else {
+        mpt_escape(mpt_err_msg, sizeof mpt_err_msg, raw);
+    }
+    free(esc);
+    if (raw != small) free(raw);
     return code;
 }
 

@@ -107,8 +107,21 @@ static mpt_status init_params(mpt_trainer *t) {
     }
     free(buf);
     free(narrow);
-    mpt_master_refresh_working(g, t->master);
+    mpt_trainer_refresh_working(t);
     return MPT_OK;
+}
+
+/* Quantization-aware training: the quantized weights' working copies from their masters, per output channel. */
+static void qat_rewrite(mpt_trainer *t) {
+    if (t->cfg.qat == MPT_QAT_NONE) return;
+    for (int i = 0; i < t->n_params; i++)
+        if (t->qat[i])
+            mpt_quant_fake_weight(t->g, t->master[i]->data, t->weight[i], mpt_qat_format(t->cfg.qat), 1, NULL, NULL);
+}
+
+void mpt_trainer_refresh_working(mpt_trainer *t) {
+    mpt_master_refresh_working(t->g, t->master);
+    qat_rewrite(t);
 }
 
 /* The per-tensor optimizer arguments of parameter i that do not change from step to step. */
@@ -120,7 +133,7 @@ static void param_pointers(const mpt_trainer *t, int i, mpt_optim_args *a) {
     a->m = t->m[i] ? t->m[i]->data : NULL;
     a->v = t->v[i] ? t->v[i]->data : NULL;
     const int copy = mpt_master_has_working_copy(t->master[i], t->weight[i]);
-    a->working = copy || !fp32 ? t->weight[i]->data : NULL;
+    a->working = (copy || !fp32) && !t->qat[i] ? t->weight[i]->data : NULL; /* QAT: qat_rewrite writes it */
     a->working_dtype = t->weight[i]->dtype;
 }
 
@@ -170,6 +183,12 @@ static mpt_status check_config(const mpt_train_config *cfg) {
                                        "back off; use loss scaling none or static");
     if (cfg->nonfinite != MPT_NONFINITE_SKIP && cfg->nonfinite != MPT_NONFINITE_APPLY)
         return mpt_errorf(MPT_ERR_ARG, "nonfinite: expected skip or apply, found %d", (int)cfg->nonfinite);
+    if ((unsigned)cfg->qat >= MPT_QAT_COUNT)
+        return mpt_errorf(MPT_ERR_ARG, "qat: expected none, int8 or int4, found %d", (int)cfg->qat);
+    if (cfg->qat != MPT_QAT_NONE && cfg->master_weights != MPT_MASTER_FP32)
+        return mpt_errorf(MPT_ERR_ARG, "qat %s: quantization-aware training keeps FP32 masters beside the "
+                                       "fake-quantized weights; it needs master weights fp32, found none",
+                          mpt_qat_name(cfg->qat));
     return MPT_OK;
 }
 
@@ -180,6 +199,10 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     mpt_status s = check_config(cfg);
     if (s == MPT_OK && mpt_policy_is_fp8(&g->policy))
         s = mpt_fp8_recipe_check(&g->policy.fp8, mpt_policy_fp8_mx(&g->policy));
+    if (s == MPT_OK && cfg->qat != MPT_QAT_NONE && mpt_policy_is_fp8(&g->policy))
+        s = mpt_errorf(MPT_ERR_ARG, "qat %s: not with precision %s, whose FP8 GEMMs quantize the weights themselves "
+                                    "(use fp32, tf32, bf16 or fp16)", mpt_qat_name(cfg->qat),
+                       mpt_precision_name(g->policy.mode));
     if (s != MPT_OK) {
         mpt_graph_free(&g); /* the trainer owns g, also when it fails */
         return s;
@@ -194,9 +217,17 @@ mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_c
     t->master = calloc((size_t)g->n_params, sizeof *t->master);
     t->m = calloc((size_t)g->n_params, sizeof *t->m);
     t->v = calloc((size_t)g->n_params, sizeof *t->v);
-    MPT_ASSERT(t->weight && t->master && t->m && t->v);
+    t->qat = calloc((size_t)g->n_params + 1, sizeof *t->qat);
+    MPT_ASSERT(t->weight && t->master && t->m && t->v && t->qat);
     for (int i = 0; i < g->n_params; i++) t->weight[i] = g->params[i].weight;
     mpt_master_create(g, t->master, cfg->master_weights);
+    for (int i = 0; cfg->qat != MPT_QAT_NONE && i < g->n_params; i++) { /* the GEMM and conv weights, with FP32 masters */
+        mpt_node *n = mpt_quant_weight_node(g, t->weight[i]);
+        if (!n) continue;
+        t->qat[i] = 1;
+        n->qat = 1 + (int)mpt_qat_format(cfg->qat);
+        if (t->master[i] == t->weight[i]) t->master[i] = mpt_master_separate(g, t->weight[i]);
+    }
     int ns = mpt_optim_n_state(&cfg->optim);
     mpt_dtype sd = cfg->optim_state_dtype;
     for (int i = 0; i < g->n_params; i++) {
@@ -256,6 +287,7 @@ void mpt_trainer_free(mpt_trainer **pt) {
     free(t->master);
     free(t->m);
     free(t->v);
+    free(t->qat);
     free(t);
     *pt = NULL;
 }
@@ -347,6 +379,8 @@ static void step_ops(mpt_trainer *t, int measured) {
                                         .step = &st->steps_taken, .lr = &st->lr, .iteration = &st->iteration};
         be->optim_step_multi(be, &a);
     }
+    /* QAT: the forward pass of the next step reads the masters' fake-quantized values */
+    qat_rewrite(t);
     /* FP8: this step's amaxes into the histories, and (delayed scaling) the scales for the next step */
     if (g->n_fp8) {
         const mpt_fp8_recipe *r = &g->policy.fp8;

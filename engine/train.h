@@ -33,6 +33,7 @@
 #include "engine/backend.h"
 #include "engine/graph.h"
 #include "engine/optim/schedule.h"
+#include "engine/quant.h"
 
 typedef enum mpt_loss_scaling {
     MPT_LOSS_SCALE_NONE = 0,  /* S = 1, found_inf still skips steps */
@@ -75,6 +76,10 @@ typedef struct mpt_train_config {
     int step_graph;              /* 1: on a backend with step capture (CUDA), record the step once as a CUDA Graph
                                     and replay it (see mpt_trainer_step); 0: call each operation every step.
                                     Ignored by the CPU backend. Results are bit-identical either way. */
+    mpt_qat qat;                 /* quantization-aware training (engine/quant.h): the forward pass reads the linear and
+                                    conv weights fake-quantized per output channel to INT8 / INT4, rewritten from their
+                                    FP32 masters after every optimizer step; NONE (default): off. Needs FP32 masters
+                                    and a mode without FP8 GEMMs. */
 } mpt_train_config;
 
 /* A config with the defaults: Adam (lr 1e-3, betas 0.9/0.999, eps 1e-8), constant LR, no clipping,
@@ -104,6 +109,8 @@ typedef struct mpt_trainer {
     mpt_tensor **master;     /* [n_params] what the optimizer updates: FP32 masters (== weight[i] in fp32/tf32
                                 modes, and in every mode with --master-weights none, where it is F16/BF16) */
     mpt_tensor **m, **v;     /* [n_params] optimizer state tensors (cfg.optim_state_dtype), or NULL entries */
+    int *qat;                /* [n_params] 1 for the weights quantization-aware training fake-quantizes (cfg.qat; the
+                                weights of linear and conv2d nodes), else 0 */
     mpt_scaler_state *scaler;/* backend memory */
     mpt_param_slot *slots;   /* [n_params] backend memory: the parameters' pointers and sizes for the multi-tensor
                                 unscale and optimizer passes (one launch each), written once at creation */
@@ -156,6 +163,10 @@ typedef struct mpt_trainer {
  * ownership of g: it is freed with the trainer, or before returning when creation fails (MPT_ERR_ARG for a bad
  * config, naming the setting; MPT_ERR_NOMEM). */
 MPT_API mpt_status mpt_trainer_create(mpt_trainer **out, mpt_graph *g, const mpt_train_config *cfg);
+/* Rewrites every working copy from its master: RNE for the others (mpt_master_refresh_working), and, with cfg.qat, the
+ * fake-quantized values for the quantized weights. What creation and a checkpoint load do after writing the masters.
+ * Stream-ordered. */
+MPT_API void mpt_trainer_refresh_working(mpt_trainer *t);
 /* Frees the trainer with its graph, masters, optimizer state and telemetry (not the backend, nor an attached
  * mpt_dist) and sets *t to NULL. NULL *t: nothing. */
 MPT_API void mpt_trainer_free(mpt_trainer **t);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mpt_config.h"
@@ -63,6 +64,35 @@ static int run_mptrain(int ranks, const char *const *args) {
     return run_argv(argv);
 }
 
+/* Runs `timeout <limit> mpirun --oversubscribe -np 1 mptrain <args0...> : -np 1 mptrain <args1...>` (rank 0 and rank 1
+ * with their own command lines; each NULL-terminated, at most 40) with stdout and stderr into tmpdir/log; returns the
+ * exit status (124: still running after `limit` seconds, a hang) and the seconds it took in *secs. */
+static int run_two_commands(const char *const *args0, const char *const *args1, int limit, double *secs) {
+    char exe[1024], lim[16];
+    mptrain_path(exe, sizeof exe);
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *argv[100] = {"timeout", lim, "mpirun", "--oversubscribe"};
+    int n = 4;
+    for (int r = 0; r < 2; r++) {
+        const char *const *a = r == 0 ? args0 : args1;
+        if (r == 1) argv[n++] = ":";
+        argv[n++] = "-np";
+        argv[n++] = "1";
+        argv[n++] = exe;
+        for (int i = 0; a[i]; i++) {
+            ck_assert(n < 98);
+            argv[n++] = a[i];
+        }
+    }
+    argv[n] = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = run_argv(argv);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return rc;
+}
+
 /* The whole file, NUL-terminated (malloc'd); NULL when it cannot be read. */
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -85,6 +115,19 @@ static int log_contains(const char *needle) {
     int yes = strstr(b, needle) != NULL;
     free(b);
     return yes;
+}
+
+/* The number of lines of the last run's output (tmpdir/log) that start with `prefix` (mptrain's own lines start with
+ * "mptrain"; mpirun adds banners of its own). */
+static int log_lines_starting(const char *prefix) {
+    char *b = slurp(tmp_path("log"));
+    ck_assert(b != NULL);
+    int n = 0;
+    size_t k = strlen(prefix);
+    for (char *line = b; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        n += strncmp(line, prefix, k) == 0;
+    free(b);
+    return n;
 }
 
 /* 77 (meson's skip, after one line naming `program`) when Fashion-MNIST is not installed, else 0. */

@@ -8,7 +8,11 @@
  *    value of the format lies closer (checked against the neighbours one ulp away);
  *  - mpt_accum_dot by hand: 1 + 300 x 2^-9 sums exactly in FP32 and FP16 but stagnates at 1 in BF16 (each term is
  *    below half of BF16's ulp at 1, 2^-8), the swamping the lesson shows; the compensated reference is exact on a
- *    sum where plain FP64 summation loses the small terms.
+ *    sum where plain FP64 summation loses the small terms;
+ *  - mpt_accum_exact returns mpt_accum_dot's reference, sum |p| and FP32 sum, bit for bit;
+ *  - the sign test's p-value against the binomial tail summed from Pascal's triangle (another method: no lgamma) for
+ *    every k of every n up to 60, and by hand (2^-9 for 10 of 10, 112/1024 for 8 of 10 and for 2 of 10, 1 for 5 of
+ *    10); the direction of a set of errors counted by hand.
  */
 #include <float.h>
 #include <math.h>
@@ -156,6 +160,63 @@ START_TEST(test_methods_match_float_arithmetic) {
 }
 END_TEST
 
+START_TEST(test_exact_matches_dot) {
+    tests_rng r = {4242};
+    static float p[3000];
+    for (int i = 0; i < 3000; i++) p[i] = random_float(&r, -20, 3);
+    double ref, abs_sum, s[MPT_ACCUM_COUNT], abs2;
+    float s32;
+    for (int k = 0; k <= 3000; k += 250) {
+        mpt_accum_dot(p, k, &ref, &abs_sum, s);
+        ck_assert(mpt_accum_exact(p, k, &abs2, &s32) == ref);
+        ck_assert(abs2 == abs_sum);
+        ck_assert((double)s32 == s[MPT_ACCUM_F32]);
+    }
+}
+END_TEST
+
+START_TEST(test_sign_test) {
+    /* Pascal's triangle in doubles: C(n, i) / 2^n row by row (each row's entries halved sums of the last row's) */
+    static double row[61], next[61];
+    row[0] = 1.0;
+    for (int n = 1; n <= 60; n++) {
+        for (int i = 0; i <= n; i++) next[i] = 0.5 * ((i > 0 ? row[i - 1] : 0.0) + (i < n ? row[i] : 0.0));
+        memcpy(row, next, sizeof row);
+        for (int k = 0; k <= n; k++) {
+            int hi = k > n - k ? k : n - k;
+            double tail = 0.0;
+            for (int i = hi; i <= n; i++) tail += row[i];
+            double want = 2.0 * tail > 1.0 ? 1.0 : 2.0 * tail, got = mpt_accum_sign_test(k, n);
+            ck_assert_msg(fabs(got - want) <= 1e-10 * want, "sign test %d of %d: %.17g, want %.17g", k, n, got, want);
+        }
+    }
+    ck_assert(mpt_accum_sign_test(0, 0) == 1.0);
+    ck_assert(fabs(mpt_accum_sign_test(10, 10) - 0x1p-9) <= 1e-14);
+    ck_assert(fabs(mpt_accum_sign_test(8, 10) - 112.0 / 1024.0) <= 1e-14);
+    ck_assert(fabs(mpt_accum_sign_test(2, 10) - 112.0 / 1024.0) <= 1e-14);
+    ck_assert(mpt_accum_sign_test(5, 10) == 1.0);
+    /* far tails stay positive and ordered: 2^-199 for 200 of 200 */
+    ck_assert(fabs(mpt_accum_sign_test(200, 200) / 0x1p-199 - 1.0) <= 1e-10);
+}
+END_TEST
+
+START_TEST(test_bias_by_hand) {
+    const double e[5] = {-1.0, -2.0, 0.0, 3.0, -0.5};
+    mpt_accum_bias b;
+    mpt_accum_bias_of(e, 5, &b);
+    ck_assert(b.n == 5 && b.toward_zero == 3 && b.away == 1 && b.exact == 1);
+    ck_assert(b.share_toward == 0.75);
+    ck_assert(fabs(b.p_sign - 10.0 / 16.0) <= 1e-14); /* 2 P(X >= 3), X ~ Binomial(4, 1/2): 2 x 5/16 */
+    ck_assert(fabs(b.mean_ratio - (-0.5 / 6.5)) <= 1e-15);
+    const double z[3] = {0.0, 0.0, 0.0};
+    mpt_accum_bias_of(z, 3, &b);
+    ck_assert(b.exact == 3 && isnan(b.share_toward) && isnan(b.mean_ratio) && b.p_sign == 1.0);
+    const double all[4] = {-1e-9, -2e-9, -3e-9, -4e-9};
+    mpt_accum_bias_of(all, 4, &b);
+    ck_assert(b.share_toward == 1.0 && b.mean_ratio == -1.0 && fabs(b.p_sign - 0.125) <= 1e-14);
+}
+END_TEST
+
 static Suite *accum_suite(void) {
     Suite *s = suite_create("accum");
     TCase *tc = tcase_create("accum");
@@ -165,6 +226,9 @@ static Suite *accum_suite(void) {
     tcase_add_test(tc, test_dot_by_hand);
     tcase_add_test(tc, test_methods_by_hand);
     tcase_add_test(tc, test_methods_match_float_arithmetic);
+    tcase_add_test(tc, test_exact_matches_dot);
+    tcase_add_test(tc, test_sign_test);
+    tcase_add_test(tc, test_bias_by_hand);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -36,6 +36,14 @@
  * and the GPU). Reductions whose summation order differs are bounded instead: the sum of squares within one
  * FP32 ulp (FP64 sums rounded once on both sides), softmax/cross-entropy and the bias gradient within the
  * bounds derived next to their tests.
+ *
+ * Quantization (engine/backend.h "Quantization", engine/quant.h): the integer GEMM on both GPU paths (cuBLASLt's INT8
+ * GEMM where its IMMA rules allow the shape, and the own kernel, forced with MPT_CUDA_GEMM_I8_OWN=1), the integer
+ * convolution, fake quantization (INT8, INT4, E4M3, BF16; per row and per tensor; F32 and BF16 outputs) and the
+ * activation codes and amax are BIT-IDENTICAL to the CPU: integer sums are exact in any order, a max does not depend on
+ * it, and the rescale and the rounding rules are engine/numerics.h's; the K = 9216 sums equal an int64 reference.
+ * Quantization-aware training on the GPU: after steps, every quantized working weight is the per-row fake quantization
+ * of its master, recomputed on the host.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -2926,6 +2934,204 @@ START_TEST(test_layernorm) {
 }
 END_TEST
 
+/* ---- quantization ---------------------------------------------------------------------------------------------- */
+
+/* One integer GEMM on both backends with the same codes, scales and bias: acc and C bit for bit. */
+static void gemm_i8_case(tests_rng *r, int64_t M, int64_t N, int64_t K, int per_tensor, mpt_dtype ct, int saturated) {
+    int8_t *A = xmalloc((size_t)(M * K)), *B = xmalloc((size_t)(N * K));
+    for (int64_t i = 0; i < M * K; i++) A[i] = (int8_t)(saturated ? 127 : tests_int(r, -127, 127));
+    for (int64_t i = 0; i < N * K; i++) B[i] = (int8_t)(saturated ? (i % K == K - 1 ? 1 : 127) : tests_int(r, -127, 127));
+    float *ws = xmalloc(sizeof(float) * (size_t)N), *bias = xmalloc(sizeof(float) * (size_t)N), xs = 0.0123f;
+    for (int64_t i = 0; i < N; i++) ws[i] = (float)tests_uniform(r, 1e-4, 1e-2), bias[i] = (float)tests_uniform(r, -1, 1);
+    int32_t *acc_c = xmalloc(sizeof(int32_t) * (size_t)(M * N)), *acc_g = xmalloc(sizeof(int32_t) * (size_t)(M * N));
+    void *c_c = xmalloc(nbytes(ct, M * N)), *c_g = xmalloc(nbytes(ct, M * N));
+    mpt_gemm_i8_args a = {.M = M, .N = N, .K = K, .A = A, .B = B, .acc = acc_c, .C = c_c, .c_dtype = ct, .a_scale = &xs,
+                          .b_scales = ws, .b_per_tensor = per_tensor, .bias = bias, .bias_dtype = MPT_DTYPE_F32,
+                          .tag = "test.i8"};
+    cpu->gemm_i8(cpu, &a);
+    mpt_gemm_i8_args d = a;
+    d.A = dev_put(A, (size_t)(M * K));
+    d.B = dev_put(B, (size_t)(N * K));
+    d.acc = dev_alloc(sizeof(int32_t) * (size_t)(M * N));
+    d.C = dev_alloc(nbytes(ct, M * N));
+    d.a_scale = dev_put(&xs, sizeof xs);
+    d.b_scales = dev_put(ws, sizeof(float) * (size_t)N);
+    d.bias = dev_put(bias, sizeof(float) * (size_t)N);
+    for (int own = 0; own < 2; own++) {
+        setenv("MPT_CUDA_GEMM_I8_OWN", own ? "1" : "0", 1);
+        gpu->gemm_i8(gpu, &d);
+        dev_get(acc_g, d.acc, sizeof(int32_t) * (size_t)(M * N));
+        dev_get(c_g, d.C, nbytes(ct, M * N));
+        for (int64_t i = 0; i < M * N; i++)
+            EXPECT(acc_g[i] == acc_c[i], "gemm_i8 %lldx%lldx%lld (%s path): acc[%lld] GPU %d, CPU %d", (long long)M,
+                   (long long)N, (long long)K, own ? "own" : "cuBLASLt where it applies", (long long)i, acc_g[i], acc_c[i]);
+        expect_same("gemm_i8 rescale", c_g, c_c, ct, M * N);
+    }
+    unsetenv("MPT_CUDA_GEMM_I8_OWN");
+    if (saturated) /* 127 * 127 * (K - 1) + 127: not an FP32 number for K = 9216, exact here */
+        EXPECT(acc_c[0] == 16129 * (K - 1) + 127, "acc[0] = %d, exact %lld", acc_c[0], (long long)(16129 * (K - 1) + 127));
+    dev_free((void *)d.A), dev_free((void *)d.B), dev_free(d.acc), dev_free(d.C), dev_free((void *)d.a_scale);
+    dev_free((void *)d.b_scales), dev_free((void *)d.bias);
+    free(A), free(B), free(ws), free(bias), free(acc_c), free(acc_g), free(c_c), free(c_g);
+}
+
+START_TEST(test_quant_gemm_i8_bit_identical) {
+    tests_rng r = {38};
+    gemm_i8_case(&r, 128, 512, 784, 0, MPT_DTYPE_F32, 0); /* the mlp's fc1: N, K multiples of 4 (cuBLASLt) */
+    gemm_i8_case(&r, 128, 10, 512, 0, MPT_DTYPE_F32, 0);  /* fc3: N = 10, the own kernel */
+    gemm_i8_case(&r, 128, 128, 9216, 0, MPT_DTYPE_BF16, 0); /* the cnn's fc1, a BF16 output */
+    gemm_i8_case(&r, 64, 84, 120, 1, MPT_DTYPE_F32, 0);   /* lenet5's fc2, one scale per tensor */
+    gemm_i8_case(&r, 4, 8, 9216, 0, MPT_DTYPE_F32, 1);    /* the exact sum beyond 2^24 */
+    gemm_i8_case(&r, 3, 5, 7, 0, MPT_DTYPE_F32, 0);       /* odd sizes */
+}
+END_TEST
+
+START_TEST(test_quant_conv_i8_bit_identical) {
+    tests_rng r = {39};
+    const struct { int N, C, H, K, R, pad, stride; } cs[] = {{32, 1, 28, 6, 5, 2, 1}, {32, 6, 14, 16, 5, 0, 1},
+                                                             {16, 32, 26, 64, 3, 0, 1}, {8, 3, 9, 4, 3, 1, 2}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        mpt_conv_shape sh = {.N = cs[ci].N, .C = cs[ci].C, .H = cs[ci].H, .W = cs[ci].H, .K = cs[ci].K, .R = cs[ci].R,
+                             .S = cs[ci].R, .pad_h = cs[ci].pad, .pad_w = cs[ci].pad, .stride_h = cs[ci].stride,
+                             .stride_w = cs[ci].stride};
+        sh.P = (sh.H + 2 * sh.pad_h - sh.R) / sh.stride_h + 1;
+        sh.Q = (sh.W + 2 * sh.pad_w - sh.S) / sh.stride_w + 1;
+        const int64_t nx = (int64_t)sh.N * sh.C * sh.H * sh.W, nw = (int64_t)sh.K * sh.C * sh.R * sh.S;
+        const int64_t ny = (int64_t)sh.N * sh.K * sh.P * sh.Q;
+        int8_t *x = xmalloc((size_t)nx), *w = xmalloc((size_t)nw);
+        for (int64_t i = 0; i < nx; i++) x[i] = (int8_t)tests_int(&r, -127, 127);
+        for (int64_t i = 0; i < nw; i++) w[i] = (int8_t)tests_int(&r, -127, 127);
+        float ws[64], bias[64], xs = 0.02f;
+        for (int k = 0; k < sh.K; k++) ws[k] = (float)tests_uniform(&r, 1e-4, 1e-2), bias[k] = (float)tests_uniform(&r, -1, 1);
+        for (size_t di = 0; di < 3; di++) {
+            const mpt_dtype t = float_dtypes[di];
+            void *yc = xmalloc(nbytes(t, ny)), *yg = xmalloc(nbytes(t, ny));
+            reserve(cpu, mpt_conv_i8_workspace(&sh));
+            mpt_conv_i8_args a = {.s = sh, .x = x, .w = w, .y = yc, .y_dtype = t, .x_scale = &xs, .w_scales = ws,
+                                  .w_per_tensor = (int)(ci % 2), .bias = bias, .bias_dtype = MPT_DTYPE_F32, .tag = "test"};
+            cpu->conv2d_forward_i8(cpu, &a);
+            mpt_conv_i8_args d = a;
+            d.x = dev_put(x, (size_t)nx), d.w = dev_put(w, (size_t)nw), d.y = dev_alloc(nbytes(t, ny));
+            d.x_scale = dev_put(&xs, sizeof xs), d.w_scales = dev_put(ws, sizeof ws), d.bias = dev_put(bias, sizeof bias);
+            gpu->conv2d_forward_i8(gpu, &d);
+            dev_get(yg, d.y, nbytes(t, ny));
+            expect_same("conv2d_forward_i8", yg, yc, t, ny);
+            dev_free((void *)d.x), dev_free((void *)d.w), dev_free(d.y), dev_free((void *)d.x_scale);
+            dev_free((void *)d.w_scales), dev_free((void *)d.bias);
+            free(yc), free(yg);
+        }
+        free(x), free(w);
+    }
+}
+END_TEST
+
+START_TEST(test_quant_fake_quant_and_codes_bit_identical) {
+    tests_rng r = {40};
+    const int64_t shapes[][2] = {{512, 784}, {10, 512}, {1, 401408}, {6, 25}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+        float *x = xmalloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(tests_uniform(&r, -1, 1) * ldexp(1.0, tests_int(&r, -12, 0)));
+        float *dx = dev_put(x, sizeof(float) * (size_t)n);
+        for (int f = 0; f < MPT_QFORMAT_COUNT; f++)
+            for (size_t di = 0; di < 3; di += 2) { /* F32 and BF16 working copies */
+                const mpt_dtype t = float_dtypes[di];
+                const int codes = mpt_qformat_info((mpt_qformat)f)->is_int;
+                void *yc = xmalloc(nbytes(t, n)), *yg = xmalloc(nbytes(t, n));
+                int8_t *qc = xmalloc((size_t)n), *qg = xmalloc((size_t)n);
+                float *sc = xmalloc(sizeof(float) * (size_t)rows), *sg = xmalloc(sizeof(float) * (size_t)rows);
+                mpt_fake_quant_args a = {.x = x, .rows = rows, .cols = cols, .fmt = (mpt_qformat)f, .y = yc, .y_dtype = t,
+                                         .q = codes ? qc : NULL, .scales = sc, .tag = "test"};
+                cpu->fake_quant(cpu, &a);
+                mpt_fake_quant_args d = a;
+                d.x = dx, d.y = dev_alloc(nbytes(t, n)), d.q = codes ? dev_alloc((size_t)n) : NULL;
+                d.scales = dev_alloc(sizeof(float) * (size_t)rows);
+                gpu->fake_quant(gpu, &d);
+                dev_get(yg, d.y, nbytes(t, n));
+                dev_get(sg, d.scales, sizeof(float) * (size_t)rows);
+                expect_same("fake_quant", yg, yc, t, n);
+                expect_same("fake_quant scales", sg, sc, MPT_DTYPE_F32, rows);
+                if (codes) {
+                    dev_get(qg, d.q, (size_t)n);
+                    EXPECT(memcmp(qg, qc, (size_t)n) == 0, "fake_quant codes differ (%s)", mpt_qformat_info((mpt_qformat)f)->key);
+                    dev_free(d.q);
+                }
+                dev_free(d.y), dev_free(d.scales);
+                free(yc), free(yg), free(qc), free(qg), free(sc), free(sg);
+            }
+        /* an activation's amax over two calls and its codes */
+        float amax_c = 0.0f, amax_g, s = 0.0037f, zero = 0.0f;
+        float *damax = dev_put(&zero, sizeof zero), *ds = dev_put(&s, sizeof s);
+        int8_t *qc = xmalloc((size_t)n), *qg = xmalloc((size_t)n), *dq = dev_alloc((size_t)n);
+        for (int call = 0; call < 2; call++) {
+            const int64_t part = call ? n - n / 2 : n / 2;
+            mpt_quantize_args a = {.x = x + (call ? n / 2 : 0), .x_dtype = MPT_DTYPE_F32, .n = part, .amax = &amax_c,
+                                   .tag = "test"};
+            cpu->quantize(cpu, &a);
+            a.x = dx + (call ? n / 2 : 0), a.amax = damax;
+            gpu->quantize(gpu, &a);
+        }
+        dev_get(&amax_g, damax, sizeof amax_g);
+        EXPECT(bits(amax_g) == bits(amax_c), "quantize amax: GPU %.9g, CPU %.9g", (double)amax_g, (double)amax_c);
+        mpt_quantize_args a = {.x = x, .x_dtype = MPT_DTYPE_F32, .n = n, .scale = &s, .q = qc, .qmax = 127, .tag = "test"};
+        cpu->quantize(cpu, &a);
+        a.x = dx, a.scale = ds, a.q = dq;
+        gpu->quantize(gpu, &a);
+        dev_get(qg, dq, (size_t)n);
+        EXPECT(memcmp(qg, qc, (size_t)n) == 0, "quantize codes differ");
+        dev_free(damax), dev_free(ds), dev_free(dq), dev_free(dx);
+        free(qc), free(qg), free(x);
+    }
+}
+END_TEST
+
+/* QAT on the GPU: after a few steps every quantized working weight is the per-row INT4 fake quantization of its master
+ * (recomputed on the host with engine/numerics.h's rules). */
+START_TEST(test_qat_working_weights_cuda) {
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 512, 128, 784, 10, 7) == MPT_OK, "synthetic data");
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_BF16, 0, 0);
+    mpt_graph *g = mpt_graph_create(gpu, &pol, 64);
+    mpt_tensor *logits = NULL;
+    EXPECT(mpt_model_build(g, "mlp", &logits) == MPT_OK, "model");
+    mpt_softmax_xent(g, logits, "loss");
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_BF16);
+    cfg.qat = MPT_QAT_INT4;
+    mpt_trainer *t = NULL;
+    EXPECT(mpt_trainer_create(&t, g, &cfg) == MPT_OK, "%s", mpt_last_error());
+    uint8_t *img = dev_put(d.train_images, (size_t)(d.n_train * d.dim)), *lab = dev_put(d.train_labels, (size_t)d.n_train);
+    int32_t idx[64];
+    for (int step = 0; step < 3; step++) {
+        for (int i = 0; i < 64; i++) idx[i] = step * 64 + i;
+        int32_t *didx = dev_put(idx, sizeof idx);
+        mpt_trainer_gather(t, img, lab, didx, d.dim, 0.0f, 1.0f);
+        mpt_trainer_step(t);
+        gpu->synchronize(gpu);
+        dev_free(didx);
+    }
+    for (int i = 0; i < t->n_params; i++) {
+        if (!t->qat[i]) continue;
+        const int64_t n = mpt_tensor_numel(t->weight[i]), rows = t->weight[i]->shape[0], cols = n / rows;
+        float *m = xmalloc(sizeof(float) * (size_t)n);
+        uint16_t *w = xmalloc(sizeof(uint16_t) * (size_t)n);
+        dev_get(m, t->master[i]->data, sizeof(float) * (size_t)n);
+        dev_get(w, t->weight[i]->data, sizeof(uint16_t) * (size_t)n);
+        for (int64_t rr = 0; rr < rows; rr++) {
+            float amax = 0.0f;
+            for (int64_t k = 0; k < cols; k++) amax = fmaxf(amax, fabsf(m[rr * cols + k]));
+            const float s = mpt_int_scale_from_amax(amax, 7);
+            for (int64_t k = 0; k < cols; k++)
+                EXPECT(w[rr * cols + k] == mpt_f32_to_bf16(mpt_int_fake_quant(m[rr * cols + k], s, 7)),
+                       "%s[%lld]: not the fake quantization of its master", t->weight[i]->name, (long long)(rr * cols + k));
+        }
+        free(m), free(w);
+    }
+    dev_free(img), dev_free(lab);
+    mpt_trainer_free(&t);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
@@ -2974,6 +3180,13 @@ static Suite *cuda_suite(void) {
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);
     suite_add_tcase(s, to);
+    TCase *tq = tcase_create("quant");
+    tcase_set_timeout(tq, 300);
+    tcase_add_test(tq, test_quant_gemm_i8_bit_identical);
+    tcase_add_test(tq, test_quant_conv_i8_bit_identical);
+    tcase_add_test(tq, test_quant_fake_quant_and_codes_bit_identical);
+    tcase_add_test(tq, test_qat_working_weights_cuda);
+    suite_add_tcase(s, tq);
     TCase *tt = tcase_create("training");
     tcase_set_timeout(tt, 600);
     tcase_add_test(tt, test_e2e_mlp);

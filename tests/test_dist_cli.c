@@ -13,7 +13,11 @@
  *    whole job with its exit code within seconds (MPI_Abort after MPT_DIST_EXIT_WAIT_S), where it used to hang in
  *    MPI_Finalize while rank 0 hung in MPI_Allreduce; ranks failing alike end cleanly, without MPI_Abort;
  *  - a rank stopped (SIGSTOP) during training: the job ends after --comm-timeout with a line naming rank 1 as the
- *    one that did not arrive (issue 22, item 9: it hung for good).
+ *    one that did not arrive (issue 22, item 9: it hung for good);
+ *  - ranks started with different settings or data stop before training, with exit 2 and one line naming the setting
+ *    and both values (issue 36: rank 1 with another --lr, --precision, --batch-size or --optimizer trained, exit 0,
+ *    a mix of both under rank 0's settings; another --max-steps died by SIGABRT in coll_wait; another --epochs waited
+ *    for --comm-timeout; relabelled data trained silently).
  * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
  */
 #include <ctype.h>
@@ -29,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "datasets/idx.h"
+#include "datasets/synthetic.h"
 #include "engine/dist/dist.h"
 #include "harness.h"
 #include "mpt_config.h"
@@ -344,6 +350,67 @@ START_TEST(ranks_failing_alike_end_without_abort) {
 }
 END_TEST
 
+/* Every rank's settings, data and resumed step are compared before training: rank 1 started with another value of a
+ * setting (or other images of the same count) ends the job on both ranks with exit 2, within seconds, and one line
+ * (the only line of mptrain's) that names the setting and both values; nothing is trained or written. */
+START_TEST(ranks_that_disagree_stop_with_one_line) {
+    make_tmpdir();
+    /* two synthetic sets of 256 + 64 images that differ in one training label: the same size, other data */
+    char *data[2];
+    for (int k = 0; k < 2; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "data%d", k);
+        data[k] = strdup(tmp_path(name));
+        ck_assert(mkdir(data[k], 0755) == 0);
+        mpt_mnist d;
+        ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 784, 10, 7), MPT_OK);
+        if (k == 1) d.train_labels[5] = (uint8_t)((d.train_labels[5] + 1) % 10);
+        ck_assert(mpt_mnist_save(data[k], &d, 0) == MPT_OK);
+        mpt_mnist_free(&d);
+    }
+    static const struct { const char *flag, *value, *want; } cases[] = {
+        {"--lr", "0.1", "the ranks disagree on --lr: rank 1: 0.1, rank 0: 0.001 "},
+        {"--max-steps", "6", "the ranks disagree on --max-steps: rank 1: 6, rank 0: 4 "},
+        {"--epochs", "2", "the ranks disagree on --epochs: rank 1: 2, rank 0: 1 "},
+        {"--precision", "bf16", "the ranks disagree on --precision: rank 1: bf16, rank 0: fp32 "},
+        {"--batch-size", "64", "the ranks disagree on --batch-size: rank 1: 64, rank 0: 32 "},
+        {"--optimizer", "sgd", "the ranks disagree on --optimizer: rank 1: sgd, rank 0: adam "},
+        {"--data", NULL, "the ranks disagree on --data (the images as loaded): rank 1: 256 training images crc32 "},
+    };
+    const char *out = tmp_path("o");
+    char failures[4096] = "";
+    size_t fl = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *a0[] = {"train", "--model", "mlp", "--epochs", "1", "--batch-size", "32", "--max-steps", "4",
+                            "--device", "cpu", "--threads", "1", "--progress", "off", "--data-parallel", "--data",
+                            data[0], "--out", out, NULL};
+        const char *a1[] = {"train", "--model", "mlp", "--epochs", "1", "--batch-size", "32", "--max-steps", "4",
+                            "--device", "cpu", "--threads", "1", "--progress", "off", "--data-parallel", "--data",
+                            data[0], "--out", out, cases[i].flag, cases[i].value ? cases[i].value : data[1], NULL};
+        double secs = 0.0;
+        int rc = run_two_commands(a0, a1, 120, &secs);
+        char want[256];
+        snprintf(want, sizeof want, "mptrain train: %s", cases[i].want);
+        const char *why = rc != 2 ? "exit status not 2"
+                          : secs > 60.0 ? "took more than 60 s"
+                          : !log_contains(want) ? "no line naming the setting and both values"
+                          : log_lines_starting("mptrain") != 1 ? "more than one line of mptrain's"
+                          : access(tmp_path("o/metrics.csv"), F_OK) == 0 ? "it trained" : NULL;
+        if (why) {
+            char *log = slurp(tmp_path("log"));
+            fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "\n  [%s] %s (exit %d, %.0f s): %.300s",
+                                   cases[i].flag, why, rc, secs, log ? log : "");
+            free(log);
+        }
+        if (fl >= sizeof failures) fl = sizeof failures - 1;
+    }
+    ck_assert_msg(fl == 0, "ranks with different settings:%s", failures);
+    free(data[0]);
+    free(data[1]);
+    rm_tmpdir();
+}
+END_TEST
+
 int main(void) {
     if (skip_without_fashion_mnist("test_dist_cli")) return 77;
     Suite *s = suite_create("dist_cli");
@@ -357,6 +424,7 @@ int main(void) {
     tcase_add_test(tc, a_rank_failing_alone_aborts_the_job);
     tcase_add_test(tc, ranks_failing_alike_end_without_abort);
     tcase_add_test(tc, a_stopped_rank_aborts_the_job_within_comm_timeout);
+    tcase_add_test(tc, ranks_that_disagree_stop_with_one_line);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

@@ -9,8 +9,12 @@
  *    nearest-even search over all 256 codes decoded here from the OCP definition (value = (-1)^s * 2^(e-bias) *
  *    (1 + m/2^M), subnormals 2^(1-bias) * m/2^M), independent of the engine's decoder;
  *  - the format table's constants against their textbook values (E8M0: 2^-127 .. 2^127, no sign);
- *  - the command: its output shows the patterns, FP8 saturating by default and NaN with --fp8-saturate off, and a
- *    malformed value or flag exits 2 naming it.
+ *  - INT8 and INT4 against hand-computed codes: the rows' widths, the scale from amax (254 / 127 = 2, 14 / 7 = 2),
+ *    ties to even (x / s = 2.5, 3.5, -1.5, 0.5, 126.5), clamping to +-qmax and never to the unused -128 / -8, the
+ *    two's complement bits, NaN and inf;
+ *  - the command: its output shows the patterns, FP8 saturating by default and NaN with --fp8-saturate off, the INT8
+ *    and INT4 rows at the amax scale and at --int-scale (a tie, a clamp), and a malformed value or flag exits 2
+ *    naming it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -191,6 +195,78 @@ START_TEST(test_table) {
 }
 END_TEST
 
+/* The code and value of x in format f at scale s, checked against the hand-computed q. */
+static void int_case(mpt_int_format f, double x, float s, int q, int tie, int clamped) {
+    mpt_fmt_int_value v;
+    mpt_fmt_int_convert(f, x, s, &v);
+    ck_assert_msg(v.q == q && v.value == (double)q * s && v.tie == tie && v.clamped == clamped,
+                  "%s(%g) at s = %g: q %d (want %d), value %g, tie %d, clamped %d", mpt_int_format_info(f)->name, x,
+                  (double)s, (int)v.q, q, v.value, v.tie, v.clamped);
+    ck_assert_int_eq((int)mpt_int_quantize((float)x, s, mpt_int_format_info(f)->qmax), q);
+}
+
+START_TEST(test_int_formats) {
+    const mpt_int_format_desc *i8 = mpt_int_format_info(MPT_INT_FORMAT_INT8), *i4 = mpt_int_format_info(MPT_INT_FORMAT_INT4);
+    ck_assert(i8->bits == 8 && i8->qmax == 127 && i8->code_min == -128 && strcmp(i8->key, "int8") == 0);
+    ck_assert(i4->bits == 4 && i4->qmax == 7 && i4->code_min == -8 && strcmp(i4->key, "int4") == 0);
+    ck_assert_ptr_null(mpt_int_format_info(MPT_INT_FORMAT_COUNT));
+    for (int f = 0; f < MPT_INT_FORMAT_COUNT; f++) { /* symmetric two's complement of the row's width */
+        const mpt_int_format_desc *d = mpt_int_format_info((mpt_int_format)f);
+        ck_assert_int_eq(d->qmax, (1 << (d->bits - 1)) - 1);
+        ck_assert_int_eq(d->code_min, -(1 << (d->bits - 1)));
+    }
+    ck_assert_str_eq(mpt_dtype_name(MPT_DTYPE_I8), "i8");
+    ck_assert(mpt_dtype_size(MPT_DTYPE_I8) == 1 && mpt_dtype_info(MPT_DTYPE_I8)->format == -1);
+    /* the scale from amax: s = amax / qmax */
+    const double a[] = {5.0, -254.0, 7.0}, b[] = {14.0, -3.0}, z[] = {0.0, -0.0};
+    ck_assert(mpt_fmt_int_scale(MPT_INT_FORMAT_INT8, a, 3) == 2.0f);
+    ck_assert(mpt_fmt_int_scale(MPT_INT_FORMAT_INT4, b, 2) == 2.0f);
+    ck_assert(mpt_fmt_int_scale(MPT_INT_FORMAT_INT8, z, 2) == 1.0f); /* all zero: any scale; 1 */
+    ck_assert(mpt_int_scale_from_amax(INFINITY, 127) == 1.0f && mpt_int_scale_from_amax(NAN, 7) == 1.0f);
+    ck_assert(mpt_int_scale_from_amax(1.0f, 127) == 1.0f / 127.0f);
+    /* ties to even at s = 2 (x / s exact): 2.5 -> 2, 3.5 -> 4, -1.5 -> -2, 0.5 -> 0, 126.5 -> 126 */
+    int_case(MPT_INT_FORMAT_INT8, 5.0, 2.0f, 2, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, 7.0, 2.0f, 4, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, -3.0, 2.0f, -2, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, 1.0, 2.0f, 0, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, 253.0, 2.0f, 126, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, -253.0, 2.0f, -126, 1, 0);
+    int_case(MPT_INT_FORMAT_INT8, 254.0, 2.0f, 127, 0, 0); /* amax on the top code */
+    int_case(MPT_INT_FORMAT_INT8, 5.2, 2.0f, 3, 0, 0);      /* 2.6 -> 3 */
+    int_case(MPT_INT_FORMAT_INT4, 13.0, 2.0f, 6, 1, 0);     /* 6.5 -> 6 */
+    int_case(MPT_INT_FORMAT_INT4, 11.0, 2.0f, 6, 1, 0);     /* 5.5 -> 6 */
+    int_case(MPT_INT_FORMAT_INT4, -14.0, 2.0f, -7, 0, 0);
+    /* clamping at s = 1: past qmax + 1/2 to +-qmax, never to the unused -128 / -8 */
+    int_case(MPT_INT_FORMAT_INT8, 127.49, 1.0f, 127, 0, 0);
+    int_case(MPT_INT_FORMAT_INT8, 127.5, 1.0f, 127, 1, 1); /* a tie to 128, even, past 127: clamped */
+    int_case(MPT_INT_FORMAT_INT8, 200.0, 1.0f, 127, 0, 1);
+    int_case(MPT_INT_FORMAT_INT8, -128.0, 1.0f, -127, 0, 1);
+    int_case(MPT_INT_FORMAT_INT8, -1000.0, 1.0f, -127, 0, 1);
+    int_case(MPT_INT_FORMAT_INT4, 7.5, 1.0f, 7, 1, 1);
+    int_case(MPT_INT_FORMAT_INT4, 6.5, 1.0f, 6, 1, 0);
+    int_case(MPT_INT_FORMAT_INT4, -8.0, 1.0f, -7, 0, 1);
+    /* NaN has no code: 0; inf clamps */
+    ck_assert_int_eq((int)mpt_int_quantize(NAN, 1.0f, 127), 0);
+    ck_assert_int_eq((int)mpt_int_quantize(INFINITY, 1.0f, 127), 127);
+    ck_assert_int_eq((int)mpt_int_quantize(-INFINITY, 1.0f, 7), -7);
+    /* two's complement bits in the format's width */
+    mpt_fmt_int_value v;
+    char buf[16];
+    mpt_fmt_int_convert(MPT_INT_FORMAT_INT8, -3.0, 1.0f, &v);
+    ck_assert(v.bits == 0xfd && strcmp(mpt_fmt_int_bits_text(MPT_INT_FORMAT_INT8, v.bits, buf, sizeof buf), "11111101") == 0);
+    mpt_fmt_int_convert(MPT_INT_FORMAT_INT4, -3.0, 1.0f, &v);
+    ck_assert(v.bits == 0xd && strcmp(mpt_fmt_int_bits_text(MPT_INT_FORMAT_INT4, v.bits, buf, sizeof buf), "1101") == 0);
+    mpt_fmt_int_convert(MPT_INT_FORMAT_INT8, -1000.0, 1.0f, &v);
+    ck_assert_uint_eq(v.bits, 0x81); /* -127 */
+    /* errors against the decimal value: 0.1 at s = 0.25 -> q 0 (0.4 rounds down), error 0.1, relative 1 */
+    mpt_fmt_int_convert(MPT_INT_FORMAT_INT8, 0.1, 0.25f, &v);
+    ck_assert(v.q == 0 && v.zeroed && v.abs_err == 0.1 && v.rel_err == 1.0);
+    /* a grid that is not a power of two: s = 0.1f; 0.3f / 0.1f rounds to 3 in FP32 (q 3), and 3 * 0.1f rounds once */
+    mpt_fmt_int_convert(MPT_INT_FORMAT_INT8, 0.3, 0.1f, &v);
+    ck_assert(v.q == 3 && v.value == (double)(3.0f * 0.1f) && !v.exact);
+}
+END_TEST
+
 /* Runs `mptrain formats ARGS` and returns its exit status, output in buf. */
 static int run_formats(const char *args, char *buf, size_t len) {
     const char *root = getenv("MPT_BUILD_ROOT");
@@ -221,6 +297,20 @@ START_TEST(test_command) {
     ck_assert_msg(strstr(out, "0x7f ") && strstr(out, "overflow -> NaN (E4M3 has no inf)"), "%s", out);
     ck_assert_int_eq(run_formats("--fp8-saturate maybe 1", out, sizeof out), 2);
     ck_assert_msg(strstr(out, "--fp8-saturate") != NULL, "%s", out);
+    /* INT8 / INT4 beside them: 254 sets the scale (2 for INT8), 5 is a tie to 2 (0x02), INT4's s = 254 / 7 makes 5 zero */
+    ck_assert_int_eq(run_formats("254 5", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "s = amax / 127 = 2 (INT8)") && strstr(out, "INT8      00000010") &&
+                      strstr(out, "x / s = 2.5 is a tie, rounded to even") && strstr(out, "INT4      0000") &&
+                      strstr(out, "became 0") && strstr(out, "| INT8 | 8, two's complement | -127 .. 127 (-128 unused)"),
+                  "%s", out);
+    /* --int-scale: 200 at s = 1 clamps to 127 (0x7f), -9 to INT4's -7 (1001) */
+    ck_assert_int_eq(run_formats("--int-scale 1 200 -9", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "INT8      01111111") && strstr(out, "clamped to q = 127 (|x / s| = 200 is past 127.5)") &&
+                      strstr(out, "INT4      1001") && strstr(out, "clamped to q = -7"),
+                  "%s", out);
+    ck_assert_int_eq(run_formats("--int-scale 0 1", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "--int-scale") && strstr(out, "'0'"), "%s", out);
+    ck_assert_int_eq(run_formats("--int-scale 1e-60 1", out, sizeof out), 2); /* zero in FP32 */
 }
 END_TEST
 
@@ -232,6 +322,7 @@ static Suite *formats_suite(void) {
     tcase_add_test(tc, test_fp8_ocp_values);
     tcase_add_test(tc, test_fp8_against_brute_force);
     tcase_add_test(tc, test_table);
+    tcase_add_test(tc, test_int_formats);
     tcase_add_test(tc, test_command);
     suite_add_tcase(s, tc);
     return s;

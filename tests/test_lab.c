@@ -8,13 +8,15 @@
  *  - the conclusions carry the measured numbers: the overflow lesson's skipped-step count is the static run's
  *    own (its summary.json), the loss-scaling lesson's accuracy of the unscaled run is that run's, the noise
  *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json,
- *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json);
+ *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json), the
+ *    quantization lesson's fp32 accuracies (the models it quantizes) the training runs' own (their summary.json);
  *  - the overflow lesson's DeepSpeed trajectory (hysteresis 2, interval 1000) differs from PyTorch's, and Apex's
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;
  *  - the text follows the numbers: given configurations where the effect is absent (a loss scale of 1, which
  *    cannot overflow; NVIDIA_TF32_OVERRIDE=0, which turns TF32 math into FP32; an fp8 ladder too short for the
- *    fast accumulator to matter), the lessons say "Not observed", and, being --quick runs, name the full command
+ *    fast accumulator to matter; a 16-bit integer grid, which holds the gradients, and two seeds, whose intervals
+ *    decide nothing), the lessons say "Not observed", and, being --quick runs, name the full command
  *    (with the run's --param's) to run before concluding;
  *  - usage: --list, an unknown lesson and a malformed --param exit as documented.
  */
@@ -315,12 +317,12 @@ START_TEST(test_all_lessons_quick) {
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm", "normalization", "scale"};
+                           "overflow", "noise", "fp8", "grad-comm", "quantization", "normalization", "scale"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 13; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -465,6 +467,78 @@ START_TEST(test_all_lessons_quick) {
         ck_assert_msg(strstr(concl, want) != NULL, "accumulation: want '%s' in: %s", want, concl);
         ck_assert_msg(strstr(concl, "keeps it") == NULL, "accumulation: %s", concl);
     }
+    /* accumulation, Tensor Cores: the h100 model's FP16 numbers in the conclusion are tensor-cores.dat's (block 0: K,
+     * then per format the dot products and the medians of IEEE recursive, v100, a100, h100, b200; block 3: the pooled
+     * sign counts; block 4: b200 against h100), and the branch follows the sign tests read from it */
+    {
+        char tp[700];
+        snprintf(tp, sizeof tp, "%s/accumulation/tensor-cores.dat", out);
+        static char dat[1 << 16];
+        snprintf(dat, sizeof dat, "%s", slurp(tp));
+        const char *blk[5] = {dat};
+        for (int i = 1; i < 5; i++) {
+            blk[i] = strstr(blk[i - 1], "\n\n\n");
+            ck_assert_msg(blk[i] != NULL, "%s: no block %d", tp, i);
+            blk[i] += 3;
+        }
+        double lo[19] = {0}, hi[19] = {0};
+        int rows = 0;
+        for (const char *l = blk[0]; l && l < blk[1]; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            double v[19];
+            int got = 0;
+            for (const char *q = l; got < 19; got++) {
+                char *end;
+                v[got] = strtod(q, &end);
+                if (end == q) break;
+                q = end;
+            }
+            if (got != 19) continue;
+            if (rows++ == 0) memcpy(lo, v, sizeof v);
+            memcpy(hi, v, sizeof v);
+        }
+        ck_assert_int_eq(rows, 7);
+        /* the models ran: a100 (blocks of 8) and h100 (blocks of 16) cannot have one median at K = 65536 unless the
+         * backend summed both the same way (no model set) */
+        ck_assert_msg(hi[4] != hi[5] && hi[5] != hi[2], "%s: a100 %g, h100 %g, IEEE %g at K = %.0f", tp, hi[4], hi[5],
+                      hi[2], hi[0]);
+        snprintf(want, sizeof want, "the h100 model's sums of FP16 products erred");
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "at K = %.0f (median %.2g against %.2g)", lo[0], lo[5], lo[2]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "at K = %.0f (%.2g against %.2g)", hi[0], hi[5], hi[2]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        long long n[2] = {-1, -1}, tw[2] = {0}, aw[2] = {0};
+        double pv[2] = {NAN, NAN};
+        for (const char *l = blk[3]; l && l < blk[4]; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            char fmt[16], sum[32];
+            long long e, t, a, z;
+            double share, p, ratio;
+            if (sscanf(l, "%15s %31s %lld %lld %lld %lld %lf %lf %lf", fmt, sum, &e, &t, &a, &z, &share, &p, &ratio) != 9 ||
+                strcmp(fmt, "FP16") != 0)
+                continue;
+            int k = strcmp(sum, "h100") == 0 ? 0 : strcmp(sum, "ieee-recursive") == 0 ? 1 : -1;
+            if (k < 0) continue;
+            n[k] = e, tw[k] = t, aw[k] = a, pv[k] = p;
+            ck_assert_msg(t + a + z == e, "%s: %s %s counts do not add up", tp, fmt, sum);
+        }
+        ck_assert_msg(n[0] > 0 && n[1] > 0, "%s: no FP16 h100 or ieee-recursive row", tp);
+        snprintf(want, sizeof want, "in %lld of the %lld dot products whose sum was not exact", tw[0], tw[0] + aw[0]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        snprintf(want, sizeof want, "did in %lld of %lld (", tw[1], tw[1] + aw[1]);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+        const int bias = pv[0] < 0.01 && tw[0] > aw[0] && !(pv[1] < 0.01);
+        ck_assert_msg(bias == (strstr(concl, "Truncation biased the error, it was not noise") != NULL),
+                      "accumulation: sign tests p = %g (h100), %g (IEEE): %s", pv[0], pv[1], concl);
+        long long dots = 0, differ = 0;
+        for (const char *l = blk[4]; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+            char fmt[16];
+            long long d, x;
+            if (sscanf(l, "%15s %lld %lld", fmt, &d, &x) == 3) dots += d, differ += x;
+        }
+        if (differ) snprintf(want, sizeof want, "differed from the h100 model's in %lld of %lld dot products", differ, dots);
+        else snprintf(want, sizeof want, "bit for bit the h100 model's in all %lld dot products", dots);
+        ck_assert_msg(strstr(concl, want), "accumulation: want '%s' in: %s", want, concl);
+    }
     /* softmax: where FP16's log-sum-exp without the max starts to lose images, from softmax.dat (scale, largest and
      * smallest logit, then per format and method three columns: FP16 log-sum-exp's share lost is column 7) */
     printed_conclusion("softmax", concl, sizeof concl);
@@ -527,6 +601,20 @@ START_TEST(test_all_lessons_quick) {
                       "optimizer-state (losses %s finite): %s", finite ? "all" : "not all", concl);
         ck_assert_msg(strstr(concl, "logits overflow") == NULL, "optimizer-state: %s", concl);
     }
+    /* quantization: the fp32 column is the trained runs' accuracy (what post-training quantization starts from), seed
+     * by seed, on the same test images */
+    snprintf(p, sizeof p, "%s/quantization/report.md", out);
+    static char qrep[1 << 17];
+    snprintf(qrep, sizeof qrep, "%s", slurp(p));
+    for (int k = 0; k < 3; k++) {
+        snprintf(dir, sizeof dir, "%s/quantization/mlp-fp32-seed%d", out, k);
+        snprintf(want, sizeof want, "| %d | %.2f |", k, 100.0 * summary_number(dir, "final_test_accuracy"));
+        ck_assert_msg(strstr(qrep, want) != NULL, "quantization: want '%s' in the mlp table", want);
+    }
+    printed_conclusion("quantization", concl, sizeof concl);
+    ck_assert_msg(strstr(concl, "INT8 weights per channel against fp32 over 3 seeds") &&
+                      strstr(concl, "with the amax scale zeroed") && strstr(concl, ": training keeps floating point"),
+                  "quantization: %s", concl);
     /* overflow: different parameters, different trajectories; Apex's is PyTorch's, and the lesson says so */
     printed_conclusion("overflow", concl, sizeof concl);
     ck_assert_msg(strstr(concl, "apex identical to pytorch") != NULL, "overflow: %s", concl);
@@ -597,6 +685,15 @@ START_TEST(test_not_observed) {
     ck_assert_msg(strncmp(concl8, "Not observed: the mlp against the 3-layer network", 49) == 0 &&
                       strstr(concl8, "The criterion asks the deeper network's underflow mass early in training"), "%s",
                   concl8);
+    /* quantization: a 16-bit integer grid holds the gradients, and two seeds give intervals too wide to decide */
+    snprintf(args, sizeof args, "quantization --quick --param seeds=2 --param grad_bits=16 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    char conclq[2048];
+    printed_conclusion("quantization", conclq, sizeof conclq);
+    ck_assert_msg(strncmp(conclq, "Not observed", 12) == 0 && strstr(conclq, "INT16 with the amax scale zeroed") &&
+                      strstr(conclq, ": not the gap the lesson expects") && strstr(conclq, "over 2 seeds") &&
+                      strstr(conclq, "This was the --quick version ("),
+                  "%s", conclq);
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);
@@ -615,8 +712,8 @@ END_TEST
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm", "normalization", "scale"};
-    for (int i = 0; i < 12; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+                           "overflow", "noise", "fp8", "grad-comm", "quantization", "normalization", "scale"};
+    for (int i = 0; i < 13; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the list asks what each lesson measures; it asserts none of the outcomes the runs may contradict (issue 37) */
     const char *claims[] = {"keeps it", "same accuracy", "trains like BF16", "removes", "passes 65504"};
     for (int i = 0; i < 5; i++) ck_assert_msg(strstr(out_buf, claims[i]) == NULL, "--list claims '%s'", claims[i]);

@@ -181,6 +181,75 @@ START_TEST(test_accumulation_growth) {
 }
 END_TEST
 
+/* accumulation, Tensor Cores: the --quick run's h100 FP16 counts (772 of 838 toward zero, p 1e-153; IEEE 423 of 846,
+ * p 1), and each other outcome */
+START_TEST(test_truncation_bias) {
+    const mpt_text_signs tc = {772, 66, 1.4e-153, -0.9916}, rn = {423, 423, 1.0, -0.028};
+    mpt_text_truncation_bias(t, sizeof t, "h100", "FP16", &tc, &rn);
+    HAS("Truncation biased the error, it was not noise");
+    HAS("smaller in magnitude than the exact sum in 772 of the 838 dot products");
+    HAS("(92.1%, sign test p < 1e-12; mean error -0.992 of the mean absolute error)");
+    HAS("did in 423 of 846 (50.0%, p = 1; -0.028), a split that chance explains");
+    LACKS("both were biased");
+    /* round to nearest biased too */
+    const mpt_text_signs rn_b = {600, 246, 1e-30, -0.4};
+    mpt_text_truncation_bias(t, sizeof t, "h100", "FP16", &tc, &rn_b);
+    HAS("both were biased here, so the bias is not truncation's alone");
+    LACKS("it was not noise");
+    /* the model's errors away from zero */
+    const mpt_text_signs away = {66, 772, 1.4e-153, 0.99};
+    mpt_text_truncation_bias(t, sizeof t, "a100", "BF16", &away, &rn);
+    HAS("larger in magnitude than the exact sum more often than smaller (smaller in 66 of 838, 7.9%");
+    HAS("which truncation toward zero does not lead one to expect");
+    LACKS("it was not noise");
+    /* no bias resolved */
+    const mpt_text_signs even = {430, 410, 0.51, -0.02};
+    mpt_text_truncation_bias(t, sizeof t, "v100", "FP16", &even, &rn);
+    HAS("No bias was resolved at the 1% level");
+    HAS("430 of 840 dot products (51.2%, sign test p = 0.51");
+    LACKS("biased the error");
+    /* every sum exact */
+    const mpt_text_signs none = {0, 0, 1.0, NAN};
+    mpt_text_truncation_bias(t, sizeof t, "h100", "BF16", &none, &rn);
+    HAS("were all exact");
+    LACKS("%");
+}
+END_TEST
+
+/* the --quick run's h100 FP16 medians at K = 16 and 65536 (2.5e-8 / 5.7e-5 against IEEE's 3.5e-8 / 1.7e-6), then a
+ * model that errs less at both ends and grows no faster, and zero medians */
+START_TEST(test_tc_vs_ieee) {
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "FP16", 16, 65536, 2.5e-8, 5.7e-5, 3.5e-8, 1.7e-6);
+    HAS("erred 1.4x less than IEEE recursive FP32 summation at K = 16 (median 2.5e-08 against 3.5e-08)");
+    HAS("and 33.5x more than it at K = 65536 (5.7e-05 against 1.7e-06)");
+    HAS("its error grew 2280x (like K^0.93), round to nearest's 48.6x (like K^0.47)");
+    HAS("errors of one sign add up with the number of blocks");
+    mpt_text_tc_vs_ieee(t, sizeof t, "a100", "TF32", 16, 65536, 2.0e-8, 8.0e-7, 3.5e-8, 1.7e-6);
+    HAS("1.75x less than IEEE recursive FP32 summation at K = 16");
+    HAS("2.12x less than it at K = 65536");
+    HAS("did not grow faster than round to nearest's here");
+    LACKS("add up");
+    /* round to nearest grew faster than sqrt(K) too: no causal reading, though the model grew faster */
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "FP16", 16, 65536, 1e-8, 2e-5, 1e-8, 3.4e-6);
+    HAS("like K^0.91), round to nearest's 340x (like K^0.70)");
+    LACKS("add up");
+    LACKS("did not grow faster");
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "FP16", 16, 65536, 3.6e-8, 1.7e-6, 3.5e-8, 1.8e-6);
+    HAS("about as much as (1x) IEEE");
+    HAS("about as much as (0.94x) it at K = 65536");
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "BF16", 16, 65536, 0.0, 5e-5, 0.0, 1.5e-6);
+    HAS("erred as much as IEEE recursive FP32 summation at K = 16 (median 0 against 0)");
+    LACKS("grew");
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "BF16", 16, 65536, 3e-9, 5e-5, 0.0, 1.5e-6);
+    HAS("erred more than IEEE recursive FP32 summation at K = 16 (median 3e-09 against 0)");
+    mpt_text_same_bits(t, sizeof t, "h100", "b200", 0, 2592);
+    HAS("the b200 model's sums were bit for bit the h100 model's in all 2592 dot products");
+    mpt_text_same_bits(t, sizeof t, "h100", "b200", 3, 2592);
+    HAS("differed from the h100 model's in 3 of 2592 dot products");
+    LACKS("bit for bit");
+}
+END_TEST
+
 /* fp8: promotion every 128 capped the fast accumulator's error at 4-7e-5 over K = 512..65536 */
 START_TEST(test_promotion_caps_not_removes) {
     mpt_text_promotion(t, sizeof t, 128, 512, 65536, 4.0e-4, 9.0e-3, 4.0e-5, 7.0e-5, 4.0e-5, 7.0e-5);
@@ -428,6 +497,8 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_format_ranges);
     tcase_add_test(tc, test_docs_range_ratio);
     tcase_add_test(tc, test_accumulation_growth);
+    tcase_add_test(tc, test_truncation_bias);
+    tcase_add_test(tc, test_tc_vs_ieee);
     tcase_add_test(tc, test_promotion_caps_not_removes);
     tcase_add_test(tc, test_fp8_warmup_apart);
     tcase_add_test(tc, test_underflow_cost_by_mass);

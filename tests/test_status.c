@@ -5,6 +5,10 @@
  * script's tee) it is block-buffered, so a program that printed its device line or a results table and then
  * died in a failed CUDA call used to lose all of it. Each test runs the abort in a child process whose stdout
  * (and stderr) is a pipe, and reads what came out.
+ *
+ * And a message longer than mpt_errorf's buffer (issue 36: a 4090-byte --out was cut at 1024 bytes, inside the path,
+ * and lost its reason): it keeps its words and its end, the middle of its longest word becomes "[...N bytes...]",
+ * and a cut never splits a UTF-8 sequence.
  */
 #include <check.h>
 #include <signal.h>
@@ -107,12 +111,44 @@ START_TEST(test_fatal_flushes_every_open_stream) {
 }
 END_TEST
 
+START_TEST(test_long_message_keeps_its_reason) {
+    char path[5001];
+    for (int i = 0; i < 5000; i++) path[i] = (char)(i % 64 == 63 ? '/' : 'a' + i % 26);
+    path[5000] = '\0';
+    mpt_errorf(MPT_ERR_IO, "--out %s: cannot create %s (Not a directory)", path, "/tmp/x/a");
+    const char *m = mpt_last_error();
+    size_t n = strlen(m);
+    ck_assert_msg(n < 1024, "%zu bytes", n);
+    ck_assert_msg(strncmp(m, "--out aaaa", 6) == 0, "the start is gone: %.80s", m);
+    const char *tail = ": cannot create /tmp/x/a (Not a directory)";
+    ck_assert_msg(n > strlen(tail) && strcmp(m + n - strlen(tail), tail) == 0, "the reason is gone: %s", m + n - 80);
+    ck_assert_msg(strstr(m, "[...") && strstr(m, " bytes...]"), "no marker of what was left out: %.200s", m);
+    /* the same with multi-byte characters (U+00E9, 2 bytes): no broken sequence is left */
+    static char wide[8001];
+    for (int i = 0; i < 4000; i++) wide[2 * i] = (char)0xc3, wide[2 * i + 1] = (char)0xa9;
+    mpt_errorf(MPT_ERR_IO, "%s: no room", wide);
+    m = mpt_last_error();
+    n = strlen(m);
+    ck_assert(n < 1024 && strcmp(m + n - 9, ": no room") == 0);
+    ck_assert_msg(strstr(m, "\\x") == NULL, "a split sequence escaped: %.120s", m);
+    for (const char *p = m; *p; p++) /* every 0xc3 is followed by its continuation byte */
+        if ((unsigned char)*p == 0xc3) ck_assert((unsigned char)p[1] == 0xa9);
+    size_t lead = 0;
+    while ((unsigned char)m[lead] == 0xc3) lead += 2;
+    ck_assert_msg(m[lead] == '[', "the cut does not start on a character boundary: byte 0x%02x", (unsigned char)m[lead]);
+    /* short messages are untouched */
+    mpt_errorf(MPT_ERR_IO, "%s", "a short one");
+    ck_assert_str_eq(mpt_last_error(), "a short one");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("status");
     TCase *tc = tcase_create("fatal");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_fatal_keeps_buffered_stdout);
     tcase_add_test(tc, test_fatal_flushes_every_open_stream);
+    tcase_add_test(tc, test_long_message_keeps_its_reason);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

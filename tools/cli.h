@@ -5,8 +5,9 @@
  *   cmd_train.c       `mptrain train`: the command line merged with a checkpoint (--resume), one run
  *   cmd_compare.c     `mptrain compare`: one run per precision (and seed), then report.md and convergence.png
  *   cmd_eval.c        `mptrain eval`: a checkpoint's test loss and accuracy
+ *   ptq.c             `mptrain eval --quantize`: post-training quantization of a checkpoint (tools/ptq.h, mpt_ptq_)
  *   cmd_info.c        `mptrain info`: library versions, OpenBLAS, the GPU, NVIDIA_TF32_OVERRIDE
- *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and the formats' table
+ *   cmd_formats.c     `mptrain formats`: a value in FP32/TF32/BF16/FP16/FP8 and INT8/INT4, and the formats' tables
  *   lab/              `mptrain lab`: the lessons (tools/lab/lab.h)
  *   -- reports of several runs (tools/report.h, prefix mpt_report_; tools/sweep.h, mpt_sweep_) --
  *   report.c          the compare table and report.md
@@ -25,18 +26,23 @@
  *   csv.c             metrics.csv / epochs.csv / telemetry.csv: rows, resume, publish (tools/csv.h, mpt_csv_)
  *   progress.c        the progress bar (tools/progress.h, mpt_progress_)
  *   -- the output directory (tools/outdir.h, mpt_outdir_ / mpt_outfile_) --
- *   outdir.c          the one owner of the files written into --out
+ *   outdir.c          the one owner of the files written into --out: lock, exclusive creation, publish sets
+ *                     (a run's checkpoint and CSVs committed together, completed after a kill)
  *   -- the process (tools/guards.h, mpt_guard_) --
- *   guards.c          a graceful stop on SIGINT / SIGTERM; OpenBLAS and oneDNN under a memory limit
+ *   guards.c          a graceful stop on SIGINT / SIGTERM / SIGHUP / SIGQUIT / SIGALRM / SIGPIPE, a checkpoint on
+ *                     SIGUSR1; OpenBLAS and oneDNN under a memory limit
  *   -- the command line (this header, mpt_cli_) --
  *   opts.c            the option table (each option's scope: what a checkpoint records, what a resumed run keeps),
- *                     strict parsing of flags and values, per-command help, the canonical text of each setting
- *   data.c            the dataset on the host (one load) and on a backend (one copy per run)
+ *                     strict parsing of flags and values, per-command help, the canonical text of each setting,
+ *                     the settings the ranks of an MPI job must share (mpt_cli_job_settings)
+ *   data.c            the dataset on the host (one load of the rows used, fingerprinted) and on a backend (one copy
+ *                     per run)
  *   formats.c         the conversions `formats` shows, through engine/numerics.h (tools/formats.h)
  *
  * Exit codes: 0 success, 1 a failure while running (bad data file, I/O, device), 2 a usage error (unknown or
  * malformed flag, missing value), with a one-line message on stderr that names the flag and what was expected;
- * 130 / 143 a run stopped by SIGINT / SIGTERM after saving its state (guards.c).
+ * 128 + the signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP, 131 SIGQUIT, 142 SIGALRM, 141 SIGPIPE) a run stopped by a
+ * signal after saving its state (guards.c).
  */
 #ifndef MPT_TOOLS_CLI_H
 #define MPT_TOOLS_CLI_H
@@ -114,6 +120,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_SATURATE,
     MPT_OPT_ACCUM_MODEL,      /* issue #39 (recorded when not ieee; absent from older checkpoints: ieee) */
     MPT_OPT_NORM_STATS,       /* issue 37 (recorded when not fp32; absent from older checkpoints: fp32) */
+    MPT_OPT_QAT,              /* issue #38 (recorded when not none: absent from older checkpoints and runs without it) */
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
     MPT_OPT_DATA,
@@ -138,6 +145,10 @@ typedef enum mpt_opt_id {
     MPT_OPT_MARGIN,
     MPT_OPT_PLOT_TIMEOUT,
     MPT_OPT_CHECKPOINT,
+    MPT_OPT_QUANTIZE,         /* eval's post-training quantization (issue #38): command options */
+    MPT_OPT_GRANULARITY,
+    MPT_OPT_ACTIVATIONS,
+    MPT_OPT_CALIBRATE,
     MPT_OPT_HELP,
     MPT_OPT_END
 } mpt_opt_id;
@@ -227,6 +238,7 @@ typedef struct mpt_cli_opts {
                                             statistics: 16-bit arithmetic, the one-pass formula (engine/amp/policy.h) */
     mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
                                             --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
+    mpt_qat qat;                         /* --qat: none (default) | int8 | int4 (engine/quant.h) */
     /* this invocation */
     int epochs;
     mpt_device_choice device;
@@ -254,6 +266,10 @@ typedef struct mpt_cli_opts {
     double margin;               /* compare: equivalence margin in accuracy points (default 0.3) */
     double plot_timeout;         /* compare, lab: seconds gnuplot may take per picture (default 60) */
     char checkpoint[MPT_CLI_PATH]; /* eval */
+    int quantize;                /* eval --quantize: -1 (none) or the weights' mpt_qformat */
+    int per_channel;             /* eval --granularity: 1 channel (default), 0 tensor */
+    int act_int8;                /* eval --activations int8: INT8 activations and integer GEMMs/convolutions */
+    int calibrate;               /* eval --calibrate N: training batches for the activations' amax (default 16) */
     unsigned char given[MPT_OPT_COUNT]; /* 1 for each option given on the command line */
 } mpt_cli_opts;
 
@@ -291,6 +307,11 @@ int mpt_cli_opt_recorded(mpt_opt_id id);
  * except a MATH_OPTIONAL one whose row says it is written only when it differs from its default (--accum-model), so
  * that the checkpoints of runs that leave it alone are byte for byte those written before it existed. A checkpoint
  * without the key trained with the default, which is how reading it takes the key's absence. */
+int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
+
+/* Whether a checkpoint's "config" holds the option: a recorded one, except an option whose row says written_if_set at
+ * its default value (--qat none), so that a run without it writes the config of the checkpoints written before the
+ * option existed, byte for byte; a reader takes the absent key as the default (MATH_OPTIONAL). */
 int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id);
 
 /* A resumed run's settings from the checkpoint's (*out) and the command line's (*cli): every INVOCATION option takes
@@ -338,7 +359,7 @@ double mpt_cli_nan_plain(double x);
 const char *mpt_cli_echo(char *buf, size_t cap, const char *text);
 
 /* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
- * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by SIGINT or SIGTERM), MPT_CLI_EXIT_FAIL
+ * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by a signal, tools/guards.h), MPT_CLI_EXIT_FAIL
  * otherwise. */
 int mpt_cli_fail(const char *command, mpt_status s);
 
@@ -349,15 +370,25 @@ int mpt_cli_failed_nomem(void);
 
 /* ---- the dataset (data.c) ---------------------------------------------------------------------------- */
 
+/* The fingerprint of a dataset as loaded (docs/checkpoints.md "The data fingerprint"): per part, its item count and
+ * the CRC-32 (zlib's, ISO 3309) of its images' bytes followed by its labels' bytes. Recorded in every checkpoint,
+ * checked when a run resumes, and compared between the ranks of an MPI job. */
+typedef struct mpt_cli_data_fp {
+    int64_t n_train, n_test;
+    uint32_t train_crc32, test_crc32;
+} mpt_cli_data_fp;
+
 /* The dataset on the host, loaded once, limited to --limit-train / --limit-test rows. */
 typedef struct mpt_cli_data {
     mpt_mnist d;
     char dir[MPT_CLI_PATH];
+    mpt_cli_data_fp fp;      /* of d as loaded (a view with fewer rows, as the lab's, computes its own) */
 } mpt_cli_data;
 
 /* Loads `dir` (MPT_ERR_IO naming the directory and the Debian package when it is missing) with the class count
- * `classes` (0: the largest training label + 1) and rank-4 images in `layout` (datasets/idx.h), and keeps the first
- * limit_train / limit_test rows (0 = all). */
+ * `classes` (0: the largest training label + 1) and rank-4 images in `layout` (datasets/idx.h), reading only the first
+ * limit_train / limit_test rows (0 = all; MPT_ERR_NOMEM before allocating when they cannot fit in memory), and
+ * fingerprints them (cd->fp). */
 mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test, int classes,
                              mpt_idx_layout layout);
 /* The data's shape as a network's input (models/models.h): channels, height, width, classes. */
@@ -365,6 +396,12 @@ mpt_model_input mpt_cli_data_input(const mpt_mnist *d);
 /* A file-name-safe short name of a model for default output directories: a built-in model's name, or "spec-" and 8
  * hex digits of the spec's FNV-1a hash. buf: at least 16 bytes. */
 const char *mpt_cli_model_short(const char *model, char *buf, size_t len);
+
+/* The fingerprint of d's rows (cd->fp for the data as loaded). */
+void mpt_cli_data_fingerprint(const mpt_mnist *d, mpt_cli_data_fp *fp);
+
+/* The fingerprint as text (opts.c), "60000 training images crc32 1a2b3c4d, 10000 test images crc32 5e6f7a8b". buf: >= 96. */
+const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len);
 void mpt_cli_data_free(mpt_cli_data *cd);
 
 /* The dataset in one backend's memory (MPT_MEM_DATA), copied once per run. */
@@ -377,6 +414,30 @@ typedef struct mpt_cli_device_data {
 
 mpt_status mpt_cli_data_upload(mpt_cli_device_data *dd, mpt_backend *be, const mpt_mnist *d);
 void mpt_cli_data_release(mpt_cli_device_data *dd);
+
+/* ---- the settings the ranks of an MPI job share (opts.c) -------------------------------------------------- */
+
+#define MPT_CLI_JOB_MAX 96
+
+/* A list of (name, canonical text) pairs for mpt_dist_agree (engine/dist/dist.h); the strings are malloc'd. */
+typedef struct mpt_cli_job {
+    int n;
+    mpt_dist_item item[MPT_CLI_JOB_MAX];
+} mpt_cli_job;
+
+/* Adds one setting (name as the user writes it, "--lr"; the value printf-style). */
+void mpt_cli_job_add(mpt_cli_job *j, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The settings every rank of a job of `cmd` (MPT_CMD_TRAIN: --data-parallel; MPT_CMD_COMPARE) must share, from
+ * resolved options o: the mptrain version, every recorded setting (the text a checkpoint records), the invocation's
+ * settings that change what the ranks compute together (--max-steps, --log-every, --telemetry, --shadow, --device,
+ * --limit-test; train: --grad-comm, `threads` (the GEMM threads in use: the summation order a resumed run must
+ * repeat) and `resumed` (the run and step resumed, or "none"); compare: --precisions, --seeds, --out), and the
+ * data's fingerprint. Appended to *j (which mpt_cli_job_free releases). */
+void mpt_cli_job_settings(const mpt_cli_opts *o, mpt_cmd_mask cmd, const mpt_cli_data_fp *fp, int threads,
+                          const char *resumed, mpt_cli_job *j);
+
+void mpt_cli_job_free(mpt_cli_job *j);
 
 /* ---- commands ---------------------------------------------------------------------------------------- */
 

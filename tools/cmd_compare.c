@@ -97,6 +97,7 @@ typedef struct compare_plan {
     mpt_run_result *res;     /* [n] delivered results (rank 0) */
     double *l2;              /* [n] --seeds: each run's distance to its seed's fp32 run */
     int ref;                 /* index of fp32 in --precisions, -1 without */
+    mpt_cli_job job;         /* in a job: the settings every rank must share (the plan, the data) */
 } compare_plan;
 
 static void plan_describe(void *ctx, int i, char *label, size_t ln, char *dir, size_t dn) {
@@ -163,8 +164,12 @@ static mpt_status run_plan(compare_plan *pl, mpt_status setup) {
     pl->res = calloc((size_t)n, sizeof *pl->res);
     pl->l2 = malloc((size_t)n * sizeof *pl->l2);
     if (!pl->res || !pl->l2) setup = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);
-    mpt_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver};
-    return mpt_sweep_run(pl->dist, &sw, setup);
+    if (pl->dist && setup == MPT_OK)
+        mpt_cli_job_settings(o, MPT_CMD_COMPARE, &pl->cd->fp, 0, NULL, &pl->job);
+    mpt_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver, pl->job.item, pl->job.n};
+    mpt_status s = mpt_sweep_run(pl->dist, &sw, setup);
+    mpt_cli_job_free(&pl->job);
+    return s;
 }
 
 static void plan_free(compare_plan *pl) {
@@ -242,7 +247,11 @@ int mpt_cmd_compare(int argc, char **argv) {
     mpt_dist *dist = NULL;
     s = mpt_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
+    if (dist) mpt_dist_set_timeout(dist, o.comm_timeout);
+    mpt_run_answer(dist);
     rc = compare_with(&o, dist);
+    mpt_run_answer(NULL);
+    if (dist) mpt_guard_stop_done();
     mpt_dist_free(&dist);
     return rc;
 }
@@ -269,7 +278,7 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_guard_blas_ready();
     if (s == MPT_OK) s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test, o.classes, o.data_layout);
-    compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1};
+    compare_plan pl = {&o, &cd, dist, o.n_seeds > 1, NULL, NULL, -1, {0}};
     s = run_plan(&pl, s);
     mpt_cli_data_free(&cd);
     if (s != MPT_OK || rank != 0) {

@@ -4,13 +4,14 @@
  * working copy in the run's precision is rewritten from them, exactly as during training) and batch norm's running
  * statistics, and prints the test loss and accuracy. The evaluation runs in the checkpoint's precision, in evaluation
  * mode (dropout off, batch norm from its running statistics): the same numerics the run was evaluated with after
- * each epoch.
+ * each epoch. With --quantize, post-training quantization instead (tools/ptq.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/layers/layers.h"
 #include "models/models.h"
+#include "tools/ptq.h"
 #include "tools/run.h"
 
 int mpt_cmd_eval(int argc, char **argv) {
@@ -22,6 +23,7 @@ int mpt_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "mptrain eval: --checkpoint CKPT is required (see mptrain eval --help)\n");
         return MPT_CLI_EXIT_USAGE;
     }
+    if (cli.quantize >= 0) return mpt_ptq_command(&cli); /* post-training quantization: tools/ptq.c */
     mpt_cli_opts o;
     mpt_cli_opts_default(&o);
     mpt_run_state rs;
@@ -32,18 +34,9 @@ int mpt_cmd_eval(int argc, char **argv) {
     s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
 
-    mpt_cli_data cd; /* the labels are read with the network's class count */
-    s = mpt_cli_data_load(&cd, cli.data, 0, cli.limit_test, rs.has_data ? rs.data.classes : 0, cli.data_layout);
+    mpt_cli_data cd; /* the labels with the network's class count; one training row (nothing reads them) */
+    s = mpt_run_checkpoint_data_load(&cd, cli.checkpoint, &rs, cli.data, 1, cli.limit_test, cli.data_layout);
     if (s != MPT_OK) return mpt_cli_fail("eval", s);
-    const mpt_model_input in = mpt_cli_data_input(&cd.d);
-    if (memcmp(&in, &rs.data, sizeof in) != 0) {
-        s = mpt_errorf(MPT_ERR_ARG, "--checkpoint %s: its network was built for %d x %d images with %d channel(s) and %d "
-                       "classes, --data %s holds %d x %d with %d and %d", cli.checkpoint, rs.data.height,
-                       rs.data.width, rs.data.channels, rs.data.classes, cli.data, in.height, in.width, in.channels,
-                       in.classes);
-        mpt_cli_data_free(&cd);
-        return mpt_cli_fail("eval", s);
-    }
     mpt_backend *be = NULL;
     char why[640];
     s = mpt_run_backend_create(cli.device, &be, why, sizeof why);
@@ -94,7 +87,8 @@ int mpt_cmd_eval(int argc, char **argv) {
     int32_t *idx = NULL;
     size_t idx_bytes = 0;
     s = mpt_cli_data_upload(&dd, be, &cd.d);
-    mpt_policy policy = mpt_policy_make(o.precision);
+    /* the recorded TF32 switches too (--tf32-matmul, --tf32-conv): the numerics the run evaluated with */
+    mpt_policy policy = mpt_policy_make_switches(o.precision, o.tf32_matmul, o.tf32_conv);
     policy.fp8 = o.fp8;
     /* --norm-stats: layer norm computes its statistics in evaluation too (batch norm reads its running ones), so the
      * CPU evaluates with the checkpoint's; the GPU runs FP32 statistics only */
@@ -104,7 +98,7 @@ int mpt_cmd_eval(int argc, char **argv) {
                "(if any) evaluate with FP32 statistics\n", mpt_norm_stats_name(o.norm_stats), be->name);
     if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
-        if (policy.tf32_override && mpt_mode_info(o.precision)->tf32_default)
+        if (policy.tf32_override && (o.tf32_matmul || o.tf32_conv))
             printf("NVIDIA_TF32_OVERRIDE=0 is set: TF32 is disabled, evaluating in full FP32\n");
         mpt_graph *g = mpt_graph_create(be, &policy, o.batch);
         mpt_tensor *logits = NULL;

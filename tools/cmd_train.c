@@ -15,7 +15,7 @@
 /* The MPI job this process is one rank of (mptrain train --data-parallel), else NULL. */
 static mpt_dist *train_dist;
 
-static int train_with(const mpt_cli_opts *op);
+static int train_with(const mpt_cli_opts *op, const char *resumed);
 
 /* Merges a command line with a checkpoint's settings: the checkpoint's math, the command line's invocation
  * settings; a math flag given with a different value is an error. */
@@ -40,8 +40,18 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     mpt_cli_take_invocation(out, cli); /* device, paths, logging, instruments, --epochs when given: the option table */
     /* the class count the network was built for, unless given (then the data shapes are checked in setup()) */
     if (!mpt_cli_given(cli, MPT_OPT_CLASSES) && rs->has_data) out->classes = rs->data.classes;
+    /* From here on "given" means given on this command line: the notes on flags that change nothing in this precision
+     * speak of those (reading the checkpoint marked every recorded setting given, and every resume of an fp32 run
+     * said the FP8 flags, which nobody gave, change nothing). The values stay the checkpoint's. */
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        const mpt_opt_scope sc = mpt_cli_opt_scope(id);
+        if (sc == MPT_SCOPE_MATH || sc == MPT_SCOPE_MATH_OPTIONAL) out->given[id - MPT_OPT_FIRST] = cli->given[id - MPT_OPT_FIRST];
+    }
     if (rs->threads > 0) { /* a CPU run: its GEMM thread count decides its summation order */
-        if (mpt_cli_given(cli, MPT_OPT_THREADS) && cli->threads != rs->threads)
+        /* the count --threads gives here: OpenBLAS caps it (its MAX_THREADS, 64 in Debian's build), and the run
+         * recorded the count it ran with */
+        const int asked = mpt_cli_given(cli, MPT_OPT_THREADS) ? mpt_cpu_set_threads(cli->threads) : 0;
+        if (mpt_cli_given(cli, MPT_OPT_THREADS) && asked != rs->threads)
             return mpt_errorf(MPT_ERR_ARG,
                               "--threads %d differs from the %d thread(s) the checkpoint's run used: the CPU GEMMs split "
                               "their sums by thread count, so the resumed run would not be bit-exact (drop --threads to "
@@ -59,9 +69,12 @@ int mpt_cmd_train(int argc, char **argv) {
     int rc = mpt_cli_parse(argc, argv, MPT_CMD_TRAIN, &cli);
     if (rc != 0) return rc < 0 ? 0 : rc;
     mpt_run_state rs; /* read again by mpt_run_train */
+    char resumed[96] = ""; /* the run and step a data-parallel job's ranks resume, which they must agree on */
     if (cli.resume[0]) {
         mpt_status s = merge_resume(&cli, &o, &rs);
         if (s != MPT_OK) return mpt_cli_fail("train", s);
+        snprintf(resumed, sizeof resumed, "run %s at step %lld", rs.run_id[0] ? rs.run_id : "(no id)",
+                 (long long)rs.iteration);
     } else {
         o = cli;
         mpt_cli_resolve(&o);
@@ -95,9 +108,10 @@ int mpt_cmd_train(int argc, char **argv) {
         }
     }
     mpt_run_join(train_dist);
-    int rc_dp = train_with(&o);
+    int rc_dp = train_with(&o, resumed);
     fflush(stdout);
     mpt_run_join(NULL);
+    if (train_dist) mpt_guard_stop_done();
     mpt_dist_finish(&train_dist, rc_dp); /* a rank failing alone aborts the job: its peers must not hang */
     return rc_dp;
 }
@@ -172,20 +186,31 @@ static void telemetry_closing(const mpt_cli_opts *o, const mpt_run_result *res, 
 }
 
 /* The rest of mptrain train once the options are final (and, with --data-parallel, the MPI job joined). */
-static int train_with(const mpt_cli_opts *op) {
+static int train_with(const mpt_cli_opts *op, const char *resumed) {
     mpt_cli_opts o = *op;
     mpt_status s;
     char shortname[32];
     if (!o.out[0])
         snprintf(o.out, sizeof o.out, "runs/%s-%s", mpt_cli_model_short(o.model, shortname, sizeof shortname),
                  mpt_precision_name(o.precision));
-    mpt_cpu_set_threads(o.threads);
+    const int threads = mpt_cpu_set_threads(o.threads);
     s = mpt_guard_blas_ready();
     if (s != MPT_OK) return mpt_cli_fail("train", s);
 
     mpt_cli_data cd;
     s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test, o.classes, o.data_layout);
     if (s != MPT_OK) return mpt_cli_fail("train", s);
+    if (train_dist) { /* the ranks train one run: the same settings, data and resumed step, or none trains */
+        mpt_cli_job job = {0};
+        mpt_cli_job_settings(&o, MPT_CMD_TRAIN, &cd.fp, threads, resumed, &job);
+        s = mpt_dist_agree(train_dist, job.item, job.n);
+        mpt_cli_job_free(&job);
+        if (s != MPT_OK) {
+            mpt_cli_data_free(&cd);
+            /* every rank has the line; rank 0 says it (the others' stderr would repeat it) */
+            return mpt_dist_rank(train_dist) == 0 ? mpt_cli_fail("train", s) : MPT_CLI_EXIT_USAGE;
+        }
+    }
     mpt_run_result res;
     s = mpt_run_train(&o, &cd, "", &res);
     mpt_cli_data_free(&cd);

@@ -252,10 +252,35 @@ static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
     return j;
 }
 
+/* A seed as a JSON number. jansson holds integers as int64 (json_int_t), and a seed of 2^63 or more cast to it was
+ * written negative: such a seed becomes a marker string ("\u0001mpt-u64:<digits>" once dumped) that dump_json
+ * turns into the bare number (JSON numbers have no range; Python, Go and Rust's serde read it exactly). No path can
+ * forge the marker: json_text escapes the control byte in any string it is given. */
+#define U64_MARK "\x01mpt-u64:"
+static json_t *seed_json(uint64_t seed) {
+    if (seed <= (uint64_t)INT64_MAX) return json_integer((json_int_t)seed);
+    char b[48];
+    snprintf(b, sizeof b, U64_MARK "%" PRIu64, seed);
+    return json_string(b);
+}
+
+/* A path (or any text from outside) as a JSON string: as it is when it is valid UTF-8 without control bytes, else
+ * escaped as the messages are (mpt_escape: \xNN for each byte outside well-formed UTF-8 or a control byte, \\ for
+ * a backslash). json_string refuses bytes that are not UTF-8, and "dir" was then left out of compare.json. */
+static json_t *json_text(const char *text) {
+    json_t *j = json_string(text);
+    int plain = j != NULL;
+    for (const char *c = text; plain && *c; c++) plain = (unsigned char)*c >= 0x20 && *c != 0x7f && *c != '\\';
+    if (plain) return j;
+    json_decref(j);
+    static char esc[4 * MPT_CLI_PATH + 16];
+    return json_string(mpt_escape(esc, sizeof esc, text));
+}
+
 static json_t *run_json(const mpt_run_result *x, uint64_t seed, double rel_l2) {
     json_t *j = json_object();
-    json_object_set_new(j, "seed", json_integer((json_int_t)seed));
-    json_object_set_new(j, "dir", json_string(x->out_dir));
+    json_object_set_new(j, "seed", seed_json(seed));
+    json_object_set_new(j, "dir", json_text(x->out_dir));
     json_object_set_new(j, "final_test_accuracy", num(x->final_test_acc));
     json_object_set_new(j, "best_test_accuracy", num(x->best_test_acc));
     json_object_set_new(j, "best_epoch", json_integer(x->best_epoch));
@@ -285,7 +310,7 @@ static json_t *header_json(const mpt_cli_opts *o, int n_seeds, const uint64_t *s
     json_object_set_new(cfg, "epochs", json_integer(o->epochs));
     json_object_set_new(j, "config", cfg);
     json_t *sa = json_array();
-    for (int s = 0; s < n_seeds; s++) json_array_append_new(sa, json_integer((json_int_t)seeds[s]));
+    for (int s = 0; s < n_seeds; s++) json_array_append_new(sa, seed_json(seeds[s]));
     json_object_set_new(j, "seeds", sa);
     return j;
 }
@@ -298,8 +323,21 @@ static mpt_status dump_json(const char *dir, json_t *j) {
         json_decref(j);
         return MPT_ERR_IO;
     }
-    int rc = json_dumpf(j, f, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
     json_decref(j);
+    int rc = text ? 0 : -1;
+    if (text) { /* the seeds above INT64_MAX: their marker strings become the numbers (seed_json) */
+        static const char mark[] = "\"\\u0001mpt-u64:";
+        const char *from = text, *m;
+        while (rc == 0 && (m = strstr(from, mark)) != NULL) {
+            const char *digits = m + strlen(mark);
+            size_t nd = strspn(digits, "0123456789");
+            if (fwrite(from, 1, (size_t)(m - from), f) != (size_t)(m - from) || fwrite(digits, 1, nd, f) != nd) rc = -1;
+            from = digits + nd + 1; /* past the closing quote */
+        }
+        if (rc == 0 && fputs(from, f) == EOF) rc = -1;
+        free(text);
+    }
     if (rc != 0) {
         mpt_status s = mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s)", path, strerror(errno));
         mpt_outdir_discard(f);
@@ -551,8 +589,9 @@ static mpt_status read_csv_column(const char *path, const char *name, double **o
 }
 
 /* out/curves/<precision>_<kind>.csv: x, mean, min, max over seeds of column y of each run's file. */
+/* Writes curves/<precision>_<kind>.csv; *rows receives its data rows. */
 static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *file, const char *xcol,
-                              const char *ycol, double yscale, const char *kind) {
+                              const char *ycol, double yscale, const char *kind, int *rows) {
     double *x = NULL, *y[MPT_CLI_MAX_SEEDS] = {0};
     int nx = 0, n = 0;
     mpt_status s = MPT_OK;
@@ -584,6 +623,7 @@ static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *
             for (int k = 0; k < r->n_seeds; k++) finite &= isfinite(v[k]);
             if (finite) fprintf(f, "%.9g,%.9g,%.9g,%.9g\n", x[i], sm.mean, sm.min, sm.max);
             else fprintf(f, "%.9g,nan,nan,nan\n", x[i]);
+            ++*rows;
         }
         s = mpt_outdir_close_written(f, path);
     }
@@ -592,7 +632,7 @@ static mpt_status write_curve(const mpt_report_seed_runs *r, int p, const char *
     return s;
 }
 
-static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
+static mpt_status write_seeds_script(const mpt_report_seed_runs *r, const int has_data[2]) {
     char path[MPT_CLI_PATH + 64];
     snprintf(path, sizeof path, "%s/convergence.gp", r->out);
     FILE *f = mpt_outdir_create_file(path);
@@ -612,6 +652,9 @@ static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
     for (int k = 0; k < 2; k++) {
         fprintf(f, "set title '%s'\nset xlabel '%s'\nset ylabel '%s'\n%s", titles[k], xs[k], ylabels[k],
                 k == 1 ? "set xtics 1\nset key bottom right\n" : "");
+        if (!mpt_report_panel_has_data(f, has_data[k], k == 0 ? "nothing to draw: no run logged a step (--log-every)"
+                                                              : "nothing to draw: no run completed an epoch (--max-steps)"))
+            continue;
         fprintf(f, "plot ");
         for (int p = 0; p < r->n_precisions; p++) {
             const char *name = mpt_precision_name(r->precisions[p]);
@@ -623,9 +666,10 @@ static mpt_status write_seeds_script(const mpt_report_seed_runs *r) {
         fprintf(f, "\n");
     }
     fprintf(f, "set xtics autofreq\n");
-    if (fp16 >= 0) {
-        fprintf(f, "set title 'fp16 dynamic loss scale, one line per seed'\nset xlabel 'step'\n"
-                   "set ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\nset ytics 2\n"
+    if (fp16 >= 0) fprintf(f, "set title 'fp16 dynamic loss scale, one line per seed'\nset xlabel 'step'\n");
+    if (fp16 >= 0 && mpt_report_panel_has_data(f, has_data[0], "nothing to draw: no run logged a step")) {
+        fprintf(f, "set ylabel 'loss scale'\n"
+                   "set logscale y 2\nset format y '2^{%%L}'\nset ytics 2\n"
                    "set offsets 0, 0, graph 0.1, graph 0.1\nset key bottom left\nplot ");
         for (int s = 0; s < r->n_seeds; s++)
             fprintf(f, "%s'seed-%" PRIu64 "/fp16/metrics.csv' using 'step':'loss_scale' with steps lw 1.2 "
@@ -642,10 +686,13 @@ mpt_status mpt_report_plot_seeds(const mpt_report_seed_runs *r) {
     char dir[MPT_CLI_PATH + 16];
     snprintf(dir, sizeof dir, "%s/curves", r->out);
     MPT_TRY(mpt_outdir_mkdirs(dir));
+    int rows[2] = {0, 0};
     for (int p = 0; p < r->n_precisions; p++) {
-        MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps"));
-        MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs"));
+        MPT_TRY(write_curve(r, p, "metrics.csv", "step", "loss", 1.0, "steps", &rows[0]));
+        MPT_TRY(write_curve(r, p, "epochs.csv", "epoch", "test_acc", 100.0, "epochs", &rows[1]));
     }
-    MPT_TRY(write_seeds_script(r));
+    if (rows[0] == 0 && rows[1] == 0) return mpt_report_nothing_to_plot(r->out);
+    const int has_data[2] = {rows[0] > 0, rows[1] > 0};
+    MPT_TRY(write_seeds_script(r, has_data));
     return mpt_report_gnuplot(r->out, "convergence.gp");
 }

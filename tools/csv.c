@@ -127,10 +127,10 @@ mpt_status mpt_csv_open(mpt_csv *c, const mpt_outdir *od, const char *name, cons
     return mpt_csv_flush(c);
 }
 
-mpt_status mpt_csv_publish(mpt_csv *c, int final) {
+mpt_status mpt_csv_stage(mpt_csv *c, int final, mpt_outdir_txn *tx) {
     if (c->devnull || !c->of.f) return MPT_OK;
     MPT_TRY(mpt_csv_flush(c));
-    return final ? mpt_outfile_publish(&c->of) : mpt_outfile_publish_copy(&c->of);
+    return final ? mpt_outfile_stage(&c->of, tx) : mpt_outfile_stage_copy(&c->of, tx);
 }
 
 void mpt_csv_discard(mpt_csv *c) {

@@ -1,6 +1,6 @@
 /*
  * tools/csv.h - a run's CSV files (metrics.csv, epochs.csv, telemetry.csv): written under a temporary name in the
- * output directory (tools/outdir.h), published with the run's other files at each checkpoint and at the end, each
+ * output directory (tools/outdir.h), published with the run's checkpoint as one set at each save, each
  * row ending with the run's id where the file has that column (docs/outputs.md). Resuming copies this run's own rows
  * up to its checkpoint from the published file and refuses a file holding another run's rows.
  */
@@ -32,9 +32,10 @@ mpt_status mpt_csv_row(mpt_csv *c, const char *fmt, ...) __attribute__((format(p
 /* Pushes buffered rows to the (temporary) file, so that a full disk is reported when it happens. */
 mpt_status mpt_csv_flush(mpt_csv *c);
 
-/* Publishes what the CSV holds so far (the run's files are published together, at each checkpoint); final: the file
- * itself, closed. Nothing for a CSV never opened or on /dev/null. */
-mpt_status mpt_csv_publish(mpt_csv *c, int final);
+/* Stages what the CSV holds so far into the publish set tx (a run's files are published together with its
+ * checkpoint, tools/outdir.h); final: the file itself, closed, else a copy and the file stays open. Nothing for a CSV
+ * never opened or on /dev/null. */
+mpt_status mpt_csv_stage(mpt_csv *c, int final, mpt_outdir_txn *tx);
 
 /* Closes the CSV without publishing (a failed run): its temporary file is removed. */
 void mpt_csv_discard(mpt_csv *c);

@@ -1,6 +1,6 @@
 /*
- * tools/data.c - the dataset for a command: loaded once on the host (datasets/idx.h), optionally cut to the
- * first N rows, and copied once per run into the backend's memory (category MPT_MEM_DATA), where the
+ * tools/data.c - the dataset for a command: loaded once on the host (datasets/idx.h), only its first N rows when
+ * limited, fingerprinted (a CRC-32 per part), and copied once per run into the backend's memory (MPT_MEM_DATA), where the
  * training step's gather (mpt_trainer_gather) reads it. Nothing in the step copies pixels from the host.
  */
 #include <errno.h>
@@ -8,15 +8,25 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <zlib.h>
+
 #include "tools/cli.h"
 
-/* Shrinks a U8 array [n, per] to its first keep rows (keep <= n). */
-static mpt_status keep_rows(uint8_t **p, int64_t n, int64_t keep, int64_t per) {
-    if (keep >= n) return MPT_OK;
-    uint8_t *q = realloc(*p, (size_t)(keep * per));
-    if (!q) return mpt_errorf(MPT_ERR_NOMEM, "cannot shrink a %lld-byte array", (long long)(n * per));
-    *p = q;
-    return MPT_OK;
+void mpt_cli_data_fingerprint(const mpt_mnist *d, mpt_cli_data_fp *fp) {
+    /* zlib's crc32 takes at most UINT_MAX bytes a call */
+    const uint8_t *bufs[4] = {d->train_images, d->train_labels, d->test_images, d->test_labels};
+    const int64_t bytes[4] = {d->n_train * d->dim, d->n_train, d->n_test * d->dim, d->n_test};
+    uLong crc[2] = {crc32(0L, Z_NULL, 0), crc32(0L, Z_NULL, 0)};
+    for (int i = 0; i < 4; i++)
+        for (int64_t at = 0; at < bytes[i];) {
+            uInt k = (uInt)(bytes[i] - at < (int64_t)1 << 30 ? bytes[i] - at : (int64_t)1 << 30);
+            crc[i / 2] = crc32(crc[i / 2], bufs[i] + at, k);
+            at += k;
+        }
+    fp->n_train = d->n_train;
+    fp->n_test = d->n_test;
+    fp->train_crc32 = (uint32_t)crc[0];
+    fp->test_crc32 = (uint32_t)crc[1];
 }
 
 mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_train, int64_t limit_test, int classes,
@@ -35,23 +45,14 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
                           dir, S_ISREG(st.st_mode)    ? "a regular file"
                                : S_ISFIFO(st.st_mode) ? "a FIFO"
                                                       : "a special file");
-    /* any image size and channel count: the network's input and head come from the data (mpt_cli_data_input) */
-    const mpt_mnist_opts mo = {.layout = layout, .n_classes = classes};
+    /* any image size and channel count: the network's input and head come from the data (mpt_cli_data_input); only
+     * the rows used are read */
+    const mpt_mnist_opts mo = {.layout = layout, .n_classes = classes, .limit_train = limit_train,
+                               .limit_test = limit_test};
     mpt_status s = mpt_mnist_load_opts(dir, &mo, &cd->d);
     if (s != MPT_OK) return s;
-    mpt_mnist *d = &cd->d;
-    if (limit_train > 0 && limit_train < d->n_train) {
-        s = keep_rows(&d->train_images, d->n_train, limit_train, d->dim);
-        if (s == MPT_OK) s = keep_rows(&d->train_labels, d->n_train, limit_train, 1);
-        if (s == MPT_OK) d->n_train = limit_train;
-    }
-    if (s == MPT_OK && limit_test > 0 && limit_test < d->n_test) {
-        s = keep_rows(&d->test_images, d->n_test, limit_test, d->dim);
-        if (s == MPT_OK) s = keep_rows(&d->test_labels, d->n_test, limit_test, 1);
-        if (s == MPT_OK) d->n_test = limit_test;
-    }
-    if (s != MPT_OK) mpt_cli_data_free(cd);
-    return s;
+    mpt_cli_data_fingerprint(&cd->d, &cd->fp);
+    return MPT_OK;
 }
 
 void mpt_cli_data_free(mpt_cli_data *cd) { mpt_mnist_free(&cd->d); }

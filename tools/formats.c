@@ -1,6 +1,7 @@
 /*
- * tools/formats.c - a number in FP32, TF32, BF16, FP16, FP8 E4M3/E5M2 and E8M0 through the engine's
- * conversions (engine/numerics.h); each format's constants are its row in engine/dtype.c (tools/formats.h).
+ * tools/formats.c - a number in FP32, TF32, BF16, FP16, FP8 E4M3/E5M2 and E8M0, and in INT8 / INT4 at a scale, through
+ * the engine's conversions (engine/numerics.h); each format's constants are its row in engine/dtype.c
+ * (tools/formats.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +72,38 @@ const char *mpt_fmt_bits_text(mpt_format f, uint32_t bits, char *buf, size_t len
             buf[k++] = ' ';
         }
     }
+    buf[k < len ? k : len - 1] = '\0';
+    return buf;
+}
+
+/* ---- integer formats ------------------------------------------------------------------------------------------- */
+
+float mpt_fmt_int_scale(mpt_int_format f, const double *xs, int n) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) amax = fmaxf(amax, fabsf((float)xs[i]));
+    return mpt_int_scale_from_amax(amax, mpt_int_format_info(f)->qmax);
+}
+
+void mpt_fmt_int_convert(mpt_int_format f, double x, float s, mpt_fmt_int_value *out) {
+    const mpt_int_format_desc *d = mpt_int_format_info(f);
+    const float xf = (float)x;
+    out->ratio = xf / s;
+    out->q = mpt_int_quantize(xf, s, d->qmax);
+    out->bits = (uint32_t)out->q & ((1u << d->bits) - 1u);
+    out->value = mpt_int_dequantize(out->q, s);
+    out->abs_err = fabs(out->value - x);
+    out->rel_err = x != 0.0 ? out->abs_err / fabs(x) : NAN;
+    out->exact = out->value == x;
+    const float r = rintf(out->ratio);
+    out->tie = fabsf(out->ratio - truncf(out->ratio)) == 0.5f;
+    out->clamped = fabsf(r) > (float)d->qmax;
+    out->zeroed = x != 0.0 && out->q == 0;
+}
+
+const char *mpt_fmt_int_bits_text(mpt_int_format f, uint32_t bits, char *buf, size_t len) {
+    const int n = mpt_int_format_info(f)->bits;
+    size_t k = 0;
+    for (int i = n - 1; i >= 0 && k + 1 < len; i--) buf[k++] = (char)('0' + ((bits >> i) & 1u));
     buf[k < len ? k : len - 1] = '\0';
     return buf;
 }

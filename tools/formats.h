@@ -1,6 +1,7 @@
 /*
  * tools/formats.h - what `mptrain formats` shows: a number in each floating-point format the engine uses
- * (FP32, TF32, BF16, FP16, the OCP FP8 formats E4M3 and E5M2, and the MX block-scale format E8M0), through the
+ * (FP32, TF32, BF16, FP16, the OCP FP8 formats E4M3 and E5M2, and the MX block-scale format E8M0), and in the integer
+ * formats INT8 and INT4 with a scale (symmetric: q = clamp(rint(x / s), -qmax, qmax), x' = q s), through the
  * engine's own conversion functions (engine/numerics.h: the ones the CPU loops and the CUDA kernels call), so
  * what it shows is what training does. FP8 conversions saturate (CUDA __NV_SATFINITE, training's default) or
  * not (--fp8-saturate off): mpt_fmt_convert takes the switch.
@@ -46,5 +47,32 @@ void mpt_fmt_convert(mpt_format f, double x, int fp8_saturate, mpt_fmt_value *ou
 
 /* The bit pattern as "s | eeeee | mmmmmmmmmm" ("eeeeeeee" for E8M0; buf: at least 48 bytes). */
 const char *mpt_fmt_bits_text(mpt_format f, uint32_t bits, char *buf, size_t len);
+
+/* ---- integer formats (engine/dtype.h mpt_int_format; engine/numerics.h mpt_int_quantize) ---------------------------- */
+
+/* What became of a value in an integer format at scale s. */
+typedef struct mpt_fmt_int_value {
+    int32_t q;          /* the code, -qmax .. qmax */
+    uint32_t bits;      /* its two's complement pattern in the format's width, right-aligned */
+    float ratio;        /* x / s as the engine computes it (FP32 value of x, one FP32 division) */
+    double value;       /* x' = q s as the engine computes it (one FP32 product) */
+    double abs_err;     /* |x' - x| */
+    double rel_err;     /* abs_err / |x| (NAN for x = 0) */
+    int exact;          /* x' == x */
+    int tie;            /* x / s lay exactly halfway between two integers: rounded to the even one */
+    int clamped;        /* x / s rounded past qmax: q = +-qmax */
+    int zeroed;         /* x != 0 became 0 (|x / s| <= 1/2) */
+} mpt_fmt_int_value;
+
+/* The scale of format f from the largest magnitude of xs[0..n) (each as FP32, as the engine sees it):
+ * mpt_int_scale_from_amax(amax, qmax), amax / qmax (1 when every value is 0). */
+float mpt_fmt_int_scale(mpt_int_format f, const double *xs, int n);
+
+/* Converts x (finite) to format f at scale s (> 0, finite) through the engine's conversions and fills *out: x becomes
+ * FP32 first, as every value does in the engine; errors are measured against the decimal x as a double. */
+void mpt_fmt_int_convert(mpt_int_format f, double x, float s, mpt_fmt_int_value *out);
+
+/* The two's complement pattern as bits ("11111101" for INT8 -3; buf: at least 12 bytes). */
+const char *mpt_fmt_int_bits_text(mpt_int_format f, uint32_t bits, char *buf, size_t len);
 
 #endif

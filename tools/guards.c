@@ -1,6 +1,7 @@
 /*
- * tools/guards.c - the process guards (tools/guards.h): the graceful stop on SIGINT and SIGTERM, the OpenBLAS
- * buffer watchdog and the report of a memory fault under a memory limit.
+ * tools/guards.c - the process guards (tools/guards.h): the graceful stop on SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+ * SIGALRM and SIGPIPE, the checkpoint on SIGUSR1, the OpenBLAS buffer watchdog and the report of a memory fault
+ * under a memory limit.
  */
 #include <cblas.h>
 #include <signal.h>
@@ -13,41 +14,86 @@
 #include "engine/backend.h"
 #include "tools/guards.h"
 
-/* ---- the graceful stop ------------------------------------------------------------------------------------ */
+/* ---- the graceful stop, the save on demand ------------------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_signal, save_asked, work_done;
+
+/* The signals that stop a run gracefully, their names and the line each one's handler writes (prepared here: a
+ * handler may only write(2) what is ready). */
+static const struct stop_sig {
+    int sig;
+    const char *name, *why;
+} stop_sigs[] = {
+    {SIGINT, "SIGINT", ""},
+    {SIGTERM, "SIGTERM", ""},
+    {SIGHUP, "SIGHUP", " (the terminal was closed)"},
+    {SIGQUIT, "SIGQUIT", ""},
+    {SIGALRM, "SIGALRM", ""},
+    {SIGPIPE, "SIGPIPE", " (the reader of standard output or error went away)"},
+};
+#define N_STOP_SIGS ((int)(sizeof stop_sigs / sizeof stop_sigs[0]))
+static char stop_msg[N_STOP_SIGS][200];
+static size_t stop_len[N_STOP_SIGS];
+
+static int stop_index(int sig) {
+    for (int i = 0; i < N_STOP_SIGS; i++)
+        if (stop_sigs[i].sig == sig) return i;
+    return -1;
+}
 
 static void on_stop(int sig) {
-    if (stop_signal) { /* the second one: stop at once */
+    if (stop_signal) {
+        /* A second signal stops at once, the default action (the published files are complete). Not SIGPIPE:
+         * every later write to the closed pipe raises it again, and none of those is the user asking twice. */
+        if (sig == SIGPIPE) return;
         signal(sig, SIG_DFL);
         raise(sig);
         return;
     }
     stop_signal = sig;
-    static const char int_msg[] = "\nmptrain: SIGINT: stopping after the current step and saving the run (send it "
-                                  "again to stop at once)\n";
-    static const char term_msg[] = "\nmptrain: SIGTERM: stopping after the current step and saving the run (send it "
-                                   "again to stop at once)\n";
-    const char *m = sig == SIGINT ? int_msg : term_msg;
-    size_t n = sig == SIGINT ? sizeof int_msg - 1 : sizeof term_msg - 1;
-    ssize_t w = write(STDERR_FILENO, m, n); /* async-signal-safe; nothing to do if it fails */
-    (void)w;
+    int i = stop_index(sig);
+    if (i >= 0 && !work_done) {
+        ssize_t w = write(STDERR_FILENO, stop_msg[i], stop_len[i]); /* async-signal-safe; nothing to do if it fails */
+        (void)w;
+    }
+}
+
+static void on_save(int sig) {
+    (void)sig;
+    save_asked = 1;
 }
 
 void mpt_guard_stop_install(void) {
+    const char *lead = isatty(STDERR_FILENO) ? "\n" : ""; /* a terminal: off the line a progress bar may hold */
+    for (int i = 0; i < N_STOP_SIGS; i++) {
+        int n = snprintf(stop_msg[i], sizeof stop_msg[i], "%smptrain: %s%s: stopping after the current step and saving "
+                         "the run%s\n", lead, stop_sigs[i].name, stop_sigs[i].why,
+                         stop_sigs[i].sig == SIGPIPE ? "" : " (send it again to stop at once)");
+        stop_len[i] = n > 0 && (size_t)n < sizeof stop_msg[i] ? (size_t)n : sizeof stop_msg[i] - 1;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART; /* a read or a wait in progress goes on; the run looks at the flag between steps */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    for (int i = 0; i < N_STOP_SIGS; i++) sigaction(stop_sigs[i].sig, &sa, NULL);
+    sa.sa_handler = on_save;
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 int mpt_guard_stop_signal(void) { return stop_signal; }
 
+void mpt_guard_stop_done(void) { work_done = 1; }
+
+int mpt_guard_save_asked(void) {
+    if (!save_asked) return 0;
+    save_asked = 0;
+    return 1;
+}
+
 const char *mpt_guard_signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    int i = stop_index(sig);
+    return i >= 0 ? stop_sigs[i].name : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
 /* ---- memory limits ---------------------------------------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,8 @@ int main(int argc, char **argv) {
     if (rc == 0 && mpt_guard_stop_signal()) rc = 128 + mpt_guard_stop_signal(); /* asked to stop after the work was done */
     errno = 0;
     int bad = fflush(stdout) != 0 || ferror(stdout);
-    if (bad) {
+    if (bad && mpt_guard_stop_signal() == SIGPIPE) { /* the pipe's reader went away: the stop line said so */
+    } else if (bad) {
         fprintf(stderr, "mptrain: writing to standard output failed: %s\n", strerror(errno ? errno : EIO));
         rc = rc ? rc : MPT_CLI_EXIT_FAIL;
     }
@@ -232,7 +234,8 @@ static int run_command(int argc, char **argv) {
         printf("mptrain %s (GPU architectures built: %s, PTX %s)\n", MPT_VERSION, MPT_CUDA_ARCH, MPT_CUDA_PTX_ARCH);
         return 0;
     }
-    /* commands that train stop gracefully on SIGINT / SIGTERM (tools/stop.c) */
+    /* commands that train stop gracefully on SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM and SIGPIPE, and save a
+     * checkpoint on SIGUSR1 (tools/guards.h) */
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "compare") == 0 || strcmp(cmd, "lab") == 0) mpt_guard_stop_install();
     if (strcmp(cmd, "train") == 0) return mpt_cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "compare") == 0) return mpt_cmd_compare(argc - 1, argv + 1);

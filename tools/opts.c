@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -185,6 +186,11 @@ static const opt_def opt_table[] = {
      "fast variance). Normalisation, running statistics and backward stay FP32 (mptrain lab normalization; "
      "docs/numerics.md). CPU only",
      .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
+    {"qat", MPT_OPT_QAT, required_argument, TC, "F",
+     "none | int8 | int4: quantization-aware training, the linear and conv weights fake-quantized per output channel "
+     "in the forward pass (s = amax / 127 or / 7 of each row of the FP32 master, rewritten after every step; the "
+     "gradient reaches the masters unchanged, the straight-through estimator; not with fp8 modes; default none)",
+     .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
     {"lr-schedule", MPT_OPT_LR_SCHEDULE, required_argument, TC, "S", "constant | step | cosine (default constant)",
      .scope = MPT_SCOPE_MATH},
     {"warmup-steps", MPT_OPT_WARMUP_STEPS, required_argument, TC, "N", "cosine: linear warmup steps (default 0)",
@@ -239,6 +245,23 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(resume)},
     {"checkpoint", MPT_OPT_CHECKPOINT, required_argument, MPT_CMD_EVAL, "CKPT", "the checkpoint to evaluate",
      .scope = MPT_SCOPE_COMMAND},
+    {"quantize", MPT_OPT_QUANTIZE, required_argument, MPT_CMD_EVAL, "F",
+     "int8 | int4 | fp8-e4m3 | bf16: post-training quantization of the linear and conv weights (symmetric, s = amax / "
+     "127, 7 or 448 from the FP32 masters; bf16: rounded to nearest, no scale); evaluates the checkpoint unquantized "
+     "and quantized on the same images and reports both accuracies, the weights' memory, and per layer the weight and "
+     "output errors",
+     .scope = MPT_SCOPE_COMMAND},
+    {"granularity", MPT_OPT_GRANULARITY, required_argument, MPT_CMD_EVAL, "G",
+     "with --quantize: channel (one scale per output channel, default) | tensor (one per weight tensor)",
+     .scope = MPT_SCOPE_COMMAND},
+    {"activations", MPT_OPT_ACTIVATIONS, required_argument, MPT_CMD_EVAL, "A",
+     "with --quantize int8|int4: none (default: weights only, the checkpoint's GEMMs on them) | int8 (the input of "
+     "every linear and conv layer to INT8 with one scale per tensor, s = amax / 127 calibrated on --calibrate training "
+     "batches; integer GEMMs and convolutions, exact int32 sums, one rescale)",
+     .scope = MPT_SCOPE_COMMAND},
+    {"calibrate", MPT_OPT_CALIBRATE, required_argument, MPT_CMD_EVAL, "N",
+     "with --activations int8: training batches whose largest |input| per layer sets its scale, 1..10000 (default 16)",
+     .scope = MPT_SCOPE_COMMAND},
     {"threads", MPT_OPT_THREADS, required_argument, TC | MPT_CMD_EVAL, "N",
      "threads of the CPU backend's GEMMs (OpenBLAS and oneDNN), 1..256 (default: OpenBLAS's, OPENBLAS_NUM_THREADS "
      "or all cores)",
@@ -271,9 +294,10 @@ static const opt_def opt_table[] = {
     {"grad-comm", MPT_OPT_GRAD_COMM, required_argument, MPT_CMD_TRAIN, "D",
      "fp32 | bf16 | fp16: the dtype the data-parallel gradients travel and are summed in (default fp32)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(grad_comm)},
-    {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN, "S",
-     "data-parallel: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
-     "arrive, > 0 (default 600, as PyTorch's NCCL watchdog)",
+    {"comm-timeout", MPT_OPT_COMM_TIMEOUT, required_argument, MPT_CMD_TRAIN | MPT_CMD_COMPARE, "S",
+     "under mpirun: a step's collective not complete after S seconds aborts the job, naming the ranks that did not "
+     "arrive; every other wait asks its peers every S seconds and ends the job when one does not answer or all wait, "
+     "> 0 (default 600, as PyTorch's NCCL watchdog)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
     {"help", MPT_OPT_HELP, no_argument, ALL, NULL, "show this help",
      .scope = MPT_SCOPE_COMMAND},
@@ -367,9 +391,9 @@ int mpt_cli_opt_recorded(mpt_opt_id id) {
 }
 
 int mpt_cli_opt_written(const mpt_cli_opts *o, mpt_opt_id id) {
-    const opt_def *d = opt_find(id);
     if (!mpt_cli_opt_recorded(id)) return 0;
-    if (!d->written_if_set) return 1;
+    const opt_def *d = opt_find(id);
+    if (!d || !d->written_if_set) return 1;
     mpt_cli_opts def;
     mpt_cli_opts_default(&def);
     char a[96], b[96];
@@ -433,6 +457,9 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     for (int i = 0; i < MPT_PRECISION_COUNT; i++)
         if (mpt_mode_info((mpt_precision)i)->compare_default) o->precisions[o->n_precisions++] = (mpt_precision)i;
     o->margin = 0.3;
+    o->quantize = -1;
+    o->per_channel = 1;
+    o->calibrate = 16;
     o->comm_timeout = 600.0;
     o->plot_timeout = 60.0;
 }
@@ -784,6 +811,9 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
             return bad_value(f, want, arg);
         }
         return MPT_OK;
+    case MPT_OPT_QAT:
+        if (mpt_qat_parse(arg, &o->qat) != 0) return bad_value(f, "one of none, int8, int4", arg);
+        return MPT_OK;
     case MPT_OPT_LR_SCHEDULE:
         if (mpt_lr_kind_parse(arg, &o->lr_schedule) != 0) return bad_value(f, "one of constant, step, cosine", arg);
         return MPT_OK;
@@ -815,6 +845,23 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_OUT: return copy_path(f, arg, o->out, sizeof o->out);
     case MPT_OPT_RESUME: return copy_path(f, arg, o->resume, sizeof o->resume);
     case MPT_OPT_CHECKPOINT: return copy_path(f, arg, o->checkpoint, sizeof o->checkpoint);
+    case MPT_OPT_QUANTIZE: {
+        mpt_qformat q;
+        if (mpt_qformat_parse(arg, &q) != 0) return bad_value(f, "one of int8, int4, fp8-e4m3, bf16", arg);
+        o->quantize = (int)q;
+        return MPT_OK;
+    }
+    case MPT_OPT_GRANULARITY:
+        if (strcmp(arg, "channel") == 0) o->per_channel = 1;
+        else if (strcmp(arg, "tensor") == 0) o->per_channel = 0;
+        else return bad_value(f, "one of channel, tensor", arg);
+        return MPT_OK;
+    case MPT_OPT_ACTIVATIONS:
+        if (strcmp(arg, "none") == 0) o->act_int8 = 0;
+        else if (strcmp(arg, "int8") == 0) o->act_int8 = 1;
+        else return bad_value(f, "one of none, int8", arg);
+        return MPT_OK;
+    case MPT_OPT_CALIBRATE: return parse_int(f, arg, 1, 10000, "an integer in [1, 10000]", &o->calibrate);
     case MPT_OPT_THREADS: return parse_int(f, arg, 1, 256, "an integer in [1, 256]", &o->threads);
     case MPT_OPT_LOG_EVERY:
         return parse_i64(f, arg, 1, INT64_C(1) << 40, "an integer >= 1", &o->log_every);
@@ -915,6 +962,7 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_FP8_SATURATE: snprintf(buf, len, "%s", o->fp8.saturate ? "on" : "off"); break;
     case MPT_OPT_ACCUM_MODEL: snprintf(buf, len, "%s", mpt_accum_model_name(o->accum_model)); break;
     case MPT_OPT_NORM_STATS: snprintf(buf, len, "%s", mpt_norm_stats_name(o->norm_stats)); break;
+    case MPT_OPT_QAT: snprintf(buf, len, "%s", mpt_qat_name(o->qat)); break;
     default: snprintf(buf, len, "?"); break;
     }
     return buf;
@@ -978,6 +1026,7 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
     c.seed = o->seed;
     c.inject_nonfinite_step = o->inject_nonfinite;
     c.step_graph = o->cuda_graph;
+    c.qat = o->qat;
     return c;
 }
 
@@ -1015,6 +1064,13 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
                           o->scale_floor);
     const mpt_fp8_kind fp8 = mpt_mode_info(o->precision)->fp8;
     if (fp8 != MPT_FP8_KIND_NONE) MPT_TRY(mpt_fp8_recipe_check(&o->fp8, fp8 == MPT_FP8_KIND_MX));
+    if (o->qat != MPT_QAT_NONE && fp8 != MPT_FP8_KIND_NONE)
+        return mpt_errorf(MPT_ERR_ARG, "--qat %s conflicts with --precision %s: its FP8 GEMMs quantize the weights "
+                                       "themselves (use fp32, tf32, bf16 or fp16)", mpt_qat_name(o->qat),
+                          mpt_precision_name(o->precision));
+    if (o->qat != MPT_QAT_NONE && o->master_weights != MPT_MASTER_FP32)
+        return mpt_errorf(MPT_ERR_ARG, "--qat %s needs --master-weights fp32: the FP32 masters keep what the "
+                                       "quantized weights cannot hold", mpt_qat_name(o->qat));
     if (o->fp8.promote != 0 && o->fp8.accum != MPT_FP8_ACCUM_FAST)
         return mpt_errorf(MPT_ERR_ARG, "--fp8-promote %d needs --fp8-accum fast (promotion is part of the fast "
                                        "accumulator; fp32 accumulates in FP32 throughout)", (int)o->fp8.promote);
@@ -1126,6 +1182,14 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
                    "GEMMs stay emulated\n", label, p);
     accum_model_notes(o, tf32_override, label, f);
     norm_stats_notes(o, label, f);
+    if (o->qat != MPT_QAT_NONE) {
+        const mpt_qformat_desc *q = mpt_qformat_info(mpt_qat_format(o->qat));
+        fprintf(f, "%s--qat %s: the forward pass reads the linear and conv weights fake-quantized to %s per output "
+                   "channel (s = amax / %d of each row of the FP32 master, rewritten after every step); their "
+                   "gradients reach the masters unchanged (straight-through estimator)%s\n",
+                label, mpt_qat_name(o->qat), q->name, q->qmax,
+                lowp ? "; the grid values are rounded once more into the 16-bit working copies" : "");
+    }
     if (tf32_override && !lowp && (o->tf32_matmul || o->tf32_conv))
         fprintf(f, "%sNVIDIA_TF32_OVERRIDE=0 is set: it wins over --tf32-matmul %s / --tf32-conv %s; every GEMM and "
                    "conv computes in full FP32\n",
@@ -1168,7 +1232,14 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
     case MPT_CMD_EVAL:
         fprintf(f, "Usage: mptrain eval --checkpoint CKPT [options]\n"
                    "Rebuilds the model recorded in a checkpoint, loads its weights and prints the test loss and\n"
-                   "accuracy.\n");
+                   "accuracy. With --quantize, post-training quantization (docs/numerics.md, \"Integer formats\"): the\n"
+                   "weights of every linear and conv layer become W' = clamp(round_half_even(W / s)) * s (INT8, INT4) or\n"
+                   "E4M3(W / s) * s, s = amax / qmax from the FP32 masters per output channel or per tensor; with\n"
+                   "--activations int8 every layer's input becomes INT8 too (one scale per tensor, amax / 127, amax the\n"
+                   "largest |input| over --calibrate training batches, in file order) and its GEMM or convolution sums the\n"
+                   "integer products exactly in int32 (an FP32 sum would round past 2^24), rescaled once. Reports the\n"
+                   "accuracy unquantized and quantized on the same test images, the weights' memory, and per layer the\n"
+                   "weights' relative L2 error and the layer output's against the unquantized model.\n");
         break;
     case MPT_CMD_INFO:
         fprintf(f, "Usage: mptrain info\n"
@@ -1300,7 +1371,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
         fprintf(stderr, "mptrain %s: --shadow runs on telemetry steps: give --telemetry N (N >= 1) as well\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (mpt_cli_given(o, MPT_OPT_COMM_TIMEOUT) && !o->data_parallel) {
+    if (cmd == MPT_CMD_TRAIN && mpt_cli_given(o, MPT_OPT_COMM_TIMEOUT) && !o->data_parallel) {
         fprintf(stderr, "mptrain %s: --comm-timeout bounds the data-parallel collectives: give --data-parallel as well "
                         "(under mpirun -np N)\n", name);
         return MPT_CLI_EXIT_USAGE;
@@ -1319,6 +1390,22 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     if (mpt_cli_given(o, MPT_OPT_SEEDS) && mpt_cli_given(o, MPT_OPT_SEED)) {
         fprintf(stderr, "mptrain %s: give --seed or --seeds, not both (--seeds 1 runs seed 0; --seeds 5,7 runs seeds "
                         "5 and 7)\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->quantize < 0 && (mpt_cli_given(o, MPT_OPT_GRANULARITY) || mpt_cli_given(o, MPT_OPT_ACTIVATIONS) ||
+                            mpt_cli_given(o, MPT_OPT_CALIBRATE))) {
+        fprintf(stderr, "mptrain %s: --granularity, --activations and --calibrate set up --quantize: give --quantize "
+                        "int8|int4|fp8-e4m3 as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->act_int8 && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->is_int) {
+        fprintf(stderr, "mptrain %s: --activations int8 runs integer GEMMs and convolutions: it needs --quantize int8 or "
+                        "int4, found --quantize %s\n", name, mpt_qformat_info((mpt_qformat)o->quantize)->key);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_CALIBRATE) && !o->act_int8) {
+        fprintf(stderr, "mptrain %s: --calibrate sets the INT8 activations' scales: give --activations int8 as well\n",
+                name);
         return MPT_CLI_EXIT_USAGE;
     }
     if (mpt_cli_given(o, MPT_OPT_MARGIN) && o->n_seeds < 2) {
@@ -1350,4 +1437,72 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
                           "batches per epoch): the cosine schedule warms up, then decays over the steps left",
                           (long long)o->warmup_steps, (long long)total, o->epochs, (long long)batches_per_epoch);
     return MPT_OK;
+}
+
+/* ---- the settings the ranks of an MPI job share ------------------------------------------------------------------ */
+
+const char *mpt_cli_data_fp_text(const mpt_cli_data_fp *fp, char *buf, size_t len) {
+    snprintf(buf, len, "%lld training images crc32 %08x, %lld test images crc32 %08x", (long long)fp->n_train,
+             (unsigned)fp->train_crc32, (long long)fp->n_test, (unsigned)fp->test_crc32);
+    return buf;
+}
+
+
+void mpt_cli_job_add(mpt_cli_job *j, const char *name, const char *fmt, ...) {
+    MPT_ASSERTF(j->n < MPT_CLI_JOB_MAX, "mpt_cli_job_add: more than %d settings", MPT_CLI_JOB_MAX);
+    va_list ap;
+    va_start(ap, fmt);
+    char *value = NULL;
+    int k = vasprintf(&value, fmt, ap);
+    va_end(ap);
+    char *n = strdup(name);
+    MPT_ASSERTF(k >= 0 && n, "mpt_cli_job_add: out of memory");
+    j->item[j->n++] = (mpt_dist_item){n, value};
+}
+
+void mpt_cli_job_settings(const mpt_cli_opts *o, mpt_cmd_mask cmd, const mpt_cli_data_fp *fp, int threads,
+                          const char *resumed, mpt_cli_job *j) {
+    char buf[128], name[48];
+    mpt_cli_job_add(j, "the mptrain version", "%s", MPT_VERSION);
+    for (mpt_opt_id id = MPT_OPT_FIRST; id < MPT_OPT_END; id++) {
+        if (!mpt_cli_opt_recorded(id) || (cmd == MPT_CMD_COMPARE && (id == MPT_OPT_PRECISION || id == MPT_OPT_SEED)))
+            continue; /* compare: each run's precision and seed come from --precisions and --seeds */
+        snprintf(name, sizeof name, "--%s", mpt_cli_opt_name(id));
+        mpt_cli_job_add(j, name, "%s", mpt_cli_format(o, id, buf, sizeof buf));
+    }
+    mpt_cli_job_add(j, "--max-steps", "%lld", (long long)o->max_steps);
+    mpt_cli_job_add(j, "--log-every", "%lld", (long long)o->log_every);
+    mpt_cli_job_add(j, "--telemetry", "%lld", (long long)o->telemetry);
+    mpt_cli_job_add(j, "--shadow", "%s", o->shadow ? "on" : "off");
+    mpt_cli_job_add(j, "--device", "%s", o->device == MPT_DEVICE_CHOICE_CPU ? "cpu" : o->device == MPT_DEVICE_CHOICE_CUDA
+                                                                                       ? "cuda" : "auto");
+    mpt_cli_job_add(j, "--limit-test", "%lld", (long long)o->limit_test);
+    if (cmd == MPT_CMD_TRAIN) {
+        mpt_cli_job_add(j, "--grad-comm", "%s", mpt_grad_comm_name(o->grad_comm));
+        mpt_cli_job_add(j, "--threads (the CPU GEMM threads in use)", "%d", threads);
+        mpt_cli_job_add(j, "--resume", "%s", resumed && resumed[0] ? resumed : "none");
+    } else {
+        size_t k = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < o->n_precisions && k + 16 < sizeof buf; i++)
+            k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i ? "," : "", mpt_precision_name(o->precisions[i]));
+        mpt_cli_job_add(j, "--precisions", "%s", buf);
+        char seeds[MPT_CLI_MAX_SEEDS * 21 + 1] = "";
+        k = 0;
+        for (int i = 0; i < o->n_seeds; i++)
+            k += (size_t)snprintf(seeds + k, sizeof seeds - k, "%s%" PRIu64, i ? "," : "", o->seeds[i]);
+        if (o->n_seeds > 1) mpt_cli_job_add(j, "--seeds", "%s", seeds);
+        else mpt_cli_job_add(j, "--seed", "%" PRIu64, o->seed);
+        mpt_cli_job_add(j, "--out", "%s", o->out);
+    }
+    char fpt[160];
+    mpt_cli_job_add(j, "--data (the images as loaded)", "%s", mpt_cli_data_fp_text(fp, fpt, sizeof fpt));
+}
+
+void mpt_cli_job_free(mpt_cli_job *j) {
+    for (int i = 0; i < j->n; i++) {
+        free((char *)j->item[i].name);
+        free((char *)j->item[i].value);
+    }
+    j->n = 0;
 }

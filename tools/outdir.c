@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <pwd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,28 +95,84 @@ static void remove_stale_temps(int dir_fd) {
     closedir(d);
 }
 
-/* Takes the directory's lock, or says who holds it. */
+/* The user name of uid, or its number. */
+static const char *user_name(uid_t uid, char *buf, size_t cap) {
+    struct passwd pw, *res = NULL;
+    char tmp[1024];
+    if (getpwuid_r(uid, &pw, tmp, sizeof tmp, &res) == 0 && res) snprintf(buf, cap, "%s", res->pw_name);
+    else snprintf(buf, cap, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/* Replaces the lock file by a new one of this process's own, locked: in a copy made with hard links (cp -al) the lock
+ * file is the original directory's, and another user's lock file may not be writable. The name then points to the
+ * new file, whose lock this process holds (take_lock checks that no other process replaced it meanwhile). 0 when it
+ * cannot (a sticky directory, no write permission): the caller keeps the old file. */
+static int replace_lock(mpt_outdir *od) {
+    char tmp[300];
+    int fd = mpt_checkpoint_create_temp(od->fd, MPT_OUTDIR_LOCK, tmp, sizeof tmp);
+    if (fd < 0) return 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || renameat(od->fd, tmp, od->fd, MPT_OUTDIR_LOCK) != 0) {
+        close(fd);
+        unlinkat(od->fd, tmp, 0);
+        return 0;
+    }
+    close(od->lock_fd); /* releases the old file's lock: its name is ours now */
+    od->lock_fd = fd;
+    return 1;
+}
+
+/* Takes the directory's lock, or says who holds it. A lock file that no process holds is no obstacle, whoever wrote
+ * it: it is taken (read-only when it is another user's and cannot be replaced), and one shared with another
+ * directory (hard links) is replaced by a file of this directory's own. After the lock is taken, its name must still
+ * lead to the locked file (another mptrain may have replaced it meanwhile): else it is taken again. */
 static mpt_status take_lock(mpt_outdir *od, const char *command) {
-    od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (od->lock_fd < 0)
-        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
-                          errno == ELOOP ? "a symbolic link stands there" : strerror(errno));
-    struct stat st;
-    if (fstat(od->lock_fd, &st) != 0 || !S_ISREG(st.st_mode))
-        return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s is %s, expected a regular file", od->path,
-                          MPT_OUTDIR_LOCK, file_kind(&st));
-    if (flock(od->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK)
+    for (int attempt = 0;; attempt++) {
+        int read_only = 0;
+        od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+        if (od->lock_fd < 0 && errno == EACCES) { /* another user's file: flock works on a read-only descriptor */
+            od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+            read_only = od->lock_fd >= 0;
+        }
+        if (od->lock_fd < 0)
+            return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,
+                              errno == ELOOP ? "a symbolic link stands there" : strerror(errno));
+        struct stat st;
+        if (fstat(od->lock_fd, &st) != 0 || !S_ISREG(st.st_mode))
+            return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s is %s, expected a regular file", od->path,
+                              MPT_OUTDIR_LOCK, file_kind(&st));
+        int held = flock(od->lock_fd, LOCK_EX | LOCK_NB) == 0;
+        if (!held && errno != EWOULDBLOCK)
             return mpt_errorf(MPT_ERR_IO, "--out %s: cannot lock %s (%s)", od->path, MPT_OUTDIR_LOCK, strerror(errno));
-        char holder[200] = "";
-        ssize_t n = pread(od->lock_fd, holder, sizeof holder - 1, 0);
-        holder[n > 0 ? n : 0] = '\0';
-        holder[strcspn(holder, "\n")] = '\0';
-        char esc[260];
-        mpt_escape(esc, sizeof esc, holder[0] ? holder : "a process that wrote no PID");
-        return mpt_errorf(MPT_ERR_IO, "--out %s is in use by another mptrain (%s): two runs in one directory would "
-                                      "overwrite each other's files; wait for it to end or choose another --out",
-                          od->path, esc);
+        /* A lock file shared with another directory (cp -al) and held: by a run in that directory, since an mptrain
+         * here would have made the file its own before it used it. This directory gets a lock file of its own. */
+        if (!held && st.st_nlink > 1 && replace_lock(od)) held = 1;
+        if (!held) {
+            char holder[200] = "", owner[64], esc[260];
+            ssize_t n = pread(od->lock_fd, holder, sizeof holder - 1, 0);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            mpt_escape(esc, sizeof esc, holder[0] ? holder : "a process that wrote no PID");
+            return mpt_errorf(MPT_ERR_IO, "--out %s is in use by another mptrain (%s; its lock file belongs to %s%s): two "
+                                          "runs in one directory would overwrite each other's files; wait for it to end "
+                                          "or choose another --out",
+                              od->path, esc, user_name(st.st_uid, owner, sizeof owner),
+                              st.st_nlink > 1 ? ", and is shared with another directory by a hard link" : "");
+        }
+        /* held now. A file shared with another directory (cp -al), or another user's that this process cannot write:
+         * replaced by this directory's own where the directory allows it */
+        int replaced = (st.st_nlink > 1 || read_only) && replace_lock(od);
+        struct stat now, named;
+        if (fstat(od->lock_fd, &now) != 0 || fstatat(od->fd, MPT_OUTDIR_LOCK, &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+            now.st_ino != named.st_ino || now.st_dev != named.st_dev) {
+            close(od->lock_fd); /* another mptrain replaced the file: the lock to take is the new one's */
+            od->lock_fd = -1;
+            if (attempt < 8) continue;
+            return mpt_errorf(MPT_ERR_IO, "--out %s: its lock file %s keeps being replaced: another mptrain is starting "
+                              "there; try again", od->path, MPT_OUTDIR_LOCK);
+        }
+        if (read_only && !replaced) return MPT_OK; /* another user's idle lock, held read-only: no PID written */
+        break;
     }
     char text[200];
     time_t now = time(NULL);
@@ -127,6 +185,8 @@ static mpt_status take_lock(mpt_outdir *od, const char *command) {
                           strerror(errno));
     return MPT_OK;
 }
+
+static mpt_status replay_journal(const mpt_outdir *od);
 
 mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command) {
     od->fd = od->lock_fd = -1;
@@ -146,6 +206,7 @@ mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links li
     if (od->fd < 0)
         return mpt_errorf(MPT_ERR_IO, "--out %s: %s", path, errno == ENOTDIR ? "not a directory" : strerror(errno));
     mpt_status s = take_lock(od, command);
+    if (s == MPT_OK) s = replay_journal(od); /* before the temporary files go: a committed set's are among them */
     if (s != MPT_OK) {
         mpt_outdir_close(od);
         return s;
@@ -271,14 +332,81 @@ mpt_status mpt_outfile_publish(mpt_outfile *of) {
     return rename_over(of->dir_fd, dir, of->tmp, of->name);
 }
 
-mpt_status mpt_outfile_publish_copy(mpt_outfile *of) {
+void mpt_outfile_discard(mpt_outfile *of) {
+    if (!of || !of->f) return;
+    fclose(of->f);
+    of->f = NULL;
+    unlinkat(of->dir_fd, of->tmp, 0);
+}
+
+/* ---- publish sets ---------------------------------------------------------------------------------------------- */
+
+void mpt_outdir_publish_point(const char *what) {
+    static long reached, kill_at = -1;
+    static int trace;
+    if (kill_at < 0) {
+        const char *k = getenv("MPT_TEST_PUBLISH_KILL"), *t = getenv("MPT_TEST_PUBLISH_TRACE");
+        kill_at = k ? strtol(k, NULL, 10) : 0;
+        trace = t && strcmp(t, "1") == 0;
+    }
+    reached++;
+    if (trace) fprintf(stderr, "publish point %ld: %s\n", reached, what);
+    if (kill_at > 0 && reached == kill_at) raise(SIGKILL);
+}
+
+void mpt_outdir_txn_begin(mpt_outdir_txn *tx, const mpt_outdir *od) {
+    tx->od = od;
+    tx->n = 0;
+}
+
+mpt_status mpt_outdir_txn_add(mpt_outdir_txn *tx, const char *tmp, const char *name) {
+    if (tx->n == MPT_OUTDIR_TXN_MAX || strlen(tmp) >= sizeof tx->op[0].tmp || strlen(name) >= sizeof tx->op[0].name) {
+        unlinkat(tx->od->fd, tmp, 0);
+        return mpt_errorf(MPT_ERR_ARG, "%s/%s: cannot join the publish set (%d files at most)", tx->od->path, name,
+                          MPT_OUTDIR_TXN_MAX);
+    }
+    snprintf(tx->op[tx->n].tmp, sizeof tx->op[0].tmp, "%s", tmp);
+    snprintf(tx->op[tx->n].name, sizeof tx->op[0].name, "%s", name);
+    tx->n++;
+    return MPT_OK;
+}
+
+mpt_status mpt_outdir_txn_remove(mpt_outdir_txn *tx, const char *name) {
+    if (tx->n == MPT_OUTDIR_TXN_MAX || strlen(name) >= sizeof tx->op[0].name)
+        return mpt_errorf(MPT_ERR_ARG, "%s/%s: cannot join the publish set (%d files at most)", tx->od->path, name,
+                          MPT_OUTDIR_TXN_MAX);
+    tx->op[tx->n].tmp[0] = '\0';
+    snprintf(tx->op[tx->n].name, sizeof tx->op[0].name, "%s", name);
+    tx->n++;
+    return MPT_OK;
+}
+
+void mpt_outdir_txn_abort(mpt_outdir_txn *tx) {
+    for (int i = 0; i < tx->n; i++)
+        if (tx->op[i].tmp[0]) unlinkat(tx->od->fd, tx->op[i].tmp, 0);
+    tx->n = 0;
+}
+
+mpt_status mpt_outfile_stage(mpt_outfile *of, mpt_outdir_txn *tx) {
     if (!of->f) return MPT_OK;
     int why = flush_sync(of->f);
+    if (fclose(of->f) != 0 && !why) why = errno ? errno : -1;
+    of->f = NULL;
+    if (why) {
+        unlinkat(of->dir_fd, of->tmp, 0);
+        return write_error(of->path, why);
+    }
+    return mpt_outdir_txn_add(tx, of->tmp, of->name);
+}
+
+/* A copy of what of holds so far, flushed and fsync'ed under a new temporary name (in tmp, cap bytes). */
+static mpt_status copy_so_far(mpt_outfile *of, char *tmp, size_t cap) {
+    int why = flush_sync(of->f);
     if (why) return write_error(of->path, why);
-    char dir[4400], tmp[300];
+    char dir[4400];
     snprintf(dir, sizeof dir, "%.*s", (int)(strlen(of->path) - strlen(of->name) - 1), of->path);
     FILE *copy;
-    MPT_TRY(create_temp(of->dir_fd, dir, of->name, tmp, sizeof tmp, &copy));
+    MPT_TRY(create_temp(of->dir_fd, dir, of->name, tmp, cap, &copy));
     char buf[65536];
     off_t at = 0;
     for (;;) {
@@ -301,14 +429,165 @@ mpt_status mpt_outfile_publish_copy(mpt_outfile *of) {
         unlinkat(of->dir_fd, tmp, 0);
         return write_error(of->path, why);
     }
-    return rename_over(of->dir_fd, dir, tmp, of->name);
+    return MPT_OK;
 }
 
-void mpt_outfile_discard(mpt_outfile *of) {
-    if (!of || !of->f) return;
-    fclose(of->f);
-    of->f = NULL;
-    unlinkat(of->dir_fd, of->tmp, 0);
+mpt_status mpt_outfile_stage_copy(mpt_outfile *of, mpt_outdir_txn *tx) {
+    if (!of->f) return MPT_OK;
+    char tmp[300];
+    MPT_TRY(copy_so_far(of, tmp, sizeof tmp));
+    return mpt_outdir_txn_add(tx, tmp, of->name);
+}
+
+/* Whether name is a plain name of this directory (no '/', no tab or newline: one field of a journal line), and tmp,
+ * when given, a temporary name of it (".<name>.tmp-XXXXXX", mpt_checkpoint_create_temp). */
+static int journal_names_ok(const char *tmp, const char *name) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= 256 || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strpbrk(name, "/\t\n")) return 0;
+    if (!tmp) return 1;
+    return strlen(tmp) == n + 12 && tmp[0] == '.' && strncmp(tmp + 1, name, n) == 0 &&
+           strncmp(tmp + 1 + n, ".tmp-", 5) == 0 && !strpbrk(tmp + n + 6, "/\t\n");
+}
+
+/* Applies operation (tmp, name) of a committed set: the rename (unless it was done: tmp gone) or the removal. */
+static mpt_status journal_apply(int dir_fd, const char *dir, const char *tmp, const char *name) {
+    MPT_TRY(check_name(dir_fd, dir, name));
+    struct stat st;
+    if (tmp && tmp[0]) {
+        if (fstatat(dir_fd, tmp, &st, AT_SYMLINK_NOFOLLOW) != 0) return MPT_OK; /* renamed before the stop */
+        if (renameat(dir_fd, tmp, dir_fd, name) != 0)
+            return mpt_errorf(MPT_ERR_IO, "%s/%s: cannot publish it (rename: %s); the next mptrain on the directory "
+                              "completes it (%s)", dir, name, strerror(errno), MPT_OUTDIR_JOURNAL);
+    } else if (unlinkat(dir_fd, name, 0) != 0 && errno != ENOENT) {
+        return mpt_errorf(MPT_ERR_IO, "%s/%s: cannot remove the result of an earlier run (%s)", dir, name,
+                          strerror(errno));
+    }
+    return MPT_OK;
+}
+
+/* The end of a set: the directory's entries on disk, then the journal gone. */
+static void journal_finish(int dir_fd) {
+    fsync(dir_fd);
+    unlinkat(dir_fd, MPT_OUTDIR_JOURNAL, 0);
+    fsync(dir_fd);
+}
+
+mpt_status mpt_outdir_txn_commit(mpt_outdir_txn *tx) {
+    const mpt_outdir *od = tx->od;
+    mpt_status s = MPT_OK;
+    for (int i = 0; i < tx->n && s == MPT_OK; i++) s = check_name(od->fd, od->path, tx->op[i].name);
+    if (s != MPT_OK) {
+        mpt_outdir_txn_abort(tx);
+        return s;
+    }
+    mpt_outdir_publish_point("staged: every file written under its temporary name");
+    char jtmp[300], jpath[4400];
+    snprintf(jpath, sizeof jpath, "%s/%s", od->path, MPT_OUTDIR_JOURNAL);
+    FILE *f;
+    s = create_temp(od->fd, od->path, MPT_OUTDIR_JOURNAL, jtmp, sizeof jtmp, &f);
+    if (s != MPT_OK) {
+        mpt_outdir_txn_abort(tx);
+        return s;
+    }
+    fprintf(f, "mptrain publish set 1\n");
+    for (int i = 0; i < tx->n; i++)
+        if (tx->op[i].tmp[0]) fprintf(f, "R\t%s\t%s\n", tx->op[i].tmp, tx->op[i].name);
+        else fprintf(f, "D\t%s\n", tx->op[i].name);
+    fprintf(f, "end\n");
+    int why = flush_sync(f);
+    if (fclose(f) != 0 && !why) why = errno ? errno : -1;
+    if (!why) mpt_outdir_publish_point("journal written under its temporary name");
+    if (!why && renameat(od->fd, jtmp, od->fd, MPT_OUTDIR_JOURNAL) != 0) why = errno;
+    if (why) {
+        unlinkat(od->fd, jtmp, 0);
+        mpt_outdir_txn_abort(tx);
+        return write_error(jpath, why);
+    }
+    fsync(od->fd);
+    mpt_outdir_publish_point(tx->op[0].tmp[0] ? "journal in place (not yet committed: its first rename is the commit)"
+                                              : "committed: the journal in place (its first operation is a removal)");
+    for (int i = 0; i < tx->n; i++) {
+        mpt_status a = journal_apply(od->fd, od->path, tx->op[i].tmp, tx->op[i].name);
+        if (a != MPT_OK && s == MPT_OK) s = a;
+        if (i == 0) fsync(od->fd); /* the commit on disk */
+        char what[320];
+        snprintf(what, sizeof what, "%s %s%s", tx->op[i].tmp[0] ? "renamed into place:" : "removed:", tx->op[i].name,
+                 i == 0 && tx->op[i].tmp[0] ? " (committed)" : "");
+        mpt_outdir_publish_point(what);
+    }
+    tx->n = 0;
+    if (s != MPT_OK) return s; /* the journal stays: the next open completes the set */
+    journal_finish(od->fd);
+    mpt_outdir_publish_point("done: the journal removed");
+    return MPT_OK;
+}
+
+/* Ends the set whose journal a stopped process left: committed (its first rename done, or its first operation a
+ * removal), it is completed (every rename not yet done, every removal); not committed (the first rename's temporary
+ * file still there), it is dropped (its temporary files are removed with the other stale ones). Then the journal
+ * goes. A journal that is not one mptrain wrote is refused, naming it. */
+static mpt_status replay_journal(const mpt_outdir *od) {
+    int fd = openat(od->fd, MPT_OUTDIR_JOURNAL, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT) return MPT_OK;
+    char jpath[4400];
+    snprintf(jpath, sizeof jpath, "%s/%s", od->path, MPT_OUTDIR_JOURNAL);
+    if (fd < 0) return mpt_errorf(MPT_ERR_IO, "%s: cannot read it (%s)", jpath, errno == ELOOP ? "a symbolic link" : strerror(errno));
+    struct stat st;
+    static char buf[65536];
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (off_t)sizeof buf) n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    const char *bad = NULL;
+    if (n < 0) bad = "not a regular file of at most 64 KiB";
+    else buf[n] = '\0';
+    char *line = buf, *next;
+    if (!bad && strncmp(buf, "mptrain publish set 1\n", 22) != 0) bad = "no header";
+    int ops = 0, ended = 0, committed = 1;
+    /* first pass: validate every line, and whether the set was committed; second: complete it */
+    for (int pass = 0; pass < 2 && !bad && committed; pass++) {
+        line = buf + 22;
+        for (; *line && !bad; line = next) {
+            next = strchr(line, '\n');
+            if (!next) {
+                bad = "a line without its end";
+                break;
+            }
+            *next++ = '\0';
+            if (strcmp(line, "end") == 0) {
+                ended = 1;
+                next[-1] = '\n';
+                break;
+            }
+            char *f1 = strchr(line, '\t'), *f2 = f1 ? strchr(f1 + 1, '\t') : NULL;
+            if (f1) *f1 = '\0';
+            if (f2) *f2 = '\0';
+            const char *tmp = line[0] == 'R' && f2 ? f1 + 1 : NULL, *name = line[0] == 'R' ? (f2 ? f2 + 1 : NULL)
+                                                                                           : (f1 ? f1 + 1 : NULL);
+            int ok = (line[1] == '\0') && name && (line[0] == 'D' ? !f2 && journal_names_ok(NULL, name)
+                                                                  : line[0] == 'R' && journal_names_ok(tmp, name));
+            struct stat tst;
+            if (!ok) bad = "a line that is not an operation of mptrain";
+            else if (pass == 0 && ops == 0 && tmp && fstatat(od->fd, tmp, &tst, AT_SYMLINK_NOFOLLOW) == 0)
+                committed = 0; /* the first rename, the commit, never happened */
+            else if (pass == 1) {
+                mpt_status s = journal_apply(od->fd, od->path, tmp, name);
+                if (s != MPT_OK) return s;
+            }
+            ops += pass == 0;
+            if (f1) *f1 = '\t';
+            if (f2) *f2 = '\t';
+            next[-1] = '\n';
+        }
+        if (!bad && !ended && committed) bad = "no end line";
+    }
+    if (bad)
+        return mpt_errorf(MPT_ERR_IO, "%s: not a journal of mptrain (%s): move it away; a set it names was not "
+                          "completed", jpath, bad);
+    journal_finish(od->fd);
+    if (committed)
+        printf("note: %s: completed the publish of %d file(s) that a stopped mptrain had committed (%s)\n", od->path,
+               ops, MPT_OUTDIR_JOURNAL);
+    return MPT_OK;
 }
 
 /* ---- files by path ------------------------------------------------------------------------------------------- */

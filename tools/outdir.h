@@ -16,6 +16,13 @@
  *     Directories that compare and lab name for their runs (--out/<precision>, lab/<lesson>/<run>) may not be
  *     links at all.
  *   - Temporary files left by a run that was killed are removed by the next run that takes the lock.
+ *   - Files that belong together (a run's checkpoint and its CSVs, docs/checkpoints.md "The publish protocol") are
+ *     published as one set (mpt_outdir_txn): each is written and fsync'ed under its temporary name, then a journal
+ *     (MPT_OUTDIR_JOURNAL) naming every rename and removal is written and renamed into place, then the operations
+ *     run in order: the first (the checkpoint's rename) is the commit; the journal is removed last. A process killed
+ *     before the commit, or a write that fails, leaves the earlier set as it was (its temporary files and an
+ *     uncommitted journal are removed by the next run); one killed after it has its set completed by the next
+ *     mptrain that opens the directory (mpt_outdir_open ends the journal before anything else).
  */
 #ifndef MPT_TOOLS_OUTDIR_H
 #define MPT_TOOLS_OUTDIR_H
@@ -28,6 +35,9 @@
 
 /* The lock file in every output directory. */
 #define MPT_OUTDIR_LOCK ".mptrain.lock"
+
+/* The journal of a publish set between its commit and its completion (mpt_outdir_txn_commit). */
+#define MPT_OUTDIR_JOURNAL ".mptrain.publish"
 
 /* How mpt_outdir_open treats a symbolic link at the directory's path. */
 typedef enum mpt_outdir_links {
@@ -43,7 +53,8 @@ typedef struct mpt_outdir {
 } mpt_outdir;
 
 /* Creates the directory and its parents (mode 0755), checks a symbolic link at its path (links), opens it, takes
- * its lock and removes temporary files of killed runs. `command` ("train", "compare") is recorded in the lock
+ * its lock, completes a publish set that a killed process had committed (its journal) and removes temporary files
+ * of killed runs. `command` ("train", "compare") is recorded in the lock
  * file beside the PID. Errors (MPT_ERR_IO, naming the path): a path component that is a file, no permission, a
  * read-only file system, a refused link, and a directory locked by another process ("in use by mptrain PID N
  * (...)"). On error *od is closed. */
@@ -81,12 +92,60 @@ mpt_status mpt_outfile_open(mpt_outfile *of, const mpt_outdir *od, const char *n
  * failed (a full disk) or the rename did; the temporary file is removed on failure. Closed in every case. */
 mpt_status mpt_outfile_publish(mpt_outfile *of);
 
-/* Publishes a copy of what was written so far (flushed; a new temporary file renamed over the name) and keeps
- * writing: how a run publishes its growing CSVs at each checkpoint. Errors as mpt_outfile_publish's. */
-mpt_status mpt_outfile_publish_copy(mpt_outfile *of);
-
 /* Closes the file and removes its temporary name: nothing is published. of NULL or closed: nothing. */
 void mpt_outfile_discard(mpt_outfile *of);
+
+/* ---- publish sets: files that must change together ------------------------------------------------------------
+ * Usage: mpt_outdir_txn_begin; stage each file (mpt_outfile_stage, _stage_copy, or mpt_outdir_txn_add for a temporary
+ * file written otherwise) and name the files to remove (mpt_outdir_txn_remove); then mpt_outdir_txn_commit. A stage
+ * that fails leaves the set uncommitted: mpt_outdir_txn_abort removes what was staged. The operations run in the
+ * order they were added (a run adds its checkpoint first: a reader of the directory before the set is complete sees
+ * the new checkpoint, whose CSVs the next open completes). */
+
+#define MPT_OUTDIR_TXN_MAX 16
+
+typedef struct mpt_outdir_txn {
+    const mpt_outdir *od;
+    int n;
+    struct {
+        char tmp[300];       /* the staged temporary file, "" for a removal */
+        char name[256];      /* the name it is published as, or the name removed */
+    } op[MPT_OUTDIR_TXN_MAX];
+} mpt_outdir_txn;
+
+void mpt_outdir_txn_begin(mpt_outdir_txn *tx, const mpt_outdir *od);
+
+/* Flushes, fsyncs and closes the file; its rename joins the set. Errors as mpt_outfile_publish's (the temporary file
+ * is then removed and the set is unchanged). */
+mpt_status mpt_outfile_stage(mpt_outfile *of, mpt_outdir_txn *tx);
+
+/* A copy of what was written so far, fsync'ed under a new temporary name, joins the set; the file stays open for
+ * more (a run's growing CSVs). Errors as mpt_outfile_publish's. */
+mpt_status mpt_outfile_stage_copy(mpt_outfile *of, mpt_outdir_txn *tx);
+
+/* The temporary file tmp (in the directory, complete and fsync'ed) is published as name with the set. */
+mpt_status mpt_outdir_txn_add(mpt_outdir_txn *tx, const char *tmp, const char *name);
+
+/* name is removed with the set (if it is there; a symbolic link or a non-regular file in its place fails the commit
+ * before anything changes). */
+mpt_status mpt_outdir_txn_remove(mpt_outdir_txn *tx, const char *name);
+
+/* Publishes the set: checks every name (a symbolic link or another kind of file in place of one is refused, naming
+ * it, and nothing changes), writes and fsyncs the journal and renames it into place, then renames and removes in
+ * order; the first operation is the commit (a rename; for a set that starts with a removal, the journal's rename):
+ * from there on the set is published, by this process or by the next one that opens the directory. Then it fsyncs
+ * the directory and removes the journal. Errors before the commit: MPT_ERR_IO naming the file, the staged files
+ * removed, the directory as it was. The set is empty afterwards in every case. */
+mpt_status mpt_outdir_txn_commit(mpt_outdir_txn *tx);
+
+/* Removes the staged temporary files: nothing is published. */
+void mpt_outdir_txn_abort(mpt_outdir_txn *tx);
+
+/* The publish points, for the tests of the protocol (tests/hostile): with MPT_TEST_PUBLISH_KILL=N in the environment,
+ * the N-th point this process reaches (1-based; each set has: staged, journal written, journal in place, one after
+ * each rename or removal (the first: committed), done) ends it with SIGKILL, as a kill -9 at that instant would. With MPT_TEST_PUBLISH_TRACE=1
+ * each point is said on stderr ("publish point N: what"). Not a user's setting: without them nothing happens. */
+void mpt_outdir_publish_point(const char *what);
 
 /* ---- by path: the files of compare's and lab's reports --------------------------------------------------------
  * The same rules for files named by path (their directory is opened for each call): created under a unique

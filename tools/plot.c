@@ -27,7 +27,43 @@
 
 #include "tools/report.h"
 
-static mpt_status write_script(const char *path, const mpt_precision *p, int n) {
+int mpt_report_csv_rows(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int lines = 0, c, last = '\n';
+    while ((c = getc(f)) != EOF) {
+        lines += c == '\n';
+        last = c;
+    }
+    fclose(f);
+    lines += last != '\n'; /* a last line without its newline */
+    return lines > 1 ? lines - 1 : 0;
+}
+
+int mpt_report_panel_has_data(FILE *f, int has_data, const char *why) {
+    if (has_data) return 1;
+    fprintf(f, "set label 2 \"%s\" at graph 0.5, graph 0.5 center\nplot [0:1] [0:1] -1 notitle\nunset label\n", why);
+    return 0;
+}
+
+mpt_status mpt_report_nothing_to_plot(const char *dir) {
+    return mpt_errorf(MPT_ERR_ARG, "nothing to draw in %s: no run logged a training loss (no step reached --log-every) "
+                      "or completed an epoch (--max-steps stopped them inside the first)", dir);
+}
+
+/* Whether any run's <dir>/<precision>/<file> has a data row. */
+static int any_rows(const char *dir, const mpt_precision *p, int n, const char *file) {
+    char path[MPT_CLI_PATH + 64];
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "%s/%s/%s", dir, mpt_precision_name(p[i]), file);
+        if (mpt_report_csv_rows(path) > 0) return 1;
+    }
+    return 0;
+}
+
+static mpt_status write_script(const char *path, const char *dir, const mpt_precision *p, int n) {
+    const int has_steps = any_rows(dir, p, n, "metrics.csv"), has_epochs = any_rows(dir, p, n, "epochs.csv");
+    if (!has_steps && !has_epochs) return mpt_report_nothing_to_plot(dir);
     FILE *f = mpt_outdir_create_file(path);
     if (!f) return MPT_ERR_IO;
     int scaled = -1; /* the run whose mode scales the loss dynamically by default (fp16): its loss-scale panel */
@@ -42,30 +78,41 @@ static mpt_status write_script(const char *path, const mpt_precision *p, int n) 
                "set key top right\n"
                "set multiplot layout %d,1\n",
             panels);
-    fprintf(f, "set title 'training loss per step'\nset xlabel 'step'\nset ylabel 'cross-entropy'\nplot ");
-    for (int i = 0; i < n; i++) {
-        const char *name = mpt_precision_name(p[i]);
-        fprintf(f, "%s'%s/metrics.csv' using 'step':'loss' with lines lw 1.5 lt %d title '%s'",
-                i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
+    fprintf(f, "set title 'training loss per step'\nset xlabel 'step'\nset ylabel 'cross-entropy'\n");
+    if (mpt_report_panel_has_data(f, has_steps, "nothing to draw: no run logged a step (--log-every)")) {
+        fprintf(f, "plot ");
+        for (int i = 0; i < n; i++) {
+            const char *name = mpt_precision_name(p[i]);
+            fprintf(f, "%s'%s/metrics.csv' using 'step':'loss' with lines lw 1.5 lt %d title '%s'",
+                    i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
+        }
+        fprintf(f, "\n");
     }
-    fprintf(f, "\nset title 'test accuracy per epoch'\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\n"
-               "set xtics 1\nset key bottom right\nplot ");
-    for (int i = 0; i < n; i++) {
-        const char *name = mpt_precision_name(p[i]);
-        fprintf(f, "%s'%s/epochs.csv' using 'epoch':(100*column('test_acc')) with linespoints lw 1.5 lt %d pt 7 "
-                   "title '%s'",
-                i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
+    fprintf(f, "set title 'test accuracy per epoch'\nset xlabel 'epoch'\nset ylabel 'accuracy (%%)'\n"
+               "set xtics 1\nset key bottom right\n");
+    if (mpt_report_panel_has_data(f, has_epochs, "nothing to draw: no run completed an epoch (--max-steps)")) {
+        fprintf(f, "plot ");
+        for (int i = 0; i < n; i++) {
+            const char *name = mpt_precision_name(p[i]);
+            fprintf(f, "%s'%s/epochs.csv' using 'epoch':(100*column('test_acc')) with linespoints lw 1.5 lt %d pt 7 "
+                       "title '%s'",
+                    i ? ", \\\n     " : "", name, (int)p[i] + 1, name);
+        }
+        fprintf(f, "\n");
     }
-    fprintf(f, "\nset xtics autofreq\n");
-    if (scaled >= 0) {
-        const char *name = mpt_precision_name(p[scaled]);
+    fprintf(f, "set xtics autofreq\n");
+    const char *sname = scaled >= 0 ? mpt_precision_name(p[scaled]) : "";
+    if (scaled >= 0)
         fprintf(f, "set title '%s dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
-                   "set xlabel 'step'\nset ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\n"
+                   "set xlabel 'step'\n", sname);
+    if (scaled >= 0 && mpt_report_panel_has_data(f, has_steps, "nothing to draw: no run logged a step")) {
+        const char *name = sname;
+        fprintf(f, "set ylabel 'loss scale'\nset logscale y 2\nset format y '2^{%%L}'\n"
                    "set ytics 2\nset offsets 0, 0, graph 0.1, graph 0.1\n" /* a flat scale off the frame */
                    "set key bottom left\n"
                    "plot '%s/metrics.csv' using 'step':'loss_scale' with steps lw 1.5 lt %d title '%s'\n"
                    "unset logscale y\n",
-                name, name, (int)p[scaled] + 1, name);
+                name, (int)p[scaled] + 1, name);
     }
     fprintf(f, "unset multiplot\n");
     MPT_TRY(mpt_outdir_close_written(f, path));
@@ -161,10 +208,12 @@ mpt_status mpt_report_gnuplot(const char *dir, const char *script) {
         if (!err) {
             err = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
             if (!err) err = posix_spawnattr_setpgroup(&attr, 0);
+            /* the working directory first: the actions run in order, and dfd may itself be descriptor 3 (it is
+             * in `train`, whose output directory holds 3), which the picture's dup2 then replaces */
+            if (!err) err = posix_spawn_file_actions_addfchdir_np(&fa, dfd);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDOUT_FILENO);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_log, STDERR_FILENO);
             if (!err) err = posix_spawn_file_actions_adddup2(&fa, fd_png, 3);
-            if (!err) err = posix_spawn_file_actions_addfchdir_np(&fa, dfd);
             char *argv[] = {"gnuplot", "-e", "mpt_output = '/dev/fd/3'", (char *)script, NULL};
             if (!err) err = posix_spawnp(&pid, "gnuplot", &fa, &attr, argv, environ);
             posix_spawnattr_destroy(&attr);
@@ -217,7 +266,7 @@ mpt_status mpt_report_gnuplot(const char *dir, const char *script) {
 mpt_status mpt_report_plot(const char *dir, const mpt_precision *precisions, int n) {
     char script[MPT_CLI_PATH + 64];
     snprintf(script, sizeof script, "%s/convergence.gp", dir);
-    MPT_TRY(write_script(script, precisions, n));
+    MPT_TRY(write_script(script, dir, precisions, n));
     return mpt_report_gnuplot(dir, "convergence.gp");
 }
 

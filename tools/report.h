@@ -128,6 +128,18 @@ mpt_status mpt_report_plot_numerics(const char *dir, const mpt_report_row *rows,
 void mpt_report_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
                             const mpt_report_plot_info *plots);
 
+/* The data rows of the CSV at path (its lines after the header); 0 when it cannot be read. */
+int mpt_report_csv_rows(const char *path);
+
+/* A convergence picture's panels have data only where a run logged a step (metrics.csv) or completed an epoch
+ * (epochs.csv); gnuplot fails on a panel whose every series is empty ("x range is invalid"). has_steps, has_epochs:
+ * whether any run has such rows. Writes, for a panel without data, a frame that says why (the panel keeps its place)
+ * and returns 0; returns 1 when the panel is to be plotted. */
+int mpt_report_panel_has_data(FILE *f, int has_data, const char *why);
+
+/* The error when no panel has anything to draw (MPT_ERR_ARG): the picture is not made, and the message says why. */
+mpt_status mpt_report_nothing_to_plot(const char *dir);
+
 /* Writes the PNG terminal lines of a gnuplot script (pngcairo when available, else png) for a width x height
  * picture named png, unless gnuplot is run with mpt_output set (mpt_report_gnuplot: the file to draw into). */
 void mpt_report_gnuplot_terminal(FILE *f, int width, int height, const char *png);

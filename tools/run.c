@@ -140,6 +140,11 @@ static mpt_dist *train_dist;
 
 void mpt_run_join(mpt_dist *d) { train_dist = d; }
 
+/* The job of a sweep, whose peers' questions the runs answer between steps (mpt_run_answer), else NULL. */
+static mpt_dist *answer_dist;
+
+void mpt_run_answer(mpt_dist *d) { answer_dist = d; }
+
 /* mpt_run_evaluate split over the ranks of a data-parallel job: the evaluation batches are those of one process
  * with the global batch Bg = B * ranks (idx_dev padded to a multiple of Bg), and rank r evaluates rows
  * [r B, (r + 1) B) of each, skipping a shard that holds only padding. The correct counts are integers, summed
@@ -170,6 +175,7 @@ typedef struct run {
     int writer;              /* writes outputs: 1 unless a data-parallel rank other than 0 */
     int shard_lo, shard_b;   /* data-parallel: this rank's rows [lo, lo + b) of every global batch (0, B alone) */
     const mpt_mnist *d;
+    mpt_cli_data_fp fp;      /* d's fingerprint */
     const char *label;       /* "" or "[fp16] " */
     mpt_backend *be;
     mpt_cli_device_data dd;
@@ -190,7 +196,7 @@ typedef struct run {
     int skip_warned;
     mpt_run_state rs;
     int progress;            /* draw a progress bar */
-    int interrupted;         /* the signal that stopped the run (tools/stop.c), 0 when it was not stopped */
+    int interrupted;         /* the signal that stopped the run (tools/guards.h), 0 when it was not stopped */
     int warned_nonfinite_ckpt; /* said once that non-finite weights are not checkpointed */
     int ckpt_refused;        /* the latest save was refused for non-finite weights, state or scaler values */
     char ckpt_refused_why[320]; /* its message */
@@ -307,10 +313,12 @@ static void warn_if_skipping(run *r, int64_t it, int32_t skipped, int final) {
         printf("; look for inf/NaN in the loss or lower --lr\n");
 }
 
-/* The files of a run. Those of an earlier run that this run replaces but may not write itself are removed once it
- * has published its own (a directory never shows one run's checkpoint beside another run's summary). */
-static const char *const run_files[] = {"metrics.csv",     "epochs.csv",    "telemetry.csv",        "exponents.csv",
-                                        "summary.json",    "gpu_kernels.txt", MPT_CLI_CHECKPOINT_FILE, "FAILED",
+/* The files of a run, the checkpoint first: the order in which a set that removes them runs (the checkpoint is what
+ * commits a run's CSVs: without it, what is left is no run's state). Those of an earlier run that this run replaces
+ * but may not write itself are removed with its first publish set (a directory never shows one run's checkpoint
+ * beside another run's summary). */
+static const char *const run_files[] = {MPT_CLI_CHECKPOINT_FILE, "metrics.csv", "epochs.csv",     "telemetry.csv",
+                                        "exponents.csv",         "summary.json", "gpu_kernels.txt", "FAILED",
                                         NULL};
 
 mpt_status mpt_run_clear(const char *dir) {
@@ -318,33 +326,30 @@ mpt_status mpt_run_clear(const char *dir) {
     if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return MPT_OK; /* nothing of a run: the run will say why */
     mpt_outdir od;
     MPT_TRY(mpt_outdir_open(&od, dir, MPT_OUTDIR_NO_LINK, "compare (removing an earlier job's run)"));
+    mpt_outdir_txn tx; /* one set: a stop midway leaves the run whole or gone */
+    mpt_outdir_txn_begin(&tx, &od);
     mpt_status s = MPT_OK;
     for (int i = 0; run_files[i] && s == MPT_OK; i++) /* regular files only: anything else, the run refuses */
         if (fstatat(od.fd, run_files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-            s = mpt_outdir_remove(&od, run_files[i]);
+            s = mpt_outdir_txn_remove(&tx, run_files[i]);
+    s = s == MPT_OK && tx.n > 0 ? mpt_outdir_txn_commit(&tx) : s;
     mpt_outdir_close(&od);
     return s;
 }
 
-/* Publishes the run's files together: the CSVs as they are now (this run's rows up to the checkpoint), then the
- * checkpoint, which commits them; the first time, the files of an earlier run in the directory that this run has
- * not written yet (summary.json, ...) are removed. With --nonfinite apply the weights may have become inf/NaN;
- * such a checkpoint could not be resumed (and the writer may refuse it): the run then says so once and goes on
- * without one. */
+/* Publishes the run's files as one set (tools/outdir.h, docs/checkpoints.md "The publish protocol"): the checkpoint,
+ * the CSVs as they are now (this run's rows up to it), and, the first time, the removal of the files of an earlier
+ * run in the directory that this run has not written yet (summary.json, ...; a new run's set also removes an earlier
+ * run's checkpoint when it writes none). A kill at any instant, or a write that fails, leaves either the directory's
+ * earlier set or this one. With --nonfinite apply the weights may have become inf/NaN; such a checkpoint could not be
+ * resumed (and the writer may refuse it): the run then says so once and publishes its CSVs without one, keeping its
+ * earlier checkpoint. */
 static mpt_status save_checkpoint(run *r, int final) {
     if (!r->writer) return MPT_OK; /* rank 0 writes it; every rank holds the same masters */
-    MPT_TRY(mpt_csv_publish(&r->steps_csv, final));
-    MPT_TRY(mpt_csv_publish(&r->epochs_csv, final));
-    MPT_TRY(mpt_csv_publish(&r->telemetry_csv, final));
-    if (!r->published) {
-        for (int i = 0; run_files[i]; i++) {
-            int ours = strcmp(run_files[i], "metrics.csv") == 0 || strcmp(run_files[i], "epochs.csv") == 0 ||
-                       (r->t->telemetry && strcmp(run_files[i], "telemetry.csv") == 0) ||
-                       strcmp(run_files[i], MPT_CLI_CHECKPOINT_FILE) == 0;
-            if (!ours) MPT_TRY(mpt_outdir_remove(&r->od, run_files[i]));
-        }
-        r->published = 1;
-    }
+    mpt_outdir_txn tx;
+    mpt_outdir_txn_begin(&tx, &r->od);
+    mpt_status s = MPT_OK;
+    int staged = 0;
     if (r->o.nonfinite == MPT_NONFINITE_APPLY && weights_nonfinite(r)) {
         if (!r->warned_nonfinite_ckpt)
             printf("%swarning: the weights hold inf/NaN (--nonfinite apply let a non-finite step through): no "
@@ -353,18 +358,36 @@ static mpt_status save_checkpoint(run *r, int final) {
         r->warned_nonfinite_ckpt = 1;
         r->ckpt_refused = 1;
         snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "the weights hold inf/NaN (--nonfinite apply)");
-        return MPT_OK;
+    } else {
+        s = mpt_run_checkpoint_stage(&tx, r->t, &r->o, &r->rs);
+        r->ckpt_refused = s == MPT_ERR_NONFINITE;
+        r->ckpt_refused_why[0] = '\0';
+        if (s == MPT_ERR_NONFINITE) { /* diverged weights or state (e.g. the lab's FP16 optimizer state): the run goes
+                                       * on and reports its numbers, but never overwrites a good checkpoint with them */
+            snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "%s", mpt_last_error());
+            printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
+            s = MPT_OK;
+        }
+        staged = s == MPT_OK && !r->ckpt_refused;
     }
-    mpt_status s = mpt_run_checkpoint_save(&r->od, r->t, &r->o, &r->rs);
-    r->ckpt_refused = s == MPT_ERR_NONFINITE;
-    r->ckpt_refused_why[0] = '\0';
-    if (s == MPT_ERR_NONFINITE) { /* diverged weights or state (e.g. the lab's FP16 optimizer state): the run goes on
-                                   * and reports its numbers, but never overwrites a good checkpoint with them */
-        snprintf(r->ckpt_refused_why, sizeof r->ckpt_refused_why, "%s", mpt_last_error());
-        printf("%swarning: checkpoint not written: %s\n", r->label, mpt_last_error());
-        return MPT_OK;
+    if (s == MPT_OK) s = mpt_csv_stage(&r->steps_csv, final, &tx);
+    if (s == MPT_OK) s = mpt_csv_stage(&r->epochs_csv, final, &tx);
+    if (s == MPT_OK) s = mpt_csv_stage(&r->telemetry_csv, final, &tx);
+    for (int i = 0; s == MPT_OK && !r->published && run_files[i]; i++) {
+        const char *f = run_files[i];
+        int ours = strcmp(f, "metrics.csv") == 0 || strcmp(f, "epochs.csv") == 0 ||
+                   (r->t->telemetry && strcmp(f, "telemetry.csv") == 0) ||
+                   (strcmp(f, MPT_CLI_CHECKPOINT_FILE) == 0 && (staged || r->o.resume[0]));
+        struct stat st;
+        if (!ours && fstatat(r->od.fd, f, &st, AT_SYMLINK_NOFOLLOW) == 0) s = mpt_outdir_txn_remove(&tx, f);
     }
-    return s;
+    if (s != MPT_OK) {
+        mpt_outdir_txn_abort(&tx);
+        return s;
+    }
+    MPT_TRY(mpt_outdir_txn_commit(&tx));
+    r->published = 1;
+    return MPT_OK;
 }
 
 /* Builds epoch e's index array (host and backend). */
@@ -624,8 +647,11 @@ static mpt_status setup(run *r, mpt_run_result *res) {
         mpt_cpu_engine_describe(engine, sizeof engine);
         const mpt_mode_desc *mode = mpt_mode_info(o->precision);
         const int native = o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math == MPT_MATH_BF16;
-        printf("%sCPU backend: %d thread(s) (--threads); GEMMs and convolutions on %s; kernels %s (%s%s)\n", r->label,
-               threads, engine, mpt_cpu_kernels_name(o->cpu_kernels),
+        char capped[128] = ""; /* OpenBLAS runs at most its MAX_THREADS: said, and recorded as what ran */
+        if (o->threads > threads)
+            snprintf(capped, sizeof capped, " %d: the most this OpenBLAS runs (its MAX_THREADS)", o->threads);
+        printf("%sCPU backend: %d thread(s) (--threads%s); GEMMs and convolutions on %s; kernels %s (%s%s)\n", r->label,
+               threads, capped, engine, mpt_cpu_kernels_name(o->cpu_kernels),
                native ? "bf16 on the CPU's BF16 units: round to nearest even, BF16 denormals read as zero, denormal "
                         "results flushed"
                       : "Tensor Core numerics emulated",
@@ -668,6 +694,20 @@ static mpt_status setup(run *r, mpt_run_result *res) {
                               o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
                               (long long)r->split.n_val);
         }
+        if (r->rs.fp_known && (r->rs.fp.n_train != r->fp.n_train || r->rs.fp.train_crc32 != r->fp.train_crc32)) {
+            mpt_graph_free(&g);
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint trained on other images (%lld training images crc32 %08x) "
+                              "than this --data %s gives (%lld, crc32 %08x): a run continues on the data it started "
+                              "with; use the same --data and --limit-train, or start a new run", o->resume,
+                              (long long)r->rs.fp.n_train, (unsigned)r->rs.fp.train_crc32, o->data,
+                              (long long)r->fp.n_train, (unsigned)r->fp.train_crc32);
+        }
+        if (r->rs.fp_known && (r->rs.fp.n_test != r->fp.n_test || r->rs.fp.test_crc32 != r->fp.test_crc32))
+            printf("%snote: the test set differs from the one the checkpoint's run evaluated on (%lld images crc32 %08x, "
+                   "now %lld images crc32 %08x): from here on epochs.csv's test columns measure this one\n", r->label,
+                   (long long)r->rs.fp.n_test, (unsigned)r->rs.fp.test_crc32, (long long)r->fp.n_test,
+                   (unsigned)r->fp.test_crc32);
         int ranks = train_dist ? mpt_dist_size(train_dist) : 1;
         mpt_grad_comm wire = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
         if (r->rs.ranks != ranks || r->rs.grad_comm != wire) {
@@ -709,6 +749,8 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     }
     if (!o->resume[0] || r->rs.threads == 0)
         r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cpu_set_threads(0) : 0;
+    r->rs.fp = r->fp; /* what this invocation trains and evaluates on, recorded from its first save */
+    r->rs.fp_known = 1;
     if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
     snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
@@ -809,7 +851,7 @@ static void print_comm_error(const run *r) {
            w == MPT_GRAD_COMM_FP32 ? " -- zero by construction: the wire is that FP32 all-reduce" : "");
 }
 
-/* Whether a stop was asked for (SIGINT / SIGTERM, tools/stop.c): the run then stops before its next step. In a
+/* Whether a stop was asked for (a stop signal, tools/guards.h): the run then stops before its next step. In a
  * data-parallel job the ranks agree (a sum over the ranks every step), so that all stop after the same step
  * even when only some of them got the signal. */
 static int stop_asked(run *r) {
@@ -857,9 +899,23 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
         if (r->mark_start) be->event_record(be, r->mark_start);
         int64_t b;
         for (b = b0; b < r->nb; b++) {
-            if (stop_asked(r)) { /* SIGINT / SIGTERM: the step before this one was the last */
+            mpt_dist_poll(answer_dist ? answer_dist : train_dist); /* a peer waiting for this rank sees it working */
+            if (stop_asked(r)) { /* a stop signal: the step before this one was the last */
                 stopped = 1;
                 break;
+            }
+            if (mpt_guard_save_asked() && r->writer) { /* SIGUSR1: a checkpoint here, with the rows up to it */
+                r->rs.iteration = t->iteration;
+                r->rs.epoch = e;
+                r->rs.batch = b;
+                r->rs.epoch_loss_sum = loss_sum;
+                r->rs.epoch_loss_n = loss_n;
+                MPT_TRY(save_checkpoint(r, 0));
+                if (r->progress) printf("\r\033[K");
+                printf("%sSIGUSR1: %s at step %lld in %s/%s; training goes on\n", r->label,
+                       r->ckpt_refused ? "no checkpoint written (non-finite weights)" : "checkpoint written",
+                       (long long)t->iteration, o->out, MPT_CLI_CHECKPOINT_FILE);
+                fflush(stdout);
             }
             mpt_trainer_gather(t, r->dd.train_images, r->dd.train_labels, r->idx_epoch + b * B + r->shard_lo, d->dim,
                                r->rs.mean, r->rs.inv_std);
@@ -1120,6 +1176,8 @@ mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const ch
     r.od.fd = r.od.lock_fd = -1;
     r.o = *o;
     r.d = &cd->d;
+    if (cd->fp.n_train == cd->d.n_train && cd->fp.n_test == cd->d.n_test) r.fp = cd->fp;
+    else mpt_cli_data_fingerprint(&cd->d, &r.fp); /* a view of fewer rows (the lab's) */
     r.label = label;
     r.writer = !train_dist || mpt_dist_rank(train_dist) == 0;
     r.shard_b = train_dist ? o->batch / mpt_dist_size(train_dist) : o->batch;

@@ -55,8 +55,8 @@ typedef struct mpt_run_result {
     int checkpoint_refused;      /* the final save was refused (non-finite weights, optimizer state or scaler
                                   * value): the checkpoint file, if any, is an earlier step's */
     char checkpoint_refused_why[320]; /* the refusal's message (it names the tensor or value), "" otherwise */
-    int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM;
-                                  * tools/stop.c), its state saved; 0 when it ran to its end */
+    int interrupted;             /* the signal that stopped the run after `iterations` steps (SIGINT, SIGTERM, ...;
+                                  * tools/guards.h), its state saved; 0 when it ran to its end */
     char cuda_graph[704];        /* mpt_trainer_graph_status: on (with counts), off and why, or not applicable */
     char kernels_auto[320];      /* --cpu-kernels auto: what was measured and chosen, one line; "" otherwise */
     double kernels_auto_s[2];    /* its median step times (seconds, host clock): emulate, native; NAN when nothing
@@ -110,17 +110,21 @@ typedef struct mpt_run_state {
     mpt_model_input data;    /* the data the network was built for: channels, height, width, classes (checkpoint
                                 metadata "data"; an older checkpoint lacks it: has_data 0, Fashion-MNIST's shape) */
     int has_data;
+    mpt_cli_data_fp fp;      /* the fingerprint of the data the run trains on (checkpoint metadata "data_fingerprint") */
+    int fp_known;            /* 0: an older checkpoint without it */
 } mpt_run_state;
 
 /* The checkpoint file name inside an output directory. */
 #define MPT_CLI_CHECKPOINT_FILE "checkpoint.safetensors"
 
 /* Writes the trainer's FP32 master weights (named like the parameters: "fc1.weight"), its optimizer state
- * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state"),
- * the loss-scaler state ("scaler"), the RNG streams ("rng") and the precision map; atomically, as
- * od/checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_save_at). Synchronises the backend. */
-mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_run_state *rs);
+ * ("fc1.weight:exp_avg", ...) and, in the metadata, the run's recorded settings ("config"), `rs` ("state", and
+ * "data": the fingerprint of the data it trains on), the loss-scaler state ("scaler"), the RNG streams ("rng") and
+ * the precision map, as a complete, fsync'ed temporary file in tx's directory that joins the publish set tx as
+ * checkpoint.safetensors (engine/checkpoint.h: mpt_checkpoint_write_temp_at; tools/outdir.h). Synchronises the
+ * backend. MPT_ERR_NONFINITE (nothing written) for non-finite weights or state. */
+mpt_status mpt_run_checkpoint_stage(mpt_outdir_txn *tx, mpt_trainer *t, const mpt_cli_opts *o,
+                                    const mpt_run_state *rs);
 
 /* The run id recorded in the checkpoint at path, into id: 1, or 0 when the file cannot be read (any reason) or
  * records none (the message is not set). */
@@ -132,6 +136,14 @@ uint64_t mpt_run_checkpoint_bytes(const mpt_trainer *t);
 /* Reads a checkpoint's metadata: applies its recorded settings to *o (which holds the defaults) and fills
  * *rs. MPT_ERR_FORMAT naming the file when the metadata is missing or malformed. */
 mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt_run_state *rs);
+
+/* Loads the data in `dir` for the network of `checkpoint` (rs: its mpt_run_checkpoint_read_config state): labels read
+ * with the class count the network was built for, limit_train / limit_test rows (0 = all; eval and post-training
+ * quantization read training rows only to calibrate), rank-4 images in `layout`. MPT_ERR_ARG naming both shapes
+ * (nothing kept) when the data's channels, size or classes differ from the network's; mpt_cli_data_load's errors. */
+mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint, const mpt_run_state *rs,
+                                        const char *dir, int64_t limit_train, int64_t limit_test,
+                                        mpt_idx_layout layout);
 
 /* Loads a checkpoint written for the same model and settings into a created trainer: master weights (and
  * working copies rewritten from them), optimizer state, loss-scaler state and the iteration counter.
@@ -165,5 +177,9 @@ mpt_status mpt_run_clear(const char *dir);
 
 /* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
 void mpt_run_join(mpt_dist *d);
+
+/* The MPI job of independent runs (compare, lab; tools/sweep.h) whose waiting peers the next runs answer between
+ * their steps (mpt_dist_poll: "working"), or NULL. */
+void mpt_run_answer(mpt_dist *d);
 
 #endif

@@ -29,6 +29,9 @@
  *                   steps_taken, steps_skipped, floor_hits, ...
  *   "rng"           JSON object: the generator and the seed of each stream with its position, so a reader can
  *                   see where shuffling and dropout continue (decimal strings: seeds are 64-bit)
+ *   "data_fingerprint" JSON object: the fingerprint of the data the run trains on (tools/cli.h mpt_cli_data_fp):
+ *                   {"train_images": N, "train_crc32": "8 hex digits", "test_images": N, "test_crc32": "..."};
+ *                   absent from older checkpoints
  *   "precision_map" JSON array: each node's dtypes and math mode
  *   "data"          JSON object: the data the network was built for: channels, height, width, classes (absent in
  *                   checkpoints before issue 33: 1 x 28 x 28, 10 classes)
@@ -244,8 +247,9 @@ uint64_t mpt_run_checkpoint_bytes(const mpt_trainer *t) {
     return total;
 }
 
-mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const mpt_cli_opts *o,
-                                   const mpt_run_state *rs) {
+mpt_status mpt_run_checkpoint_stage(mpt_outdir_txn *tx, mpt_trainer *t, const mpt_cli_opts *o,
+                                    const mpt_run_state *rs) {
+    const mpt_outdir *od = tx->od;
     char path[sizeof od->path + 64];
     snprintf(path, sizeof path, "%s/%s", od->path, MPT_CLI_CHECKPOINT_FILE);
     mpt_backend *be = t->be;
@@ -299,6 +303,12 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
     char *s_scaler = dump(scaler_json(&st));
     char *s_rng = dump(rng_json(t, o, rs));
     char *s_map = dump((json_t *)mpt_run_precision_map_json(t->g));
+    char crc[2][9];
+    snprintf(crc[0], sizeof crc[0], "%08x", (unsigned)rs->fp.train_crc32);
+    snprintf(crc[1], sizeof crc[1], "%08x", (unsigned)rs->fp.test_crc32);
+    char *s_fingerprint = dump(json_pack("{s:I, s:s, s:I, s:s}", "train_images", (json_int_t)rs->fp.n_train,
+                                         "train_crc32", crc[0], "test_images", (json_int_t)rs->fp.n_test, "test_crc32",
+                                         crc[1]));
     char *s_fp8 = dump(fp8_json(t->g));
     char *s_data = dump((json_t *)mpt_run_data_json(&rs->data));
     json_t *layers = (json_t *)mpt_run_model_json(o->model, &rs->data);
@@ -312,6 +322,7 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
         {"state", s_state},
         {"scaler", s_scaler},
         {"rng", s_rng},
+        {"data_fingerprint", s_fingerprint},
         {"precision_map", s_map},
         {"data", s_data},            /* the data shape the network was built for */
         {"model_layers", s_layers},  /* the network, layer by layer with its shapes: a PyTorch module rebuilds it
@@ -319,12 +330,16 @@ mpt_status mpt_run_checkpoint_save(const mpt_outdir *od, mpt_trainer *t, const m
         {"fp8", s_fp8}, /* last: left out when the run has no FP8 tensors */
     };
     const int n_meta = (int)(sizeof meta / sizeof meta[0]) - (t->g->n_fp8 ? 0 : 1);
-    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map && s_fp8 && s_data && s_layers
-                       ? mpt_checkpoint_save_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta, n_meta)
+    char tmp[300];
+    mpt_status s = s_cfg && s_state && s_scaler && s_rng && s_map && s_fp8 && s_data && s_layers && s_fingerprint
+                       ? mpt_checkpoint_write_temp_at(od->fd, od->path, MPT_CLI_CHECKPOINT_FILE, e, n, meta, n_meta, tmp,
+                                                      sizeof tmp)
                        : mpt_errorf(MPT_ERR_NOMEM, "%s: cannot build the checkpoint's metadata", path);
+    if (s == MPT_OK) s = mpt_outdir_txn_add(tx, tmp, MPT_CLI_CHECKPOINT_FILE);
     free(s_fp8);
     free(s_data);
     free(s_layers);
+    free(s_fingerprint);
     free(s_cfg);
     free(s_state);
     free(s_scaler);
@@ -450,6 +465,39 @@ static mpt_status check_rng(const mpt_checkpoint *c, const mpt_cli_opts *o) {
     return s;
 }
 
+/* A CRC-32 written as 8 lowercase hex digits, into *out. */
+static int parse_crc(json_t *v, uint32_t *out) {
+    const char *t = json_is_string(v) ? json_string_value(v) : "";
+    if (strlen(t) != 8 || strspn(t, "0123456789abcdef") != 8) return 0;
+    *out = (uint32_t)strtoul(t, NULL, 16);
+    return 1;
+}
+
+/* The data fingerprint ("data_fingerprint"; absent from older checkpoints: rs->fp_known 0). */
+static mpt_status read_fingerprint(const mpt_checkpoint *c, mpt_run_state *rs) {
+    rs->fp_known = 0;
+    if (!mpt_checkpoint_meta_get(c, "data_fingerprint")) return MPT_OK;
+    json_t *j = NULL;
+    MPT_TRY(meta_json(c, "data_fingerprint", &j));
+    int64_t n_train = 0, n_test = 0;
+    mpt_status s = get_int(c, j, "data_fingerprint", "train_images", 1, MAX_ROWS, &n_train);
+    if (s == MPT_OK) s = get_int(c, j, "data_fingerprint", "test_images", 1, MAX_ROWS, &n_test);
+    if (s == MPT_OK && (!parse_crc(json_object_get(j, "train_crc32"), &rs->fp.train_crc32) ||
+                        !parse_crc(json_object_get(j, "test_crc32"), &rs->fp.test_crc32)))
+        s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"data_fingerprint\": train_crc32 and test_crc32 must be 8 lowercase "
+                       "hex digits", mpt_checkpoint_path(c));
+    json_decref(j);
+    if (s != MPT_OK) return s;
+    if (n_train < rs->n_train + rs->n_val)
+        return mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"data_fingerprint\": train_images %lld, fewer than the %lld the "
+                          "state trained on and held out", mpt_checkpoint_path(c), (long long)n_train,
+                          (long long)(rs->n_train + rs->n_val));
+    rs->fp.n_train = n_train;
+    rs->fp.n_test = n_test;
+    rs->fp_known = 1;
+    return MPT_OK;
+}
+
 static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt_run_state *rs) {
     json_t *state = NULL;
     MPT_TRY(meta_json(c, "state", &state));
@@ -489,6 +537,7 @@ static mpt_status read_state(const mpt_checkpoint *c, const mpt_cli_opts *o, mpt
         s = mpt_errorf(MPT_ERR_FORMAT, "%s: metadata \"state\": grad_comm is not fp32, bf16 or fp16",
                        mpt_checkpoint_path(c));
     json_decref(state);
+    if (s == MPT_OK) s = read_fingerprint(c, rs);
     if (s != MPT_OK) return s;
     rs->best_epoch = (int)best_epoch;
     rs->threads = (int)threads;
@@ -590,6 +639,20 @@ mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
     memset(rs, 0, sizeof *rs);
     mpt_status s = read_config(c, o, rs);
     mpt_checkpoint_close(&c);
+    return s;
+}
+
+mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint, const mpt_run_state *rs,
+                                        const char *dir, int64_t limit_train, int64_t limit_test,
+                                        mpt_idx_layout layout) {
+    MPT_TRY(mpt_cli_data_load(cd, dir, limit_train, limit_test, rs->data.classes, layout));
+    const mpt_model_input in = mpt_cli_data_input(&cd->d);
+    if (memcmp(&in, &rs->data, sizeof in) == 0) return MPT_OK;
+    mpt_status s = mpt_errorf(MPT_ERR_ARG, "--checkpoint %s: its network was built for %d x %d images with %d "
+                              "channel(s) and %d classes, --data %s holds %d x %d with %d and %d", checkpoint,
+                              rs->data.height, rs->data.width, rs->data.channels, rs->data.classes, dir, in.height,
+                              in.width, in.channels, in.classes);
+    mpt_cli_data_free(cd);
     return s;
 }
 
@@ -750,7 +813,7 @@ mpt_status mpt_run_checkpoint_load(const char *path, mpt_trainer *t) {
     if (s == MPT_OK) {
         st.iteration = rs.iteration; /* the backend's counter (LR, dropout, stochastic rounding) */
         be->from_host(be, t->scaler, &st, sizeof st);
-        mpt_master_refresh_working(t->g, t->master);
+        mpt_trainer_refresh_working(t); /* RNE copies, and QAT's fake-quantized weights */
         t->iteration = rs.iteration;
         be->synchronize(be);
     }

@@ -40,6 +40,9 @@ void *mpt_run_precision_map_json(const mpt_graph *g) {
             }
             json_object_set_new(o, "fp8", fp);
         }
+        if (n->qat) /* quantization-aware training (engine/quant.h): only on such nodes, so other maps keep their bytes */
+            json_object_set_new(o, "qat", json_pack("{s:s, s:s}", "weight", mpt_qformat_info((mpt_qformat)(n->qat - 1))->key,
+                                                    "scales", "per output channel"));
         if (n->fused_relu && g->fuse_epilogues) { /* engine/graph.h "Fused epilogues" */
             json_t *fu = json_object();
             json_object_set_new(fu, "relu", json_string(n->fused_relu->name));
@@ -190,7 +193,7 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     static char buf[MPT_MODEL_SPEC_MAX + 64];
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
     json_object_set_new(j, "run_id", json_string(r->run_id));
-    json_t *stop = json_null(); /* a run stopped by SIGINT / SIGTERM after `steps` steps, its state saved */
+    json_t *stop = json_null(); /* a run stopped by a signal (tools/guards.h) after `steps` steps, its state saved */
     if (r->interrupted)
         stop = json_pack("{s:s, s:I}", "signal", mpt_guard_signal_name(r->interrupted), "step", (json_int_t)r->iterations);
     json_object_set_new(j, "interrupted", stop);

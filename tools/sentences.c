@@ -181,6 +181,102 @@ void mpt_text_method_gain(char *b, size_t n, const char *method, const char *acc
                  "to expect", method, accum, 1.0 / ratio);
 }
 
+/* "p = 0.53", or "p < 1e-12" below that */
+static void p_text(char *b, size_t n, double p) {
+    if (p < 1e-12) snprintf(b, n, "p < 1e-12");
+    else snprintf(b, n, "p = %.2g", p);
+}
+
+void mpt_text_truncation_bias(char *b, size_t n, const char *model, const char *format, const mpt_text_signs *tc,
+                              const mpt_text_signs *rn) {
+    const double alpha = 0.01; /* the level at which a sign counts as resolved */
+    const int64_t nt = tc->toward + tc->away, nr = rn->toward + rn->away;
+    if (nt == 0) {
+        snprintf(b, n, "the %s model's sums of %s products were all exact: truncation left no error whose sign could "
+                 "be measured", model, format);
+        return;
+    }
+    const double st = (double)tc->toward / (double)nt, sr = nr ? (double)rn->toward / (double)nr : NAN;
+    char pt[32], pr[32], rn_part[300];
+    p_text(pt, sizeof pt, tc->p);
+    p_text(pr, sizeof pr, rn->p);
+    const int rn_biased = nr > 0 && rn->p < alpha;
+    if (nr == 0) snprintf(rn_part, sizeof rn_part, "IEEE recursive summation (round to nearest) was exact on every one");
+    else
+        snprintf(rn_part, sizeof rn_part, "IEEE recursive summation (round to nearest) did in %lld of %lld (%.1f%%, %s; "
+                 "%+.3f)", (long long)rn->toward, (long long)nr, 100.0 * sr, pr, rn->mean_ratio);
+    if (tc->p < alpha && st > 0.5 && !rn_biased)
+        snprintf(b, n, "Truncation biased the error, it was not noise: the %s model's sums of %s products (round toward "
+                 "zero inside each block FMA) came out smaller in magnitude than the exact sum in %lld of the %lld dot "
+                 "products whose sum was not exact (%.1f%%, sign test %s; mean error %+.3f of the mean absolute "
+                 "error), where %s, a split that chance explains (p >= 0.01)", model, format, (long long)tc->toward,
+                 (long long)nt, 100.0 * st, pt, tc->mean_ratio, rn_part);
+    else if (tc->p < alpha && st > 0.5)
+        snprintf(b, n, "The %s model's sums of %s products came out smaller in magnitude than the exact sum in %lld of "
+                 "%lld dot products (%.1f%%, sign test %s; mean error %+.3f of the mean absolute error), and %s: both "
+                 "were biased here, so the bias is not truncation's alone", model, format, (long long)tc->toward,
+                 (long long)nt, 100.0 * st, pt, tc->mean_ratio, rn_part);
+    else if (tc->p < alpha)
+        snprintf(b, n, "The %s model's sums of %s products came out larger in magnitude than the exact sum more often "
+                 "than smaller (smaller in %lld of %lld, %.1f%%, sign test %s; mean error %+.3f of the mean absolute "
+                 "error), which truncation toward zero does not lead one to expect; %s", model, format,
+                 (long long)tc->toward, (long long)nt, 100.0 * st, pt, tc->mean_ratio, rn_part);
+    else
+        snprintf(b, n, "No bias was resolved at the 1%% level: the %s model's sums of %s products came out smaller in "
+                 "magnitude than the exact sum in %lld of %lld dot products (%.1f%%, sign test %s; mean error %+.3f of "
+                 "the mean absolute error), though truncation toward zero would lead one to expect far more; %s",
+                 model, format, (long long)tc->toward, (long long)nt, 100.0 * st, pt, tc->mean_ratio, rn_part);
+}
+
+/* A factor as "2278x" from 100 on, else "48.3x". */
+static void times_text(char *b, size_t n, double x) {
+    if (x >= 100.0) snprintf(b, n, "%.0fx", x);
+    else snprintf(b, n, "%.3gx", x);
+}
+
+/* How error x compares with error y: "34x more than", "about as much as (1.1x)", "1.4x less than"; with a zero (an exact
+ * median) no ratio: "as much as" (both 0), "more than", "less than". */
+static void ratio_words(char *b, size_t n, double x, double y) {
+    if (x == 0.0 && y == 0.0) snprintf(b, n, "as much as");
+    else if (y == 0.0) snprintf(b, n, "more than");
+    else if (x == 0.0) snprintf(b, n, "less than");
+    else if (x / y >= 1.25) snprintf(b, n, "%.3gx more than", x / y);
+    else if (x / y <= 0.8) snprintf(b, n, "%.3gx less than", y / x);
+    else snprintf(b, n, "about as much as (%.2gx)", x / y);
+}
+
+void mpt_text_tc_vs_ieee(char *b, size_t n, const char *model, const char *format, int64_t k_lo, int64_t k_hi,
+                         double tc_lo, double tc_hi, double rn_lo, double rn_hi) {
+    char lo[64], hi[64], growth[400] = "";
+    ratio_words(lo, sizeof lo, tc_lo, rn_lo);
+    ratio_words(hi, sizeof hi, tc_hi, rn_hi);
+    if (tc_lo > 0 && rn_lo > 0 && tc_hi > 0 && rn_hi > 0) {
+        const double lk = log((double)k_hi / (double)k_lo), et = log(tc_hi / tc_lo) / lk, er = log(rn_hi / rn_lo) / lk;
+        const char *why = et >= 0.75 && er <= 0.65
+                              ? "; errors of one sign add up with the number of blocks, while round to nearest's "
+                                "errors of either sign partly cancel"
+                          : et <= er + 0.1 ? "; the truncated sums' error did not grow faster than round to nearest's here"
+                                           : "";
+        char gt[32], gr[32];
+        times_text(gt, sizeof gt, tc_hi / tc_lo);
+        times_text(gr, sizeof gr, rn_hi / rn_lo);
+        snprintf(growth, sizeof growth, ": from K = %lld to %lld its error grew %s (like K^%.2f), round to nearest's "
+                 "%s (like K^%.2f)%s", (long long)k_lo, (long long)k_hi, gt, et, gr, er, why);
+    }
+    snprintf(b, n, "the %s model's sums of %s products erred %s IEEE recursive FP32 summation at K = %lld (median %.2g "
+             "against %.2g) and %s it at K = %lld (%.2g against %.2g)%s", model, format, lo, (long long)k_lo, tc_lo,
+             rn_lo, hi, (long long)k_hi, tc_hi, rn_hi, growth);
+}
+
+void mpt_text_same_bits(char *b, size_t n, const char *m1, const char *m2, int64_t differ, int64_t total) {
+    if (differ == 0)
+        snprintf(b, n, "the %s model's sums were bit for bit the %s model's in all %lld dot products", m2, m1,
+                 (long long)total);
+    else
+        snprintf(b, n, "the %s model's sums differed from the %s model's in %lld of %lld dot products", m2, m1,
+                 (long long)differ, (long long)total);
+}
+
 /* ---- FP8 ------------------------------------------------------------------------------------------------------ */
 
 void mpt_text_promotion(char *b, size_t n, int promote, int64_t k_lo, int64_t k_hi, double fast_lo, double fast_hi,

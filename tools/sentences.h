@@ -94,6 +94,36 @@ void mpt_text_accum_growth(char *b, size_t n, const char *name16, double grow16,
 void mpt_text_method_gain(char *b, size_t n, const char *method, const char *accum, double err_rec, double err_m,
                           int64_t K);
 
+/* The direction of one summation's errors over many dot products (tools/lab/accum.h, mpt_accum_bias): of the nonzero
+ * errors sign(exact) (sum - exact), `toward` shrank the sum's magnitude and `away` grew it; p the two-sided sign test's
+ * p-value; mean_ratio = mean error / mean |error| (-1: every error toward zero; about 0: either sign alike). */
+typedef struct mpt_text_signs {
+    int64_t toward, away;
+    double p, mean_ratio;
+} mpt_text_signs;
+
+/* What truncation did to the sign of a Tensor Core model's errors (`model`'s sums of `format` products: round toward
+ * zero inside each block FMA), beside round-to-nearest's (IEEE recursive summation of the same products). A sign is
+ * "resolved" at the 1% level (p < 0.01). Branches: the model biased toward zero and round-to-nearest not ("a bias,
+ * not noise"); both biased ("not truncation's alone"); the model biased away from zero (the opposite of what
+ * truncation leads one to expect); no bias resolved; no error to measure (every sum exact). */
+void mpt_text_truncation_bias(char *b, size_t n, const char *model, const char *format, const mpt_text_signs *tc,
+                              const mpt_text_signs *rn);
+
+/* A Tensor Core model's median error against IEEE recursive FP32 summation's at the shortest and the longest K
+ * (tc_lo, rn_lo at k_lo; tc_hi, rn_hi at k_hi; any unit, the same for all four): "less" when the model's is below 0.8x
+ * IEEE's, "more" above 1.25x, "about as much" between, at each end; then each one's growth with its exponent (the
+ * slope of log error over log K between the ends: 0.5 is sqrt(K), 1 is K). The causal reading (one-signed errors add up
+ * with the number of blocks, errors of either sign partly cancel) is given only when the model's exponent is at least
+ * 0.75 and IEEE's at most 0.65; when the model's grew no faster than IEEE's (exponent within 0.1), the sentence says
+ * so. An error of 0 at either end leaves the growth out. */
+void mpt_text_tc_vs_ieee(char *b, size_t n, const char *model, const char *format, int64_t k_lo, int64_t k_hi,
+                         double tc_lo, double tc_hi, double rn_lo, double rn_hi);
+
+/* Whether two summation models gave the same bits on the same dot products: `differ` of `total` sums differed in
+ * some bit. */
+void mpt_text_same_bits(char *b, size_t n, const char *m1, const char *m2, int64_t differ, int64_t total);
+
 /* ---- FP8 ------------------------------------------------------------------------------------------------------ */
 
 /* The fast accumulator with promotion every `promote` along a ladder of K: fast_lo/fast_hi the fast accumulator's

@@ -165,14 +165,14 @@ static mpt_status sweep_alone(const mpt_sweep *sw, mpt_status setup) {
 /* Rank 0 learns every failure and picks the lowest rank's; every rank receives it. */
 static mpt_status agree_on_failure(mpt_dist *d, fail_rec *mine, int failed, int n_failed, fail_rec *out) {
     int rank = mpt_dist_rank(d);
-    if (rank != 0 && failed) MPT_TRY(mpt_dist_send(d, 0, TAG_FAIL, mine, sizeof *mine));
+    if (rank != 0 && failed) MPT_TRY(mpt_dist_send(d, 0, TAG_FAIL, mine, sizeof *mine, "rank 0 to take this rank's failure"));
     void *b = NULL;
     int64_t n = 0;
     if (rank == 0) {
         *out = *mine;
         int have = failed;
         for (int k = 0; k < n_failed - failed; k++) {
-            MPT_TRY(mpt_dist_recv(d, -1, TAG_FAIL, &b, &n, NULL));
+            MPT_TRY(mpt_dist_recv(d, -1, TAG_FAIL, &b, &n, NULL, "the failures of the other ranks"));
             fail_rec f;
             memset(&f, 0, sizeof f);
             memcpy(&f, b, n < (int64_t)sizeof f ? (size_t)n : sizeof f);
@@ -184,7 +184,7 @@ static mpt_status agree_on_failure(mpt_dist *d, fail_rec *mine, int failed, int 
         b = out;
         n = sizeof *out;
     }
-    MPT_TRY(mpt_dist_bcast(d, 0, &b, &n));
+    MPT_TRY(mpt_dist_bcast(d, 0, &b, &n, "the failure that ends the job (from rank 0)"));
     if (rank != 0) {
         memset(out, 0, sizeof *out);
         memcpy(out, b, n < (int64_t)sizeof *out ? (size_t)n : sizeof *out);
@@ -210,7 +210,9 @@ static mpt_status gather_results(mpt_dist *d, const mpt_sweep *sw, mpt_run_resul
             } else {
                 void *b = NULL;
                 int64_t n = 0;
-                s = mpt_dist_recv(d, owner, TAG_RESULT, &b, &n, NULL);
+                char what[96];
+                snprintf(what, sizeof what, "the result of run %d from rank %d", i + 1, owner);
+                s = mpt_dist_recv(d, owner, TAG_RESULT, &b, &n, NULL, what);
                 if (s == MPT_OK) s = result_unpack(b, n, owner, &r);
                 free(b);
             }
@@ -230,8 +232,10 @@ static mpt_status gather_results(mpt_dist *d, const mpt_sweep *sw, mpt_run_resul
             s = result_pack(&mine[i], &b, &n);
             mpt_run_result_free(&mine[i]);
             /* a result that cannot be packed still sends a message, so rank 0 does not wait for it forever */
-            if (s == MPT_OK) s = mpt_dist_send(d, 0, TAG_RESULT, b, n);
-            else (void)mpt_dist_send(d, 0, TAG_RESULT, "", 0);
+            char what[96];
+            snprintf(what, sizeof what, "rank 0 to take the result of run %d", i + 1);
+            if (s == MPT_OK) s = mpt_dist_send(d, 0, TAG_RESULT, b, n, what);
+            else (void)mpt_dist_send(d, 0, TAG_RESULT, "", 0, what);
             free(b);
         }
         if (s != MPT_OK && first == MPT_OK) first = s;
@@ -255,7 +259,16 @@ static mpt_status sweep_job(mpt_dist *d, const mpt_sweep *sw, mpt_status setup) 
         snprintf(mine->msg, sizeof mine->msg, "%s", mpt_last_error());
     }
     int any = failed;
-    mpt_status s = mpt_dist_sum_int(d, &any);
+    mpt_status s = mpt_dist_sum_int(d, &any, "every rank ready to start the plan (its data loaded)");
+    /* the ranks run one plan: the same settings, data and run list, or none starts (one line, exit 2) */
+    if (s == MPT_OK && any == 0 && sw->n_plan > 0) {
+        s = mpt_dist_agree(d, sw->plan, sw->n_plan);
+        if (s != MPT_OK) {
+            free(mine);
+            free(res);
+            return s;
+        }
+    }
     for (int i = rank; s == MPT_OK && any == 0 && i < sw->n; i += size) {
         if (mpt_dist_signalled(d, TAG_ABORT)) break; /* another rank failed: start nothing more */
         char label[128], dir[MPT_CLI_PATH];
@@ -277,8 +290,8 @@ static mpt_status sweep_job(mpt_dist *d, const mpt_sweep *sw, mpt_status setup) 
         break;
     }
     int n_failed = failed, n_signals = signalled;
-    if (s == MPT_OK) s = mpt_dist_sum_int(d, &n_failed);
-    if (s == MPT_OK) s = mpt_dist_sum_int(d, &n_signals);
+    if (s == MPT_OK) s = mpt_dist_sum_int(d, &n_failed, "the end of every rank's runs");
+    if (s == MPT_OK) s = mpt_dist_sum_int(d, &n_signals, "the count of failure signals");
     if (s == MPT_OK) s = mpt_dist_signal_drain(d, TAG_ABORT, n_signals - signalled);
     fail_rec *job = mine; /* reused for the agreed failure */
     if (s == MPT_OK && n_failed > 0) {

@@ -18,12 +18,17 @@ typedef struct mpt_sweep {
     void (*describe)(void *ctx, int i, char *label, size_t label_len, char *dir, size_t dir_len);
     /* On rank 0 (or the single process): run i's result, in plan order; the callee owns *res. */
     mpt_status (*deliver)(void *ctx, int i, mpt_run_result *res);
+    /* In a job: the settings every rank must share (mpt_cli_job_settings), compared before any run; n_plan 0: none. */
+    const mpt_dist_item *plan;
+    int n_plan;
 } mpt_sweep;
 
 /* Runs the plan. Without a job (d NULL): run by run, each delivered as it finishes; the first failure stops
  * the plan and is returned as it is. In a job (collective; every rank passes the same plan): run i trains on
  * rank i mod N (static round-robin); a failed run writes <dir>/FAILED (the message) and the other ranks start
- * no further runs; then, if any rank failed (or its `setup` status, e.g. loading the data, was an error), every
+ * no further runs (before the first run, the ranks agree on sw->plan: a difference is MPT_ERR_ARG on every rank, with
+ * one line naming the setting and the two values, and no run starts); then, if any rank failed (or its `setup`
+ * status, e.g. loading the data, was an error), every
  * rank returns that status with the message "rank R of N, run I of M 'LABEL' (DIR): MESSAGE" (the lowest failed
  * rank's) and nothing is delivered; otherwise rank 0 receives every result in plan order and delivers it (a run
  * whose directory rank 0 cannot see fails the plan: --out must be shared). A stale FAILED mark in a run's

@@ -19,6 +19,12 @@ int mpt_master_mode_parse(const char *s, mpt_master_mode *out) {
     return 0;
 }
 
+mpt_tensor *mpt_master_separate(mpt_graph *g, const mpt_tensor *w) {
+    char name[MPT_NAME_LEN + 8];
+    snprintf(name, sizeof name, "%s:master", w->name);
+    return mpt_graph_tensor(g, name, MPT_DTYPE_F32, MPT_MEM_MASTER, w->ndim, w->shape);
+}
+
 void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode) {
     for (int i = 0; i < g->n_params; i++) {
         mpt_tensor *w = g->params[i].weight;
@@ -26,9 +32,7 @@ void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode)
             masters[i] = w;
             continue;
         }
-        char name[MPT_NAME_LEN + 8];
-        snprintf(name, sizeof name, "%s:master", w->name);
-        masters[i] = mpt_graph_tensor(g, name, MPT_DTYPE_F32, MPT_MEM_MASTER, w->ndim, w->shape);
+        masters[i] = mpt_master_separate(g, w);
     }
 }
 

@@ -35,6 +35,11 @@ MPT_API int mpt_master_mode_parse(const char *s, mpt_master_mode *out);
  * masters has g->n_params entries. */
 MPT_API void mpt_master_create(mpt_graph *g, mpt_tensor **masters, mpt_master_mode mode);
 
+/* A new FP32 master for weight w: the tensor "<weight name>:master" in MPT_MEM_MASTER, of w's shape. What
+ * mpt_master_create adds for an F16/BF16 weight; quantization-aware training (engine/quant.h) adds one for an F32
+ * weight too, whose working copy then holds the fake-quantized values. Call before mpt_graph_alloc. */
+MPT_API mpt_tensor *mpt_master_separate(mpt_graph *g, const mpt_tensor *w);
+
 /* Whether parameter i keeps a separate working copy (its weight dtype is not F32). */
 MPT_API int mpt_master_has_working_copy(const mpt_tensor *master, const mpt_tensor *weight);
 

@@ -76,14 +76,37 @@ void mpt_dist_free(mpt_dist **d);
 /* The default time limit of a training collective, seconds (PyTorch's NCCL watchdog's default). */
 #define MPT_DIST_DEFAULT_TIMEOUT_S 600.0
 
-/* The time limit of every collective of a training step (the gradient all-reduce over MPI or NCCL, found_inf,
- * the sums of losses and accuracies, the weights checksum, mpt_dist_any): one that has not completed after
- * `seconds` (> 0; default MPT_DIST_DEFAULT_TIMEOUT_S) makes this rank ask its peers which collective they are in,
- * name on stderr, in one line, the ranks that did not arrive (no answer within a few seconds: stopped, hung or
- * dead) or are in another collective, abort the NCCL communicator and call MPI_Abort, which ends the job. A rank
- * that waits in such a collective for more than a second answers these questions. Not applied to the calls of
- * sweeps (mpt_dist_send, _recv, _bcast, _sum_int), whose waits last as long as a peer's training runs. */
+/* The time limit of every wait of this interface (--comm-timeout; > 0, default MPT_DIST_DEFAULT_TIMEOUT_S; 0 waits
+ * without a limit). Every wait names what it waits for. A rank that waits can ask its peers where they are (a
+ * communicator of its own): each answers while it waits, and between the steps of a training run (mpt_dist_poll).
+ *  - A collective of a training step (the gradient all-reduce over MPI or NCCL, found_inf, the sums of losses and
+ *    accuracies, the weights checksum, mpt_dist_any) not complete after `seconds` makes the rank ask its peers which
+ *    collective they are in, name on stderr, in one line, the ranks that did not arrive (no answer within the grace
+ *    period: stopped, hung or dead) or are in another collective, abort the NCCL communicator and call MPI_Abort,
+ *    which ends the job. An MPI error in such a collective ends the job the same way, naming it.
+ *  - The other waits (mpt_dist_send, _recv, _bcast, _sum_int, _agree, the signals, mpt_dist_finish), which may last as
+ *    long as a peer's training runs: each time `seconds` pass the rank asks its peers; one that does not answer within
+ *    the grace period, or every peer waiting as well for longer than `seconds` (ranks waiting for each other), ends
+ *    the job with one line naming the ranks and what each waits for; otherwise (peers working) the wait goes on.
+ * The grace period: a tenth of the limit, within [10 s, 60 s]. */
 void mpt_dist_set_timeout(mpt_dist *d, double seconds);
+
+/* Answers the questions of waiting peers (see mpt_dist_set_timeout): call it between the steps of a run (tools/run.c
+ * does), so that a peer waiting for this rank's runs sees it working. Cheap (one MPI_Iprobe); NULL-safe. */
+void mpt_dist_poll(mpt_dist *d);
+
+/* One setting of a job, for mpt_dist_agree: its name as the user writes it ("--lr") and its canonical text. */
+typedef struct mpt_dist_item {
+    const char *name;
+    const char *value;
+} mpt_dist_item;
+
+/* Whether every rank holds the same settings (collective, bounded as above): rank 0's list is broadcast and each rank
+ * compares its own with it. MPT_OK when all agree; otherwise MPT_ERR_ARG on every rank with the same one-line
+ * message naming the first setting that differs on the lowest such rank and the two values ("the ranks disagree on
+ * --lr: rank 1: 0.1, rank 0: 0.001"; a number is shown in its shortest form that reads back the same). Lists of
+ * different names or lengths are refused as different mptrain binaries. MPT_ERR_IO for a failed communication. */
+mpt_status mpt_dist_agree(mpt_dist *d, const mpt_dist_item *items, int n);
 
 /* Whether x is nonzero on any rank (collective, within the time limit): the ranks' agreement to stop. */
 int mpt_dist_any(mpt_dist *d, int x);
@@ -170,7 +193,9 @@ double mpt_dist_comm_seconds(const mpt_dist *d);
  * dtype: a sweep sends no gradients). Results travel as opaque byte strings between ranks of one binary.
  * These calls wait without spinning (they test the request and sleep 50 us to 2 ms between tests): a rank
  * that waits for another's runs leaves its core to the ranks still training (Open MPI's blocking calls poll at
- * full speed). The latency this adds is a few milliseconds per call, nothing against a training run. */
+ * full speed). The latency this adds is a few milliseconds per call, nothing against a training run. Their waits are
+ * bounded (mpt_dist_set_timeout: peers that stop answering, or ranks that wait for each other, end the job), and
+ * `what` names what the call waits for in that message ("the results of run 3"). */
 
 /* The number of ranks a launcher announced in the environment (Open MPI's mpirun: OMPI_COMM_WORLD_SIZE;
  * MPICH's Hydra and Slurm's srun --mpi=pmi2: PMI_SIZE), 1 when only PMIX_RANK says a PMIx launcher (srun
@@ -178,21 +203,22 @@ double mpt_dist_comm_seconds(const mpt_dist *d);
  * decide whether to join a job, and a build without MPI to refuse running as one of several ranks. */
 int mpt_dist_env_size(void);
 
-/* Ranks of the job on this rank's node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED at mpt_dist_init). */
+/* Ranks of the job on this rank's node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED at mpt_dist_init, which also finds
+ * this rank's index among them for mpt_dist_select_gpu). */
 int mpt_dist_local_size(const mpt_dist *d);
 
 /* Point-to-point: sends n bytes of buf to rank dest with tag (blocking; n <= INT_MAX). Messages between two
  * ranks with the same tag arrive in the order they were sent (MPI's non-overtaking rule). MPT_ERR_IO naming
  * the MPI error, MPT_ERR_ARG for n > INT_MAX. */
-mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n);
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n, const char *what);
 /* Receives the next message with tag from rank src (src < 0: from any rank; *from receives the sender when
  * from is not NULL) into a malloc'd *buf of *n bytes (the caller frees it). */
-mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from);
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from, const char *what);
 /* Broadcast from root (collective): on root, *buf and *n are the message (unchanged); on the other ranks they
  * receive a malloc'd copy (the caller frees it). */
-mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n);
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n, const char *what);
 /* *x <- the sum of *x over the ranks (collective). */
-mpt_status mpt_dist_sum_int(mpt_dist *d, int *x);
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x, const char *what);
 
 /* A signal: one small message with tag to every other rank, sent without blocking (a failed rank tells the
  * others to start no further runs). mpt_dist_signalled reports, without blocking or consuming it, whether a

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,14 @@ struct mpt_dist {
     MPI_Comm comm;
     MPI_Comm exit_comm;    /* a duplicate of comm for the exit agreement only (mpt_dist_finish), or MPI_COMM_NULL */
     MPI_Comm diag_comm;    /* a duplicate for the questions of a timed-out collective (who has arrived?) */
-    double timeout_s;      /* a training collective not complete after this long aborts the job (--comm-timeout) */
+    double timeout_s;      /* the limit of every wait (--comm-timeout): see "bounded waits" */
     int64_t seq;           /* training collectives begun on this rank: the same count on every rank */
+    const char *wait_what; /* what this rank waits for now (said to a peer that asks), NULL while it works */
+    double wait_since;     /* since when (wall_s) */
+    int64_t probes;        /* questions this rank has asked its peers */
     int rank, size;
     int local_size;        /* ranks on this node */
+    int local_rank;        /* this rank's index among them */
     MPI_Request *signals;  /* [size] this rank's pending signal sends (mpt_dist_signal) */
     int n_signals;
     int owns_mpi;          /* this mpt_dist called MPI_Init */
@@ -78,82 +83,156 @@ static mpt_status mpi_error(int rc, const char *what) {
     return mpt_errorf(MPT_ERR_IO, "%s failed: %s", what, msg);
 }
 
-static mpt_status wait_idle(MPI_Request *req, const char *what);
-
-/* ---- the time limit of a training collective (--comm-timeout) ------------------------------------------------
- * A step's collectives wait for every rank; a rank that is stopped (SIGSTOP), hung or dead would make its peers
- * wait forever. Each training collective is therefore started non-blocking and tested until it completes, at most
- * timeout_s (PyTorch's NCCL watchdog: 600 s by default). A rank whose collective has not completed by then asks
- * every peer, on a communicator of its own, which collective it is in (seq), and waits a few seconds for the
- * answers; a rank that waits in a collective for more than a second answers such questions. The ranks that did
- * not answer, or answered another collective, are named in one line on stderr, and the job is aborted
- * (ncclCommAbort, then MPI_Abort). The wait spins on MPI_Test for the first second (a step's collectives take
- * microseconds to milliseconds, as fast as the blocking call), then sleeps 200 us between tests. */
+/* ---- bounded waits ------------------------------------------------------------------------------------------
+ * Every wait of this file is bounded by the job's time limit (--comm-timeout, timeout_s; PyTorch's NCCL watchdog:
+ * 600 s by default), and says what it waited for when the limit is hit. A rank that was stopped (SIGSTOP), hung or
+ * killed, or ranks that wait for each other in different calls, would otherwise leave their peers waiting forever.
+ *
+ * Questions: a waiting rank can ask every peer, on a communicator of its own (diag_comm), where it is: its count of
+ * training collectives begun (seq) and what it waits for and how long (nothing: it is working). A rank answers
+ * while it waits (every wait here polls) and, between the steps of a training run, when the run calls mpt_dist_poll.
+ *
+ * Two kinds of wait:
+ *  - A training collective (coll_wait) completes within the limit or the job is aborted: every rank runs the same
+ *    steps, so a collective that takes longer than the limit means a peer that is stopped, hung or dead. The wait
+ *    spins on MPI_Test for the first second (a step's collectives take microseconds to milliseconds), then answers
+ *    questions and sleeps 200 us between tests. At the limit the rank asks its peers, names in one line on stderr the
+ *    ranks that did not answer or are in another collective, and aborts the job (ncclCommAbort, then MPI_Abort).
+ *  - The other waits (a sweep's messages and agreements, the settings agreement, the exit agreement) may last as
+ *    long as a peer's training runs, which no limit can know. Each time the limit passes, the rank asks its peers:
+ *    one that does not answer within a grace period (stopped, hung or dead), or every peer waiting too, each for
+ *    longer than the limit (the ranks wait for each other: they will never move), ends the job with one line naming
+ *    the ranks and what each waits for; peers that are working (training) or have waited less extend the wait by
+ *    another period. These waits do not spin: they test the request and sleep 50 us to 2 ms between tests (Open
+ *    MPI's blocking calls poll at full speed and would take a core from the ranks still training). */
 
 enum { TAG_WHERE = 7201, TAG_HERE }; /* on diag_comm */
 
-/* Answers every question that has arrived: this rank's collective count. */
-static void answer_questions(mpt_dist *d) {
-    for (;;) {
-        int flag = 0;
-        MPI_Status st;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_WHERE, d->diag_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
-        int64_t theirs = 0, mine = d->seq;
-        if (MPI_Recv(&theirs, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_WHERE, d->diag_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-            return;
-        MPI_Send(&mine, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_HERE, d->diag_comm); /* 8 bytes: sent eagerly */
-    }
-}
+/* A question and its answer (bytes between ranks of one binary). */
+typedef struct where_msg {
+    int64_t probe;       /* the asker's question number, echoed: a late answer to an earlier question is discarded */
+    int64_t seq;         /* training collectives begun */
+    double waited;       /* seconds in the current wait, -1 while working */
+    char what[112];      /* what it waits for, "" while working */
+} where_msg;
 
 static void sleep_us(long us) {
     struct timespec ts = {0, us * 1000};
     nanosleep(&ts, NULL);
 }
 
-/* The collective `what` (number d->seq) did not complete in time: find out which ranks have not arrived, say so
- * in one line and abort the job. Does not return. */
+/* Answers every question that has arrived: where this rank is. */
+static void answer_questions(mpt_dist *d) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_WHERE, d->diag_comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+        where_msg q, a;
+        if (MPI_Recv(&q, (int)sizeof q, MPI_BYTE, st.MPI_SOURCE, TAG_WHERE, d->diag_comm, MPI_STATUS_IGNORE) !=
+            MPI_SUCCESS)
+            return;
+        memset(&a, 0, sizeof a);
+        a.probe = q.probe;
+        a.seq = d->seq;
+        a.waited = d->wait_what ? wall_s() - d->wait_since : -1.0;
+        snprintf(a.what, sizeof a.what, "%s", d->wait_what ? d->wait_what : "");
+        MPI_Send(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_HERE, d->diag_comm); /* small: sent eagerly */
+    }
+}
+
+void mpt_dist_poll(mpt_dist *d) {
+    if (d && d->size > 1) answer_questions(d);
+}
+
+/* Seconds a rank gives its peers to answer: they answer between two steps or two tests of a wait. */
+static double grace_s(const mpt_dist *d) {
+    double g = d->timeout_s / 10.0;
+    return g < 10.0 ? 10.0 : g > 60.0 ? 60.0 : g;
+}
+
+/* Asks every peer where it is and collects the answers for up to grace_s (answering questions meanwhile): heard[r],
+ * where[r]. With req (the request this rank waits for), stops early and returns 1 when it completes. */
+static int ask_peers(mpt_dist *d, MPI_Request *req, char *heard, where_msg *where) {
+    int n = d->size;
+    MPI_Request *q = calloc((size_t)n, sizeof *q);
+    where_msg ask;
+    memset(&ask, 0, sizeof ask);
+    ask.probe = ++d->probes;
+    ask.seq = d->seq;
+    for (int r = 0; r < n; r++) {
+        heard[r] = r == d->rank;
+        if (q) q[r] = MPI_REQUEST_NULL;
+        if (q && r != d->rank && MPI_Isend(&ask, (int)sizeof ask, MPI_BYTE, r, TAG_WHERE, d->diag_comm, &q[r]) != MPI_SUCCESS)
+            q[r] = MPI_REQUEST_NULL;
+    }
+    double end = wall_s() + grace_s(d);
+    int missing = n - 1, completed = 0;
+    while (missing > 0 && wall_s() < end && !completed) {
+        answer_questions(d);
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_HERE, d->diag_comm, &flag, &st) == MPI_SUCCESS && flag) {
+            where_msg a;
+            if (MPI_Recv(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_HERE, d->diag_comm, MPI_STATUS_IGNORE) ==
+                    MPI_SUCCESS && a.probe == ask.probe && !heard[st.MPI_SOURCE]) {
+                a.what[sizeof a.what - 1] = '\0';
+                heard[st.MPI_SOURCE] = 1;
+                where[st.MPI_SOURCE] = a;
+                missing--;
+            }
+            continue;
+        }
+        if (req && MPI_Test(req, &completed, MPI_STATUS_IGNORE) != MPI_SUCCESS) completed = 0;
+        if (!completed) sleep_us(1000);
+    }
+    for (int r = 0; q && r < n; r++) /* a question never received (a peer gone) completes in the background */
+        if (q[r] != MPI_REQUEST_NULL) {
+            int done = 0;
+            if (MPI_Test(&q[r], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) MPI_Request_free(&q[r]);
+        }
+    free(q);
+    return completed;
+}
+
+/* Ends the job after the line on stderr was written: the NCCL communicator aborted, MPI_Abort. Does not return. */
+static void abort_job(mpt_dist *d) {
+    fflush(NULL); /* MPI_Abort and _Exit flush no stdio buffer: keep what this rank printed */
+    /* the launcher answers MPI_Abort with SIGTERM to every rank, this one included: nothing here can stop gracefully
+     * any more (a handler of the command would announce a stop that cannot happen) */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    mpt_cuda_nccl_comm_abort(&d->nccl);
+    MPI_Abort(d->comm, 1);
+    _Exit(1); /* MPI_Abort does not return; if it did, the job must still end */
+}
+
+/* The ranks that did not answer, as "rank 1" / "ranks 1, 3", into buf; their count. */
+static int list_absent(const mpt_dist *d, const char *heard, char *buf, size_t cap) {
+    size_t k = 0;
+    int count = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < d->size; r++)
+        if (!heard[r] && k + 16 < cap) k += (size_t)snprintf(buf + k, cap - k, "%s%d", count++ ? ", " : "", r);
+    return count;
+}
+
+/* The training collective `what` (number d->seq) did not complete in time: find out which ranks have not arrived, say
+ * so in one line and abort the job. Does not return. */
 static void timed_out(mpt_dist *d, const char *what, double waited) {
     int64_t mine = d->seq;
     int n = d->size;
-    MPI_Request *q = calloc((size_t)n, sizeof *q);
-    int64_t *where = calloc((size_t)n, sizeof *where);
+    where_msg *where = calloc((size_t)n, sizeof *where);
     char *heard = calloc((size_t)n, 1);
-    if (q && where && heard) {
+    if (where && heard) {
+        ask_peers(d, NULL, heard, where);
+        char absent[600], elsewhere[600] = "";
+        size_t le = 0;
+        int n_absent = list_absent(d, heard, absent, sizeof absent);
         for (int r = 0; r < n; r++)
-            if (r != d->rank && MPI_Isend(&mine, 1, MPI_INT64_T, r, TAG_WHERE, d->diag_comm, &q[r]) != MPI_SUCCESS)
-                q[r] = MPI_REQUEST_NULL;
-        double grace = d->timeout_s < 10.0 ? (d->timeout_s > 2.0 ? d->timeout_s : 2.0) : 10.0;
-        double end = wall_s() + grace;
-        int missing = n - 1;
-        while (missing > 0 && wall_s() < end) {
-            answer_questions(d);
-            int flag = 0;
-            MPI_Status st;
-            if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_HERE, d->diag_comm, &flag, &st) == MPI_SUCCESS && flag) {
-                int64_t v = 0;
-                if (MPI_Recv(&v, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_HERE, d->diag_comm, MPI_STATUS_IGNORE) ==
-                        MPI_SUCCESS && !heard[st.MPI_SOURCE]) {
-                    heard[st.MPI_SOURCE] = 1;
-                    where[st.MPI_SOURCE] = v;
-                    missing--;
-                }
-            } else {
-                sleep_us(1000);
-            }
-        }
-        char absent[600] = "", elsewhere[600] = "";
-        size_t la = 0, le = 0;
-        int n_absent = 0;
-        for (int r = 0; r < n; r++) {
-            if (r == d->rank) continue;
-            if (!heard[r] && la < sizeof absent) {
-                la += (size_t)snprintf(absent + la, sizeof absent - la, "%s%d", n_absent ? ", " : "", r);
-                n_absent++;
-            } else if (heard[r] && where[r] != mine && le < sizeof elsewhere) {
+            if (r != d->rank && heard[r] && where[r].seq != mine && le < sizeof elsewhere)
                 le += (size_t)snprintf(elsewhere + le, sizeof elsewhere - le, "; rank %d is in collective #%lld", r,
-                                       (long long)where[r]);
-            }
-        }
+                                       (long long)where[r].seq);
         fprintf(stderr, "mptrain: rank %d of %d: %s (collective #%lld) did not complete within --comm-timeout %g s "
                         "(waited %.0f s): %s%s%s%s; aborting the job\n",
                 d->rank, n, what, (long long)mine, d->timeout_s, waited,
@@ -164,23 +243,30 @@ static void timed_out(mpt_dist *d, const char *what, double waited) {
         fprintf(stderr, "mptrain: rank %d of %d: %s (collective #%lld) did not complete within --comm-timeout %g s; "
                         "aborting the job\n", d->rank, n, what, (long long)mine, d->timeout_s);
     }
-    fflush(stderr);
-    mpt_cuda_nccl_comm_abort(&d->nccl);
-    MPI_Abort(d->comm, 1);
-    _Exit(1); /* MPI_Abort does not return; if it did, the job must still end */
+    abort_job(d);
 }
 
-/* Waits for the training collective req (`what`, number d->seq) within timeout_s; on an MPI error it stops (the
- * step cannot return an error), on the time limit it aborts the job (timed_out). */
+/* An MPI call of a collective or a wait failed (a peer gone, or calls that do not match): one line, and the job
+ * ends (a step cannot return an error, and a peer may wait in the collective for good). Does not return. */
+static void failed_in(mpt_dist *d, const char *what, int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error %d", rc);
+    fprintf(stderr, "mptrain: rank %d of %d: %s (collective #%lld) failed: %s; aborting the job\n", d->rank, d->size,
+            what, (long long)d->seq, msg);
+    abort_job(d);
+}
+
+/* Waits for the training collective req (`what`, number d->seq) within timeout_s; on an MPI error or the time limit
+ * it ends the job (failed_in, timed_out). */
 static void coll_wait(mpt_dist *d, MPI_Request *req, const char *what) {
     double t0 = wall_s();
+    d->wait_what = what;
+    d->wait_since = t0;
     for (long spins = 1;; spins++) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) {
-            mpi_error(rc, what);
-            MPT_ASSERTF(0, "%s", mpt_last_error());
-        }
-        if (done) return;
+        if (rc != MPI_SUCCESS) failed_in(d, what, rc);
+        if (done) break;
         if (spins % 256) continue; /* the clock every 256 tests */
         double waited = wall_s() - t0;
         if (waited < 1.0) continue;
@@ -188,6 +274,7 @@ static void coll_wait(mpt_dist *d, MPI_Request *req, const char *what) {
         if (d->timeout_s > 0.0 && waited > d->timeout_s) timed_out(d, what, waited);
         sleep_us(200);
     }
+    d->wait_what = NULL;
 }
 
 /* MPI_Allreduce (in place) of n elements within the time limit. */
@@ -195,11 +282,76 @@ static void allreduce_timed(mpt_dist *d, void *x, int n, MPI_Datatype type, MPI_
     MPI_Request req;
     d->seq++;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, x, n, type, op, d->comm, &req);
-    if (rc != MPI_SUCCESS) {
-        mpi_error(rc, what);
-        MPT_ASSERTF(0, "%s", mpt_last_error());
-    }
+    if (rc != MPI_SUCCESS) failed_in(d, what, rc);
     coll_wait(d, &req, what);
+}
+
+/* The waits that may last as long as a peer's runs: see the section's comment. Each time the limit passes the peers
+ * are asked; one that does not answer, or all of them waiting for longer than the limit too, end the job. Returns 1
+ * when req completed meanwhile, 0 to wait on. */
+static int check_peers(mpt_dist *d, MPI_Request *req, const char *what, double waited) {
+    int n = d->size;
+    where_msg *where = calloc((size_t)n, sizeof *where);
+    char *heard = calloc((size_t)n, 1);
+    if (!where || !heard) { /* cannot ask: wait on (the limit passes again) */
+        free(where);
+        free(heard);
+        return 0;
+    }
+    int completed = ask_peers(d, req, heard, where);
+    char absent[600], others[1200] = "";
+    int n_absent = list_absent(d, heard, absent, sizeof absent), stuck = 1;
+    size_t k = 0;
+    for (int r = 0; r < n && !completed; r++) {
+        if (r == d->rank || !heard[r]) continue;
+        if (where[r].waited < d->timeout_s) stuck = 0; /* working, or waiting for less than the limit */
+        if (where[r].waited >= 0.0 && k + 200 < sizeof others)
+            k += (size_t)snprintf(others + k, sizeof others - k, "; rank %d waits for %s (%.0f s)", r, where[r].what,
+                                  where[r].waited);
+    }
+    free(where);
+    free(heard);
+    if (completed) return 1;
+    if (n_absent) {
+        fprintf(stderr, "mptrain: rank %d of %d: waiting for %s (%.0f s, --comm-timeout %g s): %s %s did not answer "
+                        "within %.0f s (stopped, hung or dead)%s; aborting the job\n",
+                d->rank, n, what, waited, d->timeout_s, n_absent > 1 ? "ranks" : "rank", absent, grace_s(d), others);
+        abort_job(d);
+    }
+    if (stuck) {
+        fprintf(stderr, "mptrain: rank %d of %d: waiting for %s (%.0f s, --comm-timeout %g s)%s: the ranks wait for each "
+                        "other and none can move (ranks started with different settings, or a fault); aborting the "
+                        "job\n", d->rank, n, what, waited, d->timeout_s, others);
+        abort_job(d);
+    }
+    return 0;
+}
+
+/* Waits for req (`what` names what for) without spinning, bounded as above. MPT_ERR_IO naming the MPI error. */
+static mpt_status wait_peers(mpt_dist *d, MPI_Request *req, const char *what) {
+    double t0 = wall_s(), check_at = t0 + d->timeout_s;
+    d->wait_what = what;
+    d->wait_since = t0;
+    mpt_status s = MPT_OK;
+    for (long ns = 50000;;) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            s = mpi_error(rc, what);
+            break;
+        }
+        if (done) break;
+        answer_questions(d);
+        double now = wall_s();
+        if (d->timeout_s > 0.0 && now >= check_at) {
+            if (check_peers(d, req, what, now - t0)) break;
+            check_at = wall_s() + d->timeout_s;
+        }
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < 2000000) ns *= 2;
+    }
+    d->wait_what = NULL;
+    return s;
 }
 
 void mpt_dist_set_timeout(mpt_dist *d, double seconds) { d->timeout_s = seconds; }
@@ -236,6 +388,7 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     d->local_size = 1;
     if (MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_size(node, &d->local_size);
+        MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
     }
     d->wire = comm;
@@ -309,7 +462,7 @@ void mpt_dist_finish(mpt_dist **pd, int exit_code) {
     /* A rank that succeeded waits for the others as long as they take (they either finish or fail, and a failed
      * one aborts the job); a failed rank waits MPT_DIST_EXIT_WAIT_S for peers that may be blocked for good in a
      * collective it will never join. */
-    if (agreed && exit_code == 0) agreed = wait_idle(&req, "MPI_Iallreduce (exit agreement)") == MPT_OK;
+    if (agreed && exit_code == 0) agreed = wait_peers(d, &req, "the end of the job on every rank") == MPT_OK;
     else if (agreed) agreed = wait_until(&req, MPT_DIST_EXIT_WAIT_S);
     if (agreed) {
         /* Every rank got here: nobody waits in a collective. After any failure a peer's NCCL work may not have
@@ -568,14 +721,7 @@ mpt_status mpt_dist_check_identical(mpt_dist *d, const mpt_trainer *t, const cha
 }
 
 mpt_status mpt_dist_select_gpu(mpt_dist *d) {
-    MPI_Comm node;
-    int local = 0, rc;
-    if ((rc = MPI_Comm_split_type(d->comm, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Comm_split_type (ranks of this node)");
-    rc = MPI_Comm_rank(node, &local);
-    MPI_Comm_free(&node);
-    if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_rank (node)");
-    mpt_status s = mpt_cuda_set_device(local);
+    mpt_status s = mpt_cuda_set_device(d->local_rank); /* the rank's index on its node, found at mpt_dist_init */
     if (s != MPT_OK) return mpt_errorf(s, "data-parallel rank %d: %s", d->rank, mpt_last_error());
     return MPT_OK;
 }
@@ -584,11 +730,10 @@ mpt_status mpt_dist_select_gpu(mpt_dist *d) {
  * First every rank loads NCCL (the module loads it lazily) and the ranks agree that all could, then rank 0's
  * failure to make the id is broadcast: no rank waits in ncclCommInitRank for a rank that will never join. */
 static mpt_status nccl_bootstrap(mpt_dist *d, mpt_trainer *t, int64_t n) {
-    int loaded = mpt_cuda_nccl_available(), all_loaded = 0, rc;
+    int loaded = mpt_cuda_nccl_available(), all_loaded = loaded, rc;
     char why[1024];
     snprintf(why, sizeof why, "%s", loaded ? "" : mpt_last_error());
-    if ((rc = MPI_Allreduce(&loaded, &all_loaded, 1, MPI_INT, MPI_MIN, d->comm)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Allreduce (NCCL loaded on every rank)");
+    allreduce_timed(d, &all_loaded, 1, MPI_INT, MPI_MIN, "the agreement that every rank loaded NCCL");
     if (!loaded)
         return mpt_errorf(MPT_ERR_DEVICE, "data-parallel on the CUDA backend needs NCCL (or use --device cpu): %s", why);
     if (!all_loaded)
@@ -596,12 +741,17 @@ static mpt_status nccl_bootstrap(mpt_dist *d, mpt_trainer *t, int64_t n) {
     unsigned char id[MPT_NCCL_ID_BYTES];
     memset(id, 0, sizeof id);
     int ok = d->rank != 0 || mpt_cuda_nccl_unique_id(id) == MPT_OK;
-    if ((rc = MPI_Bcast(&ok, 1, MPI_INT, 0, d->comm)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Bcast (NCCL status)");
+    MPI_Request req;
+    d->seq++;
+    if ((rc = MPI_Ibcast(&ok, 1, MPI_INT, 0, d->comm, &req)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Ibcast (NCCL status)");
+    coll_wait(d, &req, "rank 0's NCCL id status");
     if (!ok)
         return d->rank == 0 ? mpt_errorf(MPT_ERR_DEVICE, "data-parallel: %s", mpt_last_error())
                             : mpt_errorf(MPT_ERR_DEVICE, "data-parallel: rank 0 could not create the NCCL id");
-    if ((rc = MPI_Bcast(id, MPT_NCCL_ID_BYTES, MPI_BYTE, 0, d->comm)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Bcast (NCCL id)");
+    d->seq++;
+    if ((rc = MPI_Ibcast(id, MPT_NCCL_ID_BYTES, MPI_BYTE, 0, d->comm, &req)) != MPI_SUCCESS)
+        return mpi_error(rc, "MPI_Ibcast (NCCL id)");
+    coll_wait(d, &req, "rank 0's NCCL id");
     MPT_TRY(mpt_cuda_nccl_comm_create(t->be, &d->nccl, id, d->size, d->rank, n));
     d->nccl_elems = n;
     return MPT_OK;
@@ -646,49 +796,60 @@ double mpt_dist_sum_f64(mpt_dist *d, double x) {
 
 int mpt_dist_local_size(const mpt_dist *d) { return d->local_size; }
 
-/* Waits for a request without spinning: Open MPI's blocking calls poll at full speed, so a rank that waits for
- * another's runs (a sweep's agreement, the next lab batch, results in plan order) would take a core from the
- * ranks still training. Polls with MPI_Test and sleeps between polls, 50 us growing to 2 ms. */
-static mpt_status wait_idle(MPI_Request *req, const char *what) {
-    long ns = 50000;
-    for (;;) {
-        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_error(rc, what);
-        if (done) return MPT_OK;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        if (ns < 2000000) ns *= 2;
-    }
-}
-
-mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n) {
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n, const char *what) {
     if (n < 0 || n > INT_MAX)
         return mpt_errorf(MPT_ERR_ARG, "MPI message of %lld bytes to rank %d: at most %d", (long long)n, dest, INT_MAX);
-    MPI_Request req; /* the receiver may be busy: wait without spinning (wait_idle) */
+    MPI_Request req; /* the receiver may be busy: a bounded wait that does not spin (wait_peers) */
     int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, d->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
-    return wait_idle(&req, "MPI_Isend");
+    return wait_peers(d, &req, what);
 }
 
-mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from) {
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from, const char *what) {
     *buf = NULL;
     *n = 0;
     MPI_Status st;
     int rc, count = 0, found = 0;
-    for (long ns = 50000; !found;) { /* MPI_Iprobe and sleep: see wait_idle */
-        if ((rc = MPI_Iprobe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &found, &st)) != MPI_SUCCESS)
-            return mpi_error(rc, "MPI_Iprobe");
+    /* MPI_Improbe's message handle, then a non-blocking receive: a bounded wait for the message to arrive */
+    MPI_Message msg;
+    MPI_Request req;
+    double t0 = wall_s(), check_at = t0 + d->timeout_s;
+    d->wait_what = what;
+    d->wait_since = t0;
+    for (long ns = 50000; !found;) {
+        if ((rc = MPI_Improbe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &found, &msg, &st)) != MPI_SUCCESS) {
+            d->wait_what = NULL;
+            return mpi_error(rc, "MPI_Improbe");
+        }
+        if (found) break;
+        answer_questions(d);
+        double now = wall_s();
+        if (d->timeout_s > 0.0 && now >= check_at) {
+            check_peers(d, NULL, what, now - t0);
+            check_at = wall_s() + d->timeout_s;
+        }
         struct timespec ts = {0, ns};
-        if (!found) nanosleep(&ts, NULL);
+        nanosleep(&ts, NULL);
         if (ns < 2000000) ns *= 2;
     }
+    d->wait_what = NULL;
     if ((rc = MPI_Get_count(&st, MPI_BYTE, &count)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Get_count");
     void *b = malloc(count > 0 ? (size_t)count : 1);
-    if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d bytes for a message from rank %d", count,
-                              st.MPI_SOURCE);
-    if ((rc = MPI_Recv(b, count, MPI_BYTE, st.MPI_SOURCE, tag, d->comm, MPI_STATUS_IGNORE)) != MPI_SUCCESS) {
+    if (!b) {
+        mpt_status e = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %d bytes for a message from rank %d", count,
+                                  st.MPI_SOURCE);
+        char sink;
+        MPI_Mrecv(&sink, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE); /* the handle must be received: truncated */
+        return e;
+    }
+    if ((rc = MPI_Imrecv(b, count, MPI_BYTE, &msg, &req)) != MPI_SUCCESS) {
         free(b);
-        return mpi_error(rc, "MPI_Recv");
+        return mpi_error(rc, "MPI_Imrecv");
+    }
+    mpt_status s = wait_peers(d, &req, what);
+    if (s != MPT_OK) {
+        free(b);
+        return s;
     }
     if (from) *from = st.MPI_SOURCE;
     *buf = b;
@@ -696,12 +857,12 @@ mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, 
     return MPT_OK;
 }
 
-mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n, const char *what) {
     int64_t len = d->rank == root ? *n : 0;
     int rc;
     MPI_Request req;
     if ((rc = MPI_Ibcast(&len, 1, MPI_INT64_T, root, d->comm, &req)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Ibcast");
-    MPT_TRY(wait_idle(&req, "MPI_Ibcast"));
+    MPT_TRY(wait_peers(d, &req, what));
     if (len < 0 || len > INT_MAX)
         return mpt_errorf(MPT_ERR_ARG, "MPI broadcast of %lld bytes: at most %d", (long long)len, INT_MAX);
     void *b = *buf;
@@ -709,20 +870,118 @@ mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
         b = malloc(len > 0 ? (size_t)len : 1);
         if (!b) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %lld bytes for a broadcast", (long long)len);
     }
-    if ((rc = MPI_Bcast(b, (int)len, MPI_BYTE, root, d->comm)) != MPI_SUCCESS) {
+    mpt_status s = MPT_OK;
+    if ((rc = MPI_Ibcast(b, (int)len, MPI_BYTE, root, d->comm, &req)) != MPI_SUCCESS) s = mpi_error(rc, "MPI_Ibcast");
+    if (s == MPT_OK) s = wait_peers(d, &req, what);
+    if (s != MPT_OK) {
         if (d->rank != root) free(b);
-        return mpi_error(rc, "MPI_Bcast");
+        return s;
     }
     *buf = b;
     *n = len;
     return MPT_OK;
 }
 
-mpt_status mpt_dist_sum_int(mpt_dist *d, int *x) {
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x, const char *what) {
     MPI_Request req;
     int rc = MPI_Iallreduce(MPI_IN_PLACE, x, 1, MPI_INT, MPI_SUM, d->comm, &req);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Iallreduce");
-    return wait_idle(&req, "MPI_Iallreduce");
+    return wait_peers(d, &req, what);
+}
+
+/* ---- the agreement on a job's settings ------------------------------------------------------------------------ */
+
+/* value as a message shows it: a decimal number in its shortest form that reads back as the same double (the
+ * canonical text has 17 significant digits: 0.10000000000000001), anything else as it is, cut to 160 bytes. */
+static const char *shown(const char *value, char *buf, size_t cap) {
+    char *end = NULL;
+    double x = value[0] ? strtod(value, &end) : 0.0;
+    if (end && *end == '\0' && strpbrk(value, ".eE") && isfinite(x)) {
+        for (int p = 1; p <= 17; p++) {
+            snprintf(buf, cap, "%.*g", p, x);
+            if (strtod(buf, NULL) == x) return buf;
+        }
+    }
+    size_t n = strlen(value);
+    if (n <= 160) snprintf(buf, cap, "%s", value);
+    else snprintf(buf, cap, "%.120s... (%zu bytes)", value, n);
+    return buf;
+}
+
+/* The n-th NUL-terminated string of the list buf[0..len), or NULL. */
+static const char *nth_string(const char *buf, int64_t len, int n) {
+    int64_t k = 0;
+    for (int i = 0; k < len; i++) {
+        const char *z = memchr(buf + k, 0, (size_t)(len - k));
+        if (!z) return NULL;
+        if (i == n) return buf + k;
+        k = z - buf + 1;
+    }
+    return NULL;
+}
+
+mpt_status mpt_dist_agree(mpt_dist *d, const mpt_dist_item *items, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += strlen(items[i].name) + strlen(items[i].value) + 2;
+    char *mine = malloc(len + 1), *p = mine;
+    if (!mine) return mpt_errorf(MPT_ERR_NOMEM, "cannot allocate %zu bytes for the job's settings", len);
+    for (int i = 0; i < n; i++) {
+        size_t a = strlen(items[i].name) + 1, b = strlen(items[i].value) + 1;
+        memcpy(p, items[i].name, a), p += a;
+        memcpy(p, items[i].value, b), p += b;
+    }
+    void *theirs = mine;
+    int64_t tlen = (int64_t)len;
+    mpt_status s = mpt_dist_bcast(d, 0, &theirs, &tlen, "rank 0's settings (every rank compares its own with them)");
+    if (s != MPT_OK) {
+        free(mine);
+        return s;
+    }
+    /* the first item that differs from rank 0's (a name too: another binary) */
+    int k = -1;
+    for (int i = 0; k < 0 && i <= n; i++) {
+        const char *name0 = nth_string(theirs, tlen, 2 * i), *value0 = nth_string(theirs, tlen, 2 * i + 1);
+        if (i == n) {
+            if (name0) k = i; /* rank 0 has more */
+        } else if (!name0 || !value0 || strcmp(name0, items[i].name) != 0 || strcmp(value0, items[i].value) != 0) {
+            k = i;
+        }
+    }
+    int lowest = k >= 0 ? d->rank : d->size;
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, d->comm, &req);
+    s = rc == MPI_SUCCESS ? wait_peers(d, &req, "the other ranks' comparison of their settings")
+                          : mpi_error(rc, "MPI_Iallreduce (the settings' agreement)");
+    if (s != MPT_OK || lowest == d->size) {
+        if (theirs != mine) free(theirs);
+        free(mine);
+        return s;
+    }
+    /* the lowest rank that differs says how, and every rank gets its line */
+    char line[1024] = "";
+    if (d->rank == lowest) {
+        const char *name0 = nth_string(theirs, tlen, 2 * k), *value0 = nth_string(theirs, tlen, 2 * k + 1);
+        char a[200], b[200];
+        if (k < n && name0 && value0 && strcmp(name0, items[k].name) == 0)
+            snprintf(line, sizeof line, "the ranks disagree on %s: rank %d: %s, rank 0: %s (every rank of the job must "
+                     "be started with the same settings and data)", items[k].name, d->rank,
+                     shown(items[k].value, a, sizeof a), shown(value0, b, sizeof b));
+        else
+            snprintf(line, sizeof line, "the ranks disagree on what their settings are (rank %d's setting %d is '%s', "
+                     "rank 0's '%s'): every rank must run the same mptrain binary", d->rank, k + 1,
+                     k < n ? items[k].name : "(none)", name0 ? name0 : "(none)");
+    }
+    void *lb = line;
+    int64_t ll = (int64_t)strlen(line) + 1;
+    s = mpt_dist_bcast(d, lowest, &lb, &ll, "the line naming the settings that differ");
+    if (s == MPT_OK) {
+        ((char *)lb)[ll > 0 ? ll - 1 : 0] = '\0';
+        s = mpt_errorf(MPT_ERR_ARG, "%s", (const char *)lb);
+        if (lb != line) free(lb);
+    }
+    if (theirs != mine) free(theirs);
+    free(mine);
+    return s;
 }
 
 mpt_status mpt_dist_signal(mpt_dist *d, int tag) {
@@ -753,10 +1012,9 @@ mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected) {
         MPI_Request req;
         if ((rc = MPI_Irecv(&x, 1, MPI_INT, MPI_ANY_SOURCE, tag, d->comm, &req)) != MPI_SUCCESS)
             return mpi_error(rc, "MPI_Irecv (signal)");
-        MPT_TRY(wait_idle(&req, "MPI_Irecv (signal)"));
+        MPT_TRY(wait_peers(d, &req, "a peer's failure signal"));
     }
-    if (d->n_signals > 0 && (rc = MPI_Waitall(d->n_signals, d->signals, MPI_STATUSES_IGNORE)) != MPI_SUCCESS)
-        return mpi_error(rc, "MPI_Waitall (signals)");
+    for (int i = 0; i < d->n_signals; i++) MPT_TRY(wait_peers(d, &d->signals[i], "the delivery of this rank's failure signal"));
     d->n_signals = 0;
     return MPT_OK;
 }

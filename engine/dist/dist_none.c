@@ -51,24 +51,32 @@ int mpt_dist_allreduce_f32(mpt_dist *d, float *x, int64_t n, float weight) {
 }
 double mpt_dist_sum_f64(mpt_dist *d, double x) { (void)d; return x; }
 void mpt_dist_set_timeout(mpt_dist *d, double seconds) { (void)d; (void)seconds; }
+void mpt_dist_poll(mpt_dist *d) { (void)d; }
+mpt_status mpt_dist_agree(mpt_dist *d, const mpt_dist_item *items, int n) {
+    (void)d; (void)items; (void)n;
+    return MPT_OK;
+}
 int mpt_dist_any(mpt_dist *d, int x) { (void)d; return x != 0; }
 double mpt_dist_comm_seconds(const mpt_dist *d) { (void)d; return 0.0; }
 int mpt_dist_local_size(const mpt_dist *d) { (void)d; return 1; }
-mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n) {
-    (void)d; (void)tag; (void)buf; (void)n;
+mpt_status mpt_dist_send(mpt_dist *d, int dest, int tag, const void *buf, int64_t n, const char *what) {
+    (void)d; (void)tag; (void)buf; (void)n; (void)what;
     return mpt_errorf(MPT_ERR_ARG, "cannot send to rank %d: this mptrain was built without MPI", dest);
 }
-mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from) {
-    (void)d; (void)tag; (void)from;
+mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, int *from, const char *what) {
+    (void)d; (void)tag; (void)from; (void)what;
     *buf = NULL;
     *n = 0;
     return mpt_errorf(MPT_ERR_ARG, "cannot receive from rank %d: this mptrain was built without MPI", src);
 }
-mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n) {
-    (void)d; (void)root; (void)buf; (void)n;
+mpt_status mpt_dist_bcast(mpt_dist *d, int root, void **buf, int64_t *n, const char *what) {
+    (void)d; (void)root; (void)buf; (void)n; (void)what;
     return MPT_OK;
 }
-mpt_status mpt_dist_sum_int(mpt_dist *d, int *x) { (void)d; (void)x; return MPT_OK; }
+mpt_status mpt_dist_sum_int(mpt_dist *d, int *x, const char *what) {
+    (void)d; (void)x; (void)what;
+    return MPT_OK;
+}
 mpt_status mpt_dist_signal(mpt_dist *d, int tag) { (void)d; (void)tag; return MPT_OK; }
 int mpt_dist_signalled(mpt_dist *d, int tag) { (void)d; (void)tag; return 0; }
 mpt_status mpt_dist_signal_drain(mpt_dist *d, int tag, int expected) {

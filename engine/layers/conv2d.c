@@ -15,10 +15,14 @@
  * FP32, so this is the pre-rounding value up to summation order (bit for bit on the CPU, whose F16/BF16
  * convolution widens its operands the same way).
  * PyTorch: torch.nn.Conv2d(C, K, k, stride, padding); init U(-1/sqrt(C k k), 1/sqrt(C k k)) (fan_in = C k k).
+ * Post-training quantization (engine/quant.h, n->quant): in MPT_QUANT_INT8 mode the forward quantizes x to INT8 codes
+ * and runs the exact integer convolution with the weight's codes (be->conv2d_forward_i8); in MPT_QUANT_CALIBRATE it
+ * records x's amax and runs the float forward. Evaluation only.
  */
 #include <stdio.h>
 
 #include "engine/layers/layer_common.h"
+#include "engine/quant.h"
 
 static mpt_conv_args conv_args(const mpt_node *n, const char *tag) {
     const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
@@ -38,8 +42,26 @@ static mpt_conv_args conv_args(const mpt_node *n, const char *tag) {
     return a;
 }
 
+/* Post-training quantization's integer forward: x -> INT8 codes, the exact integer convolution, rescaled with the bias. */
+static void conv2d_forward_int8(mpt_graph *g, mpt_node *n) {
+    const mpt_node_quant *q = n->quant;
+    const mpt_tensor *x = n->in[0], *b = n->in[2], *y = n->out;
+    mpt_quantize_args qa = {.x = x->data, .x_dtype = x->dtype, .n = mpt_tensor_numel(x), .scale = q->x_scale->data,
+                            .q = q->qx->data, .qmax = MPT_INT8_QMAX, .tag = n->name};
+    g->be->quantize(g->be, &qa);
+    mpt_conv_i8_args a = {.s = n->attr.conv, .x = q->qx->data, .w = q->qw->data, .y = y->data, .y_dtype = y->dtype,
+                          .x_scale = q->x_scale->data, .w_scales = q->w_scales->data, .w_per_tensor = !q->per_channel,
+                          .bias = b->data, .bias_dtype = b->dtype, .tag = n->name};
+    g->be->conv2d_forward_i8(g->be, &a);
+}
+
 static void conv2d_forward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
+    if (n->quant && n->quant->mode == MPT_QUANT_INT8) {
+        conv2d_forward_int8(g, n);
+        return;
+    }
+    if (n->quant && n->quant->mode == MPT_QUANT_CALIBRATE) mpt_quant_observe(g, n);
     snprintf(tag, sizeof tag, "%s.fwd", n->name);
     mpt_conv_args a = conv_args(n, tag);
     g->be->conv2d_forward(g->be, &a);

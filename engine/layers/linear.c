@@ -29,12 +29,16 @@
  * Telemetry probes (16-bit y / dx only): the forward and data-gradient GEMMs again with an FP32 C, which is
  * what the epilogue held before rounding (same operands, math mode and epilogue; beta = 0 for dx, whose
  * accumulation starts from the zeroed gradient).
+ * Post-training quantization (engine/quant.h, n->quant): in MPT_QUANT_INT8 mode the forward quantizes x to INT8 codes
+ * at the calibrated scale and runs the exact integer GEMM y = fl(fl(sum_k qx qw) s_x s_w + b) (be->gemm_i8) with the
+ * weight's codes; in MPT_QUANT_CALIBRATE it records x's amax and runs the float forward. Evaluation only.
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/layers/layer_common.h"
+#include "engine/quant.h"
 
 /* ---- FP8 GEMMs (engine/amp/fp8.h) ----------------------------------------------------------------------------
  * A layer whose three GEMMs qualify (mpt_policy_fp8_linear) keeps FP8 copies of its operands in the TN layouts
@@ -253,8 +257,28 @@ static void linear_copies_setup(mpt_graph *g, mpt_node *n) {
 /* Whether this pass runs with the relu after n fused into n's forward GEMM. */
 static int relu_fused(const mpt_graph *g, const mpt_node *n) { return g->fuse_epilogues && n->fused_relu; }
 
+/* Post-training quantization's integer forward: x -> INT8 codes (s_x), the exact integer GEMM with the weight's codes
+ * into the node's int32 sums, rescaled with the bias into y. */
+static void linear_forward_int8(mpt_graph *g, mpt_node *n) {
+    const mpt_node_quant *q = n->quant;
+    const mpt_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+    mpt_quantize_args qa = {.x = x->data, .x_dtype = x->dtype, .n = mpt_tensor_numel(x), .scale = q->x_scale->data,
+                            .q = q->qx->data, .qmax = MPT_INT8_QMAX, .tag = n->name};
+    g->be->quantize(g->be, &qa);
+    mpt_gemm_i8_args a = {.M = x->shape[0], .N = w->shape[0], .K = w->shape[1], .A = q->qx->data, .B = q->qw->data,
+                          .acc = q->acc->data, .C = y->data, .c_dtype = y->dtype, .a_scale = q->x_scale->data,
+                          .b_scales = q->w_scales->data, .b_per_tensor = !q->per_channel, .bias = b->data,
+                          .bias_dtype = b->dtype, .tag = n->name};
+    g->be->gemm_i8(g->be, &a);
+}
+
 static void linear_forward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
+    if (n->quant && n->quant->mode == MPT_QUANT_INT8) {
+        linear_forward_int8(g, n);
+        return;
+    }
+    if (n->quant && n->quant->mode == MPT_QUANT_CALIBRATE) mpt_quant_observe(g, n);
     if (n->fp8) { /* the backward GEMMs' transposed copies only when a backward pass follows */
         snprintf(tag, sizeof tag, "%s.x", n->name);
         fp8_cast(g, &n->fp8_x, n->in[0], g->training, tag);

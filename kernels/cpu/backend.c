@@ -236,6 +236,10 @@ mpt_backend *mpt_backend_cpu_create(void) {
 
     be->fp8_cast = mpt_cpu_fp8_cast;
     be->fp8_update = mpt_cpu_fp8_update;
+    be->fake_quant = mpt_cpu_fake_quant;
+    be->quantize = mpt_cpu_quantize;
+    be->gemm_i8 = mpt_cpu_gemm_i8;
+    be->conv2d_forward_i8 = mpt_cpu_conv2d_forward_i8;
     be->unscale_check = mpt_cpu_unscale_check;
     be->unscale_check_multi = mpt_cpu_unscale_check_multi;
     be->sum_squares = mpt_cpu_sum_squares;

@@ -14,6 +14,8 @@
  *   norm.c        batch norm and layer norm (FP32 statistics)
  *   optim.c       unscale + found_inf, clipping, fused optimizer step, loss-scale update
  *   fp8.c         FP8 casts (per tensor, MX), the scale update, FP8 operand decoding, the fast-accumulator model
+ *   quant.c       fake quantization (INT8, INT4, E4M3 with amax scales), activation codes, the exact integer GEMM and
+ *                 convolution
  *   backend.c     memory, the table itself, the kernel set and the engine
  */
 #ifndef MPT_KERNELS_CPU_H
@@ -73,6 +75,11 @@ void mpt_cpu_layernorm_backward(mpt_backend *be, const mpt_norm_args *a);
 
 void mpt_cpu_fp8_cast(mpt_backend *be, const mpt_fp8_cast_args *a);
 void mpt_cpu_fp8_update(mpt_backend *be, const mpt_fp8_update_args *a);
+
+void mpt_cpu_fake_quant(mpt_backend *be, const mpt_fake_quant_args *a);
+void mpt_cpu_quantize(mpt_backend *be, const mpt_quantize_args *a);
+void mpt_cpu_gemm_i8(mpt_backend *be, const mpt_gemm_i8_args *a);
+void mpt_cpu_conv2d_forward_i8(mpt_backend *be, const mpt_conv_i8_args *a);
 
 void mpt_cpu_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cpu_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);

@@ -362,7 +362,9 @@ static float tc_block_rows(const mpt_tc_op *op, float c, const int32_t *sa, cons
         const int32_t prod = sa[i] * sb[i];                               /* below 2^24 in magnitude */
         const uint32_t P = (uint32_t)(prod < 0 ? -prod : prod) << 1;     /* s_a s_b / 2^23 */
         const int32_t r = base - (ea[i] + eb[i]);
-        const uint32_t v = r >= 0 ? (r < 32 ? P >> r : 0u) : P << -r; /* r >= -neab >= -2: below 2^27 */
+        /* a zero product (its exponent may be anything, even above emax) adds nothing and shifts nothing;
+         * a nonzero one has r >= -neab >= -2, so P << -r stays below 2^27 */
+        const uint32_t v = prod == 0 ? 0u : r >= 0 ? (r < 32 ? P >> r : 0u) : P << -r;
         S += prod < 0 ? -(int64_t)v : (int64_t)v;
     }
     if (ct.sig != 0) {

@@ -433,6 +433,10 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->fp8_cast = mpt_cuda_fp8_cast;
     be->fp8_update = mpt_cuda_fp8_update;
     be->fp8_support = mpt_cuda_fp8_support;
+    be->fake_quant = mpt_cuda_fake_quant;
+    be->quantize = mpt_cuda_quantize;
+    be->gemm_i8 = mpt_cuda_gemm_i8;
+    be->conv2d_forward_i8 = mpt_cuda_conv2d_forward_i8;
     be->unscale_check = mpt_cuda_unscale_check;
     be->unscale_check_multi = mpt_cuda_unscale_check_multi;
     be->sum_squares = mpt_cuda_sum_squares;

@@ -271,6 +271,12 @@ int mpt_cuda_fp8_support(mpt_backend *be, int mx, mpt_fp8_accum accum, int promo
 void mpt_cuda_fp8_decode(mpt_cuda_ctx *ctx, float *dst, const uint8_t *src, mpt_dtype fmt, int64_t rows, int64_t K,
                          const uint8_t *block_scales);
 
+/* quant.cu */
+void mpt_cuda_fake_quant(mpt_backend *be, const mpt_fake_quant_args *a);
+void mpt_cuda_quantize(mpt_backend *be, const mpt_quantize_args *a);
+void mpt_cuda_gemm_i8(mpt_backend *be, const mpt_gemm_i8_args *a);
+void mpt_cuda_conv2d_forward_i8(mpt_backend *be, const mpt_conv_i8_args *a);
+
 /* optim.cu */
 void mpt_cuda_unscale_check(mpt_backend *be, float *g, int64_t n, mpt_scaler_state *st);
 void mpt_cuda_sum_squares(mpt_backend *be, const float *g, int64_t n, mpt_scaler_state *st);

@@ -7,6 +7,8 @@
  *   test_*       a Check program run with CK_RUN_CASE=<case> and TAP on stdout: "ok N - ..." lines, then Check's
  *                summary line; test_cuda_tc also prints a result line and, with MPT_TC_REPORT=<file>, writes a table
  *                row there as tests/test_cuda_tc.c does
+ *   mlp_sweep    bench/mlp_sweep: its Markdown table for the --hidden and --batch values (three precisions); with
+ *                --device cuda it checks that the CUDA module is named (MPT_CUDA_MODULE), as the real one loads it
  * Its stdout is C stdio, block-buffered when it is a file, as the real programs' is: lines survive a kill only
  * when the runner makes them line-buffered (stdbuf), which is what the rehearsal checks. FAKE_HANG=<key> makes the
  * run whose key ("<program>/<case>" for a test, "mptrain <command> <model>" for mptrain) contains it print one more
@@ -110,6 +112,27 @@ static int fake_mptrain(int argc, char **argv) {
     return 0;
 }
 
+static int fake_mlp_sweep(int argc, char **argv) {
+    if (!getenv("MPT_CUDA_MODULE")) {
+        fprintf(stderr, "mlp_sweep (fake): --device cuda: no usable GPU: CUDA backend module not found\n");
+        return 2;
+    }
+    const char *hidden = arg_after(argc, argv, "--hidden", "512"), *batch = arg_after(argc, argv, "--batch", "128");
+    printf("# mlp 784-H-H-10 sweep on Fake H200 (fake)\n\n| H | B | precision | GEMM GFLOP/step | us/step (median) | "
+           "min-max (us) | achieved TFLOP/s | %% of peak | step graph |\n|---:|---:|---|---:|---:|---:|---:|---:|---|\n");
+    char hb[128], bb[128];
+    snprintf(hb, sizeof hb, "%s", hidden);
+    for (char *s1 = NULL, *h = strtok_r(hb, ",", &s1); h; h = strtok_r(NULL, ",", &s1)) {
+        snprintf(bb, sizeof bb, "%s", batch);
+        for (char *s2 = NULL, *b = strtok_r(bb, ",", &s2); b; b = strtok_r(NULL, ",", &s2)) {
+            const char *precs[] = {"fp32", "bf16", "fp16"};
+            for (int p = 0; p < 3; p++)
+                printf("| %s | %s | %s | 1.000 | 100.0 | 99.0-101.0 | 10.00 | 1.0%% | on (fake) |\n", h, b, precs[p]);
+        }
+    }
+    return 0;
+}
+
 static int fake_check_program(const char *prog) {
     const char *tcase = getenv("CK_RUN_CASE");
     char key[256];
@@ -144,5 +167,6 @@ int main(int argc, char **argv) {
     const char *name = strrchr(argv[0], '/');
     name = name ? name + 1 : argv[0];
     if (strcmp(name, "mptrain") == 0) return fake_mptrain(argc, argv);
+    if (strcmp(name, "mlp_sweep") == 0) return fake_mlp_sweep(argc, argv);
     return fake_check_program(name);
 }

@@ -16,6 +16,11 @@
 #   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
 #     past its time limit is, while a stage hangs; what the earlier stages produced, and what the hanging stage had
 #     printed, are already in the output folder.
+#   Run C (--stages bench,compile,sweep,dp,memcheck; issue 31): PyTorch's modes (eager, fused, graph; compile in its own
+#     stage, here unavailable as on a machine that cannot compile, and hanging after its eager line in one
+#     configuration: the finished modes survive), the comparison against each mode and the best; bench/mlp_sweep's
+#     table; data-parallel through the carried Open MPI's mpirun, relocated into the carry (OPAL_PREFIX ...); memcheck
+#     of every test case but timing under compute-sanitizer, one of them with a memory error that fails the stage.
 # Prints a Check-style summary line (Checks: N, Failures: F, Errors: 0), which ./run adds to its total.
 set -uo pipefail
 src=$1
@@ -63,6 +68,19 @@ for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte 
     : >"$c/data/$f.gz"
 done
 printf 'commit: fake000000000000\nnvcc: release 13.0, V13.0.88\n' >"$c/MANIFEST"
+cp "$fake" "$c/build/bench/mlp_sweep" 2>/dev/null || { mkdir -p "$c/build/bench" && cp "$fake" "$c/build/bench/mlp_sweep"; }
+# an Open MPI runtime as bench/gpu.sh --prebuild packs it: an orterun stand-in that records how it was started (its
+# relocation variables) and runs the program as one rank
+mkdir -p "$tmp/ompi/usr/bin" "$tmp/ompi/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix" "$tmp/ompi/etc/openmpi"
+cat >"$tmp/ompi/usr/bin/orterun" <<'EOF'
+#!/bin/sh
+echo "orterun stand-in: OPAL_PREFIX=$OPAL_PREFIX OPAL_SYSCONFDIR=$OPAL_SYSCONFDIR PMIX_PREFIX=$PMIX_PREFIX args: $*" >>"${FAKE_LOG:-/dev/null}"
+[ -d "$OPAL_PREFIX/bin" ] || { echo "orterun stand-in: OPAL_PREFIX '$OPAL_PREFIX' is not the runtime's prefix" >&2; exit 7; }
+while [ $# -gt 0 ]; do case "$1" in -np | -x) shift 2 ;; --mca) shift 3 ;; *) break ;; esac; done
+OMPI_COMM_WORLD_SIZE=1 OMPI_COMM_WORLD_RANK=0 exec "$@"
+EOF
+chmod +x "$tmp/ompi/usr/bin/orterun"
+tar -C "$tmp/ompi" -cJf "$c/ompi-runtime.tar.xz" .
 
 # ---- the machine's stand-ins: nvidia-smi, cuda-gdb, a Python with a stub torch and pip wheels' nvidia/*/lib ----
 bin=$tmp/bin site=$tmp/site
@@ -74,6 +92,17 @@ case "$*" in
     -L) echo "GPU 0: Fake H200 (UUID: GPU-fake)" ;;
     *) echo "nvidia-smi stand-in: no processes" ;;
 esac
+EOF
+cat >"$bin/compute-sanitizer" <<'EOF'
+#!/bin/sh
+# compute-sanitizer stand-in: runs the program after its options; FAKE_MEMERR=<program>/<case> reports a memory error
+echo "compute-sanitizer stand-in: $*" >>"${FAKE_LOG:-/dev/null}"
+while [ $# -gt 0 ]; do case "$1" in --tool | --error-exitcode | --target-processes) shift 2 ;; *) break ;; esac; done
+"$@"; rc=$?
+if [ -n "${FAKE_MEMERR:-}" ] && [ "$(basename "$1")/$CK_RUN_CASE" = "$FAKE_MEMERR" ]; then
+    echo "========= Invalid __global__ read of size 4 bytes (fake)"; echo "========= ERROR SUMMARY: 1 error"; exit 99
+fi
+echo "========= ERROR SUMMARY: 0 errors"; exit $rc
 EOF
 cat >"$bin/cuda-gdb" <<'EOF'
 #!/bin/sh
@@ -99,14 +128,23 @@ cat >"$tmp/fake_reference.py" <<'EOF'
 import json, os, sys, time
 a = sys.argv[1:]
 arg = lambda k, d: a[a.index(k) + 1] if k in a else d
-key = "pytorch %s %s" % (arg("--model", "?"), arg("--precision", "?"))
-if os.environ.get("FAKE_HANG") and os.environ["FAKE_HANG"] in key:
-    print("fake reference: %s hangs now" % key, flush=True)
-    time.sleep(60)
 e = int(arg("--epochs", "1"))
-print(json.dumps({"epoch_times_s": [0.9 - 0.01 * i for i in range(e)], "epoch_host_times_s": [1.0] * e,
-                  "final_test_accuracy": 0.84, "final_test_loss": 0.45, "n_train": 60000, "final_loss_scale": None,
-                  "cuda_max_memory_allocated": 2 ** 20}))
+speed = {"eager": 0.9, "fused": 0.5, "graph": 0.06, "compile": 0.05}  # s/epoch: graph and compile beat mptrain's 0.39
+with open(os.environ.get("FAKE_LOG", "/dev/null"), "a") as f:
+    f.write(" ".join(a) + "\n")
+for mode in arg("--mode", "eager").split(","):
+    key = "pytorch %s %s %s" % (arg("--model", "?"), arg("--precision", "?"), mode)
+    if os.environ.get("FAKE_HANG") and os.environ["FAKE_HANG"] in key:
+        print("fake reference: %s hangs now" % key, flush=True)
+        time.sleep(float(os.environ.get("FAKE_HANG_S", "60")))
+        sys.exit(3)  # as a process killed at its limit: the modes printed before stay
+    if mode in os.environ.get("FAKE_TORCH_UNAVAILABLE", "").split(","):
+        print(json.dumps({"impl": "pytorch", "mode": mode, "status": "unavailable",
+                          "reason": "torch.compile(mode='max-autotune') failed on this machine: fake: no Triton"}), flush=True)
+        continue
+    print(json.dumps({"mode": mode, "status": "ok", "epoch_times_s": [speed[mode] - 0.01 * i for i in range(e)],
+                      "epoch_host_times_s": [1.0] * e, "final_test_accuracy": 0.84, "final_test_loss": 0.45,
+                      "n_train": 60000, "final_loss_scale": None, "cuda_max_memory_allocated": 2 ** 20}), flush=True)
 EOF
 cat >"$bin/python3" <<EOF
 #!/bin/sh
@@ -125,7 +163,8 @@ in_archive() { # OUTDIR PATTERN: the archive's matching member, on stdout
 # ---- run A: a hanging test case ---------------------------------------------------------------------------------
 outA=$tmp/outA
 t0=$SECONDS
-FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 "$tree/bench/gpu.sh" --budget 300 --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
+FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 "$tree/bench/gpu.sh" --stages info,test,tc,graph,compare,bench --budget 300 \
+    --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
 rcA=$?
 took=$((SECONDS - t0))
 sed 's/^/    A| /' "$tmp/A.log" | tail -n 60
@@ -189,12 +228,49 @@ check "run B: after the kill, the archive has the earlier stages' runs" \
     bash -c "tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'graph/mlp-fp16-off/summary.json' && tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'compare-mlp/report.md'"
 check "run B: after the kill, the results page has the earlier stages" grep -q '^## The step as one CUDA Graph' "$outB/gpu-$day.md"
 
+# ---- run C: PyTorch's modes, compile, the sweep, data-parallel through mpirun, memcheck -----------------------------
+outC=$tmp/outC
+: >"$tmp/C.calls"
+FAKE_LOG=$tmp/C.calls FAKE_TORCH_UNAVAILABLE=compile FAKE_HANG="pytorch lenet5 bf16 graph" FAKE_HANG_S=2 \
+    FAKE_MEMERR=test_cuda/update "$tree/bench/gpu.sh" --stages bench,compile,sweep,dp,memcheck --budget 400 --epochs 2 \
+    --out "$outC" >"$tmp/C.log" 2>&1
+rcC=$?
+sed 's/^/    C| /' "$tmp/C.log" | tail -n 40
+grep -E -A12 "^#+ mptrain against each PyTorch mode" "$outC/gpu-$(date -u +%Y-%m-%d).md" | sed "s/^/    C-page| /"
+pageC=$outC/gpu-$day.md
+check "run C exits 1 (a PyTorch process stopped; memcheck found a memory error), not $rcC" [ "$rcC" = 1 ]
+for s in bench compile sweep dp memcheck; do
+    check "run C's results page times stage $s" grep -q "^| $s | [0-9]* |" "$pageC"
+done
+check "the bench stage asked PyTorch for eager, fused and graph in one process per configuration" \
+    bash -c "[ \$(grep -c -- '--mode eager,fused,graph' '$tmp/C.calls') = 8 ]"
+check "the compile stage asked for compile alone" bash -c "[ \$(grep -c -- '--mode compile\$' '$tmp/C.calls') = 8 ]"
+check "the page compares mptrain with each PyTorch mode and the best (graph: the fake's fastest mode)" \
+    bash -c "grep -Eq '^#+ mptrain against each PyTorch mode, and against the best' '$pageC' && grep -Eq '^\| mlp \| fp16 \| 390\.0 \| 890\.0 \| 490\.0 \| 50\.0 \| n/a \| graph \| 7\.800 \| 0\.13x \|' '$pageC'"
+check "a machine that cannot compile: the compile rows say so, with the reason" \
+    grep -q '| PyTorch compile | fp16 | unavailable: torch.compile(mode=.max-autotune.) failed on this machine: fake: no Triton' "$pageC"
+check "a PyTorch process stopped in a later mode keeps the modes it finished (lenet5 bf16: eager and fused, no graph)" \
+    grep -Eq '^\| lenet5 \| bf16 \| 390\.0 \| 890\.0 \| 490\.0 \| n/a \| n/a \| fused \|' "$pageC"
+check "the stopped process is reported as a failed run" grep -q 'STAGE FAILED: bench: bench/run.sh gpu exit' "$outC/gpu.log"
+check "the sweep's table is on the page" grep -Eq '^\| 512 \| 128 \| fp32 \|' "$pageC"
+check "mpirun ran from the carried runtime, relocated into the carry" \
+    grep -q "orterun stand-in: OPAL_PREFIX=$c/ompi/usr OPAL_SYSCONFDIR=$c/ompi/etc/openmpi PMIX_PREFIX=$c/ompi/usr/lib/x86_64-linux-gnu/pmix2 args: -np 1" "$tmp/C.calls"
+check "the data-parallel run and the run without it were compared" grep -q '^dp: metrics.csv of mpirun -np 1 --data-parallel and of the same training without it (graph off): identical' "$outC/summary.txt"
+check "memcheck ran every test case but timing under compute-sanitizer --tool memcheck" \
+    bash -c "[ \$(grep -c 'compute-sanitizer stand-in: --tool memcheck' '$tmp/C.calls') = $((ntc - 1)) ]"
+check "the memory error fails the stage, naming the test case" grep -q 'STAGE FAILED: memcheck: test_cuda/update: compute-sanitizer found memory errors' "$outC/gpu.log"
+check "the other test cases report 0 errors" grep -Eq '^  test_cuda/gemm +ok +ERROR SUMMARY: 0 error' "$outC/summary.txt"
+
 # ---- the plan -----------------------------------------------------------------------------------------------------
 plan=$("$tree/bench/gpu.sh" --dry-run 2>&1)
 printf '%s\n' "$plan" | sed 's/^/    plan| /'
 check "--dry-run shows the prebuilt plan" grep -q 'prebuilt mode' <<<"$plan"
-check "--dry-run's limits fit the 420 s budget, bench taking the rest" \
-    grep -Eq '^  total +420 s +[0-9]+ s  expected; the limits without bench sum to ([0-9]|[1-3][0-9]{2}|4[01][0-9]|420) s' <<<"$plan"
+check "--dry-run's default plan (info, test, graph, bench, sweep, dp, memcheck) is expected to fit the 420 s budget" \
+    bash -c "grep -Eq '^  total +420 s +([0-9]{1,3}) s  expected with the 15 s for the results: fits the budget' <<<\"\$1\" &&
+             for s in info test graph bench sweep dp memcheck; do grep -Eq \"^  \$s \" <<<\"\$1\" || exit 1; done" _ "$plan"
+plan2=$("$tree/bench/gpu.sh" --dry-run --stages compile --budget 240 2>&1)
+check "--dry-run of the second call names it: --stages compile --budget 240, timeout_s 300" \
+    grep -q 'timeout_s 300, command: bench/gpu.sh --stages compile --budget 240' <<<"$plan2"
 
 # ---- bench/run.sh --write-docs twice on one day: both results files kept -------------------------------------------
 results=$tree/bench/results

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""tests/hostile/campaign.py - the hostile-input campaigns of issues 13 and 22, as a reproducible script.
+"""tests/hostile/campaign.py - the hostile-input campaigns of issues 13, 22 and 36, as a reproducible script.
 
-Runs the mptrain binary against eight sets of hostile inputs and faults and counts, per set, the cases tried,
+Runs the mptrain binary against twelve sets of hostile inputs and faults and counts, per set, the cases tried,
 those handled cleanly, and the others (each listed with why):
 
   datasets     malformed dataset directories: each of the four IDX files missing, empty, truncated in its
@@ -29,6 +29,16 @@ those handled cleanly, and the others (each listed with why):
                never returns, rank 1 of mpirun -np 2 --data-parallel stopped with SIGSTOP
   messages     (issue 22) eval of a cosine run, flag messages (--beta1/--beta2 rounding to 1 in FP32,
                --warmup-steps, --min-lr), 5001-character arguments, lab --param keys, skipped-steps warning, nan
+  mpi          (issue 36) rank 1 of mpirun -np 2 started with another value of a setting (train --data-parallel,
+               compare, lab) or relabelled data: exit 2, one line of mptrain's naming the setting, nothing trained;
+               the same command on both ranks trains
+  publish      (issue 36) a new run in an earlier run's directory killed at every publish point of its saves
+               (MPT_TEST_PUBLISH_KILL), by kill -9 at random times while it saves every step (--publish-kills), and
+               under file-size limits: the earlier files byte for byte, or the new set once the next mptrain opens it
+  sigpipe      (issue 36) train | head at several points, compare | head, SIGHUP/SIGQUIT/SIGALRM at random points,
+               SIGUSR1: exit 128 + the signal, the run saved and marked, one line on stderr; SIGUSR1 saves and goes on
+  fingerprint  (issue 36) resumes on data of the same size with a label, a pixel or two items changed, on the same
+               bytes gzip'd, on another test set, and of checkpoints with forged "data_fingerprint" metadata (resume and eval)
 
 Rejected cleanly means: the expected exit status (1 for bad input and I/O faults, 2 for usage errors; the few
 checkpoint cases that only the data or the job can refute, and that eval rightly evaluates, are in EXPECTED), no
@@ -38,7 +48,7 @@ leaves the checkpoint and CSVs of its directory byte-identical, a failed write l
 either unchanged or replaced by a complete one, and after kill -9 the checkpoint on disk loads and resumes.
 For kill -9 the criterion is only the last one (there is no message).
 
-Usage: tests/hostile/campaign.py [--mptrain PATH] [--sets datasets,checkpoints,writes,flags] [--log FILE]
+Usage: tests/hostile/campaign.py [--mptrain PATH] [--sets datasets,checkpoints,...,fingerprint] [--log FILE]
 Default binary: $MPT_BUILD_ROOT/tools/mptrain, else build/tools/mptrain. Takes a few minutes (most of it the
 kill -9 runs). Exit status 0 when every case was rejected cleanly, 1 otherwise. Not part of `./run test`.
 """
@@ -523,10 +533,12 @@ def checkpoint_cases(raw):
 
 # Cases whose right outcome is not exit 1 for both commands: (resume, eval) exit statuses. The position in the
 # training data and the number of ranks are checkable only against the data and the job (resume says which
-# --data or mpirun it needs: a usage error, 2); eval reads neither, so evaluating is right (0).
+# --data or mpirun it needs: a usage error, 2); eval reads neither, so evaluating is right (0). Since the checkpoint
+# records the data's fingerprint (issue 36), n_train beyond the recorded training images is an impossible state of the
+# file itself, refused by both (1).
 EXPECTED = {
     "state.epoch = 5": (1, 0), "state.batch = 1000000000": (1, 0), "state.batch = 5": (1, 0),
-    "state.n_train = 201": (2, 0), "state.ranks = 2": (2, 0),
+    "state.n_train = 201": (1, 1), "state.ranks = 2": (2, 0),
 }
 
 
@@ -702,7 +714,7 @@ def flag_cases(data, ck):
              (["lab", "no-such-lesson"], "no-such-lesson"), (["formats", "not-a-number"], "not-a-number"),
              (["compare", "--model"], "--model"), (["train", "--precisions", "fp16"], "--precisions")]
     bad_values = {
-        "--model": ["resnet", "", "MLP"], "--precision": ["fp8", "fp64", ""], "--optimizer": ["rmsprop"],
+        "--model": ["resnet", "", "MLP"], "--precision": ["fp4", "fp64", ""], "--optimizer": ["rmsprop"],
         "--lr": ["-1", "0", "abc", "nan", "inf", "1e999", "0x", "1.0.0"], "--momentum": ["1", "-0.1", "2"],
         "--weight-decay": ["-1", "nan"], "--beta1": ["1", "-0.5"], "--beta2": ["1.5"], "--eps": ["0", "-1e-8"],
         "--epochs": ["0", "-1", "1e20", "99999999999999999999", "1.5", " 3"],
@@ -733,7 +745,7 @@ def flag_cases(data, ck):
         (t + ["--lr", "1e-3\n\x1b[31mmptrain: all good"], "--lr"),
         (t + ["--model", "\xff\xfe"], "--model"),
         (t + ["--model", "x" * 10000], "--model"),
-        (c + ["--precisions", "fp32,fp8"], "--precisions"), (c + ["--precisions", ""], "--precisions"),
+        (c + ["--precisions", "fp32,fp4"], "--precisions"), (c + ["--precisions", ""], "--precisions"),
         (c + ["--precisions", "fp32,fp32"], "--precisions"), (c + ["--seeds", "0"], "--seeds"),
         (c + ["--seeds", "1,1"], "--seeds"), (c + ["--margin", "-1"], "--margin"),
     ]
@@ -1007,8 +1019,8 @@ def run_hangs(r, work, data):
     d = f"{work}/stuckplot"
     t0 = time.monotonic()
     rc, _, err, hung = r.run(["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
-                              "--precisions", "fp32", "--out", d, "--progress", "off", "--device", "cpu",
-                              "--telemetry", "0", "--plot-timeout", "3"],
+                              "--log-every", "1", "--precisions", "fp32", "--out", d, "--progress", "off", "--device",
+                              "cpu", "--telemetry", "0", "--plot-timeout", "3"],
                              env={"PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
     why = "hung" if hung else None if rc == 0 and b"--plot-timeout 3" in err else f"exit {rc}, or no word of the limit"
     if why is None and not os.path.exists(f"{d}/convergence.gp"):
@@ -1092,6 +1104,375 @@ def run_messages(r, work, data):
     r.record("messages", "a non-finite loss is printed nan, not -nan", ok, "" if ok else "-nan, or no nan loss", err)
 
 
+# ---- issue 36: mpi, publish, sigpipe, fingerprint ---------------------------------------------------------------
+
+
+def relabelled_copy(src, dst, part="train", offset=3, pixel=False):
+    """A copy of dataset src with one label (or, pixel True, one pixel) of part changed: the same size, other data."""
+    shutil.copytree(src, dst)
+    name = f"{dst}/{'train' if part == 'train' else 't10k'}-{'images-idx3' if pixel else 'labels-idx1'}-ubyte"
+    raw = bytearray(open(name, "rb").read())
+    at = (16 if pixel else 8) + offset
+    raw[at] = (raw[at] + 1) % (256 if pixel else 10)
+    write(name, bytes(raw))
+
+
+def mptrain_lines(err):
+    """The lines of stderr that are mptrain's (mpirun adds banners of its own)."""
+    return [ln for ln in err.decode("utf-8", "replace").split("\n") if ln.startswith("mptrain")]
+
+
+def run_two(r, args0, args1, limit=120):
+    """mpirun -np 1 mptrain ARGS0 : -np 1 mptrain ARGS1; returns (rc, err, hung, seconds)."""
+    full = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "1", r.mptrain] + args0 + \
+           [":", "-np", "1", r.mptrain] + args1
+    t0 = time.monotonic()
+    p = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd=r.cwd)
+    try:
+        _, err = p.communicate(timeout=limit)
+        hung = False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        hung = True
+    return p.returncode, err, hung, time.monotonic() - t0
+
+
+def run_mpi(r, work, data):
+    """MPI disagreement: rank 1 started with another value of a setting, or other data, than rank 0. Clean: exit 2
+    within 60 s, exactly one line of mptrain's, naming the setting ("the ranks disagree on --lr: rank 1: ..., rank 0:
+    ..."), and nothing trained. The same command on both ranks still trains (exit 0)."""
+    if not shutil.which("mpirun"):
+        r.record("mpi", "mpirun", False, "skipped: no mpirun")
+        return
+    other = f"{work}/mpi_data_other"
+    relabelled_copy(data, other)
+    train = ["train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "3", "--progress", "off",
+             "--device", "cpu", "--threads", "1", "--data-parallel"]
+    cases = [("--lr", "0.1"), ("--precision", "bf16"), ("--optimizer", "sgd"), ("--batch-size", "100"),
+             ("--max-steps", "4"), ("--epochs", "2"), ("--seed", "5"), ("--loss-scale", "static:128"),
+             ("--grad-comm", "bf16"), ("--log-every", "1"), ("--telemetry", "1"), ("--limit-train", "100"),
+             ("--limit-test", "20"), ("--threads", "2"), ("--weight-decay", "0.5"), ("--data", other)]
+    names = {"--data": "--data (the images as loaded)", "--threads": "--threads (the CPU GEMM threads in use)"}
+    for k, (flag, value) in enumerate(cases):
+        out = f"{work}/mpi_train{k}"
+        rc, err, hung, secs = run_two(r, train + ["--out", out], train + ["--out", out, flag, value])
+        name = names.get(flag, flag)
+        lines = mptrain_lines(err)
+        why = "hung" if hung else f"exit {rc}, expected 2" if rc != 2 else f"took {secs:.0f} s" if secs > 60 else \
+            f"{len(lines)} lines of mptrain's" if len(lines) != 1 else \
+            "the setting is not named" if f"the ranks disagree on {name}: rank 1: " not in lines[0] else \
+            "it trained" if os.path.exists(f"{out}/metrics.csv") else None
+        r.record("mpi", f"train --data-parallel, rank 1 with {flag} {value if flag != '--data' else '(relabelled)'}",
+                 why is None, why or "", err[-400:])
+    out = f"{work}/mpi_train_same"
+    rc, err, hung, _ = run_two(r, train + ["--out", out], train + ["--out", out])
+    r.record("mpi", "train --data-parallel, the same command on both ranks", rc == 0 and not hung,
+             "" if rc == 0 else f"exit {rc}", err[-400:])
+    cmp = ["compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--progress", "off",
+           "--device", "cpu", "--threads", "1", "--telemetry", "0", "--precisions", "fp32,bf16"]
+    cases = [("--precisions", "fp32,bf16,fp16"), ("--precisions", "bf16,fp32"), ("--precisions", "fp32"),
+             ("--lr", "0.1"), ("--seed", "3"), ("--model", "lenet5"), ("--epochs", "2"), ("--max-steps", "3"),
+             ("--limit-train", "100"), ("--data", other)]
+    for k, (flag, value) in enumerate(cases):
+        out = f"{work}/mpi_cmp{k}"
+        rc, err, hung, secs = run_two(r, cmp + ["--out", out], cmp + ["--out", out, flag, value])
+        name = "--data (the images as loaded)" if flag == "--data" else flag
+        lines = mptrain_lines(err)
+        why = "hung" if hung else f"exit {rc}, expected 2" if rc != 2 else f"took {secs:.0f} s" if secs > 60 else \
+            f"{len(lines)} lines of mptrain's" if len(lines) != 1 else \
+            "the setting is not named" if f"the ranks disagree on {name}: rank 1: " not in lines[0] else \
+            "a run trained" if os.path.exists(f"{out}/fp32/metrics.csv") or os.path.exists(f"{out}/report.md") else None
+        r.record("mpi", f"compare, rank 1 with {flag} {value if flag != '--data' else '(relabelled)'}", why is None,
+                 why or "", err[-400:])
+    out = f"{work}/mpi_cmp_seeds"
+    rc, err, hung, secs = run_two(r, cmp + ["--out", out, "--seeds", "2"], cmp + ["--out", out, "--seeds", "3"])
+    lines = mptrain_lines(err)
+    why = "hung" if hung else f"exit {rc}" if rc != 2 else None if len(lines) == 1 and \
+        "the ranks disagree on --seeds: rank 1: 0,1,2, rank 0: 0,1" in lines[0] else "not one line naming --seeds"
+    r.record("mpi", "compare, rank 1 with --seeds 3 against 2", why is None, why or "", err[-400:])
+    out = f"{work}/mpi_cmp_same"
+    rc, err, hung, _ = run_two(r, cmp + ["--out", out], cmp + ["--out", out])
+    r.record("mpi", "compare, the same command on both ranks", rc == 0 and not hung and os.path.exists(
+        f"{out}/report.md"), "" if rc == 0 else f"exit {rc}", err[-400:])
+    lab = ["lab", "--device", "cpu", "--threads", "1", "--data", data]
+    for k, (a0, a1, flag) in enumerate(((["--quick", "noise"], ["noise"], "--quick"),
+                                        (["--quick", "noise"], ["--quick", "tf32"], "the lessons"))):
+        out = f"{work}/mpi_lab{k}"
+        rc, err, hung, secs = run_two(r, lab + ["--out", out] + a0, lab + ["--out", out] + a1)
+        lines = mptrain_lines(err)
+        why = "hung" if hung else f"exit {rc}, expected 2" if rc != 2 else \
+            None if len(lines) == 1 and f"the ranks disagree on {flag}: rank 1: " in lines[0] else \
+            f"not one line naming {flag}"
+        r.record("mpi", f"lab, rank 1 with {' '.join(a1)} against {' '.join(a0)}", why is None, why or "", err[-400:])
+
+
+def csv_run_ids(path):
+    """The set of run ids in the last column of the CSV's data rows (None when it cannot be read)."""
+    try:
+        lines = open(path).read().splitlines()[1:]
+    except OSError:
+        return None
+    return {ln.rsplit(",", 1)[-1] for ln in lines if ln}
+
+
+def ckpt_run_id(path):
+    try:
+        header, _ = parse_ckpt(open(path, "rb").read())
+        return json.loads(header["__metadata__"]["state"]).get("run_id")
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+def publish_outcome(r, d, data, a_files, a_id):
+    """Why the directory d, after a kill or a failed save of a new run in run A's directory, is neither A's files as
+    they were (A then resumes there) nor the new run's set once the next mptrain completes it; None when it is one."""
+    files = {n: b for n, b in snapshot(d).items() if not n.startswith(".")}
+    ck = f"{d}/checkpoint.safetensors"
+    if ckpt_run_id(ck) == a_id:  # not committed (the checkpoint's rename is the commit)
+        if files != a_files:
+            return "the earlier run's files changed"
+        rc, _, err, hung = r.run(["train", "--resume", ck, "--data", data, "--out", d, "--epochs", "2", "--progress",
+                                  "off", "--device", "cpu"])
+        if os.path.exists(f"{d}/.mptrain.publish"):
+            return "the uncommitted journal is still there after the resume"
+        return None if rc == 0 and csv_run_ids(f"{d}/epochs.csv") == {a_id} else f"the earlier run did not resume ({rc})"
+    rc, _, err, hung = r.run(["train", "--resume", ck, "--data", data, "--out", d, "--max-steps", "2000", "--epochs",
+                              "3", "--progress", "off", "--device", "cpu"])
+    b_id = ckpt_run_id(ck)
+    if rc != 0 or hung:
+        return f"the new run did not resume ({rc}): {err.decode(errors='replace')[:200]}"
+    if b_id == a_id or os.path.exists(f"{d}/.mptrain.publish"):
+        return "the new set was not completed"
+    for n in ("metrics.csv", "epochs.csv"):
+        if csv_run_ids(f"{d}/{n}") != {b_id}:
+            return f"{n} holds rows of another run than the checkpoint's"
+    return None
+
+
+def run_publish(r, work, data, base_dir, kills):
+    """Publish sets: a new run in an earlier run's (A's) directory, killed at each publish point of its saves
+    (MPT_TEST_PUBLISH_KILL), with kill -9 at random times while it saves every step, and with file-size limits that
+    fail one of its writes: each leaves A's files byte for byte (and A resumes) or the new run's set, completed by
+    the next mptrain on the directory."""
+    a_dir = f"{work}/pub_a"
+    r.run(train_args(data, a_dir, ["--seed", "1"]))
+    a_files = {n: b for n, b in snapshot(a_dir).items() if not n.startswith(".")}
+    a_id = ckpt_run_id(f"{a_dir}/checkpoint.safetensors")
+    b_args = ["--max-steps", "3", "--save-every", "2", "--seed", "2"]
+    _, _, trace, _ = r.run(train_args(data, f"{work}/pub_trace", b_args), env={"MPT_TEST_PUBLISH_TRACE": "1"})
+    points = trace.count(b"publish point ")
+    for k in range(1, points + 1):
+        d = f"{work}/pub_k{k}"
+        shutil.copytree(a_dir, d)
+        rc, _, err, hung = r.run(train_args(data, d, b_args), env={"MPT_TEST_PUBLISH_KILL": str(k)})
+        why = "hung" if hung else f"exit {rc}, expected the hook's SIGKILL" if rc != -signal.SIGKILL else \
+            publish_outcome(r, d, data, a_files, a_id)
+        r.record("publish", f"killed at publish point {k} of {points}", why is None, why or "", err)
+        shutil.rmtree(d, ignore_errors=True)
+    rnd = random.Random(36)
+    for k in range(kills):
+        d = f"{work}/pub_r{k}"
+        shutil.copytree(a_dir, d)
+        p = start_bg(r, train_args(data, d, ["--save-every", "1", "--epochs", "30", "--batch-size", "20", "--seed",
+                                             "3"]))
+        wait_lock(d, p.pid)
+        delay = rnd.uniform(0.0, 1.0)
+        time.sleep(delay)
+        p.kill()
+        p.wait()
+        why = publish_outcome(r, d, data, a_files, a_id)
+        r.record("publish", f"kill -9 after {delay:.2f} s, saving every step ({k + 1})", why is None, why or "")
+        shutil.rmtree(d, ignore_errors=True)
+    import resource
+    for limit in (2048, 65536, 1 << 20, 6 << 20):
+        d = f"{work}/pub_f{limit}"
+        shutil.copytree(a_dir, d)
+
+        def pre(limit=limit):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        rc, _, err, hung = r.run(train_args(data, d, ["--max-steps", "2", "--seed", "4"]), preexec=pre)
+        why = judge(rc, err, hung, 1, "File too large")
+        if why is None:
+            files = {n: b for n, b in snapshot(d).items() if not n.startswith(".")}
+            why = None if files == a_files else "the earlier run's files changed"
+        r.record("publish", f"a file-size limit of {limit} bytes (ulimit -f)", why is None, why or "", err)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_sigpipe(r, work, data):
+    """Signals: stdout or stderr a pipe whose reader goes away (`| head`), at several points; SIGHUP, SIGQUIT, SIGALRM
+    at random points; SIGUSR1. Clean: exit 128 + the signal (141 for SIGPIPE), summary.json marked with the signal,
+    the checkpoint resumes, at most one line on stderr; SIGUSR1: a checkpoint appears and the run goes on."""
+    for k, (head, what) in enumerate((("head -c 0", "stdout closed at once"), ("head -n 1", "after one line"),
+                                      ("head -c 300", "after 300 bytes"), ("head -c 2000", "after 2000 bytes"),
+                                      ("head -n 1 2>&1", "stdout and stderr, after one line"))):
+        d = f"{work}/pipe{k}"
+        both = "2>&1" if "2>&1" in head else "2>\"$E\""
+        cmd = (f'set -o pipefail; "$M" train --data "$D" --epochs 300 --batch-size 20 --out "$O" --progress off '
+               f'--device cpu {both} | {head.replace(" 2>&1", "")} > /dev/null')
+        p = subprocess.run(["bash", "-c", cmd], env=dict(os.environ, M=r.mptrain, D=data, O=d, E=f"{work}/pipe{k}.err"),
+                           timeout=r.timeout + 30, cwd=r.cwd)
+        err = b"" if both == "2>&1" else open(f"{work}/pipe{k}.err", "rb").read()
+        why = f"exit {p.returncode}, expected 141" if p.returncode != 141 else None
+        lines = err.count(b"\n")
+        if why is None and both != "2>&1" and (lines != 1 or b"SIGPIPE" not in err):
+            why = f"{lines} lines on stderr, expected one naming SIGPIPE"
+        if why is None:
+            try:
+                if json.load(open(f"{d}/summary.json"))["interrupted"]["signal"] != "SIGPIPE":
+                    why = "summary.json is not marked SIGPIPE"
+            except (OSError, ValueError, KeyError, TypeError):
+                why = "no summary.json marked interrupted"
+        if why is None:
+            rc, _, e2, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", data, "--out", d,
+                                     "--max-steps", "5", "--progress", "off", "--device", "cpu"])
+            why = None if rc == 0 else f"resuming failed ({rc})"
+        r.record("sigpipe", f"train | {head}: {what}", why is None, why or "", err)
+    d = f"{work}/pipecmp"
+    cmd = ('set -o pipefail; "$M" compare --data "$D" --epochs 100 --batch-size 20 --out "$O" --progress off '
+           '--device cpu --telemetry 0 --precisions fp32,bf16 2>/dev/null | head -n 1 > /dev/null')
+    p = subprocess.run(["bash", "-c", cmd], env=dict(os.environ, M=r.mptrain, D=data, O=d), timeout=r.timeout + 30)
+    why = f"exit {p.returncode}, expected 141" if p.returncode != 141 else \
+        "a report of partial runs" if os.path.exists(f"{d}/report.md") else \
+        "the stopped run has no checkpoint" if not os.path.exists(f"{d}/fp32/checkpoint.safetensors") else None
+    r.record("sigpipe", "compare | head -n 1", why is None, why or "")
+    rnd = random.Random(36)
+    for k, sig in enumerate((signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM) * 2):
+        d = f"{work}/sig36_{k}"
+        p = start_bg(r, train_args(data, d, ["--epochs", "100", "--batch-size", "20", "--save-every", "7"]))
+        wait_lock(d, p.pid)
+        time.sleep(rnd.uniform(0.0, 1.5))
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=r.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        why = f"exit {p.returncode}, expected {128 + sig}" if p.returncode != 128 + sig else None
+        if why is None:
+            try:
+                if json.load(open(f"{d}/summary.json"))["interrupted"]["signal"] != signal.Signals(sig).name:
+                    why = "summary.json is not marked interrupted"
+            except (OSError, ValueError, KeyError, TypeError):
+                why = "no summary.json"
+        if why is None:
+            rc, _, _, _ = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", data, "--out", d,
+                                 "--max-steps", "2000", "--epochs", "101", "--progress", "off", "--device", "cpu"])
+            why = None if rc == 0 else f"resuming failed ({rc})"
+        r.record("sigpipe", f"{signal.Signals(sig).name} after a random time ({k // 3 + 1})", why is None, why or "")
+    for k in range(2):
+        d = f"{work}/usr1_{k}"
+        p = start_bg(r, train_args(data, d, ["--epochs", "300", "--batch-size", "20"]))
+        wait_lock(d, p.pid)
+        time.sleep(0.2 + 0.6 * k)
+        p.send_signal(signal.SIGUSR1)
+        end = time.monotonic() + 30
+        while not os.path.exists(f"{d}/checkpoint.safetensors") and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.01)
+        saved = os.path.exists(f"{d}/checkpoint.safetensors") and file_crc_ok(f"{d}/checkpoint.safetensors")
+        time.sleep(0.3)
+        alive = p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        p.wait()
+        why = "no checkpoint after SIGUSR1" if not saved else "the run ended after SIGUSR1" if not alive else \
+            f"exit {p.returncode} at the SIGTERM after it" if p.returncode != 143 else None
+        r.record("sigpipe", f"SIGUSR1: a checkpoint, and the run goes on ({k + 1})", why is None, why or "")
+
+
+def run_fingerprint(r, work, data, base_dir):
+    """The data fingerprint: resuming the base run on other data of the same size is refused (exit 2, naming the
+    CRCs), nothing changes; the same bytes (gzip'd) resume; another test set resumes with a note; forged
+    "data_fingerprint" metadata is refused by resume and eval, naming it; a checkpoint without it (an older one) resumes."""
+    variants = [("one training label changed", dict(part="train")),
+                ("one training pixel changed", dict(part="train", pixel=True)),
+                ("the last training label changed", dict(part="train", offset=199))]
+    for k, (name, kw) in enumerate(variants):
+        other = f"{work}/fp_data{k}"
+        relabelled_copy(data, other, **kw)
+        d = f"{work}/fp{k}"
+        shutil.copytree(base_dir, d)
+        before = snapshot(d)
+        rc, _, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", other, "--out", d,
+                                  "--epochs", "2", "--progress", "off", "--device", "cpu"])
+        why = judge(rc, err, hung, 2, "crc32")
+        if why is None and snapshot(d) != before:
+            why = "the directory changed"
+        r.record("fingerprint", f"resume on {name}", why is None, why or "", err)
+    swapped = f"{work}/fp_swapped"
+    shutil.copytree(data, swapped)
+    for part, size in (("images-idx3", 784), ("labels-idx1", 1)):
+        name = f"{swapped}/train-{part}-ubyte"
+        raw = bytearray(open(name, "rb").read())
+        off = 16 if size == 784 else 8
+        a, b = raw[off:off + size], raw[off + size:off + 2 * size]
+        raw[off:off + size], raw[off + size:off + 2 * size] = b, a
+        write(name, bytes(raw))
+    d = f"{work}/fp_swap"
+    shutil.copytree(base_dir, d)
+    rc, _, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", swapped, "--out", d,
+                              "--epochs", "2", "--progress", "off", "--device", "cpu"])
+    same = all(open(f"{swapped}/{n}", "rb").read() == open(f"{data}/{n}", "rb").read() for n in MNIST)
+    if same:  # the two swapped items were equal: the same data
+        why = None if rc == 0 else f"exit {rc}"
+    else:
+        why = judge(rc, err, hung, 2, "crc32")
+    r.record("fingerprint", "resume on the training set with two items swapped", why is None, why or "", err)
+    gz = f"{work}/fp_gz"
+    os.makedirs(gz)
+    for n in MNIST:
+        with open(f"{data}/{n}", "rb") as f, gzip.open(f"{gz}/{n}.gz", "wb") as g:
+            g.write(f.read())
+    d = f"{work}/fp_gzrun"
+    shutil.copytree(base_dir, d)
+    rc, _, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", gz, "--out", d, "--epochs",
+                              "2", "--progress", "off", "--device", "cpu"])
+    r.record("fingerprint", "resume on the same bytes, gzip'd", rc == 0 and not hung, "" if rc == 0 else f"exit {rc}",
+             err)
+    other = f"{work}/fp_test"
+    relabelled_copy(data, other, part="test")
+    d = f"{work}/fp_testrun"
+    shutil.copytree(base_dir, d)
+    rc, out, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", other, "--out", d,
+                                "--epochs", "2", "--progress", "off", "--device", "cpu"])
+    ok = rc == 0 and b"note: the test set differs" in out
+    r.record("fingerprint", "resume on another test set: a note", ok, "" if ok else f"exit {rc}, or no note", err)
+    with open(f"{base_dir}/checkpoint.safetensors", "rb") as f:
+        raw = f.read()
+    if "data_fingerprint" not in parse_ckpt(raw)[0]["__metadata__"]:  # an mptrain that records no fingerprint
+        for name in ("forged data metadata (resume)", "forged data metadata (eval)"):
+            r.record("fingerprint", name, False, "the checkpoint records no data fingerprint")
+        return
+    forged = [("data_fingerprint.train_crc32 'xyz'", with_meta(raw, "data_fingerprint", "train_crc32", '"xyz"'), 1),
+              ("data_fingerprint.train_crc32 upper case", with_meta(raw, "data_fingerprint", "train_crc32", '"ABCDEF01"'), 1),
+              ("data_fingerprint.train_images 0", with_meta(raw, "data_fingerprint", "train_images", "0"), 1),
+              ("data_fingerprint.train_images 10 (fewer than trained)", with_meta(raw, "data_fingerprint", "train_images", "10"), 1),
+              ("data_fingerprint.test_images -1", with_meta(raw, "data_fingerprint", "test_images", "-1"), 1),
+              ("data_fingerprint not an object", with_meta(raw, "data_fingerprint", None, "[1, 2]"), 1),
+              ("data_fingerprint.train_crc32 of other data", with_meta(raw, "data_fingerprint", "train_crc32", '"00000000"'), 2),
+              ("no data (an older checkpoint)", with_meta(raw, "data_fingerprint", None, None), 0)]
+    for k, (name, blob, want) in enumerate(forged):
+        d = f"{work}/fp_forged{k}"
+        shutil.copytree(base_dir, d)
+        write(f"{d}/checkpoint.safetensors", blob)
+        before = snapshot(d)
+        rc, _, err, hung = r.run(["train", "--resume", f"{d}/checkpoint.safetensors", "--data", data, "--out", d,
+                                  "--epochs", "2", "--progress", "off", "--device", "cpu"])
+        if want == 0:
+            why = None if rc == 0 and not hung else f"exit {rc}, expected 0"
+        else:
+            why = judge(rc, err, hung, want, "data" if want == 1 else "crc32")
+            if why is None and snapshot(d) != before:
+                why = "the directory changed"
+        r.record("fingerprint", f"resume: {name}", why is None, why or "", err)
+        rc, _, err, hung = r.run(["eval", "--checkpoint", f"{d}/checkpoint.safetensors", "--data", data, "--device",
+                                  "cpu"])
+        why = (None if rc == 0 and not hung else f"exit {rc}, expected 0") if want != 1 else \
+            judge(rc, err, hung, 1, "data")
+        r.record("fingerprint", f"eval: {name}", why is None, why or "", err)
+
+
 # ---- main ------------------------------------------------------------------------------------------------------
 
 
@@ -1099,10 +1480,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.environ.get("MPT_BUILD_ROOT", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
     ap.add_argument("--mptrain", default=os.path.join(root, "tools", "mptrain"))
-    ap.add_argument("--sets", default="datasets,checkpoints,writes,flags,outdir,stops,hangs,messages")
+    ap.add_argument("--sets", default="datasets,checkpoints,writes,flags,outdir,stops,hangs,messages,mpi,publish,"
+                    "sigpipe,fingerprint")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a run counts as hung")
     ap.add_argument("--kills", type=int, default=30, help="kill -9 runs (default 30)")
     ap.add_argument("--signals", type=int, default=20, help="SIGINT/SIGTERM runs of set stops (default 20)")
+    ap.add_argument("--publish-kills", type=int, default=20, help="random kill -9 runs of set publish (default 20)")
     ap.add_argument("--log", default="campaign.log", help="one line per case: set, case, verdict, why, message "
                     "(default campaign.log)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -1138,9 +1521,18 @@ def main():
             run_hangs(r, work, data)
         if "messages" in sets:
             run_messages(r, work, data)
+        if "mpi" in sets:
+            run_mpi(r, work, data)
+        if "publish" in sets:
+            run_publish(r, work, data, base, a.publish_kills)
+        if "sigpipe" in sets:
+            run_sigpipe(r, work, data)
+        if "fingerprint" in sets:
+            run_fingerprint(r, work, data, base)
     total_other = 0
     print(f"{'set':<12} {'tried':>6} {'clean':>6} {'other':>6}")
-    for s in ("datasets", "checkpoints", "writes", "flags", "outdir", "stops", "hangs", "messages"):
+    for s in ("datasets", "checkpoints", "writes", "flags", "outdir", "stops", "hangs", "messages", "mpi", "publish",
+              "sigpipe", "fingerprint"):
         res = r.results.get(s, [])
         if not res:
             continue

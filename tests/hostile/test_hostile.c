@@ -473,9 +473,8 @@ START_TEST(test_ckpt_writer_refuses_nonfinite_masters) {
     make_tmpdir();
     const char *data = make_data("data");
     const char *ck = make_checkpoint(data);
-    char *before, *after;
-    size_t lb, la;
-    read_file(ck, &before, &lb);
+    struct stat st;
+    ck_assert(stat(ck, &st) == 0);
     int rc = run("train", "--model", "mlp", "--optimizer", "sgd", "--lr", "1000", "--weight-decay", "1e38",
                  "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--data", data, "--out", tmp_path("ckpt"),
                  "--progress", "off", NULL);
@@ -483,10 +482,10 @@ START_TEST(test_ckpt_writer_refuses_nonfinite_masters) {
     ck_assert_msg(rc == 0, "exit status %d, expected 0; output:\n%s", rc, out_buf);
     ck_assert_msg(strstr(out_buf, "warning: checkpoint not written: ") != NULL, "no warning in:\n%s", out_buf);
     ck_assert_msg(strstr(out_buf, "not saved: tensor fc") != NULL, "expected the tensor named in:\n%s", out_buf);
-    read_file(ck, &after, &la);
-    ck_assert_msg(la == lb && memcmp(before, after, lb) == 0, "the previous checkpoint changed");
-    free(before);
-    free(after);
+    /* The directory held another run's checkpoint, which this new run replaces with its own files: with no checkpoint
+     * of its own to publish, the earlier run's goes with the rest of that run (issue 36: never one run's checkpoint
+     * beside another run's CSVs and summary); nothing of the refused weights was written. */
+    ck_assert_msg(stat(ck, &st) != 0 && errno == ENOENT, "the earlier run's checkpoint stayed beside this run's files");
     rm_tmpdir();
 }
 END_TEST
@@ -1298,8 +1297,9 @@ START_TEST(test_stuck_gnuplot_is_stopped) {
     const char *out = tmp_path("cmp");
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* --log-every 1: the two steps' losses are something to draw (with nothing to draw, gnuplot is not started) */
     int rc = run_with_env(env, "compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
-                          "--precisions", "fp32", "--out", out, "--progress", "off", "--device", "cpu", "--telemetry",
+                          "--log-every", "1", "--precisions", "fp32", "--out", out, "--progress", "off", "--device", "cpu", "--telemetry",
                           "0", "--plot-timeout", "2", NULL);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -1423,6 +1423,587 @@ START_TEST(test_closed_stdout_spares_csvs) {
 }
 END_TEST
 
+/* ---- issue 36 ---------------------------------------------------------------------------------------------------- */
+
+/* The run id a checkpoint records ("state".run_id), into id (17 bytes); "" when it cannot be read. */
+static void ckpt_run_id(const char *path, char *id) {
+    id[0] = '\0';
+    mpt_checkpoint *c = NULL;
+    if (mpt_checkpoint_open(path, NULL, 0, &c) != MPT_OK) return;
+    const char *st = mpt_checkpoint_meta_get(c, "state");
+    json_t *j = st ? json_loads(st, 0, NULL) : NULL;
+    json_t *v = j ? json_object_get(j, "run_id") : NULL;
+    if (json_is_string(v)) snprintf(id, 17, "%s", json_string_value(v));
+    json_decref(j);
+    mpt_checkpoint_close(&c);
+}
+
+/* Whether every data row of the CSV at path ends with ",<id>" (and it has at least min_rows of them). */
+static int csv_rows_all_of(const char *path, const char *id, int min_rows) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int rows = 0, ok = fgets(line, sizeof line, f) != NULL; /* the header */
+    while (ok && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        const char *comma = strrchr(line, ',');
+        ok = comma && strcmp(comma + 1, id) == 0;
+        rows++;
+    }
+    fclose(f);
+    return ok && rows >= min_rows;
+}
+
+static int file_present(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void write_bytes(const char *path, const char *b, size_t n) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_msg(f && fwrite(b, 1, n, f) == n && fclose(f) == 0, "%s: %s", path, strerror(errno));
+}
+
+/* Item 2: a save publishes the checkpoint and the CSVs as one set. A new run (B) in an earlier run's (A's) directory
+ * is killed at every publish point of its two saves (MPT_TEST_PUBLISH_KILL=k: step 2's set, which also removes A's
+ * summary.json, then the final one at step 3). Each kill leaves one of two outcomes, and both are seen: before B's
+ * first commit (the rename of its checkpoint), A's files byte for byte (and A resumes there with its own rows); after
+ * it, B's checkpoint and B's set, completed by the next mptrain on the directory (the resume of B), whose checkpoint,
+ * CSV rows and summary are all B's. Before the fix
+ * the new CSVs were published and A's summary removed before the checkpoint was written. A failed checkpoint write
+ * (a file-size limit of 1 MiB: the CSVs fit, the 8 MB checkpoint does not) leaves A's files too. */
+START_TEST(test_publish_kill_at_every_point) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out");
+    int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--out", out, "--progress", "off",
+                 "--device", "cpu", "--seed", "1", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    const char *names[4] = {"checkpoint.safetensors", "metrics.csv", "epochs.csv", "summary.json"};
+    char *a_bytes[4], path[700], a_id[17], id[17];
+    size_t a_len[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, names[i]);
+        read_file(path, &a_bytes[i], &a_len[i]);
+    }
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    ckpt_run_id(path, a_id);
+    ck_assert(a_id[0]);
+    case_problems p = {0};
+    int kills = 0, earlier = 0, committed = 0, k;
+    char ck[700], journal[700];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    snprintf(journal, sizeof journal, "%s/.mptrain.publish", out);
+    for (k = 1; k <= 40; k++) {
+        char cmd[1400], name[64], env_kill[64];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", out, out);
+        ck_assert(system(cmd) == 0);
+        for (int i = 0; i < 4; i++) {
+            snprintf(path, sizeof path, "%s/%s", out, names[i]);
+            write_bytes(path, a_bytes[i], a_len[i]);
+        }
+        snprintf(env_kill, sizeof env_kill, "MPT_TEST_PUBLISH_KILL=%d", k);
+        char *env[] = {env_kill, NULL};
+        rc = run_with_env(env, "train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "3",
+                          "--save-every", "2", "--out", out, "--progress", "off", "--device", "cpu", "--seed", "2",
+                          NULL);
+        if (rc == 0) break; /* past the last publish point: run B ended normally */
+        snprintf(name, sizeof name, "kill at publish point %d", k);
+        if (rc != 128 + SIGKILL) {
+            static char why[256];
+            snprintf(why, sizeof why, "exit status %d, expected the hook's SIGKILL", rc);
+            note_case(&p, name, why);
+            continue;
+        }
+        kills++;
+        ckpt_run_id(ck, id);
+        if (strcmp(id, a_id) == 0) { /* not committed: A's files as they were (a journal not yet committed aside) */
+            earlier++;
+            const char *why = NULL;
+            for (int i = 0; i < 4 && !why; i++) {
+                snprintf(path, sizeof path, "%s/%s", out, names[i]);
+                if (!file_present(path) || !same_bytes(path, a_bytes[i], a_len[i])) why = "an earlier file changed";
+            }
+            if (!why && run("train", "--resume", ck, "--data", data, "--out", out, "--epochs", "2", "--progress", "off",
+                            "--device", "cpu", NULL) != 0)
+                why = "the earlier run does not resume there";
+            snprintf(path, sizeof path, "%s/epochs.csv", out);
+            if (!why && !csv_rows_all_of(path, a_id, 2)) why = "epochs.csv after the resume is not the earlier run's";
+            if (!why && file_present(journal)) why = "the uncommitted journal is still there after the resume";
+            note_case(&p, name, why);
+            continue;
+        }
+        /* committed (the checkpoint's rename is the commit): a reader of the checkpoint sees B's, and the next mptrain
+         * on the directory, this resume, completes B's set before it reads the CSVs */
+        committed++;
+        const char *why = NULL;
+        rc = run("train", "--resume", ck, "--data", data, "--out", out, "--max-steps", "4", "--progress", "off",
+                 "--device", "cpu", NULL);
+        ckpt_run_id(ck, id);
+        snprintf(path, sizeof path, "%s/metrics.csv", out);
+        if (rc != 0) why = "run B does not resume after the kill";
+        else if (strcmp(id, a_id) == 0 || !id[0]) why = "the checkpoint is not run B's";
+        else if (!csv_rows_all_of(path, id, 1)) why = "metrics.csv holds rows of another run than the checkpoint's";
+        else if (file_present(journal)) why = "the journal is still there";
+        if (!why) {
+            snprintf(path, sizeof path, "%s/epochs.csv", out);
+            if (!csv_rows_all_of(path, id, 1)) why = "epochs.csv is not run B's";
+        }
+        if (!why) {
+            char *sm;
+            size_t n;
+            snprintf(path, sizeof path, "%s/summary.json", out);
+            read_file(path, &sm, &n);
+            char want[64];
+            snprintf(want, sizeof want, "\"run_id\": \"%s\"", id);
+            if (!strstr(sm, want)) why = "summary.json is not run B's";
+            free(sm);
+        }
+        note_case(&p, name, why);
+    }
+    if (kills < 10) note_case(&p, "the publish points", "fewer than 10 publish points were reached and killed");
+    if (!earlier) note_case(&p, "the outcomes", "no kill left the earlier set");
+    if (!committed) note_case(&p, "the outcomes", "no kill left the new set");
+    /* a checkpoint write that fails (EFBIG beyond 1 MiB): the earlier run's files stay */
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir '%s'", out, out);
+    ck_assert(system(cmd) == 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, names[i]);
+        write_bytes(path, a_bytes[i], a_len[i]);
+    }
+    fsize_limit = 1 << 20;
+    child_hook = hook_fsize;
+    rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out", out,
+             "--progress", "off", "--device", "cpu", "--seed", "2", NULL);
+    child_hook = NULL;
+    const char *why = rejection_problem(rc, 1, "checkpoint.safetensors");
+    if (!why && !strstr(err_buf, "File too large")) why = "EFBIG not named";
+    for (int i = 0; i < 4 && !why; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, names[i]);
+        if (!file_present(path) || !same_bytes(path, a_bytes[i], a_len[i])) why = "an earlier file changed or is gone";
+    }
+    note_case(&p, "a failed checkpoint write (ulimit -f 1 MiB)", why);
+    for (int i = 0; i < 4; i++) free(a_bytes[i]);
+    rm_tmpdir();
+    assert_no_problems(&p, k + 3);
+}
+END_TEST
+
+/* Item 3: SIGHUP, SIGQUIT and SIGALRM stop a run as SIGTERM does (exit 128 + the signal, its files saved, summary.json
+ * marked, the checkpoint resumes); SIGPIPE (stdout a pipe whose reader is gone) too, with one line on stderr; SIGUSR1
+ * writes a checkpoint and the run goes on. Before, each of them killed the run with nothing saved since its last
+ * checkpoint (SIGPIPE: nothing at all). */
+START_TEST(test_more_signals) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const int sigs[3] = {SIGHUP, SIGQUIT, SIGALRM};
+    const char *sig_names[3] = {"SIGHUP", "SIGQUIT", "SIGALRM"};
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "run%d", k);
+        const char *out = tmp_path(name);
+        char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
+                        (char *)out, "--progress", "off", "--device", "cpu", NULL};
+        pid_t pid = start_bg(args);
+        wait_for_lock(out, pid);
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        kill(pid, sigs[k]);
+        int status = 0;
+        ck_assert(waitpid(pid, &status, 0) == pid);
+        const char *why = NULL;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 128 + sigs[k]) why = "not exit status 128 + the signal";
+        char path[700], want[64], *summary = NULL;
+        size_t n = 0;
+        snprintf(path, sizeof path, "%s/summary.json", out);
+        if (!why && !file_present(path)) why = "no summary.json";
+        if (!why) read_file(path, &summary, &n);
+        snprintf(want, sizeof want, "\"signal\": \"%s\"", sig_names[k]);
+        if (!why && !strstr(summary, want)) why = "summary.json is not marked interrupted by the signal";
+        free(summary);
+        snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+        if (!why && run("train", "--resume", path, "--data", data, "--out", out, "--max-steps", "60", "--progress",
+                        "off", "--device", "cpu", NULL) != 0)
+            why = "the checkpoint does not resume";
+        note_case(&p, sig_names[k], why);
+    }
+    /* SIGPIPE: stdout is a pipe whose read end is closed before mptrain writes its first lines */
+    const char *out = tmp_path("pipe");
+    int fd[2];
+    ck_assert(pipe(fd) == 0);
+    FILE *errf = tmpfile();
+    ck_assert(errf != NULL);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fileno(errf), STDERR_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        signal(SIGPIPE, SIG_DFL); /* as a shell starts it */
+        alarm(60);
+        execl(mptrain_path(), "mptrain", "train", "--data", data, "--epochs", "500", "--batch-size", "20", "--out", out,
+              "--progress", "off", "--device", "cpu", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[0]);
+    close(fd[1]);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    rewind(errf);
+    err_len = fread(err_buf, 1, sizeof err_buf - 1, errf);
+    err_buf[err_len] = '\0';
+    fclose(errf);
+    const char *why = NULL;
+    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (WIFSIGNALED(status)) why = "killed by the signal: nothing saved";
+    else why = rejection_problem(rc, 141, "mptrain: SIGPIPE (the reader of standard output or error went away)");
+    char path[700], *summary = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    if (!why && !file_present(path)) why = "no summary.json";
+    if (!why) read_file(path, &summary, &n);
+    if (!why && !strstr(summary, "\"signal\": \"SIGPIPE\"")) why = "summary.json is not marked interrupted by SIGPIPE";
+    free(summary);
+    note_case(&p, "SIGPIPE", why);
+    /* SIGUSR1: a checkpoint now, and the run goes on (until SIGTERM) */
+    out = tmp_path("usr1");
+    char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
+                    (char *)out, "--progress", "off", "--device", "cpu", NULL};
+    pid = start_bg(args);
+    wait_for_lock(out, pid);
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGUSR1);
+    snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
+    why = NULL;
+    for (int i = 0; i < 3000 && !file_present(path) && waitpid(pid, &status, WNOHANG) == 0; i++) {
+        struct timespec t10 = {0, 10000000};
+        nanosleep(&t10, NULL);
+    }
+    if (!file_present(path)) why = "no checkpoint after SIGUSR1";
+    nanosleep(&ts, NULL);
+    if (!why && waitpid(pid, &status, WNOHANG) != 0) why = "the run ended after SIGUSR1";
+    kill(pid, SIGTERM);
+    waitpid(pid, &status, 0);
+    if (!why && !(WIFEXITED(status) && WEXITSTATUS(status) == 143)) why = "the run did not go on to stop at SIGTERM";
+    note_case(&p, "SIGUSR1", why);
+    rm_tmpdir();
+    assert_no_problems(&p, 5);
+}
+END_TEST
+
+/* A copy of the synthetic set in dir with one training label (train != 0) or one test label changed: the same size,
+ * other data. */
+static const char *make_data_variant(const char *name, int train) {
+    const char *dir = tmp_path(name);
+    ck_assert(mkdir(dir, 0755) == 0);
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, 784, 10, 42), MPT_OK);
+    uint8_t *lab = train ? d.train_labels : d.test_labels;
+    lab[3] = (uint8_t)((lab[3] + 1) % 10);
+    ck_assert_msg(mpt_mnist_save(dir, &d, 0) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    return dir;
+}
+
+/* The data fingerprint (checkpoint metadata "data"): resuming on other training images of the same count is refused
+ * (exit 2, naming both CRCs), nothing changes; another test set is said in a note and the run resumes. A resume
+ * names only the flags given on its command line (every resume of an fp32 run said the FP8 flags, never given,
+ * change nothing). Before, both resumed without a word, and with the note. */
+START_TEST(test_resume_checks_the_data) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *other_train = make_data_variant("other_train", 1), *other_test = make_data_variant("other_test", 0);
+    const char *out = tmp_path("out");
+    int rc = run("train", "--data", data, "--epochs", "2", "--batch-size", "50", "--max-steps", "2", "--out", out,
+                 "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    case_problems p = {0};
+    char ck[700], *before;
+    size_t nb;
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    read_file(tmp_path("out/metrics.csv"), &before, &nb);
+    rc = run("train", "--resume", ck, "--data", other_train, "--out", out, "--max-steps", "3", "--progress", "off",
+             "--device", "cpu", NULL);
+    const char *why = rejection_problem(rc, 2, "the checkpoint trained on other images (200 training images crc32 ");
+    if (!why && !same_bytes(tmp_path("out/metrics.csv"), before, nb)) why = "metrics.csv changed";
+    note_case(&p, "other training images of the same count", why);
+    free(before);
+    rc = run("train", "--resume", ck, "--data", other_test, "--out", out, "--max-steps", "3", "--progress", "off",
+             "--device", "cpu", NULL);
+    why = rc != 0 ? "exit status not 0"
+          : !strstr(out_buf, "note: the test set differs from the one the checkpoint's run evaluated on") ? "no note"
+          : NULL;
+    note_case(&p, "another test set", why);
+    rc = run("train", "--resume", ck, "--data", data, "--out", out, "--max-steps", "4", "--progress", "off", "--device",
+             "cpu", NULL);
+    why = rc != 0 ? "exit status not 0" : strstr(out_buf, "change nothing") || strstr(out_buf, "changes nothing")
+                                              ? "a note about flags not given"
+                                              : NULL;
+    note_case(&p, "the notes of a resume", why);
+    rm_tmpdir();
+    assert_no_problems(&p, 3);
+}
+END_TEST
+
+/* Writes a gzip IDX file of n_items items of item_bytes zeros as concatenated gzip members (the header's member,
+ * then members of 64 MiB of zeros compressed once and written again): 5,000,000 images are 3.65 GiB inflated and a
+ * few MB on disk, written in well under a second. */
+static void write_big_gz_idx(const char *path, int ndim, const uint32_t *dims, int64_t payload_bytes) {
+    FILE *f = fopen(path, "wb");
+    ck_assert(f != NULL);
+    uint8_t hdr[16] = {0, 0, 8, (uint8_t)ndim};
+    for (int i = 0; i < ndim; i++)
+        for (int b = 0; b < 4; b++) hdr[4 + 4 * i + b] = (uint8_t)(dims[i] >> (24 - 8 * b));
+    const int64_t chunk = (int64_t)64 << 20;
+    uint8_t *zeros = calloc((size_t)chunk, 1), *gz = malloc((size_t)chunk / 64);
+    ck_assert(zeros && gz);
+    int64_t left = payload_bytes;
+    for (int part = 0; part == 0 || left > 0; part++) {
+        int64_t n = part == 0 ? 4 + 4 * ndim : left < chunk ? left : chunk;
+        const uint8_t *src = part == 0 ? hdr : zeros;
+        static int64_t cached_n = -1;
+        static uLong cached_len;
+        static uint8_t *cached;
+        if (part > 0 && n == chunk && cached_n == chunk) { /* the same member again */
+            ck_assert(fwrite(cached, 1, cached_len, f) == cached_len);
+        } else {
+            z_stream zs;
+            memset(&zs, 0, sizeof zs);
+            ck_assert(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+            zs.next_in = (uint8_t *)src;
+            zs.avail_in = (uInt)n;
+            zs.next_out = gz;
+            zs.avail_out = (uInt)(chunk / 64);
+            ck_assert(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+            uLong len = zs.total_out;
+            deflateEnd(&zs);
+            ck_assert(fwrite(gz, 1, len, f) == len);
+            if (part > 0 && n == chunk) {
+                free(cached);
+                cached = malloc(len);
+                memcpy(cached, gz, len);
+                cached_len = len;
+                cached_n = chunk;
+            }
+        }
+        if (part > 0) left -= n;
+    }
+    ck_assert(fclose(f) == 0);
+    free(zeros);
+    free(gz);
+}
+
+/* A 4 MB gzip set declaring 5,000,000 training images (3.65 GiB): with --limit-train 100 only those rows are read
+ * (peak resident set under 400 MiB, where it was 3.7 GiB and 15 s); without a limit, under ulimit -v 2 GiB, it is
+ * refused before anything is allocated or inflated, naming the size and --limit-train. */
+START_TEST(test_big_declared_set_reads_what_is_used) {
+    make_tmpdir();
+    const char *dir = tmp_path("big");
+    ck_assert(mkdir(dir, 0755) == 0);
+    char p0[600], p1[600];
+    snprintf(p0, sizeof p0, "%s/train-images-idx3-ubyte.gz", dir);
+    snprintf(p1, sizeof p1, "%s/train-labels-idx1-ubyte.gz", dir);
+    write_big_gz_idx(p0, 3, (uint32_t[]){5000000, 28, 28}, (int64_t)5000000 * 784);
+    write_big_gz_idx(p1, 1, (uint32_t[]){5000000}, 5000000);
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, SYN_TRAIN, SYN_TEST, 784, 10, 42), MPT_OK);
+    mpt_idx ti = {.ndim = 3, .dims = {SYN_TEST, 28, 28}, .nbytes = SYN_TEST * 784, .data = d.test_images};
+    mpt_idx tl = {.ndim = 1, .dims = {SYN_TEST, 1, 1}, .nbytes = SYN_TEST, .data = d.test_labels};
+    char p2[600], p3[600];
+    snprintf(p2, sizeof p2, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(p3, sizeof p3, "%s/t10k-labels-idx1-ubyte", dir);
+    ck_assert(mpt_idx_save(p2, &ti, 0) == MPT_OK && mpt_idx_save(p3, &tl, 0) == MPT_OK);
+    mpt_mnist_free(&d);
+    case_problems p = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* --classes 10: the big set's labels are all 0 (a class count from them would be refused: at least 2) */
+    int rc = run("train", "--data", dir, "--limit-train", "100", "--epochs", "1", "--batch-size", "50", "--classes", "10",
+                 "--out", tmp_path("out"), "--progress", "off", "--device", "cpu", NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    static char why[512];
+    if (rc != 0) snprintf(why, sizeof why, "exit status %d: %.300s", rc, err_buf);
+    else if (peak_rss_kib > 400 * 1024) snprintf(why, sizeof why, "peak resident set %ld KiB", peak_rss_kib);
+    else why[0] = '\0';
+    note_case(&p, "--limit-train 100", why[0] ? why : NULL);
+    fprintf(stderr, "test_big_declared_set_reads_what_is_used: --limit-train 100 took %.1f s, peak RSS %ld KiB\n", secs,
+            peak_rss_kib);
+    as_limit = (rlim_t)2 << 30;
+    child_hook = hook_as;
+    rc = run("train", "--data", dir, "--epochs", "1", "--classes", "10", "--out", tmp_path("out2"), "--progress", "off",
+             "--device", "cpu", NULL);
+    child_hook = NULL;
+    const char *w = rejection_problem(rc, 1, "use --limit-train / --limit-test to load fewer");
+    if (!w && !strstr(err_buf, "the dataset needs 3.66 GiB in memory (5000000 training")) w = "the size is not named";
+    if (!w && peak_rss_kib > 256 * 1024) w = "it allocated or inflated before refusing";
+    note_case(&p, "no limit, ulimit -v 2 GiB", w);
+    rm_tmpdir();
+    assert_no_problems(&p, 2);
+}
+END_TEST
+
+/* --threads beyond OpenBLAS's maximum (64 in Debian's build): said, recorded as what ran, and a resume with the same
+ * flag continues (it was refused: "--threads 256 differs from the 64 thread(s)"). */
+START_TEST(test_threads_beyond_the_maximum) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out");
+    int rc = run("train", "--data", data, "--epochs", "2", "--batch-size", "50", "--max-steps", "2", "--threads", "256",
+                 "--out", out, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    if (strstr(out_buf, "CPU backend: 256 thread(s)")) { /* an OpenBLAS that runs 256: nothing to cap */
+        fprintf(stderr, "test_threads_beyond_the_maximum: this OpenBLAS runs 256 threads: SKIPPED\n");
+        rm_tmpdir();
+        return;
+    }
+    ck_assert_msg(strstr(out_buf, "(--threads 256: the most this OpenBLAS runs (its MAX_THREADS))"), "not said: %s",
+                  out_buf);
+    rc = run("train", "--resume", tmp_path("out/checkpoint.safetensors"), "--data", data, "--threads", "256", "--out",
+             out, "--max-steps", "3", "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "the resume with the same --threads: exit %d: %s", rc, err_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* compare's outputs: with nothing to plot (--max-steps 3 logs no step and completes no epoch) it says so instead of
+ * "gnuplot failed"; compare.json holds a seed of 2^64-1 exactly (it was -1) and the run directories under an --out
+ * that is not UTF-8, escaped (they were left out). */
+START_TEST(test_compare_outputs_issue36) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int rc = run("compare", "--data", data, "--seeds", "2", "--max-steps", "3", "--batch-size", "50", "--precisions",
+                 "fp32,bf16", "--telemetry", "0", "--out", tmp_path("np"), "--progress", "off", "--device", "cpu", NULL);
+    const char *why = rc != 0                         ? "exit status not 0"
+                      : strstr(out_buf, "gnuplot failed") ? "gnuplot failed (the reason not found)"
+                      : !strstr(out_buf, "no plot: nothing to draw in ") ? "no word on why there is no plot"
+                                                                      : NULL;
+    note_case(&p, "nothing to plot", why);
+    char out[600];
+    snprintf(out, sizeof out, "%s/cmp\xff", tmpdir);
+    rc = run("compare", "--data", data, "--seeds", "18446744073709551615,3", "--max-steps", "2", "--batch-size", "50",
+             "--precisions", "fp32", "--telemetry", "0", "--out", out, "--progress", "off", "--device", "cpu", NULL);
+    char path[700], *js = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/compare.json", out);
+    why = rc != 0 ? "exit status not 0" : !file_present(path) ? "no compare.json" : NULL;
+    if (!why) read_file(path, &js, &n);
+    if (!why && !strstr(js, "\"seed\": 18446744073709551615,")) why = "the seed 2^64-1 is not written exactly";
+    if (!why && strstr(js, "\"seed\": -")) why = "a negative seed";
+    if (!why && !strstr(js, "cmp\\\\xff/seed-18446744073709551615/fp32\"")) why = "no escaped \"dir\"";
+    free(js);
+    note_case(&p, "compare.json", why);
+    rm_tmpdir();
+    assert_no_problems(&p, 2);
+}
+END_TEST
+
+/* A 4090-byte --out under a regular file: the message, cut to the message buffer, keeps its reason (it was cut at
+ * 1024 bytes inside the path). */
+START_TEST(test_long_out_keeps_the_reason) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    char out[4096];
+    int n = snprintf(out, sizeof out, "%s/afile/", tmpdir);
+    write_bytes(tmp_path("afile"), "x", 1);
+    while (n < 4090) {
+        int k = 4090 - n > 200 ? 200 : 4090 - n;
+        memset(out + n, 'd', (size_t)k);
+        n += k;
+        if (n < 4089) out[n++] = '/';
+    }
+    out[4090] = '\0';
+    int rc = run("train", "--data", data, "--max-steps", "1", "--out", out, "--progress", "off", "--device", "cpu",
+                 NULL);
+    assert_rejected(rc, 1, "(Not a directory)");
+    rm_tmpdir();
+}
+END_TEST
+
+/* Lock files: an idle one of another user (root's, 0644) does not keep nobody out of a shared directory, sticky or
+ * not, and one that a process holds is named with its owner; a cp -al copy of a run directory has a lock of its
+ * own (it shared the original's inode: a run in the copy was refused while the original's run held it, and wrote its
+ * PID into the original's file). */
+START_TEST(test_lock_files_issue36) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int n_cases = 1;
+    /* cp -al */
+    const char *a = tmp_path("a"), *b = tmp_path("b");
+    int rc = run("train", "--data", data, "--epochs", "2", "--batch-size", "50", "--max-steps", "2", "--out", a,
+                 "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -al '%s' '%s'", a, b);
+    ck_assert(system(cmd) == 0);
+    int held = open(tmp_path("a/.mptrain.lock"), O_RDWR);
+    ck_assert(held >= 0 && flock(held, LOCK_EX) == 0); /* the original's run, still going */
+    char *lock_before;
+    size_t nl;
+    read_file(tmp_path("a/.mptrain.lock"), &lock_before, &nl);
+    rc = run("train", "--resume", tmp_path("b/checkpoint.safetensors"), "--data", data, "--out", b, "--max-steps", "3",
+             "--progress", "off", "--device", "cpu", NULL);
+    struct stat sa, sb;
+    const char *why = rc != 0 ? "a run in the copy was refused" : NULL;
+    if (!why && (stat(tmp_path("a/.mptrain.lock"), &sa) != 0 || stat(tmp_path("b/.mptrain.lock"), &sb) != 0 ||
+                 sa.st_ino == sb.st_ino))
+        why = "the copy still shares the original's lock file";
+    if (!why && !same_bytes(tmp_path("a/.mptrain.lock"), lock_before, nl)) why = "the original's lock file changed";
+    note_case(&p, "cp -al", why);
+    free(lock_before);
+    close(held);
+    /* another user's lock files (as root, running mptrain as nobody) */
+    if (geteuid() == 0 && system("setpriv --version >/dev/null 2>&1") == 0) {
+        ck_assert(chmod(tmpdir, 0711) == 0);
+        const char *mode_names[2] = {"an idle lock of root's, directory 0777", "an idle lock of root's, sticky 01777"};
+        for (int k = 0; k < 3; k++, n_cases++) {
+            char name[16];
+            snprintf(name, sizeof name, "shared%d", k);
+            const char *dir = tmp_path(name);
+            ck_assert(mkdir(dir, 0755) == 0 && chmod(dir, k == 1 ? 01777 : 0777) == 0);
+            char lock[700];
+            snprintf(lock, sizeof lock, "%s/.mptrain.lock", dir);
+            write_bytes(lock, "PID 1, mptrain train, since then\n", 33);
+            ck_assert(chmod(lock, 0644) == 0);
+            int hold = -1;
+            if (k == 2) { /* held by root's run */
+                hold = open(lock, O_RDWR);
+                ck_assert(hold >= 0 && flock(hold, LOCK_EX) == 0);
+            }
+            snprintf(cmd, sizeof cmd, "setpriv --reuid nobody --regid nogroup --clear-groups '%s' train --data '%s' "
+                     "--epochs 1 --batch-size 50 --max-steps 2 --out '%s' --progress off --device cpu > '%s/log' 2>&1",
+                     mptrain_path(), data, dir, tmpdir);
+            int st = system(cmd);
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+            char *log;
+            size_t ln;
+            read_file(tmp_path("log"), &log, &ln);
+            if (k < 2) {
+                note_case(&p, mode_names[k], rc == 0 ? NULL : log);
+            } else {
+                why = rc != 1 ? "not refused with exit 1"
+                      : !strstr(log, "is in use by another mptrain (PID 1, mptrain train, since then; its lock file "
+                                     "belongs to root)") ? log : NULL;
+                note_case(&p, "a held lock of root's", why);
+                close(hold);
+            }
+            free(log);
+        }
+    } else {
+        fprintf(stderr, "test_lock_files_issue36: not root or no setpriv: the other user's lock cases SKIPPED\n");
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -1457,5 +2038,16 @@ int main(void) {
     tcase_add_test(tc, test_warns_when_steps_skipped);
     tcase_add_test(tc, test_issue22_messages);
     suite_add_tcase(s, tc);
+    TCase *i36 = tcase_create("issue36"); /* issue 36: publish sets, signals, the data, soft items */
+    tcase_set_timeout(i36, 300);
+    tcase_add_test(i36, test_publish_kill_at_every_point);
+    tcase_add_test(i36, test_more_signals);
+    tcase_add_test(i36, test_resume_checks_the_data);
+    tcase_add_test(i36, test_big_declared_set_reads_what_is_used);
+    tcase_add_test(i36, test_threads_beyond_the_maximum);
+    tcase_add_test(i36, test_compare_outputs_issue36);
+    tcase_add_test(i36, test_long_out_keeps_the_reason);
+    tcase_add_test(i36, test_lock_files_issue36);
+    suite_add_tcase(s, i36);
     return mpt_test_run(s);
 }

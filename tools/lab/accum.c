@@ -1,5 +1,5 @@
-/* tools/lab/accum.c - recursive, pairwise, blocked and compensated summation in FP32, FP16 and BF16 accumulators (the
- * math is in accum.h). */
+/* tools/lab/accum.c - recursive, pairwise, blocked and compensated summation in FP32, FP16 and BF16 accumulators, and
+ * the sign test of their errors' direction (the math is in accum.h). */
 #include "tools/lab/accum.h"
 
 #include <math.h>
@@ -100,4 +100,48 @@ double mpt_accum_sum(const float *p, int64_t k, mpt_dtype fmt, mpt_accum_method 
     case MPT_ACCUM_METHOD_COUNT: break;
     }
     return NAN;
+}
+
+double mpt_accum_exact(const float *p, int64_t k, double *abs_sum, float *sum32) {
+    double s = 0.0, comp = 0.0, a = 0.0;
+    float s32 = 0.0f;
+    for (int64_t i = 0; i < k; i++) {
+        const double v = p[i], t = s + v;
+        comp += fabs(s) >= fabs(v) ? (s - t) + v : (v - t) + s;
+        s = t;
+        a += fabs(v);
+        s32 = s32 + p[i];
+    }
+    *abs_sum = a;
+    *sum32 = s32;
+    return s + comp;
+}
+
+double mpt_accum_sign_test(int64_t k, int64_t n) {
+    if (n <= 0) return 1.0;
+    const int64_t hi = k > n - k ? k : n - k;
+    /* P(X >= hi) for X ~ Binomial(n, 1/2), its terms from lgamma (exact to rounding; terms below 2^-1074 are 0) */
+    const double ln_all = (double)n * log(2.0), lg_n = lgamma((double)n + 1.0);
+    double tail = 0.0;
+    for (int64_t i = hi; i <= n; i++)
+        tail += exp(lg_n - lgamma((double)i + 1.0) - lgamma((double)(n - i) + 1.0) - ln_all);
+    const double p = 2.0 * tail;
+    return p < 1.0 ? p : 1.0;
+}
+
+void mpt_accum_bias_of(const double *err, int64_t n, mpt_accum_bias *out) {
+    mpt_accum_bias b = {.n = n};
+    double sum = 0.0, sum_abs = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (err[i] < 0) b.toward_zero++;
+        else if (err[i] > 0) b.away++;
+        else b.exact++;
+        sum += err[i];
+        sum_abs += fabs(err[i]);
+    }
+    const int64_t signed_n = b.toward_zero + b.away;
+    b.share_toward = signed_n ? (double)b.toward_zero / (double)signed_n : NAN;
+    b.p_sign = mpt_accum_sign_test(b.toward_zero, signed_n);
+    b.mean_ratio = sum_abs > 0.0 ? sum / sum_abs : NAN;
+    *out = b;
 }

@@ -69,4 +69,35 @@ const char *mpt_accum_method_name(mpt_accum_method m);
  * others). */
 double mpt_accum_sum(const float *p, int64_t k, mpt_dtype fmt, mpt_accum_method m, int64_t block, double *scratch);
 
+/* The exact sum of p[0..k) (k >= 0): FP64 with Neumaier's compensation, as mpt_accum_dot's ref; sum |p_i| into
+ * *abs_sum and the FP32 recursive sum (IEEE round to nearest even after every addition, from +0: mpt_accum_dot's
+ * sum[MPT_ACCUM_F32]) into *sum32, for callers that need no 16-bit accumulator. */
+double mpt_accum_exact(const float *p, int64_t k, double *abs_sum, float *sum32);
+
+/* ---- the direction of summation errors --------------------------------------------------------------------------
+ * Rounding to nearest errs up and down alike; truncation (round toward zero, as Tensor Cores' block FMAs do: the
+ * aligned terms and the block's sum, kernels/cpu/tc_accum.h) only ever shrinks a magnitude. Over many dot products the
+ * signed error sign(exact) (sum - exact) then is negative far more often than positive. The test of "more often than
+ * chance" is the sign test: under errors of either sign with probability 1/2 (and zero errors set aside), the count of
+ * negative ones among n is Binomial(n, 1/2); its two-sided p-value is min(1, 2 P(X >= max(k, n - k))), summed exactly
+ * (any statistics text; e.g. Conover, Practical Nonparametric Statistics, 3rd ed., section 3.4). */
+
+/* The two-sided sign test's p-value of k outcomes of one sign among n (0 <= k <= n; n = 0 gives 1). */
+double mpt_accum_sign_test(int64_t k, int64_t n);
+
+/* The direction of n errors err[i] = sign(exact_i) (sum_i - exact_i), each in any unit (divided by sum |p| or not:
+ * only signs and the mean ratio are read). */
+typedef struct mpt_accum_bias {
+    int64_t n;           /* errors */
+    int64_t toward_zero; /* err < 0: the computed sum smaller in magnitude than the exact one (or of the other sign) */
+    int64_t away;        /* err > 0 */
+    int64_t exact;       /* err == 0 */
+    double share_toward; /* toward_zero / (toward_zero + away); NAN when every error is 0 */
+    double p_sign;       /* mpt_accum_sign_test(toward_zero, toward_zero + away) */
+    double mean_ratio;   /* mean err / mean |err|, in [-1, 1]: -1 when every error shrinks the magnitude, about 0 for
+                          * errors of either sign alike; NAN when every error is 0 */
+} mpt_accum_bias;
+
+void mpt_accum_bias_of(const double *err, int64_t n, mpt_accum_bias *out);
+
 #endif

@@ -32,7 +32,8 @@ static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_la
                                                  &mpt_lab_loss_scaling,   &mpt_lab_master_weights,
                                                  &mpt_lab_optimizer_state, &mpt_lab_overflow,    &mpt_lab_noise,
                                                  &mpt_lab_fp8,            &mpt_lab_grad_comm,
-                                                 &mpt_lab_normalization,  &mpt_lab_scale};
+                                                 &mpt_lab_quantization,   &mpt_lab_normalization,
+                                                 &mpt_lab_scale};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -69,9 +70,15 @@ int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {
     return (c->cd->d.n_train + batch - 1) / batch * c->base->epochs;
 }
 
-mpt_status mpt_lab_gemm(const mpt_gemm_args *a) {
+mpt_status mpt_lab_gemm(const mpt_gemm_args *a) { return mpt_lab_gemm_accum(a, MPT_ACCUM_MODEL_IEEE); }
+
+mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m) {
+    if (!mpt_accum_model_covers(m, a->math))
+        return mpt_errorf(MPT_ERR_ARG, "the %s summation model has no Tensor Core row for %s GEMMs",
+                          mpt_accum_model_name(m) ? mpt_accum_model_name(m) : "?", mpt_math_name(a->math));
     mpt_backend *be = mpt_backend_cpu_create();
-    mpt_status s = mpt_backend_reserve_workspace(be, be->gemm_workspace ? be->gemm_workspace(be, a) : 0);
+    mpt_status s = mpt_backend_cpu_set_accum(be, m);
+    if (s == MPT_OK) s = mpt_backend_reserve_workspace(be, be->gemm_workspace ? be->gemm_workspace(be, a) : 0);
     if (s == MPT_OK) be->gemm(be, a);
     mpt_backend_free(&be);
     return s;
@@ -178,7 +185,7 @@ static mpt_status plan_deliver(void *ctx, int i, mpt_run_result *r) {
 
 static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res) {
     lab_plan pl = {c, runs, res};
-    mpt_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver};
+    mpt_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver, NULL, 0}; /* agreed at the start (lab_with) */
     return mpt_sweep_run(c->dist, &sw, MPT_OK);
 }
 
@@ -220,7 +227,7 @@ static mpt_status send_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n) {
     }
     void *b = buf;
     int64_t len = (int64_t)k;
-    return mpt_dist_bcast(c->dist, 0, &b, &len);
+    return mpt_dist_bcast(c->dist, 0, &b, &len, "the other ranks to take the lesson's runs");
 }
 
 mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res) {
@@ -240,7 +247,7 @@ static void send_end(mpt_dist *d, int rc) {
     int k = snprintf(buf, sizeof buf, "end%c%d", 0, rc);
     void *b = buf;
     int64_t len = k + 1;
-    if (mpt_dist_bcast(d, 0, &b, &len) != MPT_OK)
+    if (mpt_dist_bcast(d, 0, &b, &len, "the other ranks to take the end of the lab") != MPT_OK)
         fprintf(stderr, "mptrain lab: rank 0 could not tell the other ranks to stop: %s\n", mpt_last_error());
 }
 
@@ -275,7 +282,7 @@ static int serve_batches(const mpt_lab_ctx *proto, const mpt_cli_data *all, cons
     for (;;) {
         void *b = NULL;
         int64_t len = 0, k = 0;
-        if (mpt_dist_bcast(proto->dist, 0, &b, &len) != MPT_OK) {
+        if (mpt_dist_bcast(proto->dist, 0, &b, &len, "rank 0's next batch of runs (rank 0 runs the lessons)") != MPT_OK) {
             fprintf(stderr, "mptrain lab: rank %d: %s\n", mpt_dist_rank(proto->dist), mpt_last_error());
             return MPT_CLI_EXIT_FAIL;
         }
@@ -398,10 +405,11 @@ static void print_help(FILE *f) {
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
                "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
-               "lessons took 7.4 minutes of CPU time together on a shared two-core machine (2026-11-28: the first\n"
-               "ten 3.7 minutes, normalization and scale 119 s and 104 s measured apart); --quick runs each\n"
-               "lesson's smallest version that still shows its effect (about 89 s of CPU time; --list gives each\n"
-               "lesson's). A --quick lesson that misses its effect names the full command.\n\n"
+               "lessons took about 9.9 minutes of CPU time together on a shared two-core machine (2026-11-28: the\n"
+               "first ten 3.7 minutes; quantization, normalization and scale 148 s, 119 s and 104 s measured\n"
+               "apart); --quick runs each lesson's smallest version that still shows its effect (about 118 s of\n"
+               "CPU time; --list gives each lesson's). A --quick lesson that misses its effect names the full\n"
+               "command.\n\n"
                "Options:\n"
                "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"
@@ -646,7 +654,10 @@ int mpt_cmd_lab(int argc, char **argv) {
     mpt_dist *dist = NULL;
     mpt_status s = mpt_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("lab", s);
+    mpt_run_answer(dist);
     int rc = lab_with(&base, out, run, n, quick, params, n_params, dist);
+    mpt_run_answer(NULL);
+    if (dist) mpt_guard_stop_done();
     mpt_dist_free(&dist);
     return rc;
 }
@@ -677,10 +688,38 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         mpt_outdir_close(&od);
         return mpt_cli_fail("lab", s);
     }
-    if (dist && mpt_dist_sum_int(dist, &bad) == MPT_OK && bad) { /* every rank must hold the data, or none trains */
+    if (dist && mpt_dist_sum_int(dist, &bad, "every rank's data loaded") == MPT_OK && bad) { /* every rank must hold
+                                                                                                the data, or none trains */
         mpt_cli_data_free(&cd);
         mpt_outdir_close(&od);
         return MPT_CLI_EXIT_FAIL;
+    }
+    if (dist) { /* one lab: the same lessons, sizes, parameters, device, --out and data on every rank */
+        mpt_cli_job job = {0};
+        char list[512] = "";
+        size_t k = 0;
+        for (int i = 0; i < n && k + 40 < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? " " : "", run[i]->name);
+        mpt_cli_job_add(&job, "the mptrain version", "%s", MPT_VERSION);
+        mpt_cli_job_add(&job, "the lessons", "%s", list);
+        mpt_cli_job_add(&job, "--quick", "%s", quick ? "on" : "off");
+        k = 0;
+        list[0] = '\0';
+        for (int i = 0; i < n_params && k + 40 < sizeof list; i++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%.*s", i ? " " : "", (int)(sizeof list - k - 2), params[i]);
+        mpt_cli_job_add(&job, "--param", "%s", list);
+        mpt_cli_job_add(&job, "--device", "%s", base->device == MPT_DEVICE_CHOICE_CPU ? "cpu"
+                                                : base->device == MPT_DEVICE_CHOICE_CUDA ? "cuda" : "auto");
+        mpt_cli_job_add(&job, "--out", "%s", out);
+        char fpt[160];
+        mpt_cli_job_add(&job, "--data (the images as loaded)", "%s", mpt_cli_data_fp_text(&cd.fp, fpt, sizeof fpt));
+        s = mpt_dist_agree(dist, job.item, job.n);
+        mpt_cli_job_free(&job);
+        if (s != MPT_OK) {
+            mpt_cli_data_free(&cd);
+            mpt_outdir_close(&od);
+            return rank == 0 ? mpt_cli_fail("lab", s) : MPT_CLI_EXIT_USAGE;
+        }
     }
     if (rank != 0) {
         static mpt_lab_ctx proto;

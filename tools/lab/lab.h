@@ -65,7 +65,7 @@ typedef struct mpt_lab_lesson {
 /* The lessons, in the order `mptrain lab` runs them. */
 extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_accumulation, mpt_lab_loss_scaling, mpt_lab_master_weights,
     mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise, mpt_lab_fp8, mpt_lab_softmax, mpt_lab_grad_comm,
-    mpt_lab_normalization, mpt_lab_scale;
+    mpt_lab_quantization, mpt_lab_normalization, mpt_lab_scale;
 
 /* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
  * value is not a finite number. */
@@ -81,6 +81,11 @@ int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch);
  * set): the backend prepares the GEMM as a graph build does (gemm_workspace, mpt_backend_reserve_workspace) and runs
  * it. For lessons that measure single products on real operands. MPT_ERR_NOMEM when the workspace cannot be had. */
 mpt_status mpt_lab_gemm(const mpt_gemm_args *a);
+
+/* mpt_lab_gemm with its TF32, FP16 and BF16 products summed by summation model m (engine/backend.h
+ * mpt_backend_cpu_set_accum: IEEE is mpt_lab_gemm; V100 .. B200 sum as that GPU's Tensor Cores, kernels/cpu/tc_accum.h
+ * through the backend). MPT_ERR_ARG naming both when the model has no row for a->math (V100 with TF32 or BF16). */
+mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m);
 
 /* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
 int64_t mpt_lab_telemetry_every(int64_t steps, int points);

@@ -14,9 +14,16 @@
  * no GEMM accumulates in BF16, which is shown for its 8 significant bits.
  * Also the error relative to the output itself, |sum - exact| / |exact| (median), which is what a GEMM's user
  * sees and which grows with K where the normwise measure hides it (sum |p| grows with K too).
+ * Then Tensor Cores (issue 39 E): the same layer's products in GEMMs of FP16, BF16 and TF32 operands, summed by the
+ * v100, a100, h100 and b200 models of their block FMAs (kernels/cpu/tc_accum.h, reached through the CPU backend:
+ * mpt_lab_gemm_accum) beside IEEE recursive FP32 summation of the same exact products: the median error against FP64
+ * per K, and the sign of the errors: truncation toward zero shrinks magnitudes, so the share of errors
+ * sign(exact) (sum - exact) < 0 over every dot product, with the sign test's p-value (accum.h), against round to
+ * nearest's (tensor-cores.dat).
  * Criterion: the effect is observed when at every K the FP32 accumulator's median error is at least 10x below
  * both 16-bit accumulators', and the 16-bit accumulators' median error relative to the output is at least 10x
- * larger at the largest K than at the smallest.
+ * larger at the largest K than at the smallest. The Tensor Core sentences have their own (tools/sentences.h): a sign
+ * is resolved at p < 0.01.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -111,7 +118,7 @@ static mpt_status measure(const stream *st, int64_t block, k_err *out) {
     return MPT_OK;
 }
 
-/* The trained first layer and the first test images, both rounded to FP16. */
+/* The trained first layer (FP32) and the first test images (pixels / 255, FP32). */
 static mpt_status load_operands(const mpt_lab_ctx *c, const char *ckpt, float **x, float **w, int64_t *M, int64_t *N,
                                 int64_t *D) {
     mpt_checkpoint *ck = NULL;
@@ -133,14 +140,179 @@ static mpt_status load_operands(const mpt_lab_ctx *c, const char *ckpt, float **
         free(xv);
         return s;
     }
-    for (int64_t i = 0; i < n * d->dim; i++) wv[i] = mpt_f16_to_f32(mpt_f32_to_f16(wv[i]));
-    for (int64_t i = 0; i < m * d->dim; i++) xv[i] = mpt_f16_to_f32(mpt_f32_to_f16((float)d->test_images[i] / 255.0f));
+    for (int64_t i = 0; i < m * d->dim; i++) xv[i] = (float)d->test_images[i] / 255.0f;
     *x = xv;
     *w = wv;
     *M = m;
     *N = n;
     *D = d->dim;
     return MPT_OK;
+}
+
+/* ---- Tensor Core summation models ------------------------------------------------------------------------------
+ * The same layer's real products, now as a GEMM feeds Tensor Cores: operands rounded to FP16, BF16 or TF32 (RNE from
+ * the FP32 weights and pixels), A = TC_IMAGES images' rows, B = TC_ROWS weight rows, each output one dot product of
+ * length K, cut in segments of the layer's 784 columns. Segment g (counted over every K of the ladder, so that dot
+ * products of different K share no product) of output (i, j) pairs image (i + TC_IMAGES floor(g / (N / TC_ROWS))) mod
+ * M with weight row (j + TC_ROWS g) mod N: every product is one the layer computes, and no (image, weight row) pair
+ * repeats while g < (M / TC_IMAGES) (N / TC_ROWS) (1024 for 256 images and fc1's 512 rows; the ladder uses 116). For K
+ * below 784 the dot products take the middle K columns of one segment (where the pixels are not zero). Summed by IEEE
+ * recursive FP32 here (accum.c: what the `ieee` row of the models computes, one FMA per product in order; the CPU
+ * backend's own ieee is its FP32 engine's blocked order, not this) and by the v100, a100, h100 and b200 models through
+ * the CPU backend (mpt_lab_gemm_accum). */
+enum { TC_FP16 = 0, TC_BF16, TC_TF32, TC_FORMATS };
+enum { TC_IEEE = 0, TC_V100, TC_A100, TC_H100, TC_B200, TC_SUMS };
+static const mpt_math tc_math[TC_FORMATS] = {[TC_FP16] = MPT_MATH_F16, [TC_BF16] = MPT_MATH_BF16,
+                                             [TC_TF32] = MPT_MATH_TF32};
+static const char *const tc_format_name[TC_FORMATS] = {[TC_FP16] = "FP16", [TC_BF16] = "BF16", [TC_TF32] = "TF32"};
+/* the backend's model of each summation ([TC_IEEE] unused: summed in accum.c) */
+static const mpt_accum_model tc_model[TC_SUMS] = {[TC_IEEE] = MPT_ACCUM_MODEL_IEEE, [TC_V100] = MPT_ACCUM_MODEL_V100,
+                                                  [TC_A100] = MPT_ACCUM_MODEL_A100, [TC_H100] = MPT_ACCUM_MODEL_H100,
+                                                  [TC_B200] = MPT_ACCUM_MODEL_B200};
+static const char *const tc_sum_name[TC_SUMS] = {[TC_IEEE] = "IEEE recursive", [TC_V100] = "v100", [TC_A100] = "a100",
+                                                 [TC_H100] = "h100", [TC_B200] = "b200"};
+_Static_assert(sizeof tc_sum_name / sizeof tc_sum_name[0] == TC_SUMS, "a name per summation");
+_Static_assert(sizeof tc_format_name / sizeof tc_format_name[0] == TC_FORMATS, "a name per format");
+#define TC_IMAGES 16
+#define TC_ROWS 8
+#define TC_DOTS (TC_IMAGES * TC_ROWS)
+
+typedef struct tc_result {
+    int n[N_K][TC_FORMATS];                         /* dot products with a nonzero exact sum */
+    int has[TC_FORMATS][TC_SUMS];                   /* the summation exists for the format (v100: FP16 only) */
+    double out[N_K][TC_FORMATS][TC_SUMS];           /* median |sum - exact| / |exact| */
+    double norm[N_K][TC_FORMATS][TC_SUMS];          /* median |sum - exact| / sum |p| */
+    double toward[N_K][TC_FORMATS][TC_SUMS];        /* share of the nonzero errors that shrink the magnitude */
+    double err[TC_FORMATS][TC_SUMS][N_K * TC_DOTS]; /* sign(exact) (sum - exact) / sum |p|, every K */
+    int64_t n_err[TC_FORMATS];
+    mpt_accum_bias bias[TC_FORMATS][TC_SUMS];       /* of err, pooled over K */
+    int64_t b200_differs[TC_FORMATS];               /* dot products whose b200 sum's bits are not h100's */
+} tc_result;
+
+/* v rounded to format f (RNE), as a float; the 16-bit formats' bits into *bits. */
+static float tc_round(float v, int f, uint16_t *bits) {
+    if (f == TC_FP16) return mpt_f16_to_f32(*bits = mpt_f32_to_f16(v));
+    if (f == TC_BF16) return mpt_bf16_to_f32(*bits = mpt_f32_to_bf16(v));
+    return mpt_round_tf32(v);
+}
+
+/* D[TC_IMAGES, TC_ROWS] = A B^T summed by model m: A [TC_IMAGES, K] and B [TC_ROWS, K] in format f (TF32: FP32
+ * values already rounded, which the backend's rounding keeps). */
+static mpt_status tc_gemm(int f, mpt_accum_model m, int64_t K, const float *a, const uint16_t *a16, const float *b,
+                          const uint16_t *b16, float *d) {
+    const mpt_dtype dt = f == TC_FP16 ? MPT_DTYPE_F16 : f == TC_BF16 ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+    const mpt_gemm_args g = {.trans_b = 1, .M = TC_IMAGES, .N = TC_ROWS, .K = K,
+                             .A = f == TC_TF32 ? (const void *)a : a16, .a_dtype = dt,
+                             .B = f == TC_TF32 ? (const void *)b : b16, .b_dtype = dt,
+                             .C = d, .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .math = tc_math[f],
+                             .tag = "lab.accumulation.tc"};
+    return mpt_lab_gemm_accum(&g, m);
+}
+
+/* x [M, D] pixels / 255 and w [N, D] fc1's weights, both FP32. */
+static mpt_status measure_tc(const float *x, const float *w, int64_t M, int64_t N, int64_t D, tc_result *T) {
+    memset(T, 0, sizeof *T);
+    const int64_t kmax = Ks[N_K - 1], per = N / TC_ROWS > 0 ? N / TC_ROWS : 1;
+    float *a = malloc((size_t)(TC_IMAGES * kmax) * sizeof *a), *b = malloc((size_t)(TC_ROWS * kmax) * sizeof *b);
+    uint16_t *a16 = malloc((size_t)(TC_IMAGES * kmax) * sizeof *a16), *b16 = malloc((size_t)(TC_ROWS * kmax) * sizeof *b16);
+    float *p = malloc((size_t)kmax * sizeof *p);
+    double *v = malloc((size_t)2 * TC_SUMS * TC_DOTS * sizeof *v); /* per summation: |e| / |exact|, |e| / sum |p| */
+    mpt_status s = a && b && a16 && b16 && p && v ? MPT_OK : mpt_errorf(MPT_ERR_NOMEM, "lab accumulation: no memory");
+    for (int f = 0; f < TC_FORMATS; f++)
+        for (int m = 0; m < TC_SUMS; m++) T->has[f][m] = m == TC_IEEE || mpt_accum_model_covers(tc_model[m], tc_math[f]);
+    int64_t g0 = 0; /* the first segment of this K */
+    for (int ki = 0; ki < N_K && s == MPT_OK; ki++) {
+        const int64_t K = Ks[ki], c0 = K < D ? (D - K) / 2 : 0;
+        for (int f = 0; f < TC_FORMATS && s == MPT_OK; f++) {
+            for (int64_t k = 0; k < K; k++) {
+                const int64_t t = c0 + k, g = g0 + t / D, col = t % D;
+                for (int i = 0; i < TC_IMAGES; i++)
+                    a[i * K + k] = tc_round(x[((i + TC_IMAGES * (g / per)) % M) * D + col], f, &a16[i * K + k]);
+                for (int j = 0; j < TC_ROWS; j++)
+                    b[j * K + k] = tc_round(w[((j + TC_ROWS * g) % N) * D + col], f, &b16[j * K + k]);
+            }
+            float d[TC_SUMS][TC_DOTS];
+            for (int m = 1; m < TC_SUMS && s == MPT_OK; m++)
+                if (T->has[f][m]) s = tc_gemm(f, tc_model[m], K, a, a16, b, b16, d[m]);
+            int n = 0;
+            for (int i = 0; i < TC_IMAGES && s == MPT_OK; i++)
+                for (int j = 0; j < TC_ROWS; j++) {
+                    for (int64_t k = 0; k < K; k++) p[k] = a[i * K + k] * b[j * K + k]; /* exact in FP32 */
+                    double abs_sum;
+                    const double ref = mpt_accum_exact(p, K, &abs_sum, &d[TC_IEEE][i * TC_ROWS + j]);
+                    if (ref == 0.0 || !(abs_sum > 0.0)) continue;
+                    for (int m = 0; m < TC_SUMS; m++) {
+                        if (!T->has[f][m]) continue;
+                        const double e = (double)d[m][i * TC_ROWS + j] - ref;
+                        v[(2 * m) * TC_DOTS + n] = fabs(e) / fabs(ref);
+                        v[(2 * m + 1) * TC_DOTS + n] = fabs(e) / abs_sum;
+                        T->err[f][m][T->n_err[f] + n] = (ref > 0 ? e : -e) / abs_sum;
+                    }
+                    T->b200_differs[f] += memcmp(&d[TC_H100][i * TC_ROWS + j], &d[TC_B200][i * TC_ROWS + j],
+                                                 sizeof(float)) != 0;
+                    n++;
+                }
+            T->n[ki][f] = n;
+            for (int m = 0; m < TC_SUMS; m++) {
+                if (!T->has[f][m]) {
+                    T->out[ki][f][m] = T->norm[ki][f][m] = T->toward[ki][f][m] = NAN;
+                    continue;
+                }
+                T->out[ki][f][m] = median_of(v + (2 * m) * TC_DOTS, n);
+                T->norm[ki][f][m] = median_of(v + (2 * m + 1) * TC_DOTS, n);
+                mpt_accum_bias kb;
+                mpt_accum_bias_of(T->err[f][m] + T->n_err[f], n, &kb);
+                T->toward[ki][f][m] = kb.share_toward;
+            }
+            T->n_err[f] += n;
+        }
+        g0 += (c0 + K + D - 1) / D;
+    }
+    for (int f = 0; f < TC_FORMATS; f++)
+        for (int m = 0; m < TC_SUMS; m++) mpt_accum_bias_of(T->err[f][m], T->has[f][m] ? T->n_err[f] : 0, &T->bias[f][m]);
+    free(a), free(b), free(a16), free(b16), free(p), free(v);
+    return s;
+}
+
+/* <lesson dir>/tensor-cores.dat: the Tensor Core section's numbers, five blocks (gnuplot indexes 0-4). */
+static mpt_status write_tc_dat(mpt_lab_ctx *c, const tc_result *T) {
+    FILE *dat = mpt_lab_open(c, "tensor-cores.dat");
+    if (!dat) return MPT_ERR_IO;
+    static const char *const what[3] = {
+        "the median |sum - exact| / |exact| (relative to the output)",
+        "the median |sum - exact| / sum |p_i| (normwise)",
+        "the share of the nonzero errors sign(exact) (sum - exact) that are negative (the sum smaller in magnitude)"};
+    for (int blk = 0; blk < 3; blk++) {
+        fprintf(dat, "%s# K, then for FP16, BF16 and TF32 operands in turn: the dot products with a nonzero exact sum, "
+                     "and %s of IEEE recursive FP32, v100, a100, h100, b200 (nan: no such row)\n",
+                blk ? "\n\n" : "", what[blk]);
+        for (int k = 0; k < N_K; k++) {
+            fprintf(dat, "%lld", (long long)Ks[k]);
+            for (int f = 0; f < TC_FORMATS; f++) {
+                fprintf(dat, " %d", T->n[k][f]);
+                for (int m = 0; m < TC_SUMS; m++) {
+                    const double x = blk == 0 ? T->out[k][f][m] : blk == 1 ? T->norm[k][f][m] : T->toward[k][f][m];
+                    fprintf(dat, " %.6e", blk < 2 && !(x > 0) ? NAN : x);
+                }
+            }
+            fprintf(dat, "\n");
+        }
+    }
+    fprintf(dat, "\n\n# pooled over every K: format, summation, errors, negative (toward zero), positive, zero, share "
+                 "negative among the nonzero, the sign test's two-sided p-value, mean error / mean |error| (errors "
+                 "sign(exact) (sum - exact) / sum |p_i|)\n");
+    for (int f = 0; f < TC_FORMATS; f++)
+        for (int m = 0; m < TC_SUMS; m++) {
+            if (!T->has[f][m]) continue;
+            const mpt_accum_bias *b = &T->bias[f][m];
+            fprintf(dat, "%s %s %lld %lld %lld %lld %.6f %.6e %.6f\n", tc_format_name[f],
+                    m == TC_IEEE ? "ieee-recursive" : tc_sum_name[m], (long long)b->n, (long long)b->toward_zero,
+                    (long long)b->away, (long long)b->exact, b->share_toward, b->p_sign, b->mean_ratio);
+        }
+    fprintf(dat, "\n\n# format, dot products, those whose b200 sum differs in any bit from the h100 one\n");
+    for (int f = 0; f < TC_FORMATS; f++)
+        fprintf(dat, "%s %lld %lld\n", tc_format_name[f], (long long)T->n_err[f], (long long)T->b200_differs[f]);
+    return mpt_lab_close(c, dat, "tensor-cores.dat");
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
@@ -159,10 +331,21 @@ static mpt_status run(mpt_lab_ctx *c) {
     stream st;
     float *x = NULL, *w = NULL;
     MPT_TRY(load_operands(c, ckpt, &x, &w, &st.M, &st.N, &st.D));
-    st.x = x;
-    st.w = w;
+    /* the stream's operands rounded to FP16, as the fp16 mode feeds its GEMMs */
+    float *x16 = malloc((size_t)(st.M * st.D) * sizeof *x16), *w16 = malloc((size_t)(st.N * st.D) * sizeof *w16);
     k_err E[N_K];
-    mpt_status s = measure(&st, block, E);
+    static tc_result T; /* large: the pooled errors of every format and summation */
+    mpt_status s = x16 && w16 ? MPT_OK : mpt_errorf(MPT_ERR_NOMEM, "lab accumulation: no memory");
+    if (s == MPT_OK) {
+        for (int64_t i = 0; i < st.M * st.D; i++) x16[i] = mpt_f16_to_f32(mpt_f32_to_f16(x[i]));
+        for (int64_t i = 0; i < st.N * st.D; i++) w16[i] = mpt_f16_to_f32(mpt_f32_to_f16(w[i]));
+        st.x = x16;
+        st.w = w16;
+        s = measure(&st, block, E);
+    }
+    if (s == MPT_OK) s = measure_tc(x, w, st.M, st.N, st.D, &T);
+    free(x16);
+    free(w16);
     free(x);
     free(w);
     MPT_TRY(s);
@@ -238,7 +421,33 @@ static mpt_status run(mpt_lab_ctx *c) {
                  (long long)E[0].K, (long long)kl->K, (long long)E[0].K, E[0].median_out[MPT_ACCUM_F32],
                  E[0].median_out[MPT_ACCUM_F16], E[0].median_out[MPT_ACCUM_BF16], (long long)kl->K,
                  kl->median_out[MPT_ACCUM_F32], kl->median_out[MPT_ACCUM_F16], kl->median_out[MPT_ACCUM_BF16], growth);
+    /* Tensor Cores: the h100 model on FP16 operands in the conclusion, every model and format in the report */
+    char tc_vs[TC_FORMATS][TC_SUMS][700], tc_bias[TC_FORMATS][TC_SUMS][900], same_bits[300];
+    int64_t b200_differs = 0, tc_total = 0;
+    for (int f = 0; f < TC_FORMATS; f++) {
+        b200_differs += T.b200_differs[f];
+        tc_total += T.n_err[f];
+        for (int m = 1; m < TC_SUMS; m++) {
+            if (!T.has[f][m]) continue;
+            mpt_text_tc_vs_ieee(tc_vs[f][m], sizeof tc_vs[f][m], tc_sum_name[m], tc_format_name[f], Ks[0], Ks[N_K - 1],
+                                T.out[0][f][m], T.out[N_K - 1][f][m], T.out[0][f][TC_IEEE], T.out[N_K - 1][f][TC_IEEE]);
+            const mpt_accum_bias *bt = &T.bias[f][m], *br = &T.bias[f][TC_IEEE];
+            const mpt_text_signs sg_t = {bt->toward_zero, bt->away, bt->p_sign, bt->mean_ratio},
+                                 sg_r = {br->toward_zero, br->away, br->p_sign, br->mean_ratio};
+            mpt_text_truncation_bias(tc_bias[f][m], sizeof tc_bias[f][m], tc_sum_name[m], tc_format_name[f], &sg_t, &sg_r);
+        }
+    }
+    mpt_text_same_bits(same_bits, sizeof same_bits, tc_sum_name[TC_H100], tc_sum_name[TC_B200], b200_differs, tc_total);
+    {
+        size_t used = strlen(c->conclusion);
+        snprintf(c->conclusion + used, sizeof c->conclusion - used,
+                 " Tensor Cores, modelled (their block FMAs through the CPU backend; K = %lld to %lld): %s. %s. Over "
+                 "FP16, BF16 and TF32 operands %s.",
+                 (long long)Ks[0], (long long)Ks[N_K - 1], tc_vs[TC_FP16][TC_H100], tc_bias[TC_FP16][TC_H100],
+                 same_bits);
+    }
 
+    MPT_TRY(write_tc_dat(c, &T));
     FILE *dat = mpt_lab_open(c, "accumulation.dat");
     if (!dat) return MPT_ERR_IO;
     fprintf(dat, "# K median_fp32 max_fp32 median_fp16 max_fp16 median_bf16 max_bf16 (recursive sums, error / sum |p|)\n");
@@ -262,8 +471,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_outdir_close_written(dat, dat_path));
     FILE *gp = mpt_lab_open(c, "accumulation.gp");
     if (!gp) return MPT_ERR_IO;
-    mpt_report_gnuplot_terminal(gp, 1000, 1100, "accumulation.png");
-    fprintf(gp, "set multiplot layout 2,1\n"
+    mpt_report_gnuplot_terminal(gp, 1000, 2100, "accumulation.png");
+    fprintf(gp, "set multiplot layout 4,1\n"
                 "set title 'one dot product summed left to right: error / sum |p| against FP64 (%d dot products per K; "
                 "trained mlp, fc1)'\nset xlabel 'K (products per dot product)'\nset ylabel 'error / sum |p_i|'\n"
                 "set logscale x 2\nset logscale y 10\nset format x '2^{%%L}'\nset format y '10^{%%L}'\nset xrange [12:90000]\n"
@@ -285,6 +494,29 @@ static mpt_status run(mpt_lab_ctx *c) {
             fprintf(gp, "%s'accumulation.dat' index 1 using 1:%d with linespoints lw 1.5 dt %d pt %d lt %d title '%s, %s'",
                     a || m ? ", \\\n     " : "", 2 + a * MPT_ACCUM_METHOD_COUNT + m, dts[m], pts[m], a + 1,
                     mpt_accum_name((mpt_accum_kind)a), mpt_accum_method_name((mpt_accum_method)m));
+    /* Tensor Cores: colour by summation, dash and point by operand format; b200 as points over h100's line */
+    static const char *const tc_colour[TC_SUMS] = {"black", "#9467bd", "#2ca02c", "#d62728", "#ff7f0e"};
+    static const int tc_dt[TC_FORMATS] = {1, 2, 4}, tc_pt[TC_FORMATS] = {7, 5, 9};
+    for (int panel = 0; panel < 2; panel++) {
+        if (panel == 0)
+            fprintf(gp, "\nset title 'Tensor Cores, modelled: median error relative to the output (%d dot products per "
+                        "K, FP16 / BF16 / TF32 operands)'\nset ylabel '|sum - exact| / |exact|'\nset yrange [*:*]\nplot ",
+                    TC_DOTS);
+        else
+            fprintf(gp, "\nset title 'the sign of the error: share of the nonzero errors that shrink the sum (0.5: either "
+                        "sign alike)'\nset ylabel 'share toward zero'\nunset logscale y\nset format y '%%.1f'\n"
+                        "set yrange [0:1.05]\nplot 0.5 with lines dt 3 lc rgb 'black' notitle, ");
+        int first = 1;
+        for (int fm = 0; fm < TC_FORMATS; fm++)
+            for (int m = 0; m < TC_SUMS; m++) {
+                if (!T.has[fm][m]) continue;
+                fprintf(gp, "%s'tensor-cores.dat' index %d using 1:%d with %s lw 1.5 dt %d pt %d lc rgb '%s' title '%s, %s'",
+                        first ? "" : ", \\\n     ", panel ? 2 : 0, 3 + fm * (TC_SUMS + 1) + m,
+                        m == TC_B200 ? "points" : "linespoints", tc_dt[fm], m == TC_B200 ? 6 : tc_pt[fm],
+                        tc_colour[m], tc_format_name[fm], tc_sum_name[m]);
+                first = 0;
+            }
+    }
     fprintf(gp, "\nunset multiplot\n");
     char plot_buf[600];
     const char *plot_error = mpt_lab_plot(c, gp, "accumulation.gp", plot_buf, sizeof plot_buf);
@@ -344,6 +576,68 @@ static mpt_status run(mpt_lab_ctx *c) {
     fprintf(f, "%s.\n\nOther orders (K = %lld): %s; %s; %s; %s; %s; %s; %s; %s; %s. %s.\n\n",
             growth, (long long)kl->K, gains[0][0], gains[0][1], gains[0][2], gains[1][0], gains[1][1], gains[1][2],
             gains[2][0], gains[2][1], gains[2][2], why_blocked);
+    fprintf(f, "## Tensor Cores: block sums and truncation\n\n"
+               "A Tensor Core does not add one product at a time: one instruction (a block FMA) takes a block of "
+               "products and the accumulator, aligns them to the largest exponent among them, drops the bits below a "
+               "fixed width (each term's magnitude truncated, toward zero), adds what is left exactly and rounds the "
+               "sum once, toward zero into FP32 (Khattak and Mikaitis 2025, \"Accurate Models of NVIDIA Tensor "
+               "Cores\", arXiv 2512.07004; mptrain's models reproduce their published measurements on the GPUs bit for "
+               "bit: docs/numerics.md). Here the same layer's products are summed as a GEMM with FP16, BF16 and TF32 "
+               "operands (the trained FP32 weights and the pixels / 255 rounded to each, to nearest even) through the "
+               "CPU backend with each model (`--accum-model`; blocks of 4 products for v100, FP16 only; 8 for a100, 4 "
+               "in TF32; 16 for h100 and b200, 8 in TF32), beside IEEE recursive FP32 summation of the same exact "
+               "products (one rounding to nearest per addition: the models' `ieee` row). Each K has %d outputs (%d "
+               "images x %d weight rows; below K = 784 the middle K pixels, above it the next images and weight rows, "
+               "as a larger GEMM would sum; no two dot products share a product), those with a nonzero exact sum "
+               "counted. A dot product longer than one "
+               "block is the model's chain of block FMAs over K, each result the next block's accumulator (a GEMM "
+               "without split-K): the published measurements exercise single blocks, so the chain is the model's "
+               "rule, not a measurement. Numbers: `tensor-cores.dat` (its first block is these tables).\n\n",
+            TC_DOTS, TC_IMAGES, TC_ROWS);
+    for (int fm = 0; fm < TC_FORMATS; fm++) {
+        fprintf(f, "| K (%s operands) | dots |", tc_format_name[fm]);
+        for (int m = 0; m < TC_SUMS; m++)
+            if (T.has[fm][m]) fprintf(f, " %s |", tc_sum_name[m]);
+        fprintf(f, "\n|---:|---:|");
+        for (int m = 0; m < TC_SUMS; m++)
+            if (T.has[fm][m]) fprintf(f, "---:|");
+        fprintf(f, "\n");
+        for (int k = 0; k < N_K; k++) {
+            fprintf(f, "| %lld | %d |", (long long)Ks[k], T.n[k][fm]);
+            for (int m = 0; m < TC_SUMS; m++)
+                if (T.has[fm][m]) fprintf(f, " %.2e |", T.out[k][fm][m]);
+            fprintf(f, "\n");
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "(median |sum - exact| / |exact|; the normwise error and the per-K share of errors toward zero are the "
+               "second and third blocks of `tensor-cores.dat`.)\n\n");
+    for (int fm = 0; fm < TC_FORMATS; fm++)
+        for (int m = 1; m < TC_SUMS; m++)
+            if (T.has[fm][m] && m != TC_B200) fprintf(f, "- %s.\n", tc_vs[fm][m]);
+    fprintf(f, "\n**The sign of the error.** Rounding to nearest errs up and down alike; truncation only ever shrinks a "
+               "magnitude. Over every dot product of every K, the error e = sign(exact) (sum - exact) / sum |p|: how "
+               "many shrank the sum (e < 0) and how many grew it, the sign test's two-sided p-value (how likely so "
+               "uneven a split is if either sign were equally likely; zero errors set aside), and mean e / mean |e| "
+               "(-1: every error toward zero; about 0: either sign alike). Numbers: the fourth block of "
+               "`tensor-cores.dat`.\n\n"
+               "| operands | summation | errors | toward zero | away from zero | exact | share toward zero | sign test "
+               "p | mean e / mean \\|e\\| |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int fm = 0; fm < TC_FORMATS; fm++)
+        for (int m = 0; m < TC_SUMS; m++) {
+            if (!T.has[fm][m]) continue;
+            const mpt_accum_bias *bb = &T.bias[fm][m];
+            fprintf(f, "| %s | %s | %lld | %lld | %lld | %lld | %.1f%% | %.2g | %+.3f |\n", tc_format_name[fm],
+                    tc_sum_name[m], (long long)bb->n, (long long)bb->toward_zero, (long long)bb->away,
+                    (long long)bb->exact, 100.0 * bb->share_toward, bb->p_sign, bb->mean_ratio);
+        }
+    fprintf(f, "\n");
+    for (int fm = 0; fm < TC_FORMATS; fm++)
+        for (int m = 1; m < TC_SUMS; m++)
+            if (T.has[fm][m] && m != TC_B200) fprintf(f, "- %s.\n", tc_bias[fm][m]);
+    fprintf(f, "\nB200's block FMAs for these formats have H100's parameters (docs/numerics.md); measured: %s (the fifth "
+               "block of `tensor-cores.dat`). A bias is resolved when the sign test's p is below 0.01.\n\n",
+            same_bits);
     fprintf(f, "Criterion for the effect: at every K the FP32 accumulator's median error (normwise) is at least 10x "
                "below both 16-bit accumulators', and their median error relative to the output grows at least 10x "
                "from K = %lld to K = %lld.\n",
@@ -354,11 +648,12 @@ static mpt_status run(mpt_lab_ctx *c) {
 const mpt_lab_lesson mpt_lab_accumulation = {
     "accumulation",
     "How does a dot product's error grow with K when it is summed in FP16, BF16 or FP32, left to right, pairwise, in "
-    "blocks or compensated (Kahan), and why do GEMMs accumulate in FP32 and in blocks?",
+    "blocks or compensated (Kahan), or as V100, A100, H100 and B200 Tensor Cores sum it (modelled), does their "
+    "truncation bias the error's sign, and why do GEMMs accumulate in FP32 and in blocks?",
     "block=B, the block length of blocked summation (default 256)",
     run,
     {20000, 10000, 2, 0}, /* full */
     {2000, 1000, 1, 0}, /* --quick */
     "block",
-    "--quick 5 s, full 7 s of CPU time (2-core VM, 2026-11-28)",
+    "--quick 6 s, full 8 s of CPU time (2-core VM, load average 7-8, 2026-11-28)",
 };
