@@ -111,8 +111,9 @@ void mpt_norm_args_check(const mpt_norm_args *a, const char *op, int backward) {
     if (!backward) MPT_ASSERTF(a->y && a->beta, "%s: y and beta must be set", op);
     if (!backward && strncmp(op, "batchnorm", 9) == 0)
         MPT_ASSERTF(a->running_mean && a->running_var, "%s: the running statistics must be set", op);
-    if (backward) /* (a layer norm's forward pass reads no gradient: it used to be asked for them here) */
-        MPT_ASSERTF(a->dy && a->dx && a->dgamma && a->dbeta, "%s: dy, dx, dgamma and dbeta must be set", op);
+    if (backward) /* (a layer norm's forward pass reads no gradient: it used to be asked for them here; dx is NULL
+                   * when the input has no gradient) */
+        MPT_ASSERTF(a->dy && a->dgamma && a->dbeta, "%s: dy, dgamma and dbeta must be set", op);
 }
 
 /* ---- quantization ---- */

@@ -243,7 +243,8 @@ typedef struct mpt_norm_args {
                                 (n = S x the valid rows, PyTorch's smaller last batch) and its dx is 0. NULL: every row
                                 is valid. (A layer norm row is its own statistic: a padding row's dy = 0 gives dx = 0.) */
     const void *dy;          /* backward input */
-    void *dx;                /* backward output: += (accumulate) or = */
+    void *dx;                /* backward output: += (accumulate) or =; NULL: not computed (the layer's input has no
+                                gradient: the network starts with the normalisation) */
     float *dgamma, *dbeta;   /* FP32 parameter gradients: sum of dy x^ and of dy; += (accumulate_params) or = */
     int accumulate, accumulate_params;
     const char *tag;         /* host string naming the call site ("bn1.fwd") */

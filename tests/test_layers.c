@@ -1797,6 +1797,63 @@ static void ns_ref(const float *x, int rows, int64_t rs, int64_t S, int64_t blk,
     *mean = m, *var = v, *rstd = r16(1.0f / sqrtf(v + eps), t);
 }
 
+/* A network that starts with a normalisation: its input (the data) has no gradient, so the backward pass computes no
+ * dx (mpt_norm_args.dx NULL) and still gamma's and beta's gradients, bit for bit those of the same layer whose input
+ * has one, with and without the trainer's grad_overwrite. It used to dereference the missing gradient (a segfault in
+ * training "batchnorm,flatten,linear"). */
+static void norm_without_dx(int layernorm, mpt_precision mode) {
+    float dg[4][16], db[4][16];
+    int M = 0;
+    for (int k = 0; k < 4; k++) {
+        const int with_dx = k & 1;
+        mpt_policy pol = policy_for_mode(mode);
+        mpt_backend *be = mpt_backend_cpu_create();
+        mpt_graph *g = mpt_graph_create(be, &pol, 4);
+        g->grad_overwrite = k >> 1;
+        const mpt_dtype dt = mpt_policy_act_dtype(&pol);
+        const int64_t xs[4] = {4, 3, 2, 2}, ls[1] = {4};
+        mpt_tensor *x = with_dx ? act_with_grad(g, "x", dt, 4, xs) : mpt_graph_tensor(g, "x", dt, MPT_MEM_ACT, 4, xs);
+        mpt_tensor *y = layernorm ? mpt_layernorm(g, x, 1e-5f, "n") : mpt_batchnorm(g, x, 1e-5f, 0.1f, "n");
+        g->labels = mpt_graph_tensor(g, "labels", MPT_DTYPE_I32, MPT_MEM_ACT, 1, ls);
+        ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+        for (int i = 0; i < 4; i++) ((int32_t *)g->labels->data)[i] = i;
+        tests_rng r = {0x77};
+        free(rand_stored(x, &r, -1.0, 3.0));
+        double *gv = rand_stored(mpt_graph_find(g, "n.weight"), &r, 0.5, 1.5);
+        g->training = 1;
+        mpt_graph_zero_grad(g);
+        mpt_graph_forward(g);
+        double *R = rand_stored(y->grad, &r, -1.0, 1.0);
+        mpt_graph_grad_accumulate(g, y->grad); /* written, as by the loss: not zeroed as unwritten */
+        mpt_graph_backward(g);
+        mpt_tensor *gm = mpt_graph_find(g, "n.weight"), *bt = mpt_graph_find(g, "n.bias");
+        M = (int)mpt_tensor_numel(gm);
+        ck_assert(M <= 16 && (x->grad == NULL) == !with_dx);
+        memcpy(dg[k], gm->grad->data, (size_t)M * sizeof(float));
+        memcpy(db[k], bt->grad->data, (size_t)M * sizeof(float));
+        free(gv);
+        free(R);
+        mpt_graph_free(&g);
+        mpt_backend_free(&be);
+    }
+    double sum = 0.0;
+    for (int i = 0; i < M; i++) sum += fabs(db[1][i]);
+    ck_assert_msg(sum > 0.0, "%s: dbeta is all zero", layernorm ? "layernorm" : "batchnorm");
+    for (int k = 0; k < 4; k += 2)
+        ck_assert_msg(memcmp(dg[k], dg[1], (size_t)M * sizeof(float)) == 0 &&
+                          memcmp(db[k], db[1], (size_t)M * sizeof(float)) == 0,
+                      "%s without dx (grad_overwrite %d): dgamma or dbeta differ from the layer's with dx",
+                      layernorm ? "layernorm" : "batchnorm", k >> 1);
+}
+
+START_TEST(test_norm_input_without_grad) {
+    for (int l = 0; l < 2; l++) {
+        norm_without_dx(l, MPT_PRECISION_FP32);
+        norm_without_dx(l, MPT_PRECISION_BF16);
+    }
+}
+END_TEST
+
 START_TEST(test_norm_stats) {
     mpt_backend *be = mpt_backend_cpu_create();
     tests_rng rg = {0x5157};
@@ -1940,6 +1997,7 @@ Suite *layers_suite(void) {
     tcase_add_test(tc, test_avgpool);
     tcase_add_test(tc, test_activations);
     tcase_add_test(tc, test_norm_stats);
+    tcase_add_test(tc, test_norm_input_without_grad);
     tcase_add_test_raise_signal(tc, test_dtype_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_softmax_xent_needs_scale, SIGABRT);

@@ -75,7 +75,7 @@ static void batchnorm_backward(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.bwd", n->name);
     mpt_norm_args a = bn_args(g, n, tag);
     mpt_tensor *dx = n->in[0]->grad;
-    a.accumulate = mpt_graph_grad_accumulate(g, dx);
+    a.accumulate = dx ? mpt_graph_grad_accumulate(g, dx) : 0; /* no gradient into the input: a.dx NULL */
     /* dgamma and dbeta: one parameter node writes both, so they are first written together */
     a.accumulate_params = mpt_graph_grad_accumulate(g, n->in[1]->grad);
     MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate_params,

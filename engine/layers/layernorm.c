@@ -55,7 +55,7 @@ static void layernorm_backward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
     snprintf(tag, sizeof tag, "%s.bwd", n->name);
     mpt_norm_args a = ln_args(g, n, tag);
-    a.accumulate = mpt_graph_grad_accumulate(g, n->in[0]->grad);
+    a.accumulate = n->in[0]->grad ? mpt_graph_grad_accumulate(g, n->in[0]->grad) : 0; /* no gradient: a.dx NULL */
     a.accumulate_params = mpt_graph_grad_accumulate(g, n->in[1]->grad);
     MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate_params,
                 "layernorm %s: gamma and beta gradients out of step", n->name);

@@ -203,7 +203,7 @@ void mpt_cpu_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a) {
         a->dgamma[c] = a->accumulate_params ? a->dgamma[c] + sum_dyx : sum_dyx;
         const float mean_dy = fn > 0.0f ? sum_dy / fn : 0.0f, mean_dyx = fn > 0.0f ? sum_dyx / fn : 0.0f;
         const float scale = a->gamma[c] * rstd;
-        for (int64_t r = 0; r < a->N; r++) {
+        for (int64_t r = 0; a->dx && r < a->N; r++) { /* dx NULL: the input has no gradient */
             const int64_t base = (r * a->C + c) * a->S;
             const int ok = row_valid(a->labels, r);
             for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
@@ -274,9 +274,9 @@ void mpt_cpu_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
 void mpt_cpu_layernorm_backward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "layernorm_backward", 1);
     const float fs = (float)a->S;
-    /* dx, row by row */
-    MPT_OMP(omp parallel for schedule(static) if (a->N * a->S >= MPT_PAR_MIN))
-    for (int64_t r = 0; r < a->N; r++) {
+    /* dx, row by row (none when dx is NULL: the input has no gradient) */
+    MPT_OMP(omp parallel for schedule(static) if (a->dx && a->N * a->S >= MPT_PAR_MIN))
+    for (int64_t r = 0; r < (a->dx ? a->N : 0); r++) {
         const float mean = a->mean[r], rstd = a->rstd[r];
         float xb[NORM_CHUNK], gb[NORM_CHUNK], sum_g = 0.0f, sum_gx = 0.0f;
         for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {

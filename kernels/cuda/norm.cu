@@ -145,6 +145,7 @@ static void launch_bn_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a, 
                                                                           a->labels, a->mean, a->rstd, a->dgamma,
                                                                           a->dbeta, a->accumulate_params, means);
     MPT_CUDA_CHECK_LAUNCH("bn_grad_sums_kernel");
+    if (!a->dx) return; /* the input has no gradient */
     bn_dx_kernel<<<mpt_cuda_blocks(ctx, total), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         a->dx, a->dy, a->x, a->dtype, a->C, a->S, total, a->labels, a->mean, a->rstd, a->gamma, means, a->accumulate);
     MPT_CUDA_CHECK_LAUNCH("bn_dx_kernel");
@@ -241,9 +242,11 @@ static void launch_ln_forward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) {
 }
 
 static void launch_ln_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) {
-    ln_dx_kernel<<<(unsigned)a->N, NORM_THREADS, 0, ctx->stream>>>(a->dx, a->dy, a->x, a->dtype, a->S, a->gamma,
-                                                                   a->mean, a->rstd, a->accumulate);
-    MPT_CUDA_CHECK_LAUNCH("ln_dx_kernel");
+    if (a->dx) { /* NULL: the input has no gradient */
+        ln_dx_kernel<<<(unsigned)a->N, NORM_THREADS, 0, ctx->stream>>>(a->dx, a->dy, a->x, a->dtype, a->S, a->gamma,
+                                                                       a->mean, a->rstd, a->accumulate);
+        MPT_CUDA_CHECK_LAUNCH("ln_dx_kernel");
+    }
     ln_param_grad_kernel<<<mpt_cuda_blocks(ctx, a->S), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         a->dgamma, a->dbeta, a->dy, a->x, a->dtype, a->N, a->S, a->mean, a->rstd, a->accumulate_params);
     MPT_CUDA_CHECK_LAUNCH("ln_param_grad_kernel");
