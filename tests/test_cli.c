@@ -2027,6 +2027,25 @@ START_TEST(test_norm_stats) {
     rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "32", NULL);
     ck_assert_msg(rc == 0 && strstr(out_buf, want), "eval of a --norm-stats checkpoint (want '%s'): %d %s", want, rc,
                   out_buf);
+    /* a network that starts with a layer norm (its input has no gradient: no dx) trains; eval --quantize's unquantized
+     * model is eval's, the same test loss (the layer norm's BF16 one-pass statistics as trained: FP32 ones give
+     * another loss at the printed digits here) */
+    const char *inln = tmp_path("inputln");
+    rc = run("train", "--data", data, "--device", "cpu", "--model", "flatten,layernorm,linear(16),relu,linear",
+             "--precision", "bf16", "--norm-stats", "bf16-onepass", "--batch-size", "16", "--max-steps", "3",
+             "--limit-test", "32", "--progress", "off", "--out", inln, NULL);
+    ck_assert_msg(rc == 0, "train with a layer norm first failed (%d): %s", rc, out_buf);
+    char ckl[4400];
+    snprintf(ckl, sizeof ckl, "%s/checkpoint.safetensors", inln);
+    rc = run("eval", "--checkpoint", ckl, "--data", data, "--device", "cpu", "--limit-test", "32", NULL);
+    const char *lp = strstr(out_buf, "test loss ");
+    ck_assert_msg(rc == 0 && lp != NULL, "eval: %d %s", rc, out_buf);
+    char wantq[96];
+    snprintf(wantq, sizeof wantq, "test loss %.4f -> ", strtod(lp + strlen("test loss "), NULL));
+    rc = run("eval", "--checkpoint", ckl, "--data", data, "--device", "cpu", "--limit-test", "32", "--quantize", "int8",
+             NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, wantq), "eval --quantize of a --norm-stats checkpoint (want '%s'): %d %s",
+                  wantq, rc, out_buf);
     /* resume keeps it: another row is refused, naming both */
     rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--norm-stats", "fp16", "--out",
              tmp_path("bad"), NULL);
