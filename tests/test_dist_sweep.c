@@ -486,11 +486,13 @@ START_TEST(a_stopped_rank_ends_a_compare_within_comm_timeout) {
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
-    char csv[700];
-    snprintf(csv, sizeof csv, "%s/bf16/metrics.csv", out);
+    /* rank 1 has started its run once it holds the run's directory (its lock file): its CSVs are published with
+     * the checkpoint at the end of the run, too late (rank 1 would have finished training before it was stopped) */
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/bf16/.mptrain.lock", out);
     pid_t r1 = 0;
-    for (int i = 0; i < 6000 && !r1; i++) { /* rank 1 is training once its run's CSV exists */
-        if (exists(csv)) r1 = rank_pid(1, out);
+    for (int i = 0; i < 6000 && !r1; i++) {
+        if (exists(lock)) r1 = rank_pid(1, out);
         ck_assert_msg(waitpid(job, NULL, WNOHANG) == 0, "the job ended before rank 1 trained (see %s)", log);
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
