@@ -243,10 +243,23 @@ typedef struct mpt_norm_args {
                                 (n = S x the valid rows, PyTorch's smaller last batch) and its dx is 0. NULL: every row
                                 is valid. (A layer norm row is its own statistic: a padding row's dy = 0 gives dx = 0.) */
     const void *dy;          /* backward input */
-    void *dx;                /* backward output: += (accumulate) or = */
+    void *dx;                /* backward output: += (accumulate) or =; NULL: not computed (the layer's input has no
+                                gradient: the network starts with the normalisation) */
     float *dgamma, *dbeta;   /* FP32 parameter gradients: sum of dy x^ and of dy; += (accumulate_params) or = */
     int accumulate, accumulate_params;
     const char *tag;         /* host string naming the call site ("bn1.fwd") */
+    /* The forward statistics (training batch norm, layer norm), engine/amp/policy.h mpt_norm_stats: stat_dtype F32
+     * with one_pass 0 (the default: the policy) is the two-pass FP32 computation above. Any other pair is an ablation
+     * (--norm-stats) with R(v) = v rounded to nearest even in stat_dtype (F32, F16 or BF16) applied to the result of
+     * every operation: over the same elements in the same order as the FP32 sums (batch norm: each valid row's part of
+     * the channel, then the rows; layer norm: chunks of 512 features, then the chunks), part = R(part + t) and
+     * total = R(total + part), for the terms t = x (s1), t = R(x x) (s2, one_pass) and t = R(d d) with d = R(x - mean)
+     * (sq, two passes); mean = R(s1 / n); var = R(sq / n), or with one_pass max(0, R(R(s2 / n) - R(mean mean)))
+     * (a NaN stays NaN); rstd = R(1 / sqrt(var + eps)); mean and rstd are saved as so rounded; the running variance
+     * takes var n / (n - 1) in FP32 (n = 1: var). The normalisation, y and the backward pass are unchanged. The CPU
+     * backend implements every pair; the CUDA backend the default only (the run refuses the others there). */
+    mpt_dtype stat_dtype;
+    int one_pass;
 } mpt_norm_args;
 
 /* ---- FP8 casts and scale state (engine/amp/fp8.h) ------------------------------------------------------ */

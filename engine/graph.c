@@ -406,6 +406,9 @@ void mpt_graph_print_precision_map(const mpt_graph *g, FILE *f) {
     if (am != MPT_ACCUM_MODEL_IEEE) /* the kernels column says emulate:<model> where it sums */
         fprintf(f, "; TF32/FP16/BF16 products summed as %s Tensor Cores do (--accum-model %s)",
                 mpt_accum_model_gpus(am), mpt_accum_model_name(am));
+    if (g->policy.norm_stats != MPT_NORM_STATS_FP32) /* an ablation of the normalisations' statistics */
+        fprintf(f, "; batchnorm and layernorm statistics in %s (--norm-stats %s)",
+                mpt_norm_stats_info(g->policy.norm_stats)->summary, mpt_norm_stats_name(g->policy.norm_stats));
     fprintf(f, "):\n");
     fprintf(f, "  %-12s %-13s %-6s %-6s %-6s %-6s %12s  %s\n", "node", "op", "in", "weight", "out", "math",
             "act bytes", "kernels");

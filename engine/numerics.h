@@ -549,6 +549,12 @@ MPT_HD float mpt_elem_norm_dx(float g, float xhat, float mean_g, float mean_gx, 
 }
 /* A running statistic after one batch: (1 - momentum) r + momentum s (torch.nn.BatchNorm2d's update). */
 MPT_HD float mpt_elem_running(float r, float s, float momentum) { return fmaf(momentum, s, (1.0f - momentum) * r); }
+/* The statistics of an ablation row of --norm-stats (engine/amp/policy.h, mpt_norm_stats): v rounded to nearest even in
+ * format fmt and widened back exactly, the value a register of that format holds: fmt takes mpt_dtype's values 0 (F32:
+ * v itself), 1 (F16) and 2 (BF16) (kernels/cpu/norm.c asserts the correspondence). */
+MPT_HD float mpt_elem_stat_round(float v, int fmt) {
+    return fmt == 1 ? mpt_f16_to_f32(mpt_f32_to_f16(v)) : fmt == 2 ? mpt_bf16_to_f32(mpt_f32_to_bf16(v)) : v;
+}
 
 /* ==== Optimizer and loss-scaler per-element math ====================================================== */
 /*

@@ -273,6 +273,8 @@ static const bad_case bad_cases[] = {
     {{"train", "--accum-model", "v100", "--precision", "bf16"}, "--accum-model"},      /* Volta: FP16 only */
     {{"train", "--accum-model", "v100", "--precision", "tf32"}, "--accum-model"},
     {{"train", "--accum-model", "h100", "--cpu-kernels", "native"}, "--accum-model"},  /* its own sums */
+    {{"train", "--norm-stats", "bf8"}, "--norm-stats"},
+    {{"train", "--norm-stats", "onepass"}, "--norm-stats"},
 };
 
 START_TEST(test_bad_flags) {
@@ -1966,6 +1968,101 @@ START_TEST(test_accum_model) {
 }
 END_TEST
 
+/* ---- --norm-stats (issue 37) ----------------------------------------------------------------------------------- */
+
+#define NORM_SPEC "conv(4,3,pad=1),batchnorm,relu,maxpool(2),flatten,linear(16),layernorm,relu,linear"
+
+/* The "stats" of precision-map node `node` in summary j (NULL when absent). */
+static const char *node_stats(json_t *j, const char *node) {
+    json_t *map = json_object_get(j, "precision_map");
+    for (size_t i = 0; i < json_array_size(map); i++) {
+        json_t *n = json_array_get(map, i);
+        if (strcmp(json_string_value(json_object_get(n, "node")), node) == 0)
+            return json_string_value(json_object_get(n, "stats"));
+    }
+    return NULL;
+}
+
+START_TEST(test_norm_stats) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *abl = tmp_path("stats16"), *pol = tmp_path("policy");
+    /* an ablation row: said, recorded (summary.json's config and precision map, the checkpoint's config) */
+    int rc = run("train", "--data", data, "--device", "cpu", "--model", NORM_SPEC, "--precision", "bf16",
+                 "--norm-stats", "bf16-onepass", "--batch-size", "16", "--max-steps", "3", "--limit-test", "32",
+                 "--progress", "off", "--out", abl, NULL);
+    ck_assert_msg(rc == 0, "train --norm-stats bf16-onepass failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "--norm-stats bf16-onepass: the forward statistics of the model's 2 normalisation "
+                                  "layers in BF16 arithmetic, E[x^2] - E[x]^2") &&
+                      strstr(out_buf, "batchnorm and layernorm statistics in BF16 arithmetic, E[x^2] - E[x]^2 "
+                                      "(--norm-stats bf16-onepass)"),
+                  "the run does not say what --norm-stats does: %s", out_buf);
+    json_t *j = load_summary(abl);
+    ck_assert_str_eq(cfg_str(j, "norm-stats"), "bf16-onepass");
+    ck_assert_msg(node_stats(j, "bn") && strcmp(node_stats(j, "bn"), "bf16-onepass") == 0 && node_stats(j, "ln") &&
+                      strcmp(node_stats(j, "ln"), "bf16-onepass") == 0 && node_stats(j, "fc1") == NULL,
+                  "precision map stats: bn %s, ln %s", node_stats(j, "bn"), node_stats(j, "ln"));
+    char want[64];
+    snprintf(want, sizeof want, "test accuracy %.2f%%", 100.0 * jnum(j, "final_test_accuracy"));
+    json_decref(j);
+    json_t *cfg = ckpt_config(abl);
+    ck_assert_str_eq(json_string_value(json_object_get(cfg, "norm-stats")), "bf16-onepass");
+    json_decref(cfg);
+    /* the policy: not written into the checkpoint (as before the option existed), and other weights */
+    rc = run("train", "--data", data, "--device", "cpu", "--model", NORM_SPEC, "--precision", "bf16", "--batch-size",
+             "16", "--max-steps", "3", "--limit-test", "32", "--progress", "off", "--out", pol, NULL);
+    ck_assert_msg(rc == 0 && !strstr(out_buf, "--norm-stats"), "train (policy): %d %s", rc, out_buf);
+    cfg = ckpt_config(pol);
+    ck_assert_msg(json_object_get(cfg, "norm-stats") == NULL, "a policy run's checkpoint records norm-stats");
+    json_decref(cfg);
+    j = load_summary(pol);
+    ck_assert_str_eq(cfg_str(j, "norm-stats"), "fp32");
+    ck_assert_msg(node_stats(j, "bn") && strcmp(node_stats(j, "bn"), "fp32") == 0, "policy run: bn stats %s",
+                  node_stats(j, "bn"));
+    json_decref(j);
+    ck_assert_msg(tensors_differ(abl, pol), "--norm-stats bf16-onepass trained the policy's weights");
+    /* eval computes the layer norm's statistics as the run did: its accuracy again */
+    char ck[4400];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", abl);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "32", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, want), "eval of a --norm-stats checkpoint (want '%s'): %d %s", want, rc,
+                  out_buf);
+    /* a network that starts with a layer norm (its input has no gradient: no dx) trains; eval --quantize's unquantized
+     * model is eval's, the same test loss (the layer norm's BF16 one-pass statistics as trained: FP32 ones give
+     * another loss at the printed digits here) */
+    const char *inln = tmp_path("inputln");
+    rc = run("train", "--data", data, "--device", "cpu", "--model", "flatten,layernorm,linear(16),relu,linear",
+             "--precision", "bf16", "--norm-stats", "bf16-onepass", "--batch-size", "16", "--max-steps", "3",
+             "--limit-test", "32", "--progress", "off", "--out", inln, NULL);
+    ck_assert_msg(rc == 0, "train with a layer norm first failed (%d): %s", rc, out_buf);
+    char ckl[4400];
+    snprintf(ckl, sizeof ckl, "%s/checkpoint.safetensors", inln);
+    rc = run("eval", "--checkpoint", ckl, "--data", data, "--device", "cpu", "--limit-test", "32", NULL);
+    const char *lp = strstr(out_buf, "test loss ");
+    ck_assert_msg(rc == 0 && lp != NULL, "eval: %d %s", rc, out_buf);
+    char wantq[96];
+    snprintf(wantq, sizeof wantq, "test loss %.4f -> ", strtod(lp + strlen("test loss "), NULL));
+    rc = run("eval", "--checkpoint", ckl, "--data", data, "--device", "cpu", "--limit-test", "32", "--quantize", "int8",
+             NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, wantq), "eval --quantize of a --norm-stats checkpoint (want '%s'): %d %s",
+                  wantq, rc, out_buf);
+    /* resume keeps it: another row is refused, naming both */
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--norm-stats", "fp16", "--out",
+             tmp_path("bad"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--norm-stats fp16 conflicts with the checkpoint's bf16-onepass"),
+                  "resume with another --norm-stats: %d %s", rc, out_buf);
+    /* a network without normalisation: a note that it changes nothing */
+    rc = run("train", "--data", data, "--device", "cpu", "--norm-stats", "fp16", "--max-steps", "1", "--limit-test",
+             "16", "--progress", "off", "--out", tmp_path("mlp"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "note: --norm-stats fp16 changes nothing: the model has no batchnorm or "
+                                             "layernorm"), "mlp --norm-stats fp16: %d %s", rc, out_buf);
+    rm_tmpdir();
+    /* resume is bit-exact with 16-bit statistics */
+    const char *extra[] = {"--norm-stats", "fp16-onepass", NULL};
+    resume_case(NORM_SPEC, "fp16", extra, 6, 3);
+}
+END_TEST
+
 static Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("flags");
@@ -1997,6 +2094,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_compare_seeds);
     tcase_add_test(tr, test_fashion_mnist_short);
     tcase_add_test(tr, test_accum_model);
+    tcase_add_test(tr, test_norm_stats);
     tcase_add_loop_test(tr, test_fixtures_train, 0, (int)(sizeof fixtures / sizeof fixtures[0]));
     tcase_add_test(tr, test_spec_checkpoint_eval);
     tcase_add_test(tr, test_resume_batchnorm);

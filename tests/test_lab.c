@@ -36,6 +36,8 @@
 #define TESTS_TMP_PREFIX "mpt_test_lab"
 #include "tmpdir.h"
 #include "mpt_config.h"
+#include "engine/checkpoint.h"
+#include "engine/numerics.h"
 
 static char out_buf[1 << 18];
 
@@ -159,6 +161,153 @@ static double steady_lost(const char *dir, int k, int *steps) {
     return *steps ? sum / *steps : NAN;
 }
 
+/* One whitespace-separated column (0-based) of the data row of `file` whose first column is x (NAN when absent). */
+static double dat_value(const char *file, double x, int col) {
+    FILE *f = fopen(file, "r");
+    ck_assert_msg(f != NULL, "%s: %s", file, strerror(errno));
+    char line[8192];
+    double v = NAN;
+    while (isnan(v) && fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        char *save = NULL, *tok = strtok_r(line, " \n", &save);
+        if (!tok || strtod(tok, NULL) != x) continue;
+        for (int c = 1; c <= col && (tok = strtok_r(NULL, " \n", &save)); c++)
+            if (c == col) v = strtod(tok, NULL);
+    }
+    fclose(f);
+    return v;
+}
+
+/* normalization: the numbers of the conclusion are its files', and its variances recompute from its activations */
+static void normalization_numbers(const char *out) {
+    char concl[4096], want[512], dir[700], f[760];
+    printed_conclusion("normalization", concl, sizeof concl);
+    /* normalization-ladder.dat: b, units, condition, then per method (fp32, fp32-onepass, bf16, bf16-onepass, fp16,
+     * fp16-onepass, welford-fp32) five columns, the median relative error first */
+    snprintf(f, sizeof f, "%s/normalization/normalization-ladder.dat", out);
+    const double e32 = dat_value(f, 128, 3), eb1 = dat_value(f, 128, 3 + 5 * 3), eh1 = dat_value(f, 128, 3 + 5 * 5);
+    snprintf(want, sizeof want, "erred by %.2g in BF16 and %.2g in FP16 on the median one, against %.2g for the "
+             "policy's two passes in FP32", eb1, eh1, e32);
+    ck_assert_msg(strstr(concl, want) != NULL, "normalization: want '%s' in: %s", want, concl);
+    ck_assert_msg(eb1 >= 10 * e32 && eh1 >= 10 * e32, "normalization: BF16 %g, FP16 %g, FP32 %g", eb1, eh1, e32);
+    /* the criterion's second half, from normalization-shift.dat (same columns, keyed by the shift t): at some shift
+     * the BF16 one-pass variance errs at least 10x more than two passes in BF16 */
+    snprintf(f, sizeof f, "%s/normalization/normalization-shift.dat", out);
+    static const double shift_t[] = {0, 2, 8, 32, 128};
+    double best = 0.0;
+    for (int i = 0; i < 5; i++) {
+        const double one = dat_value(f, shift_t[i], 3 + 5 * 3), two = dat_value(f, shift_t[i], 3 + 5 * 2);
+        ck_assert_msg(isfinite(two), "%s: no row for t = %g", f, shift_t[i]);
+        if (two > 0.0 && one / two > best) best = one / two;
+        if (two == 0.0 && one > 0.0) best = INFINITY;
+    }
+    ck_assert_msg(best >= 10.0, "normalization: BF16 one-pass over BF16 two passes at most %g over the shifts", best);
+    /* the fp16 runs at batch 4 x 128: skipped steps and accuracies from their summary.json */
+    snprintf(dir, sizeof dir, "%s/normalization/fp16-stats16-b512", out);
+    const double acc16 = 100.0 * summary_number(dir, "final_test_accuracy");
+    const int sk = (int)summary_number(dir, "steps_skipped"), st = (int)summary_number(dir, "steps");
+    snprintf(dir, sizeof dir, "%s/normalization/fp16-b512", out);
+    snprintf(want, sizeof want, "(%d of %d; test accuracy %.2f%% against %.2f%% with FP32 statistics)", sk, st, acc16,
+             100.0 * summary_number(dir, "final_test_accuracy"));
+    ck_assert_msg(strstr(concl, want) != NULL, "normalization: want '%s' in: %s", want, concl);
+    /* recomputed from activations.safetensors: bn1's channel 0 over the 128 rows, its exact variance (FP64, two
+     * passes) and its BF16 one-pass variance by --norm-stats' contract (rows' parts, then the rows; every operation
+     * rounded), against normalization-units.dat's first row (layer 0 unit 0: n mean var kappa, then per method the
+     * relative error of var and of rstd) */
+    snprintf(f, sizeof f, "%s/normalization/activations.safetensors", out);
+    mpt_checkpoint *ck = NULL;
+    ck_assert_msg(mpt_checkpoint_open(f, NULL, 0, &ck) == MPT_OK, "%s", mpt_last_error());
+    const mpt_checkpoint_tensor *t = mpt_checkpoint_find(ck, "bn1.input");
+    ck_assert_msg(t && t->dtype == MPT_DTYPE_F32 && t->ndim == 4 && t->shape[0] == 128, "%s: bn1.input", f);
+    const int64_t C = t->shape[1], S = t->shape[2] * t->shape[3];
+    const float *x = t->data;
+    double mean = 0.0, var = 0.0;
+    for (int r = 0; r < 128; r++)
+        for (int64_t k = 0; k < S; k++) mean += x[(r * C + 0) * S + k];
+    mean /= 128.0 * (double)S;
+    for (int r = 0; r < 128; r++)
+        for (int64_t k = 0; k < S; k++) var += (x[(r * C) * S + k] - mean) * (x[(r * C) * S + k] - mean);
+    var /= 128.0 * (double)S;
+    /* the BF16 one-pass: the stored activations are the FP32 ones rounded to BF16; the exact variance of those */
+    double mb = 0.0, vb = 0.0;
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int r = 0; r < 128; r++) {
+        float p1 = 0.0f, p2 = 0.0f;
+        for (int64_t k = 0; k < S; k++) {
+            const float v = mpt_bf16_to_f32(mpt_f32_to_bf16(x[(r * C) * S + k]));
+            mb += v;
+            p1 = mpt_bf16_to_f32(mpt_f32_to_bf16(p1 + v));
+            p2 = mpt_bf16_to_f32(mpt_f32_to_bf16(p2 + mpt_bf16_to_f32(mpt_f32_to_bf16(v * v))));
+        }
+        s1 = mpt_bf16_to_f32(mpt_f32_to_bf16(s1 + p1)), s2 = mpt_bf16_to_f32(mpt_f32_to_bf16(s2 + p2));
+    }
+    mb /= 128.0 * (double)S;
+    for (int r = 0; r < 128; r++)
+        for (int64_t k = 0; k < S; k++) {
+            const double v = mpt_bf16_to_f32(mpt_f32_to_bf16(x[(r * C) * S + k]));
+            vb += (v - mb) * (v - mb);
+        }
+    vb /= 128.0 * (double)S;
+    const float n = (float)(128 * S), m16 = mpt_bf16_to_f32(mpt_f32_to_bf16(s1 / n));
+    float v16 = mpt_bf16_to_f32(mpt_f32_to_bf16(mpt_bf16_to_f32(mpt_f32_to_bf16(s2 / n)) -
+                                                mpt_bf16_to_f32(mpt_f32_to_bf16(m16 * m16))));
+    v16 = v16 < 0.0f ? 0.0f : v16;
+    mpt_checkpoint_close(&ck);
+    snprintf(f, sizeof f, "%s/normalization/normalization-units.dat", out);
+    const double var_dat = dat_value(f, 0, 4), err_dat = dat_value(f, 0, 6 + 2 * 3);
+    ck_assert_msg(fabs(var_dat - var) <= 1e-7 * var, "bn1 channel 0: variance %.9g from the activations, %.9g in %s",
+                  var, var_dat, f);
+    ck_assert_msg(fabs(err_dat - fabs(v16 - vb) / vb) <= 1e-5 * err_dat, "bn1 channel 0: BF16 one-pass error %.6e "
+                  "recomputed, %.6e in %s", fabs(v16 - vb) / vb, err_dat, f);
+}
+
+/* scale: the counts of its conclusion are the seed-0 runs' telemetry, the accuracy differences their summary.json's */
+static void scale_numbers(const char *out) {
+    char concl[4096], want[512], dir[700];
+    printed_conclusion("scale", concl, sizeof concl);
+    double early_mass[2];
+    for (int i = 0; i < 2; i++) { /* early and late: the first and last quarter of the telemetry steps */
+        char tp[760];
+        snprintf(tp, sizeof tp, "%s/scale/%s-fp16-none-seed0/telemetry.csv", out, i ? "deep" : "mlp");
+        FILE *tf = fopen(tp, "r");
+        ck_assert_msg(tf != NULL, "%s", tp);
+        double fl[256], ma[256];
+        int nf = 0, nm = 0;
+        char line[512];
+        while (fgets(line, sizeof line, tf)) {
+            const char *v = strrchr(line, ',');
+            if (strstr(line, ",all_activation_grads,flush_frac,") && nf < 256) fl[nf++] = strtod(v + 1, NULL);
+            if (strstr(line, ",all_activation_grads,mass_lost,") && nm < 256) ma[nm++] = strtod(v + 1, NULL);
+        }
+        fclose(tf);
+        ck_assert_msg(nf == nm && nf > 0, "%s: %d flush_frac, %d mass_lost rows", tp, nf, nm);
+        const int q = (nf + 3) / 4;
+        double fe = 0, me = 0, fla = 0, ml = 0;
+        for (int k = 0; k < q; k++) fe += fl[k] / q, me += ma[k] / q;
+        for (int k = nf - q; k < nf; k++) fla += fl[k] / q, ml += ma[k] / q;
+        early_mass[i] = me;
+        snprintf(want, sizeof want, "%.3g%% flushed early (mass %.2g), %.3g%% late (mass %.2g) on %s", 100.0 * fe, me,
+                 100.0 * fla, ml, i ? "the 16-layer stack" : "the mlp");
+        ck_assert_msg(strstr(concl, want) != NULL, "scale: want '%s' in: %s", want, concl);
+    }
+    ck_assert_msg(early_mass[1] >= 10 * early_mass[0], "scale: early mass %g (deeper) against %g (mlp)", early_mass[1],
+                  early_mass[0]);
+    /* the deeper network's underflow cost: the mean of the paired differences none - dynamic over its seeds */
+    double d = 0.0;
+    int ns = 0;
+    for (int k = 0; k < 8; k++) {
+        snprintf(dir, sizeof dir, "%s/scale/deep-fp16-seed%d", out, k);
+        if (access(dir, F_OK) != 0) break;
+        const double dyn = 100.0 * summary_number(dir, "final_test_accuracy");
+        snprintf(dir, sizeof dir, "%s/scale/deep-fp16-none-seed%d", out, k);
+        d += 100.0 * summary_number(dir, "final_test_accuracy") - dyn;
+        ns++;
+    }
+    ck_assert_int_ge(ns, 2);
+    snprintf(want, sizeof want, "and %+.2f pp [", d / ns);
+    ck_assert_msg(strstr(concl, want) != NULL, "scale: want '%s' in: %s", want, concl);
+}
+
 START_TEST(test_all_lessons_quick) {
     if (!have_data()) return;
     make_tmpdir();
@@ -168,12 +317,12 @@ START_TEST(test_all_lessons_quick) {
     int rc = run_lab("", args);
     ck_assert_msg(rc == 0, "lab --quick failed (%d): %s", rc, out_buf);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm", "quantization"};
+                           "overflow", "noise", "fp8", "grad-comm", "quantization", "normalization", "scale"};
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
     snprintf(index, sizeof index, "%s", slurp(p));
-    for (int i = 0; i < 11; i++) {
+    for (int i = 0; i < 13; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
         const char *report = slurp(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
@@ -429,6 +578,8 @@ START_TEST(test_all_lessons_quick) {
         ck_assert_msg(strstr(concl, want) != NULL, "grad-comm: want '%s' in: %s", want, concl);
         ck_assert_msg(strstr(concl, "is not measured here"), "grad-comm: %s", concl);
     }
+    normalization_numbers(out);
+    scale_numbers(out);
     /* optimizer-state: the sequence as the whole FP16-moment run's metrics.csv shows it */
     printed_conclusion("optimizer-state", concl, sizeof concl);
     {
@@ -527,6 +678,13 @@ START_TEST(test_not_observed) {
     printed_conclusion("softmax", concl8, sizeof concl8);
     ck_assert_msg(strncmp(concl8, "Not observed", 12) == 0 && strstr(concl8, "lost no image on this ladder"), "%s",
                   concl8);
+    /* scale: a "deeper" network of 3 layers has the mlp's small gradients, not 10x their underflow mass */
+    snprintf(args, sizeof args, "scale --quick --param depth=3 --param seeds=2 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    printed_conclusion("scale", concl8, sizeof concl8);
+    ck_assert_msg(strncmp(concl8, "Not observed: the mlp against the 3-layer network", 49) == 0 &&
+                      strstr(concl8, "The criterion asks the deeper network's underflow mass early in training"), "%s",
+                  concl8);
     /* quantization: a 16-bit integer grid holds the gradients, and two seeds give intervals too wide to decide */
     snprintf(args, sizeof args, "quantization --quick --param seeds=2 --param grad_bits=16 --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("", args), 0);
@@ -554,8 +712,8 @@ END_TEST
 START_TEST(test_usage) {
     ck_assert_int_eq(run_lab("", "--list"), 0);
     const char *names[] = {"tf32", "accumulation", "softmax", "loss-scaling", "master-weights", "optimizer-state",
-                           "overflow", "noise", "fp8", "grad-comm", "quantization"};
-    for (int i = 0; i < 11; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
+                           "overflow", "noise", "fp8", "grad-comm", "quantization", "normalization", "scale"};
+    for (int i = 0; i < 13; i++) ck_assert_msg(strstr(out_buf, names[i]) != NULL, "--list lacks %s", names[i]);
     /* the list asks what each lesson measures; it asserts none of the outcomes the runs may contradict (issue 37) */
     const char *claims[] = {"keeps it", "same accuracy", "trains like BF16", "removes", "passes 65504"};
     for (int i = 0; i < 5; i++) ck_assert_msg(strstr(out_buf, claims[i]) == NULL, "--list claims '%s'", claims[i]);

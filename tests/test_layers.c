@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "engine/layers/layers.h"
+#include "engine/numerics.h"
 #include "engine/rng.h"
 #include "tests/harness.h"
 
@@ -1752,6 +1753,217 @@ START_TEST(test_activations) {
 }
 END_TEST
 
+/* ---- --norm-stats: the ablation rows' statistics (engine/backend.h, mpt_norm_args.stat_dtype and one_pass) ------
+ * The CPU kernels against this file's own reading of the contract: over the same elements in the same order (batch
+ * norm: each valid row's part of a channel, then the rows; layer norm: chunks of 512 features, then the chunks), every
+ * operation computed in FP32 and its result rounded to the statistics' format; mean = R(s1 / n); var = R(sq / n) (two
+ * passes, d = R(x - mean), terms R(d d)) or max(0, R(R(s2 / n) - R(mean mean))) (one pass, terms R(x x)); rstd =
+ * R(1 / sqrt(var + eps)). Bit for bit: the order is the contract's. */
+static float r16(float v, mpt_dtype t) {
+    return t == MPT_DTYPE_F16 ? mpt_f16_to_f32(mpt_f32_to_f16(v)) : t == MPT_DTYPE_BF16 ? mpt_bf16_to_f32(mpt_f32_to_bf16(v)) : v;
+}
+
+/* The blocked sum over `rows` rows of S elements (row r at x + r * rs; blocks of blk within a row) of term(x): 0 x,
+ * 1 R(x x), 2 R(R(x - mean)^2), every addition rounded. */
+static float ns_sum(const float *x, int rows, int64_t rs, int64_t S, int64_t blk, mpt_dtype t, int term, float mean) {
+    float total = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        float part = 0.0f;
+        for (int64_t k = 0; k < S; k++) {
+            float v = x[r * rs + k];
+            if (term == 1) v = r16(v * v, t);
+            if (term == 2) {
+                const float d = r16(v - mean, t);
+                v = r16(d * d, t);
+            }
+            part = r16(part + v, t);
+            if ((k + 1) % blk == 0 || k + 1 == S) total = r16(total + part, t), part = 0.0f;
+        }
+    }
+    return total;
+}
+
+static void ns_ref(const float *x, int rows, int64_t rs, int64_t S, int64_t blk, mpt_dtype t, int one_pass, float eps,
+                   float *mean, float *var, float *rstd) {
+    const float n = (float)(rows * S);
+    const float m = r16(ns_sum(x, rows, rs, S, blk, t, 0, 0.0f) / n, t);
+    float v;
+    if (one_pass) {
+        v = r16(r16(ns_sum(x, rows, rs, S, blk, t, 1, 0.0f) / n, t) - r16(m * m, t), t);
+        v = v < 0.0f ? 0.0f : v;
+    } else {
+        v = r16(ns_sum(x, rows, rs, S, blk, t, 2, m) / n, t);
+    }
+    *mean = m, *var = v, *rstd = r16(1.0f / sqrtf(v + eps), t);
+}
+
+/* A network that starts with a normalisation: its input (the data) has no gradient, so the backward pass computes no
+ * dx (mpt_norm_args.dx NULL) and still gamma's and beta's gradients, bit for bit those of the same layer whose input
+ * has one, with and without the trainer's grad_overwrite. It used to dereference the missing gradient (a segfault in
+ * training "batchnorm,flatten,linear"). */
+static void norm_without_dx(int layernorm, mpt_precision mode) {
+    float dg[4][16], db[4][16];
+    int M = 0;
+    for (int k = 0; k < 4; k++) {
+        const int with_dx = k & 1;
+        mpt_policy pol = policy_for_mode(mode);
+        mpt_backend *be = mpt_backend_cpu_create();
+        mpt_graph *g = mpt_graph_create(be, &pol, 4);
+        g->grad_overwrite = k >> 1;
+        const mpt_dtype dt = mpt_policy_act_dtype(&pol);
+        const int64_t xs[4] = {4, 3, 2, 2}, ls[1] = {4};
+        mpt_tensor *x = with_dx ? act_with_grad(g, "x", dt, 4, xs) : mpt_graph_tensor(g, "x", dt, MPT_MEM_ACT, 4, xs);
+        mpt_tensor *y = layernorm ? mpt_layernorm(g, x, 1e-5f, "n") : mpt_batchnorm(g, x, 1e-5f, 0.1f, "n");
+        g->labels = mpt_graph_tensor(g, "labels", MPT_DTYPE_I32, MPT_MEM_ACT, 1, ls);
+        ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+        for (int i = 0; i < 4; i++) ((int32_t *)g->labels->data)[i] = i;
+        tests_rng r = {0x77};
+        free(rand_stored(x, &r, -1.0, 3.0));
+        double *gv = rand_stored(mpt_graph_find(g, "n.weight"), &r, 0.5, 1.5);
+        g->training = 1;
+        mpt_graph_zero_grad(g);
+        mpt_graph_forward(g);
+        double *R = rand_stored(y->grad, &r, -1.0, 1.0);
+        mpt_graph_grad_accumulate(g, y->grad); /* written, as by the loss: not zeroed as unwritten */
+        mpt_graph_backward(g);
+        mpt_tensor *gm = mpt_graph_find(g, "n.weight"), *bt = mpt_graph_find(g, "n.bias");
+        M = (int)mpt_tensor_numel(gm);
+        ck_assert(M <= 16 && (x->grad == NULL) == !with_dx);
+        memcpy(dg[k], gm->grad->data, (size_t)M * sizeof(float));
+        memcpy(db[k], bt->grad->data, (size_t)M * sizeof(float));
+        free(gv);
+        free(R);
+        mpt_graph_free(&g);
+        mpt_backend_free(&be);
+    }
+    double sum = 0.0;
+    for (int i = 0; i < M; i++) sum += fabs(db[1][i]);
+    ck_assert_msg(sum > 0.0, "%s: dbeta is all zero", layernorm ? "layernorm" : "batchnorm");
+    for (int k = 0; k < 4; k += 2)
+        ck_assert_msg(memcmp(dg[k], dg[1], (size_t)M * sizeof(float)) == 0 &&
+                          memcmp(db[k], db[1], (size_t)M * sizeof(float)) == 0,
+                      "%s without dx (grad_overwrite %d): dgamma or dbeta differ from the layer's with dx",
+                      layernorm ? "layernorm" : "batchnorm", k >> 1);
+}
+
+START_TEST(test_norm_input_without_grad) {
+    for (int l = 0; l < 2; l++) {
+        norm_without_dx(l, MPT_PRECISION_FP32);
+        norm_without_dx(l, MPT_PRECISION_BF16);
+    }
+}
+END_TEST
+
+START_TEST(test_norm_stats) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng rg = {0x5157};
+    enum { N = 5, C = 3, S = 700, LN = 4, LS = 1100 }; /* S, LS > 512: a row's part crosses the kernel's chunks */
+    static float x[N * C * S], y[N * C * S], lx[LN * LS], ly[LN * LS];
+    float gamma[LS], beta[LS], mean[C > LN ? C : LN], rstd[C > LN ? C : LN], rm[C], rv[C];
+    for (int i = 0; i < LS; i++) gamma[i] = (float)tests_uniform(&rg, 0.5, 1.5), beta[i] = (float)tests_uniform(&rg, -0.5, 0.5);
+    const int32_t labels[N] = {1, 0, -1, 2, 3}; /* row 2 pads a last partial batch: no part in the statistics */
+    for (int dt = 0; dt < 2; dt++) { /* activations in FP32, then in BF16 storage (values rounded; dtype F32 buffer) */
+        for (int c = 0; c < C; c++) /* channel c: mean 4^c, sd 0.3 (channel 2: |mean| / sd = 53) */
+            for (int r = 0; r < N; r++)
+                for (int k = 0; k < S; k++) {
+                    float v = (float)(pow(4.0, c) + tests_uniform(&rg, -0.52, 0.52));
+                    x[(r * C + c) * S + k] = dt ? r16(v, MPT_DTYPE_BF16) : v;
+                }
+        for (int i = 0; i < LN * LS; i++) lx[i] = (float)(2.0 + tests_uniform(&rg, -1.0, 1.0));
+        for (int row = 0; row < MPT_NORM_STATS_COUNT; row++) {
+            const mpt_norm_stats_desc *d = mpt_norm_stats_info((mpt_norm_stats)row);
+            for (int c = 0; c < C; c++) rm[c] = 0.25f, rv[c] = 2.0f;
+            mpt_norm_args a = {.N = N, .C = C, .S = S, .dtype = MPT_DTYPE_F32, .x = x, .y = y, .gamma = gamma,
+                               .beta = beta, .mean = mean, .rstd = rstd, .running_mean = rm, .running_var = rv,
+                               .momentum = 0.1f, .eps = 1e-5f, .training = 1, .labels = labels, .tag = "test",
+                               .stat_dtype = d->dtype, .one_pass = d->one_pass};
+            be->batchnorm_forward(be, &a);
+            static float xv[(N - 1) * S]; /* the valid rows of one channel, contiguous */
+            for (int c = 0; c < C; c++) {
+                float em, ev, er;
+                if (row == MPT_NORM_STATS_FP32) { /* the policy: FP32 two passes, checked by test_batchnorm_*; here only
+                                                     that the default fields keep it */
+                    continue;
+                }
+                int v = 0;
+                for (int r = 0; r < N; r++)
+                    if (labels[r] >= 0) memcpy(xv + (int64_t)v++ * S, x + (r * C + c) * S, sizeof(float) * S);
+                ns_ref(xv, v, S, S, S, d->dtype, d->one_pass, a.eps, &em, &ev, &er);
+                EXPECT(memcmp(&em, &mean[c], 4) == 0 && memcmp(&er, &rstd[c], 4) == 0,
+                       "batchnorm --norm-stats %s, activations %s, channel %d: mean %.9g rstd %.9g, want %.9g %.9g",
+                       d->name, dt ? "bf16" : "f32", c, (double)mean[c], (double)rstd[c], (double)em, (double)er);
+                const float n = (float)(v * S), unb = ev * (n / (n - 1.0f));
+                EXPECT(rm[c] == fmaf(0.1f, em, 0.9f * 0.25f) && rv[c] == fmaf(0.1f, unb, 0.9f * 2.0f),
+                       "batchnorm --norm-stats %s, channel %d: running %.9g %.9g", d->name, c, (double)rm[c],
+                       (double)rv[c]);
+                for (int k = 0; k < S; k++) { /* y from the rounded statistics, in FP32 */
+                    const float want = fmaf((x[c * S + k] - em) * er, gamma[c], beta[c]);
+                    EXPECT(memcmp(&want, &y[c * S + k], 4) == 0 || (isnan(want) && isnan(y[c * S + k])),
+                           "batchnorm --norm-stats %s y[%d, %d]: %.9g, want %.9g", d->name, c, k, (double)y[c * S + k],
+                           (double)want);
+                }
+            }
+            if (row == MPT_NORM_STATS_FP32_ONEPASS) { /* not the policy's value: the one-pass formula ran */
+                float pm[C], pr[C];
+                mpt_norm_args p = a;
+                p.mean = pm, p.rstd = pr, p.stat_dtype = MPT_DTYPE_F32, p.one_pass = 0;
+                be->batchnorm_forward(be, &p);
+                EXPECT(pr[2] != rstd[2], "fp32-onepass gave the two-pass rstd %.9g on channel 2", (double)pr[2]);
+            }
+            /* layer norm: rows of 1100 features, chunks of 512 */
+            mpt_norm_args l = {.N = LN, .C = 1, .S = LS, .dtype = MPT_DTYPE_F32, .x = lx, .y = ly, .gamma = gamma,
+                               .beta = beta, .mean = mean, .rstd = rstd, .eps = 1e-5f, .tag = "test",
+                               .stat_dtype = d->dtype, .one_pass = d->one_pass};
+            be->layernorm_forward(be, &l);
+            for (int r = 0; row != MPT_NORM_STATS_FP32 && r < LN; r++) {
+                float em, ev, er;
+                ns_ref(lx + r * LS, 1, LS, LS, 512, d->dtype, d->one_pass, l.eps, &em, &ev, &er);
+                EXPECT(memcmp(&em, &mean[r], 4) == 0 && memcmp(&er, &rstd[r], 4) == 0,
+                       "layernorm --norm-stats %s, row %d: mean %.9g rstd %.9g, want %.9g %.9g", d->name, r,
+                       (double)mean[r], (double)rstd[r], (double)em, (double)er);
+                const float want = fmaf((lx[r * LS + 7] - em) * er, gamma[7], beta[7]);
+                EXPECT(memcmp(&want, &ly[r * LS + 7], 4) == 0, "layernorm --norm-stats %s y", d->name);
+            }
+        }
+    }
+    /* what the rows do, on inputs chosen for it: (a) 16 values 63.88 to 63.92: in BF16 the mean rounds to 64 and the
+     * squares to 4080, so E[x^2] - E[x]^2 = -16 < 0 is clamped (rstd = 1/sqrt(eps), rounded), where FP32's two passes
+     * see sd ~0.014; (b) 256 values near 300: FP16's sum passes 65504, the mean is inf, y NaN */
+    float xa[16], ya[16], xb[256], yb[256], one = 1.0f, zero = 0.0f, m1, r1, rm1 = 0.0f, rv1 = 1.0f;
+    for (int i = 0; i < 16; i++) xa[i] = 63.9f + 0.01f * (float)(i % 5) - 0.02f;
+    {
+        float s1 = 0.0f, s2 = 0.0f, p1 = 0.0f, p2 = 0.0f; /* the unclamped variance, rows of 8 */
+        for (int i = 0; i < 16; i++) {
+            p1 = r16(p1 + xa[i], MPT_DTYPE_BF16), p2 = r16(p2 + r16(xa[i] * xa[i], MPT_DTYPE_BF16), MPT_DTYPE_BF16);
+            if (i % 8 == 7) s1 = r16(s1 + p1, MPT_DTYPE_BF16), s2 = r16(s2 + p2, MPT_DTYPE_BF16), p1 = p2 = 0.0f;
+        }
+        const float m = r16(s1 / 16.0f, MPT_DTYPE_BF16);
+        ck_assert_msg(r16(r16(s2 / 16.0f, MPT_DTYPE_BF16) - r16(m * m, MPT_DTYPE_BF16), MPT_DTYPE_BF16) < 0.0f,
+                      "the case does not make the one-pass variance negative");
+    }
+    for (int i = 0; i < 256; i++) xb[i] = (float)(300.0 + tests_uniform(&rg, -1.0, 1.0));
+    mpt_norm_args a = {.N = 2, .C = 1, .S = 8, .dtype = MPT_DTYPE_F32, .x = xa, .y = ya, .gamma = &one, .beta = &zero,
+                       .mean = &m1, .rstd = &r1, .running_mean = &rm1, .running_var = &rv1, .momentum = 0.1f,
+                       .eps = 1e-5f, .training = 1, .tag = "test", .stat_dtype = MPT_DTYPE_BF16, .one_pass = 1};
+    be->batchnorm_forward(be, &a);
+    EXPECT(r1 == r16(1.0f / sqrtf(1e-5f), MPT_DTYPE_BF16), "bf16-onepass on 63.88 to 63.92: rstd %.9g, want the "
+           "clamped variance's", (double)r1);
+    a.stat_dtype = MPT_DTYPE_F32, a.one_pass = 0;
+    be->batchnorm_forward(be, &a);
+    EXPECT(r1 > 30.0f && r1 < 100.0f, "fp32 two passes on 63.88 to 63.92: rstd %.9g", (double)r1);
+    for (int op = 0; op < 2; op++) {
+        mpt_norm_args b = {.N = 1, .C = 1, .S = 256, .dtype = MPT_DTYPE_F32, .x = xb, .y = yb, .gamma = &one,
+                           .beta = &zero, .mean = &m1, .rstd = &r1, .running_mean = &rm1, .running_var = &rv1,
+                           .momentum = 0.1f, .eps = 1e-5f, .training = 1, .tag = "test",
+                           .stat_dtype = MPT_DTYPE_F16, .one_pass = op};
+        be->batchnorm_forward(be, &b);
+        EXPECT(isinf(m1) && isnan(yb[0]), "fp16%s on 256 values near 300: mean %g, y %g", op ? "-onepass" : "",
+               (double)m1, (double)yb[0]);
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
 Suite *layers_suite(void);
 Suite *layers_suite(void) {
     Suite *s = suite_create("layers");
@@ -1784,6 +1996,8 @@ Suite *layers_suite(void) {
     tcase_add_test(tc, test_layernorm_bf16);
     tcase_add_test(tc, test_avgpool);
     tcase_add_test(tc, test_activations);
+    tcase_add_test(tc, test_norm_stats);
+    tcase_add_test(tc, test_norm_input_without_grad);
     tcase_add_test_raise_signal(tc, test_dtype_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_softmax_xent_needs_scale, SIGABRT);

@@ -188,6 +188,30 @@ START_TEST(test_fp8_linear_rule) {
 }
 END_TEST
 
+/* --norm-stats: every row parses back from its name, the list names every row, the names say the row's format and
+ * formula (so the flag's text cannot drift from what the kernels are told), and every policy starts at the policy's
+ * own FP32 two passes. */
+START_TEST(test_norm_stats_rows) {
+    const char *list = mpt_norm_stats_names();
+    for (int i = 0; i < MPT_NORM_STATS_COUNT; i++) {
+        const mpt_norm_stats_desc *d = mpt_norm_stats_info((mpt_norm_stats)i);
+        mpt_norm_stats back = MPT_NORM_STATS_COUNT;
+        ck_assert_msg(d && mpt_norm_stats_parse(d->name, &back) == 0 && back == (mpt_norm_stats)i, "row %d", i);
+        ck_assert_msg(strstr(list, d->name) != NULL, "mpt_norm_stats_names() lacks %s: %s", d->name, list);
+        const char *fmt = d->dtype == MPT_DTYPE_F32 ? "fp32" : d->dtype == MPT_DTYPE_BF16 ? "bf16" : "fp16";
+        ck_assert_msg(strncmp(d->name, fmt, 4) == 0 && (strstr(d->name, "onepass") != NULL) == d->one_pass,
+                      "row %s: dtype %s, one_pass %d", d->name, mpt_dtype_name(d->dtype), d->one_pass);
+    }
+    mpt_norm_stats x;
+    ck_assert_int_eq(mpt_norm_stats_parse("bf16-twopass", &x), -1);
+    ck_assert(mpt_norm_stats_info(MPT_NORM_STATS_COUNT) == NULL);
+    for (int m = 0; m < MPT_PRECISION_COUNT; m++)
+        ck_assert_int_eq(mpt_policy_make((mpt_precision)m).norm_stats, MPT_NORM_STATS_FP32);
+    const mpt_norm_stats_desc *p = mpt_norm_stats_info(MPT_NORM_STATS_FP32);
+    ck_assert(p->dtype == MPT_DTYPE_F32 && p->one_pass == 0);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("policy");
     TCase *tc = tcase_create("policy");
@@ -197,6 +221,7 @@ int main(void) {
     tcase_add_test(tc, test_tf32_override_env);
     tcase_add_test(tc, test_names_and_loss_scaling);
     tcase_add_test(tc, test_fp8_linear_rule);
+    tcase_add_test(tc, test_norm_stats_rows);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

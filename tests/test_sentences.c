@@ -421,6 +421,72 @@ START_TEST(test_checkpoint_refusal_names_what) {
 }
 END_TEST
 
+/* normalization: the one-pass formula's cost and the 16-bit arithmetic's, each said by its ratio, both ways; the
+ * quick lesson measured (batch-norm channels, batch 128) BF16 one-pass 0.051, two-pass 0.022, FP32 1.9e-7 */
+START_TEST(test_norm_variance) {
+    mpt_text_norm_var v = {"batch-norm channels", 24, 1.4, 1.9e-7, 4.5e-6, {"BF16", "FP16"}, {0.051, 0.0033},
+                           {0.022, 0.0027}, {0, 0}, {0, 0}};
+    mpt_text_norm_variance(t, sizeof t, &v);
+    HAS("in BF16 the one-pass formula cost 2.32x (its cancellation) and the 16-bit arithmetic itself cost 1.16e+05x "
+        "over FP32's two passes");
+    HAS("in FP16 the one-pass formula erred about as much as two passes (1.22x)");
+    HAS("Welford's update in FP32 erred 4.5e-06, more than FP32's blocked two passes");
+    LACKS("clamped");
+    LACKS("overflowing");
+    /* the opposite: one pass no worse than two, 16-bit as exact as FP32, Welford better, clamps and overflows */
+    mpt_text_norm_var o = {"layer-norm rows", 128, 1.1, 1e-7, 4e-8, {"BF16", "FP16"}, {0.001, 1.5e-7},
+                           {0.004, 1.5e-7}, {0.25, 0}, {0, 0.5}};
+    mpt_text_norm_variance(t, sizeof t, &o);
+    HAS("in BF16 the one-pass formula erred less than two passes (0.25x)");
+    LACKS("(its cancellation)");
+    HAS("in BF16 the one-pass formula erred less than two passes (0.25x) and the 16-bit arithmetic itself cost 4e+04x");
+    HAS("in FP16 the one-pass formula erred about as much as two passes (1x) and the 16-bit arithmetic erred no more "
+        "than FP32 (1.5x)");
+    HAS("Welford's update in FP32 erred 4e-08, less than FP32's blocked two passes");
+    HAS("cancelling to zero or below (clamped to 0, so scaled by 1/sqrt(eps)) in 25%");
+    HAS("with a sum overflowing in 50% of the layer-norm rows");
+}
+END_TEST
+
+START_TEST(test_norm_shift_and_fp16) {
+    mpt_text_norm_shift v = {.units = "batch-norm channels", .n_t = 3, .t = {0, 8, 128}, .kappa = {1.4, 65, 16400},
+                             .onepass_bf16 = {0.05, 2.1, 1490}, .onepass_fp16 = {0.003, INFINITY, INFINITY},
+                             .onepass_fp32 = {2.4e-7, 3.4e-5, 9.4e-3}, .twopass_bf16 = {0.022, 0.1, 66},
+                             .twopass_fp32 = {1.9e-7, 1.7e-7, 1.6e-7}, .clamped_bf16 = {0, 0.375, 0.25}};
+    mpt_text_norm_shifted(t, sizeof t, &v);
+    HAS("one-pass variance in BF16 grew from 0.05 to 1.5e+03; from t = 8 on it cancelled to zero or below");
+    HAS("Two passes in FP32 stayed within a factor 3");
+    HAS("its 16-bit sum of the shifted values loses the mean itself");
+    HAS("the one-pass subtraction cancels as the condition grows, FP32's two passes do not");
+    mpt_text_norm_shift o = v; /* nothing grows, nothing cancels, FP32's two passes grow */
+    for (int i = 0; i < 3; i++) o.onepass_bf16[i] = 0.05, o.clamped_bf16[i] = 0, o.twopass_bf16[i] = 0.02;
+    o.twopass_fp32[2] = 1e-5;
+    mpt_text_norm_shifted(t, sizeof t, &o);
+    HAS("did not grow tenfold");
+    HAS("it never cancelled to zero or below");
+    HAS("Two passes in FP32 grew too");
+    HAS("the subtraction of the mean removes the shift");
+    LACKS("cancels as the condition grows");
+    /* FP16 statistics at two batches: the lesson's quick numbers, then the opposite (nothing overflows or skips) */
+    mpt_text_norm_fp16 f = {128, 512, 0.0, 0.208, 0, 32, 8, 8, 70.6, 70.7, 10.15, 62.5};
+    mpt_text_norm_fp16_batches(t, sizeof t, &f);
+    HAS("at batch 128 no batch-norm channel's FP16 statistics overflowed");
+    HAS("skipped no step (0 of 32");
+    HAS("at batch 512 20.8% of the batch-norm channels' FP16 statistics were not finite");
+    HAS("every step of the fp16 run with FP16 statistics was skipped (8 of 8; test accuracy 10.15% against 62.50%");
+    HAS("The larger batch failed more");
+    mpt_text_norm_fp16 g = {128, 512, 0.0, 0.0, 0, 32, 0, 8, 70.6, 70.7, 60.0, 62.5};
+    mpt_text_norm_fp16_batches(t, sizeof t, &g);
+    LACKS("every step");
+    LACKS("were not finite");
+    HAS("The larger batch did not fail more often here");
+    mpt_text_norm_fp16 h = {128, 512, NAN, 0.1, 3, 32, 2, 8, 70.6, 70.7, 60.0, 62.5};
+    mpt_text_norm_fp16_batches(t, sizeof t, &h);
+    HAS("(not measured on the trained activations)");
+    HAS("skipped some steps (3 of 32");
+}
+END_TEST
+
 static Suite *sentences_suite(void) {
     Suite *s = suite_create("sentences");
     TCase *tc = tcase_create("sentences");
@@ -443,6 +509,8 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_state_sequence);
     tcase_add_test(tc, test_stochastic_and_fp32_lost);
     tcase_add_test(tc, test_checkpoint_refusal_names_what);
+    tcase_add_test(tc, test_norm_variance);
+    tcase_add_test(tc, test_norm_shift_and_fp16);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -122,6 +122,7 @@ typedef enum mpt_opt_id {
     MPT_OPT_FP8_PROMOTE,
     MPT_OPT_FP8_SATURATE,
     MPT_OPT_ACCUM_MODEL,      /* issue #39 (recorded when not ieee; absent from older checkpoints: ieee) */
+    MPT_OPT_NORM_STATS,       /* issue 37 (recorded when not fp32; absent from older checkpoints: fp32) */
     MPT_OPT_QAT,              /* issue #38 (recorded when not none: absent from older checkpoints and runs without it) */
     MPT_OPT_DEVICE,
     MPT_OPT_CUDA_GRAPH,
@@ -239,6 +240,8 @@ typedef struct mpt_cli_opts {
     int hysteresis;
     mpt_accum_model accum_model;         /* IEEE (default) | a GPU's Tensor Core summation model for the CPU backend's
                                             emulated TF32/FP16/BF16 GEMMs (engine/backend.h) */
+    mpt_norm_stats norm_stats;           /* FP32 (default, the policy) | an ablation of the normalisations' forward
+                                            statistics: 16-bit arithmetic, the one-pass formula (engine/amp/policy.h) */
     mpt_fp8_recipe fp8;                  /* FP8 modes: --fp8-scaling, --amax-history, --fp8-margin, --fp8-pow2-scales,
                                             --mx-scale, --fp8-accum, --fp8-promote, --fp8-saturate */
     mpt_qat qat;                         /* --qat: none (default) | int8 | int4 (engine/quant.h) */

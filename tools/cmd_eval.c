@@ -90,6 +90,12 @@ int mpt_cmd_eval(int argc, char **argv) {
     /* the recorded TF32 switches too (--tf32-matmul, --tf32-conv): the numerics the run evaluated with */
     mpt_policy policy = mpt_policy_make_switches(o.precision, o.tf32_matmul, o.tf32_conv);
     policy.fp8 = o.fp8;
+    /* --norm-stats: layer norm computes its statistics in evaluation too (batch norm reads its running ones), so the
+     * CPU evaluates with the checkpoint's; the GPU runs FP32 statistics only */
+    if (be->device == MPT_DEVICE_CPU) policy.norm_stats = o.norm_stats;
+    else if (o.norm_stats != MPT_NORM_STATS_FP32)
+        printf("note: the checkpoint trained with --norm-stats %s, which the %s backend does not run: its layer norms "
+               "(if any) evaluate with FP32 statistics\n", mpt_norm_stats_name(o.norm_stats), be->name);
     if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(be, o.precision, &policy.fp8, "");
     if (s == MPT_OK) {
         if (policy.tf32_override && (o.tf32_matmul || o.tf32_conv))

@@ -180,6 +180,13 @@ static const opt_def opt_table[] = {
      "Cores do, in aligned, truncated blocks (bit for bit with the published measurements; tens of times slower; "
      "docs/numerics.md). FP32 and FP8 GEMMs unchanged (--fp8-accum); not with --cpu-kernels native or on a GPU",
      .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
+    {"norm-stats", MPT_OPT_NORM_STATS, required_argument, TC, "S",
+     "fp32 | fp32-onepass | bf16 | bf16-onepass | fp16 | fp16-onepass: how batchnorm and layernorm compute their "
+     "forward statistics: fp32 (default, the policy) two passes in FP32; an ablation otherwise: every operation "
+     "rounded to BF16 or FP16 (a 16-bit accumulator), -onepass the variance as E[x^2] - E[x]^2 clamped at 0 (Flax's "
+     "fast variance). Normalisation, running statistics and backward stay FP32 (mptrain lab normalization; "
+     "docs/numerics.md). CPU only",
+     .scope = MPT_SCOPE_MATH_OPTIONAL, .written_if_set = 1},
     {"qat", MPT_OPT_QAT, required_argument, TC, "F",
      "none | int8 | int4: quantization-aware training, the linear and conv weights fake-quantized per output channel "
      "in the forward pass (s = amax / 127 or / 7 of each row of the FP32 master, rewritten after every step; the "
@@ -444,6 +451,7 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
     o->scale_ceiling = 16777216.0;
     o->fp8 = mpt_fp8_recipe_default();
     o->accum_model = MPT_ACCUM_MODEL_IEEE;
+    o->norm_stats = MPT_NORM_STATS_FP32;
     o->lr_schedule = MPT_LR_CONSTANT;
     o->step_size = 1000;
     o->gamma = 0.1;
@@ -805,6 +813,13 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         if (mpt_accum_model_parse(arg, &o->accum_model) != 0)
             return bad_value(f, "one of ieee, v100, a100, ada, h100, b200", arg);
         return MPT_OK;
+    case MPT_OPT_NORM_STATS:
+        if (mpt_norm_stats_parse(arg, &o->norm_stats) != 0) {
+            char want[192];
+            snprintf(want, sizeof want, "one of %s", mpt_norm_stats_names());
+            return bad_value(f, want, arg);
+        }
+        return MPT_OK;
     case MPT_OPT_QAT:
         if (mpt_qat_parse(arg, &o->qat) != 0) return bad_value(f, "one of none, int8, int4", arg);
         return MPT_OK;
@@ -958,6 +973,7 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
     case MPT_OPT_FP8_PROMOTE: snprintf(buf, len, "%d", (int)o->fp8.promote); break;
     case MPT_OPT_FP8_SATURATE: snprintf(buf, len, "%s", o->fp8.saturate ? "on" : "off"); break;
     case MPT_OPT_ACCUM_MODEL: snprintf(buf, len, "%s", mpt_accum_model_name(o->accum_model)); break;
+    case MPT_OPT_NORM_STATS: snprintf(buf, len, "%s", mpt_norm_stats_name(o->norm_stats)); break;
     case MPT_OPT_QAT: snprintf(buf, len, "%s", mpt_qat_name(o->qat)); break;
     default: snprintf(buf, len, "?"); break;
     }
@@ -1106,6 +1122,24 @@ static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const ch
                                                      "measured as --fp8-accum fast --fp8-promote 128)");
 }
 
+/* What --norm-stats does, when it is not fp32: nothing in a network without batchnorm or layernorm. */
+static void norm_stats_notes(const mpt_cli_opts *o, const char *label, FILE *f) {
+    if (o->norm_stats == MPT_NORM_STATS_FP32) return;
+    static mpt_model_plan plan; /* 64 layers: kept off the stack */
+    int norms = 0;
+    if (mpt_model_parse(o->model, &plan) == MPT_OK)
+        for (int i = 0; i < plan.n; i++)
+            norms += plan.layer[i].kind == MPT_LAYER_BATCHNORM || plan.layer[i].kind == MPT_LAYER_LAYERNORM;
+    const mpt_norm_stats_desc *d = mpt_norm_stats_info(o->norm_stats);
+    if (!norms)
+        fprintf(f, "%snote: --norm-stats %s changes nothing: the model has no batchnorm or layernorm\n", label,
+                d->name);
+    else
+        fprintf(f, "%s--norm-stats %s: the forward statistics of the model's %d normalisation layer%s in %s (an "
+                   "ablation; the policy computes them in FP32 with two passes); normalisation, running statistics "
+                   "and backward in FP32\n", label, d->name, norms, norms == 1 ? "" : "s", d->summary);
+}
+
 void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *label, FILE *f) {
     const mpt_mode_desc *mode = mpt_mode_info(o->precision);
     const int fp8 = mode->fp8 != MPT_FP8_KIND_NONE, mx = mode->fp8 == MPT_FP8_KIND_MX;
@@ -1159,6 +1193,7 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
         fprintf(f, "%snote: --cpu-kernels native runs %s's BF16 GEMMs and convolutions on the CPU's BF16 units; its FP8 "
                    "GEMMs stay emulated\n", label, p);
     accum_model_notes(o, tf32_override, label, f);
+    norm_stats_notes(o, label, f);
     if (o->qat != MPT_QAT_NONE) {
         const mpt_qformat_desc *q = mpt_qformat_info(mpt_qat_format(o->qat));
         fprintf(f, "%s--qat %s: the forward pass reads the linear and conv weights fake-quantized to %s per output "

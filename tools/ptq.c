@@ -119,6 +119,9 @@ static mpt_status ptq_open(ptq_run *p, const char *path, const mpt_cli_opts *inv
     p->uploaded = s == MPT_OK;
     mpt_policy policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     policy.fp8 = o->fp8;
+    /* --norm-stats: on the CPU, the layer norms' statistics as the run computed them (as eval; batch norm reads its
+     * running ones); the GPU runs FP32 statistics only, and eval says so */
+    if (p->be->device == MPT_DEVICE_CPU) policy.norm_stats = o->norm_stats;
     if (s == MPT_OK && mpt_policy_is_fp8(&policy)) s = mpt_run_fp8_device_check(p->be, o->precision, &policy.fp8, "");
     if (s == MPT_OK) {
         mpt_graph *g = mpt_graph_create(p->be, &policy, o->batch);

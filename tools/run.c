@@ -677,6 +677,11 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     res->timing.upload_s = now_s() - tb;
     r->policy = mpt_policy_make_switches(o->precision, o->tf32_matmul, o->tf32_conv);
     r->policy.fp8 = o->fp8;
+    r->policy.norm_stats = o->norm_stats;
+    if (o->norm_stats != MPT_NORM_STATS_FP32 && r->be->device != MPT_DEVICE_CPU)
+        return mpt_errorf(MPT_ERR_DEVICE, "--norm-stats %s: the %s backend computes the normalisations' statistics in "
+                          "FP32 with two passes only (the ablations run on the CPU backend): add --device cpu",
+                          mpt_norm_stats_name(o->norm_stats), r->be->name);
     if (o->cpu_kernels_auto && r->be->device != MPT_DEVICE_CPU) o->cpu_kernels_auto = 0; /* the GPU's own kernels */
     if (o->cpu_kernels_auto) {
         tb = now_s();

@@ -68,8 +68,9 @@ static const char *node_accum(const mpt_graph *g, const mpt_node *n) {
     return mpt_accum_model_name(mpt_backend_cpu_accum(be));
 }
 
-/* summary.json's precision map: the checkpoint's (mpt_run_precision_map_json), and for each GEMM-like node what summed
- * its products ("accum": node_accum). */
+/* summary.json's precision map: the checkpoint's (mpt_run_precision_map_json), for each GEMM-like node what summed
+ * its products ("accum": node_accum), and for each normalisation how its forward statistics were computed ("stats":
+ * the --norm-stats row, "fp32" being the policy's). */
 static json_t *summary_precision_map(const mpt_graph *g) {
     json_t *a = (json_t *)mpt_run_precision_map_json(g);
     for (int i = 0; i < g->n_nodes; i++) {
@@ -77,6 +78,9 @@ static json_t *summary_precision_map(const mpt_graph *g) {
         const int gemm_like = n->op == MPT_OP_LINEAR || n->op == MPT_OP_CONV2D;
         json_object_set_new(json_array_get(a, (size_t)i), "accum",
                             gemm_like ? json_string(node_accum(g, n)) : json_null());
+        if (n->op == MPT_OP_BATCHNORM || n->op == MPT_OP_LAYERNORM) /* how its forward statistics ran (--norm-stats) */
+            json_object_set_new(json_array_get(a, (size_t)i), "stats",
+                                json_string(mpt_norm_stats_name(g->policy.norm_stats)));
     }
     return a;
 }

@@ -511,6 +511,163 @@ void mpt_text_fp32_lost(char *b, size_t n, double lost_frac, double lost_mass) {
                  lost_mass);
 }
 
+/* ---- normalisation -------------------------------------------------------------------------------------------- */
+
+/* "15x" for a ratio, "more than 1e6x" when a denominator is 0, "an infinite factor" when the numerator is inf. */
+static void ratio_text(char *b, size_t n, double num, double den) {
+    if (isinf(num)) snprintf(b, n, "without bound (inf)");
+    else if (den <= 0.0) snprintf(b, n, "%s", num > 0.0 ? "without bound (against an exact result)" : "nothing");
+    else snprintf(b, n, "%.3gx", num / den);
+}
+
+/* num / den, with a zero denominator read as "without bound" when num > 0 (inf) and as 1 when both are 0. */
+static double ratio_of(double num, double den) {
+    return den > 0.0 ? num / den : num > 0.0 || isinf(num) ? INFINITY : 1.0;
+}
+
+void mpt_text_norm_variance(char *b, size_t n, const mpt_text_norm_var *v) {
+    int k = snprintf(b, n, "On the %d %s (median condition 1 + mean^2/var = %.3g), the one-pass variance E[x^2] - "
+                     "E[x]^2 erred by %.2g in %s and %.2g in %s on the median one, against %.2g for the policy's two "
+                     "passes in FP32; two passes in the same 16-bit formats erred %.2g and %.2g, so", v->n_units,
+                     v->units, v->kappa_med, v->onepass16[0], v->fmt[0], v->onepass16[1], v->fmt[1], v->twopass32,
+                     v->twopass16[0], v->twopass16[1]);
+    for (int f = 0; f < 2 && k >= 0 && (size_t)k < n; f++) {
+        char r[64];
+        const double q = ratio_of(v->onepass16[f], v->twopass16[f]);
+        ratio_text(r, sizeof r, v->onepass16[f], v->twopass16[f]);
+        k += snprintf(b + k, n - (size_t)k, "%s in %s the one-pass formula %s", f ? ";" : "", v->fmt[f],
+                      q >= 2.0 ? "cost " : q >= 0.5 ? "erred about as much as two passes (" : "erred less than two "
+                                                                                               "passes (");
+        if (k >= 0 && (size_t)k < n) k += snprintf(b + k, n - (size_t)k, "%s%s", r, q >= 2.0 ? " (its cancellation)" : ")");
+        const double a = ratio_of(v->twopass16[f], v->twopass32);
+        ratio_text(r, sizeof r, v->twopass16[f], v->twopass32);
+        if (k >= 0 && (size_t)k < n)
+            k += snprintf(b + k, n - (size_t)k, a >= 2.0 ? " and the 16-bit arithmetic itself cost %s over FP32's two passes"
+                                                         : " and the 16-bit arithmetic erred no more than FP32 (%s)", r);
+        if (k >= 0 && (size_t)k < n && v->nonfinite16[f] > 0.0)
+            k += snprintf(b + k, n - (size_t)k, ", with a sum overflowing in %.3g%% of the %s", 100.0 * v->nonfinite16[f],
+                          v->units);
+        if (k >= 0 && (size_t)k < n && v->clamped16[f] > 0.0)
+            k += snprintf(b + k, n - (size_t)k, ", cancelling to zero or below (clamped to 0, so scaled by "
+                          "1/sqrt(eps)) in %.3g%%", 100.0 * v->clamped16[f]);
+    }
+    if (k < 0 || (size_t)k >= n) return;
+    const double w = ratio_of(v->welford32, v->twopass32);
+    snprintf(b + k, n - (size_t)k, ". Welford's update in FP32 erred %.2g, %s FP32's blocked two passes%s", v->welford32,
+             w >= 2.0 ? "more than" : w >= 0.5 ? "about as much as" : "less than",
+             w >= 2.0 ? " (it adds one element after another; the two passes add each row's part, then the parts)" : "");
+}
+
+void mpt_text_norm_shifted(char *b, size_t n, const mpt_text_norm_shift *v) {
+    const int L = v->n_t - 1;
+    if (L < 1) {
+        snprintf(b, n, "(no shift ladder)");
+        return;
+    }
+    const double g = ratio_of(v->onepass_bf16[L], v->onepass_bf16[0]);
+    int first = -1;
+    for (int i = 0; i <= L && first < 0; i++)
+        if (v->clamped_bf16[i] > 0.0) first = i;
+    double lo2 = INFINITY, hi2 = 0.0, lo32 = INFINITY, hi32 = 0.0;
+    for (int i = 0; i <= L; i++) {
+        lo2 = fmin(lo2, v->twopass_bf16[i]), hi2 = fmax(hi2, v->twopass_bf16[i]);
+        lo32 = fmin(lo32, v->twopass_fp32[i]), hi32 = fmax(hi32, v->twopass_fp32[i]);
+    }
+    char cl[200];
+    if (first >= 0)
+        snprintf(cl, sizeof cl, "; from t = %g on it cancelled to zero or below in some %s (%.3g%% at t = %g, %.3g%% at "
+                 "t = %g)", v->t[first], v->units, 100.0 * v->clamped_bf16[first], v->t[first],
+                 100.0 * v->clamped_bf16[L], v->t[L]);
+    else snprintf(cl, sizeof cl, "; it never cancelled to zero or below");
+    const int two_flat = ratio_of(hi32, v->twopass_fp32[0]) <= 3.0;
+    int k = snprintf(b, n, "Shifted by t standard deviations each (t = %g to %g, median condition %.3g to %.3g), the %s' "
+                     "one-pass variance in BF16 %s from %.2g to %.2g%s; in FP16 it went from %.2g to %.2g and in FP32 "
+                     "from %.2g to %.2g. ", v->t[0], v->t[L], v->kappa[0], v->kappa[L], v->units,
+                     g >= 10.0 ? "grew" : "did not grow tenfold", v->onepass_bf16[0], v->onepass_bf16[L], cl,
+                     v->onepass_fp16[0], v->onepass_fp16[L], v->onepass_fp32[0], v->onepass_fp32[L]);
+    if (k < 0 || (size_t)k >= n) return;
+    snprintf(b + k, n - (size_t)k, "Two passes in FP32 %s (%.2g to %.2g over the shifts); two passes in BF16 ranged "
+             "%.2g to %.2g (%s)%s", two_flat ? "stayed within a factor 3 of their unshifted error" : "grew too",
+             lo32, hi32, lo2, hi2,
+             ratio_of(hi2, v->twopass_bf16[0]) <= 3.0 ? "the subtraction of the mean removes the shift"
+                                                      : "its 16-bit sum of the shifted values loses the mean itself",
+             g >= 10.0 && two_flat ? ": the one-pass subtraction cancels as the condition grows, FP32's two passes do "
+                                     "not" : "");
+}
+
+/* One batch's clause of mpt_text_norm_fp16_batches. */
+static void fp16_batch_clause(char *b, size_t n, int batch, double nonfinite, int skipped, int steps, double acc,
+                              double acc_ref) {
+    char over[160];
+    if (isnan(nonfinite)) snprintf(over, sizeof over, "(not measured on the trained activations)");
+    else if (nonfinite > 0.0)
+        snprintf(over, sizeof over, "%.3g%% of the batch-norm channels' FP16 statistics were not finite on the "
+                 "trained network's activations (a sum past 65504)", 100.0 * nonfinite);
+    else snprintf(over, sizeof over, "no batch-norm channel's FP16 statistics overflowed on the trained network's "
+                  "activations");
+    const char *run = steps > 0 && skipped == steps ? "every step of the fp16 run with FP16 statistics was skipped"
+                      : skipped > 0 ? "the fp16 run with FP16 statistics skipped some steps"
+                                    : "the fp16 run with FP16 statistics skipped no step";
+    snprintf(b, n, "at batch %d %s, and %s (%d of %d; test accuracy %.2f%% against %.2f%% with FP32 statistics)", batch,
+             over, run, skipped, steps, acc, acc_ref);
+}
+
+void mpt_text_norm_fp16_batches(char *b, size_t n, const mpt_text_norm_fp16 *f) {
+    char lo[400], hi[400];
+    fp16_batch_clause(lo, sizeof lo, f->batch_lo, f->nonfinite_lo, f->skipped_lo, f->steps_lo, f->acc_lo,
+                      f->acc_ref_lo);
+    fp16_batch_clause(hi, sizeof hi, f->batch_hi, f->nonfinite_hi, f->skipped_hi, f->steps_hi, f->acc_hi,
+                      f->acc_ref_hi);
+    const int grew = f->skipped_hi * (f->steps_lo > 0 ? f->steps_lo : 1) > f->skipped_lo * (f->steps_hi > 0 ? f->steps_hi : 1);
+    snprintf(b, n, "With FP16 statistics, %s; %s. %s", lo, hi,
+             grew ? "The larger batch failed more: a channel's sums grow with n = batch x H x W and FP16 overflows past "
+                    "65504, which FP32 statistics never reach"
+                  : "The larger batch did not fail more often here, although a channel's sums grow with n = batch x H "
+                    "x W toward FP16's 65504");
+}
+
+/* ---- scale ---------------------------------------------------------------------------------------------------- */
+
+/* Which of the two networks paid in accuracy (a verdict of worse), as the last sentence of both forms says it. */
+static const char *scale_who(const mpt_text_scale *s) {
+    const int p0 = s->d[0] && s->d[0]->verdict == MPT_VERDICT_WORSE, p1 = s->d[1] && s->d[1]->verdict == MPT_VERDICT_WORSE;
+    return p0 && p1 ? "Both networks paid for it in accuracy"
+           : p1     ? "What cost no resolved accuracy on the first network cost accuracy on the deeper one"
+           : p0     ? "Only the first network paid for it in accuracy; no cost was resolved on the deeper one"
+                    : "Neither network's accuracy showed a cost that these seeds resolve: at these sizes the count did "
+                      "not measurably cost accuracy";
+}
+
+void mpt_text_scale_brief(char *b, size_t n, const mpt_text_scale *s) {
+    char acc[2][160];
+    for (int i = 0; i < 2; i++) {
+        const mpt_stats_paired *d = s->d[i];
+        if (d)
+            snprintf(acc[i], sizeof acc[i], "%+.2f pp [%.2f, %.2f] (%s)", d->mean, d->lo, d->hi,
+                     mpt_verdict_name(d->verdict));
+        else
+            snprintf(acc[i], sizeof acc[i], "%+.2f pp (no interval)", s->diff[i] ? s->diff[i]->mean : NAN);
+    }
+    char grow[64];
+    if (isnan(s->grow)) snprintf(grow, sizeof grow, "zero on both");
+    else snprintf(grow, sizeof grow, "%.3gx", s->grow);
+    snprintf(b, n, "%s: %s on %s, %s on %s (%s); %s %s and %s. %s", s->effect, s->measured[0], s->net[0],
+             s->measured[1], s->net[1], grow, s->diff_what, acc[0], acc[1], scale_who(s));
+}
+
+void mpt_text_scale_effect(char *b, size_t n, const mpt_text_scale *s) {
+    char acc[2][700];
+    for (int i = 0; i < 2; i++) mpt_text_paired(acc[i], sizeof acc[i], s->diff_what, s->d[i], s->diff[i]);
+    char grow[120];
+    if (isnan(s->grow)) snprintf(grow, sizeof grow, "zero on both");
+    else if (s->grow >= 2.0) snprintf(grow, sizeof grow, "it grew %.3gx from %s to %s", s->grow, s->net[0], s->net[1]);
+    else if (s->grow >= 0.5)
+        snprintf(grow, sizeof grow, "about the same on both (%.3gx)", s->grow);
+    else snprintf(grow, sizeof grow, "it fell to %.3gx from %s to %s", s->grow, s->net[0], s->net[1]);
+    snprintf(b, n, "%s. On %s, %s; %s. On %s, %s; %s. The count: %s. %s", s->effect, s->net[0], s->measured[0], acc[0],
+             s->net[1], s->measured[1], acc[1], grow, scale_who(s));
+}
+
 /* ---- checkpoints ---------------------------------------------------------------------------------------------- */
 
 void mpt_text_checkpoint_refused(char *b, size_t n, int kept, const char *why) {

@@ -227,6 +227,81 @@ void mpt_text_stochastic(char *b, size_t n, double acc, double lost, double appl
 /* FP32 weights' lost updates: share and mass. The mass is "almost nothing" below 1e-4, else said as a real share. */
 void mpt_text_fp32_lost(char *b, size_t n, double lost_frac, double lost_mass);
 
+/* ---- normalisation -------------------------------------------------------------------------------------------- */
+
+/* The variance of a normalisation's units (batch-norm channels or layer-norm rows) computed in the two 16-bit formats
+ * and in FP32, relative errors against the exact variance of the same stored activations, medians over the units:
+ * onepass16[f] (E[x^2] - E[x]^2 in format f's arithmetic), twopass16[f], twopass32 (the policy's), welford32;
+ * clamped16[f] and nonfinite16[f] the shares of units whose one-pass variance cancelled to zero or below (clamped to 0)
+ * or was not finite (a sum overflowed). Per format, the formula "cost" Nx when onepass16 >= 2 twopass16, erred "about
+ * as much" within [0.5, 2), "less" below; the 16-bit arithmetic "cost" Nx over FP32's two passes when twopass16 >= 2
+ * twopass32, else erred "no more"; Welford "about as much as" FP32's two passes within a factor 2, else "more" or
+ * "less". kappa_med: the median condition 1 + mean^2 / var (the one-pass formula's error grows like kappa u). */
+typedef struct mpt_text_norm_var {
+    const char *units;       /* "batch-norm channels" */
+    int n_units;
+    double kappa_med;
+    double twopass32, welford32;
+    const char *fmt[2];      /* "BF16", "FP16" */
+    double onepass16[2], twopass16[2], clamped16[2], nonfinite16[2];
+} mpt_text_norm_var;
+
+void mpt_text_norm_variance(char *b, size_t n, const mpt_text_norm_var *v);
+
+/* The same units shifted by t standard deviations each (t[0] = 0 up to t[n_t - 1]: the condition grows like t^2):
+ * median errors per shift of the one-pass variance in BF16, FP16 and FP32 and of two passes in BF16 and FP32, and the
+ * share of units whose BF16 one-pass variance was clamped. The one-pass error "grew" when its value at the largest t
+ * is at least 10x its value at t = 0; two passes "stayed within" a factor 3 of their t = 0 value, or "grew too". */
+#define MPT_TEXT_NORM_MAX_SHIFTS 8
+typedef struct mpt_text_norm_shift {
+    const char *units;
+    int n_t;
+    double t[MPT_TEXT_NORM_MAX_SHIFTS], kappa[MPT_TEXT_NORM_MAX_SHIFTS];
+    double onepass_bf16[MPT_TEXT_NORM_MAX_SHIFTS], onepass_fp16[MPT_TEXT_NORM_MAX_SHIFTS];
+    double onepass_fp32[MPT_TEXT_NORM_MAX_SHIFTS], twopass_bf16[MPT_TEXT_NORM_MAX_SHIFTS];
+    double twopass_fp32[MPT_TEXT_NORM_MAX_SHIFTS], clamped_bf16[MPT_TEXT_NORM_MAX_SHIFTS];
+} mpt_text_norm_shift;
+
+void mpt_text_norm_shifted(char *b, size_t n, const mpt_text_norm_shift *v);
+
+/* FP16 statistics at two batch sizes (lo < hi): the shares of batch-norm channels whose FP16 statistics were not
+ * finite on the trained network's activations at those batches (nonfinite_*: NAN when not measured), and the fp16
+ * training runs with FP16 statistics at the same batches: skipped steps of their steps, test accuracy, beside the run
+ * with FP32 statistics (acc_ref_*). Says per batch whether sums overflowed and whether the run skipped every step,
+ * some or none. */
+typedef struct mpt_text_norm_fp16 {
+    int batch_lo, batch_hi;
+    double nonfinite_lo, nonfinite_hi;
+    int skipped_lo, steps_lo, skipped_hi, steps_hi;
+    double acc_lo, acc_ref_lo, acc_hi, acc_ref_hi;
+} mpt_text_norm_fp16;
+
+void mpt_text_norm_fp16_batches(char *b, size_t n, const mpt_text_norm_fp16 *f);
+
+/* ---- scale ---------------------------------------------------------------------------------------------------- */
+
+/* One effect of the lesson `scale` on two networks (net[0] the mlp, net[1] the deeper one): what was counted on each
+ * (measured[i], a clause with its numbers, e.g. "23% of the activation gradients' nonzero values flush at S = 1,
+ * carrying 4.5e-05 of their mass"), how much the primary count grew from net[0] to net[1] (grow = count1 / count0:
+ * "grew" at >= 2, "about the same" in [0.5, 2), "fell" below; NAN when a count is 0 on both), and the paired accuracy
+ * difference (diff_what, e.g. "no scaling - dynamic") on each with its interval and verdict (d[i] NULL without GSL:
+ * then diff[i]). A network "pays" when its verdict is worse beyond the margin; the last sentence says which paid:
+ * neither (at these sizes, with the seeds used), only the deeper one, only the mlp, or both. */
+typedef struct mpt_text_scale {
+    const char *effect;
+    const char *net[2];
+    const char *measured[2];
+    double grow;
+    const char *diff_what;
+    const mpt_stats_paired *d[2];
+    const mpt_stats_summary *diff[2];
+} mpt_text_scale;
+
+void mpt_text_scale_effect(char *b, size_t n, const mpt_text_scale *s);
+/* The same in one short sentence for a lesson's conclusion (measured[i] short clauses): each network's count, the
+ * growth, each accuracy difference with its interval, and which network paid. */
+void mpt_text_scale_brief(char *b, size_t n, const mpt_text_scale *s);
+
 /* ---- checkpoints ---------------------------------------------------------------------------------------------- */
 
 /* Why the final checkpoint was refused, for `mptrain train`'s last line: why is the writer's message (it names the

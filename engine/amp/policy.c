@@ -1,6 +1,7 @@
 /* engine/amp/policy.c - the autocast-style op table. Change precision rules here and only here. */
 #include "engine/amp/policy.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,8 +126,45 @@ const mpt_mode_desc *mpt_mode_info(mpt_precision m) {
 
 mpt_policy mpt_policy_make_explicit(mpt_precision mode, int tf32_matmul, int tf32_conv) {
     mpt_policy p = {.mode = mode, .tf32_matmul = tf32_matmul, .tf32_conv = tf32_conv, .tf32_override = 0,
-                    .fp8 = mpt_fp8_recipe_default()};
+                    .fp8 = mpt_fp8_recipe_default(), .norm_stats = MPT_NORM_STATS_FP32};
     return p;
+}
+
+/* The --norm-stats rows (policy.h, mpt_norm_stats_desc). */
+static const mpt_norm_stats_desc norm_stats_rows[] = {
+    [MPT_NORM_STATS_FP32] = {"fp32", MPT_DTYPE_F32, 0, "FP32, two passes (the policy)"},
+    [MPT_NORM_STATS_FP32_ONEPASS] = {"fp32-onepass", MPT_DTYPE_F32, 1, "FP32, E[x^2] - E[x]^2"},
+    [MPT_NORM_STATS_BF16] = {"bf16", MPT_DTYPE_BF16, 0, "BF16 arithmetic, two passes"},
+    [MPT_NORM_STATS_BF16_ONEPASS] = {"bf16-onepass", MPT_DTYPE_BF16, 1, "BF16 arithmetic, E[x^2] - E[x]^2"},
+    [MPT_NORM_STATS_FP16] = {"fp16", MPT_DTYPE_F16, 0, "FP16 arithmetic, two passes"},
+    [MPT_NORM_STATS_FP16_ONEPASS] = {"fp16-onepass", MPT_DTYPE_F16, 1, "FP16 arithmetic, E[x^2] - E[x]^2"},
+};
+_Static_assert(sizeof norm_stats_rows / sizeof norm_stats_rows[0] == MPT_NORM_STATS_COUNT,
+               "one row per mpt_norm_stats");
+
+const mpt_norm_stats_desc *mpt_norm_stats_info(mpt_norm_stats s) {
+    return (unsigned)s < MPT_NORM_STATS_COUNT ? &norm_stats_rows[s] : NULL;
+}
+
+const char *mpt_norm_stats_name(mpt_norm_stats s) {
+    return (unsigned)s < MPT_NORM_STATS_COUNT ? norm_stats_rows[s].name : "?";
+}
+
+int mpt_norm_stats_parse(const char *s, mpt_norm_stats *out) {
+    for (int i = 0; i < MPT_NORM_STATS_COUNT; i++)
+        if (strcmp(s, norm_stats_rows[i].name) == 0) {
+            *out = (mpt_norm_stats)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *mpt_norm_stats_names(void) {
+    static char buf[160]; /* from the rows, so that the list cannot drift from them */
+    if (!buf[0])
+        for (int i = 0, k = 0; i < MPT_NORM_STATS_COUNT && k >= 0 && (size_t)k < sizeof buf; i++)
+            k += snprintf(buf + k, sizeof buf - (size_t)k, "%s%s", i ? " | " : "", norm_stats_rows[i].name);
+    return buf;
 }
 
 mpt_policy mpt_policy_make(mpt_precision mode) {

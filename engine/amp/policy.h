@@ -101,12 +101,50 @@ typedef enum mpt_op {
     MPT_OP_COUNT
 } mpt_op;
 
+/* How the normalisations (batchnorm, layernorm) compute their forward statistics, mean and variance (--norm-stats).
+ * The policy (RULE_NORM) is FP32 with two passes (the mean, then the sum of squared deviations), as cuDNN's batch norm
+ * and PyTorch's mixed-precision batch_norm and layer_norm compute them. The other rows are ablations that show what
+ * that rule prevents (mptrain lab normalization): every sum, product and quotient of the statistics rounded to the
+ * row's format (BF16 or FP16: a 16-bit accumulator), or the variance by the one-pass formula E[x^2] - E[x]^2,
+ * clamped at 0 (Flax's BatchNorm with use_fast_variance=True computes it so), which cancels when |mean| >> sd
+ * (Chan, Golub & LeVeque 1983). The summation order is the FP32 kernel's (engine/backend.h, mpt_norm_args); only the
+ * forward statistics change: the normalisation, the affine transform, the running statistics' update and the backward
+ * pass's sums stay FP32 (from the saved, rounded mean and rstd). The CPU backend runs every row; the CUDA backend runs
+ * fp32 only (a run with another row on the GPU is refused). */
+typedef enum mpt_norm_stats {
+    MPT_NORM_STATS_FP32 = 0,     /* the policy: FP32, two passes */
+    MPT_NORM_STATS_FP32_ONEPASS, /* FP32, E[x^2] - E[x]^2 */
+    MPT_NORM_STATS_BF16,         /* BF16 arithmetic, two passes */
+    MPT_NORM_STATS_BF16_ONEPASS, /* BF16 arithmetic, E[x^2] - E[x]^2 */
+    MPT_NORM_STATS_FP16,         /* FP16 arithmetic, two passes */
+    MPT_NORM_STATS_FP16_ONEPASS, /* FP16 arithmetic, E[x^2] - E[x]^2 */
+    MPT_NORM_STATS_COUNT
+} mpt_norm_stats;
+
+/* One row of the --norm-stats table (policy.c). */
+typedef struct mpt_norm_stats_desc {
+    const char *name;   /* --norm-stats's value: "fp32", "fp32-onepass", "bf16", "bf16-onepass", "fp16", ... */
+    mpt_dtype dtype;    /* the format every operation of the statistics rounds to: F32, BF16 or F16 */
+    int one_pass;       /* variance as max(0, E[x^2] - E[x]^2) (1) or the mean of squared deviations (0) */
+    const char *summary; /* for --help and the precision map */
+} mpt_norm_stats_desc;
+
+/* The row of s (NULL outside the enum). */
+MPT_API const mpt_norm_stats_desc *mpt_norm_stats_info(mpt_norm_stats s);
+/* "fp32", ...; parse returns 0 on success, -1 for an unknown name. */
+MPT_API const char *mpt_norm_stats_name(mpt_norm_stats s);
+MPT_API int mpt_norm_stats_parse(const char *s, mpt_norm_stats *out);
+/* "fp32 | fp32-onepass | bf16 | ...", for messages and --help. */
+MPT_API const char *mpt_norm_stats_names(void);
+
 typedef struct mpt_policy {
     mpt_precision mode;
     int tf32_matmul;   /* TF32 allowed for linear (GEMM) */
     int tf32_conv;     /* TF32 allowed for conv */
     int tf32_override; /* 1 when NVIDIA_TF32_OVERRIDE=0 was found in the environment and applied */
     mpt_fp8_recipe fp8; /* FP8 modes: scaling, accumulator, saturation (mpt_fp8_recipe_default() otherwise) */
+    mpt_norm_stats norm_stats; /* the normalisations' forward statistics: FP32 two-pass (the policy) unless an
+                                  ablation is asked for (--norm-stats) */
 } mpt_policy;
 
 /* What the policy decides for one node. */

@@ -20,6 +20,8 @@
  *   not pass a gradient to the layers before, whose weight gradients sum over every row).
  * Precision (engine/amp/policy.c, RULE_NORM): activations in the mode's dtype; statistics, normalisation, gamma, beta
  * and running statistics in FP32, as cuDNN's batch norm runs half tensors with float scale, bias and statistics.
+ * --norm-stats (g->policy.norm_stats, an ablation) computes the batch statistics in 16-bit arithmetic or by the
+ * one-pass formula instead (engine/amp/policy.h); the rest stays as above.
  * With data-parallel training each rank normalises with its shard's statistics (torch DistributedDataParallel without
  * SyncBatchNorm) and rank 0's running statistics are broadcast after every step (DDP's broadcast_buffers).
  * PyTorch: torch.nn.BatchNorm2d(C, eps=1e-5, momentum=0.1) / BatchNorm1d(F): the same names in its state_dict
@@ -53,6 +55,9 @@ static mpt_norm_args bn_args(const mpt_graph *g, const mpt_node *n, const char *
     a.dgamma = n->in[1]->grad->data;
     a.dbeta = n->in[2]->grad->data;
     a.tag = tag;
+    const mpt_norm_stats_desc *st = mpt_norm_stats_info(g->policy.norm_stats);
+    a.stat_dtype = st->dtype;
+    a.one_pass = st->one_pass;
     return a;
 }
 
@@ -70,7 +75,7 @@ static void batchnorm_backward(mpt_graph *g, mpt_node *n) {
     snprintf(tag, sizeof tag, "%s.bwd", n->name);
     mpt_norm_args a = bn_args(g, n, tag);
     mpt_tensor *dx = n->in[0]->grad;
-    a.accumulate = mpt_graph_grad_accumulate(g, dx);
+    a.accumulate = dx ? mpt_graph_grad_accumulate(g, dx) : 0; /* no gradient into the input: a.dx NULL */
     /* dgamma and dbeta: one parameter node writes both, so they are first written together */
     a.accumulate_params = mpt_graph_grad_accumulate(g, n->in[1]->grad);
     MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate_params,

@@ -11,13 +11,15 @@
  * Precision (engine/amp/policy.c, RULE_NORM): PyTorch's autocast runs layer_norm in float32 (its "CUDA Ops that can
  * autocast to float32" list: layer_norm); here the statistics, the normalisation and gamma, beta are FP32 and the output
  * is rounded once to the activation dtype, which is what autocast's FP32 output becomes at the next lowered op's cast.
+ * --norm-stats (g->policy.norm_stats, an ablation) computes each row's mean and variance in 16-bit arithmetic or by the
+ * one-pass formula instead (engine/amp/policy.h).
  * PyTorch: torch.nn.LayerNorm(normalized_shape = x.shape[1:], eps=1e-5).
  */
 #include <stdio.h>
 
 #include "engine/layers/layer_common.h"
 
-static mpt_norm_args ln_args(const mpt_node *n, const char *tag) {
+static mpt_norm_args ln_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
     mpt_norm_args a = {0};
     const mpt_tensor *x = n->in[0], *y = n->out;
     a.N = x->shape[0];
@@ -36,21 +38,24 @@ static mpt_norm_args ln_args(const mpt_node *n, const char *tag) {
     a.dgamma = n->in[1]->grad->data;
     a.dbeta = n->in[2]->grad->data;
     a.tag = tag;
+    const mpt_norm_stats_desc *st = mpt_norm_stats_info(g->policy.norm_stats);
+    a.stat_dtype = st->dtype;
+    a.one_pass = st->one_pass;
     return a;
 }
 
 static void layernorm_forward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
     snprintf(tag, sizeof tag, "%s.fwd", n->name);
-    mpt_norm_args a = ln_args(n, tag);
+    mpt_norm_args a = ln_args(g, n, tag);
     g->be->layernorm_forward(g->be, &a);
 }
 
 static void layernorm_backward(mpt_graph *g, mpt_node *n) {
     char tag[MPT_NAME_LEN + 8];
     snprintf(tag, sizeof tag, "%s.bwd", n->name);
-    mpt_norm_args a = ln_args(n, tag);
-    a.accumulate = mpt_graph_grad_accumulate(g, n->in[0]->grad);
+    mpt_norm_args a = ln_args(g, n, tag);
+    a.accumulate = n->in[0]->grad ? mpt_graph_grad_accumulate(g, n->in[0]->grad) : 0; /* no gradient: a.dx NULL */
     a.accumulate_params = mpt_graph_grad_accumulate(g, n->in[1]->grad);
     MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate_params,
                 "layernorm %s: gamma and beta gradients out of step", n->name);

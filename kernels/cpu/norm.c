@@ -14,6 +14,9 @@
  * gradients (sums over the rows) stay on one thread.
  * Variance: two passes (the mean, then the sum of squared deviations, each square through fmaf), as cuDNN and PyTorch
  * compute it, never E[x^2] - E[x]^2 (Chan, Golub & LeVeque 1983: catastrophic cancellation when |mean| >> sd).
+ * The ablations of --norm-stats (mpt_norm_args.stat_dtype, one_pass: 16-bit arithmetic, the one-pass formula) take
+ * the same elements in the same order with every result rounded to the row's format (ablation_stats below); they are
+ * what `mptrain lab normalization` trains against the policy's FP32 statistics.
  */
 #include <string.h>
 
@@ -28,6 +31,70 @@ static const void *norm_at(const void *p, mpt_dtype t, int64_t i) {
 }
 
 static int row_valid(const int32_t *labels, int64_t r) { return !labels || labels[r] >= 0; }
+
+/* ---- the ablation rows of --norm-stats (engine/backend.h, mpt_norm_args.stat_dtype and one_pass) --------------- */
+
+_Static_assert(MPT_DTYPE_F32 == 0 && MPT_DTYPE_F16 == 1 && MPT_DTYPE_BF16 == 2,
+               "mpt_elem_stat_round takes mpt_dtype's values");
+
+static int is_ablation(const mpt_norm_args *a) { return a->stat_dtype != MPT_DTYPE_F32 || a->one_pass; }
+
+enum { TERM_X, TERM_X2, TERM_DEV2 }; /* the terms of s1, s2 (one pass) and sq (two passes) */
+
+static float stat_term(float x, int term, float mean, int fmt) {
+    if (term == TERM_X) return x;
+    const float d = term == TERM_DEV2 ? mpt_elem_stat_round(x - mean, fmt) : x;
+    return mpt_elem_stat_round(d * d, fmt);
+}
+
+/* Batch norm, channel c: the sum of the terms over the valid rows, each row's part first, every addition rounded. */
+static float bn_channel_sum_in(const mpt_norm_args *a, int64_t c, int term, float mean) {
+    const int fmt = (int)a->stat_dtype;
+    float total = 0.0f, buf[NORM_CHUNK];
+    for (int64_t r = 0; r < a->N; r++) {
+        if (!row_valid(a->labels, r)) continue;
+        float part = 0.0f;
+        const int64_t base = (r * a->C + c) * a->S;
+        for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
+            const int64_t m = a->S - s0 < NORM_CHUNK ? a->S - s0 : NORM_CHUNK;
+            mpt_cpu_widen(buf, norm_at(a->x, a->dtype, base + s0), a->dtype, m);
+            for (int64_t k = 0; k < m; k++) part = mpt_elem_stat_round(part + stat_term(buf[k], term, mean, fmt), fmt);
+        }
+        total = mpt_elem_stat_round(total + part, fmt);
+    }
+    return total;
+}
+
+/* Layer norm, row r: the sum of the terms over its features, chunk by chunk, every addition rounded. */
+static float ln_row_sum_in(const mpt_norm_args *a, int64_t r, int term, float mean) {
+    const int fmt = (int)a->stat_dtype;
+    float total = 0.0f, buf[NORM_CHUNK];
+    for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
+        const int64_t m = a->S - s0 < NORM_CHUNK ? a->S - s0 : NORM_CHUNK;
+        mpt_cpu_widen(buf, norm_at(a->x, a->dtype, r * a->S + s0), a->dtype, m);
+        float part = 0.0f;
+        for (int64_t k = 0; k < m; k++) part = mpt_elem_stat_round(part + stat_term(buf[k], term, mean, fmt), fmt);
+        total = mpt_elem_stat_round(total + part, fmt);
+    }
+    return total;
+}
+
+/* Mean and (biased) variance of channel or row i over n elements by the ablation's rule. */
+static void ablation_stats(const mpt_norm_args *a, float (*sum)(const mpt_norm_args *, int64_t, int, float), int64_t i,
+                           float n, float *mean, float *var) {
+    const int fmt = (int)a->stat_dtype;
+    const float m = mpt_elem_stat_round(sum(a, i, TERM_X, 0.0f) / n, fmt);
+    float v;
+    if (a->one_pass) {
+        const float ex2 = mpt_elem_stat_round(sum(a, i, TERM_X2, 0.0f) / n, fmt);
+        v = mpt_elem_stat_round(ex2 - mpt_elem_stat_round(m * m, fmt), fmt);
+        if (v < 0.0f) v = 0.0f; /* the clamp of the one-pass formula; a NaN stays NaN */
+    } else {
+        v = mpt_elem_stat_round(sum(a, i, TERM_DEV2, m) / n, fmt);
+    }
+    *mean = m;
+    *var = v;
+}
 
 /* ---- batch norm ------------------------------------------------------------------------------------------- */
 
@@ -63,7 +130,19 @@ void mpt_cpu_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     MPT_OMP(omp parallel for schedule(static) if (a->N * a->C * a->S >= MPT_PAR_MIN))
     for (int64_t c = 0; c < a->C; c++) {
         float mean, rstd;
-        if (a->training) {
+        if (a->training && is_ablation(a)) {
+            float var = 0.0f;
+            mean = 0.0f;
+            if (n > 0) ablation_stats(a, bn_channel_sum_in, c, (float)n, &mean, &var);
+            rstd = mpt_elem_stat_round(mpt_elem_rstd(var, a->eps), (int)a->stat_dtype);
+            a->mean[c] = mean;
+            a->rstd[c] = rstd;
+            if (n > 0) {
+                const float unbiased = n > 1 ? var * ((float)n / (float)(n - 1)) : var;
+                a->running_mean[c] = mpt_elem_running(a->running_mean[c], mean, a->momentum);
+                a->running_var[c] = mpt_elem_running(a->running_var[c], unbiased, a->momentum);
+            }
+        } else if (a->training) {
             mean = n > 0 ? bn_channel_sum(a, c, 0, 0.0f) / (float)n : 0.0f;
             const float sq = n > 0 ? bn_channel_sum(a, c, 1, mean) : 0.0f;
             const float var = n > 0 ? sq / (float)n : 0.0f;
@@ -124,7 +203,7 @@ void mpt_cpu_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a) {
         a->dgamma[c] = a->accumulate_params ? a->dgamma[c] + sum_dyx : sum_dyx;
         const float mean_dy = fn > 0.0f ? sum_dy / fn : 0.0f, mean_dyx = fn > 0.0f ? sum_dyx / fn : 0.0f;
         const float scale = a->gamma[c] * rstd;
-        for (int64_t r = 0; r < a->N; r++) {
+        for (int64_t r = 0; a->dx && r < a->N; r++) { /* dx NULL: the input has no gradient */
             const int64_t base = (r * a->C + c) * a->S;
             const int ok = row_valid(a->labels, r);
             for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
@@ -170,8 +249,15 @@ void mpt_cpu_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     const float fs = (float)a->S;
     MPT_OMP(omp parallel for schedule(static) if (a->N * a->S >= MPT_PAR_MIN))
     for (int64_t r = 0; r < a->N; r++) {
-        const float mean = ln_row_sum(a, r, 0, 0.0f) / fs;
-        const float rstd = mpt_elem_rstd(ln_row_sum(a, r, 1, mean) / fs, a->eps);
+        float mean, rstd;
+        if (is_ablation(a)) {
+            float var;
+            ablation_stats(a, ln_row_sum_in, r, fs, &mean, &var);
+            rstd = mpt_elem_stat_round(mpt_elem_rstd(var, a->eps), (int)a->stat_dtype);
+        } else {
+            mean = ln_row_sum(a, r, 0, 0.0f) / fs;
+            rstd = mpt_elem_rstd(ln_row_sum(a, r, 1, mean) / fs, a->eps);
+        }
         a->mean[r] = mean;
         a->rstd[r] = rstd;
         float buf[NORM_CHUNK];
@@ -188,9 +274,9 @@ void mpt_cpu_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
 void mpt_cpu_layernorm_backward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "layernorm_backward", 1);
     const float fs = (float)a->S;
-    /* dx, row by row */
-    MPT_OMP(omp parallel for schedule(static) if (a->N * a->S >= MPT_PAR_MIN))
-    for (int64_t r = 0; r < a->N; r++) {
+    /* dx, row by row (none when dx is NULL: the input has no gradient) */
+    MPT_OMP(omp parallel for schedule(static) if (a->dx && a->N * a->S >= MPT_PAR_MIN))
+    for (int64_t r = 0; r < (a->dx ? a->N : 0); r++) {
         const float mean = a->mean[r], rstd = a->rstd[r];
         float xb[NORM_CHUNK], gb[NORM_CHUNK], sum_g = 0.0f, sum_gx = 0.0f;
         for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {

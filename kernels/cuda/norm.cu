@@ -145,6 +145,7 @@ static void launch_bn_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a, 
                                                                           a->labels, a->mean, a->rstd, a->dgamma,
                                                                           a->dbeta, a->accumulate_params, means);
     MPT_CUDA_CHECK_LAUNCH("bn_grad_sums_kernel");
+    if (!a->dx) return; /* the input has no gradient */
     bn_dx_kernel<<<mpt_cuda_blocks(ctx, total), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         a->dx, a->dy, a->x, a->dtype, a->C, a->S, total, a->labels, a->mean, a->rstd, a->gamma, means, a->accumulate);
     MPT_CUDA_CHECK_LAUNCH("bn_dx_kernel");
@@ -152,6 +153,8 @@ static void launch_bn_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a, 
 
 void mpt_cuda_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "batchnorm_forward", 0);
+    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "batchnorm_forward: the CUDA backend computes FP32 two-pass "
+                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
     MPT_ASSERTF(a->C <= 0x7fffffff, "batchnorm_forward: %lld channels", (long long)a->C);
     launch_bn_forward(mpt_cuda_ctx_of(be), a);
 }
@@ -239,9 +242,11 @@ static void launch_ln_forward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) {
 }
 
 static void launch_ln_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) {
-    ln_dx_kernel<<<(unsigned)a->N, NORM_THREADS, 0, ctx->stream>>>(a->dx, a->dy, a->x, a->dtype, a->S, a->gamma,
-                                                                   a->mean, a->rstd, a->accumulate);
-    MPT_CUDA_CHECK_LAUNCH("ln_dx_kernel");
+    if (a->dx) { /* NULL: the input has no gradient */
+        ln_dx_kernel<<<(unsigned)a->N, NORM_THREADS, 0, ctx->stream>>>(a->dx, a->dy, a->x, a->dtype, a->S, a->gamma,
+                                                                       a->mean, a->rstd, a->accumulate);
+        MPT_CUDA_CHECK_LAUNCH("ln_dx_kernel");
+    }
     ln_param_grad_kernel<<<mpt_cuda_blocks(ctx, a->S), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         a->dgamma, a->dbeta, a->dy, a->x, a->dtype, a->N, a->S, a->mean, a->rstd, a->accumulate_params);
     MPT_CUDA_CHECK_LAUNCH("ln_param_grad_kernel");
@@ -249,6 +254,8 @@ static void launch_ln_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) 
 
 void mpt_cuda_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
     mpt_norm_args_check(a, "layernorm_forward", 0);
+    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "layernorm_forward: the CUDA backend computes FP32 two-pass "
+                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
     MPT_ASSERTF(a->N <= 0x7fffffff, "layernorm_forward: %lld rows", (long long)a->N);
     launch_ln_forward(mpt_cuda_ctx_of(be), a);
 }

@@ -32,7 +32,8 @@ static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_la
                                                  &mpt_lab_loss_scaling,   &mpt_lab_master_weights,
                                                  &mpt_lab_optimizer_state, &mpt_lab_overflow,    &mpt_lab_noise,
                                                  &mpt_lab_fp8,            &mpt_lab_grad_comm,
-                                                 &mpt_lab_quantization};
+                                                 &mpt_lab_quantization,   &mpt_lab_normalization,
+                                                 &mpt_lab_scale};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
@@ -428,19 +429,22 @@ static void print_help(FILE *f) {
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
                "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
-               "lessons took 3.7 minutes of CPU time together (4.6 minutes of wall time on a shared two-core\n"
-               "machine, 2026-11-28); --quick runs each lesson's smallest version that still shows its effect\n"
-               "(66 s of CPU time, 83 s of wall time there; --list gives each lesson's). A --quick lesson that\n"
-               "misses its effect names the full command.\n\n"
+               "lessons took about 9.9 minutes of CPU time together on a shared two-core machine (2026-11-28: the\n"
+               "first ten 3.7 minutes; quantization, normalization and scale 148 s, 119 s and 104 s measured\n"
+               "apart); --quick runs each lesson's smallest version that still shows its effect (about 118 s of\n"
+               "CPU time; --list gives each lesson's). A --quick lesson that misses its effect names the full\n"
+               "command.\n\n"
                "Options:\n"
                "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"
                "  --quick                   each lesson's smallest version that shows its effect\n"
                "  --param KEY=VALUE         change a lesson's configuration (see --list); repeatable\n"
                "  --data DIR                directory with the four IDX files (default " MPT_DEFAULT_DATA_DIR ")\n"
-               "  --model SPEC              the network of the lessons that train the command's model (all but fp8,\n"
-               "                            which compares mlp and lenet5): mlp, lenet5, cnn or a spec as for\n"
-               "                            mptrain train (default mlp)\n"
+               "  --model SPEC              the network of the lessons that train the command's model (all but fp8\n"
+               "                            and quantization, which compare mlp and lenet5): mlp, lenet5, cnn or a\n"
+               "                            spec as for mptrain train (default mlp); normalization trains it when\n"
+               "                            it has a batchnorm or layernorm (else its own CNN), scale takes it as\n"
+               "                            the deeper network to set against the mlp\n"
                "  --device D                auto | cpu | cuda (default auto)\n"
                "  --threads N               threads of the CPU backend's GEMMs (OpenBLAS and oneDNN)\n"
                "  --plot-timeout S          seconds gnuplot may take per picture before it is stopped (default 60)\n"

@@ -66,7 +66,7 @@ typedef struct mpt_lab_lesson {
 /* The lessons, in the order `mptrain lab` runs them. */
 extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_accumulation, mpt_lab_loss_scaling, mpt_lab_master_weights,
     mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise, mpt_lab_fp8, mpt_lab_softmax, mpt_lab_grad_comm,
-    mpt_lab_quantization;
+    mpt_lab_quantization, mpt_lab_normalization, mpt_lab_scale;
 
 /* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
  * value is not a finite number. */
@@ -114,7 +114,8 @@ mpt_status mpt_lab_series_read(const mpt_lab_ctx *c, const char *run, const char
 void mpt_lab_series_free(mpt_lab_series *s);
 
 /* Trains one run into <lesson dir>/<name>/ from the base settings plus flags: a NULL-terminated list of
- * "--flag", "value" pairs, as on the command line (flags that take a value only). Fills
+ * "--flag", "value" pairs, as on the command line (a flag without a value, such as --shadow, is given any text as its
+ * value, which is ignored). Fills
  * *res (free with mpt_run_result_free). MPT_ERR_ARG naming the flag for a bad one. */
 mpt_status mpt_lab_train(mpt_lab_ctx *c, const char *name, const char *const *flags, mpt_run_result *res);
 
