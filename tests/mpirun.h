@@ -148,6 +148,8 @@ static pid_t rank_pid(int rank, const char *out) {
  * to its end in *secs. */
 static int run_stopping_rank_1(const char *const *argv, const char *ready, const char *out, int pause_ms,
                                double *secs) {
+    char log[600];
+    snprintf(log, sizeof log, "%s/log", tmpdir);
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     pid_t job = start_argv(argv);
@@ -155,11 +157,11 @@ static int run_stopping_rank_1(const char *const *argv, const char *ready, const
     for (int i = 0; i < 6000 && !r1; i++) {
         if (access(ready, F_OK) == 0) r1 = rank_pid(1, out);
         ck_assert_msg(waitpid(job, NULL, WNOHANG) == 0, "the job ended before %s existed and rank 1 was found (see %s)",
-                      ready, tmp_path("log"));
+                      ready, log);
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    ck_assert_msg(r1 > 0, "rank 1 of the job not found (see %s)", tmp_path("log"));
+    ck_assert_msg(r1 > 0, "rank 1 of the job not found (see %s)", log);
     struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     nanosleep(&pause, NULL);
     ck_assert(kill(r1, SIGSTOP) == 0);

@@ -433,10 +433,12 @@ START_TEST(a_stopped_rank_ends_a_compare_within_comm_timeout) {
     const char *argv[] = {"timeout", "120", "mpirun", "--oversubscribe", "-np", "2", exe, "compare", COMMON,
                           "--epochs", "40", "--telemetry", "0", "--precisions", "fp32,bf16", "--comm-timeout", "3",
                           "--out", out, NULL};
-    char csv[700]; /* rank 1 is training once its run's CSV exists */
-    snprintf(csv, sizeof csv, "%s/bf16/metrics.csv", out);
+    /* rank 1 has started its run once it holds the run's directory (its lock file): its CSVs are published with
+     * the checkpoint at the end of the run, too late (rank 1 then finished training before it was stopped) */
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/bf16/.mptrain.lock", out);
     double secs = 0.0;
-    int rc = run_stopping_rank_1(argv, csv, out, 0, &secs);
+    int rc = run_stopping_rank_1(argv, lock, out, 0, &secs);
     ck_assert_msg(rc != 124, "the job hung with rank 1 stopped: still running after 120 s (see %s)", log);
     ck_assert_msg(rc != 0, "exit 0 with rank 1 stopped (see %s)", log);
     ck_assert_msg(log_contains("mptrain: rank 0 of 2: waiting for the end of every rank's runs") &&
