@@ -84,6 +84,30 @@ mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m) {
     return s;
 }
 
+mpt_status mpt_lab_fc_read(mpt_checkpoint *ck, const char *ckpt, int l, int64_t K, float **W, float **b, int64_t *N,
+                           int *last) {
+    char wn[32], bn[32], nn[32];
+    snprintf(wn, sizeof wn, "fc%d.weight", l);
+    snprintf(bn, sizeof bn, "fc%d.bias", l);
+    snprintf(nn, sizeof nn, "fc%d.weight", l + 1);
+    *W = *b = NULL, *N = 0, *last = 1;
+    const mpt_checkpoint_tensor *t = mpt_checkpoint_find(ck, wn);
+    if (!t) return MPT_OK;
+    if (t->ndim != 2 || t->shape[1] != K || t->dtype != MPT_DTYPE_F32)
+        return mpt_errorf(MPT_ERR_SHAPE, "%s: %s is not an FP32 [N, %lld]", ckpt, wn, (long long)K);
+    const int64_t n = t->shape[0];
+    float *w = malloc(sizeof(float) * (size_t)(n * K)), *bb = malloc(sizeof(float) * (size_t)n);
+    mpt_status s = w && bb ? MPT_OK : mpt_errorf(MPT_ERR_NOMEM, "%s: no memory for %s", ckpt, wn);
+    if (s == MPT_OK) s = mpt_checkpoint_read(ck, wn, w, sizeof(float) * (size_t)(n * K));
+    if (s == MPT_OK) s = mpt_checkpoint_read(ck, bn, bb, sizeof(float) * (size_t)n);
+    if (s != MPT_OK) {
+        free(w), free(bb);
+        return s;
+    }
+    *W = w, *b = bb, *N = n, *last = mpt_checkpoint_find(ck, nn) == NULL;
+    return MPT_OK;
+}
+
 int64_t mpt_lab_telemetry_every(int64_t steps, int points) {
     int64_t every = points > 0 ? steps / points : steps;
     return every < 1 ? 1 : every;

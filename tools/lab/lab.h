@@ -22,6 +22,7 @@
 
 #include <stdio.h>
 
+#include "engine/checkpoint.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
 
@@ -86,6 +87,15 @@ mpt_status mpt_lab_gemm(const mpt_gemm_args *a);
  * mpt_backend_cpu_set_accum: IEEE is mpt_lab_gemm; V100 .. B200 sum as that GPU's Tensor Cores, kernels/cpu/tc_accum.h
  * through the backend). MPT_ERR_ARG naming both when the model has no row for a->math (V100 with TF32 or BF16). */
 mpt_status mpt_lab_gemm_accum(const mpt_gemm_args *a, mpt_accum_model m);
+
+/* Linear layer l (1-based) of a checkpoint's mlp-shaped network, ck opened from the file ckpt: fc<l>.weight, FP32
+ * [N, K] row-major, into *W and fc<l>.bias, FP32 [N], into *b (malloc'd: the caller frees both), its width into *N,
+ * and into *last whether the checkpoint has no fc<l+1>.weight (the head: no ReLU after it). K is the layer's input
+ * width (the image's pixels for l = 1, the previous layer's N after). Returns MPT_OK with *W = *b = NULL and *N = 0
+ * when there is no fc<l>.weight (past the last layer); MPT_ERR_SHAPE naming ckpt and the tensor when it is not FP32
+ * [N, K]; MPT_ERR_NOMEM; the checkpoint's read errors. For lessons that recompute the mlp's layers in FP64. */
+mpt_status mpt_lab_fc_read(mpt_checkpoint *ck, const char *ckpt, int l, int64_t K, float **W, float **b, int64_t *N,
+                           int *last);
 
 /* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
 int64_t mpt_lab_telemetry_every(int64_t steps, int points);

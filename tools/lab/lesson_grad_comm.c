@@ -58,23 +58,15 @@ static mpt_status net_load(const char *ckpt, int64_t dim, net *n) {
     mpt_status s = MPT_OK;
     int64_t K = dim;
     for (int l = 0; s == MPT_OK && l < MAX_LAYERS; l++) {
-        char wn[32], bn[32];
-        snprintf(wn, sizeof wn, "fc%d.weight", l + 1);
-        snprintf(bn, sizeof bn, "fc%d.bias", l + 1);
-        const mpt_checkpoint_tensor *t = mpt_checkpoint_find(ck, wn);
-        if (!t) break;
-        if (t->ndim != 2 || t->shape[1] != K || t->dtype != MPT_DTYPE_F32) {
-            s = mpt_errorf(MPT_ERR_SHAPE, "%s: %s is not an FP32 [N, %lld]", ckpt, wn, (long long)K);
-            break;
-        }
-        const int64_t N = t->shape[0];
-        float *w = malloc(sizeof(float) * (size_t)(N * K)), *bb = malloc(sizeof(float) * (size_t)N);
+        float *w = NULL, *bb = NULL;
+        int64_t N = 0;
+        int last = 0;
+        s = mpt_lab_fc_read(ck, ckpt, l + 1, K, &w, &bb, &N, &last);
+        if (s != MPT_OK || !w) break;
         n->W[l] = malloc(sizeof(double) * (size_t)(N * K));
         n->b[l] = malloc(sizeof(double) * (size_t)N);
         n->in[l] = K, n->out[l] = N, n->L = l + 1;
-        if (!w || !bb || !n->W[l] || !n->b[l]) s = mpt_errorf(MPT_ERR_NOMEM, "lab grad-comm: no memory");
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, wn, w, sizeof(float) * (size_t)(N * K));
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, bn, bb, sizeof(float) * (size_t)N);
+        if (!n->W[l] || !n->b[l]) s = mpt_errorf(MPT_ERR_NOMEM, "lab grad-comm: no memory");
         for (int64_t i = 0; s == MPT_OK && i < N * K; i++) n->W[l][i] = w[i];
         for (int64_t i = 0; s == MPT_OK && i < N; i++) n->b[l][i] = bb[i];
         free(w), free(bb);

@@ -55,23 +55,13 @@ static mpt_status logits_of(const mpt_lab_ctx *c, const char *ckpt, double **out
     for (int64_t i = 0; x && i < M * K; i++) x[i] = d->test_images[i] / 255.0;
     int layers = 0;
     for (int l = 1; s == MPT_OK && l <= MAX_LAYERS; l++) {
-        char wn[32], bn[32], nn[32];
-        snprintf(wn, sizeof wn, "fc%d.weight", l);
-        snprintf(bn, sizeof bn, "fc%d.bias", l);
-        snprintf(nn, sizeof nn, "fc%d.weight", l + 1);
-        const mpt_checkpoint_tensor *wt = mpt_checkpoint_find(ck, wn);
-        if (!wt) break;
-        if (wt->ndim != 2 || wt->shape[1] != K || wt->dtype != MPT_DTYPE_F32) {
-            s = mpt_errorf(MPT_ERR_SHAPE, "%s: %s is not an FP32 [N, %lld]", ckpt, wn, (long long)K);
-            break;
-        }
-        const int64_t N = wt->shape[0];
-        const int last = mpt_checkpoint_find(ck, nn) == NULL;
-        float *W = malloc(sizeof(float) * (size_t)(N * K)), *b = malloc(sizeof(float) * (size_t)N);
+        float *W = NULL, *b = NULL;
+        int64_t N = 0;
+        int last = 0;
+        s = mpt_lab_fc_read(ck, ckpt, l, K, &W, &b, &N, &last);
+        if (s != MPT_OK || !W) break;
         double *y = malloc(sizeof(double) * (size_t)(M * N));
-        if (!W || !b || !y) s = mpt_errorf(MPT_ERR_NOMEM, "lab softmax: no memory");
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, wn, W, sizeof(float) * (size_t)(N * K));
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, bn, b, sizeof(float) * (size_t)N);
+        if (!y) s = mpt_errorf(MPT_ERR_NOMEM, "lab softmax: no memory");
         for (int64_t i = 0; s == MPT_OK && i < M; i++)
             for (int64_t j = 0; j < N; j++) {
                 double acc = b[j];

@@ -155,23 +155,15 @@ static mpt_status measure_layers(const mpt_lab_ctx *c, const char *ckpt, mpt_mat
     for (int64_t i = 0; x && i < M * K; i++) x[i] = d->test_images[i] / 255.0;
     int n = 0;
     for (int l = 1; s == MPT_OK && l <= MAX_LAYERS; l++) {
-        char wn[32], bn[32];
-        snprintf(wn, sizeof wn, "fc%d.weight", l);
-        snprintf(bn, sizeof bn, "fc%d.bias", l);
-        const mpt_checkpoint_tensor *wt = mpt_checkpoint_find(ck, wn);
-        if (!wt) break;
-        int64_t N = wt->shape[0];
-        if (wt->ndim != 2 || wt->shape[1] != K) {
-            s = mpt_errorf(MPT_ERR_SHAPE, "%s: %s is not [N, %lld]", ckpt, wn, (long long)K);
-            break;
-        }
-        float *W = malloc((size_t)(N * K) * sizeof *W), *b = malloc((size_t)N * sizeof *b);
+        float *W = NULL, *b = NULL;
+        int64_t N = 0;
+        int last = 0;
+        s = mpt_lab_fc_read(ck, ckpt, l, K, &W, &b, &N, &last);
+        if (s != MPT_OK || !W) break;
         float *X = malloc((size_t)(M * K) * sizeof *X), *Y32 = malloc((size_t)(M * N) * sizeof *Y32);
         float *Ytf = malloc((size_t)(M * N) * sizeof *Ytf);
         double *Y64 = malloc((size_t)(M * N) * sizeof *Y64), *next = malloc((size_t)(M * N) * sizeof *next);
-        if (!W || !b || !X || !Y32 || !Ytf || !Y64 || !next) s = mpt_errorf(MPT_ERR_NOMEM, "lab tf32: no memory");
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, wn, W, (size_t)(N * K) * sizeof *W);
-        if (s == MPT_OK) s = mpt_checkpoint_read(ck, bn, b, (size_t)N * sizeof *b);
+        if (!X || !Y32 || !Ytf || !Y64 || !next) s = mpt_errorf(MPT_ERR_NOMEM, "lab tf32: no memory");
         if (s == MPT_OK) {
             for (int64_t i = 0; i < M * K; i++) X[i] = (float)x[i];
             for (int64_t i = 0; i < M; i++)
@@ -190,9 +182,6 @@ static mpt_status measure_layers(const mpt_lab_ctx *c, const char *ckpt, mpt_mat
             e->N = N;
             e->err32 = rel_err(Y32, Y64, M * N);
             e->errtf = rel_err(Ytf, Y64, M * N);
-            char next_name[32];
-            snprintf(next_name, sizeof next_name, "fc%d.weight", l + 1);
-            int last = mpt_checkpoint_find(ck, next_name) == NULL;
             for (int64_t i = 0; i < M; i++) /* the next layer's input: FP64 bias + ReLU (none after the last) */
                 for (int64_t j = 0; j < N; j++) {
                     double z = Y64[i * N + j] + b[j];
