@@ -538,6 +538,11 @@ MPT_HD float mpt_elem_act_grad(int kind, float dy, float x, float y, float alpha
  * backward with k = gamma * rstd for batch norm (mean over the n elements of a channel) or per feature for layer
  * norm: dx = rstd (g - mean(g) - x^ mean(g x^)), g = dy gamma (Ioffe & Szegedy 2015, section 3; the same formula as
  * PyTorch's batch_norm_backward and layer_norm_backward). Sums are the callers'. */
+/* One term of the second pass of the variance: acc + (x - mean)^2, the square and the sum in one fmaf. */
+MPT_HD float mpt_elem_sq_dev(float acc, float x, float mean) {
+    const float d = x - mean;
+    return fmaf(d, d, acc);
+}
 MPT_HD float mpt_elem_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
 MPT_HD float mpt_elem_norm(float x, float mean, float rstd, float gamma, float beta) {
     return fmaf((x - mean) * rstd, gamma, beta);

@@ -20,7 +20,6 @@
  *    for --comm-timeout; relabelled data trained silently).
  * Skipped (exit 77) when Fashion-MNIST is not installed (Debian: dataset-fashion-mnist).
  */
-#include <ctype.h>
 #include <dirent.h>
 #include <math.h>
 #include <signal.h>
@@ -61,29 +60,15 @@ static int run_train(int ranks, const char *out, const char *const *extra) {
  * <common> --data data1` (rank 0 reads data0, rank 1 data1) with stdout and stderr into tmpdir/log; returns the
  * exit status (124: still running after 120 s, a hang) and the seconds it took in *secs. */
 static int run_two_ranks(const char *out, const char *data0, const char *data1, double *secs) {
-    char exe[1024];
-    mptrain_path(exe, sizeof exe);
-    const char *common[] = {"train", "--model", "mlp", "--epochs", "1", "--limit-train", "2048", "--limit-test", "256",
-                            "--batch-size", "64", "--max-steps", "16", "--device", "cpu", "--threads", "1",
-                            "--progress", "off", "--data-parallel", "--out", out, NULL};
-    const char *argv[96] = {"timeout", "120", "mpirun", "--oversubscribe"};
-    int n = 4;
+    const char *a[2][32]; /* the two command lines differ in --data only */
     for (int r = 0; r < 2; r++) {
-        if (r == 1) argv[n++] = ":";
-        argv[n++] = "-np";
-        argv[n++] = "1";
-        argv[n++] = exe;
-        for (int i = 0; common[i]; i++) argv[n++] = common[i];
-        argv[n++] = "--data";
-        argv[n++] = r == 0 ? data0 : data1;
+        const char *args[] = {"train", "--model", "mlp", "--epochs", "1", "--limit-train", "2048", "--limit-test",
+                              "256", "--batch-size", "64", "--max-steps", "16", "--device", "cpu", "--threads", "1",
+                              "--progress", "off", "--data-parallel", "--out", out, "--data", r == 0 ? data0 : data1,
+                              NULL};
+        memcpy(a[r], args, sizeof args);
     }
-    argv[n] = NULL;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = run_argv(argv);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    return rc;
+    return run_two_commands(a[0], a[1], 120, secs);
 }
 
 /* The loss column of out/metrics.csv into v[]; returns the row count. */
@@ -257,36 +242,6 @@ START_TEST(a_rank_failing_alone_aborts_the_job) {
 }
 END_TEST
 
-/* The PID of the process of this test's job that is MPI rank `rank` (its environment says OMPI_COMM_WORLD_RANK and
- * its command line names out), or 0. */
-static pid_t rank_pid(int rank, const char *out) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    char want[64];
-    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
-    pid_t found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) {
-        char path[300], buf[1 << 15];
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        int names_out = 0;
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) names_out |= strcmp(buf + i, out) == 0;
-        if (!names_out) continue;
-        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
-        if (!(f = fopen(path, "rb"))) continue;
-        n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-            if (strcmp(buf + i, want) == 0) found = (pid_t)atol(e->d_name);
-    }
-    closedir(d);
-    return found;
-}
-
 START_TEST(a_stopped_rank_aborts_the_job_within_comm_timeout) {
     make_tmpdir();
     const char *out = tmp_path("o");
@@ -297,37 +252,11 @@ START_TEST(a_stopped_rank_aborts_the_job_within_comm_timeout) {
                           "--epochs", "50", "--limit-train", "2048", "--limit-test", "256", "--batch-size", "64",
                           "--device", "cpu", "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out", out,
                           "--progress", "off", "--data-parallel", "--comm-timeout", "3", NULL};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    fflush(NULL);
-    pid_t job = fork();
-    ck_assert(job >= 0);
-    if (job == 0) {
-        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    /* rank 0 holds --out's lock once it is about to train; then rank 1 is stopped mid-training */
+    /* rank 0 holds --out's lock once it is about to train; a second later rank 1 is stopped mid-training */
     char lock[700];
     snprintf(lock, sizeof lock, "%s/.mptrain.lock", out);
-    pid_t r1 = 0;
-    for (int i = 0; i < 6000 && !r1; i++) {
-        struct stat st;
-        if (stat(lock, &st) == 0) r1 = rank_pid(1, out);
-        ck_assert_msg(waitpid(job, NULL, WNOHANG) == 0, "the job ended before it trained (see %s)", log);
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-    ck_assert_msg(r1 > 0, "rank 1 of the job not found (see %s)", log);
-    struct timespec ts = {1, 0};
-    nanosleep(&ts, NULL);
-    ck_assert(kill(r1, SIGSTOP) == 0);
-    int status = 0;
-    ck_assert(waitpid(job, &status, 0) == job);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (kill(r1, 0) == 0) kill(r1, SIGKILL); /* the job is over either way */
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    double secs = 0.0;
+    int rc = run_stopping_rank_1(argv, lock, out, 1000, &secs);
     ck_assert_msg(rc != 124, "the job hung with rank 1 stopped: still running after 120 s (see %s)", log);
     ck_assert_msg(rc != 0, "the job ended with exit 0 with rank 1 stopped (see %s)", log);
     ck_assert_msg(log_contains("did not complete within --comm-timeout 3 s") && log_contains("rank 1 did not arrive"),
@@ -391,18 +320,9 @@ START_TEST(ranks_that_disagree_stop_with_one_line) {
         int rc = run_two_commands(a0, a1, 120, &secs);
         char want[256];
         snprintf(want, sizeof want, "mptrain train: %s", cases[i].want);
-        const char *why = rc != 2 ? "exit status not 2"
-                          : secs > 60.0 ? "took more than 60 s"
-                          : !log_contains(want) ? "no line naming the setting and both values"
-                          : log_lines_starting("mptrain") != 1 ? "more than one line of mptrain's"
-                          : access(tmp_path("o/metrics.csv"), F_OK) == 0 ? "it trained" : NULL;
-        if (why) {
-            char *log = slurp(tmp_path("log"));
-            fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "\n  [%s] %s (exit %d, %.0f s): %.300s",
-                                   cases[i].flag, why, rc, secs, log ? log : "");
-            free(log);
-        }
-        if (fl >= sizeof failures) fl = sizeof failures - 1;
+        const char *why = one_line_stop_problem(rc, secs, want);
+        if (!why && access(tmp_path("o/metrics.csv"), F_OK) == 0) why = "it trained";
+        if (why) note_failure(failures, sizeof failures, &fl, cases[i].flag, why, rc, secs);
     }
     ck_assert_msg(fl == 0, "ranks with different settings:%s", failures);
     free(data[0]);

@@ -401,19 +401,9 @@ START_TEST(ranks_with_another_plan_stop_with_one_line) {
         int rc = run_two_commands(a0, a1, 120, &secs);
         char want[256];
         snprintf(want, sizeof want, "mptrain compare: %s", cases[i].want);
-        const char *why = rc != 2 ? "exit status not 2"
-                          : secs > 60.0 ? "took more than 60 s"
-                          : !log_contains(want) ? "no line naming the setting and both values"
-                          : log_lines_starting("mptrain") != 1 ? "more than one line of mptrain's"
-                          : exists(tmp_path("o/fp32/metrics.csv")) || exists(tmp_path("o/report.md")) ? "a run trained"
-                                                                                                       : NULL;
-        if (why) {
-            char *log = slurp(tmp_path("log"));
-            fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "\n  [%s] %s (exit %d, %.0f s): %.300s",
-                                   cases[i].flag, why, rc, secs, log ? log : "");
-            free(log);
-        }
-        if (fl >= sizeof failures) fl = sizeof failures - 1;
+        const char *why = one_line_stop_problem(rc, secs, want);
+        if (!why && (exists(tmp_path("o/fp32/metrics.csv")) || exists(tmp_path("o/report.md")))) why = "a run trained";
+        if (why) note_failure(failures, sizeof failures, &fl, cases[i].flag, why, rc, secs);
     }
     /* lab: the lessons' sizes (--quick) on rank 0 only */
     const char *l0[] = {"lab", "--quick", "--device", "cpu", "--threads", "1", "--data", MPT_DEFAULT_DATA_DIR, "--out",
@@ -422,46 +412,13 @@ START_TEST(ranks_with_another_plan_stop_with_one_line) {
                         NULL};
     double secs = 0.0;
     int rc = run_two_commands(l0, l1, 120, &secs);
-    if (rc != 2 || !log_contains("mptrain lab: the ranks disagree on --quick: rank 1: off, rank 0: on ") ||
-        log_lines_starting("mptrain") != 1) {
-        char *log = slurp(tmp_path("log"));
-        fl += (size_t)snprintf(failures + fl, sizeof failures - fl, "\n  [lab --quick] exit %d, %.0f s: %.300s", rc, secs,
-                               log ? log : "");
-        free(log);
-    }
+    const char *why =
+        one_line_stop_problem(rc, secs, "mptrain lab: the ranks disagree on --quick: rank 1: off, rank 0: on ");
+    if (why) note_failure(failures, sizeof failures, &fl, "lab --quick", why, rc, secs);
     ck_assert_msg(fl == 0, "ranks with another plan:%s", failures);
     rm_tmpdir();
 }
 END_TEST
-
-/* The PID of the process that is MPI rank `rank` of a job whose command line names `out`, or 0. */
-static pid_t rank_pid(int rank, const char *out) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    char want[64];
-    snprintf(want, sizeof want, "OMPI_COMM_WORLD_RANK=%d", rank);
-    pid_t found = 0;
-    for (struct dirent *e; !found && (e = readdir(d));) {
-        char path[300], buf[1 << 15];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        int names_out = 0;
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1) names_out |= strcmp(buf + i, out) == 0;
-        if (!names_out) continue;
-        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
-        if (!(f = fopen(path, "rb"))) continue;
-        n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-            if (strcmp(buf + i, want) == 0) found = (pid_t)atol(e->d_name);
-    }
-    closedir(d);
-    return found;
-}
 
 /* A compare whose rank 1 is stopped while rank 0, its own runs done, waits for rank 1's: the wait is bounded. With
  * --comm-timeout 3 rank 0 asks rank 1 where it is after 3 s, gets no answer within the grace period (10 s), names
@@ -476,35 +433,12 @@ START_TEST(a_stopped_rank_ends_a_compare_within_comm_timeout) {
     const char *argv[] = {"timeout", "120", "mpirun", "--oversubscribe", "-np", "2", exe, "compare", COMMON,
                           "--epochs", "40", "--telemetry", "0", "--precisions", "fp32,bf16", "--comm-timeout", "3",
                           "--out", out, NULL};
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    fflush(NULL);
-    pid_t job = fork();
-    ck_assert(job >= 0);
-    if (job == 0) {
-        if (!freopen(log, "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
     /* rank 1 has started its run once it holds the run's directory (its lock file): its CSVs are published with
-     * the checkpoint at the end of the run, too late (rank 1 would have finished training before it was stopped) */
+     * the checkpoint at the end of the run, too late (rank 1 then finished training before it was stopped) */
     char lock[700];
     snprintf(lock, sizeof lock, "%s/bf16/.mptrain.lock", out);
-    pid_t r1 = 0;
-    for (int i = 0; i < 6000 && !r1; i++) {
-        if (exists(lock)) r1 = rank_pid(1, out);
-        ck_assert_msg(waitpid(job, NULL, WNOHANG) == 0, "the job ended before rank 1 trained (see %s)", log);
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-    ck_assert_msg(r1 > 0, "rank 1 of the job not found (see %s)", log);
-    ck_assert(kill(r1, SIGSTOP) == 0);
-    int status = 0;
-    ck_assert(waitpid(job, &status, 0) == job);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (kill(r1, 0) == 0) kill(r1, SIGKILL);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    double secs = 0.0;
+    int rc = run_stopping_rank_1(argv, lock, out, 0, &secs);
     ck_assert_msg(rc != 124, "the job hung with rank 1 stopped: still running after 120 s (see %s)", log);
     ck_assert_msg(rc != 0, "exit 0 with rank 1 stopped (see %s)", log);
     ck_assert_msg(log_contains("mptrain: rank 0 of 2: waiting for the end of every rank's runs") &&

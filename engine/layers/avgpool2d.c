@@ -37,33 +37,17 @@ static void avgpool2d_backward(mpt_graph *g, mpt_node *n) {
 }
 
 mpt_tensor *mpt_avgpool2d(mpt_graph *g, mpt_tensor *x, int kh, int kw, int sh, int sw, const char *name) {
-    MPT_ASSERTF(x->ndim == 4, "avgpool2d %s: input %s must be 4-D [B, C, H, W], has %d dims", name, x->name,
-                x->ndim);
-    MPT_ASSERTF(mpt_dtype_is_float(x->dtype), "avgpool2d %s: input %s has dtype %s, need a float dtype", name,
-                x->name, mpt_dtype_name(x->dtype));
-    MPT_ASSERTF(kh > 0 && kw > 0 && sh > 0 && sw > 0, "avgpool2d %s: window %dx%d, strides %d, %d (need > 0)", name,
-                kh, kw, sh, sw);
-    const int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-    MPT_ASSERTF(H >= kh && W >= kw, "avgpool2d %s: window %dx%d larger than the input %lldx%lld", name, kh, kw,
-                (long long)H, (long long)W);
-    mpt_node *n = mpt_graph_node(g, MPT_OP_AVGPOOL2D, name);
-    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
-    mpt_layer_check_input_dtype(g, n, x);
+    int64_t yshape[4];
+    mpt_layer_pool_shape(x, MPT_OP_AVGPOOL2D, name, kh, kw, sh, sw, yshape);
+    mpt_node *n = mpt_layer_node(g, MPT_OP_AVGPOOL2D, x, name);
     n->attr.avgpool.kh = kh;
     n->attr.avgpool.kw = kw;
     n->attr.avgpool.sh = sh;
     n->attr.avgpool.sw = sw;
-    n->attr.avgpool.P = (int)((H - kh) / sh + 1);
-    n->attr.avgpool.Q = (int)((W - kw) / sw + 1);
+    n->attr.avgpool.P = (int)yshape[2];
+    n->attr.avgpool.Q = (int)yshape[3];
     char tn[MPT_NAME_LEN];
-    const int64_t yshape[4] = {B, C, n->attr.avgpool.P, n->attr.avgpool.Q};
-    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, 4, yshape);
-    n->in[0] = x;
-    n->out = y;
-    n->forward = avgpool2d_forward;
-    if (x->grad) {
-        mpt_graph_grad(g, y);
-        n->backward = avgpool2d_backward;
-    }
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), n->compute_dtype, MPT_MEM_ACT, 4, yshape);
+    mpt_layer_connect(g, n, x, y, avgpool2d_forward, avgpool2d_backward);
     return y;
 }

@@ -27,59 +27,32 @@
  * PyTorch: torch.nn.BatchNorm2d(C, eps=1e-5, momentum=0.1) / BatchNorm1d(F): the same names in its state_dict
  * (num_batches_tracked is not kept: PyTorch fills it in when it loads a state_dict without it).
  */
-#include <stdio.h>
-
 #include "engine/layers/layer_common.h"
 
 static mpt_norm_args bn_args(const mpt_graph *g, const mpt_node *n, const char *tag) {
-    mpt_norm_args a = {0};
-    const mpt_tensor *x = n->in[0], *y = n->out;
-    a.N = x->shape[0];
-    a.C = n->attr.norm.C;
-    a.S = n->attr.norm.S;
-    a.dtype = x->dtype;
-    a.x = x->data;
-    a.y = y->data;
-    a.gamma = n->in[1]->data;
-    a.beta = n->in[2]->data;
-    a.mean = n->saved[0]->data;
-    a.rstd = n->saved[1]->data;
+    mpt_norm_args a = mpt_layer_norm_args(g, n, tag);
     a.running_mean = n->buffers[0]->data;
     a.running_var = n->buffers[1]->data;
-    a.eps = n->attr.norm.eps;
     a.momentum = n->attr.norm.momentum;
     a.training = g->training;
     a.labels = g->labels ? g->labels->data : NULL;
-    a.dy = y->grad ? y->grad->data : NULL;
-    a.dx = x->grad ? x->grad->data : NULL;
-    a.dgamma = n->in[1]->grad->data;
-    a.dbeta = n->in[2]->grad->data;
-    a.tag = tag;
-    const mpt_norm_stats_desc *st = mpt_norm_stats_info(g->policy.norm_stats);
-    a.stat_dtype = st->dtype;
-    a.one_pass = st->one_pass;
     return a;
 }
 
 static void batchnorm_forward(mpt_graph *g, mpt_node *n) {
-    char tag[MPT_NAME_LEN + 8];
-    snprintf(tag, sizeof tag, "%s.fwd", n->name);
-    mpt_norm_args a = bn_args(g, n, tag);
+    char tag[MPT_LAYER_TAG_LEN];
+    mpt_norm_args a = bn_args(g, n, mpt_layer_tag(tag, n, "fwd"));
     g->be->batchnorm_forward(g->be, &a);
 }
 
 static void batchnorm_backward(mpt_graph *g, mpt_node *n) {
     MPT_ASSERTF(g->training, "batchnorm %s: backward with g->training == 0 (the evaluation forward saved no batch "
                 "statistics)", n->name);
-    char tag[MPT_NAME_LEN + 8];
-    snprintf(tag, sizeof tag, "%s.bwd", n->name);
-    mpt_norm_args a = bn_args(g, n, tag);
+    char tag[MPT_LAYER_TAG_LEN];
+    mpt_norm_args a = bn_args(g, n, mpt_layer_tag(tag, n, "bwd"));
     mpt_tensor *dx = n->in[0]->grad;
     a.accumulate = dx ? mpt_graph_grad_accumulate(g, dx) : 0; /* no gradient into the input: a.dx NULL */
-    /* dgamma and dbeta: one parameter node writes both, so they are first written together */
-    a.accumulate_params = mpt_graph_grad_accumulate(g, n->in[1]->grad);
-    MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate_params,
-                "batchnorm %s: gamma and beta gradients out of step", n->name);
+    a.accumulate_params = mpt_layer_param_grads_accumulate(g, n);
     g->be->batchnorm_backward(g->be, &a);
 }
 
@@ -89,11 +62,7 @@ mpt_tensor *mpt_batchnorm(mpt_graph *g, mpt_tensor *x, float eps, float momentum
     MPT_ASSERTF(eps > 0.0f && momentum >= 0.0f && momentum <= 1.0f,
                 "batchnorm %s: eps %g, momentum %g (need eps > 0, momentum in [0, 1])", name, (double)eps,
                 (double)momentum);
-    MPT_ASSERTF(mpt_dtype_is_float(x->dtype), "batchnorm %s: input %s has dtype %s, need a float dtype", name,
-                x->name, mpt_dtype_name(x->dtype));
-    mpt_node *n = mpt_graph_node(g, MPT_OP_BATCHNORM, name);
-    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
-    mpt_layer_check_input_dtype(g, n, x);
+    mpt_node *n = mpt_layer_node(g, MPT_OP_BATCHNORM, x, name);
     const int64_t C = x->shape[1], S = x->ndim == 4 ? x->shape[2] * x->shape[3] : 1;
     n->attr.norm.eps = eps;
     n->attr.norm.momentum = momentum;
@@ -103,19 +72,11 @@ mpt_tensor *mpt_batchnorm(mpt_graph *g, mpt_tensor *x, float eps, float momentum
     char tn[MPT_NAME_LEN];
     const int64_t cshape[1] = {C};
     const mpt_dtype pd = mpt_policy_param_dtype(&g->policy, MPT_OP_BATCHNORM);
-    mpt_tensor *gamma = mpt_graph_param_const(g, mpt_layer_tname(tn, name, "weight"), pd, 1, cshape, 1.0f);
-    mpt_tensor *beta = mpt_graph_param_const(g, mpt_layer_tname(tn, name, "bias"), pd, 1, cshape, 0.0f);
+    n->in[1] = mpt_graph_param_const(g, mpt_layer_tname(tn, name, "weight"), pd, 1, cshape, 1.0f); /* gamma */
+    n->in[2] = mpt_graph_param_const(g, mpt_layer_tname(tn, name, "bias"), pd, 1, cshape, 0.0f);   /* beta */
     n->buffers[0] = mpt_graph_buffer(g, mpt_layer_tname(tn, name, "running_mean"), 1, cshape, 0.0f);
     n->buffers[1] = mpt_graph_buffer(g, mpt_layer_tname(tn, name, "running_var"), 1, cshape, 1.0f);
-    n->saved[0] = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "batch_mean"), MPT_DTYPE_F32, MPT_MEM_ACT, 1, cshape);
-    n->saved[1] = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "batch_rstd"), MPT_DTYPE_F32, MPT_MEM_ACT, 1, cshape);
-    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, x->ndim,
-                                     x->shape);
-    mpt_graph_grad(g, y); /* the layer has parameters: a gradient always flows into y */
-    n->in[0] = x;
-    n->in[1] = gamma;
-    n->in[2] = beta;
-    n->out = y;
+    mpt_tensor *y = mpt_layer_norm_outputs(g, n, x, C, "batch_mean", "batch_rstd", name);
     n->forward = batchnorm_forward;
     n->backward = batchnorm_backward;
     return y;

@@ -56,32 +56,26 @@ static void conv2d_forward_int8(mpt_graph *g, mpt_node *n) {
 }
 
 static void conv2d_forward(mpt_graph *g, mpt_node *n) {
-    char tag[MPT_NAME_LEN + 8];
     if (n->quant && n->quant->mode == MPT_QUANT_INT8) {
         conv2d_forward_int8(g, n);
         return;
     }
     if (n->quant && n->quant->mode == MPT_QUANT_CALIBRATE) mpt_quant_observe(g, n);
-    snprintf(tag, sizeof tag, "%s.fwd", n->name);
-    mpt_conv_args a = conv_args(n, tag);
+    char tag[MPT_LAYER_TAG_LEN];
+    mpt_conv_args a = conv_args(n, mpt_layer_tag(tag, n, "fwd"));
     g->be->conv2d_forward(g->be, &a);
 }
 
 static void conv2d_backward(mpt_graph *g, mpt_node *n) {
-    char tag[MPT_NAME_LEN + 8];
+    char tag[MPT_LAYER_TAG_LEN];
     mpt_conv_args a;
     if (n->in[0]->grad) {
-        snprintf(tag, sizeof tag, "%s.dgrad", n->name);
-        a = conv_args(n, tag);
+        a = conv_args(n, mpt_layer_tag(tag, n, "dgrad"));
         a.accumulate = mpt_graph_grad_accumulate(g, n->in[0]->grad);
         g->be->conv2d_backward_data(g->be, &a);
     }
-    snprintf(tag, sizeof tag, "%s.wgrad", n->name);
-    a = conv_args(n, tag);
-    /* dW and db: one parameter node writes both, so they are first written together */
-    a.accumulate = mpt_graph_grad_accumulate(g, n->in[1]->grad);
-    MPT_ASSERTF(mpt_graph_grad_accumulate(g, n->in[2]->grad) == a.accumulate,
-                "conv2d %s: weight and bias gradients out of step", n->name);
+    a = conv_args(n, mpt_layer_tag(tag, n, "wgrad"));
+    a.accumulate = mpt_layer_param_grads_accumulate(g, n);
     g->be->conv2d_backward_filter(g->be, &a);
 }
 

@@ -40,34 +40,18 @@ static void maxpool2d_backward(mpt_graph *g, mpt_node *n) {
 }
 
 mpt_tensor *mpt_maxpool2d(mpt_graph *g, mpt_tensor *x, int kernel, int stride, const char *name) {
-    MPT_ASSERTF(x->ndim == 4, "maxpool2d %s: input %s must be 4-D [B, C, H, W], has %d dims", name, x->name,
-                x->ndim);
-    MPT_ASSERTF(mpt_dtype_is_float(x->dtype), "maxpool2d %s: input %s has dtype %s, need a float dtype", name,
-                x->name, mpt_dtype_name(x->dtype));
-    MPT_ASSERTF(kernel > 0 && stride > 0, "maxpool2d %s: kernel %d, stride %d (need > 0)", name, kernel, stride);
-    int64_t B = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3];
-    MPT_ASSERTF(H >= kernel && W >= kernel, "maxpool2d %s: kernel %d larger than the input %lldx%lld", name, kernel,
-                (long long)H, (long long)W);
-    mpt_node *n = mpt_graph_node(g, MPT_OP_MAXPOOL2D, name);
-    mpt_op_precision pr = mpt_layer_policy(g, n, x->dtype);
-    mpt_layer_check_input_dtype(g, n, x);
+    int64_t yshape[4];
+    mpt_layer_pool_shape(x, MPT_OP_MAXPOOL2D, name, kernel, kernel, stride, stride, yshape);
+    mpt_node *n = mpt_layer_node(g, MPT_OP_MAXPOOL2D, x, name);
     n->attr.pool.kernel = kernel;
     n->attr.pool.stride = stride;
     n->attr.pool.pad = 0;
-    n->attr.pool.P = (int)((H - kernel) / stride + 1);
-    n->attr.pool.Q = (int)((W - kernel) / stride + 1);
+    n->attr.pool.P = (int)yshape[2];
+    n->attr.pool.Q = (int)yshape[3];
 
     char tn[MPT_NAME_LEN];
-    int64_t yshape[4] = {B, C, n->attr.pool.P, n->attr.pool.Q};
-    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), pr.compute_dtype, MPT_MEM_ACT, 4, yshape);
-    mpt_tensor *am = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "argmax"), MPT_DTYPE_I32, MPT_MEM_ACT, 4, yshape);
-    n->in[0] = x;
-    n->out = y;
-    n->saved[0] = am;
-    n->forward = maxpool2d_forward;
-    if (x->grad) {
-        mpt_graph_grad(g, y);
-        n->backward = maxpool2d_backward;
-    }
+    mpt_tensor *y = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "out"), n->compute_dtype, MPT_MEM_ACT, 4, yshape);
+    n->saved[0] = mpt_graph_tensor(g, mpt_layer_tname(tn, name, "argmax"), MPT_DTYPE_I32, MPT_MEM_ACT, 4, yshape);
+    mpt_layer_connect(g, n, x, y, maxpool2d_forward, maxpool2d_backward);
     return y;
 }

@@ -4,7 +4,7 @@
  * Contracts (shapes, FP32 statistics and parameters, padding rows, += accumulation): engine/backend.h,
  * mpt_norm_args. Activations are widened exactly to FP32 in chunks on the stack; every statistic, the normalisation
  * and the affine transform are FP32 with the per-element functions of engine/numerics.h (mpt_elem_norm,
- * mpt_elem_norm_dx, mpt_elem_rstd, mpt_elem_running), and each output is rounded once to its dtype.
+ * mpt_elem_norm_dx, mpt_elem_sq_dev, mpt_elem_rstd, mpt_elem_running), and each output is rounded once to its dtype.
  *
  * Sums (FP32, fixed order on one thread): batch norm sums each row's part of a channel (S elements, sequentially)
  * and then adds the rows' parts in row order; layer norm sums a row's features in chunks of EW_CHUNK and adds the
@@ -96,25 +96,30 @@ static void ablation_stats(const mpt_norm_args *a, float (*sum)(const mpt_norm_a
     *var = v;
 }
 
+/* part plus, in order, f(x) over the m elements of x from element i, where f is x (square = 0) or (x - mean)^2
+ * (square = 1, one fmaf each: mpt_elem_sq_dev); m <= NORM_CHUNK. */
+static float norm_chunk_sum(const mpt_norm_args *a, int64_t i, int64_t m, int square, float mean, float part) {
+    float buf[NORM_CHUNK];
+    mpt_cpu_widen(buf, norm_at(a->x, a->dtype, i), a->dtype, m);
+    if (square)
+        for (int64_t k = 0; k < m; k++) part = mpt_elem_sq_dev(part, buf[k], mean);
+    else
+        for (int64_t k = 0; k < m; k++) part += buf[k];
+    return part;
+}
+
 /* ---- batch norm ------------------------------------------------------------------------------------------- */
 
 /* Sum over the valid rows of channel c of f(x) where f is x (square = 0) or (x - mean)^2 (square = 1). */
 static float bn_channel_sum(const mpt_norm_args *a, int64_t c, int square, float mean) {
-    float total = 0.0f, buf[NORM_CHUNK];
+    float total = 0.0f;
     for (int64_t r = 0; r < a->N; r++) {
         if (!row_valid(a->labels, r)) continue;
-        float part = 0.0f;
+        float part = 0.0f; /* one running sum over the row's S elements */
         const int64_t base = (r * a->C + c) * a->S;
         for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
             const int64_t m = a->S - s0 < NORM_CHUNK ? a->S - s0 : NORM_CHUNK;
-            mpt_cpu_widen(buf, norm_at(a->x, a->dtype, base + s0), a->dtype, m);
-            if (square)
-                for (int64_t k = 0; k < m; k++) {
-                    const float d = buf[k] - mean;
-                    part = fmaf(d, d, part);
-                }
-            else
-                for (int64_t k = 0; k < m; k++) part += buf[k];
+            part = norm_chunk_sum(a, base + s0, m, square, mean, part);
         }
         total += part;
     }
@@ -226,19 +231,10 @@ void mpt_cpu_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a) {
 
 /* Blocked FP32 sum over row r's S features of x (square = 0) or of (x - mean)^2 (square = 1). */
 static float ln_row_sum(const mpt_norm_args *a, int64_t r, int square, float mean) {
-    float total = 0.0f, buf[NORM_CHUNK];
+    float total = 0.0f;
     for (int64_t s0 = 0; s0 < a->S; s0 += NORM_CHUNK) {
         const int64_t m = a->S - s0 < NORM_CHUNK ? a->S - s0 : NORM_CHUNK;
-        mpt_cpu_widen(buf, norm_at(a->x, a->dtype, r * a->S + s0), a->dtype, m);
-        float part = 0.0f;
-        if (square)
-            for (int64_t k = 0; k < m; k++) {
-                const float d = buf[k] - mean;
-                part = fmaf(d, d, part);
-            }
-        else
-            for (int64_t k = 0; k < m; k++) part += buf[k];
-        total += part;
+        total += norm_chunk_sum(a, r * a->S + s0, m, square, mean, 0.0f); /* a sum per chunk, then the chunks' */
     }
     return total;
 }

@@ -10,8 +10,9 @@
  * Three layers per operation (STYLE item 3); contracts in engine/backend.h (mpt_norm_args). Sums are FP32 in a fixed
  * block tree (mpt_block_sum: the same bits on every run); their order differs from the CPU's blocked sums, so the
  * statistics agree with the CPU within the FP32 summation bound, which tests/test_cuda.c checks. The per-element
- * normalisation, its backward and the running update are the CPU's functions (mpt_elem_norm, mpt_elem_norm_dx,
- * mpt_elem_running), which use fmaf explicitly: the same bits from the same statistics.
+ * normalisation, its backward, the variance's squared deviations and the running update are the CPU's functions
+ * (mpt_elem_norm, mpt_elem_norm_dx, mpt_elem_sq_dev, mpt_elem_running), which use fmaf explicitly: the same bits
+ * from the same statistics.
  *   batchnorm forward    bn_stats_kernel (training: one block per channel: valid rows, mean, two-pass variance,
  *                        saved mean and rstd, running update), then bn_apply_kernel (every element)
  *   batchnorm backward   bn_grad_sums_kernel (one block per channel: sum dy, sum dy x^ -> dbeta, dgamma and the two
@@ -52,10 +53,7 @@ static __global__ void bn_stats_kernel(const void *x, mpt_dtype dtype, int64_t N
     float sq = 0.0f;
     for (int64_t e = threadIdx.x; e < total; e += blockDim.x) {
         const int64_t r = e / S;
-        if (row_valid(labels, r)) {
-            const float d = __fsub_rn(mpt_dev_load(x, dtype, (r * C + c) * S + e % S), mean);
-            sq = fmaf(d, d, sq);
-        }
+        if (row_valid(labels, r)) sq = mpt_elem_sq_dev(sq, mpt_dev_load(x, dtype, (r * C + c) * S + e % S), mean);
     }
     sq = mpt_block_sum(sq, red);
     if (threadIdx.x == 0) {
@@ -151,16 +149,23 @@ static void launch_bn_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a, 
     MPT_CUDA_CHECK_LAUNCH("bn_dx_kernel");
 }
 
+/* What every public entry checks: the arguments (mpt_norm_args_check), FP32 two-pass statistics in a forward pass
+ * (--norm-stats is refused on the GPU: tools/run.c), and its one-block-per-channel or per-row grid (`blocks` of
+ * `what`) within CUDA's limit on gridDim.x, 2^31 - 1. */
+static void norm_entry_check(const mpt_norm_args *a, const char *fn, int backward, int64_t blocks, const char *what) {
+    mpt_norm_args_check(a, fn, backward);
+    MPT_ASSERTF(backward || (a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass), "%s: the CUDA backend computes FP32 "
+                "two-pass statistics only (--norm-stats is refused on the GPU: tools/run.c)", fn);
+    MPT_ASSERTF(blocks <= 0x7fffffff, "%s: %lld %s", fn, (long long)blocks, what);
+}
+
 void mpt_cuda_batchnorm_forward(mpt_backend *be, const mpt_norm_args *a) {
-    mpt_norm_args_check(a, "batchnorm_forward", 0);
-    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "batchnorm_forward: the CUDA backend computes FP32 two-pass "
-                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
-    MPT_ASSERTF(a->C <= 0x7fffffff, "batchnorm_forward: %lld channels", (long long)a->C);
+    norm_entry_check(a, "batchnorm_forward", 0, a->C, "channels");
     launch_bn_forward(mpt_cuda_ctx_of(be), a);
 }
 
 void mpt_cuda_batchnorm_backward(mpt_backend *be, const mpt_norm_args *a) {
-    mpt_norm_args_check(a, "batchnorm_backward", 1);
+    norm_entry_check(a, "batchnorm_backward", 1, a->C, "channels");
     MPT_ASSERTF(a->training, "batchnorm_backward: defined for training passes only (%s)", a->tag ? a->tag : "");
     MPT_ASSERTF((size_t)(2 * a->C) * sizeof(float) <= MPT_CUDA_SCRATCH_BYTES,
                 "batchnorm_backward: %lld channels exceed the CUDA backend's scratch (%zu)", (long long)a->C,
@@ -181,10 +186,8 @@ static __global__ void ln_forward_kernel(void *y, const void *x, mpt_dtype dtype
     sum = mpt_block_sum(sum, red);
     const float mean = __fdiv_rn(sum, (float)S);
     float sq = 0.0f;
-    for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-        const float d = __fsub_rn(mpt_dev_load(x, dtype, base + j), mean);
-        sq = fmaf(d, d, sq);
-    }
+    for (int64_t j = threadIdx.x; j < S; j += blockDim.x)
+        sq = mpt_elem_sq_dev(sq, mpt_dev_load(x, dtype, base + j), mean);
     sq = mpt_block_sum(sq, red);
     const float rstd = mpt_elem_rstd(__fdiv_rn(sq, (float)S), eps);
     if (threadIdx.x == 0) {
@@ -253,15 +256,11 @@ static void launch_ln_backward(const mpt_cuda_ctx *ctx, const mpt_norm_args *a) 
 }
 
 void mpt_cuda_layernorm_forward(mpt_backend *be, const mpt_norm_args *a) {
-    mpt_norm_args_check(a, "layernorm_forward", 0);
-    MPT_ASSERTF(a->stat_dtype == MPT_DTYPE_F32 && !a->one_pass, "layernorm_forward: the CUDA backend computes FP32 two-pass "
-                "statistics only (--norm-stats is refused on the GPU: tools/run.c)");
-    MPT_ASSERTF(a->N <= 0x7fffffff, "layernorm_forward: %lld rows", (long long)a->N);
+    norm_entry_check(a, "layernorm_forward", 0, a->N, "rows");
     launch_ln_forward(mpt_cuda_ctx_of(be), a);
 }
 
 void mpt_cuda_layernorm_backward(mpt_backend *be, const mpt_norm_args *a) {
-    mpt_norm_args_check(a, "layernorm_backward", 1);
-    MPT_ASSERTF(a->N <= 0x7fffffff, "layernorm_backward: %lld rows", (long long)a->N);
+    norm_entry_check(a, "layernorm_backward", 1, a->N, "rows");
     launch_ln_backward(mpt_cuda_ctx_of(be), a);
 }

@@ -16,11 +16,7 @@ data=${2:-/usr/share/datasets/fashion-mnist}
 ref=$src/bench/pytorch_reference.py
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-checks=0
-failures=0
-ok() { checks=$((checks + 1)); printf 'ok:   %s\n' "$1"; }
-bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf 'FAIL: %s\n' "$1"; }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" # ok, bad, check, finish
 
 py=/usr/bin/python3
 real=0
@@ -131,6 +127,4 @@ else
     printf 'note: no torch with data here: only the argument checks ran\n'
 fi
 
-printf '%d%%: Checks: %d, Failures: %d, Errors: 0\n' $(((checks - failures) * 100 / (checks ? checks : 1))) \
-    "$checks" "$failures"
-[ "$failures" -eq 0 ]
+finish

@@ -13,12 +13,8 @@ set -uo pipefail
 src=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-checks=0
-failures=0
-ok() { checks=$((checks + 1)); printf 'ok:   %s\n' "$1"; }
-bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf 'FAIL: %s\n' "$1"; }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-py=$(command -v python3) || { bad "python3 exists"; printf '0%%: Checks: %d, Failures: %d, Errors: 0\n' "$checks" "$failures"; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" # ok, bad, check, finish
+py=$(command -v python3) || { bad "python3 exists"; finish; }
 rp=$src/bench/results_page.py
 
 pages=("$src"/bench/results/gpu-*.md "$src/docs/benchmarks.md")
@@ -66,6 +62,4 @@ rc=$?
 check "a marker without its end line fails check (exit $rc)" \
     bash -c '[ "$1" = 1 ] && grep -q "has no .<!-- end results_page.py -->. line" <<<"$2"' _ "$rc" "$out"
 
-printf '%d%%: Checks: %d, Failures: %d, Errors: 0\n' $(((checks - failures) * 100 / (checks ? checks : 1))) \
-    "$checks" "$failures"
-[ "$failures" -eq 0 ]
+finish

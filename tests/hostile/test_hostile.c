@@ -973,6 +973,58 @@ static int same_bytes(const char *path, const char *want, size_t n) {
     return same;
 }
 
+/* Sleeps ms milliseconds. */
+static void pause_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts a long training run on data (500 epochs of batches of 20) into out in the background and waits until it
+ * holds out's lock (wait_for_lock); returns its PID. */
+static pid_t start_long_train(const char *data, const char *out) {
+    char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
+                    (char *)out, "--progress", "off", "--device", "cpu", NULL};
+    pid_t pid = start_bg(args);
+    wait_for_lock(out, pid);
+    return pid;
+}
+
+/* What is wrong with out/summary.json of a run stopped by signal sig_name ("SIGTERM", ...): missing, or not marked
+ * "signal": sig_name; NULL when it is right. */
+static const char *summary_signal_problem(const char *out, const char *sig_name) {
+    char path[700], want[64], *summary = NULL;
+    size_t n = 0;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/summary.json", out);
+    if (stat(path, &st) != 0) return "no summary.json";
+    read_file(path, &summary, &n);
+    snprintf(want, sizeof want, "\"signal\": \"%s\"", sig_name);
+    const char *why = strstr(summary, want) ? NULL : "summary.json is not marked interrupted by the signal";
+    free(summary);
+    return why;
+}
+
+/* Sends sig (named sig_name) to a long training run on data into tmp_path(name) 0.3 s after it took its lock (it is
+ * training), and returns what is wrong with how it stopped, or NULL: it must stop gracefully, as at SIGTERM: exit
+ * 128 + sig, summary.json marked with the signal, and a checkpoint that resumes. */
+static const char *graceful_stop_problem(const char *data, const char *name, int sig, const char *sig_name) {
+    const char *out = tmp_path(name);
+    pid_t pid = start_long_train(data, out);
+    pause_ms(300);
+    kill(pid, sig);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 128 + sig) return "not exit status 128 + the signal";
+    const char *why = summary_signal_problem(out, sig_name);
+    if (why) return why;
+    char ckpt[700];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", out);
+    if (run("train", "--resume", ckpt, "--data", data, "--out", out, "--max-steps", "60", "--progress", "off",
+            "--device", "cpu", NULL) != 0)
+        return "the checkpoint does not resume";
+    return NULL;
+}
+
 /* Item 1: no output is ever written through a symbolic link. As root, another user (nobody, via setpriv) plants
  * links in a directory of its own in a sticky, world-writable directory, pointing at root's files; without root,
  * the test plants them itself (the refusal does not depend on the owner) and skips the owner rule. */
@@ -1149,8 +1201,7 @@ START_TEST(test_run_files_published_together) {
                       (char *)out, "--progress", "off", "--device", "cpu", "--seed", "2", NULL};
     pid_t pid = start_bg(second);
     wait_for_lock(out, pid);
-    struct timespec ts = {0, 300000000};
-    nanosleep(&ts, NULL); /* training */
+    pause_ms(300); /* training */
     kill(pid, SIGKILL);
     ck_assert(waitpid(pid, NULL, 0) == pid);
     case_problems p = {0};
@@ -1194,37 +1245,12 @@ START_TEST(test_signals_stop_gracefully) {
     make_tmpdir();
     const char *data = make_data("data");
     case_problems p = {0};
-    int sigs[2] = {SIGTERM, SIGINT};
+    const int sigs[2] = {SIGTERM, SIGINT};
+    const char *sig_names[2] = {"SIGTERM", "SIGINT"};
     for (int k = 0; k < 2; k++) {
         char name[32];
         snprintf(name, sizeof name, "run%d", k);
-        const char *out = tmp_path(name);
-        char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
-                        (char *)out, "--progress", "off", "--device", "cpu", NULL};
-        pid_t pid = start_bg(args);
-        wait_for_lock(out, pid);
-        struct timespec ts = {0, 300000000};
-        nanosleep(&ts, NULL);
-        kill(pid, sigs[k]);
-        int status = 0;
-        ck_assert(waitpid(pid, &status, 0) == pid);
-        const char *why = NULL;
-        char want[64];
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 128 + sigs[k]) why = "not exit status 128 + the signal";
-        snprintf(name, sizeof name, "run%d/summary.json", k);
-        struct stat st;
-        char *summary = NULL;
-        size_t n = 0;
-        if (!why && stat(tmp_path(name), &st) != 0) why = "no summary.json";
-        if (!why) read_file(tmp_path(name), &summary, &n);
-        snprintf(want, sizeof want, "\"signal\": \"%s\"", sigs[k] == SIGINT ? "SIGINT" : "SIGTERM");
-        if (!why && !strstr(summary, want)) why = "summary.json is not marked interrupted";
-        free(summary);
-        snprintf(name, sizeof name, "run%d/checkpoint.safetensors", k);
-        if (!why && run("train", "--resume", tmp_path(name), "--data", data, "--out", out, "--max-steps", "60",
-                        "--progress", "off", "--device", "cpu", NULL) != 0)
-            why = "the checkpoint does not resume";
-        note_case(&p, sigs[k] == SIGINT ? "SIGINT" : "SIGTERM", why);
+        note_case(&p, sig_names[k], graceful_stop_problem(data, name, sigs[k], sig_names[k]));
     }
     /* a second signal stops at once (the default action), leaving the published files as they were */
     const char *out = tmp_path("twice");
@@ -1234,10 +1260,7 @@ START_TEST(test_signals_stop_gracefully) {
     char *before;
     size_t nb;
     read_file(tmp_path("twice/checkpoint.safetensors"), &before, &nb);
-    char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
-                    (char *)out, "--progress", "off", "--device", "cpu", NULL};
-    pid_t pid = start_bg(args);
-    wait_for_lock(out, pid);
+    pid_t pid = start_long_train(data, out);
     kill(pid, SIGINT);
     kill(pid, SIGINT);
     int status = 0;
@@ -1261,8 +1284,7 @@ START_TEST(test_signals_stop_gracefully) {
                      "--telemetry", "0", NULL};
     pid = start_bg(cargs);
     wait_for_lock(tmp_path("cmp/fp32"), pid);
-    struct timespec ts = {0, 300000000};
-    nanosleep(&ts, NULL);
+    pause_ms(300);
     kill(pid, SIGTERM);
     ck_assert(waitpid(pid, &status, 0) == pid);
     why = NULL;
@@ -1603,31 +1625,7 @@ START_TEST(test_more_signals) {
     for (int k = 0; k < 3; k++) {
         char name[32];
         snprintf(name, sizeof name, "run%d", k);
-        const char *out = tmp_path(name);
-        char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
-                        (char *)out, "--progress", "off", "--device", "cpu", NULL};
-        pid_t pid = start_bg(args);
-        wait_for_lock(out, pid);
-        struct timespec ts = {0, 300000000};
-        nanosleep(&ts, NULL);
-        kill(pid, sigs[k]);
-        int status = 0;
-        ck_assert(waitpid(pid, &status, 0) == pid);
-        const char *why = NULL;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 128 + sigs[k]) why = "not exit status 128 + the signal";
-        char path[700], want[64], *summary = NULL;
-        size_t n = 0;
-        snprintf(path, sizeof path, "%s/summary.json", out);
-        if (!why && !file_present(path)) why = "no summary.json";
-        if (!why) read_file(path, &summary, &n);
-        snprintf(want, sizeof want, "\"signal\": \"%s\"", sig_names[k]);
-        if (!why && !strstr(summary, want)) why = "summary.json is not marked interrupted by the signal";
-        free(summary);
-        snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
-        if (!why && run("train", "--resume", path, "--data", data, "--out", out, "--max-steps", "60", "--progress",
-                        "off", "--device", "cpu", NULL) != 0)
-            why = "the checkpoint does not resume";
-        note_case(&p, sig_names[k], why);
+        note_case(&p, sig_names[k], graceful_stop_problem(data, name, sigs[k], sig_names[k]));
     }
     /* SIGPIPE: stdout is a pipe whose read end is closed before mptrain writes its first lines */
     const char *out = tmp_path("pipe");
@@ -1661,31 +1659,19 @@ START_TEST(test_more_signals) {
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (WIFSIGNALED(status)) why = "killed by the signal: nothing saved";
     else why = rejection_problem(rc, 141, "mptrain: SIGPIPE (the reader of standard output or error went away)");
-    char path[700], *summary = NULL;
-    size_t n = 0;
-    snprintf(path, sizeof path, "%s/summary.json", out);
-    if (!why && !file_present(path)) why = "no summary.json";
-    if (!why) read_file(path, &summary, &n);
-    if (!why && !strstr(summary, "\"signal\": \"SIGPIPE\"")) why = "summary.json is not marked interrupted by SIGPIPE";
-    free(summary);
+    if (!why) why = summary_signal_problem(out, "SIGPIPE");
     note_case(&p, "SIGPIPE", why);
     /* SIGUSR1: a checkpoint now, and the run goes on (until SIGTERM) */
     out = tmp_path("usr1");
-    char *args[] = {"mptrain", "train", "--data", (char *)data, "--epochs", "500", "--batch-size", "20", "--out",
-                    (char *)out, "--progress", "off", "--device", "cpu", NULL};
-    pid = start_bg(args);
-    wait_for_lock(out, pid);
-    struct timespec ts = {0, 300000000};
-    nanosleep(&ts, NULL);
+    pid = start_long_train(data, out);
+    pause_ms(300);
     kill(pid, SIGUSR1);
+    char path[700];
     snprintf(path, sizeof path, "%s/checkpoint.safetensors", out);
     why = NULL;
-    for (int i = 0; i < 3000 && !file_present(path) && waitpid(pid, &status, WNOHANG) == 0; i++) {
-        struct timespec t10 = {0, 10000000};
-        nanosleep(&t10, NULL);
-    }
+    for (int i = 0; i < 3000 && !file_present(path) && waitpid(pid, &status, WNOHANG) == 0; i++) pause_ms(10);
     if (!file_present(path)) why = "no checkpoint after SIGUSR1";
-    nanosleep(&ts, NULL);
+    pause_ms(300);
     if (!why && waitpid(pid, &status, WNOHANG) != 0) why = "the run ended after SIGUSR1";
     kill(pid, SIGTERM);
     waitpid(pid, &status, 0);

@@ -16,17 +16,7 @@ build=$1
 version=$2
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-checks=0
-failures=0
-ok() { checks=$((checks + 1)); printf 'ok:   %s\n' "$1"; }
-bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf 'FAIL: %s\n' "$1"; }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-finish() {
-    printf '%d%%: Checks: %d, Failures: %d, Errors: 0\n' $(((checks - failures) * 100 / (checks ? checks : 1))) \
-        "$checks" "$failures"
-    [ "$failures" -eq 0 ]
-    exit
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" # ok, bad, check, finish
 
 if ! meson install -C "$build" --no-rebuild --destdir "$stage" --quiet > "$stage/install.log" 2>&1; then
     cat "$stage/install.log"
