@@ -49,62 +49,9 @@
 
 /* ---- running the binary ----------------------------------------------------------------------------------- */
 
-static char out_buf[1 << 16];
-
-static const char *mptrain_path(void) {
-    static char p[1024];
-    const char *root = getenv("MPT_BUILD_ROOT");
-    snprintf(p, sizeof p, "%s/tools/mptrain", root ? root : ".");
-    return p;
-}
-
-/* Runs mptrain with the NULL-terminated arguments; stdout and stderr together land in out_buf. Returns the exit
- * status, or 128 + signal. */
-static int run_argv(char *const *args) {
-    int fd[2];
-    ck_assert(pipe(fd) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(fd[1], STDOUT_FILENO);
-        dup2(fd[1], STDERR_FILENO);
-        closefrom(3); /* as a shell starts it: the test's own descriptors would shift the ones mptrain opens */
-        execv(mptrain_path(), args);
-        fprintf(stderr, "exec %s: %s\n", mptrain_path(), strerror(errno));
-        _exit(127);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t k;
-    while ((k = read(fd[0], out_buf + n, sizeof out_buf - 1 - n)) > 0) n += (size_t)k;
-    out_buf[n] = '\0';
-    /* drain anything beyond the buffer so the child never blocks */
-    char sink[4096];
-    while (read(fd[0], sink, sizeof sink) > 0) {
-    }
-    close(fd[0]);
-    int status = 0;
-    ck_assert(waitpid(pid, &status, 0) == pid);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return WEXITSTATUS(status);
-}
-
-#define MAX_ARGS 64
-static int run(const char *first, ...) {
-    char *args[MAX_ARGS];
-    int n = 0;
-    args[n++] = (char *)"mptrain";
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a; a = va_arg(ap, const char *)) {
-        ck_assert(n < MAX_ARGS - 1);
-        args[n++] = (char *)a;
-    }
-    va_end(ap);
-    args[n] = NULL;
-    return run_argv(args);
-}
+#define TESTS_OUT_BUF (1 << 16)
+#include "run_capture.h"
+#define MAX_ARGS TESTS_MAX_ARGS
 
 /* ---- temporary files ------------------------------------------------------------------------------------------ */
 

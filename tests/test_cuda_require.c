@@ -27,7 +27,8 @@
 #include "engine/cuda_backend.h"
 #include "mpt_config.h"
 
-static char out_buf[1 << 14];
+#define TESTS_OUT_BUF (1 << 14)
+#include "run_capture.h"
 
 /* The programs of the cuda suite, all bound by the same rule. */
 static const char *const cuda_programs[] = {"test_cuda", "test_cuda_graph", "test_nccl", "test_cuda_fp8",
@@ -39,34 +40,8 @@ static int run_test_cuda(const char *prog, const char *require) {
     char path[1024];
     const char *root = getenv("MPT_BUILD_ROOT");
     snprintf(path, sizeof path, "%s/tests/%s", root ? root : "..", prog);
-    int fd[2];
-    ck_assert(pipe(fd) == 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert(pid >= 0);
-    if (pid == 0) {
-        dup2(fd[1], STDOUT_FILENO);
-        dup2(fd[1], STDERR_FILENO);
-        close(fd[0]);
-        close(fd[1]);
-        if (require) setenv("MPT_REQUIRE_CUDA", require, 1);
-        else unsetenv("MPT_REQUIRE_CUDA");
-        execl(path, prog, (char *)NULL);
-        fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
-        _exit(127);
-    }
-    close(fd[1]);
-    size_t n = 0;
-    ssize_t k;
-    while ((k = read(fd[0], out_buf + n, sizeof out_buf - 1 - n)) > 0) n += (size_t)k;
-    out_buf[n] = '\0';
-    char sink[4096];
-    while (read(fd[0], sink, sizeof sink) > 0) {
-    }
-    close(fd[0]);
-    int status = 0;
-    ck_assert(waitpid(pid, &status, 0) == pid);
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    char *const args[] = {(char *)prog, NULL};
+    return run_capture(path, args, "MPT_REQUIRE_CUDA", require);
 }
 
 START_TEST(test_module_loads_where_built) {
