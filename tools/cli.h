@@ -19,7 +19,8 @@
  *   plot.c            convergence.png and numerics.png through gnuplot
  *   sweep.c           the runs of compare and lab dealt out to the ranks of an MPI job, results gathered on
  *                     rank 0
- *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h)
+ *   stats.c           summaries and the paired t interval with its equivalence verdict (GSL; tools/stats.h; as
+ *                     JSON for compare.json and speedrun.json: tools/stats_json.h)
  *   sentences.c       the comparative and causal sentences of reports and lessons, each chosen by the numbers it
  *                     describes, with a branch for the opposite outcome (tools/sentences.h, mpt_text_)
  *   -- one training run (tools/run.h, prefix mpt_run_) --

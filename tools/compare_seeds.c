@@ -23,6 +23,7 @@
 #include "tools/report.h"
 #include "tools/sentences.h"
 #include "tools/stats.h"
+#include "tools/stats_json.h"
 
 #define LEVEL 0.95
 
@@ -223,29 +224,13 @@ static void write_per_seed(FILE *f, const mpt_report_seed_runs *r) {
 
 /* ---- compare.json ------------------------------------------------------------------------------------------------ */
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-static json_t *summary_json(const mpt_stats_summary *s) {
-    json_t *j = json_object();
-    json_object_set_new(j, "mean", num(s->mean));
-    json_object_set_new(j, "sd", num(s->sd));
-    json_object_set_new(j, "min", num(s->min));
-    json_object_set_new(j, "max", num(s->max));
-    return j;
-}
 
 static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
-    json_t *j = json_object();
-    json_object_set_new(j, "mean", num(d->mean));
-    json_object_set_new(j, "sd", num(d->sd));
-    json_object_set_new(j, "ci_level", num(d->level));
-    json_object_set_new(j, "ci_low", num(d->lo));
-    json_object_set_new(j, "ci_high", num(d->hi));
-    json_object_set_new(j, "t_quantile", num(d->t_crit));
+    json_t *j = mpt_stats_json_interval(d->mean, d->sd, d->level, d->lo, d->hi, d->t_crit);
     if (with_verdict) {
-        json_object_set_new(j, "margin", num(d->margin));
-        json_object_set_new(j, "p_not_worse", num(d->p_lower));
-        json_object_set_new(j, "p_not_better", num(d->p_upper));
+        json_object_set_new(j, "margin", mpt_stats_json_num(d->margin));
+        json_object_set_new(j, "p_not_worse", mpt_stats_json_num(d->p_lower));
+        json_object_set_new(j, "p_not_better", mpt_stats_json_num(d->p_upper));
         json_object_set_new(j, "verdict", json_string(mpt_verdict_name(d->verdict)));
         json_object_set_new(j, "seeds_needed", d->seeds_needed != 0 ? json_integer(d->seeds_needed) : json_null());
     }
@@ -281,18 +266,18 @@ static json_t *run_json(const mpt_run_result *x, uint64_t seed, double rel_l2) {
     json_t *j = json_object();
     json_object_set_new(j, "seed", seed_json(seed));
     json_object_set_new(j, "dir", json_text(x->out_dir));
-    json_object_set_new(j, "final_test_accuracy", num(x->final_test_acc));
-    json_object_set_new(j, "best_test_accuracy", num(x->best_test_acc));
+    json_object_set_new(j, "final_test_accuracy", mpt_stats_json_num(x->final_test_acc));
+    json_object_set_new(j, "best_test_accuracy", mpt_stats_json_num(x->best_test_acc));
     json_object_set_new(j, "best_epoch", json_integer(x->best_epoch));
-    json_object_set_new(j, "final_test_loss", num(x->final_test_loss));
-    json_object_set_new(j, "final_train_loss", num(x->final_train_loss));
-    json_object_set_new(j, "time_per_epoch_s", num(x->mean_epoch_s));
-    json_object_set_new(j, "time_per_epoch_cpu_s", num(x->mean_epoch_cpu_s));
-    json_object_set_new(j, "samples_per_s", num(x->samples_per_s));
+    json_object_set_new(j, "final_test_loss", mpt_stats_json_num(x->final_test_loss));
+    json_object_set_new(j, "final_train_loss", mpt_stats_json_num(x->final_train_loss));
+    json_object_set_new(j, "time_per_epoch_s", mpt_stats_json_num(x->mean_epoch_s));
+    json_object_set_new(j, "time_per_epoch_cpu_s", mpt_stats_json_num(x->mean_epoch_cpu_s));
+    json_object_set_new(j, "samples_per_s", mpt_stats_json_num(x->samples_per_s));
     json_object_set_new(j, "peak_memory_bytes", json_integer((json_int_t)x->mem_peak_total));
     json_object_set_new(j, "steps_skipped", json_integer(x->steps_skipped));
-    json_object_set_new(j, "final_loss_scale", num((double)x->final_scale));
-    json_object_set_new(j, "rel_l2_to_fp32", num(rel_l2));
+    json_object_set_new(j, "final_loss_scale", mpt_stats_json_num((double)x->final_scale));
+    json_object_set_new(j, "rel_l2_to_fp32", mpt_stats_json_num(rel_l2));
     return j;
 }
 
@@ -348,21 +333,21 @@ static mpt_status dump_json(const char *dir, json_t *j) {
 
 static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_report_seed_runs *r, const prec_stats *st) {
     json_t *j = header_json(o, r->n_seeds, r->seeds);
-    json_object_set_new(j, "margin_pp", num(o->margin));
-    json_object_set_new(j, "ci_level", num(LEVEL));
+    json_object_set_new(j, "margin_pp", mpt_stats_json_num(o->margin));
+    json_object_set_new(j, "ci_level", mpt_stats_json_num(LEVEL));
     json_object_set_new(j, "accuracy_unit", json_string("percent (differences in percentage points)"));
     json_t *precs = json_array();
     for (int p = 0; p < r->n_precisions; p++) {
         const prec_stats *q = &st[p];
         json_t *e = json_object();
         json_object_set_new(e, "precision", json_string(mpt_precision_name(q->precision)));
-        json_object_set_new(e, "final_test_accuracy", summary_json(&q->final_acc));
-        json_object_set_new(e, "best_test_accuracy", summary_json(&q->best_acc));
-        json_object_set_new(e, "final_test_loss", summary_json(&q->test_loss));
-        json_object_set_new(e, "time_per_epoch_s", summary_json(&q->epoch_s));
-        json_object_set_new(e, "time_per_epoch_cpu_s", summary_json(&q->epoch_cpu_s));
-        json_object_set_new(e, "steps_skipped", summary_json(&q->skipped));
-        json_object_set_new(e, "rel_l2_to_fp32", summary_json(&q->rel_l2));
+        json_object_set_new(e, "final_test_accuracy", mpt_stats_json_summary(&q->final_acc));
+        json_object_set_new(e, "best_test_accuracy", mpt_stats_json_summary(&q->best_acc));
+        json_object_set_new(e, "final_test_loss", mpt_stats_json_summary(&q->test_loss));
+        json_object_set_new(e, "time_per_epoch_s", mpt_stats_json_summary(&q->epoch_s));
+        json_object_set_new(e, "time_per_epoch_cpu_s", mpt_stats_json_summary(&q->epoch_cpu_s));
+        json_object_set_new(e, "steps_skipped", mpt_stats_json_summary(&q->skipped));
+        json_object_set_new(e, "rel_l2_to_fp32", mpt_stats_json_summary(&q->rel_l2));
         if (q->paired) {
             json_t *vs = json_object();
             json_object_set_new(vs, "final_test_accuracy_pp", paired_json(&q->d_final, 1));
@@ -384,11 +369,13 @@ static mpt_status write_seeds_json(const mpt_cli_opts *o, const mpt_report_seed_
     json_t *paired_sd = json_object();
     for (int p = 0; ref >= 0 && p < r->n_precisions; p++)
         if (st[p].paired)
-            json_object_set_new(paired_sd, mpt_precision_name(st[p].precision), num(st[p].noise.sd_paired));
+            json_object_set_new(paired_sd, mpt_precision_name(st[p].precision),
+                                mpt_stats_json_num(st[p].noise.sd_paired));
     json_object_set_new(j, "noise_paired_sd_final_accuracy_pp", ref >= 0 ? paired_sd : json_null());
     if (ref < 0) json_decref(paired_sd);
     /* fp32's own spread across seeds: the spread of one run, not the noise of a paired comparison */
-    if (ref >= 0) json_object_set_new(j, "fp32_between_seeds_final_accuracy", summary_json(&st[ref].final_acc));
+    if (ref >= 0)
+        json_object_set_new(j, "fp32_between_seeds_final_accuracy", mpt_stats_json_summary(&st[ref].final_acc));
     else json_object_set_new(j, "fp32_between_seeds_final_accuracy", json_null());
     return dump_json(r->out, j);
 }

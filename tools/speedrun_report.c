@@ -18,6 +18,7 @@
 #include "mpt_config.h"
 #include "tools/speedrun.h"
 #include "tools/stats.h"
+#include "tools/stats_json.h"
 
 #define TARGET MPT_SPEEDRUN_TARGET_PCT
 #define LEVEL MPT_SPEEDRUN_LEVEL
@@ -426,50 +427,33 @@ static mpt_status write_report(const mpt_speedrun_runs *r, const prec_stats *st)
 
 /* ---- speedrun.json ---------------------------------------------------------------------------------------------- */
 
-static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
-
-static json_t *summary_json(const mpt_stats_summary *s) {
-    json_t *j = json_object();
-    json_object_set_new(j, "mean", num(s->mean));
-    json_object_set_new(j, "sd", num(s->sd));
-    json_object_set_new(j, "min", num(s->min));
-    json_object_set_new(j, "max", num(s->max));
-    return j;
-}
 
 static json_t *interval_json(const mpt_stats_interval *c) {
-    json_t *j = json_object();
-    json_object_set_new(j, "mean", num(c->mean));
-    json_object_set_new(j, "sd", num(c->sd));
-    json_object_set_new(j, "ci_level", num(c->level));
-    json_object_set_new(j, "ci_low", num(c->lo));
-    json_object_set_new(j, "ci_high", num(c->hi));
-    json_object_set_new(j, "t_quantile", num(c->t_crit));
-    return j;
+    return mpt_stats_json_interval(c->mean, c->sd, c->level, c->lo, c->hi, c->t_crit);
 }
 
 static json_t *array_json(const double *v, int n) {
     if (!v) return json_null();
     json_t *a = json_array();
-    for (int i = 0; i < n; i++) json_array_append_new(a, num(v[i]));
+    for (int i = 0; i < n; i++) json_array_append_new(a, mpt_stats_json_num(v[i]));
     return a;
 }
 
 static json_t *timing_json(const mpt_run_timing *t) {
     json_t *j = json_object();
-    json_object_set_new(j, "backend_s", num(t->backend_s));
-    json_object_set_new(j, "upload_s", num(t->upload_s));
-    json_object_set_new(j, "cpu_kernels_auto_s", num(t->kernels_s));
-    json_object_set_new(j, "untimed_warmup_s", num(t->warmup_s));
+    json_object_set_new(j, "backend_s", mpt_stats_json_num(t->backend_s));
+    json_object_set_new(j, "upload_s", mpt_stats_json_num(t->upload_s));
+    json_object_set_new(j, "cpu_kernels_auto_s", mpt_stats_json_num(t->kernels_s));
+    json_object_set_new(j, "untimed_warmup_s", mpt_stats_json_num(t->warmup_s));
     json_object_set_new(j, "untimed_warmup_steps", json_integer(t->warmup_steps));
-    json_object_set_new(j, "graph_build_s", num(t->build_s));
-    json_object_set_new(j, "time_to_result_s", num(t->result_s));
-    json_object_set_new(j, "time_to_result_cpu_s", num(t->result_cpu_s));
-    json_object_set_new(j, "batch_orders_s", num(t->order_s));
-    json_object_set_new(j, "final_eval_s", num(t->eval_s));
-    json_object_set_new(j, "final_eval_cpu_s", num(t->eval_cpu_s));
-    json_object_set_new(j, "outputs_s", num(t->outputs_s));
-    json_object_set_new(j, "run_s", num(t->total_s));
+    json_object_set_new(j, "graph_build_s", mpt_stats_json_num(t->build_s));
+    json_object_set_new(j, "time_to_result_s", mpt_stats_json_num(t->result_s));
+    json_object_set_new(j, "time_to_result_cpu_s", mpt_stats_json_num(t->result_cpu_s));
+    json_object_set_new(j, "batch_orders_s", mpt_stats_json_num(t->order_s));
+    json_object_set_new(j, "final_eval_s", mpt_stats_json_num(t->eval_s));
+    json_object_set_new(j, "final_eval_cpu_s", mpt_stats_json_num(t->eval_cpu_s));
+    json_object_set_new(j, "outputs_s", mpt_stats_json_num(t->outputs_s));
+    json_object_set_new(j, "run_s", mpt_stats_json_num(t->total_s));
     return j;
 }
 
@@ -477,9 +461,9 @@ static json_t *run_json(const mpt_run_result *x, uint64_t seed) {
     json_t *j = json_object();
     json_object_set_new(j, "seed", json_integer((json_int_t)seed));
     json_object_set_new(j, "dir", json_string(x->out_dir));
-    json_object_set_new(j, "final_test_accuracy", num(x->final_test_acc));
-    json_object_set_new(j, "final_test_loss", num(x->final_test_loss));
-    json_object_set_new(j, "final_train_loss", num(x->final_train_loss));
+    json_object_set_new(j, "final_test_accuracy", mpt_stats_json_num(x->final_test_acc));
+    json_object_set_new(j, "final_test_loss", mpt_stats_json_num(x->final_test_loss));
+    json_object_set_new(j, "final_train_loss", mpt_stats_json_num(x->final_train_loss));
     json_object_set_new(j, "steps", json_integer(x->iterations));
     json_object_set_new(j, "steps_skipped", json_integer(x->steps_skipped));
     json_object_set_new(j, "epoch_times_s", array_json(x->epoch_s, x->epochs_run));
@@ -494,7 +478,7 @@ static mpt_status write_json(const mpt_speedrun_runs *r, const prec_stats *st) {
     const mpt_cli_opts *o = r->o;
     json_t *j = json_object();
     json_object_set_new(j, "mptrain", json_string(MPT_VERSION));
-    json_object_set_new(j, "target_test_accuracy_pct", num(TARGET));
+    json_object_set_new(j, "target_test_accuracy_pct", mpt_stats_json_num(TARGET));
     json_object_set_new(j, "record_data", json_boolean(r->record_data));
     char *text = NULL;
     size_t len = 0;
@@ -520,14 +504,14 @@ static mpt_status write_json(const mpt_speedrun_runs *r, const prec_stats *st) {
     cpu_model(model, sizeof model);
     json_object_set_new(m, "cpu_model", model[0] ? json_string(model) : json_null());
     json_object_set_new(m, "cores", r->machine ? json_integer(r->machine->cores) : json_null());
-    json_object_set_new(m, "load_average_start", num(r->machine ? r->machine->load_start : NAN));
-    json_object_set_new(m, "load_average_end", num(r->machine ? r->machine->load_end : NAN));
+    json_object_set_new(m, "load_average_start", mpt_stats_json_num(r->machine ? r->machine->load_start : NAN));
+    json_object_set_new(m, "load_average_end", mpt_stats_json_num(r->machine ? r->machine->load_end : NAN));
     json_object_set_new(j, "machine", m);
     json_t *pr = json_object();
-    json_object_set_new(pr, "process_start_s", num(r->process->start_s));
-    json_object_set_new(pr, "data_read_s", num(r->process->data_read_s));
-    json_object_set_new(pr, "whole_s", num(r->process->whole_s));
-    json_object_set_new(pr, "whole_cpu_s", num(r->process->whole_cpu_s));
+    json_object_set_new(pr, "process_start_s", mpt_stats_json_num(r->process->start_s));
+    json_object_set_new(pr, "data_read_s", mpt_stats_json_num(r->process->data_read_s));
+    json_object_set_new(pr, "whole_s", mpt_stats_json_num(r->process->whole_s));
+    json_object_set_new(pr, "whole_cpu_s", mpt_stats_json_num(r->process->whole_cpu_s));
     json_object_set_new(j, "process", pr);
     json_t *sa = json_array();
     for (int s = 0; s < r->n_seeds; s++) json_array_append_new(sa, json_integer((json_int_t)r->seeds[s]));
@@ -537,14 +521,14 @@ static mpt_status write_json(const mpt_speedrun_runs *r, const prec_stats *st) {
         const prec_stats *q = &st[p];
         json_t *e = json_object();
         json_object_set_new(e, "precision", json_string(mpt_precision_name(q->precision)));
-        json_object_set_new(e, "test_accuracy_pct", summary_json(&q->acc));
+        json_object_set_new(e, "test_accuracy_pct", mpt_stats_json_summary(&q->acc));
         json_object_set_new(e, "test_accuracy_interval", q->has_ci ? interval_json(&q->acc_ci) : json_null());
         json_object_set_new(e, "seeds_at_target", json_integer(q->at_target));
-        json_object_set_new(e, "share_at_target", num((double)q->at_target / r->n_seeds));
+        json_object_set_new(e, "share_at_target", mpt_stats_json_num((double)q->at_target / r->n_seeds));
         json_object_set_new(e, "reaches_target_mean", json_boolean(q->acc.mean >= TARGET));
         json_object_set_new(e, "reaches_target_interval", q->has_ci ? json_boolean(q->acc_ci.lo >= TARGET) : json_null());
-        json_object_set_new(e, "time_to_result_s", summary_json(&q->result));
-        json_object_set_new(e, "time_to_result_cpu_s", summary_json(&q->result_cpu));
+        json_object_set_new(e, "time_to_result_s", mpt_stats_json_summary(&q->result));
+        json_object_set_new(e, "time_to_result_cpu_s", mpt_stats_json_summary(&q->result_cpu));
         json_t *parts = json_object();
         static const char *const part_names[PART_COUNT] = {
             [PART_BACKEND] = "backend_s",   [PART_UPLOAD] = "upload_s",       [PART_KERNELS] = "cpu_kernels_auto_s",
@@ -552,7 +536,8 @@ static mpt_status write_json(const mpt_speedrun_runs *r, const prec_stats *st) {
             [PART_EVAL] = "final_eval_s",   [PART_RESULT] = "time_to_result_s",
             [PART_RESULT_CPU] = "time_to_result_cpu_s", [PART_OUTPUTS] = "outputs_s", [PART_TOTAL] = "run_s"};
         _Static_assert(sizeof part_names / sizeof part_names[0] == PART_COUNT, "one name per part");
-        for (int k = 0; k < PART_COUNT; k++) json_object_set_new(parts, part_names[k], num(q->part_mean[k]));
+        for (int k = 0; k < PART_COUNT; k++)
+            json_object_set_new(parts, part_names[k], mpt_stats_json_num(q->part_mean[k]));
         json_object_set_new(parts, "epoch_times_s", array_json(q->epoch_s, q->epochs));
         json_object_set_new(parts, "epoch_cpu_times_s", array_json(q->epoch_cpu_s, q->epochs));
         json_object_set_new(parts, "epoch_gpu_times_s", array_json(q->epoch_gpu_s, q->epochs));
