@@ -223,7 +223,8 @@ FAKE_HANG="mptrain compare lenet5" MPT_GPU_PUBLISH_EVERY=1 setsid "$tree/bench/g
 gpid=$!
 seen=0
 for _ in $(seq 1 240); do # until the archive holds what the hanging stage printed (published while it waits)
-    if in_archive "$outB" '*/compare-lenet5.txt' 2>/dev/null | grep -q 'hangs now'; then seen=1; break; fi
+    # grep reads all of it (not -q, whose early exit can SIGPIPE the reader: a failed pipeline under pipefail)
+    if in_archive "$outB" '*/compare-lenet5.txt' 2>/dev/null | grep 'hangs now' >/dev/null; then seen=1; break; fi
     kill -0 "$gpid" 2>/dev/null || break
     sleep 0.5
 done

@@ -82,7 +82,7 @@ sys.exit(not (j["status"] == "unavailable" and "fused=True" in j["reason"] and "
     fi
     # ---- which libraries run PyTorch's CPU GEMMs (issue 32 D): read from the process, never assumed ----------------
     if "$py" -c 'import torch, sys; sys.exit("BLAS_INFO=generic" not in torch.__config__.show())' 2>/dev/null &&
-        ldconfig -p | grep -q 'openblas'; then
+        ldconfig -p | grep 'openblas' >/dev/null; then # not grep -q: under pipefail its early exit can SIGPIPE ldconfig
         for core in Haswell Sandybridge; do
             out=$(OPENBLAS_CORETYPE=$core "$py" "$ref" --blas-info 2>&1)
             check "--blas-info under OPENBLAS_CORETYPE=$core names OpenBLAS's core $core ($out)" "$py" -c '
