@@ -51,13 +51,11 @@ Usage: /usr/bin/python3 bench/speedrun_pytorch.py [--mptrain build/tools/mptrain
        [--limit-train N] [--limit-test N] [--warmup-steps 5] [--json FILE]
 """
 import argparse
-import gzip
 import json
 import math
 import os
 import shlex
 import statistics
-import struct
 import subprocess
 import sys
 import time
@@ -217,17 +215,8 @@ def lr_at(r, t, total):
 
 # ---- data ------------------------------------------------------------------------------------------------------------
 
-def read_idx_gz(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
-        raise ValueError(f"{path}: not an unsigned-byte IDX file (magic {raw[:4].hex()})")
-    nd = raw[3]
-    dims = struct.unpack(">" + "I" * nd, raw[4:4 + 4 * nd])
-    off = 4 + 4 * nd
-    if len(raw) - off != int(np.prod(dims)):
-        raise ValueError(f"{path}: header says {dims}, the file has {len(raw) - off} bytes")
-    return np.frombuffer(raw, dtype=np.uint8, offset=off).reshape(dims)
+# read_idx_gz: pytorch_reference.py's IDX reader (this script's folder is on sys.path when it runs)
+from pytorch_reference import read_idx_gz  # noqa: E402
 
 
 def load_data(d, limit_train, limit_test):
