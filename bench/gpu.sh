@@ -37,9 +37,9 @@
 #            against the CPU's Tensor Core summation model of this GPU (share of bit-identical outputs per shape,
 #            cuBLASLt's algorithm and split-K, the causes measured), then 20 training steps of the mlp from identical
 #            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
-#   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off: the two runs'
-#            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
-#            first epoch
+#   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off, then on with
+#            each opt-in fused path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, ...) and on again: every run's metrics.csv
+#            must be identical but for its run_id column; median epoch time by CUDA events after the first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
 #   speedrun not in the default list (--stages info,speedrun): mptrain speedrun --device cuda --seeds 10 (every default
 #            precision, fp8 where the GPU has it; issue 34), then bench/speedrun_pytorch.py, the same recipe in PyTorch
@@ -74,7 +74,7 @@
 #                      second call, `--stages compile --budget 240`; speedrun a call of its own, `--stages
 #                      info,speedrun`); always in that order; machine and setup always run, build in build mode
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 45, compare 75, speedrun 300,
+#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 80, compare 75, speedrun 300,
 #                      bench 240, sweep 100, dp 45, memcheck 60, compile what is left; each stage gets at most its limit
 #                      and what is left; 15 s are kept for the results. A stage never starts a process it has no time for
 #   --torch-modes LIST PyTorch's modes in the bench stage (default eager,fused,graph; bench/pytorch_reference.py)
@@ -258,7 +258,7 @@ MODE=build
 if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
-declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=45 [compare]=75
+declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=80 [compare]=75
                 [speedrun]=300 [bench]=240 [compile]=0 [sweep]=100 [dp]=45 [memcheck]=60)
 # Expected seconds. Measured on an H200 by bench/gpu.sh (2026-11-26, sessions b and c: bench/results/gpu-2026-11-26-b
 # and -c, callN-summary.txt): test 21-24 s, graph 2-3 s, compare 10-11 s at 3 epochs, bench (PyTorch eager only) 115 s
@@ -269,7 +269,7 @@ declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [te
 # replaces its estimate. speedrun: an estimate (mptrain's 50 runs of one epoch, then PyTorch's 4 modes x 2
 # precisions x --speedrun-seeds runs and their compilation).
 n_torch=${#TORCH_MODE_LIST[@]}
-declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((GE + 1))
+declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((2 * GE + 2))
                    [compare]=$((1 + 3 * EPOCHS)) [speedrun]=$((60 + 20 * SR_PT_SEEDS))
                    [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
                    [compile]=$((8 * (60 + 6 * EPOCHS))) [sweep]=80 [dp]=20 [memcheck]=55)
@@ -321,7 +321,7 @@ if [ "$DRY_RUN" = 1 ]; then
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
-            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, on again" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
             speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
@@ -697,35 +697,51 @@ metrics_values() {
 
 # ---- graph --------------------------------------------------------------------------------------------------------
 stage_graph() {
-    local g d rc
+    local v d rc name env graph base
     mkdir -p "$WORK/graph"
-    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off"
-    for g in on off; do
-        d=$WORK/graph/mlp-fp16-$g
+    # The variants, alternating: the step graph on and off (must agree bit for bit), then issue 31 A's fused paths,
+    # each opt-in by its environment variable until a GPU run has checked it (docs/cuda.md); each must give the
+    # "on" run's metrics.csv (run_id aside), and its epoch time is set beside the on runs' (one before, one after).
+    local -a variants=("on||on" "off||off" "update|MPT_CUDA_FUSED_UPDATE=1|on" "on-2||on")
+    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: ${#variants[@]} runs ($(printf '%s ' "${variants[@]%%|*}"))"
+    for v in "${variants[@]}"; do
+        IFS='|' read -r name env graph <<<"$v"
+        d=$WORK/graph/mlp-fp16-$name
         rc=0
-        runlim "$(limit_for graph $((CAP[graph] / 2)))" "$d.txt" "$WORK/bin/mptrain" train --model mlp --precision fp16 \
-            --batch-size 128 --epochs "$GE" --device cuda --data "$MPT_DATA" --progress off --cuda-graph "$g" --out "$d" || rc=$?
-        [ "$rc" = 0 ] || fail "graph: --cuda-graph $g $(why "$rc"): graph/mlp-fp16-$g.txt"
+        runlim "$(limit_for graph $((CAP[graph] / ${#variants[@]})))" "$d.txt" env $env "$WORK/bin/mptrain" train \
+            --model mlp --precision fp16 --batch-size 128 --epochs "$GE" --device cuda --data "$MPT_DATA" \
+            --progress off --cuda-graph "$graph" --out "$d" || rc=$?
+        [ "$rc" = 0 ] || fail "graph: ${env:-(no variable)} --cuda-graph $graph $(why "$rc"): graph/mlp-fp16-$name.txt"
     done
-    if [ -f "$WORK/graph/mlp-fp16-on/metrics.csv" ] && [ -f "$WORK/graph/mlp-fp16-off/metrics.csv" ]; then
+    base=$WORK/graph/mlp-fp16-on/metrics.csv
+    if [ -f "$base" ] && [ -f "$WORK/graph/mlp-fp16-off/metrics.csv" ]; then
         # every column but run_id (each run's own id, tools/run.c: the two runs must differ there)
-        cmp -s <(metrics_values "$WORK/graph/mlp-fp16-on/metrics.csv") <(metrics_values "$WORK/graph/mlp-fp16-off/metrics.csv") ||
+        cmp -s <(metrics_values "$base") <(metrics_values "$WORK/graph/mlp-fp16-off/metrics.csv") ||
             fail "graph: metrics.csv differs between --cuda-graph on and off (run_id aside): the graph changed the math"
     fi
-    "${PYTHON:-python3}" - "$WORK/graph" >"$WORK/graph.md" 2>&1 <<'PY'
+    for v in "${variants[@]:2}"; do
+        IFS='|' read -r name env graph <<<"$v"
+        d=$WORK/graph/mlp-fp16-$name/metrics.csv
+        [ -f "$base" ] && [ -f "$d" ] || continue
+        cmp -s <(metrics_values "$base") <(metrics_values "$d") ||
+            fail "graph: metrics.csv differs with ${env:-no variable} from the on run (run_id aside): the fused path changed the math"
+    done
+    "${PYTHON:-python3}" - "$WORK/graph" "${variants[@]}" >"$WORK/graph.md" 2>&1 <<'PY'
 import json, statistics, sys
 root = sys.argv[1]
-print("| --cuda-graph | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | status |")
-print("|---|---:|---:|---:|---|")
-for g in ("on", "off"):
+print("| run | environment | --cuda-graph | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | status |")
+print("|---|---|---|---:|---:|---:|---|")
+for v in sys.argv[2:]:
+    name, env, g = v.split("|")
     try:
-        j = json.load(open("%s/mlp-fp16-%s/summary.json" % (root, g)))
+        j = json.load(open("%s/mlp-fp16-%s/summary.json" % (root, name)))
         ev, host = j.get("epoch_gpu_times_s") or [], j.get("epoch_times_s") or []
         m = statistics.median(ev[1:]) if len(ev) > 1 else float("nan")
         h = statistics.median(host[1:]) if len(host) > 1 else float("nan")
-        print("| %s | %.3f | %.2f | %.3f | %s |" % (g, 1e3 * m, 1e6 * m / 469, 1e3 * h, j.get("cuda_graph", {}).get("status", "?")))
+        print("| %s | %s | %s | %.3f | %.2f | %.3f | %s |" % (name, env or "-", g, 1e3 * m, 1e6 * m / 469, 1e3 * h,
+                                                          j.get("cuda_graph", {}).get("status", "?")))
     except (OSError, ValueError) as e:
-        print("| %s | no summary.json (%s) | | | |" % (g, e.__class__.__name__))
+        print("| %s | %s | %s | no summary.json (%s) | | | |" % (name, env or "-", g, e.__class__.__name__))
 PY
     cat "$WORK/graph.md"
 }

@@ -513,6 +513,19 @@ typedef struct mpt_scaler_state {
                                 of each step. Equal to the host's mpt_trainer.iteration between steps. */
 } mpt_scaler_state;
 
+/* The whole update pass of one ordinary step in one call (update_pass below): the calls unscale_check_multi,
+ * step_begin, lr_update, optim_step_multi and scaler_update make, in that order, with found_inf, step, lr and
+ * iteration read from and written to `st`. Only for a step without --nonfinite apply, clipping, update deltas or
+ * FP8 scale updates between the optimizer and the scaler (the trainer checks; the others keep the calls). */
+typedef struct mpt_update_pass_args {
+    mpt_optim_multi_args optim;    /* found_inf = &st->found_inf, step = &st->steps_taken, lr = &st->lr,
+                                      iteration = &st->iteration, grad_mul NULL */
+    mpt_scaler_state *st;          /* backend memory */
+    mpt_lr_schedule schedule;      /* host values, as lr_update's */
+    mpt_scaler_params scaler;      /* host values, as scaler_update's */
+    int dynamic;                   /* as scaler_update's */
+} mpt_update_pass_args;
+
 /* ---- The table -------------------------------------------------------------------------------------- */
 
 struct mpt_backend {
@@ -687,6 +700,13 @@ struct mpt_backend {
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.
      * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. Last: iteration += 1. */
     void (*scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+    /* unscale_check_multi, step_begin, lr_update, optim_step_multi and scaler_update of one step as one call
+     * (mpt_update_pass_args), with the same bits in every buffer and in *st as those five calls. NULL: the trainer
+     * makes the five calls. CUDA, MPT_CUDA_FUSED_UPDATE=1 at backend creation (until a GPU session has checked
+     * it: tests/test_cuda.c test_update_pass_bit_identical): two kernels instead of five, a check kernel whose last
+     * block to finish runs the step's scalar updates (found_inf known before any weight moves: the stream orders
+     * the update kernel after it) and the update kernel (kernels/cuda/optim.cu). */
+    void (*update_pass)(mpt_backend *be, const mpt_update_pass_args *a);
 
     /* ---- step capture (CUDA Graphs). NULL on a backend that runs each operation as it is called (CPU) ---- */
     /* Starts recording, instead of running, every operation enqueued from now on (CUDA: stream capture of the
@@ -872,6 +892,14 @@ MPT_API void mpt_conv_i8_args_check(const mpt_conv_i8_args *a);
 /* mpt_optim_args: n >= 0, gradient and step counter set, a master or working weight, the optimizer's state buffers
  * (SGD with momentum: m; Adam, AdamW: m and v), float dtypes for the working copy and the state. */
 MPT_API void mpt_optim_args_check(const mpt_optim_args *a);
+
+/* mpt_update_pass_args: found_inf, step, lr and iteration point into st, no grad_mul, no --nonfinite apply, a
+ * known optimizer and float state (aborts naming the field otherwise). */
+MPT_API void mpt_update_pass_args_check(const mpt_update_pass_args *u);
+/* update_pass as the five calls it stands for (unscale_check_multi, step_begin, lr_update, optim_step_multi,
+ * scaler_update): the CPU backend's update_pass (no launch cost to save), and the reference every fused
+ * implementation must equal bit for bit. */
+MPT_API void mpt_update_pass_as_calls(mpt_backend *be, const mpt_update_pass_args *u);
 
 /* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */
 MPT_API void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);

@@ -2191,6 +2191,180 @@ START_TEST(test_multi_tensor_bit_identical) {
 }
 END_TEST
 
+/* update_pass with MPT_CUDA_FUSED_UPDATE=1 (kernels/cuda/optim.cu: a check kernel whose last block runs the step's
+ * scalar updates, then the update kernel) against the CPU's five calls (mpt_update_pass_as_calls): after each of
+ * 12 steps the whole scaler state (memcmp: scale, found_inf, growth tracker, hysteresis, step and skip counters, lr,
+ * iteration), the unscaled gradients, masters, weights and optimizer state bit-identical, for SGD with momentum,
+ * Adam and AdamW in the storages the trainer gives the pass (no --nonfinite apply, no clipping): FP32 masters with
+ * a 16-bit copy, 16-bit weights without masters (stochastic rounding: bits from each element's number and the
+ * iteration), 16-bit state. Steps 0, 3, 4 and 9 overflow (a NaN or inf at a chunk's first element, at a tensor's
+ * last, in a single-element tensor): step 0 is skipped with steps_taken 0 (no step scalars may be computed then),
+ * hysteresis 2 skips step 3 without backing off and backs off at step 4; the scale grows after every 2 clean
+ * steps; a cosine schedule with warmup changes the learning rate every step. Then a table of empty tensors: the
+ * scalar updates alone. The parameter sizes (mt_sizes) cross the pass's 1024-element chunks and its float4 rows. */
+START_TEST(test_update_pass_bit_identical) {
+    static const optim_case cases[] = {
+        {"sgd+momentum", {.kind = MPT_OPTIM_SGD, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
+        {"adam+l2", {.kind = MPT_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
+        {"adamw", {.kind = MPT_OPTIM_ADAMW, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+    };
+    static const mt_storage storages[] = {
+        {"fp32 masters + fp16 copy", 1, MPT_DTYPE_F16, MPT_DTYPE_F32, 0, 0, 0},
+        {"fp32 masters + bf16 copy, bf16 state", 1, MPT_DTYPE_BF16, MPT_DTYPE_BF16, 0, 0, 0},
+        {"bf16 weights, no masters, stochastic", 0, MPT_DTYPE_BF16, MPT_DTYPE_F32, 1, 0, 0},
+        {"fp16 weights, no masters, fp16 state", 0, MPT_DTYPE_F16, MPT_DTYPE_F16, 0, 0, 0},
+    };
+    /* (step, parameter of mt_sizes, element) of each overflow */
+    static const struct { int step, param, elem; float value; } bad[] = {
+        {0, 0, 1024, NAN}, {3, 5, 12288, INFINITY}, {4, 2, 0, -INFINITY}, {9, 7, 4096, NAN}};
+    const mpt_lr_schedule sched = {.kind = MPT_LR_COSINE, .base_lr = 3e-3f, .min_lr = 1e-4f, .warmup_steps = 3,
+                                   .total_steps = 12};
+    const mpt_scaler_params sp = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2,
+                                  .hysteresis = 2, .min_scale = 1.0f, .max_scale = 65536.0f};
+    setenv("MPT_CUDA_FUSED_UPDATE", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_UPDATE");
+    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_UPDATE=1: %s", mpt_last_error());
+    EXPECT(fused->update_pass != NULL && fused->update_pass != mpt_update_pass_as_calls,
+           "MPT_CUDA_FUSED_UPDATE=1 sets the CUDA backend's own update_pass");
+    shared_gpu = gpu; /* dev_* allocate and copy on the fused backend: one stream orders everything */
+    gpu = fused;
+    tests_rng r = {9191};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t si = 0; si < sizeof storages / sizeof *storages; si++) {
+            mpt_optim_hparams h = cases[ci].h;
+            h.lr = sched.base_lr;
+            const mt_storage *sg = &storages[si];
+            const int has_m = mpt_optim_n_state(&h) >= 1, has_v = mpt_optim_n_state(&h) >= 2;
+            const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
+            mt_param p[MT_N];
+            mpt_param_slot slots[MT_N];
+            int64_t numel = 0;
+            for (int i = 0; i < MT_N; i++) {
+                const int64_t n = mt_sizes[i];
+                memset(&p[i], 0, sizeof p[i]);
+                p[i].n = n;
+                p[i].cgrad = xmalloc((size_t)(n ? n : 1) * 4);
+                p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
+                if (sg->master) {
+                    p[i].cmaster = fill(&r, MPT_DTYPE_F32, n, -1, 1);
+                    p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
+                }
+                if (has_work) {
+                    p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n ? n : 1)) : fill(&r, sg->working, n, -1, 1);
+                    if (sg->master)
+                        for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
+                    p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
+                }
+                if (has_m) {
+                    p[i].cm = fill(&r, sg->state, n, 0, 0);
+                    p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
+                }
+                if (has_v) {
+                    p[i].cv = fill(&r, sg->state, n, 0, 0);
+                    p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
+                }
+                slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
+                                            .working = p[i].gwork, .working_dtype = sg->working, .n = n,
+                                            .sr_offset = (uint64_t)numel};
+                numel += n;
+            }
+            mpt_param_slot *dslots = dev_put(slots, sizeof slots);
+            mpt_scaler_state st = scaler_init(1024.0f);
+            st.hysteresis_left = sp.hysteresis;
+            mpt_scaler_state *gst = dev_put(&st, sizeof st);
+            /* the CPU backend's slot table holds the host buffers */
+            mpt_param_slot cslots[MT_N];
+            for (int i = 0; i < MT_N; i++)
+                cslots[i] = (mpt_param_slot){.master = p[i].cmaster, .grad = p[i].cgrad, .m = p[i].cm, .v = p[i].cv,
+                                             .working = p[i].cwork, .working_dtype = sg->working, .n = p[i].n,
+                                             .sr_offset = slots[i].sr_offset};
+            const uint64_t seed = 0x5eed0000ULL + 16 * ci + si;
+            for (int step = 0; step < 12; step++) {
+                for (int i = 0; i < MT_N; i++) {
+                    for (int64_t k = 0; k < p[i].n; k++) p[i].cgrad[k] = (float)tests_uniform(&r, -2, 2) * st.scale;
+                    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++)
+                        if (bad[b].step == step && bad[b].param == i) p[i].cgrad[bad[b].elem] = bad[b].value;
+                    if (p[i].n) gpu->from_host(gpu, p[i].ggrad, p[i].cgrad, (size_t)p[i].n * 4);
+                }
+                mpt_update_pass_args ug = {
+                    .optim = {.h = h, .slots = dslots, .count = MT_N, .numel = numel, .state_dtype = sg->state,
+                              .stochastic = sg->stochastic, .sr_seed = seed, .found_inf = &gst->found_inf,
+                              .step = &gst->steps_taken, .lr = &gst->lr, .iteration = &gst->iteration},
+                    .st = gst, .schedule = sched, .scaler = sp, .dynamic = 1};
+                mpt_update_pass_args uc = ug;
+                uc.optim.slots = cslots;
+                uc.optim.found_inf = &st.found_inf;
+                uc.optim.step = &st.steps_taken;
+                uc.optim.lr = &st.lr;
+                uc.optim.iteration = &st.iteration;
+                uc.st = &st;
+                gpu->update_pass(gpu, &ug);
+                mpt_update_pass_as_calls(cpu, &uc);
+                mpt_scaler_state hs;
+                dev_get(&hs, gst, sizeof hs);
+                char what[192];
+                snprintf(what, sizeof what, "update pass %s, %s, step %d", cases[ci].name, sg->name, step);
+                EXPECT(memcmp(&hs, &st, sizeof hs) == 0,
+                       "%s: scaler state GPU scale %g found_inf %g tracker %d hyst %d taken %d skipped %d lr %.9g "
+                       "iteration %lld; CPU scale %g found_inf %g tracker %d hyst %d taken %d skipped %d lr %.9g "
+                       "iteration %lld",
+                       what, (double)hs.scale, (double)hs.found_inf, hs.growth_tracker, hs.hysteresis_left,
+                       hs.steps_taken, hs.steps_skipped, (double)hs.lr, (long long)hs.iteration, (double)st.scale,
+                       (double)st.found_inf, st.growth_tracker, st.hysteresis_left, st.steps_taken, st.steps_skipped,
+                       (double)st.lr, (long long)st.iteration);
+                for (int i = 0; i < MT_N; i++) {
+                    char w2[224];
+                    snprintf(w2, sizeof w2, "%s, parameter %d (%lld elements)", what, i, (long long)p[i].n);
+                    mt_compare(w2, &p[i], sg);
+                }
+            }
+            /* the sequence did what the comment says: four skips, the others taken */
+            EXPECT(st.steps_skipped == 4 && st.steps_taken == 8 && st.iteration == 12,
+                   "%s, %s: %d skipped, %d taken after 12 steps (expected 4 and 8)", cases[ci].name, sg->name,
+                   st.steps_skipped, st.steps_taken);
+            /* a table of empty tensors: no update kernel has work, the scalars still advance */
+            mpt_param_slot empty[2] = {slots[1], slots[6]};
+            mpt_param_slot *dempty = dev_put(empty, sizeof empty);
+            mpt_update_pass_args ue = {
+                .optim = {.h = h, .slots = dempty, .count = 2, .numel = 0, .state_dtype = sg->state,
+                          .found_inf = &gst->found_inf, .step = &gst->steps_taken, .lr = &gst->lr,
+                          .iteration = &gst->iteration},
+                .st = gst, .schedule = sched, .scaler = sp, .dynamic = 1};
+            gpu->update_pass(gpu, &ue);
+            mpt_param_slot cempty[2] = {cslots[1], cslots[6]};
+            ue.optim.slots = cempty;
+            ue.optim.found_inf = &st.found_inf;
+            ue.optim.step = &st.steps_taken;
+            ue.optim.lr = &st.lr;
+            ue.optim.iteration = &st.iteration;
+            ue.st = &st;
+            mpt_update_pass_as_calls(cpu, &ue);
+            mpt_scaler_state hs;
+            dev_get(&hs, gst, sizeof hs);
+            EXPECT(memcmp(&hs, &st, sizeof hs) == 0 && hs.iteration == 13,
+                   "update pass on empty tensors (%s, %s): GPU scale %g taken %d iteration %lld; CPU scale %g taken "
+                   "%d iteration %lld",
+                   cases[ci].name, sg->name, (double)hs.scale, hs.steps_taken, (long long)hs.iteration,
+                   (double)st.scale, st.steps_taken, (long long)st.iteration);
+            dev_free(dempty);
+            dev_free(gst);
+            dev_free(dslots);
+            for (int i = 0; i < MT_N; i++) {
+                void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
+                for (int k = 0; k < 5; k++)
+                    if (devs[k]) dev_free(devs[k]);
+                free(p[i].cmaster);
+                free(p[i].cgrad);
+                free(p[i].cm);
+                free(p[i].cv);
+                free(p[i].cwork);
+            }
+        }
+    restore_gpu();
+}
+END_TEST
+
 /* Unscale with injected non-finite values: found_inf set by NaN, by inf, and by a finite value that overflows
  * when unscaled; values bit-identical to the CPU's; a clean buffer leaves found_inf alone. */
 START_TEST(test_unscale_found_inf) {
@@ -3177,6 +3351,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);
     tcase_add_test(to, test_multi_tensor_bit_identical);
+    tcase_add_test(to, test_update_pass_bit_identical);
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);
     suite_add_tcase(s, to);

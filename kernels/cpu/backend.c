@@ -249,5 +249,6 @@ mpt_backend *mpt_backend_cpu_create(void) {
     be->optim_step = mpt_cpu_optim_step;
     be->optim_step_multi = mpt_cpu_optim_step_multi;
     be->scaler_update = mpt_cpu_scaler_update;
+    be->update_pass = mpt_update_pass_as_calls; /* no launches to save: the calls themselves */
     return be;
 }

@@ -292,6 +292,10 @@ static void ctx_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
         MPT_CUDA_CHECK(cudaFree(ctx->valid_rows));
         mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)sizeof(int32_t));
     }
+    if (ctx->update_plan) {
+        MPT_CUDA_CHECK(cudaFree(ctx->update_plan));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)MPT_CUDA_UPDATE_PLAN_BYTES);
+    }
     if (ctx->stream) MPT_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);
 }
@@ -345,6 +349,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     ctx->device = next_device;
     const char *refuse = getenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
     ctx->gemm_refuse_direct = refuse != NULL && strcmp(refuse, "1") == 0;
+    const char *fused_update = getenv("MPT_CUDA_FUSED_UPDATE");
+    ctx->fused_update = fused_update != NULL && strcmp(fused_update, "1") == 0;
     cudaError_t e = cudaSetDevice(ctx->device);
     if (e != cudaSuccess)
         return create_failed(be, ctx, "cudaSetDevice(%d) failed: %s", ctx->device, mpt_cuda_describe(e));
@@ -390,6 +396,15 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
         return create_failed(be, ctx, "cannot allocate the row counter: %s", mpt_cuda_describe(e));
     }
     mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)sizeof(int32_t));
+    e = cudaMalloc(&ctx->update_plan, MPT_CUDA_UPDATE_PLAN_BYTES);
+    if (e == cudaSuccess) e = cudaMemset(ctx->update_plan, 0, MPT_CUDA_UPDATE_PLAN_BYTES);
+    if (e != cudaSuccess) {
+        if (ctx->update_plan) cudaFree(ctx->update_plan);
+        ctx->update_plan = NULL;
+        cudaGetLastError();
+        return create_failed(be, ctx, "cannot allocate the update pass's plan: %s", mpt_cuda_describe(e));
+    }
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_UPDATE_PLAN_BYTES);
     ctx->gemm = mpt_cuda_gemm_cache_create();
     ctx->conv = mpt_cuda_conv_cache_create();
     be->ctx = ctx;
@@ -446,6 +461,7 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->optim_step = mpt_cuda_optim_step;
     be->optim_step_multi = mpt_cuda_optim_step_multi;
     be->scaler_update = mpt_cuda_scaler_update;
+    be->update_pass = ctx->fused_update ? mpt_cuda_update_pass : NULL;
 
     be->capture_begin = mpt_cuda_capture_begin;
     be->capture_end = mpt_cuda_capture_end;

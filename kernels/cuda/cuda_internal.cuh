@@ -95,6 +95,9 @@ typedef struct mpt_cuda_conv_cache mpt_cuda_conv_cache; /* conv.cu */
  * Stream order keeps the users apart. */
 #define MPT_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
 
+/* Bytes of the update pass's plan (optim.cu: a counter, found_inf and the optimizer's per-step scalars). */
+#define MPT_CUDA_UPDATE_PLAN_BYTES ((size_t)64)
+
 typedef struct mpt_cuda_ctx {
     int device;                  /* CUDA device ordinal (0, or mpt_cuda_set_device's) */
     cudaDeviceProp prop;         /* its properties (name, compute capability, SM count, memory) */
@@ -106,6 +109,11 @@ typedef struct mpt_cuda_ctx {
     mpt_cuda_conv_cache *conv;   /* convolution plans and records, conv.cu */
     void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
     int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
+    void *update_plan;           /* [MPT_CUDA_UPDATE_PLAN_BYTES] device, zeroed at creation: the update pass's
+                                    block counter and this step's scalars (optim.cu, update_pass) */
+    int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for
+                                    the update pass instead of five; optim.cu). Off by default until a GPU session
+                                    has run tests/test_cuda.c test_update_pass_bit_identical */
     struct mpt_cuda_capture *capture; /* the recording in progress (graph.cu), or NULL */
     int gemm_refuse_direct;      /* MPT_CUDA_GEMM_REFUSE_DIRECT=1 at creation: every direct cuBLASLt GEMM call is
                                     treated as refused (CUBLAS_STATUS_NOT_SUPPORTED) before it runs, so the
@@ -288,6 +296,7 @@ void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, 
                                   mpt_scaler_state *st);
 void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+void mpt_cuda_update_pass(mpt_backend *be, const mpt_update_pass_args *u);
 
 /* nccl.cu: NCCL's version at run time (and the header's) into version, and the file it was loaded from into file
  * ("" when it is not loadable: version then says why). Loads NCCL if it was not yet. For `mptrain info`. */
