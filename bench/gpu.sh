@@ -38,8 +38,10 @@
 #            cuBLASLt's algorithm and split-K, the causes measured), then 20 training steps of the mlp from identical
 #            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
 #   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off, then on with
-#            each opt-in fused path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, ...) and on again: every run's metrics.csv
-#            must be identical but for its run_id column; median epoch time by CUDA events after the first epoch
+#            each opt-in path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_SPLIT_NARROW_BGRAD=1) and on again:
+#            metrics.csv identical but for its run_id column (off and the fused update: the same arithmetic; the split
+#            bias gradient sums in another order: its loss and accuracy are shown); median epoch time by CUDA events
+#            after the first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
 #   speedrun not in the default list (--stages info,speedrun): mptrain speedrun --device cuda --seeds 10 (every default
 #            precision, fp8 where the GPU has it; issue 34), then bench/speedrun_pytorch.py, the same recipe in PyTorch
@@ -321,7 +323,7 @@ if [ "$DRY_RUN" = 1 ]; then
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
-            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, on again" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, with MPT_CUDA_SPLIT_NARROW_BGRAD=1, on again" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
             speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
@@ -697,15 +699,17 @@ metrics_values() {
 
 # ---- graph --------------------------------------------------------------------------------------------------------
 stage_graph() {
-    local v d rc name env graph base
+    local v d rc name env graph same base
     mkdir -p "$WORK/graph"
-    # The variants, alternating: the step graph on and off (must agree bit for bit), then issue 31 A's fused paths,
-    # each opt-in by its environment variable until a GPU run has checked it (docs/cuda.md); each must give the
-    # "on" run's metrics.csv (run_id aside), and its epoch time is set beside the on runs' (one before, one after).
-    local -a variants=("on||on" "off||off" "update|MPT_CUDA_FUSED_UPDATE=1|on" "on-2||on")
+    # The variants, alternating: the step graph on and off (must agree bit for bit), then issue 31 A's new paths,
+    # each opt-in by its environment variable until a GPU run has checked it (docs/cuda.md), and on again. Fields:
+    # name|environment|--cuda-graph|= (must give the on run's metrics.csv, run_id aside: the same arithmetic in
+    # fewer kernels) or ~ (may differ in the last bits: another summation order; its loss and accuracy are reported).
+    local -a variants=("on||on|=" "off||off|=" "update|MPT_CUDA_FUSED_UPDATE=1|on|="
+        "bgrad|MPT_CUDA_SPLIT_NARROW_BGRAD=1|on|~" "on-2||on|=")
     say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: ${#variants[@]} runs ($(printf '%s ' "${variants[@]%%|*}"))"
     for v in "${variants[@]}"; do
-        IFS='|' read -r name env graph <<<"$v"
+        IFS='|' read -r name env graph same <<<"$v"
         d=$WORK/graph/mlp-fp16-$name
         rc=0
         runlim "$(limit_for graph $((CAP[graph] / ${#variants[@]})))" "$d.txt" env $env "$WORK/bin/mptrain" train \
@@ -720,28 +724,30 @@ stage_graph() {
             fail "graph: metrics.csv differs between --cuda-graph on and off (run_id aside): the graph changed the math"
     fi
     for v in "${variants[@]:2}"; do
-        IFS='|' read -r name env graph <<<"$v"
+        IFS='|' read -r name env graph same <<<"$v"
         d=$WORK/graph/mlp-fp16-$name/metrics.csv
-        [ -f "$base" ] && [ -f "$d" ] || continue
+        [ "$same" = "=" ] && [ -f "$base" ] && [ -f "$d" ] || continue
         cmp -s <(metrics_values "$base") <(metrics_values "$d") ||
             fail "graph: metrics.csv differs with ${env:-no variable} from the on run (run_id aside): the fused path changed the math"
     done
     "${PYTHON:-python3}" - "$WORK/graph" "${variants[@]}" >"$WORK/graph.md" 2>&1 <<'PY'
 import json, statistics, sys
 root = sys.argv[1]
-print("| run | environment | --cuda-graph | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | status |")
-print("|---|---|---|---:|---:|---:|---|")
+print("| run | environment | --cuda-graph | metrics.csv | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | final test loss | final test accuracy | status |")
+print("|---|---|---|---|---:|---:|---:|---:|---:|---|")
 for v in sys.argv[2:]:
-    name, env, g = v.split("|")
+    name, env, g, same = v.split("|")
+    rule = "the on run's" if same == "=" else "may differ (other summation order)"
     try:
         j = json.load(open("%s/mlp-fp16-%s/summary.json" % (root, name)))
         ev, host = j.get("epoch_gpu_times_s") or [], j.get("epoch_times_s") or []
         m = statistics.median(ev[1:]) if len(ev) > 1 else float("nan")
         h = statistics.median(host[1:]) if len(host) > 1 else float("nan")
-        print("| %s | %s | %s | %.3f | %.2f | %.3f | %s |" % (name, env or "-", g, 1e3 * m, 1e6 * m / 469, 1e3 * h,
-                                                          j.get("cuda_graph", {}).get("status", "?")))
-    except (OSError, ValueError) as e:
-        print("| %s | %s | %s | no summary.json (%s) | | | |" % (name, env or "-", g, e.__class__.__name__))
+        loss, acc = j.get("final_test_loss", float("nan")), j.get("final_test_accuracy", float("nan"))
+        print("| %s | %s | %s | %s | %.3f | %.2f | %.3f | %.6g | %.4f | %s |" % (name, env or "-", g, rule, 1e3 * m, 1e6 * m / 469,
+              1e3 * h, loss, acc, j.get("cuda_graph", {}).get("status", "?")))
+    except (OSError, ValueError, TypeError) as e:
+        print("| %s | %s | %s | %s | no summary.json (%s) | | | | | |" % (name, env or "-", g, rule, e.__class__.__name__))
 PY
     cat "$WORK/graph.md"
 }

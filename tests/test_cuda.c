@@ -1697,8 +1697,11 @@ END_TEST
  * rounding of the operand in tf32 mode (cuBLASLt may reduce the rounded operand: not documented), u_tf32 sum|dy|.
  * C: each backend within ((K + 4) u32 + op_err) sum|terms| of the exact value (K FP32 sums in any order, the
  * epilogue; op_err the TF32 operand rounding), so within twice that of each other. The GEMM record names the
- * epilogue (or the two-step path when the heuristic declines it). */
-START_TEST(test_gemm_bgrad_epilogue) {
+ * epilogue (or the two-step path when the heuristic declines it). The same calls again on a backend with
+ * MPT_CUDA_SPLIT_NARROW_BGRAD=1: the 10-output shape runs as a plain GEMM plus the bias_grad kernel (its record says
+ * so), the others as before, all within the same bounds. */
+/* The BGRAD calls of test_gemm_bgrad_epilogue on the backend `gpu`, records tagged `tag`. */
+static void bgrad_cases(const char *tag) {
     static const int64_t shapes[][3] = {{64, 784, 128}, {10, 64, 128}, {33, 17, 5}};
     tests_rng r = {4545};
     for (size_t si = 0; si < 3; si++)
@@ -1711,7 +1714,7 @@ START_TEST(test_gemm_bgrad_epilogue) {
                 float *c0 = fill(&r, MPT_DTYPE_F32, M * N, -1, 1);
                 mpt_gemm_args a = {.trans_a = 1, .M = M, .N = N, .K = K, .a_dtype = t, .b_dtype = t,
                                    .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = (float)beta, .math = math,
-                                   .epilogue = MPT_EPILOGUE_BGRAD, .tag = "bgrad.test"};
+                                   .epilogue = MPT_EPILOGUE_BGRAD, .tag = tag};
                 mpt_gemm_args ag = a, ac = a;
                 ag.A = dev_put(dy, nbytes(t, K * M));
                 ag.B = dev_put(x, nbytes(t, K * N));
@@ -1763,12 +1766,37 @@ START_TEST(test_gemm_bgrad_epilogue) {
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
         mpt_cuda_gemm_record rec;
         EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
-        if (strcmp(rec.tag, "bgrad.test") != 0) continue;
+        if (strcmp(rec.tag, tag) != 0) continue;
         found++;
         EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_BGRADB") == 0 || strstr(rec.path, "bias_grad kernel") != NULL,
                "BGRAD record: epilogue %s, path %s", rec.epilogue, rec.path);
     }
     EXPECT(found > 0, "no GEMM record for the BGRAD calls");
+}
+
+START_TEST(test_gemm_bgrad_epilogue) {
+    bgrad_cases("bgrad.test");
+    /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 (gemm.cu): the 10-output shape as a plain GEMM plus the bias_grad kernel, within
+     * the same bounds; the wider shapes keep cuBLASLt's BGRADB (or the two-step path) */
+    setenv("MPT_CUDA_SPLIT_NARROW_BGRAD", "1", 1);
+    mpt_backend *split = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_SPLIT_NARROW_BGRAD");
+    EXPECT(split != NULL, "a CUDA backend with MPT_CUDA_SPLIT_NARROW_BGRAD=1: %s", mpt_last_error());
+    shared_gpu = gpu;
+    gpu = split;
+    bgrad_cases("bgrad.split");
+    int narrow = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "bgrad.split") != 0) continue;
+        const int is_split = strstr(rec.path, "narrow BGRADB split") != NULL;
+        EXPECT(is_split == (rec.M < 16), "split backend, BGRAD %lldx%lldx%lld: path '%s' (split expected: %s)",
+               (long long)rec.M, (long long)rec.N, (long long)rec.K, rec.path, rec.M < 16 ? "yes" : "no");
+        narrow += is_split;
+    }
+    EXPECT(narrow > 0, "no BGRAD call ran split on the split backend");
+    restore_gpu();
 }
 END_TEST
 

@@ -44,6 +44,13 @@
  * time within the reserved workspace, may then find no direct algorithm). MPT_CUDA_GEMM_REFUSE_DIRECT=1 (read when
  * the backend is created) makes every direct call refused, for tests.
  *
+ * A narrow bias gradient (issue 31 A, fusion 1): on an H200 the mlp's fc3 weight gradient with BGRADB (10 outputs)
+ * ran a legacy kernel, magma_sgemmEx, for 14.1 us plus 3.1 us, where fc1/fc2's ran nvjet kernels in ~4.3 us
+ * (bench/results/gpu-2026-11-26-b.md). With MPT_CUDA_SPLIT_NARROW_BGRAD=1 (read when the backend is created; off
+ * until a GPU session has measured it), a BGRAD GEMM with fewer than NARROW_BGRAD outputs (M) runs as a plain
+ * cuBLASLt GEMM into C followed by the bias_grad kernel over dy (the two-step path's bias gradient, without its FP32
+ * D and epilogue kernel): expected ~4.3 + ~2-3 us. The record's path says "narrow BGRADB split".
+ *
  * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
  * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
  * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
@@ -100,6 +107,9 @@ typedef struct gemm_key {
     uint32_t pad_;                                  /* always 0 */
 } gemm_key;
 
+/* Bias gradients with fewer outputs than this run split when MPT_CUDA_SPLIT_NARROW_BGRAD=1 (header comment). */
+#define NARROW_BGRAD 16
+
 typedef struct gemm_plan {
     gemm_key key;
     int used;
@@ -116,6 +126,8 @@ typedef struct gemm_plan {
     int32_t algo_id, splitk;
     uint32_t tile_id, stages_id, reduction_scheme;
     int direct_refused;                 /* a direct call of this configuration was refused: now two-step */
+    int split_bgrad;                    /* direct, a BGRAD GEMM run without its epilogue, then the bias_grad kernel
+                                           (MPT_CUDA_SPLIT_NARROW_BGRAD=1 and fewer than NARROW_BGRAD outputs) */
 } gemm_plan;
 
 struct mpt_cuda_gemm_cache {
@@ -310,10 +322,12 @@ static void plan_release(gemm_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Creates the descriptors of a plan for the direct (direct = 1) or the two-step path. */
-static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
+/* Creates the descriptors of a plan for the direct (direct = 1) or the two-step path; split (direct BGRAD only):
+ * no cuBLASLt epilogue, the bias gradient from the bias_grad kernel after the call. */
+static void plan_describe(gemm_plan *p, const gemm_key *k, int direct, int split = 0) {
     p->key = *k;
     p->direct = direct;
+    p->split_bgrad = direct && split;
     p->compute = k->math == MPT_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     p->ab_type = to_cuda_type((mpt_dtype)k->ab_dtype);
     p->b_type = to_cuda_type((mpt_dtype)k->b_dtype);
@@ -321,7 +335,7 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     p->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
-    if (direct && k->epilogue == MPT_EPILOGUE_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    if (direct && k->epilogue == MPT_EPILOGUE_BGRAD && !p->split_bgrad) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_DRELU_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD;
     /* the bias (gradient) vector: D's type, except the FP32 bias gradient of DRELU_BGRAD (engine/backend.h) */
@@ -443,7 +457,7 @@ static size_t lt_limit(size_t total, size_t extra) {
 static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_t total, int allow_direct) {
     cublasStatus_t why_direct = CUBLAS_STATUS_NOT_SUPPORTED, why_two_step = CUBLAS_STATUS_NOT_SUPPORTED;
     if (allow_direct && direct_supported(k)) {
-        plan_describe(p, k, 1);
+        plan_describe(p, k, 1, ctx->split_narrow_bgrad && k->epilogue == MPT_EPILOGUE_BGRAD && k->M < NARROW_BGRAD);
         if (plan_pick_algo(ctx, p, lt_limit(total, 0), &why_direct)) {
             p->used = 1;
             return;
@@ -501,7 +515,7 @@ static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
 /* The record's path: "cublasLt" (one call, cuBLASLt's epilogue), or the two-step path naming our epilogue, with
  * " (direct refused)" when cuBLASLt refused the direct call at run time. */
 static const char *two_step_path(const gemm_plan *p) {
-    if (p->direct) return "cublasLt";
+    if (p->direct) return p->split_bgrad ? "cublasLt + bias_grad kernel (narrow BGRADB split)" : "cublasLt";
     const int r = p->direct_refused;
     switch (p->key.epilogue) {
     case MPT_EPILOGUE_BGRAD:
@@ -726,7 +740,11 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
                            ? CUBLAS_STATUS_NOT_SUPPORTED
                            : cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C,
                                             p->ld, a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
-    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        if (p->split_bgrad) /* column sums of our A stored [K, M], as the two-step path's */
+            mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+        return 1;
+    }
     MPT_ASSERTF(direct_refusal(s), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
                 mpt_cublas_describe(s));
     fprintf(stderr,
