@@ -38,8 +38,9 @@
 #            cuBLASLt's algorithm and split-K, the causes measured), then 20 training steps of the mlp from identical
 #            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
 #   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off, then on with
-#            each opt-in path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_SPLIT_NARROW_BGRAD=1) and on again:
-#            metrics.csv identical but for its run_id column (off and the fused update: the same arithmetic; the split
+#            each opt-in path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_DRELU_BGRAD=1,
+#            MPT_CUDA_SPLIT_NARROW_BGRAD=1) and on again: metrics.csv identical but for its run_id column (off and
+#            the fused paths: the same arithmetic; the split
 #            bias gradient sums in another order: its loss and accuracy are shown); median epoch time by CUDA events
 #            after the first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
@@ -323,7 +324,7 @@ if [ "$DRY_RUN" = 1 ]; then
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
-            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, with MPT_CUDA_SPLIT_NARROW_BGRAD=1, on again" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_DRELU_BGRAD=1, MPT_CUDA_SPLIT_NARROW_BGRAD=1 (one each), on again" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
             speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
@@ -706,7 +707,7 @@ stage_graph() {
     # name|environment|--cuda-graph|= (must give the on run's metrics.csv, run_id aside: the same arithmetic in
     # fewer kernels) or ~ (may differ in the last bits: another summation order; its loss and accuracy are reported).
     local -a variants=("on||on|=" "off||off|=" "update|MPT_CUDA_FUSED_UPDATE=1|on|="
-        "bgrad|MPT_CUDA_SPLIT_NARROW_BGRAD=1|on|~" "on-2||on|=")
+        "drelu|MPT_CUDA_FUSED_DRELU_BGRAD=1|on|=" "bgrad|MPT_CUDA_SPLIT_NARROW_BGRAD=1|on|~" "on-2||on|=")
     say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: ${#variants[@]} runs ($(printf '%s ' "${variants[@]%%|*}"))"
     for v in "${variants[@]}"; do
         IFS='|' read -r name env graph same <<<"$v"

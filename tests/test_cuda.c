@@ -1800,6 +1800,98 @@ START_TEST(test_gemm_bgrad_epilogue) {
 }
 END_TEST
 
+/* One DRELU_BGRAD GEMM on backend be (C and the bias gradient come back in c_out, db_out): A [M, K], B [K, N] and
+ * C [M, N] row-major of dtype t, the mask aux of mpt_relu_aux_bytes(M, N) bytes. */
+static void drelu_bgrad_on(mpt_backend *be, mpt_math math, mpt_dtype t, int64_t M, int64_t N, int64_t K, float beta,
+                           const void *A, const void *B, const void *C0, const uint8_t *aux, void *c_out,
+                           float *db_out) {
+    const size_t a_bytes = nbytes(t, M * K), b_bytes = nbytes(t, K * N), c_bytes = nbytes(t, M * N);
+    const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+    mpt_gemm_args g = {.M = M, .N = N, .K = K, .a_dtype = t, .b_dtype = t, .c_dtype = t, .bias_dtype = t,
+                       .alpha = 1.0f, .beta = beta, .math = math, .epilogue = MPT_EPILOGUE_DRELU_BGRAD,
+                       .tag = "drelu_bgrad.fused"};
+    void *dA = be->alloc(be, a_bytes), *dB = be->alloc(be, b_bytes), *dC = be->alloc(be, c_bytes);
+    void *dAux = be->alloc(be, aux_bytes);
+    float *dDb = be->alloc(be, (size_t)N * 4);
+    EXPECT(dA && dB && dC && dAux && dDb, "%s: device allocations", be->name);
+    be->from_host(be, dA, A, a_bytes);
+    be->from_host(be, dB, B, b_bytes);
+    be->from_host(be, dC, C0, c_bytes);
+    be->from_host(be, dAux, aux, aux_bytes);
+    g.A = dA;
+    g.B = dB;
+    g.C = dC;
+    g.aux = dAux;
+    g.bias_grad = dDb;
+    reserve(be, be->gemm_workspace(be, &g));
+    be->gemm(be, &g);
+    be->to_host(be, c_out, dC, c_bytes);
+    be->to_host(be, db_out, dDb, (size_t)N * 4);
+    void *devs[5] = {dA, dB, dC, dAux, dDb};
+    for (int i = 0; i < 5; i++) be->free(be, devs[i]);
+}
+
+/* MPT_CUDA_FUSED_DRELU_BGRAD=1 (kernels/cuda/gemm.cu drelu_bgrad_kernel: the two-step DRELU_BGRAD epilogue and
+ * bias gradient in one kernel) against the two kernels it replaces (gemm_epilogue_kernel, then bias_grad over the
+ * stored C), bit for bit: C and the bias gradient, every math mode with C in the operand dtype, beta 0 and 1, the
+ * mlp's and lenet5's data-gradient shapes, odd ones (N = 133 and 33: partial column tiles and mask padding; M = 1
+ * and 37: fewer rows than the 8 row groups, and a ragged last group). Both backends refuse every direct cuBLASLt
+ * call (MPT_CUDA_GEMM_REFUSE_DIRECT=1), so both run the two-step path and its cuBLASLt FP32 D is the same call;
+ * the fused backend's records name drelu_bgrad_kernel. */
+START_TEST(test_drelu_bgrad_fused_bit_identical) {
+    static const int64_t shapes[][3] = {{128, 512, 512}, {128, 120, 84}, {16, 133, 61}, {1, 33, 7}, {37, 33, 70}};
+    setenv("MPT_CUDA_GEMM_REFUSE_DIRECT", "1", 1);
+    mpt_backend *ref = mpt_backend_cuda_create();
+    setenv("MPT_CUDA_FUSED_DRELU_BGRAD", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_DRELU_BGRAD");
+    unsetenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
+    EXPECT(ref != NULL && fused != NULL, "two CUDA backends of their own: %s", mpt_last_error());
+    tests_rng r = {7171};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int beta = 0; beta < 2; beta++) {
+                const mpt_math math = all_math[mi];
+                const mpt_dtype t = operand_dtype(math);
+                const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                void *A = fill(&r, t, M * K, -1, 1), *B = fill(&r, t, K * N, -1, 1), *C0 = fill(&r, t, M * N, -1, 1);
+                const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+                uint8_t *aux = xmalloc(aux_bytes);
+                for (size_t i = 0; i < aux_bytes; i++) aux[i] = (uint8_t)tests_int(&r, 0, 255);
+                void *c_ref = xmalloc(nbytes(t, M * N)), *c_fused = xmalloc(nbytes(t, M * N));
+                float *db_ref = xmalloc((size_t)N * 4), *db_fused = xmalloc((size_t)N * 4);
+                drelu_bgrad_on(ref, math, t, M, N, K, (float)beta, A, B, C0, aux, c_ref, db_ref);
+                drelu_bgrad_on(fused, math, t, M, N, K, (float)beta, A, B, C0, aux, c_fused, db_fused);
+                char what[160];
+                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: C ('GPU' fused, 'CPU' two kernels)", mpt_math_name(math),
+                         (long long)M, (long long)N, (long long)K, beta);
+                expect_same(what, c_fused, c_ref, t, M * N);
+                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: bias gradient ('GPU' fused, 'CPU' two kernels)",
+                         mpt_math_name(math), (long long)M, (long long)N, (long long)K, beta);
+                expect_same(what, db_fused, db_ref, MPT_DTYPE_F32, N);
+                free(A);
+                free(B);
+                free(C0);
+                free(aux);
+                free(c_ref);
+                free(c_fused);
+                free(db_ref);
+                free(db_fused);
+            }
+    int found = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(fused); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(fused, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "drelu_bgrad.fused") != 0) continue;
+        found++;
+        EXPECT(strstr(rec.path, "drelu_bgrad kernel") != NULL, "fused backend's DRELU_BGRAD path: %s", rec.path);
+    }
+    EXPECT(found > 0, "no DRELU_BGRAD record on the fused backend");
+    mpt_backend_free(&ref);
+    mpt_backend_free(&fused);
+}
+END_TEST
+
 /* g->grad_overwrite on the GPU: first writes overwrite (GEMM and cuDNN beta 0, the kernels' accumulate = 0), no
  * gradient-arena memsets; the gradients of zeroed arenas bit for bit, with the arenas poisoned
  * (tests/grad_overwrite.h), for the three models in fp32 and fp16 (unfused); with fused epilogues (BGRADB, and the
@@ -3349,6 +3441,7 @@ static Suite *cuda_suite(void) {
     tcase_set_timeout(tf, 120);
     tcase_add_checked_fixture(tf, NULL, restore_gpu);
     tcase_add_test(tf, test_gemm_refused_direct_falls_back);
+    tcase_add_test(tf, test_drelu_bgrad_fused_bit_identical);
     suite_add_tcase(s, tf);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);

@@ -351,6 +351,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     ctx->gemm_refuse_direct = refuse != NULL && strcmp(refuse, "1") == 0;
     const char *split_bgrad = getenv("MPT_CUDA_SPLIT_NARROW_BGRAD");
     ctx->split_narrow_bgrad = split_bgrad != NULL && strcmp(split_bgrad, "1") == 0;
+    const char *fused_drelu = getenv("MPT_CUDA_FUSED_DRELU_BGRAD");
+    ctx->fused_drelu_bgrad = fused_drelu != NULL && strcmp(fused_drelu, "1") == 0;
     const char *fused_update = getenv("MPT_CUDA_FUSED_UPDATE");
     ctx->fused_update = fused_update != NULL && strcmp(fused_update, "1") == 0;
     cudaError_t e = cudaSetDevice(ctx->device);

@@ -113,6 +113,8 @@ typedef struct mpt_cuda_ctx {
                                     block counter and this step's scalars (optim.cu, update_pass) */
     int split_narrow_bgrad;      /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 at creation: BGRAD GEMMs with fewer than 16
                                     outputs run as a plain GEMM plus the bias_grad kernel (gemm.cu) */
+    int fused_drelu_bgrad;       /* MPT_CUDA_FUSED_DRELU_BGRAD=1 at creation: the two-step DRELU_BGRAD epilogue in
+                                    one kernel (gemm.cu drelu_bgrad_kernel: the same bits, D read once) */
     int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for
                                     the update pass instead of five; optim.cu). Off by default until a GPU session
                                     has run tests/test_cuda.c test_update_pass_bit_identical */

@@ -126,6 +126,8 @@ typedef struct gemm_plan {
     int32_t algo_id, splitk;
     uint32_t tile_id, stages_id, reduction_scheme;
     int direct_refused;                 /* a direct call of this configuration was refused: now two-step */
+    int fused_drelu;                    /* the two-step DRELU_BGRAD's epilogue runs as drelu_bgrad_kernel (the
+                                           context's MPT_CUDA_FUSED_DRELU_BGRAD, copied for the record) */
     int split_bgrad;                    /* direct, a BGRAD GEMM run without its epilogue, then the bias_grad kernel
                                            (MPT_CUDA_SPLIT_NARROW_BGRAD=1 and fewer than NARROW_BGRAD outputs) */
 } gemm_plan;
@@ -210,6 +212,47 @@ static void launch_gemm_epilogue(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_d
     gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         C, c_dtype, D, bias, bias_dtype, relu, (const uint8_t *)mask, mpt_relu_aux_ld(N), beta, M, N);
     MPT_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
+}
+
+/* DRELU_BGRAD's two-step epilogue in one kernel (MPT_CUDA_FUSED_DRELU_BGRAD=1; until then gemm_epilogue_kernel and
+ * then the bias_grad kernel over the stored C): C[i] = round(c_dtype, drelu(D[i] + beta*C[i], mask bit)) and
+ * db[n] = the column sums of the stored C, D read once. The bits are those two kernels': each element through the
+ * same steps as gemm_epilogue_kernel's (no bias, no relu), and the sums in bias_grad_kernel's order (block (32, 8)
+ * per 32 columns, thread (x, y) adds the widened stored values of rows y, y + 8, ... in FP32, then the 8 partials
+ * in order). */
+#define DRELU_TILE_X 32
+#define DRELU_TILE_Y 8
+static __global__ void drelu_bgrad_kernel(void *C, mpt_dtype c_dtype, float *db, const float *D, const uint8_t *mask,
+                                          int64_t ld, float beta, int64_t M, int64_t N) {
+    __shared__ float part[DRELU_TILE_Y][DRELU_TILE_X + 1];
+    const int64_t n = (int64_t)blockIdx.x * DRELU_TILE_X + threadIdx.x;
+    float acc = 0.0f;
+    if (n < N)
+        for (int64_t m = threadIdx.y; m < M; m += DRELU_TILE_Y) {
+            const int64_t i = m * N + n, bit = m * ld + n;
+            float v = D ? D[i] : 0.0f;
+            if (beta != 0.0f) v += beta * mpt_dev_load(C, c_dtype, i);
+            v = mpt_elem_drelu(v, (mask[bit >> 3] >> (bit & 7)) & 1);
+            mpt_dev_store(C, c_dtype, i, v);
+            acc += mpt_dev_load(C, c_dtype, i); /* the stored value, as bias_grad_kernel reads it */
+        }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && n < N) {
+        float sum = part[0][threadIdx.x];
+        for (int y = 1; y < DRELU_TILE_Y; y++) sum += part[y][threadIdx.x];
+        db[n] = sum;
+    }
+}
+
+static void launch_drelu_bgrad(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_dtype, float *db, const float *D,
+                               const void *mask, float beta, int64_t M, int64_t N) {
+    const dim3 block(DRELU_TILE_X, DRELU_TILE_Y);
+    const int64_t grid = (N + DRELU_TILE_X - 1) / DRELU_TILE_X;
+    MPT_ASSERTF(grid >= 1 && grid <= 0x7fffffff, "drelu_bgrad: %lld columns", (long long)N);
+    drelu_bgrad_kernel<<<(unsigned)grid, block, 0, ctx->stream>>>(C, c_dtype, db, D, (const uint8_t *)mask,
+                                                                    mpt_relu_aux_ld(N), beta, M, N);
+    MPT_CUDA_CHECK_LAUNCH("drelu_bgrad_kernel");
 }
 
 /* The ReLU bitmask of the stored [M, N] C (engine/backend.h): one thread per 32-bit word, bit j of word w of
@@ -460,6 +503,7 @@ static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_
         plan_describe(p, k, 1, ctx->split_narrow_bgrad && k->epilogue == MPT_EPILOGUE_BGRAD && k->M < NARROW_BGRAD);
         if (plan_pick_algo(ctx, p, lt_limit(total, 0), &why_direct)) {
             p->used = 1;
+            p->fused_drelu = ctx->fused_drelu_bgrad;
             return;
         }
         plan_release(p);
@@ -471,6 +515,7 @@ static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_
                 (long long)k->M, (long long)k->N, p->extra_bytes, total);
     if (plan_pick_algo(ctx, p, lt_limit(total, p->extra_bytes), &why_two_step)) {
         p->used = 1;
+        p->fused_drelu = ctx->fused_drelu_bgrad;
         return;
     }
     mpt_fatal(__FILE__, __LINE__,
@@ -525,6 +570,8 @@ static const char *two_step_path(const gemm_plan *p) {
         return r ? "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel (direct refused)"
                  : "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel";
     case MPT_EPILOGUE_DRELU_BGRAD:
+        if (p->fused_drelu)
+            return r ? "cublasLt D=F32 + drelu_bgrad kernel (direct refused)" : "cublasLt D=F32 + drelu_bgrad kernel";
         return r ? "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel (direct refused)"
                  : "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel";
     default: return r ? "cublasLt D=F32 + epilogue kernel (direct refused)" : "cublasLt D=F32 + epilogue kernel";
@@ -699,6 +746,10 @@ static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p
     const float zero = 0.0f;
     MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D, p->ld,
                                     &p->algo, lt_ws, p->algo_workspace, ctx->stream));
+    if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD && ctx->fused_drelu_bgrad) { /* one kernel, the same bits */
+        launch_drelu_bgrad(ctx, a->C, a->c_dtype, a->bias_grad, D, a->aux, a->beta, a->M, a->N);
+        return;
+    }
     launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, bias, a->bias_dtype, relu,
                          a->epilogue == MPT_EPILOGUE_DRELU_BGRAD ? a->aux : NULL, a->beta, a->M, a->N);
     switch (a->epilogue) {
