@@ -627,7 +627,10 @@ struct mpt_backend {
                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
     /* dlogits += (*scale) * (probs - onehot(labels)) / N_valid for valid rows (0 for ignored rows), rounded to
      * dlogits_dtype; scale is the loss scale (backend scalar; the seed of the backward pass); N_valid = number
-     * of rows with labels >= 0, recounted here. accumulate = 0: dlogits = that (ignored rows become +0). */
+     * of rows with labels >= 0. accumulate = 0: dlogits = that (ignored rows become +0).
+     * Call it after a softmax_xent_forward of the same labels on this backend, with no forward of other labels
+     * in between: the CUDA backend under MPT_CUDA_FUSED_LOSS=1 takes N_valid from that forward instead of
+     * recounting (the graph's backward and the telemetry probe, whose FP32 twin gathers the same rows, do so). */
     void (*softmax_xent_backward)(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
                                   const int32_t *labels, int N, int C, const float *scale, int accumulate);
     /* db[c] += sum_r dy[r, c] in FP32 (accumulate), or db[c] = that sum (accumulate = 0); dy [rows, cols] of

@@ -35,7 +35,8 @@
  * NaN results are compared as "both NaN" (the payload of a NaN produced by arithmetic differs between x86
  * and the GPU). Reductions whose summation order differs are bounded instead: the sum of squares within one
  * FP32 ulp (FP64 sums rounded once on both sides), softmax/cross-entropy and the bias gradient within the
- * bounds derived next to their tests.
+ * bounds derived next to their tests. The fused softmax/cross-entropy (MPT_CUDA_FUSED_LOSS=1, on a backend of its
+ * own) must be bit-identical to the four-kernel one on the same inputs, and meet the same bounds.
  *
  * Quantization (engine/backend.h "Quantization", engine/quant.h): the integer GEMM on both GPU paths (cuBLASLt's INT8
  * GEMM where its IMMA rules allow the shape, and the own kernel, forced with MPT_CUDA_GEMM_I8_OWN=1), the integer
@@ -1597,6 +1598,158 @@ START_TEST(test_softmax_xent_argmax_nan) {
         free(pc);
         free(pg);
     }
+}
+END_TEST
+
+/* Fusion 3 of docs/cuda.md (MPT_CUDA_FUSED_LOSS=1, read at backend creation): the forward in one kernel (the last
+ * row block takes the mean and stores the valid count), the backward in one (it reads that count). Every output must
+ * be BIT-IDENTICAL to the four-kernel path on the same inputs: the rows are the same code at the same block size,
+ * and the mean repeats the mean kernel's FP64 additions in its order (kernels/cuda/elementwise.cu,
+ * softmax_xent_finish). Shapes N = 1, 7, 128, 1000 (one to four turns of the mean's 256 threads, and blocks far
+ * smaller than 256: 32 threads for C = 10) by C = 10, 33, 300 (one, two and eight warps per row), all three logit
+ * dtypes, padding rows (label -1; every row in some cases: loss 0), and in half the cases NaN, +inf, all -inf rows
+ * and ties. Each forward runs twice with the loss poisoned before each, so a block counter not reset after a
+ * launch (the second launch's finish would never run) or a finish that does not write shows; the label pattern
+ * cycles through N, 2N/3, 0 and 3N/4 valid rows, so a backward reading a stale count shows. The fused backend also runs
+ * run_xent_case (the FP64 reference bounds, the contract's backward expression, the CPU backend) on finite
+ * inputs, and on the special ones n_correct, the loss's NaN and the probabilities' NaNs must match the CPU's. */
+typedef struct xent_out {
+    uint32_t loss_bits[2]; /* the loss of the two forwards */
+    int32_t n_correct;     /* after both forwards, from correct0 */
+    float *probs;          /* [N, C] */
+    void *dlogits;         /* [N, C] of t */
+} xent_out;
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void xent_on(mpt_backend *be, xent_out *o, const void *logits, mpt_dtype t, const int32_t *labels, int N,
+                    int C, const void *dl0, float scale, int accumulate) {
+    const size_t nl = nbytes(t, (int64_t)N * C), np = (size_t)N * C * sizeof(float);
+    const float poison = -12345.0f;
+    const int32_t correct0 = 5;
+    void *dlog = be->alloc(be, nl), *ddl = be->alloc(be, nl);
+    int32_t *dlab = be->alloc(be, (size_t)N * 4), *dcor = be->alloc(be, 4);
+    float *dprobs = be->alloc(be, np), *dloss = be->alloc(be, 4), *dscale = be->alloc(be, 4);
+    EXPECT(dlog && ddl && dlab && dcor && dprobs && dloss && dscale, "cannot allocate on %s", be->name);
+    be->from_host(be, dlog, logits, nl);
+    be->from_host(be, ddl, dl0, nl);
+    be->from_host(be, dlab, labels, (size_t)N * 4);
+    be->from_host(be, dcor, &correct0, 4);
+    be->from_host(be, dscale, &scale, 4);
+    for (int rep = 0; rep < 2; rep++) {
+        be->from_host(be, dloss, &poison, 4);
+        be->softmax_xent_forward(be, dloss, dprobs, dcor, dlog, t, dlab, N, C);
+        float loss;
+        be->to_host(be, &loss, dloss, 4);
+        o->loss_bits[rep] = f32_bits(loss);
+    }
+    be->softmax_xent_backward(be, ddl, t, dprobs, dlab, N, C, dscale, accumulate);
+    o->probs = xmalloc(np);
+    o->dlogits = xmalloc(nl);
+    be->to_host(be, &o->n_correct, dcor, 4);
+    be->to_host(be, o->probs, dprobs, np);
+    be->to_host(be, o->dlogits, ddl, nl);
+    be->free(be, dlog);
+    be->free(be, ddl);
+    be->free(be, dlab);
+    be->free(be, dcor);
+    be->free(be, dprobs);
+    be->free(be, dloss);
+    be->free(be, dscale);
+}
+
+/* NaN, +inf, a row of -inf and a tie across the row's first and last element, in different rows. */
+static void xent_specials(void *logits, mpt_dtype t, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const int64_t b = (int64_t)i * C;
+        if (i % 5 == 2) mpt_store_f32(logits, t, b + (i * 7) % C, NAN);
+        if (i % 5 == 4) mpt_store_f32(logits, t, b + (i * 3) % C, INFINITY);
+        if (i % 9 == 7)
+            for (int c = 0; c < C; c++) mpt_store_f32(logits, t, b + c, -INFINITY);
+        if (i % 11 == 8) {
+            mpt_store_f32(logits, t, b, 9.0f);
+            mpt_store_f32(logits, t, b + C - 1, 9.0f);
+        }
+    }
+}
+
+static void xent_fused_case(mpt_backend *plain, mpt_backend *fused, mpt_dtype t, int N, int C, int ignore_every,
+                            int specials, int accumulate, uint64_t seed) {
+    tests_rng r = {seed};
+    void *logits = fill(&r, t, (int64_t)N * C, -8, 8);
+    if (specials) xent_specials(logits, t, N, C);
+    int32_t *labels = xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) labels[i] = ignore_every && i % ignore_every == 0 ? -1 : tests_int(&r, 0, C - 1);
+    void *dl0 = fill(&r, t, (int64_t)N * C, -1, 1);
+    const float scale = 1024.0f;
+    xent_out a = {0}, b = {0};
+    xent_on(plain, &a, logits, t, labels, N, C, dl0, scale, accumulate);
+    xent_on(fused, &b, logits, t, labels, N, C, dl0, scale, accumulate);
+    const char *dn = mpt_dtype_name(t);
+    for (int rep = 0; rep < 2; rep++)
+        EXPECT(a.loss_bits[rep] == b.loss_bits[rep],
+               "fused loss (%s, N %d, C %d, forward %d): bits %08x (%.9g), four kernels %08x", dn, N, C, rep + 1,
+               (unsigned)b.loss_bits[rep], (double)mpt_load_f32(&b.loss_bits[rep], MPT_DTYPE_F32, 0),
+               (unsigned)a.loss_bits[rep]);
+    EXPECT(a.n_correct == b.n_correct, "fused n_correct (%s, N %d, C %d): %d, four kernels %d", dn, N, C,
+           b.n_correct, a.n_correct);
+    for (int64_t e = 0; e < (int64_t)N * C; e++)
+        EXPECT(f32_bits(a.probs[e]) == f32_bits(b.probs[e]),
+               "fused probs[%lld] (%s, N %d, C %d): %.9g, four kernels %.9g", (long long)e, dn, N, C,
+               (double)b.probs[e], (double)a.probs[e]);
+    EXPECT(memcmp(a.dlogits, b.dlogits, nbytes(t, (int64_t)N * C)) == 0,
+           "fused dlogits (%s, N %d, C %d, accumulate %d) differ from the four kernels'", dn, N, C, accumulate);
+    if (specials) { /* the CPU backend as the oracle where the FP64 bounds do not apply */
+        float lossc;
+        int32_t corc = 5;
+        float *pc = xmalloc((size_t)N * C * 4);
+        for (int rep = 0; rep < 2; rep++) /* as xent_on: two forwards, each adding its count */
+            cpu->softmax_xent_forward(cpu, &lossc, pc, &corc, logits, t, labels, N, C);
+        float lossg;
+        memcpy(&lossg, &b.loss_bits[1], sizeof lossg);
+        EXPECT(corc == b.n_correct, "fused n_correct (%s, N %d, C %d): %d, CPU %d", dn, N, C, b.n_correct, corc);
+        EXPECT(isnan(lossg) == isnan(lossc), "fused loss (%s, N %d, C %d): %g, CPU %g", dn, N, C, (double)lossg,
+               (double)lossc);
+        for (int64_t e = 0; e < (int64_t)N * C; e++)
+            EXPECT(isnan(b.probs[e]) == isnan(pc[e]), "fused probs[%lld] (%s): %g, CPU %g", (long long)e, dn,
+                   (double)b.probs[e], (double)pc[e]);
+        free(pc);
+    }
+    free(logits);
+    free(labels);
+    free(dl0);
+    free(a.probs);
+    free(a.dlogits);
+    free(b.probs);
+    free(b.dlogits);
+}
+
+START_TEST(test_softmax_xent_fused_bit_identical) {
+    static const int Ns[] = {1, 7, 128, 1000}, Cs[] = {10, 33, 300}, ignore[] = {0, 3, 1, 4};
+    setenv("MPT_CUDA_FUSED_LOSS", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_LOSS");
+    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_LOSS=1: %s", mpt_last_error());
+    shared_gpu = gpu; /* the four-kernel backend; the fixture's restore_gpu frees `fused` */
+    gpu = fused;
+    uint64_t seed = 900;
+    int k = 0;
+    for (size_t ni = 0; ni < 4; ni++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (size_t di = 0; di < 3; di++, k++) /* padding, specials and accumulate cycle with k */
+                xent_fused_case(shared_gpu, fused, float_dtypes[di], Ns[ni], Cs[ci], ignore[k % 4], k % 2,
+                                (k / 2) % 2, seed++);
+    /* the fused backend against the FP64 reference and the CPU (run_xent_case runs on `gpu`) */
+    for (size_t ni = 0; ni < 4; ni++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            const int ig = ignore[(ni + ci) % 4];
+            run_xent_case(float_dtypes[(ni + ci) % 3], Ns[ni], Cs[ci], ig, seed++, ig == 0);
+        }
+    restore_gpu();
 }
 END_TEST
 
@@ -3443,6 +3596,11 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tf, test_gemm_refused_direct_falls_back);
     tcase_add_test(tf, test_drelu_bgrad_fused_bit_identical);
     suite_add_tcase(s, tf);
+    TCase *tl = tcase_create("loss_fused"); /* swaps in a backend of its own, as gemm_fallback */
+    tcase_set_timeout(tl, 120);
+    tcase_add_checked_fixture(tl, NULL, restore_gpu);
+    tcase_add_test(tl, test_softmax_xent_fused_bit_identical);
+    suite_add_tcase(s, tl);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv_all_modes);

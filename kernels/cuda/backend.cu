@@ -288,9 +288,9 @@ static void ctx_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
         MPT_CUDA_CHECK(cudaFree(ctx->scratch));
         mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)MPT_CUDA_SCRATCH_BYTES);
     }
-    if (ctx->valid_rows) {
+    if (ctx->valid_rows) { /* and xent_blocks_done, in the same allocation */
         MPT_CUDA_CHECK(cudaFree(ctx->valid_rows));
-        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)sizeof(int32_t));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)(2 * sizeof(int32_t)));
     }
     if (ctx->update_plan) {
         MPT_CUDA_CHECK(cudaFree(ctx->update_plan));
@@ -393,22 +393,27 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
                              mpt_cuda_describe(e));
     }
     mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_SCRATCH_BYTES);
-    e = cudaMalloc((void **)&ctx->valid_rows, sizeof(int32_t));
+    e = cudaMalloc((void **)&ctx->valid_rows, 2 * sizeof(int32_t));
     if (e != cudaSuccess) {
         ctx->valid_rows = NULL;
         cudaGetLastError();
-        return create_failed(be, ctx, "cannot allocate the row counter: %s", mpt_cuda_describe(e));
+        return create_failed(be, ctx, "cannot allocate the row counters: %s", mpt_cuda_describe(e));
     }
-    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)sizeof(int32_t));
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)(2 * sizeof(int32_t)));
+    ctx->xent_blocks_done = (unsigned int *)(ctx->valid_rows + 1);
+    e = cudaMemsetAsync(ctx->valid_rows, 0, 2 * sizeof(int32_t), ctx->stream); /* ordered before every kernel */
+    if (e != cudaSuccess) return create_failed(be, ctx, "cannot zero the row counters: %s", mpt_cuda_describe(e));
+    const char *fused_loss = getenv("MPT_CUDA_FUSED_LOSS");
+    ctx->fused_loss = fused_loss != NULL && strcmp(fused_loss, "1") == 0;
     e = cudaMalloc(&ctx->update_plan, MPT_CUDA_UPDATE_PLAN_BYTES);
-    if (e == cudaSuccess) e = cudaMemset(ctx->update_plan, 0, MPT_CUDA_UPDATE_PLAN_BYTES);
     if (e != cudaSuccess) {
-        if (ctx->update_plan) cudaFree(ctx->update_plan);
         ctx->update_plan = NULL;
         cudaGetLastError();
         return create_failed(be, ctx, "cannot allocate the update pass's plan: %s", mpt_cuda_describe(e));
     }
     mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_UPDATE_PLAN_BYTES);
+    e = cudaMemsetAsync(ctx->update_plan, 0, MPT_CUDA_UPDATE_PLAN_BYTES, ctx->stream); /* before every kernel */
+    if (e != cudaSuccess) return create_failed(be, ctx, "cannot zero the update pass's plan: %s", mpt_cuda_describe(e));
     ctx->gemm = mpt_cuda_gemm_cache_create();
     ctx->conv = mpt_cuda_conv_cache_create();
     be->ctx = ctx;

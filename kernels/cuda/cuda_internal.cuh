@@ -108,7 +108,12 @@ typedef struct mpt_cuda_ctx {
     mpt_cuda_gemm_cache *gemm;   /* GEMM plans (algorithm per shape/config) and records, gemm.cu */
     mpt_cuda_conv_cache *conv;   /* convolution plans and records, conv.cu */
     void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
-    int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
+    int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward; under fused_loss
+                                    the forward stores it), followed in the same allocation by: */
+    unsigned int *xent_blocks_done; /* [1] device U32 (valid_rows + 1): blocks of the fused softmax_xent forward that
+                                    have finished; 0 between launches (zeroed at creation, reset by the last block) */
+    int fused_loss;              /* MPT_CUDA_FUSED_LOSS=1 at creation: softmax_xent forward in one kernel (mean and
+                                    valid count by its last block), backward in one (elementwise.cu) */
     void *update_plan;           /* [MPT_CUDA_UPDATE_PLAN_BYTES] device, zeroed at creation: the update pass's
                                     block counter and this step's scalars (optim.cu, update_pass) */
     int split_narrow_bgrad;      /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 at creation: BGRAD GEMMs with fewer than 16
