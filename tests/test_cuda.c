@@ -916,6 +916,42 @@ START_TEST(test_conv_all_modes) {
 }
 END_TEST
 
+/* MPT_CUDA_CONV_FIND=1 (kernels/cuda/conv.cu conv_find): convolutions with each pass's algorithm chosen from
+ * cudnnFind*'s measured ranking under the same rules, lenet5's second layer at batch 128 among them: every result
+ * within the bounds of run_conv_case, and every record of the measured backend says "algorithm measured" and names
+ * a deterministic algorithm (cuDNN has deterministic ones for all these shapes: the heuristic's records have no
+ * "NO"). */
+START_TEST(test_conv_measured_choice) {
+    const mpt_conv_shape shapes[] = {conv_shape(4, 3, 12, 12, 8, 3, 1, 1), conv_shape(8, 1, 28, 28, 6, 5, 2, 1),
+                                     conv_shape(128, 6, 14, 14, 16, 5, 0, 1)};
+    setenv("MPT_CUDA_CONV_FIND", "1", 1);
+    mpt_backend *measured = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_CONV_FIND");
+    EXPECT(measured != NULL, "a CUDA backend with MPT_CUDA_CONV_FIND=1: %s", mpt_last_error());
+    shared_gpu = gpu;
+    gpu = measured;
+    uint64_t seed = 2600;
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            char tag[48];
+            snprintf(tag, sizeof tag, "convfind.%s.%zu", mpt_math_name(all_math[mi]), si);
+            run_conv_case(all_math[mi], shapes[si], 1, seed++, tag);
+        }
+    int n = 0;
+    for (int i = 0; i < mpt_cuda_conv_record_count(gpu); i++) {
+        mpt_cuda_conv_record rec;
+        EXPECT(mpt_cuda_conv_record_get(gpu, i, &rec), "conv record %d", i);
+        if (strncmp(rec.tag, "convfind.", 9) != 0) continue;
+        n++;
+        EXPECT(strstr(rec.path, "algorithm measured") != NULL && rec.deterministic,
+               "%s %s: path '%s', algorithm %s, deterministic %d", rec.tag, rec.pass, rec.path, rec.algo_name,
+               rec.deterministic);
+    }
+    EXPECT(n > 0, "no conv record on the measured backend");
+    restore_gpu();
+}
+END_TEST
+
 /* The second rounding of cuDNN's 16-bit outputs, pinned like gemm_rounding_model: a 3x3 convolution whose filters
  * are zero except the centre tap (pad 1), so y[n,k,p,q] = sum_c x[n,c,p,q] w[k,c,1,1] and dx[n,c,h,w] = sum_k
  * dy[n,k,h,w] w[k,c,1,1], with the same exact 1 + p*u pattern (channel 0 = 1, channel 1 = u/2 (1 + i/4), weights 1 and
@@ -3601,6 +3637,11 @@ static Suite *cuda_suite(void) {
     tcase_add_checked_fixture(tl, NULL, restore_gpu);
     tcase_add_test(tl, test_softmax_xent_fused_bit_identical);
     suite_add_tcase(s, tl);
+    TCase *tm = tcase_create("conv_measured"); /* swaps in a backend of its own: the teardown puts `gpu` back */
+    tcase_set_timeout(tm, 120);
+    tcase_add_checked_fixture(tm, NULL, restore_gpu);
+    tcase_add_test(tm, test_conv_measured_choice);
+    suite_add_tcase(s, tm);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv_all_modes);
