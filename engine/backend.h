@@ -748,10 +748,12 @@ struct mpt_backend {
      * backend too (a fixed grid for the GPU, per-thread sums in element order, a fixed reduction tree, then the
      * per-block partials summed by one block in block order: no floating-point atomics; the histogram's mass is
      * exact, an integer sum of 24-bit significands per binade, rounded once), and differ from the host's left-to-right
-     * sums only by reassociation: |cuda - host| <= 2 gamma_{n-1} sum |terms|, gamma_m = m u / (1 - m u), u = 2^-53,
-     * n the elements of the call (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section 4.2: the
-     * bound holds for any summation order). For the non-negative sums (mass, err2, ref2, mass_lost) sum |terms| is
-     * the sum itself: a relative bound. err2 is +inf on both backends once a value overflowed.
+     * sums only in the order of the additions (and, for err2, in whether nvcc fuses a square into the addition):
+     * |cuda - host| <= 2 gamma_n sum |terms|, gamma_n = n u / (1 - n u), u = 2^-53, n the elements of the call (Higham,
+     * Accuracy and Stability of Numerical Algorithms, 2nd ed., sections 3.1 and 4.2: the bound of a sum, or a sum of
+     * rounded products, in any order). For the non-negative sums (mass, err2, ref2, mass_lost) sum |terms| is the sum
+     * itself: a relative bound (2.2e-10 for a million elements). err2 is +inf on both backends once a value
+     * overflowed.
      * NULL on a backend without them: the collector copies the tensor to the host and calls the host functions (the
      * CUDA backend leaves them NULL unless MPT_CUDA_DEVICE_TELEMETRY=1 was set when it was created, until a GPU run
      * has verified them: docs/outputs.md). */

@@ -9,8 +9,8 @@
  * inf, NaN, FP32 subnormals, powers of two and all-ones significands (the carries); lost-update triples (w_old, w_new,
  * delta) with deltas around half an ulp of the weight, so that about half of the updates are lost.
  *
- * Comparisons: counts exactly; the FP64 sums within the documented bound 2 gamma_{n-1} sum |terms|, gamma_m =
- * m u / (1 - m u), u = 2^-53 (Higham 2002, section 4.2), n the elements of the call; tol = 0 asks for equality.
+ * Comparisons: counts exactly; the FP64 sums within the documented bound (engine/backend.h) 2 gamma_n sum |terms|,
+ * gamma_n = n u / (1 - n u), u = 2^-53 (Higham 2002, sections 3.1 and 4.2), n the elements of the call.
  */
 #ifndef MPT_TESTS_TELEMETRY_DATA_H
 #define MPT_TESTS_TELEMETRY_DATA_H
@@ -18,6 +18,8 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/numerics.h"
@@ -99,11 +101,11 @@ static inline void tel_fill_lost(tests_rng *rng, mpt_dtype dtype, void *w_old, v
     }
 }
 
-/* Whether |a - b| <= 2 gamma_{n-1} s (tol: s, the sum of the terms' magnitudes; exact when s < 0). */
+/* Whether |a - b| <= 2 gamma_n s (s: the sum of the terms' magnitudes), or a and b are the same bits when s < 0. */
 static inline int tel_close(double a, double b, int64_t n, double s) {
-    if (s < 0.0 || n < 2) return memcmp(&a, &b, sizeof a) == 0 || a == b;
+    if (s < 0.0) return memcmp(&a, &b, sizeof a) == 0;
     if (isinf(a) || isinf(b)) return a == b;
-    const double m = (double)(n - 1) * 0x1p-53, gamma = m / (1.0 - m);
+    const double m = (double)n * 0x1p-53, gamma = m / (1.0 - m);
     return fabs(a - b) <= 2.0 * gamma * s;
 }
 
@@ -170,6 +172,51 @@ static inline double tel_applied_terms(const void *w_old, const void *w_new, mpt
         s += fabs((double)neu - (double)old);
     }
     return s;
+}
+
+/* ---- two telemetry.csv files: device reductions against host copies ------------------------------------------ */
+
+/* Whether a telemetry metric comes from FP64 sums (masses, L2 errors) rather than integer counts. */
+static inline int tel_metric_is_sum(const char *metric) {
+    return strstr(metric, "mass") != NULL || strstr(metric, "rel_l2_err") != NULL;
+}
+
+/* Compares two telemetry.csv texts (step,tensor,metric,value rows, a header first): the same rows in the same order;
+ * count-derived values as the same text; FP64-sum-derived ones (tel_metric_is_sum) within 2e-8 max(|a|, |b|) + 1e-9:
+ * the printed 9 significant digits (one unit of the ninth digit is at most 1e-8 relative, and two values within the
+ * FP64 bound may round to neighbouring ninth digits) plus the sums' bound, at most 6 gamma_n < 1e-9 absolute for a
+ * share (n < 10^6 elements per tensor; applied_mass's terms are at most twice mass's under round-to-nearest). 1 when
+ * they agree, else 0 with the first difference in why (len bytes). */
+static inline int tel_csv_agree(const char *a, const char *b, char *why, size_t len) {
+    int line = 0;
+    while (*a || *b) {
+        line++;
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        const size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+        char ra[256], rb[256];
+        snprintf(ra, sizeof ra, "%.*s", (int)(la < 255 ? la : 255), a);
+        snprintf(rb, sizeof rb, "%.*s", (int)(lb < 255 ? lb : 255), b);
+        if (strcmp(ra, rb) != 0) {
+            const char *ca = strrchr(ra, ','), *cb = strrchr(rb, ',');
+            int ok = ca && cb && ca - ra == cb - rb && strncmp(ra, rb, (size_t)(ca - ra)) == 0;
+            if (ok) {
+                char metric[128];
+                const char *m0 = ra;
+                for (int k = 0; k < 2 && m0; k++) m0 = strchr(m0, ',') ? strchr(m0, ',') + 1 : NULL;
+                snprintf(metric, sizeof metric, "%.*s", m0 ? (int)(ca - m0) : 0, m0 ? m0 : "");
+                const double x = strtod(ca + 1, NULL), y = strtod(cb + 1, NULL);
+                const double m = fabs(x) > fabs(y) ? fabs(x) : fabs(y);
+                ok = tel_metric_is_sum(metric) && isfinite(x) && isfinite(y) && fabs(x - y) <= 2e-8 * m + 1e-9;
+            }
+            if (!ok) {
+                snprintf(why, len, "line %d: '%.200s' against '%.200s'", line, ra, rb);
+                return 0;
+            }
+        }
+        a += la + (ea != NULL);
+        b += lb + (eb != NULL);
+    }
+    return 1;
 }
 
 #endif

@@ -464,6 +464,81 @@ START_TEST(test_entries_match_host_functions) {
 }
 END_TEST
 
+/* The entries add to their counters: two calls on the halves of the data give the counts of one call on the whole
+ * exactly, and its FP64 sums within the bound of a reassociated sum (tests/telemetry_data.h), which a relative change
+ * of 1e-9 exceeds. */
+START_TEST(test_entries_accumulate) {
+    const int64_t n = 10007, h1 = 4001;
+    tests_rng rng = {0xacc0u};
+    mpt_backend *be = mpt_backend_cpu_create();
+    float *v = be->alloc(be, (size_t)n * 4);
+    void *a = be->alloc(be, (size_t)n * 2), *b = be->alloc(be, (size_t)n * 2);
+    ck_assert(v && a && b);
+    tel_fill_f32(&rng, MPT_DTYPE_F16, v, n);
+    mpt_exp_hist *hs = malloc(sizeof *hs), *hw = malloc(sizeof *hw);
+    ck_assert(hs && hw);
+    mpt_exp_hist_init(hs, MPT_DTYPE_F16);
+    mpt_exp_hist_init(hw, MPT_DTYPE_F16);
+    const int ks[2] = {-3, -15};
+    mpt_round_err es[2], ew[2];
+    memset(es, 0, sizeof es);
+    memset(ew, 0, sizeof ew);
+    be->telemetry_rounding(be, hs, es, ks, 2, v, h1);
+    be->telemetry_rounding(be, hs, es, ks, 2, v + h1, n - h1);
+    be->telemetry_rounding(be, hw, ew, ks, 2, v, n);
+    tel_check_hist(hs, hw, 0, n, "halves");
+    for (int j = 0; j < 2; j++) {
+        tel_check_err(&es[j], &ew[j], 0, n, "halves");
+        ck_assert(isfinite(ew[j].err2) && ew[j].err2 > 0.0);
+        ck_assert(!tel_close(ew[j].err2 * (1.0 + 1e-9), ew[j].err2, n, ew[j].err2));
+    }
+    float *d = be->alloc(be, (size_t)n * 4);
+    ck_assert(d != NULL);
+    tel_fill_lost(&rng, MPT_DTYPE_BF16, a, b, d, n);
+    mpt_lost ls, lw;
+    memset(&ls, 0, sizeof ls);
+    memset(&lw, 0, sizeof lw);
+    be->telemetry_lost(be, &ls, a, b, MPT_DTYPE_BF16, d, h1);
+    be->telemetry_lost(be, &ls, (uint16_t *)a + h1, (uint16_t *)b + h1, MPT_DTYPE_BF16, d + h1, n - h1);
+    be->telemetry_lost(be, &lw, a, b, MPT_DTYPE_BF16, d, n);
+    tel_check_lost(&ls, &lw, 0, tel_applied_terms(a, b, MPT_DTYPE_BF16, d, n), "halves");
+    mpt_range rs, rw;
+    memset(&rs, 0, sizeof rs);
+    memset(&rw, 0, sizeof rw);
+    be->telemetry_range(be, &rs, a, MPT_DTYPE_BF16, h1);
+    be->telemetry_range(be, &rs, (uint16_t *)a + h1, MPT_DTYPE_BF16, n - h1);
+    be->telemetry_range(be, &rw, a, MPT_DTYPE_BF16, n);
+    tel_check_range(&rs, &rw, "halves");
+    free(hs);
+    free(hw);
+    be->free(be, v);
+    be->free(be, a);
+    be->free(be, b);
+    be->free(be, d);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* tel_csv_agree, which the cuda suite uses on the telemetry.csv of a run with and without the device reductions:
+ * count-derived values must match as text, FP64-sum-derived ones within its tolerance, rows in the same order. */
+START_TEST(test_csv_comparer) {
+    const char *base = "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n5,fc1.weight,lost_mass,0.123456789\n";
+    char why[512];
+    ck_assert(tel_csv_agree(base, base, why, sizeof why));
+    ck_assert_msg(tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                      "5,fc1.weight,lost_mass,0.12345679\n", why, sizeof why),
+                  "one unit of the ninth digit of a mass: %s", why);
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.250000001\n"
+                                   "5,fc1.weight,lost_mass,0.123456789\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc1.weight,lost_mass,0.1234568\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc1.weight,lost_mass,0.123456789\n5,amp,loss_scale,1\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc2.weight,lost_mass,0.123456789\n", why, sizeof why));
+}
+END_TEST
+
 /* ---- the collector on a graph --------------------------------------------------------------------------------- */
 
 #define B 32
@@ -868,6 +943,8 @@ int main(void) {
     tcase_add_test(tc, test_lost_applied_mass_under_stochastic_rounding);
     tcase_add_loop_test(tc, test_lost_matches_brute_force, 0, 3);
     tcase_add_loop_test(tc, test_entries_match_host_functions, 0, 3);
+    tcase_add_test(tc, test_entries_accumulate);
+    tcase_add_test(tc, test_csv_comparer);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("collector");
     tcase_set_timeout(tg, 240);
