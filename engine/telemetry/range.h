@@ -1,8 +1,8 @@
 /*
  * engine/telemetry/range.h - where the values of a tensor lie in its number format (host-side counters).
  *
- * Two instruments, both pure functions of host buffers (the collector, engine/telemetry/telemetry.c, copies
- * tensors to the host on telemetry steps):
+ * Two instruments, both pure functions of host buffers (the collector, engine/telemetry/telemetry.c, runs them
+ * through the backend's telemetry reductions where it has them, else on host copies of the tensors):
  *
  * 1. Stored range (mpt_range_count): for a buffer already stored in F32, F16 or BF16, the counts of elements
  *    that are zero, subnormal in that format, at or beyond its largest finite value (|x| >= max finite,
