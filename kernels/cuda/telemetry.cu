@@ -133,8 +133,8 @@ typedef struct shifts {
 
 /* Block histogram in shared memory (integer atomics: exact), flushed into res with integer atomics; the zero and
  * non-finite counts likewise; per-thread FP64 error sums, block-summed into part_d: slot 2j err2, 2j+1 ref2. */
-static __global__ void rounding_kernel(tel_result *res, double *part_d, const float *v, int64_t n, int b,
-                                       mpt_round_fmt f, shifts sh) {
+static __global__ void rounding_kernel(tel_result *res, double *part_d, const float *v, int64_t n, mpt_round_fmt f,
+                                       shifts sh) {
     __shared__ unsigned long long cnt[MPT_EXP_HIST_BINS], p2[MPT_EXP_HIST_BINS], car[MPT_EXP_HIST_BINS],
         car_sub[MPT_EXP_HIST_BINS], sig[MPT_EXP_HIST_BINS];
     __shared__ double red[32];
@@ -146,7 +146,7 @@ static __global__ void rounding_kernel(tel_result *res, double *part_d, const fl
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const float x = v[i];
         mpt_exp_class c;
-        const int k = mpt_exp_classify(x, b, &c);
+        const int k = mpt_exp_classify(x, f.b, &c);
         if (k == MPT_EXP_ZERO) {
             zero++;
         } else if (k == MPT_EXP_NONFINITE) {
@@ -206,7 +206,7 @@ void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err
         for (int j = 0; j < MPT_TELEMETRY_MAX_SHIFTS; j++) sh.k[j] = j < n_k ? k[j] : 0;
         const tel_scratch s = scratch_of(ctx, n, "telemetry_rounding");
         MPT_CUDA_CHECK(cudaMemsetAsync(s.res, 0, sizeof(tel_result), ctx->stream));
-        rounding_kernel<<<s.blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(s.res, s.part_d, v, n, f.b, f, sh);
+        rounding_kernel<<<s.blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(s.res, s.part_d, v, n, f, sh);
         MPT_CUDA_CHECK_LAUNCH("rounding_kernel");
         launch_finish(ctx, &s, 2 * n_k, 0);
         tel_result *hr = (tel_result *)malloc(sizeof *hr);
