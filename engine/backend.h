@@ -44,6 +44,16 @@
 
 typedef struct mpt_backend mpt_backend;
 
+/* The telemetry counters the telemetry entries fill (engine/telemetry/range.h, lost.h: internal headers, so here
+ * incomplete types; only the collector calls these entries). */
+typedef struct mpt_range mpt_range;
+typedef struct mpt_exp_hist mpt_exp_hist;
+typedef struct mpt_round_err mpt_round_err;
+typedef struct mpt_lost mpt_lost;
+
+/* Most rounding-error shifts one telemetry_rounding call sums (k = 0 and k = -log2 S). */
+#define MPT_TELEMETRY_MAX_SHIFTS 2
+
 /* ---- GEMM ----------------------------------------------------------------------------------------- */
 
 typedef enum mpt_epilogue {
@@ -749,6 +759,43 @@ struct mpt_backend {
     mpt_status (*event_elapsed)(mpt_backend *be, void *start, void *end, double *seconds);
     /* Destroys a mark from event_create (NULL: nothing). */
     void (*event_destroy)(mpt_backend *be, void *mark);
+
+    /* ---- telemetry reductions (engine/telemetry; issue 32) ----
+     * Each reduces a tensor in backend memory into counters in host memory (the structs of range.h and lost.h, which
+     * the caller initialises; the entry ADDS to them, as the host functions do), without copying the tensor: the CPU
+     * backend calls the host functions themselves on its host pointers (the same bits), the CUDA backend runs the
+     * per-element math of engine/telemetry/elem.h in kernels and copies a small result (a few hundred bytes; the
+     * rounding histogram's 11 KiB). Each waits for its result (like to_host); never between capture_begin and
+     * capture_end. Integer counts are exact in any order, so they equal the host functions' on both backends. The
+     * FP64 sums (the histogram's mass per bin, err2 and ref2, the lost-update masses) are deterministic on the CUDA
+     * backend too (a fixed grid for the GPU, per-thread sums in element order, a fixed reduction tree, then the
+     * per-block partials summed by one block in block order: no floating-point atomics; the histogram's mass is
+     * exact, an integer sum of 24-bit significands per binade, rounded once), and differ from the host's left-to-right
+     * sums only in the order of the additions (and, for err2, in whether nvcc fuses a square into the addition):
+     * |cuda - host| <= 2 gamma_n sum |terms|, gamma_n = n u / (1 - n u), u = 2^-53, n the elements of the call (Higham,
+     * Accuracy and Stability of Numerical Algorithms, 2nd ed., sections 3.1 and 4.2: the bound of a sum, or a sum of
+     * rounded products, in any order). For the non-negative sums (mass, err2, ref2, mass_lost) sum |terms| is the sum
+     * itself: a relative bound (2.2e-10 for a million elements). err2 is +inf on both backends once a value
+     * overflowed.
+     * NULL on a backend without them: the collector copies the tensor to the host and calls the host functions (the
+     * CUDA backend leaves them NULL unless MPT_CUDA_DEVICE_TELEMETRY=1 was set when it was created, until a GPU run
+     * has verified them: docs/outputs.md). */
+    /* mpt_range_count: *r += the range counts (zero, subnormal, at_max, nonfinite, n) of the n elements of x, dtype
+     * F32, F16 or BF16 (aborts otherwise). */
+    void (*telemetry_range)(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n);
+    /* mpt_exp_hist_add(h, v, n) for n FP32 values v, into h (its target F16 or BF16 set by mpt_exp_hist_init), and,
+     * for j < n_k (0..MPT_TELEMETRY_MAX_SHIFTS), mpt_round_err_add(&err[j], v, n, k[j], h->target): the relative L2
+     * error of the rounding at shift k[j] (k and err host arrays of n_k; err may be NULL when n_k is 0). */
+    void (*telemetry_rounding)(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
+                               const float *v, int64_t n);
+    /* mpt_lost_count: *r += the lost updates of n elements, w_old and w_new the update target before and after the
+     * step (dtype F32, F16 or BF16), delta FP32 the optimizer's update. */
+    void (*telemetry_lost)(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
+                           const float *delta, int64_t n);
+    /* mpt_lost_counterfactual: *r += what would have been lost had delta (FP32) been added to w_old (dtype F16 or
+     * BF16) with round-to-nearest-even. */
+    void (*telemetry_lost_counterfactual)(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
+                                          const float *delta, int64_t n);
 };
 
 /* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with

@@ -45,6 +45,13 @@
  * it, and the rescale and the rounding rules are engine/numerics.h's; the K = 9216 sums equal an int64 reference.
  * Quantization-aware training on the GPU: after steps, every quantized working weight is the per-row fake quantization
  * of its master, recomputed on the host.
+ *
+ * Telemetry reductions (engine/backend.h, issue 32; opt-in: a backend created under MPT_CUDA_DEVICE_TELEMETRY=1): the
+ * range counts, the rounding histogram and the lost-update counts of device tensors equal the host functions' on the
+ * same data exactly; their FP64 sums (histogram mass, rounding errors, lost-update masses) lie within 2 gamma_n
+ * sum |terms| of the host's (tests/telemetry_data.h) and are the same bits when run twice (deterministic); calls on
+ * parts add up to the call on the whole. A training run gives the same checkpoint and the same telemetry.csv with and
+ * without the variable (counts as text, sums within the printed digits).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +77,7 @@
 #include "engine/cuda_backend.h"
 #include "models/models.h"
 #include "grad_overwrite.h"
+#include "telemetry_data.h"
 #define TESTS_TMP_PREFIX "mpt_test_cuda"
 #include "tmpdir.h"
 
@@ -583,6 +591,123 @@ START_TEST(test_gemm_refused_direct_falls_back) {
         EXPECT(found == 1, "%s: %d records", cases[i].tag, found);
         restore_gpu();
     }
+}
+END_TEST
+
+/* ---- telemetry reductions on the device (issue 32) ------------------------------------------------------------ */
+
+/* A CUDA backend with the telemetry reductions (MPT_CUDA_DEVICE_TELEMETRY=1 while it is created), swapped in as
+ * `gpu` until restore_gpu. The program's backend, created without the variable, must not have them (opt-in). */
+static void swap_in_device_telemetry(void) {
+    EXPECT(gpu->telemetry_range == NULL && gpu->telemetry_rounding == NULL && gpu->telemetry_lost == NULL &&
+               gpu->telemetry_lost_counterfactual == NULL,
+           "the CUDA backend has device telemetry without MPT_CUDA_DEVICE_TELEMETRY=1");
+    setenv("MPT_CUDA_DEVICE_TELEMETRY", "1", 1);
+    mpt_backend *be = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
+    EXPECT(be != NULL, "a second CUDA backend: %s", mpt_last_error());
+    EXPECT(be->telemetry_range && be->telemetry_rounding && be->telemetry_lost && be->telemetry_lost_counterfactual,
+           "MPT_CUDA_DEVICE_TELEMETRY=1 did not set the telemetry entries");
+    shared_gpu = gpu;
+    gpu = be;
+}
+
+/* One size: every dtype's range and lost counts, both targets' histograms with errors at two shifts, on the device
+ * against the host functions; each call twice (the same bits), and split in two calls (the counts of the whole). */
+static void telemetry_reductions_case(int64_t n, uint64_t seed) {
+    static const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    tests_rng rng = {seed};
+    const int64_t h1 = n / 3;
+    char what[96];
+    void *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+    float *v = xmalloc((size_t)n * 4);
+    for (int t = 0; t < 3; t++) {
+        const mpt_dtype dt = dts[t];
+        const size_t sz = mpt_dtype_size(dt);
+        snprintf(what, sizeof what, "range %s n=%lld", mpt_dtype_name(dt), (long long)n);
+        tel_fill_stored(&rng, dt, a, n);
+        void *da = dev_put(a, (size_t)n * sz);
+        mpt_range rg, r2, rs, rh;
+        memset(&rg, 0, sizeof rg), memset(&r2, 0, sizeof r2), memset(&rs, 0, sizeof rs), memset(&rh, 0, sizeof rh);
+        gpu->telemetry_range(gpu, &rg, da, dt, n);
+        gpu->telemetry_range(gpu, &r2, da, dt, n);
+        gpu->telemetry_range(gpu, &rs, da, dt, h1);
+        gpu->telemetry_range(gpu, &rs, (char *)da + (size_t)h1 * sz, dt, n - h1);
+        mpt_range_count(&rh, a, dt, n);
+        tel_check_range(&rg, &rh, what);
+        tel_check_range(&r2, &rh, what);
+        tel_check_range(&rs, &rh, what);
+
+        snprintf(what, sizeof what, "lost %s n=%lld", mpt_dtype_name(dt), (long long)n);
+        tel_fill_lost(&rng, dt, a, b, v, n);
+        void *db = dev_put(b, (size_t)n * sz);
+        dev_free(da);
+        da = dev_put(a, (size_t)n * sz);
+        float *dv = dev_put(v, (size_t)n * 4);
+        for (int cf = 0; cf < (dt == MPT_DTYPE_F32 ? 1 : 2); cf++) {
+            mpt_lost lg, l2, ls, lh;
+            memset(&lg, 0, sizeof lg), memset(&l2, 0, sizeof l2), memset(&ls, 0, sizeof ls), memset(&lh, 0, sizeof lh);
+            if (cf) {
+                gpu->telemetry_lost_counterfactual(gpu, &lg, da, dt, dv, n);
+                gpu->telemetry_lost_counterfactual(gpu, &l2, da, dt, dv, n);
+                gpu->telemetry_lost_counterfactual(gpu, &ls, da, dt, dv, h1);
+                gpu->telemetry_lost_counterfactual(gpu, &ls, (char *)da + (size_t)h1 * sz, dt, dv + h1, n - h1);
+                mpt_lost_counterfactual(&lh, a, dt, v, n);
+            } else {
+                gpu->telemetry_lost(gpu, &lg, da, db, dt, dv, n);
+                gpu->telemetry_lost(gpu, &l2, da, db, dt, dv, n);
+                gpu->telemetry_lost(gpu, &ls, da, db, dt, dv, h1);
+                gpu->telemetry_lost(gpu, &ls, (char *)da + (size_t)h1 * sz, (char *)db + (size_t)h1 * sz, dt, dv + h1,
+                                    n - h1);
+                mpt_lost_count(&lh, a, b, dt, v, n);
+            }
+            const double s_applied = tel_applied_terms(a, cf ? NULL : b, dt, v, n);
+            snprintf(what, sizeof what, "lost%s %s n=%lld", cf ? " counterfactual" : "", mpt_dtype_name(dt),
+                     (long long)n);
+            tel_check_lost(&lg, &lh, 0, s_applied, what);
+            tel_check_lost(&ls, &lh, 0, s_applied, what);
+            EXPECT(memcmp(&lg, &l2, sizeof lg) == 0, "%s: two calls differ (not deterministic)", what);
+        }
+        dev_free(da), dev_free(db), dev_free(dv);
+    }
+    static const int ks[2] = {0, -14};
+    for (int t = 0; t < 2; t++) {
+        const mpt_dtype target = t ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        snprintf(what, sizeof what, "rounding into %s n=%lld", mpt_dtype_name(target), (long long)n);
+        tel_fill_f32(&rng, target, v, n);
+        float *dv = dev_put(v, (size_t)n * 4);
+        mpt_exp_hist *hg = xmalloc(sizeof *hg), *h2 = xmalloc(sizeof *h2), *hs = xmalloc(sizeof *hs),
+                     *hh = xmalloc(sizeof *hh);
+        mpt_exp_hist_init(hg, target), mpt_exp_hist_init(h2, target), mpt_exp_hist_init(hs, target);
+        mpt_exp_hist_init(hh, target);
+        mpt_round_err eg[2], e2[2], es[2], eh[2];
+        memset(eg, 0, sizeof eg), memset(e2, 0, sizeof e2), memset(es, 0, sizeof es), memset(eh, 0, sizeof eh);
+        gpu->telemetry_rounding(gpu, hg, eg, ks, 2, dv, n);
+        gpu->telemetry_rounding(gpu, h2, e2, ks, 2, dv, n);
+        gpu->telemetry_rounding(gpu, hs, es, ks, 2, dv, h1);
+        gpu->telemetry_rounding(gpu, hs, es, ks, 2, dv + h1, n - h1);
+        mpt_exp_hist_add(hh, v, n);
+        for (int j = 0; j < 2; j++) mpt_round_err_add(&eh[j], v, n, ks[j], target);
+        tel_check_hist(hg, hh, 0, n, what);
+        tel_check_hist(hs, hh, 0, n, what);
+        for (int j = 0; j < 2; j++) {
+            tel_check_err(&eg[j], &eh[j], 0, n, what);
+            tel_check_err(&es[j], &eh[j], 0, n, what);
+        }
+        EXPECT(memcmp(hg->mass, h2->mass, sizeof hg->mass) == 0 && memcmp(eg, e2, sizeof eg) == 0,
+               "%s: two calls differ (not deterministic)", what);
+        free(hg), free(h2), free(hs), free(hh);
+        dev_free(dv);
+    }
+    free(a), free(b), free(v);
+}
+
+START_TEST(test_telemetry_reductions_match_host) {
+    swap_in_device_telemetry();
+    /* one element; a partial block; many blocks; more elements than the grid's threads (grid-stride loops) */
+    const int64_t sizes[] = {1, 257, 100003, 3000017};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) telemetry_reductions_case(sizes[i], 0x7e1e0000u + i);
+    restore_gpu();
 }
 END_TEST
 
@@ -3193,6 +3318,71 @@ static void telemetry_case(const char *model, const char *precision) {
     rm_tmpdir();
 }
 
+/* The whole of a file (caller frees). */
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    EXPECT(f != NULL, "%s: %s", path, strerror(errno));
+    EXPECT(fseek(f, 0, SEEK_END) == 0, "%s: %s", path, strerror(errno));
+    const long len = ftell(f);
+    rewind(f);
+    char *buf = xmalloc((size_t)len + 1);
+    EXPECT(fread(buf, 1, (size_t)len, f) == (size_t)len, "%s: short read", path);
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The device reductions change no number a run reports: the same run with telemetry every second step, through host
+ * copies and under MPT_CUDA_DEVICE_TELEMETRY=1, ends with the same checkpoint, and its telemetry.csv rows agree
+ * (tel_csv_agree: counts as text, FP64 sums within the printed digits). */
+static void telemetry_device_case(const char *model, const char *precision) {
+    make_tmpdir();
+    const char *data = tmp_path("data");
+    EXPECT(mkdir(data, 0755) == 0, "mkdir %s: %s", data, strerror(errno));
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 384, 64, 784, 10, 43) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_mnist_save(data, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    const char *dirs[2] = {tmp_path("copies"), tmp_path("device")};
+    const char *log = tmp_path("log.txt");
+    for (int r = 0; r < 2; r++) {
+        const char *args[] = {"mptrain", "train", "--data", data, "--device", "cuda", "--model", model, "--precision",
+                              precision, "--batch-size", "32", "--epochs", "1", "--telemetry", "2", "--limit-test",
+                              "64", "--progress", "off", "--out", dirs[r], NULL};
+        if (r == 1) setenv("MPT_CUDA_DEVICE_TELEMETRY", "1", 1);
+        int rc = run_mptrain((char *const *)args, log);
+        unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
+        EXPECT(rc == 0, "mptrain train --device cuda (device telemetry %s) failed (%d): %s", r ? "on" : "off", rc,
+               slurp(log));
+    }
+    char ck[2][600], tel[2][600];
+    for (int r = 0; r < 2; r++) {
+        snprintf(ck[r], sizeof ck[r], "%s/checkpoint.safetensors", dirs[r]);
+        snprintf(tel[r], sizeof tel[r], "%s/telemetry.csv", dirs[r]);
+    }
+    expect_same_checkpoints(ck[0], ck[1]);
+    char *a = read_all(tel[0]), *b = read_all(tel[1]), why[512];
+    EXPECT(strstr(a, "lost_frac") && strstr(a, "rel_l2_err") && strstr(a, "zero_frac"), "rows missing from %s", tel[0]);
+    EXPECT(tel_csv_agree(a, b, why, sizeof why), "telemetry.csv through host copies against device reductions: %s",
+           why);
+    free(a), free(b);
+    if (strcmp(precision, "fp16") == 0) { /* the gradients' exponent histograms: counts only, the same bytes */
+        char ex[2][600];
+        for (int r = 0; r < 2; r++) snprintf(ex[r], sizeof ex[r], "%s/exponents.csv", dirs[r]);
+        a = read_all(ex[0]), b = read_all(ex[1]);
+        EXPECT(strcmp(a, b) == 0 && strchr(a, '\n') != strrchr(a, '\n'), "exponents.csv differs (or is empty):\n%s\nvs\n%s",
+               a, b);
+        free(a), free(b);
+    }
+    rm_tmpdir();
+}
+
+START_TEST(test_telemetry_device_csv_fp16_mlp) { telemetry_device_case("mlp", "fp16"); }
+END_TEST
+
+START_TEST(test_telemetry_device_csv_bf16_lenet5) { telemetry_device_case("lenet5", "bf16"); }
+END_TEST
+
 START_TEST(test_telemetry_cuda_fp16_lenet5) { telemetry_case("lenet5", "fp16"); }
 END_TEST
 
@@ -3631,6 +3821,7 @@ static Suite *cuda_suite(void) {
     tcase_add_checked_fixture(tf, NULL, restore_gpu);
     tcase_add_test(tf, test_gemm_refused_direct_falls_back);
     tcase_add_test(tf, test_drelu_bgrad_fused_bit_identical);
+    tcase_add_test(tf, test_telemetry_reductions_match_host);
     suite_add_tcase(s, tf);
     TCase *tl = tcase_create("loss_fused"); /* swaps in a backend of its own, as gemm_fallback */
     tcase_set_timeout(tl, 120);
@@ -3691,6 +3882,8 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tt, test_resume_cuda_bf16_cnn_dropout);
     tcase_add_test(tt, test_telemetry_cuda_fp16_lenet5);
     tcase_add_test(tt, test_telemetry_cuda_bf16_cnn_dropout);
+    tcase_add_test(tt, test_telemetry_device_csv_fp16_mlp);
+    tcase_add_test(tt, test_telemetry_device_csv_bf16_lenet5);
     suite_add_tcase(s, tt);
     return s;
 }

@@ -483,5 +483,15 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->event_record = mpt_cuda_event_record;
     be->event_elapsed = mpt_cuda_event_elapsed;
     be->event_destroy = mpt_cuda_event_destroy;
+
+    /* The telemetry reductions on the device (telemetry.cu), opt-in until a GPU run has verified them against the
+     * host's (tests/test_cuda.c); without them the collector copies tensors to the host as before. */
+    const char *devtel = getenv("MPT_CUDA_DEVICE_TELEMETRY");
+    if (devtel != NULL && strcmp(devtel, "1") == 0) {
+        be->telemetry_range = mpt_cuda_telemetry_range;
+        be->telemetry_rounding = mpt_cuda_telemetry_rounding;
+        be->telemetry_lost = mpt_cuda_telemetry_lost;
+        be->telemetry_lost_counterfactual = mpt_cuda_telemetry_lost_counterfactual;
+    }
     return be;
 }

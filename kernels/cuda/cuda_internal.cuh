@@ -309,6 +309,16 @@ void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
 void mpt_cuda_update_pass(mpt_backend *be, const mpt_update_pass_args *u);
 
+/* telemetry.cu: the telemetry reductions (engine/backend.h; set in the table only under
+ * MPT_CUDA_DEVICE_TELEMETRY=1, backend.cu). They use the context's reduction scratch. */
+void mpt_cuda_telemetry_range(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n);
+void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
+                                 const float *v, int64_t n);
+void mpt_cuda_telemetry_lost(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
+                             const float *delta, int64_t n);
+void mpt_cuda_telemetry_lost_counterfactual(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
+                                            const float *delta, int64_t n);
+
 /* nccl.cu: NCCL's version at run time (and the header's) into version, and the file it was loaded from into file
  * ("" when it is not loadable: version then says why). Loads NCCL if it was not yet. For `mptrain info`. */
 void mpt_cuda_nccl_describe(char *version, size_t vlen, char *file, size_t flen);
