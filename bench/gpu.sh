@@ -37,9 +37,15 @@
 #            against the CPU's Tensor Core summation model of this GPU (share of bit-identical outputs per shape,
 #            cuBLASLt's algorithm and split-K, the causes measured), then 20 training steps of the mlp from identical
 #            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
-#   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off: the two runs'
-#            metrics.csv must be identical but for its run_id column; median epoch time by CUDA events after the
-#            first epoch
+#   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off, then on with
+#            each opt-in path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_LOSS=1,
+#            MPT_CUDA_FUSED_DRELU_BGRAD=1, the three together, MPT_CUDA_SPLIT_NARROW_BGRAD=1), with --telemetry 50 on the
+#            host and on the device (MPT_CUDA_DEVICE_TELEMETRY=1, issue 32) and on again, then
+#            lenet5 fp16 on and with MPT_CUDA_CONV_FIND=1: metrics.csv identical to the model's on run but for its
+#            run_id column (off and the fused paths: the same arithmetic; the measured convolution algorithms and the
+#            split
+#            bias gradient sums in another order: its loss and accuracy are shown); median epoch time by CUDA events
+#            after the first epoch
 #   compare  mptrain compare --device cuda of mlp and lenet5 on Fashion-MNIST (fp32, tf32, fp16, bf16)
 #   speedrun not in the default list (--stages info,speedrun): mptrain speedrun --device cuda --seeds 10 (every default
 #            precision, fp8 where the GPU has it; issue 34), then bench/speedrun_pytorch.py, the same recipe in PyTorch
@@ -74,7 +80,7 @@
 #                      second call, `--stages compile --budget 240`; speedrun a call of its own, `--stages
 #                      info,speedrun`); always in that order; machine and setup always run, build in build mode
 #   --budget S         total seconds (default 420; 0: no limit). Stage limits: machine 20, setup 30, build 240,
-#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 45, compare 75, speedrun 300,
+#                      info 30 (+ 240 for a fallback build), test 90, tc 45, graph 150, compare 75, speedrun 300,
 #                      bench 240, sweep 100, dp 45, memcheck 60, compile what is left; each stage gets at most its limit
 #                      and what is left; 15 s are kept for the results. A stage never starts a process it has no time for
 #   --torch-modes LIST PyTorch's modes in the bench stage (default eager,fused,graph; bench/pytorch_reference.py)
@@ -258,7 +264,7 @@ MODE=build
 if [ "$FORCE_BUILD" = 0 ] && [ -f "$CARRY/MANIFEST" ]; then MODE=prebuilt; fi
 RESERVE=15    # seconds kept at the end for the results page and the archive
 TIMING_CAP=40 # the timing test case's limit (it runs alone, after the others, within the test stage's)
-declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=45 [compare]=75
+declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [test]=90 [tc]=45 [graph]=150 [compare]=75
                 [speedrun]=300 [bench]=240 [compile]=0 [sweep]=100 [dp]=45 [memcheck]=60)
 # Expected seconds. Measured on an H200 by bench/gpu.sh (2026-11-26, sessions b and c: bench/results/gpu-2026-11-26-b
 # and -c, callN-summary.txt): test 21-24 s, graph 2-3 s, compare 10-11 s at 3 epochs, bench (PyTorch eager only) 115 s
@@ -269,7 +275,7 @@ declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [te
 # replaces its estimate. speedrun: an estimate (mptrain's 50 runs of one epoch, then PyTorch's 4 modes x 2
 # precisions x --speedrun-seeds runs and their compilation).
 n_torch=${#TORCH_MODE_LIST[@]}
-declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((GE + 1))
+declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((8 * GE + 8))
                    [compare]=$((1 + 3 * EPOCHS)) [speedrun]=$((60 + 20 * SR_PT_SEEDS))
                    [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
                    [compile]=$((8 * (60 + 6 * EPOCHS))) [sweep]=80 [dp]=20 [memcheck]=55)
@@ -321,7 +327,7 @@ if [ "$DRY_RUN" = 1 ]; then
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
-            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_LOSS=1, MPT_CUDA_FUSED_DRELU_BGRAD=1 (one each, then together), MPT_CUDA_SPLIT_NARROW_BGRAD=1, --telemetry 50 without and with MPT_CUDA_DEVICE_TELEMETRY=1, on again; lenet5 on and with MPT_CUDA_CONV_FIND=1" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
             speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
@@ -697,35 +703,70 @@ metrics_values() {
 
 # ---- graph --------------------------------------------------------------------------------------------------------
 stage_graph() {
-    local g d rc
+    local v d rc name env graph same model args base
     mkdir -p "$WORK/graph"
-    say "graph: mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda --cuda-graph on, off"
-    for g in on off; do
-        d=$WORK/graph/mlp-fp16-$g
+    # The variants, alternating: the step graph on and off (must agree bit for bit), then issue 31 A's new paths,
+    # each opt-in by its environment variable until a GPU run has checked it (docs/cuda.md), and on again. Fields:
+    # name|environment|--cuda-graph|= (must give the model's on run's metrics.csv, run_id aside: the same
+    # arithmetic in fewer kernels) or ~ (may differ in the last bits: another summation order or another
+    # algorithm; its loss and accuracy are reported)|model (default mlp)|more train options. Runs go to
+    # graph/<model>-fp16-<name>. The telemetry rows: the instruments only read (the on run's metrics.csv), their
+    # cost is reported apart from the epoch times (summary.json telemetry_time_s), on the host or on the device.
+    local -a variants=("on||on|=" "off||off|=" "update|MPT_CUDA_FUSED_UPDATE=1|on|=" "loss|MPT_CUDA_FUSED_LOSS=1|on|="
+        "drelu|MPT_CUDA_FUSED_DRELU_BGRAD=1|on|="
+        "fused|MPT_CUDA_FUSED_UPDATE=1 MPT_CUDA_FUSED_LOSS=1 MPT_CUDA_FUSED_DRELU_BGRAD=1|on|="
+        "bgrad|MPT_CUDA_SPLIT_NARROW_BGRAD=1|on|~" "tele||on|=|mlp|--telemetry 50"
+        "tele-dev|MPT_CUDA_DEVICE_TELEMETRY=1|on|=|mlp|--telemetry 50" "on-2||on|=" "on||on|=|lenet5"
+        "find|MPT_CUDA_CONV_FIND=1|on|~|lenet5")
+    say "graph: mptrain train --precision fp16 --batch-size 128 --epochs $GE --device cuda: ${#variants[@]} runs ($(printf '%s ' "${variants[@]%%|*}"))"
+    for v in "${variants[@]}"; do
+        IFS='|' read -r name env graph same model args <<<"$v"
+        model=${model:-mlp}
+        d=$WORK/graph/$model-fp16-$name
         rc=0
-        runlim "$(limit_for graph $((CAP[graph] / 2)))" "$d.txt" "$WORK/bin/mptrain" train --model mlp --precision fp16 \
-            --batch-size 128 --epochs "$GE" --device cuda --data "$MPT_DATA" --progress off --cuda-graph "$g" --out "$d" || rc=$?
-        [ "$rc" = 0 ] || fail "graph: --cuda-graph $g $(why "$rc"): graph/mlp-fp16-$g.txt"
+        runlim "$(limit_for graph $((CAP[graph] / ${#variants[@]})))" "$d.txt" env $env "$WORK/bin/mptrain" train \
+            --model "$model" --precision fp16 --batch-size 128 --epochs "$GE" --device cuda --data "$MPT_DATA" \
+            --progress off --cuda-graph "$graph" $args --out "$d" || rc=$?
+        [ "$rc" = 0 ] || fail "graph: $model ${env:-(no variable)} --cuda-graph $graph $(why "$rc"): graph/$model-fp16-$name.txt"
     done
-    if [ -f "$WORK/graph/mlp-fp16-on/metrics.csv" ] && [ -f "$WORK/graph/mlp-fp16-off/metrics.csv" ]; then
+    base=$WORK/graph/mlp-fp16-on/metrics.csv
+    if [ -f "$base" ] && [ -f "$WORK/graph/mlp-fp16-off/metrics.csv" ]; then
         # every column but run_id (each run's own id, tools/run.c: the two runs must differ there)
-        cmp -s <(metrics_values "$WORK/graph/mlp-fp16-on/metrics.csv") <(metrics_values "$WORK/graph/mlp-fp16-off/metrics.csv") ||
+        cmp -s <(metrics_values "$base") <(metrics_values "$WORK/graph/mlp-fp16-off/metrics.csv") ||
             fail "graph: metrics.csv differs between --cuda-graph on and off (run_id aside): the graph changed the math"
     fi
-    "${PYTHON:-python3}" - "$WORK/graph" >"$WORK/graph.md" 2>&1 <<'PY'
+    for v in "${variants[@]:2}"; do
+        IFS='|' read -r name env graph same model args <<<"$v"
+        model=${model:-mlp}
+        base=$WORK/graph/$model-fp16-on/metrics.csv
+        d=$WORK/graph/$model-fp16-$name/metrics.csv
+        [ "$same" = "=" ] && [ "$d" != "$base" ] && [ -f "$base" ] && [ -f "$d" ] || continue
+        cmp -s <(metrics_values "$base") <(metrics_values "$d") ||
+            fail "graph: metrics.csv differs with ${env:-no variable} from the on run (run_id aside): the fused path changed the math"
+    done
+    "${PYTHON:-python3}" - "$WORK/graph" "${variants[@]}" >"$WORK/graph.md" 2>&1 <<'PY'
 import json, statistics, sys
 root = sys.argv[1]
-print("| --cuda-graph | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | status |")
-print("|---|---:|---:|---:|---|")
-for g in ("on", "off"):
+print("| model | run | environment | options | --cuda-graph | metrics.csv | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | instruments (s, whole run) | final test loss | final test accuracy | status |")
+print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+for v in sys.argv[2:]:
+    name, env, g, same, *rest = v.split("|")
+    model = rest[0] if rest and rest[0] else "mlp"
+    opts = rest[1] if len(rest) > 1 and rest[1] else "-"
+    rule = "the on run's" if same == "=" else "may differ (other summation order or algorithm)"
     try:
-        j = json.load(open("%s/mlp-fp16-%s/summary.json" % (root, g)))
+        j = json.load(open("%s/%s-fp16-%s/summary.json" % (root, model, name)))
         ev, host = j.get("epoch_gpu_times_s") or [], j.get("epoch_times_s") or []
         m = statistics.median(ev[1:]) if len(ev) > 1 else float("nan")
         h = statistics.median(host[1:]) if len(host) > 1 else float("nan")
-        print("| %s | %.3f | %.2f | %.3f | %s |" % (g, 1e3 * m, 1e6 * m / 469, 1e3 * h, j.get("cuda_graph", {}).get("status", "?")))
-    except (OSError, ValueError) as e:
-        print("| %s | no summary.json (%s) | | | |" % (g, e.__class__.__name__))
+        loss, acc = j.get("final_test_loss", float("nan")), j.get("final_test_accuracy", float("nan"))
+        tel = j.get("telemetry_time_s")
+        print("| %s | %s | %s | %s | %s | %s | %.3f | %.2f | %.3f | %s | %.6g | %.4f | %s |" % (model, name, env or "-", opts,
+              g, rule, 1e3 * m, 1e6 * m / 469, 1e3 * h, "%.3f" % tel if isinstance(tel, (int, float)) else "-", loss,
+              acc, j.get("cuda_graph", {}).get("status", "?")))
+    except (OSError, ValueError, TypeError) as e:
+        print("| %s | %s | %s | %s | %s | %s | no summary.json (%s) | | | | | | |" % (model, name, env or "-", opts, g,
+              rule, e.__class__.__name__))
 PY
     cat "$WORK/graph.md"
 }

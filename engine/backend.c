@@ -200,6 +200,31 @@ void mpt_optim_args_check(const mpt_optim_args *a) {
                 mpt_dtype_name(a->state_dtype));
 }
 
+void mpt_update_pass_args_check(const mpt_update_pass_args *u) {
+    const mpt_optim_multi_args *a = &u->optim;
+    const mpt_scaler_state *st = u->st;
+    MPT_ASSERTF(st != NULL && a->count >= 0 && a->numel >= 0 && (a->count == 0 || a->slots != NULL),
+                "update_pass: st %p, %d slots at %p, %lld elements", (const void *)st, a->count,
+                (const void *)a->slots, (long long)a->numel);
+    MPT_ASSERTF(a->found_inf == &st->found_inf && a->step == &st->steps_taken && a->lr == &st->lr &&
+                    a->iteration == &st->iteration && a->grad_mul == NULL,
+                "update_pass: found_inf, step, lr and iteration must point into st, grad_mul must be NULL");
+    MPT_ASSERTF(!u->scaler.apply_nonfinite, "update_pass: --nonfinite apply keeps the separate calls");
+    MPT_ASSERTF((unsigned)a->h.kind <= (unsigned)MPT_OPTIM_ADAMW, "update_pass: unknown optimizer kind %d",
+                (int)a->h.kind);
+    MPT_ASSERTF(mpt_dtype_is_float(a->state_dtype), "update_pass: state dtype %s is not a float dtype",
+                mpt_dtype_name(a->state_dtype));
+}
+
+void mpt_update_pass_as_calls(mpt_backend *be, const mpt_update_pass_args *u) {
+    mpt_update_pass_args_check(u);
+    be->unscale_check_multi(be, u->optim.slots, u->optim.count, u->optim.numel, u->st);
+    be->step_begin(be, u->st);
+    be->lr_update(be, u->st, &u->schedule);
+    be->optim_step_multi(be, &u->optim);
+    be->scaler_update(be, u->st, &u->scaler, u->dynamic);
+}
+
 void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes) {
     be->mem_current[mem] = (size_t)((int64_t)be->mem_current[mem] + delta_bytes);
     if (be->mem_current[mem] > be->mem_peak[mem]) be->mem_peak[mem] = be->mem_current[mem];

@@ -44,6 +44,16 @@
 
 typedef struct mpt_backend mpt_backend;
 
+/* The telemetry counters the telemetry entries fill (engine/telemetry/range.h, lost.h: internal headers, so here
+ * incomplete types; only the collector calls these entries). */
+typedef struct mpt_range mpt_range;
+typedef struct mpt_exp_hist mpt_exp_hist;
+typedef struct mpt_round_err mpt_round_err;
+typedef struct mpt_lost mpt_lost;
+
+/* Most rounding-error shifts one telemetry_rounding call sums (k = 0 and k = -log2 S). */
+#define MPT_TELEMETRY_MAX_SHIFTS 2
+
 /* ---- GEMM ----------------------------------------------------------------------------------------- */
 
 typedef enum mpt_epilogue {
@@ -513,6 +523,19 @@ typedef struct mpt_scaler_state {
                                 of each step. Equal to the host's mpt_trainer.iteration between steps. */
 } mpt_scaler_state;
 
+/* The whole update pass of one ordinary step in one call (update_pass below): the calls unscale_check_multi,
+ * step_begin, lr_update, optim_step_multi and scaler_update make, in that order, with found_inf, step, lr and
+ * iteration read from and written to `st`. Only for a step without --nonfinite apply, clipping, update deltas or
+ * FP8 scale updates between the optimizer and the scaler (the trainer checks; the others keep the calls). */
+typedef struct mpt_update_pass_args {
+    mpt_optim_multi_args optim;    /* found_inf = &st->found_inf, step = &st->steps_taken, lr = &st->lr,
+                                      iteration = &st->iteration, grad_mul NULL */
+    mpt_scaler_state *st;          /* backend memory */
+    mpt_lr_schedule schedule;      /* host values, as lr_update's */
+    mpt_scaler_params scaler;      /* host values, as scaler_update's */
+    int dynamic;                   /* as scaler_update's */
+} mpt_update_pass_args;
+
 /* ---- The table -------------------------------------------------------------------------------------- */
 
 struct mpt_backend {
@@ -614,7 +637,10 @@ struct mpt_backend {
                                  const void *logits, mpt_dtype logits_dtype, const int32_t *labels, int N, int C);
     /* dlogits += (*scale) * (probs - onehot(labels)) / N_valid for valid rows (0 for ignored rows), rounded to
      * dlogits_dtype; scale is the loss scale (backend scalar; the seed of the backward pass); N_valid = number
-     * of rows with labels >= 0, recounted here. accumulate = 0: dlogits = that (ignored rows become +0). */
+     * of rows with labels >= 0. accumulate = 0: dlogits = that (ignored rows become +0).
+     * Call it after a softmax_xent_forward of the same labels on this backend, with no forward of other labels
+     * in between: the CUDA backend under MPT_CUDA_FUSED_LOSS=1 takes N_valid from that forward instead of
+     * recounting (the graph's backward and the telemetry probe, whose FP32 twin gathers the same rows, do so). */
     void (*softmax_xent_backward)(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
                                   const int32_t *labels, int N, int C, const float *scale, int accumulate);
     /* db[c] += sum_r dy[r, c] in FP32 (accumulate), or db[c] = that sum (accumulate = 0); dy [rows, cols] of
@@ -687,6 +713,13 @@ struct mpt_backend {
      * ceiling; see engine/amp/scaler.h), steps_skipped accounting, and found_inf/sumsq reset for the next step.
      * dynamic = 0: the scale stays fixed (static or no scaling) but skipping still counts. Last: iteration += 1. */
     void (*scaler_update)(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+    /* unscale_check_multi, step_begin, lr_update, optim_step_multi and scaler_update of one step as one call
+     * (mpt_update_pass_args), with the same bits in every buffer and in *st as those five calls. NULL: the trainer
+     * makes the five calls. CUDA, MPT_CUDA_FUSED_UPDATE=1 at backend creation (until a GPU session has checked
+     * it: tests/test_cuda.c test_update_pass_bit_identical): two kernels instead of five, a check kernel whose last
+     * block to finish runs the step's scalar updates (found_inf known before any weight moves: the stream orders
+     * the update kernel after it) and the update kernel (kernels/cuda/optim.cu). */
+    void (*update_pass)(mpt_backend *be, const mpt_update_pass_args *a);
 
     /* ---- step capture (CUDA Graphs). NULL on a backend that runs each operation as it is called (CPU) ---- */
     /* Starts recording, instead of running, every operation enqueued from now on (CUDA: stream capture of the
@@ -726,6 +759,43 @@ struct mpt_backend {
     mpt_status (*event_elapsed)(mpt_backend *be, void *start, void *end, double *seconds);
     /* Destroys a mark from event_create (NULL: nothing). */
     void (*event_destroy)(mpt_backend *be, void *mark);
+
+    /* ---- telemetry reductions (engine/telemetry; issue 32) ----
+     * Each reduces a tensor in backend memory into counters in host memory (the structs of range.h and lost.h, which
+     * the caller initialises; the entry ADDS to them, as the host functions do), without copying the tensor: the CPU
+     * backend calls the host functions themselves on its host pointers (the same bits), the CUDA backend runs the
+     * per-element math of engine/telemetry/elem.h in kernels and copies a small result (a few hundred bytes; the
+     * rounding histogram's 11 KiB). Each waits for its result (like to_host); never between capture_begin and
+     * capture_end. Integer counts are exact in any order, so they equal the host functions' on both backends. The
+     * FP64 sums (the histogram's mass per bin, err2 and ref2, the lost-update masses) are deterministic on the CUDA
+     * backend too (a fixed grid for the GPU, per-thread sums in element order, a fixed reduction tree, then the
+     * per-block partials summed by one block in block order: no floating-point atomics; the histogram's mass is
+     * exact, an integer sum of 24-bit significands per binade, rounded once), and differ from the host's left-to-right
+     * sums only in the order of the additions (and, for err2, in whether nvcc fuses a square into the addition):
+     * |cuda - host| <= 2 gamma_n sum |terms|, gamma_n = n u / (1 - n u), u = 2^-53, n the elements of the call (Higham,
+     * Accuracy and Stability of Numerical Algorithms, 2nd ed., sections 3.1 and 4.2: the bound of a sum, or a sum of
+     * rounded products, in any order). For the non-negative sums (mass, err2, ref2, mass_lost) sum |terms| is the sum
+     * itself: a relative bound (2.2e-10 for a million elements). err2 is +inf on both backends once a value
+     * overflowed.
+     * NULL on a backend without them: the collector copies the tensor to the host and calls the host functions (the
+     * CUDA backend leaves them NULL unless MPT_CUDA_DEVICE_TELEMETRY=1 was set when it was created, until a GPU run
+     * has verified them: docs/outputs.md). */
+    /* mpt_range_count: *r += the range counts (zero, subnormal, at_max, nonfinite, n) of the n elements of x, dtype
+     * F32, F16 or BF16 (aborts otherwise). */
+    void (*telemetry_range)(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n);
+    /* mpt_exp_hist_add(h, v, n) for n FP32 values v, into h (its target F16 or BF16 set by mpt_exp_hist_init), and,
+     * for j < n_k (0..MPT_TELEMETRY_MAX_SHIFTS), mpt_round_err_add(&err[j], v, n, k[j], h->target): the relative L2
+     * error of the rounding at shift k[j] (k and err host arrays of n_k; err may be NULL when n_k is 0). */
+    void (*telemetry_rounding)(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
+                               const float *v, int64_t n);
+    /* mpt_lost_count: *r += the lost updates of n elements, w_old and w_new the update target before and after the
+     * step (dtype F32, F16 or BF16), delta FP32 the optimizer's update. */
+    void (*telemetry_lost)(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
+                           const float *delta, int64_t n);
+    /* mpt_lost_counterfactual: *r += what would have been lost had delta (FP32) been added to w_old (dtype F16 or
+     * BF16) with round-to-nearest-even. */
+    void (*telemetry_lost_counterfactual)(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
+                                          const float *delta, int64_t n);
 };
 
 /* Creates the CPU backend (always available; aborts only when out of memory). The caller owns it: free it with
@@ -872,6 +942,14 @@ MPT_API void mpt_conv_i8_args_check(const mpt_conv_i8_args *a);
 /* mpt_optim_args: n >= 0, gradient and step counter set, a master or working weight, the optimizer's state buffers
  * (SGD with momentum: m; Adam, AdamW: m and v), float dtypes for the working copy and the state. */
 MPT_API void mpt_optim_args_check(const mpt_optim_args *a);
+
+/* mpt_update_pass_args: found_inf, step, lr and iteration point into st, no grad_mul, no --nonfinite apply, a
+ * known optimizer and float state (aborts naming the field otherwise). */
+MPT_API void mpt_update_pass_args_check(const mpt_update_pass_args *u);
+/* update_pass as the five calls it stands for (unscale_check_multi, step_begin, lr_update, optim_step_multi,
+ * scaler_update): the CPU backend's update_pass (no launch cost to save), and the reference every fused
+ * implementation must equal bit for bit. */
+MPT_API void mpt_update_pass_as_calls(mpt_backend *be, const mpt_update_pass_args *u);
 
 /* Accounting helpers for implementations: record an allocation of `bytes` in category `mem`. */
 MPT_API void mpt_backend_account(mpt_backend *be, mpt_mem mem, int64_t delta_bytes);

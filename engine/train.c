@@ -334,6 +334,66 @@ static void gather_staged(mpt_trainer *t) {
     t->gather_pending = 0;
 }
 
+/* The multi-tensor optimizer step's arguments: every parameter, the step's values read from the scaler state. */
+static mpt_optim_multi_args multi_args(const mpt_trainer *t, int apply, const float *grad_mul) {
+    mpt_scaler_state *st = t->scaler;
+    return (mpt_optim_multi_args){.h = t->cfg.optim, .slots = t->slots, .count = t->n_params, .numel = t->numel,
+                                  .state_dtype = t->cfg.optim_state_dtype,
+                                  .stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC,
+                                  .sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING),
+                                  .found_inf = apply ? NULL : &st->found_inf, .grad_mul = grad_mul,
+                                  .step = &st->steps_taken, .lr = &st->lr, .iteration = &st->iteration};
+}
+
+/* Whether this step's update pass can be the backend's update_pass: the backend has one, and nothing between
+ * the optimizer and scaler_update reads the scaler state or needs the calls apart (FP8's scale update reads the
+ * iteration scaler_update advances; clipping adds its own calls; update deltas go through optim_step per tensor;
+ * --nonfinite apply moves step_begin first). */
+static int update_pass_fits(const mpt_trainer *t, int apply) {
+    return t->be->update_pass != NULL && !apply && t->cfg.clip_norm <= 0.0f && !t->update_out && t->g->n_fp8 == 0;
+}
+
+/* The update pass as separate calls: unscale and found_inf, clipping, the step count, the learning rate, the
+ * optimizer, QAT's rewrite, FP8's scale update and the loss scaler's update. apply: --nonfinite apply (every step
+ * counts, found_inf is still 0 here, reset by the last scaler_update, and the optimizer gets no found_inf, so
+ * inf/NaN reach the weights; scaler_update counts them). */
+static void update_calls(mpt_trainer *t, int apply) {
+    mpt_graph *g = t->g;
+    mpt_backend *be = t->be;
+    mpt_scaler_state *st = t->scaler;
+    if (apply) be->step_begin(be, st);
+    /* Unscale and found_inf in one pass over all FP32 weight gradients. */
+    be->unscale_check_multi(be, t->slots, t->n_params, t->numel, st);
+    const float *grad_mul = NULL;
+    if (t->cfg.clip_norm > 0.0f) {
+        for (int i = 0; i < t->n_params; i++)
+            be->sum_squares(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
+        be->clip_coef(be, st, t->cfg.clip_norm);
+        grad_mul = &st->grad_mul;
+    }
+    if (!apply) be->step_begin(be, st);
+    be->lr_update(be, st, &t->cfg.schedule); /* st->lr = schedule(st->iteration) */
+    if (t->update_out) {
+        optim_per_tensor(t, apply, grad_mul);
+    } else { /* one launch over all parameters */
+        mpt_optim_multi_args a = multi_args(t, apply, grad_mul);
+        be->optim_step_multi(be, &a);
+    }
+    /* QAT: the forward pass of the next step reads the masters' fake-quantized values */
+    qat_rewrite(t);
+    /* FP8: this step's amaxes into the histories, and (delayed scaling) the scales for the next step */
+    if (g->n_fp8) {
+        const mpt_fp8_recipe *r = &g->policy.fp8;
+        mpt_fp8_update_args u = {.meta = g->fp8_meta, .history = g->fp8_history, .n = g->n_fp8,
+                                 .len = mpt_fp8_history_len(g), .iteration = &st->iteration,
+                                 .delayed = r->scaling == MPT_FP8_SCALING_DELAYED,
+                                 .margin_factor = ldexpf(1.0f, -r->margin), .pow2 = r->pow2_scales};
+        be->fp8_update(be, &u);
+    }
+    /* the scale for the next step, the skip counters, and st->iteration += 1 */
+    be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
+}
+
 /* The operations of one step after the gather, in order. `measured`: a telemetry step (the instruments read, and
  * may synchronise, between backward and the update). Every value that changes from step to step is read by the
  * operations from backend memory (mpt_scaler_state: scale, found_inf, iteration, lr), so the same calls can be
@@ -353,45 +413,16 @@ static void step_ops(mpt_trainer *t, int measured) {
     /* Telemetry reads (and may synchronise) only on its own steps; it writes nothing this step uses. */
     if (measured) mpt_telemetry_after_backward(t->telemetry);
 
-    /* --nonfinite apply: every step counts (found_inf is still 0 here, reset by the last scaler_update), and
-     * the optimizer gets no found_inf, so inf/NaN reach the weights; scaler_update counts them. */
     const int apply = t->cfg.nonfinite == MPT_NONFINITE_APPLY;
-    if (apply) be->step_begin(be, st);
-    /* Unscale and found_inf in one pass over all FP32 weight gradients. */
-    be->unscale_check_multi(be, t->slots, t->n_params, t->numel, st);
-    const float *grad_mul = NULL;
-    if (t->cfg.clip_norm > 0.0f) {
-        for (int i = 0; i < t->n_params; i++)
-            be->sum_squares(be, t->weight[i]->grad->data, mpt_tensor_numel(t->weight[i]), st);
-        be->clip_coef(be, st, t->cfg.clip_norm);
-        grad_mul = &st->grad_mul;
+    if (update_pass_fits(t, apply)) { /* update_calls' calls as one (the same bits; backend.h update_pass) */
+        mpt_update_pass_args u = {.optim = multi_args(t, apply, NULL), .st = st, .schedule = t->cfg.schedule,
+                                  .scaler = t->cfg.scaler,
+                                  .dynamic = t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC};
+        be->update_pass(be, &u);
+        qat_rewrite(t); /* reads the masters only */
+    } else {
+        update_calls(t, apply);
     }
-    if (!apply) be->step_begin(be, st);
-    be->lr_update(be, st, &t->cfg.schedule); /* st->lr = schedule(st->iteration) */
-    if (t->update_out) {
-        optim_per_tensor(t, apply, grad_mul);
-    } else { /* one launch over all parameters */
-        mpt_optim_multi_args a = {.h = t->cfg.optim, .slots = t->slots, .count = t->n_params,
-                                        .numel = t->numel, .state_dtype = t->cfg.optim_state_dtype,
-                                        .stochastic = t->cfg.update_rounding == MPT_ROUNDING_STOCHASTIC,
-                                        .sr_seed = mpt_rng_stream_seed(t->cfg.seed, MPT_RNG_ROUNDING),
-                                        .found_inf = apply ? NULL : &st->found_inf, .grad_mul = grad_mul,
-                                        .step = &st->steps_taken, .lr = &st->lr, .iteration = &st->iteration};
-        be->optim_step_multi(be, &a);
-    }
-    /* QAT: the forward pass of the next step reads the masters' fake-quantized values */
-    qat_rewrite(t);
-    /* FP8: this step's amaxes into the histories, and (delayed scaling) the scales for the next step */
-    if (g->n_fp8) {
-        const mpt_fp8_recipe *r = &g->policy.fp8;
-        mpt_fp8_update_args u = {.meta = g->fp8_meta, .history = g->fp8_history, .n = g->n_fp8,
-                                 .len = mpt_fp8_history_len(g), .iteration = &st->iteration,
-                                 .delayed = r->scaling == MPT_FP8_SCALING_DELAYED,
-                                 .margin_factor = ldexpf(1.0f, -r->margin), .pow2 = r->pow2_scales};
-        be->fp8_update(be, &u);
-    }
-    /* the scale for the next step, the skip counters, and st->iteration += 1 */
-    be->scaler_update(be, st, &t->cfg.scaler, t->cfg.loss_scaling == MPT_LOSS_SCALE_DYNAMIC);
     /* data-parallel: rank 0's running statistics on every rank (DDP's broadcast_buffers) */
     if (t->dist && g->n_buffers) mpt_dist_broadcast_buffers(t->dist, t);
     if (measured) mpt_telemetry_after_step(t->telemetry);

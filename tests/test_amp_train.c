@@ -347,6 +347,82 @@ START_TEST(test_update_out_changes_nothing) {
 }
 END_TEST
 
+/* The backend's update_pass (one call for unscale, step count, learning rate, optimizer and scaler; CUDA fuses it
+ * into two kernels) is used on exactly the steps where nothing between the optimizer and the scaler needs the calls
+ * apart, and trains bit-identically to the separate calls. A counting update_pass (the CPU's own: the calls) on:
+ * plain steps (every step), update deltas on odd steps (the even ones), --clip-norm (none), --nonfinite apply (none),
+ * FP8 with its scale update between optimizer and scaler (none). Each run's weights, masters and optimizer state
+ * against the same run with update_pass NULL: the trainer's separate calls. */
+static int update_pass_calls;
+static void counting_update_pass(mpt_backend *be, const mpt_update_pass_args *u) {
+    update_pass_calls++;
+    mpt_update_pass_as_calls(be, u);
+}
+
+START_TEST(test_update_pass_where_it_fits) {
+    enum { STEPS = 6 };
+    static const struct {
+        const char *name;
+        mpt_precision mode;
+        int deltas_odd, clip, apply;
+        int expect_calls;
+    } cases[] = {
+        {"bf16 plain", MPT_PRECISION_BF16, 0, 0, 0, STEPS},
+        {"fp16 update deltas on odd steps", MPT_PRECISION_FP16, 1, 0, 0, STEPS / 2},
+        {"fp32 clip-norm", MPT_PRECISION_FP32, 0, 1, 0, 0},
+        {"fp16 nonfinite apply", MPT_PRECISION_FP16, 0, 0, 1, 0},
+        {"fp8 (scale update after the optimizer)", MPT_PRECISION_FP8, 0, 0, 0, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        unsigned char *snap[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        for (int k = 0; k < 2; k++) { /* k = 0: update_pass NULL (the separate calls); 1: counted */
+            mpt_train_config cfg = mpt_train_config_default(cases[c].mode);
+            cfg.optim.kind = MPT_OPTIM_ADAM;
+            cfg.schedule.base_lr = 1e-3f;
+            if (cases[c].clip) cfg.clip_norm = 0.5f;
+            if (cases[c].apply) {
+                cfg.loss_scaling = MPT_LOSS_SCALE_STATIC;
+                cfg.init_scale = 1024.0f;
+                cfg.nonfinite = MPT_NONFINITE_APPLY;
+            }
+            run r;
+            run_open(&r, cases[c].mode, &cfg);
+            mpt_trainer *tr = r.tr;
+            if (cases[c].mode == MPT_PRECISION_FP8) ck_assert_int_gt(tr->g->n_fp8, 0);
+            ck_assert_ptr_eq(r.be->update_pass, mpt_update_pass_as_calls); /* the CPU backend's */
+            r.be->update_pass = k ? counting_update_pass : NULL;
+            update_pass_calls = 0;
+            float **upd = calloc((size_t)tr->n_params, sizeof *upd);
+            for (int p = 0; p < tr->n_params; p++)
+                upd[p] = malloc(sizeof(float) * (size_t)mpt_tensor_numel(mpt_trainer_update_target(tr, p)));
+            int32_t idx[B];
+            for (int it = 0; it < STEPS; it++) {
+                for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+                mpt_trainer_gather(tr, r.data.train_images, r.data.train_labels, idx, r.data.dim, 0.0f, 1.0f);
+                tr->update_out = cases[c].deltas_odd && (it & 1) ? upd : NULL;
+                mpt_trainer_step(tr);
+                tr->update_out = NULL;
+            }
+            if (k)
+                ck_assert_msg(update_pass_calls == cases[c].expect_calls,
+                              "%s: update_pass called %d times of %d steps, expected %d", cases[c].name,
+                              update_pass_calls, STEPS, cases[c].expect_calls);
+            ck_assert_int_eq((int)tr->scaler->iteration, STEPS);
+            snapshot(&r, &snap[k], &len[k]);
+            for (int p = 0; p < tr->n_params; p++) free(upd[p]);
+            free(upd);
+            run_close(&r);
+        }
+        ck_assert_uint_eq(len[0], len[1]);
+        ck_assert_msg(memcmp(snap[0], snap[1], len[0]) == 0, "%s: update_pass trained differently from the calls",
+                      cases[c].name);
+        free(snap[0]);
+        free(snap[1]);
+    }
+}
+END_TEST
+
 /* A backend whose step capture refuses to start (as CUDA's does under MPT_CUDA_SYNC_DEBUG=1): the trainer must
  * turn the step graph off for the run, say why in full (the reason below is as long as a real one from
  * kernels/cuda/graph.cu, whose end names the capture's final status), and train exactly as without it. */
@@ -573,6 +649,7 @@ int main(void) {
     tcase_add_test(tc, test_injected_nonfinite_applied_counts_as_taken);
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
+    tcase_add_test(tc, test_update_pass_where_it_fits);
     tcase_add_test(tc, test_evaluate_reads_once);
     tcase_add_test(tc, test_step_graph_fallback);
     tcase_add_test(tc, test_step_graph_records_again);

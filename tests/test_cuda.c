@@ -35,7 +35,8 @@
  * NaN results are compared as "both NaN" (the payload of a NaN produced by arithmetic differs between x86
  * and the GPU). Reductions whose summation order differs are bounded instead: the sum of squares within one
  * FP32 ulp (FP64 sums rounded once on both sides), softmax/cross-entropy and the bias gradient within the
- * bounds derived next to their tests.
+ * bounds derived next to their tests. The fused softmax/cross-entropy (MPT_CUDA_FUSED_LOSS=1, on a backend of its
+ * own) must be bit-identical to the four-kernel one on the same inputs, and meet the same bounds.
  *
  * Quantization (engine/backend.h "Quantization", engine/quant.h): the integer GEMM on both GPU paths (cuBLASLt's INT8
  * GEMM where its IMMA rules allow the shape, and the own kernel, forced with MPT_CUDA_GEMM_I8_OWN=1), the integer
@@ -44,6 +45,13 @@
  * it, and the rescale and the rounding rules are engine/numerics.h's; the K = 9216 sums equal an int64 reference.
  * Quantization-aware training on the GPU: after steps, every quantized working weight is the per-row fake quantization
  * of its master, recomputed on the host.
+ *
+ * Telemetry reductions (engine/backend.h, issue 32; opt-in: a backend created under MPT_CUDA_DEVICE_TELEMETRY=1): the
+ * range counts, the rounding histogram and the lost-update counts of device tensors equal the host functions' on the
+ * same data exactly; their FP64 sums (histogram mass, rounding errors, lost-update masses) lie within 2 gamma_n
+ * sum |terms| of the host's (tests/telemetry_data.h) and are the same bits when run twice (deterministic); calls on
+ * parts add up to the call on the whole. A training run gives the same checkpoint and the same telemetry.csv with and
+ * without the variable (counts as text, sums within the printed digits).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +77,7 @@
 #include "engine/cuda_backend.h"
 #include "models/models.h"
 #include "grad_overwrite.h"
+#include "telemetry_data.h"
 #define TESTS_TMP_PREFIX "mpt_test_cuda"
 #include "tmpdir.h"
 
@@ -585,6 +594,123 @@ START_TEST(test_gemm_refused_direct_falls_back) {
 }
 END_TEST
 
+/* ---- telemetry reductions on the device (issue 32) ------------------------------------------------------------ */
+
+/* A CUDA backend with the telemetry reductions (MPT_CUDA_DEVICE_TELEMETRY=1 while it is created), swapped in as
+ * `gpu` until restore_gpu. The program's backend, created without the variable, must not have them (opt-in). */
+static void swap_in_device_telemetry(void) {
+    EXPECT(gpu->telemetry_range == NULL && gpu->telemetry_rounding == NULL && gpu->telemetry_lost == NULL &&
+               gpu->telemetry_lost_counterfactual == NULL,
+           "the CUDA backend has device telemetry without MPT_CUDA_DEVICE_TELEMETRY=1");
+    setenv("MPT_CUDA_DEVICE_TELEMETRY", "1", 1);
+    mpt_backend *be = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
+    EXPECT(be != NULL, "a second CUDA backend: %s", mpt_last_error());
+    EXPECT(be->telemetry_range && be->telemetry_rounding && be->telemetry_lost && be->telemetry_lost_counterfactual,
+           "MPT_CUDA_DEVICE_TELEMETRY=1 did not set the telemetry entries");
+    shared_gpu = gpu;
+    gpu = be;
+}
+
+/* One size: every dtype's range and lost counts, both targets' histograms with errors at two shifts, on the device
+ * against the host functions; each call twice (the same bits), and split in two calls (the counts of the whole). */
+static void telemetry_reductions_case(int64_t n, uint64_t seed) {
+    static const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    tests_rng rng = {seed};
+    const int64_t h1 = n / 3;
+    char what[96];
+    void *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4);
+    float *v = xmalloc((size_t)n * 4);
+    for (int t = 0; t < 3; t++) {
+        const mpt_dtype dt = dts[t];
+        const size_t sz = mpt_dtype_size(dt);
+        snprintf(what, sizeof what, "range %s n=%lld", mpt_dtype_name(dt), (long long)n);
+        tel_fill_stored(&rng, dt, a, n);
+        void *da = dev_put(a, (size_t)n * sz);
+        mpt_range rg, r2, rs, rh;
+        memset(&rg, 0, sizeof rg), memset(&r2, 0, sizeof r2), memset(&rs, 0, sizeof rs), memset(&rh, 0, sizeof rh);
+        gpu->telemetry_range(gpu, &rg, da, dt, n);
+        gpu->telemetry_range(gpu, &r2, da, dt, n);
+        gpu->telemetry_range(gpu, &rs, da, dt, h1);
+        gpu->telemetry_range(gpu, &rs, (char *)da + (size_t)h1 * sz, dt, n - h1);
+        mpt_range_count(&rh, a, dt, n);
+        tel_check_range(&rg, &rh, what);
+        tel_check_range(&r2, &rh, what);
+        tel_check_range(&rs, &rh, what);
+
+        snprintf(what, sizeof what, "lost %s n=%lld", mpt_dtype_name(dt), (long long)n);
+        tel_fill_lost(&rng, dt, a, b, v, n);
+        void *db = dev_put(b, (size_t)n * sz);
+        dev_free(da);
+        da = dev_put(a, (size_t)n * sz);
+        float *dv = dev_put(v, (size_t)n * 4);
+        for (int cf = 0; cf < (dt == MPT_DTYPE_F32 ? 1 : 2); cf++) {
+            mpt_lost lg, l2, ls, lh;
+            memset(&lg, 0, sizeof lg), memset(&l2, 0, sizeof l2), memset(&ls, 0, sizeof ls), memset(&lh, 0, sizeof lh);
+            if (cf) {
+                gpu->telemetry_lost_counterfactual(gpu, &lg, da, dt, dv, n);
+                gpu->telemetry_lost_counterfactual(gpu, &l2, da, dt, dv, n);
+                gpu->telemetry_lost_counterfactual(gpu, &ls, da, dt, dv, h1);
+                gpu->telemetry_lost_counterfactual(gpu, &ls, (char *)da + (size_t)h1 * sz, dt, dv + h1, n - h1);
+                mpt_lost_counterfactual(&lh, a, dt, v, n);
+            } else {
+                gpu->telemetry_lost(gpu, &lg, da, db, dt, dv, n);
+                gpu->telemetry_lost(gpu, &l2, da, db, dt, dv, n);
+                gpu->telemetry_lost(gpu, &ls, da, db, dt, dv, h1);
+                gpu->telemetry_lost(gpu, &ls, (char *)da + (size_t)h1 * sz, (char *)db + (size_t)h1 * sz, dt, dv + h1,
+                                    n - h1);
+                mpt_lost_count(&lh, a, b, dt, v, n);
+            }
+            const double s_applied = tel_applied_terms(a, cf ? NULL : b, dt, v, n);
+            snprintf(what, sizeof what, "lost%s %s n=%lld", cf ? " counterfactual" : "", mpt_dtype_name(dt),
+                     (long long)n);
+            tel_check_lost(&lg, &lh, 0, s_applied, what);
+            tel_check_lost(&ls, &lh, 0, s_applied, what);
+            EXPECT(memcmp(&lg, &l2, sizeof lg) == 0, "%s: two calls differ (not deterministic)", what);
+        }
+        dev_free(da), dev_free(db), dev_free(dv);
+    }
+    static const int ks[2] = {0, -14};
+    for (int t = 0; t < 2; t++) {
+        const mpt_dtype target = t ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        snprintf(what, sizeof what, "rounding into %s n=%lld", mpt_dtype_name(target), (long long)n);
+        tel_fill_f32(&rng, target, v, n);
+        float *dv = dev_put(v, (size_t)n * 4);
+        mpt_exp_hist *hg = xmalloc(sizeof *hg), *h2 = xmalloc(sizeof *h2), *hs = xmalloc(sizeof *hs),
+                     *hh = xmalloc(sizeof *hh);
+        mpt_exp_hist_init(hg, target), mpt_exp_hist_init(h2, target), mpt_exp_hist_init(hs, target);
+        mpt_exp_hist_init(hh, target);
+        mpt_round_err eg[2], e2[2], es[2], eh[2];
+        memset(eg, 0, sizeof eg), memset(e2, 0, sizeof e2), memset(es, 0, sizeof es), memset(eh, 0, sizeof eh);
+        gpu->telemetry_rounding(gpu, hg, eg, ks, 2, dv, n);
+        gpu->telemetry_rounding(gpu, h2, e2, ks, 2, dv, n);
+        gpu->telemetry_rounding(gpu, hs, es, ks, 2, dv, h1);
+        gpu->telemetry_rounding(gpu, hs, es, ks, 2, dv + h1, n - h1);
+        mpt_exp_hist_add(hh, v, n);
+        for (int j = 0; j < 2; j++) mpt_round_err_add(&eh[j], v, n, ks[j], target);
+        tel_check_hist(hg, hh, 0, n, what);
+        tel_check_hist(hs, hh, 0, n, what);
+        for (int j = 0; j < 2; j++) {
+            tel_check_err(&eg[j], &eh[j], 0, n, what);
+            tel_check_err(&es[j], &eh[j], 0, n, what);
+        }
+        EXPECT(memcmp(hg->mass, h2->mass, sizeof hg->mass) == 0 && memcmp(eg, e2, sizeof eg) == 0,
+               "%s: two calls differ (not deterministic)", what);
+        free(hg), free(h2), free(hs), free(hh);
+        dev_free(dv);
+    }
+    free(a), free(b), free(v);
+}
+
+START_TEST(test_telemetry_reductions_match_host) {
+    swap_in_device_telemetry();
+    /* one element; a partial block; many blocks; more elements than the grid's threads (grid-stride loops) */
+    const int64_t sizes[] = {1, 257, 100003, 3000017};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) telemetry_reductions_case(sizes[i], 0x7e1e0000u + i);
+    restore_gpu();
+}
+END_TEST
+
 /* The relu fusions' epilogues (engine/backend.h) against FP64 references and the CPU, at the mlp's and lenet5's
  * shapes and an odd one (N = 133: padded mask columns), every math mode, C in the operand dtype (as the layers use
  * them), through run_gemm_case's bounds. RELU_AUX_BIAS: every mask bit for n < N equals [C > 0] of the stored GPU C
@@ -912,6 +1038,42 @@ START_TEST(test_conv_all_modes) {
                 snprintf(tag, sizeof tag, "conv.%s.%zu%d", mpt_math_name(all_math[mi]), si, b);
                 run_conv_case(all_math[mi], shapes[si], b, seed++, tag);
             }
+}
+END_TEST
+
+/* MPT_CUDA_CONV_FIND=1 (kernels/cuda/conv.cu conv_find): convolutions with each pass's algorithm chosen from
+ * cudnnFind*'s measured ranking under the same rules, lenet5's second layer at batch 128 among them: every result
+ * within the bounds of run_conv_case, and every record of the measured backend says "algorithm measured" and names
+ * a deterministic algorithm (cuDNN has deterministic ones for all these shapes: the heuristic's records have no
+ * "NO"). */
+START_TEST(test_conv_measured_choice) {
+    const mpt_conv_shape shapes[] = {conv_shape(4, 3, 12, 12, 8, 3, 1, 1), conv_shape(8, 1, 28, 28, 6, 5, 2, 1),
+                                     conv_shape(128, 6, 14, 14, 16, 5, 0, 1)};
+    setenv("MPT_CUDA_CONV_FIND", "1", 1);
+    mpt_backend *measured = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_CONV_FIND");
+    EXPECT(measured != NULL, "a CUDA backend with MPT_CUDA_CONV_FIND=1: %s", mpt_last_error());
+    shared_gpu = gpu;
+    gpu = measured;
+    uint64_t seed = 2600;
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            char tag[48];
+            snprintf(tag, sizeof tag, "convfind.%s.%zu", mpt_math_name(all_math[mi]), si);
+            run_conv_case(all_math[mi], shapes[si], 1, seed++, tag);
+        }
+    int n = 0;
+    for (int i = 0; i < mpt_cuda_conv_record_count(gpu); i++) {
+        mpt_cuda_conv_record rec;
+        EXPECT(mpt_cuda_conv_record_get(gpu, i, &rec), "conv record %d", i);
+        if (strncmp(rec.tag, "convfind.", 9) != 0) continue;
+        n++;
+        EXPECT(strstr(rec.path, "algorithm measured") != NULL && rec.deterministic,
+               "%s %s: path '%s', algorithm %s, deterministic %d", rec.tag, rec.pass, rec.path, rec.algo_name,
+               rec.deterministic);
+    }
+    EXPECT(n > 0, "no conv record on the measured backend");
+    restore_gpu();
 }
 END_TEST
 
@@ -1600,6 +1762,158 @@ START_TEST(test_softmax_xent_argmax_nan) {
 }
 END_TEST
 
+/* Fusion 3 of docs/cuda.md (MPT_CUDA_FUSED_LOSS=1, read at backend creation): the forward in one kernel (the last
+ * row block takes the mean and stores the valid count), the backward in one (it reads that count). Every output must
+ * be BIT-IDENTICAL to the four-kernel path on the same inputs: the rows are the same code at the same block size,
+ * and the mean repeats the mean kernel's FP64 additions in its order (kernels/cuda/elementwise.cu,
+ * softmax_xent_finish). Shapes N = 1, 7, 128, 1000 (one to four turns of the mean's 256 threads, and blocks far
+ * smaller than 256: 32 threads for C = 10) by C = 10, 33, 300 (one, two and eight warps per row), all three logit
+ * dtypes, padding rows (label -1; every row in some cases: loss 0), and in half the cases NaN, +inf, all -inf rows
+ * and ties. Each forward runs twice with the loss poisoned before each, so a block counter not reset after a
+ * launch (the second launch's finish would never run) or a finish that does not write shows; the label pattern
+ * cycles through N, 2N/3, 0 and 3N/4 valid rows, so a backward reading a stale count shows. The fused backend also runs
+ * run_xent_case (the FP64 reference bounds, the contract's backward expression, the CPU backend) on finite
+ * inputs, and on the special ones n_correct, the loss's NaN and the probabilities' NaNs must match the CPU's. */
+typedef struct xent_out {
+    uint32_t loss_bits[2]; /* the loss of the two forwards */
+    int32_t n_correct;     /* after both forwards, from correct0 */
+    float *probs;          /* [N, C] */
+    void *dlogits;         /* [N, C] of t */
+} xent_out;
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void xent_on(mpt_backend *be, xent_out *o, const void *logits, mpt_dtype t, const int32_t *labels, int N,
+                    int C, const void *dl0, float scale, int accumulate) {
+    const size_t nl = nbytes(t, (int64_t)N * C), np = (size_t)N * C * sizeof(float);
+    const float poison = -12345.0f;
+    const int32_t correct0 = 5;
+    void *dlog = be->alloc(be, nl), *ddl = be->alloc(be, nl);
+    int32_t *dlab = be->alloc(be, (size_t)N * 4), *dcor = be->alloc(be, 4);
+    float *dprobs = be->alloc(be, np), *dloss = be->alloc(be, 4), *dscale = be->alloc(be, 4);
+    EXPECT(dlog && ddl && dlab && dcor && dprobs && dloss && dscale, "cannot allocate on %s", be->name);
+    be->from_host(be, dlog, logits, nl);
+    be->from_host(be, ddl, dl0, nl);
+    be->from_host(be, dlab, labels, (size_t)N * 4);
+    be->from_host(be, dcor, &correct0, 4);
+    be->from_host(be, dscale, &scale, 4);
+    for (int rep = 0; rep < 2; rep++) {
+        be->from_host(be, dloss, &poison, 4);
+        be->softmax_xent_forward(be, dloss, dprobs, dcor, dlog, t, dlab, N, C);
+        float loss;
+        be->to_host(be, &loss, dloss, 4);
+        o->loss_bits[rep] = f32_bits(loss);
+    }
+    be->softmax_xent_backward(be, ddl, t, dprobs, dlab, N, C, dscale, accumulate);
+    o->probs = xmalloc(np);
+    o->dlogits = xmalloc(nl);
+    be->to_host(be, &o->n_correct, dcor, 4);
+    be->to_host(be, o->probs, dprobs, np);
+    be->to_host(be, o->dlogits, ddl, nl);
+    be->free(be, dlog);
+    be->free(be, ddl);
+    be->free(be, dlab);
+    be->free(be, dcor);
+    be->free(be, dprobs);
+    be->free(be, dloss);
+    be->free(be, dscale);
+}
+
+/* NaN, +inf, a row of -inf and a tie across the row's first and last element, in different rows. */
+static void xent_specials(void *logits, mpt_dtype t, int N, int C) {
+    for (int i = 0; i < N; i++) {
+        const int64_t b = (int64_t)i * C;
+        if (i % 5 == 2) mpt_store_f32(logits, t, b + (i * 7) % C, NAN);
+        if (i % 5 == 4) mpt_store_f32(logits, t, b + (i * 3) % C, INFINITY);
+        if (i % 9 == 7)
+            for (int c = 0; c < C; c++) mpt_store_f32(logits, t, b + c, -INFINITY);
+        if (i % 11 == 8) {
+            mpt_store_f32(logits, t, b, 9.0f);
+            mpt_store_f32(logits, t, b + C - 1, 9.0f);
+        }
+    }
+}
+
+static void xent_fused_case(mpt_backend *plain, mpt_backend *fused, mpt_dtype t, int N, int C, int ignore_every,
+                            int specials, int accumulate, uint64_t seed) {
+    tests_rng r = {seed};
+    void *logits = fill(&r, t, (int64_t)N * C, -8, 8);
+    if (specials) xent_specials(logits, t, N, C);
+    int32_t *labels = xmalloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) labels[i] = ignore_every && i % ignore_every == 0 ? -1 : tests_int(&r, 0, C - 1);
+    void *dl0 = fill(&r, t, (int64_t)N * C, -1, 1);
+    const float scale = 1024.0f;
+    xent_out a = {0}, b = {0};
+    xent_on(plain, &a, logits, t, labels, N, C, dl0, scale, accumulate);
+    xent_on(fused, &b, logits, t, labels, N, C, dl0, scale, accumulate);
+    const char *dn = mpt_dtype_name(t);
+    for (int rep = 0; rep < 2; rep++)
+        EXPECT(a.loss_bits[rep] == b.loss_bits[rep],
+               "fused loss (%s, N %d, C %d, forward %d): bits %08x (%.9g), four kernels %08x", dn, N, C, rep + 1,
+               (unsigned)b.loss_bits[rep], (double)mpt_load_f32(&b.loss_bits[rep], MPT_DTYPE_F32, 0),
+               (unsigned)a.loss_bits[rep]);
+    EXPECT(a.n_correct == b.n_correct, "fused n_correct (%s, N %d, C %d): %d, four kernels %d", dn, N, C,
+           b.n_correct, a.n_correct);
+    for (int64_t e = 0; e < (int64_t)N * C; e++)
+        EXPECT(f32_bits(a.probs[e]) == f32_bits(b.probs[e]),
+               "fused probs[%lld] (%s, N %d, C %d): %.9g, four kernels %.9g", (long long)e, dn, N, C,
+               (double)b.probs[e], (double)a.probs[e]);
+    EXPECT(memcmp(a.dlogits, b.dlogits, nbytes(t, (int64_t)N * C)) == 0,
+           "fused dlogits (%s, N %d, C %d, accumulate %d) differ from the four kernels'", dn, N, C, accumulate);
+    if (specials) { /* the CPU backend as the oracle where the FP64 bounds do not apply */
+        float lossc;
+        int32_t corc = 5;
+        float *pc = xmalloc((size_t)N * C * 4);
+        for (int rep = 0; rep < 2; rep++) /* as xent_on: two forwards, each adding its count */
+            cpu->softmax_xent_forward(cpu, &lossc, pc, &corc, logits, t, labels, N, C);
+        float lossg;
+        memcpy(&lossg, &b.loss_bits[1], sizeof lossg);
+        EXPECT(corc == b.n_correct, "fused n_correct (%s, N %d, C %d): %d, CPU %d", dn, N, C, b.n_correct, corc);
+        EXPECT(isnan(lossg) == isnan(lossc), "fused loss (%s, N %d, C %d): %g, CPU %g", dn, N, C, (double)lossg,
+               (double)lossc);
+        for (int64_t e = 0; e < (int64_t)N * C; e++)
+            EXPECT(isnan(b.probs[e]) == isnan(pc[e]), "fused probs[%lld] (%s): %g, CPU %g", (long long)e, dn,
+                   (double)b.probs[e], (double)pc[e]);
+        free(pc);
+    }
+    free(logits);
+    free(labels);
+    free(dl0);
+    free(a.probs);
+    free(a.dlogits);
+    free(b.probs);
+    free(b.dlogits);
+}
+
+START_TEST(test_softmax_xent_fused_bit_identical) {
+    static const int Ns[] = {1, 7, 128, 1000}, Cs[] = {10, 33, 300}, ignore[] = {0, 3, 1, 4};
+    setenv("MPT_CUDA_FUSED_LOSS", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_LOSS");
+    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_LOSS=1: %s", mpt_last_error());
+    shared_gpu = gpu; /* the four-kernel backend; the fixture's restore_gpu frees `fused` */
+    gpu = fused;
+    uint64_t seed = 900;
+    int k = 0;
+    for (size_t ni = 0; ni < 4; ni++)
+        for (size_t ci = 0; ci < 3; ci++)
+            for (size_t di = 0; di < 3; di++, k++) /* padding, specials and accumulate cycle with k */
+                xent_fused_case(shared_gpu, fused, float_dtypes[di], Ns[ni], Cs[ci], ignore[k % 4], k % 2,
+                                (k / 2) % 2, seed++);
+    /* the fused backend against the FP64 reference and the CPU (run_xent_case runs on `gpu`) */
+    for (size_t ni = 0; ni < 4; ni++)
+        for (size_t ci = 0; ci < 3; ci++) {
+            const int ig = ignore[(ni + ci) % 4];
+            run_xent_case(float_dtypes[(ni + ci) % 3], Ns[ni], Cs[ci], ig, seed++, ig == 0);
+        }
+    restore_gpu();
+}
+END_TEST
+
 START_TEST(test_bias_grad) {
     static const int64_t shapes[][2] = {{300, 70}, {1, 33}, {128, 10}};
     tests_rng r = {35};
@@ -1697,8 +2011,11 @@ END_TEST
  * rounding of the operand in tf32 mode (cuBLASLt may reduce the rounded operand: not documented), u_tf32 sum|dy|.
  * C: each backend within ((K + 4) u32 + op_err) sum|terms| of the exact value (K FP32 sums in any order, the
  * epilogue; op_err the TF32 operand rounding), so within twice that of each other. The GEMM record names the
- * epilogue (or the two-step path when the heuristic declines it). */
-START_TEST(test_gemm_bgrad_epilogue) {
+ * epilogue (or the two-step path when the heuristic declines it). The same calls again on a backend with
+ * MPT_CUDA_SPLIT_NARROW_BGRAD=1: the 10-output shape runs as a plain GEMM plus the bias_grad kernel (its record says
+ * so), the others as before, all within the same bounds. */
+/* The BGRAD calls of test_gemm_bgrad_epilogue on the backend `gpu`, records tagged `tag`. */
+static void bgrad_cases(const char *tag) {
     static const int64_t shapes[][3] = {{64, 784, 128}, {10, 64, 128}, {33, 17, 5}};
     tests_rng r = {4545};
     for (size_t si = 0; si < 3; si++)
@@ -1711,7 +2028,7 @@ START_TEST(test_gemm_bgrad_epilogue) {
                 float *c0 = fill(&r, MPT_DTYPE_F32, M * N, -1, 1);
                 mpt_gemm_args a = {.trans_a = 1, .M = M, .N = N, .K = K, .a_dtype = t, .b_dtype = t,
                                    .c_dtype = MPT_DTYPE_F32, .alpha = 1.0f, .beta = (float)beta, .math = math,
-                                   .epilogue = MPT_EPILOGUE_BGRAD, .tag = "bgrad.test"};
+                                   .epilogue = MPT_EPILOGUE_BGRAD, .tag = tag};
                 mpt_gemm_args ag = a, ac = a;
                 ag.A = dev_put(dy, nbytes(t, K * M));
                 ag.B = dev_put(x, nbytes(t, K * N));
@@ -1763,12 +2080,129 @@ START_TEST(test_gemm_bgrad_epilogue) {
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
         mpt_cuda_gemm_record rec;
         EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
-        if (strcmp(rec.tag, "bgrad.test") != 0) continue;
+        if (strcmp(rec.tag, tag) != 0) continue;
         found++;
         EXPECT(strcmp(rec.epilogue, "CUBLASLT_EPILOGUE_BGRADB") == 0 || strstr(rec.path, "bias_grad kernel") != NULL,
                "BGRAD record: epilogue %s, path %s", rec.epilogue, rec.path);
     }
     EXPECT(found > 0, "no GEMM record for the BGRAD calls");
+}
+
+START_TEST(test_gemm_bgrad_epilogue) {
+    bgrad_cases("bgrad.test");
+    /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 (gemm.cu): the 10-output shape as a plain GEMM plus the bias_grad kernel, within
+     * the same bounds; the wider shapes keep cuBLASLt's BGRADB (or the two-step path) */
+    setenv("MPT_CUDA_SPLIT_NARROW_BGRAD", "1", 1);
+    mpt_backend *split = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_SPLIT_NARROW_BGRAD");
+    EXPECT(split != NULL, "a CUDA backend with MPT_CUDA_SPLIT_NARROW_BGRAD=1: %s", mpt_last_error());
+    shared_gpu = gpu;
+    gpu = split;
+    bgrad_cases("bgrad.split");
+    int narrow = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "bgrad.split") != 0) continue;
+        const int is_split = strstr(rec.path, "narrow BGRADB split") != NULL;
+        EXPECT(is_split == (rec.M < 16), "split backend, BGRAD %lldx%lldx%lld: path '%s' (split expected: %s)",
+               (long long)rec.M, (long long)rec.N, (long long)rec.K, rec.path, rec.M < 16 ? "yes" : "no");
+        narrow += is_split;
+    }
+    EXPECT(narrow > 0, "no BGRAD call ran split on the split backend");
+    restore_gpu();
+}
+END_TEST
+
+/* One DRELU_BGRAD GEMM on backend be (C and the bias gradient come back in c_out, db_out): A [M, K], B [K, N] and
+ * C [M, N] row-major of dtype t, the mask aux of mpt_relu_aux_bytes(M, N) bytes. */
+static void drelu_bgrad_on(mpt_backend *be, mpt_math math, mpt_dtype t, int64_t M, int64_t N, int64_t K, float beta,
+                           const void *A, const void *B, const void *C0, const uint8_t *aux, void *c_out,
+                           float *db_out) {
+    const size_t a_bytes = nbytes(t, M * K), b_bytes = nbytes(t, K * N), c_bytes = nbytes(t, M * N);
+    const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+    mpt_gemm_args g = {.M = M, .N = N, .K = K, .a_dtype = t, .b_dtype = t, .c_dtype = t, .bias_dtype = t,
+                       .alpha = 1.0f, .beta = beta, .math = math, .epilogue = MPT_EPILOGUE_DRELU_BGRAD,
+                       .tag = "drelu_bgrad.fused"};
+    void *dA = be->alloc(be, a_bytes), *dB = be->alloc(be, b_bytes), *dC = be->alloc(be, c_bytes);
+    void *dAux = be->alloc(be, aux_bytes);
+    float *dDb = be->alloc(be, (size_t)N * 4);
+    EXPECT(dA && dB && dC && dAux && dDb, "%s: device allocations", be->name);
+    be->from_host(be, dA, A, a_bytes);
+    be->from_host(be, dB, B, b_bytes);
+    be->from_host(be, dC, C0, c_bytes);
+    be->from_host(be, dAux, aux, aux_bytes);
+    g.A = dA;
+    g.B = dB;
+    g.C = dC;
+    g.aux = dAux;
+    g.bias_grad = dDb;
+    reserve(be, be->gemm_workspace(be, &g));
+    be->gemm(be, &g);
+    be->to_host(be, c_out, dC, c_bytes);
+    be->to_host(be, db_out, dDb, (size_t)N * 4);
+    void *devs[5] = {dA, dB, dC, dAux, dDb};
+    for (int i = 0; i < 5; i++) be->free(be, devs[i]);
+}
+
+/* MPT_CUDA_FUSED_DRELU_BGRAD=1 (kernels/cuda/gemm.cu drelu_bgrad_kernel: the two-step DRELU_BGRAD epilogue and
+ * bias gradient in one kernel) against the two kernels it replaces (gemm_epilogue_kernel, then bias_grad over the
+ * stored C), bit for bit: C and the bias gradient, every math mode with C in the operand dtype, beta 0 and 1, the
+ * mlp's and lenet5's data-gradient shapes, odd ones (N = 133 and 33: partial column tiles and mask padding; M = 1
+ * and 37: fewer rows than the 8 row groups, and a ragged last group). Both backends refuse every direct cuBLASLt
+ * call (MPT_CUDA_GEMM_REFUSE_DIRECT=1), so both run the two-step path and its cuBLASLt FP32 D is the same call;
+ * the fused backend's records name drelu_bgrad_kernel. */
+START_TEST(test_drelu_bgrad_fused_bit_identical) {
+    static const int64_t shapes[][3] = {{128, 512, 512}, {128, 120, 84}, {16, 133, 61}, {1, 33, 7}, {37, 33, 70}};
+    setenv("MPT_CUDA_GEMM_REFUSE_DIRECT", "1", 1);
+    mpt_backend *ref = mpt_backend_cuda_create();
+    setenv("MPT_CUDA_FUSED_DRELU_BGRAD", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_DRELU_BGRAD");
+    unsetenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
+    EXPECT(ref != NULL && fused != NULL, "two CUDA backends of their own: %s", mpt_last_error());
+    tests_rng r = {7171};
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int beta = 0; beta < 2; beta++) {
+                const mpt_math math = all_math[mi];
+                const mpt_dtype t = operand_dtype(math);
+                const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+                void *A = fill(&r, t, M * K, -1, 1), *B = fill(&r, t, K * N, -1, 1), *C0 = fill(&r, t, M * N, -1, 1);
+                const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+                uint8_t *aux = xmalloc(aux_bytes);
+                for (size_t i = 0; i < aux_bytes; i++) aux[i] = (uint8_t)tests_int(&r, 0, 255);
+                void *c_ref = xmalloc(nbytes(t, M * N)), *c_fused = xmalloc(nbytes(t, M * N));
+                float *db_ref = xmalloc((size_t)N * 4), *db_fused = xmalloc((size_t)N * 4);
+                drelu_bgrad_on(ref, math, t, M, N, K, (float)beta, A, B, C0, aux, c_ref, db_ref);
+                drelu_bgrad_on(fused, math, t, M, N, K, (float)beta, A, B, C0, aux, c_fused, db_fused);
+                char what[160];
+                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: C ('GPU' fused, 'CPU' two kernels)", mpt_math_name(math),
+                         (long long)M, (long long)N, (long long)K, beta);
+                expect_same(what, c_fused, c_ref, t, M * N);
+                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: bias gradient ('GPU' fused, 'CPU' two kernels)",
+                         mpt_math_name(math), (long long)M, (long long)N, (long long)K, beta);
+                expect_same(what, db_fused, db_ref, MPT_DTYPE_F32, N);
+                free(A);
+                free(B);
+                free(C0);
+                free(aux);
+                free(c_ref);
+                free(c_fused);
+                free(db_ref);
+                free(db_fused);
+            }
+    int found = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(fused); i++) {
+        mpt_cuda_gemm_record rec;
+        EXPECT(mpt_cuda_gemm_record_get(fused, i, &rec), "record %d", i);
+        if (strcmp(rec.tag, "drelu_bgrad.fused") != 0) continue;
+        found++;
+        EXPECT(strstr(rec.path, "drelu_bgrad kernel") != NULL, "fused backend's DRELU_BGRAD path: %s", rec.path);
+    }
+    EXPECT(found > 0, "no DRELU_BGRAD record on the fused backend");
+    mpt_backend_free(&ref);
+    mpt_backend_free(&fused);
 }
 END_TEST
 
@@ -2188,6 +2622,180 @@ START_TEST(test_multi_tensor_bit_identical) {
                 free(p[i].cwork);
             }
         }
+}
+END_TEST
+
+/* update_pass with MPT_CUDA_FUSED_UPDATE=1 (kernels/cuda/optim.cu: a check kernel whose last block runs the step's
+ * scalar updates, then the update kernel) against the CPU's five calls (mpt_update_pass_as_calls): after each of
+ * 12 steps the whole scaler state (memcmp: scale, found_inf, growth tracker, hysteresis, step and skip counters, lr,
+ * iteration), the unscaled gradients, masters, weights and optimizer state bit-identical, for SGD with momentum,
+ * Adam and AdamW in the storages the trainer gives the pass (no --nonfinite apply, no clipping): FP32 masters with
+ * a 16-bit copy, 16-bit weights without masters (stochastic rounding: bits from each element's number and the
+ * iteration), 16-bit state. Steps 0, 3, 4 and 9 overflow (a NaN or inf at a chunk's first element, at a tensor's
+ * last, in a single-element tensor): step 0 is skipped with steps_taken 0 (no step scalars may be computed then),
+ * hysteresis 2 skips step 3 without backing off and backs off at step 4; the scale grows after every 2 clean
+ * steps; a cosine schedule with warmup changes the learning rate every step. Then a table of empty tensors: the
+ * scalar updates alone. The parameter sizes (mt_sizes) cross the pass's 1024-element chunks and its float4 rows. */
+START_TEST(test_update_pass_bit_identical) {
+    static const optim_case cases[] = {
+        {"sgd+momentum", {.kind = MPT_OPTIM_SGD, .momentum = 0.9f, .dampening = 0.1f, .weight_decay = 1e-4f}},
+        {"adam+l2", {.kind = MPT_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-2f}},
+        {"adamw", {.kind = MPT_OPTIM_ADAMW, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 1e-2f}},
+    };
+    static const mt_storage storages[] = {
+        {"fp32 masters + fp16 copy", 1, MPT_DTYPE_F16, MPT_DTYPE_F32, 0, 0, 0},
+        {"fp32 masters + bf16 copy, bf16 state", 1, MPT_DTYPE_BF16, MPT_DTYPE_BF16, 0, 0, 0},
+        {"bf16 weights, no masters, stochastic", 0, MPT_DTYPE_BF16, MPT_DTYPE_F32, 1, 0, 0},
+        {"fp16 weights, no masters, fp16 state", 0, MPT_DTYPE_F16, MPT_DTYPE_F16, 0, 0, 0},
+    };
+    /* (step, parameter of mt_sizes, element) of each overflow */
+    static const struct { int step, param, elem; float value; } bad[] = {
+        {0, 0, 1024, NAN}, {3, 5, 12288, INFINITY}, {4, 2, 0, -INFINITY}, {9, 7, 4096, NAN}};
+    const mpt_lr_schedule sched = {.kind = MPT_LR_COSINE, .base_lr = 3e-3f, .min_lr = 1e-4f, .warmup_steps = 3,
+                                   .total_steps = 12};
+    const mpt_scaler_params sp = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2,
+                                  .hysteresis = 2, .min_scale = 1.0f, .max_scale = 65536.0f};
+    setenv("MPT_CUDA_FUSED_UPDATE", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_UPDATE");
+    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_UPDATE=1: %s", mpt_last_error());
+    EXPECT(fused->update_pass != NULL && fused->update_pass != mpt_update_pass_as_calls,
+           "MPT_CUDA_FUSED_UPDATE=1 sets the CUDA backend's own update_pass");
+    shared_gpu = gpu; /* dev_* allocate and copy on the fused backend: one stream orders everything */
+    gpu = fused;
+    tests_rng r = {9191};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t si = 0; si < sizeof storages / sizeof *storages; si++) {
+            mpt_optim_hparams h = cases[ci].h;
+            h.lr = sched.base_lr;
+            const mt_storage *sg = &storages[si];
+            const int has_m = mpt_optim_n_state(&h) >= 1, has_v = mpt_optim_n_state(&h) >= 2;
+            const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
+            mt_param p[MT_N];
+            mpt_param_slot slots[MT_N];
+            int64_t numel = 0;
+            for (int i = 0; i < MT_N; i++) {
+                const int64_t n = mt_sizes[i];
+                memset(&p[i], 0, sizeof p[i]);
+                p[i].n = n;
+                p[i].cgrad = xmalloc((size_t)(n ? n : 1) * 4);
+                p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
+                if (sg->master) {
+                    p[i].cmaster = fill(&r, MPT_DTYPE_F32, n, -1, 1);
+                    p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
+                }
+                if (has_work) {
+                    p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n ? n : 1)) : fill(&r, sg->working, n, -1, 1);
+                    if (sg->master)
+                        for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
+                    p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
+                }
+                if (has_m) {
+                    p[i].cm = fill(&r, sg->state, n, 0, 0);
+                    p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
+                }
+                if (has_v) {
+                    p[i].cv = fill(&r, sg->state, n, 0, 0);
+                    p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
+                }
+                slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
+                                            .working = p[i].gwork, .working_dtype = sg->working, .n = n,
+                                            .sr_offset = (uint64_t)numel};
+                numel += n;
+            }
+            mpt_param_slot *dslots = dev_put(slots, sizeof slots);
+            mpt_scaler_state st = scaler_init(1024.0f);
+            st.hysteresis_left = sp.hysteresis;
+            mpt_scaler_state *gst = dev_put(&st, sizeof st);
+            /* the CPU backend's slot table holds the host buffers */
+            mpt_param_slot cslots[MT_N];
+            for (int i = 0; i < MT_N; i++)
+                cslots[i] = (mpt_param_slot){.master = p[i].cmaster, .grad = p[i].cgrad, .m = p[i].cm, .v = p[i].cv,
+                                             .working = p[i].cwork, .working_dtype = sg->working, .n = p[i].n,
+                                             .sr_offset = slots[i].sr_offset};
+            const uint64_t seed = 0x5eed0000ULL + 16 * ci + si;
+            for (int step = 0; step < 12; step++) {
+                for (int i = 0; i < MT_N; i++) {
+                    for (int64_t k = 0; k < p[i].n; k++) p[i].cgrad[k] = (float)tests_uniform(&r, -2, 2) * st.scale;
+                    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++)
+                        if (bad[b].step == step && bad[b].param == i) p[i].cgrad[bad[b].elem] = bad[b].value;
+                    if (p[i].n) gpu->from_host(gpu, p[i].ggrad, p[i].cgrad, (size_t)p[i].n * 4);
+                }
+                mpt_update_pass_args ug = {
+                    .optim = {.h = h, .slots = dslots, .count = MT_N, .numel = numel, .state_dtype = sg->state,
+                              .stochastic = sg->stochastic, .sr_seed = seed, .found_inf = &gst->found_inf,
+                              .step = &gst->steps_taken, .lr = &gst->lr, .iteration = &gst->iteration},
+                    .st = gst, .schedule = sched, .scaler = sp, .dynamic = 1};
+                mpt_update_pass_args uc = ug;
+                uc.optim.slots = cslots;
+                uc.optim.found_inf = &st.found_inf;
+                uc.optim.step = &st.steps_taken;
+                uc.optim.lr = &st.lr;
+                uc.optim.iteration = &st.iteration;
+                uc.st = &st;
+                gpu->update_pass(gpu, &ug);
+                mpt_update_pass_as_calls(cpu, &uc);
+                mpt_scaler_state hs;
+                dev_get(&hs, gst, sizeof hs);
+                char what[192];
+                snprintf(what, sizeof what, "update pass %s, %s, step %d", cases[ci].name, sg->name, step);
+                EXPECT(memcmp(&hs, &st, sizeof hs) == 0,
+                       "%s: scaler state GPU scale %g found_inf %g tracker %d hyst %d taken %d skipped %d lr %.9g "
+                       "iteration %lld; CPU scale %g found_inf %g tracker %d hyst %d taken %d skipped %d lr %.9g "
+                       "iteration %lld",
+                       what, (double)hs.scale, (double)hs.found_inf, hs.growth_tracker, hs.hysteresis_left,
+                       hs.steps_taken, hs.steps_skipped, (double)hs.lr, (long long)hs.iteration, (double)st.scale,
+                       (double)st.found_inf, st.growth_tracker, st.hysteresis_left, st.steps_taken, st.steps_skipped,
+                       (double)st.lr, (long long)st.iteration);
+                for (int i = 0; i < MT_N; i++) {
+                    char w2[224];
+                    snprintf(w2, sizeof w2, "%s, parameter %d (%lld elements)", what, i, (long long)p[i].n);
+                    mt_compare(w2, &p[i], sg);
+                }
+            }
+            /* the sequence did what the comment says: four skips, the others taken */
+            EXPECT(st.steps_skipped == 4 && st.steps_taken == 8 && st.iteration == 12,
+                   "%s, %s: %d skipped, %d taken after 12 steps (expected 4 and 8)", cases[ci].name, sg->name,
+                   st.steps_skipped, st.steps_taken);
+            /* a table of empty tensors: no update kernel has work, the scalars still advance */
+            mpt_param_slot empty[2] = {slots[1], slots[6]};
+            mpt_param_slot *dempty = dev_put(empty, sizeof empty);
+            mpt_update_pass_args ue = {
+                .optim = {.h = h, .slots = dempty, .count = 2, .numel = 0, .state_dtype = sg->state,
+                          .found_inf = &gst->found_inf, .step = &gst->steps_taken, .lr = &gst->lr,
+                          .iteration = &gst->iteration},
+                .st = gst, .schedule = sched, .scaler = sp, .dynamic = 1};
+            gpu->update_pass(gpu, &ue);
+            mpt_param_slot cempty[2] = {cslots[1], cslots[6]};
+            ue.optim.slots = cempty;
+            ue.optim.found_inf = &st.found_inf;
+            ue.optim.step = &st.steps_taken;
+            ue.optim.lr = &st.lr;
+            ue.optim.iteration = &st.iteration;
+            ue.st = &st;
+            mpt_update_pass_as_calls(cpu, &ue);
+            mpt_scaler_state hs;
+            dev_get(&hs, gst, sizeof hs);
+            EXPECT(memcmp(&hs, &st, sizeof hs) == 0 && hs.iteration == 13,
+                   "update pass on empty tensors (%s, %s): GPU scale %g taken %d iteration %lld; CPU scale %g taken "
+                   "%d iteration %lld",
+                   cases[ci].name, sg->name, (double)hs.scale, hs.steps_taken, (long long)hs.iteration,
+                   (double)st.scale, st.steps_taken, (long long)st.iteration);
+            dev_free(dempty);
+            dev_free(gst);
+            dev_free(dslots);
+            for (int i = 0; i < MT_N; i++) {
+                void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
+                for (int k = 0; k < 5; k++)
+                    if (devs[k]) dev_free(devs[k]);
+                free(p[i].cmaster);
+                free(p[i].cgrad);
+                free(p[i].cm);
+                free(p[i].cv);
+                free(p[i].cwork);
+            }
+        }
+    restore_gpu();
 }
 END_TEST
 
@@ -2710,6 +3318,71 @@ static void telemetry_case(const char *model, const char *precision) {
     rm_tmpdir();
 }
 
+/* The whole of a file (caller frees). */
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    EXPECT(f != NULL, "%s: %s", path, strerror(errno));
+    EXPECT(fseek(f, 0, SEEK_END) == 0, "%s: %s", path, strerror(errno));
+    const long len = ftell(f);
+    rewind(f);
+    char *buf = xmalloc((size_t)len + 1);
+    EXPECT(fread(buf, 1, (size_t)len, f) == (size_t)len, "%s: short read", path);
+    buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The device reductions change no number a run reports: the same run with telemetry every second step, through host
+ * copies and under MPT_CUDA_DEVICE_TELEMETRY=1, ends with the same checkpoint, and its telemetry.csv rows agree
+ * (tel_csv_agree: counts as text, FP64 sums within the printed digits). */
+static void telemetry_device_case(const char *model, const char *precision) {
+    make_tmpdir();
+    const char *data = tmp_path("data");
+    EXPECT(mkdir(data, 0755) == 0, "mkdir %s: %s", data, strerror(errno));
+    mpt_mnist d;
+    EXPECT(mpt_synthetic_blobs(&d, 384, 64, 784, 10, 43) == MPT_OK, "%s", mpt_last_error());
+    EXPECT(mpt_mnist_save(data, &d, 1) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&d);
+    const char *dirs[2] = {tmp_path("copies"), tmp_path("device")};
+    const char *log = tmp_path("log.txt");
+    for (int r = 0; r < 2; r++) {
+        const char *args[] = {"mptrain", "train", "--data", data, "--device", "cuda", "--model", model, "--precision",
+                              precision, "--batch-size", "32", "--epochs", "1", "--telemetry", "2", "--limit-test",
+                              "64", "--progress", "off", "--out", dirs[r], NULL};
+        if (r == 1) setenv("MPT_CUDA_DEVICE_TELEMETRY", "1", 1);
+        int rc = run_mptrain((char *const *)args, log);
+        unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
+        EXPECT(rc == 0, "mptrain train --device cuda (device telemetry %s) failed (%d): %s", r ? "on" : "off", rc,
+               slurp(log));
+    }
+    char ck[2][600], tel[2][600];
+    for (int r = 0; r < 2; r++) {
+        snprintf(ck[r], sizeof ck[r], "%s/checkpoint.safetensors", dirs[r]);
+        snprintf(tel[r], sizeof tel[r], "%s/telemetry.csv", dirs[r]);
+    }
+    expect_same_checkpoints(ck[0], ck[1]);
+    char *a = read_all(tel[0]), *b = read_all(tel[1]), why[512];
+    EXPECT(strstr(a, "lost_frac") && strstr(a, "rel_l2_err") && strstr(a, "zero_frac"), "rows missing from %s", tel[0]);
+    EXPECT(tel_csv_agree(a, b, why, sizeof why), "telemetry.csv through host copies against device reductions: %s",
+           why);
+    free(a), free(b);
+    if (strcmp(precision, "fp16") == 0) { /* the gradients' exponent histograms: counts only, the same bytes */
+        char ex[2][600];
+        for (int r = 0; r < 2; r++) snprintf(ex[r], sizeof ex[r], "%s/exponents.csv", dirs[r]);
+        a = read_all(ex[0]), b = read_all(ex[1]);
+        EXPECT(strcmp(a, b) == 0 && strchr(a, '\n') != strrchr(a, '\n'), "exponents.csv differs (or is empty):\n%s\nvs\n%s",
+               a, b);
+        free(a), free(b);
+    }
+    rm_tmpdir();
+}
+
+START_TEST(test_telemetry_device_csv_fp16_mlp) { telemetry_device_case("mlp", "fp16"); }
+END_TEST
+
+START_TEST(test_telemetry_device_csv_bf16_lenet5) { telemetry_device_case("lenet5", "bf16"); }
+END_TEST
+
 START_TEST(test_telemetry_cuda_fp16_lenet5) { telemetry_case("lenet5", "fp16"); }
 END_TEST
 
@@ -3147,7 +3820,19 @@ static Suite *cuda_suite(void) {
     tcase_set_timeout(tf, 120);
     tcase_add_checked_fixture(tf, NULL, restore_gpu);
     tcase_add_test(tf, test_gemm_refused_direct_falls_back);
+    tcase_add_test(tf, test_drelu_bgrad_fused_bit_identical);
+    tcase_add_test(tf, test_telemetry_reductions_match_host);
     suite_add_tcase(s, tf);
+    TCase *tl = tcase_create("loss_fused"); /* swaps in a backend of its own, as gemm_fallback */
+    tcase_set_timeout(tl, 120);
+    tcase_add_checked_fixture(tl, NULL, restore_gpu);
+    tcase_add_test(tl, test_softmax_xent_fused_bit_identical);
+    suite_add_tcase(s, tl);
+    TCase *tm = tcase_create("conv_measured"); /* swaps in a backend of its own: the teardown puts `gpu` back */
+    tcase_set_timeout(tm, 120);
+    tcase_add_checked_fixture(tm, NULL, restore_gpu);
+    tcase_add_test(tm, test_conv_measured_choice);
+    suite_add_tcase(s, tm);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_conv_all_modes);
@@ -3177,6 +3862,7 @@ static Suite *cuda_suite(void) {
     tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);
     tcase_add_test(to, test_multi_tensor_bit_identical);
+    tcase_add_test(to, test_update_pass_bit_identical);
     tcase_add_test(to, test_sum_squares_clip);
     tcase_add_test(to, test_scaler_update_bit_identical);
     suite_add_tcase(s, to);
@@ -3196,6 +3882,8 @@ static Suite *cuda_suite(void) {
     tcase_add_test(tt, test_resume_cuda_bf16_cnn_dropout);
     tcase_add_test(tt, test_telemetry_cuda_fp16_lenet5);
     tcase_add_test(tt, test_telemetry_cuda_bf16_cnn_dropout);
+    tcase_add_test(tt, test_telemetry_device_csv_fp16_mlp);
+    tcase_add_test(tt, test_telemetry_device_csv_bf16_lenet5);
     suite_add_tcase(s, tt);
     return s;
 }

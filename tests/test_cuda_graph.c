@@ -17,7 +17,8 @@
  * LR schedule (warmup) and gradient clipping (the LR comes from the device counter); cnn (dropout: the offsets come
  * from the device counter) in tf32 with SGD momentum and a step schedule; mlp bf16 without FP32 masters and with
  * stochastic rounding (its Philox counter is the device iteration). Every case ends with a padded partial batch
- * (rows -1), which keeps the step's shapes static: one recording serves the whole run.
+ * (rows -1), which keeps the step's shapes static: one recording serves the whole run. The fused-loss case runs the
+ * mlp fp16 case on a backend created with MPT_CUDA_FUSED_LOSS=1, direct and replayed, against the four-kernel loss.
  *
  * The failure cases break a recording midway with a call the capture rules forbid: capture_end must end and discard
  * it naming that call, without aborting, leaving the stream usable; and a training run whose second step's
@@ -315,6 +316,49 @@ START_TEST(test_graph_failed_recording_falls_back) {
 END_TEST
 
 START_TEST(test_graph_mlp_fp16_overflow) { gr_case("mlp", MPT_PRECISION_FP16, cfg_overflow, 2, 2); }
+END_TEST
+
+/* Fusion 3 of docs/cuda.md (softmax + cross-entropy in two kernels, MPT_CUDA_FUSED_LOSS=1, read at backend
+ * creation): the mlp fp16 overflow case on a backend created with the variable, once with every operation launched
+ * on its own and once with the step replayed, against the same case on the program's four-kernel backend run
+ * directly. Every loss, tensor and the scaler state must be bit-identical (the fused kernels' outputs are the four
+ * kernels' bits, tests/test_cuda.c test_softmax_xent_fused_bit_identical), through skipped steps and the padded last
+ * batch (7 rows of -1: the valid count the forward stores changes there); the replays run the fused forward's block
+ * counter across launches that the host never sees. */
+static mpt_backend *program_gpu; /* the program's backend, while a test swaps in one of its own */
+
+static void restore_gpu(void) {
+    if (program_gpu && gpu != program_gpu) mpt_backend_free(&gpu);
+    if (program_gpu) gpu = program_gpu;
+    program_gpu = NULL;
+}
+
+START_TEST(test_graph_fused_loss) {
+    gr_result plain, direct, replayed;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &plain);
+    setenv("MPT_CUDA_FUSED_LOSS", "1", 1);
+    mpt_backend *fused = mpt_backend_cuda_create();
+    unsetenv("MPT_CUDA_FUSED_LOSS");
+    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_LOSS=1: %s", mpt_last_error());
+    program_gpu = gpu;
+    gpu = fused;
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &direct);
+    gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &replayed);
+    restore_gpu();
+    EXPECT(!replayed.replay_off, "fused loss: the step graph was turned off: %s", replayed.note);
+    EXPECT(replayed.captures == 1 && replayed.replays == GR_STEPS - 2,
+           "fused loss: %lld recordings, %lld replays; expected 1, %d", (long long)replayed.captures,
+           (long long)replayed.replays, GR_STEPS - 2);
+    gr_expect_same("mlp", "fp16 (four-kernel loss direct vs fused loss direct)", &plain, &direct);
+    gr_expect_same("mlp", "fp16 (four-kernel loss direct vs fused loss replayed)", &plain, &replayed);
+    EXPECT(plain.scaler.steps_skipped >= 2, "fused loss: %d steps skipped, the case needs >= 2",
+           plain.scaler.steps_skipped);
+    printf("test_cuda_graph: mlp fp16 %d steps bit-identical with the fused loss (direct and %lld replays) and "
+           "without\n", GR_STEPS, (long long)replayed.replays);
+    gr_free(&plain);
+    gr_free(&direct);
+    gr_free(&replayed);
+}
 END_TEST
 
 START_TEST(test_graph_lenet5_bf16_cosine_clip) { gr_case("lenet5", MPT_PRECISION_BF16, cfg_cosine_clip, 1, 0); }
@@ -705,6 +749,11 @@ static Suite *graph_suite(void) {
     tcase_add_test(tt, test_graph_mlp_bf16_stochastic);
     tcase_add_test(tt, test_graph_failed_recording_falls_back);
     suite_add_tcase(s, tt);
+    TCase *tl = tcase_create("loss_fused"); /* swaps in a backend of its own: the teardown puts `gpu` back */
+    tcase_set_timeout(tl, 300);
+    tcase_add_checked_fixture(tl, NULL, restore_gpu);
+    tcase_add_test(tl, test_graph_fused_loss);
+    suite_add_tcase(s, tl);
     return s;
 }
 

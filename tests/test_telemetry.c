@@ -8,7 +8,10 @@
  *    buffers and on a real optimizer step (the deltas of an identical run collected by the test);
  *  - each rounding probe, rounded to the tensor's dtype, gives the stored tensor bit for bit;
  *  - telemetry (with the FP32 shadow twin) on every step trains bit-identically to telemetry off, and in an
- *    fp32 run the twin agrees exactly with the run (relative error 0, cosine 1).
+ *    fp32 run the twin agrees exactly with the run (relative error 0, cosine 1);
+ *  - the CPU backend's telemetry reductions (engine/backend.h) give the host functions' results bit for bit on
+ *    random tensors of every dtype with zeros, subnormals, values at max, inf and NaN (tests/telemetry_data.h), and
+ *    the collector writes the same telemetry.csv bytes through them as through its host copies (entries NULL).
  */
 #include <float.h>
 #include <math.h>
@@ -23,6 +26,7 @@
 #include "engine/telemetry/telemetry.h"
 #include "engine/train.h"
 #include "harness.h"
+#include "telemetry_data.h"
 
 /* ---- stored range ---------------------------------------------------------------------------------------- */
 
@@ -386,6 +390,155 @@ START_TEST(test_lost_applied_mass_under_stochastic_rounding) {
 }
 END_TEST
 
+/* ---- the backend's telemetry reductions -------------------------------------------------------------------------- */
+
+/* The CPU backend's entries against the host functions on the same buffers (its pointers are host memory): equal bit
+ * for bit, the FP64 sums included (the entries call those functions). Loop index: the stored dtype. */
+START_TEST(test_entries_match_host_functions) {
+    static const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    const mpt_dtype dt = dts[_i];
+    const int64_t n = 10007;
+    tests_rng rng = {0x5eed0000u + (uint64_t)_i};
+    mpt_backend *be = mpt_backend_cpu_create();
+    ck_assert(be->telemetry_range && be->telemetry_rounding && be->telemetry_lost && be->telemetry_lost_counterfactual);
+    void *a = be->alloc(be, (size_t)n * 4), *b = be->alloc(be, (size_t)n * 4);
+    float *v = be->alloc(be, (size_t)n * 4);
+    ck_assert(a && b && v);
+
+    mpt_range rg, rh;
+    memset(&rg, 0, sizeof rg);
+    memset(&rh, 0, sizeof rh);
+    tel_fill_stored(&rng, dt, a, n);
+    be->telemetry_range(be, &rg, a, dt, n);
+    mpt_range_count(&rh, a, dt, n);
+    tel_check_range(&rg, &rh, mpt_dtype_name(dt));
+    ck_assert_int_gt(rh.zero, 0);
+    ck_assert_int_gt(rh.subnormal, 0);
+    ck_assert_int_gt(rh.at_max, 0);
+    ck_assert_int_gt(rh.nonfinite, 0);
+
+    static const int shifts[3][2] = {{0, -12}, {3, 0}, {0, 0}};
+    static const int n_shifts[3] = {2, 1, 0};
+    for (int t = 0; t < 2; t++) {
+        const mpt_dtype target = t ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        tel_fill_f32(&rng, target, v, n);
+        for (int c = 0; c < 3; c++) {
+            mpt_exp_hist *hg = malloc(sizeof *hg), *hh = malloc(sizeof *hh);
+            ck_assert(hg && hh);
+            mpt_exp_hist_init(hg, target);
+            mpt_exp_hist_init(hh, target);
+            mpt_round_err eg[2], eh[2];
+            memset(eg, 0, sizeof eg);
+            memset(eh, 0, sizeof eh);
+            be->telemetry_rounding(be, hg, eg, shifts[c], n_shifts[c], v, n);
+            mpt_exp_hist_add(hh, v, n);
+            for (int j = 0; j < n_shifts[c]; j++) mpt_round_err_add(&eh[j], v, n, shifts[c][j], target);
+            tel_check_hist(hg, hh, 1, n, mpt_dtype_name(target));
+            for (int j = 0; j < 2; j++) tel_check_err(&eg[j], &eh[j], 1, n, mpt_dtype_name(target));
+            ck_assert(hh->zero > 0 && hh->nonfinite > 0);
+            free(hg);
+            free(hh);
+        }
+    }
+
+    tel_fill_lost(&rng, dt, a, b, v, n);
+    mpt_lost lg, lh;
+    memset(&lg, 0, sizeof lg);
+    memset(&lh, 0, sizeof lh);
+    be->telemetry_lost(be, &lg, a, b, dt, v, n);
+    mpt_lost_count(&lh, a, b, dt, v, n);
+    tel_check_lost(&lg, &lh, 1, 0.0, mpt_dtype_name(dt));
+    ck_assert_msg(lh.lost > n / 8 && lh.lost < lh.nonzero - n / 8, "%lld of %lld lost: the data should mix both",
+                  (long long)lh.lost, (long long)lh.nonzero);
+    if (dt != MPT_DTYPE_F32) {
+        memset(&lg, 0, sizeof lg);
+        memset(&lh, 0, sizeof lh);
+        be->telemetry_lost_counterfactual(be, &lg, a, dt, v, n);
+        mpt_lost_counterfactual(&lh, a, dt, v, n);
+        tel_check_lost(&lg, &lh, 1, 0.0, mpt_dtype_name(dt));
+    }
+    be->free(be, a);
+    be->free(be, b);
+    be->free(be, v);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The entries add to their counters: two calls on the halves of the data give the counts of one call on the whole
+ * exactly, and its FP64 sums within the bound of a reassociated sum (tests/telemetry_data.h), which a relative change
+ * of 1e-9 exceeds. */
+START_TEST(test_entries_accumulate) {
+    const int64_t n = 10007, h1 = 4001;
+    tests_rng rng = {0xacc0u};
+    mpt_backend *be = mpt_backend_cpu_create();
+    float *v = be->alloc(be, (size_t)n * 4);
+    void *a = be->alloc(be, (size_t)n * 2), *b = be->alloc(be, (size_t)n * 2);
+    ck_assert(v && a && b);
+    tel_fill_f32(&rng, MPT_DTYPE_F16, v, n);
+    mpt_exp_hist *hs = malloc(sizeof *hs), *hw = malloc(sizeof *hw);
+    ck_assert(hs && hw);
+    mpt_exp_hist_init(hs, MPT_DTYPE_F16);
+    mpt_exp_hist_init(hw, MPT_DTYPE_F16);
+    const int ks[2] = {-3, -15};
+    mpt_round_err es[2], ew[2];
+    memset(es, 0, sizeof es);
+    memset(ew, 0, sizeof ew);
+    be->telemetry_rounding(be, hs, es, ks, 2, v, h1);
+    be->telemetry_rounding(be, hs, es, ks, 2, v + h1, n - h1);
+    be->telemetry_rounding(be, hw, ew, ks, 2, v, n);
+    tel_check_hist(hs, hw, 0, n, "halves");
+    for (int j = 0; j < 2; j++) {
+        tel_check_err(&es[j], &ew[j], 0, n, "halves");
+        ck_assert(isfinite(ew[j].err2) && ew[j].err2 > 0.0);
+        ck_assert(!tel_close(ew[j].err2 * (1.0 + 1e-9), ew[j].err2, n, ew[j].err2));
+    }
+    float *d = be->alloc(be, (size_t)n * 4);
+    ck_assert(d != NULL);
+    tel_fill_lost(&rng, MPT_DTYPE_BF16, a, b, d, n);
+    mpt_lost ls, lw;
+    memset(&ls, 0, sizeof ls);
+    memset(&lw, 0, sizeof lw);
+    be->telemetry_lost(be, &ls, a, b, MPT_DTYPE_BF16, d, h1);
+    be->telemetry_lost(be, &ls, (uint16_t *)a + h1, (uint16_t *)b + h1, MPT_DTYPE_BF16, d + h1, n - h1);
+    be->telemetry_lost(be, &lw, a, b, MPT_DTYPE_BF16, d, n);
+    tel_check_lost(&ls, &lw, 0, tel_applied_terms(a, b, MPT_DTYPE_BF16, d, n), "halves");
+    mpt_range rs, rw;
+    memset(&rs, 0, sizeof rs);
+    memset(&rw, 0, sizeof rw);
+    be->telemetry_range(be, &rs, a, MPT_DTYPE_BF16, h1);
+    be->telemetry_range(be, &rs, (uint16_t *)a + h1, MPT_DTYPE_BF16, n - h1);
+    be->telemetry_range(be, &rw, a, MPT_DTYPE_BF16, n);
+    tel_check_range(&rs, &rw, "halves");
+    free(hs);
+    free(hw);
+    be->free(be, v);
+    be->free(be, a);
+    be->free(be, b);
+    be->free(be, d);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* tel_csv_agree, which the cuda suite uses on the telemetry.csv of a run with and without the device reductions:
+ * count-derived values must match as text, FP64-sum-derived ones within its tolerance, rows in the same order. */
+START_TEST(test_csv_comparer) {
+    const char *base = "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n5,fc1.weight,lost_mass,0.123456789\n";
+    char why[512];
+    ck_assert(tel_csv_agree(base, base, why, sizeof why));
+    ck_assert_msg(tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                      "5,fc1.weight,lost_mass,0.12345679\n", why, sizeof why),
+                  "one unit of the ninth digit of a mass: %s", why);
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.250000001\n"
+                                   "5,fc1.weight,lost_mass,0.123456789\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc1.weight,lost_mass,0.1234568\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc1.weight,lost_mass,0.123456789\n5,amp,loss_scale,1\n", why, sizeof why));
+    ck_assert(!tel_csv_agree(base, "step,tensor,metric,value\n5,fc1.weight,lost_frac,0.25\n"
+                                   "5,fc2.weight,lost_mass,0.123456789\n", why, sizeof why));
+}
+END_TEST
+
 /* ---- the collector on a graph --------------------------------------------------------------------------------- */
 
 #define B 32
@@ -721,6 +874,60 @@ START_TEST(test_create_rejects) {
 }
 END_TEST
 
+/* The bytes of an open file from its start (caller frees). */
+static char *slurp(FILE *f, long *len) {
+    ck_assert_int_eq(fflush(f), 0);
+    *len = ftell(f);
+    ck_assert_int_gt(*len, 0);
+    char *buf = malloc((size_t)*len);
+    ck_assert(buf != NULL);
+    rewind(f);
+    ck_assert_int_eq((long)fread(buf, 1, (size_t)*len, f), *len);
+    return buf;
+}
+
+/* The collector through the backend's telemetry reductions and through its host copies (the entries set to NULL, as
+ * on a backend without them): the same telemetry.csv bytes, every row (range, rounding, errors, lost updates and
+ * their counterfactual) included. Loop index: fp16 (dynamic loss scale: the S = 1 counterfactuals) and bf16. */
+START_TEST(test_collector_paths_agree) {
+    const mpt_precision mode = _i ? MPT_PRECISION_BF16 : MPT_PRECISION_FP16;
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 512, 64, 64, 8, 3), MPT_OK);
+    const mpt_loss_scaling ls = mode == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
+    run dev, copy;
+    run_open(&dev, mode, 2, 0, ls);
+    run_open(&copy, mode, 2, 0, ls);
+    copy.be->telemetry_range = NULL;
+    copy.be->telemetry_rounding = NULL;
+    copy.be->telemetry_lost = NULL;
+    copy.be->telemetry_lost_counterfactual = NULL;
+    FILE *fd = tmpfile(), *fc = tmpfile();
+    ck_assert(fd && fc);
+    mpt_telemetry_set_csv(dev.tr->telemetry, fd);
+    mpt_telemetry_set_csv(copy.tr->telemetry, fc);
+    for (int64_t s = 0; s < 12; s++) {
+        gather(&dev, &d, s);
+        gather(&copy, &d, s);
+        mpt_trainer_step(dev.tr);
+        mpt_trainer_step(copy.tr);
+    }
+    long ld, lc;
+    char *bd = slurp(fd, &ld), *bc = slurp(fc, &lc);
+    ck_assert_msg(ld == lc && memcmp(bd, bc, (size_t)ld) == 0, "telemetry.csv differs: %ld bytes through the entries, "
+                  "%ld through host copies", ld, lc);
+    ck_assert_msg(strstr(bd, "lost_frac_if_16bit") && strstr(bd, "rel_l2_err") && strstr(bd, "zero_frac"),
+                  "rows missing from the telemetry");
+    if (mode == MPT_PRECISION_FP16) ck_assert(strstr(bd, "rel_l2_err@S=1") != NULL);
+    free(bd);
+    free(bc);
+    fclose(fd);
+    fclose(fc);
+    run_close(&dev);
+    run_close(&copy);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("telemetry");
     TCase *tc = tcase_create("instruments");
@@ -735,6 +942,9 @@ int main(void) {
     tcase_add_test(tc, test_round_err);
     tcase_add_test(tc, test_lost_applied_mass_under_stochastic_rounding);
     tcase_add_loop_test(tc, test_lost_matches_brute_force, 0, 3);
+    tcase_add_loop_test(tc, test_entries_match_host_functions, 0, 3);
+    tcase_add_test(tc, test_entries_accumulate);
+    tcase_add_test(tc, test_csv_comparer);
     suite_add_tcase(s, tc);
     TCase *tg = tcase_create("collector");
     tcase_set_timeout(tg, 240);
@@ -743,6 +953,7 @@ int main(void) {
     tcase_add_test(tg, test_create_rejects);
     tcase_add_test(tg, test_exponents_match_rounding_rows);
     tcase_add_test(tg, test_lost_updates_in_a_step);
+    tcase_add_loop_test(tg, test_collector_paths_agree, 0, 2);
     suite_add_tcase(s, tg);
     return mpt_test_run(s);
 }

@@ -1,29 +1,11 @@
-/* engine/telemetry/lost.c - the lost-update meter (definitions in lost.h). */
+/* engine/telemetry/lost.c - the lost-update meter (definitions in lost.h; the per-element math in elem.h). */
 #include "engine/telemetry/lost.h"
 
 #include <math.h>
 
 #include "engine/status.h"
 
-/* Running sums of one call, kept in locals so the loops stay branch-free (lost or not is data-dependent). */
-typedef struct sums {
-    int64_t nonzero, lost;
-    double mass, mass_lost, mass_applied;
-} sums;
-
-static inline void add_one(sums *s, float old, float neu, float d) {
-    int64_t nz = d != 0.0f, lost = nz & (neu == old);
-    double ad = fabs((double)d);
-    s->nonzero += nz;
-    s->lost += lost;
-    s->mass += ad;
-    s->mass_lost += lost ? ad : 0.0;
-    /* the movement along the update (exact in FP64: both are floats of nearby magnitude) */
-    double moved = (double)neu - (double)old;
-    s->mass_applied += d > 0.0f ? moved : d < 0.0f ? -moved : 0.0;
-}
-
-static void merge(mpt_lost *r, const sums *s, int64_t n) {
+static void merge(mpt_lost *r, const mpt_lost_sums *s, int64_t n) {
     r->n += n;
     r->nonzero += s->nonzero;
     r->lost += s->lost;
@@ -35,17 +17,17 @@ static void merge(mpt_lost *r, const sums *s, int64_t n) {
 /* One loop per dtype, so the conversions inline into a branch-light loop (telemetry steps are timed). */
 void mpt_lost_count(mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype, const float *delta,
                     int64_t n) {
-    sums s = {0, 0, 0.0, 0.0, 0.0};
+    mpt_lost_sums s = {0, 0, 0.0, 0.0, 0.0};
     if (dtype == MPT_DTYPE_F32) {
         const float *a = w_old, *b = w_new;
-        for (int64_t i = 0; i < n; i++) add_one(&s, a[i], b[i], delta[i]);
+        for (int64_t i = 0; i < n; i++) mpt_lost_add_one(&s, a[i], b[i], delta[i]);
     } else if (dtype == MPT_DTYPE_F16) {
         const uint16_t *a = w_old, *b = w_new;
-        for (int64_t i = 0; i < n; i++) add_one(&s, mpt_f16_to_f32(a[i]), mpt_f16_to_f32(b[i]), delta[i]);
+        for (int64_t i = 0; i < n; i++) mpt_lost_add_one(&s, mpt_f16_to_f32(a[i]), mpt_f16_to_f32(b[i]), delta[i]);
     } else {
         MPT_ASSERTF(dtype == MPT_DTYPE_BF16, "lost count: dtype %s is not a float format", mpt_dtype_name(dtype));
         const uint16_t *a = w_old, *b = w_new;
-        for (int64_t i = 0; i < n; i++) add_one(&s, mpt_bf16_to_f32(a[i]), mpt_bf16_to_f32(b[i]), delta[i]);
+        for (int64_t i = 0; i < n; i++) mpt_lost_add_one(&s, mpt_bf16_to_f32(a[i]), mpt_bf16_to_f32(b[i]), delta[i]);
     }
     merge(r, &s, n);
 }
@@ -53,17 +35,17 @@ void mpt_lost_count(mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype
 void mpt_lost_counterfactual(mpt_lost *r, const void *w_old, mpt_dtype target, const float *delta, int64_t n) {
     MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16, "lost counterfactual: target %s",
                 mpt_dtype_name(target));
-    sums s = {0, 0, 0.0, 0.0, 0.0};
+    mpt_lost_sums s = {0, 0, 0.0, 0.0, 0.0};
     const uint16_t *w = w_old;
     if (target == MPT_DTYPE_F16) {
         for (int64_t i = 0; i < n; i++) {
-            float old = mpt_f16_to_f32(w[i]);
-            add_one(&s, old, mpt_f16_to_f32(mpt_f32_to_f16(old + delta[i])), delta[i]);
+            const float old = mpt_f16_to_f32(w[i]);
+            mpt_lost_add_one(&s, old, mpt_lost_counterfactual_new(old, delta[i], 1), delta[i]);
         }
     } else {
         for (int64_t i = 0; i < n; i++) {
-            float old = mpt_bf16_to_f32(w[i]);
-            add_one(&s, old, mpt_bf16_to_f32(mpt_f32_to_bf16(old + delta[i])), delta[i]);
+            const float old = mpt_bf16_to_f32(w[i]);
+            mpt_lost_add_one(&s, old, mpt_lost_counterfactual_new(old, delta[i], 0), delta[i]);
         }
     }
     merge(r, &s, n);

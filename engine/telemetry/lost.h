@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "engine/dtype.h"
+#include "engine/telemetry/elem.h"
 
 typedef struct mpt_lost {
     int64_t n;          /* elements counted */

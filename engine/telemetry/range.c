@@ -6,56 +6,41 @@
 
 #include "engine/status.h"
 
-/* Exponent-field layout of a float dtype's format, from its row (engine/dtype.h), on |x|'s bit pattern. */
-typedef struct fmt_bits {
-    uint32_t exp_mask, man_mask, max_finite_abs;
-} fmt_bits;
-
 static const mpt_format_desc *float_format(mpt_dtype t) {
     MPT_ASSERTF(mpt_dtype_is_float(t), "range: dtype %s is not a float format", mpt_dtype_name(t));
     return mpt_format_info((mpt_format)mpt_dtype_info(t)->format);
 }
 
-static fmt_bits fmt_of(mpt_dtype t) {
+mpt_range_fmt mpt_range_fmt_of_dtype(mpt_dtype t) {
     const mpt_format_desc *d = float_format(t);
-    const uint32_t man = (1u << d->man_bits) - 1u;
-    return (fmt_bits){((1u << d->exp_bits) - 1u) << d->man_bits, man, d->max_bits};
+    return mpt_range_fmt_of(d->exp_bits, d->man_bits, d->max_bits);
 }
 
-static void range_one(mpt_range *r, uint32_t a, const fmt_bits *f) {
-    uint32_t e = a & f->exp_mask;
-    if (a == 0) r->zero++;
-    else if (e == 0) r->subnormal++;
-    if (e == f->exp_mask) {
-        r->nonfinite++;
-        if ((a & f->man_mask) == 0) r->at_max++; /* inf */
-    } else if (a >= f->max_finite_abs) {
-        r->at_max++;
-    }
+static void range_one(mpt_range *r, uint32_t a, mpt_range_fmt f) {
+    const unsigned c = mpt_range_classify(a, f);
+    r->zero += (c & MPT_RANGE_ZERO) != 0;
+    r->subnormal += (c & MPT_RANGE_SUBNORMAL) != 0;
+    r->at_max += (c & MPT_RANGE_AT_MAX) != 0;
+    r->nonfinite += (c & MPT_RANGE_NONFINITE) != 0;
 }
 
 void mpt_range_count(mpt_range *r, const void *p, mpt_dtype dtype, int64_t n) {
-    fmt_bits f = fmt_of(dtype);
+    const mpt_range_fmt f = mpt_range_fmt_of_dtype(dtype);
     if (mpt_dtype_size(dtype) == 4) {
         const uint32_t *u = p;
-        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffffffu, &f);
+        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffffffu, f);
     } else {
         const uint16_t *u = p;
-        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffu, &f);
+        for (int64_t i = 0; i < n; i++) range_one(r, u[i] & 0x7fffu, f);
     }
     r->n += n;
 }
 
 /* ---- the rounding histogram ------------------------------------------------------------------------- */
 
-typedef struct fmt_exps {
-    int esub, emin, emax; /* binary exponents: smallest subnormal, smallest normal, largest finite binade */
-    int b;                /* explicit significand bits */
-} fmt_exps;
-
-static fmt_exps exps_of(mpt_dtype t) {
+mpt_round_fmt mpt_round_fmt_of_dtype(mpt_dtype t) {
     const mpt_format_desc *d = float_format(t);
-    return (fmt_exps){d->emin - d->man_bits, d->emin, d->emax, d->man_bits};
+    return mpt_round_fmt_of(d->emin, d->emax, d->man_bits);
 }
 
 void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target) {
@@ -65,40 +50,24 @@ void mpt_exp_hist_init(mpt_exp_hist *h, mpt_dtype target) {
     h->target = target;
 }
 
-/* Whether the top bits+1 bits of a 23-bit fraction are all ones (RNE to `bits` bits carries out). */
-static int carries(uint32_t frac, int bits) {
-    int keep = bits + 1;
-    uint32_t top = frac >> (23 - keep);
-    return top == (1u << keep) - 1u;
-}
-
 void mpt_exp_hist_add(mpt_exp_hist *h, const float *v, int64_t n) {
-    const int b = exps_of(h->target).b;
+    const int b = mpt_round_fmt_of_dtype(h->target).b;
     for (int64_t i = 0; i < n; i++) {
-        uint32_t a = mpt_f32_bits(v[i]) & 0x7fffffffu;
-        if (a == 0) {
+        mpt_exp_class c;
+        const int k = mpt_exp_classify(v[i], b, &c);
+        if (k == MPT_EXP_ZERO) {
             h->zero++;
             continue;
         }
-        uint32_t ex = a >> 23, frac = a & 0x7fffffu;
-        if (ex == 0xffu) {
+        if (k == MPT_EXP_NONFINITE) {
             h->nonfinite++;
             continue;
         }
-        int e;
-        if (ex == 0) { /* FP32 subnormal: frac * 2^-149; normalise so the leading one is implicit */
-            int p = 31 - __builtin_clz(frac); /* position of the leading one, 0..22 */
-            e = p + MPT_EXP_HIST_EMIN;
-            frac = (frac << (23 - p)) & 0x7fffffu;
-        } else {
-            e = (int)ex - 127;
-        }
-        int idx = e - MPT_EXP_HIST_EMIN;
-        h->count[idx]++;
-        if (frac == 0) h->pow2[idx]++;
-        if (carries(frac, b)) h->carry[idx]++;
-        if (carries(frac, b - 1)) h->carry_sub[idx]++;
-        h->mass[idx] += (double)mpt_bits_f32(a);
+        h->count[c.idx]++;
+        h->pow2[c.idx] += c.pow2;
+        h->carry[c.idx] += c.carry;
+        h->carry_sub[c.idx] += c.carry_sub;
+        h->mass[c.idx] += (double)c.abs;
     }
     h->n += n;
 }
@@ -119,7 +88,7 @@ void mpt_exp_hist_merge(mpt_exp_hist *dst, const mpt_exp_hist *src) {
 }
 
 void mpt_exp_hist_round(const mpt_exp_hist *h, int k, mpt_round_stats *out) {
-    const fmt_exps f = exps_of(h->target);
+    const mpt_round_fmt f = mpt_round_fmt_of_dtype(h->target);
     memset(out, 0, sizeof *out);
     double mass = 0.0, lost = 0.0;
     for (int idx = 0; idx < MPT_EXP_HIST_BINS; idx++) {
@@ -162,30 +131,15 @@ int32_t mpt_exp_hist_log2_exact(float x) {
 
 /* ---- the rounding error --------------------------------------------------------------------------------------- */
 
-/* x (a double) rounded to nearest even into the 16-bit format f, as a double: its spacing around x is 2^(e - b)
- * with e the binade of x clamped at emin (subnormals: the smallest spacing), so x / spacing is exact and nearbyint
- * rounds it to even in the default rounding mode; beyond the largest finite value, inf. */
-static double round_to(double x, const fmt_exps *f) {
-    if (x == 0.0) return x;
-    int e;
-    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
-    const int ex = e - 1 < f->emin ? f->emin : e - 1;
-    const double q = ldexp(1.0, ex - f->b);
-    const double r = nearbyint(x / q) * q;
-    const double max = ldexp(2.0 - ldexp(1.0, -f->b), f->emax);
-    return fabs(r) > max ? copysign(INFINITY, x) : r;
-}
-
 void mpt_round_err_add(mpt_round_err *e, const float *v, int64_t n, int k, mpt_dtype target) {
     MPT_ASSERTF(target == MPT_DTYPE_F16 || target == MPT_DTYPE_BF16, "round_err: target %s is not F16 or BF16",
                 mpt_dtype_name(target));
-    const fmt_exps f = exps_of(target);
+    const mpt_round_fmt f = mpt_round_fmt_of_dtype(target);
     double err2 = 0.0, ref2 = 0.0;
     for (int64_t i = 0; i < n; i++) {
         const double x = (double)v[i];
         if (!isfinite(x)) continue;
-        const double r = ldexp(round_to(ldexp(x, k), &f), -k);
-        const double d = r - x;
+        const double d = mpt_round_err_one(v[i], k, f);
         err2 += d * d;
         ref2 += x * x;
     }

@@ -1,8 +1,8 @@
 /*
  * engine/telemetry/range.h - where the values of a tensor lie in its number format (host-side counters).
  *
- * Two instruments, both pure functions of host buffers (the collector, engine/telemetry/telemetry.c, copies
- * tensors to the host on telemetry steps):
+ * Two instruments, both pure functions of host buffers (the collector, engine/telemetry/telemetry.c, runs them
+ * through the backend's telemetry reductions where it has them, else on host copies of the tensors):
  *
  * 1. Stored range (mpt_range_count): for a buffer already stored in F32, F16 or BF16, the counts of elements
  *    that are zero, subnormal in that format, at or beyond its largest finite value (|x| >= max finite,
@@ -35,6 +35,8 @@
  *
  * Fractions are of the nonzero finite values (exact zeros, e.g. ReLU's, are neither flushed nor kept).
  * Source of the formats: engine/numerics.h; of the question: Micikevicius et al. 2018, section 3.2.
+ * The per-element decisions are engine/telemetry/elem.h's, which the CUDA backend's telemetry kernels call too
+ * (engine/backend.h, "telemetry reductions": the same counts from device memory without a copy).
  */
 #ifndef MPT_ENGINE_TELEMETRY_RANGE_H
 #define MPT_ENGINE_TELEMETRY_RANGE_H
@@ -42,6 +44,7 @@
 #include <stdint.h>
 
 #include "engine/dtype.h"
+#include "engine/telemetry/elem.h"
 
 /* Counts of a stored buffer (see 1. above). */
 typedef struct mpt_range {
@@ -55,10 +58,11 @@ typedef struct mpt_range {
 /* Adds the n elements of host buffer p (dtype F32, F16 or BF16) to *r (zero *r first). */
 void mpt_range_count(mpt_range *r, const void *p, mpt_dtype dtype, int64_t n);
 
-/* Exponent bins: e = MPT_EXP_HIST_EMIN .. MPT_EXP_HIST_EMAX (FP32's smallest subnormal to its largest binade). */
-#define MPT_EXP_HIST_EMIN (-149)
-#define MPT_EXP_HIST_EMAX 127
-#define MPT_EXP_HIST_BINS (MPT_EXP_HIST_EMAX - MPT_EXP_HIST_EMIN + 1)
+/* The format constants of elem.h for float dtype t (F32, F16, BF16; aborts otherwise), from its row. */
+mpt_range_fmt mpt_range_fmt_of_dtype(mpt_dtype t);
+mpt_round_fmt mpt_round_fmt_of_dtype(mpt_dtype t);
+
+/* Exponent bins: e = MPT_EXP_HIST_EMIN .. MPT_EXP_HIST_EMAX (engine/telemetry/elem.h). */
 
 typedef struct mpt_exp_hist {
     mpt_dtype target;                      /* F16 or BF16: the format the values are rounded into */

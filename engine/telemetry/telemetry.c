@@ -1,6 +1,9 @@
 /*
  * engine/telemetry/telemetry.c - the telemetry collector (see telemetry.h): walks the graph on telemetry
- * steps, copies each tensor to the host once, and turns it into rows with the counters of range.h.
+ * steps and turns each tensor into rows with the counters of range.h and lost.h. Where the backend has the telemetry
+ * reductions (engine/backend.h: the CPU backend always, the CUDA backend under MPT_CUDA_DEVICE_TELEMETRY=1) the
+ * counters are computed where the tensor lives and only they reach the host; otherwise the tensor is copied to the
+ * host once and counted there. The FP32 twin's comparisons and the FP8 rows always count host copies.
  */
 #include "engine/telemetry/telemetry.h"
 
@@ -147,11 +150,14 @@ static const void *fetch(mpt_telemetry *tel, const mpt_tensor *x, float *dst) {
 
 /* ---- measurements ------------------------------------------------------------------------------------------- */
 
-/* Stored range of x from its host copy as stored (what fetch() returned). */
+/* Stored range of x: from its host copy as stored when the caller has one (stored: what fetch() returned), else
+ * reduced by the backend where it can (no copy), else from a copy made here. */
 static void measure_range(mpt_telemetry *tel, const mpt_tensor *x, const void *stored) {
+    mpt_backend *be = tel->t->be;
     mpt_range r;
     memset(&r, 0, sizeof r);
-    mpt_range_count(&r, stored, x->dtype, mpt_tensor_numel(x));
+    if (!stored && be->telemetry_range) be->telemetry_range(be, &r, x->data, x->dtype, mpt_tensor_numel(x));
+    else mpt_range_count(&r, stored ? stored : fetch(tel, x, tel->h_a), x->dtype, mpt_tensor_numel(x));
     double n = r.n > 0 ? (double)r.n : 1.0;
     row(tel, x->name, "zero_frac", (double)r.zero / n);
     row(tel, x->name, "subnormal_frac", (double)r.subnormal / n);
@@ -227,10 +233,20 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     mpt_backend *be = tel->t->be;
     int64_t cnt = mpt_tensor_numel(x);
     probe(tel->t->g, n, tel->probe_dst, tel->probe_scratch);
-    be->to_host(be, tel->h_a, tel->probe_dst, (size_t)cnt * sizeof(float));
+    /* the histogram and the rounding errors at S (k = 0) and, for gradients, had S been 1 (k = -log2 S) */
+    const int unscaled = scaled && log2_scale != INT32_MIN;
+    const int ks[MPT_TELEMETRY_MAX_SHIFTS] = {0, unscaled ? -log2_scale : 0}, n_k = unscaled ? 2 : 1;
+    mpt_round_err e[MPT_TELEMETRY_MAX_SHIFTS];
+    memset(e, 0, sizeof e);
     mpt_exp_hist h;
     mpt_exp_hist_init(&h, x->dtype);
-    mpt_exp_hist_add(&h, tel->h_a, cnt);
+    if (be->telemetry_rounding) {
+        be->telemetry_rounding(be, &h, e, ks, n_k, tel->probe_dst, cnt);
+    } else {
+        be->to_host(be, tel->h_a, tel->probe_dst, (size_t)cnt * sizeof(float));
+        mpt_exp_hist_add(&h, tel->h_a, cnt);
+        for (int j = 0; j < n_k; j++) mpt_round_err_add(&e[j], tel->h_a, cnt, ks[j], x->dtype);
+    }
     rounding_rows(tel, x->name, &h, scaled, log2_scale);
     if (scaled && log2_scale != INT32_MIN) exps_add(tel, x->name, &h, log2_scale);
     mpt_exp_hist *all = scaled ? &tel->all_grad : &tel->all_act;
@@ -238,17 +254,14 @@ static void measure_rounding(mpt_telemetry *tel, mpt_node *n, mpt_node_probe_fn 
     if ((*count)++ == 0) mpt_exp_hist_init(all, x->dtype);
     mpt_exp_hist_merge(all, &h);
     /* what the rounding cost the values, not only how many: the relative L2 error, at S and had S been 1 */
-    mpt_round_err e0 = {0.0, 0.0}, e1 = {0.0, 0.0};
-    mpt_round_err_add(&e0, tel->h_a, cnt, 0, x->dtype);
-    row(tel, x->name, "rel_l2_err", mpt_round_err_rel(&e0));
+    row(tel, x->name, "rel_l2_err", mpt_round_err_rel(&e[0]));
     mpt_round_err *pool = scaled ? &tel->err_grad : &tel->err_act;
-    pool->err2 += e0.err2;
-    pool->ref2 += e0.ref2;
-    if (scaled && log2_scale != INT32_MIN) {
-        mpt_round_err_add(&e1, tel->h_a, cnt, -log2_scale, x->dtype);
-        row(tel, x->name, "rel_l2_err@S=1", mpt_round_err_rel(&e1));
-        tel->err_grad1.err2 += e1.err2;
-        tel->err_grad1.ref2 += e1.ref2;
+    pool->err2 += e[0].err2;
+    pool->ref2 += e[0].ref2;
+    if (unscaled) {
+        row(tel, x->name, "rel_l2_err@S=1", mpt_round_err_rel(&e[1]));
+        tel->err_grad1.err2 += e[1].err2;
+        tel->err_grad1.ref2 += e[1].ref2;
     }
 }
 
@@ -423,14 +436,14 @@ static void after_backward(mpt_telemetry *tel) {
         const mpt_node *tn = twin ? tel->twin->nodes[i] : NULL;
         const mpt_tensor *y = n->out;
         if (y && n->op != MPT_OP_SOFTMAX_XENT && !y->view_of && mpt_dtype_is_float(y->dtype)) {
-            measure_range(tel, y, fetch(tel, y, tel->h_a));
+            measure_range(tel, y, twin ? fetch(tel, y, tel->h_a) : NULL);
             if (twin) {
                 fetch(tel, tn->out, tel->h_b);
                 compare(tel, y->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), 1.0, 0);
             }
             if (n->probe_forward) measure_rounding(tel, n, n->probe_forward, y, 0, log2_scale);
             if (y->grad) {
-                measure_range(tel, y->grad, fetch(tel, y->grad, tel->h_a));
+                measure_range(tel, y->grad, twin ? fetch(tel, y->grad, tel->h_a) : NULL);
                 if (twin) {
                     fetch(tel, tn->out->grad, tel->h_b);
                     compare(tel, y->grad->name, tel->h_a, tel->h_b, mpt_tensor_numel(y), S, 0);
@@ -451,7 +464,7 @@ static void after_backward(mpt_telemetry *tel) {
     fp8_pooled_rows(tel);
     for (int i = 0; i < t->n_params; i++) {
         const mpt_tensor *gr = t->weight[i]->grad;
-        measure_range(tel, gr, fetch(tel, gr, tel->h_a));
+        measure_range(tel, gr, twin ? fetch(tel, gr, tel->h_a) : NULL);
         if (twin) {
             fetch(tel, tel->twin->params[i].weight->grad, tel->h_b);
             compare(tel, gr->name, tel->h_a, tel->h_b, mpt_tensor_numel(gr), S, 1);
@@ -489,20 +502,31 @@ static void after_step(mpt_telemetry *tel) {
         const mpt_tensor *target = mpt_trainer_update_target(t, i), *w = t->weight[i];
         int64_t n = mpt_tensor_numel(target);
         size_t bytes = (size_t)n * mpt_dtype_size(target->dtype);
-        be->to_host(be, tel->h_raw, tel->old[i], bytes);
-        be->to_host(be, tel->h_c, target->data, bytes);
-        be->to_host(be, tel->h_a, tel->delta[i], (size_t)n * sizeof(float));
+        int host_delta = 0; /* tel->h_a holds the deltas */
         mpt_lost r;
         memset(&r, 0, sizeof r);
-        mpt_lost_count(&r, tel->h_raw, tel->h_c, target->dtype, tel->h_a, n);
+        if (be->telemetry_lost) {
+            be->telemetry_lost(be, &r, tel->old[i], target->data, target->dtype, tel->delta[i], n);
+        } else {
+            be->to_host(be, tel->h_raw, tel->old[i], bytes);
+            be->to_host(be, tel->h_c, target->data, bytes);
+            be->to_host(be, tel->h_a, tel->delta[i], (size_t)n * sizeof(float));
+            host_delta = 1;
+            mpt_lost_count(&r, tel->h_raw, tel->h_c, target->dtype, tel->h_a, n);
+        }
         row(tel, w->name, "lost_frac", mpt_lost_frac(&r));
         row(tel, w->name, "lost_mass", mpt_lost_mass_share(&r));
         row(tel, w->name, "applied_mass", mpt_lost_applied_share(&r));
         lost_add(&all, &r);
         if (tel->work_old[i]) {
-            be->to_host(be, tel->h_raw, tel->work_old[i], (size_t)n * mpt_dtype_size(w->dtype));
             memset(&r, 0, sizeof r);
-            mpt_lost_counterfactual(&r, tel->h_raw, w->dtype, tel->h_a, n);
+            if (be->telemetry_lost_counterfactual) {
+                be->telemetry_lost_counterfactual(be, &r, tel->work_old[i], w->dtype, tel->delta[i], n);
+            } else {
+                be->to_host(be, tel->h_raw, tel->work_old[i], (size_t)n * mpt_dtype_size(w->dtype));
+                if (!host_delta) be->to_host(be, tel->h_a, tel->delta[i], (size_t)n * sizeof(float));
+                mpt_lost_counterfactual(&r, tel->h_raw, w->dtype, tel->h_a, n);
+            }
             row(tel, w->name, "lost_frac_if_16bit", mpt_lost_frac(&r));
             row(tel, w->name, "lost_mass_if_16bit", mpt_lost_mass_share(&r));
             row(tel, w->name, "applied_mass_if_16bit", mpt_lost_applied_share(&r));

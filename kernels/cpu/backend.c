@@ -249,5 +249,11 @@ mpt_backend *mpt_backend_cpu_create(void) {
     be->optim_step = mpt_cpu_optim_step;
     be->optim_step_multi = mpt_cpu_optim_step_multi;
     be->scaler_update = mpt_cpu_scaler_update;
+    be->update_pass = mpt_update_pass_as_calls; /* no launches to save: the calls themselves */
+
+    be->telemetry_range = mpt_cpu_telemetry_range;
+    be->telemetry_rounding = mpt_cpu_telemetry_rounding;
+    be->telemetry_lost = mpt_cpu_telemetry_lost;
+    be->telemetry_lost_counterfactual = mpt_cpu_telemetry_lost_counterfactual;
     return be;
 }

@@ -16,6 +16,7 @@
  *   fp8.c         FP8 casts (per tensor, MX), the scale update, FP8 operand decoding, the fast-accumulator model
  *   quant.c       fake quantization (INT8, INT4, E4M3 with amax scales), activation codes, the exact integer GEMM and
  *                 convolution
+ *   telemetry.c   the telemetry reductions: engine/telemetry's host counters on the backend's (host) pointers
  *   backend.c     memory, the table itself, the kernel set and the engine
  */
 #ifndef MPT_KERNELS_CPU_H
@@ -91,6 +92,15 @@ void mpt_cpu_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, i
                                  mpt_scaler_state *st);
 void mpt_cpu_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cpu_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+
+/* telemetry.c */
+void mpt_cpu_telemetry_range(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n);
+void mpt_cpu_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
+                                const float *v, int64_t n);
+void mpt_cpu_telemetry_lost(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
+                            const float *delta, int64_t n);
+void mpt_cpu_telemetry_lost_counterfactual(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
+                                           const float *delta, int64_t n);
 
 /* The CPU backend's private state. */
 typedef struct mpt_cpu_ctx {

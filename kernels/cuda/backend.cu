@@ -288,9 +288,13 @@ static void ctx_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
         MPT_CUDA_CHECK(cudaFree(ctx->scratch));
         mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)MPT_CUDA_SCRATCH_BYTES);
     }
-    if (ctx->valid_rows) {
+    if (ctx->valid_rows) { /* and xent_blocks_done, in the same allocation */
         MPT_CUDA_CHECK(cudaFree(ctx->valid_rows));
-        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)sizeof(int32_t));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)(2 * sizeof(int32_t)));
+    }
+    if (ctx->update_plan) {
+        MPT_CUDA_CHECK(cudaFree(ctx->update_plan));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)MPT_CUDA_UPDATE_PLAN_BYTES);
     }
     if (ctx->stream) MPT_CUDA_CHECK(cudaStreamDestroy(ctx->stream));
     free(ctx);
@@ -345,6 +349,14 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     ctx->device = next_device;
     const char *refuse = getenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
     ctx->gemm_refuse_direct = refuse != NULL && strcmp(refuse, "1") == 0;
+    const char *split_bgrad = getenv("MPT_CUDA_SPLIT_NARROW_BGRAD");
+    ctx->split_narrow_bgrad = split_bgrad != NULL && strcmp(split_bgrad, "1") == 0;
+    const char *fused_drelu = getenv("MPT_CUDA_FUSED_DRELU_BGRAD");
+    ctx->fused_drelu_bgrad = fused_drelu != NULL && strcmp(fused_drelu, "1") == 0;
+    const char *conv_find = getenv("MPT_CUDA_CONV_FIND");
+    ctx->conv_find = conv_find != NULL && strcmp(conv_find, "1") == 0;
+    const char *fused_update = getenv("MPT_CUDA_FUSED_UPDATE");
+    ctx->fused_update = fused_update != NULL && strcmp(fused_update, "1") == 0;
     cudaError_t e = cudaSetDevice(ctx->device);
     if (e != cudaSuccess)
         return create_failed(be, ctx, "cudaSetDevice(%d) failed: %s", ctx->device, mpt_cuda_describe(e));
@@ -383,13 +395,27 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
                              mpt_cuda_describe(e));
     }
     mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_SCRATCH_BYTES);
-    e = cudaMalloc((void **)&ctx->valid_rows, sizeof(int32_t));
+    e = cudaMalloc((void **)&ctx->valid_rows, 2 * sizeof(int32_t));
     if (e != cudaSuccess) {
         ctx->valid_rows = NULL;
         cudaGetLastError();
-        return create_failed(be, ctx, "cannot allocate the row counter: %s", mpt_cuda_describe(e));
+        return create_failed(be, ctx, "cannot allocate the row counters: %s", mpt_cuda_describe(e));
     }
-    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)sizeof(int32_t));
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)(2 * sizeof(int32_t)));
+    ctx->xent_blocks_done = (unsigned int *)(ctx->valid_rows + 1);
+    e = cudaMemsetAsync(ctx->valid_rows, 0, 2 * sizeof(int32_t), ctx->stream); /* ordered before every kernel */
+    if (e != cudaSuccess) return create_failed(be, ctx, "cannot zero the row counters: %s", mpt_cuda_describe(e));
+    const char *fused_loss = getenv("MPT_CUDA_FUSED_LOSS");
+    ctx->fused_loss = fused_loss != NULL && strcmp(fused_loss, "1") == 0;
+    e = cudaMalloc(&ctx->update_plan, MPT_CUDA_UPDATE_PLAN_BYTES);
+    if (e != cudaSuccess) {
+        ctx->update_plan = NULL;
+        cudaGetLastError();
+        return create_failed(be, ctx, "cannot allocate the update pass's plan: %s", mpt_cuda_describe(e));
+    }
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)MPT_CUDA_UPDATE_PLAN_BYTES);
+    e = cudaMemsetAsync(ctx->update_plan, 0, MPT_CUDA_UPDATE_PLAN_BYTES, ctx->stream); /* before every kernel */
+    if (e != cudaSuccess) return create_failed(be, ctx, "cannot zero the update pass's plan: %s", mpt_cuda_describe(e));
     ctx->gemm = mpt_cuda_gemm_cache_create();
     ctx->conv = mpt_cuda_conv_cache_create();
     be->ctx = ctx;
@@ -446,6 +472,7 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->optim_step = mpt_cuda_optim_step;
     be->optim_step_multi = mpt_cuda_optim_step_multi;
     be->scaler_update = mpt_cuda_scaler_update;
+    be->update_pass = ctx->fused_update ? mpt_cuda_update_pass : NULL;
 
     be->capture_begin = mpt_cuda_capture_begin;
     be->capture_end = mpt_cuda_capture_end;
@@ -456,5 +483,15 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->event_record = mpt_cuda_event_record;
     be->event_elapsed = mpt_cuda_event_elapsed;
     be->event_destroy = mpt_cuda_event_destroy;
+
+    /* The telemetry reductions on the device (telemetry.cu), opt-in until a GPU run has verified them against the
+     * host's (tests/test_cuda.c); without them the collector copies tensors to the host as before. */
+    const char *devtel = getenv("MPT_CUDA_DEVICE_TELEMETRY");
+    if (devtel != NULL && strcmp(devtel, "1") == 0) {
+        be->telemetry_range = mpt_cuda_telemetry_range;
+        be->telemetry_rounding = mpt_cuda_telemetry_rounding;
+        be->telemetry_lost = mpt_cuda_telemetry_lost;
+        be->telemetry_lost_counterfactual = mpt_cuda_telemetry_lost_counterfactual;
+    }
     return be;
 }

@@ -89,6 +89,8 @@ typedef struct conv_plan {
     cudnnMathType_t listed_math[CONV_PASS_COUNT]; /* the heuristic's math type of the chosen algorithm: what it has
                                                      kernels for (TENSOR_OP: Tensor Cores; else FMA) */
     int deterministic[CONV_PASS_COUNT];        /* the heuristic's determinism of the chosen algorithm */
+    int measured[CONV_PASS_COUNT];             /* 1: chosen from cudnnFind*Algorithm's measured ranking
+                                                  (MPT_CUDA_CONV_FIND=1), 0: from the heuristic's */
     size_t ws[CONV_PASS_COUNT];                /* cuDNN workspace of each pass's algorithm */
     char why[CONV_PASS_COUNT][160];            /* why a pass has no algorithm (chosen == -1) */
 } conv_plan;
@@ -307,11 +309,27 @@ static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const con
                 mpt_dtype_name((mpt_dtype)p->key.dtype), mpt_math_name((mpt_math)p->key.math));
 }
 
+/* Whether this choice ranks the candidates by measurement: MPT_CUDA_CONV_FIND=1 (off until a GPU session has
+ * measured it), and not while a step is being recorded (cudnnFind* allocates, runs every algorithm and blocks the
+ * host: none of which a stream capture allows; a plan is normally made at graph build time, before any recording).
+ * cudnnFind*Algorithm (cudnn_cnn.h) times each algorithm on buffers it allocates and returns them fastest first,
+ * with the same status, memory, math type and determinism fields as the heuristic; pick_algo then applies the same
+ * rules (plain sums, the mode's math type, deterministic first, Tensor Core listed first in tf32/fp16/bf16), so the
+ * choice is the fastest measured algorithm the rules allow, as PyTorch's torch.backends.cudnn.benchmark = True with
+ * deterministic = True chooses. Two runs may measure a different winner (timing noise) and then sum in another
+ * order: each run stays deterministic, and the record names the algorithm and "measured". */
+static int conv_find(const mpt_cuda_ctx *ctx) { return ctx->conv_find && ctx->capture == NULL; }
+
 static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int n = 0;
-    MPT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, p->x, p->w, p->conv[CONV_PASS_FORWARD], p->y,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+    p->measured[CONV_PASS_FORWARD] = conv_find(ctx);
+    if (p->measured[CONV_PASS_FORWARD])
+        MPT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(ctx->dnn, p->x, p->w, p->conv[CONV_PASS_FORWARD], p->y,
+                                                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
+    else
+        MPT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, p->x, p->w, p->conv[CONV_PASS_FORWARD], p->y,
+                                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     for (int i = 0; i < n; i++)
         c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
@@ -321,8 +339,15 @@ static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
 static void choose_backward_data(mpt_cuda_ctx *ctx, conv_plan *p) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int n = 0;
-    MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->dnn, p->w, p->y, p->conv[CONV_PASS_BACKWARD_DATA],
-                                                                p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+    p->measured[CONV_PASS_BACKWARD_DATA] = conv_find(ctx);
+    if (p->measured[CONV_PASS_BACKWARD_DATA])
+        MPT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(ctx->dnn, p->w, p->y,
+                                                                  p->conv[CONV_PASS_BACKWARD_DATA], p->x,
+                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
+    else
+        MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx->dnn, p->w, p->y,
+                                                                    p->conv[CONV_PASS_BACKWARD_DATA], p->x,
+                                                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     for (int i = 0; i < n; i++)
         c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
@@ -334,8 +359,13 @@ static void choose_backward_filter(mpt_cuda_ctx *ctx, conv_plan *p) {
     int n = 0;
     cudnnTensorDescriptor_t x = p->wgrad_widened ? p->x32 : p->x, y = p->wgrad_widened ? p->y32 : p->y;
     cudnnFilterDescriptor_t w = p->wgrad_widened ? p->w32 : p->w;
-    MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(ctx->dnn, x, y, p->conv[CONV_PASS_BACKWARD_FILTER], w,
-                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+    p->measured[CONV_PASS_BACKWARD_FILTER] = conv_find(ctx);
+    if (p->measured[CONV_PASS_BACKWARD_FILTER])
+        MPT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(
+            ctx->dnn, x, y, p->conv[CONV_PASS_BACKWARD_FILTER], w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
+    else
+        MPT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            ctx->dnn, x, y, p->conv[CONV_PASS_BACKWARD_FILTER], w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf));
     conv_candidate c[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     for (int i = 0; i < n; i++)
         c[i] = conv_candidate{(int)perf[i].algo, perf[i].status, perf[i].memory, perf[i].mathType, perf[i].determinism};
@@ -479,7 +509,10 @@ static void record_call(mpt_cuda_conv_cache *c, const char *tag, const conv_plan
     r->algo_name = algo_name(pass, p->algo[pass]);
     r->deterministic = p->deterministic[pass];
     r->workspace_bytes = p->ws[pass];
-    r->path = widened ? "cudnn on FP32 copies (exact)" : "cudnn";
+    if (p->measured[pass])
+        r->path = widened ? "cudnn on FP32 copies (exact), algorithm measured" : "cudnn, algorithm measured";
+    else
+        r->path = widened ? "cudnn on FP32 copies (exact)" : "cudnn";
     r->calls = 1;
 }
 

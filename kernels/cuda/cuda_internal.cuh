@@ -95,6 +95,9 @@ typedef struct mpt_cuda_conv_cache mpt_cuda_conv_cache; /* conv.cu */
  * Stream order keeps the users apart. */
 #define MPT_CUDA_SCRATCH_BYTES ((size_t)1 << 20)
 
+/* Bytes of the update pass's plan (optim.cu: a counter, found_inf and the optimizer's per-step scalars). */
+#define MPT_CUDA_UPDATE_PLAN_BYTES ((size_t)64)
+
 typedef struct mpt_cuda_ctx {
     int device;                  /* CUDA device ordinal (0, or mpt_cuda_set_device's) */
     cudaDeviceProp prop;         /* its properties (name, compute capability, SM count, memory) */
@@ -105,7 +108,23 @@ typedef struct mpt_cuda_ctx {
     mpt_cuda_gemm_cache *gemm;   /* GEMM plans (algorithm per shape/config) and records, gemm.cu */
     mpt_cuda_conv_cache *conv;   /* convolution plans and records, conv.cu */
     void *scratch;               /* [MPT_CUDA_SCRATCH_BYTES] device scratch for two-pass deterministic reductions */
-    int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward) */
+    int32_t *valid_rows;         /* [1] device I32: rows with a label >= 0 (softmax_xent backward; under fused_loss
+                                    the forward stores it), followed in the same allocation by: */
+    unsigned int *xent_blocks_done; /* [1] device U32 (valid_rows + 1): blocks of the fused softmax_xent forward that
+                                    have finished; 0 between launches (zeroed at creation, reset by the last block) */
+    int fused_loss;              /* MPT_CUDA_FUSED_LOSS=1 at creation: softmax_xent forward in one kernel (mean and
+                                    valid count by its last block), backward in one (elementwise.cu) */
+    void *update_plan;           /* [MPT_CUDA_UPDATE_PLAN_BYTES] device, zeroed at creation: the update pass's
+                                    block counter and this step's scalars (optim.cu, update_pass) */
+    int split_narrow_bgrad;      /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 at creation: BGRAD GEMMs with fewer than 16
+                                    outputs run as a plain GEMM plus the bias_grad kernel (gemm.cu) */
+    int fused_drelu_bgrad;       /* MPT_CUDA_FUSED_DRELU_BGRAD=1 at creation: the two-step DRELU_BGRAD epilogue in
+                                    one kernel (gemm.cu drelu_bgrad_kernel: the same bits, D read once) */
+    int conv_find;               /* MPT_CUDA_CONV_FIND=1 at creation: convolution algorithms ranked by cudnnFind*
+                                    (measured) instead of the heuristic, outside recordings (conv.cu conv_find) */
+    int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for
+                                    the update pass instead of five; optim.cu). Off by default until a GPU session
+                                    has run tests/test_cuda.c test_update_pass_bit_identical */
     struct mpt_cuda_capture *capture; /* the recording in progress (graph.cu), or NULL */
     int gemm_refuse_direct;      /* MPT_CUDA_GEMM_REFUSE_DIRECT=1 at creation: every direct cuBLASLt GEMM call is
                                     treated as refused (CUBLAS_STATUS_NOT_SUPPORTED) before it runs, so the
@@ -288,6 +307,17 @@ void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, 
                                   mpt_scaler_state *st);
 void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a);
 void mpt_cuda_scaler_update(mpt_backend *be, mpt_scaler_state *st, const mpt_scaler_params *p, int dynamic);
+void mpt_cuda_update_pass(mpt_backend *be, const mpt_update_pass_args *u);
+
+/* telemetry.cu: the telemetry reductions (engine/backend.h; set in the table only under
+ * MPT_CUDA_DEVICE_TELEMETRY=1, backend.cu). They use the context's reduction scratch. */
+void mpt_cuda_telemetry_range(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n);
+void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
+                                 const float *v, int64_t n);
+void mpt_cuda_telemetry_lost(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
+                             const float *delta, int64_t n);
+void mpt_cuda_telemetry_lost_counterfactual(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
+                                            const float *delta, int64_t n);
 
 /* nccl.cu: NCCL's version at run time (and the header's) into version, and the file it was loaded from into file
  * ("" when it is not loadable: version then says why). Loads NCCL if it was not yet. For `mptrain info`. */

@@ -249,12 +249,61 @@ void mpt_cuda_dropout_backward(mpt_backend *be, void *dx, const void *dy, const 
 /* ---- softmax + cross-entropy ------------------------------------------------------------------------------------- */
 
 #define XENT_MAX_THREADS 256
+#define XENT_MEAN_THREADS 256 /* softmax_xent_mean_kernel's block; the fused forward's mean reproduces its order */
+#define XENT_MEAN_WARPS (XENT_MEAN_THREADS / 32)
+
+/* The fused forward's finish, run by the last block of softmax_xent_rows_kernel<true> (blockDim.x any multiple
+ * of 32): *loss = the mean of the N row losses exactly as softmax_xent_mean_kernel computes it, and
+ * *valid_rows = the number of rows with labels[i] >= 0 (for softmax_xent_backward).
+ * Why the loss has the mean kernel's bits: that kernel's thread t (0 <= t < 256) sums row_loss[t],
+ * row_loss[t + 256], ... in FP64 from 0.0; mpt_block_sum then adds the 32 partials of each warp with the
+ * shuffle-down tree (offsets 16, 8, 4, 2, 1: lane 0 ends with the warp's sum), and warp 0 adds the 8 warp sums,
+ * padded with 24 zeros, with the same tree. Here the block may be smaller (32 threads for C <= 32), so warp w
+ * plays the mean kernel's warps v = w, w + blockDim.x/32, ... below 8 (all lanes of a warp take the same turns,
+ * so every shuffle is whole): lane l sums rows v*32 + l + 256k in the same order from 0.0, the same shuffle tree
+ * gives lane 0 warp v's sum, and warp 0 runs the same tree over the same 8 sums and the same zeros. Every FP64
+ * addition has the same operands in the same order (an addition without a multiply is never contracted into an
+ * FMA), and the division and the rounding to FP32 are the same expression. The valid count is an integer sum,
+ * exact in any order. row_loss is read with __ldcg (from L2, where the other blocks' fenced stores are; never a
+ * stale L1 line). */
+static __device__ void softmax_xent_finish(float *loss, int32_t *valid_rows, const float *row_loss,
+                                           const int32_t *labels, int N) {
+    __shared__ double warp_sum[XENT_MEAN_WARPS];
+    __shared__ int red_i[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    int valid = 0;
+    for (int v = warp; v < XENT_MEAN_WARPS; v += n_warps) {
+        double sum = 0.0;
+        for (int i = v * 32 + lane; i < N; i += XENT_MEAN_THREADS) {
+            sum += (double)__ldcg(row_loss + i);
+            valid += labels[i] >= 0;
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+        if (lane == 0) warp_sum[v] = sum;
+    }
+    valid = mpt_block_sum(valid, red_i); /* its __syncthreads also publish warp_sum */
+    if (warp == 0) {
+        double sum = lane < XENT_MEAN_WARPS ? warp_sum[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_down_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            *loss = valid > 0 ? (float)(sum / (double)valid) : 0.0f;
+            *valid_rows = valid;
+        }
+    }
+}
 
 /* One block per row i: probs[i,:] = softmax(logits[i,:]) in FP32; row_loss[i] = logsumexp - logit[label] for a
  * valid row (label >= 0), 0 for an ignored one; n_correct += [argmax == label] for a valid row. The argmax and
- * the max it shifts by are the CPU loop's, NaN included (see the comment inside). */
+ * the max it shifts by are the CPU loop's, NaN included (see the comment inside).
+ * fused (MPT_CUDA_FUSED_LOSS=1): the block that finishes last (threadFenceReduction, CUDA samples: each block's
+ * thread 0 makes its row loss visible device-wide with __threadfence() and then counts the block done on
+ * *blocks_done) also computes *loss and *valid_rows from all row losses (softmax_xent_finish) and resets
+ * *blocks_done to 0 for the next launch or graph replay; loss, valid_rows and blocks_done are unused otherwise.
+ * Both variants are this one source, so the row computation compiles from the same code at the same block size. */
+template <bool fused>
 static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, int32_t *n_correct, const void *logits,
-                                                mpt_dtype dtype, const int32_t *labels, int C) {
+                                                mpt_dtype dtype, const int32_t *labels, int C, float *loss,
+                                                int32_t *valid_rows, unsigned int *blocks_done, int N) {
     __shared__ float red[32];
     __shared__ float s_max;
     __shared__ int s_arg;
@@ -320,10 +369,24 @@ static __global__ void softmax_xent_rows_kernel(float *probs, float *row_loss, i
             row_loss[row] = 0.0f;
         }
     }
+    if (fused) {
+        __shared__ int s_last;
+        if (threadIdx.x == 0) {
+            __threadfence(); /* row_loss[row] (written by this thread) is visible to every block before... */
+            const unsigned int done = atomicAdd(blocks_done, 1u); /* ...this block counts itself done */
+            s_last = done == gridDim.x - 1;
+            if (s_last) __threadfence(); /* every other block's row loss is visible to this one from here on */
+        }
+        __syncthreads();
+        if (s_last) {
+            softmax_xent_finish(loss, valid_rows, row_loss, labels, N);
+            if (threadIdx.x == 0) *blocks_done = 0; /* every block has counted: the next launch starts from 0 */
+        }
+    }
 }
 
 /* One block: *loss = sum of the row losses (FP64) / number of valid rows, rounded once to FP32 (0 when no row is
- * valid), as the CPU computes the mean. */
+ * valid), as the CPU computes the mean. Launched with XENT_MEAN_THREADS threads. */
 static __global__ void softmax_xent_mean_kernel(float *loss, const float *row_loss, const int32_t *labels, int N) {
     __shared__ double red_d[32];
     __shared__ int red_i[32];
@@ -375,21 +438,32 @@ static int xent_threads(int C) {
     return t;
 }
 
+/* fused = 0: the rows kernel, then the mean kernel; fused = 1: the rows kernel alone, whose last block takes the mean
+ * and stores the valid count in *valid (for the backward) */
 static void launch_softmax_xent_forward(const mpt_cuda_ctx *ctx, float *loss, float *probs, int32_t *n_correct,
                                         float *row_loss, const void *logits, mpt_dtype dtype, const int32_t *labels,
-                                        int N, int C) {
-    softmax_xent_rows_kernel<<<N, xent_threads(C), 0, ctx->stream>>>(probs, row_loss, n_correct, logits, dtype, labels,
-                                                                     C);
+                                        int N, int C, int fused, int32_t *valid, unsigned int *blocks_done) {
+    if (fused) {
+        softmax_xent_rows_kernel<true><<<N, xent_threads(C), 0, ctx->stream>>>(
+            probs, row_loss, n_correct, logits, dtype, labels, C, loss, valid, blocks_done, N);
+        MPT_CUDA_CHECK_LAUNCH("softmax_xent_rows_kernel<fused>");
+        return;
+    }
+    softmax_xent_rows_kernel<false><<<N, xent_threads(C), 0, ctx->stream>>>(probs, row_loss, n_correct, logits, dtype,
+                                                                            labels, C, NULL, NULL, NULL, N);
     MPT_CUDA_CHECK_LAUNCH("softmax_xent_rows_kernel");
-    softmax_xent_mean_kernel<<<1, 256, 0, ctx->stream>>>(loss, row_loss, labels, N);
+    softmax_xent_mean_kernel<<<1, XENT_MEAN_THREADS, 0, ctx->stream>>>(loss, row_loss, labels, N);
     MPT_CUDA_CHECK_LAUNCH("softmax_xent_mean_kernel");
 }
 
+/* fused = 0: counts the valid rows into *valid first; fused = 1: *valid is the count the last fused forward stored */
 static void launch_softmax_xent_backward(const mpt_cuda_ctx *ctx, void *dlogits, mpt_dtype dtype, const float *probs,
                                          const int32_t *labels, int32_t *valid, int N, int C, const float *scale,
-                                         int accumulate) {
-    count_valid_rows_kernel<<<1, 256, 0, ctx->stream>>>(valid, labels, N);
-    MPT_CUDA_CHECK_LAUNCH("count_valid_rows_kernel");
+                                         int accumulate, int fused) {
+    if (!fused) {
+        count_valid_rows_kernel<<<1, 256, 0, ctx->stream>>>(valid, labels, N);
+        MPT_CUDA_CHECK_LAUNCH("count_valid_rows_kernel");
+    }
     softmax_xent_backward_kernel<<<mpt_cuda_blocks(ctx, (int64_t)N * C), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         dlogits, dtype, probs, labels, valid, N, C, scale, accumulate);
     MPT_CUDA_CHECK_LAUNCH("softmax_xent_backward_kernel");
@@ -403,7 +477,8 @@ void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, i
                 "softmax_xent_forward: %d rows exceed the CUDA backend's loss scratch (%zu rows)", N,
                 MPT_CUDA_SCRATCH_BYTES / sizeof(float));
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
-    launch_softmax_xent_forward(ctx, loss, probs, n_correct, (float *)ctx->scratch, logits, logits_dtype, labels, N, C);
+    launch_softmax_xent_forward(ctx, loss, probs, n_correct, (float *)ctx->scratch, logits, logits_dtype, labels, N, C,
+                                ctx->fused_loss, ctx->valid_rows, ctx->xent_blocks_done);
 }
 
 void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dlogits_dtype, const float *probs,
@@ -411,7 +486,8 @@ void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dl
     mpt_cuda_require_float(dlogits_dtype, "softmax_xent_backward");
     MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_backward: N = %d, C = %d", N, C);
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
-    launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale, accumulate);
+    launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale, accumulate,
+                                 ctx->fused_loss);
 }
 
 /* ---- bias gradient (column sums of a row-major [rows, cols]) --------------------------------------------------------

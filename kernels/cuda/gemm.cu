@@ -44,6 +44,13 @@
  * time within the reserved workspace, may then find no direct algorithm). MPT_CUDA_GEMM_REFUSE_DIRECT=1 (read when
  * the backend is created) makes every direct call refused, for tests.
  *
+ * A narrow bias gradient (issue 31 A, fusion 1): on an H200 the mlp's fc3 weight gradient with BGRADB (10 outputs)
+ * ran a legacy kernel, magma_sgemmEx, for 14.1 us plus 3.1 us, where fc1/fc2's ran nvjet kernels in ~4.3 us
+ * (bench/results/gpu-2026-11-26-b.md). With MPT_CUDA_SPLIT_NARROW_BGRAD=1 (read when the backend is created; off
+ * until a GPU session has measured it), a BGRAD GEMM with fewer than NARROW_BGRAD outputs (M) runs as a plain
+ * cuBLASLt GEMM into C followed by the bias_grad kernel over dy (the two-step path's bias gradient, without its FP32
+ * D and epilogue kernel): expected ~4.3 + ~2-3 us. The record's path says "narrow BGRADB split".
+ *
  * A call whose dtypes have no cuBLASLt configuration (16-bit C with FP32 operands, a bias dtype other than C's,
  * or a configuration the heuristic declines) runs as cuBLASLt with an FP32 D in the workspace and no epilogue,
  * followed by our epilogue kernel: C = round(relu(D + beta*C + bias)). Same arithmetic (FP32 epilogue, one
@@ -100,6 +107,9 @@ typedef struct gemm_key {
     uint32_t pad_;                                  /* always 0 */
 } gemm_key;
 
+/* Bias gradients with fewer outputs than this run split when MPT_CUDA_SPLIT_NARROW_BGRAD=1 (header comment). */
+#define NARROW_BGRAD 16
+
 typedef struct gemm_plan {
     gemm_key key;
     int used;
@@ -116,6 +126,10 @@ typedef struct gemm_plan {
     int32_t algo_id, splitk;
     uint32_t tile_id, stages_id, reduction_scheme;
     int direct_refused;                 /* a direct call of this configuration was refused: now two-step */
+    int fused_drelu;                    /* the two-step DRELU_BGRAD's epilogue runs as drelu_bgrad_kernel (the
+                                           context's MPT_CUDA_FUSED_DRELU_BGRAD, copied for the record) */
+    int split_bgrad;                    /* direct, a BGRAD GEMM run without its epilogue, then the bias_grad kernel
+                                           (MPT_CUDA_SPLIT_NARROW_BGRAD=1 and fewer than NARROW_BGRAD outputs) */
 } gemm_plan;
 
 struct mpt_cuda_gemm_cache {
@@ -198,6 +212,47 @@ static void launch_gemm_epilogue(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_d
     gemm_epilogue_kernel<<<mpt_cuda_blocks(ctx, M * N), MPT_CUDA_THREADS, 0, ctx->stream>>>(
         C, c_dtype, D, bias, bias_dtype, relu, (const uint8_t *)mask, mpt_relu_aux_ld(N), beta, M, N);
     MPT_CUDA_CHECK_LAUNCH("gemm_epilogue_kernel");
+}
+
+/* DRELU_BGRAD's two-step epilogue in one kernel (MPT_CUDA_FUSED_DRELU_BGRAD=1; until then gemm_epilogue_kernel and
+ * then the bias_grad kernel over the stored C): C[i] = round(c_dtype, drelu(D[i] + beta*C[i], mask bit)) and
+ * db[n] = the column sums of the stored C, D read once. The bits are those two kernels': each element through the
+ * same steps as gemm_epilogue_kernel's (no bias, no relu), and the sums in bias_grad_kernel's order (block (32, 8)
+ * per 32 columns, thread (x, y) adds the widened stored values of rows y, y + 8, ... in FP32, then the 8 partials
+ * in order). */
+#define DRELU_TILE_X 32
+#define DRELU_TILE_Y 8
+static __global__ void drelu_bgrad_kernel(void *C, mpt_dtype c_dtype, float *db, const float *D, const uint8_t *mask,
+                                          int64_t ld, float beta, int64_t M, int64_t N) {
+    __shared__ float part[DRELU_TILE_Y][DRELU_TILE_X + 1];
+    const int64_t n = (int64_t)blockIdx.x * DRELU_TILE_X + threadIdx.x;
+    float acc = 0.0f;
+    if (n < N)
+        for (int64_t m = threadIdx.y; m < M; m += DRELU_TILE_Y) {
+            const int64_t i = m * N + n, bit = m * ld + n;
+            float v = D ? D[i] : 0.0f;
+            if (beta != 0.0f) v += beta * mpt_dev_load(C, c_dtype, i);
+            v = mpt_elem_drelu(v, (mask[bit >> 3] >> (bit & 7)) & 1);
+            mpt_dev_store(C, c_dtype, i, v);
+            acc += mpt_dev_load(C, c_dtype, i); /* the stored value, as bias_grad_kernel reads it */
+        }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && n < N) {
+        float sum = part[0][threadIdx.x];
+        for (int y = 1; y < DRELU_TILE_Y; y++) sum += part[y][threadIdx.x];
+        db[n] = sum;
+    }
+}
+
+static void launch_drelu_bgrad(const mpt_cuda_ctx *ctx, void *C, mpt_dtype c_dtype, float *db, const float *D,
+                               const void *mask, float beta, int64_t M, int64_t N) {
+    const dim3 block(DRELU_TILE_X, DRELU_TILE_Y);
+    const int64_t grid = (N + DRELU_TILE_X - 1) / DRELU_TILE_X;
+    MPT_ASSERTF(grid >= 1 && grid <= 0x7fffffff, "drelu_bgrad: %lld columns", (long long)N);
+    drelu_bgrad_kernel<<<(unsigned)grid, block, 0, ctx->stream>>>(C, c_dtype, db, D, (const uint8_t *)mask,
+                                                                    mpt_relu_aux_ld(N), beta, M, N);
+    MPT_CUDA_CHECK_LAUNCH("drelu_bgrad_kernel");
 }
 
 /* The ReLU bitmask of the stored [M, N] C (engine/backend.h): one thread per 32-bit word, bit j of word w of
@@ -310,10 +365,12 @@ static void plan_release(gemm_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Creates the descriptors of a plan for the direct (direct = 1) or the two-step path. */
-static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
+/* Creates the descriptors of a plan for the direct (direct = 1) or the two-step path; split (direct BGRAD only):
+ * no cuBLASLt epilogue, the bias gradient from the bias_grad kernel after the call. */
+static void plan_describe(gemm_plan *p, const gemm_key *k, int direct, int split = 0) {
     p->key = *k;
     p->direct = direct;
+    p->split_bgrad = direct && split;
     p->compute = k->math == MPT_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     p->ab_type = to_cuda_type((mpt_dtype)k->ab_dtype);
     p->b_type = to_cuda_type((mpt_dtype)k->b_dtype);
@@ -321,7 +378,7 @@ static void plan_describe(gemm_plan *p, const gemm_key *k, int direct) {
     p->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     if (direct && k->epilogue == MPT_EPILOGUE_BIAS) p->epilogue = CUBLASLT_EPILOGUE_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_BIAS;
-    if (direct && k->epilogue == MPT_EPILOGUE_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    if (direct && k->epilogue == MPT_EPILOGUE_BGRAD && !p->split_bgrad) p->epilogue = CUBLASLT_EPILOGUE_BGRADB;
     if (direct && k->epilogue == MPT_EPILOGUE_RELU_AUX_BIAS) p->epilogue = CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
     if (direct && k->epilogue == MPT_EPILOGUE_DRELU_BGRAD) p->epilogue = CUBLASLT_EPILOGUE_DRELU_BGRAD;
     /* the bias (gradient) vector: D's type, except the FP32 bias gradient of DRELU_BGRAD (engine/backend.h) */
@@ -443,9 +500,10 @@ static size_t lt_limit(size_t total, size_t extra) {
 static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_t total, int allow_direct) {
     cublasStatus_t why_direct = CUBLAS_STATUS_NOT_SUPPORTED, why_two_step = CUBLAS_STATUS_NOT_SUPPORTED;
     if (allow_direct && direct_supported(k)) {
-        plan_describe(p, k, 1);
+        plan_describe(p, k, 1, ctx->split_narrow_bgrad && k->epilogue == MPT_EPILOGUE_BGRAD && k->M < NARROW_BGRAD);
         if (plan_pick_algo(ctx, p, lt_limit(total, 0), &why_direct)) {
             p->used = 1;
+            p->fused_drelu = ctx->fused_drelu_bgrad;
             return;
         }
         plan_release(p);
@@ -457,6 +515,7 @@ static void plan_build(mpt_cuda_ctx *ctx, gemm_plan *p, const gemm_key *k, size_
                 (long long)k->M, (long long)k->N, p->extra_bytes, total);
     if (plan_pick_algo(ctx, p, lt_limit(total, p->extra_bytes), &why_two_step)) {
         p->used = 1;
+        p->fused_drelu = ctx->fused_drelu_bgrad;
         return;
     }
     mpt_fatal(__FILE__, __LINE__,
@@ -501,7 +560,7 @@ static gemm_plan *plan_get(mpt_cuda_ctx *ctx, const gemm_key *k, size_t total) {
 /* The record's path: "cublasLt" (one call, cuBLASLt's epilogue), or the two-step path naming our epilogue, with
  * " (direct refused)" when cuBLASLt refused the direct call at run time. */
 static const char *two_step_path(const gemm_plan *p) {
-    if (p->direct) return "cublasLt";
+    if (p->direct) return p->split_bgrad ? "cublasLt + bias_grad kernel (narrow BGRADB split)" : "cublasLt";
     const int r = p->direct_refused;
     switch (p->key.epilogue) {
     case MPT_EPILOGUE_BGRAD:
@@ -511,6 +570,8 @@ static const char *two_step_path(const gemm_plan *p) {
         return r ? "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel (direct refused)"
                  : "cublasLt D=F32 + RELU_AUX_BIAS epilogue kernel + relu_aux kernel";
     case MPT_EPILOGUE_DRELU_BGRAD:
+        if (p->fused_drelu)
+            return r ? "cublasLt D=F32 + drelu_bgrad kernel (direct refused)" : "cublasLt D=F32 + drelu_bgrad kernel";
         return r ? "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel (direct refused)"
                  : "cublasLt D=F32 + DRELU epilogue kernel + bias_grad kernel";
     default: return r ? "cublasLt D=F32 + epilogue kernel (direct refused)" : "cublasLt D=F32 + epilogue kernel";
@@ -685,6 +746,10 @@ static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p
     const float zero = 0.0f;
     MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D, p->ld,
                                     &p->algo, lt_ws, p->algo_workspace, ctx->stream));
+    if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD && ctx->fused_drelu_bgrad) { /* one kernel, the same bits */
+        launch_drelu_bgrad(ctx, a->C, a->c_dtype, a->bias_grad, D, a->aux, a->beta, a->M, a->N);
+        return;
+    }
     launch_gemm_epilogue(ctx, a->C, a->c_dtype, D, bias, a->bias_dtype, relu,
                          a->epilogue == MPT_EPILOGUE_DRELU_BGRAD ? a->aux : NULL, a->beta, a->M, a->N);
     switch (a->epilogue) {
@@ -726,7 +791,11 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
                            ? CUBLAS_STATUS_NOT_SUPPORTED
                            : cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C,
                                             p->ld, a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
-    if (s == CUBLAS_STATUS_SUCCESS) return 1;
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        if (p->split_bgrad) /* column sums of our A stored [K, M], as the two-step path's */
+            mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+        return 1;
+    }
     MPT_ASSERTF(direct_refusal(s), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
                 mpt_cublas_describe(s));
     fprintf(stderr,

@@ -96,12 +96,17 @@ static __global__ void step_begin_kernel(mpt_scaler_state *st) {
     mpt_scaler_step_begin(&st->steps_taken, st->found_inf);
 }
 
-static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_params p, int dynamic) {
+/* scaler_update's work (one thread): the scale and counters for the next step, then iteration += 1. */
+static __device__ void scaler_advance(mpt_scaler_state *st, const mpt_scaler_params &p, int dynamic) {
     mpt_scaler_update_fields(&st->scale, &st->inv_scale, &st->found_inf, &st->grad_mul, &st->sumsq,
                              &st->growth_tracker, &st->hysteresis_left, &st->steps_skipped, &st->floor_hits,
                              &st->steps_nonfinite, p.growth_factor, p.backoff_factor, p.growth_interval,
                              p.hysteresis, p.min_scale, p.max_scale, p.apply_nonfinite, dynamic);
     st->iteration += 1;
+}
+
+static __global__ void scaler_update_kernel(mpt_scaler_state *st, mpt_scaler_params p, int dynamic) {
+    scaler_advance(st, p, dynamic);
 }
 
 void mpt_cuda_clip_coef(mpt_backend *be, mpt_scaler_state *st, float max_norm) {
@@ -248,13 +253,15 @@ void mpt_cuda_optim_step(mpt_backend *be, const mpt_optim_args *a) {
 /* Elements per chunk (16 per thread with MPT_CUDA_THREADS = 256). */
 #define MPT_MT_CHUNK 4096
 
-/* Chunk c of the table: its slot and first element (returns 1), or 0 when c is past the last chunk. */
-static __device__ int locate_chunk(const mpt_param_slot *slots, int count, int64_t c, int *slot, int64_t *start) {
+/* Chunk c of the table cut into chunks of `chunk` elements: its slot and first element (returns 1), or 0 when c
+ * is past the last chunk. */
+static __device__ int locate_chunk(const mpt_param_slot *slots, int count, int64_t c, int *slot, int64_t *start,
+                                   int64_t chunk = MPT_MT_CHUNK) {
     for (int i = 0; i < count; i++) {
-        const int64_t n_chunks = (slots[i].n + MPT_MT_CHUNK - 1) / MPT_MT_CHUNK;
+        const int64_t n_chunks = (slots[i].n + chunk - 1) / chunk;
         if (c < n_chunks) {
             *slot = i;
-            *start = c * MPT_MT_CHUNK;
+            *start = c * chunk;
             return 1;
         }
         c -= n_chunks;
@@ -262,9 +269,9 @@ static __device__ int locate_chunk(const mpt_param_slot *slots, int count, int64
     return 0;
 }
 
-/* Blocks of a multi-tensor launch: the upper bound on the number of chunks. */
-static unsigned multi_tensor_blocks(int64_t numel, int count) {
-    const int64_t blocks = numel / MPT_MT_CHUNK + count;
+/* Blocks of a multi-tensor launch: the upper bound on the number of chunks of `chunk` elements. */
+static unsigned multi_tensor_blocks(int64_t numel, int count, int64_t chunk = MPT_MT_CHUNK) {
+    const int64_t blocks = numel / chunk + count;
     MPT_ASSERTF(blocks >= 1 && blocks <= (int64_t)INT32_MAX, "multi-tensor launch: %lld blocks for %lld elements",
                 (long long)blocks, (long long)numel);
     return (unsigned)blocks;
@@ -303,6 +310,31 @@ void mpt_cuda_unscale_check_multi(mpt_backend *be, const mpt_param_slot *slots, 
     MPT_CUDA_CHECK_LAUNCH("unscale_check_multi_kernel");
 }
 
+/* The per-tensor arguments of one slot of a multi-tensor launch (no update_out). */
+static __device__ void slot_args(mpt_optim_args *one, const mpt_optim_multi_args &a, const mpt_param_slot &sl) {
+    assert(sl.master != NULL || sl.working != NULL);
+    assert(a.h.kind == MPT_OPTIM_SGD ? (a.h.momentum == 0.0f || sl.m != NULL) : (sl.m && sl.v));
+    one->h = a.h;
+    one->n = sl.n;
+    one->master = sl.master;
+    one->grad = sl.grad;
+    one->m = sl.m;
+    one->v = sl.v;
+    one->state_dtype = a.state_dtype;
+    one->working = sl.working;
+    one->working_dtype = sl.working_dtype;
+    one->stochastic = a.stochastic;
+    one->sr_seed = a.sr_seed;
+    one->sr_iteration = a.sr_iteration;
+    one->sr_offset = sl.sr_offset;
+    one->found_inf = a.found_inf;
+    one->grad_mul = a.grad_mul;
+    one->step = a.step;
+    one->lr = a.lr;
+    one->iteration = a.iteration;
+    one->update_out = NULL;
+}
+
 /* optim_step_kernel's work on chunk blockIdx.x of the table: thread 0 turns the chunk's slot into the per-tensor
  * arguments (no update_out), then every thread runs update_element over the chunk. */
 static __global__ void optim_step_multi_kernel(mpt_optim_multi_args a) {
@@ -316,31 +348,10 @@ static __global__ void optim_step_multi_kernel(mpt_optim_multi_args a) {
         int64_t s0 = 0;
         found = locate_chunk(a.slots, a.count, blockIdx.x, &slot, &s0);
         if (found) {
-            const mpt_param_slot sl = a.slots[slot];
-            assert(sl.master != NULL || sl.working != NULL);
-            assert(a.h.kind == MPT_OPTIM_SGD ? (a.h.momentum == 0.0f || sl.m != NULL) : (sl.m && sl.v));
             compute_step_scalars(&sc, a.h, a.step, a.grad_mul, a.lr, a.iteration, a.sr_iteration);
-            one.h = a.h;
-            one.n = sl.n;
-            one.master = sl.master;
-            one.grad = sl.grad;
-            one.m = sl.m;
-            one.v = sl.v;
-            one.state_dtype = a.state_dtype;
-            one.working = sl.working;
-            one.working_dtype = sl.working_dtype;
-            one.stochastic = a.stochastic;
-            one.sr_seed = a.sr_seed;
-            one.sr_iteration = a.sr_iteration;
-            one.sr_offset = sl.sr_offset;
-            one.found_inf = a.found_inf;
-            one.grad_mul = a.grad_mul;
-            one.step = a.step;
-            one.lr = a.lr;
-            one.iteration = a.iteration;
-            one.update_out = NULL;
+            slot_args(&one, a, a.slots[slot]);
             start = s0;
-            end = s0 + MPT_MT_CHUNK < sl.n ? s0 + MPT_MT_CHUNK : sl.n;
+            end = s0 + MPT_MT_CHUNK < one.n ? s0 + MPT_MT_CHUNK : one.n;
         }
     }
     __syncthreads();
@@ -359,4 +370,144 @@ void mpt_cuda_optim_step_multi(mpt_backend *be, const mpt_optim_multi_args *a) {
     const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
     optim_step_multi_kernel<<<multi_tensor_blocks(a->numel, a->count), MPT_CUDA_THREADS, 0, ctx->stream>>>(*a);
     MPT_CUDA_CHECK_LAUNCH("optim_step_multi_kernel");
+}
+
+/* ---- the update pass in two kernels (update_pass; MPT_CUDA_FUSED_UPDATE=1) ------------------------------ */
+/*
+ * What five launches do today (unscale_check_multi, then one-thread kernels for step_begin and lr_update, then
+ * optim_step_multi, then a one-thread scaler_update), in two:
+ *
+ * 1. update_check_kernel: unscale + found_inf over the whole table (the multi-tensor chunking above with chunks of
+ *    MPT_UPDATE_CHUNK elements, one float4 per thread where the chunk is 16-byte aligned). Every block then counts
+ *    itself in plan->arrived (a __threadfence before the atomicAdd makes its found_inf store visible first: the
+ *    threadFenceReduction pattern of the CUDA samples); the block that arrives last, when every gradient has been
+ *    checked, runs on one thread what the one-thread kernels ran, in their order: step_begin (steps_taken += 1
+ *    unless found_inf), lr_update (st->lr from st->iteration), this step's per-step scalars for the optimizer
+ *    (compute_step_scalars: the same function optim_step_multi's blocks call, with the same inputs) and found_inf
+ *    into the plan, then scaler_update (the scale for the next step, found_inf reset, iteration += 1), and resets
+ *    the counter for the next launch or graph replay.
+ * 2. update_apply_kernel: unless the plan says skip, update_element over the table (chunks of MPT_UPDATE_CHUNK),
+ *    with the plan's scalars.
+ * found_inf is known before any weight moves because the stream runs (2) after (1) has finished; a single kernel
+ * would need a grid-wide barrier, hence a cooperative launch with every block co-resident, which caps the grid and
+ * must survive graph capture. Two kernels keep the ordering where it is today, in the stream.
+ *
+ * Why the bits are today's: every element goes through the same per-element functions (mpt_elem_unscale,
+ * update_element, each element alone, so chunking and vector loads change no value); the scalar functions are the
+ * same and see the same inputs (found_inf is the OR over all gradients in both; step_begin, lr_update and the
+ * step scalars read steps_taken, iteration and lr as optim_step_multi read them, before scaler_update changes
+ * found_inf and iteration); and the scaler's update is the same function of the same state. The trainer uses this
+ * path only where nothing runs between the optimizer and scaler_update that reads the scaler state (no FP8 scale
+ * update, no update deltas, no clipping, no --nonfinite apply). tests/test_cuda.c test_update_pass_bit_identical
+ * checks it against the CPU's five calls, step by step, over overflowing and clean steps. Not yet run on a GPU.
+ */
+
+/* Elements per chunk: one float4 per thread with MPT_CUDA_THREADS = 256. Smaller than MPT_MT_CHUNK so the mlp's
+ * 0.67 M parameters make ~660 blocks (5 per SM of an H100/H200) instead of ~170. */
+#define MPT_UPDATE_CHUNK 1024
+
+/* This step's inputs to the update kernel, written by the check kernel's last block (device memory of the
+ * context: ctx->update_plan, zeroed at creation). */
+typedef struct update_plan {
+    unsigned int arrived; /* blocks of the check kernel that have finished; 0 between launches */
+    int skip;             /* found_inf of this step: the update kernel writes nothing */
+    step_scalars sc;      /* the optimizer's per-step scalars (valid unless skip) */
+} update_plan;
+static_assert(sizeof(update_plan) <= MPT_CUDA_UPDATE_PLAN_BYTES, "update_plan exceeds ctx->update_plan");
+
+/* The unscale of elements [0, len) of base; 1 if any was or became non-finite. */
+static __device__ __forceinline__ int unscale_span(float *base, int64_t len, float inv) {
+    int bad = 0;
+    if (((uintptr_t)base & 15) == 0) {
+        const int64_t quads = len / 4;
+        for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+            float4 v = reinterpret_cast<float4 *>(base)[q];
+            bad |= mpt_elem_unscale(&v.x, inv) | mpt_elem_unscale(&v.y, inv) | mpt_elem_unscale(&v.z, inv) |
+                   mpt_elem_unscale(&v.w, inv);
+            reinterpret_cast<float4 *>(base)[q] = v;
+        }
+        for (int64_t i = quads * 4 + threadIdx.x; i < len; i += blockDim.x) bad |= mpt_elem_unscale(&base[i], inv);
+    } else {
+        for (int64_t i = threadIdx.x; i < len; i += blockDim.x) bad |= mpt_elem_unscale(&base[i], inv);
+    }
+    return bad;
+}
+
+static __global__ void update_check_kernel(mpt_update_pass_args u, update_plan *plan) {
+    __shared__ int found, last;
+    __shared__ float *base;
+    __shared__ int64_t len;
+    mpt_scaler_state *st = u.st;
+    if (threadIdx.x == 0) {
+        int slot = 0;
+        int64_t s0 = 0;
+        found = locate_chunk(u.optim.slots, u.optim.count, blockIdx.x, &slot, &s0, MPT_UPDATE_CHUNK);
+        if (found) {
+            const int64_t n = u.optim.slots[slot].n;
+            base = u.optim.slots[slot].grad + s0;
+            len = (s0 + MPT_UPDATE_CHUNK < n ? s0 + MPT_UPDATE_CHUNK : n) - s0;
+        }
+    }
+    __syncthreads();
+    /* every block, past the last chunk too, takes part in the barrier and the count below */
+    const int bad = found ? unscale_span(base, len, st->inv_scale) : 0;
+    if (__syncthreads_or(bad) && threadIdx.x == 0) st->found_inf = 1.0f;
+    if (threadIdx.x == 0) {
+        __threadfence(); /* this block's found_inf store before its arrival */
+        last = atomicAdd(&plan->arrived, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    /* the last block: every gradient is unscaled and checked */
+    __threadfence();
+    const float found_inf = *(volatile float *)&st->found_inf;
+    mpt_scaler_step_begin(&st->steps_taken, found_inf); /* step_begin_kernel */
+    const mpt_lr_schedule &sc = u.schedule;            /* lr_update_kernel */
+    st->lr = mpt_lr_eval((int)sc.kind, sc.base_lr, sc.min_lr, sc.warmup_steps, sc.total_steps, sc.step_size, sc.gamma,
+                         st->iteration);
+    plan->skip = found_inf != 0.0f;
+    if (!plan->skip) /* optim_step_multi's blocks compute these only on a step they take (steps_taken >= 1) */
+        compute_step_scalars(&plan->sc, u.optim.h, &st->steps_taken, NULL, &st->lr, &st->iteration,
+                             u.optim.sr_iteration);
+    scaler_advance(st, u.scaler, u.dynamic); /* scaler_update_kernel */
+    plan->arrived = 0;
+}
+
+static __global__ void update_apply_kernel(mpt_optim_multi_args a, const update_plan *plan) {
+    if (plan->skip) return; /* skipped step: nothing is written (uniform) */
+    __shared__ int found;
+    __shared__ int64_t start, end;
+    __shared__ mpt_optim_args one;
+    if (threadIdx.x == 0) {
+        int slot = 0;
+        int64_t s0 = 0;
+        found = locate_chunk(a.slots, a.count, blockIdx.x, &slot, &s0, MPT_UPDATE_CHUNK);
+        if (found) {
+            slot_args(&one, a, a.slots[slot]);
+            start = s0;
+            end = s0 + MPT_UPDATE_CHUNK < one.n ? s0 + MPT_UPDATE_CHUNK : one.n;
+        }
+    }
+    __syncthreads();
+    if (!found) return; /* uniform over the block */
+    const step_scalars s = plan->sc;
+    const mpt_optim_args args = one;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) update_element(args, s, i);
+}
+
+void mpt_cuda_update_pass(mpt_backend *be, const mpt_update_pass_args *u) {
+    mpt_update_pass_args_check(u); /* the contract (engine/backend.c) */
+    const mpt_optim_multi_args *a = &u->optim;
+    mpt_cuda_require_float(a->state_dtype, "update_pass (optimizer state)");
+    if (a->count == 0 || a->numel == 0) { /* nothing to update: the scalar kernels alone */
+        mpt_update_pass_as_calls(be, u);
+        return;
+    }
+    const mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    update_plan *plan = (update_plan *)ctx->update_plan;
+    const unsigned blocks = multi_tensor_blocks(a->numel, a->count, MPT_UPDATE_CHUNK);
+    update_check_kernel<<<blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(*u, plan);
+    MPT_CUDA_CHECK_LAUNCH("update_check_kernel");
+    update_apply_kernel<<<blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(*a, plan);
+    MPT_CUDA_CHECK_LAUNCH("update_apply_kernel");
 }

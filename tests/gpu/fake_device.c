@@ -14,7 +14,8 @@
  * when the runner makes them line-buffered (stdbuf), which is what the rehearsal checks. FAKE_HANG=<key> makes the
  * run whose key ("<program>/<case>" for a test, "mptrain <command> <model>" for mptrain) contains it print one more
  * line and then sleep (a hang); FAKE_FAIL=<key> makes it fail (a "not ok" line, exit 1); FAKE_GRAPH_CHANGES_MATH=1
- * makes `train --cuda-graph on` write another first loss than `--cuda-graph off` (metrics.csv).
+ * makes `train --cuda-graph on` write another first loss than `--cuda-graph off` (metrics.csv), and
+ * FAKE_FUSED_CHANGES_MATH=1 makes a `train` with MPT_CUDA_FUSED_UPDATE=1 do the same (a fused path that is wrong).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -119,12 +120,16 @@ static int fake_mptrain(int argc, char **argv) {
                "\"steps_skipped\": 0, \"peak_memory_bytes\": {\"total\": 1048576}, "
                "\"cuda_graph\": {\"status\": \"fake\"}}\n");
     fclose(f);
-    /* as mptrain's: each run's own id in the last column; FAKE_GRAPH_CHANGES_MATH: --cuda-graph on moves a loss */
+    /* as mptrain's: each run's own id in the last column; FAKE_GRAPH_CHANGES_MATH: --cuda-graph on moves a loss,
+     * FAKE_FUSED_CHANGES_MATH: MPT_CUDA_FUSED_UPDATE=1 does */
+    const char *fused = getenv("MPT_CUDA_FUSED_UPDATE");
     const int moved = getenv("FAKE_GRAPH_CHANGES_MATH") && strcmp(arg_after(argc, argv, "--cuda-graph", ""), "on") == 0;
+    const int moved_fused = getenv("FAKE_FUSED_CHANGES_MATH") && fused && strcmp(fused, "1") == 0;
     f = create(out, "metrics.csv");
     fprintf(f, "epoch,loss,run_id\n");
     for (int e = 0; e < epochs; e++)
-        fprintf(f, "%d,0.%d%s,%08x\n", e + 1, 5 - e, moved && e == 0 ? "1" : "", (unsigned)getpid());
+        fprintf(f, "%d,0.%d%s%s,%08x\n", e + 1, 5 - e, moved && e == 0 ? "1" : "", moved_fused && e == 0 ? "2" : "",
+                (unsigned)getpid());
     fclose(f);
     return 0;
 }

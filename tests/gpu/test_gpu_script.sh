@@ -12,7 +12,8 @@
 #     every later stage still runs (tc: tests/test_cuda_tc alone, its report on the results page); the output folder
 #     holds exactly the six files a device call returns, the results
 #     page has every stage, the library path has every nvidia/*/lib folder of the Python's wheels; a loss that moves
-#     with --cuda-graph on (FAKE_GRAPH_CHANGES_MATH) fails the graph stage.
+#     with --cuda-graph on (FAKE_GRAPH_CHANGES_MATH) fails the graph stage, and so does one that moves with a fused path
+#     of issue 31 A (FAKE_FUSED_CHANGES_MATH: MPT_CUDA_FUSED_UPDATE=1); the graph table has a row per run.
 #   Run B (FAKE_HANG="mptrain compare lenet5"): bench/gpu.sh is killed with SIGKILL from outside, as a device call
 #     past its time limit is, while a stage hangs; what the earlier stages produced, and what the hanging stage had
 #     printed, are already in the output folder.
@@ -174,7 +175,7 @@ in_archive() { # OUTDIR PATTERN: the archive's matching member, on stdout
 # ---- run A: a hanging test case ---------------------------------------------------------------------------------
 outA=$tmp/outA
 t0=$SECONDS
-FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 "$tree/bench/gpu.sh" --stages info,test,tc,graph,compare,bench --budget 300 \
+FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 FAKE_FUSED_CHANGES_MATH=1 "$tree/bench/gpu.sh" --stages info,test,tc,graph,compare,bench --budget 300 \
     --tcase-timeout 4 --epochs 2 --out "$outA" >"$tmp/A.log" 2>&1
 rcA=$?
 took=$((SECONDS - t0))
@@ -214,6 +215,10 @@ check "the PyTorch comparison has all 16 runs (8 mptrain, 8 PyTorch; 1 repeat)" 
 check "the failed stage is named" grep -q 'STAGE FAILED: test: the cuda suite failed' "$outA/gpu.log"
 check "a loss that differs with the step graph on fails the graph stage" \
     grep -q 'STAGE FAILED: graph: metrics.csv differs between --cuda-graph on and off' "$outA/gpu.log"
+check "a loss that differs with a fused path of issue 31 A fails the graph stage, naming its variable" \
+    grep -q 'STAGE FAILED: graph: metrics.csv differs with MPT_CUDA_FUSED_UPDATE=1 from the on run' "$outA/gpu.log"
+check "the graph table has a row per run: on, off, the fused update, the split bias gradient, telemetry on the host and the device, on again, lenet5's measured convolutions" \
+    bash -c "grep -q '^| mlp | on | - | - | on |' '$page' && grep -q '^| mlp | off | - | - | off |' '$page' && grep -q '^| mlp | update | MPT_CUDA_FUSED_UPDATE=1 | - | on |' '$page' && grep -q '^| mlp | bgrad | MPT_CUDA_SPLIT_NARROW_BGRAD=1 | - | on | may differ' '$page' && grep -q '^| mlp | tele-dev | MPT_CUDA_DEVICE_TELEMETRY=1 | --telemetry 50 | on |' '$page' && grep -q '^| mlp | on-2 | - | - | on |' '$page' && grep -q '^| lenet5 | find | MPT_CUDA_CONV_FIND=1 | - | on | may differ' '$page'"
 check "OPENBLAS_CORETYPE is recorded" grep -q 'OPENBLAS_CORETYPE=' "$outA/machine.txt"
 
 # ---- run B: killed from outside while a stage hangs -------------------------------------------------------------
