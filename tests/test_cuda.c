@@ -544,6 +544,25 @@ static void restore_gpu(void) {
     shared_gpu = NULL;
 }
 
+/* A CUDA backend of the test's own, created with each variable of the space-separated list `vars` set to 1 (the
+ * backend reads them at creation; they are unset again at once). */
+static mpt_backend *cuda_backend_with(const char *vars) {
+    char list[256], *save = NULL;
+    snprintf(list, sizeof list, "%s", vars);
+    for (char *v = strtok_r(list, " ", &save); v; v = strtok_r(NULL, " ", &save)) setenv(v, "1", 1);
+    mpt_backend *be = mpt_backend_cuda_create();
+    snprintf(list, sizeof list, "%s", vars);
+    for (char *v = strtok_r(list, " ", &save); v; v = strtok_r(NULL, " ", &save)) unsetenv(v);
+    EXPECT(be != NULL, "a CUDA backend with %s set to 1: %s", vars, mpt_last_error());
+    return be;
+}
+
+/* Makes be the backend the helpers (dev_*) and the test use until restore_gpu, which frees it. */
+static void swap_in(mpt_backend *be) {
+    shared_gpu = gpu;
+    gpu = be;
+}
+
 START_TEST(test_gemm_refused_direct_falls_back) {
     static const struct {
         mpt_epilogue ep;
@@ -560,12 +579,8 @@ START_TEST(test_gemm_refused_direct_falls_back) {
         {MPT_EPILOGUE_DRELU_BGRAD, MPT_MATH_BF16, 0, 128, 64, 96, "refused.drelu_bgrad"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        setenv("MPT_CUDA_GEMM_REFUSE_DIRECT", "1", 1);
-        mpt_backend *refusing = mpt_backend_cuda_create();
-        unsetenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
-        EXPECT(refusing != NULL, "a second CUDA backend: %s", mpt_last_error());
-        shared_gpu = gpu;
-        gpu = refusing;
+        mpt_backend *refusing = cuda_backend_with("MPT_CUDA_GEMM_REFUSE_DIRECT");
+        swap_in(refusing);
         const mpt_dtype t = operand_dtype(cases[i].math);
         const int bgrad = cases[i].ep == MPT_EPILOGUE_BGRAD;
         gemm_case c = {.math = cases[i].math, .ta = cases[i].ta, .M = cases[i].M, .N = cases[i].N, .K = cases[i].K,
@@ -602,14 +617,10 @@ static void swap_in_device_telemetry(void) {
     EXPECT(gpu->telemetry_range == NULL && gpu->telemetry_rounding == NULL && gpu->telemetry_lost == NULL &&
                gpu->telemetry_lost_counterfactual == NULL,
            "the CUDA backend has device telemetry without MPT_CUDA_DEVICE_TELEMETRY=1");
-    setenv("MPT_CUDA_DEVICE_TELEMETRY", "1", 1);
-    mpt_backend *be = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
-    EXPECT(be != NULL, "a second CUDA backend: %s", mpt_last_error());
+    mpt_backend *be = cuda_backend_with("MPT_CUDA_DEVICE_TELEMETRY");
     EXPECT(be->telemetry_range && be->telemetry_rounding && be->telemetry_lost && be->telemetry_lost_counterfactual,
            "MPT_CUDA_DEVICE_TELEMETRY=1 did not set the telemetry entries");
-    shared_gpu = gpu;
-    gpu = be;
+    swap_in(be);
 }
 
 /* One size: every dtype's range and lost counts, both targets' histograms with errors at two shifts, on the device
@@ -1049,12 +1060,8 @@ END_TEST
 START_TEST(test_conv_measured_choice) {
     const mpt_conv_shape shapes[] = {conv_shape(4, 3, 12, 12, 8, 3, 1, 1), conv_shape(8, 1, 28, 28, 6, 5, 2, 1),
                                      conv_shape(128, 6, 14, 14, 16, 5, 0, 1)};
-    setenv("MPT_CUDA_CONV_FIND", "1", 1);
-    mpt_backend *measured = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_CONV_FIND");
-    EXPECT(measured != NULL, "a CUDA backend with MPT_CUDA_CONV_FIND=1: %s", mpt_last_error());
-    shared_gpu = gpu;
-    gpu = measured;
+    mpt_backend *measured = cuda_backend_with("MPT_CUDA_CONV_FIND");
+    swap_in(measured);
     uint64_t seed = 2600;
     for (size_t mi = 0; mi < 4; mi++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -1891,12 +1898,8 @@ static void xent_fused_case(mpt_backend *plain, mpt_backend *fused, mpt_dtype t,
 
 START_TEST(test_softmax_xent_fused_bit_identical) {
     static const int Ns[] = {1, 7, 128, 1000}, Cs[] = {10, 33, 300}, ignore[] = {0, 3, 1, 4};
-    setenv("MPT_CUDA_FUSED_LOSS", "1", 1);
-    mpt_backend *fused = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_FUSED_LOSS");
-    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_LOSS=1: %s", mpt_last_error());
-    shared_gpu = gpu; /* the four-kernel backend; the fixture's restore_gpu frees `fused` */
-    gpu = fused;
+    mpt_backend *fused = cuda_backend_with("MPT_CUDA_FUSED_LOSS");
+    swap_in(fused); /* the fixture's restore_gpu puts the four-kernel backend back and frees `fused` */
     uint64_t seed = 900;
     int k = 0;
     for (size_t ni = 0; ni < 4; ni++)
@@ -2092,12 +2095,8 @@ START_TEST(test_gemm_bgrad_epilogue) {
     bgrad_cases("bgrad.test");
     /* MPT_CUDA_SPLIT_NARROW_BGRAD=1 (gemm.cu): the 10-output shape as a plain GEMM plus the bias_grad kernel, within
      * the same bounds; the wider shapes keep cuBLASLt's BGRADB (or the two-step path) */
-    setenv("MPT_CUDA_SPLIT_NARROW_BGRAD", "1", 1);
-    mpt_backend *split = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_SPLIT_NARROW_BGRAD");
-    EXPECT(split != NULL, "a CUDA backend with MPT_CUDA_SPLIT_NARROW_BGRAD=1: %s", mpt_last_error());
-    shared_gpu = gpu;
-    gpu = split;
+    mpt_backend *split = cuda_backend_with("MPT_CUDA_SPLIT_NARROW_BGRAD");
+    swap_in(split);
     bgrad_cases("bgrad.split");
     int narrow = 0;
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
@@ -2154,13 +2153,8 @@ static void drelu_bgrad_on(mpt_backend *be, mpt_math math, mpt_dtype t, int64_t 
  * the fused backend's records name drelu_bgrad_kernel. */
 START_TEST(test_drelu_bgrad_fused_bit_identical) {
     static const int64_t shapes[][3] = {{128, 512, 512}, {128, 120, 84}, {16, 133, 61}, {1, 33, 7}, {37, 33, 70}};
-    setenv("MPT_CUDA_GEMM_REFUSE_DIRECT", "1", 1);
-    mpt_backend *ref = mpt_backend_cuda_create();
-    setenv("MPT_CUDA_FUSED_DRELU_BGRAD", "1", 1);
-    mpt_backend *fused = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_FUSED_DRELU_BGRAD");
-    unsetenv("MPT_CUDA_GEMM_REFUSE_DIRECT");
-    EXPECT(ref != NULL && fused != NULL, "two CUDA backends of their own: %s", mpt_last_error());
+    mpt_backend *ref = cuda_backend_with("MPT_CUDA_GEMM_REFUSE_DIRECT");
+    mpt_backend *fused = cuda_backend_with("MPT_CUDA_GEMM_REFUSE_DIRECT MPT_CUDA_FUSED_DRELU_BGRAD");
     tests_rng r = {7171};
     for (size_t mi = 0; mi < 4; mi++)
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
@@ -2489,6 +2483,61 @@ static void mt_compare(const char *what, const mt_param *p, const mt_storage *sg
     free(hx);
 }
 
+/* The parameters of a multi-tensor test, on both backends: sizes mt_sizes; FP32 masters, working weights and optimizer
+ * state as the storage sg and optimizer h need them (random weights, zero state), the device copies equal to the
+ * host's; gradients left for each step to fill (one element allocated for an empty tensor). slots: the device
+ * table. Returns the total element count. */
+static int64_t mt_setup(tests_rng *r, const mt_storage *sg, const mpt_optim_hparams *h, mt_param p[MT_N],
+                        mpt_param_slot slots[MT_N]) {
+    const int has_m = mpt_optim_n_state(h) >= 1, has_v = mpt_optim_n_state(h) >= 2;
+    const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
+    int64_t numel = 0;
+    for (int i = 0; i < MT_N; i++) {
+        const int64_t n = mt_sizes[i];
+        memset(&p[i], 0, sizeof p[i]);
+        p[i].n = n;
+        p[i].cgrad = xmalloc((size_t)(n ? n : 1) * 4);
+        p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
+        if (sg->master) {
+            p[i].cmaster = fill(r, MPT_DTYPE_F32, n, -1, 1);
+            p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
+        }
+        if (has_work) {
+            p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n ? n : 1)) : fill(r, sg->working, n, -1, 1);
+            if (sg->master)
+                for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
+            p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
+        }
+        if (has_m) {
+            p[i].cm = fill(r, sg->state, n, 0, 0);
+            p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
+        }
+        if (has_v) {
+            p[i].cv = fill(r, sg->state, n, 0, 0);
+            p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
+        }
+        slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
+                                    .working = p[i].gwork, .working_dtype = sg->working, .n = n,
+                                    .sr_offset = (uint64_t)numel};
+        numel += n;
+    }
+    return numel;
+}
+
+/* Frees what mt_setup allocated. */
+static void mt_free(mt_param p[MT_N]) {
+    for (int i = 0; i < MT_N; i++) {
+        void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
+        for (int k = 0; k < 5; k++)
+            if (devs[k]) dev_free(devs[k]);
+        free(p[i].cmaster);
+        free(p[i].cgrad);
+        free(p[i].cm);
+        free(p[i].cv);
+        free(p[i].cwork);
+    }
+}
+
 /* unscale_check_multi and optim_step_multi on the GPU (one launch each over a table of ten parameters of odd sizes,
  * zero-size ones included) against unscale_check and optim_step called per tensor on the CPU (the oracle): found_inf,
  * step count, gradients, masters, weights and state bit-identical after each of four steps, for SGD (plain,
@@ -2521,40 +2570,9 @@ START_TEST(test_multi_tensor_bit_identical) {
         for (size_t si = 0; si < sizeof storages / sizeof *storages; si++) {
             const mpt_optim_hparams h = cases[ci].h;
             const mt_storage *sg = &storages[si];
-            const int has_m = mpt_optim_n_state(&h) >= 1, has_v = mpt_optim_n_state(&h) >= 2;
-            const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
             mt_param p[MT_N];
             mpt_param_slot slots[MT_N];
-            int64_t numel = 0;
-            for (int i = 0; i < MT_N; i++) {
-                const int64_t n = mt_sizes[i];
-                memset(&p[i], 0, sizeof p[i]);
-                p[i].n = n;
-                p[i].cgrad = xmalloc((size_t)n * 4);
-                p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
-                if (sg->master) {
-                    p[i].cmaster = fill(&r, MPT_DTYPE_F32, n, -1, 1);
-                    p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
-                }
-                if (has_work) {
-                    p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n)) : fill(&r, sg->working, n, -1, 1);
-                    if (sg->master)
-                        for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
-                    p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
-                }
-                if (has_m) {
-                    p[i].cm = fill(&r, sg->state, n, 0, 0);
-                    p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
-                }
-                if (has_v) {
-                    p[i].cv = fill(&r, sg->state, n, 0, 0);
-                    p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
-                }
-                slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
-                                            .working = p[i].gwork, .working_dtype = sg->working, .n = n,
-                                            .sr_offset = (uint64_t)numel};
-                numel += n;
-            }
+            const int64_t numel = mt_setup(&r, sg, &h, p, slots);
             mpt_param_slot *dslots = dev_put(slots, sizeof slots);
             mpt_scaler_state st = scaler_init(S);
             st.grad_mul = sg->clip ? 0.75f : 1.0f;
@@ -2611,16 +2629,7 @@ START_TEST(test_multi_tensor_bit_identical) {
             }
             dev_free(gst);
             dev_free(dslots);
-            for (int i = 0; i < MT_N; i++) {
-                void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
-                for (int k = 0; k < 5; k++)
-                    if (devs[k]) dev_free(devs[k]);
-                free(p[i].cmaster);
-                free(p[i].cgrad);
-                free(p[i].cm);
-                free(p[i].cv);
-                free(p[i].cwork);
-            }
+            mt_free(p);
         }
 }
 END_TEST
@@ -2655,54 +2664,19 @@ START_TEST(test_update_pass_bit_identical) {
                                    .total_steps = 12};
     const mpt_scaler_params sp = {.growth_factor = 2.0f, .backoff_factor = 0.5f, .growth_interval = 2,
                                   .hysteresis = 2, .min_scale = 1.0f, .max_scale = 65536.0f};
-    setenv("MPT_CUDA_FUSED_UPDATE", "1", 1);
-    mpt_backend *fused = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_FUSED_UPDATE");
-    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_UPDATE=1: %s", mpt_last_error());
+    mpt_backend *fused = cuda_backend_with("MPT_CUDA_FUSED_UPDATE");
     EXPECT(fused->update_pass != NULL && fused->update_pass != mpt_update_pass_as_calls,
            "MPT_CUDA_FUSED_UPDATE=1 sets the CUDA backend's own update_pass");
-    shared_gpu = gpu; /* dev_* allocate and copy on the fused backend: one stream orders everything */
-    gpu = fused;
+    swap_in(fused); /* dev_* allocate and copy on the fused backend: one stream orders everything */
     tests_rng r = {9191};
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
         for (size_t si = 0; si < sizeof storages / sizeof *storages; si++) {
             mpt_optim_hparams h = cases[ci].h;
             h.lr = sched.base_lr;
             const mt_storage *sg = &storages[si];
-            const int has_m = mpt_optim_n_state(&h) >= 1, has_v = mpt_optim_n_state(&h) >= 2;
-            const int has_work = !sg->master || sg->working != MPT_DTYPE_F32;
             mt_param p[MT_N];
             mpt_param_slot slots[MT_N];
-            int64_t numel = 0;
-            for (int i = 0; i < MT_N; i++) {
-                const int64_t n = mt_sizes[i];
-                memset(&p[i], 0, sizeof p[i]);
-                p[i].n = n;
-                p[i].cgrad = xmalloc((size_t)(n ? n : 1) * 4);
-                p[i].ggrad = dev_alloc((size_t)(n ? n : 1) * 4);
-                if (sg->master) {
-                    p[i].cmaster = fill(&r, MPT_DTYPE_F32, n, -1, 1);
-                    p[i].gmaster = mt_dev_copy(p[i].cmaster, (size_t)n * 4);
-                }
-                if (has_work) {
-                    p[i].cwork = sg->master ? xmalloc(nbytes(sg->working, n ? n : 1)) : fill(&r, sg->working, n, -1, 1);
-                    if (sg->master)
-                        for (int64_t k = 0; k < n; k++) mpt_store_f32(p[i].cwork, sg->working, k, p[i].cmaster[k]);
-                    p[i].gwork = mt_dev_copy(p[i].cwork, nbytes(sg->working, n));
-                }
-                if (has_m) {
-                    p[i].cm = fill(&r, sg->state, n, 0, 0);
-                    p[i].gm = mt_dev_copy(p[i].cm, nbytes(sg->state, n));
-                }
-                if (has_v) {
-                    p[i].cv = fill(&r, sg->state, n, 0, 0);
-                    p[i].gv = mt_dev_copy(p[i].cv, nbytes(sg->state, n));
-                }
-                slots[i] = (mpt_param_slot){.master = p[i].gmaster, .grad = p[i].ggrad, .m = p[i].gm, .v = p[i].gv,
-                                            .working = p[i].gwork, .working_dtype = sg->working, .n = n,
-                                            .sr_offset = (uint64_t)numel};
-                numel += n;
-            }
+            const int64_t numel = mt_setup(&r, sg, &h, p, slots);
             mpt_param_slot *dslots = dev_put(slots, sizeof slots);
             mpt_scaler_state st = scaler_init(1024.0f);
             st.hysteresis_left = sp.hysteresis;
@@ -2784,16 +2758,7 @@ START_TEST(test_update_pass_bit_identical) {
             dev_free(dempty);
             dev_free(gst);
             dev_free(dslots);
-            for (int i = 0; i < MT_N; i++) {
-                void *devs[5] = {p[i].gmaster, p[i].ggrad, p[i].gm, p[i].gv, p[i].gwork};
-                for (int k = 0; k < 5; k++)
-                    if (devs[k]) dev_free(devs[k]);
-                free(p[i].cmaster);
-                free(p[i].cgrad);
-                free(p[i].cm);
-                free(p[i].cv);
-                free(p[i].cwork);
-            }
+            mt_free(p);
         }
     restore_gpu();
 }
