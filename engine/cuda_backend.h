@@ -119,6 +119,16 @@ int mpt_cuda_device_info(char *buf, size_t len);
  * (engine/rng.h) produces on the host, which dropout relies on. Stream-ordered. */
 void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, uint64_t offset);
 
+/* The CUDA backend's opt-in paths (docs/cuda.md, "Opt-in paths waiting for a GPU"): each is read from the environment
+ * when a CUDA backend is created, "1" turning it on; built without a GPU and off until a GPU session has run its
+ * checks. The names, in the order docs/cuda.md's table lists them. */
+#define MPT_CUDA_OPT_IN_VARS                                                                                           \
+    {"MPT_CUDA_FUSED_UPDATE", "MPT_CUDA_FUSED_LOSS", "MPT_CUDA_FUSED_DRELU_BGRAD", "MPT_CUDA_SPLIT_NARROW_BGRAD",       \
+     "MPT_CUDA_CONV_FIND", "MPT_CUDA_DEVICE_TELEMETRY"}
+/* The opt-in variables set to "1" in this process's environment now: their names, comma-separated, in buf (len
+ * bytes, truncated to fit; "" when none), and their count. Host only: works without a GPU or the module. */
+int mpt_cuda_opt_in_on(char *buf, size_t len);
+
 /* GEMM records of a CUDA backend (be from mpt_backend_cuda_create): count, and a copy of record i
  * (0 <= i < count; returns 0 if i is out of range, 1 otherwise). */
 int mpt_cuda_gemm_record_count(mpt_backend *be);

@@ -205,6 +205,20 @@ void mpt_cuda_fp8_convert_check(mpt_backend *be, const float *x, int64_t n, uint
     module()->fp8_convert_check(be, x, n, ours, cuda, kind, e5m2, saturate);
 }
 
+int mpt_cuda_opt_in_on(char *buf, size_t len) {
+    static const char *const vars[] = MPT_CUDA_OPT_IN_VARS;
+    int n = 0;
+    size_t used = 0;
+    if (len) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || strcmp(v, "1") != 0) continue;
+        if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", vars[i]);
+        n++;
+    }
+    return n;
+}
+
 int mpt_cuda_library_versions(char *buf, size_t len) {
     const mpt_cuda_module_api *m = module();
     if (!m) return 0;

@@ -291,6 +291,19 @@ START_TEST(test_info) {
     ck_assert_int_eq(run("info", NULL), 0);
     unsetenv("NVIDIA_TF32_OVERRIDE");
     ck_assert_msg(strstr(out_buf, "NVIDIA_TF32_OVERRIDE=0") != NULL, "info does not report the override: %s", out_buf);
+    /* the CUDA backend's opt-in paths (engine/cuda_backend.h): none set, then two of them, named; another value is
+     * not "on" */
+    ck_assert_msg(strstr(out_buf, "CUDA opt-in paths:    none set"), "info does not say no opt-in path is set: %s",
+                  out_buf);
+    setenv("MPT_CUDA_FUSED_UPDATE", "1", 1);
+    setenv("MPT_CUDA_CONV_FIND", "1", 1);
+    setenv("MPT_CUDA_FUSED_LOSS", "0", 1);
+    ck_assert_int_eq(run("info", NULL), 0);
+    unsetenv("MPT_CUDA_FUSED_UPDATE");
+    unsetenv("MPT_CUDA_CONV_FIND");
+    unsetenv("MPT_CUDA_FUSED_LOSS");
+    ck_assert_msg(strstr(out_buf, "CUDA opt-in paths:    MPT_CUDA_FUSED_UPDATE, MPT_CUDA_CONV_FIND set to 1"),
+                  "info does not name the opt-in paths set: %s", out_buf);
 }
 END_TEST
 

@@ -123,6 +123,13 @@ int mpt_cmd_info(int argc, char **argv) {
 
     print_cpu_kernels();
 
+    char opt_in[512];
+    if (mpt_cuda_opt_in_on(opt_in, sizeof opt_in) > 0)
+        printf("CUDA opt-in paths:    %s set to 1 (built without a GPU and not yet checked on one: docs/cuda.md)\n",
+               opt_in);
+    else
+        printf("CUDA opt-in paths:    none set (docs/cuda.md lists them)\n");
+
     const char *ov = getenv("NVIDIA_TF32_OVERRIDE");
     if (!ov)
         printf("NVIDIA_TF32_OVERRIDE: unset (--precision tf32 uses TF32 for GEMMs and convolutions)\n");

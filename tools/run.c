@@ -822,6 +822,10 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     else if (mpt_cli_given(o, MPT_OPT_CUDA_GRAPH))
         printf("%s--cuda-graph is ignored by the %s backend (it runs each operation as it is called)\n", r->label,
                r->be->name);
+    char opt_in[512];
+    if (r->be->device == MPT_DEVICE_CUDA && mpt_cuda_opt_in_on(opt_in, sizeof opt_in) > 0)
+        printf("%sCUDA opt-in paths on: %s (built without a GPU and not yet checked on one: docs/cuda.md)\n", r->label,
+               opt_in);
     if (o->resume[0]) MPT_TRY(mpt_run_checkpoint_load(o->resume, r->t));
     if (train_dist) MPT_TRY(mpt_dist_attach(train_dist, r->t)); /* refuses ranks whose masters differ */
     if (o->telemetry > 0) {

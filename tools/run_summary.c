@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "engine/cuda_backend.h"
 #include "mpt_config.h"
 #include "tools/run.h"
 
@@ -258,6 +259,14 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));
     json_object_set_new(cg, "status", json_string(r->cuda_graph[0] ? r->cuda_graph : "not run"));
     json_object_set_new(j, "cuda_graph", cg);
+    if (strcmp(r->device, "cuda") == 0) { /* the opt-in paths this run's backend was created with */
+        char on[512], *save = NULL;
+        json_t *list = json_array();
+        mpt_cuda_opt_in_on(on, sizeof on);
+        for (char *v = strtok_r(on, ", ", &save); v; v = strtok_r(NULL, ", ", &save))
+            json_array_append_new(list, json_string(v));
+        json_object_set_new(j, "cuda_opt_in", list);
+    }
     json_object_set_new(j, "precision_map", summary_precision_map(g));
     json_t *ck = json_null(); /* the CPU backend's kernel set and engine (the precision map says which node used what) */
     if (g->be->device == MPT_DEVICE_CPU) {
