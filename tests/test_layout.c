@@ -10,7 +10,8 @@
  *   datasets/  engine/, datasets/
  *   tools/     engine/, models/, datasets/, tools/   (never kernels/)
  * The source root comes from MPT_SOURCE_ROOT (tests/meson.build sets it). A test of the checker itself feeds it a
- * line that breaks the rule, so a checker that accepts everything fails.
+ * line that breaks the rule, so a checker that accepts everything fails. Also: the CUDA backend's opt-in variables
+ * are one list (engine/cuda_backend.h), read by the backend and documented in docs/cuda.md.
  */
 #include <check.h>
 #include <dirent.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "engine/cuda_backend.h"
 #include "harness.h"
 
 typedef struct layer_rule {
@@ -150,12 +152,71 @@ START_TEST(test_checker_catches) {
 }
 END_TEST
 
+/* Contents of file rel under the source root (malloc'd, NUL-terminated), or NULL. */
+static char *slurp_rel(const char *root, const char *rel) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", root, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    char chunk[4096];
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = 2 * (len + n + 1);
+            char *grown = realloc(buf, cap);
+            ck_assert_ptr_nonnull(grown);
+            buf = grown;
+        }
+        memcpy(buf + len, chunk, n);
+        len += n;
+    }
+    fclose(f);
+    if (!buf) buf = calloc(1, 1);
+    else buf[len] = '\0';
+    return buf;
+}
+
+/* The CUDA backend's opt-in variables (engine/cuda_backend.h MPT_CUDA_OPT_IN_VARS, which `mptrain info` and
+ * summary.json report) are the ones kernels/cuda/backend.cu reads, and docs/cuda.md's table lists each: a variable
+ * added to the backend but not to the list (or the docs) fails here. */
+START_TEST(test_cuda_opt_in_listed) {
+    const char *root = getenv("MPT_SOURCE_ROOT");
+    ck_assert_msg(root && *root, "MPT_SOURCE_ROOT is not set (tests/meson.build sets it)");
+    char *backend = slurp_rel(root, "kernels/cuda/backend.cu"), *docs = slurp_rel(root, "docs/cuda.md");
+    ck_assert_msg(backend && docs, "cannot read kernels/cuda/backend.cu or docs/cuda.md under %s", root);
+    static const char *const vars[] = MPT_CUDA_OPT_IN_VARS;
+    char want[128];
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        snprintf(want, sizeof want, "getenv(\"%s\")", vars[i]);
+        ck_assert_msg(strstr(backend, want), "kernels/cuda/backend.cu does not read %s", vars[i]);
+        snprintf(want, sizeof want, "| `%s=1` |", vars[i]);
+        ck_assert_msg(strstr(docs, want), "docs/cuda.md's table of opt-in paths lacks %s", vars[i]);
+    }
+    /* and every MPT_CUDA_* variable the backend reads at creation with the "1" rule is in the list, but the test
+     * switches (MPT_CUDA_GEMM_REFUSE_DIRECT, MPT_CUDA_SYNC_DEBUG, MPT_CUDA_GEMM_I8_OWN) */
+    for (const char *p = strstr(backend, "getenv(\"MPT_CUDA_"); p; p = strstr(p + 1, "getenv(\"MPT_CUDA_")) {
+        char name[96];
+        if (sscanf(p, "getenv(\"%95[A-Z0-9_]\")", name) != 1) continue;
+        if (!strcmp(name, "MPT_CUDA_GEMM_REFUSE_DIRECT") || !strcmp(name, "MPT_CUDA_SYNC_DEBUG") ||
+            !strcmp(name, "MPT_CUDA_GEMM_I8_OWN"))
+            continue;
+        int listed = 0;
+        for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) listed |= strcmp(name, vars[i]) == 0;
+        ck_assert_msg(listed, "kernels/cuda/backend.cu reads %s, which MPT_CUDA_OPT_IN_VARS does not list", name);
+    }
+    free(backend);
+    free(docs);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("layout");
     TCase *tc = tcase_create("layout");
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_include_direction);
     tcase_add_test(tc, test_checker_catches);
+    tcase_add_test(tc, test_cuda_opt_in_listed);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }
