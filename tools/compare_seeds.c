@@ -206,20 +206,26 @@ static void write_noise_floor(FILE *f, const prec_stats *st, int n, int n_seeds)
     fprintf(f, "\n");
 }
 
-static void write_per_seed(FILE *f, const mpt_report_seed_runs *r) {
+void mpt_report_seed_table(FILE *f, const uint64_t *seeds, int n_seeds, const mpt_precision *precisions,
+                           int n_precisions, const mpt_run_result *res, void (*cell)(FILE *f, const mpt_run_result *x)) {
     fprintf(f, "| seed |");
-    for (int p = 0; p < r->n_precisions; p++) fprintf(f, " %s |", mpt_precision_name(r->precisions[p]));
+    for (int p = 0; p < n_precisions; p++) fprintf(f, " %s |", mpt_precision_name(precisions[p]));
     fprintf(f, "\n|---:|");
-    for (int p = 0; p < r->n_precisions; p++) fprintf(f, "---:|");
+    for (int p = 0; p < n_precisions; p++) fprintf(f, "---:|");
     fprintf(f, "\n");
-    for (int s = 0; s < r->n_seeds; s++) {
-        fprintf(f, "| %" PRIu64 " |", r->seeds[s]);
-        for (int p = 0; p < r->n_precisions; p++) {
-            const mpt_run_result *x = run_at(r, s, p);
-            fprintf(f, " %.2f%% (loss %.4f) |", 100.0 * x->final_test_acc, x->final_test_loss);
+    for (int s = 0; s < n_seeds; s++) {
+        fprintf(f, "| %" PRIu64 " |", seeds[s]);
+        for (int p = 0; p < n_precisions; p++) {
+            fprintf(f, " ");
+            cell(f, &res[s * n_precisions + p]);
+            fprintf(f, " |");
         }
         fprintf(f, "\n");
     }
+}
+
+static void per_seed_cell(FILE *f, const mpt_run_result *x) {
+    fprintf(f, "%.2f%% (loss %.4f)", 100.0 * x->final_test_acc, x->final_test_loss);
 }
 
 /* ---- compare.json ------------------------------------------------------------------------------------------------ */
@@ -500,7 +506,7 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_report_seed_runs
         fprintf(f, "| %s | %s | %s | %s |\n", mpt_precision_name(st[p].precision), b, v, l);
     }
     fprintf(f, "\nPer run: final test accuracy (test loss).\n\n");
-    write_per_seed(f, r);
+    mpt_report_seed_table(f, r->seeds, r->n_seeds, r->precisions, r->n_precisions, r->res, per_seed_cell);
     fprintf(f, "\nRelative L2 distance of the final FP32 master weights to the same seed's fp32 run, mean over "
                "seeds:");
     for (int p = 0; p < r->n_precisions; p++)

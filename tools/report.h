@@ -84,6 +84,12 @@ typedef struct mpt_report_seed_runs {
     const mpt_report_machine *machine; /* the load while the runs trained, or NULL */
 } mpt_report_seed_runs;
 
+/* A Markdown table of runs over seeds (rows) and precisions (columns): res holds n_seeds x n_precisions results,
+ * seed-major (res[s * n_precisions + p]); cell writes one cell's text (without the bars). Used by compare --seeds
+ * and speedrun. */
+void mpt_report_seed_table(FILE *f, const uint64_t *seeds, int n_seeds, const mpt_precision *precisions,
+                           int n_precisions, const mpt_run_result *res, void (*cell)(FILE *f, const mpt_run_result *x));
+
 /* The run directory of seed index s, precision index p: out/seed-<seed>/<precision> (buf: MPT_CLI_PATH). */
 mpt_status mpt_report_seed_run_dir(char *buf, size_t len, const char *out, uint64_t seed, mpt_precision p);
 

@@ -311,21 +311,8 @@ static void write_breakdown(FILE *f, const mpt_speedrun_runs *r, const prec_stat
                "speedrun --seeds 1 --precisions P` measures it from outside.\n");
 }
 
-static void write_runs(FILE *f, const mpt_speedrun_runs *r) {
-    fprintf(f, "| seed |");
-    for (int p = 0; p < r->n_precisions; p++) fprintf(f, " %s |", mpt_precision_name(r->precisions[p]));
-    fprintf(f, "\n|---:|");
-    for (int p = 0; p < r->n_precisions; p++) fprintf(f, "---:|");
-    fprintf(f, "\n");
-    for (int s = 0; s < r->n_seeds; s++) {
-        fprintf(f, "| %" PRIu64 " |", r->seeds[s]);
-        for (int p = 0; p < r->n_precisions; p++) {
-            const mpt_run_result *x = run_at(r, s, p);
-            fprintf(f, " %.2f%% in %.3f s (%.3f s CPU) |", 100.0 * x->final_test_acc, x->timing.result_s,
-                    x->timing.result_cpu_s);
-        }
-        fprintf(f, "\n");
-    }
+static void run_cell(FILE *f, const mpt_run_result *x) {
+    fprintf(f, "%.2f%% in %.3f s (%.3f s CPU)", 100.0 * x->final_test_acc, x->timing.result_s, x->timing.result_cpu_s);
 }
 
 /* The CPU's model name (/proc/cpuinfo), "" when unknown. */
@@ -413,7 +400,7 @@ static mpt_status write_report(const mpt_speedrun_runs *r, const prec_stats *st)
     write_breakdown(f, r, st);
     fprintf(f, "\n## Every run\n\nFinal test accuracy and time to result (host clock, CPU time); each run's files "
                "(epochs.csv, metrics.csv, summary.json, checkpoint.safetensors) are in `seed-<S>/<precision>/`.\n\n");
-    write_runs(f, r);
+    mpt_report_seed_table(f, r->seeds, r->n_seeds, r->precisions, r->n_precisions, r->res, run_cell);
     fprintf(f, "\n## Settings\n\nEvery recorded setting of the runs (the recipe and mptrain's defaults; the precision "
                "and seed are each run's; fp16's loss scale and tf32's TF32 switches follow each precision's defaults, "
                "as its runs' summary.json records them):\n\n");
