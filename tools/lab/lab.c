@@ -15,6 +15,7 @@
  * rebuilt from those files after every lab run.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,15 @@ static const mpt_lab_lesson *const lessons[] = {&mpt_lab_tf32,           &mpt_la
                                                  &mpt_lab_quantization,   &mpt_lab_normalization,
                                                  &mpt_lab_scale};
 #define N_LESSONS ((int)(sizeof lessons / sizeof lessons[0]))
+
+void mpt_lab_append(char *b, size_t n, const char *fmt, ...) {
+    const size_t k = strlen(b);
+    if (k + 1 >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b + k, n - k, fmt, ap);
+    va_end(ap);
+}
 
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out) {
     const char *t = mpt_lab_param_text(c, key, NULL);

@@ -68,6 +68,9 @@ extern const mpt_lab_lesson mpt_lab_tf32, mpt_lab_accumulation, mpt_lab_loss_sca
     mpt_lab_optimizer_state, mpt_lab_overflow, mpt_lab_noise, mpt_lab_fp8, mpt_lab_softmax, mpt_lab_grad_comm,
     mpt_lab_quantization, mpt_lab_normalization, mpt_lab_scale;
 
+/* Appends printf-style text to b (n bytes, NUL-terminated), cut at the end: a lesson's sentences built in parts. */
+__attribute__((format(printf, 3, 4))) void mpt_lab_append(char *b, size_t n, const char *fmt, ...);
+
 /* The value of --param KEY=VALUE as a number, or def when not given. MPT_ERR_ARG naming the key when the
  * value is not a finite number. */
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out);

@@ -34,7 +34,6 @@
  * passes in BF16 (medians over the units). What training does with the errors is reported beside it, whatever it is.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,16 +56,6 @@
 #define N_M (MPT_NORM_STATS_COUNT + 1) /* the --norm-stats rows in their enum order, then Welford in FP32 */
 #define M_WELFORD MPT_NORM_STATS_COUNT
 #define BLOCK_LN 512                 /* layer norm's chunk (kernels' contract: mpt_norm_args) */
-
-/* Appends printf-style text to b (n bytes, NUL-terminated), cut at the end. */
-__attribute__((format(printf, 3, 4))) static void append(char *b, size_t n, const char *fmt, ...) {
-    const size_t k = strlen(b);
-    if (k + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + k, n - k, fmt, ap);
-    va_end(ap);
-}
 
 static const char *method_name(int m) { return m == M_WELFORD ? "welford-fp32" : mpt_norm_stats_name((mpt_norm_stats)m); }
 
@@ -620,13 +609,13 @@ static mpt_status run(mpt_lab_ctx *c) {
                                  tr.f16[0][1].acc, tr.f16[0][0].acc, tr.f16[1][1].acc, tr.f16[1][0].acc};
         mpt_text_norm_fp16_batches(f16txt, sizeof f16txt, &ft);
         c->conclusion[0] = '\0';
-        append(c->conclusion, sizeof c->conclusion, "%s: on the pre-normalisation activations of %s (%d normalisation "
+        mpt_lab_append(c->conclusion, sizeof c->conclusion, "%s: on the pre-normalisation activations of %s (%d normalisation "
                "layers, batch %d). ", c->observed ? "Observed" : "Not observed", own ? "the lesson's CNN" : "--model",
                cp.n, B);
-        append(c->conclusion, sizeof c->conclusion, "%s. %s. ", vt, st);
-        append(c->conclusion, sizeof c->conclusion, "In training, over %d seeds, %s: %s. %s.", ns, ptxt, rd, f16txt);
+        mpt_lab_append(c->conclusion, sizeof c->conclusion, "%s. %s. ", vt, st);
+        mpt_lab_append(c->conclusion, sizeof c->conclusion, "In training, over %d seeds, %s: %s. %s.", ns, ptxt, rd, f16txt);
         if (!c->observed)
-            append(c->conclusion, sizeof c->conclusion, " (The criterion asks the one-pass variance in BF16 and in FP16 "
+            mpt_lab_append(c->conclusion, sizeof c->conclusion, " (The criterion asks the one-pass variance in BF16 and in FP16 "
                    "to err at least 10x more than the policy's FP32 two passes, and, at some shift, the BF16 one-pass "
                    "10x more than BF16's two passes: medians over the units.)");
     }

@@ -32,7 +32,6 @@
  * beyond the margin.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +46,6 @@
 #define N_CFG 5
 enum { C_FP32, C_FP16, C_FP16_NONE, C_BF16, C_BF16_NONE };
 static const char *const cfg_names[N_CFG] = {"fp32", "fp16", "fp16-none", "bf16", "bf16-none"};
-
-/* Appends printf-style text to b (n bytes, NUL-terminated), cut at the end. */
-__attribute__((format(printf, 3, 4))) static void append(char *b, size_t n, const char *fmt, ...) {
-    const size_t k = strlen(b);
-    if (k + 1 >= n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + k, n - k, fmt, ap);
-    va_end(ap);
-}
 
 /* What seed 0's runs of one network counted. */
 typedef struct counts {
@@ -262,11 +251,11 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     c->observed = cn[1].mass_early >= 10.0 * cn[0].mass_early && cn[1].mass_early > 0.0;
     c->conclusion[0] = '\0';
-    append(c->conclusion, sizeof c->conclusion, "%s: the mlp against %s, %d seeds each. ",
+    mpt_lab_append(c->conclusion, sizeof c->conclusion, "%s: the mlp against %s, %d seeds each. ",
            c->observed ? "Observed" : "Not observed", net_name[1], ns);
-    for (int e = 0; e < 3; e++) append(c->conclusion, sizeof c->conclusion, "%s. ", brief[e]);
+    for (int e = 0; e < 3; e++) mpt_lab_append(c->conclusion, sizeof c->conclusion, "%s. ", brief[e]);
     if (!c->observed)
-        append(c->conclusion, sizeof c->conclusion, "(The criterion asks the deeper network's underflow mass early in "
+        mpt_lab_append(c->conclusion, sizeof c->conclusion, "(The criterion asks the deeper network's underflow mass early in "
                "training to be at least 10x the mlp's.)");
 
     /* scale.dat: one row per network and seed: the accuracies; then the counts of seed 0 */
