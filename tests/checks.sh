@@ -1,5 +1,6 @@
 # tests/checks.sh - sourced by the shell tests (tests/gpu/test_results_pages.sh, test_pytorch_reference.sh,
-# tests/install/test_install.sh): their count of checks and the Check-style summary line ./run adds to its total.
+# test_gpu_script.sh, tests/install/test_install.sh): their count of checks and the Check-style summary line ./run
+# adds to its total.
 #   ok WHAT            a check that passed: one line 'ok:   WHAT'
 #   bad WHAT           a check that failed: one line 'FAIL: WHAT'
 #   check WHAT CMD...  runs CMD; ok WHAT when it exits 0, else bad WHAT

@@ -43,6 +43,7 @@
 #include "engine/checkpoint.h"
 #include "engine/telemetry/telemetry.h"
 #include "harness.h"
+#include "same_tensors.h"
 #define TESTS_TMP_PREFIX "mpt_test_cli"
 #include "tmpdir.h"
 #include "mpt_config.h"
@@ -559,25 +560,6 @@ END_TEST
 
 /* ---- resume --------------------------------------------------------------------------------------------------- */
 
-/* Same tensors, byte for byte. */
-static void assert_same_tensors(const char *a_path, const char *b_path) {
-    mpt_checkpoint *a = NULL, *b = NULL;
-    ck_assert_msg(mpt_checkpoint_open(a_path, NULL, 0, &a) == MPT_OK, "%s", mpt_last_error());
-    ck_assert_msg(mpt_checkpoint_open(b_path, NULL, 0, &b) == MPT_OK, "%s", mpt_last_error());
-    ck_assert_int_eq(mpt_checkpoint_n_tensors(a), mpt_checkpoint_n_tensors(b));
-    for (int i = 0; i < mpt_checkpoint_n_tensors(a); i++) {
-        const mpt_checkpoint_tensor *ta = mpt_checkpoint_tensor_at(a, i);
-        const mpt_checkpoint_tensor *tb = mpt_checkpoint_find(b, ta->name);
-        ck_assert_msg(tb != NULL, "%s lacks %s", b_path, ta->name);
-        int64_t na = mpt_checkpoint_tensor_nbytes(ta);
-        ck_assert_int_eq(na, mpt_checkpoint_tensor_nbytes(tb));
-        ck_assert_msg(memcmp(ta->data, tb->data, (size_t)na) == 0, "tensor %s differs after resume", ta->name);
-    }
-    ck_assert_str_eq(mpt_checkpoint_meta_get(a, "scaler"), mpt_checkpoint_meta_get(b, "scaler"));
-    mpt_checkpoint_close(&a);
-    mpt_checkpoint_close(&b);
-}
-
 /* A CSV row without its last column (the run_id: the straight and the resumed run are two runs). */
 static char *without_run_id(char *row) {
     char *comma = strrchr(row, ',');
@@ -629,7 +611,7 @@ static void resume_case(const char *model, const char *precision, const char *co
                  "64", "--progress", "off", "--max-steps", total_s, "--out", resumed, NULL);
     ck_assert_msg(rc == 0, "resume failed (%d): %s", rc, out_buf);
     ck_assert_msg(strstr(out_buf, "resuming") != NULL, "the resumed run does not say so: %s", out_buf);
-    assert_same_tensors(ck_straight, ck_resumed);
+    assert_same_tensors(ck_straight, ck_resumed, 1);
     assert_same_losses(dirs[0], resumed, half + 1, total);
 
     /* A flag that would change the math is refused when resuming. */
@@ -1165,7 +1147,7 @@ START_TEST(test_cpu_kernels_auto) {
     ck_assert_msg(rc == 0, "train --cpu-kernels %s failed (%d): %s", set, rc, out_buf);
     snprintf(ka, sizeof ka, "%s/checkpoint.safetensors", a);
     snprintf(kb, sizeof kb, "%s/checkpoint.safetensors", b);
-    assert_same_tensors(ka, kb);
+    assert_same_tensors(ka, kb, 1);
     /* resuming with auto keeps the recorded set (no conflict, no new measurement) */
     rc = run("train", "--resume", ka, "--data", data, "--device", "cpu", "--cpu-kernels", "auto", "--max-steps", "6",
              "--limit-test", "64", "--progress", "off", "--out", tmp_path("resumed"), NULL);
@@ -1260,7 +1242,7 @@ START_TEST(test_switches_in_outputs) {
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/checkpoint.safetensors", dirs[0]);
     snprintf(b, sizeof b, "%s/checkpoint.safetensors", dirs[1]);
-    assert_same_tensors(a, b);
+    assert_same_tensors(a, b, 1);
 
     /* bf16: masters none and bf16 state in the memory report; fp32 state for comparison */
     const char *bdirs[2] = {tmp_path("bf16-fp32state"), tmp_path("bf16-none-bf16state")};
@@ -1745,7 +1727,7 @@ START_TEST(test_telemetry_only_reads) {
     char a[600], b[600];
     snprintf(a, sizeof a, "%s/checkpoint.safetensors", dirs[0]);
     snprintf(b, sizeof b, "%s/checkpoint.safetensors", dirs[1]);
-    assert_same_tensors(a, b);
+    assert_same_tensors(a, b, 1);
     assert_same_losses(dirs[0], dirs[1], 1, 12); /* 384 / 32 = 12 steps */
     snprintf(a, sizeof a, "%s/telemetry.csv", dirs[0]);
     ck_assert_msg(!file_exists(a), "telemetry.csv written with telemetry off");

@@ -38,17 +38,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-checks=0
-failures=0
-ok() { checks=$((checks + 1)); printf 'ok:   %s\n' "$1"; }
-bad() { checks=$((checks + 1)); failures=$((failures + 1)); printf 'FAIL: %s\n' "$1"; }
-check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
-finish() {
-    printf '%d%%: Checks: %d, Failures: %d, Errors: 0\n' $(((checks - failures) * 100 / (checks ? checks : 1))) \
-        "$checks" "$failures"
-    [ "$failures" -eq 0 ]
-    exit
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../checks.sh" # ok, bad, check, finish
 real_python=$(command -v python3) || { bad "python3 exists (bench/run.sh and summarize.py need it)"; finish; }
 
 # ---- a tree with what gpu.sh reads, and a prebuilt carry of stand-ins ------------------------------------------
