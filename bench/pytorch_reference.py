@@ -110,7 +110,8 @@ def load_fashion_mnist(data_dir, limit_train, limit_test):
     def p(name):
         path = os.path.join(data_dir, name)
         if not os.path.exists(path):
-            sys.exit(f"pytorch_reference.py: {path} is missing (apt-get install dataset-fashion-mnist, or --data DIR)")
+            sys.exit(f"{os.path.basename(sys.argv[0])}: {path} is missing (apt-get install dataset-fashion-mnist, "
+                     "or --data DIR)")
         return path
     xtr = read_idx_gz(p("train-images-idx3-ubyte.gz"))
     ytr = read_idx_gz(p("train-labels-idx1-ubyte.gz"))

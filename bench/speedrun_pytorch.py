@@ -215,25 +215,8 @@ def lr_at(r, t, total):
 
 # ---- data ------------------------------------------------------------------------------------------------------------
 
-# read_idx_gz: pytorch_reference.py's IDX reader (this script's folder is on sys.path when it runs)
-from pytorch_reference import read_idx_gz  # noqa: E402
-
-
-def load_data(d, limit_train, limit_test):
-    def p(n):
-        path = os.path.join(d, n)
-        if not os.path.exists(path):
-            sys.exit(f"speedrun_pytorch.py: {path} is missing (apt-get install dataset-fashion-mnist, or --data DIR)")
-        return read_idx_gz(path)
-    xtr, ytr = p("train-images-idx3-ubyte.gz"), p("train-labels-idx1-ubyte.gz")
-    xte, yte = p("t10k-images-idx3-ubyte.gz"), p("t10k-labels-idx1-ubyte.gz")
-    if limit_train:
-        xtr, ytr = xtr[:limit_train], ytr[:limit_train]
-    if limit_test:
-        xte, yte = xte[:limit_test], yte[:limit_test]
-    to_x = lambda a: torch.from_numpy(a.astype(np.float32) / np.float32(255.0)).reshape(-1, 1, 28, 28)
-    to_y = lambda a: torch.from_numpy(a.astype(np.int64))
-    return to_x(xtr), to_y(ytr), to_x(xte), to_y(yte)
+# the Fashion-MNIST tensors as pytorch_reference.py loads them (this script's folder is on sys.path when it runs)
+from pytorch_reference import load_fashion_mnist  # noqa: E402
 
 
 # ---- one run -------------------------------------------------------------------------------------------------------
@@ -510,7 +493,7 @@ def main():
     r = read_recipe(args.mptrain)
     print(f"recipe (from {args.mptrain} speedrun --print-recipe): {r['text']}", file=sys.stderr, flush=True)
     t_load = time.perf_counter()
-    data = tuple(t.to(device) for t in load_data(args.data, args.limit_train, args.limit_test))
+    data = tuple(t.to(device) for t in load_fashion_mnist(args.data, args.limit_train, args.limit_test))
     load_s = time.perf_counter() - t_load
     rows = []
     for seed in seeds:
