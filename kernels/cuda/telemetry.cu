@@ -209,9 +209,9 @@ void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err
         rounding_kernel<<<s.blocks, MPT_CUDA_THREADS, 0, ctx->stream>>>(s.res, s.part_d, v, n, f, sh);
         MPT_CUDA_CHECK_LAUNCH("rounding_kernel");
         launch_finish(ctx, &s, 2 * n_k, 0);
-        tel_result *hr = (tel_result *)malloc(sizeof *hr);
-        MPT_ASSERT(hr != NULL);
-        be->to_host(be, hr, s.res, sizeof *hr);
+        tel_result hres; /* ~11 KB on the stack: a telemetry step allocates nothing */
+        const tel_result *hr = &hres;
+        be->to_host(be, &hres, s.res, sizeof hres);
         h->zero += (int64_t)hr->zero;
         h->nonfinite += (int64_t)hr->nonfinite;
         for (int j = 0; j < MPT_EXP_HIST_BINS; j++) {
@@ -226,7 +226,6 @@ void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err
             err[j].err2 += hr->d[2 * j];
             err[j].ref2 += hr->d[2 * j + 1];
         }
-        free(hr);
     }
     h->n += n;
 }
