@@ -124,7 +124,7 @@ void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, 
  * checks. The names, in the order docs/cuda.md's table lists them. */
 #define MPT_CUDA_OPT_IN_VARS                                                                                           \
     {"MPT_CUDA_FUSED_UPDATE", "MPT_CUDA_FUSED_LOSS", "MPT_CUDA_FUSED_DRELU_BGRAD", "MPT_CUDA_SPLIT_NARROW_BGRAD",       \
-     "MPT_CUDA_CONV_FIND", "MPT_CUDA_DEVICE_TELEMETRY"}
+     "MPT_CUDA_CONV_FIND", "MPT_CUDA_SPLIT_CHANNEL_SUM", "MPT_CUDA_DEVICE_TELEMETRY"}
 /* The opt-in variables set to "1" in this process's environment now: their names, comma-separated, in buf (len
  * bytes, truncated to fit; "" when none), and their count. Host only: works without a GPU or the module. */
 int mpt_cuda_opt_in_on(char *buf, size_t len);

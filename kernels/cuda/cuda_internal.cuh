@@ -122,6 +122,8 @@ typedef struct mpt_cuda_ctx {
                                     one kernel (gemm.cu drelu_bgrad_kernel: the same bits, D read once) */
     int conv_find;               /* MPT_CUDA_CONV_FIND=1 at creation: convolution algorithms ranked by cudnnFind*
                                     (measured) instead of the heuristic, outside recordings (conv.cu conv_find) */
+    int split_channel_sum;       /* MPT_CUDA_SPLIT_CHANNEL_SUM=1 at creation: the channel sums (conv bias gradient)
+                                    over (chunks, K) blocks and a fixed-order second pass (elementwise.cu) */
     int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for
                                     the update pass instead of five; optim.cu). Off by default until a GPU session
                                     has run tests/test_cuda.c test_update_pass_bit_identical */

@@ -207,8 +207,8 @@ check "a loss that differs with the step graph on fails the graph stage" \
     grep -q 'STAGE FAILED: graph: metrics.csv differs between --cuda-graph on and off' "$outA/gpu.log"
 check "a loss that differs with a fused path of issue 31 A fails the graph stage, naming its variable" \
     grep -q 'STAGE FAILED: graph: metrics.csv differs with MPT_CUDA_FUSED_UPDATE=1 from the on run' "$outA/gpu.log"
-check "the graph table has a row per run: on, off, the fused update, the split bias gradient, telemetry on the host and the device, on again, lenet5's measured convolutions" \
-    bash -c "grep -q '^| mlp | on | - | - | on |' '$page' && grep -q '^| mlp | off | - | - | off |' '$page' && grep -q '^| mlp | update | MPT_CUDA_FUSED_UPDATE=1 | - | on |' '$page' && grep -q '^| mlp | bgrad | MPT_CUDA_SPLIT_NARROW_BGRAD=1 | - | on | may differ' '$page' && grep -q '^| mlp | tele-dev | MPT_CUDA_DEVICE_TELEMETRY=1 | --telemetry 50 | on |' '$page' && grep -q '^| mlp | on-2 | - | - | on |' '$page' && grep -q '^| lenet5 | find | MPT_CUDA_CONV_FIND=1 | - | on | may differ' '$page'"
+check "the graph table has a row per run: on, off, the fused update, the split bias gradient, telemetry on the host and the device, on again, lenet5's measured convolutions and split channel sums" \
+    bash -c "grep -q '^| mlp | on | - | - | on |' '$page' && grep -q '^| mlp | off | - | - | off |' '$page' && grep -q '^| mlp | update | MPT_CUDA_FUSED_UPDATE=1 | - | on |' '$page' && grep -q '^| mlp | bgrad | MPT_CUDA_SPLIT_NARROW_BGRAD=1 | - | on | may differ' '$page' && grep -q '^| mlp | tele-dev | MPT_CUDA_DEVICE_TELEMETRY=1 | --telemetry 50 | on |' '$page' && grep -q '^| mlp | on-2 | - | - | on |' '$page' && grep -q '^| lenet5 | find | MPT_CUDA_CONV_FIND=1 | - | on | may differ' '$page' && grep -q '^| lenet5 | chsum | MPT_CUDA_SPLIT_CHANNEL_SUM=1 | - | on | may differ' '$page'"
 check "OPENBLAS_CORETYPE is recorded" grep -q 'OPENBLAS_CORETYPE=' "$outA/machine.txt"
 
 # ---- run B: killed from outside while a stage hangs -------------------------------------------------------------
