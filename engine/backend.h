@@ -169,6 +169,10 @@ typedef struct mpt_gemm_args {
      * Backends whose gemm_copies is NULL or says 0 ignore these four fields. */
     float *a_copy, *b_copy;           /* F32, as many elements as A / B */
     int a_copy_write, b_copy_write;
+    int beside;                       /* 1: nothing reads C (nor bias_grad) until the caller's next `join`, so a
+                                         backend with a second stream may run the call there, beside the caller's
+                                         later operations (a weight gradient during the backward pass); the same
+                                         bits either way. Backends without one ignore it */
     const char *tag;                  /* host string naming the call site ("fc1.fwd"), for the GEMM record;
                                          may live on the caller's stack: a backend that keeps it copies it */
 } mpt_gemm_args;
@@ -568,6 +572,12 @@ struct mpt_backend {
      * gemm_supports refuses. */
     void (*gemm)(mpt_backend *be, const mpt_gemm_args *a);
     size_t (*gemm_workspace)(mpt_backend *be, const mpt_gemm_args *a);      /* bytes of scratch it needs */
+    /* Orders every later operation after the GEMMs issued with `beside` since the last join (stream-ordered: no
+     * host wait; the graph calls it at the end of each backward pass, before anything reads a gradient). NULL where
+     * every call runs in order (CPU; CUDA unless MPT_CUDA_WGRAD_STREAM=1, which runs beside GEMMs on a second
+     * stream forked from and joined to the backend's stream by events: graph edges in a recording). to_host,
+     * synchronize and capture_end join first. */
+    void (*join)(mpt_backend *be);
     /* What this backend's hardware or library cannot run of what the contract allows: 0 with why (host, len bytes)
      * for such a call (CUDA: E5M2 x E5M2, which cuBLASLt has no FP8 configuration for; FP8 scale pointers that are
      * not 16-byte aligned, which cuBLASLt 13.1 refuses), 1 otherwise. `running`: as for mpt_gemm_args_check. NULL:

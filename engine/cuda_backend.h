@@ -44,6 +44,8 @@ typedef struct mpt_cuda_gemm_record {
     uint32_t reduction_scheme;   /* CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME */
     size_t workspace_bytes;      /* cuBLASLt workspace the algorithm uses */
     int64_t calls;               /* times this call site ran */
+    int beside;                  /* 1 once a call ran on the second stream (mpt_gemm_args.beside with
+                                    MPT_CUDA_WGRAD_STREAM=1) */
 } mpt_cuda_gemm_record;
 
 /* One convolution pass of one call site as it ran. */
@@ -124,7 +126,7 @@ void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, 
  * checks. The names, in the order docs/cuda.md's table lists them. */
 #define MPT_CUDA_OPT_IN_VARS                                                                                           \
     {"MPT_CUDA_FUSED_UPDATE", "MPT_CUDA_FUSED_LOSS", "MPT_CUDA_FUSED_DRELU_BGRAD", "MPT_CUDA_SPLIT_NARROW_BGRAD",       \
-     "MPT_CUDA_CONV_FIND", "MPT_CUDA_DEVICE_TELEMETRY"}
+     "MPT_CUDA_WGRAD_STREAM", "MPT_CUDA_CONV_FIND", "MPT_CUDA_SPLIT_CHANNEL_SUM", "MPT_CUDA_DEVICE_TELEMETRY"}
 /* The opt-in variables set to "1" in this process's environment now: their names, comma-separated, in buf (len
  * bytes, truncated to fit; "" when none), and their count. Host only: works without a GPU or the module. */
 int mpt_cuda_opt_in_on(char *buf, size_t len);

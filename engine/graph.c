@@ -338,6 +338,7 @@ void mpt_graph_backward(mpt_graph *g) {
         n->backward(g, n);
     }
     for (int i = 0; i < g->n_params; i++) zero_if_unwritten(g, g->params[i].weight->grad);
+    if (g->be->join) g->be->join(g->be); /* the weight gradients run beside the data gradients (linear.c) */
 }
 
 mpt_tensor *mpt_graph_find(const mpt_graph *g, const char *name) {

@@ -423,6 +423,97 @@ START_TEST(test_update_pass_where_it_fits) {
 }
 END_TEST
 
+/* Weight gradients beside the data gradients (engine/backend.h mpt_gemm_args.beside and join; CUDA runs them on a
+ * second stream with MPT_CUDA_WGRAD_STREAM=1): the graph marks exactly the weight-gradient GEMMs "beside", and joins
+ * once per backward pass, after the last of them and before anything reads a gradient (the update pass, or the
+ * unscale-and-check that starts the separate calls). A logging backend (the CPU's calls, each logged) trains an mlp
+ * in fp32, bf16 and fp8 for 4 steps; the same run without the log trains to the same bits. */
+static char beside_log[512];
+static int beside_log_len, beside_bad_flag;
+static void (*beside_real_gemm)(mpt_backend *, const mpt_gemm_args *);
+static void (*beside_real_update_pass)(mpt_backend *, const mpt_update_pass_args *);
+static void (*beside_real_unscale)(mpt_backend *, const mpt_param_slot *, int, int64_t, mpt_scaler_state *);
+static void beside_put(char c) {
+    if (beside_log_len < (int)sizeof beside_log - 1) beside_log[beside_log_len++] = c;
+}
+static void beside_gemm(mpt_backend *be, const mpt_gemm_args *a) {
+    const size_t n = a->tag ? strlen(a->tag) : 0;
+    const int wgrad = n >= 6 && strcmp(a->tag + n - 6, ".wgrad") == 0;
+    if (a->beside != wgrad) beside_bad_flag = 1;
+    beside_put(a->beside ? 'B' : 'g');
+    beside_real_gemm(be, a);
+}
+static void beside_join(mpt_backend *be) {
+    (void)be;
+    beside_put('J');
+}
+static void beside_update_pass(mpt_backend *be, const mpt_update_pass_args *u) {
+    beside_put('U');
+    beside_real_update_pass(be, u);
+}
+static void beside_unscale(mpt_backend *be, const mpt_param_slot *slots, int count, int64_t numel,
+                           mpt_scaler_state *st) {
+    beside_put('U');
+    beside_real_unscale(be, slots, count, numel, st);
+}
+
+START_TEST(test_wgrad_beside_joined_before_update) {
+    enum { STEPS = 4 };
+    const mpt_precision modes[] = {MPT_PRECISION_FP32, MPT_PRECISION_BF16, MPT_PRECISION_FP8};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        unsigned char *snap[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        for (int k = 0; k < 2; k++) { /* k = 0: the CPU backend as it is (join NULL); 1: logged */
+            mpt_train_config cfg = mpt_train_config_default(modes[m]);
+            cfg.optim.kind = MPT_OPTIM_ADAM;
+            cfg.schedule.base_lr = 1e-3f;
+            run r;
+            run_open(&r, modes[m], &cfg);
+            mpt_trainer *tr = r.tr;
+            ck_assert_ptr_null(r.be->join); /* every CPU call runs in order */
+            if (k) {
+                beside_real_gemm = r.be->gemm;
+                beside_real_update_pass = r.be->update_pass;
+                beside_real_unscale = r.be->unscale_check_multi;
+                r.be->gemm = beside_gemm;
+                r.be->join = beside_join;
+                r.be->update_pass = beside_update_pass;
+                r.be->unscale_check_multi = beside_unscale;
+            }
+            int32_t idx[B];
+            for (int it = 0; it < STEPS; it++) {
+                for (int i = 0; i < B; i++) idx[i] = (int32_t)(it * B + i);
+                mpt_trainer_gather(tr, r.data.train_images, r.data.train_labels, idx, r.data.dim, 0.0f, 1.0f);
+                beside_log_len = 0;
+                beside_bad_flag = 0;
+                mpt_trainer_step(tr);
+                if (!k) continue;
+                beside_log[beside_log_len] = 0;
+                const char *log = beside_log;
+                ck_assert_msg(!beside_bad_flag, "%s step %d: a GEMM's beside flag is not (tag ends in .wgrad): %s",
+                              mpt_precision_name(modes[m]), it, log);
+                /* fc2.wgrad, fc1.wgrad beside; one join, after the last beside GEMM and before the first 'U' */
+                const char *last_b = strrchr(log, 'B'), *j = strchr(log, 'J'), *u = strchr(log, 'U');
+                ck_assert_msg(last_b && j && u && strchr(j + 1, 'J') == NULL && j > last_b && u > j,
+                              "%s step %d: expected the beside GEMMs, then one join, then the update: %s",
+                              mpt_precision_name(modes[m]), it, log);
+                int n_b = 0;
+                for (const char *p = log; *p; p++) n_b += *p == 'B';
+                ck_assert_msg(n_b == 2, "%s step %d: %d beside GEMMs, expected 2 (fc1.wgrad, fc2.wgrad): %s",
+                              mpt_precision_name(modes[m]), it, n_b, log);
+            }
+            snapshot(&r, &snap[k], &len[k]);
+            run_close(&r);
+        }
+        ck_assert_uint_eq(len[0], len[1]);
+        ck_assert_msg(memcmp(snap[0], snap[1], len[0]) == 0, "%s: the logged run trained differently",
+                      mpt_precision_name(modes[m]));
+        free(snap[0]);
+        free(snap[1]);
+    }
+}
+END_TEST
+
 /* A backend whose step capture refuses to start (as CUDA's does under MPT_CUDA_SYNC_DEBUG=1): the trainer must
  * turn the step graph off for the run, say why in full (the reason below is as long as a real one from
  * kernels/cuda/graph.cu, whose end names the capture's final status), and train exactly as without it. */
@@ -650,6 +741,7 @@ int main(void) {
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
     tcase_add_test(tc, test_update_pass_where_it_fits);
+    tcase_add_test(tc, test_wgrad_beside_joined_before_update);
     tcase_add_test(tc, test_evaluate_reads_once);
     tcase_add_test(tc, test_step_graph_fallback);
     tcase_add_test(tc, test_step_graph_records_again);

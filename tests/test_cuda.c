@@ -1084,6 +1084,107 @@ START_TEST(test_conv_measured_choice) {
 }
 END_TEST
 
+/* db (FP32, s.K values, host) from the current `gpu`'s conv2d_backward_filter for x, dy (host, dtype t, with dy's
+ * N*K*P*Q values), starting from db0 when accumulate (else overwritten). The filter gradient is computed and dropped. */
+static void channel_sum_on_gpu(mpt_conv_shape s, mpt_math math, mpt_dtype t, const void *x, const void *dy,
+                               const float *db0, int accumulate, float *db, const char *tag) {
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, nw = (int64_t)s.K * s.C * s.R * s.S;
+    const int64_t ny = (int64_t)s.N * s.K * s.P * s.Q;
+    mpt_conv_args a = {.s = s, .math = math, .dtype = t, .tag = tag, .accumulate = accumulate};
+    a.x = dev_put(x, nbytes(t, nx));
+    a.dy = dev_put(dy, nbytes(t, ny));
+    a.dw = dev_alloc((size_t)nw * 4);
+    a.db = dev_put(db0, (size_t)s.K * 4);
+    reserve(gpu, gpu->conv2d_workspace(gpu, &a));
+    gpu->conv2d_backward_filter(gpu, &a);
+    dev_get(db, a.db, (size_t)s.K * 4);
+    dev_free((void *)a.x);
+    dev_free((void *)a.dy);
+    dev_free(a.dw);
+    dev_free(a.db);
+}
+
+/* MPT_CUDA_SPLIT_CHANNEL_SUM=1 (kernels/cuda/elementwise.cu channel_partial_kernel + channel_partials_sum_kernel): the
+ * convolution bias gradient db[k] (+)= sum over n, p, q of dy[n, k, p, q] over (chunks of 2048 values, K) blocks and
+ * a fixed-order second pass.
+ * 1. Coverage, exactly: dy holds integers 1..3 (exact in every dtype) and db0 integers, so every sum is exact in FP32
+ *    in any order (all partial sums < 2^24): both the one-block kernel and the split one must give db0 + the integer
+ *    sum exactly; a value missed or counted twice at a chunk or channel boundary changes it by 1 to 3. Shapes: lenet5's
+ *    conv1 at batch 128 (36 whole chunks a channel), a ragged 1x1 (4107 values: 3 chunks of 1369), 300 channels of 98
+ *    values (one chunk each) and 2200 x 1024 values (over 1024 chunks: capped, chunks of 2200), with accumulate 0
+ *    and 1. (The one-block fallback, for more than 65535 channels or partials beyond the scratch, is the default
+ *    kernel itself, which every case also runs.)
+ * 2. Random data in every math mode on lenet5's two layers at batch 128: within run_conv_case's bounds.
+ * 3. Deterministic: the same random case twice on the split backend, db bit for bit. */
+START_TEST(test_channel_sum_split) {
+    const mpt_conv_shape shapes[] = {conv_shape(128, 1, 28, 28, 6, 5, 0, 1), conv_shape(3, 1, 37, 37, 5, 1, 0, 1),
+                                     conv_shape(2, 1, 7, 7, 300, 1, 0, 1), conv_shape(2200, 1, 32, 32, 1, 1, 0, 1)};
+    mpt_backend *split = cuda_backend_with("MPT_CUDA_SPLIT_CHANNEL_SUM");
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const mpt_conv_shape s = shapes[si];
+        const mpt_dtype t = si % 2 ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        const mpt_math math = si % 2 ? MPT_MATH_BF16 : MPT_MATH_F16;
+        const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, hw = (int64_t)s.P * s.Q, ny = (int64_t)s.N * s.K * hw;
+        void *x = xmalloc(nbytes(t, nx)), *dy = xmalloc(nbytes(t, ny));
+        float *db0 = xmalloc((size_t)s.K * 4), *db = xmalloc((size_t)s.K * 4);
+        double *want = calloc((size_t)s.K, sizeof *want);
+        EXPECT(want != NULL, "out of host memory");
+        for (int64_t i = 0; i < nx; i++) mpt_store_f32(x, t, i, 1.0f);
+        for (int64_t i = 0; i < ny; i++) {
+            const float v = (float)(1 + (int)(((uint64_t)i * 2654435761u >> 7) % 3));
+            mpt_store_f32(dy, t, i, v);
+            want[(i / hw) % s.K] += v;
+        }
+        for (int k = 0; k < s.K; k++) db0[k] = (float)(k % 7) - 3.0f;
+        for (int accumulate = 0; accumulate < 2; accumulate++)
+            for (int which = 0; which < 2; which++) { /* the default backend (one block a channel), then the split */
+                char tag[48];
+                snprintf(tag, sizeof tag, "chsum.%zu.%d.%d", si, accumulate, which);
+                if (which) swap_in(split);
+                channel_sum_on_gpu(s, math, t, x, dy, db0, accumulate, db, tag);
+                if (which) { /* the program's backend back, `split` kept for the next case */
+                    gpu = shared_gpu;
+                    shared_gpu = NULL;
+                }
+                for (int k = 0; k < s.K; k++) {
+                    const double exact = want[k] + (accumulate ? db0[k] : 0.0);
+                    EXPECT((double)db[k] == exact, "%s: db[%d] = %.9g, expected exactly %.9g (%s kernel, N %d, %lld "
+                           "values a channel)", tag, k, (double)db[k], exact, which ? "split" : "one-block", s.N,
+                           (long long)(s.N * hw));
+                }
+            }
+        free(x);
+        free(dy);
+        free(db0);
+        free(db);
+        free(want);
+    }
+    swap_in(split); /* from here on restore_gpu frees it */
+    const mpt_conv_shape lenet[] = {conv_shape(128, 1, 28, 28, 6, 5, 0, 1), conv_shape(128, 6, 12, 12, 16, 5, 0, 1)};
+    uint64_t seed = 2700;
+    for (size_t mi = 0; mi < 4; mi++)
+        for (size_t si = 0; si < 2; si++) {
+            char tag[48];
+            snprintf(tag, sizeof tag, "chsplit.%s.%zu", mpt_math_name(all_math[mi]), si);
+            run_conv_case(all_math[mi], lenet[si], 1, seed++, tag);
+        }
+    const mpt_conv_shape s = lenet[0];
+    tests_rng r = {2750};
+    const int64_t nx = (int64_t)s.N * s.C * s.H * s.W, ny = (int64_t)s.N * s.K * s.P * s.Q;
+    void *x = fill(&r, MPT_DTYPE_F16, nx, -1, 1), *dy = fill(&r, MPT_DTYPE_F16, ny, -1, 1);
+    float *db0 = fill(&r, MPT_DTYPE_F32, s.K, -1, 1), db1[6], db2[6];
+    channel_sum_on_gpu(s, MPT_MATH_F16, MPT_DTYPE_F16, x, dy, db0, 1, db1, "chsplit.det.1");
+    channel_sum_on_gpu(s, MPT_MATH_F16, MPT_DTYPE_F16, x, dy, db0, 1, db2, "chsplit.det.2");
+    for (int k = 0; k < s.K; k++)
+        EXPECT(bits(db1[k]) == bits(db2[k]), "split channel sum not deterministic: db[%d] %a then %a", k,
+               (double)db1[k], (double)db2[k]);
+    free(x);
+    free(dy);
+    free(db0);
+    restore_gpu();
+}
+END_TEST
+
 /* The second rounding of cuDNN's 16-bit outputs, pinned like gemm_rounding_model: a 3x3 convolution whose filters
  * are zero except the centre tap (pad 1), so y[n,k,p,q] = sum_c x[n,c,p,q] w[k,c,1,1] and dx[n,c,h,w] = sum_k
  * dy[n,k,h,w] w[k,c,1,1], with the same exact 1 + p*u pattern (channel 0 = 1, channel 1 = u/2 (1 + i/4), weights 1 and
@@ -3797,6 +3898,7 @@ static Suite *cuda_suite(void) {
     tcase_set_timeout(tm, 120);
     tcase_add_checked_fixture(tm, NULL, restore_gpu);
     tcase_add_test(tm, test_conv_measured_choice);
+    tcase_add_test(tm, test_channel_sum_split);
     suite_add_tcase(s, tm);
     TCase *tc = tcase_create("conv");
     tcase_set_timeout(tc, 300);

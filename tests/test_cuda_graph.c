@@ -18,7 +18,8 @@
  * from the device counter) in tf32 with SGD momentum and a step schedule; mlp bf16 without FP32 masters and with
  * stochastic rounding (its Philox counter is the device iteration). Every case ends with a padded partial batch
  * (rows -1), which keeps the step's shapes static: one recording serves the whole run. The fused-loss case runs the
- * mlp fp16 case on a backend created with MPT_CUDA_FUSED_LOSS=1, direct and replayed, against the four-kernel loss.
+ * mlp fp16 case on a backend created with MPT_CUDA_FUSED_LOSS=1, direct and replayed, against the four-kernel loss;
+ * the second-stream case likewise with MPT_CUDA_WGRAD_STREAM=1 (weight gradients beside the data gradients).
  *
  * The failure cases break a recording midway with a call the capture rules forbid: capture_end must end and discard
  * it naming that call, without aborting, leaving the stream usable; and a training run whose second step's
@@ -333,31 +334,63 @@ static void restore_gpu(void) {
     program_gpu = NULL;
 }
 
-START_TEST(test_graph_fused_loss) {
+/* The mlp fp16 overflow case on a backend created with environment variable `var` set to 1, run directly and
+ * replayed, against the same case on the program's backend run directly: every loss, tensor and the scaler state
+ * bit-identical. `what` names the path in messages. The variable's backend stays swapped in until restore_gpu (the
+ * caller may read its records first). */
+static void variant_bit_identical(const char *var, const char *what) {
     gr_result plain, direct, replayed;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &plain);
-    setenv("MPT_CUDA_FUSED_LOSS", "1", 1);
-    mpt_backend *fused = mpt_backend_cuda_create();
-    unsetenv("MPT_CUDA_FUSED_LOSS");
-    EXPECT(fused != NULL, "a CUDA backend with MPT_CUDA_FUSED_LOSS=1: %s", mpt_last_error());
+    setenv(var, "1", 1);
+    mpt_backend *variant = mpt_backend_cuda_create();
+    unsetenv(var);
+    EXPECT(variant != NULL, "a CUDA backend with %s=1: %s", var, mpt_last_error());
     program_gpu = gpu;
-    gpu = fused;
+    gpu = variant;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &direct);
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &replayed);
-    restore_gpu();
-    EXPECT(!replayed.replay_off, "fused loss: the step graph was turned off: %s", replayed.note);
+    EXPECT(!replayed.replay_off, "%s: the step graph was turned off: %s", what, replayed.note);
     EXPECT(replayed.captures == 1 && replayed.replays == GR_STEPS - 2,
-           "fused loss: %lld recordings, %lld replays; expected 1, %d", (long long)replayed.captures,
+           "%s: %lld recordings, %lld replays; expected 1, %d", what, (long long)replayed.captures,
            (long long)replayed.replays, GR_STEPS - 2);
-    gr_expect_same("mlp", "fp16 (four-kernel loss direct vs fused loss direct)", &plain, &direct);
-    gr_expect_same("mlp", "fp16 (four-kernel loss direct vs fused loss replayed)", &plain, &replayed);
-    EXPECT(plain.scaler.steps_skipped >= 2, "fused loss: %d steps skipped, the case needs >= 2",
+    char label[160];
+    snprintf(label, sizeof label, "fp16 (program's backend direct vs %s direct)", what);
+    gr_expect_same("mlp", label, &plain, &direct);
+    snprintf(label, sizeof label, "fp16 (program's backend direct vs %s replayed)", what);
+    gr_expect_same("mlp", label, &plain, &replayed);
+    EXPECT(plain.scaler.steps_skipped >= 2, "%s: %d steps skipped, the case needs >= 2", what,
            plain.scaler.steps_skipped);
-    printf("test_cuda_graph: mlp fp16 %d steps bit-identical with the fused loss (direct and %lld replays) and "
-           "without\n", GR_STEPS, (long long)replayed.replays);
+    printf("test_cuda_graph: mlp fp16 %d steps bit-identical with %s (direct and %lld replays) and without\n",
+           GR_STEPS, what, (long long)replayed.replays);
     gr_free(&plain);
     gr_free(&direct);
     gr_free(&replayed);
+}
+
+START_TEST(test_graph_fused_loss) {
+    variant_bit_identical("MPT_CUDA_FUSED_LOSS", "the fused loss");
+    restore_gpu();
+}
+END_TEST
+
+/* Fusion 5 of docs/cuda.md (MPT_CUDA_WGRAD_STREAM=1: the weight-gradient GEMMs on a second stream, forked and joined
+ * by events, graph edges in a recording): the same GEMM plans in their own workspace, so the same bits, direct and
+ * replayed, through skipped steps and the padded last batch; and the weight-gradient GEMM records say they ran
+ * beside (the comparison cannot pass with the second stream unused), no other GEMM's does. */
+START_TEST(test_graph_wgrad_stream) {
+    variant_bit_identical("MPT_CUDA_WGRAD_STREAM", "weight gradients on a second stream");
+    int n_beside = 0;
+    for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
+        mpt_cuda_gemm_record r;
+        EXPECT(mpt_cuda_gemm_record_get(gpu, i, &r), "gemm record %d", i);
+        const size_t n = strlen(r.tag);
+        const int wgrad = n >= 6 && strcmp(r.tag + n - 6, ".wgrad") == 0;
+        EXPECT(r.beside == wgrad, "gemm record %s (%lldx%lldx%lld): beside %d", r.tag, (long long)r.M,
+               (long long)r.N, (long long)r.K, r.beside);
+        n_beside += r.beside;
+    }
+    EXPECT(n_beside >= 3, "%d weight-gradient GEMM records ran beside, expected the mlp's 3", n_beside);
+    restore_gpu();
 }
 END_TEST
 
@@ -753,6 +786,7 @@ static Suite *graph_suite(void) {
     tcase_set_timeout(tl, 300);
     tcase_add_checked_fixture(tl, NULL, restore_gpu);
     tcase_add_test(tl, test_graph_fused_loss);
+    tcase_add_test(tl, test_graph_wgrad_stream);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -184,6 +184,7 @@ static mpt_gemm_args linear_wgrad_args(const mpt_graph *g, const mpt_node *n, co
     a.alpha = 1.0f; a.beta = 1.0f;
     a.math = n->math;
     a.epilogue = MPT_EPILOGUE_NONE;
+    a.beside = 1; /* dW (and db with BGRAD) are read after the backward pass only: mpt_graph_backward joins */
     a.tag = tag;
     if (n->fp8) fp8_gemm_fields(g, n, &a, &n->fp8_dy, 1, &n->fp8_x, 1); /* dy8t [out, B], x8t [in, B] */
     return a;

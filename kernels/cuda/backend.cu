@@ -250,6 +250,7 @@ static void cuda_memset_zero(mpt_backend *be, void *p, size_t bytes) {
 
 static void cuda_to_host(mpt_backend *be, void *dst_host, const void *src, size_t bytes) {
     if (bytes == 0) return;
+    mpt_cuda_gemm_join(be); /* src may be a gradient a beside GEMM writes */
     cudaStream_t s = mpt_cuda_ctx_of(be)->stream;
     MPT_CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, s));
     MPT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -271,7 +272,10 @@ static void cuda_copy(mpt_backend *be, void *dst, const void *src, size_t bytes)
     MPT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, mpt_cuda_ctx_of(be)->stream));
 }
 
-static void cuda_synchronize(mpt_backend *be) { MPT_CUDA_CHECK(cudaStreamSynchronize(mpt_cuda_ctx_of(be)->stream)); }
+static void cuda_synchronize(mpt_backend *be) {
+    mpt_cuda_gemm_join(be); /* the side stream's work too */
+    MPT_CUDA_CHECK(cudaStreamSynchronize(mpt_cuda_ctx_of(be)->stream));
+}
 
 /* ---- the context ------------------------------------------------------------------------------------------ */
 
@@ -279,6 +283,7 @@ static void cuda_synchronize(mpt_backend *be) { MPT_CUDA_CHECK(cudaStreamSynchro
 static void ctx_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
     if (!ctx) return;
     if (ctx->stream) MPT_CUDA_CHECK(cudaStreamSynchronize(ctx->stream));
+    mpt_cuda_gemm_side_release(be, ctx);
     if (ctx->gemm) mpt_cuda_gemm_cache_destroy(ctx->gemm);
     if (ctx->conv) mpt_cuda_conv_cache_destroy(ctx->conv);
     if (ctx->rng) MPT_CURAND_CHECK(curandDestroyGenerator(ctx->rng));
@@ -355,6 +360,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     ctx->fused_drelu_bgrad = fused_drelu != NULL && strcmp(fused_drelu, "1") == 0;
     const char *conv_find = getenv("MPT_CUDA_CONV_FIND");
     ctx->conv_find = conv_find != NULL && strcmp(conv_find, "1") == 0;
+    const char *split_channel = getenv("MPT_CUDA_SPLIT_CHANNEL_SUM");
+    ctx->split_channel_sum = split_channel != NULL && strcmp(split_channel, "1") == 0;
     const char *fused_update = getenv("MPT_CUDA_FUSED_UPDATE");
     ctx->fused_update = fused_update != NULL && strcmp(fused_update, "1") == 0;
     cudaError_t e = cudaSetDevice(ctx->device);
@@ -364,6 +371,15 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     if (e != cudaSuccess) return create_failed(be, ctx, "cudaGetDeviceProperties failed: %s", mpt_cuda_describe(e));
     e = cudaStreamCreate(&ctx->stream);
     if (e != cudaSuccess) return create_failed(be, ctx, "cudaStreamCreate failed: %s", mpt_cuda_describe(e));
+    const char *wgrad_stream = getenv("MPT_CUDA_WGRAD_STREAM");
+    if (wgrad_stream != NULL && strcmp(wgrad_stream, "1") == 0) { /* gemm.cu run_beside */
+        e = cudaStreamCreate(&ctx->side_stream);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ctx->side_join, cudaEventDisableTiming);
+        if (e != cudaSuccess)
+            return create_failed(be, ctx, "cannot create the second stream of MPT_CUDA_WGRAD_STREAM=1: %s",
+                                 mpt_cuda_describe(e));
+    }
 
     cublasStatus_t bs = cublasLtCreate(&ctx->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
@@ -473,6 +489,7 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     be->optim_step_multi = mpt_cuda_optim_step_multi;
     be->scaler_update = mpt_cuda_scaler_update;
     be->update_pass = ctx->fused_update ? mpt_cuda_update_pass : NULL;
+    be->join = ctx->side_stream ? mpt_cuda_gemm_join : NULL;
 
     be->capture_begin = mpt_cuda_capture_begin;
     be->capture_end = mpt_cuda_capture_end;

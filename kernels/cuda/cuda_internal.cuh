@@ -122,6 +122,18 @@ typedef struct mpt_cuda_ctx {
                                     one kernel (gemm.cu drelu_bgrad_kernel: the same bits, D read once) */
     int conv_find;               /* MPT_CUDA_CONV_FIND=1 at creation: convolution algorithms ranked by cudnnFind*
                                     (measured) instead of the heuristic, outside recordings (conv.cu conv_find) */
+    cudaStream_t side_stream;    /* MPT_CUDA_WGRAD_STREAM=1 at creation: the second stream that GEMMs with
+                                    mpt_gemm_args.beside run on (gemm.cu run_beside), else NULL; with: */
+    cudaEvent_t side_fork;       /* recorded on `stream` before each beside GEMM, waited for by side_stream */
+    cudaEvent_t side_join;       /* recorded on side_stream by join, waited for by `stream` */
+    int side_pending;            /* beside GEMMs issued since the last join */
+    void *side_ws;               /* [side_ws_bytes] device: the beside GEMMs' workspace (cuBLASLt's and the two-step
+                                    path's FP32 D), sized by gemm_workspace queries at graph build time */
+    size_t side_ws_bytes;
+    struct mpt_cuda_retired *side_retired; /* smaller side workspaces replaced by gemm_workspace: kept until the
+                                    backend is destroyed (a recorded step may point into them) */
+    int split_channel_sum;       /* MPT_CUDA_SPLIT_CHANNEL_SUM=1 at creation: the channel sums (conv bias gradient)
+                                    over (chunks, K) blocks and a fixed-order second pass (elementwise.cu) */
     int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for
                                     the update pass instead of five; optim.cu). Off by default until a GPU session
                                     has run tests/test_cuda.c test_update_pass_bit_identical */
@@ -205,6 +217,10 @@ void mpt_cuda_require_workspace(mpt_backend *be, size_t bytes, const char *what)
 mpt_cuda_gemm_cache *mpt_cuda_gemm_cache_create(void);
 void mpt_cuda_gemm_cache_destroy(mpt_cuda_gemm_cache *c);
 void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a);
+/* be->join (engine/backend.h): `stream` waits for side_stream's beside GEMMs; nothing when none is pending. */
+void mpt_cuda_gemm_join(mpt_backend *be);
+/* Releases the side stream, its events and workspaces (ctx_release; synchronises the side stream first). */
+void mpt_cuda_gemm_side_release(mpt_backend *be, mpt_cuda_ctx *ctx);
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a);
 int mpt_cuda_gemm_supports(mpt_backend *be, const mpt_gemm_args *a, int running, char *why, size_t len);
 

@@ -582,10 +582,78 @@ static __global__ void __launch_bounds__(CHANNEL_SUM_THREADS)
     if (threadIdx.x == 0) db[k] = accumulate ? db[k] + t : t;
 }
 
+/* The split form (MPT_CUDA_SPLIT_CHANNEL_SUM=1, opt-in until a GPU session has run test_channel_sum_split): a channel
+ * of lenet5's conv1 is 73728 values, and 6 blocks on 132 SMs took 64 us a step (ncu, H200, 2026-11-26). Here a grid of
+ * (chunks, K) blocks of CHANNEL_SPLIT_THREADS each sums one chunk of CHANNEL_SPLIT_CHUNK consecutive values of one
+ * channel (the same ILP loop and block tree as above) into partial[k * chunks + c] in the context's scratch; then one
+ * warp per channel adds its chunks' partials in a fixed order (lane l: chunks l, l + 32, ... in turn, then the warp's
+ * shuffle tree) and adds db[k] last, as the one-block kernel does. Fixed shapes and orders: the same bits on every
+ * run and in a graph replay; another summation order than the one-block kernel's (a different last bit, bounded as
+ * any FP32 sum of N*HW terms). Two kernels, no counter: nothing to reset if a launch fails. */
+#define CHANNEL_SPLIT_THREADS 256
+#define CHANNEL_SPLIT_CHUNK ((int64_t)CHANNEL_SPLIT_THREADS * CHANNEL_SUM_ILP) /* 2048 values per block */
+#define CHANNEL_SPLIT_MAX_CHUNKS 1024 /* per channel: a warp adds at most 32 partials per lane */
+static __global__ void __launch_bounds__(CHANNEL_SPLIT_THREADS)
+    channel_partial_kernel(float *partial, const void *dy, mpt_dtype dtype, int K, int64_t HW, int64_t per_channel,
+                           int64_t chunk_len) {
+    __shared__ float red[32];
+    const int c = blockIdx.x, k = blockIdx.y;
+    const int64_t begin = (int64_t)c * chunk_len;
+    const int64_t end = begin + chunk_len < per_channel ? begin + chunk_len : per_channel;
+    const int64_t step = (int64_t)CHANNEL_SUM_ILP * blockDim.x;
+    float acc[CHANNEL_SUM_ILP];
+#pragma unroll
+    for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] = 0.0f;
+    for (int64_t base = begin + threadIdx.x; base < end; base += step) {
+        float v[CHANNEL_SUM_ILP];
+#pragma unroll
+        for (int u = 0; u < CHANNEL_SUM_ILP; u++) {
+            const int64_t e = base + (int64_t)u * blockDim.x;
+            v[u] = e < end ? mpt_dev_load(dy, dtype, ((e / HW) * K + k) * HW + e % HW) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] += v[u];
+    }
+    float t = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    t = mpt_block_sum(t, red);
+    if (threadIdx.x == 0) partial[(int64_t)k * gridDim.x + c] = t;
+}
+
+static __global__ void channel_partials_sum_kernel(float *db, const float *partial, int chunks, int accumulate) {
+    const int k = blockIdx.x;
+    float t = 0.0f;
+    for (int c = threadIdx.x; c < chunks; c += 32) t += partial[(int64_t)k * chunks + c];
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+    if (threadIdx.x == 0) db[k] = accumulate ? db[k] + t : t;
+}
+
+/* Chunks per channel of the split form for n values (0: the one-block kernel, when the partials of K channels
+ * would not fit the scratch). At least CHANNEL_SPLIT_CHUNK values a chunk, at most CHANNEL_SPLIT_MAX_CHUNKS. */
+static int channel_split_chunks(int K, int64_t per_channel, int64_t *chunk_len) {
+    int64_t chunks = (per_channel + CHANNEL_SPLIT_CHUNK - 1) / CHANNEL_SPLIT_CHUNK;
+    if (chunks > CHANNEL_SPLIT_MAX_CHUNKS) chunks = CHANNEL_SPLIT_MAX_CHUNKS;
+    if (chunks < 1) chunks = 1;
+    if ((size_t)K * (size_t)chunks * sizeof(float) > MPT_CUDA_SCRATCH_BYTES) return 0;
+    *chunk_len = (per_channel + chunks - 1) / chunks;
+    return (int)chunks;
+}
+
 void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW,
                           int accumulate) {
-    channel_sum_kernel<<<K, CHANNEL_SUM_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW, accumulate);
-    MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
+    const int64_t per_channel = (int64_t)N * HW;
+    int64_t chunk_len = 0;
+    const int chunks = ctx->split_channel_sum && K <= 65535 ? channel_split_chunks(K, per_channel, &chunk_len) : 0;
+    if (chunks == 0) {
+        channel_sum_kernel<<<K, CHANNEL_SUM_THREADS, 0, ctx->stream>>>(db, dy, dtype, N, K, HW, accumulate);
+        MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
+        return;
+    }
+    float *partial = (float *)ctx->scratch;
+    channel_partial_kernel<<<dim3((unsigned)chunks, (unsigned)K), CHANNEL_SPLIT_THREADS, 0, ctx->stream>>>(
+        partial, dy, dtype, K, HW, per_channel, chunk_len);
+    MPT_CUDA_CHECK_LAUNCH("channel_partial_kernel");
+    channel_partials_sum_kernel<<<K, 32, 0, ctx->stream>>>(db, partial, chunks, accumulate);
+    MPT_CUDA_CHECK_LAUNCH("channel_partials_sum_kernel");
 }
 
 /* ---- batch gather -------------------------------------------------------------------------------------------------

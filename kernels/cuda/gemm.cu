@@ -626,6 +626,15 @@ static void record_call(mpt_cuda_gemm_cache *c, const char *tag, const gemm_plan
     r->calls = 1;
 }
 
+/* Marks the record of call site `tag` with plan key k as having run beside (record_call made it). */
+static void record_beside(mpt_cuda_gemm_cache *c, const char *tag, const gemm_key *k) {
+    if (!tag) tag = "(untagged)";
+    for (int i = 0; i < c->n_records; i++)
+        if (strncmp(c->records[i].tag, tag, MPT_CUDA_TAG_LEN - 1) == 0 &&
+            memcmp(&c->record_keys[i], k, sizeof *k) == 0)
+            c->records[i].beside = 1;
+}
+
 int mpt_cuda_gemm_counter_count(const mpt_cuda_gemm_cache *c) { return c->n_records + 1; }
 
 int64_t *mpt_cuda_gemm_counter(mpt_cuda_gemm_cache *c, int i) {
@@ -706,6 +715,75 @@ static mpt_gemm_args mx_inner_args(const mpt_gemm_args *a, char *ws, char *tag, 
     return g;
 }
 
+/* ---- weight gradients beside the data gradients (MPT_CUDA_WGRAD_STREAM=1) ----------------------------------------
+ * A GEMM with mpt_gemm_args.beside runs on ctx->side_stream: the side stream waits for an event recorded on the
+ * backend's stream at the call (so it sees every operand written before it), runs the same plan with the same
+ * algorithm in a workspace of its own (two GEMMs in flight must not share one), and join makes the backend's stream
+ * wait for the side stream's last work. In a recording the two events become graph edges: the weight-gradient GEMM of
+ * layer k has no edge to layer k's data-gradient GEMM, so the two may run at once (docs/cuda.md, fusion 5). The
+ * graph's arenas give every tensor its own storage for the whole step, so nothing the side GEMM reads is overwritten
+ * before the join; the gradients it writes are read after the backward pass only (engine/graph.c joins there).
+ * Same plan, same workspace bound, same bits as on one stream. Plain math modes only: FP8 and MXFP8 GEMMs, which
+ * use the workspace for decoded operands and scales, stay on the backend's stream. */
+struct mpt_cuda_retired {
+    void *p;
+    size_t bytes;
+    struct mpt_cuda_retired *next;
+};
+
+static int side_math(mpt_math m) {
+    return m == MPT_MATH_FP32 || m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16;
+}
+
+/* At graph build time (gemm_workspace): a side workspace of at least `need` bytes. The smaller one it replaces is
+ * kept (a recording made earlier may point into it) until the backend is destroyed. Without memory for it the call
+ * runs on the backend's stream (run_beside checks the size). */
+static void side_reserve(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a, size_t need) {
+    if (!ctx->side_stream || !side_math(a->math) || need <= ctx->side_ws_bytes) return;
+    void *p = NULL;
+    if (cudaMalloc(&p, need) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    if (ctx->side_ws) {
+        struct mpt_cuda_retired *r = (struct mpt_cuda_retired *)malloc(sizeof *r);
+        MPT_ASSERT(r != NULL);
+        *r = (struct mpt_cuda_retired){ctx->side_ws, ctx->side_ws_bytes, ctx->side_retired};
+        ctx->side_retired = r;
+    }
+    ctx->side_ws = p;
+    ctx->side_ws_bytes = need;
+    mpt_backend_account(be, MPT_MEM_WORKSPACE, (int64_t)need);
+}
+
+void mpt_cuda_gemm_join(mpt_backend *be) {
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (!ctx->side_pending) return;
+    MPT_CUDA_CHECK(cudaEventRecord(ctx->side_join, ctx->side_stream));
+    MPT_CUDA_CHECK(cudaStreamWaitEvent(ctx->stream, ctx->side_join, 0));
+    ctx->side_pending = 0;
+}
+
+void mpt_cuda_gemm_side_release(mpt_backend *be, mpt_cuda_ctx *ctx) {
+    if (ctx->side_stream) MPT_CUDA_CHECK(cudaStreamSynchronize(ctx->side_stream));
+    if (ctx->side_ws) {
+        MPT_CUDA_CHECK(cudaFree(ctx->side_ws));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)ctx->side_ws_bytes);
+    }
+    for (struct mpt_cuda_retired *r = ctx->side_retired, *next; r; r = next) {
+        next = r->next;
+        MPT_CUDA_CHECK(cudaFree(r->p));
+        mpt_backend_account(be, MPT_MEM_WORKSPACE, -(int64_t)r->bytes);
+        free(r);
+    }
+    if (ctx->side_fork) MPT_CUDA_CHECK(cudaEventDestroy(ctx->side_fork));
+    if (ctx->side_join) MPT_CUDA_CHECK(cudaEventDestroy(ctx->side_join));
+    if (ctx->side_stream) MPT_CUDA_CHECK(cudaStreamDestroy(ctx->side_stream));
+    ctx->side_ws = NULL;
+    ctx->side_retired = NULL;
+    ctx->side_stream = NULL;
+}
+
 size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 0);
     if (a->math == MPT_MATH_MXFP8) {
@@ -723,6 +801,7 @@ size_t mpt_cuda_gemm_workspace(mpt_backend *be, const mpt_gemm_args *a) {
      * has no direct algorithm. Its cuBLASLt call then gets what is left of the workspace (lt_limit). */
     size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
     if (two_step > need) need = two_step;
+    if (a->beside) side_reserve(be, mpt_cuda_ctx_of(be), a, need);
     return need;
 }
 
@@ -807,10 +886,42 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
     return 0;
 }
 
+/* Runs a beside GEMM (above) on the side stream and returns 1, or returns 0 when it runs on the backend's stream:
+ * no side stream, a math mode that stays there, an empty product, or a plan (or its two-step fallback) that needs
+ * more than the side workspace (a GEMM whose gemm_workspace was not asked with beside). */
+static int run_beside(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a) {
+    if (!a->beside || !ctx->side_stream || !side_math(a->math) || a->K == 0) return 0;
+    gemm_key k = make_key(a);
+    const gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);
+    const size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
+    const size_t need = p->extra_bytes + p->algo_workspace;
+    if (need > ctx->side_ws_bytes || two_step > ctx->side_ws_bytes) return 0;
+    MPT_CUDA_CHECK(cudaEventRecord(ctx->side_fork, ctx->stream));
+    MPT_CUDA_CHECK(cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0));
+    /* the call as usual, with the side stream and workspace in the context's place (as the MXFP8 path lends the
+     * inner GEMM the rest of the workspace): its kernels, cuBLASLt call and epilogue all take them from there */
+    cudaStream_t main_stream = ctx->stream;
+    void *main_ws = be->workspace;
+    const size_t main_ws_bytes = be->workspace_bytes;
+    ctx->stream = ctx->side_stream;
+    be->workspace = ctx->side_ws;
+    be->workspace_bytes = ctx->side_ws_bytes;
+    mpt_gemm_args g = *a;
+    g.beside = 0;
+    mpt_cuda_gemm(be, &g);
+    ctx->stream = main_stream;
+    be->workspace = main_ws;
+    be->workspace_bytes = main_ws_bytes;
+    ctx->side_pending = 1;
+    record_beside(ctx->gemm, a->tag, &k);
+    return 1;
+}
+
 void mpt_cuda_gemm(mpt_backend *be, const mpt_gemm_args *a) {
     validate(a, 1);
     if (a->M == 0 || a->N == 0) return;
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (run_beside(be, ctx, a)) return;
     if (a->math == MPT_MATH_MXFP8 && a->K > 0) { /* decode into the workspace, then the FP32 GEMM after it */
         const size_t dec = mx_operand_bytes(a);
         mpt_cuda_require_workspace(be, dec, a->tag ? a->tag : "mxfp8 gemm");

@@ -127,6 +127,7 @@ mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out) {
     mpt_cuda_capture *cap = ctx->capture;
     MPT_ASSERTF(cap != NULL, "capture_end: no recording in progress (capture_begin first)");
     *out = NULL;
+    mpt_cuda_gemm_join(be); /* a side stream's work must rejoin the recorded stream before the capture ends */
     ctx->capture = NULL;
     recording = NULL; /* checks abort again from here on */
     cudaGraph_t graph = NULL;
