@@ -1469,6 +1469,48 @@ START_TEST(test_compare_report) {
 }
 END_TEST
 
+/* The plot's loss-scale panel is described by the rule the fp16 run used, not by one preset's: Keras's preset starts at
+ * 2^15 (tf.keras LossScaleOptimizer's initial_scale=2**15), and --hysteresis / --growth-interval override it. A
+ * comparison without fp16 has no loss-scale panel, and the report describes none. */
+/* The whole of a text file, NUL-terminated, in a static buffer (cut at 256 KiB). */
+static const char *read_text(const char *path) {
+    static char b[1 << 18];
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    size_t n = fread(b, 1, sizeof b - 1, f);
+    fclose(f);
+    b[n] = '\0';
+    return b;
+}
+
+START_TEST(test_compare_report_scale_rule) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("keras");
+    int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,fp16", "--limit-train", "128",
+                 "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off",
+                 "--scaler", "keras", "--hysteresis", "3", "--growth-interval", "500", NULL);
+    ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
+    char p[600];
+    snprintf(p, sizeof p, "%s/report.md", out);
+    const char *report = read_text(p);
+    const char *bottom = strstr(report, "Bottom: the fp16 loss scale");
+    ck_assert_msg(bottom != NULL, "no loss-scale panel described: %s", report);
+    ck_assert_msg(strstr(bottom, "starts at 2^15 (--scaler keras)") && strstr(bottom, "from the 3rd since it last grew") &&
+                      strstr(bottom, "after 500 clean steps") && !strstr(report, "2^16"),
+                  "the panel's rule is not the run's: %.400s", bottom);
+    out = tmp_path("nofp16");
+    rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,bf16", "--limit-train", "128",
+             "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off", NULL);
+    ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
+    snprintf(p, sizeof p, "%s/report.md", out);
+    report = read_text(p);
+    ck_assert_msg(strstr(report, "Middle: test accuracy") && !strstr(report, "loss scale on a log axis"),
+                  "a plot without fp16 described with a loss-scale panel");
+    rm_tmpdir();
+}
+END_TEST
+
 /* Whether path starts with the PNG signature. */
 static int is_png(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -2031,6 +2073,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
+    tcase_add_test(tr, test_compare_report_scale_rule);
     tcase_add_test(tr, test_compare_numerics_without_points);
     tcase_add_test(tr, test_telemetry_only_reads);
     tcase_add_test(tr, test_compare_seeds);

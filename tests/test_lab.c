@@ -694,6 +694,28 @@ START_TEST(test_not_observed) {
                       strstr(conclq, ": not the gap the lesson expects") && strstr(conclq, "over 2 seeds") &&
                       strstr(conclq, "This was the --quick version ("),
                   "%s", conclq);
+    /* loss-scaling: a dynamic scaler that starts at 1 cannot grow in a quick run (2000 clean steps before the first
+     * doubling), so the gradients that underflow at S = 1 underflow at its S too: the conclusion says that the
+     * underflow is there and the scale did not save it, never that no gradient underflowed */
+    snprintf(args, sizeof args, "loss-scaling --quick --param init=1 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    printed_conclusion("loss-scaling", concl8, sizeof concl8);
+    {
+        char dir[700], want[300];
+        snprintf(dir, sizeof dir, "%s/loss-scaling/dynamic", tmp_path("lab"));
+        const char *grads[3] = {"relu1.out.grad", "relu2.out.grad", "fc3.out.grad"};
+        int w = 0;
+        for (int q = 1; q < 3; q++)
+            if (tensor_mean(dir, grads[q], "flush_frac@S=1") >= tensor_mean(dir, grads[w], "flush_frac@S=1")) w = q;
+        const double f1 = tensor_mean(dir, grads[w], "flush_frac@S=1"), fs = tensor_mean(dir, grads[w], "flush_frac");
+        ck_assert_msg(f1 >= 0.01 && fabs(fs - f1) <= 1e-12, "%s: flushed %g at S = 1, %g at the scaler's S = 1",
+                      grads[w], f1, fs);
+        snprintf(want, sizeof want, "at the default batch %.2f%% of `%s` would flush at S = 1 and %.2f%% still did at "
+                 "its S (mean 2^0)", 100.0 * f1, grads[w], 100.0 * fs);
+        ck_assert_msg(strstr(concl8, "Not observed: FP16 underflow is there at S = 1, but the scaler's S did not save") ==
+                          concl8 && strstr(concl8, want) && !strstr(concl8, "no activation gradient lost"),
+                      "want '%s' in: %s", want, concl8);
+    }
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);
     printed_conclusion("tf32", concl, sizeof concl);

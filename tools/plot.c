@@ -103,7 +103,7 @@ static mpt_status write_script(const char *path, const char *dir, const mpt_prec
     fprintf(f, "set xtics autofreq\n");
     const char *sname = scaled >= 0 ? mpt_precision_name(p[scaled]) : "";
     if (scaled >= 0)
-        fprintf(f, "set title '%s dynamic loss scale (halves on overflow, doubles after clean intervals)'\n"
+        fprintf(f, "set title '%s loss scale (its rule: report.md, The plot)'\n"
                    "set xlabel 'step'\n", sname);
     if (scaled >= 0 && mpt_report_panel_has_data(f, has_steps, "nothing to draw: no run logged a step")) {
         const char *name = sname;

@@ -488,6 +488,33 @@ void mpt_report_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_
     }
 }
 
+/* What the loss scale of precision p's run did, from the settings that run resolved (its --scaler preset and the
+ * flags that override it): the plot's bottom panel, said from the run's rule rather than from one preset's. */
+static void loss_scale_rule(char *b, size_t len, const mpt_cli_opts *o, mpt_precision p) {
+    mpt_cli_opts op = *o;
+    op.precision = p;
+    mpt_cli_resolve(&op); /* as compare resolves each precision's run */
+    if (op.loss_scaling == MPT_LOSS_SCALE_NONE) {
+        snprintf(b, len, "no loss scaling (--loss-scale none), so it stays at 1");
+        return;
+    }
+    if (op.loss_scaling == MPT_LOSS_SCALE_STATIC) {
+        snprintf(b, len, "a static scale (--loss-scale static), so it stays at %g (2^%.4g)", op.loss_scale_value,
+                 log2(op.loss_scale_value));
+        return;
+    }
+    char overflow[96];
+    if (op.hysteresis > 1)
+        snprintf(overflow, sizeof overflow, "at every overflow from the %d%s since it last grew (hysteresis)",
+                 op.hysteresis, op.hysteresis == 2 ? "nd" : op.hysteresis == 3 ? "rd" : "th");
+    else snprintf(overflow, sizeof overflow, "at every overflow");
+    snprintf(b, len, "it starts at 2^%.4g (--scaler %s%s), is multiplied by %g %s (every overflow is a skipped step) "
+             "and by %g after %d clean steps, within [%g, %g]; a scale that keeps falling means gradients overflow "
+             "FP16's range", log2(op.loss_scale_value), mpt_cli_format(&op, MPT_OPT_SCALER, (char[32]){0}, 32),
+             mpt_cli_given(&op, MPT_OPT_LOSS_SCALE) ? ", --loss-scale" : "", op.backoff_factor, overflow,
+             op.growth_factor, op.growth_interval, op.scale_floor, op.scale_ceiling);
+}
+
 mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_report_row *rows, int n,
                                 const mpt_report_ref *ref, const mpt_report_plot_info *plots) {
     const char *plot_file = plots->convergence, *plot_error = plots->convergence_error;
@@ -557,12 +584,18 @@ mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_re
     else
         fprintf(f, "(No plot: %s. The data is in `<precision>/metrics.csv` and `<precision>/epochs.csv`.)\n\n",
                 plot_error ? plot_error : "not drawn");
+    int scaled = -1; /* the precision whose loss-scale panel the plot draws (tools/plot.c: dynamic by default) */
+    for (int i = 0; i < n; i++)
+        if (mpt_mode_info(rows[i].precision)->dynamic_loss_scale) scaled = i;
     fprintf(f, "Top: training loss per step (as logged every %lld steps), one line per precision; lines that lie "
                "on top of each other mean the precision changed nothing visible. Middle: test accuracy after each "
-               "epoch. Bottom: the fp16 loss scale on a log axis: it starts at 2^16, halves at every overflow "
-               "(a skipped step) and doubles after %d clean steps; a scale that keeps falling means gradients "
-               "overflow FP16's range.\n\n",
-            (long long)o->log_every, o->growth_interval);
+               "epoch.", (long long)o->log_every);
+    if (scaled >= 0) {
+        char rule[400];
+        loss_scale_rule(rule, sizeof rule, o, rows[scaled].precision);
+        fprintf(f, " Bottom: the %s loss scale on a log axis: %s.", mpt_precision_name(rows[scaled].precision), rule);
+    }
+    fprintf(f, "\n\n");
     fprintf(f, "Per-run files: `<precision>/metrics.csv` (per logged step: step, epoch, loss, lr, loss_scale, "
                "steps_skipped), `<precision>/epochs.csv` (per epoch: losses, accuracies, times), "
                "`<precision>/summary.json`, `<precision>/checkpoint.safetensors`.\n");

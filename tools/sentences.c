@@ -483,7 +483,13 @@ void mpt_text_state_sequence(char *b, size_t n, const mpt_text_state_seq *s) {
 /* ---- master weights ------------------------------------------------------------------------------------------- */
 
 void mpt_text_stochastic(char *b, size_t n, double acc, double lost, double applied, double applied_nearest) {
-    if (fabs(applied - 1.0) <= 0.1)
+    if (fabs(applied - 1.0) <= 0.1 && lost < 0.5) /* most updates moved their weight: no "few" to speak of */
+        snprintf(b, n, "stochastic rounding without masters reached %.2f%%: it rounded %.1f%% of its updates back to "
+                 "the old weight on their step (that is what lost counts), and the weights moved by %.0f%% of the "
+                 "update mass (round-to-nearest without masters: %.0f%%), as its unbiased rounding promises (most "
+                 "updates moved their weight on their step here)", acc, 100.0 * lost,
+                 100.0 * applied, 100.0 * applied_nearest);
+    else if (fabs(applied - 1.0) <= 0.1)
         snprintf(b, n, "stochastic rounding without masters reached %.2f%%: it rounded %.1f%% of its updates back to "
                  "the old weight on their step (that is what lost counts), yet the weights moved by %.0f%% of the "
                  "update mass (round-to-nearest without masters: %.0f%%): the rounding is unbiased, and the few updates "

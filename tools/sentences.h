@@ -219,7 +219,8 @@ void mpt_text_adam_v_thresholds(char *b, size_t n, double beta2, int esub, doubl
 
 /* Stochastic rounding without masters: lost (share of updates rounded back on their step) and applied (share of the
  * update mass the weights moved by) beside round-to-nearest's applied mass. The "unbiased in expectation" reading is
- * given only when applied is within 10% of 1. */
+ * given only when applied is within 10% of 1, and the contrast "most updates rounded back, yet the mass applied:
+ * the few that move a weight move it by a whole ulp" only when lost is at least one half. */
 void mpt_text_stochastic(char *b, size_t n, double acc, double lost, double applied, double applied_nearest);
 
 /* ---- lost updates in FP32 ------------------------------------------------------------------------------------- */

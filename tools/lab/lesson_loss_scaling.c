@@ -17,7 +17,9 @@
  * paired difference none - dynamic is reported with its interval and verdict (tools/stats.h).
  * Criterion: the effect is observed when, in a setting, some activation gradient loses at least 1% of its
  * values at S = 1 and the scaler's S saves most of them (flush at S below half the flush at S = 1): a count; the
- * mass, the error and the accuracy verdict are reported beside it, whatever they are.
+ * mass, the error and the accuracy verdict are reported beside it, whatever they are. The two halves fail apart
+ * and the conclusion says which: no underflow to save, or underflow the scale did not save (`--param init=1`,
+ * a dynamic scaler that starts at 1 and cannot grow in a --quick run, shows the latter; tests/test_lab.c).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -248,7 +250,13 @@ static mpt_status run(mpt_lab_ctx *c) {
     double S, big_batch;
     MPT_TRY(mpt_lab_param(c, "static", 256.0, &S));
     MPT_TRY(mpt_lab_param(c, "batch", 2048.0, &big_batch));
+    double init;
+    MPT_TRY(mpt_lab_param(c, "init", 65536.0, &init));
     if (!(S >= 1.0 && S <= 16777216.0)) return mpt_errorf(MPT_ERR_ARG, "--param static: expected [1, 2^24], found %g", S);
+    if (!(init >= 1.0 && init <= 16777216.0))
+        return mpt_errorf(MPT_ERR_ARG, "--param init: expected [1, 2^24], found %g", init);
+    char dyn_flag[64];
+    snprintf(dyn_flag, sizeof dyn_flag, "dynamic:%.17g", init);
     if (!(big_batch >= 1.0 && big_batch <= 65536.0 && big_batch == floor(big_batch)))
         return mpt_errorf(MPT_ERR_ARG, "--param batch: expected an integer in [1, 65536], found %g", big_batch);
     const char *batch = mpt_lab_param_text(c, "default-batch", "128");
@@ -268,7 +276,7 @@ static mpt_status run(mpt_lab_ctx *c) {
      * report counts the steps it measured */
     char every[32];
     snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, atoi(batch)), 30));
-    const char *fd[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, NULL};
+    const char *fd[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, "--loss-scale", dyn_flag, NULL};
     const char *fs[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, "--loss-scale", st, NULL};
     const char *fn[] = {"--precision", "fp16", "--telemetry", every, "--batch-size", batch, "--loss-scale", "none", NULL};
     /* seed 0 with telemetry; the other seeds, dynamic and unscaled, for the accuracy's paired verdict: independent
@@ -282,7 +290,7 @@ static mpt_status run(mpt_lab_ctx *c) {
             snprintf(seed[k], sizeof seed[k], "%d", k);
             snprintf(sname[nr - 3], sizeof sname[0], "%s-seed%d", m ? "none" : "dynamic", k);
             const char *f[] = {"--precision", "fp16", "--batch-size", batch, "--seed", seed[k], "--loss-scale",
-                               m ? "none" : "dynamic", NULL};
+                               m ? "none" : dyn_flag, NULL};
             memcpy(sfl[nr - 3], f, sizeof f);
             runs3[nr] = (mpt_lab_run){sname[nr - 3], sfl[nr - 3]};
         }
@@ -310,7 +318,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     const char *where, *bwhere = "-";
     int seen_default = effect(&dyn, &w1, &ws, &where), seen_big = 0, ran_big = 0;
     if (!seen_default) {
-        const char *fb[] = {"--precision", "fp16", "--telemetry", "1", "--batch-size", bb, NULL};
+        const char *fb[] = {"--precision", "fp16", "--telemetry", "1", "--batch-size", bb, "--loss-scale", dyn_flag, NULL};
         MPT_TRY(train(c, "dynamic-big-batch", fb, &big));
         ran_big = 1;
         seen_big = effect(&big, &b1, &bs, &bwhere);
@@ -333,12 +341,27 @@ static mpt_status run(mpt_lab_ctx *c) {
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Observed: without loss scaling %.2f%% of `%s` would round to zero in FP16; at the scaler's S "
                  "%.2f%% do%s. %s. %s", 100.0 * w1, where, 100.0 * ws, sub, cost, acc);
+    else if (seen_big && w1 >= 0.01) /* the default batch underflowed, but its scale did not save it */
+        snprintf(c->conclusion, sizeof c->conclusion,
+                 "At the default batch %.2f%% of `%s` would flush to zero at S = 1, but %.2f%% still did at the "
+                 "scaler's S (mean 2^%d): the scale did not save most of them there. Observed with --batch-size %.0f: "
+                 "%.2f%% of `%s` would flush at S = 1, %.3f%% do at the scaler's S%s. %s. %s",
+                 100.0 * w1, where, 100.0 * ws, dyn.log2_scale, big_batch, 100.0 * b1, bwhere, 100.0 * bs, sub, cost,
+                 acc);
     else if (seen_big)
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Barely at the default batch (at most %.3f%% of an activation gradient, `%s`, would flush to zero at "
                  "S = 1). Observed with --batch-size %.0f, whose per-example gradients are smaller: %.2f%% of `%s` "
                  "would flush at S = 1, %.3f%% do at the scaler's S%s. %s. %s",
                  100.0 * w1, where, big_batch, 100.0 * b1, bwhere, 100.0 * bs, sub, cost, acc);
+    else if (w1 >= 0.01 || b1 >= 0.01) /* underflow at S = 1, but the scale did not save most of it: say so */
+        snprintf(c->conclusion, sizeof c->conclusion,
+                 "Not observed: FP16 underflow is there at S = 1, but the scaler's S did not save most of it: at the "
+                 "default batch %.2f%% of `%s` would flush at S = 1 and %.2f%% still did at its S (mean 2^%d); with "
+                 "--batch-size %.0f, %.2f%% of `%s` at S = 1 and %.2f%% at its S (mean 2^%d). The criterion asks for "
+                 "less than half of the S = 1 share at the scaler's S. %s",
+                 100.0 * w1, where, 100.0 * ws, dyn.log2_scale, big_batch, 100.0 * b1, bwhere, 100.0 * bs,
+                 big.log2_scale, acc);
     else
         snprintf(c->conclusion, sizeof c->conclusion,
                  "Not observed: no activation gradient lost 1%% of its values to FP16 underflow at S = 1, neither at the "
@@ -441,11 +464,12 @@ const mpt_lab_lesson mpt_lab_loss_scaling = {
     "loss-scaling",
     "How many small FP16 activation gradients round to zero without a loss scale, how many does the scale S keep, "
     "and what do they carry: their share of the gradient's mass, the rounded gradient's error, accuracy over seeds?",
-    "static=S (default 256), batch=B for the small-gradient setting (default 2048, at most a quarter of the training "
-    "images), default-batch=B (default 128), seeds=N (2..8; default: the lesson's size)",
+    "static=S (default 256), init=S, the dynamic scaler's initial scale (default 65536), batch=B for the "
+    "small-gradient setting (default 2048, at most a quarter of the training images), default-batch=B (default 128), "
+    "seeds=N (2..8; default: the lesson's size)",
     run,
     {20000, 10000, 2, 3}, /* full */
     {6000, 1000, 1, 3}, /* --quick: 47 steps; the effect grows as training proceeds (16 steps barely show it) */
-    "static batch default-batch seeds",
+    "static init batch default-batch seeds",
     "--quick 7 s, full 19 s of CPU time (2-core VM, 2026-11-28)",
 };
