@@ -371,6 +371,19 @@ START_TEST(test_all_lessons_quick) {
         snprintf(want, sizeof want, "(%d telemetry steps in the dynamic run", steps);
         ck_assert_msg(strstr(slurp(tp), want) != NULL, "loss-scaling report: want '%s'", want);
     }
+    /* the telemetry interval said in English: "every step", "every 2nd step", never "every 1th" or "every 2th" */
+    const char *with_interval[] = {"loss-scaling", "master-weights"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/%s/report.md", out, with_interval[i]);
+        const char *r = slurp(dir), *p;
+        ck_assert_msg(strstr(r, "every step") || strstr(r, "th step") || strstr(r, "st step") || strstr(r, "nd step") ||
+                          strstr(r, "rd step"), "%s names no telemetry interval", dir);
+        for (p = strstr(r, "th step"); p; p = strstr(p + 1, "th step")) {
+            const int d = p > r ? p[-1] : 0, tens = p - r > 1 ? p[-2] : 0;
+            ck_assert_msg(!(d >= '1' && d <= '3' && tens != '1'), "%s: an ill-formed ordinal: '%.*s'", dir, 12,
+                          p - 3 > r ? p - 3 : r);
+        }
+    }
     /* loss-scaling's Figure 3: every binade's bar (width 0.9, at its centre on the log2 |g| axis) lies in the FP16
      * band of the values it counts, 2^e to 2^(e+1): flushed below 2^-25, subnormal to 2^-14, normal to 2^16 */
     snprintf(dir, sizeof dir, "%s/loss-scaling/loss-scaling-exponents.dat", out);

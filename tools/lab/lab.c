@@ -123,6 +123,21 @@ int64_t mpt_lab_telemetry_every(int64_t steps, int points) {
     return every < 1 ? 1 : every;
 }
 
+const char *mpt_lab_every_text(char *buf, size_t len, const char *every) {
+    const long long n = atoll(every);
+    if (n == 1) {
+        snprintf(buf, len, "every step");
+        return buf;
+    }
+    const char *suffix = n % 100 >= 11 && n % 100 <= 13 ? "th"
+                         : n % 10 == 1                   ? "st"
+                         : n % 10 == 2                   ? "nd"
+                         : n % 10 == 3                   ? "rd"
+                                                         : "th";
+    snprintf(buf, len, "every %lld%s step", n, suffix);
+    return buf;
+}
+
 mpt_status mpt_lab_series_read(const mpt_lab_ctx *c, const char *run, const char *tensor, const char *metric,
                                mpt_lab_series *out) {
     memset(out, 0, sizeof *out);

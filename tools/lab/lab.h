@@ -102,6 +102,9 @@ mpt_status mpt_lab_fc_read(mpt_checkpoint *ck, const char *ckpt, int l, int64_t 
 
 /* A telemetry interval that gives about `points` telemetry steps in a run of `steps` steps (at least 1). */
 int64_t mpt_lab_telemetry_every(int64_t steps, int points);
+/* "every step" when `every` (a telemetry interval as text, e.g. "12") is "1", else "every 12th step" (English
+ * ordinal suffixes: 1st, 2nd, 3rd, 11th-13th), into buf (len bytes); returns buf. For report sentences. */
+const char *mpt_lab_every_text(char *buf, size_t len, const char *every);
 
 /* One metric's course over a run: from <lesson dir>/<run>/telemetry.csv, the rows of (tensor, metric) in step
  * order. */

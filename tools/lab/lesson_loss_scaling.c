@@ -410,12 +410,12 @@ static mpt_status run(mpt_lab_ctx *c) {
     fprintf(f, "FP16's smallest subnormal is 2^-24 (6.0e-8): an activation gradient below half of it rounds to zero "
                "and its information is gone. Multiplying the loss by S multiplies every gradient by S, lifting them "
                "into FP16's range; they are divided by S again in FP32 before the optimizer step. Telemetry reads "
-               "the activation gradients of every %sth step (%d telemetry steps in the dynamic run: the rows of its "
+               "the activation gradients of %s (%d telemetry steps in the dynamic run: the rows of its "
                "`dynamic/telemetry.csv`) and counts what rounds to zero "
                "at the run's S and, counterfactually and exactly, what would at S = 1 (docs/numerics.md). Flushing "
                "is not the only loss: a value below FP16's smallest normal 2^-14 (6.1e-5) that does not flush "
                "becomes subnormal and keeps fewer than 11 significant bits (a relative error up to 2^-25 / |v|), "
-               "which the scale also avoids.\n\n", every, dyn.tel_steps);
+               "which the scale also avoids.\n\n", mpt_lab_every_text((char[40]){0}, 40, every), dyn.tel_steps);
     table(f, "Default setting", &dyn, &sta, &none, S);
     if (ran_big) table(f, "Larger batch: gradients of a mean loss shrink as 1/B", &big, NULL, NULL, S);
     if (ex.n > 0)

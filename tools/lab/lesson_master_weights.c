@@ -160,10 +160,11 @@ static mpt_status run(mpt_lab_ctx *c) {
             else fprintf(f, " - |");
             fprintf(f, " %.1f%% | %.2f%% |\n", 100.0 * o->applied, o->acc);
         }
-    fprintf(f, "\nMeans over the telemetry steps (every %sth step, batch %s) over all parameters: the share of "
+    fprintf(f, "\nMeans over the telemetry steps (%s, batch %s) over all parameters: the share of "
                "parameters whose nonzero update left them unchanged, and the share of the update mass applied "
                "(docs/numerics.md, section 3). Criterion for the effect: bf16 with SGD without masters loses at "
-               "least 10%% of its updates and ends at least 1 point below the run with masters.\n", every, batch);
+               "least 10%% of its updates and ends at least 1 point below the run with masters.\n",
+            mpt_lab_every_text((char[40]){0}, 40, every), batch);
     return mpt_lab_report_close(c, &mpt_lab_master_weights, f, plot_error);
 }
 
