@@ -39,7 +39,8 @@
 #            weights on both: the first step and tensor where they part; its tables (tc.md) on the results page
 #   graph    mptrain train --model mlp --precision fp16 --batch-size 128 with --cuda-graph on and off, then on with
 #            each opt-in path of issue 31 A (MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_LOSS=1,
-#            MPT_CUDA_FUSED_DRELU_BGRAD=1, MPT_CUDA_WGRAD_STREAM=1, the four together, MPT_CUDA_SPLIT_NARROW_BGRAD=1),
+#            MPT_CUDA_FUSED_DRELU_BGRAD=1, MPT_CUDA_WGRAD_STREAM=1, MPT_CUDA_BIAS_GRAD_ILP=1, the five together,
+#            MPT_CUDA_SPLIT_NARROW_BGRAD=1),
 #            with --telemetry 50 on the host and on the device (MPT_CUDA_DEVICE_TELEMETRY=1, issue 32) and on again, then
 #            lenet5 fp16 on, with MPT_CUDA_CONV_FIND=1 and with MPT_CUDA_SPLIT_CHANNEL_SUM=1: metrics.csv identical
 #            to the model's on run but for its run_id column (off and the fused paths: the same arithmetic; the
@@ -326,7 +327,7 @@ if [ "$DRY_RUN" = 1 ]; then
                               printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", "; n++ }
                           END { printf " (%d test cases at once)", n }'), then alone: $(tcases | awk -F'\t' -v cap="$TIMING_CAP" '
                           $2 == "timing" { printf "%s%s/%s %ds", sep, $1, $2, ($3 < cap ? $3 : cap); sep = ", " }')" ;;
-            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_LOSS=1, MPT_CUDA_FUSED_DRELU_BGRAD=1, MPT_CUDA_WGRAD_STREAM=1 (one each, then together), MPT_CUDA_SPLIT_NARROW_BGRAD=1, --telemetry 50 without and with MPT_CUDA_DEVICE_TELEMETRY=1, on again; lenet5 on, with MPT_CUDA_CONV_FIND=1 and with MPT_CUDA_SPLIT_CHANNEL_SUM=1" ;;
+            graph) what="mptrain train --model mlp --precision fp16 --batch-size 128 --epochs $GE --device cuda: --cuda-graph on, off, on with MPT_CUDA_FUSED_UPDATE=1, MPT_CUDA_FUSED_LOSS=1, MPT_CUDA_FUSED_DRELU_BGRAD=1, MPT_CUDA_WGRAD_STREAM=1, MPT_CUDA_BIAS_GRAD_ILP=1 (one each, then together), MPT_CUDA_SPLIT_NARROW_BGRAD=1, --telemetry 50 without and with MPT_CUDA_DEVICE_TELEMETRY=1, on again; lenet5 on, with MPT_CUDA_CONV_FIND=1 and with MPT_CUDA_SPLIT_CHANNEL_SUM=1" ;;
             compare) what="mptrain compare --model mlp|lenet5 --device cuda --epochs $EPOCHS" ;;
             speedrun) what="mptrain speedrun --device cuda --seeds 10 (limit $((CAP[speedrun] * 2 / 5)) s); bench/speedrun_pytorch.py --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds $SR_PT_SEEDS (limit $((CAP[speedrun] * 3 / 5)) s)" ;;
             bench) what="bench/run.sh gpu --epochs $EPOCHS --repeats $REPEATS --models mlp,lenet5 --torch-modes $TORCH_MODES ($((16 * REPEATS)) runs, each under a limit)" ;;
@@ -713,8 +714,8 @@ stage_graph() {
     # cost is reported apart from the epoch times (summary.json telemetry_time_s), on the host or on the device.
     local -a variants=("on||on|=" "off||off|=" "update|MPT_CUDA_FUSED_UPDATE=1|on|=" "loss|MPT_CUDA_FUSED_LOSS=1|on|="
         "drelu|MPT_CUDA_FUSED_DRELU_BGRAD=1|on|="
-        "wgrad|MPT_CUDA_WGRAD_STREAM=1|on|="
-        "fused|MPT_CUDA_FUSED_UPDATE=1 MPT_CUDA_FUSED_LOSS=1 MPT_CUDA_FUSED_DRELU_BGRAD=1 MPT_CUDA_WGRAD_STREAM=1|on|="
+        "wgrad|MPT_CUDA_WGRAD_STREAM=1|on|=" "bgilp|MPT_CUDA_BIAS_GRAD_ILP=1|on|="
+        "fused|MPT_CUDA_FUSED_UPDATE=1 MPT_CUDA_FUSED_LOSS=1 MPT_CUDA_FUSED_DRELU_BGRAD=1 MPT_CUDA_WGRAD_STREAM=1 MPT_CUDA_BIAS_GRAD_ILP=1|on|="
         "bgrad|MPT_CUDA_SPLIT_NARROW_BGRAD=1|on|~" "tele||on|=|mlp|--telemetry 50"
         "tele-dev|MPT_CUDA_DEVICE_TELEMETRY=1|on|=|mlp|--telemetry 50" "on-2||on|=" "on||on|=|lenet5"
         "find|MPT_CUDA_CONV_FIND=1|on|~|lenet5" "chsum|MPT_CUDA_SPLIT_CHANNEL_SUM=1|on|~|lenet5")

@@ -125,8 +125,9 @@ void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, 
  * when a CUDA backend is created, "1" turning it on; built without a GPU and off until a GPU session has run its
  * checks. The names, in the order docs/cuda.md's table lists them. */
 #define MPT_CUDA_OPT_IN_VARS                                                                                           \
-    {"MPT_CUDA_FUSED_UPDATE", "MPT_CUDA_FUSED_LOSS", "MPT_CUDA_FUSED_DRELU_BGRAD", "MPT_CUDA_SPLIT_NARROW_BGRAD",       \
-     "MPT_CUDA_WGRAD_STREAM", "MPT_CUDA_CONV_FIND", "MPT_CUDA_SPLIT_CHANNEL_SUM", "MPT_CUDA_DEVICE_TELEMETRY"}
+    {"MPT_CUDA_FUSED_UPDATE",      "MPT_CUDA_FUSED_LOSS",    "MPT_CUDA_FUSED_DRELU_BGRAD",                          \
+     "MPT_CUDA_SPLIT_NARROW_BGRAD", "MPT_CUDA_BIAS_GRAD_ILP", "MPT_CUDA_WGRAD_STREAM",                               \
+     "MPT_CUDA_CONV_FIND",         "MPT_CUDA_SPLIT_CHANNEL_SUM", "MPT_CUDA_DEVICE_TELEMETRY"}
 /* The opt-in variables set to "1" in this process's environment now: their names, comma-separated, in buf (len
  * bytes, truncated to fit; "" when none), and their count. Host only: works without a GPU or the module. */
 int mpt_cuda_opt_in_on(char *buf, size_t len);

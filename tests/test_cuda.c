@@ -563,6 +563,57 @@ static void swap_in(mpt_backend *be) {
     gpu = be;
 }
 
+/* MPT_CUDA_BIAS_GRAD_ILP=1 (kernels/cuda/elementwise.cu bias_grad_kernel<8>): the column sums with 8 rows' loads in
+ * flight per thread, added in the same row order as bias_grad_kernel<1>, must give the same bits: every dtype,
+ * accumulate 0 and 1, row counts around the 64-row batch of loads (1, 7, 8, 63, 64, 65, 128, 1000) and ragged column
+ * counts; one column holds only -0.0 (the sign of a zero sum: +0.0 in both, the FP32 accumulator starts at +0) and
+ * one spans 20 binades (where another order gives other bits). */
+START_TEST(test_bias_grad_ilp_bit_identical) {
+    static const int64_t rows[] = {1, 7, 8, 63, 64, 65, 128, 1000}, cols[] = {1, 33, 512};
+    const mpt_dtype dts[] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
+    mpt_backend *ilp = cuda_backend_with("MPT_CUDA_BIAS_GRAD_ILP");
+    tests_rng r = {2900};
+    for (size_t ri = 0; ri < sizeof rows / sizeof *rows; ri++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof *cols; ci++)
+            for (size_t di = 0; di < 3; di++)
+                for (int accumulate = 0; accumulate < 2; accumulate++) {
+                    const int64_t R = rows[ri], C = cols[ci], n = R * C;
+                    const mpt_dtype t = dts[di];
+                    void *dy = xmalloc(nbytes(t, n));
+                    for (int64_t i = 0; i < n; i++) {
+                        const int64_t c = i % C;
+                        const float v = c == 0 && C > 1 ? -0.0f
+                                        : c == 1      ? (float)ldexp(tests_uniform(&r, -1, 1), (int)(i / C % 20) - 10)
+                                                      : (float)tests_uniform(&r, -1, 1);
+                        mpt_store_f32(dy, t, i, v);
+                    }
+                    float *db0 = fill(&r, MPT_DTYPE_F32, C, -1, 1), *got[2];
+                    for (int k = 0; k < 2; k++) {
+                        mpt_backend *be = k ? ilp : gpu;
+                        void *ddy = be->alloc(be, nbytes(t, n)), *ddb = be->alloc(be, (size_t)C * 4);
+                        EXPECT(ddy && ddb, "cudaMalloc failed");
+                        be->from_host(be, ddy, dy, nbytes(t, n));
+                        be->from_host(be, ddb, db0, (size_t)C * 4);
+                        be->bias_grad(be, (float *)ddb, ddy, t, R, C, accumulate);
+                        got[k] = xmalloc((size_t)C * 4);
+                        be->to_host(be, got[k], ddb, (size_t)C * 4);
+                        be->free(be, ddy);
+                        be->free(be, ddb);
+                    }
+                    for (int64_t c = 0; c < C; c++)
+                        EXPECT(bits(got[0][c]) == bits(got[1][c]),
+                               "bias_grad %lldx%lld %s accumulate %d: column %lld %a (one load at a time) vs %a (8 "
+                               "in flight)", (long long)R, (long long)C, mpt_dtype_name(t), accumulate, (long long)c,
+                               (double)got[0][c], (double)got[1][c]);
+                    free(dy);
+                    free(db0);
+                    free(got[0]);
+                    free(got[1]);
+                }
+    mpt_backend_free(&ilp);
+}
+END_TEST
+
 START_TEST(test_gemm_refused_direct_falls_back) {
     static const struct {
         mpt_epilogue ep;
@@ -3887,6 +3938,7 @@ static Suite *cuda_suite(void) {
     tcase_add_checked_fixture(tf, NULL, restore_gpu);
     tcase_add_test(tf, test_gemm_refused_direct_falls_back);
     tcase_add_test(tf, test_drelu_bgrad_fused_bit_identical);
+    tcase_add_test(tf, test_bias_grad_ilp_bit_identical);
     tcase_add_test(tf, test_telemetry_reductions_match_host);
     suite_add_tcase(s, tf);
     TCase *tl = tcase_create("loss_fused"); /* swaps in a backend of its own, as gemm_fallback */

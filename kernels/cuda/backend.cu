@@ -360,6 +360,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
     ctx->fused_drelu_bgrad = fused_drelu != NULL && strcmp(fused_drelu, "1") == 0;
     const char *conv_find = getenv("MPT_CUDA_CONV_FIND");
     ctx->conv_find = conv_find != NULL && strcmp(conv_find, "1") == 0;
+    const char *bias_ilp = getenv("MPT_CUDA_BIAS_GRAD_ILP");
+    ctx->bias_grad_ilp = bias_ilp != NULL && strcmp(bias_ilp, "1") == 0;
     const char *split_channel = getenv("MPT_CUDA_SPLIT_CHANNEL_SUM");
     ctx->split_channel_sum = split_channel != NULL && strcmp(split_channel, "1") == 0;
     const char *fused_update = getenv("MPT_CUDA_FUSED_UPDATE");

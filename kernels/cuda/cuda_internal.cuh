@@ -132,6 +132,8 @@ typedef struct mpt_cuda_ctx {
     size_t side_ws_bytes;
     struct mpt_cuda_retired *side_retired; /* smaller side workspaces replaced by gemm_workspace: kept until the
                                     backend is destroyed (a recorded step may point into them) */
+    int bias_grad_ilp;           /* MPT_CUDA_BIAS_GRAD_ILP=1 at creation: bias_grad_kernel issues 8 rows' loads at
+                                    once (the same sums in the same order: the same bits; elementwise.cu) */
     int split_channel_sum;       /* MPT_CUDA_SPLIT_CHANNEL_SUM=1 at creation: the channel sums (conv bias gradient)
                                     over (chunks, K) blocks and a fixed-order second pass (elementwise.cu) */
     int fused_update;            /* MPT_CUDA_FUSED_UPDATE=1 at creation: be->update_pass is set (two kernels for

@@ -497,14 +497,28 @@ void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dl
 #define BIAS_TILE_Y 8
 
 /* Block (32, 8) per 32 columns: thread (x, y) sums rows y, y+8, ... of its column in FP32, then the 8 partials
- * are added in order; db[c] = db[c] + sum (accumulate) or sum. */
+ * are added in order; db[c] = db[c] + sum (accumulate) or sum. U = 1: one load, then its add, at a time, so each
+ * thread waits out U-fold the load latency (the mlp's 128 rows: 16 loads in a row, 9.4 us on an H200, ncu
+ * 2026-11-26). U = 8 (MPT_CUDA_BIAS_GRAD_ILP=1, opt-in until a GPU session has run test_bias_grad_ilp_bit_identical):
+ * the next U rows' loads are issued together, then added in the same row order: the same sums, the same bits. */
+template <int U>
 static __global__ void bias_grad_kernel(float *db, const void *dy, mpt_dtype dtype, int64_t rows, int64_t cols,
                                         int accumulate) {
     __shared__ float part[BIAS_TILE_Y][BIAS_TILE_X + 1];
     const int64_t c = (int64_t)blockIdx.x * BIAS_TILE_X + threadIdx.x;
     float acc = 0.0f;
     if (c < cols)
-        for (int64_t r = threadIdx.y; r < rows; r += BIAS_TILE_Y) acc += mpt_dev_load(dy, dtype, r * cols + c);
+        for (int64_t r0 = threadIdx.y; r0 < rows; r0 += (int64_t)U * BIAS_TILE_Y) {
+            float v[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) { /* all loads first */
+                const int64_t r = r0 + (int64_t)u * BIAS_TILE_Y;
+                v[u] = r < rows ? mpt_dev_load(dy, dtype, r * cols + c) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) /* then the adds, in row order; rows past the end add nothing (not +0) */
+                if (r0 + (int64_t)u * BIAS_TILE_Y < rows) acc += v[u];
+        }
     part[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols) {
@@ -518,7 +532,8 @@ static void launch_bias_grad(const mpt_cuda_ctx *ctx, float *db, const void *dy,
                              int64_t cols, int accumulate) {
     dim3 block(BIAS_TILE_X, BIAS_TILE_Y);
     unsigned grid = (unsigned)((cols + BIAS_TILE_X - 1) / BIAS_TILE_X);
-    bias_grad_kernel<<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols, accumulate);
+    if (ctx->bias_grad_ilp) bias_grad_kernel<8><<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols, accumulate);
+    else bias_grad_kernel<1><<<grid, block, 0, ctx->stream>>>(db, dy, dtype, rows, cols, accumulate);
     MPT_CUDA_CHECK_LAUNCH("bias_grad_kernel");
 }
 
