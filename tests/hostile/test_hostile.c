@@ -1990,6 +1990,40 @@ START_TEST(test_lock_files_issue36) {
 }
 END_TEST
 
+/* ---- an audit of the command line and input handling (branch audit-input) ---------------------------------- */
+
+/* Flags checked as doubles whose value the engine takes as FP32: one that rounds to 0 (or to 1 where [0, 1) is
+ * promised) is refused naming the flag, as --beta1/--beta2 are. --eps 1e-50 trained with Adam dividing 0 by 0 (NaN
+ * weights, the checkpoint refused), --momentum 0.99999999 ran momentum 1 while summary.json said 0.99999999,
+ * --clip-norm 1e-50 turned clipping off, and --backoff-factor / --gamma 1e-50 were refused naming the engine's field
+ * ("loss scaler backoff_factor ... found 0") rather than the flag. */
+START_TEST(test_fp32_rounding_flags) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const struct {
+        const char *flag, *value, *extra, *needle;
+    } c[] = {{"--eps", "1e-50", NULL, "--eps 1e-50: rounds to 0 in FP32"},
+             {"--momentum", "0.99999999", "sgd", "--momentum 0.99999999: rounds to 1 in FP32"},
+             {"--clip-norm", "1e-50", NULL, "--clip-norm 1e-50: rounds to 0 in FP32"},
+             {"--backoff-factor", "1e-50", NULL, "--backoff-factor 1e-50: rounds to 0 in FP32"},
+             {"--gamma", "1e-50", "step", "--gamma 1e-50: rounds to 0 in FP32"}};
+    const int n_cases = (int)(sizeof c / sizeof c[0]);
+    for (int k = 0; k < n_cases; k++) {
+        const char *o1 = "--progress", *v1 = "off", *o2 = "--progress", *v2 = "off";
+        if (c[k].extra && strcmp(c[k].extra, "sgd") == 0) o1 = "--optimizer", v1 = "sgd";
+        if (c[k].extra && strcmp(c[k].extra, "step") == 0) o1 = "--lr-schedule", v1 = "step", o2 = "--step-size",
+                                                           v2 = "1";
+        int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out",
+                     tmp_path("o"), "--device", "cpu", "--precision", "fp16", o1, v1, o2, v2, c[k].flag, c[k].value,
+                     NULL);
+        note_case(&p, c[k].flag, rejection_problem(rc, 2, c[k].needle));
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2035,5 +2069,9 @@ int main(void) {
     tcase_add_test(i36, test_long_out_keeps_the_reason);
     tcase_add_test(i36, test_lock_files_issue36);
     suite_add_tcase(s, i36);
+    TCase *audit = tcase_create("audit"); /* the audit of the command line and input handling */
+    tcase_set_timeout(audit, 240);
+    tcase_add_test(audit, test_fp32_rounding_flags);
+    suite_add_tcase(s, audit);
     return mpt_test_run(s);
 }
