@@ -2024,6 +2024,34 @@ START_TEST(test_fp32_rounding_flags) {
 }
 END_TEST
 
+/* lab --param values that a lesson hands to its runs as a flag (--batch-size, --lr, --precision) are checked as that
+ * flag and refused naming the --param: default-batch=abc and =0 crashed the loss-scaling lesson (SIGFPE: atoi's 0 as
+ * the batch in its step count), the others were refused as "--lr: ..." or "--batch-size: ...", a flag the user never
+ * gave. */
+START_TEST(test_lab_param_values) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const struct {
+        const char *lesson, *param;
+    } c[] = {{"loss-scaling", "default-batch=abc"}, {"loss-scaling", "default-batch=0"},
+             {"master-weights", "sgd-lr=abc"},      {"master-weights", "batch=1e1"},
+             {"optimizer-state", "precision=fp64"}, {"optimizer-state", "lr=-1"},
+             {"noise", "lr=abc"},                   {"overflow", "batch=1e1"}};
+    const int n_cases = (int)(sizeof c / sizeof c[0]);
+    for (int k = 0; k < n_cases; k++) {
+        char needle[64], name[64];
+        snprintf(needle, sizeof needle, "--param %s: --", c[k].param);
+        snprintf(name, sizeof name, "lab %s --param %s", c[k].lesson, c[k].param);
+        int rc = run("lab", c[k].lesson, "--quick", "--param", c[k].param, "--data", data, "--out", tmp_path("lab"),
+                     "--device", "cpu", NULL);
+        note_case(&p, name, rejection_problem(rc, 2, needle));
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2072,6 +2100,7 @@ int main(void) {
     TCase *audit = tcase_create("audit"); /* the audit of the command line and input handling */
     tcase_set_timeout(audit, 240);
     tcase_add_test(audit, test_fp32_rounding_flags);
+    tcase_add_test(audit, test_lab_param_values);
     suite_add_tcase(s, audit);
     return mpt_test_run(s);
 }

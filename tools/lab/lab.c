@@ -76,6 +76,20 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
     return def;
 }
 
+mpt_status mpt_lab_param_flag(const mpt_lab_ctx *c, const char *key, const char *def, mpt_opt_id id,
+                              const char **out) {
+    const char *t = mpt_lab_param_text(c, key, def);
+    static mpt_cli_opts scratch; /* large (paths, the model spec): off the stack */
+    mpt_cli_opts_default(&scratch);
+    if (mpt_cli_apply(&scratch, id, t) != MPT_OK) {
+        char msg[1024], esc[256];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(MPT_ERR_ARG, "--param %s=%s: %s", key, mpt_cli_echo(esc, sizeof esc, t), msg);
+    }
+    *out = t;
+    return MPT_OK;
+}
+
 int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {
     return (c->cd->d.n_train + batch - 1) / batch * c->base->epochs;
 }
