@@ -2052,6 +2052,23 @@ START_TEST(test_lab_param_values) {
 }
 END_TEST
 
+/* A --param key given twice: the last value counts, as for every other option (the first did, silently: a later
+ * tmax=abc ran the lesson with the earlier 4, exit 0, and an earlier bad value refused the run its later good one). */
+START_TEST(test_lab_param_last_wins) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int rc = run("lab", "softmax", "--quick", "--param", "tmax=4", "--param", "tmax=abc", "--data", data, "--out",
+                 tmp_path("lab"), "--device", "cpu", NULL);
+    note_case(&p, "tmax=4, then tmax=abc", rejection_problem(rc, 2, "--param tmax: expected a number, found 'abc'"));
+    rc = run("lab", "softmax", "--quick", "--param", "tmax=abc", "--param", "tmax=2", "--data", data, "--out",
+             tmp_path("lab"), "--device", "cpu", NULL);
+    note_case(&p, "tmax=abc, then tmax=2", rc == 0 ? NULL : err_buf);
+    rm_tmpdir();
+    assert_no_problems(&p, 2);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2101,6 +2118,7 @@ int main(void) {
     tcase_set_timeout(audit, 240);
     tcase_add_test(audit, test_fp32_rounding_flags);
     tcase_add_test(audit, test_lab_param_values);
+    tcase_add_test(audit, test_lab_param_last_wins);
     suite_add_tcase(s, audit);
     return mpt_test_run(s);
 }

@@ -71,7 +71,7 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
     MPT_ASSERTF(!c->lesson || has_key(c->lesson, key), "lesson %s reads --param %s, which its param_keys (\"%s\") "
                 "do not list", c->lesson->name, key, c->lesson->param_keys ? c->lesson->param_keys : "");
     size_t n = strlen(key);
-    for (int i = 0; i < c->n_params; i++)
+    for (int i = c->n_params - 1; i >= 0; i--) /* the last one given wins, as for every other option */
         if (strncmp(c->params[i], key, n) == 0 && c->params[i][n] == '=') return c->params[i] + n + 1;
     return def;
 }

@@ -75,7 +75,7 @@ __attribute__((format(printf, 3, 4))) void mpt_lab_append(char *b, size_t n, con
  * value is not a finite number. */
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out);
 
-/* The value of --param KEY=VALUE as text, or def. */
+/* The value of --param KEY=VALUE as text (the last one when KEY is given more than once), or def. */
 const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def);
 
 /* The value of --param KEY=VALUE as text (or def) that the lesson passes to its runs as the command-line option
