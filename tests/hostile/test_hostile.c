@@ -2069,6 +2069,47 @@ START_TEST(test_lab_param_last_wins) {
 }
 END_TEST
 
+/* An --out directory this user cannot write: the message gives the reason, EACCES. It said "No such file or
+ * directory": the lock file's creation failed with EACCES, and the fallback that opens another user's existing lock
+ * file read-only found none and left its ENOENT. As root the run is nobody's (setpriv). */
+START_TEST(test_read_only_out_reason) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *ro = tmp_path("ro");
+    ck_assert(mkdir(ro, 0755) == 0 && chmod(ro, 0555) == 0);
+    int rc;
+    if (geteuid() == 0) {
+        if (system("setpriv --version >/dev/null 2>&1") != 0) {
+            fprintf(stderr, "test_read_only_out_reason: root without setpriv: SKIPPED\n");
+            rm_tmpdir();
+            return;
+        }
+        ck_assert(chmod(tmpdir, 0711) == 0);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "setpriv --reuid nobody --regid nogroup --clear-groups '%s' train --data '%s' "
+                 "--epochs 1 --batch-size 50 --max-steps 2 --out '%s' --progress off --device cpu >/dev/null 2>'%s/err'",
+                 mptrain_path(), data, ro, tmpdir);
+        int st = system(cmd);
+        rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+        char *e;
+        size_t n;
+        read_file(tmp_path("err"), &e, &n);
+        n = n < sizeof err_buf - 1 ? n : sizeof err_buf - 1;
+        memcpy(err_buf, e, n);
+        err_buf[n] = '\0';
+        err_len = n;
+        free(e);
+    } else {
+        rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out", ro,
+                 "--progress", "off", "--device", "cpu", NULL);
+    }
+    const char *why = rejection_problem(rc, 1, "cannot create its lock file .mptrain.lock (Permission denied)");
+    chmod(ro, 0755);
+    rm_tmpdir();
+    ck_assert_msg(why == NULL, "%s", why);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2119,6 +2160,7 @@ int main(void) {
     tcase_add_test(audit, test_fp32_rounding_flags);
     tcase_add_test(audit, test_lab_param_values);
     tcase_add_test(audit, test_lab_param_last_wins);
+    tcase_add_test(audit, test_read_only_out_reason);
     suite_add_tcase(s, audit);
     return mpt_test_run(s);
 }
