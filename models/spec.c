@@ -202,7 +202,7 @@ static void set_defaults(mpt_model_layer *l) {
 static mpt_status read_value(cursor *c, const kind_def *k, const arg_def *d, double *out) {
     char what[160];
     if (d->type == ARG_INT)
-        snprintf(what, sizeof what, "an integer in [%g, %g] for %s's %s", d->lo, d->hi, k->name, d->key);
+        snprintf(what, sizeof what, "an integer in [%.0f, %.0f] for %s's %s", d->lo, d->hi, k->name, d->key);
     else
         snprintf(what, sizeof what, "a number in [%g, %g%s for %s's %s", d->lo, d->hi, d->hi_open ? ")" : "]", k->name,
                  d->key);

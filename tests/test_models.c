@@ -213,6 +213,9 @@ START_TEST(test_parse_errors) {
     expect_parse_error("conv(6,5,stride=1,0)", "found '0'", "positional arguments come first");
     expect_parse_error("conv(6,2.5)", "found '2.5'", "an integer in [1, 1024] for conv's kernel");
     expect_parse_error("conv(0,5)", "found '0'", "conv's out_channels");
+    /* an integer bound printed whole (it was %g: "[1, 1.04858e+06]", a bound that is not the limit) */
+    expect_parse_error("flatten,linear(1048577),linear", "found '1048577'",
+                       "an integer in [1, 1048576] for linear's out_features");
     expect_parse_error("dropout(1)", "found '1'", "a number in [0, 1) for dropout's p");
     expect_parse_error("conv(6,5,kernel=3)", "kernel given twice", NULL);
     expect_parse_error("relu relu", "at character 6 (layer 1), found 'relu'", "',' between layers");

@@ -645,6 +645,23 @@ static mpt_status parse_below_one_fp32(const char *flag, const char *s, double *
     return MPT_OK;
 }
 
+/* A number > 0 that stays above 0 in FP32, where the engine computes (Adam's eps, the scaler's backoff, the step
+ * schedule's gamma, the clipping norm): 1e-50 passes as a double but becomes 0.0f, which would make Adam divide 0 by 0
+ * (NaN weights), the engine refuse "backoff_factor 0" naming its field rather than the flag, or turn clipping off. */
+static mpt_status parse_positive_fp32(const char *flag, const char *s, double lo, int lo_open, double hi,
+                                      const char *expected, double *out) {
+    double v;
+    MPT_TRY(parse_double(flag, s, lo, lo_open, hi, 0, expected, &v));
+    if (v > 0.0 && !((float)v > 0.0f)) {
+        char esc[256];
+        return mpt_errorf(MPT_ERR_ARG, "--%s %s: rounds to 0 in FP32, where the engine computes; expected %s that "
+                          "stays above 0 in FP32 (its smallest positive value is 1.4e-45)", flag,
+                          mpt_cli_echo(esc, sizeof esc, s), expected);
+    }
+    *out = v;
+    return MPT_OK;
+}
+
 static mpt_status copy_path(const char *flag, const char *s, char *dst, size_t cap) {
     if (!*s) return bad_value(flag, "a path", s);
     if (strlen(s) >= cap) return mpt_errorf(MPT_ERR_ARG, "--%s: path longer than %zu bytes", flag, cap - 1);
@@ -733,12 +750,12 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         if (mpt_optim_kind_parse(arg, &o->optimizer) != 0) return bad_value(f, "one of sgd, adam, adamw", arg);
         return MPT_OK;
     case MPT_OPT_LR: return parse_double(f, arg, 1e-30, 0, FLT_BIG, 0, "a number in [1e-30, 3e38]", &o->lr);
-    case MPT_OPT_MOMENTUM: return parse_double(f, arg, 0.0, 0, 1.0, 1, "a number in [0, 1)", &o->momentum);
+    case MPT_OPT_MOMENTUM: return parse_below_one_fp32(f, arg, &o->momentum);
     case MPT_OPT_NESTEROV: o->nesterov = 1; return MPT_OK;
     case MPT_OPT_WEIGHT_DECAY: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->weight_decay);
     case MPT_OPT_BETA1: return parse_below_one_fp32(f, arg, &o->beta1);
     case MPT_OPT_BETA2: return parse_below_one_fp32(f, arg, &o->beta2);
-    case MPT_OPT_EPS: return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->eps);
+    case MPT_OPT_EPS: return parse_positive_fp32(f, arg, 0.0, 1, 1.0, "a number in (0, 1]", &o->eps);
     case MPT_OPT_EPOCHS:
         return parse_int(f, arg, 1, MPT_CLI_MAX_EPOCHS, "an integer in [1, 100000]", &o->epochs);
     case MPT_OPT_BATCH_SIZE: return parse_int(f, arg, 1, 65536, "an integer in [1, 65536]", &o->batch);
@@ -778,7 +795,7 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
     case MPT_OPT_GROWTH_FACTOR:
         return parse_double(f, arg, 1.0, 0, FLT_BIG, 0, "a number in [1, 3e38]", &o->growth_factor);
     case MPT_OPT_BACKOFF_FACTOR:
-        return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->backoff_factor);
+        return parse_positive_fp32(f, arg, 0.0, 1, 1.0, "a number in (0, 1]", &o->backoff_factor);
     case MPT_OPT_HYSTERESIS:
         return parse_int(f, arg, 1, 1000000000, "an integer in [1, 10^9]", &o->hysteresis);
     case MPT_OPT_SCALE_FLOOR:
@@ -830,8 +847,8 @@ mpt_status mpt_cli_apply(mpt_cli_opts *o, mpt_opt_id id, const char *arg) {
         return parse_i64(f, arg, 0, INT64_C(1) << 40, "an integer >= 0", &o->warmup_steps);
     case MPT_OPT_MIN_LR: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->min_lr);
     case MPT_OPT_STEP_SIZE: return parse_i64(f, arg, 1, INT64_C(1) << 40, "an integer >= 1", &o->step_size);
-    case MPT_OPT_GAMMA: return parse_double(f, arg, 0.0, 1, 1.0, 0, "a number in (0, 1]", &o->gamma);
-    case MPT_OPT_CLIP_NORM: return parse_double(f, arg, 0.0, 0, FLT_BIG, 0, "a number >= 0", &o->clip_norm);
+    case MPT_OPT_GAMMA: return parse_positive_fp32(f, arg, 0.0, 1, 1.0, "a number in (0, 1]", &o->gamma);
+    case MPT_OPT_CLIP_NORM: return parse_positive_fp32(f, arg, 0.0, 0, FLT_BIG, "a number >= 0", &o->clip_norm);
     case MPT_OPT_LIMIT_TRAIN:
         return parse_i64(f, arg, 0, INT32_MAX, "an integer >= 0 (0 = all)", &o->limit_train);
     case MPT_OPT_LIMIT_TEST:

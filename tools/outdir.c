@@ -133,6 +133,7 @@ static mpt_status take_lock(mpt_outdir *od, const char *command) {
         if (od->lock_fd < 0 && errno == EACCES) { /* another user's file: flock works on a read-only descriptor */
             od->lock_fd = openat(od->fd, MPT_OUTDIR_LOCK, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
             read_only = od->lock_fd >= 0;
+            if (!read_only && errno == ENOENT) errno = EACCES; /* no file to read: the directory refused its creation */
         }
         if (od->lock_fd < 0)
             return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create its lock file %s (%s)", od->path, MPT_OUTDIR_LOCK,

@@ -1990,6 +1990,126 @@ START_TEST(test_lock_files_issue36) {
 }
 END_TEST
 
+/* ---- an audit of the command line and input handling (branch audit-input) ---------------------------------- */
+
+/* Flags checked as doubles whose value the engine takes as FP32: one that rounds to 0 (or to 1 where [0, 1) is
+ * promised) is refused naming the flag, as --beta1/--beta2 are. --eps 1e-50 trained with Adam dividing 0 by 0 (NaN
+ * weights, the checkpoint refused), --momentum 0.99999999 ran momentum 1 while summary.json said 0.99999999,
+ * --clip-norm 1e-50 turned clipping off, and --backoff-factor / --gamma 1e-50 were refused naming the engine's field
+ * ("loss scaler backoff_factor ... found 0") rather than the flag. */
+START_TEST(test_fp32_rounding_flags) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const struct {
+        const char *flag, *value, *extra, *needle;
+    } c[] = {{"--eps", "1e-50", NULL, "--eps 1e-50: rounds to 0 in FP32"},
+             {"--momentum", "0.99999999", "sgd", "--momentum 0.99999999: rounds to 1 in FP32"},
+             {"--clip-norm", "1e-50", NULL, "--clip-norm 1e-50: rounds to 0 in FP32"},
+             {"--backoff-factor", "1e-50", NULL, "--backoff-factor 1e-50: rounds to 0 in FP32"},
+             {"--gamma", "1e-50", "step", "--gamma 1e-50: rounds to 0 in FP32"}};
+    const int n_cases = (int)(sizeof c / sizeof c[0]);
+    for (int k = 0; k < n_cases; k++) {
+        const char *o1 = "--progress", *v1 = "off", *o2 = "--progress", *v2 = "off";
+        if (c[k].extra && strcmp(c[k].extra, "sgd") == 0) o1 = "--optimizer", v1 = "sgd";
+        if (c[k].extra && strcmp(c[k].extra, "step") == 0) o1 = "--lr-schedule", v1 = "step", o2 = "--step-size",
+                                                           v2 = "1";
+        int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out",
+                     tmp_path("o"), "--device", "cpu", "--precision", "fp16", o1, v1, o2, v2, c[k].flag, c[k].value,
+                     NULL);
+        note_case(&p, c[k].flag, rejection_problem(rc, 2, c[k].needle));
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
+/* lab --param values that a lesson hands to its runs as a flag (--batch-size, --lr, --precision) are checked as that
+ * flag and refused naming the --param: default-batch=abc and =0 crashed the loss-scaling lesson (SIGFPE: atoi's 0 as
+ * the batch in its step count), the others were refused as "--lr: ..." or "--batch-size: ...", a flag the user never
+ * gave. */
+START_TEST(test_lab_param_values) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const struct {
+        const char *lesson, *param;
+    } c[] = {{"loss-scaling", "default-batch=abc"}, {"loss-scaling", "default-batch=0"},
+             {"master-weights", "sgd-lr=abc"},      {"master-weights", "batch=1e1"},
+             {"optimizer-state", "precision=fp64"}, {"optimizer-state", "lr=-1"},
+             {"noise", "lr=abc"},                   {"overflow", "batch=1e1"}};
+    const int n_cases = (int)(sizeof c / sizeof c[0]);
+    for (int k = 0; k < n_cases; k++) {
+        char needle[64], name[64];
+        snprintf(needle, sizeof needle, "--param %s: --", c[k].param);
+        snprintf(name, sizeof name, "lab %s --param %s", c[k].lesson, c[k].param);
+        int rc = run("lab", c[k].lesson, "--quick", "--param", c[k].param, "--data", data, "--out", tmp_path("lab"),
+                     "--device", "cpu", NULL);
+        note_case(&p, name, rejection_problem(rc, 2, needle));
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
+/* A --param key given twice: the last value counts, as for every other option (the first did, silently: a later
+ * tmax=abc ran the lesson with the earlier 4, exit 0, and an earlier bad value refused the run its later good one). */
+START_TEST(test_lab_param_last_wins) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int rc = run("lab", "softmax", "--quick", "--param", "tmax=4", "--param", "tmax=abc", "--data", data, "--out",
+                 tmp_path("lab"), "--device", "cpu", NULL);
+    note_case(&p, "tmax=4, then tmax=abc", rejection_problem(rc, 2, "--param tmax: expected a number, found 'abc'"));
+    rc = run("lab", "softmax", "--quick", "--param", "tmax=abc", "--param", "tmax=2", "--data", data, "--out",
+             tmp_path("lab"), "--device", "cpu", NULL);
+    note_case(&p, "tmax=abc, then tmax=2", rc == 0 ? NULL : err_buf);
+    rm_tmpdir();
+    assert_no_problems(&p, 2);
+}
+END_TEST
+
+/* An --out directory this user cannot write: the message gives the reason, EACCES. It said "No such file or
+ * directory": the lock file's creation failed with EACCES, and the fallback that opens another user's existing lock
+ * file read-only found none and left its ENOENT. As root the run is nobody's (setpriv). */
+START_TEST(test_read_only_out_reason) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *ro = tmp_path("ro");
+    ck_assert(mkdir(ro, 0755) == 0 && chmod(ro, 0555) == 0);
+    int rc;
+    if (geteuid() == 0) {
+        if (system("setpriv --version >/dev/null 2>&1") != 0) {
+            fprintf(stderr, "test_read_only_out_reason: root without setpriv: SKIPPED\n");
+            rm_tmpdir();
+            return;
+        }
+        ck_assert(chmod(tmpdir, 0711) == 0);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "setpriv --reuid nobody --regid nogroup --clear-groups '%s' train --data '%s' "
+                 "--epochs 1 --batch-size 50 --max-steps 2 --out '%s' --progress off --device cpu >/dev/null 2>'%s/err'",
+                 mptrain_path(), data, ro, tmpdir);
+        int st = system(cmd);
+        rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+        char *e;
+        size_t n;
+        read_file(tmp_path("err"), &e, &n);
+        n = n < sizeof err_buf - 1 ? n : sizeof err_buf - 1;
+        memcpy(err_buf, e, n);
+        err_buf[n] = '\0';
+        err_len = n;
+        free(e);
+    } else {
+        rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out", ro,
+                 "--progress", "off", "--device", "cpu", NULL);
+    }
+    const char *why = rejection_problem(rc, 1, "cannot create its lock file .mptrain.lock (Permission denied)");
+    chmod(ro, 0755);
+    rm_tmpdir();
+    ck_assert_msg(why == NULL, "%s", why);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2035,5 +2155,12 @@ int main(void) {
     tcase_add_test(i36, test_long_out_keeps_the_reason);
     tcase_add_test(i36, test_lock_files_issue36);
     suite_add_tcase(s, i36);
+    TCase *audit = tcase_create("audit"); /* the audit of the command line and input handling */
+    tcase_set_timeout(audit, 240);
+    tcase_add_test(audit, test_fp32_rounding_flags);
+    tcase_add_test(audit, test_lab_param_values);
+    tcase_add_test(audit, test_lab_param_last_wins);
+    tcase_add_test(audit, test_read_only_out_reason);
+    suite_add_tcase(s, audit);
     return mpt_test_run(s);
 }

@@ -71,9 +71,23 @@ const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char
     MPT_ASSERTF(!c->lesson || has_key(c->lesson, key), "lesson %s reads --param %s, which its param_keys (\"%s\") "
                 "do not list", c->lesson->name, key, c->lesson->param_keys ? c->lesson->param_keys : "");
     size_t n = strlen(key);
-    for (int i = 0; i < c->n_params; i++)
+    for (int i = c->n_params - 1; i >= 0; i--) /* the last one given wins, as for every other option */
         if (strncmp(c->params[i], key, n) == 0 && c->params[i][n] == '=') return c->params[i] + n + 1;
     return def;
+}
+
+mpt_status mpt_lab_param_flag(const mpt_lab_ctx *c, const char *key, const char *def, mpt_opt_id id,
+                              const char **out) {
+    const char *t = mpt_lab_param_text(c, key, def);
+    static mpt_cli_opts scratch; /* large (paths, the model spec): off the stack */
+    mpt_cli_opts_default(&scratch);
+    if (mpt_cli_apply(&scratch, id, t) != MPT_OK) {
+        char msg[1024], esc[256];
+        snprintf(msg, sizeof msg, "%s", mpt_last_error());
+        return mpt_errorf(MPT_ERR_ARG, "--param %s=%s: %s", key, mpt_cli_echo(esc, sizeof esc, t), msg);
+    }
+    *out = t;
+    return MPT_OK;
 }
 
 int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch) {

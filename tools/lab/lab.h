@@ -75,8 +75,14 @@ __attribute__((format(printf, 3, 4))) void mpt_lab_append(char *b, size_t n, con
  * value is not a finite number. */
 mpt_status mpt_lab_param(const mpt_lab_ctx *c, const char *key, double def, double *out);
 
-/* The value of --param KEY=VALUE as text, or def. */
+/* The value of --param KEY=VALUE as text (the last one when KEY is given more than once), or def. */
 const char *mpt_lab_param_text(const mpt_lab_ctx *c, const char *key, const char *def);
+
+/* The value of --param KEY=VALUE as text (or def) that the lesson passes to its runs as the command-line option
+ * `id` (--lr, --batch-size, --precision): *out is set once the option accepts it; else MPT_ERR_ARG naming the key,
+ * the value and the option's own message ("--param default-batch=0: --batch-size: expected ..."). */
+mpt_status mpt_lab_param_flag(const mpt_lab_ctx *c, const char *key, const char *def, mpt_opt_id id,
+                              const char **out);
 
 /* The training steps of one run of this lesson with batch size `batch`: ceil(n_train / batch) x epochs. */
 int64_t mpt_lab_steps(const mpt_lab_ctx *c, int batch);

@@ -259,7 +259,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     snprintf(dyn_flag, sizeof dyn_flag, "dynamic:%.17g", init);
     if (!(big_batch >= 1.0 && big_batch <= 65536.0 && big_batch == floor(big_batch)))
         return mpt_errorf(MPT_ERR_ARG, "--param batch: expected an integer in [1, 65536], found %g", big_batch);
-    const char *batch = mpt_lab_param_text(c, "default-batch", "128");
+    const char *batch;
+    MPT_TRY(mpt_lab_param_flag(c, "default-batch", "128", MPT_OPT_BATCH_SIZE, &batch));
     char st[64], bb[32];
     snprintf(st, sizeof st, "static:%.17g", S);
     /* at least 4 steps per epoch, so the small-gradient run has telemetry steps (--quick has 2000 images) */

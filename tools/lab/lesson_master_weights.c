@@ -42,8 +42,9 @@ static void read_run(mpt_run_result *r, run_out *o) {
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
-    const char *lr_sgd = mpt_lab_param_text(c, "sgd-lr", "0.01");
-    const char *batch = mpt_lab_param_text(c, "batch", "32");
+    const char *lr_sgd, *batch;
+    MPT_TRY(mpt_lab_param_flag(c, "sgd-lr", "0.01", MPT_OPT_LR, &lr_sgd));
+    MPT_TRY(mpt_lab_param_flag(c, "batch", "32", MPT_OPT_BATCH_SIZE, &batch));
     double batch_v;
     MPT_TRY(mpt_lab_param(c, "batch", 32.0, &batch_v));
     if (!(batch_v >= 1.0 && batch_v <= 65536.0 && batch_v == floor(batch_v)))

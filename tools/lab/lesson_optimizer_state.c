@@ -249,12 +249,14 @@ static int all_finite_f32(const float *x, int64_t n) {
 }
 
 static mpt_status run(mpt_lab_ctx *c) {
-    const char *prec = mpt_lab_param_text(c, "precision", "bf16");
+    const char *prec;
+    MPT_TRY(mpt_lab_param_flag(c, "precision", "bf16", MPT_OPT_PRECISION, &prec));
     double acc[N_STATES], loss[N_STATES];
     int skipped[N_STATES];
     int64_t steps = 0;
     first_step fs[N_STATES];
-    const char *lr = mpt_lab_param_text(c, "lr", "0.001");
+    const char *lr;
+    MPT_TRY(mpt_lab_param_flag(c, "lr", "0.001", MPT_OPT_LR, &lr));
     double lr_v;
     MPT_TRY(mpt_lab_param(c, "lr", 0.001, &lr_v));
     char name[3 * N_STATES][48];

@@ -98,7 +98,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "scale", 16777216.0, &S));
     if (!(S >= 1.0 && S <= 16777216.0))
         return mpt_errorf(MPT_ERR_ARG, "--param scale: expected a number in [1, 2^24], found %g", S);
-    const char *batch = mpt_lab_param_text(c, "batch", "16");
+    const char *batch;
+    MPT_TRY(mpt_lab_param_flag(c, "batch", "16", MPT_OPT_BATCH_SIZE, &batch));
     double bv;
     MPT_TRY(mpt_lab_param(c, "batch", 16.0, &bv));
     if (!(bv >= 1.0 && bv <= 65536.0 && bv == floor(bv)))
