@@ -1091,6 +1091,13 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
     if (o->scale_ceiling < o->scale_floor)
         return mpt_errorf(MPT_ERR_ARG, "--scale-ceiling %g is below --scale-floor %g", o->scale_ceiling,
                           o->scale_floor);
+    if (o->loss_scaling == MPT_LOSS_SCALE_DYNAMIC &&
+        (o->loss_scale_value > o->scale_ceiling || o->loss_scale_value < o->scale_floor))
+        /* the scaler does not clamp its start (engine/amp/scaler.h): the scale would begin outside the bounds the
+         * help promises it never leaves */
+        return mpt_errorf(MPT_ERR_ARG, "the dynamic loss scale would start at %g, outside [--scale-floor %g, "
+                          "--scale-ceiling %g]: give a start inside them (--loss-scale dynamic:S) or widen them",
+                          o->loss_scale_value, o->scale_floor, o->scale_ceiling);
     const mpt_fp8_kind fp8 = mpt_mode_info(o->precision)->fp8;
     if (fp8 != MPT_FP8_KIND_NONE) MPT_TRY(mpt_fp8_recipe_check(&o->fp8, fp8 == MPT_FP8_KIND_MX));
     if (o->qat != MPT_QAT_NONE && fp8 != MPT_FP8_KIND_NONE)

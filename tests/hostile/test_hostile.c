@@ -2024,6 +2024,34 @@ START_TEST(test_fp32_rounding_flags) {
 }
 END_TEST
 
+/* A dynamic loss scale whose start lies outside [--scale-floor, --scale-ceiling] is refused: the scaler does not
+ * clamp its start (engine/amp/scaler.h), so `--scale-ceiling 1024` with the default start 2^16 trained with the scale
+ * above the ceiling the help says it never passes. A start inside the bounds trains. */
+START_TEST(test_scale_start_outside_bounds) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    const struct {
+        const char *o1, *v1, *o2, *v2, *needle;
+    } c[] = {{"--scale-ceiling", "1024", "--progress", "off", "would start at 65536, outside [--scale-floor 1, "
+                                                               "--scale-ceiling 1024]"},
+             {"--loss-scale", "dynamic:10", "--scale-floor", "100", "would start at 10, outside [--scale-floor 100,"},
+             {"--loss-scale", "dynamic:512", "--scale-ceiling", "1024", NULL}};
+    const int n_cases = (int)(sizeof c / sizeof c[0]);
+    for (int k = 0; k < n_cases; k++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s %s %s %s", c[k].o1, c[k].v1, c[k].o2, c[k].v2);
+        int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--out",
+                     tmp_path(k == 2 ? "ok" : "o"), "--device", "cpu", "--precision", "fp16", "--progress", "off",
+                     c[k].o1, c[k].v1, c[k].o2, c[k].v2, NULL);
+        if (c[k].needle) note_case(&p, name, rejection_problem(rc, 2, c[k].needle));
+        else note_case(&p, name, rc == 0 ? NULL : "a start inside the bounds was refused");
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
 /* lab --param values that a lesson hands to its runs as a flag (--batch-size, --lr, --precision) are checked as that
  * flag and refused naming the --param: default-batch=abc and =0 crashed the loss-scaling lesson (SIGFPE: atoi's 0 as
  * the batch in its step count), the others were refused as "--lr: ..." or "--batch-size: ...", a flag the user never
@@ -2158,6 +2186,7 @@ int main(void) {
     TCase *audit = tcase_create("audit"); /* the audit of the command line and input handling */
     tcase_set_timeout(audit, 240);
     tcase_add_test(audit, test_fp32_rounding_flags);
+    tcase_add_test(audit, test_scale_start_outside_bounds);
     tcase_add_test(audit, test_lab_param_values);
     tcase_add_test(audit, test_lab_param_last_wins);
     tcase_add_test(audit, test_read_only_out_reason);
