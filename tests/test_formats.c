@@ -290,6 +290,9 @@ START_TEST(test_command) {
     ck_assert_int_eq(run_formats("3.1x", out, sizeof out), 2);
     ck_assert_msg(strstr(out, "'3.1x'") != NULL, "%s", out);
     ck_assert_int_eq(run_formats("--bogus", out, sizeof out), 2);
+    /* a C hexadecimal float, as the help says: 0x1p-14 is exactly FP16's smallest normal, bits 0x0400 */
+    ck_assert_int_eq(run_formats("0x1p-14", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "0x0400     6.10351562e-05") != NULL, "%s", out);
     /* FP8 overflow: saturating by default (448 = 0x7e), NaN (0x7f) with --fp8-saturate off; E8M0 rounds 500 to 2^9 */
     ck_assert_int_eq(run_formats("500", out, sizeof out), 0);
     ck_assert_msg(strstr(out, "0x7e ") && strstr(out, "saturated to 448") && strstr(out, "E8M0      10001000"), "%s", out);

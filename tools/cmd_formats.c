@@ -30,7 +30,8 @@ static void print_help(FILE *f) {
                "smallest subnormal, unit roundoff, decimal digits; for the integer formats the codes, the grid step and\n"
                "the error bound. The conversions are the engine's own (engine/numerics.h), so this is what training and\n"
                "`mptrain eval --quantize` do: a value becomes FP32 first, the narrower formats round that FP32. (FP8 is\n"
-               "used with a scale per tensor or per block: what FP8 holds is x * s.)\n"
+               "used with a scale per tensor or per block: what FP8 holds is x * s.) A VALUE is decimal (6.1e-5) or a C\n"
+               "hexadecimal float (0x1p-14: exactly 2^-14).\n"
                "\nOptions:\n"
                "  --fp8-saturate on|off     FP8 overflow: on (default; CUDA's __NV_SATFINITE, TransformerEngine's casts)\n"
                "                            clamps to +-448 / +-57344; off gives NaN (E4M3) / inf (E5M2), as ml_dtypes'\n"
@@ -194,7 +195,8 @@ int mpt_cmd_formats(int argc, char **argv) {
             return MPT_CLI_EXIT_USAGE;
         }
         if (parse_value(argv[i], &xs[n]) != 0) {
-            fprintf(stderr, "mptrain formats: expected a finite decimal number such as 3.14 or 1e-5, found '%s'\n",
+            fprintf(stderr, "mptrain formats: expected a finite number such as 3.14, 1e-5 or 0x1p-14 (C's strtod: "
+                            "decimal or hexadecimal), found '%s'\n",
                     mpt_cli_echo(esc, sizeof esc, argv[i]));
             return MPT_CLI_EXIT_USAGE;
         }
