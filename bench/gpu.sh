@@ -275,7 +275,7 @@ declare -A CAP=([machine]=20 [setup]=30 [build]=240 [info]=30 [fallback]=240 [te
 # replaces its estimate. speedrun: an estimate (mptrain's 50 runs of one epoch, then PyTorch's 4 modes x 2
 # precisions x --speedrun-seeds runs and their compilation).
 n_torch=${#TORCH_MODE_LIST[@]}
-declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((8 * GE + 8))
+declare -A EXPECT=([machine]=5 [setup]=5 [build]=150 [info]=3 [test]=24 [tc]=15 [graph]=$((10 * GE + 8))
                    [compare]=$((1 + 3 * EPOCHS)) [speedrun]=$((60 + 20 * SR_PT_SEEDS))
                    [bench]=$((1 + (32 + 6 * n_torch) * REPEATS * EPOCHS))
                    [compile]=$((8 * (60 + 6 * EPOCHS))) [sweep]=80 [dp]=20 [memcheck]=55)
