@@ -701,9 +701,11 @@ static size_t mx_operand_bytes(const mpt_gemm_args *a) {
            mpt_cuda_align256((size_t)(a->N * a->K) * sizeof(float));
 }
 
-/* The FP32 GEMM on the decoded operands at ws (NULL at build time): same shapes, TN layout, C and epilogue. */
+/* The FP32 GEMM on the decoded operands at ws (NULL at build time): same shapes, TN layout, C and epilogue; never
+ * beside (its operands live in the backend's workspace, which the next GEMM on the backend's stream rewrites). */
 static mpt_gemm_args mx_inner_args(const mpt_gemm_args *a, char *ws, char *tag, size_t tag_len) {
     mpt_gemm_args g = *a;
+    g.beside = 0;
     g.math = MPT_MATH_FP32;
     g.a_dtype = g.b_dtype = MPT_DTYPE_F32;
     g.A = ws;
