@@ -3927,6 +3927,7 @@ static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
     tcase_set_timeout(tg, 300);
+    tcase_add_checked_fixture(tg, NULL, restore_gpu); /* test_gemm_bgrad_epilogue swaps in a backend */
     tcase_add_test(tg, test_gemm_all_modes);
     tcase_add_test(tg, test_gemm_two_step_and_alignment);
     tcase_add_test(tg, test_gemm_tf32_proof_and_records);
@@ -3978,6 +3979,7 @@ static Suite *cuda_suite(void) {
     suite_add_tcase(s, te);
     TCase *to = tcase_create("update");
     tcase_set_timeout(to, 120);
+    tcase_add_checked_fixture(to, NULL, restore_gpu); /* test_update_pass_bit_identical swaps in a backend */
     tcase_add_test(to, test_optim_step_bit_identical);
     tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);
