@@ -893,6 +893,16 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
  * more than the side workspace (a GEMM whose gemm_workspace was not asked with beside). */
 static int run_beside(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a) {
     if (!a->beside || !ctx->side_stream || !side_math(a->math) || a->K == 0) return 0;
+    if (ctx->capture) { /* a recording already invalidated: the fork would fail and the side stream, not capturing,
+                           would run the GEMM for real; on the backend's stream it fails (and is absorbed) with the
+                           rest of the discarded recording, of which nothing runs (graph.cu) */
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(ctx->stream, &cs) != cudaSuccess) {
+            cudaGetLastError();
+            cs = cudaStreamCaptureStatusNone;
+        }
+        if (cs != cudaStreamCaptureStatusActive) return 0;
+    }
     gemm_key k = make_key(a);
     const gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);
     const size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
