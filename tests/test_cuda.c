@@ -2298,46 +2298,47 @@ static void drelu_bgrad_on(mpt_backend *be, mpt_math math, mpt_dtype t, int64_t 
 
 /* MPT_CUDA_FUSED_DRELU_BGRAD=1 (kernels/cuda/gemm.cu drelu_bgrad_kernel: the two-step DRELU_BGRAD epilogue and
  * bias gradient in one kernel) against the two kernels it replaces (gemm_epilogue_kernel, then bias_grad over the
- * stored C), bit for bit: C and the bias gradient, every math mode with C in the operand dtype, beta 0 and 1, the
- * mlp's and lenet5's data-gradient shapes, odd ones (N = 133 and 33: partial column tiles and mask padding; M = 1
- * and 37: fewer rows than the 8 row groups, and a ragged last group). Both backends refuse every direct cuBLASLt
- * call (MPT_CUDA_GEMM_REFUSE_DIRECT=1), so both run the two-step path and its cuBLASLt FP32 D is the same call;
- * the fused backend's records name drelu_bgrad_kernel. */
+ * stored C), bit for bit: C and the bias gradient, every math mode with C in the operand dtype, beta 0 (the only
+ * beta the contract allows DRELU_BGRAD: mpt_gemm_args_check aborts on any other, engine/backend.h; C starts as
+ * random values it must not read), the mlp's and lenet5's data-gradient shapes, odd ones (N = 133 and 33: partial
+ * column tiles and mask padding; M = 1 and 37: fewer rows than the 8 row groups, and a ragged last group). Both
+ * backends refuse every direct cuBLASLt call (MPT_CUDA_GEMM_REFUSE_DIRECT=1), so both run the two-step path and its
+ * cuBLASLt FP32 D is the same call; the fused backend's records name drelu_bgrad_kernel. */
 START_TEST(test_drelu_bgrad_fused_bit_identical) {
     static const int64_t shapes[][3] = {{128, 512, 512}, {128, 120, 84}, {16, 133, 61}, {1, 33, 7}, {37, 33, 70}};
     mpt_backend *ref = cuda_backend_with("MPT_CUDA_GEMM_REFUSE_DIRECT");
     mpt_backend *fused = cuda_backend_with("MPT_CUDA_GEMM_REFUSE_DIRECT MPT_CUDA_FUSED_DRELU_BGRAD");
     tests_rng r = {7171};
     for (size_t mi = 0; mi < 4; mi++)
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-            for (int beta = 0; beta < 2; beta++) {
-                const mpt_math math = all_math[mi];
-                const mpt_dtype t = operand_dtype(math);
-                const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
-                void *A = fill(&r, t, M * K, -1, 1), *B = fill(&r, t, K * N, -1, 1), *C0 = fill(&r, t, M * N, -1, 1);
-                const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
-                uint8_t *aux = xmalloc(aux_bytes);
-                for (size_t i = 0; i < aux_bytes; i++) aux[i] = (uint8_t)tests_int(&r, 0, 255);
-                void *c_ref = xmalloc(nbytes(t, M * N)), *c_fused = xmalloc(nbytes(t, M * N));
-                float *db_ref = xmalloc((size_t)N * 4), *db_fused = xmalloc((size_t)N * 4);
-                drelu_bgrad_on(ref, math, t, M, N, K, (float)beta, A, B, C0, aux, c_ref, db_ref);
-                drelu_bgrad_on(fused, math, t, M, N, K, (float)beta, A, B, C0, aux, c_fused, db_fused);
-                char what[160];
-                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: C ('GPU' fused, 'CPU' two kernels)", mpt_math_name(math),
-                         (long long)M, (long long)N, (long long)K, beta);
-                expect_same(what, c_fused, c_ref, t, M * N);
-                snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: bias gradient ('GPU' fused, 'CPU' two kernels)",
-                         mpt_math_name(math), (long long)M, (long long)N, (long long)K, beta);
-                expect_same(what, db_fused, db_ref, MPT_DTYPE_F32, N);
-                free(A);
-                free(B);
-                free(C0);
-                free(aux);
-                free(c_ref);
-                free(c_fused);
-                free(db_ref);
-                free(db_fused);
-            }
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+            const int beta = 0; /* DRELU_BGRAD writes C: any other beta aborts in the argument check */
+            const mpt_math math = all_math[mi];
+            const mpt_dtype t = operand_dtype(math);
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            void *A = fill(&r, t, M * K, -1, 1), *B = fill(&r, t, K * N, -1, 1), *C0 = fill(&r, t, M * N, -1, 1);
+            const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
+            uint8_t *aux = xmalloc(aux_bytes);
+            for (size_t i = 0; i < aux_bytes; i++) aux[i] = (uint8_t)tests_int(&r, 0, 255);
+            void *c_ref = xmalloc(nbytes(t, M * N)), *c_fused = xmalloc(nbytes(t, M * N));
+            float *db_ref = xmalloc((size_t)N * 4), *db_fused = xmalloc((size_t)N * 4);
+            drelu_bgrad_on(ref, math, t, M, N, K, (float)beta, A, B, C0, aux, c_ref, db_ref);
+            drelu_bgrad_on(fused, math, t, M, N, K, (float)beta, A, B, C0, aux, c_fused, db_fused);
+            char what[160];
+            snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: C ('GPU' fused, 'CPU' two kernels)", mpt_math_name(math),
+                     (long long)M, (long long)N, (long long)K, beta);
+            expect_same(what, c_fused, c_ref, t, M * N);
+            snprintf(what, sizeof what, "fused DRELU_BGRAD %s %lldx%lldx%lld beta %d: bias gradient ('GPU' fused, 'CPU' two kernels)",
+                     mpt_math_name(math), (long long)M, (long long)N, (long long)K, beta);
+            expect_same(what, db_fused, db_ref, MPT_DTYPE_F32, N);
+            free(A);
+            free(B);
+            free(C0);
+            free(aux);
+            free(c_ref);
+            free(c_fused);
+            free(db_ref);
+            free(db_fused);
+        }
     int found = 0;
     for (int i = 0; i < mpt_cuda_gemm_record_count(fused); i++) {
         mpt_cuda_gemm_record rec;
@@ -3926,6 +3927,7 @@ static Suite *cuda_suite(void) {
     Suite *s = suite_create("cuda");
     TCase *tg = tcase_create("gemm");
     tcase_set_timeout(tg, 300);
+    tcase_add_checked_fixture(tg, NULL, restore_gpu); /* test_gemm_bgrad_epilogue swaps in a backend */
     tcase_add_test(tg, test_gemm_all_modes);
     tcase_add_test(tg, test_gemm_two_step_and_alignment);
     tcase_add_test(tg, test_gemm_tf32_proof_and_records);
@@ -3977,6 +3979,7 @@ static Suite *cuda_suite(void) {
     suite_add_tcase(s, te);
     TCase *to = tcase_create("update");
     tcase_set_timeout(to, 120);
+    tcase_add_checked_fixture(to, NULL, restore_gpu); /* test_update_pass_bit_identical swaps in a backend */
     tcase_add_test(to, test_optim_step_bit_identical);
     tcase_add_test(to, test_optim_step_16bit_storage_bit_identical);
     tcase_add_test(to, test_unscale_found_inf);

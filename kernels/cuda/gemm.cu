@@ -701,9 +701,11 @@ static size_t mx_operand_bytes(const mpt_gemm_args *a) {
            mpt_cuda_align256((size_t)(a->N * a->K) * sizeof(float));
 }
 
-/* The FP32 GEMM on the decoded operands at ws (NULL at build time): same shapes, TN layout, C and epilogue. */
+/* The FP32 GEMM on the decoded operands at ws (NULL at build time): same shapes, TN layout, C and epilogue; never
+ * beside (its operands live in the backend's workspace, which the next GEMM on the backend's stream rewrites). */
 static mpt_gemm_args mx_inner_args(const mpt_gemm_args *a, char *ws, char *tag, size_t tag_len) {
     mpt_gemm_args g = *a;
+    g.beside = 0;
     g.math = MPT_MATH_FP32;
     g.a_dtype = g.b_dtype = MPT_DTYPE_F32;
     g.A = ws;
@@ -891,6 +893,16 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
  * more than the side workspace (a GEMM whose gemm_workspace was not asked with beside). */
 static int run_beside(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a) {
     if (!a->beside || !ctx->side_stream || !side_math(a->math) || a->K == 0) return 0;
+    if (ctx->capture) { /* a recording already invalidated: the fork would fail and the side stream, not capturing,
+                           would run the GEMM for real; on the backend's stream it fails (and is absorbed) with the
+                           rest of the discarded recording, of which nothing runs (graph.cu) */
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(ctx->stream, &cs) != cudaSuccess) {
+            cudaGetLastError();
+            cs = cudaStreamCaptureStatusNone;
+        }
+        if (cs != cudaStreamCaptureStatusActive) return 0;
+    }
     gemm_key k = make_key(a);
     const gemm_plan *p = plan_get(ctx, &k, be->workspace ? be->workspace_bytes : 0);
     const size_t two_step = mpt_cuda_align256((size_t)(a->M * a->N) * sizeof(float));
