@@ -1161,14 +1161,16 @@ static void channel_sum_on_gpu(mpt_conv_shape s, mpt_math math, mpt_dtype t, con
  * 1. Coverage, exactly: dy holds integers 1..3 (exact in every dtype) and db0 integers, so every sum is exact in FP32
  *    in any order (all partial sums < 2^24): both the one-block kernel and the split one must give db0 + the integer
  *    sum exactly; a value missed or counted twice at a chunk or channel boundary changes it by 1 to 3. Shapes: lenet5's
- *    conv1 at batch 128 (36 whole chunks a channel), a ragged 1x1 (4107 values: 3 chunks of 1369), 300 channels of 98
+ *    conv1 at batch 128 (pad 2: 128 x 28 x 28 = 100352 values a channel, 49 whole chunks), its conv2 (128 x 10 x 10 =
+ *    12800 values: 7 chunks of 1829, the last shorter), a ragged 1x1 (4107 values: 3 chunks of 1369), 300 channels of 98
  *    values (one chunk each) and 2200 x 1024 values (over 1024 chunks: capped, chunks of 2200), with accumulate 0
  *    and 1. (The one-block fallback, for more than 65535 channels or partials beyond the scratch, is the default
  *    kernel itself, which every case also runs.)
- * 2. Random data in every math mode on lenet5's two layers at batch 128: within run_conv_case's bounds.
+ * 2. Random data in every math mode on lenet5's two convolutions at batch 128: within run_conv_case's bounds.
  * 3. Deterministic: the same random case twice on the split backend, db bit for bit. */
 START_TEST(test_channel_sum_split) {
-    const mpt_conv_shape shapes[] = {conv_shape(128, 1, 28, 28, 6, 5, 0, 1), conv_shape(3, 1, 37, 37, 5, 1, 0, 1),
+    const mpt_conv_shape shapes[] = {conv_shape(128, 1, 28, 28, 6, 5, 2, 1), conv_shape(128, 6, 14, 14, 16, 5, 0, 1),
+                                     conv_shape(3, 1, 37, 37, 5, 1, 0, 1),
                                      conv_shape(2, 1, 7, 7, 300, 1, 0, 1), conv_shape(2200, 1, 32, 32, 1, 1, 0, 1)};
     mpt_backend *split = cuda_backend_with("MPT_CUDA_SPLIT_CHANNEL_SUM");
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
@@ -1211,7 +1213,7 @@ START_TEST(test_channel_sum_split) {
         free(want);
     }
     swap_in(split); /* from here on restore_gpu frees it */
-    const mpt_conv_shape lenet[] = {conv_shape(128, 1, 28, 28, 6, 5, 0, 1), conv_shape(128, 6, 12, 12, 16, 5, 0, 1)};
+    const mpt_conv_shape lenet[] = {conv_shape(128, 1, 28, 28, 6, 5, 2, 1), conv_shape(128, 6, 14, 14, 16, 5, 0, 1)};
     uint64_t seed = 2700;
     for (size_t mi = 0; mi < 4; mi++)
         for (size_t si = 0; si < 2; si++) {
@@ -1229,6 +1231,16 @@ START_TEST(test_channel_sum_split) {
     for (int k = 0; k < s.K; k++)
         EXPECT(bits(db1[k]) == bits(db2[k]), "split channel sum not deterministic: db[%d] %a then %a", k,
                (double)db1[k], (double)db2[k]);
+    /* and the split kernels did run: the one-block kernel sums the same 100352 random terms a channel in another
+     * order, so the same bits in all 6 channels would mean the variable was not taken */
+    float db_one[6];
+    mpt_backend *split_be = gpu;
+    gpu = shared_gpu; /* the program's backend, for one call */
+    channel_sum_on_gpu(s, MPT_MATH_F16, MPT_DTYPE_F16, x, dy, db0, 1, db_one, "chsplit.one");
+    gpu = split_be;
+    int differ = 0;
+    for (int k = 0; k < s.K; k++) differ += bits(db_one[k]) != bits(db1[k]);
+    EXPECT(differ > 0, "the split channel sum gave the one-block kernel's bits in all %d channels: did it run?", s.K);
     free(x);
     free(dy);
     free(db0);

@@ -569,7 +569,7 @@ void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bia
 
 /* One block of CHANNEL_SUM_THREADS per channel k: db[k] = db[k] + sum over n and j of dy[n, k, j] (FP32, fixed
  * order and tree: the same bits on every run); accumulate = 0: db[k] = the sum. A channel is a few blocks' worth of
- * work at most (lenet5's conv1: 6 channels of 128 x 24 x 24), so the time is load latency: each thread keeps
+ * work at most (lenet5's conv1: 6 channels of 128 x 28 x 28), so the time is load latency: each thread keeps
  * CHANNEL_SUM_ILP loads in flight, 1024 threads a block. The first form (256 threads, one load at a time) took
  * 222 us a step for conv1 on an H200, 40% of lenet5's step (ncu, 2026-11-26). */
 #define CHANNEL_SUM_THREADS 1024
@@ -598,7 +598,7 @@ static __global__ void __launch_bounds__(CHANNEL_SUM_THREADS)
 }
 
 /* The split form (MPT_CUDA_SPLIT_CHANNEL_SUM=1, opt-in until a GPU session has run test_channel_sum_split): a channel
- * of lenet5's conv1 is 73728 values, and 6 blocks on 132 SMs took 64 us a step (ncu, H200, 2026-11-26). Here a grid of
+ * of lenet5's conv1 is 100352 values, and 6 blocks on 132 SMs took 64 us a step (ncu, H200, 2026-11-26). Here a grid of
  * (chunks, K) blocks of CHANNEL_SPLIT_THREADS each sums one chunk of CHANNEL_SPLIT_CHUNK consecutive values of one
  * channel (the same ILP loop and block tree as above) into partial[k * chunks + c] in the context's scratch; then one
  * warp per channel adds its chunks' partials in a fixed order (lane l: chunks l, l + 32, ... in turn, then the warp's
