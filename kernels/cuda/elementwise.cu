@@ -574,26 +574,34 @@ void mpt_cuda_broadcast_channel_bias(mpt_cuda_ctx *ctx, void *y, const void *bia
  * 222 us a step for conv1 on an H200, 40% of lenet5's step (ncu, 2026-11-26). */
 #define CHANNEL_SUM_THREADS 1024
 #define CHANNEL_SUM_ILP 8 /* the final sum below adds exactly 8 */
-static __global__ void __launch_bounds__(CHANNEL_SUM_THREADS)
-    channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW, int accumulate) {
-    __shared__ float red[32];
-    const int k = blockIdx.x;
-    const int64_t per_channel = (int64_t)N * HW, step = (int64_t)CHANNEL_SUM_ILP * blockDim.x;
+/* The block's sum of values [begin, end) of channel k (value e of the channel: dy[e / HW, k, e % HW]): thread i adds
+ * values begin + i, begin + i + blockDim.x, ... in CHANNEL_SUM_ILP accumulators (all loads of a round first, then
+ * the adds), joins them in a fixed tree, then the block's tree (mpt_block_sum); every thread gets the sum. */
+static __device__ float channel_range_sum(const void *dy, mpt_dtype dtype, int K, int64_t HW, int k, int64_t begin,
+                                          int64_t end, float *red) {
+    const int64_t step = (int64_t)CHANNEL_SUM_ILP * blockDim.x;
     float acc[CHANNEL_SUM_ILP];
 #pragma unroll
     for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] = 0.0f;
-    for (int64_t base = threadIdx.x; base < per_channel; base += step) {
+    for (int64_t base = begin + threadIdx.x; base < end; base += step) {
         float v[CHANNEL_SUM_ILP];
 #pragma unroll
         for (int u = 0; u < CHANNEL_SUM_ILP; u++) { /* all loads first, then the adds */
             const int64_t e = base + (int64_t)u * blockDim.x;
-            v[u] = e < per_channel ? mpt_dev_load(dy, dtype, ((e / HW) * K + k) * HW + e % HW) : 0.0f;
+            v[u] = e < end ? mpt_dev_load(dy, dtype, ((e / HW) * K + k) * HW + e % HW) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] += v[u];
     }
-    float t = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    t = mpt_block_sum(t, red);
+    const float t = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    return mpt_block_sum(t, red);
+}
+
+static __global__ void __launch_bounds__(CHANNEL_SUM_THREADS)
+    channel_sum_kernel(float *db, const void *dy, mpt_dtype dtype, int N, int K, int64_t HW, int accumulate) {
+    __shared__ float red[32];
+    const int k = blockIdx.x;
+    const float t = channel_range_sum(dy, dtype, K, HW, k, 0, (int64_t)N * HW, red);
     if (threadIdx.x == 0) db[k] = accumulate ? db[k] + t : t;
 }
 
@@ -615,22 +623,7 @@ static __global__ void __launch_bounds__(CHANNEL_SPLIT_THREADS)
     const int c = blockIdx.x, k = blockIdx.y;
     const int64_t begin = (int64_t)c * chunk_len;
     const int64_t end = begin + chunk_len < per_channel ? begin + chunk_len : per_channel;
-    const int64_t step = (int64_t)CHANNEL_SUM_ILP * blockDim.x;
-    float acc[CHANNEL_SUM_ILP];
-#pragma unroll
-    for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] = 0.0f;
-    for (int64_t base = begin + threadIdx.x; base < end; base += step) {
-        float v[CHANNEL_SUM_ILP];
-#pragma unroll
-        for (int u = 0; u < CHANNEL_SUM_ILP; u++) {
-            const int64_t e = base + (int64_t)u * blockDim.x;
-            v[u] = e < end ? mpt_dev_load(dy, dtype, ((e / HW) * K + k) * HW + e % HW) : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < CHANNEL_SUM_ILP; u++) acc[u] += v[u];
-    }
-    float t = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    t = mpt_block_sum(t, red);
+    const float t = channel_range_sum(dy, dtype, K, HW, k, begin, end, red);
     if (threadIdx.x == 0) partial[(int64_t)k * gridDim.x + c] = t;
 }
 
