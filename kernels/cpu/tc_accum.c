@@ -362,9 +362,10 @@ static float tc_block_rows(const mpt_tc_op *op, float c, const int32_t *sa, cons
         const int32_t prod = sa[i] * sb[i];                               /* below 2^24 in magnitude */
         const uint32_t P = (uint32_t)(prod < 0 ? -prod : prod) << 1;     /* s_a s_b / 2^23 */
         const int32_t r = base - (ea[i] + eb[i]);
-        /* a zero product (its exponent may be anything, even above emax) adds nothing and shifts nothing;
-         * a nonzero one has r >= -neab >= -2, so P << -r stays below 2^27 */
-        const uint32_t v = prod == 0 ? 0u : r >= 0 ? (r < 32 ? P >> r : 0u) : P << -r;
+        /* a nonzero product has r >= -neab >= -2, so P << -r stays below 2^27 and the mask changes nothing;
+         * a zero one (its exponent may be anything, even above emax) has P = 0, and the mask keeps its shift
+         * defined (UBSan) without a branch on the product in this loop, which would make it 1.9x slower */
+        const uint32_t v = r >= 0 ? (r < 32 ? P >> r : 0u) : P << (-r & 31);
         S += prod < 0 ? -(int64_t)v : (int64_t)v;
     }
     if (ct.sig != 0) {
