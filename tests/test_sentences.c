@@ -70,6 +70,20 @@ START_TEST(test_paired_carries_verdict_and_interval) {
     mpt_text_paired(t, sizeof t, "fp16 - fp32", NULL, &s);
     HAS("no interval");
     LACKS("equivalent");
+    /* every pair differed by the same +0.40 (tools/stats.h no_spread): no "[0.40, 0.40]" interval, no verdict */
+    d = paired(0.4, 0.4, 0.4, MPT_VERDICT_INCONCLUSIVE, -1);
+    d.no_spread = 1;
+    mpt_text_paired(t, sizeof t, "fp16 - fp32", &d, NULL);
+    HAS("+0.40 pp in each of 2 seeds: no spread measured, so no interval and no verdict");
+    LACKS("CI [");
+    LACKS("better");
+    mpt_text_verdict_reading(t, sizeof t, "in fp16", &d);
+    HAS("no spread was measured");
+    LACKS("higher on average");
+    d = paired(0.0, 0.0, 0.0, MPT_VERDICT_EQUIVALENT, 0);
+    d.no_spread = 1;
+    mpt_text_paired(t, sizeof t, "fp16 - fp32", &d, NULL);
+    HAS("0 in each of 2 seeds: identical outcomes in every pair");
 }
 END_TEST
 

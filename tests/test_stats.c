@@ -132,13 +132,28 @@ START_TEST(test_verdicts) {
     p = paired(wide, 3, 0.3);
     ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
     ck_assert_int_eq(p.seeds_needed, -1);
-    /* Identical differences: a zero-width interval; the verdict follows from the mean alone. */
+    /* Identical differences: no spread was measured, so a zero-width "interval" decides nothing: inconclusive, with
+     * no seed count to suggest; identical outcomes in every pair (all differences 0) stay equivalent. */
     const double flat[] = {0.1, 0.1, 0.1, 0.1};
     p = paired(flat, 4, 0.3);
-    ck_assert(p.sd == 0.0 && p.lo == 0.1 && p.hi == 0.1);
-    ck_assert_int_eq(p.verdict, MPT_VERDICT_EQUIVALENT);
+    ck_assert(p.sd == 0.0 && p.lo == 0.1 && p.hi == 0.1 && p.no_spread);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
+    ck_assert_int_eq(p.seeds_needed, -1);
     const double flat_up[] = {0.5, 0.5};
-    ck_assert_int_eq(paired(flat_up, 2, 0.3).verdict, MPT_VERDICT_BETTER);
+    ck_assert_int_eq(paired(flat_up, 2, 0.3).verdict, MPT_VERDICT_INCONCLUSIVE);
+    const double zeros[] = {0.0, 0.0, 0.0};
+    p = paired(zeros, 3, 0.3);
+    ck_assert(p.no_spread && p.verdict == MPT_VERDICT_EQUIVALENT && p.seeds_needed == 0);
+    /* the case seen in `compare --seeds 2`: accuracies whose differences are both 0.40 but for the subtraction's
+     * rounding (sd ~1e-14, not 0): a [0.40, 0.40] interval called "better"; now no spread, inconclusive */
+    const double acc_a[] = {90.12, 91.00}, acc_b[] = {89.72, 90.60};
+    ck_assert_int_eq(mpt_stats_compare_paired(acc_a, acc_b, 2, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(p.no_spread && p.verdict == MPT_VERDICT_INCONCLUSIVE, "sd %g, verdict %s", p.sd,
+                  mpt_verdict_name(p.verdict));
+    /* a real spread, however small against the values, is a spread */
+    const double near_a[] = {90.12, 91.00}, near_b[] = {89.72, 90.59};
+    ck_assert_int_eq(mpt_stats_compare_paired(near_a, near_b, 2, 0.95, 0.3, &p), MPT_OK);
+    ck_assert(!p.no_spread);
 }
 END_TEST
 

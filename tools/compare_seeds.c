@@ -123,7 +123,9 @@ static void verdict_text(char *b, size_t n, const mpt_stats_paired *d) {
         snprintf(b, n, "%s", mpt_verdict_name(d->verdict));
         return;
     }
-    if (d->seeds_needed > 0)
+    if (d->no_spread)
+        snprintf(b, n, "inconclusive: no spread measured (every pair differs by the same amount); more seeds");
+    else if (d->seeds_needed > 0)
         snprintf(b, n, "inconclusive: more seeds needed (about %d for this spread)", d->seeds_needed);
     else if (fabs(fabs(d->mean) - d->margin) < 1e-12)
         snprintf(b, n, "inconclusive: the mean difference sits on the margin");
@@ -239,6 +241,7 @@ static json_t *paired_json(const mpt_stats_paired *d, int with_verdict) {
         json_object_set_new(j, "p_not_better", mpt_stats_json_num(d->p_upper));
         json_object_set_new(j, "verdict", json_string(mpt_verdict_name(d->verdict)));
         json_object_set_new(j, "seeds_needed", d->seeds_needed != 0 ? json_integer(d->seeds_needed) : json_null());
+        json_object_set_new(j, "no_spread", json_boolean(d->no_spread));
     }
     return j;
 }

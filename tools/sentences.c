@@ -41,6 +41,16 @@ void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired
                      diff ? diff->mean : NAN);
         return;
     }
+    if (d->no_spread) { /* tools/stats.h: a point, not an interval */
+        if (d->verdict == MPT_VERDICT_EQUIVALENT)
+            snprintf(b, n, "%s 0 in each of %d seeds: identical outcomes in every pair (equivalent; no spread "
+                     "measured)", what, d->n);
+        else
+            snprintf(b, n, "%s %+.2f pp in each of %d seeds: no spread measured, so no interval and no verdict "
+                     "(with outcomes in discrete steps, equal differences at a few seeds can be chance: more seeds)",
+                     what, d->mean, d->n);
+        return;
+    }
     int k = snprintf(b, n, "%s %+.2f pp, %.0f%% CI [%.2f, %.2f] over %d seeds: ", what, d->mean, 100.0 * d->level,
                      d->lo, d->hi, d->n);
     if (k < 0 || (size_t)k >= n) return;
@@ -83,7 +93,10 @@ void mpt_text_verdict_reading(char *b, size_t n, const char *what, const mpt_sta
         return;
     case MPT_VERDICT_INCONCLUSIVE: break;
     }
-    if (d->lo <= 0.0 && d->hi >= 0.0)
+    if (d->no_spread)
+        snprintf(b, n, "%s every seed pair differed by the same %+.2f pp: no spread was measured, so these seeds give "
+                 "no interval and no verdict", what, d->mean);
+    else if (d->lo <= 0.0 && d->hi >= 0.0)
         snprintf(b, n, "%s these seeds resolve no accuracy difference in either direction (the interval holds 0)",
                  what);
     else

@@ -150,6 +150,15 @@ mpt_status mpt_stats_compare_paired(const double *a, const double *b, int n, dou
     out->verdict = verdict_of(out->lo, out->hi, margin);
     out->seeds_needed = out->verdict == MPT_VERDICT_INCONCLUSIVE
                             ? seeds_needed(n, s.sd, fabs(fabs(s.mean) - margin), q) : 0;
+    double scale = 1.0; /* the values' magnitude: what rounding of a_i - b_i leaves in sd when the pairs agree */
+    for (int i = 0; i < n; i++) scale = fmax(scale, fmax(fabs(a[i]), fabs(b[i])));
+    out->no_spread = !(out->sd > 1e-9 * scale);
+    if (out->no_spread) {
+        int all_zero = 1;
+        for (int i = 0; i < n; i++) all_zero &= d[i] == 0.0;
+        out->verdict = all_zero ? MPT_VERDICT_EQUIVALENT : MPT_VERDICT_INCONCLUSIVE;
+        out->seeds_needed = all_zero ? 0 : -1;
+    }
     return MPT_OK;
 #endif
 }

@@ -76,7 +76,13 @@ typedef struct mpt_stats_paired {
     double p_upper;      /* one-sided p-value of H0: mu >= +m (small: not better than +m) */
     mpt_verdict verdict;
     int seeds_needed;    /* inconclusive: suggested total number of seeds; 0 when decided; -1 when no finite
-                            number would do (|d| = m, or more than MPT_STATS_MAX_SEEDS_SUGGESTED) */
+                            number would do (|d| = m, or more than MPT_STATS_MAX_SEEDS_SUGGESTED, or no_spread) */
+    int no_spread;       /* 1 when every difference is the same (sd below 1e-9 of the values' magnitude: only
+                            rounding of the subtraction): the sample measured no spread, so [lo, hi] is a point, not an
+                            interval. A common difference of 0 (identical outcomes in every pair) keeps the verdict
+                            equivalent; any other is INCONCLUSIVE (seeds_needed -1): discrete outcomes (accuracy in
+                            steps of 1/test images) make equal differences a coincidence at a few seeds, and a
+                            zero-width interval would call any such difference decided */
 } mpt_stats_paired;
 
 /* Compares a[0..n) with b[0..n) pairwise (a_i - b_i) at confidence level `level` (0.5 < level < 1) and
