@@ -233,5 +233,5 @@ const mpt_lab_lesson mpt_lab_master_weights = {
     {20000, 10000, 2, 4}, /* full */
     {6000, 1000, 1, 4}, /* --quick: 4 seeds, so that t's quantile (3.18 at 3 degrees of freedom) leaves room */
     "sgd-lr batch seeds",
-    "--quick 10 s, full 46 s of CPU time (2-core VM, 2026-11-28)",
+    "--quick 15 s, full 69 s of CPU time (2-vCPU AMD EPYC, shared, load average 2.3 to 3.8, 2026-11-28)",
 };
