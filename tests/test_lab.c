@@ -10,6 +10,10 @@
  *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json,
  *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json), the
  *    quantization lesson's fp32 accuracies (the models it quantizes) the training runs' own (their summary.json);
+ *  - master-weights and optimizer-state state their accuracy comparisons as paired 95% intervals over the seeds run,
+ *    and the interval and verdict they state are the ones recomputed here (t quantile from a table) from the per-seed
+ *    accuracies in the runs' summary.json; an observed effect has the verdicts its criterion asks for (worse; FP16
+ *    worse and BF16 equivalent), and the not-observed runs (SGD lr 0.3 over 2 seeds; 3 seeds) say which half failed;
  *  - the overflow lesson's DeepSpeed trajectory (hysteresis 2, interval 1000) differs from PyTorch's, and Apex's
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;

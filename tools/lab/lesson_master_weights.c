@@ -166,7 +166,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (!gp) return MPT_ERR_IO;
     mpt_report_gnuplot_terminal(gp, 1000, 760, "master-weights.png");
     fprintf(gp, "set datafile missing 'nan'\nset grid\nset xlabel 'step'\nset key center right box opaque\n"
-                "set multiplot layout 2,1 title 'bf16, SGD lr %s, batch %s (per telemetry step, all parameters)'\n"
+                "set multiplot layout 2,1 title 'bf16, SGD lr %s, batch %s, seed 0 (per telemetry step, all parameters)'\n"
                 "set title 'updates lost: nonzero updates that left the stored weight unchanged'\n"
                 "set ylabel '%% of updates'\nset yrange [0:105]\n"
                 "plot 'master-weights.dat' index 0 using 1:3 with linespoints lw 1.5 dt 2 pt 7 ps 0.5 lt 1 "

@@ -444,7 +444,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (!gp) return MPT_ERR_IO;
     mpt_report_gnuplot_terminal(gp, 1000, 500, "optimizer-state.png");
     fprintf(gp, "set datafile separator ','\nset datafile missing 'nan'\n"
-                "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters): training loss per step'\n"
+                "set title 'Adam moments stored in FP32, BF16, FP16 (%s training, FP32 masters, seed 0): training loss per step'\n"
                 "set xlabel 'step'\nset ylabel 'cross-entropy (log axis)'\nset logscale y 10\n"
                 "set format y '10^{%%L}'\nset grid\nset key center right box opaque\nplot ", prec);
     for (int i = 0; i < N_STATES; i++) /* fp32 wide and bf16 dashed on top: where they agree both stay visible */
