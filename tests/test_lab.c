@@ -10,6 +10,10 @@
  *    lesson's paired spread is the sd of the per-seed differences recomputed here from the runs' summary.json,
  *    the fp8 lesson's E4M3 and E5M2 gradient losses are the seed-0 fp8 run's telemetry (its summary.json), the
  *    quantization lesson's fp32 accuracies (the models it quantizes) the training runs' own (their summary.json);
+ *  - master-weights and optimizer-state state their accuracy comparisons as paired 95% intervals over the seeds run,
+ *    and the interval and verdict they state are the ones recomputed here (t quantile from a table) from the per-seed
+ *    accuracies in the runs' summary.json; an observed effect has the verdicts its criterion asks for (worse; FP16
+ *    worse and BF16 equivalent), and the not-observed runs (SGD lr 0.3 over 2 seeds; 3 seeds) say which half failed;
  *  - the overflow lesson's DeepSpeed trajectory (hysteresis 2, interval 1000) differs from PyTorch's, and Apex's
  *    (which differs from PyTorch's only in a ceiling the run never reaches) is identical and said to be;
  *  - index.md keeps the lessons of earlier runs into the same --out;
@@ -306,6 +310,87 @@ static void scale_numbers(const char *out) {
     ck_assert_int_ge(ns, 2);
     snprintf(want, sizeof want, "and %+.2f pp [", d / ns);
     ck_assert_msg(strstr(concl, want) != NULL, "scale: want '%s' in: %s", want, concl);
+}
+
+/* ---- accuracy over seeds, recomputed: the paired t interval and verdict of tools/stats.h, by hand ---------------- */
+
+/* Student t's 0.975 quantile for 1..15 degrees of freedom (any statistics table; to 4 decimals). */
+static const double t975[16] = {NAN,    12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646,
+                                2.3060, 2.2622,  2.2281, 2.2010, 2.1788, 2.1604, 2.1448, 2.1314};
+/* The equivalence margin of `mptrain compare --seeds` by default (--margin, 0.3 pp), which the lessons use. */
+#define MARGIN_PP 0.3
+
+/* The final test accuracies (percent) of an arm of a lesson over its seeds: seed 0 in <lesson dir>/<arm>, seed k in
+ * <lesson dir>/<arm>-seed<k>, up to the first seed without a run; returns the seed count. */
+static int arm_accuracies(const char *lesson_dir, const char *arm, double *acc, int max) {
+    char dir[800];
+    int n = 0;
+    for (; n < max; n++) {
+        if (n == 0) snprintf(dir, sizeof dir, "%s/%s", lesson_dir, arm);
+        else snprintf(dir, sizeof dir, "%s/%s-seed%d", lesson_dir, arm, n);
+        if (access(dir, F_OK) != 0) break;
+        acc[n] = 100.0 * summary_number(dir, "final_test_accuracy");
+    }
+    return n;
+}
+
+/* The verdict of the paired differences a[i] - b[i] over n seeds, recomputed: mean d, sd s (n - 1), the 95% interval
+ * d -+ t975[n-1] s / sqrt(n), read against the margin as tools/stats.h documents it. Checks that `concl` states, after
+ * "<what> ", the same mean and interval (to the 2 decimals printed) over n seeds and the same verdict; returns the
+ * verdict's phrase ("worse by more than", "better by more than", "equivalent within", "inconclusive at"). */
+static const char *check_paired(const char *lesson, const char *concl, const char *what, const double *a,
+                                const double *b, int n) {
+    ck_assert_msg(n >= 2 && n <= 15, "%s: %d seeds", lesson, n);
+    double mean = 0.0, ss = 0.0;
+    for (int i = 0; i < n; i++) mean += (a[i] - b[i]) / n;
+    for (int i = 0; i < n; i++) ss += (a[i] - b[i] - mean) * (a[i] - b[i] - mean);
+    const double half = t975[n - 1] * sqrt(ss / (n - 1)) / sqrt((double)n), lo = mean - half, hi = mean + half;
+    const char *verdict = -MARGIN_PP < lo && hi < MARGIN_PP ? "equivalent within"
+                          : lo > MARGIN_PP                  ? "better by more than"
+                          : hi < -MARGIN_PP                 ? "worse by more than"
+                                                            : "inconclusive at";
+    char key[200];
+    snprintf(key, sizeof key, "%s ", what);
+    const char *p = strstr(concl, key);
+    ck_assert_msg(p != NULL, "%s: no '%s' in: %s", lesson, key, concl);
+    double m_txt, lo_txt, hi_txt;
+    int n_txt, used = 0;
+    ck_assert_msg(sscanf(p + strlen(key), "%lf pp, 95%% CI [%lf, %lf] over %d seeds: %n", &m_txt, &lo_txt, &hi_txt,
+                         &n_txt, &used) == 4 && used > 0,
+                  "%s: no '95%% CI [' interval after '%s' in: %s", lesson, key, concl);
+    /* printed to 2 decimals; the 4-decimal t quantile moves the ends by < 1e-4 se */
+    ck_assert_msg(n_txt == n && fabs(m_txt - mean) <= 0.0051 && fabs(lo_txt - lo) <= 0.006 && fabs(hi_txt - hi) <= 0.006,
+                  "%s: %s recomputed %+.4f pp [%.4f, %.4f] over %d seeds, the text says %+.2f [%.2f, %.2f] over %d",
+                  lesson, what, mean, lo, hi, n, m_txt, lo_txt, hi_txt, n_txt);
+    char want[120];
+    snprintf(want, sizeof want, "%s ±0.3 pp", verdict);
+    if (verdict[0] == 'w' || verdict[0] == 'b') snprintf(want, sizeof want, "%s 0.3 pp", verdict);
+    ck_assert_msg(strncmp(p + strlen(key) + used, want, strlen(want)) == 0,
+                  "%s: %s [%.3f, %.3f] against ±%.1f pp is '%s'; the text says: %.80s", lesson, what, lo, hi, MARGIN_PP,
+                  want, p + strlen(key) + used);
+    return verdict;
+}
+
+/* master-weights: bf16/SGD without masters - with FP32 masters, per seed, from the runs' summary.json */
+static const char *master_weights_verdict(const char *out, const char *concl, int *n) {
+    char ld[700];
+    snprintf(ld, sizeof ld, "%s/master-weights", out);
+    double none[16], masters[16];
+    *n = arm_accuracies(ld, "bf16-sgd-masters", masters, 15);
+    ck_assert_int_eq(arm_accuracies(ld, "bf16-sgd-none", none, 15), *n);
+    return check_paired("master-weights", concl, "no masters - FP32 masters:", none, masters, *n);
+}
+
+/* optimizer-state: BF16 - FP32 and FP16 - FP32 moments, per seed, from the whole runs' summary.json */
+static void optimizer_state_verdicts(const char *out, const char *concl, const char **bf, const char **fp, int *n) {
+    char ld[700];
+    snprintf(ld, sizeof ld, "%s/optimizer-state", out);
+    double a32[16], a16b[16], a16[16];
+    *n = arm_accuracies(ld, "state-fp32", a32, 15);
+    ck_assert_int_eq(arm_accuracies(ld, "state-bf16", a16b, 15), *n);
+    ck_assert_int_eq(arm_accuracies(ld, "state-fp16", a16, 15), *n);
+    *bf = check_paired("optimizer-state", concl, "BF16 - FP32 moments:", a16b, a32, *n);
+    *fp = check_paired("optimizer-state", concl, "FP16 - FP32 moments:", a16, a32, *n);
 }
 
 START_TEST(test_all_lessons_quick) {
@@ -614,6 +699,26 @@ START_TEST(test_all_lessons_quick) {
                       "optimizer-state (losses %s finite): %s", finite ? "all" : "not all", concl);
         ck_assert_msg(strstr(concl, "logits overflow") == NULL, "optimizer-state: %s", concl);
     }
+    /* master-weights and optimizer-state: the accuracy claim is a paired interval over seeds whose verdict, recomputed
+     * here from the runs' summary.json, is the one the text states and the one the criterion asks for */
+    {
+        int n = 0;
+                printed_conclusion("master-weights", concl, sizeof concl);
+        const char *v = master_weights_verdict(out, concl, &n);
+        snprintf(want, sizeof want, "over %d seeds", n);
+        ck_assert_msg(strstr(concl, "95% CI [") && strstr(concl, want), "master-weights: want '%s': %s", want, concl);
+        ck_assert_msg(strcmp(v, "worse by more than") == 0, "master-weights observed with a verdict '%s': %s", v, concl);
+        snprintf(dir, sizeof dir, "%s/master-weights/bf16-sgd-none", out);
+        ck_assert_msg(tensor_mean(dir, "all_parameters", "lost_frac") >= 0.10, "master-weights: lost %g",
+                      tensor_mean(dir, "all_parameters", "lost_frac"));
+        const char *bf, *fp;
+        printed_conclusion("optimizer-state", concl, sizeof concl);
+        optimizer_state_verdicts(out, concl, &bf, &fp, &n);
+        snprintf(want, sizeof want, "over %d seeds", n);
+        ck_assert_msg(strstr(concl, "95% CI [") && strstr(concl, want), "optimizer-state: want '%s': %s", want, concl);
+        ck_assert_msg(strcmp(fp, "worse by more than") == 0 && strcmp(bf, "equivalent within") == 0,
+                      "optimizer-state observed with verdicts FP16 '%s', BF16 '%s': %s", fp, bf, concl);
+    }
     /* quantization: the fp32 column is the trained runs' accuracy (what post-training quantization starts from), seed
      * by seed, on the same test images */
     snprintf(p, sizeof p, "%s/quantization/report.md", out);
@@ -728,6 +833,38 @@ START_TEST(test_not_observed) {
         ck_assert_msg(strstr(concl8, "Not observed: FP16 underflow is there at S = 1, but the scaler's S did not save") ==
                           concl8 && strstr(concl8, want) && !strstr(concl8, "no activation gradient lost"),
                       "want '%s' in: %s", want, concl8);
+    }
+    /* master-weights: at SGD lr 0.3 bf16 without masters still loses updates (the mechanism), but two seeds resolve no
+     * accuracy cost: the verdict, recomputed from the runs, is not worse, and the text says which half failed */
+    snprintf(args, sizeof args, "master-weights --quick --param sgd-lr=0.3 --param seeds=2 --out '%s'",
+             tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    printed_conclusion("master-weights", concl8, sizeof concl8);
+    {
+        int n = 0;
+        char dir[700];
+        const char *v = master_weights_verdict(tmp_path("lab"), concl8, &n);
+        snprintf(dir, sizeof dir, "%s/master-weights/bf16-sgd-none", tmp_path("lab"));
+        ck_assert_msg(n == 2 && strcmp(v, "worse by more than") != 0 &&
+                          tensor_mean(dir, "all_parameters", "lost_frac") >= 0.10,
+                      "master-weights at lr 0.3: %d seeds, verdict '%s', lost %g", n, v,
+                      tensor_mean(dir, "all_parameters", "lost_frac"));
+        ck_assert_msg(strstr(concl8, "Not observed: the updates were lost, but the accuracy cost is not resolved as "
+                                     "worse over these seeds") == concl8, "%s", concl8);
+    }
+    /* optimizer-state: three seeds cannot resolve BF16 moments as equivalent within 0.3 pp (the recomputed interval is
+     * wider than the margin), while FP16's cost is resolved: the text names the half that failed */
+    snprintf(args, sizeof args, "optimizer-state --quick --param seeds=3 --out '%s'", tmp_path("lab"));
+    ck_assert_int_eq(run_lab("", args), 0);
+    printed_conclusion("optimizer-state", concl8, sizeof concl8);
+    {
+        int n = 0;
+        const char *bf, *fp;
+        optimizer_state_verdicts(tmp_path("lab"), concl8, &bf, &fp, &n);
+        ck_assert_msg(n == 3 && strcmp(bf, "equivalent within") != 0 && strcmp(fp, "worse by more than") == 0,
+                      "optimizer-state, 3 seeds: BF16 '%s', FP16 '%s'", bf, fp);
+        ck_assert_msg(strstr(concl8, "Not observed: BF16 moments were not resolved as equivalent to FP32 moments within "
+                                     "the margin") == concl8, "%s", concl8);
     }
     snprintf(args, sizeof args, "tf32 --quick --out '%s'", tmp_path("lab"));
     ck_assert_int_eq(run_lab("NVIDIA_TF32_OVERRIDE=0", args), 0);

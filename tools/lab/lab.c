@@ -304,6 +304,62 @@ mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, m
     return s;
 }
 
+/* ---- accuracy over seeds ------------------------------------------------------------------------------------ */
+
+mpt_status mpt_lab_seeds(const mpt_lab_ctx *c, int max, int *ns) {
+    double v;
+    MPT_TRY(mpt_lab_param(c, "seeds", c->n_seeds, &v));
+    if (!(v >= 2.0 && v <= (double)max && v == floor(v)))
+        return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, %d], found %g", max, v);
+    *ns = (int)v;
+    return MPT_OK;
+}
+
+mpt_lab_run mpt_lab_seed_run_make(mpt_lab_seed_run *b, const char *arm, int seed, const char *const *flags) {
+    int nf = 0;
+    while (flags && flags[nf]) nf++;
+    MPT_ASSERTF(nf + 2 <= MPT_LAB_MAX_FLAGS, "lab: arm %s has %d flags, at most %d besides --seed", arm, nf,
+                MPT_LAB_MAX_FLAGS - 2);
+    snprintf(b->name, sizeof b->name, "%s-seed%d", arm, seed);
+    snprintf(b->seed, sizeof b->seed, "%d", seed);
+    for (int i = 0; i < nf; i++) b->flags[i] = flags[i];
+    b->flags[nf] = "--seed";
+    b->flags[nf + 1] = b->seed;
+    b->flags[nf + 2] = NULL;
+    return (mpt_lab_run){b->name, b->flags};
+}
+
+mpt_status mpt_lab_compare_paired(const mpt_lab_ctx *c, const double *a, const double *b, int n, mpt_lab_paired *p) {
+    memset(p, 0, sizeof *p);
+    double *d = malloc(sizeof *d * (size_t)(n > 0 ? n : 1));
+    if (!d) return mpt_errorf(MPT_ERR_NOMEM, "lab: no memory for %d paired differences", n);
+    for (int i = 0; i < n; i++) d[i] = a[i] - b[i];
+    mpt_stats_summarize(d, n, &p->diff);
+    free(d);
+    p->have_ci = mpt_stats_available();
+    if (p->have_ci) MPT_TRY(mpt_stats_compare_paired(a, b, n, 0.95, c->base->margin, &p->d));
+    return MPT_OK;
+}
+
+const mpt_stats_paired *mpt_lab_paired_ci(const mpt_lab_paired *p) { return p->have_ci ? &p->d : NULL; }
+
+int mpt_lab_paired_is(const mpt_lab_paired *p, mpt_verdict v) { return p->have_ci && p->d.verdict == v; }
+
+void mpt_lab_seed_table(FILE *f, int n, int arms, const char *const *names, const double *const *acc) {
+    fprintf(f, "| seed |");
+    for (int j = 0; j < arms; j++) fprintf(f, " %s |", names[j]);
+    for (int j = 1; j < arms; j++) fprintf(f, " %s - %s (pp) |", names[j], names[0]);
+    fprintf(f, "\n|---:|");
+    for (int j = 1; j < 2 * arms; j++) fprintf(f, "---:|");
+    fprintf(f, "\n");
+    for (int k = 0; k < n; k++) {
+        fprintf(f, "| %d |", k);
+        for (int j = 0; j < arms; j++) fprintf(f, " %.2f%% |", acc[j][k]);
+        for (int j = 1; j < arms; j++) fprintf(f, " %+.2f |", acc[j][k] - acc[0][k]);
+        fprintf(f, "\n");
+    }
+}
+
 /* Rank 0: the lab is over; every rank exits with rc. */
 static void send_end(mpt_dist *d, int rc) {
     char buf[32];
@@ -468,11 +524,12 @@ static void print_help(FILE *f) {
                "Runs the lessons of mixed-precision training as small experiments on Fashion-MNIST (all of them by\n"
                "default): each writes <out>/<lesson>/report.md and <lesson>.png and prints a conclusion whose every\n"
                "number was measured in this run; <out>/index.md links every lesson run into <out> so far. The full\n"
-               "lessons took about 9.9 minutes of CPU time together on a shared two-core machine (2026-11-28: the\n"
-               "first ten 3.7 minutes; quantization, normalization and scale 148 s, 119 s and 104 s measured\n"
-               "apart); --quick runs each lesson's smallest version that still shows its effect (about 118 s of\n"
-               "CPU time; --list gives each lesson's). A --quick lesson that misses its effect names the full\n"
-               "command.\n\n"
+               "lessons take about 11.2 minutes of CPU time together on a shared 2-vCPU AMD EPYC (2026-11-28, the\n"
+               "sum of measurements apart: the first ten 3.7 minutes, and 81 s more since master-weights and\n"
+               "optimizer-state pair seeds; quantization, normalization and scale 148 s, 119 s and 104 s);\n"
+               "--quick runs each lesson's smallest version that still shows its effect (120 s of CPU time, all\n"
+               "thirteen in one run at a load average of 3.5; --list gives each lesson's). A --quick lesson that\n"
+               "misses its effect names the full command.\n\n"
                "Options:\n"
                "  --list                    list the lessons, their sizes and parameters, and exit\n"
                "  --out DIR                 output directory (default lab)\n"

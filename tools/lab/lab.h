@@ -24,6 +24,7 @@
 
 #include "engine/checkpoint.h"
 #include "tools/report.h"
+#include "tools/stats.h"
 #include "tools/sweep.h"
 
 #define MPT_LAB_MAX_PARAMS 16
@@ -144,6 +145,50 @@ typedef struct mpt_lab_run {
  * run), else one after the other. Each run trains exactly as through mpt_lab_train. On failure every res[i]
  * is left empty (free with mpt_run_result_free either way). */
 mpt_status mpt_lab_train_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res);
+
+/* ---- accuracy over seeds: a paired design (a lesson trains two or more arms with the same seeds) ---------------- */
+
+/* The `seeds` --param of a lesson that pairs arms over seeds: an integer in [2, max], by default the lesson's size's
+ * (c->n_seeds). MPT_ERR_ARG naming --param seeds and the range otherwise. */
+mpt_status mpt_lab_seeds(const mpt_lab_ctx *c, int max, int *ns);
+
+/* One run of an arm at one seed, with its own storage: the name "<arm>-seed<k>", the seed as text and the flags. */
+typedef struct mpt_lab_seed_run {
+    char name[64];
+    char seed[16];
+    const char *flags[MPT_LAB_MAX_FLAGS + 1];
+} mpt_lab_seed_run;
+
+/* The run "<arm>-seed<seed>" of an arm: its flags (as for mpt_lab_train, without --seed) followed by "--seed"
+ * "<seed>", kept in *b; returns the run for mpt_lab_train_batch, which points into *b (b must outlive the batch).
+ * The arm's flags and the two of --seed must fit MPT_LAB_MAX_FLAGS (a programmer error otherwise). */
+mpt_lab_run mpt_lab_seed_run_make(mpt_lab_seed_run *b, const char *arm, int seed, const char *const *flags);
+
+/* The paired comparison of final test accuracies a[i] - b[i] (percent, so differences in percentage points) over
+ * n >= 2 seeds, seed i for both a[i] and b[i]: the differences' mean and sd always; their 95% Student t interval
+ * and verdict against the equivalence margin of `mptrain compare --seeds` (c->base->margin; tools/stats.h:
+ * equivalent, better, worse, inconclusive) when the build has GSL. */
+typedef struct mpt_lab_paired {
+    mpt_stats_summary diff; /* of a[i] - b[i], pp */
+    mpt_stats_paired d;     /* interval and verdict; meaningful only when have_ci */
+    int have_ci;            /* 0 in a build without GSL: no interval, no verdict */
+} mpt_lab_paired;
+
+/* Fills *p from a[0..n) and b[0..n). MPT_ERR_ARG from mpt_stats_compare_paired (a non-finite accuracy, n < 2);
+ * MPT_ERR_NOMEM. */
+mpt_status mpt_lab_compare_paired(const mpt_lab_ctx *c, const double *a, const double *b, int n, mpt_lab_paired *p);
+
+/* The interval and verdict of p for tools/sentences.h (mpt_text_paired, mpt_text_verdict_reading), or NULL when the
+ * build has none. */
+const mpt_stats_paired *mpt_lab_paired_ci(const mpt_lab_paired *p);
+
+/* Whether p's verdict is v (0 without an interval: no verdict is any verdict). */
+int mpt_lab_paired_is(const mpt_lab_paired *p, mpt_verdict v);
+
+/* The per-seed table of a paired design into a report (markdown): a row per seed k < n with each arm's accuracy
+ * acc[j][k] (percent; arm 0 is the reference) and, per arm j > 0, the difference acc[j][k] - acc[0][k] in pp,
+ * headed "<name j> - <name 0> (pp)". */
+void mpt_lab_seed_table(FILE *f, int n, int arms, const char *const *names, const double *const *acc);
 
 /* Opens <lesson dir>/report.md and writes its title, the question and the data used. MPT_ERR_IO on failure. */
 mpt_status mpt_lab_report_open(mpt_lab_ctx *c, const mpt_lab_lesson *l, FILE **f);

@@ -267,12 +267,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (big_batch > (double)(c->cd->d.n_train / 4)) big_batch = (double)(c->cd->d.n_train / 4);
     snprintf(bb, sizeof bb, "%.0f", big_batch);
     run_out dyn, sta, none, big;
-    int ns = c->n_seeds;
-    double seeds_d;
-    MPT_TRY(mpt_lab_param(c, "seeds", ns, &seeds_d));
-    ns = (int)seeds_d;
-    if (ns < 2 || ns > MAX_SEEDS || ns != seeds_d)
-        return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, %d], found %g", MAX_SEEDS, seeds_d);
+    int ns;
+    MPT_TRY(mpt_lab_seeds(c, MAX_SEEDS, &ns));
     /* about 30 telemetry steps per run (so that the mean covers the run and not only its first steps): the
      * report counts the steps it measured */
     char every[32];
@@ -283,17 +279,12 @@ static mpt_status run(mpt_lab_ctx *c) {
     /* seed 0 with telemetry; the other seeds, dynamic and unscaled, for the accuracy's paired verdict: independent
      * runs, one batch */
     mpt_lab_run runs3[3 + 2 * MAX_SEEDS] = {{"dynamic", fd}, {"static", fs}, {"none", fn}};
-    char seed[MAX_SEEDS][8], sname[2 * MAX_SEEDS][40];
-    const char *sfl[2 * MAX_SEEDS][11];
+    static mpt_lab_seed_run sr[2 * MAX_SEEDS];
     int nr = 3;
     for (int k = 1; k < ns; k++)
         for (int m = 0; m < 2; m++, nr++) {
-            snprintf(seed[k], sizeof seed[k], "%d", k);
-            snprintf(sname[nr - 3], sizeof sname[0], "%s-seed%d", m ? "none" : "dynamic", k);
-            const char *f[] = {"--precision", "fp16", "--batch-size", batch, "--seed", seed[k], "--loss-scale",
-                               m ? "none" : dyn_flag, NULL};
-            memcpy(sfl[nr - 3], f, sizeof f);
-            runs3[nr] = (mpt_lab_run){sname[nr - 3], sfl[nr - 3]};
+            const char *f[] = {"--precision", "fp16", "--batch-size", batch, "--loss-scale", m ? "none" : dyn_flag, NULL};
+            runs3[nr] = mpt_lab_seed_run_make(&sr[nr - 3], m ? "none" : "dynamic", k, f);
         }
     static mpt_run_result res[3 + 2 * MAX_SEEDS];
     MPT_TRY(mpt_lab_train_batch(c, runs3, nr, res));
@@ -308,13 +299,8 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(read_run(&res[0], MPT_OK, &dyn));
     MPT_TRY(read_run(&res[1], MPT_OK, &sta));
     MPT_TRY(read_run(&res[2], MPT_OK, &none));
-    mpt_stats_paired pd;
-    mpt_stats_summary diff;
-    double dd[MAX_SEEDS];
-    for (int k = 0; k < ns; k++) dd[k] = acc_none[k] - acc_dyn[k];
-    mpt_stats_summarize(dd, ns, &diff);
-    const int have_ci = mpt_stats_available();
-    if (have_ci) MPT_TRY(mpt_stats_compare_paired(acc_none, acc_dyn, ns, 0.95, c->base->margin, &pd));
+    mpt_lab_paired pd;
+    MPT_TRY(mpt_lab_compare_paired(c, acc_none, acc_dyn, ns, &pd));
     double w1, ws, b1 = 0.0, bs = 0.0;
     const char *where, *bwhere = "-";
     int seen_default = effect(&dyn, &w1, &ws, &where), seen_big = 0, ran_big = 0;
@@ -326,7 +312,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     }
     char sub[300], acc[1200], cost[900] = "";
     subnormal_text(sub, sizeof sub, seen_big ? &big : &dyn);
-    accuracy_text(acc, sizeof acc, &dyn, &sta, &none, S, have_ci ? &pd : NULL, &diff, ns);
+    accuracy_text(acc, sizeof acc, &dyn, &sta, &none, S, mpt_lab_paired_ci(&pd), &pd.diff, ns);
     /* what the most-flushed gradient loses by mass and error, not only by count */
     const run_out *lost_run = seen_big ? &big : &dyn;
     const char *lost_t = seen_big ? bwhere : where;
@@ -451,10 +437,10 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (*cost) fprintf(f, "\n%s.\n", cost);
     fprintf(f, "\n%s.\n\n", pooled);
     fprintf(f, "### Accuracy\n\nThe dynamic and the unscaled runs with %d seeds (seed 0: the telemetry runs above; the "
-               "others `dynamic-seed<k>/`, `none-seed<k>/`), a paired design:\n\n| seed | dynamic | no scaling | "
-               "difference (pp) |\n|---:|---:|---:|---:|\n", ns);
-    for (int k = 0; k < ns; k++)
-        fprintf(f, "| %d | %.2f%% | %.2f%% | %+.2f |\n", k, acc_dyn[k], acc_none[k], acc_none[k] - acc_dyn[k]);
+               "others `dynamic-seed<k>/`, `none-seed<k>/`), a paired design:\n\n", ns);
+    const char *arm_names[2] = {"dynamic", "no scaling"};
+    const double *arm_acc[2] = {acc_dyn, acc_none};
+    mpt_lab_seed_table(f, ns, 2, arm_names, arm_acc);
     fprintf(f, "\n%s\n\nCriterion for the effect: some activation gradient loses at least 1%% "
                "of its values at S = 1, and at the scaler's S less than half of that (a count: the mass, the error "
                "and the accuracy above say what the count costs).\n", acc);
