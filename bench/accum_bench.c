@@ -107,6 +107,14 @@ static void parse(int argc, char **argv, opts *o) {
     parse_models("h100,a100", o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            printf("Usage: accum_bench [--model mlp] [--precision bf16] [--batch 128] [--models h100,a100] [--rounds 5]\n"
+                   "                   [--steps 3] [--warmup 1] [--threads 1] [--wall]\n"
+                   "CPU time of training steps with each --accum-model (Tensor Core summation models) against ieee,\n"
+                   "alternating, median of the rounds. --threads: the backend's GEMM threads; --wall: the wall clock\n"
+                   "instead of CPU time (for --threads above 1).\n");
+            exit(0);
+        }
         if (strcmp(a, "--wall") == 0) {
             o->wall = 1;
             continue;

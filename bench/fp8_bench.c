@@ -110,6 +110,14 @@ static void parse(int argc, char **argv, opts *o) {
     *o = (opts){"mlp", 128, 9, 40, 5, 0, {1, 1, 1, 1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            printf("Usage: fp8_bench [--model mlp] [--batch 128] [--rounds 9] [--steps 40] [--warmup 5]\n"
+                   "                 [--variants bf16,fp8,fp8-fast,mxfp8] [--cpu-time]\n"
+                   "Training-step time of the FP8 recipes against bf16 on the CPU, alternating, median of the rounds.\n"
+                   "--cpu-time: the process's CPU clock (meaningful with one thread: OPENBLAS_NUM_THREADS=1\n"
+                   "OMP_NUM_THREADS=1); --variants: a subset (bf16, the baseline, always runs).\n");
+            exit(0);
+        }
         if (strcmp(a, "--cpu-time") == 0) { o->cpu_time = 1; continue; }
         if (!v) { fprintf(stderr, "fp8_bench: unknown or incomplete argument '%s'\n", a); exit(2); }
         i++;

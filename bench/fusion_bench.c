@@ -85,6 +85,13 @@ static void parse(int argc, char **argv, opts *o) {
     *o = (opts){"mlp", MPT_PRECISION_FP32, 128, 9, 40, 5, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            printf("Usage: fusion_bench [--model mlp] [--precision fp32] [--batch 128] [--rounds 9] [--steps 40]\n"
+                   "                    [--warmup 5] [--cpu-time]\n"
+                   "Training-step time with the GEMM-epilogue fusions off, in part and on, on the CPU, alternating, median of the\n"
+                   "rounds. --cpu-time: the process's CPU clock (meaningful with one thread: OPENBLAS_NUM_THREADS=1).\n");
+            exit(0);
+        }
         if (strcmp(a, "--cpu-time") == 0) { o->cpu_time = 1; continue; }
         if (!v) { fprintf(stderr, "fusion_bench: unknown or incomplete argument '%s'\n", a); exit(2); }
         i++;

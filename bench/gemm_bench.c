@@ -140,6 +140,14 @@ static double dnnl_gflops(const shape *s, mpt_dtype t) {
 int main(int argc, char **argv) {
     int threads = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("Usage: gemm_bench [--threads N] [--cpu-time]\n"
+                   "GFLOP/s of the CPU GEMM in each math mode and kernel set on the MLP's and LeNet-5's shapes, against\n"
+                   "cblas_sgemm and oneDNN's f32 and bf16 matmul on the same shapes, median of 11 samples.\n"
+                   "--threads: OpenBLAS's and oneDNN's threads (default OPENBLAS_NUM_THREADS or all cores);\n"
+                   "--cpu-time: the calling thread's CPU clock (meaningful with one thread).\n");
+            return 0;
+        }
         if (strcmp(argv[i], "--cpu-time") == 0) {
             bench_clock = CLOCK_THREAD_CPUTIME_ID;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {
