@@ -812,6 +812,9 @@ START_TEST(test_not_observed) {
                       strstr(conclq, ": not the gap the lesson expects") && strstr(conclq, "over 2 seeds") &&
                       strstr(conclq, "This was the --quick version ("),
                   "%s", conclq);
+    /* the note's sizes carry the run's --param seeds=2, not the sizes' own seed counts */
+    ck_assert_msg(strstr(conclq, ", 2 seeds), the lesson's smallest") && strstr(conclq, ", 2 seeds), before concluding"),
+                  "the --quick note does not say the run's 2 seeds: %s", conclq);
     /* loss-scaling: a dynamic scaler that starts at 1 cannot grow in a quick run (2000 clean steps before the first
      * doubling), so the gradients that underflow at S = 1 underflow at its S too: the conclusion says that the
      * underflow is there and the scale did not save it, never that no gradient underflowed */

@@ -494,8 +494,13 @@ static void append_quick_note(mpt_lab_ctx *c, const mpt_lab_lesson *l) {
                      tf32 ? " " : "", l->name);
     for (int i = 0; i < c->n_params && k > 0 && (size_t)k < sizeof cmd; i++)
         k += snprintf(cmd + k, sizeof cmd - (size_t)k, " --param %s", c->params[i]);
-    size_text(full, sizeof full, &l->full);
-    size_text(quick, sizeof quick, &l->quick);
+    mpt_lab_size fz = l->full, qz = l->quick;
+    if (fz.seeds > 0 || qz.seeds > 0) /* --param seeds=N sets both versions' seeds: say the run's, not the size's */
+        for (int i = 0; i < c->n_params; i++)
+            if (strncmp(c->params[i], "seeds=", 6) == 0) /* checked by the lesson; the last one counts */
+                fz.seeds = qz.seeds = atoi(c->params[i] + 6);
+    size_text(full, sizeof full, &fz);
+    size_text(quick, sizeof quick, &qz);
     size_t n = strlen(c->conclusion);
     snprintf(c->conclusion + n, sizeof c->conclusion - n,
              "%sThis was the --quick version (%s), the lesson's smallest: an effect that builds up over training can "
@@ -875,7 +880,11 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
         s = run[i]->run(c);
         double wall = now_s() - t0, cpu = cpu_s() - c0;
         getloadavg(load1, 1);
-        if (s != MPT_OK) break;
+        if (s != MPT_OK) {
+            rmdir(c->dir); /* a lesson refused before writing anything leaves no empty directory (a non-empty one
+                              stays: it holds what the lesson wrote before failing) */
+            break;
+        }
         s = write_lesson_json(c, run[i], wall, cpu);
         if (s != MPT_OK) break;
         printf("\n%s: %s\n(%s/report.md; %.0f s wall, %.0f s CPU; load average %.1f at the start, %.1f at the end)\n\n",
