@@ -1303,6 +1303,46 @@ START_TEST(test_switches_in_outputs) {
 }
 END_TEST
 
+/* Flags that only another optimizer, schedule or loss scaling reads are noted, naming them, not silently ignored;
+ * the same flags where they are read get no note. */
+START_TEST(test_unused_flag_notes) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    static const struct {
+        const char *a[6], *note;
+        int expect;
+    } c[] = {
+        {{"--momentum", "0.9", NULL}, "note: --momentum changes nothing with --optimizer adam", 1},
+        {{"--beta1", "0.8", "--eps", "1e-6", "--optimizer", "sgd"}, "note: --beta1, --eps change nothing with --optimizer sgd", 1},
+        {{"--optimizer", "sgd", "--momentum", "0.9", NULL}, "--momentum", 0},
+        {{"--optimizer", "sgd", "--eps", "1e-6", NULL}, "note: --eps changes nothing with --optimizer sgd", 1},
+        {{"--warmup-steps", "2", NULL}, "note: --warmup-steps changes nothing without --lr-schedule cosine", 1},
+        {{"--lr-schedule", "cosine", "--warmup-steps", "1", NULL}, "--warmup-steps change", 0},
+        {{"--gamma", "0.5", NULL}, "note: --gamma changes nothing without --lr-schedule step", 1},
+        {{"--growth-interval", "10", NULL}, "note: --growth-interval changes nothing in fp32: dynamic loss scaling's", 1},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        const char *argv[32] = {"mptrain", "train", "--data", data, "--device", "cpu", "--precision", "fp32",
+                                "--max-steps", "2", "--limit-test", "64", "--progress", "off", "--out", out};
+        int n = 16;
+        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
+        argv[n] = NULL;
+        int rc = run_argv((char *const *)argv);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %s", k, c[k].note,
+                      c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+    /* a warmup as long as the --max-steps run is refused naming the flags (it named the engine's total_steps) */
+    int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--lr-schedule", "cosine",
+                 "--warmup-steps", "2", "--progress", "off", "--out", tmp_path("warm"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--warmup-steps 2: expected fewer than the run's 2 steps (--max-steps 2)"),
+                  "(%d) %s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
 /* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
  * finishes with exit 0, counts the step as applied (not skipped), reports non-finite weights, and writes no
  * checkpoint of them (and its closing line does not claim one); the default (skip) on the same run skips the step and keeps the weights finite. */
@@ -2071,6 +2111,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_resume_qat);
     tcase_add_test(tr, test_eval_quantize);
     tcase_add_test(tr, test_switches_in_outputs);
+    tcase_add_test(tr, test_unused_flag_notes);
     tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
     tcase_add_test(tr, test_compare_report_scale_rule);

@@ -1114,15 +1114,56 @@ mpt_status mpt_cli_check_switches(const mpt_cli_opts *o) {
 }
 
 /* The FP8 recipe flags given on the command line, as one phrase ("--fp8-accum, --mx-scale"), or "" when none. */
+/* Which of ids[0..n) the user gave, as "--a, --b" in buf (len bytes; "" when none). */
+static void flags_given(const mpt_cli_opts *o, const mpt_opt_id *ids, size_t n, char *buf, size_t len) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (mpt_cli_given(o, ids[i]) && k + 32 < len)
+            k += (size_t)snprintf(buf + k, len - k, "%s--%s", k ? ", " : "", mpt_cli_opt_name(ids[i]));
+}
+
 static void fp8_flags_given(const mpt_cli_opts *o, char *buf, size_t len) {
     static const mpt_opt_id ids[] = {MPT_OPT_FP8_SCALING, MPT_OPT_AMAX_HISTORY, MPT_OPT_FP8_MARGIN,
                                      MPT_OPT_FP8_POW2_SCALES, MPT_OPT_MX_SCALE, MPT_OPT_FP8_ACCUM,
                                      MPT_OPT_FP8_PROMOTE, MPT_OPT_FP8_SATURATE};
-    size_t k = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (mpt_cli_given(o, ids[i]) && k + 32 < len)
-            k += (size_t)snprintf(buf + k, len - k, "%s--%s", k ? ", " : "", mpt_cli_opt_name(ids[i]));
+    flags_given(o, ids, sizeof ids / sizeof ids[0], buf, len);
+}
+
+/* Flags that only one optimizer, schedule or loss scaling reads, given where another one runs: a note each, so a
+ * run that silently ignored them does not pass for a run that used them. */
+static void unused_flag_notes(const mpt_cli_opts *o, const char *label, FILE *f) {
+    char given[256];
+    static const mpt_opt_id sgd_only[] = {MPT_OPT_MOMENTUM, MPT_OPT_NESTEROV};
+    static const mpt_opt_id adam_only[] = {MPT_OPT_BETA1, MPT_OPT_BETA2, MPT_OPT_EPS};
+    static const mpt_opt_id cosine_only[] = {MPT_OPT_WARMUP_STEPS, MPT_OPT_MIN_LR};
+    static const mpt_opt_id step_only[] = {MPT_OPT_STEP_SIZE, MPT_OPT_GAMMA};
+    static const mpt_opt_id dynamic_only[] = {MPT_OPT_SCALER,      MPT_OPT_GROWTH_FACTOR, MPT_OPT_BACKOFF_FACTOR,
+                                              MPT_OPT_GROWTH_INTERVAL, MPT_OPT_HYSTERESIS, MPT_OPT_SCALE_FLOOR,
+                                              MPT_OPT_SCALE_CEILING};
+    const char *optim = mpt_cli_format(o, MPT_OPT_OPTIMIZER, (char[32]){0}, 32);
+    flags_given(o, sgd_only, 2, given, sizeof given);
+    if (given[0] && o->optimizer != MPT_OPTIM_SGD)
+        fprintf(f, "%snote: %s change%s nothing with --optimizer %s: SGD's momentum (Adam's moments are --beta1 and "
+                   "--beta2)\n", label, given, strchr(given, ',') ? "" : "s", optim);
+    flags_given(o, adam_only, 3, given, sizeof given);
+    if (given[0] && o->optimizer == MPT_OPTIM_SGD)
+        fprintf(f, "%snote: %s change%s nothing with --optimizer sgd: Adam's and AdamW's settings\n", label, given,
+                strchr(given, ',') ? "" : "s");
+    flags_given(o, cosine_only, 2, given, sizeof given);
+    if (given[0] && o->lr_schedule != MPT_LR_COSINE)
+        fprintf(f, "%snote: %s change%s nothing without --lr-schedule cosine\n", label, given,
+                strchr(given, ',') ? "" : "s");
+    flags_given(o, step_only, 2, given, sizeof given);
+    if (given[0] && o->lr_schedule != MPT_LR_STEP)
+        fprintf(f, "%snote: %s change%s nothing without --lr-schedule step\n", label, given,
+                strchr(given, ',') ? "" : "s");
+    flags_given(o, dynamic_only, sizeof dynamic_only / sizeof dynamic_only[0], given, sizeof given);
+    if (given[0] && o->loss_scaling != MPT_LOSS_SCALE_DYNAMIC)
+        fprintf(f, "%snote: %s change%s nothing in %s: dynamic loss scaling's settings, and this run's loss scale is "
+                   "%s\n", label,
+                given, strchr(given, ',') ? "" : "s", mpt_mode_info(o->precision)->name,
+                o->loss_scaling == MPT_LOSS_SCALE_STATIC ? "static (--loss-scale static:S)" : "off (no loss scaling)");
 }
 
 /* What --accum-model does in this precision, when it is not ieee: nothing in a mode without Tensor Core GEMMs (fp32,
@@ -1218,6 +1259,7 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
                    "GEMMs stay emulated\n", label, p);
     accum_model_notes(o, tf32_override, label, f);
     norm_stats_notes(o, label, f);
+    unused_flag_notes(o, label, f);
     if (o->qat != MPT_QAT_NONE) {
         const mpt_qformat_desc *q = mpt_qformat_info(mpt_qat_format(o->qat));
         fprintf(f, "%s--qat %s: the forward pass reads the linear and conv weights fake-quantized to %s per output "
@@ -1489,11 +1531,17 @@ mpt_status mpt_cli_check(const mpt_cli_opts *o) {
 }
 
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch) {
-    int64_t total = (int64_t)o->epochs * batches_per_epoch;
-    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total)
-        return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (--epochs %d x %lld "
-                          "batches per epoch): the cosine schedule warms up, then decays over the steps left",
-                          (long long)o->warmup_steps, (long long)total, o->epochs, (long long)batches_per_epoch);
+    int64_t total = (int64_t)o->epochs * batches_per_epoch; /* the schedule's length, as mpt_cli_train_config sets it */
+    const int capped = o->max_steps > 0 && o->max_steps < total;
+    if (capped) total = o->max_steps;
+    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total) {
+        char why[96];
+        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
+        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+        return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (%s): the cosine "
+                          "schedule warms up, then decays over the steps left", (long long)o->warmup_steps,
+                          (long long)total, why);
+    }
     return MPT_OK;
 }
 
