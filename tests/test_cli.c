@@ -1330,15 +1330,15 @@ START_TEST(test_unused_flag_notes) {
         for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
         argv[n] = NULL;
         int rc = run_argv((char *const *)argv);
-        ck_assert_msg(rc == 0, "case %zu failed (%d): %s", k, rc, out_buf);
-        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %s", k, c[k].note,
-                      c[k].expect ? "missing" : "unexpected", out_buf);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
+                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
     }
     /* a warmup as long as the --max-steps run is refused naming the flags (it named the engine's total_steps) */
     int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--lr-schedule", "cosine",
                  "--warmup-steps", "2", "--progress", "off", "--out", tmp_path("warm"), NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "--warmup-steps 2: expected fewer than the run's 2 steps (--max-steps 2)"),
-                  "(%d) %s", rc, out_buf);
+                  "(%d) %.2000s", rc, out_buf);
     rm_tmpdir();
 }
 END_TEST

@@ -810,7 +810,11 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
     snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
 
-    MPT_TRY(mpt_cli_check_schedule(o, r->nb)); /* in the flags' terms, before the engine's own check */
+    mpt_status sched = mpt_cli_check_schedule(o, r->nb); /* in the flags' terms, before the engine's own check */
+    if (sched != MPT_OK) {
+        mpt_graph_free(&g); /* not the trainer's yet */
+        return sched;
+    }
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
