@@ -124,13 +124,24 @@ void mpt_cuda_rng_uniform(mpt_backend *be, float *out, size_t n, uint64_t seed, 
 /* The CUDA backend's opt-in paths (docs/cuda.md, "Opt-in paths waiting for a GPU"): each is read from the environment
  * when a CUDA backend is created, "1" turning it on; built without a GPU and off until a GPU session has run its
  * checks. The names, in the order docs/cuda.md's table lists them. */
-#define MPT_CUDA_OPT_IN_VARS                                                                                           \
-    {"MPT_CUDA_FUSED_UPDATE",      "MPT_CUDA_FUSED_LOSS",    "MPT_CUDA_FUSED_DRELU_BGRAD",                          \
-     "MPT_CUDA_SPLIT_NARROW_BGRAD", "MPT_CUDA_BIAS_GRAD_ILP", "MPT_CUDA_WGRAD_STREAM",                               \
-     "MPT_CUDA_CONV_FIND",         "MPT_CUDA_SPLIT_CHANNEL_SUM", "MPT_CUDA_DEVICE_TELEMETRY"}
+#define MPT_CUDA_OPT_IN_LIST(X)                                                                                        \
+    X(FUSED_UPDATE) X(FUSED_LOSS) X(FUSED_DRELU_BGRAD) X(SPLIT_NARROW_BGRAD) X(BIAS_GRAD_ILP) X(WGRAD_STREAM)          \
+    X(CONV_FIND) X(SPLIT_CHANNEL_SUM) X(DEVICE_TELEMETRY)
+#define MPT_CUDA_OPT_IN_NAME_(x) "MPT_CUDA_" #x,
+#define MPT_CUDA_OPT_IN_ENUM_(x) MPT_CUDA_OPT_##x,
+#define MPT_CUDA_OPT_IN_VARS {MPT_CUDA_OPT_IN_LIST(MPT_CUDA_OPT_IN_NAME_)}
+/* Their indices in that order (MPT_CUDA_OPT_FUSED_UPDATE = 0 for "MPT_CUDA_FUSED_UPDATE", ...). */
+typedef enum mpt_cuda_opt_in { MPT_CUDA_OPT_IN_LIST(MPT_CUDA_OPT_IN_ENUM_) MPT_CUDA_OPT_IN_COUNT } mpt_cuda_opt_in;
 /* The opt-in variables set to "1" in this process's environment now: their names, comma-separated, in buf (len
  * bytes, truncated to fit; "" when none), and their count. Host only: works without a GPU or the module. */
 int mpt_cuda_opt_in_on(char *buf, size_t len);
+/* How many calls of backend be (from mpt_backend_cuda_create) have taken opt-in path k since be was created: counted
+ * on the host when a call enqueues the path's work instead of the default's, so a call recorded into a CUDA Graph
+ * counts once, when recorded (its replays run the same nodes and do not count). 0 when the path is off, or on but
+ * never taken (a beside GEMM in a math mode that stays on one stream, a channel sum too small to split, ...).
+ * The tests use it where the path's results are the default's bit for bit by design, so that only this count can
+ * tell that the variable was read and the path ran. Returns -1 if k is not an mpt_cuda_opt_in. */
+int64_t mpt_cuda_opt_in_calls(mpt_backend *be, int k);
 
 /* GEMM records of a CUDA backend (be from mpt_backend_cuda_create): count, and a copy of record i
  * (0 <= i < count; returns 0 if i is out of range, 1 otherwise). */

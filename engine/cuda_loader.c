@@ -205,12 +205,20 @@ void mpt_cuda_fp8_convert_check(mpt_backend *be, const float *x, int64_t n, uint
     module()->fp8_convert_check(be, x, n, ours, cuda, kind, e5m2, saturate);
 }
 
+static const char *const opt_in_vars[] = MPT_CUDA_OPT_IN_VARS;
+_Static_assert(sizeof opt_in_vars / sizeof *opt_in_vars == MPT_CUDA_OPT_IN_COUNT,
+               "MPT_CUDA_OPT_IN_VARS and mpt_cuda_opt_in list the same paths");
+
+int64_t mpt_cuda_opt_in_calls(mpt_backend *be, int k) {
+    return k < 0 || k >= MPT_CUDA_OPT_IN_COUNT ? -1 : module()->opt_in_calls(be, k);
+}
+
 int mpt_cuda_opt_in_on(char *buf, size_t len) {
-    static const char *const vars[] = MPT_CUDA_OPT_IN_VARS;
+    const char *const *vars = opt_in_vars;
     int n = 0;
     size_t used = 0;
     if (len) buf[0] = '\0';
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+    for (size_t i = 0; i < MPT_CUDA_OPT_IN_COUNT; i++) {
         const char *v = getenv(vars[i]);
         if (!v || strcmp(v, "1") != 0) continue;
         if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", vars[i]);

@@ -20,7 +20,7 @@
 #include "engine/cuda_backend.h"
 
 /* Bumped whenever mpt_cuda_module_api, mpt_backend or an argument struct of engine/backend.h changes. */
-#define MPT_CUDA_MODULE_ABI 14 /* 6: nccl_poll (issue #22); 7: FP8 (issue #23): mpt_backend's fp8_* entries, mpt_gemm_args' FP8 fields; 8: fp8_support takes the accumulator; 9: mpt_backend.gemm_supports; 10: avgpool, activation and norm entries (issue #33); 11: quantization entries (issue #38: fake_quant, quantize, gemm_i8, conv2d_forward_i8), MPT_DTYPE_I8; 12: mpt_norm_args.stat_dtype, one_pass (--norm-stats, issue 37); 13: mpt_backend.update_pass (issue 31) and the telemetry_* reductions (issue 32); 14: mpt_gemm_args.beside, mpt_backend.join, mpt_cuda_gemm_record.beside (issue 31) */
+#define MPT_CUDA_MODULE_ABI 15 /* 6: nccl_poll (issue #22); 7: FP8 (issue #23): mpt_backend's fp8_* entries, mpt_gemm_args' FP8 fields; 8: fp8_support takes the accumulator; 9: mpt_backend.gemm_supports; 10: avgpool, activation and norm entries (issue #33); 11: quantization entries (issue #38: fake_quant, quantize, gemm_i8, conv2d_forward_i8), MPT_DTYPE_I8; 12: mpt_norm_args.stat_dtype, one_pass (--norm-stats, issue 37); 13: mpt_backend.update_pass (issue 31) and the telemetry_* reductions (issue 32); 14: mpt_gemm_args.beside, mpt_backend.join, mpt_cuda_gemm_record.beside (issue 31); 15: opt_in_calls */
 #define MPT_CUDA_MODULE_ENTRY "mpt_cuda_module_get"
 
 /* Each member has the meaning of the function of the same name in engine/backend.h or
@@ -54,6 +54,7 @@ typedef struct mpt_cuda_module_api {
     void (*nccl_allreduce)(mpt_backend *be, mpt_nccl_comm *c, float *const *bufs, const int64_t *counts, int n_bufs,
                            mpt_dtype wire, float weight);
     int (*nccl_poll)(mpt_backend *be, mpt_nccl_comm *c);
+    int64_t (*opt_in_calls)(mpt_backend *be, int k);
 } mpt_cuda_module_api;
 
 typedef const mpt_cuda_module_api *(*mpt_cuda_module_entry_fn)(int abi);

@@ -544,6 +544,12 @@ static void restore_gpu(void) {
     shared_gpu = NULL;
 }
 
+/* Whether this program's environment sets variable `var` to 1 (bench/gpu.sh runs the suite with opt-in paths on). */
+static int program_env_on(const char *var) {
+    const char *v = getenv(var);
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
 /* A CUDA backend of the test's own, created with each variable of the space-separated list `vars` set to 1 (the
  * backend reads them at creation; they are unset again at once). */
 static mpt_backend *cuda_backend_with(const char *vars) {
@@ -610,6 +616,14 @@ START_TEST(test_bias_grad_ilp_bit_identical) {
                     free(got[0]);
                     free(got[1]);
                 }
+    /* the same bits by design, so only the count tells that the variable was read and bias_grad_kernel<8> ran: every
+     * call of the ILP backend, and none of the program's (unless its environment turned the path on) */
+    const int64_t n_calls = (int64_t)(sizeof rows / sizeof *rows) * (int64_t)(sizeof cols / sizeof *cols) * 3 * 2;
+    EXPECT(mpt_cuda_opt_in_calls(ilp, MPT_CUDA_OPT_BIAS_GRAD_ILP) == n_calls,
+           "MPT_CUDA_BIAS_GRAD_ILP=1: %lld of the %lld bias_grad calls took the 8-row path",
+           (long long)mpt_cuda_opt_in_calls(ilp, MPT_CUDA_OPT_BIAS_GRAD_ILP), (long long)n_calls);
+    EXPECT(program_env_on("MPT_CUDA_BIAS_GRAD_ILP") || mpt_cuda_opt_in_calls(gpu, MPT_CUDA_OPT_BIAS_GRAD_ILP) == 0,
+           "the program's backend took the 8-row path without MPT_CUDA_BIAS_GRAD_ILP=1");
     mpt_backend_free(&ilp);
 }
 END_TEST
@@ -2071,6 +2085,13 @@ START_TEST(test_softmax_xent_fused_bit_identical) {
             for (size_t di = 0; di < 3; di++, k++) /* padding, specials and accumulate cycle with k */
                 xent_fused_case(shared_gpu, fused, float_dtypes[di], Ns[ni], Cs[ci], ignore[k % 4], k % 2,
                                 (k / 2) % 2, seed++);
+    /* the same bits by design: the count tells that the variable was read and the fused kernels ran (a forward
+     * and a backward at least per case) */
+    EXPECT(mpt_cuda_opt_in_calls(fused, MPT_CUDA_OPT_FUSED_LOSS) >= 2 * k,
+           "MPT_CUDA_FUSED_LOSS=1: %lld calls took the fused loss in %d cases",
+           (long long)mpt_cuda_opt_in_calls(fused, MPT_CUDA_OPT_FUSED_LOSS), k);
+    EXPECT(program_env_on("MPT_CUDA_FUSED_LOSS") || mpt_cuda_opt_in_calls(shared_gpu, MPT_CUDA_OPT_FUSED_LOSS) == 0,
+           "the program's backend took the fused loss without MPT_CUDA_FUSED_LOSS=1");
     /* the fused backend against the FP64 reference and the CPU (run_xent_case runs on `gpu`) */
     for (size_t ni = 0; ni < 4; ni++)
         for (size_t ci = 0; ci < 3; ci++) {

@@ -334,13 +334,21 @@ static void restore_gpu(void) {
     program_gpu = NULL;
 }
 
-/* The mlp fp16 overflow case on a backend created with environment variable `var` set to 1, run directly and
- * replayed, against the same case on the program's backend run directly: every loss, tensor and the scaler state
- * bit-identical. `what` names the path in messages. The variable's backend stays swapped in until restore_gpu (the
- * caller may read its records first). */
-static void variant_bit_identical(const char *var, const char *what) {
+/* The mlp fp16 overflow case on a backend created with environment variable `var` (opt-in path k) set to 1, run
+ * directly and replayed, against the same case on the program's backend run directly: every loss, tensor and the
+ * scaler state bit-identical. `what` names the path in messages. Since the bits are the same by design, the
+ * comparison alone would pass with the variable never read: the variable's backend must also count at least
+ * `min_calls` calls that took the path (engine/cuda_backend.h mpt_cuda_opt_in_calls), and the program's backend
+ * none, unless the program's environment turned the path on (bench/gpu.sh's runs with several paths at once). The
+ * variable's backend stays swapped in until restore_gpu (the caller may read its records first). */
+static void variant_bit_identical(const char *var, mpt_cuda_opt_in k, int64_t min_calls, const char *what) {
     gr_result plain, direct, replayed;
+    const char *env = getenv(var);
+    const int program_has_it = env && strcmp(env, "1") == 0;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &plain);
+    EXPECT(program_has_it || mpt_cuda_opt_in_calls(gpu, k) == 0,
+           "%s: the program's backend took the path %lld times without %s=1", what,
+           (long long)mpt_cuda_opt_in_calls(gpu, k), var);
     setenv(var, "1", 1);
     mpt_backend *variant = mpt_backend_cuda_create();
     unsetenv(var);
@@ -350,6 +358,8 @@ static void variant_bit_identical(const char *var, const char *what) {
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &direct);
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 1, &replayed);
     EXPECT(!replayed.replay_off, "%s: the step graph was turned off: %s", what, replayed.note);
+    EXPECT(mpt_cuda_opt_in_calls(gpu, k) >= min_calls, "%s: %lld calls took the path with %s=1, expected >= %lld",
+           what, (long long)mpt_cuda_opt_in_calls(gpu, k), var, (long long)min_calls);
     EXPECT(replayed.captures == 1 && replayed.replays == GR_STEPS - 2,
            "%s: %lld recordings, %lld replays; expected 1, %d", what, (long long)replayed.captures,
            (long long)replayed.replays, GR_STEPS - 2);
@@ -368,7 +378,8 @@ static void variant_bit_identical(const char *var, const char *what) {
 }
 
 START_TEST(test_graph_fused_loss) {
-    variant_bit_identical("MPT_CUDA_FUSED_LOSS", "the fused loss");
+    /* a forward and a backward every direct step (the replayed run records them once) */
+    variant_bit_identical("MPT_CUDA_FUSED_LOSS", MPT_CUDA_OPT_FUSED_LOSS, 2 * GR_STEPS, "the fused loss");
     restore_gpu();
 }
 END_TEST
@@ -378,7 +389,9 @@ END_TEST
  * replayed, through skipped steps and the padded last batch; and the weight-gradient GEMM records say they ran
  * beside (the comparison cannot pass with the second stream unused), no other GEMM's does. */
 START_TEST(test_graph_wgrad_stream) {
-    variant_bit_identical("MPT_CUDA_WGRAD_STREAM", "weight gradients on a second stream");
+    /* the mlp's three weight gradients every direct step */
+    variant_bit_identical("MPT_CUDA_WGRAD_STREAM", MPT_CUDA_OPT_WGRAD_STREAM, 3 * GR_STEPS,
+                          "weight gradients on a second stream");
     int n_beside = 0;
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
         mpt_cuda_gemm_record r;

@@ -318,7 +318,11 @@ static void pick_algo(mpt_cuda_ctx *ctx, conv_plan *p, conv_pass pass, const con
  * choice is the fastest measured algorithm the rules allow, as PyTorch's torch.backends.cudnn.benchmark = True with
  * deterministic = True chooses. Two runs may measure a different winner (timing noise) and then sum in another
  * order: each run stays deterministic, and the record names the algorithm and "measured". */
-static int conv_find(const mpt_cuda_ctx *ctx) { return ctx->conv_find && ctx->capture == NULL; }
+static int conv_find(mpt_cuda_ctx *ctx) {
+    const int find = ctx->conv_find && ctx->capture == NULL;
+    if (find) mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_CONV_FIND);
+    return find;
+}
 
 static void choose_forward(mpt_cuda_ctx *ctx, conv_plan *p) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];

@@ -143,9 +143,14 @@ typedef struct mpt_cuda_ctx {
     int gemm_refuse_direct;      /* MPT_CUDA_GEMM_REFUSE_DIRECT=1 at creation: every direct cuBLASLt GEMM call is
                                     treated as refused (CUBLAS_STATUS_NOT_SUPPORTED) before it runs, so the
                                     fallback to the two-step path can be tested (gemm.cu, tests/test_cuda.c) */
+    int64_t opt_in_calls[MPT_CUDA_OPT_IN_COUNT]; /* calls that took each opt-in path (mpt_cuda_opt_in_calls) */
 } mpt_cuda_ctx;
 
 static inline mpt_cuda_ctx *mpt_cuda_ctx_of(mpt_backend *be) { return (mpt_cuda_ctx *)be->ctx; }
+
+/* Counts one call that enqueues opt-in path k's work instead of the default's (engine/cuda_backend.h
+ * mpt_cuda_opt_in_calls): host bookkeeping only, the kernels and their bits are unchanged by it. */
+static inline void mpt_cuda_opt_in_taken(mpt_cuda_ctx *ctx, mpt_cuda_opt_in k) { ctx->opt_in_calls[k]++; }
 
 /* ---- launch geometry -------------------------------------------------------------------------------- */
 

@@ -477,6 +477,7 @@ void mpt_cuda_softmax_xent_forward(mpt_backend *be, float *loss, float *probs, i
                 "softmax_xent_forward: %d rows exceed the CUDA backend's loss scratch (%zu rows)", N,
                 MPT_CUDA_SCRATCH_BYTES / sizeof(float));
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (ctx->fused_loss) mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_FUSED_LOSS);
     launch_softmax_xent_forward(ctx, loss, probs, n_correct, (float *)ctx->scratch, logits, logits_dtype, labels, N, C,
                                 ctx->fused_loss, ctx->valid_rows, ctx->xent_blocks_done);
 }
@@ -486,6 +487,7 @@ void mpt_cuda_softmax_xent_backward(mpt_backend *be, void *dlogits, mpt_dtype dl
     mpt_cuda_require_float(dlogits_dtype, "softmax_xent_backward");
     MPT_ASSERTF(N >= 1 && C >= 1, "softmax_xent_backward: N = %d, C = %d", N, C);
     mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (ctx->fused_loss) mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_FUSED_LOSS);
     launch_softmax_xent_backward(ctx, dlogits, dlogits_dtype, probs, labels, ctx->valid_rows, N, C, scale, accumulate,
                                  ctx->fused_loss);
 }
@@ -543,7 +545,9 @@ void mpt_cuda_bias_grad(mpt_backend *be, float *db, const void *dy, mpt_dtype dt
     MPT_ASSERT(rows >= 0 && cols >= 0);
     MPT_ASSERTF((cols + BIAS_TILE_X - 1) / BIAS_TILE_X <= 0x7fffffff, "bias_grad: %lld columns", (long long)cols);
     if (cols == 0) return;
-    launch_bias_grad(mpt_cuda_ctx_of(be), db, dy, dtype, rows, cols, accumulate);
+    mpt_cuda_ctx *ctx = mpt_cuda_ctx_of(be);
+    if (ctx->bias_grad_ilp) mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_BIAS_GRAD_ILP);
+    launch_bias_grad(ctx, db, dy, dtype, rows, cols, accumulate);
 }
 
 /* ---- channel helpers of conv.cu (NCHW) ----------------------------------------------------------------------------
@@ -656,6 +660,7 @@ void mpt_cuda_channel_sum(mpt_cuda_ctx *ctx, float *db, const void *dy, mpt_dtyp
         MPT_CUDA_CHECK_LAUNCH("channel_sum_kernel");
         return;
     }
+    mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_SPLIT_CHANNEL_SUM);
     float *partial = (float *)ctx->scratch;
     channel_partial_kernel<<<dim3((unsigned)chunks, (unsigned)K), CHANNEL_SPLIT_THREADS, 0, ctx->stream>>>(
         partial, dy, dtype, K, HW, per_channel, chunk_len);

@@ -828,6 +828,7 @@ static void gemm_two_step(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p
     MPT_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &zero, D, p->ld, D, p->ld,
                                     &p->algo, lt_ws, p->algo_workspace, ctx->stream));
     if (a->epilogue == MPT_EPILOGUE_DRELU_BGRAD && ctx->fused_drelu_bgrad) { /* one kernel, the same bits */
+        mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_FUSED_DRELU_BGRAD);
         launch_drelu_bgrad(ctx, a->C, a->c_dtype, a->bias_grad, D, a->aux, a->beta, a->M, a->N);
         return;
     }
@@ -873,8 +874,10 @@ static int gemm_direct(mpt_backend *be, mpt_cuda_ctx *ctx, const gemm_plan *p, c
                            : cublasLtMatmul(ctx->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C,
                                             p->ld, a->C, p->ld, &p->algo, lt_ws, p->algo_workspace, ctx->stream);
     if (s == CUBLAS_STATUS_SUCCESS) {
-        if (p->split_bgrad) /* column sums of our A stored [K, M], as the two-step path's */
+        if (p->split_bgrad) { /* column sums of our A stored [K, M], as the two-step path's */
+            mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_SPLIT_NARROW_BGRAD);
             mpt_cuda_bias_grad(be, a->bias_grad, a->A, a->a_dtype, a->K, a->M, 0);
+        }
         return 1;
     }
     MPT_ASSERTF(direct_refusal(s), "gemm %s: cublasLtMatmul failed: %s", a->tag ? a->tag : "gemm",
@@ -926,6 +929,7 @@ static int run_beside(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a
     be->workspace_bytes = main_ws_bytes;
     ctx->side_pending = 1;
     record_beside(ctx->gemm, a->tag, &k);
+    mpt_cuda_opt_in_taken(ctx, MPT_CUDA_OPT_WGRAD_STREAM);
     return 1;
 }
 

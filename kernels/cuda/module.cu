@@ -103,6 +103,9 @@ static void library_versions(char *buf, size_t len) {
              f_nccl[0] ? "\n" : "", archs, MPT_CUDA_PTX_ARCH);
 }
 
+/* engine/cuda_backend.h mpt_cuda_opt_in_calls; the loader has checked k. */
+static int64_t opt_in_calls(mpt_backend *be, int k) { return mpt_cuda_ctx_of(be)->opt_in_calls[k]; }
+
 static const mpt_cuda_module_api module_api = {
     MPT_CUDA_MODULE_ABI,
     mpt_cuda_probe,
@@ -125,6 +128,7 @@ static const mpt_cuda_module_api module_api = {
     mpt_cuda_nccl_comm_abort,
     mpt_cuda_nccl_allreduce,
     mpt_cuda_nccl_poll,
+    opt_in_calls,
 };
 
 extern "C" __attribute__((visibility("default"))) const mpt_cuda_module_api *mpt_cuda_module_get(int abi) {

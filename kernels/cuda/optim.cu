@@ -497,6 +497,7 @@ static __global__ void update_apply_kernel(mpt_optim_multi_args a, const update_
 
 void mpt_cuda_update_pass(mpt_backend *be, const mpt_update_pass_args *u) {
     mpt_update_pass_args_check(u); /* the contract (engine/backend.c) */
+    mpt_cuda_opt_in_taken(mpt_cuda_ctx_of(be), MPT_CUDA_OPT_FUSED_UPDATE);
     const mpt_optim_multi_args *a = &u->optim;
     mpt_cuda_require_float(a->state_dtype, "update_pass (optimizer state)");
     if (a->count == 0 || a->numel == 0) { /* nothing to update: the scalar kernels alone */

@@ -104,6 +104,7 @@ static __global__ void range_kernel(unsigned long long *part_i, const void *x, i
 }
 
 void mpt_cuda_telemetry_range(mpt_backend *be, mpt_range *r, const void *x, mpt_dtype dtype, int64_t n) {
+    mpt_cuda_opt_in_taken(mpt_cuda_ctx_of(be), MPT_CUDA_OPT_DEVICE_TELEMETRY);
     mpt_cuda_require_float(dtype, "telemetry_range");
     MPT_ASSERT(r != NULL && n >= 0 && (n == 0 || x != NULL));
     if (n > 0) {
@@ -192,6 +193,7 @@ static __global__ void rounding_kernel(tel_result *res, double *part_d, const fl
 
 void mpt_cuda_telemetry_rounding(mpt_backend *be, mpt_exp_hist *h, mpt_round_err *err, const int *k, int n_k,
                                  const float *v, int64_t n) {
+    mpt_cuda_opt_in_taken(mpt_cuda_ctx_of(be), MPT_CUDA_OPT_DEVICE_TELEMETRY);
     MPT_ASSERT(h != NULL && n >= 0 && (n == 0 || v != NULL));
     MPT_ASSERTF(h->target == MPT_DTYPE_F16 || h->target == MPT_DTYPE_BF16, "telemetry_rounding: target %s",
                 mpt_dtype_name(h->target));
@@ -279,12 +281,14 @@ static void lost_run(mpt_backend *be, mpt_lost *r, const void *w_old, const void
 
 void mpt_cuda_telemetry_lost(mpt_backend *be, mpt_lost *r, const void *w_old, const void *w_new, mpt_dtype dtype,
                              const float *delta, int64_t n) {
+    mpt_cuda_opt_in_taken(mpt_cuda_ctx_of(be), MPT_CUDA_OPT_DEVICE_TELEMETRY);
     mpt_cuda_require_float(dtype, "telemetry_lost");
     lost_run(be, r, w_old, w_new, dtype, delta, n, 0);
 }
 
 void mpt_cuda_telemetry_lost_counterfactual(mpt_backend *be, mpt_lost *r, const void *w_old, mpt_dtype dtype,
                                             const float *delta, int64_t n) {
+    mpt_cuda_opt_in_taken(mpt_cuda_ctx_of(be), MPT_CUDA_OPT_DEVICE_TELEMETRY);
     MPT_ASSERTF(dtype == MPT_DTYPE_F16 || dtype == MPT_DTYPE_BF16, "telemetry_lost_counterfactual: target %s",
                 mpt_dtype_name(dtype));
     lost_run(be, r, w_old, NULL, dtype, delta, n, 1);
