@@ -131,7 +131,11 @@ mpt_status mpt_cuda_capture_end(mpt_backend *be, void **out) {
     ctx->capture = NULL;
     recording = NULL; /* checks abort again from here on */
     cudaGraph_t graph = NULL;
-    cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph); /* ends capture mode, also when invalidated */
+    /* ends capture mode, also when invalidated, and for every stream in the capture: the side stream of beside
+     * GEMMs too, even when join's event record failed on an invalidated capture (CUDA Programming Guide, "CUDA
+     * Graphs", "Stream Capture", "Invalidation": cudaStreamEndCapture "will take the associated streams out of
+     * capture mode, but will also return an error value and a NULL graph") */
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &graph);
     const int n_gemm = mpt_cuda_gemm_counter_count(ctx->gemm), n_conv = mpt_cuda_conv_counter_count(ctx->conv);
     if (e != cudaSuccess || cap->failed) {
         cudaGetLastError(); /* the capture's errors are not sticky: clear the last error for the direct step */
