@@ -341,7 +341,8 @@ static void restore_gpu(void) {
  * `min_calls` calls that took the path (engine/cuda_backend.h mpt_cuda_opt_in_calls), and the program's backend
  * none, unless the program's environment turned the path on (bench/gpu.sh's runs with several paths at once). The
  * variable's backend stays swapped in until restore_gpu (the caller may read its records first). */
-static void variant_bit_identical(const char *var, mpt_cuda_opt_in k, int64_t min_calls, const char *what) {
+static void variant_bit_identical(const char *var, const char *extra, mpt_cuda_opt_in k, int64_t min_calls,
+                                  const char *what) {
     gr_result plain, direct, replayed;
     const char *env = getenv(var);
     const int program_has_it = env && strcmp(env, "1") == 0;
@@ -350,9 +351,12 @@ static void variant_bit_identical(const char *var, mpt_cuda_opt_in k, int64_t mi
            "%s: the program's backend took the path %lld times without %s=1", what,
            (long long)mpt_cuda_opt_in_calls(gpu, k), var);
     setenv(var, "1", 1);
+    if (extra) setenv(extra, "1", 1);
     mpt_backend *variant = mpt_backend_cuda_create();
     unsetenv(var);
-    EXPECT(variant != NULL, "a CUDA backend with %s=1: %s", var, mpt_last_error());
+    if (extra) unsetenv(extra);
+    EXPECT(variant != NULL, "a CUDA backend with %s=1%s%s: %s", var, extra ? " and " : "", extra ? extra : "",
+           mpt_last_error());
     program_gpu = gpu;
     gpu = variant;
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &direct);
@@ -379,7 +383,7 @@ static void variant_bit_identical(const char *var, mpt_cuda_opt_in k, int64_t mi
 
 START_TEST(test_graph_fused_loss) {
     /* a forward and a backward every direct step (the replayed run records them once) */
-    variant_bit_identical("MPT_CUDA_FUSED_LOSS", MPT_CUDA_OPT_FUSED_LOSS, 2 * GR_STEPS, "the fused loss");
+    variant_bit_identical("MPT_CUDA_FUSED_LOSS", NULL, MPT_CUDA_OPT_FUSED_LOSS, 2 * GR_STEPS, "the fused loss");
     restore_gpu();
 }
 END_TEST
@@ -388,10 +392,9 @@ END_TEST
  * by events, graph edges in a recording): the same GEMM plans in their own workspace, so the same bits, direct and
  * replayed, through skipped steps and the padded last batch; and the weight-gradient GEMM records say they ran
  * beside (the comparison cannot pass with the second stream unused), no other GEMM's does. */
-START_TEST(test_graph_wgrad_stream) {
+static void wgrad_stream_case(const char *extra, const char *what) {
     /* the mlp's three weight gradients every direct step */
-    variant_bit_identical("MPT_CUDA_WGRAD_STREAM", MPT_CUDA_OPT_WGRAD_STREAM, 3 * GR_STEPS,
-                          "weight gradients on a second stream");
+    variant_bit_identical("MPT_CUDA_WGRAD_STREAM", extra, MPT_CUDA_OPT_WGRAD_STREAM, 3 * GR_STEPS, what);
     int n_beside = 0;
     for (int i = 0; i < mpt_cuda_gemm_record_count(gpu); i++) {
         mpt_cuda_gemm_record r;
@@ -404,6 +407,17 @@ START_TEST(test_graph_wgrad_stream) {
     }
     EXPECT(n_beside >= 3, "%d weight-gradient GEMM records ran beside, expected the mlp's 3", n_beside);
     restore_gpu();
+}
+
+START_TEST(test_graph_wgrad_stream) { wgrad_stream_case(NULL, "weight gradients on a second stream"); }
+END_TEST
+
+/* The same with every beside GEMM started 500 us late on its stream (MPT_CUDA_SIDE_DELAY=1, a test switch): on one
+ * stream's timing a missing fork or join edge, or an operand overwritten before the join, may never show; with the
+ * backend's stream far ahead of the side GEMM, a consumer that does not wait reads a stale weight gradient and an
+ * operand rewritten early changes what the GEMM reads, so the bits differ from the one-stream backend's. */
+START_TEST(test_graph_wgrad_stream_delayed) {
+    wgrad_stream_case("MPT_CUDA_SIDE_DELAY", "weight gradients on a second stream, each started 500 us late");
 }
 END_TEST
 
@@ -800,6 +814,7 @@ static Suite *graph_suite(void) {
     tcase_add_checked_fixture(tl, NULL, restore_gpu);
     tcase_add_test(tl, test_graph_fused_loss);
     tcase_add_test(tl, test_graph_wgrad_stream);
+    tcase_add_test(tl, test_graph_wgrad_stream_delayed);
     suite_add_tcase(s, tl);
     return s;
 }

@@ -194,12 +194,12 @@ START_TEST(test_cuda_opt_in_listed) {
         ck_assert_msg(strstr(docs, want), "docs/cuda.md's table of opt-in paths lacks %s", vars[i]);
     }
     /* and every MPT_CUDA_* variable the backend reads at creation with the "1" rule is in the list, but the test
-     * switches (MPT_CUDA_GEMM_REFUSE_DIRECT, MPT_CUDA_SYNC_DEBUG, MPT_CUDA_GEMM_I8_OWN) */
+     * switches (MPT_CUDA_GEMM_REFUSE_DIRECT, MPT_CUDA_SYNC_DEBUG, MPT_CUDA_GEMM_I8_OWN, MPT_CUDA_SIDE_DELAY) */
     for (const char *p = strstr(backend, "getenv(\"MPT_CUDA_"); p; p = strstr(p + 1, "getenv(\"MPT_CUDA_")) {
         char name[96];
         if (sscanf(p, "getenv(\"%95[A-Z0-9_]\")", name) != 1) continue;
         if (!strcmp(name, "MPT_CUDA_GEMM_REFUSE_DIRECT") || !strcmp(name, "MPT_CUDA_SYNC_DEBUG") ||
-            !strcmp(name, "MPT_CUDA_GEMM_I8_OWN"))
+            !strcmp(name, "MPT_CUDA_GEMM_I8_OWN") || !strcmp(name, "MPT_CUDA_SIDE_DELAY"))
             continue;
         int listed = 0;
         for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) listed |= strcmp(name, vars[i]) == 0;

@@ -382,6 +382,8 @@ extern "C" mpt_backend *mpt_backend_cuda_create(void) {
             return create_failed(be, ctx, "cannot create the second stream of MPT_CUDA_WGRAD_STREAM=1: %s",
                                  mpt_cuda_describe(e));
     }
+    const char *side_delay = getenv("MPT_CUDA_SIDE_DELAY");
+    ctx->side_delay = side_delay != NULL && strcmp(side_delay, "1") == 0;
 
     cublasStatus_t bs = cublasLtCreate(&ctx->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {

@@ -132,6 +132,9 @@ typedef struct mpt_cuda_ctx {
     size_t side_ws_bytes;
     struct mpt_cuda_retired *side_retired; /* smaller side workspaces replaced by gemm_workspace: kept until the
                                     backend is destroyed (a recorded step may point into them) */
+    int side_delay;              /* MPT_CUDA_SIDE_DELAY=1 at creation (a test switch): each beside GEMM waits
+                                    SIDE_DELAY_US on its stream first, so a missing fork or join edge, or an operand
+                                    overwritten before the join, shows as other bits (gemm.cu, test_cuda_graph) */
     int bias_grad_ilp;           /* MPT_CUDA_BIAS_GRAD_ILP=1 at creation: bias_grad_kernel issues 8 rows' loads at
                                     once (the same sums in the same order: the same bits; elementwise.cu) */
     int split_channel_sum;       /* MPT_CUDA_SPLIT_CHANNEL_SUM=1 at creation: the channel sums (conv bias gradient)

@@ -733,6 +733,25 @@ struct mpt_cuda_retired {
     struct mpt_cuda_retired *next;
 };
 
+/* MPT_CUDA_SIDE_DELAY=1 (a test switch): the side stream idles this long before each beside GEMM. The one-stream
+ * order hides a race (the GEMMs are short, the backend's stream is rarely ahead by more than a kernel); with the side
+ * GEMM started half a millisecond late, the backend's stream runs far ahead of it, so a consumer that does not wait for
+ * the join reads a stale or partial weight gradient, and a producer that overwrites an operand before the join changes
+ * what the GEMM reads: either gives other bits than the one-stream backend's (test_cuda_graph test_graph_wgrad_stream
+ * runs with it). */
+#define SIDE_DELAY_US 500
+
+static __device__ uint64_t globaltimer_ns(void) { /* PTX ISA, special register %globaltimer: nanoseconds */
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+static __global__ void side_delay_kernel(int us) {
+    const uint64_t start = globaltimer_ns();
+    while (globaltimer_ns() - start < (uint64_t)us * 1000u) __nanosleep(1000); /* sm_70+ */
+}
+
 static int side_math(mpt_math m) {
     return m == MPT_MATH_FP32 || m == MPT_MATH_TF32 || m == MPT_MATH_F16 || m == MPT_MATH_BF16;
 }
@@ -913,6 +932,10 @@ static int run_beside(mpt_backend *be, mpt_cuda_ctx *ctx, const mpt_gemm_args *a
     if (need > ctx->side_ws_bytes || two_step > ctx->side_ws_bytes) return 0;
     MPT_CUDA_CHECK(cudaEventRecord(ctx->side_fork, ctx->stream));
     MPT_CUDA_CHECK(cudaStreamWaitEvent(ctx->side_stream, ctx->side_fork, 0));
+    if (ctx->side_delay) {
+        side_delay_kernel<<<1, 1, 0, ctx->side_stream>>>(SIDE_DELAY_US);
+        MPT_CUDA_CHECK_LAUNCH("side_delay_kernel");
+    }
     /* the call as usual, with the side stream and workspace in the context's place (as the MXFP8 path lends the
      * inner GEMM the rest of the workspace): its kernels, cuBLASLt call and epilogue all take them from there */
     cudaStream_t main_stream = ctx->stream;
