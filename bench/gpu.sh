@@ -748,8 +748,8 @@ stage_graph() {
     "${PYTHON:-python3}" - "$WORK/graph" "${variants[@]}" >"$WORK/graph.md" 2>&1 <<'PY'
 import json, statistics, sys
 root = sys.argv[1]
-print("| model | run | environment | options | --cuda-graph | metrics.csv | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | instruments (s, whole run) | final test loss | final test accuracy | status |")
-print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+print("| model | run | environment | options | --cuda-graph | metrics.csv | median epoch after the first, CUDA events (ms) | per step (us, 469 steps) | host clock (ms) | instruments (s, whole run) | final test loss | final test accuracy | status | opt-in calls (summary.json cuda_opt_in_calls) |")
+print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
 for v in sys.argv[2:]:
     name, env, g, same, *rest = v.split("|")
     model = rest[0] if rest and rest[0] else "mlp"
@@ -762,11 +762,17 @@ for v in sys.argv[2:]:
         h = statistics.median(host[1:]) if len(host) > 1 else float("nan")
         loss, acc = j.get("final_test_loss", float("nan")), j.get("final_test_accuracy", float("nan"))
         tel = j.get("telemetry_time_s")
-        print("| %s | %s | %s | %s | %s | %s | %.3f | %.2f | %.3f | %s | %.6g | %.4f | %s |" % (model, name, env or "-", opts,
-              g, rule, 1e3 * m, 1e6 * m / 469, 1e3 * h, "%.3f" % tel if isinstance(tel, (int, float)) else "-", loss,
-              acc, j.get("cuda_graph", {}).get("status", "?")))
+        calls = j.get("cuda_opt_in_calls") or {}
+        # a variable set to 1 whose path no call took: the variable was not read, or the path does not apply here
+        unused = [e.split("=")[0] for e in env.split() if e.endswith("=1") and not calls.get(e.split("=")[0])]
+        taken = ", ".join("%s %d" % (k.replace("MPT_CUDA_", ""), n) for k, n in sorted(calls.items())) or "-"
+        if unused:
+            taken += " **NOT TAKEN: %s**" % ", ".join(unused)
+        print("| %s | %s | %s | %s | %s | %s | %.3f | %.2f | %.3f | %s | %.6g | %.4f | %s | %s |" % (model, name, env or "-",
+              opts, g, rule, 1e3 * m, 1e6 * m / 469, 1e3 * h, "%.3f" % tel if isinstance(tel, (int, float)) else "-",
+              loss, acc, j.get("cuda_graph", {}).get("status", "?"), taken))
     except (OSError, ValueError, TypeError) as e:
-        print("| %s | %s | %s | %s | %s | %s | no summary.json (%s) | | | | | | |" % (model, name, env or "-", opts, g,
+        print("| %s | %s | %s | %s | %s | %s | no summary.json (%s) | | | | | | | |" % (model, name, env or "-", opts, g,
               rule, e.__class__.__name__))
 PY
     cat "$WORK/graph.md"

@@ -266,6 +266,15 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
         for (char *v = strtok_r(on, ", ", &save); v; v = strtok_r(NULL, ", ", &save))
             json_array_append_new(list, json_string(v));
         json_object_set_new(j, "cuda_opt_in", list);
+        /* and the calls of this run's backend that took each path (none listed: none taken), so a variable that was
+         * set but whose path never ran shows (engine/cuda_backend.h mpt_cuda_opt_in_calls) */
+        static const char *const vars[] = MPT_CUDA_OPT_IN_VARS;
+        json_t *calls = json_object();
+        for (int k = 0; k < MPT_CUDA_OPT_IN_COUNT; k++) {
+            const int64_t n = g->be->device == MPT_DEVICE_CUDA ? mpt_cuda_opt_in_calls(g->be, k) : 0;
+            if (n > 0) json_object_set_new(calls, vars[k], json_integer((json_int_t)n));
+        }
+        json_object_set_new(j, "cuda_opt_in_calls", calls);
     }
     json_object_set_new(j, "precision_map", summary_precision_map(g));
     json_t *ck = json_null(); /* the CPU backend's kernel set and engine (the precision map says which node used what) */
