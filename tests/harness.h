@@ -10,9 +10,12 @@
 #define MPT_TESTS_HARNESS_H
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline int mpt_test_run(Suite *s) {
     SRunner *sr = srunner_create(s);
@@ -35,6 +38,31 @@ static inline double tests_uniform(tests_rng *r, double lo, double hi) {
 /* Uniform int in [lo, hi]. */
 static inline int tests_int(tests_rng *r, int lo, int hi) {
     return lo + (int)(tests_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* The whole text of file `path`, in a buffer of this test program's that the next call overwrites. Fails the test,
+ * naming the file, when it cannot be read or does not fit (MPT_TEST_TEXT_MAX bytes): a truncated text would let a
+ * check that something is absent pass on a file that holds it. */
+enum { MPT_TEST_TEXT_MAX = 1 << 20 };
+static inline char *mpt_test_read_text(const char *path) {
+    static char buf[MPT_TEST_TEXT_MAX + 1];
+    FILE *f = fopen(path, "rb");
+    if (!f) ck_abort_msg("%s: %s", path, strerror(errno));
+    const size_t n = fread(buf, 1, MPT_TEST_TEXT_MAX, f);
+    const int more = fgetc(f) != EOF, failed = ferror(f);
+    fclose(f);
+    if (failed) ck_abort_msg("%s: read error", path);
+    if (more) ck_abort_msg("%s: longer than the %d bytes the tests read", path, (int)MPT_TEST_TEXT_MAX);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* mpt_test_read_text into dst (cap bytes), failing the test when the text does not fit. */
+static inline void mpt_test_read_text_into(const char *path, char *dst, size_t cap) {
+    const char *t = mpt_test_read_text(path);
+    const size_t n = strlen(t);
+    if (n >= cap) ck_abort_msg("%s: %zu bytes, more than the test's %zu-byte copy", path, n, cap - 1);
+    memcpy(dst, t, n + 1);
 }
 
 #endif

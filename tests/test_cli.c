@@ -1513,15 +1513,6 @@ END_TEST
  * 2^15 (tf.keras LossScaleOptimizer's initial_scale=2**15), and --hysteresis / --growth-interval override it. A
  * comparison without fp16 has no loss-scale panel, and the report describes none. */
 /* The whole of a text file, NUL-terminated, in a static buffer (cut at 256 KiB). */
-static const char *read_text(const char *path) {
-    static char b[1 << 18];
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    size_t n = fread(b, 1, sizeof b - 1, f);
-    fclose(f);
-    b[n] = '\0';
-    return b;
-}
 
 START_TEST(test_compare_report_scale_rule) {
     make_tmpdir();
@@ -1533,7 +1524,7 @@ START_TEST(test_compare_report_scale_rule) {
     ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
     char p[600];
     snprintf(p, sizeof p, "%s/report.md", out);
-    const char *report = read_text(p);
+    const char *report = mpt_test_read_text(p);
     const char *bottom = strstr(report, "Bottom: the fp16 loss scale");
     ck_assert_msg(bottom != NULL, "no loss-scale panel described: %s", report);
     ck_assert_msg(strstr(bottom, "starts at 2^15 (--scaler keras)") && strstr(bottom, "from the 3rd since it last grew") &&
@@ -1544,7 +1535,7 @@ START_TEST(test_compare_report_scale_rule) {
              "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off", NULL);
     ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
     snprintf(p, sizeof p, "%s/report.md", out);
-    report = read_text(p);
+    report = mpt_test_read_text(p);
     ck_assert_msg(strstr(report, "Middle: test accuracy") && !strstr(report, "loss scale on a log axis"),
                   "a plot without fp16 described with a loss-scale panel");
     rm_tmpdir();

@@ -3305,15 +3305,6 @@ static int run_mptrain(char *const *args, const char *log) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    EXPECT(f != NULL, "%s: %s", path, strerror(errno));
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 /* Every tensor of two checkpoints byte for byte, and the loss scaler's state. */
 static void expect_same_checkpoints(const char *a_path, const char *b_path) {
@@ -3379,7 +3370,7 @@ static void resume_case(const char *model, const char *precision, const char *co
         for (int k = 0; extra[k]; k++) args[n++] = extra[k];
         args[n] = NULL;
         int rc = run_mptrain((char *const *)args, log);
-        EXPECT(rc == 0, "mptrain train --device cuda (%s steps) failed (%d): %s", steps[r], rc, slurp(log));
+        EXPECT(rc == 0, "mptrain train --device cuda (%s steps) failed (%d): %s", steps[r], rc, mpt_test_read_text(log));
     }
     char ck_first[600], ck_straight[600], ck_resumed[600], metrics[2][600];
     snprintf(ck_first, sizeof ck_first, "%s/checkpoint.safetensors", dirs[1]);
@@ -3390,19 +3381,19 @@ static void resume_case(const char *model, const char *precision, const char *co
                           "1", "--limit-test", "64", "--progress", "off", "--max-steps", total_s, "--out", resumed,
                           NULL};
     int rc = run_mptrain((char *const *)args, log);
-    EXPECT(rc == 0, "mptrain train --resume --device cuda failed (%d): %s", rc, slurp(log));
-    EXPECT(strstr(slurp(log), "resuming") != NULL, "the resumed run does not say so: %s", slurp(log));
+    EXPECT(rc == 0, "mptrain train --resume --device cuda failed (%d): %s", rc, mpt_test_read_text(log));
+    EXPECT(strstr(mpt_test_read_text(log), "resuming") != NULL, "the resumed run does not say so: %s", mpt_test_read_text(log));
     expect_same_checkpoints(ck_straight, ck_resumed);
     /* metrics.csv: the straight run's rows half+1..total equal the resumed run's rows */
     snprintf(metrics[0], sizeof metrics[0], "%s/metrics.csv", dirs[0]);
     snprintf(metrics[1], sizeof metrics[1], "%s/metrics.csv", resumed);
-    char *straight = without_run_id(strdup(slurp(metrics[0])));
+    char *straight = without_run_id(strdup(mpt_test_read_text(metrics[0])));
     const char *tail = straight;
     for (int line = 0; line < half + 1 && tail; line++) { /* header + the first `half` rows */
         tail = strchr(tail, '\n');
         if (tail) tail++;
     }
-    char *resumed_rows = without_run_id(strdup(slurp(metrics[1])));
+    char *resumed_rows = without_run_id(strdup(mpt_test_read_text(metrics[1])));
     const char *res = strchr(resumed_rows, '\n'); /* after the header */
     EXPECT(tail != NULL && res != NULL && strcmp(tail, res + 1) == 0,
            "logged losses after the resume point differ:\nstraight:\n%s\nresumed:\n%s", tail ? tail : "(none)",
@@ -3451,7 +3442,7 @@ static void telemetry_case(const char *model, const char *precision) {
         }
         args[n] = NULL;
         int rc = run_mptrain((char *const *)args, log);
-        EXPECT(rc == 0, "mptrain train --device cuda (telemetry %s) failed (%d): %s", r ? "on" : "off", rc, slurp(log));
+        EXPECT(rc == 0, "mptrain train --device cuda (telemetry %s) failed (%d): %s", r ? "on" : "off", rc, mpt_test_read_text(log));
     }
     char ck[2][600], metrics[2][600];
     for (int r = 0; r < 2; r++) {
@@ -3459,13 +3450,13 @@ static void telemetry_case(const char *model, const char *precision) {
         snprintf(metrics[r], sizeof metrics[r], "%s/metrics.csv", dirs[r]);
     }
     expect_same_checkpoints(ck[0], ck[1]);
-    char *off = without_run_id(strdup(slurp(metrics[0]))), *on = without_run_id(strdup(slurp(metrics[1])));
+    char *off = without_run_id(strdup(mpt_test_read_text(metrics[0]))), *on = without_run_id(strdup(mpt_test_read_text(metrics[1])));
     EXPECT(strcmp(off, on) == 0, "logged losses differ with telemetry on:\n%s\nvs\n%s", off, on);
     free(off);
     free(on);
     char tel[600];
     snprintf(tel, sizeof tel, "%s/telemetry.csv", dirs[1]);
-    EXPECT(strstr(slurp(tel), "twin_rel_l2") != NULL, "no twin rows in %s", tel);
+    EXPECT(strstr(mpt_test_read_text(tel), "twin_rel_l2") != NULL, "no twin rows in %s", tel);
     rm_tmpdir();
 }
 
@@ -3504,7 +3495,7 @@ static void telemetry_device_case(const char *model, const char *precision) {
         int rc = run_mptrain((char *const *)args, log);
         unsetenv("MPT_CUDA_DEVICE_TELEMETRY");
         EXPECT(rc == 0, "mptrain train --device cuda (device telemetry %s) failed (%d): %s", r ? "on" : "off", rc,
-               slurp(log));
+               mpt_test_read_text(log));
     }
     char ck[2][600], tel[2][600];
     for (int r = 0; r < 2; r++) {

@@ -66,15 +66,6 @@ static int have_data(void) {
     return 0;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    static char buf[1 << 17];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
 
 /* The printed conclusion line of a lesson ("<name>: ..."), copied into dst. */
 static void printed_conclusion(const char *name, char *dst, size_t len) {
@@ -406,10 +397,10 @@ START_TEST(test_all_lessons_quick) {
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", out);
     static char index[1 << 17];
-    snprintf(index, sizeof index, "%s", slurp(p));
+    mpt_test_read_text_into(p, index, sizeof index);
     for (int i = 0; i < 13; i++) {
         snprintf(p, sizeof p, "%s/%s/report.md", out, names[i]);
-        const char *report = slurp(p);
+        const char *report = mpt_test_read_text(p);
         ck_assert_msg(strstr(report, "## Conclusion"), "%s has no conclusion", p);
         snprintf(p, sizeof p, "%s/%s/%s.png", out, names[i], names[i]);
         if (access(p, R_OK) != 0) ck_assert_msg(strstr(report, "gnuplot") != NULL, "no %s and no word why", p);
@@ -454,13 +445,13 @@ START_TEST(test_all_lessons_quick) {
         fclose(tf);
         snprintf(tp, sizeof tp, "%s/loss-scaling/report.md", out);
         snprintf(want, sizeof want, "(%d telemetry steps in the dynamic run", steps);
-        ck_assert_msg(strstr(slurp(tp), want) != NULL, "loss-scaling report: want '%s'", want);
+        ck_assert_msg(strstr(mpt_test_read_text(tp), want) != NULL, "loss-scaling report: want '%s'", want);
     }
     /* the telemetry interval said in English: "every step", "every 2nd step", never "every 1th" or "every 2th" */
     const char *with_interval[] = {"loss-scaling", "master-weights"};
     for (int i = 0; i < 2; i++) {
         snprintf(dir, sizeof dir, "%s/%s/report.md", out, with_interval[i]);
-        const char *r = slurp(dir), *p;
+        const char *r = mpt_test_read_text(dir), *p;
         ck_assert_msg(strstr(r, "every step") || strstr(r, "th step") || strstr(r, "st step") || strstr(r, "nd step") ||
                           strstr(r, "rd step"), "%s names no telemetry interval", dir);
         for (p = strstr(r, "th step"); p; p = strstr(p + 1, "th step")) {
@@ -548,7 +539,7 @@ START_TEST(test_all_lessons_quick) {
     {
         char ap[700];
         snprintf(ap, sizeof ap, "%s/accumulation/accumulation.dat", out);
-        const char *dat = strstr(slurp(ap), "\n\n\n");
+        const char *dat = strstr(mpt_test_read_text(ap), "\n\n\n");
         ck_assert(dat != NULL);
         double first[13] = {0}, last[13] = {0};
         int rows = 0;
@@ -572,7 +563,7 @@ START_TEST(test_all_lessons_quick) {
         char tp[700];
         snprintf(tp, sizeof tp, "%s/accumulation/tensor-cores.dat", out);
         static char dat[1 << 16];
-        snprintf(dat, sizeof dat, "%s", slurp(tp));
+        mpt_test_read_text_into(tp, dat, sizeof dat);
         const char *blk[5] = {dat};
         for (int i = 1; i < 5; i++) {
             blk[i] = strstr(blk[i - 1], "\n\n\n");
@@ -643,7 +634,7 @@ START_TEST(test_all_lessons_quick) {
     {
         char sp[700];
         snprintf(sp, sizeof sp, "%s/softmax/softmax.dat", out);
-        const char *dat = slurp(sp);
+        const char *dat = mpt_test_read_text(sp);
         double sc = NAN, zmax = NAN, lost = NAN;
         for (const char *l = strchr(dat, '\n'); l && l[1] && isnan(sc); l = strchr(l + 1, '\n')) {
             double v[7];
@@ -661,7 +652,7 @@ START_TEST(test_all_lessons_quick) {
     {
         char gp[700];
         snprintf(gp, sizeof gp, "%s/grad-comm/grad-comm.dat", out);
-        const char *dat = slurp(gp);
+        const char *dat = mpt_test_read_text(gp);
         double first[5] = {NAN}, last[5] = {NAN};
         int rows = 0;
         for (const char *l = strchr(dat, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
@@ -683,7 +674,7 @@ START_TEST(test_all_lessons_quick) {
     {
         char mp[700];
         snprintf(mp, sizeof mp, "%s/optimizer-state/state-fp16/metrics.csv", out);
-        const char *csv = slurp(mp);
+        const char *csv = mpt_test_read_text(mp);
         int first_skip = 0, finite = 1;
         for (const char *l = strchr(csv, '\n'); l && l[1]; l = strchr(l + 1, '\n')) {
             long st, ep, sk;
@@ -723,7 +714,7 @@ START_TEST(test_all_lessons_quick) {
      * by seed, on the same test images */
     snprintf(p, sizeof p, "%s/quantization/report.md", out);
     static char qrep[1 << 17];
-    snprintf(qrep, sizeof qrep, "%s", slurp(p));
+    mpt_test_read_text_into(p, qrep, sizeof qrep);
     for (int k = 0; k < 3; k++) {
         snprintf(dir, sizeof dir, "%s/quantization/mlp-fp32-seed%d", out, k);
         snprintf(want, sizeof want, "| %d | %.2f |", k, 100.0 * summary_number(dir, "final_test_accuracy"));
@@ -744,7 +735,7 @@ START_TEST(test_all_lessons_quick) {
     {
         char gpp[700];
         snprintf(gpp, sizeof gpp, "%s/overflow/overflow.gp", out);
-        const char *gp = slurp(gpp), *p1 = strstr(gp, "\nplot "), *p2 = p1 ? strstr(p1 + 1, "\nplot ") : NULL;
+        const char *gp = mpt_test_read_text(gpp), *p1 = strstr(gp, "\nplot "), *p2 = p1 ? strstr(p1 + 1, "\nplot ") : NULL;
         ck_assert(p1 && p2);
         int entries = 0;
         for (const char *q = p1; q && q < p2; q = strstr(q + 1, "'overflow.dat' index")) entries += q != p1;
@@ -757,8 +748,8 @@ START_TEST(test_all_lessons_quick) {
     snprintf(a, sizeof a, "%s/overflow/pytorch/metrics.csv", out);
     snprintf(b, sizeof b, "%s/overflow/deepspeed/metrics.csv", out);
     static char pt[1 << 17];
-    snprintf(pt, sizeof pt, "%s", slurp(a));
-    ck_assert_msg(strcmp(pt, slurp(b)) != 0, "deepspeed's run is pytorch's");
+    mpt_test_read_text_into(a, pt, sizeof pt);
+    ck_assert_msg(strcmp(pt, mpt_test_read_text(b)) != 0, "deepspeed's run is pytorch's");
     rm_tmpdir();
 }
 END_TEST
@@ -781,7 +772,7 @@ START_TEST(test_not_observed) {
                   "%s", concl1);
     char rp[700];
     snprintf(rp, sizeof rp, "%s/overflow/report.md", tmp_path("lab"));
-    ck_assert_msg(strstr(slurp(rp), concl1) != NULL, "the report's conclusion is not the printed one: %s", concl1);
+    ck_assert_msg(strstr(mpt_test_read_text(rp), concl1) != NULL, "the report's conclusion is not the printed one: %s", concl1);
     /* fp8: a ladder that stops at K = 2048, where the fast accumulator's error is still small against the
      * quantization error (0.07 of it in the quick run), cannot show where it starts to matter */
     snprintf(args, sizeof args, "fp8 --quick --param kmax=2048 --out '%s'", tmp_path("lab"));
@@ -876,7 +867,7 @@ START_TEST(test_not_observed) {
     ck_assert_msg(strstr(concl, "Run the full version, `NVIDIA_TF32_OVERRIDE=0 mptrain lab tf32` ("), "%s", concl);
     char p[700];
     snprintf(p, sizeof p, "%s/index.md", tmp_path("lab"));
-    const char *index = slurp(p);
+    const char *index = mpt_test_read_text(p);
     ck_assert_msg(strstr(index, "[overflow](overflow/report.md)") && strstr(index, concl1) &&
                       strstr(index, "[tf32](tf32/report.md)") && strstr(index, concl),
                   "index.md lost a lesson of an earlier run: %s", index);

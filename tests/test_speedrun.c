@@ -78,15 +78,6 @@ static double jnum(const json_t *o, const char *key) {
     return json_number_value(v);
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
-    static char buf[1 << 18];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
 
 /* Splits a line into words as the shell does for what --print-recipe writes: blanks separate words, '...' quotes
  * (the sequence '\'' inside is a quote). Returns the count; the words live in `store`. */
@@ -183,7 +174,7 @@ START_TEST(test_runs_and_report) {
     /* report.md */
     char p[1024];
     snprintf(p, sizeof p, "%s/report.md", out);
-    const char *md = read_file(p);
+    const char *md = mpt_test_read_text(p);
     const char *sections[] = {"# mptrain speedrun", "## Accuracy and time to result", "## Against fp32, seed by seed",
                               "## Where the time goes", "## Every run", "## Settings", "**Not a record:**",
                               "time to result", "untimed warm-up (3 steps"};
@@ -264,7 +255,7 @@ START_TEST(test_runs_and_report) {
 
     /* epochs.csv: a row per epoch; the last has the run's accuracy */
     snprintf(p, sizeof p, "%s/seed-0/fp32/epochs.csv", out);
-    char *csv = read_file(p), *save = NULL, *last = NULL;
+    char *csv = mpt_test_read_text(p), *save = NULL, *last = NULL;
     char *header = strtok_r(csv, "\n", &save);
     ck_assert_msg(header && strstr(header, "test_loss,test_acc") != NULL, "%s", header ? header : "(empty)");
     int rows = 0;
