@@ -325,6 +325,33 @@ static double jnum(json_t *j, const char *key) {
     return json_number_value(v);
 }
 
+/* Every key of summary.json object j (prefix: its path, for messages) is named in docs/outputs.md, as `key` in the
+ * text or "key" in its example, and so are the keys of its nested objects, but config's (the recorded flags, each
+ * `--<name>` in README's command reference) and the instruments' telemetry block (docs/numerics.md): a key the run
+ * writes and the page does not explain fails here. */
+static void expect_keys_documented(json_t *j, const char *prefix) {
+    const char *root = getenv("MPT_SOURCE_ROOT");
+    ck_assert_msg(root && *root, "MPT_SOURCE_ROOT is not set (tests/meson.build sets it)");
+    char path[600];
+    snprintf(path, sizeof path, "%s/docs/outputs.md", root);
+    char *doc = strdup(mpt_test_read_text(path));
+    ck_assert(doc != NULL);
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+        char a[160], b[160];
+        snprintf(a, sizeof a, "`%s`", key);
+        snprintf(b, sizeof b, "\"%s\"", key);
+        ck_assert_msg(strstr(doc, a) || strstr(doc, b), "summary.json's %s%s is not in docs/outputs.md", prefix, key);
+        if (json_is_object(v) && strcmp(key, "config") != 0 && strcmp(key, "telemetry") != 0) {
+            char sub[200];
+            snprintf(sub, sizeof sub, "%s%s.", prefix, key);
+            expect_keys_documented(v, sub);
+        }
+    }
+    free(doc);
+}
+
 /* Reads a checkpoint tensor as FP32 (the masters are F32). */
 static float *ckpt_f32(const mpt_checkpoint *c, const char *name, int64_t expect_numel) {
     const mpt_checkpoint_tensor *t = mpt_checkpoint_find(c, name);
@@ -425,6 +452,7 @@ START_TEST(test_train_outputs_and_eval) {
     const char *keys[] = {"final_test_accuracy", "best_test_accuracy", "time_per_epoch_s", "samples_per_s",
                           "steps_skipped", "final_loss_scale", "final_test_loss", "steps"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) jnum(j, keys[k]);
+    expect_keys_documented(j, "");
     json_t *cg = json_object_get(j, "cuda_graph");
     const char *cg_status = json_string_value(json_object_get(cg, "status"));
     const char *cg_req = json_string_value(json_object_get(cg, "requested"));
