@@ -284,6 +284,36 @@ START_TEST(test_mx_scale_rules) {
 }
 END_TEST
 
+/* E8M0 at the ends of its range, from OCP MX v1.0's definition (code c is 2^(c - 127), c in 0..254; 0xff NaN):
+ *  - nearest (mpt_f32_to_e8m0): 1.5 * 2^-127 (the FP32 subnormal 0x00600000) is the midpoint of codes 0 and 1 and
+ *    ties to the even code 0, its FP32 neighbours go to the nearer code; 1.5 * 2^-126 ties up to the even code 2;
+ *    FLT_MAX, nearer 2^128 (no code: 255 is NaN) than 2^127, takes the last code 254, as does 1.5 * 2^127;
+ *  - round up (mpt_f32_to_e8m0_ru, the smallest power of two >= d): 2^-127 is code 0 itself, anything above it up to
+ *    2^-126 is code 1, anything at or below it (FP32's smallest subnormal 2^-149 included) code 0; past 2^127 it
+ *    saturates at 254. */
+START_TEST(test_e8m0_range_ends) {
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(nextafterf(0x1.8p-127f, 1.0f)), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(nextafterf(0x1.8p-127f, 0.0f)), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p-126f), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p-126f), 2);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(FLT_MAX), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(INFINITY), 0xff);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(NAN), 0xff);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(nextafterf(0x1p-127f, 1.0f)), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-126f), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-149f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(1.0f), 127);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(nextafterf(1.0f, 2.0f)), 128);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(FLT_MAX), 254);
+}
+END_TEST
+
 /* ---- per-tensor scale -------------------------------------------------------------------------------------- */
 
 START_TEST(test_scale_from_amax) {
@@ -985,6 +1015,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tc, test_against_cuda_reference);
 #endif
     tcase_add_test(tc, test_mx_scale_rules);
+    tcase_add_test(tc, test_e8m0_range_ends);
     tcase_add_test(tc, test_scale_from_amax);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("kernels");
