@@ -679,6 +679,56 @@ START_TEST(test_cast_per_tensor) {
 }
 END_TEST
 
+/* The scale state at its edges, from the contracts of engine/backend.h (fp8_cast, fp8_update) and TransformerEngine's
+ * rules they cite, with hand-chosen inputs:
+ *  - an inf in the tensor makes the amax inf: found_inf is set (the step is skipped, as for a NaN);
+ *  - current scaling of a tensor with a NaN: the scale falls back to 1 (TE compute_scale_from_amax), and amax_used,
+ *    which the checkpoint requires finite and >= 0 (mpt_fp8_state_from_host), keeps its last finite value;
+ *  - an MX block holding a NaN gets the NaN scale code 0xff (OCP MX v1.0 section 6.3: a block whose amax is NaN has a
+ *    NaN scale), its neighbour block its own code, and found_inf is set;
+ *  - delayed scaling whose window holds nothing (all amaxes 0) keeps the scale and the amax it came from. */
+START_TEST(test_scale_state_edges) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = 0.5f;
+    x[5] = INFINITY;
+    uint8_t q[64];
+    float found = 0.0f;
+    mpt_fp8_meta m = {.scale = 2.0f, .scale_inv = 0.5f, .amax_used = 3.0f, .fmax = 448.0f};
+    mpt_fp8_cast_args a = {.x = x, .x_dtype = MPT_DTYPE_F32, .rows = 2, .cols = 32, .fmt = MPT_DTYPE_E4M3, .q = q,
+                           .saturate = 1, .meta = &m, .found_inf = &found, .tag = "inf"};
+    be->fp8_cast(be, &a);
+    ck_assert(m.amax == INFINITY && found == 1.0f && m.scale == 2.0f && q[5] == 0x7e && q[0] == 0x38); /* 0.5 * 2 */
+    /* current scaling, a NaN: scale 1, amax_used kept */
+    x[5] = NAN;
+    found = 0.0f;
+    a.current = 1;
+    a.scaled_max = 448.0f;
+    a.tag = "nan";
+    be->fp8_cast(be, &a);
+    ck_assert(isnan(m.amax) && found == 1.0f && m.scale == 1.0f && m.scale_inv == 1.0f && m.amax_used == 3.0f);
+    /* MX: the NaN's block (row 0) gets code 0xff, row 1's block of 0.5s 2^(-1 - 8) (FLOOR) */
+    uint8_t qs[2];
+    found = 0.0f;
+    mpt_fp8_cast_args mx = {.x = x, .x_dtype = MPT_DTYPE_F32, .rows = 2, .cols = 32, .fmt = MPT_DTYPE_E4M3, .q = q,
+                            .saturate = 1, .meta = &m, .mx = 1, .mx_rounding = MPT_MX_FLOOR, .q_scales = qs,
+                            .found_inf = &found, .tag = "mx"};
+    be->fp8_cast(be, &mx);
+    ck_assert_uint_eq(qs[0], 0xff);
+    ck_assert_uint_eq(qs[1], 127 - 1 - 8);
+    ck_assert(found == 1.0f && q[5] == 0x7f && q[32] == 0x78); /* 0.5 * 2^9 = 256 = 1.0 x 2^8 */
+    /* delayed scaling, an empty window */
+    mpt_fp8_meta d = {.scale = 448.0f / 3.0f, .scale_inv = 1.0f / (448.0f / 3.0f), .amax_used = 3.0f, .fmax = 448.0f};
+    float hist[4] = {0, 0, 0, 0};
+    int64_t it = 9;
+    mpt_fp8_update_args u = {.meta = &d, .history = hist, .n = 1, .len = 4, .iteration = &it, .delayed = 1,
+                             .margin_factor = 1.0f};
+    be->fp8_update(be, &u);
+    ck_assert(d.scale == 448.0f / 3.0f && d.scale_inv == 1.0f / d.scale && d.amax_used == 3.0f && hist[1] == 0.0f);
+    mpt_backend_free(&be);
+}
+END_TEST
+
 /* MX blocks built to show each case: an all-zero block (code 0, zeros), a block whose max is a power of two (2^5:
  * FLOOR gives 2^(5 - 8), the max maps to 256), a block with one huge value (10^6: its scale flushes the small ones
  * to zero), a short last block (80 = 2 x 32 + 16); rows along q, columns along qt. */
@@ -1024,6 +1074,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tk, test_fast_accumulator_model);
     tcase_add_test(tk, test_delayed_scaling_sequence);
     tcase_add_test(tk, test_cast_per_tensor);
+    tcase_add_test(tk, test_scale_state_edges);
     tcase_add_test(tk, test_mx_blocks);
     suite_add_tcase(s, tk);
     TCase *tt = tcase_create("training");
