@@ -965,6 +965,48 @@ START_TEST(test_nonfinite_amax_skips_step) {
 }
 END_TEST
 
+/* The FP8 state a checkpoint restores is checked before anything is written (engine/amp/fp8.h): a scale_inv that is
+ * not the FP32 inverse of its scale (one ulp off here), a negative or NaN amax_used, a negative history entry are
+ * refused with MPT_ERR_FORMAT naming the file, and the state on the backend is what it was; the state as read
+ * restores. */
+START_TEST(test_fp8_state_restore_checks) {
+    fp8_run r;
+    mpt_fp8_recipe rec = mpt_fp8_recipe_default();
+    rec.amax_history = 4;
+    fp8_open(&r, MPT_PRECISION_FP8, &rec, NULL, 64);
+    fp8_steps(&r, 3);
+    mpt_graph *g = r.tr->g;
+    ck_assert_int_gt(g->n_fp8, 0);
+    const int len = mpt_fp8_history_len(g), n = g->n_fp8;
+    float *state = malloc(sizeof(float) * 3 * (size_t)n), *hist = malloc(sizeof(float) * (size_t)(n * len));
+    float *state2 = malloc(sizeof(float) * 3 * (size_t)n), *hist2 = malloc(sizeof(float) * (size_t)(n * len));
+    mpt_fp8_state_to_host(g, state, hist);
+    ck_assert(state[0] != 1.0f && state[1] == 1.0f / state[0]); /* the scale moved off 1 in three steps */
+    for (int bad = 0; bad < 4; bad++) {
+        memcpy(state2, state, sizeof(float) * 3 * (size_t)n);
+        memcpy(hist2, hist, sizeof(float) * (size_t)(n * len));
+        if (bad == 0) state2[1] = nextafterf(state2[1], INFINITY);
+        if (bad == 1) state2[2] = -1.0f;
+        if (bad == 2) state2[2] = NAN;
+        if (bad == 3) hist2[1] = -0.5f;
+        ck_assert_int_eq(mpt_fp8_state_from_host(g, state2, hist2, "ckpt.safetensors"), MPT_ERR_FORMAT);
+        ck_assert_msg(strstr(mpt_last_error(), "ckpt.safetensors") != NULL, "case %d: %s", bad, mpt_last_error());
+        float now[3 * 64], hnow[64 * 4];
+        ck_assert_int_le(n, 64);
+        mpt_fp8_state_to_host(g, now, hnow);
+        ck_assert_msg(memcmp(now, state, sizeof(float) * 3 * (size_t)n) == 0 &&
+                          memcmp(hnow, hist, sizeof(float) * (size_t)(n * len)) == 0,
+                      "case %d: a refused restore changed the state", bad);
+    }
+    ck_assert_int_eq(mpt_fp8_state_from_host(g, state, hist, "ckpt.safetensors"), MPT_OK);
+    free(state);
+    free(hist);
+    free(state2);
+    free(hist2);
+    fp8_close(&r);
+}
+END_TEST
+
 /* ---- telemetry ---------------------------------------------------------------------------------------------- */
 
 #include "engine/telemetry/range.h"
@@ -1082,6 +1124,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tt, test_fp8_modes_learn);
     tcase_add_test(tt, test_lenet5_fp8_is_bf16);
     tcase_add_test(tt, test_nonfinite_amax_skips_step);
+    tcase_add_test(tt, test_fp8_state_restore_checks);
     tcase_add_test(tt, test_fp8_range_counts);
     tcase_add_test(tt, test_fp8_telemetry_only_reads);
     suite_add_tcase(s, tt);
