@@ -153,6 +153,49 @@ START_TEST(test_stochastic_rounding) {
 }
 END_TEST
 
+/* Stochastic rounding at its edges, with random words chosen by hand (expected values from the definition of SR and
+ * of the draw, not from the code): x becomes the upper neighbour iff draw < frac, draw = (r >> 8) * 2^-24.
+ *  - a value the format holds exactly (frac = 0) never moves, whatever r: r = 0 (draw = 0) included;
+ *  - frac = 1/2 (1 + 2^-11 in FP16, ulp 2^-10): r >> 8 = 2^23 - 1 (draw just below 1/2) rounds up, 2^23 (draw = 1/2)
+ *    stays: exactly 2^23 of the 2^24 draws go up, P = frac;
+ *  - past the largest finite FP16 the neighbours are 65504 (0x7bff) and inf: 65520 = 65504 + 16 has frac 16/32, so
+ *    r = 0 gives inf and r = 0xffffffff 65504. The truncation SR starts from keeps 65504 for all of [65504, 65536)
+ *    and gives inf from 2^16, the first point of FP16's grid past 65504 (its documented rule; IEEE 754's
+ *    roundTowardZero would give 65504 there, but SR needs the upper neighbour, which is inf). */
+START_TEST(test_stochastic_rounding_edges) {
+    static const struct { float x; uint16_t f16, bf16; } exact[] = {
+        {1.0f, 0x3c00, 0x3f80}, {-3.0f, 0xc200, 0xc040}, {0x1p-24f, 0x0001, 0x3380}, {0x1p-14f, 0x0400, 0x3880},
+        {65504.0f, 0x7bff, 0xffff}, /* 0xffff: not a BF16 value, skipped */
+        {0.0f, 0x0000, 0x0000}, {-0x1p-20f, 0x8010, 0xb580}};
+    static const uint32_t rs[] = {0x00000000u, 0x000000ffu, 0x00000100u, 0x7fffffffu, 0xffffffffu};
+    for (size_t k = 0; k < sizeof exact / sizeof exact[0]; k++)
+        for (size_t j = 0; j < sizeof rs / sizeof rs[0]; j++) {
+            EXPECT(mpt_f32_to_f16_sr(exact[k].x, rs[j]) == exact[k].f16, "fp16 SR of exact %a with r 0x%08x: 0x%04x",
+                   (double)exact[k].x, rs[j], mpt_f32_to_f16_sr(exact[k].x, rs[j]));
+            EXPECT(exact[k].bf16 == 0xffff || mpt_f32_to_bf16_sr(exact[k].x, rs[j]) == exact[k].bf16,
+                   "bf16 SR of exact %a with r 0x%08x: 0x%04x", (double)exact[k].x, rs[j],
+                   mpt_f32_to_bf16_sr(exact[k].x, rs[j]));
+        }
+    /* frac = 1/2: the draw's threshold */
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(1.0f + 0x1p-11f, 0x7fffffffu), 0x3c01); /* (2^23 - 1) 2^-24 < 1/2: up */
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(1.0f + 0x1p-11f, 0x80000000u), 0x3c00); /* 2^23 2^-24 = 1/2: stays */
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(-(1.0f + 0x1p-11f), 0x7fffffffu), 0xbc01);
+    EXPECT_EQ_U(mpt_f32_to_bf16_sr(1.0f + 0x1p-8f, 0x00007fffu), 0x3f80); /* low bits 0x8000 + 0x7fff: no carry */
+    EXPECT_EQ_U(mpt_f32_to_bf16_sr(1.0f + 0x1p-8f, 0x00008000u), 0x3f81); /* + 0x8000 carries: up */
+    /* above the largest finite FP16 */
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(65519.0f), 0x7bff);
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(65535.0f), 0x7bff);
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(-65535.0f), 0xfbff);
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(65536.0f), 0x7c00);
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(65520.0f, 0x00000000u), 0x7c00);
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(65520.0f, 0xffffffffu), 0x7bff);
+    EXPECT_EQ_U(mpt_f32_to_f16_sr(-65520.0f, 0xffffffffu), 0xfbff);
+    /* truncation in the subnormal band: 3.75 * 2^-24 -> 3 * 2^-24; below 2^-24 -> 0 */
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(0x1.ep-23f), 0x0003);
+    EXPECT_EQ_U(mpt_f32_to_f16_rtz(0x1.fffffep-25f), 0x0000);
+}
+END_TEST
+
 START_TEST(test_f16_all_patterns) {
     for (uint32_t h = 0; h < 65536; h++) {
         float f = mpt_f16_to_f32((uint16_t)h);
@@ -382,6 +425,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_philox_known_answers);
     tcase_add_test(tc, test_stochastic_rounding);
+    tcase_add_test(tc, test_stochastic_rounding_edges);
     tcase_add_test(tc, test_f16_all_patterns);
     tcase_add_test(tc, test_bf16_all_patterns);
     tcase_add_test(tc, test_ties_to_even);

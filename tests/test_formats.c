@@ -188,6 +188,14 @@ START_TEST(test_table) {
     ck_assert_int_eq(mpt_dtype_info(MPT_DTYPE_I32)->format, -1);
     ck_assert(mpt_dtype_is_fp8(MPT_DTYPE_E5M2) && !mpt_dtype_is_fp8(MPT_DTYPE_E8M0) && mpt_dtype_is_float(MPT_DTYPE_BF16));
     ck_assert(mpt_math_unit_roundoff(MPT_MATH_TF32) == 0x1p-11 && mpt_math_unit_roundoff(MPT_MATH_MXFP8) == 0x1p-4);
+    /* fp8's forward operands are E4M3 (3 mantissa bits: u = 2^-4; E5M2 is the gradients' format) */
+    ck_assert(mpt_math_info(MPT_MATH_FP8)->operand == MPT_FORMAT_E4M3);
+    ck_assert(mpt_math_unit_roundoff(MPT_MATH_FP8) == 0x1p-4);
+    /* FP32 GEMMs run on the CUDA cores (IEEE FP32 FMA), TF32, FP16 and BF16 on Tensor Cores (NVIDIA A100 whitepaper):
+     * the summary's "ieee" label reads this (tools/run_summary.c) */
+    ck_assert(!mpt_math_info(MPT_MATH_FP32)->tensor_cores);
+    ck_assert(mpt_math_info(MPT_MATH_TF32)->tensor_cores && mpt_math_info(MPT_MATH_F16)->tensor_cores &&
+              mpt_math_info(MPT_MATH_BF16)->tensor_cores);
     char b[64];
     ck_assert_str_eq(mpt_fmt_bits_text(MPT_FORMAT_E8M0, 0x88, b, sizeof b), "10001000");
     ck_assert_str_eq(mpt_fmt_bits_text(MPT_FORMAT_FP16, 0x4248, b, sizeof b), "0 | 10000 | 1001001000");
@@ -247,6 +255,12 @@ START_TEST(test_int_formats) {
     int_case(MPT_INT_FORMAT_INT4, -8.0, 1.0f, -7, 0, 1);
     /* NaN has no code: 0; inf clamps */
     ck_assert_int_eq((int)mpt_int_quantize(NAN, 1.0f, 127), 0);
+    /* the same at run time (a literal NaN lets the compiler fold the conversion; (int32_t)NaN is undefined in C and
+     * INT32_MIN on x86-64's cvttss2si) */
+    volatile float nan_rt = NAN;
+    ck_assert_int_eq((int)mpt_int_quantize(nan_rt, 0.25f, 127), 0);
+    ck_assert_int_eq((int)mpt_int_quantize(-nan_rt, 1.0f, 7), 0);
+    ck_assert(mpt_int_fake_quant(nan_rt, 0.25f, 127) == 0.0f);
     ck_assert_int_eq((int)mpt_int_quantize(INFINITY, 1.0f, 127), 127);
     ck_assert_int_eq((int)mpt_int_quantize(-INFINITY, 1.0f, 7), -7);
     /* two's complement bits in the format's width */

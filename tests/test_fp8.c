@@ -284,6 +284,36 @@ START_TEST(test_mx_scale_rules) {
 }
 END_TEST
 
+/* E8M0 at the ends of its range, from OCP MX v1.0's definition (code c is 2^(c - 127), c in 0..254; 0xff NaN):
+ *  - nearest (mpt_f32_to_e8m0): 1.5 * 2^-127 (the FP32 subnormal 0x00600000) is the midpoint of codes 0 and 1 and
+ *    ties to the even code 0, its FP32 neighbours go to the nearer code; 1.5 * 2^-126 ties up to the even code 2;
+ *    FLT_MAX, nearer 2^128 (no code: 255 is NaN) than 2^127, takes the last code 254, as does 1.5 * 2^127;
+ *  - round up (mpt_f32_to_e8m0_ru, the smallest power of two >= d): 2^-127 is code 0 itself, anything above it up to
+ *    2^-126 is code 1, anything at or below it (FP32's smallest subnormal 2^-149 included) code 0; past 2^127 it
+ *    saturates at 254. */
+START_TEST(test_e8m0_range_ends) {
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(nextafterf(0x1.8p-127f, 1.0f)), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(nextafterf(0x1.8p-127f, 0.0f)), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p-126f), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p-126f), 2);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(0x1.8p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(FLT_MAX), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(INFINITY), 0xff);
+    ck_assert_uint_eq(mpt_f32_to_e8m0(NAN), 0xff);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-127f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(nextafterf(0x1p-127f, 1.0f)), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-126f), 1);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p-149f), 0);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(1.0f), 127);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(nextafterf(1.0f, 2.0f)), 128);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(0x1p127f), 254);
+    ck_assert_uint_eq(mpt_f32_to_e8m0_ru(FLT_MAX), 254);
+}
+END_TEST
+
 /* ---- per-tensor scale -------------------------------------------------------------------------------------- */
 
 START_TEST(test_scale_from_amax) {
@@ -649,6 +679,56 @@ START_TEST(test_cast_per_tensor) {
 }
 END_TEST
 
+/* The scale state at its edges, from the contracts of engine/backend.h (fp8_cast, fp8_update) and TransformerEngine's
+ * rules they cite, with hand-chosen inputs:
+ *  - an inf in the tensor makes the amax inf: found_inf is set (the step is skipped, as for a NaN);
+ *  - current scaling of a tensor with a NaN: the scale falls back to 1 (TE compute_scale_from_amax), and amax_used,
+ *    which the checkpoint requires finite and >= 0 (mpt_fp8_state_from_host), keeps its last finite value;
+ *  - an MX block holding a NaN gets the NaN scale code 0xff (OCP MX v1.0 section 6.3: a block whose amax is NaN has a
+ *    NaN scale), its neighbour block its own code, and found_inf is set;
+ *  - delayed scaling whose window holds nothing (all amaxes 0) keeps the scale and the amax it came from. */
+START_TEST(test_scale_state_edges) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = 0.5f;
+    x[5] = INFINITY;
+    uint8_t q[64];
+    float found = 0.0f;
+    mpt_fp8_meta m = {.scale = 2.0f, .scale_inv = 0.5f, .amax_used = 3.0f, .fmax = 448.0f};
+    mpt_fp8_cast_args a = {.x = x, .x_dtype = MPT_DTYPE_F32, .rows = 2, .cols = 32, .fmt = MPT_DTYPE_E4M3, .q = q,
+                           .saturate = 1, .meta = &m, .found_inf = &found, .tag = "inf"};
+    be->fp8_cast(be, &a);
+    ck_assert(m.amax == INFINITY && found == 1.0f && m.scale == 2.0f && q[5] == 0x7e && q[0] == 0x38); /* 0.5 * 2 */
+    /* current scaling, a NaN: scale 1, amax_used kept */
+    x[5] = NAN;
+    found = 0.0f;
+    a.current = 1;
+    a.scaled_max = 448.0f;
+    a.tag = "nan";
+    be->fp8_cast(be, &a);
+    ck_assert(isnan(m.amax) && found == 1.0f && m.scale == 1.0f && m.scale_inv == 1.0f && m.amax_used == 3.0f);
+    /* MX: the NaN's block (row 0) gets code 0xff, row 1's block of 0.5s 2^(-1 - 8) (FLOOR) */
+    uint8_t qs[2];
+    found = 0.0f;
+    mpt_fp8_cast_args mx = {.x = x, .x_dtype = MPT_DTYPE_F32, .rows = 2, .cols = 32, .fmt = MPT_DTYPE_E4M3, .q = q,
+                            .saturate = 1, .meta = &m, .mx = 1, .mx_rounding = MPT_MX_FLOOR, .q_scales = qs,
+                            .found_inf = &found, .tag = "mx"};
+    be->fp8_cast(be, &mx);
+    ck_assert_uint_eq(qs[0], 0xff);
+    ck_assert_uint_eq(qs[1], 127 - 1 - 8);
+    ck_assert(found == 1.0f && q[5] == 0x7f && q[32] == 0x78); /* 0.5 * 2^9 = 256 = 1.0 x 2^8 */
+    /* delayed scaling, an empty window */
+    mpt_fp8_meta d = {.scale = 448.0f / 3.0f, .scale_inv = 1.0f / (448.0f / 3.0f), .amax_used = 3.0f, .fmax = 448.0f};
+    float hist[4] = {0, 0, 0, 0};
+    int64_t it = 9;
+    mpt_fp8_update_args u = {.meta = &d, .history = hist, .n = 1, .len = 4, .iteration = &it, .delayed = 1,
+                             .margin_factor = 1.0f};
+    be->fp8_update(be, &u);
+    ck_assert(d.scale == 448.0f / 3.0f && d.scale_inv == 1.0f / d.scale && d.amax_used == 3.0f && hist[1] == 0.0f);
+    mpt_backend_free(&be);
+}
+END_TEST
+
 /* MX blocks built to show each case: an all-zero block (code 0, zeros), a block whose max is a power of two (2^5:
  * FLOOR gives 2^(5 - 8), the max maps to 256), a block with one huge value (10^6: its scale flushes the small ones
  * to zero), a short last block (80 = 2 x 32 + 16); rows along q, columns along qt. */
@@ -885,6 +965,48 @@ START_TEST(test_nonfinite_amax_skips_step) {
 }
 END_TEST
 
+/* The FP8 state a checkpoint restores is checked before anything is written (engine/amp/fp8.h): a scale_inv that is
+ * not the FP32 inverse of its scale (one ulp off here), a negative or NaN amax_used, a negative history entry are
+ * refused with MPT_ERR_FORMAT naming the file, and the state on the backend is what it was; the state as read
+ * restores. */
+START_TEST(test_fp8_state_restore_checks) {
+    fp8_run r;
+    mpt_fp8_recipe rec = mpt_fp8_recipe_default();
+    rec.amax_history = 4;
+    fp8_open(&r, MPT_PRECISION_FP8, &rec, NULL, 64);
+    fp8_steps(&r, 3);
+    mpt_graph *g = r.tr->g;
+    ck_assert_int_gt(g->n_fp8, 0);
+    const int len = mpt_fp8_history_len(g), n = g->n_fp8;
+    float *state = malloc(sizeof(float) * 3 * (size_t)n), *hist = malloc(sizeof(float) * (size_t)(n * len));
+    float *state2 = malloc(sizeof(float) * 3 * (size_t)n), *hist2 = malloc(sizeof(float) * (size_t)(n * len));
+    mpt_fp8_state_to_host(g, state, hist);
+    ck_assert(state[0] != 1.0f && state[1] == 1.0f / state[0]); /* the scale moved off 1 in three steps */
+    for (int bad = 0; bad < 4; bad++) {
+        memcpy(state2, state, sizeof(float) * 3 * (size_t)n);
+        memcpy(hist2, hist, sizeof(float) * (size_t)(n * len));
+        if (bad == 0) state2[1] = nextafterf(state2[1], INFINITY);
+        if (bad == 1) state2[2] = -1.0f;
+        if (bad == 2) state2[2] = NAN;
+        if (bad == 3) hist2[1] = -0.5f;
+        ck_assert_int_eq(mpt_fp8_state_from_host(g, state2, hist2, "ckpt.safetensors"), MPT_ERR_FORMAT);
+        ck_assert_msg(strstr(mpt_last_error(), "ckpt.safetensors") != NULL, "case %d: %s", bad, mpt_last_error());
+        float now[3 * 64], hnow[64 * 4];
+        ck_assert_int_le(n, 64);
+        mpt_fp8_state_to_host(g, now, hnow);
+        ck_assert_msg(memcmp(now, state, sizeof(float) * 3 * (size_t)n) == 0 &&
+                          memcmp(hnow, hist, sizeof(float) * (size_t)(n * len)) == 0,
+                      "case %d: a refused restore changed the state", bad);
+    }
+    ck_assert_int_eq(mpt_fp8_state_from_host(g, state, hist, "ckpt.safetensors"), MPT_OK);
+    free(state);
+    free(hist);
+    free(state2);
+    free(hist2);
+    fp8_close(&r);
+}
+END_TEST
+
 /* ---- telemetry ---------------------------------------------------------------------------------------------- */
 
 #include "engine/telemetry/range.h"
@@ -985,6 +1107,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tc, test_against_cuda_reference);
 #endif
     tcase_add_test(tc, test_mx_scale_rules);
+    tcase_add_test(tc, test_e8m0_range_ends);
     tcase_add_test(tc, test_scale_from_amax);
     suite_add_tcase(s, tc);
     TCase *tk = tcase_create("kernels");
@@ -993,6 +1116,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tk, test_fast_accumulator_model);
     tcase_add_test(tk, test_delayed_scaling_sequence);
     tcase_add_test(tk, test_cast_per_tensor);
+    tcase_add_test(tk, test_scale_state_edges);
     tcase_add_test(tk, test_mx_blocks);
     suite_add_tcase(s, tk);
     TCase *tt = tcase_create("training");
@@ -1000,6 +1124,7 @@ static Suite *fp8_suite(void) {
     tcase_add_test(tt, test_fp8_modes_learn);
     tcase_add_test(tt, test_lenet5_fp8_is_bf16);
     tcase_add_test(tt, test_nonfinite_amax_skips_step);
+    tcase_add_test(tt, test_fp8_state_restore_checks);
     tcase_add_test(tt, test_fp8_range_counts);
     tcase_add_test(tt, test_fp8_telemetry_only_reads);
     suite_add_tcase(s, tt);

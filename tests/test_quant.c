@@ -189,6 +189,11 @@ START_TEST(test_fake_quant) {
                               .scales = sc, .tag = "test"};
     be->fake_quant(be, &a);
     ck_assert(sc[0] == 2.0f && y[0] == 896.0f && y[1] == 3.0f && y[2] == 10.0f);
+    /* E4M3 saturates (the format's row, engine/dtype.h): past 464 s (the midpoint of 448 and the next grid point
+     * 480) and at +-inf a value stands for +-448 s, never NaN (a non-saturating cast gives NaN: E4M3 has no inf) */
+    ck_assert(mpt_quant_fake(1000.0f, 1.0f, 448, MPT_QKIND_E4M3) == 448.0f);
+    ck_assert(mpt_quant_fake(-INFINITY, 2.0f, 448, MPT_QKIND_E4M3) == -896.0f);
+    ck_assert(mpt_quant_fake(470.0f, 1.0f, 448, MPT_QKIND_E4M3) == 448.0f);
     /* BF16, no scale: RNE of each value (1 + 2^-8 is a tie between 1 and 1 + 2^-7: even, 1), scale 1 */
     const float xbf[3] = {1.0f + 0x1p-8f, 3.14159265f, -1000.0f};
     a = (mpt_fake_quant_args){.x = xbf, .rows = 1, .cols = 3, .fmt = MPT_QFORMAT_BF16, .y = y, .y_dtype = MPT_DTYPE_F32,
