@@ -304,7 +304,9 @@ typedef struct mpt_fp8_cast_args {
     mpt_fp8_meta *meta;               /* backend: amax is written (max |x| over the tensor, NaN if any x is NaN);
                                          per-tensor scaling reads scale, or with `current` first writes scale =
                                          mpt_fp8_scale_from_amax(amax, scaled_max, pow2, 1), scale_inv = 1/scale,
-                                         amax_used = amax; q = round(x * scale) (one FP32 product, then the cast) */
+                                         and amax_used = amax where that amax is finite and > 0 (else amax_used
+                                         keeps its value: a checkpoint requires it finite); q = round(x * scale)
+                                         (one FP32 product, then the cast) */
     int current;                      /* current scaling: the scale from this tensor's own amax (two passes) */
     float scaled_max;                 /* fmax * 2^-margin */
     int pow2;                         /* round the current scale down to a power of two */
