@@ -817,6 +817,16 @@ START_TEST(test_hparams) {
         {{.kind = MPT_OPTIM_ADAM, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = -1e-8f}, "eps"},
         {{.kind = (mpt_optim_kind)7, .lr = 0.1f}, "optimizer"},
     };
+    /* the closed ends of the documented ranges are accepted (optim.h; PyTorch's constructors check 0.0 <= lr,
+     * 0.0 <= eps, 0.0 <= betas[i] < 1.0): lr 0, dampening 1, beta1 and beta2 0, eps 0, weight_decay and momentum 0 */
+    const mpt_optim_hparams edge[] = {
+        {.kind = MPT_OPTIM_SGD, .lr = 0.0f},
+        {.kind = MPT_OPTIM_SGD, .lr = 0.1f, .momentum = 0.9f, .dampening = 1.0f},
+        {.kind = MPT_OPTIM_ADAM, .lr = 0.0f, .beta1 = 0.0f, .beta2 = 0.0f, .eps = 0.0f},
+        {.kind = MPT_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.0f, .beta2 = 0.5f, .eps = 0.0f, .weight_decay = 0.0f},
+    };
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ck_assert_msg(mpt_optim_hparams_check(&edge[i]) == MPT_OK, "edge case %zu refused: %s", i, mpt_last_error());
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(mpt_optim_hparams_check(&bad[i].h), MPT_ERR_ARG);
         ck_assert_msg(strstr(mpt_last_error(), bad[i].field) != NULL, "case %zu: '%s' does not name %s", i,
@@ -901,6 +911,16 @@ START_TEST(test_lr_schedules) {
         {{.kind = MPT_LR_COSINE, .base_lr = 0.1f, .warmup_steps = -1, .total_steps = 10}, "warmup_steps"},
         {{.kind = MPT_LR_COSINE, .base_lr = 0.1f, .warmup_steps = 10, .total_steps = 10}, "total_steps"},
     };
+    /* the closed ends of schedule.h's ranges are accepted: base_lr 0, min_lr == base_lr, warmup_steps 0 */
+    const mpt_lr_schedule edge[] = {
+        {.kind = MPT_LR_CONSTANT, .base_lr = 0.0f},
+        {.kind = MPT_LR_COSINE, .base_lr = 0.1f, .min_lr = 0.1f, .warmup_steps = 2, .total_steps = 10},
+        {.kind = MPT_LR_COSINE, .base_lr = 0.1f, .min_lr = 0.0f, .warmup_steps = 0, .total_steps = 10},
+    };
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ck_assert_msg(mpt_lr_schedule_check(&edge[i]) == MPT_OK, "edge case %zu refused: %s", i, mpt_last_error());
+    /* min_lr == base_lr: min + (base - min) * anything = base after the warmup */
+    for (int64_t t = 2; t < 14; t++) ck_assert_float_eq(mpt_lr_at(&edge[1], t), 0.1f);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(mpt_lr_schedule_check(&bad[i].s), MPT_ERR_ARG);
         ck_assert_msg(strstr(mpt_last_error(), bad[i].field) != NULL, "case %zu: '%s' does not name %s", i,
