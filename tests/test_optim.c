@@ -768,6 +768,36 @@ START_TEST(test_clip_global_norm) {
 }
 END_TEST
 
+/* ---- AdamW's decoupled decay uses this step's (scheduled) learning rate ---------------------------------------
+ * torch.optim.AdamW: p = p - lr_t * weight_decay * p with lr_t the group's lr after the scheduler (Loshchilov &
+ * Hutter 2019, Algorithm 2, with the schedule multiplier). Hand derivation of step 1 with values exact in FP32:
+ * p 1, g 0.5, lr_t 0.25 (a->lr; h.lr 0.5 is the base and must not be used), weight_decay 0.5, beta1 0.5,
+ * beta2 0.75, eps 0:
+ *   p = 1 * (1 - 0.25 * 0.5) = 0.875;  m = 0.5 * 0.5 = 0.25;  v = 0.25 * 0.5^2 = 0.0625
+ *   step size = 0.25 / (1 - 0.5) = 0.5;  denom = sqrt(0.0625) / sqrt(1 - 0.75) = 0.25 / 0.5 = 0.5
+ *   p = 0.875 - 0.5 * 0.25 / 0.5 = 0.625      (with h.lr in the decay: 0.75 - 0.25 = 0.5)
+ * Adam with L2 (weight_decay 0.5) on the same numbers: d = 0.5 + 0.5 * 1 = 1, m = 0.5, v = 0.25,
+ * denom = 0.5 / 0.5 = 1, p = 1 - 0.5 * 0.5 / 1 = 0.75 (no decoupled decay). */
+START_TEST(test_adamw_decay_scheduled_lr) {
+    const mpt_optim_kind kinds[2] = {MPT_OPTIM_ADAMW, MPT_OPTIM_ADAM};
+    const float expect_p[2] = {0.625f, 0.75f}, expect_m[2] = {0.25f, 0.5f}, expect_v[2] = {0.0625f, 0.25f};
+    for (int k = 0; k < 2; k++) {
+        float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f, lr_t = 0.25f;
+        st->steps_taken = 0;
+        st->found_inf = 0.0f;
+        be->step_begin(be, st);
+        mpt_optim_args a = {.h = {.kind = kinds[k], .lr = 0.5f, .weight_decay = 0.5f, .beta1 = 0.5f, .beta2 = 0.75f,
+                                  .eps = 0.0f},
+                            .n = 1, .master = &p, .grad = &g, .m = &m, .v = &v, .found_inf = &st->found_inf,
+                            .step = &st->steps_taken, .lr = &lr_t};
+        be->optim_step(be, &a);
+        ck_assert_msg(p == expect_p[k] && m == expect_m[k] && v == expect_v[k],
+                      "%s: p %a m %a v %a, expected %a %a %a", mpt_optim_kind_name(kinds[k]), (double)p, (double)m,
+                      (double)v, (double)expect_p[k], (double)expect_m[k], (double)expect_v[k]);
+    }
+}
+END_TEST
+
 /* ---- hyper-parameters ------------------------------------------------------------------------------------------ */
 
 START_TEST(test_hparams) {
@@ -942,6 +972,7 @@ int main(void) {
     tcase_add_test(tc, test_state_16bit);
     tcase_add_test(tc, test_multi_tensor_equals_concatenated);
     tcase_add_test(tc, test_clip_global_norm);
+    tcase_add_test(tc, test_adamw_decay_scheduled_lr);
     tcase_add_test(tc, test_hparams);
     tcase_add_test(tc, test_lr_schedules);
     suite_add_tcase(s, tc);
