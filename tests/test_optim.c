@@ -567,6 +567,7 @@ START_TEST(test_state_16bit) {
     const mpt_dtype dts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
     float *p = malloc(n * 4), *p0 = malloc(n * 4), *g = malloc(n * 4);
     uint16_t *m = malloc(n * 2), *v = malloc(n * 2), *m0 = malloc(n * 2), *v0 = malloc(n * 2);
+    uint16_t *w = malloc(n * 2); /* a BF16 working copy of the FP32 masters (fp16/bf16 runs with 16-bit state) */
     for (int di = 0; di < 2; di++)
         for (size_t vi = 1; vi < sizeof variants16 / sizeof *variants16; vi++) {
             const mpt_dtype dt = dts[di];
@@ -587,9 +588,16 @@ START_TEST(test_state_16bit) {
                 be->step_begin(be, st);
                 ck_assert_int_eq(st->steps_taken, t);
                 mpt_optim_args a = {.h = *h, .n = n, .master = p, .grad = g, .m = m, .v = nstate >= 2 ? v : NULL,
-                                    .state_dtype = dt, .found_inf = &st->found_inf, .step = &st->steps_taken};
+                                    .working = w, .working_dtype = MPT_DTYPE_BF16, .state_dtype = dt,
+                                    .found_inf = &st->found_inf, .step = &st->steps_taken};
+                memset(w, 0xff, n * 2); /* NaN patterns: a working copy left unwritten shows */
                 be->optim_step(be, &a);
                 for (int64_t i = 0; i < n; i++) {
+                    /* the working copy is the updated master rounded to nearest even (ARCHITECTURE.md: cast once per
+                     * step, RNE), also when the state is 16-bit (mutation audit: the widened path skipped it) */
+                    EXPECT(w[i] == mpt_f32_to_bf16(p[i]), "%s %s t=%d [%lld]: working 0x%04x, RNE(master %a) 0x%04x",
+                           mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), t, (long long)i, w[i], (double)p[i],
+                           mpt_f32_to_bf16(p[i]));
                     double mi = mpt_load_f32(m0, dt, i), vi0 = mpt_load_f32(v0, dt, i);
                     exact_step e = exact_step_for(h, t, 1.0, 0.0, p0[i], mi, vi0, g[i]);
                     float gm = mpt_load_f32(m, dt, i);
@@ -612,6 +620,7 @@ START_TEST(test_state_16bit) {
     free(v);
     free(m0);
     free(v0);
+    free(w);
 }
 END_TEST
 
