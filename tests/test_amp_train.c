@@ -252,6 +252,13 @@ START_TEST(test_injected_nonfinite_skips_step) {
     }
     ck_assert_int_eq(r.tr->scaler->steps_taken, 5);
     ck_assert_int_eq(r.tr->scaler->steps_skipped, 1);
+    /* what the trainer reports (the run's outputs): 6 steps, the injected one skipped */
+    mpt_train_stats ts;
+    mpt_trainer_stats(r.tr, &ts);
+    ck_assert_int_eq(ts.steps_taken, 5);
+    ck_assert_int_eq(ts.steps_skipped, 1);
+    ck_assert_int_eq(ts.steps_nonfinite, 0);
+    ck_assert(ts.scale == r.tr->scaler->scale);
     free(before);
     free(after);
     run_close(&r);
@@ -284,6 +291,25 @@ START_TEST(test_injected_nonfinite_applied_counts_as_taken) {
         ck_assert(st->scale == 1024.0f);
     }
     run_close(&r);
+}
+END_TEST
+
+/* The library refuses --nonfinite apply with dynamic loss scaling itself, not only the command line (train.h: apply
+ * needs loss scaling none or static; the dynamic scaler must skip the overflowing steps it backs off on). */
+START_TEST(test_apply_with_dynamic_scaling_refused) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP16, 0, 0);
+    mpt_graph *g = mpt_graph_create(be, &pol, B);
+    int64_t shape[2] = {B, 16};
+    mpt_softmax_xent(g, mpt_linear(g, mpt_input(g, 2, shape), 4, "fc"), "loss");
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP16);
+    ck_assert_int_eq(cfg.loss_scaling, MPT_LOSS_SCALE_DYNAMIC);
+    cfg.nonfinite = MPT_NONFINITE_APPLY;
+    mpt_trainer *tr = NULL;
+    ck_assert_int_eq(mpt_trainer_create(&tr, g, &cfg), MPT_ERR_ARG); /* the trainer owns (and frees) g */
+    ck_assert_ptr_null(tr);
+    ck_assert_ptr_nonnull(strstr(mpt_last_error(), "nonfinite apply"));
+    mpt_backend_free(&be);
 }
 END_TEST
 
@@ -738,6 +764,7 @@ int main(void) {
     tcase_add_test(tc, test_loss_scaling_rescues_fp16_underflow);
     tcase_add_loop_test(tc, test_injected_nonfinite_skips_step, 0, 3);
     tcase_add_test(tc, test_injected_nonfinite_applied_counts_as_taken);
+    tcase_add_test(tc, test_apply_with_dynamic_scaling_refused);
     tcase_add_test(tc, test_bf16_working_copy_is_rne_of_master);
     tcase_add_test(tc, test_update_out_changes_nothing);
     tcase_add_test(tc, test_update_pass_where_it_fits);

@@ -858,6 +858,25 @@ START_TEST(test_resume_fp16_mlp) {
 }
 END_TEST
 
+/* DeepSpeed-style hysteresis crosses the checkpoint: with --hysteresis 2 the overflow injected at iteration 5 is
+ * tolerated at the same scale and uses up the budget (hysteresis_left 2 -> 1), which the checkpoint at 8 records; a
+ * resume that refilled it would end with hysteresis_left 2 instead of 1 (the "scaler" metadata compared). No growth
+ * within 12 steps (interval 100), so nothing refills it in the straight run. */
+START_TEST(test_resume_fp16_hysteresis) {
+    const char *extra[] = {"--hysteresis", "2", "--inject-nonfinite", "5", "--growth-interval", "100", NULL};
+    resume_case("mlp", "fp16", extra, 12, 8);
+}
+END_TEST
+
+/* A floor hit before the checkpoint: the floor is the initial scale 2^16, so the overflow injected at 5 backs off
+ * to 2^15, is clamped back to 2^16 and counts floor_hits 1 (the collapse warning's input), which the resumed run
+ * must carry on from (the "scaler" metadata compared). */
+START_TEST(test_resume_fp16_floor) {
+    const char *extra[] = {"--scale-floor", "65536", "--inject-nonfinite", "5", "--growth-interval", "100", NULL};
+    resume_case("mlp", "fp16", extra, 12, 8);
+}
+END_TEST
+
 START_TEST(test_resume_bf16_cnn_dropout) {
     const char *extra[] = {"--optimizer", "sgd", "--momentum", "0.9", "--lr", "0.05", "--limit-train", "256", NULL};
     resume_case("cnn", "bf16", extra, 10, 4);
@@ -2120,6 +2139,8 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_train_outputs_and_eval);
     tcase_add_loop_test(tr, test_models, 0, (int)(sizeof model_cases / sizeof model_cases[0]));
     tcase_add_test(tr, test_resume_fp16_mlp);
+    tcase_add_test(tr, test_resume_fp16_hysteresis);
+    tcase_add_test(tr, test_resume_fp16_floor);
     tcase_add_test(tr, test_resume_bf16_cnn_dropout);
     tcase_add_test(tr, test_resume_switches);
     tcase_add_test(tr, test_cpu_kernels_native);

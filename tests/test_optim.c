@@ -567,6 +567,7 @@ START_TEST(test_state_16bit) {
     const mpt_dtype dts[2] = {MPT_DTYPE_BF16, MPT_DTYPE_F16};
     float *p = malloc(n * 4), *p0 = malloc(n * 4), *g = malloc(n * 4);
     uint16_t *m = malloc(n * 2), *v = malloc(n * 2), *m0 = malloc(n * 2), *v0 = malloc(n * 2);
+    uint16_t *w = malloc(n * 2); /* a BF16 working copy of the FP32 masters (fp16/bf16 runs with 16-bit state) */
     for (int di = 0; di < 2; di++)
         for (size_t vi = 1; vi < sizeof variants16 / sizeof *variants16; vi++) {
             const mpt_dtype dt = dts[di];
@@ -587,9 +588,16 @@ START_TEST(test_state_16bit) {
                 be->step_begin(be, st);
                 ck_assert_int_eq(st->steps_taken, t);
                 mpt_optim_args a = {.h = *h, .n = n, .master = p, .grad = g, .m = m, .v = nstate >= 2 ? v : NULL,
-                                    .state_dtype = dt, .found_inf = &st->found_inf, .step = &st->steps_taken};
+                                    .working = w, .working_dtype = MPT_DTYPE_BF16, .state_dtype = dt,
+                                    .found_inf = &st->found_inf, .step = &st->steps_taken};
+                memset(w, 0xff, n * 2); /* NaN patterns: a working copy left unwritten shows */
                 be->optim_step(be, &a);
                 for (int64_t i = 0; i < n; i++) {
+                    /* the working copy is the updated master rounded to nearest even (ARCHITECTURE.md: cast once per
+                     * step, RNE), also when the state is 16-bit (mutation audit: the widened path skipped it) */
+                    EXPECT(w[i] == mpt_f32_to_bf16(p[i]), "%s %s t=%d [%lld]: working 0x%04x, RNE(master %a) 0x%04x",
+                           mpt_optim_kind_name(h->kind), mpt_dtype_name(dt), t, (long long)i, w[i], (double)p[i],
+                           mpt_f32_to_bf16(p[i]));
                     double mi = mpt_load_f32(m0, dt, i), vi0 = mpt_load_f32(v0, dt, i);
                     exact_step e = exact_step_for(h, t, 1.0, 0.0, p0[i], mi, vi0, g[i]);
                     float gm = mpt_load_f32(m, dt, i);
@@ -612,6 +620,7 @@ START_TEST(test_state_16bit) {
     free(v);
     free(m0);
     free(v0);
+    free(w);
 }
 END_TEST
 
@@ -768,6 +777,36 @@ START_TEST(test_clip_global_norm) {
 }
 END_TEST
 
+/* ---- AdamW's decoupled decay uses this step's (scheduled) learning rate ---------------------------------------
+ * torch.optim.AdamW: p = p - lr_t * weight_decay * p with lr_t the group's lr after the scheduler (Loshchilov &
+ * Hutter 2019, Algorithm 2, with the schedule multiplier). Hand derivation of step 1 with values exact in FP32:
+ * p 1, g 0.5, lr_t 0.25 (a->lr; h.lr 0.5 is the base and must not be used), weight_decay 0.5, beta1 0.5,
+ * beta2 0.75, eps 0:
+ *   p = 1 * (1 - 0.25 * 0.5) = 0.875;  m = 0.5 * 0.5 = 0.25;  v = 0.25 * 0.5^2 = 0.0625
+ *   step size = 0.25 / (1 - 0.5) = 0.5;  denom = sqrt(0.0625) / sqrt(1 - 0.75) = 0.25 / 0.5 = 0.5
+ *   p = 0.875 - 0.5 * 0.25 / 0.5 = 0.625      (with h.lr in the decay: 0.75 - 0.25 = 0.5)
+ * Adam with L2 (weight_decay 0.5) on the same numbers: d = 0.5 + 0.5 * 1 = 1, m = 0.5, v = 0.25,
+ * denom = 0.5 / 0.5 = 1, p = 1 - 0.5 * 0.5 / 1 = 0.75 (no decoupled decay). */
+START_TEST(test_adamw_decay_scheduled_lr) {
+    const mpt_optim_kind kinds[2] = {MPT_OPTIM_ADAMW, MPT_OPTIM_ADAM};
+    const float expect_p[2] = {0.625f, 0.75f}, expect_m[2] = {0.25f, 0.5f}, expect_v[2] = {0.0625f, 0.25f};
+    for (int k = 0; k < 2; k++) {
+        float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f, lr_t = 0.25f;
+        st->steps_taken = 0;
+        st->found_inf = 0.0f;
+        be->step_begin(be, st);
+        mpt_optim_args a = {.h = {.kind = kinds[k], .lr = 0.5f, .weight_decay = 0.5f, .beta1 = 0.5f, .beta2 = 0.75f,
+                                  .eps = 0.0f},
+                            .n = 1, .master = &p, .grad = &g, .m = &m, .v = &v, .found_inf = &st->found_inf,
+                            .step = &st->steps_taken, .lr = &lr_t};
+        be->optim_step(be, &a);
+        ck_assert_msg(p == expect_p[k] && m == expect_m[k] && v == expect_v[k],
+                      "%s: p %a m %a v %a, expected %a %a %a", mpt_optim_kind_name(kinds[k]), (double)p, (double)m,
+                      (double)v, (double)expect_p[k], (double)expect_m[k], (double)expect_v[k]);
+    }
+}
+END_TEST
+
 /* ---- hyper-parameters ------------------------------------------------------------------------------------------ */
 
 START_TEST(test_hparams) {
@@ -817,6 +856,16 @@ START_TEST(test_hparams) {
         {{.kind = MPT_OPTIM_ADAM, .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = -1e-8f}, "eps"},
         {{.kind = (mpt_optim_kind)7, .lr = 0.1f}, "optimizer"},
     };
+    /* the closed ends of the documented ranges are accepted (optim.h; PyTorch's constructors check 0.0 <= lr,
+     * 0.0 <= eps, 0.0 <= betas[i] < 1.0): lr 0, dampening 1, beta1 and beta2 0, eps 0, weight_decay and momentum 0 */
+    const mpt_optim_hparams edge[] = {
+        {.kind = MPT_OPTIM_SGD, .lr = 0.0f},
+        {.kind = MPT_OPTIM_SGD, .lr = 0.1f, .momentum = 0.9f, .dampening = 1.0f},
+        {.kind = MPT_OPTIM_ADAM, .lr = 0.0f, .beta1 = 0.0f, .beta2 = 0.0f, .eps = 0.0f},
+        {.kind = MPT_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.0f, .beta2 = 0.5f, .eps = 0.0f, .weight_decay = 0.0f},
+    };
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ck_assert_msg(mpt_optim_hparams_check(&edge[i]) == MPT_OK, "edge case %zu refused: %s", i, mpt_last_error());
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(mpt_optim_hparams_check(&bad[i].h), MPT_ERR_ARG);
         ck_assert_msg(strstr(mpt_last_error(), bad[i].field) != NULL, "case %zu: '%s' does not name %s", i,
@@ -901,6 +950,16 @@ START_TEST(test_lr_schedules) {
         {{.kind = MPT_LR_COSINE, .base_lr = 0.1f, .warmup_steps = -1, .total_steps = 10}, "warmup_steps"},
         {{.kind = MPT_LR_COSINE, .base_lr = 0.1f, .warmup_steps = 10, .total_steps = 10}, "total_steps"},
     };
+    /* the closed ends of schedule.h's ranges are accepted: base_lr 0, min_lr == base_lr, warmup_steps 0 */
+    const mpt_lr_schedule edge[] = {
+        {.kind = MPT_LR_CONSTANT, .base_lr = 0.0f},
+        {.kind = MPT_LR_COSINE, .base_lr = 0.1f, .min_lr = 0.1f, .warmup_steps = 2, .total_steps = 10},
+        {.kind = MPT_LR_COSINE, .base_lr = 0.1f, .min_lr = 0.0f, .warmup_steps = 0, .total_steps = 10},
+    };
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        ck_assert_msg(mpt_lr_schedule_check(&edge[i]) == MPT_OK, "edge case %zu refused: %s", i, mpt_last_error());
+    /* min_lr == base_lr: min + (base - min) * anything = base after the warmup */
+    for (int64_t t = 2; t < 14; t++) ck_assert_float_eq(mpt_lr_at(&edge[1], t), 0.1f);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(mpt_lr_schedule_check(&bad[i].s), MPT_ERR_ARG);
         ck_assert_msg(strstr(mpt_last_error(), bad[i].field) != NULL, "case %zu: '%s' does not name %s", i,
@@ -922,6 +981,7 @@ int main(void) {
     tcase_add_test(tc, test_state_16bit);
     tcase_add_test(tc, test_multi_tensor_equals_concatenated);
     tcase_add_test(tc, test_clip_global_norm);
+    tcase_add_test(tc, test_adamw_decay_scheduled_lr);
     tcase_add_test(tc, test_hparams);
     tcase_add_test(tc, test_lr_schedules);
     suite_add_tcase(s, tc);

@@ -508,6 +508,18 @@ START_TEST(test_defaults_and_init) {
         {params(2, 0.5f, 10, 1, 4, 2), "max_scale"},
         {params(2, 0.5f, 10, 1, 1, INFINITY), "max_scale"},
     };
+    /* the closed ends of the documented ranges (scaler.h) are accepted: growth_factor 1, backoff_factor 1,
+     * min_scale == max_scale; a scaler with both factors 1 keeps its scale through overflows and growth */
+    const mpt_scaler_params edge[] = {params(1.0f, 0.5f, 10, 1, 1, 2), params(2, 1.0f, 10, 1, 1, 2),
+                                      params(2, 0.5f, 10, 1, 4, 4), params(1.0f, 1.0f, 1, 1, 1, 1024)};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        ck_assert_msg(mpt_scaler_params_check(&edge[i]) == MPT_OK, "edge case %zu refused: %s", i, mpt_last_error());
+        ck_assert_int_eq(mpt_scaler_init(be, st, 4.0f, &edge[i]), MPT_OK);
+    }
+    for (int i = 0; i < 6; i++) {
+        update(&edge[3], i % 2, 1);
+        ck_assert_float_eq(st->scale, 4.0f);
+    }
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ck_assert_int_eq(mpt_scaler_params_check(&bad[i].p), MPT_ERR_ARG);
         ck_assert_msg(strstr(mpt_last_error(), bad[i].field) != NULL, "case %zu: '%s' does not name %s", i,
