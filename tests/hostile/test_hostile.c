@@ -317,6 +317,9 @@ START_TEST(test_ckpt_metadata_numbers) {
         {"scaler", "steps_skipped", "2", "should equal the iteration"},
         {"scaler", "inv_scale", "0.25", "not 1/scale in FP32"},
         {"scaler", "found_inf", "1", "found_inf 1 is outside"},
+        /* a tracker at the growth interval: the scaler grows and resets it on reaching it, so no step leaves it there
+         * (the default interval 2000; the step-audit's mutant C6 accepted it) */
+        {"scaler", "growth_tracker", "2000", "growth_tracker 2000 is outside [0, 1999]"},
         {"state", "epoch", "1000000000000000", "epoch 1000000000000000 is outside"},
         {"state", "batch", "1000000000", "not within this data"},
         {"state", "iteration", "3", "not within this data"},
