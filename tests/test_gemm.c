@@ -187,6 +187,14 @@ static void run_math_on(mpt_math math, uint64_t seed, mpt_cpu_kernels kernels) {
         {math, 1, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_NONE, 10, 512, 128, 1.0f, 1.0f},
     };
     for (int i = 0; i < 3; i++) run_case(be, &r, &mlp[i]);
+    /* rows wider than the epilogue's chunk of 512 columns (kernels/cpu/gemm.c GEMM_CHUNK): the old C and the bias of
+     * the second and third chunks must be read at their own columns, for an F32 C and bias read in place and for
+     * 16-bit ones widened chunk by chunk (the mutation audit's K08: C's in-place pointer not advanced survived) */
+    gemm_case wide[2] = {
+        {math, 0, 1, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_RELU_BIAS, 6, 1100, 33, 1.0f, 0.75f},
+        {math, 1, 0, operand_dtype(math), operand_dtype(math), MPT_EPILOGUE_BIAS, 5, 1030, 17, 0.5f, 1.0f},
+    };
+    for (int i = 0; i < 2; i++) run_case(be, &r, &wide[i]);
     /* degenerate sizes: K = 0 gives beta*C (+ bias); M or N = 0 does nothing */
     gemm_case k0 = {math, 0, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_BIAS, 5, 7, 0, 1.0f, 0.5f};
     run_case(be, &r, &k0);
