@@ -278,15 +278,17 @@ static int aux_bit(const uint8_t *aux, int64_t N, int64_t m, int64_t n) {
 }
 
 /* MPT_EPILOGUE_RELU_AUX_BIAS on the CPU against plain loops: C = relu of the BIAS epilogue's stored C (the unfused
- * linear + relu), and every bit of the mask, padding included (N = 133: ld 256), equal to [C > 0] of the stored C
- * (0 past N); the mask buffer starts as 0xa5 bytes. Beta 0 and 1, every math mode, C in the operand dtype. */
+ * linear + relu), and every bit of the mask, padding included (N = 645: ld 768), equal to [C > 0] of the stored C
+ * (0 past N); the mask buffer starts as 0xa5 bytes. Beta 0 and 1, every math mode, C in the operand dtype. N is past
+ * the kernel's 512-column chunk, so a 16-bit C is widened at the second chunk's own columns (the mutation audit's K31,
+ * the chunk offset dropped, survived N = 133). */
 START_TEST(test_gemm_relu_aux_bias_plain_loop) {
-    enum { M = 37, N = 133, K = 61 };
+    enum { M = 37, N = 645, K = 61 };
     static const mpt_math maths[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
     mpt_backend *be = mpt_backend_cpu_create();
     tests_rng r = {107};
     const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
-    ck_assert_uint_eq(aux_bytes, (size_t)M * 256 / 8);
+    ck_assert_uint_eq(aux_bytes, (size_t)M * 768 / 8);
     for (int mi = 0; mi < 4; mi++)
         for (int beta = 0; beta < 2; beta++) {
             const mpt_dtype t = operand_dtype(maths[mi]);
@@ -309,7 +311,7 @@ START_TEST(test_gemm_relu_aux_bias_plain_loop) {
             gemm_exact_ws(be, &g);
             int64_t bad_c = 0, bad_bits = 0, zeros = 0;
             for (int64_t m = 0; m < M; m++)
-                for (int64_t n = 0; n < 256; n++) {
+                for (int64_t n = 0; n < 768; n++) {
                     if (n >= N) {
                         bad_bits += aux_bit(aux, N, m, n) != 0;
                         continue;
