@@ -187,6 +187,14 @@ static void run_math_on(mpt_math math, uint64_t seed, mpt_cpu_kernels kernels) {
         {math, 1, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_NONE, 10, 512, 128, 1.0f, 1.0f},
     };
     for (int i = 0; i < 3; i++) run_case(be, &r, &mlp[i]);
+    /* rows wider than the epilogue's chunk of 512 columns (kernels/cpu/gemm.c GEMM_CHUNK): the old C and the bias of
+     * the second and third chunks must be read at their own columns, for an F32 C and bias read in place and for
+     * 16-bit ones widened chunk by chunk (the mutation audit's K08: C's in-place pointer not advanced survived) */
+    gemm_case wide[2] = {
+        {math, 0, 1, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_RELU_BIAS, 6, 1100, 33, 1.0f, 0.75f},
+        {math, 1, 0, operand_dtype(math), operand_dtype(math), MPT_EPILOGUE_BIAS, 5, 1030, 17, 0.5f, 1.0f},
+    };
+    for (int i = 0; i < 2; i++) run_case(be, &r, &wide[i]);
     /* degenerate sizes: K = 0 gives beta*C (+ bias); M or N = 0 does nothing */
     gemm_case k0 = {math, 0, 0, MPT_DTYPE_F32, MPT_DTYPE_F32, MPT_EPILOGUE_BIAS, 5, 7, 0, 1.0f, 0.5f};
     run_case(be, &r, &k0);
@@ -270,15 +278,17 @@ static int aux_bit(const uint8_t *aux, int64_t N, int64_t m, int64_t n) {
 }
 
 /* MPT_EPILOGUE_RELU_AUX_BIAS on the CPU against plain loops: C = relu of the BIAS epilogue's stored C (the unfused
- * linear + relu), and every bit of the mask, padding included (N = 133: ld 256), equal to [C > 0] of the stored C
- * (0 past N); the mask buffer starts as 0xa5 bytes. Beta 0 and 1, every math mode, C in the operand dtype. */
+ * linear + relu), and every bit of the mask, padding included (N = 645: ld 768), equal to [C > 0] of the stored C
+ * (0 past N); the mask buffer starts as 0xa5 bytes. Beta 0 and 1, every math mode, C in the operand dtype. N is past
+ * the kernel's 512-column chunk, so a 16-bit C is widened at the second chunk's own columns (the mutation audit's K31,
+ * the chunk offset dropped, survived N = 133). */
 START_TEST(test_gemm_relu_aux_bias_plain_loop) {
-    enum { M = 37, N = 133, K = 61 };
+    enum { M = 37, N = 645, K = 61 };
     static const mpt_math maths[4] = {MPT_MATH_FP32, MPT_MATH_TF32, MPT_MATH_F16, MPT_MATH_BF16};
     mpt_backend *be = mpt_backend_cpu_create();
     tests_rng r = {107};
     const size_t aux_bytes = mpt_relu_aux_bytes(M, N);
-    ck_assert_uint_eq(aux_bytes, (size_t)M * 256 / 8);
+    ck_assert_uint_eq(aux_bytes, (size_t)M * 768 / 8);
     for (int mi = 0; mi < 4; mi++)
         for (int beta = 0; beta < 2; beta++) {
             const mpt_dtype t = operand_dtype(maths[mi]);
@@ -301,7 +311,7 @@ START_TEST(test_gemm_relu_aux_bias_plain_loop) {
             gemm_exact_ws(be, &g);
             int64_t bad_c = 0, bad_bits = 0, zeros = 0;
             for (int64_t m = 0; m < M; m++)
-                for (int64_t n = 0; n < 256; n++) {
+                for (int64_t n = 0; n < 768; n++) {
                     if (n >= N) {
                         bad_bits += aux_bit(aux, N, m, n) != 0;
                         continue;

@@ -657,7 +657,7 @@ END_TEST
 
 /* NaN propagates (PyTorch's CPU rule `val > max || isnan(val)`): a window holding a NaN outputs NaN and its
  * gradient goes to the NaN, in the tiled (2x2/2, its 8-wide vector part) and the general (3x3/1) path and in
- * every float dtype; a window of -inf outputs -inf with its first element as the argmax. */
+ * every float dtype; a window of -inf outputs -inf with its first element as the argmax (both paths). */
 START_TEST(test_maxpool_nan) {
     mpt_backend *be = mpt_backend_cpu_create();
     const mpt_dtype dts[3] = {MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16};
@@ -675,6 +675,10 @@ START_TEST(test_maxpool_nan) {
             /* a 2x2/2 window of -inf, output (2, 7): y = -inf, argmax its first element */
             for (int h = 4; h < 6; h++)
                 for (int w = 14; w < 16; w++) mpt_store_f32(x, dts[d], h * W + w, -INFINITY);
+            /* and a 3x3 block of -inf, rows 3-5, columns 2-4: the general path's window (3, 2) (E23 in
+             * tests/hostile/mutation-kernels.md: its argmax from element 0 instead of the window's first survived) */
+            for (int h = 3; h < 6; h++)
+                for (int w = 2; w < 5; w++) mpt_store_f32(x, dts[d], h * W + w, -INFINITY);
             for (int i = 0; i < P * Q; i++) mpt_store_f32(dy, dts[d], i, 1.0f);
             for (int i = 0; i < H * W; i++) mpt_store_f32(dx, dts[d], i, 0.5f); /* backward accumulates */
             mpt_pool_args a = {.N = 1, .C = 1, .H = H, .W = W, .kernel = k, .stride = st, .pad = 0, .P = P, .Q = Q,
@@ -700,6 +704,10 @@ START_TEST(test_maxpool_nan) {
                 float v = mpt_load_f32(y, dts[d], 2 * Q + 7);
                 EXPECT(v == -INFINITY && am[2 * Q + 7] == 4 * W + 14, "%s 2x2/2: all -inf window gives %g at %d, "
                        "expected -inf at %d", mpt_dtype_name(dts[d]), (double)v, am[2 * Q + 7], 4 * W + 14);
+            } else {
+                float v = mpt_load_f32(y, dts[d], 3 * Q + 2);
+                EXPECT(v == -INFINITY && am[3 * Q + 2] == 3 * W + 2, "%s 3x3/1: all -inf window gives %g at %d, "
+                       "expected -inf at %d", mpt_dtype_name(dts[d]), (double)v, am[3 * Q + 2], 3 * W + 2);
             }
             EXPECT(mpt_load_f32(dx, dts[d], nan_at) == 0.5f + (float)windows,
                    "%s k=%d s=%d: dx at the NaN = %g, expected 0.5 + %d", mpt_dtype_name(dts[d]), k, st,
@@ -1930,7 +1938,11 @@ START_TEST(test_norm_stats) {
      * squares to 4080, so E[x^2] - E[x]^2 = -16 < 0 is clamped (rstd = 1/sqrt(eps), rounded), where FP32's two passes
      * see sd ~0.014; (b) 256 values near 300: FP16's sum passes 65504, the mean is inf, y NaN */
     float xa[16], ya[16], xb[256], yb[256], one = 1.0f, zero = 0.0f, m1, r1, rm1 = 0.0f, rv1 = 1.0f;
-    for (int i = 0; i < 16; i++) xa[i] = 63.9f + 0.01f * (float)(i % 5) - 0.02f;
+    /* (a) also at 1/8 the scale: a power of two scales every BF16 rounding exactly, so the unclamped variance is
+     * -16/64 = -0.25, a negative value above -1 (the mutation audit's N10, a clamp of v < -1 only, survived (a)) */
+    for (int sc = 0; sc < 2; sc++) {
+    const float scale = sc ? 0.125f : 1.0f;
+    for (int i = 0; i < 16; i++) xa[i] = (63.9f + 0.01f * (float)(i % 5) - 0.02f) * scale;
     {
         float s1 = 0.0f, s2 = 0.0f, p1 = 0.0f, p2 = 0.0f; /* the unclamped variance, rows of 8 */
         for (int i = 0; i < 16; i++) {
@@ -1938,19 +1950,22 @@ START_TEST(test_norm_stats) {
             if (i % 8 == 7) s1 = r16(s1 + p1, MPT_DTYPE_BF16), s2 = r16(s2 + p2, MPT_DTYPE_BF16), p1 = p2 = 0.0f;
         }
         const float m = r16(s1 / 16.0f, MPT_DTYPE_BF16);
-        ck_assert_msg(r16(r16(s2 / 16.0f, MPT_DTYPE_BF16) - r16(m * m, MPT_DTYPE_BF16), MPT_DTYPE_BF16) < 0.0f,
-                      "the case does not make the one-pass variance negative");
+        const float v = r16(r16(s2 / 16.0f, MPT_DTYPE_BF16) - r16(m * m, MPT_DTYPE_BF16), MPT_DTYPE_BF16);
+        ck_assert_msg(v < 0.0f && (sc == 0 || v > -1.0f), "the case does not make the one-pass variance negative"
+                      "%s: %g", sc ? " and above -1" : "", (double)v);
     }
     for (int i = 0; i < 256; i++) xb[i] = (float)(300.0 + tests_uniform(&rg, -1.0, 1.0));
     mpt_norm_args a = {.N = 2, .C = 1, .S = 8, .dtype = MPT_DTYPE_F32, .x = xa, .y = ya, .gamma = &one, .beta = &zero,
                        .mean = &m1, .rstd = &r1, .running_mean = &rm1, .running_var = &rv1, .momentum = 0.1f,
                        .eps = 1e-5f, .training = 1, .tag = "test", .stat_dtype = MPT_DTYPE_BF16, .one_pass = 1};
     be->batchnorm_forward(be, &a);
-    EXPECT(r1 == r16(1.0f / sqrtf(1e-5f), MPT_DTYPE_BF16), "bf16-onepass on 63.88 to 63.92: rstd %.9g, want the "
-           "clamped variance's", (double)r1);
+    EXPECT(r1 == r16(1.0f / sqrtf(1e-5f), MPT_DTYPE_BF16), "bf16-onepass on 63.88 to 63.92 times %g: rstd %.9g, "
+           "want the clamped variance's", (double)scale, (double)r1);
     a.stat_dtype = MPT_DTYPE_F32, a.one_pass = 0;
     be->batchnorm_forward(be, &a);
-    EXPECT(r1 > 30.0f && r1 < 100.0f, "fp32 two passes on 63.88 to 63.92: rstd %.9g", (double)r1);
+    EXPECT(r1 > 30.0f / scale && r1 < 100.0f / scale, "fp32 two passes on 63.88 to 63.92 times %g: rstd %.9g",
+           (double)scale, (double)r1);
+    }
     for (int op = 0; op < 2; op++) {
         mpt_norm_args b = {.N = 1, .C = 1, .S = 256, .dtype = MPT_DTYPE_F32, .x = xb, .y = yb, .gamma = &one,
                            .beta = &zero, .mean = &m1, .rstd = &r1, .running_mean = &rm1, .running_var = &rv1,
@@ -1960,6 +1975,166 @@ START_TEST(test_norm_stats) {
         EXPECT(isinf(m1) && isnan(yb[0]), "fp16%s on 256 values near 300: mean %g, y %g", op ? "-onepass" : "",
                (double)m1, (double)yb[0]);
     }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* ---- backend kernels at the edges the layer tests above do not reach (tests/hostile/mutation-kernels.md) ---------
+ * Expected values from the contracts of engine/backend.h, not from the kernels. */
+
+/* dropout_forward: mask[i] = u[i] > p, strictly. p is set to element 5's own uniform (mpt_philox_uniform, the stream
+ * the contract names), so u[5] == p exactly and element 5 must be dropped; the others follow u > p. And with an
+ * iteration, u comes from offset + stride * iteration. */
+START_TEST(test_dropout_threshold_is_strict) {
+    enum { n = 64 };
+    const uint64_t seed = 0x5eedULL, offset = 4096;
+    const float p = mpt_philox_uniform(seed, offset + 5);
+    ck_assert_msg(p > 0.0f && p < 1.0f, "u[5] = %g: pick another seed", (double)p);
+    mpt_backend *be = mpt_backend_cpu_create();
+    float *ws = malloc(n * sizeof(float)), x[n], y[n];
+    uint8_t mask[n];
+    void *saved = be->workspace;
+    const size_t saved_bytes = be->workspace_bytes;
+    be->workspace = ws;
+    be->workspace_bytes = n * sizeof(float);
+    for (int i = 0; i < n; i++) x[i] = 1.0f + (float)i;
+    be->dropout_forward(be, y, x, mask, MPT_DTYPE_F32, n, p, seed, offset, NULL, 0);
+    be->workspace = saved;
+    be->workspace_bytes = saved_bytes;
+    /* a replayed step draws its own iteration's numbers: u from offset + stride * iteration (E25: iteration ignored) */
+    const int64_t iteration = 3;
+    const uint64_t stride = 1000;
+    uint8_t mask3[n];
+    float y3[n];
+    be->workspace = ws;
+    be->workspace_bytes = n * sizeof(float);
+    be->dropout_forward(be, y3, x, mask3, MPT_DTYPE_F32, n, 0.5f, seed, offset, &iteration, stride);
+    be->workspace = saved;
+    be->workspace_bytes = saved_bytes;
+    for (int i = 0; i < n; i++) {
+        const int keep = mpt_philox_uniform(seed, offset + stride * 3 + (uint64_t)i) > 0.5f;
+        EXPECT(mask3[i] == keep, "dropout at iteration 3: mask[%d] = %d, want %d", i, mask3[i], keep);
+    }
+    for (int i = 0; i < n; i++) {
+        const int keep = mpt_philox_uniform(seed, offset + (uint64_t)i) > p;
+        EXPECT(mask[i] == keep, "dropout mask[%d] = %d, want u > p = %d (u %.9g, p %.9g)", i, mask[i], keep,
+               (double)mpt_philox_uniform(seed, offset + (uint64_t)i), (double)p);
+        const float want = keep ? x[i] / (1.0f - p) : 0.0f;
+        EXPECT(memcmp(&y[i], &want, 4) == 0, "dropout y[%d] = %.9g, want %.9g", i, (double)y[i], (double)want);
+    }
+    free(ws);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* softmax_xent: n_correct counts the first index of the largest logit (the CPU's and the CUDA kernel's documented
+ * rule; torch.argmax returns the first maximal index); backward with accumulate = 0 writes +0 into an ignored row. */
+START_TEST(test_softmax_xent_edges) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    enum { N = 3, C = 4 };
+    const float logits[N * C] = {2.0f, 2.0f, 0.0f, -1.0f,  /* tie of 0 and 1: argmax 0, label 0: correct */
+                                 1.0f, 3.0f, 3.0f, 0.0f,   /* tie of 1 and 2: argmax 1, label 1: correct */
+                                 0.5f, 0.25f, 0.0f, 0.0f}; /* ignored row */
+    const int32_t labels[N] = {0, 1, -1};
+    float probs[N * C], loss, dl[N * C], one = 1.0f;
+    int32_t correct = 0;
+    be->softmax_xent_forward(be, &loss, probs, &correct, logits, MPT_DTYPE_F32, labels, N, C);
+    EXPECT(correct == 2, "n_correct %d on tied logits, want 2 (the first maximal index)", correct);
+    memset(dl, 0xff, sizeof dl); /* NaN: an ignored row must be overwritten with +0 */
+    be->softmax_xent_backward(be, dl, MPT_DTYPE_F32, probs, labels, N, C, &one, 0);
+    for (int c = 0; c < C; c++) {
+        uint32_t bits;
+        memcpy(&bits, &dl[2 * C + c], 4);
+        EXPECT(bits == 0u, "dlogits[2, %d] = %g (bits 0x%08x) for an ignored row, want +0", c, (double)dl[2 * C + c],
+               bits);
+    }
+    uint16_t dh[N * C];
+    memset(dh, 0xff, sizeof dh);
+    be->softmax_xent_backward(be, dh, MPT_DTYPE_BF16, probs, labels, N, C, &one, 0);
+    for (int c = 0; c < C; c++) EXPECT(dh[2 * C + c] == 0, "bf16 dlogits[2, %d] = 0x%04x, want +0", c, dh[2 * C + c]);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* gather_batch: idx < 0 is a padding row: x[b, :] = 0 and labels[b] = -1 (the loss ignores it), in every dtype. */
+START_TEST(test_gather_batch_padding_row) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    enum { D = 5 };
+    const uint8_t images[2 * D] = {0, 51, 102, 204, 255, 255, 0, 0, 0, 0}, image_labels[2] = {7, 3};
+    const int32_t idx[3] = {1, -1, 0};
+    for (int t = 0; t < 3; t++) {
+        const mpt_dtype dt = (mpt_dtype[]){MPT_DTYPE_F32, MPT_DTYPE_F16, MPT_DTYPE_BF16}[t];
+        float x[3 * D];
+        int32_t lab[3] = {99, 99, 99};
+        memset(x, 0x7f, sizeof x);
+        be->gather_batch(be, x, dt, lab, images, image_labels, idx, 3, D, 0.5f, 2.0f);
+        EXPECT(lab[0] == 3 && lab[1] == -1 && lab[2] == 7, "%s labels %d %d %d, want 3 -1 7", mpt_dtype_name(dt),
+               lab[0], lab[1], lab[2]);
+        for (int d = 0; d < D; d++) {
+            EXPECT(mpt_load_f32(x, dt, D + d) == 0.0f, "%s padding row x[1, %d] = %g", mpt_dtype_name(dt), d,
+                   (double)mpt_load_f32(x, dt, D + d));
+            /* (v / 255 - 0.5) * 2: pixel 255 -> 1, pixel 0 -> -1, exact in every dtype */
+            EXPECT(mpt_load_f32(x, dt, d) == (d == 0 ? 1.0f : -1.0f), "%s x[0, %d] = %g", mpt_dtype_name(dt), d,
+                   (double)mpt_load_f32(x, dt, d));
+        }
+    }
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* bias_grad over more columns than one 512-column chunk of the kernel: db[c] = sum_r dy[r, c] (FP64 reference,
+ * FP32 sums of `rows` terms: |err| <= rows 2^-24 sum |dy|), written and accumulated. */
+START_TEST(test_bias_grad_wide) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    tests_rng r = {0xb1a5};
+    enum { R = 7, CC = 1100 };
+    static float dy[R * CC], db[CC];
+    uint16_t *dh = malloc(sizeof(uint16_t) * R * CC);
+    for (int t = 0; t < 2; t++) {
+        const mpt_dtype dt = t ? MPT_DTYPE_BF16 : MPT_DTYPE_F32;
+        const void *src = t ? (const void *)dh : (const void *)dy;
+        for (int i = 0; i < R * CC; i++) {
+            dy[i] = (float)tests_uniform(&r, -1.0, 1.0);
+            dh[i] = mpt_f32_to_bf16(dy[i]);
+        }
+        for (int acc = 0; acc < 2; acc++) {
+            for (int c = 0; c < CC; c++) db[c] = acc ? 0.25f * (float)(c % 3) : NAN;
+            be->bias_grad(be, db, src, dt, R, CC, acc);
+            for (int c = 0; c < CC; c++) {
+                double ref = acc ? 0.25 * (c % 3) : 0.0, mag = fabs(ref);
+                for (int k = 0; k < R; k++) {
+                    const double v = mpt_load_f32(src, dt, (int64_t)k * CC + c);
+                    ref += v, mag += fabs(v);
+                }
+                EXPECT(fabs(db[c] - ref) <= (R + 1) * 0x1p-24 * mag, "bias_grad %s acc %d db[%d] = %.9g, reference %.9g",
+                       mpt_dtype_name(dt), acc, c, (double)db[c], ref);
+            }
+        }
+    }
+    free(dh);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* relu_forward on every 16-bit pattern: y = x if x > 0, else +0 (negative, zero and NaN inputs: +0), by the
+ * definition on the widened value; the kernel decides on the bit patterns, so each NaN pattern is checked. */
+START_TEST(test_relu_every_16bit_pattern) {
+    mpt_backend *be = mpt_backend_cpu_create();
+    uint16_t *x = malloc(65536 * sizeof(uint16_t)), *y = malloc(65536 * sizeof(uint16_t));
+    for (uint32_t i = 0; i < 65536; i++) x[i] = (uint16_t)i;
+    for (int t = 0; t < 2; t++) {
+        const mpt_dtype dt = t ? MPT_DTYPE_BF16 : MPT_DTYPE_F16;
+        memset(y, 0xa5, 65536 * sizeof(uint16_t));
+        be->relu_forward(be, y, x, dt, 65536);
+        for (uint32_t i = 0; i < 65536; i++) {
+            const float v = mpt_load_f32(x, dt, i);
+            const uint16_t want = v > 0.0f ? (uint16_t)i : 0;
+            EXPECT(y[i] == want, "relu_forward %s 0x%04x (%g): 0x%04x, want 0x%04x", mpt_dtype_name(dt), i, (double)v,
+                   y[i], want);
+        }
+    }
+    free(x);
+    free(y);
     mpt_backend_free(&be);
 }
 END_TEST
@@ -1997,6 +2172,11 @@ Suite *layers_suite(void) {
     tcase_add_test(tc, test_avgpool);
     tcase_add_test(tc, test_activations);
     tcase_add_test(tc, test_norm_stats);
+    tcase_add_test(tc, test_dropout_threshold_is_strict);
+    tcase_add_test(tc, test_softmax_xent_edges);
+    tcase_add_test(tc, test_gather_batch_padding_row);
+    tcase_add_test(tc, test_bias_grad_wide);
+    tcase_add_test(tc, test_relu_every_16bit_pattern);
     tcase_add_test(tc, test_norm_input_without_grad);
     tcase_add_test_raise_signal(tc, test_dtype_mismatch_aborts, SIGABRT);
     tcase_add_test_raise_signal(tc, test_shape_mismatch_aborts, SIGABRT);

@@ -540,6 +540,40 @@ START_TEST(test_gemm_threads) {
 }
 END_TEST
 
+/* The alignment floor in the GEMM's row path (tc_block_rows) as in the dot product: H100 bf16 -> fp32 (floor -133,
+ * neab 2). a = (2^-76 x 1.111111b, 2^-81), b = (2^-73 x 1.0000001b, 2^-81): products p1 = 2^-149 x (2 - 2^-13) =
+ * 2^-148 - 2^-162 (exponent -149) and p2 = 2^-162. E = max(-149, -162, -133) = -133, grid 2^(-133 - 23 - 2) =
+ * 2^-158: p1 truncates to 2^-148 - 2^-158, p2 to 0; the sum is rounded toward zero into FP32, whose quantum here
+ * is the subnormal 2^-149: d = 2^-149. Without the floor (E = -149, grid 2^-174) both stay and d = 2^-148 exactly
+ * (the mutation audit's T01: the floor dropped from the GEMM path survived the random inputs of test_gemm_is_dot). */
+START_TEST(test_alignment_floor_in_gemm) {
+    const float a[2] = {0x1.fcp-76f, 0x1p-81f}, b[2] = {0x1.02p-73f, 0x1p-81f};
+    ck_assert(mpt_bf16_to_f32(mpt_f32_to_bf16(a[0])) == a[0] && mpt_bf16_to_f32(mpt_f32_to_bf16(b[0])) == b[0]);
+    ck_assert((double)a[0] * b[0] == 0x1p-148 - 0x1p-162);
+    expect_dot("alignment floor, fp32 output", H100, BF16, OUT32, 0.0f, a, b, 2, 0x1p-149f);
+    mpt_tc_op op = op_of(H100, BF16, BF16, OUT32);
+    float D[1] = {-1.0f};
+    mpt_tc_gemm_args g = {.M = 1, .N = 1, .K = 2, .A = a, .B = b, .D = D}; /* A [1, 2], B [2, 1] */
+    const size_t ws_bytes = mpt_tc_gemm_ws_bytes(&op, 1, 1, 2);
+    double *ws = malloc(ws_bytes + 8);
+    mpt_tc_gemm(&op, &g, ws, ws_bytes);
+    free(ws);
+    EXPECT(same(D[0], 0x1p-149f), "h100 bf16 gemm below the alignment floor: D = %a, expected 2^-149", (double)D[0]);
+    /* test_overflow_and_specials' "inf stays" in the GEMM's row path: c = FP32 max plus 2^52 x 2^52 overflows to +inf
+     * in the first block of 16; the second block (finite products -2^126) must leave +inf (T03: a chain that went on
+     * from an infinite partial sum survived) */
+    float la[32] = {0x1p52f}, lb[32] = {0x1p52f}, c0[1] = {FLT_MAX};
+    for (int i = 16; i < 32; i++) la[i] = -0x1p126f, lb[i] = 1.0f;
+    mpt_tc_gemm_args h = {.M = 1, .N = 1, .K = 32, .A = la, .B = lb, .C0 = c0, .D = D};
+    const size_t hb = mpt_tc_gemm_ws_bytes(&op, 1, 1, 32);
+    ws = malloc(hb + 8);
+    mpt_tc_gemm(&op, &h, ws, hb);
+    free(ws);
+    EXPECT(same(D[0], INFINITY), "h100 bf16 gemm: +inf partial sum, then a finite block: D = %a, expected +inf",
+           (double)D[0]);
+}
+END_TEST
+
 static Suite *tc_accum_suite(void) {
     Suite *s = suite_create("tc_accum");
     TCase *tc = tcase_create("table");
@@ -555,6 +589,7 @@ static Suite *tc_accum_suite(void) {
     tcase_add_test(th, test_fp16_output);
     tcase_add_test(th, test_fp8_rows);
     tcase_add_test(th, test_overflow_and_specials);
+    tcase_add_test(th, test_alignment_floor_in_gemm);
     suite_add_tcase(s, th);
     TCase *tp = tcase_create("properties");
     tcase_set_timeout(tp, 120);
