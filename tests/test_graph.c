@@ -393,6 +393,44 @@ START_TEST(test_fusion_taken) {
 }
 END_TEST
 
+/* The FP32 shadow twin of telemetry (g->twin) runs unfused (engine/graph.h): no pair is planned, and a forward writes
+ * fc1.out itself (checked against the FP64 forward, 16 u of 1 + sum |x w|), as the collector compares it with the
+ * run's fc1.out. */
+START_TEST(test_twin_unfused) {
+    tests_rng r = {0x97};
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+    mpt_graph *g = mpt_graph_create(be, &pol, MB);
+    g->fuse_epilogues = 1;
+    g->twin = 1;
+    int64_t xs[2] = {MB, MIN};
+    mpt_tensor *y = mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1");
+    mpt_softmax_xent(g, mpt_linear(g, mpt_relu(g, y, "relu1"), MC, "fc2"), "loss");
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    ck_assert_msg(node_named(g, "fc1")->fused_relu == NULL, "the twin planned a fused epilogue");
+    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
+    double x[MB * MIN], vw1[MH * MIN], vb1[MH];
+    fill_f32(g->input, &r, x);
+    fill_f32(w1, &r, vw1);
+    fill_f32(b1, &r, vb1);
+    int32_t lab[MB] = {2, 1, 0, 0};
+    memcpy(g->labels->data, lab, sizeof lab);
+    mpt_graph_forward(g);
+    for (int e = 0; e < MB * MH; e++) {
+        const int i = e / MH, j = e % MH;
+        double h = vb1[j], mag = 1.0;
+        for (int k = 0; k < MIN; k++) {
+            h += x[i * MIN + k] * vw1[j * MIN + k];
+            mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
+        }
+        EXPECT(fabs(((float *)y->data)[e] - h) <= 16 * U32 * mag, "twin: fc1.out[%d] %.9g, expected %.9g", e,
+               (double)((float *)y->data)[e], h);
+    }
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+END_TEST
+
 /* A linear output y read twice: by a dead-end layer D (nothing consumes D's output; built first, so its backward runs
  * last and must add to y's gradient) and by relu1 -> fc2 -> loss. D is, by variant: a relu on y, a relu on a view of y
  * made with mpt_graph_view (the public API, no flatten node in between), dropout, gelu, tanh, sigmoid, leaky relu,
@@ -645,6 +683,7 @@ static Suite *graph_suite(void) {
     tcase_add_test(tc, test_mlp_backward_accumulates);
     tcase_add_test(tc, test_fusion_taken);
     tcase_add_test(tc, test_tensor_read_twice);
+    tcase_add_test(tc, test_twin_unfused);
     tcase_add_test(tc, test_no_alloc_in_step);
     tcase_add_test(tc, test_precision_map);
     suite_add_tcase(s, tc);
