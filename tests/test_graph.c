@@ -5,7 +5,9 @@
  * tensor a non-overlapping aligned view into its arena and the backend's accounting (current and peak) in
  * step with it; views share data and gradients; zero_grad clears every gradient; forward runs the nodes in
  * order and backward in reverse, gradients of a small MLP match an FP64 reference and accumulate (+=) over
- * two backward passes; a training step allocates nothing; the precision map has one line per node with the
+ * two backward passes; a linear -> relu -> linear chain fuses (and runs unfused when fusion is turned off), the
+ * telemetry twin and a linear output with a second reader do not fuse, and a tensor read by two layers gets the sum
+ * of their gradients; a training step allocates nothing; the precision map has one line per node with the
  * dtypes and math mode the policy gave it.
  */
 #include <math.h>
