@@ -5,7 +5,9 @@
  * tensor a non-overlapping aligned view into its arena and the backend's accounting (current and peak) in
  * step with it; views share data and gradients; zero_grad clears every gradient; forward runs the nodes in
  * order and backward in reverse, gradients of a small MLP match an FP64 reference and accumulate (+=) over
- * two backward passes; a training step allocates nothing; the precision map has one line per node with the
+ * two backward passes; a linear -> relu -> linear chain fuses (and runs unfused when fusion is turned off), the
+ * telemetry twin and a linear output with a second reader do not fuse, and a tensor read by two layers gets the sum
+ * of their gradients; a training step allocates nothing; the precision map has one line per node with the
  * dtypes and math mode the policy gave it.
  */
 #include <math.h>
@@ -325,6 +327,203 @@ START_TEST(test_mlp_backward_accumulates) {
 }
 END_TEST
 
+/* ---- fused epilogues: which linear -> relu pairs fuse (engine/graph.h "Fused epilogues", linear.c) ------------- */
+
+static mpt_node *node_named(const mpt_graph *g, const char *name) {
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i]->name, name) == 0) return g->nodes[i];
+    ck_abort_msg("no node %s", name);
+    return NULL;
+}
+
+/* fc1 -> relu1 -> fc2 with grad_overwrite and fusion on, one pass from zero_grad: fc1's forward GEMM writes relu1's
+ * output, and fc2's data-gradient GEMM writes fc1's output gradient through the relu mask and fc1's bias gradient (both
+ * first writes), which does relu1's backward (its node marked bwd_done, so mpt_graph_backward skips it). The design
+ * says so (engine/graph.h, linear.c's header); the gradients must still be those of the FP64 reference ref_mlp.
+ * Then the same with fusion turned off after the plan: the unfused path, the same loss and gradients. */
+START_TEST(test_fusion_taken) {
+    tests_rng r = {0x93};
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+    mpt_graph *g = mpt_graph_create(be, &pol, MB);
+    g->fuse_epilogues = 1;
+    g->grad_overwrite = 1;
+    int64_t xs[2] = {MB, MIN}, one[1] = {1};
+    mpt_tensor *h = mpt_relu(g, mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1"), "relu1");
+    mpt_softmax_xent(g, mpt_linear(g, h, MC, "fc2"), "loss");
+    mpt_tensor *scale = mpt_graph_tensor(g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_node *fc1 = node_named(g, "fc1"), *relu1 = node_named(g, "relu1"), *fc2 = node_named(g, "fc2");
+    ck_assert_msg(fc1->fused_relu == relu1 && relu1->fused_prev == fc1 && fc1->fused_next == fc2,
+                  "fc1 -> relu1 -> fc2 was not planned as a fused pair");
+    *(float *)scale->data = 1.0f;
+    g->loss_scale = scale->data;
+    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
+    mpt_tensor *w2 = mpt_graph_find(g, "fc2.weight"), *b2 = mpt_graph_find(g, "fc2.bias");
+    double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
+    double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
+    int32_t lab[MB] = {1, 0, 2, 2};
+    fill_f32(g->input, &r, x);
+    fill_f32(w1, &r, vw1);
+    fill_f32(b1, &r, vb1);
+    fill_f32(w2, &r, vw2);
+    fill_f32(b2, &r, vb2);
+    memcpy(g->labels->data, lab, sizeof lab);
+    double loss = ref_mlp(x, vw1, vb1, vw2, vb2, lab, dw1, db1, dw2, db2);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    ck_assert(fabs(*(float *)g->loss->data - loss) <= 64 * U32 * (fabs(loss) + 1));
+    mpt_graph_backward(g);
+    ck_assert_msg(relu1->bwd_done == 1, "relu1's backward was not done by fc2's data-gradient epilogue");
+    expect_grad("fc1.weight.grad (fused)", w1->grad, dw1, MH * MIN, 1);
+    expect_grad("fc1.bias.grad (fused)", b1->grad, db1, MH, 1);
+    expect_grad("fc2.weight.grad (fused)", w2->grad, dw2, MC * MH, 1);
+    expect_grad("fc2.bias.grad (fused)", b2->grad, db2, MC, 1);
+    /* fusion turned off after the plan (g->fuse_epilogues may change between steps: bench/fusion_bench.c, the step
+     * graph's capture key): fc1 writes its output and relu1 must compute its own again (its output poisoned first) */
+    g->fuse_epilogues = 0;
+    memset(relu1->out->data, 0xff, mpt_tensor_nbytes(relu1->out));
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    ck_assert(fabs(*(float *)g->loss->data - loss) <= 64 * U32 * (fabs(loss) + 1));
+    mpt_graph_backward(g);
+    ck_assert_msg(relu1->bwd_done == 0, "relu1's backward was skipped with fusion off");
+    expect_grad("fc1.weight.grad (unfused)", w1->grad, dw1, MH * MIN, 1);
+    expect_grad("fc1.bias.grad (unfused)", b1->grad, db1, MH, 1);
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* The FP32 shadow twin of telemetry (g->twin) runs unfused (engine/graph.h): no pair is planned, and a forward writes
+ * fc1.out itself (checked against the FP64 forward, 16 u of 1 + sum |x w|), as the collector compares it with the
+ * run's fc1.out. */
+START_TEST(test_twin_unfused) {
+    tests_rng r = {0x97};
+    mpt_backend *be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+    mpt_graph *g = mpt_graph_create(be, &pol, MB);
+    g->fuse_epilogues = 1;
+    g->twin = 1;
+    int64_t xs[2] = {MB, MIN};
+    mpt_tensor *y = mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1");
+    mpt_softmax_xent(g, mpt_linear(g, mpt_relu(g, y, "relu1"), MC, "fc2"), "loss");
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    ck_assert_msg(node_named(g, "fc1")->fused_relu == NULL, "the twin planned a fused epilogue");
+    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
+    double x[MB * MIN], vw1[MH * MIN], vb1[MH];
+    fill_f32(g->input, &r, x);
+    fill_f32(w1, &r, vw1);
+    fill_f32(b1, &r, vb1);
+    int32_t lab[MB] = {2, 1, 0, 0};
+    memcpy(g->labels->data, lab, sizeof lab);
+    mpt_graph_forward(g);
+    for (int e = 0; e < MB * MH; e++) {
+        const int i = e / MH, j = e % MH;
+        double h = vb1[j], mag = 1.0;
+        for (int k = 0; k < MIN; k++) {
+            h += x[i * MIN + k] * vw1[j * MIN + k];
+            mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
+        }
+        EXPECT(fabs(((float *)y->data)[e] - h) <= 16 * U32 * mag, "twin: fc1.out[%d] %.9g, expected %.9g", e,
+               (double)((float *)y->data)[e], h);
+    }
+    mpt_graph_free(&g);
+    mpt_backend_free(&be);
+}
+END_TEST
+
+/* A linear output y read twice: by a dead-end layer D (nothing consumes D's output; built first, so its backward runs
+ * last and must add to y's gradient) and by relu1 -> fc2 -> loss. D is, by variant: a relu on y, a relu on a view of y
+ * made with mpt_graph_view (the public API, no flatten node in between), dropout, gelu, tanh, sigmoid, leaky relu,
+ * layer norm, batch norm, a linear layer.
+ * Forward with fusion on: relu1 must not be fused into fc1's GEMM (y has a second reader that needs y = x W^T + b):
+ * fc1.out and relu1's output (and a relu D's) against the FP64 forward (6-term FP32 sums of products in [-1, 1] plus
+ * the bias: within 16 u of 1 + sum |x w|; relu exact on top).
+ * Backward with grad_overwrite and the gradient arenas poisoned (0xff: NaN): relu1 writes y's gradient first, then D
+ * adds its contribution, 0 (D's output gradient nobody wrote must be read as 0: engine/graph.h); so the parameter
+ * gradients of fc1 and fc2 are those of ref_mlp. A D that overwrote y's gradient, or read its poisoned output
+ * gradient, fails. */
+START_TEST(test_tensor_read_twice) {
+    static const char *const what[10] = {"relu", "relu on a view", "dropout", "gelu", "tanh", "sigmoid",
+                                         "leakyrelu", "layernorm", "batchnorm", "linear"};
+    for (int variant = 0; variant < 10; variant++) {
+        tests_rng r = {0x95u + (unsigned)variant};
+        mpt_backend *be = mpt_backend_cpu_create();
+        mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+        mpt_graph *g = mpt_graph_create(be, &pol, MB);
+        g->fuse_epilogues = 1;
+        g->grad_overwrite = 1;
+        g->training = 1; /* dropout and batch norm */
+        int64_t xs[2] = {MB, MIN}, hs[2] = {MB, MH}, one[1] = {1};
+        mpt_tensor *y = mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1");
+        mpt_tensor *r2 = NULL;
+        switch (variant) {
+        case 0: r2 = mpt_relu(g, y, "dead"); break;
+        case 1: r2 = mpt_relu(g, mpt_graph_view(g, y, "fc1.view", 2, hs), "dead"); break;
+        case 2: mpt_dropout(g, y, 0.5f, "dead"); break;
+        case 3: mpt_gelu(g, y, "dead"); break;
+        case 4: mpt_tanh(g, y, "dead"); break;
+        case 5: mpt_sigmoid(g, y, "dead"); break;
+        case 6: mpt_leakyrelu(g, y, 0.1f, "dead"); break;
+        case 7: mpt_layernorm(g, y, 1e-5f, "dead"); break;
+        case 8: mpt_batchnorm(g, y, 1e-5f, 0.1f, "dead"); break;
+        default: mpt_linear(g, y, 2, "dead"); break;
+        }
+        mpt_tensor *r1 = mpt_relu(g, y, "relu1");
+        mpt_softmax_xent(g, mpt_linear(g, r1, MC, "fc2"), "loss");
+        mpt_tensor *scale = mpt_graph_tensor(g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
+        ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+        *(float *)scale->data = 1.0f;
+        g->loss_scale = scale->data;
+        mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
+        mpt_tensor *w2 = mpt_graph_find(g, "fc2.weight"), *b2 = mpt_graph_find(g, "fc2.bias");
+        double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
+        double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
+        fill_f32(g->input, &r, x);
+        fill_f32(w1, &r, vw1);
+        fill_f32(b1, &r, vb1);
+        fill_f32(w2, &r, vw2);
+        fill_f32(b2, &r, vb2);
+        int32_t lab[MB] = {0, 1, 2, 0};
+        memcpy(g->labels->data, lab, sizeof lab);
+        ref_mlp(x, vw1, vb1, vw2, vb2, lab, dw1, db1, dw2, db2);
+        memset(g->arena[MPT_MEM_ACT_GRAD], 0xff, g->arena_bytes[MPT_MEM_ACT_GRAD]);
+        memset(g->arena[MPT_MEM_GRAD], 0xff, g->arena_bytes[MPT_MEM_GRAD]);
+        mpt_graph_zero_grad(g);
+        mpt_graph_forward(g);
+        for (int i = 0; i < MB; i++)
+            for (int j = 0; j < MH; j++) {
+                double h = vb1[j], mag = 1.0;
+                for (int k = 0; k < MIN; k++) {
+                    h += x[i * MIN + k] * vw1[j * MIN + k];
+                    mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
+                }
+                const double rh = h > 0 ? h : 0, bound = 16 * U32 * mag;
+                const int e = i * MH + j;
+                EXPECT(fabs(((float *)y->data)[e] - h) <= bound, "%s: fc1.out[%d] %.9g, expected %.9g", what[variant],
+                       e, (double)((float *)y->data)[e], h);
+                EXPECT(fabs(((float *)r1->data)[e] - rh) <= bound, "%s: relu1.out[%d] %.9g, expected %.9g",
+                       what[variant], e, (double)((float *)r1->data)[e], rh);
+                EXPECT(!r2 || fabs(((float *)r2->data)[e] - rh) <= bound, "%s: dead.out[%d] %.9g, expected %.9g",
+                       what[variant], e, r2 ? (double)((float *)r2->data)[e] : 0.0, rh);
+            }
+        mpt_graph_backward(g);
+        char tn[64];
+        snprintf(tn, sizeof tn, "fc1.weight.grad (dead-end %s)", what[variant]);
+        expect_grad(tn, w1->grad, dw1, MH * MIN, 1);
+        snprintf(tn, sizeof tn, "fc1.bias.grad (dead-end %s)", what[variant]);
+        expect_grad(tn, b1->grad, db1, MH, 1);
+        snprintf(tn, sizeof tn, "fc2.weight.grad (dead-end %s)", what[variant]);
+        expect_grad(tn, w2->grad, dw2, MC * MH, 1);
+        snprintf(tn, sizeof tn, "fc2.bias.grad (dead-end %s)", what[variant]);
+        expect_grad(tn, b2->grad, db2, MC, 1);
+        mpt_graph_free(&g);
+        mpt_backend_free(&be);
+    }
+}
+END_TEST
+
 /* ---- no allocation in a step ------------------------------------------------------------------------- */
 
 static int alloc_calls;
@@ -484,6 +683,9 @@ static Suite *graph_suite(void) {
     tcase_add_test(tc, test_zero_grad);
     tcase_add_test(tc, test_replay_order);
     tcase_add_test(tc, test_mlp_backward_accumulates);
+    tcase_add_test(tc, test_fusion_taken);
+    tcase_add_test(tc, test_tensor_read_twice);
+    tcase_add_test(tc, test_twin_unfused);
     tcase_add_test(tc, test_no_alloc_in_step);
     tcase_add_test(tc, test_precision_map);
     suite_add_tcase(s, tc);
