@@ -253,6 +253,53 @@ static void expect_grad(const char *what, const mpt_tensor *gt, const double *re
     }
 }
 
+/* The MLP of ref_mlp built in a graph: its inputs, parameters and labels, their FP64 copies and reference gradients. */
+typedef struct mlp_case {
+    mpt_tensor *w1, *b1, *w2, *b2;
+    double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
+    double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
+    double loss;
+} mlp_case;
+
+/* Fills graph g's input and fc1/fc2 parameters from r, sets the labels lab, and computes ref_mlp's loss and
+ * gradients into m. */
+static void mlp_fill(mpt_graph *g, tests_rng *r, const int32_t lab[MB], mlp_case *m) {
+    m->w1 = mpt_graph_find(g, "fc1.weight"), m->b1 = mpt_graph_find(g, "fc1.bias");
+    m->w2 = mpt_graph_find(g, "fc2.weight"), m->b2 = mpt_graph_find(g, "fc2.bias");
+    fill_f32(g->input, r, m->x);
+    fill_f32(m->w1, r, m->vw1);
+    fill_f32(m->b1, r, m->vb1);
+    fill_f32(m->w2, r, m->vw2);
+    fill_f32(m->b2, r, m->vb2);
+    memcpy(g->labels->data, lab, sizeof(int32_t) * MB);
+    m->loss = ref_mlp(m->x, m->vw1, m->vb1, m->vw2, m->vb2, lab, m->dw1, m->db1, m->dw2, m->db2);
+}
+
+/* The four parameter gradients against mult x ref_mlp's; `when` ends each name in messages. */
+static void mlp_expect_grads(const mlp_case *m, const char *when, double mult) {
+    char tn[96];
+    snprintf(tn, sizeof tn, "fc1.weight.grad%s", when);
+    expect_grad(tn, m->w1->grad, m->dw1, MH * MIN, mult);
+    snprintf(tn, sizeof tn, "fc1.bias.grad%s", when);
+    expect_grad(tn, m->b1->grad, m->db1, MH, mult);
+    snprintf(tn, sizeof tn, "fc2.weight.grad%s", when);
+    expect_grad(tn, m->w2->grad, m->dw2, MC * MH, mult);
+    snprintf(tn, sizeof tn, "fc2.bias.grad%s", when);
+    expect_grad(tn, m->b2->grad, m->db2, MC, mult);
+}
+
+/* fc1's output element (i, j) in FP64 from the inputs and parameters that fill_f32 stored; *mag = 1 + sum |x w|
+ * (FP32 sums of products in [-1, 1] plus the bias are within 16 u of it). */
+static double fc1_ref(const double *x, const double *vw1, const double *vb1, int i, int j, double *mag) {
+    double h = vb1[j];
+    *mag = 1.0;
+    for (int k = 0; k < MIN; k++) {
+        h += x[i * MIN + k] * vw1[j * MIN + k];
+        *mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
+    }
+    return h;
+}
+
 /* g->grad_overwrite (first writes overwrite, no arena memsets) gives the gradients of zeroed arenas bit for bit:
  * every layer of the three models (linear, conv, maxpool, relu, dropout, flatten, loss) in each precision, with
  * the gradient arenas poisoned (tests/grad_overwrite.h); and g->fuse_epilogues (a linear layer's bias gradient
@@ -283,28 +330,16 @@ START_TEST(test_mlp_backward_accumulates) {
     ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
     *(float *)scale->data = 1.0f;
     g->loss_scale = scale->data;
-    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
-    mpt_tensor *w2 = mpt_graph_find(g, "fc2.weight"), *b2 = mpt_graph_find(g, "fc2.bias");
-    double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
-    double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
-    int32_t lab[MB] = {0, 2, 1, 2};
-    fill_f32(g->input, &r, x);
-    fill_f32(w1, &r, vw1);
-    fill_f32(b1, &r, vb1);
-    fill_f32(w2, &r, vw2);
-    fill_f32(b2, &r, vb2);
-    memcpy(g->labels->data, lab, sizeof lab);
-    double loss = ref_mlp(x, vw1, vb1, vw2, vb2, lab, dw1, db1, dw2, db2);
+    const int32_t lab[MB] = {0, 2, 1, 2};
+    mlp_case m;
+    mlp_fill(g, &r, lab, &m);
 
     mpt_graph_zero_grad(g);
     mpt_graph_forward(g);
-    ck_assert(fabs(*(float *)g->loss->data - loss) <= 64 * U32 * (fabs(loss) + 1));
+    ck_assert(fabs(*(float *)g->loss->data - m.loss) <= 64 * U32 * (fabs(m.loss) + 1));
     mpt_graph_backward(g);
     /* reverse order: fc1's gradients need fc2's and relu's backward to have run first */
-    expect_grad("fc1.weight.grad", w1->grad, dw1, MH * MIN, 1);
-    expect_grad("fc1.bias.grad", b1->grad, db1, MH, 1);
-    expect_grad("fc2.weight.grad", w2->grad, dw2, MC * MH, 1);
-    expect_grad("fc2.bias.grad", b2->grad, db2, MC, 1);
+    mlp_expect_grads(&m, "", 1);
 
     /* A second forward + backward without zero_grad adds the same parameter gradients again (+=), as
      * PyTorch's micro-batch accumulation does: forward clears the activation gradients of the previous pass
@@ -312,16 +347,13 @@ START_TEST(test_mlp_backward_accumulates) {
     memset(g->arena[MPT_MEM_ACT_GRAD], 0x7f, g->arena_bytes[MPT_MEM_ACT_GRAD]);
     mpt_graph_forward(g);
     mpt_graph_backward(g);
-    expect_grad("fc1.weight.grad (2 passes)", w1->grad, dw1, MH * MIN, 2);
-    expect_grad("fc1.bias.grad (2 passes)", b1->grad, db1, MH, 2);
-    expect_grad("fc2.weight.grad (2 passes)", w2->grad, dw2, MC * MH, 2);
-    expect_grad("fc2.bias.grad (2 passes)", b2->grad, db2, MC, 2);
+    mlp_expect_grads(&m, " (2 passes)", 2);
 
     /* zero_grad then one pass: back to 1x */
     mpt_graph_zero_grad(g);
     mpt_graph_forward(g);
     mpt_graph_backward(g);
-    expect_grad("fc2.weight.grad (after zero_grad)", w2->grad, dw2, MC * MH, 1);
+    mlp_expect_grads(&m, " (after zero_grad)", 1);
     mpt_graph_free(&g);
     mpt_backend_free(&be);
 }
@@ -358,38 +390,25 @@ START_TEST(test_fusion_taken) {
                   "fc1 -> relu1 -> fc2 was not planned as a fused pair");
     *(float *)scale->data = 1.0f;
     g->loss_scale = scale->data;
-    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
-    mpt_tensor *w2 = mpt_graph_find(g, "fc2.weight"), *b2 = mpt_graph_find(g, "fc2.bias");
-    double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
-    double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
-    int32_t lab[MB] = {1, 0, 2, 2};
-    fill_f32(g->input, &r, x);
-    fill_f32(w1, &r, vw1);
-    fill_f32(b1, &r, vb1);
-    fill_f32(w2, &r, vw2);
-    fill_f32(b2, &r, vb2);
-    memcpy(g->labels->data, lab, sizeof lab);
-    double loss = ref_mlp(x, vw1, vb1, vw2, vb2, lab, dw1, db1, dw2, db2);
+    const int32_t lab[MB] = {1, 0, 2, 2};
+    mlp_case m;
+    mlp_fill(g, &r, lab, &m);
     mpt_graph_zero_grad(g);
     mpt_graph_forward(g);
-    ck_assert(fabs(*(float *)g->loss->data - loss) <= 64 * U32 * (fabs(loss) + 1));
+    ck_assert(fabs(*(float *)g->loss->data - m.loss) <= 64 * U32 * (fabs(m.loss) + 1));
     mpt_graph_backward(g);
     ck_assert_msg(relu1->bwd_done == 1, "relu1's backward was not done by fc2's data-gradient epilogue");
-    expect_grad("fc1.weight.grad (fused)", w1->grad, dw1, MH * MIN, 1);
-    expect_grad("fc1.bias.grad (fused)", b1->grad, db1, MH, 1);
-    expect_grad("fc2.weight.grad (fused)", w2->grad, dw2, MC * MH, 1);
-    expect_grad("fc2.bias.grad (fused)", b2->grad, db2, MC, 1);
+    mlp_expect_grads(&m, " (fused)", 1);
     /* fusion turned off after the plan (g->fuse_epilogues may change between steps: bench/fusion_bench.c, the step
      * graph's capture key): fc1 writes its output and relu1 must compute its own again (its output poisoned first) */
     g->fuse_epilogues = 0;
     memset(relu1->out->data, 0xff, mpt_tensor_nbytes(relu1->out));
     mpt_graph_zero_grad(g);
     mpt_graph_forward(g);
-    ck_assert(fabs(*(float *)g->loss->data - loss) <= 64 * U32 * (fabs(loss) + 1));
+    ck_assert(fabs(*(float *)g->loss->data - m.loss) <= 64 * U32 * (fabs(m.loss) + 1));
     mpt_graph_backward(g);
     ck_assert_msg(relu1->bwd_done == 0, "relu1's backward was skipped with fusion off");
-    expect_grad("fc1.weight.grad (unfused)", w1->grad, dw1, MH * MIN, 1);
-    expect_grad("fc1.bias.grad (unfused)", b1->grad, db1, MH, 1);
+    mlp_expect_grads(&m, " (unfused)", 1);
     mpt_graph_free(&g);
     mpt_backend_free(&be);
 }
@@ -419,12 +438,8 @@ START_TEST(test_twin_unfused) {
     memcpy(g->labels->data, lab, sizeof lab);
     mpt_graph_forward(g);
     for (int e = 0; e < MB * MH; e++) {
-        const int i = e / MH, j = e % MH;
-        double h = vb1[j], mag = 1.0;
-        for (int k = 0; k < MIN; k++) {
-            h += x[i * MIN + k] * vw1[j * MIN + k];
-            mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
-        }
+        double mag;
+        const double h = fc1_ref(x, vw1, vb1, e / MH, e % MH, &mag);
         EXPECT(fabs(((float *)y->data)[e] - h) <= 16 * U32 * mag, "twin: fc1.out[%d] %.9g, expected %.9g", e,
                (double)((float *)y->data)[e], h);
     }
@@ -476,29 +491,17 @@ START_TEST(test_tensor_read_twice) {
         ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
         *(float *)scale->data = 1.0f;
         g->loss_scale = scale->data;
-        mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
-        mpt_tensor *w2 = mpt_graph_find(g, "fc2.weight"), *b2 = mpt_graph_find(g, "fc2.bias");
-        double x[MB * MIN], vw1[MH * MIN], vb1[MH], vw2[MC * MH], vb2[MC];
-        double dw1[MH * MIN], db1[MH], dw2[MC * MH], db2[MC];
-        fill_f32(g->input, &r, x);
-        fill_f32(w1, &r, vw1);
-        fill_f32(b1, &r, vb1);
-        fill_f32(w2, &r, vw2);
-        fill_f32(b2, &r, vb2);
-        int32_t lab[MB] = {0, 1, 2, 0};
-        memcpy(g->labels->data, lab, sizeof lab);
-        ref_mlp(x, vw1, vb1, vw2, vb2, lab, dw1, db1, dw2, db2);
+        const int32_t lab[MB] = {0, 1, 2, 0};
+        mlp_case m;
+        mlp_fill(g, &r, lab, &m);
         memset(g->arena[MPT_MEM_ACT_GRAD], 0xff, g->arena_bytes[MPT_MEM_ACT_GRAD]);
         memset(g->arena[MPT_MEM_GRAD], 0xff, g->arena_bytes[MPT_MEM_GRAD]);
         mpt_graph_zero_grad(g);
         mpt_graph_forward(g);
         for (int i = 0; i < MB; i++)
             for (int j = 0; j < MH; j++) {
-                double h = vb1[j], mag = 1.0;
-                for (int k = 0; k < MIN; k++) {
-                    h += x[i * MIN + k] * vw1[j * MIN + k];
-                    mag += fabs(x[i * MIN + k] * vw1[j * MIN + k]);
-                }
+                double mag;
+                const double h = fc1_ref(m.x, m.vw1, m.vb1, i, j, &mag);
                 const double rh = h > 0 ? h : 0, bound = 16 * U32 * mag;
                 const int e = i * MH + j;
                 EXPECT(fabs(((float *)y->data)[e] - h) <= bound, "%s: fc1.out[%d] %.9g, expected %.9g", what[variant],
@@ -509,15 +512,9 @@ START_TEST(test_tensor_read_twice) {
                        what[variant], e, r2 ? (double)((float *)r2->data)[e] : 0.0, rh);
             }
         mpt_graph_backward(g);
-        char tn[64];
-        snprintf(tn, sizeof tn, "fc1.weight.grad (dead-end %s)", what[variant]);
-        expect_grad(tn, w1->grad, dw1, MH * MIN, 1);
-        snprintf(tn, sizeof tn, "fc1.bias.grad (dead-end %s)", what[variant]);
-        expect_grad(tn, b1->grad, db1, MH, 1);
-        snprintf(tn, sizeof tn, "fc2.weight.grad (dead-end %s)", what[variant]);
-        expect_grad(tn, w2->grad, dw2, MC * MH, 1);
-        snprintf(tn, sizeof tn, "fc2.bias.grad (dead-end %s)", what[variant]);
-        expect_grad(tn, b2->grad, db2, MC, 1);
+        char when[64];
+        snprintf(when, sizeof when, " (dead-end %s)", what[variant]);
+        mlp_expect_grads(&m, when, 1);
         mpt_graph_free(&g);
         mpt_backend_free(&be);
     }
