@@ -288,6 +288,24 @@ static void mlp_expect_grads(const mlp_case *m, const char *when, double mult) {
     expect_grad(tn, m->b2->grad, m->db2, MC, mult);
 }
 
+/* ref_mlp's network as an FP32 graph on backend be (fc1 -> relu1 -> fc2 -> loss), with the given fusion,
+ * first-write and twin flags set before it is built (they decide the plan), allocated, loss scale 1. */
+static mpt_graph *mlp_graph(mpt_backend *be, int fuse, int overwrite, int twin) {
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+    mpt_graph *g = mpt_graph_create(be, &pol, MB);
+    g->fuse_epilogues = fuse;
+    g->grad_overwrite = overwrite;
+    g->twin = twin;
+    int64_t xs[2] = {MB, MIN}, one[1] = {1};
+    mpt_tensor *h = mpt_relu(g, mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1"), "relu1");
+    mpt_softmax_xent(g, mpt_linear(g, h, MC, "fc2"), "loss");
+    mpt_tensor *scale = mpt_graph_tensor(g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
+    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    *(float *)scale->data = 1.0f;
+    g->loss_scale = scale->data;
+    return g;
+}
+
 /* fc1's output element (i, j) in FP64 from the inputs and parameters that fill_f32 stored; *mag = 1 + sum |x w|
  * (FP32 sums of products in [-1, 1] plus the bias are within 16 u of it). */
 static double fc1_ref(const double *x, const double *vw1, const double *vb1, int i, int j, double *mag) {
@@ -321,15 +339,7 @@ END_TEST
 START_TEST(test_mlp_backward_accumulates) {
     tests_rng r = {0x91};
     mpt_backend *be = mpt_backend_cpu_create();
-    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
-    mpt_graph *g = mpt_graph_create(be, &pol, MB);
-    int64_t xs[2] = {MB, MIN}, one[1] = {1};
-    mpt_tensor *h = mpt_relu(g, mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1"), "relu1");
-    mpt_softmax_xent(g, mpt_linear(g, h, MC, "fc2"), "loss");
-    mpt_tensor *scale = mpt_graph_tensor(g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
-    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
-    *(float *)scale->data = 1.0f;
-    g->loss_scale = scale->data;
+    mpt_graph *g = mlp_graph(be, 0, 0, 0);
     const int32_t lab[MB] = {0, 2, 1, 2};
     mlp_case m;
     mlp_fill(g, &r, lab, &m);
@@ -376,20 +386,10 @@ static mpt_node *node_named(const mpt_graph *g, const char *name) {
 START_TEST(test_fusion_taken) {
     tests_rng r = {0x93};
     mpt_backend *be = mpt_backend_cpu_create();
-    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
-    mpt_graph *g = mpt_graph_create(be, &pol, MB);
-    g->fuse_epilogues = 1;
-    g->grad_overwrite = 1;
-    int64_t xs[2] = {MB, MIN}, one[1] = {1};
-    mpt_tensor *h = mpt_relu(g, mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1"), "relu1");
-    mpt_softmax_xent(g, mpt_linear(g, h, MC, "fc2"), "loss");
-    mpt_tensor *scale = mpt_graph_tensor(g, "scale", MPT_DTYPE_F32, MPT_MEM_ACT, 1, one);
-    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_graph *g = mlp_graph(be, 1, 1, 0);
     mpt_node *fc1 = node_named(g, "fc1"), *relu1 = node_named(g, "relu1"), *fc2 = node_named(g, "fc2");
     ck_assert_msg(fc1->fused_relu == relu1 && relu1->fused_prev == fc1 && fc1->fused_next == fc2,
                   "fc1 -> relu1 -> fc2 was not planned as a fused pair");
-    *(float *)scale->data = 1.0f;
-    g->loss_scale = scale->data;
     const int32_t lab[MB] = {1, 0, 2, 2};
     mlp_case m;
     mlp_fill(g, &r, lab, &m);
@@ -420,26 +420,16 @@ END_TEST
 START_TEST(test_twin_unfused) {
     tests_rng r = {0x97};
     mpt_backend *be = mpt_backend_cpu_create();
-    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
-    mpt_graph *g = mpt_graph_create(be, &pol, MB);
-    g->fuse_epilogues = 1;
-    g->twin = 1;
-    int64_t xs[2] = {MB, MIN};
-    mpt_tensor *y = mpt_linear(g, mpt_input(g, 2, xs), MH, "fc1");
-    mpt_softmax_xent(g, mpt_linear(g, mpt_relu(g, y, "relu1"), MC, "fc2"), "loss");
-    ck_assert_int_eq(mpt_graph_alloc(g), MPT_OK);
+    mpt_graph *g = mlp_graph(be, 1, 0, 1);
     ck_assert_msg(node_named(g, "fc1")->fused_relu == NULL, "the twin planned a fused epilogue");
-    mpt_tensor *w1 = mpt_graph_find(g, "fc1.weight"), *b1 = mpt_graph_find(g, "fc1.bias");
-    double x[MB * MIN], vw1[MH * MIN], vb1[MH];
-    fill_f32(g->input, &r, x);
-    fill_f32(w1, &r, vw1);
-    fill_f32(b1, &r, vb1);
-    int32_t lab[MB] = {2, 1, 0, 0};
-    memcpy(g->labels->data, lab, sizeof lab);
+    const mpt_tensor *y = node_named(g, "fc1")->out;
+    const int32_t lab[MB] = {2, 1, 0, 0};
+    mlp_case m;
+    mlp_fill(g, &r, lab, &m);
     mpt_graph_forward(g);
     for (int e = 0; e < MB * MH; e++) {
         double mag;
-        const double h = fc1_ref(x, vw1, vb1, e / MH, e % MH, &mag);
+        const double h = fc1_ref(m.x, m.vw1, m.vb1, e / MH, e % MH, &mag);
         EXPECT(fabs(((float *)y->data)[e] - h) <= 16 * U32 * mag, "twin: fc1.out[%d] %.9g, expected %.9g", e,
                (double)((float *)y->data)[e], h);
     }
