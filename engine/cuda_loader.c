@@ -214,14 +214,13 @@ int64_t mpt_cuda_opt_in_calls(mpt_backend *be, int k) {
 }
 
 int mpt_cuda_opt_in_on(char *buf, size_t len) {
-    const char *const *vars = opt_in_vars;
     int n = 0;
     size_t used = 0;
     if (len) buf[0] = '\0';
     for (size_t i = 0; i < MPT_CUDA_OPT_IN_COUNT; i++) {
-        const char *v = getenv(vars[i]);
+        const char *v = getenv(opt_in_vars[i]);
         if (!v || strcmp(v, "1") != 0) continue;
-        if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", vars[i]);
+        if (used < len) used += (size_t)snprintf(buf + used, len - used, "%s%s", n ? ", " : "", opt_in_vars[i]);
         n++;
     }
     return n;

@@ -40,6 +40,12 @@ static inline int tests_int(tests_rng *r, int lo, int hi) {
     return lo + (int)(tests_next(r) % (uint64_t)(hi - lo + 1));
 }
 
+/* Whether this process's environment sets variable `var` to "1" (the rule of the MPT_CUDA_* switches). */
+static inline int mpt_test_env_on(const char *var) {
+    const char *v = getenv(var);
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
 /* The whole text of file `path`, in a buffer of this test program's that the next call overwrites. Fails the test,
  * naming the file, when it cannot be read or does not fit (MPT_TEST_TEXT_MAX bytes): a truncated text would let a
  * check that something is absent pass on a file that holds it. */

@@ -329,13 +329,7 @@ static double jnum(json_t *j, const char *key) {
  * text or "key" in its example, and so are the keys of its nested objects, but config's (the recorded flags, each
  * `--<name>` in README's command reference) and the instruments' telemetry block (docs/numerics.md): a key the run
  * writes and the page does not explain fails here. */
-static void expect_keys_documented(json_t *j, const char *prefix) {
-    const char *root = getenv("MPT_SOURCE_ROOT");
-    ck_assert_msg(root && *root, "MPT_SOURCE_ROOT is not set (tests/meson.build sets it)");
-    char path[600];
-    snprintf(path, sizeof path, "%s/docs/outputs.md", root);
-    char *doc = strdup(mpt_test_read_text(path));
-    ck_assert(doc != NULL);
+static void keys_documented(json_t *j, const char *prefix, const char *doc) {
     const char *key;
     json_t *v;
     json_object_foreach(j, key, v) {
@@ -346,10 +340,17 @@ static void expect_keys_documented(json_t *j, const char *prefix) {
         if (json_is_object(v) && strcmp(key, "config") != 0 && strcmp(key, "telemetry") != 0) {
             char sub[200];
             snprintf(sub, sizeof sub, "%s%s.", prefix, key);
-            expect_keys_documented(v, sub);
+            keys_documented(v, sub, doc);
         }
     }
-    free(doc);
+}
+
+static void expect_keys_documented(json_t *j) {
+    const char *root = getenv("MPT_SOURCE_ROOT");
+    ck_assert_msg(root && *root, "MPT_SOURCE_ROOT is not set (tests/meson.build sets it)");
+    char path[600];
+    snprintf(path, sizeof path, "%s/docs/outputs.md", root);
+    keys_documented(j, "", mpt_test_read_text(path));
 }
 
 /* Reads a checkpoint tensor as FP32 (the masters are F32). */
@@ -452,7 +453,7 @@ START_TEST(test_train_outputs_and_eval) {
     const char *keys[] = {"final_test_accuracy", "best_test_accuracy", "time_per_epoch_s", "samples_per_s",
                           "steps_skipped", "final_loss_scale", "final_test_loss", "steps"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) jnum(j, keys[k]);
-    expect_keys_documented(j, "");
+    expect_keys_documented(j);
     json_t *cg = json_object_get(j, "cuda_graph");
     const char *cg_status = json_string_value(json_object_get(cg, "status"));
     const char *cg_req = json_string_value(json_object_get(cg, "requested"));
@@ -1559,8 +1560,6 @@ END_TEST
 /* The plot's loss-scale panel is described by the rule the fp16 run used, not by one preset's: Keras's preset starts at
  * 2^15 (tf.keras LossScaleOptimizer's initial_scale=2**15), and --hysteresis / --growth-interval override it. A
  * comparison without fp16 has no loss-scale panel, and the report describes none. */
-/* The whole of a text file, NUL-terminated, in a static buffer (cut at 256 KiB). */
-
 START_TEST(test_compare_report_scale_rule) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);

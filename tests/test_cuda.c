@@ -544,12 +544,6 @@ static void restore_gpu(void) {
     shared_gpu = NULL;
 }
 
-/* Whether this program's environment sets variable `var` to 1 (bench/gpu.sh runs the suite with opt-in paths on). */
-static int program_env_on(const char *var) {
-    const char *v = getenv(var);
-    return v != NULL && strcmp(v, "1") == 0;
-}
-
 /* A CUDA backend of the test's own, created with each variable of the space-separated list `vars` set to 1 (the
  * backend reads them at creation; they are unset again at once). */
 static mpt_backend *cuda_backend_with(const char *vars) {
@@ -622,7 +616,7 @@ START_TEST(test_bias_grad_ilp_bit_identical) {
     EXPECT(mpt_cuda_opt_in_calls(ilp, MPT_CUDA_OPT_BIAS_GRAD_ILP) == n_calls,
            "MPT_CUDA_BIAS_GRAD_ILP=1: %lld of the %lld bias_grad calls took the 8-row path",
            (long long)mpt_cuda_opt_in_calls(ilp, MPT_CUDA_OPT_BIAS_GRAD_ILP), (long long)n_calls);
-    EXPECT(program_env_on("MPT_CUDA_BIAS_GRAD_ILP") || mpt_cuda_opt_in_calls(gpu, MPT_CUDA_OPT_BIAS_GRAD_ILP) == 0,
+    EXPECT(mpt_test_env_on("MPT_CUDA_BIAS_GRAD_ILP") || mpt_cuda_opt_in_calls(gpu, MPT_CUDA_OPT_BIAS_GRAD_ILP) == 0,
            "the program's backend took the 8-row path without MPT_CUDA_BIAS_GRAD_ILP=1");
     mpt_backend_free(&ilp);
 }
@@ -2090,7 +2084,7 @@ START_TEST(test_softmax_xent_fused_bit_identical) {
     EXPECT(mpt_cuda_opt_in_calls(fused, MPT_CUDA_OPT_FUSED_LOSS) >= 2 * k,
            "MPT_CUDA_FUSED_LOSS=1: %lld calls took the fused loss in %d cases",
            (long long)mpt_cuda_opt_in_calls(fused, MPT_CUDA_OPT_FUSED_LOSS), k);
-    EXPECT(program_env_on("MPT_CUDA_FUSED_LOSS") || mpt_cuda_opt_in_calls(shared_gpu, MPT_CUDA_OPT_FUSED_LOSS) == 0,
+    EXPECT(mpt_test_env_on("MPT_CUDA_FUSED_LOSS") || mpt_cuda_opt_in_calls(shared_gpu, MPT_CUDA_OPT_FUSED_LOSS) == 0,
            "the program's backend took the fused loss without MPT_CUDA_FUSED_LOSS=1");
     /* the fused backend against the FP64 reference and the CPU (run_xent_case runs on `gpu`) */
     for (size_t ni = 0; ni < 4; ni++)
@@ -3305,7 +3299,6 @@ static int run_mptrain(char *const *args, const char *log) {
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
-
 /* Every tensor of two checkpoints byte for byte, and the loss scaler's state. */
 static void expect_same_checkpoints(const char *a_path, const char *b_path) {
     mpt_checkpoint *a = NULL, *b = NULL;
@@ -3370,7 +3363,8 @@ static void resume_case(const char *model, const char *precision, const char *co
         for (int k = 0; extra[k]; k++) args[n++] = extra[k];
         args[n] = NULL;
         int rc = run_mptrain((char *const *)args, log);
-        EXPECT(rc == 0, "mptrain train --device cuda (%s steps) failed (%d): %s", steps[r], rc, mpt_test_read_text(log));
+        EXPECT(rc == 0, "mptrain train --device cuda (%s steps) failed (%d): %s", steps[r], rc,
+               mpt_test_read_text(log));
     }
     char ck_first[600], ck_straight[600], ck_resumed[600], metrics[2][600];
     snprintf(ck_first, sizeof ck_first, "%s/checkpoint.safetensors", dirs[1]);
@@ -3382,7 +3376,8 @@ static void resume_case(const char *model, const char *precision, const char *co
                           NULL};
     int rc = run_mptrain((char *const *)args, log);
     EXPECT(rc == 0, "mptrain train --resume --device cuda failed (%d): %s", rc, mpt_test_read_text(log));
-    EXPECT(strstr(mpt_test_read_text(log), "resuming") != NULL, "the resumed run does not say so: %s", mpt_test_read_text(log));
+    EXPECT(strstr(mpt_test_read_text(log), "resuming") != NULL, "the resumed run does not say so: %s",
+           mpt_test_read_text(log));
     expect_same_checkpoints(ck_straight, ck_resumed);
     /* metrics.csv: the straight run's rows half+1..total equal the resumed run's rows */
     snprintf(metrics[0], sizeof metrics[0], "%s/metrics.csv", dirs[0]);
@@ -3442,7 +3437,8 @@ static void telemetry_case(const char *model, const char *precision) {
         }
         args[n] = NULL;
         int rc = run_mptrain((char *const *)args, log);
-        EXPECT(rc == 0, "mptrain train --device cuda (telemetry %s) failed (%d): %s", r ? "on" : "off", rc, mpt_test_read_text(log));
+        EXPECT(rc == 0, "mptrain train --device cuda (telemetry %s) failed (%d): %s", r ? "on" : "off", rc,
+               mpt_test_read_text(log));
     }
     char ck[2][600], metrics[2][600];
     for (int r = 0; r < 2; r++) {
@@ -3450,7 +3446,8 @@ static void telemetry_case(const char *model, const char *precision) {
         snprintf(metrics[r], sizeof metrics[r], "%s/metrics.csv", dirs[r]);
     }
     expect_same_checkpoints(ck[0], ck[1]);
-    char *off = without_run_id(strdup(mpt_test_read_text(metrics[0]))), *on = without_run_id(strdup(mpt_test_read_text(metrics[1])));
+    char *off = without_run_id(strdup(mpt_test_read_text(metrics[0])));
+    char *on = without_run_id(strdup(mpt_test_read_text(metrics[1])));
     EXPECT(strcmp(off, on) == 0, "logged losses differ with telemetry on:\n%s\nvs\n%s", off, on);
     free(off);
     free(on);

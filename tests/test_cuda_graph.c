@@ -344,8 +344,7 @@ static void restore_gpu(void) {
 static void variant_bit_identical(const char *var, const char *extra, mpt_cuda_opt_in k, int64_t min_calls,
                                   const char *what) {
     gr_result plain, direct, replayed;
-    const char *env = getenv(var);
-    const int program_has_it = env && strcmp(env, "1") == 0;
+    const int program_has_it = mpt_test_env_on(var); /* bench/gpu.sh runs the suite with opt-in paths on */
     gr_train("mlp", MPT_PRECISION_FP16, cfg_overflow, 0, &plain);
     EXPECT(program_has_it || mpt_cuda_opt_in_calls(gpu, k) == 0,
            "%s: the program's backend took the path %lld times without %s=1", what,

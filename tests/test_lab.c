@@ -66,7 +66,6 @@ static int have_data(void) {
     return 0;
 }
 
-
 /* The printed conclusion line of a lesson ("<name>: ..."), copied into dst. */
 static void printed_conclusion(const char *name, char *dst, size_t len) {
     char key[64];

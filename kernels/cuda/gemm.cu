@@ -737,8 +737,8 @@ struct mpt_cuda_retired {
  * order hides a race (the GEMMs are short, the backend's stream is rarely ahead by more than a kernel); with the side
  * GEMM started half a millisecond late, the backend's stream runs far ahead of it, so a consumer that does not wait for
  * the join reads a stale or partial weight gradient, and a producer that overwrites an operand before the join changes
- * what the GEMM reads: either gives other bits than the one-stream backend's (test_cuda_graph test_graph_wgrad_stream
- * runs with it). */
+ * what the GEMM reads: either gives other bits than the one-stream backend's (test_cuda_graph
+ * test_graph_wgrad_stream_delayed runs with it). */
 #define SIDE_DELAY_US 500
 
 static __device__ uint64_t globaltimer_ns(void) { /* PTX ISA, special register %globaltimer: nanoseconds */
