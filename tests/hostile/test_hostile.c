@@ -2192,6 +2192,7 @@ START_TEST(test_ckpt_loaded_values_checked) {
         {0, "state", "iteration", "2147483647", NULL, NULL, NULL, NULL, 0, "iteration 2147483647 is outside [0, 2147483646]"},
         {0, "state", "best_epoch", "2", NULL, NULL, NULL, NULL, 0, "best_epoch 2 is outside [0, 1]"},
         {0, "state", "epoch_loss_n", "3", NULL, NULL, NULL, NULL, 0, "epoch_loss_n 3 is outside [0, 2]"},
+        {0, "state", "epoch_loss_sum", "1.5", NULL, NULL, NULL, NULL, 0, "epoch_loss_sum 1.5 with epoch_loss_n 0"},
         {0, "state", "run_id", "\"0123456789abcdeg\"", NULL, NULL, NULL, NULL, 0, "run_id is not 16 lowercase hex digits"},
         {0, "scaler", "steps_taken", "1", NULL, NULL, NULL, NULL, 0, "steps_taken 1 + steps_skipped 0 should equal the iteration 2"},
         {0, "scaler", "hysteresis_left", "0", NULL, NULL, NULL, NULL, 0, "hysteresis_left 0 is outside [1, 1]"},
