@@ -14,7 +14,11 @@
  *  - outputs: metrics.csv, epochs.csv and stdout on /dev/full (a full disk) fail the run naming the file; a
  *    stopped and resumed run writes the straight run's CSVs (timings aside); --threads cannot change on resume;
  *  - small defects: the --device cuda and info messages, the progress bar within $COLUMNS, report.md under
- *    NVIDIA_TF32_OVERRIDE=0, the warning when most steps are skipped.
+ *    NVIDIA_TF32_OVERRIDE=0, the warning when most steps are skipped;
+ *  - tcase io: tests of existing checks that the input/output mutation audit found no test reaching (loaded
+ *    checkpoint values, the durability of a publish, lock file and link rules, CSVs continued by a resume, planted
+ *    journals, the stale-temporary sweep); they pass on the code before them and fail on the mutants that
+ *    tests/hostile/mutation-io.md names.
  *
  * A test of several cases checks them all and names each one that failed, so that each case is seen to fail
  * before its fix. "Before any payload is loaded" is measured, not inferred from the message: the child's peak
