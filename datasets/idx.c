@@ -425,8 +425,9 @@ static const char *shape_text(char *buf, size_t len, int64_t c, int64_t r, int64
 }
 
 /* Checks the four headers against each other before any payload is read: each images file has as many
- * items as its labels file, at least one, of at least 1 x 1 pixels (rows x cols when given) and one channel, the same
- * size in train and test. A header claiming gigabytes is thus rejected before a byte of its payload is inflated. */
+ * items as its labels file, at least one, of at least 1 x 1 pixels (rows x cols when given) and one channel, at most
+ * INT32_MAX of each (the network's shapes are int), the same size in train and test. A header claiming gigabytes is
+ * thus rejected before a byte of its payload is inflated. */
 static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, const mpt_mnist_opts *o) {
     int64_t shp[2][3];
     char a[96], b[96];
@@ -443,6 +444,9 @@ static mpt_status mnist_check_headers(char paths[4][4096], const mpt_idx *h, con
             return mpt_errorf(MPT_ERR_FORMAT, "%s: expected images of at least 1 x 1 pixels and 1 channel, found %s%s",
                               ip, shape_text(a, sizeof a, s[0], s[1], s[2]),
                               s[0] == 0 ? " (0 channels)" : "");
+        if (s[0] > INT32_MAX || s[1] > INT32_MAX || s[2] > INT32_MAX)
+            return mpt_errorf(MPT_ERR_FORMAT, "%s: images of %s are too large (at most %d pixels a side and %d channels)",
+                              ip, shape_text(a, sizeof a, s[0], s[1], s[2]), INT32_MAX, INT32_MAX);
         if (o->rows > 0 && (s[1] != o->rows || s[2] != o->cols))
             return mpt_errorf(MPT_ERR_SHAPE, "%s: images are %lld x %lld, expected %d x %d", ip, (long long)s[1],
                               (long long)s[2], o->rows, o->cols);
@@ -585,9 +589,6 @@ mpt_status mpt_mnist_load_opts(const char *dir, const mpt_mnist_opts *opts, mpt_
         for (int part = 0; part < 2 && st == MPT_OK; part++) nhwc_to_nchw(f[2 * part].data, f[2 * part].dims[0], C, H, W, tmp);
         free(tmp);
     }
-    if (st == MPT_OK && (H > INT32_MAX || W > INT32_MAX || C > INT32_MAX))
-        st = mpt_errorf(MPT_ERR_FORMAT, "%s: images of %lld x %lld x %lld are too large", paths[0], (long long)C,
-                        (long long)H, (long long)W);
     if (st != MPT_OK) {
         for (int i = 0; i < 4; i++) mpt_idx_free(&f[i]);
         return st;

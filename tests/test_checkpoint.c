@@ -3,7 +3,8 @@
  * dtype with metadata; the file layout checked byte by byte here (and by Python's json + struct when
  * python3 is installed); every rejection, from files whose header JSON and data this test writes by hand;
  * the expected-tensor checks; and atomicity (a crash between writing the temporary file and the rename
- * leaves the old checkpoint intact and loadable).
+ * leaves the old checkpoint intact and loadable); durability and exclusivity (the writer's fsync, rename and
+ * O_EXCL watched through its system calls; a failed write or rename leaves nothing behind).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -437,6 +442,8 @@ START_TEST(test_bad_headers) {
          "overflows", NULL},
         {"{" HAND_META "," HAND_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[-3],\"data_offsets\":[8,20]}}", "shape[0]",
          "non-negative integer"},
+        {"{" HAND_META "," HAND_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[8,20]}}", "shape[0]",
+         "non-negative integer"},
         {"{" HAND_META "," HAND_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[1.5,2],\"data_offsets\":[8,20]}}", "shape[0]",
          NULL},
         {"{" HAND_META "," HAND_A ",\"b\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,3],\"data_offsets\":[8,20]}}",
@@ -487,6 +494,9 @@ START_TEST(test_bad_headers) {
     /* A header whose CRC is wrong by construction (crc of other data). */
     write_st(p, "{\"__metadata__\":{\"crc32\":\"00000000\"}," HAND_A "," HAND_B "}", hand_data, 20, 0);
     expect_open_fail(p, NULL, 0, MPT_ERR_FORMAT, "CRC32 mismatch", "header says 00000000");
+    /* 7 bytes: too short for the 8-byte length field (a format error, before any read). */
+    write_all(p, "\x02\0\0\0\0\0\0", 7);
+    expect_open_fail(p, NULL, 0, MPT_ERR_FORMAT, "7 bytes is too short", NULL);
     /* Header length 0 and shorter than the JSON (cuts it). */
     write_st(p, "{}", NULL, 0, 0);
     ck_assert(mpt_checkpoint_open(p, NULL, 0, &c) == MPT_ERR_FORMAT); /* valid JSON, but no crc32 */
@@ -655,6 +665,139 @@ START_TEST(test_crash_before_rename) {
 }
 END_TEST
 
+/* ---- durability and exclusivity: the writer's system calls, watched -------------------------------------------- */
+
+/* fsync, renameat and getrandom as the writer (linked into this program) calls them: passed through to the kernel,
+ * and while `watch` is set, recorded in order (an fsync by the path its descriptor names, /proc/self/fd) and, while
+ * `fixed_random` >= 0, getrandom's bytes all equal to it (then it counts up): the temporary file's name is then
+ * known in advance (".<name>.tmp-000000", then "-111111"), as an attacker who could predict it would know it. */
+static int watch, fixed_random = -1, n_events;
+static char events[16][600];
+
+static void record(const char *fmt, const char *a, const char *b) {
+    if (watch && n_events < 16) snprintf(events[n_events++], sizeof events[0], fmt, a, b);
+}
+
+int fsync(int fd) {
+    char link[64], path[512] = "?";
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (n >= 0) path[n] = '\0';
+    record("fsync %s%s", path, "");
+    return (int)syscall(SYS_fsync, fd);
+}
+
+int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+    record("rename %s -> %s", oldpath, newpath);
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, 0);
+}
+
+/* read, passed through; while `shrunk_to` >= 0 the file reads as if another process had cut it to that many bytes
+ * after the reader's fstat (read returns 0 at that offset). */
+static long shrunk_to = -1;
+
+ssize_t read(int fd, void *buf, size_t count) {
+    if (shrunk_to >= 0) {
+        off_t at = lseek(fd, 0, SEEK_CUR);
+        if (at >= 0 && at >= shrunk_to) return 0;
+        if (at >= 0 && (off_t)count > shrunk_to - at) count = (size_t)(shrunk_to - at);
+    }
+    return (ssize_t)syscall(SYS_read, fd, buf, count);
+}
+
+ssize_t getrandom(void *buf, size_t len, unsigned int flags) {
+    if (fixed_random < 0) return (ssize_t)syscall(SYS_getrandom, buf, len, flags);
+    memset(buf, fixed_random++, len);
+    return (ssize_t)len;
+}
+
+/* engine/checkpoint.h's contract, by POSIX's rules: the temporary file is created with O_CREAT | O_EXCL (whatever
+ * stands at its name, a file or a link to one, is never opened: EEXIST, and another name is drawn), its data reaches
+ * the disk (fsync) before the rename makes it the checkpoint, and the directory is fsync'ed after the rename so that
+ * the new name survives a power loss. A failed write or rename leaves the old checkpoint and no temporary file. */
+START_TEST(test_durable_and_exclusive) {
+    make_tmpdir();
+    const char *p = tmp_path("ckpt.safetensors");
+    save_model(p, 100);
+    /* Another user's file, hard-linked at the name the writer will draw first. */
+    const char *victim = tmp_path("victim"), *planted = tmp_path(".ckpt.safetensors.tmp-000000");
+    write_all(victim, "keep", 4);
+    ck_assert(link(victim, planted) == 0);
+    model m;
+    model_fill(&m, 200);
+    mpt_checkpoint_tensor t[7];
+    int n = model_tensors(&m, t);
+    watch = 1, fixed_random = 0, n_events = 0;
+    mpt_status st = mpt_checkpoint_save(p, t, n, model_meta, 3);
+    watch = 0, fixed_random = -1;
+    ck_assert_msg(st == MPT_OK, "%s", mpt_last_error());
+    check_model(p, 200);
+    size_t vn;
+    uint8_t *v = read_all(victim, &vn);
+    ck_assert_msg(vn == 4 && memcmp(v, "keep", 4) == 0, "the file at the temporary name was written through");
+    free(v);
+    ck_assert(access(planted, F_OK) == 0);
+    /* fsync of the temporary file, its rename, then fsync of the directory, in that order. */
+    char want[3][600];
+    snprintf(want[0], sizeof want[0], "fsync %s/.ckpt.safetensors.tmp-111111", tmpdir);
+    snprintf(want[1], sizeof want[1], "rename .ckpt.safetensors.tmp-111111 -> ckpt.safetensors");
+    snprintf(want[2], sizeof want[2], "fsync %s", tmpdir);
+    int at = 0;
+    for (int i = 0; i < n_events && at < 3; i++)
+        if (strcmp(events[i], want[at]) == 0) at++;
+    char seen[16 * 610] = "";
+    for (int i = 0; i < n_events; i++) snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "[%s] ", events[i]);
+    ck_assert_msg(at == 3, "expected [%s] then [%s] then [%s]; the writer did: %s", want[0], want[1], want[2], seen);
+    ck_assert(unlink(planted) == 0);
+
+    /* A write that fails (a file-size limit: EFBIG) loses nothing: the old checkpoint stays, no temporary file. */
+    size_t n_old;
+    uint8_t *old = read_all(p, &n_old);
+    static float big[8192];
+    mpt_checkpoint_tensor bt = {"big", MPT_DTYPE_F32, 1, {8192}, big};
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl;
+    ck_assert(getrlimit(RLIMIT_FSIZE, &rl) == 0);
+    struct rlimit small = {4096, rl.rlim_max};
+    ck_assert(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    st = mpt_checkpoint_save(p, &bt, 1, NULL, 0);
+    ck_assert(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+    ck_assert_msg(st == MPT_ERR_IO && strstr(mpt_last_error(), "ckpt.safetensors"), "%s", mpt_last_error());
+    size_t n_now;
+    uint8_t *now = read_all(p, &n_now);
+    ck_assert(n_now == n_old && memcmp(now, old, n_old) == 0);
+    free(now);
+    free(old);
+    ck_assert_int_eq(temp_files(tmpdir, "ckpt.safetensors", NULL, 0), 0);
+
+    /* A rename that fails (a non-empty directory stands at the name: EISDIR) leaves no temporary file either. */
+    const char *d = tmp_path("d.safetensors");
+    ck_assert(mkdir(d, 0755) == 0);
+    char inside[600];
+    snprintf(inside, sizeof inside, "%s/x", d);
+    write_all(inside, "x", 1);
+    ck_assert(mpt_checkpoint_save(d, t, n, model_meta, 3) == MPT_ERR_IO);
+    ck_assert_msg(strstr(mpt_last_error(), "d.safetensors") && strstr(mpt_last_error(), "rename"), "%s",
+                  mpt_last_error());
+    ck_assert_int_eq(temp_files(tmpdir, "d.safetensors", NULL, 0), 0);
+    ck_assert(unlink(inside) == 0);
+
+    /* A file cut short by another process while it is read (fstat said more bytes than read delivers): an IO error
+     * naming it, never an endless loop (read returns 0 at the new end). */
+    const long cuts[3] = {4, 20, (long)n_old - 1}; /* in the length field, the header, the data */
+    for (int k = 0; k < 3; k++) {
+        long cut = cuts[k];
+        shrunk_to = cut;
+        mpt_checkpoint *c = (mpt_checkpoint *)1;
+        st = mpt_checkpoint_open(p, NULL, 0, &c);
+        shrunk_to = -1;
+        ck_assert_msg(st == MPT_ERR_IO && c == NULL && strstr(mpt_last_error(), "shrank"), "cut at %ld: %s", cut,
+                      mpt_last_error());
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
@@ -666,6 +809,7 @@ int main(void) {
     tcase_add_test(tc, test_expected_list);
     tcase_add_test(tc, test_writer_errors);
     tcase_add_test(tc, test_crash_before_rename);
+    tcase_add_test(tc, test_durable_and_exclusive);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);
 }

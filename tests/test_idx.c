@@ -7,12 +7,15 @@
  * fresh temporary directory.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -178,6 +181,11 @@ START_TEST(test_bad_magic_type_ndim) {
     expect_fail_both("magic", &x, 3, "bad IDX magic", "found 1f 02 08 03");
     free(x.b);
 
+    x = idx_bytes(0x08, 3, d3, 8); /* the magic's second byte: zero too (LeCun's format: "always 0") */
+    x.b[1] = 0x01;
+    expect_fail_both("magic1", &x, 3, "bad IDX magic", "found 00 01 08 03");
+    free(x.b);
+
     x = idx_bytes(0x0D, 3, d3, 32);
     expect_fail_both("type", &x, 3, "expected 0x08 (unsigned byte)", "found 0x0d (float)");
     free(x.b);
@@ -227,15 +235,16 @@ START_TEST(test_size_overflow) {
 END_TEST
 
 /* A header that claims 3.5 GB on a small file must not allocate 3.5 GB: run the load in a child process
- * whose address space is limited to 1 GiB. */
+ * whose address space is limited to 1 GiB. The file holds 3 MiB, more than the reader's first buffer (1 MiB), so
+ * the buffer grows, as bytes arrive, never to the size claimed. */
 START_TEST(test_no_huge_allocation) {
 #ifdef __SANITIZE_ADDRESS__
     fprintf(stderr, "test_no_huge_allocation: SKIPPED: AddressSanitizer needs more address space than the limit\n");
     return;
 #endif
     make_tmpdir();
-    const uint32_t d3[3] = {4500, 28, 28 * 35}; /* 3.46e9 bytes claimed */
-    bytes x = idx_bytes(0x08, 3, d3, 1000);
+    const uint32_t d3[3] = {4500, 28 * 28, 28 * 35}; /* 3.46e9 bytes claimed (4500 x 784 x 980) */
+    bytes x = idx_bytes(0x08, 3, d3, (size_t)3 << 20);
     write_raw(tmp_path("claim.raw"), x.b, x.n);
     write_gz(tmp_path("claim.gz"), x.b, x.n);
     free(x.b);
@@ -281,10 +290,17 @@ START_TEST(test_payload_length) {
     x = idx_bytes(0x08, 1, d1, 7 + 5000);
     expect_fail_both("long2", &x, 1, "5000 trailing bytes", "after the 7 data bytes");
     free(x.b);
+    /* Trailing bytes are counted up to 1 MiB, then the reader stops reading and says "more than" (a file padded
+     * with gigabytes is refused without reading them all). */
+    x = idx_bytes(0x08, 1, d1, 7 + ((size_t)2 << 20));
+    expect_fail_both("long3", &x, 1, "more than 1048576 trailing bytes", "after the 7 data bytes");
+    free(x.b);
     /* Header cut inside the dimension sizes. */
     x = idx_bytes(0x08, 3, d3, 0);
     x.n = 4 + 6;
     expect_fail_both("hdrcut", &x, 3, "header truncated", "expected 3 dimension sizes");
+    x.n = 4 + 11; /* one byte short of the last size */
+    expect_fail_both("hdrcut1", &x, 3, "header truncated", "found 11 bytes");
     free(x.b);
     /* Too short for the magic, and empty. */
     x = idx_bytes(0x08, 3, d3, 0);
@@ -433,6 +449,11 @@ START_TEST(test_mnist_errors) {
     mpt_mnist d;
     ck_assert(mpt_mnist_load(nodir, &d) == MPT_ERR_IO);
     ck_assert_msg(strstr(mpt_last_error(), nodir) && strstr(mpt_last_error(), "not found"), "%s", mpt_last_error());
+    /* a regular file where the directory should be: said so, not "missing dataset files" */
+    write_raw(nodir, (const uint8_t *)"x", 1);
+    ck_assert(mpt_mnist_load(nodir, &d) == MPT_ERR_IO);
+    ck_assert_msg(strstr(mpt_last_error(), nodir) && strstr(mpt_last_error(), "not a directory"), "%s",
+                  mpt_last_error());
     rm_tmpdir();
 
     /* Count mismatch: 20 train images, 19 train labels. */
@@ -478,9 +499,107 @@ START_TEST(test_mnist_errors) {
     }
     expect_mnist_fail(MPT_ERR_FORMAT, "expected an IDX images file", "train-images-idx3-ubyte");
     rm_tmpdir();
+
+    /* A shape asked for (mpt_mnist_load_shape): rows and cols both checked. */
+    make_tmpdir();
+    write_mnist(20, 7, 4, 3, 4, 0, 0);
+    {
+        mpt_mnist e;
+        ck_assert(mpt_mnist_load_shape(tmpdir, 4, 4, &e) == MPT_ERR_SHAPE);
+        ck_assert_msg(strstr(mpt_last_error(), "images are 4 x 3, expected 4 x 4"), "%s", mpt_last_error());
+        ck_assert(mpt_mnist_load_shape(tmpdir, 3, 3, &e) == MPT_ERR_SHAPE);
+        ck_assert_msg(strstr(mpt_last_error(), "images are 4 x 3, expected 3 x 3"), "%s", mpt_last_error());
+    }
+    rm_tmpdir();
+
+    /* Images 2^31 pixels wide (2 GiB each: under the 4 GiB file limit, over what an int holds): refused from the
+     * headers, before any payload is read (the files here have none). */
+    make_tmpdir();
+    {
+        uint32_t d3[3] = {1, 1, 2147483648u}, d1[1] = {1};
+        for (int k = 0; k < 4; k++) {
+            bytes x = k % 2 == 0 ? idx_bytes(0x08, 3, d3, 0) : idx_bytes(0x08, 1, d1, 1);
+            write_raw(tmp_path(names[k]), x.b, x.n);
+            free(x.b);
+        }
+    }
+    expect_mnist_fail(MPT_ERR_FORMAT, "train-images-idx3-ubyte: images of 1 x 2147483648 are too large", "at most");
+    rm_tmpdir();
+
+    /* A byte after the payload of a whole file (no --limit-train): refused, as mpt_idx_load refuses it. */
+    make_tmpdir();
+    write_mnist(20, 7, 4, 3, 4, 0, 0x1);
+    {
+        uint32_t d3[3] = {20, 4, 3};
+        bytes x = idx_bytes(0x08, 3, d3, 20 * 4 * 3 + 1);
+        write_raw(tmp_path("train-images-idx3-ubyte"), x.b, x.n);
+        free(x.b);
+    }
+    expect_mnist_fail(MPT_ERR_FORMAT, "train-images-idx3-ubyte: 1 trailing bytes", "after the 240 data bytes");
+    rm_tmpdir();
+
+    /* Images of no pixels: a rank-4 file whose channel count (NCHW: dims[1]) is 0; and a set of no items. Both refused
+     * from the headers, naming the file. */
+    make_tmpdir();
+    write_mnist(20, 7, 4, 3, 4, 0, 0x1);
+    {
+        uint32_t d4[4] = {20, 0, 4, 3};
+        bytes x = idx_bytes(0x08, 4, d4, 0);
+        write_raw(tmp_path("train-images-idx3-ubyte"), x.b, x.n);
+        free(x.b);
+    }
+    expect_mnist_fail(MPT_ERR_FORMAT, "at least 1 x 1 pixels and 1 channel", "(0 channels)");
+    rm_tmpdir();
+    make_tmpdir();
+    write_mnist(0, 7, 4, 3, 4, 0, 0);
+    expect_mnist_fail(MPT_ERR_FORMAT, "train-images-idx3-ubyte: expected at least one image", "found 0");
+    rm_tmpdir();
 }
 END_TEST
 
+
+/* open as the loader (linked into this program) calls it, passed through to the kernel; when it opens `swap_path`
+ * for the second time (the load after the header pass) the file is first replaced by swap_bytes: another process
+ * rewriting the dataset between the loader's two reads. */
+static const char *swap_path;
+static const uint8_t *swap_bytes;
+static size_t swap_n;
+static int swap_opens;
+
+int open(const char *path, int flags, ...) {
+    mode_t mode = 0;
+    if (flags & O_CREAT) {
+        va_list ap;
+        va_start(ap, flags);
+        mode = (mode_t)va_arg(ap, int);
+        va_end(ap);
+    }
+    if (swap_path && strcmp(path, swap_path) == 0 && ++swap_opens == 2) write_raw(swap_path, swap_bytes, swap_n);
+    return (int)syscall(SYS_openat, AT_FDCWD, path, flags, mode);
+}
+
+/* The headers are checked against each other before any payload is read; a file rewritten between that check and
+ * its load (images of another size than the header said) is refused, naming it, not loaded with sizes that no
+ * longer agree with the other files. */
+START_TEST(test_file_changed_while_loading) {
+    make_tmpdir();
+    write_mnist(20, 7, 4, 3, 4, 0, 0);
+    uint32_t d3[3] = {20, 5, 3}; /* 5 x 3 images now: the test set's are 4 x 3 */
+    bytes x = idx_bytes(0x08, 3, d3, 20 * 5 * 3);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, names[0]);
+    swap_path = path, swap_bytes = x.b, swap_n = x.n, swap_opens = 0;
+    mpt_mnist d;
+    mpt_status st = mpt_mnist_load(tmpdir, &d);
+    swap_path = NULL;
+    ck_assert_msg(swap_opens >= 2, "the loader opened %s %d times", path, swap_opens);
+    ck_assert_msg(st == MPT_ERR_IO && strstr(mpt_last_error(), path) && strstr(mpt_last_error(), "changed"), "%s: %s",
+                  mpt_status_name(st), mpt_last_error());
+    ck_assert(d.train_images == NULL && d.test_images == NULL);
+    free(x.b);
+    rm_tmpdir();
+}
+END_TEST
 
 /* Images with channels (rank 4, both layouts), class counts from the labels or given, and the errors between the
  * training and test files (issue 33). Fixtures made here. */
@@ -550,6 +669,8 @@ START_TEST(test_mnist_channels_classes) {
     d.test_labels[3] = 47;
     ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
     expect_load_fail(a, NULL, "t10k-labels-idx1-ubyte.gz: label 47 at item 3", "train-labels-idx1-ubyte.gz");
+    o.n_classes = 47; /* a label equal to the count given is outside [0, K) too */
+    expect_load_fail(a, &o, "t10k-labels-idx1-ubyte.gz: label 47 at item 3", "outside [0, 47)");
     o.n_classes = 48; /* with the class count given, it loads */
     ck_assert_msg(mpt_mnist_load_opts(a, &o, &e) == MPT_OK, "%s", mpt_last_error());
     mpt_mnist_free(&e);
@@ -625,6 +746,7 @@ int main(void) {
     tcase_add_test(tc, test_missing_and_directory);
     tcase_add_test(tc, test_mnist_small);
     tcase_add_test(tc, test_mnist_errors);
+    tcase_add_test(tc, test_file_changed_while_loading);
     tcase_add_test(tc, test_fashion_mnist);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);

@@ -14,7 +14,11 @@
  *  - outputs: metrics.csv, epochs.csv and stdout on /dev/full (a full disk) fail the run naming the file; a
  *    stopped and resumed run writes the straight run's CSVs (timings aside); --threads cannot change on resume;
  *  - small defects: the --device cuda and info messages, the progress bar within $COLUMNS, report.md under
- *    NVIDIA_TF32_OVERRIDE=0, the warning when most steps are skipped.
+ *    NVIDIA_TF32_OVERRIDE=0, the warning when most steps are skipped;
+ *  - tcase io: tests of existing checks that the input/output mutation audit found no test reaching (loaded
+ *    checkpoint values, the durability of a publish, lock file and link rules, CSVs continued by a resume, planted
+ *    journals, the stale-temporary sweep); they pass on the code before them and fail on the mutants that
+ *    tests/hostile/mutation-io.md names.
  *
  * A test of several cases checks them all and names each one that failed, so that each case is seen to fail
  * before its fix. "Before any payload is loaded" is measured, not inferred from the message: the child's peak
@@ -2146,6 +2150,407 @@ START_TEST(test_read_only_out_reason) {
 }
 END_TEST
 
+/* ---- the mutation audit of the input/output code (tests/hostile/mutation-io.md) -------------------------------- */
+
+/* Values a checkpoint must not hold, each refused by resume and by eval, naming the file and what is wrong (the bounds
+ * are those tools/run_checkpoint.c's header states, from what a run can reach): a NaN or an infinity in a master
+ * weight or in Adam's first moment (a NaN weight is never repaired or trained on), a negative running variance of
+ * batch norm (a mean of squares), a number that FP32, in which the run keeps it, does not hold exactly (the pixel
+ * mean 0.1 of a --standardize run: the writer prints floats with 17 digits, which read back exactly, so an inexact
+ * one was edited), counters past their bounds or disagreeing with each other, a fixed loss scale other than the
+ * configured one, pixel statistics in a run without --standardize, a run id that is not 16 hex digits (it is written
+ * into every CSV row), summary copies disagreeing with the config, another format tag, a fingerprint of fewer images
+ * than the run trained on, fewer than 2 classes, a network that does not fit its "data" (lenet5 on 4 x 4 images),
+ * and duplicate keys in a metadata object. The fixtures: an fp16 mlp (dynamic loss scale, 2 steps: iteration 2,
+ * batch 2, epoch 0), an FP32 batch-norm net with --standardize, and lenet5. */
+START_TEST(test_ckpt_loaded_values_checked) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *ck = make_checkpoint(data);
+    const char *bn = tmp_path("bn");
+    int rc = run("train", "--model", "flatten,linear(32),batchnorm,relu,linear", "--standardize", "--epochs", "1",
+                 "--batch-size", "50", "--max-steps", "2", "--data", data, "--out", bn, "--progress", "off", "--device",
+                 "cpu", NULL);
+    ck_assert_msg(rc == 0, "training the batch-norm fixture failed:\n%s", out_buf);
+    char bn_ck[700], le_ck[700];
+    snprintf(bn_ck, sizeof bn_ck, "%s/checkpoint.safetensors", bn);
+    const char *le = tmp_path("lenet");
+    rc = run("train", "--model", "lenet5", "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--data", data,
+             "--out", le, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "training the lenet5 fixture failed:\n%s", out_buf);
+    snprintf(le_ck, sizeof le_ck, "%s/checkpoint.safetensors", le);
+    const char *bad = tmp_path("bad.safetensors"), *half = tmp_path("half.safetensors");
+    static const struct {
+        int bn;
+        const char *key, *field, *value, *key2, *field2, *value2, *tensor;
+        float x;
+        const char *needle;
+    } cases[] = {
+        {0, NULL, NULL, NULL, NULL, NULL, NULL, "fc1.weight", NAN, "tensor fc1.weight holds a non-finite value at element 0"},
+        {0, NULL, NULL, NULL, NULL, NULL, NULL, "fc2.bias", INFINITY, "tensor fc2.bias holds a non-finite value at element 0"},
+        {0, NULL, NULL, NULL, NULL, NULL, NULL, "fc1.weight:exp_avg", NAN, "tensor fc1.weight:exp_avg holds a non-finite value"},
+        {1, NULL, NULL, NULL, NULL, NULL, NULL, "bn.running_var", -1.0f, "tensor bn.running_var holds -1 at element 0"},
+        {1, "state", "mean", "0.1", NULL, NULL, NULL, NULL, 0, "mean 0.10000000000000001 is not a finite FP32 value"},
+        {1, "state", "mean", "2", NULL, NULL, NULL, NULL, 0, "mean 2 is outside [0, 1]"},
+        {0, "state", "mean", "0.5", NULL, NULL, NULL, NULL, 0, "a run without --standardize uses 0 and 1"},
+        {0, "state", "iteration", "2147483647", NULL, NULL, NULL, NULL, 0, "iteration 2147483647 is outside [0, 2147483646]"},
+        {0, "state", "best_epoch", "2", NULL, NULL, NULL, NULL, 0, "best_epoch 2 is outside [0, 1]"},
+        {0, "state", "epoch_loss_n", "3", NULL, NULL, NULL, NULL, 0, "epoch_loss_n 3 is outside [0, 2]"},
+        {0, "state", "epoch_loss_sum", "1.5", NULL, NULL, NULL, NULL, 0, "epoch_loss_sum 1.5 with epoch_loss_n 0"},
+        {0, "state", "run_id", "\"0123456789abcdeg\"", NULL, NULL, NULL, NULL, 0, "run_id is not 16 lowercase hex digits"},
+        {0, "scaler", "steps_taken", "1", NULL, NULL, NULL, NULL, 0, "steps_taken 1 + steps_skipped 0 should equal the iteration 2"},
+        {0, "scaler", "hysteresis_left", "0", NULL, NULL, NULL, NULL, 0, "hysteresis_left 0 is outside [1, 1]"},
+        {0, "scaler", "floor_hits", "1", NULL, NULL, NULL, NULL, 0, "floor_hits 1 is outside [0, 0]"},
+        /* a subnormal scale 2^-127 with its exact inverse 2^127 (finite in FP32): below the normal range */
+        {0, "scaler", "scale", "5.8774717541114375e-39", "scaler", "inv_scale", "1.7014118346046923e+38", NULL, 0,
+         "scale 5.87747175e-39 is outside"},
+        {1, "scaler", "scale", "2", "scaler", "inv_scale", "0.5", NULL, 0, "scale 2, but the config's fixed loss scale is 1"},
+        {0, "model", NULL, "cnn", NULL, NULL, NULL, NULL, 0, "metadata \"model\" is 'cnn' but the config says 'mlp'"},
+        {0, "format", NULL, "mptrain-run-2", NULL, NULL, NULL, NULL, 0, "metadata \"format\" is 'mptrain-run-2', expected"},
+        {0, "data_fingerprint", "train_images", "1", NULL, NULL, NULL, NULL, 0, "train_images 1, fewer than the 200"},
+        {0, "data", "classes", "1", NULL, NULL, NULL, NULL, 0, "classes 1 is outside [2, "},
+        {1, "state", "inv_std", "0", NULL, NULL, NULL, NULL, 0, "inv_std 0 is outside"},
+        {2, "data", "height", "4", NULL, NULL, NULL, NULL, 0, "model does not fit its \"data\""},
+    };
+    case_problems p = {0};
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const char *src = cases[i].bn == 2 ? le_ck : cases[i].bn ? bn_ck : ck;
+        if (cases[i].key2) {
+            forge(src, half, cases[i].key2, cases[i].field2, cases[i].value2, NULL, 0.0f);
+            src = half;
+        }
+        forge(src, bad, cases[i].key, cases[i].field, cases[i].value, cases[i].tensor, cases[i].x);
+        char name[96];
+        const char *what = cases[i].tensor ? cases[i].tensor : cases[i].field ? cases[i].field : cases[i].key;
+        snprintf(name, sizeof name, "%s (resume)", what);
+        note_case(&p, name, resume_problem(data, bad, cases[i].needle));
+        rc = run("eval", "--checkpoint", bad, "--data", data, "--device", "cpu", NULL);
+        snprintf(name, sizeof name, "%s (eval)", what);
+        note_case(&p, name, rejection_problem(rc, 1, cases[i].needle));
+    }
+    /* a key twice in "state" (the later one the real value): refused, not the last one taken */
+    mpt_checkpoint *c = NULL;
+    ck_assert_msg(mpt_checkpoint_open(ck, NULL, 0, &c) == MPT_OK, "%s", mpt_last_error());
+    const char *state = mpt_checkpoint_meta_get(c, "state");
+    ck_assert(state && state[0] == '{');
+    char *dup = malloc(strlen(state) + 32);
+    sprintf(dup, "{\"iteration\":0,%s", state + 1);
+    mpt_checkpoint_close(&c);
+    forge(ck, bad, "state", NULL, dup, NULL, 0.0f);
+    free(dup);
+    note_case(&p, "duplicate key (resume)", resume_problem(data, bad, "metadata \"state\" is not a JSON object"));
+    rm_tmpdir();
+    assert_no_problems(&p, 2 * n + 1);
+}
+END_TEST
+
+/* The durability of a publish, from mptrain's own fsync and rename calls (tests/hostile/syscall_trace.c, preloaded):
+ * every temporary file (checkpoint, CSVs or their copies at a mid-run save, summary, journal) is fsync'ed before it is
+ * renamed into place (POSIX: its data is on disk at fsync, and a rename may reach the disk before unsynced data); the
+ * journal's rename is made durable (fsync of the directory) before the set's first rename, its commit; and that commit
+ * is made durable before the next rename (else a power loss could keep later files of the set without the commit the
+ * replay goes by). */
+START_TEST(test_publish_is_durable) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out"), *log = tmp_path("syscalls.log");
+    char preload[700], env_log[700];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s/tests/libmpt_syscall_trace.so", getenv("MPT_BUILD_ROOT"));
+    snprintf(env_log, sizeof env_log, "MPT_TEST_SYSCALL_LOG=%s", log);
+    char *env[] = {preload, env_log, NULL};
+    int rc = run_with_env(env, "train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "3",
+                          "--save-every", "2", "--out", out, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    char *text;
+    size_t len;
+    read_file(log, &text, &len);
+    char *ev[512];
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line && n < 512; line = strtok(NULL, "\n")) ev[n++] = line;
+    case_problems p = {0};
+    int renames = 0, sets = 0, n_checks = 0;
+    char fs_dir[800], want[800];
+    snprintf(fs_dir, sizeof fs_dir, "fsync %s", out);
+    for (int i = 0; i < n; i++) {
+        char from[300], to[300];
+        if (sscanf(ev[i], "rename %299s %299s", from, to) != 2 || !strstr(from, ".tmp-")) continue;
+        if (strcmp(to, ".mptrain.lock") == 0) continue; /* a lock holds no data */
+        renames++, n_checks++;
+        snprintf(want, sizeof want, "fsync %s/%s", out, from);
+        int synced = 0;
+        for (int k = 0; k < i && !synced; k++) synced = strcmp(ev[k], want) == 0;
+        note_case(&p, to, synced ? NULL : "renamed into place without an fsync of its temporary file");
+        if (strcmp(to, ".mptrain.publish") != 0) continue;
+        /* the journal in place: then fsync(dir) before the commit (the next rename), and again before the one after */
+        sets++, n_checks += 2;
+        int k = i + 1, dir_synced = 0;
+        for (; k < n && strncmp(ev[k], "rename ", 7) != 0; k++) dir_synced |= strcmp(ev[k], fs_dir) == 0;
+        note_case(&p, "the journal", dir_synced ? NULL : "the commit's rename came before the journal was durable");
+        dir_synced = 0;
+        for (k++; k < n && strncmp(ev[k], "rename ", 7) != 0; k++) dir_synced |= strcmp(ev[k], fs_dir) == 0;
+        note_case(&p, "the commit", dir_synced || k >= n ? NULL : "the set's second rename came before its commit was durable");
+    }
+    if (sets < 2) note_case(&p, "the trace", "fewer than two publish sets (a mid-run save and the final one) were seen");
+    if (renames < 8) note_case(&p, "the trace", "fewer than 8 files renamed into place were seen");
+    free(text);
+    rm_tmpdir();
+    assert_no_problems(&p, n_checks);
+}
+END_TEST
+
+/* The directory's lock file (.mptrain.lock) is opened with O_NOFOLLOW and must be a regular file: a symbolic link
+ * planted there is refused and the file it points to untouched (through the link, the lock's truncation and PID
+ * would overwrite it); a FIFO there is refused as such. As root (setpriv): in a sticky, world-writable directory a
+ * link owned by the directory's owner is followed as --out (the kernel's protected_symlinks rule exempts the owner
+ * of the directory as well as the follower). */
+START_TEST(test_lock_file_and_link_rules) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out"), *victim = tmp_path("victim");
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/.mptrain.lock", out);
+    ck_assert(mkdir(out, 0755) == 0);
+    write_bytes(victim, "keep", 4);
+    ck_assert(symlink(victim, lock) == 0);
+    case_problems p = {0};
+    int n_cases = 2;
+    int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", out,
+                 "--progress", "off", "--device", "cpu", NULL);
+    note_case(&p, "a link as the lock file", !same_bytes(victim, "keep", 4) ? "the file the link points to was written"
+                                             : rejection_problem(rc, 1, "a symbolic link stands there"));
+    ck_assert(unlink(lock) == 0 && mkfifo(lock, 0644) == 0);
+    rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", out,
+             "--progress", "off", "--device", "cpu", NULL);
+    note_case(&p, "a FIFO as the lock file", rejection_problem(rc, 1, "is a FIFO, expected a regular file"));
+    /* an idle lock file shared with another directory (cp -al of a finished run): replaced by the run there, so that
+     * the two directories do not share one lock */
+    n_cases++;
+    ck_assert(unlink(lock) == 0);
+    rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", out,
+             "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    char cmd0[2048], copy_lock[700];
+    snprintf(cmd0, sizeof cmd0, "cp -al '%s' '%s/copy'", out, tmpdir);
+    ck_assert(system(cmd0) == 0);
+    snprintf(copy_lock, sizeof copy_lock, "%s/copy/.mptrain.lock", tmpdir);
+    rc = run("train", "--resume", tmp_path("copy/checkpoint.safetensors"), "--data", data, "--out", tmp_path("copy"),
+             "--max-steps", "2", "--progress", "off", "--device", "cpu", NULL);
+    struct stat sa, sb;
+    note_case(&p, "an idle hard-linked lock file", rc != 0 ? err_buf
+                  : stat(lock, &sa) != 0 || stat(copy_lock, &sb) != 0 || sa.st_ino == sb.st_ino
+                      ? "the copy still shares the original's lock file" : NULL);
+    if (geteuid() == 0 && system("setpriv --version >/dev/null 2>&1") == 0) {
+        n_cases++;
+        ck_assert(chmod(tmpdir, 0711) == 0);
+        const char *pub = tmp_path("pub"), *theirs = tmp_path("pub/theirs"), *target = tmp_path("target");
+        ck_assert(mkdir(target, 0755) == 0 && mkdir(pub, 0755) == 0 && chmod(pub, 0777) == 0);
+        char cmd[2048], link[700];
+        snprintf(cmd, sizeof cmd, "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c 'mkdir %s && chmod 1777 %s && "
+                 "ln -s %s %s/link'", theirs, theirs, target, theirs);
+        ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+        snprintf(link, sizeof link, "%s/link", theirs);
+        rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", link,
+                 "--progress", "off", "--device", "cpu", NULL);
+        note_case(&p, "the directory owner's link", rc == 0 ? NULL : err_buf);
+    } else {
+        fprintf(stderr, "test_lock_file_and_link_rules: not root (or no setpriv): the directory owner's link is SKIPPED\n");
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
+/* Resuming from an older checkpoint of the same run (a copy kept aside at step 2, while the directory's files went on
+ * to step 4) continues the CSVs from that checkpoint: the rows the directory holds after step 2 are dropped, not kept
+ * beside the ones the resumed run writes again, so every step appears once in metrics.csv (as in a straight run). */
+START_TEST(test_resume_older_checkpoint_rows_once) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out"), *older = tmp_path("step2.safetensors");
+    char ck[700], cmd[2048];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    int rc = run("train", "--data", data, "--epochs", "2", "--batch-size", "50", "--max-steps", "2", "--log-every", "1",
+                 "--out", out, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", ck, older);
+    ck_assert(system(cmd) == 0);
+    rc = run("train", "--resume", ck, "--data", data, "--max-steps", "4", "--log-every", "1", "--out", out, "--progress",
+             "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    rc = run("train", "--resume", older, "--data", data, "--max-steps", "4", "--log-every", "1", "--out", out,
+             "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    char path[700], *csv;
+    size_t n;
+    snprintf(path, sizeof path, "%s/metrics.csv", out);
+    read_file(path, &csv, &n);
+    long prev = -1, rows = 0;
+    for (char *line = strchr(csv, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        long step = strtol(line + 1, NULL, 10);
+        ck_assert_msg(step > prev, "metrics.csv: step %ld after step %ld (a row twice):\n%s", step, prev, csv);
+        prev = step, rows++;
+    }
+    ck_assert_msg(rows == 4 && prev == 4, "metrics.csv: %ld rows up to step %ld, expected steps 1..4:\n%s", rows, prev, csv);
+    free(csv);
+    rm_tmpdir();
+}
+END_TEST
+
+/* A resume continues the run's CSVs only when they are this run's: metrics.csv with rows of another run (its run_id),
+ * with other columns, with a line longer than any mptrain writes, or with a row whose first field is not an integer
+ * is refused, naming the file, and left as it was; an empty one is started again with its header. */
+START_TEST(test_resume_refuses_foreign_csv) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *a = tmp_path("a"), *b = tmp_path("b");
+    const char *args_a[] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--log-every",
+                     "1", "--out", args_a[k], "--progress", "off", "--device", "cpu", NULL);
+        ck_assert_msg(rc == 0, "%s", err_buf);
+    }
+    char *theirs, *ours;
+    size_t n_theirs, n_ours;
+    read_file(tmp_path("b/metrics.csv"), &theirs, &n_theirs);
+    read_file(tmp_path("a/metrics.csv"), &ours, &n_ours);
+    char *longline = malloc(6000);
+    int len = snprintf(longline, 6000, "%.*s", (int)(strchr(ours, '\n') + 1 - ours), ours);
+    len += snprintf(longline + len, 6000 - (size_t)len, "1,");
+    memset(longline + len, '9', 5000);
+    snprintf(longline + len + 5000, 6000 - (size_t)len - 5000, "\n");
+    char *other_cols = malloc(n_ours + 16);
+    snprintf(other_cols, n_ours + 16, "iteration%s", strchr(ours, ','));
+    char *not_int = malloc(n_ours + 16); /* the second row's step "2" made "2x" */
+    char *row2 = strchr(strchr(ours, '\n') + 1, '\n') + 1;
+    snprintf(not_int, n_ours + 16, "%.*s2x%s", (int)(row2 - ours), ours, row2 + 1);
+    const struct { const char *name, *csv, *needle; int rc; } cases[] = {
+        {"another run's rows", theirs, "holds rows of run", 2}, /* a --resume that does not fit here: a usage error */
+        {"other columns", other_cols, "its columns are", 1},
+        {"a line of 5000 bytes", longline, "a line longer than 4096 bytes", 1},
+        {"a row starting 2x,", not_int, "a row does not start with an integer", 1},
+    };
+    case_problems p = {0};
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n_cases; i++) {
+        char cmd[2048], dir[64], path[700];
+        snprintf(dir, sizeof dir, "c%d", i);
+        snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", a, tmp_path(dir));
+        ck_assert(system(cmd) == 0);
+        snprintf(path, sizeof path, "%s/metrics.csv", tmp_path(dir));
+        write_bytes(path, cases[i].csv, strlen(cases[i].csv));
+        snprintf(cmd, sizeof cmd, "%s/checkpoint.safetensors", tmp_path(dir));
+        int rc = run("train", "--resume", cmd, "--data", data, "--max-steps", "3", "--out", tmp_path(dir), "--progress",
+                     "off", "--device", "cpu", NULL);
+        const char *why = rejection_problem(rc, cases[i].rc, cases[i].needle);
+        if (!why && !same_bytes(path, cases[i].csv, strlen(cases[i].csv))) why = "metrics.csv changed";
+        note_case(&p, cases[i].name, why);
+    }
+    /* an empty metrics.csv (its rows lost): the resumed run starts it again with its header */
+    char cmd[2048], path[700];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", a, tmp_path("empty"));
+    ck_assert(system(cmd) == 0);
+    snprintf(path, sizeof path, "%s/metrics.csv", tmp_path("empty"));
+    write_bytes(path, "", 0);
+    int rc = run("train", "--resume", tmp_path("empty/checkpoint.safetensors"), "--data", data, "--max-steps", "3",
+                 "--out", tmp_path("empty"), "--progress", "off", "--device", "cpu", NULL);
+    char *now;
+    size_t n_now;
+    read_file(path, &now, &n_now);
+    note_case(&p, "an empty metrics.csv", rc != 0 ? err_buf : strncmp(now, ours, (size_t)(strchr(ours, '\n') - ours + 1))
+                                                                  ? "the continued metrics.csv has no header" : NULL);
+    free(now);
+    free(theirs), free(ours), free(longline), free(other_cols), free(not_int);
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases + 1);
+}
+END_TEST
+
+/* A publish journal (.mptrain.publish) is replayed by the next mptrain on the directory; its names are names of that
+ * directory only. One planted there that names a file outside it ("../victim", "sub/../../victim", "..") is refused,
+ * naming the journal, and the file it names is untouched: a removal ("D") of it would be committed (its first
+ * operation), so the replay would delete it. So are a journal of another format (its header line), one without its
+ * end line (cut short: not a complete set) and a symbolic link in the journal's place: none of them removes keep.txt,
+ * which each names. */
+START_TEST(test_planted_journal_stays_inside) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *victim = tmp_path("victim");
+    const char *journals[] = {"mptrain publish set 1\nD\t../victim\nend\n",
+                              "mptrain publish set 1\nD\tsub/../../victim\nend\n",
+                              "mptrain publish set 1\nD\t..\nend\n",
+                              "mptrain publish set 1\nR\t.../victim.tmp-abcdef\t../victim\nend\n",
+                              "mptrain publish set 2\nD\tkeep.txt\nend\n", /* another format's header */
+                              "mptrain publish set 1\nD\tkeep.txt\n",          /* no end line: cut short */
+                              NULL};                                           /* a symbolic link to a journal */
+    case_problems p = {0};
+    const int n_cases = (int)(sizeof journals / sizeof journals[0]);
+    for (int k = 0; k < n_cases; k++) {
+        char name[32], jpath[700];
+        write_bytes(victim, "keep", 4);
+        snprintf(name, sizeof name, "out%d", k);
+        const char *out = tmp_path(name);
+        ck_assert(mkdir(out, 0755) == 0);
+        snprintf(jpath, sizeof jpath, "%s/sub", out);
+        ck_assert(mkdir(jpath, 0755) == 0);
+        char keep[700];
+        snprintf(keep, sizeof keep, "%s/keep.txt", out);
+        write_bytes(keep, "keep", 4);
+        snprintf(jpath, sizeof jpath, "%s/.mptrain.publish", out);
+        if (journals[k]) {
+            write_bytes(jpath, journals[k], strlen(journals[k]));
+        } else {
+            char real[700];
+            snprintf(real, sizeof real, "%s/journal", tmpdir);
+            write_bytes(real, "mptrain publish set 1\nD\tkeep.txt\nend\n", 36);
+            ck_assert(symlink(real, jpath) == 0);
+        }
+        int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", out,
+                     "--progress", "off", "--device", "cpu", NULL);
+        const char *why = !file_present(victim) || !same_bytes(victim, "keep", 4)
+                              ? "the file outside the directory was removed or replaced"
+                          : !file_present(keep) ? "a file the refused journal names was removed"
+                                                : rejection_problem(rc, 1, journals[k] ? "not a journal of mptrain"
+                                                                                       : "cannot read it (a symbolic link)");
+        snprintf(name, sizeof name, "journal %d", k);
+        note_case(&p, name, why);
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
+/* Opening a run's directory removes the temporary files a killed mptrain left (".<name>.tmp-XXXXXX") and nothing
+ * else: a user's own dot-files there (as long as a temporary name, or ending like one but without its ".tmp-") stay. */
+START_TEST(test_stale_temps_only_mptrains) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *out = tmp_path("out");
+    ck_assert(mkdir(out, 0755) == 0);
+    const char *keep[] = {".user-notes.txt", ".metrics.csv.bak-abcdef", ".x.tmp-abcdefg", ".x.tmp_abcdef"};
+    const char *stale = ".metrics.csv.tmp-abcdef";
+    char path[700];
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, keep[i]);
+        write_bytes(path, "mine", 4);
+    }
+    snprintf(path, sizeof path, "%s/%s", out, stale);
+    write_bytes(path, "left by a killed run", 20);
+    int rc = run("train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "1", "--out", out,
+                 "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    case_problems p = {0};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", out, keep[i]);
+        note_case(&p, keep[i], file_present(path) && same_bytes(path, "mine", 4) ? NULL : "a user's file was removed");
+    }
+    snprintf(path, sizeof path, "%s/%s", out, stale);
+    note_case(&p, stale, file_present(path) ? "the stale temporary file is still there" : NULL);
+    rm_tmpdir();
+    assert_no_problems(&p, 5);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2199,5 +2604,15 @@ int main(void) {
     tcase_add_test(audit, test_lab_param_last_wins);
     tcase_add_test(audit, test_read_only_out_reason);
     suite_add_tcase(s, audit);
+    TCase *io = tcase_create("io"); /* the mutation audit of the input/output code (mutation-io.md) */
+    tcase_set_timeout(io, 240);
+    tcase_add_test(io, test_ckpt_loaded_values_checked);
+    tcase_add_test(io, test_publish_is_durable);
+    tcase_add_test(io, test_lock_file_and_link_rules);
+    tcase_add_test(io, test_resume_older_checkpoint_rows_once);
+    tcase_add_test(io, test_resume_refuses_foreign_csv);
+    tcase_add_test(io, test_planted_journal_stays_inside);
+    tcase_add_test(io, test_stale_temps_only_mptrains);
+    suite_add_tcase(s, io);
     return mpt_test_run(s);
 }
