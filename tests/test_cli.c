@@ -1528,6 +1528,30 @@ START_TEST(test_compare_report) {
     ck_assert_ptr_nonnull(strstr(report, "## Numerics"));
     ck_assert_ptr_nonnull(strstr(report, "fp32 runs the twin's own arithmetic: every error is exactly 0"));
     ck_assert_ptr_nonnull(strstr(report, "what the FP32 masters keep"));
+    /* The fp16 underflow paragraph follows the run's own means (fp16/summary.json): fewer values flushed at the loss
+     * scale than at S = 1 (none at all: "none vanished", not a ratio over 0), or the effect said absent; and the run's
+     * scale said as 2^k, k = log2 of its mean. */
+    {
+        char d16[600];
+        snprintf(d16, sizeof d16, "%s/fp16", out);
+        json_t *sm = load_summary(d16);
+        json_t *mt = json_object_get(json_object_get(sm, "telemetry"), "metrics");
+        json_t *ag = json_object_get(mt, MPT_TELEMETRY_ALL_ACT_GRAD);
+        const double all = jnum(json_object_get(ag, "flush_frac"), "mean");
+        const double all1 = jnum(json_object_get(ag, "flush_frac@S=1"), "mean");
+        const double scale = jnum(json_object_get(json_object_get(mt, "amp"), "loss_scale"), "mean");
+        json_decref(sm);
+        ck_assert_msg(scale > 1.0, "fp16's mean loss scale %g", scale);
+        const char *want = !(all1 > all) ? "the expected effect of loss scaling (fewer values flushed) is absent"
+                           : all > 0.0   ? "times fewer values vanished"
+                                         : "with the scale, none vanished";
+        ck_assert_msg(strstr(report, want) != NULL, "report.md lacks '%s' (flushed %g at S, %g at S = 1)", want, all,
+                      all1);
+        ck_assert_msg(strstr(report, "inf times") == NULL, "report.md: a ratio over 0");
+        char s2[64];
+        snprintf(s2, sizeof s2, "at the run's S = 2^%.0f,", log2(scale));
+        ck_assert_msg(strstr(report, s2) != NULL, "report.md lacks '%s'", s2);
+    }
     /* The relative L2 column, recomputed here in FP64 from the checkpoints. */
     char ref_ck[600];
     snprintf(ref_ck, sizeof ref_ck, "%s/fp32/checkpoint.safetensors", out);
