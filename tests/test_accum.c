@@ -172,6 +172,15 @@ START_TEST(test_exact_matches_dot) {
         ck_assert(abs2 == abs_sum);
         ck_assert((double)s32 == s[MPT_ACCUM_F32]);
     }
+    /* by hand: 2^100 + 1 - 2^100 = 1, which a plain double sum loses (2^100 + 1 rounds to 2^100); the compensation
+     * keeps it whichever of the two terms is larger in magnitude */
+    const float big[3] = {0x1p100f, 1.0f, -0x1p100f}, small_first[3] = {1.0f, 0x1p100f, -0x1p100f};
+    ck_assert(mpt_accum_exact(big, 3, &abs2, &s32) == 1.0);
+    ck_assert(mpt_accum_exact(small_first, 3, &abs2, &s32) == 1.0);
+    mpt_accum_dot(big, 3, &ref, &abs_sum, s);
+    ck_assert(ref == 1.0);
+    mpt_accum_dot(small_first, 3, &ref, &abs_sum, s);
+    ck_assert(ref == 1.0);
 }
 END_TEST
 

@@ -1528,6 +1528,30 @@ START_TEST(test_compare_report) {
     ck_assert_ptr_nonnull(strstr(report, "## Numerics"));
     ck_assert_ptr_nonnull(strstr(report, "fp32 runs the twin's own arithmetic: every error is exactly 0"));
     ck_assert_ptr_nonnull(strstr(report, "what the FP32 masters keep"));
+    /* The fp16 underflow paragraph follows the run's own means (fp16/summary.json): fewer values flushed at the loss
+     * scale than at S = 1 (none at all: "none vanished", not a ratio over 0), or the effect said absent; and the run's
+     * scale said as 2^k, k = log2 of its mean. */
+    {
+        char d16[600];
+        snprintf(d16, sizeof d16, "%s/fp16", out);
+        json_t *sm = load_summary(d16);
+        json_t *mt = json_object_get(json_object_get(sm, "telemetry"), "metrics");
+        json_t *ag = json_object_get(mt, MPT_TELEMETRY_ALL_ACT_GRAD);
+        const double all = jnum(json_object_get(ag, "flush_frac"), "mean");
+        const double all1 = jnum(json_object_get(ag, "flush_frac@S=1"), "mean");
+        const double scale = jnum(json_object_get(json_object_get(mt, "amp"), "loss_scale"), "mean");
+        json_decref(sm);
+        ck_assert_msg(scale > 1.0, "fp16's mean loss scale %g", scale);
+        const char *want = !(all1 > all) ? "the expected effect of loss scaling (fewer values flushed) is absent"
+                           : all > 0.0   ? "times fewer values vanished"
+                                         : "with the scale, none vanished";
+        ck_assert_msg(strstr(report, want) != NULL, "report.md lacks '%s' (flushed %g at S, %g at S = 1)", want, all,
+                      all1);
+        ck_assert_msg(strstr(report, "inf times") == NULL, "report.md: a ratio over 0");
+        char s2[64];
+        snprintf(s2, sizeof s2, "at the run's S = 2^%.0f,", log2(scale));
+        ck_assert_msg(strstr(report, s2) != NULL, "report.md lacks '%s'", s2);
+    }
     /* The relative L2 column, recomputed here in FP64 from the checkpoints. */
     char ref_ck[600];
     snprintf(ref_ck, sizeof ref_ck, "%s/fp32/checkpoint.safetensors", out);
@@ -1667,9 +1691,11 @@ START_TEST(test_compare_seeds) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
     const char *out = tmp_path("cmp-seeds");
+    /* one step of lr 0.003 on 64 images, tested on all 300: the runs end apart (about 41-48%); trained to 100% in every
+     * run, as with 256 images, every difference and spread below was 0 and checked nothing */
     int rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,bf16", "--seeds", "2", "--limit-train",
-                 "256", "--limit-test", "128", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress",
-                 "off", "--margin", "0.5", NULL);
+                 "64", "--lr", "0.003", "--limit-test", "300", "--epochs", "1", "--batch-size", "64", "--device", "cpu",
+                 "--progress", "off", "--margin", "0.5", NULL);
 #ifndef MPT_HAVE_GSL
     ck_assert_msg(rc == 2 && strstr(out_buf, "libgsl-dev"), "without GSL: %d %s", rc, out_buf);
     rm_tmpdir();
@@ -1687,7 +1713,7 @@ START_TEST(test_compare_seeds) {
     ck_assert_int_eq(json_array_size(json_object_get(j, "seeds")), 2);
     json_t *precs = json_object_get(j, "precisions");
     ck_assert_int_eq(json_array_size(precs), 2);
-    double acc[2][2];
+    double acc[2][2], loss[2][2];
     for (int q = 0; q < 2; q++) {
         json_t *runs = json_object_get(json_array_get(precs, (size_t)q), "runs");
         ck_assert_int_eq(json_array_size(runs), 2);
@@ -1696,6 +1722,7 @@ START_TEST(test_compare_seeds) {
             snprintf(dir, sizeof dir, "%s/seed-%d/%s", out, k, q == 0 ? "fp32" : "bf16");
             json_t *sum = load_summary(dir);
             acc[q][k] = 100.0 * jnum(sum, "final_test_accuracy");
+            loss[q][k] = jnum(sum, "final_test_loss");
             ck_assert(jnum(json_array_get(runs, (size_t)k), "final_test_accuracy") ==
                       jnum(sum, "final_test_accuracy"));
             json_decref(sum);
@@ -1704,24 +1731,75 @@ START_TEST(test_compare_seeds) {
     ck_assert(json_is_null(json_object_get(json_array_get(precs, 0), "vs_fp32")));
     json_t *d = json_object_get(json_object_get(json_array_get(precs, 1), "vs_fp32"), "final_test_accuracy_pp");
     ck_assert(d != NULL);
+    /* summary.json and compare.json hold 10 significant digits: 1e-7 pp is their rounding at these sizes, far below any
+     * difference a wrong formula makes */
+    const double tol = 1e-7;
     double mean = ((acc[1][0] - acc[0][0]) + (acc[1][1] - acc[0][1])) / 2.0;
     double lo = jnum(d, "ci_low"), hi = jnum(d, "ci_high");
-    ck_assert_msg(fabs(jnum(d, "mean") - mean) < 1e-9, "mean difference %g, recomputed %g", jnum(d, "mean"), mean);
-    ck_assert(fabs((lo + hi) / 2.0 - mean) < 1e-9 && lo <= hi);
+    ck_assert_msg(fabs(jnum(d, "mean") - mean) < tol, "mean difference %g, recomputed %g", jnum(d, "mean"), mean);
+    ck_assert(fabs((lo + hi) / 2.0 - mean) < tol && lo <= hi);
     const char *v = json_string_value(json_object_get(d, "verdict"));
     ck_assert(v != NULL);
     const char *want = lo > -0.5 && hi < 0.5 ? "equivalent" : lo > 0.5 ? "better" : hi < -0.5 ? "worse" : "inconclusive";
     ck_assert_str_eq(v, want);
     double sd_paired = fabs((acc[1][0] - acc[0][0]) - (acc[1][1] - acc[0][1])) / sqrt(2.0);
     json_t *noise = json_object_get(j, "noise_paired_sd_final_accuracy_pp");
-    ck_assert_msg(fabs(jnum(noise, "bf16") - sd_paired) < 1e-9, "paired sd %g, by hand %g", jnum(noise, "bf16"),
+    ck_assert_msg(fabs(jnum(noise, "bf16") - sd_paired) < tol, "paired sd %g, by hand %g", jnum(noise, "bf16"),
                   sd_paired);
-    ck_assert(fabs(jnum(d, "sd") - sd_paired) < 1e-9);
-    char said[64];
+    ck_assert(fabs(jnum(d, "sd") - sd_paired) < tol);
+    char said[96];
     snprintf(said, sizeof said, "bf16 %.2f pp", sd_paired);
     ck_assert_msg(strstr(out_buf, said) != NULL, "the printed noise lacks '%s': %s", said, out_buf);
     double sd_fp32 = fabs(acc[0][0] - acc[0][1]) / sqrt(2.0);
-    ck_assert(fabs(jnum(json_object_get(j, "fp32_between_seeds_final_accuracy"), "sd") - sd_fp32) < 1e-9);
+    ck_assert(fabs(jnum(json_object_get(j, "fp32_between_seeds_final_accuracy"), "sd") - sd_fp32) < tol);
+    /* the 95% interval's half-width is t_{0.975, 1} sd / sqrt(2) (t from a table); with one degree of freedom t is
+     * Cauchy, P(T <= x) = 1/2 + atan(x) / pi, so the one-sided p-values at the margin m = 0.5 are p_not_worse =
+     * P(T >= (mean + m) / se) and p_not_better = P(T <= (mean - m) / se), se = sd / sqrt(2) */
+    const double t975_1 = 12.7062047362, pi = acos(-1.0), se = sd_paired / sqrt(2.0);
+    ck_assert_msg(fabs(hi - (mean + t975_1 * se)) < 1e-6 && fabs(lo - (mean - t975_1 * se)) < 1e-6,
+                  "interval [%g, %g], by hand [%g, %g]", lo, hi, mean - t975_1 * se, mean + t975_1 * se);
+    ck_assert(jnum(d, "margin") == 0.5);
+    if (se > 0.0) {
+        const double pw = 0.5 - atan((mean + 0.5) / se) / pi, pb = 0.5 + atan((mean - 0.5) / se) / pi;
+        ck_assert_msg(fabs(jnum(d, "p_not_worse") - pw) < tol && fabs(jnum(d, "p_not_better") - pb) < tol,
+                      "p-values (%g, %g), by hand (%g, %g)", jnum(d, "p_not_worse"), jnum(d, "p_not_better"), pw, pb);
+    }
+    /* the pairing sentence sets the paired sd against fp32's own spread */
+    if (sd_fp32 > 0.0)
+        snprintf(said, sizeof said, "bf16's paired sd %.2f pp is %.2fx the reference's own", sd_paired,
+                 sd_paired / sd_fp32);
+    else
+        snprintf(said, sizeof said, "bf16: paired sd %.2f pp against a reference that did not move", sd_paired);
+    ck_assert_msg(strstr(out_buf, said) != NULL, "the printed noise lacks '%s': %.2000s", said, out_buf);
+    /* the test loss's paired interval (bf16 - fp32, the same t) */
+    const double dl0 = loss[1][0] - loss[0][0], dl1 = loss[1][1] - loss[0][1], ml = (dl0 + dl1) / 2.0;
+    const double hl = t975_1 * fabs(dl0 - dl1) / 2.0; /* sd / sqrt(2) = |dl0 - dl1| / 2 */
+    json_t *dl = json_object_get(json_object_get(json_array_get(precs, 1), "vs_fp32"), "final_test_loss");
+    ck_assert_msg(fabs(jnum(dl, "mean") - ml) < 1e-8 && fabs(jnum(dl, "ci_low") - (ml - hl)) < 1e-8 &&
+                      fabs(jnum(dl, "ci_high") - (ml + hl)) < 1e-8,
+                  "loss difference %g [%g, %g], by hand %g [%g, %g]", jnum(dl, "mean"), jnum(dl, "ci_low"),
+                  jnum(dl, "ci_high"), ml, ml - hl, ml + hl);
+    json_decref(j);
+    snprintf(p, sizeof p, "%s/report.md", out);
+    ck_assert_msg(strstr(mpt_test_read_text(p), "n − 1 = 1 degrees of freedom") != NULL, "report.md: the t quantile's "
+                  "degrees of freedom");
+    /* a margin wide enough to decide: the table's verdict is the JSON's, said as the word */
+    const char *out2 = tmp_path("cmp-seeds-wide");
+    rc = run("compare", "--data", data, "--out", out2, "--precisions", "fp32,bf16", "--seeds", "2", "--limit-train", "64",
+             "--lr", "0.003", "--limit-test", "300", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress",
+             "off", "--margin", "50", NULL);
+    ck_assert_msg(rc == 0, "compare --margin 50 failed (%d): %s", rc, out_buf);
+    snprintf(p, sizeof p, "%s/compare.json", out2);
+    j = json_load_file(p, 0, &err);
+    ck_assert_msg(j != NULL, "%s: %s", p, err.text);
+    d = json_object_get(json_object_get(json_array_get(json_object_get(j, "precisions"), 1), "vs_fp32"),
+                        "final_test_accuracy_pp");
+    lo = jnum(d, "ci_low"), hi = jnum(d, "ci_high");
+    want = lo > -50 && hi < 50 ? "equivalent" : lo > 50 ? "better" : hi < -50 ? "worse" : "inconclusive";
+    ck_assert_str_eq(json_string_value(json_object_get(d, "verdict")), want);
+    char cell[64];
+    snprintf(cell, sizeof cell, "] | %s |", want);
+    ck_assert_msg(strstr(out_buf, cell) != NULL, "the printed table lacks '%s': %.2000s", cell, out_buf);
     json_decref(j);
     snprintf(p, sizeof p, "%s/curves/bf16_epochs.csv", out);
     ck_assert_msg(file_exists(p), "%s missing", p);

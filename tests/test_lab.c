@@ -352,7 +352,7 @@ static const char *check_paired(const char *lesson, const char *concl, const cha
     ck_assert_msg(n_txt == n && fabs(m_txt - mean) <= 0.0051 && fabs(lo_txt - lo) <= 0.006 && fabs(hi_txt - hi) <= 0.006,
                   "%s: %s recomputed %+.4f pp [%.4f, %.4f] over %d seeds, the text says %+.2f [%.2f, %.2f] over %d",
                   lesson, what, mean, lo, hi, n, m_txt, lo_txt, hi_txt, n_txt);
-    char want[120];
+    char want[256];
     snprintf(want, sizeof want, "%s ±0.3 pp", verdict);
     if (verdict[0] == 'w' || verdict[0] == 'b') snprintf(want, sizeof want, "%s 0.3 pp", verdict);
     ck_assert_msg(strncmp(p + strlen(key) + used, want, strlen(want)) == 0,
@@ -508,6 +508,36 @@ START_TEST(test_all_lessons_quick) {
                  sqrt(ss / (ns - 1)));
         ck_assert_msg(strstr(concl, want) != NULL, "noise: want '%s' in: %s", want, concl);
     }
+    /* the lesson's criterion and its words, recomputed: observed when every mean difference lies within twice its
+     * paired sd (not fp32's own sd across seeds), and each precision's clause says whether a one-seed difference of
+     * that size stands out; the ratio is the paired sd over fp32's sd, and the pairing sentence says less (below 0.8x for
+     * both), more (above 1.25x for both) or about the same (mutation audit L1, L5) */
+    int within = 1, less = 1, more = 1;
+    double s32m = 0.0, s32s = 0.0;
+    for (int k = 0; k < ns; k++) s32m += acc[0][k] / ns;
+    for (int k = 0; k < ns; k++) s32s += (acc[0][k] - s32m) * (acc[0][k] - s32m);
+    const double sd32 = sqrt(s32s / (ns - 1));
+    for (int q = 1; q < 3; q++) {
+        double mean = 0.0, ss = 0.0;
+        for (int k = 0; k < ns; k++) mean += (acc[q][k] - acc[0][k]) / ns;
+        for (int k = 0; k < ns; k++) ss += (acc[q][k] - acc[0][k] - mean) * (acc[q][k] - acc[0][k] - mean);
+        const double sdp = sqrt(ss / (ns - 1));
+        within &= fabs(mean) <= 2.0 * sdp;
+        less &= sdp < 0.8 * sd32;
+        more &= sdp > 1.25 * sd32;
+        if (sd32 > 0.0) {
+            snprintf(want, sizeof want, "moving by sd %.2f pp from seed to seed (%.2fx fp32's own sd; a one-seed "
+                     "difference of this size %s)", sdp, sdp / sd32,
+                     fabs(mean) > 2.0 * sdp ? "stands out from that noise" : "would not stand out from that noise");
+            ck_assert_msg(strstr(concl, want) != NULL, "noise: want '%s' in: %s", want, concl);
+        }
+    }
+    const char *pairing = less   ? "the pairing cancelled part of the seed's effect here"
+                          : more ? "here the paired differences spread more than fp32 alone"
+                                 : "here the paired spreads are about fp32's own";
+    ck_assert_msg(strstr(concl, pairing) != NULL, "noise: want '%s' in: %s", pairing, concl);
+    ck_assert_msg((strncmp(concl, "Observed", 8) == 0) == within, "noise: observed is %d by the paired sds: %s", within,
+                  concl);
     /* fp8: the gradient shares are the seed-0 fp8 run's telemetry past delayed scaling's warm-up (the steps whose dy
      * scales are no longer 1, recomputed here from its telemetry.csv), E4M3 the other format; the whole-run means of
      * summary.json, warm-up included, are reported apart (issue 37: the quick run's 3.24% was step 1) */

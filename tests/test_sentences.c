@@ -507,6 +507,133 @@ START_TEST(test_norm_shift_and_fp16) {
 }
 END_TEST
 
+/* The branches the tests above leave out, each fed a case on the side of its threshold that tools/sentences.h states
+ * (mutation audit, tests/hostile/mutation-teaching.md). Hand-worked numbers in the comments. */
+START_TEST(test_other_branches) {
+    /* a reference that did not move over the seeds: its own sentence, not "larger" from a ratio over 0 */
+    mpt_text_pairing(t, sizeof t, "fp16", 0.0, 0.3);
+    HAS("did not move at all over the seeds");
+    LACKS("larger");
+    /* better beyond the margin, in both sentences; an interval above 0 inside the margins reads "higher" */
+    mpt_stats_paired d = paired(1.0, 0.5, 1.5, MPT_VERDICT_BETTER, 0);
+    mpt_text_paired(t, sizeof t, "fp16 - fp32", &d, NULL);
+    HAS("better by more than 0.3 pp");
+    LACKS("worse");
+    mpt_text_verdict_reading(t, sizeof t, "in fp16", &d);
+    HAS("in fp16 the network ended better beyond the ±0.3 pp margin");
+    LACKS("worse");
+    d = paired(0.25, 0.05, 0.45, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_text_verdict_reading(t, sizeof t, "in fp16", &d);
+    HAS("ended higher on average, but not beyond");
+    /* a mean difference on the margin (stats.c gives seeds_needed -1 there): no count of seeds, not "more than 10000" */
+    d = paired(0.3, -0.2, 0.8, MPT_VERDICT_INCONCLUSIVE, -1);
+    mpt_text_paired(t, sizeof t, "fp16 - fp32", &d, NULL);
+    HAS("the mean sits on the margin, so no number of seeds decides");
+    LACKS("10000");
+    /* FP32's growth between half and a fifth of FP16's: 15 / 48 = 0.31 "more slowly"; 30 / 48 = 0.625 "as fast" */
+    mpt_text_accum_growth(t, sizeof t, "FP16", 48.0, 15.0, 8192.0, 16, 65536);
+    HAS("grew more slowly (15x)");
+    LACKS("far");
+    mpt_text_accum_growth(t, sizeof t, "FP16", 48.0, 30.0, 8192.0, 16, 65536);
+    HAS("grew as fast (30x)");
+    /* a sign split at p = 0.04 is not resolved at the 1% level (450 of 840: z = 30 / sqrt(210) = 2.07) */
+    const mpt_text_signs tc = {450, 390, 0.04, -0.07}, rn = {423, 423, 1.0, -0.028};
+    mpt_text_truncation_bias(t, sizeof t, "h100", "FP16", &tc, &rn);
+    HAS("No bias was resolved at the 1% level");
+    LACKS("biased the error");
+    /* 1.3x is "more" (the header's 1.25x) */
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "FP16", 16, 65536, 1.3e-8, 2e-6, 1e-8, 1.7e-6);
+    HAS("erred 1.3x more than IEEE recursive FP32 summation at K = 16");
+    /* a growth of 999.7x is a factor from 100 on: "1000x", not "1e+03x" */
+    mpt_text_tc_vs_ieee(t, sizeof t, "h100", "FP16", 16, 65536, 1e-8, 9.997e-6, 1e-8, 3.4e-6);
+    HAS("its error grew 1000x");
+    /* promotion that stays flat but above the unpromoted error does not cap it; nor does one that grew 3x */
+    mpt_text_promotion(t, sizeof t, 128, 512, 65536, 1.0e-5, 3.0e-5, 4.0e-5, 7.0e-5, 4.0e-5, 7.0e-5);
+    HAS("did not cap");
+    mpt_text_promotion(t, sizeof t, 128, 512, 65536, 4.0e-4, 9.0e-3, 4.0e-5, 1.2e-4, 4.0e-5, 1.2e-4);
+    HAS("did not cap");
+    LACKS("caps");
+    /* two warm-up steps at 30% and 30 steady ones at 1%: whole-run mean (0.6 + 0.3) / 32 = 0.028125, of which the
+     * warm-up's share is 0.6 / 0.9 = 2/3: mostly the warm-up's */
+    mpt_text_fp8_warmup(t, sizeof t, 2, 30, 0.3, 0.1, 0.01, 0.0, 0.028125, 0.00625);
+    HAS("mostly the warm-up's");
+    /* an unscaled wire at 1.5x the scaled error costs (above 1.1x); none flushed but some subnormal is not "none" */
+    mpt_text_wire_unscaled(t, sizeof t, 16, 0.01, 0.3, 1.5e-3, 1.0e-3, 16);
+    HAS("the cost of sending the gradient unscaled");
+    mpt_text_wire_unscaled(t, sizeof t, 16, 0.0, 0.3, 1.0e-3, 1.0e-3, 16);
+    LACKS("made none subnormal");
+    HAS("30% subnormal");
+    /* mass 5e-4 at S = 1 is above the 1e-4 of "negligible", whatever the L2 error */
+    mpt_text_underflow u = {"fc3.out.grad", 0.1, 5e-4, 1e-4, 0.001, 1e-9, 1e-5, 16};
+    mpt_text_underflow_cost(t, sizeof t, &u);
+    HAS("carries a real share of the signal");
+    /* batch 16: at 2^20 an example overflows when 1 - p >= 1048320 / 2^20, i.e. p below 256 / 2^20 = 0.00024; settled at
+     * 2^21 with no overflow: 1 - p stayed below 1048320 / 2^21 = 0.49988 */
+    mpt_text_overflow_bound(t, sizeof t, 16, 524288.0, 20, 0);
+    HAS("probability below 0.00024 on its label overflows");
+    mpt_text_overflow_bound(t, sizeof t, 16, 2097152.0, 20, 0);
+    HAS("(1 - p stayed below 0.5)");
+    /* stochastic rounding that lost few updates but applied 60% of the mass did not keep them */
+    mpt_text_stochastic(t, sizeof t, 40.0, 0.3, 0.6, 0.16);
+    HAS("did not keep the updates");
+    LACKS("promises (most");
+    /* FP32 lost updates carrying 1e-3 of the mass: above the 1e-4 of "almost nothing" */
+    mpt_text_fp32_lost(t, sizeof t, 0.2, 1e-3);
+    HAS("a real share of the movement");
+    /* both variances exact (0 against 0): a ratio of 1, "about as much", not "less" */
+    mpt_text_norm_var v = {"layer-norm rows", 8, 1.0, 0.0, 0.0, {"BF16", "FP16"}, {0.0, 0.0}, {0.0, 0.0}, {0, 0}, {0, 0}};
+    mpt_text_norm_variance(t, sizeof t, &v);
+    HAS("in BF16 the one-pass formula erred about as much as two passes");
+    HAS("Welford's update in FP32 erred 0, about as much as");
+    /* a one-pass error that grew 40x (0.05 to 2) grew more than tenfold */
+    mpt_text_norm_shift s = {.units = "batch-norm channels", .n_t = 2, .t = {0, 8}, .kappa = {1.4, 65},
+                             .onepass_bf16 = {0.05, 2.0}, .onepass_fp16 = {0.003, 0.1}, .onepass_fp32 = {2e-7, 3e-6},
+                             .twopass_bf16 = {0.02, 0.02}, .twopass_fp32 = {1.9e-7, 1.9e-7}, .clamped_bf16 = {0, 0}};
+    mpt_text_norm_shifted(t, sizeof t, &s);
+    HAS("one-pass variance in BF16 grew from 0.05 to 2");
+    /* the first moment's tensor is m, not v ("exp_avg" is a prefix of "exp_avg_sq") */
+    mpt_text_state_seq q;
+    memset(&q, 0, sizeof q);
+    q.looked = 7, q.update2_max = 250.0, q.lr = 0.001, q.state_nonfinite_step = 4, q.loss_all_finite = 1;
+    snprintf(q.state_tensor, sizeof q.state_tensor, "fc1.weight:exp_avg");
+    snprintf(q.state_value, sizeof q.state_value, "-inf");
+    mpt_text_state_sequence(t, sizeof t, &q);
+    HAS("m = beta1 m + (1 - beta1) g rounded to FP16");
+    LACKS("beta2");
+    /* a batch whose run took no step skipped none */
+    mpt_text_norm_fp16 f = {128, 512, 0.0, 0.0, 0, 0, 0, 8, 70.6, 70.7, 60.0, 62.5};
+    mpt_text_norm_fp16_batches(t, sizeof t, &f);
+    LACKS("every step");
+}
+END_TEST
+
+/* The scale lesson's sentences: which network paid (a verdict of worse, and only that), and how the count grew. */
+START_TEST(test_scale_effect) {
+    mpt_stats_paired d0 = paired(-0.2, -0.9, 0.5, MPT_VERDICT_INCONCLUSIVE, 40);
+    mpt_stats_paired d1 = paired(-1.0, -1.5, -0.5, MPT_VERDICT_WORSE, 0);
+    mpt_text_scale s = {"FP16 underflow", {"mlp", "deep"}, {"1% flush", "20% flush"}, 1.5, "no scaling - dynamic",
+                        {&d0, &d1}, {NULL, NULL}};
+    mpt_text_scale_effect(t, sizeof t, &s);
+    HAS("What cost no resolved accuracy on the first network cost accuracy on the deeper one");
+    HAS("about the same on both (1.5x)");
+    LACKS("it grew");
+    mpt_text_scale_brief(t, sizeof t, &s);
+    HAS("-1.00 pp [-1.50, -0.50] (worse)");
+    HAS("cost accuracy on the deeper one");
+    s.grow = 3.0, s.d[0] = &d1, s.d[1] = &d0;
+    mpt_text_scale_effect(t, sizeof t, &s);
+    HAS("it grew 3x from mlp to deep");
+    HAS("Only the first network paid for it in accuracy");
+    s.d[1] = &d1;
+    mpt_text_scale_effect(t, sizeof t, &s);
+    HAS("Both networks paid for it in accuracy");
+    s.d[0] = &d0, s.d[1] = &d0, s.grow = 0.2;
+    mpt_text_scale_effect(t, sizeof t, &s);
+    HAS("Neither network's accuracy showed a cost");
+    HAS("it fell to 0.2x");
+}
+END_TEST
+
 static Suite *sentences_suite(void) {
     Suite *s = suite_create("sentences");
     TCase *tc = tcase_create("sentences");
@@ -531,6 +658,8 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_checkpoint_refusal_names_what);
     tcase_add_test(tc, test_norm_variance);
     tcase_add_test(tc, test_norm_shift_and_fp16);
+    tcase_add_test(tc, test_other_branches);
+    tcase_add_test(tc, test_scale_effect);
     suite_add_tcase(s, tc);
     return s;
 }

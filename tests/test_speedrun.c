@@ -225,6 +225,22 @@ START_TEST(test_runs_and_report) {
         ck_assert_int_eq(json_integer_value(json_object_get(e, "seeds_at_target")), at);
         ck_assert(fabs(jnum(e, "share_at_target") - at / 2.0) < 1e-12);
         ck_assert(json_is_true(json_object_get(e, "reaches_target_mean")) == (mean >= 90.0));
+        /* report.md's sentence and the table's "reaches" cell say which side of the target the mean and the interval
+         * lie on (here the seeds end far apart, so the interval straddles 90% whatever the mean) */
+        const double lo = mean - half, hi = mean + half;
+        char said[96], row[32];
+        snprintf(said, sizeof said, "- %s %s", precs[q],
+                 mean >= 90.0 && lo >= 90.0 ? "reaches 90.0%: mean"
+                 : mean >= 90.0             ? "reaches 90.0% on the mean"
+                 : hi >= 90.0               ? "misses 90.0% on the mean"
+                                            : "misses 90.0%: mean");
+        ck_assert_msg(strstr(md, said) != NULL, "report.md lacks '%s' (mean %g, [%g, %g])", said, mean, lo, hi);
+        snprintf(row, sizeof row, "\n| %s | ", precs[q]);
+        const char *r0 = strstr(strstr(md, "## Accuracy and time to result"), row), *r1 = r0 ? strchr(r0 + 1, '\n') : NULL;
+        ck_assert(r0 != NULL && r1 != NULL);
+        const char *word = mean < 90.0 ? "| **no** |" : lo >= 90.0 ? "| yes (whole interval) |" : "| yes (mean; interval reaches below) |";
+        const char *w = strstr(r0, word);
+        ck_assert_msg(w != NULL && w < r1, "%s's row lacks '%s'", precs[q], word);
         const json_t *runs = json_object_get(e, "runs");
         ck_assert_int_eq(json_array_size(runs), 2);
         for (int s = 0; s < 2; s++) {

@@ -197,6 +197,70 @@ END_TEST
 
 #endif
 
+/* Edge cases of tools/stats.h's rules, each from the header's own words (mutation audit, tests/hostile/mutation-teaching.md):
+ * the noise ratio is INFINITY whenever sd_paired is 0 (also when the reference did not move either); a level outside
+ * (0.5, 1) and an infinite value have no interval; with no spread (sd below 1e-9 of the values' magnitude, the
+ * magnitude taken over a and b) only a common difference of exactly 0 is equivalent, a common negative one is
+ * inconclusive like a positive one; with se = 0 the one-sided statistics (d + m) / se and (d - m) / se are +-infinity,
+ * so p_lower = Q(+inf) = 0 when d > -m and p_upper = P(-inf) = 0 when d < m, and 1 on the other side; a spread of
+ * 5.8e-8 on values near 1 is a spread. */
+START_TEST(test_stats_edges) {
+    /* the names tools/stats.h documents, which compare.json and the tables print */
+    ck_assert_str_eq(mpt_verdict_name(MPT_VERDICT_EQUIVALENT), "equivalent");
+    ck_assert_str_eq(mpt_verdict_name(MPT_VERDICT_BETTER), "better");
+    ck_assert_str_eq(mpt_verdict_name(MPT_VERDICT_WORSE), "worse");
+    ck_assert_str_eq(mpt_verdict_name(MPT_VERDICT_INCONCLUSIVE), "inconclusive");
+    const double same[] = {87.0, 86.7, 88.1};
+    mpt_stats_noise z;
+    mpt_stats_noise_of(same, same, 3, &z);
+    ck_assert_msg(z.sd_paired == 0.0 && isinf(z.ratio) && z.ratio > 0, "ratio %g", z.ratio);
+    const double flat_ref[] = {80.0, 80.0, 80.0};
+    mpt_stats_noise_of(flat_ref, flat_ref, 3, &z);
+    ck_assert_msg(z.sd_between == 0.0 && isinf(z.ratio), "both spreads 0: ratio %g, want INFINITY", z.ratio);
+    mpt_stats_interval iv;
+    const double x[] = {1.0, 2.0, 4.0};
+    ck_assert_int_eq(mpt_stats_mean_interval(x, 3, 0.4, &iv), MPT_ERR_ARG);
+    ck_assert_int_eq(mpt_stats_mean_interval(x, 3, 0.5, &iv), MPT_ERR_ARG);
+    const double xi[] = {1.0, INFINITY, 4.0};
+    ck_assert_int_eq(mpt_stats_mean_interval(xi, 3, 0.95, &iv), MPT_ERR_ARG);
+#ifdef MPT_HAVE_GSL
+    const double zero[4] = {0};
+    mpt_stats_paired p;
+    const double down[] = {-0.125, -0.125, -0.125}; /* exact in binary: sd exactly 0 */
+    ck_assert_int_eq(mpt_stats_compare_paired(down, zero, 3, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(p.no_spread && p.verdict == MPT_VERDICT_INCONCLUSIVE && p.seeds_needed == -1, "verdict %s",
+                  mpt_verdict_name(p.verdict));
+    const double in[] = {0.125, 0.125, 0.125};
+    ck_assert_int_eq(mpt_stats_compare_paired(in, zero, 3, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(p.se == 0.0 && p.p_lower == 0.0 && p.p_upper == 0.0, "p (%g, %g)", p.p_lower, p.p_upper);
+    const double up[] = {0.5, 0.5};
+    ck_assert_int_eq(mpt_stats_compare_paired(up, zero, 2, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(p.p_lower == 0.0 && p.p_upper == 1.0, "p (%g, %g)", p.p_lower, p.p_upper);
+    ck_assert_int_eq(mpt_stats_compare_paired(down, zero, 3, 0.95, 0.05, &p), MPT_OK);
+    ck_assert_msg(p.p_lower == 1.0 && p.p_upper == 0.0, "p (%g, %g)", p.p_lower, p.p_upper);
+    /* d = 1e-7, 0, 0: sd = 1e-7 / sqrt(3) = 5.8e-8, above 1e-9 x 1 (the magnitude, at least 1) */
+    const double tiny[] = {1.0 + 1e-7, 1.0, 1.0}, ones[] = {1.0, 1.0, 1.0};
+    ck_assert_int_eq(mpt_stats_compare_paired(tiny, ones, 3, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(!p.no_spread && p.verdict == MPT_VERDICT_EQUIVALENT, "sd %g", p.sd);
+    /* the magnitude is a's too: d = 1e6, 1e6 + 1e-4 against b = 0 has sd 7.1e-5 < 1e-9 x 1e6 */
+    const double big[] = {1e6, 1e6 + 1e-4};
+    ck_assert_int_eq(mpt_stats_compare_paired(big, zero, 2, 0.95, 0.3, &p), MPT_OK);
+    ck_assert_msg(p.no_spread, "sd %g on values of 1e6", p.sd);
+    /* a suggestion between 1000 and the cap of 10000: d = -1, 1.2 (mean 0.1, sd 1.5556) at margin 0.17 needs
+     * t_{0.975, k-1} 1.5556 / sqrt(k) < 0.07, about (1.96 x 22.2)^2 = 1900 seeds; the count is checked against the
+     * definition (it decides, one fewer does not) with GSL's quantile */
+    const double spread[] = {-1.0, 1.2};
+    ck_assert_int_eq(mpt_stats_compare_paired(spread, zero, 2, 0.95, 0.17, &p), MPT_OK);
+    ck_assert_int_eq(p.verdict, MPT_VERDICT_INCONCLUSIVE);
+    const int k = p.seeds_needed;
+    ck_assert_msg(k > 1000 && k < 3000, "seeds_needed %d", k);
+    const double target = 0.17 - 0.1;
+    ck_assert(gsl_cdf_tdist_Pinv(0.975, k - 1) * p.sd / sqrt((double)k) < target);
+    ck_assert(gsl_cdf_tdist_Pinv(0.975, k - 2) * p.sd / sqrt((double)(k - 1)) >= target);
+#endif
+}
+END_TEST
+
 START_TEST(test_bad_input) {
     const double a[] = {1.0, 2.0, NAN}, b[] = {1.0, 1.0, 1.0};
     mpt_stats_paired p;
@@ -232,6 +296,7 @@ static Suite *stats_suite(void) {
     tcase_add_test(tc, test_random_against_gsl);
 #endif
     tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_stats_edges);
     suite_add_tcase(s, tc);
     return s;
 }

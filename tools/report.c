@@ -239,11 +239,16 @@ static void numerics_underflow(FILE *f, const mpt_report_row *row) {
     char cost[900];
     if (f16 && scale > 1.0 && isfinite(all1)) {
         mpt_text_underflow_cost(cost, sizeof cost, &u);
-        if (all1 > all)
+        if (all1 > all && all > 0.0)
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
                        "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
                        "scale, %.1f times fewer values vanished. %s.\n\n",
-                    a, scale, b, all > 0.0 ? all1 / all : INFINITY, cost);
+                    a, scale, b, all1 / all, cost);
+        else if (all1 > all) /* nothing flushed at S: no ratio to give ("inf times fewer") */
+            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
+                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
+                       "scale, none vanished. %s.\n\n",
+                    a, scale, b, cost);
         else
             fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
                        "scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer values "
