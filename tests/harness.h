@@ -17,7 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Check's default limit on an assertion's message is 4 KiB: a longer one (a test printing a command's whole output)
+ * aborted the test process with "Message string too long", reported as "Early exit with return value 2" instead of
+ * the failure. MPT_TEST_MAX_MSG is enough for the 64 KiB output buffers of tests/run_capture.h. */
+#define MPT_TEST_MAX_MSG (1u << 20)
+
 static inline int mpt_test_run(Suite *s) {
+    check_set_max_msg_size(MPT_TEST_MAX_MSG);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -468,6 +468,7 @@ int main(void) {
     tcase_add_loop_test(tc, telemetry_comm_error_within_bound, 0, 3);
     tcase_add_loop_test(tc, telemetry_trains_bit_identically, 0, 2);
     suite_add_tcase(s, tc);
+    check_set_max_msg_size(MPT_TEST_MAX_MSG);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */
     srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);
