@@ -634,6 +634,42 @@ START_TEST(test_scale_effect) {
 }
 END_TEST
 
+/* mptrain speedrun's claim (tools/speedrun.h: a precision reaches the target when its mean does; the report says
+ * whether the whole 95% interval lies at or above it). Each of the four outcomes at its closed end (a bound equal to
+ * the target counts as reaching it: ">= 90.0%"), and one seed without an interval. */
+static mpt_stats_interval ci3(double mean, double lo, double hi) {
+    return (mpt_stats_interval){.n = 10, .mean = mean, .level = 0.95, .lo = lo, .hi = hi};
+}
+
+START_TEST(test_target_verdict) {
+    mpt_stats_interval c = ci3(90.2, 90.0, 90.4); /* whole interval at or above: lo on the target */
+    mpt_text_target_verdict(t, sizeof t, "bf16", 90.0, 10, &c, c.mean, 7);
+    HAS("bf16 reaches 90.0%: mean 90.20% over 10 seeds, and its whole 95% interval [90.00, 90.40] lies at or above");
+    HAS("7 of 10 seeds reached it");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, &c, c.mean), "yes (whole interval)");
+    c = ci3(90.0, 89.99, 90.01); /* mean on the target, interval below it */
+    mpt_text_target_verdict(t, sizeof t, "fp16", 90.0, 10, &c, c.mean, 5);
+    HAS("fp16 reaches 90.0% on the mean (90.00% over 10 seeds), but its 95% interval [89.99, 90.01] reaches below");
+    LACKS("whole");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, &c, c.mean), "yes (mean; interval reaches below)");
+    c = ci3(89.99, 89.5, 90.0); /* mean below, hi on the target */
+    mpt_text_target_verdict(t, sizeof t, "tf32", 90.0, 10, &c, c.mean, 4);
+    HAS("tf32 misses 90.0% on the mean (89.99% over 10 seeds), though its 95% interval [89.50, 90.00] reaches the");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, &c, c.mean), "**no**");
+    c = ci3(89.5, 89.0, 89.99); /* whole interval below */
+    mpt_text_target_verdict(t, sizeof t, "fp32", 90.0, 10, &c, c.mean, 0);
+    HAS("fp32 misses 90.0%: mean 89.50% over 10 seeds, and its whole 95% interval [89.00, 89.99] lies below");
+    HAS("0 of 10 seeds");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, &c, c.mean), "**no**");
+    mpt_text_target_verdict(t, sizeof t, "bf16", 90.0, 1, NULL, 90.0, 1);
+    HAS("bf16: one seed, 90.00%, at or above 90.0%; one seed gives no interval");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, NULL, 90.0), "yes (one seed, no interval)");
+    mpt_text_target_verdict(t, sizeof t, "bf16", 90.0, 1, NULL, 89.99, 0);
+    HAS("bf16: one seed, 89.99%, below 90.0%");
+    ck_assert_str_eq(mpt_text_target_reached(90.0, NULL, 89.99), "no (one seed)");
+}
+END_TEST
+
 static Suite *sentences_suite(void) {
     Suite *s = suite_create("sentences");
     TCase *tc = tcase_create("sentences");
@@ -660,6 +696,7 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_norm_shift_and_fp16);
     tcase_add_test(tc, test_other_branches);
     tcase_add_test(tc, test_scale_effect);
+    tcase_add_test(tc, test_target_verdict);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -31,6 +31,37 @@ void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, do
                  "cancelled little of the seed's effect", name, sd_paired, r);
 }
 
+void mpt_text_target_verdict(char *b, size_t n, const char *name, double target, int n_seeds,
+                             const mpt_stats_interval *ci, double mean, int at_target) {
+    if (!ci) {
+        snprintf(b, n, "%s: one seed, %.2f%%, %s %.1f%%; one seed gives no interval, so this is no claim about the "
+                 "recipe's mean", name, mean, mean >= target ? "at or above" : "below", target);
+        return;
+    }
+    if (ci->mean >= target && ci->lo >= target)
+        snprintf(b, n, "%s reaches %.1f%%: mean %.2f%% over %d seeds, and its whole 95%% interval [%.2f, %.2f] lies "
+                 "at or above the target; %d of %d seeds reached it", name, target, ci->mean, n_seeds, ci->lo, ci->hi,
+                 at_target, n_seeds);
+    else if (ci->mean >= target)
+        snprintf(b, n, "%s reaches %.1f%% on the mean (%.2f%% over %d seeds), but its 95%% interval [%.2f, %.2f] "
+                 "reaches below the target: these seeds do not rule out a true mean under it; %d of %d seeds reached "
+                 "it", name, target, ci->mean, n_seeds, ci->lo, ci->hi, at_target, n_seeds);
+    else if (ci->hi >= target)
+        snprintf(b, n, "%s misses %.1f%% on the mean (%.2f%% over %d seeds), though its 95%% interval [%.2f, %.2f] "
+                 "reaches the target; %d of %d seeds reached it", name, target, ci->mean, n_seeds, ci->lo, ci->hi,
+                 at_target, n_seeds);
+    else
+        snprintf(b, n, "%s misses %.1f%%: mean %.2f%% over %d seeds, and its whole 95%% interval [%.2f, %.2f] lies "
+                 "below the target; %d of %d seeds reached it", name, target, ci->mean, n_seeds, ci->lo, ci->hi,
+                 at_target, n_seeds);
+}
+
+const char *mpt_text_target_reached(double target, const mpt_stats_interval *ci, double mean) {
+    if (!ci) return mean >= target ? "yes (one seed, no interval)" : "no (one seed)";
+    if (ci->mean < target) return "**no**";
+    return ci->lo >= target ? "yes (whole interval)" : "yes (mean; interval reaches below)";
+}
+
 void mpt_text_paired(char *b, size_t n, const char *what, const mpt_stats_paired *d, const mpt_stats_summary *diff) {
     if (!d) {
         if (diff && diff->n >= 2)

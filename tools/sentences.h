@@ -28,6 +28,18 @@
  * "about the same" otherwise; NAN spreads (fewer than 2 seeds) say so. */
 void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, double sd_paired);
 
+/* A time-to-accuracy claim (`mptrain speedrun`, tools/speedrun.h): whether precision `name` reaches `target` % test
+ * accuracy, read off the mean over n_seeds seeds and its 95% interval ci (NULL with one seed: then `mean`, the one
+ * run's accuracy, and no claim about the recipe's mean). Four outcomes, each its own sentence: the whole interval at
+ * or above the target; the mean at or above it with the interval reaching below; the mean below with the interval
+ * reaching it; the whole interval below. at_target: the seeds whose accuracy is >= target, said as "K of n". */
+void mpt_text_target_verdict(char *b, size_t n, const char *name, double target, int n_seeds,
+                             const mpt_stats_interval *ci, double mean, int at_target);
+
+/* The same claim as a table cell: "yes (whole interval)", "yes (mean; interval reaches below)", "**no**" (the mean
+ * below), or with one seed (ci NULL) "yes (one seed, no interval)" / "no (one seed)". A static string. */
+const char *mpt_text_target_reached(double target, const mpt_stats_interval *ci, double mean);
+
 /* An accuracy comparison over seeds with its verdict and interval, never a bare "same":
  *   "<what> +0.10 pp, 95% CI [-3.08, 3.28] over 2 seeds: inconclusive at ±0.3 pp; equivalence would need about 212
  *    seeds at this spread"

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "mpt_config.h"
+#include "tools/sentences.h"
 #include "tools/speedrun.h"
 #include "tools/stats.h"
 #include "tools/stats_json.h"
@@ -154,37 +155,14 @@ static mpt_status compute_stats(const mpt_speedrun_runs *r, prec_stats *st) {
 
 /* ---- text ---------------------------------------------------------------------------------------------------------- */
 
-/* Whether and how the precision reached the target: one sentence, chosen by its numbers. */
+/* Whether and how the precision reached the target (tools/sentences.h). */
 static void verdict_text(char *b, size_t len, const prec_stats *q, int n_seeds) {
-    const char *name = mpt_precision_name(q->precision);
-    if (!q->has_ci) {
-        snprintf(b, len, "%s: one seed, %.2f%%, %s %.1f%%; one seed gives no interval, so this is no claim about the "
-                 "recipe's mean", name, q->acc.mean, q->acc.mean >= TARGET ? "at or above" : "below", TARGET);
-        return;
-    }
-    const mpt_stats_interval *c = &q->acc_ci;
-    if (c->mean >= TARGET && c->lo >= TARGET)
-        snprintf(b, len, "%s reaches %.1f%%: mean %.2f%% over %d seeds, and its whole 95%% interval [%.2f, %.2f] lies "
-                 "at or above the target; %d of %d seeds reached it", name, TARGET, c->mean, n_seeds, c->lo, c->hi,
-                 q->at_target, n_seeds);
-    else if (c->mean >= TARGET)
-        snprintf(b, len, "%s reaches %.1f%% on the mean (%.2f%% over %d seeds), but its 95%% interval [%.2f, %.2f] "
-                 "reaches below the target: these seeds do not rule out a true mean under it; %d of %d seeds reached "
-                 "it", name, TARGET, c->mean, n_seeds, c->lo, c->hi, q->at_target, n_seeds);
-    else if (c->hi >= TARGET)
-        snprintf(b, len, "%s misses %.1f%% on the mean (%.2f%% over %d seeds), though its 95%% interval [%.2f, %.2f] "
-                 "reaches the target; %d of %d seeds reached it", name, TARGET, c->mean, n_seeds, c->lo, c->hi,
-                 q->at_target, n_seeds);
-    else
-        snprintf(b, len, "%s misses %.1f%%: mean %.2f%% over %d seeds, and its whole 95%% interval [%.2f, %.2f] lies "
-                 "below the target; %d of %d seeds reached it", name, TARGET, c->mean, n_seeds, c->lo, c->hi,
-                 q->at_target, n_seeds);
+    mpt_text_target_verdict(b, len, mpt_precision_name(q->precision), TARGET, n_seeds, q->has_ci ? &q->acc_ci : NULL,
+                            q->acc.mean, q->at_target);
 }
 
 static const char *reached_word(const prec_stats *q) {
-    if (!q->has_ci) return q->acc.mean >= TARGET ? "yes (one seed, no interval)" : "no (one seed)";
-    if (q->acc_ci.mean < TARGET) return "**no**";
-    return q->acc_ci.lo >= TARGET ? "yes (whole interval)" : "yes (mean; interval reaches below)";
+    return mpt_text_target_reached(TARGET, q->has_ci ? &q->acc_ci : NULL, q->acc.mean);
 }
 
 static void ci_text(char *b, size_t len, const mpt_stats_interval *c, const char *fmt, int sign) {
