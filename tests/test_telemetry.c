@@ -889,6 +889,10 @@ START_TEST(test_create_rejects) {
     mpt_softmax_xent(tw, mpt_linear(tw, mpt_input(tw, 2, shape), 8, "fc"), "loss");
     ck_assert_int_eq(mpt_telemetry_create(r.tr, 5, tw), MPT_ERR_ARG);
     ck_assert_msg(strstr(mpt_last_error(), "twin") != NULL, "message: %s", mpt_last_error());
+    /* a failed create leaves no collector behind: before, the half-made one (no buffers) stayed attached, a step
+     * measured by it wrote through its NULL buffers, and a second create aborted */
+    ck_assert_ptr_null(r.tr->telemetry);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 1, NULL), MPT_OK);
     run_close(&r);
     /* the run's nodes, but a wider fc1 in the twin (40 outputs, the run's 32): its tensors' sizes differ */
     run_open(&r, MPT_PRECISION_BF16, 0, 0, MPT_LOSS_SCALE_NONE);
