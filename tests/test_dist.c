@@ -12,7 +12,9 @@
  *  - an injected non-finite gradient on rank 1 only skips the step on both ranks; masters stay bit-identical
  *    across ranks, and equal those of a run that never saw the step's gradient;
  *  - telemetry's communication error (comm_rel_l2) per tensor within the bound derived from the ranks' own
- *    gradients, nonzero for bf16/fp16 and exactly 0 for fp32; telemetry on trains bit-identically to off.
+ *    gradients, nonzero for bf16/fp16 and exactly 0 for fp32; telemetry on trains bit-identically to off;
+ *  - a finite FP16 sum that overflows on the wire is found_inf on every rank; the agreement to stop is an "any";
+ *    the shard rule on a batch the ranks do not divide; the launcher sizes read from the environment.
  */
 #include <math.h>
 #include <mpi.h>
@@ -339,14 +341,17 @@ static double telemetry_value(const mpt_trainer *t, const char *tensor, const ch
 
 /* Telemetry's communication error on a data-parallel step (fp16 training, dynamic loss scale 2^16: the
  * gradients are loss-scaled, as they travel). Every rank recomputes step 1's per-rank gradients g_r with a
- * trainer of its own (same seed, same rows, no communication: the backward alone), gathers both ranks' and
+ * trainer of its own (same seed, same rows, a step without communication), gathers both ranks' and
  * derives, per tensor, the bound of the error telemetry reports, ||g~ - g32|| / ||g32||:
  *   a = w_0 g_0, b = w_1 g_1 (w_r = 1/2, exact); the wire rounds a, b and their sum once each:
  *   |g~ - (a + b)| <= (2u + u^2)(|a| + |b|) + 3 eta   (eta: half the subnormal spacing, 2^-25 FP16, 2^-134 BF16)
  *   |g32 - (a + b)| <= 2^-24 |a + b|                  (one FP32 rounding of the sum)
  * so ||g~ - g32|| <= || (2u + u^2)(|a| + |b|) + 3 eta + 2^-24 |a + b| || (triangle inequality, element-wise).
  * The measured error must lie within it, be nonzero for the 16-bit wires in at least one tensor (the values
- * did travel in 16 bits), and be exactly 0 for --grad-comm fp32, where the reference IS the wire's sum. */
+ * did travel in 16 bits), and be exactly 0 for --grad-comm fp32, where the reference IS the wire's sum; and it must
+ * equal, to FP64's rounding of the sums, the error of the wire simulated here element by element (for two ranks the
+ * order of the 16-bit sum does not matter). Before, the probe ran a bare backward, which does not load the gathered
+ * rows: its g_r came from an empty input (fc1.weight's bound was infinite, the others loose). */
 START_TEST(telemetry_comm_error_within_bound) {
     static const mpt_grad_comm wires[3] = {MPT_GRAD_COMM_FP32, MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
     mpt_grad_comm c = wires[_i];
@@ -365,15 +370,20 @@ START_TEST(telemetry_comm_error_within_bound) {
     model_open(&probe, &data, MPT_PRECISION_FP16, lo, hi - lo, 0.0f, &cfg);
     ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
     ck_assert_int_eq(mpt_telemetry_create(dp.tr, 1, NULL), MPT_OK);
-    /* this rank's g_r: the probe's backward on the same rows from the same masters and loss scale */
+    /* this rank's g_r: a step of the probe (no communication) on the same rows from the same masters and loss scale S
+     * leaves g_r / S in its gradients (unscaled in place; S = 2^16 a power of two: times S is exact). (A bare
+     * forward and backward would not do: the step is what loads the gathered rows into the input.) */
     mpt_trainer_gather(probe.tr, data.train_images, data.train_labels, perm + lo, data.dim, 0.0f, 1.0f);
-    probe.tr->g->training = 1;
-    mpt_graph_zero_grad(probe.tr->g);
-    mpt_graph_forward(probe.tr->g);
-    mpt_graph_backward(probe.tr->g);
+    mpt_train_stats pst;
+    mpt_trainer_stats(probe.tr, &pst);
+    const float S = pst.scale;
+    mpt_trainer_step(probe.tr);
+    mpt_trainer_stats(probe.tr, &pst);
+    ck_assert_int_eq(pst.steps_skipped, 0);
     int64_t n = pack_grads(&probe, NULL);
     float *both = malloc(2 * (size_t)n * sizeof(float)), *mine = malloc((size_t)n * sizeof(float));
     pack_grads(&probe, mine);
+    for (int64_t j = 0; j < n; j++) mine[j] *= S;
     MPI_Allgather(mine, (int)n, MPI_FLOAT, both, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
     mpt_dist_set_batch(dist, hi - lo, GB);
     mpt_trainer_gather(dp.tr, data.train_images, data.train_labels, perm + lo, data.dim, 0.0f, 1.0f);
@@ -382,22 +392,31 @@ START_TEST(telemetry_comm_error_within_bound) {
     int64_t off = 0;
     for (int i = 0; i < dp.tr->n_params; i++) {
         int64_t k = mpt_tensor_numel(dp.tr->weight[i]);
-        double bound_sq = 0.0, ref_sq = 0.0;
+        double bound_sq = 0.0, ref_sq = 0.0, wire_sq = 0.0;
         for (int64_t j = off; j < off + k; j++) {
             double a = 0.5 * both[j], b = 0.5 * both[n + j];
             double e = (2.0 * u + u * u) * (fabs(a) + fabs(b)) + 3.0 * eta + 0x1p-24 * fabs(a + b);
             float g32 = (float)(a + b); /* one FP32 rounding of the exact sum (a, b: FP32 halves, exact) */
             bound_sq += e * e;
             ref_sq += (double)g32 * (double)g32;
+            /* the wire as dist.h defines it: each term rounded to the 16-bit dtype (RNE), their FP32 sum rounded again */
+            float w = g32;
+            if (c == MPT_GRAD_COMM_BF16)
+                w = mpt_bf16_to_f32(mpt_f32_to_bf16(mpt_bf16_to_f32(mpt_f32_to_bf16((float)a)) +
+                                                    mpt_bf16_to_f32(mpt_f32_to_bf16((float)b))));
+            if (c == MPT_GRAD_COMM_FP16)
+                w = mpt_f16_to_f32(mpt_f32_to_f16(mpt_f16_to_f32(mpt_f32_to_f16((float)a)) +
+                                                  mpt_f16_to_f32(mpt_f32_to_f16((float)b))));
+            wire_sq += ((double)w - g32) * ((double)w - g32);
         }
-        double bound = sqrt(bound_sq / ref_sq);
+        double bound = sqrt(bound_sq / ref_sq), wire = sqrt(wire_sq / ref_sq);
         double got = telemetry_value(dp.tr, dp.tr->weight[i]->grad->name, "comm_rel_l2");
         if (c == MPT_GRAD_COMM_FP32) ok &= got == 0.0;
-        else ok &= got >= 0.0 && got <= bound;
+        else ok &= got >= 0.0 && got <= bound && fabs(got - wire) <= 1e-12 * wire;
         some_nonzero |= got > 0.0;
         if (rank == 0)
-            printf("grad-comm %s, %s: comm_rel_l2 %.3g (bound %.3g)\n", mpt_grad_comm_name(c),
-                   dp.tr->weight[i]->grad->name, got, c == MPT_GRAD_COMM_FP32 ? 0.0 : bound);
+            printf("grad-comm %s, %s: comm_rel_l2 %.3g (the wire's rounding %.3g, bound %.3g)\n", mpt_grad_comm_name(c),
+                   dp.tr->weight[i]->grad->name, got, wire, c == MPT_GRAD_COMM_FP32 ? 0.0 : bound);
         off += k;
     }
     double all = telemetry_value(dp.tr, MPT_TELEMETRY_ALL_PARAMS, "comm_rel_l2");
@@ -454,6 +473,196 @@ START_TEST(telemetry_trains_bit_identically) {
 }
 END_TEST
 
+/* The weights of the gradient all-reduce (dist.h): g = sum_r w_r g_r with w_r = Bv_r / Bv, the valid rows of rank r's
+ * shard over those of the global batch; before any mpt_dist_set_batch every row is valid and the shards equal, w_r =
+ * 1/N. Every gradient element of rank 0 is 1, of rank 1 is 3: a fresh communicator gives 1/2 + 3/2 = 2; rank 0 with
+ * all 32 valid rows and rank 1 with none (a last batch of padding) gives 1 * 1 + 0 * 3 = 1 (exact in FP32). */
+START_TEST(weights_from_valid_rows) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 256, 0, 64, 8, 1234), MPT_OK);
+    int rank = mpt_dist_rank(dist), ok = 1;
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP32);
+    model m;
+    model_open(&m, &data, MPT_PRECISION_FP32, rank * 32, 32, 0.0f, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, m.tr), MPT_OK);
+    for (int c = 0; c < 2; c++) {
+        if (c == 1) mpt_dist_set_batch(dist, rank == 0 ? 32 : 0, 32);
+        for (int i = 0; i < m.tr->n_params; i++) {
+            float *gr = m.tr->weight[i]->grad->data;
+            for (int64_t k = 0; k < mpt_tensor_numel(m.tr->weight[i]); k++) gr[k] = rank == 0 ? 1.0f : 3.0f;
+        }
+        mpt_dist_allreduce_grads(dist, m.tr, 0);
+        const float want = c == 0 ? 2.0f : 1.0f;
+        for (int i = 0; i < m.tr->n_params; i++) {
+            const float *gr = m.tr->weight[i]->grad->data;
+            for (int64_t k = 0; k < mpt_tensor_numel(m.tr->weight[i]); k++) ok &= gr[k] == want;
+        }
+    }
+    model_close(&m);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(ok), "rank %d: reduced gradients are not sum_r w_r g_r (2 without set_batch, then 1)", rank);
+}
+END_TEST
+
+/* MLP with a batch norm (running statistics: the graph's buffers) on rows [row0, row0 + batch) of a global batch. */
+static void bn_open(model *m, const mpt_mnist *data, int row0, int batch, const mpt_train_config *cfg) {
+    m->be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP32, 0, 0);
+    mpt_graph *g = mpt_graph_create(m->be, &pol, batch);
+    mpt_graph_set_shard(g, row0, GB);
+    int64_t shape[2] = {batch, data->dim};
+    mpt_tensor *x = mpt_linear(g, mpt_input(g, 2, shape), HIDDEN, "fc1");
+    x = mpt_relu(g, mpt_batchnorm(g, x, 1e-5f, 0.1f, "bn1"), "relu1");
+    mpt_softmax_xent(g, mpt_linear(g, x, data->n_classes, "fc2"), "loss");
+    ck_assert_int_eq(mpt_trainer_create(&m->tr, g, cfg), MPT_OK);
+}
+
+/* After a step every rank's running statistics are rank 0's (dist.h: DistributedDataParallel's broadcast_buffers from
+ * rank 0): bit for bit those of a process of the test's own that trains on rank 0's rows alone (same seed, masters and
+ * rows; the statistics of a batch norm are per row set). Rank 1's own rows give other statistics. */
+START_TEST(running_statistics_are_rank0s) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 1024, 0, 64, 8, 1234), MPT_OK);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)data.n_train);
+    make_order(perm, data.n_train);
+    int rank = mpt_dist_rank(dist), lo, hi, lo0, hi0;
+    mpt_dist_shard(GB, rank, mpt_dist_size(dist), &lo, &hi);
+    mpt_dist_shard(GB, 0, mpt_dist_size(dist), &lo0, &hi0);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP32);
+    model dp, solo;
+    bn_open(&dp, &data, lo, hi - lo, &cfg);
+    bn_open(&solo, &data, lo0, hi0 - lo0, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, dp.tr), MPT_OK);
+    mpt_dist_set_batch(dist, hi - lo, GB);
+    mpt_trainer_gather(dp.tr, data.train_images, data.train_labels, perm + lo, data.dim, 0.0f, 1.0f);
+    mpt_trainer_step(dp.tr);
+    mpt_trainer_gather(solo.tr, data.train_images, data.train_labels, perm + lo0, data.dim, 0.0f, 1.0f);
+    mpt_trainer_step(solo.tr);
+    const mpt_graph *a = dp.tr->g, *b = solo.tr->g;
+    int same = a->n_buffers == 2 && b->n_buffers == 2;
+    for (int i = 0; same && i < a->n_buffers; i++)
+        same &= memcmp(a->buffers[i].t->data, b->buffers[i].t->data, mpt_tensor_nbytes(a->buffers[i].t)) == 0;
+    model_close(&dp);
+    model_close(&solo);
+    free(perm);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(same), "rank %d: the running statistics are not those of rank 0's rows", rank);
+}
+END_TEST
+
+/* mpt_dist_check_identical (dist.h): identical masters pass; masters that differ in one bit of the last byte of the
+ * last tensor on rank 1 only are refused on every rank, naming the checksums. */
+START_TEST(check_identical_sees_one_bit) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 256, 0, 64, 8, 1234), MPT_OK);
+    int rank = mpt_dist_rank(dist);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP32);
+    model m;
+    model_open(&m, &data, MPT_PRECISION_FP32, rank * 32, 32, 0.0f, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, m.tr), MPT_OK);
+    int same_ok = mpt_dist_check_identical(dist, m.tr, "(same)") == MPT_OK;
+    const mpt_tensor *last = m.tr->master[m.tr->n_params - 1];
+    if (rank == 1) ((unsigned char *)last->data)[mpt_tensor_nbytes(last) - 1] ^= 0x01;
+    mpt_status s = mpt_dist_check_identical(dist, m.tr, "(one bit)");
+    int refused = s == MPT_ERR_ARG && strstr(mpt_last_error(), "differ") != NULL;
+    model_close(&m);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(same_ok), "rank %d: identical masters refused", rank);
+    ck_assert_msg(agree_all(refused), "rank %d: masters differing in one bit were not refused", rank);
+}
+END_TEST
+
+/* --grad-comm's names (dist.h): "fp32", "bf16", "fp16" parse to their wire, print back, and travel as F32, BF16,
+ * F16; anything else is refused. Local: no collective. */
+START_TEST(grad_comm_names_round_trip) {
+    static const char *const names[3] = {"fp32", "bf16", "fp16"};
+    static const mpt_grad_comm wires[3] = {MPT_GRAD_COMM_FP32, MPT_GRAD_COMM_BF16, MPT_GRAD_COMM_FP16};
+    static const mpt_dtype dtypes[3] = {MPT_DTYPE_F32, MPT_DTYPE_BF16, MPT_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        mpt_grad_comm c = MPT_GRAD_COMM_FP32;
+        ck_assert_int_eq(mpt_grad_comm_parse(names[i], &c), 0);
+        ck_assert_int_eq(c, wires[i]);
+        ck_assert_str_eq(mpt_grad_comm_name(wires[i]), names[i]);
+        ck_assert_int_eq(mpt_grad_comm_dtype(wires[i]), dtypes[i]);
+    }
+    mpt_grad_comm c;
+    ck_assert_int_eq(mpt_grad_comm_parse("FP16", &c), -1);
+}
+END_TEST
+
+/* mpt_dist_shard's rule from dist.h, lo = floor(r B / N), hi = floor((r + 1) B / N), on a batch the ranks do not divide
+ * (the tests above use B = 64 on 2 ranks, where rounding never shows): B = 10 on 4 ranks gives [0,2) [2,5) [5,7)
+ * [7,10), every row once. Local: no collective. */
+START_TEST(shard_rule_on_uneven_batches) {
+    static const int want[5] = {0, 2, 5, 7, 10};
+    for (int r = 0; r < 4; r++) {
+        int lo = -1, hi = -1;
+        mpt_dist_shard(10, r, 4, &lo, &hi);
+        ck_assert_msg(lo == want[r] && hi == want[r + 1], "rank %d of 4, B = 10: [%d, %d)", r, lo, hi);
+    }
+}
+END_TEST
+
+/* mpt_dist_env_size's launchers (dist.h): Open MPI's OMPI_COMM_WORLD_SIZE first, else PMI_SIZE (MPICH's Hydra,
+ * srun --mpi=pmi2), else 1 when only PMIX_RANK is set, else 0; a value that is not a positive decimal integer is not a
+ * size. The variables of this mpirun are put back afterwards. Local: no collective. */
+START_TEST(env_size_reads_each_launcher) {
+    static const char *const vars[3] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    int none = mpt_dist_env_size();
+    setenv("PMIX_RANK", "0", 1);
+    int pmix = mpt_dist_env_size();
+    setenv("PMI_SIZE", "3", 1);
+    int pmi = mpt_dist_env_size();
+    setenv("OMPI_COMM_WORLD_SIZE", "5", 1);
+    int ompi = mpt_dist_env_size();
+    setenv("OMPI_COMM_WORLD_SIZE", "5x", 1);
+    int trailing = mpt_dist_env_size(); /* not a size: PMI_SIZE is next */
+    for (int i = 0; i < 3; i++) {
+        if (saved[i]) setenv(vars[i], saved[i], 1);
+        else unsetenv(vars[i]);
+        free(saved[i]);
+    }
+    ck_assert_msg(none == 0 && pmix == 1 && pmi == 3 && ompi == 5 && trailing == 3,
+                  "none %d, PMIX_RANK %d, PMI_SIZE %d, OMPI_COMM_WORLD_SIZE %d, '5x' %d", none, pmix, pmi, ompi, trailing);
+}
+END_TEST
+
+/* The agreement to stop (mpt_dist_any, dist.h: "whether x is nonzero on any rank"): rank 1 alone asks, both stop; none
+ * asks, none stops. */
+START_TEST(any_is_true_when_one_rank_says_so) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    int rank = mpt_dist_rank(dist);
+    int one = mpt_dist_any(dist, rank == 1 ? 7 : 0);
+    int none = mpt_dist_any(dist, 0);
+    ck_assert_msg(agree_all(one == 1 && none == 0), "rank %d: any(rank 1 only) = %d, any(none) = %d", rank, one, none);
+}
+END_TEST
+
+/* found_inf from the wire itself: finite terms whose sum overflows the 16-bit wire. Each rank sends 60000 (exact in
+ * FP16: 1875 * 32) with weight 1; the FP16 sum 120000 lies above 65520 (half an ulp past FP16's largest 65504) and
+ * rounds to inf, so mpt_dist_allreduce_f32 must say non-finite on every rank though no rank's input was (dist.h:
+ * "1 if x (before or after) holds inf/NaN on any rank"). BF16 holds 120000 (FP32's range): finite, 0. */
+START_TEST(wire_overflow_is_found_inf) {
+    static const mpt_grad_comm wires[2] = {MPT_GRAD_COMM_FP16, MPT_GRAD_COMM_BF16};
+    use_wire(wires[_i]);
+    float x[4] = {60000.0f, 1.0f, -60000.0f, 0.5f};
+    int bad = mpt_dist_allreduce_f32(dist, x, 4, 1.0f);
+    int ok = _i == 0 ? bad == 1 && isinf(x[0]) && x[0] > 0 && isinf(x[2]) && x[1] == 2.0f
+                     : bad == 0 && isfinite(x[0]) && x[1] == 2.0f;
+    ck_assert_msg(agree_all(ok), "%s wire: found_inf %d, sums %g %g %g %g", mpt_grad_comm_name(wires[_i]), bad,
+                  (double)x[0], (double)x[1], (double)x[2], (double)x[3]);
+}
+END_TEST
+
 int main(void) {
     MPI_Init(NULL, NULL);
     int rank;
@@ -467,6 +676,14 @@ int main(void) {
     tcase_add_loop_test(tc, nonfinite_on_one_rank_skips_everywhere, 0, 3);
     tcase_add_loop_test(tc, telemetry_comm_error_within_bound, 0, 3);
     tcase_add_loop_test(tc, telemetry_trains_bit_identically, 0, 2);
+    tcase_add_test(tc, weights_from_valid_rows);
+    tcase_add_test(tc, check_identical_sees_one_bit);
+    tcase_add_test(tc, running_statistics_are_rank0s);
+    tcase_add_test(tc, shard_rule_on_uneven_batches);
+    tcase_add_test(tc, grad_comm_names_round_trip);
+    tcase_add_test(tc, env_size_reads_each_launcher);
+    tcase_add_test(tc, any_is_true_when_one_rank_says_so);
+    tcase_add_loop_test(tc, wire_overflow_is_found_inf, 0, 2);
     suite_add_tcase(s, tc);
     check_set_max_msg_size(MPT_TEST_MAX_MSG);
     SRunner *sr = srunner_create(s);

@@ -101,6 +101,14 @@ START_TEST(test_tf32_switches_separate) {
             ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_SOFTMAX_XENT, MPT_DTYPE_F32).math, MPT_MATH_FP32);
             ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_RELU, MPT_DTYPE_F32).math, MPT_MATH_FP32);
         }
+    /* the fp32 mode has FP32 operands too: its switches (off by default, PyTorch's allow_tf32 flags, which act on FP32
+     * matmuls and convolutions whatever the mode) choose TF32 per op as in tf32, which differs only in their default */
+    for (int mm = 0; mm <= 1; mm++)
+        for (int cc = 0; cc <= 1; cc++) {
+            mpt_policy p = mpt_policy_make_explicit(MPT_PRECISION_FP32, mm, cc);
+            ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_LINEAR, MPT_DTYPE_F32).math, mm ? MPT_MATH_TF32 : MPT_MATH_FP32);
+            ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_CONV2D, MPT_DTYPE_F32).math, cc ? MPT_MATH_TF32 : MPT_MATH_FP32);
+        }
     /* fp16/bf16 modes use their own Tensor Core format whatever the TF32 switches say */
     mpt_policy h = mpt_policy_make_explicit(MPT_PRECISION_FP16, 1, 1);
     ck_assert_int_eq(mpt_policy_for(&h, MPT_OP_LINEAR, MPT_DTYPE_F16).math, MPT_MATH_F16);
@@ -160,6 +168,15 @@ START_TEST(test_names_and_loss_scaling) {
         ck_assert_int_eq(mpt_policy_act_dtype(&p), MPT_DTYPE_BF16);
         ck_assert_int_eq(mpt_policy_for(&p, MPT_OP_CONV2D, MPT_DTYPE_BF16).math, MPT_MATH_BF16);
     }
+    /* compare's default --precisions are the modes marked * in --help: fp32, tf32, fp16, bf16 (FP8 only when asked for,
+     * tools/opts.c); fp32 alone is the reference the others are measured against */
+    for (int i = 0; i < MPT_PRECISION_COUNT; i++) {
+        const mpt_mode_desc *d = mpt_mode_info((mpt_precision)i);
+        const int classic = i == MPT_PRECISION_FP32 || i == MPT_PRECISION_TF32 || i == MPT_PRECISION_FP16 ||
+                            i == MPT_PRECISION_BF16;
+        ck_assert_msg(d->compare_default == classic, "%s: compare_default %d", d->name, d->compare_default);
+        ck_assert_msg(d->reference == (i == MPT_PRECISION_FP32), "%s: reference %d", d->name, d->reference);
+    }
     ck_assert_int_eq(mpt_precision_parse("fp8-e5m2", &m), -1);
     ck_assert_int_eq(mpt_precision_parse("FP16", &m), -1);
     ck_assert_str_eq(mpt_op_name(MPT_OP_LINEAR), "linear");
@@ -178,6 +195,7 @@ START_TEST(test_fp8_linear_rule) {
     ck_assert(!mpt_policy_fp8_linear(&p, 128, 512, 10, &math, fmt));  /* the 10-way output layer */
     ck_assert(!mpt_policy_fp8_linear(&p, 128, 400, 120, &math, fmt)); /* lenet5 fc1: 120 = 7.5 x 16 */
     ck_assert(!mpt_policy_fp8_linear(&p, 100, 784, 512, &math, fmt)); /* a batch of 100 */
+    ck_assert(!mpt_policy_fp8_linear(&p, 128, 100, 512, &math, fmt)); /* 100 input features: K = 6.25 x 16 */
     p = mpt_policy_make_explicit(MPT_PRECISION_FP8_E4M3, 0, 0);
     ck_assert(mpt_policy_fp8_linear(&p, 16, 32, 48, &math, fmt) && math == MPT_MATH_FP8 && fmt[2] == MPT_DTYPE_E4M3);
     p = mpt_policy_make_explicit(MPT_PRECISION_MXFP8, 0, 0);

@@ -543,8 +543,9 @@ END_TEST
 
 #define B 32
 
-/* A small network with every layer kind that rounds: conv (forward and data gradient), linear, the loss. */
-static mpt_graph *build(mpt_backend *be, mpt_precision mode, int dropout) {
+/* A small network with every layer kind that rounds: conv (forward and data gradient), linear, the loss; fc1 has
+ * `hidden` outputs (32 in build). */
+static mpt_graph *build_hidden(mpt_backend *be, mpt_precision mode, int dropout, int hidden) {
     mpt_policy pol = mpt_policy_make_explicit(mode, mode == MPT_PRECISION_TF32, mode == MPT_PRECISION_TF32);
     mpt_graph *g = mpt_graph_create(be, &pol, B);
     int64_t shape[4] = {B, 1, 8, 8};
@@ -554,11 +555,13 @@ static mpt_graph *build(mpt_backend *be, mpt_precision mode, int dropout) {
     x = mpt_maxpool2d(g, x, 2, 2, "pool");
     x = mpt_flatten(g, x, "flatten");
     if (dropout) x = mpt_dropout(g, x, 0.25f, "drop");
-    x = mpt_relu(g, mpt_linear(g, x, 32, "fc1"), "relu3");
+    x = mpt_relu(g, mpt_linear(g, x, hidden, "fc1"), "relu3");
     x = mpt_linear(g, x, 8, "fc2");
     mpt_softmax_xent(g, x, "loss");
     return g;
 }
+
+static mpt_graph *build(mpt_backend *be, mpt_precision mode, int dropout) { return build_hidden(be, mode, dropout, 32); }
 
 typedef struct run {
     mpt_backend *be;
@@ -749,6 +752,8 @@ START_TEST(test_lost_updates_in_a_step) {
         mpt_trainer_step(runs[1].tr);
     }
     ref->update_out = NULL;
+    int64_t all_nz = 0, all_lost = 0, all_lost16 = 0;
+    double all_mass = 0.0, all_applied = 0.0;
     for (int i = 0; i < np; i++) {
         int64_t n = mpt_tensor_numel(ref->master[i]), nz = 0, lost = 0, nz16 = 0, lost16 = 0;
         const float *w_new = ref->master[i]->data;
@@ -756,6 +761,8 @@ START_TEST(test_lost_updates_in_a_step) {
             if (delta[i][k] == 0.0f) continue;
             nz++;
             if (w_new[k] == old[i][k]) lost++;
+            all_mass += fabs((double)delta[i][k]);
+            all_applied += delta[i][k] > 0.0f ? (double)w_new[k] - old[i][k] : (double)old[i][k] - w_new[k];
             float w16 = mpt_bf16_to_f32(work[i][k]);
             nz16++;
             if (mpt_bf16_to_f32(mpt_f32_to_bf16(w16 + delta[i][k])) == w16) lost16++;
@@ -770,10 +777,22 @@ START_TEST(test_lost_updates_in_a_step) {
                       ref->weight[i]->name, got16, (long long)lost16, (long long)nz16);
         if (strcmp(ref->weight[i]->name, "fc1.weight") == 0)
             ck_assert_msg(got16 > got, "fc1.weight: BF16 would lose %g, the FP32 master %g", got16, got);
+        all_nz += nz;
+        all_lost += lost;
+        all_lost16 += lost16;
         free(delta[i]);
         free(old[i]);
         free(work[i]);
     }
+    /* the pooled rows: every parameter's elements together (each element once) */
+    int64_t step;
+    ck_assert(stat_last(runs[1].tr->telemetry, MPT_TELEMETRY_ALL_PARAMS, "lost_frac", &step) ==
+              (double)all_lost / (double)all_nz);
+    ck_assert(stat_last(runs[1].tr->telemetry, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit", &step) ==
+              (double)all_lost16 / (double)all_nz);
+    const double applied = stat_last(runs[1].tr->telemetry, MPT_TELEMETRY_ALL_PARAMS, "applied_mass", &step);
+    ck_assert_msg(all_applied > 0.0 && fabs(applied - all_applied / all_mass) <= 1e-12 * (all_applied / all_mass),
+                  "applied_mass %.17g, brute force %.17g", applied, all_applied / all_mass);
     free(delta);
     free(old);
     free(work);
@@ -870,6 +889,15 @@ START_TEST(test_create_rejects) {
     mpt_softmax_xent(tw, mpt_linear(tw, mpt_input(tw, 2, shape), 8, "fc"), "loss");
     ck_assert_int_eq(mpt_telemetry_create(r.tr, 5, tw), MPT_ERR_ARG);
     ck_assert_msg(strstr(mpt_last_error(), "twin") != NULL, "message: %s", mpt_last_error());
+    /* a failed create leaves no collector behind: before, the half-made one (no buffers) stayed attached, a step
+     * measured by it wrote through its NULL buffers, and a second create aborted */
+    ck_assert_ptr_null(r.tr->telemetry);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 1, NULL), MPT_OK);
+    run_close(&r);
+    /* the run's nodes, but a wider fc1 in the twin (40 outputs, the run's 32): its tensors' sizes differ */
+    run_open(&r, MPT_PRECISION_BF16, 0, 0, MPT_LOSS_SCALE_NONE);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 5, build_hidden(r.be, MPT_PRECISION_FP32, 1, 40)), MPT_ERR_ARG);
+    ck_assert_msg(strstr(mpt_last_error(), "elements") != NULL, "message: %s", mpt_last_error());
     run_close(&r);
 }
 END_TEST
@@ -888,7 +916,8 @@ static char *slurp(FILE *f, long *len) {
 
 /* The collector through the backend's telemetry reductions and through its host copies (the entries set to NULL, as
  * on a backend without them): the same telemetry.csv bytes, every row (range, rounding, errors, lost updates and
- * their counterfactual) included. Loop index: fp16 (dynamic loss scale: the S = 1 counterfactuals) and bf16. */
+ * their counterfactual) included. Loop index: fp16 (dynamic loss scale: the S = 1 counterfactuals), bf16, and bf16
+ * with only the counterfactual's entry missing (the host copy of the deltas is then made for it alone). */
 START_TEST(test_collector_paths_agree) {
     const mpt_precision mode = _i ? MPT_PRECISION_BF16 : MPT_PRECISION_FP16;
     mpt_mnist d;
@@ -897,9 +926,11 @@ START_TEST(test_collector_paths_agree) {
     run dev, copy;
     run_open(&dev, mode, 2, 0, ls);
     run_open(&copy, mode, 2, 0, ls);
-    copy.be->telemetry_range = NULL;
-    copy.be->telemetry_rounding = NULL;
-    copy.be->telemetry_lost = NULL;
+    if (_i < 2) {
+        copy.be->telemetry_range = NULL;
+        copy.be->telemetry_rounding = NULL;
+        copy.be->telemetry_lost = NULL;
+    }
     copy.be->telemetry_lost_counterfactual = NULL;
     FILE *fd = tmpfile(), *fc = tmpfile();
     ck_assert(fd && fc);
@@ -924,6 +955,472 @@ START_TEST(test_collector_paths_agree) {
     fclose(fc);
     run_close(&dev);
     run_close(&copy);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* Every counter from its own definition (range.h), on a buffer where no two counts are equal (the buffers above give
+ * zero and subnormal the same count, so a counter that read the other's class passed them): FP16 +-0 four times, the
+ * smallest subnormal 2^-24 once, +-65504 and +inf (at the largest magnitude: 3), +inf and NaN (non-finite: 2), 1.0. */
+START_TEST(test_range_counts_distinct) {
+    const uint16_t v[10] = {0x0000, 0x8000, 0x0000, 0x8000, 0x0001, 0x7bff, 0xfbff, 0x7c00, 0x7e00, 0x3c00};
+    mpt_range r;
+    memset(&r, 0, sizeof r);
+    mpt_range_count(&r, v, MPT_DTYPE_F16, 10);
+    ck_assert_int_eq(r.n, 10);
+    ck_assert_int_eq(r.zero, 4);
+    ck_assert_int_eq(r.subnormal, 1);
+    ck_assert_int_eq(r.at_max, 3);
+    ck_assert_int_eq(r.nonfinite, 2);
+}
+END_TEST
+
+/* The rounding fractions are of the nonzero finite values (range.h): zeros and NaN/inf are counted apart and in n, not
+ * in the denominators. FP16, k = 0: 0, -0, NaN, inf, 2^-30 (flushed: below 2^-25), 2^-20 (subnormal), 1.0 (normal),
+ * 2^16 (overflow: above 65504): n 8, zero 2, nonfinite 2, nonzero 4; each fraction 1/4. */
+START_TEST(test_hist_fractions_of_nonzero_finite) {
+    const float v[8] = {0.0f, -0.0f, NAN, INFINITY, 0x1p-30f, 0x1p-20f, 1.0f, 0x1p16f};
+    mpt_exp_hist h;
+    mpt_exp_hist_init(&h, MPT_DTYPE_F16);
+    mpt_exp_hist_add(&h, v, 8);
+    ck_assert_int_eq(h.n, 8);
+    ck_assert_int_eq(h.zero, 2);
+    ck_assert_int_eq(h.nonfinite, 2);
+    mpt_round_stats rs;
+    mpt_exp_hist_round(&h, 0, &rs);
+    ck_assert_int_eq(rs.nonzero, 4);
+    ck_assert_int_eq(rs.flushed, 1);
+    ck_assert_int_eq(rs.subnormal, 1);
+    ck_assert_int_eq(rs.overflow, 1);
+    ck_assert_double_eq(rs.flushed_frac, 0.25);
+    ck_assert_double_eq(rs.subnormal_frac, 0.25);
+    ck_assert_double_eq(rs.overflow_frac, 0.25);
+}
+END_TEST
+
+/* mpt_exp_hist_merge (the collector pools every probed tensor's histogram with it): the histograms of two parts of a
+ * buffer merged equal the histogram of the whole, every counter exactly (carry_sub included: the values have carries
+ * into the smallest normal) and the masses within a reassociated sum's bound; n is the element count. */
+START_TEST(test_hist_merge_is_whole) {
+    enum { N = 10007, H1 = 4001 };
+    static float v[N];
+    tests_rng rng = {0x3e7e6eu};
+    tel_fill_f32(&rng, MPT_DTYPE_F16, v, N);
+    mpt_exp_hist *a = malloc(sizeof *a), *b = malloc(sizeof *b), *w = malloc(sizeof *w);
+    ck_assert(a && b && w);
+    mpt_exp_hist_init(a, MPT_DTYPE_F16);
+    mpt_exp_hist_init(b, MPT_DTYPE_F16);
+    mpt_exp_hist_init(w, MPT_DTYPE_F16);
+    mpt_exp_hist_add(a, v, H1);
+    mpt_exp_hist_add(b, v + H1, N - H1);
+    mpt_exp_hist_add(w, v, N);
+    int64_t carry_sub_b = 0;
+    double mass_b = 0.0;
+    for (int j = 0; j < MPT_EXP_HIST_BINS; j++) {
+        carry_sub_b += b->carry_sub[j];
+        mass_b += b->mass[j];
+    }
+    ck_assert_msg(carry_sub_b > 0 && mass_b > 0.0, "the second part must carry into the smallest normal");
+    mpt_exp_hist_merge(a, b);
+    ck_assert_int_eq(w->n, N);
+    tel_check_hist(a, w, 0, N, "merged halves");
+    free(a);
+    free(b);
+    free(w);
+}
+END_TEST
+
+/* Saturation is |x s| > fmax (range.h 3): the largest finite value itself is kept, the next float above it is not.
+ * E4M3 (fmax 448) and E5M2 (fmax 57344) at s = 1, and 224 at s = 2 (v = 448 exactly). */
+START_TEST(test_fp8_saturation_boundary) {
+    const float x[4] = {448.0f, -448.0f, nextafterf(448.0f, INFINITY), 1.0f};
+    mpt_fp8_range r;
+    memset(&r, 0, sizeof r);
+    mpt_fp8_range_count(&r, x, 4, 1.0f, 0);
+    ck_assert_int_eq(r.nonzero, 4);
+    ck_assert_int_eq(r.saturated, 1);
+    const float y[3] = {57344.0f, -nextafterf(57344.0f, INFINITY), 224.0f};
+    memset(&r, 0, sizeof r);
+    mpt_fp8_range_count(&r, y, 3, 1.0f, 1);
+    ck_assert_int_eq(r.saturated, 1);
+    memset(&r, 0, sizeof r);
+    mpt_fp8_range_count(&r, y + 2, 1, 2.0f, 0);
+    ck_assert_int_eq(r.saturated, 0);
+}
+END_TEST
+
+/* The collector's stored-range rows of every forward output (zero_frac, subnormal_frac, max_frac, nonfinite_frac)
+ * equal a count, here, of the stored 16-bit tensor's bits after the telemetry step (the optimizer step does not
+ * touch activations): zero = exponent and significand fields 0, subnormal = exponent 0 and significand not, at max =
+ * the largest finite magnitude or inf, non-finite = exponent all ones; each divided by the element count. */
+START_TEST(test_range_rows_match_stored) {
+    const mpt_precision mode = _i ? MPT_PRECISION_BF16 : MPT_PRECISION_FP16;
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run r;
+    run_open(&r, mode, 1, 0, mode == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE);
+    gather(&r, &d, 0);
+    mpt_trainer_step(r.tr);
+    const uint16_t emask = mode == MPT_PRECISION_FP16 ? 0x7c00 : 0x7f80, maxf = mode == MPT_PRECISION_FP16 ? 0x7bff : 0x7f7f;
+    const mpt_graph *g = r.tr->g;
+    int checked = 0, some_zero = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_tensor *y = g->nodes[i]->out;
+        if (!y || y->view_of || g->nodes[i]->op == MPT_OP_SOFTMAX_XENT || y->dtype == MPT_DTYPE_F32) continue;
+        ck_assert(y->dtype == (mode == MPT_PRECISION_FP16 ? MPT_DTYPE_F16 : MPT_DTYPE_BF16));
+        const uint16_t *u = y->data;
+        int64_t n = mpt_tensor_numel(y), zero = 0, sub = 0, atmax = 0, nonfin = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const uint16_t a = u[k] & 0x7fff;
+            zero += a == 0;
+            sub += a != 0 && (a & emask) == 0;
+            atmax += a == maxf || a == emask;
+            nonfin += (a & emask) == emask;
+        }
+        const double want[4] = {(double)zero / n, (double)sub / n, (double)atmax / n, (double)nonfin / n};
+        static const char *const metric[4] = {"zero_frac", "subnormal_frac", "max_frac", "nonfinite_frac"};
+        for (int m = 0; m < 4; m++) {
+            int64_t step;
+            const double got = stat_last(r.tr->telemetry, y->name, metric[m], &step);
+            ck_assert_msg(step == 1 && got == want[m], "%s %s %.17g, counted %.17g", y->name, metric[m], got, want[m]);
+        }
+        some_zero |= zero > 0 && zero != sub;
+        checked++;
+    }
+    ck_assert_int_ge(checked, 5);
+    ck_assert_msg(some_zero, "no forward output with zeros (relu) to tell the counters apart");
+    run_close(&r);
+    /* a NaN is non-finite but not at the largest magnitude: one NaN injected into the first weight gradient (FP32,
+     * measured before unscale) gives nonfinite_frac 1/n and max_frac 0 (no gradient here comes near FLT_MAX) */
+    r.be = mpt_backend_cpu_create();
+    mpt_train_config cfg = mpt_train_config_default(mode);
+    cfg.seed = 11;
+    cfg.loss_scaling = mode == MPT_PRECISION_FP16 ? MPT_LOSS_SCALE_DYNAMIC : MPT_LOSS_SCALE_NONE;
+    cfg.inject_nonfinite_step = 0;
+    ck_assert_int_eq(mpt_trainer_create(&r.tr, build(r.be, mode, 1), &cfg), MPT_OK);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 1, NULL), MPT_OK);
+    gather(&r, &d, 0);
+    mpt_trainer_step(r.tr);
+    const mpt_tensor *g0 = r.tr->weight[0]->grad;
+    int64_t step;
+    ck_assert(stat_last(r.tr->telemetry, g0->name, "nonfinite_frac", &step) == 1.0 / (double)mpt_tensor_numel(g0));
+    ck_assert(stat_last(r.tr->telemetry, g0->name, "max_frac", &step) == 0.0);
+    run_close(&r);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* What rounding v * 2^k into dt actually does, value by value: c[0] nonzero finite values, c[1] flushed to zero,
+ * c[2] made subnormal, c[3] overflowed; err2 += sum (RNE(v 2^k) 2^-k - v)^2 and ref2 += sum v^2 over finite v (FP64).
+ * No FP32-exactness requirement: a value that ldexpf rounds lies below 2^-126, where FP16 and BF16 flush it anyway. */
+static void brute_rounding(const float *v, int64_t n, mpt_dtype dt, int k, int64_t c[4], double *err2, double *ref2) {
+    const uint16_t emask = dt == MPT_DTYPE_F16 ? 0x7c00 : 0x7f80;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) continue;
+        const float s = ldexpf(v[i], k);
+        const uint16_t q = dt == MPT_DTYPE_F16 ? mpt_f32_to_f16(s) : mpt_f32_to_bf16(s), a = q & 0x7fff;
+        const double back = ldexp((double)(dt == MPT_DTYPE_F16 ? mpt_f16_to_f32(q) : mpt_bf16_to_f32(q)), -k);
+        *err2 += (back - (double)v[i]) * (back - (double)v[i]);
+        *ref2 += (double)v[i] * (double)v[i];
+        if (v[i] == 0.0f) continue;
+        c[0]++;
+        c[1] += a == 0;
+        c[2] += a != 0 && (a & emask) == 0;
+        c[3] += (a & emask) == emask;
+    }
+}
+
+/* The rows of one tensor (or a pool) against the rounding's counts and L2 errors. */
+static void check_round_rows(const mpt_telemetry *tel, const char *tensor, const char *suffix, const int64_t c[4],
+                             const char *err_metric, double err2, double ref2) {
+    static const char *const metric[3] = {"flush_frac", "made_subnormal_frac", "overflow_frac"};
+    for (int m = 0; m < 3; m++) {
+        char name[48];
+        snprintf(name, sizeof name, "%s%s", metric[m], suffix);
+        int64_t step;
+        const double got = stat_last(tel, tensor, name, &step), want = c[0] ? (double)c[m + 1] / (double)c[0] : 0.0;
+        ck_assert_msg(got == want, "%s %s: %.17g, rounding gives %.17g", tensor, name, got, want);
+    }
+    if (!err_metric) return;
+    int64_t step;
+    const double got = stat_last(tel, tensor, err_metric, &step), want = ref2 > 0.0 ? sqrt(err2 / ref2) : 0.0;
+    ck_assert_msg(fabs(got - want) <= 1e-12 * want, "%s %s: %.17g, rounding gives %.17g", tensor, err_metric, got, want);
+}
+
+/* The collector's rounding rows against the rounding itself: after a forward and backward at the loss scale S, the
+ * telemetry hook's flush / made-subnormal / overflow fractions and relative L2 errors of each probed tensor (forward
+ * outputs at S; gradients at S and the counterfactuals S/2, 2S and S = 1), and of the pools of all activations and all
+ * activation gradients, equal what rounding each probe value times 2^k into the tensor's dtype gives, counted here
+ * value by value (k = 0, -1, +1, -log2 S). FP16 at a static S = 2^-10. */
+START_TEST(test_rounding_rows_match_rounding) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run r;
+    /* a static S = 2^-10: the scaled gradients straddle FP16's subnormal band, so S/2, 2S and S = 1 each round
+     * differently (at the dynamic scale's 2^16 halving S changes nothing these values show) */
+    r.be = mpt_backend_cpu_create();
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP16);
+    cfg.seed = 11;
+    cfg.loss_scaling = MPT_LOSS_SCALE_STATIC;
+    cfg.init_scale = 0x1p-10f;
+    /* no dropout: fc1 reads the flatten view, so its input gradient is a view whose rows carry its root's name */
+    ck_assert_int_eq(mpt_trainer_create(&r.tr, build(r.be, MPT_PRECISION_FP16, 0), &cfg), MPT_OK);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 1, NULL), MPT_OK);
+    gather(&r, &d, 0);
+    mpt_trainer_step(r.tr);
+    gather(&r, &d, 1);
+    mpt_graph *g = r.tr->g;
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    mpt_telemetry_after_backward(r.tr->telemetry);
+    r.tr->update_out = NULL; /* the hook armed the lost-update deltas for a step that does not come */
+    int log2s = 0;
+    ck_assert(frexpf(r.tr->scaler->scale, &log2s) == 0.5f);
+    log2s -= 1;
+    int64_t maxn = 0, maxs = 1;
+    for (int i = 0; i < g->n_tensors; i++)
+        if (mpt_tensor_numel(g->tensors[i]) > maxn) maxn = mpt_tensor_numel(g->tensors[i]);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->probe_scratch > maxs) maxs = g->nodes[i]->probe_scratch;
+    float *dst = malloc((size_t)maxn * 4), *scratch = malloc((size_t)maxs * 4);
+    static const char *const suffix[4] = {"", "@S/2", "@2S", "@S=1"};
+    const int ks[4] = {0, -1, 1, -log2s};
+    int64_t pool[2][4][4];                 /* [activations, gradients][k][count] */
+    double perr[2][4], pref[2][4];
+    memset(pool, 0, sizeof pool);
+    memset(perr, 0, sizeof perr);
+    memset(pref, 0, sizeof pref);
+    int tensors = 0, moved[4] = {0, 0, 0, 0};
+    for (int i = 0; i < g->n_nodes; i++) {
+        mpt_node *n = g->nodes[i];
+        for (int pass = 0; pass < 2; pass++) {
+            mpt_node_probe_fn f = pass ? n->probe_backward : n->probe_forward;
+            if (!f) continue;
+            const mpt_tensor *x = pass ? n->in[0]->grad : n->out;
+            while (x->view_of) x = x->view_of;
+            ck_assert_int_ge(mpt_backend_reserve_workspace(r.be, n->probe_workspace), 0);
+            f(g, n, dst, scratch);
+            const int64_t cnt = mpt_tensor_numel(x);
+            int64_t c0[4] = {0, 0, 0, 0};
+            for (int j = 0; j < (pass ? 4 : 1); j++) {
+                int64_t c[4] = {0, 0, 0, 0};
+                double err2 = 0.0, ref2 = 0.0;
+                brute_rounding(dst, cnt, x->dtype, ks[j], c, &err2, &ref2);
+                for (int m = 0; m < 4; m++) pool[pass][j][m] += c[m];
+                perr[pass][j] += err2;
+                pref[pass][j] += ref2;
+                if (j == 0) memcpy(c0, c, sizeof c0);
+                moved[j] |= j > 0 && (c[1] != c0[1] || c[2] != c0[2] || c[3] != c0[3]);
+                check_round_rows(r.tr->telemetry, x->name, suffix[j], c,
+                                 j == 0 ? "rel_l2_err" : j == 3 ? "rel_l2_err@S=1" : NULL, err2, ref2);
+            }
+            tensors++;
+        }
+    }
+    ck_assert_int_eq(tensors, 4 + 4);
+    check_round_rows(r.tr->telemetry, MPT_TELEMETRY_ALL_ACT, "", pool[0][0], "rel_l2_err", perr[0][0], pref[0][0]);
+    for (int j = 0; j < 4; j++)
+        check_round_rows(r.tr->telemetry, MPT_TELEMETRY_ALL_ACT_GRAD, suffix[j], pool[1][j],
+                         j == 0 ? "rel_l2_err" : j == 3 ? "rel_l2_err@S=1" : NULL, perr[1][j], pref[1][j]);
+    ck_assert_msg(moved[1] && moved[2] && moved[3], "a counterfactual (S/2 %d, 2S %d, S=1 %d) never differs from the actual "
+                  "rounding: the test could not tell it apart", moved[1], moved[2], moved[3]);
+    free(dst);
+    free(scratch);
+    run_close(&r);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* The twin's comparison divides the run's gradients by S (the twin runs at S = 1): in fp32 with a static loss scale
+ * S = 2^10 every gradient is exactly S times the twin's (a power-of-two scaling commutes with every FP32 sum and product
+ * here: nothing overflows or becomes subnormal), so each gradient's twin_rel_l2 is exactly 0 and twin_cos 1, as with
+ * S = 1; a comparison that did not divide by S, or multiplied, would report S - 1 or more. Telemetry every 2 steps: the
+ * twin gathers the batch of each measured step (steps 2 and 4), not of the step before, and runs only on a step whose
+ * batch it gathered. */
+START_TEST(test_twin_divides_by_the_loss_scale) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run r;
+    r.be = mpt_backend_cpu_create();
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP32);
+    cfg.seed = 11;
+    cfg.loss_scaling = MPT_LOSS_SCALE_STATIC;
+    cfg.init_scale = 1024.0f;
+    ck_assert_int_eq(mpt_trainer_create(&r.tr, build(r.be, MPT_PRECISION_FP32, 1), &cfg), MPT_OK);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 2, build(r.be, MPT_PRECISION_FP32, 1)), MPT_OK);
+    for (int64_t s = 0; s < 4; s++) {
+        gather(&r, &d, s);
+        mpt_trainer_step(r.tr);
+    }
+    /* two more steps without a new batch (the run reuses step 4's): step 6 is measured, but the twin has gathered no
+     * batch for it and must not run (its rows stay at steps 2 and 4) */
+    for (int64_t s = 4; s < 6; s++) mpt_trainer_step(r.tr);
+    const mpt_telemetry_stat *st;
+    int ns = mpt_telemetry_stats(r.tr->telemetry, &st), grads = 0;
+    for (int i = 0; i < ns; i++) {
+        if (!strstr(st[i].tensor, "grad")) continue;
+        if (strcmp(st[i].metric, "twin_rel_l2") == 0) {
+            ck_assert_msg(st[i].count == 2 && st[i].sum == 0.0, "%s: twin_rel_l2 %g over %lld steps", st[i].tensor,
+                          st[i].sum, (long long)st[i].count);
+            grads++;
+        }
+        if (strcmp(st[i].metric, "twin_cos") == 0) ck_assert_double_eq_tol(st[i].last, 1.0, 1e-12);
+    }
+    ck_assert_int_ge(grads, 8);
+    run_close(&r);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* twin_cos of each weight gradient is the cosine of the run's gradient / S and the FP32 gradient of the same masters on
+ * the same batch (the twin's): here that FP32 gradient comes from a trainer of the test's own (fp32, the same seed and
+ * step, so the same dropout masks, S = 1) whose weights are set to the fp16 run's masters before the step; after a
+ * step a trainer's weight gradients hold g / S (unscaled in place; S a power of two, exact). Sums in double. */
+START_TEST(test_twin_cos_is_the_cosine) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run on, ref;
+    run_open(&on, MPT_PRECISION_FP16, 1, 1, MPT_LOSS_SCALE_DYNAMIC);
+    run_open(&ref, MPT_PRECISION_FP32, 0, 0, MPT_LOSS_SCALE_NONE);
+    for (int i = 0; i < ref.tr->n_params; i++) {
+        ck_assert(ref.tr->weight[i]->dtype == MPT_DTYPE_F32 && on.tr->master[i]->dtype == MPT_DTYPE_F32);
+        memcpy(ref.tr->master[i]->data, on.tr->master[i]->data, mpt_tensor_nbytes(on.tr->master[i]));
+        memcpy(ref.tr->weight[i]->data, on.tr->master[i]->data, mpt_tensor_nbytes(on.tr->master[i]));
+    }
+    gather(&on, &d, 0);
+    gather(&ref, &d, 0);
+    mpt_trainer_step(on.tr);
+    mpt_trainer_step(ref.tr);
+    mpt_train_stats st;
+    mpt_trainer_stats(on.tr, &st);
+    ck_assert_int_eq(st.steps_skipped, 0);
+    for (int i = 0; i < on.tr->n_params; i++) {
+        const float *a = on.tr->weight[i]->grad->data, *b = ref.tr->weight[i]->grad->data;
+        double ab = 0.0, a2 = 0.0, b2 = 0.0;
+        for (int64_t k = 0; k < mpt_tensor_numel(on.tr->weight[i]); k++) {
+            ab += (double)a[k] * b[k];
+            a2 += (double)a[k] * a[k];
+            b2 += (double)b[k] * b[k];
+        }
+        int64_t step;
+        const double got = stat_last(on.tr->telemetry, on.tr->weight[i]->grad->name, "twin_cos", &step);
+        const double want = ab / sqrt(a2 * b2);
+        ck_assert_msg(fabs(got - want) <= 1e-12 && want < 1.0 - 1e-9, "%s: twin_cos %.17g, cosine %.17g",
+                      on.tr->weight[i]->grad->name, got, want);
+    }
+    /* the input as stored (FP16, each pixel / 255 rounded once: relative error at most u = 2^-11) against the twin's
+     * FP32 input: 0 < twin_rel_l2 <= u */
+    int64_t step;
+    const double e = stat_last(on.tr->telemetry, "input", "twin_rel_l2", &step);
+    ck_assert_msg(e > 0.0 && e <= 0x1p-11, "input: twin_rel_l2 %g, FP16 rounding gives at most 2^-11", e);
+    run_close(&on);
+    run_close(&ref);
+    mpt_mnist_free(&d);
+}
+END_TEST
+
+/* FP8 cast counts of n values from their definitions (range.h 3): v = x s in FP32; saturated |v| > fmax, else flushed
+ * when the cast gives 0, subnormal when it gives a zero exponent field. */
+static void fp8_brute(const float *x, int64_t n, float s, int e5, int64_t c[4]) {
+    memset(c, 0, 4 * sizeof *c);
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] == 0.0f || !isfinite(x[i])) continue;
+        const float v = x[i] * s;
+        c[0]++;
+        if (fabsf(v) > (e5 ? 57344.0f : 448.0f)) {
+            c[1]++;
+            continue;
+        }
+        const uint8_t q = mpt_f32_to_fp8(v, e5, 1) & 0x7f;
+        c[2] += q == 0;
+        c[3] += q != 0 && (q >> (e5 ? 2 : 3)) == 0;
+    }
+}
+
+static void check_fp8_rows(const mpt_telemetry *tel, const char *name, const char *suffix, const int64_t c[4]) {
+    static const char *const metric[3] = {"fp8_sat_frac", "fp8_flush_frac", "fp8_subnormal_frac"};
+    for (int m = 0; m < 3; m++) {
+        char full[48];
+        snprintf(full, sizeof full, "%s%s", metric[m], suffix);
+        int64_t step;
+        const double got = stat_last(tel, name, full, &step), want = (double)c[m + 1] / (double)(c[0] ? c[0] : 1);
+        ck_assert_msg(got == want, "%s %s: %.17g, the casts give %.17g", name, full, got, want);
+    }
+}
+
+/* The collector's FP8 rows of an fp8 run (E4M3 x and W, E5M2 dy, delayed per-tensor scaling) against the casts
+ * themselves: after two steps (so that the scales have moved from 1) a forward and backward and the telemetry hook;
+ * for x, W and dy of the FP8 layer, the saturated / flushed / subnormal shares at its scale s, at s/2 and at 2s; for dy
+ * also in the other format (E4M3) scaled by the same rule for its own largest value, s 448 / 57344; the pooled
+ * gradient rows (one FP8 layer: its dy); and the staleness amax / amax_used. */
+START_TEST(test_fp8_rows_match_casts) {
+    mpt_mnist d;
+    ck_assert_int_eq(mpt_synthetic_blobs(&d, 256, 64, 64, 8, 5), MPT_OK);
+    run r;
+    r.be = mpt_backend_cpu_create();
+    mpt_policy pol = mpt_policy_make_explicit(MPT_PRECISION_FP8, 0, 0);
+    mpt_graph *g = mpt_graph_create(r.be, &pol, B);
+    int64_t shape[2] = {B, 64};
+    mpt_tensor *x = mpt_input(g, 2, shape);
+    x = mpt_relu(g, mpt_linear(g, x, 32, "fc1"), "relu1"); /* 32 x 64 -> 32: the FP8 layer */
+    mpt_softmax_xent(g, mpt_linear(g, x, 8, "fc2"), "loss");
+    mpt_train_config cfg = mpt_train_config_default(MPT_PRECISION_FP8);
+    cfg.seed = 11;
+    ck_assert_int_eq(mpt_trainer_create(&r.tr, g, &cfg), MPT_OK);
+    ck_assert_int_eq(mpt_telemetry_create(r.tr, 1, NULL), MPT_OK);
+    for (int64_t s = 0; s < 2; s++) {
+        gather(&r, &d, s);
+        mpt_trainer_step(r.tr);
+    }
+    gather(&r, &d, 2);
+    mpt_graph_zero_grad(g);
+    mpt_graph_forward(g);
+    mpt_graph_backward(g);
+    mpt_telemetry_after_backward(r.tr->telemetry);
+    r.tr->update_out = NULL;
+    int fp8_nodes = 0;
+    float *h = malloc(sizeof(float) * 64 * 64);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const mpt_node *n = g->nodes[i];
+        if (!n->fp8) continue;
+        fp8_nodes++;
+        const mpt_fp8_operand *ops[3] = {&n->fp8_x, &n->fp8_w, &n->fp8_dy};
+        const mpt_tensor *src[3] = {n->in[0], n->in[1], n->out->grad};
+        for (int k = 0; k < 3; k++) {
+            const mpt_fp8_meta *m = &g->fp8_meta[ops[k]->meta];
+            const char *name = g->fp8[ops[k]->meta].name;
+            const int64_t cnt = mpt_tensor_numel(src[k]);
+            ck_assert(src[k]->dtype == MPT_DTYPE_BF16 && cnt <= 64 * 64);
+            float amax = 0.0f;
+            for (int64_t j = 0; j < cnt; j++) {
+                h[j] = mpt_bf16_to_f32(((const uint16_t *)src[k]->data)[j]);
+                amax = fabsf(h[j]) > amax ? fabsf(h[j]) : amax;
+            }
+            const int e5 = ops[k]->fmt == MPT_DTYPE_E5M2;
+            ck_assert_int_eq(e5, k == 2);
+            ck_assert_msg(m->scale != 1.0f && m->amax_used > 0.0f, "%s: the scale has not moved", name);
+            int64_t c[4];
+            static const char *const suffix[3] = {"@s/2", "", "@2s"};
+            for (int j = -1; j <= 1; j++) {
+                fp8_brute(h, cnt, ldexpf(m->scale, j), e5, c);
+                check_fp8_rows(r.tr->telemetry, name, suffix[j + 1], c);
+                if (k == 2 && j == 0) check_fp8_rows(r.tr->telemetry, MPT_TELEMETRY_ALL_FP8_GRAD, "", c);
+            }
+            int64_t step;
+            const double stale = stat_last(r.tr->telemetry, name, "fp8_staleness", &step);
+            ck_assert_msg(stale == (double)amax / (double)m->amax_used, "%s: staleness %.17g, amax %g / %g", name, stale,
+                          (double)amax, (double)m->amax_used);
+            if (k == 2) {
+                fp8_brute(h, cnt, m->scale * (448.0f / 57344.0f), 0, c);
+                check_fp8_rows(r.tr->telemetry, name, "@other_format", c);
+                check_fp8_rows(r.tr->telemetry, MPT_TELEMETRY_ALL_FP8_GRAD, "@other_format", c);
+            }
+        }
+    }
+    ck_assert_int_eq(fp8_nodes, 1);
+    free(h);
+    run_close(&r);
     mpt_mnist_free(&d);
 }
 END_TEST
@@ -953,7 +1450,16 @@ int main(void) {
     tcase_add_test(tg, test_create_rejects);
     tcase_add_test(tg, test_exponents_match_rounding_rows);
     tcase_add_test(tg, test_lost_updates_in_a_step);
-    tcase_add_loop_test(tg, test_collector_paths_agree, 0, 2);
+    tcase_add_loop_test(tg, test_collector_paths_agree, 0, 3);
+    tcase_add_test(tc, test_range_counts_distinct);
+    tcase_add_test(tc, test_hist_fractions_of_nonzero_finite);
+    tcase_add_test(tc, test_hist_merge_is_whole);
+    tcase_add_test(tc, test_fp8_saturation_boundary);
+    tcase_add_loop_test(tg, test_range_rows_match_stored, 0, 2);
+    tcase_add_test(tg, test_rounding_rows_match_rounding);
+    tcase_add_test(tg, test_twin_divides_by_the_loss_scale);
+    tcase_add_test(tg, test_twin_cos_is_the_cosine);
+    tcase_add_test(tg, test_fp8_rows_match_casts);
     suite_add_tcase(s, tg);
     return mpt_test_run(s);
 }

@@ -650,6 +650,8 @@ static mpt_status alloc_lost_buffers(mpt_telemetry *tel) {
     return MPT_OK;
 }
 
+static mpt_status setup(mpt_telemetry *tel, mpt_graph *twin);
+
 mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) {
     MPT_ASSERTF(t->telemetry == NULL, "mpt_telemetry_create: the trainer already has telemetry");
     if (every < 1) {
@@ -663,6 +665,14 @@ mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin) 
     const char *delay = getenv("MPT_TELEMETRY_TEST_DELAY_MS");
     if (delay && *delay) tel->test_delay_s = 1e-3 * strtod(delay, NULL);
     t->telemetry = tel; /* freed with the trainer from here on */
+    mpt_status s = setup(tel, twin);
+    if (s != MPT_OK) mpt_telemetry_free(&t->telemetry); /* the trainer as it was: no half-made collector */
+    return s;
+}
+
+/* The buffers of a new collector (mpt_telemetry_create). */
+static mpt_status setup(mpt_telemetry *tel, mpt_graph *twin) {
+    mpt_trainer *t = tel->t;
     mpt_graph *g = t->g;
     int64_t max_scratch = 1;
     size_t ws = 0;

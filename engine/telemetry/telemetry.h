@@ -69,7 +69,8 @@ typedef struct mpt_telemetry_stat {
  * multiple of `every` (the step number metrics.csv prints). twin: NULL, or a built, not yet allocated graph of
  * the same model under the fp32 policy (mpt_policy_make(MPT_PRECISION_FP32)) with its loss, on t's backend;
  * the collector owns it from here on, also on failure. MPT_ERR_ARG when `every` < 1 or the twin does not
- * match the model node for node; MPT_ERR_NOMEM when a buffer cannot be allocated. */
+ * match the model node for node; MPT_ERR_NOMEM when a buffer cannot be allocated. On failure t has no collector
+ * (t->telemetry NULL), as before the call. */
 mpt_status mpt_telemetry_create(mpt_trainer *t, int64_t every, mpt_graph *twin);
 /* Frees the collector, its buffers and its twin; sets *tel to NULL. */
 void mpt_telemetry_free(mpt_telemetry **tel);
