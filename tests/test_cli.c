@@ -274,6 +274,12 @@ START_TEST(test_info) {
     const int native = mpt_cpu_native_available(why, sizeof why);
     ck_assert_msg(strstr(out_buf, native ? "native              available" : why) != NULL,
                   "info does not say whether native is available (%d, %s): %s", native, why, out_buf);
+#ifdef MPT_HAVE_MPI /* the MPI library loaded at run time, or how to get one */
+    ck_assert_msg(strstr(out_buf, "  MPI                 Open MPI v"), "info does not name the MPI library: %.2000s", out_buf);
+#else
+    ck_assert_msg(strstr(out_buf, "  MPI                 not built") && strstr(out_buf, "-Dmpi=enabled"),
+                  "a build without MPI's info does not say so and how to get it: %.2000s", out_buf);
+#endif
 #ifdef MPT_HAVE_CUDA /* the module of this build loads here, and reports its libraries */
     const char *libs[] = {"loadable: yes", "CUDA runtime", "cuBLASLt", "cuDNN", "cuRAND", "GPU code built for"};
     for (int i = 0; i < 6; i++) ck_assert_msg(strstr(out_buf, libs[i]) != NULL, "info lacks %s: %s", libs[i], out_buf);

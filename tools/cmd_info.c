@@ -19,6 +19,7 @@
 #include <cblas.h>
 
 #include "engine/cuda_backend.h"
+#include "engine/dist/dist.h"
 #include "mpt_config.h"
 #include "tools/cli.h"
 
@@ -120,6 +121,13 @@ int mpt_cmd_info(int argc, char **argv) {
     else
         printf("                      core as detected by OpenBLAS%s\n",
                mpt_cpu_gemm_on_openblas() ? "" : " (oneDNN runs the GEMMs: mptrain leaves OpenBLAS's choice alone)");
+
+    const char *mpi = mpt_dist_library_version();
+    if (mpi)
+        printf("  MPI                 %s (--data-parallel under mpirun)\n", mpi);
+    else
+        printf("  MPI                 not built: --data-parallel is unavailable (apt-get install libopenmpi-dev "
+               "openmpi-bin, then meson setup --reconfigure build -Dmpi=enabled)\n");
 
     print_cpu_kernels();
 

@@ -62,6 +62,10 @@ typedef struct mpt_dist mpt_dist;
 /* 1 if this build has MPI (Meson found Open MPI), else 0. */
 int mpt_dist_built(void);
 
+/* The first line of the MPI library's version string as loaded at run time (MPI_Get_library_version, which MPI 3.0
+ * allows before MPI_Init: "Open MPI v4.1.4, package: ..."), in a static buffer; NULL in a build without MPI. */
+const char *mpt_dist_library_version(void);
+
 /* Joins the job: MPI_Init (unless already initialised) and the world communicator. *out is owned by the
  * caller (mpt_dist_free). Errors: MPT_ERR_ARG without MPI in the build (the message says how to
  * build it), MPT_ERR_ARG for an unknown comm. */

@@ -364,6 +364,15 @@ int mpt_dist_any(mpt_dist *d, int x) {
 
 int mpt_dist_built(void) { return 1; }
 
+const char *mpt_dist_library_version(void) {
+    static char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    if (MPI_Get_library_version(v, &len) != MPI_SUCCESS) return "(MPI_Get_library_version failed)";
+    v[len > 0 && len < (int)sizeof v ? len : (int)sizeof v - 1] = '\0';
+    v[strcspn(v, "\r\n")] = '\0';
+    return v;
+}
+
 mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     *out = NULL;
     if (comm != MPT_GRAD_COMM_FP32 && comm != MPT_GRAD_COMM_BF16 && comm != MPT_GRAD_COMM_FP16)

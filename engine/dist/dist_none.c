@@ -6,6 +6,8 @@
 
 int mpt_dist_built(void) { return 0; }
 
+const char *mpt_dist_library_version(void) { return NULL; }
+
 mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
     (void)comm;
     *out = NULL;
