@@ -2253,4 +2253,4 @@ static Suite *cli_suite(void) {
     return s;
 }
 
-int main(void) { return mpt_test_run(cli_suite()); }
+int main(void) { return mpt_test_run_msg(cli_suite(), sizeof out_buf + MPT_TEST_MSG_MARGIN); }

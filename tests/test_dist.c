@@ -685,7 +685,6 @@ int main(void) {
     tcase_add_test(tc, any_is_true_when_one_rank_says_so);
     tcase_add_loop_test(tc, wire_overflow_is_found_inf, 0, 2);
     suite_add_tcase(s, tc);
-    check_set_max_msg_size(MPT_TEST_MAX_MSG);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */
     srunner_run_all(sr, rank == 0 ? CK_NORMAL : CK_SILENT);

@@ -938,4 +938,4 @@ static Suite *lab_suite(void) {
     return s;
 }
 
-int main(void) { return mpt_test_run(lab_suite()); }
+int main(void) { return mpt_test_run_msg(lab_suite(), sizeof out_buf + MPT_TEST_MSG_MARGIN); }

@@ -315,4 +315,4 @@ static Suite *speedrun_suite(void) {
     return s;
 }
 
-int main(void) { return mpt_test_run(speedrun_suite()); }
+int main(void) { return mpt_test_run_msg(speedrun_suite(), sizeof out_buf + MPT_TEST_MSG_MARGIN); }

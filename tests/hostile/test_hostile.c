@@ -2614,5 +2614,5 @@ int main(void) {
     tcase_add_test(io, test_planted_journal_stays_inside);
     tcase_add_test(io, test_stale_temps_only_mptrains);
     suite_add_tcase(s, io);
-    return mpt_test_run(s);
+    return mpt_test_run_msg(s, sizeof out_buf + MPT_TEST_MSG_MARGIN);
 }
