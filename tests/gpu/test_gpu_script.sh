@@ -161,6 +161,9 @@ files_of() { (cd "$1" && ls -A | sort | tr '\n' ' '); }
 in_archive() { # OUTDIR PATTERN: the archive's matching member, on stdout
     tar -xzOf "$1/gpu-runs.tar.gz" --wildcards "$2" 2>/dev/null
 }
+# OUTDIR: the results page gpu.sh wrote there. Its name has the UTC date at gpu.sh's start, so a run that crosses
+# midnight names the page by the day it began; the test finds the page rather than guessing the date.
+page_in() { local p=("$1"/gpu-????-??-??.md); printf '%s\n' "${p[0]}"; }
 
 # ---- run A: a hanging test case ---------------------------------------------------------------------------------
 outA=$tmp/outA
@@ -170,18 +173,18 @@ FAKE_HANG=test_cuda/conv FAKE_GRAPH_CHANGES_MATH=1 FAKE_FUSED_CHANGES_MATH=1 "$t
 rcA=$?
 took=$((SECONDS - t0))
 sed 's/^/    A| /' "$tmp/A.log" | tail -n 60
-day=$(date -u +%Y-%m-%d)
+pageA=$(page_in "$outA")
 check "run A exits 1 (a failed stage), not $rcA" [ "$rcA" = 1 ]
 check "run A ends within its budget (${took}s of 300)" [ "$took" -lt 300 ]
 check "run A's output folder holds exactly gpu.log, summary.txt, machine.txt, info.txt, the results page and the archive (has: $(files_of "$outA"))" \
-    [ "$(files_of "$outA")" = "gpu-$day.md gpu-runs.tar.gz gpu.log info.txt machine.txt summary.txt " ]
+    [ "$(files_of "$outA")" = "${pageA##*/} gpu-runs.tar.gz gpu.log info.txt machine.txt summary.txt " ]
 check "the hanging case is reported as a timeout, with the TAP line it printed before" \
     grep -Eq '^  test_cuda/conv +[0-9]+s +TIMEOUT.* 1 ok, 0 not ok' "$outA/summary.txt"
 check "the other cases ran to their end" grep -Eq '^  test_cuda/gemm +[0-9]+s +ok +2 ok, 0 not ok' "$outA/summary.txt"
 check "the timing case ran alone, after all the others of the suite" \
     bash -c "grep -E '^  test_' '$outA/summary.txt' | grep -v '^  test_cuda_tc/' | tail -n 1 | grep -q '^  test_cuda_graph/timing '"
 check "the stage tc ran tests/test_cuda_tc once, after the suite, with its report on the results page" \
-    bash -c "[ \$(grep -c '^  test_cuda_tc/tc_accum ' '$outA/summary.txt') = 1 ] && grep -E '^  test_' '$outA/summary.txt' | tail -n 1 | grep -Eq '^  test_cuda_tc/tc_accum +[0-9]+s +ok' && grep -q '^## Tensor Core summation: cuBLASLt' '$outA/gpu-$day.md' && grep -q '^| fp16 | fc1 fwd (fake) |' '$outA/gpu-$day.md'"
+    bash -c "[ \$(grep -c '^  test_cuda_tc/tc_accum ' '$outA/summary.txt') = 1 ] && grep -E '^  test_' '$outA/summary.txt' | tail -n 1 | grep -Eq '^  test_cuda_tc/tc_accum +[0-9]+s +ok' && grep -q '^## Tensor Core summation: cuBLASLt' '$pageA' && grep -q '^| fp16 | fc1 fwd (fake) |' '$pageA'"
 ncase=$(grep -cE '^  test_' "$outA/summary.txt")
 ntc=$(for p in $programs; do cat "$src/tests/$p.c"; done | grep -c 'tcase_create(')
 check "one process per test case: $ncase summary lines for the $ntc tcase_create calls in tests/" [ "$ncase" = "$ntc" ]
@@ -194,7 +197,7 @@ check "before the kill, the stuck process was diagnosed: threads' wait channels,
 libs=$(in_archive "$outA" '*/libraries.txt')
 check "the library path has the carried libraries and every nvidia/*/lib folder of the Python's wheels" \
     bash -c "grep -q '^LD_LIBRARY_PATH for mptrain and the tests: $c/lib:.*$site/nvidia/cu13/lib:$site/nvidia/cudnn/lib' <<<\"\$1\"" _ "$libs"
-page=$outA/gpu-$day.md
+page=$pageA
 for s in machine setup info test tc graph compare bench; do
     check "the results page times stage $s" grep -q "^| $s | [0-9]* |" "$page"
 done
@@ -233,7 +236,7 @@ check "run B: after the kill, the summary has the earlier stages (graph ok: the 
     bash -c "grep -Eq '^test +[0-9]+s +ok' '$outB/summary.txt' && grep -Eq '^graph +[0-9]+s +ok' '$outB/summary.txt'"
 check "run B: after the kill, the archive has the earlier stages' runs" \
     bash -c "tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'graph/mlp-fp16-off/summary.json' && tar -tzf '$outB/gpu-runs.tar.gz' | grep -q 'compare-mlp/report.md'"
-check "run B: after the kill, the results page has the earlier stages" grep -q '^## The step as one CUDA Graph' "$outB/gpu-$day.md"
+check "run B: after the kill, the results page has the earlier stages" grep -q '^## The step as one CUDA Graph' "$(page_in "$outB")"
 
 # ---- run C: PyTorch's modes, compile, the sweep, data-parallel through mpirun, memcheck -----------------------------
 outC=$tmp/outC
@@ -243,8 +246,8 @@ FAKE_LOG=$tmp/C.calls FAKE_TORCH_UNAVAILABLE=compile FAKE_HANG="pytorch lenet5 b
     --out "$outC" >"$tmp/C.log" 2>&1
 rcC=$?
 sed 's/^/    C| /' "$tmp/C.log" | tail -n 40
-grep -E -A12 "^#+ mptrain against each PyTorch mode" "$outC/gpu-$(date -u +%Y-%m-%d).md" | sed "s/^/    C-page| /"
-pageC=$outC/gpu-$day.md
+grep -E -A12 "^#+ mptrain against each PyTorch mode" "$(page_in "$outC")" | sed "s/^/    C-page| /"
+pageC=$(page_in "$outC")
 check "run C exits 1 (a PyTorch process stopped; memcheck found a memory error), not $rcC" [ "$rcC" = 1 ]
 for s in bench compile sweep dp memcheck; do
     check "run C's results page times stage $s" grep -q "^| $s | [0-9]* |" "$pageC"
@@ -275,8 +278,9 @@ rcD=$?
 sed 's/^/    D| /' "$tmp/D.log" | tail -n 20
 check "run D (--stages speedrun) exits 0, not $rcD" [ "$rcD" = 0 ]
 check "run D: the stage is timed and ok" grep -Eq '^speedrun +[0-9]+s +ok' "$outD/summary.txt"
+pageD=$(page_in "$outD")
 check "run D: the results page has mptrain's speedrun report and PyTorch's table" \
-    bash -c "grep -q '^## Speedrun: mptrain speedrun --device cuda --seeds 10' '$outD/gpu-$day.md' && grep -q '^### mptrain speedrun (fake)' '$outD/gpu-$day.md' && grep -q '^## Speedrun in PyTorch' '$outD/gpu-$day.md' && grep -q '^| bf16 | graph | 90.40' '$outD/gpu-$day.md'"
+    bash -c "grep -q '^## Speedrun: mptrain speedrun --device cuda --seeds 10' '$pageD' && grep -q '^### mptrain speedrun (fake)' '$pageD' && grep -q '^## Speedrun in PyTorch' '$pageD' && grep -q '^| bf16 | graph | 90.40' '$pageD'"
 check "run D: PyTorch trained mptrain's recipe on the GPU in its four modes with --speedrun-seeds" \
     grep -Eq -- "--mptrain .*/mptrain --device cuda --precisions bf16,fp16 --modes eager,fused,graph,compile --seeds 3 " "$tmp/speedrun_pytorch.args"
 check "run D: the archive has the speedrun's report" bash -c "tar -tzf '$outD/gpu-runs.tar.gz' | grep -q 'speedrun/report.md'"
@@ -292,21 +296,21 @@ plan2=$("$tree/bench/gpu.sh" --dry-run --stages compile --budget 240 2>&1)
 check "--dry-run of the second call names it: --stages compile --budget 240, timeout_s 300" \
     grep -q 'timeout_s 300, command: bench/gpu.sh --stages compile --budget 240' <<<"$plan2"
 
-# ---- bench/run.sh --write-docs twice on one day: both results files kept -------------------------------------------
+# ---- bench/run.sh --write-docs twice: two new results files beside the earlier ones (any day: a run may cross midnight) --
 results=$tree/bench/results
-before=$(cd "$results" && ls gpu-"$day"*.md 2>/dev/null | sort | xargs -r sha256sum)
+before=$(cd "$results" && ls gpu-*.md 2>/dev/null | sort | xargs -r sha256sum)
 for k in 1 2; do
     MPT_DATA=$c/data "$tree/bench/run.sh" gpu --mptrain "$c/build/tools/mptrain" --epochs 1 --repeats 1 --models mlp \
         --write-docs --out "$tmp/docs$k" >"$tmp/docs$k.log" 2>&1
     rc=$?
     check "bench/run.sh --write-docs, run $k, exits 0 (status $rc; its log ends: $(tail -n 1 "$tmp/docs$k.log"))" [ "$rc" = 0 ]
 done
-after=$(cd "$results" && ls gpu-"$day"*.md 2>/dev/null | sort)
-check "the two runs wrote two new results files beside the day's earlier ones (before: $(wc -l <<<"$before") with content, after: $(wc -w <<<"$after"))" \
+after=$(cd "$results" && ls gpu-*.md 2>/dev/null | sort)
+check "the two runs wrote two new results files beside the earlier ones (before: $(wc -l <<<"$before") with content, after: $(wc -w <<<"$after"))" \
     [ "$(wc -w <<<"$after")" = $(($([ -n "$before" ] && wc -l <<<"$before" || echo 0) + 2)) ]
-check "the day's earlier results files are unchanged" bash -c "[ -z \"\$1\" ] || (cd '$results' && sha256sum -c --quiet <<<\"\$1\")" _ "$before"
+check "the earlier results files are unchanged" bash -c "[ -z \"\$1\" ] || (cd '$results' && sha256sum -c --quiet <<<\"\$1\")" _ "$before"
 last=$(sed -n 's/^Every run.s numbers: \[\(bench\/results\/[^]]*\)\].*/\1/p' "$tree/docs/benchmarks.md")
-newest=$(cd "$results" && ls -t gpu-"$day"*.md | head -n 1)
+newest=$(cd "$results" && ls -t gpu-*.md | head -n 1)
 check "docs/benchmarks.md names the second run's file (names '$last', newest bench/results/$newest)" \
     [ "$last" = "bench/results/$newest" ]
 finish
