@@ -38,6 +38,44 @@ START_TEST(test_pairing_follows_the_spreads) {
 }
 END_TEST
 
+/* lesson noise: the criterion reads the paired sd, not the reference's sd over seeds (a paired design's noise is the
+ * spread of its differences); the pairing clause has three outcomes, each shown by hand-picked spreads */
+START_TEST(test_noise_conclusion) {
+    static const char *const names[] = {"fp16", "bf16"};
+    double md[2] = {0.5, 0.1}, sp[2] = {0.2, 0.2}, sb[2] = {1.0, 1.0};
+    mpt_text_noise x = {.np = 2, .n_seeds = 4, .ref = "fp32", .names = names, .mean_diff = md, .sd_paired = sp,
+                        .sd_between = sb, .ref_sd = 1.0, .ref_min = 80.0, .ref_max = 82.5};
+    /* fp16's 0.5 pp exceeds 2 x 0.2 (though not 2 x fp32's 1.0): even one seed would show its sign */
+    ck_assert_int_eq(mpt_text_noise_conclusion(t, sizeof t, &x), 0);
+    HAS("Not observed: with the same seed, fp16 - fp32 +0.50 pp on average, moving by sd 0.20 pp from seed to seed "
+        "(0.20x fp32's own sd; a one-seed difference of this size stands out from that noise); bf16 - fp32 +0.10 pp on "
+        "average, moving by sd 0.20 pp from seed to seed (0.20x fp32's own sd; a one-seed difference of this size "
+        "would not stand out from that noise) over 4 seeds");
+    HAS("fp32 alone moves by sd 1.00 pp (80.00..82.50%)");
+    HAS("the pairing cancelled part of the seed's effect here (paired sd / fp32's sd: 0.20 for fp16, 0.20 for bf16)");
+    /* within 2 x the paired sd but beyond 2 x fp32's: observed, and the pairs spread more than fp32 alone (1.5x) */
+    md[0] = 0.3, md[1] = -0.35, sp[0] = sp[1] = 0.2, sb[0] = sb[1] = 0.2 / 1.5;
+    ck_assert_int_eq(mpt_text_noise_conclusion(t, sizeof t, &x), 1);
+    HAS("Observed: one seed cannot rank these precisions.");
+    HAS("every mean difference lies within twice its paired sd");
+    HAS("here the paired differences spread more than fp32 alone (paired sd / fp32's sd: 1.50 for fp16, 1.50 for "
+        "bf16)");
+    LACKS("stands out from");
+    /* a ratio of 1.0 is "about the same" (inside 0.8..1.25); 0.5 and 1.5 together are neither all less nor all more */
+    sb[0] = sb[1] = 0.2;
+    mpt_text_noise_conclusion(t, sizeof t, &x);
+    HAS("here the paired spreads are about fp32's own, so the pairing cancelled little of the seed's effect (paired sd "
+        "/ fp32's sd: 1.00 for fp16, 1.00 for bf16)");
+    sb[0] = 0.4, sb[1] = 0.2 / 1.5;
+    mpt_text_noise_conclusion(t, sizeof t, &x);
+    HAS("about fp32's own");
+    HAS("0.50 for fp16, 1.50 for bf16");
+    /* a difference of exactly twice the paired sd is still inside the noise */
+    md[0] = 0.4, md[1] = 0.0, sp[0] = sp[1] = 0.2;
+    ck_assert_int_eq(mpt_text_noise_conclusion(t, sizeof t, &x), 1);
+}
+END_TEST
+
 static mpt_stats_paired paired(double mean, double lo, double hi, mpt_verdict v, int needed) {
     mpt_stats_paired d;
     memset(&d, 0, sizeof d);
@@ -338,6 +376,76 @@ START_TEST(test_underflow_cost_by_mass) {
     mpt_text_underflow_cost(t, sizeof t, &u);
     HAS("almost none of the signal");
     LACKS("would keep");
+}
+END_TEST
+
+/* compare's Underflow paragraph, every outcome: the scale flushed fewer (ratio 0.05 / 0.0125 = 4.0), none, as many or
+ * more; an unscaled FP16 run that flushed some or none; BF16 on either side of 0.1% */
+START_TEST(test_grad_underflow_outcomes) {
+    mpt_text_underflow u = {"all_act_grads", 0.05, 1e-6, 2e-4, 0.0125, 1e-8, 1e-4, 16};
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 65536.0, &u);
+    HAS("flushed 1.250% of the nonzero values at the loss scale used (mean S = 65536)");
+    HAS("it would have flushed 5.000%: with the scale, 4.0 times fewer values vanished.");
+    HAS("at the run's S = 2^16"); /* the cost sentence follows */
+    LACKS("is absent");
+    u.flush_s = 0.0;
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 65536.0, &u);
+    HAS("with the scale, none vanished.");
+    LACKS("times fewer");
+    LACKS("is absent");
+    u.flush_s = 0.05; /* as many at S as at S = 1 */
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 65536.0, &u);
+    HAS("and 5.000% at S = 1: the expected effect of loss scaling (fewer values flushed) is absent in this run");
+    LACKS("vanished");
+    u.flush_s = 0.08, u.flush_1 = 0.02; /* more at S */
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 65536.0, &u);
+    HAS("is absent in this run");
+    LACKS("vanished");
+    /* no loss scale: what happened at S = 1 is the run's own flush_s / mass_s / rel_s */
+    u.flush_s = 0.03, u.mass_s = 0.2, u.rel_s = 0.3, u.flush_1 = NAN;
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 1.0, &u);
+    HAS("Without loss scaling, 3.00% of `all_act_grads`'s nonzero values rounded to zero in FP16, carrying 0.2 of its "
+        "mass");
+    HAS("a real share of the signal, which a loss scale would keep.");
+    u.flush_s = 0.0;
+    mpt_text_grad_underflow(t, sizeof t, "FP16", 1, 1.0, &u);
+    HAS("without loss scaling flushed 0.000% of the nonzero values to zero (none: the expected FP16 underflow is "
+        "absent in this run)");
+    /* BF16: 0.1% is the line between "needs no loss scale" and "does not hold" */
+    u.flush_s = 0.0011;
+    mpt_text_grad_underflow(t, sizeof t, "BF16", 0, 1.0, &u);
+    HAS("rounding to BF16 flushed 0.110% of the nonzero values to zero although BF16 has FP32's exponent range: the "
+        "expected absence of underflow does not hold in this run.");
+    u.flush_s = 0.0009;
+    mpt_text_grad_underflow(t, sizeof t, "BF16", 0, 1.0, &u);
+    HAS("flushed 0.090% of the nonzero values to zero: BF16 keeps FP32's exponent range, so it needs no loss scale.");
+    LACKS("does not hold");
+    u.flush_s = 3e-7; /* below 0.01%: e-notation, not 0.000% */
+    mpt_text_grad_underflow(t, sizeof t, "BF16", 0, 1.0, &u);
+    HAS("flushed 3.00e-05% of the nonzero values");
+}
+END_TEST
+
+/* compare's FP8 gradient casts: E4M3 losing more is the expected effect; equal or less says it is not observed */
+START_TEST(test_fp8_grad_formats) {
+    mpt_text_fp8_grad_formats(t, sizeof t, 0.02, 0.001, 0);
+    HAS("E4M3 flushed or made subnormal 2% of the gradient values against E5M2's 0.1%: with one scale for the whole "
+        "tensor, E4M3's narrower range (");
+    HAS("casts gradients to E5M2.");
+    LACKS("not observed");
+    LACKS("MXFP8");
+    mpt_text_fp8_grad_formats(t, sizeof t, 0.02, 0.001, 1);
+    HAS("with one scale per block of 32");
+    HAS("(MXFP8 recipes keep E4M3 for gradients");
+    mpt_text_fp8_grad_formats(t, sizeof t, 0.001, 0.02, 0);
+    HAS("E4M3 flushed or made subnormal 0.1% of the gradient values and E5M2 2%: the expected advantage of E5M2's "
+        "wider range for gradients is not observed in this run");
+    LACKS("HYBRID");
+    mpt_text_fp8_grad_formats(t, sizeof t, 0.0, 0.0, 0); /* a tie is no advantage */
+    HAS("is not observed");
+    mpt_text_fp8_grad_formats(t, sizeof t, NAN, 0.0, 0);
+    HAS("Not measured.");
+    LACKS("E4M3");
 }
 END_TEST
 
@@ -697,6 +805,9 @@ static Suite *sentences_suite(void) {
     tcase_add_test(tc, test_other_branches);
     tcase_add_test(tc, test_scale_effect);
     tcase_add_test(tc, test_target_verdict);
+    tcase_add_test(tc, test_grad_underflow_outcomes);
+    tcase_add_test(tc, test_fp8_grad_formats);
+    tcase_add_test(tc, test_noise_conclusion);
     suite_add_tcase(s, tc);
     return s;
 }

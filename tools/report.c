@@ -166,12 +166,6 @@ static int ends_with(const char *s, const char *suffix) {
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static void pct4(char *b, size_t n, double v) {
-    if (!isfinite(v)) snprintf(b, n, "n/a");
-    else if (v != 0.0 && fabs(v) < 1e-4) snprintf(b, n, "%.2e%%", 100.0 * v);
-    else snprintf(b, n, "%.3f%%", 100.0 * v);
-}
-
 /* The name of the 16-bit format a precision stores activations, gradients and working weights in: its own name,
  * except in the FP8 modes, which keep everything outside their FP8 GEMMs in BF16. */
 static const char *working_name(mpt_precision p) { return mpt_mode_info(p)->act_name; }
@@ -209,13 +203,13 @@ static void numerics_underflow(FILE *f, const mpt_report_row *row) {
     for (int k = 0; k < 3 && idx[k] >= 0; k++) {
         const char *t = r->telemetry[idx[k]].tensor;
         char a[32], b[32], c[32], d[32], e[32], g[32], h[32], l[32] = "n/a", m[32] = "n/a";
-        pct4(a, sizeof a, mpt_run_stat_mean(r, t, "flush_frac"));
-        pct4(b, sizeof b, mpt_run_stat_mean(r, t, "made_subnormal_frac"));
-        pct4(c, sizeof c, mpt_run_stat_mean(r, t, "mass_lost"));
-        pct4(d, sizeof d, mpt_run_stat_mean(r, t, "flush_frac@S/2"));
-        pct4(e, sizeof e, mpt_run_stat_mean(r, t, "flush_frac@2S"));
-        pct4(g, sizeof g, mpt_run_stat_mean(r, t, "flush_frac@S=1"));
-        pct4(h, sizeof h, mpt_run_stat_mean(r, t, "mass_lost@S=1"));
+        mpt_text_pct(a, sizeof a, mpt_run_stat_mean(r, t, "flush_frac"));
+        mpt_text_pct(b, sizeof b, mpt_run_stat_mean(r, t, "made_subnormal_frac"));
+        mpt_text_pct(c, sizeof c, mpt_run_stat_mean(r, t, "mass_lost"));
+        mpt_text_pct(d, sizeof d, mpt_run_stat_mean(r, t, "flush_frac@S/2"));
+        mpt_text_pct(e, sizeof e, mpt_run_stat_mean(r, t, "flush_frac@2S"));
+        mpt_text_pct(g, sizeof g, mpt_run_stat_mean(r, t, "flush_frac@S=1"));
+        mpt_text_pct(h, sizeof h, mpt_run_stat_mean(r, t, "mass_lost@S=1"));
         const double rel = mpt_run_stat_mean(r, t, "rel_l2_err"), rel1 = mpt_run_stat_mean(r, t, "rel_l2_err@S=1");
         if (isfinite(rel)) snprintf(l, sizeof l, "%.3e", rel);
         if (isfinite(rel1)) snprintf(m, sizeof m, "%.3e", rel1);
@@ -224,48 +218,18 @@ static void numerics_underflow(FILE *f, const mpt_report_row *row) {
     double all = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac");
     double all1 = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT_GRAD, "flush_frac@S=1");
     double scale = mpt_run_stat_mean(r, "amp", "loss_scale");
-    char a[32], b[32];
-    pct4(a, sizeof a, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT, "flush_frac"));
-    fprintf(f, "\nActivations (the forward pass): %s of the nonzero values flushed to zero when rounded to %s.\n", a,
+    char a[32];
+    mpt_text_pct(a, sizeof a, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_ACT, "flush_frac"));
+    fprintf(f, "\nActivations (the forward pass): %s of the nonzero values flushed to zero when rounded to %s.\n\n", a,
             name);
-    pct4(a, sizeof a, all);
-    pct4(b, sizeof b, all1);
-    fprintf(f, "\n");
     const int f16 = mpt_mode_info(row->precision)->act_dtype == MPT_DTYPE_F16;
     const char *g = MPT_TELEMETRY_ALL_ACT_GRAD;
     mpt_text_underflow u = {g, all1, mpt_run_stat_mean(r, g, "mass_lost@S=1"), mpt_run_stat_mean(r, g, "rel_l2_err@S=1"),
                             all, mpt_run_stat_mean(r, g, "mass_lost"), mpt_run_stat_mean(r, g, "rel_l2_err"),
                             isfinite(scale) ? log2(scale) : 0.0};
-    char cost[900];
-    if (f16 && scale > 1.0 && isfinite(all1)) {
-        mpt_text_underflow_cost(cost, sizeof cost, &u);
-        if (all1 > all && all > 0.0)
-            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
-                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
-                       "scale, %.1f times fewer values vanished. %s.\n\n",
-                    a, scale, b, all1 / all, cost);
-        else if (all1 > all) /* nothing flushed at S: no ratio to give ("inf times fewer") */
-            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
-                       "scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
-                       "scale, none vanished. %s.\n\n",
-                    a, scale, b, cost);
-        else
-            fprintf(f, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
-                       "scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer values "
-                       "flushed) is absent in this run. %s.\n\n", a, scale, b, cost);
-    } else if (f16) {
-        u.flush_1 = all, u.mass_1 = u.mass_s, u.rel_1 = u.rel_s, u.log2_scale = 0.0; /* S = 1 is what happened */
-        mpt_text_underflow_cost(cost, sizeof cost, &u);
-        if (all > 0.0) fprintf(f, "%s.\n\n", cost);
-        else
-            fprintf(f, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the nonzero "
-                       "values to zero (none: the expected FP16 underflow is absent in this run).\n\n", a);
-    } else {
-        fprintf(f, "Over all activation gradients, rounding to %s flushed %s of the nonzero values to zero%s.\n\n",
-                name, a, all > 1e-3 ? " although BF16 has FP32's exponent range: the expected absence of underflow "
-                                      "does not hold in this run"
-                                    : ": BF16 keeps FP32's exponent range, so it needs no loss scale");
-    }
+    char text[1400];
+    mpt_text_grad_underflow(text, sizeof text, name, f16, scale, &u);
+    fprintf(f, "%s\n\n", text);
 }
 
 static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_report_row *row) {
@@ -287,23 +251,23 @@ static void numerics_lost(FILE *f, const mpt_cli_opts *o, const mpt_report_row *
         const mpt_telemetry_stat *s = &r->telemetry[i];
         if (strcmp(s->metric, "lost_frac") != 0 || is_pooled(s->tensor)) continue;
         char a[32], b[32], c[32], d[32];
-        pct4(a, sizeof a, mpt_run_stat_mean(r, s->tensor, "lost_frac"));
-        pct4(b, sizeof b, mpt_run_stat_mean(r, s->tensor, "lost_mass"));
+        mpt_text_pct(a, sizeof a, mpt_run_stat_mean(r, s->tensor, "lost_frac"));
+        mpt_text_pct(b, sizeof b, mpt_run_stat_mean(r, s->tensor, "lost_mass"));
         fprintf(f, "| `%s` | %s | %s |", s->tensor, a, b);
         if (cf) {
-            pct4(c, sizeof c, mpt_run_stat_mean(r, s->tensor, "lost_frac_if_16bit"));
-            pct4(d, sizeof d, mpt_run_stat_mean(r, s->tensor, "lost_mass_if_16bit"));
+            mpt_text_pct(c, sizeof c, mpt_run_stat_mean(r, s->tensor, "lost_frac_if_16bit"));
+            mpt_text_pct(d, sizeof d, mpt_run_stat_mean(r, s->tensor, "lost_mass_if_16bit"));
             fprintf(f, " %s | %s |", c, d);
         }
         fprintf(f, "\n");
     }
     double lost = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac");
     char a[32], b[32], m[32];
-    pct4(a, sizeof a, lost);
-    pct4(m, sizeof m, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
+    mpt_text_pct(a, sizeof a, lost);
+    mpt_text_pct(m, sizeof m, mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_mass"));
     if (cf) {
         double lost16 = mpt_run_stat_mean(r, MPT_TELEMETRY_ALL_PARAMS, "lost_frac_if_16bit");
-        pct4(b, sizeof b, lost16);
+        mpt_text_pct(b, sizeof b, lost16);
         if (lost16 > lost)
             fprintf(f, "\nThe FP32 master weights lost %s of the non-zero updates (%s of the update mass); added to the "
                        "%s working copy, the same updates would have lost %s (those smaller than half an ulp of the "
@@ -396,11 +360,11 @@ static void numerics_fp8(FILE *f, const mpt_report_row *row) {
         if (sc) snprintf(scale, sizeof scale, "%.4g", sc->last);
         if (isfinite(mpt_run_stat_mean(r, t, "fp8_staleness"))) snprintf(stale, sizeof stale, "%.3f", mpt_run_stat_mean(r, t, "fp8_staleness"));
         const double fl = mpt_run_stat_mean(r, t, "fp8_flush_frac");
-        pct4(c[0], sizeof c[0], mpt_run_stat_mean(r, t, "fp8_sat_frac"));
-        pct4(c[1], sizeof c[1], fl);
-        pct4(c[2], sizeof c[2], mpt_run_stat_mean(r, t, "fp8_subnormal_frac"));
-        pct4(c[3], sizeof c[3], mpt_run_stat_mean(r, t, "fp8_flush_frac@s/2"));
-        pct4(c[4], sizeof c[4], mpt_run_stat_mean(r, t, "fp8_sat_frac@2s"));
+        mpt_text_pct(c[0], sizeof c[0], mpt_run_stat_mean(r, t, "fp8_sat_frac"));
+        mpt_text_pct(c[1], sizeof c[1], fl);
+        mpt_text_pct(c[2], sizeof c[2], mpt_run_stat_mean(r, t, "fp8_subnormal_frac"));
+        mpt_text_pct(c[3], sizeof c[3], mpt_run_stat_mean(r, t, "fp8_flush_frac@s/2"));
+        mpt_text_pct(c[4], sizeof c[4], mpt_run_stat_mean(r, t, "fp8_sat_frac@2s"));
         fprintf(f, "| `%s` | %.4g | %s | %s | %s | %s | %s | %s | %s |\n", t, mpt_run_stat_mean(r, t, "fp8_amax"), scale, c[0],
                 c[1], c[2], c[3], c[4], stale);
         if (fl > worst_flush) {
@@ -423,37 +387,21 @@ static void numerics_fp8(FILE *f, const mpt_report_row *row) {
     const double sat_o = mpt_run_stat_mean(r, g, "fp8_sat_frac@other_format"), fl_o = mpt_run_stat_mean(r, g, "fp8_flush_frac@other_format");
     const double sub_o = mpt_run_stat_mean(r, g, "fp8_subnormal_frac@other_format");
     char c[6][32];
-    pct4(c[0], sizeof c[0], sat);
-    pct4(c[1], sizeof c[1], fl);
-    pct4(c[2], sizeof c[2], sub);
-    pct4(c[3], sizeof c[3], sat_o);
-    pct4(c[4], sizeof c[4], fl_o);
-    pct4(c[5], sizeof c[5], sub_o);
+    mpt_text_pct(c[0], sizeof c[0], sat);
+    mpt_text_pct(c[1], sizeof c[1], fl);
+    mpt_text_pct(c[2], sizeof c[2], sub);
+    mpt_text_pct(c[3], sizeof c[3], sat_o);
+    mpt_text_pct(c[4], sizeof c[4], fl_o);
+    mpt_text_pct(c[5], sizeof c[5], sub_o);
     fprintf(f, "\nThe gradient operands (dy of every FP8 layer, pooled, mean over telemetry steps), as cast in %s and "
                "as they would have been in %s with its own scale by the same rule (`all_fp8_grads`, "
                "`@other_format`):\n\n| format | saturated | flushed to zero | subnormal |\n|---|---:|---:|---:|\n"
                "| %s (used) | %s | %s | %s |\n| %s | %s | %s | %s |\n\n",
             fmt, other, fmt, c[0], c[1], c[2], other, c[3], c[4], c[5]);
     const double e4_lost = e5 ? fl_o + sub_o : fl + sub, e5_lost = e5 ? fl + sub : fl_o + sub_o;
-    char ratio[200];
-    mpt_text_format fa, fb;
-    mpt_text_format_of(MPT_FORMAT_E4M3, "E4M3", &fa);
-    mpt_text_format_of(MPT_FORMAT_E5M2, "E5M2", &fb);
-    mpt_text_range_ratio(ratio, sizeof ratio, &fa, &fb);
-    if (!isfinite(e4_lost) || !isfinite(e5_lost))
-        fprintf(f, "Not measured.\n\n");
-    else if (e4_lost > e5_lost)
-        fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values against E5M2's %.3g%%: with one scale "
-                   "%s, E4M3's narrower range (%s) reaches fewer of the small gradients, which is why "
-                   "TransformerEngine's HYBRID recipe (`fp8`) casts gradients to E5M2%s.\n\n",
-                100.0 * e4_lost, 100.0 * e5_lost,
-                mx ? "per block of 32" : "for the whole tensor", ratio,
-                mx ? " (MXFP8 recipes keep E4M3 for gradients: each block's "
-                                                        "scale follows the block's own largest value)" : "");
-    else
-        fprintf(f, "E4M3 flushed or made subnormal %.3g%% of the gradient values and E5M2 %.3g%%: the expected "
-                   "advantage of E5M2's wider range for gradients is not observed in this run (the gradients' dynamic "
-                   "range fits E4M3's).\n\n", 100.0 * e4_lost, 100.0 * e5_lost);
+    char text[700];
+    mpt_text_fp8_grad_formats(text, sizeof text, e4_lost, e5_lost, mx);
+    fprintf(f, "%s\n\n", text);
 }
 
 void mpt_report_write_numerics(FILE *f, const mpt_cli_opts *o, const mpt_report_row *rows, int n,

@@ -2,12 +2,29 @@
 #include "tools/sentences.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "tools/formats.h"
 
 /* ---- statistics over seeds ------------------------------------------------------------------------------------ */
+
+/* What pairing did to the noise: -1 cancelled part of the seed's effect (sd_paired < 0.8 sd_between), 1 spread more
+ * (sd_paired > 1.25 sd_between), 0 about the same: a 25% band either way is what "about the same" means here. */
+static int pairing_side(double sd_between, double sd_paired) {
+    return sd_paired < 0.8 * sd_between ? -1 : sd_paired > 1.25 * sd_between ? 1 : 0;
+}
+
+/* snprintf at b[*k], keeping *k within n (the text is cut at n - 1, never overrun) */
+static void append(char *b, size_t n, size_t *k, const char *fmt, ...) {
+    if (*k >= n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(b + *k, n - *k, fmt, ap);
+    va_end(ap);
+    if (w > 0) *k = *k + (size_t)w < n ? *k + (size_t)w : n - 1;
+}
 
 void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, double sd_paired) {
     if (!isfinite(sd_between) || !isfinite(sd_paired)) {
@@ -20,15 +37,54 @@ void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, do
         return;
     }
     const double r = sd_paired / sd_between;
-    if (r < 0.8)
+    const int side = pairing_side(sd_between, sd_paired);
+    if (side < 0)
         snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: smaller, because a seed moved both runs "
                  "of a pair alike and their difference cancelled that shared part", name, sd_paired, r);
-    else if (r > 1.25)
+    else if (side > 0)
         snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: larger, so here the two runs of a pair "
                  "did not move alike and the pairing cancelled none of the seed's effect", name, sd_paired, r);
     else
         snprintf(b, n, "%s's paired sd %.2f pp is %.2fx the reference's own: about the same, so here the pairing "
                  "cancelled little of the seed's effect", name, sd_paired, r);
+}
+
+int mpt_text_noise_conclusion(char *b, size_t n, const mpt_text_noise *x) {
+    char diffs[1200] = "", ratios[300] = "";
+    size_t kd = 0, kr = 0;
+    int within = 1, less = 1, more = 1;
+    for (int p = 0; p < x->np && p < 8; p++) {
+        const double d = x->mean_diff[p], sp = x->sd_paired[p], sb = x->sd_between[p];
+        const double r = sb > 0 ? sp / sb : NAN;
+        within &= fabs(d) <= 2.0 * sp;
+        less &= pairing_side(sb, sp) < 0;
+        more &= pairing_side(sb, sp) > 0;
+        append(diffs, sizeof diffs, &kd, "%s%s - %s %+.2f pp on average, moving by sd %.2f pp from seed to seed (%.2fx "
+               "%s's own sd; a one-seed difference of this size %s)", p ? "; " : "", x->names[p], x->ref, d, sp, r,
+               x->ref, fabs(d) > 2.0 * sp ? "stands out from that noise" : "would not stand out from that noise");
+        append(ratios, sizeof ratios, &kr, "%s%.2f for %s", p ? ", " : "", r, x->names[p]);
+    }
+    char pairing[600];
+    if (less)
+        snprintf(pairing, sizeof pairing, "the pairing cancelled part of the seed's effect here (paired sd / %s's sd: "
+                 "%s)", x->ref, ratios);
+    else if (more)
+        snprintf(pairing, sizeof pairing, "here the paired differences spread more than %s alone (paired sd / %s's "
+                 "sd: %s)", x->ref, x->ref, ratios);
+    else
+        snprintf(pairing, sizeof pairing, "here the paired spreads are about %s's own, so the pairing cancelled little "
+                 "of the seed's effect (paired sd / %s's sd: %s)", x->ref, x->ref, ratios);
+    if (within)
+        snprintf(b, n, "Observed: one seed cannot rank these precisions. With the same seed, %s over %d seeds: every "
+                 "mean difference lies within twice its paired sd, the noise of a one-seed comparison. %s alone moves "
+                 "by sd %.2f pp from seed to seed (%.2f..%.2f%%): that is the spread of one run, not of a comparison; "
+                 "%s.", diffs, x->n_seeds, x->ref, x->ref_sd, x->ref_min, x->ref_max, pairing);
+    else
+        snprintf(b, n, "Not observed: with the same seed, %s over %d seeds: for at least one precision the mean "
+                 "difference exceeds twice its paired sd, so here even one seed would show its sign. %s alone moves by "
+                 "sd %.2f pp (%.2f..%.2f%%), the spread of one run; %s.", diffs, x->n_seeds, x->ref, x->ref_sd,
+                 x->ref_min, x->ref_max, pairing);
+    return within;
 }
 
 void mpt_text_target_verdict(char *b, size_t n, const char *name, double target, int n_seeds,
@@ -433,6 +489,46 @@ void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u) {
                           "gradient loses it");
 }
 
+void mpt_text_pct(char *b, size_t n, double v) {
+    if (!isfinite(v)) snprintf(b, n, "n/a");
+    else if (v != 0.0 && fabs(v) < 1e-4) snprintf(b, n, "%.2e%%", 100.0 * v);
+    else snprintf(b, n, "%.3f%%", 100.0 * v);
+}
+
+void mpt_text_grad_underflow(char *b, size_t n, const char *name, int f16, double scale, const mpt_text_underflow *u) {
+    char at_s[32], at_1[32], cost[900];
+    mpt_text_pct(at_s, sizeof at_s, u->flush_s);
+    mpt_text_pct(at_1, sizeof at_1, u->flush_1);
+    if (f16 && scale > 1.0 && isfinite(u->flush_1)) {
+        mpt_text_underflow_cost(cost, sizeof cost, u);
+        if (u->flush_1 > u->flush_s && u->flush_s > 0.0)
+            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
+                     "loss scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
+                     "scale, %.1f times fewer values vanished. %s.", at_s, scale, at_1, u->flush_1 / u->flush_s, cost);
+        else if (u->flush_1 > u->flush_s) /* nothing flushed at S: no ratio to give ("inf times fewer") */
+            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
+                     "loss scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
+                     "scale, none vanished. %s.", at_s, scale, at_1, cost);
+        else
+            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
+                     "loss scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer "
+                     "values flushed) is absent in this run. %s.", at_s, scale, at_1, cost);
+    } else if (f16) {
+        mpt_text_underflow w = *u; /* S = 1 is what happened */
+        w.flush_1 = u->flush_s, w.mass_1 = u->mass_s, w.rel_1 = u->rel_s, w.log2_scale = 0.0;
+        mpt_text_underflow_cost(cost, sizeof cost, &w);
+        if (u->flush_s > 0.0) snprintf(b, n, "%s.", cost);
+        else
+            snprintf(b, n, "Over all activation gradients, rounding to FP16 without loss scaling flushed %s of the "
+                     "nonzero values to zero (none: the expected FP16 underflow is absent in this run).", at_s);
+    } else {
+        snprintf(b, n, "Over all activation gradients, rounding to %s flushed %s of the nonzero values to zero%s.", name,
+                 at_s, u->flush_s > 1e-3 ? " although BF16 has FP32's exponent range: the expected absence of "
+                                           "underflow does not hold in this run"
+                                         : ": BF16 keeps FP32's exponent range, so it needs no loss scale");
+    }
+}
+
 /* ---- overflow ------------------------------------------------------------------------------------------------- */
 
 void mpt_text_overflow_bound(char *b, size_t n, int batch, double settled, int backoffs_above, int backoffs_below) {
@@ -739,4 +835,30 @@ void mpt_text_checkpoint_refused(char *b, size_t n, int kept, const char *why) {
         what = "the weights are non-finite";
     }
     snprintf(b, n, "%s (%s)", kept ? "kept from an earlier step" : "not written", what);
+}
+
+/* ---- FP8 ------------------------------------------------------------------------------------------------------ */
+
+void mpt_text_fp8_grad_formats(char *b, size_t n, double e4_lost, double e5_lost, int mx) {
+    if (!isfinite(e4_lost) || !isfinite(e5_lost)) {
+        snprintf(b, n, "Not measured.");
+        return;
+    }
+    if (!(e4_lost > e5_lost)) {
+        snprintf(b, n, "E4M3 flushed or made subnormal %.3g%% of the gradient values and E5M2 %.3g%%: the expected "
+                 "advantage of E5M2's wider range for gradients is not observed in this run (the gradients' dynamic "
+                 "range fits E4M3's).", 100.0 * e4_lost, 100.0 * e5_lost);
+        return;
+    }
+    char ratio[200];
+    mpt_text_format e4, e5;
+    mpt_text_format_of(MPT_FORMAT_E4M3, "E4M3", &e4);
+    mpt_text_format_of(MPT_FORMAT_E5M2, "E5M2", &e5);
+    mpt_text_range_ratio(ratio, sizeof ratio, &e4, &e5);
+    snprintf(b, n, "E4M3 flushed or made subnormal %.3g%% of the gradient values against E5M2's %.3g%%: with one scale "
+             "%s, E4M3's narrower range (%s) reaches fewer of the small gradients, which is why TransformerEngine's "
+             "HYBRID recipe (`fp8`) casts gradients to E5M2%s.", 100.0 * e4_lost, 100.0 * e5_lost,
+             mx ? "per block of 32" : "for the whole tensor", ratio,
+             mx ? " (MXFP8 recipes keep E4M3 for gradients: each block's scale follows the block's own largest value)"
+                : "");
 }

@@ -28,6 +28,25 @@
  * "about the same" otherwise; NAN spreads (fewer than 2 seeds) say so. */
 void mpt_text_pairing(char *b, size_t n, const char *name, double sd_between, double sd_paired);
 
+/* The conclusion of lesson `noise` (tools/lab/lesson_noise.c): np precisions, each paired with the reference `ref`
+ * over n_seeds seeds (same seed: same initial weights and batch order). Per precision p: names[p]; mean_diff[p], the
+ * mean over seeds of acc_p - acc_ref (percentage points); sd_paired[p], the sd of those differences (the noise of a
+ * one-seed comparison); sd_between[p], the reference's own sd over the same seeds (the spread of one run). ref_sd,
+ * ref_min, ref_max: the reference's sd and accuracy range (%). The effect, "one seed cannot rank these precisions",
+ * is observed when every |mean_diff| <= 2 sd_paired: the right noise for a paired design is the paired sd, not the
+ * reference's sd over seeds. The pairing clause uses mpt_text_pairing's thresholds: "cancelled part of the seed's
+ * effect" when every sd_paired < 0.8 sd_between, "spread more" when every sd_paired > 1.25 sd_between, "about"
+ * otherwise. Returns 1 when observed, 0 when not. At most 8 precisions are named. */
+typedef struct mpt_text_noise {
+    int np, n_seeds;
+    const char *ref;
+    const char *const *names;
+    const double *mean_diff, *sd_paired, *sd_between;
+    double ref_sd, ref_min, ref_max;
+} mpt_text_noise;
+
+int mpt_text_noise_conclusion(char *b, size_t n, const mpt_text_noise *x);
+
 /* A time-to-accuracy claim (`mptrain speedrun`, tools/speedrun.h): whether precision `name` reaches `target` % test
  * accuracy, read off the mean over n_seeds seeds and its 95% interval ci (NULL with one seed: then `mean`, the one
  * run's accuracy, and no claim about the recipe's mean). Four outcomes, each its own sentence: the whole interval at
@@ -186,6 +205,29 @@ typedef struct mpt_text_underflow {
 } mpt_text_underflow;
 
 void mpt_text_underflow_cost(char *b, size_t n, const mpt_text_underflow *u);
+
+/* A share v (0..1) as a percentage for a report's tables and sentences: "n/a" when v is not finite, two significant
+ * digits in e-notation below 0.01% (a share of 3e-7 must not print as 0.000%), three decimals otherwise. */
+void mpt_text_pct(char *b, size_t n, double v);
+
+/* The closing sentence of compare's Underflow paragraph: over all activation gradients (the pooled row), the share of
+ * nonzero values that rounding into the run's 16-bit format `name` flushed to zero, and what it says.
+ * f16 (the format is FP16), a loss scale (scale: the run's mean S, > 1) and a finite S = 1 counterfactual
+ * (u->flush_1): "N times fewer values vanished" when the scale flushed fewer but not none (0 < u->flush_s <
+ * u->flush_1), "none vanished" when it flushed none, and "the expected effect of loss scaling ... is absent" when it
+ * flushed as many or more; each followed by mpt_text_underflow_cost's sentence. f16 without a loss scale (scale <= 1
+ * or no counterfactual): the cost sentence at S = 1 (u->flush_s, mass_s, rel_s: what happened), or "absent" when
+ * nothing flushed. Not f16 (BF16, also the FP8 modes' working format: FP32's 8 exponent bits): "needs no loss scale",
+ * or "the expected absence of underflow does not hold" when more than 0.1% of the values flushed. */
+void mpt_text_grad_underflow(char *b, size_t n, const char *name, int f16, double scale, const mpt_text_underflow *u);
+
+/* compare's FP8 gradient casts: e4_lost and e5_lost are the shares (0..1) of the pooled gradient operands flushed to
+ * zero or made subnormal when cast to E4M3 and to E5M2, each with its own scale by the run's scaling rule (one format
+ * measured, the other its `@other_format` counterfactual). mx: the scales are per block of 32 (MXFP8), else per
+ * tensor. E4M3 losing more is the expected effect, the reason TransformerEngine's HYBRID recipe casts gradients to
+ * E5M2 (its range is mpt_text_range_ratio's); when E4M3 loses as little or less the sentence says the advantage is
+ * not observed. "Not measured." when either share is not finite. */
+void mpt_text_fp8_grad_formats(char *b, size_t n, double e4_lost, double e5_lost, int mx);
 
 /* ---- overflow ------------------------------------------------------------------------------------------------- */
 

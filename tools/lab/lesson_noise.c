@@ -9,14 +9,17 @@
  * seed moves both runs of a pair alike and the difference cancels it; the report says what each spread means.
  * Criterion: the effect (one seed cannot rank these precisions) is observed when, for every precision, the mean
  * paired difference lies within twice the paired sd: a one-seed difference of that size is inside the noise of a
- * one-seed comparison. The conclusion also gives how much the pairing reduced the noise (sd_between /
- * sd_paired), whatever it is: it is information, not the criterion.
+ * one-seed comparison. The conclusion also gives what the pairing did to the noise (sd_paired /
+ * sd_between), whatever it is: it is information, not the criterion. The conclusion is mpt_text_noise_conclusion
+ * (tools/sentences.h), a pure function of these statistics that tests/test_sentences.c checks on both sides of each
+ * threshold.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tools/lab/lab.h"
+#include "tools/sentences.h"
 #include "tools/stats.h"
 
 #define NP 3
@@ -58,51 +61,19 @@ static mpt_status run(mpt_lab_ctx *c) {
     mpt_stats_noise z[NP];
     mpt_stats_summary ds[NP];
     int have_ci = mpt_stats_available();
-    int within = 1; /* every precision: |mean d| <= 2 sd_paired */
-    char diffs[800] = "";
-    size_t k = 0;
+    double mean_diff[NP - 1], sd_paired[NP - 1], sd_between[NP - 1];
     for (int p = 1; p < NP; p++) {
         double x[16];
         for (int i = 0; i < ns; i++) x[i] = acc[p][i] - acc[0][i];
         mpt_stats_summarize(x, ns, &ds[p]);
         mpt_stats_noise_of(acc[p], acc[0], ns, &z[p]);
-        within &= fabs(ds[p].mean) <= 2.0 * z[p].sd_paired;
         if (have_ci) MPT_TRY(mpt_stats_compare_paired(acc[p], acc[0], ns, 0.95, c->base->margin, &d[p]));
-        int stands_out = fabs(ds[p].mean) > 2.0 * z[p].sd_paired;
-        k += (size_t)snprintf(diffs + k, sizeof diffs - k, "%s%s - fp32 %+.2f pp on average, moving by sd %.2f pp from "
-                              "seed to seed (%.2fx fp32's own sd; a one-seed difference of this size %s)",
-                              p > 1 ? "; " : "", precs[p], ds[p].mean, z[p].sd_paired,
-                              z[p].sd_between > 0 ? z[p].sd_paired / z[p].sd_between : NAN,
-                              stands_out ? "stands out from that noise" : "would not stand out from that noise");
+        mean_diff[p - 1] = ds[p].mean, sd_paired[p - 1] = z[p].sd_paired, sd_between[p - 1] = z[p].sd_between;
     }
-    c->observed = within;
-    /* what the pairing did to the noise, said as measured: less, about the same, or more */
-    char pairing[300];
-    int less = 1, more = 1;
-    for (int p = 1; p < NP; p++) {
-        less &= z[p].sd_paired < 0.8 * z[p].sd_between;
-        more &= z[p].sd_paired > 1.25 * z[p].sd_between;
-    }
-    snprintf(pairing, sizeof pairing, "%s (paired sd / fp32's sd: %.2f for fp16, %.2f for bf16)",
-             less ? "the pairing cancelled part of the seed's effect here"
-                  : more ? "here the paired differences spread more than fp32 alone"
-                         : "here the paired spreads are about fp32's own, so the pairing cancelled little of the seed's "
-                           "effect",
-             z[1].sd_between > 0 ? z[1].sd_paired / z[1].sd_between : NAN,
-             z[2].sd_between > 0 ? z[2].sd_paired / z[2].sd_between : NAN);
-    if (c->observed)
-        snprintf(c->conclusion, sizeof c->conclusion,
-                 "Observed: one seed cannot rank these precisions. With the same seed, %s over %d seeds: every mean "
-                 "difference lies within twice its paired sd, the noise of a one-seed comparison. fp32 alone moves by "
-                 "sd %.2f pp from seed to seed (%.2f..%.2f%%): that is the spread of one run, not of a comparison; "
-                 "%s.",
-                 diffs, ns, s32.sd, s32.min, s32.max, pairing);
-    else
-        snprintf(c->conclusion, sizeof c->conclusion,
-                 "Not observed: with the same seed, %s over %d seeds: for at least one precision the mean difference "
-                 "exceeds twice its paired sd, so here even one seed would show its sign. fp32 alone moves by sd %.2f "
-                 "pp (%.2f..%.2f%%), the spread of one run; %s.",
-                 diffs, ns, s32.sd, s32.min, s32.max, pairing);
+    const mpt_text_noise t = {.np = NP - 1, .n_seeds = ns, .ref = precs[0], .names = precs + 1,
+                              .mean_diff = mean_diff, .sd_paired = sd_paired, .sd_between = sd_between,
+                              .ref_sd = s32.sd, .ref_min = s32.min, .ref_max = s32.max};
+    c->observed = mpt_text_noise_conclusion(c->conclusion, sizeof c->conclusion, &t);
 
     FILE *dat = mpt_lab_open(c, "noise.dat");
     if (!dat) return MPT_ERR_IO;
