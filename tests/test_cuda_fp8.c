@@ -27,11 +27,14 @@
  *     (the casts and the scale update read the scale state from device memory inside the recording), and
  *     against the CPU backend the losses stay within 2% and the skipped steps are equal.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "datasets/synthetic.h"
 #include "engine/amp/fp8.h"
@@ -337,7 +340,12 @@ START_TEST(test_fast_accumulator_measurement) {
         gmtime_r(&now, &tm);
         snprintf(path, sizeof path, "%s/bench/results/fp8-accum-%04d-%02d-%02d.md", root, tm.tm_year + 1900,
                  tm.tm_mon + 1, tm.tm_mday);
-        rep = fopen(path, "w");
+        /* a rerun the same day replaces the day's report; a symbolic link at the name is refused, not written
+         * through (O_NOFOLLOW) */
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+        rep = fd >= 0 ? fdopen(fd, "w") : NULL;
+        if (fd >= 0 && !rep) close(fd);
+        if (!rep) fprintf(stderr, "test_cuda_fp8: cannot write %s: %s\n", path, strerror(errno));
     }
     FILE *outs[2] = {stdout, rep};
     for (int o = 0; o < 2; o++) {
@@ -393,8 +401,8 @@ START_TEST(test_fast_accumulator_measurement) {
         free(gg[0]), free(gg[1]), free(A), free(B);
     }
     if (rep) {
-        fclose(rep);
-        printf("test_cuda_fp8: wrote %s\n", path);
+        if (fclose(rep) == 0) printf("test_cuda_fp8: wrote %s\n", path);
+        else fprintf(stderr, "test_cuda_fp8: writing %s failed: %s\n", path, strerror(errno));
     }
 }
 END_TEST
