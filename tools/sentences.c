@@ -501,18 +501,19 @@ void mpt_text_grad_underflow(char *b, size_t n, const char *name, int f16, doubl
     mpt_text_pct(at_1, sizeof at_1, u->flush_1);
     if (f16 && scale > 1.0 && isfinite(u->flush_1)) {
         mpt_text_underflow_cost(cost, sizeof cost, u);
+        size_t k = 0;
+        append(b, n, &k, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the loss "
+               "scale used (mean S = %g)", at_s, scale);
         if (u->flush_1 > u->flush_s && u->flush_s > 0.0)
-            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
-                     "loss scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
-                     "scale, %.1f times fewer values vanished. %s.", at_s, scale, at_1, u->flush_1 / u->flush_s, cost);
+            append(b, n, &k, "; at S = 1, with no loss scaling, it would have flushed %s: with the scale, %.1f times "
+                   "fewer values vanished", at_1, u->flush_1 / u->flush_s);
         else if (u->flush_1 > u->flush_s) /* nothing flushed at S: no ratio to give ("inf times fewer") */
-            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
-                     "loss scale used (mean S = %g); at S = 1, with no loss scaling, it would have flushed %s: with the "
-                     "scale, none vanished. %s.", at_s, scale, at_1, cost);
+            append(b, n, &k, "; at S = 1, with no loss scaling, it would have flushed %s: with the scale, none "
+                   "vanished", at_1);
         else
-            snprintf(b, n, "Over all activation gradients, rounding to FP16 flushed %s of the nonzero values at the "
-                     "loss scale used (mean S = %g), and %s at S = 1: the expected effect of loss scaling (fewer "
-                     "values flushed) is absent in this run. %s.", at_s, scale, at_1, cost);
+            append(b, n, &k, ", and %s at S = 1: the expected effect of loss scaling (fewer values flushed) is absent "
+                   "in this run", at_1);
+        append(b, n, &k, ". %s.", cost);
     } else if (f16) {
         mpt_text_underflow w = *u; /* S = 1 is what happened */
         w.flush_1 = u->flush_s, w.mass_1 = u->mass_s, w.rel_1 = u->rel_s, w.log2_scale = 0.0;
