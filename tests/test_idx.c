@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -407,6 +408,46 @@ static void expect_mnist_fail(mpt_status want, const char *frag1, const char *fr
     if (frag2) ck_assert_msg(strstr(msg, frag2) != NULL, "message lacks \"%s\": %s", frag2, msg);
 }
 
+/* A directory that can be listed by name but not searched (mode 0644): every file in it fails lstat and open with
+ * EACCES. The loader must say the files cannot be read (strerror(EACCES)), not that they are missing: only ENOENT
+ * and ENOTDIR mean a name is free (datasets/idx.c, name_taken). Root is never refused, so as root the load runs in
+ * a child that has given up root for nobody (65534); the message comes back through a pipe. */
+START_TEST(test_mnist_unsearchable_directory) {
+    make_tmpdir();
+    write_mnist(20, 7, 4, 3, 4, 0, 0);
+    ck_assert(chmod(tmpdir, 0644) == 0);
+    int fds[2];
+    ck_assert(pipe(fds) == 0);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (getuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+        mpt_mnist d;
+        mpt_status st = mpt_mnist_load(tmpdir, &d);
+        const char *msg = mpt_last_error();
+        if (write(fds[1], msg, strlen(msg)) < 0) _exit(4);
+        _exit(st == MPT_ERR_IO ? 0 : 2);
+    }
+    close(fds[1]);
+    static char msg[4096];
+    size_t k = 0;
+    ssize_t r;
+    while (k < sizeof msg - 1 && (r = read(fds[0], msg + k, sizeof msg - 1 - k)) > 0) k += (size_t)r;
+    msg[k] = '\0';
+    close(fds[0]);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    chmod(tmpdir, 0700);
+    rm_tmpdir();
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 3, "could not drop root for nobody (status %d)", status);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "load did not fail with MPT_ERR_IO (status %d): %s",
+                  status, msg);
+    ck_assert_msg(strstr(msg, strerror(EACCES)) != NULL, "message lacks \"%s\": %s", strerror(EACCES), msg);
+    ck_assert_msg(strstr(msg, "missing") == NULL, "unreadable files reported as missing: %s", msg);
+}
+END_TEST
+
 START_TEST(test_mnist_small) {
     make_tmpdir();
     write_mnist(20, 7, 4, 3, 4, 0x5, 0); /* images gzipped, labels plain */
@@ -746,6 +787,7 @@ int main(void) {
     tcase_add_test(tc, test_missing_and_directory);
     tcase_add_test(tc, test_mnist_small);
     tcase_add_test(tc, test_mnist_errors);
+    tcase_add_test(tc, test_mnist_unsearchable_directory);
     tcase_add_test(tc, test_file_changed_while_loading);
     tcase_add_test(tc, test_fashion_mnist);
     suite_add_tcase(s, tc);
