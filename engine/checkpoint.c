@@ -189,6 +189,12 @@ static mpt_status ckpt_io_error(const char *what, const char *file) {
     return mpt_errorf(MPT_ERR_IO, "%s: %s failed: %s", file, what, strerror(errno));
 }
 
+/* A failed write names the checkpoint the user asked for, not its temporary file (which is removed), in the words of
+ * the other outputs: "PATH: cannot write (fsync: Input/output error)". */
+static mpt_status ckpt_write_error(const char *what, const char *file) {
+    return mpt_errorf(MPT_ERR_IO, "%s: cannot write (%s: %s)", file, what, strerror(errno));
+}
+
 int mpt_checkpoint_create_temp(int dir_fd, const char *name, char *tmp_name, size_t cap) {
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     for (int attempt = 0; attempt < 100; attempt++) {
@@ -250,11 +256,9 @@ static mpt_status ckpt_write_temp_at(int dir_fd, const char *dir_name, const cha
         free(hdr);
         return st;
     }
-    char tmp_path[4300];
-    snprintf(tmp_path, sizeof tmp_path, "%s/%s", dir_name, tmp_name);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
-        mpt_status st = ckpt_io_error("fdopen", tmp_path);
+        mpt_status st = ckpt_write_error("fdopen", path);
         close(fd);
         unlinkat(dir_fd, tmp_name, 0);
         free(hdr);
@@ -269,8 +273,8 @@ static mpt_status ckpt_write_temp_at(int dir_fd, const char *dir_name, const cha
     const char *what = "write";
     if (ok && fflush(f) != 0) ok = 0, what = "flush";
     if (ok && fsync(fileno(f)) != 0) ok = 0, what = "fsync";
-    mpt_status st = ok ? MPT_OK : ckpt_io_error(what, tmp_path);
-    if (fclose(f) != 0 && st == MPT_OK) st = ckpt_io_error("close", tmp_path);
+    mpt_status st = ok ? MPT_OK : ckpt_write_error(what, path);
+    if (fclose(f) != 0 && st == MPT_OK) st = ckpt_write_error("close", path);
     if (st != MPT_OK) unlinkat(dir_fd, tmp_name, 0);
     return st;
 }
