@@ -4,7 +4,12 @@
  * /proc/self/fd gives for the descriptor, "rename OLD NEW" as the caller named them), so that a test can check the
  * order the durability of a publish depends on (POSIX: data reaches the disk at fsync; a rename is durable once its
  * directory is fsync'ed). Without MPT_TEST_SYSCALL_LOG it only passes the calls through.
+ *
+ * MPT_TEST_FSYNC_FAIL=TEXT injects a fault: an fsync of a file whose path contains TEXT fails with EIO (logged as
+ * "fsync-failed PATH") instead of reaching the kernel, as a disk error at publish would. stdio's own writes do not
+ * pass through the PLT, so this is the one point of a publish where a test can aim a failure at one file.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +34,12 @@ int fsync(int fd) {
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, path, sizeof path - 1);
     if (n >= 0) path[n] = '\0';
+    const char *fail = getenv("MPT_TEST_FSYNC_FAIL");
+    if (n >= 0 && fail && fail[0] && strstr(path, fail)) {
+        trace("fsync-failed", path, NULL);
+        errno = EIO;
+        return -1;
+    }
     trace("fsync", path, NULL);
     return (int)syscall(SYS_fsync, fd);
 }

@@ -25,6 +25,7 @@
  * resident set (wait4's ru_maxrss) stays under half the payload behind the header. Every test fails against
  * the code before the fixes (tests/hostile/README.md: how each failed, and how to rerun that).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -2299,6 +2300,63 @@ START_TEST(test_publish_is_durable) {
 }
 END_TEST
 
+/* Every output whose fsync fails (an injected EIO on its temporary file, tests/hostile/syscall_trace.c): the run fails
+ * with exit 1, naming the file the user asked for and the error; no temporary file is left behind and the file is not
+ * published (its unsynced data could be lost at a power cut). The journalled set (checkpoint, CSVs and the journal
+ * itself) publishes nothing when one member fails; exponents.csv, published after summary.json, leaves the set whole.
+ * A publish that ignored its flush's result would rename the unsynced file into place and exit 0 (mutation-io.md,
+ * O14). */
+START_TEST(test_publish_fsync_failure) {
+    static const char *const targets[] = {"exponents.csv", "summary.json", "metrics.csv", "epochs.csv",
+                                          "telemetry.csv", "checkpoint.safetensors", ".mptrain.publish"};
+    const int nt = (int)(sizeof targets / sizeof targets[0]);
+    make_tmpdir();
+    const char *data = make_data("data");
+    char preload[700];
+    snprintf(preload, sizeof preload, "LD_PRELOAD=%s/tests/libmpt_syscall_trace.so", getenv("MPT_BUILD_ROOT"));
+    case_problems p = {0};
+    for (int k = 0; k < nt; k++) {
+        char out[600], fail[300], said[700], name[300];
+        snprintf(out, sizeof out, "%s/out%d", tmpdir, k);
+        /* the temporary file of NAME is .NAME.tmp-XXXXXX; the journal's own is the journal's name */
+        snprintf(fail, sizeof fail, "MPT_TEST_FSYNC_FAIL=%s%s%s", targets[k][0] == '.' ? "" : ".", targets[k],
+                 targets[k][0] == '.' ? "" : ".tmp-");
+        char *env[] = {preload, fail, NULL};
+        int rc = run_with_env(env, "train", "--data", data, "--epochs", "1", "--batch-size", "50", "--max-steps", "2",
+                              "--telemetry", "1", "--out", out, "--progress", "off", "--device", "cpu", NULL);
+        snprintf(said, sizeof said, "%s/%s: cannot write (", out, targets[k]);
+        const char *why = rejection_problem(rc, 1, said);
+        if (!why && !strstr(err_buf, strerror(EIO))) why = "the message does not give the error (EIO)";
+        snprintf(name, sizeof name, "%s: the failed publish", targets[k]);
+        note_case(&p, name, why);
+        DIR *d = opendir(out);
+        ck_assert(d != NULL);
+        int left = 0, there = 0, summary = 0;
+        for (struct dirent *e; (e = readdir(d));) {
+            left += strstr(e->d_name, ".tmp-") != NULL;
+            there += strcmp(e->d_name, targets[k]) == 0;
+            summary += strcmp(e->d_name, "summary.json") == 0;
+        }
+        closedir(d);
+        snprintf(name, sizeof name, "%s: what is left", targets[k]);
+        note_case(&p, name, left    ? "a temporary file was left in the output directory"
+                            : there ? "published although its fsync failed"
+                                    : NULL);
+        if (k == 0) { /* exponents.csv comes after the set: the set is whole */
+            char path[800];
+            snprintf(path, sizeof path, "%s/summary.json", out);
+            json_error_t je;
+            json_t *j = summary ? json_load_file(path, 0, &je) : NULL;
+            note_case(&p, "exponents.csv: the set before it", j && json_integer_value(json_object_get(j, "steps")) == 2
+                                                                  ? NULL : "summary.json is not whole (or not of the 2 steps run)");
+            json_decref(j);
+        }
+    }
+    rm_tmpdir();
+    assert_no_problems(&p, 2 * nt + 1);
+}
+END_TEST
+
 /* The directory's lock file (.mptrain.lock) is opened with O_NOFOLLOW and must be a regular file: a symbolic link
  * planted there is refused and the file it points to untouched (through the link, the lock's truncation and PID
  * would overwrite it); a FIFO there is refused as such. As root (setpriv): in a sticky, world-writable directory a
@@ -2608,6 +2666,7 @@ int main(void) {
     tcase_set_timeout(io, 240);
     tcase_add_test(io, test_ckpt_loaded_values_checked);
     tcase_add_test(io, test_publish_is_durable);
+    tcase_add_test(io, test_publish_fsync_failure);
     tcase_add_test(io, test_lock_file_and_link_rules);
     tcase_add_test(io, test_resume_older_checkpoint_rows_once);
     tcase_add_test(io, test_resume_refuses_foreign_csv);
