@@ -2,7 +2,8 @@
 """tests/fuzz/make_corpus.py - writes the seed corpora of the libFuzzer targets (python3 standard library only):
 corpus/idx/ (IDX images and labels files, plain and gzip), corpus/checkpoint/ (safetensors checkpoints whose
 metadata is ckpt_meta_mlp_fp32.json, the metadata of `mptrain train --model mlp --epochs 1 --limit-train 256`,
-with small tensors and a correct crc32 of the whole file), corpus/flags/ (argv words separated by NUL bytes).
+with small tensors and a correct crc32 of the whole file), corpus/flags/ (argv words separated by NUL bytes),
+corpus/outdir/ (publish journals and resumed CSVs, behind the byte that chooses between them).
 Usage: make_corpus.py [OUT_DIR] (default: the corpus/ folder next to this script)."""
 import gzip, json, os, struct, sys, zlib
 
@@ -70,3 +71,16 @@ flags = [
 ]
 for i, words in enumerate(flags):
     put("flags", "argv-%d" % i, b"\0".join(w.encode() for w in words))
+
+# corpus/outdir/: the first byte chooses the file (even: the journal .mptrain.publish, odd: metrics.csv continued by
+# --resume); fuzz_outdir.c creates .metrics.csv.tmp-AAAAAA and .summary.json.tmp-BBBBBB beside it
+journal = b"mptrain publish set 1\n"
+put("outdir", "journal-uncommitted",
+    b"\0" + journal + b"R\t.metrics.csv.tmp-AAAAAA\tmetrics.csv\nR\t.summary.json.tmp-BBBBBB\tsummary.json\nend\n")
+put("outdir", "journal-committed-removal-first",
+    b"\0" + journal + b"D\tepochs.csv\nR\t.metrics.csv.tmp-AAAAAA\tmetrics.csv\nR\t.summary.json.tmp-BBBBBB\tsummary.json\nend\n")
+put("outdir", "journal-outside", b"\0" + journal + b"D\t../sentinel\nend\n")
+put("outdir", "journal-no-end", b"\0" + journal + b"D\tepochs.csv\n")
+put("outdir", "csv-own-rows", b"\1step,loss,run_id\n1,0.5,0123abcd\n5,0.4,0123abcd\n9,0.3,0123abcd\n")
+put("outdir", "csv-other-run", b"\1step,loss,run_id\n1,0.5,0123abcd\n2,0.4,ffffffff\n")
+put("outdir", "csv-columns", b"\1epoch,acc,run_id\n1,0.5,0123abcd\n")

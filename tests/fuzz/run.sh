@@ -9,11 +9,12 @@ build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]}
 secs=${2:-60}
 src=$(cd "$(dirname "$0")" && pwd)
 art="$build/fuzz-artifacts"
-ninja -C "$build" tests/fuzz/fuzz_idx tests/fuzz/fuzz_checkpoint tests/fuzz/fuzz_flags tests/fuzz/fuzz_spec >/dev/null ||
+ninja -C "$build" tests/fuzz/fuzz_idx tests/fuzz/fuzz_checkpoint tests/fuzz/fuzz_flags tests/fuzz/fuzz_spec \
+    tests/fuzz/fuzz_outdir >/dev/null ||
     echo "tests/fuzz/run.sh: building the fuzz targets in $build failed"
 mkdir -p "$art"
 passed=0 failed=0
-for t in idx checkpoint flags spec; do
+for t in idx checkpoint flags spec outdir; do
     exe="$build/tests/fuzz/fuzz_$t"
     if [ ! -x "$exe" ]; then
         echo "fuzz_$t: not built ($exe missing: configure with CC=clang -Dfuzz=true)"
@@ -25,6 +26,7 @@ for t in idx checkpoint flags spec; do
     log="$art/fuzz_$t.log"
     quiet=()
     [ "$t" = flags ] && quiet=(-close_fd_mask=3) # the parser's usage messages; libFuzzer's own output stays
+    [ "$t" = outdir ] && quiet=(-close_fd_mask=1) # the journal's "completed the publish" notes on stdout
     rc=0
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1 \
         "$exe" -max_total_time="$secs" -timeout=20 -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
