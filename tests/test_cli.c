@@ -996,7 +996,8 @@ END_TEST
 /* Post-training quantization (issue #38): `eval --quantize` of an fp32 mlp reports the unquantized accuracy plain
  * eval reports, the quantized one, the memory and a row per layer; with INT8 activations the calibrated input scales;
  * a lenet5 checkpoint runs its convolutions through the integer path; a checkpoint trained with --qat int4, quantized
- * to INT4 per channel, is the model it was trained as (same accuracy, output errors 0); the flags that need --quantize
+ * to INT4 per channel, is the model it was trained as (same accuracy, output errors 0); a checkpoint without FP32
+ * masters quantizes its BF16 weights (to BF16: unchanged); the flags that need --quantize
  * or --activations int8 are refused without them, naming them. */
 START_TEST(test_eval_quantize) {
     make_tmpdir();
@@ -1042,7 +1043,32 @@ START_TEST(test_eval_quantize) {
     for (const char *p = strstr(out_buf, "| fc1 |"); p && strncmp(p, "| fc", 4) == 0; p = strchr(p, '\n') + 1)
         ck_assert_msg(strstr(p, "| 0.000e+00 |") && strstr(p, "| 0.000e+00 |") < strchr(p, '\n'),
                       "a QAT model quantized to its own grid changed: %s", out_buf);
+    /* a checkpoint without FP32 masters (--master-weights none) holds BF16 weights: they are what is quantized, read as
+     * BF16 (not as FP32 bytes). BF16 values rounded to BF16 are themselves, so --quantize bf16 changes no weight,
+     * no output and no accuracy; INT8's amax is a weight's magnitude (the synthetic mlp's weights lie within 1) */
+    const char *nomaster = tmp_path("nomaster");
+    rc = run("train", "--data", data, "--device", "cpu", "--precision", "bf16", "--master-weights", "none",
+             "--max-steps", "6", "--limit-test", "100", "--progress", "off", "--out", nomaster, NULL);
+    ck_assert_msg(rc == 0, "%s", out_buf);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", nomaster);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "100", "--quantize", "bf16",
+             NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "(+0.00 pp)") && strstr(out_buf, "it holds no FP32 masters, so its BF16 "
+                  "weights") && strstr(out_buf, "against the BF16 weights"), "%d %s", rc, out_buf);
+    for (const char *p = strstr(out_buf, "| fc1 |"); p && strncmp(p, "| fc", 4) == 0; p = strchr(p, '\n') + 1)
+        ck_assert_msg(strstr(p, "| 0.000e+00 | 0.000e+00 |") && strstr(p, "| 0.000e+00 | 0.000e+00 |") < strchr(p, '\n'),
+                      "BF16 weights rounded to BF16 changed: %s", out_buf);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "100", "--quantize", "int8",
+             NULL);
+    ck_assert_msg(rc == 0, "%d %s", rc, out_buf);
+    for (const char *p = strstr(out_buf, "| fc1 |"); p && strncmp(p, "| fc", 4) == 0; p = strchr(p, '\n') + 1) {
+        const char *c = strchr(p + 2, '|');
+        c = c ? strchr(c + 1, '|') : NULL; /* | name | weights | amax | */
+        const double amax = c ? strtod(c + 1, NULL) : -1.0;
+        ck_assert_msg(amax > 0.0 && amax < 1.0, "a BF16 weight's amax read as %g: %s", amax, out_buf);
+    }
     /* usage */
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", qat);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--granularity", "tensor", NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "give --quantize"), "%d %s", rc, out_buf);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--quantize", "fp8-e4m3", "--activations", "int8", NULL);

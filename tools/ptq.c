@@ -61,6 +61,27 @@ static void use_model(ptq_run *p, int quantized, int act_int8) {
     mpt_quant_set_mode(p->t->g, quantized && act_int8 ? MPT_QUANT_INT8 : MPT_QUANT_OFF);
 }
 
+/* A backend buffer of n FP32 values: `data` (backend memory) stored in dtype dt, widened exactly. The reference values
+ * of the quantization: the FP32 masters, or a checkpoint's 16-bit weights when it trained without masters
+ * (--master-weights none), which must not be read as FP32 bytes. NULL when out of backend memory. */
+static float *f32_buffer(mpt_backend *be, const void *data, mpt_dtype dt, int64_t n) {
+    float *d = be->alloc(be, sizeof(float) * (size_t)(n ? n : 1));
+    if (!d || dt == MPT_DTYPE_F32) {
+        if (d) be->copy(be, d, data, sizeof(float) * (size_t)n);
+        return d;
+    }
+    const size_t bytes = (size_t)n * mpt_dtype_size(dt);
+    void *raw = malloc(bytes ? bytes : 1);
+    float *h = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    MPT_ASSERT(raw && h);
+    be->to_host(be, raw, data, bytes);
+    for (int64_t i = 0; i < n; i++) h[i] = mpt_load_f32(raw, dt, i);
+    be->from_host(be, d, h, sizeof(float) * (size_t)n);
+    free(raw);
+    free(h);
+    return d;
+}
+
 /* Host FP64 copy of a float tensor (any float dtype). */
 static double *host_values(mpt_backend *be, const mpt_tensor *t, int64_t n) {
     const size_t bytes = (size_t)n * mpt_dtype_size(t->dtype);
@@ -153,6 +174,7 @@ static mpt_status ptq_open(ptq_run *p, const char *path, const mpt_cli_opts *inv
 mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_data *cd, const mpt_ptq_config *q,
                        FILE *log, mpt_ptq_result *r) {
     memset(r, 0, sizeof *r);
+    r->ref_name = "FP32 master";
     const mpt_qformat_desc *fd = mpt_qformat_info(q->fmt);
     if (!fd) return mpt_errorf(MPT_ERR_ARG, "--quantize: unknown format %d", (int)q->fmt);
     if (q->act_int8 && !fd->is_int)
@@ -227,18 +249,23 @@ mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_
         int l = 0;
         while (p.nodes[l] != n) l++;
         mpt_ptq_layer *L = &r->layer[l];
-        /* the FP32 master values: the master, or (fp32/tf32 without --qat, where the weight is its own master) the
-         * reference snapshot of the weight, which the rewrite must not read from the tensor it writes */
+        /* the reference values in FP32: the master, or (where the weight is its own master: fp32/tf32 without --qat,
+         * or any run with --master-weights none) the reference snapshot of the weight, which the rewrite must not read
+         * from the tensor it writes, widened from its dtype */
         const int own = t->master[i] == w;
-        const float *master = own ? (const float *)p.ref_w[i] : (const float *)t->master[i]->data;
-        mpt_quant_fake_weight(g, master, w, q->fmt, q->per_channel, fd->is_int ? n->quant->qw->data : NULL,
-                              fd->is_int ? n->quant->w_scales->data : NULL);
-        p.q_w[i] = snapshot(be, w);
+        const int64_t ne = mpt_tensor_numel(w);
+        float *master = f32_buffer(be, own ? p.ref_w[i] : t->master[i]->data, t->master[i]->dtype, ne);
+        if (t->master[i]->dtype != MPT_DTYPE_F32)
+            r->ref_name = t->master[i]->dtype == MPT_DTYPE_F16 ? "FP16 weight" : "BF16 weight";
+        if (master)
+            mpt_quant_fake_weight(g, master, w, q->fmt, q->per_channel, fd->is_int ? n->quant->qw->data : NULL,
+                                  fd->is_int ? n->quant->w_scales->data : NULL);
+        p.q_w[i] = master ? snapshot(be, w) : NULL;
         if (!p.q_w[i]) {
+            if (master) be->free(be, master);
             s = mpt_errorf(MPT_ERR_NOMEM, "out of backend memory for %s", w->name);
             break;
         }
-        const int64_t ne = mpt_tensor_numel(w);
         double *wq = host_values(be, w, ne), num = 0.0, den = 0.0;
         float *mh = malloc(sizeof(float) * (size_t)(ne ? ne : 1));
         MPT_ASSERT(mh != NULL);
@@ -252,6 +279,7 @@ mpt_status mpt_ptq_run(const char *path, const mpt_cli_opts *inv, const mpt_cli_
         }
         free(wq);
         free(mh);
+        be->free(be, master);
         snprintf(L->name, sizeof L->name, "%s", n->name);
         L->conv = n->op == MPT_OP_CONV2D;
         L->weights = ne;
@@ -319,12 +347,12 @@ static const char *size_text(int64_t bytes, char *buf, size_t len) {
 void mpt_ptq_print(const mpt_ptq_config *q, const mpt_ptq_result *r, FILE *f) {
     const mpt_qformat_desc *fd = mpt_qformat_info(q->fmt);
     if (fd->scaled)
-        fprintf(f, "post-training quantization: weights %s, %s (s = amax / %d of the FP32 master%s; x' = %s); ",
+        fprintf(f, "post-training quantization: weights %s, %s (s = amax / %d of the %s%s; x' = %s); ",
                 fd->name, q->per_channel ? "one scale per output channel" : "one scale per tensor", fd->qmax,
-                q->per_channel ? "'s row" : "", fd->is_int ? "clamp(round_half_even(x / s)) * s" : "E4M3(x / s) * s");
+                r->ref_name, q->per_channel ? "'s row" : "", fd->is_int ? "clamp(round_half_even(x / s)) * s" : "E4M3(x / s) * s");
     else
-        fprintf(f, "post-training quantization: weights %s, no scale (x' = the FP32 master rounded to nearest even); ",
-                fd->name);
+        fprintf(f, "post-training quantization: weights %s, no scale (x' = the %s rounded to nearest even); ",
+                fd->name, r->ref_name);
     if (q->act_int8)
         fprintf(f, "activations INT8, one scale per layer input, s = amax / 127 with amax the largest |input| over %lld "
                    "training images (%d batches, file order); integer GEMMs and convolutions, exact int32 sums, one "
@@ -332,6 +360,10 @@ void mpt_ptq_print(const mpt_ptq_config *q, const mpt_ptq_result *r, FILE *f) {
     else
         fprintf(f, "activations unquantized: the %s GEMMs and convolutions of the checkpoint on the quantized "
                    "weights\n", mpt_precision_name(r->precision));
+    if (strcmp(r->ref_name, "FP32 master") != 0)
+        fprintf(f, "note: the checkpoint trained with --master-weights none: it holds no FP32 masters, so its %ss, "
+                   "widened exactly to FP32, are what is quantized and what the errors are measured against\n",
+                r->ref_name);
     if (r->qat != MPT_QAT_NONE)
         fprintf(f, "note: the checkpoint trained with --qat %s: its reference model, as `mptrain eval` evaluates it, "
                    "already reads its weights fake-quantized to %s per output channel\n", mpt_qat_name(r->qat),
@@ -344,9 +376,9 @@ void mpt_ptq_print(const mpt_ptq_config *q, const mpt_ptq_result *r, FILE *f) {
         if (q->act_int8) fprintf(f, " %.4g | %.4g |", (double)L->x_amax, (double)L->x_scale);
         fprintf(f, " %.3e |\n", L->out_rel_l2);
     }
-    fprintf(f, "\nweight error: ||W' - W|| / ||W|| against the FP32 masters; output error: ||y' - y|| / ||y|| of each "
+    fprintf(f, "\nweight error: ||W' - W|| / ||W|| against the %ss; output error: ||y' - y|| / ||y|| of each "
                "layer's output against the unquantized model's, on the same %lld test images (earlier layers' errors "
-               "included)\n", (long long)r->n_test);
+               "included)\n", r->ref_name, (long long)r->n_test);
     char b1[32], b2[32], b3[32], b4[32];
     fprintf(f, "weights' memory: %s in FP32 -> %s in %s%s, + %s of FP32 scales (%.1f%% of FP32 with them); biases %s in "
                "FP32, not quantized\n",
@@ -424,7 +456,11 @@ mpt_status mpt_ptq_gradients(const char *path, const mpt_cli_opts *inv, const mp
         out->weight[out->n] = malloc(sizeof(float) * (size_t)ne);
         out->grad[out->n] = malloc(sizeof(float) * (size_t)ne);
         if (!out->weight[out->n] || !out->grad[out->n]) s = mpt_errorf(MPT_ERR_NOMEM, "out of memory for %s", n->name);
-        else be->to_host(be, out->weight[out->n], t->master[i]->data, sizeof(float) * (size_t)ne);
+        else {
+            float *m = f32_buffer(be, t->master[i]->data, t->master[i]->dtype, ne); /* without masters: the weights */
+            if (!m) s = mpt_errorf(MPT_ERR_NOMEM, "out of backend memory for %s", n->name);
+            else be->to_host(be, out->weight[out->n], m, sizeof(float) * (size_t)ne), be->free(be, m);
+        }
         out->n++;
     }
     if (s == MPT_OK) {

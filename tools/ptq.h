@@ -56,6 +56,9 @@ typedef struct mpt_ptq_result {
     int64_t bytes_q;          /* their codes at the format's width (INT4: ceil(n / 2) bytes per tensor) */
     int64_t bytes_scales;     /* their FP32 scales */
     int64_t bytes_bias;       /* the biases, FP32, not quantized */
+    const char *ref_name;     /* what was quantized: "FP32 master" (the checkpoint's masters, or fp32/tf32 weights),
+                                 or, for a checkpoint trained with --master-weights none, its 16-bit weights widened
+                                 exactly to FP32 ("BF16 weight", "FP16 weight") */
     int n_layers;
     mpt_ptq_layer layer[MPT_PTQ_MAX_LAYERS];
 } mpt_ptq_result;
