@@ -1632,14 +1632,27 @@ START_TEST(test_compare_report_scale_rule) {
     ck_assert_msg(strstr(bottom, "starts at 2^15 (--scaler keras)") && strstr(bottom, "from the 3rd since it last grew") &&
                       strstr(bottom, "after 500 clean steps") && !strstr(report, "2^16"),
                   "the panel's rule is not the run's: %.400s", bottom);
+    /* the safeguards' sentences follow the flags: by default FP32 masters and FP32 optimizer state */
+    ck_assert_msg(strstr(report, "`optim` the optimizer state (FP32 in every mode)") &&
+                      strstr(report, "the optimizer updates FP32 master weights: ") &&
+                      strstr(report, "this run's final FP32 master weights and the fp32 run's"),
+                  "the default safeguards are not described: %s", report);
     out = tmp_path("nofp16");
     rc = run("compare", "--data", data, "--out", out, "--precisions", "fp32,bf16", "--limit-train", "128",
-             "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off", NULL);
+             "--limit-test", "64", "--epochs", "1", "--batch-size", "64", "--device", "cpu", "--progress", "off",
+             "--master-weights", "none", "--optimizer-state", "bf16", NULL);
     ck_assert_msg(rc == 0, "compare failed (%d): %s", rc, out_buf);
     snprintf(p, sizeof p, "%s/report.md", out);
     report = mpt_test_read_text(p);
     ck_assert_msg(strstr(report, "Middle: test accuracy") && !strstr(report, "loss scale on a log axis"),
                   "a plot without fp16 described with a loss-scale panel");
+    /* ... and without them (--master-weights none, --optimizer-state bf16) the report says so, not the defaults */
+    ck_assert_msg(strstr(report, "`optim` the optimizer state (stored in BF16 in every mode by --optimizer-state") &&
+                      strstr(report, "this comparison ran without that: --master-weights none") &&
+                      strstr(report, "and --optimizer-state (the moments stored in a 16-bit format)") &&
+                      strstr(report, "this run's final weights (with --master-weights none") &&
+                      !strstr(report, "FP32 in every mode") && !strstr(report, "the optimizer updates FP32 master weights"),
+                  "the report describes safeguards the comparison switched off: %s", report);
     rm_tmpdir();
 }
 END_TEST

@@ -510,8 +510,9 @@ static mpt_status write_report(const mpt_cli_opts *o, const mpt_report_seed_runs
     }
     fprintf(f, "\nPer run: final test accuracy (test loss).\n\n");
     mpt_report_seed_table(f, r->seeds, r->n_seeds, r->precisions, r->n_precisions, r->res, per_seed_cell);
-    fprintf(f, "\nRelative L2 distance of the final FP32 master weights to the same seed's fp32 run, mean over "
-               "seeds:");
+    fprintf(f, "\nRelative L2 distance of the final %s to the same seed's fp32 run, mean over seeds:",
+            o->master_weights == MPT_MASTER_NONE ? "weights (the 16-bit runs' own, widened: --master-weights none)"
+                                                 : "FP32 master weights");
     for (int p = 0; p < r->n_precisions; p++)
         if (isfinite(st[p].rel_l2.mean))
             fprintf(f, " %s %.3e;", mpt_precision_name(st[p].precision), st[p].rel_l2.mean);

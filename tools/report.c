@@ -499,8 +499,11 @@ mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_re
                "FP32, the masters added), and the peak of all the process's memory on the device (the dataset, "
                "kernel workspace and telemetry included); optimizer steps skipped because a gradient was inf/NaN; the loss scale at the "
                "end (1 = no scaling); and the relative L2 distance ||w - w_fp32|| / ||w_fp32|| between this run's "
-               "final FP32 master weights and the fp32 run's, over all parameters. It measures how far rounding "
-               "moved training's trajectory, not how good the result is: compare it with the accuracy columns.\n\n");
+               "final %s and the fp32 run's, over all parameters. It measures how far rounding "
+               "moved training's trajectory, not how good the result is: compare it with the accuracy columns.\n\n",
+            o->master_weights == MPT_MASTER_NONE ? "weights (with --master-weights none the 16-bit runs have no FP32 "
+                                                   "masters: their own 16-bit weights, widened exactly)"
+                                                 : "FP32 master weights");
     if (ref && isfinite(ref->fp32_travel))
         fprintf(f, "For scale: training moved the fp32 run's weights by ||w_end - w_init|| / ||w_end|| = %.3e from "
                    "their initialisation. A distance between precisions of the same order means the runs took "
@@ -517,19 +520,34 @@ mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_re
     fprintf(f, "\n");
     fprintf(f, "Peak memory by category (MiB):\n\n");
     write_memory_table(f, rows, n);
+    const char *state = mpt_format_info(mpt_dtype_info(o->optimizer_state)->format)->name;
     fprintf(f, "\n`master` is the FP32 copy of the weights that only fp16/bf16 runs need (in fp32/tf32 the weights "
-               "are their own masters); `weight` the weights the forward pass reads; `act` and `act_grad` the "
+               "are their own masters%s); `weight` the weights the forward pass reads; `act` and `act_grad` the "
                "activations kept for backward and their gradients, which halve in fp16/bf16; `optim` the optimizer "
-               "state (FP32 in every mode); `workspace` kernel scratch (on the CPU backend it includes the copies of "
+               "state (%s%s in every mode%s); `workspace` kernel scratch (on the CPU backend it includes the copies of "
                "GEMM operands rounded to TF32/FP16/BF16 that emulate the Tensor Core input formats, which a GPU does "
-               "not need); `data` the dataset, copied to the device once.\n\n");
+               "not need); `data` the dataset, copied to the device once.\n\n",
+            o->master_weights == MPT_MASTER_NONE ? "; here --master-weights none gave the 16-bit runs none either" : "",
+            o->optimizer_state == MPT_DTYPE_F32 ? "" : "stored in ", state,
+            o->optimizer_state == MPT_DTYPE_F32 ? "" : " by --optimizer-state, widened to FP32 for each update");
 
     fprintf(f, "## What each precision does\n\n");
     int tf32_off = mpt_policy_make(MPT_PRECISION_TF32).tf32_override;
     for (int i = 0; i < n; i++) fprintf(f, "- %s\n", precision_explained(rows[i].precision, tf32_off));
-    fprintf(f, "\nIn every mode softmax and cross-entropy run in FP32, weight gradients are produced and "
-               "accumulated in FP32, and the optimizer updates FP32 master weights: low precision is used where it "
-               "is cheap and safe (the multiplies), FP32 where errors would accumulate (sums over steps).\n\n");
+    if (o->master_weights == MPT_MASTER_FP32 && o->optimizer_state == MPT_DTYPE_F32)
+        fprintf(f, "\nIn every mode softmax and cross-entropy run in FP32, weight gradients are produced and "
+                   "accumulated in FP32, and the optimizer updates FP32 master weights: low precision is used where it "
+                   "is cheap and safe (the multiplies), FP32 where errors would accumulate (sums over steps).\n\n");
+    else
+        fprintf(f, "\nIn every mode softmax and cross-entropy run in FP32 and weight gradients are produced and "
+                   "accumulated in FP32. By default the optimizer also keeps its state in FP32 and updates FP32 master "
+                   "weights (FP32 where errors would accumulate: sums over steps); this comparison ran without that: "
+                   "%s%s%s. What it cost is measured under Numerics (lost updates) when --telemetry is "
+                   "on, and in the accuracy columns.\n\n",
+                o->master_weights == MPT_MASTER_NONE ? "--master-weights none (the fp16/bf16 runs' updates go straight "
+                                                       "into their 16-bit weights)" : "",
+                o->master_weights == MPT_MASTER_NONE && o->optimizer_state != MPT_DTYPE_F32 ? " and " : "",
+                o->optimizer_state != MPT_DTYPE_F32 ? "--optimizer-state (the moments stored in a 16-bit format)" : "");
 
     fprintf(f, "## The plot\n\n");
     if (plot_file)
