@@ -769,6 +769,33 @@ START_TEST(check_identical_agrees_that_a_rank_cannot_checksum) {
 }
 END_TEST
 
+/* The failure signal (mpt_dist_signal, dist.h: "one small message with tag to every other rank"): rank 1 signals;
+ * rank 0 sees it (polled for up to 5 s), rank 1 does not see a signal of its own, and the drain (rank 0 expecting
+ * one, rank 1 none) completes on both, after which rank 0 holds no signal any more. */
+START_TEST(a_signal_reaches_every_other_rank) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_dist_set_timeout(dist, 10.0);
+    int rank = mpt_dist_rank(dist);
+    enum { TAG = 4243 };
+    int sent = rank != 1 || mpt_dist_signal(dist, TAG) == MPT_OK;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int seen = 0;
+    for (int ms = 0; rank == 0 && ms < 5000 && !seen; ms++) {
+        seen = mpt_dist_signalled(dist, TAG);
+        struct timespec one = {0, 1000000};
+        if (!seen) nanosleep(&one, NULL);
+    }
+    if (rank == 1) seen = mpt_dist_signalled(dist, TAG);
+    int ok = agree_all(sent && seen == (rank == 0));
+    int drained = 0;
+    if (ok) /* with a signal gone astray the drain would wait for it until the time limit */
+        drained = mpt_dist_signal_drain(dist, TAG, rank == 0 ? 1 : 0) == MPT_OK && !mpt_dist_signalled(dist, TAG);
+    mpt_dist_set_timeout(dist, MPT_DIST_DEFAULT_TIMEOUT_S);
+    ck_assert_msg(ok, "rank %d: signal sent %d, seen %d (rank 0 must see rank 1's, rank 1 none)", rank, sent, seen);
+    ck_assert_msg(agree_all(drained), "rank %d: the drain did not complete", rank);
+}
+END_TEST
+
 int main(void) {
     MPI_Init(NULL, NULL);
     int rank;
@@ -794,6 +821,7 @@ int main(void) {
     tcase_add_test(tc, finish_agrees_on_the_worst_exit_code);
     tcase_add_test(tc, a_peer_waiting_less_than_the_limit_is_not_stuck);
     tcase_add_test(tc, check_identical_agrees_that_a_rank_cannot_checksum);
+    tcase_add_test(tc, a_signal_reaches_every_other_rank);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */
