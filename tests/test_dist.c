@@ -14,7 +14,10 @@
  *  - telemetry's communication error (comm_rel_l2) per tensor within the bound derived from the ranks' own
  *    gradients, nonzero for bf16/fp16 and exactly 0 for fp32; telemetry on trains bit-identically to off;
  *  - a finite FP16 sum that overflows on the wire is found_inf on every rank; the agreement to stop is an "any";
- *    the shard rule on a batch the ranks do not divide; the launcher sizes read from the environment.
+ *    the shard rule on a batch the ranks do not divide; the launcher sizes read from the environment;
+ *  - the job-level paths: the settings agreement (a difference in the first item, lists of other lengths), the exit
+ *    agreement's worst code, a peer answering from a wait shorter than the limit (not a deadlock), a rank that cannot
+ *    allocate the checksum buffer, the failure signal reaching the other rank only.
  */
 #include <math.h>
 #include <mpi.h>
