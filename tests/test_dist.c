@@ -14,12 +14,16 @@
  *  - telemetry's communication error (comm_rel_l2) per tensor within the bound derived from the ranks' own
  *    gradients, nonzero for bf16/fp16 and exactly 0 for fp32; telemetry on trains bit-identically to off;
  *  - a finite FP16 sum that overflows on the wire is found_inf on every rank; the agreement to stop is an "any";
- *    the shard rule on a batch the ranks do not divide; the launcher sizes read from the environment.
+ *    the shard rule on a batch the ranks do not divide; the launcher sizes read from the environment;
+ *  - the job-level paths: the settings agreement (a difference in the first item, lists of other lengths), the exit
+ *    agreement's worst code, a peer answering from a wait shorter than the limit (not a deadlock), a rank that cannot
+ *    allocate the checksum buffer, the failure signal reaching the other rank only.
  */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "datasets/synthetic.h"
 #include "engine/dist/dist.h"
@@ -34,6 +38,11 @@
 #define HIDDEN 64
 #define STEPS 50
 #define LR 0.05f
+
+/* check_identical_agrees_that_a_rank_cannot_checksum makes one rank's malloc fail: under AddressSanitizer, which by
+ * default ends the program on an allocation it cannot serve, malloc must return NULL as the C library's does. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 
 static mpt_dist *dist; /* one per process; the wire dtype is switched per test by re-creating it */
 
@@ -663,6 +672,133 @@ START_TEST(wire_overflow_is_found_inf) {
 }
 END_TEST
 
+/* The agreement on a job's settings (mpt_dist_agree, dist.h): identical lists agree; a value that differs on rank 1
+ * in the first item is named with both values on every rank ("the ranks disagree on NAME: rank 1: V1, rank 0: V0"),
+ * which rank 1 says and broadcasts; lists of different lengths (rank 0's longer or rank 1's) are refused on every
+ * rank as different mptrain binaries. */
+START_TEST(agree_names_the_first_difference) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_dist_set_timeout(dist, 10.0); /* a wait gone wrong ends the job within seconds, not 600 s */
+    int rank = mpt_dist_rank(dist);
+    const mpt_dist_item same[3] = {{"--alpha", "1"}, {"--beta", "0.5"}, {"--gamma", "x"}};
+    const mpt_dist_item first[3] = {{"--alpha", "2"}, {"--beta", "0.5"}, {"--gamma", "x"}};
+    mpt_status s_same = mpt_dist_agree(dist, same, 3);
+    mpt_status s_first = mpt_dist_agree(dist, rank == 1 ? first : same, 3);
+    char first_msg[1024];
+    snprintf(first_msg, sizeof first_msg, "%s", s_first == MPT_OK ? "" : mpt_last_error());
+    mpt_status s_longer0 = mpt_dist_agree(dist, same, rank == 0 ? 3 : 2);
+    char longer0_msg[1024];
+    snprintf(longer0_msg, sizeof longer0_msg, "%s", s_longer0 == MPT_OK ? "" : mpt_last_error());
+    mpt_status s_longer1 = mpt_dist_agree(dist, same, rank == 1 ? 3 : 2);
+    mpt_dist_set_timeout(dist, MPT_DIST_DEFAULT_TIMEOUT_S);
+    ck_assert_msg(agree_all(s_same == MPT_OK), "rank %d: identical settings refused", rank);
+    ck_assert_msg(agree_all(s_first == MPT_ERR_ARG &&
+                            strstr(first_msg, "the ranks disagree on --alpha: rank 1: 2, rank 0: 1") != NULL),
+                  "rank %d: a difference in the first setting: status %d, '%s'", rank, (int)s_first, first_msg);
+    ck_assert_msg(agree_all(s_longer0 == MPT_ERR_ARG && strstr(longer0_msg, "mptrain binary") != NULL),
+                  "rank %d: rank 0 with one setting more: status %d, '%s'", rank, (int)s_longer0, longer0_msg);
+    ck_assert_msg(agree_all(s_longer1 == MPT_ERR_ARG), "rank %d: rank 1 with one setting more: status %d", rank,
+                  (int)s_longer1);
+}
+END_TEST
+
+/* The exit agreement (mpt_dist_finish, dist.h): "the ranks agree on the worst exit code", the same on every rank:
+ * rank 0 ends with 0 and rank 1 with 3, both get 3 (both arrive at once: rank 1's 5 s wait is not reached). */
+START_TEST(finish_agrees_on_the_worst_exit_code) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    int rank = mpt_dist_rank(dist);
+    int worst = mpt_dist_finish(&dist, rank == 1 ? 3 : 0);
+    ck_assert_msg(agree_all(worst == 3 && dist == NULL), "rank %d: agreed exit code %d, expected the worst, 3", rank,
+                  worst);
+}
+END_TEST
+
+/* The bounded waits (dist.h, mpt_dist_set_timeout): when the limit passes, a peer that answers and is waiting for less
+ * than the limit is not a deadlock, and the wait goes on. Rank 0 waits (limit 1 s) for a message that rank 1 sends
+ * after 2 s; rank 1 answers rank 0's question from inside its send (8 MiB: it completes only when rank 0 receives
+ * it), having waited for less than a millisecond. The message must arrive whole; ending the job instead (MPI_Abort)
+ * fails the whole program. */
+START_TEST(a_peer_waiting_less_than_the_limit_is_not_stuck) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    int rank = mpt_dist_rank(dist);
+    enum { TAG = 4242, BYTES = 8 << 20 };
+    MPI_Barrier(MPI_COMM_WORLD);
+    mpt_dist_set_timeout(dist, 1.0);
+    int ok = 0;
+    if (rank == 0) {
+        void *buf = NULL;
+        int64_t n = 0;
+        int from = -1;
+        mpt_status s = mpt_dist_recv(dist, 1, TAG, &buf, &n, &from, "the test's message from rank 1");
+        ok = s == MPT_OK && n == BYTES && from == 1 && ((unsigned char *)buf)[BYTES - 1] == 0x5a;
+        free(buf);
+    } else {
+        unsigned char *big = malloc(BYTES);
+        ck_assert(big != NULL);
+        memset(big, 0x5a, BYTES);
+        struct timespec two = {2, 0};
+        nanosleep(&two, NULL); /* rank 0's question (after 1 s) waits for the answer from inside the send */
+        ok = mpt_dist_send(dist, 0, TAG, big, BYTES, "the test's message to rank 0") == MPT_OK;
+        free(big);
+    }
+    mpt_dist_set_timeout(dist, MPT_DIST_DEFAULT_TIMEOUT_S);
+    ck_assert_msg(agree_all(ok), "rank %d: the message did not arrive whole", rank);
+}
+END_TEST
+
+/* The identical-start check when a rank cannot checksum its masters (dist.h: MPT_ERR_NOMEM, agreed): rank 1's last
+ * master claims 2^50 elements, whose buffer cannot be allocated; every rank returns MPT_ERR_NOMEM naming the checksum,
+ * none reports masters that differ (rank 1 has no checksum to compare). */
+START_TEST(check_identical_agrees_that_a_rank_cannot_checksum) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_mnist data;
+    ck_assert_int_eq(mpt_synthetic_blobs(&data, 256, 0, 64, 8, 1234), MPT_OK);
+    int rank = mpt_dist_rank(dist);
+    mpt_train_config cfg = sgd_config(MPT_PRECISION_FP32);
+    model m;
+    model_open(&m, &data, MPT_PRECISION_FP32, rank * 32, 32, 0.0f, &cfg);
+    ck_assert_int_eq(mpt_dist_attach(dist, m.tr), MPT_OK);
+    mpt_tensor *last = m.tr->master[m.tr->n_params - 1];
+    int64_t dim0 = last->shape[0];
+    if (rank == 1) last->shape[0] = (int64_t)1 << 50;
+    mpt_status s = mpt_dist_check_identical(dist, m.tr, "(no memory)");
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", s == MPT_OK ? "" : mpt_last_error());
+    last->shape[0] = dim0;
+    model_close(&m);
+    mpt_mnist_free(&data);
+    ck_assert_msg(agree_all(s == MPT_ERR_NOMEM && strstr(msg, "could not checksum") != NULL),
+                  "rank %d: status %d, '%s'", rank, (int)s, msg);
+}
+END_TEST
+
+/* The failure signal (mpt_dist_signal, dist.h: "one small message with tag to every other rank"): rank 1 signals;
+ * rank 0 sees it (polled for up to 5 s), rank 1 does not see a signal of its own, and the drain (rank 0 expecting
+ * one, rank 1 none) completes on both, after which rank 0 holds no signal any more. */
+START_TEST(a_signal_reaches_every_other_rank) {
+    use_wire(MPT_GRAD_COMM_FP32);
+    mpt_dist_set_timeout(dist, 10.0);
+    int rank = mpt_dist_rank(dist);
+    enum { TAG = 4243 };
+    int sent = rank != 1 || mpt_dist_signal(dist, TAG) == MPT_OK;
+    MPI_Barrier(MPI_COMM_WORLD);
+    int seen = 0;
+    for (int ms = 0; rank == 0 && ms < 5000 && !seen; ms++) {
+        seen = mpt_dist_signalled(dist, TAG);
+        struct timespec one = {0, 1000000};
+        if (!seen) nanosleep(&one, NULL);
+    }
+    if (rank == 1) seen = mpt_dist_signalled(dist, TAG);
+    int ok = agree_all(sent && seen == (rank == 0));
+    int drained = 0;
+    if (ok) /* with a signal gone astray the drain would wait for it until the time limit */
+        drained = mpt_dist_signal_drain(dist, TAG, rank == 0 ? 1 : 0) == MPT_OK && !mpt_dist_signalled(dist, TAG);
+    mpt_dist_set_timeout(dist, MPT_DIST_DEFAULT_TIMEOUT_S);
+    ck_assert_msg(ok, "rank %d: signal sent %d, seen %d (rank 0 must see rank 1's, rank 1 none)", rank, sent, seen);
+    ck_assert_msg(agree_all(drained), "rank %d: the drain did not complete", rank);
+}
+END_TEST
+
 int main(void) {
     MPI_Init(NULL, NULL);
     int rank;
@@ -684,6 +820,11 @@ int main(void) {
     tcase_add_test(tc, env_size_reads_each_launcher);
     tcase_add_test(tc, any_is_true_when_one_rank_says_so);
     tcase_add_loop_test(tc, wire_overflow_is_found_inf, 0, 2);
+    tcase_add_test(tc, agree_names_the_first_difference);
+    tcase_add_test(tc, finish_agrees_on_the_worst_exit_code);
+    tcase_add_test(tc, a_peer_waiting_less_than_the_limit_is_not_stuck);
+    tcase_add_test(tc, check_identical_agrees_that_a_rank_cannot_checksum);
+    tcase_add_test(tc, a_signal_reaches_every_other_rank);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK); /* fork() under MPI is unsafe; the ranks must stay in step */

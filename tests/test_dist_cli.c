@@ -261,6 +261,14 @@ START_TEST(a_stopped_rank_aborts_the_job_within_comm_timeout) {
     ck_assert_msg(rc != 0, "the job ended with exit 0 with rank 1 stopped (see %s)", log);
     ck_assert_msg(log_contains("did not complete within --comm-timeout 3 s") && log_contains("rank 1 did not arrive"),
                   "no line naming rank 1 as the one that did not arrive (see %s)", log);
+    /* the limit is the collective's wait (dist.h: "not complete after `seconds`"): rank 0 gives up once 3 s have
+     * passed, the time its line reports; 5 s more for a loaded machine's scheduling, far below a limit 2x too long */
+    char *text = slurp(log);
+    const char *w = text ? strstr(text, "(waited ") : NULL;
+    double waited = -1.0;
+    ck_assert_msg(w && sscanf(w, "(waited %lf s)", &waited) == 1, "no '(waited N s)' in rank 0's line (see %s)", log);
+    free(text);
+    ck_assert_msg(waited >= 3.0 && waited < 8.0, "rank 0 waited %.0f s for the collective, --comm-timeout 3 s", waited);
     ck_assert_msg(secs < 100.0, "the job took %.1f s", secs);
     rm_tmpdir();
 }

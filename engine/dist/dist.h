@@ -122,8 +122,9 @@ int mpt_dist_any(mpt_dist *d, int x);
  * aborted (ncclCommAbort), not destroyed. A failed rank whose peers have not all arrived within
  * MPT_DIST_EXIT_WAIT_S (they wait for it in a step's collective that it will never join) failed alone: it says so
  * on stderr, aborts its NCCL communicator and calls MPI_Abort(exit_code), which ends every rank of the job, so no
- * peer hangs; it does not return then. With one rank it is mpt_dist_free. NULL-safe; sets *d = NULL. */
-void mpt_dist_finish(mpt_dist **d, int exit_code);
+ * peer hangs; it does not return then. With one rank it is mpt_dist_free. NULL-safe; sets *d = NULL. Returns the
+ * agreed worst exit code (the same on every rank); exit_code itself with one rank, a NULL *d or no MPI. */
+int mpt_dist_finish(mpt_dist **d, int exit_code);
 
 int mpt_dist_rank(const mpt_dist *d);
 int mpt_dist_size(const mpt_dist *d);

@@ -458,12 +458,12 @@ static int wait_until(MPI_Request *req, double seconds) {
     }
 }
 
-void mpt_dist_finish(mpt_dist **pd, int exit_code) {
+int mpt_dist_finish(mpt_dist **pd, int exit_code) {
     mpt_dist *d = *pd;
-    if (!d) return;
+    if (!d) return exit_code;
     if (d->size == 1) { /* no peers to wait for, none to leave waiting */
         mpt_dist_free(pd);
-        return;
+        return exit_code;
     }
     int worst = exit_code, rc;
     MPI_Request req;
@@ -478,7 +478,7 @@ void mpt_dist_finish(mpt_dist **pd, int exit_code) {
          * completed, so the communicator is aborted rather than destroyed; MPI finalises cleanly. */
         if (worst != 0) mpt_cuda_nccl_comm_abort(&d->nccl);
         mpt_dist_free(pd);
-        return;
+        return worst;
     }
     if (rc != MPI_SUCCESS) mpi_error(rc, "MPI_Iallreduce (exit agreement)");
     fprintf(stderr, "mptrain: rank %d of %d failed (exit %d) while its peers did not reach the end of the job "

@@ -17,9 +17,9 @@ mpt_status mpt_dist_init(mpt_dist **out, mpt_grad_comm comm) {
 }
 
 void mpt_dist_free(mpt_dist **d) { *d = NULL; }
-void mpt_dist_finish(mpt_dist **d, int exit_code) {
-    (void)exit_code;
+int mpt_dist_finish(mpt_dist **d, int exit_code) {
     *d = NULL;
+    return exit_code;
 }
 int mpt_dist_rank(const mpt_dist *d) { (void)d; return 0; }
 int mpt_dist_size(const mpt_dist *d) { (void)d; return 1; }
