@@ -112,8 +112,8 @@ int mpt_cmd_train(int argc, char **argv) {
     fflush(stdout);
     mpt_run_join(NULL);
     if (train_dist) mpt_guard_stop_done();
-    mpt_dist_finish(&train_dist, rc_dp); /* a rank failing alone aborts the job: its peers must not hang */
-    return rc_dp;
+    /* a rank failing alone aborts the job (its peers must not hang); else every rank exits with the worst code */
+    return mpt_dist_finish(&train_dist, rc_dp);
 }
 
 /* --telemetry: what was measured, one line filled from the measurements, and numerics.png (writer only).
