@@ -164,6 +164,8 @@ START_TEST(test_runs_and_report) {
                  out, NULL);
     ck_assert_msg(rc == 0, "speedrun exit %d: %s", rc, out_buf);
     ck_assert_msg(strstr(out_buf, "| fp32 |") && strstr(out_buf, "| bf16 |"), "no table printed: %s", out_buf);
+    ck_assert_msg(strstr(out_buf, "Not a record: these runs did not train and test on all of Fashion-MNIST"),
+                  "the printed verdicts do not say that synthetic data is no record: %s", out_buf);
 
     /* --print-recipe: one line */
     ck_assert_int_eq(run("speedrun", "--print-recipe", NULL), 0);
@@ -179,7 +181,8 @@ START_TEST(test_runs_and_report) {
     const char *md = mpt_test_read_text(p);
     const char *sections[] = {"# mptrain speedrun", "## Accuracy and time to result", "## Against fp32, seed by seed",
                               "## Where the time goes", "## Every run", "## Settings", "**Not a record:**",
-                              "time to result", "untimed warm-up (3 steps"};
+                              "time to result", "untimed warm-up (3 steps", "→ final evaluation (200 test images)"};
+    _Static_assert(SYN_TEST == 200, "the evaluation row names the synthetic test set's size");
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         ck_assert_msg(strstr(md, sections[i]) != NULL, "report.md lacks '%s'", sections[i]);
     char line[8192];

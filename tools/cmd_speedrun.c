@@ -267,14 +267,16 @@ int mpt_cmd_speedrun(int argc, char **argv) {
                            mpt_guard_signal_name(res[i].interrupted), (long long)res[i].iterations,
                            (unsigned long long)op.seed, mpt_precision_name(op.precision), op.out);
     }
+    const int64_t n_test = cd.d.n_test;
     mpt_cli_data_free(&cd);
     if (s == MPT_OK) {
         mpt_report_machine_end(&machine);
         proc.whole_s = (isfinite(age0) ? age0 : 0.0) + mono_s() - t0;
         proc.whole_cpu_s = cpu_s(); /* the process's CPU time since it started (exec keeps it), all threads */
         const int record = strcmp(o.data, MPT_DEFAULT_DATA_DIR) == 0 && o.limit_train == 0 && o.limit_test == 0;
-        mpt_speedrun_runs runs = {&o,       o.n_seeds, o.n_precisions, o.seeds, o.precisions, res, &machine, &proc,
-                                  mpt_cpu_set_threads(0), record};
+        mpt_speedrun_runs runs = {.o = &o, .n_seeds = o.n_seeds, .n_precisions = o.n_precisions, .seeds = o.seeds,
+                                  .precisions = o.precisions, .res = res, .machine = &machine, .process = &proc,
+                                  .threads = mpt_cpu_set_threads(0), .record_data = record, .n_test = n_test};
         s = mpt_speedrun_report(&runs);
     }
     for (int i = 0; res && i < done; i++) mpt_run_result_free(&res[i]);

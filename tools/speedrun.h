@@ -61,6 +61,7 @@ typedef struct mpt_speedrun_runs {
     int threads;                  /* the CPU backend's threads (0 on a GPU) */
     int record_data;              /* 1 when the runs used all of Fashion-MNIST at its default place: a record; 0 with
                                      --data, --limit-train or --limit-test (the report says it is no record) */
+    int64_t n_test;               /* the test images each run's final evaluation reads */
 } mpt_speedrun_runs;
 
 /* Prints the summary table and writes out/report.md and out/speedrun.json: per precision the mean final test accuracy

@@ -275,7 +275,9 @@ static void write_breakdown(FILE *f, const mpt_speedrun_runs *r, const prec_stat
         fprintf(f, "\n");
     }
     breakdown_row(f, "→ batch orders drawn and uploaded", st, np, PART_ORDER);
-    breakdown_row(f, "→ final evaluation (10000 test images)", st, np, PART_EVAL);
+    char eval_row[96];
+    snprintf(eval_row, sizeof eval_row, "→ final evaluation (%lld test images)", (long long)r->n_test);
+    breakdown_row(f, eval_row, st, np, PART_EVAL);
     breakdown_row(f, "**time to result** (→: inside it)", st, np, PART_RESULT);
     breakdown_row(f, "time to result, CPU time", st, np, PART_RESULT_CPU);
     breakdown_row(f, "outputs written (checkpoint, CSVs, summary.json)", st, np, PART_OUTPUTS);
@@ -552,6 +554,9 @@ mpt_status mpt_speedrun_report(const mpt_speedrun_runs *r) {
             verdict_text(v, sizeof v, &st[p], r->n_seeds);
             printf("%s.\n", v);
         }
+        if (!r->record_data)
+            printf("Not a record: these runs did not train and test on all of Fashion-MNIST at its default place "
+                   "(--data, --limit-train or --limit-test), so the accuracy is not the recipe's.\n");
         printf("\n");
         write_paired_table(stdout, r, st);
         if (r->machine) mpt_report_write_machine(stdout, r->machine);
