@@ -1067,6 +1067,18 @@ START_TEST(test_eval_quantize) {
         const double amax = c ? strtod(c + 1, NULL) : -1.0;
         ck_assert_msg(amax > 0.0 && amax < 1.0, "a BF16 weight's amax read as %g: %s", amax, out_buf);
     }
+    /* data of another shape: the message gives both shapes in full words (the data's class count only when it is
+     * not the checkpoint's: its labels, 0..2, fit the checkpoint's 10) */
+    const char *small = tmp_path("small");
+    ck_assert(mkdir(small, 0755) == 0);
+    mpt_mnist sd;
+    ck_assert_int_eq(mpt_synthetic_blobs(&sd, 32, 16, 196, 3, 7), MPT_OK);
+    ck_assert_msg(mpt_mnist_save(small, &sd, 0) == MPT_OK, "%s", mpt_last_error());
+    mpt_mnist_free(&sd);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", mlp);
+    rc = run("eval", "--checkpoint", ck, "--data", small, "--device", "cpu", NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "its network was built for 28 x 28 images with 1 channel(s) and 10 "
+                  "classes") && strstr(out_buf, "holds 14 x 14 images with 1 channel(s)\n"), "%d %s", rc, out_buf);
     /* usage */
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", qat);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--granularity", "tensor", NULL);

@@ -635,9 +635,10 @@ static mpt_status setup(run *r, mpt_run_result *res) {
         const mpt_model_input ck = r->rs.has_data ? r->rs.data : (mpt_model_input){1, 28, 28, MPT_MNIST_N_CLASSES};
         if (memcmp(&ck, &in, sizeof in) != 0)
             return mpt_errorf(MPT_ERR_ARG, "--resume %s: the checkpoint's network was built for %d x %d images with %d "
-                              "channel(s) and %d classes, --data %s gives %d x %d with %d and %d%s", o->resume,
-                              ck.height, ck.width, ck.channels, ck.classes, o->data, in.height, in.width, in.channels,
-                              in.classes, mpt_cli_given(o, MPT_OPT_CLASSES) ? " (--classes)" : "");
+                              "channel(s) and %d classes, --data %s gives %d x %d images with %d channel(s) and %d "
+                              "classes%s", o->resume, ck.height, ck.width, ck.channels, ck.classes, o->data, in.height,
+                              in.width, in.channels, in.classes,
+                              mpt_cli_given(o, MPT_OPT_CLASSES) ? " (--classes)" : "");
     }
     r->rs.data = in;
     r->rs.has_data = 1;

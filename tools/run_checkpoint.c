@@ -648,10 +648,12 @@ mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint
     MPT_TRY(mpt_cli_data_load(cd, dir, limit_train, limit_test, rs->data.classes, layout));
     const mpt_model_input in = mpt_cli_data_input(&cd->d);
     if (memcmp(&in, &rs->data, sizeof in) == 0) return MPT_OK;
+    char classes[64] = ""; /* the data's class count is the checkpoint's unless a label is beyond it */
+    if (in.classes != rs->data.classes) snprintf(classes, sizeof classes, " and %d classes", in.classes);
     mpt_status s = mpt_errorf(MPT_ERR_ARG, "--checkpoint %s: its network was built for %d x %d images with %d "
-                              "channel(s) and %d classes, --data %s holds %d x %d with %d and %d", checkpoint,
+                              "channel(s) and %d classes, --data %s holds %d x %d images with %d channel(s)%s", checkpoint,
                               rs->data.height, rs->data.width, rs->data.channels, rs->data.classes, dir, in.height,
-                              in.width, in.channels, in.classes);
+                              in.width, in.channels, classes);
     mpt_cli_data_free(cd);
     return s;
 }
