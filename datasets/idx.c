@@ -471,9 +471,8 @@ static mpt_status mnist_check_labels(char paths[4][4096], const mpt_idx *f, int 
             const mpt_idx *lab = &f[2 * part + 1];
             for (int64_t i = 0; i < lab->nbytes; i++)
                 if (lab->data[i] >= given)
-                    return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d) (the class count "
-                                      "given: mptrain --classes %d)", paths[2 * part + 1], lab->data[i], (long long)i,
-                                      given, given);
+                    return mpt_errorf(MPT_ERR_FORMAT, "%s: label %d at item %lld is outside [0, %d), the class count "
+                                      "asked for", paths[2 * part + 1], lab->data[i], (long long)i, given);
         }
         return MPT_OK;
     }

@@ -1079,6 +1079,17 @@ START_TEST(test_eval_quantize) {
     rc = run("eval", "--checkpoint", ck, "--data", small, "--device", "cpu", NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "its network was built for 28 x 28 images with 1 channel(s) and 10 "
                   "classes") && strstr(out_buf, "holds 14 x 14 images with 1 channel(s)\n"), "%d %s", rc, out_buf);
+    /* the other way round, a 3-class checkpoint against 10-class data: the labels do not fit its head, which is said
+     * as the checkpoint's, not as a --classes the user never gave */
+    const char *small_run = tmp_path("small-run");
+    rc = run("train", "--data", small, "--device", "cpu", "--max-steps", "2", "--progress", "off", "--out", small_run,
+             NULL);
+    ck_assert_msg(rc == 0, "%d %s", rc, out_buf);
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", small_run);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", NULL);
+    ck_assert_msg(rc == 1 && strstr(out_buf, "its network has 3 classes, and --data") &&
+                      strstr(out_buf, "(is it the data the checkpoint was trained on?)") && !strstr(out_buf, "--classes"),
+                  "%d %s", rc, out_buf);
     /* usage */
     snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", qat);
     rc = run("eval", "--checkpoint", ck, "--data", data, "--granularity", "tensor", NULL);

@@ -645,7 +645,14 @@ mpt_status mpt_run_checkpoint_read_config(const char *path, mpt_cli_opts *o, mpt
 mpt_status mpt_run_checkpoint_data_load(mpt_cli_data *cd, const char *checkpoint, const mpt_run_state *rs,
                                         const char *dir, int64_t limit_train, int64_t limit_test,
                                         mpt_idx_layout layout) {
-    MPT_TRY(mpt_cli_data_load(cd, dir, limit_train, limit_test, rs->data.classes, layout));
+    mpt_status ls = mpt_cli_data_load(cd, dir, limit_train, limit_test, rs->data.classes, layout);
+    if (ls == MPT_ERR_FORMAT) { /* a label beyond the checkpoint's classes: most likely another dataset */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mpt_last_error());
+        return mpt_errorf(ls, "--checkpoint %s: its network has %d classes, and --data %s does not fit it (is it the "
+                          "data the checkpoint was trained on?): %s", checkpoint, rs->data.classes, dir, why);
+    }
+    MPT_TRY(ls);
     const mpt_model_input in = mpt_cli_data_input(&cd->d);
     if (memcmp(&in, &rs->data, sizeof in) == 0) return MPT_OK;
     char classes[64] = ""; /* the data's class count is the checkpoint's unless a label is beyond it */
