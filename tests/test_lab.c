@@ -924,6 +924,21 @@ START_TEST(test_usage) {
     ck_assert_msg(strstr(out_buf, "--param") != NULL, "%s", out_buf);
     ck_assert_int_eq(run_lab("", "--bogus"), 2);
     ck_assert_int_eq(run_lab("", "--help"), 0);
+    /* a bad --param value of a later lesson is refused before the first lesson trains: every chosen lesson reads and
+     * checks its values first (MPT_LAB_PARAMS_CHECKED); tf32 computes, and writes, nothing */
+    if (have_data()) {
+        char dir[] = "/tmp/mpt_test_lab_param_XXXXXX", args[256], tf32[300];
+        ck_assert(mkdtemp(dir) != NULL);
+        snprintf(args, sizeof args, "tf32 softmax --quick --param tmax=3 --out %s/o", dir);
+        ck_assert_int_eq(run_lab("", args), 2);
+        ck_assert_msg(strstr(out_buf, "--param tmax: expected a power of two in [1, 1024], found 3") &&
+                          !strstr(out_buf, "==== lesson tf32"), "%s", out_buf);
+        snprintf(tf32, sizeof tf32, "%s/o/tf32", dir);
+        ck_assert_msg(access(tf32, F_OK) != 0, "%s exists: the tf32 lesson ran before the bad value was refused", tf32);
+        char rm[400];
+        snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+        ck_assert(system(rm) == 0);
+    }
 }
 END_TEST
 

@@ -857,6 +857,28 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     }
 
     static mpt_lab_ctx ctx;
+    /* every lesson's --param values first, read and checked as the lesson reads them: a bad value of the last lesson
+     * is refused before the first one trains */
+    for (int i = 0; i < n && s == MPT_OK; i++) {
+        mpt_lab_ctx *c = &ctx;
+        const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;
+        memset(c, 0, sizeof *c);
+        lesson_view(c, &cd, base, z->n_train, z->n_test, z->epochs);
+        c->quick = quick;
+        c->lesson = run[i];
+        c->n_seeds = z->seeds;
+        memcpy(c->params, params, (size_t)n_params * sizeof *params);
+        c->n_params = n_params;
+        c->check_only = 1;
+        s = run[i]->run(c);
+    }
+    if (s != MPT_OK) { /* nothing trained, nothing written */
+        mpt_cli_data_free(&cd);
+        const int rc = mpt_cli_fail("lab", s);
+        mpt_outdir_close(&od);
+        if (dist) send_end(dist, rc);
+        return rc;
+    }
     for (int i = 0; i < n && s == MPT_OK; i++) {
         mpt_lab_ctx *c = &ctx;
         const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;

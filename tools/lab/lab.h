@@ -51,7 +51,16 @@ typedef struct mpt_lab_ctx {
     char conclusion[4096];      /* the one-line (long) conclusion, filled by the lesson */
     int observed;               /* 1 when the lesson's effect was observed */
     const struct mpt_lab_lesson *lesson; /* the lesson run: the --param keys it may read (param_keys) */
+    int check_only;             /* 1: read and check the --param values, then return (MPT_LAB_PARAMS_CHECKED) */
 } mpt_lab_ctx;
+
+/* In a lesson's run(), once every --param value it reads is read and checked and before anything is trained or
+ * written: returns MPT_OK when the lab only checks the values. `mptrain lab` runs every chosen lesson this way first,
+ * so a bad value of a later lesson is refused before the earlier lessons spend their time. */
+#define MPT_LAB_PARAMS_CHECKED(c)                                                                                      \
+    do {                                                                                                               \
+        if ((c)->check_only) return MPT_OK;                                                                            \
+    } while (0)
 
 typedef struct mpt_lab_lesson {
     const char *name;           /* "tf32" */

@@ -320,6 +320,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "block", 256, &block_d));
     if (!(block_d >= 2 && block_d <= 65536 && block_d == floor(block_d)))
         return mpt_errorf(MPT_ERR_ARG, "--param block: expected an integer in [2, 65536], found %g", block_d);
+    MPT_LAB_PARAMS_CHECKED(c);
     const int64_t block = (int64_t)block_d;
     const char *f32[] = {"--precision", "fp32", NULL};
     mpt_run_result r;

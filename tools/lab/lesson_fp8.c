@@ -440,6 +440,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     if (promote < 32 || promote % 32 || promote != promote_d || promote > 65536)
         return mpt_errorf(MPT_ERR_ARG, "--param promote: expected a multiple of 32 in [32, 65536], found %g",
                           promote_d);
+    MPT_LAB_PARAMS_CHECKED(c);
 
     /* 1. training: every (mode, seed) of the mlp, lenet5 bf16 and fp8 at seed 0; telemetry on the seed-0 FP8 runs */
     char every[32], seed[MAX_SEEDS][8], name[NM * MAX_SEEDS + 4][40];

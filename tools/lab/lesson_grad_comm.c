@@ -179,6 +179,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "scale", 65536.0, &scale));
     if (!(scale >= 1.0 && scale <= 16777216.0 && scale == ldexp(1.0, (int)lround(log2(scale)))))
         return mpt_errorf(MPT_ERR_ARG, "--param scale: expected a power of two in [1, 2^24], found %g", scale);
+    MPT_LAB_PARAMS_CHECKED(c);
     const char *f32[] = {"--precision", "fp32", NULL};
     mpt_run_result r;
     MPT_TRY(mpt_lab_train(c, "fp32", f32, &r));

@@ -269,6 +269,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     run_out dyn, sta, none, big;
     int ns;
     MPT_TRY(mpt_lab_seeds(c, MAX_SEEDS, &ns));
+    MPT_LAB_PARAMS_CHECKED(c);
     /* about 30 telemetry steps per run (so that the mean covers the run and not only its first steps): the
      * report counts the steps it measured */
     char every[32];

@@ -63,6 +63,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param batch: expected an integer in [1, 65536], found %g", batch_v);
     int ns;
     MPT_TRY(mpt_lab_seeds(c, MAX_SEEDS, &ns));
+    MPT_LAB_PARAMS_CHECKED(c);
     char every[32];
     snprintf(every, sizeof every, "%lld", (long long)mpt_lab_telemetry_every(mpt_lab_steps(c, (int)batch_v), 30));
     const char *cases[N_CASES][3] = {{"bf16", "sgd", lr_sgd}, {"fp16", "sgd", lr_sgd}, {"bf16", "adam", "0.001"}};

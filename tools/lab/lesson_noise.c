@@ -33,6 +33,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, 16], found %g", seeds_d);
     const char *lr;
     MPT_TRY(mpt_lab_param_flag(c, "lr", "0.001", MPT_OPT_LR, &lr));
+    MPT_LAB_PARAMS_CHECKED(c);
     double acc[NP][16];
     /* every run at once: independent of each other, so under mpirun the ranks share them */
     char seed[16][16], name[16 * NP][32];

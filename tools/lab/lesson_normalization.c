@@ -505,6 +505,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     const int ns = (int)seeds_d, B = (int)batch_d;
     if (ns < 2 || ns > MAX_SEEDS || ns != seeds_d)
         return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, %d], found %g", MAX_SEEDS, seeds_d);
+    MPT_LAB_PARAMS_CHECKED(c);
     const int own = !has_norm(c->base->model);
     char model[MPT_MODEL_SPEC_MAX];
     snprintf(model, sizeof model, "%s", own ? SPEC : c->base->model);

@@ -270,6 +270,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "lr", 0.001, &lr_v));
     int n_seeds;
     MPT_TRY(mpt_lab_seeds(c, MAX_SEEDS, &n_seeds));
+    MPT_LAB_PARAMS_CHECKED(c);
     char name[3 * N_STATES][48];
     const char *fl[3 * N_STATES][13];
     mpt_lab_run runs[3 * N_STATES + N_STATES * (MAX_SEEDS - 1)];

@@ -104,6 +104,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "batch", 16.0, &bv));
     if (!(bv >= 1.0 && bv <= 65536.0 && bv == floor(bv)))
         return mpt_errorf(MPT_ERR_ARG, "--param batch: expected an integer in [1, 65536], found %g", bv);
+    MPT_LAB_PARAMS_CHECKED(c);
     char st[64], dy[N_PRESETS][64];
     snprintf(st, sizeof st, "static:%.17g", S);
     run_out ro[1 + N_PRESETS];

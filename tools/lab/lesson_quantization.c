@@ -232,6 +232,7 @@ static mpt_status run(mpt_lab_ctx *c) {
         return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, %d], found %g", MAX_SEEDS, seeds_d);
     if (calibrate < 1 || calibrate > 1000 || calibrate != calib_d)
         return mpt_errorf(MPT_ERR_ARG, "--param calibrate: expected an integer in [1, 1000], found %g", calib_d);
+    MPT_LAB_PARAMS_CHECKED(c);
     const double margin = c->base->margin;
 
     /* 1. training: every (model, seed) in fp32 and with --qat int4 */

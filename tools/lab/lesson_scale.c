@@ -101,6 +101,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     const int ns = (int)seeds_d;
     if (ns < 2 || ns > MAX_SEEDS || ns != seeds_d)
         return mpt_errorf(MPT_ERR_ARG, "--param seeds: expected an integer in [2, %d], found %g", MAX_SEEDS, seeds_d);
+    MPT_LAB_PARAMS_CHECKED(c);
     static char deep[MPT_MODEL_SPEC_MAX];
     const int own = strcmp(c->base->model, "mlp") == 0;
     if (own) {

@@ -133,6 +133,7 @@ static mpt_status run(mpt_lab_ctx *c) {
     MPT_TRY(mpt_lab_param(c, "tmax", 32, &tmax));
     if (!(tmax >= 1 && tmax <= 1024 && tmax == ldexp(1.0, (int)lround(log2(tmax)))))
         return mpt_errorf(MPT_ERR_ARG, "--param tmax: expected a power of two in [1, 1024], found %g", tmax);
+    MPT_LAB_PARAMS_CHECKED(c);
     const int N_T = (int)lround(log2(tmax)) + 1;
     const char *f32[] = {"--precision", "fp32", NULL};
     mpt_run_result r;

@@ -211,6 +211,13 @@ static mpt_status run(mpt_lab_ctx *c) {
     int ns = c->n_seeds;
     double acc32[MPT_CLI_MAX_SEEDS], acctf[MPT_CLI_MAX_SEEDS];
     if (ns > MPT_LAB_MAX_BATCH / 2) return mpt_errorf(MPT_ERR_ARG, "tf32: %d seeds, at most %d", ns, MPT_LAB_MAX_BATCH / 2);
+    double samples_d;
+    MPT_TRY(mpt_lab_param(c, "samples", 4, &samples_d));
+    const int nsamp = (int)samples_d;
+    if (nsamp < 1 || nsamp > MAX_SAMPLES || nsamp != samples_d)
+        return mpt_errorf(MPT_ERR_ARG, "--param samples: expected an integer in [1, %d], found %g", MAX_SAMPLES,
+                          samples_d);
+    MPT_LAB_PARAMS_CHECKED(c);
     /* fp32 and tf32 for every seed: independent runs, one batch */
     char seed[MPT_LAB_MAX_BATCH / 2][16], name[MPT_LAB_MAX_BATCH][32];
     const char *fl[MPT_LAB_MAX_BATCH][5];
@@ -242,12 +249,6 @@ static mpt_status run(mpt_lab_ctx *c) {
     layer_err L[MAX_LAYERS];
     int n = 0;
     MPT_TRY(measure_layers(c, ckpt, tf_math, L, &n));
-    double samples_d;
-    MPT_TRY(mpt_lab_param(c, "samples", 4, &samples_d));
-    const int nsamp = (int)samples_d;
-    if (nsamp < 1 || nsamp > MAX_SAMPLES || nsamp != samples_d)
-        return mpt_errorf(MPT_ERR_ARG, "--param samples: expected an integer in [1, %d], found %g", MAX_SAMPLES,
-                          samples_d);
     pytorch_metric pm, pms[MAX_SAMPLES];
     double tf_s[MAX_SAMPLES], f32_s[MAX_SAMPLES];
     for (int k = 0; k < nsamp; k++) { /* independent operand samples: the first is the one the lesson always drew */
