@@ -787,6 +787,20 @@ int mpt_cmd_lab(int argc, char **argv) {
     return rc;
 }
 
+/* c set up for lesson l at its size (quick or full) on the data loaded once, with the command's --param values. */
+static void lesson_ctx(mpt_lab_ctx *c, const mpt_cli_data *cd, const mpt_cli_opts *base, const mpt_lab_lesson *l,
+                       int quick, const char *const *params, int n_params, mpt_dist *dist) {
+    const mpt_lab_size *z = quick ? &l->quick : &l->full;
+    memset(c, 0, sizeof *c);
+    lesson_view(c, cd, base, z->n_train, z->n_test, z->epochs);
+    c->dist = dist;
+    c->quick = quick;
+    c->lesson = l;
+    c->n_seeds = z->seeds;
+    memcpy(c->params, params, (size_t)n_params * sizeof *params);
+    c->n_params = n_params;
+}
+
 /* The rest of the lab once the lessons are chosen (and, under mpirun, the job joined). */
 static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *const *run, int n, int quick,
                     const char *const *params, int n_params, mpt_dist *dist) {
@@ -860,17 +874,9 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     /* every lesson's --param values first, read and checked as the lesson reads them: a bad value of the last lesson
      * is refused before the first one trains */
     for (int i = 0; i < n && s == MPT_OK; i++) {
-        mpt_lab_ctx *c = &ctx;
-        const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;
-        memset(c, 0, sizeof *c);
-        lesson_view(c, &cd, base, z->n_train, z->n_test, z->epochs);
-        c->quick = quick;
-        c->lesson = run[i];
-        c->n_seeds = z->seeds;
-        memcpy(c->params, params, (size_t)n_params * sizeof *params);
-        c->n_params = n_params;
-        c->check_only = 1;
-        s = run[i]->run(c);
+        lesson_ctx(&ctx, &cd, base, run[i], quick, params, n_params, NULL);
+        ctx.check_only = 1;
+        s = run[i]->run(&ctx);
     }
     if (s != MPT_OK) { /* nothing trained, nothing written */
         mpt_cli_data_free(&cd);
@@ -881,15 +887,7 @@ static int lab_with(mpt_cli_opts *base, const char *out, const mpt_lab_lesson *c
     }
     for (int i = 0; i < n && s == MPT_OK; i++) {
         mpt_lab_ctx *c = &ctx;
-        const mpt_lab_size *z = quick ? &run[i]->quick : &run[i]->full;
-        memset(c, 0, sizeof *c);
-        lesson_view(c, &cd, base, z->n_train, z->n_test, z->epochs);
-        c->dist = dist;
-        c->quick = quick;
-        c->lesson = run[i];
-        c->n_seeds = z->seeds;
-        memcpy(c->params, params, (size_t)n_params * sizeof *params);
-        c->n_params = n_params;
+        lesson_ctx(c, &cd, base, run[i], quick, params, n_params, dist);
         snprintf(c->dir, sizeof c->dir, "%s/%s", out, run[i]->name);
         s = mpt_outdir_mkdirs(c->dir);
         if (s == MPT_OK) s = mpt_outdir_remove_result(c->dir, "lesson.json"); /* a failed lesson is not listed as done */
