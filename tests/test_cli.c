@@ -129,6 +129,76 @@ START_TEST(test_help) {
 }
 END_TEST
 
+/* The line of `cmd --help` that describes option `opt` ("--seeds"), copied into line ("" if none). */
+static const char *help_line(const char *cmd, const char *opt, char *line, size_t len) {
+    ck_assert_int_eq(run(cmd, "--help", NULL), 0);
+    char head[64];
+    snprintf(head, sizeof head, "\n  %s ", opt);
+    const char *p = strstr(out_buf, head);
+    line[0] = '\0';
+    if (p) {
+        size_t n = strcspn(p + 1, "\n");
+        if (n >= len) n = len - 1;
+        memcpy(line, p + 1, n);
+        line[n] = '\0';
+    }
+    return line;
+}
+
+/* Each command's --help names its own default for an option several commands share, never another command's: the
+ * defaults as the commands apply them (speedrun trains seeds 0..9 and has no --seed; compare measures telemetry every
+ * 50 steps; eval takes the batch size and kernel set from the checkpoint; each command's own --out). */
+START_TEST(test_help_defaults_per_command) {
+    char l[1024];
+    help_line("speedrun", "--seeds", l, sizeof l);
+    ck_assert_msg(strstr(l, "default 10") && !strstr(l, "--seed)") && !strstr(l, "one seed"), "%s", l);
+    help_line("compare", "--seeds", l, sizeof l);
+    ck_assert_msg(strstr(l, "default: one seed, --seed") && !strstr(l, "speedrun") && !strstr(l, "10"), "%s", l);
+    help_line("speedrun", "--out", l, sizeof l);
+    ck_assert_msg(strstr(l, "default runs/speedrun") && !strstr(l, "<model>"), "%s", l);
+    help_line("compare", "--out", l, sizeof l);
+    ck_assert_msg(strstr(l, "default runs/compare-<model>") && !strstr(l, "<precision>") && !strstr(l, "speedrun"), "%s",
+                  l);
+    help_line("train", "--out", l, sizeof l);
+    ck_assert_msg(strstr(l, "default runs/<model>-<precision>") && !strstr(l, "compare") && !strstr(l, "speedrun"), "%s",
+                  l);
+    help_line("train", "--batch-size", l, sizeof l);
+    ck_assert_msg(strstr(l, "default 128") && !strstr(l, "eval") && !strstr(l, "checkpoint"), "%s", l);
+    help_line("eval", "--batch-size", l, sizeof l);
+    ck_assert_msg(strstr(l, "the checkpoint's") && !strstr(l, "128"), "%s", l);
+    help_line("train", "--cpu-kernels", l, sizeof l);
+    ck_assert_msg(strstr(l, "default emulate;") && !strstr(l, "compare") && !strstr(l, "speedrun"), "%s", l);
+    help_line("compare", "--cpu-kernels", l, sizeof l);
+    ck_assert_msg(strstr(l, "default auto;") && !strstr(l, "emulate for train") && !strstr(l, "default emulate"), "%s", l);
+    help_line("speedrun", "--cpu-kernels", l, sizeof l);
+    ck_assert_msg(strstr(l, "default auto;"), "%s", l);
+    help_line("eval", "--cpu-kernels", l, sizeof l);
+    ck_assert_msg(strstr(l, "the set the checkpoint trained with") && !strstr(l, "default emulate"), "%s", l);
+    help_line("compare", "--telemetry", l, sizeof l);
+    ck_assert_msg(strstr(l, "default 50") && !strstr(l, "default 0"), "%s", l);
+    help_line("train", "--telemetry", l, sizeof l);
+    ck_assert_msg(strstr(l, "default 0 = off") && !strstr(l, "compare") && !strstr(l, "50"), "%s", l);
+    /* no option line of any command names another command's default ("; speedrun: 10", "eval: the checkpoint's") */
+    const char *cmds[] = {"train", "compare", "eval", "speedrun"};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(run(cmds[i], "--help", NULL), 0);
+        const char *opts = strstr(out_buf, "\nOptions:\n");
+        ck_assert_ptr_nonnull(opts);
+        const char *end = strstr(opts + 1, "\n\n");
+        for (int j = 0; j < 4; j++) {
+            if (j == i) continue;
+            char other[32];
+            snprintf(other, sizeof other, "; %s:", cmds[j]);
+            const char *hit = strstr(opts, other);
+            ck_assert_msg(!hit || (end && hit > end), "%s --help names %s's default: %.200s", cmds[i], cmds[j], hit);
+            snprintf(other, sizeof other, " for %s", cmds[j]);
+            hit = strstr(opts, other);
+            ck_assert_msg(!hit || (end && hit > end), "%s --help names %s's default: %.200s", cmds[i], cmds[j], hit);
+        }
+    }
+}
+END_TEST
+
 typedef struct bad_case {
     const char *args[6];
     const char *must_name; /* text the message must contain (the flag) */
@@ -256,8 +326,12 @@ START_TEST(test_info) {
     for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, want[i]) != NULL, "info lacks %s: %s", want[i], out_buf);
     /* the CPU kernel sets: the features that decide native math, the engine, each set available or why not */
     const char *cpu[] = {"CPU kernels (--cpu-kernels):", "avx512_bf16 ", "amx_bf16 ", "avx512_fp16 ", "GEMM engine",
-                         "emulate (default)   available", "native              "};
-    for (int i = 0; i < 7; i++) ck_assert_msg(strstr(out_buf, cpu[i]) != NULL, "info lacks %s: %s", cpu[i], out_buf);
+                         "emulate             available", "native              ",
+                         /* each command's default set, not one "default" for all (compare and speedrun: auto) */
+                         "default set         train: emulate; compare, speedrun: auto",
+                         "eval: the set the checkpoint trained with"};
+    for (int i = 0; i < 9; i++) ck_assert_msg(strstr(out_buf, cpu[i]) != NULL, "info lacks %s: %s", cpu[i], out_buf);
+    ck_assert_msg(!strstr(out_buf, "emulate (default)"), "info names one default for every command: %s", out_buf);
     ck_assert_msg(strstr(out_buf, "OpenMP waiting      "), "info does not say how OpenMP threads wait: %s", out_buf);
     /* the user's GOMP_SPINCOUNT wins over mptrain's choice, and info says where it came from */
     const char *had_policy = getenv("OMP_WAIT_POLICY");
@@ -2275,6 +2349,7 @@ static Suite *cli_suite(void) {
     TCase *tc = tcase_create("flags");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_help);
+    tcase_add_test(tc, test_help_defaults_per_command);
     tcase_add_loop_test(tc, test_bad_flags, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
     tcase_add_test(tc, test_missing_data_dir);
     tcase_add_test(tc, test_info);

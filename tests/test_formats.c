@@ -14,7 +14,10 @@
  *    two's complement bits, NaN and inf;
  *  - the command: its output shows the patterns, FP8 saturating by default and NaN with --fp8-saturate off, the INT8
  *    and INT4 rows at the amax scale and at --int-scale (a tie, a clamp), and a malformed value or flag exits 2
- *    naming it.
+ *    naming it;
+ *  - the ends, from the definitions: E8M0 (OCP MX: 2^-127 .. 2^127, NaN 0xff, no inf, no zero) clamped past 1.5 * 2^127,
+ *    raised below 0.75 * 2^-127, NaN for an FP32 inf, the midpoints plain ties; binary16's 2^-25 a tie to 0; the
+ *    command's words for them, the INT scale's fallback at amax 0 or inf, and "--" before a negative value.
  */
 #include <math.h>
 #include <stdio.h>
@@ -281,6 +284,49 @@ START_TEST(test_int_formats) {
 }
 END_TEST
 
+/* The ends of E8M0 and the tie at half the smallest subnormal, from the definitions, not the engine's output.
+ * E8M0 (OCP MX v1.0, section 5.4.1): codes 0..254 hold 2^(code - 127), 2^-127 .. 2^127; 0xff is NaN; no inf, no
+ * zero, no sign. Rounding to nearest picks the nearer power of two, so a value past the midpoint 1.5 * 2^127 (nearer
+ * 2^128, which has no code) is clamped to 2^127, and one below 0.75 * 2^-127 (nearer 2^-128) raised to 2^-127; at
+ * a midpoint the even code wins (254 over 255, 0 over the missing -1), which is ordinary rounding. IEEE 754 binary16:
+ * smallest subnormal 2^-24, so 2^-25 is a tie between 0 (even) and 2^-24 (last bit odd): 0. */
+START_TEST(test_format_ends) {
+    mpt_fmt_value v = conv(MPT_FORMAT_E8M0, 3e38); /* 1.76 * 2^127 */
+    ck_assert(v.bits == 0xfe && v.value == 0x1p127 && v.saturated && v.overflow && !v.exact && !v.raised);
+    v = conv(MPT_FORMAT_E8M0, 2.5e38); /* 1.47 * 2^127: nearer 2^127, plain rounding */
+    ck_assert(v.bits == 0xfe && v.value == 0x1p127 && !v.saturated && !v.overflow);
+    v = conv(MPT_FORMAT_E8M0, 0x1.8p127); /* the midpoint: a tie, even code 254 */
+    ck_assert(v.bits == 0xfe && !v.saturated && !v.overflow);
+    v = conv(MPT_FORMAT_E8M0, 0x1.800002p127); /* just past it */
+    ck_assert(v.bits == 0xfe && v.saturated && v.overflow);
+    v = conv(MPT_FORMAT_E8M0, 1e39); /* inf in FP32: E8M0 has no inf, its one special code is NaN 0xff */
+    ck_assert(v.bits == 0xff && isnan(v.value) && v.overflow && !v.saturated);
+    v = conv(MPT_FORMAT_E8M0, 1e-50); /* 0 in FP32: no zero in E8M0, the smallest code */
+    ck_assert(v.bits == 0x00 && v.value == 0x1p-127 && v.raised && !v.saturated && !v.overflow && !v.unrepresentable);
+    v = conv(MPT_FORMAT_E8M0, 0x1.7p-128); /* below 0.75 * 2^-127 */
+    ck_assert(v.bits == 0x00 && v.raised);
+    v = conv(MPT_FORMAT_E8M0, 0x1.8p-128); /* 0.75 * 2^-127 exactly: a tie, code 0 */
+    ck_assert(v.bits == 0x00 && !v.raised);
+    v = conv(MPT_FORMAT_E8M0, 0x1p-127);
+    ck_assert(v.bits == 0x00 && v.exact && !v.raised);
+    v = conv(MPT_FORMAT_E8M0, 0.0);
+    ck_assert(v.unrepresentable && !v.raised && !v.overflow);
+
+    v = conv(MPT_FORMAT_FP16, 0x1p-25); /* exactly half of 2^-24: tie to even, 0 */
+    ck_assert(v.bits == 0 && v.flushed && v.flush_tie);
+    v = conv(MPT_FORMAT_FP16, 0x1.000002p-25); /* above half: the smallest subnormal */
+    ck_assert(v.bits == 1 && v.value == 0x1p-24 && !v.flushed && !v.flush_tie && v.subnormal);
+    v = conv(MPT_FORMAT_FP16, 0x1.fffffep-26); /* below half */
+    ck_assert(v.bits == 0 && v.flushed && !v.flush_tie);
+    v = conv(MPT_FORMAT_FP16, 0x1.8p-24); /* 1.5 * 2^-24: a tie between 2^-24 (odd) and 2^-23 (even) */
+    ck_assert(v.bits == 2 && v.value == 0x1p-23);
+    v = conv(MPT_FORMAT_FP32, 0x1p-150); /* binary32: half of 2^-149, a tie in the double -> float conversion */
+    ck_assert(v.bits == 0 && v.flushed && v.flush_tie);
+    v = conv(MPT_FORMAT_FP32, 0x1.0000000001p-150);
+    ck_assert(v.bits == 1 && !v.flushed);
+}
+END_TEST
+
 /* Runs `mptrain formats ARGS` and returns its exit status, output in buf. */
 static int run_formats(const char *args, char *buf, size_t len) {
     const char *root = getenv("MPT_BUILD_ROOT");
@@ -331,6 +377,66 @@ START_TEST(test_command) {
 }
 END_TEST
 
+/* The line of `out` that starts with `head` (copied into line), or "" if none. */
+static const char *line_of(const char *out, const char *head, char *line, size_t len) {
+    const char *p = out;
+    line[0] = '\0';
+    while (p && *p) {
+        if (strncmp(p, head, strlen(head)) == 0) {
+            size_t n = strcspn(p, "\n");
+            if (n >= len) n = len - 1;
+            memcpy(line, p, n);
+            line[n] = '\0';
+            return line;
+        }
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return line;
+}
+
+/* What the command says at the ends: the INT scale's fallback when amax is 0 or inf in FP32 (0 / 127 is not 1), E8M0
+ * clamped, raised or NaN (never "inf", never plainly "rounded" past its range), the FP16 tie at 2^-25, and "--"
+ * ending the options so that a negative value can follow it. */
+START_TEST(test_command_ends) {
+    static char out[1 << 16];
+    char line[512];
+    ck_assert_int_eq(run_formats("0", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "amax is 0 in FP32") && strstr(out, "falls back to 1 (INT8), 1 (INT4)") &&
+                      !strstr(out, "amax / 127 = 1"), "%s", out);
+    ck_assert_int_eq(run_formats("1e39", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "amax is inf in FP32") && !strstr(out, "amax / 127 = 1"), "%s", out);
+    line_of(out, "  E8M0 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "0xff") && strstr(line, "nan") && strstr(line, "overflow -> NaN") && !strstr(line, "overflow -> inf"),
+                  "%s", line);
+    ck_assert_int_eq(run_formats("3e38", out, sizeof out), 0);
+    line_of(out, "  E8M0 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "0xfe") && strstr(line, "clamped to the largest code 2^127") && !strstr(line, "rounded"),
+                  "%s", line);
+    ck_assert_int_eq(run_formats("2.5e38", out, sizeof out), 0); /* nearer 2^127 than 2^128: ordinary rounding */
+    line_of(out, "  E8M0 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "0xfe") && strstr(line, "rounded") && !strstr(line, "clamped"), "%s", line);
+    ck_assert_int_eq(run_formats("1e-50", out, sizeof out), 0);
+    line_of(out, "  E8M0 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "0x00") && strstr(line, "raised to the smallest code 2^-127") && !strstr(line, "rounded"),
+                  "%s", line);
+    ck_assert_int_eq(run_formats("2.98023223876953125e-08", out, sizeof out), 0); /* 2^-25 */
+    line_of(out, "  FP16 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "exactly half the smallest subnormal") && !strstr(line, "below half"), "%s", line);
+    ck_assert_int_eq(run_formats("2.9e-08", out, sizeof out), 0);
+    line_of(out, "  FP16 ", line, sizeof line);
+    ck_assert_msg(strstr(line, "below half the smallest subnormal"), "%s", line);
+    /* "--" ends the options: -5 after it is a value, and so is a word that looks like an option */
+    ck_assert_int_eq(run_formats("-- -5", out, sizeof out), 0);
+    line_of(out, "  FP16 ", line, sizeof line);
+    ck_assert_msg(strstr(out, "-5  (as a double: -5)") && strstr(line, "0xc500"), "%s", out); /* 1 10001 0100000000 */
+    ck_assert_int_eq(run_formats("--int-scale 1 -- -200", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "clamped to q = -127"), "%s", out);
+    ck_assert_int_eq(run_formats("-- --int-scale", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "expected a finite number") && strstr(out, "'--int-scale'"), "%s", out);
+}
+END_TEST
+
 static Suite *formats_suite(void) {
     Suite *s = suite_create("formats");
     TCase *tc = tcase_create("formats");
@@ -341,6 +447,8 @@ static Suite *formats_suite(void) {
     tcase_add_test(tc, test_table);
     tcase_add_test(tc, test_int_formats);
     tcase_add_test(tc, test_command);
+    tcase_add_test(tc, test_format_ends);
+    tcase_add_test(tc, test_command_ends);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,5 +1,5 @@
 /*
- * tools/cmd_formats.c - `mptrain formats [--fp8-saturate on|off] [--int-scale S] [VALUE...]`: each value's bits,
+ * tools/cmd_formats.c - `mptrain formats [--fp8-saturate on|off] [--int-scale S] [--] [VALUE...]`: each value's bits,
  * rounded value and error in FP32, TF32, BF16, FP16, FP8 E4M3 / E5M2 and E8M0, and its code, value and error in INT8
  * and INT4 at a scale (from the values' amax, or --int-scale), through the engine's conversions (tools/formats.h),
  * then the tables of the formats' constants.
@@ -17,7 +17,7 @@
 static const char *default_values[] = {"3.14159265", "0.1", "65504", "65536", "1e-5", "1e-8", "500"};
 
 static void print_help(FILE *f) {
-    fprintf(f, "Usage: mptrain formats [--fp8-saturate on|off] [--int-scale S] [VALUE...]\n"
+    fprintf(f, "Usage: mptrain formats [--fp8-saturate on|off] [--int-scale S] [--] [VALUE...]\n"
                "Shows each VALUE (default: 3.14159265 0.1 65504 65536 1e-5 1e-8 500) in FP32, TF32, BF16, FP16, the\n"
                "OCP FP8 formats E4M3 and E5M2, and E8M0 (the power-of-two scale of an MX block): its bits (sign |\n"
                "exponent | mantissa), the value after rounding to nearest even, the absolute and relative error, and\n"
@@ -31,7 +31,8 @@ static void print_help(FILE *f) {
                "the error bound. The conversions are the engine's own (engine/numerics.h), so this is what training and\n"
                "`mptrain eval --quantize` do: a value becomes FP32 first, the narrower formats round that FP32. (FP8 is\n"
                "used with a scale per tensor or per block: what FP8 holds is x * s.) A VALUE is decimal (6.1e-5) or a C\n"
-               "hexadecimal float (0x1p-14: exactly 2^-14).\n"
+               "hexadecimal float (0x1p-14: exactly 2^-14); a negative one may stand alone (-5) or follow --, which\n"
+               "ends the options as in getopt.\n"
                "\nOptions:\n"
                "  --fp8-saturate on|off     FP8 overflow: on (default; CUDA's __NV_SATFINITE, TransformerEngine's casts)\n"
                "                            clamps to +-448 / +-57344; off gives NaN (E4M3) / inf (E5M2), as ml_dtypes'\n"
@@ -59,6 +60,11 @@ static const char *status_text(mpt_format f, const mpt_fmt_value *v, char *buf, 
     const mpt_format_desc *d = mpt_format_info(f);
     const char *over = d->special == MPT_SPECIAL_FN ? "NaN" : "inf";
     if (v->unrepresentable) return v->value > 0.0 ? "no zero in E8M0: its smallest code, 2^-127" : "negative: NaN (E8M0 has no sign)";
+    if (d->special == MPT_SPECIAL_E8M0) {
+        if (v->saturated) return "overflow -> clamped to the largest code 2^127 (past 1.5 * 2^127; no inf, 0xff is NaN)";
+        if (v->overflow) return "overflow -> NaN (inf in FP32 already; E8M0 has no inf)";
+        if (v->raised) return "underflow -> raised to the smallest code 2^-127 (below 0.75 * 2^-127; no zero)";
+    }
     if (v->saturated) {
         snprintf(buf, len, "overflow -> saturated to %g (non-saturating: %s)", d->max_finite, over);
         return buf;
@@ -68,6 +74,7 @@ static const char *status_text(mpt_format f, const mpt_fmt_value *v, char *buf, 
         snprintf(buf, len, "overflow -> NaN (%s has no inf)", d->short_name);
         return buf;
     }
+    if (v->flush_tie) return "flushed to zero (exactly half the smallest subnormal: a tie, rounded to even, 0)";
     if (v->flushed) return "flushed to zero (below half the smallest subnormal)";
     if (v->subnormal) return v->exact ? "subnormal, exact" : "subnormal (fewer significant bits)";
     return v->exact ? "exact" : "rounded";
@@ -155,16 +162,16 @@ static int parse_value(const char *s, double *x) {
 }
 
 int mpt_cmd_formats(int argc, char **argv) {
-    int n = 0, sat = 1;
+    int n = 0, sat = 1, values_only = 0; /* values_only: after "--" */
     double xs[256], int_scale = 0.0; /* 0: from the values' amax */
     const char *texts[256];
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        if (!values_only && (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)) {
             print_help(stdout);
             return 0;
         }
         char esc[256];
-        if (strncmp(argv[i], "--fp8-saturate", 14) == 0 && (argv[i][14] == '\0' || argv[i][14] == '=')) {
+        if (!values_only && strncmp(argv[i], "--fp8-saturate", 14) == 0 && (argv[i][14] == '\0' || argv[i][14] == '=')) {
             const char *v = argv[i][14] == '=' ? argv[i] + 15 : (i + 1 < argc ? argv[++i] : NULL);
             if (v && strcmp(v, "on") == 0) sat = 1;
             else if (v && strcmp(v, "off") == 0) sat = 0;
@@ -175,7 +182,7 @@ int mpt_cmd_formats(int argc, char **argv) {
             }
             continue;
         }
-        if (strncmp(argv[i], "--int-scale", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '=')) {
+        if (!values_only && strncmp(argv[i], "--int-scale", 11) == 0 && (argv[i][11] == '\0' || argv[i][11] == '=')) {
             const char *v = argv[i][11] == '=' ? argv[i] + 12 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || parse_value(v, &int_scale) != 0 || !(int_scale > 0.0) || !isfinite((float)int_scale) ||
                 (float)int_scale == 0.0f) {
@@ -185,7 +192,11 @@ int mpt_cmd_formats(int argc, char **argv) {
             }
             continue;
         }
-        if (argv[i][0] == '-' && argv[i][1] == '-') {
+        if (strcmp(argv[i], "--") == 0 && !values_only) { /* getopt's convention: the rest are values (-5 too) */
+            values_only = 1;
+            continue;
+        }
+        if (!values_only && argv[i][0] == '-' && argv[i][1] == '-') {
             fprintf(stderr, "mptrain formats: unknown option '%s' (see mptrain formats --help)\n",
                     mpt_cli_echo(esc, sizeof esc, argv[i]));
             return MPT_CLI_EXIT_USAGE;
@@ -218,8 +229,13 @@ int mpt_cmd_formats(int argc, char **argv) {
     else {
         double amax = 0.0;
         for (int i = 0; i < n; i++) amax = fmax(amax, fabs((double)(float)xs[i]));
-        printf("INT8 / INT4: one scale for all the values, from their amax %.9g: s = amax / 127 = %.9g (INT8), amax / 7 "
-               "= %.9g (INT4); --int-scale S sets it\n\n", amax, (double)scale[0], (double)scale[1]);
+        if (amax > 0.0 && isfinite(amax))
+            printf("INT8 / INT4: one scale for all the values, from their amax %.9g: s = amax / 127 = %.9g (INT8), amax "
+                   "/ 7 = %.9g (INT4); --int-scale S sets it\n\n", amax, (double)scale[0], (double)scale[1]);
+        else /* mpt_int_scale_from_amax's fallback: amax / qmax would be 0 or inf */
+            printf("INT8 / INT4: the values' amax is %s in FP32, which gives no scale (amax / 127 would be %s): s falls "
+                   "back to %.9g (INT8), %.9g (INT4), as eval --quantize does; --int-scale S sets it\n\n",
+                   amax > 0.0 ? "inf" : "0", amax > 0.0 ? "inf" : "0", (double)scale[0], (double)scale[1]);
     }
     for (int i = 0; i < n; i++) print_value(texts[i], xs[i], sat, scale);
     print_table();

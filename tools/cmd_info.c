@@ -84,12 +84,14 @@ static void print_cpu_kernels(void) {
     else snprintf(wait, sizeof wait, "libgomp's default");
     printf("  OpenMP waiting      %s (%s%s)\n", wait, chosen ? "chosen by mptrain: " : "from the environment",
            chosen ? chosen : "");
-    printf("  emulate (default)   available: Tensor Core numerics emulated exactly (the GPU's oracle)\n");
+    printf("  emulate             available: Tensor Core numerics emulated exactly (the GPU's oracle)\n");
     if (mpt_cpu_native_available(why, sizeof why))
         printf("  native              available: bf16 GEMMs and convolutions on the CPU's BF16 units (fp32, tf32 and "
                "fp16 stay emulated: no native units for them here)\n");
     else
         printf("  native              unavailable: %s\n", why);
+    printf("  default set         train: emulate; compare, speedrun: auto (a bf16 run times both sets at its start and "
+           "keeps the faster, emulate where native is unavailable); eval: the set the checkpoint trained with\n");
 }
 
 int mpt_cmd_info(int argc, char **argv) {

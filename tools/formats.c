@@ -48,15 +48,22 @@ void mpt_fmt_convert(mpt_format f, double x, int fp8_saturate, mpt_fmt_value *ou
     uint32_t man_field = bits & ((1u << d->man_bits) - 1u);
     out->bits = bits;
     out->value = v;
-    out->unrepresentable = d->special == MPT_SPECIAL_E8M0 && !(x > 0.0);
-    /* saturated: the non-saturating conversion of the same FP32 value overflows */
-    out->saturated = fp8_saturate && d->saturates &&
-                     !isfinite(mpt_fmt_decode(f, encode(f, (float)x, 0)));
+    /* what this format rounds: the double x for FP32, its FP32 value for the others */
+    const double src = f == MPT_FORMAT_FP32 ? x : (double)(float)x;
+    const int e8m0 = d->special == MPT_SPECIAL_E8M0;
+    out->unrepresentable = e8m0 && !(x > 0.0);
+    /* saturated: the non-saturating conversion of the same FP32 value overflows; E8M0's conversion always clamps
+     * (its 0xff is NaN, the next power of two 2^128 has no code): past the midpoint 1.5 * 2^127 it is clamped */
+    out->saturated = (fp8_saturate && d->saturates && !isfinite(mpt_fmt_decode(f, encode(f, (float)x, 0)))) ||
+                     (e8m0 && isfinite(src) && src > 1.5 * d->max_finite);
+    /* E8M0 below the midpoint 0.75 * 2^-127 between 2^-128 (no code) and its smallest code 2^-127 */
+    out->raised = e8m0 && x > 0.0 && src < 0.75 * d->min_normal;
     out->overflow = (!isfinite(v) && !out->unrepresentable) || out->saturated;
     out->abs_err = !isfinite(v) ? INFINITY : fabs(v - x);
     out->rel_err = x != 0.0 ? out->abs_err / fabs(x) : NAN;
     out->exact = v == x;
     out->flushed = x != 0.0 && v == 0.0;
+    out->flush_tie = out->flushed && d->has_subnormals && fabs(src) == 0.5 * d->min_subnormal;
     out->subnormal = d->man_bits > 0 && exp_field == 0 && man_field != 0;
 }
 

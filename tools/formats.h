@@ -36,8 +36,13 @@ typedef struct mpt_fmt_value {
     int exact;         /* value == x */
     int subnormal;     /* a nonzero subnormal of the format */
     int flushed;       /* x != 0 became 0 */
-    int overflow;      /* a finite x became inf (or NaN in E4M3, which has no inf); saturated FP8 included */
-    int saturated;     /* FP8 with saturation: x rounded past the largest finite value and became +-max */
+    int flush_tie;     /* flushed from exactly half the smallest subnormal (x as FP32; for FP32 itself, the double
+                        * x): a tie between 0 and the smallest subnormal, whose odd last bit loses to 0's even one */
+    int overflow;      /* a finite x became inf, or NaN (E4M3, E8M0: no inf); saturated FP8 and E8M0 included */
+    int saturated;     /* FP8 with saturation: x rounded past the largest finite value and became +-max; E8M0: x
+                        * (as FP32, finite) above 1.5 * 2^127, nearer 2^128 than 2^127, became 2^127 (code 0xfe) */
+    int raised;        /* E8M0: 0 < x but x as FP32 below 0.75 * 2^-127, nearer 2^-128 than 2^-127 (or 0 in
+                        * FP32), became the smallest code 2^-127: E8M0 has no zero */
     int unrepresentable; /* E8M0: x <= 0 (no sign, no zero): NaN for x < 0, the smallest code for 0 */
 } mpt_fmt_value;
 

@@ -47,6 +47,13 @@ typedef struct opt_def {
 #define SR MPT_CMD_SPEEDRUN /* speedrun takes the options of its invocation, never the recipe's (tools/cmd_speedrun.c) */
 #define ALL (MPT_CMD_TRAIN | MPT_CMD_COMPARE | MPT_CMD_EVAL | MPT_CMD_INFO | MPT_CMD_SPEEDRUN)
 
+/* What --cpu-kernels' sets are, after the default each command names. */
+#define CPU_KERNEL_SETS                                                                                                 \
+    "emulate is Tensor Core numerics emulated exactly, the GPU's oracle; native: bf16 on the CPU's BF16 units through " \
+    "oneDNN, with their numerics: BF16 denormals read as zero, denormal results flushed; fp32/tf32/fp16 stay "        \
+    "emulated; needs oneDNN and avx512_bf16 or amx_bf16; auto: where native can run a bf16 run's GEMMs, a few "        \
+    "training steps in each set at the start, the faster one kept and recorded as the run's set"
+
 static const opt_def opt_table[] = {
     {"model", MPT_OPT_MODEL, required_argument, TC, "SPEC",
      "the network: mlp | lenet5 | cnn, a spec such as conv(32,3,pad=1),batchnorm,relu,maxpool(2),flatten,linear "
@@ -62,7 +69,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_COMMAND},
     {"seeds", MPT_OPT_SEEDS, required_argument, MPT_CMD_COMPARE | SR, "LIST|N",
      "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report the mean paired "
-     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed; speedrun: 10)",
+     "difference to fp32 with a 95% confidence interval (needs GSL; default: one seed, --seed)",
      .scope = MPT_SCOPE_COMMAND},
     {"margin", MPT_OPT_MARGIN, required_argument, MPT_CMD_COMPARE, "PP",
      "with --seeds: equivalence margin in test-accuracy points, > 0 (default 0.3)",
@@ -91,7 +98,7 @@ static const opt_def opt_table[] = {
     {"epochs", MPT_OPT_EPOCHS, required_argument, TC, "N", "passes over the training set (default 5)",
      .scope = MPT_SCOPE_LENGTH, FIELD(epochs)},
     {"batch-size", MPT_OPT_BATCH_SIZE, required_argument, TC | MPT_CMD_EVAL, "N",
-     "examples per step, 1..65536 (default 128; eval: the checkpoint's)",
+     "examples per step, 1..65536 (default 128)",
      .scope = MPT_SCOPE_MATH},
     {"seed", MPT_OPT_SEED, required_argument, TC, "N",
      "seed of initialisation, shuffling and dropout, 0..2^64-1 (default 0)",
@@ -140,11 +147,7 @@ static const opt_def opt_table[] = {
      "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL | SR, "SET",
-     "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate for train, auto for "
-     "compare and speedrun: emulate is Tensor Core numerics emulated exactly, the GPU's oracle; native: bf16 on the CPU's BF16 "
-     "units through oneDNN, with their numerics: BF16 denormals read as zero, denormal results flushed; fp32/tf32/fp16 "
-     "stay emulated; needs oneDNN and avx512_bf16 or amx_bf16; auto: where native can run a bf16 run's GEMMs, a "
-     "few training steps in each set at the start, the faster one kept and recorded as the run's set)",
+     "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate; " CPU_KERNEL_SETS ")",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"fp8-scaling", MPT_OPT_FP8_SCALING, required_argument, TC, "S",
      "fp8 modes: delayed (TransformerEngine's DelayedScaling: s from the amax history) | current (s from the "
@@ -239,7 +242,7 @@ static const opt_def opt_table[] = {
      "(default nchw; rank-3 files are [N, H, W])",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data_layout)},
     {"out", MPT_OPT_OUT, required_argument, TC | SR, "DIR",
-     "output directory (default runs/<model>-<precision>; compare: runs/compare-<model>; speedrun: runs/speedrun)",
+     "output directory (default runs/<model>-<precision>)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(out)},
     {"resume", MPT_OPT_RESUME, required_argument, MPT_CMD_TRAIN, "CKPT",
      "continue the run saved in CKPT exactly (its settings; --epochs/--max-steps extend it)",
@@ -281,7 +284,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(progress)},
     {"telemetry", MPT_OPT_TELEMETRY, required_argument, TC, "N",
      "every N steps measure underflow, overflow and rounding of every tensor into telemetry.csv (docs/numerics.md; "
-     "default 0 = off; compare: 50)",
+     "default 0 = off)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(telemetry)},
     {"shadow", MPT_OPT_SHADOW, no_argument, TC, NULL,
      "on telemetry steps also run an FP32 twin of the network on the same batch with the master weights, and "
@@ -313,6 +316,39 @@ static const opt_def opt_table[] = {
 };
 #define N_OPTS ((int)(sizeof opt_table / sizeof opt_table[0]))
 _Static_assert(sizeof opt_table / sizeof opt_table[0] == MPT_OPT_COUNT, "one option table row per mpt_opt_id");
+
+/* Where a command's default differs from the row's help (the text the row's other commands show), the line that
+ * command's --help shows instead: each command names only its own default. tests/test_cli.c reads them back. */
+typedef struct opt_help_for {
+    mpt_opt_id id;
+    unsigned cmds; /* mpt_cmd_mask bits: the commands that show this text instead of the row's */
+    const char *help;
+} opt_help_for;
+
+static const opt_help_for help_for_cmd[] = {
+    {MPT_OPT_SEEDS, SR,
+     "train every precision with each seed of LIST (0,1,2) or of 0..N-1, and report per precision the mean test "
+     "accuracy with its 95% confidence interval and the paired differences to fp32 (needs GSL; default 10: seeds 0..9)"},
+    {MPT_OPT_BATCH_SIZE, MPT_CMD_EVAL, "examples per evaluation batch, 1..65536 (default: the checkpoint's)"},
+    {MPT_OPT_CPU_KERNELS, MPT_CMD_COMPARE | SR,
+     "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default auto; " CPU_KERNEL_SETS ")"},
+    {MPT_OPT_CPU_KERNELS, MPT_CMD_EVAL,
+     "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default, and auto: the set the checkpoint "
+     "trained with, emulate where that is unavailable here; emulate: Tensor Core numerics emulated exactly; native: "
+     "bf16 on the CPU's BF16 units through oneDNN)"},
+    {MPT_OPT_OUT, MPT_CMD_COMPARE, "output directory (default runs/compare-<model>)"},
+    {MPT_OPT_OUT, SR, "output directory (default runs/speedrun)"},
+    {MPT_OPT_TELEMETRY, MPT_CMD_COMPARE,
+     "every N steps measure underflow, overflow and rounding of every tensor into telemetry.csv (docs/numerics.md; "
+     "default 50; 0 = off)"},
+};
+
+/* The help line of option row d in command cmd's --help. */
+static const char *help_text(const opt_def *d, mpt_cmd_mask cmd) {
+    for (size_t i = 0; i < sizeof help_for_cmd / sizeof help_for_cmd[0]; i++)
+        if (help_for_cmd[i].id == d->id && (help_for_cmd[i].cmds & cmd)) return help_for_cmd[i].help;
+    return d->help;
+}
 
 /* The --scaler presets: each system's documented dynamic-loss-scaling defaults. "No floor" / "no ceiling" are
  * FLT_MIN (2^-126, keeping the scale a normal FP32 number) and FLT_MAX. Growth that would overflow FP32 never
@@ -1352,7 +1388,7 @@ void mpt_cli_print_help(FILE *f, mpt_cmd_mask cmd) {
         if (!(d->cmds & cmd)) continue;
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", d->name, d->metavar ? " " : "", d->metavar ? d->metavar : "");
-        fprintf(f, "  %-25s %s\n", left, d->help);
+        fprintf(f, "  %-25s %s\n", left, help_text(d, cmd));
     }
     const int lists = cmd == MPT_CMD_COMPARE || cmd == MPT_CMD_SPEEDRUN; /* --precisions */
     if (cmd == MPT_CMD_TRAIN || lists) {
