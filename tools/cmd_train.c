@@ -63,6 +63,25 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     return MPT_OK;
 }
 
+/* A resume whose checkpoint already reached --epochs or --max-steps: it would train no step, and its outputs (a
+ * summary of zero epochs, a "stopped at step N" evaluation) would replace the finished run's. It says so in one
+ * line and touches nothing, --out included (exit 0: a script that resumes after every preemption may run it once
+ * more than needed). Needs no data: the checkpoint's position alone decides (setup() checks it against the data
+ * when there is something to train). */
+static int nothing_left(const mpt_cli_opts *o, const mpt_run_state *rs) {
+    const int at_epochs = rs->epoch >= o->epochs, at_max = o->max_steps > 0 && rs->iteration >= o->max_steps;
+    if (!at_epochs && !at_max) return 0;
+    if (at_epochs)
+        printf("mptrain train: nothing to do: the checkpoint is at epoch %lld of %d (step %lld, all epochs done); "
+               "nothing was trained or written (a larger --epochs continues the run)\n",
+               (long long)rs->epoch, o->epochs, (long long)rs->iteration);
+    else
+        printf("mptrain train: nothing to do: the checkpoint is at step %lld, --max-steps is %lld; nothing was "
+               "trained or written (a larger --max-steps continues the run)\n",
+               (long long)rs->iteration, (long long)o->max_steps);
+    return 1;
+}
+
 int mpt_cmd_train(int argc, char **argv) {
     mpt_cli_opts cli, o;
     mpt_cli_opts_default(&cli);
@@ -81,6 +100,7 @@ int mpt_cmd_train(int argc, char **argv) {
     }
     mpt_status cs = mpt_cli_check_switches(&o);
     if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+    if (cli.resume[0] && nothing_left(&o, &rs)) return 0;
     int launched = mpt_dist_env_size();
     if (!o.data_parallel && launched > 1) { /* N copies of one run writing one --out: refused */
         fprintf(stderr, "mptrain train: started as one of %d MPI ranks without --data-parallel: every rank would "
