@@ -1161,10 +1161,12 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
              r->ckpt_refused ? r->ckpt_refused_why : "");
     res->iterations = t->iteration;
     res->interrupted = r->interrupted;
-    res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
+    /* undefined values are null in summary.json (docs/outputs.md): the per-epoch means without a completed epoch
+     * (a stop inside the first), on every clock alike; the rate without a step */
+    res->samples_per_s = samples > 0 && train_time > 0 ? (double)samples / train_time : NAN;
     double sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
-    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
+    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : NAN;
     sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_cpu_s[i];
     res->mean_epoch_cpu_s = res->epochs_run ? sum / res->epochs_run : NAN;
