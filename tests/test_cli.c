@@ -1495,8 +1495,9 @@ START_TEST(test_unused_flag_notes) {
 END_TEST
 
 /* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
- * finishes with exit 0, counts the step as applied (not skipped), reports non-finite weights, and writes no
- * checkpoint of them (and its closing line does not claim one); the default (skip) on the same run skips the step and keeps the weights finite. */
+ * finishes, counts the step as applied (not skipped), reports non-finite weights, and writes no checkpoint of them
+ * (and its closing line does not claim one): it exits 1, its last line says why and summary.json's
+ * "checkpoint_refused" too; the default (skip) on the same run skips the step, keeps the weights finite and exits 0. */
 START_TEST(test_nonfinite_apply) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -1505,8 +1506,18 @@ START_TEST(test_nonfinite_apply) {
         int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--inject-nonfinite", "2",
                      "--max-steps", "5", "--limit-test", "64", "--progress", "off", "--nonfinite", k ? "apply" : "skip",
                      "--out", dirs[k], NULL);
-        ck_assert_msg(rc == 0, "train --nonfinite %s failed (%d): %s", k ? "apply" : "skip", rc, out_buf);
+        ck_assert_msg(rc == (k ? 1 : 0), "train --nonfinite %s: exit %d, expected %d: %s", k ? "apply" : "skip", rc,
+                      k ? 1 : 0, out_buf);
         json_t *j = load_summary(dirs[k]);
+        json_t *why = json_object_get(j, "checkpoint_refused");
+        ck_assert_msg(k ? json_is_string(why) && strstr(json_string_value(why), "inf/NaN") != NULL : json_is_null(why),
+                      "checkpoint_refused of --nonfinite %s", k ? "apply" : "skip");
+        if (k) {
+            const char *last = out_buf + strlen(out_buf) - 1; /* the final line: the failure and its reason */
+            while (last > out_buf && last[-1] != '\n') last--;
+            ck_assert_msg(strncmp(last, "mptrain train: failed: checkpoint.safetensors: not written", 58) == 0,
+                          "the last line does not say why it failed: %s", last);
+        }
         ck_assert_int_eq((int)jnum(j, "steps_skipped"), k ? 0 : 1);
         ck_assert_int_eq((int)jnum(j, "steps_nonfinite_applied"), k ? 1 : 0);
         ck_assert(json_is_true(json_object_get(j, "weights_nonfinite")) == (k == 1));
@@ -2332,7 +2343,6 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_eval_quantize);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_unused_flag_notes);
-    tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
     tcase_add_test(tr, test_compare_report_scale_rule);
     tcase_add_test(tr, test_compare_numerics_without_points);
@@ -2351,6 +2361,7 @@ static Suite *cli_suite(void) {
     tcase_set_timeout(ts, 120);
     tcase_add_test(ts, test_resume_nothing_left);
     tcase_add_test(ts, test_partial_epoch_summary);
+    tcase_add_test(ts, test_nonfinite_apply);
     suite_add_tcase(s, ts);
     return s;
 }

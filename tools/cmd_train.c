@@ -255,10 +255,10 @@ static int train_with(const mpt_cli_opts *op, const char *resumed) {
     /* A refused final save wrote no checkpoint: name only the files this run wrote, and say which checkpoint
      * (an earlier step's, or none) is on disk. */
     char ckpt_note[MPT_CLI_PATH + 480] = "";
+    char why[400] = ""; /* what was not finite: a master weight, the optimizer state or a scaler value */
     if (res.checkpoint_refused) {
         char ckpt_path[MPT_CLI_PATH + 64];
         snprintf(ckpt_path, sizeof ckpt_path, "%s/%s", o.out, MPT_CLI_CHECKPOINT_FILE);
-        char why[400]; /* what was not finite: a master weight, the optimizer state or a scaler value */
         mpt_text_checkpoint_refused(why, sizeof why, access(ckpt_path, F_OK) == 0, res.checkpoint_refused_why);
         snprintf(ckpt_note, sizeof ckpt_note, "; %s: %s", MPT_CLI_CHECKPOINT_FILE, why);
     }
@@ -273,6 +273,14 @@ static int train_with(const mpt_cli_opts *op, const char *resumed) {
            masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
            o.out, files, ckpt_note);
+    /* No checkpoint of the final weights: the run cannot be resumed or evaluated from here, so a script must see a
+     * failure (exit 1), though the run's other files are written (summary.json's "checkpoint_refused" says why).
+     * In-process runs (compare, lab) are not failed by it: they read mpt_run_result. */
+    const int refused = res.checkpoint_refused;
+    fflush(stdout); /* the reason is the last line, also when stdout is a pipe */
+    if (refused)
+        fprintf(stderr, "mptrain train: failed: %s: %s; the other outputs are in %s\n", MPT_CLI_CHECKPOINT_FILE, why,
+                o.out);
     mpt_run_result_free(&res);
-    return 0;
+    return refused ? MPT_CLI_EXIT_FAIL : 0;
 }
