@@ -1204,6 +1204,52 @@ START_TEST(test_partial_epoch_summary) {
 }
 END_TEST
 
+/* A run resumed in its own directory without --telemetry keeps the earlier part's telemetry.csv, exponents.csv and
+ * numerics plots, and says so (before, the two CSVs were removed while the plots drawn from them stayed); a new run
+ * there without telemetry removes all of them, the plots included (they stayed before). */
+START_TEST(test_resume_keeps_telemetry) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dir = tmp_path("tel");
+    int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "4", "--telemetry", "2", "--limit-test",
+                 "64", "--progress", "off", "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    static const char *const files[] = {"telemetry.csv", "exponents.csv", "numerics.png", "numerics.gp"};
+    enum { N_FILES = sizeof files / sizeof files[0] };
+    char *before[N_FILES], p[600], ck[600];
+    for (int f = 0; f < N_FILES; f++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[f]);
+        before[f] = file_text(p); /* the plot files are there when gnuplot is */
+        ck_assert_msg(f >= 2 || before[f] != NULL, "%s missing", p);
+    }
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--max-steps", "5", "--limit-test", "64",
+             "--progress", "off", "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "resume failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "keep the earlier part's, up to step 4") != NULL, "no note of the kept telemetry: %s",
+                  out_buf);
+    for (int f = 0; f < N_FILES; f++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[f]);
+        char *after = file_text(p);
+        ck_assert_msg((after == NULL) == (before[f] == NULL) && (!after || strcmp(after, before[f]) == 0),
+                      "%s not kept by the resume without --telemetry", p);
+        free(after);
+        free(before[f]);
+    }
+    rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--limit-test", "64", "--progress", "off",
+             "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "new run failed (%d): %s", rc, out_buf);
+    static const char *const gone[] = {"telemetry.csv", "exponents.csv", "numerics.png", "numerics.gp",
+                                       "numerics_twin.dat"};
+    for (size_t f = 0; f < sizeof gone / sizeof gone[0]; f++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, gone[f]);
+        ck_assert_msg(stat(p, &st) != 0, "%s of the earlier run stayed beside a new run without telemetry", p);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 /* --cpu-kernels native (where the CPU and build have it): the bf16 run says so, records it in summary.json (config,
  * cpu_kernels, each GEMM node's kernels) and resumes bit-exactly; an fp32 run with it is emulated and says so. */
 START_TEST(test_cpu_kernels_native) {
@@ -2362,6 +2408,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(ts, test_resume_nothing_left);
     tcase_add_test(ts, test_partial_epoch_summary);
     tcase_add_test(ts, test_nonfinite_apply);
+    tcase_add_test(ts, test_resume_keeps_telemetry);
     suite_add_tcase(s, ts);
     return s;
 }

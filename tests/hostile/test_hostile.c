@@ -1313,6 +1313,59 @@ START_TEST(test_signals_stop_gracefully) {
 }
 END_TEST
 
+/* The "continue with:" command a stopped run prints carries the invocation's settings that the checkpoint does not:
+ * compare's default --telemetry 50 (and its --data). Following it (with a --max-steps to end it) continues
+ * telemetry.csv past the stop; before, the command had no --telemetry and the resumed run stopped measuring (and
+ * removed the earlier telemetry.csv). */
+START_TEST(test_resume_hint_carries_telemetry) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *cmp = tmp_path("cmp"), *log = tmp_path("cmp.log");
+    char *args[] = {"mptrain", "compare", "--data", (char *)data, "--epochs", "500", "--batch-size", "20",
+                    "--precisions", "fp32", "--out", (char *)cmp, "--progress", "off", "--device", "cpu", NULL};
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(126);
+        alarm(120);
+        execv(mptrain_path(), args);
+        _exit(127);
+    }
+    wait_for_lock(tmp_path("cmp/fp32"), pid);
+    pause_ms(500);
+    kill(pid, SIGTERM);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 143, "compare did not stop at SIGTERM");
+    char *out = NULL;
+    size_t n = 0;
+    read_file(log, &out, &n);
+    const char *hint = strstr(out, "continue with: mptrain train --resume ");
+    const char *at = strstr(out, "interrupted by SIGTERM at step ");
+    ck_assert_msg(hint && at, "no 'continue with' command in: %s", out);
+    long long stopped = atoll(at + strlen("interrupted by SIGTERM at step "));
+    hint += strlen("continue with: mptrain");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s%.*s --max-steps %lld --progress off >/dev/null 2>&1", mptrain_path(),
+             (int)strcspn(hint, "\n"), hint, stopped + 60);
+    ck_assert_msg(strstr(cmd, " --telemetry 50") != NULL, "the command drops compare's --telemetry 50: %s", cmd);
+    int rc = system(cmd);
+    ck_assert_msg(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "the command failed (%d): %s", rc, cmd);
+    char *csv = NULL;
+    read_file(tmp_path("cmp/fp32/telemetry.csv"), &csv, &n);
+    long long last = 0;
+    for (const char *line = strchr(csv, '\n'); line && line[1]; line = strchr(line + 1, '\n'))
+        if (atoll(line + 1) > last) last = atoll(line + 1);
+    ck_assert_msg(last > stopped, "telemetry.csv ends at step %lld, the run stopped at %lld and went on to %lld",
+                  last, stopped, stopped + 60);
+    free(csv);
+    free(out);
+    rm_tmpdir();
+}
+END_TEST
+
 /* Item 8: a gnuplot that never returns does not block compare: it is stopped after --plot-timeout seconds (with
  * what it started), the data and the script are kept, and the command says the picture is missing and why. */
 START_TEST(test_stuck_gnuplot_is_stopped) {
@@ -2638,6 +2691,7 @@ int main(void) {
     tcase_add_test(tc, test_run_files_published_together);
     tcase_add_test(tc, test_closed_stdout_spares_csvs);
     tcase_add_test(tc, test_signals_stop_gracefully);
+    tcase_add_test(tc, test_resume_hint_carries_telemetry);
     tcase_add_test(tc, test_stuck_gnuplot_is_stopped);
     tcase_add_test(tc, test_memory_limit_never_hangs);
     tcase_add_test(tc, test_resume_csvs_equal_straight_run);
