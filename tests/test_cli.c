@@ -1230,6 +1230,149 @@ START_TEST(test_resume_switches) {
 }
 END_TEST
 
+/* A file's bytes as a NUL-terminated string (malloc'd; text files only), or NULL when it cannot be read. */
+static char *file_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = NULL;
+    size_t n = 0, cap = 0, got;
+    char chunk[4096];
+    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (n + got + 1 > cap) {
+            cap = 2 * (n + got + 1);
+            b = realloc(b, cap);
+        }
+        memcpy(b + n, chunk, got);
+        n += got;
+    }
+    fclose(f);
+    if (!b) b = calloc(1, 1);
+    b[n] = '\0';
+    return b;
+}
+
+/* A resume whose checkpoint already reached --epochs (or --max-steps) has nothing to train: it says so in one line,
+ * exits 0 and leaves the finished run's files as they were (before: a summary.json of 0 epochs, time_per_epoch_s 0
+ * and no final_train_loss replaced the run's, with "stopped at step N" and a best epoch that never ran), and writes
+ * no other --out either. */
+START_TEST(test_resume_nothing_left) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dirs[2] = {tmp_path("epochs"), tmp_path("steps")};
+    const char *limit[2][2] = {{"--epochs", "1"}, {"--max-steps", "3"}};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("train", "--data", data, "--device", "cpu", limit[k][0], limit[k][1], "--limit-test", "64",
+                     "--progress", "off", "--out", dirs[k], NULL);
+        ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+        static const char *const files[] = {"summary.json", "metrics.csv", "epochs.csv", "checkpoint.safetensors"};
+        char *before[4], p[600], ck[600];
+        for (int f = 0; f < 4; f++) {
+            snprintf(p, sizeof p, "%s/%s", dirs[k], files[f]);
+            before[f] = file_text(p);
+            ck_assert_msg(before[f] != NULL, "%s missing", p);
+        }
+        snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dirs[k]);
+        const char *outs[2] = {dirs[k], tmp_path("elsewhere")};
+        for (int o = 0; o < 2; o++) {
+            rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", limit[k][0], limit[k][1],
+                     "--limit-test", "64", "--progress", "off", "--out", outs[o], NULL);
+            ck_assert_msg(rc == 0, "resume with nothing left (%s %s): exit %d: %s", limit[k][0], limit[k][1], rc,
+                          out_buf);
+            ck_assert_msg(strstr(out_buf, "nothing to do: the checkpoint is at ") != NULL &&
+                          strchr(out_buf, '\n') == out_buf + strlen(out_buf) - 1,
+                          "not one 'nothing to do' line: %s", out_buf);
+            if (k == 0) ck_assert_msg(strstr(out_buf, "epoch 1 of 1") != NULL, "no epoch position: %s", out_buf);
+            ck_assert_msg(strstr(out_buf, "stopped at step") == NULL, "evaluated as a stop: %s", out_buf);
+        }
+        for (int f = 0; f < 4; f++) {
+            snprintf(p, sizeof p, "%s/%s", dirs[k], files[f]);
+            char *after = file_text(p);
+            ck_assert_msg(after != NULL && strcmp(after, before[f]) == 0, "%s changed by a resume with nothing left",
+                          p);
+            free(after);
+            free(before[f]);
+        }
+        struct stat st;
+        ck_assert_msg(stat(tmp_path("elsewhere"), &st) != 0, "a resume with nothing left created its --out");
+    }
+    rm_tmpdir();
+}
+END_TEST
+
+/* A run stopped inside an epoch (--max-steps) completed no epoch: the per-epoch times are undefined, null for the
+ * host clock as for the CPU time, their lists empty (before: time_per_epoch_s held the partial epoch's time while
+ * time_per_epoch_cpu_s was null); samples_per_s is the rate of the steps it ran; best_epoch is the epoch of the final
+ * evaluation, the one it stopped in (docs/outputs.md). */
+START_TEST(test_partial_epoch_summary) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dir = tmp_path("partial");
+    int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--limit-test", "64", "--progress",
+                 "off", "--out", dir, NULL); /* 600 images in batches of 128: 5 steps an epoch */
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    json_t *j = load_summary(dir);
+    ck_assert_int_eq((int)jnum(j, "epochs_run"), 0);
+    ck_assert_int_eq((int)jnum(j, "steps"), 2);
+    static const char *const undefined[] = {"time_per_epoch_s", "time_per_epoch_cpu_s", "final_train_loss"};
+    for (size_t i = 0; i < sizeof undefined / sizeof undefined[0]; i++)
+        ck_assert_msg(json_is_null(json_object_get(j, undefined[i])), "%s is not null after no complete epoch",
+                      undefined[i]);
+    ck_assert_int_eq((int)json_array_size(json_object_get(j, "epoch_times_s")), 0);
+    ck_assert_int_eq((int)json_array_size(json_object_get(j, "epoch_cpu_times_s")), 0);
+    ck_assert_msg(jnum(j, "samples_per_s") > 0.0, "no rate of the 2 steps");
+    ck_assert_int_eq((int)jnum(j, "best_epoch"), 1);
+    ck_assert(jnum(j, "best_test_accuracy") == jnum(j, "final_test_accuracy"));
+    json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
+/* A run resumed in its own directory without --telemetry keeps the earlier part's telemetry.csv, exponents.csv and
+ * numerics plots, and says so (before, the two CSVs were removed while the plots drawn from them stayed); a new run
+ * there without telemetry removes all of them, the plots included (they stayed before). */
+START_TEST(test_resume_keeps_telemetry) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *dir = tmp_path("tel");
+    int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "4", "--telemetry", "2", "--limit-test",
+                 "64", "--progress", "off", "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "train failed (%d): %s", rc, out_buf);
+    static const char *const files[] = {"telemetry.csv", "exponents.csv", "numerics.png", "numerics.gp"};
+    enum { N_FILES = sizeof files / sizeof files[0] };
+    char *before[N_FILES], p[600], ck[600];
+    for (int f = 0; f < N_FILES; f++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[f]);
+        before[f] = file_text(p); /* the plot files are there when gnuplot is */
+        ck_assert_msg(f >= 2 || before[f] != NULL, "%s missing", p);
+    }
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", dir);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--max-steps", "5", "--limit-test", "64",
+             "--progress", "off", "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "resume failed (%d): %s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "keep the earlier part's, up to step 4") != NULL, "no note of the kept telemetry: %s",
+                  out_buf);
+    for (int f = 0; f < N_FILES; f++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[f]);
+        char *after = file_text(p);
+        ck_assert_msg((after == NULL) == (before[f] == NULL) && (!after || strcmp(after, before[f]) == 0),
+                      "%s not kept by the resume without --telemetry", p);
+        free(after);
+        free(before[f]);
+    }
+    rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--limit-test", "64", "--progress", "off",
+             "--out", dir, NULL);
+    ck_assert_msg(rc == 0, "new run failed (%d): %s", rc, out_buf);
+    static const char *const gone[] = {"telemetry.csv", "exponents.csv", "numerics.png", "numerics.gp",
+                                       "numerics_twin.dat"};
+    for (size_t f = 0; f < sizeof gone / sizeof gone[0]; f++) {
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, gone[f]);
+        ck_assert_msg(stat(p, &st) != 0, "%s of the earlier run stayed beside a new run without telemetry", p);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 /* --cpu-kernels native (where the CPU and build have it): the bf16 run says so, records it in summary.json (config,
  * cpu_kernels, each GEMM node's kernels) and resumes bit-exactly; an fp32 run with it is emulated and says so. */
 START_TEST(test_cpu_kernels_native) {
@@ -1521,8 +1664,9 @@ START_TEST(test_unused_flag_notes) {
 END_TEST
 
 /* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
- * finishes with exit 0, counts the step as applied (not skipped), reports non-finite weights, and writes no
- * checkpoint of them (and its closing line does not claim one); the default (skip) on the same run skips the step and keeps the weights finite. */
+ * finishes, counts the step as applied (not skipped), reports non-finite weights, and writes no checkpoint of them
+ * (and its closing line does not claim one): it exits 1, its last line says why and summary.json's
+ * "checkpoint_refused" too; the default (skip) on the same run skips the step, keeps the weights finite and exits 0. */
 START_TEST(test_nonfinite_apply) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -1531,8 +1675,18 @@ START_TEST(test_nonfinite_apply) {
         int rc = run("train", "--data", data, "--device", "cpu", "--precision", "fp32", "--inject-nonfinite", "2",
                      "--max-steps", "5", "--limit-test", "64", "--progress", "off", "--nonfinite", k ? "apply" : "skip",
                      "--out", dirs[k], NULL);
-        ck_assert_msg(rc == 0, "train --nonfinite %s failed (%d): %s", k ? "apply" : "skip", rc, out_buf);
+        ck_assert_msg(rc == (k ? 1 : 0), "train --nonfinite %s: exit %d, expected %d: %s", k ? "apply" : "skip", rc,
+                      k ? 1 : 0, out_buf);
         json_t *j = load_summary(dirs[k]);
+        json_t *why = json_object_get(j, "checkpoint_refused");
+        ck_assert_msg(k ? json_is_string(why) && strstr(json_string_value(why), "inf/NaN") != NULL : json_is_null(why),
+                      "checkpoint_refused of --nonfinite %s", k ? "apply" : "skip");
+        if (k) {
+            const char *last = out_buf + strlen(out_buf) - 1; /* the final line: the failure and its reason */
+            while (last > out_buf && last[-1] != '\n') last--;
+            ck_assert_msg(strncmp(last, "mptrain train: failed: checkpoint.safetensors: not written", 58) == 0,
+                          "the last line does not say why it failed: %s", last);
+        }
         ck_assert_int_eq((int)jnum(j, "steps_skipped"), k ? 0 : 1);
         ck_assert_int_eq((int)jnum(j, "steps_nonfinite_applied"), k ? 1 : 0);
         ck_assert(json_is_true(json_object_get(j, "weights_nonfinite")) == (k == 1));
@@ -2372,7 +2526,6 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_eval_quantize);
     tcase_add_test(tr, test_switches_in_outputs);
     tcase_add_test(tr, test_unused_flag_notes);
-    tcase_add_test(tr, test_nonfinite_apply);
     tcase_add_test(tr, test_compare_report);
     tcase_add_test(tr, test_compare_report_scale_rule);
     tcase_add_test(tr, test_compare_numerics_without_points);
@@ -2387,6 +2540,13 @@ static Suite *cli_suite(void) {
     tcase_add_test(tr, test_spec_and_data_errors);
     tcase_add_test(tr, test_eval_keeps_tf32_switches);
     suite_add_tcase(s, tr);
+    TCase *ts = tcase_create("stops"); /* runs that end with nothing to train, inside an epoch, or without a checkpoint */
+    tcase_set_timeout(ts, 120);
+    tcase_add_test(ts, test_resume_nothing_left);
+    tcase_add_test(ts, test_partial_epoch_summary);
+    tcase_add_test(ts, test_nonfinite_apply);
+    tcase_add_test(ts, test_resume_keeps_telemetry);
+    suite_add_tcase(s, ts);
     return s;
 }
 

@@ -63,6 +63,25 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
     return MPT_OK;
 }
 
+/* A resume whose checkpoint already reached --epochs or --max-steps: it would train no step, and its outputs (a
+ * summary of zero epochs, a "stopped at step N" evaluation) would replace the finished run's. It says so in one
+ * line and touches nothing, --out included (exit 0: a script that resumes after every preemption may run it once
+ * more than needed). Needs no data: the checkpoint's position alone decides (setup() checks it against the data
+ * when there is something to train). */
+static int nothing_left(const mpt_cli_opts *o, const mpt_run_state *rs) {
+    const int at_epochs = rs->epoch >= o->epochs, at_max = o->max_steps > 0 && rs->iteration >= o->max_steps;
+    if (!at_epochs && !at_max) return 0;
+    if (at_epochs)
+        printf("mptrain train: nothing to do: the checkpoint is at epoch %lld of %d (step %lld, all epochs done); "
+               "nothing was trained or written (a larger --epochs continues the run)\n",
+               (long long)rs->epoch, o->epochs, (long long)rs->iteration);
+    else
+        printf("mptrain train: nothing to do: the checkpoint is at step %lld, --max-steps is %lld; nothing was "
+               "trained or written (a larger --max-steps continues the run)\n",
+               (long long)rs->iteration, (long long)o->max_steps);
+    return 1;
+}
+
 int mpt_cmd_train(int argc, char **argv) {
     mpt_cli_opts cli, o;
     mpt_cli_opts_default(&cli);
@@ -81,6 +100,7 @@ int mpt_cmd_train(int argc, char **argv) {
     }
     mpt_status cs = mpt_cli_check_switches(&o);
     if (cs != MPT_OK) return mpt_cli_fail("train", cs);
+    if (cli.resume[0] && nothing_left(&o, &rs)) return 0;
     int launched = mpt_dist_env_size();
     if (!o.data_parallel && launched > 1) { /* N copies of one run writing one --out: refused */
         fprintf(stderr, "mptrain train: started as one of %d MPI ranks without --data-parallel: every rank would "
@@ -235,10 +255,10 @@ static int train_with(const mpt_cli_opts *op, const char *resumed) {
     /* A refused final save wrote no checkpoint: name only the files this run wrote, and say which checkpoint
      * (an earlier step's, or none) is on disk. */
     char ckpt_note[MPT_CLI_PATH + 480] = "";
+    char why[400] = ""; /* what was not finite: a master weight, the optimizer state or a scaler value */
     if (res.checkpoint_refused) {
         char ckpt_path[MPT_CLI_PATH + 64];
         snprintf(ckpt_path, sizeof ckpt_path, "%s/%s", o.out, MPT_CLI_CHECKPOINT_FILE);
-        char why[400]; /* what was not finite: a master weight, the optimizer state or a scaler value */
         mpt_text_checkpoint_refused(why, sizeof why, access(ckpt_path, F_OK) == 0, res.checkpoint_refused_why);
         snprintf(ckpt_note, sizeof ckpt_note, "; %s: %s", MPT_CLI_CHECKPOINT_FILE, why);
     }
@@ -253,6 +273,14 @@ static int train_with(const mpt_cli_opts *op, const char *resumed) {
            masters_mib,
            (double)res.mem_peak[MPT_MEM_OPTIM] / 1048576.0, mpt_cli_format(&o, MPT_OPT_OPTIMIZER_STATE, sd, sizeof sd),
            o.out, files, ckpt_note);
+    /* No checkpoint of the final weights: the run cannot be resumed or evaluated from here, so a script must see a
+     * failure (exit 1), though the run's other files are written (summary.json's "checkpoint_refused" says why).
+     * In-process runs (compare, lab) are not failed by it: they read mpt_run_result. */
+    const int refused = res.checkpoint_refused;
+    fflush(stdout); /* the reason is the last line, also when stdout is a pipe */
+    if (refused)
+        fprintf(stderr, "mptrain train: failed: %s: %s; the other outputs are in %s\n", MPT_CLI_CHECKPOINT_FILE, why,
+                o.out);
     mpt_run_result_free(&res);
-    return 0;
+    return refused ? MPT_CLI_EXIT_FAIL : 0;
 }

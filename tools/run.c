@@ -206,6 +206,8 @@ typedef struct run {
     mpt_outdir od;           /* the output directory, open and locked (writer only) */
     int published;           /* this run's files have replaced an earlier run's in od */
     mpt_model_plan *plan;    /* the network planned on the data (setup) */
+    int keep_telemetry;      /* resumed in its own directory without --telemetry: the earlier part's telemetry.csv,
+                                exponents.csv and numerics plots stay (open_outdir) */
 } run;
 
 static int32_t *idx_alloc(run *r, size_t count) {
@@ -313,13 +315,25 @@ static void warn_if_skipping(run *r, int64_t it, int32_t skipped, int final) {
         printf("; look for inf/NaN in the loss or lower --lr\n");
 }
 
+/* What `train` draws from telemetry.csv (tools/report.c, mpt_report_plot_numerics): a run's files, so that they
+ * leave with the telemetry they describe. */
+#define TELEMETRY_PLOT_FILES "numerics.png", "numerics.gp", "numerics_twin.dat"
+
+/* The earlier part's telemetry, which a run resumed in its own directory without --telemetry keeps. */
+static int telemetry_file(const char *f) {
+    static const char *const names[] = {"telemetry.csv", "exponents.csv", TELEMETRY_PLOT_FILES};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(f, names[i]) == 0) return 1;
+    return 0;
+}
+
 /* The files of a run, the checkpoint first: the order in which a set that removes them runs (the checkpoint is what
  * commits a run's CSVs: without it, what is left is no run's state). Those of an earlier run that this run replaces
  * but may not write itself are removed with its first publish set (a directory never shows one run's checkpoint
  * beside another run's summary). */
-static const char *const run_files[] = {MPT_CLI_CHECKPOINT_FILE, "metrics.csv", "epochs.csv",     "telemetry.csv",
+static const char *const run_files[] = {MPT_CLI_CHECKPOINT_FILE, "metrics.csv",  "epochs.csv",      "telemetry.csv",
                                         "exponents.csv",         "summary.json", "gpu_kernels.txt", "FAILED",
-                                        NULL};
+                                        TELEMETRY_PLOT_FILES,    NULL};
 
 mpt_status mpt_run_clear(const char *dir) {
     struct stat st;
@@ -377,7 +391,8 @@ static mpt_status save_checkpoint(run *r, int final) {
         const char *f = run_files[i];
         int ours = strcmp(f, "metrics.csv") == 0 || strcmp(f, "epochs.csv") == 0 ||
                    (r->t->telemetry && strcmp(f, "telemetry.csv") == 0) ||
-                   (strcmp(f, MPT_CLI_CHECKPOINT_FILE) == 0 && (staged || r->o.resume[0]));
+                   (strcmp(f, MPT_CLI_CHECKPOINT_FILE) == 0 && (staged || r->o.resume[0])) ||
+                   (r->keep_telemetry && telemetry_file(f));
         struct stat st;
         if (!ours && fstatat(r->od.fd, f, &st, AT_SYMLINK_NOFOLLOW) == 0) s = mpt_outdir_txn_remove(&tx, f);
     }
@@ -437,6 +452,16 @@ static mpt_status open_outdir(run *r) {
         return mpt_errorf(MPT_ERR_ARG, "--resume: %s is run %s's checkpoint, the one resumed is of run %s: continuing "
                           "there would replace the other run's; resume in the directory the checkpoint came from, or "
                           "give a new --out", here, theirs, r->rs.run_id);
+    struct stat st;
+    if (o->resume[0] && o->telemetry == 0 && mpt_run_checkpoint_run_id(here, theirs) &&
+        strcmp(theirs, r->rs.run_id) == 0 && fstatat(r->od.fd, "telemetry.csv", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        /* its own earlier telemetry: kept as the record of the steps it measured (it was removed, and the plots drawn
+         * from it stayed) */
+        r->keep_telemetry = 1;
+        printf("%snote: this resumed run measures no telemetry (no --telemetry): telemetry.csv, exponents.csv and "
+               "the numerics plots in %s keep the earlier part's, up to step %lld (--telemetry N continues them)\n",
+               r->label, o->out, (long long)r->rs.iteration);
+    }
     int64_t steps = (int64_t)o->epochs * r->nb;
     if (o->max_steps > 0 && o->max_steps < steps) steps = o->max_steps;
     uint64_t ckpt = mpt_run_checkpoint_bytes(r->t);
@@ -1162,10 +1187,12 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
              r->ckpt_refused ? r->ckpt_refused_why : "");
     res->iterations = t->iteration;
     res->interrupted = r->interrupted;
-    res->samples_per_s = train_time > 0 ? (double)samples / train_time : 0.0;
+    /* undefined values are null in summary.json (docs/outputs.md): the per-epoch means without a completed epoch
+     * (a stop inside the first), on every clock alike; the rate without a step */
+    res->samples_per_s = samples > 0 && train_time > 0 ? (double)samples / train_time : NAN;
     double sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_s[i];
-    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : train_time;
+    res->mean_epoch_s = res->epochs_run ? sum / res->epochs_run : NAN;
     sum = 0.0;
     for (int i = 0; i < res->epochs_run; i++) sum += res->epoch_cpu_s[i];
     res->mean_epoch_cpu_s = res->epochs_run ? sum / res->epochs_run : NAN;
@@ -1249,6 +1276,60 @@ static mpt_status write_exponents(run *r) {
     return mpt_outfile_publish(&of);
 }
 
+/* Appends text to b (of n bytes, NUL-terminated) quoted for a POSIX shell where it holds anything but
+ * [A-Za-z0-9_./:=,+-]. */
+static void shell_word(char *b, size_t n, const char *text) {
+    size_t k = strlen(b);
+    int plain = text[0] != '\0';
+    for (const char *c = text; *c && plain; c++)
+        plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("_./:=,+-", *c);
+    if (plain) {
+        snprintf(b + k, n - k, "%s", text);
+        return;
+    }
+    if (k + 1 < n) b[k++] = '\'', b[k] = '\0';
+    for (const char *c = text; *c && k + 5 < n; c++) {
+        if (*c == '\'') k += (size_t)snprintf(b + k, n - k, "'\\''");
+        else b[k++] = *c, b[k] = '\0';
+    }
+    if (k + 1 < n) b[k++] = '\'', b[k] = '\0';
+}
+
+/* The command that continues a stopped run: the checkpoint carries its math and length, the command line this
+ * invocation's own settings that the continuation needs to train and measure the same way (the data, its test set,
+ * --max-steps, the logging and saving periods, the instruments: compare's default --telemetry 50 included, whose
+ * telemetry.csv a resume without it would stop). */
+static void resume_command(const mpt_cli_opts *o, char *b, size_t n) {
+    mpt_cli_opts def;
+    mpt_cli_opts_default(&def);
+    size_t k = 0;
+    b[0] = '\0';
+    if (train_dist) /* the same ranks and wire (setup refuses others) */
+        k = (size_t)snprintf(b, n, "mpirun -np %d ", mpt_dist_size(train_dist));
+    snprintf(b + k, n - k, "mptrain train --resume ");
+    char ck[MPT_CLI_PATH + 64];
+    snprintf(ck, sizeof ck, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
+    shell_word(b, n, ck);
+    k = strlen(b);
+    snprintf(b + k, n - k, " --out ");
+    shell_word(b, n, o->out);
+    if (strcmp(o->data, def.data) != 0) {
+        k = strlen(b);
+        snprintf(b + k, n - k, " --data ");
+        shell_word(b, n, o->data);
+    }
+    k = strlen(b);
+    if (o->limit_test > 0) k += (size_t)snprintf(b + k, n - k, " --limit-test %lld", (long long)o->limit_test);
+    if (o->max_steps > 0) k += (size_t)snprintf(b + k, n - k, " --max-steps %lld", (long long)o->max_steps);
+    if (o->log_every != def.log_every)
+        k += (size_t)snprintf(b + k, n - k, " --log-every %lld", (long long)o->log_every);
+    if (o->save_every > 0) k += (size_t)snprintf(b + k, n - k, " --save-every %lld", (long long)o->save_every);
+    if (o->telemetry > 0) k += (size_t)snprintf(b + k, n - k, " --telemetry %lld", (long long)o->telemetry);
+    if (o->telemetry > 0 && o->shadow) k += (size_t)snprintf(b + k, n - k, " --shadow");
+    if (train_dist)
+        snprintf(b + k, n - k, " --data-parallel --grad-comm %s", mpt_grad_comm_name(mpt_dist_comm(train_dist)));
+}
+
 mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const char *label,
                              mpt_run_result *res) {
     memset(res, 0, sizeof *res);
@@ -1304,11 +1385,13 @@ mpt_status mpt_run_train(const mpt_cli_opts *o, const mpt_cli_data *cd, const ch
         if (s == MPT_OK && r.writer && r.t->telemetry) s = write_exponents(&r);
     }
     res->timing.outputs_s += now_s() - outputs0;
-    if (s == MPT_OK && res->interrupted)
+    if (s == MPT_OK && res->interrupted) {
+        char cmd[3 * MPT_CLI_PATH + 512];
+        resume_command(o, cmd, sizeof cmd);
         printf("%sinterrupted by %s at step %lld: the checkpoint, the CSVs and summary.json (marked interrupted) are "
-               "saved in %s; continue with: mptrain train --resume %s/%s --out %s\n", label,
-               mpt_guard_signal_name(res->interrupted), (long long)res->iterations, o->out, o->out,
-               MPT_CLI_CHECKPOINT_FILE, o->out);
+               "saved in %s; continue with: %s\n", label, mpt_guard_signal_name(res->interrupted),
+               (long long)res->iterations, o->out, cmd);
+    }
     run_free(&r);
     res->timing.total_s = now_s() - total0;
     return s;

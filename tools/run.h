@@ -53,8 +53,10 @@ typedef struct mpt_run_result {
     double final_test_acc, best_test_acc, final_test_loss, final_train_loss;
     int best_epoch;              /* 1-based epoch of best_test_acc */
     double final_val_acc, final_val_loss; /* NAN without --val-split */
-    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock) */
-    double samples_per_s;        /* training samples / training time, over the whole invocation (host clock) */
+    double mean_epoch_s;         /* mean training time per completed epoch (evaluation excluded; host clock); NAN
+                                  * without a completed epoch */
+    double samples_per_s;        /* training samples / training time, over the whole invocation (host clock); NAN
+                                  * when no step ran */
     double *epoch_s;             /* [epochs_run] training seconds per epoch (malloc'd): host monotonic clock from the
                                     epoch's first operation to the stream drained at its end, less the instruments'
                                     own time (telemetry_s) */

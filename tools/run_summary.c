@@ -254,6 +254,9 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
     json_object_set_new(j, "scale_floor_hits", json_integer(r->floor_hits));
     json_object_set_new(j, "steps_nonfinite_applied", json_integer(r->steps_nonfinite));
     json_object_set_new(j, "weights_nonfinite", json_boolean(r->weights_nonfinite));
+    /* why the final checkpoint was not written (non-finite weights, optimizer state or scaler values), else null */
+    json_object_set_new(j, "checkpoint_refused",
+                        r->checkpoint_refused ? json_string(r->checkpoint_refused_why) : json_null());
     json_object_set_new(j, "final_loss_scale", json_real((double)r->final_scale));
     json_t *cg = json_object(); /* --cuda-graph: what was asked and what ran */
     json_object_set_new(cg, "requested", json_string(o->cuda_graph ? "on" : "off"));

@@ -486,8 +486,11 @@ START_TEST(test_ckpt_writer_refuses_nonfinite_masters) {
     int rc = run("train", "--model", "mlp", "--optimizer", "sgd", "--lr", "1000", "--weight-decay", "1e38",
                  "--epochs", "1", "--batch-size", "50", "--max-steps", "2", "--data", data, "--out", tmp_path("ckpt"),
                  "--progress", "off", NULL);
-    /* the run itself completes (its numbers are reported), but says the checkpoint was not written */
-    ck_assert_msg(rc == 0, "exit status %d, expected 0; output:\n%s", rc, out_buf);
+    /* the run itself completes (its numbers are reported), but says the checkpoint was not written, and fails with
+     * exit 1 (README: 1 is a failure while running) so that a script can tell there is nothing to resume */
+    ck_assert_msg(rc == 1, "exit status %d, expected 1; output:\n%s", rc, out_buf);
+    ck_assert_msg(strstr(out_buf, "mptrain train: failed: checkpoint.safetensors: not written") != NULL,
+                  "no failure line in:\n%s", out_buf);
     ck_assert_msg(strstr(out_buf, "warning: checkpoint not written: ") != NULL, "no warning in:\n%s", out_buf);
     ck_assert_msg(strstr(out_buf, "not saved: tensor fc") != NULL, "expected the tensor named in:\n%s", out_buf);
     /* The directory held another run's checkpoint, which this new run replaces with its own files: with no checkpoint
@@ -915,8 +918,10 @@ START_TEST(test_issue22_messages) {
              "cpu", NULL);
     char *csv = NULL;
     size_t n = 0;
-    if (rc == 0) read_file(tmp_path("o15b/metrics.csv"), &csv, &n);
-    note_case(&p, "a non-finite loss", rc != 0 ? err_buf : strstr(out_buf, "-nan") || strstr(csv, "-nan") ? "-nan"
+    /* exit 1: its weights became NaN, so it wrote no checkpoint (the other outputs are there) */
+    const int failed_ckpt = rc == 1 && strstr(err_buf, "failed: checkpoint.safetensors: not written") != NULL;
+    if (failed_ckpt) read_file(tmp_path("o15b/metrics.csv"), &csv, &n);
+    note_case(&p, "a non-finite loss", !failed_ckpt ? err_buf : strstr(out_buf, "-nan") || strstr(csv, "-nan") ? "-nan"
                                                         : !strstr(out_buf, "loss nan") ? "no non-finite loss printed"
                                                                                         : NULL);
     free(csv);
@@ -1305,6 +1310,59 @@ START_TEST(test_signals_stop_gracefully) {
     note_case(&p, "a stopped compare", why);
     rm_tmpdir();
     assert_no_problems(&p, 4);
+}
+END_TEST
+
+/* The "continue with:" command a stopped run prints carries the invocation's settings that the checkpoint does not:
+ * compare's default --telemetry 50 (and its --data). Following it (with a --max-steps to end it) continues
+ * telemetry.csv past the stop; before, the command had no --telemetry and the resumed run stopped measuring (and
+ * removed the earlier telemetry.csv). */
+START_TEST(test_resume_hint_carries_telemetry) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    const char *cmp = tmp_path("cmp"), *log = tmp_path("cmp.log");
+    char *args[] = {"mptrain", "compare", "--data", (char *)data, "--epochs", "500", "--batch-size", "20",
+                    "--precisions", "fp32", "--out", (char *)cmp, "--progress", "off", "--device", "cpu", NULL};
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) _exit(126);
+        alarm(120);
+        execv(mptrain_path(), args);
+        _exit(127);
+    }
+    wait_for_lock(tmp_path("cmp/fp32"), pid);
+    pause_ms(500);
+    kill(pid, SIGTERM);
+    int status = 0;
+    ck_assert(waitpid(pid, &status, 0) == pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 143, "compare did not stop at SIGTERM");
+    char *out = NULL;
+    size_t n = 0;
+    read_file(log, &out, &n);
+    const char *hint = strstr(out, "continue with: mptrain train --resume ");
+    const char *at = strstr(out, "interrupted by SIGTERM at step ");
+    ck_assert_msg(hint && at, "no 'continue with' command in: %s", out);
+    long long stopped = atoll(at + strlen("interrupted by SIGTERM at step "));
+    hint += strlen("continue with: mptrain");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s%.*s --max-steps %lld --progress off >/dev/null 2>&1", mptrain_path(),
+             (int)strcspn(hint, "\n"), hint, stopped + 60);
+    ck_assert_msg(strstr(cmd, " --telemetry 50") != NULL, "the command drops compare's --telemetry 50: %s", cmd);
+    int rc = system(cmd);
+    ck_assert_msg(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "the command failed (%d): %s", rc, cmd);
+    char *csv = NULL;
+    read_file(tmp_path("cmp/fp32/telemetry.csv"), &csv, &n);
+    long long last = 0;
+    for (const char *line = strchr(csv, '\n'); line && line[1]; line = strchr(line + 1, '\n'))
+        if (atoll(line + 1) > last) last = atoll(line + 1);
+    ck_assert_msg(last > stopped, "telemetry.csv ends at step %lld, the run stopped at %lld and went on to %lld",
+                  last, stopped, stopped + 60);
+    free(csv);
+    free(out);
+    rm_tmpdir();
 }
 END_TEST
 
@@ -2633,6 +2691,7 @@ int main(void) {
     tcase_add_test(tc, test_run_files_published_together);
     tcase_add_test(tc, test_closed_stdout_spares_csvs);
     tcase_add_test(tc, test_signals_stop_gracefully);
+    tcase_add_test(tc, test_resume_hint_carries_telemetry);
     tcase_add_test(tc, test_stuck_gnuplot_is_stopped);
     tcase_add_test(tc, test_memory_limit_never_hangs);
     tcase_add_test(tc, test_resume_csvs_equal_straight_run);
