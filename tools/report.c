@@ -61,12 +61,17 @@ void mpt_report_write_table(FILE *f, const mpt_report_row *rows, int n) {
         pct(b, sizeof b, r->best_test_acc);
         if (isfinite(rows[i].rel_l2)) snprintf(l2, sizeof l2, "%.3e", rows[i].rel_l2);
         else snprintf(l2, sizeof l2, "n/a");
-        snprintf(host, sizeof host, gpu ? "%.4f" : "%.2f", r->mean_epoch_s); /* GPU epochs last milliseconds */
+        if (isfinite(r->mean_epoch_s)) /* NAN when no epoch completed (a --max-steps stop inside the first) */
+            snprintf(host, sizeof host, gpu ? "%.4f" : "%.2f", r->mean_epoch_s); /* GPU epochs last milliseconds */
+        else snprintf(host, sizeof host, "n/a");
         double g = gpu ? gpu_epoch_median(r) : r->mean_epoch_cpu_s;
         if (isfinite(g)) snprintf(dev, sizeof dev, gpu ? " %.4f |" : " %.2f |", g);
         else snprintf(dev, sizeof dev, " n/a |");
-        fprintf(f, "| %s | %s | %s (%d) | %.4f | %.4f | %s |%s %.0f | %.2f MiB | %.2f MiB | %.1f MiB | %d | %g | %s |\n",
-                mpt_precision_name(rows[i].precision), a, b, r->best_epoch, r->final_train_loss, r->final_test_loss,
+        char tl[32] = "n/a", vl[32] = "n/a"; /* the last epoch's mean training loss: NAN when no epoch completed */
+        if (isfinite(r->final_train_loss)) snprintf(tl, sizeof tl, "%.4f", r->final_train_loss);
+        if (isfinite(r->final_test_loss)) snprintf(vl, sizeof vl, "%.4f", r->final_test_loss);
+        fprintf(f, "| %s | %s | %s (%d) | %s | %s | %s |%s %.0f | %.2f MiB | %.2f MiB | %.1f MiB | %d | %g | %s |\n",
+                mpt_precision_name(rows[i].precision), a, b, r->best_epoch, tl, vl,
                 host, dev, r->samples_per_s, (double)mpt_report_model_bytes(r, 0) / 1048576.0,
                 (double)mpt_report_model_bytes(r, 1) / 1048576.0, (double)r->mem_peak_total / 1048576.0,
                 (int)r->steps_skipped, (double)r->final_scale, l2);
