@@ -1883,6 +1883,8 @@ START_TEST(test_compare_report_scale_rule) {
     ck_assert_msg(strstr(bottom, "starts at 2^15 (--scaler keras)") && strstr(bottom, "from the 3rd since it last grew") &&
                       strstr(bottom, "after 500 clean steps") && !strstr(report, "2^16"),
                   "the panel's rule is not the run's: %.400s", bottom);
+    /* keras' floor is FLT_MIN = 2^-126 (tools/opts.c's preset row): a power of two is said as one */
+    ck_assert_msg(strstr(bottom, "within [2^-126, "), "the scale's bounds: %.400s", bottom);
     /* the safeguards' sentences follow the flags: by default FP32 masters and FP32 optimizer state */
     ck_assert_msg(strstr(report, "`optim` the optimizer state (FP32 in every mode)") &&
                       strstr(report, "the optimizer updates FP32 master weights: ") &&

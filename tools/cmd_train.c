@@ -265,7 +265,7 @@ static int train_with(const mpt_cli_opts *op, const char *resumed) {
     char files[256] = "metrics.csv, epochs.csv, summary.json";
     if (!res.checkpoint_refused) strcat(files, ", " MPT_CLI_CHECKPOINT_FILE);
     if (o.telemetry > 0) telemetry_closing(&o, &res, !train_dist || mpt_dist_rank(train_dist) == 0, files, sizeof files);
-    printf("peak memory %.1f MiB: weights and activations %.2f MiB (weights %.2f), update state %.2f MiB (masters %s, "
+    printf("peak memory %.1f MiB: weights and activations %.2f MiB (weights %.2f MiB), update state %.2f MiB (masters %s, "
            "optimizer state %.2f MiB in %s, weight gradients), the rest data, kernel workspace and telemetry; wrote "
            "%s/{%s}%s\n",
            (double)res.mem_peak_total / 1048576.0, (double)mpt_report_model_bytes(&res, 0) / 1048576.0,

@@ -461,16 +461,25 @@ static void loss_scale_rule(char *b, size_t len, const mpt_cli_opts *o, mpt_prec
                  log2(op.loss_scale_value));
         return;
     }
+    char lo[32], hi[32]; /* a bound that is a large power of two as 2^k (2^24, not 1.67772e+07) */
+    const double bounds[2] = {op.scale_floor, op.scale_ceiling};
+    char *bt[2] = {lo, hi};
+    for (int k = 0; k < 2; k++) {
+        const double v = bounds[k];
+        if (v > 0 && isfinite(v) && v == ldexp(1.0, ilogb(v)) && abs(ilogb(v)) >= 10)
+            snprintf(bt[k], sizeof lo, "2^%d", ilogb(v));
+        else snprintf(bt[k], sizeof lo, "%g", v);
+    }
     char overflow[96];
     if (op.hysteresis > 1)
         snprintf(overflow, sizeof overflow, "at every overflow from the %d%s since it last grew (hysteresis)",
                  op.hysteresis, op.hysteresis == 2 ? "nd" : op.hysteresis == 3 ? "rd" : "th");
     else snprintf(overflow, sizeof overflow, "at every overflow");
     snprintf(b, len, "it starts at 2^%.4g (--scaler %s%s), is multiplied by %g %s (every overflow is a skipped step) "
-             "and by %g after %d clean steps, within [%g, %g]; a scale that keeps falling means gradients overflow "
+             "and by %g after %d clean steps, within [%s, %s]; a scale that keeps falling means gradients overflow "
              "FP16's range", log2(op.loss_scale_value), mpt_cli_format(&op, MPT_OPT_SCALER, (char[32]){0}, 32),
              mpt_cli_given(&op, MPT_OPT_LOSS_SCALE) ? ", --loss-scale" : "", op.backoff_factor, overflow,
-             op.growth_factor, op.growth_interval, op.scale_floor, op.scale_ceiling);
+             op.growth_factor, op.growth_interval, lo, hi);
 }
 
 mpt_status mpt_report_write(const char *dir, const mpt_cli_opts *o, const mpt_report_row *rows, int n,

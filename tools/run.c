@@ -910,9 +910,9 @@ static void print_header(const run *r) {
            r->label, (long long)r->split.n_train, (long long)r->split.n_val, (long long)r->d->n_test, (long long)r->nb,
            r->d->rows, r->d->cols, r->rs.data.channels, r->d->n_classes);
     if (train_dist)
-        printf("%sdata-parallel: %d ranks, each trains on %d of the %d rows of every batch; gradients all-reduced in "
-               "%s\n", r->label, mpt_dist_size(train_dist), r->shard_b, o->batch,
-               mpt_grad_comm_name(mpt_dist_comm(train_dist)));
+        printf("%sdata-parallel: %d rank%s, each trains on %d of the %d rows of every batch; gradients all-reduced in "
+               "%s\n", r->label, mpt_dist_size(train_dist), mpt_dist_size(train_dist) == 1 ? "" : "s", r->shard_b,
+               o->batch, mpt_grad_comm_name(mpt_dist_comm(train_dist)));
     if (o->resume[0])
         printf("%sresuming %s at step %lld (epoch %lld, batch %lld)\n", r->label, o->resume, (long long)r->rs.iteration,
                (long long)r->rs.epoch + 1, (long long)r->rs.batch);
