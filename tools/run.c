@@ -1201,7 +1201,7 @@ static mpt_status train_loop(run *r, mpt_run_result *res) {
     res->steps_nonfinite = st.steps_nonfinite;
     if (train_dist && train_time > 0.0) {
         double c = mpt_dist_comm_seconds(train_dist);
-        printf("%sdata-parallel: %.2f s of the %.2f s of training went to the gradient all-reduce (%.1f%%; rank 0's "
+        printf("%sdata-parallel: %.3g s of the %.3g s of training went to the gradient all-reduce (%.1f%%; rank 0's "
                "wall clock, waiting for the slower rank included)\n",
                r->label, c, train_time, 100.0 * c / train_time);
     }
