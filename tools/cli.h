@@ -369,6 +369,12 @@ double mpt_cli_nan_plain(double x);
  * readable length: more than 64 bytes become the first 48 and "... (N bytes)". Returns buf (cap: >= 256). */
 const char *mpt_cli_echo(char *buf, size_t cap, const char *text);
 
+/* Appends text to b (cap bytes, NUL-terminated) as one word a POSIX shell reads back unchanged: as it is when it holds
+ * only [A-Za-z0-9_.,:=+-/@%], else single-quoted, a ' inside written '\'' (close, escaped quote, reopen). Cut at cap
+ * (the caller sizes b for its words). Used where mptrain prints a command to run: speedrun's recipe, the continue
+ * command of a stopped run. */
+void mpt_cli_shell_word(char *b, size_t cap, const char *text);
+
 /* Prints "mptrain <command>: <message>" for the current mpt_last_error() and returns MPT_CLI_EXIT_USAGE for
  * MPT_ERR_ARG, 128 + the signal for MPT_ERR_INTERRUPTED (a stop by a signal, tools/guards.h), MPT_CLI_EXIT_FAIL
  * otherwise. */

@@ -56,28 +56,14 @@ mpt_status mpt_speedrun_recipe_apply(mpt_cli_opts *o) {
     return MPT_OK;
 }
 
-/* Whether the shell (and xargs) read `v` as one word with no quoting. */
-static int shell_plain(const char *v) {
-    if (!*v) return 0;
-    for (const char *c = v; *c; c++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:=+-/@%", *c)) return 0;
-    return 1;
-}
-
 void mpt_speedrun_recipe_print(FILE *f) {
     for (size_t i = 0; i < sizeof recipe / sizeof recipe[0]; i++) {
         fprintf(f, "%s--%s", i ? " " : "", mpt_cli_opt_name(recipe[i].id));
         const char *v = recipe[i].value;
         if (!v) continue;
-        if (shell_plain(v)) {
-            fprintf(f, " %s", v);
-            continue;
-        }
-        fputs(" '", f);
-        for (const char *c = v; *c; c++) /* a ' inside: close the quotes, an escaped ', open again */
-            if (*c == '\'') fputs("'\\''", f);
-            else fputc(*c, f);
-        fputc('\'', f);
+        char w[4 * MPT_MODEL_SPEC_MAX + 3] = ""; /* each ' becomes 4 bytes, plus the quotes */
+        mpt_cli_shell_word(w, sizeof w, v);
+        fprintf(f, " %s", w);
     }
     fputc('\n', f);
 }

@@ -513,6 +513,23 @@ void mpt_cli_opts_default(mpt_cli_opts *o) {
 
 double mpt_cli_nan_plain(double x) { return isnan(x) ? NAN : x; }
 
+void mpt_cli_shell_word(char *b, size_t cap, const char *text) {
+    size_t k = strlen(b);
+    int plain = text[0] != '\0';
+    for (const char *c = text; *c && plain; c++)
+        plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.,:=+-/@%", *c) != NULL;
+    if (plain) {
+        snprintf(b + k, cap - k, "%s", text);
+        return;
+    }
+    if (k + 1 < cap) b[k++] = '\'', b[k] = '\0';
+    for (const char *c = text; *c && k + 5 < cap; c++) {
+        if (*c == '\'') k += (size_t)snprintf(b + k, cap - k, "'\\''");
+        else b[k++] = *c, b[k] = '\0';
+    }
+    if (k + 1 < cap) b[k++] = '\'', b[k] = '\0';
+}
+
 const char *mpt_cli_echo(char *buf, size_t cap, const char *text) {
     size_t n = strlen(text);
     if (n <= 64) return mpt_escape(buf, cap, text);

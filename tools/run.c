@@ -1276,25 +1276,6 @@ static mpt_status write_exponents(run *r) {
     return mpt_outfile_publish(&of);
 }
 
-/* Appends text to b (of n bytes, NUL-terminated) quoted for a POSIX shell where it holds anything but
- * [A-Za-z0-9_./:=,+-]. */
-static void shell_word(char *b, size_t n, const char *text) {
-    size_t k = strlen(b);
-    int plain = text[0] != '\0';
-    for (const char *c = text; *c && plain; c++)
-        plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("_./:=,+-", *c);
-    if (plain) {
-        snprintf(b + k, n - k, "%s", text);
-        return;
-    }
-    if (k + 1 < n) b[k++] = '\'', b[k] = '\0';
-    for (const char *c = text; *c && k + 5 < n; c++) {
-        if (*c == '\'') k += (size_t)snprintf(b + k, n - k, "'\\''");
-        else b[k++] = *c, b[k] = '\0';
-    }
-    if (k + 1 < n) b[k++] = '\'', b[k] = '\0';
-}
-
 /* The command that continues a stopped run: the checkpoint carries its math and length, the command line this
  * invocation's own settings that the continuation needs to train and measure the same way (the data, its test set,
  * --max-steps, the logging and saving periods, the instruments: compare's default --telemetry 50 included, whose
@@ -1309,14 +1290,14 @@ static void resume_command(const mpt_cli_opts *o, char *b, size_t n) {
     snprintf(b + k, n - k, "mptrain train --resume ");
     char ck[MPT_CLI_PATH + 64];
     snprintf(ck, sizeof ck, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
-    shell_word(b, n, ck);
+    mpt_cli_shell_word(b, n, ck);
     k = strlen(b);
     snprintf(b + k, n - k, " --out ");
-    shell_word(b, n, o->out);
+    mpt_cli_shell_word(b, n, o->out);
     if (strcmp(o->data, def.data) != 0) {
         k = strlen(b);
         snprintf(b + k, n - k, " --data ");
-        shell_word(b, n, o->data);
+        mpt_cli_shell_word(b, n, o->data);
     }
     k = strlen(b);
     if (o->limit_test > 0) k += (size_t)snprintf(b + k, n - k, " --limit-test %lld", (long long)o->limit_test);
