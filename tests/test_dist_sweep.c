@@ -420,6 +420,45 @@ START_TEST(ranks_with_another_plan_stop_with_one_line) {
 }
 END_TEST
 
+/* A compare job that cannot start keeps an earlier job's results in --out: rank 1 given a --data that does not exist,
+ * and ranks that disagree on --lr. Rank 0 removed the earlier report.md (and runs) before the ranks had agreed to
+ * start; it now does so once every rank is ready and agrees (tools/sweep.h: mpt_sweep.start). */
+START_TEST(a_compare_that_cannot_start_keeps_the_earlier_results) {
+    make_tmpdir();
+    const char *out = tmp_path("o");
+    ck_assert_int_eq(mkdir(out, 0755), 0);
+    static const char earlier[] = "# an earlier report\n";
+    char failures[4096] = "";
+    size_t fl = 0;
+    static const struct { const char *flag, *value; int want_rc; } cases[] = {
+        {"--data", NULL, 1}, /* a directory that does not exist, on rank 1 */
+        {"--lr", "0.1", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *old = fopen(tmp_path("o/report.md"), "w");
+        ck_assert(old != NULL);
+        fputs(earlier, old);
+        ck_assert_int_eq(fclose(old), 0);
+        const char *value = cases[i].value ? cases[i].value : tmp_path("no-such-data");
+        const char *a0[] = {"compare", COMMON, "--max-steps", "2", "--telemetry", "0", "--precisions", "fp32,bf16",
+                            "--out", out, NULL};
+        const char *a1[] = {"compare", COMMON, "--max-steps", "2", "--telemetry", "0", "--precisions", "fp32,bf16",
+                            "--out", out, cases[i].flag, value, NULL};
+        double secs = 0.0;
+        int rc = run_two_commands(a0, a1, 120, &secs);
+        char *report = slurp(tmp_path("o/report.md"));
+        const char *why = rc != cases[i].want_rc                 ? "another exit status"
+                          : !report || strcmp(report, earlier) != 0 ? "the earlier report.md was removed or changed"
+                          : exists(tmp_path("o/fp32/metrics.csv"))   ? "a run trained"
+                                                                     : NULL;
+        free(report);
+        if (why) note_failure(failures, sizeof failures, &fl, cases[i].flag, why, rc, secs);
+    }
+    ck_assert_msg(fl == 0, "a compare that cannot start:%s", failures);
+    rm_tmpdir();
+}
+END_TEST
+
 /* A compare whose rank 1 is stopped while rank 0, its own runs done, waits for rank 1's: the wait is bounded. With
  * --comm-timeout 3 rank 0 asks rank 1 where it is after 3 s, gets no answer within the grace period (10 s), names
  * rank 1 and what it waited for, and ends the job. */
@@ -461,6 +500,7 @@ int main(void) {
     tcase_add_test(tc, a_run_failing_on_rank_1_fails_the_job_and_leaves_no_result);
     tcase_add_test(tc, train_under_mpirun_needs_data_parallel);
     tcase_add_test(tc, ranks_with_another_plan_stop_with_one_line);
+    tcase_add_test(tc, a_compare_that_cannot_start_keeps_the_earlier_results);
     tcase_add_test(tc, a_stopped_rank_ends_a_compare_within_comm_timeout);
     suite_add_tcase(s, tc);
     return mpt_test_run(s);

@@ -13,11 +13,10 @@
  * tools/compare_seeds.c turns the runs into statistics over seeds: each precision against fp32 of the same seed
  * (a paired design), with a 95% confidence interval and an equivalence verdict (tools/stats.h).
  */
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/report.h"
 #include "tools/sweep.h"
@@ -55,19 +54,9 @@ static mpt_status clear_earlier_job(const mpt_cli_opts *o) {
         snprintf(name, sizeof name, "%s_epochs.csv", pn);
         MPT_TRY(mpt_outdir_remove_result(dir, name));
     }
-    DIR *d = opendir(o->out);
-    if (!d) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot list it (%s)", o->out, strerror(errno));
-    mpt_status s = MPT_OK;
-    for (struct dirent *e; s == MPT_OK && (e = readdir(d));) {
-        const char *n = e->d_name;
-        if (strncmp(n, "seed-", 5) != 0 || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5)) continue;
-        for (int p = 0; p < MPT_PRECISION_COUNT && s == MPT_OK; p++) {
-            snprintf(dir, sizeof dir, "%s/%s/%s", o->out, n, mpt_precision_name((mpt_precision)p));
-            s = mpt_run_clear(dir);
-        }
-    }
-    closedir(d);
-    return s;
+    snprintf(dir, sizeof dir, "%s/curves", o->out);
+    (void)rmdir(dir); /* only when empty */
+    return mpt_run_clear_seeds(o->out);
 }
 
 /* Trains o->model in precision p with seed `seed` into dir, labelled "[<label>] " on the progress lines. */
@@ -134,6 +123,10 @@ static mpt_status plan_train(void *ctx, int i, mpt_run_result *res) {
     return MPT_OK;
 }
 
+/* The job starts (rank 0, every rank ready): an earlier job's results go now, not before, so that a job that
+ * cannot start (a mistyped --data on any rank, ranks that disagree) loses nothing. */
+static mpt_status plan_start(void *ctx) { return clear_earlier_job(((const compare_plan *)ctx)->o); }
+
 static mpt_status plan_deliver(void *ctx, int i, mpt_run_result *r) {
     compare_plan *pl = ctx;
     int np = pl->o->n_precisions;
@@ -166,7 +159,7 @@ static mpt_status run_plan(compare_plan *pl, mpt_status setup) {
     if (!pl->res || !pl->l2) setup = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);
     if (pl->dist && setup == MPT_OK)
         mpt_cli_job_settings(o, MPT_CMD_COMPARE, &pl->cd->fp, 0, NULL, &pl->job);
-    mpt_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver, pl->job.item, pl->job.n};
+    mpt_sweep sw = {n, pl, plan_train, plan_describe, plan_deliver, pl->job.item, pl->job.n, plan_start};
     mpt_status s = mpt_sweep_run(pl->dist, &sw, setup);
     mpt_cli_job_free(&pl->job);
     return s;
@@ -273,7 +266,6 @@ static int compare_with(mpt_cli_opts *op, mpt_dist *dist) {
     mpt_status s = MPT_OK;
     mpt_outdir od = {.fd = -1, .lock_fd = -1};
     if (rank == 0) s = mpt_outdir_open(&od, o.out, MPT_OUTDIR_USER_LINK, "compare");
-    if (s == MPT_OK && rank == 0) s = clear_earlier_job(&o);
     mpt_cli_data cd;
     memset(&cd, 0, sizeof cd);
     if (s == MPT_OK) s = mpt_guard_blas_ready();

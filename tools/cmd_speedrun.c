@@ -17,7 +17,6 @@
  * training to the final evaluation's accuracy on the host.
  * Then tools/speedrun_report.c writes the statistics over the seeds.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -145,20 +144,7 @@ static int refuse_recipe_flags(int argc, char **argv) {
 static mpt_status clear_earlier(const char *out) {
     MPT_TRY(mpt_outdir_remove_result(out, "report.md"));
     MPT_TRY(mpt_outdir_remove_result(out, "speedrun.json"));
-    DIR *d = opendir(out);
-    if (!d) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot list it (%s)", out, strerror(errno));
-    mpt_status s = MPT_OK;
-    char dir[MPT_CLI_PATH + 320];
-    for (struct dirent *e; s == MPT_OK && (e = readdir(d));) {
-        const char *n = e->d_name;
-        if (strncmp(n, "seed-", 5) != 0 || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5)) continue;
-        for (int p = 0; p < MPT_PRECISION_COUNT && s == MPT_OK; p++) {
-            snprintf(dir, sizeof dir, "%s/%s/%s", out, n, mpt_precision_name((mpt_precision)p));
-            s = mpt_run_clear(dir);
-        }
-    }
-    closedir(d);
-    return s;
+    return mpt_run_clear_seeds(out);
 }
 
 /* The default precision list on a GPU whose Tensor Cores take FP8: compare's default list and fp8 (issue 34: "fp8
@@ -217,7 +203,6 @@ int mpt_cmd_speedrun(int argc, char **argv) {
     mpt_report_machine_start(&machine);
     mpt_outdir od = {.fd = -1, .lock_fd = -1};
     s = mpt_outdir_open(&od, o.out, MPT_OUTDIR_USER_LINK, "speedrun");
-    if (s == MPT_OK) s = clear_earlier(o.out);
     if (s == MPT_OK) s = mpt_guard_blas_ready();
     mpt_speedrun_process proc = {.start_s = age0};
     mpt_cli_data cd;
@@ -227,6 +212,7 @@ int mpt_cmd_speedrun(int argc, char **argv) {
         s = mpt_cli_data_load(&cd, o.data, o.limit_train, o.limit_test, o.classes, o.data_layout);
         proc.data_read_s = mono_s() - d0;
     }
+    if (s == MPT_OK) s = clear_earlier(o.out); /* after the data: a mistyped --data loses no earlier results */
     const int n = o.n_seeds * o.n_precisions;
     mpt_run_result *res = s == MPT_OK ? calloc((size_t)n, sizeof *res) : NULL;
     if (s == MPT_OK && !res) s = mpt_errorf(MPT_ERR_NOMEM, "cannot allocate the results of %d runs", n);

@@ -191,6 +191,7 @@ static mpt_status replay_journal(const mpt_outdir *od);
 
 mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command) {
     od->fd = od->lock_fd = -1;
+    od->created = 0;
     if (!path[0]) return mpt_errorf(MPT_ERR_ARG, "--out: expected a directory, found an empty path");
     if (strlen(path) >= sizeof od->path) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof od->path - 1);
     snprintf(od->path, sizeof od->path, "%s", path);
@@ -198,8 +199,8 @@ mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links li
     snprintf(parent, sizeof parent, "%s", path);
     const char *up = dirname(parent);
     if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mpt_outdir_mkdirs(up));
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
+    if (mkdir(path, 0755) == 0) od->created = 1;
+    else if (errno != EEXIST) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
     struct stat st;
     if (lstat(path, &st) != 0) return mpt_errorf(MPT_ERR_IO, "--out %s: %s", path, strerror(errno));
     if (S_ISLNK(st.st_mode)) MPT_TRY(check_link(path, &st, links));
@@ -216,12 +217,39 @@ mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links li
     return MPT_OK;
 }
 
-void mpt_outdir_close(mpt_outdir *od) {
+/* 1 when nothing but the lock file is in the directory. */
+static int holds_only_lock(int dir_fd) {
+    int fd = dup(dir_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return 0;
+    }
+    rewinddir(d); /* the descriptor's offset is shared with dir_fd's */
+    int only = 1;
+    for (struct dirent *e; only && (e = readdir(d));)
+        only = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, MPT_OUTDIR_LOCK) == 0;
+    closedir(d);
+    return only;
+}
+
+/* Closes od; with remove_empty, first removes its lock file and the directory when nothing else is in it. The lock is
+ * held across the unlink: another mptrain that opened the old file is refused as before, and one that opens the name
+ * after the unlink creates a lock file of its own, so the rmdir fails (not empty) and its directory stays. */
+static void close_dir(mpt_outdir *od, int remove_empty) {
     if (!od) return;
+    if (remove_empty && od->fd >= 0 && od->lock_fd >= 0 && holds_only_lock(od->fd) &&
+        unlinkat(od->fd, MPT_OUTDIR_LOCK, 0) == 0)
+        (void)rmdir(od->path); /* a failure leaves an empty directory, as before */
     if (od->lock_fd >= 0) close(od->lock_fd); /* releases the flock */
     if (od->fd >= 0) close(od->fd);
     od->fd = od->lock_fd = -1;
+    od->created = 0;
 }
+
+void mpt_outdir_close(mpt_outdir *od) { close_dir(od, od && od->created); }
+
+void mpt_outdir_close_remove_empty(mpt_outdir *od) { close_dir(od, 1); }
 
 /* MPT_OK when name in dir_fd is absent or a regular file; else the error naming it. */
 static mpt_status check_name(int dir_fd, const char *dir, const char *name) {

@@ -49,6 +49,7 @@ typedef enum mpt_outdir_links {
 typedef struct mpt_outdir {
     int fd;                  /* the directory (O_DIRECTORY), -1 when closed */
     int lock_fd;             /* MPT_OUTDIR_LOCK, flock(LOCK_EX) held until mpt_outdir_close */
+    int created;             /* 1 when mpt_outdir_open made the directory (it did not exist) */
     char path[4096];         /* the path as given, for messages */
 } mpt_outdir;
 
@@ -60,8 +61,14 @@ typedef struct mpt_outdir {
  * (...)"). On error *od is closed. */
 mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command);
 
-/* Releases the lock and closes the directory (the lock file stays). od NULL or closed: nothing. */
+/* Releases the lock and closes the directory. The lock file stays, unless the directory is one that this open
+ * created and nothing but the lock file is in it (a run that failed or stopped before it wrote anything): then the
+ * lock file and the directory are removed (its parents stay). od NULL or closed: nothing. */
 void mpt_outdir_close(mpt_outdir *od);
+
+/* mpt_outdir_close, removing the directory when nothing but its lock file is in it, whoever created it (the run
+ * directory of an earlier job, emptied by mpt_run_clear). */
+void mpt_outdir_close_remove_empty(mpt_outdir *od);
 
 /* Checks that each of the NULL-terminated names is absent or a regular file: a symbolic link or another kind of
  * file in place of an output is refused (MPT_ERR_IO naming it), before any work is done. */

@@ -20,6 +20,7 @@
  * at the recorded epoch and batch: the epoch's order is recomputed from (seed, epoch), dropout offsets derive
  * from the iteration, so N straight steps and N/2 + resume + N/2 give the same bits on the same backend.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -347,7 +348,27 @@ mpt_status mpt_run_clear(const char *dir) {
         if (fstatat(od.fd, run_files[i], &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
             s = mpt_outdir_txn_remove(&tx, run_files[i]);
     s = s == MPT_OK && tx.n > 0 ? mpt_outdir_txn_commit(&tx) : s;
-    mpt_outdir_close(&od);
+    if (s == MPT_OK) mpt_outdir_close_remove_empty(&od);
+    else mpt_outdir_close(&od);
+    return s;
+}
+
+mpt_status mpt_run_clear_seeds(const char *out) {
+    DIR *d = opendir(out);
+    if (!d) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot list it (%s)", out, strerror(errno));
+    mpt_status s = MPT_OK;
+    char dir[MPT_CLI_PATH + 320];
+    for (struct dirent *e; s == MPT_OK && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, "seed-", 5) != 0 || !n[5] || strspn(n + 5, "0123456789") != strlen(n + 5)) continue;
+        for (int p = 0; p < MPT_PRECISION_COUNT && s == MPT_OK; p++) {
+            snprintf(dir, sizeof dir, "%s/%s/%s", out, n, mpt_precision_name((mpt_precision)p));
+            s = mpt_run_clear(dir);
+        }
+        snprintf(dir, sizeof dir, "%s/%s", out, n);
+        if (s == MPT_OK) (void)rmdir(dir); /* only when empty: anything else in it stays */
+    }
+    closedir(d);
     return s;
 }
 

@@ -195,9 +195,14 @@ mpt_status mpt_run_write_summary(const mpt_outdir *od, const mpt_cli_opts *o, co
                                  const mpt_graph *g, const mpt_policy *policy, const mpt_model_input *data);
 
 /* Removes the files of a run from dir (the results of an earlier job), holding the directory's lock meanwhile
- * (MPT_ERR_IO when another mptrain uses it). Only regular files are removed: a symbolic link or a directory in
- * place of one is left for the run to refuse. An absent dir, or one that is not a directory: MPT_OK. */
+ * (MPT_ERR_IO when another mptrain uses it), and then dir itself when nothing else is in it. Only regular files are
+ * removed: a symbolic link or a directory in place of one is left for the run to refuse. An absent dir, or one that
+ * is not a directory: MPT_OK. */
 mpt_status mpt_run_clear(const char *dir);
+
+/* mpt_run_clear for every run directory <out>/seed-<N>/<precision> of an earlier compare --seeds or speedrun, and
+ * then each seed-<N> directory left empty. MPT_ERR_IO when out cannot be listed. */
+mpt_status mpt_run_clear_seeds(const char *out);
 
 /* The MPI job that the next runs train in as data-parallel ranks (mptrain train --data-parallel), or NULL. */
 void mpt_run_join(mpt_dist *d);

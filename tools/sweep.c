@@ -145,6 +145,7 @@ static mpt_status clear_mark(const char *dir) {
 
 static mpt_status sweep_alone(const mpt_sweep *sw, mpt_status setup) {
     if (setup != MPT_OK) return setup;
+    if (sw->start) MPT_TRY(sw->start(sw->ctx));
     for (int i = 0; i < sw->n; i++) {
         char label[128], dir[MPT_CLI_PATH];
         sw->describe(sw->ctx, i, label, sizeof label, dir, sizeof dir);
@@ -268,6 +269,18 @@ static mpt_status sweep_job(mpt_dist *d, const mpt_sweep *sw, mpt_status setup) 
             free(res);
             return s;
         }
+    }
+    if (s == MPT_OK && any == 0 && sw->start) { /* rank 0 starts the job: every rank is ready and agrees */
+        if (rank == 0) {
+            mpt_status st = sw->start(sw->ctx);
+            if (st != MPT_OK) {
+                failed = 1;
+                *mine = (fail_rec){.rank = rank, .run = -1, .status = st};
+                snprintf(mine->msg, sizeof mine->msg, "%s", mpt_last_error());
+            }
+        }
+        any = failed;
+        s = mpt_dist_sum_int(d, &any, "rank 0 to start the job (an earlier job's results removed)");
     }
     for (int i = rank; s == MPT_OK && any == 0 && i < sw->n; i += size) {
         if (mpt_dist_signalled(d, TAG_ABORT)) break; /* another rank failed: start nothing more */

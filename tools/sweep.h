@@ -21,13 +21,17 @@ typedef struct mpt_sweep {
     /* In a job: the settings every rank must share (mpt_cli_job_settings), compared before any run; n_plan 0: none. */
     const mpt_dist_item *plan;
     int n_plan;
+    /* Or NULL. On rank 0 (or the single process), once every rank is ready and agrees on the plan, before the first
+     * run: what the job does to --out only when it really starts (removing an earlier job's results). Its error
+     * fails the plan as a rank's setup error does. */
+    mpt_status (*start)(void *ctx);
 } mpt_sweep;
 
 /* Runs the plan. Without a job (d NULL): run by run, each delivered as it finishes; the first failure stops
  * the plan and is returned as it is. In a job (collective; every rank passes the same plan): run i trains on
  * rank i mod N (static round-robin); a failed run writes <dir>/FAILED (the message) and the other ranks start
  * no further runs (before the first run, the ranks agree on sw->plan: a difference is MPT_ERR_ARG on every rank, with
- * one line naming the setting and the two values, and no run starts); then, if any rank failed (or its `setup`
+ * one line naming the setting and the two values, and no run starts; then rank 0 calls sw->start); then, if any rank failed (or its `setup`
  * status, e.g. loading the data, was an error), every
  * rank returns that status with the message "rank R of N, run I of M 'LABEL' (DIR): MESSAGE" (the lowest failed
  * rank's) and nothing is delivered; otherwise rank 0 receives every result in plan order and delivers it (a run

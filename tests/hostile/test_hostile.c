@@ -2387,15 +2387,15 @@ START_TEST(test_publish_fsync_failure) {
         if (!why && !strstr(err_buf, strerror(EIO))) why = "the message does not give the error (EIO)";
         snprintf(name, sizeof name, "%s: the failed publish", targets[k]);
         note_case(&p, name, why);
-        DIR *d = opendir(out);
-        ck_assert(d != NULL);
+        DIR *d = opendir(out); /* absent when the run published nothing: a new --out is then removed */
+        ck_assert_msg(d != NULL || errno == ENOENT, "%s: %s", out, strerror(errno));
         int left = 0, there = 0, summary = 0;
-        for (struct dirent *e; (e = readdir(d));) {
+        for (struct dirent *e; d && (e = readdir(d));) {
             left += strstr(e->d_name, ".tmp-") != NULL;
             there += strcmp(e->d_name, targets[k]) == 0;
             summary += strcmp(e->d_name, "summary.json") == 0;
         }
-        closedir(d);
+        if (d) closedir(d);
         snprintf(name, sizeof name, "%s: what is left", targets[k]);
         note_case(&p, name, left    ? "a temporary file was left in the output directory"
                             : there ? "published although its fsync failed"
@@ -2667,6 +2667,76 @@ START_TEST(test_stale_temps_only_mptrains) {
 }
 END_TEST
 
+/* A failed start loses nothing and leaves nothing. Into an --out that did not exist, train, compare, speedrun and lab
+ * with a mistyped --data leave no directory (compare, speedrun and lab left one holding only .mptrain.lock); into an
+ * earlier job's --out, compare and speedrun keep that job's results (they removed them before loading the data); and
+ * a compare that replaces an earlier one removes the earlier job's run directories it does not rewrite (they were
+ * left empty but for their locks). */
+START_TEST(test_failed_start_loses_nothing) {
+    make_tmpdir();
+    const char *data = make_data("data");
+    case_problems p = {0};
+    int n_cases = 0;
+    const char *cmds[] = {"train", "compare", "speedrun", "lab"};
+    for (int i = 0; i < 4; i++, n_cases++) {
+        char name[32];
+        snprintf(name, sizeof name, "new-%s", cmds[i]);
+        const char *out = tmp_path(name);
+        int rc = i == 3 ? run(cmds[i], "--data", tmp_path("no-such-data"), "--out", out, NULL) /* lab: no --device */
+                        : run(cmds[i], "--data", tmp_path("no-such-data"), "--out", out, "--progress", "off", "--device",
+                              "cpu", NULL);
+        note_case(&p, name, rc != 1 ? "exit status not 1" : file_present(out) ? "--out was left behind" : NULL);
+    }
+    const char *cmp = tmp_path("cmp");
+    int rc = run("compare", "--data", data, "--max-steps", "2", "--batch-size", "50", "--precisions", "fp32,bf16",
+                 "--telemetry", "0", "--out", cmp, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    char path[700], *before;
+    size_t n_before;
+    snprintf(path, sizeof path, "%s/report.md", cmp);
+    read_file(path, &before, &n_before);
+    rc = run("compare", "--data", tmp_path("no-such-data"), "--precisions", "fp32", "--out", cmp, "--progress", "off",
+             "--device", "cpu", NULL);
+    const char *why = rc != 1 ? "exit status not 1"
+                      : !file_present(path) || !same_bytes(path, before, n_before) ? "report.md was removed or changed"
+                                                                                    : NULL;
+    snprintf(path, sizeof path, "%s/bf16/summary.json", cmp);
+    if (!why && !file_present(path)) why = "bf16/summary.json was removed";
+    note_case(&p, "compare, mistyped --data into an earlier job's --out", why);
+    n_cases++;
+    free(before);
+    rc = run("compare", "--data", data, "--max-steps", "2", "--batch-size", "50", "--precisions", "fp32",
+             "--telemetry", "0", "--out", cmp, "--progress", "off", "--device", "cpu", NULL);
+    snprintf(path, sizeof path, "%s/bf16", cmp);
+    note_case(&p, "compare replacing an earlier job", rc != 0 ? "exit status not 0"
+                                                      : file_present(path) ? "the earlier job's bf16/ is still there"
+                                                                           : NULL);
+    n_cases++;
+    const char *sr = tmp_path("sr");
+    rc = run("speedrun", "--data", data, "--precisions", "fp32", "--seeds", "1,2", "--out", sr, "--progress", "off", "--device", "cpu", NULL);
+    ck_assert_msg(rc == 0, "%s", err_buf);
+    snprintf(path, sizeof path, "%s/speedrun.json", sr);
+    read_file(path, &before, &n_before);
+    rc = run("speedrun", "--data", tmp_path("no-such-data"), "--out", sr, "--progress", "off", "--device", "cpu", NULL);
+    why = rc != 1 ? "exit status not 1"
+          : !file_present(path) || !same_bytes(path, before, n_before) ? "speedrun.json was removed or changed"
+                                                                        : NULL;
+    snprintf(path, sizeof path, "%s/seed-2/fp32/summary.json", sr);
+    if (!why && !file_present(path)) why = "seed-2/fp32/summary.json was removed";
+    note_case(&p, "speedrun, mistyped --data into an earlier one's --out", why);
+    n_cases++;
+    free(before);
+    rc = run("speedrun", "--data", data, "--precisions", "fp32", "--seeds", "1", "--out", sr, "--progress", "off", "--device", "cpu", NULL);
+    snprintf(path, sizeof path, "%s/seed-2", sr);
+    note_case(&p, "speedrun replacing an earlier one", rc != 0 ? "exit status not 0"
+                                                       : file_present(path) ? "the earlier seed-2/ is still there"
+                                                                            : NULL);
+    n_cases++;
+    rm_tmpdir();
+    assert_no_problems(&p, n_cases);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
@@ -2731,6 +2801,7 @@ int main(void) {
     tcase_add_test(io, test_resume_refuses_foreign_csv);
     tcase_add_test(io, test_planted_journal_stays_inside);
     tcase_add_test(io, test_stale_temps_only_mptrains);
+    tcase_add_test(io, test_failed_start_loses_nothing);
     suite_add_tcase(s, io);
     return mpt_test_run_msg(s, sizeof out_buf + MPT_TEST_MSG_MARGIN);
 }

@@ -248,7 +248,7 @@ static mpt_status plan_deliver(void *ctx, int i, mpt_run_result *r) {
 
 static mpt_status run_batch(mpt_lab_ctx *c, const mpt_lab_run *runs, int n, mpt_run_result *res) {
     lab_plan pl = {c, runs, res};
-    mpt_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver, NULL, 0}; /* agreed at the start (lab_with) */
+    mpt_sweep sw = {n, &pl, plan_train, plan_describe, plan_deliver, NULL, 0, NULL}; /* agreed at the start (lab_with) */
     return mpt_sweep_run(c->dist, &sw, MPT_OK);
 }
 
