@@ -457,15 +457,22 @@ static mpt_status telemetry_setup(run *r) {
     return mpt_telemetry_create(r->t, r->o.telemetry, twin);
 }
 
-/* The run's output directory, before any training (rank 0 of a data-parallel job only): created, locked for the
- * run's life (a second run on it is refused, naming this one's PID), no symbolic link or other odd file in place
- * of an output, and room for the run's files, so that a full disk is found now rather than after training. */
+/* The run's output directory, before the device is set up (rank 0 of a data-parallel job only): created, locked
+ * for the run's life (a second run on it is refused, naming this one's PID), and no symbolic link or other odd file
+ * in place of an output. */
 static mpt_status open_outdir(run *r) {
     const mpt_cli_opts *o = &r->o;
     /* compare's and lab's runs (a label) write into directories they named: no link is followed there */
     MPT_TRY(mpt_outdir_open(&r->od, o->out, r->label[0] ? MPT_OUTDIR_NO_LINK : MPT_OUTDIR_USER_LINK,
                             r->label[0] ? "run of compare or lab" : "train"));
-    MPT_TRY(mpt_outdir_check_names(&r->od, run_files));
+    return mpt_outdir_check_names(&r->od, run_files);
+}
+
+/* The output directory once the network is built and a resumed checkpoint loaded (open_outdir holds it since before
+ * the device): no other run's checkpoint that a resume would replace, a resume's earlier telemetry kept, and room for
+ * the run's files, so that a full disk is found now rather than after training. */
+static mpt_status ready_outdir(run *r) {
+    const mpt_cli_opts *o = &r->o;
     /* resuming into a directory that holds another run's checkpoint would replace it with this run's */
     char here[sizeof r->od.path + 64], theirs[17];
     snprintf(here, sizeof here, "%s/%s", o->out, MPT_CLI_CHECKPOINT_FILE);
@@ -699,6 +706,8 @@ static mpt_status setup(run *r, mpt_run_result *res) {
                           in.channels, in.classes, msg);
     }
 
+    if (r->writer) MPT_TRY(open_outdir(r)); /* a --out in use or not a directory: said before the device lines */
+
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
     if (train_dist && o->device != MPT_DEVICE_CHOICE_CPU && mpt_cuda_available(NULL, 0))
         MPT_TRY(mpt_dist_select_gpu(train_dist));
@@ -903,7 +912,7 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     r->be->synchronize(r->be);
     res->timing.build_s = now_s() - build0;
 
-    if (r->writer) MPT_TRY(open_outdir(r));
+    if (r->writer) MPT_TRY(ready_outdir(r));
     /* resuming: metrics.csv keeps this run's rows up to the checkpoint's step, epochs.csv its completed epochs */
     int resuming = o->resume[0] != 0;
     MPT_TRY(open_csv(&r->steps_csv, r, "metrics.csv", "step,epoch,loss,lr,loss_scale,steps_skipped",

@@ -1133,6 +1133,7 @@ START_TEST(test_second_run_on_out_refused) {
     case_problems p = {0};
     const char *why = rejection_problem(rc, 1, "in use by another mptrain");
     if (!why && !strstr(err_buf, pid_text)) why = "the holder's PID is not named";
+    if (!why && strstr(out_buf, "device:")) why = "the refusal came after the device was set up";
     note_case(&p, "a second train on the same --out", why);
     rc = run("compare", "--data", data, "--epochs", "1", "--batch-size", "50", "--precisions", "fp32", "--out", out,
              "--progress", "off", "--device", "cpu", NULL);
