@@ -5,7 +5,8 @@
  *    bound for this many steps is far below it, while a wrong shard (two ranks on the same rows) or a loss that
  *    is not the global batch's mean moves the logged loss by 1e-2 or more;
  *  - only rank 0 writes: the output directory holds exactly the single-process files;
- *  - --resume of a 2-rank checkpoint by one process is refused (exit 2, naming the ranks);
+ *  - --resume of a 2-rank checkpoint by one process is refused (exit 2, naming the ranks); resumed by both ranks
+ *    with nothing left to train, the job says so once (exit 0);
  *  - --grad-comm without --data-parallel is a usage error (exit 2), and so is --shadow with it;
  *  - the evaluation split over the ranks gives the single-process test accuracy (equal) and loss (2^-20), and
  *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv;
@@ -116,6 +117,11 @@ START_TEST(two_ranks_log_the_single_process_losses) {
     const char *resume[] = {"--resume", ckpt, "--max-steps", "20", NULL};
     ck_assert_int_eq(run_train(0, tmp_path("r1"), resume), 2);
     ck_assert(log_contains("trained by 2 rank(s)"));
+    /* resumed at its --max-steps by both ranks: nothing left, said once (every rank printed it) */
+    const char *again[] = {"--data-parallel", "--resume", ckpt, NULL};
+    ck_assert_int_eq(run_train(2, two, again), 0);
+    ck_assert_msg(log_lines_starting("mptrain train: nothing to do: the checkpoint is at step 16, --max-steps is 16") ==
+                      1, "not one 'nothing to do' line (see %s)", tmp_path("log"));
     free(one);
     free(two);
     rm_tmpdir();

@@ -71,6 +71,7 @@ static mpt_status merge_resume(const mpt_cli_opts *cli, mpt_cli_opts *out, mpt_r
 static int nothing_left(const mpt_cli_opts *o, const mpt_run_state *rs) {
     const int at_epochs = rs->epoch >= o->epochs, at_max = o->max_steps > 0 && rs->iteration >= o->max_steps;
     if (!at_epochs && !at_max) return 0;
+    if (mpt_dist_env_rank() != 0) return 1; /* under mpirun every rank ends here, unjoined: rank 0 says it */
     if (at_epochs)
         printf("mptrain train: nothing to do: the checkpoint is at epoch %lld of %d (step %lld, all epochs done); "
                "nothing was trained or written (a larger --epochs continues the run)\n",

@@ -208,6 +208,11 @@ double mpt_dist_comm_seconds(const mpt_dist *d);
  * decide whether to join a job, and a build without MPI to refuse running as one of several ranks. */
 int mpt_dist_env_size(void);
 
+/* This process's rank as its launcher announced it (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), 0 without a
+ * launcher or a readable value. Like mpt_dist_env_size, it needs no MPI: a command that ends before joining the job
+ * uses it to have one rank speak for all. */
+int mpt_dist_env_rank(void);
+
 /* Ranks of the job on this rank's node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED at mpt_dist_init, which also finds
  * this rank's index among them for mpt_dist_select_gpu). */
 int mpt_dist_local_size(const mpt_dist *d);

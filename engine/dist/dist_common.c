@@ -37,6 +37,18 @@ static int env_count(const char *name) {
     return *end == 0 && n > 0 && n < 1000000 ? (int)n : 0;
 }
 
+int mpt_dist_env_rank(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (!v || !*v) continue;
+        char *end = NULL;
+        long r = strtol(v, &end, 10);
+        if (*end == 0 && r >= 0 && r < 1000000) return (int)r;
+    }
+    return 0;
+}
+
 int mpt_dist_env_size(void) {
     int n = env_count("OMPI_COMM_WORLD_SIZE");
     if (n == 0) n = env_count("PMI_SIZE");
