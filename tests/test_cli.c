@@ -1663,6 +1663,29 @@ START_TEST(test_unused_flag_notes) {
 }
 END_TEST
 
+/* --inject-nonfinite STEP past the run's last step injected nothing and said nothing: now refused once the data gives
+ * the step count, before training, naming the flag, the count and where it comes from (train and compare); a step
+ * inside the run is injected (one skipped step). 600 images in batches of 100: 6 steps per epoch. */
+START_TEST(test_inject_nonfinite_in_run) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    int rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--epochs", "2", "--limit-test",
+                 "64", "--inject-nonfinite", "12", "--progress", "off", "--out", tmp_path("e"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain train: --inject-nonfinite 12: expected an iteration below the run's "
+                                             "12 steps (--epochs 2 x 6 batches per epoch"), "(%d) %.2000s", rc, out_buf);
+    ck_assert_msg(!strstr(out_buf, "epoch 1/2"), "trained before refusing: %.2000s", out_buf);
+    rc = run("compare", "--precisions", "fp32,bf16", "--data", data, "--device", "cpu", "--batch-size", "100",
+             "--max-steps", "3", "--limit-test", "64", "--inject-nonfinite", "3", "--progress", "off", "--out",
+             tmp_path("c"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain compare: --inject-nonfinite 3: expected an iteration below the "
+                                             "run's 3 steps (--max-steps 3"), "(%d) %.2000s", rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--max-steps", "3", "--limit-test",
+             "64", "--inject-nonfinite", "2", "--progress", "off", "--out", tmp_path("ok"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "3 steps, 1 skipped"), "(%d) %.2000s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
 /* --nonfinite apply: a NaN gradient reaches the weights (as plain PyTorch without GradScaler): the run warns,
  * finishes, counts the step as applied (not skipped), reports non-finite weights, and writes no checkpoint of them
  * (and its closing line does not claim one): it exits 1, its last line says why and summary.json's
@@ -2551,6 +2574,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(ts, test_resume_nothing_left);
     tcase_add_test(ts, test_partial_epoch_summary);
     tcase_add_test(ts, test_nonfinite_apply);
+    tcase_add_test(ts, test_inject_nonfinite_in_run);
     tcase_add_test(ts, test_resume_keeps_telemetry);
     suite_add_tcase(s, ts);
     return s;

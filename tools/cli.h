@@ -340,8 +340,9 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
  * tf32 mode, off otherwise). Call once the precision is final (compare: once per precision). */
 void mpt_cli_resolve(mpt_cli_opts *o);
 
-/* The learning-rate schedule against the run's length, known once the data is: the cosine warmup must end before
- * the last of the epochs x batches_per_epoch steps. MPT_ERR_ARG naming --warmup-steps and the numbers. */
+/* The flags that count steps against the run's length, known once the data is: the cosine warmup must end before
+ * the last of the epochs x batches_per_epoch steps (or --max-steps), and --inject-nonfinite, when given, must name one
+ * of those steps (0-based). MPT_ERR_ARG naming the flag and the numbers. */
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch);
 
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,

@@ -221,7 +221,8 @@ static const opt_def opt_table[] = {
      "standardise pixels with the training set's mean and std (default: scale to [0, 1])",
      .scope = MPT_SCOPE_MATH},
     {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
-     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped",
+     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped; STEP must be one of the "
+     "run's steps (below --epochs x steps per epoch, or --max-steps)",
      .scope = MPT_SCOPE_MATH},
     {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL | SR, "D",
      "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)",
@@ -1587,14 +1588,18 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
     int64_t total = (int64_t)o->epochs * batches_per_epoch; /* the schedule's length, as mpt_cli_train_config sets it */
     const int capped = o->max_steps > 0 && o->max_steps < total;
     if (capped) total = o->max_steps;
-    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total) {
-        char why[96];
-        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
-        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    char why[96];
+    if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
+    else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total)
         return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (%s): the cosine "
                           "schedule warms up, then decays over the steps left", (long long)o->warmup_steps,
                           (long long)total, why);
-    }
+    /* only when given on this command line: a resumed run's recorded injection lies behind it or ahead of it */
+    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->inject_nonfinite >= total)
+        return mpt_errorf(MPT_ERR_ARG, "--inject-nonfinite %lld: expected an iteration below the run's %lld steps "
+                          "(%s; iterations count from 0): a later one is never reached, so nothing would be injected",
+                          (long long)o->inject_nonfinite, (long long)total, why);
     return MPT_OK;
 }
 
