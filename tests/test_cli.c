@@ -1664,8 +1664,9 @@ START_TEST(test_unused_flag_notes) {
 END_TEST
 
 /* --inject-nonfinite STEP past the run's last step injected nothing and said nothing: now refused once the data gives
- * the step count, before training, naming the flag, the count and where it comes from (train and compare); a step
- * inside the run is injected (one skipped step). 600 images in batches of 100: 6 steps per epoch. */
+ * the step count, before training, naming the flag, the count and where it comes from (train and compare). Past
+ * --max-steps alone it is a note: the checkpoint records it and a resumed run injects it (resume_case relies on that).
+ * A step inside the run is injected (one skipped step). 600 images in batches of 100: 6 steps per epoch. */
 START_TEST(test_inject_nonfinite_in_run) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -1675,13 +1676,27 @@ START_TEST(test_inject_nonfinite_in_run) {
                                              "12 steps (--epochs 2 x 6 batches per epoch"), "(%d) %.2000s", rc, out_buf);
     ck_assert_msg(!strstr(out_buf, "epoch 1/2"), "trained before refusing: %.2000s", out_buf);
     rc = run("compare", "--precisions", "fp32,bf16", "--data", data, "--device", "cpu", "--batch-size", "100",
-             "--max-steps", "3", "--limit-test", "64", "--inject-nonfinite", "3", "--progress", "off", "--out",
+             "--epochs", "1", "--limit-test", "64", "--inject-nonfinite", "6", "--progress", "off", "--out",
              tmp_path("c"), NULL);
-    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain compare: --inject-nonfinite 3: expected an iteration below the "
-                                             "run's 3 steps (--max-steps 3"), "(%d) %.2000s", rc, out_buf);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain compare: --inject-nonfinite 6: expected an iteration below the "
+                                             "run's 6 steps (--epochs 1 x 6"), "(%d) %.2000s", rc, out_buf);
     rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--max-steps", "3", "--limit-test",
              "64", "--inject-nonfinite", "2", "--progress", "off", "--out", tmp_path("ok"), NULL);
-    ck_assert_msg(rc == 0 && strstr(out_buf, "3 steps, 1 skipped"), "(%d) %.2000s", rc, out_buf);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "3 steps, 1 skipped") && !strstr(out_buf, "injects nothing"),
+                  "(%d) %.2000s", rc, out_buf);
+    /* past --max-steps: a note, and the resumed run injects it */
+    const char *first = tmp_path("first");
+    rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--max-steps", "3", "--limit-test",
+             "64", "--inject-nonfinite", "4", "--progress", "off", "--out", first, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "note: --inject-nonfinite 4 injects nothing in this invocation, which "
+                                             "stops at --max-steps 3; a run resumed from its checkpoint injects it") &&
+                      strstr(out_buf, "3 steps, 0 skipped"), "(%d) %.2000s", rc, out_buf);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", first);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--max-steps", "6", "--limit-test", "64",
+             "--progress", "off", "--out", tmp_path("resumed"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "6 steps, 1 skipped") && !strstr(out_buf, "injects nothing"),
+                  "resumed: (%d) %.2000s", rc, out_buf);
     rm_tmpdir();
 }
 END_TEST

@@ -342,8 +342,12 @@ void mpt_cli_resolve(mpt_cli_opts *o);
 
 /* The flags that count steps against the run's length, known once the data is: the cosine warmup must end before
  * the last of the epochs x batches_per_epoch steps (or --max-steps), and --inject-nonfinite, when given, must name one
- * of those steps (0-based). MPT_ERR_ARG naming the flag and the numbers. */
+ * of the epochs' steps (0-based). MPT_ERR_ARG naming the flag and the numbers. */
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch);
+
+/* After mpt_cli_check_schedule: a note on f (each line prefixed with label) when --inject-nonfinite lies past
+ * --max-steps, within the epochs: this invocation stops first, a run resumed from its checkpoint injects it. */
+void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f);
 
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,
  * --nonfinite apply needs a loss scaling other than dynamic, --scale-ceiling >= --scale-floor. MPT_ERR_ARG

@@ -222,7 +222,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_MATH},
     {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
      "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped; STEP must be one of the "
-     "run's steps (below --epochs x steps per epoch, or --max-steps)",
+     "run's steps (below --epochs x steps per epoch; past --max-steps, a resumed run injects it)",
      .scope = MPT_SCOPE_MATH},
     {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL | SR, "D",
      "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)",
@@ -1595,12 +1595,25 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
         return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (%s): the cosine "
                           "schedule warms up, then decays over the steps left", (long long)o->warmup_steps,
                           (long long)total, why);
-    /* only when given on this command line: a resumed run's recorded injection lies behind it or ahead of it */
-    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->inject_nonfinite >= total)
+    /* Past the epochs' last step the injection never happens. Past --max-steps alone it does, in a run resumed from
+     * the checkpoint (mpt_cli_schedule_notes says so). Only when given on this command line: a resumed run's recorded
+     * injection may lie behind it. */
+    const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->inject_nonfinite >= planned)
         return mpt_errorf(MPT_ERR_ARG, "--inject-nonfinite %lld: expected an iteration below the run's %lld steps "
-                          "(%s; iterations count from 0): a later one is never reached, so nothing would be injected",
-                          (long long)o->inject_nonfinite, (long long)total, why);
+                          "(--epochs %d x %lld batches per epoch; iterations count from 0): a later one is never "
+                          "reached, so nothing would be injected", (long long)o->inject_nonfinite, (long long)planned,
+                          o->epochs, (long long)batches_per_epoch);
     return MPT_OK;
+}
+
+void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f) {
+    const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->max_steps > 0 && o->inject_nonfinite >= o->max_steps &&
+        o->inject_nonfinite < planned)
+        fprintf(f, "%snote: --inject-nonfinite %lld injects nothing in this invocation, which stops at --max-steps "
+                   "%lld; a run resumed from its checkpoint injects it at iteration %lld\n", label,
+                (long long)o->inject_nonfinite, (long long)o->max_steps, (long long)o->inject_nonfinite);
 }
 
 /* ---- the settings the ranks of an MPI job share ------------------------------------------------------------------ */
