@@ -779,6 +779,8 @@ START_TEST(test_fixtures_train) {
                  "cpu", "--model", f->model, "--precision", "bf16", "--batch-size", "32", "--epochs", "3",
                  "--progress", "off", NULL);
     ck_assert_msg(rc == 0, "%s: train failed (%d): %s", f->name, rc, out_buf);
+    ck_assert_msg(!strstr(out_buf, "--data-layout nhwc changes nothing"), "%s: rank-4 files are ordered by the flag, "
+                  "yet a note says it changes nothing: %.2000s", f->name, out_buf);
     json_t *j = load_summary(out);
     json_t *dj = json_object_get(j, "data");
     ck_assert_msg(json_integer_value(json_object_get(dj, "channels")) == f->C &&
@@ -793,6 +795,28 @@ START_TEST(test_fixtures_train) {
     ck_assert_msg(json_integer_value(json_object_get(last, "out_features")) == f->K, "%s: the head is not %d wide",
                   f->name, f->K);
     json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --data-layout nhwc on rank-3 files ([N, H, W], Fashion-MNIST's) changed nothing and said nothing: a note says so, in
+ * train and in eval, and the run goes on (the statement is not false for one-channel images: not an error). */
+START_TEST(test_data_layout_rank3_note) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("out");
+    const char *note = "note: --data-layout nhwc changes nothing: the images in ";
+    int rc = run("train", "--data", data, "--data-layout", "nhwc", "--device", "cpu", "--max-steps", "2",
+                 "--limit-test", "64", "--progress", "off", "--out", out, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, note) && strstr(out_buf, "are rank 3 ([N, H, W], one channel)"),
+                  "train: (%d) %.2000s", rc, out_buf);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--data-layout", "nhwc", "--device", "cpu", "--limit-test",
+             "64", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, note), "eval: (%d) %.2000s", rc, out_buf);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "64", NULL);
+    ck_assert_msg(rc == 0 && !strstr(out_buf, "--data-layout"), "eval without the flag: (%d) %.2000s", rc, out_buf);
     rm_tmpdir();
 }
 END_TEST
@@ -2592,6 +2616,10 @@ static Suite *cli_suite(void) {
     tcase_add_test(ts, test_inject_nonfinite_in_run);
     tcase_add_test(ts, test_resume_keeps_telemetry);
     suite_add_tcase(s, ts);
+    TCase *tu = tcase_create("unused"); /* flags that did nothing where they cannot act: refused, or a note */
+    tcase_set_timeout(tu, 120);
+    tcase_add_test(tu, test_data_layout_rank3_note);
+    suite_add_tcase(s, tu);
     return s;
 }
 

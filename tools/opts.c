@@ -240,7 +240,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(classes)},
     {"data-layout", MPT_OPT_DATA_LAYOUT, required_argument, TC | MPT_CMD_EVAL, "L",
      "rank-4 IDX images: nchw ([N, C, H, W], PyTorch's) | nhwc ([N, H, W, C], channels last; transposed on load) "
-     "(default nchw; rank-3 files are [N, H, W])",
+     "(default nchw; rank-3 files are [N, H, W] either way: nhwc changes nothing there, and a note says so)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data_layout)},
     {"out", MPT_OPT_OUT, required_argument, TC | SR, "DIR",
      "output directory (default runs/<model>-<precision>)",
