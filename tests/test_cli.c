@@ -821,6 +821,33 @@ START_TEST(test_data_layout_rank3_note) {
 }
 END_TEST
 
+/* --tf32-conv on a network without convolutions (the mlp) changed nothing and said nothing: a note says so in fp32
+ * and tf32 (a 16-bit mode has its own note for both switches); a network with convolutions gets none. */
+START_TEST(test_tf32_conv_without_convs) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *note = "note: --tf32-conv changes nothing: the model has no convolutions";
+    static const struct {
+        const char *model, *precision, *value;
+        int expect;
+    } c[] = {
+        {"mlp", "fp32", "on", 1},     {"mlp", "tf32", "off", 1},   {"flatten,linear(32),relu,linear", "fp32", "on", 1},
+        {"lenet5", "fp32", "on", 0},  {"lenet5", "tf32", "off", 0}, {"mlp", "bf16", "on", 0},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        int rc = run("train", "--data", data, "--device", "cpu", "--model", c[k].model, "--precision", c[k].precision,
+                     "--tf32-conv", c[k].value, "--max-steps", "1", "--limit-test", "32", "--progress", "off", "--out",
+                     out, NULL);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, note) != NULL) == c[k].expect, "case %zu (%s %s): note %s: %.2000s", k,
+                      c[k].model, c[k].precision, c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
 /* A spec'd network with batch norm: the checkpoint holds the running statistics under PyTorch's names and the
  * network's description; eval reproduces the run's test accuracy; --model @FILE reads a spec with comments. */
 START_TEST(test_spec_checkpoint_eval) {
@@ -2619,6 +2646,7 @@ static Suite *cli_suite(void) {
     TCase *tu = tcase_create("unused"); /* flags that did nothing where they cannot act: refused, or a note */
     tcase_set_timeout(tu, 120);
     tcase_add_test(tu, test_data_layout_rank3_note);
+    tcase_add_test(tu, test_tf32_conv_without_convs);
     suite_add_tcase(s, tu);
     return s;
 }

@@ -144,7 +144,8 @@ static const opt_def opt_table[] = {
      "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
-     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
+     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off; a "
+     "network without convolutions, such as mlp: changes nothing, and a note says so)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL | SR, "SET",
      "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate; " CPU_KERNEL_SETS ")",
@@ -1241,14 +1242,20 @@ static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const ch
                                                      "measured as --fp8-accum fast --fp8-promote 128)");
 }
 
+/* How many layers of the run's model are of kind a or kind b; -1 when the model does not parse. */
+static int model_layers(const mpt_cli_opts *o, mpt_layer_kind a, mpt_layer_kind b) {
+    static mpt_model_plan plan; /* 64 layers: kept off the stack */
+    if (mpt_model_parse(o->model, &plan) != MPT_OK) return -1;
+    int n = 0;
+    for (int i = 0; i < plan.n; i++) n += plan.layer[i].kind == a || plan.layer[i].kind == b;
+    return n;
+}
+
 /* What --norm-stats does, when it is not fp32: nothing in a network without batchnorm or layernorm. */
 static void norm_stats_notes(const mpt_cli_opts *o, const char *label, FILE *f) {
     if (o->norm_stats == MPT_NORM_STATS_FP32) return;
-    static mpt_model_plan plan; /* 64 layers: kept off the stack */
-    int norms = 0;
-    if (mpt_model_parse(o->model, &plan) == MPT_OK)
-        for (int i = 0; i < plan.n; i++)
-            norms += plan.layer[i].kind == MPT_LAYER_BATCHNORM || plan.layer[i].kind == MPT_LAYER_LAYERNORM;
+    int norms = model_layers(o, MPT_LAYER_BATCHNORM, MPT_LAYER_LAYERNORM);
+    if (norms < 0) norms = 0;
     const mpt_norm_stats_desc *d = mpt_norm_stats_info(o->norm_stats);
     if (!norms)
         fprintf(f, "%snote: --norm-stats %s changes nothing: the model has no batchnorm or layernorm\n", label,
@@ -1305,6 +1312,10 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
         fprintf(f, "%snote: --tf32-matmul/--tf32-conv change nothing in %s: GEMM and conv operands are %s, not "
                    "FP32\n",
                 label, p, p);
+    /* a note, not an error: PyTorch users set both switches whatever the network, as torch.backends does */
+    if (!lowp && mpt_cli_given(o, MPT_OPT_TF32_CONV) && model_layers(o, MPT_LAYER_CONV, MPT_LAYER_CONV) == 0)
+        fprintf(f, "%snote: --tf32-conv changes nothing: the model has no convolutions (--tf32-matmul sets its "
+                   "GEMMs)\n", label);
     if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math != MPT_MATH_BF16 && !label[0])
         fprintf(f, "%snote: --cpu-kernels native changes nothing in %s: the CPU has native units for bf16 only, so %s "
                    "stays emulated\n", label, p, p);
