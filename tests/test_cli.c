@@ -848,6 +848,29 @@ START_TEST(test_tf32_conv_without_convs) {
 }
 END_TEST
 
+/* eval --quantize bf16 --granularity G: BF16 has no scale, so the granularity of its scales meant nothing and the run
+ * said nothing; refused before any file is read, naming the flag, the value and the formats that take it. The scaled
+ * formats still take it (their parse reaches the missing checkpoint instead). */
+START_TEST(test_granularity_needs_scale) {
+    static const char *const g[] = {"channel", "tensor"};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", "--quantize", "bf16", "--granularity", g[k],
+                     NULL);
+        char want[200];
+        snprintf(want, sizeof want, "mptrain eval: --granularity %s: expected --quantize int8|int4|fp8-e4m3 (the "
+                 "formats with scales), found --quantize bf16", g[k]);
+        ck_assert_msg(rc == 2 && strstr(out_buf, want) && !strstr(out_buf, "nonexistent"), "(%d) %s", rc, out_buf);
+    }
+    static const char *const scaled[] = {"int8", "int4", "fp8-e4m3"};
+    for (int k = 0; k < 3; k++) {
+        int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", "--quantize", scaled[k], "--granularity",
+                     "tensor", NULL);
+        ck_assert_msg(rc != 0 && !strstr(out_buf, "--granularity") && strstr(out_buf, "nonexistent"),
+                      "--quantize %s --granularity tensor: (%d) %s", scaled[k], rc, out_buf);
+    }
+}
+END_TEST
+
 /* A spec'd network with batch norm: the checkpoint holds the running statistics under PyTorch's names and the
  * network's description; eval reproduces the run's test accuracy; --model @FILE reads a spec with comments. */
 START_TEST(test_spec_checkpoint_eval) {
@@ -2647,6 +2670,7 @@ static Suite *cli_suite(void) {
     tcase_set_timeout(tu, 120);
     tcase_add_test(tu, test_data_layout_rank3_note);
     tcase_add_test(tu, test_tf32_conv_without_convs);
+    tcase_add_test(tu, test_granularity_needs_scale);
     suite_add_tcase(s, tu);
     return s;
 }

@@ -258,7 +258,8 @@ static const opt_def opt_table[] = {
      "output errors",
      .scope = MPT_SCOPE_COMMAND},
     {"granularity", MPT_OPT_GRANULARITY, required_argument, MPT_CMD_EVAL, "G",
-     "with --quantize: channel (one scale per output channel, default) | tensor (one per weight tensor)",
+     "with --quantize int8|int4|fp8-e4m3: channel (one scale per output channel, default) | tensor (one per weight "
+     "tensor); bf16 has no scale and refuses it",
      .scope = MPT_SCOPE_COMMAND},
     {"activations", MPT_OPT_ACTIVATIONS, required_argument, MPT_CMD_EVAL, "A",
      "with --quantize int8|int4: none (default: weights only, the checkpoint's GEMMs on them) | int8 (the input of "
@@ -1561,6 +1562,16 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
                             mpt_cli_given(o, MPT_OPT_CALIBRATE))) {
         fprintf(stderr, "mptrain %s: --granularity, --activations and --calibrate set up --quantize: give --quantize "
                         "int8|int4|fp8-e4m3 as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_GRANULARITY) && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->scaled) {
+        char scaled[96] = "";
+        for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT; i++)
+            if (mpt_qformat_info((mpt_qformat)i)->scaled)
+                k += snprintf(scaled + k, sizeof scaled - (size_t)k, "%s%s", k ? "|" : "", mpt_qformat_info((mpt_qformat)i)->key);
+        fprintf(stderr, "mptrain %s: --granularity %s: expected --quantize %s (the formats with scales), found "
+                        "--quantize %s, which rounds to nearest without a scale: drop --granularity\n", name,
+                o->per_channel ? "channel" : "tensor", scaled, mpt_qformat_info((mpt_qformat)o->quantize)->key);
         return MPT_CLI_EXIT_USAGE;
     }
     if (o->act_int8 && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->is_int) {
