@@ -308,7 +308,8 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
     {"print-recipe", MPT_OPT_PRINT_RECIPE, no_argument, SR, NULL,
      "print the recipe as the options of mptrain train and compare it is, on one line quoted for the shell "
-     "(`mptrain speedrun --print-recipe | xargs mptrain train --precision bf16`), and exit",
+     "(`mptrain speedrun --print-recipe | xargs mptrain train --precision bf16`), and exit; no other option with it "
+     "(none changes the recipe)",
      .scope = MPT_SCOPE_COMMAND},
     {"untimed-warmup", MPT_OPT_UNTIMED_WARMUP, required_argument, SR, "N",
      "before each run's clocks start, N training steps of a throw-away copy of the network on the same device, "
@@ -1483,6 +1484,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
 
     opterr = 0;
     optind = 0; /* glibc: full re-initialisation */
+    unsigned char here[MPT_OPT_COUNT] = {0}; /* given in this argv (o->given also holds speedrun's recipe) */
     int c;
     while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
         if (c == 'h' || c == MPT_OPT_HELP) {
@@ -1522,12 +1524,26 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
             return MPT_CLI_EXIT_USAGE;
         }
         o->given[id - MPT_OPT_FIRST] = 1;
+        here[id - MPT_OPT_FIRST] = 1;
     }
     if (optind < argc) {
         char esc[256];
         fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
                 mpt_cli_echo(esc, sizeof esc, argv[optind]), name);
         return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->print_recipe) { /* it prints the fixed recipe and exits: nothing else it was given can act */
+        char others[512] = "";
+        for (int i = 0, k = 0; i < MPT_OPT_COUNT && k + 32 < (int)sizeof others; i++)
+            if (here[i] && i + MPT_OPT_FIRST != MPT_OPT_PRINT_RECIPE)
+                k += snprintf(others + k, sizeof others - (size_t)k, "%s--%s", k ? ", " : "",
+                              mpt_cli_opt_name((mpt_opt_id)(i + MPT_OPT_FIRST)));
+        if (others[0]) {
+            fprintf(stderr, "mptrain %s: --print-recipe prints the recipe and exits, so %s would change nothing: "
+                            "expected --print-recipe alone (the recipe is the same whatever the runs' options)\n",
+                    name, others);
+            return MPT_CLI_EXIT_USAGE;
+        }
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
     /* compare puts precisions side by side for speed too: each bf16 run on the CPU set that measured faster here */
