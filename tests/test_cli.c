@@ -871,6 +871,46 @@ START_TEST(test_granularity_needs_scale) {
 }
 END_TEST
 
+/* More flags that changed nothing and said nothing, each now with a note (a run goes on: a sweep may pass them to
+ * every run): --optimizer-state for plain SGD (no state), --lr-schedule step whose first decay comes after the last
+ * step, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6 steps per epoch. */
+START_TEST(test_more_unused_notes) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    static const struct {
+        const char *a[6], *note;
+        int expect;
+    } c[] = {
+        {{"--optimizer", "sgd", "--optimizer-state", "bf16", NULL},
+         "note: --optimizer-state bf16 changes nothing with --optimizer sgd and --momentum 0: plain SGD keeps no "
+         "optimizer state", 1},
+        {{"--optimizer", "sgd", "--momentum", "0.9", "--optimizer-state", "bf16"}, "--optimizer-state bf16 changes", 0},
+        {{"--lr-schedule", "step", "--step-size", "6", NULL},
+         "note: --lr-schedule step changes nothing: its first decay comes at iteration 6 (--step-size), past the run's "
+         "6 steps (--epochs 1 x 6 batches per epoch)", 1},
+        {{"--lr-schedule", "step", "--step-size", "5", NULL}, "--lr-schedule step changes nothing", 0},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        const char *argv[32] = {"mptrain", "train", "--data", data, "--device", "cpu", "--batch-size", "100",
+                                "--epochs", "1", "--limit-test", "32", "--progress", "off", "--out", out};
+        int n = 16;
+        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
+        argv[n] = NULL;
+        int rc = run_argv((char *const *)argv);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
+                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+    int rc = run("compare", "--precisions", "fp32", "--data", data, "--device", "cpu", "--max-steps", "1",
+                 "--limit-test", "32", "--comm-timeout", "5", "--progress", "off", "--out", tmp_path("cmp"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "note: --comm-timeout changes nothing: this compare is not a rank of an "
+                                             "mpirun job"), "compare --comm-timeout: (%d) %.2000s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
 /* A spec'd network with batch norm: the checkpoint holds the running statistics under PyTorch's names and the
  * network's description; eval reproduces the run's test accuracy; --model @FILE reads a spec with comments. */
 START_TEST(test_spec_checkpoint_eval) {
@@ -2671,6 +2711,7 @@ static Suite *cli_suite(void) {
     tcase_add_test(tu, test_data_layout_rank3_note);
     tcase_add_test(tu, test_tf32_conv_without_convs);
     tcase_add_test(tu, test_granularity_needs_scale);
+    tcase_add_test(tu, test_more_unused_notes);
     suite_add_tcase(s, tu);
     return s;
 }

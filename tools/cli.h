@@ -345,8 +345,9 @@ void mpt_cli_resolve(mpt_cli_opts *o);
  * of the epochs' steps (0-based). MPT_ERR_ARG naming the flag and the numbers. */
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch);
 
-/* After mpt_cli_check_schedule: a note on f (each line prefixed with label) when --inject-nonfinite lies past
- * --max-steps, within the epochs: this invocation stops first, a run resumed from its checkpoint injects it. */
+/* After mpt_cli_check_schedule: notes on f (each line prefixed with label) on step counts that make a flag change
+ * nothing here: --inject-nonfinite past --max-steps, within the epochs (this invocation stops first, a run resumed from
+ * its checkpoint injects it); --lr-schedule step whose first decay (--step-size) comes after the epochs' last step. */
 void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f);
 
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,

@@ -135,7 +135,8 @@ static const opt_def opt_table[] = {
      "nearest | stochastic: how updated weights round to fp16/bf16 with --master-weights none (default nearest)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"optimizer-state", MPT_OPT_OPTIMIZER_STATE, required_argument, TC, "D",
-     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32)",
+     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32; plain SGD, --momentum 0, "
+     "keeps none: a note says it changes nothing)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"nonfinite", MPT_OPT_NONFINITE, required_argument, TC, "WHAT",
      "skip | apply: a step with inf/NaN gradients is skipped (default) or applied to the weights",
@@ -202,7 +203,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_MATH},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)",
      .scope = MPT_SCOPE_MATH},
-    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000)",
+    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000; a note says when the first comes after the run's last step)",
      .scope = MPT_SCOPE_MATH},
     {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)",
      .scope = MPT_SCOPE_MATH},
@@ -1301,7 +1302,10 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
                 o->update_rounding == MPT_ROUNDING_STOCHASTIC ? "survive in expectation" : "are lost");
     if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && !lowp)
         fprintf(f, "%snote: --update-rounding stochastic changes nothing in %s: the weights are FP32\n", label, p);
-    if (o->optimizer_state != MPT_DTYPE_F32)
+    if (o->optimizer_state != MPT_DTYPE_F32 && o->optimizer == MPT_OPTIM_SGD && o->momentum == 0.0)
+        fprintf(f, "%snote: --optimizer-state %s changes nothing with --optimizer sgd and --momentum 0: plain SGD keeps "
+                   "no optimizer state\n", label, state_dtype_name(o->optimizer_state));
+    else if (o->optimizer_state != MPT_DTYPE_F32)
         fprintf(f, "%s--optimizer-state %s: optimizer state stored in %s (widened, updated in FP32, rounded to "
                    "nearest on store)\n",
                 label, state_dtype_name(o->optimizer_state), state_dtype_name(o->optimizer_state));
@@ -1647,6 +1651,10 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
 
 void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f) {
     const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (o->lr_schedule == MPT_LR_STEP && o->step_size >= planned) /* lr = lr0 gamma^floor(t / step_size), t 0-based */
+        fprintf(f, "%snote: --lr-schedule step changes nothing: its first decay comes at iteration %lld (--step-size), "
+                   "past the run's %lld steps (--epochs %d x %lld batches per epoch)\n", label,
+                (long long)o->step_size, (long long)planned, o->epochs, (long long)batches_per_epoch);
     if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->max_steps > 0 && o->inject_nonfinite >= o->max_steps &&
         o->inject_nonfinite < planned)
         fprintf(f, "%snote: --inject-nonfinite %lld injects nothing in this invocation, which stops at --max-steps "
