@@ -873,7 +873,7 @@ END_TEST
 
 /* More flags that changed nothing and said nothing, each now with a note (a run goes on: a sweep may pass them to
  * every run): --optimizer-state for plain SGD (no state), --lr-schedule step whose first decay comes after the last
- * step, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6 steps per epoch. */
+ * step, --save-every no smaller than the run, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6 steps per epoch. */
 START_TEST(test_more_unused_notes) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -889,6 +889,12 @@ START_TEST(test_more_unused_notes) {
          "note: --lr-schedule step changes nothing: its first decay comes at iteration 6 (--step-size), past the run's "
          "6 steps (--epochs 1 x 6 batches per epoch)", 1},
         {{"--lr-schedule", "step", "--step-size", "5", NULL}, "--lr-schedule step changes nothing", 0},
+        {{"--save-every", "6", NULL},
+         "note: --save-every 6 changes nothing: the run ends at step 6 (--epochs 1 x 6 batches per epoch), where the "
+         "checkpoint is written anyway", 1},
+        {{"--save-every", "3", "--max-steps", "3", NULL}, "note: --save-every 3 changes nothing: the run ends at step 3 "
+                                                          "(--max-steps 3)", 1},
+        {{"--save-every", "5", NULL}, "--save-every 5 changes nothing", 0},
     };
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
         char out[700];

@@ -347,7 +347,8 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
 
 /* After mpt_cli_check_schedule: notes on f (each line prefixed with label) on step counts that make a flag change
  * nothing here: --inject-nonfinite past --max-steps, within the epochs (this invocation stops first, a run resumed from
- * its checkpoint injects it); --lr-schedule step whose first decay (--step-size) comes after the epochs' last step. */
+ * its checkpoint injects it); --lr-schedule step whose first decay (--step-size) comes after the epochs' last step;
+ * --save-every no smaller than the steps this invocation runs (only the final checkpoint is written). */
 void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f);
 
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,

@@ -1655,6 +1655,15 @@ void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, co
         fprintf(f, "%snote: --lr-schedule step changes nothing: its first decay comes at iteration %lld (--step-size), "
                    "past the run's %lld steps (--epochs %d x %lld batches per epoch)\n", label,
                 (long long)o->step_size, (long long)planned, o->epochs, (long long)batches_per_epoch);
+    const int capped = o->max_steps > 0 && o->max_steps < planned;
+    const int64_t end = capped ? o->max_steps : planned; /* the step count at which this invocation stops */
+    if (o->save_every > 0 && o->save_every >= end) { /* saves after steps save_every, 2 x save_every, ..., and the end */
+        char why[96];
+        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
+        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+        fprintf(f, "%snote: --save-every %lld changes nothing: the run ends at step %lld (%s), where the checkpoint is "
+                   "written anyway\n", label, (long long)o->save_every, (long long)end, why);
+    }
     if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->max_steps > 0 && o->inject_nonfinite >= o->max_steps &&
         o->inject_nonfinite < planned)
         fprintf(f, "%snote: --inject-nonfinite %lld injects nothing in this invocation, which stops at --max-steps "
