@@ -873,7 +873,8 @@ END_TEST
 
 /* More flags that changed nothing and said nothing, each now with a note (a run goes on: a sweep may pass them to
  * every run): --optimizer-state for plain SGD (no state), --lr-schedule step whose first decay comes after the last
- * step, --save-every no smaller than the run, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6 steps per epoch. */
+ * step, --save-every no smaller than the run, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6
+ * steps per epoch. */
 START_TEST(test_more_unused_notes) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
@@ -892,8 +893,8 @@ START_TEST(test_more_unused_notes) {
         {{"--save-every", "6", NULL},
          "note: --save-every 6 changes nothing: the run ends at step 6 (--epochs 1 x 6 batches per epoch), where the "
          "checkpoint is written anyway", 1},
-        {{"--save-every", "3", "--max-steps", "3", NULL}, "note: --save-every 3 changes nothing: the run ends at step 3 "
-                                                          "(--max-steps 3)", 1},
+        {{"--save-every", "3", "--max-steps", "3", NULL},
+         "note: --save-every 3 changes nothing: the run ends at step 3 (--max-steps 3)", 1},
         {{"--save-every", "5", NULL}, "--save-every 5 changes nothing", 0},
     };
     for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
@@ -1792,8 +1793,9 @@ START_TEST(test_inject_nonfinite_in_run) {
     const char *data = write_synthetic(NULL);
     int rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--epochs", "2", "--limit-test",
                  "64", "--inject-nonfinite", "12", "--progress", "off", "--out", tmp_path("e"), NULL);
-    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain train: --inject-nonfinite 12: expected an iteration below the run's "
-                                             "12 steps (--epochs 2 x 6 batches per epoch"), "(%d) %.2000s", rc, out_buf);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain train: --inject-nonfinite 12: expected an iteration below the "
+                                             "run's 12 steps (--epochs 2 x 6 batches per epoch"),
+                  "(%d) %.2000s", rc, out_buf);
     ck_assert_msg(!strstr(out_buf, "epoch 1/2"), "trained before refusing: %.2000s", out_buf);
     rc = run("compare", "--precisions", "fp32,bf16", "--data", data, "--device", "cpu", "--batch-size", "100",
              "--epochs", "1", "--limit-test", "64", "--inject-nonfinite", "6", "--progress", "off", "--out",

@@ -203,7 +203,8 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_MATH},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)",
      .scope = MPT_SCOPE_MATH},
-    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000; a note says when the first comes after the run's last step)",
+    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N",
+     "step: steps between decays (default 1000; a note says when the first comes after the run's last step)",
      .scope = MPT_SCOPE_MATH},
     {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)",
      .scope = MPT_SCOPE_MATH},
@@ -1303,8 +1304,8 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
     if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && !lowp)
         fprintf(f, "%snote: --update-rounding stochastic changes nothing in %s: the weights are FP32\n", label, p);
     if (o->optimizer_state != MPT_DTYPE_F32 && o->optimizer == MPT_OPTIM_SGD && o->momentum == 0.0)
-        fprintf(f, "%snote: --optimizer-state %s changes nothing with --optimizer sgd and --momentum 0: plain SGD keeps "
-                   "no optimizer state\n", label, state_dtype_name(o->optimizer_state));
+        fprintf(f, "%snote: --optimizer-state %s changes nothing with --optimizer sgd and --momentum 0: plain SGD "
+                   "keeps no optimizer state\n", label, state_dtype_name(o->optimizer_state));
     else if (o->optimizer_state != MPT_DTYPE_F32)
         fprintf(f, "%s--optimizer-state %s: optimizer state stored in %s (widened, updated in FP32, rounded to "
                    "nearest on store)\n",
@@ -1584,11 +1585,13 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
                         "int8|int4|fp8-e4m3 as well\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (mpt_cli_given(o, MPT_OPT_GRANULARITY) && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->scaled) {
+    if (mpt_cli_given(o, MPT_OPT_GRANULARITY) && o->quantize >= 0 &&
+        !mpt_qformat_info((mpt_qformat)o->quantize)->scaled) { /* BF16: rounded to nearest, no scale to place */
         char scaled[96] = "";
-        for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT; i++)
-            if (mpt_qformat_info((mpt_qformat)i)->scaled)
-                k += snprintf(scaled + k, sizeof scaled - (size_t)k, "%s%s", k ? "|" : "", mpt_qformat_info((mpt_qformat)i)->key);
+        for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT; i++) {
+            const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)i);
+            if (q->scaled) k += snprintf(scaled + k, sizeof scaled - (size_t)k, "%s%s", k ? "|" : "", q->key);
+        }
         fprintf(stderr, "mptrain %s: --granularity %s: expected --quantize %s (the formats with scales), found "
                         "--quantize %s, which rounds to nearest without a scale: drop --granularity\n", name,
                 o->per_channel ? "channel" : "tensor", scaled, mpt_qformat_info((mpt_qformat)o->quantize)->key);
@@ -1657,7 +1660,7 @@ void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, co
                 (long long)o->step_size, (long long)planned, o->epochs, (long long)batches_per_epoch);
     const int capped = o->max_steps > 0 && o->max_steps < planned;
     const int64_t end = capped ? o->max_steps : planned; /* the step count at which this invocation stops */
-    if (o->save_every > 0 && o->save_every >= end) { /* saves after steps save_every, 2 x save_every, ..., and the end */
+    if (o->save_every > 0 && o->save_every >= end) { /* saves after steps save_every, 2 x save_every, ..., the end */
         char why[96];
         if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
         else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
