@@ -599,6 +599,7 @@ mpt_status mpt_mnist_load_opts(const char *dir, const mpt_mnist_opts *opts, mpt_
     out->n_train = f[0].dims[0];
     out->n_test = f[2].dims[0];
     out->channels = (int)C;
+    out->image_ndim = f[0].ndim;
     out->rows = (int)H;
     out->cols = (int)W;
     out->dim = C * H * W;

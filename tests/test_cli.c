@@ -779,6 +779,8 @@ START_TEST(test_fixtures_train) {
                  "cpu", "--model", f->model, "--precision", "bf16", "--batch-size", "32", "--epochs", "3",
                  "--progress", "off", NULL);
     ck_assert_msg(rc == 0, "%s: train failed (%d): %s", f->name, rc, out_buf);
+    ck_assert_msg(!strstr(out_buf, "--data-layout nhwc changes nothing"), "%s: rank-4 files are ordered by the flag, "
+                  "yet a note says it changes nothing: %.2000s", f->name, out_buf);
     json_t *j = load_summary(out);
     json_t *dj = json_object_get(j, "data");
     ck_assert_msg(json_integer_value(json_object_get(dj, "channels")) == f->C &&
@@ -793,6 +795,125 @@ START_TEST(test_fixtures_train) {
     ck_assert_msg(json_integer_value(json_object_get(last, "out_features")) == f->K, "%s: the head is not %d wide",
                   f->name, f->K);
     json_decref(j);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --data-layout nhwc on rank-3 files ([N, H, W], Fashion-MNIST's) changed nothing and said nothing: a note says so, in
+ * train and in eval, and the run goes on (the statement is not false for one-channel images: not an error). */
+START_TEST(test_data_layout_rank3_note) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *out = tmp_path("out");
+    const char *note = "note: --data-layout nhwc changes nothing: the images in ";
+    int rc = run("train", "--data", data, "--data-layout", "nhwc", "--device", "cpu", "--max-steps", "2",
+                 "--limit-test", "64", "--progress", "off", "--out", out, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, note) && strstr(out_buf, "are rank 3 ([N, H, W], one channel)"),
+                  "train: (%d) %.2000s", rc, out_buf);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", out);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--data-layout", "nhwc", "--device", "cpu", "--limit-test",
+             "64", NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, note), "eval: (%d) %.2000s", rc, out_buf);
+    rc = run("eval", "--checkpoint", ck, "--data", data, "--device", "cpu", "--limit-test", "64", NULL);
+    ck_assert_msg(rc == 0 && !strstr(out_buf, "--data-layout"), "eval without the flag: (%d) %.2000s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --tf32-conv on a network without convolutions (the mlp) changed nothing and said nothing: a note says so in fp32
+ * and tf32 (a 16-bit mode has its own note for both switches); a network with convolutions gets none. */
+START_TEST(test_tf32_conv_without_convs) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    const char *note = "note: --tf32-conv changes nothing: the model has no convolutions";
+    static const struct {
+        const char *model, *precision, *value;
+        int expect;
+    } c[] = {
+        {"mlp", "fp32", "on", 1},     {"mlp", "tf32", "off", 1},   {"flatten,linear(32),relu,linear", "fp32", "on", 1},
+        {"lenet5", "fp32", "on", 0},  {"lenet5", "tf32", "off", 0}, {"mlp", "bf16", "on", 0},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        int rc = run("train", "--data", data, "--device", "cpu", "--model", c[k].model, "--precision", c[k].precision,
+                     "--tf32-conv", c[k].value, "--max-steps", "1", "--limit-test", "32", "--progress", "off", "--out",
+                     out, NULL);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, note) != NULL) == c[k].expect, "case %zu (%s %s): note %s: %.2000s", k,
+                      c[k].model, c[k].precision, c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+    rm_tmpdir();
+}
+END_TEST
+
+/* eval --quantize bf16 --granularity G: BF16 has no scale, so the granularity of its scales meant nothing and the run
+ * said nothing; refused before any file is read, naming the flag, the value and the formats that take it. The scaled
+ * formats still take it (their parse reaches the missing checkpoint instead). */
+START_TEST(test_granularity_needs_scale) {
+    static const char *const g[] = {"channel", "tensor"};
+    for (int k = 0; k < 2; k++) {
+        int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", "--quantize", "bf16", "--granularity", g[k],
+                     NULL);
+        char want[200];
+        snprintf(want, sizeof want, "mptrain eval: --granularity %s: expected --quantize int8|int4|fp8-e4m3 (the "
+                 "formats with scales), found --quantize bf16", g[k]);
+        ck_assert_msg(rc == 2 && strstr(out_buf, want) && !strstr(out_buf, "nonexistent"), "(%d) %s", rc, out_buf);
+    }
+    static const char *const scaled[] = {"int8", "int4", "fp8-e4m3"};
+    for (int k = 0; k < 3; k++) {
+        int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", "--quantize", scaled[k], "--granularity",
+                     "tensor", NULL);
+        ck_assert_msg(rc != 0 && !strstr(out_buf, "--granularity") && strstr(out_buf, "nonexistent"),
+                      "--quantize %s --granularity tensor: (%d) %s", scaled[k], rc, out_buf);
+    }
+}
+END_TEST
+
+/* More flags that changed nothing and said nothing, each now with a note (a run goes on: a sweep may pass them to
+ * every run): --optimizer-state for plain SGD (no state), --lr-schedule step whose first decay comes after the last
+ * step, --save-every no smaller than the run, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6
+ * steps per epoch. */
+START_TEST(test_more_unused_notes) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    static const struct {
+        const char *a[6], *note;
+        int expect;
+    } c[] = {
+        {{"--optimizer", "sgd", "--optimizer-state", "bf16", NULL},
+         "note: --optimizer-state bf16 changes nothing with --optimizer sgd and --momentum 0: plain SGD keeps no "
+         "optimizer state", 1},
+        {{"--optimizer", "sgd", "--momentum", "0.9", "--optimizer-state", "bf16"}, "--optimizer-state bf16 changes", 0},
+        {{"--lr-schedule", "step", "--step-size", "6", NULL},
+         "note: --lr-schedule step changes nothing: its first decay comes at iteration 6 (--step-size), past the run's "
+         "6 steps (--epochs 1 x 6 batches per epoch)", 1},
+        {{"--lr-schedule", "step", "--step-size", "5", NULL}, "--lr-schedule step changes nothing", 0},
+        {{"--save-every", "6", NULL},
+         "note: --save-every 6 changes nothing: the run ends at step 6 (--epochs 1 x 6 batches per epoch), where the "
+         "checkpoint is written anyway", 1},
+        {{"--save-every", "3", "--max-steps", "3", NULL},
+         "note: --save-every 3 changes nothing: the run ends at step 3 (--max-steps 3)", 1},
+        {{"--save-every", "5", NULL}, "--save-every 5 changes nothing", 0},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        const char *argv[32] = {"mptrain", "train", "--data", data, "--device", "cpu", "--batch-size", "100",
+                                "--epochs", "1", "--limit-test", "32", "--progress", "off", "--out", out};
+        int n = 16;
+        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
+        argv[n] = NULL;
+        int rc = run_argv((char *const *)argv);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
+                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+    int rc = run("compare", "--precisions", "fp32", "--data", data, "--device", "cpu", "--max-steps", "1",
+                 "--limit-test", "32", "--comm-timeout", "5", "--progress", "off", "--out", tmp_path("cmp"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "note: --comm-timeout changes nothing: this compare is not a rank of an "
+                                             "mpirun job"), "compare --comm-timeout: (%d) %.2000s", rc, out_buf);
     rm_tmpdir();
 }
 END_TEST
@@ -1659,6 +1780,45 @@ START_TEST(test_unused_flag_notes) {
                  "--warmup-steps", "2", "--progress", "off", "--out", tmp_path("warm"), NULL);
     ck_assert_msg(rc == 2 && strstr(out_buf, "--warmup-steps 2: expected fewer than the run's 2 steps (--max-steps 2)"),
                   "(%d) %.2000s", rc, out_buf);
+    rm_tmpdir();
+}
+END_TEST
+
+/* --inject-nonfinite STEP past the run's last step injected nothing and said nothing: now refused once the data gives
+ * the step count, before training, naming the flag, the count and where it comes from (train and compare). Past
+ * --max-steps alone it is a note: the checkpoint records it and a resumed run injects it (resume_case relies on that).
+ * A step inside the run is injected (one skipped step). 600 images in batches of 100: 6 steps per epoch. */
+START_TEST(test_inject_nonfinite_in_run) {
+    make_tmpdir();
+    const char *data = write_synthetic(NULL);
+    int rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--epochs", "2", "--limit-test",
+                 "64", "--inject-nonfinite", "12", "--progress", "off", "--out", tmp_path("e"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain train: --inject-nonfinite 12: expected an iteration below the "
+                                             "run's 12 steps (--epochs 2 x 6 batches per epoch"),
+                  "(%d) %.2000s", rc, out_buf);
+    ck_assert_msg(!strstr(out_buf, "epoch 1/2"), "trained before refusing: %.2000s", out_buf);
+    rc = run("compare", "--precisions", "fp32,bf16", "--data", data, "--device", "cpu", "--batch-size", "100",
+             "--epochs", "1", "--limit-test", "64", "--inject-nonfinite", "6", "--progress", "off", "--out",
+             tmp_path("c"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "mptrain compare: --inject-nonfinite 6: expected an iteration below the "
+                                             "run's 6 steps (--epochs 1 x 6"), "(%d) %.2000s", rc, out_buf);
+    rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--max-steps", "3", "--limit-test",
+             "64", "--inject-nonfinite", "2", "--progress", "off", "--out", tmp_path("ok"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "3 steps, 1 skipped") && !strstr(out_buf, "injects nothing"),
+                  "(%d) %.2000s", rc, out_buf);
+    /* past --max-steps: a note, and the resumed run injects it */
+    const char *first = tmp_path("first");
+    rc = run("train", "--data", data, "--device", "cpu", "--batch-size", "100", "--max-steps", "3", "--limit-test",
+             "64", "--inject-nonfinite", "4", "--progress", "off", "--out", first, NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "note: --inject-nonfinite 4 injects nothing in this invocation, which "
+                                             "stops at --max-steps 3; a run resumed from its checkpoint injects it") &&
+                      strstr(out_buf, "3 steps, 0 skipped"), "(%d) %.2000s", rc, out_buf);
+    char ck[700];
+    snprintf(ck, sizeof ck, "%s/checkpoint.safetensors", first);
+    rc = run("train", "--resume", ck, "--data", data, "--device", "cpu", "--max-steps", "6", "--limit-test", "64",
+             "--progress", "off", "--out", tmp_path("resumed"), NULL);
+    ck_assert_msg(rc == 0 && strstr(out_buf, "6 steps, 1 skipped") && !strstr(out_buf, "injects nothing"),
+                  "resumed: (%d) %.2000s", rc, out_buf);
     rm_tmpdir();
 }
 END_TEST
@@ -2551,8 +2711,16 @@ static Suite *cli_suite(void) {
     tcase_add_test(ts, test_resume_nothing_left);
     tcase_add_test(ts, test_partial_epoch_summary);
     tcase_add_test(ts, test_nonfinite_apply);
+    tcase_add_test(ts, test_inject_nonfinite_in_run);
     tcase_add_test(ts, test_resume_keeps_telemetry);
     suite_add_tcase(s, ts);
+    TCase *tu = tcase_create("unused"); /* flags that did nothing where they cannot act: refused, or a note */
+    tcase_set_timeout(tu, 120);
+    tcase_add_test(tu, test_data_layout_rank3_note);
+    tcase_add_test(tu, test_tf32_conv_without_convs);
+    tcase_add_test(tu, test_granularity_needs_scale);
+    tcase_add_test(tu, test_more_unused_notes);
+    suite_add_tcase(s, tu);
     return s;
 }
 

@@ -456,6 +456,7 @@ START_TEST(test_mnist_small) {
     ck_assert_int_eq(d.n_train, 20); ck_assert_int_eq(d.n_test, 7);
     ck_assert_int_eq(d.rows, 4); ck_assert_int_eq(d.cols, 3); ck_assert_int_eq(d.dim, 12);
     ck_assert_int_eq(d.n_classes, 10);
+    ck_assert_int_eq(d.image_ndim, 3); /* rank-3 files: --data-layout has no channel dimension to order */
     for (int i = 0; i < 20 * 12; i++) ck_assert_int_eq(d.train_images[i], (uint8_t)(i * 7 + 3));
     for (int i = 0; i < 7; i++) ck_assert_int_eq(d.test_labels[i], (i * 3) % 10);
     /* Save and reload both ways. */
@@ -681,6 +682,7 @@ START_TEST(test_mnist_channels_classes) {
     ck_assert_msg(mpt_mnist_save_layout(a, &d, 1, MPT_IDX_LAYOUT_NCHW) == MPT_OK, "%s", mpt_last_error());
     ck_assert_msg(mpt_mnist_load(a, &e) == MPT_OK, "%s", mpt_last_error());
     ck_assert(e.channels == 3 && e.rows == 32 && e.cols == 32 && e.dim == 3072 && e.n_classes == 47);
+    ck_assert_int_eq(e.image_ndim, 4); /* the files' rank: what decides whether --data-layout orders anything */
     ck_assert(memcmp(e.train_images, d.train_images, (size_t)(94 * 3072)) == 0);
     ck_assert(memcmp(e.test_images, d.test_images, (size_t)(20 * 3072)) == 0);
     mpt_mnist_free(&e);
@@ -697,6 +699,7 @@ START_TEST(test_mnist_channels_classes) {
     /* the same files read as NCHW are 32 channels of 32 x 3: a different shape, not the images */
     ck_assert_msg(mpt_mnist_load(b, &e) == MPT_OK, "%s", mpt_last_error());
     ck_assert(e.channels == 32 && e.rows == 32 && e.cols == 3);
+    ck_assert_int_eq(e.image_ndim, 4);
     ck_assert(memcmp(e.train_images, d.train_images, (size_t)(94 * 3072)) != 0);
     mpt_mnist_free(&e);
     /* a given class count above the labels' is kept; one below a label is refused, naming the file */

@@ -135,6 +135,16 @@ START_TEST(test_flags) {
     EXPECT_USAGE("--threads", "--threads", "0");
     EXPECT_USAGE("--telemetry", "--telemetry", "5"); /* not a speedrun option */
     EXPECT_USAGE("stray", "stray");
+    /* --print-recipe prints the fixed recipe and exits: another flag with it did nothing and said nothing */
+    const char *out_dir = tmp_path("recipe-out");
+    int rc0 = run("speedrun", "--print-recipe", "--seeds", "3", "--out", out_dir, NULL);
+    ck_assert_msg(rc0 == 2 && strstr(out_buf, "mptrain speedrun: --print-recipe prints the recipe and exits, so ") &&
+                      strstr(out_buf, "--seeds") && strstr(out_buf, "--out") &&
+                      strstr(out_buf, "would change nothing: expected --print-recipe alone") &&
+                      !strstr(out_buf, "--model"), "(%d) %s", rc0, out_buf);
+    ck_assert_msg(access(out_dir, F_OK) != 0, "--print-recipe created %s", out_dir);
+    rc0 = run("speedrun", "--untimed-warmup=0", "--print-recipe", NULL);
+    ck_assert_msg(rc0 == 2 && strstr(out_buf, "so --untimed-warmup would change nothing"), "(%d) %s", rc0, out_buf);
 
     const char *missing = tmp_path("no-such-data");
     int rc = run("speedrun", "--data", missing, "--seeds", "1", "--precisions", "fp32", "--device", "cpu", "--out",

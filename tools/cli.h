@@ -340,9 +340,16 @@ const char *mpt_cli_format(const mpt_cli_opts *o, mpt_opt_id id, char *buf, size
  * tf32 mode, off otherwise). Call once the precision is final (compare: once per precision). */
 void mpt_cli_resolve(mpt_cli_opts *o);
 
-/* The learning-rate schedule against the run's length, known once the data is: the cosine warmup must end before
- * the last of the epochs x batches_per_epoch steps. MPT_ERR_ARG naming --warmup-steps and the numbers. */
+/* The flags that count steps against the run's length, known once the data is: the cosine warmup must end before
+ * the last of the epochs x batches_per_epoch steps (or --max-steps), and --inject-nonfinite, when given, must name one
+ * of the epochs' steps (0-based). MPT_ERR_ARG naming the flag and the numbers. */
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch);
+
+/* After mpt_cli_check_schedule: notes on f (each line prefixed with label) on step counts that make a flag change
+ * nothing here: --inject-nonfinite past --max-steps, within the epochs (this invocation stops first, a run resumed from
+ * its checkpoint injects it); --lr-schedule step whose first decay (--step-size) comes after the epochs' last step;
+ * --save-every no smaller than the steps this invocation runs (only the final checkpoint is written). */
+void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f);
 
 /* Checks combinations of resolved switches: --update-rounding stochastic needs --master-weights none,
  * --nonfinite apply needs a loss scaling other than dynamic, --scale-ceiling >= --scale-floor. MPT_ERR_ARG

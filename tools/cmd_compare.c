@@ -241,6 +241,9 @@ int mpt_cmd_compare(int argc, char **argv) {
     s = mpt_sweep_join(&dist);
     if (s != MPT_OK) return mpt_cli_fail("compare", s);
     if (dist) mpt_dist_set_timeout(dist, o.comm_timeout);
+    else if (mpt_cli_given(&o, MPT_OPT_COMM_TIMEOUT)) /* a note: the same command may run with and without mpirun */
+        printf("note: --comm-timeout changes nothing: this compare is not a rank of an mpirun job, so there are no "
+               "other ranks to wait for\n");
     mpt_run_answer(dist);
     rc = compare_with(&o, dist);
     mpt_run_answer(NULL);

@@ -51,6 +51,11 @@ mpt_status mpt_cli_data_load(mpt_cli_data *cd, const char *dir, int64_t limit_tr
                                .limit_test = limit_test};
     mpt_status s = mpt_mnist_load_opts(dir, &mo, &cd->d);
     if (s != MPT_OK) return s;
+    /* A note, not an error: a rank-3 file is [N, H, W], channels last with one channel as much as channels first, so
+     * a script that says nhwc for all its datasets, grey ones included, says nothing false. */
+    if (layout == MPT_IDX_LAYOUT_NHWC && cd->d.image_ndim == 3)
+        printf("note: --data-layout nhwc changes nothing: the images in %s are rank 3 ([N, H, W], one channel), with "
+               "no channel dimension to move; it orders rank-4 files\n", dir);
     mpt_cli_data_fingerprint(&cd->d, &cd->fp);
     return MPT_OK;
 }

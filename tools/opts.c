@@ -135,7 +135,8 @@ static const opt_def opt_table[] = {
      "nearest | stochastic: how updated weights round to fp16/bf16 with --master-weights none (default nearest)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"optimizer-state", MPT_OPT_OPTIMIZER_STATE, required_argument, TC, "D",
-     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32)",
+     "fp32 | bf16 | fp16: storage of Adam's m, v and SGD's momentum buffer (default fp32; plain SGD, --momentum 0, "
+     "keeps none: a note says it changes nothing)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"nonfinite", MPT_OPT_NONFINITE, required_argument, TC, "WHAT",
      "skip | apply: a step with inf/NaN gradients is skipped (default) or applied to the weights",
@@ -144,7 +145,8 @@ static const opt_def opt_table[] = {
      "TF32 for GEMMs with FP32 operands (torch.backends.cuda.matmul.allow_tf32; default on for tf32, else off)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"tf32-conv", MPT_OPT_TF32_CONV, required_argument, TC, "on|off",
-     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off)",
+     "TF32 for convolutions with FP32 operands (torch.backends.cudnn.allow_tf32; default on for tf32, else off; a "
+     "network without convolutions, such as mlp: changes nothing, and a note says so)",
      .scope = MPT_SCOPE_MATH_OPTIONAL},
     {"cpu-kernels", MPT_OPT_CPU_KERNELS, required_argument, TC | MPT_CMD_EVAL | SR, "SET",
      "emulate | native | auto: the CPU backend's GEMM/convolution kernels (default emulate; " CPU_KERNEL_SETS ")",
@@ -201,7 +203,8 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_MATH},
     {"min-lr", MPT_OPT_MIN_LR, required_argument, TC, "X", "cosine: final learning rate (default 0)",
      .scope = MPT_SCOPE_MATH},
-    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N", "step: steps between decays (default 1000)",
+    {"step-size", MPT_OPT_STEP_SIZE, required_argument, TC, "N",
+     "step: steps between decays (default 1000; a note says when the first comes after the run's last step)",
      .scope = MPT_SCOPE_MATH},
     {"gamma", MPT_OPT_GAMMA, required_argument, TC, "X", "step: decay factor in (0, 1] (default 0.1)",
      .scope = MPT_SCOPE_MATH},
@@ -221,7 +224,8 @@ static const opt_def opt_table[] = {
      "standardise pixels with the training set's mean and std (default: scale to [0, 1])",
      .scope = MPT_SCOPE_MATH},
     {"inject-nonfinite", MPT_OPT_INJECT_NONFINITE, required_argument, TC, "STEP",
-     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped",
+     "make the gradients of iteration STEP (0-based) NaN, to watch a step being skipped; STEP must be one of the "
+     "run's steps (below --epochs x steps per epoch; past --max-steps, a resumed run injects it)",
      .scope = MPT_SCOPE_MATH},
     {"device", MPT_OPT_DEVICE, required_argument, TC | MPT_CMD_EVAL | SR, "D",
      "auto | cpu | cuda (default auto: the GPU when usable, else the CPU)",
@@ -239,7 +243,7 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(classes)},
     {"data-layout", MPT_OPT_DATA_LAYOUT, required_argument, TC | MPT_CMD_EVAL, "L",
      "rank-4 IDX images: nchw ([N, C, H, W], PyTorch's) | nhwc ([N, H, W, C], channels last; transposed on load) "
-     "(default nchw; rank-3 files are [N, H, W])",
+     "(default nchw; rank-3 files are [N, H, W] either way: nhwc changes nothing there, and a note says so)",
      .scope = MPT_SCOPE_INVOCATION, FIELD(data_layout)},
     {"out", MPT_OPT_OUT, required_argument, TC | SR, "DIR",
      "output directory (default runs/<model>-<precision>)",
@@ -256,7 +260,8 @@ static const opt_def opt_table[] = {
      "output errors",
      .scope = MPT_SCOPE_COMMAND},
     {"granularity", MPT_OPT_GRANULARITY, required_argument, MPT_CMD_EVAL, "G",
-     "with --quantize: channel (one scale per output channel, default) | tensor (one per weight tensor)",
+     "with --quantize int8|int4|fp8-e4m3: channel (one scale per output channel, default) | tensor (one per weight "
+     "tensor); bf16 has no scale and refuses it",
      .scope = MPT_SCOPE_COMMAND},
     {"activations", MPT_OPT_ACTIVATIONS, required_argument, MPT_CMD_EVAL, "A",
      "with --quantize int8|int4: none (default: weights only, the checkpoint's GEMMs on them) | int8 (the input of "
@@ -305,7 +310,8 @@ static const opt_def opt_table[] = {
      .scope = MPT_SCOPE_INVOCATION, FIELD(comm_timeout)},
     {"print-recipe", MPT_OPT_PRINT_RECIPE, no_argument, SR, NULL,
      "print the recipe as the options of mptrain train and compare it is, on one line quoted for the shell "
-     "(`mptrain speedrun --print-recipe | xargs mptrain train --precision bf16`), and exit",
+     "(`mptrain speedrun --print-recipe | xargs mptrain train --precision bf16`), and exit; no other option with it "
+     "(none changes the recipe)",
      .scope = MPT_SCOPE_COMMAND},
     {"untimed-warmup", MPT_OPT_UNTIMED_WARMUP, required_argument, SR, "N",
      "before each run's clocks start, N training steps of a throw-away copy of the network on the same device, "
@@ -1240,14 +1246,20 @@ static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const ch
                                                      "measured as --fp8-accum fast --fp8-promote 128)");
 }
 
+/* How many layers of the run's model are of kind a or kind b; -1 when the model does not parse. */
+static int model_layers(const mpt_cli_opts *o, mpt_layer_kind a, mpt_layer_kind b) {
+    static mpt_model_plan plan; /* 64 layers: kept off the stack */
+    if (mpt_model_parse(o->model, &plan) != MPT_OK) return -1;
+    int n = 0;
+    for (int i = 0; i < plan.n; i++) n += plan.layer[i].kind == a || plan.layer[i].kind == b;
+    return n;
+}
+
 /* What --norm-stats does, when it is not fp32: nothing in a network without batchnorm or layernorm. */
 static void norm_stats_notes(const mpt_cli_opts *o, const char *label, FILE *f) {
     if (o->norm_stats == MPT_NORM_STATS_FP32) return;
-    static mpt_model_plan plan; /* 64 layers: kept off the stack */
-    int norms = 0;
-    if (mpt_model_parse(o->model, &plan) == MPT_OK)
-        for (int i = 0; i < plan.n; i++)
-            norms += plan.layer[i].kind == MPT_LAYER_BATCHNORM || plan.layer[i].kind == MPT_LAYER_LAYERNORM;
+    int norms = model_layers(o, MPT_LAYER_BATCHNORM, MPT_LAYER_LAYERNORM);
+    if (norms < 0) norms = 0;
     const mpt_norm_stats_desc *d = mpt_norm_stats_info(o->norm_stats);
     if (!norms)
         fprintf(f, "%snote: --norm-stats %s changes nothing: the model has no batchnorm or layernorm\n", label,
@@ -1291,7 +1303,10 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
                 o->update_rounding == MPT_ROUNDING_STOCHASTIC ? "survive in expectation" : "are lost");
     if (o->update_rounding == MPT_ROUNDING_STOCHASTIC && !lowp)
         fprintf(f, "%snote: --update-rounding stochastic changes nothing in %s: the weights are FP32\n", label, p);
-    if (o->optimizer_state != MPT_DTYPE_F32)
+    if (o->optimizer_state != MPT_DTYPE_F32 && o->optimizer == MPT_OPTIM_SGD && o->momentum == 0.0)
+        fprintf(f, "%snote: --optimizer-state %s changes nothing with --optimizer sgd and --momentum 0: plain SGD "
+                   "keeps no optimizer state\n", label, state_dtype_name(o->optimizer_state));
+    else if (o->optimizer_state != MPT_DTYPE_F32)
         fprintf(f, "%s--optimizer-state %s: optimizer state stored in %s (widened, updated in FP32, rounded to "
                    "nearest on store)\n",
                 label, state_dtype_name(o->optimizer_state), state_dtype_name(o->optimizer_state));
@@ -1304,6 +1319,10 @@ void mpt_cli_switch_notes(const mpt_cli_opts *o, int tf32_override, const char *
         fprintf(f, "%snote: --tf32-matmul/--tf32-conv change nothing in %s: GEMM and conv operands are %s, not "
                    "FP32\n",
                 label, p, p);
+    /* a note, not an error: PyTorch users set both switches whatever the network, as torch.backends does */
+    if (!lowp && mpt_cli_given(o, MPT_OPT_TF32_CONV) && model_layers(o, MPT_LAYER_CONV, MPT_LAYER_CONV) == 0)
+        fprintf(f, "%snote: --tf32-conv changes nothing: the model has no convolutions (--tf32-matmul sets its "
+                   "GEMMs)\n", label);
     if (o->cpu_kernels == MPT_CPU_KERNELS_NATIVE && mode->lowp_math != MPT_MATH_BF16 && !label[0])
         fprintf(f, "%snote: --cpu-kernels native changes nothing in %s: the CPU has native units for bf16 only, so %s "
                    "stays emulated\n", label, p, p);
@@ -1470,6 +1489,7 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
 
     opterr = 0;
     optind = 0; /* glibc: full re-initialisation */
+    unsigned char here[MPT_OPT_COUNT] = {0}; /* given in this argv (o->given also holds speedrun's recipe) */
     int c;
     while ((c = getopt_long(argc, argv, "+:h", longopts, NULL)) != -1) {
         if (c == 'h' || c == MPT_OPT_HELP) {
@@ -1509,12 +1529,26 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
             return MPT_CLI_EXIT_USAGE;
         }
         o->given[id - MPT_OPT_FIRST] = 1;
+        here[id - MPT_OPT_FIRST] = 1;
     }
     if (optind < argc) {
         char esc[256];
         fprintf(stderr, "mptrain %s: unexpected argument '%s' (options start with --; see mptrain %s --help)\n", name,
                 mpt_cli_echo(esc, sizeof esc, argv[optind]), name);
         return MPT_CLI_EXIT_USAGE;
+    }
+    if (o->print_recipe) { /* it prints the fixed recipe and exits: nothing else it was given can act */
+        char others[512] = "";
+        for (int i = 0, k = 0; i < MPT_OPT_COUNT && k + 32 < (int)sizeof others; i++)
+            if (here[i] && i + MPT_OPT_FIRST != MPT_OPT_PRINT_RECIPE)
+                k += snprintf(others + k, sizeof others - (size_t)k, "%s--%s", k ? ", " : "",
+                              mpt_cli_opt_name((mpt_opt_id)(i + MPT_OPT_FIRST)));
+        if (others[0]) {
+            fprintf(stderr, "mptrain %s: --print-recipe prints the recipe and exits, so %s would change nothing: "
+                            "expected --print-recipe alone (the recipe is the same whatever the runs' options)\n",
+                    name, others);
+            return MPT_CLI_EXIT_USAGE;
+        }
     }
     if (cmd == MPT_CMD_COMPARE && !mpt_cli_given(o, MPT_OPT_TELEMETRY)) o->telemetry = 50;
     /* compare puts precisions side by side for speed too: each bf16 run on the CPU set that measured faster here */
@@ -1549,6 +1583,18 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
                             mpt_cli_given(o, MPT_OPT_CALIBRATE))) {
         fprintf(stderr, "mptrain %s: --granularity, --activations and --calibrate set up --quantize: give --quantize "
                         "int8|int4|fp8-e4m3 as well\n", name);
+        return MPT_CLI_EXIT_USAGE;
+    }
+    if (mpt_cli_given(o, MPT_OPT_GRANULARITY) && o->quantize >= 0 &&
+        !mpt_qformat_info((mpt_qformat)o->quantize)->scaled) { /* BF16: rounded to nearest, no scale to place */
+        char scaled[96] = "";
+        for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT; i++) {
+            const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)i);
+            if (q->scaled) k += snprintf(scaled + k, sizeof scaled - (size_t)k, "%s%s", k ? "|" : "", q->key);
+        }
+        fprintf(stderr, "mptrain %s: --granularity %s: expected --quantize %s (the formats with scales), found "
+                        "--quantize %s, which rounds to nearest without a scale: drop --granularity\n", name,
+                o->per_channel ? "channel" : "tensor", scaled, mpt_qformat_info((mpt_qformat)o->quantize)->key);
         return MPT_CLI_EXIT_USAGE;
     }
     if (o->act_int8 && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->is_int) {
@@ -1587,15 +1633,45 @@ mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epo
     int64_t total = (int64_t)o->epochs * batches_per_epoch; /* the schedule's length, as mpt_cli_train_config sets it */
     const int capped = o->max_steps > 0 && o->max_steps < total;
     if (capped) total = o->max_steps;
-    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total) {
-        char why[96];
-        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
-        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    char why[96];
+    if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
+    else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total)
         return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (%s): the cosine "
                           "schedule warms up, then decays over the steps left", (long long)o->warmup_steps,
                           (long long)total, why);
-    }
+    /* Past the epochs' last step the injection never happens. Past --max-steps alone it does, in a run resumed from
+     * the checkpoint (mpt_cli_schedule_notes says so). Only when given on this command line: a resumed run's recorded
+     * injection may lie behind it. */
+    const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->inject_nonfinite >= planned)
+        return mpt_errorf(MPT_ERR_ARG, "--inject-nonfinite %lld: expected an iteration below the run's %lld steps "
+                          "(--epochs %d x %lld batches per epoch; iterations count from 0): a later one is never "
+                          "reached, so nothing would be injected", (long long)o->inject_nonfinite, (long long)planned,
+                          o->epochs, (long long)batches_per_epoch);
     return MPT_OK;
+}
+
+void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, const char *label, FILE *f) {
+    const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (o->lr_schedule == MPT_LR_STEP && o->step_size >= planned) /* lr = lr0 gamma^floor(t / step_size), t 0-based */
+        fprintf(f, "%snote: --lr-schedule step changes nothing: its first decay comes at iteration %lld (--step-size), "
+                   "past the run's %lld steps (--epochs %d x %lld batches per epoch)\n", label,
+                (long long)o->step_size, (long long)planned, o->epochs, (long long)batches_per_epoch);
+    const int capped = o->max_steps > 0 && o->max_steps < planned;
+    const int64_t end = capped ? o->max_steps : planned; /* the step count at which this invocation stops */
+    if (o->save_every > 0 && o->save_every >= end) { /* saves after steps save_every, 2 x save_every, ..., the end */
+        char why[96];
+        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
+        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+        fprintf(f, "%snote: --save-every %lld changes nothing: the run ends at step %lld (%s), where the checkpoint is "
+                   "written anyway\n", label, (long long)o->save_every, (long long)end, why);
+    }
+    if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->max_steps > 0 && o->inject_nonfinite >= o->max_steps &&
+        o->inject_nonfinite < planned)
+        fprintf(f, "%snote: --inject-nonfinite %lld injects nothing in this invocation, which stops at --max-steps "
+                   "%lld; a run resumed from its checkpoint injects it at iteration %lld\n", label,
+                (long long)o->inject_nonfinite, (long long)o->max_steps, (long long)o->inject_nonfinite);
 }
 
 /* ---- the settings the ranks of an MPI job share ------------------------------------------------------------------ */

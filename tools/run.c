@@ -871,6 +871,7 @@ static mpt_status setup(run *r, mpt_run_result *res) {
         mpt_graph_free(&g); /* not the trainer's yet */
         return sched;
     }
+    mpt_cli_schedule_notes(o, r->nb, r->label, stdout);
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
