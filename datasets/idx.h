@@ -79,10 +79,11 @@ typedef struct mpt_mnist {
     int64_t n_test;
     int rows, cols;         /* image height and width */
     int channels;           /* 1 for rank-3 image files */
-    int image_ndim;         /* the image files' rank: 3 ([N, H, W]) or 4 ([N, C, H, W] or [N, H, W, C], as
-                               mpt_mnist_opts.layout said); 0 for data not read from IDX files */
     int64_t dim;            /* features per example: channels x rows x cols */
     int n_classes;          /* the class count: the largest training label + 1, or as given (mpt_mnist_opts) */
+    int image_ndim;         /* the image files' rank: 3 ([N, H, W]) or 4 ([N, C, H, W] or [N, H, W, C], as
+                               mpt_mnist_opts.layout said); 0 for data not read from IDX files (last: the fields
+                               before it keep their offsets) */
 } mpt_mnist;
 
 /* MNIST's and Fashion-MNIST's class count. */
