@@ -871,6 +871,32 @@ START_TEST(test_granularity_needs_scale) {
 }
 END_TEST
 
+/* A flag and whether its note is printed: `a` the extra flags (NULL-terminated, at most 6), `note` the text looked
+ * for on the run's output, `expect` 1 when it must be there, 0 when it must not. */
+typedef struct note_case {
+    const char *a[6], *note;
+    int expect;
+} note_case;
+
+/* Runs `mptrain <base...> --out <tmp>/o-K <case K's flags>` for each case: exit 0 and the note present or absent. */
+static void check_notes(const char *const *base, int n_base, const note_case *c, size_t n_cases) {
+    for (size_t k = 0; k < n_cases; k++) {
+        char out[700];
+        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
+        const char *argv[32];
+        int n = 0;
+        for (; n < n_base; n++) argv[n] = base[n];
+        argv[n++] = "--out";
+        argv[n++] = out;
+        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
+        argv[n] = NULL;
+        int rc = run_argv((char *const *)argv);
+        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
+        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
+                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
+    }
+}
+
 /* More flags that changed nothing and said nothing, each now with a note (a run goes on: a sweep may pass them to
  * every run): --optimizer-state for plain SGD (no state), --lr-schedule step whose first decay comes after the last
  * step, --save-every no smaller than the run, compare --comm-timeout outside mpirun. 600 images in batches of 100: 6
@@ -878,10 +904,7 @@ END_TEST
 START_TEST(test_more_unused_notes) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
-    static const struct {
-        const char *a[6], *note;
-        int expect;
-    } c[] = {
+    static const note_case c[] = {
         {{"--optimizer", "sgd", "--optimizer-state", "bf16", NULL},
          "note: --optimizer-state bf16 changes nothing with --optimizer sgd and --momentum 0: plain SGD keeps no "
          "optimizer state", 1},
@@ -897,19 +920,9 @@ START_TEST(test_more_unused_notes) {
          "note: --save-every 3 changes nothing: the run ends at step 3 (--max-steps 3)", 1},
         {{"--save-every", "5", NULL}, "--save-every 5 changes nothing", 0},
     };
-    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-        char out[700];
-        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
-        const char *argv[32] = {"mptrain", "train", "--data", data, "--device", "cpu", "--batch-size", "100",
-                                "--epochs", "1", "--limit-test", "32", "--progress", "off", "--out", out};
-        int n = 16;
-        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
-        argv[n] = NULL;
-        int rc = run_argv((char *const *)argv);
-        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
-        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
-                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
-    }
+    const char *base[] = {"mptrain", "train", "--data", data, "--device", "cpu", "--batch-size", "100", "--epochs", "1",
+                          "--limit-test", "32", "--progress", "off"};
+    check_notes(base, (int)(sizeof base / sizeof base[0]), c, sizeof c / sizeof c[0]);
     int rc = run("compare", "--precisions", "fp32", "--data", data, "--device", "cpu", "--max-steps", "1",
                  "--limit-test", "32", "--comm-timeout", "5", "--progress", "off", "--out", tmp_path("cmp"), NULL);
     ck_assert_msg(rc == 0 && strstr(out_buf, "note: --comm-timeout changes nothing: this compare is not a rank of an "
@@ -1749,10 +1762,7 @@ END_TEST
 START_TEST(test_unused_flag_notes) {
     make_tmpdir();
     const char *data = write_synthetic(NULL);
-    static const struct {
-        const char *a[6], *note;
-        int expect;
-    } c[] = {
+    static const note_case c[] = {
         {{"--momentum", "0.9", NULL}, "note: --momentum changes nothing with --optimizer adam", 1},
         {{"--beta1", "0.8", "--eps", "1e-6", "--optimizer", "sgd"}, "note: --beta1, --eps change nothing with --optimizer sgd", 1},
         {{"--optimizer", "sgd", "--momentum", "0.9", NULL}, "--momentum", 0},
@@ -1762,19 +1772,9 @@ START_TEST(test_unused_flag_notes) {
         {{"--gamma", "0.5", NULL}, "note: --gamma changes nothing without --lr-schedule step", 1},
         {{"--growth-interval", "10", NULL}, "note: --growth-interval changes nothing in fp32: dynamic loss scaling's", 1},
     };
-    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
-        char out[700];
-        snprintf(out, sizeof out, "%s-%zu", tmp_path("o"), k);
-        const char *argv[32] = {"mptrain", "train", "--data", data, "--device", "cpu", "--precision", "fp32",
-                                "--max-steps", "2", "--limit-test", "64", "--progress", "off", "--out", out};
-        int n = 16;
-        for (int i = 0; i < 6 && c[k].a[i]; i++) argv[n++] = c[k].a[i];
-        argv[n] = NULL;
-        int rc = run_argv((char *const *)argv);
-        ck_assert_msg(rc == 0, "case %zu failed (%d): %.2000s", k, rc, out_buf);
-        ck_assert_msg((strstr(out_buf, c[k].note) != NULL) == c[k].expect, "case %zu: '%s' %s in: %.2000s", k,
-                      c[k].note, c[k].expect ? "missing" : "unexpected", out_buf);
-    }
+    const char *base[] = {"mptrain", "train", "--data", data, "--device", "cpu", "--precision", "fp32", "--max-steps",
+                          "2", "--limit-test", "64", "--progress", "off"};
+    check_notes(base, (int)(sizeof base / sizeof base[0]), c, sizeof c / sizeof c[0]);
     /* a warmup as long as the --max-steps run is refused naming the flags (it named the engine's total_steps) */
     int rc = run("train", "--data", data, "--device", "cpu", "--max-steps", "2", "--lr-schedule", "cosine",
                  "--warmup-steps", "2", "--progress", "off", "--out", tmp_path("warm"), NULL);
