@@ -24,16 +24,22 @@
 
 /* ---- the directory ------------------------------------------------------------------------------------------- */
 
-mpt_status mpt_outdir_mkdirs(const char *path) {
+/* mpt_outdir_mkdirs; *top (when not NULL) receives the length of the prefix of path that names the first directory
+ * this call created (0: none). */
+static mpt_status mkdirs_noting(const char *path, size_t *top) {
     char buf[MPT_CLI_PATH];
+    if (top) *top = 0;
     if (strlen(path) >= sizeof buf) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof buf - 1);
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; ; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            if (mkdir(buf, 0755) == 0) {
+                if (top && !*top) *top = (size_t)(p - buf);
+            } else if (errno != EEXIST) {
                 return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create %s (%s)", path, buf, strerror(errno));
+            }
             *p = c;
             if (c == '\0') break;
         }
@@ -43,6 +49,8 @@ mpt_status mpt_outdir_mkdirs(const char *path) {
         return mpt_errorf(MPT_ERR_IO, "--out %s: not a directory", path);
     return MPT_OK;
 }
+
+mpt_status mpt_outdir_mkdirs(const char *path) { return mkdirs_noting(path, NULL); }
 
 /* What kind of file st is, for messages. */
 static const char *file_kind(const struct stat *st) {
@@ -192,15 +200,21 @@ static mpt_status replay_journal(const mpt_outdir *od);
 mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links links, const char *command) {
     od->fd = od->lock_fd = -1;
     od->created = 0;
+    od->created_top = 0;
     if (!path[0]) return mpt_errorf(MPT_ERR_ARG, "--out: expected a directory, found an empty path");
     if (strlen(path) >= sizeof od->path) return mpt_errorf(MPT_ERR_ARG, "--out: path longer than %zu bytes", sizeof od->path - 1);
     snprintf(od->path, sizeof od->path, "%s", path);
     char parent[MPT_CLI_PATH];
     snprintf(parent, sizeof parent, "%s", path);
     const char *up = dirname(parent);
-    if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mpt_outdir_mkdirs(up));
-    if (mkdir(path, 0755) == 0) od->created = 1;
-    else if (errno != EEXIST) return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
+    size_t top = 0;
+    if (strcmp(up, ".") != 0 && strcmp(up, "/") != 0) MPT_TRY(mkdirs_noting(up, &top));
+    if (mkdir(path, 0755) == 0) {
+        od->created = 1;
+        od->created_top = top ? top : strlen(path);
+    } else if (errno != EEXIST) {
+        return mpt_errorf(MPT_ERR_IO, "--out %s: cannot create it (%s)", path, strerror(errno));
+    }
     struct stat st;
     if (lstat(path, &st) != 0) return mpt_errorf(MPT_ERR_IO, "--out %s: %s", path, strerror(errno));
     if (S_ISLNK(st.st_mode)) MPT_TRY(check_link(path, &st, links));
@@ -239,12 +253,23 @@ static int holds_only_lock(int dir_fd) {
 static void close_dir(mpt_outdir *od, int remove_empty) {
     if (!od) return;
     if (remove_empty && od->fd >= 0 && od->lock_fd >= 0 && holds_only_lock(od->fd) &&
-        unlinkat(od->fd, MPT_OUTDIR_LOCK, 0) == 0)
-        (void)rmdir(od->path); /* a failure leaves an empty directory, as before */
+        unlinkat(od->fd, MPT_OUTDIR_LOCK, 0) == 0 && rmdir(od->path) == 0 && od->created) {
+        /* and the parents this open created, deepest first, each only while empty */
+        char cur[sizeof od->path];
+        snprintf(cur, sizeof cur, "%s", od->path);
+        for (;;) {
+            size_t n = strlen(cur);
+            while (n > 1 && cur[n - 1] == '/') cur[--n] = '\0';
+            while (n > 0 && cur[n - 1] != '/') cur[--n] = '\0';
+            while (n > 1 && cur[n - 1] == '/') cur[--n] = '\0';
+            if (n == 0 || n < od->created_top || rmdir(cur) != 0) break;
+        }
+    }
     if (od->lock_fd >= 0) close(od->lock_fd); /* releases the flock */
     if (od->fd >= 0) close(od->fd);
     od->fd = od->lock_fd = -1;
     od->created = 0;
+    od->created_top = 0;
 }
 
 void mpt_outdir_close(mpt_outdir *od) { close_dir(od, od && od->created); }

@@ -50,6 +50,8 @@ typedef struct mpt_outdir {
     int fd;                  /* the directory (O_DIRECTORY), -1 when closed */
     int lock_fd;             /* MPT_OUTDIR_LOCK, flock(LOCK_EX) held until mpt_outdir_close */
     int created;             /* 1 when mpt_outdir_open made the directory (it did not exist) */
+    size_t created_top;      /* then: the length of the prefix of path naming the first directory it made (a parent
+                                made for it, or path itself) */
     char path[4096];         /* the path as given, for messages */
 } mpt_outdir;
 
@@ -63,7 +65,8 @@ mpt_status mpt_outdir_open(mpt_outdir *od, const char *path, mpt_outdir_links li
 
 /* Releases the lock and closes the directory. The lock file stays, unless the directory is one that this open
  * created and nothing but the lock file is in it (a run that failed or stopped before it wrote anything): then the
- * lock file and the directory are removed (its parents stay). od NULL or closed: nothing. */
+ * lock file and the directory are removed, and the parents the open created for it while they are empty. od NULL
+ * or closed: nothing. */
 void mpt_outdir_close(mpt_outdir *od);
 
 /* mpt_outdir_close, removing the directory when nothing but its lock file is in it, whoever created it (the run

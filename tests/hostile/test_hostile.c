@@ -2669,7 +2669,8 @@ START_TEST(test_stale_temps_only_mptrains) {
 END_TEST
 
 /* A failed start loses nothing and leaves nothing. Into an --out that did not exist, train, compare, speedrun and lab
- * with a mistyped --data leave no directory (compare, speedrun and lab left one holding only .mptrain.lock); into an
+ * with a mistyped --data leave no directory (compare, speedrun and lab left one holding only .mptrain.lock), nor the
+ * parents they made for it; into an
  * earlier job's --out, compare and speedrun keep that job's results (they removed them before loading the data); and
  * a compare that replaces an earlier one removes the earlier job's run directories it does not rewrite (they were
  * left empty but for their locks). */
@@ -2688,8 +2689,17 @@ START_TEST(test_failed_start_loses_nothing) {
                               "cpu", NULL);
         note_case(&p, name, rc != 1 ? "exit status not 1" : file_present(out) ? "--out was left behind" : NULL);
     }
+    /* the parents it made for --out go too, while empty; one that was there stays */
+    ck_assert(mkdir(tmp_path("there"), 0755) == 0);
+    int rc = run("compare", "--data", tmp_path("no-such-data"), "--out", tmp_path("there/made/deeper/out"), "--progress",
+                 "off", "--device", "cpu", NULL);
+    note_case(&p, "compare into new parents", rc != 1                                ? "exit status not 1"
+                                              : file_present(tmp_path("there/made")) ? "the parents it made were left"
+                                              : !file_present(tmp_path("there"))     ? "a directory it did not make went"
+                                                                                     : NULL);
+    n_cases++;
     const char *cmp = tmp_path("cmp");
-    int rc = run("compare", "--data", data, "--max-steps", "2", "--batch-size", "50", "--precisions", "fp32,bf16",
+    rc = run("compare", "--data", data, "--max-steps", "2", "--batch-size", "50", "--precisions", "fp32,bf16",
                  "--telemetry", "0", "--out", cmp, "--progress", "off", "--device", "cpu", NULL);
     ck_assert_msg(rc == 0, "%s", err_buf);
     char path[700], *before;
