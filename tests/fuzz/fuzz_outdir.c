@@ -10,7 +10,6 @@
  * leak, a hang, an error message of more than one line, or a file outside out/ touched is a bug. Seed corpus:
  * corpus/outdir/ (tests/fuzz/make_corpus.py).
  */
-#define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
