@@ -338,8 +338,8 @@ typedef struct mpt_fp8_update_args {
  * Integer products and their int32 sums are exact, so the two backends agree bit for bit on every output of these
  * operations (the max of an amax is order-independent too): tests/test_cuda.c checks it. */
 
-/* Integer sums stay exact in int32 while K * 127 * 127 < 2^31: K <= 133143 for INT8 codes. */
-#define MPT_GEMM_I8_MAX_K 133143
+/* Integer sums stay exact in int32 while K * 127 * 127 <= 2^31 - 1: K <= 133144 for INT8 codes. */
+#define MPT_GEMM_I8_MAX_K 133144
 
 typedef struct mpt_fake_quant_args {
     const float *x;          /* [rows, cols] FP32, row-major (master weights) */

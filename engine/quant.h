@@ -24,7 +24,7 @@
  *  - the working copies are a function of the masters alone, so a skipped step (found_inf) rewrites the same values,
  *    a resumed run rebuilds them exactly from the checkpoint's masters, and a CUDA Graph replays the pass.
  *  - in fp16/bf16 modes the grid value q s (up to 31 significant bits) is rounded once more into the 16-bit working
- *    copy (at most 2^-9 relative in BF16): the forward reads the BF16 neighbour of the grid point. fp32 keeps q s in
+ *    copy (at most 2^-8 relative in BF16): the forward reads the BF16 neighbour of the grid point. fp32 keeps q s in
  *    FP32 (one rounding of the product, 2^-24); tf32 math rounds the operand to TF32 in the GEMM as for any weight.
  *  - not with FP8 modes (their GEMMs quantize the weights themselves) nor with --master-weights none (QAT needs the
  *    FP32 masters).

@@ -645,6 +645,17 @@ START_TEST(env_size_reads_each_launcher) {
 }
 END_TEST
 
+/* The waits that do not spin sleep 50 us, then twice as long each time, never more than 2 ms (dist.h): 50, 100, 200,
+ * 400, 800, 1600 us, then 2000 us for good. Local: no collective. */
+START_TEST(waits_sleep_at_most_2_ms) {
+    static const long want[8] = {50000, 100000, 200000, 400000, 800000, 1600000, 2000000, 2000000};
+    long ns = MPT_DIST_SLEEP_MIN_NS;
+    for (int i = 0; i < 8; i++, ns = mpt_dist_next_sleep_ns(ns))
+        ck_assert_msg(ns == want[i], "sleep %d: %ld ns, expected %ld", i, ns, want[i]);
+    for (int i = 0; i < 100; i++, ns = mpt_dist_next_sleep_ns(ns)) ck_assert_int_eq(ns, 2000000);
+}
+END_TEST
+
 /* The agreement to stop (mpt_dist_any, dist.h: "whether x is nonzero on any rank"): rank 1 alone asks, both stop; none
  * asks, none stops. */
 START_TEST(any_is_true_when_one_rank_says_so) {
@@ -818,6 +829,7 @@ int main(void) {
     tcase_add_test(tc, shard_rule_on_uneven_batches);
     tcase_add_test(tc, grad_comm_names_round_trip);
     tcase_add_test(tc, env_size_reads_each_launcher);
+    tcase_add_test(tc, waits_sleep_at_most_2_ms);
     tcase_add_test(tc, any_is_true_when_one_rank_says_so);
     tcase_add_loop_test(tc, wire_overflow_is_found_inf, 0, 2);
     tcase_add_test(tc, agree_names_the_first_difference);

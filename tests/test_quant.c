@@ -86,6 +86,25 @@ START_TEST(test_gemm_i8_exact_where_fp32_rounds) {
 }
 END_TEST
 
+/* The contract's largest K is the largest whose worst sum, K codes of 127 times 127, fits int32: K * 16129 <= 2^31 - 1,
+ * so floor((2^31 - 1) / 16129) = 133144 (133144 * 16129 = 2147479576; one more product passes 2^31). At that K the
+ * GEMM is accepted and its sum of K products of 127 * 127 is exact. */
+START_TEST(test_gemm_i8_largest_k) {
+    const int64_t qq = (int64_t)MPT_INT8_QMAX * MPT_INT8_QMAX, K = (INT64_C(1) << 31) / qq;
+    ck_assert_int_eq(qq, 16129);
+    ck_assert(K * qq <= INT32_MAX && (K + 1) * qq > INT32_MAX);
+    ck_assert_int_eq(MPT_GEMM_I8_MAX_K, K);
+    int8_t *A = malloc((size_t)K), *B = malloc((size_t)K);
+    ck_assert(A && B);
+    memset(A, 127, (size_t)K), memset(B, 127, (size_t)K);
+    int32_t acc = 0;
+    mpt_gemm_i8_args g = {.M = 1, .N = 1, .K = K, .A = A, .B = B, .acc = &acc, .tag = "test.largest_k"};
+    be->gemm_i8(be, &g);
+    ck_assert_int_eq(acc, 2147479576);
+    free(A), free(B);
+}
+END_TEST
+
 START_TEST(test_gemm_i8_random) {
     tests_rng r = {77};
     for (int it = 0; it < 40; it++) {
@@ -468,6 +487,7 @@ static Suite *quant_suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_gemm_i8_exact_where_fp32_rounds);
+    tcase_add_test(tc, test_gemm_i8_largest_k);
     tcase_add_test(tc, test_gemm_i8_random);
     tcase_add_test(tc, test_conv_i8);
     tcase_add_test(tc, test_fake_quant);

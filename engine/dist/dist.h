@@ -213,6 +213,13 @@ int mpt_dist_env_size(void);
  * uses it to have one rank speak for all. */
 int mpt_dist_env_rank(void);
 
+/* The sleeps of the waits that do not spin (the sweeps' messages, the agreements): the first MPT_DIST_SLEEP_MIN_NS
+ * (50 us), each next one twice the last, up to MPT_DIST_SLEEP_MAX_NS (2 ms) and no more. Returns the sleep after one
+ * of ns nanoseconds. Needs no MPI. */
+#define MPT_DIST_SLEEP_MIN_NS 50000L
+#define MPT_DIST_SLEEP_MAX_NS 2000000L
+long mpt_dist_next_sleep_ns(long ns);
+
 /* Ranks of the job on this rank's node (MPI_Comm_split_type MPI_COMM_TYPE_SHARED at mpt_dist_init, which also finds
  * this rank's index among them for mpt_dist_select_gpu). */
 int mpt_dist_local_size(const mpt_dist *d);

@@ -1,6 +1,6 @@
 /*
  * engine/dist/dist_common.c - the parts of engine/dist that need no MPI: wire-dtype names and the shard
- * arithmetic, the launcher's announced job size (see engine/dist/dist.h).
+ * arithmetic, the launcher's announced job size, the waits' sleeps (see engine/dist/dist.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,10 @@ mpt_dtype mpt_grad_comm_dtype(mpt_grad_comm c) {
 void mpt_dist_shard(int B, int rank, int size, int *lo, int *hi) {
     *lo = (int)((int64_t)rank * B / size);
     *hi = (int)((int64_t)(rank + 1) * B / size);
+}
+
+long mpt_dist_next_sleep_ns(long ns) {
+    return ns >= MPT_DIST_SLEEP_MAX_NS / 2 ? MPT_DIST_SLEEP_MAX_NS : 2 * ns;
 }
 
 /* A positive integer from the environment variable name, else 0. */

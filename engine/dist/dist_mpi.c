@@ -333,7 +333,7 @@ static mpt_status wait_peers(mpt_dist *d, MPI_Request *req, const char *what) {
     d->wait_what = what;
     d->wait_since = t0;
     mpt_status s = MPT_OK;
-    for (long ns = 50000;;) {
+    for (long ns = MPT_DIST_SLEEP_MIN_NS;;) {
         int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) {
             s = mpi_error(rc, what);
@@ -348,7 +348,7 @@ static mpt_status wait_peers(mpt_dist *d, MPI_Request *req, const char *what) {
         }
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
-        if (ns < 2000000) ns *= 2;
+        ns = mpt_dist_next_sleep_ns(ns);
     }
     d->wait_what = NULL;
     return s;
@@ -825,7 +825,7 @@ mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, 
     double t0 = wall_s(), check_at = t0 + d->timeout_s;
     d->wait_what = what;
     d->wait_since = t0;
-    for (long ns = 50000; !found;) {
+    for (long ns = MPT_DIST_SLEEP_MIN_NS; !found;) {
         if ((rc = MPI_Improbe(src < 0 ? MPI_ANY_SOURCE : src, tag, d->comm, &found, &msg, &st)) != MPI_SUCCESS) {
             d->wait_what = NULL;
             return mpi_error(rc, "MPI_Improbe");
@@ -839,7 +839,7 @@ mpt_status mpt_dist_recv(mpt_dist *d, int src, int tag, void **buf, int64_t *n, 
         }
         struct timespec ts = {0, ns};
         nanosleep(&ts, NULL);
-        if (ns < 2000000) ns *= 2;
+        ns = mpt_dist_next_sleep_ns(ns);
     }
     d->wait_what = NULL;
     if ((rc = MPI_Get_count(&st, MPI_BYTE, &count)) != MPI_SUCCESS) return mpi_error(rc, "MPI_Get_count");

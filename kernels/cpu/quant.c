@@ -4,7 +4,7 @@
  * exact integer GEMM and convolution with their rescale.
  *
  * Exactness of the integer GEMM: every product of two codes is an integer of magnitude at most 127 * 127 = 16129
- * (14 bits) and the sum is kept in int32, exactly, whatever the order, while K * 16129 < 2^31 (K <= 133143, which the
+ * (14 bits) and the sum is kept in int32, exactly, whatever the order, while K * 16129 < 2^31 (K <= 133144, which the
  * contract asks). An FP32 accumulator would not be exact: FP32 holds every integer only up to 2^24 = 16777216, and
  * for the cnn's fc1 (K = 9216) a sum reaches 9216 * 16129 = 148644864, where FP32's spacing is 16: each addition
  * there rounds (tests/test_quant.c has a case whose exact sum is not an FP32 number at all). The only roundings are
