@@ -6,7 +6,8 @@
  *    is not the global batch's mean moves the logged loss by 1e-2 or more;
  *  - only rank 0 writes: the output directory holds exactly the single-process files;
  *  - --resume of a 2-rank checkpoint by one process is refused (exit 2, naming the ranks); resumed by both ranks
- *    with nothing left to train, the job says so once (exit 0);
+ *    with nothing left to train, the job says so once (exit 0); with --data-parallel outside mpirun, a note says it
+ *    trains as 1 rank;
  *  - --grad-comm without --data-parallel is a usage error (exit 2), and so is --shadow with it;
  *  - the evaluation split over the ranks gives the single-process test accuracy (equal) and loss (2^-20), and
  *    --telemetry adds the communication error rows (comm_rel_l2) to telemetry.csv;
@@ -117,6 +118,11 @@ START_TEST(two_ranks_log_the_single_process_losses) {
     const char *resume[] = {"--resume", ckpt, "--max-steps", "20", NULL};
     ck_assert_int_eq(run_train(0, tmp_path("r1"), resume), 2);
     ck_assert(log_contains("trained by 2 rank(s)"));
+    /* with --data-parallel but no launcher: one rank, said in a note, and refused as one rank */
+    const char *alone[] = {"--data-parallel", "--resume", ckpt, "--max-steps", "20", NULL};
+    ck_assert_int_eq(run_train(0, tmp_path("r2"), alone), 2);
+    ck_assert(log_contains("note: --data-parallel without a launcher trains as 1 rank"));
+    ck_assert(log_contains("trained by 2 rank(s) with --grad-comm fp32, this job has 1 with fp32"));
     /* resumed at its --max-steps by both ranks: nothing left, said once (every rank printed it) */
     const char *again[] = {"--data-parallel", "--resume", ckpt, NULL};
     ck_assert_int_eq(run_train(2, two, again), 0);

@@ -375,7 +375,8 @@ START_TEST(train_under_mpirun_needs_data_parallel) {
     make_tmpdir();
     const char *a[] = {"train", COMMON, "--max-steps", "2", "--out", tmp_path("o"), NULL};
     ck_assert_int_ne(run_mptrain(2, a), 0);
-    ck_assert(log_contains("mptrain train: started as one of 2 MPI ranks without --data-parallel"));
+    ck_assert_msg(log_lines_starting("mptrain train: started as one of 2 MPI ranks without --data-parallel") == 1,
+                  "not said once, by rank 0 (see %s)", tmp_path("log"));
     ck_assert(!exists(tmp_path("o/metrics.csv")));
     rm_tmpdir();
 }

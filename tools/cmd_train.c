@@ -103,7 +103,8 @@ int mpt_cmd_train(int argc, char **argv) {
     if (cs != MPT_OK) return mpt_cli_fail("train", cs);
     if (cli.resume[0] && nothing_left(&o, &rs)) return 0;
     int launched = mpt_dist_env_size();
-    if (!o.data_parallel && launched > 1) { /* N copies of one run writing one --out: refused */
+    if (!o.data_parallel && launched > 1) { /* N copies of one run writing one --out: refused, by rank 0's voice */
+        if (mpt_dist_env_rank() != 0) return MPT_CLI_EXIT_USAGE;
         fprintf(stderr, "mptrain train: started as one of %d MPI ranks without --data-parallel: every rank would "
                         "train the same run into the same --out; add --data-parallel to train one model on the %d "
                         "ranks, or use `mpirun -np %d mptrain compare` (or lab) for independent runs\n",
@@ -114,6 +115,9 @@ int mpt_cmd_train(int argc, char **argv) {
         cs = mpt_dist_init(&train_dist, o.grad_comm);
         if (cs != MPT_OK) return mpt_cli_fail("train", cs);
         mpt_dist_set_timeout(train_dist, o.comm_timeout);
+        if (launched == 0)
+            printf("note: --data-parallel without a launcher trains as 1 rank; `mpirun -np N mptrain train "
+                   "--data-parallel ...` trains on N\n");
         int n = mpt_dist_size(train_dist);
         if (o.batch % n != 0) {
             mpt_dist_free(&train_dist);
