@@ -1797,6 +1797,9 @@ START_TEST(test_inject_nonfinite_in_run) {
                                              "run's 12 steps (--epochs 2 x 6 batches per epoch"),
                   "(%d) %.2000s", rc, out_buf);
     ck_assert_msg(!strstr(out_buf, "epoch 1/2"), "trained before refusing: %.2000s", out_buf);
+    /* a flag error is said before the device is set up, and leaves no --out behind */
+    ck_assert_msg(!strstr(out_buf, "device:"), "refused after the device lines: %.2000s", out_buf);
+    ck_assert_msg(access(tmp_path("e"), F_OK) != 0, "%s was left behind", tmp_path("e"));
     rc = run("compare", "--precisions", "fp32,bf16", "--data", data, "--device", "cpu", "--batch-size", "100",
              "--epochs", "1", "--limit-test", "64", "--inject-nonfinite", "6", "--progress", "off", "--out",
              tmp_path("c"), NULL);

@@ -706,6 +706,74 @@ static mpt_status setup(run *r, mpt_run_result *res) {
                           in.channels, in.classes, msg);
     }
 
+    /* the training split, the loader and the checks on them (a resume's data and position, the step-counting flags):
+     * before the device, so that a flag or data error is said before anything is set up */
+    int64_t n_val = (int64_t)llround(o->val_split * (double)r->d->n_train);
+    if (o->val_split > 0.0 && n_val < 1) n_val = 1;
+    mpt_status s = mpt_loader_split_make(&r->split, r->d->n_train, n_val, o->seed);
+    if (s != MPT_OK) return mpt_errorf(s, "--val-split %g: %s", o->val_split, mpt_last_error());
+    if (o->resume[0]) {
+        if (r->rs.n_train != r->split.n_train || r->rs.n_val != r->split.n_val) {
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint trained on %lld images (%lld held out), this data gives "
+                              "%lld (%lld): use the same --data",
+                              o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
+                              (long long)r->split.n_val);
+        }
+        if (r->rs.fp_known && (r->rs.fp.n_train != r->fp.n_train || r->rs.fp.train_crc32 != r->fp.train_crc32)) {
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint trained on other images (%lld training images crc32 %08x) "
+                              "than this --data %s gives (%lld, crc32 %08x): a run continues on the data it started "
+                              "with; use the same --data and --limit-train, or start a new run", o->resume,
+                              (long long)r->rs.fp.n_train, (unsigned)r->rs.fp.train_crc32, o->data,
+                              (long long)r->fp.n_train, (unsigned)r->fp.train_crc32);
+        }
+        if (r->rs.fp_known && (r->rs.fp.n_test != r->fp.n_test || r->rs.fp.test_crc32 != r->fp.test_crc32))
+            printf("%snote: the test set differs from the one the checkpoint's run evaluated on (%lld images crc32 %08x, "
+                   "now %lld images crc32 %08x): from here on epochs.csv's test columns measure this one\n", r->label,
+                   (long long)r->rs.fp.n_test, (unsigned)r->rs.fp.test_crc32, (long long)r->fp.n_test,
+                   (unsigned)r->fp.test_crc32);
+        int ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        mpt_grad_comm wire = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
+        if (r->rs.ranks != ranks || r->rs.grad_comm != wire) {
+            return mpt_errorf(MPT_ERR_ARG,
+                              "--resume %s: the checkpoint was trained by %d rank(s) with --grad-comm %s, this job has "
+                              "%d with %s: resume with the same mpirun -np and --grad-comm (the shards and the "
+                              "summation order depend on them)",
+                              o->resume, r->rs.ranks, mpt_grad_comm_name(r->rs.grad_comm), ranks,
+                              mpt_grad_comm_name(wire));
+        }
+    } else {
+        r->rs.mean = 0.0f;
+        r->rs.inv_std = 1.0f;
+        if (o->standardize)
+            mpt_loader_stats(r->d->train_images, r->d->dim, r->split.train, r->split.n_train, &r->rs.mean,
+                             &r->rs.inv_std);
+        r->rs.n_train = r->split.n_train;
+        r->rs.n_val = r->split.n_val;
+        r->rs.run_id[0] = '\0';
+        r->rs.ranks = train_dist ? mpt_dist_size(train_dist) : 1;
+        r->rs.grad_comm = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
+    }
+    MPT_TRY(mpt_loader_init(&r->ld, r->split.train, r->split.n_train, o->batch, MPT_LOADER_PAD_WRAP, 1, o->seed));
+    r->ld_ready = 1;
+    r->nb = mpt_loader_n_batches(&r->ld);
+    if (o->resume[0] && (r->rs.batch >= r->nb || r->rs.iteration != r->rs.epoch * r->nb + r->rs.batch)) {
+        return mpt_errorf(MPT_ERR_FORMAT,
+                          "--resume %s: the checkpoint's position (epoch %lld, batch %lld, iteration %lld) is not "
+                          "within this data's %lld batches per epoch (expected batch < %lld and iteration = epoch x "
+                          "%lld + batch)",
+                          o->resume, (long long)r->rs.epoch, (long long)r->rs.batch, (long long)r->rs.iteration,
+                          (long long)r->nb, (long long)r->nb, (long long)r->nb);
+    }
+    r->rs.fp = r->fp; /* what this invocation trains and evaluates on, recorded from its first save */
+    r->rs.fp_known = 1;
+    if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
+    snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
+
+    MPT_TRY(mpt_cli_check_schedule(o, r->nb)); /* in the flags' terms, before the engine's own check */
+    mpt_cli_schedule_notes(o, r->nb, r->label, stdout);
+
     if (r->writer) MPT_TRY(open_outdir(r)); /* a --out in use or not a directory: said before the device lines */
 
     /* one GPU per data-parallel rank: the rank's index on its node (llm.c's local_device_idx) */
@@ -783,95 +851,15 @@ static mpt_status setup(run *r, mpt_run_result *res) {
     mpt_graph *g = mpt_graph_create(r->be, &r->policy, r->shard_b);
     mpt_graph_set_shard(g, r->shard_lo, o->batch); /* dropout masks by the global row: those of N = 1 */
     mpt_tensor *logits = NULL;
-    mpt_status s = mpt_model_build_plan(g, plan, &logits);
+    s = mpt_model_build_plan(g, plan, &logits);
     if (s != MPT_OK) {
         mpt_graph_free(&g);
         return s;
     }
     mpt_softmax_xent(g, logits, "loss");
 
-    int64_t n_val = (int64_t)llround(o->val_split * (double)r->d->n_train);
-    if (o->val_split > 0.0 && n_val < 1) n_val = 1;
-    s = mpt_loader_split_make(&r->split, r->d->n_train, n_val, o->seed);
-    if (s != MPT_OK) {
-        mpt_graph_free(&g);
-        return mpt_errorf(s, "--val-split %g: %s", o->val_split, mpt_last_error());
-    }
-    if (o->resume[0]) {
-        if (r->rs.n_train != r->split.n_train || r->rs.n_val != r->split.n_val) {
-            mpt_graph_free(&g);
-            return mpt_errorf(MPT_ERR_ARG,
-                              "--resume %s: the checkpoint trained on %lld images (%lld held out), this data gives "
-                              "%lld (%lld): use the same --data",
-                              o->resume, (long long)r->rs.n_train, (long long)r->rs.n_val, (long long)r->split.n_train,
-                              (long long)r->split.n_val);
-        }
-        if (r->rs.fp_known && (r->rs.fp.n_train != r->fp.n_train || r->rs.fp.train_crc32 != r->fp.train_crc32)) {
-            mpt_graph_free(&g);
-            return mpt_errorf(MPT_ERR_ARG,
-                              "--resume %s: the checkpoint trained on other images (%lld training images crc32 %08x) "
-                              "than this --data %s gives (%lld, crc32 %08x): a run continues on the data it started "
-                              "with; use the same --data and --limit-train, or start a new run", o->resume,
-                              (long long)r->rs.fp.n_train, (unsigned)r->rs.fp.train_crc32, o->data,
-                              (long long)r->fp.n_train, (unsigned)r->fp.train_crc32);
-        }
-        if (r->rs.fp_known && (r->rs.fp.n_test != r->fp.n_test || r->rs.fp.test_crc32 != r->fp.test_crc32))
-            printf("%snote: the test set differs from the one the checkpoint's run evaluated on (%lld images crc32 %08x, "
-                   "now %lld images crc32 %08x): from here on epochs.csv's test columns measure this one\n", r->label,
-                   (long long)r->rs.fp.n_test, (unsigned)r->rs.fp.test_crc32, (long long)r->fp.n_test,
-                   (unsigned)r->fp.test_crc32);
-        int ranks = train_dist ? mpt_dist_size(train_dist) : 1;
-        mpt_grad_comm wire = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
-        if (r->rs.ranks != ranks || r->rs.grad_comm != wire) {
-            mpt_graph_free(&g);
-            return mpt_errorf(MPT_ERR_ARG,
-                              "--resume %s: the checkpoint was trained by %d rank(s) with --grad-comm %s, this job has "
-                              "%d with %s: resume with the same mpirun -np and --grad-comm (the shards and the "
-                              "summation order depend on them)",
-                              o->resume, r->rs.ranks, mpt_grad_comm_name(r->rs.grad_comm), ranks,
-                              mpt_grad_comm_name(wire));
-        }
-    } else {
-        r->rs.mean = 0.0f;
-        r->rs.inv_std = 1.0f;
-        if (o->standardize)
-            mpt_loader_stats(r->d->train_images, r->d->dim, r->split.train, r->split.n_train, &r->rs.mean,
-                             &r->rs.inv_std);
-        r->rs.n_train = r->split.n_train;
-        r->rs.n_val = r->split.n_val;
-        r->rs.run_id[0] = '\0';
-        r->rs.ranks = train_dist ? mpt_dist_size(train_dist) : 1;
-        r->rs.grad_comm = train_dist ? mpt_dist_comm(train_dist) : MPT_GRAD_COMM_FP32;
-    }
-    s = mpt_loader_init(&r->ld, r->split.train, r->split.n_train, o->batch, MPT_LOADER_PAD_WRAP, 1, o->seed);
-    if (s != MPT_OK) {
-        mpt_graph_free(&g);
-        return s;
-    }
-    r->ld_ready = 1;
-    r->nb = mpt_loader_n_batches(&r->ld);
-    if (o->resume[0] && (r->rs.batch >= r->nb || r->rs.iteration != r->rs.epoch * r->nb + r->rs.batch)) {
-        mpt_graph_free(&g);
-        return mpt_errorf(MPT_ERR_FORMAT,
-                          "--resume %s: the checkpoint's position (epoch %lld, batch %lld, iteration %lld) is not "
-                          "within this data's %lld batches per epoch (expected batch < %lld and iteration = epoch x "
-                          "%lld + batch)",
-                          o->resume, (long long)r->rs.epoch, (long long)r->rs.batch, (long long)r->rs.iteration,
-                          (long long)r->nb, (long long)r->nb, (long long)r->nb);
-    }
     if (!o->resume[0] || r->rs.threads == 0)
         r->rs.threads = r->be->device == MPT_DEVICE_CPU ? mpt_cpu_set_threads(0) : 0;
-    r->rs.fp = r->fp; /* what this invocation trains and evaluates on, recorded from its first save */
-    r->rs.fp_known = 1;
-    if (!r->rs.run_id[0]) new_run_id(r->rs.run_id);
-    snprintf(res->run_id, sizeof res->run_id, "%s", r->rs.run_id);
-
-    mpt_status sched = mpt_cli_check_schedule(o, r->nb); /* in the flags' terms, before the engine's own check */
-    if (sched != MPT_OK) {
-        mpt_graph_free(&g); /* not the trainer's yet */
-        return sched;
-    }
-    mpt_cli_schedule_notes(o, r->nb, r->label, stdout);
     mpt_train_config cfg = mpt_cli_train_config(o, r->nb);
     /* checks the optimizer, schedule and scaler settings; owns g from here on, also on failure */
     MPT_TRY(mpt_trainer_create(&r->t, g, &cfg));
