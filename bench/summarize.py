@@ -400,19 +400,22 @@ def report(d, mode, raw, also=()):
     if raw:
         w("### Every run\n")
         w("In the order they ran.\n")
-        w("`others' CPU s`: CPU seconds other processes used on the machine while the run ran (all CPU time "
-          "from /proc/stat minus the run's own user + system time): a run that shares the 2 cores with others "
-          "is slower than the code is.\n")
+        w("`CPU s/epoch`: the run's own CPU time (user + system, all its threads) of each epoch's training steps, "
+          "from which the CPU-time medians and ratios above are computed; `CPU s`: the whole process's, as in "
+          "`CPU s / wall s`. `others' CPU s`: CPU seconds other processes used on the machine while the run ran "
+          "(all CPU time from /proc/stat minus the run's own user + system time): a run that shares the 2 cores "
+          "with others is slower than the code is.\n")
         clock = "; CUDA events" if mode == "gpu" else ""
-        w(f"| run | repeat | seed | settings | s/epoch (each epoch{clock}) | test acc | peak RSS (MiB) | wall (s) | "
-          "others' CPU s | load avg before/after | exit |")
-        w("|---|---:|---:|---|---|---:|---:|---:|---:|---|---:|")
+        w(f"| run | repeat | seed | settings | s/epoch (each epoch{clock}) | CPU s/epoch (each epoch) | test acc | "
+          "peak RSS (MiB) | wall (s) | CPU s | others' CPU s | load avg before/after | exit |")
+        w("|---|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|---:|")
         for r in runs:
             ep = ", ".join(f"{x:.4f}" if mode == "gpu" else f"{x:.3f}" for x in r.get("epoch_times", []) or [])
-            w(f"| {r['name']} | {r.get('repeat')} | {r.get('seed')} | `{r.get('settings', '')}` | {ep} | "
+            cep = ", ".join(f"{x:.3f}" for x in r.get("cpu_times", []) or []) or "n/a"
+            w(f"| {r['name']} | {r.get('repeat')} | {r.get('seed')} | `{r.get('settings', '')}` | {ep} | {cep} | "
               f"{fmt(r.get('acc') * 100 if r.get('acc') is not None else None, '.2f')}% | "
               f"{fmt(r['rss_kib'] / 1024 if r['rss_kib'] else None, '.0f')} | {fmt(r['wall_s'], '.1f')} | "
-              f"{fmt(r['others_cpu_s'], '.1f')} | "
+              f"{fmt(r['cpu_s'], '.1f')} | {fmt(r['others_cpu_s'], '.1f')} | "
               f"{r.get('load_before', '?')} / {r.get('load_after', '?')} | {r.get('rc')} |")
         w("")
     return "\n".join(out)
