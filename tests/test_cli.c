@@ -861,6 +861,18 @@ START_TEST(test_granularity_needs_scale) {
                  "formats with scales), found --quantize bf16", g[k]);
         ck_assert_msg(rc == 2 && strstr(out_buf, want) && !strstr(out_buf, "nonexistent"), "(%d) %s", rc, out_buf);
     }
+    /* without --quantize: the flag given is named with the formats that take it (a scale: int8, int4, fp8-e4m3; integer
+     * GEMMs, which --activations and its --calibrate run: int8, int4); one message named all three flags for each */
+    static const struct { const char *flag, *value, *want; } alone[] = {
+        {"--granularity", "tensor", "mptrain eval: --granularity sets up --quantize: give --quantize int8|int4|fp8-e4m3"},
+        {"--activations", "int8", "mptrain eval: --activations sets up --quantize: give --quantize int8|int4 as well"},
+        {"--calibrate", "4", "mptrain eval: --calibrate sets up --quantize: give --quantize int8|int4 as well"},
+    };
+    for (int k = 0; k < 3; k++) {
+        int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", alone[k].flag, alone[k].value, NULL);
+        ck_assert_msg(rc == 2 && strstr(out_buf, alone[k].want) && !strstr(out_buf, "nonexistent"), "%s: (%d) %s",
+                      alone[k].flag, rc, out_buf);
+    }
     static const char *const scaled[] = {"int8", "int4", "fp8-e4m3"};
     for (int k = 0; k < 3; k++) {
         int rc = run("eval", "--checkpoint", "/nonexistent/ck.safetensors", "--quantize", scaled[k], "--granularity",

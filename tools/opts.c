@@ -1473,6 +1473,16 @@ int mpt_cli_fail(const char *command, mpt_status s) {
 
 /* ---- parsing --------------------------------------------------------------------------------------------- */
 
+/* The keys of the --quantize formats with a scale (need_int 0) or with integer codes (need_int 1), '|'-separated. */
+static const char *qformat_keys(char *buf, size_t n, int need_int) {
+    buf[0] = '\0';
+    for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT && (size_t)k < n; i++) {
+        const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)i);
+        if (need_int ? q->is_int : q->scaled) k += snprintf(buf + k, n - (size_t)k, "%s%s", k ? "|" : "", q->key);
+    }
+    return buf;
+}
+
 int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
     struct option longopts[N_OPTS + 1];
     int n = 0;
@@ -1579,22 +1589,23 @@ int mpt_cli_parse(int argc, char **argv, mpt_cmd_mask cmd, mpt_cli_opts *o) {
                         "5 and 7)\n", name);
         return MPT_CLI_EXIT_USAGE;
     }
-    if (o->quantize < 0 && (mpt_cli_given(o, MPT_OPT_GRANULARITY) || mpt_cli_given(o, MPT_OPT_ACTIVATIONS) ||
-                            mpt_cli_given(o, MPT_OPT_CALIBRATE))) {
-        fprintf(stderr, "mptrain %s: --granularity, --activations and --calibrate set up --quantize: give --quantize "
-                        "int8|int4|fp8-e4m3 as well\n", name);
-        return MPT_CLI_EXIT_USAGE;
-    }
+    /* eval's quantization flags without --quantize, each with the formats that take it (engine/quant.h's rows) */
+    static const struct { mpt_opt_id id; int need_int; } qflags[] = {
+        {MPT_OPT_GRANULARITY, 0}, {MPT_OPT_ACTIVATIONS, 1}, {MPT_OPT_CALIBRATE, 1}};
+    for (size_t f = 0; o->quantize < 0 && f < sizeof qflags / sizeof qflags[0]; f++)
+        if (mpt_cli_given(o, qflags[f].id)) {
+            char formats[96];
+            fprintf(stderr, "mptrain %s: --%s sets up --quantize: give --quantize %s as well\n", name,
+                    mpt_cli_opt_name(qflags[f].id), qformat_keys(formats, sizeof formats, qflags[f].need_int));
+            return MPT_CLI_EXIT_USAGE;
+        }
     if (mpt_cli_given(o, MPT_OPT_GRANULARITY) && o->quantize >= 0 &&
         !mpt_qformat_info((mpt_qformat)o->quantize)->scaled) { /* BF16: rounded to nearest, no scale to place */
-        char scaled[96] = "";
-        for (int i = 0, k = 0; i < MPT_QFORMAT_COUNT; i++) {
-            const mpt_qformat_desc *q = mpt_qformat_info((mpt_qformat)i);
-            if (q->scaled) k += snprintf(scaled + k, sizeof scaled - (size_t)k, "%s%s", k ? "|" : "", q->key);
-        }
+        char scaled[96];
         fprintf(stderr, "mptrain %s: --granularity %s: expected --quantize %s (the formats with scales), found "
                         "--quantize %s, which rounds to nearest without a scale: drop --granularity\n", name,
-                o->per_channel ? "channel" : "tensor", scaled, mpt_qformat_info((mpt_qformat)o->quantize)->key);
+                o->per_channel ? "channel" : "tensor", qformat_keys(scaled, sizeof scaled, 0),
+                mpt_qformat_info((mpt_qformat)o->quantize)->key);
         return MPT_CLI_EXIT_USAGE;
     }
     if (o->act_int8 && o->quantize >= 0 && !mpt_qformat_info((mpt_qformat)o->quantize)->is_int) {
