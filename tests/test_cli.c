@@ -931,11 +931,18 @@ START_TEST(test_more_unused_notes) {
         {{"--save-every", "3", "--max-steps", "3", NULL},
          "note: --save-every 3 changes nothing: the run ends at step 3 (--max-steps 3)", 1},
         {{"--save-every", "5", NULL}, "--save-every 5 changes nothing", 0},
+        /* --tf32-conv without convolutions makes no TF32 GEMM: --accum-model v100 (no TF32 on Volta) is accepted and
+         * changes nothing (it was refused as though the mlp's GEMMs were TF32); lenet5's is refused (below) */
+        {{"--tf32-conv", "on", "--accum-model", "v100", NULL}, "note: --accum-model v100 changes nothing in fp32", 1},
     };
     const char *base[] = {"mptrain", "train", "--data", data, "--device", "cpu", "--batch-size", "100", "--epochs", "1",
                           "--limit-test", "32", "--progress", "off"};
     check_notes(base, (int)(sizeof base / sizeof base[0]), c, sizeof c / sizeof c[0]);
-    int rc = run("compare", "--precisions", "fp32", "--data", data, "--device", "cpu", "--max-steps", "1",
+    int rc = run("train", "--data", data, "--device", "cpu", "--model", "lenet5", "--tf32-conv", "on", "--accum-model",
+                 "v100", "--max-steps", "1", "--progress", "off", "--out", tmp_path("lenet5"), NULL);
+    ck_assert_msg(rc == 2 && strstr(out_buf, "--accum-model v100: the V100 Tensor Cores it models take no tf32 operands"),
+                  "lenet5 with TF32 convolutions: (%d) %.2000s", rc, out_buf);
+    rc = run("compare", "--precisions", "fp32", "--data", data, "--device", "cpu", "--max-steps", "1",
                  "--limit-test", "32", "--comm-timeout", "5", "--progress", "off", "--out", tmp_path("cmp"), NULL);
     ck_assert_msg(rc == 0 && strstr(out_buf, "note: --comm-timeout changes nothing: this compare is not a rank of an "
                                              "mpirun job"), "compare --comm-timeout: (%d) %.2000s", rc, out_buf);

@@ -356,6 +356,11 @@ void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, co
  * naming the flags. */
 mpt_status mpt_cli_check_switches(const mpt_cli_opts *o);
 
+/* 1 when the TF32 switches reach some GEMM or convolution of the run's model: --tf32-matmul on, or --tf32-conv on and
+ * the model has convolutions (a spec that does not parse counts as having them). Says nothing of the mode (only its
+ * FP32 operands become TF32) or of NVIDIA_TF32_OVERRIDE. */
+int mpt_cli_tf32_reaches(const mpt_cli_opts *o);
+
 /* Prints what the issue #10 switches do in this run, one line each (prefixed with label): notes for
  * switches that change nothing in this precision, the warning of --nonfinite apply, and that
  * NVIDIA_TF32_OVERRIDE=0 (tf32_override) wins over the TF32 switches. */

@@ -1121,6 +1121,19 @@ mpt_train_config mpt_cli_train_config(const mpt_cli_opts *o, int64_t batches_per
 /* --accum-model against the kernel set and the GEMMs the precision runs: a model replaces the emulate kernel set's
  * sums, so it excludes native; and it must have a row for every Tensor Core format the run's GEMMs take (the mode's
  * 16-bit math, or TF32 when a TF32 switch is on). */
+/* How many layers of the run's model are of kind a or kind b; -1 when the model does not parse. */
+static int model_layers(const mpt_cli_opts *o, mpt_layer_kind a, mpt_layer_kind b) {
+    static mpt_model_plan plan; /* 64 layers: kept off the stack */
+    if (mpt_model_parse(o->model, &plan) != MPT_OK) return -1;
+    int n = 0;
+    for (int i = 0; i < plan.n; i++) n += plan.layer[i].kind == a || plan.layer[i].kind == b;
+    return n;
+}
+
+int mpt_cli_tf32_reaches(const mpt_cli_opts *o) {
+    return o->tf32_matmul || (o->tf32_conv && model_layers(o, MPT_LAYER_CONV, MPT_LAYER_CONV) != 0);
+}
+
 static mpt_status check_accum_model(const mpt_cli_opts *o) {
     const mpt_accum_model m = o->accum_model;
     if (m == MPT_ACCUM_MODEL_IEEE) return MPT_OK;
@@ -1128,8 +1141,8 @@ static mpt_status check_accum_model(const mpt_cli_opts *o) {
         return mpt_errorf(MPT_ERR_ARG, "--accum-model %s models Tensor Cores in the emulate kernel set, --cpu-kernels "
                           "native sums bf16 on the CPU's BF16 units: give one of them", mpt_accum_model_name(m));
     const mpt_mode_desc *mode = mpt_mode_info(o->precision);
-    mpt_math maths[2] = {mode->lowp_math, mode->fp32_operands && (o->tf32_matmul || o->tf32_conv) ? MPT_MATH_TF32
-                                                                                                   : MPT_MATH_FP32};
+    mpt_math maths[2] = {mode->lowp_math,
+                         mode->fp32_operands && mpt_cli_tf32_reaches(o) ? MPT_MATH_TF32 : MPT_MATH_FP32};
     for (int i = 0; i < 2; i++)
         if (!mpt_accum_model_covers(m, maths[i]))
             return mpt_errorf(MPT_ERR_ARG, "--accum-model %s: the %s Tensor Cores it models take no %s operands, which "
@@ -1232,7 +1245,7 @@ static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const ch
     if (m == MPT_ACCUM_MODEL_IEEE) return;
     const mpt_mode_desc *mode = mpt_mode_info(o->precision);
     const char *name = mpt_accum_model_name(m), *p = mode->name;
-    if (mode->fp32_operands && (!(o->tf32_matmul || o->tf32_conv) || tf32_override))
+    if (mode->fp32_operands && (!mpt_cli_tf32_reaches(o) || tf32_override))
         fprintf(f, "%snote: --accum-model %s changes nothing in %s: its GEMMs and convolutions compute in FP32, which "
                    "Tensor Cores do not%s\n", label, name, p,
                 tf32_override ? " (NVIDIA_TF32_OVERRIDE=0)" : " (--tf32-matmul / --tf32-conv on would make them TF32)");
@@ -1244,15 +1257,6 @@ static void accum_model_notes(const mpt_cli_opts *o, int tf32_override, const ch
                 : mode->fp8 == MPT_FP8_KIND_MX     ? " (FP32 sums of the exact products)"
                                                    : " (FP32 sums of the exact products; cuBLASLt's default on an H200 "
                                                      "measured as --fp8-accum fast --fp8-promote 128)");
-}
-
-/* How many layers of the run's model are of kind a or kind b; -1 when the model does not parse. */
-static int model_layers(const mpt_cli_opts *o, mpt_layer_kind a, mpt_layer_kind b) {
-    static mpt_model_plan plan; /* 64 layers: kept off the stack */
-    if (mpt_model_parse(o->model, &plan) != MPT_OK) return -1;
-    int n = 0;
-    for (int i = 0; i < plan.n; i++) n += plan.layer[i].kind == a || plan.layer[i].kind == b;
-    return n;
 }
 
 /* What --norm-stats does, when it is not fp32: nothing in a network without batchnorm or layernorm. */

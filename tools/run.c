@@ -829,7 +829,7 @@ static mpt_status setup(run *r, mpt_run_result *res) {
                         "results flushed"
                       : "Tensor Core numerics emulated",
                native && mode->fp8 != MPT_FP8_KIND_NONE ? "; FP8 GEMMs emulated" : "");
-        if (o->accum_model != MPT_ACCUM_MODEL_IEEE && !(mode->fp32_operands && !o->tf32_matmul && !o->tf32_conv))
+        if (o->accum_model != MPT_ACCUM_MODEL_IEEE && !(mode->fp32_operands && !mpt_cli_tf32_reaches(o)))
             printf("%s--accum-model %s: the TF32, FP16 and BF16 GEMMs and convolutions sum their products as %s Tensor "
                    "Cores do (FP32 accumulator; a 16-bit output is that sum rounded once)\n", r->label,
                    mpt_accum_model_name(o->accum_model), mpt_accum_model_gpus(o->accum_model));
