@@ -1644,13 +1644,21 @@ mpt_status mpt_cli_check(const mpt_cli_opts *o) {
     return MPT_OK;
 }
 
+/* The steps this invocation runs (the schedule's length, as mpt_cli_train_config sets it: --epochs x batches per
+ * epoch, or --max-steps when fewer), and why, as a phrase in why. */
+static int64_t run_steps(const mpt_cli_opts *o, int64_t batches_per_epoch, char *why, size_t n) {
+    const int64_t planned = (int64_t)o->epochs * batches_per_epoch;
+    if (o->max_steps > 0 && o->max_steps < planned) {
+        snprintf(why, n, "--max-steps %lld", (long long)o->max_steps);
+        return o->max_steps;
+    }
+    snprintf(why, n, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    return planned;
+}
+
 mpt_status mpt_cli_check_schedule(const mpt_cli_opts *o, int64_t batches_per_epoch) {
-    int64_t total = (int64_t)o->epochs * batches_per_epoch; /* the schedule's length, as mpt_cli_train_config sets it */
-    const int capped = o->max_steps > 0 && o->max_steps < total;
-    if (capped) total = o->max_steps;
     char why[96];
-    if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
-    else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    const int64_t total = run_steps(o, batches_per_epoch, why, sizeof why);
     if (o->lr_schedule == MPT_LR_COSINE && o->warmup_steps >= total)
         return mpt_errorf(MPT_ERR_ARG, "--warmup-steps %lld: expected fewer than the run's %lld steps (%s): the cosine "
                           "schedule warms up, then decays over the steps left", (long long)o->warmup_steps,
@@ -1673,15 +1681,11 @@ void mpt_cli_schedule_notes(const mpt_cli_opts *o, int64_t batches_per_epoch, co
         fprintf(f, "%snote: --lr-schedule step changes nothing: its first decay comes at iteration %lld (--step-size), "
                    "past the run's %lld steps (--epochs %d x %lld batches per epoch)\n", label,
                 (long long)o->step_size, (long long)planned, o->epochs, (long long)batches_per_epoch);
-    const int capped = o->max_steps > 0 && o->max_steps < planned;
-    const int64_t end = capped ? o->max_steps : planned; /* the step count at which this invocation stops */
-    if (o->save_every > 0 && o->save_every >= end) { /* saves after steps save_every, 2 x save_every, ..., the end */
-        char why[96];
-        if (capped) snprintf(why, sizeof why, "--max-steps %lld", (long long)o->max_steps);
-        else snprintf(why, sizeof why, "--epochs %d x %lld batches per epoch", o->epochs, (long long)batches_per_epoch);
+    char why[96];
+    const int64_t end = run_steps(o, batches_per_epoch, why, sizeof why); /* where this invocation stops */
+    if (o->save_every > 0 && o->save_every >= end) /* saves after steps save_every, 2 x save_every, ..., the end */
         fprintf(f, "%snote: --save-every %lld changes nothing: the run ends at step %lld (%s), where the checkpoint is "
                    "written anyway\n", label, (long long)o->save_every, (long long)end, why);
-    }
     if (mpt_cli_given(o, MPT_OPT_INJECT_NONFINITE) && o->max_steps > 0 && o->inject_nonfinite >= o->max_steps &&
         o->inject_nonfinite < planned)
         fprintf(f, "%snote: --inject-nonfinite %lld injects nothing in this invocation, which stops at --max-steps "
